@@ -1,0 +1,2 @@
+/* bind.c - placeholder. */
+int ddp_placeholder_bind;

@@ -1,0 +1,2 @@
+/* env.c - placeholder. */
+int ddp_placeholder_env;

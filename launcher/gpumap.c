@@ -1,0 +1,2 @@
+/* gpumap.c - placeholder. */
+int ddp_placeholder_gpumap;

@@ -1,0 +1,2 @@
+/* hostlist.c - placeholder. */
+int ddp_placeholder_hostlist;

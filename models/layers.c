@@ -1,0 +1,3 @@
+/* layers.c - placeholder: being written. */
+#include "ddp.h"
+int ddp_placeholder_layers;

@@ -1,0 +1,3 @@
+/* mnist.c - placeholder: being written. */
+#include "ddp.h"
+int ddp_placeholder_mnist;

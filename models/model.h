@@ -1,0 +1,65 @@
+/* model.h - the reference models (MLP and LeNet-style CNN) built on the backend ops table.
+ *
+ * A model owns three allocations in backend memory, each ONE buffer with a size table:
+ * parameters, gradients (same layout, so reducer buckets are slices of it) and SGD momentum.
+ * Parameter order is forward order (layer by layer, weight then bias); backward produces
+ * gradients in reverse order and marks each one ready on the reducer as soon as it is final.
+ */
+#ifndef DDP_MODEL_H
+#define DDP_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "ddp.h"
+
+#define DDP_MLP_MAX_LAYERS 8
+
+typedef enum ddp_model_kind { DDP_MODEL_MLP = 0, DDP_MODEL_CNN } ddp_model_kind;
+
+typedef struct ddp_model_config {
+    ddp_model_kind kind;
+    /* MLP widths including input (784) and output (10): default 784-512-256-10. Ignored for CNN
+     * (fixed: conv 1->20 5x5 pad 2, ReLU, pool 2; conv 20->20 5x5 pad 2, ReLU, pool 2; fc 980->10). */
+    int n_widths;
+    int widths[DDP_MLP_MAX_LAYERS + 1];
+    int max_batch; /* activations are sized for this many samples */
+    uint64_t seed; /* seeded initialisation (PyTorch's default ranges: U(+-1/sqrt(fan_in))) */
+} ddp_model_config;
+
+typedef struct ddp_model ddp_model;
+
+/* Defaults for a kind: widths 784-512-256-10, max_batch 64, seed 42. */
+void ddp_model_config_default(ddp_model_config *cfg, ddp_model_kind kind);
+/* Parses "mlp" / "cnn". DDP_ERR_INVALID_ARG otherwise. */
+ddp_status ddp_model_kind_parse(const char *name, ddp_model_kind *out);
+/* Parses "784-512-256-10" into cfg->widths (first must be 784, last 10). */
+ddp_status ddp_model_widths_parse(const char *text, ddp_model_config *cfg);
+
+/* Creates the model on a backend (ddp_backend_ops(ctx) or ddp_cpu_ops()), initialised from
+ * cfg->seed. DDP_ERR_UNSUPPORTED when the backend lacks an op the model needs. */
+ddp_status ddp_model_create(const ddp_ops *ops, const ddp_model_config *cfg, ddp_model **out);
+void ddp_model_destroy(ddp_model *m);
+
+int ddp_model_n_params(const ddp_model *m);
+const ddp_param_desc *ddp_model_descs(const ddp_model *m);
+const size_t *ddp_model_numel(const ddp_model *m); /* per-parameter element counts */
+size_t ddp_model_numel_total(const ddp_model *m);
+float *ddp_model_params(ddp_model *m); /* flat, backend memory */
+float *ddp_model_grads(ddp_model *m);  /* flat, backend memory, same layout */
+const ddp_ops *ddp_model_ops(const ddp_model *m);
+
+/* Forward pass on a batch: x (batch, 784) and labels (batch) in backend memory, batch <=
+ * max_batch. Writes the mean loss and the number of correct predictions (either may be NULL), and
+ * pred_host[batch] the predicted classes when not NULL. Keeps what backward needs. */
+ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, int batch,
+                             float *loss, int *correct, int *pred_host);
+/* Backward pass of the last forward: ADDS the gradient of the mean loss to the gradients, and
+ * marks each parameter ready on r (when r is not NULL) as soon as its gradient is final. */
+ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r);
+ddp_status ddp_model_zero_grad(ddp_model *m);
+/* SGD with momentum and weight decay on every parameter (backend sgd_step). */
+ddp_status ddp_model_sgd_step(ddp_model *m, float lr, float momentum, float weight_decay);
+
+#endif /* DDP_MODEL_H */

@@ -1,0 +1,2 @@
+/* backend.c - placeholder: being written. */
+#include "internal.h"

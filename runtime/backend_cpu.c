@@ -1,0 +1,2 @@
+/* backend_cpu.c - placeholder: being written. */
+#include "internal.h"

@@ -1,0 +1,2 @@
+/* backend_cuda.cu - placeholder: being written. */
+#include "internal.h"

@@ -1,0 +1,2 @@
+/* blas.c - placeholder: being written. */
+#include "internal.h"

@@ -1,0 +1,2 @@
+/* buckets.c - placeholder: being written. */
+#include "internal.h"

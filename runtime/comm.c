@@ -1,0 +1,2 @@
+/* comm.c - placeholder: being written. */
+#include "internal.h"

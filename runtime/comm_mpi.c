@@ -1,0 +1,2 @@
+/* comm_mpi.c - placeholder: being written. */
+#include "internal.h"

@@ -1,0 +1,2 @@
+/* context.c - placeholder: being written. */
+#include "internal.h"

@@ -1,0 +1,326 @@
+/* ddp.h - the one public header of libddp, a data-parallel training runtime for C programs.
+ *
+ * A training program calls ddp_init() once, creates parameters with seeded initialisation
+ * (identical on every rank), verifies the replicas, shards its data with a ddp_sampler, and
+ * averages gradients with a ddp_reducer whose buckets are slices of ONE flat gradient buffer.
+ *
+ * Conventions:
+ *  - Every fallible function returns a ddp_status; DDP_OK (0) is success. ddp_strerror() names it.
+ *    On failure the function logs the reason (with rank and host) and leaves its outputs untouched
+ *    unless documented otherwise.
+ *  - Library code never exits the process. When one rank fails, the program decides: ddp_abort()
+ *    stops every rank of the job, so no peer is left waiting in a collective.
+ *  - Counts are element counts (n_*), sizes are byte counts (*_bytes). Buffers passed to the
+ *    collectives and the reducer live in the backend's memory: host memory for the CPU backend,
+ *    device memory for the CUDA backend.
+ *  - destroy/free functions accept NULL.
+ */
+#ifndef DDP_H
+#define DDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define DDP_API __attribute__((visibility("default")))
+#else
+#define DDP_API
+#endif
+
+#define DDP_VERSION_MAJOR 0
+#define DDP_VERSION_MINOR 1
+#define DDP_VERSION_PATCH 0
+#define DDP_VERSION_NUMBER (DDP_VERSION_MAJOR * 10000 + DDP_VERSION_MINOR * 100 + DDP_VERSION_PATCH)
+
+/* Version of the library actually linked, e.g. "0.1.0". */
+DDP_API const char *ddp_version(void);
+DDP_API int ddp_version_number(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes. One X-macro table gives the enum and ddp_strerror().
+ */
+#define DDP_STATUS_LIST(X)                                                               \
+    X(DDP_OK, "success")                                                                 \
+    X(DDP_ERR_INVALID_ARG, "invalid argument")                                           \
+    X(DDP_ERR_NOMEM, "out of memory")                                                    \
+    X(DDP_ERR_IO, "input/output error")                                                  \
+    X(DDP_ERR_FORMAT, "malformed or corrupt file")                                       \
+    X(DDP_ERR_MISMATCH, "ranks or files disagree")                                       \
+    X(DDP_ERR_MPI, "MPI call failed")                                                    \
+    X(DDP_ERR_NCCL, "NCCL call failed")                                                  \
+    X(DDP_ERR_CUDA, "CUDA call failed")                                                  \
+    X(DDP_ERR_BLAS, "BLAS call failed")                                                  \
+    X(DDP_ERR_UNSUPPORTED, "not supported by this build or backend")                     \
+    X(DDP_ERR_NO_DEVICE, "no usable GPU")                                                \
+    X(DDP_ERR_ENV, "inconsistent launch environment")                                    \
+    X(DDP_ERR_STATE, "call out of order")
+
+typedef enum ddp_status {
+#define DDP_STATUS_ENUM_(name, text) name,
+    DDP_STATUS_LIST(DDP_STATUS_ENUM_)
+#undef DDP_STATUS_ENUM_
+} ddp_status;
+
+/* Static description of a status code; never NULL (unknown codes give "unknown status"). */
+DDP_API const char *ddp_strerror(ddp_status s);
+
+/* ---------------------------------------------------------------------------------------------
+ * Logging: stderr, every line prefixed "[rank R host] ". The level is checked before the
+ * arguments are evaluated. DDP_LOG_LEVEL=error|warn|info|debug sets the default (info).
+ */
+typedef enum ddp_log_level { DDP_LOG_ERROR, DDP_LOG_WARN, DDP_LOG_INFO, DDP_LOG_DEBUG } ddp_log_level;
+
+DDP_API ddp_log_level ddp_log_get_level(void);
+DDP_API void ddp_log_set_level(ddp_log_level level);
+/* Writes one line. only_rank0 != 0: only the process whose rank is 0 writes it. */
+DDP_API void ddp_log_write(ddp_log_level level, int only_rank0, const char *file, int line,
+                           const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+#define DDP_LOG_(lvl, r0, ...)                                                 \
+    do {                                                                       \
+        if ((lvl) <= ddp_log_get_level())                                      \
+            ddp_log_write((lvl), (r0), __FILE__, __LINE__, __VA_ARGS__);       \
+    } while (0)
+#define DDP_ERROR(...) DDP_LOG_(DDP_LOG_ERROR, 0, __VA_ARGS__)
+#define DDP_WARN(...) DDP_LOG_(DDP_LOG_WARN, 0, __VA_ARGS__)
+#define DDP_INFO(...) DDP_LOG_(DDP_LOG_INFO, 0, __VA_ARGS__)
+#define DDP_DEBUG(...) DDP_LOG_(DDP_LOG_DEBUG, 0, __VA_ARGS__)
+#define DDP_INFO0(...) DDP_LOG_(DDP_LOG_INFO, 1, __VA_ARGS__)
+#define DDP_WARN0(...) DDP_LOG_(DDP_LOG_WARN, 1, __VA_ARGS__)
+
+/* ---------------------------------------------------------------------------------------------
+ * Context: process group, backend, communicator.
+ */
+typedef struct ddp_ctx ddp_ctx;
+
+typedef enum ddp_backend_kind {
+    DDP_BACKEND_AUTO = 0, /* CUDA when this build has it and a device is present, else CPU */
+    DDP_BACKEND_CPU,
+    DDP_BACKEND_CUDA
+} ddp_backend_kind;
+
+typedef struct ddp_init_opts {
+    ddp_backend_kind backend; /* DDP_BACKEND_AUTO by default */
+    int threads;              /* CPU backend BLAS threads per rank; 0 = 1 */
+    int print_table;          /* non-zero: rank 0 prints config and a per-rank table at start-up */
+} ddp_init_opts;
+
+/* Fills *opts with the defaults (auto backend, 1 thread, table printed). */
+DDP_API void ddp_init_opts_default(ddp_init_opts *opts);
+
+/* Parses "cpu", "cuda" or "auto". Returns DDP_ERR_INVALID_ARG for anything else. */
+DDP_API ddp_status ddp_backend_parse(const char *name, ddp_backend_kind *out);
+DDP_API const char *ddp_backend_name(ddp_backend_kind kind);
+
+/* Joins the job. Rank, world size, local rank, local world size and node rank come from MPI
+ * (started by mpirun, srun --mpi=pmix, or ddp-launch) and are checked against what the
+ * environment says (OMPI_COMM_WORLD_*, PMIX_RANK, SLURM_*, RANK/WORLD_SIZE); a disagreement is
+ * DDP_ERR_ENV with a message naming both values. Without any launcher it runs as one process.
+ * MPI is initialised with MPI_THREAD_MULTIPLE (the reducer communicates from its own thread).
+ * For the CUDA backend the device is LOCAL_RANK modulo the visible devices, and the NCCL
+ * communicator is created from a unique id made by rank 0 and broadcast over MPI.
+ * Asking for DDP_BACKEND_CUDA where there is no GPU (or a build without CUDA) is
+ * DDP_ERR_NO_DEVICE / DDP_ERR_UNSUPPORTED. On failure *out is NULL.
+ * Collective: every rank must call it. */
+DDP_API ddp_status ddp_init(const ddp_init_opts *opts, ddp_ctx **out);
+
+/* Leaves the job and releases everything. Collective. NULL is ignored. */
+DDP_API void ddp_finalize(ddp_ctx *ctx);
+
+/* Stops every rank of the job with exit code `code` (MPI_Abort), after flushing logs. Use it
+ * when this rank failed and the others may be waiting for it. Never returns. */
+DDP_API void ddp_abort(ddp_ctx *ctx, int code);
+
+DDP_API int ddp_rank(const ddp_ctx *ctx);
+DDP_API int ddp_world_size(const ddp_ctx *ctx);
+DDP_API int ddp_local_rank(const ddp_ctx *ctx);
+DDP_API int ddp_local_world_size(const ddp_ctx *ctx);
+DDP_API int ddp_node_rank(const ddp_ctx *ctx);
+DDP_API int ddp_num_nodes(const ddp_ctx *ctx);
+DDP_API const char *ddp_hostname(const ddp_ctx *ctx);
+DDP_API ddp_backend_kind ddp_backend(const ddp_ctx *ctx); /* CPU or CUDA, never AUTO */
+DDP_API int ddp_device(const ddp_ctx *ctx);               /* CUDA device ordinal, -1 on CPU */
+
+/* Backend memory helpers: on the CPU backend these are malloc/memcpy, on CUDA device memory.
+ * ddp_alloc returns zeroed memory, NULL on failure. */
+DDP_API void *ddp_alloc(ddp_ctx *ctx, size_t n_bytes);
+DDP_API void ddp_free(ddp_ctx *ctx, void *p);
+DDP_API ddp_status ddp_upload(ddp_ctx *ctx, void *dst, const void *src_host, size_t n_bytes);
+DDP_API ddp_status ddp_download(ddp_ctx *ctx, void *dst_host, const void *src, size_t n_bytes);
+
+/* ---------------------------------------------------------------------------------------------
+ * Collectives on backend memory (MPI on the CPU backend, NCCL on the CUDA backend).
+ * Every rank must call them in the same order with the same counts.
+ */
+typedef enum ddp_reduce_op { DDP_SUM = 0, DDP_AVG } ddp_reduce_op;
+
+DDP_API ddp_status ddp_allreduce(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op);
+DDP_API ddp_status ddp_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root);
+/* recv holds world_size blocks of n_bytes, rank r's block at r * n_bytes. */
+DDP_API ddp_status ddp_allgather(ddp_ctx *ctx, const void *send, void *recv, size_t n_bytes);
+DDP_API ddp_status ddp_barrier(ddp_ctx *ctx);
+
+/* Non-blocking all-reduce. Operations start in call order, which must be the same on every
+ * rank. *req is NULL on failure. ddp_wait completes the operation and frees the request. */
+typedef struct ddp_request ddp_request;
+DDP_API ddp_status ddp_allreduce_start(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op,
+                                       ddp_request **req);
+DDP_API ddp_status ddp_wait(ddp_request *req);
+
+/* ---------------------------------------------------------------------------------------------
+ * Parameters: a model describes each parameter tensor; values live in ONE flat buffer, parameter
+ * i at offset sum(n of params before i), in this order.
+ */
+#define DDP_MAX_DIMS 4
+#define DDP_NAME_MAX 48
+
+typedef struct ddp_param_desc {
+    char name[DDP_NAME_MAX]; /* e.g. "conv1.weight" */
+    int n_dims;
+    int64_t shape[DDP_MAX_DIMS];
+} ddp_param_desc;
+
+/* Product of the shape (number of elements). */
+DDP_API size_t ddp_param_numel(const ddp_param_desc *d);
+
+/* Seeded initialisation from a counter-based generator (Philox-4x32-10): element e of parameter p
+ * depends only on (seed, p, e), never on rank, backend or thread count.
+ * Fills host memory x[0..n) with values uniform in [lo, hi). */
+DDP_API void ddp_init_uniform(float *x, size_t n, uint64_t seed, uint32_t param_index, float lo,
+                              float hi);
+/* Same, normal with mean 0 and standard deviation std. */
+DDP_API void ddp_init_normal(float *x, size_t n, uint64_t seed, uint32_t param_index, float std);
+
+/* Checks that every rank holds the same model: the signature (parameter count, names, shapes)
+ * and a checksum of every parameter's values (params_host: the flat buffer, in host memory).
+ * On a mismatch every rank returns DDP_ERR_MISMATCH and the log names the ranks and the first
+ * parameter that differ. Collective. */
+DDP_API ddp_status ddp_verify_replicas(ddp_ctx *ctx, const ddp_param_desc *descs, int n_params,
+                                       const float *params_host);
+
+/* Copies rank 0's parameters to every rank (params in backend memory, n elements). Collective. */
+DDP_API ddp_status ddp_broadcast_params(ddp_ctx *ctx, float *params, size_t n);
+
+/* ---------------------------------------------------------------------------------------------
+ * Distributed sampler, with the semantics of PyTorch's DistributedSampler: a permutation of
+ * [0, n_samples) drawn from (seed, epoch) that does not depend on the world size (identity when
+ * shuffle is 0); then either padded by repeating its start to a multiple of world_size
+ * (drop_last = 0), or cut to a multiple of world_size (drop_last = 1); rank r takes positions
+ * r, r + world_size, r + 2 * world_size, ...
+ */
+typedef struct ddp_sampler ddp_sampler;
+
+typedef struct ddp_sampler_opts {
+    size_t n_samples;
+    int world_size;
+    int rank;
+    uint64_t seed;
+    int shuffle;
+    int drop_last;
+} ddp_sampler_opts;
+
+/* DDP_ERR_INVALID_ARG when rank is outside [0, world_size), n_samples is 0, or drop_last leaves
+ * no sample per rank. On failure *out is NULL. */
+DDP_API ddp_status ddp_sampler_create(const ddp_sampler_opts *opts, ddp_sampler **out);
+DDP_API void ddp_sampler_destroy(ddp_sampler *s);
+/* Number of indices this rank gets per epoch (the same on every rank). */
+DDP_API size_t ddp_sampler_len(const ddp_sampler *s);
+/* Writes this rank's ddp_sampler_len() indices for `epoch` into out. */
+DDP_API ddp_status ddp_sampler_indices(ddp_sampler *s, uint64_t epoch, size_t *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Gradient buckets. Parameter i's gradient is grads[offset_i .. offset_i + n_i) of ONE flat
+ * gradient buffer (same layout as the parameters). Buckets follow reverse parameter order: bucket
+ * 0 holds the last parameters. Each bucket is the contiguous slice of the gradient buffer covering
+ * parameters [first_param, last_param] (first_param <= last_param), so no copies are made.
+ * A bucket is closed when adding the next parameter would exceed its cap; the first bucket's cap
+ * is first_cap_bytes, the others' cap_bytes. A parameter larger than the cap gets a bucket alone.
+ */
+typedef struct ddp_bucket {
+    int first_param; /* lowest parameter index in the bucket */
+    int last_param;  /* highest parameter index in the bucket */
+    size_t offset;   /* element offset of first_param's gradient in the flat buffer */
+    size_t n;        /* elements in the bucket */
+} ddp_bucket;
+
+/* Plans buckets for n_params parameters of sizes numel[i] (elements of float). buckets must have
+ * room for n_params entries; *n_buckets receives the count. DDP_ERR_INVALID_ARG on a zero cap,
+ * n_params < 1, or a zero-sized parameter. */
+DDP_API ddp_status ddp_plan_buckets(const size_t *numel, int n_params, size_t cap_bytes,
+                                    size_t first_cap_bytes, ddp_bucket *buckets, int *n_buckets);
+
+/* ---------------------------------------------------------------------------------------------
+ * Reducer: averages gradients across ranks with bucketed asynchronous all-reduces that overlap
+ * the backward pass.
+ *
+ *   ddp_reducer_begin(r, sync);          before each backward (sync = 0 on accumulation steps)
+ *   ... backward computes parameter i's gradient (adding to it), then
+ *   ddp_reducer_mark_ready(r, i);        a bucket's all-reduce starts when its last param is ready
+ *   ddp_reducer_finish(r);               waits for every bucket; gradients are then the mean
+ *                                        over ranks and over the micro-steps since the last sync
+ *
+ * With sync = 0 nothing is communicated: gradients accumulate locally; finish() is not called.
+ * On the sync step every parameter must be marked exactly once (an unmarked parameter is
+ * DDP_ERR_STATE from finish, naming it). Every rank must mark in an order that closes the
+ * buckets in the same order; marking in reverse parameter order always does.
+ * Averaging: after finish, grads = sum over ranks and micro-steps / (world_size * micro-steps).
+ */
+typedef struct ddp_reducer ddp_reducer;
+
+typedef struct ddp_reducer_opts {
+    double bucket_mb;       /* cap of every bucket but the first, MiB (default 25) */
+    double first_bucket_mb; /* cap of the first bucket, MiB (default 1) */
+} ddp_reducer_opts;
+
+DDP_API void ddp_reducer_opts_default(ddp_reducer_opts *opts);
+
+/* grads: the flat gradient buffer in backend memory (kept, not owned); numel: element count of each
+ * of the n_params parameters. On failure *out is NULL. */
+DDP_API ddp_status ddp_reducer_create(ddp_ctx *ctx, float *grads, const size_t *numel, int n_params,
+                                      const ddp_reducer_opts *opts, ddp_reducer **out);
+DDP_API void ddp_reducer_destroy(ddp_reducer *r);
+DDP_API ddp_status ddp_reducer_begin(ddp_reducer *r, int sync);
+DDP_API ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param);
+DDP_API ddp_status ddp_reducer_finish(ddp_reducer *r);
+DDP_API int ddp_reducer_n_buckets(const ddp_reducer *r);
+DDP_API const ddp_bucket *ddp_reducer_buckets(const ddp_reducer *r);
+
+/* ---------------------------------------------------------------------------------------------
+ * Checkpoints: parameters with the model signature, in a documented file format
+ * (magic "DDPCKPT1", version, signature, values, CRC-32). See runtime/checkpoint.c.
+ */
+/* Writes atomically (temporary file then rename): an existing file is replaced only on success. */
+DDP_API ddp_status ddp_checkpoint_save(const char *path, const ddp_param_desc *descs, int n_params,
+                                       const float *params_host);
+/* Reads a checkpoint. On success *descs (n_params entries) and *params (host, numel total) are
+ * malloc'ed and owned by the caller. DDP_ERR_IO for a missing/unreadable file, DDP_ERR_FORMAT for a
+ * bad magic, version, size or checksum (the log says which). */
+DDP_API ddp_status ddp_checkpoint_load(const char *path, ddp_param_desc **descs, int *n_params,
+                                       float **params);
+
+/* ---------------------------------------------------------------------------------------------
+ * CPU BLAS: OpenBLAS picks its kernels when it loads. Debian's 0.3.21 does not recognise some
+ * AVX-512 CPUs and falls back to slow SSE3 kernels; OPENBLAS_CORETYPE must be set before the
+ * process starts to fix it.
+ */
+/* If OPENBLAS_CORETYPE is unset, the CPU supports AVX-512 and OpenBLAS chose a non-AVX-512 core,
+ * sets OPENBLAS_CORETYPE and re-executes the program (/proc/self/exe, same argv) so OpenBLAS loads
+ * the fast kernels. Call it first in main(), before ddp_init. Returns only when nothing had to be
+ * done (or exec failed, which is logged). */
+DDP_API void ddp_blas_prefer_fast_kernels(char **argv);
+/* "OpenBLAS 0.3.21 DYNAMIC_ARCH ... core=SkylakeX threads=1", for start-up reports. */
+DDP_API const char *ddp_blas_describe(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DDP_H */

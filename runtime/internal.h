@@ -1,0 +1,67 @@
+/* internal.h - declarations shared by libddp's own source files (never installed, never used by
+ * programs: they use ddp.h, and the models use backend.h).
+ */
+#ifndef DDP_INTERNAL_H
+#define DDP_INTERNAL_H
+
+#include <stddef.h>
+
+#include "backend.h"
+#include "ddp.h"
+
+/* ---- communication: one interface, two implementations (comm_mpi.c, comm_nccl.c) ---------- */
+
+typedef struct ddp_comm ddp_comm;
+
+typedef struct ddp_comm_ops {
+    const char *name; /* "mpi" or "nccl" */
+    ddp_status (*allreduce)(ddp_comm *c, float *buf, size_t n, ddp_reduce_op op);
+    ddp_status (*allreduce_start)(ddp_comm *c, float *buf, size_t n, ddp_reduce_op op,
+                                  ddp_request **req);
+    ddp_status (*wait)(ddp_request *req);
+    ddp_status (*broadcast)(ddp_comm *c, void *buf, size_t n_bytes, int root);
+    ddp_status (*allgather)(ddp_comm *c, const void *send, void *recv, size_t n_bytes);
+    ddp_status (*barrier)(ddp_comm *c);
+    void (*destroy)(ddp_comm *c);
+} ddp_comm_ops;
+
+struct ddp_comm {
+    const ddp_comm_ops *ops;
+    void *impl; /* implementation's state */
+};
+
+/* MPI over host memory. Non-blocking operations run in order on the communicator's own thread,
+ * so they progress while the caller computes. */
+ddp_status ddp_comm_mpi_create(ddp_comm **out);
+/* NCCL over device memory, bootstrapped over MPI_COMM_WORLD (rank 0's unique id is broadcast).
+ * DDP_ERR_UNSUPPORTED in a build without NCCL. */
+ddp_status ddp_comm_nccl_create(int rank, int world_size, ddp_comm **out);
+
+/* ---- the context --------------------------------------------------------------------------- */
+
+struct ddp_ctx {
+    int rank, world_size;
+    int local_rank, local_world_size;
+    int node_rank, n_nodes;
+    char hostname[256];
+    ddp_backend_kind backend; /* CPU or CUDA */
+    int device;               /* CUDA ordinal or -1 */
+    int threads;
+    const ddp_ops *ops;
+    ddp_comm *comm;      /* collectives on backend memory */
+    ddp_comm *host_comm; /* collectives on host memory (MPI); equals comm on the CPU backend */
+    int owns_mpi;        /* this context initialised MPI and finalises it */
+};
+
+/* Host-memory collectives used by the runtime itself (verification, checksums, broadcasts of
+ * control data), whatever the backend. */
+ddp_status ddp_host_allgather(ddp_ctx *ctx, const void *send, void *recv, size_t n_bytes);
+ddp_status ddp_host_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root);
+
+/* Sets the rank shown in log prefixes (-1 before ddp_init knows it) and the host name. */
+void ddp_log_set_identity(int rank, const char *hostname);
+
+/* CRC-32 (zlib) of a buffer, used by checksums and checkpoints. */
+uint32_t ddp_crc32(const void *data, size_t n_bytes);
+
+#endif /* DDP_INTERNAL_H */

@@ -1,0 +1,2 @@
+/* log.c - placeholder: being written. */
+#include "internal.h"

@@ -1,0 +1,2 @@
+/* reducer.c - placeholder: being written. */
+#include "internal.h"

@@ -1,0 +1,2 @@
+/* rng.c - placeholder: being written. */
+#include "internal.h"

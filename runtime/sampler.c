@@ -1,0 +1,2 @@
+/* sampler.c - placeholder: being written. */
+#include "internal.h"

@@ -1,0 +1,2 @@
+/* status.c - placeholder: being written. */
+#include "internal.h"

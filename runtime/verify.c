@@ -1,0 +1,2 @@
+/* verify.c - placeholder: being written. */
+#include "internal.h"
