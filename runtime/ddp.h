@@ -289,6 +289,9 @@ DDP_API ddp_status ddp_reducer_create(ddp_ctx *ctx, float *grads, const size_t *
 DDP_API void ddp_reducer_destroy(ddp_reducer *r);
 DDP_API ddp_status ddp_reducer_begin(ddp_reducer *r, int sync);
 DDP_API ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param);
+/* On failure (DDP_ERR_STATE for an unmarked parameter, or a failed all-reduce) the gradients are
+ * undefined and the program should stop the job with ddp_abort(). An unmarked parameter does not
+ * hang the peers: finish still starts every remaining bucket. */
 DDP_API ddp_status ddp_reducer_finish(ddp_reducer *r);
 DDP_API int ddp_reducer_n_buckets(const ddp_reducer *r);
 DDP_API const ddp_bucket *ddp_reducer_buckets(const ddp_reducer *r);

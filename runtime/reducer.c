@@ -1,2 +1,291 @@
-/* reducer.c - placeholder: being written. */
+/* reducer.c - bucketed asynchronous gradient averaging that overlaps the backward pass.
+ *
+ * On a sync micro-step every mark_ready() decrements its bucket's pending count; a bucket whose
+ * count reaches zero is ready. Buckets are launched (ddp_allreduce_start, SUM) strictly in bucket
+ * order: a ready bucket waits until every earlier bucket has been launched, then all consecutive
+ * ready buckets go at once. Every rank thus issues the same all-reduces in the same order.
+ * finish() waits for them in order and scales each bucket by 1 / (world_size * micro_steps).
+ *
+ * Failure policy: a parameter left unmarked is reported by finish(), which still launches every
+ * remaining bucket so that peers complete their all-reduces; after a failed launch nothing more is
+ * launched. Either way the gradients are undefined and the caller should ddp_abort() the job.
+ */
+#include <stdlib.h>
+
 #include "internal.h"
+
+#define DDP_MIB (1024.0 * 1024.0)
+
+struct ddp_reducer {
+    ddp_ctx *ctx;
+    float *grads; /* flat gradient buffer, backend memory (not owned) */
+    int n_params;
+    int n_buckets;
+    ddp_bucket *buckets;
+    int *param_bucket;       /* bucket of each parameter */
+    int *pending;            /* per bucket: parameters not yet marked in this sync step */
+    unsigned char *marked;   /* per parameter: marked in the current micro-step */
+    ddp_request **requests;  /* per bucket: launched all-reduce, NULL when none */
+    int next_launch;         /* first bucket not launched yet */
+    int in_step;             /* begin() called, step not over (a sync step ends in finish()) */
+    int sync;                /* the current micro-step communicates */
+    int micro_steps;         /* micro-steps since the last finish, this one included */
+    ddp_status launch_error; /* first failed launch of this sync step, DDP_OK when none */
+};
+
+void ddp_reducer_opts_default(ddp_reducer_opts *opts)
+{
+    if (!opts)
+        return;
+    opts->bucket_mb = 25.0;
+    opts->first_bucket_mb = 1.0;
+}
+
+static ddp_status ddp_mib_to_bytes(double mib, const char *what, size_t *out)
+{
+    double bytes = mib * DDP_MIB;
+    if (!(bytes >= 1.0) || bytes > (double)(SIZE_MAX / 2)) {
+        DDP_ERROR("ddp_reducer_create: %s = %g MiB is not a usable bucket cap: give a positive "
+                  "size of at least one byte", what, mib);
+        return DDP_ERR_INVALID_ARG;
+    }
+    *out = (size_t)bytes;
+    return DDP_OK;
+}
+
+static ddp_status ddp_reducer_alloc(ddp_reducer *r, int n_params)
+{
+    r->buckets = calloc((size_t)n_params, sizeof *r->buckets);
+    r->param_bucket = calloc((size_t)n_params, sizeof *r->param_bucket);
+    r->pending = calloc((size_t)n_params, sizeof *r->pending);
+    r->marked = calloc((size_t)n_params, sizeof *r->marked);
+    r->requests = calloc((size_t)n_params, sizeof *r->requests);
+    if (!r->buckets || !r->param_bucket || !r->pending || !r->marked || !r->requests) {
+        DDP_ERROR("ddp_reducer_create: out of memory for %d parameters", n_params);
+        return DDP_ERR_NOMEM;
+    }
+    return DDP_OK;
+}
+
+static ddp_status ddp_reducer_plan(ddp_reducer *r, const size_t *numel,
+                                   const ddp_reducer_opts *opts)
+{
+    size_t cap_bytes, first_cap_bytes;
+    ddp_status st = ddp_mib_to_bytes(opts->bucket_mb, "bucket_mb", &cap_bytes);
+    if (st == DDP_OK)
+        st = ddp_mib_to_bytes(opts->first_bucket_mb, "first_bucket_mb", &first_cap_bytes);
+    if (st == DDP_OK)
+        st = ddp_reducer_alloc(r, r->n_params);
+    if (st == DDP_OK)
+        st = ddp_plan_buckets(numel, r->n_params, cap_bytes, first_cap_bytes, r->buckets,
+                              &r->n_buckets);
+    if (st != DDP_OK)
+        return st;
+    for (int b = 0; b < r->n_buckets; b++)
+        for (int p = r->buckets[b].first_param; p <= r->buckets[b].last_param; p++)
+            r->param_bucket[p] = b;
+    return DDP_OK;
+}
+
+ddp_status ddp_reducer_create(ddp_ctx *ctx, float *grads, const size_t *numel, int n_params,
+                              const ddp_reducer_opts *opts, ddp_reducer **out)
+{
+    if (!out) {
+        DDP_ERROR("ddp_reducer_create: out is NULL");
+        return DDP_ERR_INVALID_ARG;
+    }
+    *out = NULL;
+    if (!ctx || !grads || !numel || n_params < 1) {
+        DDP_ERROR("ddp_reducer_create: need a context, a gradient buffer, numel and n_params >= 1 "
+                  "(got n_params %d)", n_params);
+        return DDP_ERR_INVALID_ARG;
+    }
+    ddp_reducer_opts defaults;
+    ddp_reducer_opts_default(&defaults);
+    ddp_reducer *r = calloc(1, sizeof *r);
+    if (!r) {
+        DDP_ERROR("ddp_reducer_create: out of memory");
+        return DDP_ERR_NOMEM;
+    }
+    r->ctx = ctx;
+    r->grads = grads;
+    r->n_params = n_params;
+    ddp_status st = ddp_reducer_plan(r, numel, opts ? opts : &defaults);
+    if (st != DDP_OK) {
+        ddp_reducer_destroy(r);
+        return st;
+    }
+    *out = r;
+    return DDP_OK;
+}
+
+/* Completes every launched request (in launch order); returns the first failure. */
+static ddp_status ddp_reducer_wait_all(ddp_reducer *r)
+{
+    ddp_status first = DDP_OK;
+    for (int b = 0; b < r->n_buckets; b++) {
+        if (!r->requests[b])
+            continue;
+        ddp_status st = ddp_wait(r->requests[b]);
+        r->requests[b] = NULL;
+        if (st != DDP_OK && first == DDP_OK) {
+            DDP_ERROR("reducer: all-reduce of bucket %d (parameters %d..%d) failed: %s", b,
+                      r->buckets[b].first_param, r->buckets[b].last_param, ddp_strerror(st));
+            first = st;
+        }
+    }
+    return first;
+}
+
+void ddp_reducer_destroy(ddp_reducer *r)
+{
+    if (!r)
+        return;
+    if (r->requests)
+        ddp_reducer_wait_all(r); /* the communicator must not write into freed state */
+    free(r->buckets);
+    free(r->param_bucket);
+    free(r->pending);
+    free(r->marked);
+    free(r->requests);
+    free(r);
+}
+
+static void ddp_reducer_reset_step(ddp_reducer *r)
+{
+    for (int p = 0; p < r->n_params; p++)
+        r->marked[p] = 0;
+    for (int b = 0; b < r->n_buckets; b++)
+        r->pending[b] = r->buckets[b].last_param - r->buckets[b].first_param + 1;
+    r->next_launch = 0;
+    r->launch_error = DDP_OK;
+}
+
+ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
+{
+    if (!r) {
+        DDP_ERROR("ddp_reducer_begin: reducer is NULL");
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (r->in_step && r->sync) {
+        DDP_ERROR("ddp_reducer_begin: the previous sync step was not finished: call "
+                  "ddp_reducer_finish() after its backward pass");
+        return DDP_ERR_STATE;
+    }
+    ddp_reducer_reset_step(r);
+    r->in_step = 1;
+    r->sync = sync != 0;
+    r->micro_steps++;
+    return DDP_OK;
+}
+
+/* Launches bucket b; on failure records the error and launches nothing more this step. */
+static void ddp_reducer_launch(ddp_reducer *r, int b)
+{
+    const ddp_bucket *bk = &r->buckets[b];
+    ddp_status st = ddp_allreduce_start(r->ctx, r->grads + bk->offset, bk->n, DDP_SUM,
+                                        &r->requests[b]);
+    if (st != DDP_OK) {
+        DDP_ERROR("reducer: cannot start the all-reduce of bucket %d (parameters %d..%d): %s", b,
+                  bk->first_param, bk->last_param, ddp_strerror(st));
+        r->requests[b] = NULL;
+        r->launch_error = st;
+    }
+}
+
+/* Launches every consecutive ready bucket from next_launch on (all of them when force). */
+static void ddp_reducer_launch_ready(ddp_reducer *r, int force)
+{
+    while (r->launch_error == DDP_OK && r->next_launch < r->n_buckets &&
+           (force || r->pending[r->next_launch] == 0))
+        ddp_reducer_launch(r, r->next_launch++);
+}
+
+ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param)
+{
+    if (!r || param < 0 || param >= r->n_params) {
+        DDP_ERROR("ddp_reducer_mark_ready: parameter %d is outside [0, %d)", param,
+                  r ? r->n_params : 0);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (!r->in_step) {
+        DDP_ERROR("ddp_reducer_mark_ready: parameter %d marked outside a step: call "
+                  "ddp_reducer_begin() before the backward pass", param);
+        return DDP_ERR_STATE;
+    }
+    if (r->marked[param]) {
+        DDP_ERROR("ddp_reducer_mark_ready: parameter %d marked twice in one micro-step", param);
+        return DDP_ERR_STATE;
+    }
+    r->marked[param] = 1;
+    if (!r->sync)
+        return DDP_OK; /* accumulation step: gradients stay local */
+    r->pending[r->param_bucket[param]]--;
+    ddp_reducer_launch_ready(r, 0);
+    return r->launch_error;
+}
+
+/* Logs every parameter left unmarked in the sync step; DDP_ERR_STATE when there is one. */
+static ddp_status ddp_reducer_check_marked(const ddp_reducer *r)
+{
+    ddp_status st = DDP_OK;
+    for (int p = 0; p < r->n_params; p++) {
+        if (!r->marked[p]) {
+            DDP_ERROR("ddp_reducer_finish: parameter %d was never marked ready in the sync step: "
+                      "its gradient was not averaged (abort the job with ddp_abort)", p);
+            st = DDP_ERR_STATE;
+        }
+    }
+    return st;
+}
+
+static ddp_status ddp_reducer_scale(ddp_reducer *r)
+{
+    const ddp_ops *ops = ddp_backend_ops(r->ctx);
+    float alpha = (float)(1.0 / ((double)ddp_world_size(r->ctx) * (double)r->micro_steps));
+    for (int b = 0; b < r->n_buckets; b++) {
+        ddp_status st = ops->scale(r->grads + r->buckets[b].offset, r->buckets[b].n, alpha);
+        if (st != DDP_OK) {
+            DDP_ERROR("reducer: scaling bucket %d failed: %s", b, ddp_strerror(st));
+            return st;
+        }
+    }
+    return DDP_OK;
+}
+
+ddp_status ddp_reducer_finish(ddp_reducer *r)
+{
+    if (!r) {
+        DDP_ERROR("ddp_reducer_finish: reducer is NULL");
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (!r->in_step || !r->sync) {
+        DDP_ERROR("ddp_reducer_finish: no sync step in progress: call ddp_reducer_begin(r, 1) "
+                  "and mark every parameter first");
+        return DDP_ERR_STATE;
+    }
+    ddp_status marked = ddp_reducer_check_marked(r);
+    /* Launch what is left even after an error, so peers that did everything right are not left
+     * waiting in an all-reduce this rank never joins. */
+    ddp_reducer_launch_ready(r, 1);
+    ddp_status st = ddp_reducer_wait_all(r);
+    if (st == DDP_OK)
+        st = r->launch_error;
+    if (st == DDP_OK)
+        st = marked;
+    if (st == DDP_OK)
+        st = ddp_reducer_scale(r);
+    r->in_step = 0;
+    r->micro_steps = 0;
+    return st;
+}
+
+int ddp_reducer_n_buckets(const ddp_reducer *r)
+{
+    return r ? r->n_buckets : 0;
+}
+
+const ddp_bucket *ddp_reducer_buckets(const ddp_reducer *r)
+{
+    return r ? r->buckets : NULL;
+}
