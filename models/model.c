@@ -1,3 +1,471 @@
-/* model.c - placeholder: being written. */
-#include "ddp.h"
-int ddp_placeholder_model;
+/* model.c - the reference models of model.h: an MLP of configurable widths and a LeNet-style CNN,
+ * with parameters, gradients and momentum each in ONE backend allocation, on any ops table.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers.h"
+#include "math_shared.h"
+#include "model.h"
+
+#define DDP_MAX_PARAMS (2 * DDP_MLP_MAX_LAYERS)
+#define DDP_MAX_BUFS 32
+#define DDP_CLASSES 10
+#define DDP_IMAGE_SIDE 28
+#define DDP_CNN_CHANNELS 20
+
+#define DDP_TRY_(call)                          \
+    do {                                        \
+        ddp_status ddp_st_ = (call);            \
+        if (ddp_st_ != DDP_OK)                  \
+            return ddp_st_;                     \
+    } while (0)
+
+/* Activations of the MLP: layer l maps widths[l] to widths[l+1]. */
+typedef struct ddp_mlp_acts {
+    float *z[DDP_MLP_MAX_LAYERS];  // (batch, widths[l+1]) layer outputs; the last is the logits
+    float *a[DDP_MLP_MAX_LAYERS];  // (batch, widths[l+1]) ReLU of z[l], hidden layers only
+    float *dz[DDP_MLP_MAX_LAYERS]; // (batch, widths[l+1]) gradient w.r.t. z[l], hidden layers only
+    float *dh;                     // (batch, max hidden width) gradient w.r.t. a layer's input
+} ddp_mlp_acts;
+
+/* Activations of the CNN (shapes per sample, times batch). */
+typedef struct ddp_cnn_acts {
+    ddp_conv conv1, conv2;
+    float *col1;   // (25, 784) im2col of the input
+    float *z1;     // (20, 28, 28) conv1 output, ReLU applied in place
+    float *p1;     // (20, 14, 14) pool1 output
+    int *arg1;     // (20, 14, 14) pool1 winners
+    float *col2;   // (500, 196) im2col of p1
+    float *z2;     // (20, 14, 14) conv2 output after ReLU
+    float *p2;     // (980) pool2 output = fc input
+    int *arg2;     // (980)
+    float *logits; // (10)
+    float *dp2;    // (980) gradient w.r.t. p2
+    float *dz2;    // (20, 14, 14) gradient w.r.t. conv2's output
+    float *dp1;    // (20, 14, 14) gradient w.r.t. p1
+    float *dz1;    // (20, 28, 28) gradient w.r.t. conv1's output
+    float *dcol;   // (500, 196) one image's im2col gradient (scratch)
+} ddp_cnn_acts;
+
+struct ddp_model {
+    const ddp_ops *ops;
+    ddp_model_config cfg;
+    int n_params;
+    ddp_param_desc descs[DDP_MAX_PARAMS];
+    size_t numel[DDP_MAX_PARAMS];
+    size_t offset[DDP_MAX_PARAMS];
+    float bound[DDP_MAX_PARAMS]; /* init range: U(-bound, bound), bound = 1/sqrt(fan_in) */
+    size_t numel_total;
+    float *params;   // (numel_total) backend memory
+    float *grads;    // (numel_total) same layout
+    float *momentum; // (numel_total) same layout
+    void *bufs[DDP_MAX_BUFS]; /* activation allocations, freed by destroy */
+    int n_bufs;
+    int alloc_failed; /* an activation allocation failed */
+    ddp_mlp_acts mlp;
+    ddp_cnn_acts cnn;
+    float *dlogits; // (max_batch, classes)
+    const float *x; /* input of the last forward */
+    int batch;      /* its batch size; 0 when there is none to differentiate */
+};
+
+/* ---- configuration ------------------------------------------------------------------------- */
+
+void ddp_model_config_default(ddp_model_config *cfg, ddp_model_kind kind)
+{
+    static const int widths[] = {784, 512, 256, 10};
+    memset(cfg, 0, sizeof *cfg);
+    cfg->kind = kind;
+    cfg->n_widths = (int)(sizeof widths / sizeof widths[0]);
+    memcpy(cfg->widths, widths, sizeof widths);
+    cfg->max_batch = 64;
+    cfg->seed = 42;
+}
+
+ddp_status ddp_model_kind_parse(const char *name, ddp_model_kind *out)
+{
+    if (name && strcmp(name, "mlp") == 0)
+        *out = DDP_MODEL_MLP;
+    else if (name && strcmp(name, "cnn") == 0)
+        *out = DDP_MODEL_CNN;
+    else
+        return DDP_ERR_INVALID_ARG;
+    return DDP_OK;
+}
+
+ddp_status ddp_model_widths_parse(const char *text, ddp_model_config *cfg)
+{
+    int widths[DDP_MLP_MAX_LAYERS + 1];
+    int n = 0;
+    const char *p = text;
+    while (p && *p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 1 || v > 1 << 20 || n == DDP_MLP_MAX_LAYERS + 1 ||
+            (*end && *end != '-') || (*end == '-' && !end[1]))
+            return DDP_ERR_INVALID_ARG;
+        widths[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    if (n < 2 || widths[0] != DDP_IMAGE_SIDE * DDP_IMAGE_SIDE || widths[n - 1] != DDP_CLASSES)
+        return DDP_ERR_INVALID_ARG;
+    cfg->n_widths = n;
+    memcpy(cfg->widths, widths, (size_t)n * sizeof widths[0]);
+    return DDP_OK;
+}
+
+/* ---- parameters ---------------------------------------------------------------------------- */
+
+static void ddp_add_param(ddp_model *m, const char *layer, const char *what, int n_dims,
+                          const int64_t *shape, int fan_in)
+{
+    int i = m->n_params++;
+    ddp_param_desc *d = &m->descs[i];
+    snprintf(d->name, sizeof d->name, "%s.%s", layer, what);
+    d->n_dims = n_dims;
+    memcpy(d->shape, shape, (size_t)n_dims * sizeof shape[0]);
+    m->numel[i] = ddp_param_numel(d);
+    m->offset[i] = m->numel_total;
+    m->numel_total += m->numel[i];
+    m->bound[i] = 1.0f / sqrtf((float)fan_in);
+}
+
+/* Weight (out, in) and bias (out). */
+static void ddp_add_linear(ddp_model *m, const char *layer, int in, int out)
+{
+    int64_t w[2] = {out, in}, b[1] = {out};
+    ddp_add_param(m, layer, "weight", 2, w, in);
+    ddp_add_param(m, layer, "bias", 1, b, in);
+}
+
+/* Weight (out, in, k, k) and bias (out). */
+static void ddp_add_conv(ddp_model *m, const char *layer, int in, int out, int k)
+{
+    int64_t w[4] = {out, in, k, k}, b[1] = {out};
+    ddp_add_param(m, layer, "weight", 4, w, in * k * k);
+    ddp_add_param(m, layer, "bias", 1, b, in * k * k);
+}
+
+static void ddp_describe_params(ddp_model *m)
+{
+    if (m->cfg.kind == DDP_MODEL_CNN) {
+        ddp_add_conv(m, "conv1", 1, DDP_CNN_CHANNELS, 5);
+        ddp_add_conv(m, "conv2", DDP_CNN_CHANNELS, DDP_CNN_CHANNELS, 5);
+        ddp_add_linear(m, "fc1", DDP_CNN_CHANNELS * 7 * 7, DDP_CLASSES);
+        return;
+    }
+    for (int l = 0; l + 1 < m->cfg.n_widths; l++) {
+        char layer[16];
+        snprintf(layer, sizeof layer, "fc%d", l + 1);
+        ddp_add_linear(m, layer, m->cfg.widths[l], m->cfg.widths[l + 1]);
+    }
+}
+
+static float *ddp_param(ddp_model *m, int i) { return m->params + m->offset[i]; }
+static float *ddp_grad(ddp_model *m, int i) { return m->grads + m->offset[i]; }
+
+/* Seeded initialisation on the host, then one upload. */
+static ddp_status ddp_init_params(ddp_model *m)
+{
+    float *host = malloc(m->numel_total * sizeof *host); // (numel_total)
+    if (!host)
+        return DDP_ERR_NOMEM;
+    for (int i = 0; i < m->n_params; i++)
+        ddp_init_uniform(host + m->offset[i], m->numel[i], m->cfg.seed, (uint32_t)i, -m->bound[i],
+                         m->bound[i]);
+    ddp_status st = m->ops->upload(m->params, host, m->numel_total * sizeof *host);
+    free(host);
+    return st;
+}
+
+/* ---- activations --------------------------------------------------------------------------- */
+
+/* A zeroed backend buffer of n_bytes owned by the model; NULL when out of memory. */
+static void *ddp_buf(ddp_model *m, size_t n_bytes)
+{
+    void *p = m->n_bufs < DDP_MAX_BUFS ? m->ops->alloc(n_bytes) : NULL;
+    if (p)
+        m->bufs[m->n_bufs++] = p;
+    else
+        m->alloc_failed = 1;
+    return p;
+}
+
+static float *ddp_fbuf(ddp_model *m, size_t per_sample)
+{
+    return ddp_buf(m, (size_t)m->cfg.max_batch * per_sample * sizeof(float));
+}
+
+static ddp_status ddp_alloc_mlp(ddp_model *m)
+{
+    ddp_mlp_acts *a = &m->mlp;
+    int n_layers = m->cfg.n_widths - 1, widest = 1;
+    for (int l = 0; l < n_layers; l++) {
+        size_t w = (size_t)m->cfg.widths[l + 1];
+        a->z[l] = ddp_fbuf(m, w);
+        if (l + 1 == n_layers)
+            break;
+        a->a[l] = ddp_fbuf(m, w);
+        a->dz[l] = ddp_fbuf(m, w);
+        widest = m->cfg.widths[l + 1] > widest ? m->cfg.widths[l + 1] : widest;
+    }
+    a->dh = ddp_fbuf(m, (size_t)widest);
+    return m->alloc_failed ? DDP_ERR_NOMEM : DDP_OK;
+}
+
+static ddp_status ddp_alloc_cnn(ddp_model *m)
+{
+    ddp_cnn_acts *a = &m->cnn;
+    const int c = DDP_CNN_CHANNELS, s = DDP_IMAGE_SIDE;
+    DDP_TRY_(ddp_conv_init(m->ops, &a->conv1, 1, s, s, c, 5, 2));
+    DDP_TRY_(ddp_conv_init(m->ops, &a->conv2, c, s / 2, s / 2, c, 5, 2));
+    size_t big = (size_t)c * s * s, mid = big / 4, small = big / 16;
+    a->col1 = ddp_fbuf(m, ddp_conv_col_numel(&a->conv1));
+    a->z1 = ddp_fbuf(m, big);
+    a->p1 = ddp_fbuf(m, mid);
+    a->arg1 = ddp_buf(m, (size_t)m->cfg.max_batch * mid * sizeof(int));
+    a->col2 = ddp_fbuf(m, ddp_conv_col_numel(&a->conv2));
+    a->z2 = ddp_fbuf(m, mid);
+    a->p2 = ddp_fbuf(m, small);
+    a->arg2 = ddp_buf(m, (size_t)m->cfg.max_batch * small * sizeof(int));
+    a->logits = ddp_fbuf(m, DDP_CLASSES);
+    a->dp2 = ddp_fbuf(m, small);
+    a->dz2 = ddp_fbuf(m, mid);
+    a->dp1 = ddp_fbuf(m, mid);
+    a->dz1 = ddp_fbuf(m, big);
+    a->dcol = ddp_buf(m, ddp_conv_col_numel(&a->conv2) * sizeof(float));
+    return m->alloc_failed ? DDP_ERR_NOMEM : DDP_OK;
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------------- */
+
+static ddp_status ddp_check_config(const ddp_model_config *cfg)
+{
+    if (cfg->max_batch < 1 || (cfg->kind != DDP_MODEL_MLP && cfg->kind != DDP_MODEL_CNN))
+        return DDP_ERR_INVALID_ARG;
+    if (cfg->kind == DDP_MODEL_CNN)
+        return DDP_OK;
+    if (cfg->n_widths < 2 || cfg->n_widths > DDP_MLP_MAX_LAYERS + 1)
+        return DDP_ERR_INVALID_ARG;
+    for (int i = 0; i < cfg->n_widths; i++) {
+        if (cfg->widths[i] < 1)
+            return DDP_ERR_INVALID_ARG;
+    }
+    return DDP_OK;
+}
+
+static ddp_status ddp_model_setup(ddp_model *m)
+{
+    ddp_describe_params(m);
+    size_t n_bytes = m->numel_total * sizeof(float);
+    m->params = m->ops->alloc(n_bytes);
+    m->grads = m->ops->alloc(n_bytes);
+    m->momentum = m->ops->alloc(n_bytes);
+    if (!m->params || !m->grads || !m->momentum)
+        return DDP_ERR_NOMEM;
+    int classes = m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
+    m->dlogits = ddp_fbuf(m, (size_t)classes);
+    DDP_TRY_(m->cfg.kind == DDP_MODEL_CNN ? ddp_alloc_cnn(m) : ddp_alloc_mlp(m));
+    return ddp_init_params(m);
+}
+
+ddp_status ddp_model_create(const ddp_ops *ops, const ddp_model_config *cfg, ddp_model **out)
+{
+    *out = NULL;
+    if (!cfg || ddp_check_config(cfg) != DDP_OK) {
+        DDP_ERROR("ddp_model_create: invalid model configuration");
+        return DDP_ERR_INVALID_ARG;
+    }
+    DDP_TRY_(ddp_backend_require(ops, cfg->kind == DDP_MODEL_CNN ? "cnn" : "mlp"));
+    ddp_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return DDP_ERR_NOMEM;
+    m->ops = ops;
+    m->cfg = *cfg;
+    ddp_status st = ddp_model_setup(m);
+    if (st != DDP_OK) {
+        DDP_ERROR("ddp_model_create: %s", ddp_strerror(st));
+        ddp_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return DDP_OK;
+}
+
+void ddp_model_destroy(ddp_model *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->n_bufs; i++)
+        m->ops->free(m->bufs[i]);
+    ddp_conv_release(m->ops, &m->cnn.conv1);
+    ddp_conv_release(m->ops, &m->cnn.conv2);
+    m->ops->free(m->params);
+    m->ops->free(m->grads);
+    m->ops->free(m->momentum);
+    free(m);
+}
+
+int ddp_model_n_params(const ddp_model *m) { return m->n_params; }
+const ddp_param_desc *ddp_model_descs(const ddp_model *m) { return m->descs; }
+const size_t *ddp_model_numel(const ddp_model *m) { return m->numel; }
+size_t ddp_model_numel_total(const ddp_model *m) { return m->numel_total; }
+float *ddp_model_params(ddp_model *m) { return m->params; }
+float *ddp_model_grads(ddp_model *m) { return m->grads; }
+const ddp_ops *ddp_model_ops(const ddp_model *m) { return m->ops; }
+
+/* ---- forward ------------------------------------------------------------------------------- */
+
+/* Returns the logits (batch, classes) of the MLP. */
+static ddp_status ddp_mlp_forward(ddp_model *m, const float **logits)
+{
+    ddp_mlp_acts *a = &m->mlp;
+    int n_layers = m->cfg.n_widths - 1;
+    const float *h = m->x; // (batch, widths[l])
+    for (int l = 0; l < n_layers; l++) {
+        int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
+        DDP_TRY_(ddp_linear_fwd(m->ops, h, ddp_param(m, 2 * l), ddp_param(m, 2 * l + 1), m->batch,
+                                in, out, a->z[l]));
+        if (l + 1 == n_layers)
+            break;
+        DDP_TRY_(ddp_relu_layer_fwd(m->ops, a->z[l], (size_t)m->batch * out, a->a[l]));
+        h = a->a[l];
+    }
+    *logits = a->z[n_layers - 1];
+    return DDP_OK;
+}
+
+static ddp_status ddp_cnn_forward(ddp_model *m, const float **logits)
+{
+    ddp_cnn_acts *a = &m->cnn;
+    const ddp_ops *o = m->ops;
+    int b = m->batch, planes = b * DDP_CNN_CHANNELS;
+    DDP_TRY_(ddp_conv_fwd(o, &a->conv1, m->x, ddp_param(m, 0), ddp_param(m, 1), b, a->col1, a->z1));
+    DDP_TRY_(ddp_relu_layer_fwd(o, a->z1, (size_t)planes * 28 * 28, a->z1));
+    DDP_TRY_(ddp_pool_fwd(o, a->z1, planes, 28, 28, a->p1, a->arg1));
+    DDP_TRY_(ddp_conv_fwd(o, &a->conv2, a->p1, ddp_param(m, 2), ddp_param(m, 3), b, a->col2, a->z2));
+    DDP_TRY_(ddp_relu_layer_fwd(o, a->z2, (size_t)planes * 14 * 14, a->z2));
+    DDP_TRY_(ddp_pool_fwd(o, a->z2, planes, 14, 14, a->p2, a->arg2));
+    DDP_TRY_(ddp_linear_fwd(o, a->p2, ddp_param(m, 4), ddp_param(m, 5), b,
+                            DDP_CNN_CHANNELS * 7 * 7, DDP_CLASSES, a->logits));
+    *logits = a->logits;
+    return DDP_OK;
+}
+
+/* Downloads the logits and writes each row's argmax to pred_host. */
+static ddp_status ddp_predict(ddp_model *m, const float *logits, int classes, int *pred_host)
+{
+    float *host = malloc((size_t)m->batch * classes * sizeof *host); // (batch, classes)
+    if (!host)
+        return DDP_ERR_NOMEM;
+    ddp_status st = m->ops->download(host, logits, (size_t)m->batch * classes * sizeof *host);
+    for (int r = 0; st == DDP_OK && r < m->batch; r++)
+        ddp_row_max(host + (size_t)r * classes, classes, &pred_host[r]);
+    free(host);
+    return st;
+}
+
+ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, int batch,
+                             float *loss, int *correct, int *pred_host)
+{
+    if (batch < 1 || batch > m->cfg.max_batch || !x || !labels) {
+        DDP_ERROR("ddp_model_forward: batch %d outside [1, %d] or no input", batch,
+                  m->cfg.max_batch);
+        return DDP_ERR_INVALID_ARG;
+    }
+    m->x = x;
+    m->batch = batch;
+    const float *logits = NULL;
+    int classes = m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
+    float l = 0.0f;
+    int c = 0;
+    ddp_status st = m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_forward(m, &logits)
+                                                 : ddp_mlp_forward(m, &logits);
+    if (st == DDP_OK)
+        st = ddp_xent_fwd(m->ops, logits, labels, batch, classes, m->dlogits, &l, &c);
+    if (st == DDP_OK && pred_host)
+        st = ddp_predict(m, logits, classes, pred_host);
+    if (st != DDP_OK) {
+        m->batch = 0;
+        return st;
+    }
+    if (loss)
+        *loss = l;
+    if (correct)
+        *correct = c;
+    return DDP_OK;
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
+
+/* Marks parameters hi, hi-1, ..., lo ready (reverse order). */
+static ddp_status ddp_mark(ddp_reducer *r, int hi, int lo)
+{
+    for (int i = hi; r && i >= lo; i--)
+        DDP_TRY_(ddp_reducer_mark_ready(r, i));
+    return DDP_OK;
+}
+
+static ddp_status ddp_mlp_backward(ddp_model *m, ddp_reducer *r)
+{
+    ddp_mlp_acts *a = &m->mlp;
+    const float *g = m->dlogits; // (batch, widths[l+1]): gradient w.r.t. z[l]
+    for (int l = m->cfg.n_widths - 2; l >= 0; l--) {
+        int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
+        const float *h = l ? a->a[l - 1] : m->x; // (batch, in)
+        DDP_TRY_(ddp_linear_bwd_params(m->ops, h, g, m->batch, in, out, ddp_grad(m, 2 * l),
+                                       ddp_grad(m, 2 * l + 1)));
+        DDP_TRY_(ddp_mark(r, 2 * l + 1, 2 * l));
+        if (l == 0)
+            break;
+        DDP_TRY_(ddp_linear_bwd_input(m->ops, ddp_param(m, 2 * l), g, m->batch, in, out, a->dh));
+        DDP_TRY_(ddp_relu_layer_bwd(m->ops, a->dh, a->a[l - 1], (size_t)m->batch * in, a->dz[l - 1]));
+        g = a->dz[l - 1];
+    }
+    return DDP_OK;
+}
+
+static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
+{
+    ddp_cnn_acts *a = &m->cnn;
+    const ddp_ops *o = m->ops;
+    int b = m->batch, planes = b * DDP_CNN_CHANNELS, fc_in = DDP_CNN_CHANNELS * 7 * 7;
+    DDP_TRY_(ddp_linear_bwd_params(o, a->p2, m->dlogits, b, fc_in, DDP_CLASSES, ddp_grad(m, 4),
+                                   ddp_grad(m, 5)));
+    DDP_TRY_(ddp_mark(r, 5, 4));
+    DDP_TRY_(ddp_linear_bwd_input(o, ddp_param(m, 4), m->dlogits, b, fc_in, DDP_CLASSES, a->dp2));
+    DDP_TRY_(ddp_pool_bwd(o, a->dp2, a->arg2, planes, 14, 14, a->dz2));
+    DDP_TRY_(ddp_relu_layer_bwd(o, a->dz2, a->z2, (size_t)planes * 14 * 14, a->dz2));
+    DDP_TRY_(ddp_conv_bwd_params(o, &a->conv2, a->col2, a->dz2, b, ddp_grad(m, 2), ddp_grad(m, 3)));
+    DDP_TRY_(ddp_mark(r, 3, 2));
+    DDP_TRY_(ddp_conv_bwd_input(o, &a->conv2, ddp_param(m, 2), a->dz2, b, a->dcol, a->dp1));
+    DDP_TRY_(ddp_pool_bwd(o, a->dp1, a->arg1, planes, 28, 28, a->dz1));
+    DDP_TRY_(ddp_relu_layer_bwd(o, a->dz1, a->z1, (size_t)planes * 28 * 28, a->dz1));
+    DDP_TRY_(ddp_conv_bwd_params(o, &a->conv1, a->col1, a->dz1, b, ddp_grad(m, 0), ddp_grad(m, 1)));
+    return ddp_mark(r, 1, 0);
+}
+
+ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r)
+{
+    if (m->batch < 1) {
+        DDP_ERROR("ddp_model_backward: no successful forward pass to differentiate");
+        return DDP_ERR_STATE;
+    }
+    return m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_backward(m, r) : ddp_mlp_backward(m, r);
+}
+
+ddp_status ddp_model_zero_grad(ddp_model *m)
+{
+    return m->ops->zero(m->grads, m->numel_total * sizeof(float));
+}
+
+ddp_status ddp_model_sgd_step(ddp_model *m, float lr, float momentum, float weight_decay)
+{
+    return m->ops->sgd_step(m->params, m->momentum, m->grads, m->numel_total, lr, momentum,
+                            weight_decay);
+}

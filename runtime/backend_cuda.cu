@@ -1,2 +1,529 @@
-/* backend_cuda.cu - placeholder: being written. */
+/* backend_cuda.cu - the CUDA ops table: device memory, cuBLAS sgemm (row-major through the
+ * transpose identity) and kernels for the other ops over the scalar math of math_shared.h.
+ *
+ * One backend per process: ddp_cuda_backend_open() makes a device current and creates the stream
+ * and cuBLAS handle every op runs on. The file has two sections: kernels, then launchers; every
+ * launcher runs on the backend stream and ends with a cudaGetLastError check.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "math_shared.h"
+extern "C" {
 #include "internal.h"
+}
+
+/* ---- state and checks -------------------------------------------------------------------- */
+
+static cudaStream_t ddp_stream;
+static cublasHandle_t ddp_cublas;
+static int ddp_cuda_open_device = -1;
+static int *ddp_scratch;      // (scratch_n,) per-row results of softmax_xent
+static size_t ddp_scratch_n;  // ints in ddp_scratch
+
+static const int ddp_block = 256;
+
+/* Logs a failed CUDA call with the caller's file and line; returns DDP_ERR_CUDA. */
+static ddp_status ddp_cuda_fail(cudaError_t err, const char *what, const char *file, int line)
+{
+    ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s: %s (%s)", what, cudaGetErrorString(err),
+                  cudaGetErrorName(err));
+    return DDP_ERR_CUDA;
+}
+
+static ddp_status ddp_cublas_fail(cublasStatus_t st, const char *what, const char *file, int line)
+{
+    ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s: %s (%d)", what, cublasGetStatusString(st),
+                  (int)st);
+    return DDP_ERR_BLAS;
+}
+
+#define DDP_CUDA_TRY(call)                                                      \
+    do {                                                                        \
+        cudaError_t ddp_err_ = (call);                                          \
+        if (ddp_err_ != cudaSuccess)                                            \
+            return ddp_cuda_fail(ddp_err_, #call, __FILE__, __LINE__);          \
+    } while (0)
+
+#define DDP_CUBLAS_TRY(call)                                                    \
+    do {                                                                        \
+        cublasStatus_t ddp_st_ = (call);                                        \
+        if (ddp_st_ != CUBLAS_STATUS_SUCCESS)                                   \
+            return ddp_cublas_fail(ddp_st_, #call, __FILE__, __LINE__);         \
+    } while (0)
+
+/* Ends every launcher: reports a failed launch. */
+#define DDP_CUDA_LAUNCHED() DDP_CUDA_TRY(cudaGetLastError())
+
+static unsigned ddp_grid(size_t n) { return (unsigned)((n + ddp_block - 1) / ddp_block); }
+
+/* ================================================================================ kernels == */
+
+__global__ void ddp_bias_add_kernel(float *y, const float *bias, int rows, int cols)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)rows * cols)
+        y[i] += bias[i % cols];
+}
+
+/* One thread per column: sums the column over the rows. */
+__global__ void ddp_bias_grad_kernel(float *dbias, const float *dy, int rows, int cols)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols)
+        return;
+    float s = 0.0f;
+    for (int r = 0; r < rows; r++)
+        s += dy[(size_t)r * cols + c];
+    dbias[c] += s;
+}
+
+__global__ void ddp_relu_fwd_kernel(float *y, const float *x, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = ddp_relu(x[i]);
+}
+
+__global__ void ddp_relu_bwd_kernel(float *dx, const float *dy, const float *y, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        dx[i] = ddp_relu_grad(dy[i], y[i]);
+}
+
+__global__ void ddp_scale_kernel(float *x, size_t n, float alpha)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] *= alpha;
+}
+
+__global__ void ddp_axpy_kernel(float *y, const float *x, size_t n, float alpha)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] += alpha * x[i];
+}
+
+__global__ void ddp_sgd_kernel(float *w, float *m, const float *g, size_t n, float lr,
+                               float momentum, float weight_decay)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        w[i] = ddp_sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
+}
+
+/* One thread per col element; col is (c*k*k, h_out*w_out). */
+__global__ void ddp_im2col_kernel(const float *im, int c, int h, int w, int k, int pad, float *col)
+{
+    int h_out = ddp_conv_out(h, k, pad), w_out = ddp_conv_out(w, k, pad);
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t hw = (size_t)h_out * w_out;
+    if (i >= (size_t)c * k * k * hw)
+        return;
+    int row = (int)(i / hw), pos = (int)(i % hw);
+    int ci, ky, kx;
+    ddp_im2col_row_split(row, k, &ci, &ky, &kx);
+    ptrdiff_t src = ddp_im2col_src(h, w, pad, ci, ky, kx, pos / w_out, pos % w_out);
+    col[i] = src < 0 ? 0.0f : im[src];
+}
+
+/* One thread per image element (C,H,W): gathers its col entries, so no atomics are needed. */
+__global__ void ddp_col2im_kernel(const float *col, int c, int h, int w, int k, int pad, float *im)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)c * h * w)
+        return;
+    int x = (int)(i % w), y = (int)((i / w) % h), ci = (int)(i / ((size_t)w * h));
+    im[i] += ddp_col2im_gather(col, h, w, k, pad, ci, y, x);
+}
+
+__global__ void ddp_maxpool_fwd_kernel(const float *x, int planes, int h, int w, float *y,
+                                       int *argmax)
+{
+    int ho = h / 2, wo = w / 2;
+    size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= (size_t)planes * ho * wo)
+        return;
+    int ox = (int)(o % wo), oy = (int)((o / wo) % ho), p = (int)(o / ((size_t)wo * ho));
+    y[o] = ddp_pool_max(x, p, oy, ox, h, w, &argmax[o]);
+}
+
+/* Windows do not overlap, so each input element receives from at most one output. */
+__global__ void ddp_maxpool_bwd_kernel(const float *dy, const int *argmax, size_t n_out, float *dx)
+{
+    size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o < n_out)
+        dx[argmax[o]] += dy[o];
+}
+
+/* One thread per row. result[2r] = loss bits, result[2r+1] = 1 if correct, 0 if not, -1 for a
+ * label out of range. */
+__global__ void ddp_softmax_xent_kernel(const float *logits, const int *labels, int rows,
+                                        int classes, float *dlogits, int *result)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows)
+        return;
+    int label = labels[r];
+    if (label < 0 || label >= classes) {
+        result[2 * r] = 0;
+        result[2 * r + 1] = -1;
+        return;
+    }
+    int pred;
+    float *dz = dlogits ? dlogits + (size_t)r * classes : NULL;
+    float loss = ddp_xent_row(logits + (size_t)r * classes, label, classes, 1.0f / (float)rows, dz,
+                              &pred);
+    result[2 * r] = __float_as_int(loss);
+    result[2 * r + 1] = pred == label;
+}
+
+/* ============================================================================== launchers == */
+
+static void *cuda_alloc(size_t n_bytes)
+{
+    void *p = NULL;
+    size_t n = n_bytes ? n_bytes : 1;
+    cudaError_t err = cudaMalloc(&p, n);
+    if (err != cudaSuccess) {
+        ddp_cuda_fail(err, "cudaMalloc", __FILE__, __LINE__);
+        return NULL;
+    }
+    err = cudaMemsetAsync(p, 0, n, ddp_stream);
+    if (err == cudaSuccess)
+        err = cudaStreamSynchronize(ddp_stream);
+    if (err != cudaSuccess) {
+        ddp_cuda_fail(err, "cudaMemsetAsync", __FILE__, __LINE__);
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(void *p)
+{
+    if (!p)
+        return;
+    cudaError_t err = cudaFree(p);
+    if (err != cudaSuccess)
+        ddp_cuda_fail(err, "cudaFree", __FILE__, __LINE__);
+}
+
+static ddp_status cuda_upload(void *dst, const void *src_host, size_t n_bytes)
+{
+    DDP_CUDA_TRY(cudaMemcpyAsync(dst, src_host, n_bytes, cudaMemcpyHostToDevice, ddp_stream));
+    DDP_CUDA_TRY(cudaStreamSynchronize(ddp_stream));
+    return DDP_OK;
+}
+
+static ddp_status cuda_download(void *dst_host, const void *src, size_t n_bytes)
+{
+    DDP_CUDA_TRY(cudaMemcpyAsync(dst_host, src, n_bytes, cudaMemcpyDeviceToHost, ddp_stream));
+    DDP_CUDA_TRY(cudaStreamSynchronize(ddp_stream));
+    return DDP_OK;
+}
+
+static ddp_status cuda_copy(void *dst, const void *src, size_t n_bytes)
+{
+    DDP_CUDA_TRY(cudaMemcpyAsync(dst, src, n_bytes, cudaMemcpyDeviceToDevice, ddp_stream));
+    return DDP_OK;
+}
+
+static ddp_status cuda_zero(void *dst, size_t n_bytes)
+{
+    DDP_CUDA_TRY(cudaMemsetAsync(dst, 0, n_bytes, ddp_stream));
+    return DDP_OK;
+}
+
+static ddp_status cuda_sync(void)
+{
+    DDP_CUDA_TRY(cudaStreamSynchronize(ddp_stream));
+    return DDP_OK;
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
+static ddp_status cuda_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                            const float *a, const float *b, float beta, float *c)
+{
+    if (m < 0 || n < 0 || k < 0)
+        return DDP_ERR_INVALID_ARG;
+    if (m == 0 || n == 0)
+        return DDP_OK;
+    int lda = trans_a ? m : k;
+    int ldb = trans_b ? k : n;
+    DDP_CUBLAS_TRY(cublasSgemm(ddp_cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                               trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                               ldb > 0 ? ldb : 1, a, lda > 0 ? lda : 1, &beta, c, n));
+    return DDP_OK;
+}
+
+static ddp_status cuda_bias_add(float *y, const float *bias, int rows, int cols)
+{
+    size_t n = (size_t)rows * cols;
+    if (n == 0)
+        return DDP_OK;
+    ddp_bias_add_kernel<<<ddp_grid(n), ddp_block, 0, ddp_stream>>>(y, bias, rows, cols);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+static ddp_status cuda_bias_grad(float *dbias, const float *dy, int rows, int cols)
+{
+    if (cols <= 0)
+        return DDP_OK;
+    ddp_bias_grad_kernel<<<ddp_grid((size_t)cols), ddp_block, 0, ddp_stream>>>(dbias, dy, rows,
+                                                                                cols);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+static ddp_status cuda_relu_fwd(float *y, const float *x, size_t n)
+{
+    if (n == 0)
+        return DDP_OK;
+    ddp_relu_fwd_kernel<<<ddp_grid(n), ddp_block, 0, ddp_stream>>>(y, x, n);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+static ddp_status cuda_relu_bwd(float *dx, const float *dy, const float *y, size_t n)
+{
+    if (n == 0)
+        return DDP_OK;
+    ddp_relu_bwd_kernel<<<ddp_grid(n), ddp_block, 0, ddp_stream>>>(dx, dy, y, n);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+static ddp_status cuda_scale(float *x, size_t n, float alpha)
+{
+    if (n == 0)
+        return DDP_OK;
+    ddp_scale_kernel<<<ddp_grid(n), ddp_block, 0, ddp_stream>>>(x, n, alpha);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+static ddp_status cuda_axpy(float *y, const float *x, size_t n, float alpha)
+{
+    if (n == 0)
+        return DDP_OK;
+    ddp_axpy_kernel<<<ddp_grid(n), ddp_block, 0, ddp_stream>>>(y, x, n, alpha);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+static ddp_status cuda_sgd_step(float *w, float *m, const float *g, size_t n, float lr,
+                                float momentum, float weight_decay)
+{
+    if (n == 0)
+        return DDP_OK;
+    ddp_sgd_kernel<<<ddp_grid(n), ddp_block, 0, ddp_stream>>>(w, m, g, n, lr, momentum,
+                                                              weight_decay);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+static ddp_status cuda_im2col(const float *im, int c, int h, int w, int k, int pad, float *col)
+{
+    int h_out = ddp_conv_out(h, k, pad), w_out = ddp_conv_out(w, k, pad);
+    if (k < 1 || pad < 0 || h_out < 1 || w_out < 1)
+        return DDP_ERR_INVALID_ARG;
+    size_t n = (size_t)c * k * k * h_out * w_out;
+    if (n == 0)
+        return DDP_OK;
+    ddp_im2col_kernel<<<ddp_grid(n), ddp_block, 0, ddp_stream>>>(im, c, h, w, k, pad, col);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+static ddp_status cuda_col2im(const float *col, int c, int h, int w, int k, int pad, float *im)
+{
+    if (k < 1 || pad < 0 || ddp_conv_out(h, k, pad) < 1 || ddp_conv_out(w, k, pad) < 1)
+        return DDP_ERR_INVALID_ARG;
+    size_t n = (size_t)c * h * w;
+    if (n == 0)
+        return DDP_OK;
+    ddp_col2im_kernel<<<ddp_grid(n), ddp_block, 0, ddp_stream>>>(col, c, h, w, k, pad, im);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+static ddp_status cuda_maxpool_fwd(const float *x, int planes, int h, int w, float *y, int *argmax)
+{
+    if (h % 2 || w % 2)
+        return DDP_ERR_INVALID_ARG;
+    size_t n_out = (size_t)planes * (h / 2) * (w / 2);
+    if (n_out == 0)
+        return DDP_OK;
+    ddp_maxpool_fwd_kernel<<<ddp_grid(n_out), ddp_block, 0, ddp_stream>>>(x, planes, h, w, y,
+                                                                          argmax);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+static ddp_status cuda_maxpool_bwd(const float *dy, const int *argmax, int planes, int h, int w,
+                                   float *dx)
+{
+    size_t n_out = (size_t)planes * (h / 2) * (w / 2);
+    if (n_out == 0)
+        return DDP_OK;
+    ddp_maxpool_bwd_kernel<<<ddp_grid(n_out), ddp_block, 0, ddp_stream>>>(dy, argmax, n_out, dx);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+/* Makes the scratch buffer hold at least n ints. */
+static ddp_status ddp_scratch_reserve(size_t n)
+{
+    if (n <= ddp_scratch_n)
+        return DDP_OK;
+    if (ddp_scratch)
+        DDP_CUDA_TRY(cudaFree(ddp_scratch));
+    ddp_scratch = NULL;
+    ddp_scratch_n = 0;
+    DDP_CUDA_TRY(cudaMalloc((void **)&ddp_scratch, n * sizeof(int)));
+    ddp_scratch_n = n;
+    return DDP_OK;
+}
+
+/* Sums the per-row results of the softmax_xent kernel on the host. */
+static ddp_status ddp_xent_reduce(const int *result, int rows, float *loss_host, int *correct_host)
+{
+    double loss = 0.0;
+    int correct = 0;
+    for (int r = 0; r < rows; r++) {
+        if (result[2 * r + 1] < 0) {
+            DDP_ERROR("softmax_xent: label of row %d outside [0, classes)", r);
+            return DDP_ERR_INVALID_ARG;
+        }
+        float l;
+        memcpy(&l, &result[2 * r], sizeof l);
+        loss += l;
+        correct += result[2 * r + 1];
+    }
+    if (loss_host)
+        *loss_host = (float)(loss / rows);
+    if (correct_host)
+        *correct_host = correct;
+    return DDP_OK;
+}
+
+static ddp_status cuda_softmax_xent(const float *logits, const int *labels, int rows, int classes,
+                                    float *dlogits, float *loss_host, int *correct_host)
+{
+    if (rows < 1 || classes < 1)
+        return DDP_ERR_INVALID_ARG;
+    ddp_status st = ddp_scratch_reserve(2 * (size_t)rows);
+    if (st != DDP_OK)
+        return st;
+    ddp_softmax_xent_kernel<<<ddp_grid((size_t)rows), ddp_block, 0, ddp_stream>>>(
+        logits, labels, rows, classes, dlogits, ddp_scratch);
+    DDP_CUDA_LAUNCHED();
+    int *result = (int *)malloc(2 * (size_t)rows * sizeof(int)); // (rows, 2)
+    if (!result)
+        return DDP_ERR_NOMEM;
+    st = cuda_download(result, ddp_scratch, 2 * (size_t)rows * sizeof(int));
+    if (st == DDP_OK)
+        st = ddp_xent_reduce(result, rows, loss_host, correct_host);
+    free(result);
+    return st;
+}
+
+/* ==================================================================== table and lifecycle == */
+
+static ddp_ops ddp_make_cuda_ops(void)
+{
+    ddp_ops ops = {};
+    ops.name = "cuda";
+    ops.alloc = cuda_alloc;
+    ops.free = cuda_free;
+    ops.upload = cuda_upload;
+    ops.download = cuda_download;
+    ops.copy = cuda_copy;
+    ops.zero = cuda_zero;
+    ops.sync = cuda_sync;
+    ops.gemm = cuda_gemm;
+    ops.bias_add = cuda_bias_add;
+    ops.bias_grad = cuda_bias_grad;
+    ops.relu_fwd = cuda_relu_fwd;
+    ops.relu_bwd = cuda_relu_bwd;
+    ops.scale = cuda_scale;
+    ops.axpy = cuda_axpy;
+    ops.sgd_step = cuda_sgd_step;
+    ops.im2col = cuda_im2col;
+    ops.col2im = cuda_col2im;
+    ops.maxpool_fwd = cuda_maxpool_fwd;
+    ops.maxpool_bwd = cuda_maxpool_bwd;
+    ops.softmax_xent = cuda_softmax_xent;
+    return ops;
+}
+
+static const ddp_ops ddp_cuda_table = ddp_make_cuda_ops();
+
+extern "C" const ddp_ops *ddp_cuda_ops(void) { return &ddp_cuda_table; }
+
+extern "C" int ddp_cuda_device_count(void)
+{
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        cudaGetLastError(); /* clears the error so that later calls start clean */
+        DDP_DEBUG("no usable CUDA device: %s", cudaGetErrorString(err));
+        return 0;
+    }
+    return n;
+}
+
+/* Creates the stream and cuBLAS handle on the current device. */
+static ddp_status ddp_cuda_open_handles(void)
+{
+    DDP_CUDA_TRY(cudaStreamCreateWithFlags(&ddp_stream, cudaStreamNonBlocking));
+    DDP_CUBLAS_TRY(cublasCreate(&ddp_cublas));
+    DDP_CUBLAS_TRY(cublasSetStream(ddp_cublas, ddp_stream));
+    return DDP_OK;
+}
+
+extern "C" ddp_status ddp_cuda_backend_open(int device)
+{
+    int n = ddp_cuda_device_count();
+    if (device < 0 || device >= n) {
+        DDP_ERROR("CUDA device %d requested, %d usable here", device, n);
+        return DDP_ERR_NO_DEVICE;
+    }
+    if (ddp_cuda_open_device >= 0)
+        ddp_cuda_backend_close();
+    DDP_CUDA_TRY(cudaSetDevice(device));
+    ddp_status st = ddp_cuda_open_handles();
+    if (st != DDP_OK) {
+        ddp_cuda_backend_close();
+        return st;
+    }
+    ddp_cuda_open_device = device;
+    return DDP_OK;
+}
+
+extern "C" void ddp_cuda_backend_close(void)
+{
+    if (ddp_stream)
+        cudaStreamSynchronize(ddp_stream);
+    if (ddp_scratch)
+        cudaFree(ddp_scratch);
+    ddp_scratch = NULL;
+    ddp_scratch_n = 0;
+    if (ddp_cublas)
+        cublasDestroy(ddp_cublas);
+    ddp_cublas = NULL;
+    if (ddp_stream)
+        cudaStreamDestroy(ddp_stream);
+    ddp_stream = NULL;
+    ddp_cuda_open_device = -1;
+}
+
+extern "C" void *ddp_cuda_stream(void) { return (void *)ddp_stream; }

@@ -1,0 +1,113 @@
+/* test_blas_kernels.c - the CPU backend's sgemm on training shapes, under whichever OpenBLAS core
+ * the environment selects (meson runs it with OPENBLAS_CORETYPE=SkylakeX, =Prescott and unset),
+ * against a naive double-precision GEMM; and ddp_blas_describe() names the core asked for.
+ *
+ * Tolerance: per element |c - ref| <= 1e-5 * S, S = sum_p |a_ip b_pj| (plus 1e-7). Float
+ * accumulation over k terms is bounded by k * 6e-8 * S in the worst case (4.7e-5 * S at k = 784)
+ * and behaves like sqrt(k) * 6e-8 * S (1.7e-6 * S) in practice; a wrong kernel, transpose or
+ * stride misses by O(S).
+ *
+ * main() first calls ddp_blas_prefer_fast_kernels(argv) as programs do: in the entry without
+ * OPENBLAS_CORETYPE on an AVX-512 CPU the BLAS in use must then be an AVX-512 core (re-executed
+ * if OpenBLAS chose a slower one); the entries that set the variable must keep what they asked for.
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "testutil.h"
+
+static int gemm_mismatches(bool ta, bool tb, int m, int n, int k, const float *a, const float *b,
+                           const float *c)
+{
+    int bad = 0;
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            double s = 0.0, mag = 0.0;
+            for (int p = 0; p < k; p++) {
+                double t = (double)(ta ? a[(size_t)p * m + i] : a[(size_t)i * k + p]) *
+                           (double)(tb ? b[(size_t)j * k + p] : b[(size_t)p * n + j]);
+                s += t;
+                mag += fabs(t);
+            }
+            double got = c[(size_t)i * n + j];
+            if (!(fabs(got - s) <= 1e-7 + 1e-5 * mag)) {
+                if (bad < 5)
+                    fprintf(stderr, "c[%d,%d] = %.9g, want %.9g (S = %g)\n", i, j, got, s, mag);
+                bad++;
+            }
+        }
+    }
+    return bad;
+}
+
+static void check_shape(const ddp_ops *cpu, test_rng *r, bool ta, bool tb, int m, int n, int k)
+{
+    float *a = test_floats((size_t)m * k), *b = test_floats((size_t)k * n);
+    float *c = test_floats((size_t)m * n);
+    test_fill(r, a, (size_t)m * k, -1, 1), test_fill(r, b, (size_t)k * n, -1, 1);
+    CHECK(cpu->gemm(ta, tb, m, n, k, 1.0f, a, b, 0.0f, c) == DDP_OK, "gemm");
+    int bad = gemm_mismatches(ta, tb, m, n, k, a, b, c);
+    CHECK(bad == 0, "%d mismatches in %dx%dx%d trans_a=%d trans_b=%d", bad, m, n, k, ta, tb);
+    free(a), free(b), free(c);
+}
+
+/* Case-insensitive search of needle in hay. */
+static int contains_nocase(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (; *hay; hay++) {
+        size_t i = 0;
+        while (i < n && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n)
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether the CPU runs OpenBLAS's SkylakeX kernels. */
+static int cpu_has_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+static void check_describe(void)
+{
+    const char *d = ddp_blas_describe();
+    const char *want = getenv("OPENBLAS_CORETYPE");
+    fprintf(stderr, "%s\n", d);
+    CHECK(strstr(d, "OpenBLAS") != NULL, "describe names the library: %s", d);
+    if (want) {
+        char core[64];
+        snprintf(core, sizeof core, "core=%s", want);
+        CHECK(contains_nocase(d, core), "describe reports %s: %s", core, d);
+    } else if (cpu_has_avx512()) {
+        CHECK(contains_nocase(d, "core=SkylakeX") || contains_nocase(d, "core=Cooperlake") ||
+                  contains_nocase(d, "core=SapphireRapids"),
+              "AVX-512 CPU but a slow core after ddp_blas_prefer_fast_kernels: %s", d);
+    }
+    CHECK(strstr(d, "threads=1") != NULL, "OPENBLAS_NUM_THREADS=1 is reported: %s", d);
+    ddp_cpu_set_threads(2);
+    CHECK(strstr(ddp_blas_describe(), "threads=2") != NULL, "set_threads(2): %s", ddp_blas_describe());
+    ddp_cpu_set_threads(0);
+    CHECK(strstr(ddp_blas_describe(), "threads=1") != NULL, "set_threads(0) means 1: %s", ddp_blas_describe());
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    ddp_blas_prefer_fast_kernels(argv);
+    const ddp_ops *cpu = ddp_cpu_ops();
+    test_rng r = {777};
+    check_describe();
+    check_shape(cpu, &r, false, true, 64, 512, 784);  /* forward: x W^T */
+    check_shape(cpu, &r, true, false, 512, 784, 64);  /* weight gradient: dy^T x */
+    check_shape(cpu, &r, false, false, 64, 784, 512); /* input gradient: dy W */
+    check_shape(cpu, &r, true, true, 65, 129, 255);   /* odd sizes, both transposed */
+    check_shape(cpu, &r, false, false, 20, 196, 500); /* conv2 forward per image */
+    return CHECK_DONE();
+}

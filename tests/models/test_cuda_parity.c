@@ -1,0 +1,161 @@
+/* test_cuda_parity.c - every op the CUDA backend implements against the CPU backend on the same
+ * random inputs (the CPU is the oracle), then one MLP and one CNN training step on both.
+ * Exits 77 (skipped) when there is no usable GPU or no CUDA build.
+ *
+ * Tolerance |cuda - cpu| <= atol + rtol * |cpu|: elementwise ops 1e-6 + 1e-6 (one rounding; expf
+ * on the device differs by up to 2 ulp, hence 1e-5 relative for softmax); gemm 1e-4 + 1e-4 (cuBLAS
+ * may reorder sums and use FMA over k <= 784 terms of O(1) values); model gradients 1e-4 + 1e-3.
+ */
+#include <string.h>
+
+#include "backend.h"
+#include "model.h"
+#include "testutil.h"
+
+static const ddp_ops *cpu, *gpu;
+
+/* A host array and its device copy. */
+typedef struct pair {
+    float *h, *d;
+    size_t n;
+} pair;
+
+static pair make_pair(test_rng *r, size_t n, double lo, double hi)
+{
+    pair p = {test_floats(n), gpu->alloc(n * sizeof(float)), n};
+    test_fill(r, p.h, n, lo, hi);
+    if (p.d)
+        gpu->upload(p.d, p.h, n * sizeof(float));
+    return p;
+}
+
+static void drop_pair(pair *p)
+{
+    free(p->h);
+    gpu->free(p->d);
+}
+
+/* Compares the device result with the host result. */
+static void compare_pair(const char *what, const pair *p, double atol, double rtol)
+{
+    float *back = test_floats(p->n);
+    CHECK(gpu->download(back, p->d, p->n * sizeof(float)) == DDP_OK, "%s: download", what);
+    int bad = test_compare(what, back, p->h, p->n, atol, rtol);
+    CHECK(bad == 0, "%s: %d of %zu differ", what, bad, p->n);
+    free(back);
+}
+
+static void check_gemm(test_rng *r, int m, int n, int k)
+{
+    pair a = make_pair(r, (size_t)m * k, -1, 1), b = make_pair(r, (size_t)k * n, -1, 1);
+    for (int t = 0; t < 4; t++) {
+        pair c = make_pair(r, (size_t)m * n, -1, 1);
+        cpu->gemm(t & 1, t & 2, m, n, k, 0.5f, a.h, b.h, 0.25f, c.h);
+        CHECK(gpu->gemm(t & 1, t & 2, m, n, k, 0.5f, a.d, b.d, 0.25f, c.d) == DDP_OK, "gemm");
+        compare_pair("gemm", &c, 1e-4, 1e-4);
+        drop_pair(&c);
+    }
+    drop_pair(&a), drop_pair(&b);
+}
+
+static void check_elementwise(test_rng *r)
+{
+    const size_t n = 100003;
+    pair x = make_pair(r, n, -1, 1), y = make_pair(r, n, -1, 1), g = make_pair(r, n, -1, 1);
+    pair m = make_pair(r, n, -1, 1), dx = make_pair(r, n, -1, 1);
+    cpu->relu_fwd(y.h, x.h, n), gpu->relu_fwd(y.d, x.d, n), compare_pair("relu_fwd", &y, 0, 0);
+    cpu->relu_bwd(dx.h, g.h, y.h, n), gpu->relu_bwd(dx.d, g.d, y.d, n), compare_pair("relu_bwd", &dx, 0, 0);
+    cpu->scale(x.h, n, 0.3f), gpu->scale(x.d, n, 0.3f), compare_pair("scale", &x, 1e-6, 1e-6);
+    cpu->axpy(x.h, g.h, n, -2.0f), gpu->axpy(x.d, g.d, n, -2.0f), compare_pair("axpy", &x, 1e-6, 1e-6);
+    cpu->sgd_step(x.h, m.h, g.h, n, 0.1f, 0.9f, 1e-3f);
+    gpu->sgd_step(x.d, m.d, g.d, n, 0.1f, 0.9f, 1e-3f);
+    compare_pair("sgd w", &x, 1e-6, 1e-6), compare_pair("sgd m", &m, 1e-6, 1e-6);
+    cpu->bias_add(y.h, g.h, 1001, 99), gpu->bias_add(y.d, g.d, 1001, 99), compare_pair("bias_add", &y, 1e-6, 1e-6);
+    cpu->bias_grad(m.h, y.h, 1001, 99), gpu->bias_grad(m.d, y.d, 1001, 99);
+    compare_pair("bias_grad", &m, 1e-4, 1e-4);
+    drop_pair(&x), drop_pair(&y), drop_pair(&g), drop_pair(&m), drop_pair(&dx);
+}
+
+static void check_conv_helpers(test_rng *r, int c, int h, int w, int k, int pad)
+{
+    int ho = h + 2 * pad - k + 1, wo = w + 2 * pad - k + 1;
+    size_t n_im = (size_t)c * h * w, n_col = (size_t)c * k * k * ho * wo;
+    pair im = make_pair(r, n_im, -1, 1), col = make_pair(r, n_col, -1, 1);
+    cpu->im2col(im.h, c, h, w, k, pad, col.h), gpu->im2col(im.d, c, h, w, k, pad, col.d);
+    compare_pair("im2col", &col, 0, 0);
+    cpu->col2im(col.h, c, h, w, k, pad, im.h), gpu->col2im(col.d, c, h, w, k, pad, im.d);
+    compare_pair("col2im", &im, 1e-5, 1e-5);
+    drop_pair(&im), drop_pair(&col);
+}
+
+static void check_pool_xent(test_rng *r)
+{
+    enum { P = 37, H = 14, W = 10, NO = P * (H / 2) * (W / 2), R = 61, C = 10 };
+    pair x = make_pair(r, P * H * W, -1, 1), y = make_pair(r, NO, -1, 1), dy = make_pair(r, NO, -1, 1);
+    pair dx = make_pair(r, P * H * W, -1, 1);
+    int *arg_h = calloc(NO, sizeof(int)), *arg_d = gpu->alloc(NO * sizeof(int));
+    cpu->maxpool_fwd(x.h, P, H, W, y.h, arg_h), gpu->maxpool_fwd(x.d, P, H, W, y.d, arg_d);
+    compare_pair("maxpool_fwd", &y, 0, 0);
+    cpu->maxpool_bwd(dy.h, arg_h, P, H, W, dx.h), gpu->maxpool_bwd(dy.d, arg_d, P, H, W, dx.d);
+    compare_pair("maxpool_bwd", &dx, 1e-6, 1e-6);
+    pair z = make_pair(r, R * C, -5, 5), dz = make_pair(r, R * C, -1, 1);
+    int labels[R], *labels_d = gpu->alloc(sizeof labels), ch, cg;
+    for (int i = 0; i < R; i++)
+        labels[i] = (int)(test_uniform(r) * C);
+    gpu->upload(labels_d, labels, sizeof labels);
+    float lh, lg;
+    cpu->softmax_xent(z.h, labels, R, C, dz.h, &lh, &ch);
+    CHECK(gpu->softmax_xent(z.d, labels_d, R, C, dz.d, &lg, &cg) == DDP_OK, "softmax_xent");
+    CHECK_CLOSE(lg, lh, 1e-6, 1e-5, "loss");
+    CHECK(cg == ch, "correct %d vs %d", cg, ch);
+    compare_pair("dlogits", &dz, 1e-6, 1e-5);
+    free(arg_h), gpu->free(arg_d), gpu->free(labels_d);
+    drop_pair(&x), drop_pair(&y), drop_pair(&dy), drop_pair(&dx), drop_pair(&z), drop_pair(&dz);
+}
+
+/* One forward/backward of the same model on both backends; gradients must agree. */
+static void check_model(test_rng *r, ddp_model_kind kind)
+{
+    ddp_model_config cfg;
+    ddp_model_config_default(&cfg, kind);
+    cfg.max_batch = 8;
+    ddp_model *mc = NULL, *mg = NULL;
+    CHECK(ddp_model_create(cpu, &cfg, &mc) == DDP_OK && ddp_model_create(gpu, &cfg, &mg) == DDP_OK, "create");
+    pair x = make_pair(r, 8 * 784, 0, 1);
+    int labels[8] = {0, 1, 2, 3, 4, 5, 6, 7}, *labels_d = gpu->alloc(sizeof labels);
+    gpu->upload(labels_d, labels, sizeof labels);
+    float lc = 0, lg = 0;
+    if (mc && mg) {
+        ddp_model_forward(mc, x.h, labels, 8, &lc, NULL, NULL), ddp_model_backward(mc, NULL);
+        CHECK(ddp_model_forward(mg, x.d, labels_d, 8, &lg, NULL, NULL) == DDP_OK, "gpu forward");
+        CHECK(ddp_model_backward(mg, NULL) == DDP_OK, "gpu backward");
+        CHECK_CLOSE(lg, lc, 1e-5, 1e-4, "model loss");
+        pair gr = {ddp_model_grads(mc), ddp_model_grads(mg), ddp_model_numel_total(mc)};
+        compare_pair(kind == DDP_MODEL_CNN ? "cnn grads" : "mlp grads", &gr, 1e-4, 1e-3);
+    }
+    ddp_model_destroy(mc), ddp_model_destroy(mg), gpu->free(labels_d), drop_pair(&x);
+}
+
+int main(void)
+{
+    if (ddp_cuda_device_count() == 0 || !ddp_cuda_ops()) {
+        fprintf(stderr, "no usable CUDA device: skipped\n");
+        return DDP_TEST_SKIP;
+    }
+    if (ddp_cuda_backend_open(0) != DDP_OK)
+        return 1;
+    cpu = ddp_cpu_ops();
+    gpu = ddp_cuda_ops();
+    test_rng r = {2024};
+    CHECK(ddp_backend_require(gpu, "parity") == DDP_OK, "cuda backend implements every op");
+    check_gemm(&r, 64, 512, 784);
+    check_gemm(&r, 33, 17, 29);
+    check_elementwise(&r);
+    check_conv_helpers(&r, 3, 7, 5, 3, 1);
+    check_conv_helpers(&r, 20, 14, 14, 5, 2);
+    check_pool_xent(&r);
+    check_model(&r, DDP_MODEL_MLP);
+    check_model(&r, DDP_MODEL_CNN);
+    ddp_cuda_backend_close();
+    return CHECK_DONE();
+}
