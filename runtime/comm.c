@@ -1,2 +1,132 @@
-/* comm.c - placeholder: being written. */
+/* comm.c - the public collectives: argument checks, then dispatch to the context's communicator
+ * (ctx->comm on backend memory, ctx->host_comm on host memory).
+ *
+ * Requests: every implementation's request struct starts with a `const ddp_comm_ops *` naming the
+ * implementation that made it, so ddp_wait() can hand the request back to it.
+ */
+#include "config.h"
 #include "internal.h"
+
+static ddp_status comm_check(const ddp_ctx *ctx, const void *buf, size_t n, const char *who)
+{
+    if (!ctx || !ctx->comm || !ctx->host_comm) {
+        DDP_ERROR("%s: no context (call ddp_init first)", who);
+        return DDP_ERR_STATE;
+    }
+    if (!buf && n > 0) {
+        DDP_ERROR("%s: NULL buffer for %zu elements", who, n);
+        return DDP_ERR_INVALID_ARG;
+    }
+    return DDP_OK;
+}
+
+static ddp_status comm_check_root(const ddp_ctx *ctx, int root, const char *who)
+{
+    if (root < 0 || root >= ctx->world_size) {
+        DDP_ERROR("%s: root %d is not a rank of this job (world size %d)", who, root,
+                  ctx->world_size);
+        return DDP_ERR_INVALID_ARG;
+    }
+    return DDP_OK;
+}
+
+static ddp_status comm_check_op(ddp_reduce_op op, const char *who)
+{
+    if (op != DDP_SUM && op != DDP_AVG) {
+        DDP_ERROR("%s: unknown reduce op %d (use DDP_SUM or DDP_AVG)", who, (int)op);
+        return DDP_ERR_INVALID_ARG;
+    }
+    return DDP_OK;
+}
+
+ddp_status ddp_allreduce(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op)
+{
+    ddp_status st = comm_check(ctx, buf, n, "ddp_allreduce");
+    if (st == DDP_OK)
+        st = comm_check_op(op, "ddp_allreduce");
+    if (st != DDP_OK)
+        return st;
+    return ctx->comm->ops->allreduce(ctx->comm, buf, n, op);
+}
+
+ddp_status ddp_allreduce_start(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op,
+                               ddp_request **req)
+{
+    if (!req)
+        return DDP_ERR_INVALID_ARG;
+    *req = NULL;
+    ddp_status st = comm_check(ctx, buf, n, "ddp_allreduce_start");
+    if (st == DDP_OK)
+        st = comm_check_op(op, "ddp_allreduce_start");
+    if (st != DDP_OK)
+        return st;
+    return ctx->comm->ops->allreduce_start(ctx->comm, buf, n, op, req);
+}
+
+ddp_status ddp_wait(ddp_request *req)
+{
+    if (!req) {
+        DDP_ERROR("ddp_wait: NULL request (did ddp_allreduce_start fail?)");
+        return DDP_ERR_INVALID_ARG;
+    }
+    const ddp_comm_ops *ops = *(const ddp_comm_ops *const *)(const void *)req;
+    return ops->wait(req);
+}
+
+ddp_status ddp_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root)
+{
+    ddp_status st = comm_check(ctx, buf, n_bytes, "ddp_broadcast");
+    if (st == DDP_OK)
+        st = comm_check_root(ctx, root, "ddp_broadcast");
+    if (st != DDP_OK)
+        return st;
+    return ctx->comm->ops->broadcast(ctx->comm, buf, n_bytes, root);
+}
+
+ddp_status ddp_allgather(ddp_ctx *ctx, const void *send, void *recv, size_t n_bytes)
+{
+    ddp_status st = comm_check(ctx, send, n_bytes, "ddp_allgather");
+    if (st == DDP_OK)
+        st = comm_check(ctx, recv, n_bytes, "ddp_allgather");
+    if (st != DDP_OK)
+        return st;
+    return ctx->comm->ops->allgather(ctx->comm, send, recv, n_bytes);
+}
+
+ddp_status ddp_barrier(ddp_ctx *ctx)
+{
+    ddp_status st = comm_check(ctx, NULL, 0, "ddp_barrier");
+    if (st != DDP_OK)
+        return st;
+    return ctx->comm->ops->barrier(ctx->comm);
+}
+
+ddp_status ddp_host_allgather(ddp_ctx *ctx, const void *send, void *recv, size_t n_bytes)
+{
+    ddp_status st = comm_check(ctx, send, n_bytes, "ddp_host_allgather");
+    if (st == DDP_OK)
+        st = comm_check(ctx, recv, n_bytes, "ddp_host_allgather");
+    if (st != DDP_OK)
+        return st;
+    return ctx->host_comm->ops->allgather(ctx->host_comm, send, recv, n_bytes);
+}
+
+ddp_status ddp_host_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root)
+{
+    ddp_status st = comm_check(ctx, buf, n_bytes, "ddp_host_broadcast");
+    if (st == DDP_OK)
+        st = comm_check_root(ctx, root, "ddp_host_broadcast");
+    if (st != DDP_OK)
+        return st;
+    return ctx->host_comm->ops->broadcast(ctx->host_comm, buf, n_bytes, root);
+}
+
+#if !HAVE_NCCL
+ddp_status ddp_comm_nccl_create(int rank, int world_size, ddp_comm **out)
+{
+    *out = NULL;
+    DDP_ERROR("this libddp was built without NCCL, which the cuda backend needs to communicate: "
+              "rebuild with meson -Dnccl=enabled, or use the cpu backend");
+    return DDP_ERR_UNSUPPORTED;
+}
+#endif

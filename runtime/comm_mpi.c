@@ -1,2 +1,304 @@
-/* comm_mpi.c - placeholder: being written. */
+/* comm_mpi.c - the MPI communicator: collectives on host memory.
+ *
+ * Blocking collectives run in the caller's thread on one duplicate of MPI_COMM_WORLD. Non-blocking
+ * all-reduces are queued FIFO to ONE worker thread per communicator, which performs them in order
+ * with blocking MPI calls on a second duplicate, so they progress while the caller computes; the
+ * two duplicates keep the two threads' collectives apart (MPI_THREAD_MULTIPLE is required).
+ * Counts above INT_MAX are split into chunks; DDP_COMM_MAX_CHUNK (elements or bytes per MPI call)
+ * lowers the chunk size, for tests and tuning. Every started request must be waited for before
+ * the communicator is destroyed.
+ */
+#include <limits.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdlib.h>
+
 #include "internal.h"
+
+#define DDP_MPI_TRY(call)                                                  \
+    do {                                                                   \
+        int rc_ = (call);                                                  \
+        if (rc_ != MPI_SUCCESS) {                                          \
+            mpi_log_error(rc_, #call, __FILE__, __LINE__);                 \
+            st = DDP_ERR_MPI;                                              \
+            goto cleanup;                                                  \
+        }                                                                  \
+    } while (0)
+
+typedef struct mpi_state mpi_state;
+
+typedef struct mpi_request {
+    const ddp_comm_ops *ops; /* first member: ddp_wait() dispatches on it */
+    mpi_state *owner;
+    float *buf;
+    size_t n;
+    ddp_reduce_op op;
+    ddp_status status; /* valid once done */
+    int done;
+    struct mpi_request *next;
+} mpi_request;
+
+struct mpi_state {
+    MPI_Comm comm;       /* blocking collectives, caller's thread */
+    MPI_Comm async_comm; /* queued all-reduces, worker thread only */
+    int size;
+    size_t max_chunk; /* elements or bytes per MPI call, <= INT_MAX */
+    pthread_t worker;
+    int worker_started;
+    pthread_mutex_t lock;
+    pthread_cond_t work_cv; /* signalled when the queue grows or stopping is set */
+    pthread_cond_t done_cv; /* signalled when a request completes */
+    mpi_request *head, *tail;
+    int stopping;
+};
+
+static const ddp_comm_ops mpi_ops;
+
+static void mpi_log_error(int rc, const char *what, const char *file, int line)
+{
+    char msg[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s failed: %s", what, msg);
+}
+
+static mpi_state *mpi_of(ddp_comm *c)
+{
+    return (mpi_state *)c->impl;
+}
+
+static size_t mpi_min(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+/* In-place all-reduce of buf[0..n) on comm, in chunks; AVG divides the sum by the world size. */
+static ddp_status mpi_allreduce_on(MPI_Comm comm, const mpi_state *s, float *buf, size_t n,
+                                   ddp_reduce_op op)
+{
+    ddp_status st = DDP_OK;
+    for (size_t off = 0; off < n; off += s->max_chunk) {
+        int m = (int)mpi_min(n - off, s->max_chunk);
+        DDP_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, buf + off, m, MPI_FLOAT, MPI_SUM, comm));
+    }
+    if (op == DDP_AVG) {
+        float world = (float)s->size;
+        for (size_t i = 0; i < n; i++)
+            buf[i] /= world;
+    }
+cleanup:
+    return st;
+}
+
+static ddp_status mpi_allreduce(ddp_comm *c, float *buf, size_t n, ddp_reduce_op op)
+{
+    mpi_state *s = mpi_of(c);
+    return mpi_allreduce_on(s->comm, s, buf, n, op);
+}
+
+static void *mpi_worker(void *arg)
+{
+    mpi_state *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->head && !s->stopping)
+            pthread_cond_wait(&s->work_cv, &s->lock);
+        if (!s->head)
+            break; /* stopping, and the queue is drained */
+        mpi_request *r = s->head;
+        pthread_mutex_unlock(&s->lock);
+        ddp_status st = mpi_allreduce_on(s->async_comm, s, r->buf, r->n, r->op);
+        pthread_mutex_lock(&s->lock);
+        s->head = r->next;
+        if (!s->head)
+            s->tail = NULL;
+        r->status = st;
+        r->done = 1;
+        pthread_cond_broadcast(&s->done_cv);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+static ddp_status mpi_allreduce_start(ddp_comm *c, float *buf, size_t n, ddp_reduce_op op,
+                                      ddp_request **req)
+{
+    mpi_state *s = mpi_of(c);
+    mpi_request *r = calloc(1, sizeof *r);
+    if (!r) {
+        DDP_ERROR("out of memory for an all-reduce request");
+        return DDP_ERR_NOMEM;
+    }
+    *r = (mpi_request){.ops = &mpi_ops, .owner = s, .buf = buf, .n = n, .op = op};
+    pthread_mutex_lock(&s->lock);
+    if (s->tail)
+        s->tail->next = r;
+    else
+        s->head = r;
+    s->tail = r;
+    pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->lock);
+    *req = (ddp_request *)r;
+    return DDP_OK;
+}
+
+static ddp_status mpi_wait(ddp_request *req)
+{
+    mpi_request *r = (mpi_request *)req;
+    mpi_state *s = r->owner;
+    pthread_mutex_lock(&s->lock);
+    while (!r->done)
+        pthread_cond_wait(&s->done_cv, &s->lock);
+    ddp_status st = r->status;
+    pthread_mutex_unlock(&s->lock);
+    free(r);
+    return st;
+}
+
+static ddp_status mpi_broadcast(ddp_comm *c, void *buf, size_t n_bytes, int root)
+{
+    mpi_state *s = mpi_of(c);
+    ddp_status st = DDP_OK;
+    for (size_t off = 0; off < n_bytes; off += s->max_chunk) {
+        int m = (int)mpi_min(n_bytes - off, s->max_chunk);
+        DDP_MPI_TRY(MPI_Bcast((char *)buf + off, m, MPI_BYTE, root, s->comm));
+    }
+cleanup:
+    return st;
+}
+
+/* One chunk of an all-gather: bytes [off, off + m) of every rank's block. The receive type is
+ * m bytes with an extent of n_bytes, so rank r's piece lands at recv + r * n_bytes + off. */
+static ddp_status mpi_allgather_chunk(mpi_state *s, const char *send, char *recv, size_t n_bytes,
+                                      size_t off, int m)
+{
+    ddp_status st = DDP_OK;
+    MPI_Datatype piece = MPI_DATATYPE_NULL, strided = MPI_DATATYPE_NULL;
+    DDP_MPI_TRY(MPI_Type_contiguous(m, MPI_BYTE, &piece));
+    DDP_MPI_TRY(MPI_Type_create_resized(piece, 0, (MPI_Aint)n_bytes, &strided));
+    DDP_MPI_TRY(MPI_Type_commit(&strided));
+    DDP_MPI_TRY(MPI_Allgather(send + off, m, MPI_BYTE, recv + off, 1, strided, s->comm));
+cleanup:
+    if (strided != MPI_DATATYPE_NULL)
+        MPI_Type_free(&strided);
+    if (piece != MPI_DATATYPE_NULL)
+        MPI_Type_free(&piece);
+    return st;
+}
+
+static ddp_status mpi_allgather(ddp_comm *c, const void *send, void *recv, size_t n_bytes)
+{
+    mpi_state *s = mpi_of(c);
+    ddp_status st = DDP_OK;
+    if (n_bytes <= s->max_chunk) {
+        DDP_MPI_TRY(MPI_Allgather(send, (int)n_bytes, MPI_BYTE, recv, (int)n_bytes, MPI_BYTE,
+                                  s->comm));
+        return DDP_OK;
+    }
+    for (size_t off = 0; off < n_bytes && st == DDP_OK; off += s->max_chunk)
+        st = mpi_allgather_chunk(s, send, recv, n_bytes, off,
+                                 (int)mpi_min(n_bytes - off, s->max_chunk));
+cleanup:
+    return st;
+}
+
+static ddp_status mpi_barrier(ddp_comm *c)
+{
+    ddp_status st = DDP_OK;
+    DDP_MPI_TRY(MPI_Barrier(mpi_of(c)->comm));
+cleanup:
+    return st;
+}
+
+static void mpi_destroy(ddp_comm *c)
+{
+    if (!c)
+        return;
+    mpi_state *s = mpi_of(c);
+    if (s->worker_started) {
+        pthread_mutex_lock(&s->lock);
+        s->stopping = 1;
+        pthread_cond_signal(&s->work_cv);
+        pthread_mutex_unlock(&s->lock);
+        pthread_join(s->worker, NULL);
+    }
+    if (s->async_comm != MPI_COMM_NULL)
+        MPI_Comm_free(&s->async_comm);
+    if (s->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&s->comm);
+    pthread_cond_destroy(&s->done_cv);
+    pthread_cond_destroy(&s->work_cv);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+    free(c);
+}
+
+static const ddp_comm_ops mpi_ops = {
+    .name = "mpi",
+    .allreduce = mpi_allreduce,
+    .allreduce_start = mpi_allreduce_start,
+    .wait = mpi_wait,
+    .broadcast = mpi_broadcast,
+    .allgather = mpi_allgather,
+    .barrier = mpi_barrier,
+    .destroy = mpi_destroy,
+};
+
+/* INT_MAX, or DDP_COMM_MAX_CHUNK when it is a smaller positive number. */
+static size_t mpi_max_chunk(void)
+{
+    const char *env = getenv("DDP_COMM_MAX_CHUNK");
+    char *end = NULL;
+    long long v = env ? strtoll(env, &end, 10) : 0;
+    if (env && (*end != '\0' || v <= 0))
+        DDP_WARN("DDP_COMM_MAX_CHUNK=%s is not a positive integer; ignored", env);
+    if (env && *end == '\0' && v > 0 && v < INT_MAX)
+        return (size_t)v;
+    return INT_MAX;
+}
+
+static ddp_status mpi_dup(MPI_Comm *out)
+{
+    ddp_status st = DDP_OK;
+    DDP_MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, out));
+    DDP_MPI_TRY(MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN));
+cleanup:
+    return st;
+}
+
+ddp_status ddp_comm_mpi_create(ddp_comm **out)
+{
+    ddp_status st = DDP_OK;
+    *out = NULL;
+    ddp_comm *c = calloc(1, sizeof *c);
+    mpi_state *s = calloc(1, sizeof *s);
+    if (!c || !s) {
+        free(c);
+        free(s);
+        DDP_ERROR("out of memory for the MPI communicator");
+        return DDP_ERR_NOMEM;
+    }
+    *c = (ddp_comm){.ops = &mpi_ops, .impl = s};
+    s->comm = s->async_comm = MPI_COMM_NULL;
+    s->max_chunk = mpi_max_chunk();
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->work_cv, NULL);
+    pthread_cond_init(&s->done_cv, NULL);
+    st = mpi_dup(&s->comm);
+    if (st == DDP_OK)
+        st = mpi_dup(&s->async_comm);
+    if (st == DDP_OK)
+        DDP_MPI_TRY(MPI_Comm_size(s->comm, &s->size));
+    if (st == DDP_OK && pthread_create(&s->worker, NULL, mpi_worker, s) != 0) {
+        DDP_ERROR("cannot start the MPI communication thread");
+        st = DDP_ERR_NOMEM;
+    }
+    s->worker_started = st == DDP_OK;
+cleanup:
+    if (st != DDP_OK) {
+        mpi_destroy(c);
+        return st;
+    }
+    *out = c;
+    return DDP_OK;
+}

@@ -1,2 +1,290 @@
-/* comm_nccl.c - placeholder: being written. */
+/* comm_nccl.c - the NCCL communicator: collectives on device memory for the CUDA backend.
+ *
+ * Bootstrap: rank 0 makes the unique id and broadcasts it over MPI_COMM_WORLD (with its status,
+ * so a failure there stops every rank instead of leaving them in ncclCommInitRank).
+ * Streams: every operation runs on the communicator's own non-blocking stream, ordered after the
+ * work already queued on the backend's compute stream (event recorded there, waited for here);
+ * completing an operation makes the compute stream wait for the operation's done event, so later
+ * kernels see the result without blocking the host. Operations are issued under a lock, since the
+ * reducer may start them from another thread than the caller's.
+ */
+#include <mpi.h>
+#include <pthread.h>
+/* CUDA's and NCCL's headers are found through a plain -I, so our strict warnings would apply to
+ * them; they are not C17-clean (-Wundef, old-style prototypes). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wundef"
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cuda_runtime.h>
+#include <nccl.h>
+#pragma GCC diagnostic pop
+#include <stdlib.h>
+
 #include "internal.h"
+
+#define DDP_CUDA_TRY(call)                                                                   \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) {                                                             \
+            ddp_log_write(DDP_LOG_ERROR, 0, __FILE__, __LINE__, "%s failed: %s", #call,      \
+                          cudaGetErrorString(e_));                                           \
+            st = DDP_ERR_CUDA;                                                               \
+            goto cleanup;                                                                    \
+        }                                                                                    \
+    } while (0)
+
+#define DDP_NCCL_TRY(call)                                                                   \
+    do {                                                                                     \
+        ncclResult_t r_ = (call);                                                            \
+        if (r_ != ncclSuccess) {                                                             \
+            ddp_log_write(DDP_LOG_ERROR, 0, __FILE__, __LINE__, "%s failed: %s", #call,      \
+                          ncclGetErrorString(r_));                                           \
+            st = DDP_ERR_NCCL;                                                               \
+            goto cleanup;                                                                    \
+        }                                                                                    \
+    } while (0)
+
+typedef struct nccl_state {
+    ncclComm_t comm;
+    cudaStream_t stream;  /* communication stream */
+    cudaEvent_t ready;    /* recorded on the compute stream before each operation */
+    float *scratch;       /* one device float, for the barrier */
+    pthread_mutex_t lock; /* serialises issuing operations */
+} nccl_state;
+
+typedef struct nccl_request {
+    const ddp_comm_ops *ops; /* first member: ddp_wait() dispatches on it */
+    nccl_state *owner;
+    cudaEvent_t done; /* recorded on the communication stream after the operation */
+} nccl_request;
+
+static const ddp_comm_ops nccl_ops;
+
+static nccl_state *nccl_of(ddp_comm *c)
+{
+    return (nccl_state *)c->impl;
+}
+
+static cudaStream_t nccl_compute_stream(void)
+{
+    return (cudaStream_t)ddp_cuda_stream();
+}
+
+/* Makes the communication stream wait for the work queued so far on the compute stream. */
+static ddp_status nccl_follow_compute(nccl_state *s)
+{
+    ddp_status st = DDP_OK;
+    DDP_CUDA_TRY(cudaEventRecord(s->ready, nccl_compute_stream()));
+    DDP_CUDA_TRY(cudaStreamWaitEvent(s->stream, s->ready, 0));
+cleanup:
+    return st;
+}
+
+/* Records the end of the operation just queued; the event is owned by the caller. */
+static ddp_status nccl_mark_done(nccl_state *s, cudaEvent_t *done)
+{
+    ddp_status st = DDP_OK;
+    DDP_CUDA_TRY(cudaEventCreateWithFlags(done, cudaEventDisableTiming));
+    DDP_CUDA_TRY(cudaEventRecord(*done, s->stream));
+cleanup:
+    return st;
+}
+
+/* Makes the compute stream wait for `done`, reports NCCL's asynchronous errors, frees `done`. */
+static ddp_status nccl_complete(nccl_state *s, cudaEvent_t done)
+{
+    ddp_status st = DDP_OK;
+    ncclResult_t async = ncclSuccess;
+    DDP_CUDA_TRY(cudaStreamWaitEvent(nccl_compute_stream(), done, 0));
+    DDP_NCCL_TRY(ncclCommGetAsyncError(s->comm, &async));
+    DDP_NCCL_TRY(async);
+cleanup:
+    cudaEventDestroy(done);
+    return st;
+}
+
+static ddp_status nccl_issue_allreduce(nccl_state *s, float *buf, size_t n, ddp_reduce_op op,
+                                       cudaEvent_t *done)
+{
+    ddp_status st = DDP_OK;
+    pthread_mutex_lock(&s->lock);
+    st = nccl_follow_compute(s);
+    if (st != DDP_OK)
+        goto cleanup;
+    DDP_NCCL_TRY(ncclAllReduce(buf, buf, n, ncclFloat32, op == DDP_AVG ? ncclAvg : ncclSum,
+                               s->comm, s->stream));
+    st = nccl_mark_done(s, done);
+cleanup:
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+static ddp_status nccl_allreduce_start(ddp_comm *c, float *buf, size_t n, ddp_reduce_op op,
+                                       ddp_request **req)
+{
+    nccl_state *s = nccl_of(c);
+    nccl_request *r = calloc(1, sizeof *r);
+    if (!r) {
+        DDP_ERROR("out of memory for an all-reduce request");
+        return DDP_ERR_NOMEM;
+    }
+    *r = (nccl_request){.ops = &nccl_ops, .owner = s};
+    ddp_status st = nccl_issue_allreduce(s, buf, n, op, &r->done);
+    if (st != DDP_OK) {
+        free(r);
+        return st;
+    }
+    *req = (ddp_request *)r;
+    return DDP_OK;
+}
+
+static ddp_status nccl_wait(ddp_request *req)
+{
+    nccl_request *r = (nccl_request *)req;
+    ddp_status st = nccl_complete(r->owner, r->done);
+    free(r);
+    return st;
+}
+
+static ddp_status nccl_allreduce(ddp_comm *c, float *buf, size_t n, ddp_reduce_op op)
+{
+    cudaEvent_t done = NULL;
+    ddp_status st = nccl_issue_allreduce(nccl_of(c), buf, n, op, &done);
+    return st == DDP_OK ? nccl_complete(nccl_of(c), done) : st;
+}
+
+static ddp_status nccl_broadcast(ddp_comm *c, void *buf, size_t n_bytes, int root)
+{
+    nccl_state *s = nccl_of(c);
+    cudaEvent_t done = NULL;
+    pthread_mutex_lock(&s->lock);
+    ddp_status st = nccl_follow_compute(s);
+    if (st != DDP_OK)
+        goto cleanup;
+    DDP_NCCL_TRY(ncclBroadcast(buf, buf, n_bytes, ncclUint8, root, s->comm, s->stream));
+    st = nccl_mark_done(s, &done);
+cleanup:
+    pthread_mutex_unlock(&s->lock);
+    return st == DDP_OK ? nccl_complete(s, done) : st;
+}
+
+static ddp_status nccl_allgather(ddp_comm *c, const void *send, void *recv, size_t n_bytes)
+{
+    nccl_state *s = nccl_of(c);
+    cudaEvent_t done = NULL;
+    pthread_mutex_lock(&s->lock);
+    ddp_status st = nccl_follow_compute(s);
+    if (st != DDP_OK)
+        goto cleanup;
+    DDP_NCCL_TRY(ncclAllGather(send, recv, n_bytes, ncclUint8, s->comm, s->stream));
+    st = nccl_mark_done(s, &done);
+cleanup:
+    pthread_mutex_unlock(&s->lock);
+    return st == DDP_OK ? nccl_complete(s, done) : st;
+}
+
+/* NCCL has no barrier: a one-float all-reduce, waited for by the host. */
+static ddp_status nccl_barrier(ddp_comm *c)
+{
+    nccl_state *s = nccl_of(c);
+    ddp_status st = nccl_allreduce(c, s->scratch, 1, DDP_SUM);
+    if (st != DDP_OK)
+        return st;
+    DDP_CUDA_TRY(cudaStreamSynchronize(s->stream));
+cleanup:
+    return st;
+}
+
+static void nccl_destroy(ddp_comm *c)
+{
+    if (!c)
+        return;
+    nccl_state *s = nccl_of(c);
+    if (s->stream)
+        cudaStreamSynchronize(s->stream);
+    if (s->comm)
+        ncclCommDestroy(s->comm);
+    if (s->ready)
+        cudaEventDestroy(s->ready);
+    if (s->stream)
+        cudaStreamDestroy(s->stream);
+    cudaFree(s->scratch);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+    free(c);
+}
+
+static const ddp_comm_ops nccl_ops = {
+    .name = "nccl",
+    .allreduce = nccl_allreduce,
+    .allreduce_start = nccl_allreduce_start,
+    .wait = nccl_wait,
+    .broadcast = nccl_broadcast,
+    .allgather = nccl_allgather,
+    .barrier = nccl_barrier,
+    .destroy = nccl_destroy,
+};
+
+/* Rank 0's unique id (and whether making it worked), broadcast over MPI_COMM_WORLD. */
+static ddp_status nccl_bootstrap_id(int rank, ncclUniqueId *id)
+{
+    struct {
+        int ok;
+        ncclUniqueId id;
+    } boot = {.ok = 1};
+    if (rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&boot.id);
+        if (r != ncclSuccess) {
+            DDP_ERROR("ncclGetUniqueId failed: %s", ncclGetErrorString(r));
+            boot.ok = 0;
+        }
+    }
+    if (MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        DDP_ERROR("MPI_Bcast of the NCCL unique id failed");
+        return DDP_ERR_MPI;
+    }
+    if (!boot.ok) {
+        DDP_ERROR("rank 0 could not create the NCCL unique id (see its log)");
+        return DDP_ERR_NCCL;
+    }
+    *id = boot.id;
+    return DDP_OK;
+}
+
+static ddp_status nccl_open(nccl_state *s, int rank, int world_size)
+{
+    ddp_status st = DDP_OK;
+    ncclUniqueId id;
+    DDP_CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    DDP_CUDA_TRY(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
+    DDP_CUDA_TRY(cudaMalloc((void **)&s->scratch, sizeof(float)));
+    DDP_CUDA_TRY(cudaMemset(s->scratch, 0, sizeof(float)));
+    st = nccl_bootstrap_id(rank, &id);
+    if (st != DDP_OK)
+        goto cleanup;
+    DDP_NCCL_TRY(ncclCommInitRank(&s->comm, world_size, id, rank));
+cleanup:
+    return st;
+}
+
+ddp_status ddp_comm_nccl_create(int rank, int world_size, ddp_comm **out)
+{
+    *out = NULL;
+    ddp_comm *c = calloc(1, sizeof *c);
+    nccl_state *s = calloc(1, sizeof *s);
+    if (!c || !s) {
+        free(c);
+        free(s);
+        DDP_ERROR("out of memory for the NCCL communicator");
+        return DDP_ERR_NOMEM;
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    *c = (ddp_comm){.ops = &nccl_ops, .impl = s};
+    ddp_status st = nccl_open(s, rank, world_size);
+    if (st != DDP_OK) {
+        nccl_destroy(c);
+        return st;
+    }
+    *out = c;
+    return DDP_OK;
+}

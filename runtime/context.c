@@ -1,2 +1,476 @@
-/* context.c - placeholder: being written. */
+/* context.c - ddp_init / ddp_finalize: MPI start-up, rank topology (local rank, node rank),
+ * cross-check of the launcher's environment, backend and communicator selection, start-up table.
+ *
+ * Failure policy: wherever ranks may disagree (one rank's environment or device is bad), every
+ * rank first agrees on the outcome with an all-reduce of its status, so all ranks return the
+ * error together and none is left waiting in a later collective.
+ */
+#include <errno.h>
+#include <mpi.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "config.h"
 #include "internal.h"
+
+#define DDP_MPI_TRY(call)                                                  \
+    do {                                                                   \
+        int rc_ = (call);                                                  \
+        if (rc_ != MPI_SUCCESS) {                                          \
+            ctx_mpi_error(rc_, #call, __FILE__, __LINE__);                 \
+            st = DDP_ERR_MPI;                                              \
+            goto cleanup;                                                  \
+        }                                                                  \
+    } while (0)
+
+static void ctx_mpi_error(int rc, const char *what, const char *file, int line)
+{
+    char msg[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s failed: %s", what, msg);
+}
+
+void ddp_init_opts_default(ddp_init_opts *opts)
+{
+    *opts = (ddp_init_opts){.backend = DDP_BACKEND_AUTO, .threads = 1, .print_table = 1};
+}
+
+ddp_status ddp_backend_parse(const char *name, ddp_backend_kind *out)
+{
+    static const char *names[] = {"auto", "cpu", "cuda"};
+    for (int i = 0; name && i < 3; i++) {
+        if (strcasecmp(name, names[i]) == 0) {
+            *out = (ddp_backend_kind)i;
+            return DDP_OK;
+        }
+    }
+    DDP_ERROR("unknown backend '%s': use cpu, cuda or auto", name ? name : "(null)");
+    return DDP_ERR_INVALID_ARG;
+}
+
+const char *ddp_backend_name(ddp_backend_kind kind)
+{
+    switch (kind) {
+    case DDP_BACKEND_AUTO:
+        return "auto";
+    case DDP_BACKEND_CPU:
+        return "cpu";
+    case DDP_BACKEND_CUDA:
+        return "cuda";
+    }
+    return "unknown";
+}
+
+/* ---- MPI and topology ------------------------------------------------------------------------ */
+
+static ddp_status ctx_start_mpi(ddp_ctx *ctx)
+{
+    int inited = 0, finalized = 0, provided = 0;
+    ddp_status st = DDP_OK;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (finalized) {
+        DDP_ERROR("MPI was already finalised: call ddp_init before MPI_Finalize");
+        return DDP_ERR_STATE;
+    }
+    if (inited) {
+        DDP_MPI_TRY(MPI_Query_thread(&provided));
+    } else {
+        DDP_MPI_TRY(MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided));
+        ctx->owns_mpi = 1;
+    }
+    if (provided < MPI_THREAD_MULTIPLE) {
+        DDP_ERROR("MPI provides thread level %d but libddp needs MPI_THREAD_MULTIPLE (%d): "
+                  "initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let "
+                  "ddp_init do it", provided, MPI_THREAD_MULTIPLE);
+        st = DDP_ERR_MPI;
+    }
+cleanup:
+    return st;
+}
+
+/* Node rank and count: the local-rank-0 processes number the nodes; each tells its node. */
+static ddp_status ctx_nodes(ddp_ctx *ctx, MPI_Comm local)
+{
+    ddp_status st = DDP_OK;
+    MPI_Comm leaders = MPI_COMM_NULL;
+    int node[2] = {0, 1};
+    DDP_MPI_TRY(MPI_Comm_split(MPI_COMM_WORLD, ctx->local_rank == 0 ? 0 : MPI_UNDEFINED,
+                               ctx->rank, &leaders));
+    if (leaders != MPI_COMM_NULL) {
+        DDP_MPI_TRY(MPI_Comm_rank(leaders, &node[0]));
+        DDP_MPI_TRY(MPI_Comm_size(leaders, &node[1]));
+    }
+    DDP_MPI_TRY(MPI_Bcast(node, 2, MPI_INT, 0, local));
+    ctx->node_rank = node[0];
+    ctx->n_nodes = node[1];
+cleanup:
+    if (leaders != MPI_COMM_NULL)
+        MPI_Comm_free(&leaders);
+    return st;
+}
+
+static ddp_status ctx_topology(ddp_ctx *ctx)
+{
+    ddp_status st = DDP_OK;
+    MPI_Comm local = MPI_COMM_NULL;
+    DDP_MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &ctx->rank));
+    DDP_MPI_TRY(MPI_Comm_size(MPI_COMM_WORLD, &ctx->world_size));
+    DDP_MPI_TRY(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx->rank,
+                                    MPI_INFO_NULL, &local));
+    DDP_MPI_TRY(MPI_Comm_rank(local, &ctx->local_rank));
+    DDP_MPI_TRY(MPI_Comm_size(local, &ctx->local_world_size));
+    st = ctx_nodes(ctx, local);
+cleanup:
+    if (local != MPI_COMM_NULL)
+        MPI_Comm_free(&local);
+    return st;
+}
+
+/* All ranks agree on the outcome of a step that may fail on some of them. Returns this rank's
+ * own error, else the error of the lowest failing rank (logged once, on rank 0), else DDP_OK. */
+static ddp_status ctx_agree(const ddp_ctx *ctx, ddp_status mine, const char *step)
+{
+    int in[2] = {(int)mine, ctx->rank}, out[2] = {0, 0};
+    if (MPI_Allreduce(in, out, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        DDP_ERROR("could not agree with the other ranks on %s", step);
+        return mine != DDP_OK ? mine : DDP_ERR_MPI;
+    }
+    if (mine != DDP_OK)
+        return mine;
+    if (out[0] != DDP_OK)
+        ddp_log_write(DDP_LOG_ERROR, 1, NULL, 0, "rank %d failed during %s (%s); every rank stops",
+                      out[1], step, ddp_strerror((ddp_status)out[0]));
+    return (ddp_status)out[0];
+}
+
+/* ---- environment cross-check ----------------------------------------------------------------- */
+
+typedef enum env_kind { ENV_RANK, ENV_SIZE, ENV_LOCAL_RANK, ENV_LOCAL_SIZE } env_kind;
+
+static void env_report(const ddp_ctx *ctx, const char *var, long want, env_kind kind, int mpi)
+{
+    if (kind == ENV_SIZE)
+        DDP_ERROR("started %d process%s with %s=%ld in the environment: launch with mpirun -np "
+                  "%ld or srun -n %ld, or unset %s", mpi, mpi == 1 ? "" : "es", var, want, want,
+                  want, var);
+    else if (kind == ENV_LOCAL_SIZE)
+        DDP_ERROR("%d process%s run on host %s but %s=%ld: start %ld per node or unset %s", mpi,
+                  mpi == 1 ? "" : "es", ctx->hostname, var, want, want, var);
+    else
+        DDP_ERROR("MPI says this is %srank %d but %s=%ld: the variable comes from another launch; "
+                  "unset %s or start the program with mpirun, srun --mpi=pmix or ddp-launch",
+                  kind == ENV_LOCAL_RANK ? "local " : "", mpi, var, want, var);
+}
+
+/* DDP_OK when var is unset or equals the MPI value; else DDP_ERR_ENV with a message. */
+static ddp_status env_check(const ddp_ctx *ctx, const char *var, env_kind kind, int mpi)
+{
+    const char *text = getenv(var);
+    if (!text || !*text)
+        return DDP_OK;
+    char *end = NULL;
+    errno = 0;
+    long want = strtol(text, &end, 10);
+    if (errno || *end != '\0') {
+        DDP_ERROR("%s=%s is not a number: unset it or fix the launcher", var, text);
+        return DDP_ERR_ENV;
+    }
+    if (want == mpi)
+        return DDP_OK;
+    env_report(ctx, var, want, kind, mpi);
+    return DDP_ERR_ENV;
+}
+
+static ddp_status ctx_check_env(const ddp_ctx *ctx)
+{
+    struct {
+        const char *var;
+        env_kind kind;
+    } vars[] = {{"RANK", ENV_RANK}, {"WORLD_SIZE", ENV_SIZE}, {"LOCAL_RANK", ENV_LOCAL_RANK},
+                {"LOCAL_WORLD_SIZE", ENV_LOCAL_SIZE}, {"OMPI_COMM_WORLD_RANK", ENV_RANK},
+                {"OMPI_COMM_WORLD_SIZE", ENV_SIZE}, {"OMPI_COMM_WORLD_LOCAL_RANK", ENV_LOCAL_RANK},
+                {"OMPI_COMM_WORLD_LOCAL_SIZE", ENV_LOCAL_SIZE}, {"PMIX_RANK", ENV_RANK},
+                {"SLURM_PROCID", ENV_RANK}, {"SLURM_NTASKS", ENV_SIZE}};
+    int n_vars = (int)(sizeof vars / sizeof vars[0]);
+    /* Under mpirun inside an allocation, SLURM_* describe the allocation, not this job: they are
+     * trusted only in a Slurm job step (srun) that mpirun did not start. */
+    if (getenv("OMPI_COMM_WORLD_SIZE") || !getenv("SLURM_STEP_ID"))
+        n_vars -= 2;
+    const int mpi[] = {ctx->rank, ctx->world_size, ctx->local_rank, ctx->local_world_size};
+    for (int i = 0; i < n_vars; i++) {
+        ddp_status st = env_check(ctx, vars[i].var, vars[i].kind, mpi[vars[i].kind]);
+        if (st != DDP_OK)
+            return st;
+    }
+    return DDP_OK;
+}
+
+/* ---- backend and communicators ---------------------------------------------------------------- */
+
+/* AUTO becomes CUDA only when every rank has a GPU, so all ranks use the same backend. */
+static ddp_status ctx_resolve_backend(ddp_ctx *ctx, ddp_backend_kind asked)
+{
+    if (asked != DDP_BACKEND_AUTO) {
+        ctx->backend = asked;
+        return DDP_OK;
+    }
+    int has = ddp_cuda_ops() != NULL && ddp_cuda_device_count() > 0;
+    int in[2] = {has, -has}, out[2] = {0, 0};
+    if (MPI_Allreduce(in, out, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        DDP_ERROR("could not agree on the backend with the other ranks");
+        return DDP_ERR_MPI;
+    }
+    if (out[0] != -out[1])
+        DDP_WARN0("some ranks have no GPU: every rank uses the cpu backend");
+    ctx->backend = out[0] ? DDP_BACKEND_CUDA : DDP_BACKEND_CPU;
+    return DDP_OK;
+}
+
+static ddp_status ctx_open_device(ddp_ctx *ctx)
+{
+    if (!ddp_cuda_ops()) {
+        DDP_ERROR("backend cuda asked, but this libddp was built without CUDA: use the cpu "
+                  "backend, or rebuild with meson -Dcuda=enabled");
+        return DDP_ERR_UNSUPPORTED;
+    }
+    int count = ddp_cuda_device_count();
+    if (count <= 0) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        DDP_ERROR("backend cuda asked, but host %s has no usable GPU (CUDA_VISIBLE_DEVICES=%s): "
+                  "run on GPU nodes or use the cpu backend", ctx->hostname, vis ? vis : "unset");
+        return DDP_ERR_NO_DEVICE;
+    }
+    ctx->device = ctx->local_rank % count;
+    if (ctx->local_world_size > count)
+        DDP_WARN("%d ranks share %d GPU(s) on host %s", ctx->local_world_size, count,
+                 ctx->hostname);
+    ddp_status st = ddp_cuda_backend_open(ctx->device);
+    if (st != DDP_OK)
+        DDP_ERROR("cannot open GPU %d on host %s: %s", ctx->device, ctx->hostname,
+                  ddp_strerror(st));
+    return st;
+}
+
+static ddp_status ctx_open_backend(ddp_ctx *ctx, const ddp_init_opts *opts)
+{
+    ddp_status st = ctx_resolve_backend(ctx, opts->backend);
+    if (st != DDP_OK)
+        return st;
+    ctx->threads = opts->threads > 0 ? opts->threads : 1;
+    if (ctx->backend == DDP_BACKEND_CUDA) {
+        st = ctx_agree(ctx, ctx_open_device(ctx), "GPU set-up");
+        ctx->ops = st == DDP_OK ? ddp_cuda_ops() : NULL;
+        return st;
+    }
+    ddp_cpu_set_threads(ctx->threads);
+    ctx->ops = ddp_cpu_ops();
+    return DDP_OK;
+}
+
+static ddp_status ctx_open_comms(ddp_ctx *ctx)
+{
+    ddp_status st = ddp_comm_mpi_create(&ctx->host_comm);
+    if (st != DDP_OK)
+        return st;
+    if (ctx->backend == DDP_BACKEND_CUDA)
+        return ddp_comm_nccl_create(ctx->rank, ctx->world_size, &ctx->comm);
+    ctx->comm = ctx->host_comm;
+    return DDP_OK;
+}
+
+/* ---- start-up table --------------------------------------------------------------------------- */
+
+typedef struct rank_row {
+    int rank, local_rank, node_rank, device;
+    char host[64];
+    char cpus[128];
+} rank_row;
+
+/* This process's CPU affinity as a list of ranges, e.g. "0-3,8,10-11". */
+static void ctx_affinity(char *out, size_t size)
+{
+    cpu_set_t set;
+    size_t len = 0;
+    out[0] = '\0';
+    if (sched_getaffinity(0, sizeof set, &set) != 0) {
+        snprintf(out, size, "?");
+        return;
+    }
+    for (int c = 0; c < CPU_SETSIZE && len + 24 < size; c++) {
+        if (!CPU_ISSET(c, &set))
+            continue;
+        int last = c;
+        while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set))
+            last++;
+        len += (size_t)snprintf(out + len, size - len, len ? ",%d" : "%d", c);
+        if (last > c)
+            len += (size_t)snprintf(out + len, size - len, "-%d", last);
+        c = last;
+    }
+}
+
+static void ctx_print_rows(const ddp_ctx *ctx, const rank_row *rows)
+{
+    DDP_INFO0("libddp %s: backend %s, %d rank(s) on %d node(s), %d BLAS thread(s) per rank",
+              ddp_version(), ddp_backend_name(ctx->backend), ctx->world_size, ctx->n_nodes,
+              ctx->threads);
+    if (ctx->backend == DDP_BACKEND_CPU)
+        DDP_INFO0("BLAS: %s", ddp_blas_describe());
+    DDP_INFO0("%5s  %-20s  %5s  %4s  %6s  %s", "rank", "host", "local", "node", "device", "cpus");
+    for (int r = 0; r < ctx->world_size; r++)
+        DDP_INFO0("%5d  %-20s  %5d  %4d  %6d  %s", rows[r].rank, rows[r].host, rows[r].local_rank,
+                  rows[r].node_rank, rows[r].device, rows[r].cpus);
+}
+
+/* Gathers one row per rank to rank 0, which prints the table. Collective. */
+static ddp_status ctx_print_table(const ddp_ctx *ctx)
+{
+    ddp_status st = DDP_OK;
+    rank_row mine = {.rank = ctx->rank, .local_rank = ctx->local_rank,
+                     .node_rank = ctx->node_rank, .device = ctx->device};
+    snprintf(mine.host, sizeof mine.host, "%.63s", ctx->hostname);
+    ctx_affinity(mine.cpus, sizeof mine.cpus);
+    rank_row *rows = ctx->rank == 0 ? calloc((size_t)ctx->world_size, sizeof *rows) : NULL;
+    int ok = ctx->rank != 0 || rows != NULL;
+    DDP_MPI_TRY(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (!ok) {
+        DDP_WARN0("out of memory for the rank table; not printed");
+        goto cleanup;
+    }
+    DDP_MPI_TRY(MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, rows, (int)sizeof mine, MPI_BYTE, 0,
+                           MPI_COMM_WORLD));
+    if (ctx->rank == 0)
+        ctx_print_rows(ctx, rows);
+cleanup:
+    free(rows);
+    return st;
+}
+
+/* ---- init / finalize -------------------------------------------------------------------------- */
+
+/* Releases what ctx holds; finalises MPI when ctx started it. */
+static void ctx_release(ddp_ctx *ctx)
+{
+    if (ctx->comm && ctx->comm != ctx->host_comm)
+        ctx->comm->ops->destroy(ctx->comm);
+    if (ctx->host_comm)
+        ctx->host_comm->ops->destroy(ctx->host_comm);
+    if (ctx->backend == DDP_BACKEND_CUDA && ctx->ops)
+        ddp_cuda_backend_close();
+    if (ctx->owns_mpi)
+        MPI_Finalize();
+    free(ctx);
+}
+
+static ddp_status ctx_setup(ddp_ctx *ctx, const ddp_init_opts *opts)
+{
+    ddp_status st = ctx_start_mpi(ctx);
+    if (st == DDP_OK)
+        st = ctx_topology(ctx);
+    if (st != DDP_OK)
+        return st;
+    ddp_log_set_identity(ctx->rank, ctx->hostname);
+    st = ctx_agree(ctx, ctx_check_env(ctx), "the environment check");
+    if (st == DDP_OK)
+        st = ctx_open_backend(ctx, opts);
+    if (st == DDP_OK)
+        st = ctx_agree(ctx, ctx_open_comms(ctx), "communicator set-up");
+    if (st == DDP_OK && opts->print_table)
+        st = ctx_print_table(ctx);
+    return st;
+}
+
+ddp_status ddp_init(const ddp_init_opts *opts, ddp_ctx **out)
+{
+    ddp_init_opts defaults;
+    if (!out)
+        return DDP_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!opts) {
+        ddp_init_opts_default(&defaults);
+        opts = &defaults;
+    }
+    if (opts->backend < DDP_BACKEND_AUTO || opts->backend > DDP_BACKEND_CUDA) {
+        DDP_ERROR("ddp_init: unknown backend %d (use DDP_BACKEND_AUTO, _CPU or _CUDA)",
+                  (int)opts->backend);
+        return DDP_ERR_INVALID_ARG;
+    }
+    ddp_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        DDP_ERROR("out of memory for the context");
+        return DDP_ERR_NOMEM;
+    }
+    ctx->device = -1;
+    ctx->backend = DDP_BACKEND_CPU;
+    if (gethostname(ctx->hostname, sizeof ctx->hostname - 1) != 0)
+        snprintf(ctx->hostname, sizeof ctx->hostname, "unknown-host");
+    ddp_status st = ctx_setup(ctx, opts);
+    if (st != DDP_OK) {
+        ctx_release(ctx);
+        return st;
+    }
+    *out = ctx;
+    return DDP_OK;
+}
+
+void ddp_finalize(ddp_ctx *ctx)
+{
+    if (ctx)
+        ctx_release(ctx);
+}
+
+void ddp_abort(ddp_ctx *ctx, int code)
+{
+    int inited = 0, finalized = 0;
+    (void)ctx;
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited && !finalized)
+        MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+/* ---- accessors and memory --------------------------------------------------------------------- */
+
+int ddp_rank(const ddp_ctx *ctx) { return ctx ? ctx->rank : 0; }
+int ddp_world_size(const ddp_ctx *ctx) { return ctx ? ctx->world_size : 1; }
+int ddp_local_rank(const ddp_ctx *ctx) { return ctx ? ctx->local_rank : 0; }
+int ddp_local_world_size(const ddp_ctx *ctx) { return ctx ? ctx->local_world_size : 1; }
+int ddp_node_rank(const ddp_ctx *ctx) { return ctx ? ctx->node_rank : 0; }
+int ddp_num_nodes(const ddp_ctx *ctx) { return ctx ? ctx->n_nodes : 1; }
+const char *ddp_hostname(const ddp_ctx *ctx) { return ctx ? ctx->hostname : ""; }
+ddp_backend_kind ddp_backend(const ddp_ctx *ctx) { return ctx ? ctx->backend : DDP_BACKEND_CPU; }
+int ddp_device(const ddp_ctx *ctx) { return ctx ? ctx->device : -1; }
+
+void *ddp_alloc(ddp_ctx *ctx, size_t n_bytes)
+{
+    return ctx && ctx->ops ? ctx->ops->alloc(n_bytes) : NULL;
+}
+
+void ddp_free(ddp_ctx *ctx, void *p)
+{
+    if (ctx && ctx->ops && p)
+        ctx->ops->free(p);
+}
+
+ddp_status ddp_upload(ddp_ctx *ctx, void *dst, const void *src_host, size_t n_bytes)
+{
+    if (!ctx || !ctx->ops)
+        return DDP_ERR_STATE;
+    return ctx->ops->upload(dst, src_host, n_bytes);
+}
+
+ddp_status ddp_download(ddp_ctx *ctx, void *dst_host, const void *src, size_t n_bytes)
+{
+    if (!ctx || !ctx->ops)
+        return DDP_ERR_STATE;
+    return ctx->ops->download(dst_host, src, n_bytes);
+}
