@@ -10,14 +10,8 @@
  */
 #include <mpi.h>
 #include <pthread.h>
-/* CUDA's and NCCL's headers are found through a plain -I, so our strict warnings would apply to
- * them; they are not C17-clean (-Wundef, old-style prototypes). */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wundef"
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"
 #include <cuda_runtime.h>
 #include <nccl.h>
-#pragma GCC diagnostic pop
 #include <stdlib.h>
 
 #include "internal.h"
