@@ -1,2 +1,620 @@
-/* placeholder */
-int main(void) { return 1; }
+/* ddp_launch.c - ddp-launch: finds out how it was started, computes the rank layout, maps the rank
+ * to a GPU and CPU cores, exports the torchrun-style and DDP_* variables and execs the program. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "launcher.h"
+
+extern char **environ;
+
+#define USAGE_EXIT 2
+#define SETUP_EXIT 1
+
+/* --help, in pieces shorter than the 4095 characters ISO C promises for one string literal. */
+static const char *const help_text[] = {
+    "Usage: ddp-launch [options] [--] PROGRAM [ARGS...]\n"
+    "\n"
+    "Starts one rank of a data-parallel job: works out how it was started, exports the rank layout\n"
+    "and replaces itself with PROGRAM (exec), so Slurm's signals reach the program.\n"
+    "\n"
+    "Launchers recognised (first match wins; the others present must agree, or it stops and names both):\n"
+    "  mpirun    Open MPI: OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE\n"
+    "  hydra     MPICH mpiexec: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS\n"
+    "  srun      Slurm step: SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID, SLURM_NODEID,\n"
+    "            SLURM_STEP_NUM_NODES, SLURM_STEP_TASKS_PER_NODE (PMIX_RANK/PMI_RANK cross-checked)\n"
+    "  pmix      PMIX_RANK only (give the world size with -n)\n"
+    "  torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK\n"
+    "  none      -n N starts N ranks on this node: through `mpirun -np N` when mpirun is in PATH\n"
+    "            (--oversubscribe beyond the core count, --allow-run-as-root as root), otherwise by\n"
+    "            forking N children; when one fails the others are stopped. Without -n: one rank.\n"
+    "\n"
+    "Options:\n"
+    "  -n N                  number of ranks; under a launcher only a cross-check of its world size\n"
+    "  --nproc-per-node N    ranks per node (cross-checked against the launcher)\n"
+    "  --ntasks-per-node N   the same check, named as srun's option\n"
+    "  --bind=auto|force|none  CPU binding (default auto): each rank gets the cores nearest its GPU,\n"
+    "                        or an even share of the node's allowed cores; auto keeps a binding made\n"
+    "                        by Slurm or mpirun, force replaces it, none leaves the process unbound\n"
+    "  --share-gpus          allow more ranks per node than GPUs (rank r uses GPU r mod n)\n"
+    "  --master-addr HOST    MASTER_ADDR (default: $MASTER_ADDR, else the first host of the Slurm\n"
+    "                        node list, else 127.0.0.1 on one node)\n"
+    "  --master-port P       MASTER_PORT (default: $MASTER_PORT, else under srun\n"
+    "                        20000 + ((SLURM_JOB_ID * 31 + SLURM_STEP_ID) % 20000), for forked -n\n"
+    "                        ranks 20000 + pid % 20000, else a hash of the launch's id into 20000..39999)\n"
+    "  --print-env           print the job's table (rank, host, node, local rank, GPU, CPU set,\n"
+    "                        threads) and the exported variables on rank 0, then run PROGRAM\n"
+    "  --dry-run             the same table, without running PROGRAM\n"
+    "  -v, --verbose         print this rank's exported variables on stderr\n"
+    "  -h, --help            this text;  --version  the version\n"
+    "\n"
+    ,
+    "GPUs: CUDA_VISIBLE_DEVICES narrowed by Slurm (SLURM_GPUS_PER_TASK or SLURM_GPU_BIND set) is used\n"
+    "as given (DDP_DEVICE=0); otherwise local rank r gets visible device r. More local ranks than\n"
+    "GPUs is an error unless --share-gpus. No GPU (no CUDA driver): the rank uses the CPU backend.\n"
+    "\n"
+    "Exports: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK MASTER_ADDR MASTER_PORT\n"
+    "  CUDA_VISIBLE_DEVICES (when GPUs), DDP_RANK DDP_WORLD_SIZE DDP_LOCAL_RANK DDP_LOCAL_WORLD_SIZE\n"
+    "  DDP_NODE_RANK DDP_NNODES DDP_DEVICE (GPU ordinal or \"cpu\") DDP_CPUSET DDP_LAUNCHER\n"
+    "  (srun|mpirun|pmix|hydra|torchrun|local); unless already set: OMP_NUM_THREADS and\n"
+    "  OPENBLAS_NUM_THREADS (cores bound), OPENBLAS_CORETYPE=SkylakeX on AVX-512 CPUs.\n"
+    "\n"
+    "--print-env gathering: every rank writes its line to $DDP_PRINT_DIR (default\n"
+    "  /tmp/ddp-printenv-<launch id>, e.g. slurm-<job>.<step>); rank 0 waits up to\n"
+    "  $DDP_PRINT_TIMEOUT seconds (default 10) and prints the table, naming ranks whose line did not\n"
+    "  arrive (point DDP_PRINT_DIR at a shared folder when nodes do not share /tmp).\n"
+    "\n"
+    "Refused with a fix (exit 1): an Open MPI program under srun without PMIx (--mpi=pmi2/none),\n"
+    "  an Open MPI program under MPICH's mpiexec and the reverse, disagreeing sources or flags,\n"
+    "  more local ranks than GPUs. MPI programs are recognised with ldd (override for scripts:\n"
+    "  DDP_MPI_PROGRAM=openmpi|mpich|none).\n"
+    "Testing aids: DDP_SIMULATE_GPUS=N replaces the CUDA driver's device count; DDP_LOCAL_FORK=1\n"
+    "  makes -n fork instead of using mpirun.\n"
+    "Exit status: PROGRAM's; 1 for a launch it refuses; 2 for a usage error; 127 when PROGRAM is\n"
+    "  not found.\n",
+};
+
+static int g_rank = -1;
+
+static void fail(const char *fmt, const char *msg)
+{
+    if (g_rank >= 0)
+        fprintf(stderr, "ddp-launch[rank %d]: ", g_rank);
+    else
+        fprintf(stderr, "ddp-launch: ");
+    fprintf(stderr, fmt, msg);
+    fputc('\n', stderr);
+}
+
+/* Parses a positive int option value; exits with a usage error otherwise. */
+static int positive(const char *s, const char *what)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v <= 0 || v > 1 << 20) {
+        fprintf(stderr, "ddp-launch: %s needs a positive number, got '%s' (see --help)\n", what, s);
+        exit(USAGE_EXIT);
+    }
+    return (int)v;
+}
+
+static enum ddp_bind_mode bind_mode(const char *s)
+{
+    if (strcmp(s, "auto") == 0)
+        return DDP_BIND_AUTO;
+    if (strcmp(s, "force") == 0)
+        return DDP_BIND_FORCE;
+    if (strcmp(s, "none") == 0)
+        return DDP_BIND_NONE;
+    fprintf(stderr, "ddp-launch: --bind takes auto, force or none, got '%s'\n", s);
+    exit(USAGE_EXIT);
+}
+
+enum { OPT_NPPN = 256, OPT_NTPN, OPT_BIND, OPT_SHARE, OPT_PRINT, OPT_DRY, OPT_PORT, OPT_ADDR, OPT_VERSION };
+
+/* Fills OPT from argv; returns the index of PROGRAM. Exits 0 for --help/--version, 2 on errors. */
+static int parse_options(int argc, char **argv, struct ddp_options *opt)
+{
+    static const struct option longs[] = {
+        {"nproc-per-node", required_argument, NULL, OPT_NPPN}, {"ntasks-per-node", required_argument, NULL, OPT_NTPN},
+        {"bind", required_argument, NULL, OPT_BIND}, {"share-gpus", no_argument, NULL, OPT_SHARE},
+        {"print-env", no_argument, NULL, OPT_PRINT}, {"dry-run", no_argument, NULL, OPT_DRY},
+        {"master-port", required_argument, NULL, OPT_PORT}, {"master-addr", required_argument, NULL, OPT_ADDR},
+        {"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, OPT_VERSION}, {NULL, 0, NULL, 0},
+    };
+    int c;
+    ddp_options_init(opt);
+    while ((c = getopt_long(argc, argv, "+n:vh", longs, NULL)) != -1) {
+        switch (c) {
+        case 'n': opt->n_procs = positive(optarg, "-n"); break;
+        case OPT_NPPN: opt->nproc_per_node = positive(optarg, "--nproc-per-node"); break;
+        case OPT_NTPN: opt->ntasks_per_node = positive(optarg, "--ntasks-per-node"); break;
+        case OPT_BIND: opt->bind = bind_mode(optarg); break;
+        case OPT_SHARE: opt->share_gpus = 1; break;
+        case OPT_PRINT: opt->print_env = 1; break;
+        case OPT_DRY: opt->dry_run = opt->print_env = 1; break;
+        case OPT_PORT: opt->master_port = positive(optarg, "--master-port"); break;
+        case OPT_ADDR: opt->master_addr = optarg; break;
+        case 'v': opt->verbose = 1; break;
+        case 'h': fputs(help_text[0], stdout); fputs(help_text[1], stdout); exit(0);
+        case OPT_VERSION: printf("ddp-launch %s\n", DDP_VERSION); exit(0);
+        default: fputs("ddp-launch: see ddp-launch --help\n", stderr); exit(USAGE_EXIT);
+        }
+    }
+    if (optind >= argc && !opt->dry_run) {
+        fputs("ddp-launch: no PROGRAM given (usage: ddp-launch [options] [--] PROGRAM [ARGS...])\n", stderr);
+        exit(USAGE_EXIT);
+    }
+    if (opt->master_port > 65535) {
+        fputs("ddp-launch: --master-port must be at most 65535\n", stderr);
+        exit(USAGE_EXIT);
+    }
+    return optind;
+}
+
+/* ---- the exports ------------------------------------------------------------------------- */
+
+struct rank_setup {
+    struct ddp_gpu_choice gpu;
+    char cpuset[512];
+    int threads;
+    char host[DDP_HOST_LEN];
+};
+
+static void put(const char *name, const char *value, int overwrite, int verbose)
+{
+    setenv(name, value, overwrite);
+    if (verbose)
+        fprintf(stderr, "ddp-launch[rank %d]:   %s=%s\n", g_rank, name, getenv(name));
+}
+
+static void put_int(const char *name, int value, int verbose)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%d", value);
+    put(name, buf, 1, verbose);
+}
+
+static void export_layout(const struct ddp_layout *l, int v)
+{
+    put_int("RANK", l->rank, v);
+    put_int("WORLD_SIZE", l->world_size, v);
+    put_int("LOCAL_RANK", l->local_rank, v);
+    put_int("LOCAL_WORLD_SIZE", l->local_world_size, v);
+    put_int("NODE_RANK", l->node_rank, v);
+    put_int("GROUP_RANK", l->node_rank, v);
+    put("MASTER_ADDR", l->master_addr, 1, v);
+    put_int("MASTER_PORT", l->master_port, v);
+    put_int("DDP_RANK", l->rank, v);
+    put_int("DDP_WORLD_SIZE", l->world_size, v);
+    put_int("DDP_LOCAL_RANK", l->local_rank, v);
+    put_int("DDP_LOCAL_WORLD_SIZE", l->local_world_size, v);
+    put_int("DDP_NODE_RANK", l->node_rank, v);
+    put_int("DDP_NNODES", l->n_nodes, v);
+    put("DDP_LAUNCHER", ddp_source_name(l->source), 1, v);
+}
+
+static void export_setup(const struct rank_setup *s, int v)
+{
+    char threads[32];
+    snprintf(threads, sizeof threads, "%d", s->threads);
+    if (s->gpu.device >= 0) {
+        put("CUDA_VISIBLE_DEVICES", s->gpu.visible, 1, v);
+        put_int("DDP_DEVICE", s->gpu.device, v);
+    } else {
+        put("DDP_DEVICE", "cpu", 1, v);
+    }
+    put("DDP_CPUSET", s->cpuset, 1, v);
+    put("OMP_NUM_THREADS", threads, 0, v);
+    put("OPENBLAS_NUM_THREADS", threads, 0, v);
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        put("OPENBLAS_CORETYPE", "SkylakeX", 0, v);
+}
+
+/* ---- CPU binding --------------------------------------------------------------------------- */
+
+#if HAVE_HWLOC
+/* The CPUs near each local rank's GPU, when the GPUs' bus ids are known and not narrowed. */
+static void gpu_near_sets(hwloc_topology_t topo, const struct ddp_gpu_list *gpus, const struct ddp_layout *l,
+                          const struct ddp_options *opt, hwloc_cpuset_t *near)
+{
+    char err[DDP_ERRMSG_LEN];
+    for (int r = 0; r < l->local_world_size; r++) {
+        struct ddp_gpu_choice c;
+        near[r] = NULL;
+        if (ddp_gpu_map(gpus, 0, r, l->local_world_size, opt->share_gpus, &c, err, sizeof err) != 0 || c.device < 0)
+            continue;
+        near[r] = hwloc_bitmap_alloc();
+        if (ddp_gpu_near_cpuset(topo, gpus->busid[c.device], near[r]) != 0) {
+            hwloc_bitmap_free(near[r]);
+            near[r] = NULL;
+        }
+    }
+}
+
+/* Chooses and (unless dry-run) applies this rank's binding; fills cpuset and threads. */
+static int bind_rank(const struct ddp_options *opt, const struct ddp_layout *l, const struct ddp_gpu_list *gpus,
+                     int narrowed, struct rank_setup *s)
+{
+    char err[DDP_ERRMSG_LEN];
+    hwloc_topology_t topo;
+    int with_io = gpus->n > 0 && !narrowed && gpus->busid[0][0];
+    hwloc_cpuset_t *near = calloc((size_t)l->local_world_size, sizeof *near);
+    hwloc_bitmap_t current = hwloc_bitmap_alloc(), chosen = hwloc_bitmap_alloc();
+    enum ddp_bind_action action = DDP_BIND_UNBOUND;
+    int rc = ddp_topology_load(&topo, NULL, with_io, err, sizeof err);
+    if (rc == 0) {
+        if (with_io)
+            gpu_near_sets(topo, gpus, l, opt, near);
+        hwloc_get_cpubind(topo, current, HWLOC_CPUBIND_PROCESS);
+        struct ddp_bind_request req = {opt->bind, current, l->local_rank, l->local_world_size, (hwloc_const_cpuset_t *)near};
+        rc = ddp_bind_plan(topo, &req, chosen, &action);
+        if (rc == 0 && action == DDP_BIND_BOUND && !opt->dry_run && hwloc_set_cpubind(topo, chosen, HWLOC_CPUBIND_PROCESS) != 0)
+            fail("warning: %s", "could not bind to the chosen CPUs; running unbound");
+        hwloc_bitmap_list_snprintf(s->cpuset, sizeof s->cpuset, chosen);
+        s->threads = ddp_cpuset_cores(topo, chosen);
+        if (action == DDP_BIND_UNBOUND)
+            s->threads = s->threads / l->local_world_size > 0 ? s->threads / l->local_world_size : 1;
+        for (int r = 0; r < l->local_world_size; r++)
+            hwloc_bitmap_free(near[r]);
+        hwloc_topology_destroy(topo);
+    } else {
+        fail("error: %s", err);
+    }
+    free(near);
+    hwloc_bitmap_free(current);
+    hwloc_bitmap_free(chosen);
+    return rc;
+}
+#else
+/* Without hwloc there is no binding: the rank's share of the online CPUs sets the thread count. */
+static int bind_rank(const struct ddp_options *opt, const struct ddp_layout *l, const struct ddp_gpu_list *gpus,
+                     int narrowed, struct rank_setup *s)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(s->cpuset, sizeof s->cpuset, "unbound (built without hwloc)");
+    s->threads = cpus / l->local_world_size > 0 ? (int)(cpus / l->local_world_size) : 1;
+    return 0;
+}
+#endif
+
+/* ---- --print-env ------------------------------------------------------------------------- */
+
+static void table_line(const struct ddp_layout *l, const struct rank_setup *s, char *out, size_t len)
+{
+    char gpu[DDP_GPU_ID_LEN + 16] = "cpu";
+    if (s->gpu.device >= 0) {
+        struct ddp_gpu_list vis;
+        char err[DDP_ERRMSG_LEN];
+        ddp_gpu_list_parse(s->gpu.visible, &vis, err, sizeof err);
+        snprintf(gpu, sizeof gpu, "%d(%s)", s->gpu.device, vis.id[s->gpu.device]);
+    }
+    snprintf(out, len, "%6d  %-20s %5d %6d  %-12s %-18s %7d  CUDA_VISIBLE_DEVICES=%.900s\n", l->rank, s->host,
+             l->node_rank, l->local_rank, gpu, s->cpuset, s->threads, s->gpu.device >= 0 ? s->gpu.visible : "(unset)");
+}
+
+static void print_dir(const struct ddp_layout *l, char *dir, size_t len)
+{
+    const char *set = getenv("DDP_PRINT_DIR");
+    if (set) {
+        snprintf(dir, len, "%s", set);
+        return;
+    }
+    snprintf(dir, len, "/tmp/ddp-printenv-%s", l->job_key);
+    for (char *p = dir + strlen("/tmp/"); *p; p++)
+        if (*p == '/')
+            *p = '_';
+}
+
+static int write_line(const char *dir, int rank, const char *line)
+{
+    char tmp[4200], path[4200];
+    FILE *f;
+    snprintf(tmp, sizeof tmp, "%s/.rank-%d.tmp", dir, rank);
+    snprintf(path, sizeof path, "%s/rank-%d", dir, rank);
+    f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    fputs(line, f);
+    return fclose(f) == 0 && rename(tmp, path) == 0 ? 0 : -1;
+}
+
+/* Waits up to the timeout for every rank's line in DIR; returns how many arrived. */
+static int wait_for_lines(const char *dir, int world_size)
+{
+    const char *t = getenv("DDP_PRINT_TIMEOUT");
+    double timeout = t ? atof(t) : 10.0, waited = 0;
+    int present = 0;
+    for (;;) {
+        char path[4200];
+        present = 0;
+        for (int r = 0; r < world_size; r++) {
+            snprintf(path, sizeof path, "%s/rank-%d", dir, r);
+            present += access(path, F_OK) == 0;
+        }
+        if (present == world_size || waited >= timeout)
+            return present;
+        nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+        waited += 0.05;
+    }
+}
+
+/* Prints the lines found in DIR in rank order, naming the missing ranks, and removes them. */
+static void print_table(const struct ddp_layout *l, const char *dir)
+{
+    int missing = 0;
+    printf("ddp-launch: launcher=%s world_size=%d nodes=%d local_world_size=%d MASTER_ADDR=%s MASTER_PORT=%d\n",
+           ddp_source_name(l->source), l->world_size, l->n_nodes, l->local_world_size, l->master_addr, l->master_port);
+    printf("%6s  %-20s %5s %6s  %-12s %-18s %7s  %s\n", "RANK", "HOST", "NODE", "LOCAL", "GPU", "CPUSET", "THREADS", "ENV");
+    for (int r = 0; r < l->world_size; r++) {
+        char path[4200], line[2048];
+        FILE *f;
+        snprintf(path, sizeof path, "%s/rank-%d", dir, r);
+        f = fopen(path, "r");
+        if (!f) {
+            missing++;
+            continue;
+        }
+        if (fgets(line, sizeof line, f))
+            fputs(line, stdout);
+        fclose(f);
+        unlink(path);
+    }
+    if (missing)
+        printf("ddp-launch: %d rank(s) did not report within the timeout:\n", missing);
+    for (int r = 0; missing && r < l->world_size; r++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/rank-%d", dir, r);
+        if (access(path, F_OK) != 0)
+            printf("  rank %d missing (not started, or DDP_PRINT_DIR=%s not shared with its node)\n", r, dir);
+    }
+    rmdir(dir);
+    fflush(stdout);
+}
+
+static void gather_and_print(const struct ddp_layout *l, const struct rank_setup *s)
+{
+    char dir[4096], line[2048];
+    table_line(l, s, line, sizeof line);
+    print_dir(l, dir, sizeof dir);
+    if ((mkdir(dir, 0777) != 0 && errno != EEXIST) || write_line(dir, l->rank, line) != 0) {
+        fail("warning: cannot write to %s; --print-env shows this rank's line only", dir);
+        fputs(line, stdout);
+        return;
+    }
+    if (l->rank != 0)
+        return;
+    wait_for_lines(dir, l->world_size);
+    print_table(l, dir);
+}
+
+/* ---- one rank ------------------------------------------------------------------------------ */
+
+static int exec_program(char **args)
+{
+    fflush(NULL);
+    execvp(args[0], args);
+    fprintf(stderr, "ddp-launch[rank %d]: cannot run %s: %s\n", g_rank, args[0], strerror(errno));
+    return errno == ENOENT ? 127 : 126;
+}
+
+/* Runs rank L: checks traps, maps the GPU, binds, exports, prints, execs. Returns an exit status
+ * only when it does not exec. */
+static int run_rank(const struct ddp_options *opt, const struct ddp_layout *l, char **args)
+{
+    char err[DDP_ERRMSG_LEN];
+    struct ddp_gpu_list gpus;
+    struct rank_setup s;
+    int narrowed = l->source == DDP_SOURCE_SRUN && ddp_gpus_narrowed(environ);
+    g_rank = l->rank;
+    memset(&s, 0, sizeof s);
+    gethostname(s.host, sizeof s.host - 1);
+    if (args[0] && ddp_check_traps(environ, l, ddp_program_mpi(environ, args[0]), err, sizeof err) != 0) {
+        fail("error: %s", err);
+        return SETUP_EXIT;
+    }
+    if (ddp_gpu_discover(environ, &gpus, err, sizeof err) != 0 ||
+        ddp_gpu_map(&gpus, narrowed, l->local_rank, l->local_world_size, opt->share_gpus, &s.gpu, err, sizeof err) != 0) {
+        fail("error: %s", err);
+        return SETUP_EXIT;
+    }
+    if (bind_rank(opt, l, &gpus, narrowed, &s) != 0)
+        return SETUP_EXIT;
+    if (opt->verbose)
+        fprintf(stderr, "ddp-launch[rank %d]: launcher %s, exporting:\n", l->rank, ddp_source_name(l->source));
+    export_layout(l, opt->verbose);
+    export_setup(&s, opt->verbose);
+    if (opt->print_env)
+        gather_and_print(l, &s);
+    if (opt->dry_run || !args[0])
+        return 0;
+    return exec_program(args);
+}
+
+/* ---- -n N without a launcher --------------------------------------------------------------- */
+
+/* Execs `mpirun -np N ddp-launch <the same flags minus -n> -- PROGRAM ARGS`; returns on failure. */
+static int exec_mpirun(const struct ddp_options *opt, char **args)
+{
+    char self[4096], np[16], port[16], nppn[16], ntpn[16];
+    const char *argv[64 + 1024];
+    int n = 0;
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0)
+        return -1;
+    self[len] = '\0';
+    snprintf(np, sizeof np, "%d", opt->n_procs);
+    argv[n++] = "mpirun";
+    argv[n++] = "-np";
+    argv[n++] = np;
+    if (opt->n_procs > sysconf(_SC_NPROCESSORS_ONLN))
+        argv[n++] = "--oversubscribe";
+    if (geteuid() == 0)
+        argv[n++] = "--allow-run-as-root";
+    argv[n++] = self;
+    argv[n++] = opt->bind == DDP_BIND_FORCE ? "--bind=force" : opt->bind == DDP_BIND_NONE ? "--bind=none" : "--bind=auto";
+    if (opt->share_gpus)
+        argv[n++] = "--share-gpus";
+    if (opt->print_env)
+        argv[n++] = opt->dry_run ? "--dry-run" : "--print-env";
+    if (opt->verbose)
+        argv[n++] = "--verbose";
+    if (opt->master_addr) {
+        argv[n++] = "--master-addr";
+        argv[n++] = opt->master_addr;
+    }
+    snprintf(port, sizeof port, "%d", opt->master_port);
+    snprintf(nppn, sizeof nppn, "%d", opt->nproc_per_node);
+    snprintf(ntpn, sizeof ntpn, "%d", opt->ntasks_per_node);
+    if (opt->master_port > 0) {
+        argv[n++] = "--master-port";
+        argv[n++] = port;
+    }
+    if (opt->nproc_per_node > 0) {
+        argv[n++] = "--nproc-per-node";
+        argv[n++] = nppn;
+    }
+    if (opt->ntasks_per_node > 0) {
+        argv[n++] = "--ntasks-per-node";
+        argv[n++] = ntpn;
+    }
+    argv[n++] = "--";
+    for (int i = 0; args[i] && n < (int)(sizeof argv / sizeof argv[0]) - 1; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    fflush(NULL);
+    execvp("mpirun", (char **)argv);
+    return -1;
+}
+
+static volatile sig_atomic_t g_forward_signal;
+
+static void on_signal(int sig)
+{
+    g_forward_signal = sig;
+}
+
+static int exit_code(int status)
+{
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Stops the children still running: SIGTERM, then SIGKILL after a grace of 5 s. */
+static void stop_children(pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (pids[i] > 0)
+            kill(pids[i], SIGTERM);
+    for (int tick = 0; tick < 100; tick++) {
+        int alive = 0;
+        for (int i = 0; i < n; i++)
+            if (pids[i] > 0 && waitpid(pids[i], NULL, WNOHANG) == 0)
+                alive++;
+            else
+                pids[i] = -1;
+        if (!alive)
+            return;
+        nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+    }
+    for (int i = 0; i < n; i++)
+        if (pids[i] > 0 && kill(pids[i], SIGKILL) == 0)
+            waitpid(pids[i], NULL, 0);
+}
+
+/* Waits for the children; on the first failure (or a signal to us) stops the rest. Returns the
+ * exit status to report: the first failing child's, or 0. */
+static int supervise(pid_t *pids, int n)
+{
+    int running = n, result = 0;
+    while (running > 0) {
+        int status;
+        pid_t pid = waitpid(-1, &status, 0);
+        if (pid < 0 && errno == EINTR && g_forward_signal) {
+            result = 128 + g_forward_signal;
+            break;
+        }
+        if (pid < 0)
+            break;
+        for (int i = 0; i < n; i++)
+            pids[i] = pids[i] == pid ? -1 : pids[i];
+        running--;
+        if (exit_code(status) != 0) {
+            result = exit_code(status);
+            fprintf(stderr, "ddp-launch: a rank exited with status %d; stopping the others\n", result);
+            break;
+        }
+    }
+    stop_children(pids, n);
+    return result;
+}
+
+/* Forks the -n ranks on this node, each running run_rank with the local launcher's layout. */
+static int fork_ranks(const struct ddp_options *opt, const struct ddp_layout *base, char **args)
+{
+    pid_t *pids = calloc((size_t)base->world_size, sizeof *pids);
+    int rc;
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    for (int r = 0; r < base->world_size; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            struct ddp_layout l = *base;
+            signal(SIGINT, SIG_DFL);
+            signal(SIGTERM, SIG_DFL);
+            l.rank = l.local_rank = r;
+            _exit(run_rank(opt, &l, args));
+        }
+        if (pids[r] < 0) {
+            fail("error: fork failed: %s", strerror(errno));
+            stop_children(pids, r);
+            free(pids);
+            return SETUP_EXIT;
+        }
+    }
+    rc = supervise(pids, base->world_size);
+    free(pids);
+    return rc;
+}
+
+static int launch_local(const struct ddp_options *opt, struct ddp_layout *l, char **args)
+{
+    char path[4096];
+    const char *force_fork = getenv("DDP_LOCAL_FORK");
+    l->source = DDP_SOURCE_LOCAL;
+    snprintf(l->job_key, sizeof l->job_key, "local-%ld", (long)getpid());
+    if (opt->master_port < 0 && !getenv("MASTER_PORT"))
+        l->master_port = 20000 + (int)(getpid() % 20000);
+    if (l->world_size == 1)
+        return run_rank(opt, l, args);
+    if (!(force_fork && strcmp(force_fork, "1") == 0) && ddp_find_program(environ, "mpirun", path, sizeof path) == 0) {
+        exec_mpirun(opt, args);
+        fail("warning: cannot exec mpirun (%s); forking the ranks instead", strerror(errno));
+    }
+    return fork_ranks(opt, l, args);
+}
+
+int main(int argc, char **argv)
+{
+    struct ddp_options opt;
+    struct ddp_layout layout;
+    char err[DDP_ERRMSG_LEN];
+    int first = parse_options(argc, argv, &opt);
+    char **args = argv + first;
+    if (ddp_layout_detect(environ, &opt, &layout, err, sizeof err) != 0) {
+        fail("error: %s", err);
+        return SETUP_EXIT;
+    }
+    if (layout.source == DDP_SOURCE_NONE)
+        return launch_local(&opt, &layout, args);
+    return run_rank(&opt, &layout, args);
+}
