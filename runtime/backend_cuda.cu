@@ -8,6 +8,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -265,9 +266,9 @@ static ddp_status cuda_gemm(bool trans_a, bool trans_b, int m, int n, int k, flo
 
 static ddp_status cuda_bias_add(float *y, const float *bias, int rows, int cols)
 {
-    size_t n = (size_t)rows * cols;
-    if (n == 0)
+    if (rows <= 0 || cols <= 0) /* nothing to do, as on the CPU (a negative one would wrap n) */
         return DDP_OK;
+    size_t n = (size_t)rows * cols;
     ddp_bias_add_kernel<<<ddp_grid(n), ddp_block, 0, ddp_stream>>>(y, bias, rows, cols);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
@@ -335,9 +336,9 @@ static ddp_status cuda_im2col(const float *im, int c, int h, int w, int k, int p
     int h_out = ddp_conv_out(h, k, pad), w_out = ddp_conv_out(w, k, pad);
     if (k < 1 || pad < 0 || h_out < 1 || w_out < 1)
         return DDP_ERR_INVALID_ARG;
-    size_t n = (size_t)c * k * k * h_out * w_out;
-    if (n == 0)
+    if (c <= 0)
         return DDP_OK;
+    size_t n = (size_t)c * k * k * h_out * w_out;
     ddp_im2col_kernel<<<ddp_grid(n), ddp_block, 0, ddp_stream>>>(im, c, h, w, k, pad, col);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
@@ -347,9 +348,9 @@ static ddp_status cuda_col2im(const float *col, int c, int h, int w, int k, int 
 {
     if (k < 1 || pad < 0 || ddp_conv_out(h, k, pad) < 1 || ddp_conv_out(w, k, pad) < 1)
         return DDP_ERR_INVALID_ARG;
-    size_t n = (size_t)c * h * w;
-    if (n == 0)
+    if (c <= 0 || h <= 0 || w <= 0)
         return DDP_OK;
+    size_t n = (size_t)c * h * w;
     ddp_col2im_kernel<<<ddp_grid(n), ddp_block, 0, ddp_stream>>>(col, c, h, w, k, pad, im);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
@@ -357,7 +358,8 @@ static ddp_status cuda_col2im(const float *col, int c, int h, int w, int k, int 
 
 static ddp_status cuda_maxpool_fwd(const float *x, int planes, int h, int w, float *y, int *argmax)
 {
-    if (h % 2 || w % 2)
+    /* argmax holds int input indices, as on the CPU */
+    if (h % 2 || w % 2 || (size_t)planes * h * w > INT_MAX)
         return DDP_ERR_INVALID_ARG;
     size_t n_out = (size_t)planes * (h / 2) * (w / 2);
     if (n_out == 0)
@@ -371,9 +373,9 @@ static ddp_status cuda_maxpool_fwd(const float *x, int planes, int h, int w, flo
 static ddp_status cuda_maxpool_bwd(const float *dy, const int *argmax, int planes, int h, int w,
                                    float *dx)
 {
-    size_t n_out = (size_t)planes * (h / 2) * (w / 2);
-    if (n_out == 0)
+    if (planes <= 0 || h < 2 || w < 2)
         return DDP_OK;
+    size_t n_out = (size_t)planes * (h / 2) * (w / 2);
     ddp_maxpool_bwd_kernel<<<ddp_grid(n_out), ddp_block, 0, ddp_stream>>>(dy, argmax, n_out, dx);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
@@ -384,10 +386,11 @@ static ddp_status ddp_scratch_reserve(size_t n)
 {
     if (n <= ddp_scratch_n)
         return DDP_OK;
-    if (ddp_scratch)
-        DDP_CUDA_TRY(cudaFree(ddp_scratch));
+    int *old = ddp_scratch; /* forgotten first: never freed twice, even if cudaFree fails */
     ddp_scratch = NULL;
     ddp_scratch_n = 0;
+    if (old)
+        DDP_CUDA_TRY(cudaFree(old));
     DDP_CUDA_TRY(cudaMalloc((void **)&ddp_scratch, n * sizeof(int)));
     ddp_scratch_n = n;
     return DDP_OK;

@@ -31,8 +31,8 @@
     do {                                                                                     \
         ncclResult_t r_ = (call);                                                            \
         if (r_ != ncclSuccess) {                                                             \
-            ddp_log_write(DDP_LOG_ERROR, 0, __FILE__, __LINE__, "%s failed: %s", #call,      \
-                          ncclGetErrorString(r_));                                           \
+            ddp_log_write(DDP_LOG_ERROR, 0, __FILE__, __LINE__, "%s failed: %s (%s)", #call, \
+                          ncclGetErrorString(r_), ncclGetLastError(NULL));                   \
             st = DDP_ERR_NCCL;                                                               \
             goto cleanup;                                                                    \
         }                                                                                    \
@@ -40,6 +40,7 @@
 
 typedef struct nccl_state {
     ncclComm_t comm;
+    int device;           /* the communicator's CUDA device */
     cudaStream_t stream;  /* communication stream */
     cudaEvent_t ready;    /* recorded on the compute stream before each operation */
     float *scratch;       /* one device float, for the barrier */
@@ -64,10 +65,13 @@ static cudaStream_t nccl_compute_stream(void)
     return (cudaStream_t)ddp_cuda_stream();
 }
 
-/* Makes the communication stream wait for the work queued so far on the compute stream. */
+/* Makes the communication stream wait for the work queued so far on the compute stream. Makes
+ * the communicator's device current first: the caller may be another thread than the one that
+ * opened the backend, and events are created on the current device. */
 static ddp_status nccl_follow_compute(nccl_state *s)
 {
     ddp_status st = DDP_OK;
+    DDP_CUDA_TRY(cudaSetDevice(s->device));
     DDP_CUDA_TRY(cudaEventRecord(s->ready, nccl_compute_stream()));
     DDP_CUDA_TRY(cudaStreamWaitEvent(s->stream, s->ready, 0));
 cleanup:
@@ -80,7 +84,11 @@ static ddp_status nccl_mark_done(nccl_state *s, cudaEvent_t *done)
     ddp_status st = DDP_OK;
     DDP_CUDA_TRY(cudaEventCreateWithFlags(done, cudaEventDisableTiming));
     DDP_CUDA_TRY(cudaEventRecord(*done, s->stream));
+    return DDP_OK;
 cleanup:
+    if (*done)
+        cudaEventDestroy(*done);
+    *done = NULL;
     return st;
 }
 
@@ -189,15 +197,29 @@ cleanup:
     return st;
 }
 
+/* After an asynchronous error (a peer died, a network fault) the queued operations never
+ * complete: abort the communicator instead of waiting for them. */
+static void nccl_close_comm(nccl_state *s)
+{
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(s->comm, &async) != ncclSuccess || async != ncclSuccess) {
+        ncclCommAbort(s->comm);
+        return;
+    }
+    if (s->stream)
+        cudaStreamSynchronize(s->stream);
+    ncclCommDestroy(s->comm);
+}
+
 static void nccl_destroy(ddp_comm *c)
 {
     if (!c)
         return;
     nccl_state *s = nccl_of(c);
-    if (s->stream)
-        cudaStreamSynchronize(s->stream);
     if (s->comm)
-        ncclCommDestroy(s->comm);
+        nccl_close_comm(s);
+    else if (s->stream)
+        cudaStreamSynchronize(s->stream);
     if (s->ready)
         cudaEventDestroy(s->ready);
     if (s->stream)
@@ -245,18 +267,22 @@ static ddp_status nccl_bootstrap_id(int rank, ncclUniqueId *id)
     return DDP_OK;
 }
 
+/* The collective steps (id broadcast, ncclCommInitRank on the device the backend made current)
+ * come first, so that a local failure cannot leave peers waiting in them; a failure after them
+ * is local and reported to every rank by the caller's agreement step. */
 static ddp_status nccl_open(nccl_state *s, int rank, int world_size)
 {
-    ddp_status st = DDP_OK;
     ncclUniqueId id;
+    ddp_status st = nccl_bootstrap_id(rank, &id);
+    if (st != DDP_OK)
+        return st;
+    DDP_NCCL_TRY(ncclCommInitRank(&s->comm, world_size, id, rank));
+    DDP_NCCL_TRY(ncclCommCuDevice(s->comm, &s->device));
     DDP_CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     DDP_CUDA_TRY(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
     DDP_CUDA_TRY(cudaMalloc((void **)&s->scratch, sizeof(float)));
-    DDP_CUDA_TRY(cudaMemset(s->scratch, 0, sizeof(float)));
-    st = nccl_bootstrap_id(rank, &id);
-    if (st != DDP_OK)
-        goto cleanup;
-    DDP_NCCL_TRY(ncclCommInitRank(&s->comm, world_size, id, rank));
+    /* on the communication stream: the legacy default stream does not order non-blocking ones */
+    DDP_CUDA_TRY(cudaMemsetAsync(s->scratch, 0, sizeof(float), s->stream));
 cleanup:
     return st;
 }
@@ -276,6 +302,9 @@ ddp_status ddp_comm_nccl_create(int rank, int world_size, ddp_comm **out)
     *c = (ddp_comm){.ops = &nccl_ops, .impl = s};
     ddp_status st = nccl_open(s, rank, world_size);
     if (st != DDP_OK) {
+        if (s->comm) /* a local failure after init: abort is local, destroy may wait for peers */
+            ncclCommAbort(s->comm);
+        s->comm = NULL;
         nccl_destroy(c);
         return st;
     }
