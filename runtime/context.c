@@ -246,10 +246,16 @@ static ddp_status ctx_open_device(ddp_ctx *ctx)
                   "run on GPU nodes or use the cpu backend", ctx->hostname, vis ? vis : "unset");
         return DDP_ERR_NO_DEVICE;
     }
-    ctx->device = ctx->local_rank % count;
-    if (ctx->local_world_size > count)
-        DDP_WARN("%d ranks share %d GPU(s) on host %s", ctx->local_world_size, count,
-                 ctx->hostname);
+    /* One GPU per rank: local rank r takes device r; a rank that sees exactly one device (the
+     * launcher or Slurm narrowed CUDA_VISIBLE_DEVICES) takes it. NCCL does not support two ranks
+     * of one communicator on one GPU, so other layouts are refused here rather than hanging. */
+    if (count < ctx->local_world_size && count != 1) {
+        DDP_ERROR("host %s runs %d ranks but sees %d GPUs: NCCL needs one GPU per rank; start at "
+                  "most %d ranks per node (--ntasks-per-node=%d) or use the cpu backend",
+                  ctx->hostname, ctx->local_world_size, count, count, count);
+        return DDP_ERR_NO_DEVICE;
+    }
+    ctx->device = count == 1 ? 0 : ctx->local_rank;
     ddp_status st = ddp_cuda_backend_open(ctx->device);
     if (st != DDP_OK)
         DDP_ERROR("cannot open GPU %d on host %s: %s", ctx->device, ctx->hostname,
