@@ -1,2 +1,218 @@
-/* placeholder */
-int main(void) { return 1; }
+/* ddp_ckpt.c - ddp-ckpt: shows a checkpoint's signature and compares two checkpoints numerically.
+ *
+ *   ddp-ckpt show FILE
+ *   ddp-ckpt diff [--tol X] A B
+ *
+ * diff prints max_abs_diff (largest |a - b| over all values) and max_rel_diff, the largest over
+ * parameters of (largest |a - b| in the parameter) / max(largest |a|, largest |b| in it, 1e-12):
+ * differences are measured against the scale of each tensor, so values that happen to sit near zero
+ * do not blow the ratio up.
+ * Exit status, like diff(1): 0 same signature (and max_rel_diff <= X with --tol), 1 the signatures
+ * differ or max_rel_diff > X, 2 bad usage or an unreadable or corrupt file.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddp.h"
+
+#define DDP_CKPT_SAME 0
+#define DDP_CKPT_DIFFERENT 1
+#define DDP_CKPT_TROUBLE 2
+
+static const char ddp_ckpt_usage_text[] =
+    "usage: ddp-ckpt show FILE\n"
+    "       ddp-ckpt diff [--tol X] A B\n"
+    "  show    prints the signature (parameter names and shapes)\n"
+    "  diff    checks that the signatures match and prints max_abs_diff and max_rel_diff\n"
+    "          (per parameter: max |a-b| / max(max |a|, max |b|, 1e-12), largest over parameters)\n"
+    "  --tol X exit 1 when max_rel_diff > X\n";
+
+typedef struct ddp_ckpt {
+    const char *path;
+    ddp_param_desc *descs;
+    int n_params;
+    float *params;
+} ddp_ckpt;
+
+static int ddp_ckpt_usage(const char *complaint)
+{
+    fprintf(stderr, "ddp-ckpt: %s\n%s", complaint, ddp_ckpt_usage_text);
+    return DDP_CKPT_TROUBLE;
+}
+
+static ddp_status ddp_ckpt_open(const char *path, ddp_ckpt *c)
+{
+    c->path = path;
+    ddp_status st = ddp_checkpoint_load(path, &c->descs, &c->n_params, &c->params);
+    if (st != DDP_OK)
+        fprintf(stderr, "ddp-ckpt: %s: cannot load: %s\n", path, ddp_strerror(st));
+    return st;
+}
+
+static void ddp_ckpt_close(ddp_ckpt *c)
+{
+    free(c->descs);
+    free(c->params);
+}
+
+/* Writes "[512, 784]". */
+static void ddp_shape_text(const ddp_param_desc *d, char *buf, size_t n)
+{
+    size_t used = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < d->n_dims && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%lld", i ? ", " : "", (long long)d->shape[i]);
+    if (used < n)
+        snprintf(buf + used, n - used, "]");
+}
+
+static int ddp_desc_equal(const ddp_param_desc *a, const ddp_param_desc *b)
+{
+    if (strncmp(a->name, b->name, DDP_NAME_MAX) != 0 || a->n_dims != b->n_dims)
+        return 0;
+    for (int i = 0; i < a->n_dims; i++)
+        if (a->shape[i] != b->shape[i])
+            return 0;
+    return 1;
+}
+
+/* Returns 1 when the signatures match; otherwise prints the first difference. */
+static int ddp_ckpt_same_signature(const ddp_ckpt *a, const ddp_ckpt *b)
+{
+    if (a->n_params != b->n_params) {
+        fprintf(stderr, "ddp-ckpt: signatures differ: %s has %d parameters, %s has %d\n", a->path,
+                a->n_params, b->path, b->n_params);
+        return 0;
+    }
+    for (int i = 0; i < a->n_params; i++) {
+        if (ddp_desc_equal(&a->descs[i], &b->descs[i]))
+            continue;
+        char sa[96], sb[96];
+        ddp_shape_text(&a->descs[i], sa, sizeof sa);
+        ddp_shape_text(&b->descs[i], sb, sizeof sb);
+        fprintf(stderr, "ddp-ckpt: signatures differ at parameter %d: %s has '%.*s' %s, %s has '%.*s' %s\n",
+                i, a->path, DDP_NAME_MAX, a->descs[i].name, sa, b->path, DDP_NAME_MAX, b->descs[i].name, sb);
+        return 0;
+    }
+    return 1;
+}
+
+/* Largest |a-b| and relative difference of one parameter of n values. */
+static void ddp_param_diff(const float *a, const float *b, size_t n, double *abs_diff, double *rel_diff)
+{
+    double diff = 0.0, scale = 1e-12;
+    for (size_t i = 0; i < n; i++) {
+        diff = fmax(diff, fabs((double)a[i] - (double)b[i]));
+        scale = fmax(scale, fmax(fabs((double)a[i]), fabs((double)b[i])));
+    }
+    *abs_diff = diff;
+    *rel_diff = diff / scale;
+}
+
+/* Compares values parameter by parameter; prints the result; returns max_rel_diff. */
+static double ddp_ckpt_compare(const ddp_ckpt *a, const ddp_ckpt *b)
+{
+    double max_abs = 0.0, max_rel = 0.0;
+    int worst = 0;
+    size_t offset = 0;
+    for (int i = 0; i < a->n_params; i++) {
+        size_t n = ddp_param_numel(&a->descs[i]);
+        double abs_diff, rel_diff;
+        ddp_param_diff(a->params + offset, b->params + offset, n, &abs_diff, &rel_diff);
+        max_abs = fmax(max_abs, abs_diff);
+        if (rel_diff > max_rel) {
+            max_rel = rel_diff;
+            worst = i;
+        }
+        offset += n;
+    }
+    printf("max_abs_diff=%.6g max_rel_diff=%.6g", max_abs, max_rel);
+    if (max_rel > 0.0)
+        printf(" (largest in %.*s)", DDP_NAME_MAX, a->descs[worst].name);
+    putchar('\n');
+    return max_rel;
+}
+
+/* Parses "--tol X" (X >= 0) among the diff arguments; leaves the file names at argv[optind..]. */
+static int ddp_ckpt_parse_tol(int argc, char **argv, double *tol)
+{
+    static const struct option opts[] = {{"tol", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
+    opterr = 0;
+    optind = 1;
+    int id;
+    while ((id = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (id != 't')
+            return ddp_ckpt_usage(id == ':' ? "--tol needs a value" : "unknown option");
+        char *end = NULL;
+        errno = 0;
+        *tol = strtod(optarg, &end);
+        if (errno != 0 || end == optarg || *end != '\0' || !(*tol >= 0.0) || !isfinite(*tol)) {
+            fprintf(stderr, "ddp-ckpt: --tol: expected a number >= 0, got '%s'\n", optarg);
+            return DDP_CKPT_TROUBLE;
+        }
+    }
+    return DDP_CKPT_SAME;
+}
+
+static int ddp_ckpt_diff(int argc, char **argv)
+{
+    double tol = -1.0;
+    int rc = ddp_ckpt_parse_tol(argc, argv, &tol);
+    if (rc != DDP_CKPT_SAME)
+        return rc;
+    if (argc - optind != 2)
+        return ddp_ckpt_usage("diff needs two checkpoint files");
+    ddp_ckpt a = {0}, b = {0};
+    rc = DDP_CKPT_TROUBLE;
+    if (ddp_ckpt_open(argv[optind], &a) == DDP_OK && ddp_ckpt_open(argv[optind + 1], &b) == DDP_OK) {
+        rc = DDP_CKPT_DIFFERENT;
+        if (ddp_ckpt_same_signature(&a, &b)) {
+            double rel = ddp_ckpt_compare(&a, &b);
+            rc = tol >= 0.0 && rel > tol ? DDP_CKPT_DIFFERENT : DDP_CKPT_SAME;
+            if (rc != DDP_CKPT_SAME)
+                fprintf(stderr, "ddp-ckpt: max_rel_diff %.6g exceeds --tol %g\n", rel, tol);
+        }
+    }
+    ddp_ckpt_close(&a);
+    ddp_ckpt_close(&b);
+    return rc;
+}
+
+static int ddp_ckpt_show(int argc, char **argv)
+{
+    if (argc != 2)
+        return ddp_ckpt_usage("show needs one checkpoint file");
+    ddp_ckpt c = {0};
+    if (ddp_ckpt_open(argv[1], &c) != DDP_OK)
+        return DDP_CKPT_TROUBLE;
+    size_t total = 0;
+    printf("%s: %d parameters\n", c.path, c.n_params);
+    for (int i = 0; i < c.n_params; i++) {
+        char shape[96];
+        size_t n = ddp_param_numel(&c.descs[i]);
+        ddp_shape_text(&c.descs[i], shape, sizeof shape);
+        printf("  %2d %-24.*s %-20s %zu\n", i, DDP_NAME_MAX, c.descs[i].name, shape, n);
+        total += n;
+    }
+    printf("total: %zu values\n", total);
+    ddp_ckpt_close(&c);
+    return DDP_CKPT_SAME;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return ddp_ckpt_usage("missing command");
+    if (strcmp(argv[1], "show") == 0)
+        return ddp_ckpt_show(argc - 1, argv + 1);
+    if (strcmp(argv[1], "diff") == 0)
+        return ddp_ckpt_diff(argc - 1, argv + 1);
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(ddp_ckpt_usage_text, stdout);
+        return DDP_CKPT_SAME;
+    }
+    return ddp_ckpt_usage("unknown command (expected show or diff)");
+}

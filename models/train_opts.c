@@ -1,0 +1,268 @@
+/* train_opts.c - ddp-train command line: getopt_long flags, each value validated with a clear message. */
+#include "train_opts.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    OPT_MODEL = 1000, OPT_WIDTHS, OPT_DATA, OPT_EPOCHS, OPT_MAX_STEPS, OPT_BATCH, OPT_LR,
+    OPT_MOMENTUM, OPT_WEIGHT_DECAY, OPT_SEED, OPT_BUCKET_MB, OPT_FIRST_BUCKET_MB, OPT_ACCUM,
+    OPT_DEVICE, OPT_THREADS, OPT_METRICS, OPT_SAVE, OPT_NO_SHUFFLE, OPT_LOG_EVERY,
+    OPT_BROADCAST_INIT, OPT_LR_SCHEDULE, OPT_AUGMENT, OPT_HELP
+};
+
+static const struct option ddp_train_long_opts[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"widths", required_argument, NULL, OPT_WIDTHS},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"epochs", required_argument, NULL, OPT_EPOCHS},
+    {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"bucket-mb", required_argument, NULL, OPT_BUCKET_MB},
+    {"first-bucket-mb", required_argument, NULL, OPT_FIRST_BUCKET_MB},
+    {"accum", required_argument, NULL, OPT_ACCUM},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"metrics", required_argument, NULL, OPT_METRICS},
+    {"save", required_argument, NULL, OPT_SAVE},
+    {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE},
+    {"log-every", required_argument, NULL, OPT_LOG_EVERY},
+    {"broadcast-init", no_argument, NULL, OPT_BROADCAST_INIT},
+    {"lr-schedule", required_argument, NULL, OPT_LR_SCHEDULE},
+    {"augment", no_argument, NULL, OPT_AUGMENT},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+static const char ddp_train_usage_text[] =
+    "usage: ddp-train [options]   (run one process, or many with mpirun / srun / ddp-launch)\n"
+    "  --model mlp|cnn         model (default mlp)\n"
+    "  --widths W-W-..         MLP layer widths, 784 first, 10 last (default 784-512-256-10)\n"
+    "  --data DIR              MNIST IDX folder (default data/mnist; scripts/fetch-mnist.sh fills it)\n"
+    "  --epochs N              epochs (default 8)\n"
+    "  --max-steps N           stop after N optimizer steps, 0 = no limit (default 0)\n"
+    "  --batch N               samples per rank per micro-step (default 64)\n"
+    "  --accum K               micro-steps per optimizer step (gradient accumulation, default 1)\n"
+    "  --lr X                  learning rate (default 0.05)\n"
+    "  --lr-schedule S         constant, or cosine: decays the rate to 0 over the planned steps\n"
+    "  --momentum X            SGD momentum in [0, 1) (default 0.9)\n"
+    "  --weight-decay X        L2 weight decay (default 0)\n"
+    "  --seed N                initialisation and shuffling seed (default 42)\n"
+    "  --bucket-mb X           gradient bucket cap, MiB (default 25)\n"
+    "  --first-bucket-mb X     first bucket cap, MiB (default 1)\n"
+    "  --device cpu|cuda|auto  backend (default auto)\n"
+    "  --threads N             BLAS threads per rank on the CPU (default 1)\n"
+    "  --metrics FILE          rank 0 writes JSON lines: one per epoch, then a summary\n"
+    "  --save FILE             rank 0 writes the trained parameters as a checkpoint\n"
+    "  --augment               shift each training image by up to 2 pixels (from seed, epoch, sample)\n"
+    "  --no-shuffle            keep the data order (identity permutation)\n"
+    "  --log-every N           progress line every N steps when stderr is not a terminal (default 50)\n"
+    "  --broadcast-init        copy rank 0's initial parameters to every rank\n"
+    "  --help                  this text\n";
+
+static void ddp_train_opts_default(ddp_train_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    ddp_model_config_default(&o->model, DDP_MODEL_MLP);
+    o->data_dir = "data/mnist";
+    o->epochs = 8;
+    o->batch = 64;
+    o->accum = 1;
+    o->lr = 0.05;
+    o->momentum = 0.9;
+    o->seed = 42;
+    o->bucket_mb = 25.0;
+    o->first_bucket_mb = 1.0;
+    o->device = DDP_BACKEND_AUTO;
+    o->threads = 1;
+    o->shuffle = 1;
+    o->log_every = 50;
+}
+
+/* Parses a whole-string integer in [min, max]; prints the complaint and returns -1 otherwise. */
+static int ddp_parse_long(const char *flag, const char *text, long min, long max, long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < min || v > max) {
+        fprintf(stderr, "ddp-train: --%s: expected %s integer, got '%s'\n", flag,
+                min > 0 ? "a positive" : "a non-negative", text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int ddp_parse_int(const char *flag, const char *text, int min, int *out)
+{
+    long v;
+    if (ddp_parse_long(flag, text, min, INT_MAX, &v) != 0)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Parses a whole-string finite number v with lo <= v < hi (lo < v when lo_open); `want` describes
+ * the range for the message. */
+static int ddp_parse_double(const char *flag, const char *text, double lo, int lo_open, double hi,
+                            const char *want, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    int low_ok = lo_open ? v > lo : v >= lo;
+    if (errno != 0 || end == text || *end != '\0' || !isfinite(v) || !low_ok || !(v < hi)) {
+        fprintf(stderr, "ddp-train: --%s: expected %s, got '%s'\n", flag, want, text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int ddp_parse_seed(const char *text, uint64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || text[0] == '-') {
+        fprintf(stderr, "ddp-train: --seed: expected a non-negative integer, got '%s'\n", text);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* Flags that name a choice: model kind, widths, learning-rate schedule, device. */
+static int ddp_parse_choice(int id, const char *text, ddp_train_opts *o)
+{
+    if (id == OPT_LR_SCHEDULE) {
+        o->cosine = strcmp(text, "cosine") == 0;
+        if (!o->cosine && strcmp(text, "constant") != 0) {
+            fprintf(stderr, "ddp-train: --lr-schedule: expected constant or cosine, got '%s'\n", text);
+            return -1;
+        }
+        return 0;
+    }
+    if (id == OPT_MODEL) {
+        ddp_model_kind kind;
+        if (ddp_model_kind_parse(text, &kind) != DDP_OK) {
+            fprintf(stderr, "ddp-train: --model: expected mlp or cnn, got '%s'\n", text);
+            return -1;
+        }
+        o->model.kind = kind;
+        return 0;
+    }
+    if (id == OPT_WIDTHS) {
+        if (ddp_model_widths_parse(text, &o->model) != DDP_OK) {
+            fprintf(stderr, "ddp-train: --widths: expected widths like 784-512-256-10 (784 first, 10 "
+                            "last, at most %d layers), got '%s'\n", DDP_MLP_MAX_LAYERS, text);
+            return -1;
+        }
+        return 0;
+    }
+    if (ddp_backend_parse(text, &o->device) != DDP_OK) {
+        fprintf(stderr, "ddp-train: --device: expected cpu, cuda or auto, got '%s'\n", text);
+        return -1;
+    }
+    return 0;
+}
+
+#define DDP_WANT_POSITIVE "a positive number"
+
+/* Flags with a numeric value. */
+static int ddp_parse_number(int id, const char *v, ddp_train_opts *o)
+{
+    switch (id) {
+    case OPT_EPOCHS: return ddp_parse_int("epochs", v, 1, &o->epochs);
+    case OPT_MAX_STEPS: return ddp_parse_long("max-steps", v, 0, LONG_MAX, &o->max_steps);
+    case OPT_BATCH: return ddp_parse_int("batch", v, 1, &o->batch);
+    case OPT_ACCUM: return ddp_parse_int("accum", v, 1, &o->accum);
+    case OPT_THREADS: return ddp_parse_int("threads", v, 1, &o->threads);
+    case OPT_LOG_EVERY: return ddp_parse_int("log-every", v, 1, &o->log_every);
+    case OPT_LR: return ddp_parse_double("lr", v, 0.0, 1, INFINITY, DDP_WANT_POSITIVE, &o->lr);
+    case OPT_MOMENTUM:
+        return ddp_parse_double("momentum", v, 0.0, 0, 1.0, "a number in [0, 1)", &o->momentum);
+    case OPT_WEIGHT_DECAY:
+        return ddp_parse_double("weight-decay", v, 0.0, 0, INFINITY, "a number >= 0", &o->weight_decay);
+    case OPT_BUCKET_MB: return ddp_parse_double("bucket-mb", v, 0.0, 1, INFINITY, DDP_WANT_POSITIVE, &o->bucket_mb);
+    case OPT_FIRST_BUCKET_MB:
+        return ddp_parse_double("first-bucket-mb", v, 0.0, 1, INFINITY, DDP_WANT_POSITIVE, &o->first_bucket_mb);
+    case OPT_SEED: return ddp_parse_seed(v, &o->seed);
+    default: return ddp_parse_choice(id, v, o);
+    }
+}
+
+/* One flag. Returns 0 when accepted, -1 when invalid (message printed), 1 for --help. */
+static int ddp_train_apply_opt(int id, const char *v, ddp_train_opts *o)
+{
+    switch (id) {
+    case OPT_DATA: o->data_dir = v; return 0;
+    case OPT_METRICS: o->metrics_path = v; return 0;
+    case OPT_SAVE: o->save_path = v; return 0;
+    case OPT_NO_SHUFFLE: o->shuffle = 0; return 0;
+    case OPT_AUGMENT: o->augment = 1; return 0;
+    case OPT_BROADCAST_INIT: o->broadcast_init = 1; return 0;
+    case OPT_HELP: return 1;
+    default: return ddp_parse_number(id, v, o);
+    }
+}
+
+ddp_train_parse_result ddp_train_parse_args(int argc, char **argv, ddp_train_opts *o)
+{
+    ddp_train_opts_default(o);
+    opterr = 0;
+    optind = 1;
+    int id;
+    while ((id = getopt_long(argc, argv, ":h", ddp_train_long_opts, NULL)) != -1) {
+        int rc;
+        if (id == 'h') {
+            rc = 1;
+        } else if (id == '?' || id == ':') {
+            fprintf(stderr, "ddp-train: %s option '%s'\n%s", id == '?' ? "unknown" : "missing value for",
+                    argv[optind - 1], ddp_train_usage_text);
+            return DDP_TRAIN_USAGE;
+        } else {
+            rc = ddp_train_apply_opt(id, optarg, o);
+        }
+        if (rc == 1) {
+            fputs(ddp_train_usage_text, stdout);
+            return DDP_TRAIN_HELP;
+        }
+        if (rc != 0)
+            return DDP_TRAIN_USAGE;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ddp-train: unexpected argument '%s'\n%s", argv[optind], ddp_train_usage_text);
+        return DDP_TRAIN_USAGE;
+    }
+    o->model.seed = o->seed;
+    o->model.max_batch = o->batch;
+    return DDP_TRAIN_RUN;
+}
+
+void ddp_train_print_opts(FILE *f, const ddp_train_opts *o)
+{
+    fprintf(f, "model: %s", o->model.kind == DDP_MODEL_CNN ? "cnn" : "mlp");
+    if (o->model.kind == DDP_MODEL_MLP) {
+        fputs(" widths ", f);
+        for (int i = 0; i < o->model.n_widths; i++)
+            fprintf(f, "%s%d", i ? "-" : "", o->model.widths[i]);
+    }
+    fprintf(f, "\ndata: %s\nepochs: %d  max-steps: %ld  batch per rank: %d  accum: %d\n", o->data_dir,
+            o->epochs, o->max_steps, o->batch, o->accum);
+    fprintf(f, "sgd: lr %g (%s)  momentum %g  weight decay %g  seed %llu  shuffle %s\n", o->lr,
+            o->cosine ? "cosine" : "constant", o->momentum, o->weight_decay, (unsigned long long)o->seed,
+            o->shuffle ? "yes" : "no");
+    fprintf(f, "buckets: %g MiB (first %g MiB)  broadcast-init: %s  threads: %d  augment: %s\n",
+            o->bucket_mb, o->first_bucket_mb, o->broadcast_init ? "yes" : "no", o->threads,
+            o->augment ? "shifts up to 2 px" : "no");
+}

@@ -1,0 +1,45 @@
+/* train_opts.h - command-line options of ddp-train (parsing and validation). */
+#ifndef DDP_TRAIN_OPTS_H
+#define DDP_TRAIN_OPTS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ddp.h"
+#include "model.h"
+
+typedef struct ddp_train_opts {
+    ddp_model_config model;  /* kind, widths, seed; max_batch = batch */
+    const char *data_dir;    /* folder with the four IDX files */
+    int epochs;
+    long max_steps;          /* optimizer steps; 0 = no limit */
+    int batch;               /* per rank, per micro-step */
+    int accum;               /* micro-steps per optimizer step */
+    double lr, momentum, weight_decay;
+    int cosine;              /* --lr-schedule cosine: lr * (1 + cos(pi * step / steps)) / 2 */
+    uint64_t seed;           /* model initialisation and sampler shuffling */
+    double bucket_mb, first_bucket_mb;
+    ddp_backend_kind device;
+    int threads;
+    const char *metrics_path; /* NULL: none */
+    const char *save_path;    /* NULL: none */
+    int shuffle;
+    int augment;              /* random shifts of up to 2 pixels of training images */
+    int log_every;            /* progress line every N steps when stderr is not a terminal */
+    int broadcast_init;
+} ddp_train_opts;
+
+/* What the caller does after parsing. */
+typedef enum ddp_train_parse_result {
+    DDP_TRAIN_RUN = 0,  /* options valid: train */
+    DDP_TRAIN_HELP,     /* --help printed: exit 0 */
+    DDP_TRAIN_USAGE     /* invalid command line, message printed to stderr: exit 2 */
+} ddp_train_parse_result;
+
+/* Fills o with the defaults, then parses argv. Messages name the flag and the bad value. */
+ddp_train_parse_result ddp_train_parse_args(int argc, char **argv, ddp_train_opts *o);
+
+/* Writes the options, one "name: value" per line, for the start-up report. */
+void ddp_train_print_opts(FILE *f, const ddp_train_opts *o);
+
+#endif /* DDP_TRAIN_OPTS_H */

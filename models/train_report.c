@@ -1,0 +1,131 @@
+/* train_report.c - ddp-train output: progress bar or lines, classification report, JSON metrics lines. */
+#include "train_report.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#define DDP_BAR_WIDTH 30
+
+double ddp_train_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void ddp_progress_init(ddp_progress *p, int log_every, long total_steps, long samples_per_step)
+{
+    p->tty = isatty(STDERR_FILENO);
+    p->log_every = log_every;
+    p->total_steps = total_steps;
+    p->samples_per_step = samples_per_step;
+    p->train_seconds = 0.0;
+}
+
+/* Writes "12m05s" style durations. */
+static void ddp_format_duration(char *buf, size_t n, double seconds)
+{
+    long s = seconds > 0 ? (long)(seconds + 0.5) : 0;
+    if (s >= 3600)
+        snprintf(buf, n, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+    else
+        snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
+}
+
+void ddp_progress_update(ddp_progress *p, long step, int epoch, double loss)
+{
+    int last = step == p->total_steps;
+    if (!p->tty && step % p->log_every != 0 && !last)
+        return;
+    double rate = p->train_seconds > 0 ? (double)(step * p->samples_per_step) / p->train_seconds : 0.0;
+    double per_step = p->train_seconds / (double)step;
+    char eta[32];
+    ddp_format_duration(eta, sizeof eta, per_step * (double)(p->total_steps - step));
+    if (!p->tty) {
+        fprintf(stderr, "step %ld/%ld epoch %d loss %.4f %.0f samples/s ETA %s\n", step, p->total_steps,
+                epoch + 1, loss, rate, eta);
+        return;
+    }
+    int filled = (int)((double)DDP_BAR_WIDTH * (double)step / (double)p->total_steps);
+    char bar[DDP_BAR_WIDTH + 1];
+    for (int i = 0; i < DDP_BAR_WIDTH; i++)
+        bar[i] = i < filled ? '#' : '.';
+    bar[DDP_BAR_WIDTH] = '\0';
+    fprintf(stderr, "\r[%s] %ld/%ld epoch %d loss %.4f %.0f samples/s ETA %s  ", bar, step,
+            p->total_steps, epoch + 1, loss, rate, eta);
+    fflush(stderr);
+}
+
+void ddp_progress_end(const ddp_progress *p)
+{
+    if (p->tty)
+        fputc('\n', stderr);
+}
+
+double ddp_confusion_accuracy(const float *confusion)
+{
+    double correct = 0.0, total = 0.0;
+    for (int t = 0; t < DDP_N_CLASSES; t++) {
+        for (int q = 0; q < DDP_N_CLASSES; q++)
+            total += confusion[t * DDP_N_CLASSES + q];
+        correct += confusion[t * DDP_N_CLASSES + t];
+    }
+    return total > 0 ? correct / total : 0.0;
+}
+
+/* Precision, recall, F1 and support of class c. */
+static void ddp_class_scores(const float *confusion, int c, double *prec, double *rec, double *f1,
+                             double *support)
+{
+    double tp = confusion[c * DDP_N_CLASSES + c], predicted = 0.0, actual = 0.0;
+    for (int k = 0; k < DDP_N_CLASSES; k++) {
+        predicted += confusion[k * DDP_N_CLASSES + c];
+        actual += confusion[c * DDP_N_CLASSES + k];
+    }
+    *prec = predicted > 0 ? tp / predicted : 0.0;
+    *rec = actual > 0 ? tp / actual : 0.0;
+    *f1 = *prec + *rec > 0 ? 2.0 * *prec * *rec / (*prec + *rec) : 0.0;
+    *support = actual;
+}
+
+void ddp_print_class_report(FILE *f, const float *confusion)
+{
+    double macro[3] = {0}, weighted[3] = {0}, total = 0.0;
+    fprintf(f, "%12s %10s %10s %10s %10s\n\n", "", "precision", "recall", "f1-score", "support");
+    for (int c = 0; c < DDP_N_CLASSES; c++) {
+        double s[3], support;
+        ddp_class_scores(confusion, c, &s[0], &s[1], &s[2], &support);
+        fprintf(f, "%12d %10.4f %10.4f %10.4f %10.0f\n", c, s[0], s[1], s[2], support);
+        for (int k = 0; k < 3; k++) {
+            macro[k] += s[k] / DDP_N_CLASSES;
+            weighted[k] += s[k] * support;
+        }
+        total += support;
+    }
+    for (int k = 0; k < 3 && total > 0; k++)
+        weighted[k] /= total;
+    fprintf(f, "\n%12s %10s %10s %10.4f %10.0f\n", "accuracy", "", "", ddp_confusion_accuracy(confusion),
+            total);
+    fprintf(f, "%12s %10.4f %10.4f %10.4f %10.0f\n", "macro avg", macro[0], macro[1], macro[2], total);
+    fprintf(f, "%12s %10.4f %10.4f %10.4f %10.0f\n", "weighted avg", weighted[0], weighted[1],
+            weighted[2], total);
+}
+
+void ddp_metrics_epoch(FILE *f, const ddp_epoch_stats *e)
+{
+    fprintf(f, "{\"epoch\":%d,\"steps\":%ld,\"train_loss\":%.6f,\"test_accuracy\":%.6f,"
+               "\"samples_per_s\":%.1f}\n",
+            e->epoch, e->steps, e->train_loss, e->test_accuracy, e->samples_per_s);
+    fflush(f);
+}
+
+void ddp_metrics_summary(FILE *f, const ddp_train_opts *o, const ddp_run_stats *r)
+{
+    fprintf(f, "{\"summary\":true,\"model\":\"%s\",\"backend\":\"%s\",\"world_size\":%d,\"batch\":%d,"
+               "\"accum\":%d,\"epochs\":%d,\"steps\":%ld,\"train_loss\":%.6f,\"test_accuracy\":%.6f,"
+               "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"wall_seconds\":%.3f}\n",
+            o->model.kind == DDP_MODEL_CNN ? "cnn" : "mlp", r->backend, r->world_size, o->batch,
+            o->accum, r->epochs, r->steps, r->train_loss, r->test_accuracy, r->samples_per_s,
+            r->train_seconds, r->wall_seconds);
+    fflush(f);
+}

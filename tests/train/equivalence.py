@@ -1,0 +1,90 @@
+#!/usr/bin/python3
+"""equivalence.py - the proof that data parallelism is right: training on N ranks equals training on
+one process that accumulates N micro-batches, and K accumulated micro-batches equal one K-times
+larger batch, to float rounding (ddp-ckpt diff --tol 1e-5).
+
+Why the samples coincide: the sampler draws one permutation P of the data set from (seed, epoch),
+independent of the world size. Rank r of N takes positions r, r+N, r+2N, ... of P, so at optimizer
+step s its batch of b is P[(s*b + j)*N + r] for j < b, and the union over ranks is exactly the window
+P[s*b*N .. (s+1)*b*N). One process with --accum N takes its indices s*b*N .. (s+1)*b*N of P (all of
+P, since it is rank 0 of 1) as N micro-batches of b: the same window. The reducer averages over ranks
+and micro-steps with equal weights, so both compute the mean gradient over the same N*b samples. The
+data set size (480) is a multiple of every b*N used here, so the sampler pads nothing.
+The test can fail: a different seed, or one step fewer, must exceed the tolerance.
+
+Usage: equivalence.py DDP_TRAIN DDP_CKPT MODEL MPIRUN MPIRUN_ARGS... (the last of which is -np)
+"""
+import os
+import re
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import trainlib  # noqa: E402
+
+TOL = "1e-5"
+BATCH = 8
+STEPS = 4
+
+
+def train(chk, tmp, name, args, prefix=()):
+    path = os.path.join(tmp, name + ".ckpt")
+    rc, out = trainlib.run(list(prefix) + args + ["--save", path], timeout=300)
+    chk.check(rc == 0 and os.path.exists(path), f"train {name}: exit status {rc}", out)
+    return path
+
+
+def diff(chk, ckpt, a, b, want_same, what):
+    rc, out = trainlib.run([ckpt, "diff", "--tol", TOL, a, b], timeout=60)
+    print(out.strip())
+    m = re.search(r"max_rel_diff=(\S+)", out)
+    if want_same:
+        chk.check(rc == 0 and m is not None, f"{what}: same to --tol {TOL}", out)
+    else:
+        chk.check(rc == 1 and m is not None and float(m.group(1)) > float(TOL) * 10,
+                  f"{what}: differs beyond --tol {TOL} (negative control)", out)
+
+
+def main():
+    exe, ckpt, model, mpi = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    chk = trainlib.Checker()
+    with tempfile.TemporaryDirectory(prefix="ddp-equiv-") as tmp:
+        data = os.path.join(tmp, "data")
+        trainlib.write_dataset(data, 480, 60)
+        def common(steps):
+            return [exe, "--model", model, "--data", data, "--epochs", "1", "--max-steps", str(steps),
+                    "--lr", "0.05", "--momentum", "0.9", "--device", "cpu", "--log-every", "1"]
+        base = common(STEPS)
+        batch = ["--batch", str(BATCH)]
+        ranks = {}
+        for n in (2, 3):
+            ranks[n] = train(chk, tmp, f"np{n}", base + batch, prefix=mpi + [str(n)])
+            single = train(chk, tmp, f"accum{n}", base + batch + ["--accum", str(n)])
+            diff(chk, ckpt, ranks[n], single, True, f"{model}: {n} ranks vs 1 process --accum {n}")
+        # Augmentation shifts depend on (seed, epoch, sample index) only, and the cosine rate on the
+        # step: both leave the equivalence intact.
+        extra = ["--augment", "--lr-schedule", "cosine"]
+        aug_ranks = train(chk, tmp, "np2aug", base + batch + extra, prefix=mpi + ["2"])
+        aug_single = train(chk, tmp, "accum2aug", base + batch + extra + ["--accum", "2"])
+        diff(chk, ckpt, aug_ranks, aug_single, True, f"{model}: --augment --lr-schedule cosine, 2 ranks vs --accum 2")
+        diff(chk, ckpt, ranks[2], aug_ranks, False, f"{model}: --augment changes the result")
+        accum = train(chk, tmp, "accum4", base + batch + ["--accum", "4"])
+        big = train(chk, tmp, "batch32", base + ["--batch", str(4 * BATCH)])
+        diff(chk, ckpt, accum, big, True, f"{model}: --accum 4 --batch {BATCH} vs --batch {4 * BATCH}")
+        seed = train(chk, tmp, "seed43", base + batch + ["--accum", "2", "--seed", "43"])
+        diff(chk, ckpt, ranks[2], seed, False, f"{model}: other seed")
+        fewer = train(chk, tmp, "fewer", common(STEPS - 1) + batch + ["--accum", "2"])
+        diff(chk, ckpt, ranks[2], fewer, False, f"{model}: one step fewer")
+        other = train(chk, tmp, "other", [exe, "--model", "mlp", "--widths", "784-32-10", "--data", data,
+                                          "--max-steps", "1", "--device", "cpu"])
+        rc, out = trainlib.run([ckpt, "diff", ranks[2], other], timeout=60)
+        chk.check(rc == 1 and "signatures differ" in out, "ddp-ckpt diff names a signature difference", out)
+        print(out.strip())
+        rc, out = trainlib.run([ckpt, "show", ranks[2]], timeout=60)
+        chk.check(rc == 0 and "parameters" in out and "total:" in out, "ddp-ckpt show", out)
+        print(out)
+    chk.done()
+
+
+if __name__ == "__main__":
+    main()

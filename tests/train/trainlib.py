@@ -1,0 +1,86 @@
+"""trainlib.py - shared helpers of the ddp-train tests: a synthetic IDX data set and process running.
+
+The synthetic set is deterministic and learnable: class c is a bright 2-D bump at a position that
+depends on c, on a background of pseudo-random noise from a fixed linear congruential generator.
+"""
+import math
+import os
+import struct
+import subprocess
+import sys
+
+SIDE = 28
+
+
+def _lcg(state):
+    """Next state of a 32-bit linear congruential generator (Numerical Recipes constants)."""
+    return (1664525 * state + 1013904223) & 0xFFFFFFFF
+
+
+def _image(label, sample, state):
+    """One 28x28 image of class `label` as bytes; returns (bytes, new LCG state)."""
+    cy = 6 + (label // 5) * 14 + (sample % 3) - 1
+    cx = 4 + (label % 5) * 5 + (sample % 2)
+    pixels = bytearray(SIDE * SIDE)
+    for y in range(SIDE):
+        for x in range(SIDE):
+            state = _lcg(state)
+            noise = (state >> 24) % 48
+            bump = 220.0 * math.exp(-((y - cy) ** 2 + (x - cx) ** 2) / 8.0)
+            pixels[y * SIDE + x] = min(255, int(bump) + noise)
+    return bytes(pixels), state
+
+
+def write_split(folder, split, n, seed):
+    """Writes SPLIT-images-idx3-ubyte and SPLIT-labels-idx1-ubyte with n samples (labels i % 10)."""
+    state = seed
+    images = bytearray()
+    labels = bytearray()
+    for i in range(n):
+        label = i % 10
+        img, state = _image(label, i, state)
+        images += img
+        labels.append(label)
+    with open(os.path.join(folder, f"{split}-images-idx3-ubyte"), "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, SIDE, SIDE) + images)
+    with open(os.path.join(folder, f"{split}-labels-idx1-ubyte"), "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + labels)
+
+
+def write_dataset(folder, n_train, n_test):
+    """A complete synthetic MNIST-format folder."""
+    os.makedirs(folder, exist_ok=True)
+    write_split(folder, "train", n_train, 12345)
+    write_split(folder, "t10k", n_test, 777)
+
+
+def run(cmd, timeout, env=None):
+    """Runs cmd; returns (exit code, stdout + stderr). A timeout is a failure reported as code -999."""
+    print("$ " + " ".join(cmd), flush=True)
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                           env=env, text=True, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return -999, out + f"\n(timed out after {timeout} s)"
+    return p.returncode, p.stdout
+
+
+class Checker:
+    """Counts failed checks; exit status 1 when any failed."""
+
+    def __init__(self):
+        self.failures = 0
+
+    def check(self, cond, what, detail=""):
+        print(("ok     " if cond else "FAILED ") + what, flush=True)
+        if not cond:
+            self.failures += 1
+            if detail:
+                print("       " + detail.strip().replace("\n", "\n       ")[-3000:], flush=True)
+        return cond
+
+    def done(self):
+        if self.failures:
+            print(f"{self.failures} check(s) failed")
+        sys.exit(1 if self.failures else 0)
