@@ -508,12 +508,13 @@ static int exit_code(int status)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-/* Stops the children still running: SIGTERM, then SIGKILL after a grace of 5 s. */
+/* Stops the children still running, each with its process group (a rank's own children, e.g. a
+ * shell's, go too): SIGTERM, then SIGKILL after a grace of 5 s. */
 static void stop_children(pid_t *pids, int n)
 {
     for (int i = 0; i < n; i++)
         if (pids[i] > 0)
-            kill(pids[i], SIGTERM);
+            kill(-pids[i], SIGTERM);
     for (int tick = 0; tick < 100; tick++) {
         int alive = 0;
         for (int i = 0; i < n; i++)
@@ -526,7 +527,7 @@ static void stop_children(pid_t *pids, int n)
         nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
     }
     for (int i = 0; i < n; i++)
-        if (pids[i] > 0 && kill(pids[i], SIGKILL) == 0)
+        if (pids[i] > 0 && kill(-pids[i], SIGKILL) == 0)
             waitpid(pids[i], NULL, 0);
 }
 
@@ -549,6 +550,7 @@ static int supervise(pid_t *pids, int n)
         running--;
         if (exit_code(status) != 0) {
             result = exit_code(status);
+            kill(-pid, SIGKILL); /* what the failed rank left behind in its group */
             fprintf(stderr, "ddp-launch: a rank exited with status %d; stopping the others\n", result);
             break;
         }
@@ -569,11 +571,14 @@ static int fork_ranks(const struct ddp_options *opt, const struct ddp_layout *ba
         pids[r] = fork();
         if (pids[r] == 0) {
             struct ddp_layout l = *base;
+            setpgid(0, 0); /* own group: stop_children reaches the rank's children too */
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
             l.rank = l.local_rank = r;
             _exit(run_rank(opt, &l, args));
         }
+        if (pids[r] > 0)
+            setpgid(pids[r], pids[r]); /* also here, so no kill can come before the child's own */
         if (pids[r] < 0) {
             fail("error: fork failed: %s", strerror(errno));
             stop_children(pids, r);
