@@ -18,4 +18,5 @@ mpi_flags=(-np 2 --bind-to core)
 [ "$(nproc)" -lt 2 ] && mpi_flags+=(--oversubscribe)
 exec mpirun "${mpi_flags[@]}" -x OPENBLAS_NUM_THREADS=1 \
   "$builddir/models/ddp-train" --model cnn --data data/mnist --epochs 8 --batch 64 \
-  --lr 0.05 --momentum 0.9 --device cpu --metrics "$builddir/train-metrics.jsonl" "$@"
+  --lr 0.05 --momentum 0.9 --lr-schedule cosine --augment --device cpu \
+  --metrics "$builddir/train-metrics.jsonl" "$@"
