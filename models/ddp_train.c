@@ -6,8 +6,11 @@
  * fill a whole optimizer step is skipped (the permutation changes every epoch when shuffling).
  * Failures: errors every rank sees alike (bad data, bad configuration, replica mismatch) are agreed
  * on with a collective and every rank exits 1; any other failure after ddp_init aborts the job.
+ * SIGUSR1 (Slurm's --signal=USR1@SECONDS before the time limit) stops training: the ranks agree
+ * after every step, so all stop after the same step, evaluate, write --save and exit 0.
  */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +39,8 @@ typedef struct ddp_trainer {
     FILE *metrics;     /* rank 0 with --metrics, else NULL */
     long steps_per_epoch, total_steps, step;
     int epoch;         /* current epoch, for augmentation */
+    float *stop_dev;   /* (1) backend memory: SIGUSR1 seen by any rank, summed after each step */
+    int stopped;       /* training stopped early on SIGUSR1 (the same on every rank) */
     float confusion[DDP_N_CLASSES * DDP_N_CLASSES]; /* last evaluation, summed over ranks */
     ddp_progress progress;
 } ddp_trainer;
@@ -47,6 +52,13 @@ static void ddp_train_must(ddp_trainer *t, ddp_status st, const char *what)
         return;
     DDP_ERROR("%s failed: %s; stopping every rank", what, ddp_strerror(st));
     ddp_abort(t->ctx, 1);
+}
+
+static volatile sig_atomic_t ddp_train_signal; /* set by SIGUSR1 */
+
+static void ddp_train_on_signal(int sig)
+{
+    ddp_train_signal = sig;
 }
 
 /* Sums n host floats over ranks, through backend memory. */
@@ -125,7 +137,9 @@ static void ddp_train_alloc_buffers(ddp_trainer *t)
     t->y_host = malloc(batch * sizeof *t->y_host);
     t->x_dev = ddp_alloc(t->ctx, batch * pixels * sizeof *t->x_dev);
     t->y_dev = ddp_alloc(t->ctx, batch * sizeof *t->y_dev);
-    int ok = t->indices && t->eval_idx && t->pred && t->x_host && t->y_host && t->x_dev && t->y_dev;
+    t->stop_dev = ddp_alloc(t->ctx, sizeof *t->stop_dev);
+    int ok = t->indices && t->eval_idx && t->pred && t->x_host && t->y_host && t->x_dev && t->y_dev &&
+             t->stop_dev;
     ddp_train_must(t, ok ? DDP_OK : DDP_ERR_NOMEM, "allocating batch buffers");
 }
 
@@ -233,6 +247,21 @@ static void ddp_train_step(ddp_trainer *t, const size_t *idx, double *loss_sum)
                                          (float)t->o->weight_decay), "SGD step");
 }
 
+/* After a step: did any rank get SIGUSR1? One one-float all-reduce, so every rank answers alike. */
+static int ddp_train_stop_requested(ddp_trainer *t)
+{
+    float seen = ddp_train_signal ? 1.0f : 0.0f;
+    ddp_train_must(t, ddp_upload(t->ctx, t->stop_dev, &seen, sizeof seen), "uploading the stop flag");
+    ddp_train_must(t, ddp_allreduce(t->ctx, t->stop_dev, 1, DDP_SUM), "agreeing on a stop");
+    ddp_train_must(t, ddp_download(t->ctx, &seen, t->stop_dev, sizeof seen), "downloading the stop flag");
+    if (seen > 0.0f && !t->stopped && t->rank == 0) {
+        ddp_progress_end(&t->progress);
+        printf("SIGUSR1 received: every rank stops after step %ld\n", t->step);
+    }
+    t->stopped |= seen > 0.0f;
+    return t->stopped;
+}
+
 /* Sharded evaluation: rank r takes test samples r, r + world, ...; the confusion counts are summed
  * over ranks. Returns the accuracy (0..1), the same on every rank. */
 static double ddp_train_evaluate(ddp_trainer *t)
@@ -272,6 +301,10 @@ static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
         t->step++;
         if (t->rank == 0)
             ddp_progress_update(&t->progress, t->step, epoch, loss[0] / loss[1]);
+        if (ddp_train_stop_requested(t)) {
+            steps++;
+            break;
+        }
     }
     float sums[2] = {(float)loss[0], (float)loss[1]};
     ddp_train_must(t, ddp_train_allreduce_host(t->ctx, sums, 2), "summing losses");
@@ -351,7 +384,8 @@ static void ddp_train_loop(ddp_trainer *t, double wall_start)
     int epochs = 0;
     long per_step = (long)t->o->batch * t->o->accum * t->world;
     ddp_progress_init(&t->progress, t->o->log_every, t->total_steps, per_step);
-    for (int epoch = 0; epoch < t->o->epochs && t->step < t->total_steps; epoch++, epochs++) {
+    for (int epoch = 0; epoch < t->o->epochs && t->step < t->total_steps && !t->stopped;
+         epoch++, epochs++) {
         ddp_train_epoch(t, epoch, &e);
         ddp_train_report_epoch(t, &e);
     }
@@ -360,7 +394,8 @@ static void ddp_train_loop(ddp_trainer *t, double wall_start)
         .train_loss = e.train_loss, .train_seconds = t->progress.train_seconds,
         .samples_per_s = t->progress.train_seconds > 0
                              ? (double)(t->step * per_step) / t->progress.train_seconds : 0.0,
-        .wall_seconds = ddp_train_now() - wall_start, .backend = ddp_backend_name(ddp_backend(t->ctx))};
+        .wall_seconds = ddp_train_now() - wall_start, .backend = ddp_backend_name(ddp_backend(t->ctx)),
+        .stopped_by_signal = t->stopped};
     ddp_train_report_end(t, &r);
 }
 
@@ -370,6 +405,7 @@ static void ddp_trainer_release(ddp_trainer *t)
         fclose(t->metrics);
     ddp_free(t->ctx, t->x_dev);
     ddp_free(t->ctx, t->y_dev);
+    ddp_free(t->ctx, t->stop_dev);
     free(t->indices);
     free(t->eval_idx);
     free(t->pred);
@@ -405,6 +441,10 @@ static ddp_status ddp_train_run(ddp_ctx *ctx, const ddp_train_opts *o)
 int main(int argc, char **argv)
 {
     ddp_blas_prefer_fast_kernels(argv);
+    struct sigaction sa = {.sa_handler = ddp_train_on_signal};
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, NULL);
     ddp_train_opts o;
     ddp_train_parse_result pr = ddp_train_parse_args(argc, argv, &o);
     if (pr != DDP_TRAIN_RUN)

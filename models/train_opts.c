@@ -66,7 +66,9 @@ static const char ddp_train_usage_text[] =
     "  --no-shuffle            keep the data order (identity permutation)\n"
     "  --log-every N           progress line every N steps when stderr is not a terminal (default 50)\n"
     "  --broadcast-init        copy rank 0's initial parameters to every rank\n"
-    "  --help                  this text\n";
+    "  --help                  this text\n"
+    "SIGUSR1 (e.g. sbatch --signal=USR1@120) stops every rank after the same step; rank 0 then\n"
+    "evaluates, writes --save and the metrics summary (\"stopped_by_signal\": true), and all exit 0.\n";
 
 static void ddp_train_opts_default(ddp_train_opts *o)
 {

@@ -123,9 +123,10 @@ void ddp_metrics_summary(FILE *f, const ddp_train_opts *o, const ddp_run_stats *
 {
     fprintf(f, "{\"summary\":true,\"model\":\"%s\",\"backend\":\"%s\",\"world_size\":%d,\"batch\":%d,"
                "\"accum\":%d,\"epochs\":%d,\"steps\":%ld,\"train_loss\":%.6f,\"test_accuracy\":%.6f,"
-               "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"wall_seconds\":%.3f}\n",
+               "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"wall_seconds\":%.3f,"
+               "\"stopped_by_signal\":%s}\n",
             o->model.kind == DDP_MODEL_CNN ? "cnn" : "mlp", r->backend, r->world_size, o->batch,
             o->accum, r->epochs, r->steps, r->train_loss, r->test_accuracy, r->samples_per_s,
-            r->train_seconds, r->wall_seconds);
+            r->train_seconds, r->wall_seconds, r->stopped_by_signal ? "true" : "false");
     fflush(f);
 }

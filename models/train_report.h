@@ -53,6 +53,7 @@ typedef struct ddp_run_stats {
     double train_seconds;
     double wall_seconds;
     const char *backend;
+    int stopped_by_signal; /* SIGUSR1 ended training before the planned steps */
 } ddp_run_stats;
 
 void ddp_metrics_epoch(FILE *f, const ddp_epoch_stats *e);
