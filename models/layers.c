@@ -5,13 +5,6 @@
 
 #include "layers.h"
 
-#define DDP_TRY_(call)                          \
-    do {                                        \
-        ddp_status ddp_st_ = (call);            \
-        if (ddp_st_ != DDP_OK)                  \
-            return ddp_st_;                     \
-    } while (0)
-
 /* ---- linear -------------------------------------------------------------------------------- */
 
 ddp_status ddp_linear_fwd(const ddp_ops *ops, const float *x, const float *w, const float *b,

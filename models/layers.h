@@ -11,6 +11,14 @@
 
 #include "backend.h"
 
+/* Returns from the enclosing function with the status of `call` when it failed. */
+#define DDP_TRY_(call)                          \
+    do {                                        \
+        ddp_status ddp_st_ = (call);            \
+        if (ddp_st_ != DDP_OK)                  \
+            return ddp_st_;                     \
+    } while (0)
+
 /* ---- linear: y (batch, out) = x (batch, in) W^T + b, W (out, in), b (out) ----------------- */
 
 ddp_status ddp_linear_fwd(const ddp_ops *ops, const float *x, const float *w, const float *b,

@@ -17,13 +17,6 @@
 #define DDP_IMAGE_SIDE 28
 #define DDP_CNN_CHANNELS 20
 
-#define DDP_TRY_(call)                          \
-    do {                                        \
-        ddp_status ddp_st_ = (call);            \
-        if (ddp_st_ != DDP_OK)                  \
-            return ddp_st_;                     \
-    } while (0)
-
 /* Activations of the MLP: layer l maps widths[l] to widths[l+1]. */
 typedef struct ddp_mlp_acts {
     float *z[DDP_MLP_MAX_LAYERS];  // (batch, widths[l+1]) layer outputs; the last is the logits

@@ -73,24 +73,39 @@ ddp_status ddp_wait(ddp_request *req)
     return ops->wait(req);
 }
 
-ddp_status ddp_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root)
+/* Broadcast and all-gather on the backend communicator (host = 0) or the host one (host = 1). */
+static ddp_status comm_broadcast_on(ddp_ctx *ctx, int host, void *buf, size_t n_bytes, int root,
+                                    const char *who)
 {
-    ddp_status st = comm_check(ctx, buf, n_bytes, "ddp_broadcast");
+    ddp_status st = comm_check(ctx, buf, n_bytes, who);
     if (st == DDP_OK)
-        st = comm_check_root(ctx, root, "ddp_broadcast");
+        st = comm_check_root(ctx, root, who);
     if (st != DDP_OK)
         return st;
-    return ctx->comm->ops->broadcast(ctx->comm, buf, n_bytes, root);
+    ddp_comm *c = host ? ctx->host_comm : ctx->comm;
+    return c->ops->broadcast(c, buf, n_bytes, root);
+}
+
+static ddp_status comm_allgather_on(ddp_ctx *ctx, int host, const void *send, void *recv,
+                                    size_t n_bytes, const char *who)
+{
+    ddp_status st = comm_check(ctx, send, n_bytes, who);
+    if (st == DDP_OK)
+        st = comm_check(ctx, recv, n_bytes, who);
+    if (st != DDP_OK)
+        return st;
+    ddp_comm *c = host ? ctx->host_comm : ctx->comm;
+    return c->ops->allgather(c, send, recv, n_bytes);
+}
+
+ddp_status ddp_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root)
+{
+    return comm_broadcast_on(ctx, 0, buf, n_bytes, root, "ddp_broadcast");
 }
 
 ddp_status ddp_allgather(ddp_ctx *ctx, const void *send, void *recv, size_t n_bytes)
 {
-    ddp_status st = comm_check(ctx, send, n_bytes, "ddp_allgather");
-    if (st == DDP_OK)
-        st = comm_check(ctx, recv, n_bytes, "ddp_allgather");
-    if (st != DDP_OK)
-        return st;
-    return ctx->comm->ops->allgather(ctx->comm, send, recv, n_bytes);
+    return comm_allgather_on(ctx, 0, send, recv, n_bytes, "ddp_allgather");
 }
 
 ddp_status ddp_barrier(ddp_ctx *ctx)
@@ -103,22 +118,12 @@ ddp_status ddp_barrier(ddp_ctx *ctx)
 
 ddp_status ddp_host_allgather(ddp_ctx *ctx, const void *send, void *recv, size_t n_bytes)
 {
-    ddp_status st = comm_check(ctx, send, n_bytes, "ddp_host_allgather");
-    if (st == DDP_OK)
-        st = comm_check(ctx, recv, n_bytes, "ddp_host_allgather");
-    if (st != DDP_OK)
-        return st;
-    return ctx->host_comm->ops->allgather(ctx->host_comm, send, recv, n_bytes);
+    return comm_allgather_on(ctx, 1, send, recv, n_bytes, "ddp_host_allgather");
 }
 
 ddp_status ddp_host_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root)
 {
-    ddp_status st = comm_check(ctx, buf, n_bytes, "ddp_host_broadcast");
-    if (st == DDP_OK)
-        st = comm_check_root(ctx, root, "ddp_host_broadcast");
-    if (st != DDP_OK)
-        return st;
-    return ctx->host_comm->ops->broadcast(ctx->host_comm, buf, n_bytes, root);
+    return comm_broadcast_on(ctx, 1, buf, n_bytes, root, "ddp_host_broadcast");
 }
 
 #if !HAVE_NCCL
