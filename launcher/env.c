@@ -129,14 +129,55 @@ static int read_srun(char *const *envp, struct view *v, char *err, size_t errlen
     return 0;
 }
 
+/* This host's position in the job's Slurm node list (SLURMD_NODENAME, else the short host name),
+ * or -1 when there is no list or the host is not in it. */
+static int slurm_node_index(char *const *envp)
+{
+    const char *list = ddp_env_get(envp, "SLURM_JOB_NODELIST"), *name = ddp_env_get(envp, "SLURMD_NODENAME");
+    char host[DDP_HOST_LEN], err[DDP_ERRMSG_LEN];
+    struct ddp_hostlist hl;
+    int index = -1;
+    if (!name) {
+        if (gethostname(host, sizeof host) != 0)
+            return -1;
+        host[sizeof host - 1] = '\0';
+        host[strcspn(host, ".")] = '\0';
+        name = host;
+    }
+    if (!list || ddp_hostlist_expand(list, &hl, err, sizeof err) != 0)
+        return -1;
+    for (size_t i = 0; i < hl.n && index < 0; i++)
+        if (strcmp(hl.names[i], name) == 0)
+            index = (int)i;
+    ddp_hostlist_free(&hl);
+    return index;
+}
+
+/* Open MPI's mpirun: its variables, plus the node: mpirun inside a Slurm allocation starts its
+ * daemons on the allocation's nodes in node-list order, so a rank's node is its host's position in
+ * SLURM_JOB_NODELIST, whatever --map-by placed where; OMPI_MCA_orte_num_nodes counts the nodes. */
+static int read_mpirun(char *const *envp, struct view *v, char *err, size_t errlen)
+{
+    view_init(v, "mpirun");
+    int rc = take(v, F_RANK, envp, "OMPI_COMM_WORLD_RANK", err, errlen) |
+             take(v, F_SIZE, envp, "OMPI_COMM_WORLD_SIZE", err, errlen) |
+             take(v, F_LRANK, envp, "OMPI_COMM_WORLD_LOCAL_RANK", err, errlen) |
+             take(v, F_LSIZE, envp, "OMPI_COMM_WORLD_LOCAL_SIZE", err, errlen) |
+             take(v, F_NNODES, envp, "OMPI_MCA_orte_num_nodes", err, errlen);
+    int node = slurm_node_index(envp);
+    if (rc == 0 && node >= 0 && v->value[F_NNODES] > node) {
+        v->value[F_NODE] = node;
+        v->var[F_NODE] = "SLURM_JOB_NODELIST";
+    }
+    return rc;
+}
+
 static int read_views(char *const *envp, struct view views[], int *n, char *err, size_t errlen)
 {
     struct view *v = &views[*n];
     int rc = 0;
     if (ddp_env_get(envp, "OMPI_COMM_WORLD_RANK")) {
-        view_init(v, "mpirun");
-        rc |= take(v, F_RANK, envp, "OMPI_COMM_WORLD_RANK", err, errlen) | take(v, F_SIZE, envp, "OMPI_COMM_WORLD_SIZE", err, errlen) |
-              take(v, F_LRANK, envp, "OMPI_COMM_WORLD_LOCAL_RANK", err, errlen) | take(v, F_LSIZE, envp, "OMPI_COMM_WORLD_LOCAL_SIZE", err, errlen);
+        rc |= read_mpirun(envp, v, err, errlen);
         v = &views[++*n];
     }
     if (ddp_env_get(envp, "PMI_RANK")) {

@@ -4,7 +4,8 @@
 # and always stops the cluster. Exit 0 only when every case passed.
 #
 # Usage: tests/cluster/run.sh --launch PATH --train PATH [CASE...]     (no CASE: all of them)
-# Cases: print-env srun-pmix-train mpirun-sbatch-train templates torch-allreduce pmi-trap
+# Cases: print-env srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates torch-allreduce
+#   pmi-trap
 # Environment: DDP_TEST_SRCDIR (source tree; default: two levels up), DDP_SLURM_BASE (cluster state,
 #   default /tmp/ddp-slurm-test). Only one cluster can run per machine (the network names are fixed):
 #   concurrent runs queue on a lock, and a cluster left running by hand is stopped first.
@@ -19,7 +20,8 @@ DATA="$SRC/data/mnist"
 TRAIN_ARGS=(--model mlp --epochs 4 --batch 64 --lr 0.1 --device auto)
 MIN_ACC=0.90
 JOB_TIMEOUT=420       # seconds any one srun or batch job may take
-ALL_CASES=(print-env srun-pmix-train mpirun-sbatch-train templates torch-allreduce pmi-trap)
+ALL_CASES=(print-env srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
+    torch-allreduce pmi-trap)
 LAUNCH=""
 TRAIN=""
 WORK=""
@@ -159,6 +161,34 @@ mpirun -np "\$SLURM_NTASKS" --map-by slot --bind-to none "$LAUNCH" "$TRAIN" ${TR
 EOF
     submit ddp-test-mpirun "$WORK/mpirun-job.out" -N2 --ntasks-per-node=2 "$script"
     check_metrics "$WORK/mpirun-train.jsonl" 4
+}
+
+# mpirun --map-by node inside an sbatch allocation: ranks alternate between the nodes, and each
+# rank's NODE_RANK / GROUP_RANK must still be its host's node (not rank / local size).
+case_mpirun_map_by_node() {
+    local script=$WORK/map-by-node.sh out=$WORK/map-by-node.out
+    cat >"$script" <<EOF
+#!/bin/bash
+mpirun -np 4 --map-by node --bind-to none "$LAUNCH" \
+    sh -c 'echo "rank=\$RANK node=\$NODE_RANK group=\$GROUP_RANK local=\$LOCAL_RANK nodes=\$DDP_NNODES host=\$(hostname)"'
+EOF
+    submit ddp-test-map-by-node "$out" -N2 --ntasks-per-node=2 "$script"
+    python3 - "$out" <<'PY' || { show_tail "$out" 40; fail "wrong node ranks under mpirun --map-by node"; }
+import sys
+rows = [dict(kv.split("=") for kv in line.split()) for line in open(sys.argv[1]) if line.startswith("rank=")]
+errors = [] if len(rows) == 4 else [f"{len(rows)} ranks reported, want 4"]
+for r in rows:
+    node = int(r["host"][len("node"):]) - 1
+    print(f"  rank {r['rank']} on {r['host']}: NODE_RANK={r['node']} GROUP_RANK={r['group']} "
+          f"LOCAL_RANK={r['local']}")
+    if (r["node"], r["group"], r["nodes"]) != (str(node), str(node), "2"):
+        errors.append(f"rank {r['rank']} on {r['host']}: NODE_RANK={r['node']}, want {node}")
+    if r["local"] != str(int(r["rank"]) // 2):
+        errors.append(f"rank {r['rank']}: LOCAL_RANK={r['local']}, want {int(r['rank']) // 2}")
+for e in errors:
+    print("  " + e)
+sys.exit(1 if errors else 0)
+PY
 }
 
 # Every slurm/*.sbatch runs to completion as written (its own training defaults), with only the
