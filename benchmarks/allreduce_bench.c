@@ -1,0 +1,457 @@
+/* allreduce_bench.c - ddp-allreduce-bench: time and bandwidth of libddp's all-reduce over a range
+ * of sizes, with every result checked, in the manner of nccl-tests' all_reduce_perf.
+ *
+ * For each size (min-bytes, then times step-factor, up to max-bytes) every rank fills its buffer
+ * with x[i] = rank + (i % 97), runs `warmup` untimed all-reduces and then `iters` timed ones
+ * (in place, on the same buffer). The clock starts after a barrier and stops after the next one
+ * (on CUDA that barrier waits for the queued all-reduces); time(us) is the slowest rank's time
+ * divided by iters. With --check 1 the buffer is filled again and one more all-reduce is compared
+ * with the closed form, n = world size:
+ *   sum[i] = n(n-1)/2 + n * (i % 97)        avg[i] = sum[i] / n
+ * Small integers keep float sums exact, so sums must match bit for bit.
+ * algbw = size / time; busbw = algbw * 2(n-1)/n, the per-rank traffic of a ring all-reduce, which
+ * is comparable across world sizes.
+ * Exit status: 0 all good; 1 wrong values, or the average bus bandwidth is below
+ * DDP_BENCH_MIN_BUSBW (GB/s, a floor for CI); 2 bad usage; 3 runtime failure (the job is aborted).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ddp.h"
+
+#define DDP_BENCH_OK 0
+#define DDP_BENCH_FAILED 1
+#define DDP_BENCH_USAGE 2
+#define DDP_BENCH_RUNTIME 3
+#define DDP_BENCH_HELP (-1) /* parse result: --help was printed */
+#define DDP_BENCH_PATTERN 97 /* x[i] = rank + (i % DDP_BENCH_PATTERN) */
+#define DDP_BENCH_HOST_MAX 64
+
+typedef struct ddp_bench_opts {
+    size_t min_bytes, max_bytes;
+    size_t step_factor;
+    int iters, warmup;
+    ddp_reduce_op op;
+    ddp_backend_kind device;
+    int nonblocking; /* ddp_allreduce_start + ddp_wait instead of ddp_allreduce */
+    int check;
+    double min_busbw; /* GB/s from DDP_BENCH_MIN_BUSBW, -1 when unset */
+} ddp_bench_opts;
+
+typedef struct ddp_bench {
+    ddp_ctx *ctx;
+    const ddp_bench_opts *o;
+    int rank, world;
+    float *buf;          /* (max_bytes / 4) backend memory, all-reduced in place */
+    float *host;         /* (max_bytes / 4) host: fill pattern, then the checked result */
+    float *share;        /* (world) backend memory: one value per rank, summed */
+    float *share_host;   /* (world) */
+    ddp_request **reqs;  /* (max(iters, warmup)) outstanding requests with --nonblocking */
+    double busbw_sum;    /* GB/s, over the sizes run so far */
+    int n_sizes;
+    double n_wrong;      /* over all sizes and ranks */
+} ddp_bench;
+
+enum { OPT_OP = 1000, OPT_DEVICE, OPT_NONBLOCKING, OPT_HELP };
+
+static const struct option ddp_bench_long_opts[] = {
+    {"min-bytes", required_argument, NULL, 'b'},
+    {"max-bytes", required_argument, NULL, 'e'},
+    {"step-factor", required_argument, NULL, 'f'},
+    {"iters", required_argument, NULL, 'n'},
+    {"warmup", required_argument, NULL, 'w'},
+    {"check", required_argument, NULL, 'c'},
+    {"op", required_argument, NULL, OPT_OP},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"nonblocking", no_argument, NULL, OPT_NONBLOCKING},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+static const char ddp_bench_usage_text[] =
+    "usage: ddp-allreduce-bench [options]   (one process, or many with mpirun / srun)\n"
+    "  -b, --min-bytes N       smallest size in bytes, K/M/G = 2^10/2^20/2^30 (default 8)\n"
+    "  -e, --max-bytes N       largest size in bytes, same suffixes (default 64M)\n"
+    "  -f, --step-factor N     each size is the previous one times N, N >= 2 (default 2)\n"
+    "  -n, --iters N           timed all-reduces per size (default 20)\n"
+    "  -w, --warmup N          untimed all-reduces per size before timing (default 5)\n"
+    "  -c, --check 0|1         compare one more all-reduce with the exact result (default 1)\n"
+    "      --op sum|avg        reduction (default sum)\n"
+    "      --device cpu|cuda|auto  backend (default auto)\n"
+    "      --nonblocking       start every all-reduce, then wait for each (ddp_allreduce_start,\n"
+    "                          ddp_wait) instead of calling ddp_allreduce\n"
+    "      --help              this text\n"
+    "Env DDP_BENCH_MIN_BUSBW=X: exit 1 when the average bus bandwidth is below X GB/s.\n"
+    "Exit status: 0 ok, 1 wrong values or below the floor, 2 bad usage, 3 runtime failure.\n";
+
+static int ddp_bench_usage(const char *flag, const char *want, const char *got)
+{
+    fprintf(stderr, "ddp-allreduce-bench: %s: expected %s, got '%s'\n%s", flag, want, got,
+            ddp_bench_usage_text);
+    return DDP_BENCH_USAGE;
+}
+
+/* Parses a whole-string byte count with an optional K/M/G suffix; -1 on anything else. */
+static int ddp_bench_parse_bytes(const char *text, size_t *out)
+{
+    char *end = NULL;
+    if (!isdigit((unsigned char)text[0]))
+        return -1;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    const char *suffixes = "KMG";
+    const char *s = *end ? strchr(suffixes, toupper((unsigned char)*end)) : NULL;
+    unsigned shift = s ? 10u * (unsigned)(s - suffixes + 1) : 0;
+    if (s)
+        end++;
+    if (errno != 0 || *end != '\0' || v > (SIZE_MAX >> shift))
+        return -1;
+    *out = (size_t)v << shift;
+    return 0;
+}
+
+/* Parses a whole-string integer in [min, INT_MAX]; -1 on anything else. */
+static int ddp_bench_parse_int(const char *text, int min, int *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < min || v > INT_MAX)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int ddp_bench_parse_op(const char *text, ddp_reduce_op *out)
+{
+    if (strcmp(text, "sum") == 0)
+        *out = DDP_SUM;
+    else if (strcmp(text, "avg") == 0)
+        *out = DDP_AVG;
+    else
+        return -1;
+    return 0;
+}
+
+/* Applies one option; returns 0, or the exit status for a bad value. */
+static int ddp_bench_apply(int c, const char *arg, ddp_bench_opts *o)
+{
+    int v = 0;
+    if (c == 'b' && ddp_bench_parse_bytes(arg, &o->min_bytes) != 0)
+        return ddp_bench_usage("--min-bytes", "a size like 8, 4K or 1M", arg);
+    if (c == 'e' && ddp_bench_parse_bytes(arg, &o->max_bytes) != 0)
+        return ddp_bench_usage("--max-bytes", "a size like 16M or 1G", arg);
+    if (c == 'f' && ddp_bench_parse_int(arg, 2, &v) != 0)
+        return ddp_bench_usage("--step-factor", "an integer >= 2", arg);
+    if (c == 'n' && ddp_bench_parse_int(arg, 1, &o->iters) != 0)
+        return ddp_bench_usage("--iters", "a positive integer", arg);
+    if (c == 'w' && ddp_bench_parse_int(arg, 0, &o->warmup) != 0)
+        return ddp_bench_usage("--warmup", "a non-negative integer", arg);
+    if (c == 'c' && strcmp(arg, "0") != 0 && strcmp(arg, "1") != 0)
+        return ddp_bench_usage("--check", "0 or 1", arg);
+    if (c == OPT_OP && ddp_bench_parse_op(arg, &o->op) != 0)
+        return ddp_bench_usage("--op", "sum or avg", arg);
+    if (c == OPT_DEVICE && ddp_backend_parse(arg, &o->device) != DDP_OK)
+        return ddp_bench_usage("--device", "cpu, cuda or auto", arg);
+    if (c == 'f')
+        o->step_factor = (size_t)v;
+    if (c == 'c')
+        o->check = arg[0] == '1';
+    if (c == OPT_NONBLOCKING)
+        o->nonblocking = 1;
+    return 0;
+}
+
+/* Reads DDP_BENCH_MIN_BUSBW (GB/s) into o->min_busbw; returns 0, or the exit status. */
+static int ddp_bench_read_floor(ddp_bench_opts *o)
+{
+    const char *text = getenv("DDP_BENCH_MIN_BUSBW");
+    char *end = NULL;
+    o->min_busbw = text ? strtod(text, &end) : -1.0;
+    if (text && (end == text || *end != '\0' || !(o->min_busbw >= 0.0) || isinf(o->min_busbw)))
+        return ddp_bench_usage("DDP_BENCH_MIN_BUSBW", "a bandwidth in GB/s >= 0", text);
+    return 0;
+}
+
+/* Checks the options against each other; returns 0 or the exit status. */
+static int ddp_bench_validate(const ddp_bench_opts *o)
+{
+    char got[64];
+    snprintf(got, sizeof got, "%zu", o->min_bytes);
+    if (o->min_bytes < sizeof(float))
+        return ddp_bench_usage("--min-bytes", "at least 4 (one float)", got);
+    if (o->max_bytes < o->min_bytes) {
+        snprintf(got, sizeof got, "%zu < min-bytes %zu", o->max_bytes, o->min_bytes);
+        return ddp_bench_usage("--max-bytes", "a size >= --min-bytes", got);
+    }
+    return 0;
+}
+
+/* Fills *o from argv. Returns 0 to run, DDP_BENCH_HELP after --help, or DDP_BENCH_USAGE. */
+static int ddp_bench_parse_args(int argc, char **argv, ddp_bench_opts *o)
+{
+    *o = (ddp_bench_opts){.min_bytes = 8, .max_bytes = (size_t)64 << 20, .step_factor = 2,
+                          .iters = 20, .warmup = 5, .op = DDP_SUM, .device = DDP_BACKEND_AUTO,
+                          .check = 1};
+    int c;
+    while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:", ddp_bench_long_opts, NULL)) != -1) {
+        if (c == OPT_HELP) {
+            fputs(ddp_bench_usage_text, stdout);
+            return DDP_BENCH_HELP;
+        }
+        if (c == '?')
+            return ddp_bench_usage("options", "the flags below", argv[optind - 1]);
+        int bad = ddp_bench_apply(c, optarg, o);
+        if (bad != 0)
+            return bad;
+    }
+    if (optind < argc)
+        return ddp_bench_usage("arguments", "no positional arguments", argv[optind]);
+    int rc = ddp_bench_read_floor(o);
+    return rc != 0 ? rc : ddp_bench_validate(o);
+}
+
+/* A failure only this rank may have seen: stop the whole job so no peer waits forever. */
+static void ddp_bench_must(const ddp_bench *b, ddp_status st, const char *what)
+{
+    if (st == DDP_OK)
+        return;
+    DDP_ERROR("%s failed: %s; stopping every rank", what, ddp_strerror(st));
+    ddp_abort(b->ctx, DDP_BENCH_RUNTIME);
+}
+
+static double ddp_bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Every rank's `mine`, indexed by rank: each rank puts its value at its own index of a zeroed
+ * vector and the vectors are summed (the all-reduce offers only SUM and AVG).
+ * Returns share_host. */
+static const float *ddp_bench_share(ddp_bench *b, float mine)
+{
+    memset(b->share_host, 0, (size_t)b->world * sizeof(float));
+    b->share_host[b->rank] = mine;
+    size_t share_bytes = (size_t)b->world * sizeof(float);
+    ddp_bench_must(b, ddp_upload(b->ctx, b->share, b->share_host, share_bytes), "ddp_upload");
+    ddp_bench_must(b, ddp_allreduce(b->ctx, b->share, (size_t)b->world, DDP_SUM),
+                   "ddp_allreduce");
+    ddp_bench_must(b, ddp_download(b->ctx, b->share_host, b->share, share_bytes), "ddp_download");
+    return b->share_host;
+}
+
+static double ddp_bench_max_over_ranks(ddp_bench *b, double mine)
+{
+    const float *all = ddp_bench_share(b, (float)mine);
+    double max = all[0];
+    for (int r = 1; r < b->world; r++)
+        max = all[r] > max ? all[r] : max;
+    return max;
+}
+
+/* Exact below 2^24 per rank. */
+static double ddp_bench_sum_over_ranks(ddp_bench *b, double mine)
+{
+    const float *all = ddp_bench_share(b, (float)mine);
+    double sum = 0.0;
+    for (int r = 0; r < b->world; r++)
+        sum += all[r];
+    return sum;
+}
+
+/* Writes this rank's pattern into buf[0..n). */
+static void ddp_bench_fill(ddp_bench *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        b->host[i] = (float)(b->rank + (int)(i % DDP_BENCH_PATTERN));
+    ddp_bench_must(b, ddp_upload(b->ctx, b->buf, b->host, n * sizeof(float)), "ddp_upload");
+}
+
+/* k all-reduces of buf[0..n): blocking, or all started and then all waited for. */
+static void ddp_bench_reduce_many(ddp_bench *b, size_t n, int k)
+{
+    for (int j = 0; j < k && !b->o->nonblocking; j++)
+        ddp_bench_must(b, ddp_allreduce(b->ctx, b->buf, n, b->o->op), "ddp_allreduce");
+    for (int j = 0; j < k && b->o->nonblocking; j++)
+        ddp_bench_must(b, ddp_allreduce_start(b->ctx, b->buf, n, b->o->op, &b->reqs[j]),
+                       "ddp_allreduce_start");
+    for (int j = 0; j < k && b->o->nonblocking; j++)
+        ddp_bench_must(b, ddp_wait(b->reqs[j]), "ddp_wait");
+}
+
+/* The closed form of element i after the all-reduce (see the top of the file). */
+static float ddp_bench_expected(const ddp_bench *b, size_t i)
+{
+    float n = (float)b->world;
+    float sum = n * (n - 1.0f) / 2.0f + n * (float)(i % DDP_BENCH_PATTERN);
+    return b->o->op == DDP_AVG ? sum / n : sum;
+}
+
+/* Fills, all-reduces once and counts this rank's wrong elements, printing the first few. SUM must
+ * be exact; AVG may round the division differently (NCCL may scale by 1/n), so it gets 1e-6
+ * relative. */
+static double ddp_bench_check(ddp_bench *b, size_t n)
+{
+    ddp_bench_fill(b, n);
+    ddp_bench_reduce_many(b, n, 1);
+    ddp_bench_must(b, ddp_download(b->ctx, b->host, b->buf, n * sizeof(float)), "ddp_download");
+    float rtol = b->o->op == DDP_AVG ? 1e-6f : 0.0f;
+    size_t n_wrong = 0;
+    for (size_t i = 0; i < n; i++) {
+        float want = ddp_bench_expected(b, i);
+        if (fabsf(b->host[i] - want) <= rtol * fabsf(want))
+            continue;
+        if (n_wrong++ < 3)
+            DDP_ERROR("count %zu: element %zu is %g, expected %g", n, i, (double)b->host[i],
+                      (double)want);
+    }
+    return (double)n_wrong;
+}
+
+/* Runs one size; rank 0 prints its row. */
+static void ddp_bench_size(ddp_bench *b, size_t n)
+{
+    const ddp_bench_opts *o = b->o;
+    ddp_bench_fill(b, n);
+    ddp_bench_reduce_many(b, n, o->warmup);
+    ddp_bench_must(b, ddp_barrier(b->ctx), "ddp_barrier");
+    double t0 = ddp_bench_now();
+    ddp_bench_reduce_many(b, n, o->iters);
+    ddp_bench_must(b, ddp_barrier(b->ctx), "ddp_barrier");
+    double sec = ddp_bench_max_over_ranks(b, ddp_bench_now() - t0) / o->iters;
+    double wrong = o->check ? ddp_bench_sum_over_ranks(b, ddp_bench_check(b, n)) : 0.0;
+    size_t bytes = n * sizeof(float);
+    double algbw = (double)bytes / sec / 1e9;
+    double busbw = algbw * 2.0 * (b->world - 1) / b->world;
+    b->busbw_sum += busbw;
+    b->n_sizes++;
+    b->n_wrong += wrong;
+    if (b->rank != 0)
+        return;
+    char wrong_text[32] = "N/A";
+    if (o->check)
+        snprintf(wrong_text, sizeof wrong_text, "%.0f", wrong);
+    printf("%14zu %12zu %6s %6s %11.2f %12.3f %12.3f %8s\n", bytes, n, "float",
+           o->op == DDP_AVG ? "avg" : "sum", sec * 1e6, algbw, busbw, wrong_text);
+    fflush(stdout);
+}
+
+/* Rank 0 prints one "#  Rank r ..." line per rank, gathered in rank order. */
+static void ddp_bench_print_ranks(ddp_bench *b)
+{
+    char line[DDP_BENCH_HOST_MAX + 64];
+    size_t line_bytes = sizeof line, all_bytes = (size_t)b->world * line_bytes;
+    snprintf(line, line_bytes, "#  Rank %3d Pid %7ld on %s device %d", b->rank, (long)getpid(),
+             ddp_hostname(b->ctx), ddp_device(b->ctx));
+    char *all = malloc(all_bytes);
+    char *send = ddp_alloc(b->ctx, line_bytes), *recv = ddp_alloc(b->ctx, all_bytes);
+    ddp_status st = all && send && recv ? DDP_OK : DDP_ERR_NOMEM;
+    if (st == DDP_OK)
+        st = ddp_upload(b->ctx, send, line, line_bytes);
+    if (st == DDP_OK)
+        st = ddp_allgather(b->ctx, send, recv, line_bytes);
+    if (st == DDP_OK)
+        st = ddp_download(b->ctx, all, recv, all_bytes);
+    ddp_bench_must(b, st, "gathering the rank table");
+    for (int r = 0; r < b->world && b->rank == 0; r++)
+        printf("%s\n", all + (size_t)r * line_bytes);
+    free(all);
+    ddp_free(b->ctx, send);
+    ddp_free(b->ctx, recv);
+}
+
+static void ddp_bench_print_header(ddp_bench *b)
+{
+    const ddp_bench_opts *o = b->o;
+    if (b->rank == 0) {
+        printf("# ddp-allreduce-bench (libddp %s): min-bytes %zu max-bytes %zu step-factor %zu "
+               "warmup %d iters %d op %s check %d %s\n",
+               ddp_version(), o->min_bytes, o->max_bytes, o->step_factor, o->warmup, o->iters,
+               o->op == DDP_AVG ? "avg" : "sum", o->check,
+               o->nonblocking ? "nonblocking (start + wait)" : "blocking");
+        printf("# world size %d, backend %s, %d host(s)\n", b->world,
+               ddp_backend_name(ddp_backend(b->ctx)), ddp_num_nodes(b->ctx));
+    }
+    ddp_bench_print_ranks(b);
+    if (b->rank == 0)
+        printf("#\n# %12s %12s %6s %6s %11s %12s %12s %8s\n", "size(B)", "count", "type",
+               "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+}
+
+/* Prints the summary lines (rank 0) and returns the exit status, the same on every rank (every
+ * rank holds the same maximum times and wrong counts). */
+static int ddp_bench_summary(const ddp_bench *b)
+{
+    double avg_busbw = b->n_sizes ? b->busbw_sum / b->n_sizes : 0.0;
+    int below = avg_busbw < b->o->min_busbw;
+    if (b->rank == 0) {
+        printf("# Out of bounds values : %.0f %s\n", b->n_wrong, b->n_wrong > 0 ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %g GB/s\n#\n", avg_busbw);
+        if (below)
+            fprintf(stderr, "ddp-allreduce-bench: average bus bandwidth %g GB/s is below the floor "
+                            "DDP_BENCH_MIN_BUSBW=%g GB/s%s\n", avg_busbw, b->o->min_busbw,
+                    b->world == 1 ? " (one rank moves no data: busbw is 0)" : "");
+        fflush(stdout);
+    }
+    return b->n_wrong > 0 || below ? DDP_BENCH_FAILED : DDP_BENCH_OK;
+}
+
+/* Allocates the buffers, runs every size and returns the exit status. */
+static int ddp_bench_run(ddp_ctx *ctx, const ddp_bench_opts *o)
+{
+    ddp_bench b = {.ctx = ctx, .o = o, .rank = ddp_rank(ctx), .world = ddp_world_size(ctx)};
+    size_t n_max = o->max_bytes / sizeof(float);
+    int n_reqs = o->iters > o->warmup ? o->iters : o->warmup;
+    b.buf = ddp_alloc(ctx, n_max * sizeof(float));
+    b.host = malloc(n_max * sizeof(float));
+    b.share = ddp_alloc(ctx, (size_t)b.world * sizeof(float));
+    b.share_host = malloc((size_t)b.world * sizeof(float));
+    b.reqs = calloc((size_t)n_reqs, sizeof *b.reqs);
+    int ok = b.buf && b.host && b.share && b.share_host && b.reqs;
+    ddp_bench_must(&b, ok ? DDP_OK : DDP_ERR_NOMEM, "allocating the buffers");
+    ddp_bench_print_header(&b);
+    for (size_t bytes = o->min_bytes;; bytes *= o->step_factor) {
+        ddp_bench_size(&b, bytes / sizeof(float));
+        if (bytes > o->max_bytes / o->step_factor)
+            break;
+    }
+    int rc = ddp_bench_summary(&b);
+    free(b.reqs);
+    free(b.share_host);
+    ddp_free(ctx, b.share);
+    free(b.host);
+    ddp_free(ctx, b.buf);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    ddp_bench_opts o;
+    int rc = ddp_bench_parse_args(argc, argv, &o);
+    if (rc != 0)
+        return rc == DDP_BENCH_HELP ? DDP_BENCH_OK : rc;
+    ddp_init_opts io;
+    ddp_init_opts_default(&io);
+    io.backend = o.device;
+    io.print_table = 0;
+    ddp_ctx *ctx = NULL;
+    ddp_status st = ddp_init(&io, &ctx);
+    if (st != DDP_OK) {
+        fprintf(stderr, "ddp-allreduce-bench: cannot start: %s\n", ddp_strerror(st));
+        return DDP_BENCH_RUNTIME;
+    }
+    rc = ddp_bench_run(ctx, &o);
+    ddp_finalize(ctx);
+    return rc;
+}
