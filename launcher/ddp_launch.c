@@ -32,9 +32,10 @@ static const char *const help_text[] = {
     "            SLURM_STEP_NUM_NODES, SLURM_STEP_TASKS_PER_NODE (PMIX_RANK/PMI_RANK cross-checked)\n"
     "  pmix      PMIX_RANK only (give the world size with -n)\n"
     "  torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK\n"
-    "  none      -n N starts N ranks on this node: through `mpirun -np N` when mpirun is in PATH\n"
-    "            (--oversubscribe beyond the core count, --allow-run-as-root as root), otherwise by\n"
-    "            forking N children; when one fails the others are stopped. Without -n: one rank.\n"
+    "  none      -n N starts N ranks on this node: through `mpirun -np N --bind-to none` when mpirun\n"
+    "            is in PATH (--oversubscribe beyond the core count, --allow-run-as-root as root),\n"
+    "            otherwise by forking N children: SIGUSR1/SIGUSR2 are passed on to them, and when one\n"
+    "            fails (or on SIGINT/SIGTERM) the others are stopped. Without -n: one rank.\n"
     "\n"
     "Options:\n"
     "  -n N                  number of ranks; under a launcher only a cross-check of its world size\n"
@@ -56,8 +57,9 @@ static const char *const help_text[] = {
     "  -h, --help            this text;  --version  the version\n"
     "\n"
     ,
-    "GPUs: CUDA_VISIBLE_DEVICES narrowed by Slurm (SLURM_GPUS_PER_TASK or SLURM_GPU_BIND set) is used\n"
-    "as given (DDP_DEVICE=0); otherwise local rank r gets visible device r. More local ranks than\n"
+    "GPUs: CUDA_VISIBLE_DEVICES narrowed by Slurm (--gpus-per-task or --gpu-bind other than none or\n"
+    "closest: SLURMD_TRES_BIND, else SLURM_GPUS_PER_TASK or SLURM_GPU_BIND) is used as given\n"
+    "(DDP_DEVICE=0); otherwise local rank r gets visible device r. More local ranks than\n"
     "GPUs is an error unless --share-gpus. No GPU (no CUDA driver): the rank uses the CPU backend.\n"
     "\n"
     "Exports: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK MASTER_ADDR MASTER_PORT\n"
@@ -352,6 +354,7 @@ static int wait_for_lines(const char *dir, int world_size)
 static void print_table(const struct ddp_layout *l, const char *dir)
 {
     int missing = 0;
+    char *absent = calloc((size_t)l->world_size, 1); /* absent[r]: rank r's line was not there */
     printf("ddp-launch: launcher=%s world_size=%d nodes=%d local_world_size=%d MASTER_ADDR=%s MASTER_PORT=%d\n",
            ddp_source_name(l->source), l->world_size, l->n_nodes, l->local_world_size, l->master_addr, l->master_port);
     printf("%6s  %-20s %5s %6s  %-12s %-18s %7s  %s\n", "RANK", "HOST", "NODE", "LOCAL", "GPU", "CPUSET", "THREADS", "ENV");
@@ -362,6 +365,8 @@ static void print_table(const struct ddp_layout *l, const char *dir)
         f = fopen(path, "r");
         if (!f) {
             missing++;
+            if (absent)
+                absent[r] = 1;
             continue;
         }
         if (fgets(line, sizeof line, f))
@@ -371,12 +376,10 @@ static void print_table(const struct ddp_layout *l, const char *dir)
     }
     if (missing)
         printf("ddp-launch: %d rank(s) did not report within the timeout:\n", missing);
-    for (int r = 0; missing && r < l->world_size; r++) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/rank-%d", dir, r);
-        if (access(path, F_OK) != 0)
+    for (int r = 0; missing && absent && r < l->world_size; r++)
+        if (absent[r])
             printf("  rank %d missing (not started, or DDP_PRINT_DIR=%s not shared with its node)\n", r, dir);
-    }
+    free(absent);
     rmdir(dir);
     fflush(stdout);
 }
@@ -442,20 +445,28 @@ static int run_rank(const struct ddp_options *opt, const struct ddp_layout *l, c
 
 /* ---- -n N without a launcher --------------------------------------------------------------- */
 
-/* Execs `mpirun -np N ddp-launch <the same flags minus -n> -- PROGRAM ARGS`; returns on failure. */
+/* Execs `mpirun -np N --bind-to none ddp-launch <the same flags minus -n> -- PROGRAM ARGS`
+ * (ddp-launch binds the ranks itself, as --bind says); returns on failure. */
 static int exec_mpirun(const struct ddp_options *opt, char **args)
 {
     char self[4096], np[16], port[16], nppn[16], ntpn[16];
-    const char *argv[64 + 1024];
-    int n = 0;
+    const char **argv;
+    int n = 0, n_args = 0;
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0)
+    while (args[n_args])
+        n_args++;
+    argv = malloc((size_t)(32 + n_args) * sizeof *argv); /* 32: more than the flags below */
+    if (len <= 0 || !argv) {
+        free(argv);
         return -1;
+    }
     self[len] = '\0';
     snprintf(np, sizeof np, "%d", opt->n_procs);
     argv[n++] = "mpirun";
     argv[n++] = "-np";
     argv[n++] = np;
+    argv[n++] = "--bind-to";
+    argv[n++] = "none";
     if (opt->n_procs > sysconf(_SC_NPROCESSORS_ONLN))
         argv[n++] = "--oversubscribe";
     if (geteuid() == 0)
@@ -488,11 +499,14 @@ static int exec_mpirun(const struct ddp_options *opt, char **args)
         argv[n++] = ntpn;
     }
     argv[n++] = "--";
-    for (int i = 0; args[i] && n < (int)(sizeof argv / sizeof argv[0]) - 1; i++)
+    for (int i = 0; i < n_args; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
     fflush(NULL);
     execvp("mpirun", (char **)argv);
+    int saved = errno;
+    free(argv);
+    errno = saved;
     return -1;
 }
 
@@ -531,18 +545,34 @@ static void stop_children(pid_t *pids, int n)
             waitpid(pids[i], NULL, 0);
 }
 
-/* Waits for the children; on the first failure (or a signal to us) stops the rest. Returns the
- * exit status to report: the first failing child's, or 0. */
+/* Sends SIG to every child still running, with its process group. */
+static void signal_children(const pid_t *pids, int n, int sig)
+{
+    for (int i = 0; i < n; i++)
+        if (pids[i] > 0)
+            kill(-pids[i], sig);
+}
+
+/* Waits for the children; passes SIGUSR1/SIGUSR2 on to them (Slurm's --signal warning) and keeps
+ * waiting; on the first failure, or SIGINT/SIGTERM (passed on too), stops the rest. Returns the
+ * exit status to report: the first failing child's, 128 + the stopping signal, or 0. */
 static int supervise(pid_t *pids, int n)
 {
     int running = n, result = 0;
     while (running > 0) {
-        int status;
-        pid_t pid = waitpid(-1, &status, 0);
-        if (pid < 0 && errno == EINTR && g_forward_signal) {
-            result = 128 + g_forward_signal;
+        int status, sig = g_forward_signal;
+        pid_t pid;
+        if (sig) {
+            g_forward_signal = 0;
+            signal_children(pids, n, sig);
+            if (sig == SIGUSR1 || sig == SIGUSR2)
+                continue;
+            result = 128 + sig;
             break;
         }
+        pid = waitpid(-1, &status, 0);
+        if (pid < 0 && errno == EINTR)
+            continue;
         if (pid < 0)
             break;
         for (int i = 0; i < n; i++)
@@ -565,15 +595,16 @@ static int fork_ranks(const struct ddp_options *opt, const struct ddp_layout *ba
     pid_t *pids = calloc((size_t)base->world_size, sizeof *pids);
     int rc;
     struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    static const int forwarded[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
+        sigaction(forwarded[i], &sa, NULL);
     for (int r = 0; r < base->world_size; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
             struct ddp_layout l = *base;
             setpgid(0, 0); /* own group: stop_children reaches the rank's children too */
-            signal(SIGINT, SIG_DFL);
-            signal(SIGTERM, SIG_DFL);
+            for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
+                signal(forwarded[i], SIG_DFL);
             l.rank = l.local_rank = r;
             _exit(run_rank(opt, &l, args));
         }

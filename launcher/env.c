@@ -341,6 +341,11 @@ static int master_addr(char *const *envp, const struct ddp_options *opt, struct 
     const char *step = ddp_env_get(envp, "SLURM_STEP_NODELIST"), *job = ddp_env_get(envp, "SLURM_JOB_NODELIST");
     const char *set = opt->master_addr ? opt->master_addr : ddp_env_get(envp, "MASTER_ADDR");
     const char *list = l->source == DDP_SOURCE_SRUN && step ? step : job;
+    if (set && strlen(set) >= sizeof l->master_addr) {
+        set_err(err, errlen, "%s is %zu characters long; at most %zu fit: give a shorter host name or address",
+                opt->master_addr ? "--master-addr" : "MASTER_ADDR", strlen(set), sizeof l->master_addr - 1);
+        return -1;
+    }
     if (set) {
         snprintf(l->master_addr, sizeof l->master_addr, "%s", set);
         return 0;

@@ -93,11 +93,21 @@ int ddp_gpu_discover(char *const *envp, struct ddp_gpu_list *out, char *err, siz
     return 0;
 }
 
+/* True when a --gpu-bind value gives each task its own GPUs: not "none", and not "closest",
+ * which gives every task on a socket the same list. */
+static int bind_narrows(const char *bind)
+{
+    return bind && *bind && !strstr(bind, "none") && !strstr(bind, "closest");
+}
+
 int ddp_gpus_narrowed(char *const *envp)
 {
-    const char *bind = ddp_env_get(envp, "SLURM_GPU_BIND");
-    return ddp_env_get(envp, "SLURM_GPUS_PER_TASK") != NULL ||
-           (bind && *bind && strstr(bind, "none") == NULL);
+    /* slurmd's record of the step's binding ("gpu:per_task:1", "gpu:map_gpu:1,0", "gpu:none"); a
+     * task started by srun alone has it but not SLURM_GPUS_PER_TASK, which comes from sbatch. */
+    const char *tres = ddp_env_get(envp, "SLURMD_TRES_BIND");
+    if (tres && strncmp(tres, "gpu:", 4) == 0)
+        return bind_narrows(tres + 4);
+    return ddp_env_get(envp, "SLURM_GPUS_PER_TASK") != NULL || bind_narrows(ddp_env_get(envp, "SLURM_GPU_BIND"));
 }
 
 /* Writes the ids of LIST joined by commas into OUT (the value for CUDA_VISIBLE_DEVICES). */

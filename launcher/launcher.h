@@ -111,7 +111,8 @@ int ddp_gpu_list_parse(const char *spec, struct ddp_gpu_list *out, char *err, si
 int ddp_gpu_discover(char *const *envp, struct ddp_gpu_list *out, char *err, size_t errlen);
 
 /* True when Slurm has narrowed CUDA_VISIBLE_DEVICES to this task's own GPUs (--gpus-per-task or
- * --gpu-bind), as SLURM_GPUS_PER_TASK / SLURM_GPU_BIND in envp say. */
+ * --gpu-bind other than none/closest), as slurmd's SLURMD_TRES_BIND says, or without it
+ * SLURM_GPUS_PER_TASK / SLURM_GPU_BIND in envp. */
 int ddp_gpus_narrowed(char *const *envp);
 
 struct ddp_gpu_choice {

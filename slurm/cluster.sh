@@ -248,6 +248,10 @@ cmd_start() {
     check_prereqs
     stop_other_cluster
     cmd_stop quiet
+    # From here on a failed start stops whatever it did start (network, daemons), and the marker
+    # lets a later start from another base find and stop it.
+    echo "$BASE" >"$ACTIVE"
+    trap 'cmd_stop quiet' EXIT
     # A fresh controller numbers jobs from 1 again: slurmd's spool of an earlier run would then
     # reject the new job 1 ("Job credential revoked"), so nodes start from empty folders.
     rm -rf "$BASE"/node[0-9]*
@@ -260,8 +264,8 @@ cmd_start() {
     slurmctld -c -i -f "$BASE/slurm.conf" ||
         die "slurmctld failed to start; log:$(echo; tail -n 20 "$BASE/ctld/slurmctld.log" 2>/dev/null)"
     for ((n = 1; n <= NODES; n++)); do start_slurmd "$n"; done
-    echo "$BASE" >"$ACTIVE"
-    wait_idle || { cmd_stop quiet; exit 1; }
+    wait_idle || exit 1
+    trap - EXIT
     log "cluster up: $NODES nodes x $CPUS CPUs$( ((GPUS == 0)) || echo " x $GPUS placeholder GPUs") in $BASE ($(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }') s)"
     echo "export SLURM_CONF=$BASE/slurm.conf    # or: source $BASE/env.sh"
 }

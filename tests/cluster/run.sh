@@ -4,8 +4,8 @@
 # and always stops the cluster. Exit 0 only when every case passed.
 #
 # Usage: tests/cluster/run.sh --launch PATH --train PATH [CASE...]     (no CASE: all of them)
-# Cases: print-env srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates torch-allreduce
-#   pmi-trap
+# Cases: print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
+#   torch-allreduce pmi-trap
 # Environment: DDP_TEST_SRCDIR (source tree; default: two levels up), DDP_SLURM_BASE (cluster state,
 #   default /tmp/ddp-slurm-test). Only one cluster can run per machine (the network names are fixed):
 #   concurrent runs queue on a lock, and a cluster left running by hand is stopped first.
@@ -20,7 +20,7 @@ DATA="$SRC/data/mnist"
 TRAIN_ARGS=(--model mlp --epochs 4 --batch 64 --lr 0.1 --device auto)
 MIN_ACC=0.90
 JOB_TIMEOUT=420       # seconds any one srun or batch job may take
-ALL_CASES=(print-env srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
+ALL_CASES=(print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
     torch-allreduce pmi-trap)
 LAUNCH=""
 TRAIN=""
@@ -138,6 +138,24 @@ for e in errors:
     print("  " + e)
 sys.exit(1 if errors else 0)
 PY
+}
+
+# srun --gpus-per-task=1 (and --gpu-bind=map_gpu) narrow CUDA_VISIBLE_DEVICES per task (the
+# cluster's placeholder GPUs, counted by DDP_SIMULATE_GPUS): each rank keeps its own list and uses
+# its device 0, instead of being refused for having fewer GPUs than local ranks.
+case_gpu_bind() {
+    local out=$WORK/gpu-bind.out opts
+    for opts in "--gpus-per-task=1" "--gpus-per-node=2 --gpu-bind=map_gpu:1,0"; do
+        # shellcheck disable=SC2086,SC2016  # opts splits into words; $VARS are for the task's shell
+        run_to "$out" 60 env DDP_SIMULATE_GPUS=4 srun -N1 --ntasks-per-node=2 $opts "$LAUNCH" \
+            sh -c 'echo "rank=$RANK device=$DDP_DEVICE visible=$CUDA_VISIBLE_DEVICES"' ||
+            { show_tail "$out"; fail "srun $opts ... ddp-launch exited non-zero"; }
+        grep '^rank=' "$out" | sort | sed "s/^/  $opts: /"
+        [[ $(grep -c '^rank=[01] device=0 visible=[0-3]$' "$out") -eq 2 ]] ||
+            { show_tail "$out"; fail "srun $opts: want 2 ranks on device 0 of their own GPU"; }
+        [[ $(grep '^rank=' "$out" | sed 's/.*visible=//' | sort -u | wc -l) -eq 2 ]] ||
+            fail "srun $opts: the two ranks must see different GPUs"
+    done
 }
 
 # srun --mpi=pmix -N2 -n4 ddp-launch ddp-train: the MLP (TRAIN_ARGS) reaches MIN_ACC with world size 4.

@@ -29,6 +29,10 @@ if [ "$ncpu" -ge 2 ]; then
         check "$mode: two ranks reported" "$(printf '%s\n' "$out" | wc -l)" 2
         check "$mode: actual bindings" "$(cover "$out")" disjoint
         check "$mode: DDP_CPUSET is the actual binding" "$(printf '%s\n' "$out" | awk '$2 != $3' | wc -l)" 0
+        if [ $mode = fork ]; then export DDP_LOCAL_FORK=1; fi
+        unbound=$("$launch" -n 2 --bind=none -- sh -c "$report" | awk '{ print $3 }' | sort -u)
+        check "$mode: --bind=none leaves both ranks unbound" "$unbound" "$all"
+        unset DDP_LOCAL_FORK
         total=$(printf '%s\n' "$out" | awk '{ print $3 }' | paste -sd, | tr ',' '\n' | wc -l)
         check "$mode: one core each on a 2-CPU machine" "$(printf '%s\n' "$out" | awk '{ print $4 }' | sort -u)" 1
         [ "$ncpu" -eq 2 ] && check "$mode: two CPU lists cover both CPUs" "$total" 2

@@ -58,6 +58,11 @@ static void hydra_torchrun_pmix(void)
     CHECK(detect(torch, NULL, &l, err) == 0 && l.source == DDP_SOURCE_TORCHRUN && l.node_rank == 1 &&
           l.n_nodes == 2 && strcmp(l.master_addr, "head") == 0 && l.master_port == 29500, "torchrun: %s", err);
     CHECK(detect(pmix, NULL, &l, err) != 0 && strstr(err, "-n"), "PMIx alone lacks the world size: %s", err);
+    static char long_addr[DDP_HOST_LEN + 16] = "MASTER_ADDR=";
+    memset(long_addr + strlen(long_addr), 'h', DDP_HOST_LEN);
+    torch[5] = long_addr;
+    CHECK(detect(torch, NULL, &l, err) != 0 && strstr(err, "MASTER_ADDR"), "a MASTER_ADDR too long must be refused: %s", err);
+    torch[5] = "MASTER_ADDR=head";
     ddp_options_init(&opt);
     opt.n_procs = 2;
     CHECK(detect(pmix, &opt, &l, err) == 0 && l.source == DDP_SOURCE_PMIX && l.world_size == 2, "pmix -n 2: %s", err);

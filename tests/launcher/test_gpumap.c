@@ -24,6 +24,15 @@ static void narrowed_by_slurm(void)
     CHECK(c.device == 0 && strcmp(c.visible, "2") == 0, "narrowed: device %d visible '%s'", c.device, c.visible);
     char *bind_none[] = {"SLURM_GPU_BIND=none", NULL}, *plain[] = {"CUDA_VISIBLE_DEVICES=0,1", NULL};
     CHECK(!ddp_gpus_narrowed(bind_none) && !ddp_gpus_narrowed(plain), "not narrowed without Slurm's GPU binding");
+    /* What Slurm 22.05 gives a task of `srun --gpus-per-task=1` (no SLURM_GPUS_PER_TASK outside sbatch),
+     * of `srun --gpu-bind=none` inside `sbatch --gpus-per-task=1`, and of `--gpu-bind=closest`. */
+    char *srun_per_task[] = {"SLURMD_TRES_BIND=gpu:per_task:1", "CUDA_VISIBLE_DEVICES=1", NULL};
+    char *srun_map[] = {"SLURMD_TRES_BIND=gpu:verbose,map_gpu:1,0", NULL};
+    char *step_none[] = {"SLURM_GPUS_PER_TASK=1", "SLURMD_TRES_BIND=gpu:none", NULL};
+    char *closest[] = {"SLURMD_TRES_BIND=gpu:closest", "CUDA_VISIBLE_DEVICES=0,1", NULL};
+    CHECK(ddp_gpus_narrowed(srun_per_task) && ddp_gpus_narrowed(srun_map), "SLURMD_TRES_BIND gpu binding must mean narrowed");
+    CHECK(!ddp_gpus_narrowed(step_none), "the step's --gpu-bind=none wins over the job's SLURM_GPUS_PER_TASK");
+    CHECK(!ddp_gpus_narrowed(closest), "--gpu-bind=closest shares a socket's list among its tasks: not narrowed");
 }
 
 static void not_narrowed(void)

@@ -1,0 +1,34 @@
+#!/bin/sh
+# local_ranks.sh - ddp-launch -n N on this node: through mpirun every PROGRAM argument arrives; in
+# the fork path SIGUSR1 reaches every rank (Slurm's --signal warning) and the job goes on; with
+# --print-env, ranks that never report are named, and only those. Usage: local_ranks.sh DDP_LAUNCH
+launch=$1
+fails=0
+tmp=$(mktemp -d /tmp/ddp-local-ranks.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+check() {
+    if [ "$2" != "$3" ]; then echo "FAIL $1: got '$2', want '$3'"; fails=$((fails + 1)); else echo "ok   $1: $2"; fi
+}
+
+# shellcheck disable=SC2016,SC2046  # $# is for the ranks' shell; seq gives the arguments
+got=$("$launch" -n 2 -- sh -c 'echo "$#"' sh $(seq 1500) | sort -u)
+check "mpirun path: 1500 arguments reach each rank" "$got" 1500
+
+# shellcheck disable=SC2016
+DDP_LOCAL_FORK=1 "$launch" -n 2 -- sh -c \
+    'trap "echo usr1 \$RANK >>$0/usr1; exit 0" USR1; echo >"$0/up.$RANK"; for _ in $(seq 100); do sleep 0.1; done' "$tmp" &
+pid=$!
+for _ in $(seq 100); do [ -e "$tmp/up.0" ] && [ -e "$tmp/up.1" ] && break; sleep 0.1; done
+kill -USR1 "$pid"
+( sleep 10; kill -KILL "$pid" ) >/dev/null 2>&1 &
+watchdog=$!
+wait "$pid"
+check "fork path: exit status after SIGUSR1" "$?" 0
+kill "$watchdog" 2>/dev/null
+check "fork path: ranks that got SIGUSR1" "$(sort "$tmp/usr1" 2>/dev/null | paste -sd' ')" "usr1 0 usr1 1"
+
+out=$(env -i PATH="$PATH" RANK=0 WORLD_SIZE=3 LOCAL_RANK=0 LOCAL_WORLD_SIZE=3 DDP_PRINT_TIMEOUT=0.3 \
+    DDP_PRINT_DIR="$tmp/print" "$launch" --dry-run 2>&1)
+check "--print-env: missing ranks named" "$(printf '%s\n' "$out" | sed -n 's/^ *rank \([0-9]*\) missing.*/\1/p' | paste -sd' ')" "1 2"
+exit $((fails > 0))
