@@ -47,9 +47,9 @@ static const char *const help_text[] = {
     "  --share-gpus          allow more ranks per node than GPUs (rank r uses GPU r mod n)\n"
     "  --master-addr HOST    MASTER_ADDR (default: $MASTER_ADDR, else the first host of the Slurm\n"
     "                        node list, else 127.0.0.1 on one node)\n"
-    "  --master-port P       MASTER_PORT (default: $MASTER_PORT, else under srun\n"
-    "                        20000 + ((SLURM_JOB_ID * 31 + SLURM_STEP_ID) % 20000), for forked -n\n"
-    "                        ranks 20000 + pid % 20000, else a hash of the launch's id into 20000..39999)\n"
+    "  --master-port P       MASTER_PORT (default: $MASTER_PORT, else a hash into 20000..32767, below\n"
+    "                        Linux's ephemeral ports, of SLURM_JOB_ID and SLURM_STEP_ID under srun, of\n"
+    "                        the launch's id under other launchers, of ddp-launch's pid for forked -n)\n"
     "  --print-env           print the job's table (rank, host, node, local rank, GPU, CPU set,\n"
     "                        threads) and the exported variables on rank 0, then run PROGRAM\n"
     "  --dry-run             the same table, without running PROGRAM\n"
@@ -629,7 +629,7 @@ static int launch_local(const struct ddp_options *opt, struct ddp_layout *l, cha
     l->source = DDP_SOURCE_LOCAL;
     snprintf(l->job_key, sizeof l->job_key, "local-%ld", (long)getpid());
     if (opt->master_port < 0 && !getenv("MASTER_PORT"))
-        l->master_port = 20000 + (int)(getpid() % 20000);
+        l->master_port = ddp_port_from_hash((unsigned long long)getpid());
     if (l->world_size == 1)
         return run_rank(opt, l, args);
     if (!(force_fork && strcmp(force_fork, "1") == 0) && ddp_find_program(environ, "mpirun", path, sizeof path) == 0) {

@@ -361,9 +361,22 @@ static int master_addr(char *const *envp, const struct ddp_options *opt, struct 
     return -1;
 }
 
+/* SplitMix64's finaliser: every input bit affects every output bit. */
+static unsigned long long mix64(unsigned long long z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+int ddp_port_from_hash(unsigned long long h)
+{
+    return DDP_PORT_MIN + (int)(h % (unsigned long long)(DDP_PORT_END - DDP_PORT_MIN));
+}
+
 int ddp_master_port(unsigned long long job_id, unsigned long long step_id)
 {
-    return 20000 + (int)((job_id * 31ULL + step_id) % 20000ULL);
+    return ddp_port_from_hash(mix64(mix64(job_id) ^ step_id));
 }
 
 static unsigned long long hash_string(const char *s)
@@ -371,7 +384,7 @@ static unsigned long long hash_string(const char *s)
     unsigned long long h = 1469598103934665603ULL;
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
+    return mix64(h);
 }
 
 /* The launch's name (shared by all its ranks) and, unless given, MASTER_PORT derived from it. */
@@ -396,7 +409,7 @@ static void job_key_and_port(char *const *envp, const struct ddp_options *opt, s
     if (l->source == DDP_SOURCE_SRUN && job)
         l->master_port = ddp_master_port(strtoull(job, NULL, 10), step ? strtoull(step, NULL, 10) : 0);
     else
-        l->master_port = 20000 + (int)(hash_string(l->job_key) % 20000ULL);
+        l->master_port = ddp_port_from_hash(hash_string(l->job_key));
 }
 
 static void fill_layout(const struct view *m, enum ddp_source source, struct ddp_layout *out)

@@ -76,7 +76,14 @@ int ddp_layout_detect(char *const *envp, const struct ddp_options *opt, struct d
  * list is malformed or too short. */
 int ddp_slurm_tasks_on_node(const char *spec, int node);
 
-/* The port derived from a Slurm job and step: 20000 + ((job * 31 + step) % 20000). */
+/* Derived MASTER_PORTs lie in [DDP_PORT_MIN, DDP_PORT_END): above the usual service ports and
+ * below Linux's ephemeral range (32768-60999), where a bind could find the port taken. */
+#define DDP_PORT_MIN 20000
+#define DDP_PORT_END 32768
+/* A port in that range from a 64-bit hash. */
+int ddp_port_from_hash(unsigned long long h);
+/* The port derived from a Slurm job and step: a hash of both into the range, so the steps of one
+ * job, and jobs sharing a node, get different ports (unless the hash collides: set MASTER_PORT). */
 int ddp_master_port(unsigned long long job_id, unsigned long long step_id);
 
 /* ---- hostlist.c -------------------------------------------------------------------------- */

@@ -14,6 +14,27 @@ static int detect(char **env, const struct ddp_options *opt, struct ddp_layout *
     return ddp_layout_detect(env, opt ? opt : &defaults, l, err, DDP_ERRMSG_LEN);
 }
 
+/* Derived ports: in [DDP_PORT_MIN, DDP_PORT_END) (below Linux's ephemeral ports), deterministic,
+ * different for the steps of a job and for neighbouring jobs, including the pairs a linear formula
+ * job * 31 + step would confuse, and spread over the range. */
+static void master_ports(void)
+{
+    int seen_low = 0, seen_high = 0, collisions = 0;
+    CHECK(ddp_master_port(1234, 2) == ddp_master_port(1234, 2), "port not deterministic");
+    CHECK(ddp_master_port(1234, 2) != ddp_master_port(1234, 3), "two steps of a job get one port");
+    CHECK(ddp_master_port(1234, 31) != ddp_master_port(1235, 0), "job j step 31 = job j+1 step 0");
+    for (unsigned long long job = 1; job <= 2000; job++) {
+        int p = ddp_master_port(job, 0), q = ddp_master_port(job, 4294967294ULL); /* batch step */
+        CHECK(p >= DDP_PORT_MIN && p < DDP_PORT_END && q >= DDP_PORT_MIN && q < DDP_PORT_END,
+              "port %d / %d out of range", p, q);
+        seen_low |= p < DDP_PORT_MIN + 1000;
+        seen_high |= p >= DDP_PORT_END - 1000;
+        collisions += p == ddp_master_port(job + 1, 0);
+    }
+    CHECK(seen_low && seen_high, "ports do not spread over the range");
+    CHECK(collisions < 5, "%d neighbouring jobs share a port", collisions);
+}
+
 static void srun_two_nodes(void)
 {
     char *env[] = {"SLURM_PROCID=5", "SLURM_STEP_NUM_TASKS=6", "SLURM_NTASKS=6", "SLURM_LOCALID=1",
@@ -26,8 +47,8 @@ static void srun_two_nodes(void)
     CHECK(l.source == DDP_SOURCE_SRUN && l.rank == 5 && l.world_size == 6 && l.local_rank == 1 &&
           l.local_world_size == 2 && l.node_rank == 2 && l.n_nodes == 3, "srun layout wrong");
     CHECK(strcmp(l.master_addr, "gpu-a007") == 0, "MASTER_ADDR %s", l.master_addr);
-    CHECK(l.master_port == 20000 + (1234 * 31 + 2) % 20000, "MASTER_PORT %d", l.master_port);
-    CHECK(ddp_master_port(1234, 2) != ddp_master_port(1234, 3), "two steps of a job get different ports");
+    CHECK(l.master_port == ddp_master_port(1234, 2), "MASTER_PORT %d", l.master_port);
+    master_ports();
 }
 
 static void mpirun_inside_sbatch(void)
