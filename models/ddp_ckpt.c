@@ -100,13 +100,26 @@ static int ddp_ckpt_same_signature(const ddp_ckpt *a, const ddp_ckpt *b)
     return 1;
 }
 
-/* Largest |a-b| and relative difference of one parameter of n values. */
+/* |x - y| with NaN and infinity taken as values: 0 when both are NaN or both the same infinity,
+ * infinite when only one is NaN (fmax would otherwise drop the NaN and call the values equal). */
+static double ddp_value_diff(double x, double y)
+{
+    if (isnan(x) || isnan(y))
+        return isnan(x) && isnan(y) ? 0.0 : INFINITY;
+    return x == y ? 0.0 : fabs(x - y);
+}
+
+/* Largest |a-b| and relative difference of one parameter of n values; the scale is taken over
+ * the finite values, and an infinite difference is an infinite relative difference. */
 static void ddp_param_diff(const float *a, const float *b, size_t n, double *abs_diff, double *rel_diff)
 {
     double diff = 0.0, scale = 1e-12;
     for (size_t i = 0; i < n; i++) {
-        diff = fmax(diff, fabs((double)a[i] - (double)b[i]));
-        scale = fmax(scale, fmax(fabs((double)a[i]), fabs((double)b[i])));
+        diff = fmax(diff, ddp_value_diff(a[i], b[i]));
+        if (isfinite(a[i]))
+            scale = fmax(scale, fabs((double)a[i]));
+        if (isfinite(b[i]))
+            scale = fmax(scale, fabs((double)b[i]));
     }
     *abs_diff = diff;
     *rel_diff = diff / scale;

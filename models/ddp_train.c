@@ -161,11 +161,13 @@ static ddp_status ddp_train_verify(ddp_trainer *t)
     return st;
 }
 
-/* Model, replica check, reducer and buffers. Only a replica mismatch is returned (agreed). */
+/* Model, replica check, reducer and buffers. What is returned is agreed on: a model too large
+ * for memory or bucket caps the reducer refuses (configuration errors), or a replica mismatch. */
 static ddp_status ddp_train_build(ddp_trainer *t)
 {
-    ddp_train_must(t, ddp_model_create(ddp_backend_ops(t->ctx), &t->o->model, &t->model), "creating the model");
-    ddp_status st = ddp_train_verify(t);
+    ddp_status st = ddp_train_agree(t, ddp_model_create(ddp_backend_ops(t->ctx), &t->o->model, &t->model));
+    if (st == DDP_OK)
+        st = ddp_train_verify(t);
     if (st != DDP_OK)
         return st;
     ddp_reducer_opts ro;
@@ -173,10 +175,11 @@ static ddp_status ddp_train_build(ddp_trainer *t)
     ro.bucket_mb = t->o->bucket_mb;
     ro.first_bucket_mb = t->o->first_bucket_mb;
     ddp_model *m = t->model;
-    ddp_train_must(t, ddp_reducer_create(t->ctx, ddp_model_grads(m), ddp_model_numel(m), ddp_model_n_params(m),
-                                         &ro, &t->reducer), "creating the reducer");
-    ddp_train_alloc_buffers(t);
-    return DDP_OK;
+    st = ddp_train_agree(t, ddp_reducer_create(t->ctx, ddp_model_grads(m), ddp_model_numel(m),
+                                               ddp_model_n_params(m), &ro, &t->reducer));
+    if (st == DDP_OK)
+        ddp_train_alloc_buffers(t);
+    return st;
 }
 
 /* SplitMix64 finaliser: a well-mixed 64-bit hash. */

@@ -281,8 +281,13 @@ ddp_status ddp_model_create(const ddp_ops *ops, const ddp_model_config *cfg, ddp
     m->ops = ops;
     m->cfg = *cfg;
     ddp_status st = ddp_model_setup(m);
-    if (st != DDP_OK) {
+    if (st == DDP_ERR_NOMEM)
+        DDP_ERROR("ddp_model_create: out of memory for %zu parameters (values, gradients and "
+                  "momentum) and the activations of %d samples: use a smaller batch or model",
+                  m->numel_total, cfg->max_batch);
+    else if (st != DDP_OK)
         DDP_ERROR("ddp_model_create: %s", ddp_strerror(st));
+    if (st != DDP_OK) {
         ddp_model_destroy(m);
         return st;
     }

@@ -1,6 +1,7 @@
 /* train_report.c - ddp-train output: progress bar or lines, classification report, JSON metrics lines. */
 #include "train_report.h"
 
+#include <math.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -111,22 +112,36 @@ void ddp_print_class_report(FILE *f, const float *confusion)
             weighted[2], total);
 }
 
+/* v as a JSON number with format fmt, or null when it is NaN or infinite (a diverged loss): JSON
+ * has no NaN or Infinity, and printf's "nan" or "-nan" would make the line unreadable. */
+static const char *ddp_json_number(char *buf, size_t n, const char *fmt, double v)
+{
+    if (!isfinite(v))
+        return "null";
+    snprintf(buf, n, fmt, v);
+    return buf;
+}
+
 void ddp_metrics_epoch(FILE *f, const ddp_epoch_stats *e)
 {
-    fprintf(f, "{\"epoch\":%d,\"steps\":%ld,\"train_loss\":%.6f,\"test_accuracy\":%.6f,"
+    char loss[64];
+    fprintf(f, "{\"epoch\":%d,\"steps\":%ld,\"train_loss\":%s,\"test_accuracy\":%.6f,"
                "\"samples_per_s\":%.1f}\n",
-            e->epoch, e->steps, e->train_loss, e->test_accuracy, e->samples_per_s);
+            e->epoch, e->steps, ddp_json_number(loss, sizeof loss, "%.6f", e->train_loss),
+            e->test_accuracy, e->samples_per_s);
     fflush(f);
 }
 
 void ddp_metrics_summary(FILE *f, const ddp_train_opts *o, const ddp_run_stats *r)
 {
+    char loss[64];
     fprintf(f, "{\"summary\":true,\"model\":\"%s\",\"backend\":\"%s\",\"world_size\":%d,\"batch\":%d,"
-               "\"accum\":%d,\"epochs\":%d,\"steps\":%ld,\"train_loss\":%.6f,\"test_accuracy\":%.6f,"
+               "\"accum\":%d,\"epochs\":%d,\"steps\":%ld,\"train_loss\":%s,\"test_accuracy\":%.6f,"
                "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"wall_seconds\":%.3f,"
                "\"stopped_by_signal\":%s}\n",
             o->model.kind == DDP_MODEL_CNN ? "cnn" : "mlp", r->backend, r->world_size, o->batch,
-            o->accum, r->epochs, r->steps, r->train_loss, r->test_accuracy, r->samples_per_s,
-            r->train_seconds, r->wall_seconds, r->stopped_by_signal ? "true" : "false");
+            o->accum, r->epochs, r->steps, ddp_json_number(loss, sizeof loss, "%.6f", r->train_loss),
+            r->test_accuracy, r->samples_per_s, r->train_seconds, r->wall_seconds,
+            r->stopped_by_signal ? "true" : "false");
     fflush(f);
 }

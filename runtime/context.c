@@ -133,7 +133,8 @@ cleanup:
 }
 
 /* All ranks agree on the outcome of a step that may fail on some of them. Returns this rank's
- * own error, else the error of the lowest failing rank (logged once, on rank 0), else DDP_OK. */
+ * own error, else the largest error code of the failing ranks (logged once, on rank 0, with the
+ * lowest rank that has it), else DDP_OK. */
 static ddp_status ctx_agree(const ddp_ctx *ctx, ddp_status mine, const char *step)
 {
     int in[2] = {(int)mine, ctx->rank}, out[2] = {0, 0};
@@ -270,9 +271,10 @@ static ddp_status ctx_open_backend(ddp_ctx *ctx, const ddp_init_opts *opts)
         return st;
     ctx->threads = opts->threads > 0 ? opts->threads : 1;
     if (ctx->backend == DDP_BACKEND_CUDA) {
-        st = ctx_agree(ctx, ctx_open_device(ctx), "GPU set-up");
+        /* ops is set wherever the device opened, so ctx_release closes it when a peer failed */
+        st = ctx_open_device(ctx);
         ctx->ops = st == DDP_OK ? ddp_cuda_ops() : NULL;
-        return st;
+        return ctx_agree(ctx, st, "GPU set-up");
     }
     ddp_cpu_set_threads(ctx->threads);
     ctx->ops = ddp_cpu_ops();

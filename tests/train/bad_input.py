@@ -1,15 +1,19 @@
 #!/usr/bin/python3
 """bad_input.py - ddp-train and ddp-ckpt on bad command lines and bad data: each run exits non-zero
 within seconds with a message naming the problem; under mpirun both ranks exit, none hangs.
+A run whose loss diverges to NaN still writes valid JSON metrics, and ddp-ckpt diff does not call
+NaN equal to a number.
 
 Usage: bad_input.py DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
+import json
 import os
 import shutil
 import struct
 import sys
 import tempfile
 import time
+import zlib
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
@@ -86,6 +90,12 @@ def under_mpirun(chk, train, mpi, tmp):
                  ["no such folder"])
     lines = [l for l in out.splitlines() if "no such folder" in l]
     chk.check(len(lines) >= 2, f"both ranks report the missing folder ({len(lines)} lines)", out)
+    # A configuration every rank refuses alike is agreed on: both ranks exit 1, no MPI_Abort.
+    data = os.path.join(tmp, "good")
+    out = expect(chk, "mpirun -np 2, unusable --bucket-mb",
+                 mpi + ["2", train, "--data", data, "--device", "cpu", "--batch", "4", "--bucket-mb", "1e-9"],
+                 1, ["bucket_mb = 1e-09 MiB is not a usable bucket cap"])
+    chk.check("MPI_ABORT" not in out, "an agreed configuration error does not abort the job", out)
 
 
 def ckpt_cli(chk, ckpt, tmp):
@@ -99,6 +109,53 @@ def ckpt_cli(chk, ckpt, tmp):
     expect(chk, "ddp-ckpt diff --tol abc", [ckpt, "diff", "--tol", "abc", bogus, bogus], 2, ["--tol"])
 
 
+def diverged_metrics(chk, train, tmp):
+    data = os.path.join(tmp, "diverge")
+    trainlib.write_dataset(data, 100, 20)
+    metrics = os.path.join(tmp, "diverge.jsonl")
+    rc, out = trainlib.run([train, "--data", data, "--epochs", "1", "--batch", "10", "--lr", "1e30",
+                            "--device", "cpu", "--metrics", metrics], timeout=120)
+    chk.check(rc == 0, f"diverging run exits 0 (status {rc})", out)
+    lines = open(metrics).read().splitlines() if os.path.exists(metrics) else []
+
+    def reject(constant):  # json.loads alone accepts NaN and Infinity, which JSON does not have
+        raise ValueError(f"{constant} is not JSON")
+
+    def strict(line):
+        try:
+            return json.loads(line, parse_constant=reject)
+        except ValueError:
+            return None
+    parsed = [strict(l) for l in lines]
+    chk.check(len(lines) == 2 and None not in parsed, "diverged metrics lines are valid JSON",
+              "\n".join(lines))
+    chk.check(all(p and p.get("train_loss", 0) is None for p in parsed),
+              "a NaN train_loss is written as null", "\n".join(lines))
+
+
+def write_ckpt(path, values):
+    """A one-parameter checkpoint ("w", shape [len(values)]) in the format of runtime/checkpoint.c."""
+    n = len(values)
+    head = b"DDPCKPT1" + struct.pack("<IIQ", 1, 1, n)
+    record = b"w".ljust(48, b"\0") + struct.pack("<Iqqqq", 1, n, 0, 0, 0)
+    body = head + record + struct.pack(f"<{n}f", *values)
+    with open(path, "wb") as f:
+        f.write(body + struct.pack("<I", zlib.crc32(body)))
+
+
+def ckpt_nan(chk, ckpt, tmp):
+    paths = {}
+    for name, values in {"num": [1.0, 2.0, 3.0], "nan": [1.0, float("nan"), 3.0],
+                         "inf": [1.0, 2.0, float("inf")]}.items():
+        paths[name] = os.path.join(tmp, name + ".ckpt")
+        write_ckpt(paths[name], values)
+    for a, b in [("num", "nan"), ("nan", "num"), ("num", "inf")]:
+        expect(chk, f"ddp-ckpt diff --tol 0.5 {a} {b}", [ckpt, "diff", "--tol", "0.5", paths[a], paths[b]],
+               1, ["max_rel_diff=inf"])
+    expect(chk, "ddp-ckpt diff --tol 0 nan nan", [ckpt, "diff", "--tol", "0", paths["nan"], paths["nan"]],
+           0, ["max_rel_diff=0"])
+
+
 def main():
     train, ckpt, mpi = sys.argv[1], sys.argv[2], sys.argv[3:]
     chk = trainlib.Checker()
@@ -107,6 +164,8 @@ def main():
         bad_data(chk, train, tmp)
         under_mpirun(chk, train, mpi, tmp)
         ckpt_cli(chk, ckpt, tmp)
+        ckpt_nan(chk, ckpt, tmp)
+        diverged_metrics(chk, train, tmp)
     chk.done()
 
 
