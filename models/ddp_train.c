@@ -105,6 +105,26 @@ static ddp_status ddp_train_open_inputs(ddp_trainer *t)
     return st;
 }
 
+/* Every rank must have loaded data of the same size as rank 0 (node-local copies can differ), or
+ * their step plans, and so their collectives, would not match. Collective. */
+static ddp_status ddp_train_same_data(ddp_trainer *t)
+{
+    uint64_t mine[2] = {t->train.n, t->test.n}, root[2] = {t->train.n, t->test.n};
+    uint64_t *dev = ddp_alloc(t->ctx, sizeof root);
+    ddp_train_must(t, dev ? DDP_OK : DDP_ERR_NOMEM, "allocating the data-size buffer");
+    ddp_train_must(t, ddp_upload(t->ctx, dev, root, sizeof root), "uploading data sizes");
+    ddp_train_must(t, ddp_broadcast(t->ctx, dev, sizeof root, 0), "broadcasting data sizes");
+    ddp_train_must(t, ddp_download(t->ctx, root, dev, sizeof root), "downloading data sizes");
+    ddp_free(t->ctx, dev);
+    if (mine[0] == root[0] && mine[1] == root[1])
+        return DDP_OK;
+    DDP_ERROR("%s holds %llu train / %llu test samples here but %llu / %llu on rank 0: give every "
+              "rank the same data (copy the same files to every node, or use a shared --data folder)",
+              t->o->data_dir, (unsigned long long)mine[0], (unsigned long long)mine[1],
+              (unsigned long long)root[0], (unsigned long long)root[1]);
+    return DDP_ERR_MISMATCH;
+}
+
 /* Creates the sampler and derives the step plan; the same outcome on every rank. */
 static ddp_status ddp_train_plan(ddp_trainer *t)
 {
@@ -427,6 +447,8 @@ static ddp_status ddp_train_run(ddp_ctx *ctx, const ddp_train_opts *o)
     double wall_start = ddp_train_now();
     ddp_trainer t = {.ctx = ctx, .o = o, .rank = ddp_rank(ctx), .world = ddp_world_size(ctx)};
     ddp_status st = ddp_train_agree(&t, ddp_train_open_inputs(&t));
+    if (st == DDP_OK)
+        st = ddp_train_agree(&t, ddp_train_same_data(&t));
     if (st == DDP_OK)
         st = ddp_train_agree(&t, ddp_train_plan(&t));
     if (st == DDP_OK)

@@ -96,6 +96,15 @@ def under_mpirun(chk, train, mpi, tmp):
                  mpi + ["2", train, "--data", data, "--device", "cpu", "--batch", "4", "--bucket-mb", "1e-9"],
                  1, ["bucket_mb = 1e-09 MiB is not a usable bucket cap"])
     chk.check("MPI_ABORT" not in out, "an agreed configuration error does not abort the job", out)
+    # Node-local copies that differ (here: rank 1 reads another folder, MPMD) would give the ranks
+    # different step plans, and their collectives would hang: every rank must refuse instead.
+    other = os.path.join(tmp, "other")
+    trainlib.write_dataset(other, 300, 50)
+    flags = ["--device", "cpu", "--batch", "4", "--epochs", "1"]
+    out = expect(chk, "mpirun, ranks with different data",
+                 mpi + ["1", train, "--data", data] + flags + [":", "-np", "1", train, "--data", other] + flags,
+                 1, ["give every rank the same data", "300 train / 50 test samples here"])
+    chk.check("MPI_ABORT" not in out, "different data is agreed on, not aborted", out)
 
 
 def ckpt_cli(chk, ckpt, tmp):
