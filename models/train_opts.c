@@ -1,6 +1,7 @@
 /* train_opts.c - ddp-train command line: getopt_long flags, each value validated with a clear message. */
 #include "train_opts.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -135,7 +136,7 @@ static int ddp_parse_seed(const char *text, uint64_t *out)
     char *end = NULL;
     errno = 0;
     unsigned long long v = strtoull(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || text[0] == '-') {
+    if (errno != 0 || end == text || *end != '\0' || !isdigit((unsigned char)text[0])) {
         fprintf(stderr, "ddp-train: --seed: expected a non-negative integer, got '%s'\n", text);
         return -1;
     }

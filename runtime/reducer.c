@@ -45,8 +45,9 @@ static ddp_status ddp_mib_to_bytes(double mib, const char *what, size_t *out)
 {
     double bytes = mib * DDP_MIB;
     if (!(bytes >= 1.0) || bytes > (double)(SIZE_MAX / 2)) {
-        DDP_ERROR("ddp_reducer_create: %s = %g MiB is not a usable bucket cap: give a positive "
-                  "size of at least one byte", what, mib);
+        DDP_ERROR("ddp_reducer_create: %s = %g MiB is not a usable bucket cap: give a size "
+                  "between one byte and %g MiB (ddp-train: --bucket-mb, --first-bucket-mb)", what,
+                  mib, (double)(SIZE_MAX / 2) / DDP_MIB);
         return DDP_ERR_INVALID_ARG;
     }
     *out = (size_t)bytes;

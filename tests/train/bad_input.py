@@ -47,6 +47,7 @@ def bad_flags(chk, train):
         (["--widths", "784-abc-10"], ["--widths", "784-abc-10"]),
         (["--lr-schedule", "step"], ["--lr-schedule: expected constant or cosine, got 'step'"]),
         (["--batch"], ["missing value for option '--batch'"]),
+        (["--seed", " -1"], ["--seed: expected a non-negative integer, got ' -1'"]),
         (["extra"], ["unexpected argument 'extra'"]),
     ]
     for args, words in cases:
