@@ -356,8 +356,7 @@ static void ddp_train_report_start(const ddp_trainer *t)
 {
     if (t->rank != 0)
         return;
-    printf("ddp-train: %d rank(s), backend %s, %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)),
-           ddp_blas_describe());
+    printf("ddp-train: %d rank(s), backend %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)));
     ddp_train_print_opts(stdout, t->o);
     printf("data: %zu train / %zu test samples; %zu per rank per epoch; %ld steps per epoch "
            "(floor of per-rank samples / (batch x accum)); %ld steps planned; %zu parameters\n",
