@@ -57,7 +57,8 @@ DDP_API int ddp_version_number(void);
     X(DDP_ERR_UNSUPPORTED, "not supported by this build or backend")                     \
     X(DDP_ERR_NO_DEVICE, "no usable GPU")                                                \
     X(DDP_ERR_ENV, "inconsistent launch environment")                                    \
-    X(DDP_ERR_STATE, "call out of order")
+    X(DDP_ERR_STATE, "call out of order")                                                \
+    X(DDP_ERR_TIMEOUT, "a collective or wait passed its deadline (DDP_TIMEOUT)")
 
 typedef enum ddp_status {
 #define DDP_STATUS_ENUM_(name, text) name,

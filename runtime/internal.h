@@ -61,6 +61,10 @@ ddp_status ddp_host_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root)
 /* Sets the rank shown in log prefixes (-1 before ddp_init knows it) and the host name. */
 void ddp_log_set_identity(int rank, const char *hostname);
 
+/* The deadline of every collective and wait, in seconds: DDP_TIMEOUT from the environment, 300
+ * when unset. A value that is not a positive number is logged once and the default used. */
+double ddp_timeout_seconds(void);
+
 /* CRC-32 (zlib) of a buffer, used by checksums and checkpoints. */
 uint32_t ddp_crc32(const void *data, size_t n_bytes);
 

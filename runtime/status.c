@@ -1,4 +1,7 @@
 /* status.c - status code names (from the X-macro table in ddp.h) and the library version. */
+#include <math.h>
+#include <stdlib.h>
+
 #include "config.h"
 #include "internal.h"
 
@@ -22,4 +25,23 @@ const char *ddp_version(void)
 int ddp_version_number(void)
 {
     return DDP_VERSION_NUMBER;
+}
+
+double ddp_timeout_seconds(void)
+{
+    static double cached = -1;
+    if (cached > 0)
+        return cached;
+    const char *v = getenv("DDP_TIMEOUT");
+    double t = 300;
+    if (v && *v) {
+        char *end;
+        double x = strtod(v, &end);
+        if (*end == '\0' && isfinite(x) && x > 0)
+            t = x;
+        else
+            DDP_WARN("DDP_TIMEOUT='%s' is not a positive number of seconds; using %.0f", v, t);
+    }
+    cached = t;
+    return t;
 }
