@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "ddp.h"
+#include "layers.h"
 #include "mnist.h"
 #include "model.h"
 #include "train_opts.h"
@@ -26,6 +27,7 @@ typedef struct ddp_trainer {
     const ddp_train_opts *o;
     int rank, world;
     ddp_mnist train, test;
+    const ddp_ops *ops; /* the models' compute on this context's backend */
     ddp_model *model;
     ddp_reducer *reducer;
     ddp_sampler *sampler;
@@ -185,7 +187,9 @@ static ddp_status ddp_train_verify(ddp_trainer *t)
  * for memory or bucket caps the reducer refuses (configuration errors), or a replica mismatch. */
 static ddp_status ddp_train_build(ddp_trainer *t)
 {
-    ddp_status st = ddp_train_agree(t, ddp_model_create(ddp_backend_ops(t->ctx), &t->o->model, &t->model));
+    ddp_status st = ddp_train_agree(t, ddp_ops_open(t->ctx, t->o->threads, &t->ops));
+    if (st == DDP_OK)
+        st = ddp_train_agree(t, ddp_model_create(t->ops, &t->o->model, &t->model));
     if (st == DDP_OK)
         st = ddp_train_verify(t);
     if (st != DDP_OK)
@@ -306,6 +310,18 @@ static double ddp_train_evaluate(ddp_trainer *t)
     return ddp_confusion_accuracy(t->confusion);
 }
 
+/* Rank 0, after the first step (oneDNN picks its implementations when the primitives are made):
+ * the implementations the CPU runs, e.g. "conv_fwd brg:avx512_core_bf16". */
+static void ddp_train_report_impl(const ddp_trainer *t)
+{
+    const char *impl = ddp_dnnl_describe(t->o->model.precision);
+    if (t->rank != 0 || ddp_backend(t->ctx) != DDP_BACKEND_CPU || !impl[0])
+        return;
+    ddp_progress_end(&t->progress);
+    printf("oneDNN (%s): %s\n", ddp_precision_name(t->o->model.precision), impl);
+    fflush(stdout);
+}
+
 /* Trains one epoch (or until the step limit) and evaluates; fills e. */
 static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
 {
@@ -322,6 +338,8 @@ static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
         seconds += took;
         t->progress.train_seconds += took;
         t->step++;
+        if (t->step == 1)
+            ddp_train_report_impl(t);
         if (t->rank == 0)
             ddp_progress_update(&t->progress, t->step, epoch, loss[0] / loss[1]);
         if (ddp_train_stop_requested(t)) {
@@ -357,6 +375,9 @@ static void ddp_train_report_start(const ddp_trainer *t)
     if (t->rank != 0)
         return;
     printf("ddp-train: %d rank(s), backend %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)));
+    if (ddp_backend(t->ctx) == DDP_BACKEND_CPU)
+        printf("compute: %s; GEMM fp32 %s; convolutions %s\n", t->ops->name, ddp_blas_describe(),
+               ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM");
     ddp_train_print_opts(stdout, t->o);
     printf("data: %zu train / %zu test samples; %zu per rank per epoch; %ld steps per epoch "
            "(floor of per-rank samples / (batch x accum)); %ld steps planned; %zu parameters\n",
@@ -435,6 +456,7 @@ static void ddp_trainer_release(ddp_trainer *t)
     free(t->y_host);
     ddp_reducer_destroy(t->reducer);
     ddp_model_destroy(t->model);
+    ddp_ops_close(t->ops);
     ddp_sampler_destroy(t->sampler);
     ddp_mnist_free(&t->train);
     ddp_mnist_free(&t->test);

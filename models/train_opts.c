@@ -13,7 +13,7 @@ enum {
     OPT_MODEL = 1000, OPT_WIDTHS, OPT_DATA, OPT_EPOCHS, OPT_MAX_STEPS, OPT_BATCH, OPT_LR,
     OPT_MOMENTUM, OPT_WEIGHT_DECAY, OPT_SEED, OPT_BUCKET_MB, OPT_FIRST_BUCKET_MB, OPT_ACCUM,
     OPT_DEVICE, OPT_THREADS, OPT_METRICS, OPT_SAVE, OPT_NO_SHUFFLE, OPT_LOG_EVERY,
-    OPT_BROADCAST_INIT, OPT_LR_SCHEDULE, OPT_AUGMENT, OPT_HELP
+    OPT_BROADCAST_INIT, OPT_LR_SCHEDULE, OPT_AUGMENT, OPT_PRECISION, OPT_HELP
 };
 
 static const struct option ddp_train_long_opts[] = {
@@ -39,6 +39,7 @@ static const struct option ddp_train_long_opts[] = {
     {"broadcast-init", no_argument, NULL, OPT_BROADCAST_INIT},
     {"lr-schedule", required_argument, NULL, OPT_LR_SCHEDULE},
     {"augment", no_argument, NULL, OPT_AUGMENT},
+    {"precision", required_argument, NULL, OPT_PRECISION},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -61,6 +62,10 @@ static const char ddp_train_usage_text[] =
     "  --first-bucket-mb X     first bucket cap, MiB (default 1)\n"
     "  --device cpu|cuda|auto  backend (default auto)\n"
     "  --threads N             BLAS threads per rank on the CPU (default 1)\n"
+    "  --precision P           fp32, bf16 or fp16 (default fp32): activations and GEMM/convolution\n"
+    "                          inputs in 16 bits, fp32 accumulation, fp32 master weights, optimizer\n"
+    "                          state, loss and softmax. bf16 on the CPU needs AVX512_BF16 or AMX;\n"
+    "                          fp16 on a CPU is emulated (values rounded to fp16, arithmetic in fp32)\n"
     "  --metrics FILE          rank 0 writes JSON lines: one per epoch, then a summary\n"
     "  --save FILE             rank 0 writes the trained parameters as a checkpoint\n"
     "  --augment               shift each training image by up to 2 pixels (from seed, epoch, sample)\n"
@@ -144,9 +149,16 @@ static int ddp_parse_seed(const char *text, uint64_t *out)
     return 0;
 }
 
-/* Flags that name a choice: model kind, widths, learning-rate schedule, device. */
+/* Flags that name a choice: model kind, widths, learning-rate schedule, precision, device. */
 static int ddp_parse_choice(int id, const char *text, ddp_train_opts *o)
 {
+    if (id == OPT_PRECISION) {
+        if (ddp_precision_parse(text, &o->model.precision) != DDP_OK) {
+            fprintf(stderr, "ddp-train: --precision: expected fp32, bf16 or fp16, got '%s'\n", text);
+            return -1;
+        }
+        return 0;
+    }
     if (id == OPT_LR_SCHEDULE) {
         o->cosine = strcmp(text, "cosine") == 0;
         if (!o->cosine && strcmp(text, "constant") != 0) {
@@ -268,4 +280,5 @@ void ddp_train_print_opts(FILE *f, const ddp_train_opts *o)
     fprintf(f, "buckets: %g MiB (first %g MiB)  broadcast-init: %s  threads: %d  augment: %s\n",
             o->bucket_mb, o->first_bucket_mb, o->broadcast_init ? "yes" : "no", o->threads,
             o->augment ? "shifts up to 2 px" : "no");
+    fprintf(f, "precision: %s\n", ddp_precision_name(o->model.precision));
 }

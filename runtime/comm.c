@@ -32,8 +32,8 @@ static ddp_status comm_check_root(const ddp_ctx *ctx, int root, const char *who)
 
 static ddp_status comm_check_op(ddp_reduce_op op, const char *who)
 {
-    if (op != DDP_SUM && op != DDP_AVG) {
-        DDP_ERROR("%s: unknown reduce op %d (use DDP_SUM or DDP_AVG)", who, (int)op);
+    if (op != DDP_SUM && op != DDP_AVG && op != DDP_MAX && op != DDP_MIN) {
+        DDP_ERROR("%s: unknown reduce op %d (use DDP_SUM, DDP_AVG, DDP_MAX or DDP_MIN)", who, (int)op);
         return DDP_ERR_INVALID_ARG;
     }
     return DDP_OK;

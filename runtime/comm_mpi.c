@@ -72,6 +72,12 @@ static size_t mpi_min(size_t a, size_t b)
     return a < b ? a : b;
 }
 
+/* The MPI operation of a reduce op (AVG is a SUM divided afterwards). */
+static MPI_Op mpi_op_of(ddp_reduce_op op)
+{
+    return op == DDP_MAX ? MPI_MAX : op == DDP_MIN ? MPI_MIN : MPI_SUM;
+}
+
 /* In-place all-reduce of buf[0..n) on comm, in chunks; AVG divides the sum by the world size. */
 static ddp_status mpi_allreduce_on(MPI_Comm comm, const mpi_state *s, float *buf, size_t n,
                                    ddp_reduce_op op)
@@ -79,7 +85,7 @@ static ddp_status mpi_allreduce_on(MPI_Comm comm, const mpi_state *s, float *buf
     ddp_status st = DDP_OK;
     for (size_t off = 0; off < n; off += s->max_chunk) {
         int m = (int)mpi_min(n - off, s->max_chunk);
-        DDP_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, buf + off, m, MPI_FLOAT, MPI_SUM, comm));
+        DDP_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, buf + off, m, MPI_FLOAT, mpi_op_of(op), comm));
     }
     if (op == DDP_AVG) {
         float world = (float)s->size;

@@ -62,7 +62,7 @@ static nccl_state *nccl_of(ddp_comm *c)
 
 static cudaStream_t nccl_compute_stream(void)
 {
-    return (cudaStream_t)ddp_cuda_stream();
+    return (cudaStream_t)ddp_cuda_device_stream();
 }
 
 /* Makes the communication stream wait for the work queued so far on the compute stream. Makes
@@ -105,6 +105,16 @@ cleanup:
     return st;
 }
 
+static ncclRedOp_t nccl_op_of(ddp_reduce_op op)
+{
+    switch (op) {
+    case DDP_AVG: return ncclAvg;
+    case DDP_MAX: return ncclMax;
+    case DDP_MIN: return ncclMin;
+    default: return ncclSum;
+    }
+}
+
 static ddp_status nccl_issue_allreduce(nccl_state *s, float *buf, size_t n, ddp_reduce_op op,
                                        cudaEvent_t *done)
 {
@@ -113,7 +123,7 @@ static ddp_status nccl_issue_allreduce(nccl_state *s, float *buf, size_t n, ddp_
     st = nccl_follow_compute(s);
     if (st != DDP_OK)
         goto cleanup;
-    DDP_NCCL_TRY(ncclAllReduce(buf, buf, n, ncclFloat32, op == DDP_AVG ? ncclAvg : ncclSum,
+    DDP_NCCL_TRY(ncclAllReduce(buf, buf, n, ncclFloat32, nccl_op_of(op),
                                s->comm, s->stream));
     st = nccl_mark_done(s, done);
 cleanup:

@@ -110,7 +110,9 @@ typedef enum ddp_backend_kind {
 
 typedef struct ddp_init_opts {
     ddp_backend_kind backend; /* DDP_BACKEND_AUTO by default */
-    int threads;              /* CPU backend BLAS threads per rank; 0 = 1 */
+    int threads;              /* compute threads per rank the program uses (shown in the start-up
+                                 report; libddp does no compute, the program sets its BLAS's
+                                 threads); 0 = 1 */
     int print_table;          /* non-zero: rank 0 prints config and a per-rank table at start-up */
 } ddp_init_opts;
 
@@ -151,6 +153,12 @@ DDP_API int ddp_num_nodes(const ddp_ctx *ctx);
 DDP_API const char *ddp_hostname(const ddp_ctx *ctx);
 DDP_API ddp_backend_kind ddp_backend(const ddp_ctx *ctx); /* CPU or CUDA, never AUTO */
 DDP_API int ddp_device(const ddp_ctx *ctx);               /* CUDA device ordinal, -1 on CPU */
+/* The CUDA stream (a cudaStream_t) that ddp_alloc, ddp_upload/ddp_download, the collectives and
+ * the reducer order their work on: a program's compute kernels on this stream are ordered before
+ * the collectives that read their results. NULL on the CPU backend. */
+DDP_API void *ddp_stream(const ddp_ctx *ctx);
+/* Number of CUDA devices usable here: 0 without a GPU, a driver or a CUDA build. Never fails. */
+DDP_API int ddp_cuda_device_count(void);
 
 /* Backend memory helpers: on the CPU backend these are malloc/memcpy, on CUDA device memory.
  * ddp_alloc returns zeroed memory, NULL on failure. */
@@ -163,7 +171,8 @@ DDP_API ddp_status ddp_download(ddp_ctx *ctx, void *dst_host, const void *src, s
  * Collectives on backend memory (MPI on the CPU backend, NCCL on the CUDA backend).
  * Every rank must call them in the same order with the same counts.
  */
-typedef enum ddp_reduce_op { DDP_SUM = 0, DDP_AVG } ddp_reduce_op;
+/* DDP_MAX / DDP_MIN: elementwise maximum / minimum over ranks (flags: "did any rank overflow"). */
+typedef enum ddp_reduce_op { DDP_SUM = 0, DDP_AVG, DDP_MAX, DDP_MIN } ddp_reduce_op;
 
 DDP_API ddp_status ddp_allreduce(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op);
 DDP_API ddp_status ddp_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root);
@@ -311,19 +320,6 @@ DDP_API ddp_status ddp_checkpoint_save(const char *path, const ddp_param_desc *d
  * bad magic, version, size or checksum (the log says which). */
 DDP_API ddp_status ddp_checkpoint_load(const char *path, ddp_param_desc **descs, int *n_params,
                                        float **params);
-
-/* ---------------------------------------------------------------------------------------------
- * CPU BLAS: OpenBLAS picks its kernels when it loads. Debian's 0.3.21 does not recognise some
- * AVX-512 CPUs and falls back to slow SSE3 kernels; OPENBLAS_CORETYPE must be set before the
- * process starts to fix it.
- */
-/* If OPENBLAS_CORETYPE is unset, the CPU supports AVX-512 and OpenBLAS chose a non-AVX-512 core,
- * sets OPENBLAS_CORETYPE and re-executes the program (/proc/self/exe, same argv) so OpenBLAS loads
- * the fast kernels. Call it first in main(), before ddp_init. Returns only when nothing had to be
- * done (or exec failed, which is logged). */
-DDP_API void ddp_blas_prefer_fast_kernels(char **argv);
-/* "OpenBLAS 0.3.21 DYNAMIC_ARCH ... core=SkylakeX threads=1", for start-up reports. */
-DDP_API const char *ddp_blas_describe(void);
 
 #ifdef __cplusplus
 }

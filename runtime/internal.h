@@ -1,12 +1,12 @@
 /* internal.h - declarations shared by libddp's own source files (never installed, never used by
- * programs: they use ddp.h, and the models use backend.h).
+ * programs: they use ddp.h; the models' compute is in models/ops/).
  */
 #ifndef DDP_INTERNAL_H
 #define DDP_INTERNAL_H
 
 #include <stddef.h>
 
-#include "backend.h"
+#include "device.h"
 #include "ddp.h"
 
 /* ---- communication: one interface, two implementations (comm_mpi.c, comm_nccl.c) ---------- */
@@ -47,7 +47,7 @@ struct ddp_ctx {
     ddp_backend_kind backend; /* CPU or CUDA */
     int device;               /* CUDA ordinal or -1 */
     int threads;
-    const ddp_ops *ops;
+    const ddp_device_ops *dev; /* backend memory: host or CUDA device */
     ddp_comm *comm;      /* collectives on backend memory */
     ddp_comm *host_comm; /* collectives on host memory (MPI); equals comm on the CPU backend */
     int owns_mpi;        /* this context initialised MPI and finalises it */

@@ -242,10 +242,10 @@ static ddp_status ddp_reducer_check_marked(const ddp_reducer *r)
 
 static ddp_status ddp_reducer_scale(ddp_reducer *r)
 {
-    const ddp_ops *ops = ddp_backend_ops(r->ctx);
+    const ddp_device_ops *dev = r->ctx->dev;
     float alpha = (float)(1.0 / ((double)ddp_world_size(r->ctx) * (double)r->micro_steps));
     for (int b = 0; b < r->n_buckets; b++) {
-        ddp_status st = ops->scale(r->grads + r->buckets[b].offset, r->buckets[b].n, alpha);
+        ddp_status st = dev->scale(r->grads + r->buckets[b].offset, r->buckets[b].n, alpha);
         if (st != DDP_OK) {
             DDP_ERROR("reducer: scaling bucket %d failed: %s", b, ddp_strerror(st));
             return st;

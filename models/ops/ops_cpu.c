@@ -1,13 +1,18 @@
-/* backend_cpu.c - the CPU ops table: host memory, OpenBLAS sgemm, plain loops over the scalar
- * math of math_shared.h (the same math the CUDA kernels run). Always built.
+/* ops_cpu.c - the CPU ops table: host memory, OpenBLAS sgemm, plain loops over the scalar math of
+ * math_shared.h (the same math the CUDA kernels run), and the precision-aware layer ops: oneDNN
+ * convolutions and pooling in every precision, OpenBLAS for fp32 GEMM, oneDNN matmul for bf16.
+ * Always built.
  */
 #include <cblas.h>
 #include <limits.h>
+#include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cpu_dnnl.h"
 #include "math_shared.h"
+#include "ops.h"
 
 /* ---- memory ------------------------------------------------------------------------------ */
 
@@ -195,6 +200,197 @@ static ddp_status cpu_softmax_xent(const float *logits, const int *labels, int r
     return DDP_OK;
 }
 
+/* ---- precision-aware layer ops ---------------------------------------------------------------- */
+
+static bool cpu_supports(ddp_precision p, const char **why)
+{
+    __builtin_cpu_init();
+    if (p != DDP_PREC_BF16 || __builtin_cpu_supports("avx512bf16"))
+        return true;
+    if (why)
+        *why = "this CPU has no bf16 arithmetic (AVX512_BF16 or AMX): oneDNN would emulate it "
+               "slower than fp32; use --precision fp32";
+    return false;
+}
+
+/* float <-> bfloat16 (round to nearest even; NaN stays NaN). */
+static uint16_t cpu_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float cpu_from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* IEEE half (GCC's _Float16 on x86-64: converted in software or with F16C; ISO C17 lacks it). */
+__extension__ typedef _Float16 ddp_half;
+
+/* Rounds x[0..n) to IEEE half in place (values beyond 65504 become inf, as fp16 storage would). */
+static void cpu_round_fp16(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(ddp_half)x[i];
+}
+
+static ddp_status cpu_cast(ddp_precision to, void *dst, ddp_precision from, const void *src, size_t n)
+{
+    if (to == DDP_PREC_BF16 && from != DDP_PREC_BF16) {
+        const float *s = src;
+        uint16_t *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = cpu_to_bf16(s[i]);
+        return DDP_OK;
+    }
+    if (from == DDP_PREC_BF16 && to != DDP_PREC_BF16) {
+        const uint16_t *s = src;
+        float *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = cpu_from_bf16(s[i]);
+        if (to == DDP_PREC_FP16)
+            cpu_round_fp16(d, n);
+        return DDP_OK;
+    }
+    if (dst != src)
+        memmove(dst, src, n * ddp_prec_size(to));
+    if (to == DDP_PREC_FP16 && from != DDP_PREC_FP16)
+        cpu_round_fp16(dst, n);
+    return DDP_OK;
+}
+
+/* The fp16 emulation: an op's fp32 output rounded to what fp16 storage would hold. */
+static ddp_status cpu_emulate(ddp_precision p, void *y, size_t n, ddp_status st)
+{
+    if (st == DDP_OK && p == DDP_PREC_FP16)
+        cpu_round_fp16(y, n);
+    return st;
+}
+
+/* db (cols) += column sums of dy (rows, cols) in precision p, summed in fp32. */
+static void cpu_colsum(ddp_precision p, float *db, const void *dy, int rows, int cols)
+{
+    if (p != DDP_PREC_BF16) {
+        cpu_bias_grad(db, dy, rows, cols);
+        return;
+    }
+    const uint16_t *d = dy;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            db[c] += cpu_from_bf16(d[(size_t)r * cols + c]);
+}
+
+static ddp_status cpu_linear_fwd(ddp_precision p, const void *x, const void *w, const float *b,
+                                 int batch, int in, int out, void *y, bool y_fp32)
+{
+    if (p == DDP_PREC_BF16)
+        return ddp_dnnl_matmul(p, batch, out, in, x, false, w, true, b, y, y_fp32, false);
+    DDP_TRY_(cpu_gemm(false, true, batch, out, in, 1.0f, x, w, 0.0f, y));
+    DDP_TRY_(cpu_bias_add(y, b, batch, out));
+    return cpu_emulate(y_fp32 ? DDP_PREC_FP32 : p, y, (size_t)batch * out, DDP_OK);
+}
+
+static ddp_status cpu_linear_bwd_params(ddp_precision p, const void *x, const void *dy, int batch,
+                                        int in, int out, float *dw, float *db)
+{
+    if (p == DDP_PREC_BF16)
+        DDP_TRY_(ddp_dnnl_matmul(p, out, in, batch, dy, true, x, false, NULL, dw, true, true));
+    else
+        DDP_TRY_(cpu_gemm(true, false, out, in, batch, 1.0f, dy, x, 1.0f, dw));
+    cpu_colsum(p, db, dy, batch, out);
+    return DDP_OK;
+}
+
+static ddp_status cpu_linear_bwd_input(ddp_precision p, const void *w, const void *dy, int batch,
+                                       int in, int out, void *dx)
+{
+    if (p == DDP_PREC_BF16)
+        return ddp_dnnl_matmul(p, batch, in, out, dy, false, w, false, NULL, dx, false, false);
+    return cpu_emulate(p, dx, (size_t)batch * in,
+                       cpu_gemm(false, false, batch, in, out, 1.0f, dy, w, 0.0f, dx));
+}
+
+/* The precision oneDNN computes in: fp16 is emulated on fp32 primitives. */
+static ddp_precision cpu_dnnl_prec(ddp_precision p) { return p == DDP_PREC_FP16 ? DDP_PREC_FP32 : p; }
+
+static ddp_status cpu_conv_fwd(ddp_precision p, const ddp_conv_shape *s, int batch, const void *x,
+                               const void *w, const float *b, void *y)
+{
+    size_t n = (size_t)batch * s->c_out * s->h_out * s->w_out;
+    return cpu_emulate(p, y, n, ddp_dnnl_conv_fwd(cpu_dnnl_prec(p), s, batch, x, w, b, y));
+}
+
+static ddp_status cpu_conv_bwd_input(ddp_precision p, const ddp_conv_shape *s, int batch,
+                                     const void *w, const void *dy, void *dx)
+{
+    size_t n = (size_t)batch * s->c_in * s->h * s->w;
+    return cpu_emulate(p, dx, n, ddp_dnnl_conv_bwd_data(cpu_dnnl_prec(p), s, batch, w, dy, dx));
+}
+
+/* oneDNN overwrites the weight gradient; the layer contract adds to it (accumulation), so it is
+ * computed into scratch kept for the process and added. */
+static ddp_status cpu_conv_bwd_params(ddp_precision p, const ddp_conv_shape *s, int batch,
+                                      const void *x, const void *dy, float *dw, float *db)
+{
+    static float *scratch; // (c_out * c_in * k * k + c_out)
+    static size_t scratch_n;
+    size_t n_w = (size_t)s->c_out * s->c_in * s->k * s->k, n = n_w + (size_t)s->c_out;
+    if (n > scratch_n) {
+        float *grown = realloc(scratch, n * sizeof *grown);
+        if (!grown)
+            return DDP_ERR_NOMEM;
+        scratch = grown;
+        scratch_n = n;
+    }
+    DDP_TRY_(ddp_dnnl_conv_bwd_weights(cpu_dnnl_prec(p), s, batch, x, dy, scratch, scratch + n_w));
+    cpu_axpy(dw, scratch, n_w, 1.0f);
+    cpu_axpy(db, scratch + n_w, (size_t)s->c_out, 1.0f);
+    return DDP_OK;
+}
+
+static ddp_status cpu_act_relu_fwd(ddp_precision p, void *y, const void *x, size_t n)
+{
+    if (p != DDP_PREC_BF16)
+        return cpu_relu_fwd(y, x, n);
+    const uint16_t *xs = x;
+    uint16_t *ys = y;
+    for (size_t i = 0; i < n; i++)
+        ys[i] = xs[i] & 0x8000u ? 0 : xs[i]; /* sign bit set: negative (or -0) */
+    return DDP_OK;
+}
+
+static ddp_status cpu_act_relu_bwd(ddp_precision p, void *dx, const void *dy, const void *y, size_t n)
+{
+    if (p != DDP_PREC_BF16)
+        return cpu_relu_bwd(dx, dy, y, n);
+    const uint16_t *dys = dy, *ys = y;
+    uint16_t *dxs = dx;
+    for (size_t i = 0; i < n; i++)
+        dxs[i] = (ys[i] & 0x8000u) || ys[i] == 0 ? 0 : dys[i];
+    return DDP_OK;
+}
+
+static ddp_status cpu_pool_fwd(ddp_precision p, const void *x, int planes, int h, int w, void *y,
+                               void *ws, size_t ws_bytes)
+{
+    if (h % 2 || w % 2)
+        return DDP_ERR_INVALID_ARG;
+    return ddp_dnnl_pool_fwd(cpu_dnnl_prec(p), x, planes, h, w, y, ws, ws_bytes);
+}
+
+static ddp_status cpu_pool_bwd(ddp_precision p, const void *dy, const void *ws, int planes, int h,
+                               int w, void *dx)
+{
+    return ddp_dnnl_pool_bwd(cpu_dnnl_prec(p), dy, ws, planes, h, w, dx);
+}
+
 /* ---- the table --------------------------------------------------------------------------- */
 
 static const ddp_ops cpu_ops = {
@@ -219,8 +415,41 @@ static const ddp_ops cpu_ops = {
     .maxpool_fwd = cpu_maxpool_fwd,
     .maxpool_bwd = cpu_maxpool_bwd,
     .softmax_xent = cpu_softmax_xent,
+    .supports = cpu_supports,
+    .cast = cpu_cast,
+    .linear_fwd = cpu_linear_fwd,
+    .linear_bwd_params = cpu_linear_bwd_params,
+    .linear_bwd_input = cpu_linear_bwd_input,
+    .conv_fwd = cpu_conv_fwd,
+    .conv_bwd_params = cpu_conv_bwd_params,
+    .conv_bwd_input = cpu_conv_bwd_input,
+    .act_relu_fwd = cpu_act_relu_fwd,
+    .act_relu_bwd = cpu_act_relu_bwd,
+    .pool_fwd = cpu_pool_fwd,
+    .pool_bwd = cpu_pool_bwd,
 };
 
 const ddp_ops *ddp_cpu_ops(void) { return &cpu_ops; }
 
-void ddp_cpu_set_threads(int threads) { openblas_set_num_threads(threads < 1 ? 1 : threads); }
+void ddp_cpu_set_threads(int threads)
+{
+    openblas_set_num_threads(threads < 1 ? 1 : threads);
+    omp_set_num_threads(threads < 1 ? 1 : threads);
+}
+
+/* A copy of the table without oneDNN's convolution and pooling, made on first use. */
+const ddp_ops *ddp_cpu_ops_im2col(void)
+{
+    static ddp_ops table;
+    if (!table.name) {
+        ddp_ops t = cpu_ops;
+        t.conv_fwd = NULL;
+        t.conv_bwd_params = NULL;
+        t.conv_bwd_input = NULL;
+        t.pool_fwd = NULL;
+        t.pool_bwd = NULL;
+        t.name = "cpu-im2col";
+        table = t;
+    }
+    return &table;
+}

@@ -10,7 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
 #include "check.h"
 #include "ddp.h"
 
