@@ -169,23 +169,39 @@ ddp_status ddp_relu_layer_bwd(const ddp_ops *ops, ddp_precision p, const void *d
     return ops->relu_bwd(dx, dy, y, n);
 }
 
-ddp_status ddp_pool_fwd(const ddp_ops *ops, ddp_precision p, const void *x, int planes, int h,
+ddp_status ddp_pool_fwd(const ddp_ops *ops, ddp_precision p, const void *x, int n, int c, int h,
                         int w, void *y, int *arg, size_t ws_bytes)
 {
     if (ops->pool_fwd && ops->pool_bwd)
-        return ops->pool_fwd(p, x, planes, h, w, y, arg, ws_bytes);
+        return ops->pool_fwd(p, x, n, c, h, w, y, arg, ws_bytes);
     DDP_TRY_(ddp_fp32_only(p));
-    return ops->maxpool_fwd(x, planes, h, w, y, arg);
+    return ops->maxpool_fwd(x, n * c, h, w, y, arg);
 }
 
-ddp_status ddp_pool_bwd(const ddp_ops *ops, ddp_precision p, const void *dy, const int *arg,
-                        int planes, int h, int w, void *dx)
+ddp_status ddp_pool_bwd(const ddp_ops *ops, ddp_precision p, const void *dy, const int *arg, int n,
+                        int c, int h, int w, void *dx)
 {
     if (ops->pool_fwd && ops->pool_bwd)
-        return ops->pool_bwd(p, dy, arg, planes, h, w, dx);
+        return ops->pool_bwd(p, dy, arg, n, c, h, w, dx);
     DDP_TRY_(ddp_fp32_only(p));
-    DDP_TRY_(ops->zero(dx, (size_t)planes * h * w * sizeof(float)));
-    return ops->maxpool_bwd(dy, arg, planes, h, w, dx);
+    DDP_TRY_(ops->zero(dx, (size_t)n * c * h * w * sizeof(float)));
+    return ops->maxpool_bwd(dy, arg, n * c, h, w, dx);
+}
+
+const void *ddp_image_as_rows(const ddp_ops *ops, ddp_precision p, const void *img, void *tmp,
+                              int n, int c, int h, int w)
+{
+    if (!ops->channels_last || c == 1)
+        return img;
+    return ops->image_reorder(p, img, tmp, n, c, h, w, true) == DDP_OK ? tmp : NULL;
+}
+
+ddp_status ddp_rows_to_image(const ddp_ops *ops, ddp_precision p, const void *rows, void *img,
+                             int n, int c, int h, int w)
+{
+    if (!ops->channels_last || c == 1)
+        return rows == img ? DDP_OK : ops->copy(img, rows, (size_t)n * c * h * w * ddp_prec_size(p));
+    return ops->image_reorder(p, rows, img, n, c, h, w, false);
 }
 
 ddp_status ddp_xent_fwd(const ddp_ops *ops, const float *logits, const int *labels, int batch,

@@ -64,13 +64,19 @@ ddp_status ddp_relu_layer_fwd(const ddp_ops *ops, ddp_precision p, const void *x
 ddp_status ddp_relu_layer_bwd(const ddp_ops *ops, ddp_precision p, const void *dy, const void *y,
                               size_t n, void *dx);
 
-/* y (planes, h/2, w/2) from x (planes, h, w); arg (ws_bytes, at least one int per output) keeps
- * the winners (or the backend's workspace) for the backward pass. */
-ddp_status ddp_pool_fwd(const ddp_ops *ops, ddp_precision p, const void *x, int planes, int h,
+/* y (n, c, h/2, w/2) from x (n, c, h, w) images; arg (ws_bytes, at least one int per output)
+ * keeps the winners (or the backend's workspace) for the backward pass. */
+ddp_status ddp_pool_fwd(const ddp_ops *ops, ddp_precision p, const void *x, int n, int c, int h,
                         int w, void *y, int *arg, size_t ws_bytes);
-/* dx (planes, h, w) = dy routed to each window's winner. */
-ddp_status ddp_pool_bwd(const ddp_ops *ops, ddp_precision p, const void *dy, const int *arg,
-                        int planes, int h, int w, void *dx);
+/* dx (n, c, h, w) = dy routed to each window's winner. */
+ddp_status ddp_pool_bwd(const ddp_ops *ops, ddp_precision p, const void *dy, const int *arg, int n,
+                        int c, int h, int w, void *dx);
+/* Images in the backend's layout as NCHW rows (for a linear layer), and back: on a channels-last
+ * backend a reorder into `tmp`, returned; otherwise `img` itself. NULL when the reorder failed. */
+const void *ddp_image_as_rows(const ddp_ops *ops, ddp_precision p, const void *img, void *tmp,
+                              int n, int c, int h, int w);
+ddp_status ddp_rows_to_image(const ddp_ops *ops, ddp_precision p, const void *rows, void *img,
+                             int n, int c, int h, int w);
 
 /* Mean cross-entropy of fp32 logits (batch, classes) against labels; dlogits (fp32) may be NULL. */
 ddp_status ddp_xent_fwd(const ddp_ops *ops, const float *logits, const int *labels, int batch,

@@ -35,7 +35,9 @@ typedef struct ddp_cnn_acts {
     int *arg1;     // (20, 14, 14) pool1 winners or workspace
     float *col2;   // (500, 196) im2col of p1 (im2col path only)
     void *z2;      // (20, 14, 14) conv2 output after ReLU
-    void *p2;      // (980) pool2 output = fc input
+    void *p2;      // (980) pool2 output
+    void *p2r;     // (980) p2 as NCHW rows = fc input (channels-last backends)
+    void *dp2r;    // (980) gradient w.r.t. p2r
     int *arg2;     // (980)
     float *logits; // (10) fp32
     void *dp2;     // (980) gradient w.r.t. p2
@@ -263,6 +265,8 @@ static ddp_status ddp_alloc_cnn(ddp_model *m)
     a->arg1 = ddp_buf(m, (size_t)m->cfg.max_batch * mid * sizeof(int));
     a->z2 = ddp_abuf(m, mid);
     a->p2 = ddp_abuf(m, small);
+    a->p2r = ddp_abuf(m, small);
+    a->dp2r = ddp_abuf(m, small);
     a->arg2 = ddp_buf(m, (size_t)m->cfg.max_batch * small * sizeof(int));
     a->logits = ddp_fbuf(m, DDP_CLASSES);
     a->dp2 = ddp_abuf(m, small);
@@ -397,16 +401,20 @@ static ddp_status ddp_cnn_forward(ddp_model *m, const float **logits)
     ddp_cnn_acts *a = &m->cnn;
     const ddp_ops *o = m->ops;
     ddp_precision p = m->cfg.precision;
-    int b = m->batch, planes = b * DDP_CNN_CHANNELS;
+    const int c = DDP_CNN_CHANNELS;
+    int b = m->batch, planes = b * c;
     size_t ws1 = (size_t)planes * 14 * 14 * sizeof(int), ws2 = (size_t)planes * 7 * 7 * sizeof(int);
     DDP_TRY_(ddp_conv_fwd(o, p, &a->conv1, m->x, ddp_cparam(m, 0), ddp_param(m, 1), b, a->col1, a->z1));
     DDP_TRY_(ddp_relu_layer_fwd(o, p, a->z1, (size_t)planes * 28 * 28, a->z1));
-    DDP_TRY_(ddp_pool_fwd(o, p, a->z1, planes, 28, 28, a->p1, a->arg1, ws1));
+    DDP_TRY_(ddp_pool_fwd(o, p, a->z1, b, c, 28, 28, a->p1, a->arg1, ws1));
     DDP_TRY_(ddp_conv_fwd(o, p, &a->conv2, a->p1, ddp_cparam(m, 2), ddp_param(m, 3), b, a->col2, a->z2));
     DDP_TRY_(ddp_relu_layer_fwd(o, p, a->z2, (size_t)planes * 14 * 14, a->z2));
-    DDP_TRY_(ddp_pool_fwd(o, p, a->z2, planes, 14, 14, a->p2, a->arg2, ws2));
-    DDP_TRY_(ddp_linear_fwd(o, p, a->p2, ddp_cparam(m, 4), ddp_param(m, 5), b,
-                            DDP_CNN_CHANNELS * 7 * 7, DDP_CLASSES, a->logits, true));
+    DDP_TRY_(ddp_pool_fwd(o, p, a->z2, b, c, 14, 14, a->p2, a->arg2, ws2));
+    const void *rows = ddp_image_as_rows(o, p, a->p2, a->p2r, b, c, 7, 7); // (b, 980) NCHW order
+    if (!rows)
+        return DDP_ERR_BLAS;
+    DDP_TRY_(ddp_linear_fwd(o, p, rows, ddp_cparam(m, 4), ddp_param(m, 5), b, c * 7 * 7, DDP_CLASSES,
+                            a->logits, true));
     *logits = a->logits;
     return DDP_OK;
 }
@@ -507,18 +515,22 @@ static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
     ddp_cnn_acts *a = &m->cnn;
     const ddp_ops *o = m->ops;
     ddp_precision p = m->cfg.precision;
-    int b = m->batch, planes = b * DDP_CNN_CHANNELS, fc_in = DDP_CNN_CHANNELS * 7 * 7;
-    DDP_TRY_(ddp_linear_bwd_params(o, p, a->p2, m->dlogits_c, b, fc_in, DDP_CLASSES, ddp_grad(m, 4),
+    const int c = DDP_CNN_CHANNELS;
+    int b = m->batch, planes = b * c, fc_in = c * 7 * 7;
+    const void *rows = o->channels_last ? a->p2r : a->p2; /* what the forward pass fed fc1 */
+    void *drows = o->channels_last ? a->dp2r : a->dp2;
+    DDP_TRY_(ddp_linear_bwd_params(o, p, rows, m->dlogits_c, b, fc_in, DDP_CLASSES, ddp_grad(m, 4),
                                    ddp_grad(m, 5)));
     DDP_TRY_(ddp_mark(r, 5, 4));
-    DDP_TRY_(ddp_linear_bwd_input(o, p, ddp_cparam(m, 4), m->dlogits_c, b, fc_in, DDP_CLASSES, a->dp2));
-    DDP_TRY_(ddp_pool_bwd(o, p, a->dp2, a->arg2, planes, 14, 14, a->dz2));
+    DDP_TRY_(ddp_linear_bwd_input(o, p, ddp_cparam(m, 4), m->dlogits_c, b, fc_in, DDP_CLASSES, drows));
+    DDP_TRY_(ddp_rows_to_image(o, p, drows, a->dp2, b, c, 7, 7));
+    DDP_TRY_(ddp_pool_bwd(o, p, a->dp2, a->arg2, b, c, 14, 14, a->dz2));
     DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dz2, a->z2, (size_t)planes * 14 * 14, a->dz2));
     DDP_TRY_(ddp_conv_bwd_params(o, p, &a->conv2, a->p1, a->col2, a->dz2, b, ddp_grad(m, 2),
                                  ddp_grad(m, 3)));
     DDP_TRY_(ddp_mark(r, 3, 2));
     DDP_TRY_(ddp_conv_bwd_input(o, p, &a->conv2, ddp_cparam(m, 2), a->dz2, b, a->dcol, a->dp1));
-    DDP_TRY_(ddp_pool_bwd(o, p, a->dp1, a->arg1, planes, 28, 28, a->dz1));
+    DDP_TRY_(ddp_pool_bwd(o, p, a->dp1, a->arg1, b, c, 28, 28, a->dz1));
     DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dz1, a->z1, (size_t)planes * 28 * 28, a->dz1));
     DDP_TRY_(ddp_conv_bwd_params(o, p, &a->conv1, m->x, a->col1, a->dz1, b, ddp_grad(m, 0),
                                  ddp_grad(m, 1)));

@@ -13,18 +13,27 @@
 #define DNNL_MAX_ARGS 6
 #define DNNL_KEY_LEN 10
 
+/* One argument of a primitive. Convolutions choose their own (blocked) layouts: then the caller's
+ * plain tensor is reordered into `prim` before (inputs) or out of it after (outputs) each run. */
+typedef struct dnnl_arg {
+    int id;                   /* DNNL_ARG_* */
+    dnnl_memory_t user;       /* the caller's buffer (handle set per call), plain layout */
+    dnnl_memory_t prim;       /* the primitive's layout, own buffer; NULL when it is plain */
+    dnnl_primitive_t reorder; /* user -> prim for an input, prim -> user for an output */
+} dnnl_arg;
+
 typedef struct dnnl_entry {
-    long key[DNNL_KEY_LEN];           /* kind, precision, shape: what the primitive was made for */
+    long key[DNNL_KEY_LEN]; /* kind, precision, shape: what the primitive was made for */
     dnnl_primitive_t prim;
     int n_args;
-    int arg[DNNL_MAX_ARGS];           /* DNNL_ARG_* of each memory object */
-    dnnl_memory_t mem[DNNL_MAX_ARGS]; /* handles are set to the caller's buffers per call */
-    char impl[64];                    /* oneDNN's implementation name */
+    dnnl_arg arg[DNNL_MAX_ARGS];
+    char impl[64];          /* oneDNN's implementation name */
 } dnnl_entry;
 
-enum { K_CONV_FWD = 1, K_CONV_BWD_DATA, K_CONV_BWD_WEIGHTS, K_POOL_FWD, K_POOL_BWD, K_MATMUL };
+enum { K_CONV_FWD = 1, K_CONV_BWD_DATA, K_CONV_BWD_WEIGHTS, K_POOL_FWD, K_POOL_BWD, K_MATMUL,
+       K_REORDER };
 static const char *const dnnl_kind_names[] = {"", "conv_fwd", "conv_bwd_data", "conv_bwd_weights",
-                                              "pool_fwd", "pool_bwd", "matmul"};
+                                              "pool_fwd", "pool_bwd", "matmul", "reorder"};
 
 static dnnl_entry dnnl_cache[DNNL_CACHE_SIZE];
 static int dnnl_n_made; /* primitives ever made; entry i % DNNL_CACHE_SIZE is reused */
@@ -72,16 +81,47 @@ static dnnl_entry *dnnl_find(const long *key)
 
 static void dnnl_entry_release(dnnl_entry *e)
 {
-    for (int i = 0; i < e->n_args; i++)
-        dnnl_memory_destroy(e->mem[i]);
+    for (int i = 0; i < e->n_args; i++) {
+        dnnl_memory_destroy(e->arg[i].user);
+        dnnl_memory_destroy(e->arg[i].prim);
+        dnnl_primitive_destroy(e->arg[i].reorder);
+    }
     if (e->prim)
         dnnl_primitive_destroy(e->prim);
     memset(e, 0, sizeof *e);
 }
 
-/* Makes the primitive of pd into the next cache slot with one memory object per argument (the
- * descriptors the primitive itself reports). Destroys pd. Returns the entry or NULL (logged). */
-static dnnl_entry *dnnl_make(const long *key, dnnl_primitive_desc_t pd, const int *args, int n_args)
+static bool dnnl_is_output(int id)
+{
+    return id == DNNL_ARG_DST || id == DNNL_ARG_DIFF_SRC || id == DNNL_ARG_DIFF_WEIGHTS ||
+           id == DNNL_ARG_DIFF_BIAS;
+}
+
+/* Memory objects of one argument: the caller's plain layout `user` (NULL: the primitive's own,
+ * as for workspaces) and, when the primitive chose another layout, its buffer and the reorder. */
+static dnnl_status_t dnnl_arg_make(dnnl_arg *a, int id, const dnnl_memory_desc_t *prim_md,
+                                   const dnnl_memory_desc_t *user)
+{
+    a->id = id;
+    dnnl_status_t err = dnnl_memory_create(&a->user, user ? user : prim_md, dnnl_eng, DNNL_MEMORY_NONE);
+    if (err != dnnl_success || !user || dnnl_memory_desc_equal(user, prim_md))
+        return err;
+    dnnl_primitive_desc_t rpd;
+    err = dnnl_memory_create(&a->prim, prim_md, dnnl_eng, DNNL_MEMORY_ALLOCATE);
+    if (err == dnnl_success)
+        err = dnnl_is_output(id) ? dnnl_reorder_primitive_desc_create(&rpd, prim_md, dnnl_eng, user, dnnl_eng, NULL)
+                                 : dnnl_reorder_primitive_desc_create(&rpd, user, dnnl_eng, prim_md, dnnl_eng, NULL);
+    if (err != dnnl_success)
+        return err;
+    err = dnnl_primitive_create(&a->reorder, rpd);
+    dnnl_primitive_desc_destroy(rpd);
+    return err;
+}
+
+/* Makes the primitive of pd into the next cache slot, with argument i in the caller's layout
+ * users[i] (NULL: the primitive's). Destroys pd. Returns the entry or NULL (logged). */
+static dnnl_entry *dnnl_make(const long *key, dnnl_primitive_desc_t pd, const int *args,
+                             const dnnl_memory_desc_t *const *users, int n_args)
 {
     dnnl_entry *e = &dnnl_cache[dnnl_n_made % DNNL_CACHE_SIZE];
     dnnl_entry_release(e);
@@ -91,9 +131,8 @@ static dnnl_entry *dnnl_make(const long *key, dnnl_primitive_desc_t pd, const in
     snprintf(e->impl, sizeof e->impl, "%s", impl);
     for (int i = 0; err == dnnl_success && i < n_args; i++) {
         const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, args[i]);
-        e->arg[i] = args[i];
-        err = dnnl_memory_create(&e->mem[i], md, dnnl_eng, DNNL_MEMORY_NONE);
-        e->n_args = err == dnnl_success ? i + 1 : i;
+        e->n_args = i + 1;
+        err = dnnl_arg_make(&e->arg[i], args[i], md, users ? users[i] : NULL);
     }
     dnnl_primitive_desc_destroy(pd);
     if (err != dnnl_success) {
@@ -107,23 +146,41 @@ static dnnl_entry *dnnl_make(const long *key, dnnl_primitive_desc_t pd, const in
     return e;
 }
 
-/* Runs e on the buffers ptrs[i] (one per argument, in the order given at creation). */
+/* Runs a reorder from `from` to `to`. */
+static ddp_status ddp_dnnl_reorder_run(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
+{
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    DNNL_TRY(dnnl_primitive_execute(r, dnnl_strm, 2, args), DDP_ERR_BLAS);
+    return DDP_OK;
+}
+
+/* Runs e on the buffers ptrs[i] (one per argument, in the order given at creation), reordering
+ * the arguments whose layout the primitive chose. */
 static ddp_status dnnl_run(dnnl_entry *e, void *const *ptrs)
 {
     dnnl_exec_arg_t args[DNNL_MAX_ARGS];
     for (int i = 0; i < e->n_args; i++) {
-        DNNL_TRY(dnnl_memory_set_data_handle(e->mem[i], ptrs[i]), DDP_ERR_BLAS);
-        args[i] = (dnnl_exec_arg_t){.arg = e->arg[i], .memory = e->mem[i]};
+        dnnl_arg *a = &e->arg[i];
+        DNNL_TRY(dnnl_memory_set_data_handle(a->user, ptrs[i]), DDP_ERR_BLAS);
+        args[i] = (dnnl_exec_arg_t){.arg = a->id, .memory = a->prim ? a->prim : a->user};
+        if (a->prim && !dnnl_is_output(a->id))
+            DDP_TRY_(ddp_dnnl_reorder_run(a->reorder, a->user, a->prim));
     }
     DNNL_TRY(dnnl_primitive_execute(e->prim, dnnl_strm, e->n_args, args), DDP_ERR_BLAS);
+    for (int i = 0; i < e->n_args; i++) {
+        if (e->arg[i].prim && dnnl_is_output(e->arg[i].id))
+            DDP_TRY_(ddp_dnnl_reorder_run(e->arg[i].reorder, e->arg[i].prim, e->arg[i].user));
+    }
     DNNL_TRY(dnnl_stream_wait(dnnl_strm), DDP_ERR_BLAS);
     return DDP_OK;
 }
 
 /* ---- convolution ------------------------------------------------------------------------------ */
 
+/* The caller's plain tensors and the `any` layouts the primitive may choose from. */
 typedef struct conv_mds {
-    dnnl_memory_desc_t src, wei, bias, dst;
+    dnnl_memory_desc_t src, wei, bias, dst, wei_f32;      /* plain: NCHW, OIHW, fp32 bias */
+    dnnl_memory_desc_t any_src, any_wei, any_dst, any_wei_f32;
     dnnl_dims_t strides, pad;
 } conv_mds;
 
@@ -131,10 +188,15 @@ static ddp_status conv_describe(ddp_precision p, const ddp_conv_shape *s, int ba
 {
     dnnl_dims_t src = {batch, s->c_in, s->h, s->w}, wei = {s->c_out, s->c_in, s->k, s->k};
     dnnl_dims_t bias = {s->c_out}, dst = {batch, s->c_out, s->h_out, s->w_out};
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->src, 4, src, dnnl_dt(p), dnnl_nchw), DDP_ERR_INVALID_ARG);
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->src, 4, src, dnnl_dt(p), dnnl_nhwc), DDP_ERR_INVALID_ARG);
     DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->wei, 4, wei, dnnl_dt(p), dnnl_oihw), DDP_ERR_INVALID_ARG);
     DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->bias, 1, bias, dnnl_f32, dnnl_a), DDP_ERR_INVALID_ARG);
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->dst, 4, dst, dnnl_dt(p), dnnl_nchw), DDP_ERR_INVALID_ARG);
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->dst, 4, dst, dnnl_dt(p), dnnl_nhwc), DDP_ERR_INVALID_ARG);
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->wei_f32, 4, wei, dnnl_f32, dnnl_oihw), DDP_ERR_INVALID_ARG);
+    d->any_src = d->src; /* images stay NHWC: no reorders of activations */
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->any_wei, 4, wei, dnnl_dt(p), dnnl_format_tag_any), DDP_ERR_INVALID_ARG);
+    d->any_dst = d->dst;
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->any_wei_f32, 4, wei, dnnl_f32, dnnl_format_tag_any), DDP_ERR_INVALID_ARG);
     d->strides[0] = d->strides[1] = 1;
     d->pad[0] = d->pad[1] = s->pad;
     return DDP_OK;
@@ -145,7 +207,7 @@ static ddp_status conv_fwd_pd(const conv_mds *d, dnnl_primitive_desc_t *pd)
 {
     dnnl_convolution_desc_t cd;
     DNNL_TRY(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
-                                                &d->src, &d->wei, &d->bias, &d->dst, d->strides,
+                                                &d->any_src, &d->any_wei, &d->bias, &d->any_dst, d->strides,
                                                 d->pad, d->pad), DDP_ERR_INVALID_ARG);
     DNNL_TRY(dnnl_primitive_desc_create(pd, &cd, NULL, dnnl_eng, NULL), DDP_ERR_UNSUPPORTED);
     return DDP_OK;
@@ -180,25 +242,27 @@ static ddp_status conv_get(int kind, ddp_precision p, const ddp_conv_shape *s, i
     static const int data_args[] = {DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC};
     static const int wei_args[] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
                                    DNNL_ARG_DIFF_BIAS};
-    dnnl_memory_desc_t dw = d.wei;
+    const dnnl_memory_desc_t *fwd_users[] = {&d.src, &d.wei, &d.bias, &d.dst};
+    const dnnl_memory_desc_t *data_users[] = {&d.wei, &d.dst, &d.src};
+    const dnnl_memory_desc_t *wei_users[] = {&d.src, &d.dst, &d.wei_f32, &d.bias};
     if (kind == K_CONV_FWD) {
-        *out = dnnl_make(key, fwd, fwd_args, 4);
+        *out = dnnl_make(key, fwd, fwd_args, fwd_users, 4);
         return *out ? DDP_OK : DDP_ERR_BLAS;
     }
     if (kind == K_CONV_BWD_DATA)
-        err = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &d.src, &d.wei,
-                                                       &d.dst, d.strides, d.pad, d.pad);
+        err = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &d.any_src,
+                                                       &d.any_wei, &d.any_dst, d.strides, d.pad, d.pad);
     else
-        err = dnnl_memory_desc_init_by_tag(&dw, 4, d.wei.dims, dnnl_f32, dnnl_oihw);
-    if (err == dnnl_success && kind == K_CONV_BWD_WEIGHTS)
-        err = dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &d.src, &dw,
-                                                          &d.bias, &d.dst, d.strides, d.pad, d.pad);
+        err = dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &d.any_src,
+                                                          &d.any_wei_f32, &d.bias, &d.any_dst,
+                                                          d.strides, d.pad, d.pad);
     if (err == dnnl_success)
         err = dnnl_primitive_desc_create(&pd, &cd, NULL, dnnl_eng, fwd);
     dnnl_primitive_desc_destroy(fwd);
     if (err != dnnl_success)
         return dnnl_fail(err, dnnl_kind_names[kind], DDP_ERR_UNSUPPORTED);
-    *out = kind == K_CONV_BWD_DATA ? dnnl_make(key, pd, data_args, 3) : dnnl_make(key, pd, wei_args, 4);
+    *out = kind == K_CONV_BWD_DATA ? dnnl_make(key, pd, data_args, data_users, 3)
+                                   : dnnl_make(key, pd, wei_args, wei_users, 4);
     return *out ? DDP_OK : DDP_ERR_BLAS;
 }
 
@@ -231,17 +295,17 @@ ddp_status ddp_dnnl_conv_bwd_weights(ddp_precision p, const ddp_conv_shape *s, i
 
 /* ---- pooling ---------------------------------------------------------------------------------- */
 
-static ddp_status pool_get(int kind, ddp_precision p, int planes, int h, int w, dnnl_entry **out)
+static ddp_status pool_get(int kind, ddp_precision p, int n, int c, int h, int w, dnnl_entry **out)
 {
-    long key[DNNL_KEY_LEN] = {kind, p, planes, h, w};
+    long key[DNNL_KEY_LEN] = {kind, p, n, c, h, w};
     if ((*out = dnnl_find(key)))
         return DDP_OK;
     DDP_TRY_(dnnl_open());
     dnnl_memory_desc_t src, dst;
-    dnnl_dims_t sd = {planes, 1, h, w}, dd = {planes, 1, h / 2, w / 2};
+    dnnl_dims_t sd = {n, c, h, w}, dd = {n, c, h / 2, w / 2};
     dnnl_dims_t two = {2, 2}, zero = {0, 0};
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_dt(p), dnnl_nchw), DDP_ERR_INVALID_ARG);
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_dt(p), dnnl_nchw), DDP_ERR_INVALID_ARG);
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_dt(p), dnnl_nhwc), DDP_ERR_INVALID_ARG);
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_dt(p), dnnl_nhwc), DDP_ERR_INVALID_ARG);
     dnnl_pooling_desc_t fd, bd;
     dnnl_primitive_desc_t fwd = NULL, pd = NULL;
     DNNL_TRY(dnnl_pooling_forward_desc_init(&fd, dnnl_forward_training, dnnl_pooling_max, &src, &dst,
@@ -250,7 +314,7 @@ static ddp_status pool_get(int kind, ddp_precision p, int planes, int h, int w, 
     static const int fwd_args[] = {DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_WORKSPACE};
     static const int bwd_args[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WORKSPACE, DNNL_ARG_DIFF_SRC};
     if (kind == K_POOL_FWD) {
-        *out = dnnl_make(key, fwd, fwd_args, 3);
+        *out = dnnl_make(key, fwd, fwd_args, NULL, 3);
         return *out ? DDP_OK : DDP_ERR_BLAS;
     }
     dnnl_status_t err = dnnl_pooling_backward_desc_init(&bd, dnnl_pooling_max, &src, &dst, two, two,
@@ -260,17 +324,17 @@ static ddp_status pool_get(int kind, ddp_precision p, int planes, int h, int w, 
     dnnl_primitive_desc_destroy(fwd);
     if (err != dnnl_success)
         return dnnl_fail(err, "pooling backward", DDP_ERR_UNSUPPORTED);
-    *out = dnnl_make(key, pd, bwd_args, 3);
+    *out = dnnl_make(key, pd, bwd_args, NULL, 3);
     return *out ? DDP_OK : DDP_ERR_BLAS;
 }
 
-ddp_status ddp_dnnl_pool_fwd(ddp_precision p, const void *x, int planes, int h, int w, void *y,
+ddp_status ddp_dnnl_pool_fwd(ddp_precision p, const void *x, int n, int c, int h, int w, void *y,
                              void *ws, size_t ws_bytes)
 {
     dnnl_entry *e;
-    DDP_TRY_(pool_get(K_POOL_FWD, p, planes, h, w, &e));
+    DDP_TRY_(pool_get(K_POOL_FWD, p, n, c, h, w, &e));
     const dnnl_memory_desc_t *md;
-    DNNL_TRY(dnnl_memory_get_memory_desc(e->mem[2], &md), DDP_ERR_BLAS);
+    DNNL_TRY(dnnl_memory_get_memory_desc(e->arg[2].user, &md), DDP_ERR_BLAS);
     if (dnnl_memory_desc_get_size(md) > ws_bytes) {
         DDP_ERROR("pool_fwd: oneDNN needs a %zu-byte workspace, the caller gave %zu",
                   dnnl_memory_desc_get_size(md), ws_bytes);
@@ -280,12 +344,37 @@ ddp_status ddp_dnnl_pool_fwd(ddp_precision p, const void *x, int planes, int h, 
     return dnnl_run(e, ptrs);
 }
 
-ddp_status ddp_dnnl_pool_bwd(ddp_precision p, const void *dy, const void *ws, int planes, int h,
+ddp_status ddp_dnnl_pool_bwd(ddp_precision p, const void *dy, const void *ws, int n, int c, int h,
                              int w, void *dx)
 {
     dnnl_entry *e;
-    DDP_TRY_(pool_get(K_POOL_BWD, p, planes, h, w, &e));
+    DDP_TRY_(pool_get(K_POOL_BWD, p, n, c, h, w, &e));
     void *ptrs[] = {(void *)dy, (void *)ws, dx};
+    return dnnl_run(e, ptrs);
+}
+
+/* ---- layout ----------------------------------------------------------------------------------- */
+
+ddp_status ddp_dnnl_image_reorder(ddp_precision p, const void *src, void *dst, int n, int c, int h,
+                                  int w, bool to_nchw)
+{
+    long key[DNNL_KEY_LEN] = {K_REORDER, p, n, c, h, w, to_nchw};
+    dnnl_entry *e = dnnl_find(key);
+    if (!e) {
+        DDP_TRY_(dnnl_open());
+        dnnl_memory_desc_t nhwc, nchw;
+        dnnl_dims_t dims = {n, c, h, w};
+        dnnl_primitive_desc_t pd;
+        DNNL_TRY(dnnl_memory_desc_init_by_tag(&nhwc, 4, dims, dnnl_dt(p), dnnl_nhwc), DDP_ERR_INVALID_ARG);
+        DNNL_TRY(dnnl_memory_desc_init_by_tag(&nchw, 4, dims, dnnl_dt(p), dnnl_nchw), DDP_ERR_INVALID_ARG);
+        DNNL_TRY(dnnl_reorder_primitive_desc_create(&pd, to_nchw ? &nhwc : &nchw, dnnl_eng,
+                                                    to_nchw ? &nchw : &nhwc, dnnl_eng, NULL),
+                 DDP_ERR_UNSUPPORTED);
+        static const int args[] = {DNNL_ARG_FROM, DNNL_ARG_TO};
+        if (!(e = dnnl_make(key, pd, args, NULL, 2)))
+            return DDP_ERR_BLAS;
+    }
+    void *ptrs[] = {(void *)src, dst};
     return dnnl_run(e, ptrs);
 }
 
@@ -338,7 +427,7 @@ ddp_status ddp_dnnl_matmul(ddp_precision p, int m, int n, int k, const void *a, 
         DDP_TRY_(mm_pd(p, key, &pd));
         static const int with_bias[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
         static const int no_bias[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
-        e = bias ? dnnl_make(key, pd, with_bias, 4) : dnnl_make(key, pd, no_bias, 3);
+        e = bias ? dnnl_make(key, pd, with_bias, NULL, 4) : dnnl_make(key, pd, no_bias, NULL, 3);
         if (!e)
             return DDP_ERR_BLAS;
     }

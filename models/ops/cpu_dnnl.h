@@ -2,8 +2,8 @@
  * backward-data and backward-weights, 2x2 max-pooling and matmul, each created once per shape and
  * precision and reused. Private to models/ops/.
  *
- * Tensors are plain (NCHW, OIHW, row-major), fp32 or bf16 as the precision says (fp16 is emulated
- * by the caller on fp32 primitives). Not thread-safe: one training thread per process.
+ * Tensors are plain (images NHWC, weights OIHW, matrices row-major), fp32 or bf16 as the precision
+ * says (fp16 is emulated by the caller on fp32 primitives). Not thread-safe: one training thread per process.
  * Every function returns DDP_ERR_UNSUPPORTED (logged with oneDNN's status) when oneDNN has no
  * implementation for the shape and precision, DDP_ERR_BLAS when executing fails.
  */
@@ -23,12 +23,15 @@ ddp_status ddp_dnnl_conv_bwd_data(ddp_precision p, const ddp_conv_shape *s, int 
 /* dw, db (fp32) = the weight and bias gradients (overwritten). */
 ddp_status ddp_dnnl_conv_bwd_weights(ddp_precision p, const ddp_conv_shape *s, int batch,
                                      const void *x, const void *dy, float *dw, float *db);
-/* 2x2 max-pool, stride 2, over (planes, h, w) seen as (planes, 1, h, w); ws receives oneDNN's
- * workspace (DDP_ERR_INVALID_ARG when it needs more than ws_bytes). */
-ddp_status ddp_dnnl_pool_fwd(ddp_precision p, const void *x, int planes, int h, int w, void *y,
+/* 2x2 max-pool, stride 2, over (n, c, h, w) NHWC images; ws receives oneDNN's workspace
+ * (DDP_ERR_INVALID_ARG when it needs more than ws_bytes). */
+ddp_status ddp_dnnl_pool_fwd(ddp_precision p, const void *x, int n, int c, int h, int w, void *y,
                              void *ws, size_t ws_bytes);
-ddp_status ddp_dnnl_pool_bwd(ddp_precision p, const void *dy, const void *ws, int planes, int h,
+ddp_status ddp_dnnl_pool_bwd(ddp_precision p, const void *dy, const void *ws, int n, int c, int h,
                              int w, void *dx);
+/* dst = src, (n, c, h, w) images NHWC -> NCHW (to_nchw) or back. */
+ddp_status ddp_dnnl_image_reorder(ddp_precision p, const void *src, void *dst, int n, int c, int h,
+                                  int w, bool to_nchw);
 /* c (m, n) = op(a) (m, k) op(b) (k, n) [+ bias (n), fp32] [+ c when accumulate]; a and b in p,
  * c fp32 when c_fp32, else in p. op transposes when trans_*. */
 ddp_status ddp_dnnl_matmul(ddp_precision p, int m, int n, int k, const void *a, bool trans_a,

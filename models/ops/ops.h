@@ -5,7 +5,10 @@
  * and 16-bit GEMM, always built) and backend_cuda.cu (cuBLAS and CUDA kernels, built when CUDA
  * is found). Scalar math both share is in math_shared.h.
  *
- * Tensors are row-major, batch first (NCHW for images). Every pointer is backend memory.
+ * Tensors are row-major, batch first. Images are NCHW, except between the precision-aware image
+ * ops of a backend with channels_last set (the CPU: oneDNN's fast convolutions and pooling want
+ * NHWC), where they are NHWC; image_reorder converts (a 1-channel image is the same in both).
+ * Every pointer is backend memory.
  * Ops run in order on the backend's stream (libddp's, ddp_stream()); sync() waits for them.
  * An op a backend does not implement yet is NULL; ddp_backend_require() reports it.
  *
@@ -91,6 +94,11 @@ typedef struct ddp_ops {
     /* ---- precision-aware layer ops (optional: NULL on a backend that has only fp32, where the
      * layers fall back to the primitives above). x, y, dx, dy, and weights w are in precision p
      * (see the top of this file); b, dw, db are fp32. */
+    /* The image ops below (conv_*, pool_*) take and give NHWC images (see the top). */
+    bool channels_last;
+    /* dst = src (n, c, h, w images) converted NHWC -> NCHW (to_nchw) or NCHW -> NHWC. */
+    ddp_status (*image_reorder)(ddp_precision p, const void *src, void *dst, int n, int c, int h,
+                                int w, bool to_nchw);
     /* Whether the backend computes in p; otherwise *why says what is missing and what to use. */
     bool (*supports)(ddp_precision p, const char **why);
     /* dst (n, precision to) = src (n, precision from), rounding to nearest even. */
@@ -116,12 +124,12 @@ typedef struct ddp_ops {
     ddp_status (*act_relu_fwd)(ddp_precision p, void *y, const void *x, size_t n);
     /* dx = dy where y > 0, else 0 (dx may alias dy). */
     ddp_status (*act_relu_bwd)(ddp_precision p, void *dx, const void *dy, const void *y, size_t n);
-    /* 2x2 max-pool, stride 2, over (planes, h, w); ws (ws_bytes) keeps what the backward pass
-     * needs; DDP_ERR_INVALID_ARG when ws_bytes is too small. */
-    ddp_status (*pool_fwd)(ddp_precision p, const void *x, int planes, int h, int w, void *y,
+    /* 2x2 max-pool, stride 2, over (n, c, h, w) images; ws (ws_bytes) keeps what the backward
+     * pass needs; DDP_ERR_INVALID_ARG when ws_bytes is too small. */
+    ddp_status (*pool_fwd)(ddp_precision p, const void *x, int n, int c, int h, int w, void *y,
                            void *ws, size_t ws_bytes);
-    /* dx (planes, h, w) = dy routed to each window's winner (overwrites dx). */
-    ddp_status (*pool_bwd)(ddp_precision p, const void *dy, const void *ws, int planes, int h,
+    /* dx (n, c, h, w) = dy routed to each window's winner (overwrites dx). */
+    ddp_status (*pool_bwd)(ddp_precision p, const void *dy, const void *ws, int n, int c, int h,
                            int w, void *dx);
 } ddp_ops;
 

@@ -377,18 +377,24 @@ static ddp_status cpu_act_relu_bwd(ddp_precision p, void *dx, const void *dy, co
     return DDP_OK;
 }
 
-static ddp_status cpu_pool_fwd(ddp_precision p, const void *x, int planes, int h, int w, void *y,
+static ddp_status cpu_pool_fwd(ddp_precision p, const void *x, int n, int c, int h, int w, void *y,
                                void *ws, size_t ws_bytes)
 {
     if (h % 2 || w % 2)
         return DDP_ERR_INVALID_ARG;
-    return ddp_dnnl_pool_fwd(cpu_dnnl_prec(p), x, planes, h, w, y, ws, ws_bytes);
+    return ddp_dnnl_pool_fwd(cpu_dnnl_prec(p), x, n, c, h, w, y, ws, ws_bytes);
 }
 
-static ddp_status cpu_pool_bwd(ddp_precision p, const void *dy, const void *ws, int planes, int h,
+static ddp_status cpu_pool_bwd(ddp_precision p, const void *dy, const void *ws, int n, int c, int h,
                                int w, void *dx)
 {
-    return ddp_dnnl_pool_bwd(cpu_dnnl_prec(p), dy, ws, planes, h, w, dx);
+    return ddp_dnnl_pool_bwd(cpu_dnnl_prec(p), dy, ws, n, c, h, w, dx);
+}
+
+static ddp_status cpu_image_reorder(ddp_precision p, const void *src, void *dst, int n, int c,
+                                    int h, int w, bool to_nchw)
+{
+    return ddp_dnnl_image_reorder(cpu_dnnl_prec(p), src, dst, n, c, h, w, to_nchw);
 }
 
 /* ---- the table --------------------------------------------------------------------------- */
@@ -415,6 +421,8 @@ static const ddp_ops cpu_ops = {
     .maxpool_fwd = cpu_maxpool_fwd,
     .maxpool_bwd = cpu_maxpool_bwd,
     .softmax_xent = cpu_softmax_xent,
+    .channels_last = true,
+    .image_reorder = cpu_image_reorder,
     .supports = cpu_supports,
     .cast = cpu_cast,
     .linear_fwd = cpu_linear_fwd,
@@ -448,6 +456,8 @@ const ddp_ops *ddp_cpu_ops_im2col(void)
         t.conv_bwd_input = NULL;
         t.pool_fwd = NULL;
         t.pool_bwd = NULL;
+        t.channels_last = false;
+        t.image_reorder = NULL;
         t.name = "cpu-im2col";
         table = t;
     }

@@ -117,7 +117,7 @@ static double ew_objective(void *p)
         ddp_relu_layer_fwd(cpu, F32, c->x, n, c->y);
         return dot_g(c->g, c->y, n);
     }
-    ddp_pool_fwd(cpu, F32, c->x, c->planes, c->h, c->w, c->y, c->arg, n * sizeof(int));
+    ddp_pool_fwd(cpu, F32, c->x, 1, c->planes, c->h, c->w, c->y, c->arg, n * sizeof(int));
     return dot_g(c->g, c->y, n / 4);
 }
 
@@ -146,7 +146,7 @@ static void check_relu_pool(test_rng *r)
     CHECK(test_gradcheck("relu dx", c.x, n, 1, dx, ew_objective, &c, 1e-2f, 1e-3, 1e-2) == 0, "relu dx");
     c.pool = 1;
     ew_objective(&c);
-    CHECK(ddp_pool_bwd(cpu, F32, c.g, c.arg, c.planes, c.h, c.w, dx) == DDP_OK, "pool bwd");
+    CHECK(ddp_pool_bwd(cpu, F32, c.g, c.arg, 1, c.planes, c.h, c.w, dx) == DDP_OK, "pool bwd");
     CHECK(test_gradcheck("pool dx", c.x, n, 1, dx, ew_objective, &c, 1e-2f, 1e-3, 1e-2) == 0, "pool dx");
     free(c.x), free(c.g), free(c.y), free(c.arg), free(dx);
 }
