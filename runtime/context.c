@@ -454,7 +454,7 @@ int ddp_num_nodes(const ddp_ctx *ctx) { return ctx ? ctx->n_nodes : 1; }
 const char *ddp_hostname(const ddp_ctx *ctx) { return ctx ? ctx->hostname : ""; }
 ddp_backend_kind ddp_backend(const ddp_ctx *ctx) { return ctx ? ctx->backend : DDP_BACKEND_CPU; }
 int ddp_device(const ddp_ctx *ctx) { return ctx ? ctx->device : -1; }
-void *ddp_stream(const ddp_ctx *ctx)
+void *ddp_backend_stream(const ddp_ctx *ctx)
 {
     return ctx && ctx->backend == DDP_BACKEND_CUDA ? ddp_cuda_device_stream() : NULL;
 }

@@ -156,7 +156,7 @@ DDP_API int ddp_device(const ddp_ctx *ctx);               /* CUDA device ordinal
 /* The CUDA stream (a cudaStream_t) that ddp_alloc, ddp_upload/ddp_download, the collectives and
  * the reducer order their work on: a program's compute kernels on this stream are ordered before
  * the collectives that read their results. NULL on the CPU backend. */
-DDP_API void *ddp_stream(const ddp_ctx *ctx);
+DDP_API void *ddp_backend_stream(const ddp_ctx *ctx);
 /* Number of CUDA devices usable here: 0 without a GPU, a driver or a CUDA build. Never fails. */
 DDP_API int ddp_cuda_device_count(void);
 

@@ -11,7 +11,7 @@ ddp_status ddp_ops_open(ddp_ctx *ctx, int threads, const ddp_ops **out)
 {
     *out = NULL;
     if (ddp_backend(ctx) == DDP_BACKEND_CUDA) {
-        DDP_TRY_(ddp_cuda_backend_open(ddp_device(ctx), ddp_stream(ctx)));
+        DDP_TRY_(ddp_cuda_backend_open(ddp_device(ctx), ddp_backend_stream(ctx)));
         *out = ddp_cuda_ops();
         return DDP_OK;
     }

@@ -9,7 +9,7 @@
  * ops of a backend with channels_last set (the CPU: oneDNN's fast convolutions and pooling want
  * NHWC), where they are NHWC; image_reorder converts (a 1-channel image is the same in both).
  * Every pointer is backend memory.
- * Ops run in order on the backend's stream (libddp's, ddp_stream()); sync() waits for them.
+ * Ops run in order on the backend's stream (libddp's, ddp_backend_stream()); sync() waits for them.
  * An op a backend does not implement yet is NULL; ddp_backend_require() reports it.
  *
  * Precision: the ops of the second group take a ddp_precision that says how activations (and
@@ -142,7 +142,7 @@ const ddp_ops *ddp_cpu_ops_im2col(void);
 /* The CUDA ops table, or NULL in a build without CUDA. Does not touch the GPU. */
 const ddp_ops *ddp_cuda_ops(void);
 /* Makes `device` current for this thread and creates the cuBLAS handle, on `stream` (a
- * cudaStream_t: libddp's ddp_stream(), so the compute is ordered before the collectives), or on a
+ * cudaStream_t: libddp's ddp_backend_stream(), so the compute is ordered before the collectives), or on a
  * stream of its own when stream is NULL. DDP_ERR_NO_DEVICE / DDP_ERR_CUDA on failure;
  * DDP_ERR_UNSUPPORTED without a CUDA build. */
 ddp_status ddp_cuda_backend_open(int device, void *stream);
