@@ -152,9 +152,10 @@ ddp_status ddp_scaler_set_state(ddp_scaler *s, double scale, int64_t growth_trac
     if (!s)
         return DDP_ERR_INVALID_ARG;
     if (!ddp_scale_ok(scale) || growth_tracker < 0 || growth_tracker >= s->opts.growth_interval) {
-        DDP_ERROR("ddp_scaler_set_state: scale %g must be positive and finite, growth tracker %lld "
-                  "in [0, %lld) (a checkpoint from another configuration?)", scale,
-                  (long long)growth_tracker, (long long)s->opts.growth_interval);
+        DDP_ERROR("ddp_scaler_set_state: need a positive finite scale and a growth tracker in "
+                  "[0, %lld), got scale %g and tracker %lld (a checkpoint written with another "
+                  "--loss-scale-interval? restore with the same interval)",
+                  (long long)s->opts.growth_interval, scale, (long long)growth_tracker);
         return DDP_ERR_INVALID_ARG;
     }
     s->scale = scale;

@@ -11,11 +11,14 @@
  * W * 2^-11 (fp16) relative, twice that bound.
  * Bytes: the communicator's payload counter grows by elements x 2 per step on a 16-bit wire and
  * elements x 4 on fp32: 16 bits halve it.
+ * Data is staged through host memory, so `--backend cuda` runs the same checks on device memory
+ * (the cast kernels, NCCL's bf16/fp16); it exits 77 where there is no GPU.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "check.h"
 #include "ddp.h"
 #include "half_shared.h"
@@ -49,13 +52,14 @@ static float load(const void *buf, ddp_dtype t, size_t i)
 }
 
 /* One sync step: fill, mark in reverse order, finish; returns the payload bytes it sent. */
-static uint64_t reduce_once(ddp_ctx *ctx, ddp_reducer *r, void *grads, ddp_dtype gt,
+static uint64_t reduce_once(ddp_ctx *ctx, ddp_reducer *r, void *grads, void *host, ddp_dtype gt,
                             const size_t *sizes, float *vals)
 {
     size_t n = total(sizes);
     for (size_t i = 0; i < n; i++)
         vals[i] = (float)(ddp_rank(ctx) + (int)i);
-    store(grads, gt, vals, n);
+    store(host, gt, vals, n);
+    CHECK(ddp_upload(ctx, grads, host, n * ddp_dtype_size(gt)) == DDP_OK, "upload");
     ddp_comm_stats before, after;
     ddp_comm_stats_get(ctx, &before);
     CHECK(ddp_reducer_begin(r, 1) == DDP_OK, "begin");
@@ -63,6 +67,7 @@ static uint64_t reduce_once(ddp_ctx *ctx, ddp_reducer *r, void *grads, ddp_dtype
         CHECK(ddp_reducer_mark_ready(r, p) == DDP_OK, "mark %d", p);
     CHECK(ddp_reducer_finish(r) == DDP_OK, "finish");
     ddp_comm_stats_get(ctx, &after);
+    CHECK(ddp_download(ctx, host, grads, n * ddp_dtype_size(gt)) == DDP_OK, "download");
     return after.allreduce_bytes - before.allreduce_bytes;
 }
 
@@ -75,14 +80,14 @@ static void check_case(ddp_ctx *ctx, ddp_dtype gt, ddp_dtype wire, const size_t 
     o.bucket_mb = 1024.0 / (1024 * 1024);
     o.grad_dtype = gt;
     o.comm_dtype = wire;
-    void *grads = ddp_alloc(ctx, n * ddp_dtype_size(gt));
+    void *grads = ddp_alloc(ctx, n * ddp_dtype_size(gt)), *host = malloc(n * ddp_dtype_size(gt));
     float *vals = calloc(n, sizeof *vals);
     ddp_reducer *r = NULL;
     CHECK(ddp_reducer_create(ctx, grads, sizes, N_PARAMS, &o, &r) == DDP_OK, "create %s/%s",
           ddp_dtype_name(gt), ddp_dtype_name(wire));
-    if (!r || !grads || !vals)
+    if (!r || !grads || !vals || !host)
         return;
-    uint64_t bytes = reduce_once(ctx, r, grads, gt, sizes, vals);
+    uint64_t bytes = reduce_once(ctx, r, grads, host, gt, sizes, vals);
     ddp_dtype on_wire = wire == DDP_FP32 ? gt : wire;
     CHECK(bytes == n * ddp_dtype_size(on_wire), "grad %s wire %s: %llu payload bytes, want %zu",
           ddp_dtype_name(gt), ddp_dtype_name(wire), (unsigned long long)bytes,
@@ -90,7 +95,7 @@ static void check_case(ddp_ctx *ctx, ddp_dtype gt, ddp_dtype wire, const size_t 
     double shift = (ddp_world_size(ctx) - 1) / 2.0;
     int shown = 0;
     for (size_t i = 0; i < n && shown < 5; i++) {
-        double want = (double)i + shift, got = load(grads, gt, i);
+        double want = (double)i + shift, got = load(host, gt, i);
         if (!(fabs(got - want) <= rtol * want)) {
             CHECK(0, "grad %s wire %s: mean[%zu] = %.9g, want %.9g (rtol %g)", ddp_dtype_name(gt),
                   ddp_dtype_name(wire), i, got, want, rtol);
@@ -99,6 +104,7 @@ static void check_case(ddp_ctx *ctx, ddp_dtype gt, ddp_dtype wire, const size_t 
     }
     ddp_reducer_destroy(r);
     ddp_free(ctx, grads);
+    free(host);
     free(vals);
 }
 
@@ -118,20 +124,27 @@ static void check_host_allreduce(ddp_ctx *ctx)
     CHECK(v[0] == (int64_t)w * (w + 1) / 2 && v[1] == w - 1 && v[2] == 0, "int64: %lld %lld %lld",
           (long long)v[0], (long long)v[1], (long long)v[2]);
     CHECK(ddp_allreduce_host(ctx, v, 1, DDP_INT64, DDP_AVG) == DDP_ERR_INVALID_ARG, "int64 avg");
-    float f = (float)r;
-    CHECK(ddp_allreduce(ctx, &f, 1, DDP_MIN) == DDP_OK && f == 0.0f, "ddp_allreduce MIN: %g", f);
+    float f = (float)r, *dev = ddp_alloc(ctx, sizeof f);
+    CHECK(dev && ddp_upload(ctx, dev, &f, sizeof f) == DDP_OK, "upload");
+    CHECK(ddp_allreduce(ctx, dev, 1, DDP_MIN) == DDP_OK, "ddp_allreduce MIN");
+    CHECK(ddp_download(ctx, &f, dev, sizeof f) == DDP_OK && f == 0.0f, "ddp_allreduce MIN: %g", f);
+    ddp_free(ctx, dev);
     ddp_comm_stats s;
     CHECK(ddp_comm_stats_get(ctx, &s) == DDP_OK && s.host_allreduce_calls == 5 &&
               s.host_allreduce_bytes == 6 * 8, "host stats: %llu calls, %llu bytes",
           (unsigned long long)s.host_allreduce_calls, (unsigned long long)s.host_allreduce_bytes);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     ddp_init_opts io;
     ddp_init_opts_default(&io);
     io.backend = DDP_BACKEND_CPU;
     io.print_table = 0;
+    if (argc == 3 && strcmp(argv[1], "--backend") == 0 && ddp_backend_parse(argv[2], &io.backend) != DDP_OK)
+        return 2;
+    if (io.backend == DDP_BACKEND_CUDA && ddp_cuda_device_count() == 0)
+        return DDP_TEST_SKIP;
     ddp_ctx *ctx = NULL;
     if (ddp_init(&io, &ctx) != DDP_OK)
         return 1;
@@ -148,7 +161,7 @@ int main(void)
     ddp_reducer_opts_default(&o);
     o.grad_dtype = DDP_FP64;
     ddp_reducer *r = NULL;
-    float g[80];
+    float g[80] = {0};
     CHECK(ddp_reducer_create(ctx, g, numel, N_PARAMS, &o, &r) == DDP_ERR_INVALID_ARG && !r,
           "fp64 gradients accepted");
     int failed = CHECK_DONE();

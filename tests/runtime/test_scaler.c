@@ -7,10 +7,14 @@
  * finite again (grows after 3). On finite steps the gradients come back unscaled (exactly 8:
  * scales are powers of two). Also: the defaults are GradScaler's, the state round-trips, bad
  * options and states are refused. Every gradient type (fp32, bf16, fp16) is run.
+ * Gradients are staged through host memory, so `--backend cuda` runs the same checks on device
+ * memory (the inf/NaN kernel); it exits 77 where there is no GPU.
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "backend.h"
 #include "check.h"
 #include "ddp.h"
 #include "half_shared.h"
@@ -44,12 +48,15 @@ static void run_schedule(ddp_ctx *ctx, ddp_dtype t)
     ddp_scaler *s = NULL;
     CHECK(ddp_scaler_create(ctx, &o, &s) == DDP_OK, "create");
     uint16_t g[2 * N];
-    for (int step = 0; s && step < 8; step++) {
+    void *dev = ddp_alloc(ctx, sizeof g);
+    for (int step = 0; s && dev && step < 8; step++) {
         int poison = last && step == 3 ? 1 : last && step == 4 ? 2 : 0;
         float scaled = (float)(8.0 * ddp_scaler_scale(s));
         fill(g, t, scaled, poison);
+        ddp_upload(ctx, dev, g, sizeof g);
         int ok = -1;
-        CHECK(ddp_scaler_unscale_update(s, g, t, N, &ok) == DDP_OK, "%s step %d", ddp_dtype_name(t), step);
+        CHECK(ddp_scaler_unscale_update(s, dev, t, N, &ok) == DDP_OK, "%s step %d", ddp_dtype_name(t), step);
+        ddp_download(ctx, g, dev, sizeof g);
         int want_ok = step != 3 && step != 4;
         CHECK(ok == want_ok, "%s step %d: step_ok %d on rank %d, want %d", ddp_dtype_name(t), step,
               ok, ddp_rank(ctx), want_ok);
@@ -71,6 +78,7 @@ static void run_schedule(ddp_ctx *ctx, ddp_dtype t)
     CHECK(ddp_scaler_set_state(s, INFINITY, 0) == DDP_ERR_INVALID_ARG, "inf scale accepted");
     CHECK(ddp_scaler_set_state(s, 0, 0) == DDP_ERR_INVALID_ARG, "zero scale accepted");
     ddp_scaler_destroy(s);
+    ddp_free(ctx, dev);
 }
 
 static void check_options(ddp_ctx *ctx)
@@ -91,12 +99,16 @@ static void check_options(ddp_ctx *ctx)
     CHECK(ddp_scaler_create(ctx, &o, &s) == DDP_ERR_INVALID_ARG, "interval 0 accepted");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     ddp_init_opts io;
     ddp_init_opts_default(&io);
     io.backend = DDP_BACKEND_CPU;
     io.print_table = 0;
+    if (argc == 3 && strcmp(argv[1], "--backend") == 0 && ddp_backend_parse(argv[2], &io.backend) != DDP_OK)
+        return 2;
+    if (io.backend == DDP_BACKEND_CUDA && ddp_cuda_device_count() == 0)
+        return DDP_TEST_SKIP;
     ddp_ctx *ctx = NULL;
     if (ddp_init(&io, &ctx) != DDP_OK)
         return 1;
