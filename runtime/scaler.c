@@ -5,6 +5,7 @@
  * find inf/NaN in this rank's averaged gradients, MAX-all-reduce the flag over ranks (host
  * memory, one int64), then either back off (skip) or unscale and maybe grow.
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -108,7 +109,9 @@ static void ddp_scaler_update(ddp_scaler *s, int any_inf)
         return;
     }
     if (++s->growth_tracker == s->opts.growth_interval) {
-        s->scale *= s->opts.growth_factor;
+        double grown = s->scale * s->opts.growth_factor;
+        if (isfinite(grown) && grown <= FLT_MAX) /* as PyTorch: never grow to inf */
+            s->scale = grown;
         s->growth_tracker = 0;
     }
 }
