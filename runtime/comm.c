@@ -49,10 +49,10 @@ static ddp_status comm_check_op(ddp_reduce_op op, ddp_dtype dtype, const char *w
     return DDP_OK;
 }
 
-static void comm_count(_Atomic uint64_t *calls, _Atomic uint64_t *bytes, size_t n, ddp_dtype dtype)
+static void comm_count(uint64_t *calls, uint64_t *bytes, size_t n, ddp_dtype dtype)
 {
-    atomic_fetch_add(calls, 1);
-    atomic_fetch_add(bytes, (uint64_t)n * ddp_dtype_size(dtype));
+    __atomic_fetch_add(calls, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(bytes, (uint64_t)n * ddp_dtype_size(dtype), __ATOMIC_RELAXED);
 }
 
 ddp_status ddp_allreduce(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op)
@@ -107,10 +107,10 @@ ddp_status ddp_comm_stats_get(const ddp_ctx *ctx, ddp_comm_stats *out)
 {
     if (!ctx || !out)
         return DDP_ERR_INVALID_ARG;
-    out->allreduce_calls = atomic_load(&ctx->allreduce_calls);
-    out->allreduce_bytes = atomic_load(&ctx->allreduce_bytes);
-    out->host_allreduce_calls = atomic_load(&ctx->host_allreduce_calls);
-    out->host_allreduce_bytes = atomic_load(&ctx->host_allreduce_bytes);
+    out->allreduce_calls = __atomic_load_n(&ctx->allreduce_calls, __ATOMIC_RELAXED);
+    out->allreduce_bytes = __atomic_load_n(&ctx->allreduce_bytes, __ATOMIC_RELAXED);
+    out->host_allreduce_calls = __atomic_load_n(&ctx->host_allreduce_calls, __ATOMIC_RELAXED);
+    out->host_allreduce_bytes = __atomic_load_n(&ctx->host_allreduce_bytes, __ATOMIC_RELAXED);
     return DDP_OK;
 }
 

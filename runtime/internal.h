@@ -4,7 +4,6 @@
 #ifndef DDP_INTERNAL_H
 #define DDP_INTERNAL_H
 
-#include <stdatomic.h>
 #include <stddef.h>
 
 #include "backend.h"
@@ -55,9 +54,10 @@ struct ddp_ctx {
     ddp_comm *comm;      /* collectives on backend memory */
     ddp_comm *host_comm; /* collectives on host memory (MPI); equals comm on the CPU backend */
     int owns_mpi;        /* this context initialised MPI and finalises it */
-    /* ddp_comm_stats counters (atomic: the reducer may start all-reduces from any thread) */
-    _Atomic uint64_t allreduce_calls, allreduce_bytes;
-    _Atomic uint64_t host_allreduce_calls, host_allreduce_bytes;
+    /* ddp_comm_stats counters, updated with atomic builtins (the reducer may start all-reduces
+     * from any thread; plain types because the CUDA sources, C++, include this header too) */
+    uint64_t allreduce_calls, allreduce_bytes;
+    uint64_t host_allreduce_calls, host_allreduce_bytes;
 };
 
 /* The typed non-blocking all-reduce behind ddp_allreduce_start and the reducer: checks, counts
