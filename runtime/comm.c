@@ -41,6 +41,10 @@ static ddp_status comm_check_op(ddp_reduce_op op, ddp_dtype dtype, const char *w
         DDP_ERROR("%s: unknown element type %d", who, (int)dtype);
         return DDP_ERR_INVALID_ARG;
     }
+    if ((op == DDP_MAX || op == DDP_MIN) && (dtype == DDP_BF16 || dtype == DDP_FP16)) {
+        DDP_ERROR("%s: 16-bit all-reduces sum (or average) only; use fp32 for DDP_MAX/DDP_MIN", who);
+        return DDP_ERR_INVALID_ARG;
+    }
     if (op == DDP_AVG && dtype == DDP_INT64) {
         DDP_ERROR("%s: DDP_AVG of integers would round: use DDP_SUM and divide by the world size",
                   who);

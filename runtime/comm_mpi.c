@@ -8,8 +8,9 @@
  * lowers the chunk size, for tests and tuning. Every started request must be waited for before
  * the communicator is destroyed.
  * 16-bit types: MPI has none, so bf16 and fp16 travel as MPI_UINT16_T with user-defined ops
- * (MPI_Op_create, commutative) that widen each pair of elements to fp32, combine them and round
- * back to nearest even (half_shared.h): the bytes on the wire are half of fp32's.
+ * (MPI_Op_create, commutative) that widen each pair of elements to fp32, add them and round back
+ * to nearest even (half_shared.h): the bytes on the wire are half of fp32's. 16-bit all-reduces
+ * are sums (and averages) only: comm.c refuses MAX and MIN on them.
  */
 #include <limits.h>
 #include <mpi.h>
@@ -49,7 +50,7 @@ struct mpi_state {
     MPI_Comm async_comm; /* queued all-reduces, worker thread only */
     int size;
     size_t max_chunk; /* elements or bytes per MPI call, <= INT_MAX */
-    MPI_Op half_ops[2][3]; /* [fp16][sum, max, min] user ops on 16-bit elements */
+    MPI_Op half_sum[2];   /* user ops adding 16-bit elements: [0] bf16, [1] fp16 */
     pthread_t worker;
     int worker_started;
     pthread_mutex_t lock;
@@ -79,40 +80,33 @@ static size_t mpi_min(size_t a, size_t b)
     return a < b ? a : b;
 }
 
-/* ---- 16-bit user ops: inout[i] = round(widen(in[i]) OP widen(inout[i])) --------------------- */
+/* ---- 16-bit user ops: inout[i] = round(widen(in[i]) + widen(inout[i])) ---------------------- */
 
-static void mpi_half_combine(const void *in, void *inout, const int *len, int fp16, int kind)
+static void mpi_half_sum(const void *in, void *inout, const int *len, int fp16)
 {
     const uint16_t *a = in;
     uint16_t *b = inout;
-    for (int i = 0; i < *len; i++) {
-        float x = ddp_from_half(a[i], fp16), y = ddp_from_half(b[i], fp16);
-        float r = kind == 0 ? x + y : kind == 1 ? (x > y ? x : y) : (x < y ? x : y);
-        b[i] = ddp_to_half(r, fp16);
-    }
+    for (int i = 0; i < *len; i++)
+        b[i] = ddp_to_half(ddp_from_half(a[i], fp16) + ddp_from_half(b[i], fp16), fp16);
 }
 
-#define DDP_MPI_HALF_OP(name, fp16, kind)                                            \
-    static void name(void *in, void *inout, int *len, MPI_Datatype *type)            \
-    {                                                                                \
-        (void)type;                                                                  \
-        mpi_half_combine(in, inout, len, fp16, kind);                                \
-    }
-DDP_MPI_HALF_OP(mpi_sum_bf16, 0, 0)
-DDP_MPI_HALF_OP(mpi_max_bf16, 0, 1)
-DDP_MPI_HALF_OP(mpi_min_bf16, 0, 2)
-DDP_MPI_HALF_OP(mpi_sum_fp16, 1, 0)
-DDP_MPI_HALF_OP(mpi_max_fp16, 1, 1)
-DDP_MPI_HALF_OP(mpi_min_fp16, 1, 2)
+static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    mpi_half_sum(in, inout, len, 0);
+}
+
+static void mpi_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    mpi_half_sum(in, inout, len, 1);
+}
 
 static ddp_status mpi_create_half_ops(mpi_state *s)
 {
-    static MPI_User_function *const fns[2][3] = {{mpi_sum_bf16, mpi_max_bf16, mpi_min_bf16},
-                                                 {mpi_sum_fp16, mpi_max_fp16, mpi_min_fp16}};
     ddp_status st = DDP_OK;
-    for (int h = 0; h < 2; h++)
-        for (int k = 0; k < 3; k++)
-            DDP_MPI_TRY(MPI_Op_create(fns[h][k], 1, &s->half_ops[h][k]));
+    DDP_MPI_TRY(MPI_Op_create(mpi_sum_bf16, 1, &s->half_sum[0]));
+    DDP_MPI_TRY(MPI_Op_create(mpi_sum_fp16, 1, &s->half_sum[1]));
 cleanup:
     return st;
 }
@@ -120,22 +114,20 @@ cleanup:
 static void mpi_free_half_ops(mpi_state *s)
 {
     for (int h = 0; h < 2; h++)
-        for (int k = 0; k < 3; k++)
-            if (s->half_ops[h][k] != MPI_OP_NULL)
-                MPI_Op_free(&s->half_ops[h][k]);
+        if (s->half_sum[h] != MPI_OP_NULL)
+            MPI_Op_free(&s->half_sum[h]);
 }
 
 /* The MPI type and op for an element type and reduce op (AVG reduces as SUM). */
 static void mpi_type_op(const mpi_state *s, ddp_dtype dtype, ddp_reduce_op op, MPI_Datatype *type,
                         MPI_Op *mop)
 {
-    int kind = op == DDP_MAX ? 1 : op == DDP_MIN ? 2 : 0;
-    *mop = kind == 1 ? MPI_MAX : kind == 2 ? MPI_MIN : MPI_SUM;
+    *mop = op == DDP_MAX ? MPI_MAX : op == DDP_MIN ? MPI_MIN : MPI_SUM;
     switch (dtype) {
     case DDP_BF16:
     case DDP_FP16:
         *type = MPI_UINT16_T;
-        *mop = s->half_ops[dtype == DDP_FP16][kind];
+        *mop = s->half_sum[dtype == DDP_FP16];
         break;
     case DDP_FP64: *type = MPI_DOUBLE; break;
     case DDP_INT64: *type = MPI_INT64_T; break;
@@ -371,9 +363,7 @@ ddp_status ddp_comm_mpi_create(ddp_comm **out)
     }
     *c = (ddp_comm){.ops = &mpi_ops, .impl = s};
     s->comm = s->async_comm = MPI_COMM_NULL;
-    for (int h = 0; h < 2; h++)
-        for (int k = 0; k < 3; k++)
-            s->half_ops[h][k] = MPI_OP_NULL;
+    s->half_sum[0] = s->half_sum[1] = MPI_OP_NULL;
     s->max_chunk = mpi_max_chunk();
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->work_cv, NULL);
