@@ -62,7 +62,7 @@ static nccl_state *nccl_of(ddp_comm *c)
 
 static cudaStream_t nccl_compute_stream(void)
 {
-    return (cudaStream_t)ddp_cuda_device_stream();
+    return (cudaStream_t)ddp_cuda_stream();
 }
 
 /* Makes the communication stream wait for the work queued so far on the compute stream. Makes
