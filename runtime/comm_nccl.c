@@ -65,7 +65,7 @@ static nccl_state *nccl_of(ddp_comm *c)
 
 static cudaStream_t nccl_compute_stream(void)
 {
-    return (cudaStream_t)ddp_cuda_device_stream();
+    return (cudaStream_t)ddp_cuda_stream();
 }
 
 /* The stream an operation follows and completes on: the caller's, else the compute stream. */

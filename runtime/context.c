@@ -456,7 +456,7 @@ ddp_backend_kind ddp_backend(const ddp_ctx *ctx) { return ctx ? ctx->backend : D
 int ddp_device(const ddp_ctx *ctx) { return ctx ? ctx->device : -1; }
 void *ddp_backend_stream(const ddp_ctx *ctx)
 {
-    return ctx && ctx->backend == DDP_BACKEND_CUDA ? ddp_cuda_device_stream() : NULL;
+    return ctx && ctx->backend == DDP_BACKEND_CUDA ? ddp_cuda_stream() : NULL;
 }
 
 void *ddp_alloc(ddp_ctx *ctx, size_t n_bytes)

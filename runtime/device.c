@@ -68,6 +68,6 @@ ddp_status ddp_cuda_device_open(int device)
 
 void ddp_cuda_device_close(void) {}
 
-void *ddp_cuda_device_stream(void) { return NULL; }
+void *ddp_cuda_stream(void) { return NULL; }
 
 #endif

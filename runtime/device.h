@@ -28,6 +28,6 @@ const ddp_device_ops *ddp_device_cuda(void);
 ddp_status ddp_cuda_device_open(int device);
 void ddp_cuda_device_close(void);
 /* The stream of ddp_cuda_device_open() (a cudaStream_t); NULL before it or without CUDA. */
-void *ddp_cuda_device_stream(void);
+void *ddp_cuda_stream(void);
 
 #endif /* DDP_DEVICE_H */

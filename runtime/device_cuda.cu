@@ -129,4 +129,4 @@ extern "C" void ddp_cuda_device_close(void)
     ddp_dev_open = -1;
 }
 
-extern "C" void *ddp_cuda_device_stream(void) { return (void *)ddp_dev_stream; }
+extern "C" void *ddp_cuda_stream(void) { return (void *)ddp_dev_stream; }

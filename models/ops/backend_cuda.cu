@@ -1,8 +1,8 @@
 /* backend_cuda.cu - the CUDA ops table: device memory, cuBLAS sgemm (row-major through the
  * transpose identity) and kernels for the other ops over the scalar math of math_shared.h.
  *
- * One backend per process: ddp_cuda_backend_open() makes a device current and creates the stream
- * and cuBLAS handle every op runs on. The file has two sections: kernels, then launchers; every
+ * One backend per process: ddp_cuda_backend_open() makes a device current and creates the cuBLAS
+ * handle on the stream every op runs on (libddp's, so collectives follow the compute). The file has two sections: kernels, then launchers; every
  * launcher runs on the backend stream and ends with a cudaGetLastError check.
  */
 #include <cublas_v2.h>

@@ -435,6 +435,11 @@ ddp_status ddp_dnnl_matmul(ddp_precision p, int m, int n, int k, const void *a, 
     return dnnl_run(e, bias ? with : without);
 }
 
+int ddp_dnnl_has_avx512(void)
+{
+    return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
+
 /* ---- report ----------------------------------------------------------------------------------- */
 
 const char *ddp_dnnl_describe(ddp_precision p)

@@ -32,6 +32,9 @@ ddp_status ddp_dnnl_pool_bwd(ddp_precision p, const void *dy, const void *ws, in
 /* dst = src, (n, c, h, w) images NHWC -> NCHW (to_nchw) or back. */
 ddp_status ddp_dnnl_image_reorder(ddp_precision p, const void *src, void *dst, int n, int c, int h,
                                   int w, bool to_nchw);
+/* Whether oneDNN runs AVX-512 kernels on this CPU (its effective ISA). */
+int ddp_dnnl_has_avx512(void);
+
 /* c (m, n) = op(a) (m, k) op(b) (k, n) [+ bias (n), fp32] [+ c when accumulate]; a and b in p,
  * c fp32 when c_fp32, else in p. op transposes when trans_*. */
 ddp_status ddp_dnnl_matmul(ddp_precision p, int m, int n, int k, const void *a, bool trans_a,

@@ -175,6 +175,8 @@ void ddp_cpu_set_threads(int threads);
 void ddp_blas_prefer_fast_kernels(char **argv);
 /* "OpenBLAS 0.3.21 DYNAMIC_ARCH ... core=SkylakeX threads=1", for start-up reports. */
 const char *ddp_blas_describe(void);
+/* The library running the CPU's GEMMs in precision p: "OpenBLAS" or "oneDNN matmul". */
+const char *ddp_cpu_gemm_name(ddp_precision p);
 /* One line naming the CPU implementations in use for precision p, e.g. "conv fwd
  * brg:avx512_core_bf16, ...", for start-up reports ("" before any primitive was created). */
 const char *ddp_dnnl_describe(ddp_precision p);

@@ -304,21 +304,50 @@ static void cpu_colsum(ddp_precision p, float *db, const void *dy, int rows, int
             db[c] += cpu_from_bf16(d[(size_t)r * cols + c]);
 }
 
+/* Which library runs fp32 (and emulated fp16) GEMMs: oneDNN's matmul where oneDNN has AVX-512
+ * kernels (measured at the MLP's shapes on AMD Zen with AVX-512, one thread: 200-220 GFLOP/s
+ * against OpenBLAS 0.3.21's 165-200 with SkylakeX kernels and 100-110 with Haswell ones), OpenBLAS
+ * elsewhere. DDP_CPU_GEMM=openblas|onednn overrides (comparisons); the choice is made once, so
+ * every run of a program on one machine computes alike. */
+static bool cpu_gemm_on_dnnl(void)
+{
+    static int choice = -1;
+    if (choice < 0) {
+        const char *env = getenv("DDP_CPU_GEMM");
+        if (env && strcmp(env, "openblas") == 0)
+            choice = 0;
+        else if (env && strcmp(env, "onednn") == 0)
+            choice = 1;
+        else
+            choice = ddp_dnnl_has_avx512();
+    }
+    return choice == 1;
+}
+
+const char *ddp_cpu_gemm_name(ddp_precision p)
+{
+    return p == DDP_PREC_BF16 || cpu_gemm_on_dnnl() ? "oneDNN matmul" : "OpenBLAS";
+}
+
 static ddp_status cpu_linear_fwd(ddp_precision p, const void *x, const void *w, const float *b,
                                  int batch, int in, int out, void *y, bool y_fp32)
 {
     if (p == DDP_PREC_BF16)
         return ddp_dnnl_matmul(p, batch, out, in, x, false, w, true, b, y, y_fp32, false);
-    DDP_TRY_(cpu_gemm(false, true, batch, out, in, 1.0f, x, w, 0.0f, y));
-    DDP_TRY_(cpu_bias_add(y, b, batch, out));
-    return cpu_emulate(y_fp32 ? DDP_PREC_FP32 : p, y, (size_t)batch * out, DDP_OK);
+    ddp_status st = DDP_OK;
+    if (cpu_gemm_on_dnnl())
+        st = ddp_dnnl_matmul(DDP_PREC_FP32, batch, out, in, x, false, w, true, b, y, true, false);
+    else if ((st = cpu_gemm(false, true, batch, out, in, 1.0f, x, w, 0.0f, y)) == DDP_OK)
+        st = cpu_bias_add(y, b, batch, out);
+    return cpu_emulate(y_fp32 ? DDP_PREC_FP32 : p, y, (size_t)batch * out, st);
 }
 
 static ddp_status cpu_linear_bwd_params(ddp_precision p, const void *x, const void *dy, int batch,
                                         int in, int out, float *dw, float *db)
 {
-    if (p == DDP_PREC_BF16)
-        DDP_TRY_(ddp_dnnl_matmul(p, out, in, batch, dy, true, x, false, NULL, dw, true, true));
+    if (p == DDP_PREC_BF16 || cpu_gemm_on_dnnl())
+        DDP_TRY_(ddp_dnnl_matmul(p == DDP_PREC_BF16 ? p : DDP_PREC_FP32, out, in, batch, dy, true, x,
+                                 false, NULL, dw, true, true));
     else
         DDP_TRY_(cpu_gemm(true, false, out, in, batch, 1.0f, dy, x, 1.0f, dw));
     cpu_colsum(p, db, dy, batch, out);
@@ -330,6 +359,10 @@ static ddp_status cpu_linear_bwd_input(ddp_precision p, const void *w, const voi
 {
     if (p == DDP_PREC_BF16)
         return ddp_dnnl_matmul(p, batch, in, out, dy, false, w, false, NULL, dx, false, false);
+    if (cpu_gemm_on_dnnl())
+        return cpu_emulate(p, dx, (size_t)batch * in,
+                           ddp_dnnl_matmul(DDP_PREC_FP32, batch, in, out, dy, false, w, false, NULL,
+                                           dx, true, false));
     return cpu_emulate(p, dx, (size_t)batch * in,
                        cpu_gemm(false, false, batch, in, out, 1.0f, dy, w, 0.0f, dx));
 }
