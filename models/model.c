@@ -315,6 +315,7 @@ const size_t *ddp_model_numel(const ddp_model *m) { return m->numel; }
 size_t ddp_model_numel_total(const ddp_model *m) { return m->numel_total; }
 float *ddp_model_params(ddp_model *m) { return m->params; }
 float *ddp_model_grads(ddp_model *m) { return m->grads; }
+float *ddp_model_momentum(ddp_model *m) { return m->momentum; }
 const ddp_ops *ddp_model_ops(const ddp_model *m) { return m->ops; }
 
 /* ---- forward ------------------------------------------------------------------------------- */

@@ -48,6 +48,7 @@ const size_t *ddp_model_numel(const ddp_model *m); /* per-parameter element coun
 size_t ddp_model_numel_total(const ddp_model *m);
 float *ddp_model_params(ddp_model *m); /* flat, backend memory */
 float *ddp_model_grads(ddp_model *m);  /* flat, backend memory, same layout */
+float *ddp_model_momentum(ddp_model *m); /* SGD momentum, flat, backend memory, same layout */
 const ddp_ops *ddp_model_ops(const ddp_model *m);
 
 /* Forward pass on a batch: x (batch, 784) and labels (batch) in backend memory, batch <=
