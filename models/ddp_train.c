@@ -286,6 +286,7 @@ static float ddp_train_agree_step(ddp_trainer *t, int nonfinite)
                    t->step + 1);
             fflush(stdout);
         }
+        DDP_INFO("stop agreed: this rank stops after step %ld", t->step + 1);
         t->stopped = 1;
     }
     return flags[2];
