@@ -263,8 +263,9 @@ ddp_status ddp_train_checkpoint(const ddp_train_setup *s, const ddp_train_pos *p
     ddp_ckpt_path(s->o->checkpoint_dir, pos->step, path);
     ddp_status st = ddp_train_save_state(s, pos, path);
     if (st != DDP_OK) {
-        DDP_ERROR("checkpoint %s at step %ld failed: %s (the previous checkpoints are kept)", path,
-                  pos->step, ddp_strerror(st));
+        DDP_ERROR("checkpoint %s at step %ld failed: %s; the previous checkpoints are kept (free "
+                  "space there, use another --checkpoint-dir, or --checkpoint-errors warn to go on)",
+                  path, pos->step, ddp_strerror(st));
         return st;
     }
     printf("checkpoint %s (step %ld)\n", path, pos->step);
