@@ -323,7 +323,7 @@ static void ddp_train_step(ddp_trainer *t, const size_t *idx, double *loss_sum)
                        "forward pass");
         ddp_train_must(t, ddp_model_backward(t->model, t->reducer), "backward pass");
         nonfinite |= !isfinite(loss);
-        *loss_sum += isfinite(loss) ? loss : 0.0f;
+        *loss_sum += loss; /* a NaN shows in the epoch's loss (JSON null) */
     }
     ddp_train_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
     float bad = ddp_train_agree_step(t, nonfinite);
