@@ -584,21 +584,27 @@ static int ddp_looks_like_checkpoint(int dir_fd, const char *name)
     return got == 0 || (got == 8 && memcmp(magic, DDP_CKPT_MAGIC, 8) == 0);
 }
 
-ddp_status ddp_checkpoint_remove_stale(const char *dir_path)
+/* Removes the stale temporary files listed in the open folder d (named dir_path in the log). */
+static void ddp_remove_stale_in(DIR *d, const char *dir_path)
 {
-    DIR *d = opendir(dir_path ? dir_path : ".");
-    if (!d) {
-        DDP_ERROR("checkpoint: cannot list %s: %s", dir_path ? dir_path : ".", strerror(errno));
-        return DDP_ERR_IO;
-    }
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         if (!ddp_is_stale_temp(de->d_name) || !ddp_looks_like_checkpoint(dirfd(d), de->d_name))
             continue;
         if (unlinkat(dirfd(d), de->d_name, 0) == 0)
-            DDP_INFO("checkpoint: removed %s/%s, left by an interrupted save", dir_path ? dir_path : ".",
-                     de->d_name);
+            DDP_INFO("checkpoint: removed %s/%s, left by an interrupted save", dir_path, de->d_name);
     }
+}
+
+ddp_status ddp_checkpoint_remove_stale(const char *dir_path)
+{
+    const char *dir = dir_path ? dir_path : ".";
+    DIR *d = opendir(dir);
+    if (!d) {
+        DDP_ERROR("checkpoint: cannot list %s: %s", dir, strerror(errno));
+        return DDP_ERR_IO;
+    }
+    ddp_remove_stale_in(d, dir);
     closedir(d);
     return DDP_OK;
 }
@@ -653,9 +659,12 @@ ddp_status ddp_state_save(const ddp_state *s, const char *path)
         free(dir);
         return dir ? DDP_ERR_INVALID_ARG : DDP_ERR_NOMEM;
     }
-    ddp_status st = ddp_checkpoint_remove_stale(dir);
-    if (st == DDP_OK)
-        st = ddp_ckpt_replace(path, dir, s);
+    DIR *d = opendir(dir); /* cleaning up is best effort: a folder we cannot list may be writable */
+    if (d) {
+        ddp_remove_stale_in(d, dir);
+        closedir(d);
+    }
+    ddp_status st = ddp_ckpt_replace(path, dir, s);
     free(dir);
     return st;
 }
