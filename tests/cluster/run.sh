@@ -316,7 +316,7 @@ case_requeue() {
     wait_job "$id" "$JOB_TIMEOUT" || { show_tail "$out" 60; fail "the job did not complete"; }
     restarts=$(job_field "$id" Restarts)
     step=$(sed -n 's/.*SIGUSR1 received: every rank stops after step \([0-9]*\).*/\1/p' "$out" | head -n 1)
-    grep -E 'requeue|resumed|stops after|^done|^job ' "$out" | sed 's/^/  | /'
+    grep -E 'requeued Slurm|resumed from|stops after|^done|^job ' "$out" | sed 's/^/  | /'
     ((${restarts:-0} >= 1)) ||
         { show_tail "$out" 40; fail "not requeued (Restarts=$restarts; did it finish before the signal?)"; }
     [[ -n $step ]] || fail "no stop reported"
