@@ -1,6 +1,8 @@
 /* backend.c - backend selection helpers (the context's ops table, the check that a backend has
  * every op a model needs) and, in a build without CUDA, the CUDA entry points of backend.h.
  */
+#include <stdio.h>
+
 #include "config.h"
 #include "internal.h"
 
@@ -64,5 +66,24 @@ ddp_status ddp_cuda_backend_open(int device)
 void ddp_cuda_backend_close(void) {}
 
 void *ddp_cuda_stream(void) { return NULL; }
+
+int ddp_cuda_probe(char *why, size_t why_size)
+{
+    if (why_size)
+        snprintf(why, why_size, "this libddp was built without CUDA");
+    return 0;
+}
+
+ddp_status ddp_cuda_bus_id(int device, char *out, int size)
+{
+    (void)device, (void)out, (void)size;
+    return DDP_ERR_UNSUPPORTED;
+}
+
+ddp_status ddp_cuda_join(void *first, void *then)
+{
+    (void)first, (void)then;
+    return DDP_ERR_UNSUPPORTED;
+}
 
 #endif

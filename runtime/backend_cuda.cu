@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -219,15 +220,13 @@ static void cuda_free(void *p)
 static ddp_status cuda_upload(void *dst, const void *src_host, size_t n_bytes)
 {
     DDP_CUDA_TRY(cudaMemcpyAsync(dst, src_host, n_bytes, cudaMemcpyHostToDevice, ddp_stream));
-    DDP_CUDA_TRY(cudaStreamSynchronize(ddp_stream));
-    return DDP_OK;
+    return ddp_cuda_stream_wait(ddp_stream, "upload");
 }
 
 static ddp_status cuda_download(void *dst_host, const void *src, size_t n_bytes)
 {
     DDP_CUDA_TRY(cudaMemcpyAsync(dst_host, src, n_bytes, cudaMemcpyDeviceToHost, ddp_stream));
-    DDP_CUDA_TRY(cudaStreamSynchronize(ddp_stream));
-    return DDP_OK;
+    return ddp_cuda_stream_wait(ddp_stream, "download");
 }
 
 static ddp_status cuda_copy(void *dst, const void *src, size_t n_bytes)
@@ -244,8 +243,7 @@ static ddp_status cuda_zero(void *dst, size_t n_bytes)
 
 static ddp_status cuda_sync(void)
 {
-    DDP_CUDA_TRY(cudaStreamSynchronize(ddp_stream));
-    return DDP_OK;
+    return ddp_cuda_stream_wait(ddp_stream, "sync");
 }
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
@@ -472,16 +470,31 @@ static const ddp_ops ddp_cuda_table = ddp_make_cuda_ops();
 
 extern "C" const ddp_ops *ddp_cuda_ops(void) { return &ddp_cuda_table; }
 
-extern "C" int ddp_cuda_device_count(void)
+extern "C" int ddp_cuda_probe(char *why, size_t why_size)
 {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
-    if (err != cudaSuccess) {
-        cudaGetLastError(); /* clears the error so that later calls start clean */
-        DDP_DEBUG("no usable CUDA device: %s", cudaGetErrorString(err));
-        return 0;
-    }
-    return n;
+    if (why_size)
+        why[0] = '\0';
+    if (err == cudaSuccess)
+        return n;
+    cudaGetLastError(); /* clears the error so that later calls start clean */
+    if (why_size)
+        snprintf(why, why_size, "cudaGetDeviceCount failed: %s (%s)%s", cudaGetErrorString(err),
+                 cudaGetErrorName(err),
+                 err == cudaErrorInsufficientDriver
+                     ? "; the NVIDIA driver is missing or older than this CUDA runtime"
+                     : "");
+    DDP_DEBUG("no usable CUDA device: %s", cudaGetErrorString(err));
+    return 0;
+}
+
+extern "C" int ddp_cuda_device_count(void) { return ddp_cuda_probe(NULL, 0); }
+
+extern "C" ddp_status ddp_cuda_bus_id(int device, char *out, int size)
+{
+    DDP_CUDA_TRY(cudaDeviceGetPCIBusId(out, size, device));
+    return DDP_OK;
 }
 
 /* Creates the stream and cuBLAS handle on the current device. */
@@ -515,7 +528,7 @@ extern "C" ddp_status ddp_cuda_backend_open(int device)
 extern "C" void ddp_cuda_backend_close(void)
 {
     if (ddp_stream)
-        cudaStreamSynchronize(ddp_stream);
+        ddp_cuda_stream_wait(ddp_stream, "closing the backend");
     if (ddp_scratch)
         cudaFree(ddp_scratch);
     ddp_scratch = NULL;
