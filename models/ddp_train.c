@@ -7,7 +7,9 @@
  * Failures: errors every rank sees alike (bad data, bad configuration, replica mismatch) are agreed
  * on with a collective and every rank exits 1; any other failure after ddp_init aborts the job.
  * SIGUSR1 (Slurm's --signal=USR1@SECONDS before the time limit) stops training: the ranks agree
- * after every step, so all stop after the same step, evaluate, write --save and exit 0.
+ * every DDP_TRAIN_STOP_EVERY steps and after an epoch's last step (a one-float all-reduce and a
+ * download, a host round trip on the GPU, so not after every step), so all stop after the same
+ * step, evaluate, write --save and exit 0.
  */
 #include <math.h>
 #include <signal.h>
@@ -20,6 +22,8 @@
 #include "model.h"
 #include "train_opts.h"
 #include "train_report.h"
+
+#define DDP_TRAIN_STOP_EVERY 8 /* steps between stop-flag agreements */
 
 typedef struct ddp_trainer {
     ddp_ctx *ctx;
@@ -39,7 +43,8 @@ typedef struct ddp_trainer {
     FILE *metrics;     /* rank 0 with --metrics, else NULL */
     long steps_per_epoch, total_steps, step;
     int epoch;         /* current epoch, for augmentation */
-    float *stop_dev;   /* (1) backend memory: SIGUSR1 seen by any rank, summed after each step */
+    float *stop_dev;   /* (1) backend memory: SIGUSR1 seen by any rank, summed when agreeing */
+    float *loss_dev;   /* (1) backend memory: this epoch's sum of micro-batch mean losses */
     int stopped;       /* training stopped early on SIGUSR1 (the same on every rank) */
     float confusion[DDP_N_CLASSES * DDP_N_CLASSES]; /* last evaluation, summed over ranks */
     ddp_progress progress;
@@ -158,8 +163,9 @@ static void ddp_train_alloc_buffers(ddp_trainer *t)
     t->x_dev = ddp_alloc(t->ctx, batch * pixels * sizeof *t->x_dev);
     t->y_dev = ddp_alloc(t->ctx, batch * sizeof *t->y_dev);
     t->stop_dev = ddp_alloc(t->ctx, sizeof *t->stop_dev);
+    t->loss_dev = ddp_alloc(t->ctx, sizeof *t->loss_dev);
     int ok = t->indices && t->eval_idx && t->pred && t->x_host && t->y_host && t->x_dev && t->y_dev &&
-             t->stop_dev;
+             t->stop_dev && t->loss_dev;
     ddp_train_must(t, ok ? DDP_OK : DDP_ERR_NOMEM, "allocating batch buffers");
 }
 
@@ -251,19 +257,18 @@ static float ddp_train_lr(const ddp_trainer *t)
 }
 
 /* One optimizer step over accum micro-batches taken from idx (batch * accum entries); adds each
- * micro-batch's mean loss to *loss_sum. */
-static void ddp_train_step(ddp_trainer *t, const size_t *idx, double *loss_sum)
+ * micro-batch's mean loss to t->loss_dev. Nothing here waits for the GPU: uploads are staged,
+ * the loss stays on the device. */
+static void ddp_train_step(ddp_trainer *t, const size_t *idx)
 {
     int batch = t->o->batch, accum = t->o->accum;
     ddp_train_must(t, ddp_model_zero_grad(t->model), "zeroing gradients");
     for (int micro = 0; micro < accum; micro++) {
-        float loss = 0.0f;
         ddp_train_must(t, ddp_reducer_begin(t->reducer, micro == accum - 1), "starting the reducer");
         ddp_train_load_batch(t, &t->train, idx + (size_t)micro * (size_t)batch, batch, t->o->augment);
-        ddp_train_must(t, ddp_model_forward(t->model, t->x_dev, t->y_dev, batch, &loss, NULL, NULL),
+        ddp_train_must(t, ddp_model_forward_train(t->model, t->x_dev, t->y_dev, batch, t->loss_dev),
                        "forward pass");
         ddp_train_must(t, ddp_model_backward(t->model, t->reducer), "backward pass");
-        *loss_sum += loss;
     }
     ddp_train_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
     ddp_train_must(t, ddp_model_sgd_step(t->model, ddp_train_lr(t), (float)t->o->momentum,
@@ -310,26 +315,34 @@ static double ddp_train_evaluate(ddp_trainer *t)
 static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
 {
     size_t per_step = (size_t)t->o->batch * (size_t)t->o->accum;
-    double loss[2] = {0.0, 0.0}, seconds = 0.0;
+    float loss[2] = {0.0f, 0.0f}; /* sum of micro-batch losses, micro-batches */
     long steps = 0;
     t->epoch = epoch;
     ddp_train_must(t, ddp_sampler_indices(t->sampler, (uint64_t)epoch, t->indices), "sampling");
+    ddp_train_must(t, ddp_upload(t->ctx, t->loss_dev, &loss[0], sizeof loss[0]), "zeroing the loss");
+    double start = ddp_train_now(), before = t->progress.train_seconds;
     for (; steps < t->steps_per_epoch && t->step < t->total_steps; steps++) {
-        double start = ddp_train_now();
-        ddp_train_step(t, t->indices + (size_t)steps * per_step, &loss[0]);
-        double took = ddp_train_now() - start;
-        loss[1] += t->o->accum;
-        seconds += took;
-        t->progress.train_seconds += took;
+        ddp_train_step(t, t->indices + (size_t)steps * per_step);
+        loss[1] += (float)t->o->accum;
         t->step++;
-        if (t->rank == 0)
+        if (t->rank == 0 && ddp_progress_due(&t->progress, t->step)) {
+            ddp_train_must(t, ddp_download(t->ctx, &loss[0], t->loss_dev, sizeof loss[0]),
+                           "downloading the loss");
+            t->progress.train_seconds = before + ddp_train_now() - start;
             ddp_progress_update(&t->progress, t->step, epoch, loss[0] / loss[1]);
-        if (ddp_train_stop_requested(t)) {
+        }
+        int agree = t->step % DDP_TRAIN_STOP_EVERY == 0 || steps + 1 == t->steps_per_epoch ||
+                    t->step == t->total_steps;
+        if (agree && ddp_train_stop_requested(t)) {
             steps++;
             break;
         }
     }
-    float sums[2] = {(float)loss[0], (float)loss[1]};
+    ddp_train_must(t, ddp_download(t->ctx, &loss[0], t->loss_dev, sizeof loss[0]),
+                   "downloading the loss");
+    double seconds = ddp_train_now() - start; /* the download waited for the GPU */
+    t->progress.train_seconds = before + seconds;
+    float sums[2] = {loss[0], loss[1]};
     ddp_train_must(t, ddp_train_allreduce_host(t->ctx, sums, 2), "summing losses");
     e->epoch = epoch;
     e->steps = steps;
@@ -428,6 +441,7 @@ static void ddp_trainer_release(ddp_trainer *t)
     ddp_free(t->ctx, t->x_dev);
     ddp_free(t->ctx, t->y_dev);
     ddp_free(t->ctx, t->stop_dev);
+    ddp_free(t->ctx, t->loss_dev);
     free(t->indices);
     free(t->eval_idx);
     free(t->pred);

@@ -22,6 +22,8 @@ typedef struct ddp_ops {
     /* memory */
     void *(*alloc)(size_t n_bytes); /* zeroed; NULL on failure */
     void (*free)(void *p);          /* NULL is ignored */
+    /* upload: src_host may be reused on return; the copy may still be in flight (ordered before
+     * later ops); download: returns when dst_host holds the data. */
     ddp_status (*upload)(void *dst, const void *src_host, size_t n_bytes);
     ddp_status (*download)(void *dst_host, const void *src, size_t n_bytes);
     ddp_status (*copy)(void *dst, const void *src, size_t n_bytes);
@@ -59,6 +61,11 @@ typedef struct ddp_ops {
      * / rows. dlogits may be NULL (evaluation). labels is backend memory. */
     ddp_status (*softmax_xent)(const float *logits, const int *labels, int rows, int classes,
                                float *dlogits, float *loss_host, int *correct_host);
+    /* The same for training, without a host round trip: ADDS the mean loss to *loss_acc (backend
+     * memory, one float) and writes dlogits. A label outside [0, classes) is DDP_ERR_INVALID_ARG
+     * on the CPU; on the GPU, where nothing waits for the device, it makes *loss_acc NaN. */
+    ddp_status (*softmax_xent_acc)(const float *logits, const int *labels, int rows, int classes,
+                                   float *dlogits, float *loss_acc);
 } ddp_ops;
 
 /* The ops table of a context's backend. */

@@ -217,10 +217,74 @@ static void cuda_free(void *p)
         ddp_cuda_fail(err, "cudaFree", __FILE__, __LINE__);
 }
 
+/* ---- uploads through pinned staging: no host wait per upload ----------------------------------
+ * An upload copies the caller's (pageable) buffer into one of two pinned staging buffers, queues
+ * the copy to the device and returns: the caller may reuse its buffer at once, and the host does
+ * not wait for the device. A staging buffer is reused only after the copy that last read it has
+ * completed (its event, waited for under the deadline). Larger uploads go directly and wait. */
+static const size_t ddp_stage_max = (size_t)64 << 20;
+
+typedef struct ddp_stage {
+    void *host;         // (n_bytes) pinned
+    size_t n_bytes;
+    cudaEvent_t done;   // recorded after the copy that reads host
+    bool busy;          // done not yet waited for
+} ddp_stage;
+
+static ddp_stage ddp_stages[2];
+static int ddp_stage_next;
+
+/* Waits until s is free and holds at least n bytes. */
+static ddp_status ddp_stage_reserve(ddp_stage *s, size_t n)
+{
+    if (s->busy) {
+        ddp_status st = ddp_cuda_event_wait(s->done, "upload staging");
+        if (st != DDP_OK)
+            return st;
+        s->busy = false;
+    }
+    if (!s->done)
+        DDP_CUDA_TRY(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming));
+    if (n <= s->n_bytes)
+        return DDP_OK;
+    if (s->host)
+        cudaFreeHost(s->host);
+    s->host = NULL;
+    s->n_bytes = 0;
+    DDP_CUDA_TRY(cudaHostAlloc(&s->host, n, cudaHostAllocDefault));
+    s->n_bytes = n;
+    return DDP_OK;
+}
+
+static void ddp_stages_release(void)
+{
+    for (ddp_stage &s : ddp_stages) {
+        if (s.host)
+            cudaFreeHost(s.host);
+        if (s.done)
+            cudaEventDestroy(s.done);
+        s = ddp_stage{};
+    }
+}
+
 static ddp_status cuda_upload(void *dst, const void *src_host, size_t n_bytes)
 {
-    DDP_CUDA_TRY(cudaMemcpyAsync(dst, src_host, n_bytes, cudaMemcpyHostToDevice, ddp_stream));
-    return ddp_cuda_stream_wait(ddp_stream, "upload");
+    if (n_bytes > ddp_stage_max) {
+        DDP_CUDA_TRY(cudaMemcpyAsync(dst, src_host, n_bytes, cudaMemcpyHostToDevice, ddp_stream));
+        return ddp_cuda_stream_wait(ddp_stream, "upload");
+    }
+    if (n_bytes == 0)
+        return DDP_OK;
+    ddp_stage *s = &ddp_stages[ddp_stage_next];
+    ddp_stage_next ^= 1;
+    ddp_status st = ddp_stage_reserve(s, n_bytes);
+    if (st != DDP_OK)
+        return st;
+    memcpy(s->host, src_host, n_bytes);
+    DDP_CUDA_TRY(cudaMemcpyAsync(dst, s->host, n_bytes, cudaMemcpyHostToDevice, ddp_stream));
+    DDP_CUDA_TRY(cudaEventRecord(s->done, ddp_stream));
+    s->busy = true;
+    return DDP_OK;
 }
 
 static ddp_status cuda_download(void *dst_host, const void *src, size_t n_bytes)
@@ -437,6 +501,50 @@ static ddp_status cuda_softmax_xent(const float *logits, const int *labels, int 
     return st;
 }
 
+/* ---- softmax cross-entropy for training: the loss stays on the device ----------------------- */
+
+/* One block: *acc += mean over rows of the per-row losses of ddp_softmax_xent_kernel (a fixed
+ * summation order, so the result is reproducible); NaN when a label was out of range. */
+__global__ void ddp_xent_acc_kernel(const int *result, int rows, float *acc)
+{
+    __shared__ double part[256];
+    __shared__ int bad[256];
+    double s = 0.0;
+    int b = 0;
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+        s += __int_as_float(result[2 * r]);
+        b |= result[2 * r + 1] < 0;
+    }
+    part[threadIdx.x] = s;
+    bad[threadIdx.x] = b;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if ((int)threadIdx.x < half) {
+            part[threadIdx.x] += part[threadIdx.x + half];
+            bad[threadIdx.x] |= bad[threadIdx.x + half];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        *acc += bad[0] ? __int_as_float(0x7fc00000) : (float)(part[0] / rows);
+}
+
+static ddp_status cuda_softmax_xent_acc(const float *logits, const int *labels, int rows,
+                                        int classes, float *dlogits, float *loss_acc)
+{
+    if (rows < 1 || classes < 1)
+        return DDP_ERR_INVALID_ARG;
+    ddp_status st = ddp_scratch_reserve(2 * (size_t)rows);
+    if (st != DDP_OK)
+        return st;
+    ddp_softmax_xent_kernel<<<ddp_grid((size_t)rows), ddp_block, 0, ddp_stream>>>(
+        logits, labels, rows, classes, dlogits, ddp_scratch);
+    DDP_CUDA_LAUNCHED();
+    ddp_xent_acc_kernel<<<1, 256, 0, ddp_stream>>>(ddp_scratch, rows, loss_acc);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
 /* ==================================================================== table and lifecycle == */
 
 static ddp_ops ddp_make_cuda_ops(void)
@@ -463,6 +571,7 @@ static ddp_ops ddp_make_cuda_ops(void)
     ops.maxpool_fwd = cuda_maxpool_fwd;
     ops.maxpool_bwd = cuda_maxpool_bwd;
     ops.softmax_xent = cuda_softmax_xent;
+    ops.softmax_xent_acc = cuda_softmax_xent_acc;
     return ops;
 }
 
@@ -529,6 +638,7 @@ extern "C" void ddp_cuda_backend_close(void)
 {
     if (ddp_stream)
         ddp_cuda_stream_wait(ddp_stream, "closing the backend");
+    ddp_stages_release();
     if (ddp_scratch)
         cudaFree(ddp_scratch);
     ddp_scratch = NULL;
