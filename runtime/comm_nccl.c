@@ -321,6 +321,16 @@ static ddp_status nccl_bootstrap_id(int rank, ncclUniqueId *id)
     return DDP_OK;
 }
 
+/* Rank 0 logs the NCCL library in use and the one libddp was built against. */
+static void nccl_report_version(void)
+{
+    int v = 0;
+    if (ncclGetVersion(&v) != ncclSuccess)
+        return;
+    DDP_INFO0("NCCL %d.%d.%d (built against %d.%d.%d)", v / 10000, v / 100 % 100, v % 100,
+              NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+}
+
 /* The collective steps (id broadcast, ncclCommInitRank on the device the backend made current)
  * come first, so that a local failure cannot leave peers waiting in them; a failure after them
  * is local and reported to every rank by the caller's agreement step. */
@@ -332,6 +342,7 @@ static ddp_status nccl_open(nccl_state *s, int rank, int world_size)
         return st;
     DDP_NCCL_TRY(ncclCommInitRank(&s->comm, world_size, id, rank));
     DDP_NCCL_TRY(ncclCommCuDevice(s->comm, &s->device));
+    nccl_report_version();
     DDP_CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     DDP_CUDA_TRY(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
     DDP_CUDA_TRY(cudaMalloc((void **)&s->scratch, sizeof(float)));

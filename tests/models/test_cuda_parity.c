@@ -159,7 +159,7 @@ static void check_model(test_rng *r, ddp_model_kind kind)
 int main(void)
 {
     if (ddp_cuda_device_count() == 0 || !ddp_cuda_ops()) {
-        fprintf(stderr, "no usable CUDA device: skipped\n");
+        fprintf(stderr, "test_cuda_parity: skipped: no usable GPU\n");
         return DDP_TEST_SKIP;
     }
     if (ddp_cuda_backend_open(0) != DDP_OK)

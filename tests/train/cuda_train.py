@@ -38,7 +38,8 @@ def skip_if_no_gpu(rc, out):
     for reason in NO_GPU:
         if rc != 0 and reason in out:
             line = next(l for l in out.splitlines() if reason in l)
-            print(f"skipped: {line.strip()}")
+            print(line.strip())
+            print(f"skipped: {reason}")
             sys.exit(77)
 
 
