@@ -175,8 +175,9 @@ DDP_API ddp_status ddp_download(ddp_ctx *ctx, void *dst_host, const void *src, s
  * produces) or ddp_synchronize() (the host waits). ddp_barrier() also waits for the device.
  * Host waits poll under the deadline DDP_TIMEOUT (seconds, default 300): past it, or when NCCL
  * reports an asynchronous error (a peer died), the NCCL communicator is aborted and the call
- * returns DDP_ERR_TIMEOUT or DDP_ERR_NCCL; every later collective then fails with DDP_ERR_NCCL,
- * and the program should stop the job with ddp_abort().
+ * returns DDP_ERR_TIMEOUT or DDP_ERR_NCCL (once the abort is done: NCCL's abort frees device
+ * memory, which waits for local GPU work that is still running); every later collective then
+ * fails with DDP_ERR_NCCL, and the program should stop the job with ddp_abort().
  */
 typedef enum ddp_reduce_op { DDP_SUM = 0, DDP_AVG } ddp_reduce_op;
 

