@@ -112,32 +112,43 @@ cleanup:
 }
 
 /* Aborts the communicator once: the queued operations end (with undefined results) instead of
- * waiting forever for a peer. */
-static void nccl_abort(nccl_state *s)
+ * waiting forever for a peer. Call with s->lock held. */
+static void nccl_abort_locked(nccl_state *s)
 {
-    pthread_mutex_lock(&s->lock);
     if (!s->aborted && s->comm) {
         ncclCommAbort(s->comm);
         s->comm = NULL;
         s->aborted = 1;
     }
+}
+
+static void nccl_abort(nccl_state *s)
+{
+    pthread_mutex_lock(&s->lock);
+    nccl_abort_locked(s);
     pthread_mutex_unlock(&s->lock);
 }
 
-/* The watch of host waits: NCCL's asynchronous error, which aborts the communicator. */
+/* The watch of host waits: NCCL's asynchronous error, which aborts the communicator. Under the
+ * lock, so that no other thread aborts (frees) the communicator while it is queried. */
 static ddp_status nccl_watch_check(void *arg)
 {
     nccl_state *s = arg;
-    if (s->aborted)
-        return DDP_ERR_NCCL;
-    ncclResult_t async = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(s->comm, &async);
-    if (r == ncclSuccess && (async == ncclSuccess || async == ncclInProgress))
-        return DDP_OK;
-    DDP_ERROR("NCCL reported an asynchronous error: %s (%s); aborting the communicator",
-              ncclGetErrorString(r != ncclSuccess ? r : async), ncclGetLastError(s->comm));
-    nccl_abort(s);
-    return DDP_ERR_NCCL;
+    ddp_status st = DDP_ERR_NCCL;
+    ncclResult_t async = ncclSuccess, r = ncclSuccess;
+    pthread_mutex_lock(&s->lock);
+    if (!s->aborted) {
+        r = ncclCommGetAsyncError(s->comm, &async);
+        st = r == ncclSuccess && (async == ncclSuccess || async == ncclInProgress) ? DDP_OK
+                                                                                    : DDP_ERR_NCCL;
+    }
+    if (st != DDP_OK && !s->aborted) {
+        DDP_ERROR("NCCL reported an asynchronous error: %s (%s); aborting the communicator",
+                  ncclGetErrorString(r != ncclSuccess ? r : async), ncclGetLastError(s->comm));
+        nccl_abort_locked(s);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return st;
 }
 
 static void nccl_watch_timeout(void *arg)
