@@ -13,12 +13,12 @@
  *               ddp_finalize must return.
  * Exits 77 without a GPU. One rank.
  */
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
 #include "check.h"
 #include "ddp.h"
 
@@ -29,18 +29,20 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static cublasHandle_t blas; /* on libddp's stream (ddp_backend_stream) */
+
 /* x = 1 everywhere, then `rounds` passes of x *= 1 and one x *= 2 queued on libddp's stream. */
 static void queue_chain(ddp_ctx *ctx, float *x, size_t n, int rounds)
 {
-    const ddp_ops *ops = ddp_backend_ops(ctx);
+    const float one = 1.0f, two = 2.0f;
     float *ones = malloc(n * sizeof *ones);
     for (size_t i = 0; ones && i < n; i++)
         ones[i] = 1.0f;
     CHECK(ones && ddp_upload(ctx, x, ones, n * sizeof *x) == DDP_OK, "upload");
     free(ones);
     for (int r = 0; r < rounds; r++)
-        ops->scale(x, n, 1.0f);
-    ops->scale(x, n, 2.0f);
+        cublasSscal(blas, (int)n, &one, x, 1);
+    cublasSscal(blas, (int)n, &two, x, 1);
 }
 
 static void test_stream_after(ddp_ctx *ctx, float *x, size_t n)
@@ -79,14 +81,14 @@ static void test_after_stream(ddp_ctx *ctx, float *x, size_t n)
 
 static void test_timeout(ddp_ctx *ctx)
 {
-    const ddp_ops *ops = ddp_backend_ops(ctx);
     const int m = 8192;
+    const float one = 1.0f, zero = 0.0f;
     float *a = ddp_alloc(ctx, (size_t)m * m * sizeof(float));
     float *c = ddp_alloc(ctx, (size_t)m * m * sizeof(float));
     CHECK(a && c, "alloc");
     for (int r = 0; a && c && r < 70; r++) /* ~21 ms each on an H100 */
-        ops->gemm(false, false, m, m, m, 1.0f, a, a, 0.0f, c);
-    float one = 1;
+        cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, a, m, a, m, &zero, c, m);
+    float host_one = 1;
     CHECK(ddp_allreduce(ctx, c, 1, DDP_SUM) == DDP_OK, "all-reduce queued");
     double t0 = now_s();
     ddp_status st = ddp_synchronize(ctx);
@@ -96,7 +98,7 @@ static void test_timeout(ddp_ctx *ctx)
     CHECK(st == DDP_ERR_TIMEOUT, "synchronize returned %s, want DDP_ERR_TIMEOUT", ddp_strerror(st));
     CHECK(waited >= limit && waited < limit + 10.0, "waited %.3f s for a %.3g s deadline", waited,
           limit);
-    CHECK(ddp_allreduce(ctx, &one, 1, DDP_SUM) == DDP_ERR_NCCL,
+    CHECK(ddp_allreduce(ctx, &host_one, 1, DDP_SUM) == DDP_ERR_NCCL,
           "a collective after the abort must fail at once");
     ddp_free(ctx, a);
     ddp_free(ctx, c);
@@ -120,6 +122,11 @@ int main(int argc, char **argv)
     ddp_ctx *ctx = NULL;
     if (ddp_init(&opts, &ctx) != DDP_OK)
         return 1;
+    if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetStream(blas, (cudaStream_t)ddp_backend_stream(ctx)) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "test_cuda_wait: cannot create a cuBLAS handle\n");
+        return 1;
+    }
     if (timeout_case) {
         test_timeout(ctx);
     } else {
@@ -132,6 +139,7 @@ int main(int argc, char **argv)
         }
         ddp_free(ctx, x);
     }
+    cublasDestroy(blas);
     double t0 = now_s();
     ddp_finalize(ctx);
     printf("ddp_finalize took %.3f s\n", now_s() - t0);

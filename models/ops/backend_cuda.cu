@@ -1,22 +1,21 @@
 /* backend_cuda.cu - the CUDA ops table: device memory, cuBLAS sgemm (row-major through the
  * transpose identity) and kernels for the other ops over the scalar math of math_shared.h.
  *
- * One backend per process: ddp_cuda_backend_open() makes a device current and creates the stream
- * and cuBLAS handle every op runs on. The file has two sections: kernels, then launchers; every
+ * One backend per process: ddp_cuda_backend_open() makes a device current and creates the cuBLAS
+ * handle on the stream every op runs on (libddp's, so collectives follow the compute). The file has two sections: kernels, then launchers; every
  * launcher runs on the backend stream and ends with a cudaGetLastError check.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
 #include "math_shared.h"
 extern "C" {
-#include "internal.h"
+#include "ops.h"
 }
 
 /* ---- state and checks -------------------------------------------------------------------- */
@@ -24,6 +23,7 @@ extern "C" {
 static cudaStream_t ddp_stream;
 static cublasHandle_t ddp_cublas;
 static int ddp_cuda_open_device = -1;
+static bool ddp_owns_stream;  // the stream was created here (no caller stream)
 static int *ddp_scratch;      // (scratch_n,) per-row results of softmax_xent
 static size_t ddp_scratch_n;  // ints in ddp_scratch
 
@@ -217,80 +217,18 @@ static void cuda_free(void *p)
         ddp_cuda_fail(err, "cudaFree", __FILE__, __LINE__);
 }
 
-/* ---- uploads through pinned staging: no host wait per upload ----------------------------------
- * An upload copies the caller's (pageable) buffer into one of two pinned staging buffers, queues
- * the copy to the device and returns: the caller may reuse its buffer at once, and the host does
- * not wait for the device. A staging buffer is reused only after the copy that last read it has
- * completed (its event, waited for under the deadline). Larger uploads go directly and wait. */
-static const size_t ddp_stage_max = (size_t)64 << 20;
-
-typedef struct ddp_stage {
-    void *host;         // (n_bytes) pinned
-    size_t n_bytes;
-    cudaEvent_t done;   // recorded after the copy that reads host
-    bool busy;          // done not yet waited for
-} ddp_stage;
-
-static ddp_stage ddp_stages[2];
-static int ddp_stage_next;
-
-/* Waits until s is free and holds at least n bytes. */
-static ddp_status ddp_stage_reserve(ddp_stage *s, size_t n)
-{
-    if (s->busy) {
-        ddp_status st = ddp_cuda_event_wait(s->done, "upload staging");
-        if (st != DDP_OK)
-            return st;
-        s->busy = false;
-    }
-    if (!s->done)
-        DDP_CUDA_TRY(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming));
-    if (n <= s->n_bytes)
-        return DDP_OK;
-    if (s->host)
-        cudaFreeHost(s->host);
-    s->host = NULL;
-    s->n_bytes = 0;
-    DDP_CUDA_TRY(cudaHostAlloc(&s->host, n, cudaHostAllocDefault));
-    s->n_bytes = n;
-    return DDP_OK;
-}
-
-static void ddp_stages_release(void)
-{
-    for (ddp_stage &s : ddp_stages) {
-        if (s.host)
-            cudaFreeHost(s.host);
-        if (s.done)
-            cudaEventDestroy(s.done);
-        s = ddp_stage{};
-    }
-}
-
 static ddp_status cuda_upload(void *dst, const void *src_host, size_t n_bytes)
 {
-    if (n_bytes > ddp_stage_max) {
-        DDP_CUDA_TRY(cudaMemcpyAsync(dst, src_host, n_bytes, cudaMemcpyHostToDevice, ddp_stream));
-        return ddp_cuda_stream_wait(ddp_stream, "upload");
-    }
-    if (n_bytes == 0)
-        return DDP_OK;
-    ddp_stage *s = &ddp_stages[ddp_stage_next];
-    ddp_stage_next ^= 1;
-    ddp_status st = ddp_stage_reserve(s, n_bytes);
-    if (st != DDP_OK)
-        return st;
-    memcpy(s->host, src_host, n_bytes);
-    DDP_CUDA_TRY(cudaMemcpyAsync(dst, s->host, n_bytes, cudaMemcpyHostToDevice, ddp_stream));
-    DDP_CUDA_TRY(cudaEventRecord(s->done, ddp_stream));
-    s->busy = true;
+    DDP_CUDA_TRY(cudaMemcpyAsync(dst, src_host, n_bytes, cudaMemcpyHostToDevice, ddp_stream));
+    DDP_CUDA_TRY(cudaStreamSynchronize(ddp_stream));
     return DDP_OK;
 }
 
 static ddp_status cuda_download(void *dst_host, const void *src, size_t n_bytes)
 {
     DDP_CUDA_TRY(cudaMemcpyAsync(dst_host, src, n_bytes, cudaMemcpyDeviceToHost, ddp_stream));
-    return ddp_cuda_stream_wait(ddp_stream, "download");
+    DDP_CUDA_TRY(cudaStreamSynchronize(ddp_stream));
+    return DDP_OK;
 }
 
 static ddp_status cuda_copy(void *dst, const void *src, size_t n_bytes)
@@ -307,7 +245,8 @@ static ddp_status cuda_zero(void *dst, size_t n_bytes)
 
 static ddp_status cuda_sync(void)
 {
-    return ddp_cuda_stream_wait(ddp_stream, "sync");
+    DDP_CUDA_TRY(cudaStreamSynchronize(ddp_stream));
+    return DDP_OK;
 }
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
@@ -579,43 +518,19 @@ static const ddp_ops ddp_cuda_table = ddp_make_cuda_ops();
 
 extern "C" const ddp_ops *ddp_cuda_ops(void) { return &ddp_cuda_table; }
 
-extern "C" int ddp_cuda_probe(char *why, size_t why_size)
+/* Creates the cuBLAS handle (and the stream when the caller gave none) on the current device. */
+static ddp_status ddp_cuda_open_handles(void *stream)
 {
-    int n = 0;
-    cudaError_t err = cudaGetDeviceCount(&n);
-    if (why_size)
-        why[0] = '\0';
-    if (err == cudaSuccess)
-        return n;
-    cudaGetLastError(); /* clears the error so that later calls start clean */
-    if (why_size)
-        snprintf(why, why_size, "cudaGetDeviceCount failed: %s (%s)%s", cudaGetErrorString(err),
-                 cudaGetErrorName(err),
-                 err == cudaErrorInsufficientDriver
-                     ? "; the NVIDIA driver is missing or older than this CUDA runtime"
-                     : "");
-    DDP_DEBUG("no usable CUDA device: %s", cudaGetErrorString(err));
-    return 0;
-}
-
-extern "C" int ddp_cuda_device_count(void) { return ddp_cuda_probe(NULL, 0); }
-
-extern "C" ddp_status ddp_cuda_bus_id(int device, char *out, int size)
-{
-    DDP_CUDA_TRY(cudaDeviceGetPCIBusId(out, size, device));
-    return DDP_OK;
-}
-
-/* Creates the stream and cuBLAS handle on the current device. */
-static ddp_status ddp_cuda_open_handles(void)
-{
-    DDP_CUDA_TRY(cudaStreamCreateWithFlags(&ddp_stream, cudaStreamNonBlocking));
+    ddp_stream = (cudaStream_t)stream;
+    ddp_owns_stream = stream == NULL;
+    if (ddp_owns_stream)
+        DDP_CUDA_TRY(cudaStreamCreateWithFlags(&ddp_stream, cudaStreamNonBlocking));
     DDP_CUBLAS_TRY(cublasCreate(&ddp_cublas));
     DDP_CUBLAS_TRY(cublasSetStream(ddp_cublas, ddp_stream));
     return DDP_OK;
 }
 
-extern "C" ddp_status ddp_cuda_backend_open(int device)
+extern "C" ddp_status ddp_cuda_backend_open(int device, void *stream)
 {
     int n = ddp_cuda_device_count();
     if (device < 0 || device >= n) {
@@ -625,7 +540,7 @@ extern "C" ddp_status ddp_cuda_backend_open(int device)
     if (ddp_cuda_open_device >= 0)
         ddp_cuda_backend_close();
     DDP_CUDA_TRY(cudaSetDevice(device));
-    ddp_status st = ddp_cuda_open_handles();
+    ddp_status st = ddp_cuda_open_handles(stream);
     if (st != DDP_OK) {
         ddp_cuda_backend_close();
         return st;
@@ -637,8 +552,7 @@ extern "C" ddp_status ddp_cuda_backend_open(int device)
 extern "C" void ddp_cuda_backend_close(void)
 {
     if (ddp_stream)
-        ddp_cuda_stream_wait(ddp_stream, "closing the backend");
-    ddp_stages_release();
+        cudaStreamSynchronize(ddp_stream);
     if (ddp_scratch)
         cudaFree(ddp_scratch);
     ddp_scratch = NULL;
@@ -646,10 +560,9 @@ extern "C" void ddp_cuda_backend_close(void)
     if (ddp_cublas)
         cublasDestroy(ddp_cublas);
     ddp_cublas = NULL;
-    if (ddp_stream)
+    if (ddp_stream && ddp_owns_stream)
         cudaStreamDestroy(ddp_stream);
     ddp_stream = NULL;
+    ddp_owns_stream = false;
     ddp_cuda_open_device = -1;
 }
-
-extern "C" void *ddp_cuda_stream(void) { return (void *)ddp_stream; }
