@@ -7,10 +7,14 @@
  * Failures: errors every rank sees alike (bad data, bad configuration, replica mismatch) are agreed
  * on with a collective and every rank exits 1; any other failure after ddp_init aborts the job.
  * SIGUSR1 (Slurm's --signal=USR1@SECONDS before the time limit) and SIGTERM (the time limit itself,
- * scancel) stop training: the ranks agree after every step (one small all-reduce that also carries
- * "this rank's loss is NaN or inf"), so all stop after the same step; rank 0 writes a checkpoint
- * (--checkpoint-dir) and --save, optionally requeues the Slurm job, and all exit 0. The handlers
- * only set flags, so a second signal during a save changes nothing.
+ * scancel) stop training. The ranks agree before the optimizer step of every DDP_TRAIN_STOP_EVERY-th
+ * step, of an epoch's last step, of the last step and of every checkpoint step (every step with
+ * --nan-policy skip): one host all-reduce of three counters (SIGUSR1, SIGTERM, "this rank's loss is
+ * NaN or inf"), so all stop after the same step; rank 0 writes a checkpoint (--checkpoint-dir) and
+ * --save, optionally requeues the Slurm job, and all exit 0. The handlers only set flags, so a second
+ * signal during a save changes nothing. A step does not wait for the GPU otherwise: the loss stays
+ * on the device (its sum is downloaded at agreements, for progress lines and at the end of an epoch).
+ * A NaN/inf loss found at an agreement stops the run with exit 1 before any checkpoint holds it.
  * Checkpoints hold the whole training state (train_state.c); --resume continues bit-identically.
  */
 #include <math.h>
@@ -27,6 +31,8 @@
 #include "train_opts.h"
 #include "train_report.h"
 #include "train_state.h"
+
+#define DDP_TRAIN_STOP_EVERY 8 /* steps between stop-flag agreements */
 
 typedef struct ddp_trainer {
     ddp_ctx *ctx;
@@ -47,6 +53,9 @@ typedef struct ddp_trainer {
     int *y_dev;        /* (batch), backend memory */
     FILE *metrics;     /* rank 0 with --metrics, else NULL */
     long steps_per_epoch, total_steps, step;
+    float *loss_dev;   /* (1) backend memory: this epoch's sum of micro-batch mean losses */
+    float loss_ok;     /* the sum at the last agreement that found it finite */
+    int loss_nan;      /* --nan-policy skip left out a NaN/inf loss this epoch: its loss shows NaN */
     int stopped;       /* training stopped early on a signal (the same on every rank) */
     long skipped[16];  /* first optimizer steps the loss scaler skipped (inf/NaN on some rank) */
     int epoch;         /* current epoch */
@@ -177,7 +186,8 @@ static void ddp_train_alloc_buffers(ddp_trainer *t)
     t->y_host = malloc(batch * sizeof *t->y_host);
     t->x_dev = ddp_alloc(t->ctx, batch * pixels * sizeof *t->x_dev);
     t->y_dev = ddp_alloc(t->ctx, batch * sizeof *t->y_dev);
-    int ok = t->eval_idx && t->pred && t->x_host && t->y_host && t->x_dev && t->y_dev;
+    t->loss_dev = ddp_alloc(t->ctx, sizeof *t->loss_dev);
+    int ok = t->eval_idx && t->pred && t->x_host && t->y_host && t->x_dev && t->y_dev && t->loss_dev;
     ddp_train_must(t, ok ? DDP_OK : DDP_ERR_NOMEM, "allocating batch buffers");
 }
 
@@ -287,8 +297,8 @@ static float ddp_train_lr(const ddp_trainer *t)
 }
 
 /* After the gradients are reduced and before they are applied: did any rank get SIGUSR1 or SIGTERM,
- * or a NaN/inf loss? One three-float all-reduce, so every rank answers alike. Returns the number of
- * ranks whose loss was not finite. */
+ * or a NaN/inf loss? One host all-reduce of three counters, so every rank answers alike. Returns the
+ * number of ranks whose loss was not finite. */
 static int64_t ddp_train_agree_step(ddp_trainer *t, int nonfinite)
 {
     int64_t flags[3] = {ddp_train_got_usr1 != 0, ddp_train_got_term != 0, nonfinite != 0};
@@ -304,6 +314,33 @@ static int64_t ddp_train_agree_step(ddp_trainer *t, int nonfinite)
         t->stopped = 1;
     }
     return flags[2];
+}
+
+/* Whether the ranks agree before the update of the step being done (see the top of the file). */
+static int ddp_train_agree_due(const ddp_trainer *t, long step_in_epoch)
+{
+    const ddp_train_opts *o = t->o;
+    long next = t->step + 1;
+    return o->nan_skip || next % DDP_TRAIN_STOP_EVERY == 0 || step_in_epoch + 1 == t->steps_per_epoch ||
+           next == t->total_steps || (o->checkpoint_dir && o->checkpoint_every && next % o->checkpoint_every == 0);
+}
+
+/* Whether the loss summed on the device since the last agreement is NaN or inf. With --nan-policy
+ * skip the sum goes back to its last finite value, so the next steps are judged alone. */
+static int ddp_train_loss_nonfinite(ddp_trainer *t)
+{
+    float sum = 0.0f;
+    ddp_train_must(t, ddp_download(t->ctx, &sum, t->loss_dev, sizeof sum), "downloading the loss");
+    if (isfinite(sum)) {
+        t->loss_ok = sum;
+        return 0;
+    }
+    if (t->o->nan_skip) {
+        ddp_train_must(t, ddp_upload(t->ctx, t->loss_dev, &t->loss_ok, sizeof t->loss_ok),
+                       "resetting the loss sum");
+        t->loss_nan = 1;
+    }
+    return 1;
 }
 
 /* A step whose loss was NaN or inf on `ranks` ranks: it is not applied; --nan-policy stop ends training. */
@@ -324,28 +361,28 @@ static void ddp_train_on_nonfinite(ddp_trainer *t, int64_t ranks)
 }
 
 /* One optimizer step over the next accum micro-batches; adds each micro-batch's mean loss to
- * *loss_sum. A NaN/inf loss on any rank, or (with a loss scaler) inf/NaN gradients, leave the
- * step out on every rank alike. */
-static void ddp_train_step(ddp_trainer *t, double *loss_sum)
+ * t->loss_dev. Nothing here waits for the GPU but an agreement (ddp_train_agree_due): uploads are
+ * staged, the loss stays on the device. A NaN/inf loss on any rank, or (with a loss scaler) inf/NaN
+ * gradients, leave the step out on every rank alike. */
+static void ddp_train_step(ddp_trainer *t, long step_in_epoch)
 {
-    int batch = t->o->batch, accum = t->o->accum, nonfinite = 0;
+    int batch = t->o->batch, accum = t->o->accum;
     ddp_train_must(t, ddp_model_zero_grad(t->model), "zeroing gradients");
     for (int micro = 0; micro < accum; micro++) {
-        float loss = 0.0f;
         ddp_train_must(t, ddp_reducer_begin(t->reducer, micro == accum - 1), "starting the reducer");
         ddp_train_next_batch(t);
-        ddp_train_must(t, ddp_model_forward(t->model, t->x_dev, t->y_dev, batch, &loss, NULL, NULL),
+        ddp_train_must(t, ddp_model_forward_train(t->model, t->x_dev, t->y_dev, batch, t->loss_dev),
                        "forward pass");
         ddp_train_scale_loss(t);
         ddp_train_must(t, ddp_model_backward(t->model, t->reducer), "backward pass");
-        nonfinite |= !isfinite(loss);
-        *loss_sum += loss; /* a NaN shows in the epoch's loss (JSON null) */
     }
     ddp_train_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
-    int64_t bad = ddp_train_agree_step(t, nonfinite);
-    if (bad > 0) {
-        ddp_train_on_nonfinite(t, bad);
-        return;
+    if (ddp_train_agree_due(t, step_in_epoch)) {
+        int64_t bad = ddp_train_agree_step(t, ddp_train_loss_nonfinite(t));
+        if (bad > 0) {
+            ddp_train_on_nonfinite(t, bad);
+            return;
+        }
     }
     if (!ddp_train_step_ok(t))
         return;
@@ -410,24 +447,28 @@ static void ddp_train_report_impl(const ddp_trainer *t)
 static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
 {
     size_t per_step = (size_t)t->o->batch * (size_t)t->o->accum;
-    double loss[2] = {0.0, 0.0}, seconds = 0.0;
+    float loss[2] = {0.0f, 0.0f}; /* sum of micro-batch losses, micro-batches */
     long first = epoch == t->start.epoch ? t->start.step_in_epoch : 0, steps = first;
     const ddp_train_opts *o = t->o;
     t->epoch = epoch;
+    t->loss_ok = 0.0f;
+    t->loss_nan = 0;
+    ddp_train_must(t, ddp_upload(t->ctx, t->loss_dev, &loss[0], sizeof loss[0]), "zeroing the loss");
+    double start = ddp_train_now(), before = t->progress.train_seconds;
     for (; steps < t->steps_per_epoch && t->step < t->total_steps; steps++) {
-        double start = ddp_train_now();
-        ddp_train_step(t, &loss[0]);
+        ddp_train_step(t, steps);
         if (t->nan_stopped)
             break;
-        double took = ddp_train_now() - start;
-        loss[1] += t->o->accum;
-        seconds += took;
-        t->progress.train_seconds += took;
+        loss[1] += (float)t->o->accum;
         t->step++;
         if (t->step == 1)
             ddp_train_report_impl(t);
-        if (t->rank == 0)
+        if (t->rank == 0 && ddp_progress_due(&t->progress, t->step)) {
+            ddp_train_must(t, ddp_download(t->ctx, &loss[0], t->loss_dev, sizeof loss[0]),
+                           "downloading the loss");
+            t->progress.train_seconds = before + ddp_train_now() - start;
             ddp_progress_update(&t->progress, t->step, epoch, loss[0] / loss[1]);
+        }
         if (o->checkpoint_dir && (t->stopped || (o->checkpoint_every && t->step % o->checkpoint_every == 0)))
             ddp_train_write_checkpoint(t, steps + 1);
         if (t->stopped || t->save_failed) {
@@ -437,7 +478,11 @@ static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
     }
     t->in_epoch = steps;
     steps -= first;
-    double sums[2] = {loss[0], loss[1]};
+    ddp_train_must(t, ddp_download(t->ctx, &loss[0], t->loss_dev, sizeof loss[0]),
+                   "downloading the loss");
+    double seconds = ddp_train_now() - start; /* the download waited for the GPU */
+    t->progress.train_seconds = before + seconds;
+    double sums[2] = {t->loss_nan ? NAN : loss[0], loss[1]};
     ddp_train_must(t, ddp_allreduce_host(t->ctx, sums, 2, DDP_FP64, DDP_SUM), "summing losses");
     e->epoch = epoch;
     e->steps = steps;
@@ -567,6 +612,7 @@ static void ddp_trainer_release(ddp_trainer *t)
         fclose(t->metrics);
     ddp_free(t->ctx, t->x_dev);
     ddp_free(t->ctx, t->y_dev);
+    ddp_free(t->ctx, t->loss_dev);
     ddp_prefetch_destroy(t->prefetch);
     ddp_scaler_destroy(t->scaler);
     free(t->eval_idx);

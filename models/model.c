@@ -446,8 +446,14 @@ static ddp_status ddp_predict(ddp_model *m, const float *logits, int classes, in
     return st;
 }
 
-ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, int batch,
-                             float *loss, int *correct, int *pred_host)
+static int ddp_model_classes(const ddp_model *m)
+{
+    return m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
+}
+
+/* Checks the batch and runs the layers up to the logits. */
+static ddp_status ddp_model_logits(ddp_model *m, const float *x, const int *labels, int batch,
+                                   const float **logits)
 {
     if (batch < 1 || batch > m->cfg.max_batch || !x || !labels) {
         DDP_ERROR("ddp_model_forward: batch %d outside [1, %d] or no input", batch,
@@ -458,12 +464,34 @@ ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, in
     if (prep != DDP_OK)
         return prep;
     m->batch = batch;
+    ddp_status st = m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_forward(m, logits)
+                                                 : ddp_mlp_forward(m, logits);
+    if (st != DDP_OK)
+        m->batch = 0;
+    return st;
+}
+
+ddp_status ddp_model_forward_train(ddp_model *m, const float *x, const int *labels, int batch,
+                                   float *loss_acc)
+{
     const float *logits = NULL;
-    int classes = m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
+    ddp_status st = ddp_model_logits(m, x, labels, batch, &logits);
+    if (st == DDP_OK)
+        st = m->ops->softmax_xent_acc(logits, labels, batch, ddp_model_classes(m), m->dlogits,
+                                      loss_acc);
+    if (st != DDP_OK)
+        m->batch = 0;
+    return st;
+}
+
+ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, int batch,
+                             float *loss, int *correct, int *pred_host)
+{
+    const float *logits = NULL;
+    int classes = ddp_model_classes(m);
     float l = 0.0f;
     int c = 0;
-    ddp_status st = m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_forward(m, &logits)
-                                                 : ddp_mlp_forward(m, &logits);
+    ddp_status st = ddp_model_logits(m, x, labels, batch, &logits);
     if (st == DDP_OK)
         st = ddp_xent_fwd(m->ops, logits, labels, batch, classes, m->dlogits, &l, &c);
     if (st == DDP_OK && pred_host)
@@ -565,8 +593,7 @@ ddp_status ddp_model_scale_loss_grad(ddp_model *m, float scale)
         DDP_ERROR("ddp_model_scale_loss_grad: no forward pass to scale");
         return DDP_ERR_STATE;
     }
-    int classes = m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
-    return m->ops->scale(m->dlogits, (size_t)m->batch * (size_t)classes, scale);
+    return m->ops->scale(m->dlogits, (size_t)m->batch * (size_t)ddp_model_classes(m), scale);
 }
 
 ddp_status ddp_model_zero_grad(ddp_model *m)

@@ -33,10 +33,14 @@ static void ddp_format_duration(char *buf, size_t n, double seconds)
         snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
 }
 
+int ddp_progress_due(const ddp_progress *p, long step)
+{
+    return step % p->log_every == 0 || step == p->total_steps;
+}
+
 void ddp_progress_update(ddp_progress *p, long step, int epoch, double loss)
 {
-    int last = step == p->total_steps;
-    if (!p->tty && step % p->log_every != 0 && !last)
+    if (!p->tty && !ddp_progress_due(p, step))
         return;
     double rate = p->train_seconds > 0 ? (double)(step * p->samples_per_step) / p->train_seconds : 0.0;
     double per_step = p->train_seconds / (double)step;

@@ -22,6 +22,9 @@ typedef struct ddp_progress {
 } ddp_progress;
 
 void ddp_progress_init(ddp_progress *p, int log_every, long total_steps, long samples_per_step);
+/* 1 when step `step` gets a progress line (every log_every steps and the last one): the trainer
+ * downloads its loss from the GPU only then. */
+int ddp_progress_due(const ddp_progress *p, long step);
 /* After optimizer step `step` (1-based) of epoch `epoch`; loss: this rank's running mean loss. */
 void ddp_progress_update(ddp_progress *p, long step, int epoch, double loss);
 /* Ends the live bar's line (no-op without a terminal). */

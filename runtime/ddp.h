@@ -170,6 +170,22 @@ DDP_API ddp_status ddp_download(ddp_ctx *ctx, void *dst_host, const void *src, s
 /* ---------------------------------------------------------------------------------------------
  * Collectives on backend memory (MPI on the CPU backend, NCCL on the CUDA backend).
  * Every rank must call them in the same order with the same counts.
+ *
+ * Ordering on the CUDA backend: libddp queues its work (uploads, ops, collectives) on its own
+ * non-blocking CUDA stream; a collective runs on NCCL's stream after everything queued before it
+ * on libddp's stream, and libddp's stream waits for the collective once ddp_allreduce,
+ * ddp_broadcast, ddp_allgather or ddp_wait returns. These functions return when the operation is
+ * queued, NOT when its result is in memory. Later libddp work (ddp_download, the reducer, the
+ * ops) sees the result. The caller's own CUDA work does not: a non-blocking stream is not ordered
+ * with the legacy default stream, so a plain cudaMemcpy, a kernel on the caller's stream or a
+ * host read of managed memory may see stale data. Order it with ddp_stream_after() (the caller's
+ * stream waits for libddp), ddp_after_stream() (libddp waits for data the caller's stream
+ * produces) or ddp_synchronize() (the host waits). ddp_barrier() also waits for the device.
+ * Host waits poll under the deadline DDP_TIMEOUT (seconds, default 300): past it, or when NCCL
+ * reports an asynchronous error (a peer died), the NCCL communicator is aborted and the call
+ * returns DDP_ERR_TIMEOUT or DDP_ERR_NCCL (once the abort is done: NCCL's abort frees device
+ * memory, which waits for local GPU work that is still running); every later collective then
+ * fails with DDP_ERR_NCCL, and the program should stop the job with ddp_abort().
  */
 /* DDP_MAX / DDP_MIN: elementwise maximum / minimum over ranks (flags: "did any rank overflow"). */
 typedef enum ddp_reduce_op { DDP_SUM = 0, DDP_AVG, DDP_MAX, DDP_MIN } ddp_reduce_op;
@@ -218,6 +234,20 @@ typedef struct ddp_request ddp_request;
 DDP_API ddp_status ddp_allreduce_start(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op,
                                        ddp_request **req);
 DDP_API ddp_status ddp_wait(ddp_request *req);
+
+/* Makes the work queued later on the caller's CUDA stream `stream` (a cudaStream_t; NULL is the
+ * legacy default stream that plain cudaMemcpy uses) wait for everything libddp has queued so far.
+ * Does not block the host. DDP_OK and nothing to do on the CPU backend; DDP_ERR_CUDA on failure,
+ * DDP_ERR_STATE without a context. */
+DDP_API ddp_status ddp_stream_after(ddp_ctx *ctx, void *stream);
+/* Makes libddp's later work (uploads, ops, collectives) wait for everything queued so far on the
+ * caller's CUDA stream `stream` (NULL: the legacy default stream), e.g. gradients a caller's
+ * kernel writes before ddp_allreduce. Same returns as ddp_stream_after. */
+DDP_API ddp_status ddp_after_stream(ddp_ctx *ctx, void *stream);
+/* Blocks until everything libddp has queued is complete, under the DDP_TIMEOUT deadline.
+ * DDP_ERR_TIMEOUT (the communicator is then aborted), DDP_ERR_NCCL or DDP_ERR_CUDA on failure;
+ * DDP_OK at once on the CPU backend. */
+DDP_API ddp_status ddp_synchronize(ddp_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------------
  * Parameters: a model describes each parameter tensor; values live in ONE flat buffer, parameter

@@ -40,6 +40,31 @@ ddp_status ddp_comm_mpi_create(ddp_comm **out);
  * DDP_ERR_UNSUPPORTED in a build without NCCL. */
 ddp_status ddp_comm_nccl_create(int rank, int world_size, ddp_comm **out);
 
+/* ---- CUDA: device probe and waits under the deadline (backend_cuda.cu, cuda_wait.c) --------- */
+
+/* Number of CUDA devices usable here; when there are none because CUDA failed, `why` (may be NULL
+ * when why_size is 0) says what cudaGetDeviceCount reported, else it is "". Never fails. */
+int ddp_cuda_probe(char *why, size_t why_size);
+/* PCI bus id ("0000:06:00.0") of `device`; DDP_ERR_CUDA (logged) on failure, or
+ * DDP_ERR_UNSUPPORTED without a CUDA build. */
+ddp_status ddp_cuda_bus_id(int device, char *out, int size);
+
+/* What a wait polls besides its event: `check` returns DDP_OK while the communicator is healthy
+ * (else the error, e.g. NCCL's asynchronous error, already logged); `on_timeout` aborts it. One
+ * watch per process (the NCCL communicator's); NULL functions remove it. */
+void ddp_cuda_set_watch(ddp_status (*check)(void *arg), void (*on_timeout)(void *arg), void *arg);
+/* Waits until the cudaEvent_t `event` has completed, polling cudaEventQuery and the watch under
+ * the deadline (ddp_timeout_seconds()) instead of blocking. DDP_ERR_TIMEOUT after the deadline
+ * (the watch's on_timeout has then run), the watch's error, or DDP_ERR_CUDA; each logged with
+ * `what`. */
+ddp_status ddp_cuda_event_wait(void *event, const char *what);
+/* The same for all work queued so far on the cudaStream_t `stream`. */
+ddp_status ddp_cuda_stream_wait(void *stream, const char *what);
+/* Makes the work queued later on cudaStream_t `then` wait for the work queued so far on `first`
+ * (either may be NULL, the legacy default stream). DDP_ERR_CUDA on failure; DDP_ERR_UNSUPPORTED
+ * without a CUDA build. Does not block the host. */
+ddp_status ddp_cuda_join(void *first, void *then);
+
 /* ---- the context --------------------------------------------------------------------------- */
 
 struct ddp_ctx {

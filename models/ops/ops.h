@@ -90,6 +90,11 @@ typedef struct ddp_ops {
      * / rows. dlogits may be NULL (evaluation). labels is backend memory. */
     ddp_status (*softmax_xent)(const float *logits, const int *labels, int rows, int classes,
                                float *dlogits, float *loss_host, int *correct_host);
+    /* The same for training, without a host round trip: ADDS the mean loss to *loss_acc (backend
+     * memory, one float) and writes dlogits. A label outside [0, classes) is DDP_ERR_INVALID_ARG
+     * on the CPU; on the GPU, where nothing waits for the device, it makes *loss_acc NaN. */
+    ddp_status (*softmax_xent_acc)(const float *logits, const int *labels, int rows, int classes,
+                                   float *dlogits, float *loss_acc);
 
     /* ---- precision-aware layer ops (optional: NULL on a backend that has only fp32, where the
      * layers fall back to the primitives above). x, y, dx, dy, and weights w are in precision p

@@ -201,6 +201,16 @@ static ddp_status cpu_softmax_xent(const float *logits, const int *labels, int r
     return DDP_OK;
 }
 
+static ddp_status cpu_softmax_xent_acc(const float *logits, const int *labels, int rows,
+                                       int classes, float *dlogits, float *loss_acc)
+{
+    float loss = 0.0f;
+    ddp_status st = cpu_softmax_xent(logits, labels, rows, classes, dlogits, &loss, NULL);
+    if (st == DDP_OK)
+        *loss_acc += loss;
+    return st;
+}
+
 /* ---- precision-aware layer ops ---------------------------------------------------------------- */
 
 static bool cpu_supports(ddp_precision p, const char **why)
@@ -471,6 +481,7 @@ static const ddp_ops cpu_ops = {
     .maxpool_fwd = cpu_maxpool_fwd,
     .maxpool_bwd = cpu_maxpool_bwd,
     .softmax_xent = cpu_softmax_xent,
+    .softmax_xent_acc = cpu_softmax_xent_acc,
     .channels_last = true,
     .image_reorder = cpu_image_reorder,
     .supports = cpu_supports,
