@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "blas_policy.h"
 #include "launcher.h"
 
 extern char **environ;
@@ -66,7 +67,9 @@ static const char *const help_text[] = {
     "  CUDA_VISIBLE_DEVICES (when GPUs), DDP_RANK DDP_WORLD_SIZE DDP_LOCAL_RANK DDP_LOCAL_WORLD_SIZE\n"
     "  DDP_NODE_RANK DDP_NNODES DDP_DEVICE (GPU ordinal or \"cpu\") DDP_CPUSET DDP_LAUNCHER\n"
     "  (srun|mpirun|pmix|hydra|torchrun|local); unless already set: OMP_NUM_THREADS and\n"
-    "  OPENBLAS_NUM_THREADS (cores bound), OPENBLAS_CORETYPE=SkylakeX on AVX-512 CPUs.\n"
+    "  OPENBLAS_NUM_THREADS (cores bound). OPENBLAS_CORETYPE by ddp's one policy (shared with\n"
+    "  libddp): SkylakeX with AVX-512 F/BW/VL/DQ, Cooperlake with BF16 too, else unset; a preset\n"
+    "  OPENBLAS_CORETYPE is kept (DDP_OPENBLAS_CORETYPE_BY=ddp-launch marks one it set).\n"
     "\n"
     "--print-env gathering: every rank writes its line to $DDP_PRINT_DIR (default\n"
     "  /tmp/ddp-printenv-<launch id>, e.g. slurm-<job>.<step>); rank 0 waits up to\n"
@@ -78,7 +81,8 @@ static const char *const help_text[] = {
     "  more local ranks than GPUs. MPI programs are recognised with ldd (override for scripts:\n"
     "  DDP_MPI_PROGRAM=openmpi|mpich|none).\n"
     "Testing aids: DDP_SIMULATE_GPUS=N replaces the CUDA driver's device count; DDP_LOCAL_FORK=1\n"
-    "  makes -n fork instead of using mpirun.\n"
+    "  makes -n fork instead of using mpirun; DDP_SIMULATE_CPU_FEATURES=avx512f,avx512bw,... (or\n"
+    "  none) replaces the CPU features the OpenBLAS policy sees.\n"
     "Exit status: PROGRAM's; 1 for a launch it refuses; 2 for a usage error; 127 when PROGRAM is\n"
     "  not found.\n",
 };
@@ -166,6 +170,8 @@ static int parse_options(int argc, char **argv, struct ddp_options *opt)
 
 struct rank_setup {
     struct ddp_gpu_choice gpu;
+    struct ddp_blas_decision blas;
+    char blas_note[96]; /* --print-env's BLAS column: the core, "X(preset)" or "-" (OpenBLAS's own) */
     char cpuset[512];
     int threads;
     char host[DDP_HOST_LEN];
@@ -217,9 +223,33 @@ static void export_setup(const struct rank_setup *s, int v)
     put("DDP_CPUSET", s->cpuset, 1, v);
     put("OMP_NUM_THREADS", threads, 0, v);
     put("OPENBLAS_NUM_THREADS", threads, 0, v);
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        put("OPENBLAS_CORETYPE", "SkylakeX", 0, v);
+    if (s->blas.apply) {
+        put("OPENBLAS_CORETYPE", s->blas.core, 0, v);
+        put(DDP_BLAS_SETTER_ENV, "ddp-launch", 1, v);
+    }
+}
+
+/* ddp's one OpenBLAS kernel policy (common/blas_policy.c, also in libddp) for this rank; a preset
+ * OPENBLAS_CORETYPE is kept. Fills s->blas and s->blas_note; -1 on a bad simulated feature list. */
+static int decide_blas(struct rank_setup *s, int verbose)
+{
+    char err[DDP_ERRMSG_LEN];
+    const char *setter = getenv(DDP_BLAS_SETTER_ENV);
+    if (ddp_blas_decide(getenv("OPENBLAS_CORETYPE"), setter, getenv(DDP_BLAS_SIMULATE_ENV), &s->blas, err,
+                        sizeof err) != 0) {
+        fail("error: %s", err);
+        return -1;
+    }
+    if (s->blas.preset)
+        snprintf(s->blas_note, sizeof s->blas_note, "%s(preset)", s->blas.preset);
+    else
+        snprintf(s->blas_note, sizeof s->blas_note, "%s", s->blas.core ? s->blas.core : s->blas.current ? s->blas.current : "-");
+    if (verbose) {
+        char line[512];
+        ddp_blas_decision_describe(&s->blas, s->blas.apply ? "ddp-launch" : setter, line, sizeof line);
+        fprintf(stderr, "ddp-launch[rank %d]: BLAS: %s\n", g_rank, line);
+    }
+    return 0;
 }
 
 /* ---- CPU binding --------------------------------------------------------------------------- */
@@ -300,8 +330,9 @@ static void table_line(const struct ddp_layout *l, const struct rank_setup *s, c
         ddp_gpu_list_parse(s->gpu.visible, &vis, err, sizeof err);
         snprintf(gpu, sizeof gpu, "%d(%s)", s->gpu.device, vis.id[s->gpu.device]);
     }
-    snprintf(out, len, "%6d  %-20s %5d %6d  %-12s %-18s %7d  CUDA_VISIBLE_DEVICES=%.900s\n", l->rank, s->host,
-             l->node_rank, l->local_rank, gpu, s->cpuset, s->threads, s->gpu.device >= 0 ? s->gpu.visible : "(unset)");
+    snprintf(out, len, "%6d  %-20s %5d %6d  %-12s %-18s %7d  %-18s CUDA_VISIBLE_DEVICES=%.900s\n", l->rank, s->host,
+             l->node_rank, l->local_rank, gpu, s->cpuset, s->threads, s->blas_note,
+             s->gpu.device >= 0 ? s->gpu.visible : "(unset)");
 }
 
 static void print_dir(const struct ddp_layout *l, char *dir, size_t len)
@@ -357,7 +388,8 @@ static void print_table(const struct ddp_layout *l, const char *dir)
     char *absent = calloc((size_t)l->world_size, 1); /* absent[r]: rank r's line was not there */
     printf("ddp-launch: launcher=%s world_size=%d nodes=%d local_world_size=%d MASTER_ADDR=%s MASTER_PORT=%d\n",
            ddp_source_name(l->source), l->world_size, l->n_nodes, l->local_world_size, l->master_addr, l->master_port);
-    printf("%6s  %-20s %5s %6s  %-12s %-18s %7s  %s\n", "RANK", "HOST", "NODE", "LOCAL", "GPU", "CPUSET", "THREADS", "ENV");
+    printf("%6s  %-20s %5s %6s  %-12s %-18s %7s  %-18s %s\n", "RANK", "HOST", "NODE", "LOCAL", "GPU", "CPUSET", "THREADS",
+           "OPENBLAS_CORETYPE", "ENV");
     for (int r = 0; r < l->world_size; r++) {
         char path[4200], line[2048];
         FILE *f;
@@ -430,7 +462,7 @@ static int run_rank(const struct ddp_options *opt, const struct ddp_layout *l, c
         fail("error: %s", err);
         return SETUP_EXIT;
     }
-    if (bind_rank(opt, l, &gpus, narrowed, &s) != 0)
+    if (bind_rank(opt, l, &gpus, narrowed, &s) != 0 || decide_blas(&s, opt->verbose) != 0)
         return SETUP_EXIT;
     if (opt->verbose)
         fprintf(stderr, "ddp-launch[rank %d]: launcher %s, exporting:\n", l->rank, ddp_source_name(l->source));
