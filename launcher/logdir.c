@@ -124,7 +124,7 @@ static void follow(const char *out_path, const char *err_path)
 /* In the follower: ignores the signals that stop a job, keeps only its descriptors, and follows. */
 _Noreturn static void follower_main(int rd_out, int rd_err, int pidfd, const char *out_path, const char *err_path)
 {
-    static const int ignored[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE};
+    static const int ignored[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTTOU};
     int null = open("/dev/null", O_RDONLY);
     /* Out of the way first, so that placing one descriptor cannot close another. */
     int high_out = fcntl(rd_out, F_DUPFD, 64), high_err = fcntl(rd_err, F_DUPFD, 64), high_pid = fcntl(pidfd, F_DUPFD, 64);
