@@ -131,7 +131,7 @@ _Noreturn static void follower_main(int rd_out, int rd_err, int pidfd, const cha
     for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
         signal(ignored[i], SIG_IGN);
     prctl(PR_SET_NAME, "ddp-log-tee", 0, 0, 0);
-    if (high_out < 0 || high_err < 0 || high_pid < 0 || dup2(high_out, FD_OUT) < 0 || dup2(high_err, FD_ERR) < 0 ||
+    if (chdir("/") != 0 || high_out < 0 || high_err < 0 || high_pid < 0 || dup2(high_out, FD_OUT) < 0 || dup2(high_err, FD_ERR) < 0 ||
         dup2(high_pid, FD_PID) < 0)
         _exit(1);
     if (null >= 0)
@@ -144,27 +144,32 @@ _Noreturn static void follower_main(int rd_out, int rd_err, int pidfd, const cha
 /* Starts the follower as a grandchild (its parent exits at once and is reaped here). */
 static int start_follower(const char *out_path, const char *err_path, char *err, size_t errlen)
 {
-    int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0), saved = errno;
     int rd_out = open(out_path, O_RDONLY | O_CLOEXEC), rd_err = open(err_path, O_RDONLY | O_CLOEXEC);
+    int status = -1;
     pid_t child = -1;
     if (pidfd >= 0 && rd_out >= 0 && rd_err >= 0) {
         fflush(NULL);
         child = fork();
         if (child == 0) {
-            if (fork() == 0)
+            pid_t follower = fork();
+            if (follower == 0)
                 follower_main(rd_out, rd_err, pidfd, out_path, err_path);
-            _exit(0);
+            _exit(follower > 0 ? 0 : errno);
         }
+        saved = errno;
+    } else if (pidfd >= 0) {
+        saved = errno;
     }
-    if (child > 0)
-        waitpid(child, NULL, 0);
-    else
+    if (child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) != 0)
+        saved = WEXITSTATUS(status);
+    if (status != 0)
         snprintf(err, errlen, "rank 0's output goes to its log files only (no copy on the terminal): %s",
-                 strerror(errno));
+                 strerror(saved));
     close(pidfd);
     close(rd_out);
     close(rd_err);
-    return child > 0 ? 0 : -1;
+    return status == 0 ? 0 : -1;
 }
 
 /* Opens PATH for the program's output: created or truncated, appended to. */

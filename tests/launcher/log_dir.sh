@@ -34,7 +34,7 @@ check() {
 # shellcheck disable=SC2016  # for the ranks' shell
 prog='for i in $(seq 50); do echo "out rank=$RANK line=$i"; echo "err rank=$RANK line=$i" >&2; done
 [ "$RANK" = 1 ] || exit 0
-for _ in $(seq 200); do grep -q "line=50" "$1/rank.0.err" && break; sleep 0.1; done; exit "$0"'
+for _ in $(seq 200); do grep -qs "line=50" "$1/rank.0.err" && break; sleep 0.1; done; exit "$0"'
 
 # check_files PATH_NAME DIR: per rank, both files hold exactly that rank's 50 lines.
 check_files() {
