@@ -304,7 +304,7 @@ case_pmi_trap() {
 
 # srun -N2 --ntasks-per-node=2 ddp-launch --log-dir: ddp-launch runs once per rank and redirects its
 # own rank: every rank's lines (tagged with rank and host) land in its two files and nowhere else,
-# on the node it ran on; srun's output holds rank 0's lines only, all of them.
+# on the node it ran on; srun's output holds rank 0's lines only, all of them, even after a burst.
 case_log_dir() {
     local out=$WORK/log-dir.out logs=$WORK/logs
     # shellcheck disable=SC2016  # for the task's shell
@@ -339,6 +339,12 @@ for e in errors:
     print("  " + e)
 sys.exit(1 if errors else 0)
 PY
+    # A burst at the end of the step: srun's copy of rank 0 is complete, to the last line.
+    run_to "$out" 60 srun -N2 --ntasks-per-node=1 "$LAUNCH" --log-dir "$WORK/burst" sh -c 'seq 100000; echo last-line' ||
+        { show_tail "$out"; fail "srun ... ddp-launch --log-dir (burst) exited non-zero"; }
+    echo "  burst: srun output $(grep -c '^[0-9]' "$out") numbers + '$(tail -n 1 "$out")', rank 0's file $(wc -l <"$WORK/burst/rank.0.out") lines"
+    [[ $(grep -c '^[0-9]' "$out") -eq 100000 && $(tail -n 1 "$out") == last-line ]] ||
+        fail "srun's output lost part of rank 0's burst"
 }
 
 # --- driver ----------------------------------------------------------------------------------------
