@@ -2,7 +2,8 @@
 # cluster.sh - start, stop or inspect a real local Slurm cluster (munged, slurmctld, one slurmd per
 # node in its own network namespace) built from Debian's packages; all state under one base folder.
 #
-# Usage: slurm/cluster.sh start|stop|status [--nodes N] [--cpus C] [--gpus G] [--rate R]
+# Usage: slurm/cluster.sh start|stop|status [--nodes N] [--cpus C] [--gpus G] [--rate R] [--mpi-default M]
+#                                           [--requeue-delay S]
 #   --nodes N   compute nodes node1..nodeN (default 2, at most 50)
 #   --cpus C    CPUs each node declares to Slurm (default 4; more than the real cores is fine)
 #   --gpus G    placeholder "GPUs" per node declared as gres/gpu (default 0). They are aliases of
@@ -11,6 +12,8 @@
 #               e.g. 1gbit (about 115 MB/s) or 100mbit; default: no limit (about 1.3 GB/s)
 #   --requeue-delay S   seconds a requeued job waits before it may start again (AuthInfo's
 #               cred_expire, which is also the job step credential lifetime; default Slurm's 120)
+#   --mpi-default M  slurm.conf's MpiDefault: none (Slurm's own default: srun needs --mpi=pmix for
+#               Open MPI programs) or pmix (default here)
 # Environment: DDP_SLURM_BASE (default /tmp/ddp-slurm), DDP_SLURM_PORT (slurmctld port, default
 #   16817; slurmd uses PORT+1), DDP_SLURM_WAIT (seconds to wait for idle nodes, default 30).
 # After `start`, use the cluster with:  source $DDP_SLURM_BASE/env.sh   (sets SLURM_CONF and the
@@ -28,6 +31,7 @@ CPUS=4
 GPUS=0
 RATE=""                 # tc rate of every node's link, empty = unlimited
 REQUEUE_DELAY=""        # AuthInfo cred_expire, empty = Slurm's default (120 s)
+MPI_DEFAULT=pmix        # slurm.conf's MpiDefault
 NET=10.200.0            # bridge 10.200.0.1/24; nodeN is 10.200.0.(10+N)
 BRIDGE=ddpbr0           # names of everything this script creates start with "ddp"
 NS_PREFIX=ddp-node
@@ -40,7 +44,7 @@ die() { echo "cluster.sh: error: $*" >&2; exit 1; }
 log() { echo "cluster.sh: $*" >&2; }
 
 usage() {
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
     exit "${1:-0}"
 }
 
@@ -119,7 +123,7 @@ write_conf() {
         echo "SelectTypeParameters=CR_Core"
         echo "# config_overrides: a node may declare more CPUs than the machine has cores."
         echo "SlurmdParameters=config_overrides"
-        echo "MpiDefault=pmix"
+        echo "MpiDefault=$MPI_DEFAULT"
         echo "ReturnToService=2"
         echo "JobAcctGatherType=jobacct_gather/none"
         echo "AccountingStorageType=accounting_storage/none"
@@ -282,7 +286,7 @@ cmd_start() {
     for ((n = 1; n <= NODES; n++)); do start_slurmd "$n"; done
     wait_idle || exit 1
     trap - EXIT
-    log "cluster up: $NODES nodes x $CPUS CPUs$( ((GPUS == 0)) || echo " x $GPUS placeholder GPUs")$([[ -z $RATE ]] || echo ", links limited to $RATE") in $BASE ($(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }') s)"
+    log "cluster up: $NODES nodes x $CPUS CPUs$( ((GPUS == 0)) || echo " x $GPUS placeholder GPUs")$([[ -z $RATE ]] || echo ", links limited to $RATE"), MpiDefault=$MPI_DEFAULT in $BASE ($(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }') s)"
     echo "export SLURM_CONF=$BASE/slurm.conf    # or: source $BASE/env.sh"
 }
 
@@ -335,6 +339,7 @@ main() {
             --gpus) GPUS=${2:?--gpus needs a number}; shift 2 ;;
             --rate) RATE=${2:?--rate needs a rate, e.g. 1gbit}; shift 2 ;;
             --requeue-delay) REQUEUE_DELAY=${2:?--requeue-delay needs seconds}; shift 2 ;;
+            --mpi-default) MPI_DEFAULT=${2:?--mpi-default needs none or pmix}; shift 2 ;;
             -h | --help) usage 0 ;;
             *) die "unknown option '$1' (try --help)" ;;
         esac
@@ -343,6 +348,8 @@ main() {
     [[ $CPUS =~ ^[1-9][0-9]*$ ]] || die "--cpus must be a positive number"
     [[ $GPUS =~ ^[0-9]+$ ]] || die "--gpus must be a number"
     [[ -z $REQUEUE_DELAY || $REQUEUE_DELAY =~ ^[1-9][0-9]*$ ]] || die "--requeue-delay must be seconds"
+    [[ $MPI_DEFAULT == none || $MPI_DEFAULT == pmix ]] ||
+        die "--mpi-default must be none or pmix (got '$MPI_DEFAULT')"
     [[ -z $RATE || $RATE =~ ^[0-9]+(\.[0-9]+)?[kmgt]?(bit|bps)$ ]] ||
         die "--rate must be a tc rate such as 1gbit, 500mbit or 100mbit (got '$RATE')"
     case $cmd in
