@@ -20,6 +20,7 @@
 #include "model.h"
 #include "train_opts.h"
 #include "train_report.h"
+#include "train_trace.h"
 
 typedef struct ddp_trainer {
     ddp_ctx *ctx;
@@ -194,6 +195,7 @@ static ddp_status ddp_train_build(ddp_trainer *t)
     ddp_reducer_opts_default(&ro);
     ro.bucket_mb = t->o->bucket_mb;
     ro.first_bucket_mb = t->o->first_bucket_mb;
+    ro.defer_launch = t->o->no_overlap;
     ddp_model *m = t->model;
     st = ddp_train_agree(t, ddp_reducer_create(t->ctx, ddp_model_grads(m), ddp_model_numel(m),
                                                ddp_model_n_params(m), &ro, &t->reducer));
@@ -259,15 +261,23 @@ static void ddp_train_step(ddp_trainer *t, const size_t *idx, double *loss_sum)
     for (int micro = 0; micro < accum; micro++) {
         float loss = 0.0f;
         ddp_train_must(t, ddp_reducer_begin(t->reducer, micro == accum - 1), "starting the reducer");
+        ddp_trace_begin("data", micro);
         ddp_train_load_batch(t, &t->train, idx + (size_t)micro * (size_t)batch, batch, t->o->augment);
+        ddp_trace_end("data", micro);
+        ddp_trace_begin("forward", micro);
         ddp_train_must(t, ddp_model_forward(t->model, t->x_dev, t->y_dev, batch, &loss, NULL, NULL),
                        "forward pass");
+        ddp_trace_end("forward", micro);
+        ddp_trace_begin("backward", micro);
         ddp_train_must(t, ddp_model_backward(t->model, t->reducer), "backward pass");
+        ddp_trace_end("backward", micro);
         *loss_sum += loss;
     }
     ddp_train_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
+    ddp_trace_begin("optimizer", t->step);
     ddp_train_must(t, ddp_model_sgd_step(t->model, ddp_train_lr(t), (float)t->o->momentum,
                                          (float)t->o->weight_decay), "SGD step");
+    ddp_trace_end("optimizer", t->step);
 }
 
 /* After a step: did any rank get SIGUSR1? One one-float all-reduce, so every rank answers alike. */
@@ -316,7 +326,9 @@ static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
     ddp_train_must(t, ddp_sampler_indices(t->sampler, (uint64_t)epoch, t->indices), "sampling");
     for (; steps < t->steps_per_epoch && t->step < t->total_steps; steps++) {
         double start = ddp_train_now();
+        ddp_trace_begin("step", t->step);
         ddp_train_step(t, t->indices + (size_t)steps * per_step, &loss[0]);
+        ddp_trace_end("step", t->step);
         double took = ddp_train_now() - start;
         loss[1] += t->o->accum;
         seconds += took;
@@ -374,6 +386,10 @@ static void ddp_train_report_end(ddp_trainer *t, ddp_run_stats *r)
     ddp_print_class_report(stdout, t->confusion);
     printf("\nthroughput: %.1f samples/s across %d rank(s) (%ld steps in %.2f s of training, %.2f s wall)\n",
            r->samples_per_s, r->world_size, r->steps, r->train_seconds, r->wall_seconds);
+    if (r->exposed_comm_ms >= 0)
+        printf("communication (trace, mean over ranks): %.2f ms of all-reduce per step, %.2f ms exposed "
+               "(the step waited for it), %.0f%% hidden behind backward\n", r->comm_ms, r->exposed_comm_ms,
+               100.0 * r->hidden_fraction);
     fflush(stdout);
     if (t->metrics)
         ddp_metrics_summary(t->metrics, t->o, r);
@@ -383,6 +399,7 @@ static void ddp_train_report_end(ddp_trainer *t, ddp_run_stats *r)
 static ddp_status ddp_train_save(ddp_trainer *t)
 {
     ddp_status st = DDP_OK;
+    ddp_trace_begin("checkpoint", 0);
     if (t->rank == 0) {
         size_t n = ddp_model_numel_total(t->model);
         float *host = malloc(n * sizeof *host);
@@ -396,6 +413,7 @@ static ddp_status ddp_train_save(ddp_trainer *t)
             printf("saved %s\n", t->o->save_path);
         free(host);
     }
+    ddp_trace_end("checkpoint", 0);
     return ddp_train_agree(t, st);
 }
 
@@ -418,6 +436,7 @@ static void ddp_train_loop(ddp_trainer *t, double wall_start)
                              ? (double)(t->step * per_step) / t->progress.train_seconds : 0.0,
         .wall_seconds = ddp_train_now() - wall_start, .backend = ddp_backend_name(ddp_backend(t->ctx)),
         .stopped_by_signal = t->stopped};
+    ddp_train_comm_stats(t->ctx, &r);
     ddp_train_report_end(t, &r);
 }
 
@@ -452,11 +471,15 @@ static ddp_status ddp_train_run(ddp_ctx *ctx, const ddp_train_opts *o)
         st = ddp_train_agree(&t, ddp_train_plan(&t));
     if (st == DDP_OK)
         st = ddp_train_build(&t);
+    if (st == DDP_OK)
+        st = ddp_train_observe_start(ctx, o);
     if (st == DDP_OK) {
         ddp_train_report_start(&t);
         ddp_train_loop(&t, wall_start);
         if (o->save_path)
             st = ddp_train_save(&t);
+        ddp_status trace_st = ddp_train_observe_end(ctx, o);
+        st = st == DDP_OK ? trace_st : st;
     }
     ddp_trainer_release(&t);
     return st;

@@ -327,11 +327,14 @@ static ddp_status ddp_mlp_forward(ddp_model *m, const float **logits)
     const float *h = m->x; // (batch, widths[l])
     for (int l = 0; l < n_layers; l++) {
         int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
+        ddp_trace_begin("forward.layer", l);
         DDP_TRY_(ddp_linear_fwd(m->ops, h, ddp_param(m, 2 * l), ddp_param(m, 2 * l + 1), m->batch,
                                 in, out, a->z[l]));
+        if (l + 1 < n_layers)
+            DDP_TRY_(ddp_relu_layer_fwd(m->ops, a->z[l], (size_t)m->batch * out, a->a[l]));
+        ddp_trace_end("forward.layer", l);
         if (l + 1 == n_layers)
             break;
-        DDP_TRY_(ddp_relu_layer_fwd(m->ops, a->z[l], (size_t)m->batch * out, a->a[l]));
         h = a->a[l];
     }
     *logits = a->z[n_layers - 1];
@@ -416,13 +419,17 @@ static ddp_status ddp_mlp_backward(ddp_model *m, ddp_reducer *r)
     for (int l = m->cfg.n_widths - 2; l >= 0; l--) {
         int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
         const float *h = l ? a->a[l - 1] : m->x; // (batch, in)
+        ddp_trace_begin("backward.layer", l);
         DDP_TRY_(ddp_linear_bwd_params(m->ops, h, g, m->batch, in, out, ddp_grad(m, 2 * l),
                                        ddp_grad(m, 2 * l + 1)));
         DDP_TRY_(ddp_mark(r, 2 * l + 1, 2 * l));
+        if (l > 0) {
+            DDP_TRY_(ddp_linear_bwd_input(m->ops, ddp_param(m, 2 * l), g, m->batch, in, out, a->dh));
+            DDP_TRY_(ddp_relu_layer_bwd(m->ops, a->dh, a->a[l - 1], (size_t)m->batch * in, a->dz[l - 1]));
+        }
+        ddp_trace_end("backward.layer", l);
         if (l == 0)
             break;
-        DDP_TRY_(ddp_linear_bwd_input(m->ops, ddp_param(m, 2 * l), g, m->batch, in, out, a->dh));
-        DDP_TRY_(ddp_relu_layer_bwd(m->ops, a->dh, a->a[l - 1], (size_t)m->batch * in, a->dz[l - 1]));
         g = a->dz[l - 1];
     }
     return DDP_OK;

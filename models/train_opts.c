@@ -13,7 +13,8 @@ enum {
     OPT_MODEL = 1000, OPT_WIDTHS, OPT_DATA, OPT_EPOCHS, OPT_MAX_STEPS, OPT_BATCH, OPT_LR,
     OPT_MOMENTUM, OPT_WEIGHT_DECAY, OPT_SEED, OPT_BUCKET_MB, OPT_FIRST_BUCKET_MB, OPT_ACCUM,
     OPT_DEVICE, OPT_THREADS, OPT_METRICS, OPT_SAVE, OPT_NO_SHUFFLE, OPT_LOG_EVERY,
-    OPT_BROADCAST_INIT, OPT_LR_SCHEDULE, OPT_AUGMENT, OPT_HELP
+    OPT_BROADCAST_INIT, OPT_LR_SCHEDULE, OPT_AUGMENT, OPT_TRACE, OPT_NO_OVERLAP, OPT_LINK_CHECK,
+    OPT_HELP
 };
 
 static const struct option ddp_train_long_opts[] = {
@@ -39,6 +40,9 @@ static const struct option ddp_train_long_opts[] = {
     {"broadcast-init", no_argument, NULL, OPT_BROADCAST_INIT},
     {"lr-schedule", required_argument, NULL, OPT_LR_SCHEDULE},
     {"augment", no_argument, NULL, OPT_AUGMENT},
+    {"trace", required_argument, NULL, OPT_TRACE},
+    {"no-overlap", no_argument, NULL, OPT_NO_OVERLAP},
+    {"link-check", no_argument, NULL, OPT_LINK_CHECK},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -67,6 +71,12 @@ static const char ddp_train_usage_text[] =
     "  --no-shuffle            keep the data order (identity permutation)\n"
     "  --log-every N           progress line every N steps when stderr is not a terminal (default 50)\n"
     "  --broadcast-init        copy rank 0's initial parameters to every rank\n"
+    "  --no-overlap            launch every gradient bucket after the backward pass (no overlap)\n"
+    "  --trace FILE            rank 0 writes the job's timeline (Chrome trace-event JSON: open it in\n"
+    "                          Perfetto or chrome://tracing); the summary then prints the exposed\n"
+    "                          communication per step and the part hidden behind backward\n"
+    "  --link-check            before training, measure each rank's links to its ring neighbours\n"
+    "                          and rank 0, and name nodes whose links are under half the median\n"
     "  --help                  this text\n"
     "SIGUSR1 (e.g. sbatch --signal=USR1@120) stops every rank after the same step; rank 0 then\n"
     "evaluates, writes --save and the metrics summary (\"stopped_by_signal\": true), and all exit 0.\n";
@@ -214,6 +224,9 @@ static int ddp_train_apply_opt(int id, const char *v, ddp_train_opts *o)
     case OPT_NO_SHUFFLE: o->shuffle = 0; return 0;
     case OPT_AUGMENT: o->augment = 1; return 0;
     case OPT_BROADCAST_INIT: o->broadcast_init = 1; return 0;
+    case OPT_TRACE: o->trace_path = v; return 0;
+    case OPT_NO_OVERLAP: o->no_overlap = 1; return 0;
+    case OPT_LINK_CHECK: o->link_check = 1; return 0;
     case OPT_HELP: return 1;
     default: return ddp_parse_number(id, v, o);
     }
@@ -265,7 +278,8 @@ void ddp_train_print_opts(FILE *f, const ddp_train_opts *o)
     fprintf(f, "sgd: lr %g (%s)  momentum %g  weight decay %g  seed %llu  shuffle %s\n", o->lr,
             o->cosine ? "cosine" : "constant", o->momentum, o->weight_decay, (unsigned long long)o->seed,
             o->shuffle ? "yes" : "no");
-    fprintf(f, "buckets: %g MiB (first %g MiB)  broadcast-init: %s  threads: %d  augment: %s\n",
-            o->bucket_mb, o->first_bucket_mb, o->broadcast_init ? "yes" : "no", o->threads,
+    fprintf(f, "buckets: %g MiB (first %g MiB)%s  broadcast-init: %s  threads: %d  augment: %s\n",
+            o->bucket_mb, o->first_bucket_mb, o->no_overlap ? " launched after backward" : "",
+            o->broadcast_init ? "yes" : "no", o->threads,
             o->augment ? "shifts up to 2 px" : "no");
 }

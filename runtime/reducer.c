@@ -31,6 +31,7 @@ struct ddp_reducer {
     int sync;                /* the current micro-step communicates */
     int micro_steps;         /* micro-steps since the last finish, this one included */
     ddp_status launch_error; /* first failed launch of this sync step, DDP_OK when none */
+    int defer_launch;        /* launch nothing before finish() (no overlap) */
 };
 
 void ddp_reducer_opts_default(ddp_reducer_opts *opts)
@@ -39,6 +40,7 @@ void ddp_reducer_opts_default(ddp_reducer_opts *opts)
         return;
     opts->bucket_mb = 25.0;
     opts->first_bucket_mb = 1.0;
+    opts->defer_launch = 0;
 }
 
 static ddp_status ddp_mib_to_bytes(double mib, const char *what, size_t *out)
@@ -111,6 +113,7 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, float *grads, const size_t *numel, i
     r->ctx = ctx;
     r->grads = grads;
     r->n_params = n_params;
+    r->defer_launch = opts ? opts->defer_launch : 0;
     ddp_status st = ddp_reducer_plan(r, numel, opts ? opts : &defaults);
     if (st != DDP_OK) {
         ddp_reducer_destroy(r);
@@ -184,8 +187,11 @@ ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
 static void ddp_reducer_launch(ddp_reducer *r, int b)
 {
     const ddp_bucket *bk = &r->buckets[b];
+    ddp_trace_instant("allreduce.queued", b);
+    ddp_trace_set_tag(b);
     ddp_status st = ddp_allreduce_start(r->ctx, r->grads + bk->offset, bk->n, DDP_SUM,
                                         &r->requests[b]);
+    ddp_trace_set_tag(-1);
     if (st != DDP_OK) {
         DDP_ERROR("reducer: cannot start the all-reduce of bucket %d (parameters %d..%d): %s", b,
                   bk->first_param, bk->last_param, ddp_strerror(st));
@@ -222,7 +228,8 @@ ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param)
     if (!r->sync)
         return DDP_OK; /* accumulation step: gradients stay local */
     r->pending[r->param_bucket[param]]--;
-    ddp_reducer_launch_ready(r, 0);
+    if (!r->defer_launch)
+        ddp_reducer_launch_ready(r, 0);
     return r->launch_error;
 }
 
@@ -269,7 +276,9 @@ ddp_status ddp_reducer_finish(ddp_reducer *r)
     /* Launch what is left even after an error, so peers that did everything right are not left
      * waiting in an all-reduce this rank never joins. */
     ddp_reducer_launch_ready(r, 1);
+    ddp_trace_begin("reducer.wait", r->n_buckets);
     ddp_status st = ddp_reducer_wait_all(r);
+    ddp_trace_end("reducer.wait", r->n_buckets);
     if (st == DDP_OK)
         st = r->launch_error;
     if (st == DDP_OK)
