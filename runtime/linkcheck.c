@@ -133,17 +133,30 @@ static void link_offer(double *best, const link_row *rows, int a, int b, double 
     best[rows[b].node] = bw > best[rows[b].node] ? bw : best[rows[b].node];
 }
 
+/* Writes value * scale with width w into buf, or "-" when the pair was not measured (< 0). */
+static const char *link_fmt(char *buf, size_t n, double value, double scale)
+{
+    if (value < 0)
+        snprintf(buf, n, "-");
+    else
+        snprintf(buf, n, "%.1f", value * scale);
+    return buf;
+}
+
 static void link_print_table(FILE *f, const link_row *rows, int n)
 {
+    char c[6][32];
     fprintf(f, "link check: ping-pong to ring neighbours and rank 0 (bandwidth MB/s, latency us)\n");
     fprintf(f, "%5s %-16s %5s %9s %8s %9s %8s %9s %8s\n", "rank", "host", "node", "left_bw",
             "left_us", "right_bw", "right_us", "rank0_bw", "rank0_us");
     for (int r = 0; r < n; r++) {
         const link_row *l = &rows[(r + n - 1) % n], *m = &rows[r];
         int has_left = n > 2 || r == 1;
-        fprintf(f, "%5d %-16.16s %5d %9.1f %8.1f %9.1f %8.1f %9.1f %8.1f\n", r, m->host, m->node,
-                has_left ? l->right_bw / 1e6 : -1.0, has_left ? l->right_lat * 1e6 : -1.0,
-                m->right_bw / 1e6, m->right_lat * 1e6, m->root_bw / 1e6, m->root_lat * 1e6);
+        fprintf(f, "%5d %-16.16s %5d %9s %8s %9s %8s %9s %8s\n", r, m->host, m->node,
+                link_fmt(c[0], 32, has_left ? l->right_bw : -1, 1e-6),
+                link_fmt(c[1], 32, has_left ? l->right_lat : -1, 1e6),
+                link_fmt(c[2], 32, m->right_bw, 1e-6), link_fmt(c[3], 32, m->right_lat, 1e6),
+                link_fmt(c[4], 32, m->root_bw, 1e-6), link_fmt(c[5], 32, m->root_lat, 1e6));
     }
 }
 
