@@ -255,13 +255,13 @@ static void trace_json_string(FILE *f, const char *s)
 
 static void trace_write_meta(FILE *f, int rank, const char *host, int n_threads)
 {
-    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":"
+    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":0,\"args\":{\"name\":"
                "\"rank %d (", rank, rank);
     trace_json_string(f, host);
-    fprintf(f, ")\"}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+    fprintf(f, ")\"}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":0,"
                "\"args\":{\"sort_index\":%d}},\n", rank, rank);
     for (int t = 0; t < n_threads; t++)
-        fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":"
+        fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,\"args\":"
                    "{\"name\":\"%s\"}},\n", rank, t, t == 0 ? "main" : t == 1 ? "comm" : "thread");
 }
 
