@@ -18,6 +18,9 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
 import trainlib  # noqa: E402
 
+# More ranks than cores: ranks must yield the core while they wait (see the cluster notes).
+os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+
 RANKS = 3
 STEPS = 4
 ACCUM = 2
