@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # install-deps.sh - installs, from Debian's packages, what ddp needs to build, train and test.
-test]   ("test" adds Slurm, PMIx and PyTorch for the tests)|test]   ("test" adds Slurm, PMIx and PyTorch for the tests)
+# Usage: scripts/install-deps.sh [train|test]   ("test" adds Slurm, PMIx, PyTorch and gnuplot for the tests)
 # Installs only what is missing, so a second run takes a second. Needs root (or sudo).
 set -euo pipefail
 
