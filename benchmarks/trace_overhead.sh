@@ -38,5 +38,20 @@ m_on=$(median "${on[@]}")
 echo "samples/s without trace: ${off[*]} (median $m_off)"
 echo "samples/s with --trace:  ${on[*]} (median $m_on)"
 awk -v a="$m_off" -v b="$m_on" 'BEGIN { printf "traced / untraced = %.3f (cost %.1f%%)\n", b / a, 100 * (1 - b / a) }'
-"$BUILD/benchmarks/ddp-trace-cost" 1000000
+# The same cost from its parts, immune to the machine's other load: record calls per step (the
+# last traced run's file) x CPU time per call / the median traced step time.
+cost=$("$BUILD/benchmarks/ddp-trace-cost" 1000000)
+echo "$cost"
+ns=$(sed -n 's/.* on \([0-9.]*\) ns.*/\1/p' <<<"$cost")
+python3 - "$WORK/t$REPS.json" "$ns" "$m_on" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+steps = sum(1 for e in ev if e["pid"] == 0 and e["name"] == "step" and e["ph"] == "B")
+rec = sum(1 for e in ev if e["pid"] == 0 and e["ph"] in "BEi")
+per_step = rec / steps
+step_s = 64 * 2 / float(sys.argv[3])
+frac = per_step * float(sys.argv[2]) * 1e-9 / step_s
+print(f"rank 0 records {per_step:.1f} events per step (evaluation included); x {float(sys.argv[2]):.0f} ns "
+      f"= {per_step * float(sys.argv[2]) / 1e3:.1f} us of a {1e3 * step_s:.2f} ms step: {100 * frac:.2f}%")
+PY
 echo "($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
