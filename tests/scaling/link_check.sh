@@ -23,10 +23,18 @@ check() {
         { cat "$WORK/start.log"; fail "cluster did not start"; }
     # shellcheck source=/dev/null
     source "$DDP_SLURM_BASE/env.sh"
-    CHECK_RC=0
-    timeout -k 5 120 srun --mpi=pmix -N 4 --ntasks-per-node=1 "$BENCH" --device cpu --link-check \
-        -e 2M >"$WORK/check.out" 2>&1 || CHECK_RC=$?
-    cat "$WORK/check.out"
+    local try
+    for try in 1 2; do
+        CHECK_RC=0
+        timeout -k 5 120 srun --mpi=pmix -N 4 --ntasks-per-node=1 --kill-on-bad-exit=1 "$BENCH" \
+            --device cpu --link-check -e 2M >"$WORK/check.out" 2>&1 || CHECK_RC=$?
+        cat "$WORK/check.out"
+        # 0 and 1 are the check's answers. Anything else is a crash: Open MPI 4.1.4's TCP start-up
+        # has segfaulted now and then on the loaded 2-core machine ("connect() ... failed:
+        # Operation now in progress", open-mpi/ompi#10734); such a run is repeated once.
+        ((CHECK_RC > 1 && try == 1)) || break
+        echo "(the check crashed with status $CHECK_RC before answering; running it once more)"
+    done
 }
 
 main() {
