@@ -30,6 +30,13 @@ typedef struct ddp_train_opts {
     const char *trace_path;   /* --trace FILE: timeline written by rank 0; NULL: no tracing */
     int no_overlap;           /* --no-overlap: buckets launched after the backward pass */
     int link_check;           /* --link-check: measure links before training */
+    ddp_dtype grad_dtype;      /* --grad-dtype: type of the gradient all-reduce */
+    double loss_scale_init;    /* fp16 gradients: the loss scaler's first scale */
+    long loss_scale_interval;  /* fp16 gradients: finite steps before the scale doubles */
+    int workers;               /* data prefetch threads; 0 = on the training thread */
+    int n_inject;              /* --inject-inf RANK:STEP entries (a test aid) */
+    int inject_rank[8];
+    long inject_step[8];
 } ddp_train_opts;
 
 /* What the caller does after parsing. */

@@ -17,25 +17,6 @@ ddp_status ddp_train_observe_start(ddp_ctx *ctx, const ddp_train_opts *o)
     return o->trace_path ? ddp_trace_start(ctx, 0) : DDP_OK;
 }
 
-/* Sums n host doubles over ranks (as floats, through backend memory). */
-static ddp_status ddp_train_sum_host(ddp_ctx *ctx, double *v, int n)
-{
-    float f[4], *dev = ddp_alloc(ctx, sizeof f);
-    if (!dev || n > 4)
-        return DDP_ERR_NOMEM;
-    for (int i = 0; i < n; i++)
-        f[i] = (float)v[i];
-    ddp_status st = ddp_upload(ctx, dev, f, (size_t)n * sizeof *f);
-    if (st == DDP_OK)
-        st = ddp_allreduce(ctx, dev, (size_t)n, DDP_SUM);
-    if (st == DDP_OK)
-        st = ddp_download(ctx, f, dev, (size_t)n * sizeof *f);
-    ddp_free(ctx, dev);
-    for (int i = 0; i < n; i++)
-        v[i] = f[i];
-    return st;
-}
-
 void ddp_train_comm_stats(ddp_ctx *ctx, ddp_run_stats *r)
 {
     r->exposed_comm_ms = r->comm_ms = r->hidden_fraction = -1.0;
@@ -44,7 +25,7 @@ void ddp_train_comm_stats(ddp_ctx *ctx, ddp_run_stats *r)
         return;
     double syncs = s.n_syncs > 0 ? (double)s.n_syncs : 1.0;
     double v[3] = {1e3 * s.exposed_s / syncs, 1e3 * s.comm_s / syncs, (double)s.n_dropped};
-    if (ddp_train_sum_host(ctx, v, 3) != DDP_OK)
+    if (ddp_allreduce_host(ctx, v, 3, DDP_FP64, DDP_SUM) != DDP_OK)
         return;
     int world = ddp_world_size(ctx);
     r->exposed_comm_ms = v[0] / world;
