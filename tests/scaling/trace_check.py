@@ -6,7 +6,8 @@ stack of B/E with matching names) with timestamps that never go back; every opti
 each bucket's "allreduce.queued" instant exactly once and each bucket's "allreduce" span (the
 communicator's thread) exactly once, inside the step; the step's data/forward/backward/optimizer
 spans and the "reducer.wait" span lie inside it. The summary prints the exposed communication and
-the metrics carry it. A trace path in a missing folder fails with a message naming it.
+the metrics carry it. With overlap the first bucket is queued during the backward pass; with
+--no-overlap every bucket after it. A trace path in a missing folder fails with a message naming it.
 
 Usage: trace_check.py DDP_TRAIN MPIRUN MPIRUN_ARGS... (the argument after the last is the rank count)
 """
@@ -82,6 +83,17 @@ def check_step(c, events, pid, step, index):
     return ok & c.check(len(micro) == ACCUM, f"rank {pid} step {index}: {ACCUM} backward passes")
 
 
+def queued_during_backward(events, pid):
+    """For each step of rank pid: are some buckets queued before its last backward pass ends?"""
+    out = []
+    for t0, t1, _ in spans(events, pid, 0, "step"):
+        ends = [b for _, b, _ in spans(events, pid, 0, "backward") if t0 <= b <= t1]
+        queued = [e["ts"] for e in events if e["pid"] == pid and e["name"] == "allreduce.queued"
+                  and t0 <= e["ts"] <= t1]
+        out.append(min(queued) < max(ends))
+    return out
+
+
 def check_file(c, path):
     with open(path) as f:
         doc = json.load(f)
@@ -119,6 +131,14 @@ def main():
             with open(metrics) as f:
                 last = json.loads(f.read().splitlines()[-1])
             c.check(isinstance(last.get("exposed_comm_ms"), float), "metrics carry exposed_comm_ms", str(last))
+            with open(trace) as f:
+                during = queued_during_backward(json.load(f)["traceEvents"], 0)
+            c.check(all(during), "overlap: the first bucket is queued during the backward pass", str(during))
+        rc, out = trainlib.run(mpirun + ["2", exe] + args + ["--trace", trace, "--no-overlap"], 180)
+        if c.check(rc == 0, "ddp-train --no-overlap --trace runs", out):
+            with open(trace) as f:
+                during = queued_during_backward(json.load(f)["traceEvents"], 0)
+            c.check(not any(during), "--no-overlap: every bucket is queued after the backward pass", str(during))
         bad = os.path.join(tmp, "missing", "t.json")
         rc, out = trainlib.run(mpirun + ["2", exe] + args + ["--trace", bad], 180)
         c.check(rc != 0 and "missing/t.json" in out and "folder exists" in out,
