@@ -20,8 +20,10 @@
 #                        (default 1,4,25,one)
 #   --overlap LIST       on,off: buckets launched during backward, or all after it (default on,off;
 #                        "one" runs once, it has no overlap to switch)
-#   --grad-dtypes LIST   gradient dtypes for ddp-train --grad-dtype (default: none, i.e. the
-#                        trainer's default). An error when this ddp-train has no --grad-dtype.
+#   --grad-dtypes LIST   gradient all-reduce dtypes for ddp-train --grad-dtype, e.g. fp32,bf16;
+#                        "default" = the trainer's default, no flag. Default: fp32,bf16 when this
+#                        ddp-train has --grad-dtype, else default. Naming a dtype for a ddp-train
+#                        without the flag is an error.
 #   --reps N             runs per configuration, the median is kept (default 3)
 #   --steps N            optimizer steps per run (default 30)
 #   --widths W           MLP widths (default 784-2048-2048-2048-10: 10.0M parameters, 40 MB of
@@ -50,7 +52,7 @@ LOCAL_NODES="" CLUSTER_ARGS=()
 
 die() { echo "scaling: error: $*" >&2; exit 1; }
 log() { echo "scaling: $*" >&2; }
-usage() { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 parse_args() {
     while (($#)); do
@@ -102,10 +104,17 @@ check_args() {
     [[ -x $TRAIN && -x $LAUNCH && -x $BENCH ]] ||
         die "$BUILD lacks ddp-train, ddp-launch or ddp-allreduce-bench: build first (meson compile -C $BUILD)"
     [[ -s $DATA/train-images-idx3-ubyte ]] || die "$DATA: no MNIST files; run scripts/fetch-mnist.sh $DATA"
-    if [[ -n $DTYPES ]] && ! "$TRAIN" --help | grep -q -- --grad-dtype; then
-        die "--grad-dtypes $DTYPES: this ddp-train has no --grad-dtype (16-bit training has not landed in" \
-            "this build); leave --grad-dtypes out"
+    local has_flag=0 d
+    "$TRAIN" --help | grep -q -- --grad-dtype && has_flag=1
+    if [[ -z $DTYPES ]]; then
+        DTYPES=default
+        ((has_flag)) && DTYPES="fp32 bf16"
     fi
+    for d in $DTYPES; do
+        [[ $d == default || $has_flag == 1 ]] ||
+            die "--grad-dtypes $d: this ddp-train has no --grad-dtype (16-bit training is not in this" \
+                "build); leave --grad-dtypes out or give 'default'"
+    done
 }
 
 # The node counts: --nodes, else 1, 2, 4, ... up to the allocation (SLURM_JOB_NUM_NODES).
@@ -211,7 +220,7 @@ sweep() {
                 for b in ${BUCKETS//,/ }; do
                     for o in ${OVERLAPS//,/ }; do
                         [[ $b == one && $o == off && $OVERLAPS == *on* ]] && continue
-                        for d in ${DTYPES:-default}; do train_once "$mode" "$n" "$b" "$o" "$d" "$rep"; done
+                        for d in $DTYPES; do train_once "$mode" "$n" "$b" "$o" "$d" "$rep"; done
                     done
                 done
             done

@@ -16,7 +16,7 @@ WIDTHS=784-1024-1024-10
 PARAMS=$((784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10))
 
 "$SRC/benchmarks/scaling.sh" --build "$BUILD" --local-cluster 4 --rate 1gbit --nodes 1,2,4 \
-    --modes weak --buckets one --overlap off --reps 3 --steps 8 --batch 128 --widths "$WIDTHS" \
+    --modes weak --buckets one --overlap off --grad-dtypes fp32 --reps 3 --steps 8 --batch 128 --widths "$WIDTHS" \
     --bench-sizes 256K:16M --out "$OUT/r" 2>&1 | tail -n 3 || { echo "FAIL: scaling.sh failed"; exit 1; }
 python3 "$SRC/benchmarks/costmodel.py" local --calib "$OUT/r/allreduce.csv" --calib-ranks 2 \
     --runs "$OUT/r/runs.csv" --grad-bytes-total $((PARAMS * 4)) --max-error 0.15 ||

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scaling_check.sh - test of benchmarks/scaling.sh on a local 2-node Slurm cluster (short runs):
 # it must write runs.csv with one row per (mode, nodes, bucket, overlap, repetition) asked for -
-# "one" bucket once, not once per overlap setting - allreduce.csv with every size for every node
+# "one" bucket once, not once per overlap setting - and the gradient dtype asked for, allreduce.csv with every size for every node
 # count and repetition, table.md with one row per configuration and node count, and four PNGs.
 # Usage: tests/scaling/scaling_check.sh BUILD_DIR      (root; the script takes the cluster lock)
 set -euo pipefail
@@ -16,7 +16,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 "$SRC/benchmarks/scaling.sh" --build "$BUILD" --local-cluster 2 --rate 1gbit --nodes 1,2 \
     --modes weak,strong --buckets 4,one --overlap on,off --reps 2 --steps 3 --batch 16 \
-    --widths 784-64-10 --bench-sizes 4K:64K --out "$OUT/r" 2>&1 | tail -n 5 ||
+    --grad-dtypes bf16 --widths 784-64-10 --bench-sizes 4K:64K --out "$OUT/r" 2>&1 | tail -n 5 ||
     fail "scaling.sh failed"
 
 python3 - "$OUT/r" <<'PY' || fail "the outputs do not match the configurations asked for"
@@ -33,6 +33,8 @@ for r in runs:
     batch = int(r["batch_per_rank"]) * int(r["ranks"])
     if r["mode"] == "strong" and batch != 32 or r["mode"] == "weak" and int(r["batch_per_rank"]) != 16:
         ok = False; print("wrong batch in", r)
+    if r["grad_dtype"] != "bf16":
+        ok = False; print("--grad-dtypes bf16 not in", r)
     if float(r["samples_per_s"]) <= 0 or r["exposed_comm_ms"] == "":
         ok = False; print("missing figures in", r)
 bench = list(csv.DictReader(open(f"{out}/allreduce.csv")))
