@@ -405,17 +405,23 @@ static ddp_status ddp_cnn_forward(ddp_model *m, const float **logits)
     const int c = DDP_CNN_CHANNELS;
     int b = m->batch, planes = b * c;
     size_t ws1 = (size_t)planes * 14 * 14 * sizeof(int), ws2 = (size_t)planes * 7 * 7 * sizeof(int);
+    ddp_trace_begin("forward.layer", 0); /* conv1, relu, pool */
     DDP_TRY_(ddp_conv_fwd(o, p, &a->conv1, m->x, ddp_cparam(m, 0), ddp_param(m, 1), b, a->col1, a->z1));
     DDP_TRY_(ddp_relu_layer_fwd(o, p, a->z1, (size_t)planes * 28 * 28, a->z1));
     DDP_TRY_(ddp_pool_fwd(o, p, a->z1, b, c, 28, 28, a->p1, a->arg1, ws1));
+    ddp_trace_end("forward.layer", 0);
+    ddp_trace_begin("forward.layer", 1); /* conv2, relu, pool */
     DDP_TRY_(ddp_conv_fwd(o, p, &a->conv2, a->p1, ddp_cparam(m, 2), ddp_param(m, 3), b, a->col2, a->z2));
     DDP_TRY_(ddp_relu_layer_fwd(o, p, a->z2, (size_t)planes * 14 * 14, a->z2));
     DDP_TRY_(ddp_pool_fwd(o, p, a->z2, b, c, 14, 14, a->p2, a->arg2, ws2));
+    ddp_trace_end("forward.layer", 1);
+    ddp_trace_begin("forward.layer", 2); /* fc */
     const void *rows = ddp_image_as_rows(o, p, a->p2, a->p2r, b, c, 7, 7); // (b, 980) NCHW order
     if (!rows)
         return DDP_ERR_BLAS;
     DDP_TRY_(ddp_linear_fwd(o, p, rows, ddp_cparam(m, 4), ddp_param(m, 5), b, c * 7 * 7, DDP_CLASSES,
                             a->logits, true));
+    ddp_trace_end("forward.layer", 2);
     *logits = a->logits;
     return DDP_OK;
 }
@@ -524,21 +530,27 @@ static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
     int b = m->batch, planes = b * c, fc_in = c * 7 * 7;
     const void *rows = o->channels_last ? a->p2r : a->p2; /* what the forward pass fed fc1 */
     void *drows = o->channels_last ? a->dp2r : a->dp2;
+    ddp_trace_begin("backward.layer", 2); /* fc */
     DDP_TRY_(ddp_linear_bwd_params(o, p, rows, m->dlogits_c, b, fc_in, DDP_CLASSES, ddp_grad(m, 4),
                                    ddp_grad(m, 5)));
     DDP_TRY_(ddp_mark(r, 5, 4));
     DDP_TRY_(ddp_linear_bwd_input(o, p, ddp_cparam(m, 4), m->dlogits_c, b, fc_in, DDP_CLASSES, drows));
     DDP_TRY_(ddp_rows_to_image(o, p, drows, a->dp2, b, c, 7, 7));
+    ddp_trace_end("backward.layer", 2);
+    ddp_trace_begin("backward.layer", 1); /* pool, relu, conv2 */
     DDP_TRY_(ddp_pool_bwd(o, p, a->dp2, a->arg2, b, c, 14, 14, a->dz2));
     DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dz2, a->z2, (size_t)planes * 14 * 14, a->dz2));
     DDP_TRY_(ddp_conv_bwd_params(o, p, &a->conv2, a->p1, a->col2, a->dz2, b, ddp_grad(m, 2),
                                  ddp_grad(m, 3)));
     DDP_TRY_(ddp_mark(r, 3, 2));
     DDP_TRY_(ddp_conv_bwd_input(o, p, &a->conv2, ddp_cparam(m, 2), a->dz2, b, a->dcol, a->dp1));
+    ddp_trace_end("backward.layer", 1);
+    ddp_trace_begin("backward.layer", 0); /* pool, relu, conv1 */
     DDP_TRY_(ddp_pool_bwd(o, p, a->dp1, a->arg1, b, c, 28, 28, a->dz1));
     DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dz1, a->z1, (size_t)planes * 28 * 28, a->dz1));
     DDP_TRY_(ddp_conv_bwd_params(o, p, &a->conv1, m->x, a->col1, a->dz1, b, ddp_grad(m, 0),
                                  ddp_grad(m, 1)));
+    ddp_trace_end("backward.layer", 0);
     return ddp_mark(r, 1, 0);
 }
 

@@ -7,7 +7,7 @@ each bucket's "allreduce.queued" instant exactly once and each bucket's "allredu
 communicator's thread) exactly once, inside the step; the step's data/forward/backward/optimizer
 spans and the "reducer.wait" span lie inside it. The summary prints the exposed communication and
 the metrics carry it. With overlap the first bucket is queued during the backward pass; with
---no-overlap every bucket after it. A trace path in a missing folder fails with a message naming it.
+--no-overlap every bucket after it. The CNN's layers are traced too. A trace path in a missing folder fails with a message naming it.
 
 Usage: trace_check.py DDP_TRAIN MPIRUN MPIRUN_ARGS... (the argument after the last is the rank count)
 """
@@ -139,6 +139,17 @@ def main():
             with open(trace) as f:
                 during = queued_during_backward(json.load(f)["traceEvents"], 0)
             c.check(not any(during), "--no-overlap: every bucket is queued after the backward pass", str(during))
+        cnn = ["--device", "cpu", "--model", "cnn", "--data", data, "--epochs", "1", "--max-steps", "2",
+               "--batch", "8", "--trace", trace]
+        rc, out = trainlib.run(mpirun + ["2", exe] + cnn, 180)
+        if c.check(rc == 0, "ddp-train --model cnn --trace runs", out):
+            with open(trace) as f:
+                events = json.load(f)["traceEvents"]
+            errors = nesting_errors(events)
+            c.check(not errors, "cnn: spans nest per thread", "\n".join(errors[:5]))
+            for t0, t1, _ in spans(events, 0, 0, "step"):
+                layers = sorted(a for b, e, a in spans(events, 0, 0, "backward.layer") if t0 <= b <= t1)
+                c.check(layers == [0, 1, 2], "cnn: every layer's backward inside the step", str(layers))
         bad = os.path.join(tmp, "missing", "t.json")
         rc, out = trainlib.run(mpirun + ["2", exe] + args + ["--trace", bad], 180)
         c.check(rc != 0 and "missing/t.json" in out and "folder exists" in out,
