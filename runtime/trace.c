@@ -356,10 +356,11 @@ static ddp_status trace_gather_write(ddp_ctx *ctx, const char *path, const trace
     snprintf(host, sizeof host, "%.63s", ctx->hostname);
     if (root && (!counts || !displs || !hosts))
         st = DDP_ERR_NOMEM;
-    if (MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS ||
-        MPI_Gather(host, 64, MPI_CHAR, hosts, 64, MPI_CHAR, 0, MPI_COMM_WORLD) != MPI_SUCCESS ||
-        MPI_Reduce(&dropped, &total_dropped, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
-        return DDP_ERR_MPI;
+    int bad = MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS ||
+              MPI_Gather(host, 64, MPI_CHAR, hosts, 64, MPI_CHAR, 0, MPI_COMM_WORLD) != MPI_SUCCESS ||
+              MPI_Reduce(&dropped, &total_dropped, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD) != MPI_SUCCESS;
+    if (bad)
+        st = DDP_ERR_MPI;
     long long bytes = 0;
     for (int r = 0; root && st == DDP_OK && r < world; r++) {
         displs[r] = (int)bytes;
@@ -370,7 +371,7 @@ static ddp_status trace_gather_write(ddp_ctx *ctx, const char *path, const trace
     }
     if (root && st == DDP_OK && !(all = malloc((size_t)bytes + 1)))
         st = DDP_ERR_NOMEM;
-    int bad = MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS;
+    bad |= MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS;
     if (!bad && st == DDP_OK)
         bad = MPI_Gatherv(mine, count * (int)sizeof(trace_record), MPI_BYTE, all, counts, displs,
                           MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS;
