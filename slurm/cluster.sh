@@ -3,7 +3,7 @@
 # node in its own network namespace) built from Debian's packages; all state under one base folder.
 #
 # Usage: slurm/cluster.sh start|stop|status [--nodes N] [--cpus C] [--gpus G] [--rate R]
-#                                            [--rate-node N=R]...
+#                                            [--rate-node N=R]... [--requeue-delay S]
 #   --nodes N   compute nodes node1..nodeN (default 2, at most 50)
 #   --cpus C    CPUs each node declares to Slurm (default 4; more than the real cores is fine)
 #   --gpus G    placeholder "GPUs" per node declared as gres/gpu (default 0). They are aliases of
@@ -12,6 +12,8 @@
 #               e.g. 1gbit (about 115 MB/s) or 100mbit; default: no limit (about 1.3 GB/s)
 #   --rate-node N=R  node N's link limited to R instead (repeatable), e.g. --rate-node 3=100mbit
 #               with --rate 1gbit: one node 10x slower than the others
+#   --requeue-delay S   seconds a requeued job waits before it may start again (AuthInfo's
+#               cred_expire, which is also the job step credential lifetime; default Slurm's 120)
 # The nodes share this machine's cores: with more ranks than cores, compute-bound figures
 # (samples/s, step times) fall with every rank added; `start` says so when it applies.
 # Environment: DDP_SLURM_BASE (default /tmp/ddp-slurm), DDP_SLURM_PORT (slurmctld port, default
@@ -31,6 +33,7 @@ CPUS=4
 GPUS=0
 RATE=""                 # tc rate of every node's link, empty = unlimited
 declare -A NODE_RATE    # node number -> tc rate that replaces RATE for that node
+REQUEUE_DELAY=""        # AuthInfo cred_expire, empty = Slurm's default (120 s)
 NET=10.200.0            # bridge 10.200.0.1/24; nodeN is 10.200.0.(10+N)
 BRIDGE=ddpbr0           # names of everything this script creates start with "ddp"
 NS_PREFIX=ddp-node
@@ -43,7 +46,7 @@ die() { echo "cluster.sh: error: $*" >&2; exit 1; }
 log() { echo "cluster.sh: $*" >&2; }
 
 usage() {
-    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -104,7 +107,7 @@ write_conf() {
         echo "MailProg=/bin/true"
         echo "AuthType=auth/munge"
         echo "CredType=cred/munge"
-        echo "AuthInfo=socket=$BASE/munge/munge.socket"
+        echo "AuthInfo=socket=$BASE/munge/munge.socket${REQUEUE_DELAY:+,cred_expire=$REQUEUE_DELAY}"
         echo "SlurmctldPort=$CTLD_PORT"
         echo "SlurmdPort=$SLURMD_PORT"
         echo "StateSaveLocation=$BASE/ctld/state"
@@ -364,6 +367,7 @@ main() {
                 NODE_RATE[$n]=${BASH_REMATCH[2]}
                 check_rate "${NODE_RATE[$n]}"
                 shift 2 ;;
+            --requeue-delay) REQUEUE_DELAY=${2:?--requeue-delay needs seconds}; shift 2 ;;
             -h | --help) usage 0 ;;
             *) die "unknown option '$1' (try --help)" ;;
         esac
@@ -371,6 +375,7 @@ main() {
     if ! [[ $NODES =~ ^[1-9][0-9]*$ ]] || ((NODES > 50)); then die "--nodes must be 1..50"; fi
     [[ $CPUS =~ ^[1-9][0-9]*$ ]] || die "--cpus must be a positive number"
     [[ $GPUS =~ ^[0-9]+$ ]] || die "--gpus must be a number"
+    [[ -z $REQUEUE_DELAY || $REQUEUE_DELAY =~ ^[1-9][0-9]*$ ]] || die "--requeue-delay must be seconds"
     [[ -z $RATE ]] || check_rate "$RATE"
     for n in "${!NODE_RATE[@]}"; do
         ((n <= NODES)) || die "--rate-node $n=${NODE_RATE[$n]}: there are only $NODES nodes (--nodes)"
