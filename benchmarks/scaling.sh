@@ -104,8 +104,10 @@ check_args() {
     [[ -x $TRAIN && -x $LAUNCH && -x $BENCH ]] ||
         die "$BUILD lacks ddp-train, ddp-launch or ddp-allreduce-bench: build first (meson compile -C $BUILD)"
     [[ -s $DATA/train-images-idx3-ubyte ]] || die "$DATA: no MNIST files; run scripts/fetch-mnist.sh $DATA"
-    local has_flag=0 d
-    "$TRAIN" --help | grep -q -- --grad-dtype && has_flag=1
+    local has_flag=0 d help
+    # Read the whole help first: grep -q would close the pipe early and, under pipefail, fail.
+    help=$("$TRAIN" --help)
+    [[ $help == *--grad-dtype* ]] && has_flag=1
     if [[ -z $DTYPES ]]; then
         DTYPES=default
         ((has_flag)) && DTYPES="fp32 bf16"

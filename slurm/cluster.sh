@@ -32,7 +32,7 @@ NODES=2
 CPUS=4
 GPUS=0
 RATE=""                 # tc rate of every node's link, empty = unlimited
-declare -A NODE_RATE    # node number -> tc rate that replaces RATE for that node
+declare -A NODE_RATE=() # node number -> tc rate that replaces RATE for that node
 REQUEUE_DELAY=""        # AuthInfo cred_expire, empty = Slurm's default (120 s)
 NET=10.200.0            # bridge 10.200.0.1/24; nodeN is 10.200.0.(10+N)
 BRIDGE=ddpbr0           # names of everything this script creates start with "ddp"
