@@ -30,6 +30,7 @@
 #include "prefetch.h"
 #include "train_opts.h"
 #include "train_report.h"
+#include "train_trace.h"
 #include "train_state.h"
 
 #define DDP_TRAIN_STOP_EVERY 8 /* steps between stop-flag agreements */
@@ -225,6 +226,7 @@ static ddp_status ddp_train_build(ddp_trainer *t)
     ro.bucket_mb = t->o->bucket_mb;
     ro.first_bucket_mb = t->o->first_bucket_mb;
     ro.comm_dtype = t->o->grad_dtype;
+    ro.defer_launch = t->o->no_overlap;
     ddp_model *m = t->model;
     if (t->o->grad_dtype == DDP_FP16 || t->o->model.precision == DDP_PREC_FP16) {
         ddp_scaler_opts so;
@@ -370,11 +372,17 @@ static void ddp_train_step(ddp_trainer *t, long step_in_epoch)
     ddp_train_must(t, ddp_model_zero_grad(t->model), "zeroing gradients");
     for (int micro = 0; micro < accum; micro++) {
         ddp_train_must(t, ddp_reducer_begin(t->reducer, micro == accum - 1), "starting the reducer");
+        ddp_trace_begin("data", micro);
         ddp_train_next_batch(t);
+        ddp_trace_end("data", micro);
+        ddp_trace_begin("forward", micro);
         ddp_train_must(t, ddp_model_forward_train(t->model, t->x_dev, t->y_dev, batch, t->loss_dev),
                        "forward pass");
         ddp_train_scale_loss(t);
+        ddp_trace_end("forward", micro);
+        ddp_trace_begin("backward", micro);
         ddp_train_must(t, ddp_model_backward(t->model, t->reducer), "backward pass");
+        ddp_trace_end("backward", micro);
     }
     ddp_train_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
     if (ddp_train_agree_due(t, step_in_epoch)) {
@@ -386,8 +394,10 @@ static void ddp_train_step(ddp_trainer *t, long step_in_epoch)
     }
     if (!ddp_train_step_ok(t))
         return;
+    ddp_trace_begin("optimizer", t->step);
     ddp_train_must(t, ddp_model_sgd_step(t->model, ddp_train_lr(t), (float)t->o->momentum,
                                          (float)t->o->weight_decay), "SGD step");
+    ddp_trace_end("optimizer", t->step);
 }
 
 /* Rank 0 writes a checkpoint of the position (t->step, epoch, in_epoch); every rank learns the
@@ -396,10 +406,12 @@ static void ddp_train_write_checkpoint(ddp_trainer *t, long in_epoch)
 {
     ddp_train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = in_epoch};
     ddp_status st = DDP_OK;
+    ddp_trace_begin("checkpoint", t->step);
     if (t->rank == 0) {
         ddp_progress_end(&t->progress);
         st = ddp_train_checkpoint(&t->setup, &pos);
     }
+    ddp_trace_end("checkpoint", t->step);
     t->saved_step = t->step;
     if (ddp_train_agree(t, st) == DDP_OK)
         return;
@@ -456,7 +468,9 @@ static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
     ddp_train_must(t, ddp_upload(t->ctx, t->loss_dev, &loss[0], sizeof loss[0]), "zeroing the loss");
     double start = ddp_train_now(), before = t->progress.train_seconds;
     for (; steps < t->steps_per_epoch && t->step < t->total_steps; steps++) {
+        ddp_trace_begin("step", t->step);
         ddp_train_step(t, steps);
+        ddp_trace_end("step", t->step);
         if (t->nan_stopped)
             break;
         loss[1] += (float)t->o->accum;
@@ -559,6 +573,10 @@ static void ddp_train_report_end(ddp_trainer *t, ddp_run_stats *r)
     ddp_print_class_report(stdout, t->confusion);
     printf("\nthroughput: %.1f samples/s across %d rank(s) (%ld steps in %.2f s of training, %.2f s wall)\n",
            r->samples_per_s, r->world_size, r->steps, r->train_seconds, r->wall_seconds);
+    if (r->exposed_comm_ms >= 0)
+        printf("communication (trace, mean over ranks): %.2f ms of all-reduce per step, %.2f ms exposed "
+               "(the step waited for it), %.0f%% hidden behind backward\n", r->comm_ms, r->exposed_comm_ms,
+               100.0 * r->hidden_fraction);
     fflush(stdout);
     if (t->metrics)
         ddp_metrics_summary(t->metrics, t->o, r);
@@ -568,6 +586,7 @@ static void ddp_train_report_end(ddp_trainer *t, ddp_run_stats *r)
 static ddp_status ddp_train_save(ddp_trainer *t)
 {
     ddp_status st = DDP_OK;
+    ddp_trace_begin("checkpoint", 0);
     if (t->rank == 0) {
         ddp_train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
         st = ddp_train_save_state(&t->setup, &pos, t->o->save_path);
@@ -576,6 +595,7 @@ static ddp_status ddp_train_save(ddp_trainer *t)
         else
             printf("saved %s\n", t->o->save_path);
     }
+    ddp_trace_end("checkpoint", 0);
     return ddp_train_agree(t, st);
 }
 
@@ -603,6 +623,7 @@ static void ddp_train_loop(ddp_trainer *t, double wall_start)
                              ? (double)((t->step - t->start.step) * per_step) / t->progress.train_seconds : 0.0,
         .wall_seconds = ddp_train_now() - wall_start, .backend = ddp_backend_name(ddp_backend(t->ctx)),
         .stopped_by_signal = t->stopped};
+    ddp_train_comm_stats(t->ctx, &r);
     ddp_train_report_end(t, &r);
 }
 
@@ -689,12 +710,16 @@ static ddp_status ddp_train_run(ddp_ctx *ctx, const ddp_train_opts *o, int *requ
     double wall_start = ddp_train_now();
     ddp_trainer t = {.ctx = ctx, .o = o, .rank = ddp_rank(ctx), .world = ddp_world_size(ctx)};
     ddp_status st = ddp_train_prepare(&t);
+    if (st == DDP_OK)
+        st = ddp_train_observe_start(ctx, o);
     if (st == DDP_OK) {
         ddp_train_report_start(&t);
         ddp_train_loop(&t, wall_start);
         st = ddp_train_verify_end(&t);
         if (st == DDP_OK)
             st = ddp_train_finish(&t);
+        ddp_status trace_st = ddp_train_observe_end(ctx, o);
+        st = st == DDP_OK ? trace_st : st;
     }
     *requeue = st == DDP_OK && t.stopped && o->requeue && t.rank == 0 && getenv("SLURM_JOB_ID");
     ddp_trainer_release(&t);

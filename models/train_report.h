@@ -57,6 +57,9 @@ typedef struct ddp_run_stats {
     double wall_seconds;
     const char *backend;
     int stopped_by_signal; /* SIGUSR1 ended training before the planned steps */
+    double exposed_comm_ms; /* --trace: mean time a step waited for its all-reduces; -1: no trace */
+    double comm_ms;         /* --trace: mean all-reduce time per step (running, hidden or not) */
+    double hidden_fraction; /* --trace: 1 - exposed / comm, clamped at 0 */
 } ddp_run_stats;
 
 void ddp_metrics_epoch(FILE *f, const ddp_epoch_stats *e);

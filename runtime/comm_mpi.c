@@ -42,6 +42,7 @@ typedef struct mpi_request {
     ddp_reduce_op op;
     ddp_status status; /* valid once done */
     int done;
+    int64_t trace_tag; /* args.arg of its "allreduce" trace span */
     struct mpi_request *next;
 } mpi_request;
 
@@ -188,7 +189,9 @@ static void *mpi_worker(void *arg)
             break; /* stopping, and the queue is drained */
         mpi_request *r = s->head;
         pthread_mutex_unlock(&s->lock);
+        ddp_trace_begin("allreduce", r->trace_tag);
         ddp_status st = mpi_allreduce_on(s->async_comm, s, r->buf, r->n, r->dtype, r->op);
+        ddp_trace_end("allreduce", r->trace_tag);
         pthread_mutex_lock(&s->lock);
         s->head = r->next;
         if (!s->head)
@@ -211,7 +214,8 @@ static ddp_status mpi_allreduce_start(ddp_comm *c, void *buf, size_t n, ddp_dtyp
         DDP_ERROR("out of memory for an all-reduce request");
         return DDP_ERR_NOMEM;
     }
-    *r = (mpi_request){.ops = &mpi_ops, .owner = s, .buf = buf, .n = n, .dtype = dtype, .op = op};
+    *r = (mpi_request){.ops = &mpi_ops, .owner = s, .buf = buf, .n = n, .dtype = dtype, .op = op,
+                       .trace_tag = ddp_trace_tag()};
     pthread_mutex_lock(&s->lock);
     if (s->tail)
         s->tail->next = r;

@@ -5,6 +5,7 @@
 #define DDP_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "device.h"
 #include "ddp.h"
@@ -101,6 +102,12 @@ void ddp_log_set_identity(int rank, const char *hostname);
 /* The deadline of every collective and wait, in seconds: DDP_TIMEOUT from the environment, 300
  * when unset. A value that is not a positive number is logged once and the default used. */
 double ddp_timeout_seconds(void);
+
+/* trace.c: the tag (a bucket index; -1: none) of the all-reduces the calling thread starts next.
+ * The MPI communicator keeps it in the request, and its thread records the "allreduce" span with
+ * it as args.arg. */
+void ddp_trace_set_tag(int64_t tag);
+int64_t ddp_trace_tag(void);
 
 /* CRC-32 (zlib) of a buffer, used by checksums and checkpoints. */
 uint32_t ddp_crc32(const void *data, size_t n_bytes);
