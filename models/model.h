@@ -68,6 +68,10 @@ ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, in
 /* Backward pass of the last forward: ADDS the gradient of the mean loss to the gradients, and
  * marks each parameter ready on r (when r is not NULL) as soon as its gradient is final. */
 ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r);
+/* Multiplies the loss by `scale` in the backward passes that follow (loss scaling for 16-bit
+ * gradients: every parameter gradient is then scaled alike; inf makes them overflow, a test aid).
+ * 1 by default. */
+void ddp_model_set_loss_scale(ddp_model *m, float scale);
 ddp_status ddp_model_zero_grad(ddp_model *m);
 /* SGD with momentum and weight decay on every parameter (backend sgd_step). */
 ddp_status ddp_model_sgd_step(ddp_model *m, float lr, float momentum, float weight_decay);
