@@ -63,7 +63,6 @@ struct ddp_model {
     int cparams_stale; /* params may have changed since cparams was made */
     void *xc;          // (max_batch, 784) the input in the model's precision (unused for fp32)
     void *dlogits_c;   // (max_batch, classes) scaled dlogits in the model's precision
-    float loss_scale;  /* multiplies the loss gradient in backward (1: none) */
     void *bufs[DDP_MAX_BUFS]; /* activation allocations, freed by destroy */
     int n_bufs;
     int alloc_failed; /* an activation allocation failed */
@@ -306,7 +305,6 @@ static ddp_status ddp_model_setup(ddp_model *m)
     int classes = m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
     m->dlogits = ddp_fbuf(m, (size_t)classes);
     m->cparams_stale = 1;
-    m->loss_scale = 1.0f;
     m->cparams = m->params;
     m->dlogits_c = m->dlogits;
     if (m->cfg.precision != DDP_PREC_FP32) {
@@ -372,6 +370,7 @@ float *ddp_model_params(ddp_model *m)
     return m->params;
 }
 float *ddp_model_grads(ddp_model *m) { return m->grads; }
+float *ddp_model_momentum(ddp_model *m) { return m->momentum; }
 const ddp_ops *ddp_model_ops(const ddp_model *m) { return m->ops; }
 
 /* ---- forward ------------------------------------------------------------------------------- */
@@ -537,15 +536,13 @@ static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
     return ddp_mark(r, 1, 0);
 }
 
-/* The loss gradient times the loss scale (scaled in fp32, in place: one backward per forward), in
+/* The loss gradient (fp32, scaled by ddp_model_scale_loss_grad when the caller scales the loss) in
  * the model's precision, for the backward pass. The loss itself stays fp32. */
 static ddp_status ddp_dlogits_in_precision(ddp_model *m)
 {
     size_t n = (size_t)m->batch * DDP_CLASSES;
     if (m->cfg.kind == DDP_MODEL_MLP)
         n = (size_t)m->batch * (size_t)m->cfg.widths[m->cfg.n_widths - 1];
-    if (m->loss_scale != 1.0f)
-        DDP_TRY_(m->ops->scale(m->dlogits, n, m->loss_scale));
     if (m->cfg.precision == DDP_PREC_FP32)
         return DDP_OK;
     return m->ops->cast(m->cfg.precision, m->dlogits_c, DDP_PREC_FP32, m->dlogits, n);
@@ -561,8 +558,15 @@ ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r)
     return m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_backward(m, r) : ddp_mlp_backward(m, r);
 }
 
-
-void ddp_model_set_loss_scale(ddp_model *m, float scale) { m->loss_scale = scale; }
+ddp_status ddp_model_scale_loss_grad(ddp_model *m, float scale)
+{
+    if (m->batch < 1) {
+        DDP_ERROR("ddp_model_scale_loss_grad: no forward pass to scale");
+        return DDP_ERR_STATE;
+    }
+    int classes = m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
+    return m->ops->scale(m->dlogits, (size_t)m->batch * (size_t)classes, scale);
+}
 
 ddp_status ddp_model_zero_grad(ddp_model *m)
 {
