@@ -525,9 +525,9 @@ static void ddp_train_report_start(const ddp_trainer *t)
         return;
     printf("ddp-train: %d rank(s), backend %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)));
     if (ddp_backend(t->ctx) == DDP_BACKEND_CPU)
-        printf("compute: %s, %s; GEMM %s (%s); convolutions %s\n", t->ops->name,
+        printf("compute: %s, %s; GEMM %s; convolutions %s; BLAS %s\n", t->ops->name,
                ddp_precision_name(t->o->model.precision), ddp_cpu_gemm_name(t->o->model.precision),
-               ddp_blas_describe(), ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM");
+               ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM", ddp_blas_describe());
     ddp_train_print_opts(stdout, t->o);
     if (t->o->requeue && !getenv("SLURM_JOB_ID"))
         printf("--requeue: not a Slurm job (SLURM_JOB_ID is unset): a stop will not requeue anything\n");

@@ -583,8 +583,8 @@ static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
     return ddp_mark(r, 1, 0);
 }
 
-/* The loss gradient (fp32, as softmax left it, times a loss scale when the caller scaled it) in the
- * model's precision, for the backward pass. */
+/* The loss gradient (fp32, scaled by ddp_model_scale_loss_grad when the caller scales the loss) in
+ * the model's precision, for the backward pass. The loss itself stays fp32. */
 static ddp_status ddp_dlogits_in_precision(ddp_model *m)
 {
     size_t n = (size_t)m->batch * DDP_CLASSES;
@@ -604,7 +604,6 @@ ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r)
     DDP_TRY_(ddp_dlogits_in_precision(m));
     return m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_backward(m, r) : ddp_mlp_backward(m, r);
 }
-
 
 ddp_status ddp_model_scale_loss_grad(ddp_model *m, float scale)
 {
