@@ -108,4 +108,10 @@ ddp_status ddp_cuda_join(void *first, void *then)
     return DDP_ERR_UNSUPPORTED;
 }
 
+ddp_status ddp_cuda_stream_wait(void *stream, const char *what)
+{
+    (void)stream, (void)what;
+    return DDP_ERR_UNSUPPORTED;
+}
+
 #endif

@@ -381,6 +381,8 @@ EOF
         { show_tail "$out"; fail "not both ranks stopped after step $step"; }
     "$BUILD/models/ddp-ckpt" show "$dir/step-$(printf %012d "$step").ckpt" | grep -q "^  step = $step\$" ||
         fail "no valid checkpoint of step $step"
+}
+
 # srun -N2 --ntasks-per-node=2 ddp-launch --log-dir: ddp-launch runs once per rank and redirects its
 # own rank: every rank's lines (tagged with rank and host) land in its two files and nowhere else,
 # on the node it ran on; srun's output holds rank 0's lines only, all of them, even after a burst.
