@@ -6,7 +6,8 @@
  * two duplicates keep the two threads' collectives apart (MPI_THREAD_MULTIPLE is required).
  * Counts above INT_MAX are split into chunks; DDP_COMM_MAX_CHUNK (elements or bytes per MPI call)
  * lowers the chunk size, for tests and tuning. Every started request must be waited for before
- * the communicator is destroyed.
+ * the communicator is destroyed. Every MPI call runs under the watchdog's deadline (watchdog.c):
+ * blocking ones on the caller's lane, queued all-reduces on the communication thread's lane.
  */
 #include <limits.h>
 #include <mpi.h>
@@ -33,6 +34,7 @@ typedef struct mpi_request {
     float *buf;
     size_t n;
     ddp_reduce_op op;
+    int bucket;        /* the reducer's bucket, for the watchdog's message; -1 when none */
     ddp_status status; /* valid once done */
     int done;
     struct mpi_request *next;
@@ -72,11 +74,13 @@ static size_t mpi_min(size_t a, size_t b)
     return a < b ? a : b;
 }
 
-/* In-place all-reduce of buf[0..n) on comm, in chunks; AVG divides the sum by the world size. */
+/* In-place all-reduce of buf[0..n) on comm, in chunks, under the deadline of the watchdog's lane;
+ * AVG divides the sum by the world size. */
 static ddp_status mpi_allreduce_on(MPI_Comm comm, const mpi_state *s, float *buf, size_t n,
-                                   ddp_reduce_op op)
+                                   ddp_reduce_op op, int lane, int bucket)
 {
     ddp_status st = DDP_OK;
+    ddp_watch_enter(lane, "all-reduce", bucket, n * sizeof *buf);
     for (size_t off = 0; off < n; off += s->max_chunk) {
         int m = (int)mpi_min(n - off, s->max_chunk);
         DDP_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, buf + off, m, MPI_FLOAT, MPI_SUM, comm));
@@ -87,13 +91,14 @@ static ddp_status mpi_allreduce_on(MPI_Comm comm, const mpi_state *s, float *buf
             buf[i] /= world;
     }
 cleanup:
+    ddp_watch_leave(lane);
     return st;
 }
 
 static ddp_status mpi_allreduce(ddp_comm *c, float *buf, size_t n, ddp_reduce_op op)
 {
     mpi_state *s = mpi_of(c);
-    return mpi_allreduce_on(s->comm, s, buf, n, op);
+    return mpi_allreduce_on(s->comm, s, buf, n, op, DDP_WATCH_CALLER, -1);
 }
 
 static void *mpi_worker(void *arg)
@@ -107,7 +112,8 @@ static void *mpi_worker(void *arg)
             break; /* stopping, and the queue is drained */
         mpi_request *r = s->head;
         pthread_mutex_unlock(&s->lock);
-        ddp_status st = mpi_allreduce_on(s->async_comm, s, r->buf, r->n, r->op);
+        ddp_status st = mpi_allreduce_on(s->async_comm, s, r->buf, r->n, r->op, DDP_WATCH_ASYNC,
+                                         r->bucket);
         pthread_mutex_lock(&s->lock);
         s->head = r->next;
         if (!s->head)
@@ -129,7 +135,8 @@ static ddp_status mpi_allreduce_start(ddp_comm *c, float *buf, size_t n, ddp_red
         DDP_ERROR("out of memory for an all-reduce request");
         return DDP_ERR_NOMEM;
     }
-    *r = (mpi_request){.ops = &mpi_ops, .owner = s, .buf = buf, .n = n, .op = op};
+    *r = (mpi_request){.ops = &mpi_ops, .owner = s, .buf = buf, .n = n, .op = op,
+                       .bucket = ddp_watch_take_next_bucket()};
     pthread_mutex_lock(&s->lock);
     if (s->tail)
         s->tail->next = r;
@@ -159,11 +166,13 @@ static ddp_status mpi_broadcast(ddp_comm *c, void *buf, size_t n_bytes, int root
 {
     mpi_state *s = mpi_of(c);
     ddp_status st = DDP_OK;
+    ddp_watch_enter(DDP_WATCH_CALLER, "broadcast", -1, n_bytes);
     for (size_t off = 0; off < n_bytes; off += s->max_chunk) {
         int m = (int)mpi_min(n_bytes - off, s->max_chunk);
         DDP_MPI_TRY(MPI_Bcast((char *)buf + off, m, MPI_BYTE, root, s->comm));
     }
 cleanup:
+    ddp_watch_leave(DDP_WATCH_CALLER);
     return st;
 }
 
@@ -186,7 +195,7 @@ cleanup:
     return st;
 }
 
-static ddp_status mpi_allgather(ddp_comm *c, const void *send, void *recv, size_t n_bytes)
+static ddp_status mpi_allgather_all(ddp_comm *c, const void *send, void *recv, size_t n_bytes)
 {
     mpi_state *s = mpi_of(c);
     ddp_status st = DDP_OK;
@@ -202,11 +211,21 @@ cleanup:
     return st;
 }
 
+static ddp_status mpi_allgather(ddp_comm *c, const void *send, void *recv, size_t n_bytes)
+{
+    ddp_watch_enter(DDP_WATCH_CALLER, "all-gather", -1, n_bytes);
+    ddp_status st = mpi_allgather_all(c, send, recv, n_bytes);
+    ddp_watch_leave(DDP_WATCH_CALLER);
+    return st;
+}
+
 static ddp_status mpi_barrier(ddp_comm *c)
 {
     ddp_status st = DDP_OK;
+    ddp_watch_enter(DDP_WATCH_CALLER, "barrier", -1, 0);
     DDP_MPI_TRY(MPI_Barrier(mpi_of(c)->comm));
 cleanup:
+    ddp_watch_leave(DDP_WATCH_CALLER);
     return st;
 }
 
@@ -222,10 +241,12 @@ static void mpi_destroy(ddp_comm *c)
         pthread_mutex_unlock(&s->lock);
         pthread_join(s->worker, NULL);
     }
+    ddp_watch_enter(DDP_WATCH_CALLER, "MPI_Comm_free", -1, 0);
     if (s->async_comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->async_comm);
     if (s->comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->comm);
+    ddp_watch_leave(DDP_WATCH_CALLER);
     pthread_cond_destroy(&s->done_cv);
     pthread_cond_destroy(&s->work_cv);
     pthread_mutex_destroy(&s->lock);
@@ -260,9 +281,11 @@ static size_t mpi_max_chunk(void)
 static ddp_status mpi_dup(MPI_Comm *out)
 {
     ddp_status st = DDP_OK;
+    ddp_watch_enter(DDP_WATCH_CALLER, "MPI_Comm_dup", -1, 0);
     DDP_MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, out));
     DDP_MPI_TRY(MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN));
 cleanup:
+    ddp_watch_leave(DDP_WATCH_CALLER);
     return st;
 }
 

@@ -184,8 +184,10 @@ ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
 static void ddp_reducer_launch(ddp_reducer *r, int b)
 {
     const ddp_bucket *bk = &r->buckets[b];
+    ddp_watch_set_next_bucket(b);
     ddp_status st = ddp_allreduce_start(r->ctx, r->grads + bk->offset, bk->n, DDP_SUM,
                                         &r->requests[b]);
+    ddp_watch_take_next_bucket(); /* not taken when the start failed early */
     if (st != DDP_OK) {
         DDP_ERROR("reducer: cannot start the all-reduce of bucket %d (parameters %d..%d): %s", b,
                   bk->first_param, bk->last_param, ddp_strerror(st));
