@@ -5,7 +5,7 @@
 #
 # Usage: tests/cluster/run.sh --launch PATH --train PATH [CASE...]     (no CASE: all of them)
 # Cases: print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
-#   torch-allreduce pmi-trap
+#   torch-allreduce pmi-trap kill-rank
 # Environment: DDP_TEST_SRCDIR (source tree; default: two levels up), DDP_SLURM_BASE (cluster state,
 #   default /tmp/ddp-slurm-test). Only one cluster can run per machine (the network names are fixed):
 #   concurrent runs queue on a lock, and a cluster left running by hand is stopped first.
@@ -21,7 +21,7 @@ TRAIN_ARGS=(--model mlp --epochs 4 --batch 64 --lr 0.1 --device auto)
 MIN_ACC=0.90
 JOB_TIMEOUT=420       # seconds any one srun or batch job may take
 ALL_CASES=(print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
-    torch-allreduce pmi-trap)
+    torch-allreduce pmi-trap kill-rank)
 LAUNCH=""
 TRAIN=""
 WORK=""
@@ -280,6 +280,18 @@ case_pmi_trap() {
         grep -q -- '--mpi=pmix' "$out" || { show_tail "$out"; fail "--mpi=$mpi: no hint to use --mpi=pmix"; }
         grep -m1 -- '--mpi=pmix' "$out" | sed 's/^/  message: /'
     done
+}
+
+# No rank left hanging (issue 6, test 4): kill -9 of rank 1 in the middle of training under plain
+# `srun --mpi=pmix -N2` (Slurm's default KillOnBadExit=0) and under mpirun in an sbatch allocation of
+# 2 nodes, then SIGSTOP under srun with DDP_TIMEOUT=5 (tests/train/kill_rank.py; 2 trials per mode
+# here, --trials 10 by hand).
+case_kill_rank() {
+    local py=$SRC/tests/train/kill_rank.py trials=${DDP_KILL_TRIALS:-2}
+    "$py" --train "$TRAIN" --launch "$LAUNCH" --modes srun,sbatch-mpirun --trials "$trials" ||
+        fail "a job outlived the death of one of its ranks (see above)"
+    "$py" --train "$TRAIN" --launch "$LAUNCH" --modes srun --stop --trials 1 ||
+        fail "a job outlived the freezing of one of its ranks (see above)"
 }
 
 # --- driver ----------------------------------------------------------------------------------------
