@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # watchdog_cost.sh - what the watchdog (runtime/watchdog.c: deadlines on collectives, the TCP ring)
 # costs in training throughput: ddp-train with DDP_WATCHDOG=1 and DDP_WATCHDOG=0, interleaved in one
-# run, REPS times each; prints the median samples/s of each and their ratio.
+# run, REPS pairs; prints the median samples/s of each, their ratio, and the median of the pairs'
+# ratios (each pair runs back to back, so it is the figure least moved by other load on the machine).
 #
 # Usage: benchmarks/watchdog_cost.sh [BUILD_DIR (build)] [REPS (5)] [STEPS (300)] [DATA_DIR (data/mnist)]
 # Each run: mpirun -np 2 ddp-train --model MODEL (mlp, or $DDP_BENCH_MODEL) --batch 64 --threads 1
@@ -38,15 +39,18 @@ samples_per_s() {
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-on=() off=()
+on=() off=() ratios=()
 for ((i = 1; i <= reps; i++)); do
     on+=("$(samples_per_s 1)")
     off+=("$(samples_per_s 0)")
-    echo "rep $i: watchdog on ${on[-1]} samples/s, off ${off[-1]} samples/s"
+    ratios+=("$(awk -v a="${on[-1]}" -v b="${off[-1]}" 'BEGIN { printf "%.4f", a / b }')")
+    echo "pair $i: watchdog on ${on[-1]} samples/s, off ${off[-1]} samples/s, ratio ${ratios[-1]}"
 done
 m_on=$(printf '%s\n' "${on[@]}" | median)
 m_off=$(printf '%s\n' "${off[@]}" | median)
 printf "%-13s %12s\n" watchdog "samples/s"
 printf "%-13s %12.1f\n" on "$m_on" off "$m_off"
-awk -v a="$m_on" -v b="$m_off" 'BEGIN { printf "ratio on/off: %.3f\n", a / b }'
+awk -v a="$m_on" -v b="$m_off" 'BEGIN { printf "ratio of medians on/off: %.3f\n", a / b }'
+echo "median of the pairs' ratios on/off: $(printf '%s\n' "${ratios[@]}" | median)"
+echo "load average before the last pair: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "(model $model, 2 ranks, $steps steps per run, batch 64 per rank, median of $reps interleaved runs, $(nproc) cores, build $build)"

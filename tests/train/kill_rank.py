@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""kill_rank.py - no rank left hanging: kill -9 (or SIGSTOP) of one rank in the middle of training,
+"""kill_rank.py - no rank left hanging: kill -9 (or SIGSTOP) of one rank (rank 1 in odd trials, rank 0
+in even ones) in the middle of training,
 in each way of starting a job. Every process of the job must be gone within LIMIT seconds, the exit
 status must be non-zero, and the output must name the rank that died (or froze).
 
@@ -187,7 +188,7 @@ def one_trial(modes, mode, n, stop, chk):
         if not chk.check(ranks is not None, f"{mode} #{n}: both ranks started and trained",
                          "" if ranks else output_of(mode, tag, job, modes.work)):
             return None
-        victim = 1
+        victim = n % 2  # trials alternate: rank 1, rank 0, rank 1, ...
         os.kill(ranks[victim], signal.SIGSTOP if stop else signal.SIGKILL)
         t0 = time.monotonic()
         limit = STOP_TIMEOUT + 10 if stop else KILL_LIMIT
