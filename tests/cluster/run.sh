@@ -285,12 +285,12 @@ case_pmi_trap() {
 # No rank left hanging (issue 6, test 4): kill -9 of rank 1 in the middle of training under plain
 # `srun --mpi=pmix -N2` (Slurm's default KillOnBadExit=0) and under mpirun in an sbatch allocation of
 # 2 nodes, then SIGSTOP under srun with DDP_TIMEOUT=5 (tests/train/kill_rank.py; 2 trials per mode
-# here, --trials 10 by hand).
+# here; DDP_KILL_TRIALS=10 DDP_STOP_TRIALS=N for more).
 case_kill_rank() {
     local py=$SRC/tests/train/kill_rank.py trials=${DDP_KILL_TRIALS:-2}
     "$py" --train "$TRAIN" --launch "$LAUNCH" --modes srun,sbatch-mpirun --trials "$trials" ||
         fail "a job outlived the death of one of its ranks (see above)"
-    "$py" --train "$TRAIN" --launch "$LAUNCH" --modes srun --stop --trials 1 ||
+    "$py" --train "$TRAIN" --launch "$LAUNCH" --modes srun --stop --trials "${DDP_STOP_TRIALS:-1}" ||
         fail "a job outlived the freezing of one of its ranks (see above)"
 }
 
