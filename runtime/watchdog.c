@@ -692,17 +692,22 @@ static ddp_status wd_exchange(const char *hostname)
     return DDP_OK;
 }
 
-/* The first rank whose listener is not open, or -1. */
-static int wd_first_closed(void)
+/* The first rank whose listener is not open, or -1; *n_open counts the open ones. */
+static int wd_first_closed(int *n_open)
 {
-    for (int r = 0; r < wd.world; r++)
-        if (!wd.peers[r].ok)
-            return r;
-    return -1;
+    int first = -1;
+    *n_open = 0;
+    for (int r = 0; r < wd.world; r++) {
+        *n_open += wd.peers[r].ok;
+        if (!wd.peers[r].ok && first < 0)
+            first = r;
+    }
+    return first;
 }
 
-/* All ranks agree whether the ring stands; returns 1 when it does everywhere. */
-static int wd_agree_ring(int failed)
+/* All ranks agree whether the ring stands; returns 1 when it does everywhere. quiet: the reason
+ * is known and logged already. */
+static int wd_agree_ring(int failed, int quiet)
 {
     int in[2] = {failed, wd.rank}, out[2] = {0, 0};
     ddp_watch_enter(DDP_WATCH_CALLER, "side-channel agreement", -1, sizeof in);
@@ -710,9 +715,10 @@ static int wd_agree_ring(int failed)
     ddp_watch_leave(DDP_WATCH_CALLER);
     if (rc == MPI_SUCCESS && out[0] == 0)
         return 1;
-    DDP_WARN0("the side channel that detects dead ranks at once is off (rank %d could not set it up); "
-              "collectives keep their deadline (DDP_TIMEOUT). Fix: DDP_WATCHDOG_IF=<interface or subnet> on "
-              "which the nodes reach each other", out[1]);
+    if (!quiet)
+            DDP_WARN0("the side channel that detects dead ranks at once is off (rank %d could not set it up); "
+                  "collectives keep their deadline (DDP_TIMEOUT). Fix: DDP_WATCHDOG_IF=<interface or subnet> "
+                  "on which the nodes reach each other", out[1]);
     return 0;
 }
 
@@ -729,13 +735,13 @@ ddp_status ddp_watchdog_connect(int rank, int world, const char *hostname)
     ddp_status st = wd_exchange(hostname);
     if (st != DDP_OK)
         return st;
-    int closed = wd_first_closed(), failed = closed >= 0;
-    if (closed >= 0 && rank == 0)
-        DDP_WARN("side channel: rank %d (host %s) has no listener (DDP_WATCHDOG=0 there, or no socket)",
-                 closed, wd_host(closed));
+    int n_open = 0, closed = wd_first_closed(&n_open), failed = closed >= 0;
+    if (closed >= 0 && rank == 0 && n_open > 0)
+        DDP_WARN("the side channel that detects dead ranks at once is off: rank %d (host %s) has no listener "
+                 "(DDP_WATCHDOG=0 there, or no socket); collectives keep their deadline", closed, wd_host(closed));
     if (!failed && (failed = wd_build_ring(err, sizeof err) != 0))
         DDP_WARN("side channel: %s", err);
-    if (wd_agree_ring(failed) && pthread_create(&wd.answerer, NULL, wd_answerer, NULL) == 0) {
+    if (wd_agree_ring(failed, closed >= 0) && pthread_create(&wd.answerer, NULL, wd_answerer, NULL) == 0) {
         wd.answering = 1;
         wd_wake(); /* the thread now polls the ring */
         return DDP_OK;
