@@ -284,7 +284,7 @@ case_pmi_trap() {
 
 # No rank left hanging (issue 6, test 4): kill -9 of rank 1 in the middle of training under plain
 # `srun --mpi=pmix -N2` (Slurm's default KillOnBadExit=0) and under mpirun in an sbatch allocation of
-# 2 nodes, then SIGSTOP under srun with DDP_TIMEOUT=5 (tests/train/kill_rank.py; 2 trials per mode
+# 2 nodes, then SIGSTOP under srun with DDP_TIMEOUT=8 (tests/train/kill_rank.py; 2 trials per mode
 # here; DDP_KILL_TRIALS=10 DDP_STOP_TRIALS=N for more).
 case_kill_rank() {
     local py=$SRC/tests/train/kill_rank.py trials=${DDP_KILL_TRIALS:-2}

@@ -25,7 +25,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
 
 KILL_LIMIT = 30.0   # seconds from kill -9 until every process of the job is gone
-STOP_TIMEOUT = 5    # DDP_TIMEOUT of the SIGSTOP trials
+STOP_TIMEOUT = 8    # DDP_TIMEOUT of the SIGSTOP trials (MPI_Init is under it too: not too short)
 START_LIMIT = 90.0  # seconds for the job to start training
 
 
@@ -118,15 +118,16 @@ def job_state(job_id):
     return "GONE", p.stdout
 
 
-def wait_started(mode, tag, prog, job):
-    """Waits until both ranks run and training has gone a little way; returns {rank: pid}."""
+def wait_started(mode, tag, prog, job, metrics):
+    """Waits until both ranks run and training has gone a little way (ddp-train: its first epoch
+    is in the metrics file; a shell: 2 s); returns {rank: pid}, or None."""
     deadline = time.monotonic() + START_LIMIT
-    seen = None
     while time.monotonic() < deadline:
         ranks = rank_pids(tag, prog)
-        if len(ranks) == 2 and seen is None:
-            seen = time.monotonic()
-        if seen is not None and time.monotonic() - seen > (2.0 if prog == "sh" else 4.0):
+        trained = prog == "sh" or (os.path.exists(metrics) and os.path.getsize(metrics) > 0)
+        if len(ranks) == 2 and trained:
+            time.sleep(2.0 if prog == "sh" else 0.5)
+            ranks = rank_pids(tag, prog)
             return ranks if len(ranks) == 2 else None
         if mode != "sbatch-mpirun" and job.poll() is not None:
             return None
@@ -188,7 +189,7 @@ def one_trial(modes, mode, n, stop, chk):
     if mode == "sbatch-mpirun":
         job_id = job.communicate(timeout=30)[0].strip().split(";")[0]
     try:
-        ranks = wait_started(mode, tag, prog, job)
+        ranks = wait_started(mode, tag, prog, job, os.path.join(modes.work, f"{tag}.jsonl"))
         if not chk.check(ranks is not None, f"{mode} #{n}: both ranks started and trained",
                          "" if ranks else output_of(mode, tag, job, modes.work)):
             return None
