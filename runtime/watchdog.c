@@ -248,9 +248,10 @@ void ddp_watchdog_announce_abort(void)
 /* ---- the diagnosis ("where are you") ----------------------------------------------------------- */
 
 /* What one peer said. */
+enum { WD_GONE = -1, WD_CONNECTING, WD_ASKED, WD_ANSWERED };
 typedef struct wd_reply {
     int fd;
-    int state; /* 0 asking, 1 answered, -1 no connection */
+    int state; /* WD_GONE (refused or reset), WD_CONNECTING, WD_ASKED, WD_ANSWERED */
     wd_frame f;
     size_t got;
 } wd_reply;
@@ -270,56 +271,55 @@ static int wd_connect_start(int r)
     return fd;
 }
 
-/* One poll round over the replies still open; returns how many are still asking. */
-static int wd_ask_round(wd_reply *rep, int n, int ms)
+/* A connection became writable (connected: send ASK) or readable (read the answer). */
+static void wd_reply_event(wd_reply *rep, short revents)
 {
-    struct pollfd *p = calloc((size_t)n, sizeof *p);
+    if (rep->state == WD_CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        wd_frame ask = wd_frame_make(WD_ASK, 0, -1);
+        int ok = !(revents & (POLLERR | POLLHUP)) && getsockopt(rep->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+                 err == 0 && wd_send_frame(rep->fd, &ask) == 0;
+        rep->state = ok ? WD_ASKED : WD_GONE;
+        return;
+    }
+    ssize_t got = recv(rep->fd, (char *)&rep->f + rep->got, sizeof rep->f - rep->got, 0);
+    if (got <= 0)
+        rep->state = WD_GONE;
+    else if ((rep->got += (size_t)got) == sizeof rep->f)
+        rep->state = wd_frame_valid(&rep->f) && rep->f.type == WD_ANSWER ? WD_ANSWERED : WD_GONE;
+}
+
+/* One poll round over the connections still open; returns how many are. */
+static int wd_ask_round(wd_reply *rep, struct pollfd *p, int n, int ms)
+{
     int open = 0;
-    if (!p)
-        return 0;
     for (int r = 0; r < n; r++) {
-        p[r] = (struct pollfd){.fd = rep[r].state == 0 ? rep[r].fd : -1, .events = POLLIN};
-        open += rep[r].state == 0;
+        int live = rep[r].state == WD_CONNECTING || rep[r].state == WD_ASKED;
+        p[r] = (struct pollfd){.fd = live ? rep[r].fd : -1,
+                               .events = rep[r].state == WD_CONNECTING ? POLLOUT : POLLIN};
+        open += live;
     }
-    if (open && poll(p, (nfds_t)n, ms) > 0) {
-        for (int r = 0; r < n; r++) {
-            if (!(p[r].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            ssize_t got = recv(rep[r].fd, (char *)&rep[r].f + rep[r].got, sizeof rep[r].f - rep[r].got, 0);
-            if (got <= 0)
-                rep[r].state = -1;
-            else if ((rep[r].got += (size_t)got) == sizeof rep[r].f)
-                rep[r].state = wd_frame_valid(&rep[r].f) && rep[r].f.type == WD_ANSWER ? 1 : -1;
-        }
-    }
+    if (open && poll(p, (nfds_t)n, ms) > 0)
+        for (int r = 0; r < n; r++)
+            if (p[r].fd >= 0 && p[r].revents)
+                wd_reply_event(&rep[r], p[r].revents);
     open = 0;
     for (int r = 0; r < n; r++)
-        open += rep[r].state == 0;
-    free(p);
+        open += rep[r].state == WD_CONNECTING || rep[r].state == WD_ASKED;
     return open;
 }
 
 /* Asks every peer for its lanes, all at once, waiting at most WD_ASK_S. */
-static void wd_ask_all(wd_reply *rep)
+static void wd_ask_all(wd_reply *rep, struct pollfd *p)
 {
-    wd_frame ask = wd_frame_make(WD_ASK, 0, -1);
-    for (int r = 0; r < wd.world; r++) {
-        rep[r] = (wd_reply){.fd = r == wd.rank ? -1 : wd_connect_start(r), .state = -1};
-        if (rep[r].fd >= 0)
-            rep[r].state = 0;
-    }
-    /* The ASK goes out once each connection is writable; small enough to fit any socket buffer. */
     double end = wd_now() + WD_ASK_S;
     for (int r = 0; r < wd.world; r++) {
-        struct pollfd p = {.fd = rep[r].fd, .events = POLLOUT};
-        int ms = (int)((end - wd_now()) * 1000);
-        if (rep[r].state != 0)
-            continue;
-        if (ms <= 0 || poll(&p, 1, ms) <= 0 || (p.revents & (POLLERR | POLLHUP)) ||
-            wd_send_frame(rep[r].fd, &ask) != 0)
-            rep[r].state = -1;
+        rep[r] = (wd_reply){.fd = r == wd.rank ? -1 : wd_connect_start(r), .state = WD_GONE};
+        if (rep[r].fd >= 0)
+            rep[r].state = WD_CONNECTING;
     }
-    for (int ms; (ms = (int)((end - wd_now()) * 1000)) > 0 && wd_ask_round(rep, wd.world, ms) > 0;)
+    for (int ms; (ms = (int)((end - wd_now()) * 1000)) > 0 && wd_ask_round(rep, p, wd.world, ms) > 0;)
         ;
     for (int r = 0; r < wd.world; r++)
         wd_close(&rep[r].fd);
@@ -328,11 +328,17 @@ static void wd_ask_all(wd_reply *rep)
 /* Logs what peer r's answer says about collective seq on lane; returns 1 when it has arrived. */
 static int wd_judge(const wd_reply *rep, int r, int lane, uint64_t seq)
 {
-    if (rep->state == -1) {
-        DDP_ERROR("  rank %d (host %s, pid %d): unreachable: its process is gone", r, wd_host(r), wd_pid(r));
+    if (rep->state == WD_GONE) {
+        DDP_ERROR("  rank %d (host %s, pid %d): refused the connection: its process is gone", r, wd_host(r),
+                  wd_pid(r));
         return 0;
     }
-    if (rep->state == 0) {
+    if (rep->state == WD_CONNECTING) {
+        DDP_ERROR("  rank %d (host %s, pid %d): no connection within %.1f s: its host is down or unreachable", r,
+                  wd_host(r), wd_pid(r), WD_ASK_S);
+        return 0;
+    }
+    if (rep->state == WD_ASKED) {
         DDP_ERROR("  rank %d (host %s, pid %d): did not answer within %.1f s: frozen (SIGSTOP, a debugger) "
                   "or not getting CPU time", r, wd_host(r), wd_pid(r), WD_ASK_S);
         return 0;
@@ -356,10 +362,14 @@ static int wd_judge(const wd_reply *rep, int r, int lane, uint64_t seq)
 static void wd_diagnose(int lane, uint64_t seq)
 {
     wd_reply *rep = calloc((size_t)wd.world, sizeof *rep);
+    struct pollfd *p = calloc((size_t)wd.world, sizeof *p);
     int arrived = 1;
-    if (!rep)
+    if (!rep || !p) {
+        free(rep);
+        free(p);
         return;
-    wd_ask_all(rep);
+    }
+    wd_ask_all(rep, p);
     DDP_ERROR("where the other ranks are:");
     for (int r = 0; r < wd.world; r++)
         if (r != wd.rank)
@@ -371,6 +381,7 @@ static void wd_diagnose(int lane, uint64_t seq)
         DDP_ERROR("%d of %d ranks never arrived at collective #%llu (named above)", wd.world - arrived,
                   wd.world, (unsigned long long)seq);
     free(rep);
+    free(p);
 }
 
 /* A lane passed its deadline: report, diagnose, end the job. */
