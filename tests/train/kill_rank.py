@@ -89,8 +89,9 @@ class Mode:
                 "--log-every", "100000", "--metrics", os.path.join(self.work, f"{tag}.jsonl")]
 
     def command(self, mode, tag):
-        a, mpi = self.a, ["mpirun", "--oversubscribe", "--bind-to", "none", "-x", "DDP_HANG_TEST",
-                          "-x", "DDP_TIMEOUT", "-np", "2"]
+        a = self.a
+        timeout = ["-x", "DDP_TIMEOUT"] if a.stop else []
+        mpi = ["mpirun", "--oversubscribe", "--bind-to", "none", "-x", "DDP_HANG_TEST"] + timeout + ["-np", "2"]
         if mode == "mpirun":
             return mpi + self.train_cmd(tag), "ddp-train"
         if mode == "launch-mpirun":
