@@ -455,6 +455,7 @@ static void *wd_thread(void *arg)
     double since[DDP_WATCH_N_LANES] = {0};
     int tick_ms = (int)(1000 * (wd.timeout / 4 < WD_TICK_S ? wd.timeout / 4 : WD_TICK_S)) + 1;
     (void)arg;
+    pthread_setname_np(pthread_self(), "ddp-watchdog"); /* visible in top -H, gdb, /proc */
     for (;;) {
         struct pollfd p[3] = {{.fd = wd.wake[0], .events = POLLIN}};
         pthread_mutex_lock(&wd.lock);
@@ -505,6 +506,7 @@ static void wd_answer(int fd)
 static void *wd_answerer(void *arg)
 {
     (void)arg;
+    pthread_setname_np(pthread_self(), "ddp-wd-answer");
     for (;;) {
         int fd = accept4(wd.listener, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0 && (errno == EINTR || errno == ECONNABORTED))
