@@ -16,8 +16,10 @@
 #include <string.h>
 
 #include "ddp.h"
+#include "layers.h"
 #include "mnist.h"
 #include "model.h"
+#include "prefetch.h"
 #include "train_opts.h"
 #include "train_report.h"
 
@@ -26,10 +28,12 @@ typedef struct ddp_trainer {
     const ddp_train_opts *o;
     int rank, world;
     ddp_mnist train, test;
+    const ddp_ops *ops; /* the models' compute on this context's backend */
     ddp_model *model;
     ddp_reducer *reducer;
+    ddp_scaler *scaler;    /* --grad-dtype fp16: dynamic loss scaling; else NULL */
     ddp_sampler *sampler;
-    size_t *indices;   /* this rank's sample indices for the current epoch */
+    ddp_prefetch *prefetch; /* training batches, made ahead by --workers threads */
     size_t *eval_idx;  /* (batch) test indices of one evaluation batch */
     int *pred;         /* (batch) predicted classes, host */
     float *x_host;     /* (batch, 784) */
@@ -38,9 +42,8 @@ typedef struct ddp_trainer {
     int *y_dev;        /* (batch), backend memory */
     FILE *metrics;     /* rank 0 with --metrics, else NULL */
     long steps_per_epoch, total_steps, step;
-    int epoch;         /* current epoch, for augmentation */
-    float *stop_dev;   /* (1) backend memory: SIGUSR1 seen by any rank, summed after each step */
     int stopped;       /* training stopped early on SIGUSR1 (the same on every rank) */
+    long skipped[16];  /* first optimizer steps the loss scaler skipped (inf/NaN on some rank) */
     float confusion[DDP_N_CLASSES * DDP_N_CLASSES]; /* last evaluation, summed over ranks */
     ddp_progress progress;
 } ddp_trainer;
@@ -61,31 +64,17 @@ static void ddp_train_on_signal(int sig)
     ddp_train_signal = sig;
 }
 
-/* Sums n host floats over ranks, through backend memory. */
-static ddp_status ddp_train_allreduce_host(ddp_ctx *ctx, float *host, size_t n)
-{
-    float *dev = ddp_alloc(ctx, n * sizeof *dev);
-    if (!dev)
-        return DDP_ERR_NOMEM;
-    ddp_status st = ddp_upload(ctx, dev, host, n * sizeof *dev);
-    if (st == DDP_OK)
-        st = ddp_allreduce(ctx, dev, n, DDP_SUM);
-    if (st == DDP_OK)
-        st = ddp_download(ctx, host, dev, n * sizeof *dev);
-    ddp_free(ctx, dev);
-    return st;
-}
-
 /* Every rank learns whether any rank failed. Returns DDP_OK when none did; otherwise every rank
  * returns a failure (its own status, or DDP_ERR_MISMATCH where a peer failed). Collective. */
 static ddp_status ddp_train_agree(ddp_trainer *t, ddp_status local)
 {
-    float failed = local != DDP_OK ? 1.0f : 0.0f;
-    ddp_train_must(t, ddp_train_allreduce_host(t->ctx, &failed, 1), "agreeing on start-up status");
-    if (failed == 0.0f)
+    int64_t failed = local != DDP_OK;
+    ddp_train_must(t, ddp_allreduce_host(t->ctx, &failed, 1, DDP_INT64, DDP_SUM),
+                   "agreeing on start-up status");
+    if (failed == 0)
         return DDP_OK;
     if (local == DDP_OK)
-        DDP_ERROR("%.0f rank(s) failed (see their messages); exiting", (double)failed);
+        DDP_ERROR("%lld rank(s) failed (see their messages); exiting", (long long)failed);
     return local != DDP_OK ? local : DDP_ERR_MISMATCH;
 }
 
@@ -143,23 +132,24 @@ static ddp_status ddp_train_plan(ddp_trainer *t)
     t->total_steps = t->steps_per_epoch * t->o->epochs;
     if (t->o->max_steps > 0 && t->o->max_steps < t->total_steps)
         t->total_steps = t->o->max_steps;
-    return DDP_OK;
+    ddp_prefetch_plan pp = {.data = &t->train, .sampler = so, .batch = t->o->batch,
+                            .accum = t->o->accum, .steps_per_epoch = t->steps_per_epoch,
+                            .total_steps = t->total_steps, .seed = t->o->seed,
+                            .augment = t->o->augment, .workers = t->o->workers};
+    return ddp_prefetch_create(&pp, &t->prefetch);
 }
 
 /* Host and backend buffers for one micro-batch. */
 static void ddp_train_alloc_buffers(ddp_trainer *t)
 {
     size_t batch = (size_t)t->o->batch, pixels = (size_t)t->train.rows * (size_t)t->train.cols;
-    t->indices = malloc(ddp_sampler_len(t->sampler) * sizeof *t->indices);
     t->eval_idx = malloc(batch * sizeof *t->eval_idx);
     t->pred = malloc(batch * sizeof *t->pred);
     t->x_host = malloc(batch * pixels * sizeof *t->x_host);
     t->y_host = malloc(batch * sizeof *t->y_host);
     t->x_dev = ddp_alloc(t->ctx, batch * pixels * sizeof *t->x_dev);
     t->y_dev = ddp_alloc(t->ctx, batch * sizeof *t->y_dev);
-    t->stop_dev = ddp_alloc(t->ctx, sizeof *t->stop_dev);
-    int ok = t->indices && t->eval_idx && t->pred && t->x_host && t->y_host && t->x_dev && t->y_dev &&
-             t->stop_dev;
+    int ok = t->eval_idx && t->pred && t->x_host && t->y_host && t->x_dev && t->y_dev;
     ddp_train_must(t, ok ? DDP_OK : DDP_ERR_NOMEM, "allocating batch buffers");
 }
 
@@ -185,7 +175,9 @@ static ddp_status ddp_train_verify(ddp_trainer *t)
  * for memory or bucket caps the reducer refuses (configuration errors), or a replica mismatch. */
 static ddp_status ddp_train_build(ddp_trainer *t)
 {
-    ddp_status st = ddp_train_agree(t, ddp_model_create(ddp_backend_ops(t->ctx), &t->o->model, &t->model));
+    ddp_status st = ddp_train_agree(t, ddp_ops_open(t->ctx, t->o->threads, &t->ops));
+    if (st == DDP_OK)
+        st = ddp_train_agree(t, ddp_model_create(t->ops, &t->o->model, &t->model));
     if (st == DDP_OK)
         st = ddp_train_verify(t);
     if (st != DDP_OK)
@@ -194,7 +186,17 @@ static ddp_status ddp_train_build(ddp_trainer *t)
     ddp_reducer_opts_default(&ro);
     ro.bucket_mb = t->o->bucket_mb;
     ro.first_bucket_mb = t->o->first_bucket_mb;
+    ro.comm_dtype = t->o->grad_dtype;
     ddp_model *m = t->model;
+    if (t->o->grad_dtype == DDP_FP16 || t->o->model.precision == DDP_PREC_FP16) {
+        ddp_scaler_opts so;
+        ddp_scaler_opts_default(&so);
+        so.init_scale = t->o->loss_scale_init;
+        so.growth_interval = t->o->loss_scale_interval;
+        st = ddp_train_agree(t, ddp_scaler_create(t->ctx, &so, &t->scaler));
+        if (st != DDP_OK)
+            return st;
+    }
     st = ddp_train_agree(t, ddp_reducer_create(t->ctx, ddp_model_grads(m), ddp_model_numel(m),
                                                ddp_model_n_params(m), &ro, &t->reducer));
     if (st == DDP_OK)
@@ -202,44 +204,49 @@ static ddp_status ddp_train_build(ddp_trainer *t)
     return st;
 }
 
-/* SplitMix64 finaliser: a well-mixed 64-bit hash. */
-static uint64_t ddp_mix64(uint64_t z)
+/* Uploads n samples (x: (n, pixels), y: (n)) to the batch buffers. */
+static void ddp_train_upload(ddp_trainer *t, const float *x, const int *y, int n)
 {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    size_t pixels = (size_t)t->train.rows * (size_t)t->train.cols;
+    ddp_train_must(t, ddp_upload(t->ctx, t->x_dev, x, (size_t)n * pixels * sizeof *x), "uploading images");
+    ddp_train_must(t, ddp_upload(t->ctx, t->y_dev, y, (size_t)n * sizeof *y), "uploading labels");
 }
 
-/* Shifts one normalised (rows, cols) image by a random offset in [-2, 2]^2 drawn from (seed, epoch,
- * sample), so the result does not depend on the rank; uncovered pixels get the background value. */
-static void ddp_train_shift(float *img, int rows, int cols, uint64_t seed, int epoch, size_t sample)
+/* The next training micro-batch from the prefetcher, uploaded. */
+static void ddp_train_next_batch(ddp_trainer *t)
 {
-    uint64_t h = ddp_mix64(ddp_mix64(seed ^ ((uint64_t)epoch << 40)) + sample);
-    int dy = (int)(h % 5) - 2, dx = (int)((h >> 8) % 5) - 2;
-    float src[28 * 28], background = (0.0f - 0.1307f) / 0.3081f;
-    if (rows * cols > 28 * 28 || (dx == 0 && dy == 0))
-        return;
-    memcpy(src, img, (size_t)rows * (size_t)cols * sizeof *src);
-    for (int y = 0; y < rows; y++) {
-        for (int x = 0; x < cols; x++) {
-            int sy = y - dy, sx = x - dx;
-            int inside = sy >= 0 && sy < rows && sx >= 0 && sx < cols;
-            img[y * cols + x] = inside ? src[sy * cols + sx] : background;
-        }
-    }
+    const float *x = NULL;
+    const int *y = NULL;
+    ddp_train_must(t, ddp_prefetch_next(t->prefetch, &x, &y), "getting the next batch");
+    ddp_train_upload(t, x, y, t->o->batch);
+    ddp_prefetch_release(t->prefetch);
 }
 
-/* Gathers samples idx[0..n) of d (shifted when augment) and uploads them to the batch buffers. */
-static void ddp_train_load_batch(ddp_trainer *t, const ddp_mnist *d, const size_t *idx, int n, int augment)
+/* Multiplies the loss of this micro-batch's backward pass by the loss scale (fp16), or by inf on
+ * the rank and step --inject-inf names (a test of the scaler's agreement). */
+static void ddp_train_scale_loss(ddp_trainer *t)
 {
-    size_t pixels = (size_t)d->rows * (size_t)d->cols;
-    ddp_mnist_gather(d, idx, n, t->x_host, t->y_host);
-    for (int i = 0; augment && i < n; i++)
-        ddp_train_shift(t->x_host + (size_t)i * pixels, d->rows, d->cols, t->o->seed, t->epoch, idx[i]);
-    ddp_train_must(t, ddp_upload(t->ctx, t->x_dev, t->x_host, (size_t)n * pixels * sizeof *t->x_host),
-                   "uploading images");
-    ddp_train_must(t, ddp_upload(t->ctx, t->y_dev, t->y_host, (size_t)n * sizeof *t->y_host),
-                   "uploading labels");
+    float scale = t->scaler ? (float)ddp_scaler_scale(t->scaler) : 1.0f;
+    for (int i = 0; i < t->o->n_inject; i++)
+        if (t->o->inject_rank[i] == t->rank && t->o->inject_step[i] == t->step)
+            scale = INFINITY;
+    ddp_model_set_loss_scale(t->model, scale);
+}
+
+/* After the reducer: the loss scaler unscales and decides, the same on every rank. Returns
+ * whether the optimizer step is taken. */
+static int ddp_train_step_ok(ddp_trainer *t)
+{
+    if (!t->scaler)
+        return 1;
+    int ok = 0;
+    ddp_train_must(t, ddp_scaler_unscale_update(t->scaler, ddp_model_grads(t->model), DDP_FP32,
+                                                ddp_model_numel_total(t->model), &ok),
+                   "checking gradients for inf/NaN");
+    int64_t n = ddp_scaler_skipped_steps(t->scaler);
+    if (!ok && n <= (int64_t)(sizeof t->skipped / sizeof t->skipped[0]))
+        t->skipped[n - 1] = t->step;
+    return ok;
 }
 
 /* Learning rate of the next step: constant, or cosine-decayed over the planned steps. */
@@ -250,38 +257,39 @@ static float ddp_train_lr(const ddp_trainer *t)
     return (float)(t->o->lr * 0.5 * (1.0 + cos(M_PI * (double)t->step / (double)t->total_steps)));
 }
 
-/* One optimizer step over accum micro-batches taken from idx (batch * accum entries); adds each
- * micro-batch's mean loss to *loss_sum. */
-static void ddp_train_step(ddp_trainer *t, const size_t *idx, double *loss_sum)
+/* One optimizer step over the next accum micro-batches; adds each micro-batch's mean loss to
+ * *loss_sum. With a loss scaler the step may be skipped (every rank alike). */
+static void ddp_train_step(ddp_trainer *t, double *loss_sum)
 {
     int batch = t->o->batch, accum = t->o->accum;
     ddp_train_must(t, ddp_model_zero_grad(t->model), "zeroing gradients");
     for (int micro = 0; micro < accum; micro++) {
         float loss = 0.0f;
         ddp_train_must(t, ddp_reducer_begin(t->reducer, micro == accum - 1), "starting the reducer");
-        ddp_train_load_batch(t, &t->train, idx + (size_t)micro * (size_t)batch, batch, t->o->augment);
+        ddp_train_next_batch(t);
         ddp_train_must(t, ddp_model_forward(t->model, t->x_dev, t->y_dev, batch, &loss, NULL, NULL),
                        "forward pass");
+        ddp_train_scale_loss(t);
         ddp_train_must(t, ddp_model_backward(t->model, t->reducer), "backward pass");
         *loss_sum += loss;
     }
     ddp_train_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
+    if (!ddp_train_step_ok(t))
+        return;
     ddp_train_must(t, ddp_model_sgd_step(t->model, ddp_train_lr(t), (float)t->o->momentum,
                                          (float)t->o->weight_decay), "SGD step");
 }
 
-/* After a step: did any rank get SIGUSR1? One one-float all-reduce, so every rank answers alike. */
+/* After a step: did any rank get SIGUSR1? One host all-reduce (MAX), so every rank answers alike. */
 static int ddp_train_stop_requested(ddp_trainer *t)
 {
-    float seen = ddp_train_signal ? 1.0f : 0.0f;
-    ddp_train_must(t, ddp_upload(t->ctx, t->stop_dev, &seen, sizeof seen), "uploading the stop flag");
-    ddp_train_must(t, ddp_allreduce(t->ctx, t->stop_dev, 1, DDP_SUM), "agreeing on a stop");
-    ddp_train_must(t, ddp_download(t->ctx, &seen, t->stop_dev, sizeof seen), "downloading the stop flag");
-    if (seen > 0.0f && !t->stopped && t->rank == 0) {
+    int64_t seen = ddp_train_signal != 0;
+    ddp_train_must(t, ddp_allreduce_host(t->ctx, &seen, 1, DDP_INT64, DDP_MAX), "agreeing on a stop");
+    if (seen && !t->stopped && t->rank == 0) {
         ddp_progress_end(&t->progress);
         printf("SIGUSR1 received: every rank stops after step %ld\n", t->step);
     }
-    t->stopped |= seen > 0.0f;
+    t->stopped |= seen != 0;
     return t->stopped;
 }
 
@@ -295,15 +303,28 @@ static double ddp_train_evaluate(ddp_trainer *t)
         int n = 0;
         for (; n < t->o->batch && next < t->test.n; n++, next += (size_t)t->world)
             t->eval_idx[n] = next;
-        ddp_train_load_batch(t, &t->test, t->eval_idx, n, 0);
+        ddp_mnist_gather(&t->test, t->eval_idx, n, t->x_host, t->y_host);
+        ddp_train_upload(t, t->x_host, t->y_host, n);
         ddp_train_must(t, ddp_model_forward(t->model, t->x_dev, t->y_dev, n, NULL, NULL, t->pred),
                        "evaluation forward pass");
         for (int i = 0; i < n; i++)
             t->confusion[t->y_host[i] * DDP_N_CLASSES + t->pred[i]] += 1.0f;
     }
-    ddp_train_must(t, ddp_train_allreduce_host(t->ctx, t->confusion, DDP_N_CLASSES * DDP_N_CLASSES),
-                   "summing evaluation counts");
+    ddp_train_must(t, ddp_allreduce_host(t->ctx, t->confusion, DDP_N_CLASSES * DDP_N_CLASSES,
+                                         DDP_FP32, DDP_SUM), "summing evaluation counts");
     return ddp_confusion_accuracy(t->confusion);
+}
+
+/* Rank 0, after the first step (oneDNN picks its implementations when the primitives are made):
+ * the implementations the CPU runs, e.g. "conv_fwd brg:avx512_core_bf16". */
+static void ddp_train_report_impl(const ddp_trainer *t)
+{
+    const char *impl = ddp_dnnl_describe(t->o->model.precision);
+    if (t->rank != 0 || ddp_backend(t->ctx) != DDP_BACKEND_CPU || !impl[0])
+        return;
+    ddp_progress_end(&t->progress);
+    printf("oneDNN (%s): %s\n", ddp_precision_name(t->o->model.precision), impl);
+    fflush(stdout);
 }
 
 /* Trains one epoch (or until the step limit) and evaluates; fills e. */
@@ -312,16 +333,16 @@ static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
     size_t per_step = (size_t)t->o->batch * (size_t)t->o->accum;
     double loss[2] = {0.0, 0.0}, seconds = 0.0;
     long steps = 0;
-    t->epoch = epoch;
-    ddp_train_must(t, ddp_sampler_indices(t->sampler, (uint64_t)epoch, t->indices), "sampling");
     for (; steps < t->steps_per_epoch && t->step < t->total_steps; steps++) {
         double start = ddp_train_now();
-        ddp_train_step(t, t->indices + (size_t)steps * per_step, &loss[0]);
+        ddp_train_step(t, &loss[0]);
         double took = ddp_train_now() - start;
         loss[1] += t->o->accum;
         seconds += took;
         t->progress.train_seconds += took;
         t->step++;
+        if (t->step == 1)
+            ddp_train_report_impl(t);
         if (t->rank == 0)
             ddp_progress_update(&t->progress, t->step, epoch, loss[0] / loss[1]);
         if (ddp_train_stop_requested(t)) {
@@ -329,8 +350,8 @@ static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
             break;
         }
     }
-    float sums[2] = {(float)loss[0], (float)loss[1]};
-    ddp_train_must(t, ddp_train_allreduce_host(t->ctx, sums, 2), "summing losses");
+    double sums[2] = {loss[0], loss[1]};
+    ddp_train_must(t, ddp_allreduce_host(t->ctx, sums, 2, DDP_FP64, DDP_SUM), "summing losses");
     e->epoch = epoch;
     e->steps = steps;
     e->train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
@@ -357,12 +378,42 @@ static void ddp_train_report_start(const ddp_trainer *t)
     if (t->rank != 0)
         return;
     printf("ddp-train: %d rank(s), backend %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)));
+    if (ddp_backend(t->ctx) == DDP_BACKEND_CPU)
+        printf("compute: %s, %s; GEMM %s (%s); convolutions %s\n", t->ops->name,
+               ddp_precision_name(t->o->model.precision), ddp_cpu_gemm_name(t->o->model.precision),
+               ddp_blas_describe(), ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM");
     ddp_train_print_opts(stdout, t->o);
     printf("data: %zu train / %zu test samples; %zu per rank per epoch; %ld steps per epoch "
            "(floor of per-rank samples / (batch x accum)); %ld steps planned; %zu parameters\n",
            t->train.n, t->test.n, ddp_sampler_len(t->sampler), t->steps_per_epoch, t->total_steps,
            ddp_model_numel_total(t->model));
     fflush(stdout);
+}
+
+/* Every rank: the steps its loss scaler skipped and the final scale (tests compare the ranks). */
+static void ddp_train_report_scaler(const ddp_trainer *t)
+{
+    if (!t->scaler)
+        return;
+    char list[256] = "";
+    int64_t n = ddp_scaler_skipped_steps(t->scaler);
+    size_t shown = (size_t)n < sizeof t->skipped / sizeof t->skipped[0] ? (size_t)n
+                                                                         : sizeof t->skipped / sizeof t->skipped[0];
+    for (size_t i = 0, len = 0; i < shown && len < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%ld", i ? "," : "", t->skipped[i]);
+    DDP_INFO("loss scaler: %lld step(s) skipped for inf/NaN [%s], final scale %g", (long long)n,
+             list, ddp_scaler_scale(t->scaler));
+}
+
+/* Rank 0: what the communicator sent for the gradients (payload of every backend all-reduce). */
+static void ddp_train_report_comm(const ddp_trainer *t)
+{
+    ddp_comm_stats cs;
+    if (t->rank != 0 || t->step == 0 || ddp_comm_stats_get(t->ctx, &cs) != DDP_OK)
+        return;
+    printf("gradient all-reduce (%s on the wire): %llu all-reduces, %llu bytes, %.0f bytes per step\n",
+           ddp_dtype_name(t->o->grad_dtype), (unsigned long long)cs.allreduce_calls,
+           (unsigned long long)cs.allreduce_bytes, (double)cs.allreduce_bytes / (double)t->step);
 }
 
 /* Rank 0: classification report, throughput and the summary metrics line. */
@@ -411,6 +462,8 @@ static void ddp_train_loop(ddp_trainer *t, double wall_start)
         ddp_train_epoch(t, epoch, &e);
         ddp_train_report_epoch(t, &e);
     }
+    ddp_train_report_scaler(t);
+    ddp_train_report_comm(t);
     ddp_run_stats r = {
         .world_size = t->world, .epochs = epochs, .steps = t->step, .test_accuracy = e.test_accuracy,
         .train_loss = e.train_loss, .train_seconds = t->progress.train_seconds,
@@ -427,17 +480,33 @@ static void ddp_trainer_release(ddp_trainer *t)
         fclose(t->metrics);
     ddp_free(t->ctx, t->x_dev);
     ddp_free(t->ctx, t->y_dev);
-    ddp_free(t->ctx, t->stop_dev);
-    free(t->indices);
+    ddp_prefetch_destroy(t->prefetch);
+    ddp_scaler_destroy(t->scaler);
     free(t->eval_idx);
     free(t->pred);
     free(t->x_host);
     free(t->y_host);
     ddp_reducer_destroy(t->reducer);
     ddp_model_destroy(t->model);
+    ddp_ops_close(t->ops);
     ddp_sampler_destroy(t->sampler);
     ddp_mnist_free(&t->train);
     ddp_mnist_free(&t->test);
+}
+
+/* After training every rank must still hold the same parameters (skipped steps included). */
+static ddp_status ddp_train_verify_end(ddp_trainer *t)
+{
+    size_t n = ddp_model_numel_total(t->model);
+    float *host = malloc(n * sizeof *host);
+    ddp_train_must(t, host ? DDP_OK : DDP_ERR_NOMEM, "allocating the parameter copy");
+    ddp_train_must(t, ddp_download(t->ctx, host, ddp_model_params(t->model), n * sizeof *host),
+                   "downloading parameters");
+    ddp_status st = ddp_verify_replicas(t->ctx, ddp_model_descs(t->model), ddp_model_n_params(t->model), host);
+    free(host);
+    if (st == DDP_OK && t->rank == 0)
+        printf("replicas identical after training (checksums of every parameter agree)\n");
+    return st;
 }
 
 /* Whole run. Returns a failure only when every rank agrees on it; other failures abort the job. */
@@ -455,7 +524,8 @@ static ddp_status ddp_train_run(ddp_ctx *ctx, const ddp_train_opts *o)
     if (st == DDP_OK) {
         ddp_train_report_start(&t);
         ddp_train_loop(&t, wall_start);
-        if (o->save_path)
+        st = ddp_train_verify_end(&t);
+        if (st == DDP_OK && o->save_path)
             st = ddp_train_save(&t);
     }
     ddp_trainer_release(&t);

@@ -27,6 +27,13 @@ typedef struct ddp_train_opts {
     int augment;              /* random shifts of up to 2 pixels of training images */
     int log_every;            /* progress line every N steps when stderr is not a terminal */
     int broadcast_init;
+    ddp_dtype grad_dtype;      /* --grad-dtype: type of the gradient all-reduce */
+    double loss_scale_init;    /* fp16 gradients: the loss scaler's first scale */
+    long loss_scale_interval;  /* fp16 gradients: finite steps before the scale doubles */
+    int workers;               /* data prefetch threads; 0 = on the training thread */
+    int n_inject;              /* --inject-inf RANK:STEP entries (a test aid) */
+    int inject_rank[8];
+    long inject_step[8];
 } ddp_train_opts;
 
 /* What the caller does after parsing. */

@@ -114,7 +114,9 @@ typedef enum ddp_backend_kind {
 
 typedef struct ddp_init_opts {
     ddp_backend_kind backend; /* DDP_BACKEND_AUTO by default */
-    int threads;              /* CPU backend BLAS threads per rank; 0 = 1 */
+    int threads;              /* compute threads per rank the program uses (shown in the start-up
+                                 report; libddp does no compute, the program sets its BLAS's
+                                 threads); 0 = 1 */
     int print_table;          /* non-zero: rank 0 prints config and a per-rank table at start-up */
 } ddp_init_opts;
 
@@ -155,6 +157,12 @@ DDP_API int ddp_num_nodes(const ddp_ctx *ctx);
 DDP_API const char *ddp_hostname(const ddp_ctx *ctx);
 DDP_API ddp_backend_kind ddp_backend(const ddp_ctx *ctx); /* CPU or CUDA, never AUTO */
 DDP_API int ddp_device(const ddp_ctx *ctx);               /* CUDA device ordinal, -1 on CPU */
+/* The CUDA stream (a cudaStream_t) that ddp_alloc, ddp_upload/ddp_download, the collectives and
+ * the reducer order their work on: a program's compute kernels on this stream are ordered before
+ * the collectives that read their results. NULL on the CPU backend. */
+DDP_API void *ddp_backend_stream(const ddp_ctx *ctx);
+/* Number of CUDA devices usable here: 0 without a GPU, a driver or a CUDA build. Never fails. */
+DDP_API int ddp_cuda_device_count(void);
 
 /* Backend memory helpers: on the CPU backend these are malloc/memcpy, on CUDA device memory.
  * ddp_alloc returns zeroed memory, NULL on failure. */
@@ -167,9 +175,42 @@ DDP_API ddp_status ddp_download(ddp_ctx *ctx, void *dst_host, const void *src, s
  * Collectives on backend memory (MPI on the CPU backend, NCCL on the CUDA backend).
  * Every rank must call them in the same order with the same counts.
  */
-typedef enum ddp_reduce_op { DDP_SUM = 0, DDP_AVG } ddp_reduce_op;
+/* DDP_MAX / DDP_MIN: elementwise maximum / minimum over ranks (flags: "did any rank overflow"). */
+typedef enum ddp_reduce_op { DDP_SUM = 0, DDP_AVG, DDP_MAX, DDP_MIN } ddp_reduce_op;
+
+/* Element types. Gradient buckets may be FP32, BF16 or FP16 (16-bit values are stored as their
+ * IEEE / bfloat16 bit patterns); host all-reduces also take FP64 and INT64. */
+typedef enum ddp_dtype { DDP_FP32 = 0, DDP_BF16, DDP_FP16, DDP_FP64, DDP_INT64 } ddp_dtype;
+
+/* Bytes per element (4, 2, 2, 8, 8); 0 for an unknown type. */
+DDP_API size_t ddp_dtype_size(ddp_dtype t);
+/* "fp32", "bf16", "fp16", "fp64", "int64"; "unknown" otherwise. */
+DDP_API const char *ddp_dtype_name(ddp_dtype t);
+/* Parses "fp32", "bf16" or "fp16" (the gradient types). DDP_ERR_INVALID_ARG otherwise. */
+DDP_API ddp_status ddp_dtype_parse(const char *name, ddp_dtype *out);
 
 DDP_API ddp_status ddp_allreduce(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op);
+
+/* All-reduce of a small HOST buffer (flags, counters, losses) whatever the backend: no round trip
+ * through device memory. dtype: DDP_FP64, DDP_INT64 or DDP_FP32; DDP_AVG of integers is
+ * DDP_ERR_INVALID_ARG (use DDP_SUM and divide). Collective; same count and type on every rank.
+ * On failure buf is undefined. */
+DDP_API ddp_status ddp_allreduce_host(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
+                                      ddp_reduce_op op);
+
+/* Counters of the communicator, for tests and reports. Payload bytes = elements x element size
+ * of each all-reduce this rank joined (what one rank contributes; a ring moves about twice that
+ * per rank). "Backend" counts ddp_allreduce, ddp_allreduce_start and the reducer's buckets;
+ * "host" counts ddp_allreduce_host. */
+typedef struct ddp_comm_stats {
+    uint64_t allreduce_calls;
+    uint64_t allreduce_bytes;
+    uint64_t host_allreduce_calls;
+    uint64_t host_allreduce_bytes;
+} ddp_comm_stats;
+
+/* Fills *out. DDP_ERR_INVALID_ARG when ctx or out is NULL. */
+DDP_API ddp_status ddp_comm_stats_get(const ddp_ctx *ctx, ddp_comm_stats *out);
 DDP_API ddp_status ddp_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root);
 /* recv holds world_size blocks of n_bytes, rank r's block at r * n_bytes. */
 DDP_API ddp_status ddp_allgather(ddp_ctx *ctx, const void *send, void *recv, size_t n_bytes);
@@ -285,13 +326,33 @@ typedef struct ddp_reducer ddp_reducer;
 typedef struct ddp_reducer_opts {
     double bucket_mb;       /* cap of every bucket but the first, MiB (default 25) */
     double first_bucket_mb; /* cap of the first bucket, MiB (default 1) */
+    /* Element type of the gradient buffer: DDP_FP32 (default), DDP_BF16 or DDP_FP16. Bucket caps
+     * count 4 bytes per element whatever the type, so the buckets are the same for every type. */
+    ddp_dtype grad_dtype;
+    /* Type on the wire (PyTorch's bf16/fp16 compression hooks): DDP_FP32, DDP_BF16 or DDP_FP16;
+     * default DDP_FP32, which for 16-bit gradients means "the gradients' own type". When it
+     * differs from grad_dtype each bucket is cast into a reducer-owned buffer before its
+     * all-reduce and cast back after: 16 bits halve the bytes of fp32 gradients. The sum is
+     * rounded to the wire type (MPI: summed in fp32 per pair of contributions, rounded back;
+     * NCCL: its own reduction), then cast back and divided by world_size x micro-steps in the
+     * gradients' type. fp16 has a small range: scale the loss with a ddp_scaler so the sum does
+     * not overflow, or rather overflows visibly (inf, which the scaler detects and skips). */
+    ddp_dtype comm_dtype;
+    /* CUDA only: the caller's cudaStream_t (NULL: ddp_backend_stream()). Each bucket's cast and
+     * all-reduce are ordered after the work queued on this stream when the bucket's last
+     * parameter is marked ready; after ddp_reducer_finish the averaged gradients are ordered on
+     * this same stream (later kernels on it see them; the host must synchronise the stream before
+     * reading them). The stream must stay valid until the reducer is destroyed. Ignored on CPU. */
+    void *stream;
 } ddp_reducer_opts;
 
 DDP_API void ddp_reducer_opts_default(ddp_reducer_opts *opts);
 
-/* grads: the flat gradient buffer in backend memory (kept, not owned); numel: element count of each
- * of the n_params parameters. On failure *out is NULL. */
-DDP_API ddp_status ddp_reducer_create(ddp_ctx *ctx, float *grads, const size_t *numel, int n_params,
+/* grads: the flat gradient buffer in backend memory, elements of opts->grad_dtype (kept, not
+ * owned); numel: element count of each of the n_params parameters. DDP_ERR_INVALID_ARG for an
+ * unknown or non-gradient dtype, DDP_ERR_NOMEM when the wire buffer cannot be allocated. On
+ * failure *out is NULL. */
+DDP_API ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, int n_params,
                                       const ddp_reducer_opts *opts, ddp_reducer **out);
 DDP_API void ddp_reducer_destroy(ddp_reducer *r);
 DDP_API ddp_status ddp_reducer_begin(ddp_reducer *r, int sync);
@@ -302,6 +363,49 @@ DDP_API ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param);
 DDP_API ddp_status ddp_reducer_finish(ddp_reducer *r);
 DDP_API int ddp_reducer_n_buckets(const ddp_reducer *r);
 DDP_API const ddp_bucket *ddp_reducer_buckets(const ddp_reducer *r);
+
+/* ---------------------------------------------------------------------------------------------
+ * Dynamic loss scaling with the semantics of torch.cuda.amp.GradScaler, for 16-bit training:
+ *
+ *   loss (or the loss gradient) *= ddp_scaler_scale(s);  backward;  reducer finish;
+ *   ddp_scaler_unscale_update(s, grads, dtype, n, &step_ok);
+ *   if (step_ok) optimizer step;            (skipped steps leave the weights untouched)
+ *
+ * unscale_update checks the averaged gradients for inf/NaN on EVERY rank and the ranks agree (a
+ * one-integer MAX all-reduce on host memory), so all ranks skip the same steps and replicas stay
+ * identical. On overflow: scale *= backoff_factor, the growth counter restarts, step_ok = 0 and
+ * the gradients are left as they are. Otherwise: gradients *= 1 / scale, step_ok = 1, the counter
+ * grows and after growth_interval such steps in a row scale *= growth_factor and the counter
+ * restarts. Scale and counter are training state: save them in checkpoints (get/set_state).
+ */
+typedef struct ddp_scaler ddp_scaler;
+
+typedef struct ddp_scaler_opts {
+    double init_scale;       /* default 65536 (2^16) */
+    double growth_factor;    /* default 2 */
+    double backoff_factor;   /* default 0.5 */
+    int64_t growth_interval; /* default 2000 */
+} ddp_scaler_opts;
+
+DDP_API void ddp_scaler_opts_default(ddp_scaler_opts *opts);
+/* DDP_ERR_INVALID_ARG (naming the field) unless init_scale > 0 and finite, growth_factor > 1,
+ * 0 < backoff_factor < 1, growth_interval >= 1. On failure *out is NULL. Not collective. */
+DDP_API ddp_status ddp_scaler_create(ddp_ctx *ctx, const ddp_scaler_opts *opts, ddp_scaler **out);
+DDP_API void ddp_scaler_destroy(ddp_scaler *s);
+/* The current scale; 0 for a NULL scaler. */
+DDP_API double ddp_scaler_scale(const ddp_scaler *s);
+/* Checks, unscales and updates as described above. grads: n elements of dtype (DDP_FP32,
+ * DDP_BF16 or DDP_FP16) in backend memory (on CUDA ordered on the backend's stream; the call
+ * waits for the check). Collective. On failure *step_ok is 0 and the state is unchanged. */
+DDP_API ddp_status ddp_scaler_unscale_update(ddp_scaler *s, void *grads, ddp_dtype dtype, size_t n,
+                                             int *step_ok);
+/* Training state for checkpoints: the scale and the count of finite steps since the last change
+ * (PyTorch's "_growth_tracker"). set_state: DDP_ERR_INVALID_ARG unless scale > 0 and finite and
+ * 0 <= growth_tracker < growth_interval. */
+DDP_API ddp_status ddp_scaler_get_state(const ddp_scaler *s, double *scale, int64_t *growth_tracker);
+DDP_API ddp_status ddp_scaler_set_state(ddp_scaler *s, double scale, int64_t growth_tracker);
+/* Steps skipped for inf/NaN since creation. */
+DDP_API int64_t ddp_scaler_skipped_steps(const ddp_scaler *s);
 
 /* ---------------------------------------------------------------------------------------------
  * Checkpoints: parameters with the model signature, in a documented file format
@@ -315,19 +419,6 @@ DDP_API ddp_status ddp_checkpoint_save(const char *path, const ddp_param_desc *d
  * bad magic, version, size or checksum (the log says which). */
 DDP_API ddp_status ddp_checkpoint_load(const char *path, ddp_param_desc **descs, int *n_params,
                                        float **params);
-
-/* ---------------------------------------------------------------------------------------------
- * CPU BLAS: OpenBLAS picks its kernels when it loads. Debian's 0.3.21 does not recognise some
- * AVX-512 CPUs and falls back to slow SSE3 kernels; OPENBLAS_CORETYPE must be set before the
- * process starts to fix it.
- */
-/* If OPENBLAS_CORETYPE is unset, the CPU supports AVX-512 and OpenBLAS chose a non-AVX-512 core,
- * sets OPENBLAS_CORETYPE and re-executes the program (/proc/self/exe, same argv) so OpenBLAS loads
- * the fast kernels. Call it first in main(), before ddp_init. Returns only when nothing had to be
- * done (or exec failed, which is logged). */
-DDP_API void ddp_blas_prefer_fast_kernels(char **argv);
-/* "OpenBLAS 0.3.21 DYNAMIC_ARCH ... core=SkylakeX threads=1", for start-up reports. */
-DDP_API const char *ddp_blas_describe(void);
 
 #ifdef __cplusplus
 }

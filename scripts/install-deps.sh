@@ -6,7 +6,7 @@ set -euo pipefail
 
 what=${1:-train}
 build_pkgs=(gcc pkg-config meson ninja-build openmpi-bin libopenmpi-dev libopenblas-dev
-  libhwloc-dev hwloc librandom123-dev zlib1g-dev python3 ca-certificates)
+  libhwloc-dev hwloc librandom123-dev zlib1g-dev libdnnl-dev python3 ca-certificates)
 test_pkgs=(munge slurmctld slurmd slurm-client libpmix-dev iproute2 util-linux procps
   python3-torch)
 

@@ -49,6 +49,11 @@ def bad_flags(chk, train):
         (["--batch"], ["missing value for option '--batch'"]),
         (["--seed", " -1"], ["--seed: expected a non-negative integer, got ' -1'"]),
         (["extra"], ["unexpected argument 'extra'"]),
+        (["--grad-dtype", "fp8"], ["--grad-dtype: expected fp32, bf16 or fp16, got 'fp8'"]),
+        (["--workers", "-1"], ["--workers: expected a non-negative integer, got '-1'"]),
+        (["--loss-scale-init", "0"], ["--loss-scale-init: expected a positive number, got '0'"]),
+        (["--inject-inf", "1-3", "--grad-dtype", "fp16"], ["--inject-inf: expected RANK:STEP"]),
+        (["--inject-inf", "1:3"], ["--inject-inf tests the fp16 loss scaler: add --grad-dtype fp16 or --precision fp16"]),
     ]
     for args, words in cases:
         expect(chk, "ddp-train " + " ".join(args), [train] + args, 2, words)
