@@ -6,8 +6,12 @@
  * fill a whole optimizer step is skipped (the permutation changes every epoch when shuffling).
  * Failures: errors every rank sees alike (bad data, bad configuration, replica mismatch) are agreed
  * on with a collective and every rank exits 1; any other failure after ddp_init aborts the job.
- * SIGUSR1 (Slurm's --signal=USR1@SECONDS before the time limit) stops training: the ranks agree
- * after every step, so all stop after the same step, evaluate, write --save and exit 0.
+ * SIGUSR1 (Slurm's --signal=USR1@SECONDS before the time limit) and SIGTERM (the time limit itself,
+ * scancel) stop training: the ranks agree after every step (one small all-reduce that also carries
+ * "this rank's loss is NaN or inf"), so all stop after the same step; rank 0 writes a checkpoint
+ * (--checkpoint-dir) and --save, optionally requeues the Slurm job, and all exit 0. The handlers
+ * only set flags, so a second signal during a save changes nothing.
+ * Checkpoints hold the whole training state (train_state.c); --resume continues bit-identically.
  */
 #include <math.h>
 #include <signal.h>
@@ -22,6 +26,7 @@
 #include "prefetch.h"
 #include "train_opts.h"
 #include "train_report.h"
+#include "train_state.h"
 
 typedef struct ddp_trainer {
     ddp_ctx *ctx;
@@ -42,8 +47,15 @@ typedef struct ddp_trainer {
     int *y_dev;        /* (batch), backend memory */
     FILE *metrics;     /* rank 0 with --metrics, else NULL */
     long steps_per_epoch, total_steps, step;
-    int stopped;       /* training stopped early on SIGUSR1 (the same on every rank) */
+    int stopped;       /* training stopped early on a signal (the same on every rank) */
     long skipped[16];  /* first optimizer steps the loss scaler skipped (inf/NaN on some rank) */
+    int epoch;         /* current epoch */
+    long in_epoch;     /* optimizer steps done in it */
+    int nan_stopped;   /* a non-finite loss stopped training (--nan-policy stop) */
+    int save_failed;   /* a checkpoint failed with --checkpoint-errors stop */
+    ddp_train_pos start; /* where training starts: zero, or the resumed position */
+    long saved_step;   /* step of the last checkpoint written, -1 for none */
+    ddp_train_setup setup;
     float confusion[DDP_N_CLASSES * DDP_N_CLASSES]; /* last evaluation, summed over ranks */
     ddp_progress progress;
 } ddp_trainer;
@@ -57,11 +69,14 @@ static void ddp_train_must(ddp_trainer *t, ddp_status st, const char *what)
     ddp_abort(t->ctx, 1);
 }
 
-static volatile sig_atomic_t ddp_train_signal; /* set by SIGUSR1 */
+static volatile sig_atomic_t ddp_train_got_usr1, ddp_train_got_term; /* set by the handlers */
 
 static void ddp_train_on_signal(int sig)
 {
-    ddp_train_signal = sig;
+    if (sig == SIGTERM)
+        ddp_train_got_term = 1;
+    else
+        ddp_train_got_usr1 = 1;
 }
 
 /* Every rank learns whether any rank failed. Returns DDP_OK when none did; otherwise every rank
@@ -124,6 +139,11 @@ static ddp_status ddp_train_plan(ddp_trainer *t)
         return st;
     size_t per_step = (size_t)t->o->batch * (size_t)t->o->accum;
     t->steps_per_epoch = (long)(ddp_sampler_len(t->sampler) / per_step);
+    if (t->test.n == 0) {
+        DDP_ERROR("%s: the test set (t10k files) has 0 samples: evaluation needs at least one; put "
+                  "test images in the folder", t->o->data_dir);
+        return DDP_ERR_INVALID_ARG;
+    }
     if (t->steps_per_epoch == 0) {
         DDP_ERROR("each rank gets %zu training samples per epoch, fewer than --batch %d x --accum %d; "
                   "lower them or use fewer ranks", ddp_sampler_len(t->sampler), t->o->batch, t->o->accum);
@@ -132,10 +152,18 @@ static ddp_status ddp_train_plan(ddp_trainer *t)
     t->total_steps = t->steps_per_epoch * t->o->epochs;
     if (t->o->max_steps > 0 && t->o->max_steps < t->total_steps)
         t->total_steps = t->o->max_steps;
+    return DDP_OK;
+}
+
+/* Starts the data workers at the first step to train (0, or the resumed step). */
+static ddp_status ddp_train_start_prefetch(ddp_trainer *t)
+{
+    ddp_sampler_opts so = {.n_samples = t->train.n, .world_size = t->world, .rank = t->rank,
+                           .seed = t->o->seed, .shuffle = t->o->shuffle, .drop_last = 0};
     ddp_prefetch_plan pp = {.data = &t->train, .sampler = so, .batch = t->o->batch,
                             .accum = t->o->accum, .steps_per_epoch = t->steps_per_epoch,
-                            .total_steps = t->total_steps, .seed = t->o->seed,
-                            .augment = t->o->augment, .workers = t->o->workers};
+                            .total_steps = t->total_steps, .first_step = t->start.step,
+                            .seed = t->o->seed, .augment = t->o->augment, .workers = t->o->workers};
     return ddp_prefetch_create(&pp, &t->prefetch);
 }
 
@@ -230,7 +258,8 @@ static void ddp_train_scale_loss(ddp_trainer *t)
     for (int i = 0; i < t->o->n_inject; i++)
         if (t->o->inject_rank[i] == t->rank && t->o->inject_step[i] == t->step)
             scale = INFINITY;
-    ddp_model_set_loss_scale(t->model, scale);
+    if (scale != 1.0f)
+        ddp_train_must(t, ddp_model_scale_loss_grad(t->model, scale), "scaling the loss gradient");
 }
 
 /* After the reducer: the loss scaler unscales and decides, the same on every rank. Returns
@@ -257,11 +286,49 @@ static float ddp_train_lr(const ddp_trainer *t)
     return (float)(t->o->lr * 0.5 * (1.0 + cos(M_PI * (double)t->step / (double)t->total_steps)));
 }
 
+/* After the gradients are reduced and before they are applied: did any rank get SIGUSR1 or SIGTERM,
+ * or a NaN/inf loss? One three-float all-reduce, so every rank answers alike. Returns the number of
+ * ranks whose loss was not finite. */
+static int64_t ddp_train_agree_step(ddp_trainer *t, int nonfinite)
+{
+    int64_t flags[3] = {ddp_train_got_usr1 != 0, ddp_train_got_term != 0, nonfinite != 0};
+    ddp_train_must(t, ddp_allreduce_host(t->ctx, flags, 3, DDP_INT64, DDP_SUM), "agreeing on a stop");
+    if ((flags[0] > 0 || flags[1] > 0) && !t->stopped) {
+        if (t->rank == 0) {
+            ddp_progress_end(&t->progress);
+            printf("%s received: every rank stops after step %ld\n", flags[1] > 0 ? "SIGTERM" : "SIGUSR1",
+                   t->step + 1);
+            fflush(stdout);
+        }
+        DDP_INFO("stop agreed: this rank stops after step %ld", t->step + 1);
+        t->stopped = 1;
+    }
+    return flags[2];
+}
+
+/* A step whose loss was NaN or inf on `ranks` ranks: it is not applied; --nan-policy stop ends training. */
+static void ddp_train_on_nonfinite(ddp_trainer *t, int64_t ranks)
+{
+    if (t->rank == 0)
+        ddp_progress_end(&t->progress);
+    if (t->o->nan_skip) {
+        if (t->rank == 0)
+            DDP_WARN("step %ld: the loss is NaN or inf on %lld rank(s): the step is not applied "
+                     "(--nan-policy skip)", t->step + 1, (long long)ranks);
+        return;
+    }
+    if (t->rank == 0)
+        DDP_ERROR("step %ld: the loss became NaN or inf on %lld rank(s): training stops (exit 1); lower "
+                  "--lr, or pass --nan-policy skip to leave such steps out", t->step + 1, (long long)ranks);
+    t->nan_stopped = 1;
+}
+
 /* One optimizer step over the next accum micro-batches; adds each micro-batch's mean loss to
- * *loss_sum. With a loss scaler the step may be skipped (every rank alike). */
+ * *loss_sum. A NaN/inf loss on any rank, or (with a loss scaler) inf/NaN gradients, leave the
+ * step out on every rank alike. */
 static void ddp_train_step(ddp_trainer *t, double *loss_sum)
 {
-    int batch = t->o->batch, accum = t->o->accum;
+    int batch = t->o->batch, accum = t->o->accum, nonfinite = 0;
     ddp_train_must(t, ddp_model_zero_grad(t->model), "zeroing gradients");
     for (int micro = 0; micro < accum; micro++) {
         float loss = 0.0f;
@@ -271,26 +338,38 @@ static void ddp_train_step(ddp_trainer *t, double *loss_sum)
                        "forward pass");
         ddp_train_scale_loss(t);
         ddp_train_must(t, ddp_model_backward(t->model, t->reducer), "backward pass");
-        *loss_sum += loss;
+        nonfinite |= !isfinite(loss);
+        *loss_sum += loss; /* a NaN shows in the epoch's loss (JSON null) */
     }
     ddp_train_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
+    int64_t bad = ddp_train_agree_step(t, nonfinite);
+    if (bad > 0) {
+        ddp_train_on_nonfinite(t, bad);
+        return;
+    }
     if (!ddp_train_step_ok(t))
         return;
     ddp_train_must(t, ddp_model_sgd_step(t->model, ddp_train_lr(t), (float)t->o->momentum,
                                          (float)t->o->weight_decay), "SGD step");
 }
 
-/* After a step: did any rank get SIGUSR1? One host all-reduce (MAX), so every rank answers alike. */
-static int ddp_train_stop_requested(ddp_trainer *t)
+/* Rank 0 writes a checkpoint of the position (t->step, epoch, in_epoch); every rank learns the
+ * outcome. A failure ends training unless --checkpoint-errors warn. */
+static void ddp_train_write_checkpoint(ddp_trainer *t, long in_epoch)
 {
-    int64_t seen = ddp_train_signal != 0;
-    ddp_train_must(t, ddp_allreduce_host(t->ctx, &seen, 1, DDP_INT64, DDP_MAX), "agreeing on a stop");
-    if (seen && !t->stopped && t->rank == 0) {
+    ddp_train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = in_epoch};
+    ddp_status st = DDP_OK;
+    if (t->rank == 0) {
         ddp_progress_end(&t->progress);
-        printf("SIGUSR1 received: every rank stops after step %ld\n", t->step);
+        st = ddp_train_checkpoint(&t->setup, &pos);
     }
-    t->stopped |= seen != 0;
-    return t->stopped;
+    t->saved_step = t->step;
+    if (ddp_train_agree(t, st) == DDP_OK)
+        return;
+    if (t->o->checkpoint_errors_warn)
+        DDP_WARN0("training goes on without this checkpoint (--checkpoint-errors warn)");
+    else
+        t->save_failed = 1;
 }
 
 /* Sharded evaluation: rank r takes test samples r, r + world, ...; the confusion counts are summed
@@ -332,10 +411,14 @@ static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
 {
     size_t per_step = (size_t)t->o->batch * (size_t)t->o->accum;
     double loss[2] = {0.0, 0.0}, seconds = 0.0;
-    long steps = 0;
+    long first = epoch == t->start.epoch ? t->start.step_in_epoch : 0, steps = first;
+    const ddp_train_opts *o = t->o;
+    t->epoch = epoch;
     for (; steps < t->steps_per_epoch && t->step < t->total_steps; steps++) {
         double start = ddp_train_now();
         ddp_train_step(t, &loss[0]);
+        if (t->nan_stopped)
+            break;
         double took = ddp_train_now() - start;
         loss[1] += t->o->accum;
         seconds += took;
@@ -345,11 +428,15 @@ static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
             ddp_train_report_impl(t);
         if (t->rank == 0)
             ddp_progress_update(&t->progress, t->step, epoch, loss[0] / loss[1]);
-        if (ddp_train_stop_requested(t)) {
+        if (o->checkpoint_dir && (t->stopped || (o->checkpoint_every && t->step % o->checkpoint_every == 0)))
+            ddp_train_write_checkpoint(t, steps + 1);
+        if (t->stopped || t->save_failed) {
             steps++;
             break;
         }
     }
+    t->in_epoch = steps;
+    steps -= first;
     double sums[2] = {loss[0], loss[1]};
     ddp_train_must(t, ddp_allreduce_host(t->ctx, sums, 2, DDP_FP64, DDP_SUM), "summing losses");
     e->epoch = epoch;
@@ -383,6 +470,8 @@ static void ddp_train_report_start(const ddp_trainer *t)
                ddp_precision_name(t->o->model.precision), ddp_cpu_gemm_name(t->o->model.precision),
                ddp_blas_describe(), ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM");
     ddp_train_print_opts(stdout, t->o);
+    if (t->o->requeue && !getenv("SLURM_JOB_ID"))
+        printf("--requeue: not a Slurm job (SLURM_JOB_ID is unset): a stop will not requeue anything\n");
     printf("data: %zu train / %zu test samples; %zu per rank per epoch; %ld steps per epoch "
            "(floor of per-rank samples / (batch x accum)); %ld steps planned; %zu parameters\n",
            t->train.n, t->test.n, ddp_sampler_len(t->sampler), t->steps_per_epoch, t->total_steps,
@@ -430,22 +519,17 @@ static void ddp_train_report_end(ddp_trainer *t, ddp_run_stats *r)
         ddp_metrics_summary(t->metrics, t->o, r);
 }
 
-/* Rank 0 writes the checkpoint; every rank learns the outcome. */
+/* Rank 0 writes the whole training state to --save; every rank learns the outcome. */
 static ddp_status ddp_train_save(ddp_trainer *t)
 {
     ddp_status st = DDP_OK;
     if (t->rank == 0) {
-        size_t n = ddp_model_numel_total(t->model);
-        float *host = malloc(n * sizeof *host);
-        st = host ? ddp_download(t->ctx, host, ddp_model_params(t->model), n * sizeof *host) : DDP_ERR_NOMEM;
-        if (st == DDP_OK)
-            st = ddp_checkpoint_save(t->o->save_path, ddp_model_descs(t->model), ddp_model_n_params(t->model),
-                                     host);
+        ddp_train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
+        st = ddp_train_save_state(&t->setup, &pos, t->o->save_path);
         if (st != DDP_OK)
             DDP_ERROR("--save %s: %s", t->o->save_path, ddp_strerror(st));
         else
             printf("saved %s\n", t->o->save_path);
-        free(host);
     }
     return ddp_train_agree(t, st);
 }
@@ -457,18 +541,21 @@ static void ddp_train_loop(ddp_trainer *t, double wall_start)
     int epochs = 0;
     long per_step = (long)t->o->batch * t->o->accum * t->world;
     ddp_progress_init(&t->progress, t->o->log_every, t->total_steps, per_step);
-    for (int epoch = 0; epoch < t->o->epochs && t->step < t->total_steps && !t->stopped;
+    for (int epoch = (int)t->start.epoch; epoch < t->o->epochs && t->step < t->total_steps &&
+                                          !t->stopped && !t->nan_stopped && !t->save_failed;
          epoch++, epochs++) {
         ddp_train_epoch(t, epoch, &e);
         ddp_train_report_epoch(t, &e);
     }
+    if (epochs == 0) /* resumed at the end: nothing left to train */
+        e.test_accuracy = ddp_train_evaluate(t);
     ddp_train_report_scaler(t);
     ddp_train_report_comm(t);
     ddp_run_stats r = {
         .world_size = t->world, .epochs = epochs, .steps = t->step, .test_accuracy = e.test_accuracy,
         .train_loss = e.train_loss, .train_seconds = t->progress.train_seconds,
         .samples_per_s = t->progress.train_seconds > 0
-                             ? (double)(t->step * per_step) / t->progress.train_seconds : 0.0,
+                             ? (double)((t->step - t->start.step) * per_step) / t->progress.train_seconds : 0.0,
         .wall_seconds = ddp_train_now() - wall_start, .backend = ddp_backend_name(ddp_backend(t->ctx)),
         .stopped_by_signal = t->stopped};
     ddp_train_report_end(t, &r);
@@ -509,25 +596,61 @@ static ddp_status ddp_train_verify_end(ddp_trainer *t)
     return st;
 }
 
-/* Whole run. Returns a failure only when every rank agrees on it; other failures abort the job. */
-static ddp_status ddp_train_run(ddp_ctx *ctx, const ddp_train_opts *o)
+/* Inputs, step plan, output folders, model, and the resumed position; agreed on by every rank. */
+static ddp_status ddp_train_prepare(ddp_trainer *t)
+{
+    ddp_status st = ddp_train_agree(t, ddp_train_open_inputs(t));
+    if (st == DDP_OK)
+        st = ddp_train_agree(t, ddp_train_same_data(t));
+    if (st == DDP_OK)
+        st = ddp_train_agree(t, ddp_train_plan(t));
+    if (st == DDP_OK)
+        st = ddp_train_agree(t, t->rank == 0 ? ddp_train_check_outputs(t->o) : DDP_OK);
+    if (st == DDP_OK)
+        st = ddp_train_build(t);
+    if (st != DDP_OK)
+        return st;
+    t->setup = (ddp_train_setup){.ctx = t->ctx, .o = t->o, .model = t->model, .n_train = t->train.n,
+                                 .steps_per_epoch = t->steps_per_epoch, .total_steps = t->total_steps,
+                                 .scaler = t->scaler};
+    int resumed;
+    st = ddp_train_resume(&t->setup, &t->start, &resumed);
+    t->step = t->start.step;
+    t->epoch = (int)t->start.epoch;
+    t->in_epoch = t->start.step_in_epoch;
+    t->saved_step = resumed ? t->step : -1;
+    if (st == DDP_OK)
+        st = ddp_train_agree(t, ddp_train_start_prefetch(t));
+    return st;
+}
+
+/* After training: the final checkpoint and --save; the run's outcome. */
+static ddp_status ddp_train_finish(ddp_trainer *t)
+{
+    if (t->nan_stopped || t->save_failed)
+        return t->nan_stopped ? DDP_ERR_STATE : DDP_ERR_IO;
+    if (t->o->checkpoint_dir && t->saved_step != t->step)
+        ddp_train_write_checkpoint(t, t->in_epoch);
+    if (t->save_failed)
+        return DDP_ERR_IO;
+    return t->o->save_path ? ddp_train_save(t) : DDP_OK;
+}
+
+/* Whole run. Returns a failure only when every rank agrees on it; other failures abort the job.
+ * *requeue: rank 0 should requeue the Slurm job (stopped by a signal, with --requeue). */
+static ddp_status ddp_train_run(ddp_ctx *ctx, const ddp_train_opts *o, int *requeue)
 {
     double wall_start = ddp_train_now();
     ddp_trainer t = {.ctx = ctx, .o = o, .rank = ddp_rank(ctx), .world = ddp_world_size(ctx)};
-    ddp_status st = ddp_train_agree(&t, ddp_train_open_inputs(&t));
-    if (st == DDP_OK)
-        st = ddp_train_agree(&t, ddp_train_same_data(&t));
-    if (st == DDP_OK)
-        st = ddp_train_agree(&t, ddp_train_plan(&t));
-    if (st == DDP_OK)
-        st = ddp_train_build(&t);
+    ddp_status st = ddp_train_prepare(&t);
     if (st == DDP_OK) {
         ddp_train_report_start(&t);
         ddp_train_loop(&t, wall_start);
         st = ddp_train_verify_end(&t);
-        if (st == DDP_OK && o->save_path)
-            st = ddp_train_save(&t);
+        if (st == DDP_OK)
+            st = ddp_train_finish(&t);
     }
+    *requeue = st == DDP_OK && t.stopped && o->requeue && t.rank == 0 && getenv("SLURM_JOB_ID");
     ddp_trainer_release(&t);
     return st;
 }
@@ -539,6 +662,7 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     ddp_train_opts o;
     ddp_train_parse_result pr = ddp_train_parse_args(argc, argv, &o);
     if (pr != DDP_TRAIN_RUN)
@@ -553,7 +677,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "ddp-train: cannot start: %s\n", ddp_strerror(st));
         return 1;
     }
-    st = ddp_train_run(ctx, &o);
+    int requeue = 0;
+    st = ddp_train_run(ctx, &o, &requeue);
     ddp_finalize(ctx);
+    if (requeue) /* last, after MPI is closed: Slurm ends this job's processes when it requeues */
+        st = ddp_train_requeue();
     return st == DDP_OK ? 0 : 1;
 }

@@ -370,6 +370,7 @@ float *ddp_model_params(ddp_model *m)
     return m->params;
 }
 float *ddp_model_grads(ddp_model *m) { return m->grads; }
+float *ddp_model_momentum(ddp_model *m) { return m->momentum; }
 const ddp_ops *ddp_model_ops(const ddp_model *m) { return m->ops; }
 
 /* ---- forward ------------------------------------------------------------------------------- */
@@ -557,6 +558,16 @@ ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r)
     return m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_backward(m, r) : ddp_mlp_backward(m, r);
 }
 
+
+ddp_status ddp_model_scale_loss_grad(ddp_model *m, float scale)
+{
+    if (m->batch < 1) {
+        DDP_ERROR("ddp_model_scale_loss_grad: no forward pass to scale");
+        return DDP_ERR_STATE;
+    }
+    int classes = m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
+    return m->ops->scale(m->dlogits, (size_t)m->batch * (size_t)classes, scale);
+}
 
 ddp_status ddp_model_zero_grad(ddp_model *m)
 {

@@ -58,6 +58,7 @@ size_t ddp_model_numel_total(const ddp_model *m);
  * before the next forward pass, so the caller may change the values through this pointer. */
 float *ddp_model_params(ddp_model *m);
 float *ddp_model_grads(ddp_model *m);  /* flat, backend memory, same layout */
+float *ddp_model_momentum(ddp_model *m); /* SGD momentum, flat, backend memory, same layout */
 const ddp_ops *ddp_model_ops(const ddp_model *m);
 
 /* Forward pass on a batch: x (batch, 784) and labels (batch) in backend memory, batch <=
@@ -68,6 +69,10 @@ ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, in
 /* Backward pass of the last forward: ADDS the gradient of the mean loss to the gradients, and
  * marks each parameter ready on r (when r is not NULL) as soon as its gradient is final. */
 ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r);
+/* Multiplies the fp32 loss gradient of the last forward pass by `scale` (loss scaling for 16-bit
+ * gradients: every parameter gradient of the next backward is then scaled alike; backward casts
+ * the scaled gradient to the model's precision). DDP_ERR_STATE without a forward pass. */
+ddp_status ddp_model_scale_loss_grad(ddp_model *m, float scale);
 ddp_status ddp_model_zero_grad(ddp_model *m);
 /* SGD with momentum and weight decay on every parameter (backend sgd_step). */
 ddp_status ddp_model_sgd_step(ddp_model *m, float lr, float momentum, float weight_decay);

@@ -30,6 +30,7 @@ typedef struct ddp_worker {
 struct ddp_prefetch {
     ddp_prefetch_plan plan;
     size_t pixels;
+    long first;       /* first batch of the sequence: first_step * accum */
     long n_batches;   /* total_steps * accum */
     int depth;
     ddp_slot *slots;
@@ -91,7 +92,7 @@ static void *ddp_worker_main(void *arg)
 {
     ddp_worker *w = arg;
     ddp_prefetch *p = w->owner;
-    for (long k = w->index; k < p->n_batches; k += p->n_workers) {
+    for (long k = p->first + w->index; k < p->n_batches; k += p->n_workers) {
         ddp_slot *s = &p->slots[k % p->depth];
         pthread_mutex_lock(&p->lock);
         while (!p->stopping && p->released < k - p->depth + 1)
@@ -156,9 +157,11 @@ ddp_status ddp_prefetch_create(const ddp_prefetch_plan *plan, ddp_prefetch **out
 {
     *out = NULL;
     if (!plan->data || plan->batch < 1 || plan->accum < 1 || plan->steps_per_epoch < 1 ||
-        plan->total_steps < 0 || plan->workers < 0) {
+        plan->total_steps < 0 || plan->first_step < 0 || plan->first_step > plan->total_steps ||
+        plan->workers < 0) {
         DDP_ERROR("ddp_prefetch_create: invalid plan (batch %d, accum %d, steps per epoch %ld, "
-                  "workers %d)", plan->batch, plan->accum, plan->steps_per_epoch, plan->workers);
+                  "first step %ld of %ld, workers %d)", plan->batch, plan->accum,
+                  plan->steps_per_epoch, plan->first_step, plan->total_steps, plan->workers);
         return DDP_ERR_INVALID_ARG;
     }
     ddp_prefetch *p = calloc(1, sizeof *p);
@@ -167,6 +170,7 @@ ddp_status ddp_prefetch_create(const ddp_prefetch_plan *plan, ddp_prefetch **out
     p->plan = *plan;
     p->pixels = (size_t)plan->data->rows * (size_t)plan->data->cols;
     p->n_batches = plan->total_steps * plan->accum;
+    p->first = p->next = p->released = plan->first_step * plan->accum;
     p->n_workers = plan->workers;
     p->depth = plan->workers > 0 ? 2 * plan->workers : 1;
     pthread_mutex_init(&p->lock, NULL);

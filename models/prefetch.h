@@ -22,6 +22,7 @@ typedef struct ddp_prefetch_plan {
     ddp_sampler_opts sampler;  /* the training sampler's options (each worker makes its own) */
     int batch, accum;
     long steps_per_epoch, total_steps;
+    long first_step;           /* the sequence starts at this optimizer step (0, or a resumed one) */
     uint64_t seed;             /* augmentation seed */
     int augment;               /* shift images by up to 2 pixels */
     int workers;               /* 0: batches made on the calling thread when asked for */

@@ -14,7 +14,9 @@ enum {
     OPT_MOMENTUM, OPT_WEIGHT_DECAY, OPT_SEED, OPT_BUCKET_MB, OPT_FIRST_BUCKET_MB, OPT_ACCUM,
     OPT_DEVICE, OPT_THREADS, OPT_METRICS, OPT_SAVE, OPT_NO_SHUFFLE, OPT_LOG_EVERY,
     OPT_BROADCAST_INIT, OPT_LR_SCHEDULE, OPT_AUGMENT, OPT_PRECISION, OPT_GRAD_DTYPE, OPT_LOSS_SCALE_INIT,
-    OPT_LOSS_SCALE_INTERVAL, OPT_WORKERS, OPT_INJECT_INF, OPT_HELP
+    OPT_LOSS_SCALE_INTERVAL, OPT_WORKERS, OPT_INJECT_INF, OPT_HELP,
+    OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME, OPT_RESUME_RESHARD, OPT_REQUEUE,
+    OPT_CKPT_ERRORS, OPT_NAN_POLICY
 };
 
 static const struct option ddp_train_long_opts[] = {
@@ -47,6 +49,14 @@ static const struct option ddp_train_long_opts[] = {
     {"workers", required_argument, NULL, OPT_WORKERS},
     {"inject-inf", required_argument, NULL, OPT_INJECT_INF},
     {"help", no_argument, NULL, OPT_HELP},
+    {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
+    {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
+    {"keep", required_argument, NULL, OPT_KEEP},
+    {"resume", required_argument, NULL, OPT_RESUME},
+    {"resume-reshard", no_argument, NULL, OPT_RESUME_RESHARD},
+    {"requeue", no_argument, NULL, OPT_REQUEUE},
+    {"checkpoint-errors", required_argument, NULL, OPT_CKPT_ERRORS},
+    {"nan-policy", required_argument, NULL, OPT_NAN_POLICY},
     {NULL, 0, NULL, 0},
 };
 
@@ -88,9 +98,21 @@ static const char ddp_train_usage_text[] =
     "  --inject-inf RANK:STEP  test aid: make RANK's gradients inf at optimizer STEP (0-based; needs\n"
     "                          --grad-dtype fp16 or --precision fp16): every rank must skip that\n"
     "                          step; up to 8 times\n"
+    "  --nan-policy stop|skip  a NaN/inf loss stops the run with exit 1 (stop, default) or its step\n"
+    "                          is not applied (skip)\n"
+    "  --checkpoint-dir DIR    rank 0 writes the full training state to DIR/step-N.ckpt (created)\n"
+    "  --checkpoint-every N    ... every N optimizer steps (default 0: on a stop and at the end)\n"
+    "  --keep K                checkpoints kept in DIR, older ones removed (default 3)\n"
+    "  --checkpoint-errors E   stop (default: a failed save ends the run, exit 1) or warn (go on)\n"
+    "  --resume auto|FILE      continue bit-identically from FILE, or (auto) from the newest valid\n"
+    "                          checkpoint in DIR, starting fresh when there is none\n"
+    "  --resume-reshard        allow resuming with another number of ranks (no longer bit-identical)\n"
+    "  --requeue               under Slurm: after a stop by signal, rank 0 runs scontrol requeue\n"
     "  --help                  this text\n"
-    "SIGUSR1 (e.g. sbatch --signal=USR1@120) stops every rank after the same step; rank 0 then\n"
-    "evaluates, writes --save and the metrics summary (\"stopped_by_signal\": true), and all exit 0.\n";
+    "SIGUSR1 (e.g. sbatch --signal=USR1@120) or SIGTERM (time limit, scancel) stops every rank after\n"
+    "the same step; rank 0 then writes a checkpoint into --checkpoint-dir, evaluates, writes --save\n"
+    "and the metrics summary (\"stopped_by_signal\": true); with --requeue it requeues the job; all\n"
+    "exit 0.\n";
 
 static void ddp_train_opts_default(ddp_train_opts *o)
 {
@@ -113,6 +135,7 @@ static void ddp_train_opts_default(ddp_train_opts *o)
     o->loss_scale_init = 65536.0;
     o->loss_scale_interval = 2000;
     o->workers = 1;
+    o->keep = 3;
 }
 
 /* RANK:STEP for --inject-inf. */
@@ -267,6 +290,47 @@ static int ddp_parse_number(int id, const char *v, ddp_train_opts *o)
     }
 }
 
+/* Checkpoint, resume and NaN flags. */
+static int ddp_parse_resume_opt(int id, const char *v, ddp_train_opts *o)
+{
+    switch (id) {
+    case OPT_CKPT_DIR: o->checkpoint_dir = v; return 0;
+    case OPT_RESUME: o->resume = v; return 0;
+    case OPT_RESUME_RESHARD: o->resume_reshard = 1; return 0;
+    case OPT_REQUEUE: o->requeue = 1; return 0;
+    case OPT_CKPT_EVERY: return ddp_parse_long("checkpoint-every", v, 0, LONG_MAX, &o->checkpoint_every);
+    case OPT_KEEP: return ddp_parse_int("keep", v, 1, &o->keep);
+    case OPT_CKPT_ERRORS:
+        o->checkpoint_errors_warn = strcmp(v, "warn") == 0;
+        if (o->checkpoint_errors_warn || strcmp(v, "stop") == 0)
+            return 0;
+        fprintf(stderr, "ddp-train: --checkpoint-errors: expected stop or warn, got '%s'\n", v);
+        return -1;
+    default:
+        o->nan_skip = strcmp(v, "skip") == 0;
+        if (o->nan_skip || strcmp(v, "stop") == 0)
+            return 0;
+        fprintf(stderr, "ddp-train: --nan-policy: expected stop or skip, got '%s'\n", v);
+        return -1;
+    }
+}
+
+/* Flags that only make sense together; 0 when consistent, else -1 with the complaint printed. */
+static int ddp_check_resume_opts(const ddp_train_opts *o)
+{
+    const char *need_dir = o->checkpoint_every ? "--checkpoint-every"
+                           : o->resume && strcmp(o->resume, "auto") == 0 ? "--resume auto" : NULL;
+    if (need_dir && !o->checkpoint_dir) {
+        fprintf(stderr, "ddp-train: %s needs --checkpoint-dir DIR (where checkpoints are kept)\n", need_dir);
+        return -1;
+    }
+    if (o->resume && !o->resume[0]) {
+        fprintf(stderr, "ddp-train: --resume: expected auto or a checkpoint file, got ''\n");
+        return -1;
+    }
+    return 0;
+}
+
 /* One flag. Returns 0 when accepted, -1 when invalid (message printed), 1 for --help. */
 static int ddp_train_apply_opt(int id, const char *v, ddp_train_opts *o)
 {
@@ -278,7 +342,7 @@ static int ddp_train_apply_opt(int id, const char *v, ddp_train_opts *o)
     case OPT_AUGMENT: o->augment = 1; return 0;
     case OPT_BROADCAST_INIT: o->broadcast_init = 1; return 0;
     case OPT_HELP: return 1;
-    default: return ddp_parse_number(id, v, o);
+    default: return id >= OPT_CKPT_DIR ? ddp_parse_resume_opt(id, v, o) : ddp_parse_number(id, v, o);
     }
 }
 
@@ -315,6 +379,8 @@ ddp_train_parse_result ddp_train_parse_args(int argc, char **argv, ddp_train_opt
                         "or --precision fp16\n");
         return DDP_TRAIN_USAGE;
     }
+    if (ddp_check_resume_opts(o) != 0)
+        return DDP_TRAIN_USAGE;
     o->model.seed = o->seed;
     o->model.max_batch = o->batch;
     return DDP_TRAIN_RUN;
@@ -342,4 +408,8 @@ void ddp_train_print_opts(FILE *f, const ddp_train_opts *o)
         fprintf(f, " with loss scaling (scale %g, doubled after %ld finite steps)", o->loss_scale_init,
                 o->loss_scale_interval);
     fprintf(f, "  data workers: %d\n", o->workers);
+    fprintf(f, "checkpoints: %s every %ld steps (keep %d, errors %s)  resume: %s  nan-policy: %s\n",
+            o->checkpoint_dir ? o->checkpoint_dir : "none", o->checkpoint_every, o->keep,
+            o->checkpoint_errors_warn ? "warn" : "stop", o->resume ? o->resume : "no",
+            o->nan_skip ? "skip" : "stop");
 }

@@ -34,6 +34,15 @@ typedef struct ddp_train_opts {
     int n_inject;              /* --inject-inf RANK:STEP entries (a test aid) */
     int inject_rank[8];
     long inject_step[8];
+    /* Checkpoints and resuming (train_state.c). */
+    const char *checkpoint_dir; /* NULL: none; checkpoints DIR/step-<12 digits>.ckpt */
+    long checkpoint_every;      /* optimizer steps between checkpoints; 0 = on a stop and at the end */
+    int keep;                   /* checkpoints kept in checkpoint_dir (default 3) */
+    const char *resume;         /* NULL, "auto" (newest valid in checkpoint_dir) or a file */
+    int resume_reshard;         /* allow resuming with another world size (not bit-identical) */
+    int requeue;                /* after a stop by signal under Slurm: scontrol requeue the job */
+    int checkpoint_errors_warn; /* a failed save warns and training goes on (default: stop, exit 1) */
+    int nan_skip;               /* --nan-policy skip: a step with NaN/inf loss is not applied */
 } ddp_train_opts;
 
 /* What the caller does after parsing. */

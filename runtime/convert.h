@@ -36,7 +36,7 @@ ddp_status ddp_dev_scale(const ddp_ctx *ctx, void *x, ddp_dtype t, size_t n, flo
 ddp_status ddp_dev_nonfinite(const ddp_ctx *ctx, const void *x, ddp_dtype t, size_t n,
                              int *found, void *stream);
 
-/* CUDA launchers (convert_cuda.cu); `stream` NULL means ddp_cuda_device_stream(). */
+/* CUDA launchers (convert_cuda.cu); `stream` NULL means ddp_cuda_stream(). */
 ddp_status ddp_cuda_cast(void *dst, int dst_t, const void *src, int src_t, size_t n, void *stream);
 ddp_status ddp_cuda_scale_typed(void *x, int t, size_t n, float alpha, void *stream);
 ddp_status ddp_cuda_nonfinite(const void *x, int t, size_t n, int *found, void *stream);

@@ -2,7 +2,7 @@
  * bf16/fp16, scale, inf/NaN check) for the reducer and the loss scaler, over half_shared.h.
  *
  * Two sections: kernels, then launchers. Every launcher runs on the given stream (NULL: the
- * backend's stream, ddp_cuda_device_stream()) and ends with a cudaGetLastError check. Type codes are
+ * backend's stream, ddp_cuda_stream()) and ends with a cudaGetLastError check. Type codes are
  * ddp_dtype values: 0 fp32, 1 bf16, 2 fp16.
  */
 #include <cuda_runtime.h>
@@ -67,7 +67,7 @@ static unsigned int ddp_conv_grid(size_t n)
 
 static cudaStream_t ddp_conv_stream(void *stream)
 {
-    return stream ? (cudaStream_t)stream : (cudaStream_t)ddp_cuda_device_stream();
+    return stream ? (cudaStream_t)stream : (cudaStream_t)ddp_cuda_stream();
 }
 
 static ddp_status ddp_conv_check(cudaError_t err, const char *what)

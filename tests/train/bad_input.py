@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """bad_input.py - ddp-train and ddp-ckpt on bad command lines and bad data: each run exits non-zero
 within seconds with a message naming the problem; under mpirun both ranks exit, none hangs.
-A run whose loss diverges to NaN still writes valid JSON metrics, and ddp-ckpt diff does not call
-NaN equal to a number.
+A run whose loss diverges to NaN stops with exit 1; with --nan-policy skip it goes on and still
+writes valid JSON metrics; ddp-ckpt diff does not call NaN equal to a number.
 
 Usage: bad_input.py DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
@@ -129,8 +129,11 @@ def diverged_metrics(chk, train, tmp):
     trainlib.write_dataset(data, 100, 20)
     metrics = os.path.join(tmp, "diverge.jsonl")
     rc, out = trainlib.run([train, "--data", data, "--epochs", "1", "--batch", "10", "--lr", "1e30",
-                            "--device", "cpu", "--metrics", metrics], timeout=120)
-    chk.check(rc == 0, f"diverging run exits 0 (status {rc})", out)
+                            "--device", "cpu"], timeout=120)
+    chk.check(rc == 1 and "the loss became NaN or inf" in out, f"diverging run stops with exit 1 (status {rc})", out)
+    rc, out = trainlib.run([train, "--data", data, "--epochs", "1", "--batch", "10", "--lr", "1e30",
+                            "--device", "cpu", "--metrics", metrics, "--nan-policy", "skip"], timeout=120)
+    chk.check(rc == 0, f"diverging run with --nan-policy skip exits 0 (status {rc})", out)
     lines = open(metrics).read().splitlines() if os.path.exists(metrics) else []
 
     def reject(constant):  # json.loads alone accepts NaN and Infinity, which JSON does not have

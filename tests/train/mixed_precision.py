@@ -27,6 +27,15 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
 
 
+def same_params(exe, a, b):
+    """Parameters bit-identical (ddp-ckpt diff, beside ddp-train): the files also hold the step,
+    the loss scale and the schedule, which differ between runs of other lengths."""
+    rc, out = trainlib.run([os.path.join(os.path.dirname(exe), "ddp-ckpt"), "diff", a, b], timeout=60)
+    m = re.search(r"max_abs_diff=(\S+)", out)
+    print(out.strip())
+    return rc == 0 and m is not None and float(m.group(1)) == 0.0
+
+
 def train(chk, mpi, exe, data, name, args, tmp):
     path = os.path.join(tmp, name + ".ckpt")
     cmd = mpi + ["2", exe, "--data", data, "--device", "cpu", "--batch", "8", "--log-every", "1000",
@@ -51,9 +60,9 @@ def check_scaler(chk, mpi, exe, data, tmp):
     chk.check("replicas identical after training" in out, "replicas identical after the skips", out)
     last, _ = train(chk, mpi, exe, data, "skip-last", fp16 + ["--max-steps", "12", "--inject-inf", "0:11"], tmp)
     eleven, _ = train(chk, mpi, exe, data, "eleven", fp16 + ["--max-steps", "11"], tmp)
-    chk.check(filecmp.cmp(last, eleven, shallow=False), "a skipped step leaves the parameters untouched")
+    chk.check(same_params(exe, last, eleven), "a skipped step leaves the parameters untouched")
     twelve, _ = train(chk, mpi, exe, data, "twelve", fp16 + ["--max-steps", "12"], tmp)
-    chk.check(not filecmp.cmp(twelve, eleven, shallow=False), "negative control: a taken step changes them")
+    chk.check(not same_params(exe, twelve, eleven), "negative control: a taken step changes them")
 
 
 def accuracy(out):
