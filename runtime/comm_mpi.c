@@ -41,9 +41,9 @@ typedef struct mpi_request {
     size_t n;
     ddp_dtype dtype;
     ddp_reduce_op op;
-    int bucket;        /* the reducer's bucket, for the watchdog's message; -1 when none */
     ddp_status status; /* valid once done */
     int done;
+    int64_t trace_tag; /* args.arg of its "allreduce" trace span */
     struct mpi_request *next;
 } mpi_request;
 
@@ -192,8 +192,10 @@ static void *mpi_worker(void *arg)
             break; /* stopping, and the queue is drained */
         mpi_request *r = s->head;
         pthread_mutex_unlock(&s->lock);
+        ddp_trace_begin("allreduce", r->trace_tag);
         ddp_status st = mpi_allreduce_on(s->async_comm, s, r->buf, r->n, r->dtype, r->op,
-                                         DDP_WATCH_ASYNC, r->bucket);
+                                         DDP_WATCH_ASYNC, (int)r->trace_tag);
+        ddp_trace_end("allreduce", r->trace_tag);
         pthread_mutex_lock(&s->lock);
         s->head = r->next;
         if (!s->head)
@@ -217,7 +219,7 @@ static ddp_status mpi_allreduce_start(ddp_comm *c, void *buf, size_t n, ddp_dtyp
         return DDP_ERR_NOMEM;
     }
     *r = (mpi_request){.ops = &mpi_ops, .owner = s, .buf = buf, .n = n, .dtype = dtype, .op = op,
-                       .bucket = ddp_watch_take_next_bucket()};
+                       .trace_tag = ddp_trace_tag()};
     pthread_mutex_lock(&s->lock);
     if (s->tail)
         s->tail->next = r;

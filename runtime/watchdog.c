@@ -94,7 +94,6 @@ typedef struct wd_lane {
 
 static wd_lane wd_lanes[DDP_WATCH_N_LANES];
 static _Atomic int wd_enabled;        /* lanes are written */
-static _Thread_local int wd_next_bucket = -1;
 
 /* The watchdog thread and the side channel; owned by ddp_watchdog_start/stop. */
 static struct {
@@ -136,18 +135,6 @@ void ddp_watch_leave(int lane)
     wd_lane *l = &wd_lanes[lane];
     uint64_t s = atomic_load_explicit(&l->state, memory_order_relaxed);
     atomic_store_explicit(&l->state, s & ~(uint64_t)1, memory_order_release);
-}
-
-void ddp_watch_set_next_bucket(int bucket)
-{
-    wd_next_bucket = bucket;
-}
-
-int ddp_watch_take_next_bucket(void)
-{
-    int b = wd_next_bucket;
-    wd_next_bucket = -1;
-    return b;
 }
 
 /* ---- small helpers --------------------------------------------------------------------------- */
