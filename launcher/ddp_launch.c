@@ -36,7 +36,9 @@ static const char *const help_text[] = {
     "  none      -n N starts N ranks on this node: through `mpirun -np N --bind-to none` when mpirun\n"
     "            is in PATH (--oversubscribe beyond the core count, --allow-run-as-root as root),\n"
     "            otherwise by forking N children: SIGUSR1/SIGUSR2 are passed on to them, and when one\n"
-    "            fails (or on SIGINT/SIGTERM) the others are stopped. Without -n: one rank.\n"
+    "            fails (or on SIGINT/SIGTERM) the others are stopped, naming the rank that failed.\n"
+    "            Forking refuses an MPI program: forked ranks cannot join one MPI job.\n"
+    "            Without -n: one rank.\n"
     "\n"
     "Options:\n"
     "  -n N                  number of ranks; under a launcher only a cross-check of its world size\n"
@@ -626,6 +628,17 @@ static void signal_children(const pid_t *pids, int n, int sig)
             kill(-pids[i], sig);
 }
 
+/* Names the rank that failed and how. */
+static void report_failure(int rank, pid_t pid, int status)
+{
+    if (WIFSIGNALED(status))
+        fprintf(stderr, "ddp-launch: rank %d (pid %ld) was killed by signal %d (%s); stopping the other ranks\n",
+                rank, (long)pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else
+        fprintf(stderr, "ddp-launch: rank %d (pid %ld) exited with status %d; stopping the other ranks\n", rank,
+                (long)pid, WEXITSTATUS(status));
+}
+
 /* Waits for the children; passes SIGUSR1/SIGUSR2 on to them (Slurm's --signal warning) and keeps
  * waiting; on the first failure, or SIGINT/SIGTERM (passed on too), stops the rest. Returns the
  * exit status to report: the first failing child's, 128 + the stopping signal, or 0. */
@@ -648,13 +661,17 @@ static int supervise(pid_t *pids, int n)
             continue;
         if (pid < 0)
             break;
+        int rank = -1;
         for (int i = 0; i < n; i++)
-            pids[i] = pids[i] == pid ? -1 : pids[i];
+            if (pids[i] == pid) {
+                rank = i;
+                pids[i] = -1;
+            }
         running--;
         if (exit_code(status) != 0) {
             result = exit_code(status);
             kill(-pid, SIGKILL); /* what the failed rank left behind in its group */
-            fprintf(stderr, "ddp-launch: a rank exited with status %d; stopping the others\n", result);
+            report_failure(rank, pid, status);
             break;
         }
     }
@@ -695,20 +712,37 @@ static int fork_ranks(const struct ddp_options *opt, const struct ddp_layout *ba
     return rc;
 }
 
+/* Forked ranks of an MPI program would each start alone (an MPI job needs mpirun's or srun's
+ * runtime to join its processes): refuse at once with the fix. Returns 0 when PROGRAM may fork. */
+static int refuse_fork_of_mpi(char **args, int forced)
+{
+    if (!args[0] || ddp_program_mpi(environ, args[0]) == DDP_MPI_NONE)
+        return 0;
+    fprintf(stderr, "ddp-launch: error: %s is an MPI program, and ranks forked by ddp-launch cannot join one MPI "
+            "job (each would start alone). %s: %s, or start the job with mpirun -np N or "
+            "srun --mpi=pmix -n N (DDP_MPI_PROGRAM=none overrides the detection for programs that do not use MPI)\n",
+            args[0], forced ? "DDP_LOCAL_FORK=1 asks for forking" : "mpirun is not in PATH",
+            forced ? "unset DDP_LOCAL_FORK" : "install Open MPI's mpirun (Debian: apt-get install openmpi-bin)");
+    return -1;
+}
+
 static int launch_local(const struct ddp_options *opt, struct ddp_layout *l, char **args)
 {
     char path[4096];
     const char *force_fork = getenv("DDP_LOCAL_FORK");
+    int forced = force_fork && strcmp(force_fork, "1") == 0;
     l->source = DDP_SOURCE_LOCAL;
     snprintf(l->job_key, sizeof l->job_key, "local-%ld", (long)getpid());
     if (opt->master_port < 0 && !getenv("MASTER_PORT"))
         l->master_port = ddp_port_from_hash((unsigned long long)getpid());
     if (l->world_size == 1)
         return run_rank(opt, l, args);
-    if (!(force_fork && strcmp(force_fork, "1") == 0) && ddp_find_program(environ, "mpirun", path, sizeof path) == 0) {
+    if (!forced && ddp_find_program(environ, "mpirun", path, sizeof path) == 0) {
         exec_mpirun(opt, args);
         fail("warning: cannot exec mpirun (%s); forking the ranks instead", strerror(errno));
     }
+    if (!opt->dry_run && refuse_fork_of_mpi(args, forced) != 0)
+        return SETUP_EXIT;
     return fork_ranks(opt, l, args);
 }
 

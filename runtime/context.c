@@ -3,7 +3,9 @@
  *
  * Failure policy: wherever ranks may disagree (one rank's environment or device is bad), every
  * rank first agrees on the outcome with an all-reduce of its status, so all ranks return the
- * error together and none is left waiting in a later collective.
+ * error together and none is left waiting in a later collective. Every start-up collective,
+ * MPI_Init and MPI_Finalize included, runs under the watchdog's deadline (watchdog.c), which is
+ * started first and stopped last.
  */
 #include <errno.h>
 #include <mpi.h>
@@ -138,7 +140,10 @@ cleanup:
 static ddp_status ctx_agree(const ddp_ctx *ctx, ddp_status mine, const char *step)
 {
     int in[2] = {(int)mine, ctx->rank}, out[2] = {0, 0};
-    if (MPI_Allreduce(in, out, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    ddp_watch_enter(DDP_WATCH_CALLER, "start-up agreement", -1, sizeof in);
+    int rc = MPI_Allreduce(in, out, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    ddp_watch_leave(DDP_WATCH_CALLER);
+    if (rc != MPI_SUCCESS) {
         DDP_ERROR("could not agree with the other ranks on %s", step);
         return mine != DDP_OK ? mine : DDP_ERR_MPI;
     }
@@ -247,7 +252,10 @@ static ddp_status ctx_resolve_backend(ddp_ctx *ctx, ddp_backend_kind asked)
         has = 0;
     }
     int in[3] = {has && own, -has, -(has && !own)}, out[3] = {0, 0, 0};
-    if (MPI_Allreduce(in, out, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    ddp_watch_enter(DDP_WATCH_CALLER, "backend agreement", -1, sizeof in);
+    int rc = MPI_Allreduce(in, out, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    ddp_watch_leave(DDP_WATCH_CALLER);
+    if (rc != MPI_SUCCESS) {
         DDP_ERROR("could not agree on the backend with the other ranks");
         return DDP_ERR_MPI;
     }
@@ -435,6 +443,7 @@ static ddp_status ctx_print_table(const ddp_ctx *ctx)
     ctx_affinity(mine.cpus, sizeof mine.cpus);
     rank_row *rows = ctx->rank == 0 ? calloc((size_t)ctx->world_size, sizeof *rows) : NULL;
     int ok = ctx->rank != 0 || rows != NULL;
+    ddp_watch_enter(DDP_WATCH_CALLER, "start-up rank table", -1, sizeof mine);
     DDP_MPI_TRY(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
     if (!ok) {
         DDP_WARN0("out of memory for the rank table; not printed");
@@ -445,34 +454,49 @@ static ddp_status ctx_print_table(const ddp_ctx *ctx)
     if (ctx->rank == 0)
         ctx_print_rows(ctx, rows);
 cleanup:
+    ddp_watch_leave(DDP_WATCH_CALLER);
     free(rows);
     return st;
 }
 
 /* ---- init / finalize -------------------------------------------------------------------------- */
 
-/* Releases what ctx holds; finalises MPI when ctx started it. */
+/* Releases what ctx holds; finalises MPI when ctx started it. The ring says goodbye first, so
+ * that ranks leaving at different moments are not taken for dead ones. */
 static void ctx_release(ddp_ctx *ctx)
 {
+    ddp_watchdog_disconnect();
     if (ctx->comm && ctx->comm != ctx->host_comm)
         ctx->comm->ops->destroy(ctx->comm);
     if (ctx->host_comm)
         ctx->host_comm->ops->destroy(ctx->host_comm);
     if (ctx->backend == DDP_BACKEND_CUDA && ctx->dev)
         ddp_cuda_device_close();
-    if (ctx->owns_mpi)
+    if (ctx->owns_mpi) {
+        ddp_watch_enter(DDP_WATCH_CALLER, "MPI_Finalize", -1, 0);
         MPI_Finalize();
+        ddp_watch_leave(DDP_WATCH_CALLER);
+    }
+    ddp_watchdog_stop();
     free(ctx);
 }
 
 static ddp_status ctx_setup(ddp_ctx *ctx, const ddp_init_opts *opts)
 {
+    ddp_watchdog_start();
+    ddp_watch_enter(DDP_WATCH_CALLER, "MPI_Init", -1, 0);
     ddp_status st = ctx_start_mpi(ctx);
+    ddp_watch_leave(DDP_WATCH_CALLER);
+    ddp_watch_enter(DDP_WATCH_CALLER, "start-up topology", -1, 0);
     if (st == DDP_OK)
         st = ctx_topology(ctx);
+    ddp_watch_leave(DDP_WATCH_CALLER);
     if (st != DDP_OK)
         return st;
     ddp_log_set_identity(ctx->rank, ctx->hostname);
+    st = ddp_watchdog_connect(ctx->rank, ctx->world_size, ctx->hostname);
+    if (st != DDP_OK)
+        return st;
     st = ctx_agree(ctx, ctx_check_env(ctx), "the environment check");
     if (st == DDP_OK)
         st = ctx_open_backend(ctx, opts);
@@ -528,6 +552,7 @@ void ddp_abort(ddp_ctx *ctx, int code)
     (void)ctx;
     fflush(stdout);
     fflush(stderr);
+    ddp_watchdog_announce_abort(); /* the ring ends the job even where MPI_Abort reaches no peer */
     MPI_Initialized(&inited);
     MPI_Finalized(&finalized);
     if (inited && !finalized)

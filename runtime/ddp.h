@@ -9,7 +9,11 @@
  *    On failure the function logs the reason (with rank and host) and leaves its outputs untouched
  *    unless documented otherwise.
  *  - Library code never exits the process. When one rank fails, the program decides: ddp_abort()
- *    stops every rank of the job, so no peer is left waiting in a collective.
+ *    stops every rank of the job, so no peer is left waiting in a collective. The one exception is
+ *    the watchdog started by ddp_init: a collective still blocked after DDP_TIMEOUT seconds
+ *    (default 300), or a peer process that died, ends the whole job (MPI_Abort) with a message
+ *    naming the collective and the ranks that never arrived, since MPI cannot cancel a blocked
+ *    collective. DDP_WATCHDOG=0 turns it off (the README says more).
  *  - Counts are element counts (n_*), sizes are byte counts (*_bytes). Buffers passed to the
  *    collectives and the reducer live in the backend's memory: host memory for the CPU backend,
  *    device memory for the CUDA backend.

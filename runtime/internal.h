@@ -103,6 +103,32 @@ void ddp_log_set_identity(int rank, const char *hostname);
  * when unset. A value that is not a positive number is logged once and the default used. */
 double ddp_timeout_seconds(void);
 
+/* ---- the watchdog (watchdog.c): deadlines on collectives, dead-rank detection ------------- */
+
+/* Lanes: collectives of the caller's thread, and the communication thread's queued all-reduces. */
+enum { DDP_WATCH_CALLER, DDP_WATCH_ASYNC, DDP_WATCH_N_LANES };
+
+/* Around every collective: enter marks collective `what` (a string literal) of n_bytes, for
+ * bucket (or -1), as active on the lane and returns its sequence number; leave marks it done.
+ * A few atomic stores each; no-ops while the watchdog is off. One thread per lane. */
+uint64_t ddp_watch_enter(int lane, const char *what, int bucket, size_t n_bytes);
+void ddp_watch_leave(int lane);
+
+/* Starts the watchdog thread (before MPI_Init, so start-up is under the deadline too); a lane
+ * active longer than ddp_timeout_seconds() ends the job (MPI_Abort) after naming the collective.
+ * DDP_WATCHDOG=0 leaves it off. Only fails softly: a warning, and no deadlines. */
+ddp_status ddp_watchdog_start(void);
+/* Collective, after MPI_Init: tells the watchdog this rank, exchanges side-channel addresses and
+ * builds the ring of TCP connections that detects dead ranks. A ring that cannot be built
+ * everywhere is left off with a warning (DDP_OK); DDP_ERR_MPI when the exchange itself failed. */
+ddp_status ddp_watchdog_connect(int rank, int world, const char *hostname);
+/* Says goodbye on the ring and closes the side channel (deadlines stay). */
+void ddp_watchdog_disconnect(void);
+/* Tells the ring that this rank is ending the job (before MPI_Abort in ddp_abort). */
+void ddp_watchdog_announce_abort(void);
+/* Disconnects and stops the thread. */
+void ddp_watchdog_stop(void);
+
 /* trace.c: the tag (a bucket index; -1: none) of the all-reduces the calling thread starts next.
  * The MPI communicator keeps it in the request, and its thread records the "allreduce" span with
  * it as args.arg. */

@@ -6,7 +6,7 @@
 # Usage: tests/cluster/run.sh --launch PATH --train PATH [--mpi-default none|pmix] [CASE...]
 #   (no CASE: all of them; --mpi-default: slurm.conf's MpiDefault, as cluster.sh takes it)
 # Cases: print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
-#   torch-allreduce pmi-trap requeue srun-sigterm log-dir   (templates needs --mpi-default none)
+#   torch-allreduce pmi-trap requeue srun-sigterm log-dir kill-rank   (templates needs --mpi-default none)
 # Environment: DDP_TEST_SRCDIR (source tree; default: two levels up), DDP_SLURM_BASE (cluster state,
 #   default /tmp/ddp-slurm-test). Only one cluster can run per machine (the network names are fixed):
 #   concurrent runs queue on a lock, and a cluster left running by hand is stopped first.
@@ -22,7 +22,7 @@ TRAIN_ARGS=(--model mlp --epochs 4 --batch 64 --lr 0.1 --device auto)
 MIN_ACC=0.90
 JOB_TIMEOUT=420       # seconds any one srun or batch job may take
 ALL_CASES=(print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
-    torch-allreduce pmi-trap requeue srun-sigterm log-dir)
+    torch-allreduce pmi-trap requeue srun-sigterm log-dir kill-rank)
 LAUNCH=""
 TRAIN=""
 WORK=""
@@ -426,6 +426,18 @@ PY
     echo "  burst: srun output $(grep -c '^[0-9]' "$out") numbers + '$(tail -n 1 "$out")', rank 0's file $(wc -l <"$WORK/burst/rank.0.out") lines"
     [[ $(grep -c '^[0-9]' "$out") -eq 100000 && $(tail -n 1 "$out") == last-line ]] ||
         fail "srun's output lost part of rank 0's burst"
+}
+
+# No rank left hanging (issue 6, test 4): kill -9 of rank 1 in the middle of training under plain
+# `srun --mpi=pmix -N2` (Slurm's default KillOnBadExit=0) and under mpirun in an sbatch allocation of
+# 2 nodes, then SIGSTOP under srun with DDP_TIMEOUT=8 (tests/train/kill_rank.py; 2 trials per mode
+# here; DDP_KILL_TRIALS=10 DDP_STOP_TRIALS=N for more).
+case_kill_rank() {
+    local py=$SRC/tests/train/kill_rank.py trials=${DDP_KILL_TRIALS:-2}
+    "$py" --train "$TRAIN" --launch "$LAUNCH" --modes srun,sbatch-mpirun --trials "$trials" ||
+        fail "a job outlived the death of one of its ranks (see above)"
+    "$py" --train "$TRAIN" --launch "$LAUNCH" --modes srun --stop --trials "${DDP_STOP_TRIALS:-1}" ||
+        fail "a job outlived the freezing of one of its ranks (see above)"
 }
 
 # --- driver ----------------------------------------------------------------------------------------
