@@ -179,7 +179,8 @@ def expected_messages(mode, victim, stop):
 def one_trial(modes, mode, n, stop, chk):
     tag = f"{os.getpid()}-{mode}-{n}"
     cmd, prog = modes.command(mode, tag)
-    env = dict(os.environ, DDP_HANG_TEST=tag)
+    # CPU training: hide the GPUs, or ddp-launch rightly refuses 2 ranks on a 1-GPU machine.
+    env = dict(os.environ, DDP_HANG_TEST=tag, CUDA_VISIBLE_DEVICES="")
     if stop:
         env["DDP_TIMEOUT"] = str(STOP_TIMEOUT)
     if mode == "launch-fork":
