@@ -136,8 +136,9 @@ static ddp_status ddp_train_plan(ddp_trainer *t)
     size_t per_step = (size_t)t->o->batch * (size_t)t->o->accum;
     t->steps_per_epoch = (long)(ddp_sampler_len(t->sampler) / per_step);
     if (t->steps_per_epoch == 0) {
-        DDP_ERROR("each rank gets %zu training samples per epoch, fewer than --batch %d x --accum %d; "
-                  "lower them or use fewer ranks", ddp_sampler_len(t->sampler), t->o->batch, t->o->accum);
+        DDP_ERROR("--batch %d x --accum %d is more than the %zu training samples each of the %d rank(s) "
+                  "gets per epoch: allowed is --batch x --accum from 1 to %zu (or use fewer ranks)",
+                  t->o->batch, t->o->accum, ddp_sampler_len(t->sampler), t->world, ddp_sampler_len(t->sampler));
         return DDP_ERR_INVALID_ARG;
     }
     t->total_steps = t->steps_per_epoch * t->o->epochs;
