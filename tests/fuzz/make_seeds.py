@@ -42,15 +42,18 @@ ARGS = {
 }
 
 
-def idx_pair(n):
-    """The harness framing of fuzz_idx.c: u16 images length, images file, labels file."""
-    images = struct.pack(">IIII", 0x803, n, 28, 28) + bytes((i * 7) % 256 for i in range(n * 784))
+def idx_pair(n, pad=0):
+    """The harness framing of fuzz_idx.c: mode byte, u16 images length, images file, labels file
+    (mode 1: the images file is only its header; the harness appends the pixels)."""
+    images = struct.pack(">IIII", 0x803, n, 28, 28)
+    if not pad:
+        images += bytes((i * 7) % 256 for i in range(n * 784))
     labels = struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n))
-    return struct.pack("<H", len(images)) + images + labels
+    return struct.pack("<BH", pad, len(images)) + images + labels
 
 
-def checkpoint(params):
-    """Mode byte 0 (keep the CRC) and a version 1 checkpoint of params: [(name, shape)]."""
+def checkpoint(params, mode=0):
+    """Mode byte (1: the harness rewrites the CRC) and a version 1 checkpoint of params: [(name, shape)]."""
     total = 0
     records = b""
     for name, shape in params:
@@ -62,7 +65,7 @@ def checkpoint(params):
         records += name.encode().ljust(48, b"\0") + struct.pack("<I4q", len(shape), *dims)
     body = b"DDPCKPT1" + struct.pack("<IIQ", 1, len(params), total) + records
     body += struct.pack(f"<{total}f", *[0.25 * i for i in range(total)])
-    return b"\0" + body + struct.pack("<I", zlib.crc32(body))
+    return bytes([mode]) + body + struct.pack("<I", zlib.crc32(body))
 
 
 def write(folder, name, data):
@@ -81,9 +84,12 @@ def main():
         write(os.path.join(root, "train_opts"), name, "\n".join(args))
     write(os.path.join(root, "idx"), "two", idx_pair(2))
     write(os.path.join(root, "idx"), "empty", idx_pair(0))
+    write(os.path.join(root, "idx"), "ten_padded", idx_pair(10, pad=1))
     write(os.path.join(root, "checkpoint"), "one", checkpoint([("w", (3,))]))
     write(os.path.join(root, "checkpoint"), "mlp", checkpoint([("fc1.weight", (4, 3)), ("fc1.bias", (4,)),
                                                               ("scalar", ())]))
+    # A name one byte short of the 48-byte field, behind a CRC the harness keeps valid.
+    write(os.path.join(root, "checkpoint"), "long_name", checkpoint([("n" * 47, (2, 1, 1, 2))], mode=1))
 
 
 if __name__ == "__main__":
