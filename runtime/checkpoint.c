@@ -17,6 +17,7 @@
  * CRC-32, then every parameter record (n_dims, shapes, element counts adding up to the total).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -388,9 +389,13 @@ ddp_status ddp_checkpoint_load(const char *path, ddp_param_desc **descs, int *n_
         DDP_ERROR("ddp_checkpoint_load: path and every output pointer must be non-NULL");
         return DDP_ERR_INVALID_ARG;
     }
-    ddp_ckpt_reader r = {.f = fopen(path, "rb"), .path = path, .crc = crc32(0L, Z_NULL, 0)};
+    /* O_NONBLOCK: a FIFO must not block the open (ddp_ckpt_load_file refuses it). */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    ddp_ckpt_reader r = {.f = fd >= 0 ? fdopen(fd, "rb") : NULL, .path = path, .crc = crc32(0L, Z_NULL, 0)};
     if (!r.f) {
         DDP_ERROR("cannot open checkpoint %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return DDP_ERR_IO;
     }
     ddp_status st = ddp_ckpt_load_file(&r, descs, n_params, params);

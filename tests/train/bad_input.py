@@ -1,6 +1,9 @@
 #!/usr/bin/python3
 """bad_input.py - ddp-train and ddp-ckpt on bad command lines and bad data: each run exits non-zero
 within seconds with a message naming the problem; under mpirun both ranks exit, none hangs.
+Absurd flag values (2^63 steps, NaN or infinite rates, ...) are refused with the allowed range, a
+batch larger than a rank's share of the data with the largest that fits, and a FIFO where a file
+belongs without waiting for a writer.
 A run whose loss diverges to NaN still writes valid JSON metrics, and ddp-ckpt diff does not call
 NaN equal to a number.
 
@@ -98,6 +101,13 @@ def bad_data(chk, train, tmp):
         "label out of range": ("train-labels-idx1-ubyte", lambda b: b[:-1] + bytes([12]),
                                ["label 12", "0..9"]),
     }
+    # A FIFO (a named pipe with no writer) where a data file belongs: opening it must not wait.
+    fifo = os.path.join(tmp, "fifo")
+    shutil.copytree(good, fifo)
+    os.remove(os.path.join(fifo, "train-images-idx3-ubyte"))
+    os.mkfifo(os.path.join(fifo, "train-images-idx3-ubyte"))
+    expect(chk, "a FIFO as the images file", [train, "--data", fifo], None,
+           ["train-images-idx3-ubyte: not a regular file"])
     expect(chk, "batch larger than the data set", [train, "--data", good, "--batch", "100000"], 1,
            ["--batch 100000 x --accum 1 is more than the 40 training samples", "from 1 to 40"])
     for what, (name, change, words) in cases.items():
@@ -145,6 +155,9 @@ def ckpt_cli(chk, ckpt, tmp):
     expect(chk, "ddp-ckpt show on a corrupt file", [ckpt, "show", bogus], 2, ["bogus.ckpt"])
     expect(chk, "ddp-ckpt diff with a missing file", [ckpt, "diff", bogus, os.path.join(tmp, "none")], 2,
            ["cannot load"])
+    fifo = os.path.join(tmp, "ckpt.fifo")
+    os.mkfifo(fifo)
+    expect(chk, "ddp-ckpt show on a FIFO", [ckpt, "show", fifo], 2, ["ckpt.fifo is not a regular file"])
     expect(chk, "ddp-ckpt without a command", [ckpt], 2, ["usage:"])
     expect(chk, "ddp-ckpt diff with one file", [ckpt, "diff", bogus], 2, ["two checkpoint files"])
     expect(chk, "ddp-ckpt diff --tol abc", [ckpt, "diff", "--tol", "abc", bogus, bogus], 2, ["--tol"])
