@@ -9,11 +9,14 @@
  * SIGUSR1 (Slurm's --signal=USR1@SECONDS before the time limit) stops training: the ranks agree
  * after every step, so all stop after the same step, evaluate, write --save and exit 0.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ddp.h"
 #include "mnist.h"
@@ -89,6 +92,20 @@ static ddp_status ddp_train_agree(ddp_trainer *t, ddp_status local)
     return local != DDP_OK ? local : DDP_ERR_MISMATCH;
 }
 
+/* Opens FILE for writing like fopen(path, "w"), but a FIFO without a reader fails (ENXIO) instead
+ * of blocking rank 0 while its peers wait. NULL with errno set on failure. */
+static FILE *ddp_train_create(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0666);
+    FILE *f = fd >= 0 && fcntl(fd, F_SETFL, 0) == 0 ? fdopen(fd, "w") : NULL;
+    if (!f && fd >= 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+    }
+    return f;
+}
+
 /* Loads both splits and opens the metrics file (rank 0). */
 static ddp_status ddp_train_open_inputs(ddp_trainer *t)
 {
@@ -96,9 +113,9 @@ static ddp_status ddp_train_open_inputs(ddp_trainer *t)
     if (st == DDP_OK)
         st = ddp_mnist_load_dir(t->o->data_dir, "t10k", &t->test);
     if (st == DDP_OK && t->rank == 0 && t->o->metrics_path) {
-        t->metrics = fopen(t->o->metrics_path, "w");
+        t->metrics = ddp_train_create(t->o->metrics_path);
         if (!t->metrics) {
-            DDP_ERROR("--metrics %s: cannot create the file", t->o->metrics_path);
+            DDP_ERROR("--metrics %s: cannot create the file: %s", t->o->metrics_path, strerror(errno));
             st = DDP_ERR_IO;
         }
     }

@@ -3,7 +3,7 @@
 within seconds with a message naming the problem; under mpirun both ranks exit, none hangs.
 Absurd flag values (2^63 steps, NaN or infinite rates, ...) are refused with the allowed range, a
 batch larger than a rank's share of the data with the largest that fits, and a FIFO where a file
-belongs without waiting for a writer.
+belongs without waiting for the other end.
 A run whose loss diverges to NaN still writes valid JSON metrics, and ddp-ckpt diff does not call
 NaN equal to a number.
 
@@ -108,6 +108,10 @@ def bad_data(chk, train, tmp):
     os.mkfifo(os.path.join(fifo, "train-images-idx3-ubyte"))
     expect(chk, "a FIFO as the images file", [train, "--data", fifo], None,
            ["train-images-idx3-ubyte: not a regular file"])
+    metrics = os.path.join(tmp, "metrics.fifo")
+    os.mkfifo(metrics)
+    expect(chk, "--metrics to a FIFO nobody reads", [train, "--data", good, "--metrics", metrics], 1,
+           ["--metrics " + metrics + ": cannot create the file: No such device or address"])
     expect(chk, "batch larger than the data set", [train, "--data", good, "--batch", "100000"], 1,
            ["--batch 100000 x --accum 1 is more than the 40 training samples", "from 1 to 40"])
     for what, (name, change, words) in cases.items():
