@@ -1,6 +1,6 @@
 /* ddp_ckpt.c - ddp-ckpt: shows a checkpoint's signature and compares two checkpoints numerically.
  *
- *   ddp-ckpt show FILE
+ *   ddp-ckpt show FILE      (signature, then the training state's other entries)
  *   ddp-ckpt diff [--tol X] A B
  *
  * diff prints max_abs_diff (largest |a - b| over all values) and max_rel_diff, the largest over
@@ -26,7 +26,8 @@
 static const char ddp_ckpt_usage_text[] =
     "usage: ddp-ckpt show FILE\n"
     "       ddp-ckpt diff [--tol X] A B\n"
-    "  show    prints the signature (parameter names and shapes)\n"
+    "  show    prints the signature (parameter names and shapes) and the training state\n"
+    "          (optimizer buffers, counters, configuration) of a version 2 checkpoint\n"
     "  diff    checks that the signatures match and prints max_abs_diff and max_rel_diff\n"
     "          (per parameter: max |a-b| / max(max |a|, max |b|, 1e-12), largest over parameters)\n"
     "  --tol X exit 1 when max_rel_diff > X\n";
@@ -194,6 +195,32 @@ static int ddp_ckpt_diff(int argc, char **argv)
     return rc;
 }
 
+/* The training state's entries besides the parameters: arrays by size, values and texts in full. */
+static void ddp_ckpt_show_state(const char *path)
+{
+    ddp_state *st = NULL;
+    if (ddp_state_load(path, &st) != DDP_OK)
+        return;
+    printf("format version %d; training state:%s\n", ddp_state_version(st),
+           ddp_state_n_entries(st) > 2 ? "" : " none (parameters only)");
+    for (int i = 2; i < ddp_state_n_entries(st); i++) {
+        const char *name;
+        ddp_state_kind kind;
+        uint64_t count, u = 0;
+        double d = 0.0;
+        ddp_state_entry_info(st, i, &name, &kind, &count);
+        if (kind == DDP_STATE_F32)
+            printf("  %s: %llu float32 values\n", name, (unsigned long long)count);
+        else if (kind == DDP_STATE_U64 && ddp_state_u64(st, name, &u))
+            printf("  %s = %llu\n", name, (unsigned long long)u);
+        else if (kind == DDP_STATE_F64 && ddp_state_f64(st, name, &d))
+            printf("  %s = %.17g\n", name, d);
+        else if (kind == DDP_STATE_TEXT)
+            printf("  %s = %s\n", name, ddp_state_text(st, name));
+    }
+    ddp_state_destroy(st);
+}
+
 static int ddp_ckpt_show(int argc, char **argv)
 {
     if (argc != 2)
@@ -211,6 +238,7 @@ static int ddp_ckpt_show(int argc, char **argv)
         total += n;
     }
     printf("total: %zu values\n", total);
+    ddp_ckpt_show_state(argv[1]);
     ddp_ckpt_close(&c);
     return DDP_CKPT_SAME;
 }

@@ -6,8 +6,12 @@
  * fill a whole optimizer step is skipped (the permutation changes every epoch when shuffling).
  * Failures: errors every rank sees alike (bad data, bad configuration, replica mismatch) are agreed
  * on with a collective and every rank exits 1; any other failure after ddp_init aborts the job.
- * SIGUSR1 (Slurm's --signal=USR1@SECONDS before the time limit) stops training: the ranks agree
- * after every step, so all stop after the same step, evaluate, write --save and exit 0.
+ * SIGUSR1 (Slurm's --signal=USR1@SECONDS before the time limit) and SIGTERM (the time limit itself,
+ * scancel) stop training: the ranks agree after every step (one small all-reduce that also carries
+ * "this rank's loss is NaN or inf"), so all stop after the same step; rank 0 writes a checkpoint
+ * (--checkpoint-dir) and --save, optionally requeues the Slurm job, and all exit 0. The handlers
+ * only set flags, so a second signal during a save changes nothing.
+ * Checkpoints hold the whole training state (train_state.c); --resume continues bit-identically.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,20 +23,25 @@
 #include <unistd.h>
 
 #include "ddp.h"
+#include "layers.h"
 #include "mnist.h"
 #include "model.h"
+#include "prefetch.h"
 #include "train_opts.h"
 #include "train_report.h"
+#include "train_state.h"
 
 typedef struct ddp_trainer {
     ddp_ctx *ctx;
     const ddp_train_opts *o;
     int rank, world;
     ddp_mnist train, test;
+    const ddp_ops *ops; /* the models' compute on this context's backend */
     ddp_model *model;
     ddp_reducer *reducer;
+    ddp_scaler *scaler;    /* --grad-dtype fp16: dynamic loss scaling; else NULL */
     ddp_sampler *sampler;
-    size_t *indices;   /* this rank's sample indices for the current epoch */
+    ddp_prefetch *prefetch; /* training batches, made ahead by --workers threads */
     size_t *eval_idx;  /* (batch) test indices of one evaluation batch */
     int *pred;         /* (batch) predicted classes, host */
     float *x_host;     /* (batch, 784) */
@@ -41,9 +50,15 @@ typedef struct ddp_trainer {
     int *y_dev;        /* (batch), backend memory */
     FILE *metrics;     /* rank 0 with --metrics, else NULL */
     long steps_per_epoch, total_steps, step;
-    int epoch;         /* current epoch, for augmentation */
-    float *stop_dev;   /* (1) backend memory: SIGUSR1 seen by any rank, summed after each step */
-    int stopped;       /* training stopped early on SIGUSR1 (the same on every rank) */
+    int stopped;       /* training stopped early on a signal (the same on every rank) */
+    long skipped[16];  /* first optimizer steps the loss scaler skipped (inf/NaN on some rank) */
+    int epoch;         /* current epoch */
+    long in_epoch;     /* optimizer steps done in it */
+    int nan_stopped;   /* a non-finite loss stopped training (--nan-policy stop) */
+    int save_failed;   /* a checkpoint failed with --checkpoint-errors stop */
+    ddp_train_pos start; /* where training starts: zero, or the resumed position */
+    long saved_step;   /* step of the last checkpoint written, -1 for none */
+    ddp_train_setup setup;
     float confusion[DDP_N_CLASSES * DDP_N_CLASSES]; /* last evaluation, summed over ranks */
     ddp_progress progress;
 } ddp_trainer;
@@ -57,38 +72,27 @@ static void ddp_train_must(ddp_trainer *t, ddp_status st, const char *what)
     ddp_abort(t->ctx, 1);
 }
 
-static volatile sig_atomic_t ddp_train_signal; /* set by SIGUSR1 */
+static volatile sig_atomic_t ddp_train_got_usr1, ddp_train_got_term; /* set by the handlers */
 
 static void ddp_train_on_signal(int sig)
 {
-    ddp_train_signal = sig;
-}
-
-/* Sums n host floats over ranks, through backend memory. */
-static ddp_status ddp_train_allreduce_host(ddp_ctx *ctx, float *host, size_t n)
-{
-    float *dev = ddp_alloc(ctx, n * sizeof *dev);
-    if (!dev)
-        return DDP_ERR_NOMEM;
-    ddp_status st = ddp_upload(ctx, dev, host, n * sizeof *dev);
-    if (st == DDP_OK)
-        st = ddp_allreduce(ctx, dev, n, DDP_SUM);
-    if (st == DDP_OK)
-        st = ddp_download(ctx, host, dev, n * sizeof *dev);
-    ddp_free(ctx, dev);
-    return st;
+    if (sig == SIGTERM)
+        ddp_train_got_term = 1;
+    else
+        ddp_train_got_usr1 = 1;
 }
 
 /* Every rank learns whether any rank failed. Returns DDP_OK when none did; otherwise every rank
  * returns a failure (its own status, or DDP_ERR_MISMATCH where a peer failed). Collective. */
 static ddp_status ddp_train_agree(ddp_trainer *t, ddp_status local)
 {
-    float failed = local != DDP_OK ? 1.0f : 0.0f;
-    ddp_train_must(t, ddp_train_allreduce_host(t->ctx, &failed, 1), "agreeing on start-up status");
-    if (failed == 0.0f)
+    int64_t failed = local != DDP_OK;
+    ddp_train_must(t, ddp_allreduce_host(t->ctx, &failed, 1, DDP_INT64, DDP_SUM),
+                   "agreeing on start-up status");
+    if (failed == 0)
         return DDP_OK;
     if (local == DDP_OK)
-        DDP_ERROR("%.0f rank(s) failed (see their messages); exiting", (double)failed);
+        DDP_ERROR("%lld rank(s) failed (see their messages); exiting", (long long)failed);
     return local != DDP_OK ? local : DDP_ERR_MISMATCH;
 }
 
@@ -152,6 +156,11 @@ static ddp_status ddp_train_plan(ddp_trainer *t)
         return st;
     size_t per_step = (size_t)t->o->batch * (size_t)t->o->accum;
     t->steps_per_epoch = (long)(ddp_sampler_len(t->sampler) / per_step);
+    if (t->test.n == 0) {
+        DDP_ERROR("%s: the test set (t10k files) has 0 samples: evaluation needs at least one; put "
+                  "test images in the folder", t->o->data_dir);
+        return DDP_ERR_INVALID_ARG;
+    }
     if (t->steps_per_epoch == 0) {
         DDP_ERROR("--batch %d x --accum %d is more than the %zu training samples each of the %d rank(s) "
                   "gets per epoch: allowed is --batch x --accum from 1 to %zu (or use fewer ranks)",
@@ -164,20 +173,29 @@ static ddp_status ddp_train_plan(ddp_trainer *t)
     return DDP_OK;
 }
 
+/* Starts the data workers at the first step to train (0, or the resumed step). */
+static ddp_status ddp_train_start_prefetch(ddp_trainer *t)
+{
+    ddp_sampler_opts so = {.n_samples = t->train.n, .world_size = t->world, .rank = t->rank,
+                           .seed = t->o->seed, .shuffle = t->o->shuffle, .drop_last = 0};
+    ddp_prefetch_plan pp = {.data = &t->train, .sampler = so, .batch = t->o->batch,
+                            .accum = t->o->accum, .steps_per_epoch = t->steps_per_epoch,
+                            .total_steps = t->total_steps, .first_step = t->start.step,
+                            .seed = t->o->seed, .augment = t->o->augment, .workers = t->o->workers};
+    return ddp_prefetch_create(&pp, &t->prefetch);
+}
+
 /* Host and backend buffers for one micro-batch. */
 static void ddp_train_alloc_buffers(ddp_trainer *t)
 {
     size_t batch = (size_t)t->o->batch, pixels = (size_t)t->train.rows * (size_t)t->train.cols;
-    t->indices = malloc(ddp_sampler_len(t->sampler) * sizeof *t->indices);
     t->eval_idx = malloc(batch * sizeof *t->eval_idx);
     t->pred = malloc(batch * sizeof *t->pred);
     t->x_host = malloc(batch * pixels * sizeof *t->x_host);
     t->y_host = malloc(batch * sizeof *t->y_host);
     t->x_dev = ddp_alloc(t->ctx, batch * pixels * sizeof *t->x_dev);
     t->y_dev = ddp_alloc(t->ctx, batch * sizeof *t->y_dev);
-    t->stop_dev = ddp_alloc(t->ctx, sizeof *t->stop_dev);
-    int ok = t->indices && t->eval_idx && t->pred && t->x_host && t->y_host && t->x_dev && t->y_dev &&
-             t->stop_dev;
+    int ok = t->eval_idx && t->pred && t->x_host && t->y_host && t->x_dev && t->y_dev;
     ddp_train_must(t, ok ? DDP_OK : DDP_ERR_NOMEM, "allocating batch buffers");
 }
 
@@ -203,7 +221,9 @@ static ddp_status ddp_train_verify(ddp_trainer *t)
  * for memory or bucket caps the reducer refuses (configuration errors), or a replica mismatch. */
 static ddp_status ddp_train_build(ddp_trainer *t)
 {
-    ddp_status st = ddp_train_agree(t, ddp_model_create(ddp_backend_ops(t->ctx), &t->o->model, &t->model));
+    ddp_status st = ddp_train_agree(t, ddp_ops_open(t->ctx, t->o->threads, &t->ops));
+    if (st == DDP_OK)
+        st = ddp_train_agree(t, ddp_model_create(t->ops, &t->o->model, &t->model));
     if (st == DDP_OK)
         st = ddp_train_verify(t);
     if (st != DDP_OK)
@@ -212,7 +232,17 @@ static ddp_status ddp_train_build(ddp_trainer *t)
     ddp_reducer_opts_default(&ro);
     ro.bucket_mb = t->o->bucket_mb;
     ro.first_bucket_mb = t->o->first_bucket_mb;
+    ro.comm_dtype = t->o->grad_dtype;
     ddp_model *m = t->model;
+    if (t->o->grad_dtype == DDP_FP16 || t->o->model.precision == DDP_PREC_FP16) {
+        ddp_scaler_opts so;
+        ddp_scaler_opts_default(&so);
+        so.init_scale = t->o->loss_scale_init;
+        so.growth_interval = t->o->loss_scale_interval;
+        st = ddp_train_agree(t, ddp_scaler_create(t->ctx, &so, &t->scaler));
+        if (st != DDP_OK)
+            return st;
+    }
     st = ddp_train_agree(t, ddp_reducer_create(t->ctx, ddp_model_grads(m), ddp_model_numel(m),
                                                ddp_model_n_params(m), &ro, &t->reducer));
     if (st == DDP_OK)
@@ -220,44 +250,50 @@ static ddp_status ddp_train_build(ddp_trainer *t)
     return st;
 }
 
-/* SplitMix64 finaliser: a well-mixed 64-bit hash. */
-static uint64_t ddp_mix64(uint64_t z)
+/* Uploads n samples (x: (n, pixels), y: (n)) to the batch buffers. */
+static void ddp_train_upload(ddp_trainer *t, const float *x, const int *y, int n)
 {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    size_t pixels = (size_t)t->train.rows * (size_t)t->train.cols;
+    ddp_train_must(t, ddp_upload(t->ctx, t->x_dev, x, (size_t)n * pixels * sizeof *x), "uploading images");
+    ddp_train_must(t, ddp_upload(t->ctx, t->y_dev, y, (size_t)n * sizeof *y), "uploading labels");
 }
 
-/* Shifts one normalised (rows, cols) image by a random offset in [-2, 2]^2 drawn from (seed, epoch,
- * sample), so the result does not depend on the rank; uncovered pixels get the background value. */
-static void ddp_train_shift(float *img, int rows, int cols, uint64_t seed, int epoch, size_t sample)
+/* The next training micro-batch from the prefetcher, uploaded. */
+static void ddp_train_next_batch(ddp_trainer *t)
 {
-    uint64_t h = ddp_mix64(ddp_mix64(seed ^ ((uint64_t)epoch << 40)) + sample);
-    int dy = (int)(h % 5) - 2, dx = (int)((h >> 8) % 5) - 2;
-    float src[28 * 28], background = (0.0f - 0.1307f) / 0.3081f;
-    if (rows * cols > 28 * 28 || (dx == 0 && dy == 0))
-        return;
-    memcpy(src, img, (size_t)rows * (size_t)cols * sizeof *src);
-    for (int y = 0; y < rows; y++) {
-        for (int x = 0; x < cols; x++) {
-            int sy = y - dy, sx = x - dx;
-            int inside = sy >= 0 && sy < rows && sx >= 0 && sx < cols;
-            img[y * cols + x] = inside ? src[sy * cols + sx] : background;
-        }
-    }
+    const float *x = NULL;
+    const int *y = NULL;
+    ddp_train_must(t, ddp_prefetch_next(t->prefetch, &x, &y), "getting the next batch");
+    ddp_train_upload(t, x, y, t->o->batch);
+    ddp_prefetch_release(t->prefetch);
 }
 
-/* Gathers samples idx[0..n) of d (shifted when augment) and uploads them to the batch buffers. */
-static void ddp_train_load_batch(ddp_trainer *t, const ddp_mnist *d, const size_t *idx, int n, int augment)
+/* Multiplies the loss of this micro-batch's backward pass by the loss scale (fp16), or by inf on
+ * the rank and step --inject-inf names (a test of the scaler's agreement). */
+static void ddp_train_scale_loss(ddp_trainer *t)
 {
-    size_t pixels = (size_t)d->rows * (size_t)d->cols;
-    ddp_mnist_gather(d, idx, n, t->x_host, t->y_host);
-    for (int i = 0; augment && i < n; i++)
-        ddp_train_shift(t->x_host + (size_t)i * pixels, d->rows, d->cols, t->o->seed, t->epoch, idx[i]);
-    ddp_train_must(t, ddp_upload(t->ctx, t->x_dev, t->x_host, (size_t)n * pixels * sizeof *t->x_host),
-                   "uploading images");
-    ddp_train_must(t, ddp_upload(t->ctx, t->y_dev, t->y_host, (size_t)n * sizeof *t->y_host),
-                   "uploading labels");
+    float scale = t->scaler ? (float)ddp_scaler_scale(t->scaler) : 1.0f;
+    for (int i = 0; i < t->o->n_inject; i++)
+        if (t->o->inject_rank[i] == t->rank && t->o->inject_step[i] == t->step)
+            scale = INFINITY;
+    if (scale != 1.0f)
+        ddp_train_must(t, ddp_model_scale_loss_grad(t->model, scale), "scaling the loss gradient");
+}
+
+/* After the reducer: the loss scaler unscales and decides, the same on every rank. Returns
+ * whether the optimizer step is taken. */
+static int ddp_train_step_ok(ddp_trainer *t)
+{
+    if (!t->scaler)
+        return 1;
+    int ok = 0;
+    ddp_train_must(t, ddp_scaler_unscale_update(t->scaler, ddp_model_grads(t->model), DDP_FP32,
+                                                ddp_model_numel_total(t->model), &ok),
+                   "checking gradients for inf/NaN");
+    int64_t n = ddp_scaler_skipped_steps(t->scaler);
+    if (!ok && n <= (int64_t)(sizeof t->skipped / sizeof t->skipped[0]))
+        t->skipped[n - 1] = t->step;
+    return ok;
 }
 
 /* Learning rate of the next step: constant, or cosine-decayed over the planned steps. */
@@ -268,39 +304,90 @@ static float ddp_train_lr(const ddp_trainer *t)
     return (float)(t->o->lr * 0.5 * (1.0 + cos(M_PI * (double)t->step / (double)t->total_steps)));
 }
 
-/* One optimizer step over accum micro-batches taken from idx (batch * accum entries); adds each
- * micro-batch's mean loss to *loss_sum. */
-static void ddp_train_step(ddp_trainer *t, const size_t *idx, double *loss_sum)
+/* After the gradients are reduced and before they are applied: did any rank get SIGUSR1 or SIGTERM,
+ * or a NaN/inf loss? One three-float all-reduce, so every rank answers alike. Returns the number of
+ * ranks whose loss was not finite. */
+static int64_t ddp_train_agree_step(ddp_trainer *t, int nonfinite)
 {
-    int batch = t->o->batch, accum = t->o->accum;
+    int64_t flags[3] = {ddp_train_got_usr1 != 0, ddp_train_got_term != 0, nonfinite != 0};
+    ddp_train_must(t, ddp_allreduce_host(t->ctx, flags, 3, DDP_INT64, DDP_SUM), "agreeing on a stop");
+    if ((flags[0] > 0 || flags[1] > 0) && !t->stopped) {
+        if (t->rank == 0) {
+            ddp_progress_end(&t->progress);
+            printf("%s received: every rank stops after step %ld\n", flags[1] > 0 ? "SIGTERM" : "SIGUSR1",
+                   t->step + 1);
+            fflush(stdout);
+        }
+        DDP_INFO("stop agreed: this rank stops after step %ld", t->step + 1);
+        t->stopped = 1;
+    }
+    return flags[2];
+}
+
+/* A step whose loss was NaN or inf on `ranks` ranks: it is not applied; --nan-policy stop ends training. */
+static void ddp_train_on_nonfinite(ddp_trainer *t, int64_t ranks)
+{
+    if (t->rank == 0)
+        ddp_progress_end(&t->progress);
+    if (t->o->nan_skip) {
+        if (t->rank == 0)
+            DDP_WARN("step %ld: the loss is NaN or inf on %lld rank(s): the step is not applied "
+                     "(--nan-policy skip)", t->step + 1, (long long)ranks);
+        return;
+    }
+    if (t->rank == 0)
+        DDP_ERROR("step %ld: the loss became NaN or inf on %lld rank(s): training stops (exit 1); lower "
+                  "--lr, or pass --nan-policy skip to leave such steps out", t->step + 1, (long long)ranks);
+    t->nan_stopped = 1;
+}
+
+/* One optimizer step over the next accum micro-batches; adds each micro-batch's mean loss to
+ * *loss_sum. A NaN/inf loss on any rank, or (with a loss scaler) inf/NaN gradients, leave the
+ * step out on every rank alike. */
+static void ddp_train_step(ddp_trainer *t, double *loss_sum)
+{
+    int batch = t->o->batch, accum = t->o->accum, nonfinite = 0;
     ddp_train_must(t, ddp_model_zero_grad(t->model), "zeroing gradients");
     for (int micro = 0; micro < accum; micro++) {
         float loss = 0.0f;
         ddp_train_must(t, ddp_reducer_begin(t->reducer, micro == accum - 1), "starting the reducer");
-        ddp_train_load_batch(t, &t->train, idx + (size_t)micro * (size_t)batch, batch, t->o->augment);
+        ddp_train_next_batch(t);
         ddp_train_must(t, ddp_model_forward(t->model, t->x_dev, t->y_dev, batch, &loss, NULL, NULL),
                        "forward pass");
+        ddp_train_scale_loss(t);
         ddp_train_must(t, ddp_model_backward(t->model, t->reducer), "backward pass");
-        *loss_sum += loss;
+        nonfinite |= !isfinite(loss);
+        *loss_sum += loss; /* a NaN shows in the epoch's loss (JSON null) */
     }
     ddp_train_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
+    int64_t bad = ddp_train_agree_step(t, nonfinite);
+    if (bad > 0) {
+        ddp_train_on_nonfinite(t, bad);
+        return;
+    }
+    if (!ddp_train_step_ok(t))
+        return;
     ddp_train_must(t, ddp_model_sgd_step(t->model, ddp_train_lr(t), (float)t->o->momentum,
                                          (float)t->o->weight_decay), "SGD step");
 }
 
-/* After a step: did any rank get SIGUSR1? One one-float all-reduce, so every rank answers alike. */
-static int ddp_train_stop_requested(ddp_trainer *t)
+/* Rank 0 writes a checkpoint of the position (t->step, epoch, in_epoch); every rank learns the
+ * outcome. A failure ends training unless --checkpoint-errors warn. */
+static void ddp_train_write_checkpoint(ddp_trainer *t, long in_epoch)
 {
-    float seen = ddp_train_signal ? 1.0f : 0.0f;
-    ddp_train_must(t, ddp_upload(t->ctx, t->stop_dev, &seen, sizeof seen), "uploading the stop flag");
-    ddp_train_must(t, ddp_allreduce(t->ctx, t->stop_dev, 1, DDP_SUM), "agreeing on a stop");
-    ddp_train_must(t, ddp_download(t->ctx, &seen, t->stop_dev, sizeof seen), "downloading the stop flag");
-    if (seen > 0.0f && !t->stopped && t->rank == 0) {
+    ddp_train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = in_epoch};
+    ddp_status st = DDP_OK;
+    if (t->rank == 0) {
         ddp_progress_end(&t->progress);
-        printf("SIGUSR1 received: every rank stops after step %ld\n", t->step);
+        st = ddp_train_checkpoint(&t->setup, &pos);
     }
-    t->stopped |= seen > 0.0f;
-    return t->stopped;
+    t->saved_step = t->step;
+    if (ddp_train_agree(t, st) == DDP_OK)
+        return;
+    if (t->o->checkpoint_errors_warn)
+        DDP_WARN0("training goes on without this checkpoint (--checkpoint-errors warn)");
+    else
+        t->save_failed = 1;
 }
 
 /* Sharded evaluation: rank r takes test samples r, r + world, ...; the confusion counts are summed
@@ -313,15 +400,28 @@ static double ddp_train_evaluate(ddp_trainer *t)
         int n = 0;
         for (; n < t->o->batch && next < t->test.n; n++, next += (size_t)t->world)
             t->eval_idx[n] = next;
-        ddp_train_load_batch(t, &t->test, t->eval_idx, n, 0);
+        ddp_mnist_gather(&t->test, t->eval_idx, n, t->x_host, t->y_host);
+        ddp_train_upload(t, t->x_host, t->y_host, n);
         ddp_train_must(t, ddp_model_forward(t->model, t->x_dev, t->y_dev, n, NULL, NULL, t->pred),
                        "evaluation forward pass");
         for (int i = 0; i < n; i++)
             t->confusion[t->y_host[i] * DDP_N_CLASSES + t->pred[i]] += 1.0f;
     }
-    ddp_train_must(t, ddp_train_allreduce_host(t->ctx, t->confusion, DDP_N_CLASSES * DDP_N_CLASSES),
-                   "summing evaluation counts");
+    ddp_train_must(t, ddp_allreduce_host(t->ctx, t->confusion, DDP_N_CLASSES * DDP_N_CLASSES,
+                                         DDP_FP32, DDP_SUM), "summing evaluation counts");
     return ddp_confusion_accuracy(t->confusion);
+}
+
+/* Rank 0, after the first step (oneDNN picks its implementations when the primitives are made):
+ * the implementations the CPU runs, e.g. "conv_fwd brg:avx512_core_bf16". */
+static void ddp_train_report_impl(const ddp_trainer *t)
+{
+    const char *impl = ddp_dnnl_describe(t->o->model.precision);
+    if (t->rank != 0 || ddp_backend(t->ctx) != DDP_BACKEND_CPU || !impl[0])
+        return;
+    ddp_progress_end(&t->progress);
+    printf("oneDNN (%s): %s\n", ddp_precision_name(t->o->model.precision), impl);
+    fflush(stdout);
 }
 
 /* Trains one epoch (or until the step limit) and evaluates; fills e. */
@@ -329,26 +429,34 @@ static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
 {
     size_t per_step = (size_t)t->o->batch * (size_t)t->o->accum;
     double loss[2] = {0.0, 0.0}, seconds = 0.0;
-    long steps = 0;
+    long first = epoch == t->start.epoch ? t->start.step_in_epoch : 0, steps = first;
+    const ddp_train_opts *o = t->o;
     t->epoch = epoch;
-    ddp_train_must(t, ddp_sampler_indices(t->sampler, (uint64_t)epoch, t->indices), "sampling");
     for (; steps < t->steps_per_epoch && t->step < t->total_steps; steps++) {
         double start = ddp_train_now();
-        ddp_train_step(t, t->indices + (size_t)steps * per_step, &loss[0]);
+        ddp_train_step(t, &loss[0]);
+        if (t->nan_stopped)
+            break;
         double took = ddp_train_now() - start;
         loss[1] += t->o->accum;
         seconds += took;
         t->progress.train_seconds += took;
         t->step++;
+        if (t->step == 1)
+            ddp_train_report_impl(t);
         if (t->rank == 0)
             ddp_progress_update(&t->progress, t->step, epoch, loss[0] / loss[1]);
-        if (ddp_train_stop_requested(t)) {
+        if (o->checkpoint_dir && (t->stopped || (o->checkpoint_every && t->step % o->checkpoint_every == 0)))
+            ddp_train_write_checkpoint(t, steps + 1);
+        if (t->stopped || t->save_failed) {
             steps++;
             break;
         }
     }
-    float sums[2] = {(float)loss[0], (float)loss[1]};
-    ddp_train_must(t, ddp_train_allreduce_host(t->ctx, sums, 2), "summing losses");
+    t->in_epoch = steps;
+    steps -= first;
+    double sums[2] = {loss[0], loss[1]};
+    ddp_train_must(t, ddp_allreduce_host(t->ctx, sums, 2, DDP_FP64, DDP_SUM), "summing losses");
     e->epoch = epoch;
     e->steps = steps;
     e->train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
@@ -375,12 +483,44 @@ static void ddp_train_report_start(const ddp_trainer *t)
     if (t->rank != 0)
         return;
     printf("ddp-train: %d rank(s), backend %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)));
+    if (ddp_backend(t->ctx) == DDP_BACKEND_CPU)
+        printf("compute: %s, %s; GEMM %s (%s); convolutions %s\n", t->ops->name,
+               ddp_precision_name(t->o->model.precision), ddp_cpu_gemm_name(t->o->model.precision),
+               ddp_blas_describe(), ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM");
     ddp_train_print_opts(stdout, t->o);
+    if (t->o->requeue && !getenv("SLURM_JOB_ID"))
+        printf("--requeue: not a Slurm job (SLURM_JOB_ID is unset): a stop will not requeue anything\n");
     printf("data: %zu train / %zu test samples; %zu per rank per epoch; %ld steps per epoch "
            "(floor of per-rank samples / (batch x accum)); %ld steps planned; %zu parameters\n",
            t->train.n, t->test.n, ddp_sampler_len(t->sampler), t->steps_per_epoch, t->total_steps,
            ddp_model_numel_total(t->model));
     fflush(stdout);
+}
+
+/* Every rank: the steps its loss scaler skipped and the final scale (tests compare the ranks). */
+static void ddp_train_report_scaler(const ddp_trainer *t)
+{
+    if (!t->scaler)
+        return;
+    char list[256] = "";
+    int64_t n = ddp_scaler_skipped_steps(t->scaler);
+    size_t shown = (size_t)n < sizeof t->skipped / sizeof t->skipped[0] ? (size_t)n
+                                                                         : sizeof t->skipped / sizeof t->skipped[0];
+    for (size_t i = 0, len = 0; i < shown && len < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%ld", i ? "," : "", t->skipped[i]);
+    DDP_INFO("loss scaler: %lld step(s) skipped for inf/NaN [%s], final scale %g", (long long)n,
+             list, ddp_scaler_scale(t->scaler));
+}
+
+/* Rank 0: what the communicator sent for the gradients (payload of every backend all-reduce). */
+static void ddp_train_report_comm(const ddp_trainer *t)
+{
+    ddp_comm_stats cs;
+    if (t->rank != 0 || t->step == 0 || ddp_comm_stats_get(t->ctx, &cs) != DDP_OK)
+        return;
+    printf("gradient all-reduce (%s on the wire): %llu all-reduces, %llu bytes, %.0f bytes per step\n",
+           ddp_dtype_name(t->o->grad_dtype), (unsigned long long)cs.allreduce_calls,
+           (unsigned long long)cs.allreduce_bytes, (double)cs.allreduce_bytes / (double)t->step);
 }
 
 /* Rank 0: classification report, throughput and the summary metrics line. */
@@ -397,22 +537,17 @@ static void ddp_train_report_end(ddp_trainer *t, ddp_run_stats *r)
         ddp_metrics_summary(t->metrics, t->o, r);
 }
 
-/* Rank 0 writes the checkpoint; every rank learns the outcome. */
+/* Rank 0 writes the whole training state to --save; every rank learns the outcome. */
 static ddp_status ddp_train_save(ddp_trainer *t)
 {
     ddp_status st = DDP_OK;
     if (t->rank == 0) {
-        size_t n = ddp_model_numel_total(t->model);
-        float *host = malloc(n * sizeof *host);
-        st = host ? ddp_download(t->ctx, host, ddp_model_params(t->model), n * sizeof *host) : DDP_ERR_NOMEM;
-        if (st == DDP_OK)
-            st = ddp_checkpoint_save(t->o->save_path, ddp_model_descs(t->model), ddp_model_n_params(t->model),
-                                     host);
+        ddp_train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
+        st = ddp_train_save_state(&t->setup, &pos, t->o->save_path);
         if (st != DDP_OK)
             DDP_ERROR("--save %s: %s", t->o->save_path, ddp_strerror(st));
         else
             printf("saved %s\n", t->o->save_path);
-        free(host);
     }
     return ddp_train_agree(t, st);
 }
@@ -424,16 +559,21 @@ static void ddp_train_loop(ddp_trainer *t, double wall_start)
     int epochs = 0;
     long per_step = (long)t->o->batch * t->o->accum * t->world;
     ddp_progress_init(&t->progress, t->o->log_every, t->total_steps, per_step);
-    for (int epoch = 0; epoch < t->o->epochs && t->step < t->total_steps && !t->stopped;
+    for (int epoch = (int)t->start.epoch; epoch < t->o->epochs && t->step < t->total_steps &&
+                                          !t->stopped && !t->nan_stopped && !t->save_failed;
          epoch++, epochs++) {
         ddp_train_epoch(t, epoch, &e);
         ddp_train_report_epoch(t, &e);
     }
+    if (epochs == 0) /* resumed at the end: nothing left to train */
+        e.test_accuracy = ddp_train_evaluate(t);
+    ddp_train_report_scaler(t);
+    ddp_train_report_comm(t);
     ddp_run_stats r = {
         .world_size = t->world, .epochs = epochs, .steps = t->step, .test_accuracy = e.test_accuracy,
         .train_loss = e.train_loss, .train_seconds = t->progress.train_seconds,
         .samples_per_s = t->progress.train_seconds > 0
-                             ? (double)(t->step * per_step) / t->progress.train_seconds : 0.0,
+                             ? (double)((t->step - t->start.step) * per_step) / t->progress.train_seconds : 0.0,
         .wall_seconds = ddp_train_now() - wall_start, .backend = ddp_backend_name(ddp_backend(t->ctx)),
         .stopped_by_signal = t->stopped};
     ddp_train_report_end(t, &r);
@@ -445,37 +585,90 @@ static void ddp_trainer_release(ddp_trainer *t)
         fclose(t->metrics);
     ddp_free(t->ctx, t->x_dev);
     ddp_free(t->ctx, t->y_dev);
-    ddp_free(t->ctx, t->stop_dev);
-    free(t->indices);
+    ddp_prefetch_destroy(t->prefetch);
+    ddp_scaler_destroy(t->scaler);
     free(t->eval_idx);
     free(t->pred);
     free(t->x_host);
     free(t->y_host);
     ddp_reducer_destroy(t->reducer);
     ddp_model_destroy(t->model);
+    ddp_ops_close(t->ops);
     ddp_sampler_destroy(t->sampler);
     ddp_mnist_free(&t->train);
     ddp_mnist_free(&t->test);
 }
 
-/* Whole run. Returns a failure only when every rank agrees on it; other failures abort the job. */
-static ddp_status ddp_train_run(ddp_ctx *ctx, const ddp_train_opts *o)
+/* After training every rank must still hold the same parameters (skipped steps included). */
+static ddp_status ddp_train_verify_end(ddp_trainer *t)
+{
+    size_t n = ddp_model_numel_total(t->model);
+    float *host = malloc(n * sizeof *host);
+    ddp_train_must(t, host ? DDP_OK : DDP_ERR_NOMEM, "allocating the parameter copy");
+    ddp_train_must(t, ddp_download(t->ctx, host, ddp_model_params(t->model), n * sizeof *host),
+                   "downloading parameters");
+    ddp_status st = ddp_verify_replicas(t->ctx, ddp_model_descs(t->model), ddp_model_n_params(t->model), host);
+    free(host);
+    if (st == DDP_OK && t->rank == 0)
+        printf("replicas identical after training (checksums of every parameter agree)\n");
+    return st;
+}
+
+/* Inputs, step plan, output folders, model, and the resumed position; agreed on by every rank. */
+static ddp_status ddp_train_prepare(ddp_trainer *t)
+{
+    ddp_status st = ddp_train_agree(t, ddp_train_open_inputs(t));
+    if (st == DDP_OK)
+        st = ddp_train_agree(t, ddp_train_same_data(t));
+    if (st == DDP_OK)
+        st = ddp_train_agree(t, ddp_train_plan(t));
+    if (st == DDP_OK)
+        st = ddp_train_agree(t, t->rank == 0 ? ddp_train_check_outputs(t->o) : DDP_OK);
+    if (st == DDP_OK)
+        st = ddp_train_build(t);
+    if (st != DDP_OK)
+        return st;
+    t->setup = (ddp_train_setup){.ctx = t->ctx, .o = t->o, .model = t->model, .n_train = t->train.n,
+                                 .steps_per_epoch = t->steps_per_epoch, .total_steps = t->total_steps,
+                                 .scaler = t->scaler};
+    int resumed;
+    st = ddp_train_resume(&t->setup, &t->start, &resumed);
+    t->step = t->start.step;
+    t->epoch = (int)t->start.epoch;
+    t->in_epoch = t->start.step_in_epoch;
+    t->saved_step = resumed ? t->step : -1;
+    if (st == DDP_OK)
+        st = ddp_train_agree(t, ddp_train_start_prefetch(t));
+    return st;
+}
+
+/* After training: the final checkpoint and --save; the run's outcome. */
+static ddp_status ddp_train_finish(ddp_trainer *t)
+{
+    if (t->nan_stopped || t->save_failed)
+        return t->nan_stopped ? DDP_ERR_STATE : DDP_ERR_IO;
+    if (t->o->checkpoint_dir && t->saved_step != t->step)
+        ddp_train_write_checkpoint(t, t->in_epoch);
+    if (t->save_failed)
+        return DDP_ERR_IO;
+    return t->o->save_path ? ddp_train_save(t) : DDP_OK;
+}
+
+/* Whole run. Returns a failure only when every rank agrees on it; other failures abort the job.
+ * *requeue: rank 0 should requeue the Slurm job (stopped by a signal, with --requeue). */
+static ddp_status ddp_train_run(ddp_ctx *ctx, const ddp_train_opts *o, int *requeue)
 {
     double wall_start = ddp_train_now();
     ddp_trainer t = {.ctx = ctx, .o = o, .rank = ddp_rank(ctx), .world = ddp_world_size(ctx)};
-    ddp_status st = ddp_train_agree(&t, ddp_train_open_inputs(&t));
-    if (st == DDP_OK)
-        st = ddp_train_agree(&t, ddp_train_same_data(&t));
-    if (st == DDP_OK)
-        st = ddp_train_agree(&t, ddp_train_plan(&t));
-    if (st == DDP_OK)
-        st = ddp_train_build(&t);
+    ddp_status st = ddp_train_prepare(&t);
     if (st == DDP_OK) {
         ddp_train_report_start(&t);
         ddp_train_loop(&t, wall_start);
-        if (o->save_path)
-            st = ddp_train_save(&t);
+        st = ddp_train_verify_end(&t);
+        if (st == DDP_OK)
+            st = ddp_train_finish(&t);
     }
+    *requeue = st == DDP_OK && t.stopped && o->requeue && t.rank == 0 && getenv("SLURM_JOB_ID");
     ddp_trainer_release(&t);
     return st;
 }
@@ -487,6 +680,7 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     ddp_train_opts o;
     ddp_train_parse_result pr = ddp_train_parse_args(argc, argv, &o);
     if (pr != DDP_TRAIN_RUN)
@@ -501,7 +695,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "ddp-train: cannot start: %s\n", ddp_strerror(st));
         return 1;
     }
-    st = ddp_train_run(ctx, &o);
+    int requeue = 0;
+    st = ddp_train_run(ctx, &o, &requeue);
     ddp_finalize(ctx);
+    if (requeue) /* last, after MPI is closed: Slurm ends this job's processes when it requeues */
+        st = ddp_train_requeue();
     return st == DDP_OK ? 0 : 1;
 }

@@ -1,29 +1,45 @@
-/* layers.c - linear, conv2d (im2col + gemm per image), ReLU, 2x2 max-pool and softmax
- * cross-entropy, forward and backward, over the backend ops table.
+/* layers.c - linear, conv2d, ReLU, 2x2 max-pool and softmax cross-entropy, forward and backward,
+ * over the backend ops table: the precision-aware ops where the backend has them (oneDNN and
+ * OpenBLAS on the CPU), else fp32 primitives (im2col + GEMM per image, argmax max-pool).
  */
 #include <stdlib.h>
 
 #include "layers.h"
 
+/* The fp32 fallback serves only fp32 (model creation checks the precision first). */
+static ddp_status ddp_fp32_only(ddp_precision p)
+{
+    return p == DDP_PREC_FP32 ? DDP_OK : DDP_ERR_UNSUPPORTED;
+}
+
 /* ---- linear -------------------------------------------------------------------------------- */
 
-ddp_status ddp_linear_fwd(const ddp_ops *ops, const float *x, const float *w, const float *b,
-                          int batch, int in, int out, float *y)
+ddp_status ddp_linear_fwd(const ddp_ops *ops, ddp_precision p, const void *x, const void *w,
+                          const float *b, int batch, int in, int out, void *y, bool y_fp32)
 {
+    if (ops->linear_fwd)
+        return ops->linear_fwd(p, x, w, b, batch, in, out, y, y_fp32);
+    DDP_TRY_(ddp_fp32_only(p));
     DDP_TRY_(ops->gemm(false, true, batch, out, in, 1.0f, x, w, 0.0f, y));
     return ops->bias_add(y, b, batch, out);
 }
 
-ddp_status ddp_linear_bwd_params(const ddp_ops *ops, const float *x, const float *dy, int batch,
-                                 int in, int out, float *dw, float *db)
+ddp_status ddp_linear_bwd_params(const ddp_ops *ops, ddp_precision p, const void *x, const void *dy,
+                                 int batch, int in, int out, float *dw, float *db)
 {
+    if (ops->linear_bwd_params)
+        return ops->linear_bwd_params(p, x, dy, batch, in, out, dw, db);
+    DDP_TRY_(ddp_fp32_only(p));
     DDP_TRY_(ops->gemm(true, false, out, in, batch, 1.0f, dy, x, 1.0f, dw));
     return ops->bias_grad(db, dy, batch, out);
 }
 
-ddp_status ddp_linear_bwd_input(const ddp_ops *ops, const float *w, const float *dy, int batch,
-                                int in, int out, float *dx)
+ddp_status ddp_linear_bwd_input(const ddp_ops *ops, ddp_precision p, const void *w, const void *dy,
+                                int batch, int in, int out, void *dx)
 {
+    if (ops->linear_bwd_input)
+        return ops->linear_bwd_input(p, w, dy, batch, in, out, dx);
+    DDP_TRY_(ddp_fp32_only(p));
     return ops->gemm(false, false, batch, in, out, 1.0f, dy, w, 0.0f, dx);
 }
 
@@ -64,27 +80,50 @@ size_t ddp_conv_col_numel(const ddp_conv *cv)
     return (size_t)cv->c_in * cv->k * cv->k * cv->h_out * cv->w_out;
 }
 
-ddp_status ddp_conv_fwd(const ddp_ops *ops, const ddp_conv *cv, const float *x, const float *w,
-                        const float *b, int batch, float *col, float *y)
+bool ddp_conv_direct(const ddp_ops *ops)
 {
+    return ops->conv_fwd && ops->conv_bwd_params && ops->conv_bwd_input;
+}
+
+static ddp_conv_shape ddp_conv_shape_of(const ddp_conv *cv)
+{
+    return (ddp_conv_shape){.c_in = cv->c_in, .h = cv->h, .w = cv->w, .c_out = cv->c_out,
+                            .k = cv->k, .pad = cv->pad, .h_out = cv->h_out, .w_out = cv->w_out};
+}
+
+ddp_status ddp_conv_fwd(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv, const void *x,
+                        const void *w, const float *b, int batch, float *col, void *y)
+{
+    if (ddp_conv_direct(ops)) {
+        ddp_conv_shape s = ddp_conv_shape_of(cv);
+        return ops->conv_fwd(p, &s, batch, x, w, b, y);
+    }
+    DDP_TRY_(ddp_fp32_only(p));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     size_t x_numel = (size_t)cv->c_in * cv->h * cv->w, y_numel = (size_t)cv->c_out * hw;
     for (int n = 0; n < batch; n++) {
         float *col_n = col + n * ddp_conv_col_numel(cv); // (ckk, hw)
-        float *y_n = y + n * y_numel;                     // (c_out, hw)
-        DDP_TRY_(ops->im2col(x + n * x_numel, cv->c_in, cv->h, cv->w, cv->k, cv->pad, col_n));
+        float *y_n = (float *)y + n * y_numel;            // (c_out, hw)
+        DDP_TRY_(ops->im2col((const float *)x + n * x_numel, cv->c_in, cv->h, cv->w, cv->k, cv->pad,
+                             col_n));
         DDP_TRY_(ops->gemm(false, false, cv->c_out, hw, ckk, 1.0f, w, col_n, 0.0f, y_n));
         DDP_TRY_(ops->gemm(false, false, cv->c_out, hw, 1, 1.0f, b, cv->ones, 1.0f, y_n));
     }
     return DDP_OK;
 }
 
-ddp_status ddp_conv_bwd_params(const ddp_ops *ops, const ddp_conv *cv, const float *col,
-                               const float *dy, int batch, float *dw, float *db)
+ddp_status ddp_conv_bwd_params(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv,
+                               const void *x, const float *col, const void *dy, int batch,
+                               float *dw, float *db)
 {
+    if (ddp_conv_direct(ops)) {
+        ddp_conv_shape s = ddp_conv_shape_of(cv);
+        return ops->conv_bwd_params(p, &s, batch, x, dy, dw, db);
+    }
+    DDP_TRY_(ddp_fp32_only(p));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     for (int n = 0; n < batch; n++) {
-        const float *dy_n = dy + (size_t)n * cv->c_out * hw; // (c_out, hw)
+        const float *dy_n = (const float *)dy + (size_t)n * cv->c_out * hw; // (c_out, hw)
         const float *col_n = col + n * ddp_conv_col_numel(cv);
         DDP_TRY_(ops->gemm(false, true, cv->c_out, ckk, hw, 1.0f, dy_n, col_n, 1.0f, dw));
         DDP_TRY_(ops->gemm(false, false, cv->c_out, 1, hw, 1.0f, dy_n, cv->ones, 1.0f, db));
@@ -92,44 +131,77 @@ ddp_status ddp_conv_bwd_params(const ddp_ops *ops, const ddp_conv *cv, const flo
     return DDP_OK;
 }
 
-ddp_status ddp_conv_bwd_input(const ddp_ops *ops, const ddp_conv *cv, const float *w,
-                              const float *dy, int batch, float *dcol, float *dx)
+ddp_status ddp_conv_bwd_input(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv,
+                              const void *w, const void *dy, int batch, float *dcol, void *dx)
 {
+    if (ddp_conv_direct(ops)) {
+        ddp_conv_shape s = ddp_conv_shape_of(cv);
+        return ops->conv_bwd_input(p, &s, batch, w, dy, dx);
+    }
+    DDP_TRY_(ddp_fp32_only(p));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     size_t x_n = (size_t)cv->c_in * cv->h * cv->w;
     DDP_TRY_(ops->zero(dx, (size_t)batch * x_n * sizeof(float)));
     for (int n = 0; n < batch; n++) {
-        const float *dy_n = dy + (size_t)n * cv->c_out * hw; // (c_out, hw)
+        const float *dy_n = (const float *)dy + (size_t)n * cv->c_out * hw; // (c_out, hw)
         DDP_TRY_(ops->gemm(true, false, ckk, hw, cv->c_out, 1.0f, w, dy_n, 0.0f, dcol));
-        DDP_TRY_(ops->col2im(dcol, cv->c_in, cv->h, cv->w, cv->k, cv->pad, dx + n * x_n));
+        DDP_TRY_(ops->col2im(dcol, cv->c_in, cv->h, cv->w, cv->k, cv->pad, (float *)dx + n * x_n));
     }
     return DDP_OK;
 }
 
 /* ---- ReLU, max-pool, loss ------------------------------------------------------------------ */
 
-ddp_status ddp_relu_layer_fwd(const ddp_ops *ops, const float *x, size_t n, float *y)
+ddp_status ddp_relu_layer_fwd(const ddp_ops *ops, ddp_precision p, const void *x, size_t n, void *y)
 {
+    if (ops->act_relu_fwd)
+        return ops->act_relu_fwd(p, y, x, n);
+    DDP_TRY_(ddp_fp32_only(p));
     return ops->relu_fwd(y, x, n);
 }
 
-ddp_status ddp_relu_layer_bwd(const ddp_ops *ops, const float *dy, const float *y, size_t n,
-                              float *dx)
+ddp_status ddp_relu_layer_bwd(const ddp_ops *ops, ddp_precision p, const void *dy, const void *y,
+                              size_t n, void *dx)
 {
+    if (ops->act_relu_bwd)
+        return ops->act_relu_bwd(p, dx, dy, y, n);
+    DDP_TRY_(ddp_fp32_only(p));
     return ops->relu_bwd(dx, dy, y, n);
 }
 
-ddp_status ddp_pool_fwd(const ddp_ops *ops, const float *x, int planes, int h, int w, float *y,
-                        int *argmax)
+ddp_status ddp_pool_fwd(const ddp_ops *ops, ddp_precision p, const void *x, int n, int c, int h,
+                        int w, void *y, int *arg, size_t ws_bytes)
 {
-    return ops->maxpool_fwd(x, planes, h, w, y, argmax);
+    if (ops->pool_fwd && ops->pool_bwd)
+        return ops->pool_fwd(p, x, n, c, h, w, y, arg, ws_bytes);
+    DDP_TRY_(ddp_fp32_only(p));
+    return ops->maxpool_fwd(x, n * c, h, w, y, arg);
 }
 
-ddp_status ddp_pool_bwd(const ddp_ops *ops, const float *dy, const int *argmax, int planes, int h,
-                        int w, float *dx)
+ddp_status ddp_pool_bwd(const ddp_ops *ops, ddp_precision p, const void *dy, const int *arg, int n,
+                        int c, int h, int w, void *dx)
 {
-    DDP_TRY_(ops->zero(dx, (size_t)planes * h * w * sizeof(float)));
-    return ops->maxpool_bwd(dy, argmax, planes, h, w, dx);
+    if (ops->pool_fwd && ops->pool_bwd)
+        return ops->pool_bwd(p, dy, arg, n, c, h, w, dx);
+    DDP_TRY_(ddp_fp32_only(p));
+    DDP_TRY_(ops->zero(dx, (size_t)n * c * h * w * sizeof(float)));
+    return ops->maxpool_bwd(dy, arg, n * c, h, w, dx);
+}
+
+const void *ddp_image_as_rows(const ddp_ops *ops, ddp_precision p, const void *img, void *tmp,
+                              int n, int c, int h, int w)
+{
+    if (!ops->channels_last || c == 1)
+        return img;
+    return ops->image_reorder(p, img, tmp, n, c, h, w, true) == DDP_OK ? tmp : NULL;
+}
+
+ddp_status ddp_rows_to_image(const ddp_ops *ops, ddp_precision p, const void *rows, void *img,
+                             int n, int c, int h, int w)
+{
+    if (!ops->channels_last || c == 1)
+        return rows == img ? DDP_OK : ops->copy(img, rows, (size_t)n * c * h * w * ddp_prec_size(p));
+    return ops->image_reorder(p, rows, img, n, c, h, w, false);
 }
 
 ddp_status ddp_xent_fwd(const ddp_ops *ops, const float *logits, const int *labels, int batch,

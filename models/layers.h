@@ -2,33 +2,29 @@
  * conv2d, ReLU, 2x2 max-pool, softmax cross-entropy), written against the backend ops table.
  * Private to models/ and its tests.
  *
- * Every pointer is backend memory. Backward functions ADD parameter gradients (dw, db) into their
+ * Every pointer is backend memory. Activations (void *) are stored in precision p (ops.h);
+ * weights w are the model's compute copy in p; biases and gradients dw, db are fp32. A backend
+ * without the precision-aware ops (ops.h's second group) runs fp32 on its primitives (im2col +
+ * GEMM convolutions, argmax max-pool). Backward functions ADD parameter gradients (dw, db) into their
  * outputs and OVERWRITE input gradients (dx); the parameter part and the input part are separate
  * calls, so a model can mark a layer's gradients ready before it computes the input gradient.
  */
 #ifndef DDP_LAYERS_H
 #define DDP_LAYERS_H
 
-#include "backend.h"
-
-/* Returns from the enclosing function with the status of `call` when it failed. */
-#define DDP_TRY_(call)                          \
-    do {                                        \
-        ddp_status ddp_st_ = (call);            \
-        if (ddp_st_ != DDP_OK)                  \
-            return ddp_st_;                     \
-    } while (0)
+#include "ops.h"
 
 /* ---- linear: y (batch, out) = x (batch, in) W^T + b, W (out, in), b (out) ----------------- */
 
-ddp_status ddp_linear_fwd(const ddp_ops *ops, const float *x, const float *w, const float *b,
-                          int batch, int in, int out, float *y);
+/* y is fp32 when y_fp32 (logits), else in p. */
+ddp_status ddp_linear_fwd(const ddp_ops *ops, ddp_precision p, const void *x, const void *w,
+                          const float *b, int batch, int in, int out, void *y, bool y_fp32);
 /* dw (out, in) += dy^T x; db (out) += column sums of dy (batch, out). */
-ddp_status ddp_linear_bwd_params(const ddp_ops *ops, const float *x, const float *dy, int batch,
-                                 int in, int out, float *dw, float *db);
+ddp_status ddp_linear_bwd_params(const ddp_ops *ops, ddp_precision p, const void *x, const void *dy,
+                                 int batch, int in, int out, float *dw, float *db);
 /* dx (batch, in) = dy (batch, out) W. */
-ddp_status ddp_linear_bwd_input(const ddp_ops *ops, const float *w, const float *dy, int batch,
-                                int in, int out, float *dx);
+ddp_status ddp_linear_bwd_input(const ddp_ops *ops, ddp_precision p, const void *w, const void *dy,
+                                int batch, int in, int out, void *dx);
 
 /* ---- conv2d: stride 1, square kernel k, zero padding pad, NCHW ------------------------------ */
 
@@ -46,33 +42,43 @@ ddp_status ddp_conv_init(const ddp_ops *ops, ddp_conv *cv, int c_in, int h, int 
 void ddp_conv_release(const ddp_ops *ops, ddp_conv *cv);
 /* Elements of one image's im2col matrix: (c_in*k*k, h_out*w_out). */
 size_t ddp_conv_col_numel(const ddp_conv *cv);
+/* Whether ops convolves without im2col (then the col buffers below are unused and may be NULL). */
+bool ddp_conv_direct(const ddp_ops *ops);
 
-/* y (batch, c_out, h_out, w_out) from x (batch, c_in, h, w); col (batch, c_in*k*k, h_out*w_out)
- * receives every image's im2col matrix, which the backward pass reuses. */
-ddp_status ddp_conv_fwd(const ddp_ops *ops, const ddp_conv *cv, const float *x, const float *w,
-                        const float *b, int batch, float *col, float *y);
-/* dw += sum over images of dy_n col_n^T; db += row sums of every dy_n. */
-ddp_status ddp_conv_bwd_params(const ddp_ops *ops, const ddp_conv *cv, const float *col,
-                               const float *dy, int batch, float *dw, float *db);
-/* dx (batch, c_in, h, w) from dy; dcol is scratch of ddp_conv_col_numel() elements. */
-ddp_status ddp_conv_bwd_input(const ddp_ops *ops, const ddp_conv *cv, const float *w,
-                              const float *dy, int batch, float *dcol, float *dx);
+/* y (batch, c_out, h_out, w_out) from x (batch, c_in, h, w); on the im2col path col (batch,
+ * c_in*k*k, h_out*w_out) receives every image's im2col matrix, which the backward pass reuses. */
+ddp_status ddp_conv_fwd(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv, const void *x,
+                        const void *w, const float *b, int batch, float *col, void *y);
+/* dw += the weight gradient, db += the bias gradient, from x (or col) and dy. */
+ddp_status ddp_conv_bwd_params(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv,
+                               const void *x, const float *col, const void *dy, int batch,
+                               float *dw, float *db);
+/* dx (batch, c_in, h, w) from dy; dcol is scratch of ddp_conv_col_numel() elements (im2col path). */
+ddp_status ddp_conv_bwd_input(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv,
+                              const void *w, const void *dy, int batch, float *dcol, void *dx);
 
 /* ---- ReLU, max-pool, loss ----------------------------------------------------------------- */
 
-ddp_status ddp_relu_layer_fwd(const ddp_ops *ops, const float *x, size_t n, float *y);
-/* dx = dy where y > 0, else 0. */
-ddp_status ddp_relu_layer_bwd(const ddp_ops *ops, const float *dy, const float *y, size_t n,
-                              float *dx);
+ddp_status ddp_relu_layer_fwd(const ddp_ops *ops, ddp_precision p, const void *x, size_t n, void *y);
+/* dx = dy where y > 0, else 0 (dx may alias dy). */
+ddp_status ddp_relu_layer_bwd(const ddp_ops *ops, ddp_precision p, const void *dy, const void *y,
+                              size_t n, void *dx);
 
-/* y (planes, h/2, w/2) and argmax from x (planes, h, w). */
-ddp_status ddp_pool_fwd(const ddp_ops *ops, const float *x, int planes, int h, int w, float *y,
-                        int *argmax);
-/* dx (planes, h, w) = dy routed to each window's winner (dx is zeroed here first). */
-ddp_status ddp_pool_bwd(const ddp_ops *ops, const float *dy, const int *argmax, int planes, int h,
-                        int w, float *dx);
+/* y (n, c, h/2, w/2) from x (n, c, h, w) images; arg (ws_bytes, at least one int per output)
+ * keeps the winners (or the backend's workspace) for the backward pass. */
+ddp_status ddp_pool_fwd(const ddp_ops *ops, ddp_precision p, const void *x, int n, int c, int h,
+                        int w, void *y, int *arg, size_t ws_bytes);
+/* dx (n, c, h, w) = dy routed to each window's winner. */
+ddp_status ddp_pool_bwd(const ddp_ops *ops, ddp_precision p, const void *dy, const int *arg, int n,
+                        int c, int h, int w, void *dx);
+/* Images in the backend's layout as NCHW rows (for a linear layer), and back: on a channels-last
+ * backend a reorder into `tmp`, returned; otherwise `img` itself. NULL when the reorder failed. */
+const void *ddp_image_as_rows(const ddp_ops *ops, ddp_precision p, const void *img, void *tmp,
+                              int n, int c, int h, int w);
+ddp_status ddp_rows_to_image(const ddp_ops *ops, ddp_precision p, const void *rows, void *img,
+                             int n, int c, int h, int w);
 
-/* Mean cross-entropy of logits (batch, classes) against labels; dlogits may be NULL. */
+/* Mean cross-entropy of fp32 logits (batch, classes) against labels; dlogits (fp32) may be NULL. */
 ddp_status ddp_xent_fwd(const ddp_ops *ops, const float *logits, const int *labels, int batch,
                         int classes, float *dlogits, float *loss, int *correct);
 

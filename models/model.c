@@ -18,30 +18,33 @@
 #define DDP_CNN_CHANNELS 20
 
 /* Activations of the MLP: layer l maps widths[l] to widths[l+1]. */
+/* Activations are in the model's precision (void *); the logits are fp32. */
 typedef struct ddp_mlp_acts {
-    float *z[DDP_MLP_MAX_LAYERS];  // (batch, widths[l+1]) layer outputs; the last is the logits
-    float *a[DDP_MLP_MAX_LAYERS];  // (batch, widths[l+1]) ReLU of z[l], hidden layers only
-    float *dz[DDP_MLP_MAX_LAYERS]; // (batch, widths[l+1]) gradient w.r.t. z[l], hidden layers only
-    float *dh;                     // (batch, max hidden width) gradient w.r.t. a layer's input
+    void *z[DDP_MLP_MAX_LAYERS];  // (batch, widths[l+1]) layer outputs; the last is the logits
+    void *a[DDP_MLP_MAX_LAYERS];  // (batch, widths[l+1]) ReLU of z[l], hidden layers only
+    void *dz[DDP_MLP_MAX_LAYERS]; // (batch, widths[l+1]) gradient w.r.t. z[l], hidden layers only
+    void *dh;                     // (batch, max hidden width) gradient w.r.t. a layer's input
 } ddp_mlp_acts;
 
 /* Activations of the CNN (shapes per sample, times batch). */
 typedef struct ddp_cnn_acts {
     ddp_conv conv1, conv2;
-    float *col1;   // (25, 784) im2col of the input
-    float *z1;     // (20, 28, 28) conv1 output, ReLU applied in place
-    float *p1;     // (20, 14, 14) pool1 output
-    int *arg1;     // (20, 14, 14) pool1 winners
-    float *col2;   // (500, 196) im2col of p1
-    float *z2;     // (20, 14, 14) conv2 output after ReLU
-    float *p2;     // (980) pool2 output = fc input
+    float *col1;   // (25, 784) im2col of the input (im2col path only)
+    void *z1;      // (20, 28, 28) conv1 output, ReLU applied in place
+    void *p1;      // (20, 14, 14) pool1 output
+    int *arg1;     // (20, 14, 14) pool1 winners or workspace
+    float *col2;   // (500, 196) im2col of p1 (im2col path only)
+    void *z2;      // (20, 14, 14) conv2 output after ReLU
+    void *p2;      // (980) pool2 output
+    void *p2r;     // (980) p2 as NCHW rows = fc input (channels-last backends)
+    void *dp2r;    // (980) gradient w.r.t. p2r
     int *arg2;     // (980)
-    float *logits; // (10)
-    float *dp2;    // (980) gradient w.r.t. p2
-    float *dz2;    // (20, 14, 14) gradient w.r.t. conv2's output
-    float *dp1;    // (20, 14, 14) gradient w.r.t. p1
-    float *dz1;    // (20, 28, 28) gradient w.r.t. conv1's output
-    float *dcol;   // (500, 196) one image's im2col gradient (scratch)
+    float *logits; // (10) fp32
+    void *dp2;     // (980) gradient w.r.t. p2
+    void *dz2;     // (20, 14, 14) gradient w.r.t. conv2's output
+    void *dp1;     // (20, 14, 14) gradient w.r.t. p1
+    void *dz1;     // (20, 28, 28) gradient w.r.t. conv1's output
+    float *dcol;   // (500, 196) one image's im2col gradient (scratch, im2col path only)
 } ddp_cnn_acts;
 
 struct ddp_model {
@@ -56,13 +59,17 @@ struct ddp_model {
     float *params;   // (numel_total) backend memory
     float *grads;    // (numel_total) same layout
     float *momentum; // (numel_total) same layout
+    void *cparams;   // (numel_total) compute copy in the model's precision (= params for fp32)
+    int cparams_stale; /* params may have changed since cparams was made */
+    void *xc;          // (max_batch, 784) the input in the model's precision (unused for fp32)
+    void *dlogits_c;   // (max_batch, classes) scaled dlogits in the model's precision
     void *bufs[DDP_MAX_BUFS]; /* activation allocations, freed by destroy */
     int n_bufs;
     int alloc_failed; /* an activation allocation failed */
     ddp_mlp_acts mlp;
     ddp_cnn_acts cnn;
-    float *dlogits; // (max_batch, classes)
-    const float *x; /* input of the last forward */
+    float *dlogits; // (max_batch, classes) fp32
+    const void *x;  /* input of the last forward, in the model's precision */
     int batch;      /* its batch size; 0 when there is none to differentiate */
 };
 
@@ -77,6 +84,24 @@ void ddp_model_config_default(ddp_model_config *cfg, ddp_model_kind kind)
     memcpy(cfg->widths, widths, sizeof widths);
     cfg->max_batch = 64;
     cfg->seed = 42;
+}
+
+static const char *const ddp_precision_names[] = {"fp32", "bf16", "fp16"};
+
+ddp_status ddp_precision_parse(const char *name, ddp_precision *out)
+{
+    for (int p = DDP_PREC_FP32; p <= DDP_PREC_FP16; p++) {
+        if (name && strcmp(name, ddp_precision_names[p]) == 0) {
+            *out = (ddp_precision)p;
+            return DDP_OK;
+        }
+    }
+    return DDP_ERR_INVALID_ARG;
+}
+
+const char *ddp_precision_name(ddp_precision p)
+{
+    return p >= DDP_PREC_FP32 && p <= DDP_PREC_FP16 ? ddp_precision_names[p] : "?";
 }
 
 ddp_status ddp_model_kind_parse(const char *name, ddp_model_kind *out)
@@ -160,6 +185,11 @@ static void ddp_describe_params(ddp_model *m)
 }
 
 static float *ddp_param(ddp_model *m, int i) { return m->params + m->offset[i]; }
+/* Parameter i in the model's precision: what GEMMs and convolutions read. */
+static const void *ddp_cparam(ddp_model *m, int i)
+{
+    return (const char *)m->cparams + m->offset[i] * ddp_prec_size(m->cfg.precision);
+}
 static float *ddp_grad(ddp_model *m, int i) { return m->grads + m->offset[i]; }
 
 /* Seeded initialisation on the host, then one upload. */
@@ -194,20 +224,26 @@ static float *ddp_fbuf(ddp_model *m, size_t per_sample)
     return ddp_buf(m, (size_t)m->cfg.max_batch * per_sample * sizeof(float));
 }
 
+/* An activation buffer in the model's precision. */
+static void *ddp_abuf(ddp_model *m, size_t per_sample)
+{
+    return ddp_buf(m, (size_t)m->cfg.max_batch * per_sample * ddp_prec_size(m->cfg.precision));
+}
+
 static ddp_status ddp_alloc_mlp(ddp_model *m)
 {
     ddp_mlp_acts *a = &m->mlp;
     int n_layers = m->cfg.n_widths - 1, widest = 1;
     for (int l = 0; l < n_layers; l++) {
         size_t w = (size_t)m->cfg.widths[l + 1];
-        a->z[l] = ddp_fbuf(m, w);
+        a->z[l] = l + 1 == n_layers ? ddp_fbuf(m, w) : ddp_abuf(m, w);
         if (l + 1 == n_layers)
             break;
-        a->a[l] = ddp_fbuf(m, w);
-        a->dz[l] = ddp_fbuf(m, w);
+        a->a[l] = ddp_abuf(m, w);
+        a->dz[l] = ddp_abuf(m, w);
         widest = m->cfg.widths[l + 1] > widest ? m->cfg.widths[l + 1] : widest;
     }
-    a->dh = ddp_fbuf(m, (size_t)widest);
+    a->dh = ddp_abuf(m, (size_t)widest);
     return m->alloc_failed ? DDP_ERR_NOMEM : DDP_OK;
 }
 
@@ -218,20 +254,24 @@ static ddp_status ddp_alloc_cnn(ddp_model *m)
     DDP_TRY_(ddp_conv_init(m->ops, &a->conv1, 1, s, s, c, 5, 2));
     DDP_TRY_(ddp_conv_init(m->ops, &a->conv2, c, s / 2, s / 2, c, 5, 2));
     size_t big = (size_t)c * s * s, mid = big / 4, small = big / 16;
-    a->col1 = ddp_fbuf(m, ddp_conv_col_numel(&a->conv1));
-    a->z1 = ddp_fbuf(m, big);
-    a->p1 = ddp_fbuf(m, mid);
+    if (!ddp_conv_direct(m->ops)) {
+        a->col1 = ddp_fbuf(m, ddp_conv_col_numel(&a->conv1));
+        a->col2 = ddp_fbuf(m, ddp_conv_col_numel(&a->conv2));
+        a->dcol = ddp_buf(m, ddp_conv_col_numel(&a->conv2) * sizeof(float));
+    }
+    a->z1 = ddp_abuf(m, big);
+    a->p1 = ddp_abuf(m, mid);
     a->arg1 = ddp_buf(m, (size_t)m->cfg.max_batch * mid * sizeof(int));
-    a->col2 = ddp_fbuf(m, ddp_conv_col_numel(&a->conv2));
-    a->z2 = ddp_fbuf(m, mid);
-    a->p2 = ddp_fbuf(m, small);
+    a->z2 = ddp_abuf(m, mid);
+    a->p2 = ddp_abuf(m, small);
+    a->p2r = ddp_abuf(m, small);
+    a->dp2r = ddp_abuf(m, small);
     a->arg2 = ddp_buf(m, (size_t)m->cfg.max_batch * small * sizeof(int));
     a->logits = ddp_fbuf(m, DDP_CLASSES);
-    a->dp2 = ddp_fbuf(m, small);
-    a->dz2 = ddp_fbuf(m, mid);
-    a->dp1 = ddp_fbuf(m, mid);
-    a->dz1 = ddp_fbuf(m, big);
-    a->dcol = ddp_buf(m, ddp_conv_col_numel(&a->conv2) * sizeof(float));
+    a->dp2 = ddp_abuf(m, small);
+    a->dz2 = ddp_abuf(m, mid);
+    a->dp1 = ddp_abuf(m, mid);
+    a->dz1 = ddp_abuf(m, big);
     return m->alloc_failed ? DDP_ERR_NOMEM : DDP_OK;
 }
 
@@ -239,7 +279,8 @@ static ddp_status ddp_alloc_cnn(ddp_model *m)
 
 static ddp_status ddp_check_config(const ddp_model_config *cfg)
 {
-    if (cfg->max_batch < 1 || (cfg->kind != DDP_MODEL_MLP && cfg->kind != DDP_MODEL_CNN))
+    if (cfg->max_batch < 1 || (cfg->kind != DDP_MODEL_MLP && cfg->kind != DDP_MODEL_CNN) ||
+        cfg->precision < DDP_PREC_FP32 || cfg->precision > DDP_PREC_FP16)
         return DDP_ERR_INVALID_ARG;
     if (cfg->kind == DDP_MODEL_CNN)
         return DDP_OK;
@@ -263,6 +304,14 @@ static ddp_status ddp_model_setup(ddp_model *m)
         return DDP_ERR_NOMEM;
     int classes = m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
     m->dlogits = ddp_fbuf(m, (size_t)classes);
+    m->cparams_stale = 1;
+    m->cparams = m->params;
+    m->dlogits_c = m->dlogits;
+    if (m->cfg.precision != DDP_PREC_FP32) {
+        m->cparams = ddp_buf(m, m->numel_total * ddp_prec_size(m->cfg.precision));
+        m->xc = ddp_abuf(m, DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
+        m->dlogits_c = ddp_abuf(m, (size_t)classes);
+    }
     DDP_TRY_(m->cfg.kind == DDP_MODEL_CNN ? ddp_alloc_cnn(m) : ddp_alloc_mlp(m));
     return ddp_init_params(m);
 }
@@ -275,6 +324,8 @@ ddp_status ddp_model_create(const ddp_ops *ops, const ddp_model_config *cfg, ddp
         return DDP_ERR_INVALID_ARG;
     }
     DDP_TRY_(ddp_backend_require(ops, cfg->kind == DDP_MODEL_CNN ? "cnn" : "mlp"));
+    DDP_TRY_(ddp_backend_require_precision(ops, cfg->precision,
+                                           cfg->kind == DDP_MODEL_CNN ? "cnn" : "mlp"));
     ddp_model *m = calloc(1, sizeof *m);
     if (!m)
         return DDP_ERR_NOMEM;
@@ -313,8 +364,13 @@ int ddp_model_n_params(const ddp_model *m) { return m->n_params; }
 const ddp_param_desc *ddp_model_descs(const ddp_model *m) { return m->descs; }
 const size_t *ddp_model_numel(const ddp_model *m) { return m->numel; }
 size_t ddp_model_numel_total(const ddp_model *m) { return m->numel_total; }
-float *ddp_model_params(ddp_model *m) { return m->params; }
+float *ddp_model_params(ddp_model *m)
+{
+    m->cparams_stale = 1;
+    return m->params;
+}
 float *ddp_model_grads(ddp_model *m) { return m->grads; }
+float *ddp_model_momentum(ddp_model *m) { return m->momentum; }
 const ddp_ops *ddp_model_ops(const ddp_model *m) { return m->ops; }
 
 /* ---- forward ------------------------------------------------------------------------------- */
@@ -324,14 +380,15 @@ static ddp_status ddp_mlp_forward(ddp_model *m, const float **logits)
 {
     ddp_mlp_acts *a = &m->mlp;
     int n_layers = m->cfg.n_widths - 1;
-    const float *h = m->x; // (batch, widths[l])
+    ddp_precision p = m->cfg.precision;
+    const void *h = m->x; // (batch, widths[l])
     for (int l = 0; l < n_layers; l++) {
         int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
-        DDP_TRY_(ddp_linear_fwd(m->ops, h, ddp_param(m, 2 * l), ddp_param(m, 2 * l + 1), m->batch,
-                                in, out, a->z[l]));
+        DDP_TRY_(ddp_linear_fwd(m->ops, p, h, ddp_cparam(m, 2 * l), ddp_param(m, 2 * l + 1),
+                                m->batch, in, out, a->z[l], l + 1 == n_layers));
         if (l + 1 == n_layers)
             break;
-        DDP_TRY_(ddp_relu_layer_fwd(m->ops, a->z[l], (size_t)m->batch * out, a->a[l]));
+        DDP_TRY_(ddp_relu_layer_fwd(m->ops, p, a->z[l], (size_t)m->batch * out, a->a[l]));
         h = a->a[l];
     }
     *logits = a->z[n_layers - 1];
@@ -342,17 +399,38 @@ static ddp_status ddp_cnn_forward(ddp_model *m, const float **logits)
 {
     ddp_cnn_acts *a = &m->cnn;
     const ddp_ops *o = m->ops;
-    int b = m->batch, planes = b * DDP_CNN_CHANNELS;
-    DDP_TRY_(ddp_conv_fwd(o, &a->conv1, m->x, ddp_param(m, 0), ddp_param(m, 1), b, a->col1, a->z1));
-    DDP_TRY_(ddp_relu_layer_fwd(o, a->z1, (size_t)planes * 28 * 28, a->z1));
-    DDP_TRY_(ddp_pool_fwd(o, a->z1, planes, 28, 28, a->p1, a->arg1));
-    DDP_TRY_(ddp_conv_fwd(o, &a->conv2, a->p1, ddp_param(m, 2), ddp_param(m, 3), b, a->col2, a->z2));
-    DDP_TRY_(ddp_relu_layer_fwd(o, a->z2, (size_t)planes * 14 * 14, a->z2));
-    DDP_TRY_(ddp_pool_fwd(o, a->z2, planes, 14, 14, a->p2, a->arg2));
-    DDP_TRY_(ddp_linear_fwd(o, a->p2, ddp_param(m, 4), ddp_param(m, 5), b,
-                            DDP_CNN_CHANNELS * 7 * 7, DDP_CLASSES, a->logits));
+    ddp_precision p = m->cfg.precision;
+    const int c = DDP_CNN_CHANNELS;
+    int b = m->batch, planes = b * c;
+    size_t ws1 = (size_t)planes * 14 * 14 * sizeof(int), ws2 = (size_t)planes * 7 * 7 * sizeof(int);
+    DDP_TRY_(ddp_conv_fwd(o, p, &a->conv1, m->x, ddp_cparam(m, 0), ddp_param(m, 1), b, a->col1, a->z1));
+    DDP_TRY_(ddp_relu_layer_fwd(o, p, a->z1, (size_t)planes * 28 * 28, a->z1));
+    DDP_TRY_(ddp_pool_fwd(o, p, a->z1, b, c, 28, 28, a->p1, a->arg1, ws1));
+    DDP_TRY_(ddp_conv_fwd(o, p, &a->conv2, a->p1, ddp_cparam(m, 2), ddp_param(m, 3), b, a->col2, a->z2));
+    DDP_TRY_(ddp_relu_layer_fwd(o, p, a->z2, (size_t)planes * 14 * 14, a->z2));
+    DDP_TRY_(ddp_pool_fwd(o, p, a->z2, b, c, 14, 14, a->p2, a->arg2, ws2));
+    const void *rows = ddp_image_as_rows(o, p, a->p2, a->p2r, b, c, 7, 7); // (b, 980) NCHW order
+    if (!rows)
+        return DDP_ERR_BLAS;
+    DDP_TRY_(ddp_linear_fwd(o, p, rows, ddp_cparam(m, 4), ddp_param(m, 5), b, c * 7 * 7, DDP_CLASSES,
+                            a->logits, true));
     *logits = a->logits;
     return DDP_OK;
+}
+
+/* Refreshes the compute copy of the parameters when stale and puts the input in the model's
+ * precision. */
+static ddp_status ddp_model_prepare(ddp_model *m, const float *x, int batch)
+{
+    ddp_precision p = m->cfg.precision;
+    m->x = x;
+    if (p == DDP_PREC_FP32)
+        return DDP_OK;
+    if (m->cparams_stale)
+        DDP_TRY_(m->ops->cast(p, m->cparams, DDP_PREC_FP32, m->params, m->numel_total));
+    m->cparams_stale = 0;
+    m->x = m->xc;
+    return m->ops->cast(p, m->xc, DDP_PREC_FP32, x, (size_t)batch * DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
 }
 
 /* Downloads the logits and writes each row's argmax to pred_host. */
@@ -376,7 +454,9 @@ ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, in
                   m->cfg.max_batch);
         return DDP_ERR_INVALID_ARG;
     }
-    m->x = x;
+    ddp_status prep = ddp_model_prepare(m, x, batch);
+    if (prep != DDP_OK)
+        return prep;
     m->batch = batch;
     const float *logits = NULL;
     int classes = m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
@@ -412,17 +492,18 @@ static ddp_status ddp_mark(ddp_reducer *r, int hi, int lo)
 static ddp_status ddp_mlp_backward(ddp_model *m, ddp_reducer *r)
 {
     ddp_mlp_acts *a = &m->mlp;
-    const float *g = m->dlogits; // (batch, widths[l+1]): gradient w.r.t. z[l]
+    ddp_precision p = m->cfg.precision;
+    const void *g = m->dlogits_c; // (batch, widths[l+1]): gradient w.r.t. z[l]
     for (int l = m->cfg.n_widths - 2; l >= 0; l--) {
         int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
-        const float *h = l ? a->a[l - 1] : m->x; // (batch, in)
-        DDP_TRY_(ddp_linear_bwd_params(m->ops, h, g, m->batch, in, out, ddp_grad(m, 2 * l),
+        const void *h = l ? a->a[l - 1] : m->x; // (batch, in)
+        DDP_TRY_(ddp_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, ddp_grad(m, 2 * l),
                                        ddp_grad(m, 2 * l + 1)));
         DDP_TRY_(ddp_mark(r, 2 * l + 1, 2 * l));
         if (l == 0)
             break;
-        DDP_TRY_(ddp_linear_bwd_input(m->ops, ddp_param(m, 2 * l), g, m->batch, in, out, a->dh));
-        DDP_TRY_(ddp_relu_layer_bwd(m->ops, a->dh, a->a[l - 1], (size_t)m->batch * in, a->dz[l - 1]));
+        DDP_TRY_(ddp_linear_bwd_input(m->ops, p, ddp_cparam(m, 2 * l), g, m->batch, in, out, a->dh));
+        DDP_TRY_(ddp_relu_layer_bwd(m->ops, p, a->dh, a->a[l - 1], (size_t)m->batch * in, a->dz[l - 1]));
         g = a->dz[l - 1];
     }
     return DDP_OK;
@@ -432,20 +513,39 @@ static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
 {
     ddp_cnn_acts *a = &m->cnn;
     const ddp_ops *o = m->ops;
-    int b = m->batch, planes = b * DDP_CNN_CHANNELS, fc_in = DDP_CNN_CHANNELS * 7 * 7;
-    DDP_TRY_(ddp_linear_bwd_params(o, a->p2, m->dlogits, b, fc_in, DDP_CLASSES, ddp_grad(m, 4),
+    ddp_precision p = m->cfg.precision;
+    const int c = DDP_CNN_CHANNELS;
+    int b = m->batch, planes = b * c, fc_in = c * 7 * 7;
+    const void *rows = o->channels_last ? a->p2r : a->p2; /* what the forward pass fed fc1 */
+    void *drows = o->channels_last ? a->dp2r : a->dp2;
+    DDP_TRY_(ddp_linear_bwd_params(o, p, rows, m->dlogits_c, b, fc_in, DDP_CLASSES, ddp_grad(m, 4),
                                    ddp_grad(m, 5)));
     DDP_TRY_(ddp_mark(r, 5, 4));
-    DDP_TRY_(ddp_linear_bwd_input(o, ddp_param(m, 4), m->dlogits, b, fc_in, DDP_CLASSES, a->dp2));
-    DDP_TRY_(ddp_pool_bwd(o, a->dp2, a->arg2, planes, 14, 14, a->dz2));
-    DDP_TRY_(ddp_relu_layer_bwd(o, a->dz2, a->z2, (size_t)planes * 14 * 14, a->dz2));
-    DDP_TRY_(ddp_conv_bwd_params(o, &a->conv2, a->col2, a->dz2, b, ddp_grad(m, 2), ddp_grad(m, 3)));
+    DDP_TRY_(ddp_linear_bwd_input(o, p, ddp_cparam(m, 4), m->dlogits_c, b, fc_in, DDP_CLASSES, drows));
+    DDP_TRY_(ddp_rows_to_image(o, p, drows, a->dp2, b, c, 7, 7));
+    DDP_TRY_(ddp_pool_bwd(o, p, a->dp2, a->arg2, b, c, 14, 14, a->dz2));
+    DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dz2, a->z2, (size_t)planes * 14 * 14, a->dz2));
+    DDP_TRY_(ddp_conv_bwd_params(o, p, &a->conv2, a->p1, a->col2, a->dz2, b, ddp_grad(m, 2),
+                                 ddp_grad(m, 3)));
     DDP_TRY_(ddp_mark(r, 3, 2));
-    DDP_TRY_(ddp_conv_bwd_input(o, &a->conv2, ddp_param(m, 2), a->dz2, b, a->dcol, a->dp1));
-    DDP_TRY_(ddp_pool_bwd(o, a->dp1, a->arg1, planes, 28, 28, a->dz1));
-    DDP_TRY_(ddp_relu_layer_bwd(o, a->dz1, a->z1, (size_t)planes * 28 * 28, a->dz1));
-    DDP_TRY_(ddp_conv_bwd_params(o, &a->conv1, a->col1, a->dz1, b, ddp_grad(m, 0), ddp_grad(m, 1)));
+    DDP_TRY_(ddp_conv_bwd_input(o, p, &a->conv2, ddp_cparam(m, 2), a->dz2, b, a->dcol, a->dp1));
+    DDP_TRY_(ddp_pool_bwd(o, p, a->dp1, a->arg1, b, c, 28, 28, a->dz1));
+    DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dz1, a->z1, (size_t)planes * 28 * 28, a->dz1));
+    DDP_TRY_(ddp_conv_bwd_params(o, p, &a->conv1, m->x, a->col1, a->dz1, b, ddp_grad(m, 0),
+                                 ddp_grad(m, 1)));
     return ddp_mark(r, 1, 0);
+}
+
+/* The loss gradient (fp32, as softmax left it, times a loss scale when the caller scaled it) in the
+ * model's precision, for the backward pass. */
+static ddp_status ddp_dlogits_in_precision(ddp_model *m)
+{
+    size_t n = (size_t)m->batch * DDP_CLASSES;
+    if (m->cfg.kind == DDP_MODEL_MLP)
+        n = (size_t)m->batch * (size_t)m->cfg.widths[m->cfg.n_widths - 1];
+    if (m->cfg.precision == DDP_PREC_FP32)
+        return DDP_OK;
+    return m->ops->cast(m->cfg.precision, m->dlogits_c, DDP_PREC_FP32, m->dlogits, n);
 }
 
 ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r)
@@ -454,7 +554,19 @@ ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r)
         DDP_ERROR("ddp_model_backward: no successful forward pass to differentiate");
         return DDP_ERR_STATE;
     }
+    DDP_TRY_(ddp_dlogits_in_precision(m));
     return m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_backward(m, r) : ddp_mlp_backward(m, r);
+}
+
+
+ddp_status ddp_model_scale_loss_grad(ddp_model *m, float scale)
+{
+    if (m->batch < 1) {
+        DDP_ERROR("ddp_model_scale_loss_grad: no forward pass to scale");
+        return DDP_ERR_STATE;
+    }
+    int classes = m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
+    return m->ops->scale(m->dlogits, (size_t)m->batch * (size_t)classes, scale);
 }
 
 ddp_status ddp_model_zero_grad(ddp_model *m)
@@ -464,6 +576,7 @@ ddp_status ddp_model_zero_grad(ddp_model *m)
 
 ddp_status ddp_model_sgd_step(ddp_model *m, float lr, float momentum, float weight_decay)
 {
+    m->cparams_stale = 1;
     return m->ops->sgd_step(m->params, m->momentum, m->grads, m->numel_total, lr, momentum,
                             weight_decay);
 }

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "ops.h"
 #include "ddp.h"
 
 #define DDP_MLP_MAX_LAYERS 8
@@ -27,6 +27,9 @@ typedef struct ddp_model_config {
     int widths[DDP_MLP_MAX_LAYERS + 1];
     int max_batch; /* activations are sized for this many samples */
     uint64_t seed; /* seeded initialisation (PyTorch's default ranges: U(+-1/sqrt(fan_in))) */
+    /* activations and GEMM/convolution inputs (fp32 accumulation); parameters, gradients,
+     * momentum, logits and the loss stay fp32 (default fp32) */
+    ddp_precision precision;
 } ddp_model_config;
 
 typedef struct ddp_model ddp_model;
@@ -38,8 +41,13 @@ ddp_status ddp_model_kind_parse(const char *name, ddp_model_kind *out);
 /* Parses "784-512-256-10" into cfg->widths (first must be 784, last 10). */
 ddp_status ddp_model_widths_parse(const char *text, ddp_model_config *cfg);
 
-/* Creates the model on a backend (ddp_backend_ops(ctx) or ddp_cpu_ops()), initialised from
- * cfg->seed. DDP_ERR_UNSUPPORTED when the backend lacks an op the model needs. */
+/* Parses "fp32" / "bf16" / "fp16". DDP_ERR_INVALID_ARG otherwise. */
+ddp_status ddp_precision_parse(const char *name, ddp_precision *out);
+const char *ddp_precision_name(ddp_precision p);
+
+/* Creates the model on a backend (ddp_ops_open() or ddp_cpu_ops()), initialised from cfg->seed.
+ * DDP_ERR_UNSUPPORTED when the backend lacks an op the model needs or cfg->precision (logged with
+ * what to use instead). */
 ddp_status ddp_model_create(const ddp_ops *ops, const ddp_model_config *cfg, ddp_model **out);
 void ddp_model_destroy(ddp_model *m);
 
@@ -47,8 +55,11 @@ int ddp_model_n_params(const ddp_model *m);
 const ddp_param_desc *ddp_model_descs(const ddp_model *m);
 const size_t *ddp_model_numel(const ddp_model *m); /* per-parameter element counts */
 size_t ddp_model_numel_total(const ddp_model *m);
-float *ddp_model_params(ddp_model *m); /* flat, backend memory */
+/* Flat, backend memory, fp32 (the master weights). The model refreshes its 16-bit compute copy
+ * before the next forward pass, so the caller may change the values through this pointer. */
+float *ddp_model_params(ddp_model *m);
 float *ddp_model_grads(ddp_model *m);  /* flat, backend memory, same layout */
+float *ddp_model_momentum(ddp_model *m); /* SGD momentum, flat, backend memory, same layout */
 const ddp_ops *ddp_model_ops(const ddp_model *m);
 
 /* Forward pass on a batch: x (batch, 784) and labels (batch) in backend memory, batch <=
@@ -59,6 +70,10 @@ ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, in
 /* Backward pass of the last forward: ADDS the gradient of the mean loss to the gradients, and
  * marks each parameter ready on r (when r is not NULL) as soon as its gradient is final. */
 ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r);
+/* Multiplies the fp32 loss gradient of the last forward pass by `scale` (loss scaling for 16-bit
+ * gradients: every parameter gradient of the next backward is then scaled alike; backward casts
+ * the scaled gradient to the model's precision). DDP_ERR_STATE without a forward pass. */
+ddp_status ddp_model_scale_loss_grad(ddp_model *m, float scale);
 ddp_status ddp_model_zero_grad(ddp_model *m);
 /* SGD with momentum and weight decay on every parameter (backend sgd_step). */
 ddp_status ddp_model_sgd_step(ddp_model *m, float lr, float momentum, float weight_decay);

@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -13,7 +14,10 @@ enum {
     OPT_MODEL = 1000, OPT_WIDTHS, OPT_DATA, OPT_EPOCHS, OPT_MAX_STEPS, OPT_BATCH, OPT_LR,
     OPT_MOMENTUM, OPT_WEIGHT_DECAY, OPT_SEED, OPT_BUCKET_MB, OPT_FIRST_BUCKET_MB, OPT_ACCUM,
     OPT_DEVICE, OPT_THREADS, OPT_METRICS, OPT_SAVE, OPT_NO_SHUFFLE, OPT_LOG_EVERY,
-    OPT_BROADCAST_INIT, OPT_LR_SCHEDULE, OPT_AUGMENT, OPT_HELP
+    OPT_BROADCAST_INIT, OPT_LR_SCHEDULE, OPT_AUGMENT, OPT_PRECISION, OPT_GRAD_DTYPE, OPT_LOSS_SCALE_INIT,
+    OPT_LOSS_SCALE_INTERVAL, OPT_WORKERS, OPT_INJECT_INF, OPT_HELP,
+    OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME, OPT_RESUME_RESHARD, OPT_REQUEUE,
+    OPT_CKPT_ERRORS, OPT_NAN_POLICY
 };
 
 static const struct option ddp_train_long_opts[] = {
@@ -39,7 +43,21 @@ static const struct option ddp_train_long_opts[] = {
     {"broadcast-init", no_argument, NULL, OPT_BROADCAST_INIT},
     {"lr-schedule", required_argument, NULL, OPT_LR_SCHEDULE},
     {"augment", no_argument, NULL, OPT_AUGMENT},
+    {"precision", required_argument, NULL, OPT_PRECISION},
+    {"grad-dtype", required_argument, NULL, OPT_GRAD_DTYPE},
+    {"loss-scale-init", required_argument, NULL, OPT_LOSS_SCALE_INIT},
+    {"loss-scale-interval", required_argument, NULL, OPT_LOSS_SCALE_INTERVAL},
+    {"workers", required_argument, NULL, OPT_WORKERS},
+    {"inject-inf", required_argument, NULL, OPT_INJECT_INF},
     {"help", no_argument, NULL, OPT_HELP},
+    {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
+    {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
+    {"keep", required_argument, NULL, OPT_KEEP},
+    {"resume", required_argument, NULL, OPT_RESUME},
+    {"resume-reshard", no_argument, NULL, OPT_RESUME_RESHARD},
+    {"requeue", no_argument, NULL, OPT_REQUEUE},
+    {"checkpoint-errors", required_argument, NULL, OPT_CKPT_ERRORS},
+    {"nan-policy", required_argument, NULL, OPT_NAN_POLICY},
     {NULL, 0, NULL, 0},
 };
 
@@ -61,15 +79,41 @@ static const char ddp_train_usage_text[] =
     "  --first-bucket-mb X     first bucket cap, MiB (default 1)\n"
     "  --device cpu|cuda|auto  backend (default auto)\n"
     "  --threads N             BLAS threads per rank on the CPU (default 1)\n"
+    "  --precision P           fp32, bf16 or fp16 (default fp32): activations and GEMM/convolution\n"
+    "                          inputs in 16 bits, fp32 accumulation, fp32 master weights, optimizer\n"
+    "                          state, loss and softmax. bf16 on the CPU needs AVX512_BF16 or AMX;\n"
+    "                          fp16 on a CPU is emulated (values rounded to fp16, arithmetic in fp32)\n"
     "  --metrics FILE          rank 0 writes JSON lines: one per epoch, then a summary\n"
     "  --save FILE             rank 0 writes the trained parameters as a checkpoint\n"
     "  --augment               shift each training image by up to 2 pixels (from seed, epoch, sample)\n"
     "  --no-shuffle            keep the data order (identity permutation)\n"
     "  --log-every N           progress line every N steps when stderr is not a terminal (default 50)\n"
     "  --broadcast-init        copy rank 0's initial parameters to every rank\n"
+    "  --grad-dtype T          gradient all-reduce in fp32, bf16 or fp16 (default fp32): 16 bits halve\n"
+    "                          the bytes (PyTorch's compression hooks); fp16 (here or in --precision)\n"
+    "                          adds dynamic loss scaling\n"
+    "  --loss-scale-init X     fp16: first loss scale (default 65536, as torch's GradScaler)\n"
+    "  --loss-scale-interval N fp16: steps without inf/NaN before the scale doubles (default 2000)\n"
+    "  --workers N             data threads that prepare the next batches (default 1; 0 = none);\n"
+    "                          batches are the same whatever N\n"
+    "  --inject-inf RANK:STEP  test aid: make RANK's gradients inf at optimizer STEP (0-based; needs\n"
+    "                          --grad-dtype fp16 or --precision fp16): every rank must skip that\n"
+    "                          step; up to 8 times\n"
+    "  --nan-policy stop|skip  a NaN/inf loss stops the run with exit 1 (stop, default) or its step\n"
+    "                          is not applied (skip)\n"
+    "  --checkpoint-dir DIR    rank 0 writes the full training state to DIR/step-N.ckpt (created)\n"
+    "  --checkpoint-every N    ... every N optimizer steps (default 0: on a stop and at the end)\n"
+    "  --keep K                checkpoints kept in DIR, older ones removed (default 3)\n"
+    "  --checkpoint-errors E   stop (default: a failed save ends the run, exit 1) or warn (go on)\n"
+    "  --resume auto|FILE      continue bit-identically from FILE, or (auto) from the newest valid\n"
+    "                          checkpoint in DIR, starting fresh when there is none\n"
+    "  --resume-reshard        allow resuming with another number of ranks (no longer bit-identical)\n"
+    "  --requeue               under Slurm: after a stop by signal, rank 0 runs scontrol requeue\n"
     "  --help                  this text\n"
-    "SIGUSR1 (e.g. sbatch --signal=USR1@120) stops every rank after the same step; rank 0 then\n"
-    "evaluates, writes --save and the metrics summary (\"stopped_by_signal\": true), and all exit 0.\n";
+    "SIGUSR1 (e.g. sbatch --signal=USR1@120) or SIGTERM (time limit, scancel) stops every rank after\n"
+    "the same step; rank 0 then writes a checkpoint into --checkpoint-dir, evaluates, writes --save\n"
+    "and the metrics summary (\"stopped_by_signal\": true); with --requeue it requeues the job; all\n"
+    "exit 0.\n";
 
 static void ddp_train_opts_default(ddp_train_opts *o)
 {
@@ -88,6 +132,29 @@ static void ddp_train_opts_default(ddp_train_opts *o)
     o->threads = 1;
     o->shuffle = 1;
     o->log_every = 50;
+    o->grad_dtype = DDP_FP32;
+    o->loss_scale_init = 65536.0;
+    o->loss_scale_interval = 2000;
+    o->workers = 1;
+    o->keep = 3;
+}
+
+/* RANK:STEP for --inject-inf. */
+static int ddp_parse_inject(const char *text, ddp_train_opts *o)
+{
+    char *end = NULL;
+    errno = 0;
+    long rank = strtol(text, &end, 10);
+    long step = end && *end == ':' ? strtol(end + 1, &end, 10) : -1;
+    if (errno != 0 || !isdigit((unsigned char)text[0]) || *end != '\0' || rank < 0 ||
+        rank > INT_MAX || step < 0 || o->n_inject == 8) {
+        fprintf(stderr, "ddp-train: --inject-inf: expected RANK:STEP with non-negative integers "
+                        "(at most 8 times), got '%s'\n", text);
+        return -1;
+    }
+    o->inject_rank[o->n_inject] = (int)rank;
+    o->inject_step[o->n_inject++] = step;
+    return 0;
 }
 
 /* Parses a whole-string integer in [min, max]; prints the complaint with the allowed range and
@@ -152,9 +219,16 @@ static int ddp_parse_seed(const char *text, uint64_t *out)
     return 0;
 }
 
-/* Flags that name a choice: model kind, widths, learning-rate schedule, device. */
+/* Flags that name a choice: model kind, widths, learning-rate schedule, precision, device. */
 static int ddp_parse_choice(int id, const char *text, ddp_train_opts *o)
 {
+    if (id == OPT_PRECISION) {
+        if (ddp_precision_parse(text, &o->model.precision) != DDP_OK) {
+            fprintf(stderr, "ddp-train: --precision: expected fp32, bf16 or fp16, got '%s'\n", text);
+            return -1;
+        }
+        return 0;
+    }
     if (id == OPT_LR_SCHEDULE) {
         o->cosine = strcmp(text, "cosine") == 0;
         if (!o->cosine && strcmp(text, "constant") != 0) {
@@ -177,6 +251,13 @@ static int ddp_parse_choice(int id, const char *text, ddp_train_opts *o)
             fprintf(stderr, "ddp-train: --widths: expected widths like 784-512-256-10 (784 first, 10 "
                             "last, each 1 to %d, at most %d layers), got '%s'\n", DDP_MLP_MAX_WIDTH,
                     DDP_MLP_MAX_LAYERS, text);
+            return -1;
+        }
+        return 0;
+    }
+    if (id == OPT_GRAD_DTYPE) {
+        if (ddp_dtype_parse(text, &o->grad_dtype) != DDP_OK) {
+            fprintf(stderr, "ddp-train: --grad-dtype: expected fp32, bf16 or fp16, got '%s'\n", text);
             return -1;
         }
         return 0;
@@ -208,8 +289,55 @@ static int ddp_parse_number(int id, const char *v, ddp_train_opts *o)
     case OPT_FIRST_BUCKET_MB:
         return ddp_parse_double("first-bucket-mb", v, 0.0, 1, DDP_TRAIN_MAX_BUCKET_MB, 0, &o->first_bucket_mb);
     case OPT_SEED: return ddp_parse_seed(v, &o->seed);
+    case OPT_WORKERS: return ddp_parse_int_in("workers", v, 0, DDP_TRAIN_MAX_WORKERS, &o->workers);
+    case OPT_LOSS_SCALE_INTERVAL:
+        return ddp_parse_long("loss-scale-interval", v, 1, LONG_MAX, &o->loss_scale_interval);
+    case OPT_LOSS_SCALE_INIT:
+        return ddp_parse_double("loss-scale-init", v, 0.0, 1, FLT_MAX, 0, &o->loss_scale_init);
+    case OPT_INJECT_INF: return ddp_parse_inject(v, o);
     default: return ddp_parse_choice(id, v, o);
     }
+}
+
+/* Checkpoint, resume and NaN flags. */
+static int ddp_parse_resume_opt(int id, const char *v, ddp_train_opts *o)
+{
+    switch (id) {
+    case OPT_CKPT_DIR: o->checkpoint_dir = v; return 0;
+    case OPT_RESUME: o->resume = v; return 0;
+    case OPT_RESUME_RESHARD: o->resume_reshard = 1; return 0;
+    case OPT_REQUEUE: o->requeue = 1; return 0;
+    case OPT_CKPT_EVERY: return ddp_parse_long("checkpoint-every", v, 0, LONG_MAX, &o->checkpoint_every);
+    case OPT_KEEP: return ddp_parse_int("keep", v, 1, &o->keep);
+    case OPT_CKPT_ERRORS:
+        o->checkpoint_errors_warn = strcmp(v, "warn") == 0;
+        if (o->checkpoint_errors_warn || strcmp(v, "stop") == 0)
+            return 0;
+        fprintf(stderr, "ddp-train: --checkpoint-errors: expected stop or warn, got '%s'\n", v);
+        return -1;
+    default:
+        o->nan_skip = strcmp(v, "skip") == 0;
+        if (o->nan_skip || strcmp(v, "stop") == 0)
+            return 0;
+        fprintf(stderr, "ddp-train: --nan-policy: expected stop or skip, got '%s'\n", v);
+        return -1;
+    }
+}
+
+/* Flags that only make sense together; 0 when consistent, else -1 with the complaint printed. */
+static int ddp_check_resume_opts(const ddp_train_opts *o)
+{
+    const char *need_dir = o->checkpoint_every ? "--checkpoint-every"
+                           : o->resume && strcmp(o->resume, "auto") == 0 ? "--resume auto" : NULL;
+    if (need_dir && !o->checkpoint_dir) {
+        fprintf(stderr, "ddp-train: %s needs --checkpoint-dir DIR (where checkpoints are kept)\n", need_dir);
+        return -1;
+    }
+    if (o->resume && !o->resume[0]) {
+        fprintf(stderr, "ddp-train: --resume: expected auto or a checkpoint file, got ''\n");
+        return -1;
+    }
+    return 0;
 }
 
 /* One flag. Returns 0 when accepted, -1 when invalid (message printed), 1 for --help. */
@@ -223,7 +351,7 @@ static int ddp_train_apply_opt(int id, const char *v, ddp_train_opts *o)
     case OPT_AUGMENT: o->augment = 1; return 0;
     case OPT_BROADCAST_INIT: o->broadcast_init = 1; return 0;
     case OPT_HELP: return 1;
-    default: return ddp_parse_number(id, v, o);
+    default: return id >= OPT_CKPT_DIR ? ddp_parse_resume_opt(id, v, o) : ddp_parse_number(id, v, o);
     }
 }
 
@@ -255,6 +383,13 @@ ddp_train_parse_result ddp_train_parse_args(int argc, char **argv, ddp_train_opt
         fprintf(stderr, "ddp-train: unexpected argument '%s'\n%s", argv[optind], ddp_train_usage_text);
         return DDP_TRAIN_USAGE;
     }
+    if (o->n_inject > 0 && o->grad_dtype != DDP_FP16 && o->model.precision != DDP_PREC_FP16) {
+        fprintf(stderr, "ddp-train: --inject-inf tests the fp16 loss scaler: add --grad-dtype fp16 "
+                        "or --precision fp16\n");
+        return DDP_TRAIN_USAGE;
+    }
+    if (ddp_check_resume_opts(o) != 0)
+        return DDP_TRAIN_USAGE;
     o->model.seed = o->seed;
     o->model.max_batch = o->batch;
     return DDP_TRAIN_RUN;
@@ -276,4 +411,14 @@ void ddp_train_print_opts(FILE *f, const ddp_train_opts *o)
     fprintf(f, "buckets: %g MiB (first %g MiB)  broadcast-init: %s  threads: %d  augment: %s\n",
             o->bucket_mb, o->first_bucket_mb, o->broadcast_init ? "yes" : "no", o->threads,
             o->augment ? "shifts up to 2 px" : "no");
+    fprintf(f, "precision: %s\n", ddp_precision_name(o->model.precision));
+    fprintf(f, "gradient all-reduce: %s", ddp_dtype_name(o->grad_dtype));
+    if (o->grad_dtype == DDP_FP16)
+        fprintf(f, " with loss scaling (scale %g, doubled after %ld finite steps)", o->loss_scale_init,
+                o->loss_scale_interval);
+    fprintf(f, "  data workers: %d\n", o->workers);
+    fprintf(f, "checkpoints: %s every %ld steps (keep %d, errors %s)  resume: %s  nan-policy: %s\n",
+            o->checkpoint_dir ? o->checkpoint_dir : "none", o->checkpoint_every, o->keep,
+            o->checkpoint_errors_warn ? "warn" : "stop", o->resume ? o->resume : "no",
+            o->nan_skip ? "skip" : "stop");
 }

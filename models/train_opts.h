@@ -14,6 +14,7 @@
 #define DDP_TRAIN_MAX_EPOCHS 1000000
 #define DDP_TRAIN_MAX_STEPS 1000000000000L  /* --max-steps: 30 years at 1 ms a step */
 #define DDP_TRAIN_MAX_THREADS 1024
+#define DDP_TRAIN_MAX_WORKERS 256 /* --workers: data prefetch threads */
 #define DDP_TRAIN_MIN_LR 1e-12  /* below it, float32 updates round away for any usable gradient */
 #define DDP_TRAIN_MAX_LR 1e3    /* above it, SGD diverges at once on these models */
 #define DDP_TRAIN_MAX_WEIGHT_DECAY 1e3
@@ -38,6 +39,22 @@ typedef struct ddp_train_opts {
     int augment;              /* random shifts of up to 2 pixels of training images */
     int log_every;            /* progress line every N steps when stderr is not a terminal */
     int broadcast_init;
+    ddp_dtype grad_dtype;      /* --grad-dtype: type of the gradient all-reduce */
+    double loss_scale_init;    /* fp16 gradients: the loss scaler's first scale */
+    long loss_scale_interval;  /* fp16 gradients: finite steps before the scale doubles */
+    int workers;               /* data prefetch threads; 0 = on the training thread */
+    int n_inject;              /* --inject-inf RANK:STEP entries (a test aid) */
+    int inject_rank[8];
+    long inject_step[8];
+    /* Checkpoints and resuming (train_state.c). */
+    const char *checkpoint_dir; /* NULL: none; checkpoints DIR/step-<12 digits>.ckpt */
+    long checkpoint_every;      /* optimizer steps between checkpoints; 0 = on a stop and at the end */
+    int keep;                   /* checkpoints kept in checkpoint_dir (default 3) */
+    const char *resume;         /* NULL, "auto" (newest valid in checkpoint_dir) or a file */
+    int resume_reshard;         /* allow resuming with another world size (not bit-identical) */
+    int requeue;                /* after a stop by signal under Slurm: scontrol requeue the job */
+    int checkpoint_errors_warn; /* a failed save warns and training goes on (default: stop, exit 1) */
+    int nan_skip;               /* --nan-policy skip: a step with NaN/inf loss is not applied */
 } ddp_train_opts;
 
 /* What the caller does after parsing. */

@@ -30,37 +30,92 @@ static ddp_status comm_check_root(const ddp_ctx *ctx, int root, const char *who)
     return DDP_OK;
 }
 
-static ddp_status comm_check_op(ddp_reduce_op op, const char *who)
+static ddp_status comm_check_op(ddp_reduce_op op, ddp_dtype dtype, const char *who)
 {
-    if (op != DDP_SUM && op != DDP_AVG) {
-        DDP_ERROR("%s: unknown reduce op %d (use DDP_SUM or DDP_AVG)", who, (int)op);
+    if (op != DDP_SUM && op != DDP_AVG && op != DDP_MAX && op != DDP_MIN) {
+        DDP_ERROR("%s: unknown reduce op %d (use DDP_SUM, DDP_AVG, DDP_MAX or DDP_MIN)", who,
+                  (int)op);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (ddp_dtype_size(dtype) == 0) {
+        DDP_ERROR("%s: unknown element type %d", who, (int)dtype);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if ((op == DDP_MAX || op == DDP_MIN) && (dtype == DDP_BF16 || dtype == DDP_FP16)) {
+        DDP_ERROR("%s: 16-bit all-reduces sum (or average) only; use fp32 for DDP_MAX/DDP_MIN", who);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (op == DDP_AVG && dtype == DDP_INT64) {
+        DDP_ERROR("%s: DDP_AVG of integers would round: use DDP_SUM and divide by the world size",
+                  who);
         return DDP_ERR_INVALID_ARG;
     }
     return DDP_OK;
+}
+
+static void comm_count(uint64_t *calls, uint64_t *bytes, size_t n, ddp_dtype dtype)
+{
+    __atomic_fetch_add(calls, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(bytes, (uint64_t)n * ddp_dtype_size(dtype), __ATOMIC_RELAXED);
 }
 
 ddp_status ddp_allreduce(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op)
 {
     ddp_status st = comm_check(ctx, buf, n, "ddp_allreduce");
     if (st == DDP_OK)
-        st = comm_check_op(op, "ddp_allreduce");
+        st = comm_check_op(op, DDP_FP32, "ddp_allreduce");
     if (st != DDP_OK)
         return st;
-    return ctx->comm->ops->allreduce(ctx->comm, buf, n, op);
+    comm_count(&ctx->allreduce_calls, &ctx->allreduce_bytes, n, DDP_FP32);
+    return ctx->comm->ops->allreduce(ctx->comm, buf, n, DDP_FP32, op);
 }
 
-ddp_status ddp_allreduce_start(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op,
-                               ddp_request **req)
+ddp_status ddp_allreduce_start_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
+                                     ddp_reduce_op op, void *stream, ddp_request **req)
 {
     if (!req)
         return DDP_ERR_INVALID_ARG;
     *req = NULL;
     ddp_status st = comm_check(ctx, buf, n, "ddp_allreduce_start");
     if (st == DDP_OK)
-        st = comm_check_op(op, "ddp_allreduce_start");
+        st = comm_check_op(op, dtype, "ddp_allreduce_start");
     if (st != DDP_OK)
         return st;
-    return ctx->comm->ops->allreduce_start(ctx->comm, buf, n, op, req);
+    comm_count(&ctx->allreduce_calls, &ctx->allreduce_bytes, n, dtype);
+    return ctx->comm->ops->allreduce_start(ctx->comm, buf, n, dtype, op, stream, req);
+}
+
+ddp_status ddp_allreduce_start(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op,
+                               ddp_request **req)
+{
+    return ddp_allreduce_start_typed(ctx, buf, n, DDP_FP32, op, NULL, req);
+}
+
+ddp_status ddp_allreduce_host(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype, ddp_reduce_op op)
+{
+    ddp_status st = comm_check(ctx, buf, n, "ddp_allreduce_host");
+    if (st == DDP_OK)
+        st = comm_check_op(op, dtype, "ddp_allreduce_host");
+    if (st == DDP_OK && dtype != DDP_FP64 && dtype != DDP_INT64 && dtype != DDP_FP32) {
+        DDP_ERROR("ddp_allreduce_host: element type %s is not one of fp64, int64, fp32",
+                  ddp_dtype_name(dtype));
+        st = DDP_ERR_INVALID_ARG;
+    }
+    if (st != DDP_OK)
+        return st;
+    comm_count(&ctx->host_allreduce_calls, &ctx->host_allreduce_bytes, n, dtype);
+    return ctx->host_comm->ops->allreduce(ctx->host_comm, buf, n, dtype, op);
+}
+
+ddp_status ddp_comm_stats_get(const ddp_ctx *ctx, ddp_comm_stats *out)
+{
+    if (!ctx || !out)
+        return DDP_ERR_INVALID_ARG;
+    out->allreduce_calls = __atomic_load_n(&ctx->allreduce_calls, __ATOMIC_RELAXED);
+    out->allreduce_bytes = __atomic_load_n(&ctx->allreduce_bytes, __ATOMIC_RELAXED);
+    out->host_allreduce_calls = __atomic_load_n(&ctx->host_allreduce_calls, __ATOMIC_RELAXED);
+    out->host_allreduce_bytes = __atomic_load_n(&ctx->host_allreduce_bytes, __ATOMIC_RELAXED);
+    return DDP_OK;
 }
 
 ddp_status ddp_wait(ddp_request *req)

@@ -7,12 +7,18 @@
  * Counts above INT_MAX are split into chunks; DDP_COMM_MAX_CHUNK (elements or bytes per MPI call)
  * lowers the chunk size, for tests and tuning. Every started request must be waited for before
  * the communicator is destroyed.
+ * 16-bit types: MPI has none, so bf16 and fp16 travel as MPI_UINT16_T with user-defined ops
+ * (MPI_Op_create, commutative) that widen each pair of elements to fp32, add them and round back
+ * to nearest even (half_shared.h): the bytes on the wire are half of fp32's. 16-bit all-reduces
+ * are sums (and averages) only: comm.c refuses MAX and MIN on them.
  */
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "convert.h"
+#include "half_shared.h"
 #include "internal.h"
 
 #define DDP_MPI_TRY(call)                                                  \
@@ -30,8 +36,9 @@ typedef struct mpi_state mpi_state;
 typedef struct mpi_request {
     const ddp_comm_ops *ops; /* first member: ddp_wait() dispatches on it */
     mpi_state *owner;
-    float *buf;
+    void *buf;
     size_t n;
+    ddp_dtype dtype;
     ddp_reduce_op op;
     ddp_status status; /* valid once done */
     int done;
@@ -43,6 +50,7 @@ struct mpi_state {
     MPI_Comm async_comm; /* queued all-reduces, worker thread only */
     int size;
     size_t max_chunk; /* elements or bytes per MPI call, <= INT_MAX */
+    MPI_Op half_sum[2];   /* user ops adding 16-bit elements: [0] bf16, [1] fp16 */
     pthread_t worker;
     int worker_started;
     pthread_mutex_t lock;
@@ -72,28 +80,101 @@ static size_t mpi_min(size_t a, size_t b)
     return a < b ? a : b;
 }
 
-/* In-place all-reduce of buf[0..n) on comm, in chunks; AVG divides the sum by the world size. */
-static ddp_status mpi_allreduce_on(MPI_Comm comm, const mpi_state *s, float *buf, size_t n,
-                                   ddp_reduce_op op)
+/* ---- 16-bit user ops: inout[i] = round(widen(in[i]) + widen(inout[i])) ---------------------- */
+
+static void mpi_half_sum(const void *in, void *inout, const int *len, int fp16)
+{
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = ddp_to_half(ddp_from_half(a[i], fp16) + ddp_from_half(b[i], fp16), fp16);
+}
+
+static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    mpi_half_sum(in, inout, len, 0);
+}
+
+static void mpi_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    mpi_half_sum(in, inout, len, 1);
+}
+
+static ddp_status mpi_create_half_ops(mpi_state *s)
 {
     ddp_status st = DDP_OK;
-    for (size_t off = 0; off < n; off += s->max_chunk) {
-        int m = (int)mpi_min(n - off, s->max_chunk);
-        DDP_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, buf + off, m, MPI_FLOAT, MPI_SUM, comm));
-    }
-    if (op == DDP_AVG) {
-        float world = (float)s->size;
-        for (size_t i = 0; i < n; i++)
-            buf[i] /= world;
-    }
+    DDP_MPI_TRY(MPI_Op_create(mpi_sum_bf16, 1, &s->half_sum[0]));
+    DDP_MPI_TRY(MPI_Op_create(mpi_sum_fp16, 1, &s->half_sum[1]));
 cleanup:
     return st;
 }
 
-static ddp_status mpi_allreduce(ddp_comm *c, float *buf, size_t n, ddp_reduce_op op)
+static void mpi_free_half_ops(mpi_state *s)
+{
+    for (int h = 0; h < 2; h++)
+        if (s->half_sum[h] != MPI_OP_NULL)
+            MPI_Op_free(&s->half_sum[h]);
+}
+
+/* The MPI type and op for an element type and reduce op (AVG reduces as SUM). */
+static void mpi_type_op(const mpi_state *s, ddp_dtype dtype, ddp_reduce_op op, MPI_Datatype *type,
+                        MPI_Op *mop)
+{
+    *mop = op == DDP_MAX ? MPI_MAX : op == DDP_MIN ? MPI_MIN : MPI_SUM;
+    switch (dtype) {
+    case DDP_BF16:
+    case DDP_FP16:
+        *type = MPI_UINT16_T;
+        *mop = s->half_sum[dtype == DDP_FP16];
+        break;
+    case DDP_FP64: *type = MPI_DOUBLE; break;
+    case DDP_INT64: *type = MPI_INT64_T; break;
+    default: *type = MPI_FLOAT; break;
+    }
+}
+
+/* AVG: divides the sum by the world size, in the element's type (rounded once for 16 bits). */
+static void mpi_divide(void *buf, size_t n, ddp_dtype dtype, int world)
+{
+    if (dtype == DDP_FP64) {
+        for (size_t i = 0; i < n; i++)
+            ((double *)buf)[i] /= (double)world;
+        return;
+    }
+    if (dtype == DDP_FP32) {
+        for (size_t i = 0; i < n; i++)
+            ((float *)buf)[i] /= (float)world;
+        return;
+    }
+    ddp_host_scale(buf, dtype, n, 1.0f / (float)world);
+}
+
+/* In-place all-reduce of buf[0..n) on comm, in chunks; AVG divides the sum by the world size. */
+static ddp_status mpi_allreduce_on(MPI_Comm comm, const mpi_state *s, void *buf, size_t n,
+                                   ddp_dtype dtype, ddp_reduce_op op)
+{
+    ddp_status st = DDP_OK;
+    MPI_Datatype type;
+    MPI_Op mop;
+    mpi_type_op(s, dtype, op, &type, &mop);
+    size_t size = ddp_dtype_size(dtype);
+    for (size_t off = 0; off < n; off += s->max_chunk) {
+        int m = (int)mpi_min(n - off, s->max_chunk);
+        DDP_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * size, m, type, mop, comm));
+    }
+    if (op == DDP_AVG)
+        mpi_divide(buf, n, dtype, s->size);
+cleanup:
+    return st;
+}
+
+static ddp_status mpi_allreduce(ddp_comm *c, void *buf, size_t n, ddp_dtype dtype,
+                                ddp_reduce_op op)
 {
     mpi_state *s = mpi_of(c);
-    return mpi_allreduce_on(s->comm, s, buf, n, op);
+    return mpi_allreduce_on(s->comm, s, buf, n, dtype, op);
 }
 
 static void *mpi_worker(void *arg)
@@ -107,7 +188,7 @@ static void *mpi_worker(void *arg)
             break; /* stopping, and the queue is drained */
         mpi_request *r = s->head;
         pthread_mutex_unlock(&s->lock);
-        ddp_status st = mpi_allreduce_on(s->async_comm, s, r->buf, r->n, r->op);
+        ddp_status st = mpi_allreduce_on(s->async_comm, s, r->buf, r->n, r->dtype, r->op);
         pthread_mutex_lock(&s->lock);
         s->head = r->next;
         if (!s->head)
@@ -120,16 +201,17 @@ static void *mpi_worker(void *arg)
     return NULL;
 }
 
-static ddp_status mpi_allreduce_start(ddp_comm *c, float *buf, size_t n, ddp_reduce_op op,
-                                      ddp_request **req)
+static ddp_status mpi_allreduce_start(ddp_comm *c, void *buf, size_t n, ddp_dtype dtype,
+                                      ddp_reduce_op op, void *stream, ddp_request **req)
 {
+    (void)stream; /* host memory: nothing to order against */
     mpi_state *s = mpi_of(c);
     mpi_request *r = calloc(1, sizeof *r);
     if (!r) {
         DDP_ERROR("out of memory for an all-reduce request");
         return DDP_ERR_NOMEM;
     }
-    *r = (mpi_request){.ops = &mpi_ops, .owner = s, .buf = buf, .n = n, .op = op};
+    *r = (mpi_request){.ops = &mpi_ops, .owner = s, .buf = buf, .n = n, .dtype = dtype, .op = op};
     pthread_mutex_lock(&s->lock);
     if (s->tail)
         s->tail->next = r;
@@ -222,6 +304,7 @@ static void mpi_destroy(ddp_comm *c)
         pthread_mutex_unlock(&s->lock);
         pthread_join(s->worker, NULL);
     }
+    mpi_free_half_ops(s);
     if (s->async_comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->async_comm);
     if (s->comm != MPI_COMM_NULL)
@@ -280,11 +363,14 @@ ddp_status ddp_comm_mpi_create(ddp_comm **out)
     }
     *c = (ddp_comm){.ops = &mpi_ops, .impl = s};
     s->comm = s->async_comm = MPI_COMM_NULL;
+    s->half_sum[0] = s->half_sum[1] = MPI_OP_NULL;
     s->max_chunk = mpi_max_chunk();
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->work_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
     st = mpi_dup(&s->comm);
+    if (st == DDP_OK)
+        st = mpi_create_half_ops(s);
     if (st == DDP_OK)
         st = mpi_dup(&s->async_comm);
     if (st == DDP_OK)

@@ -5,7 +5,9 @@
  * Streams: every operation runs on the communicator's own non-blocking stream, ordered after the
  * work already queued on the backend's compute stream (event recorded there, waited for here);
  * completing an operation makes the compute stream wait for the operation's done event, so later
- * kernels see the result without blocking the host. Operations are issued under a lock, since the
+ * kernels see the result without blocking the host. A caller stream given to allreduce_start (the
+ * reducer's ddp_reducer_opts.stream) takes the compute stream's place in both roles.
+ * Operations are issued under a lock, since the
  * reducer may start them from another thread than the caller's.
  */
 #include <mpi.h>
@@ -50,7 +52,8 @@ typedef struct nccl_state {
 typedef struct nccl_request {
     const ddp_comm_ops *ops; /* first member: ddp_wait() dispatches on it */
     nccl_state *owner;
-    cudaEvent_t done; /* recorded on the communication stream after the operation */
+    cudaEvent_t done;    /* recorded on the communication stream after the operation */
+    cudaStream_t follow; /* the caller's stream (reducer), NULL: the compute stream */
 } nccl_request;
 
 static const ddp_comm_ops nccl_ops;
@@ -65,14 +68,37 @@ static cudaStream_t nccl_compute_stream(void)
     return (cudaStream_t)ddp_cuda_stream();
 }
 
+/* The stream an operation follows and completes on: the caller's, else the compute stream. */
+static cudaStream_t nccl_order_stream(cudaStream_t follow)
+{
+    return follow ? follow : nccl_compute_stream();
+}
+
+/* NCCL's element type and reduction for ours (every ddp_dtype has one). */
+static ncclDataType_t nccl_type(ddp_dtype t)
+{
+    switch (t) {
+    case DDP_BF16: return ncclBfloat16;
+    case DDP_FP16: return ncclFloat16;
+    case DDP_FP64: return ncclFloat64;
+    case DDP_INT64: return ncclInt64;
+    default: return ncclFloat32;
+    }
+}
+
+static ncclRedOp_t nccl_op(ddp_reduce_op op)
+{
+    return op == DDP_AVG ? ncclAvg : op == DDP_MAX ? ncclMax : op == DDP_MIN ? ncclMin : ncclSum;
+}
+
 /* Makes the communication stream wait for the work queued so far on the compute stream. Makes
  * the communicator's device current first: the caller may be another thread than the one that
  * opened the backend, and events are created on the current device. */
-static ddp_status nccl_follow_compute(nccl_state *s)
+static ddp_status nccl_follow(nccl_state *s, cudaStream_t follow)
 {
     ddp_status st = DDP_OK;
     DDP_CUDA_TRY(cudaSetDevice(s->device));
-    DDP_CUDA_TRY(cudaEventRecord(s->ready, nccl_compute_stream()));
+    DDP_CUDA_TRY(cudaEventRecord(s->ready, nccl_order_stream(follow)));
     DDP_CUDA_TRY(cudaStreamWaitEvent(s->stream, s->ready, 0));
 cleanup:
     return st;
@@ -93,11 +119,18 @@ cleanup:
 }
 
 /* Makes the compute stream wait for `done`, reports NCCL's asynchronous errors, frees `done`. */
-static ddp_status nccl_complete(nccl_state *s, cudaEvent_t done)
+static ddp_status nccl_follow_compute(nccl_state *s)
+{
+    return nccl_follow(s, NULL);
+}
+
+/* Makes `follow` (NULL: the compute stream) wait for `done`, reports NCCL's asynchronous errors,
+ * frees `done`. */
+static ddp_status nccl_complete_on(nccl_state *s, cudaEvent_t done, cudaStream_t follow)
 {
     ddp_status st = DDP_OK;
     ncclResult_t async = ncclSuccess;
-    DDP_CUDA_TRY(cudaStreamWaitEvent(nccl_compute_stream(), done, 0));
+    DDP_CUDA_TRY(cudaStreamWaitEvent(nccl_order_stream(follow), done, 0));
     DDP_NCCL_TRY(ncclCommGetAsyncError(s->comm, &async));
     DDP_NCCL_TRY(async);
 cleanup:
@@ -105,24 +138,28 @@ cleanup:
     return st;
 }
 
-static ddp_status nccl_issue_allreduce(nccl_state *s, float *buf, size_t n, ddp_reduce_op op,
-                                       cudaEvent_t *done)
+static ddp_status nccl_complete(nccl_state *s, cudaEvent_t done)
+{
+    return nccl_complete_on(s, done, NULL);
+}
+
+static ddp_status nccl_issue_allreduce(nccl_state *s, void *buf, size_t n, ddp_dtype dtype,
+                                       ddp_reduce_op op, cudaStream_t follow, cudaEvent_t *done)
 {
     ddp_status st = DDP_OK;
     pthread_mutex_lock(&s->lock);
-    st = nccl_follow_compute(s);
+    st = nccl_follow(s, follow);
     if (st != DDP_OK)
         goto cleanup;
-    DDP_NCCL_TRY(ncclAllReduce(buf, buf, n, ncclFloat32, op == DDP_AVG ? ncclAvg : ncclSum,
-                               s->comm, s->stream));
+    DDP_NCCL_TRY(ncclAllReduce(buf, buf, n, nccl_type(dtype), nccl_op(op), s->comm, s->stream));
     st = nccl_mark_done(s, done);
 cleanup:
     pthread_mutex_unlock(&s->lock);
     return st;
 }
 
-static ddp_status nccl_allreduce_start(ddp_comm *c, float *buf, size_t n, ddp_reduce_op op,
-                                       ddp_request **req)
+static ddp_status nccl_allreduce_start(ddp_comm *c, void *buf, size_t n, ddp_dtype dtype,
+                                       ddp_reduce_op op, void *stream, ddp_request **req)
 {
     nccl_state *s = nccl_of(c);
     nccl_request *r = calloc(1, sizeof *r);
@@ -130,8 +167,8 @@ static ddp_status nccl_allreduce_start(ddp_comm *c, float *buf, size_t n, ddp_re
         DDP_ERROR("out of memory for an all-reduce request");
         return DDP_ERR_NOMEM;
     }
-    *r = (nccl_request){.ops = &nccl_ops, .owner = s};
-    ddp_status st = nccl_issue_allreduce(s, buf, n, op, &r->done);
+    *r = (nccl_request){.ops = &nccl_ops, .owner = s, .follow = (cudaStream_t)stream};
+    ddp_status st = nccl_issue_allreduce(s, buf, n, dtype, op, r->follow, &r->done);
     if (st != DDP_OK) {
         free(r);
         return st;
@@ -143,15 +180,16 @@ static ddp_status nccl_allreduce_start(ddp_comm *c, float *buf, size_t n, ddp_re
 static ddp_status nccl_wait(ddp_request *req)
 {
     nccl_request *r = (nccl_request *)req;
-    ddp_status st = nccl_complete(r->owner, r->done);
+    ddp_status st = nccl_complete_on(r->owner, r->done, r->follow);
     free(r);
     return st;
 }
 
-static ddp_status nccl_allreduce(ddp_comm *c, float *buf, size_t n, ddp_reduce_op op)
+static ddp_status nccl_allreduce(ddp_comm *c, void *buf, size_t n, ddp_dtype dtype,
+                                 ddp_reduce_op op)
 {
     cudaEvent_t done = NULL;
-    ddp_status st = nccl_issue_allreduce(nccl_of(c), buf, n, op, &done);
+    ddp_status st = nccl_issue_allreduce(nccl_of(c), buf, n, dtype, op, NULL, &done);
     return st == DDP_OK ? nccl_complete(nccl_of(c), done) : st;
 }
 
@@ -189,7 +227,7 @@ cleanup:
 static ddp_status nccl_barrier(ddp_comm *c)
 {
     nccl_state *s = nccl_of(c);
-    ddp_status st = nccl_allreduce(c, s->scratch, 1, DDP_SUM);
+    ddp_status st = nccl_allreduce(c, s->scratch, 1, DDP_FP32, DDP_SUM);
     if (st != DDP_OK)
         return st;
     DDP_CUDA_TRY(cudaStreamSynchronize(s->stream));

@@ -221,7 +221,7 @@ static ddp_status ctx_resolve_backend(ddp_ctx *ctx, ddp_backend_kind asked)
         ctx->backend = asked;
         return DDP_OK;
     }
-    int has = ddp_cuda_ops() != NULL && ddp_cuda_device_count() > 0;
+    int has = ddp_device_cuda() != NULL && ddp_cuda_device_count() > 0;
     int in[2] = {has, -has}, out[2] = {0, 0};
     if (MPI_Allreduce(in, out, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) {
         DDP_ERROR("could not agree on the backend with the other ranks");
@@ -235,7 +235,7 @@ static ddp_status ctx_resolve_backend(ddp_ctx *ctx, ddp_backend_kind asked)
 
 static ddp_status ctx_open_device(ddp_ctx *ctx)
 {
-    if (!ddp_cuda_ops()) {
+    if (!ddp_device_cuda()) {
         DDP_ERROR("backend cuda asked, but this libddp was built without CUDA: use the cpu "
                   "backend, or rebuild with meson -Dcuda=enabled");
         return DDP_ERR_UNSUPPORTED;
@@ -257,7 +257,7 @@ static ddp_status ctx_open_device(ddp_ctx *ctx)
         return DDP_ERR_NO_DEVICE;
     }
     ctx->device = count == 1 ? 0 : ctx->local_rank;
-    ddp_status st = ddp_cuda_backend_open(ctx->device);
+    ddp_status st = ddp_cuda_device_open(ctx->device);
     if (st != DDP_OK)
         DDP_ERROR("cannot open GPU %d on host %s: %s", ctx->device, ctx->hostname,
                   ddp_strerror(st));
@@ -271,13 +271,12 @@ static ddp_status ctx_open_backend(ddp_ctx *ctx, const ddp_init_opts *opts)
         return st;
     ctx->threads = opts->threads > 0 ? opts->threads : 1;
     if (ctx->backend == DDP_BACKEND_CUDA) {
-        /* ops is set wherever the device opened, so ctx_release closes it when a peer failed */
+        /* dev is set wherever the device opened, so ctx_release closes it when a peer failed */
         st = ctx_open_device(ctx);
-        ctx->ops = st == DDP_OK ? ddp_cuda_ops() : NULL;
+        ctx->dev = st == DDP_OK ? ddp_device_cuda() : NULL;
         return ctx_agree(ctx, st, "GPU set-up");
     }
-    ddp_cpu_set_threads(ctx->threads);
-    ctx->ops = ddp_cpu_ops();
+    ctx->dev = ddp_device_cpu();
     return DDP_OK;
 }
 
@@ -325,11 +324,9 @@ static void ctx_affinity(char *out, size_t size)
 
 static void ctx_print_rows(const ddp_ctx *ctx, const rank_row *rows)
 {
-    DDP_INFO0("libddp %s: backend %s, %d rank(s) on %d node(s), %d BLAS thread(s) per rank",
+    DDP_INFO0("libddp %s: backend %s, %d rank(s) on %d node(s), %d compute thread(s) per rank",
               ddp_version(), ddp_backend_name(ctx->backend), ctx->world_size, ctx->n_nodes,
               ctx->threads);
-    if (ctx->backend == DDP_BACKEND_CPU)
-        DDP_INFO0("BLAS: %s", ddp_blas_describe());
     DDP_INFO0("%5s  %-20s  %5s  %4s  %6s  %s", "rank", "host", "local", "node", "device", "cpus");
     for (int r = 0; r < ctx->world_size; r++)
         DDP_INFO0("%5d  %-20s  %5d  %4d  %6d  %s", rows[r].rank, rows[r].host, rows[r].local_rank,
@@ -369,8 +366,8 @@ static void ctx_release(ddp_ctx *ctx)
         ctx->comm->ops->destroy(ctx->comm);
     if (ctx->host_comm)
         ctx->host_comm->ops->destroy(ctx->host_comm);
-    if (ctx->backend == DDP_BACKEND_CUDA && ctx->ops)
-        ddp_cuda_backend_close();
+    if (ctx->backend == DDP_BACKEND_CUDA && ctx->dev)
+        ddp_cuda_device_close();
     if (ctx->owns_mpi)
         MPI_Finalize();
     free(ctx);
@@ -457,28 +454,32 @@ int ddp_num_nodes(const ddp_ctx *ctx) { return ctx ? ctx->n_nodes : 1; }
 const char *ddp_hostname(const ddp_ctx *ctx) { return ctx ? ctx->hostname : ""; }
 ddp_backend_kind ddp_backend(const ddp_ctx *ctx) { return ctx ? ctx->backend : DDP_BACKEND_CPU; }
 int ddp_device(const ddp_ctx *ctx) { return ctx ? ctx->device : -1; }
+void *ddp_backend_stream(const ddp_ctx *ctx)
+{
+    return ctx && ctx->backend == DDP_BACKEND_CUDA ? ddp_cuda_stream() : NULL;
+}
 
 void *ddp_alloc(ddp_ctx *ctx, size_t n_bytes)
 {
-    return ctx && ctx->ops ? ctx->ops->alloc(n_bytes) : NULL;
+    return ctx && ctx->dev ? ctx->dev->alloc(n_bytes) : NULL;
 }
 
 void ddp_free(ddp_ctx *ctx, void *p)
 {
-    if (ctx && ctx->ops && p)
-        ctx->ops->free(p);
+    if (ctx && ctx->dev && p)
+        ctx->dev->free(p);
 }
 
 ddp_status ddp_upload(ddp_ctx *ctx, void *dst, const void *src_host, size_t n_bytes)
 {
-    if (!ctx || !ctx->ops)
+    if (!ctx || !ctx->dev)
         return DDP_ERR_STATE;
-    return ctx->ops->upload(dst, src_host, n_bytes);
+    return ctx->dev->upload(dst, src_host, n_bytes);
 }
 
 ddp_status ddp_download(ddp_ctx *ctx, void *dst_host, const void *src, size_t n_bytes)
 {
-    if (!ctx || !ctx->ops)
+    if (!ctx || !ctx->dev)
         return DDP_ERR_STATE;
-    return ctx->ops->download(dst_host, src, n_bytes);
+    return ctx->dev->download(dst_host, src, n_bytes);
 }

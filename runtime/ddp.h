@@ -110,7 +110,9 @@ typedef enum ddp_backend_kind {
 
 typedef struct ddp_init_opts {
     ddp_backend_kind backend; /* DDP_BACKEND_AUTO by default */
-    int threads;              /* CPU backend BLAS threads per rank; 0 = 1 */
+    int threads;              /* compute threads per rank the program uses (shown in the start-up
+                                 report; libddp does no compute, the program sets its BLAS's
+                                 threads); 0 = 1 */
     int print_table;          /* non-zero: rank 0 prints config and a per-rank table at start-up */
 } ddp_init_opts;
 
@@ -151,6 +153,12 @@ DDP_API int ddp_num_nodes(const ddp_ctx *ctx);
 DDP_API const char *ddp_hostname(const ddp_ctx *ctx);
 DDP_API ddp_backend_kind ddp_backend(const ddp_ctx *ctx); /* CPU or CUDA, never AUTO */
 DDP_API int ddp_device(const ddp_ctx *ctx);               /* CUDA device ordinal, -1 on CPU */
+/* The CUDA stream (a cudaStream_t) that ddp_alloc, ddp_upload/ddp_download, the collectives and
+ * the reducer order their work on: a program's compute kernels on this stream are ordered before
+ * the collectives that read their results. NULL on the CPU backend. */
+DDP_API void *ddp_backend_stream(const ddp_ctx *ctx);
+/* Number of CUDA devices usable here: 0 without a GPU, a driver or a CUDA build. Never fails. */
+DDP_API int ddp_cuda_device_count(void);
 
 /* Backend memory helpers: on the CPU backend these are malloc/memcpy, on CUDA device memory.
  * ddp_alloc returns zeroed memory, NULL on failure. */
@@ -163,9 +171,42 @@ DDP_API ddp_status ddp_download(ddp_ctx *ctx, void *dst_host, const void *src, s
  * Collectives on backend memory (MPI on the CPU backend, NCCL on the CUDA backend).
  * Every rank must call them in the same order with the same counts.
  */
-typedef enum ddp_reduce_op { DDP_SUM = 0, DDP_AVG } ddp_reduce_op;
+/* DDP_MAX / DDP_MIN: elementwise maximum / minimum over ranks (flags: "did any rank overflow"). */
+typedef enum ddp_reduce_op { DDP_SUM = 0, DDP_AVG, DDP_MAX, DDP_MIN } ddp_reduce_op;
+
+/* Element types. Gradient buckets may be FP32, BF16 or FP16 (16-bit values are stored as their
+ * IEEE / bfloat16 bit patterns); host all-reduces also take FP64 and INT64. */
+typedef enum ddp_dtype { DDP_FP32 = 0, DDP_BF16, DDP_FP16, DDP_FP64, DDP_INT64 } ddp_dtype;
+
+/* Bytes per element (4, 2, 2, 8, 8); 0 for an unknown type. */
+DDP_API size_t ddp_dtype_size(ddp_dtype t);
+/* "fp32", "bf16", "fp16", "fp64", "int64"; "unknown" otherwise. */
+DDP_API const char *ddp_dtype_name(ddp_dtype t);
+/* Parses "fp32", "bf16" or "fp16" (the gradient types). DDP_ERR_INVALID_ARG otherwise. */
+DDP_API ddp_status ddp_dtype_parse(const char *name, ddp_dtype *out);
 
 DDP_API ddp_status ddp_allreduce(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op);
+
+/* All-reduce of a small HOST buffer (flags, counters, losses) whatever the backend: no round trip
+ * through device memory. dtype: DDP_FP64, DDP_INT64 or DDP_FP32; DDP_AVG of integers is
+ * DDP_ERR_INVALID_ARG (use DDP_SUM and divide). Collective; same count and type on every rank.
+ * On failure buf is undefined. */
+DDP_API ddp_status ddp_allreduce_host(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
+                                      ddp_reduce_op op);
+
+/* Counters of the communicator, for tests and reports. Payload bytes = elements x element size
+ * of each all-reduce this rank joined (what one rank contributes; a ring moves about twice that
+ * per rank). "Backend" counts ddp_allreduce, ddp_allreduce_start and the reducer's buckets;
+ * "host" counts ddp_allreduce_host. */
+typedef struct ddp_comm_stats {
+    uint64_t allreduce_calls;
+    uint64_t allreduce_bytes;
+    uint64_t host_allreduce_calls;
+    uint64_t host_allreduce_bytes;
+} ddp_comm_stats;
+
+/* Fills *out. DDP_ERR_INVALID_ARG when ctx or out is NULL. */
+DDP_API ddp_status ddp_comm_stats_get(const ddp_ctx *ctx, ddp_comm_stats *out);
 DDP_API ddp_status ddp_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root);
 /* recv holds world_size blocks of n_bytes, rank r's block at r * n_bytes. */
 DDP_API ddp_status ddp_allgather(ddp_ctx *ctx, const void *send, void *recv, size_t n_bytes);
@@ -281,13 +322,33 @@ typedef struct ddp_reducer ddp_reducer;
 typedef struct ddp_reducer_opts {
     double bucket_mb;       /* cap of every bucket but the first, MiB (default 25) */
     double first_bucket_mb; /* cap of the first bucket, MiB (default 1) */
+    /* Element type of the gradient buffer: DDP_FP32 (default), DDP_BF16 or DDP_FP16. Bucket caps
+     * count 4 bytes per element whatever the type, so the buckets are the same for every type. */
+    ddp_dtype grad_dtype;
+    /* Type on the wire (PyTorch's bf16/fp16 compression hooks): DDP_FP32, DDP_BF16 or DDP_FP16;
+     * default DDP_FP32, which for 16-bit gradients means "the gradients' own type". When it
+     * differs from grad_dtype each bucket is cast into a reducer-owned buffer before its
+     * all-reduce and cast back after: 16 bits halve the bytes of fp32 gradients. The sum is
+     * rounded to the wire type (MPI: summed in fp32 per pair of contributions, rounded back;
+     * NCCL: its own reduction), then cast back and divided by world_size x micro-steps in the
+     * gradients' type. fp16 has a small range: scale the loss with a ddp_scaler so the sum does
+     * not overflow, or rather overflows visibly (inf, which the scaler detects and skips). */
+    ddp_dtype comm_dtype;
+    /* CUDA only: the caller's cudaStream_t (NULL: ddp_backend_stream()). Each bucket's cast and
+     * all-reduce are ordered after the work queued on this stream when the bucket's last
+     * parameter is marked ready; after ddp_reducer_finish the averaged gradients are ordered on
+     * this same stream (later kernels on it see them; the host must synchronise the stream before
+     * reading them). The stream must stay valid until the reducer is destroyed. Ignored on CPU. */
+    void *stream;
 } ddp_reducer_opts;
 
 DDP_API void ddp_reducer_opts_default(ddp_reducer_opts *opts);
 
-/* grads: the flat gradient buffer in backend memory (kept, not owned); numel: element count of each
- * of the n_params parameters. On failure *out is NULL. */
-DDP_API ddp_status ddp_reducer_create(ddp_ctx *ctx, float *grads, const size_t *numel, int n_params,
+/* grads: the flat gradient buffer in backend memory, elements of opts->grad_dtype (kept, not
+ * owned); numel: element count of each of the n_params parameters. DDP_ERR_INVALID_ARG for an
+ * unknown or non-gradient dtype, DDP_ERR_NOMEM when the wire buffer cannot be allocated. On
+ * failure *out is NULL. */
+DDP_API ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, int n_params,
                                       const ddp_reducer_opts *opts, ddp_reducer **out);
 DDP_API void ddp_reducer_destroy(ddp_reducer *r);
 DDP_API ddp_status ddp_reducer_begin(ddp_reducer *r, int sync);
@@ -300,30 +361,118 @@ DDP_API int ddp_reducer_n_buckets(const ddp_reducer *r);
 DDP_API const ddp_bucket *ddp_reducer_buckets(const ddp_reducer *r);
 
 /* ---------------------------------------------------------------------------------------------
- * Checkpoints: parameters with the model signature, in a documented file format
- * (magic "DDPCKPT1", version, signature, values, CRC-32). See runtime/checkpoint.c.
+ * Dynamic loss scaling with the semantics of torch.cuda.amp.GradScaler, for 16-bit training:
+ *
+ *   loss (or the loss gradient) *= ddp_scaler_scale(s);  backward;  reducer finish;
+ *   ddp_scaler_unscale_update(s, grads, dtype, n, &step_ok);
+ *   if (step_ok) optimizer step;            (skipped steps leave the weights untouched)
+ *
+ * unscale_update checks the averaged gradients for inf/NaN on EVERY rank and the ranks agree (a
+ * one-integer MAX all-reduce on host memory), so all ranks skip the same steps and replicas stay
+ * identical. On overflow: scale *= backoff_factor, the growth counter restarts, step_ok = 0 and
+ * the gradients are left as they are. Otherwise: gradients *= 1 / scale, step_ok = 1, the counter
+ * grows and after growth_interval such steps in a row scale *= growth_factor and the counter
+ * restarts. Scale and counter are training state: save them in checkpoints (get/set_state).
  */
-/* Writes atomically (temporary file then rename): an existing file is replaced only on success. */
-DDP_API ddp_status ddp_checkpoint_save(const char *path, const ddp_param_desc *descs, int n_params,
-                                       const float *params_host);
-/* Reads a checkpoint. On success *descs (n_params entries) and *params (host, numel total) are
- * malloc'ed and owned by the caller. DDP_ERR_IO for a missing/unreadable file, DDP_ERR_FORMAT for a
- * bad magic, version, size or checksum (the log says which). */
-DDP_API ddp_status ddp_checkpoint_load(const char *path, ddp_param_desc **descs, int *n_params,
-                                       float **params);
+typedef struct ddp_scaler ddp_scaler;
+
+typedef struct ddp_scaler_opts {
+    double init_scale;       /* default 65536 (2^16) */
+    double growth_factor;    /* default 2 */
+    double backoff_factor;   /* default 0.5 */
+    int64_t growth_interval; /* default 2000 */
+} ddp_scaler_opts;
+
+DDP_API void ddp_scaler_opts_default(ddp_scaler_opts *opts);
+/* DDP_ERR_INVALID_ARG (naming the field) unless init_scale > 0 and finite, growth_factor > 1,
+ * 0 < backoff_factor < 1, growth_interval >= 1. On failure *out is NULL. Not collective. */
+DDP_API ddp_status ddp_scaler_create(ddp_ctx *ctx, const ddp_scaler_opts *opts, ddp_scaler **out);
+DDP_API void ddp_scaler_destroy(ddp_scaler *s);
+/* The current scale; 0 for a NULL scaler. */
+DDP_API double ddp_scaler_scale(const ddp_scaler *s);
+/* Checks, unscales and updates as described above. grads: n elements of dtype (DDP_FP32,
+ * DDP_BF16 or DDP_FP16) in backend memory (on CUDA ordered on the backend's stream; the call
+ * waits for the check). Collective. On failure *step_ok is 0 and the state is unchanged. */
+DDP_API ddp_status ddp_scaler_unscale_update(ddp_scaler *s, void *grads, ddp_dtype dtype, size_t n,
+                                             int *step_ok);
+/* Training state for checkpoints: the scale and the count of finite steps since the last change
+ * (PyTorch's "_growth_tracker"). set_state: DDP_ERR_INVALID_ARG unless scale > 0 and finite and
+ * 0 <= growth_tracker < growth_interval. */
+DDP_API ddp_status ddp_scaler_get_state(const ddp_scaler *s, double *scale, int64_t *growth_tracker);
+DDP_API ddp_status ddp_scaler_set_state(ddp_scaler *s, double scale, int64_t growth_tracker);
+/* Steps skipped for inf/NaN since creation. */
+DDP_API int64_t ddp_scaler_skipped_steps(const ddp_scaler *s);
 
 /* ---------------------------------------------------------------------------------------------
- * CPU BLAS: OpenBLAS picks its kernels when it loads. Debian's 0.3.21 does not recognise some
- * AVX-512 CPUs and falls back to slow SSE3 kernels; OPENBLAS_CORETYPE must be set before the
- * process starts to fix it.
+ * Checkpoints: the training state in a documented file format (magic "DDPCKPT1", version 2,
+ * 64-bit offsets, CRC-32; see runtime/checkpoint.c). libddp knows no model or optimizer: a state
+ * holds the parameters with their signature, plus any named entries the program adds: float
+ * arrays (optimizer buffers such as "momentum"), 64-bit counters ("step", "epoch", ...), doubles
+ * ("loss_scale") and short texts (a configuration fingerprint). Names are 1..DDP_NAME_MAX-1 bytes.
+ * Version 1 files (parameters only) are still read.
  */
-/* If OPENBLAS_CORETYPE is unset, the CPU supports AVX-512 and OpenBLAS chose a non-AVX-512 core,
- * sets OPENBLAS_CORETYPE and re-executes the program (/proc/self/exe, same argv) so OpenBLAS loads
- * the fast kernels. Call it first in main(), before ddp_init. Returns only when nothing had to be
- * done (or exec failed, which is logged). */
-DDP_API void ddp_blas_prefer_fast_kernels(char **argv);
-/* "OpenBLAS 0.3.21 DYNAMIC_ARCH ... core=SkylakeX threads=1", for start-up reports. */
-DDP_API const char *ddp_blas_describe(void);
+typedef struct ddp_state ddp_state;
+
+typedef enum ddp_state_kind {
+    DDP_STATE_SIGNATURE = 1, /* the parameter descriptors ("signature", always entry 0) */
+    DDP_STATE_F32 = 2,       /* float array ("params", always entry 1, and the program's) */
+    DDP_STATE_U64 = 3,       /* one unsigned 64-bit counter */
+    DDP_STATE_F64 = 4,       /* one double */
+    DDP_STATE_TEXT = 5       /* text of at most 4096 bytes */
+} ddp_state_kind;
+
+/* A new state holding copies of the descriptors and the parameter values (host memory).
+ * DDP_ERR_INVALID_ARG for n_params < 1 or a bad descriptor, DDP_ERR_NOMEM; *out is NULL then. */
+DDP_API ddp_status ddp_state_create(const ddp_param_desc *descs, int n_params,
+                                    const float *params_host, ddp_state **out);
+DDP_API void ddp_state_destroy(ddp_state *s);
+/* Add or replace a named entry (values are copied). DDP_ERR_INVALID_ARG for a bad name, a name
+ * held by an entry of another kind among "signature"/"params", or a text over 4096 bytes;
+ * DDP_ERR_NOMEM. On failure the state is unchanged. */
+DDP_API ddp_status ddp_state_set_f32(ddp_state *s, const char *name, const float *values, size_t n);
+DDP_API ddp_status ddp_state_set_u64(ddp_state *s, const char *name, uint64_t value);
+DDP_API ddp_status ddp_state_set_f64(ddp_state *s, const char *name, double value);
+DDP_API ddp_status ddp_state_set_text(ddp_state *s, const char *name, const char *text);
+
+/* Getters. The f32 getter returns NULL (and *n = 0) when there is no float entry of that name;
+ * u64/f64 return 1 and set *value when the entry exists with that kind, else 0; text returns
+ * NULL when absent. Pointers stay valid until the entry is replaced or the state destroyed. */
+DDP_API int ddp_state_version(const ddp_state *s); /* 1 or 2: the format the state came from */
+DDP_API int ddp_state_n_params(const ddp_state *s);
+DDP_API const ddp_param_desc *ddp_state_descs(const ddp_state *s);
+DDP_API const float *ddp_state_params(const ddp_state *s);
+DDP_API size_t ddp_state_numel(const ddp_state *s);
+DDP_API const float *ddp_state_f32(const ddp_state *s, const char *name, size_t *n);
+DDP_API int ddp_state_u64(const ddp_state *s, const char *name, uint64_t *value);
+DDP_API int ddp_state_f64(const ddp_state *s, const char *name, double *value);
+DDP_API const char *ddp_state_text(const ddp_state *s, const char *name);
+/* Entry i (0 <= i < ddp_state_n_entries) for listings; DDP_ERR_INVALID_ARG out of range. */
+DDP_API int ddp_state_n_entries(const ddp_state *s);
+DDP_API ddp_status ddp_state_entry_info(const ddp_state *s, int i, const char **name,
+                                        ddp_state_kind *kind, uint64_t *count);
+
+/* Writes s to path atomically: removes stale "*.tmp.PID" files of dead processes in the folder
+ * (only empty ones or ones starting with the checkpoint magic), writes PATH.tmp.<pid>, fsyncs,
+ * renames over path, fsyncs the folder. On failure (DDP_ERR_IO: the log names the path and the
+ * system's reason, e.g. "No space left on device") the existing path is left as it was and the
+ * temporary file is removed. */
+DDP_API ddp_status ddp_state_save(const ddp_state *s, const char *path);
+/* Reads a version 1 or 2 checkpoint. DDP_ERR_IO for a missing/unreadable file, DDP_ERR_FORMAT for
+ * a bad magic, version, size, checksum or section (the log says which), DDP_ERR_NOMEM.
+ * On failure *out is untouched. The whole file is read into memory once. */
+DDP_API ddp_status ddp_state_load(const char *path, ddp_state **out);
+/* Removes stale temporary files of interrupted saves in dir (see ddp_state_save).
+ * DDP_ERR_IO when the folder cannot be listed. */
+DDP_API ddp_status ddp_checkpoint_remove_stale(const char *dir);
+
+/* Parameters only (a version 2 file with the signature and "params"), written as ddp_state_save. */
+DDP_API ddp_status ddp_checkpoint_save(const char *path, const ddp_param_desc *descs, int n_params,
+                                       const float *params_host);
+/* Reads the parameters of a version 1 or 2 checkpoint. On success *descs (n_params entries) and
+ * *params (host, numel total) are malloc'ed and owned by the caller. Errors as ddp_state_load;
+ * on failure the outputs are untouched. */
+DDP_API ddp_status ddp_checkpoint_load(const char *path, ddp_param_desc **descs, int *n_params,
+                                       float **params);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,12 @@
 /* internal.h - declarations shared by libddp's own source files (never installed, never used by
- * programs: they use ddp.h, and the models use backend.h).
+ * programs: they use ddp.h; the models' compute is in models/ops/).
  */
 #ifndef DDP_INTERNAL_H
 #define DDP_INTERNAL_H
 
 #include <stddef.h>
 
-#include "backend.h"
+#include "device.h"
 #include "ddp.h"
 
 /* ---- communication: one interface, two implementations (comm_mpi.c, comm_nccl.c) ---------- */
@@ -15,9 +15,12 @@ typedef struct ddp_comm ddp_comm;
 
 typedef struct ddp_comm_ops {
     const char *name; /* "mpi" or "nccl" */
-    ddp_status (*allreduce)(ddp_comm *c, float *buf, size_t n, ddp_reduce_op op);
-    ddp_status (*allreduce_start)(ddp_comm *c, float *buf, size_t n, ddp_reduce_op op,
-                                  ddp_request **req);
+    /* dtype: any ddp_dtype the implementation supports (MPI: all; NCCL: all). */
+    ddp_status (*allreduce)(ddp_comm *c, void *buf, size_t n, ddp_dtype dtype, ddp_reduce_op op);
+    /* stream: CUDA only, the cudaStream_t the operation follows and its completion is ordered on
+     * (NULL: the backend's stream); the MPI communicator ignores it. */
+    ddp_status (*allreduce_start)(ddp_comm *c, void *buf, size_t n, ddp_dtype dtype,
+                                  ddp_reduce_op op, void *stream, ddp_request **req);
     ddp_status (*wait)(ddp_request *req);
     ddp_status (*broadcast)(ddp_comm *c, void *buf, size_t n_bytes, int root);
     ddp_status (*allgather)(ddp_comm *c, const void *send, void *recv, size_t n_bytes);
@@ -47,11 +50,20 @@ struct ddp_ctx {
     ddp_backend_kind backend; /* CPU or CUDA */
     int device;               /* CUDA ordinal or -1 */
     int threads;
-    const ddp_ops *ops;
+    const ddp_device_ops *dev; /* backend memory: host or CUDA device */
     ddp_comm *comm;      /* collectives on backend memory */
     ddp_comm *host_comm; /* collectives on host memory (MPI); equals comm on the CPU backend */
     int owns_mpi;        /* this context initialised MPI and finalises it */
+    /* ddp_comm_stats counters, updated with atomic builtins (the reducer may start all-reduces
+     * from any thread; plain types because the CUDA sources, C++, include this header too) */
+    uint64_t allreduce_calls, allreduce_bytes;
+    uint64_t host_allreduce_calls, host_allreduce_bytes;
 };
+
+/* The typed non-blocking all-reduce behind ddp_allreduce_start and the reducer: checks, counts
+ * the payload in the stats, dispatches to ctx->comm. *req is NULL on failure. */
+ddp_status ddp_allreduce_start_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
+                                     ddp_reduce_op op, void *stream, ddp_request **req);
 
 /* Host-memory collectives used by the runtime itself (verification, checksums, broadcasts of
  * control data), whatever the backend. */

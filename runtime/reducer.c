@@ -5,6 +5,9 @@
  * order: a ready bucket waits until every earlier bucket has been launched, then all consecutive
  * ready buckets go at once. Every rank thus issues the same all-reduces in the same order.
  * finish() waits for them in order and scales each bucket by 1 / (world_size * micro_steps).
+ * 16 bits on the wire for wider gradients: a bucket is cast into the same slice of the reducer's
+ * wire buffer just before its launch and cast back in finish(), before the scaling. On CUDA the
+ * casts, the scaling and the all-reduces are ordered on opts.stream (or the backend's stream).
  *
  * Failure policy: a parameter left unmarked is reported by finish(), which still launches every
  * remaining bucket so that peers complete their all-reduces; after a failed launch nothing more is
@@ -12,13 +15,18 @@
  */
 #include <stdlib.h>
 
+#include "convert.h"
 #include "internal.h"
 
 #define DDP_MIB (1024.0 * 1024.0)
 
 struct ddp_reducer {
     ddp_ctx *ctx;
-    float *grads; /* flat gradient buffer, backend memory (not owned) */
+    void *grads;          /* flat gradient buffer, backend memory (not owned) */
+    ddp_dtype grad_dtype; /* element type of grads */
+    ddp_dtype wire_dtype; /* element type of the all-reduces */
+    void *wire;           /* (numel total) of wire_dtype, backend memory; NULL when wire = grads */
+    void *stream;         /* CUDA: the caller's stream or NULL */
     int n_params;
     int n_buckets;
     ddp_bucket *buckets;
@@ -39,6 +47,9 @@ void ddp_reducer_opts_default(ddp_reducer_opts *opts)
         return;
     opts->bucket_mb = 25.0;
     opts->first_bucket_mb = 1.0;
+    opts->grad_dtype = DDP_FP32;
+    opts->comm_dtype = DDP_FP32;
+    opts->stream = NULL;
 }
 
 static ddp_status ddp_mib_to_bytes(double mib, const char *what, size_t *out)
@@ -88,7 +99,39 @@ static ddp_status ddp_reducer_plan(ddp_reducer *r, const size_t *numel,
     return DDP_OK;
 }
 
-ddp_status ddp_reducer_create(ddp_ctx *ctx, float *grads, const size_t *numel, int n_params,
+/* Element type pointer arithmetic: element `offset` of buffer x of type t. */
+static void *ddp_elem(void *x, ddp_dtype t, size_t offset)
+{
+    return (char *)x + offset * ddp_dtype_size(t);
+}
+
+/* Checks the types and allocates the wire buffer when the wire type differs from the gradients'. */
+static ddp_status ddp_reducer_types(ddp_reducer *r, const size_t *numel, const ddp_reducer_opts *o)
+{
+    if (!ddp_dtype_is_grad(o->grad_dtype) || !ddp_dtype_is_grad(o->comm_dtype)) {
+        DDP_ERROR("ddp_reducer_create: gradient type %d / wire type %d: use DDP_FP32, DDP_BF16 or "
+                  "DDP_FP16 (ddp-train: --grad-dtype fp32|bf16|fp16)", (int)o->grad_dtype,
+                  (int)o->comm_dtype);
+        return DDP_ERR_INVALID_ARG;
+    }
+    r->grad_dtype = o->grad_dtype;
+    r->wire_dtype = o->comm_dtype == DDP_FP32 ? o->grad_dtype : o->comm_dtype;
+    r->stream = o->stream;
+    if (r->wire_dtype == r->grad_dtype)
+        return DDP_OK;
+    size_t total = 0;
+    for (int p = 0; p < r->n_params; p++)
+        total += numel[p];
+    r->wire = ddp_alloc(r->ctx, total * ddp_dtype_size(r->wire_dtype));
+    if (!r->wire) {
+        DDP_ERROR("ddp_reducer_create: out of memory for the %s wire buffer (%zu elements)",
+                  ddp_dtype_name(r->wire_dtype), total);
+        return DDP_ERR_NOMEM;
+    }
+    return DDP_OK;
+}
+
+ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, int n_params,
                               const ddp_reducer_opts *opts, ddp_reducer **out)
 {
     if (!out) {
@@ -112,6 +155,8 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, float *grads, const size_t *numel, i
     r->grads = grads;
     r->n_params = n_params;
     ddp_status st = ddp_reducer_plan(r, numel, opts ? opts : &defaults);
+    if (st == DDP_OK)
+        st = ddp_reducer_types(r, numel, opts ? opts : &defaults);
     if (st != DDP_OK) {
         ddp_reducer_destroy(r);
         return st;
@@ -144,6 +189,7 @@ void ddp_reducer_destroy(ddp_reducer *r)
         return;
     if (r->requests)
         ddp_reducer_wait_all(r); /* the communicator must not write into freed state */
+    ddp_free(r->ctx, r->wire);
     free(r->buckets);
     free(r->param_bucket);
     free(r->pending);
@@ -184,8 +230,16 @@ ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
 static void ddp_reducer_launch(ddp_reducer *r, int b)
 {
     const ddp_bucket *bk = &r->buckets[b];
-    ddp_status st = ddp_allreduce_start(r->ctx, r->grads + bk->offset, bk->n, DDP_SUM,
-                                        &r->requests[b]);
+    void *buf = ddp_elem(r->grads, r->grad_dtype, bk->offset);
+    ddp_status st = DDP_OK;
+    if (r->wire) {
+        void *wire = ddp_elem(r->wire, r->wire_dtype, bk->offset);
+        st = ddp_dev_cast(r->ctx, wire, r->wire_dtype, buf, r->grad_dtype, bk->n, r->stream);
+        buf = wire;
+    }
+    if (st == DDP_OK)
+        st = ddp_allreduce_start_typed(r->ctx, buf, bk->n, r->wire_dtype, DDP_SUM, r->stream,
+                                       &r->requests[b]);
     if (st != DDP_OK) {
         DDP_ERROR("reducer: cannot start the all-reduce of bucket %d (parameters %d..%d): %s", b,
                   bk->first_param, bk->last_param, ddp_strerror(st));
@@ -240,12 +294,25 @@ static ddp_status ddp_reducer_check_marked(const ddp_reducer *r)
     return st;
 }
 
+/* Casts bucket b back from the wire (when it has one) and divides it by world x micro-steps. */
+static ddp_status ddp_reducer_unpack(ddp_reducer *r, int b, float alpha)
+{
+    const ddp_bucket *bk = &r->buckets[b];
+    void *grads = ddp_elem(r->grads, r->grad_dtype, bk->offset);
+    ddp_status st = DDP_OK;
+    if (r->wire)
+        st = ddp_dev_cast(r->ctx, grads, r->grad_dtype, ddp_elem(r->wire, r->wire_dtype, bk->offset),
+                          r->wire_dtype, bk->n, r->stream);
+    if (st == DDP_OK)
+        st = ddp_dev_scale(r->ctx, grads, r->grad_dtype, bk->n, alpha, r->stream);
+    return st;
+}
+
 static ddp_status ddp_reducer_scale(ddp_reducer *r)
 {
-    const ddp_ops *ops = ddp_backend_ops(r->ctx);
     float alpha = (float)(1.0 / ((double)ddp_world_size(r->ctx) * (double)r->micro_steps));
     for (int b = 0; b < r->n_buckets; b++) {
-        ddp_status st = ops->scale(r->grads + r->buckets[b].offset, r->buckets[b].n, alpha);
+        ddp_status st = ddp_reducer_unpack(r, b, alpha);
         if (st != DDP_OK) {
             DDP_ERROR("reducer: scaling bucket %d failed: %s", b, ddp_strerror(st));
             return st;

@@ -9,6 +9,8 @@
 #               /dev/null, not GPUs: they let jobs with GPU directives be scheduled on a CPU machine.
 #   --rate R    limit every node's link to R in each direction (tc tbf on both ends of its veth),
 #               e.g. 1gbit (about 115 MB/s) or 100mbit; default: no limit (about 1.3 GB/s)
+#   --requeue-delay S   seconds a requeued job waits before it may start again (AuthInfo's
+#               cred_expire, which is also the job step credential lifetime; default Slurm's 120)
 # Environment: DDP_SLURM_BASE (default /tmp/ddp-slurm), DDP_SLURM_PORT (slurmctld port, default
 #   16817; slurmd uses PORT+1), DDP_SLURM_WAIT (seconds to wait for idle nodes, default 30).
 # After `start`, use the cluster with:  source $DDP_SLURM_BASE/env.sh   (sets SLURM_CONF and the
@@ -25,6 +27,7 @@ NODES=2
 CPUS=4
 GPUS=0
 RATE=""                 # tc rate of every node's link, empty = unlimited
+REQUEUE_DELAY=""        # AuthInfo cred_expire, empty = Slurm's default (120 s)
 NET=10.200.0            # bridge 10.200.0.1/24; nodeN is 10.200.0.(10+N)
 BRIDGE=ddpbr0           # names of everything this script creates start with "ddp"
 NS_PREFIX=ddp-node
@@ -37,7 +40,7 @@ die() { echo "cluster.sh: error: $*" >&2; exit 1; }
 log() { echo "cluster.sh: $*" >&2; }
 
 usage() {
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -98,7 +101,7 @@ write_conf() {
         echo "MailProg=/bin/true"
         echo "AuthType=auth/munge"
         echo "CredType=cred/munge"
-        echo "AuthInfo=socket=$BASE/munge/munge.socket"
+        echo "AuthInfo=socket=$BASE/munge/munge.socket${REQUEUE_DELAY:+,cred_expire=$REQUEUE_DELAY}"
         echo "SlurmctldPort=$CTLD_PORT"
         echo "SlurmdPort=$SLURMD_PORT"
         echo "StateSaveLocation=$BASE/ctld/state"
@@ -331,6 +334,7 @@ main() {
             --cpus) CPUS=${2:?--cpus needs a number}; shift 2 ;;
             --gpus) GPUS=${2:?--gpus needs a number}; shift 2 ;;
             --rate) RATE=${2:?--rate needs a rate, e.g. 1gbit}; shift 2 ;;
+            --requeue-delay) REQUEUE_DELAY=${2:?--requeue-delay needs seconds}; shift 2 ;;
             -h | --help) usage 0 ;;
             *) die "unknown option '$1' (try --help)" ;;
         esac
@@ -338,6 +342,7 @@ main() {
     if ! [[ $NODES =~ ^[1-9][0-9]*$ ]] || ((NODES > 50)); then die "--nodes must be 1..50"; fi
     [[ $CPUS =~ ^[1-9][0-9]*$ ]] || die "--cpus must be a positive number"
     [[ $GPUS =~ ^[0-9]+$ ]] || die "--gpus must be a number"
+    [[ -z $REQUEUE_DELAY || $REQUEUE_DELAY =~ ^[1-9][0-9]*$ ]] || die "--requeue-delay must be seconds"
     [[ -z $RATE || $RATE =~ ^[0-9]+(\.[0-9]+)?[kmgt]?(bit|bps)$ ]] ||
         die "--rate must be a tc rate such as 1gbit, 500mbit or 100mbit (got '$RATE')"
     case $cmd in

@@ -5,7 +5,7 @@
 #
 # Usage: tests/cluster/run.sh --launch PATH --train PATH [CASE...]     (no CASE: all of them)
 # Cases: print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
-#   torch-allreduce pmi-trap
+#   torch-allreduce pmi-trap requeue srun-sigterm
 # Environment: DDP_TEST_SRCDIR (source tree; default: two levels up), DDP_SLURM_BASE (cluster state,
 #   default /tmp/ddp-slurm-test). Only one cluster can run per machine (the network names are fixed):
 #   concurrent runs queue on a lock, and a cluster left running by hand is stopped first.
@@ -21,7 +21,7 @@ TRAIN_ARGS=(--model mlp --epochs 4 --batch 64 --lr 0.1 --device auto)
 MIN_ACC=0.90
 JOB_TIMEOUT=420       # seconds any one srun or batch job may take
 ALL_CASES=(print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
-    torch-allreduce pmi-trap)
+    torch-allreduce pmi-trap requeue srun-sigterm)
 LAUNCH=""
 TRAIN=""
 WORK=""
@@ -282,6 +282,87 @@ case_pmi_trap() {
     done
 }
 
+# job_field ID FIELD: one field of `scontrol show job` (e.g. JobState, Restarts).
+job_field() { scontrol show job -o "$1" 2>/dev/null | grep -o "$2=[^ ]*" | cut -d= -f2; }
+
+# wait_file PATTERN SECONDS: until a file matches the glob.
+wait_file() {
+    local t0=$SECONDS
+    until compgen -G "$1" >/dev/null; do
+        ((SECONDS - t0 < $2)) || return 1
+        sleep 0.2
+    done
+}
+
+# A job whose work outlasts its time limit requeues itself and finishes (slurm/requeue.sbatch).
+# What is emulated: the warning that --signal=USR1@SECONDS sends before a limit given in minutes
+# would make this test last minutes, so the test sends the same SIGUSR1 to the job's steps with
+# `scancel --signal=USR1` once the first checkpoint exists; and the cluster runs with
+# --requeue-delay 10 (Slurm holds a requeued job for cred_expire, 120 s by default; measured here:
+# PENDING with Reason=BeginTime for 2 min 18 s). Everything else is real: the template's srun,
+# ddp-train's stop, checkpoint and `scontrol requeue`, Slurm's requeue, and --resume auto. The final
+# parameters must be bit-identical to an uninterrupted run of the same length.
+case_requeue() {
+    local dir=$WORK/requeue out=$WORK/requeue.out id restarts step
+    local args="--widths 784-64-10 --max-steps 1500 --device cpu --log-every 100"
+    id=$(DDP_BIN=$BUILD DDP_DATA=$DATA DDP_OUT=$dir DDP_EPOCHS=100 DDP_BATCH=32 DDP_LR=0.05 \
+        DDP_CKPT_EVERY=50 DDP_TRAIN_ARGS=$args sbatch --parsable --chdir="$SRC" --output="$out" \
+        --nodes=2 --ntasks-per-node=1 --time=10 "$SRC/slurm/requeue.sbatch") || fail "sbatch refused"
+    id=${id%%;*}
+    echo "  submitted slurm/requeue.sbatch as job $id"
+    wait_file "$dir/checkpoints/step-*.ckpt" 180 || { show_tail "$out"; scancel "$id"; fail "no checkpoint"; }
+    scancel --signal=USR1 "$id" || fail "scancel --signal=USR1 $id failed"
+    echo "  first checkpoint written; sent SIGUSR1 to the job's steps (the time-limit warning)"
+    wait_job "$id" "$JOB_TIMEOUT" || { show_tail "$out" 60; fail "the job did not complete"; }
+    restarts=$(job_field "$id" Restarts)
+    step=$(sed -n 's/.*SIGUSR1 received: every rank stops after step \([0-9]*\).*/\1/p' "$out" | head -n 1)
+    grep -E 'requeued Slurm|resumed from|stops after|^done|^job ' "$out" | sed 's/^/  | /'
+    ((${restarts:-0} >= 1)) ||
+        { show_tail "$out" 40; fail "not requeued (Restarts=$restarts; did it finish before the signal?)"; }
+    [[ -n $step ]] || fail "no stop reported"
+    grep -q "requeued Slurm job $id" "$out" || fail "rank 0 did not requeue the job"
+    grep -q "resumed from $dir/checkpoints/step-$(printf %012d "$step").ckpt at step $step " "$out" ||
+        fail "the requeued run did not resume from the step-$step checkpoint"
+    grep -q '^done: ' "$out" || fail "no 'done:' line after the requeued run"
+    # shellcheck disable=SC2086  # args splits into flags
+    run_to "$WORK/requeue-ref.out" "$JOB_TIMEOUT" srun --mpi=pmix -N2 --ntasks-per-node=1 "$LAUNCH" \
+        "$TRAIN" --model mlp --data "$DATA" --epochs 100 --batch 32 --lr 0.05 $args \
+        --save "$WORK/requeue-ref.ckpt" ||
+        { show_tail "$WORK/requeue-ref.out"; fail "the uninterrupted reference run failed"; }
+    "$BUILD/models/ddp-ckpt" diff "$WORK/requeue-ref.ckpt" "$dir/model.ckpt" >"$WORK/requeue-diff.out" 2>&1 || true
+    sed 's/^/  /' "$WORK/requeue-diff.out"
+    grep -q 'max_abs_diff=0 ' "$WORK/requeue-diff.out" ||
+        fail "stopped + requeued + resumed differs from the uninterrupted run"
+}
+
+# A plain `scancel` (as a time limit does) sends SIGTERM to every task of the step, then SIGKILL after
+# KillWait (5 s here): both ranks, on two nodes, stop after the same step and rank 0 checkpoints it.
+case_srun_sigterm() {
+    local dir=$WORK/sigterm out=$WORK/sigterm.out script=$WORK/sigterm.sh id step t0
+    cat >"$script" <<EOF
+#!/bin/bash
+srun --mpi=pmix --kill-on-bad-exit=1 "$LAUNCH" "$TRAIN" --model mlp --widths 784-64-10 --data "$DATA" \
+    --epochs 1000 --batch 32 --device cpu --log-every 1000 --checkpoint-dir "$dir" --checkpoint-every 50
+EOF
+    id=$(sbatch --parsable --output="$out" --nodes=2 --ntasks-per-node=1 "$script") || fail "sbatch refused"
+    id=${id%%;*}
+    wait_file "$dir/step-*.ckpt" 180 || { show_tail "$out"; scancel "$id"; fail "no checkpoint"; }
+    scancel "$id"
+    echo "  first checkpoint written; scancel $id"
+    t0=$SECONDS
+    while [[ $(job_field "$id" JobState) =~ ^(RUNNING|COMPLETING|PENDING)$ ]] && ((SECONDS - t0 < 60)); do
+        sleep 0.5
+    done
+    echo "  job state $(job_field "$id" JobState) after $((SECONDS - t0)) s"
+    grep -E 'SIGTERM|stops after|checkpoint /' "$out" | tail -n 4 | sed 's/^/  | /'
+    step=$(sed -n 's/.*SIGTERM received: every rank stops after step \([0-9]*\).*/\1/p' "$out" | head -n 1)
+    [[ -n $step ]] || { show_tail "$out"; fail "rank 0 did not report a SIGTERM stop"; }
+    [[ $(grep -c "this rank stops after step $step\$" "$out") -eq 2 ]] ||
+        { show_tail "$out"; fail "not both ranks stopped after step $step"; }
+    "$BUILD/models/ddp-ckpt" show "$dir/step-$(printf %012d "$step").ckpt" | grep -q "^  step = $step\$" ||
+        fail "no valid checkpoint of step $step"
+}
+
 # --- driver ----------------------------------------------------------------------------------------
 
 cleanup() {
@@ -314,7 +395,8 @@ main() {
     WORK=$(mktemp -d /tmp/ddp-cluster-test.XXXXXX)
     trap cleanup EXIT
     t0=$(now)
-    "$CLUSTER" start --nodes 2 --cpus 4 --gpus 4 >"$WORK/start.out" 2>&1 ||
+    # requeue: a requeued job may start again after 10 s instead of Slurm's default 120 s
+    "$CLUSTER" start --nodes 2 --cpus 4 --gpus 4 --requeue-delay 10 >"$WORK/start.out" 2>&1 ||
         { cat "$WORK/start.out"; log "FAIL: the Slurm cluster did not start"; exit 1; }
     log "cluster started in $(elapsed "$t0") s"
     # shellcheck source=/dev/null

@@ -1,6 +1,7 @@
 /* fuzz_train_opts.c - libFuzzer harness: ddp-train's command line (models/train_opts.c) on any
  * arguments. Input: the arguments after "ddp-train", one per line. Besides the sanitizers'
  * checks: every accepted command line has every value inside the range its flag documents. */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,7 +23,8 @@ static void check_opts(const ddp_train_opts *o)
     const ddp_model_config *m = &o->model;
     int ok = o->epochs >= 1 && o->epochs <= DDP_TRAIN_MAX_EPOCHS && o->max_steps >= 0 &&
              o->max_steps <= DDP_TRAIN_MAX_STEPS && o->batch >= 1 && o->accum >= 1 && o->threads >= 1 &&
-             o->threads <= DDP_TRAIN_MAX_THREADS && o->log_every >= 1 &&
+             o->threads <= DDP_TRAIN_MAX_THREADS && o->log_every >= 1 && o->workers >= 0 &&
+             o->workers <= DDP_TRAIN_MAX_WORKERS && o->loss_scale_init > 0.0 && o->loss_scale_init <= FLT_MAX &&
              in(o->lr, DDP_TRAIN_MIN_LR, DDP_TRAIN_MAX_LR) && in(o->momentum, 0.0, 1.0) && o->momentum < 1.0 &&
              in(o->weight_decay, 0.0, DDP_TRAIN_MAX_WEIGHT_DECAY) && o->bucket_mb > 0.0 &&
              in(o->bucket_mb, 0.0, DDP_TRAIN_MAX_BUCKET_MB) && o->first_bucket_mb > 0.0 &&

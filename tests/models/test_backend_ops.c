@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "backend.h"
+#include "ops.h"
 #include "testutil.h"
 
 static const ddp_ops *cpu;

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "ops.h"
 #include "testutil.h"
 
 static int gemm_mismatches(bool ta, bool tb, int m, int n, int k, const float *a, const float *b,

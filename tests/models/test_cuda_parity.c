@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "backend.h"
+#include "ops.h"
 #include "model.h"
 #include "testutil.h"
 
@@ -142,7 +142,7 @@ int main(void)
         fprintf(stderr, "no usable CUDA device: skipped\n");
         return DDP_TEST_SKIP;
     }
-    if (ddp_cuda_backend_open(0) != DDP_OK)
+    if (ddp_cuda_backend_open(0, NULL) != DDP_OK)
         return 1;
     cpu = ddp_cpu_ops();
     gpu = ddp_cuda_ops();

@@ -1,5 +1,6 @@
 /* test_gradcheck.c - every layer's backward pass (and both full models') against central finite
- * differences of the float forward pass, on the CPU backend.
+ * differences of the float forward pass, on the CPU backend: once with its oneDNN convolutions and
+ * pooling, once with the im2col + OpenBLAS ones (ddp_cpu_ops_im2col()).
  *
  * Layers are checked through the objective L = sum(G * y) with a fixed random G, so dL/dy = G.
  * Tolerances: a layer that is linear in the perturbed value (linear, conv) has an exact central
@@ -18,7 +19,9 @@
 #include "model.h"
 #include "testutil.h"
 
-static const ddp_ops *cpu;
+#define F32 DDP_PREC_FP32
+
+static const ddp_ops *cpu; /* the table under test: oneDNN convolutions, then im2col */
 
 static double dot_g(const float *g, const float *y, size_t n)
 {
@@ -38,7 +41,7 @@ typedef struct linear_case {
 static double linear_objective(void *p)
 {
     linear_case *c = p;
-    ddp_linear_fwd(cpu, c->x, c->w, c->b, c->batch, c->in, c->out, c->y);
+    ddp_linear_fwd(cpu, F32, c->x, c->w, c->b, c->batch, c->in, c->out, c->y, false);
     return dot_g(c->g, c->y, (size_t)c->batch * c->out);
 }
 
@@ -50,8 +53,8 @@ static void check_linear(test_rng *r)
     float *dx = test_floats(21), *dw = test_floats(35), *db = test_floats(5);
     test_fill(r, c.x, 21, -1, 1), test_fill(r, c.w, 35, -1, 1), test_fill(r, c.b, 5, -1, 1);
     test_fill(r, c.g, 15, -1, 1);
-    CHECK(ddp_linear_bwd_params(cpu, c.x, c.g, 3, 7, 5, dw, db) == DDP_OK, "linear bwd params");
-    CHECK(ddp_linear_bwd_input(cpu, c.w, c.g, 3, 7, 5, dx) == DDP_OK, "linear bwd input");
+    CHECK(ddp_linear_bwd_params(cpu, F32, c.x, c.g, 3, 7, 5, dw, db) == DDP_OK, "linear bwd params");
+    CHECK(ddp_linear_bwd_input(cpu, F32, c.w, c.g, 3, 7, 5, dx) == DDP_OK, "linear bwd input");
     CHECK(test_gradcheck("linear dx", c.x, 21, 1, dx, linear_objective, &c, 1e-2f, 1e-3, 1e-2) == 0, "linear dx");
     CHECK(test_gradcheck("linear dw", c.w, 35, 1, dw, linear_objective, &c, 1e-2f, 1e-3, 1e-2) == 0, "linear dw");
     CHECK(test_gradcheck("linear db", c.b, 5, 1, db, linear_objective, &c, 1e-2f, 1e-3, 1e-2) == 0, "linear db");
@@ -69,7 +72,7 @@ typedef struct conv_case {
 static double conv_objective(void *p)
 {
     conv_case *c = p;
-    ddp_conv_fwd(cpu, &c->cv, c->x, c->w, c->b, c->batch, c->col, c->y);
+    ddp_conv_fwd(cpu, F32, &c->cv, c->x, c->w, c->b, c->batch, c->col, c->y);
     return dot_g(c->g, c->y, (size_t)c->batch * c->cv.c_out * c->cv.h_out * c->cv.w_out);
 }
 
@@ -87,8 +90,8 @@ static void check_conv(test_rng *r, int c_in, int h, int w, int c_out, int k, in
     test_fill(r, c.x, n_x, -1, 1), test_fill(r, c.w, n_w, -1, 1);
     test_fill(r, c.b, (size_t)c_out, -1, 1), test_fill(r, c.g, n_y, -1, 1);
     conv_objective(&c); /* fills col for the parameter gradients */
-    CHECK(ddp_conv_bwd_params(cpu, &c.cv, c.col, c.g, c.batch, dw, db) == DDP_OK, "conv bwd params");
-    CHECK(ddp_conv_bwd_input(cpu, &c.cv, c.w, c.g, c.batch, dcol, dx) == DDP_OK, "conv bwd input");
+    CHECK(ddp_conv_bwd_params(cpu, F32, &c.cv, c.x, c.col, c.g, c.batch, dw, db) == DDP_OK, "conv bwd params");
+    CHECK(ddp_conv_bwd_input(cpu, F32, &c.cv, c.w, c.g, c.batch, dcol, dx) == DDP_OK, "conv bwd input");
     CHECK(test_gradcheck("conv dx", c.x, n_x, 1, dx, conv_objective, &c, 1e-2f, 1e-3, 1e-2) == 0, "conv dx k=%d", k);
     CHECK(test_gradcheck("conv dw", c.w, n_w, 1, dw, conv_objective, &c, 1e-2f, 1e-3, 1e-2) == 0, "conv dw k=%d", k);
     CHECK(test_gradcheck("conv db", c.b, (size_t)c_out, 1, db, conv_objective, &c, 1e-2f, 1e-3, 1e-2) == 0, "conv db k=%d", k);
@@ -111,10 +114,10 @@ static double ew_objective(void *p)
     ew_case *c = p;
     size_t n = (size_t)c->planes * c->h * c->w;
     if (!c->pool) {
-        ddp_relu_layer_fwd(cpu, c->x, n, c->y);
+        ddp_relu_layer_fwd(cpu, F32, c->x, n, c->y);
         return dot_g(c->g, c->y, n);
     }
-    ddp_pool_fwd(cpu, c->x, c->planes, c->h, c->w, c->y, c->arg);
+    ddp_pool_fwd(cpu, F32, c->x, 1, c->planes, c->h, c->w, c->y, c->arg, n * sizeof(int));
     return dot_g(c->g, c->y, n / 4);
 }
 
@@ -139,11 +142,11 @@ static void check_relu_pool(test_rng *r)
     float *dx = test_floats(n);
     fill_spaced(r, c.x, n), test_fill(r, c.g, n, -1, 1);
     ew_objective(&c);
-    CHECK(ddp_relu_layer_bwd(cpu, c.g, c.y, n, dx) == DDP_OK, "relu bwd");
+    CHECK(ddp_relu_layer_bwd(cpu, F32, c.g, c.y, n, dx) == DDP_OK, "relu bwd");
     CHECK(test_gradcheck("relu dx", c.x, n, 1, dx, ew_objective, &c, 1e-2f, 1e-3, 1e-2) == 0, "relu dx");
     c.pool = 1;
     ew_objective(&c);
-    CHECK(ddp_pool_bwd(cpu, c.g, c.arg, c.planes, c.h, c.w, dx) == DDP_OK, "pool bwd");
+    CHECK(ddp_pool_bwd(cpu, F32, c.g, c.arg, 1, c.planes, c.h, c.w, dx) == DDP_OK, "pool bwd");
     CHECK(test_gradcheck("pool dx", c.x, n, 1, dx, ew_objective, &c, 1e-2f, 1e-3, 1e-2) == 0, "pool dx");
     free(c.x), free(c.g), free(c.y), free(c.arg), free(dx);
 }
@@ -224,15 +227,19 @@ static void check_model(test_rng *r, ddp_model_kind kind)
 
 int main(void)
 {
-    cpu = ddp_cpu_ops();
-    test_rng r = {0x9E3779B97F4A7C15ULL};
-    check_linear(&r);
-    check_conv(&r, 2, 6, 5, 3, 3, 1);
-    check_conv(&r, 1, 7, 6, 2, 5, 2);
-    check_conv(&r, 3, 5, 5, 2, 3, 0);
-    check_relu_pool(&r);
-    check_xent(&r);
-    check_model(&r, DDP_MODEL_MLP);
-    check_model(&r, DDP_MODEL_CNN);
+    const ddp_ops *tables[] = {ddp_cpu_ops(), ddp_cpu_ops_im2col()};
+    for (int t = 0; t < 2; t++) {
+        cpu = tables[t];
+        printf("ops table %s\n", cpu->name);
+        test_rng r = {0x9E3779B97F4A7C15ULL};
+        check_linear(&r);
+        check_conv(&r, 2, 6, 5, 3, 3, 1);
+        check_conv(&r, 1, 7, 6, 2, 5, 2);
+        check_conv(&r, 3, 5, 5, 2, 3, 0);
+        check_relu_pool(&r);
+        check_xent(&r);
+        check_model(&r, DDP_MODEL_MLP);
+        check_model(&r, DDP_MODEL_CNN);
+    }
     return CHECK_DONE();
 }

@@ -10,7 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
 #include "check.h"
 #include "ddp.h"
 
@@ -64,6 +63,8 @@ static int count_wrong(const float *x, size_t n, int world, size_t shift, ddp_re
     for (size_t i = 0; i < n; i++) {
         double sum = (double)world * (double)(i + shift) + world * (world - 1) / 2.0;
         double want = op == DDP_AVG ? sum / world : sum;
+        if (op == DDP_MAX || op == DDP_MIN) /* rank r holds r + i + shift */
+            want = (double)(i + shift) + (op == DDP_MAX ? world - 1 : 0);
         if ((double)x[i] != want && wrong++ < 3)
             fprintf(stderr, "%s: x[%zu] = %.9g, want %.9g\n", what, i, (double)x[i], want);
     }
@@ -79,7 +80,8 @@ static void test_allreduce(ddp_ctx *ctx, size_t n, ddp_reduce_op op)
     CHECK(ddp_allreduce(ctx, dev, n, op) == DDP_OK, "allreduce n=%zu", n);
     stage_out(ctx, x, dev, n * sizeof *x);
     char what[64];
-    snprintf(what, sizeof what, "allreduce %s n=%zu", op == DDP_AVG ? "avg" : "sum", n);
+    static const char *const names[] = {"sum", "avg", "max", "min"};
+    snprintf(what, sizeof what, "allreduce %s n=%zu", names[op], n);
     CHECK(count_wrong(x, n, world, 0, op, what) == 0, "%s has wrong elements", what);
     free(x);
 }
@@ -212,6 +214,8 @@ int main(int argc, char **argv)
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         test_allreduce(ctx, sizes[k], DDP_SUM);
         test_allreduce(ctx, sizes[k], DDP_AVG);
+        test_allreduce(ctx, sizes[k], DDP_MAX);
+        test_allreduce(ctx, sizes[k], DDP_MIN);
     }
     test_outstanding(ctx);
     test_broadcast(ctx, 1000003);

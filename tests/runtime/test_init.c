@@ -13,7 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
 #include "check.h"
 #include "ddp.h"
 

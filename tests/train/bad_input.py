@@ -4,8 +4,8 @@ within seconds with a message naming the problem; under mpirun both ranks exit, 
 Absurd flag values (2^63 steps, NaN or infinite rates, ...) are refused with the allowed range, a
 batch larger than a rank's share of the data with the largest that fits, and a FIFO where a file
 belongs without waiting for the other end.
-A run whose loss diverges to NaN still writes valid JSON metrics, and ddp-ckpt diff does not call
-NaN equal to a number.
+A run whose loss diverges to NaN stops with exit 1; with --nan-policy skip it goes on and still
+writes valid JSON metrics; ddp-ckpt diff does not call NaN equal to a number.
 
 Usage: bad_input.py DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
@@ -45,6 +45,7 @@ def absurd_values():
         (["--max-steps", str(2 ** 63)], [f"--max-steps: expected a non-negative integer, got '{2 ** 63}' "
                                          "(allowed: 0 to 1000000000000)"]),
         (["--epochs", "1000001"], ["--epochs: expected a positive integer, got '1000001' (allowed: 1 to 1000000)"]),
+        (["--workers", "100000"], ["--workers: expected a non-negative integer, got '100000' (allowed: 0 to 256)"]),
         (["--threads", "100000"], ["--threads: expected a positive integer, got '100000' (allowed: 1 to 1024)"]),
         (["--seed", str(2 ** 64)], [f"got '{2 ** 64}' (allowed: 0 to 18446744073709551615)"]),
         (["--lr", "nan"], [f"--lr: {lr}, got 'nan'"]),
@@ -73,6 +74,11 @@ def bad_flags(chk, train):
         (["--batch"], ["missing value for option '--batch'"]),
         (["--seed", " -1"], ["--seed: expected a non-negative integer, got ' -1'"]),
         (["extra"], ["unexpected argument 'extra'"]),
+        (["--grad-dtype", "fp8"], ["--grad-dtype: expected fp32, bf16 or fp16, got 'fp8'"]),
+        (["--workers", "-1"], ["--workers: expected a non-negative integer, got '-1'"]),
+        (["--loss-scale-init", "0"], ["--loss-scale-init: expected a number in (0, 3.402823466e+38], got '0'"]),
+        (["--inject-inf", "1-3", "--grad-dtype", "fp16"], ["--inject-inf: expected RANK:STEP"]),
+        (["--inject-inf", "1:3"], ["--inject-inf tests the fp16 loss scaler: add --grad-dtype fp16 or --precision fp16"]),
     ]
     for args, words in cases + absurd_values():
         expect(chk, "ddp-train " + " ".join(args), [train] + args, 2, words)
@@ -172,8 +178,11 @@ def diverged_metrics(chk, train, tmp):
     trainlib.write_dataset(data, 100, 20)
     metrics = os.path.join(tmp, "diverge.jsonl")
     rc, out = trainlib.run([train, "--data", data, "--epochs", "1", "--batch", "10", "--lr", "1000",
-                            "--device", "cpu", "--metrics", metrics], timeout=120)
-    chk.check(rc == 0, f"diverging run exits 0 (status {rc})", out)
+                            "--device", "cpu"], timeout=120)
+    chk.check(rc == 1 and "the loss became NaN or inf" in out, f"diverging run stops with exit 1 (status {rc})", out)
+    rc, out = trainlib.run([train, "--data", data, "--epochs", "1", "--batch", "10", "--lr", "1000",
+                            "--device", "cpu", "--metrics", metrics, "--nan-policy", "skip"], timeout=120)
+    chk.check(rc == 0, f"diverging run with --nan-policy skip exits 0 (status {rc})", out)
     lines = open(metrics).read().splitlines() if os.path.exists(metrics) else []
 
     def reject(constant):  # json.loads alone accepts NaN and Infinity, which JSON does not have

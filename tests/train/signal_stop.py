@@ -1,11 +1,15 @@
 #!/usr/bin/python3
-"""signal_stop.py - SIGUSR1 (Slurm's --signal) sent to ONE rank stops EVERY rank after the same step:
-the job exits 0, the summary says stopped_by_signal, and --save wrote a valid checkpoint.
+"""signal_stop.py - SIGUSR1 (Slurm's --signal) sent to ONE rank stops EVERY rank after the same step
+(each rank logs the step it stops after): the job exits 0, the summary says stopped_by_signal, rank 0
+wrote the checkpoint of that step and --save. SIGTERM sent twice to every rank (Slurm's time limit or
+scancel, repeated) does the same, and the run resumed with --resume auto ends bit-identical to an
+uninterrupted one.
 
 Usage: signal_stop.py DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +18,8 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
+
+TERM_STEPS = 120  # planned steps of the SIGTERM run (small MLP: about a second of training)
 
 
 def rank_pids(parent, program):
@@ -44,40 +50,107 @@ def wait_for(predicate, seconds):
     return False
 
 
+def start(cmd, tag):
+    print("$ " + " ".join(cmd), flush=True)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL, env=dict(os.environ, DDP_SIGNAL_TEST=tag))
+
+
+def finish(chk, job, pids, seconds):
+    """Waits for the job; on a timeout kills mpirun and every rank by PID. Returns the output."""
+    try:
+        out, _ = job.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        for pid in [job.pid] + list(pids.values()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        out, _ = job.communicate()
+        chk.check(False, f"the job stopped within {seconds} s of the signal", out)
+    print(out)
+    return out
+
+
+def stop_steps(out):
+    """{rank: step} from every rank's "this rank stops after step N" line."""
+    return {int(r): int(n) for r, n in re.findall(r"\[rank (\d+) [^]]*\] .*this rank stops after step (\d+)", out)}
+
+
+def check_same_stop(chk, out, signame, ckpt_dir):
+    steps = stop_steps(out)
+    chk.check(sorted(steps) == [0, 1] and len(set(steps.values())) == 1,
+              f"{signame}: both ranks stop after the same step ({steps})", out)
+    m = re.search(signame + r" received: every rank stops after step (\d+)", out)
+    chk.check(m is not None, f"{signame}: rank 0 reports the stop", out)
+    step = int(m.group(1)) if m else -1
+    path = os.path.join(ckpt_dir, f"step-{step:012d}.ckpt")
+    chk.check(os.path.exists(path), f"{signame}: the checkpoint of that step was written ({path})")
+    return step
+
+
+def usr1_to_one_rank(chk, train, ckpt, mpi, tmp, data):
+    """SIGUSR1 to rank 1 only: rank 0 must learn it from rank 1."""
+    metrics, saved = os.path.join(tmp, "m.jsonl"), os.path.join(tmp, "final.ckpt")
+    ckpt_dir = os.path.join(tmp, "usr1")
+    tag = f"{os.getpid()}-usr1"
+    job = start(mpi + ["2", train, "--model", "mlp", "--data", data, "--epochs", "100000",
+                       "--metrics", metrics, "--save", saved, "--checkpoint-dir", ckpt_dir], tag)
+    started = wait_for(lambda: os.path.exists(metrics) and os.path.getsize(metrics) > 0, 60)
+    chk.check(started, "training ran its first epoch")
+    pids = rank_pids(tag, os.path.basename(train))
+    chk.check(sorted(pids) == [0, 1], f"found both ranks' processes ({pids})")
+    if 1 in pids:
+        os.kill(pids[1], signal.SIGUSR1)
+    out = finish(chk, job, pids, 60)
+    chk.check(job.returncode == 0, f"job exits 0 (status {job.returncode})")
+    check_same_stop(chk, out, "SIGUSR1", ckpt_dir)
+    lines = open(metrics).read().splitlines()
+    summary = json.loads(lines[-1]) if lines else {}
+    chk.check(summary.get("stopped_by_signal") is True, "summary says stopped_by_signal")
+    chk.check(0 < summary.get("epochs", 0) < 100000, f"stopped early ({summary.get('epochs')} epochs)")
+    rc, show = trainlib.run([ckpt, "show", saved], timeout=30)
+    chk.check(rc == 0 and "fc1.weight" in show and "momentum" in show, "--save wrote a valid checkpoint", show)
+
+
+def term_twice_then_resume(chk, train, ckpt, mpi, tmp, data):
+    """SIGTERM to every rank (as Slurm's time limit and scancel do), twice in a row so the second
+    one lands while the first stop is handled; then --resume auto finishes the planned steps and
+    the result is bit-identical to an uninterrupted run."""
+    ckpt_dir, resumed, straight = (os.path.join(tmp, n) for n in ("term", "resumed.ckpt", "straight.ckpt"))
+    common = ["--model", "mlp", "--widths", "784-128-10", "--data", data, "--batch", "32", "--epochs", "100000",
+              "--max-steps", str(TERM_STEPS), "--device", "cpu", "--log-every", "10"]
+    tag = f"{os.getpid()}-term"
+    job = start(mpi + ["2", train, *common, "--checkpoint-dir", ckpt_dir, "--checkpoint-every", "10",
+                       "--keep", "100"], tag)
+    started = wait_for(lambda: os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir), 60)
+    chk.check(started, "the SIGTERM run wrote its first checkpoint")
+    pids = rank_pids(tag, os.path.basename(train))
+    for _ in range(2):
+        for pid in pids.values():
+            os.kill(pid, signal.SIGTERM)
+        time.sleep(0.05)
+    out = finish(chk, job, pids, 60)
+    chk.check(job.returncode == 0, f"SIGTERM: job exits 0 (status {job.returncode})", out)
+    step = check_same_stop(chk, out, "SIGTERM", ckpt_dir)
+    chk.check(0 < step < TERM_STEPS, f"SIGTERM stopped the run early (step {step} of {TERM_STEPS})")
+    rc, out = trainlib.run(mpi + ["2", train, *common, "--checkpoint-dir", ckpt_dir, "--resume", "auto",
+                                  "--save", resumed], timeout=300)
+    chk.check(rc == 0 and f"at step {step} " in out, f"--resume auto continues from step {step}", out)
+    rc, out = trainlib.run(mpi + ["2", train, *common, "--save", straight], timeout=300)
+    chk.check(rc == 0, "uninterrupted run", out)
+    rc, out = trainlib.run([ckpt, "diff", straight, resumed], timeout=60)
+    chk.check(rc == 0 and "max_abs_diff=0 " in out, "stopped by SIGTERM + resumed == uninterrupted (bit-identical)", out)
+
+
 def main():
     train, ckpt, mpi = sys.argv[1], sys.argv[2], sys.argv[3:]
     chk = trainlib.Checker()
     with tempfile.TemporaryDirectory(prefix="ddp-signal-") as tmp:
         data = os.path.join(tmp, "data")
         trainlib.write_dataset(data, 2000, 200)
-        metrics, saved = os.path.join(tmp, "m.jsonl"), os.path.join(tmp, "final.ckpt")
-        cmd = mpi + ["2", train, "--model", "mlp", "--data", data, "--epochs", "100000",
-                     "--metrics", metrics, "--save", saved]
-        print("$ " + " ".join(cmd), flush=True)
-        tag = f"{os.getpid()}"
-        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               stdin=subprocess.DEVNULL, env=dict(os.environ, DDP_SIGNAL_TEST=tag))
-        started = wait_for(lambda: os.path.exists(metrics) and os.path.getsize(metrics) > 0, 60)
-        chk.check(started, "training ran its first epoch")
-        pids = rank_pids(tag, os.path.basename(train))
-        chk.check(sorted(pids) == [0, 1], f"found both ranks' processes ({pids})")
-        if 1 in pids:
-            os.kill(pids[1], signal.SIGUSR1)  # only rank 1: rank 0 must learn it from rank 1
-        try:
-            out, _ = job.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            job.kill()
-            out, _ = job.communicate()
-            chk.check(False, "the job stopped within 60 s of the signal", out)
-        print(out)
-        chk.check(job.returncode == 0, f"job exits 0 (status {job.returncode})")
-        chk.check("SIGUSR1 received: every rank stops after step" in out, "rank 0 reports the stop")
-        lines = open(metrics).read().splitlines()
-        summary = json.loads(lines[-1]) if lines else {}
-        chk.check(summary.get("stopped_by_signal") is True, "summary says stopped_by_signal")
-        chk.check(0 < summary.get("epochs", 0) < 100000, f"stopped early ({summary.get('epochs')} epochs)")
-        rc, show = trainlib.run([ckpt, "show", saved], timeout=30)
-        chk.check(rc == 0 and "fc1.weight" in show, "--save wrote a valid checkpoint", show)
+        usr1_to_one_rank(chk, train, ckpt, mpi, tmp, data)
+        term_twice_then_resume(chk, train, ckpt, mpi, tmp, data)
     chk.done()
 
 

@@ -1,8 +1,8 @@
 /* backend_cuda.cu - the CUDA ops table: device memory, cuBLAS sgemm (row-major through the
  * transpose identity) and kernels for the other ops over the scalar math of math_shared.h.
  *
- * One backend per process: ddp_cuda_backend_open() makes a device current and creates the stream
- * and cuBLAS handle every op runs on. The file has two sections: kernels, then launchers; every
+ * One backend per process: ddp_cuda_backend_open() makes a device current and creates the cuBLAS
+ * handle on the stream every op runs on (libddp's, so collectives follow the compute). The file has two sections: kernels, then launchers; every
  * launcher runs on the backend stream and ends with a cudaGetLastError check.
  */
 #include <cublas_v2.h>
@@ -15,7 +15,7 @@
 #include "config.h"
 #include "math_shared.h"
 extern "C" {
-#include "internal.h"
+#include "ops.h"
 }
 
 /* ---- state and checks -------------------------------------------------------------------- */
@@ -23,6 +23,7 @@ extern "C" {
 static cudaStream_t ddp_stream;
 static cublasHandle_t ddp_cublas;
 static int ddp_cuda_open_device = -1;
+static bool ddp_owns_stream;  // the stream was created here (no caller stream)
 static int *ddp_scratch;      // (scratch_n,) per-row results of softmax_xent
 static size_t ddp_scratch_n;  // ints in ddp_scratch
 
@@ -472,28 +473,19 @@ static const ddp_ops ddp_cuda_table = ddp_make_cuda_ops();
 
 extern "C" const ddp_ops *ddp_cuda_ops(void) { return &ddp_cuda_table; }
 
-extern "C" int ddp_cuda_device_count(void)
+/* Creates the cuBLAS handle (and the stream when the caller gave none) on the current device. */
+static ddp_status ddp_cuda_open_handles(void *stream)
 {
-    int n = 0;
-    cudaError_t err = cudaGetDeviceCount(&n);
-    if (err != cudaSuccess) {
-        cudaGetLastError(); /* clears the error so that later calls start clean */
-        DDP_DEBUG("no usable CUDA device: %s", cudaGetErrorString(err));
-        return 0;
-    }
-    return n;
-}
-
-/* Creates the stream and cuBLAS handle on the current device. */
-static ddp_status ddp_cuda_open_handles(void)
-{
-    DDP_CUDA_TRY(cudaStreamCreateWithFlags(&ddp_stream, cudaStreamNonBlocking));
+    ddp_stream = (cudaStream_t)stream;
+    ddp_owns_stream = stream == NULL;
+    if (ddp_owns_stream)
+        DDP_CUDA_TRY(cudaStreamCreateWithFlags(&ddp_stream, cudaStreamNonBlocking));
     DDP_CUBLAS_TRY(cublasCreate(&ddp_cublas));
     DDP_CUBLAS_TRY(cublasSetStream(ddp_cublas, ddp_stream));
     return DDP_OK;
 }
 
-extern "C" ddp_status ddp_cuda_backend_open(int device)
+extern "C" ddp_status ddp_cuda_backend_open(int device, void *stream)
 {
     int n = ddp_cuda_device_count();
     if (device < 0 || device >= n) {
@@ -503,7 +495,7 @@ extern "C" ddp_status ddp_cuda_backend_open(int device)
     if (ddp_cuda_open_device >= 0)
         ddp_cuda_backend_close();
     DDP_CUDA_TRY(cudaSetDevice(device));
-    ddp_status st = ddp_cuda_open_handles();
+    ddp_status st = ddp_cuda_open_handles(stream);
     if (st != DDP_OK) {
         ddp_cuda_backend_close();
         return st;
@@ -523,10 +515,9 @@ extern "C" void ddp_cuda_backend_close(void)
     if (ddp_cublas)
         cublasDestroy(ddp_cublas);
     ddp_cublas = NULL;
-    if (ddp_stream)
+    if (ddp_stream && ddp_owns_stream)
         cudaStreamDestroy(ddp_stream);
     ddp_stream = NULL;
+    ddp_owns_stream = false;
     ddp_cuda_open_device = -1;
 }
-
-extern "C" void *ddp_cuda_stream(void) { return (void *)ddp_stream; }

@@ -8,7 +8,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "ops.h"
 
 /* OpenBLAS core names whose kernels use AVX-512. */
 static int ddp_core_is_avx512(const char *core)

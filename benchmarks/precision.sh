@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# precision.sh - 16-bit training against fp32 and against PyTorch, back to back in one run:
+# ddp-train fp32 / bf16 / fp16 (and bf16 with --grad-dtype bf16 where this ddp-train has it), the
+# CNN also with the im2col + OpenBLAS convolutions it had before oneDNN (DDP_CPU_CONV=im2col), and
+# the same training in PyTorch (benchmarks/torch_mnist.py: DDP over gloo, torch.autocast bf16 for
+# the bf16 row). MLP and CNN, 2 ranks x 1 thread, batch 64 per rank, lr 0.05 momentum 0.9 cosine,
+# EPOCHS epochs of MNIST; samples/s over the training steps and test accuracy after the last epoch.
+#
+# Usage: benchmarks/precision.sh [BUILD_DIR (build)] [EPOCHS (2)] [DATA_DIR (data/mnist)]
+# Use a release build and a quiet machine for numbers worth quoting; the load is printed.
+set -euo pipefail
+
+build="${1:-build}"
+epochs="${2:-2}"
+data="${3:-data/mnist}"
+train="$build/models/ddp-train"
+here="$(cd "$(dirname "$0")" && pwd)"
+
+export OMPI_ALLOW_RUN_AS_ROOT="${OMPI_ALLOW_RUN_AS_ROOT:-1}"
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}"
+export OMPI_MCA_btl="${OMPI_MCA_btl:-self,vader,tcp}"
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+# Waiting MPI ranks yield their core instead of spinning (gloo waits in the kernel too). On a busy
+# machine a spinning rank loses its core to other work: measured 2-rank MLP 2,400 samples/s
+# spinning against 11,700 yielding, at a load of 15 on 2 cores. Set it to 0 to measure spinning.
+export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
+
+[[ -x "$train" ]] || { echo "precision: $train not found; build first (meson compile -C $build)" >&2; exit 1; }
+[[ -d "$data" ]] || { echo "precision: $data: no such folder; run scripts/fetch-mnist.sh $data" >&2; exit 1; }
+/usr/bin/python3 -c 'import torch' 2>/dev/null ||
+    { echo "precision: Debian's PyTorch is missing: scripts/install-deps.sh test" >&2; exit 1; }
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+# "samples/s accuracy" of a ddp-train run: model $1, precision $2, then extra flags.
+ddp_run() {
+    local model=$1 prec=$2 metrics="$tmp/run.jsonl"
+    shift 2
+    mpirun --oversubscribe --bind-to none -np 2 "$train" --model "$model" --data "$data" --batch 64 \
+        --threads 1 --device cpu --epochs "$epochs" --lr 0.05 --momentum 0.9 --lr-schedule cosine \
+        --precision "$prec" --log-every 100000 --metrics "$metrics" "$@" >"$tmp/run.log" 2>&1 ||
+        { cat "$tmp/run.log" >&2; return 1; }
+    grep -m1 '^oneDNN' "$tmp/run.log" >>"$tmp/impl.txt" || true
+    tail -n 1 "$metrics" | /usr/bin/python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["samples_per_s"], s["test_accuracy"])'
+}
+
+# The convolutions ddp-train had before oneDNN (im2col + OpenBLAS per image).
+ddp_run_im2col() { DDP_CPU_CONV=im2col ddp_run "$@"; }
+
+torch_run() {
+    /usr/bin/python3 "$here/torch_mnist.py" --data "$data" --model "$1" --precision "$2" --ranks 2 \
+        --epochs "$epochs" | /usr/bin/python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["samples_per_s"], s["test_accuracy"])'
+}
+
+declare -A sps acc
+row() { # name, then the command printing "samples/s accuracy"
+    local name=$1 result
+    shift
+    result="$("$@")"
+    sps[$name]=${result% *}
+    acc[$name]=${result#* }
+    printf "%-28s %12.0f %9.2f%%\n" "$name" "${sps[$name]}" "$(awk -v a="${acc[$name]}" 'BEGIN{print 100*a}')"
+}
+ratio() { awk -v a="${sps[$1]}" -v b="${sps[$2]}" 'BEGIN { printf "%.2fx", a / b }'; }
+
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc --all) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+grad16=()
+"$train" --help | grep -q -- '--grad-dtype' && grad16=(--grad-dtype bf16)
+printf "%-28s %12s %10s\n" run samples/s accuracy
+for model in mlp cnn; do
+    row "ddp $model fp32" ddp_run "$model" fp32
+    [[ $model == cnn ]] && row "ddp cnn fp32 im2col" ddp_run_im2col cnn fp32
+    row "ddp $model bf16" ddp_run "$model" bf16
+    [[ ${#grad16[@]} -gt 0 ]] && row "ddp $model bf16 grad-bf16" ddp_run "$model" bf16 "${grad16[@]}"
+    row "ddp $model fp16 (emulated)" ddp_run "$model" fp16
+    row "pytorch $model fp32" torch_run "$model" fp32
+    row "pytorch $model bf16 autocast" torch_run "$model" bf16
+done
+echo
+echo "ratios (targets of issue 7 in brackets):"
+echo "  MLP bf16 / ddp fp32:               $(ratio 'ddp mlp bf16' 'ddp mlp fp32')$([[ ${#grad16[@]} -gt 0 ]] && echo ", with --grad-dtype bf16 $(ratio 'ddp mlp bf16 grad-bf16' 'ddp mlp fp32')") [>= 1.4x]"
+echo "  CNN bf16 / PyTorch bf16:           $(ratio 'ddp cnn bf16' 'pytorch cnn bf16 autocast') [>= 2x]"
+echo "  CNN fp32 oneDNN / im2col (before): $(ratio 'ddp cnn fp32' 'ddp cnn fp32 im2col') [>= 1.5x]"
+echo "  CNN bf16 / ddp fp32:               $(ratio 'ddp cnn bf16' 'ddp cnn fp32')"
+echo "  CNN fp32 / PyTorch fp32:           $(ratio 'ddp cnn fp32' 'pytorch cnn fp32')"
+echo "  accuracy bf16 - fp32:              MLP $(awk -v a="${acc[ddp mlp bf16]}" -v b="${acc[ddp mlp fp32]}" 'BEGIN{printf "%+.2f", 100*(a-b)}'), CNN $(awk -v a="${acc[ddp cnn bf16]}" -v b="${acc[ddp cnn fp32]}" 'BEGIN{printf "%+.2f", 100*(a-b)}') point [within 0.5]"
+sort -u "$tmp/impl.txt" | sed 's/^/  /'
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); $epochs epochs, 2 ranks x 1 thread, batch 64 per rank, build $build, OMPI_MCA_mpi_yield_when_idle=$OMPI_MCA_mpi_yield_when_idle"

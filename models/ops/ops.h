@@ -1,0 +1,184 @@
+/* ops.h - the compute of the reference models: one ops table per backend, behind which the
+ * field's libraries do the work. libddp does no compute; the models own it.
+ *
+ * One ops table per backend: ops_cpu.c (OpenBLAS for fp32 GEMM, oneDNN for convolution, pooling
+ * and 16-bit GEMM, always built) and backend_cuda.cu (cuBLAS and CUDA kernels, built when CUDA
+ * is found). Scalar math both share is in math_shared.h.
+ *
+ * Tensors are row-major, batch first. Images are NCHW, except between the precision-aware image
+ * ops of a backend with channels_last set (the CPU: oneDNN's fast convolutions and pooling want
+ * NHWC), where they are NHWC; image_reorder converts (a 1-channel image is the same in both).
+ * Every pointer is backend memory.
+ * Ops run in order on the backend's stream (libddp's, ddp_backend_stream()); sync() waits for them.
+ * An op a backend does not implement yet is NULL; ddp_backend_require() reports it.
+ *
+ * Precision: the ops of the second group take a ddp_precision that says how activations (and
+ * the 16-bit copies of weights they read) are stored: fp32 (float), bf16 (uint16_t, bfloat16) or
+ * fp16 (emulated: float storage holding values rounded to IEEE half, so overflow and rounding
+ * behave as in fp16 while the arithmetic runs in fp32). GEMMs and convolutions accumulate in
+ * fp32; parameter gradients (dw, db) are always fp32. Buffers are typed void * there.
+ */
+#ifndef DDP_OPS_H
+#define DDP_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ddp.h"
+
+/* Returns from the enclosing function with the status of `call` when it failed. */
+#define DDP_TRY_(call)                          \
+    do {                                        \
+        ddp_status ddp_st_ = (call);            \
+        if (ddp_st_ != DDP_OK)                  \
+            return ddp_st_;                     \
+    } while (0)
+
+/* Storage of activations. Named apart from libddp's types (ddp.h) on purpose. */
+typedef enum ddp_precision { DDP_PREC_FP32 = 0, DDP_PREC_BF16, DDP_PREC_FP16 } ddp_precision;
+
+/* Bytes per element of a precision's storage (fp16 is emulated in float storage). */
+static inline size_t ddp_prec_size(ddp_precision p) { return p == DDP_PREC_BF16 ? 2 : 4; }
+
+/* A stride-1 convolution with a square kernel k and zero padding pad, NCHW. */
+typedef struct ddp_conv_shape {
+    int c_in, h, w;    /* input image */
+    int c_out, k, pad; /* weight (c_out, c_in, k, k), bias (c_out) */
+    int h_out, w_out;  /* output image */
+} ddp_conv_shape;
+
+typedef struct ddp_ops {
+    const char *name; /* "cpu" or "cuda" */
+
+    /* memory */
+    void *(*alloc)(size_t n_bytes); /* zeroed; NULL on failure */
+    void (*free)(void *p);          /* NULL is ignored */
+    ddp_status (*upload)(void *dst, const void *src_host, size_t n_bytes);
+    ddp_status (*download)(void *dst_host, const void *src, size_t n_bytes);
+    ddp_status (*copy)(void *dst, const void *src, size_t n_bytes);
+    ddp_status (*zero)(void *dst, size_t n_bytes);
+    ddp_status (*sync)(void);
+
+    /* C(m,n) = alpha * op(A)(m,k) * op(B)(k,n) + beta * C, row-major, dense (lda etc. implied by
+     * the shapes: A is (m,k) or, transposed, (k,m)). */
+    ddp_status (*gemm)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
+                       const float *b, float beta, float *c);
+
+    /* elementwise and reductions */
+    ddp_status (*bias_add)(float *y, const float *bias, int rows, int cols);   /* y[r,c] += bias[c] */
+    ddp_status (*bias_grad)(float *dbias, const float *dy, int rows, int cols); /* dbias[c] += sum_r dy[r,c] */
+    ddp_status (*relu_fwd)(float *y, const float *x, size_t n);
+    ddp_status (*relu_bwd)(float *dx, const float *dy, const float *y, size_t n); /* dx = dy * (y > 0) */
+    ddp_status (*scale)(float *x, size_t n, float alpha);                         /* x *= alpha */
+    ddp_status (*axpy)(float *y, const float *x, size_t n, float alpha);          /* y += alpha x */
+    /* SGD with momentum and weight decay (PyTorch's formulation):
+     * g' = g + wd * w; m = momentum * m + g'; w -= lr * m  (m = g' on the first step is implied
+     * by m starting at zero). */
+    ddp_status (*sgd_step)(float *w, float *m, const float *g, size_t n, float lr, float momentum,
+                           float weight_decay);
+
+    /* convolution helpers, one image (C,H,W), square kernel k, stride 1, zero padding pad:
+     * col is (C*k*k, H_out*W_out). col2im adds into im (im must be zeroed by the caller first). */
+    ddp_status (*im2col)(const float *im, int c, int h, int w, int k, int pad, float *col);
+    ddp_status (*col2im)(const float *col, int c, int h, int w, int k, int pad, float *im);
+    /* 2x2 max-pool, stride 2, over (n*c) planes of h x w (h, w even); argmax keeps the winning
+     * input index per output for the backward pass. maxpool_bwd adds into dx (zeroed first). */
+    ddp_status (*maxpool_fwd)(const float *x, int planes, int h, int w, float *y, int *argmax);
+    ddp_status (*maxpool_bwd)(const float *dy, const int *argmax, int planes, int h, int w, float *dx);
+    /* Softmax cross-entropy over (rows, classes) logits with integer labels: writes the mean loss
+     * to *loss_host, the count of argmax == label to *correct_host, and dlogits = (softmax - onehot)
+     * / rows. dlogits may be NULL (evaluation). labels is backend memory. */
+    ddp_status (*softmax_xent)(const float *logits, const int *labels, int rows, int classes,
+                               float *dlogits, float *loss_host, int *correct_host);
+
+    /* ---- precision-aware layer ops (optional: NULL on a backend that has only fp32, where the
+     * layers fall back to the primitives above). x, y, dx, dy, and weights w are in precision p
+     * (see the top of this file); b, dw, db are fp32. */
+    /* The image ops below (conv_*, pool_*) take and give NHWC images (see the top). */
+    bool channels_last;
+    /* dst = src (n, c, h, w images) converted NHWC -> NCHW (to_nchw) or NCHW -> NHWC. */
+    ddp_status (*image_reorder)(ddp_precision p, const void *src, void *dst, int n, int c, int h,
+                                int w, bool to_nchw);
+    /* Whether the backend computes in p; otherwise *why says what is missing and what to use. */
+    bool (*supports)(ddp_precision p, const char **why);
+    /* dst (n, precision to) = src (n, precision from), rounding to nearest even. */
+    ddp_status (*cast)(ddp_precision to, void *dst, ddp_precision from, const void *src, size_t n);
+    /* y (batch, out) = x (batch, in) w^T + b, w (out, in); y is fp32 when y_fp32 (the logits). */
+    ddp_status (*linear_fwd)(ddp_precision p, const void *x, const void *w, const float *b,
+                             int batch, int in, int out, void *y, bool y_fp32);
+    /* dw (out, in) += dy^T x; db (out) += column sums of dy (batch, out). */
+    ddp_status (*linear_bwd_params)(ddp_precision p, const void *x, const void *dy, int batch,
+                                    int in, int out, float *dw, float *db);
+    /* dx (batch, in) = dy (batch, out) w. */
+    ddp_status (*linear_bwd_input)(ddp_precision p, const void *w, const void *dy, int batch,
+                                   int in, int out, void *dx);
+    /* y (batch, c_out, h_out, w_out) = conv(x (batch, c_in, h, w), w) + b. */
+    ddp_status (*conv_fwd)(ddp_precision p, const ddp_conv_shape *s, int batch, const void *x,
+                           const void *w, const float *b, void *y);
+    /* dw += the weight gradient, db += the bias gradient, from x and dy. */
+    ddp_status (*conv_bwd_params)(ddp_precision p, const ddp_conv_shape *s, int batch,
+                                  const void *x, const void *dy, float *dw, float *db);
+    /* dx (batch, c_in, h, w) from dy and w. */
+    ddp_status (*conv_bwd_input)(ddp_precision p, const ddp_conv_shape *s, int batch,
+                                 const void *w, const void *dy, void *dx);
+    ddp_status (*act_relu_fwd)(ddp_precision p, void *y, const void *x, size_t n);
+    /* dx = dy where y > 0, else 0 (dx may alias dy). */
+    ddp_status (*act_relu_bwd)(ddp_precision p, void *dx, const void *dy, const void *y, size_t n);
+    /* 2x2 max-pool, stride 2, over (n, c, h, w) images; ws (ws_bytes) keeps what the backward
+     * pass needs; DDP_ERR_INVALID_ARG when ws_bytes is too small. */
+    ddp_status (*pool_fwd)(ddp_precision p, const void *x, int n, int c, int h, int w, void *y,
+                           void *ws, size_t ws_bytes);
+    /* dx (n, c, h, w) = dy routed to each window's winner (overwrites dx). */
+    ddp_status (*pool_bwd)(ddp_precision p, const void *dy, const void *ws, int n, int c, int h,
+                           int w, void *dx);
+} ddp_ops;
+
+/* The CPU ops table (always built). */
+const ddp_ops *ddp_cpu_ops(void);
+/* The CPU table without oneDNN's convolution and pooling: convolutions by im2col + OpenBLAS
+ * (the implementation before oneDNN), for comparisons. ddp_ops_open() returns it when the
+ * environment has DDP_CPU_CONV=im2col. */
+const ddp_ops *ddp_cpu_ops_im2col(void);
+/* The CUDA ops table, or NULL in a build without CUDA. Does not touch the GPU. */
+const ddp_ops *ddp_cuda_ops(void);
+/* Makes `device` current for this thread and creates the cuBLAS handle, on `stream` (a
+ * cudaStream_t: libddp's ddp_backend_stream(), so the compute is ordered before the collectives), or on a
+ * stream of its own when stream is NULL. DDP_ERR_NO_DEVICE / DDP_ERR_CUDA on failure;
+ * DDP_ERR_UNSUPPORTED without a CUDA build. */
+ddp_status ddp_cuda_backend_open(int device, void *stream);
+void ddp_cuda_backend_close(void);
+
+/* The ops table for a context's backend, opened on its device and stream (CUDA) or with
+ * `threads` compute threads (CPU). On failure *out is NULL and the reason is logged. */
+ddp_status ddp_ops_open(ddp_ctx *ctx, int threads, const ddp_ops **out);
+/* Releases what ddp_ops_open() opened; NULL is ignored. */
+void ddp_ops_close(const ddp_ops *ops);
+
+/* DDP_OK when every op a model needs is implemented by ops; otherwise DDP_ERR_UNSUPPORTED and a
+ * log line naming the first missing op and the backend. */
+ddp_status ddp_backend_require(const ddp_ops *ops, const char *who);
+
+/* DDP_OK when ops computes in precision p (fp32 always); otherwise DDP_ERR_UNSUPPORTED and a log
+ * line saying what is missing and suggesting fp32. */
+ddp_status ddp_backend_require_precision(const ddp_ops *ops, ddp_precision p, const char *who);
+
+/* Sets the CPU compute thread count (OpenBLAS; oneDNN is built sequential or follows
+ * OMP_NUM_THREADS); 1 if threads < 1. */
+void ddp_cpu_set_threads(int threads);
+
+/* ---- the CPU's libraries (blas.c, dnnl.c) ---------------------------------------------------- */
+
+/* If OPENBLAS_CORETYPE is unset, the CPU supports AVX-512 and OpenBLAS chose a non-AVX-512 core,
+ * sets OPENBLAS_CORETYPE and re-executes the program (/proc/self/exe, same argv) so OpenBLAS loads
+ * the fast kernels. Call it first in main(). Returns only when nothing had to be done (or exec
+ * failed, which is logged). */
+void ddp_blas_prefer_fast_kernels(char **argv);
+/* "OpenBLAS 0.3.21 DYNAMIC_ARCH ... core=SkylakeX threads=1", for start-up reports. */
+const char *ddp_blas_describe(void);
+/* The library running the CPU's GEMMs in precision p: "OpenBLAS" or "oneDNN matmul". */
+const char *ddp_cpu_gemm_name(ddp_precision p);
+/* One line naming the CPU implementations in use for precision p, e.g. "conv fwd
+ * brg:avx512_core_bf16, ...", for start-up reports ("" before any primitive was created). */
+const char *ddp_dnnl_describe(ddp_precision p);
+
+#endif /* DDP_OPS_H */

@@ -1,0 +1,524 @@
+/* ops_cpu.c - the CPU ops table: host memory, OpenBLAS sgemm, plain loops over the scalar math of
+ * math_shared.h (the same math the CUDA kernels run), and the precision-aware layer ops: oneDNN
+ * convolutions and pooling in every precision, OpenBLAS for fp32 GEMM, oneDNN matmul for bf16.
+ * Always built.
+ */
+#include <cblas.h>
+#include <cpuid.h>
+#include <immintrin.h>
+#include <limits.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_dnnl.h"
+#include "math_shared.h"
+#include "ops.h"
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+static void *cpu_alloc(size_t n_bytes) { return calloc(n_bytes ? n_bytes : 1, 1); }
+
+static void cpu_free(void *p) { free(p); }
+
+static ddp_status cpu_copy(void *dst, const void *src, size_t n_bytes)
+{
+    if (n_bytes && (!dst || !src))
+        return DDP_ERR_INVALID_ARG;
+    if (n_bytes)
+        memmove(dst, src, n_bytes);
+    return DDP_OK;
+}
+
+static ddp_status cpu_zero(void *dst, size_t n_bytes)
+{
+    if (n_bytes && !dst)
+        return DDP_ERR_INVALID_ARG;
+    if (n_bytes)
+        memset(dst, 0, n_bytes);
+    return DDP_OK;
+}
+
+static ddp_status cpu_sync(void) { return DDP_OK; }
+
+/* ---- gemm -------------------------------------------------------------------------------- */
+
+static ddp_status cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                           const float *a, const float *b, float beta, float *c)
+{
+    if (m < 0 || n < 0 || k < 0) {
+        DDP_ERROR("cpu gemm: negative shape m=%d n=%d k=%d", m, n, k);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (m == 0 || n == 0)
+        return DDP_OK;
+    int lda = trans_a ? m : k;
+    int ldb = trans_b ? k : n;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda > 0 ? lda : 1, b,
+                ldb > 0 ? ldb : 1, beta, c, n);
+    return DDP_OK;
+}
+
+/* ---- elementwise and reductions ---------------------------------------------------------- */
+
+static ddp_status cpu_bias_add(float *y, const float *bias, int rows, int cols)
+{
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            y[(size_t)r * cols + c] += bias[c];
+    return DDP_OK;
+}
+
+static ddp_status cpu_bias_grad(float *dbias, const float *dy, int rows, int cols)
+{
+    for (int c = 0; c < cols; c++) {
+        float s = 0.0f;
+        for (int r = 0; r < rows; r++)
+            s += dy[(size_t)r * cols + c];
+        dbias[c] += s;
+    }
+    return DDP_OK;
+}
+
+static ddp_status cpu_relu_fwd(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = ddp_relu(x[i]);
+    return DDP_OK;
+}
+
+static ddp_status cpu_relu_bwd(float *dx, const float *dy, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dx[i] = ddp_relu_grad(dy[i], y[i]);
+    return DDP_OK;
+}
+
+static ddp_status cpu_scale(float *x, size_t n, float alpha)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] *= alpha;
+    return DDP_OK;
+}
+
+static ddp_status cpu_axpy(float *y, const float *x, size_t n, float alpha)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] += alpha * x[i];
+    return DDP_OK;
+}
+
+static ddp_status cpu_sgd_step(float *w, float *m, const float *g, size_t n, float lr,
+                               float momentum, float weight_decay)
+{
+    for (size_t i = 0; i < n; i++)
+        w[i] = ddp_sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
+    return DDP_OK;
+}
+
+/* ---- convolution helpers ----------------------------------------------------------------- */
+
+static ddp_status cpu_im2col(const float *im, int c, int h, int w, int k, int pad, float *col)
+{
+    int h_out = ddp_conv_out(h, k, pad), w_out = ddp_conv_out(w, k, pad);
+    if (k < 1 || pad < 0 || h_out < 1 || w_out < 1)
+        return DDP_ERR_INVALID_ARG;
+    for (int row = 0; row < c * k * k; row++) {
+        int ci, ky, kx;
+        ddp_im2col_row_split(row, k, &ci, &ky, &kx);
+        float *dst = col + (size_t)row * h_out * w_out; // (h_out, w_out)
+        for (int oy = 0; oy < h_out; oy++) {
+            for (int ox = 0; ox < w_out; ox++) {
+                ptrdiff_t src = ddp_im2col_src(h, w, pad, ci, ky, kx, oy, ox);
+                dst[oy * w_out + ox] = src < 0 ? 0.0f : im[src];
+            }
+        }
+    }
+    return DDP_OK;
+}
+
+static ddp_status cpu_col2im(const float *col, int c, int h, int w, int k, int pad, float *im)
+{
+    if (k < 1 || pad < 0 || ddp_conv_out(h, k, pad) < 1 || ddp_conv_out(w, k, pad) < 1)
+        return DDP_ERR_INVALID_ARG;
+    for (int ci = 0; ci < c; ci++)
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++)
+                im[((size_t)ci * h + y) * w + x] += ddp_col2im_gather(col, h, w, k, pad, ci, y, x);
+    return DDP_OK;
+}
+
+static ddp_status cpu_maxpool_fwd(const float *x, int planes, int h, int w, float *y, int *argmax)
+{
+    if (h % 2 || w % 2 || (size_t)planes * h * w > INT_MAX)
+        return DDP_ERR_INVALID_ARG;
+    int ho = h / 2, wo = w / 2;
+    for (int p = 0; p < planes; p++) {
+        for (int oy = 0; oy < ho; oy++) {
+            for (int ox = 0; ox < wo; ox++) {
+                size_t o = ((size_t)p * ho + oy) * wo + ox;
+                y[o] = ddp_pool_max(x, p, oy, ox, h, w, &argmax[o]);
+            }
+        }
+    }
+    return DDP_OK;
+}
+
+static ddp_status cpu_maxpool_bwd(const float *dy, const int *argmax, int planes, int h, int w,
+                                  float *dx)
+{
+    size_t n_out = (size_t)planes * (h / 2) * (w / 2);
+    for (size_t o = 0; o < n_out; o++)
+        dx[argmax[o]] += dy[o];
+    return DDP_OK;
+}
+
+static ddp_status cpu_softmax_xent(const float *logits, const int *labels, int rows, int classes,
+                                   float *dlogits, float *loss_host, int *correct_host)
+{
+    if (rows < 1 || classes < 1)
+        return DDP_ERR_INVALID_ARG;
+    double loss = 0.0;
+    int correct = 0;
+    for (int r = 0; r < rows; r++) {
+        if (labels[r] < 0 || labels[r] >= classes) {
+            DDP_ERROR("softmax_xent: label %d of row %d outside [0, %d)", labels[r], r, classes);
+            return DDP_ERR_INVALID_ARG;
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        int pred;
+        float *dz = dlogits ? dlogits + (size_t)r * classes : NULL;
+        loss += ddp_xent_row(logits + (size_t)r * classes, labels[r], classes, 1.0f / (float)rows,
+                             dz, &pred);
+        correct += pred == labels[r];
+    }
+    if (loss_host)
+        *loss_host = (float)(loss / rows);
+    if (correct_host)
+        *correct_host = correct;
+    return DDP_OK;
+}
+
+/* ---- precision-aware layer ops ---------------------------------------------------------------- */
+
+static bool cpu_supports(ddp_precision p, const char **why)
+{
+    __builtin_cpu_init();
+    if (p != DDP_PREC_BF16 || __builtin_cpu_supports("avx512bf16"))
+        return true;
+    if (why)
+        *why = "this CPU has no bf16 arithmetic (AVX512_BF16 or AMX): oneDNN would emulate it "
+               "slower than fp32; use --precision fp32";
+    return false;
+}
+
+/* float <-> bfloat16 (round to nearest even; NaN stays NaN). */
+static uint16_t cpu_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float cpu_from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* IEEE half (GCC's _Float16 on x86-64, converted in software; ISO C17 lacks it). */
+__extension__ typedef _Float16 ddp_half;
+
+/* The same rounding with F16C's conversions (8 floats per instruction), where the CPU has them. */
+__attribute__((target("f16c,avx"))) static void cpu_round_fp16_f16c(float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; i++)
+        x[i] = (float)(ddp_half)x[i];
+}
+
+/* F16C (CPUID leaf 1, ECX bit 29) with usable AVX: read from CPUID because clang's
+ * __builtin_cpu_supports does not know "f16c" (the sanitizer build uses clang). */
+static int cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
+/* Rounds x[0..n) to IEEE half in place (values beyond 65504 become inf, as fp16 storage would). */
+static void cpu_round_fp16(float *x, size_t n)
+{
+    if (cpu_has_f16c()) {
+        cpu_round_fp16_f16c(x, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(ddp_half)x[i];
+}
+
+static ddp_status cpu_cast(ddp_precision to, void *dst, ddp_precision from, const void *src, size_t n)
+{
+    if (to == DDP_PREC_BF16 && from != DDP_PREC_BF16) {
+        const float *s = src;
+        uint16_t *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = cpu_to_bf16(s[i]);
+        return DDP_OK;
+    }
+    if (from == DDP_PREC_BF16 && to != DDP_PREC_BF16) {
+        const uint16_t *s = src;
+        float *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = cpu_from_bf16(s[i]);
+        if (to == DDP_PREC_FP16)
+            cpu_round_fp16(d, n);
+        return DDP_OK;
+    }
+    if (dst != src)
+        memmove(dst, src, n * ddp_prec_size(to));
+    if (to == DDP_PREC_FP16 && from != DDP_PREC_FP16)
+        cpu_round_fp16(dst, n);
+    return DDP_OK;
+}
+
+/* The fp16 emulation: an op's fp32 output rounded to what fp16 storage would hold. */
+static ddp_status cpu_emulate(ddp_precision p, void *y, size_t n, ddp_status st)
+{
+    if (st == DDP_OK && p == DDP_PREC_FP16)
+        cpu_round_fp16(y, n);
+    return st;
+}
+
+/* db (cols) += column sums of dy (rows, cols) in precision p, summed in fp32. */
+static void cpu_colsum(ddp_precision p, float *db, const void *dy, int rows, int cols)
+{
+    if (p != DDP_PREC_BF16) {
+        cpu_bias_grad(db, dy, rows, cols);
+        return;
+    }
+    const uint16_t *d = dy;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            db[c] += cpu_from_bf16(d[(size_t)r * cols + c]);
+}
+
+/* Which library runs fp32 (and emulated fp16) GEMMs: oneDNN's matmul where oneDNN has AVX-512
+ * kernels (measured at the MLP's shapes on AMD Zen with AVX-512, one thread: 200-220 GFLOP/s
+ * against OpenBLAS 0.3.21's 165-200 with SkylakeX kernels and 100-110 with Haswell ones), OpenBLAS
+ * elsewhere. DDP_CPU_GEMM=openblas|onednn overrides (comparisons); the choice is made once, so
+ * every run of a program on one machine computes alike. */
+static bool cpu_gemm_on_dnnl(void)
+{
+    static int choice = -1;
+    if (choice < 0) {
+        const char *env = getenv("DDP_CPU_GEMM");
+        if (env && strcmp(env, "openblas") == 0)
+            choice = 0;
+        else if (env && strcmp(env, "onednn") == 0)
+            choice = 1;
+        else
+            choice = ddp_dnnl_has_avx512();
+    }
+    return choice == 1;
+}
+
+const char *ddp_cpu_gemm_name(ddp_precision p)
+{
+    return p == DDP_PREC_BF16 || cpu_gemm_on_dnnl() ? "oneDNN matmul" : "OpenBLAS";
+}
+
+static ddp_status cpu_linear_fwd(ddp_precision p, const void *x, const void *w, const float *b,
+                                 int batch, int in, int out, void *y, bool y_fp32)
+{
+    if (p == DDP_PREC_BF16)
+        return ddp_dnnl_matmul(p, batch, out, in, x, false, w, true, b, y, y_fp32, false);
+    ddp_status st = DDP_OK;
+    if (cpu_gemm_on_dnnl())
+        st = ddp_dnnl_matmul(DDP_PREC_FP32, batch, out, in, x, false, w, true, b, y, true, false);
+    else if ((st = cpu_gemm(false, true, batch, out, in, 1.0f, x, w, 0.0f, y)) == DDP_OK)
+        st = cpu_bias_add(y, b, batch, out);
+    return cpu_emulate(y_fp32 ? DDP_PREC_FP32 : p, y, (size_t)batch * out, st);
+}
+
+static ddp_status cpu_linear_bwd_params(ddp_precision p, const void *x, const void *dy, int batch,
+                                        int in, int out, float *dw, float *db)
+{
+    if (p == DDP_PREC_BF16 || cpu_gemm_on_dnnl())
+        DDP_TRY_(ddp_dnnl_matmul(p == DDP_PREC_BF16 ? p : DDP_PREC_FP32, out, in, batch, dy, true, x,
+                                 false, NULL, dw, true, true));
+    else
+        DDP_TRY_(cpu_gemm(true, false, out, in, batch, 1.0f, dy, x, 1.0f, dw));
+    cpu_colsum(p, db, dy, batch, out);
+    return DDP_OK;
+}
+
+static ddp_status cpu_linear_bwd_input(ddp_precision p, const void *w, const void *dy, int batch,
+                                       int in, int out, void *dx)
+{
+    if (p == DDP_PREC_BF16)
+        return ddp_dnnl_matmul(p, batch, in, out, dy, false, w, false, NULL, dx, false, false);
+    if (cpu_gemm_on_dnnl())
+        return cpu_emulate(p, dx, (size_t)batch * in,
+                           ddp_dnnl_matmul(DDP_PREC_FP32, batch, in, out, dy, false, w, false, NULL,
+                                           dx, true, false));
+    return cpu_emulate(p, dx, (size_t)batch * in,
+                       cpu_gemm(false, false, batch, in, out, 1.0f, dy, w, 0.0f, dx));
+}
+
+/* The precision oneDNN computes in: fp16 is emulated on fp32 primitives. */
+static ddp_precision cpu_dnnl_prec(ddp_precision p) { return p == DDP_PREC_FP16 ? DDP_PREC_FP32 : p; }
+
+static ddp_status cpu_conv_fwd(ddp_precision p, const ddp_conv_shape *s, int batch, const void *x,
+                               const void *w, const float *b, void *y)
+{
+    size_t n = (size_t)batch * s->c_out * s->h_out * s->w_out;
+    return cpu_emulate(p, y, n, ddp_dnnl_conv_fwd(cpu_dnnl_prec(p), s, batch, x, w, b, y));
+}
+
+static ddp_status cpu_conv_bwd_input(ddp_precision p, const ddp_conv_shape *s, int batch,
+                                     const void *w, const void *dy, void *dx)
+{
+    size_t n = (size_t)batch * s->c_in * s->h * s->w;
+    return cpu_emulate(p, dx, n, ddp_dnnl_conv_bwd_data(cpu_dnnl_prec(p), s, batch, w, dy, dx));
+}
+
+/* oneDNN overwrites the weight gradient; the layer contract adds to it (accumulation), so it is
+ * computed into scratch kept for the process and added. */
+static ddp_status cpu_conv_bwd_params(ddp_precision p, const ddp_conv_shape *s, int batch,
+                                      const void *x, const void *dy, float *dw, float *db)
+{
+    static float *scratch; // (c_out * c_in * k * k + c_out)
+    static size_t scratch_n;
+    size_t n_w = (size_t)s->c_out * s->c_in * s->k * s->k, n = n_w + (size_t)s->c_out;
+    if (n > scratch_n) {
+        float *grown = realloc(scratch, n * sizeof *grown);
+        if (!grown)
+            return DDP_ERR_NOMEM;
+        scratch = grown;
+        scratch_n = n;
+    }
+    DDP_TRY_(ddp_dnnl_conv_bwd_weights(cpu_dnnl_prec(p), s, batch, x, dy, scratch, scratch + n_w));
+    cpu_axpy(dw, scratch, n_w, 1.0f);
+    cpu_axpy(db, scratch + n_w, (size_t)s->c_out, 1.0f);
+    return DDP_OK;
+}
+
+static ddp_status cpu_act_relu_fwd(ddp_precision p, void *y, const void *x, size_t n)
+{
+    if (p != DDP_PREC_BF16)
+        return cpu_relu_fwd(y, x, n);
+    const uint16_t *xs = x;
+    uint16_t *ys = y;
+    for (size_t i = 0; i < n; i++)
+        ys[i] = xs[i] & 0x8000u ? 0 : xs[i]; /* sign bit set: negative (or -0) */
+    return DDP_OK;
+}
+
+static ddp_status cpu_act_relu_bwd(ddp_precision p, void *dx, const void *dy, const void *y, size_t n)
+{
+    if (p != DDP_PREC_BF16)
+        return cpu_relu_bwd(dx, dy, y, n);
+    const uint16_t *dys = dy, *ys = y;
+    uint16_t *dxs = dx;
+    for (size_t i = 0; i < n; i++)
+        dxs[i] = (ys[i] & 0x8000u) || ys[i] == 0 ? 0 : dys[i];
+    return DDP_OK;
+}
+
+static ddp_status cpu_pool_fwd(ddp_precision p, const void *x, int n, int c, int h, int w, void *y,
+                               void *ws, size_t ws_bytes)
+{
+    if (h % 2 || w % 2)
+        return DDP_ERR_INVALID_ARG;
+    return ddp_dnnl_pool_fwd(cpu_dnnl_prec(p), x, n, c, h, w, y, ws, ws_bytes);
+}
+
+static ddp_status cpu_pool_bwd(ddp_precision p, const void *dy, const void *ws, int n, int c, int h,
+                               int w, void *dx)
+{
+    return ddp_dnnl_pool_bwd(cpu_dnnl_prec(p), dy, ws, n, c, h, w, dx);
+}
+
+static ddp_status cpu_image_reorder(ddp_precision p, const void *src, void *dst, int n, int c,
+                                    int h, int w, bool to_nchw)
+{
+    return ddp_dnnl_image_reorder(cpu_dnnl_prec(p), src, dst, n, c, h, w, to_nchw);
+}
+
+/* ---- the table --------------------------------------------------------------------------- */
+
+static const ddp_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .gemm = cpu_gemm,
+    .bias_add = cpu_bias_add,
+    .bias_grad = cpu_bias_grad,
+    .relu_fwd = cpu_relu_fwd,
+    .relu_bwd = cpu_relu_bwd,
+    .scale = cpu_scale,
+    .axpy = cpu_axpy,
+    .sgd_step = cpu_sgd_step,
+    .im2col = cpu_im2col,
+    .col2im = cpu_col2im,
+    .maxpool_fwd = cpu_maxpool_fwd,
+    .maxpool_bwd = cpu_maxpool_bwd,
+    .softmax_xent = cpu_softmax_xent,
+    .channels_last = true,
+    .image_reorder = cpu_image_reorder,
+    .supports = cpu_supports,
+    .cast = cpu_cast,
+    .linear_fwd = cpu_linear_fwd,
+    .linear_bwd_params = cpu_linear_bwd_params,
+    .linear_bwd_input = cpu_linear_bwd_input,
+    .conv_fwd = cpu_conv_fwd,
+    .conv_bwd_params = cpu_conv_bwd_params,
+    .conv_bwd_input = cpu_conv_bwd_input,
+    .act_relu_fwd = cpu_act_relu_fwd,
+    .act_relu_bwd = cpu_act_relu_bwd,
+    .pool_fwd = cpu_pool_fwd,
+    .pool_bwd = cpu_pool_bwd,
+};
+
+const ddp_ops *ddp_cpu_ops(void) { return &cpu_ops; }
+
+void ddp_cpu_set_threads(int threads)
+{
+    openblas_set_num_threads(threads < 1 ? 1 : threads);
+    omp_set_num_threads(threads < 1 ? 1 : threads);
+}
+
+/* A copy of the table without oneDNN's convolution and pooling, made on first use. */
+const ddp_ops *ddp_cpu_ops_im2col(void)
+{
+    static ddp_ops table;
+    if (!table.name) {
+        ddp_ops t = cpu_ops;
+        t.conv_fwd = NULL;
+        t.conv_bwd_params = NULL;
+        t.conv_bwd_input = NULL;
+        t.pool_fwd = NULL;
+        t.pool_bwd = NULL;
+        t.channels_last = false;
+        t.image_reorder = NULL;
+        t.name = "cpu-im2col";
+        table = t;
+    }
+    return &table;
+}

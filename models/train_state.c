@@ -1,0 +1,545 @@
+/* train_state.c - ddp-train's checkpoints and resuming (see train_state.h).
+ *
+ * A checkpoint is a libddp state (runtime/checkpoint.c, format version 2) holding:
+ *   signature, params          the parameters
+ *   momentum                   SGD momentum buffer (the whole optimizer state: PyTorch's SGD
+ *                              formulation needs no other buffer)
+ *   step, epoch, step_in_epoch optimizer steps done, epoch in progress, steps done in it
+ *   sampler_seed, sampler_epoch   the sampler's permutation is drawn from (seed, epoch)
+ *   augment_seed, augment_epoch   the augmentation RNG is counter-based: a shift depends on (seed,
+ *                              epoch, sample index) only, so this and the sampler position fix it
+ *   lr_step, lr_total_steps    position and length of the learning-rate schedule
+ *   world_size                 ranks that wrote it
+ *   loss_scale, loss_scale_good_steps   the fp16 loss scaler's scale and finite steps since its last
+ *                              change (1.0 and 0 without a scaler)
+ *   config.*                   fingerprint texts that must match to resume (config.model,
+ *                              config.world_size, config.batch, config.accum, config.seed,
+ *                              config.shuffle, config.augment, config.lr_schedule,
+ *                              config.train_samples)
+ * Resuming: rank 0 reads the checkpoint, checks the signature and the fingerprint, and broadcasts
+ * the position, parameters and momentum, so only rank 0 needs to see the folder.
+ */
+#include "train_state.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define DDP_CKPT_NAME_FMT "step-%012ld.ckpt"
+#define DDP_CKPT_NAME_LEN 22 /* "step-" + 12 digits + ".ckpt" */
+#define DDP_FP_MAX 12
+#define DDP_FP_VALUE 96
+#define DDP_PATH_MAX 4096
+
+typedef struct ddp_fp_entry {
+    const char *key;
+    char value[DDP_FP_VALUE];
+    int reshardable; /* may differ with --resume-reshard */
+} ddp_fp_entry;
+
+/* A failure of a collective or a transfer: stop the whole job so no peer waits forever. */
+static void ddp_state_must(ddp_ctx *ctx, ddp_status st, const char *what)
+{
+    if (st == DDP_OK)
+        return;
+    DDP_ERROR("%s failed: %s; stopping every rank", what, ddp_strerror(st));
+    ddp_abort(ctx, 1);
+}
+
+/* ---- configuration fingerprint ------------------------------------------------------------- */
+
+static void ddp_fp_model(const ddp_model_config *m, char *buf, size_t n)
+{
+    if (m->kind == DDP_MODEL_CNN) {
+        snprintf(buf, n, "cnn");
+        return;
+    }
+    size_t used = (size_t)snprintf(buf, n, "mlp ");
+    for (int i = 0; i < m->n_widths && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%d", i ? "-" : "", m->widths[i]);
+}
+
+/* Fills fp with the entries that must match to resume; returns their count. */
+static int ddp_fingerprint(const ddp_train_setup *s, ddp_fp_entry *fp)
+{
+    const ddp_train_opts *o = s->o;
+    int n = 0;
+    fp[n] = (ddp_fp_entry){.key = "config.model"};
+    ddp_fp_model(&o->model, fp[n++].value, DDP_FP_VALUE);
+#define DDP_FP_(k, resh, ...) \
+    fp[n] = (ddp_fp_entry){.key = (k), .reshardable = (resh)}; \
+    snprintf(fp[n++].value, DDP_FP_VALUE, __VA_ARGS__)
+    DDP_FP_("config.world_size", 1, "%d", ddp_world_size(s->ctx));
+    DDP_FP_("config.batch", 0, "%d", o->batch);
+    DDP_FP_("config.accum", 0, "%d", o->accum);
+    DDP_FP_("config.seed", 0, "%llu", (unsigned long long)o->seed);
+    DDP_FP_("config.shuffle", 0, "%s", o->shuffle ? "yes" : "no");
+    DDP_FP_("config.augment", 0, "%s", o->augment ? "yes" : "no");
+    if (o->cosine) {
+        DDP_FP_("config.lr_schedule", 1, "cosine over %ld steps", s->total_steps);
+    } else {
+        DDP_FP_("config.lr_schedule", 0, "constant");
+    }
+    DDP_FP_("config.train_samples", 0, "%zu", s->n_train);
+    DDP_FP_("config.precision", 0, "%s", ddp_precision_name(o->model.precision));
+    DDP_FP_("config.grad_dtype", 0, "%s", ddp_dtype_name(o->grad_dtype));
+#undef DDP_FP_
+    return n;
+}
+
+/* Rank 0: every fingerprint difference is logged; DDP_ERR_MISMATCH unless none (or only
+ * reshardable ones under --resume-reshard). *other_world: the checkpoint's world size differs. */
+static ddp_status ddp_check_fingerprint(const ddp_train_setup *s, const ddp_state *st, const char *path,
+                                        int *other_world)
+{
+    ddp_fp_entry fp[DDP_FP_MAX];
+    int n = ddp_fingerprint(s, fp), refused = 0;
+    *other_world = 0;
+    for (int i = 0; i < n; i++) {
+        const char *theirs = ddp_state_text(st, fp[i].key);
+        if (theirs && strcmp(theirs, fp[i].value) == 0)
+            continue;
+        int allowed = fp[i].reshardable && s->o->resume_reshard && theirs;
+        *other_world |= strcmp(fp[i].key, "config.world_size") == 0;
+        refused |= !allowed;
+        DDP_LOG_(allowed ? DDP_LOG_WARN : DDP_LOG_ERROR, 0, "--resume %s: %s is %s in the checkpoint, "
+                 "%s in this run%s", path, fp[i].key + 7, theirs ? theirs : "missing", fp[i].value,
+                 allowed ? " (allowed by --resume-reshard)" : "");
+    }
+    if (!refused)
+        return DDP_OK;
+    DDP_ERROR("--resume %s: the checkpoint was written by another configuration: resume with the "
+              "settings above%s, or start fresh with another --checkpoint-dir", path,
+              *other_world && !s->o->resume_reshard
+                  ? " (or add --resume-reshard to continue on another number of ranks, no longer "
+                    "bit-identical)" : "");
+    return DDP_ERR_MISMATCH;
+}
+
+/* ---- saving ---------------------------------------------------------------------------------- */
+
+/* Downloads the parameters and momentum into a new state. */
+static ddp_status ddp_state_from_model(const ddp_train_setup *s, ddp_state **out)
+{
+    ddp_model *m = s->model;
+    size_t n = ddp_model_numel_total(m);
+    float *params = malloc(n * sizeof *params), *mom = malloc(n * sizeof *mom);
+    ddp_status st = params && mom ? DDP_OK : DDP_ERR_NOMEM;
+    if (st == DDP_OK)
+        st = ddp_download(s->ctx, params, ddp_model_params(m), n * sizeof *params);
+    if (st == DDP_OK)
+        st = ddp_download(s->ctx, mom, ddp_model_momentum(m), n * sizeof *mom);
+    if (st == DDP_OK)
+        st = ddp_state_create(ddp_model_descs(m), ddp_model_n_params(m), params, out);
+    if (st == DDP_OK && (st = ddp_state_set_f32(*out, "momentum", mom, n)) != DDP_OK) {
+        ddp_state_destroy(*out);
+        *out = NULL;
+    }
+    free(params);
+    free(mom);
+    return st;
+}
+
+/* Counters and fingerprint texts. */
+static ddp_status ddp_state_add_position(const ddp_train_setup *s, ddp_train_pos p, ddp_state *st)
+{
+    if (p.step_in_epoch >= s->steps_per_epoch) { /* a finished epoch: the next one is in progress */
+        p.epoch++;
+        p.step_in_epoch = 0;
+    }
+    const struct { const char *name; uint64_t value; } counters[] = {
+        {"step", (uint64_t)p.step}, {"epoch", (uint64_t)p.epoch},
+        {"step_in_epoch", (uint64_t)p.step_in_epoch}, {"sampler_seed", s->o->seed},
+        {"sampler_epoch", (uint64_t)p.epoch}, {"augment_seed", s->o->seed},
+        {"augment_epoch", (uint64_t)p.epoch}, {"lr_step", (uint64_t)p.step},
+        {"lr_total_steps", (uint64_t)s->total_steps},
+        {"world_size", (uint64_t)ddp_world_size(s->ctx)},
+    };
+    double scale = 1.0;
+    int64_t good_steps = 0;
+    if (s->scaler)
+        ddp_scaler_get_state(s->scaler, &scale, &good_steps);
+    ddp_status rc = ddp_state_set_f64(st, "loss_scale", scale);
+    if (rc == DDP_OK)
+        rc = ddp_state_set_u64(st, "loss_scale_good_steps", (uint64_t)good_steps);
+    for (size_t i = 0; rc == DDP_OK && i < sizeof counters / sizeof counters[0]; i++)
+        rc = ddp_state_set_u64(st, counters[i].name, counters[i].value);
+    ddp_fp_entry fp[DDP_FP_MAX];
+    int n = ddp_fingerprint(s, fp);
+    for (int i = 0; rc == DDP_OK && i < n; i++)
+        rc = ddp_state_set_text(st, fp[i].key, fp[i].value);
+    return rc;
+}
+
+ddp_status ddp_train_save_state(const ddp_train_setup *s, const ddp_train_pos *pos, const char *path)
+{
+    ddp_state *st = NULL;
+    ddp_status rc = ddp_state_from_model(s, &st);
+    if (rc == DDP_OK)
+        rc = ddp_state_add_position(s, *pos, st);
+    if (rc == DDP_OK)
+        rc = ddp_state_save(st, path);
+    ddp_state_destroy(st);
+    return rc;
+}
+
+/* ---- the checkpoint folder ------------------------------------------------------------------- */
+
+/* The step of a "step-<12 digits>.ckpt" name, or -1 for any other name. */
+static long ddp_ckpt_name_step(const char *name)
+{
+    if (strlen(name) != DDP_CKPT_NAME_LEN || strncmp(name, "step-", 5) != 0 ||
+        strcmp(name + 17, ".ckpt") != 0)
+        return -1;
+    long step = 0;
+    for (int i = 5; i < 17; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return -1;
+        step = step * 10 + (name[i] - '0');
+    }
+    return step;
+}
+
+static int ddp_cmp_desc(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Steps of the checkpoints in dir, newest first (malloc'ed, *n of them). DDP_ERR_IO when the folder
+ * cannot be listed. */
+static ddp_status ddp_list_checkpoints(const char *dir, long **steps, size_t *n)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        DDP_ERROR("--checkpoint-dir %s: cannot list it: %s", dir, strerror(errno));
+        return DDP_ERR_IO;
+    }
+    size_t cap = 0;
+    *steps = NULL;
+    *n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        long step = ddp_ckpt_name_step(de->d_name);
+        if (step < 0)
+            continue;
+        if (*n == cap) {
+            long *grown = realloc(*steps, (cap = cap ? 2 * cap : 16) * sizeof *grown);
+            if (!grown)
+                break;
+            *steps = grown;
+        }
+        (*steps)[(*n)++] = step;
+    }
+    closedir(d);
+    if (*n)
+        qsort(*steps, *n, sizeof **steps, ddp_cmp_desc);
+    return DDP_OK;
+}
+
+static void ddp_ckpt_path(const char *dir, long step, char *path)
+{
+    char name[DDP_CKPT_NAME_LEN + 8];
+    snprintf(name, sizeof name, DDP_CKPT_NAME_FMT, step);
+    snprintf(path, DDP_PATH_MAX, "%s/%s", dir, name);
+}
+
+/* Removes all but the newest `keep` checkpoints of dir. */
+static void ddp_prune_checkpoints(const char *dir, int keep)
+{
+    long *steps = NULL;
+    size_t n = 0;
+    if (ddp_list_checkpoints(dir, &steps, &n) != DDP_OK)
+        return;
+    char path[DDP_PATH_MAX];
+    for (size_t i = (size_t)keep; i < n; i++) {
+        ddp_ckpt_path(dir, steps[i], path);
+        if (unlink(path) != 0)
+            DDP_WARN("--keep: cannot remove %s: %s", path, strerror(errno));
+    }
+    free(steps);
+}
+
+ddp_status ddp_train_checkpoint(const ddp_train_setup *s, const ddp_train_pos *pos)
+{
+    char path[DDP_PATH_MAX];
+    ddp_ckpt_path(s->o->checkpoint_dir, pos->step, path);
+    ddp_status st = ddp_train_save_state(s, pos, path);
+    if (st != DDP_OK) {
+        DDP_ERROR("checkpoint %s at step %ld failed: %s; the previous checkpoints are kept (free "
+                  "space there, use another --checkpoint-dir, or --checkpoint-errors warn to go on)",
+                  path, pos->step, ddp_strerror(st));
+        return st;
+    }
+    printf("checkpoint %s (step %ld)\n", path, pos->step);
+    fflush(stdout);
+    ddp_prune_checkpoints(s->o->checkpoint_dir, s->o->keep);
+    return DDP_OK;
+}
+
+/* ---- writability before training ------------------------------------------------------------- */
+
+/* mkdir -p. */
+static int ddp_mkdirs(const char *dir)
+{
+    char path[DDP_PATH_MAX];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(path, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Creates and removes a probe file in dir. */
+static ddp_status ddp_probe_dir(const char *flag, const char *what, const char *dir)
+{
+    char probe[DDP_PATH_MAX];
+    snprintf(probe, sizeof probe, "%s/.ddp-write-test.%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        DDP_ERROR("%s %s: cannot write into the folder %s: %s; create it, make it writable, or "
+                  "choose another path (checked before training, so nothing is lost)", flag, what,
+                  dir, strerror(errno));
+        return DDP_ERR_IO;
+    }
+    close(fd);
+    unlink(probe);
+    return DDP_OK;
+}
+
+ddp_status ddp_train_check_outputs(const ddp_train_opts *o)
+{
+    ddp_status st = DDP_OK;
+    if (o->checkpoint_dir && ddp_mkdirs(o->checkpoint_dir) != 0) {
+        DDP_ERROR("--checkpoint-dir %s: cannot create it: %s; choose a writable place",
+                  o->checkpoint_dir, strerror(errno));
+        st = DDP_ERR_IO;
+    } else if (o->checkpoint_dir) {
+        st = ddp_probe_dir("--checkpoint-dir", o->checkpoint_dir, o->checkpoint_dir);
+    }
+    if (st == DDP_OK && o->save_path) {
+        char dir[DDP_PATH_MAX];
+        const char *slash = strrchr(o->save_path, '/');
+        int len = slash ? (slash == o->save_path ? 1 : (int)(slash - o->save_path)) : 1;
+        snprintf(dir, sizeof dir, "%.*s", len, slash ? o->save_path : ".");
+        st = ddp_probe_dir("--save", o->save_path, dir);
+    }
+    return st;
+}
+
+/* ---- resuming -------------------------------------------------------------------------------- */
+
+/* Rank 0, --resume auto: loads the newest valid checkpoint of the folder (path written to `path`);
+ * *out stays NULL when the folder has none. Corrupt ones are skipped with a warning. */
+static ddp_status ddp_find_newest(const char *dir, char *path, ddp_state **out)
+{
+    long *steps = NULL;
+    size_t n = 0, i;
+    ddp_status st = ddp_list_checkpoints(dir, &steps, &n);
+    for (i = 0; st == DDP_OK && i < n && !*out; i++) {
+        ddp_ckpt_path(dir, steps[i], path);
+        if (ddp_state_load(path, out) != DDP_OK)
+            DDP_WARN("--resume auto: skipping %s: it is corrupt or truncated (see above)%s", path,
+                     i + 1 < n ? "; trying the previous checkpoint" : "");
+    }
+    free(steps);
+    if (st == DDP_OK && n > 0 && !*out) {
+        DDP_ERROR("--resume auto: none of the %zu checkpoints in %s is valid: move them away to "
+                  "start fresh", n, dir);
+        st = DDP_ERR_FORMAT;
+    }
+    return st;
+}
+
+/* Rank 0: the checkpoint's signature and buffers fit the model. */
+static ddp_status ddp_check_buffers(const ddp_train_setup *s, const ddp_state *st, const char *path)
+{
+    ddp_model *m = s->model;
+    int n = ddp_model_n_params(m);
+    size_t n_mom = 0;
+    int same = ddp_state_n_params(st) == n && ddp_state_numel(st) == ddp_model_numel_total(m);
+    for (int i = 0; same && i < n; i++)
+        same = memcmp(&ddp_state_descs(st)[i], &ddp_model_descs(m)[i], sizeof(ddp_param_desc)) == 0;
+    if (!same) {
+        DDP_ERROR("--resume %s: the checkpoint holds another model (%d parameters, %zu values; this "
+                  "run has %d, %zu): use the same --model/--widths", path, ddp_state_n_params(st),
+                  ddp_state_numel(st), n, ddp_model_numel_total(m));
+        return DDP_ERR_MISMATCH;
+    }
+    uint64_t v;
+    if (!ddp_state_f32(st, "momentum", &n_mom) || n_mom != ddp_model_numel_total(m) ||
+        !ddp_state_u64(st, "step", &v) || !ddp_state_u64(st, "epoch", &v) ||
+        !ddp_state_u64(st, "step_in_epoch", &v) || !ddp_state_u64(st, "world_size", &v)) {
+        DDP_ERROR("--resume %s: the file holds parameters only, not a training state (momentum and "
+                  "position): resume from a checkpoint written by --checkpoint-dir or --save", path);
+        return DDP_ERR_FORMAT;
+    }
+    return DDP_OK;
+}
+
+/* Rank 0: the position to continue from; converted through the samples consumed when the world
+ * size changed (--resume-reshard). */
+static ddp_train_pos ddp_read_position(const ddp_train_setup *s, const ddp_state *st)
+{
+    uint64_t step = 0, epoch = 0, in_epoch = 0, world = 1;
+    ddp_state_u64(st, "step", &step);
+    ddp_state_u64(st, "epoch", &epoch);
+    ddp_state_u64(st, "step_in_epoch", &in_epoch);
+    ddp_state_u64(st, "world_size", &world);
+    ddp_train_pos p = {.step = (long)step, .epoch = (long)epoch, .step_in_epoch = (long)in_epoch};
+    long now = ddp_world_size(s->ctx);
+    if ((long)world == now)
+        return p;
+    p.step_in_epoch = (long)((in_epoch * world + (uint64_t)now - 1) / (uint64_t)now);
+    if (p.step_in_epoch > s->steps_per_epoch)
+        p.step_in_epoch = s->steps_per_epoch;
+    p.step = p.epoch * s->steps_per_epoch + p.step_in_epoch;
+    DDP_WARN("--resume-reshard: %llu ranks wrote the checkpoint, %ld run now: continuing at step %ld "
+             "(epoch %ld, step %ld of it); the run is no longer bit-identical to an uninterrupted one",
+             (unsigned long long)world, now, p.step, p.epoch + 1, p.step_in_epoch);
+    return p;
+}
+
+/* Rank 0: finds, loads and checks the checkpoint; *out NULL for a fresh start. */
+static ddp_status ddp_open_resume(const ddp_train_setup *s, char *path, ddp_state **out)
+{
+    const ddp_train_opts *o = s->o;
+    ddp_status st;
+    *out = NULL;
+    if (strcmp(o->resume, "auto") == 0) {
+        st = ddp_find_newest(o->checkpoint_dir, path, out);
+        if (st == DDP_OK && !*out)
+            printf("--resume auto: no checkpoint in %s: starting fresh\n", o->checkpoint_dir);
+    } else {
+        snprintf(path, DDP_PATH_MAX, "%s", o->resume);
+        st = ddp_state_load(path, out);
+        if (st != DDP_OK)
+            DDP_ERROR("--resume %s: cannot use this file (see above)", path);
+    }
+    int other_world = 0;
+    if (st == DDP_OK && *out)
+        st = ddp_check_buffers(s, *out, path);
+    if (st == DDP_OK && *out)
+        st = ddp_check_fingerprint(s, *out, path, &other_world);
+    if (st != DDP_OK) {
+        ddp_state_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* Broadcasts n_bytes of host memory from rank 0, through backend memory. */
+static void ddp_bcast_host(ddp_ctx *ctx, void *host, size_t n_bytes)
+{
+    void *dev = ddp_alloc(ctx, n_bytes);
+    ddp_state_must(ctx, dev ? DDP_OK : DDP_ERR_NOMEM, "allocating a broadcast buffer");
+    ddp_state_must(ctx, ddp_upload(ctx, dev, host, n_bytes), "uploading the resume header");
+    ddp_state_must(ctx, ddp_broadcast(ctx, dev, n_bytes, 0), "broadcasting the resume header");
+    ddp_state_must(ctx, ddp_download(ctx, host, dev, n_bytes), "downloading the resume header");
+    ddp_free(ctx, dev);
+}
+
+/* Rank 0 uploads the checkpoint's buffers; every rank receives them. */
+static void ddp_bcast_buffers(const ddp_train_setup *s, const ddp_state *st)
+{
+    ddp_model *m = s->model;
+    size_t n = ddp_model_numel_total(m);
+    if (st) {
+        ddp_state_must(s->ctx, ddp_upload(s->ctx, ddp_model_params(m), ddp_state_params(st),
+                                          n * sizeof(float)), "uploading parameters");
+        ddp_state_must(s->ctx, ddp_upload(s->ctx, ddp_model_momentum(m), ddp_state_f32(st, "momentum", NULL),
+                                          n * sizeof(float)), "uploading momentum");
+    }
+    ddp_state_must(s->ctx, ddp_broadcast_params(s->ctx, ddp_model_params(m), n), "broadcasting parameters");
+    ddp_state_must(s->ctx, ddp_broadcast(s->ctx, ddp_model_momentum(m), n * sizeof(float), 0),
+                   "broadcasting momentum");
+}
+
+ddp_status ddp_train_resume(const ddp_train_setup *s, ddp_train_pos *pos, int *resumed)
+{
+    *pos = (ddp_train_pos){0};
+    *resumed = 0;
+    if (!s->o->resume)
+        return DDP_OK;
+    int64_t head[5] = {DDP_OK, 0, 0, 0, 0}; /* status, resumed, step, epoch, step_in_epoch */
+    ddp_state *st = NULL;
+    char path[DDP_PATH_MAX] = "";
+    if (ddp_rank(s->ctx) == 0) {
+        head[0] = ddp_open_resume(s, path, &st);
+        ddp_train_pos p = st ? ddp_read_position(s, st) : (ddp_train_pos){0};
+        head[1] = st != NULL;
+        head[2] = p.step;
+        head[3] = p.epoch;
+        head[4] = p.step_in_epoch;
+    }
+    double scaler_state[2] = {1.0, 0.0}; /* loss scale, finite steps since its last change */
+    if (st) {
+        uint64_t good = 0;
+        ddp_state_f64(st, "loss_scale", &scaler_state[0]);
+        ddp_state_u64(st, "loss_scale_good_steps", &good);
+        scaler_state[1] = (double)good;
+    }
+    ddp_bcast_host(s->ctx, head, sizeof head);
+    ddp_bcast_host(s->ctx, scaler_state, sizeof scaler_state);
+    if (head[1])
+        ddp_bcast_buffers(s, st);
+    if (head[1] && head[0] == DDP_OK && s->scaler &&
+        ddp_scaler_set_state(s->scaler, scaler_state[0], (int64_t)scaler_state[1]) != DDP_OK) {
+        DDP_ERROR("--resume: the checkpoint's loss scale %g after %.0f finite steps does not fit this "
+                  "run's scaler (see above): resume with the same --loss-scale-interval",
+                  scaler_state[0], scaler_state[1]);
+        head[0] = DDP_ERR_MISMATCH;
+    }
+    if (head[1] && ddp_rank(s->ctx) == 0)
+        printf("resumed from %s at step %lld (epoch %lld, %lld steps into it)\n", path,
+               (long long)head[2], (long long)head[3] + 1, (long long)head[4]);
+    ddp_state_destroy(st);
+    *pos = (ddp_train_pos){.step = head[2], .epoch = head[3], .step_in_epoch = head[4]};
+    *resumed = (int)head[1];
+    if (head[0] != DDP_OK && ddp_rank(s->ctx) != 0)
+        DDP_ERROR("rank 0 cannot resume (see its messages); exiting");
+    return (ddp_status)head[0];
+}
+
+/* ---- Slurm requeue ------------------------------------------------------------------------------ */
+
+ddp_status ddp_train_requeue(void)
+{
+    const char *job = getenv("SLURM_JOB_ID");
+    if (!job || !job[0]) {
+        DDP_ERROR("--requeue: SLURM_JOB_ID is not set (not a Slurm job): nothing to requeue");
+        return DDP_ERR_ENV;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execlp("scontrol", "scontrol", "requeue", job, (char *)NULL);
+        fprintf(stderr, "--requeue: cannot run scontrol: %s\n", strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        DDP_ERROR("--requeue: `scontrol requeue %s` failed (status %d): requeue the job by hand, it "
+                  "continues from its checkpoint with --resume auto", job, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        return DDP_ERR_ENV;
+    }
+    printf("requeued Slurm job %s: it continues from the checkpoint when it starts again\n", job);
+    fflush(stdout);
+    return DDP_OK;
+}

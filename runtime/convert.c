@@ -1,0 +1,139 @@
+/* convert.c - element types (ddp_dtype) and their host-memory operations: casts between fp32 and
+ * bf16/fp16, scaling, inf/NaN checks; dispatch to the CUDA versions for device memory.
+ */
+#include <string.h>
+
+#include "config.h"
+#include "convert.h"
+#include "half_shared.h"
+#include "internal.h"
+
+size_t ddp_dtype_size(ddp_dtype t)
+{
+    switch (t) {
+    case DDP_FP32: return 4;
+    case DDP_BF16:
+    case DDP_FP16: return 2;
+    case DDP_FP64:
+    case DDP_INT64: return 8;
+    }
+    return 0;
+}
+
+const char *ddp_dtype_name(ddp_dtype t)
+{
+    static const char *const names[] = {"fp32", "bf16", "fp16", "fp64", "int64"};
+    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "unknown";
+}
+
+ddp_status ddp_dtype_parse(const char *name, ddp_dtype *out)
+{
+    for (int t = DDP_FP32; name && t <= DDP_FP16; t++) {
+        if (strcmp(name, ddp_dtype_name((ddp_dtype)t)) == 0) {
+            *out = (ddp_dtype)t;
+            return DDP_OK;
+        }
+    }
+    return DDP_ERR_INVALID_ARG;
+}
+
+int ddp_dtype_is_grad(ddp_dtype t)
+{
+    return t == DDP_FP32 || t == DDP_BF16 || t == DDP_FP16;
+}
+
+/* Element i of x as float. */
+static float ddp_load(const void *x, ddp_dtype t, size_t i)
+{
+    if (t == DDP_FP32)
+        return ((const float *)x)[i];
+    return ddp_from_half(((const uint16_t *)x)[i], t == DDP_FP16);
+}
+
+static void ddp_store(void *x, ddp_dtype t, size_t i, float v)
+{
+    if (t == DDP_FP32)
+        ((float *)x)[i] = v;
+    else
+        ((uint16_t *)x)[i] = ddp_to_half(v, t == DDP_FP16);
+}
+
+void ddp_host_cast(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n)
+{
+    if (dst_t == src_t) {
+        memmove(dst, src, n * ddp_dtype_size(dst_t));
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        ddp_store(dst, dst_t, i, ddp_load(src, src_t, i));
+}
+
+void ddp_host_scale(void *x, ddp_dtype t, size_t n, float alpha)
+{
+    if (t == DDP_FP32) { /* the common case, kept vectorisable */
+        float *f = x;
+        for (size_t i = 0; i < n; i++)
+            f[i] *= alpha;
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        ddp_store(x, t, i, ddp_load(x, t, i) * alpha);
+}
+
+int ddp_host_nonfinite(const void *x, ddp_dtype t, size_t n)
+{
+    int found = 0;
+    for (size_t i = 0; i < n; i++)
+        found |= !ddp_f32_finite(ddp_load(x, t, i));
+    return found;
+}
+
+#if !HAVE_CUDA
+static ddp_status ddp_no_cuda(void)
+{
+    DDP_ERROR("this libddp was built without CUDA: use the cpu backend");
+    return DDP_ERR_UNSUPPORTED;
+}
+ddp_status ddp_cuda_cast(void *dst, int dst_t, const void *src, int src_t, size_t n, void *stream)
+{
+    (void)dst, (void)dst_t, (void)src, (void)src_t, (void)n, (void)stream;
+    return ddp_no_cuda();
+}
+ddp_status ddp_cuda_scale_typed(void *x, int t, size_t n, float alpha, void *stream)
+{
+    (void)x, (void)t, (void)n, (void)alpha, (void)stream;
+    return ddp_no_cuda();
+}
+ddp_status ddp_cuda_nonfinite(const void *x, int t, size_t n, int *found, void *stream)
+{
+    (void)x, (void)t, (void)n, (void)found, (void)stream;
+    return ddp_no_cuda();
+}
+#endif
+
+ddp_status ddp_dev_cast(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const void *src,
+                        ddp_dtype src_t, size_t n, void *stream)
+{
+    if (ctx->backend == DDP_BACKEND_CUDA)
+        return ddp_cuda_cast(dst, (int)dst_t, src, (int)src_t, n, stream);
+    ddp_host_cast(dst, dst_t, src, src_t, n);
+    return DDP_OK;
+}
+
+ddp_status ddp_dev_scale(const ddp_ctx *ctx, void *x, ddp_dtype t, size_t n, float alpha,
+                         void *stream)
+{
+    if (ctx->backend == DDP_BACKEND_CUDA)
+        return ddp_cuda_scale_typed(x, (int)t, n, alpha, stream);
+    ddp_host_scale(x, t, n, alpha);
+    return DDP_OK;
+}
+
+ddp_status ddp_dev_nonfinite(const ddp_ctx *ctx, const void *x, ddp_dtype t, size_t n,
+                             int *found, void *stream)
+{
+    if (ctx->backend == DDP_BACKEND_CUDA)
+        return ddp_cuda_nonfinite(x, (int)t, n, found, stream);
+    *found = ddp_host_nonfinite(x, t, n);
+    return DDP_OK;
+}

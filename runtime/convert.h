@@ -1,0 +1,48 @@
+/* convert.h - the element-type operations the reducer and the loss scaler need on backend memory:
+ * cast between fp32 and bf16/fp16, scale in place, find inf/NaN. Host versions (convert.c) and
+ * CUDA versions (convert_cuda.cu) run the same scalar code (half_shared.h).
+ *
+ * Private to libddp. Types are ddp_dtype values limited to DDP_FP32, DDP_BF16 and DDP_FP16.
+ * `stream` is a cudaStream_t (NULL: the backend's stream); ignored for host memory.
+ */
+#ifndef DDP_CONVERT_H
+#define DDP_CONVERT_H
+
+#include <stddef.h>
+
+#include "ddp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Non-zero for DDP_FP32, DDP_BF16 and DDP_FP16. */
+int ddp_dtype_is_grad(ddp_dtype t);
+
+/* dst[i] = src[i] converted (rounded to nearest even when narrowing); dst_t == src_t copies. */
+void ddp_host_cast(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n);
+/* x[i] *= alpha, computed in fp32 and rounded back to the element type. */
+void ddp_host_scale(void *x, ddp_dtype t, size_t n, float alpha);
+/* 1 when any of x[0..n) is inf or NaN, else 0. */
+int ddp_host_nonfinite(const void *x, ddp_dtype t, size_t n);
+
+/* The same on the context's backend memory (host memory on the CPU backend). DDP_ERR_CUDA when a
+ * launch fails (logged), DDP_ERR_UNSUPPORTED for CUDA in a build without it. */
+ddp_status ddp_dev_cast(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const void *src,
+                        ddp_dtype src_t, size_t n, void *stream);
+ddp_status ddp_dev_scale(const ddp_ctx *ctx, void *x, ddp_dtype t, size_t n, float alpha,
+                         void *stream);
+/* *found = 1 when any element is inf or NaN. On CUDA it waits for the check on `stream`. */
+ddp_status ddp_dev_nonfinite(const ddp_ctx *ctx, const void *x, ddp_dtype t, size_t n,
+                             int *found, void *stream);
+
+/* CUDA launchers (convert_cuda.cu); `stream` NULL means ddp_cuda_stream(). */
+ddp_status ddp_cuda_cast(void *dst, int dst_t, const void *src, int src_t, size_t n, void *stream);
+ddp_status ddp_cuda_scale_typed(void *x, int t, size_t n, float alpha, void *stream);
+ddp_status ddp_cuda_nonfinite(const void *x, int t, size_t n, int *found, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DDP_CONVERT_H */

@@ -1,0 +1,106 @@
+/* test_half.c - fp32 <-> bf16 / fp16 conversions of half_shared.h (the code the CPU reducer, the
+ * MPI 16-bit sums and the CUDA kernels share) against independent oracles:
+ *  - fp16: the compiler's _Float16 (IEEE binary16, round to nearest even), on every 16-bit
+ *    pattern and on 4 million float bit patterns spread over the whole range;
+ *  - bf16: the nearer of the two bf16 neighbours computed in double, ties to the even one.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "half_shared.h"
+
+/* GCC's IEEE binary16 type (an extension to ISO C, hence __extension__). */
+__extension__ typedef _Float16 f16;
+
+static uint16_t f16_bits(f16 h)
+{
+    uint16_t u;
+    memcpy(&u, &h, sizeof u);
+    return u;
+}
+
+static f16 f16_from(uint16_t u)
+{
+    f16 h;
+    memcpy(&h, &u, sizeof h);
+    return h;
+}
+
+static int is_nan(float f) { return f != f; }
+
+/* Counts a mismatch; the first five are printed. */
+static void mismatch(int *count, const char *what, uint32_t pattern, uint32_t got, uint32_t want)
+{
+    if ((*count)++ < 5)
+        fprintf(stderr, "%s: input 0x%08x gives 0x%04x, want 0x%04x\n", what, pattern, got, want);
+}
+
+/* Every fp16 and bf16 pattern widens exactly and narrows back to itself (NaN stays NaN). */
+static void check_all_patterns(void)
+{
+    int bad16 = 0, badbf = 0;
+    for (uint32_t u = 0; u < 65536; u++) {
+        float f = ddp_f16_to_f32((uint16_t)u), ref = (float)f16_from((uint16_t)u);
+        if (is_nan(ref) ? !is_nan(f) : (f != ref || ddp_f32_to_f16(f) != u || signbit(f) != signbit(ref)))
+            mismatch(&bad16, "fp16 widen and narrow", u, ddp_f32_to_f16(f), u);
+        float b = ddp_bf16_to_f32((uint16_t)u);
+        if (is_nan(b) ? !is_nan(ddp_bf16_to_f32(ddp_f32_to_bf16(b))) : ddp_f32_to_bf16(b) != u)
+            mismatch(&badbf, "bf16 widen and narrow", u, ddp_f32_to_bf16(b), u);
+    }
+    CHECK(bad16 == 0 && badbf == 0, "%d fp16 and %d bf16 patterns wrong", bad16, badbf);
+}
+
+/* The bf16 value nearest to f, ties to even, by comparing distances in double. */
+static uint16_t bf16_oracle(float f)
+{
+    uint32_t u = ddp_f32_bits(f);
+    uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1); /* magnitude neighbours */
+    double dl = fabs((double)f - (double)ddp_bf16_to_f32(lo));
+    double dh = fabs((double)ddp_bf16_to_f32(hi) - (double)f);
+    if ((u & 0xffffu) == 0)
+        return lo;
+    return dl < dh ? lo : dh < dl ? hi : (lo & 1u) ? hi : lo;
+}
+
+static void check_rounding(void)
+{
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    int bad16 = 0, badbf = 0;
+    for (int i = 0; i < 4000000; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t u = (uint32_t)(state >> 32);
+        if (i % 4 == 1)
+            u = (u & 0xffff0000u) | 0x8000u; /* an exact bf16 tie */
+        if (i % 4 == 2)
+            u = (u & 0xffffe000u) | 0x1000u; /* an exact fp16 tie (normal range) */
+        float f = ddp_f32_from_bits(u);
+        if (is_nan(f))
+            continue;
+        if (ddp_f32_to_f16(f) != f16_bits((f16)f))
+            mismatch(&bad16, "fp16 rounding", u, ddp_f32_to_f16(f), f16_bits((f16)f));
+        if ((u & 0x7f800000u) < 0x7f000000u && ddp_f32_to_bf16(f) != bf16_oracle(f))
+            mismatch(&badbf, "bf16 rounding", u, ddp_f32_to_bf16(f), bf16_oracle(f));
+    }
+    CHECK(bad16 == 0 && badbf == 0, "%d fp16 and %d bf16 roundings wrong", bad16, badbf);
+}
+
+/* Landmarks a reader can check by hand. */
+static void check_landmarks(void)
+{
+    CHECK(ddp_f32_to_f16(65504.0f) == 0x7bff, "fp16 max");
+    CHECK(ddp_f32_to_f16(65519.0f) == 0x7bff && ddp_f32_to_f16(65520.0f) == 0x7c00, "fp16 overflow");
+    CHECK(ddp_f32_to_f16(0x1p-24f) == 0x0001 && ddp_f32_to_f16(0x1p-25f) == 0, "fp16 subnormals");
+    CHECK(ddp_f32_to_bf16(1.0f / 3.0f) == 0x3eab, "bf16(1/3) = 0x%04x", ddp_f32_to_bf16(1.0f / 3.0f));
+    CHECK(ddp_f32_to_bf16(3.4e38f) == 0x7f80, "bf16 of a float above its max rounds to inf");
+    CHECK(!ddp_f32_finite(ddp_f16_to_f32(0x7c00)) && !ddp_f32_finite(ddp_bf16_to_f32(0x7fc0)) &&
+              ddp_f32_finite(65504.0f), "finite checks");
+}
+
+int main(void)
+{
+    check_landmarks();
+    check_all_patterns();
+    check_rounding();
+    return CHECK_DONE();
+}

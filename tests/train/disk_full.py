@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+"""disk_full.py - a checkpoint save that fails because the disk is full says so (path and "No space
+left on device"), leaves the previous checkpoints valid and no temporary file behind, and ends the run
+with exit 1; with --checkpoint-errors warn the run goes on and exits 0. The full disk is a 512 KiB
+tmpfs mounted by the test (room for two checkpoints of the small MLP), unmounted in all cases.
+Needs root for mount: exits 77 (skipped) otherwise.
+
+Usage: disk_full.py DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import trainlib  # noqa: E402
+
+
+def ckpt_name(step):
+    return f"step-{step:012d}.ckpt"
+
+
+def scenario(chk, train, ckpt, mpi, data, mnt, policy):
+    folder = os.path.join(mnt, policy)
+    rc, out = trainlib.run(mpi + ["2", train, "--model", "mlp", "--widths", "784-32-10", "--data", data,
+                                  "--batch", "8", "--max-steps", "30", "--device", "cpu",
+                                  "--checkpoint-dir", folder, "--checkpoint-every", "5",
+                                  "--checkpoint-errors", policy], timeout=300)
+    want_rc = 1 if policy == "stop" else 0
+    chk.check(rc == want_rc, f"--checkpoint-errors {policy}: exit status {rc} (want {want_rc})", out)
+    chk.check(f"{folder}/{ckpt_name(15)}" in out and "No space left on device" in out,
+              f"{policy}: the failed save names the path and the reason", out)
+    if policy == "stop":
+        chk.check("step 30/30" not in out, "stop: training ended at the failed save", out)
+    else:
+        chk.check("training goes on" in out, "warn: training goes on", out)
+    names = sorted(os.listdir(folder))
+    chk.check(names == [ckpt_name(5), ckpt_name(10)], f"{policy}: the earlier checkpoints are kept, no "
+              f"temporary file is left ({names})")
+    for name in names:
+        rc, show = trainlib.run([ckpt, "show", os.path.join(folder, name)], timeout=30)
+        chk.check(rc == 0 and "step = " in show, f"{policy}: {name} is still valid", show)
+    subprocess.run(["rm", "-rf", folder])
+
+
+def main():
+    train, ckpt, mpi = sys.argv[1], sys.argv[2], sys.argv[3:]
+    if os.geteuid() != 0:
+        print("skipped: mounting the small tmpfs that plays the full disk needs root")
+        sys.exit(77)
+    chk = trainlib.Checker()
+    with tempfile.TemporaryDirectory(prefix="ddp-diskfull-") as tmp:
+        data, mnt = os.path.join(tmp, "data"), os.path.join(tmp, "mnt")
+        trainlib.write_dataset(data, 480, 60)
+        os.makedirs(mnt)
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", mnt]).returncode == 0
+        chk.check(mounted, "mounted a 512 KiB tmpfs")
+        try:
+            if mounted:
+                for policy in ("stop", "warn"):
+                    scenario(chk, train, ckpt, mpi, data, mnt, policy)
+        finally:
+            if mounted and subprocess.run(["umount", mnt]).returncode != 0:
+                subprocess.run(["umount", "-l", mnt])
+    chk.done()
+
+
+if __name__ == "__main__":
+    main()
