@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """make_seeds.py - writes the seed corpora of the fuzz harnesses into corpus/NAME/ (committed; run
 again after a file format changes). Text seeds are real command lines, environments and node lists;
-binary seeds are small valid files in the formats of models/mnist.c and runtime/checkpoint.c, with
-the harnesses' framing (see each fuzz_*.c).
+binary seeds are small valid files in the formats of models/mnist.c and runtime/checkpoint.c
+(versions 1 and 2), with the harnesses' framing (see each fuzz_*.c).
 
 Usage: make_seeds.py [CORPUS_DIR]   (default: corpus/ beside this script)
 """
@@ -54,17 +54,38 @@ def idx_pair(n, pad=0):
 
 def checkpoint(params, mode=0):
     """Mode byte (1: the harness rewrites the CRC) and a version 1 checkpoint of params: [(name, shape)]."""
-    total = 0
-    records = b""
+    recs, total = records(params)
+    body = b"DDPCKPT1" + struct.pack("<IIQ", 1, len(params), total) + recs
+    body += struct.pack(f"<{total}f", *[0.25 * i for i in range(total)])
+    return bytes([mode]) + body + struct.pack("<I", zlib.crc32(body))
+
+
+def records(params):
+    """The 84-byte parameter records and the element total of params: [(name, shape)]."""
+    out, total = b"", 0
     for name, shape in params:
         numel = 1
         for d in shape:
             numel *= d
         total += numel
         dims = list(shape) + [0] * (4 - len(shape))
-        records += name.encode().ljust(48, b"\0") + struct.pack("<I4q", len(shape), *dims)
-    body = b"DDPCKPT1" + struct.pack("<IIQ", 1, len(params), total) + records
-    body += struct.pack(f"<{total}f", *[0.25 * i for i in range(total)])
+        out += name.encode().ljust(48, b"\0") + struct.pack("<I4q", len(shape), *dims)
+    return out, total
+
+
+def checkpoint_v2(params, extra, mode=0):
+    """Mode byte and a version 2 checkpoint: signature, params, then extra [(name, kind, count,
+    data)] sections (see runtime/checkpoint.c)."""
+    recs, total = records(params)
+    sections = [("signature", 1, len(params), recs),
+                ("params", 2, total, struct.pack(f"<{total}f", *[0.5 * i for i in range(total)]))] + extra
+    table_bytes = 72 * len(sections)
+    offset, table, data = 32 + table_bytes, b"", b""
+    for name, kind, count, blob in sections:
+        table += name.encode().ljust(48, b"\0") + struct.pack("<IIQQ", kind, 0, offset + len(data), count)
+        data += blob + b"\0" * (-len(blob) % 8)
+    file_bytes = offset + len(data) + 4
+    body = b"DDPCKPT1" + struct.pack("<IIQQ", 2, len(sections), file_bytes, 32) + table + data
     return bytes([mode]) + body + struct.pack("<I", zlib.crc32(body))
 
 
@@ -88,6 +109,9 @@ def main():
     write(os.path.join(root, "checkpoint"), "one", checkpoint([("w", (3,))]))
     write(os.path.join(root, "checkpoint"), "mlp", checkpoint([("fc1.weight", (4, 3)), ("fc1.bias", (4,)),
                                                               ("scalar", ())]))
+    state = [("momentum", 2, 3, struct.pack("<3f", 1, 2, 3)), ("step", 3, 1, struct.pack("<Q", 7)),
+             ("loss_scale", 4, 1, struct.pack("<d", 65536.0)), ("config.world_size", 5, 1, b"2")]
+    write(os.path.join(root, "checkpoint"), "v2_state", checkpoint_v2([("w", (3,))], state, mode=1))
     # A name one byte short of the 48-byte field, behind a CRC the harness keeps valid.
     write(os.path.join(root, "checkpoint"), "long_name", checkpoint([("n" * 47, (2, 1, 1, 2))], mode=1))
 
