@@ -43,6 +43,8 @@ typedef struct ddp_bench_opts {
     ddp_reduce_op op;
     ddp_backend_kind device;
     int nonblocking; /* ddp_allreduce_start + ddp_wait instead of ddp_allreduce */
+    int link_check;
+    int max_bytes_given;  /* only the start-up link check (ddp_link_check), with -e as its message size */
     int check;
     double min_busbw; /* GB/s from DDP_BENCH_MIN_BUSBW, -1 when unset */
 } ddp_bench_opts;
@@ -61,7 +63,7 @@ typedef struct ddp_bench {
     double n_wrong;      /* over all sizes and ranks */
 } ddp_bench;
 
-enum { OPT_OP = 1000, OPT_DEVICE, OPT_NONBLOCKING, OPT_HELP };
+enum { OPT_OP = 1000, OPT_DEVICE, OPT_NONBLOCKING, OPT_LINK_CHECK, OPT_HELP };
 
 static const struct option ddp_bench_long_opts[] = {
     {"min-bytes", required_argument, NULL, 'b'},
@@ -73,6 +75,7 @@ static const struct option ddp_bench_long_opts[] = {
     {"op", required_argument, NULL, OPT_OP},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"nonblocking", no_argument, NULL, OPT_NONBLOCKING},
+    {"link-check", no_argument, NULL, OPT_LINK_CHECK},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -89,6 +92,9 @@ static const char ddp_bench_usage_text[] =
     "      --device cpu|cuda|auto  backend (default auto)\n"
     "      --nonblocking       start every all-reduce, then wait for each (ddp_allreduce_start,\n"
     "                          ddp_wait) instead of calling ddp_allreduce\n"
+    "      --link-check        instead of all-reduces: each rank's bandwidth and latency to its\n"
+    "                          ring neighbours and rank 0 (messages of -e bytes, default 4M here);\n"
+    "                          names nodes whose links are under half the median; exit 1 if any\n"
     "      --help              this text\n"
     "Env DDP_BENCH_MIN_BUSBW=X: exit 1 when the average bus bandwidth is below X GB/s.\n"
     "Exit status: 0 ok, 1 wrong values or below the floor, 2 bad usage, 3 runtime failure.\n";
@@ -168,6 +174,10 @@ static int ddp_bench_apply(int c, const char *arg, ddp_bench_opts *o)
         o->check = arg[0] == '1';
     if (c == OPT_NONBLOCKING)
         o->nonblocking = 1;
+    if (c == OPT_LINK_CHECK)
+        o->link_check = 1;
+    if (c == 'e')
+        o->max_bytes_given = 1;
     return 0;
 }
 
@@ -435,6 +445,22 @@ static int ddp_bench_run(ddp_ctx *ctx, const ddp_bench_opts *o)
     return rc;
 }
 
+/* --link-check: exit 0 when no node is slow, 1 when one is, 3 on a runtime failure. */
+static int ddp_bench_link_check(ddp_ctx *ctx, const ddp_bench_opts *o)
+{
+    ddp_link_check_opts lo;
+    ddp_link_check_opts_default(&lo);
+    if (o->max_bytes_given)
+        lo.bw_bytes = o->max_bytes;
+    int slow = 0;
+    ddp_status st = ddp_link_check(ctx, &lo, &slow);
+    if (st != DDP_OK) {
+        fprintf(stderr, "ddp-allreduce-bench: link check failed: %s\n", ddp_strerror(st));
+        return DDP_BENCH_RUNTIME;
+    }
+    return slow ? DDP_BENCH_FAILED : DDP_BENCH_OK;
+}
+
 int main(int argc, char **argv)
 {
     ddp_bench_opts o;
@@ -451,7 +477,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "ddp-allreduce-bench: cannot start: %s\n", ddp_strerror(st));
         return DDP_BENCH_RUNTIME;
     }
-    rc = ddp_bench_run(ctx, &o);
+    rc = o.link_check ? ddp_bench_link_check(ctx, &o) : ddp_bench_run(ctx, &o);
     ddp_finalize(ctx);
     return rc;
 }

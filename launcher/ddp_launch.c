@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "blas_policy.h"
 #include "launcher.h"
 
 extern char **environ;
@@ -35,7 +36,9 @@ static const char *const help_text[] = {
     "  none      -n N starts N ranks on this node: through `mpirun -np N --bind-to none` when mpirun\n"
     "            is in PATH (--oversubscribe beyond the core count, --allow-run-as-root as root),\n"
     "            otherwise by forking N children: SIGUSR1/SIGUSR2 are passed on to them, and when one\n"
-    "            fails (or on SIGINT/SIGTERM) the others are stopped. Without -n: one rank.\n"
+    "            fails (or on SIGINT/SIGTERM) the others are stopped, naming the rank that failed.\n"
+    "            Forking refuses an MPI program: forked ranks cannot join one MPI job.\n"
+    "            Without -n: one rank.\n"
     "\n"
     "Options:\n"
     "  -n N                  number of ranks; under a launcher only a cross-check of its world size\n"
@@ -50,8 +53,11 @@ static const char *const help_text[] = {
     "  --master-port P       MASTER_PORT (default: $MASTER_PORT, else a hash into 20000..32767, below\n"
     "                        Linux's ephemeral ports, of SLURM_JOB_ID and SLURM_STEP_ID under srun, of\n"
     "                        the launch's id under other launchers, of ddp-launch's pid for forked -n)\n"
+    "  --log-dir DIR         each rank's stdout and stderr to DIR/rank.N.out and DIR/rank.N.err\n"
+    "                        (DIR is created; files are truncated); rank 0's also to the terminal\n"
+    "                        (a follower process copies them; the program writes the files itself)\n"
     "  --print-env           print the job's table (rank, host, node, local rank, GPU, CPU set,\n"
-    "                        threads) and the exported variables on rank 0, then run PROGRAM\n"
+    "                        threads, OpenBLAS core, log files) on rank 0, then run PROGRAM\n"
     "  --dry-run             the same table, without running PROGRAM\n"
     "  -v, --verbose         print this rank's exported variables on stderr\n"
     "  -h, --help            this text;  --version  the version\n"
@@ -66,7 +72,9 @@ static const char *const help_text[] = {
     "  CUDA_VISIBLE_DEVICES (when GPUs), DDP_RANK DDP_WORLD_SIZE DDP_LOCAL_RANK DDP_LOCAL_WORLD_SIZE\n"
     "  DDP_NODE_RANK DDP_NNODES DDP_DEVICE (GPU ordinal or \"cpu\") DDP_CPUSET DDP_LAUNCHER\n"
     "  (srun|mpirun|pmix|hydra|torchrun|local); unless already set: OMP_NUM_THREADS and\n"
-    "  OPENBLAS_NUM_THREADS (cores bound), OPENBLAS_CORETYPE=SkylakeX on AVX-512 CPUs.\n"
+    "  OPENBLAS_NUM_THREADS (cores bound). OPENBLAS_CORETYPE by ddp's one policy (shared with\n"
+    "  ddp-train): SkylakeX with AVX-512 F/BW/VL/DQ, Cooperlake with BF16 too, else unset; a preset\n"
+    "  OPENBLAS_CORETYPE is kept (DDP_OPENBLAS_CORETYPE_BY=ddp-launch marks one it set).\n"
     "\n"
     "--print-env gathering: every rank writes its line to $DDP_PRINT_DIR (default\n"
     "  /tmp/ddp-printenv-<launch id>, e.g. slurm-<job>.<step>); rank 0 waits up to\n"
@@ -78,7 +86,8 @@ static const char *const help_text[] = {
     "  more local ranks than GPUs. MPI programs are recognised with ldd (override for scripts:\n"
     "  DDP_MPI_PROGRAM=openmpi|mpich|none).\n"
     "Testing aids: DDP_SIMULATE_GPUS=N replaces the CUDA driver's device count; DDP_LOCAL_FORK=1\n"
-    "  makes -n fork instead of using mpirun.\n"
+    "  makes -n fork instead of using mpirun; DDP_SIMULATE_CPU_FEATURES=avx512f,avx512bw,... (or\n"
+    "  none) replaces the CPU features the OpenBLAS policy sees.\n"
     "Exit status: PROGRAM's; 1 for a launch it refuses; 2 for a usage error; 127 when PROGRAM is\n"
     "  not found.\n",
 };
@@ -119,7 +128,7 @@ static enum ddp_bind_mode bind_mode(const char *s)
     exit(USAGE_EXIT);
 }
 
-enum { OPT_NPPN = 256, OPT_NTPN, OPT_BIND, OPT_SHARE, OPT_PRINT, OPT_DRY, OPT_PORT, OPT_ADDR, OPT_VERSION };
+enum { OPT_NPPN = 256, OPT_NTPN, OPT_BIND, OPT_SHARE, OPT_PRINT, OPT_DRY, OPT_PORT, OPT_ADDR, OPT_LOGDIR, OPT_VERSION };
 
 /* Fills OPT from argv; returns the index of PROGRAM. Exits 0 for --help/--version, 2 on errors. */
 static int parse_options(int argc, char **argv, struct ddp_options *opt)
@@ -130,7 +139,8 @@ static int parse_options(int argc, char **argv, struct ddp_options *opt)
         {"print-env", no_argument, NULL, OPT_PRINT}, {"dry-run", no_argument, NULL, OPT_DRY},
         {"master-port", required_argument, NULL, OPT_PORT}, {"master-addr", required_argument, NULL, OPT_ADDR},
         {"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, OPT_VERSION}, {NULL, 0, NULL, 0},
+        {"log-dir", required_argument, NULL, OPT_LOGDIR}, {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0},
     };
     int c;
     ddp_options_init(opt);
@@ -145,6 +155,7 @@ static int parse_options(int argc, char **argv, struct ddp_options *opt)
         case OPT_DRY: opt->dry_run = opt->print_env = 1; break;
         case OPT_PORT: opt->master_port = positive(optarg, "--master-port"); break;
         case OPT_ADDR: opt->master_addr = optarg; break;
+        case OPT_LOGDIR: opt->log_dir = optarg; break;
         case 'v': opt->verbose = 1; break;
         case 'h': fputs(help_text[0], stdout); fputs(help_text[1], stdout); exit(0);
         case OPT_VERSION: printf("ddp-launch %s\n", DDP_VERSION); exit(0);
@@ -166,6 +177,10 @@ static int parse_options(int argc, char **argv, struct ddp_options *opt)
 
 struct rank_setup {
     struct ddp_gpu_choice gpu;
+    struct ddp_blas_decision blas;
+    char blas_note[96]; /* --print-env's BLAS column: the core, "X(preset)" or "-" (OpenBLAS's own) */
+    char log_dir[4096]; /* --log-dir made absolute, or "" */
+    char logs[8400];    /* "DIR/rank.N.out DIR/rank.N.err" for --print-env, or "" */
     char cpuset[512];
     int threads;
     char host[DDP_HOST_LEN];
@@ -217,9 +232,33 @@ static void export_setup(const struct rank_setup *s, int v)
     put("DDP_CPUSET", s->cpuset, 1, v);
     put("OMP_NUM_THREADS", threads, 0, v);
     put("OPENBLAS_NUM_THREADS", threads, 0, v);
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        put("OPENBLAS_CORETYPE", "SkylakeX", 0, v);
+    if (s->blas.apply) {
+        put("OPENBLAS_CORETYPE", s->blas.core, 0, v);
+        put(DDP_BLAS_SETTER_ENV, "ddp-launch", 1, v);
+    }
+}
+
+/* ddp's one OpenBLAS kernel policy (common/blas_policy.c, also in models/ops) for this rank; a preset
+ * OPENBLAS_CORETYPE is kept. Fills s->blas and s->blas_note; -1 on a bad simulated feature list. */
+static int decide_blas(struct rank_setup *s, int verbose)
+{
+    char err[DDP_ERRMSG_LEN];
+    const char *setter = getenv(DDP_BLAS_SETTER_ENV);
+    if (ddp_blas_decide(getenv("OPENBLAS_CORETYPE"), setter, getenv(DDP_BLAS_SIMULATE_ENV), &s->blas, err,
+                        sizeof err) != 0) {
+        fail("error: %s", err);
+        return -1;
+    }
+    if (s->blas.preset)
+        snprintf(s->blas_note, sizeof s->blas_note, "%s(preset)", s->blas.preset);
+    else
+        snprintf(s->blas_note, sizeof s->blas_note, "%s", s->blas.core ? s->blas.core : s->blas.current ? s->blas.current : "-");
+    if (verbose) {
+        char line[512];
+        ddp_blas_decision_describe(&s->blas, s->blas.apply ? "ddp-launch" : setter, line, sizeof line);
+        fprintf(stderr, "ddp-launch[rank %d]: BLAS: %s\n", g_rank, line);
+    }
+    return 0;
 }
 
 /* ---- CPU binding --------------------------------------------------------------------------- */
@@ -300,8 +339,9 @@ static void table_line(const struct ddp_layout *l, const struct rank_setup *s, c
         ddp_gpu_list_parse(s->gpu.visible, &vis, err, sizeof err);
         snprintf(gpu, sizeof gpu, "%d(%s)", s->gpu.device, vis.id[s->gpu.device]);
     }
-    snprintf(out, len, "%6d  %-20s %5d %6d  %-12s %-18s %7d  CUDA_VISIBLE_DEVICES=%.900s\n", l->rank, s->host,
-             l->node_rank, l->local_rank, gpu, s->cpuset, s->threads, s->gpu.device >= 0 ? s->gpu.visible : "(unset)");
+    snprintf(out, len, "%6d  %-20s %5d %6d  %-12s %-18s %7d  %-18s CUDA_VISIBLE_DEVICES=%.600s%s%.700s\n", l->rank,
+             s->host, l->node_rank, l->local_rank, gpu, s->cpuset, s->threads, s->blas_note,
+             s->gpu.device >= 0 ? s->gpu.visible : "(unset)", s->logs[0] ? "  LOGS=" : "", s->logs);
 }
 
 static void print_dir(const struct ddp_layout *l, char *dir, size_t len)
@@ -357,9 +397,10 @@ static void print_table(const struct ddp_layout *l, const char *dir)
     char *absent = calloc((size_t)l->world_size, 1); /* absent[r]: rank r's line was not there */
     printf("ddp-launch: launcher=%s world_size=%d nodes=%d local_world_size=%d MASTER_ADDR=%s MASTER_PORT=%d\n",
            ddp_source_name(l->source), l->world_size, l->n_nodes, l->local_world_size, l->master_addr, l->master_port);
-    printf("%6s  %-20s %5s %6s  %-12s %-18s %7s  %s\n", "RANK", "HOST", "NODE", "LOCAL", "GPU", "CPUSET", "THREADS", "ENV");
+    printf("%6s  %-20s %5s %6s  %-12s %-18s %7s  %-18s %s\n", "RANK", "HOST", "NODE", "LOCAL", "GPU", "CPUSET", "THREADS",
+           "OPENBLAS_CORETYPE", "ENV");
     for (int r = 0; r < l->world_size; r++) {
-        char path[4200], line[2048];
+        char path[4200], line[4096];
         FILE *f;
         snprintf(path, sizeof path, "%s/rank-%d", dir, r);
         f = fopen(path, "r");
@@ -386,7 +427,7 @@ static void print_table(const struct ddp_layout *l, const char *dir)
 
 static void gather_and_print(const struct ddp_layout *l, const struct rank_setup *s)
 {
-    char dir[4096], line[2048];
+    char dir[4096], line[4096];
     table_line(l, s, line, sizeof line);
     print_dir(l, dir, sizeof dir);
     if ((mkdir(dir, 0777) != 0 && errno != EEXIST) || write_line(dir, l->rank, line) != 0) {
@@ -410,6 +451,33 @@ static int exec_program(char **args)
     return errno == ENOENT ? 127 : 126;
 }
 
+/* --log-dir: creates the folder (unless dry-run) and names this rank's files in S; -1 on failure. */
+static int prepare_logs(const struct ddp_options *opt, const struct ddp_layout *l, struct rank_setup *s)
+{
+    char err[DDP_ERRMSG_LEN], out_path[4200], err_path[4200];
+    if (!opt->log_dir)
+        return 0;
+    if (opt->dry_run)
+        snprintf(s->log_dir, sizeof s->log_dir, "%s", opt->log_dir);
+    else if (ddp_log_dir_prepare(opt->log_dir, s->log_dir, sizeof s->log_dir, err, sizeof err) != 0) {
+        fail("error: %s", err);
+        return -1;
+    }
+    ddp_log_paths(s->log_dir, l->rank, out_path, err_path, sizeof out_path);
+    snprintf(s->logs, sizeof s->logs, "%s %s", out_path, err_path);
+    return 0;
+}
+
+/* Sends this rank's output to its log files (rank 0's also to the terminal); -1 on failure. */
+static int redirect_logs(const struct ddp_layout *l, const struct rank_setup *s)
+{
+    char err[DDP_ERRMSG_LEN];
+    int rc = ddp_log_redirect(s->log_dir, l->rank, l->rank == 0, err, sizeof err);
+    if (rc != 0)
+        fail(rc > 0 ? "warning: %s" : "error: %s", err);
+    return rc < 0 ? -1 : 0;
+}
+
 /* Runs rank L: checks traps, maps the GPU, binds, exports, prints, execs. Returns an exit status
  * only when it does not exec. */
 static int run_rank(const struct ddp_options *opt, const struct ddp_layout *l, char **args)
@@ -430,7 +498,8 @@ static int run_rank(const struct ddp_options *opt, const struct ddp_layout *l, c
         fail("error: %s", err);
         return SETUP_EXIT;
     }
-    if (bind_rank(opt, l, &gpus, narrowed, &s) != 0)
+    if (bind_rank(opt, l, &gpus, narrowed, &s) != 0 || decide_blas(&s, opt->verbose) != 0 ||
+        prepare_logs(opt, l, &s) != 0)
         return SETUP_EXIT;
     if (opt->verbose)
         fprintf(stderr, "ddp-launch[rank %d]: launcher %s, exporting:\n", l->rank, ddp_source_name(l->source));
@@ -440,6 +509,8 @@ static int run_rank(const struct ddp_options *opt, const struct ddp_layout *l, c
         gather_and_print(l, &s);
     if (opt->dry_run || !args[0])
         return 0;
+    if (s.log_dir[0] && redirect_logs(l, &s) != 0)
+        return SETUP_EXIT;
     return exec_program(args);
 }
 
@@ -482,6 +553,10 @@ static int exec_mpirun(const struct ddp_options *opt, char **args)
     if (opt->master_addr) {
         argv[n++] = "--master-addr";
         argv[n++] = opt->master_addr;
+    }
+    if (opt->log_dir) {
+        argv[n++] = "--log-dir";
+        argv[n++] = opt->log_dir;
     }
     snprintf(port, sizeof port, "%d", opt->master_port);
     snprintf(nppn, sizeof nppn, "%d", opt->nproc_per_node);
@@ -553,6 +628,17 @@ static void signal_children(const pid_t *pids, int n, int sig)
             kill(-pids[i], sig);
 }
 
+/* Names the rank that failed and how. */
+static void report_failure(int rank, pid_t pid, int status)
+{
+    if (WIFSIGNALED(status))
+        fprintf(stderr, "ddp-launch: rank %d (pid %ld) was killed by signal %d (%s); stopping the other ranks\n",
+                rank, (long)pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else
+        fprintf(stderr, "ddp-launch: rank %d (pid %ld) exited with status %d; stopping the other ranks\n", rank,
+                (long)pid, WEXITSTATUS(status));
+}
+
 /* Waits for the children; passes SIGUSR1/SIGUSR2 on to them (Slurm's --signal warning) and keeps
  * waiting; on the first failure, or SIGINT/SIGTERM (passed on too), stops the rest. Returns the
  * exit status to report: the first failing child's, 128 + the stopping signal, or 0. */
@@ -575,13 +661,17 @@ static int supervise(pid_t *pids, int n)
             continue;
         if (pid < 0)
             break;
+        int rank = -1;
         for (int i = 0; i < n; i++)
-            pids[i] = pids[i] == pid ? -1 : pids[i];
+            if (pids[i] == pid) {
+                rank = i;
+                pids[i] = -1;
+            }
         running--;
         if (exit_code(status) != 0) {
             result = exit_code(status);
             kill(-pid, SIGKILL); /* what the failed rank left behind in its group */
-            fprintf(stderr, "ddp-launch: a rank exited with status %d; stopping the others\n", result);
+            report_failure(rank, pid, status);
             break;
         }
     }
@@ -622,20 +712,37 @@ static int fork_ranks(const struct ddp_options *opt, const struct ddp_layout *ba
     return rc;
 }
 
+/* Forked ranks of an MPI program would each start alone (an MPI job needs mpirun's or srun's
+ * runtime to join its processes): refuse at once with the fix. Returns 0 when PROGRAM may fork. */
+static int refuse_fork_of_mpi(char **args, int forced)
+{
+    if (!args[0] || ddp_program_mpi(environ, args[0]) == DDP_MPI_NONE)
+        return 0;
+    fprintf(stderr, "ddp-launch: error: %s is an MPI program, and ranks forked by ddp-launch cannot join one MPI "
+            "job (each would start alone). %s: %s, or start the job with mpirun -np N or "
+            "srun --mpi=pmix -n N (DDP_MPI_PROGRAM=none overrides the detection for programs that do not use MPI)\n",
+            args[0], forced ? "DDP_LOCAL_FORK=1 asks for forking" : "mpirun is not in PATH",
+            forced ? "unset DDP_LOCAL_FORK" : "install Open MPI's mpirun (Debian: apt-get install openmpi-bin)");
+    return -1;
+}
+
 static int launch_local(const struct ddp_options *opt, struct ddp_layout *l, char **args)
 {
     char path[4096];
     const char *force_fork = getenv("DDP_LOCAL_FORK");
+    int forced = force_fork && strcmp(force_fork, "1") == 0;
     l->source = DDP_SOURCE_LOCAL;
     snprintf(l->job_key, sizeof l->job_key, "local-%ld", (long)getpid());
     if (opt->master_port < 0 && !getenv("MASTER_PORT"))
         l->master_port = ddp_port_from_hash((unsigned long long)getpid());
     if (l->world_size == 1)
         return run_rank(opt, l, args);
-    if (!(force_fork && strcmp(force_fork, "1") == 0) && ddp_find_program(environ, "mpirun", path, sizeof path) == 0) {
+    if (!forced && ddp_find_program(environ, "mpirun", path, sizeof path) == 0) {
         exec_mpirun(opt, args);
         fail("warning: cannot exec mpirun (%s); forking the ranks instead", strerror(errno));
     }
+    if (!opt->dry_run && refuse_fork_of_mpi(args, forced) != 0)
+        return SETUP_EXIT;
     return fork_ranks(opt, l, args);
 }
 

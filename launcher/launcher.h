@@ -45,6 +45,7 @@ struct ddp_options {
     int ntasks_per_node; /* --ntasks-per-node N (a cross-check) */
     int master_port;     /* --master-port P */
     const char *master_addr; /* --master-addr HOST */
+    const char *log_dir;     /* --log-dir DIR */
     enum ddp_bind_mode bind;
     int share_gpus, print_env, dry_run, verbose;
 };
@@ -186,5 +187,21 @@ int ddp_bind_plan(hwloc_topology_t topo, const struct ddp_bind_request *req, hwl
 /* Number of whole cores in SET (of PUs when it holds no whole core), at least 1. */
 int ddp_cpuset_cores(hwloc_topology_t topo, hwloc_const_cpuset_t set);
 #endif
+
+/* ---- logdir.c --------------------------------------------------------------------------- */
+
+/* Creates DIR and its parents (ranks may race: an existing folder is fine) and writes its absolute
+ * path into ABS_OUT. */
+int ddp_log_dir_prepare(const char *dir, char *abs_out, size_t len, char *err, size_t errlen);
+
+/* The paths of rank RANK's log files: DIR/rank.RANK.out and DIR/rank.RANK.err. */
+void ddp_log_paths(const char *dir, int rank, char *out_path, char *err_path, size_t len);
+
+/* Points this process's stdout and stderr at rank RANK's log files in DIR (created or truncated),
+ * to be inherited by the program it execs. With TEE, first starts a follower process that copies
+ * both files to the current stdout and stderr until this process has exited. Returns 0; 1 when
+ * the logs are in place but the follower could not start (err says so); -1 when nothing was
+ * redirected (err says why). */
+int ddp_log_redirect(const char *dir, int rank, int tee, char *err, size_t errlen);
 
 #endif /* DDP_LAUNCHER_H */

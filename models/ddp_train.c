@@ -7,10 +7,14 @@
  * Failures: errors every rank sees alike (bad data, bad configuration, replica mismatch) are agreed
  * on with a collective and every rank exits 1; any other failure after ddp_init aborts the job.
  * SIGUSR1 (Slurm's --signal=USR1@SECONDS before the time limit) and SIGTERM (the time limit itself,
- * scancel) stop training: the ranks agree after every step (one small all-reduce that also carries
- * "this rank's loss is NaN or inf"), so all stop after the same step; rank 0 writes a checkpoint
- * (--checkpoint-dir) and --save, optionally requeues the Slurm job, and all exit 0. The handlers
- * only set flags, so a second signal during a save changes nothing.
+ * scancel) stop training. The ranks agree before the optimizer step of every DDP_TRAIN_STOP_EVERY-th
+ * step, of an epoch's last step, of the last step and of every checkpoint step (every step with
+ * --nan-policy skip): one host all-reduce of three counters (SIGUSR1, SIGTERM, "this rank's loss is
+ * NaN or inf"), so all stop after the same step; rank 0 writes a checkpoint (--checkpoint-dir) and
+ * --save, optionally requeues the Slurm job, and all exit 0. The handlers only set flags, so a second
+ * signal during a save changes nothing. A step does not wait for the GPU otherwise: the loss stays
+ * on the device (its sum is downloaded at agreements, for progress lines and at the end of an epoch).
+ * A NaN/inf loss found at an agreement stops the run with exit 1 before any checkpoint holds it.
  * Checkpoints hold the whole training state (train_state.c); --resume continues bit-identically.
  */
 #include <errno.h>
@@ -29,7 +33,10 @@
 #include "prefetch.h"
 #include "train_opts.h"
 #include "train_report.h"
+#include "train_trace.h"
 #include "train_state.h"
+
+#define DDP_TRAIN_STOP_EVERY 8 /* steps between stop-flag agreements */
 
 typedef struct ddp_trainer {
     ddp_ctx *ctx;
@@ -50,6 +57,9 @@ typedef struct ddp_trainer {
     int *y_dev;        /* (batch), backend memory */
     FILE *metrics;     /* rank 0 with --metrics, else NULL */
     long steps_per_epoch, total_steps, step;
+    float *loss_dev;   /* (1) backend memory: this epoch's sum of micro-batch mean losses */
+    float loss_ok;     /* the sum at the last agreement that found it finite */
+    int loss_nan;      /* --nan-policy skip left out a NaN/inf loss this epoch: its loss shows NaN */
     int stopped;       /* training stopped early on a signal (the same on every rank) */
     long skipped[16];  /* first optimizer steps the loss scaler skipped (inf/NaN on some rank) */
     int epoch;         /* current epoch */
@@ -195,7 +205,8 @@ static void ddp_train_alloc_buffers(ddp_trainer *t)
     t->y_host = malloc(batch * sizeof *t->y_host);
     t->x_dev = ddp_alloc(t->ctx, batch * pixels * sizeof *t->x_dev);
     t->y_dev = ddp_alloc(t->ctx, batch * sizeof *t->y_dev);
-    int ok = t->eval_idx && t->pred && t->x_host && t->y_host && t->x_dev && t->y_dev;
+    t->loss_dev = ddp_alloc(t->ctx, sizeof *t->loss_dev);
+    int ok = t->eval_idx && t->pred && t->x_host && t->y_host && t->x_dev && t->y_dev && t->loss_dev;
     ddp_train_must(t, ok ? DDP_OK : DDP_ERR_NOMEM, "allocating batch buffers");
 }
 
@@ -233,6 +244,7 @@ static ddp_status ddp_train_build(ddp_trainer *t)
     ro.bucket_mb = t->o->bucket_mb;
     ro.first_bucket_mb = t->o->first_bucket_mb;
     ro.comm_dtype = t->o->grad_dtype;
+    ro.defer_launch = t->o->no_overlap;
     ddp_model *m = t->model;
     if (t->o->grad_dtype == DDP_FP16 || t->o->model.precision == DDP_PREC_FP16) {
         ddp_scaler_opts so;
@@ -305,8 +317,8 @@ static float ddp_train_lr(const ddp_trainer *t)
 }
 
 /* After the gradients are reduced and before they are applied: did any rank get SIGUSR1 or SIGTERM,
- * or a NaN/inf loss? One three-float all-reduce, so every rank answers alike. Returns the number of
- * ranks whose loss was not finite. */
+ * or a NaN/inf loss? One host all-reduce of three counters, so every rank answers alike. Returns the
+ * number of ranks whose loss was not finite. */
 static int64_t ddp_train_agree_step(ddp_trainer *t, int nonfinite)
 {
     int64_t flags[3] = {ddp_train_got_usr1 != 0, ddp_train_got_term != 0, nonfinite != 0};
@@ -322,6 +334,33 @@ static int64_t ddp_train_agree_step(ddp_trainer *t, int nonfinite)
         t->stopped = 1;
     }
     return flags[2];
+}
+
+/* Whether the ranks agree before the update of the step being done (see the top of the file). */
+static int ddp_train_agree_due(const ddp_trainer *t, long step_in_epoch)
+{
+    const ddp_train_opts *o = t->o;
+    long next = t->step + 1;
+    return o->nan_skip || next % DDP_TRAIN_STOP_EVERY == 0 || step_in_epoch + 1 == t->steps_per_epoch ||
+           next == t->total_steps || (o->checkpoint_dir && o->checkpoint_every && next % o->checkpoint_every == 0);
+}
+
+/* Whether the loss summed on the device since the last agreement is NaN or inf. With --nan-policy
+ * skip the sum goes back to its last finite value, so the next steps are judged alone. */
+static int ddp_train_loss_nonfinite(ddp_trainer *t)
+{
+    float sum = 0.0f;
+    ddp_train_must(t, ddp_download(t->ctx, &sum, t->loss_dev, sizeof sum), "downloading the loss");
+    if (isfinite(sum)) {
+        t->loss_ok = sum;
+        return 0;
+    }
+    if (t->o->nan_skip) {
+        ddp_train_must(t, ddp_upload(t->ctx, t->loss_dev, &t->loss_ok, sizeof t->loss_ok),
+                       "resetting the loss sum");
+        t->loss_nan = 1;
+    }
+    return 1;
 }
 
 /* A step whose loss was NaN or inf on `ranks` ranks: it is not applied; --nan-policy stop ends training. */
@@ -342,33 +381,41 @@ static void ddp_train_on_nonfinite(ddp_trainer *t, int64_t ranks)
 }
 
 /* One optimizer step over the next accum micro-batches; adds each micro-batch's mean loss to
- * *loss_sum. A NaN/inf loss on any rank, or (with a loss scaler) inf/NaN gradients, leave the
- * step out on every rank alike. */
-static void ddp_train_step(ddp_trainer *t, double *loss_sum)
+ * t->loss_dev. Nothing here waits for the GPU but an agreement (ddp_train_agree_due): uploads are
+ * staged, the loss stays on the device. A NaN/inf loss on any rank, or (with a loss scaler) inf/NaN
+ * gradients, leave the step out on every rank alike. */
+static void ddp_train_step(ddp_trainer *t, long step_in_epoch)
 {
-    int batch = t->o->batch, accum = t->o->accum, nonfinite = 0;
+    int batch = t->o->batch, accum = t->o->accum;
     ddp_train_must(t, ddp_model_zero_grad(t->model), "zeroing gradients");
     for (int micro = 0; micro < accum; micro++) {
-        float loss = 0.0f;
         ddp_train_must(t, ddp_reducer_begin(t->reducer, micro == accum - 1), "starting the reducer");
+        ddp_trace_begin("data", micro);
         ddp_train_next_batch(t);
-        ddp_train_must(t, ddp_model_forward(t->model, t->x_dev, t->y_dev, batch, &loss, NULL, NULL),
+        ddp_trace_end("data", micro);
+        ddp_trace_begin("forward", micro);
+        ddp_train_must(t, ddp_model_forward_train(t->model, t->x_dev, t->y_dev, batch, t->loss_dev),
                        "forward pass");
         ddp_train_scale_loss(t);
+        ddp_trace_end("forward", micro);
+        ddp_trace_begin("backward", micro);
         ddp_train_must(t, ddp_model_backward(t->model, t->reducer), "backward pass");
-        nonfinite |= !isfinite(loss);
-        *loss_sum += loss; /* a NaN shows in the epoch's loss (JSON null) */
+        ddp_trace_end("backward", micro);
     }
     ddp_train_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
-    int64_t bad = ddp_train_agree_step(t, nonfinite);
-    if (bad > 0) {
-        ddp_train_on_nonfinite(t, bad);
-        return;
+    if (ddp_train_agree_due(t, step_in_epoch)) {
+        int64_t bad = ddp_train_agree_step(t, ddp_train_loss_nonfinite(t));
+        if (bad > 0) {
+            ddp_train_on_nonfinite(t, bad);
+            return;
+        }
     }
     if (!ddp_train_step_ok(t))
         return;
+    ddp_trace_begin("optimizer", t->step);
     ddp_train_must(t, ddp_model_sgd_step(t->model, ddp_train_lr(t), (float)t->o->momentum,
                                          (float)t->o->weight_decay), "SGD step");
+    ddp_trace_end("optimizer", t->step);
 }
 
 /* Rank 0 writes a checkpoint of the position (t->step, epoch, in_epoch); every rank learns the
@@ -377,10 +424,12 @@ static void ddp_train_write_checkpoint(ddp_trainer *t, long in_epoch)
 {
     ddp_train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = in_epoch};
     ddp_status st = DDP_OK;
+    ddp_trace_begin("checkpoint", t->step);
     if (t->rank == 0) {
         ddp_progress_end(&t->progress);
         st = ddp_train_checkpoint(&t->setup, &pos);
     }
+    ddp_trace_end("checkpoint", t->step);
     t->saved_step = t->step;
     if (ddp_train_agree(t, st) == DDP_OK)
         return;
@@ -428,24 +477,30 @@ static void ddp_train_report_impl(const ddp_trainer *t)
 static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
 {
     size_t per_step = (size_t)t->o->batch * (size_t)t->o->accum;
-    double loss[2] = {0.0, 0.0}, seconds = 0.0;
+    float loss[2] = {0.0f, 0.0f}; /* sum of micro-batch losses, micro-batches */
     long first = epoch == t->start.epoch ? t->start.step_in_epoch : 0, steps = first;
     const ddp_train_opts *o = t->o;
     t->epoch = epoch;
+    t->loss_ok = 0.0f;
+    t->loss_nan = 0;
+    ddp_train_must(t, ddp_upload(t->ctx, t->loss_dev, &loss[0], sizeof loss[0]), "zeroing the loss");
+    double start = ddp_train_now(), before = t->progress.train_seconds;
     for (; steps < t->steps_per_epoch && t->step < t->total_steps; steps++) {
-        double start = ddp_train_now();
-        ddp_train_step(t, &loss[0]);
+        ddp_trace_begin("step", t->step);
+        ddp_train_step(t, steps);
+        ddp_trace_end("step", t->step);
         if (t->nan_stopped)
             break;
-        double took = ddp_train_now() - start;
-        loss[1] += t->o->accum;
-        seconds += took;
-        t->progress.train_seconds += took;
+        loss[1] += (float)t->o->accum;
         t->step++;
         if (t->step == 1)
             ddp_train_report_impl(t);
-        if (t->rank == 0)
+        if (t->rank == 0 && ddp_progress_due(&t->progress, t->step)) {
+            ddp_train_must(t, ddp_download(t->ctx, &loss[0], t->loss_dev, sizeof loss[0]),
+                           "downloading the loss");
+            t->progress.train_seconds = before + ddp_train_now() - start;
             ddp_progress_update(&t->progress, t->step, epoch, loss[0] / loss[1]);
+        }
         if (o->checkpoint_dir && (t->stopped || (o->checkpoint_every && t->step % o->checkpoint_every == 0)))
             ddp_train_write_checkpoint(t, steps + 1);
         if (t->stopped || t->save_failed) {
@@ -455,7 +510,11 @@ static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
     }
     t->in_epoch = steps;
     steps -= first;
-    double sums[2] = {loss[0], loss[1]};
+    ddp_train_must(t, ddp_download(t->ctx, &loss[0], t->loss_dev, sizeof loss[0]),
+                   "downloading the loss");
+    double seconds = ddp_train_now() - start; /* the download waited for the GPU */
+    t->progress.train_seconds = before + seconds;
+    double sums[2] = {t->loss_nan ? NAN : loss[0], loss[1]};
     ddp_train_must(t, ddp_allreduce_host(t->ctx, sums, 2, DDP_FP64, DDP_SUM), "summing losses");
     e->epoch = epoch;
     e->steps = steps;
@@ -484,9 +543,9 @@ static void ddp_train_report_start(const ddp_trainer *t)
         return;
     printf("ddp-train: %d rank(s), backend %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)));
     if (ddp_backend(t->ctx) == DDP_BACKEND_CPU)
-        printf("compute: %s, %s; GEMM %s (%s); convolutions %s\n", t->ops->name,
+        printf("compute: %s, %s; GEMM %s; convolutions %s; BLAS %s\n", t->ops->name,
                ddp_precision_name(t->o->model.precision), ddp_cpu_gemm_name(t->o->model.precision),
-               ddp_blas_describe(), ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM");
+               ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM", ddp_blas_describe());
     ddp_train_print_opts(stdout, t->o);
     if (t->o->requeue && !getenv("SLURM_JOB_ID"))
         printf("--requeue: not a Slurm job (SLURM_JOB_ID is unset): a stop will not requeue anything\n");
@@ -532,6 +591,10 @@ static void ddp_train_report_end(ddp_trainer *t, ddp_run_stats *r)
     ddp_print_class_report(stdout, t->confusion);
     printf("\nthroughput: %.1f samples/s across %d rank(s) (%ld steps in %.2f s of training, %.2f s wall)\n",
            r->samples_per_s, r->world_size, r->steps, r->train_seconds, r->wall_seconds);
+    if (r->exposed_comm_ms >= 0)
+        printf("communication (trace, mean over ranks): %.2f ms of all-reduce per step, %.2f ms exposed "
+               "(the step waited for it), %.0f%% hidden behind backward\n", r->comm_ms, r->exposed_comm_ms,
+               100.0 * r->hidden_fraction);
     fflush(stdout);
     if (t->metrics)
         ddp_metrics_summary(t->metrics, t->o, r);
@@ -541,6 +604,7 @@ static void ddp_train_report_end(ddp_trainer *t, ddp_run_stats *r)
 static ddp_status ddp_train_save(ddp_trainer *t)
 {
     ddp_status st = DDP_OK;
+    ddp_trace_begin("checkpoint", 0);
     if (t->rank == 0) {
         ddp_train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
         st = ddp_train_save_state(&t->setup, &pos, t->o->save_path);
@@ -549,6 +613,7 @@ static ddp_status ddp_train_save(ddp_trainer *t)
         else
             printf("saved %s\n", t->o->save_path);
     }
+    ddp_trace_end("checkpoint", 0);
     return ddp_train_agree(t, st);
 }
 
@@ -576,6 +641,7 @@ static void ddp_train_loop(ddp_trainer *t, double wall_start)
                              ? (double)((t->step - t->start.step) * per_step) / t->progress.train_seconds : 0.0,
         .wall_seconds = ddp_train_now() - wall_start, .backend = ddp_backend_name(ddp_backend(t->ctx)),
         .stopped_by_signal = t->stopped};
+    ddp_train_comm_stats(t->ctx, &r);
     ddp_train_report_end(t, &r);
 }
 
@@ -585,6 +651,7 @@ static void ddp_trainer_release(ddp_trainer *t)
         fclose(t->metrics);
     ddp_free(t->ctx, t->x_dev);
     ddp_free(t->ctx, t->y_dev);
+    ddp_free(t->ctx, t->loss_dev);
     ddp_prefetch_destroy(t->prefetch);
     ddp_scaler_destroy(t->scaler);
     free(t->eval_idx);
@@ -661,12 +728,16 @@ static ddp_status ddp_train_run(ddp_ctx *ctx, const ddp_train_opts *o, int *requ
     double wall_start = ddp_train_now();
     ddp_trainer t = {.ctx = ctx, .o = o, .rank = ddp_rank(ctx), .world = ddp_world_size(ctx)};
     ddp_status st = ddp_train_prepare(&t);
+    if (st == DDP_OK)
+        st = ddp_train_observe_start(ctx, o);
     if (st == DDP_OK) {
         ddp_train_report_start(&t);
         ddp_train_loop(&t, wall_start);
         st = ddp_train_verify_end(&t);
         if (st == DDP_OK)
             st = ddp_train_finish(&t);
+        ddp_status trace_st = ddp_train_observe_end(ctx, o);
+        st = st == DDP_OK ? trace_st : st;
     }
     *requeue = st == DDP_OK && t.stopped && o->requeue && t.rank == 0 && getenv("SLURM_JOB_ID");
     ddp_trainer_release(&t);

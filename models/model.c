@@ -384,11 +384,14 @@ static ddp_status ddp_mlp_forward(ddp_model *m, const float **logits)
     const void *h = m->x; // (batch, widths[l])
     for (int l = 0; l < n_layers; l++) {
         int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
+        ddp_trace_begin("forward.layer", l);
         DDP_TRY_(ddp_linear_fwd(m->ops, p, h, ddp_cparam(m, 2 * l), ddp_param(m, 2 * l + 1),
                                 m->batch, in, out, a->z[l], l + 1 == n_layers));
+        if (l + 1 < n_layers)
+            DDP_TRY_(ddp_relu_layer_fwd(m->ops, p, a->z[l], (size_t)m->batch * out, a->a[l]));
+        ddp_trace_end("forward.layer", l);
         if (l + 1 == n_layers)
             break;
-        DDP_TRY_(ddp_relu_layer_fwd(m->ops, p, a->z[l], (size_t)m->batch * out, a->a[l]));
         h = a->a[l];
     }
     *logits = a->z[n_layers - 1];
@@ -403,17 +406,23 @@ static ddp_status ddp_cnn_forward(ddp_model *m, const float **logits)
     const int c = DDP_CNN_CHANNELS;
     int b = m->batch, planes = b * c;
     size_t ws1 = (size_t)planes * 14 * 14 * sizeof(int), ws2 = (size_t)planes * 7 * 7 * sizeof(int);
+    ddp_trace_begin("forward.layer", 0); /* conv1, relu, pool */
     DDP_TRY_(ddp_conv_fwd(o, p, &a->conv1, m->x, ddp_cparam(m, 0), ddp_param(m, 1), b, a->col1, a->z1));
     DDP_TRY_(ddp_relu_layer_fwd(o, p, a->z1, (size_t)planes * 28 * 28, a->z1));
     DDP_TRY_(ddp_pool_fwd(o, p, a->z1, b, c, 28, 28, a->p1, a->arg1, ws1));
+    ddp_trace_end("forward.layer", 0);
+    ddp_trace_begin("forward.layer", 1); /* conv2, relu, pool */
     DDP_TRY_(ddp_conv_fwd(o, p, &a->conv2, a->p1, ddp_cparam(m, 2), ddp_param(m, 3), b, a->col2, a->z2));
     DDP_TRY_(ddp_relu_layer_fwd(o, p, a->z2, (size_t)planes * 14 * 14, a->z2));
     DDP_TRY_(ddp_pool_fwd(o, p, a->z2, b, c, 14, 14, a->p2, a->arg2, ws2));
+    ddp_trace_end("forward.layer", 1);
+    ddp_trace_begin("forward.layer", 2); /* fc */
     const void *rows = ddp_image_as_rows(o, p, a->p2, a->p2r, b, c, 7, 7); // (b, 980) NCHW order
     if (!rows)
         return DDP_ERR_BLAS;
     DDP_TRY_(ddp_linear_fwd(o, p, rows, ddp_cparam(m, 4), ddp_param(m, 5), b, c * 7 * 7, DDP_CLASSES,
                             a->logits, true));
+    ddp_trace_end("forward.layer", 2);
     *logits = a->logits;
     return DDP_OK;
 }
@@ -446,8 +455,14 @@ static ddp_status ddp_predict(ddp_model *m, const float *logits, int classes, in
     return st;
 }
 
-ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, int batch,
-                             float *loss, int *correct, int *pred_host)
+static int ddp_model_classes(const ddp_model *m)
+{
+    return m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
+}
+
+/* Checks the batch and runs the layers up to the logits. */
+static ddp_status ddp_model_logits(ddp_model *m, const float *x, const int *labels, int batch,
+                                   const float **logits)
 {
     if (batch < 1 || batch > m->cfg.max_batch || !x || !labels) {
         DDP_ERROR("ddp_model_forward: batch %d outside [1, %d] or no input", batch,
@@ -458,12 +473,34 @@ ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, in
     if (prep != DDP_OK)
         return prep;
     m->batch = batch;
+    ddp_status st = m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_forward(m, logits)
+                                                 : ddp_mlp_forward(m, logits);
+    if (st != DDP_OK)
+        m->batch = 0;
+    return st;
+}
+
+ddp_status ddp_model_forward_train(ddp_model *m, const float *x, const int *labels, int batch,
+                                   float *loss_acc)
+{
     const float *logits = NULL;
-    int classes = m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
+    ddp_status st = ddp_model_logits(m, x, labels, batch, &logits);
+    if (st == DDP_OK)
+        st = m->ops->softmax_xent_acc(logits, labels, batch, ddp_model_classes(m), m->dlogits,
+                                      loss_acc);
+    if (st != DDP_OK)
+        m->batch = 0;
+    return st;
+}
+
+ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, int batch,
+                             float *loss, int *correct, int *pred_host)
+{
+    const float *logits = NULL;
+    int classes = ddp_model_classes(m);
     float l = 0.0f;
     int c = 0;
-    ddp_status st = m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_forward(m, &logits)
-                                                 : ddp_mlp_forward(m, &logits);
+    ddp_status st = ddp_model_logits(m, x, labels, batch, &logits);
     if (st == DDP_OK)
         st = ddp_xent_fwd(m->ops, logits, labels, batch, classes, m->dlogits, &l, &c);
     if (st == DDP_OK && pred_host)
@@ -497,13 +534,17 @@ static ddp_status ddp_mlp_backward(ddp_model *m, ddp_reducer *r)
     for (int l = m->cfg.n_widths - 2; l >= 0; l--) {
         int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
         const void *h = l ? a->a[l - 1] : m->x; // (batch, in)
+        ddp_trace_begin("backward.layer", l);
         DDP_TRY_(ddp_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, ddp_grad(m, 2 * l),
                                        ddp_grad(m, 2 * l + 1)));
         DDP_TRY_(ddp_mark(r, 2 * l + 1, 2 * l));
+        if (l > 0) {
+            DDP_TRY_(ddp_linear_bwd_input(m->ops, p, ddp_cparam(m, 2 * l), g, m->batch, in, out, a->dh));
+            DDP_TRY_(ddp_relu_layer_bwd(m->ops, p, a->dh, a->a[l - 1], (size_t)m->batch * in, a->dz[l - 1]));
+        }
+        ddp_trace_end("backward.layer", l);
         if (l == 0)
             break;
-        DDP_TRY_(ddp_linear_bwd_input(m->ops, p, ddp_cparam(m, 2 * l), g, m->batch, in, out, a->dh));
-        DDP_TRY_(ddp_relu_layer_bwd(m->ops, p, a->dh, a->a[l - 1], (size_t)m->batch * in, a->dz[l - 1]));
         g = a->dz[l - 1];
     }
     return DDP_OK;
@@ -518,26 +559,32 @@ static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
     int b = m->batch, planes = b * c, fc_in = c * 7 * 7;
     const void *rows = o->channels_last ? a->p2r : a->p2; /* what the forward pass fed fc1 */
     void *drows = o->channels_last ? a->dp2r : a->dp2;
+    ddp_trace_begin("backward.layer", 2); /* fc */
     DDP_TRY_(ddp_linear_bwd_params(o, p, rows, m->dlogits_c, b, fc_in, DDP_CLASSES, ddp_grad(m, 4),
                                    ddp_grad(m, 5)));
     DDP_TRY_(ddp_mark(r, 5, 4));
     DDP_TRY_(ddp_linear_bwd_input(o, p, ddp_cparam(m, 4), m->dlogits_c, b, fc_in, DDP_CLASSES, drows));
     DDP_TRY_(ddp_rows_to_image(o, p, drows, a->dp2, b, c, 7, 7));
+    ddp_trace_end("backward.layer", 2);
+    ddp_trace_begin("backward.layer", 1); /* pool, relu, conv2 */
     DDP_TRY_(ddp_pool_bwd(o, p, a->dp2, a->arg2, b, c, 14, 14, a->dz2));
     DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dz2, a->z2, (size_t)planes * 14 * 14, a->dz2));
     DDP_TRY_(ddp_conv_bwd_params(o, p, &a->conv2, a->p1, a->col2, a->dz2, b, ddp_grad(m, 2),
                                  ddp_grad(m, 3)));
     DDP_TRY_(ddp_mark(r, 3, 2));
     DDP_TRY_(ddp_conv_bwd_input(o, p, &a->conv2, ddp_cparam(m, 2), a->dz2, b, a->dcol, a->dp1));
+    ddp_trace_end("backward.layer", 1);
+    ddp_trace_begin("backward.layer", 0); /* pool, relu, conv1 */
     DDP_TRY_(ddp_pool_bwd(o, p, a->dp1, a->arg1, b, c, 28, 28, a->dz1));
     DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dz1, a->z1, (size_t)planes * 28 * 28, a->dz1));
     DDP_TRY_(ddp_conv_bwd_params(o, p, &a->conv1, m->x, a->col1, a->dz1, b, ddp_grad(m, 0),
                                  ddp_grad(m, 1)));
+    ddp_trace_end("backward.layer", 0);
     return ddp_mark(r, 1, 0);
 }
 
-/* The loss gradient (fp32, as softmax left it, times a loss scale when the caller scaled it) in the
- * model's precision, for the backward pass. */
+/* The loss gradient (fp32, scaled by ddp_model_scale_loss_grad when the caller scales the loss) in
+ * the model's precision, for the backward pass. The loss itself stays fp32. */
 static ddp_status ddp_dlogits_in_precision(ddp_model *m)
 {
     size_t n = (size_t)m->batch * DDP_CLASSES;
@@ -558,15 +605,13 @@ ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r)
     return m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_backward(m, r) : ddp_mlp_backward(m, r);
 }
 
-
 ddp_status ddp_model_scale_loss_grad(ddp_model *m, float scale)
 {
     if (m->batch < 1) {
         DDP_ERROR("ddp_model_scale_loss_grad: no forward pass to scale");
         return DDP_ERR_STATE;
     }
-    int classes = m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
-    return m->ops->scale(m->dlogits, (size_t)m->batch * (size_t)classes, scale);
+    return m->ops->scale(m->dlogits, (size_t)m->batch * (size_t)ddp_model_classes(m), scale);
 }
 
 ddp_status ddp_model_zero_grad(ddp_model *m)

@@ -67,6 +67,10 @@ const ddp_ops *ddp_model_ops(const ddp_model *m);
  * pred_host[batch] the predicted classes when not NULL. Keeps what backward needs. */
 ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, int batch,
                              float *loss, int *correct, int *pred_host);
+/* The same for training steps, with no host round trip: ADDS the mean loss to *loss_acc (backend
+ * memory, one float; NaN on the GPU for a label out of range). */
+ddp_status ddp_model_forward_train(ddp_model *m, const float *x, const int *labels, int batch,
+                                   float *loss_acc);
 /* Backward pass of the last forward: ADDS the gradient of the mean loss to the gradients, and
  * marks each parameter ready on r (when r is not NULL) as soon as its gradient is final. */
 ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r);

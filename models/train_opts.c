@@ -15,8 +15,8 @@ enum {
     OPT_MOMENTUM, OPT_WEIGHT_DECAY, OPT_SEED, OPT_BUCKET_MB, OPT_FIRST_BUCKET_MB, OPT_ACCUM,
     OPT_DEVICE, OPT_THREADS, OPT_METRICS, OPT_SAVE, OPT_NO_SHUFFLE, OPT_LOG_EVERY,
     OPT_BROADCAST_INIT, OPT_LR_SCHEDULE, OPT_AUGMENT, OPT_PRECISION, OPT_GRAD_DTYPE, OPT_LOSS_SCALE_INIT,
-    OPT_LOSS_SCALE_INTERVAL, OPT_WORKERS, OPT_INJECT_INF, OPT_HELP,
-    OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME, OPT_RESUME_RESHARD, OPT_REQUEUE,
+    OPT_LOSS_SCALE_INTERVAL, OPT_WORKERS, OPT_INJECT_INF, OPT_TRACE, OPT_NO_OVERLAP, OPT_LINK_CHECK,
+    OPT_HELP, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME, OPT_RESUME_RESHARD, OPT_REQUEUE,
     OPT_CKPT_ERRORS, OPT_NAN_POLICY
 };
 
@@ -49,6 +49,9 @@ static const struct option ddp_train_long_opts[] = {
     {"loss-scale-interval", required_argument, NULL, OPT_LOSS_SCALE_INTERVAL},
     {"workers", required_argument, NULL, OPT_WORKERS},
     {"inject-inf", required_argument, NULL, OPT_INJECT_INF},
+    {"trace", required_argument, NULL, OPT_TRACE},
+    {"no-overlap", no_argument, NULL, OPT_NO_OVERLAP},
+    {"link-check", no_argument, NULL, OPT_LINK_CHECK},
     {"help", no_argument, NULL, OPT_HELP},
     {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
     {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
@@ -98,7 +101,15 @@ static const char ddp_train_usage_text[] =
     "                          batches are the same whatever N\n"
     "  --inject-inf RANK:STEP  test aid: make RANK's gradients inf at optimizer STEP (0-based; needs\n"
     "                          --grad-dtype fp16 or --precision fp16): every rank must skip that\n"
-    "                          step; up to 8 times\n"
+    "                          step; up to 8 times\n";
+/* The rest of the usage text (C17 guarantees string literals of 4095 characters only). */
+static const char ddp_train_usage_more[] =
+    "  --no-overlap            launch every gradient bucket after the backward pass (no overlap)\n"
+    "  --trace FILE            rank 0 writes the job's timeline (Chrome trace-event JSON: open it in\n"
+    "                          Perfetto or chrome://tracing); the summary then prints the exposed\n"
+    "                          communication per step and the part hidden behind backward\n"
+    "  --link-check            before training, measure each rank's links to its ring neighbours\n"
+    "                          and rank 0, and name nodes whose links are under half the median\n"
     "  --nan-policy stop|skip  a NaN/inf loss stops the run with exit 1 (stop, default) or its step\n"
     "                          is not applied (skip)\n"
     "  --checkpoint-dir DIR    rank 0 writes the full training state to DIR/step-N.ckpt (created)\n"
@@ -350,6 +361,9 @@ static int ddp_train_apply_opt(int id, const char *v, ddp_train_opts *o)
     case OPT_NO_SHUFFLE: o->shuffle = 0; return 0;
     case OPT_AUGMENT: o->augment = 1; return 0;
     case OPT_BROADCAST_INIT: o->broadcast_init = 1; return 0;
+    case OPT_TRACE: o->trace_path = v; return 0;
+    case OPT_NO_OVERLAP: o->no_overlap = 1; return 0;
+    case OPT_LINK_CHECK: o->link_check = 1; return 0;
     case OPT_HELP: return 1;
     default: return id >= OPT_CKPT_DIR ? ddp_parse_resume_opt(id, v, o) : ddp_parse_number(id, v, o);
     }
@@ -368,19 +382,22 @@ ddp_train_parse_result ddp_train_parse_args(int argc, char **argv, ddp_train_opt
         } else if (id == '?' || id == ':') {
             fprintf(stderr, "ddp-train: %s option '%s'\n%s", id == '?' ? "unknown" : "missing value for",
                     argv[optind - 1], ddp_train_usage_text);
+            fputs(ddp_train_usage_more, stderr);
             return DDP_TRAIN_USAGE;
         } else {
             rc = ddp_train_apply_opt(id, optarg, o);
         }
         if (rc == 1) {
             fputs(ddp_train_usage_text, stdout);
+            fputs(ddp_train_usage_more, stdout);
             return DDP_TRAIN_HELP;
         }
         if (rc != 0)
             return DDP_TRAIN_USAGE;
     }
     if (optind < argc) {
-        fprintf(stderr, "ddp-train: unexpected argument '%s'\n%s", argv[optind], ddp_train_usage_text);
+        fprintf(stderr, "ddp-train: unexpected argument '%s'\n%s%s", argv[optind], ddp_train_usage_text,
+                ddp_train_usage_more);
         return DDP_TRAIN_USAGE;
     }
     if (o->n_inject > 0 && o->grad_dtype != DDP_FP16 && o->model.precision != DDP_PREC_FP16) {
@@ -408,8 +425,9 @@ void ddp_train_print_opts(FILE *f, const ddp_train_opts *o)
     fprintf(f, "sgd: lr %g (%s)  momentum %g  weight decay %g  seed %llu  shuffle %s\n", o->lr,
             o->cosine ? "cosine" : "constant", o->momentum, o->weight_decay, (unsigned long long)o->seed,
             o->shuffle ? "yes" : "no");
-    fprintf(f, "buckets: %g MiB (first %g MiB)  broadcast-init: %s  threads: %d  augment: %s\n",
-            o->bucket_mb, o->first_bucket_mb, o->broadcast_init ? "yes" : "no", o->threads,
+    fprintf(f, "buckets: %g MiB (first %g MiB)%s  broadcast-init: %s  threads: %d  augment: %s\n",
+            o->bucket_mb, o->first_bucket_mb, o->no_overlap ? " launched after backward" : "",
+            o->broadcast_init ? "yes" : "no", o->threads,
             o->augment ? "shifts up to 2 px" : "no");
     fprintf(f, "precision: %s\n", ddp_precision_name(o->model.precision));
     fprintf(f, "gradient all-reduce: %s", ddp_dtype_name(o->grad_dtype));

@@ -39,6 +39,9 @@ typedef struct ddp_train_opts {
     int augment;              /* random shifts of up to 2 pixels of training images */
     int log_every;            /* progress line every N steps when stderr is not a terminal */
     int broadcast_init;
+    const char *trace_path;   /* --trace FILE: timeline written by rank 0; NULL: no tracing */
+    int no_overlap;           /* --no-overlap: buckets launched after the backward pass */
+    int link_check;           /* --link-check: measure links before training */
     ddp_dtype grad_dtype;      /* --grad-dtype: type of the gradient all-reduce */
     double loss_scale_init;    /* fp16 gradients: the loss scaler's first scale */
     long loss_scale_interval;  /* fp16 gradients: finite steps before the scale doubles */

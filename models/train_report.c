@@ -33,10 +33,14 @@ static void ddp_format_duration(char *buf, size_t n, double seconds)
         snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
 }
 
+int ddp_progress_due(const ddp_progress *p, long step)
+{
+    return step % p->log_every == 0 || step == p->total_steps;
+}
+
 void ddp_progress_update(ddp_progress *p, long step, int epoch, double loss)
 {
-    int last = step == p->total_steps;
-    if (!p->tty && step % p->log_every != 0 && !last)
+    if (!p->tty && !ddp_progress_due(p, step))
         return;
     double rate = p->train_seconds > 0 ? (double)(step * p->samples_per_step) / p->train_seconds : 0.0;
     double per_step = p->train_seconds / (double)step;
@@ -132,16 +136,20 @@ void ddp_metrics_epoch(FILE *f, const ddp_epoch_stats *e)
     fflush(f);
 }
 
+/* A figure that may be missing (negative): JSON null, else the number. */
+#define ddp_json_opt(buf, v) ((v) < 0 ? "null" : ddp_json_number(buf, sizeof buf, "%.3f", (v)))
+
 void ddp_metrics_summary(FILE *f, const ddp_train_opts *o, const ddp_run_stats *r)
 {
-    char loss[64];
+    char loss[64], exposed[64], comm[64], hidden[64];
     fprintf(f, "{\"summary\":true,\"model\":\"%s\",\"backend\":\"%s\",\"world_size\":%d,\"batch\":%d,"
                "\"accum\":%d,\"epochs\":%d,\"steps\":%ld,\"train_loss\":%s,\"test_accuracy\":%.6f,"
                "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"wall_seconds\":%.3f,"
-               "\"stopped_by_signal\":%s}\n",
+               "\"stopped_by_signal\":%s,\"exposed_comm_ms\":%s,\"comm_ms\":%s,\"hidden_fraction\":%s}\n",
             o->model.kind == DDP_MODEL_CNN ? "cnn" : "mlp", r->backend, r->world_size, o->batch,
             o->accum, r->epochs, r->steps, ddp_json_number(loss, sizeof loss, "%.6f", r->train_loss),
             r->test_accuracy, r->samples_per_s, r->train_seconds, r->wall_seconds,
-            r->stopped_by_signal ? "true" : "false");
+            r->stopped_by_signal ? "true" : "false", ddp_json_opt(exposed, r->exposed_comm_ms),
+            ddp_json_opt(comm, r->comm_ms), ddp_json_opt(hidden, r->hidden_fraction));
     fflush(f);
 }

@@ -22,6 +22,9 @@ typedef struct ddp_progress {
 } ddp_progress;
 
 void ddp_progress_init(ddp_progress *p, int log_every, long total_steps, long samples_per_step);
+/* 1 when step `step` gets a progress line (every log_every steps and the last one): the trainer
+ * downloads its loss from the GPU only then. */
+int ddp_progress_due(const ddp_progress *p, long step);
 /* After optimizer step `step` (1-based) of epoch `epoch`; loss: this rank's running mean loss. */
 void ddp_progress_update(ddp_progress *p, long step, int epoch, double loss);
 /* Ends the live bar's line (no-op without a terminal). */
@@ -54,6 +57,9 @@ typedef struct ddp_run_stats {
     double wall_seconds;
     const char *backend;
     int stopped_by_signal; /* SIGUSR1 ended training before the planned steps */
+    double exposed_comm_ms; /* --trace: mean time a step waited for its all-reduces; -1: no trace */
+    double comm_ms;         /* --trace: mean all-reduce time per step (running, hidden or not) */
+    double hidden_fraction; /* --trace: 1 - exposed / comm, clamped at 0 */
 } ddp_run_stats;
 
 void ddp_metrics_epoch(FILE *f, const ddp_epoch_stats *e);

@@ -181,6 +181,42 @@ ddp_status ddp_host_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root)
     return comm_broadcast_on(ctx, 1, buf, n_bytes, root, "ddp_host_broadcast");
 }
 
+/* The context's CUDA backend, or NULL (nothing to order) on the CPU; *st says why not. */
+static int comm_on_cuda(const ddp_ctx *ctx, const char *who, ddp_status *st)
+{
+    *st = DDP_OK;
+    if (!ctx || !ctx->dev) {
+        DDP_ERROR("%s: no context (call ddp_init first)", who);
+        *st = DDP_ERR_STATE;
+        return 0;
+    }
+    return ctx->backend == DDP_BACKEND_CUDA;
+}
+
+ddp_status ddp_stream_after(ddp_ctx *ctx, void *stream)
+{
+    ddp_status st;
+    if (!comm_on_cuda(ctx, "ddp_stream_after", &st))
+        return st;
+    return ddp_cuda_join(ddp_cuda_stream(), stream);
+}
+
+ddp_status ddp_after_stream(ddp_ctx *ctx, void *stream)
+{
+    ddp_status st;
+    if (!comm_on_cuda(ctx, "ddp_after_stream", &st))
+        return st;
+    return ddp_cuda_join(stream, ddp_cuda_stream());
+}
+
+ddp_status ddp_synchronize(ddp_ctx *ctx)
+{
+    ddp_status st;
+    if (!comm_on_cuda(ctx, "ddp_synchronize", &st))
+        return st;
+    return ddp_cuda_stream_wait(ddp_cuda_stream(), "ddp_synchronize");
+}
+
 #if !HAVE_NCCL
 ddp_status ddp_comm_nccl_create(int rank, int world_size, ddp_comm **out)
 {

@@ -6,7 +6,8 @@
  * two duplicates keep the two threads' collectives apart (MPI_THREAD_MULTIPLE is required).
  * Counts above INT_MAX are split into chunks; DDP_COMM_MAX_CHUNK (elements or bytes per MPI call)
  * lowers the chunk size, for tests and tuning. Every started request must be waited for before
- * the communicator is destroyed.
+ * the communicator is destroyed. Every MPI call runs under the watchdog's deadline (watchdog.c):
+ * blocking ones on the caller's lane, queued all-reduces on the communication thread's lane.
  * 16-bit types: MPI has none, so bf16 and fp16 travel as MPI_UINT16_T with user-defined ops
  * (MPI_Op_create, commutative) that widen each pair of elements to fp32, add them and round back
  * to nearest even (half_shared.h): the bytes on the wire are half of fp32's. 16-bit all-reduces
@@ -42,6 +43,7 @@ typedef struct mpi_request {
     ddp_reduce_op op;
     ddp_status status; /* valid once done */
     int done;
+    int64_t trace_tag; /* args.arg of its "allreduce" trace span */
     struct mpi_request *next;
 } mpi_request;
 
@@ -153,13 +155,14 @@ static void mpi_divide(void *buf, size_t n, ddp_dtype dtype, int world)
 
 /* In-place all-reduce of buf[0..n) on comm, in chunks; AVG divides the sum by the world size. */
 static ddp_status mpi_allreduce_on(MPI_Comm comm, const mpi_state *s, void *buf, size_t n,
-                                   ddp_dtype dtype, ddp_reduce_op op)
+                                   ddp_dtype dtype, ddp_reduce_op op, int lane, int bucket)
 {
     ddp_status st = DDP_OK;
     MPI_Datatype type;
     MPI_Op mop;
     mpi_type_op(s, dtype, op, &type, &mop);
     size_t size = ddp_dtype_size(dtype);
+    ddp_watch_enter(lane, "all-reduce", bucket, n * size);
     for (size_t off = 0; off < n; off += s->max_chunk) {
         int m = (int)mpi_min(n - off, s->max_chunk);
         DDP_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * size, m, type, mop, comm));
@@ -167,6 +170,7 @@ static ddp_status mpi_allreduce_on(MPI_Comm comm, const mpi_state *s, void *buf,
     if (op == DDP_AVG)
         mpi_divide(buf, n, dtype, s->size);
 cleanup:
+    ddp_watch_leave(lane);
     return st;
 }
 
@@ -174,7 +178,7 @@ static ddp_status mpi_allreduce(ddp_comm *c, void *buf, size_t n, ddp_dtype dtyp
                                 ddp_reduce_op op)
 {
     mpi_state *s = mpi_of(c);
-    return mpi_allreduce_on(s->comm, s, buf, n, dtype, op);
+    return mpi_allreduce_on(s->comm, s, buf, n, dtype, op, DDP_WATCH_CALLER, -1);
 }
 
 static void *mpi_worker(void *arg)
@@ -188,7 +192,10 @@ static void *mpi_worker(void *arg)
             break; /* stopping, and the queue is drained */
         mpi_request *r = s->head;
         pthread_mutex_unlock(&s->lock);
-        ddp_status st = mpi_allreduce_on(s->async_comm, s, r->buf, r->n, r->dtype, r->op);
+        ddp_trace_begin("allreduce", r->trace_tag);
+        ddp_status st = mpi_allreduce_on(s->async_comm, s, r->buf, r->n, r->dtype, r->op,
+                                         DDP_WATCH_ASYNC, (int)r->trace_tag);
+        ddp_trace_end("allreduce", r->trace_tag);
         pthread_mutex_lock(&s->lock);
         s->head = r->next;
         if (!s->head)
@@ -211,7 +218,8 @@ static ddp_status mpi_allreduce_start(ddp_comm *c, void *buf, size_t n, ddp_dtyp
         DDP_ERROR("out of memory for an all-reduce request");
         return DDP_ERR_NOMEM;
     }
-    *r = (mpi_request){.ops = &mpi_ops, .owner = s, .buf = buf, .n = n, .dtype = dtype, .op = op};
+    *r = (mpi_request){.ops = &mpi_ops, .owner = s, .buf = buf, .n = n, .dtype = dtype, .op = op,
+                       .trace_tag = ddp_trace_tag()};
     pthread_mutex_lock(&s->lock);
     if (s->tail)
         s->tail->next = r;
@@ -241,11 +249,13 @@ static ddp_status mpi_broadcast(ddp_comm *c, void *buf, size_t n_bytes, int root
 {
     mpi_state *s = mpi_of(c);
     ddp_status st = DDP_OK;
+    ddp_watch_enter(DDP_WATCH_CALLER, "broadcast", -1, n_bytes);
     for (size_t off = 0; off < n_bytes; off += s->max_chunk) {
         int m = (int)mpi_min(n_bytes - off, s->max_chunk);
         DDP_MPI_TRY(MPI_Bcast((char *)buf + off, m, MPI_BYTE, root, s->comm));
     }
 cleanup:
+    ddp_watch_leave(DDP_WATCH_CALLER);
     return st;
 }
 
@@ -268,7 +278,7 @@ cleanup:
     return st;
 }
 
-static ddp_status mpi_allgather(ddp_comm *c, const void *send, void *recv, size_t n_bytes)
+static ddp_status mpi_allgather_all(ddp_comm *c, const void *send, void *recv, size_t n_bytes)
 {
     mpi_state *s = mpi_of(c);
     ddp_status st = DDP_OK;
@@ -284,11 +294,21 @@ cleanup:
     return st;
 }
 
+static ddp_status mpi_allgather(ddp_comm *c, const void *send, void *recv, size_t n_bytes)
+{
+    ddp_watch_enter(DDP_WATCH_CALLER, "all-gather", -1, n_bytes);
+    ddp_status st = mpi_allgather_all(c, send, recv, n_bytes);
+    ddp_watch_leave(DDP_WATCH_CALLER);
+    return st;
+}
+
 static ddp_status mpi_barrier(ddp_comm *c)
 {
     ddp_status st = DDP_OK;
+    ddp_watch_enter(DDP_WATCH_CALLER, "barrier", -1, 0);
     DDP_MPI_TRY(MPI_Barrier(mpi_of(c)->comm));
 cleanup:
+    ddp_watch_leave(DDP_WATCH_CALLER);
     return st;
 }
 
@@ -305,10 +325,12 @@ static void mpi_destroy(ddp_comm *c)
         pthread_join(s->worker, NULL);
     }
     mpi_free_half_ops(s);
+    ddp_watch_enter(DDP_WATCH_CALLER, "MPI_Comm_free", -1, 0);
     if (s->async_comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->async_comm);
     if (s->comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->comm);
+    ddp_watch_leave(DDP_WATCH_CALLER);
     pthread_cond_destroy(&s->done_cv);
     pthread_cond_destroy(&s->work_cv);
     pthread_mutex_destroy(&s->lock);
@@ -343,9 +365,11 @@ static size_t mpi_max_chunk(void)
 static ddp_status mpi_dup(MPI_Comm *out)
 {
     ddp_status st = DDP_OK;
+    ddp_watch_enter(DDP_WATCH_CALLER, "MPI_Comm_dup", -1, 0);
     DDP_MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, out));
     DDP_MPI_TRY(MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN));
 cleanup:
+    ddp_watch_leave(DDP_WATCH_CALLER);
     return st;
 }
 

@@ -9,6 +9,12 @@
  * reducer's ddp_reducer_opts.stream) takes the compute stream's place in both roles.
  * Operations are issued under a lock, since the
  * reducer may start them from another thread than the caller's.
+ * Failures (NCCL's user guide, "Fault tolerance"): an operation that returns ncclSuccess may still
+ * fail later; ncclCommGetAsyncError reports it, and after an error nothing can be assumed about
+ * the queued operations, so the communicator is aborted (ncclCommAbort), never waited for. Host
+ * waits (cuda_wait.c) poll the event and this communicator's asynchronous error under the
+ * deadline (DDP_TIMEOUT) and abort it when the deadline passes; every later operation then fails
+ * at once with DDP_ERR_NCCL.
  */
 #include <mpi.h>
 #include <pthread.h>
@@ -46,7 +52,8 @@ typedef struct nccl_state {
     cudaStream_t stream;  /* communication stream */
     cudaEvent_t ready;    /* recorded on the compute stream before each operation */
     float *scratch;       /* one device float, for the barrier */
-    pthread_mutex_t lock; /* serialises issuing operations */
+    pthread_mutex_t lock; /* serialises issuing operations and the abort */
+    int aborted;          /* comm was aborted (and freed by NCCL) after an error or a timeout */
 } nccl_state;
 
 typedef struct nccl_request {
@@ -57,6 +64,7 @@ typedef struct nccl_request {
 } nccl_request;
 
 static const ddp_comm_ops nccl_ops;
+static ddp_status nccl_watch_check(void *arg);
 
 static nccl_state *nccl_of(ddp_comm *c)
 {
@@ -129,13 +137,66 @@ static ddp_status nccl_follow_compute(nccl_state *s)
 static ddp_status nccl_complete_on(nccl_state *s, cudaEvent_t done, cudaStream_t follow)
 {
     ddp_status st = DDP_OK;
-    ncclResult_t async = ncclSuccess;
     DDP_CUDA_TRY(cudaStreamWaitEvent(nccl_order_stream(follow), done, 0));
-    DDP_NCCL_TRY(ncclCommGetAsyncError(s->comm, &async));
-    DDP_NCCL_TRY(async);
+    st = nccl_watch_check(s);
 cleanup:
     cudaEventDestroy(done);
     return st;
+}
+
+/* Aborts the communicator once: the queued operations end (with undefined results) instead of
+ * waiting forever for a peer. Call with s->lock held. */
+static void nccl_abort_locked(nccl_state *s)
+{
+    if (!s->aborted && s->comm) {
+        ncclCommAbort(s->comm);
+        s->comm = NULL;
+        s->aborted = 1;
+    }
+}
+
+static void nccl_abort(nccl_state *s)
+{
+    pthread_mutex_lock(&s->lock);
+    nccl_abort_locked(s);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* The watch of host waits: NCCL's asynchronous error, which aborts the communicator. Under the
+ * lock, so that no other thread aborts (frees) the communicator while it is queried. */
+static ddp_status nccl_watch_check(void *arg)
+{
+    nccl_state *s = arg;
+    ddp_status st = DDP_ERR_NCCL;
+    ncclResult_t async = ncclSuccess, r = ncclSuccess;
+    pthread_mutex_lock(&s->lock);
+    if (!s->aborted) {
+        r = ncclCommGetAsyncError(s->comm, &async);
+        st = r == ncclSuccess && (async == ncclSuccess || async == ncclInProgress) ? DDP_OK
+                                                                                    : DDP_ERR_NCCL;
+    }
+    if (st != DDP_OK && !s->aborted) {
+        DDP_ERROR("NCCL reported an asynchronous error: %s (%s); aborting the communicator",
+                  ncclGetErrorString(r != ncclSuccess ? r : async), ncclGetLastError(s->comm));
+        nccl_abort_locked(s);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+static void nccl_watch_timeout(void *arg)
+{
+    nccl_abort(arg);
+}
+
+/* DDP_ERR_NCCL (logged) once the communicator was aborted; call with s->lock held. */
+static ddp_status nccl_usable(const nccl_state *s)
+{
+    if (!s->aborted)
+        return DDP_OK;
+    DDP_ERROR("the NCCL communicator was aborted after an earlier error or timeout (see above); "
+              "stop the job (ddp_abort)");
+    return DDP_ERR_NCCL;
 }
 
 static ddp_status nccl_complete(nccl_state *s, cudaEvent_t done)
@@ -148,7 +209,9 @@ static ddp_status nccl_issue_allreduce(nccl_state *s, void *buf, size_t n, ddp_d
 {
     ddp_status st = DDP_OK;
     pthread_mutex_lock(&s->lock);
-    st = nccl_follow(s, follow);
+    st = nccl_usable(s);
+    if (st == DDP_OK)
+        st = nccl_follow(s, follow);
     if (st != DDP_OK)
         goto cleanup;
     DDP_NCCL_TRY(ncclAllReduce(buf, buf, n, nccl_type(dtype), nccl_op(op), s->comm, s->stream));
@@ -198,7 +261,9 @@ static ddp_status nccl_broadcast(ddp_comm *c, void *buf, size_t n_bytes, int roo
     nccl_state *s = nccl_of(c);
     cudaEvent_t done = NULL;
     pthread_mutex_lock(&s->lock);
-    ddp_status st = nccl_follow_compute(s);
+    ddp_status st = nccl_usable(s);
+    if (st == DDP_OK)
+        st = nccl_follow_compute(s);
     if (st != DDP_OK)
         goto cleanup;
     DDP_NCCL_TRY(ncclBroadcast(buf, buf, n_bytes, ncclUint8, root, s->comm, s->stream));
@@ -213,7 +278,9 @@ static ddp_status nccl_allgather(ddp_comm *c, const void *send, void *recv, size
     nccl_state *s = nccl_of(c);
     cudaEvent_t done = NULL;
     pthread_mutex_lock(&s->lock);
-    ddp_status st = nccl_follow_compute(s);
+    ddp_status st = nccl_usable(s);
+    if (st == DDP_OK)
+        st = nccl_follow_compute(s);
     if (st != DDP_OK)
         goto cleanup;
     DDP_NCCL_TRY(ncclAllGather(send, recv, n_bytes, ncclUint8, s->comm, s->stream));
@@ -223,29 +290,26 @@ cleanup:
     return st == DDP_OK ? nccl_complete(s, done) : st;
 }
 
-/* NCCL has no barrier: a one-float all-reduce, waited for by the host. */
+/* NCCL has no barrier: a one-float all-reduce, waited for by the host under the deadline. */
 static ddp_status nccl_barrier(ddp_comm *c)
 {
     nccl_state *s = nccl_of(c);
     ddp_status st = nccl_allreduce(c, s->scratch, 1, DDP_FP32, DDP_SUM);
-    if (st != DDP_OK)
-        return st;
-    DDP_CUDA_TRY(cudaStreamSynchronize(s->stream));
-cleanup:
-    return st;
+    return st == DDP_OK ? ddp_cuda_stream_wait(s->stream, "barrier") : st;
 }
 
-/* After an asynchronous error (a peer died, a network fault) the queued operations never
- * complete: abort the communicator instead of waiting for them. */
+/* After an asynchronous error (a peer died, a network fault) or past the deadline the queued
+ * operations never complete: abort the communicator instead of waiting for them. */
 static void nccl_close_comm(nccl_state *s)
 {
-    ncclResult_t async = ncclSuccess;
-    if (ncclCommGetAsyncError(s->comm, &async) != ncclSuccess || async != ncclSuccess) {
-        ncclCommAbort(s->comm);
+    if (s->aborted)
+        return;
+    if (nccl_watch_check(s) != DDP_OK)
+        return;
+    if (ddp_cuda_stream_wait(s->stream, "closing the NCCL communicator") != DDP_OK) {
+        nccl_abort(s);
         return;
     }
-    if (s->stream)
-        cudaStreamSynchronize(s->stream);
     ncclCommDestroy(s->comm);
 }
 
@@ -254,7 +318,8 @@ static void nccl_destroy(ddp_comm *c)
     if (!c)
         return;
     nccl_state *s = nccl_of(c);
-    if (s->comm)
+    ddp_cuda_set_watch(NULL, NULL, NULL);
+    if (s->comm || s->aborted)
         nccl_close_comm(s);
     else if (s->stream)
         cudaStreamSynchronize(s->stream);
@@ -305,6 +370,16 @@ static ddp_status nccl_bootstrap_id(int rank, ncclUniqueId *id)
     return DDP_OK;
 }
 
+/* Rank 0 logs the NCCL library in use and the one libddp was built against. */
+static void nccl_report_version(void)
+{
+    int v = 0;
+    if (ncclGetVersion(&v) != ncclSuccess)
+        return;
+    DDP_INFO0("NCCL %d.%d.%d (built against %d.%d.%d)", v / 10000, v / 100 % 100, v % 100,
+              NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+}
+
 /* The collective steps (id broadcast, ncclCommInitRank on the device the backend made current)
  * come first, so that a local failure cannot leave peers waiting in them; a failure after them
  * is local and reported to every rank by the caller's agreement step. */
@@ -316,6 +391,7 @@ static ddp_status nccl_open(nccl_state *s, int rank, int world_size)
         return st;
     DDP_NCCL_TRY(ncclCommInitRank(&s->comm, world_size, id, rank));
     DDP_NCCL_TRY(ncclCommCuDevice(s->comm, &s->device));
+    nccl_report_version();
     DDP_CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     DDP_CUDA_TRY(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
     DDP_CUDA_TRY(cudaMalloc((void **)&s->scratch, sizeof(float)));
@@ -346,6 +422,7 @@ ddp_status ddp_comm_nccl_create(int rank, int world_size, ddp_comm **out)
         nccl_destroy(c);
         return st;
     }
+    ddp_cuda_set_watch(nccl_watch_check, nccl_watch_timeout, s);
     *out = c;
     return DDP_OK;
 }

@@ -3,7 +3,9 @@
  *
  * Failure policy: wherever ranks may disagree (one rank's environment or device is bad), every
  * rank first agrees on the outcome with an all-reduce of its status, so all ranks return the
- * error together and none is left waiting in a later collective.
+ * error together and none is left waiting in a later collective. Every start-up collective,
+ * MPI_Init and MPI_Finalize included, runs under the watchdog's deadline (watchdog.c), which is
+ * started first and stopped last.
  */
 #include <errno.h>
 #include <mpi.h>
@@ -138,7 +140,10 @@ cleanup:
 static ddp_status ctx_agree(const ddp_ctx *ctx, ddp_status mine, const char *step)
 {
     int in[2] = {(int)mine, ctx->rank}, out[2] = {0, 0};
-    if (MPI_Allreduce(in, out, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    ddp_watch_enter(DDP_WATCH_CALLER, "start-up agreement", -1, sizeof in);
+    int rc = MPI_Allreduce(in, out, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    ddp_watch_leave(DDP_WATCH_CALLER);
+    if (rc != MPI_SUCCESS) {
         DDP_ERROR("could not agree with the other ranks on %s", step);
         return mine != DDP_OK ? mine : DDP_ERR_MPI;
     }
@@ -214,37 +219,70 @@ static ddp_status ctx_check_env(const ddp_ctx *ctx)
 
 /* ---- backend and communicators ---------------------------------------------------------------- */
 
-/* AUTO becomes CUDA only when every rank has a GPU, so all ranks use the same backend. */
+static ddp_status ctx_gpu_clash(ddp_ctx *ctx, int device, char own[32], int *other);
+
+/* 1 when this rank could have a GPU of its own: CUDA sees one per local rank, or exactly one that
+ * no other rank of this host sees (Slurm or ddp-launch narrowed CUDA_VISIBLE_DEVICES). Collective
+ * over the host's ranks. */
+static int ctx_gpu_of_own(ddp_ctx *ctx, int count, ddp_status *st)
+{
+    char own[32];
+    int other = -1;
+    *st = ctx_gpu_clash(ctx, count == 1 ? 0 : -1, own, &other);
+    return count >= ctx->local_world_size || (count == 1 && other < 0);
+}
+
+/* AUTO becomes CUDA only when every rank has a GPU of its own and this build can communicate on
+ * it (NCCL), so all ranks use the same backend; otherwise rank 0 says why it is the cpu. */
 static ddp_status ctx_resolve_backend(ddp_ctx *ctx, ddp_backend_kind asked)
 {
     if (asked != DDP_BACKEND_AUTO) {
         ctx->backend = asked;
         return DDP_OK;
     }
-    int has = ddp_device_cuda() != NULL && ddp_cuda_device_count() > 0;
-    int in[2] = {has, -has}, out[2] = {0, 0};
-    if (MPI_Allreduce(in, out, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    ddp_status st = DDP_OK;
+    int count = ddp_device_cuda() != NULL ? ddp_cuda_device_count() : 0;
+    int has = count > 0, own = ctx_gpu_of_own(ctx, count, &st);
+    if (st != DDP_OK)
+        return st;
+    if (has && !HAVE_NCCL) {
+        DDP_WARN0("a GPU is visible, but this libddp was built without NCCL, which the cuda backend "
+                  "needs to communicate: using the cpu backend (rebuild with meson -Dnccl=enabled "
+                  "to train on the GPU)");
+        has = 0;
+    }
+    int in[3] = {has && own, -has, -(has && !own)}, out[3] = {0, 0, 0};
+    ddp_watch_enter(DDP_WATCH_CALLER, "backend agreement", -1, sizeof in);
+    int rc = MPI_Allreduce(in, out, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    ddp_watch_leave(DDP_WATCH_CALLER);
+    if (rc != MPI_SUCCESS) {
         DDP_ERROR("could not agree on the backend with the other ranks");
         return DDP_ERR_MPI;
     }
-    if (out[0] != -out[1])
+    if (out[2] < 0)
+        DDP_WARN0("a host runs more ranks than it has GPUs (NCCL needs one GPU per rank): every "
+                  "rank uses the cpu backend; start one rank per GPU to train on the GPUs");
+    else if (out[0] == 0 && out[1] < 0)
         DDP_WARN0("some ranks have no GPU: every rank uses the cpu backend");
     ctx->backend = out[0] ? DDP_BACKEND_CUDA : DDP_BACKEND_CPU;
     return DDP_OK;
 }
 
-static ddp_status ctx_open_device(ddp_ctx *ctx)
+/* Chooses this rank's GPU (ctx->device) without touching it. Local, no collectives. */
+static ddp_status ctx_pick_device(ddp_ctx *ctx)
 {
     if (!ddp_device_cuda()) {
         DDP_ERROR("backend cuda asked, but this libddp was built without CUDA: use the cpu "
                   "backend, or rebuild with meson -Dcuda=enabled");
         return DDP_ERR_UNSUPPORTED;
     }
-    int count = ddp_cuda_device_count();
+    char why[256];
+    int count = ddp_cuda_probe(why, sizeof why);
     if (count <= 0) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-        DDP_ERROR("backend cuda asked, but host %s has no usable GPU (CUDA_VISIBLE_DEVICES=%s): "
-                  "run on GPU nodes or use the cpu backend", ctx->hostname, vis ? vis : "unset");
+        DDP_ERROR("backend cuda asked, but host %s has no usable GPU: %s (CUDA_VISIBLE_DEVICES=%s); "
+                  "run on GPU nodes with a current driver, or use the cpu backend", ctx->hostname,
+                  why[0] ? why : "CUDA reports 0 devices", vis ? vis : "unset");
         return DDP_ERR_NO_DEVICE;
     }
     /* One GPU per rank: local rank r takes device r; a rank that sees exactly one device (the
@@ -257,7 +295,69 @@ static ddp_status ctx_open_device(ddp_ctx *ctx)
         return DDP_ERR_NO_DEVICE;
     }
     ctx->device = count == 1 ? 0 : ctx->local_rank;
-    ddp_status st = ddp_cuda_device_open(ctx->device);
+    return DDP_OK;
+}
+
+/* Finds a local rank other than this one whose bus id equals bus[me]; -1 if none. */
+static int ctx_same_gpu(const char (*bus)[32], int n, int me)
+{
+    for (int r = 0; r < n; r++)
+        if (r != me && bus[me][0] && !strcmp(bus[r], bus[me]))
+            return r;
+    return -1;
+}
+
+/* Finds another rank of this host that would use the same GPU as this one (device; -1: none):
+ * *other is its local rank, or -1; own receives this rank's bus id ("" without a device).
+ * Collective over the host's ranks. DDP_ERR_MPI on failure. */
+static ddp_status ctx_gpu_clash(ddp_ctx *ctx, int device, char own[32], int *other)
+{
+    enum { MAX_LOCAL = 256 }; /* more ranks than any host has GPUs: nothing to compare */
+    ddp_status st = DDP_OK;
+    MPI_Comm local = MPI_COMM_NULL;
+    char bus[MAX_LOCAL][32];
+    *other = -1;
+    own[0] = '\0';
+    if (ctx->local_world_size > MAX_LOCAL)
+        return DDP_OK;
+    if (device >= 0 && ddp_cuda_bus_id(device, own, 32) != DDP_OK)
+        own[0] = '\0';
+    DDP_MPI_TRY(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx->rank,
+                                    MPI_INFO_NULL, &local));
+    DDP_MPI_TRY(MPI_Allgather(own, 32, MPI_CHAR, bus, 32, MPI_CHAR, local));
+    *other = ctx_same_gpu((const char(*)[32])bus, ctx->local_world_size, ctx->local_rank);
+cleanup:
+    if (local != MPI_COMM_NULL)
+        MPI_Comm_free(&local);
+    return st;
+}
+
+/* Refuses two ranks of this host on one GPU (each saw exactly one device, but the same one: the
+ * launcher did not narrow CUDA_VISIBLE_DEVICES per rank). NCCL does not support it ("may lead to
+ * hangs"). Collective over the host's ranks; `mine` is this rank's status so far, and a rank
+ * without a device takes part with an empty bus id. */
+static ddp_status ctx_check_shared_gpu(ddp_ctx *ctx, ddp_status mine)
+{
+    char own[32];
+    int other = -1;
+    ddp_status st = ctx_gpu_clash(ctx, mine == DDP_OK ? ctx->device : -1, own, &other);
+    if (mine == DDP_OK && st == DDP_OK && other >= 0) {
+        DDP_ERROR("local ranks %d and %d of host %s would share GPU %s: each rank sees one GPU, "
+                  "the same one, and NCCL needs one GPU per rank; start at most one rank per GPU "
+                  "(e.g. mpirun -np 1, --ntasks-per-node=<GPUs>), give each rank its own GPU "
+                  "(ddp-launch, srun --gpus-per-task=1), or use the cpu backend",
+                  ctx->local_rank, other, ctx->hostname, own);
+        st = DDP_ERR_NO_DEVICE;
+    }
+    return mine != DDP_OK ? mine : st;
+}
+
+static ddp_status ctx_open_device(ddp_ctx *ctx)
+{
+    ddp_status st = ctx_check_shared_gpu(ctx, ctx_pick_device(ctx));
+    if (st != DDP_OK)
+        return st;
+    st = ddp_cuda_device_open(ctx->device);
     if (st != DDP_OK)
         DDP_ERROR("cannot open GPU %d on host %s: %s", ctx->device, ctx->hostname,
                   ddp_strerror(st));
@@ -343,6 +443,7 @@ static ddp_status ctx_print_table(const ddp_ctx *ctx)
     ctx_affinity(mine.cpus, sizeof mine.cpus);
     rank_row *rows = ctx->rank == 0 ? calloc((size_t)ctx->world_size, sizeof *rows) : NULL;
     int ok = ctx->rank != 0 || rows != NULL;
+    ddp_watch_enter(DDP_WATCH_CALLER, "start-up rank table", -1, sizeof mine);
     DDP_MPI_TRY(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
     if (!ok) {
         DDP_WARN0("out of memory for the rank table; not printed");
@@ -353,34 +454,49 @@ static ddp_status ctx_print_table(const ddp_ctx *ctx)
     if (ctx->rank == 0)
         ctx_print_rows(ctx, rows);
 cleanup:
+    ddp_watch_leave(DDP_WATCH_CALLER);
     free(rows);
     return st;
 }
 
 /* ---- init / finalize -------------------------------------------------------------------------- */
 
-/* Releases what ctx holds; finalises MPI when ctx started it. */
+/* Releases what ctx holds; finalises MPI when ctx started it. The ring says goodbye first, so
+ * that ranks leaving at different moments are not taken for dead ones. */
 static void ctx_release(ddp_ctx *ctx)
 {
+    ddp_watchdog_disconnect();
     if (ctx->comm && ctx->comm != ctx->host_comm)
         ctx->comm->ops->destroy(ctx->comm);
     if (ctx->host_comm)
         ctx->host_comm->ops->destroy(ctx->host_comm);
     if (ctx->backend == DDP_BACKEND_CUDA && ctx->dev)
         ddp_cuda_device_close();
-    if (ctx->owns_mpi)
+    if (ctx->owns_mpi) {
+        ddp_watch_enter(DDP_WATCH_CALLER, "MPI_Finalize", -1, 0);
         MPI_Finalize();
+        ddp_watch_leave(DDP_WATCH_CALLER);
+    }
+    ddp_watchdog_stop();
     free(ctx);
 }
 
 static ddp_status ctx_setup(ddp_ctx *ctx, const ddp_init_opts *opts)
 {
+    ddp_watchdog_start();
+    ddp_watch_enter(DDP_WATCH_CALLER, "MPI_Init", -1, 0);
     ddp_status st = ctx_start_mpi(ctx);
+    ddp_watch_leave(DDP_WATCH_CALLER);
+    ddp_watch_enter(DDP_WATCH_CALLER, "start-up topology", -1, 0);
     if (st == DDP_OK)
         st = ctx_topology(ctx);
+    ddp_watch_leave(DDP_WATCH_CALLER);
     if (st != DDP_OK)
         return st;
     ddp_log_set_identity(ctx->rank, ctx->hostname);
+    st = ddp_watchdog_connect(ctx->rank, ctx->world_size, ctx->hostname);
+    if (st != DDP_OK)
+        return st;
     st = ctx_agree(ctx, ctx_check_env(ctx), "the environment check");
     if (st == DDP_OK)
         st = ctx_open_backend(ctx, opts);
@@ -436,6 +552,7 @@ void ddp_abort(ddp_ctx *ctx, int code)
     (void)ctx;
     fflush(stdout);
     fflush(stderr);
+    ddp_watchdog_announce_abort(); /* the ring ends the job even where MPI_Abort reaches no peer */
     MPI_Initialized(&inited);
     MPI_Finalized(&finalized);
     if (inited && !finalized)

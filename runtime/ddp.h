@@ -9,7 +9,11 @@
  *    On failure the function logs the reason (with rank and host) and leaves its outputs untouched
  *    unless documented otherwise.
  *  - Library code never exits the process. When one rank fails, the program decides: ddp_abort()
- *    stops every rank of the job, so no peer is left waiting in a collective.
+ *    stops every rank of the job, so no peer is left waiting in a collective. The one exception is
+ *    the watchdog started by ddp_init: a collective still blocked after DDP_TIMEOUT seconds
+ *    (default 300), or a peer process that died, ends the whole job (MPI_Abort) with a message
+ *    naming the collective and the ranks that never arrived, since MPI cannot cancel a blocked
+ *    collective. DDP_WATCHDOG=0 turns it off (the README says more).
  *  - Counts are element counts (n_*), sizes are byte counts (*_bytes). Buffers passed to the
  *    collectives and the reducer live in the backend's memory: host memory for the CPU backend,
  *    device memory for the CUDA backend.
@@ -20,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -170,6 +175,22 @@ DDP_API ddp_status ddp_download(ddp_ctx *ctx, void *dst_host, const void *src, s
 /* ---------------------------------------------------------------------------------------------
  * Collectives on backend memory (MPI on the CPU backend, NCCL on the CUDA backend).
  * Every rank must call them in the same order with the same counts.
+ *
+ * Ordering on the CUDA backend: libddp queues its work (uploads, ops, collectives) on its own
+ * non-blocking CUDA stream; a collective runs on NCCL's stream after everything queued before it
+ * on libddp's stream, and libddp's stream waits for the collective once ddp_allreduce,
+ * ddp_broadcast, ddp_allgather or ddp_wait returns. These functions return when the operation is
+ * queued, NOT when its result is in memory. Later libddp work (ddp_download, the reducer, the
+ * ops) sees the result. The caller's own CUDA work does not: a non-blocking stream is not ordered
+ * with the legacy default stream, so a plain cudaMemcpy, a kernel on the caller's stream or a
+ * host read of managed memory may see stale data. Order it with ddp_stream_after() (the caller's
+ * stream waits for libddp), ddp_after_stream() (libddp waits for data the caller's stream
+ * produces) or ddp_synchronize() (the host waits). ddp_barrier() also waits for the device.
+ * Host waits poll under the deadline DDP_TIMEOUT (seconds, default 300): past it, or when NCCL
+ * reports an asynchronous error (a peer died), the NCCL communicator is aborted and the call
+ * returns DDP_ERR_TIMEOUT or DDP_ERR_NCCL (once the abort is done: NCCL's abort frees device
+ * memory, which waits for local GPU work that is still running); every later collective then
+ * fails with DDP_ERR_NCCL, and the program should stop the job with ddp_abort().
  */
 /* DDP_MAX / DDP_MIN: elementwise maximum / minimum over ranks (flags: "did any rank overflow"). */
 typedef enum ddp_reduce_op { DDP_SUM = 0, DDP_AVG, DDP_MAX, DDP_MIN } ddp_reduce_op;
@@ -218,6 +239,20 @@ typedef struct ddp_request ddp_request;
 DDP_API ddp_status ddp_allreduce_start(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op,
                                        ddp_request **req);
 DDP_API ddp_status ddp_wait(ddp_request *req);
+
+/* Makes the work queued later on the caller's CUDA stream `stream` (a cudaStream_t; NULL is the
+ * legacy default stream that plain cudaMemcpy uses) wait for everything libddp has queued so far.
+ * Does not block the host. DDP_OK and nothing to do on the CPU backend; DDP_ERR_CUDA on failure,
+ * DDP_ERR_STATE without a context. */
+DDP_API ddp_status ddp_stream_after(ddp_ctx *ctx, void *stream);
+/* Makes libddp's later work (uploads, ops, collectives) wait for everything queued so far on the
+ * caller's CUDA stream `stream` (NULL: the legacy default stream), e.g. gradients a caller's
+ * kernel writes before ddp_allreduce. Same returns as ddp_stream_after. */
+DDP_API ddp_status ddp_after_stream(ddp_ctx *ctx, void *stream);
+/* Blocks until everything libddp has queued is complete, under the DDP_TIMEOUT deadline.
+ * DDP_ERR_TIMEOUT (the communicator is then aborted), DDP_ERR_NCCL or DDP_ERR_CUDA on failure;
+ * DDP_OK at once on the CPU backend. */
+DDP_API ddp_status ddp_synchronize(ddp_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------------
  * Parameters: a model describes each parameter tensor; values live in ONE flat buffer, parameter
@@ -340,6 +375,8 @@ typedef struct ddp_reducer_opts {
      * this same stream (later kernels on it see them; the host must synchronise the stream before
      * reading them). The stream must stay valid until the reducer is destroyed. Ignored on CPU. */
     void *stream;
+    int defer_launch;       /* non-zero: no overlap; every bucket is launched by finish(), after
+                               the backward pass (default 0: launched as soon as it is ready) */
 } ddp_reducer_opts;
 
 DDP_API void ddp_reducer_opts_default(ddp_reducer_opts *opts);
@@ -473,6 +510,72 @@ DDP_API ddp_status ddp_checkpoint_save(const char *path, const ddp_param_desc *d
  * on failure the outputs are untouched. */
 DDP_API ddp_status ddp_checkpoint_load(const char *path, ddp_param_desc **descs, int *n_params,
                                        float **params);
+
+/* ---------------------------------------------------------------------------------------------
+ * Timeline tracing: named spans (begin/end) and instant events recorded per rank into a buffer
+ * preallocated by ddp_trace_start(), with CLOCK_MONOTONIC timestamps (one clock per node; each
+ * node's offset to rank 0's node is measured over MPI at start-up, from the round trip with the
+ * smallest delay). ddp_trace_write() gathers every rank's events and rank 0 writes ONE Chrome
+ * trace-event JSON file (opens in Perfetto or chrome://tracing): one process row per rank, one
+ * thread row per recording thread (0: the thread that called ddp_trace_start, 1...: others, e.g.
+ * the MPI communicator's thread). The reducer records, per bucket b (args.arg = b), the instant
+ * "allreduce.queued" and the span "allreduce" (started..finished, on the communicator's thread;
+ * the CUDA backend records when it queued and finished waiting only), and the span
+ * "reducer.wait" (the time finish() waited: exposed communication).
+ * Cost: while tracing is off every record call is one predictable branch; while on, one
+ * clock_gettime and one atomic increment. Names are NOT copied when recorded: pass string
+ * literals (or strings that live until ddp_trace_write). A full buffer drops further events and
+ * counts them (the file and ddp_trace_get_stats report the count).
+ */
+/* Starts tracing on this rank with room for max_events events (0: 524,288, 16 MiB; about 40
+ * events per ddp-train step), allocated and touched here so that recording takes no page faults.
+ * Collective (it measures clock offsets over MPI). DDP_ERR_STATE when tracing is already on, DDP_ERR_NOMEM,
+ * DDP_ERR_MPI; on failure tracing stays off on every rank. */
+DDP_API ddp_status ddp_trace_start(ddp_ctx *ctx, size_t max_events);
+/* Non-zero while tracing is on. */
+DDP_API int ddp_trace_enabled(void);
+/* Record the begin / end of span `name` (spans nest per thread), or an instant event. `arg` is
+ * stored as args.arg (a layer, a bucket, a byte count; any value). No-ops while tracing is off. */
+DDP_API void ddp_trace_begin(const char *name, int64_t arg);
+DDP_API void ddp_trace_end(const char *name, int64_t arg);
+DDP_API void ddp_trace_instant(const char *name, int64_t arg);
+
+/* This rank's communication figures from the events so far (tracing must be on). */
+typedef struct ddp_trace_stats {
+    long n_syncs;       /* "reducer.wait" spans: gradient synchronisations */
+    double exposed_s;   /* total time in "reducer.wait": communication the step waited for */
+    double comm_s;      /* total time of the "allreduce" spans (bucket all-reduces running) */
+    double backward_s;  /* total time of "backward" spans */
+    long n_dropped;     /* events lost to a full buffer */
+} ddp_trace_stats;
+/* Fills *out. DDP_ERR_STATE when tracing is off. */
+DDP_API ddp_status ddp_trace_get_stats(ddp_trace_stats *out);
+
+/* Stops tracing, gathers every rank's events to rank 0, which writes `path` (replaced atomically:
+ * a temporary file, then rename). Collective; path is used on rank 0 only. Every rank returns the
+ * same status: DDP_ERR_STATE when tracing was off, DDP_ERR_IO when rank 0 cannot write the file,
+ * DDP_ERR_MPI, DDP_ERR_NOMEM. The buffer is freed either way. */
+DDP_API ddp_status ddp_trace_write(ddp_ctx *ctx, const char *path);
+
+/* ---------------------------------------------------------------------------------------------
+ * Start-up link check: each rank's bandwidth and latency to its ring neighbours (rank - 1, rank + 1)
+ * and to rank 0, by MPI ping-pong on host memory (runtime/linkcheck.c documents the schedule).
+ * A node is named slow when the best of its inter-node links is under slow_ratio times the
+ * median of all inter-node links (with one slow node, every link it takes part in is slow; its
+ * neighbours still have a fast one). Two nodes cannot be told apart: nothing is named.
+ */
+typedef struct ddp_link_check_opts {
+    size_t bw_bytes;   /* message size for bandwidth (default 4 MiB; larger than a shaper's burst) */
+    int bw_reps;       /* round trips of bw_bytes, the fastest counts (default 3) */
+    int lat_reps;      /* round trips of 8 bytes, the fastest counts (default 20) */
+    double slow_ratio; /* default 0.5 */
+    FILE *report;      /* rank 0 prints the table and the verdict here (default stdout); NULL: none */
+} ddp_link_check_opts;
+
+DDP_API void ddp_link_check_opts_default(ddp_link_check_opts *opts);
+/* Collective. On success *n_slow_nodes (every rank) is the number of nodes named slow. DDP_ERR_MPI,
+ * DDP_ERR_NOMEM, DDP_ERR_INVALID_ARG (bw_bytes over INT_MAX or zero reps). */
+DDP_API ddp_status ddp_link_check(ddp_ctx *ctx, const ddp_link_check_opts *opts, int *n_slow_nodes);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* device.c - libddp's host-memory device operations, the count of usable GPUs, and, in a build
  * without CUDA, the CUDA entry points of device.h.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,16 +11,34 @@
 #if HAVE_CUDA
 #include <cuda_runtime.h>
 
-int ddp_cuda_device_count(void)
+int ddp_cuda_probe(char *why, size_t why_size)
 {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
-    if (err != cudaSuccess) {
-        cudaGetLastError(); /* clears the error so that later calls start clean */
-        DDP_DEBUG("no usable CUDA device: %s", cudaGetErrorString(err));
-        return 0;
-    }
-    return n;
+    if (why_size)
+        why[0] = '\0';
+    if (err == cudaSuccess)
+        return n;
+    cudaGetLastError(); /* clears the error so that later calls start clean */
+    if (why_size)
+        snprintf(why, why_size, "cudaGetDeviceCount failed: %s (%s)%s", cudaGetErrorString(err),
+                 cudaGetErrorName(err),
+                 err == cudaErrorInsufficientDriver
+                     ? "; the NVIDIA driver is missing or older than this CUDA runtime"
+                     : "");
+    DDP_DEBUG("no usable CUDA device: %s", cudaGetErrorString(err));
+    return 0;
+}
+
+int ddp_cuda_device_count(void) { return ddp_cuda_probe(NULL, 0); }
+
+ddp_status ddp_cuda_bus_id(int device, char *out, int size)
+{
+    cudaError_t err = cudaDeviceGetPCIBusId(out, size, device);
+    if (err == cudaSuccess)
+        return DDP_OK;
+    DDP_ERROR("cudaDeviceGetPCIBusId(%d): %s", device, cudaGetErrorString(err));
+    return DDP_ERR_CUDA;
 }
 #endif
 
@@ -69,5 +88,30 @@ ddp_status ddp_cuda_device_open(int device)
 void ddp_cuda_device_close(void) {}
 
 void *ddp_cuda_stream(void) { return NULL; }
+
+int ddp_cuda_probe(char *why, size_t why_size)
+{
+    if (why_size)
+        snprintf(why, why_size, "this libddp was built without CUDA");
+    return 0;
+}
+
+ddp_status ddp_cuda_bus_id(int device, char *out, int size)
+{
+    (void)device, (void)out, (void)size;
+    return DDP_ERR_UNSUPPORTED;
+}
+
+ddp_status ddp_cuda_join(void *first, void *then)
+{
+    (void)first, (void)then;
+    return DDP_ERR_UNSUPPORTED;
+}
+
+ddp_status ddp_cuda_stream_wait(void *stream, const char *what)
+{
+    (void)stream, (void)what;
+    return DDP_ERR_UNSUPPORTED;
+}
 
 #endif

@@ -4,6 +4,8 @@
  */
 #include <cuda_runtime.h>
 
+#include <string.h>
+
 #include "config.h"
 extern "C" {
 #include "internal.h"
@@ -62,18 +64,81 @@ static void dev_free(void *p)
     cudaFree(p);
 }
 
+/* ---- uploads through pinned staging: no host wait per upload ----------------------------------
+ * An upload copies the caller's (pageable) buffer into one of two pinned staging buffers, queues
+ * the copy to the device and returns: the caller may reuse its buffer at once, and the host does
+ * not wait for the device. A staging buffer is reused only after the copy that last read it has
+ * completed (its event, waited for under the deadline). Larger uploads go directly and wait. */
+static const size_t ddp_stage_max = (size_t)64 << 20;
+
+typedef struct ddp_stage {
+    void *host;         // (n_bytes) pinned
+    size_t n_bytes;
+    cudaEvent_t done;   // recorded after the copy that reads host
+    bool busy;          // done not yet waited for
+} ddp_stage;
+
+static ddp_stage ddp_stages[2];
+static int ddp_stage_next;
+
+/* Waits until s is free and holds at least n bytes. */
+static ddp_status ddp_stage_reserve(ddp_stage *s, size_t n)
+{
+    if (s->busy) {
+        ddp_status st = ddp_cuda_event_wait(s->done, "upload staging");
+        if (st != DDP_OK)
+            return st;
+        s->busy = false;
+    }
+    if (!s->done)
+        DDP_DEV_TRY(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming));
+    if (n <= s->n_bytes)
+        return DDP_OK;
+    if (s->host)
+        cudaFreeHost(s->host);
+    s->host = NULL;
+    s->n_bytes = 0;
+    DDP_DEV_TRY(cudaHostAlloc(&s->host, n, cudaHostAllocDefault));
+    s->n_bytes = n;
+    return DDP_OK;
+}
+
+static void ddp_stages_release(void)
+{
+    for (ddp_stage &s : ddp_stages) {
+        if (s.host)
+            cudaFreeHost(s.host);
+        if (s.done)
+            cudaEventDestroy(s.done);
+        s = ddp_stage{};
+    }
+}
+
 static ddp_status dev_upload(void *dst, const void *src_host, size_t n_bytes)
 {
-    DDP_DEV_TRY(cudaMemcpyAsync(dst, src_host, n_bytes, cudaMemcpyHostToDevice, ddp_dev_stream));
-    DDP_DEV_TRY(cudaStreamSynchronize(ddp_dev_stream));
+    if (n_bytes > ddp_stage_max) {
+        DDP_DEV_TRY(cudaMemcpyAsync(dst, src_host, n_bytes, cudaMemcpyHostToDevice,
+                                    ddp_dev_stream));
+        return ddp_cuda_stream_wait(ddp_dev_stream, "upload");
+    }
+    if (n_bytes == 0)
+        return DDP_OK;
+    ddp_stage *s = &ddp_stages[ddp_stage_next];
+    ddp_stage_next ^= 1;
+    ddp_status st = ddp_stage_reserve(s, n_bytes);
+    if (st != DDP_OK)
+        return st;
+    memcpy(s->host, src_host, n_bytes);
+    DDP_DEV_TRY(cudaMemcpyAsync(dst, s->host, n_bytes, cudaMemcpyHostToDevice, ddp_dev_stream));
+    DDP_DEV_TRY(cudaEventRecord(s->done, ddp_dev_stream));
+    s->busy = true;
     return DDP_OK;
 }
 
 static ddp_status dev_download(void *dst_host, const void *src, size_t n_bytes)
 {
     DDP_DEV_TRY(cudaMemcpyAsync(dst_host, src, n_bytes, cudaMemcpyDeviceToHost, ddp_dev_stream));
-    DDP_DEV_TRY(cudaStreamSynchronize(ddp_dev_stream));
-    return DDP_OK;
+    return ddp_cuda_stream_wait(ddp_dev_stream, "download");
 }
 
 static ddp_status dev_scale(float *x, size_t n, float alpha)
@@ -122,7 +187,8 @@ extern "C" ddp_status ddp_cuda_device_open(int device)
 extern "C" void ddp_cuda_device_close(void)
 {
     if (ddp_dev_stream) {
-        cudaStreamSynchronize(ddp_dev_stream);
+        ddp_cuda_stream_wait(ddp_dev_stream, "closing the device");
+        ddp_stages_release();
         cudaStreamDestroy(ddp_dev_stream);
     }
     ddp_dev_stream = NULL;

@@ -5,6 +5,7 @@
 #define DDP_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "device.h"
 #include "ddp.h"
@@ -39,6 +40,31 @@ ddp_status ddp_comm_mpi_create(ddp_comm **out);
 /* NCCL over device memory, bootstrapped over MPI_COMM_WORLD (rank 0's unique id is broadcast).
  * DDP_ERR_UNSUPPORTED in a build without NCCL. */
 ddp_status ddp_comm_nccl_create(int rank, int world_size, ddp_comm **out);
+
+/* ---- CUDA: device probe and waits under the deadline (backend_cuda.cu, cuda_wait.c) --------- */
+
+/* Number of CUDA devices usable here; when there are none because CUDA failed, `why` (may be NULL
+ * when why_size is 0) says what cudaGetDeviceCount reported, else it is "". Never fails. */
+int ddp_cuda_probe(char *why, size_t why_size);
+/* PCI bus id ("0000:06:00.0") of `device`; DDP_ERR_CUDA (logged) on failure, or
+ * DDP_ERR_UNSUPPORTED without a CUDA build. */
+ddp_status ddp_cuda_bus_id(int device, char *out, int size);
+
+/* What a wait polls besides its event: `check` returns DDP_OK while the communicator is healthy
+ * (else the error, e.g. NCCL's asynchronous error, already logged); `on_timeout` aborts it. One
+ * watch per process (the NCCL communicator's); NULL functions remove it. */
+void ddp_cuda_set_watch(ddp_status (*check)(void *arg), void (*on_timeout)(void *arg), void *arg);
+/* Waits until the cudaEvent_t `event` has completed, polling cudaEventQuery and the watch under
+ * the deadline (ddp_timeout_seconds()) instead of blocking. DDP_ERR_TIMEOUT after the deadline
+ * (the watch's on_timeout has then run), the watch's error, or DDP_ERR_CUDA; each logged with
+ * `what`. */
+ddp_status ddp_cuda_event_wait(void *event, const char *what);
+/* The same for all work queued so far on the cudaStream_t `stream`. */
+ddp_status ddp_cuda_stream_wait(void *stream, const char *what);
+/* Makes the work queued later on cudaStream_t `then` wait for the work queued so far on `first`
+ * (either may be NULL, the legacy default stream). DDP_ERR_CUDA on failure; DDP_ERR_UNSUPPORTED
+ * without a CUDA build. Does not block the host. */
+ddp_status ddp_cuda_join(void *first, void *then);
 
 /* ---- the context --------------------------------------------------------------------------- */
 
@@ -76,6 +102,38 @@ void ddp_log_set_identity(int rank, const char *hostname);
 /* The deadline of every collective and wait, in seconds: DDP_TIMEOUT from the environment, 300
  * when unset. A value that is not a positive number is logged once and the default used. */
 double ddp_timeout_seconds(void);
+
+/* ---- the watchdog (watchdog.c): deadlines on collectives, dead-rank detection ------------- */
+
+/* Lanes: collectives of the caller's thread, and the communication thread's queued all-reduces. */
+enum { DDP_WATCH_CALLER, DDP_WATCH_ASYNC, DDP_WATCH_N_LANES };
+
+/* Around every collective: enter marks collective `what` (a string literal) of n_bytes, for
+ * bucket (or -1), as active on the lane and returns its sequence number; leave marks it done.
+ * A few atomic stores each; no-ops while the watchdog is off. One thread per lane. */
+uint64_t ddp_watch_enter(int lane, const char *what, int bucket, size_t n_bytes);
+void ddp_watch_leave(int lane);
+
+/* Starts the watchdog thread (before MPI_Init, so start-up is under the deadline too); a lane
+ * active longer than ddp_timeout_seconds() ends the job (MPI_Abort) after naming the collective.
+ * DDP_WATCHDOG=0 leaves it off. Only fails softly: a warning, and no deadlines. */
+ddp_status ddp_watchdog_start(void);
+/* Collective, after MPI_Init: tells the watchdog this rank, exchanges side-channel addresses and
+ * builds the ring of TCP connections that detects dead ranks. A ring that cannot be built
+ * everywhere is left off with a warning (DDP_OK); DDP_ERR_MPI when the exchange itself failed. */
+ddp_status ddp_watchdog_connect(int rank, int world, const char *hostname);
+/* Says goodbye on the ring and closes the side channel (deadlines stay). */
+void ddp_watchdog_disconnect(void);
+/* Tells the ring that this rank is ending the job (before MPI_Abort in ddp_abort). */
+void ddp_watchdog_announce_abort(void);
+/* Disconnects and stops the thread. */
+void ddp_watchdog_stop(void);
+
+/* trace.c: the tag (a bucket index; -1: none) of the all-reduces the calling thread starts next.
+ * The MPI communicator keeps it in the request, and its thread records the "allreduce" span with
+ * it as args.arg. */
+void ddp_trace_set_tag(int64_t tag);
+int64_t ddp_trace_tag(void);
 
 /* CRC-32 (zlib) of a buffer, used by checksums and checkpoints. */
 uint32_t ddp_crc32(const void *data, size_t n_bytes);

@@ -39,6 +39,7 @@ struct ddp_reducer {
     int sync;                /* the current micro-step communicates */
     int micro_steps;         /* micro-steps since the last finish, this one included */
     ddp_status launch_error; /* first failed launch of this sync step, DDP_OK when none */
+    int defer_launch;        /* launch nothing before finish() (no overlap) */
 };
 
 void ddp_reducer_opts_default(ddp_reducer_opts *opts)
@@ -50,6 +51,7 @@ void ddp_reducer_opts_default(ddp_reducer_opts *opts)
     opts->grad_dtype = DDP_FP32;
     opts->comm_dtype = DDP_FP32;
     opts->stream = NULL;
+    opts->defer_launch = 0;
 }
 
 static ddp_status ddp_mib_to_bytes(double mib, const char *what, size_t *out)
@@ -154,6 +156,7 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
     r->ctx = ctx;
     r->grads = grads;
     r->n_params = n_params;
+    r->defer_launch = opts ? opts->defer_launch : 0;
     ddp_status st = ddp_reducer_plan(r, numel, opts ? opts : &defaults);
     if (st == DDP_OK)
         st = ddp_reducer_types(r, numel, opts ? opts : &defaults);
@@ -232,14 +235,17 @@ static void ddp_reducer_launch(ddp_reducer *r, int b)
     const ddp_bucket *bk = &r->buckets[b];
     void *buf = ddp_elem(r->grads, r->grad_dtype, bk->offset);
     ddp_status st = DDP_OK;
+    ddp_trace_instant("allreduce.queued", b);
     if (r->wire) {
         void *wire = ddp_elem(r->wire, r->wire_dtype, bk->offset);
         st = ddp_dev_cast(r->ctx, wire, r->wire_dtype, buf, r->grad_dtype, bk->n, r->stream);
         buf = wire;
     }
+    ddp_trace_set_tag(b);
     if (st == DDP_OK)
         st = ddp_allreduce_start_typed(r->ctx, buf, bk->n, r->wire_dtype, DDP_SUM, r->stream,
                                        &r->requests[b]);
+    ddp_trace_set_tag(-1);
     if (st != DDP_OK) {
         DDP_ERROR("reducer: cannot start the all-reduce of bucket %d (parameters %d..%d): %s", b,
                   bk->first_param, bk->last_param, ddp_strerror(st));
@@ -276,7 +282,8 @@ ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param)
     if (!r->sync)
         return DDP_OK; /* accumulation step: gradients stay local */
     r->pending[r->param_bucket[param]]--;
-    ddp_reducer_launch_ready(r, 0);
+    if (!r->defer_launch)
+        ddp_reducer_launch_ready(r, 0);
     return r->launch_error;
 }
 
@@ -336,7 +343,9 @@ ddp_status ddp_reducer_finish(ddp_reducer *r)
     /* Launch what is left even after an error, so peers that did everything right are not left
      * waiting in an all-reduce this rank never joins. */
     ddp_reducer_launch_ready(r, 1);
+    ddp_trace_begin("reducer.wait", r->n_buckets);
     ddp_status st = ddp_reducer_wait_all(r);
+    ddp_trace_end("reducer.wait", r->n_buckets);
     if (st == DDP_OK)
         st = r->launch_error;
     if (st == DDP_OK)

@@ -125,7 +125,10 @@ static ddp_status verify_counts(ddp_ctx *ctx, int n_params, int *counts)
 static ddp_status verify_agree_memory(int ok)
 {
     int all_ok = 0;
-    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    ddp_watch_enter(DDP_WATCH_CALLER, "replica-check agreement", -1, sizeof ok);
+    int rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    ddp_watch_leave(DDP_WATCH_CALLER);
+    if (rc != MPI_SUCCESS) {
         DDP_ERROR("MPI_Allreduce failed in the replica check");
         return DDP_ERR_MPI;
     }

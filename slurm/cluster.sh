@@ -3,14 +3,21 @@
 # node in its own network namespace) built from Debian's packages; all state under one base folder.
 #
 # Usage: slurm/cluster.sh start|stop|status [--nodes N] [--cpus C] [--gpus G] [--rate R]
+#                                            [--rate-node N=R]... [--requeue-delay S] [--mpi-default M]
 #   --nodes N   compute nodes node1..nodeN (default 2, at most 50)
 #   --cpus C    CPUs each node declares to Slurm (default 4; more than the real cores is fine)
 #   --gpus G    placeholder "GPUs" per node declared as gres/gpu (default 0). They are aliases of
 #               /dev/null, not GPUs: they let jobs with GPU directives be scheduled on a CPU machine.
 #   --rate R    limit every node's link to R in each direction (tc tbf on both ends of its veth),
 #               e.g. 1gbit (about 115 MB/s) or 100mbit; default: no limit (about 1.3 GB/s)
+#   --rate-node N=R  node N's link limited to R instead (repeatable), e.g. --rate-node 3=100mbit
+#               with --rate 1gbit: one node 10x slower than the others
 #   --requeue-delay S   seconds a requeued job waits before it may start again (AuthInfo's
 #               cred_expire, which is also the job step credential lifetime; default Slurm's 120)
+#   --mpi-default M  slurm.conf's MpiDefault: none (Slurm's own default: srun needs --mpi=pmix for
+#               Open MPI programs) or pmix (default here)
+# The nodes share this machine's cores: with more ranks than cores, compute-bound figures
+# (samples/s, step times) fall with every rank added; `start` says so when it applies.
 # Environment: DDP_SLURM_BASE (default /tmp/ddp-slurm), DDP_SLURM_PORT (slurmctld port, default
 #   16817; slurmd uses PORT+1), DDP_SLURM_WAIT (seconds to wait for idle nodes, default 30).
 # After `start`, use the cluster with:  source $DDP_SLURM_BASE/env.sh   (sets SLURM_CONF and the
@@ -27,7 +34,9 @@ NODES=2
 CPUS=4
 GPUS=0
 RATE=""                 # tc rate of every node's link, empty = unlimited
+declare -A NODE_RATE=() # node number -> tc rate that replaces RATE for that node
 REQUEUE_DELAY=""        # AuthInfo cred_expire, empty = Slurm's default (120 s)
+MPI_DEFAULT=pmix        # slurm.conf's MpiDefault
 NET=10.200.0            # bridge 10.200.0.1/24; nodeN is 10.200.0.(10+N)
 BRIDGE=ddpbr0           # names of everything this script creates start with "ddp"
 NS_PREFIX=ddp-node
@@ -40,7 +49,7 @@ die() { echo "cluster.sh: error: $*" >&2; exit 1; }
 log() { echo "cluster.sh: $*" >&2; }
 
 usage() {
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
     exit "${1:-0}"
 }
 
@@ -56,7 +65,7 @@ check_prereqs() {
     need slurmctld slurmctld; need slurmd slurmd
     need sinfo slurm-client; need scontrol slurm-client; need srun slurm-client
     need ip iproute2; need nsenter util-linux; need unshare util-linux
-    [[ -z $RATE ]] || need tc iproute2
+    [[ -z $RATE && ${#NODE_RATE[@]} -eq 0 ]] || need tc iproute2
     need mpirun openmpi-bin
     # Slurm's mpi/pmix plugin dlopens this library at run time; only the -dev package ships it.
     local pmix=/usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so
@@ -119,7 +128,7 @@ write_conf() {
         echo "SelectTypeParameters=CR_Core"
         echo "# config_overrides: a node may declare more CPUs than the machine has cores."
         echo "SlurmdParameters=config_overrides"
-        echo "MpiDefault=pmix"
+        echo "MpiDefault=$MPI_DEFAULT"
         echo "ReturnToService=2"
         echo "JobAcctGatherType=jobacct_gather/none"
         echo "AccountingStorageType=accounting_storage/none"
@@ -201,16 +210,17 @@ make_network() {
         ip -n "$ns" link set lo up
         ip -n "$ns" link set eth0 up
         ip -n "$ns" route add default via "$NET.1"
-        [[ -z $RATE ]] || limit_link "$n"
+        local rate=${NODE_RATE[$n]:-$RATE}
+        [[ -z $rate ]] || limit_link "$n" "$rate"
     done
 }
 
-# limit_link N: token-bucket limit RATE on both ends of node N's veth (tbf shapes egress only: the
+# limit_link N RATE: token-bucket limit RATE on both ends of node N's veth (tbf shapes egress only: the
 # root-side end limits traffic into the node, eth0 inside the namespace traffic out of it).
 limit_link() {
-    local tbf=(root tbf rate "$RATE" burst 256kb latency 10ms)
-    tc qdisc add dev "ddpv$1" "${tbf[@]}" || die "tc tbf rate $RATE on ddpv$1 failed"
-    tc -n "$NS_PREFIX$1" qdisc add dev eth0 "${tbf[@]}" || die "tc tbf rate $RATE on node$1's eth0 failed"
+    local tbf=(root tbf rate "$2" burst 256kb latency 10ms)
+    tc qdisc add dev "ddpv$1" "${tbf[@]}" || die "tc tbf rate $2 on ddpv$1 failed"
+    tc -n "$NS_PREFIX$1" qdisc add dev eth0 "${tbf[@]}" || die "tc tbf rate $2 on node$1's eth0 failed"
 }
 
 # Start slurmd for node N inside its network namespace, with its own hostname (UTS namespace) and
@@ -259,6 +269,18 @@ stop_other_cluster() {
     DDP_SLURM_BASE=$other "$0" stop || log "warning: could not stop the cluster in $other"
 }
 
+# Namespace nodes are not machines: say when the CPUs they declare exceed the real cores.
+note_shared_cores() {
+    local cores n rates=""
+    cores=$(nproc)
+    for n in "${!NODE_RATE[@]}"; do rates+=" node$n=${NODE_RATE[$n]}"; done
+    [[ -z $rates ]] || log "per-node link limits:$rates"
+    ((NODES * CPUS > cores)) || return 0
+    log "note: the $NODES nodes declare $((NODES * CPUS)) CPUs but share this machine's $cores cores:" \
+        "with more ranks than $cores, ranks compete for cores and compute-bound figures (samples/s," \
+        "step times) fall with every rank added; link-bound figures stay meaningful"
+}
+
 cmd_start() {
     local n t0=$EPOCHREALTIME
     check_prereqs
@@ -282,7 +304,8 @@ cmd_start() {
     for ((n = 1; n <= NODES; n++)); do start_slurmd "$n"; done
     wait_idle || exit 1
     trap - EXIT
-    log "cluster up: $NODES nodes x $CPUS CPUs$( ((GPUS == 0)) || echo " x $GPUS placeholder GPUs")$([[ -z $RATE ]] || echo ", links limited to $RATE") in $BASE ($(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }') s)"
+    note_shared_cores
+    log "cluster up: $NODES nodes x $CPUS CPUs$( ((GPUS == 0)) || echo " x $GPUS placeholder GPUs")$([[ -z $RATE ]] || echo ", links limited to $RATE"), MpiDefault=$MPI_DEFAULT in $BASE ($(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }') s)"
     echo "export SLURM_CONF=$BASE/slurm.conf    # or: source $BASE/env.sh"
 }
 
@@ -324,8 +347,14 @@ cmd_status() {
     echo "export SLURM_CONF=$BASE/slurm.conf    # or: source $BASE/env.sh"
 }
 
+check_rate() {
+    [[ $1 =~ ^[0-9]+(\.[0-9]+)?[kmgt]?(bit|bps)$ ]] ||
+        die "a link rate must be a tc rate such as 1gbit, 500mbit or 100mbit (got '$1')"
+}
+
 main() {
     (($# >= 1)) || usage 2
+    local n
     local cmd=$1
     shift
     while (($#)); do
@@ -334,7 +363,15 @@ main() {
             --cpus) CPUS=${2:?--cpus needs a number}; shift 2 ;;
             --gpus) GPUS=${2:?--gpus needs a number}; shift 2 ;;
             --rate) RATE=${2:?--rate needs a rate, e.g. 1gbit}; shift 2 ;;
+            --rate-node)
+                [[ ${2:-} =~ ^([1-9][0-9]*)=(.+)$ ]] ||
+                    die "--rate-node takes NODE=RATE, e.g. --rate-node 3=100mbit (got '${2:-}')"
+                n=${BASH_REMATCH[1]}
+                NODE_RATE[$n]=${BASH_REMATCH[2]}
+                check_rate "${NODE_RATE[$n]}"
+                shift 2 ;;
             --requeue-delay) REQUEUE_DELAY=${2:?--requeue-delay needs seconds}; shift 2 ;;
+            --mpi-default) MPI_DEFAULT=${2:?--mpi-default needs none or pmix}; shift 2 ;;
             -h | --help) usage 0 ;;
             *) die "unknown option '$1' (try --help)" ;;
         esac
@@ -343,8 +380,12 @@ main() {
     [[ $CPUS =~ ^[1-9][0-9]*$ ]] || die "--cpus must be a positive number"
     [[ $GPUS =~ ^[0-9]+$ ]] || die "--gpus must be a number"
     [[ -z $REQUEUE_DELAY || $REQUEUE_DELAY =~ ^[1-9][0-9]*$ ]] || die "--requeue-delay must be seconds"
-    [[ -z $RATE || $RATE =~ ^[0-9]+(\.[0-9]+)?[kmgt]?(bit|bps)$ ]] ||
-        die "--rate must be a tc rate such as 1gbit, 500mbit or 100mbit (got '$RATE')"
+    [[ $MPI_DEFAULT == none || $MPI_DEFAULT == pmix ]] ||
+        die "--mpi-default must be none or pmix (got '$MPI_DEFAULT')"
+    [[ -z $RATE ]] || check_rate "$RATE"
+    for n in "${!NODE_RATE[@]}"; do
+        ((n <= NODES)) || die "--rate-node $n=${NODE_RATE[$n]}: there are only $NODES nodes (--nodes)"
+    done
     case $cmd in
         start) cmd_start ;;
         stop) cmd_stop ;;

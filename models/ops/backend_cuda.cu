@@ -440,6 +440,50 @@ static ddp_status cuda_softmax_xent(const float *logits, const int *labels, int 
     return st;
 }
 
+/* ---- softmax cross-entropy for training: the loss stays on the device ----------------------- */
+
+/* One block: *acc += mean over rows of the per-row losses of ddp_softmax_xent_kernel (a fixed
+ * summation order, so the result is reproducible); NaN when a label was out of range. */
+__global__ void ddp_xent_acc_kernel(const int *result, int rows, float *acc)
+{
+    __shared__ double part[256];
+    __shared__ int bad[256];
+    double s = 0.0;
+    int b = 0;
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+        s += __int_as_float(result[2 * r]);
+        b |= result[2 * r + 1] < 0;
+    }
+    part[threadIdx.x] = s;
+    bad[threadIdx.x] = b;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if ((int)threadIdx.x < half) {
+            part[threadIdx.x] += part[threadIdx.x + half];
+            bad[threadIdx.x] |= bad[threadIdx.x + half];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        *acc += bad[0] ? __int_as_float(0x7fc00000) : (float)(part[0] / rows);
+}
+
+static ddp_status cuda_softmax_xent_acc(const float *logits, const int *labels, int rows,
+                                        int classes, float *dlogits, float *loss_acc)
+{
+    if (rows < 1 || classes < 1)
+        return DDP_ERR_INVALID_ARG;
+    ddp_status st = ddp_scratch_reserve(2 * (size_t)rows);
+    if (st != DDP_OK)
+        return st;
+    ddp_softmax_xent_kernel<<<ddp_grid((size_t)rows), ddp_block, 0, ddp_stream>>>(
+        logits, labels, rows, classes, dlogits, ddp_scratch);
+    DDP_CUDA_LAUNCHED();
+    ddp_xent_acc_kernel<<<1, 256, 0, ddp_stream>>>(ddp_scratch, rows, loss_acc);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
 /* ==================================================================== table and lifecycle == */
 
 static ddp_ops ddp_make_cuda_ops(void)
@@ -466,6 +510,7 @@ static ddp_ops ddp_make_cuda_ops(void)
     ops.maxpool_fwd = cuda_maxpool_fwd;
     ops.maxpool_bwd = cuda_maxpool_bwd;
     ops.softmax_xent = cuda_softmax_xent;
+    ops.softmax_xent_acc = cuda_softmax_xent_acc;
     return ops;
 }
 

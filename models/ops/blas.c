@@ -1,5 +1,6 @@
-/* blas.c - OpenBLAS kernel selection (re-exec with OPENBLAS_CORETYPE on AVX-512 CPUs that the
- * library does not recognise) and a one-line description of the BLAS in use.
+/* blas.c - OpenBLAS kernel selection (re-exec with the OPENBLAS_CORETYPE that ddp's one policy in
+ * common/blas_policy.c gives, unless the user preset one) and a one-line description of the BLAS
+ * in use.
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -8,55 +9,48 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "blas_policy.h"
 #include "ops.h"
 
-/* OpenBLAS core names whose kernels use AVX-512. */
-static int ddp_core_is_avx512(const char *core)
+/* The policy's decision for this process; 0, or -1 after logging a bad simulated feature list. */
+static int blas_decide(struct ddp_blas_decision *d)
 {
-    static const char *const fast[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
-    for (size_t i = 0; i < sizeof fast / sizeof fast[0]; i++) {
-        if (core && strcasecmp(core, fast[i]) == 0)
-            return 1;
-    }
-    return 0;
-}
-
-/* The AVX-512 core this CPU can run, or NULL when it lacks the SkylakeX instruction set
- * (F, BW, VL, DQ). Cooperlake adds the BF16 kernels. */
-static const char *ddp_cpu_avx512_core(void)
-{
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq"))
-        return NULL;
-    return __builtin_cpu_supports("avx512bf16") ? "Cooperlake" : "SkylakeX";
+    char err[512];
+    if (ddp_blas_decide(getenv("OPENBLAS_CORETYPE"), getenv(DDP_BLAS_SETTER_ENV), getenv(DDP_BLAS_SIMULATE_ENV),
+                        d, err, sizeof err) == 0)
+        return 0;
+    DDP_WARN("%s; leaving OpenBLAS's kernel choice alone", err);
+    return -1;
 }
 
 void ddp_blas_prefer_fast_kernels(char **argv)
 {
     const char *skip = getenv("DDP_NO_BLAS_REEXEC");
-    if (getenv("OPENBLAS_CORETYPE") || (skip && strcmp(skip, "1") == 0) || !argv || !argv[0])
+    struct ddp_blas_decision d;
+    if ((skip && strcmp(skip, "1") == 0) || !argv || !argv[0] || blas_decide(&d) != 0 || !d.apply)
         return;
-    const char *want = ddp_cpu_avx512_core();
     const char *have = openblas_get_corename();
-    if (!want || ddp_core_is_avx512(have))
-        return;
-    if (setenv("OPENBLAS_CORETYPE", want, 1) != 0) {
-        DDP_WARN("cannot set OPENBLAS_CORETYPE=%s; keeping OpenBLAS core %s", want, have);
+    if (setenv("OPENBLAS_CORETYPE", d.core, 1) != 0 || setenv(DDP_BLAS_SETTER_ENV, "models", 1) != 0) {
+        DDP_WARN("cannot set OPENBLAS_CORETYPE=%s; keeping OpenBLAS core %s", d.core, have);
         return;
     }
-    DDP_DEBUG("OpenBLAS chose core %s on an AVX-512 CPU; re-executing with OPENBLAS_CORETYPE=%s",
-              have, want);
+    if (have && strcasecmp(have, d.core) == 0)
+        return; /* already the policy's core: the variable now tells child processes */
+    DDP_DEBUG("OpenBLAS chose core %s; re-executing with OPENBLAS_CORETYPE=%s", have, d.core);
     execv("/proc/self/exe", argv);
-    DDP_WARN("re-exec with OPENBLAS_CORETYPE=%s failed; keeping OpenBLAS core %s", want, have);
+    DDP_WARN("re-exec with OPENBLAS_CORETYPE=%s failed; keeping OpenBLAS core %s", d.core, have);
 }
 
 const char *ddp_blas_describe(void)
 {
-    static char text[512];
+    static char text[768];
+    char policy[256] = "";
+    struct ddp_blas_decision d;
     const char *config = openblas_get_config();
     const char *core = openblas_get_corename();
-    snprintf(text, sizeof text, "%s core=%s threads=%d", config ? config : "OpenBLAS",
-             core ? core : "unknown", openblas_get_num_threads());
+    if (blas_decide(&d) == 0)
+        ddp_blas_decision_describe(&d, getenv(DDP_BLAS_SETTER_ENV), policy, sizeof policy);
+    snprintf(text, sizeof text, "%s core=%s threads=%d; %s", config ? config : "OpenBLAS",
+             core ? core : "unknown", openblas_get_num_threads(), policy);
     return text;
 }

@@ -71,6 +71,7 @@ ddp_status ddp_backend_require(const ddp_ops *ops, const char *who)
     DDP_REQUIRE_OP_(maxpool_fwd);
     DDP_REQUIRE_OP_(maxpool_bwd);
     DDP_REQUIRE_OP_(softmax_xent);
+    DDP_REQUIRE_OP_(softmax_xent_acc);
     return DDP_OK;
 }
 

@@ -90,6 +90,11 @@ typedef struct ddp_ops {
      * / rows. dlogits may be NULL (evaluation). labels is backend memory. */
     ddp_status (*softmax_xent)(const float *logits, const int *labels, int rows, int classes,
                                float *dlogits, float *loss_host, int *correct_host);
+    /* The same for training, without a host round trip: ADDS the mean loss to *loss_acc (backend
+     * memory, one float) and writes dlogits. A label outside [0, classes) is DDP_ERR_INVALID_ARG
+     * on the CPU; on the GPU, where nothing waits for the device, it makes *loss_acc NaN. */
+    ddp_status (*softmax_xent_acc)(const float *logits, const int *labels, int rows, int classes,
+                                   float *dlogits, float *loss_acc);
 
     /* ---- precision-aware layer ops (optional: NULL on a backend that has only fp32, where the
      * layers fall back to the primitives above). x, y, dx, dy, and weights w are in precision p
@@ -168,12 +173,16 @@ void ddp_cpu_set_threads(int threads);
 
 /* ---- the CPU's libraries (blas.c, dnnl.c) ---------------------------------------------------- */
 
-/* If OPENBLAS_CORETYPE is unset, the CPU supports AVX-512 and OpenBLAS chose a non-AVX-512 core,
- * sets OPENBLAS_CORETYPE and re-executes the program (/proc/self/exe, same argv) so OpenBLAS loads
- * the fast kernels. Call it first in main(). Returns only when nothing had to be done (or exec
- * failed, which is logged). */
+/* ddp's one kernel policy (common/blas_policy.c, shared with ddp-launch): a CPU with AVX-512 F, BW,
+ * VL and DQ gets OPENBLAS_CORETYPE=SkylakeX, with BF16 as well Cooperlake; other CPUs keep
+ * OpenBLAS's choice. If OPENBLAS_CORETYPE is unset (a preset is the user's choice and is kept) and
+ * the policy names a core, sets OPENBLAS_CORETYPE (and DDP_OPENBLAS_CORETYPE_BY=models) and, when
+ * OpenBLAS runs another core, re-executes the program (/proc/self/exe, same argv) so OpenBLAS loads
+ * that one. DDP_NO_BLAS_REEXEC=1 turns this off. Call it first in main(). Returns only when no
+ * re-exec was needed (or exec failed, which is logged). */
 void ddp_blas_prefer_fast_kernels(char **argv);
-/* "OpenBLAS 0.3.21 DYNAMIC_ARCH ... core=SkylakeX threads=1", for start-up reports. */
+/* "OpenBLAS 0.3.21 DYNAMIC_ARCH ... core=SkylakeX threads=1; OPENBLAS_CORETYPE=SkylakeX set by
+ * ddp-launch (policy)" (or "... preset by the user ..."), for start-up reports. */
 const char *ddp_blas_describe(void);
 /* The library running the CPU's GEMMs in precision p: "OpenBLAS" or "oneDNN matmul". */
 const char *ddp_cpu_gemm_name(ddp_precision p);

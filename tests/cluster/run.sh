@@ -3,9 +3,10 @@
 # (slurm/cluster.sh), runs the chosen cases against it, reports each case PASS/FAIL with its time,
 # and always stops the cluster. Exit 0 only when every case passed.
 #
-# Usage: tests/cluster/run.sh --launch PATH --train PATH [CASE...]     (no CASE: all of them)
+# Usage: tests/cluster/run.sh --launch PATH --train PATH [--mpi-default none|pmix] [CASE...]
+#   (no CASE: all of them; --mpi-default: slurm.conf's MpiDefault, as cluster.sh takes it)
 # Cases: print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
-#   torch-allreduce pmi-trap requeue srun-sigterm
+#   torch-allreduce pmi-trap requeue srun-sigterm log-dir kill-rank   (templates needs --mpi-default none)
 # Environment: DDP_TEST_SRCDIR (source tree; default: two levels up), DDP_SLURM_BASE (cluster state,
 #   default /tmp/ddp-slurm-test). Only one cluster can run per machine (the network names are fixed):
 #   concurrent runs queue on a lock, and a cluster left running by hand is stopped first.
@@ -21,10 +22,11 @@ TRAIN_ARGS=(--model mlp --epochs 4 --batch 64 --lr 0.1 --device auto)
 MIN_ACC=0.90
 JOB_TIMEOUT=420       # seconds any one srun or batch job may take
 ALL_CASES=(print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
-    torch-allreduce pmi-trap requeue srun-sigterm)
+    torch-allreduce pmi-trap requeue srun-sigterm log-dir kill-rank)
 LAUNCH=""
 TRAIN=""
 WORK=""
+MPI_DEFAULT=pmix
 
 log() { echo "cluster-test: $*"; }
 # fail MESSAGE: ends the current case (each case runs in a subshell) as failed.
@@ -209,11 +211,16 @@ sys.exit(1 if errors else 0)
 PY
 }
 
-# Every slurm/*.sbatch runs to completion as written (its own training defaults), with only the
-# programs, data and output folder passed through the environment variables the templates document. The GPU directives are met by the
-# cluster's placeholder GPUs; ddp-train's --device auto falls back to the CPU.
+# Every slurm/*.sbatch runs to completion as written (its own training defaults) under Slurm's own
+# default MpiDefault=none, so every srun line must ask for PMIx itself: submitted from the source
+# tree as the templates say, with only the programs, data and output folder passed through the
+# environment variables the templates document. The GPU directives are met by the cluster's
+# placeholder GPUs; ddp-train's --device auto falls back to the CPU.
 case_templates() {
-    local t name failed=0 n=0 t0
+    local t name failed=0 n=0 t0 mpi
+    mpi=$(scontrol show config | sed -n 's/^MpiDefault *= *//p')
+    echo "  cluster MpiDefault=$mpi"
+    [[ $mpi == none ]] || fail "the templates case needs MpiDefault=none: run.sh --mpi-default none templates"
     for t in "$SRC"/slurm/*.sbatch; do
         name=$(basename "$t" .sbatch)
         n=$((n + 1))
@@ -229,12 +236,25 @@ case_templates() {
     ((failed == 0)) || fail "$failed of $n templates failed"
 }
 
-# run_template FILE NAME (in a subshell): submit it from the source tree, wait, check its metrics.
+# run_template FILE NAME (in a subshell): submit it from the source tree, wait, check its metrics
+# and its per-rank logs (DDP_OUT/logs: one .out and .err per rank; rank 0's last line also in the
+# job's output).
 run_template() {
+    local world r last
     export DDP_BIN=$BUILD DDP_DATA=$DATA DDP_OUT=$WORK/$2
-    submit "tmpl-$2" "$WORK/$2.out" --chdir="$SRC" "$1"
+    cd "$SRC"
+    submit "tmpl-$2" "$WORK/$2.out" "$1"
     grep -q '^done: ' "$WORK/$2.out" || { show_tail "$WORK/$2.out"; fail "no 'done:' line in the job output"; }
-    check_metrics "$DDP_OUT/metrics.jsonl" "$(expected_world "$1")"
+    world=$(expected_world "$1")
+    check_metrics "$DDP_OUT/metrics.jsonl" "$world"
+    for ((r = 0; r < world; r++)); do
+        [[ -f $DDP_OUT/logs/rank.$r.out && -f $DDP_OUT/logs/rank.$r.err ]] || fail "no log files of rank $r in $DDP_OUT/logs"
+    done
+    [[ $(find "$DDP_OUT/logs" -type f | wc -l) -eq $((2 * world)) ]] || fail "log files other than ranks 0..$((world - 1))'s"
+    last=$(grep -v '^ *$' "$DDP_OUT/logs/rank.0.err" | tail -n 1)
+    if [[ -z $last ]] || ! grep -qF -- "$last" "$WORK/$2.out"; then
+        fail "rank 0's last log line '$last' is not in the job output"
+    fi
 }
 
 # expected_world TEMPLATE: nodes x tasks-per-node from its #SBATCH lines.
@@ -306,7 +326,7 @@ case_requeue() {
     local dir=$WORK/requeue out=$WORK/requeue.out id restarts step
     local args="--widths 784-64-10 --max-steps 1500 --device cpu --log-every 100"
     id=$(DDP_BIN=$BUILD DDP_DATA=$DATA DDP_OUT=$dir DDP_EPOCHS=100 DDP_BATCH=32 DDP_LR=0.05 \
-        DDP_CKPT_EVERY=50 DDP_TRAIN_ARGS=$args sbatch --parsable --chdir="$SRC" --output="$out" \
+        DDP_CKPT_EVERY=50 DDP_TRAIN_ARGS=$args DDP_SRC=$SRC sbatch --parsable --chdir="$SRC" --output="$out" \
         --nodes=2 --ntasks-per-node=1 --time=10 "$SRC/slurm/requeue.sbatch") || fail "sbatch refused"
     id=${id%%;*}
     echo "  submitted slurm/requeue.sbatch as job $id"
@@ -363,6 +383,63 @@ EOF
         fail "no valid checkpoint of step $step"
 }
 
+# srun -N2 --ntasks-per-node=2 ddp-launch --log-dir: ddp-launch runs once per rank and redirects its
+# own rank: every rank's lines (tagged with rank and host) land in its two files and nowhere else,
+# on the node it ran on; srun's output holds rank 0's lines only, all of them, even after a burst.
+case_log_dir() {
+    local out=$WORK/log-dir.out logs=$WORK/logs
+    # shellcheck disable=SC2016  # for the task's shell
+    run_to "$out" 60 srun -N2 --ntasks-per-node=2 --label "$LAUNCH" --log-dir "$logs" sh -c \
+        'for i in $(seq 20); do echo "out rank=$RANK host=$(hostname) line=$i"; echo "err rank=$RANK host=$(hostname) line=$i" >&2; done' ||
+        { show_tail "$out"; fail "srun ... ddp-launch --log-dir exited non-zero"; }
+    python3 - "$out" "$logs" <<'PY' || { show_tail "$out" 40; fail "wrong per-rank logs"; }
+import os, re, sys
+out, logs = sys.argv[1], sys.argv[2]
+errors = []
+files = sorted(os.listdir(logs))
+want_files = sorted(f"rank.{r}.{s}" for r in range(4) for s in ("out", "err"))
+if files != want_files:
+    errors.append(f"log files {files}, want {want_files}")
+for r in range(4):
+    for s in ("out", "err"):
+        path = os.path.join(logs, f"rank.{r}.{s}")
+        lines = open(path).read().splitlines() if os.path.exists(path) else []
+        want = [f"{s} rank={r} host=node{r // 2 + 1} line={i}" for i in range(1, 21)]
+        print(f"  {path}: {len(lines)} lines, {sum(l in want for l in lines)} of rank {r} on node{r // 2 + 1}")
+        if lines != want:
+            errors.append(f"{path} does not hold exactly rank {r}'s 20 {s} lines")
+terminal = [l for l in open(out).read().splitlines() if re.match(r"\s*\d+: ", l)]
+for s in ("out", "err"):
+    got = [l for l in terminal if re.match(rf"\s*0: {s} rank=0 host=node1 line=\d+$", l)]
+    if len(got) != 20:
+        errors.append(f"srun output: {len(got)} of rank 0's {s} lines, want 20")
+others = [l for l in terminal if not re.match(r"\s*0: (out|err) rank=0 ", l)]
+if others:
+    errors.append(f"srun output has lines of other ranks: {others[:3]}")
+for e in errors:
+    print("  " + e)
+sys.exit(1 if errors else 0)
+PY
+    # A burst at the end of the step: srun's copy of rank 0 is complete, to the last line.
+    run_to "$out" 60 srun -N2 --ntasks-per-node=1 "$LAUNCH" --log-dir "$WORK/burst" sh -c 'seq 100000; echo last-line' ||
+        { show_tail "$out"; fail "srun ... ddp-launch --log-dir (burst) exited non-zero"; }
+    echo "  burst: srun output $(grep -c '^[0-9]' "$out") numbers + '$(tail -n 1 "$out")', rank 0's file $(wc -l <"$WORK/burst/rank.0.out") lines"
+    [[ $(grep -c '^[0-9]' "$out") -eq 100000 && $(tail -n 1 "$out") == last-line ]] ||
+        fail "srun's output lost part of rank 0's burst"
+}
+
+# No rank left hanging (issue 6, test 4): kill -9 of rank 1 in the middle of training under plain
+# `srun --mpi=pmix -N2` (Slurm's default KillOnBadExit=0) and under mpirun in an sbatch allocation of
+# 2 nodes, then SIGSTOP under srun with DDP_TIMEOUT=8 (tests/train/kill_rank.py; 2 trials per mode
+# here; DDP_KILL_TRIALS=10 DDP_STOP_TRIALS=N for more).
+case_kill_rank() {
+    local py=$SRC/tests/train/kill_rank.py trials=${DDP_KILL_TRIALS:-2}
+    "$py" --train "$TRAIN" --launch "$LAUNCH" --modes srun,sbatch-mpirun --trials "$trials" ||
+        fail "a job outlived the death of one of its ranks (see above)"
+    "$py" --train "$TRAIN" --launch "$LAUNCH" --modes srun --stop --trials "${DDP_STOP_TRIALS:-1}" ||
+        fail "a job outlived the freezing of one of its ranks (see above)"
+}
+
 # --- driver ----------------------------------------------------------------------------------------
 
 cleanup() {
@@ -379,6 +456,7 @@ main() {
         case $1 in
             --launch) LAUNCH=$2; shift 2 ;;
             --train) TRAIN=$2; shift 2 ;;
+            --mpi-default) MPI_DEFAULT=$2; shift 2 ;;
             *) cases+=("$1"); shift ;;
         esac
     done
@@ -396,9 +474,10 @@ main() {
     trap cleanup EXIT
     t0=$(now)
     # requeue: a requeued job may start again after 10 s instead of Slurm's default 120 s
-    "$CLUSTER" start --nodes 2 --cpus 4 --gpus 4 --requeue-delay 10 >"$WORK/start.out" 2>&1 ||
+    "$CLUSTER" start --nodes 2 --cpus 4 --gpus 4 --requeue-delay 10 --mpi-default "$MPI_DEFAULT" \
+        >"$WORK/start.out" 2>&1 ||
         { cat "$WORK/start.out"; log "FAIL: the Slurm cluster did not start"; exit 1; }
-    log "cluster started in $(elapsed "$t0") s"
+    log "cluster started in $(elapsed "$t0") s (MpiDefault=$MPI_DEFAULT)"
     # shellcheck source=/dev/null
     source "$DDP_SLURM_BASE/env.sh"
     cd "$WORK"

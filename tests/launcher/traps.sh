@@ -1,6 +1,7 @@
 #!/bin/sh
 # traps.sh - test 8: the known traps end within seconds with a non-zero exit and a message saying
-# how to fix them; a failing rank of `-n N` (fork path) stops the others instead of hanging.
+# how to fix them; a failing rank of `-n N` (fork path) stops the others instead of hanging and is
+# named; the fork path refuses MPI programs.
 # Usage: traps.sh DDP_LAUNCH MPI_HELLO (an Open MPI program).
 launch=$1 mpi_prog=$2
 fails=0
@@ -47,8 +48,13 @@ expect "two world sizes" "WORLD_SIZE" \
     OMPI_COMM_WORLD_LOCAL_SIZE=2 RANK=0 WORLD_SIZE=4 "$launch" true
 expect "usage error" "bind" "$launch" --bind=sometimes true
 # shellcheck disable=SC2016
-expect "a failing forked rank stops the others" "status 3; stopping the others" \
+expect "a failing forked rank stops the others, named" "rank 1 (pid [0-9]*) exited with status 3; stopping the other ranks" \
     env DDP_LOCAL_FORK=1 "$launch" -n 3 sh -c 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 60'
+# Forked ranks of an MPI program could not join one job: refused at once, with the fix.
+expect "DDP_LOCAL_FORK=1 with an MPI program (ldd)" "cannot join one MPI job.*unset DDP_LOCAL_FORK" \
+    env DDP_LOCAL_FORK=1 "$launch" -n 2 "$mpi_prog"
+expect "no mpirun in PATH with an MPI program" "mpirun is not in PATH.*apt-get install openmpi-bin" \
+    env PATH=/nonexistent DDP_MPI_PROGRAM=openmpi "$launch" -n 2 "$mpi_prog"
 
 # The same launches are accepted once fixed (PMIx present, --share-gpus, a plain program).
 # shellcheck disable=SC2046

@@ -177,7 +177,11 @@ static void check_xent(test_rng *r)
     CHECK_CLOSE(loss, want_loss / R, 1e-6, 1e-5, "mean loss");
     CHECK(correct == want_correct && correct >= 1, "correct %d, want %d", correct, want_correct);
     CHECK(test_compare("dlogits", dz, dz_want, R * C, 1e-6, 1e-5) == 0, "dlogits");
+    float acc = 1.5f; /* the training variant adds the mean loss to what is there */
+    CHECK(cpu->softmax_xent_acc(z, labels, R, C, dz, &acc) == DDP_OK, "softmax_xent_acc");
+    CHECK_CLOSE(acc, 1.5 + want_loss / R, 1e-6, 1e-5, "accumulated loss");
     labels[2] = C;
+    CHECK(cpu->softmax_xent_acc(z, labels, R, C, dz, &acc) == DDP_ERR_INVALID_ARG, "bad label (acc)");
     CHECK(cpu->softmax_xent(z, labels, R, C, NULL, &loss, NULL) == DDP_ERR_INVALID_ARG, "bad label");
 }
 

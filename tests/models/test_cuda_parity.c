@@ -76,6 +76,25 @@ static void check_elementwise(test_rng *r)
     drop_pair(&x), drop_pair(&y), drop_pair(&g), drop_pair(&m), drop_pair(&dx);
 }
 
+/* The training variant keeps the loss on the device: it adds the mean loss to *acc; a label out
+ * of range makes it NaN. labels_d holds labels[0..R); logits are (R, C). */
+static void check_xent_acc(pair *z, pair *dz, const int *labels, int *labels_d, int R, int C)
+{
+    float acc_h = 0.25f, acc_g = 0.0f, *acc_d = gpu->alloc(sizeof acc_h);
+    gpu->upload(acc_d, &acc_h, sizeof acc_h);
+    cpu->softmax_xent_acc(z->h, labels, R, C, dz->h, &acc_h);
+    CHECK(gpu->softmax_xent_acc(z->d, labels_d, R, C, dz->d, acc_d) == DDP_OK, "softmax_xent_acc");
+    CHECK(gpu->download(&acc_g, acc_d, sizeof acc_g) == DDP_OK, "download acc");
+    CHECK_CLOSE(acc_g, acc_h, 1e-6, 1e-5, "accumulated loss");
+    compare_pair("dlogits (acc)", dz, 1e-6, 1e-5);
+    int bad = C;
+    gpu->upload(labels_d + 5, &bad, sizeof bad);
+    gpu->softmax_xent_acc(z->d, labels_d, R, C, dz->d, acc_d);
+    CHECK(gpu->download(&acc_g, acc_d, sizeof acc_g) == DDP_OK && isnan(acc_g),
+          "a bad label gives a NaN loss, got %g", (double)acc_g);
+    gpu->free(acc_d);
+}
+
 static void check_conv_helpers(test_rng *r, int c, int h, int w, int k, int pad)
 {
     int ho = h + 2 * pad - k + 1, wo = w + 2 * pad - k + 1;
@@ -109,6 +128,7 @@ static void check_pool_xent(test_rng *r)
     CHECK_CLOSE(lg, lh, 1e-6, 1e-5, "loss");
     CHECK(cg == ch, "correct %d vs %d", cg, ch);
     compare_pair("dlogits", &dz, 1e-6, 1e-5);
+    check_xent_acc(&z, &dz, labels, labels_d, R, C);
     free(arg_h), gpu->free(arg_d), gpu->free(labels_d);
     drop_pair(&x), drop_pair(&y), drop_pair(&dy), drop_pair(&dx), drop_pair(&z), drop_pair(&dz);
 }
@@ -139,7 +159,7 @@ static void check_model(test_rng *r, ddp_model_kind kind)
 int main(void)
 {
     if (ddp_cuda_device_count() == 0 || !ddp_cuda_ops()) {
-        fprintf(stderr, "no usable CUDA device: skipped\n");
+        fprintf(stderr, "test_cuda_parity: skipped: no usable GPU\n");
         return DDP_TEST_SKIP;
     }
     if (ddp_cuda_backend_open(0, NULL) != DDP_OK)

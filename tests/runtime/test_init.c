@@ -4,7 +4,9 @@
  *   --np N                    under mpirun -np N on one host: ranks, local ranks, node ranks
  *   --expect-error NAME       ddp_init must return the status NAME (e.g. DDP_ERR_ENV) on this rank
  *   --set-env-on-rank R V=X   before ddp_init, rank R (from OMPI_COMM_WORLD_RANK) sets V=X
- *   --backend cuda            ask for CUDA (exits 77 where a GPU is present: nothing to test)
+ *   --backend cpu|cuda|auto   ask for that backend; cuda exits 77 where a GPU is present (nothing
+ *                             to test), unless DDP_FAKE_CUDA_DEVICES says GPUs are simulated
+ *   --expect-backend NAME     ddp_init must succeed and choose that backend (cpu or cuda)
  *   --mpi-first               the program initialises MPI itself: ddp_init must use it and
  *                             ddp_finalize must leave it running
  * Exit 0 on success, 1 on a failed check. */
@@ -22,6 +24,7 @@ typedef struct test_args {
     int env_rank;             /* rank that sets env_assign, -1 for none */
     const char *env_assign;   /* "VAR=VALUE" */
     ddp_backend_kind backend;
+    ddp_backend_kind expect_backend; /* AUTO: not checked */
     int mpi_first;
 } test_args;
 
@@ -38,6 +41,9 @@ static int parse_args(int argc, char **argv, test_args *a)
             a->env_assign = argv[++i];
         } else if (!strcmp(argv[i], "--mpi-first")) {
             a->mpi_first = 1;
+        } else if (!strcmp(argv[i], "--expect-backend") && i + 1 < argc) {
+            if (ddp_backend_parse(argv[++i], &a->expect_backend) != DDP_OK)
+                return -1;
         } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
             if (ddp_backend_parse(argv[++i], &a->backend) != DDP_OK)
                 return -1;
@@ -181,7 +187,8 @@ int main(int argc, char **argv)
     test_args a;
     if (parse_args(argc, argv, &a) != 0)
         return 2;
-    if (a.backend == DDP_BACKEND_CUDA && ddp_cuda_device_count() > 0)
+    if (a.backend == DDP_BACKEND_CUDA && ddp_cuda_device_count() > 0 &&
+        !getenv("DDP_FAKE_CUDA_DEVICES"))
         return DDP_TEST_SKIP;
     if (a.mpi_first)
         return run_mpi_first(a.np);
@@ -204,6 +211,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "ddp_init: %s\n", ddp_strerror(st));
         return 1;
     }
+    if (a.expect_backend != DDP_BACKEND_AUTO)
+        CHECK(ddp_backend(ctx) == a.expect_backend, "backend %s, want %s",
+              ddp_backend_name(ddp_backend(ctx)), ddp_backend_name(a.expect_backend));
     if (a.np > 0)
         check_mpirun(ctx, a.np);
     else

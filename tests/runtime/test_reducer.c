@@ -4,6 +4,8 @@
  * micro-steps the mean over ranks and micro-steps is exactly i + (W - 1) / 2 + (K - 1) / 2.
  * Tiny caps give many buckets; parameters are marked in reverse, forward, and a rank-dependent
  * scrambled order (launches must still go in bucket order on every rank).
+ * `--backend cuda`: the same on device memory with NCCL (gradients staged with ddp_upload); exits
+ * 77 where this host has fewer GPUs than ranks.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -163,11 +165,32 @@ static void test_misuse(ddp_ctx *ctx, float *grads)
           "0 parameters accepted");
 }
 
-int main(void)
+/* 1 (with the reason on stderr) when this host has fewer GPUs than ranks. */
+static int skip_without_gpus(void)
+{
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int ranks = local ? atoi(local) : 1, gpus = ddp_cuda_device_count();
+    if (gpus >= ranks)
+        return 0;
+    fprintf(stderr, "test_reducer: skipped: %d rank(s) on this host but %d GPU(s); NCCL needs one "
+            "GPU per rank\n", ranks, gpus);
+    return 1;
+}
+
+int main(int argc, char **argv)
 {
     ddp_init_opts io;
     ddp_init_opts_default(&io);
     io.backend = DDP_BACKEND_CPU;
+    if (argc == 3 && !strcmp(argv[1], "--backend")) {
+        if (ddp_backend_parse(argv[2], &io.backend) != DDP_OK)
+            return 2;
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: test_reducer [--backend cpu|cuda]\n");
+        return 2;
+    }
+    if (io.backend == DDP_BACKEND_CUDA && skip_without_gpus())
+        return DDP_TEST_SKIP;
     io.print_table = 0;
     ddp_ctx *ctx = NULL;
     if (ddp_init(&io, &ctx) != DDP_OK)

@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""costmodel.py - a cost model of one data-parallel training step, past the machines at hand.
+
+Formulas (times in seconds, sizes in bytes; p GPUs = N nodes x g GPUs per node):
+
+Compute. Either measured: t_compute = samples_per_step_per_gpu / (samples/s of one GPU alone), or
+from an assumed model FLOPs utilisation: t_compute = 6 * P * tokens_per_gpu / (MFU * peak_flops)
+(forward 2PT, backward 4PT). The backward pass is 2/3 of it, the forward 1/3.
+
+All-reduce of S bytes (alpha-beta costs; alpha per step, B bandwidth per GPU and direction):
+  ring: 2(p-1) steps of S/p bytes each:  T_ring = 2(p-1) * (alpha + S / (p * B))
+        (the bus-bandwidth convention of nccl-tests: busbw = algbw * 2(p-1)/p)
+  tree: NCCL's double binary tree over nodes, a chain inside each node; the latency grows with
+        log2(N) instead of p: T_tree = 2 * (ceil(log2 N) * alpha_net + (g - 1) * alpha_nvl)
+        + 2 * S / B. Its bandwidth term is the ring's bound (2S/B up to the (p-1)/p factor): with one
+        NIC per GPU NCCL's tree does not beat the ring's bandwidth (NVIDIA, nccl-tests issue 196).
+  NCCL picks the faster one per call; so does this model. On one node (N = 1): alpha = alpha_nvl,
+  B = B_nvl; across nodes every ring crosses the network, so alpha = alpha_net and
+  B = min(B_net, B_nvl) (each GPU's traffic leaves through its own NIC: rail-optimised nodes).
+
+Buckets and overlap: gradients come out at an even rate during the backward pass, last
+parameters first; bucket k (caps as in libddp: the first bucket first_cap, the others cap) is
+ready when the backward pass has produced its bytes: t_ready_k = t_bwd * (bytes up to k) / total.
+All-reduces run one at a time, in order: end_k = max(t_ready_k, end_{k-1}) + T(S_k). Without
+overlap every bucket is ready at t_bwd. Exposed communication = max(0, end_last - t_bwd).
+  step = t_fwd + t_bwd + exposed + t_other,   efficiency = t_compute_alone / step
+(weak scaling: the batch per GPU is fixed, so one GPU alone takes t_compute_alone per step).
+
+Why efficiency falls below 90 % (the first that applies):
+  compute too short: the all-reduces take longer than the whole backward pass, so no overlap
+      can hide them (then: latency-bound when the alpha terms are most of it);
+  latency-bound: the alpha terms are most of the exposed time (many small buckets, many steps);
+  bandwidth-bound: the bucket(s) left after the backward pass take that long to move.
+
+Defaults, for H100 SXM nodes of 8 GPUs (sources):
+  B_nvl   = 450 GB/s per direction: NVLink 4, 900 GB/s bidirectional per GPU (NVIDIA H100 data
+            sheet; DGX H100 user guide).
+  B_net   = 50 GB/s = 400 Gb/s per GPU: one ConnectX-7 400 Gb/s NIC per GPU, 8 per DGX H100 node
+            (DGX H100 user guide, network modules table). Both are peaks; the model multiplies
+            them by link_efficiency = 0.9 (an assumption; calibrate with nccl-tests' busbw).
+  alpha_nvl = 1 us, alpha_net = 5 us per step: assumptions of the right order for NCCL's LL/Simple
+            protocols; calibrate with small-message nccl-tests or ddp-allreduce-bench times.
+  peak    = 989 TFLOP/s dense BF16 (NVIDIA H100 SXM data sheet), MFU 0.40 (an assumption).
+  gradients in 4 bytes (libddp's fp32 buckets; --grad-bytes 2 for 16-bit), caps 25 MiB / 1 MiB.
+Other sources: nccl-tests doc/PERFORMANCE.md (algbw, busbw, 2(n-1)/n); NVIDIA developer blog
+"Massively Scale Your Deep Learning Training with NCCL 2.4" (double binary trees, logarithmic
+latency).
+
+Usage:
+  costmodel.py table [--params 1e6,1e7,1e8,1e9,7e9] [--gpus 8,...,4096] [options]
+  costmodel.py plot OUT.png [options]          (gnuplot; efficiency vs GPUs per model size)
+  costmodel.py local --calib BENCH2.csv ...    (see `local --help`: the local cluster check)
+"""
+import argparse
+import csv
+import math
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+MIB = 1024 * 1024
+
+
+class Hardware:
+    """Link parameters; bandwidths in bytes/s (per GPU, per direction), latencies in seconds."""
+
+    def __init__(self, gpus_per_node=8, b_nvl=450e9, b_net=50e9, alpha_nvl=1e-6, alpha_net=5e-6,
+                 link_efficiency=0.9):
+        self.g = gpus_per_node
+        self.b_nvl = b_nvl * link_efficiency
+        self.b_net = b_net * link_efficiency
+        self.alpha_nvl = alpha_nvl
+        self.alpha_net = alpha_net
+
+
+def ring_time(size, p, alpha, bw):
+    """Ring all-reduce of `size` bytes over p ranks: 2(p-1) steps of size/p bytes."""
+    if p <= 1:
+        return 0.0
+    return 2 * (p - 1) * (alpha + size / (p * bw))
+
+
+def link_of(hw, nodes):
+    """(alpha, bandwidth) of a ring step: NVLink inside one node, the network across nodes."""
+    if nodes <= 1:
+        return hw.alpha_nvl, hw.b_nvl
+    return hw.alpha_net, min(hw.b_net, hw.b_nvl)
+
+
+def tree_time(size, nodes, hw):
+    """NCCL double binary tree across nodes, a chain inside each node (see the top)."""
+    p = nodes * hw.g
+    if p <= 1:
+        return 0.0
+    _, bw = link_of(hw, nodes)
+    depth = math.ceil(math.log2(nodes)) if nodes > 1 else 0
+    return 2 * (depth * hw.alpha_net + (hw.g - 1) * hw.alpha_nvl) + 2 * size / bw
+
+
+def allreduce_time(size, nodes, hw):
+    """(time, algorithm, latency part) of NCCL's choice: the faster of ring and tree."""
+    p = nodes * hw.g
+    alpha, bw = link_of(hw, nodes)
+    ring = ring_time(size, p, alpha, bw)
+    tree = tree_time(size, nodes, hw)
+    if p <= 1:
+        return 0.0, "none", 0.0
+    if ring <= tree:
+        return ring, "ring", 2 * (p - 1) * alpha
+    depth = math.ceil(math.log2(nodes)) if nodes > 1 else 0
+    return tree, "tree", 2 * (depth * hw.alpha_net + (hw.g - 1) * hw.alpha_nvl)
+
+
+def plan_buckets(total_bytes, cap, first_cap):
+    """Bucket sizes in the order they become ready (libddp: the first bucket's cap is first_cap).
+    Parameters are treated as divisible (a large model's layers are much smaller than its total)."""
+    sizes, left = [], total_bytes
+    while left > 0:
+        s = min(left, first_cap if not sizes else cap)
+        sizes.append(s)
+        left -= s
+    return sizes
+
+
+def step_time(t_fwd, t_bwd, bucket_sizes, comm, overlap=True, t_other=0.0):
+    """Step time, exposed communication, total all-reduce time and latency part (see the top).
+    comm(size) -> (time, latency part)."""
+    total = sum(bucket_sizes)
+    end, produced, comm_total, lat_total, exposed_lat = 0.0, 0.0, 0.0, 0.0, 0.0
+    for s in bucket_sizes:
+        produced += s
+        ready = t_bwd * produced / total if overlap else t_bwd
+        t, lat = comm(s)
+        start = max(ready, end)
+        end = start + t
+        comm_total += t
+        lat_total += lat
+        if end > t_bwd:  # the part of this bucket past the backward pass is exposed
+            exposed_lat += lat * min(1.0, (end - max(start, t_bwd)) / t) if t > 0 else 0.0
+    exposed = max(0.0, end - t_bwd)
+    return t_fwd + t_bwd + exposed + t_other, exposed, comm_total, exposed_lat, lat_total
+
+
+def why_inefficient(exposed, comm_total, t_bwd, exposed_lat, last_bucket):
+    if comm_total > t_bwd:
+        kind = "latency-bound" if exposed_lat > exposed / 2 else "bandwidth-bound"
+        return (f"compute too short to hide communication: all-reduces {1e3 * comm_total:.2f} ms > "
+                f"backward {1e3 * t_bwd:.2f} ms ({kind})")
+    if exposed_lat > exposed / 2:
+        return f"latency-bound: per-step latencies are {100 * exposed_lat / exposed:.0f}% of the exposed time"
+    return (f"bandwidth-bound: the last bucket ({last_bucket / MIB:.1f} MiB) moves after the backward pass "
+            f"({1e3 * exposed:.2f} ms exposed)")
+
+
+def predict(params, gpus, hw, args):
+    """One configuration: dict with step, efficiency, exposed, algorithm, reason."""
+    nodes = max(1, gpus // hw.g)
+    t_compute = 6 * params * args.tokens / (args.mfu * args.peak_tflops * 1e12)
+    t_fwd, t_bwd = t_compute / 3, 2 * t_compute / 3
+    sizes = plan_buckets(params * args.grad_bytes, args.bucket_mb * MIB, args.first_bucket_mb * MIB)
+    comm = lambda s: (lambda r: (r[0], r[2]))(allreduce_time(s, nodes, hw))
+    step, exposed, comm_total, exp_lat, _ = step_time(t_fwd, t_bwd, sizes, comm, not args.no_overlap)
+    eff = t_compute / step
+    algo = allreduce_time(sizes[-1], nodes, hw)[1]
+    reason = why_inefficient(exposed, comm_total, t_bwd, exp_lat, sizes[-1]) if eff < 0.9 else ""
+    return dict(params=params, gpus=gpus, step=step, eff=eff, exposed=exposed, comm=comm_total,
+                compute=t_compute, algo=algo, buckets=len(sizes), reason=reason)
+
+
+def hw_from(args):
+    return Hardware(args.gpus_per_node, args.nvlink_gbs * 1e9, args.net_gbps / 8 * 1e9,
+                    args.alpha_nvl_us * 1e-6, args.alpha_net_us * 1e-6, args.link_efficiency)
+
+
+def cmd_table(args):
+    hw = hw_from(args)
+    print(f"# {args.gpus_per_node} GPUs/node, NVLink {args.nvlink_gbs:g} GB/s, network {args.net_gbps:g} Gb/s per "
+          f"GPU (x{args.link_efficiency:g}), alpha {args.alpha_nvl_us:g}/{args.alpha_net_us:g} us, "
+          f"{args.tokens} tokens/GPU/step, MFU {args.mfu:g} of {args.peak_tflops:g} TFLOP/s, "
+          f"{args.grad_bytes}-byte gradients, buckets {args.bucket_mb:g}/{args.first_bucket_mb:g} MiB, "
+          f"overlap {'off' if args.no_overlap else 'on'}")
+    print(f"{'params':>8} {'gpus':>5} {'compute_ms':>10} {'comm_ms':>9} {'exposed_ms':>10} {'step_ms':>9} "
+          f"{'eff':>6} {'algo':>5}  below 90% because")
+    for params in args.params:
+        for gpus in args.gpus:
+            r = predict(params, gpus, hw, args)
+            print(f"{params:8.0e} {gpus:5d} {1e3 * r['compute']:10.3f} {1e3 * r['comm']:9.3f} "
+                  f"{1e3 * r['exposed']:10.3f} {1e3 * r['step']:9.3f} {100 * r['eff']:5.1f}% {r['algo']:>5}  "
+                  f"{r['reason']}")
+
+
+def cmd_plot(args):
+    hw = hw_from(args)
+    if not shutil.which("gnuplot"):
+        sys.exit("costmodel: gnuplot not found: apt-get install -y gnuplot-nox")
+    with tempfile.TemporaryDirectory() as tmp:
+        plots = []
+        for i, params in enumerate(args.params):
+            path = f"{tmp}/m{i}.dat"
+            with open(path, "w") as f:
+                for gpus in args.gpus:
+                    f.write(f"{gpus} {predict(params, gpus, hw, args)['eff']}\n")
+            plots.append(f"'{path}' using 1:2 with linespoints title '{params:.0e} parameters'")
+        script = (f"set terminal pngcairo size 900,560 noenhanced\nset output '{args.out}'\n"
+                  "set title 'predicted scaling efficiency, H100 nodes of 8 GPUs, 400 Gb/s per GPU'\n"
+                  "set xlabel 'GPUs'\nset ylabel 'efficiency'\nset logscale x 2\nset yrange [0:1.05]\n"
+                  "set grid\nset key bottom left\n"
+                  "plot " + ", ".join(plots) + ", 0.9 with lines dashtype 2 lc rgb 'gray' title '90%'\n")
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    print(f"costmodel: wrote {args.out}")
+
+
+# ---- the local cluster: calibrate on 2 nodes, predict 2 and 4 --------------------------------
+
+def fit_link(bench_rows, ranks):
+    """alpha (s per step) and B (bytes/s) of a ring fitted to ddp-allreduce-bench times at `ranks`:
+    T(S) = 2(p-1) alpha + 2(p-1)/p * S / B, least squares over the medians per size."""
+    by = {}
+    for r in bench_rows:
+        if int(r["ranks"]) == ranks:
+            by.setdefault(int(r["size_bytes"]), []).append(float(r["time_us"]) * 1e-6)
+    pts = [(s, statistics.median(t)) for s, t in sorted(by.items())]
+    if len(pts) < 2:
+        sys.exit(f"costmodel: need ddp-allreduce-bench times at >= 2 sizes for {ranks} ranks")
+    n = len(pts)
+    mx = sum(s for s, _ in pts) / n
+    my = sum(t for _, t in pts) / n
+    slope = sum((s - mx) * (t - my) for s, t in pts) / sum((s - mx) ** 2 for s, _ in pts)
+    icept = max(my - slope * mx, 0.0)
+    p = ranks
+    return icept / (2 * (p - 1)), 2 * (p - 1) / p / slope
+
+
+def local_predict(args):
+    """Predicted step time for each measured multi-rank configuration; returns rows for the report.
+    Compute is measured (the critical path: step - the slowest rank's wait, from the same runs:
+    namespace nodes share the machine's cores, so compute depends on the rank count and on the
+    machine's other load); the model predicts the communication and its overlap."""
+    bench = list(csv.DictReader(open(args.calib)))
+    links = {}
+    groups = {}
+    for r in csv.DictReader(open(args.runs)):
+        if int(r["ranks"]) > 1 and r["mode"] == "weak":
+            groups.setdefault((int(r["ranks"]), r["bucket_mb"], r["overlap"]), []).append(r)
+    out = []
+    for (ranks, bucket, overlap), runs in sorted(groups.items()):
+        t_compute = statistics.median(float(r["step_ms"]) - float(r["exposed_min_ms"]) for r in runs) * 1e-3
+        cap = 1e12 if bucket == "one" else float(bucket) * MIB
+        first = 1e12 if bucket == "one" else min(float(bucket), 1.0) * MIB
+        sizes = plan_buckets(args.grad_bytes_total, cap, first)
+        calib = args.calib_ranks or ranks
+        alpha, bw = links.setdefault(calib, fit_link(bench, calib))
+        comm = lambda s: (ring_time(s, ranks, alpha, bw), 2 * (ranks - 1) * alpha)
+        step, exposed, _, _, _ = step_time(t_compute / 3, 2 * t_compute / 3, sizes, comm, overlap == "on")
+        measured = statistics.median(float(r["step_ms"]) for r in runs) * 1e-3
+        out.append(dict(ranks=ranks, bucket=bucket, overlap=overlap, predicted=step, measured=measured,
+                        error=(step - measured) / measured, compute=t_compute, exposed=exposed,
+                        exposed_measured=statistics.median(float(r["exposed_min_ms"]) for r in runs) * 1e-3))
+    return links, out
+
+
+def cmd_local(args):
+    links, rows = local_predict(args)
+    for ranks, (alpha, bw) in sorted(links.items()):
+        print(f"# calibration: ring fitted to ddp-allreduce-bench at {ranks} ranks: alpha {1e6 * alpha:.1f} "
+              f"us/step, B {bw / 1e6:.1f} MB/s per rank")
+    print(f"# compute measured (step - the slowest rank's wait); {args.grad_bytes_total / 1e6:.2f} MB of gradients")
+    print(f"{'ranks':>5} {'buckets':>7} {'overlap':>7} {'compute_ms':>10} {'comm_pred':>9} {'comm_meas':>9} "
+          f"{'pred_ms':>8} {'meas_ms':>8} {'error':>7}")
+    worst = 0.0
+    for r in rows:
+        print(f"{r['ranks']:5d} {r['bucket']:>7} {r['overlap']:>7} {1e3 * r['compute']:10.1f} "
+              f"{1e3 * r['exposed']:9.1f} {1e3 * r['exposed_measured']:9.1f} "
+              f"{1e3 * r['predicted']:8.1f} {1e3 * r['measured']:8.1f} {100 * r['error']:6.1f}%")
+        no_overlap = r["overlap"] == "off" or r["bucket"] == "one"
+        beyond = args.calib_ranks == 0 or r["ranks"] > args.calib_ranks
+        if (no_overlap or args.include_overlap) and beyond:
+            worst = max(worst, abs(r["error"]))
+    print(f"worst error {100 * worst:.1f}% (limit {100 * args.max_error:.0f}%) over the configurations "
+          f"{'without overlap' if not args.include_overlap else 'with and without overlap'}"
+          f"{f' at more than {args.calib_ranks} ranks (predicted from the {args.calib_ranks}-rank calibration)' if args.calib_ranks else ''}")
+    return 0 if worst <= args.max_error else 1
+
+
+def number_list(text):
+    return [float(x) if "e" in x or "." in x else int(x) for x in text.split(",")]
+
+
+def common(p):
+    p.add_argument("--params", type=number_list, default=[1e6, 1e7, 1e8, 1e9, 7e9])
+    p.add_argument("--gpus", type=lambda t: [int(x) for x in t.split(",")],
+                   default=[8 * 2 ** k for k in range(10)])
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--nvlink-gbs", type=float, default=450.0, help="GB/s per GPU per direction")
+    p.add_argument("--net-gbps", type=float, default=400.0, help="Gb/s per GPU (NIC) per direction")
+    p.add_argument("--link-efficiency", type=float, default=0.9)
+    p.add_argument("--alpha-nvl-us", type=float, default=1.0)
+    p.add_argument("--alpha-net-us", type=float, default=5.0)
+    p.add_argument("--tokens", type=int, default=16384, help="tokens (samples) per GPU per step")
+    p.add_argument("--mfu", type=float, default=0.4)
+    p.add_argument("--peak-tflops", type=float, default=989.0)
+    p.add_argument("--grad-bytes", type=int, default=4)
+    p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--first-bucket-mb", type=float, default=1.0)
+    p.add_argument("--no-overlap", action="store_true")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    common(sub.add_parser("table", help="predictions for every model size and GPU count"))
+    p = sub.add_parser("plot", help="efficiency vs GPUs, one line per model size (PNG)")
+    common(p)
+    p.add_argument("out")
+    p = sub.add_parser("local", help="predicted vs measured step time on the local cluster")
+    p.add_argument("--calib", required=True, help="allreduce.csv of benchmarks/scaling.sh (calibration)")
+    p.add_argument("--calib-ranks", type=int, default=2,
+                   help="fit the link at this many ranks; 0: at each configuration's own rank count")
+    p.add_argument("--runs", required=True, help="runs.csv of benchmarks/scaling.sh (weak scaling)")
+    p.add_argument("--grad-bytes-total", type=float, required=True, help="gradient bytes per step")
+    p.add_argument("--include-overlap", action="store_true",
+                   help="count configurations with overlap in the verdict too (see the README: the "
+                        "2-core machine slows both sides of an overlap, which the model does not know)")
+    p.add_argument("--max-error", type=float, default=0.15)
+    args = ap.parse_args()
+    if args.cmd == "table":
+        cmd_table(args)
+    elif args.cmd == "plot":
+        cmd_plot(args)
+    else:
+        sys.exit(cmd_local(args))
+
+
+if __name__ == "__main__":
+    main()

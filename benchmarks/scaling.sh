@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# scaling.sh - a scaling study in one command: ddp-train (weak and strong scaling) and
+# ddp-allreduce-bench at 1, 2, 4, ... nodes, over sweeps of bucket cap, overlap and gradient dtype;
+# every configuration repeated, the median kept; a CSV of every run, a markdown table and PNG plots.
+#
+# Usage: inside an allocation:  sbatch -N 4 benchmarks/scaling.sbatch [options]
+#                               or, from an salloc shell: benchmarks/scaling.sh [options]
+#        on the local cluster:  benchmarks/scaling.sh --local-cluster 4 --rate 1gbit [options]
+# Options:
+#   --build DIR          build folder with models/ddp-train, launcher/ddp-launch and
+#                        benchmarks/ddp-allreduce-bench (default: build-release, else build)
+#   --out DIR            results folder (default scaling-results/YYYYmmdd-HHMMSS)
+#   --nodes LIST         node counts, e.g. 1,2,4 (default 1, 2, 4, ... up to the allocation)
+#   --ranks-per-node N   (default: SLURM_NTASKS_PER_NODE, else 1)
+#   --modes LIST         weak (fixed batch per rank) and/or strong (fixed global batch); default both
+#   --batch N            weak: samples per rank per step (default 64)
+#   --global-batch N     strong: samples per step across ranks (default batch x the most ranks);
+#                        must divide by every rank count
+#   --buckets LIST       bucket caps in MiB, "one" = a single bucket launched after backward
+#                        (default 1,4,25,one)
+#   --overlap LIST       on,off: buckets launched during backward, or all after it (default on,off;
+#                        "one" runs once, it has no overlap to switch)
+#   --grad-dtypes LIST   gradient all-reduce dtypes for ddp-train --grad-dtype, e.g. fp32,bf16;
+#                        "default" = the trainer's default, no flag. Default: fp32,bf16 when this
+#                        ddp-train has --grad-dtype, else default. Naming a dtype for a ddp-train
+#                        without the flag is an error.
+#   --reps N             runs per configuration, the median is kept (default 3)
+#   --steps N            optimizer steps per run (default 30)
+#   --widths W           MLP widths (default 784-2048-2048-2048-10: 10.0M parameters, 40 MB of
+#                        gradients per step)
+#   --device cpu|cuda    (default cpu)
+#   --bench-sizes A:B    all-reduce sizes for ddp-allreduce-bench -b A -e B (default 4K:64M, x4)
+#   --data DIR           MNIST IDX folder (default data/mnist)
+#   --local-cluster N    start slurm/cluster.sh with N nodes first (root) and stop it at the end;
+#   --rate R, --rate-node N=R   its link limits (see slurm/cluster.sh)
+# Output in --out: runs.csv (every ddp-train run), allreduce.csv (every bench size and run),
+#   table.md (medians, efficiency), throughput.png, efficiency.png, exposed.png, busbw.png
+#   (benchmarks/scaling_report.py makes the last five from the CSVs; run it again to redo them).
+# Efficiency = samples/s / (samples/s at the fewest ranks x ranks / those ranks), per configuration.
+# Exposed communication per step = the time the step waited for its all-reduces (ddp-train --trace),
+# the mean over ranks; exposed_min_ms = the least of the ranks' (the slowest rank's) wait.
+# A ddp-train run that fails is run once more (logged); a second failure ends the study.
+set -euo pipefail
+
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+LOCK=/tmp/ddp-cluster-test.lock # shared with tests/cluster/run.sh and overlap.sh
+RUN_TIMEOUT=900
+BUILD="" OUT="" NODES_LIST="" RPN=${SLURM_NTASKS_PER_NODE:-1} MODES=weak,strong BATCH=64
+GLOBAL_BATCH="" BUCKETS=1,4,25,one OVERLAPS=on,off DTYPES="" REPS=3 STEPS=30
+WIDTHS=784-2048-2048-2048-10 DEVICE=cpu BENCH_SIZES=4K:64M DATA=$SRC/data/mnist
+LOCAL_NODES="" CLUSTER_ARGS=()
+
+die() { echo "scaling: error: $*" >&2; exit 1; }
+log() { echo "scaling: $*" >&2; }
+usage() { sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+
+parse_args() {
+    while (($#)); do
+        case $1 in
+            --build) BUILD=${2:?}; shift 2 ;;
+            --out) OUT=${2:?}; shift 2 ;;
+            --nodes) NODES_LIST=${2:?}; shift 2 ;;
+            --ranks-per-node) RPN=${2:?}; shift 2 ;;
+            --modes) MODES=${2:?}; shift 2 ;;
+            --batch) BATCH=${2:?}; shift 2 ;;
+            --global-batch) GLOBAL_BATCH=${2:?}; shift 2 ;;
+            --buckets) BUCKETS=${2:?}; shift 2 ;;
+            --overlap) OVERLAPS=${2:?}; shift 2 ;;
+            --grad-dtypes) DTYPES=${2:?}; shift 2 ;;
+            --reps) REPS=${2:?}; shift 2 ;;
+            --steps) STEPS=${2:?}; shift 2 ;;
+            --widths) WIDTHS=${2:?}; shift 2 ;;
+            --device) DEVICE=${2:?}; shift 2 ;;
+            --bench-sizes) BENCH_SIZES=${2:?}; shift 2 ;;
+            --data) DATA=${2:?}; shift 2 ;;
+            --local-cluster) LOCAL_NODES=${2:?}; shift 2 ;;
+            --rate | --rate-node) CLUSTER_ARGS+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+            -h | --help) usage 0 ;;
+            *) die "unknown option '$1' (try --help)" ;;
+        esac
+    done
+}
+
+positive() { [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 takes a positive integer (got '$2')"; }
+
+check_args() {
+    positive --ranks-per-node "$RPN"; positive --batch "$BATCH"; positive --reps "$REPS"
+    positive --steps "$STEPS"
+    [[ -z $LOCAL_NODES ]] || positive --local-cluster "$LOCAL_NODES"
+    [[ -z $GLOBAL_BATCH ]] || positive --global-batch "$GLOBAL_BATCH"
+    local m b o
+    for m in ${MODES//,/ }; do [[ $m == weak || $m == strong ]] || die "--modes: weak or strong, not '$m'"; done
+    for b in ${BUCKETS//,/ }; do
+        [[ $b == one || $b =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--buckets: MiB numbers or 'one', not '$b'"
+    done
+    for o in ${OVERLAPS//,/ }; do [[ $o == on || $o == off ]] || die "--overlap: on or off, not '$o'"; done
+    [[ $BENCH_SIZES =~ ^[0-9]+[KMG]?:[0-9]+[KMG]?$ ]] || die "--bench-sizes takes MIN:MAX, e.g. 4K:64M"
+    if [[ -z $BUILD ]]; then
+        BUILD=$SRC/build-release
+        [[ -d $BUILD ]] || BUILD=$SRC/build
+    fi
+    BUILD=$(cd "$BUILD" 2>/dev/null && pwd) || die "build folder not found (--build DIR)"
+    TRAIN=$BUILD/models/ddp-train LAUNCH=$BUILD/launcher/ddp-launch BENCH=$BUILD/benchmarks/ddp-allreduce-bench
+    [[ -x $TRAIN && -x $LAUNCH && -x $BENCH ]] ||
+        die "$BUILD lacks ddp-train, ddp-launch or ddp-allreduce-bench: build first (meson compile -C $BUILD)"
+    [[ -s $DATA/train-images-idx3-ubyte ]] || die "$DATA: no MNIST files; run scripts/fetch-mnist.sh $DATA"
+    local has_flag=0 d help
+    # Read the whole help first: grep -q would close the pipe early and, under pipefail, fail.
+    help=$("$TRAIN" --help)
+    [[ $help == *--grad-dtype* ]] && has_flag=1
+    if [[ -z $DTYPES ]]; then
+        DTYPES=default
+        ((has_flag)) && DTYPES="fp32 bf16"
+    fi
+    for d in $DTYPES; do
+        [[ $d == default || $has_flag == 1 ]] ||
+            die "--grad-dtypes $d: this ddp-train has no --grad-dtype (16-bit training is not in this" \
+                "build); leave --grad-dtypes out or give 'default'"
+    done
+}
+
+# The node counts: --nodes, else 1, 2, 4, ... up to the allocation (SLURM_JOB_NUM_NODES).
+plan_nodes() {
+    if [[ -z $NODES_LIST ]]; then
+        local max=${SLURM_JOB_NUM_NODES:-1} n=1
+        NODES_LIST=""
+        while ((n <= max)); do NODES_LIST+="${NODES_LIST:+,}$n"; n=$((n * 2)); done
+        ((max & (max - 1))) && NODES_LIST+=",$max"
+    fi
+    local n
+    for n in ${NODES_LIST//,/ }; do positive --nodes "$n"; done
+    local last=${NODES_LIST##*,}
+    [[ -n $GLOBAL_BATCH ]] || GLOBAL_BATCH=$((BATCH * last * RPN))
+}
+
+start_local_cluster() {
+    [[ -n $LOCAL_NODES ]] || return 0
+    [[ -z ${SLURM_JOB_ID:-} ]] || die "--local-cluster inside a Slurm allocation: leave it out"
+    export DDP_SLURM_BASE=${DDP_SLURM_BASE:-/tmp/ddp-slurm-scaling}
+    exec 9>"$LOCK"
+    flock -w 1800 9 || die "another cluster user held $LOCK for 30 min"
+    trap '"$SRC/slurm/cluster.sh" stop >/dev/null 2>&1 || true' EXIT
+    "$SRC/slurm/cluster.sh" start --nodes "$LOCAL_NODES" --cpus "$RPN" "${CLUSTER_ARGS[@]}" >&2 ||
+        die "the local cluster did not start"
+    # shellcheck source=/dev/null
+    source "$DDP_SLURM_BASE/env.sh"
+    [[ -n ${NODES_LIST} ]] || SLURM_JOB_NUM_NODES=$LOCAL_NODES
+}
+
+# srun N CMD...: CMD on N nodes, RPN tasks each.
+run_on() {
+    local n=$1
+    shift
+    timeout -k 10 "$RUN_TIMEOUT" srun --mpi=pmix -N "$n" --ntasks-per-node="$RPN" --kill-on-bad-exit=1 "$@"
+}
+
+# train_once MODE NODES BUCKET OVERLAP DTYPE REP: one ddp-train run; appends a row to runs.csv.
+train_once() {
+    local mode=$1 n=$2 bucket=$3 overlap=$4 dtype=$5 rep=$6 ranks=$(($2 * RPN)) per_rank
+    per_rank=$BATCH
+    if [[ $mode == strong ]]; then
+        ((GLOBAL_BATCH % ranks == 0)) || die "--global-batch $GLOBAL_BATCH does not divide by $ranks ranks"
+        per_rank=$((GLOBAL_BATCH / ranks))
+    fi
+    local tag="$mode-n$n-b$bucket-o$overlap-d$dtype-r$rep" args=()
+    if [[ $bucket == one ]]; then args+=(--bucket-mb 100000 --first-bucket-mb 100000)
+    else args+=(--bucket-mb "$bucket" --first-bucket-mb "$(awk -v b="$bucket" 'BEGIN { print (b < 1 ? b : 1) }')"); fi
+    [[ $overlap == on ]] || args+=(--no-overlap)
+    [[ $dtype == default ]] || args+=(--grad-dtype "$dtype")
+    local log="$OUT/logs/$tag.log" metrics="$OUT/logs/$tag.jsonl" trace="$OUT/logs/$tag.trace.json" try
+    for try in 1 2; do
+        run_on "$n" "$LAUNCH" "$TRAIN" --model mlp --widths "$WIDTHS" --data "$DATA" --device "$DEVICE" \
+            --batch "$per_rank" --epochs 1000 --max-steps "$STEPS" --threads 1 --log-every 100000 \
+            --trace "$trace" --metrics "$metrics" "${args[@]}" >"$log" 2>&1 && break
+        tail -n 15 "$log" >&2
+        # A job that failed once is run once more (logged): on a shared machine Open MPI's TCP
+        # start-up has failed now and then; a second failure ends the study.
+        ((try == 1)) || die "ddp-train failed twice ($tag); log: $log"
+        log "ddp-train failed ($tag, log above); running it once more"
+        mv "$log" "$log.failed"
+    done
+    python3 - "$metrics" "$trace" "$mode,$n,$RPN,$ranks,$per_rank,$((per_rank * ranks)),$bucket,$overlap,$dtype,$rep" \
+        >>"$OUT/runs.csv" <<'PY'
+import json, sys
+s = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+step_ms = 1000.0 * s["train_seconds"] / max(s["steps"], 1)
+f = lambda v: "" if v is None else f"{v:.3f}"
+# The slowest rank's wait per step: the others also waited for it (load imbalance), it waited for
+# the all-reduces alone.
+waits = {}
+for e in json.load(open(sys.argv[2]))["traceEvents"]:
+    if e["name"] == "reducer.wait" and e["tid"] == 0 and e["ph"] in "BE":
+        w = waits.setdefault(e["pid"], [0.0, 0])
+        w[0] += e["ts"] if e["ph"] == "E" else -e["ts"]
+        w[1] += e["ph"] == "E"
+least = min((t / n / 1000.0 for t, n in waits.values() if n), default=None)
+print(f'{sys.argv[3]},{s["samples_per_s"]:.1f},{step_ms:.3f},{f(s["exposed_comm_ms"])},{f(s["comm_ms"])},'
+      f'{f(s["hidden_fraction"])},{f(least)}')
+PY
+    log "$tag: $(tail -n 1 "$OUT/runs.csv" | cut -d, -f11-)"
+}
+
+# bench_once NODES REP: ddp-allreduce-bench over the sizes; appends rows to allreduce.csv.
+bench_once() {
+    local n=$1 rep=$2 log="$OUT/logs/allreduce-n$1-r$2.log"
+    run_on "$n" "$BENCH" --device "$DEVICE" -b "${BENCH_SIZES%%:*}" -e "${BENCH_SIZES##*:}" -f 4 -n 5 -w 2 \
+        >"$log" 2>&1 || { tail -n 15 "$log" >&2; die "ddp-allreduce-bench failed on $n nodes; log: $log"; }
+    awk -v n="$n" -v rpn="$RPN" -v rep="$rep" '$1 ~ /^[0-9]+$/ && NF >= 8 {
+        printf "%d,%d,%d,%d,%s,%s,%s,%s,%s\n", n, rpn, n * rpn, rep, $1, $5, $6, $7, $8 }' "$log" \
+        >>"$OUT/allreduce.csv"
+}
+
+# The sweep: every (mode, nodes, bucket, overlap, dtype), REPS times, interleaved by repetition.
+sweep() {
+    local rep mode n b o d
+    echo "mode,nodes,ranks_per_node,ranks,batch_per_rank,global_batch,bucket_mb,overlap,grad_dtype,rep,samples_per_s,step_ms,exposed_comm_ms,comm_ms,hidden_fraction,exposed_min_ms" >"$OUT/runs.csv"
+    echo "nodes,ranks_per_node,ranks,rep,size_bytes,time_us,algbw_gbs,busbw_gbs,wrong" >"$OUT/allreduce.csv"
+    for ((rep = 1; rep <= REPS; rep++)); do
+        for n in ${NODES_LIST//,/ }; do
+            bench_once "$n" "$rep"
+            for mode in ${MODES//,/ }; do
+                for b in ${BUCKETS//,/ }; do
+                    for o in ${OVERLAPS//,/ }; do
+                        [[ $b == one && $o == off && $OVERLAPS == *on* ]] && continue
+                        for d in $DTYPES; do train_once "$mode" "$n" "$b" "$o" "$d" "$rep"; done
+                    done
+                done
+            done
+        done
+    done
+}
+
+main() {
+    parse_args "$@"
+    DTYPES=${DTYPES//,/ }
+    check_args
+    start_local_cluster
+    plan_nodes
+    command -v srun >/dev/null || die "srun not found: run inside a Slurm allocation (sbatch/salloc) or with --local-cluster N"
+    OUT=${OUT:-$SRC/scaling-results/$(date +%Y%m%d-%H%M%S)}
+    mkdir -p "$OUT/logs"
+    log "nodes $NODES_LIST x $RPN rank(s); modes $MODES; buckets $BUCKETS; overlap $OVERLAPS;" \
+        "dtypes ${DTYPES:-default}; $REPS reps of $STEPS steps; widths $WIDTHS; $(nproc) cores here"
+    sweep
+    python3 "$SRC/benchmarks/scaling_report.py" "$OUT" --note "$(nproc) cores on $(hostname -s); load $(cut -d' ' -f1-3 /proc/loadavg)"
+    log "results in $OUT (runs.csv, allreduce.csv, table.md, *.png)"
+}
+
+main "$@"

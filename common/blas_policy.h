@@ -1,0 +1,52 @@
+/* blas_policy.h - the one OpenBLAS kernel policy of ddp: which OPENBLAS_CORETYPE a CPU gets. The
+ * same source (common/blas_policy.c) is compiled into ddp-launch and models/ops, so the core the
+ * launcher exports and the core the library re-executes with cannot differ.
+ *
+ * Failure convention: functions returning int return 0 on success and -1 on failure, after
+ * writing a one-line message that names the problem and the fix into err[errlen]. */
+#ifndef DDP_BLAS_POLICY_H
+#define DDP_BLAS_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Names the variable set next to OPENBLAS_CORETYPE by whoever applied the policy ("ddp-launch" or
+ * "models/ops"); OPENBLAS_CORETYPE without it is the user's preset. */
+#define DDP_BLAS_SETTER_ENV "DDP_OPENBLAS_CORETYPE_BY"
+/* Testing aid: a comma-separated feature list replacing the CPU's own, e.g.
+ * "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16", or "none". */
+#define DDP_BLAS_SIMULATE_ENV "DDP_SIMULATE_CPU_FEATURES"
+
+/* The CPU features the policy looks at. */
+struct ddp_cpu_features {
+    bool avx512f, avx512bw, avx512vl, avx512dq, avx512bf16;
+};
+
+/* The CPU's features, or those SIMULATE lists (NULL: the real CPU). Fails on a word that names
+ * no feature the policy knows. */
+int ddp_cpu_features_get(const char *simulate, struct ddp_cpu_features *out, char *err, size_t errlen);
+
+/* The OpenBLAS core for these features: "Cooperlake" (AVX-512 F, BW, VL, DQ and BF16),
+ * "SkylakeX" (F, BW, VL, DQ), or NULL (leave the choice to OpenBLAS). */
+const char *ddp_blas_core_for(const struct ddp_cpu_features *f);
+
+/* What a process should do about OPENBLAS_CORETYPE. */
+struct ddp_blas_decision {
+    const char *preset; /* the user's OPENBLAS_CORETYPE (kept as given), or NULL */
+    const char *core;   /* the policy's core for this CPU (NULL: OpenBLAS's own choice) */
+    const char *current; /* OPENBLAS_CORETYPE as found (preset or set by ddp), or NULL */
+    bool apply;         /* true: set OPENBLAS_CORETYPE=core (it is unset, and core is not NULL) */
+};
+
+/* Decides from the values of OPENBLAS_CORETYPE, DDP_BLAS_SETTER_ENV and DDP_BLAS_SIMULATE_ENV
+ * (each NULL when unset). An OPENBLAS_CORETYPE already set is never changed: one set by ddp
+ * (ddp-launch before models/ops) is the policy already applied, any other is the user's preset.
+ * Fails only on a bad simulated feature list. */
+int ddp_blas_decide(const char *coretype, const char *setter, const char *simulate,
+                    struct ddp_blas_decision *out, char *err, size_t errlen);
+
+/* One line for start-up reports, e.g. "OPENBLAS_CORETYPE=Haswell preset by the user (policy for this
+ * CPU: Cooperlake)" or "OPENBLAS_CORETYPE=SkylakeX set by ddp-launch (policy)". */
+void ddp_blas_decision_describe(const struct ddp_blas_decision *d, const char *setter, char *out, size_t len);
+
+#endif

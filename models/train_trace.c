@@ -1,0 +1,47 @@
+/* train_trace.c - ddp-train's link check and timeline glue (see train_trace.h). */
+#include "train_trace.h"
+
+ddp_status ddp_train_observe_start(ddp_ctx *ctx, const ddp_train_opts *o)
+{
+    if (o->link_check) {
+        ddp_link_check_opts lo;
+        ddp_link_check_opts_default(&lo);
+        int slow = 0;
+        ddp_status st = ddp_link_check(ctx, &lo, &slow);
+        if (st != DDP_OK)
+            return st;
+        if (slow > 0)
+            DDP_WARN0("--link-check: %d node(s) have links under half the median (named above); "
+                      "training goes on, but every all-reduce runs at their speed", slow);
+    }
+    return o->trace_path ? ddp_trace_start(ctx, 0) : DDP_OK;
+}
+
+void ddp_train_comm_stats(ddp_ctx *ctx, ddp_run_stats *r)
+{
+    r->exposed_comm_ms = r->comm_ms = r->hidden_fraction = -1.0;
+    ddp_trace_stats s;
+    if (!ddp_trace_enabled() || ddp_trace_get_stats(&s) != DDP_OK)
+        return;
+    double syncs = s.n_syncs > 0 ? (double)s.n_syncs : 1.0;
+    double v[3] = {1e3 * s.exposed_s / syncs, 1e3 * s.comm_s / syncs, (double)s.n_dropped};
+    if (ddp_allreduce_host(ctx, v, 3, DDP_FP64, DDP_SUM) != DDP_OK)
+        return;
+    int world = ddp_world_size(ctx);
+    r->exposed_comm_ms = v[0] / world;
+    r->comm_ms = v[1] / world;
+    double hidden = r->comm_ms > 0 ? 1.0 - r->exposed_comm_ms / r->comm_ms : 0.0;
+    r->hidden_fraction = hidden < 0 ? 0 : hidden;
+    if (v[2] > 0)
+        DDP_WARN0("--trace: %.0f events were dropped (buffer full); the figures cover the start", v[2]);
+}
+
+ddp_status ddp_train_observe_end(ddp_ctx *ctx, const ddp_train_opts *o)
+{
+    if (!o->trace_path)
+        return DDP_OK;
+    ddp_status st = ddp_trace_write(ctx, o->trace_path);
+    if (st == DDP_OK && ddp_rank(ctx) == 0)
+        printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace_path);
+    return st;
+}

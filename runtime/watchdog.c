@@ -1,0 +1,822 @@
+/* watchdog.c - no rank left hanging: a deadline on every collective, and death detection over a
+ * side channel of TCP connections that does not depend on MPI.
+ *
+ * Deadlines. Every collective runs between ddp_watch_enter() and ddp_watch_leave() on one of two
+ * lanes: the caller's blocking collectives, and the communication thread's queued all-reduces.
+ * Each call is one atomic store of (sequence number << 1 | active) into the lane, plus the label
+ * of the collective: no system call, no lock. One thread per process (started by ddp_init, before
+ * MPI_Init) looks at the lanes every tick; a lane that shows the same active collective for longer
+ * than DDP_TIMEOUT seconds is past its deadline. MPI cannot cancel a blocked collective, so the way
+ * out is to end the job: the watchdog logs the collective (sequence number, kind, bucket, size),
+ * asks the peers where they are, names the ranks that never arrived, and calls MPI_Abort (which
+ * mpirun and srun --mpi=pmix answer by killing every process of the job). Rank 0 acts at the
+ * deadline; rank 1 WD_GRACE seconds later and the others 2 x WD_GRACE later, so that one report
+ * names the culprit and only a frozen rank 0 (or 1) leaves the report to the next rank.
+ *
+ * Side channel. At ddp_init every rank opens a TCP listener on all its addresses and advertises one
+ * IPv4 address (DDP_WATCHDOG_IF: an interface name or a CIDR subnet; else the first subnet in
+ * OMPI_MCA_oob_tcp_if_include / OMPI_MCA_btl_tcp_if_include; else the first interface that is up
+ * and not loopback or a container bridge; else 127.0.0.1). The addresses are exchanged over MPI and
+ * rank r connects to rank r+1 mod N: a ring, two connections per process. The kernel closes the
+ * sockets of a process that dies however it dies, so its ring neighbours see the connection end
+ * within a tick, log "rank R (host H, pid P) is gone" and end the job; before MPI_Abort they send
+ * ABORT along the ring, which every rank passes on and obeys, so the job ends even where MPI_Abort
+ * does not reach every process. ddp_finalize (and ddp_abort) send BYE / ABORT first, so an orderly
+ * exit is not taken for a death. "Where are you": a separate thread answers ASK on the listener
+ * with this process's lanes; a rank past a deadline asks every peer at once. A peer that does not
+ * answer within WD_ASK_S is frozen (SIGSTOP) or not scheduled; one whose lane is behind has not
+ * reached the collective.
+ *
+ * When any rank cannot open its listener or reach its ring neighbour, the side channel is off for
+ * the whole job (rank 0 says why and how to fix it) and deadlines alone remain. DDP_WATCHDOG=0
+ * turns everything off (the same value must be given to every rank).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <mpi.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define WD_MAGIC 0x44445057u   /* "DDPW" */
+#define WD_VERSION 1u
+#define WD_TICK_S 0.25         /* how often the thread looks at the lanes */
+#define WD_GRACE_S 2.0         /* extra wait of rank 1, twice that for ranks >= 2 */
+#define WD_ASK_S 1.5           /* how long a diagnosis waits for the peers' answers */
+#define WD_CONNECT_S 10.0      /* ring set-up: connect and hello */
+#define WD_WHAT_LEN 24
+
+enum { WD_HELLO = 1, WD_BYE, WD_ABORT, WD_ASK, WD_ANSWER };
+enum { WD_WHY_DEADLINE, WD_WHY_DEATH, WD_WHY_ABORT }; /* why a job is ended */
+
+/* One message on the side channel, the same binary layout on every rank of a job. */
+typedef struct wd_frame {
+    uint32_t magic, type;
+    uint64_t token;                         /* the job's: rank 0's random number */
+    int32_t rank;                           /* sender */
+    int32_t arg;                            /* ABORT: the rank where it started */
+    int32_t why;                            /* ABORT: WD_WHY_* */
+    uint64_t lane_state[DDP_WATCH_N_LANES]; /* ANSWER: seq << 1 | active */
+    int32_t lane_bucket[DDP_WATCH_N_LANES];
+    char lane_what[DDP_WATCH_N_LANES][WD_WHAT_LEN];
+} wd_frame;
+
+/* What every rank learns about every other at ddp_init. */
+typedef struct wd_peer {
+    uint32_t addr; /* IPv4, network order */
+    uint16_t port; /* network order */
+    int16_t ok;    /* the listener is open */
+    int32_t pid;
+    uint64_t token;
+    char host[64];
+} wd_peer;
+
+/* One lane; aligned so the two lanes' writers do not share a cache line. */
+typedef struct wd_lane {
+    _Alignas(64) _Atomic uint64_t state; /* seq << 1 | active */
+    _Atomic(const char *) what;
+    _Atomic int bucket;
+    _Atomic size_t n_bytes;
+} wd_lane;
+
+static wd_lane wd_lanes[DDP_WATCH_N_LANES];
+static _Atomic int wd_enabled;        /* lanes are written */
+
+/* The watchdog thread and the side channel; owned by ddp_watchdog_start/stop. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_t thread, answerer;
+    int running, answering;
+    int wake[2];        /* pipe: wakes the thread for a stop or new ring sockets */
+    int stopping;
+    double timeout, grace;
+    int rank, world;
+    int listener;
+    int ring_fd[2];     /* [0] to rank - 1 (accepted), [1] to rank + 1 (connected); -1 none */
+    int ring_peer[2];
+    int ring_bye[2];    /* the peer said goodbye: its closing is no death */
+    wd_peer *peers;     /* world entries once the side channel is up */
+    uint64_t token;
+} wd = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = {-1, -1}, .listener = -1,
+        .ring_fd = {-1, -1}, .ring_peer = {-1, -1}};
+
+/* ---- the lanes (hot path) ------------------------------------------------------------------ */
+
+uint64_t ddp_watch_enter(int lane, const char *what, int bucket, size_t n_bytes)
+{
+    if (!atomic_load_explicit(&wd_enabled, memory_order_relaxed))
+        return 0;
+    wd_lane *l = &wd_lanes[lane];
+    uint64_t seq = (atomic_load_explicit(&l->state, memory_order_relaxed) >> 1) + 1;
+    atomic_store_explicit(&l->what, what, memory_order_relaxed);
+    atomic_store_explicit(&l->bucket, bucket, memory_order_relaxed);
+    atomic_store_explicit(&l->n_bytes, n_bytes, memory_order_relaxed);
+    atomic_store_explicit(&l->state, seq << 1 | 1u, memory_order_release);
+    return seq;
+}
+
+void ddp_watch_leave(int lane)
+{
+    if (!atomic_load_explicit(&wd_enabled, memory_order_relaxed))
+        return;
+    wd_lane *l = &wd_lanes[lane];
+    uint64_t s = atomic_load_explicit(&l->state, memory_order_relaxed);
+    atomic_store_explicit(&l->state, s & ~(uint64_t)1, memory_order_release);
+}
+
+/* ---- small helpers --------------------------------------------------------------------------- */
+
+static double wd_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *wd_host(int rank)
+{
+    return wd.peers && rank >= 0 && rank < wd.world ? wd.peers[rank].host : "?";
+}
+
+static int wd_pid(int rank)
+{
+    return wd.peers && rank >= 0 && rank < wd.world ? wd.peers[rank].pid : 0;
+}
+
+static void wd_close(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+static int wd_send_frame(int fd, const wd_frame *f)
+{
+    return send(fd, f, sizeof *f, MSG_NOSIGNAL) == (ssize_t)sizeof *f ? 0 : -1;
+}
+
+static wd_frame wd_frame_make(uint32_t type, int why, int arg)
+{
+    return (wd_frame){.magic = WD_MAGIC ^ WD_VERSION, .type = type, .token = wd.token,
+                      .rank = wd.rank, .why = why, .arg = arg};
+}
+
+static int wd_frame_valid(const wd_frame *f)
+{
+    return f->magic == (WD_MAGIC ^ WD_VERSION) && f->token == wd.token;
+}
+
+/* Receives one frame within seconds; 0 on success. */
+static int wd_recv_frame(int fd, wd_frame *f, double seconds)
+{
+    size_t got = 0;
+    double end = wd_now() + seconds;
+    while (got < sizeof *f) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int ms = (int)((end - wd_now()) * 1000);
+        if (ms <= 0 || poll(&p, 1, ms) <= 0)
+            return -1;
+        ssize_t n = recv(fd, (char *)f + got, sizeof *f - got, 0);
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+/* ---- ending the job ---------------------------------------------------------------------------- */
+
+/* Sends a frame to both ring neighbours. */
+static void wd_tell_ring(uint32_t type, int why, int arg)
+{
+    wd_frame f = wd_frame_make(type, why, arg);
+    for (int i = 0; i < 2; i++)
+        if (wd.ring_fd[i] >= 0)
+            wd_send_frame(wd.ring_fd[i], &f);
+}
+
+/* Ends the whole job: ABORT along the ring (why: WD_WHY_*, arg: the rank it concerns), then
+ * MPI_Abort; _exit when MPI cannot abort. */
+static _Noreturn void wd_end_job(int why, int arg)
+{
+    int inited = 0, finalized = 0;
+    wd_tell_ring(WD_ABORT, why, arg);
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    const char *caller = atomic_load(&wd_lanes[DDP_WATCH_CALLER].what);
+    int in_finalize = caller && strcmp(caller, "MPI_Finalize") == 0; /* MPI_Abort could hang there */
+    if (inited && !finalized && !in_finalize)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1);
+}
+
+void ddp_watchdog_announce_abort(void)
+{
+    pthread_mutex_lock(&wd.lock);
+    wd_tell_ring(WD_ABORT, WD_WHY_ABORT, wd.rank);
+    pthread_mutex_unlock(&wd.lock);
+}
+
+/* ---- the diagnosis ("where are you") ----------------------------------------------------------- */
+
+/* What one peer said. */
+enum { WD_GONE = -1, WD_CONNECTING, WD_ASKED, WD_ANSWERED };
+typedef struct wd_reply {
+    int fd;
+    int state; /* WD_GONE (refused or reset), WD_CONNECTING, WD_ASKED, WD_ANSWERED */
+    wd_frame f;
+    size_t got;
+} wd_reply;
+
+/* Starts a non-blocking connection to rank r; returns the socket or -1. */
+static int wd_connect_start(int r)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = wd.peers[r].port,
+                             .sin_addr.s_addr = wd.peers[r].addr};
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 && errno != EINPROGRESS) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A connection became writable (connected: send ASK) or readable (read the answer). */
+static void wd_reply_event(wd_reply *rep, short revents)
+{
+    if (rep->state == WD_CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        wd_frame ask = wd_frame_make(WD_ASK, 0, -1);
+        int ok = !(revents & (POLLERR | POLLHUP)) && getsockopt(rep->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+                 err == 0 && wd_send_frame(rep->fd, &ask) == 0;
+        rep->state = ok ? WD_ASKED : WD_GONE;
+        return;
+    }
+    ssize_t got = recv(rep->fd, (char *)&rep->f + rep->got, sizeof rep->f - rep->got, 0);
+    if (got <= 0)
+        rep->state = WD_GONE;
+    else if ((rep->got += (size_t)got) == sizeof rep->f)
+        rep->state = wd_frame_valid(&rep->f) && rep->f.type == WD_ANSWER ? WD_ANSWERED : WD_GONE;
+}
+
+/* One poll round over the connections still open; returns how many are. */
+static int wd_ask_round(wd_reply *rep, struct pollfd *p, int n, int ms)
+{
+    int open = 0;
+    for (int r = 0; r < n; r++) {
+        int live = rep[r].state == WD_CONNECTING || rep[r].state == WD_ASKED;
+        p[r] = (struct pollfd){.fd = live ? rep[r].fd : -1,
+                               .events = rep[r].state == WD_CONNECTING ? POLLOUT : POLLIN};
+        open += live;
+    }
+    if (open && poll(p, (nfds_t)n, ms) > 0)
+        for (int r = 0; r < n; r++)
+            if (p[r].fd >= 0 && p[r].revents)
+                wd_reply_event(&rep[r], p[r].revents);
+    open = 0;
+    for (int r = 0; r < n; r++)
+        open += rep[r].state == WD_CONNECTING || rep[r].state == WD_ASKED;
+    return open;
+}
+
+/* Asks every peer for its lanes, all at once, waiting at most WD_ASK_S. */
+static void wd_ask_all(wd_reply *rep, struct pollfd *p)
+{
+    double end = wd_now() + WD_ASK_S;
+    for (int r = 0; r < wd.world; r++) {
+        rep[r] = (wd_reply){.fd = r == wd.rank ? -1 : wd_connect_start(r), .state = WD_GONE};
+        if (rep[r].fd >= 0)
+            rep[r].state = WD_CONNECTING;
+    }
+    for (int ms; (ms = (int)((end - wd_now()) * 1000)) > 0 && wd_ask_round(rep, p, wd.world, ms) > 0;)
+        ;
+    for (int r = 0; r < wd.world; r++)
+        wd_close(&rep[r].fd);
+}
+
+/* Logs what peer r's answer says about collective seq on lane; returns 1 when it has arrived. */
+static int wd_judge(const wd_reply *rep, int r, int lane, uint64_t seq)
+{
+    if (rep->state == WD_GONE) {
+        DDP_ERROR("  rank %d (host %s, pid %d): refused the connection: its process is gone", r, wd_host(r),
+                  wd_pid(r));
+        return 0;
+    }
+    if (rep->state == WD_CONNECTING) {
+        DDP_ERROR("  rank %d (host %s, pid %d): no connection within %.1f s: its host is down or unreachable", r,
+                  wd_host(r), wd_pid(r), WD_ASK_S);
+        return 0;
+    }
+    if (rep->state == WD_ASKED) {
+        DDP_ERROR("  rank %d (host %s, pid %d): did not answer within %.1f s: frozen (SIGSTOP, a debugger) "
+                  "or not getting CPU time", r, wd_host(r), wd_pid(r), WD_ASK_S);
+        return 0;
+    }
+    uint64_t s = rep->f.lane_state[lane];
+    if ((s >> 1) == seq && (s & 1))
+        return 1;
+    if ((s >> 1) < seq) {
+        DDP_ERROR("  rank %d (host %s, pid %d): behind: has not reached collective #%llu (its last on this lane "
+                  "is #%llu, %.*s, %s); it is computing or waiting elsewhere", r, wd_host(r), wd_pid(r),
+                  (unsigned long long)seq, (unsigned long long)(s >> 1), WD_WHAT_LEN, rep->f.lane_what[lane],
+                  (s & 1) ? "still in it" : "finished");
+        return 0;
+    }
+    DDP_ERROR("  rank %d (host %s, pid %d): at collective #%llu (%.*s, %s): the ranks' sequences of collectives "
+              "differ", r, wd_host(r), wd_pid(r), (unsigned long long)(s >> 1), WD_WHAT_LEN, rep->f.lane_what[lane],
+              (s & 1) ? "in it" : "finished");
+    return 0;
+}
+
+static void wd_diagnose(int lane, uint64_t seq)
+{
+    wd_reply *rep = calloc((size_t)wd.world, sizeof *rep);
+    struct pollfd *p = calloc((size_t)wd.world, sizeof *p);
+    int arrived = 1;
+    if (!rep || !p) {
+        free(rep);
+        free(p);
+        return;
+    }
+    wd_ask_all(rep, p);
+    DDP_ERROR("where the other ranks are:");
+    for (int r = 0; r < wd.world; r++)
+        if (r != wd.rank)
+            arrived += wd_judge(&rep[r], r, lane, seq);
+    if (arrived == wd.world)
+        DDP_ERROR("every rank is inside collective #%llu: the transport under MPI is stuck (network?)",
+                  (unsigned long long)seq);
+    else
+        DDP_ERROR("%d of %d ranks never arrived at collective #%llu (named above)", wd.world - arrived,
+                  wd.world, (unsigned long long)seq);
+    free(rep);
+    free(p);
+}
+
+/* A lane passed its deadline: report, diagnose, end the job. */
+static _Noreturn void wd_fire(int lane, uint64_t state, double waited)
+{
+    pthread_mutex_lock(&wd.lock); /* held until the process ends: finalize cannot free the peers */
+    const wd_lane *l = &wd_lanes[lane];
+    const char *what = atomic_load(&l->what);
+    int bucket = atomic_load(&l->bucket);
+    char bucket_text[32] = "";
+    if (bucket >= 0)
+        snprintf(bucket_text, sizeof bucket_text, " of bucket %d", bucket);
+    DDP_ERROR("collective #%llu (%s%s, %zu bytes, %s) has waited %.0f s, past its deadline "
+              "(DDP_TIMEOUT=%g s); ending the job", (unsigned long long)(state >> 1), what ? what : "?",
+              bucket_text, atomic_load(&l->n_bytes), lane == DDP_WATCH_ASYNC ? "communication thread" : "caller",
+              waited, wd.timeout);
+    if (wd.peers)
+        wd_diagnose(lane, state >> 1);
+    wd_end_job(WD_WHY_DEADLINE, wd.rank);
+}
+
+/* ---- the watchdog thread ----------------------------------------------------------------------- */
+
+/* Checks the lanes; fires when one is stuck past the deadline (and this rank's grace). */
+static void wd_check_lanes(uint64_t *seen, double *since)
+{
+    double now = wd_now();
+    for (int i = 0; i < DDP_WATCH_N_LANES; i++) {
+        uint64_t s = atomic_load_explicit(&wd_lanes[i].state, memory_order_acquire);
+        if (!(s & 1) || s != seen[i]) {
+            seen[i] = s;
+            since[i] = now;
+            continue;
+        }
+        if (now - since[i] > wd.timeout + wd.grace)
+            wd_fire(i, s, now - since[i]);
+    }
+}
+
+/* A ring socket is readable: a frame, or the end of the connection. */
+static void wd_ring_event(int i)
+{
+    wd_frame f;
+    int peer = wd.ring_peer[i];
+    ssize_t n = recv(wd.ring_fd[i], &f, sizeof f, MSG_WAITALL);
+    if (n == (ssize_t)sizeof f && wd_frame_valid(&f) && f.type == WD_BYE) {
+        wd.ring_bye[i] = 1;
+        return;
+    }
+    if (n == (ssize_t)sizeof f && wd_frame_valid(&f) && f.type == WD_ABORT) {
+        if (f.why == WD_WHY_DEATH)
+            DDP_ERROR("ending the job: rank %d (host %s, pid %d) is gone", f.arg, wd_host(f.arg), wd_pid(f.arg));
+        else
+            DDP_ERROR("ending the job: rank %d (host %s) %s (see its message)", f.arg, wd_host(f.arg),
+                      f.why == WD_WHY_ABORT ? "called ddp_abort" : "saw a collective pass its deadline");
+        wd_end_job(f.why, f.arg);
+    }
+    if (wd.ring_bye[i]) {
+        wd_close(&wd.ring_fd[i]);
+        return;
+    }
+    DDP_ERROR("rank %d (host %s, pid %d) is gone: its side-channel connection closed without a goodbye "
+              "(killed, crashed, or exited without ddp_finalize); ending the job", peer, wd_host(peer),
+              wd_pid(peer));
+    wd_end_job(WD_WHY_DEATH, peer);
+}
+
+static void *wd_thread(void *arg)
+{
+    uint64_t seen[DDP_WATCH_N_LANES] = {0};
+    double since[DDP_WATCH_N_LANES] = {0};
+    int tick_ms = (int)(1000 * (wd.timeout / 4 < WD_TICK_S ? wd.timeout / 4 : WD_TICK_S)) + 1;
+    (void)arg;
+    pthread_setname_np(pthread_self(), "ddp-watchdog"); /* visible in top -H, gdb, /proc */
+    for (;;) {
+        struct pollfd p[3] = {{.fd = wd.wake[0], .events = POLLIN}};
+        pthread_mutex_lock(&wd.lock);
+        if (wd.stopping) {
+            pthread_mutex_unlock(&wd.lock);
+            return NULL;
+        }
+        for (int i = 0; i < 2; i++)
+            p[1 + i] = (struct pollfd){.fd = wd.ring_bye[i] ? -1 : wd.ring_fd[i], .events = POLLIN};
+        pthread_mutex_unlock(&wd.lock);
+        if (poll(p, 3, tick_ms) > 0) {
+            char drain[16];
+            if (p[0].revents)
+                (void)!read(wd.wake[0], drain, sizeof drain);
+            pthread_mutex_lock(&wd.lock);
+            for (int i = 0; i < 2; i++)
+                if (p[1 + i].revents && wd.ring_fd[i] == p[1 + i].fd && !wd.stopping)
+                    wd_ring_event(i);
+            pthread_mutex_unlock(&wd.lock);
+        }
+        wd_check_lanes(seen, since);
+    }
+}
+
+static void wd_wake(void)
+{
+    if (wd.wake[1] >= 0)
+        (void)!write(wd.wake[1], "w", 1);
+}
+
+/* ---- the answering thread -------------------------------------------------------------------- */
+
+static void wd_answer(int fd)
+{
+    wd_frame ask, ans;
+    if (wd_recv_frame(fd, &ask, 0.5) != 0 || !wd_frame_valid(&ask) || ask.type != WD_ASK)
+        return;
+    ans = wd_frame_make(WD_ANSWER, 0, -1);
+    for (int i = 0; i < DDP_WATCH_N_LANES; i++) {
+        const char *what = atomic_load(&wd_lanes[i].what);
+        ans.lane_state[i] = atomic_load(&wd_lanes[i].state);
+        ans.lane_bucket[i] = atomic_load(&wd_lanes[i].bucket);
+        snprintf(ans.lane_what[i], WD_WHAT_LEN, "%s", what ? what : "none");
+    }
+    wd_send_frame(fd, &ans);
+}
+
+static void *wd_answerer(void *arg)
+{
+    (void)arg;
+    pthread_setname_np(pthread_self(), "ddp-wd-answer");
+    for (;;) {
+        int fd = accept4(wd.listener, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0 && (errno == EINTR || errno == ECONNABORTED))
+            continue;
+        if (fd < 0)
+            return NULL; /* shut down by ddp_watchdog_stop */
+        wd_answer(fd);
+        close(fd);
+    }
+}
+
+/* ---- the side channel: set-up at ddp_init ---------------------------------------------------- */
+
+/* Whether the IPv4 interface (name, addr in network order) matches spec: a name or a CIDR. */
+static int wd_if_matches(const char *spec, size_t len, const char *name, uint32_t addr)
+{
+    char text[64], *slash;
+    struct in_addr net;
+    if (len == 0 || len >= sizeof text)
+        return 0;
+    memcpy(text, spec, len);
+    text[len] = '\0';
+    if (strcmp(text, name) == 0)
+        return 1;
+    slash = strchr(text, '/');
+    if (!slash)
+        return 0;
+    *slash = '\0';
+    long bits = strtol(slash + 1, NULL, 10);
+    if (inet_pton(AF_INET, text, &net) != 1 || bits < 0 || bits > 32)
+        return 0;
+    uint32_t mask = bits == 0 ? 0 : htonl(~(uint32_t)0 << (32 - bits));
+    return (addr & mask) == (net.s_addr & mask);
+}
+
+/* The first up IPv4 interface matching one item of the comma-separated spec, or 0. */
+static uint32_t wd_addr_for(const struct ifaddrs *ifs, const char *spec)
+{
+    for (const char *item = spec; item && *item; item += strcspn(item, ",") + (item[strcspn(item, ",")] == ',')) {
+        for (const struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP))
+                continue;
+            uint32_t a = ((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr.s_addr;
+            if (wd_if_matches(item, strcspn(item, ","), i->ifa_name, a))
+                return a;
+        }
+    }
+    return 0;
+}
+
+/* The first up IPv4 interface that is not loopback or a container/VM bridge, or 0. */
+static uint32_t wd_addr_default(const struct ifaddrs *ifs)
+{
+    static const char *skip[] = {"docker", "virbr", "br-", "veth", "lxc"};
+    for (const struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+        int skipped = 0;
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+            (i->ifa_flags & IFF_LOOPBACK))
+            continue;
+        for (size_t k = 0; k < sizeof skip / sizeof skip[0]; k++)
+            skipped |= strncmp(i->ifa_name, skip[k], strlen(skip[k])) == 0;
+        if (!skipped)
+            return ((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr.s_addr;
+    }
+    return 0;
+}
+
+/* The address this rank advertises (see the top of the file). */
+static uint32_t wd_pick_addr(void)
+{
+    const char *specs[] = {getenv("DDP_WATCHDOG_IF"), getenv("OMPI_MCA_oob_tcp_if_include"),
+                           getenv("OMPI_MCA_btl_tcp_if_include")};
+    struct ifaddrs *ifs = NULL;
+    uint32_t a = 0;
+    if (getifaddrs(&ifs) != 0)
+        return htonl(INADDR_LOOPBACK);
+    for (size_t k = 0; k < 3 && !a; k++)
+        a = wd_addr_for(ifs, specs[k]);
+    if (!a)
+        a = wd_addr_default(ifs);
+    freeifaddrs(ifs);
+    return a ? a : htonl(INADDR_LOOPBACK);
+}
+
+/* Opens the listener on every address; fills the port (network order). -1 on failure. */
+static int wd_listen(uint16_t *port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t len = sizeof sa;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 128) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+        close(fd);
+        return -1;
+    }
+    *port = sa.sin_port;
+    return fd;
+}
+
+/* Connects to rank r and says hello; the socket, or -1 (with the reason in err). */
+static int wd_connect_ring(int r, double seconds, char *err, size_t err_len)
+{
+    int fd = wd_connect_start(r), soerr = 0;
+    socklen_t len = sizeof soerr;
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    wd_frame hello = wd_frame_make(WD_HELLO, 0, -1);
+    if (fd < 0 || poll(&p, 1, (int)(seconds * 1000)) <= 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0 ||
+        fcntl(fd, F_SETFL, 0) != 0 || wd_send_frame(fd, &hello) != 0) {
+        snprintf(err, err_len, "%s", soerr ? strerror(soerr) : fd < 0 ? strerror(errno) : "timed out");
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Accepts rank prev's hello within seconds (other connections are dropped); the socket or -1. */
+static int wd_accept_ring(int prev, double seconds)
+{
+    double end = wd_now() + seconds;
+    for (;;) {
+        struct pollfd p = {.fd = wd.listener, .events = POLLIN};
+        wd_frame f;
+        int ms = (int)((end - wd_now()) * 1000);
+        if (ms <= 0 || poll(&p, 1, ms) <= 0)
+            return -1;
+        int fd = accept4(wd.listener, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        if (wd_recv_frame(fd, &f, end - wd_now()) == 0 && wd_frame_valid(&f) && f.type == WD_HELLO &&
+            f.rank == prev)
+            return fd;
+        close(fd);
+    }
+}
+
+/* Builds this rank's two ring connections; 0 on success, else -1 with a message in err. */
+static int wd_build_ring(char *err, size_t err_len)
+{
+    int next = (wd.rank + 1) % wd.world, prev = (wd.rank + wd.world - 1) % wd.world;
+    char why[128] = "";
+    struct in_addr a = {.s_addr = wd.peers[next].addr};
+    wd.ring_fd[1] = wd_connect_ring(next, WD_CONNECT_S, why, sizeof why);
+    if (wd.ring_fd[1] < 0) {
+        snprintf(err, err_len, "cannot connect to rank %d (host %s) at %s:%u: %s", next, wd_host(next),
+                 inet_ntoa(a), ntohs(wd.peers[next].port), why);
+        return -1;
+    }
+    wd.ring_fd[0] = wd_accept_ring(prev, WD_CONNECT_S);
+    if (wd.ring_fd[0] < 0) {
+        snprintf(err, err_len, "rank %d (host %s) did not connect within %.0f s", prev, wd_host(prev), WD_CONNECT_S);
+        return -1;
+    }
+    wd.ring_peer[0] = prev;
+    wd.ring_peer[1] = next;
+    return 0;
+}
+
+/* Rank 0's random job token, so that strangers' connections are told apart. */
+static uint64_t wd_make_token(void)
+{
+    uint64_t t = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&t, sizeof t, 1, f) != 1)
+        t = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    if (f)
+        fclose(f);
+    return t;
+}
+
+/* Every rank's address, port, pid and host (collective, under a deadline). */
+static ddp_status wd_exchange(const char *hostname)
+{
+    wd_peer me = {.pid = getpid(), .token = wd.rank == 0 ? wd_make_token() : 0};
+    snprintf(me.host, sizeof me.host, "%s", hostname);
+    if (wd.running && (wd.listener = wd_listen(&me.port)) >= 0) {
+        me.addr = wd_pick_addr();
+        me.ok = 1;
+    }
+    wd.peers = calloc((size_t)wd.world, sizeof *wd.peers);
+    if (!wd.peers) {
+        DDP_ERROR("out of memory for the side channel's table of %d ranks", wd.world);
+        return DDP_ERR_NOMEM; /* the peers' deadline ends the job */
+    }
+    ddp_watch_enter(DDP_WATCH_CALLER, "side-channel set-up", -1, sizeof me);
+    int rc = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, wd.peers, (int)sizeof me, MPI_BYTE, MPI_COMM_WORLD);
+    ddp_watch_leave(DDP_WATCH_CALLER);
+    if (rc != MPI_SUCCESS) {
+        DDP_ERROR("exchanging side-channel addresses failed (MPI error %d)", rc);
+        return DDP_ERR_MPI;
+    }
+    wd.token = wd.peers[0].token;
+    return DDP_OK;
+}
+
+/* The first rank whose listener is not open, or -1; *n_open counts the open ones. */
+static int wd_first_closed(int *n_open)
+{
+    int first = -1;
+    *n_open = 0;
+    for (int r = 0; r < wd.world; r++) {
+        *n_open += wd.peers[r].ok;
+        if (!wd.peers[r].ok && first < 0)
+            first = r;
+    }
+    return first;
+}
+
+/* All ranks agree whether the ring stands; returns 1 when it does everywhere. quiet: the reason
+ * is known and logged already. */
+static int wd_agree_ring(int failed, int quiet)
+{
+    int in[2] = {failed, wd.rank}, out[2] = {0, 0};
+    ddp_watch_enter(DDP_WATCH_CALLER, "side-channel agreement", -1, sizeof in);
+    int rc = MPI_Allreduce(in, out, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    ddp_watch_leave(DDP_WATCH_CALLER);
+    if (rc == MPI_SUCCESS && out[0] == 0)
+        return 1;
+    if (!quiet)
+            DDP_WARN0("the side channel that detects dead ranks at once is off (rank %d could not set it up); "
+                  "collectives keep their deadline (DDP_TIMEOUT). Fix: DDP_WATCHDOG_IF=<interface or subnet> "
+                  "on which the nodes reach each other", out[1]);
+    return 0;
+}
+
+ddp_status ddp_watchdog_connect(int rank, int world, const char *hostname)
+{
+    char err[256] = "";
+    pthread_mutex_lock(&wd.lock);
+    wd.rank = rank;
+    wd.world = world;
+    wd.grace = rank == 0 ? 0 : rank == 1 ? WD_GRACE_S : 2 * WD_GRACE_S;
+    pthread_mutex_unlock(&wd.lock);
+    if (world < 2)
+        return DDP_OK;
+    ddp_status st = wd_exchange(hostname);
+    if (st != DDP_OK)
+        return st;
+    int n_open = 0, closed = wd_first_closed(&n_open), failed = closed >= 0;
+    if (closed >= 0 && rank == 0 && n_open > 0)
+        DDP_WARN("the side channel that detects dead ranks at once is off: rank %d (host %s) has no listener "
+                 "(DDP_WATCHDOG=0 there, or no socket); collectives keep their deadline", closed, wd_host(closed));
+    if (!failed && (failed = wd_build_ring(err, sizeof err) != 0))
+        DDP_WARN("side channel: %s", err);
+    if (wd_agree_ring(failed, closed >= 0) && pthread_create(&wd.answerer, NULL, wd_answerer, NULL) == 0) {
+        wd.answering = 1;
+        wd_wake(); /* the thread now polls the ring */
+        return DDP_OK;
+    }
+    ddp_watchdog_disconnect();
+    return DDP_OK;
+}
+
+/* ---- start and stop ------------------------------------------------------------------------- */
+
+ddp_status ddp_watchdog_start(void)
+{
+    const char *env = getenv("DDP_WATCHDOG");
+    if (env && strcmp(env, "0") == 0)
+        return DDP_OK;
+    pthread_mutex_lock(&wd.lock);
+    if (wd.running) {
+        pthread_mutex_unlock(&wd.lock);
+        return DDP_OK;
+    }
+    wd.timeout = ddp_timeout_seconds();
+    wd.grace = 0;
+    wd.rank = -1;
+    wd.stopping = 0;
+    int ok = pipe2(wd.wake, O_CLOEXEC | O_NONBLOCK) == 0;
+    atomic_store(&wd_enabled, ok);
+    if (ok && pthread_create(&wd.thread, NULL, wd_thread, NULL) != 0)
+        ok = 0;
+    wd.running = ok;
+    pthread_mutex_unlock(&wd.lock);
+    if (!ok)
+        DDP_WARN("cannot start the watchdog thread: collectives have no deadline");
+    return DDP_OK;
+}
+
+/* Sends BYE on the ring, stops the answerer and closes the side channel. */
+static void wd_side_close(void)
+{
+    wd_tell_ring(WD_BYE, 0, -1);
+    if (wd.answering) {
+        shutdown(wd.listener, SHUT_RDWR);
+        pthread_join(wd.answerer, NULL);
+        wd.answering = 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        wd_close(&wd.ring_fd[i]);
+        wd.ring_bye[i] = 0;
+        wd.ring_peer[i] = -1;
+    }
+    wd_close(&wd.listener);
+    free(wd.peers);
+    wd.peers = NULL;
+}
+
+void ddp_watchdog_disconnect(void)
+{
+    pthread_mutex_lock(&wd.lock);
+    wd_side_close();
+    pthread_mutex_unlock(&wd.lock);
+    wd_wake();
+}
+
+void ddp_watchdog_stop(void)
+{
+    ddp_watchdog_disconnect();
+    pthread_mutex_lock(&wd.lock);
+    int running = wd.running;
+    wd.stopping = 1;
+    pthread_mutex_unlock(&wd.lock);
+    if (!running)
+        return;
+    wd_wake();
+    pthread_join(wd.thread, NULL);
+    wd_close(&wd.wake[0]);
+    wd_close(&wd.wake[1]);
+    wd.running = 0;
+    atomic_store(&wd_enabled, 0);
+}

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# gpu-check.sh - one command to know whether ddp works on a GPU node: builds libddp with CUDA and
+# NCCL (release, warnings as errors, SASS for this node's GPUs), runs the GPU test suite, runs the
+# all-reduce benchmark over every GPU, and prints a verdict table (each test passed / failed /
+# skipped and why, the NCCL version, busbw per size). Exit status 0 when nothing failed.
+#
+#   srun -N1 --gpus-per-node=N scripts/gpu-check.sh          one node, N GPUs
+#   srun -N2 --ntasks-per-node=1 --gpus-per-node=N scripts/gpu-check.sh
+#        across nodes: the task of node 0 builds (shared file system), tests and runs the benchmark
+#        over all nodes with `srun --overlap --mpi=pmix` (Slurm >= 20.11); the others wait for it.
+#   scripts/gpu-check.sh                                      a GPU machine without Slurm
+# Options: --build DIR (default build-gpu-check), --max-bytes SIZE (benchmark, default 256M),
+#          --arch SM (e.g. 90; default: read from nvidia-smi), -- MESON SETUP OPTIONS...
+# Logs: DIR/gpu-check/*.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=build-gpu-check max_bytes=256M arch=""
+setup_extra=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --max-bytes) max_bytes=$2; shift 2 ;;
+    --arch) arch=$2; shift 2 ;;
+    --) shift; setup_extra=("$@"); break ;;
+    *) echo "gpu-check.sh: unknown option '$1' (see the top of the script)" >&2; exit 2 ;;
+  esac
+done
+logs=$build/gpu-check
+task=${SLURM_PROCID:-0} nodes=${SLURM_NNODES:-1}
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+# Tasks other than node 0's wait for its verdict (the step must hold their nodes meanwhile).
+if [ "$task" != 0 ]; then
+  for _ in $(seq 7200); do
+    [ -f "$logs/verdict.rc" ] && exit "$(cat "$logs/verdict.rc")"
+    sleep 1
+  done
+  echo "gpu-check.sh: task $task: node 0 gave no verdict in 2 h" >&2; exit 1
+fi
+mkdir -p "$logs"; rm -f "$logs/verdict.rc"
+verdict=() failed=0
+
+# note NAME STATUS DETAIL: one row of the verdict table.
+note() { verdict+=("$(printf '%-30s %-8s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && failed=1; return 0; }
+
+gpus=$(nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null)
+n_gpus=$(grep -c . <<<"$gpus")
+if [ "$n_gpus" -eq 0 ]; then
+  echo "gpu-check.sh: nvidia-smi lists no GPU on $(hostname): run on a GPU node (srun --gpus-per-node=N)" >&2
+  exit 1
+fi
+[ -n "$arch" ] || arch=$(sed 's/.*, *//; s/\.//' <<<"$gpus" | sort -un | paste -sd, -)
+note "node" INFO "$(hostname): $n_gpus GPU(s): $(cut -d, -f1 <<<"$gpus" | sort | uniq -c | xargs), sm_$arch"
+
+# 1. Build.
+if [ ! -f "$build/build.ninja" ]; then
+  meson setup "$build" --buildtype=release -Dwerror=true -Dcuda=enabled -Dnccl=enabled \
+    "-Dgpu_arch=$arch" "${setup_extra[@]}" >"$logs/setup.log" 2>&1
+fi
+if meson compile -C "$build" >"$logs/compile.log" 2>&1; then
+  note "build (CUDA, NCCL)" PASS "release, -Dwerror=true, gpu_arch=$arch"
+else
+  note "build (CUDA, NCCL)" FAIL "see $logs/setup.log, $logs/compile.log"
+  printf '%s\n' "${verdict[@]}"; echo 1 >"$logs/verdict.rc"; exit 1
+fi
+
+# 2. The GPU suite, then a verdict per test from meson's log (a skip says why).
+meson test -C "$build" --suite cuda --print-errorlogs --num-processes 1 >"$logs/tests.log" 2>&1
+python3 - "$build/meson-logs/testlog.json" >"$logs/tests.table" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    t = json.loads(line)
+    res = {"OK": "PASS", "SKIP": "SKIP", "EXPECTEDFAIL": "PASS"}.get(t["result"], "FAIL")
+    out = (t.get("stdout") or "") + (t.get("stderr") or "")
+    why = [l for l in out.splitlines() if "skipped:" in l]
+    detail = why[-1].split("skipped:", 1)[1].strip() if why and res == "SKIP" else f"{t['duration']:.1f} s"
+    if res == "FAIL":
+        detail = "see the test's output in tests.log"
+    name = t["name"].split(" / ")[-1].split(":")[-1]  # "ddp:suite / name" or "suite - ddp:name"
+    print(f"{name[:30]:30} {res:8} {detail[:110]}")
+PY
+while IFS= read -r row; do verdict+=("$row"); [[ $row == *" FAIL "* ]] && failed=1; done <"$logs/tests.table"
+
+# 3. The all-reduce benchmark over every GPU of the job.
+bench=$build/benchmarks/ddp-allreduce-bench
+if [ "$nodes" -gt 1 ]; then
+  launch=(srun --overlap --mpi=pmix -N "$nodes" --ntasks-per-node="$n_gpus")
+else
+  launch=(mpirun --bind-to none -np "$n_gpus")
+fi
+if "${launch[@]}" "$bench" --device cuda -e "$max_bytes" >"$logs/bench.log" 2>&1; then
+  note "all-reduce benchmark" PASS "$((nodes * n_gpus)) rank(s): ${launch[*]}"
+else
+  note "all-reduce benchmark" FAIL "see $logs/bench.log"
+fi
+nccl=$(grep -o 'NCCL [0-9.]* (built against [0-9.]*)' "$logs/bench.log" | head -1)
+note "NCCL" INFO "${nccl:-version not reported (see $logs/bench.log)}"
+
+echo
+echo "== ddp gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), logs in $logs"
+printf '%-30s %-8s %s\n' "check" "verdict" "detail"
+printf '%s\n' "${verdict[@]}"
+echo
+echo "all-reduce (float sum, $((nodes * n_gpus)) rank(s); busbw = algbw * 2(n-1)/n, 0 for one rank):"
+awk '/^# +size/ {print "  " substr($0, 3)} /^ +[0-9]+ +[0-9]+ +float/ {print "  " $0}' "$logs/bench.log"
+grep -E '^# (Out of bounds|Avg bus)' "$logs/bench.log" | sed 's/^# /  /'
+echo "$failed" >"$logs/verdict.rc"
+[ "$failed" = 0 ] && echo "VERDICT: ddp works on this GPU node" || echo "VERDICT: FAILED (see above)"
+exit "$failed"
