@@ -341,6 +341,11 @@ static int master_addr(char *const *envp, const struct ddp_options *opt, struct 
     const char *step = ddp_env_get(envp, "SLURM_STEP_NODELIST"), *job = ddp_env_get(envp, "SLURM_JOB_NODELIST");
     const char *set = opt->master_addr ? opt->master_addr : ddp_env_get(envp, "MASTER_ADDR");
     const char *list = l->source == DDP_SOURCE_SRUN && step ? step : job;
+    if (set && !*set) {
+        set_err(err, errlen, "%s is empty: give rank 0's host name or address, or unset it",
+                opt->master_addr ? "--master-addr" : "MASTER_ADDR");
+        return -1;
+    }
     if (set && strlen(set) >= sizeof l->master_addr) {
         set_err(err, errlen, "%s is %zu characters long; at most %zu fit: give a shorter host name or address",
                 opt->master_addr ? "--master-addr" : "MASTER_ADDR", strlen(set), sizeof l->master_addr - 1);
@@ -385,6 +390,19 @@ static unsigned long long hash_string(const char *s)
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 1099511628211ULL;
     return mix64(h);
+}
+
+/* A MASTER_PORT in the environment must be a TCP port: anything else would reach the program. */
+static int check_master_port(char *const *envp, char *err, size_t errlen)
+{
+    const char *port = ddp_env_get(envp, "MASTER_PORT");
+    int v = parse_count(port);
+    if (port && (v < 1 || v > 65535)) {
+        set_err(err, errlen, "MASTER_PORT='%s' is not a TCP port: give a number from 1 to 65535, or unset it "
+                "(ddp-launch then derives one from the job)", port);
+        return -1;
+    }
+    return 0;
 }
 
 /* The launch's name (shared by all its ranks) and, unless given, MASTER_PORT derived from it. */
@@ -467,7 +485,7 @@ int ddp_layout_detect(char *const *envp, const struct ddp_options *opt, struct d
     if (validate(&merged, err, errlen) != 0)
         return -1;
     fill_layout(&merged, source, out);
-    if (master_addr(envp, opt, out, err, errlen) != 0)
+    if (master_addr(envp, opt, out, err, errlen) != 0 || check_master_port(envp, err, errlen) != 0)
         return -1;
     job_key_and_port(envp, opt, out);
     return 0;

@@ -17,11 +17,14 @@
  * A NaN/inf loss found at an agreement stops the run with exit 1 before any checkpoint holds it.
  * Checkpoints hold the whole training state (train_state.c); --resume continues bit-identically.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ddp.h"
 #include "layers.h"
@@ -103,6 +106,20 @@ static ddp_status ddp_train_agree(ddp_trainer *t, ddp_status local)
     return local != DDP_OK ? local : DDP_ERR_MISMATCH;
 }
 
+/* Opens FILE for writing like fopen(path, "w"), but a FIFO without a reader fails (ENXIO) instead
+ * of blocking rank 0 while its peers wait. NULL with errno set on failure. */
+static FILE *ddp_train_create(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0666);
+    FILE *f = fd >= 0 && fcntl(fd, F_SETFL, 0) == 0 ? fdopen(fd, "w") : NULL;
+    if (!f && fd >= 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+    }
+    return f;
+}
+
 /* Loads both splits and opens the metrics file (rank 0). */
 static ddp_status ddp_train_open_inputs(ddp_trainer *t)
 {
@@ -110,9 +127,9 @@ static ddp_status ddp_train_open_inputs(ddp_trainer *t)
     if (st == DDP_OK)
         st = ddp_mnist_load_dir(t->o->data_dir, "t10k", &t->test);
     if (st == DDP_OK && t->rank == 0 && t->o->metrics_path) {
-        t->metrics = fopen(t->o->metrics_path, "w");
+        t->metrics = ddp_train_create(t->o->metrics_path);
         if (!t->metrics) {
-            DDP_ERROR("--metrics %s: cannot create the file", t->o->metrics_path);
+            DDP_ERROR("--metrics %s: cannot create the file: %s", t->o->metrics_path, strerror(errno));
             st = DDP_ERR_IO;
         }
     }
@@ -155,8 +172,9 @@ static ddp_status ddp_train_plan(ddp_trainer *t)
         return DDP_ERR_INVALID_ARG;
     }
     if (t->steps_per_epoch == 0) {
-        DDP_ERROR("each rank gets %zu training samples per epoch, fewer than --batch %d x --accum %d; "
-                  "lower them or use fewer ranks", ddp_sampler_len(t->sampler), t->o->batch, t->o->accum);
+        DDP_ERROR("--batch %d x --accum %d is more than the %zu training samples each of the %d rank(s) "
+                  "gets per epoch: allowed is --batch x --accum from 1 to %zu (or use fewer ranks)",
+                  t->o->batch, t->o->accum, ddp_sampler_len(t->sampler), t->world, ddp_sampler_len(t->sampler));
         return DDP_ERR_INVALID_ARG;
     }
     t->total_steps = t->steps_per_epoch * t->o->epochs;

@@ -2,10 +2,12 @@
 #include "mnist.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define DDP_IDX_IMAGES_MAGIC 0x00000803u
 #define DDP_IDX_LABELS_MAGIC 0x00000801u
@@ -25,23 +27,24 @@ static uint32_t ddp_be32(const unsigned char *p)
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
-/* Opens path and records its size. DDP_ERR_IO (logged) when it is missing or unreadable. */
+/* Opens path and records its size. DDP_ERR_IO (logged) when it is missing, unreadable or not a
+ * regular file. O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. */
 static ddp_status ddp_idx_open(const char *path, ddp_idx_file *idx)
 {
     struct stat st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     idx->path = path;
-    idx->f = fopen(path, "rb");
-    if (!idx->f || fstat(fileno(idx->f), &st) != 0) {
+    idx->f = NULL;
+    if (fd < 0 || fstat(fd, &st) != 0) {
         DDP_ERROR("%s: cannot open: %s; %s", path, strerror(errno), DDP_MNIST_FIX);
-        if (idx->f)
-            fclose(idx->f);
-        idx->f = NULL;
-        return DDP_ERR_IO;
-    }
-    if (!S_ISREG(st.st_mode)) {
+    } else if (!S_ISREG(st.st_mode)) {
         DDP_ERROR("%s: not a regular file; %s", path, DDP_MNIST_FIX);
-        fclose(idx->f);
-        idx->f = NULL;
+    } else if (!(idx->f = fdopen(fd, "rb"))) {
+        DDP_ERROR("%s: cannot open: %s", path, strerror(errno));
+    }
+    if (!idx->f) {
+        if (fd >= 0)
+            close(fd);
         return DDP_ERR_IO;
     }
     idx->file_bytes = (uint64_t)st.st_size;

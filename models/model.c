@@ -124,7 +124,7 @@ ddp_status ddp_model_widths_parse(const char *text, ddp_model_config *cfg)
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 1 || v > 1 << 20 || n == DDP_MLP_MAX_LAYERS + 1 ||
+        if (end == p || errno || v < 1 || v > DDP_MLP_MAX_WIDTH || n == DDP_MLP_MAX_LAYERS + 1 ||
             (*end && *end != '-') || (*end == '-' && !end[1]))
             return DDP_ERR_INVALID_ARG;
         widths[n++] = (int)v;

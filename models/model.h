@@ -15,6 +15,7 @@
 #include "ddp.h"
 
 #define DDP_MLP_MAX_LAYERS 8
+#define DDP_MLP_MAX_WIDTH (1 << 20) /* neurons per layer, each of --widths */
 
 typedef enum ddp_model_kind { DDP_MODEL_MLP = 0, DDP_MODEL_CNN } ddp_model_kind;
 

@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -167,41 +168,48 @@ static int ddp_parse_inject(const char *text, ddp_train_opts *o)
     return 0;
 }
 
-/* Parses a whole-string integer in [min, max]; prints the complaint and returns -1 otherwise. */
+/* Parses a whole-string integer in [min, max]; prints the complaint with the allowed range and
+ * returns -1 otherwise. */
 static int ddp_parse_long(const char *flag, const char *text, long min, long max, long *out)
 {
     char *end = NULL;
     errno = 0;
     long v = strtol(text, &end, 10);
     if (errno != 0 || end == text || *end != '\0' || v < min || v > max) {
-        fprintf(stderr, "ddp-train: --%s: expected %s integer, got '%s'\n", flag,
-                min > 0 ? "a positive" : "a non-negative", text);
+        fprintf(stderr, "ddp-train: --%s: expected %s integer, got '%s' (allowed: %ld to %ld)\n", flag,
+                min > 0 ? "a positive" : "a non-negative", text, min, max);
         return -1;
     }
     *out = v;
     return 0;
 }
 
-static int ddp_parse_int(const char *flag, const char *text, int min, int *out)
+static int ddp_parse_int_in(const char *flag, const char *text, int min, int max, int *out)
 {
     long v;
-    if (ddp_parse_long(flag, text, min, INT_MAX, &v) != 0)
+    if (ddp_parse_long(flag, text, min, max, &v) != 0)
         return -1;
     *out = (int)v;
     return 0;
 }
 
-/* Parses a whole-string finite number v with lo <= v < hi (lo < v when lo_open); `want` describes
- * the range for the message. */
+static int ddp_parse_int(const char *flag, const char *text, int min, int *out)
+{
+    return ddp_parse_int_in(flag, text, min, INT_MAX, out);
+}
+
+/* Parses a whole-string number v in the interval from lo to hi, each end open or closed; the
+ * message names the interval, e.g. "expected a number in [0, 1)". */
 static int ddp_parse_double(const char *flag, const char *text, double lo, int lo_open, double hi,
-                            const char *want, double *out)
+                            int hi_open, double *out)
 {
     char *end = NULL;
     errno = 0;
     double v = strtod(text, &end);
-    int low_ok = lo_open ? v > lo : v >= lo;
-    if (errno != 0 || end == text || *end != '\0' || !isfinite(v) || !low_ok || !(v < hi)) {
-        fprintf(stderr, "ddp-train: --%s: expected %s, got '%s'\n", flag, want, text);
+    int in = (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+    if (errno != 0 || end == text || *end != '\0' || !isfinite(v) || !in) {
+        fprintf(stderr, "ddp-train: --%s: expected a number in %c%.10g, %.10g%c, got '%s'\n", flag,
+                lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']', text);
         return -1;
     }
     *out = v;
@@ -214,7 +222,8 @@ static int ddp_parse_seed(const char *text, uint64_t *out)
     errno = 0;
     unsigned long long v = strtoull(text, &end, 10);
     if (errno != 0 || end == text || *end != '\0' || !isdigit((unsigned char)text[0])) {
-        fprintf(stderr, "ddp-train: --seed: expected a non-negative integer, got '%s'\n", text);
+        fprintf(stderr, "ddp-train: --seed: expected a non-negative integer, got '%s' (allowed: 0 to %llu)\n",
+                text, (unsigned long long)UINT64_MAX);
         return -1;
     }
     *out = (uint64_t)v;
@@ -251,7 +260,8 @@ static int ddp_parse_choice(int id, const char *text, ddp_train_opts *o)
     if (id == OPT_WIDTHS) {
         if (ddp_model_widths_parse(text, &o->model) != DDP_OK) {
             fprintf(stderr, "ddp-train: --widths: expected widths like 784-512-256-10 (784 first, 10 "
-                            "last, at most %d layers), got '%s'\n", DDP_MLP_MAX_LAYERS, text);
+                            "last, each 1 to %d, at most %d layers), got '%s'\n", DDP_MLP_MAX_WIDTH,
+                    DDP_MLP_MAX_LAYERS, text);
             return -1;
         }
         return 0;
@@ -270,32 +280,31 @@ static int ddp_parse_choice(int id, const char *text, ddp_train_opts *o)
     return 0;
 }
 
-#define DDP_WANT_POSITIVE "a positive number"
-
-/* Flags with a numeric value. */
+/* Flags with a numeric value. The batch is not limited here: rank 0's data size bounds it (see
+ * ddp_train_plan in ddp_train.c). */
 static int ddp_parse_number(int id, const char *v, ddp_train_opts *o)
 {
     switch (id) {
-    case OPT_EPOCHS: return ddp_parse_int("epochs", v, 1, &o->epochs);
-    case OPT_MAX_STEPS: return ddp_parse_long("max-steps", v, 0, LONG_MAX, &o->max_steps);
+    case OPT_EPOCHS: return ddp_parse_int_in("epochs", v, 1, DDP_TRAIN_MAX_EPOCHS, &o->epochs);
+    case OPT_MAX_STEPS: return ddp_parse_long("max-steps", v, 0, DDP_TRAIN_MAX_STEPS, &o->max_steps);
     case OPT_BATCH: return ddp_parse_int("batch", v, 1, &o->batch);
     case OPT_ACCUM: return ddp_parse_int("accum", v, 1, &o->accum);
-    case OPT_THREADS: return ddp_parse_int("threads", v, 1, &o->threads);
+    case OPT_THREADS: return ddp_parse_int_in("threads", v, 1, DDP_TRAIN_MAX_THREADS, &o->threads);
     case OPT_LOG_EVERY: return ddp_parse_int("log-every", v, 1, &o->log_every);
-    case OPT_LR: return ddp_parse_double("lr", v, 0.0, 1, INFINITY, DDP_WANT_POSITIVE, &o->lr);
-    case OPT_MOMENTUM:
-        return ddp_parse_double("momentum", v, 0.0, 0, 1.0, "a number in [0, 1)", &o->momentum);
+    case OPT_LR: return ddp_parse_double("lr", v, DDP_TRAIN_MIN_LR, 0, DDP_TRAIN_MAX_LR, 0, &o->lr);
+    case OPT_MOMENTUM: return ddp_parse_double("momentum", v, 0.0, 0, 1.0, 1, &o->momentum);
     case OPT_WEIGHT_DECAY:
-        return ddp_parse_double("weight-decay", v, 0.0, 0, INFINITY, "a number >= 0", &o->weight_decay);
-    case OPT_BUCKET_MB: return ddp_parse_double("bucket-mb", v, 0.0, 1, INFINITY, DDP_WANT_POSITIVE, &o->bucket_mb);
+        return ddp_parse_double("weight-decay", v, 0.0, 0, DDP_TRAIN_MAX_WEIGHT_DECAY, 0, &o->weight_decay);
+    case OPT_BUCKET_MB:
+        return ddp_parse_double("bucket-mb", v, 0.0, 1, DDP_TRAIN_MAX_BUCKET_MB, 0, &o->bucket_mb);
     case OPT_FIRST_BUCKET_MB:
-        return ddp_parse_double("first-bucket-mb", v, 0.0, 1, INFINITY, DDP_WANT_POSITIVE, &o->first_bucket_mb);
+        return ddp_parse_double("first-bucket-mb", v, 0.0, 1, DDP_TRAIN_MAX_BUCKET_MB, 0, &o->first_bucket_mb);
     case OPT_SEED: return ddp_parse_seed(v, &o->seed);
-    case OPT_WORKERS: return ddp_parse_int("workers", v, 0, &o->workers);
+    case OPT_WORKERS: return ddp_parse_int_in("workers", v, 0, DDP_TRAIN_MAX_WORKERS, &o->workers);
     case OPT_LOSS_SCALE_INTERVAL:
         return ddp_parse_long("loss-scale-interval", v, 1, LONG_MAX, &o->loss_scale_interval);
     case OPT_LOSS_SCALE_INIT:
-        return ddp_parse_double("loss-scale-init", v, 0.0, 1, INFINITY, DDP_WANT_POSITIVE, &o->loss_scale_init);
+        return ddp_parse_double("loss-scale-init", v, 0.0, 1, FLT_MAX, 0, &o->loss_scale_init);
     case OPT_INJECT_INF: return ddp_parse_inject(v, o);
     default: return ddp_parse_choice(id, v, o);
     }
@@ -364,7 +373,7 @@ ddp_train_parse_result ddp_train_parse_args(int argc, char **argv, ddp_train_opt
 {
     ddp_train_opts_default(o);
     opterr = 0;
-    optind = 1;
+    optind = 0; /* glibc: 0 resets getopt entirely, so a parse left inside "-hh" cannot leak into this one */
     int id;
     while ((id = getopt_long(argc, argv, ":h", ddp_train_long_opts, NULL)) != -1) {
         int rc;

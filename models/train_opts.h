@@ -8,6 +8,18 @@
 #include "ddp.h"
 #include "model.h"
 
+/* Limits of the flags, each refused beyond with the allowed range in the message. They keep
+ * every count and product of counts far from overflow and catch typos that would train for
+ * centuries or not at all. */
+#define DDP_TRAIN_MAX_EPOCHS 1000000
+#define DDP_TRAIN_MAX_STEPS 1000000000000L  /* --max-steps: 30 years at 1 ms a step */
+#define DDP_TRAIN_MAX_THREADS 1024
+#define DDP_TRAIN_MAX_WORKERS 256 /* --workers: data prefetch threads */
+#define DDP_TRAIN_MIN_LR 1e-12  /* below it, float32 updates round away for any usable gradient */
+#define DDP_TRAIN_MAX_LR 1e3    /* above it, SGD diverges at once on these models */
+#define DDP_TRAIN_MAX_WEIGHT_DECAY 1e3
+#define DDP_TRAIN_MAX_BUCKET_MB 1048576.0  /* 1 TiB: more than any model's gradients */
+
 typedef struct ddp_train_opts {
     ddp_model_config model;  /* kind, widths, seed; max_batch = batch */
     const char *data_dir;    /* folder with the four IDX files */

@@ -686,12 +686,16 @@ ddp_status ddp_checkpoint_save(const char *path, const ddp_param_desc *descs, in
 
 /* ---- load ---------------------------------------------------------------------------------- */
 
-/* Reads the whole regular file at path into *buf (malloc'ed) of *size bytes. */
+/* Reads the whole regular file at path into *buf (malloc'ed) of *size bytes. O_NONBLOCK: opening a
+ * FIFO must not wait for a writer (it is then refused as not a regular file). */
 static ddp_status ddp_ckpt_slurp(const char *path, unsigned char **buf, uint64_t *size)
 {
-    FILE *f = fopen(path, "rb");
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
         DDP_ERROR("cannot open checkpoint %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return DDP_ERR_IO;
     }
     struct stat sb;

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # test.sh - the README's test command: installs what the tests need, builds everything (the CUDA
 # parts too where the toolkit is present) with warnings as errors, fetches MNIST, runs the whole
-# test suite (unit, mpirun, and real-Slurm-cluster tests) and ends with "N passed, N failed".
+# test suite (unit, mpirun, and real-Slurm-cluster tests), then a second build with clang,
+# AddressSanitizer and UndefinedBehaviorSanitizer that runs the models, runtime, train and
+# launcher suites and the libFuzzer harnesses (suite fuzz, 20 s each), and ends with
+# "N passed, N failed, N skipped" over both builds.
 # Usage: scripts/test.sh [meson test arguments, e.g. --suite runtime]
+#   With arguments only the first build runs them, unless DDP_TEST_SANITIZE=1 (then both do).
+#   DDP_TEST_SANITIZE=0 skips the sanitizer build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,19 +29,38 @@ meson compile -C "$builddir" >/dev/null 2>"$builddir.compile.log" || {
 
 status=0
 meson test -C "$builddir" --print-errorlogs --num-processes 2 "$@" || status=$?
+logs=("$builddir/meson-logs/testlog.json")
 
-# Count results from meson's own log: OK and EXPECTEDFAIL pass, SKIP is skipped (no GPU), the rest fail.
-python3 - "$builddir/meson-logs/testlog.json" <<'PY'
+# The sanitizer build (clang, ASan + UBSan, libFuzzer harnesses; see scripts/build-sanitize.sh).
+sanitize=${DDP_TEST_SANITIZE:-$([ $# -eq 0 ] && echo 1 || echo 0)}
+if [ "$sanitize" = 1 ]; then
+  sandir=${DDP_TEST_SANBUILDDIR:-build-sanitize}
+  suites=(--suite models --suite runtime --suite train --suite launcher --suite fuzz)
+  [ $# -eq 0 ] || suites=("$@")
+  if scripts/build-sanitize.sh "$sandir"; then
+    meson test -C "$sandir" --print-errorlogs --num-processes 2 "${suites[@]}" || status=$?
+    logs+=("$sandir/meson-logs/testlog.json")
+  else
+    status=1
+    build_failures=1
+  fi
+fi
+
+# Count results from meson's own logs: OK and EXPECTEDFAIL pass, SKIP is skipped (no GPU), the rest
+# fail; a build that failed counts as one failure.
+python3 - "${build_failures:-0}" "${logs[@]}" <<'PY'
 import json, sys
-passed = failed = skipped = 0
-for line in open(sys.argv[1]):
-    r = json.loads(line)["result"]
-    if r in ("OK", "EXPECTEDFAIL"):
-        passed += 1
-    elif r == "SKIP":
-        skipped += 1
-    else:
-        failed += 1
+passed = skipped = 0
+failed = int(sys.argv[1])
+for log in sys.argv[2:]:
+    for line in open(log):
+        r = json.loads(line)["result"]
+        if r in ("OK", "EXPECTEDFAIL"):
+            passed += 1
+        elif r == "SKIP":
+            skipped += 1
+        else:
+            failed += 1
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 PY
 exit $status

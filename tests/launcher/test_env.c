@@ -1,6 +1,6 @@
 /* test_env.c - launch-environment detection: each launcher's variables give the right layout,
  * MASTER_ADDR comes from the expanded node list, MASTER_PORT from the job and step, and sources or
- * flags that disagree are errors naming both sides. */
+ * flags that disagree, an empty MASTER_ADDR and a MASTER_PORT that is no TCP port are errors. */
 #include <string.h>
 
 #include "../check.h"
@@ -83,7 +83,15 @@ static void hydra_torchrun_pmix(void)
     memset(long_addr + strlen(long_addr), 'h', DDP_HOST_LEN);
     torch[5] = long_addr;
     CHECK(detect(torch, NULL, &l, err) != 0 && strstr(err, "MASTER_ADDR"), "a MASTER_ADDR too long must be refused: %s", err);
+    torch[5] = "MASTER_ADDR=";
+    CHECK(detect(torch, NULL, &l, err) != 0 && strstr(err, "MASTER_ADDR is empty"), "an empty MASTER_ADDR must be refused: %s", err);
     torch[5] = "MASTER_ADDR=head";
+    for (int i = 0; i < 3; i++) {
+        char *bad_ports[] = {"MASTER_PORT=65536", "MASTER_PORT=0", "MASTER_PORT=29500x"};
+        torch[6] = bad_ports[i];
+        CHECK(detect(torch, NULL, &l, err) != 0 && strstr(err, "from 1 to 65535"), "%s must be refused: %s", bad_ports[i], err);
+    }
+    torch[6] = "MASTER_PORT=29500";
     ddp_options_init(&opt);
     opt.n_procs = 2;
     CHECK(detect(pmix, &opt, &l, err) == 0 && l.source == DDP_SOURCE_PMIX && l.world_size == 2, "pmix -n 2: %s", err);

@@ -1,6 +1,9 @@
 #!/usr/bin/python3
 """bad_input.py - ddp-train and ddp-ckpt on bad command lines and bad data: each run exits non-zero
 within seconds with a message naming the problem; under mpirun both ranks exit, none hangs.
+Absurd flag values (2^63 steps, NaN or infinite rates, ...) are refused with the allowed range, a
+batch larger than a rank's share of the data with the largest that fits, and a FIFO where a file
+belongs without waiting for the other end.
 A run whose loss diverges to NaN stops with exit 1; with --nan-policy skip it goes on and still
 writes valid JSON metrics; ddp-ckpt diff does not call NaN equal to a number.
 
@@ -34,6 +37,28 @@ def expect(chk, what, cmd, want_rc, words):
     return out
 
 
+def absurd_values():
+    """Values that parse but would overflow, never end, never learn or not be numbers at all: each
+    refused with the allowed range."""
+    lr = "expected a number in [1e-12, 1000]"
+    return [
+        (["--max-steps", str(2 ** 63)], [f"--max-steps: expected a non-negative integer, got '{2 ** 63}' "
+                                         "(allowed: 0 to 1000000000000)"]),
+        (["--epochs", "1000001"], ["--epochs: expected a positive integer, got '1000001' (allowed: 1 to 1000000)"]),
+        (["--workers", "100000"], ["--workers: expected a non-negative integer, got '100000' (allowed: 0 to 256)"]),
+        (["--threads", "100000"], ["--threads: expected a positive integer, got '100000' (allowed: 1 to 1024)"]),
+        (["--seed", str(2 ** 64)], [f"got '{2 ** 64}' (allowed: 0 to 18446744073709551615)"]),
+        (["--lr", "nan"], [f"--lr: {lr}, got 'nan'"]),
+        (["--lr", "inf"], [f"--lr: {lr}, got 'inf'"]),
+        (["--lr", "0"], [f"--lr: {lr}, got '0'"]),
+        (["--lr", "1e308"], [f"--lr: {lr}, got '1e308'"]),
+        (["--momentum", "nan"], ["--momentum: expected a number in [0, 1), got 'nan'"]),
+        (["--weight-decay", "1e9"], ["--weight-decay: expected a number in [0, 1000], got '1e9'"]),
+        (["--bucket-mb", "inf"], ["--bucket-mb: expected a number in (0, 1048576], got 'inf'"]),
+        (["--widths", "784-2000000-10"], ["each 1 to 1048576", "784-2000000-10"]),
+    ]
+
+
 def bad_flags(chk, train):
     cases = [
         (["--bogus"], ["unknown option '--bogus'", "usage:"]),
@@ -42,7 +67,7 @@ def bad_flags(chk, train):
         (["--epochs", "3x"], ["--epochs: expected a positive integer, got '3x'"]),
         (["--device", "gpu"], ["--device: expected cpu, cuda or auto, got 'gpu'"]),
         (["--model", "rnn"], ["--model: expected mlp or cnn, got 'rnn'"]),
-        (["--lr", "-1"], ["--lr: expected a positive number, got '-1'"]),
+        (["--lr", "-1"], ["--lr: expected a number in [1e-12, 1000], got '-1'"]),
         (["--momentum", "1.5"], ["--momentum: expected a number in [0, 1), got '1.5'"]),
         (["--widths", "784-abc-10"], ["--widths", "784-abc-10"]),
         (["--lr-schedule", "step"], ["--lr-schedule: expected constant or cosine, got 'step'"]),
@@ -51,11 +76,11 @@ def bad_flags(chk, train):
         (["extra"], ["unexpected argument 'extra'"]),
         (["--grad-dtype", "fp8"], ["--grad-dtype: expected fp32, bf16 or fp16, got 'fp8'"]),
         (["--workers", "-1"], ["--workers: expected a non-negative integer, got '-1'"]),
-        (["--loss-scale-init", "0"], ["--loss-scale-init: expected a positive number, got '0'"]),
+        (["--loss-scale-init", "0"], ["--loss-scale-init: expected a number in (0, 3.402823466e+38], got '0'"]),
         (["--inject-inf", "1-3", "--grad-dtype", "fp16"], ["--inject-inf: expected RANK:STEP"]),
         (["--inject-inf", "1:3"], ["--inject-inf tests the fp16 loss scaler: add --grad-dtype fp16 or --precision fp16"]),
     ]
-    for args, words in cases:
+    for args, words in cases + absurd_values():
         expect(chk, "ddp-train " + " ".join(args), [train] + args, 2, words)
     rc, out = trainlib.run([train, "--help"], timeout=60)
     chk.check(rc == 0 and "--max-steps" in out, "ddp-train --help exits 0 with the usage", out)
@@ -82,6 +107,19 @@ def bad_data(chk, train, tmp):
         "label out of range": ("train-labels-idx1-ubyte", lambda b: b[:-1] + bytes([12]),
                                ["label 12", "0..9"]),
     }
+    # A FIFO (a named pipe with no writer) where a data file belongs: opening it must not wait.
+    fifo = os.path.join(tmp, "fifo")
+    shutil.copytree(good, fifo)
+    os.remove(os.path.join(fifo, "train-images-idx3-ubyte"))
+    os.mkfifo(os.path.join(fifo, "train-images-idx3-ubyte"))
+    expect(chk, "a FIFO as the images file", [train, "--data", fifo], None,
+           ["train-images-idx3-ubyte: not a regular file"])
+    metrics = os.path.join(tmp, "metrics.fifo")
+    os.mkfifo(metrics)
+    expect(chk, "--metrics to a FIFO nobody reads", [train, "--data", good, "--metrics", metrics], 1,
+           ["--metrics " + metrics + ": cannot create the file: No such device or address"])
+    expect(chk, "batch larger than the data set", [train, "--data", good, "--batch", "100000"], 1,
+           ["--batch 100000 x --accum 1 is more than the 40 training samples", "from 1 to 40"])
     for what, (name, change, words) in cases.items():
         folder = os.path.join(tmp, what.replace(" ", "_"))
         shutil.copytree(good, folder)
@@ -102,6 +140,14 @@ def under_mpirun(chk, train, mpi, tmp):
                  mpi + ["2", train, "--data", data, "--device", "cpu", "--batch", "4", "--bucket-mb", "1e-9"],
                  1, ["bucket_mb = 1e-09 MiB is not a usable bucket cap"])
     chk.check("MPI_ABORT" not in out, "an agreed configuration error does not abort the job", out)
+    # A batch larger than a rank's share of the data: refused where the data is loaded, on every
+    # rank alike, with the largest batch x accum that fits.
+    out = expect(chk, "mpirun -np 2, batch x accum larger than each rank's 20 samples",
+                 mpi + ["2", train, "--data", data, "--device", "cpu", "--batch", "15", "--accum", "2"], 1,
+                 ["--batch 15 x --accum 2 is more than the 20 training samples each of the 2 rank(s)",
+                  "allowed is --batch x --accum from 1 to 20"])
+    lines = [l for l in out.splitlines() if "allowed is --batch x --accum" in l]
+    chk.check(len(lines) == 2 and "MPI_ABORT" not in out, "both ranks refuse the batch, no abort", out)
     # Node-local copies that differ (here: rank 1 reads another folder, MPMD) would give the ranks
     # different step plans, and their collectives would hang: every rank must refuse instead.
     other = os.path.join(tmp, "other")
@@ -119,6 +165,9 @@ def ckpt_cli(chk, ckpt, tmp):
     expect(chk, "ddp-ckpt show on a corrupt file", [ckpt, "show", bogus], 2, ["bogus.ckpt"])
     expect(chk, "ddp-ckpt diff with a missing file", [ckpt, "diff", bogus, os.path.join(tmp, "none")], 2,
            ["cannot load"])
+    fifo = os.path.join(tmp, "ckpt.fifo")
+    os.mkfifo(fifo)
+    expect(chk, "ddp-ckpt show on a FIFO", [ckpt, "show", fifo], 2, ["ckpt.fifo is not a regular file"])
     expect(chk, "ddp-ckpt without a command", [ckpt], 2, ["usage:"])
     expect(chk, "ddp-ckpt diff with one file", [ckpt, "diff", bogus], 2, ["two checkpoint files"])
     expect(chk, "ddp-ckpt diff --tol abc", [ckpt, "diff", "--tol", "abc", bogus, bogus], 2, ["--tol"])
@@ -128,10 +177,10 @@ def diverged_metrics(chk, train, tmp):
     data = os.path.join(tmp, "diverge")
     trainlib.write_dataset(data, 100, 20)
     metrics = os.path.join(tmp, "diverge.jsonl")
-    rc, out = trainlib.run([train, "--data", data, "--epochs", "1", "--batch", "10", "--lr", "1e30",
+    rc, out = trainlib.run([train, "--data", data, "--epochs", "1", "--batch", "10", "--lr", "1000",
                             "--device", "cpu"], timeout=120)
     chk.check(rc == 1 and "the loss became NaN or inf" in out, f"diverging run stops with exit 1 (status {rc})", out)
-    rc, out = trainlib.run([train, "--data", data, "--epochs", "1", "--batch", "10", "--lr", "1e30",
+    rc, out = trainlib.run([train, "--data", data, "--epochs", "1", "--batch", "10", "--lr", "1000",
                             "--device", "cpu", "--metrics", metrics, "--nan-policy", "skip"], timeout=120)
     chk.check(rc == 0, f"diverging run with --nan-policy skip exits 0 (status {rc})", out)
     lines = open(metrics).read().splitlines() if os.path.exists(metrics) else []
