@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "launcher.h"
+#include "mkdir_p.h"
 
 enum { FD_OUT = 3, FD_ERR, FD_PID, FD_FIRST_FREE }; /* the follower's descriptors */
 
@@ -35,29 +36,10 @@ void ddp_log_paths(const char *dir, int rank, char *out_path, char *err_path, si
     snprintf(err_path, len, "%s/rank.%d.err", dir, rank);
 }
 
-/* mkdir -p DIR; 0 or -1 with errno. Ranks race to create it: EEXIST is success. */
-static int mkdir_p(const char *dir)
-{
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    return mkdir(path, 0777) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 int ddp_log_dir_prepare(const char *dir, char *abs_out, size_t len, char *err, size_t errlen)
 {
     char resolved[PATH_MAX];
-    if (mkdir_p(dir) != 0 || !realpath(dir, resolved)) {
+    if (ddp_mkdir_p(dir) != 0 || !realpath(dir, resolved)) {
         snprintf(err, errlen, "--log-dir %s: cannot create the folder: %s (choose a writable folder)", dir,
                  strerror(errno));
         return -1;

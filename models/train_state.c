@@ -20,6 +20,7 @@
  * the position, parameters and momentum, so only rank 0 needs to see the folder.
  */
 #include "train_state.h"
+#include "mkdir_p.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -285,25 +286,6 @@ ddp_status ddp_train_checkpoint(const ddp_train_setup *s, const ddp_train_pos *p
 
 /* ---- writability before training ------------------------------------------------------------- */
 
-/* mkdir -p. */
-static int ddp_mkdirs(const char *dir)
-{
-    char path[DDP_PATH_MAX];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    return mkdir(path, 0777) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 /* Creates and removes a probe file in dir. */
 static ddp_status ddp_probe_dir(const char *flag, const char *what, const char *dir)
 {
@@ -324,7 +306,7 @@ static ddp_status ddp_probe_dir(const char *flag, const char *what, const char *
 ddp_status ddp_train_check_outputs(const ddp_train_opts *o)
 {
     ddp_status st = DDP_OK;
-    if (o->checkpoint_dir && ddp_mkdirs(o->checkpoint_dir) != 0) {
+    if (o->checkpoint_dir && ddp_mkdir_p(o->checkpoint_dir) != 0) {
         DDP_ERROR("--checkpoint-dir %s: cannot create it: %s; choose a writable place",
                   o->checkpoint_dir, strerror(errno));
         st = DDP_ERR_IO;

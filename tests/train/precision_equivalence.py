@@ -19,7 +19,6 @@ Also: --precision with a bad value is refused with a message naming the valid on
 Usage: precision_equivalence.py DDP_TRAIN DDP_CKPT MODEL MPIRUN MPIRUN_ARGS... (the last is -np)
 """
 import os
-import re
 import sys
 import tempfile
 
@@ -30,21 +29,11 @@ TOL = "1e-4"
 
 
 def train(chk, tmp, name, args, prefix=()):
-    path = os.path.join(tmp, name + ".ckpt")
-    rc, out = trainlib.run(list(prefix) + args + ["--save", path], timeout=300)
-    chk.check(rc == 0 and os.path.exists(path), f"train {name}: exit status {rc}", out)
-    return path
+    return trainlib.train_save(chk, tmp, name, args, prefix)
 
 
 def diff(chk, ckpt, a, b, want_same, what):
-    rc, out = trainlib.run([ckpt, "diff", "--tol", TOL, a, b], timeout=60)
-    print(out.strip())
-    m = re.search(r"max_rel_diff=(\S+)", out)
-    if want_same:
-        chk.check(rc == 0 and m is not None, f"{what}: same to --tol {TOL}", out)
-    else:
-        chk.check(rc == 1 and m is not None and float(m.group(1)) > float(TOL) * 10,
-                  f"{what}: differs beyond 10x --tol {TOL} (negative control)", out)
+    trainlib.diff_ckpt(chk, ckpt, a, b, want_same, what, TOL)
 
 
 def main():

@@ -5,6 +5,7 @@ depends on c, on a background of pseudo-random noise from a fixed linear congrue
 """
 import math
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -84,3 +85,24 @@ class Checker:
         if self.failures:
             print(f"{self.failures} check(s) failed")
         sys.exit(1 if self.failures else 0)
+
+
+def train_save(chk, tmp, name, args, prefix=()):
+    """Runs prefix + args + --save TMP/NAME.ckpt; checks the exit status; returns the checkpoint."""
+    path = os.path.join(tmp, name + ".ckpt")
+    rc, out = run(list(prefix) + args + ["--save", path], timeout=300)
+    chk.check(rc == 0 and os.path.exists(path), f"train {name}: exit status {rc}", out)
+    return path
+
+
+def diff_ckpt(chk, ckpt, a, b, want_same, what, tol):
+    """ddp-ckpt diff --tol TOL A B: want_same, the parameters agree to tol; otherwise they differ by
+    more than 10 x tol (a negative control that shows the comparison can fail)."""
+    rc, out = run([ckpt, "diff", "--tol", tol, a, b], timeout=60)
+    print(out.strip())
+    m = re.search(r"max_rel_diff=(\S+)", out)
+    if want_same:
+        chk.check(rc == 0 and m is not None, f"{what}: same to --tol {tol}", out)
+    else:
+        chk.check(rc == 1 and m is not None and float(m.group(1)) > float(tol) * 10,
+                  f"{what}: differs beyond 10x --tol {tol} (negative control)", out)
