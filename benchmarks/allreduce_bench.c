@@ -43,6 +43,7 @@ typedef struct ddp_bench_opts {
     ddp_reduce_op op;
     ddp_backend_kind device;
     int nonblocking; /* ddp_allreduce_start + ddp_wait instead of ddp_allreduce */
+    int idle_ms;     /* > 0: the link idles this long before each timed all-reduce (training's duty cycle) */
     int link_check;
     int max_bytes_given;  /* only the start-up link check (ddp_link_check), with -e as its message size */
     int check;
@@ -63,7 +64,7 @@ typedef struct ddp_bench {
     double n_wrong;      /* over all sizes and ranks */
 } ddp_bench;
 
-enum { OPT_OP = 1000, OPT_DEVICE, OPT_NONBLOCKING, OPT_LINK_CHECK, OPT_HELP };
+enum { OPT_OP = 1000, OPT_DEVICE, OPT_NONBLOCKING, OPT_IDLE_MS, OPT_LINK_CHECK, OPT_HELP };
 
 static const struct option ddp_bench_long_opts[] = {
     {"min-bytes", required_argument, NULL, 'b'},
@@ -75,6 +76,7 @@ static const struct option ddp_bench_long_opts[] = {
     {"op", required_argument, NULL, OPT_OP},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"nonblocking", no_argument, NULL, OPT_NONBLOCKING},
+    {"idle-ms", required_argument, NULL, OPT_IDLE_MS},
     {"link-check", no_argument, NULL, OPT_LINK_CHECK},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -92,6 +94,9 @@ static const char ddp_bench_usage_text[] =
     "      --device cpu|cuda|auto  backend (default auto)\n"
     "      --nonblocking       start every all-reduce, then wait for each (ddp_allreduce_start,\n"
     "                          ddp_wait) instead of calling ddp_allreduce\n"
+    "      --idle-ms N         time each all-reduce alone, after a barrier and N ms of idle link,\n"
+    "                          as in training, where compute separates the steps' all-reduces\n"
+    "                          (default 0: back to back)\n"
     "      --link-check        instead of all-reduces: each rank's bandwidth and latency to its\n"
     "                          ring neighbours and rank 0 (messages of -e bytes, default 4M here);\n"
     "                          names nodes whose links are under half the median; exit 1 if any\n"
@@ -160,6 +165,8 @@ static int ddp_bench_apply(int c, const char *arg, ddp_bench_opts *o)
         return ddp_bench_usage("--step-factor", "an integer >= 2", arg);
     if (c == 'n' && ddp_bench_parse_int(arg, 1, &o->iters) != 0)
         return ddp_bench_usage("--iters", "a positive integer", arg);
+    if (c == OPT_IDLE_MS && ddp_bench_parse_int(arg, 0, &o->idle_ms) != 0)
+        return ddp_bench_usage("--idle-ms", "a non-negative integer", arg);
     if (c == 'w' && ddp_bench_parse_int(arg, 0, &o->warmup) != 0)
         return ddp_bench_usage("--warmup", "a non-negative integer", arg);
     if (c == 'c' && strcmp(arg, "0") != 0 && strcmp(arg, "1") != 0)
@@ -300,6 +307,22 @@ static void ddp_bench_reduce_many(ddp_bench *b, size_t n, int k)
         ddp_bench_must(b, ddp_wait(b->reqs[j]), "ddp_wait");
 }
 
+/* --idle-ms: `iters` all-reduces, each after a barrier and the idle time; returns this rank's
+ * time inside the all-reduces alone. */
+static double ddp_bench_reduce_idle(ddp_bench *b, size_t n)
+{
+    double inside = 0.0;
+    struct timespec idle = {.tv_sec = b->o->idle_ms / 1000, .tv_nsec = (long)(b->o->idle_ms % 1000) * 1000000L};
+    for (int j = 0; j < b->o->iters; j++) {
+        ddp_bench_must(b, ddp_barrier(b->ctx), "ddp_barrier");
+        nanosleep(&idle, NULL);
+        double t0 = ddp_bench_now();
+        ddp_bench_reduce_many(b, n, 1);
+        inside += ddp_bench_now() - t0;
+    }
+    return inside;
+}
+
 /* The closed form of element i after the all-reduce (see the top of the file). */
 static float ddp_bench_expected(const ddp_bench *b, size_t i)
 {
@@ -336,10 +359,15 @@ static void ddp_bench_size(ddp_bench *b, size_t n)
     ddp_bench_fill(b, n);
     ddp_bench_reduce_many(b, n, o->warmup);
     ddp_bench_must(b, ddp_barrier(b->ctx), "ddp_barrier");
-    double t0 = ddp_bench_now();
-    ddp_bench_reduce_many(b, n, o->iters);
-    ddp_bench_must(b, ddp_barrier(b->ctx), "ddp_barrier");
-    double sec = ddp_bench_max_over_ranks(b, ddp_bench_now() - t0) / o->iters;
+    double t0 = ddp_bench_now(), mine;
+    if (o->idle_ms > 0) {
+        mine = ddp_bench_reduce_idle(b, n);
+    } else {
+        ddp_bench_reduce_many(b, n, o->iters);
+        ddp_bench_must(b, ddp_barrier(b->ctx), "ddp_barrier");
+        mine = ddp_bench_now() - t0;
+    }
+    double sec = ddp_bench_max_over_ranks(b, mine) / o->iters;
     double wrong = o->check ? ddp_bench_sum_over_ranks(b, ddp_bench_check(b, n)) : 0.0;
     size_t bytes = n * sizeof(float);
     double algbw = (double)bytes / sec / 1e9;
@@ -386,10 +414,11 @@ static void ddp_bench_print_header(ddp_bench *b)
     const ddp_bench_opts *o = b->o;
     if (b->rank == 0) {
         printf("# ddp-allreduce-bench (libddp %s): min-bytes %zu max-bytes %zu step-factor %zu "
-               "warmup %d iters %d op %s check %d %s\n",
+               "warmup %d iters %d op %s check %d %s%s\n",
                ddp_version(), o->min_bytes, o->max_bytes, o->step_factor, o->warmup, o->iters,
                o->op == DDP_AVG ? "avg" : "sum", o->check,
-               o->nonblocking ? "nonblocking (start + wait)" : "blocking");
+               o->nonblocking ? "nonblocking (start + wait)" : "blocking",
+               o->idle_ms > 0 ? ", each after a barrier and --idle-ms of idle link" : "");
         printf("# world size %d, backend %s, %d host(s)\n", b->world,
                ddp_backend_name(ddp_backend(b->ctx)), ddp_num_nodes(b->ctx));
     }

@@ -216,7 +216,7 @@ def cmd_plot(args):
 
 def fit_link(bench_rows, ranks):
     """alpha (s per step) and B (bytes/s) of a ring fitted to ddp-allreduce-bench times at `ranks`:
-    T(S) = 2(p-1) alpha + 2(p-1)/p * S / B, least squares over the medians per size."""
+    T(S) = 2(p-1) alpha + 2(p-1)/p * S / B, least squares over the medians per size; alpha >= 0."""
     by = {}
     for r in bench_rows:
         if int(r["ranks"]) == ranks:
@@ -228,16 +228,42 @@ def fit_link(bench_rows, ranks):
     mx = sum(s for s, _ in pts) / n
     my = sum(t for _, t in pts) / n
     slope = sum((s - mx) * (t - my) for s, t in pts) / sum((s - mx) ** 2 for s, _ in pts)
-    icept = max(my - slope * mx, 0.0)
+    icept = my - slope * mx
+    if icept < 0:  # no negative latency: the least-squares line through the origin
+        icept, slope = 0.0, sum(s * t for s, t in pts) / sum(s * s for s, _ in pts)
     p = ranks
     return icept / (2 * (p - 1)), 2 * (p - 1) / p / slope
+
+
+def bench_curve(bench_rows, ranks):
+    """[(size, median time)] of ddp-allreduce-bench at `ranks`, by size."""
+    by = {}
+    for r in bench_rows:
+        if int(r["ranks"]) == ranks:
+            by.setdefault(int(r["size_bytes"]), []).append(float(r["time_us"]) * 1e-6)
+    return [(s, statistics.median(t)) for s, t in sorted(by.items())]
+
+
+def curve_time(curve, size):
+    """The all-reduce time of `size` read off a measured curve: linear between the two measured
+    sizes around it, along the nearest segment beyond the ends."""
+    i = next((k for k in range(1, len(curve)) if curve[k][0] >= size), len(curve) - 1)
+    (s0, t0), (s1, t1) = curve[i - 1], curve[i]
+    return max(0.0, t0 + (t1 - t0) * (size - s0) / (s1 - s0))
 
 
 def local_predict(args):
     """Predicted step time for each measured multi-rank configuration; returns rows for the report.
     Compute is measured (the critical path: step - the slowest rank's wait, from the same runs:
     namespace nodes share the machine's cores, so compute depends on the rank count and on the
-    machine's other load); the model predicts the communication and its overlap."""
+    machine's other load); the model predicts the communication and its overlap.
+    At a configuration's own rank count (--calib-ranks 0) each bucket's all-reduce time is read off
+    ddp-allreduce-bench's curve at that rank count (between the two measured sizes around it; the
+    curve is not a straight line here: TCP restarts slowly after each idle gap); with --calib-ranks
+    N, the ring's alpha and B fitted at N ranks predict the other rank counts. Calibrate with all-reduces that meet an idle
+    link (scaling.sh --bench-idle-ms, about a step's compute), as training's do: on a link shaped
+    with tc tbf, back-to-back all-reduces keep its queue full and move about a third less (8 MB at
+    2 ranks over 1gbit: 130 ms back to back, 89-98 ms after 20 ms idle)."""
     bench = list(csv.DictReader(open(args.calib)))
     links = {}
     groups = {}
@@ -245,28 +271,36 @@ def local_predict(args):
         if int(r["ranks"]) > 1 and r["mode"] == "weak":
             groups.setdefault((int(r["ranks"]), r["bucket_mb"], r["overlap"]), []).append(r)
     out = []
+    # The steady state (medians over each run's steps) where runs.csv has it, else means over steps.
+    step_of = lambda r: float(r.get("step_med_ms") or r["step_ms"])
+    wait_of = lambda r: float(r.get("exposed_min_med_ms") or r["exposed_min_ms"])
     for (ranks, bucket, overlap), runs in sorted(groups.items()):
-        t_compute = statistics.median(float(r["step_ms"]) - float(r["exposed_min_ms"]) for r in runs) * 1e-3
+        t_compute = statistics.median(step_of(r) - wait_of(r) for r in runs) * 1e-3
         cap = 1e12 if bucket == "one" else float(bucket) * MIB
         first = 1e12 if bucket == "one" else min(float(bucket), 1.0) * MIB
         sizes = plan_buckets(args.grad_bytes_total, cap, first)
         calib = args.calib_ranks or ranks
         alpha, bw = links.setdefault(calib, fit_link(bench, calib))
-        comm = lambda s: (ring_time(s, ranks, alpha, bw), 2 * (ranks - 1) * alpha)
+        if calib == ranks:
+            curve = bench_curve(bench, ranks)
+            comm = lambda s: (curve_time(curve, s), 2 * (ranks - 1) * alpha)
+        else:
+            comm = lambda s: (ring_time(s, ranks, alpha, bw), 2 * (ranks - 1) * alpha)
         step, exposed, _, _, _ = step_time(t_compute / 3, 2 * t_compute / 3, sizes, comm, overlap == "on")
-        measured = statistics.median(float(r["step_ms"]) for r in runs) * 1e-3
+        measured = statistics.median(step_of(r) for r in runs) * 1e-3
         out.append(dict(ranks=ranks, bucket=bucket, overlap=overlap, predicted=step, measured=measured,
                         error=(step - measured) / measured, compute=t_compute, exposed=exposed,
-                        exposed_measured=statistics.median(float(r["exposed_min_ms"]) for r in runs) * 1e-3))
+                        exposed_measured=statistics.median(wait_of(r) for r in runs) * 1e-3))
     return links, out
 
 
 def cmd_local(args):
     links, rows = local_predict(args)
+    idle = sorted({r.get("idle_ms") or "0" for r in csv.DictReader(open(args.calib))})
     for ranks, (alpha, bw) in sorted(links.items()):
-        print(f"# calibration: ring fitted to ddp-allreduce-bench at {ranks} ranks: alpha {1e6 * alpha:.1f} "
-              f"us/step, B {bw / 1e6:.1f} MB/s per rank")
-    print(f"# compute measured (step - the slowest rank's wait); {args.grad_bytes_total / 1e6:.2f} MB of gradients")
+        print(f"# calibration: ring fitted to ddp-allreduce-bench at {ranks} ranks (--idle-ms {','.join(idle)}): "
+              f"alpha {1e6 * alpha:.1f} us/step, B {bw / 1e6:.1f} MB/s per rank")
+    print(f"# compute measured (step - the slowest rank's wait, steady state); {args.grad_bytes_total / 1e6:.2f} MB of gradients")
     print(f"{'ranks':>5} {'buckets':>7} {'overlap':>7} {'compute_ms':>10} {'comm_pred':>9} {'comm_meas':>9} "
           f"{'pred_ms':>8} {'meas_ms':>8} {'error':>7}")
     worst = 0.0
@@ -317,7 +351,9 @@ def main():
     p = sub.add_parser("local", help="predicted vs measured step time on the local cluster")
     p.add_argument("--calib", required=True, help="allreduce.csv of benchmarks/scaling.sh (calibration)")
     p.add_argument("--calib-ranks", type=int, default=2,
-                   help="fit the link at this many ranks; 0: at each configuration's own rank count")
+                   help="fit the link at this many ranks (default 2) and count only configurations with "
+                        "more ranks in the verdict; 0: calibrate at each configuration's own rank count "
+                        "and count every configuration")
     p.add_argument("--runs", required=True, help="runs.csv of benchmarks/scaling.sh (weak scaling)")
     p.add_argument("--grad-bytes-total", type=float, required=True, help="gradient bytes per step")
     p.add_argument("--include-overlap", action="store_true",

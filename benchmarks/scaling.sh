@@ -30,6 +30,10 @@
 #                        gradients per step)
 #   --device cpu|cuda    (default cpu)
 #   --bench-sizes A:B    all-reduce sizes for ddp-allreduce-bench -b A -e B (default 4K:64M, x4)
+#   --bench-factor F     each bench size is the previous one times F (default 4)
+#   --bench-idle-ms N    ddp-allreduce-bench --idle-ms N: each all-reduce timed alone after N ms of
+#                        idle link, as between training steps (default 0: back to back, as
+#                        nccl-tests; a shaped link that never idles moves less, see costmodel.py)
 #   --data DIR           MNIST IDX folder (default data/mnist)
 #   --local-cluster N    start slurm/cluster.sh with N nodes first (root) and stop it at the end;
 #   --rate R, --rate-node N=R   its link limits (see slurm/cluster.sh)
@@ -39,6 +43,8 @@
 # Efficiency = samples/s / (samples/s at the fewest ranks x ranks / those ranks), per configuration.
 # Exposed communication per step = the time the step waited for its all-reduces (ddp-train --trace),
 # the mean over ranks; exposed_min_ms = the least of the ranks' (the slowest rank's) wait.
+# step_med_ms and exposed_min_med_ms: the steady state, medians over the steps (rank 0's step; the
+# least wait of each step), without the first step's connections and set-up.
 # A ddp-train run that fails is run once more (logged); a second failure ends the study.
 set -euo pipefail
 
@@ -47,7 +53,7 @@ LOCK=/tmp/ddp-cluster-test.lock # shared with tests/cluster/run.sh and overlap.s
 RUN_TIMEOUT=900
 BUILD="" OUT="" NODES_LIST="" RPN=${SLURM_NTASKS_PER_NODE:-1} MODES=weak,strong BATCH=64
 GLOBAL_BATCH="" BUCKETS=1,4,25,one OVERLAPS=on,off DTYPES="" REPS=3 STEPS=30
-WIDTHS=784-2048-2048-2048-10 DEVICE=cpu BENCH_SIZES=4K:64M DATA=$SRC/data/mnist
+WIDTHS=784-2048-2048-2048-10 DEVICE=cpu BENCH_SIZES=4K:64M BENCH_FACTOR=4 BENCH_IDLE_MS=0 DATA=$SRC/data/mnist
 LOCAL_NODES="" CLUSTER_ARGS=()
 
 die() { echo "scaling: error: $*" >&2; exit 1; }
@@ -72,6 +78,8 @@ parse_args() {
             --widths) WIDTHS=${2:?}; shift 2 ;;
             --device) DEVICE=${2:?}; shift 2 ;;
             --bench-sizes) BENCH_SIZES=${2:?}; shift 2 ;;
+            --bench-idle-ms) BENCH_IDLE_MS=${2:?}; shift 2 ;;
+            --bench-factor) BENCH_FACTOR=${2:?}; shift 2 ;;
             --data) DATA=${2:?}; shift 2 ;;
             --local-cluster) LOCAL_NODES=${2:?}; shift 2 ;;
             --rate | --rate-node) CLUSTER_ARGS+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
@@ -94,6 +102,8 @@ check_args() {
         [[ $b == one || $b =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--buckets: MiB numbers or 'one', not '$b'"
     done
     for o in ${OVERLAPS//,/ }; do [[ $o == on || $o == off ]] || die "--overlap: on or off, not '$o'"; done
+    [[ $BENCH_FACTOR =~ ^[0-9]+$ ]] && ((BENCH_FACTOR >= 2)) || die "--bench-factor takes an integer >= 2 (got '$BENCH_FACTOR')"
+    [[ $BENCH_IDLE_MS =~ ^[0-9]+$ ]] || die "--bench-idle-ms takes milliseconds >= 0 (got '$BENCH_IDLE_MS')"
     [[ $BENCH_SIZES =~ ^[0-9]+[KMG]?:[0-9]+[KMG]?$ ]] || die "--bench-sizes takes MIN:MAX, e.g. 4K:64M"
     if [[ -z $BUILD ]]; then
         BUILD=$SRC/build-release
@@ -186,16 +196,25 @@ s = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 step_ms = 1000.0 * s["train_seconds"] / max(s["steps"], 1)
 f = lambda v: "" if v is None else f"{v:.3f}"
 # The slowest rank's wait per step: the others also waited for it (load imbalance), it waited for
-# the all-reduces alone.
-waits = {}
+# the all-reduces alone. Means over the steps, and the steady state: medians over the steps (the
+# first step also makes connections and oneDNN primitives) of rank 0's step and of the least wait.
+spans = {}  # (name, rank) -> [durations in ms, in step order]
+begin = {}
 for e in json.load(open(sys.argv[2]))["traceEvents"]:
-    if e["name"] == "reducer.wait" and e["tid"] == 0 and e["ph"] in "BE":
-        w = waits.setdefault(e["pid"], [0.0, 0])
-        w[0] += e["ts"] if e["ph"] == "E" else -e["ts"]
-        w[1] += e["ph"] == "E"
-least = min((t / n / 1000.0 for t, n in waits.values() if n), default=None)
+    if e["name"] in ("reducer.wait", "step") and e["tid"] == 0 and e["ph"] in "BE":
+        key = (e["name"], e["pid"])
+        if e["ph"] == "B":
+            begin[key] = e["ts"]
+        elif key in begin:
+            spans.setdefault(key, []).append((e["ts"] - begin.pop(key)) / 1000.0)
+waits = [v for (name, _), v in spans.items() if name == "reducer.wait" and v]
+least = min((sum(v) / len(v) for v in waits), default=None)
+median = lambda v: sorted(v)[len(v) // 2] if v else None
+n_steps = min((len(v) for v in waits), default=0)
+least_med = median([min(v[k] for v in waits) for k in range(n_steps)]) if n_steps else None
+step_med = median(spans.get(("step", 0), []))
 print(f'{sys.argv[3]},{s["samples_per_s"]:.1f},{step_ms:.3f},{f(s["exposed_comm_ms"])},{f(s["comm_ms"])},'
-      f'{f(s["hidden_fraction"])},{f(least)}')
+      f'{f(s["hidden_fraction"])},{f(least)},{f(step_med)},{f(least_med)}')
 PY
     log "$tag: $(tail -n 1 "$OUT/runs.csv" | cut -d, -f11-)"
 }
@@ -203,18 +222,18 @@ PY
 # bench_once NODES REP: ddp-allreduce-bench over the sizes; appends rows to allreduce.csv.
 bench_once() {
     local n=$1 rep=$2 log="$OUT/logs/allreduce-n$1-r$2.log"
-    run_on "$n" "$BENCH" --device "$DEVICE" -b "${BENCH_SIZES%%:*}" -e "${BENCH_SIZES##*:}" -f 4 -n 5 -w 2 \
-        >"$log" 2>&1 || { tail -n 15 "$log" >&2; die "ddp-allreduce-bench failed on $n nodes; log: $log"; }
-    awk -v n="$n" -v rpn="$RPN" -v rep="$rep" '$1 ~ /^[0-9]+$/ && NF >= 8 {
-        printf "%d,%d,%d,%d,%s,%s,%s,%s,%s\n", n, rpn, n * rpn, rep, $1, $5, $6, $7, $8 }' "$log" \
+    run_on "$n" "$BENCH" --device "$DEVICE" -b "${BENCH_SIZES%%:*}" -e "${BENCH_SIZES##*:}" -f "$BENCH_FACTOR" -n 5 -w 2 \
+        --idle-ms "$BENCH_IDLE_MS" >"$log" 2>&1 || { tail -n 15 "$log" >&2; die "ddp-allreduce-bench failed on $n nodes; log: $log"; }
+    awk -v n="$n" -v rpn="$RPN" -v rep="$rep" -v idle="$BENCH_IDLE_MS" '$1 ~ /^[0-9]+$/ && NF >= 8 {
+        printf "%d,%d,%d,%d,%s,%s,%s,%s,%s,%s\n", n, rpn, n * rpn, rep, $1, $5, $6, $7, $8, idle }' "$log" \
         >>"$OUT/allreduce.csv"
 }
 
 # The sweep: every (mode, nodes, bucket, overlap, dtype), REPS times, interleaved by repetition.
 sweep() {
     local rep mode n b o d
-    echo "mode,nodes,ranks_per_node,ranks,batch_per_rank,global_batch,bucket_mb,overlap,grad_dtype,rep,samples_per_s,step_ms,exposed_comm_ms,comm_ms,hidden_fraction,exposed_min_ms" >"$OUT/runs.csv"
-    echo "nodes,ranks_per_node,ranks,rep,size_bytes,time_us,algbw_gbs,busbw_gbs,wrong" >"$OUT/allreduce.csv"
+    echo "mode,nodes,ranks_per_node,ranks,batch_per_rank,global_batch,bucket_mb,overlap,grad_dtype,rep,samples_per_s,step_ms,exposed_comm_ms,comm_ms,hidden_fraction,exposed_min_ms,step_med_ms,exposed_min_med_ms" >"$OUT/runs.csv"
+    echo "nodes,ranks_per_node,ranks,rep,size_bytes,time_us,algbw_gbs,busbw_gbs,wrong,idle_ms" >"$OUT/allreduce.csv"
     for ((rep = 1; rep <= REPS; rep++)); do
         for n in ${NODES_LIST//,/ }; do
             bench_once "$n" "$rep"
