@@ -232,7 +232,9 @@ static ddp_status ddp_train_verify(ddp_trainer *t)
  * for memory or bucket caps the reducer refuses (configuration errors), or a replica mismatch. */
 static ddp_status ddp_train_build(ddp_trainer *t)
 {
-    ddp_status st = ddp_train_agree(t, ddp_ops_open(t->ctx, t->o->threads, &t->ops));
+    ddp_status st = ddp_train_agree(t, ddp_cuda_set_tf32(t->o->tf32));
+    if (st == DDP_OK)
+        st = ddp_train_agree(t, ddp_ops_open(t->ctx, t->o->threads, &t->ops));
     if (st == DDP_OK)
         st = ddp_train_agree(t, ddp_model_create(t->ops, &t->o->model, &t->model));
     if (st == DDP_OK)

@@ -106,4 +106,10 @@ ddp_status ddp_cuda_backend_open(int device, void *stream)
 
 void ddp_cuda_backend_close(void) {}
 
+ddp_status ddp_cuda_set_tf32(bool on)
+{
+    (void)on;
+    return DDP_OK;
+}
+
 #endif

@@ -2,8 +2,9 @@
  * field's libraries do the work. libddp does no compute; the models own it.
  *
  * One ops table per backend: ops_cpu.c (OpenBLAS for fp32 GEMM, oneDNN for convolution, pooling
- * and 16-bit GEMM, always built) and backend_cuda.cu (cuBLAS and CUDA kernels, built when CUDA
- * is found). Scalar math both share is in math_shared.h.
+ * and 16-bit GEMM, always built) and backend_cuda.cu with cuda_layers.cu and cuda_cudnn.cu
+ * (cuBLAS, cuDNN and CUDA kernels, built when CUDA is found; NCHW images, channels_last false).
+ * Scalar math both share is in math_shared.h.
  *
  * Tensors are row-major, batch first. Images are NCHW, except between the precision-aware image
  * ops of a backend with channels_last set (the CPU: oneDNN's fast convolutions and pooling want
@@ -152,6 +153,12 @@ const ddp_ops *ddp_cuda_ops(void);
  * DDP_ERR_UNSUPPORTED without a CUDA build. */
 ddp_status ddp_cuda_backend_open(int device, void *stream);
 void ddp_cuda_backend_close(void);
+/* TF32 tensor cores for the CUDA backend's fp32 GEMMs and convolutions (off by default, like
+ * PyTorch's torch.backends.cuda.matmul.allow_tf32): on, fp32 inputs are rounded to 10 mantissa
+ * bits inside cuBLAS and cuDNN. May be called before or after ddp_cuda_backend_open(); affects
+ * the ops that follow. DDP_ERR_BLAS when cuBLAS refuses the math mode (logged); DDP_OK and no
+ * effect in a build without CUDA. */
+ddp_status ddp_cuda_set_tf32(bool on);
 
 /* The ops table for a context's backend, opened on its device and stream (CUDA) or with
  * `threads` compute threads (CPU). On failure *out is NULL and the reason is logged. */
