@@ -2,8 +2,9 @@
  * filter), batched: one cuDNN call per batch. The GPU twin of cpu_dnnl.c: a plan per direction,
  * shape, batch, precision and TF32 setting, made on first use and cached. Making a plan measures
  * every algorithm cuDNN has for it (cudnnFindConvolution*Algorithm: PyTorch's
- * cudnn.benchmark) and keeps the fastest that succeeded, with the workspace it needs; one
- * workspace serves all plans and grows to the largest.
+ * cudnn.benchmark) and keeps the fastest deterministic one that succeeded, with the workspace it
+ * needs; one workspace serves all plans and grows to the largest. DDP_CUDNN_BENCHMARK=0 takes
+ * cuDNN's heuristic ranking instead, for bit-identical reruns (conv_measure).
  *
  * cuDNN 9 still ships this (legacy) convolution API, marked deprecated in favour of the graph API;
  * its headers warn only under CUDNN_WARN_DEPRECATED.
@@ -18,6 +19,7 @@
 #include <cudnn.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_private.h"
@@ -122,64 +124,111 @@ static ddp_status conv_describe(conv_plan *pl, int kind, ddp_precision p, const 
     return DDP_OK;
 }
 
-/* The index of the fastest result that succeeded (cuDNN sorts them by time), -1 if none did. */
-template <typename Perf> static int conv_fastest(const Perf *perf, int n)
+/* The index of the first result (cuDNN sorts them, fastest or most promising first) that
+ * succeeded, is deterministic (same inputs, same bits: no atomics) and, when fma_only, ran with
+ * FMA math; -1 if none. */
+template <typename Perf> static int conv_fastest(const Perf *perf, int n, bool fma_only)
 {
     for (int i = 0; i < n; i++) {
-        if (perf[i].status == CUDNN_STATUS_SUCCESS)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+            (!fma_only || perf[i].mathType == CUDNN_FMA_MATH))
             return i;
     }
     return -1;
 }
 
-/* Keeps the measured algorithm and its math type (exact fp32 keeps FMA math whatever cuDNN
- * reports, so TF32 never slips in without --tf32). DDP_ERR_UNSUPPORTED when none ran. */
+/* Keeps the fastest measured algorithm and its math type. cuDNN's search also times default math
+ * (TF32 on Ampere) when FMA math was asked for: exact fp32 prefers an FMA result and keeps FMA
+ * math whatever it picks, so TF32 never slips in without --tf32. Returns the index chosen, or -1
+ * when no algorithm ran (logged). */
 template <typename Perf>
-static ddp_status conv_choose(conv_plan *pl, int kind, ddp_precision p, const Perf *perf, int n)
+static int conv_choose(conv_plan *pl, int kind, ddp_precision p, const Perf *perf, int n)
 {
-    int i = conv_fastest(perf, n);
+    bool fma = conv_math(kind, p) == CUDNN_FMA_MATH;
+    int i = conv_fastest(perf, n, fma);
+    i = i < 0 ? conv_fastest(perf, n, false) : i;
     if (i < 0) {
-        DDP_ERROR("cuDNN: no %s algorithm runs for this shape in %s (%d tried)",
+        DDP_ERROR("cuDNN: no deterministic %s algorithm runs for this shape in %s (%d tried)",
                   conv_kind_names[kind], p == DDP_PREC_BF16 ? "bf16" : "fp32", n);
-        return DDP_ERR_UNSUPPORTED;
+        return -1;
     }
     pl->algo = (int)perf[i].algo;
     pl->ws_bytes = perf[i].memory;
-    if (conv_math(kind, p) != CUDNN_FMA_MATH)
-        DDP_CUDNN_TRY(cudnnSetConvolutionMathType(pl->conv, perf[i].mathType));
     DDP_DEBUG("cuDNN %s: algorithm %d, %.3f ms, workspace %zu bytes, math type %d",
               conv_kind_names[kind], pl->algo, (double)perf[i].time, pl->ws_bytes,
               (int)perf[i].mathType);
+    return i;
+}
+
+/* The chosen result's math type on the descriptor (FMA stays for exact fp32). */
+static ddp_status conv_set_math(conv_plan *pl, int kind, ddp_precision p, cudnnMathType_t math)
+{
+    if (conv_math(kind, p) != CUDNN_FMA_MATH)
+        DDP_CUDNN_TRY(cudnnSetConvolutionMathType(pl->conv, math));
     return DDP_OK;
 }
 
-/* Measures the algorithms of the plan's direction (cuDNN allocates its own test buffers) and
- * sizes the workspace of the one chosen. */
+/* Whether algorithms are chosen by measurement (the default: the fastest for this GPU, though
+ * timing noise may pick another one in the next run, so two runs need not match bit for bit) or,
+ * with DDP_CUDNN_BENCHMARK=0, by cuDNN's heuristics, the same in every run on a GPU model
+ * (PyTorch's cudnn.benchmark = False): for bit-identical reruns. */
+static bool conv_measure(void)
+{
+    static int measure = -1;
+    if (measure < 0) {
+        const char *env = getenv("DDP_CUDNN_BENCHMARK");
+        measure = !(env && strcmp(env, "0") == 0);
+    }
+    return measure == 1;
+}
+
+/* Ranks the algorithms of the plan's direction, by measurement (cuDNN allocates its own test
+ * buffers) or heuristics (conv_measure), keeps the first usable one and sizes its workspace with
+ * the math type it will run with. */
 static ddp_status conv_find(conv_plan *pl, int kind, ddp_precision p)
 {
-    int n = 0;
+    int n = 0, i;
     size_t bytes = 0;
+    bool measure = conv_measure();
     if (kind == CONV_FWD) {
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        DDP_CUDNN_TRY(cudnnFindConvolutionForwardAlgorithm(ddp_cudnn, pl->x, pl->w, pl->conv, pl->y,
-                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
-        DDP_TRY_(conv_choose(pl, kind, p, perf, n));
+        if (measure)
+            DDP_CUDNN_TRY(cudnnFindConvolutionForwardAlgorithm(ddp_cudnn, pl->x, pl->w, pl->conv, pl->y,
+                                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
+        else
+            DDP_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(ddp_cudnn, pl->x, pl->w, pl->conv, pl->y,
+                                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
+        if ((i = conv_choose(pl, kind, p, perf, n)) < 0)
+            return DDP_ERR_UNSUPPORTED;
+        DDP_TRY_(conv_set_math(pl, kind, p, perf[i].mathType));
         DDP_CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(ddp_cudnn, pl->x, pl->w, pl->conv, pl->y,
-                                                              perf[conv_fastest(perf, n)].algo, &bytes));
+                                                              perf[i].algo, &bytes));
     } else if (kind == CONV_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        DDP_CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithm(
-            ddp_cudnn, pl->w, pl->y, pl->conv, pl->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
-        DDP_TRY_(conv_choose(pl, kind, p, perf, n));
-        DDP_CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(
-            ddp_cudnn, pl->w, pl->y, pl->conv, pl->x, perf[conv_fastest(perf, n)].algo, &bytes));
+        if (measure)
+            DDP_CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithm(
+                ddp_cudnn, pl->w, pl->y, pl->conv, pl->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+        else
+            DDP_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                ddp_cudnn, pl->w, pl->y, pl->conv, pl->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+        if ((i = conv_choose(pl, kind, p, perf, n)) < 0)
+            return DDP_ERR_UNSUPPORTED;
+        DDP_TRY_(conv_set_math(pl, kind, p, perf[i].mathType));
+        DDP_CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(ddp_cudnn, pl->w, pl->y, pl->conv,
+                                                                   pl->x, perf[i].algo, &bytes));
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        DDP_CUDNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithm(
-            ddp_cudnn, pl->x, pl->y, pl->conv, pl->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
-        DDP_TRY_(conv_choose(pl, kind, p, perf, n));
-        DDP_CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-            ddp_cudnn, pl->x, pl->y, pl->conv, pl->w, perf[conv_fastest(perf, n)].algo, &bytes));
+        if (measure)
+            DDP_CUDNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithm(
+                ddp_cudnn, pl->x, pl->y, pl->conv, pl->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+        else
+            DDP_CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                ddp_cudnn, pl->x, pl->y, pl->conv, pl->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+        if ((i = conv_choose(pl, kind, p, perf, n)) < 0)
+            return DDP_ERR_UNSUPPORTED;
+        DDP_TRY_(conv_set_math(pl, kind, p, perf[i].mathType));
+        DDP_CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(ddp_cudnn, pl->x, pl->y, pl->conv,
+                                                                     pl->w, perf[i].algo, &bytes));
     }
     pl->ws_bytes = bytes > pl->ws_bytes ? bytes : pl->ws_bytes;
     return DDP_OK;
