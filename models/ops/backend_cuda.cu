@@ -479,6 +479,100 @@ static ddp_status cuda_softmax_xent_acc(const float *logits, const int *labels, 
     return DDP_OK;
 }
 
+/* ---- double-buffered batch uploads: a copy stream beside the compute stream ------------------ */
+
+typedef struct ddp_batch_slot {
+    void *pinned[2];         // (pinned_bytes[part]) host staging, cudaHostAlloc'd
+    size_t pinned_bytes[2];
+    cudaEvent_t copied[2];   // recorded on the copy stream after part's upload
+    cudaEvent_t released;    // recorded on the compute stream after the slot's last reader
+} ddp_batch_slot;
+
+static cudaStream_t ddp_copy_stream;
+static ddp_batch_slot ddp_slots[2];
+
+static ddp_status ddp_batch_open(void)
+{
+    DDP_CUDA_TRY(cudaStreamCreateWithFlags(&ddp_copy_stream, cudaStreamNonBlocking));
+    for (ddp_batch_slot &s : ddp_slots) {
+        DDP_CUDA_TRY(cudaEventCreateWithFlags(&s.copied[0], cudaEventDisableTiming));
+        DDP_CUDA_TRY(cudaEventCreateWithFlags(&s.copied[1], cudaEventDisableTiming));
+        DDP_CUDA_TRY(cudaEventCreateWithFlags(&s.released, cudaEventDisableTiming));
+    }
+    return DDP_OK;
+}
+
+static void ddp_batch_close(void)
+{
+    if (ddp_copy_stream)
+        cudaStreamSynchronize(ddp_copy_stream);
+    for (ddp_batch_slot &s : ddp_slots) {
+        for (int part = 0; part < 2; part++) {
+            if (s.pinned[part])
+                cudaFreeHost(s.pinned[part]);
+            if (s.copied[part])
+                cudaEventDestroy(s.copied[part]);
+        }
+        if (s.released)
+            cudaEventDestroy(s.released);
+        s = ddp_batch_slot{};
+    }
+    if (ddp_copy_stream)
+        cudaStreamDestroy(ddp_copy_stream);
+    ddp_copy_stream = NULL;
+}
+
+/* The staging buffer of (slot, part), free of its previous upload and holding n_bytes. */
+static ddp_status ddp_batch_staging(ddp_batch_slot *s, int part, size_t n_bytes, void **out)
+{
+    DDP_CUDA_TRY(cudaEventSynchronize(s->copied[part])); /* returns at once if never recorded */
+    if (n_bytes > s->pinned_bytes[part]) {
+        void *old = s->pinned[part]; /* forgotten first: never freed twice */
+        s->pinned[part] = NULL;
+        s->pinned_bytes[part] = 0;
+        if (old)
+            DDP_CUDA_TRY(cudaFreeHost(old));
+        DDP_CUDA_TRY(cudaHostAlloc(&s->pinned[part], n_bytes, cudaHostAllocDefault));
+        s->pinned_bytes[part] = n_bytes;
+    }
+    *out = s->pinned[part];
+    return DDP_OK;
+}
+
+static ddp_status cuda_batch_upload(int slot, int part, void *dst, const void *src_host,
+                                    size_t n_bytes)
+{
+    if (slot < 0 || slot > 1 || part < 0 || part > 1 || !ddp_copy_stream)
+        return DDP_ERR_INVALID_ARG;
+    if (n_bytes == 0)
+        return DDP_OK;
+    ddp_batch_slot *s = &ddp_slots[slot];
+    void *pinned = NULL;
+    DDP_TRY_(ddp_batch_staging(s, part, n_bytes, &pinned));
+    memcpy(pinned, src_host, n_bytes);
+    DDP_CUDA_TRY(cudaStreamWaitEvent(ddp_copy_stream, s->released, 0));
+    DDP_CUDA_TRY(cudaMemcpyAsync(dst, pinned, n_bytes, cudaMemcpyHostToDevice, ddp_copy_stream));
+    DDP_CUDA_TRY(cudaEventRecord(s->copied[part], ddp_copy_stream));
+    return DDP_OK;
+}
+
+static ddp_status cuda_batch_acquire(int slot)
+{
+    if (slot < 0 || slot > 1)
+        return DDP_ERR_INVALID_ARG;
+    for (int part = 0; part < 2; part++)
+        DDP_CUDA_TRY(cudaStreamWaitEvent(ddp_cu.stream, ddp_slots[slot].copied[part], 0));
+    return DDP_OK;
+}
+
+static ddp_status cuda_batch_release(int slot)
+{
+    if (slot < 0 || slot > 1)
+        return DDP_ERR_INVALID_ARG;
+    DDP_CUDA_TRY(cudaEventRecord(ddp_slots[slot].released, ddp_cu.stream));
+    return DDP_OK;
+}
+
 /* ==================================================================== table and lifecycle == */
 
 static ddp_ops ddp_make_cuda_ops(void)
@@ -506,6 +600,9 @@ static ddp_ops ddp_make_cuda_ops(void)
     ops.maxpool_bwd = cuda_maxpool_bwd;
     ops.softmax_xent = cuda_softmax_xent;
     ops.softmax_xent_acc = cuda_softmax_xent_acc;
+    ops.batch_upload = cuda_batch_upload;
+    ops.batch_acquire = cuda_batch_acquire;
+    ops.batch_release = cuda_batch_release;
     ddp_cuda_layer_ops(&ops);
 #if HAVE_CUDNN
     ddp_cudnn_conv_ops(&ops);
@@ -547,6 +644,7 @@ static ddp_status ddp_cuda_open_handles(void *stream)
     DDP_CUBLAS_TRY(cublasCreate(&ddp_cu.cublas));
     DDP_CUBLAS_TRY(cublasSetStream(ddp_cu.cublas, ddp_cu.stream));
     DDP_TRY_(ddp_cublas_math());
+    DDP_TRY_(ddp_batch_open());
 #if HAVE_CUDNN
     DDP_TRY_(ddp_cudnn_open());
 #endif
@@ -580,6 +678,7 @@ extern "C" void ddp_cuda_backend_close(void)
     ddp_cudnn_close();
 #endif
     ddp_scratch_release();
+    ddp_batch_close();
     if (ddp_cu.cublas)
         cublasDestroy(ddp_cu.cublas);
     ddp_cu.cublas = NULL;

@@ -97,6 +97,18 @@ typedef struct ddp_ops {
     ddp_status (*softmax_xent_acc)(const float *logits, const int *labels, int rows, int classes,
                                    float *dlogits, float *loss_acc);
 
+    /* ---- double-buffered training batches (optional: NULL where an upload is a plain copy, as
+     * on the CPU). Two slots (0, 1), each with device buffers of the caller's. batch_upload copies
+     * part `part` (0 or 1, e.g. images and labels) of a batch into the slot's pinned staging and
+     * queues its upload on a copy stream, to start once the compute that last read the slot has
+     * finished (batch_release); batch_acquire orders the compute stream after the slot's uploads;
+     * batch_release marks the compute queued so far as the slot's last reader. So the upload of
+     * batch i+1 overlaps the compute of batch i. The host waits only for a staging buffer whose
+     * previous upload is still running. */
+    ddp_status (*batch_upload)(int slot, int part, void *dst, const void *src_host, size_t n_bytes);
+    ddp_status (*batch_acquire)(int slot);
+    ddp_status (*batch_release)(int slot);
+
     /* ---- precision-aware layer ops (optional: NULL on a backend that has only fp32, where the
      * layers fall back to the primitives above). x, y, dx, dy, and weights w are in precision p
      * (see the top of this file); b, dw, db are fp32. */
