@@ -488,15 +488,18 @@ static double ddp_train_evaluate(ddp_trainer *t)
     return ddp_confusion_accuracy(t->confusion);
 }
 
-/* Rank 0, after the first step (oneDNN picks its implementations when the primitives are made):
- * the implementations the CPU runs, e.g. "conv_fwd brg:avx512_core_bf16". */
+/* Rank 0, after the first step (oneDNN picks its implementations when the primitives are made,
+ * cuDNN its algorithms when the plans are measured): what runs, e.g. "conv_fwd
+ * brg:avx512_core_bf16" on the CPU, "conv_fwd algo 1 (tensor-op math)" on the GPU. */
 static void ddp_train_report_impl(const ddp_trainer *t)
 {
-    const char *impl = ddp_dnnl_describe(t->o->model.precision);
-    if (t->rank != 0 || ddp_backend(t->ctx) != DDP_BACKEND_CPU || !impl[0])
+    bool cpu = ddp_backend(t->ctx) == DDP_BACKEND_CPU;
+    ddp_precision p = t->o->model.precision;
+    const char *impl = cpu ? ddp_dnnl_describe(p) : ddp_cudnn_describe(p);
+    if (t->rank != 0 || !impl[0])
         return;
     ddp_progress_end(&t->progress);
-    printf("oneDNN (%s): %s\n", ddp_precision_name(t->o->model.precision), impl);
+    printf("%s (%s): %s\n", cpu ? "oneDNN" : "cuDNN", ddp_precision_name(p), impl);
     fflush(stdout);
 }
 
@@ -573,6 +576,9 @@ static void ddp_train_report_start(const ddp_trainer *t)
         printf("compute: %s, %s; GEMM %s; convolutions %s; BLAS %s\n", t->ops->name,
                ddp_precision_name(t->o->model.precision), ddp_cpu_gemm_name(t->o->model.precision),
                ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM", ddp_blas_describe());
+    else
+        printf("compute: %s, %s; GEMM %s\n", t->ops->name, ddp_precision_name(t->o->model.precision),
+               ddp_cuda_describe(t->o->model.precision));
     ddp_train_print_opts(stdout, t->o);
     if (t->o->requeue && !getenv("SLURM_JOB_ID"))
         printf("--requeue: not a Slurm job (SLURM_JOB_ID is unset): a stop will not requeue anything\n");

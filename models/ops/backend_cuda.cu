@@ -9,6 +9,7 @@
  * backend stream and ends with a cudaGetLastError check.
  */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -621,6 +622,27 @@ static ddp_status ddp_cublas_math(void)
     DDP_CUBLAS_TRY(cublasSetMathMode(ddp_cu.cublas, ddp_cu.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                                 : CUBLAS_DEFAULT_MATH));
     return DDP_OK;
+}
+
+extern "C" const char *ddp_cuda_describe(ddp_precision p)
+{
+    static char text[256];
+    int cublas_version = 0;
+    if (ddp_cu.device < 0 || cublasGetVersion(ddp_cu.cublas, &cublas_version) != CUBLAS_STATUS_SUCCESS)
+        return "";
+    static const char *const gemm[] = {"cublasSgemm", "cublasGemmEx bf16 (fp32 accumulation)",
+                                       "cublasGemmEx on half-rounded floats"};
+    const char *math = p == DDP_PREC_FP32 ? (ddp_cu.tf32 ? ", TF32" : ", exact fp32")
+                                          : p == DDP_PREC_FP16 && ddp_cuda_ampere() ? ", TF32" : "";
+#if HAVE_CUDNN
+    char conv[32];
+    snprintf(conv, sizeof conv, "cuDNN %zu", ddp_cudnn_version());
+#else
+    const char *conv = "im2col + cuBLAS (no cuDNN in this build)";
+#endif
+    snprintf(text, sizeof text, "cuBLAS %d, %s%s; convolutions %s; compute capability %d.%d",
+             cublas_version, gemm[p], math, conv, ddp_cu.cc_major, ddp_cu.cc_minor);
+    return text;
 }
 
 extern "C" ddp_status ddp_cuda_set_tf32(bool on)

@@ -36,6 +36,7 @@ typedef struct conv_plan {
     cudnnFilterDescriptor_t w;          /* w (c_out, c_in, k, k) */
     cudnnConvolutionDescriptor_t conv;  /* with the chosen algorithm's math type */
     int algo;                           /* a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
+    cudnnMathType_t math;               /* the math type it runs with */
     size_t ws_bytes;                    /* workspace that algorithm needs */
 } conv_plan;
 
@@ -163,8 +164,8 @@ static int conv_choose(conv_plan *pl, int kind, ddp_precision p, const Perf *per
 /* The chosen result's math type on the descriptor (FMA stays for exact fp32). */
 static ddp_status conv_set_math(conv_plan *pl, int kind, ddp_precision p, cudnnMathType_t math)
 {
-    if (conv_math(kind, p) != CUDNN_FMA_MATH)
-        DDP_CUDNN_TRY(cudnnSetConvolutionMathType(pl->conv, math));
+    pl->math = conv_math(kind, p) == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : math;
+    DDP_CUDNN_TRY(cudnnSetConvolutionMathType(pl->conv, pl->math));
     return DDP_OK;
 }
 
@@ -337,6 +338,29 @@ static ddp_status cudnn_conv_bwd_params(ddp_precision p, const ddp_conv_shape *s
                                                  (cudnnConvolutionBwdFilterAlgo_t)pl->algo, ws,
                                                  pl->ws_bytes, &one, pl->w, dw));
     return ddp_cuda_channel_sums(p, dy, batch, s->c_out, s->h_out * s->w_out, db);
+}
+
+size_t ddp_cudnn_version(void) { return cudnnGetVersion(); }
+
+extern "C" const char *ddp_cudnn_describe(ddp_precision p)
+{
+    static const char *const maths[] = {"default", "tensor-op", "tensor-op with conversion", "fma"};
+    static char text[512];
+    size_t len = 0;
+    int n = conv_n_made < CONV_PLANS ? conv_n_made : CONV_PLANS;
+    text[0] = '\0';
+    for (int kind = CONV_FWD; kind <= CONV_BWD_FILTER; kind++) {
+        for (int i = 0; i < n && len < sizeof text; i++) {
+            const conv_plan *pl = &conv_plans[i];
+            if (pl->key[0] != kind || pl->key[1] != p)
+                continue;
+            len += (size_t)snprintf(text + len, sizeof text - len, "%s%s algo %d (%s math)",
+                                    len ? ", " : "", conv_kind_names[kind], pl->algo,
+                                    (int)pl->math >= 0 && (int)pl->math < 4 ? maths[pl->math] : "?");
+            break;
+        }
+    }
+    return text;
 }
 
 void ddp_cudnn_conv_ops(ddp_ops *ops)

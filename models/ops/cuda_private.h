@@ -76,5 +76,7 @@ ddp_status ddp_cuda_to_fp32(ddp_precision p, float *dst, const void *src, size_t
 ddp_status ddp_cudnn_open(void);
 void ddp_cudnn_close(void);
 void ddp_cudnn_conv_ops(ddp_ops *ops);
+/* cuDNN's version number (cudnnGetVersion: 91900 for 9.19.0). */
+size_t ddp_cudnn_version(void);
 
 #endif /* DDP_CUDA_PRIVATE_H */

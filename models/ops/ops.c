@@ -112,4 +112,20 @@ ddp_status ddp_cuda_set_tf32(bool on)
     return DDP_OK;
 }
 
+const char *ddp_cuda_describe(ddp_precision p)
+{
+    (void)p;
+    return "";
+}
+
+#endif
+
+#if !HAVE_CUDA || !HAVE_CUDNN
+
+const char *ddp_cudnn_describe(ddp_precision p)
+{
+    (void)p;
+    return "";
+}
+
 #endif

@@ -172,6 +172,13 @@ void ddp_cuda_backend_close(void);
  * effect in a build without CUDA. */
 ddp_status ddp_cuda_set_tf32(bool on);
 
+/* "cuBLAS 130100, bf16 GEMMs cublasGemmEx (fp32 accumulation); convolutions cuDNN 91900; compute
+ * capability 9.0", for start-up reports ("" without a CUDA build or before the backend opened). */
+const char *ddp_cuda_describe(ddp_precision p);
+/* The cuDNN algorithms chosen so far for precision p, e.g. "conv_fwd algo 1 (tensor-op math),
+ * ...", for the report after the first step ("" before any, or without cuDNN). */
+const char *ddp_cudnn_describe(ddp_precision p);
+
 /* The ops table for a context's backend, opened on its device and stream (CUDA) or with
  * `threads` compute threads (CPU). On failure *out is NULL and the reason is logged. */
 ddp_status ddp_ops_open(ddp_ctx *ctx, int threads, const ddp_ops **out);
