@@ -59,7 +59,7 @@ static void ddp_scratch_release(void)
 {
     for (int i = 0; i < DDP_SCRATCH_SLOTS; i++) {
         if (ddp_scratch_buf[i])
-            cudaFree(ddp_scratch_buf[i]);
+            DDP_CUDA_LOG(cudaFree(ddp_scratch_buf[i]));
         ddp_scratch_buf[i] = NULL;
         ddp_scratch_bytes[i] = 0;
     }
@@ -204,7 +204,7 @@ static void *cuda_alloc(size_t n_bytes)
         err = cudaStreamSynchronize(ddp_cu.stream);
     if (err != cudaSuccess) {
         ddp_cuda_fail(err, "cudaMemsetAsync", __FILE__, __LINE__);
-        cudaFree(p);
+        DDP_CUDA_LOG(cudaFree(p));
         return NULL;
     }
     return p;
@@ -506,20 +506,20 @@ static ddp_status ddp_batch_open(void)
 static void ddp_batch_close(void)
 {
     if (ddp_copy_stream)
-        cudaStreamSynchronize(ddp_copy_stream);
+        DDP_CUDA_LOG(cudaStreamSynchronize(ddp_copy_stream));
     for (ddp_batch_slot &s : ddp_slots) {
         for (int part = 0; part < 2; part++) {
             if (s.pinned[part])
-                cudaFreeHost(s.pinned[part]);
+                DDP_CUDA_LOG(cudaFreeHost(s.pinned[part]));
             if (s.copied[part])
-                cudaEventDestroy(s.copied[part]);
+                DDP_CUDA_LOG(cudaEventDestroy(s.copied[part]));
         }
         if (s.released)
-            cudaEventDestroy(s.released);
+            DDP_CUDA_LOG(cudaEventDestroy(s.released));
         s = ddp_batch_slot{};
     }
     if (ddp_copy_stream)
-        cudaStreamDestroy(ddp_copy_stream);
+        DDP_CUDA_LOG(cudaStreamDestroy(ddp_copy_stream));
     ddp_copy_stream = NULL;
 }
 
@@ -695,17 +695,17 @@ extern "C" ddp_status ddp_cuda_backend_open(int device, void *stream)
 extern "C" void ddp_cuda_backend_close(void)
 {
     if (ddp_cu.stream)
-        cudaStreamSynchronize(ddp_cu.stream);
+        DDP_CUDA_LOG(cudaStreamSynchronize(ddp_cu.stream));
 #if HAVE_CUDNN
     ddp_cudnn_close();
 #endif
     ddp_scratch_release();
     ddp_batch_close();
     if (ddp_cu.cublas)
-        cublasDestroy(ddp_cu.cublas);
+        DDP_CUBLAS_LOG(cublasDestroy(ddp_cu.cublas));
     ddp_cu.cublas = NULL;
     if (ddp_cu.stream && ddp_owns_stream)
-        cudaStreamDestroy(ddp_cu.stream);
+        DDP_CUDA_LOG(cudaStreamDestroy(ddp_cu.stream));
     ddp_cu.stream = NULL;
     ddp_owns_stream = false;
     ddp_cu.device = -1;

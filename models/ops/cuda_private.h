@@ -47,6 +47,21 @@ ddp_status ddp_cublas_fail(cublasStatus_t st, const char *what, const char *file
             return ddp_cublas_fail(ddp_st_, #call, __FILE__, __LINE__);         \
     } while (0)
 
+/* For release paths that cannot return a status: logs a failed call and goes on. */
+#define DDP_CUDA_LOG(call)                                                      \
+    do {                                                                        \
+        cudaError_t ddp_err_ = (call);                                          \
+        if (ddp_err_ != cudaSuccess)                                            \
+            ddp_cuda_fail(ddp_err_, #call, __FILE__, __LINE__);                 \
+    } while (0)
+
+#define DDP_CUBLAS_LOG(call)                                                    \
+    do {                                                                        \
+        cublasStatus_t ddp_st_ = (call);                                        \
+        if (ddp_st_ != CUBLAS_STATUS_SUCCESS)                                   \
+            ddp_cublas_fail(ddp_st_, #call, __FILE__, __LINE__);                \
+    } while (0)
+
 /* Ends every launcher: reports a failed launch. */
 #define DDP_CUDA_LAUNCHED() DDP_CUDA_TRY(cudaGetLastError())
 
