@@ -57,6 +57,7 @@
 #define WD_GRACE_S 2.0         /* extra wait of rank 1, twice that for ranks >= 2 */
 #define WD_ASK_S 1.5           /* how long a diagnosis waits for the peers' answers */
 #define WD_CONNECT_S 10.0      /* ring set-up: connect and hello */
+#define WD_END_S 15.0          /* ending the job: _exit if reporting and MPI_Abort take longer */
 #define WD_WHAT_LEN 24
 
 enum { WD_HELLO = 1, WD_BYE, WD_ABORT, WD_ASK, WD_ANSWER };
@@ -199,20 +200,45 @@ static int wd_recv_frame(int fd, wd_frame *f, double seconds)
 
 /* ---- ending the job ---------------------------------------------------------------------------- */
 
-/* Sends a frame to both ring neighbours. */
+/* Sends a frame to both ring neighbours (an ABORT once: the first reason is the one passed on). */
 static void wd_tell_ring(uint32_t type, int why, int arg)
 {
+    static atomic_int aborted;
     wd_frame f = wd_frame_make(type, why, arg);
+    if (type == WD_ABORT && atomic_exchange(&aborted, 1))
+        return;
     for (int i = 0; i < 2; i++)
         if (wd.ring_fd[i] >= 0)
             wd_send_frame(wd.ring_fd[i], &f);
 }
 
+static void *wd_backstop_main(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {.tv_sec = (time_t)WD_END_S};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+    _exit(1);
+}
+
+/* Ending the job has begun: whatever blocks from here on (a message into a full stderr pipe that
+ * nobody reads, an MPI_Abort whose launcher is stuck) ends with _exit after WD_END_S seconds. */
+static void wd_arm_backstop(void)
+{
+    static atomic_int armed;
+    pthread_t t;
+    if (atomic_exchange(&armed, 1))
+        return;
+    if (pthread_create(&t, NULL, wd_backstop_main, NULL) == 0)
+        pthread_detach(t);
+}
+
 /* Ends the whole job: ABORT along the ring (why: WD_WHY_*, arg: the rank it concerns), then
- * MPI_Abort; _exit when MPI cannot abort. */
+ * MPI_Abort; _exit when MPI cannot abort, or when that takes past the backstop. */
 static _Noreturn void wd_end_job(int why, int arg)
 {
     int inited = 0, finalized = 0;
+    wd_arm_backstop();
     wd_tell_ring(WD_ABORT, why, arg);
     fflush(stdout);
     fflush(stderr);
@@ -375,6 +401,7 @@ static void wd_diagnose(int lane, uint64_t seq)
 static _Noreturn void wd_fire(int lane, uint64_t state, double waited)
 {
     pthread_mutex_lock(&wd.lock); /* held until the process ends: finalize cannot free the peers */
+    wd_arm_backstop();
     const wd_lane *l = &wd_lanes[lane];
     const char *what = atomic_load(&l->what);
     int bucket = atomic_load(&l->bucket);
@@ -419,6 +446,8 @@ static void wd_ring_event(int i)
         return;
     }
     if (n == (ssize_t)sizeof f && wd_frame_valid(&f) && f.type == WD_ABORT) {
+        wd_arm_backstop();
+        wd_tell_ring(WD_ABORT, f.why, f.arg); /* before the message, which may block */
         if (f.why == WD_WHY_DEATH)
             DDP_ERROR("ending the job: rank %d (host %s, pid %d) is gone", f.arg, wd_host(f.arg), wd_pid(f.arg));
         else
@@ -430,6 +459,8 @@ static void wd_ring_event(int i)
         wd_close(&wd.ring_fd[i]);
         return;
     }
+    wd_arm_backstop();
+    wd_tell_ring(WD_ABORT, WD_WHY_DEATH, peer); /* before the message, which may block */
     DDP_ERROR("rank %d (host %s, pid %d) is gone: its side-channel connection closed without a goodbye "
               "(killed, crashed, or exited without ddp_finalize); ending the job", peer, wd_host(peer),
               wd_pid(peer));

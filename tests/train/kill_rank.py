@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -145,13 +146,47 @@ def job_over(mode, tag, job, job_id):
     return job.poll() is not None
 
 
-def output_of(mode, tag, job, work):
+class Drain:
+    """Reads a job's output as it comes, as a terminal or Slurm does: an undrained pipe fills
+    (64 KiB, about 800 epoch lines) and then blocks the launcher and the ranks on their writes."""
+
+    def __init__(self, stream):
+        self.parts = []
+        self.thread = threading.Thread(target=self._run, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _run(self, stream):
+        for line in iter(stream.readline, ""):
+            self.parts.append(line)
+
+    def text(self, wait=5.0):
+        self.thread.join(wait)
+        return "".join(self.parts)
+
+
+def describe_left(tag, job):
+    """One line per process of the job still there: pid, rank, state and where it sleeps."""
+    lines = [f"launcher (pid {job.pid}) still running" if job.poll() is None else ""]
+    for pid, rank in sorted(tagged_pids(tag).items()):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/wchan") as f:
+                wchan = f.read()
+        except OSError:
+            continue
+        name, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2]
+        lines.append(f"left: pid {pid} rank {rank} {name} state {state} in {wchan or '-'}")
+    return "\n".join(line for line in lines if line) + "\n"
+
+
+def output_of(mode, tag, drain, work):
     if mode == "sbatch-mpirun":
         try:
             return open(os.path.join(work, f"{tag}.out")).read()
         except OSError:
             return ""
-    return job.stdout.read() if job.stdout else ""
+    return drain.text() if drain else ""
 
 
 def exit_status(mode, job, job_id):
@@ -187,14 +222,18 @@ def one_trial(modes, mode, n, stop, chk):
         env["DDP_LOCAL_FORK"] = "1"
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                            stdin=subprocess.DEVNULL, start_new_session=True)
-    job_id = None
+    job_id, drain = None, None
     if mode == "sbatch-mpirun":
         job_id = job.communicate(timeout=30)[0].strip().split(";")[0]
+    else:
+        drain = Drain(job.stdout)
     try:
+        t_start = time.monotonic()
         ranks = wait_started(mode, tag, prog, job, os.path.join(modes.work, f"{tag}.jsonl"))
         if not chk.check(ranks is not None, f"{mode} #{n}: both ranks started and trained",
-                         "" if ranks else output_of(mode, tag, job, modes.work)):
+                         "" if ranks else output_of(mode, tag, drain, modes.work)):
             return None
+        started = time.monotonic() - t_start
         victim = n % 2  # trials alternate: rank 1, rank 0, rank 1, ...
         os.kill(ranks[victim], signal.SIGSTOP if stop else signal.SIGKILL)
         t0 = time.monotonic()
@@ -203,12 +242,14 @@ def one_trial(modes, mode, n, stop, chk):
             time.sleep(0.05)
         took = time.monotonic() - t0
         over = job_over(mode, tag, job, job_id)
+        left = "" if over else describe_left(tag, job)
         if job.poll() is None and mode != "sbatch-mpirun":
             kill_all(tag, job)
-        out = output_of(mode, tag, job, modes.work)
+        out = output_of(mode, tag, drain, modes.work)
         what = "SIGSTOP" if stop else "kill -9"
-        chk.check(over and took <= limit, f"{mode} #{n}: {what} of rank {victim}: every process gone after "
-                  f"{took:.2f} s (limit {limit:.0f} s)", out)
+        chk.check(over and took <= limit, f"{mode} #{n}: {what} of rank {victim} (pid {ranks[victim]}, "
+                  f"{started:.1f} s after the start): every process gone after {took:.2f} s (limit {limit:.0f} s)",
+                  left + out)
         chk.check(exit_status(mode, job, job_id) != 0, f"{mode} #{n}: exit status non-zero")
         patterns = expected_messages(mode, victim, stop)
         named = [line for line in out.splitlines() if any(all(p in line for p in alt) for alt in patterns)]

@@ -52,21 +52,32 @@ def wait_for(predicate, seconds):
 
 def start(cmd, tag):
     print("$ " + " ".join(cmd), flush=True)
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            stdin=subprocess.DEVNULL, env=dict(os.environ, DDP_SIGNAL_TEST=tag))
+    # Output into a file, never blocked: an undrained pipe fills (64 KiB) and blocks the ranks.
+    log = tempfile.TemporaryFile(mode="w+")
+    job = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True,
+                           stdin=subprocess.DEVNULL, env=dict(os.environ, DDP_SIGNAL_TEST=tag))
+    job.log = log
+    return job
+
+
+def output(job):
+    job.log.seek(0)
+    return job.log.read()
 
 
 def finish(chk, job, pids, seconds):
     """Waits for the job; on a timeout kills mpirun and every rank by PID. Returns the output."""
     try:
-        out, _ = job.communicate(timeout=seconds)
+        job.wait(timeout=seconds)
+        out = output(job)
     except subprocess.TimeoutExpired:
         for pid in [job.pid] + list(pids.values()):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        out, _ = job.communicate()
+        job.wait()
+        out = output(job)
         chk.check(False, f"the job stopped within {seconds} s of the signal", out)
     print(out)
     return out
