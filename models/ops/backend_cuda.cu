@@ -615,6 +615,20 @@ static const ddp_ops ddp_cuda_table = ddp_make_cuda_ops();
 
 extern "C" const ddp_ops *ddp_cuda_ops(void) { return &ddp_cuda_table; }
 
+static ddp_ops ddp_make_cuda_im2col_ops(void)
+{
+    ddp_ops ops = ddp_make_cuda_ops();
+    ops.name = "cuda-im2col";
+    ops.conv_fwd = NULL;
+    ops.conv_bwd_params = NULL;
+    ops.conv_bwd_input = NULL;
+    return ops;
+}
+
+static const ddp_ops ddp_cuda_im2col_table = ddp_make_cuda_im2col_ops();
+
+extern "C" const ddp_ops *ddp_cuda_ops_im2col(void) { return &ddp_cuda_im2col_table; }
+
 /* cuBLAS's math mode for fp32 GEMMs: TF32 tensor cores with --tf32, else exact fp32 (cuBLAS's
  * default math does not down-convert fp32 inputs). */
 static ddp_status ddp_cublas_math(void)

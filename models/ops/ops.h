@@ -159,6 +159,10 @@ const ddp_ops *ddp_cpu_ops(void);
 const ddp_ops *ddp_cpu_ops_im2col(void);
 /* The CUDA ops table, or NULL in a build without CUDA. Does not touch the GPU. */
 const ddp_ops *ddp_cuda_ops(void);
+/* The CUDA table without cuDNN's convolutions: im2col + cuBLAS per image, fp32 only (the GPU
+ * path before cuDNN), for comparisons. ddp_ops_open() returns it when the environment has
+ * DDP_CUDA_CONV=im2col. NULL in a build without CUDA. */
+const ddp_ops *ddp_cuda_ops_im2col(void);
 /* Makes `device` current for this thread and creates the cuBLAS handle, on `stream` (a
  * cudaStream_t: libddp's ddp_backend_stream(), so the compute is ordered before the collectives), or on a
  * stream of its own when stream is NULL. DDP_ERR_NO_DEVICE / DDP_ERR_CUDA on failure;
