@@ -16,7 +16,8 @@ precision  --precision bf16 and fp16, 3 epochs: the loss of every epoch on cuda 
         PREC_RTOL bf16 = 5e-2; fp16 (11 bits, emulated on both) 1e-2. bf16 is skipped on a GPU older
         than compute capability 8.0 or a CPU without AVX512_BF16 (the message says which).
 ddp     2 ranks on 2 GPUs equal 1 GPU accumulating 2 micro-batches (ddp-ckpt diff --tol 1e-5, as
-        tests/train/equivalence.py on the CPU); skipped where the host has fewer than 2 GPUs.
+        tests/train/equivalence.py on the CPU); skipped where the host has fewer than 2 GPUs. cuDNN's
+        algorithms by heuristics (DDP_CUDNN_BENCHMARK=0), so every rank and run convolves alike.
 
 Usage: cuda_train.py parity|precision|ddp DDP_TRAIN DDP_CKPT MODEL MPIRUN MPIRUN_ARGS... (the last is -np)
 """
@@ -111,10 +112,10 @@ def precision(chk, tmp, exe, ckpt, base):
 
 
 def ddp(chk, tmp, exe, ckpt, base, mpi):
-    rc, out, two, _ = train(tmp, "np2", base + ["--device", "cuda"], prefix=mpi + ["2"])
+    rc, out, two, _ = train(tmp, "np2", base + ["--device", "cuda"], prefix=mpi + ["2"], env=HEURISTIC)
     skip_if_no_gpu(rc, out)
     chk.check(rc == 0, f"2 ranks on 2 GPUs: exit {rc}", out)
-    rc, out, one, _ = train(tmp, "accum2", base + ["--device", "cuda", "--accum", "2"])
+    rc, out, one, _ = train(tmp, "accum2", base + ["--device", "cuda", "--accum", "2"], env=HEURISTIC)
     chk.check(rc == 0, f"1 GPU --accum 2: exit {rc}", out)
     rc, mad, out = diff(ckpt, two, one, "1e-5")
     chk.check(rc == 0, f"2 GPUs equal 1 GPU accumulating 2 micro-batches (max_abs_diff={mad})", out)
