@@ -386,10 +386,17 @@ static void nccl_report_version(void)
 static ddp_status nccl_open(nccl_state *s, int rank, int world_size)
 {
     ncclUniqueId id;
+    /* Both steps wait for every rank: under the watchdog's deadline, so a frozen peer ends the job. */
+    ddp_watch_enter(DDP_WATCH_CALLER, "NCCL start-up", -1, sizeof id);
     ddp_status st = nccl_bootstrap_id(rank, &id);
+    ncclResult_t init = st == DDP_OK ? ncclCommInitRank(&s->comm, world_size, id, rank) : ncclSuccess;
+    ddp_watch_leave(DDP_WATCH_CALLER);
     if (st != DDP_OK)
         return st;
-    DDP_NCCL_TRY(ncclCommInitRank(&s->comm, world_size, id, rank));
+    if (init != ncclSuccess) {
+        DDP_ERROR("ncclCommInitRank failed: %s (%s)", ncclGetErrorString(init), ncclGetLastError(NULL));
+        return DDP_ERR_NCCL;
+    }
     DDP_NCCL_TRY(ncclCommCuDevice(s->comm, &s->device));
     nccl_report_version();
     DDP_CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));

@@ -42,50 +42,81 @@ int ddp_dtype_is_grad(ddp_dtype t)
     return t == DDP_FP32 || t == DDP_BF16 || t == DDP_FP16;
 }
 
-/* Element i of x as float. */
-static float ddp_load(const void *x, ddp_dtype t, size_t i)
+/* The host loops below are one straight loop per pair of types, so the compiler vectorises
+ * them: a per-element switch on the type kept them scalar (0.5 ms per step for the MLP's 535k
+ * gradients with --grad-dtype bf16, more than the halved all-reduce saved). */
+
+static void ddp_f32_to_16(uint16_t *dst, const float *src, size_t n, int fp16)
 {
-    if (t == DDP_FP32)
-        return ((const float *)x)[i];
-    return ddp_from_half(((const uint16_t *)x)[i], t == DDP_FP16);
+    if (fp16) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = ddp_f32_to_f16(src[i]);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = ddp_f32_to_bf16(src[i]);
+    }
 }
 
-static void ddp_store(void *x, ddp_dtype t, size_t i, float v)
+static void ddp_16_to_f32(float *dst, const uint16_t *src, size_t n, int fp16)
 {
-    if (t == DDP_FP32)
-        ((float *)x)[i] = v;
-    else
-        ((uint16_t *)x)[i] = ddp_to_half(v, t == DDP_FP16);
+    if (fp16) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = ddp_f16_to_f32(src[i]);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = ddp_bf16_to_f32(src[i]);
+    }
 }
 
 void ddp_host_cast(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n)
 {
     if (dst_t == src_t) {
         memmove(dst, src, n * ddp_dtype_size(dst_t));
-        return;
+    } else if (src_t == DDP_FP32) {
+        ddp_f32_to_16(dst, src, n, dst_t == DDP_FP16);
+    } else if (dst_t == DDP_FP32) {
+        ddp_16_to_f32(dst, src, n, src_t == DDP_FP16);
+    } else { /* bf16 <-> fp16: through fp32 */
+        const uint16_t *in = src;
+        uint16_t *out = dst;
+        for (size_t i = 0; i < n; i++)
+            out[i] = ddp_to_half(ddp_from_half(in[i], src_t == DDP_FP16), dst_t == DDP_FP16);
     }
-    for (size_t i = 0; i < n; i++)
-        ddp_store(dst, dst_t, i, ddp_load(src, src_t, i));
 }
 
 void ddp_host_scale(void *x, ddp_dtype t, size_t n, float alpha)
 {
-    if (t == DDP_FP32) { /* the common case, kept vectorisable */
+    if (t == DDP_FP32) {
         float *f = x;
         for (size_t i = 0; i < n; i++)
             f[i] *= alpha;
         return;
     }
-    for (size_t i = 0; i < n; i++)
-        ddp_store(x, t, i, ddp_load(x, t, i) * alpha);
+    uint16_t *h = x;
+    if (t == DDP_FP16) {
+        for (size_t i = 0; i < n; i++)
+            h[i] = ddp_f32_to_f16(ddp_f16_to_f32(h[i]) * alpha);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            h[i] = ddp_f32_to_bf16(ddp_bf16_to_f32(h[i]) * alpha);
+    }
 }
 
 int ddp_host_nonfinite(const void *x, ddp_dtype t, size_t n)
 {
-    int found = 0;
-    for (size_t i = 0; i < n; i++)
-        found |= !ddp_f32_finite(ddp_load(x, t, i));
-    return found;
+    /* inf/NaN: exponent bits all ones (fp32 0x7f800000, bf16 0x7f80, fp16 0x7c00) */
+    uint32_t found = 0;
+    if (t == DDP_FP32) {
+        const float *f = x;
+        for (size_t i = 0; i < n; i++)
+            found |= (uint32_t)!ddp_f32_finite(f[i]);
+    } else {
+        const uint16_t *h = x;
+        uint16_t mask = t == DDP_FP16 ? 0x7c00u : 0x7f80u;
+        for (size_t i = 0; i < n; i++)
+            found |= (uint32_t)((h[i] & mask) == mask);
+    }
+    return found != 0;
 }
 
 #if !HAVE_CUDA

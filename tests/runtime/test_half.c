@@ -3,11 +3,15 @@
  *  - fp16: the compiler's _Float16 (IEEE binary16, round to nearest even), on every 16-bit
  *    pattern and on 4 million float bit patterns spread over the whole range;
  *  - bf16: the nearer of the two bf16 neighbours computed in double, ties to the even one.
+ * Then convert.c's array loops (the reducer's casts, scaling and inf/NaN checks on host memory;
+ * internal, so this test links libddp's objects) against these element functions.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "convert.h"
 #include "half_shared.h"
 
 /* GCC's IEEE binary16 type (an extension to ISO C, hence __extension__). */
@@ -97,10 +101,58 @@ static void check_landmarks(void)
               ddp_f32_finite(65504.0f), "finite checks");
 }
 
+/* The array loops of convert.c give, element by element, what the functions above give. */
+static void check_array_loops(void)
+{
+    enum { N = 65536 + 13 }; /* every 16-bit pattern, and a tail past any vector width */
+    float *f = malloc(N * sizeof *f), *back = malloc(N * sizeof *back);
+    uint16_t *h = malloc(N * sizeof *h), *h2 = malloc(N * sizeof *h2);
+    CHECK(f && back && h && h2, "out of memory");
+    if (!f || !back || !h || !h2)
+        goto out;
+    for (int fp16 = 0; fp16 <= 1; fp16++) {
+        ddp_dtype t = fp16 ? DDP_FP16 : DDP_BF16;
+        int bad = 0;
+        for (uint32_t i = 0; i < N; i++)
+            h[i] = (uint16_t)(i * 40503u); /* a permutation of the patterns */
+        ddp_host_cast(back, DDP_FP32, h, t, N);
+        for (uint32_t i = 0; i < N; i++)
+            if (ddp_f32_bits(back[i]) != ddp_f32_bits(ddp_from_half(h[i], fp16)))
+                mismatch(&bad, fp16 ? "cast fp16 -> fp32" : "cast bf16 -> fp32", h[i], ddp_f32_bits(back[i]) >> 16,
+                         ddp_f32_bits(ddp_from_half(h[i], fp16)) >> 16);
+        for (uint32_t i = 0; i < N; i++)
+            f[i] = ddp_f32_from_bits(i * 2654435761u);
+        ddp_host_cast(h2, t, f, DDP_FP32, N);
+        for (uint32_t i = 0; i < N; i++)
+            if (h2[i] != ddp_to_half(f[i], fp16) && !(is_nan(f[i]) && is_nan(ddp_from_half(h2[i], fp16))))
+                mismatch(&bad, fp16 ? "cast fp32 -> fp16" : "cast fp32 -> bf16", ddp_f32_bits(f[i]), h2[i],
+                         ddp_to_half(f[i], fp16));
+        memcpy(h2, h, N * sizeof *h);
+        ddp_host_scale(h2, t, N, 0.375f);
+        for (uint32_t i = 0; i < N; i++)
+            if (h2[i] != ddp_to_half(ddp_from_half(h[i], fp16) * 0.375f, fp16) && !is_nan(ddp_from_half(h[i], fp16)))
+                mismatch(&bad, "scale", h[i], h2[i], ddp_to_half(ddp_from_half(h[i], fp16) * 0.375f, fp16));
+        CHECK(bad == 0, "%s: %d array elements differ from the element functions", fp16 ? "fp16" : "bf16", bad);
+        for (uint32_t i = 0; i < N; i++)
+            h2[i] = ddp_to_half((float)(i % 1000) - 500.0f, fp16);
+        CHECK(!ddp_host_nonfinite(h2, t, N), "%s: finite values reported non-finite", fp16 ? "fp16" : "bf16");
+        h2[N - 1] = ddp_to_half(1.0f / 0.0f, fp16);
+        CHECK(ddp_host_nonfinite(h2, t, N), "%s: an inf in the last element missed", fp16 ? "fp16" : "bf16");
+    }
+    for (uint32_t i = 0; i < N; i++)
+        f[i] = (float)i;
+    CHECK(!ddp_host_nonfinite(f, DDP_FP32, N), "fp32: finite values reported non-finite");
+    f[N / 2] = ddp_f32_from_bits(0x7fc00000u);
+    CHECK(ddp_host_nonfinite(f, DDP_FP32, N), "fp32: a NaN in the middle missed");
+out:
+    free(f), free(back), free(h), free(h2);
+}
+
 int main(void)
 {
     check_landmarks();
     check_all_patterns();
     check_rounding();
+    check_array_loops();
     return CHECK_DONE();
 }
