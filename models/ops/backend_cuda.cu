@@ -487,6 +487,7 @@ typedef struct ddp_batch_slot {
     size_t pinned_bytes[2];
     cudaEvent_t copied[2];   // recorded on the copy stream after part's upload
     cudaEvent_t released;    // recorded on the compute stream after the slot's last reader
+    bool copied_set[2], released_set; // the events were recorded (waits on them are due)
 } ddp_batch_slot;
 
 static cudaStream_t ddp_copy_stream;
@@ -526,7 +527,8 @@ static void ddp_batch_close(void)
 /* The staging buffer of (slot, part), free of its previous upload and holding n_bytes. */
 static ddp_status ddp_batch_staging(ddp_batch_slot *s, int part, size_t n_bytes, void **out)
 {
-    DDP_CUDA_TRY(cudaEventSynchronize(s->copied[part])); /* returns at once if never recorded */
+    if (s->copied_set[part])
+        DDP_CUDA_TRY(cudaEventSynchronize(s->copied[part]));
     if (n_bytes > s->pinned_bytes[part]) {
         void *old = s->pinned[part]; /* forgotten first: never freed twice */
         s->pinned[part] = NULL;
@@ -551,9 +553,11 @@ static ddp_status cuda_batch_upload(int slot, int part, void *dst, const void *s
     void *pinned = NULL;
     DDP_TRY_(ddp_batch_staging(s, part, n_bytes, &pinned));
     memcpy(pinned, src_host, n_bytes);
-    DDP_CUDA_TRY(cudaStreamWaitEvent(ddp_copy_stream, s->released, 0));
+    if (s->released_set)
+        DDP_CUDA_TRY(cudaStreamWaitEvent(ddp_copy_stream, s->released, 0));
     DDP_CUDA_TRY(cudaMemcpyAsync(dst, pinned, n_bytes, cudaMemcpyHostToDevice, ddp_copy_stream));
     DDP_CUDA_TRY(cudaEventRecord(s->copied[part], ddp_copy_stream));
+    s->copied_set[part] = true;
     return DDP_OK;
 }
 
@@ -561,8 +565,10 @@ static ddp_status cuda_batch_acquire(int slot)
 {
     if (slot < 0 || slot > 1)
         return DDP_ERR_INVALID_ARG;
-    for (int part = 0; part < 2; part++)
-        DDP_CUDA_TRY(cudaStreamWaitEvent(ddp_cu.stream, ddp_slots[slot].copied[part], 0));
+    for (int part = 0; part < 2; part++) {
+        if (ddp_slots[slot].copied_set[part])
+            DDP_CUDA_TRY(cudaStreamWaitEvent(ddp_cu.stream, ddp_slots[slot].copied[part], 0));
+    }
     return DDP_OK;
 }
 
@@ -571,6 +577,7 @@ static ddp_status cuda_batch_release(int slot)
     if (slot < 0 || slot > 1)
         return DDP_ERR_INVALID_ARG;
     DDP_CUDA_TRY(cudaEventRecord(ddp_slots[slot].released, ddp_cu.stream));
+    ddp_slots[slot].released_set = true;
     return DDP_OK;
 }
 
