@@ -53,8 +53,9 @@ typedef struct ddp_trainer {
     int *pred;         /* (batch) predicted classes, host */
     float *x_host;     /* (batch, 784) */
     int *y_host;       /* (batch) */
-    float *x_dev;      /* (batch, 784), backend memory */
-    int *y_dev;        /* (batch), backend memory */
+    float *x_dev[2];   /* (batch, 784), backend memory: two batch slots, filled in turn */
+    int *y_dev[2];     /* (batch), backend memory */
+    int slot;          /* the slot of the last upload */
     FILE *metrics;     /* rank 0 with --metrics, else NULL */
     long steps_per_epoch, total_steps, step;
     float *loss_dev;   /* (1) backend memory: this epoch's sum of micro-batch mean losses */
@@ -203,10 +204,13 @@ static void ddp_train_alloc_buffers(ddp_trainer *t)
     t->pred = malloc(batch * sizeof *t->pred);
     t->x_host = malloc(batch * pixels * sizeof *t->x_host);
     t->y_host = malloc(batch * sizeof *t->y_host);
-    t->x_dev = ddp_alloc(t->ctx, batch * pixels * sizeof *t->x_dev);
-    t->y_dev = ddp_alloc(t->ctx, batch * sizeof *t->y_dev);
+    for (int i = 0; i < 2; i++) {
+        t->x_dev[i] = ddp_alloc(t->ctx, batch * pixels * sizeof *t->x_dev[i]);
+        t->y_dev[i] = ddp_alloc(t->ctx, batch * sizeof *t->y_dev[i]);
+    }
     t->loss_dev = ddp_alloc(t->ctx, sizeof *t->loss_dev);
-    int ok = t->eval_idx && t->pred && t->x_host && t->y_host && t->x_dev && t->y_dev && t->loss_dev;
+    int ok = t->eval_idx && t->pred && t->x_host && t->y_host && t->x_dev[0] && t->y_dev[0] &&
+             t->x_dev[1] && t->y_dev[1] && t->loss_dev;
     ddp_train_must(t, ok ? DDP_OK : DDP_ERR_NOMEM, "allocating batch buffers");
 }
 
@@ -232,7 +236,9 @@ static ddp_status ddp_train_verify(ddp_trainer *t)
  * for memory or bucket caps the reducer refuses (configuration errors), or a replica mismatch. */
 static ddp_status ddp_train_build(ddp_trainer *t)
 {
-    ddp_status st = ddp_train_agree(t, ddp_ops_open(t->ctx, t->o->threads, &t->ops));
+    ddp_status st = ddp_train_agree(t, ddp_cuda_set_tf32(t->o->tf32));
+    if (st == DDP_OK)
+        st = ddp_train_agree(t, ddp_ops_open(t->ctx, t->o->threads, &t->ops));
     if (st == DDP_OK)
         st = ddp_train_agree(t, ddp_model_create(t->ops, &t->o->model, &t->model));
     if (st == DDP_OK)
@@ -262,12 +268,30 @@ static ddp_status ddp_train_build(ddp_trainer *t)
     return st;
 }
 
-/* Uploads n samples (x: (n, pixels), y: (n)) to the batch buffers. */
+/* Uploads n samples (x: (n, pixels), y: (n)) into the next batch slot, t->slot. On a backend with
+ * double-buffered uploads (the GPU: pinned staging, a copy stream) the upload overlaps the
+ * compute of the batch before, which reads the other slot. */
 static void ddp_train_upload(ddp_trainer *t, const float *x, const int *y, int n)
 {
     size_t pixels = (size_t)t->train.rows * (size_t)t->train.cols;
-    ddp_train_must(t, ddp_upload(t->ctx, t->x_dev, x, (size_t)n * pixels * sizeof *x), "uploading images");
-    ddp_train_must(t, ddp_upload(t->ctx, t->y_dev, y, (size_t)n * sizeof *y), "uploading labels");
+    size_t x_bytes = (size_t)n * pixels * sizeof *x, y_bytes = (size_t)n * sizeof *y;
+    const ddp_ops *o = t->ops;
+    int s = t->slot ^= 1;
+    if (!o->batch_upload) {
+        ddp_train_must(t, ddp_upload(t->ctx, t->x_dev[s], x, x_bytes), "uploading images");
+        ddp_train_must(t, ddp_upload(t->ctx, t->y_dev[s], y, y_bytes), "uploading labels");
+        return;
+    }
+    ddp_train_must(t, o->batch_upload(s, 0, t->x_dev[s], x, x_bytes), "uploading images");
+    ddp_train_must(t, o->batch_upload(s, 1, t->y_dev[s], y, y_bytes), "uploading labels");
+    ddp_train_must(t, o->batch_acquire(s), "waiting for the batch upload");
+}
+
+/* The compute queued so far is the last to read the current slot: its next upload waits for it. */
+static void ddp_train_batch_done(ddp_trainer *t)
+{
+    if (t->ops->batch_release)
+        ddp_train_must(t, t->ops->batch_release(t->slot), "releasing the batch buffers");
 }
 
 /* The next training micro-batch from the prefetcher, uploaded. */
@@ -394,12 +418,14 @@ static void ddp_train_step(ddp_trainer *t, long step_in_epoch)
         ddp_train_next_batch(t);
         ddp_trace_end("data", micro);
         ddp_trace_begin("forward", micro);
-        ddp_train_must(t, ddp_model_forward_train(t->model, t->x_dev, t->y_dev, batch, t->loss_dev),
+        ddp_train_must(t, ddp_model_forward_train(t->model, t->x_dev[t->slot], t->y_dev[t->slot], batch,
+                                                  t->loss_dev),
                        "forward pass");
         ddp_train_scale_loss(t);
         ddp_trace_end("forward", micro);
         ddp_trace_begin("backward", micro);
         ddp_train_must(t, ddp_model_backward(t->model, t->reducer), "backward pass");
+        ddp_train_batch_done(t);
         ddp_trace_end("backward", micro);
     }
     ddp_train_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
@@ -451,8 +477,9 @@ static double ddp_train_evaluate(ddp_trainer *t)
             t->eval_idx[n] = next;
         ddp_mnist_gather(&t->test, t->eval_idx, n, t->x_host, t->y_host);
         ddp_train_upload(t, t->x_host, t->y_host, n);
-        ddp_train_must(t, ddp_model_forward(t->model, t->x_dev, t->y_dev, n, NULL, NULL, t->pred),
-                       "evaluation forward pass");
+        ddp_train_must(t, ddp_model_forward(t->model, t->x_dev[t->slot], t->y_dev[t->slot], n, NULL,
+                                            NULL, t->pred), "evaluation forward pass");
+        ddp_train_batch_done(t);
         for (int i = 0; i < n; i++)
             t->confusion[t->y_host[i] * DDP_N_CLASSES + t->pred[i]] += 1.0f;
     }
@@ -461,15 +488,18 @@ static double ddp_train_evaluate(ddp_trainer *t)
     return ddp_confusion_accuracy(t->confusion);
 }
 
-/* Rank 0, after the first step (oneDNN picks its implementations when the primitives are made):
- * the implementations the CPU runs, e.g. "conv_fwd brg:avx512_core_bf16". */
+/* Rank 0, after the first step (oneDNN picks its implementations when the primitives are made,
+ * cuDNN its algorithms when the plans are measured): what runs, e.g. "conv_fwd
+ * brg:avx512_core_bf16" on the CPU, "conv_fwd algo 1 (tensor-op math)" on the GPU. */
 static void ddp_train_report_impl(const ddp_trainer *t)
 {
-    const char *impl = ddp_dnnl_describe(t->o->model.precision);
-    if (t->rank != 0 || ddp_backend(t->ctx) != DDP_BACKEND_CPU || !impl[0])
+    bool cpu = ddp_backend(t->ctx) == DDP_BACKEND_CPU;
+    ddp_precision p = t->o->model.precision;
+    const char *impl = cpu ? ddp_dnnl_describe(p) : ddp_cudnn_describe(p);
+    if (t->rank != 0 || !impl[0])
         return;
     ddp_progress_end(&t->progress);
-    printf("oneDNN (%s): %s\n", ddp_precision_name(t->o->model.precision), impl);
+    printf("%s (%s): %s\n", cpu ? "oneDNN" : "cuDNN", ddp_precision_name(p), impl);
     fflush(stdout);
 }
 
@@ -546,6 +576,9 @@ static void ddp_train_report_start(const ddp_trainer *t)
         printf("compute: %s, %s; GEMM %s; convolutions %s; BLAS %s\n", t->ops->name,
                ddp_precision_name(t->o->model.precision), ddp_cpu_gemm_name(t->o->model.precision),
                ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM", ddp_blas_describe());
+    else
+        printf("compute: %s, %s; GEMM %s\n", t->ops->name, ddp_precision_name(t->o->model.precision),
+               ddp_cuda_describe(t->o->model.precision));
     ddp_train_print_opts(stdout, t->o);
     if (t->o->requeue && !getenv("SLURM_JOB_ID"))
         printf("--requeue: not a Slurm job (SLURM_JOB_ID is unset): a stop will not requeue anything\n");
@@ -649,8 +682,10 @@ static void ddp_trainer_release(ddp_trainer *t)
 {
     if (t->metrics)
         fclose(t->metrics);
-    ddp_free(t->ctx, t->x_dev);
-    ddp_free(t->ctx, t->y_dev);
+    for (int i = 0; i < 2; i++) {
+        ddp_free(t->ctx, t->x_dev[i]);
+        ddp_free(t->ctx, t->y_dev[i]);
+    }
     ddp_free(t->ctx, t->loss_dev);
     ddp_prefetch_destroy(t->prefetch);
     ddp_scaler_destroy(t->scaler);

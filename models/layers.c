@@ -6,10 +6,15 @@
 
 #include "layers.h"
 
-/* The fp32 fallback serves only fp32 (model creation checks the precision first). */
-static ddp_status ddp_fp32_only(ddp_precision p)
+/* The fp32 fallback serves only fp32 (model creation checks the precision first, but a table
+ * may lack one layer's 16-bit op, e.g. the GPU's convolutions without cuDNN): logs which. */
+static ddp_status ddp_fp32_only(const ddp_ops *ops, ddp_precision p, const char *layer)
 {
-    return p == DDP_PREC_FP32 ? DDP_OK : DDP_ERR_UNSUPPORTED;
+    if (p == DDP_PREC_FP32)
+        return DDP_OK;
+    DDP_ERROR("%s: the %s backend has this layer in fp32 only (no 16-bit op); use --precision fp32",
+              layer, ops->name);
+    return DDP_ERR_UNSUPPORTED;
 }
 
 /* ---- linear -------------------------------------------------------------------------------- */
@@ -19,7 +24,7 @@ ddp_status ddp_linear_fwd(const ddp_ops *ops, ddp_precision p, const void *x, co
 {
     if (ops->linear_fwd)
         return ops->linear_fwd(p, x, w, b, batch, in, out, y, y_fp32);
-    DDP_TRY_(ddp_fp32_only(p));
+    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
     DDP_TRY_(ops->gemm(false, true, batch, out, in, 1.0f, x, w, 0.0f, y));
     return ops->bias_add(y, b, batch, out);
 }
@@ -29,7 +34,7 @@ ddp_status ddp_linear_bwd_params(const ddp_ops *ops, ddp_precision p, const void
 {
     if (ops->linear_bwd_params)
         return ops->linear_bwd_params(p, x, dy, batch, in, out, dw, db);
-    DDP_TRY_(ddp_fp32_only(p));
+    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
     DDP_TRY_(ops->gemm(true, false, out, in, batch, 1.0f, dy, x, 1.0f, dw));
     return ops->bias_grad(db, dy, batch, out);
 }
@@ -39,7 +44,7 @@ ddp_status ddp_linear_bwd_input(const ddp_ops *ops, ddp_precision p, const void 
 {
     if (ops->linear_bwd_input)
         return ops->linear_bwd_input(p, w, dy, batch, in, out, dx);
-    DDP_TRY_(ddp_fp32_only(p));
+    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
     return ops->gemm(false, false, batch, in, out, 1.0f, dy, w, 0.0f, dx);
 }
 
@@ -98,7 +103,7 @@ ddp_status ddp_conv_fwd(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv,
         ddp_conv_shape s = ddp_conv_shape_of(cv);
         return ops->conv_fwd(p, &s, batch, x, w, b, y);
     }
-    DDP_TRY_(ddp_fp32_only(p));
+    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     size_t x_numel = (size_t)cv->c_in * cv->h * cv->w, y_numel = (size_t)cv->c_out * hw;
     for (int n = 0; n < batch; n++) {
@@ -120,7 +125,7 @@ ddp_status ddp_conv_bwd_params(const ddp_ops *ops, ddp_precision p, const ddp_co
         ddp_conv_shape s = ddp_conv_shape_of(cv);
         return ops->conv_bwd_params(p, &s, batch, x, dy, dw, db);
     }
-    DDP_TRY_(ddp_fp32_only(p));
+    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     for (int n = 0; n < batch; n++) {
         const float *dy_n = (const float *)dy + (size_t)n * cv->c_out * hw; // (c_out, hw)
@@ -138,7 +143,7 @@ ddp_status ddp_conv_bwd_input(const ddp_ops *ops, ddp_precision p, const ddp_con
         ddp_conv_shape s = ddp_conv_shape_of(cv);
         return ops->conv_bwd_input(p, &s, batch, w, dy, dx);
     }
-    DDP_TRY_(ddp_fp32_only(p));
+    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     size_t x_n = (size_t)cv->c_in * cv->h * cv->w;
     DDP_TRY_(ops->zero(dx, (size_t)batch * x_n * sizeof(float)));
@@ -156,7 +161,7 @@ ddp_status ddp_relu_layer_fwd(const ddp_ops *ops, ddp_precision p, const void *x
 {
     if (ops->act_relu_fwd)
         return ops->act_relu_fwd(p, y, x, n);
-    DDP_TRY_(ddp_fp32_only(p));
+    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
     return ops->relu_fwd(y, x, n);
 }
 
@@ -165,7 +170,7 @@ ddp_status ddp_relu_layer_bwd(const ddp_ops *ops, ddp_precision p, const void *d
 {
     if (ops->act_relu_bwd)
         return ops->act_relu_bwd(p, dx, dy, y, n);
-    DDP_TRY_(ddp_fp32_only(p));
+    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
     return ops->relu_bwd(dx, dy, y, n);
 }
 
@@ -174,7 +179,7 @@ ddp_status ddp_pool_fwd(const ddp_ops *ops, ddp_precision p, const void *x, int 
 {
     if (ops->pool_fwd && ops->pool_bwd)
         return ops->pool_fwd(p, x, n, c, h, w, y, arg, ws_bytes);
-    DDP_TRY_(ddp_fp32_only(p));
+    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
     return ops->maxpool_fwd(x, n * c, h, w, y, arg);
 }
 
@@ -183,7 +188,7 @@ ddp_status ddp_pool_bwd(const ddp_ops *ops, ddp_precision p, const void *dy, con
 {
     if (ops->pool_fwd && ops->pool_bwd)
         return ops->pool_bwd(p, dy, arg, n, c, h, w, dx);
-    DDP_TRY_(ddp_fp32_only(p));
+    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
     DDP_TRY_(ops->zero(dx, (size_t)n * c * h * w * sizeof(float)));
     return ops->maxpool_bwd(dy, arg, n * c, h, w, dx);
 }

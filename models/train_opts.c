@@ -17,7 +17,7 @@ enum {
     OPT_BROADCAST_INIT, OPT_LR_SCHEDULE, OPT_AUGMENT, OPT_PRECISION, OPT_GRAD_DTYPE, OPT_LOSS_SCALE_INIT,
     OPT_LOSS_SCALE_INTERVAL, OPT_WORKERS, OPT_INJECT_INF, OPT_TRACE, OPT_NO_OVERLAP, OPT_LINK_CHECK,
     OPT_HELP, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME, OPT_RESUME_RESHARD, OPT_REQUEUE,
-    OPT_CKPT_ERRORS, OPT_NAN_POLICY
+    OPT_CKPT_ERRORS, OPT_NAN_POLICY, OPT_TF32
 };
 
 static const struct option ddp_train_long_opts[] = {
@@ -45,6 +45,7 @@ static const struct option ddp_train_long_opts[] = {
     {"augment", no_argument, NULL, OPT_AUGMENT},
     {"precision", required_argument, NULL, OPT_PRECISION},
     {"grad-dtype", required_argument, NULL, OPT_GRAD_DTYPE},
+    {"tf32", no_argument, NULL, OPT_TF32},
     {"loss-scale-init", required_argument, NULL, OPT_LOSS_SCALE_INIT},
     {"loss-scale-interval", required_argument, NULL, OPT_LOSS_SCALE_INTERVAL},
     {"workers", required_argument, NULL, OPT_WORKERS},
@@ -85,7 +86,11 @@ static const char ddp_train_usage_text[] =
     "  --precision P           fp32, bf16 or fp16 (default fp32): activations and GEMM/convolution\n"
     "                          inputs in 16 bits, fp32 accumulation, fp32 master weights, optimizer\n"
     "                          state, loss and softmax. bf16 on the CPU needs AVX512_BF16 or AMX;\n"
-    "                          fp16 on a CPU is emulated (values rounded to fp16, arithmetic in fp32)\n"
+    "                          fp16 is emulated (values rounded to fp16, arithmetic in fp32; on a GPU\n"
+    "                          on TF32 tensor cores, exact for fp16 values); bf16 on a GPU needs\n"
+    "                          compute capability 8.0 (Ampere) or newer\n"
+    "  --tf32                  TF32 tensor cores for fp32 GEMMs and convolutions on the GPU (like\n"
+    "                          torch.backends.cuda.matmul.allow_tf32); ignored on the CPU\n"
     "  --metrics FILE          rank 0 writes JSON lines: one per epoch, then a summary\n"
     "  --save FILE             rank 0 writes the trained parameters as a checkpoint\n"
     "  --augment               shift each training image by up to 2 pixels (from seed, epoch, sample)\n"
@@ -360,6 +365,7 @@ static int ddp_train_apply_opt(int id, const char *v, ddp_train_opts *o)
     case OPT_SAVE: o->save_path = v; return 0;
     case OPT_NO_SHUFFLE: o->shuffle = 0; return 0;
     case OPT_AUGMENT: o->augment = 1; return 0;
+    case OPT_TF32: o->tf32 = 1; return 0;
     case OPT_BROADCAST_INIT: o->broadcast_init = 1; return 0;
     case OPT_TRACE: o->trace_path = v; return 0;
     case OPT_NO_OVERLAP: o->no_overlap = 1; return 0;
@@ -429,7 +435,8 @@ void ddp_train_print_opts(FILE *f, const ddp_train_opts *o)
             o->bucket_mb, o->first_bucket_mb, o->no_overlap ? " launched after backward" : "",
             o->broadcast_init ? "yes" : "no", o->threads,
             o->augment ? "shifts up to 2 px" : "no");
-    fprintf(f, "precision: %s\n", ddp_precision_name(o->model.precision));
+    fprintf(f, "precision: %s%s\n", ddp_precision_name(o->model.precision),
+            o->tf32 ? "  (fp32 GEMMs and convolutions on TF32 tensor cores on a GPU)" : "");
     fprintf(f, "gradient all-reduce: %s", ddp_dtype_name(o->grad_dtype));
     if (o->grad_dtype == DDP_FP16)
         fprintf(f, " with loss scaling (scale %g, doubled after %ld finite steps)", o->loss_scale_init,

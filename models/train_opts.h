@@ -43,6 +43,7 @@ typedef struct ddp_train_opts {
     int no_overlap;           /* --no-overlap: buckets launched after the backward pass */
     int link_check;           /* --link-check: measure links before training */
     ddp_dtype grad_dtype;      /* --grad-dtype: type of the gradient all-reduce */
+    int tf32;                  /* --tf32: TF32 tensor cores for fp32 GEMMs and convolutions (GPU) */
     double loss_scale_init;    /* fp16 gradients: the loss scaler's first scale */
     long loss_scale_interval;  /* fp16 gradients: finite steps before the scale doubles */
     int workers;               /* data prefetch threads; 0 = on the training thread */

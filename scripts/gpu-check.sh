@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu-check.sh - one command to know whether ddp works on a GPU node: builds libddp with CUDA and
 # NCCL (release, warnings as errors, SASS for this node's GPUs), runs the GPU test suite, runs the
-# all-reduce benchmark over every GPU, and prints a verdict table (each test passed / failed /
-# skipped and why, the NCCL version, busbw per size). Exit status 0 when nothing failed.
+# all-reduce benchmark over every GPU and (with data/mnist) the precision benchmark on one GPU, and
+# prints a verdict table (each test passed / failed / skipped and why, the NCCL version, busbw per
+# size, samples/s per precision). Exit status 0 when nothing failed.
 #
 #   srun -N1 --gpus-per-node=N scripts/gpu-check.sh          one node, N GPUs
 #   srun -N2 --ntasks-per-node=1 --gpus-per-node=N scripts/gpu-check.sh
@@ -96,6 +97,18 @@ fi
 nccl=$(grep -o 'NCCL [0-9.]* (built against [0-9.]*)' "$logs/bench.log" | head -1)
 note "NCCL" INFO "${nccl:-version not reported (see $logs/bench.log)}"
 
+# 4. The precisions on one GPU (benchmarks/gpu_precision.sh: fp32, --tf32, bf16, fp16; cuDNN
+#    against the former im2col convolutions), when MNIST is here.
+if [ -d data/mnist ]; then
+  if benchmarks/gpu_precision.sh "$build" 1 data/mnist >"$logs/precision.log" 2>&1; then
+    note "precision benchmark" PASS "one GPU, 1 epoch per row: table below ($logs/precision.log)"
+  else
+    note "precision benchmark" FAIL "see $logs/precision.log"
+  fi
+else
+  note "precision benchmark" SKIP "no data/mnist (scripts/fetch-mnist.sh data/mnist)"
+fi
+
 echo
 echo "== ddp gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), logs in $logs"
 printf '%-30s %-8s %s\n' "check" "verdict" "detail"
@@ -104,6 +117,7 @@ echo
 echo "all-reduce (float sum, $((nodes * n_gpus)) rank(s); busbw = algbw * 2(n-1)/n, 0 for one rank):"
 awk '/^# +size/ {print "  " substr($0, 3)} /^ +[0-9]+ +[0-9]+ +float/ {print "  " $0}' "$logs/bench.log"
 grep -E '^# (Out of bounds|Avg bus)' "$logs/bench.log" | sed 's/^# /  /'
+[ -f "$logs/precision.log" ] && { echo; echo "precisions on one GPU (samples/s, ratio to fp32, accuracy):"; sed 's/^/  /' "$logs/precision.log"; }
 echo "$failed" >"$logs/verdict.rc"
 [ "$failed" = 0 ] && echo "VERDICT: ddp works on this GPU node" || echo "VERDICT: FAILED (see above)"
 exit "$failed"

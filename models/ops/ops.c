@@ -11,8 +11,13 @@ ddp_status ddp_ops_open(ddp_ctx *ctx, int threads, const ddp_ops **out)
 {
     *out = NULL;
     if (ddp_backend(ctx) == DDP_BACKEND_CUDA) {
+        const char *conv = getenv("DDP_CUDA_CONV");
+        if (conv && strcmp(conv, "im2col") != 0 && strcmp(conv, "cudnn") != 0) {
+            DDP_ERROR("DDP_CUDA_CONV=%s: use cudnn (the default) or im2col", conv);
+            return DDP_ERR_INVALID_ARG;
+        }
         DDP_TRY_(ddp_cuda_backend_open(ddp_device(ctx), ddp_backend_stream(ctx)));
-        *out = ddp_cuda_ops();
+        *out = conv && strcmp(conv, "im2col") == 0 ? ddp_cuda_ops_im2col() : ddp_cuda_ops();
         return DDP_OK;
     }
     ddp_cpu_set_threads(threads);
@@ -27,7 +32,7 @@ ddp_status ddp_ops_open(ddp_ctx *ctx, int threads, const ddp_ops **out)
 
 void ddp_ops_close(const ddp_ops *ops)
 {
-    if (ops && ops == ddp_cuda_ops())
+    if (ops && (ops == ddp_cuda_ops() || ops == ddp_cuda_ops_im2col()))
         ddp_cuda_backend_close();
 }
 
@@ -98,6 +103,8 @@ ddp_status ddp_backend_require_precision(const ddp_ops *ops, ddp_precision p, co
 
 const ddp_ops *ddp_cuda_ops(void) { return NULL; }
 
+const ddp_ops *ddp_cuda_ops_im2col(void) { return NULL; }
+
 ddp_status ddp_cuda_backend_open(int device, void *stream)
 {
     DDP_ERROR("CUDA device %d requested, but this build has no CUDA backend", device);
@@ -105,5 +112,27 @@ ddp_status ddp_cuda_backend_open(int device, void *stream)
 }
 
 void ddp_cuda_backend_close(void) {}
+
+ddp_status ddp_cuda_set_tf32(bool on)
+{
+    (void)on;
+    return DDP_OK;
+}
+
+const char *ddp_cuda_describe(ddp_precision p)
+{
+    (void)p;
+    return "";
+}
+
+#endif
+
+#if !HAVE_CUDA || !HAVE_CUDNN
+
+const char *ddp_cudnn_describe(ddp_precision p)
+{
+    (void)p;
+    return "";
+}
 
 #endif

@@ -2,8 +2,9 @@
  * field's libraries do the work. libddp does no compute; the models own it.
  *
  * One ops table per backend: ops_cpu.c (OpenBLAS for fp32 GEMM, oneDNN for convolution, pooling
- * and 16-bit GEMM, always built) and backend_cuda.cu (cuBLAS and CUDA kernels, built when CUDA
- * is found). Scalar math both share is in math_shared.h.
+ * and 16-bit GEMM, always built) and backend_cuda.cu with cuda_layers.cu and cuda_cudnn.cu
+ * (cuBLAS, cuDNN and CUDA kernels, built when CUDA is found; NCHW images, channels_last false).
+ * Scalar math both share is in math_shared.h.
  *
  * Tensors are row-major, batch first. Images are NCHW, except between the precision-aware image
  * ops of a backend with channels_last set (the CPU: oneDNN's fast convolutions and pooling want
@@ -96,6 +97,18 @@ typedef struct ddp_ops {
     ddp_status (*softmax_xent_acc)(const float *logits, const int *labels, int rows, int classes,
                                    float *dlogits, float *loss_acc);
 
+    /* ---- double-buffered training batches (optional: NULL where an upload is a plain copy, as
+     * on the CPU). Two slots (0, 1), each with device buffers of the caller's. batch_upload copies
+     * part `part` (0 or 1, e.g. images and labels) of a batch into the slot's pinned staging and
+     * queues its upload on a copy stream, to start once the compute that last read the slot has
+     * finished (batch_release); batch_acquire orders the compute stream after the slot's uploads;
+     * batch_release marks the compute queued so far as the slot's last reader. So the upload of
+     * batch i+1 overlaps the compute of batch i. The host waits only for a staging buffer whose
+     * previous upload is still running. */
+    ddp_status (*batch_upload)(int slot, int part, void *dst, const void *src_host, size_t n_bytes);
+    ddp_status (*batch_acquire)(int slot);
+    ddp_status (*batch_release)(int slot);
+
     /* ---- precision-aware layer ops (optional: NULL on a backend that has only fp32, where the
      * layers fall back to the primitives above). x, y, dx, dy, and weights w are in precision p
      * (see the top of this file); b, dw, db are fp32. */
@@ -146,12 +159,29 @@ const ddp_ops *ddp_cpu_ops(void);
 const ddp_ops *ddp_cpu_ops_im2col(void);
 /* The CUDA ops table, or NULL in a build without CUDA. Does not touch the GPU. */
 const ddp_ops *ddp_cuda_ops(void);
+/* The CUDA table without cuDNN's convolutions: im2col + cuBLAS per image, fp32 only (the GPU
+ * path before cuDNN), for comparisons. ddp_ops_open() returns it when the environment has
+ * DDP_CUDA_CONV=im2col. NULL in a build without CUDA. */
+const ddp_ops *ddp_cuda_ops_im2col(void);
 /* Makes `device` current for this thread and creates the cuBLAS handle, on `stream` (a
  * cudaStream_t: libddp's ddp_backend_stream(), so the compute is ordered before the collectives), or on a
  * stream of its own when stream is NULL. DDP_ERR_NO_DEVICE / DDP_ERR_CUDA on failure;
  * DDP_ERR_UNSUPPORTED without a CUDA build. */
 ddp_status ddp_cuda_backend_open(int device, void *stream);
 void ddp_cuda_backend_close(void);
+/* TF32 tensor cores for the CUDA backend's fp32 GEMMs and convolutions (off by default, like
+ * PyTorch's torch.backends.cuda.matmul.allow_tf32): on, fp32 inputs are rounded to 10 mantissa
+ * bits inside cuBLAS and cuDNN. May be called before or after ddp_cuda_backend_open(); affects
+ * the ops that follow. DDP_ERR_BLAS when cuBLAS refuses the math mode (logged); DDP_OK and no
+ * effect in a build without CUDA. */
+ddp_status ddp_cuda_set_tf32(bool on);
+
+/* "cuBLAS 130100, bf16 GEMMs cublasGemmEx (fp32 accumulation); convolutions cuDNN 91900; compute
+ * capability 9.0", for start-up reports ("" without a CUDA build or before the backend opened). */
+const char *ddp_cuda_describe(ddp_precision p);
+/* The cuDNN algorithms chosen so far for precision p, e.g. "conv_fwd algo 1 (tensor-op math),
+ * ...", for the report after the first step ("" before any, or without cuDNN). */
+const char *ddp_cudnn_describe(ddp_precision p);
 
 /* The ops table for a context's backend, opened on its device and stream (CUDA) or with
  * `threads` compute threads (CPU). On failure *out is NULL and the reason is logged. */

@@ -1,5 +1,6 @@
 /* test_cuda_parity.c - every op the CUDA backend implements against the CPU backend on the same
- * random inputs (the CPU is the oracle), then one MLP and one CNN training step on both.
+ * random inputs (the CPU is the oracle), then one MLP and one CNN training step on both, and the
+ * double-buffered batch uploads.
  * Exits 77 (skipped) when there is no usable GPU or no CUDA build.
  *
  * Tolerance |cuda - cpu| <= atol + rtol * |cpu|: elementwise ops 1e-6 + 1e-6 (one rounding; expf
@@ -156,6 +157,43 @@ static void check_model(test_rng *r, ddp_model_kind kind)
     ddp_model_destroy(mc), ddp_model_destroy(mg), gpu->free(labels_d), drop_pair(&x);
 }
 
+/* Double-buffered batch uploads: each round fills one slot while the other holds the batch before;
+ * the host buffer is overwritten as soon as batch_upload returns (the pinned staging must already
+ * hold the data), and after batch_acquire the compute stream sees exactly the round's values. */
+static void check_batch_uploads(void)
+{
+    enum { N = 70001, L = 64 };
+    float *x = test_floats(N), *back = test_floats(N);
+    int labels[L], labels_back[L];
+    float *xd[2] = {gpu->alloc(N * sizeof(float)), gpu->alloc(N * sizeof(float))};
+    int *yd[2] = {gpu->alloc(sizeof labels), gpu->alloc(sizeof labels)};
+    CHECK(gpu->batch_upload && gpu->batch_acquire && gpu->batch_release, "batch upload ops");
+    CHECK(gpu->batch_upload(2, 0, xd[0], x, 4) == DDP_ERR_INVALID_ARG, "slot 2 is refused");
+    for (int round = 0; round < 6; round++) {
+        int s = round & 1;
+        for (int i = 0; i < N; i++)
+            x[i] = (float)(round * N + i);
+        for (int i = 0; i < L; i++)
+            labels[i] = round * L + i;
+        CHECK(gpu->batch_upload(s, 0, xd[s], x, N * sizeof(float)) == DDP_OK, "upload images");
+        CHECK(gpu->batch_upload(s, 1, yd[s], labels, sizeof labels) == DDP_OK, "upload labels");
+        memset(x, 0xff, N * sizeof(float)), memset(labels, 0xff, sizeof labels);
+        CHECK(gpu->batch_acquire(s) == DDP_OK, "acquire");
+        CHECK(gpu->download(back, xd[s], N * sizeof(float)) == DDP_OK, "download");
+        CHECK(gpu->download(labels_back, yd[s], sizeof labels) == DDP_OK, "download labels");
+        int bad = 0;
+        for (int i = 0; i < N; i++)
+            bad += back[i] != (float)(round * N + i);
+        for (int i = 0; i < L; i++)
+            bad += labels_back[i] != round * L + i;
+        CHECK(bad == 0, "round %d: %d values differ from the batch uploaded", round, bad);
+        CHECK(gpu->batch_release(s) == DDP_OK, "release");
+    }
+    for (int s = 0; s < 2; s++)
+        gpu->free(xd[s]), gpu->free(yd[s]);
+    free(x), free(back);
+}
+
 int main(void)
 {
     if (ddp_cuda_device_count() == 0 || !ddp_cuda_ops()) {
@@ -176,6 +214,7 @@ int main(void)
     check_pool_xent(&r);
     check_model(&r, DDP_MODEL_MLP);
     check_model(&r, DDP_MODEL_CNN);
+    check_batch_uploads();
     ddp_cuda_backend_close();
     return CHECK_DONE();
 }

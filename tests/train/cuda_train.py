@@ -2,14 +2,24 @@
 """cuda_train.py - ddp-train on the GPU (skipped, exit 77, where there is none).
 
 parity  MLP or CNN, 3 epochs on a synthetic set: the loss of every epoch on --device cuda equals
-        the one on --device cpu within LOSS_RTOL, and two cuda runs give bit-identical parameters
-        (ddp-ckpt diff --tol 0: max_abs_diff=0). LOSS_RTOL = 2e-3 (plus LOSS_ATOL): cuBLAS and OpenBLAS sum in
-        different orders (and cuBLAS uses FMA), a few ulp per product that SGD with momentum carries
-        along; on an H100 (MNIST, 125 steps) the gap was 1.2e-4 (MLP) and 2.4e-5 (CNN).
+        the one on --device cpu within LOSS_RTOL, both with cuDNN's algorithms chosen by measurement
+        (the default) and by its heuristics (DDP_CUDNN_BENCHMARK=0); two heuristic cuda runs give
+        bit-identical parameters (ddp-ckpt diff --tol 0: max_abs_diff=0; measured choices may differ
+        between runs, as with PyTorch's cudnn.benchmark). LOSS_RTOL = 2e-3 (plus LOSS_ATOL): cuBLAS,
+        cuDNN and OpenBLAS/oneDNN sum in different orders (and use FMA), a few ulp per product that
+        SGD with momentum carries along; on an H100 (MNIST, 125 steps, before cuDNN) the gap was
+        1.2e-4 (MLP) and 2.4e-5 (CNN).
+precision  --precision bf16 and fp16, 3 epochs: the loss of every epoch on cuda equals the CPU's
+        in the same precision within PREC_RTOL[precision] and the loss falls. bf16 keeps 8
+        significant bits (2^-8 per rounding, the same rounding on both backends but from sums in
+        another order, so a value may land one ulp away) and those differences grow through SGD:
+        PREC_RTOL bf16 = 5e-2; fp16 (11 bits, emulated on both) 1e-2. bf16 is skipped on a GPU older
+        than compute capability 8.0 or a CPU without AVX512_BF16 (the message says which).
 ddp     2 ranks on 2 GPUs equal 1 GPU accumulating 2 micro-batches (ddp-ckpt diff --tol 1e-5, as
-        tests/train/equivalence.py on the CPU); skipped where the host has fewer than 2 GPUs.
+        tests/train/equivalence.py on the CPU); skipped where the host has fewer than 2 GPUs. cuDNN's
+        algorithms by heuristics (DDP_CUDNN_BENCHMARK=0), so every rank and run convolves alike.
 
-Usage: cuda_train.py parity|ddp DDP_TRAIN DDP_CKPT MODEL MPIRUN MPIRUN_ARGS... (the last is -np)
+Usage: cuda_train.py parity|precision|ddp DDP_TRAIN DDP_CKPT MODEL MPIRUN MPIRUN_ARGS... (the last is -np)
 """
 import json
 import os
@@ -21,14 +31,17 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
 
 LOSS_RTOL = 2e-3
+PREC_RTOL = {"bf16": 5e-2, "fp16": 1e-2}
+HEURISTIC = dict(os.environ, DDP_CUDNN_BENCHMARK="0")  # cuDNN's algorithms by heuristics: reruns match
 LOSS_ATOL = 1e-5  # the metrics file has 6 decimals: a fitted CNN's loss can read 0.000000
 NO_GPU = ("has no usable GPU", "built without CUDA", "NCCL needs one GPU per rank")
 
 
-def train(tmp, name, args, prefix=()):
+def train(tmp, name, args, prefix=(), env=None):
     """Runs ddp-train; returns (exit code, output, checkpoint path, epoch metrics)."""
     ckpt, metrics = os.path.join(tmp, name + ".ckpt"), os.path.join(tmp, name + ".jsonl")
-    rc, out = trainlib.run(list(prefix) + args + ["--save", ckpt, "--metrics", metrics], timeout=600)
+    rc, out = trainlib.run(list(prefix) + args + ["--save", ckpt, "--metrics", metrics], timeout=600,
+                           env=env)
     epochs = []
     if rc == 0 and os.path.exists(metrics):
         epochs = [e for e in map(json.loads, open(metrics)) if not e.get("summary")]
@@ -51,20 +64,28 @@ def diff(ckpt, a, b, tol):
     return rc, (float(m.group(1)) if m else None), out
 
 
-def parity(chk, tmp, exe, ckpt, base):
-    rc, out, gpu_a, gpu_ep = train(tmp, "cuda-a", base + ["--device", "cuda"])
-    skip_if_no_gpu(rc, out)
-    chk.check(rc == 0 and len(gpu_ep) == 3, f"cuda run: exit {rc}, {len(gpu_ep)} epochs", out)
-    rc, out, cpu_c, cpu_ep = train(tmp, "cpu", base + ["--device", "cpu"])
-    chk.check(rc == 0 and len(cpu_ep) == 3, f"cpu run: exit {rc}", out)
+def same_losses(chk, what, gpu_ep, cpu_ep, rtol):
+    chk.check(len(gpu_ep) == len(cpu_ep) == 3, f"{what}: 3 epochs on each backend")
     for g, c in zip(gpu_ep, cpu_ep):
         gl, cl = g["train_loss"], c["train_loss"]
         gap = abs(gl - cl)
-        chk.check(gap <= LOSS_ATOL + LOSS_RTOL * abs(cl), f"epoch {g['epoch']}: loss cuda {gl:.6f} "
-                  f"cpu {cl:.6f} (|difference| {gap:.2e} <= {LOSS_ATOL} + {LOSS_RTOL} * cpu)")
+        chk.check(gap <= LOSS_ATOL + rtol * abs(cl), f"{what} epoch {g['epoch']}: loss cuda {gl:.6f} "
+                  f"cpu {cl:.6f} (|difference| {gap:.2e} <= {LOSS_ATOL} + {rtol} * cpu)")
     chk.check(cpu_ep and cpu_ep[-1]["train_loss"] < 0.5 * cpu_ep[0]["train_loss"],
-              "the loss falls (the comparison is not between two idle runs)")
-    rc, out, gpu_b, _ = train(tmp, "cuda-b", base + ["--device", "cuda"])
+              f"{what}: the loss falls (the comparison is not between two idle runs)")
+
+
+def parity(chk, tmp, exe, ckpt, base):
+    rc, out, gpu_a, gpu_ep = train(tmp, "cuda-a", base + ["--device", "cuda"], env=HEURISTIC)
+    skip_if_no_gpu(rc, out)
+    chk.check(rc == 0, f"cuda run: exit {rc}", out)
+    rc, out, cpu_c, cpu_ep = train(tmp, "cpu", base + ["--device", "cpu"])
+    chk.check(rc == 0, f"cpu run: exit {rc}", out)
+    same_losses(chk, "heuristic cuDNN", gpu_ep, cpu_ep, LOSS_RTOL)
+    rc, out, _, bench_ep = train(tmp, "cuda-bench", base + ["--device", "cuda"])
+    chk.check(rc == 0, f"cuda run, algorithms measured: exit {rc}", out)
+    same_losses(chk, "measured cuDNN", bench_ep, cpu_ep, LOSS_RTOL)
+    rc, out, gpu_b, _ = train(tmp, "cuda-b", base + ["--device", "cuda"], env=HEURISTIC)
     chk.check(rc == 0, "second cuda run", out)
     rc, mad, out = diff(ckpt, gpu_a, gpu_b, "0")
     chk.check(rc == 0 and mad == 0.0, f"two cuda runs: identical parameters (max_abs_diff={mad})", out)
@@ -73,11 +94,28 @@ def parity(chk, tmp, exe, ckpt, base):
               f"rounding (max_abs_diff={mad}, informative)", out)
 
 
+def precision(chk, tmp, exe, ckpt, base):
+    for prec in ("fp16", "bf16"):
+        args = base + ["--precision", prec]
+        rc, out, _, gpu_ep = train(tmp, "cuda-" + prec, args + ["--device", "cuda"])
+        skip_if_no_gpu(rc, out)
+        if rc != 0 and prec == "bf16" and "--precision bf16 on the cuda backend" in out:
+            print(f"bf16 skipped on this GPU: {out.strip().splitlines()[-1]}")
+            continue
+        chk.check(rc == 0, f"cuda {prec} run: exit {rc}", out)
+        rc, out, _, cpu_ep = train(tmp, "cpu-" + prec, args + ["--device", "cpu"])
+        if rc != 0 and prec == "bf16" and "--precision bf16 on the cpu backend" in out:
+            print(f"bf16 not compared: this CPU: {out.strip().splitlines()[-1]}")
+            continue
+        chk.check(rc == 0, f"cpu {prec} run: exit {rc}", out)
+        same_losses(chk, prec, gpu_ep, cpu_ep, PREC_RTOL[prec])
+
+
 def ddp(chk, tmp, exe, ckpt, base, mpi):
-    rc, out, two, _ = train(tmp, "np2", base + ["--device", "cuda"], prefix=mpi + ["2"])
+    rc, out, two, _ = train(tmp, "np2", base + ["--device", "cuda"], prefix=mpi + ["2"], env=HEURISTIC)
     skip_if_no_gpu(rc, out)
     chk.check(rc == 0, f"2 ranks on 2 GPUs: exit {rc}", out)
-    rc, out, one, _ = train(tmp, "accum2", base + ["--device", "cuda", "--accum", "2"])
+    rc, out, one, _ = train(tmp, "accum2", base + ["--device", "cuda", "--accum", "2"], env=HEURISTIC)
     chk.check(rc == 0, f"1 GPU --accum 2: exit {rc}", out)
     rc, mad, out = diff(ckpt, two, one, "1e-5")
     chk.check(rc == 0, f"2 GPUs equal 1 GPU accumulating 2 micro-batches (max_abs_diff={mad})", out)
@@ -98,6 +136,8 @@ def main():
                 "--momentum", "0.9", "--seed", "7", "--log-every", "10"]
         if mode == "parity":
             parity(chk, tmp, exe, ckpt, base + ["--epochs", "3"])
+        elif mode == "precision":
+            precision(chk, tmp, exe, ckpt, base + ["--epochs", "3"])
         else:
             ddp(chk, tmp, exe, ckpt, base + ["--epochs", "1", "--max-steps", "8"], mpi)
     sys.exit(1 if chk.failures else 0)

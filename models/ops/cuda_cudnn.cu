@@ -1,0 +1,379 @@
+/* cuda_cudnn.cu - the CUDA backend's convolutions on cuDNN (forward, backward data, backward
+ * filter), batched: one cuDNN call per batch. The GPU twin of cpu_dnnl.c: a plan per direction,
+ * shape, batch, precision and TF32 setting, made on first use and cached. Making a plan measures
+ * every algorithm cuDNN has for it (cudnnFindConvolution*Algorithm: PyTorch's
+ * cudnn.benchmark) and keeps the fastest deterministic one that succeeded, with the workspace it
+ * needs; one workspace serves all plans and grows to the largest. DDP_CUDNN_BENCHMARK=0 takes
+ * cuDNN's heuristic ranking instead, for bit-identical reruns (conv_measure).
+ *
+ * cuDNN 9 still ships this (legacy) convolution API, marked deprecated in favour of the graph API;
+ * its headers warn only under CUDNN_WARN_DEPRECATED.
+ *
+ * Precisions (ops.h): fp32 runs fp32 convolutions with FMA math (exact fp32) unless --tf32 lets
+ * cuDNN use TF32 tensor cores (default math). bf16 runs bf16 tensors with fp32 compute on tensor
+ * cores for forward and backward data; the weight gradient, fp32 by contract, is computed from
+ * fp32 copies of x and dy (bf16 values are exact in TF32, so default math loses nothing). fp16 is
+ * emulated: fp32 convolutions over half-rounded floats (exact in TF32, so default math), outputs
+ * rounded to half after.
+ */
+#include <cudnn.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_private.h"
+
+#define CONV_PLANS 32
+#define CONV_KEY_LEN 10
+
+enum { CONV_FWD = 1, CONV_BWD_DATA, CONV_BWD_FILTER };
+static const char *const conv_kind_names[] = {"", "conv_fwd", "conv_bwd_data", "conv_bwd_filter"};
+
+typedef struct conv_plan {
+    long key[CONV_KEY_LEN];             /* kind, precision, shape, batch, tf32; 0: unused */
+    cudnnTensorDescriptor_t x, y;       /* x (batch, c_in, h, w), y (batch, c_out, h_out, w_out) */
+    cudnnFilterDescriptor_t w;          /* w (c_out, c_in, k, k) */
+    cudnnConvolutionDescriptor_t conv;  /* with the chosen algorithm's math type */
+    int algo;                           /* a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
+    cudnnMathType_t math;               /* the math type it runs with */
+    size_t ws_bytes;                    /* workspace that algorithm needs */
+} conv_plan;
+
+static cudnnHandle_t ddp_cudnn;
+static conv_plan conv_plans[CONV_PLANS];
+static int conv_n_made; /* plans ever made; slot i % CONV_PLANS is reused */
+
+/* Logs a failed cuDNN call; returns DDP_ERR_CUDA. */
+static ddp_status ddp_cudnn_fail(cudnnStatus_t st, const char *what, const char *file, int line)
+{
+    ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s: %s (%d)", what, cudnnGetErrorString(st),
+                  (int)st);
+    return DDP_ERR_CUDA;
+}
+
+/* For release paths: logs a failed call and goes on. */
+#define DDP_CUDNN_LOG(call)                                                     \
+    do {                                                                        \
+        cudnnStatus_t ddp_cs_ = (call);                                         \
+        if (ddp_cs_ != CUDNN_STATUS_SUCCESS)                                    \
+            ddp_cudnn_fail(ddp_cs_, #call, __FILE__, __LINE__);                 \
+    } while (0)
+
+#define DDP_CUDNN_TRY(call)                                                     \
+    do {                                                                        \
+        cudnnStatus_t ddp_cs_ = (call);                                         \
+        if (ddp_cs_ != CUDNN_STATUS_SUCCESS)                                    \
+            return ddp_cudnn_fail(ddp_cs_, #call, __FILE__, __LINE__);          \
+    } while (0)
+
+ddp_status ddp_cudnn_open(void)
+{
+    DDP_CUDNN_TRY(cudnnCreate(&ddp_cudnn));
+    DDP_CUDNN_TRY(cudnnSetStream(ddp_cudnn, ddp_cu.stream));
+    return DDP_OK;
+}
+
+static void conv_plan_release(conv_plan *pl)
+{
+    if (pl->x)
+        DDP_CUDNN_LOG(cudnnDestroyTensorDescriptor(pl->x));
+    if (pl->y)
+        DDP_CUDNN_LOG(cudnnDestroyTensorDescriptor(pl->y));
+    if (pl->w)
+        DDP_CUDNN_LOG(cudnnDestroyFilterDescriptor(pl->w));
+    if (pl->conv)
+        DDP_CUDNN_LOG(cudnnDestroyConvolutionDescriptor(pl->conv));
+    memset(pl, 0, sizeof *pl);
+}
+
+void ddp_cudnn_close(void)
+{
+    for (int i = 0; i < CONV_PLANS; i++)
+        conv_plan_release(&conv_plans[i]);
+    conv_n_made = 0;
+    if (ddp_cudnn)
+        DDP_CUDNN_LOG(cudnnDestroy(ddp_cudnn));
+    ddp_cudnn = NULL;
+}
+
+/* ---- plans ------------------------------------------------------------------------------- */
+
+/* The tensors' data type: bf16 storage, except the weight gradient's fp32 copies; float else. */
+static cudnnDataType_t conv_data_type(int kind, ddp_precision p)
+{
+    return p == DDP_PREC_BF16 && kind != CONV_BWD_FILTER ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+/* The math type asked for (see the top of the file). */
+static cudnnMathType_t conv_math(int kind, ddp_precision p)
+{
+    if (conv_data_type(kind, p) == CUDNN_DATA_BFLOAT16)
+        return CUDNN_TENSOR_OP_MATH;
+    if (p == DDP_PREC_FP32)
+        return ddp_cu.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    return CUDNN_DEFAULT_MATH;
+}
+
+static ddp_status conv_describe(conv_plan *pl, int kind, ddp_precision p, const ddp_conv_shape *s,
+                                int batch)
+{
+    cudnnDataType_t dt = conv_data_type(kind, p);
+    DDP_CUDNN_TRY(cudnnCreateTensorDescriptor(&pl->x));
+    DDP_CUDNN_TRY(cudnnCreateTensorDescriptor(&pl->y));
+    DDP_CUDNN_TRY(cudnnCreateFilterDescriptor(&pl->w));
+    DDP_CUDNN_TRY(cudnnCreateConvolutionDescriptor(&pl->conv));
+    DDP_CUDNN_TRY(cudnnSetTensor4dDescriptor(pl->x, CUDNN_TENSOR_NCHW, dt, batch, s->c_in, s->h, s->w));
+    DDP_CUDNN_TRY(cudnnSetTensor4dDescriptor(pl->y, CUDNN_TENSOR_NCHW, dt, batch, s->c_out, s->h_out,
+                                             s->w_out));
+    DDP_CUDNN_TRY(cudnnSetFilter4dDescriptor(pl->w, dt, CUDNN_TENSOR_NCHW, s->c_out, s->c_in, s->k, s->k));
+    DDP_CUDNN_TRY(cudnnSetConvolution2dDescriptor(pl->conv, s->pad, s->pad, 1, 1, 1, 1,
+                                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    DDP_CUDNN_TRY(cudnnSetConvolutionMathType(pl->conv, conv_math(kind, p)));
+    return DDP_OK;
+}
+
+/* The index of the first result (cuDNN sorts them, fastest or most promising first) that
+ * succeeded, is deterministic (same inputs, same bits: no atomics) and, when fma_only, ran with
+ * FMA math; -1 if none. */
+template <typename Perf> static int conv_fastest(const Perf *perf, int n, bool fma_only)
+{
+    for (int i = 0; i < n; i++) {
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+            (!fma_only || perf[i].mathType == CUDNN_FMA_MATH))
+            return i;
+    }
+    return -1;
+}
+
+/* Keeps the fastest measured algorithm and its math type. cuDNN's search also times default math
+ * (TF32 on Ampere) when FMA math was asked for: exact fp32 prefers an FMA result and keeps FMA
+ * math whatever it picks, so TF32 never slips in without --tf32. Returns the index chosen, or -1
+ * when no algorithm ran (logged). */
+template <typename Perf>
+static int conv_choose(conv_plan *pl, int kind, ddp_precision p, const Perf *perf, int n)
+{
+    bool fma = conv_math(kind, p) == CUDNN_FMA_MATH;
+    int i = conv_fastest(perf, n, fma);
+    i = i < 0 ? conv_fastest(perf, n, false) : i;
+    if (i < 0) {
+        DDP_ERROR("cuDNN: no deterministic %s algorithm runs for this shape in %s (%d tried)",
+                  conv_kind_names[kind], p == DDP_PREC_BF16 ? "bf16" : "fp32", n);
+        return -1;
+    }
+    pl->algo = (int)perf[i].algo;
+    pl->ws_bytes = perf[i].memory;
+    DDP_DEBUG("cuDNN %s: algorithm %d, %.3f ms, workspace %zu bytes, math type %d",
+              conv_kind_names[kind], pl->algo, (double)perf[i].time, pl->ws_bytes,
+              (int)perf[i].mathType);
+    return i;
+}
+
+/* The chosen result's math type on the descriptor (FMA stays for exact fp32). */
+static ddp_status conv_set_math(conv_plan *pl, int kind, ddp_precision p, cudnnMathType_t math)
+{
+    pl->math = conv_math(kind, p) == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : math;
+    DDP_CUDNN_TRY(cudnnSetConvolutionMathType(pl->conv, pl->math));
+    return DDP_OK;
+}
+
+/* Whether algorithms are chosen by measurement (the default: the fastest for this GPU, though
+ * timing noise may pick another one in the next run, so two runs need not match bit for bit) or,
+ * with DDP_CUDNN_BENCHMARK=0, by cuDNN's heuristics, the same in every run on a GPU model
+ * (PyTorch's cudnn.benchmark = False): for bit-identical reruns. */
+static bool conv_measure(void)
+{
+    static int measure = -1;
+    if (measure < 0) {
+        const char *env = getenv("DDP_CUDNN_BENCHMARK");
+        measure = !(env && strcmp(env, "0") == 0);
+    }
+    return measure == 1;
+}
+
+/* Ranks the algorithms of the plan's direction, by measurement (cuDNN allocates its own test
+ * buffers) or heuristics (conv_measure), keeps the first usable one and sizes its workspace with
+ * the math type it will run with. */
+static ddp_status conv_find(conv_plan *pl, int kind, ddp_precision p)
+{
+    int n = 0, i;
+    size_t bytes = 0;
+    bool measure = conv_measure();
+    if (kind == CONV_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        if (measure)
+            DDP_CUDNN_TRY(cudnnFindConvolutionForwardAlgorithm(ddp_cudnn, pl->x, pl->w, pl->conv, pl->y,
+                                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
+        else
+            DDP_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(ddp_cudnn, pl->x, pl->w, pl->conv, pl->y,
+                                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
+        if ((i = conv_choose(pl, kind, p, perf, n)) < 0)
+            return DDP_ERR_UNSUPPORTED;
+        DDP_TRY_(conv_set_math(pl, kind, p, perf[i].mathType));
+        DDP_CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(ddp_cudnn, pl->x, pl->w, pl->conv, pl->y,
+                                                              perf[i].algo, &bytes));
+    } else if (kind == CONV_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        if (measure)
+            DDP_CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithm(
+                ddp_cudnn, pl->w, pl->y, pl->conv, pl->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+        else
+            DDP_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                ddp_cudnn, pl->w, pl->y, pl->conv, pl->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+        if ((i = conv_choose(pl, kind, p, perf, n)) < 0)
+            return DDP_ERR_UNSUPPORTED;
+        DDP_TRY_(conv_set_math(pl, kind, p, perf[i].mathType));
+        DDP_CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(ddp_cudnn, pl->w, pl->y, pl->conv,
+                                                                   pl->x, perf[i].algo, &bytes));
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        if (measure)
+            DDP_CUDNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithm(
+                ddp_cudnn, pl->x, pl->y, pl->conv, pl->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+        else
+            DDP_CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                ddp_cudnn, pl->x, pl->y, pl->conv, pl->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+        if ((i = conv_choose(pl, kind, p, perf, n)) < 0)
+            return DDP_ERR_UNSUPPORTED;
+        DDP_TRY_(conv_set_math(pl, kind, p, perf[i].mathType));
+        DDP_CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(ddp_cudnn, pl->x, pl->y, pl->conv,
+                                                                     pl->w, perf[i].algo, &bytes));
+    }
+    pl->ws_bytes = bytes > pl->ws_bytes ? bytes : pl->ws_bytes;
+    return DDP_OK;
+}
+
+/* The cached plan of one direction, made (and measured) on first use. */
+static ddp_status conv_plan_get(int kind, ddp_precision p, const ddp_conv_shape *s, int batch,
+                                conv_plan **out)
+{
+    long key[CONV_KEY_LEN] = {kind, p, batch, s->c_in, s->h, s->w, s->c_out, s->k, s->pad, ddp_cu.tf32};
+    int n = conv_n_made < CONV_PLANS ? conv_n_made : CONV_PLANS;
+    for (int i = 0; i < n; i++) {
+        if (memcmp(conv_plans[i].key, key, sizeof key) == 0) {
+            *out = &conv_plans[i];
+            return DDP_OK;
+        }
+    }
+    if (!ddp_cudnn || batch < 1)
+        return DDP_ERR_INVALID_ARG;
+    conv_plan *pl = &conv_plans[conv_n_made % CONV_PLANS];
+    conv_plan_release(pl);
+    ddp_status st = conv_describe(pl, kind, p, s, batch);
+    if (st == DDP_OK)
+        st = conv_find(pl, kind, p);
+    if (st != DDP_OK) {
+        conv_plan_release(pl);
+        return st;
+    }
+    memcpy(pl->key, key, sizeof key);
+    conv_n_made++;
+    *out = pl;
+    return DDP_OK;
+}
+
+/* The shared workspace, grown to the plan's need. */
+static ddp_status conv_workspace(const conv_plan *pl, void **ws)
+{
+    return ddp_cuda_scratch(DDP_SCRATCH_CUDNN_WS, pl->ws_bytes ? pl->ws_bytes : 1, ws);
+}
+
+/* ---- the ops ----------------------------------------------------------------------------- */
+
+/* bf16: cuDNN rounds the convolution to bf16 and the bias add rounds again (cuDNN's legacy
+ * bf16 convolution has no fp32 output); fp32 and fp16: the bias is added to the fp32 result, and
+ * fp16 rounds once. */
+static ddp_status cudnn_conv_fwd(ddp_precision p, const ddp_conv_shape *s, int batch, const void *x,
+                                 const void *w, const float *b, void *y)
+{
+    conv_plan *pl;
+    void *ws;
+    const float one = 1.0f, zero = 0.0f;
+    DDP_TRY_(conv_plan_get(CONV_FWD, p, s, batch, &pl));
+    DDP_TRY_(conv_workspace(pl, &ws));
+    DDP_CUDNN_TRY(cudnnConvolutionForward(ddp_cudnn, &one, pl->x, x, pl->w, w, pl->conv,
+                                          (cudnnConvolutionFwdAlgo_t)pl->algo, ws, pl->ws_bytes,
+                                          &zero, pl->y, y));
+    return ddp_cuda_add_channel_bias(p, y, b, batch, s->c_out, s->h_out * s->w_out);
+}
+
+static ddp_status cudnn_conv_bwd_input(ddp_precision p, const ddp_conv_shape *s, int batch,
+                                       const void *w, const void *dy, void *dx)
+{
+    conv_plan *pl;
+    void *ws;
+    const float one = 1.0f, zero = 0.0f;
+    DDP_TRY_(conv_plan_get(CONV_BWD_DATA, p, s, batch, &pl));
+    DDP_TRY_(conv_workspace(pl, &ws));
+    DDP_CUDNN_TRY(cudnnConvolutionBackwardData(ddp_cudnn, &one, pl->w, w, pl->y, dy, pl->conv,
+                                               (cudnnConvolutionBwdDataAlgo_t)pl->algo, ws,
+                                               pl->ws_bytes, &zero, pl->x, dx));
+    if (p != DDP_PREC_FP16)
+        return DDP_OK;
+    return ddp_cuda_round_fp16((float *)dx, (size_t)batch * s->c_in * s->h * s->w);
+}
+
+/* fp32 copies of bf16 x and dy for the weight gradient (see the top); the tensors themselves
+ * otherwise. */
+static ddp_status conv_fp32_inputs(ddp_precision p, const ddp_conv_shape *s, int batch,
+                                   const void **x, const void **dy)
+{
+    if (p != DDP_PREC_BF16)
+        return DDP_OK;
+    size_t n_x = (size_t)batch * s->c_in * s->h * s->w, n_y = (size_t)batch * s->c_out * s->h_out * s->w_out;
+    void *xf, *dyf;
+    DDP_TRY_(ddp_cuda_scratch(DDP_SCRATCH_CONV_X, n_x * sizeof(float), &xf));
+    DDP_TRY_(ddp_cuda_scratch(DDP_SCRATCH_CONV_DY, n_y * sizeof(float), &dyf));
+    DDP_TRY_(ddp_cuda_to_fp32(p, (float *)xf, *x, n_x));
+    DDP_TRY_(ddp_cuda_to_fp32(p, (float *)dyf, *dy, n_y));
+    *x = xf;
+    *dy = dyf;
+    return DDP_OK;
+}
+
+/* cuDNN adds into dw (beta = 1): the layer contract accumulates. */
+static ddp_status cudnn_conv_bwd_params(ddp_precision p, const ddp_conv_shape *s, int batch,
+                                        const void *x, const void *dy, float *dw, float *db)
+{
+    conv_plan *pl;
+    void *ws;
+    const void *xf = x, *dyf = dy;
+    const float one = 1.0f;
+    DDP_TRY_(conv_plan_get(CONV_BWD_FILTER, p, s, batch, &pl));
+    DDP_TRY_(conv_fp32_inputs(p, s, batch, &xf, &dyf));
+    DDP_TRY_(conv_workspace(pl, &ws));
+    DDP_CUDNN_TRY(cudnnConvolutionBackwardFilter(ddp_cudnn, &one, pl->x, xf, pl->y, dyf, pl->conv,
+                                                 (cudnnConvolutionBwdFilterAlgo_t)pl->algo, ws,
+                                                 pl->ws_bytes, &one, pl->w, dw));
+    return ddp_cuda_channel_sums(p, dy, batch, s->c_out, s->h_out * s->w_out, db);
+}
+
+size_t ddp_cudnn_version(void) { return cudnnGetVersion(); }
+
+extern "C" const char *ddp_cudnn_describe(ddp_precision p)
+{
+    static const char *const maths[] = {"default", "tensor-op", "tensor-op with conversion", "fma"};
+    static char text[512];
+    size_t len = 0;
+    int n = conv_n_made < CONV_PLANS ? conv_n_made : CONV_PLANS;
+    text[0] = '\0';
+    for (int kind = CONV_FWD; kind <= CONV_BWD_FILTER; kind++) {
+        for (int i = 0; i < n && len < sizeof text; i++) {
+            const conv_plan *pl = &conv_plans[i];
+            if (pl->key[0] != kind || pl->key[1] != p)
+                continue;
+            len += (size_t)snprintf(text + len, sizeof text - len, "%s%s algo %d (%s math)",
+                                    len ? ", " : "", conv_kind_names[kind], pl->algo,
+                                    (int)pl->math >= 0 && (int)pl->math < 4 ? maths[pl->math] : "?");
+            break;
+        }
+    }
+    return text;
+}
+
+void ddp_cudnn_conv_ops(ddp_ops *ops)
+{
+    ops->conv_fwd = cudnn_conv_fwd;
+    ops->conv_bwd_params = cudnn_conv_bwd_params;
+    ops->conv_bwd_input = cudnn_conv_bwd_input;
+}

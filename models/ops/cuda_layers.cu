@@ -1,0 +1,410 @@
+/* cuda_layers.cu - the precision-aware layer ops of the CUDA backend (ops.h's second group) but
+ * the convolutions (cuda_cudnn.cu): linear layers on cuBLAS, casts, ReLU and 2x2 max-pool.
+ *
+ * Storage follows ops.h on every backend, so the layers code stays one: fp32 is float; bf16 is
+ * uint16_t bfloat16 (cuBLAS's CUDA_R_16BF, fp32 accumulation); fp16 is EMULATED, float storage
+ * holding values rounded to IEEE half, computed by fp32 cuBLAS calls and rounded to half after
+ * each op, as on the CPU. On a GPU with TF32 tensor cores (8.0+) the fp16 GEMMs use them: TF32 has
+ * fp16's 10 mantissa bits and a wider exponent, so every half value converts exactly and the
+ * result is that of fp16 tensor-core math with fp32 accumulation. Roundings are half_shared.h's
+ * (the runtime's casts), round to nearest even, the same as the CPU's.
+ *
+ * Two sections: kernels, then launchers; every launcher runs on the backend stream and ends with
+ * a cudaGetLastError check.
+ */
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cuda_private.h"
+#include "half_shared.h"
+#include "math_shared.h"
+
+/* ================================================================================ kernels == */
+
+/* Element i of x stored in precision p, as a float. */
+static __device__ float ddp_load(ddp_precision p, const void *x, size_t i)
+{
+    if (p == DDP_PREC_BF16)
+        return ddp_bf16_to_f32(((const uint16_t *)x)[i]);
+    return ((const float *)x)[i];
+}
+
+/* Stores v as element i of x in precision p's storage (fp16: rounded to half, kept as float). */
+static __device__ void ddp_store(ddp_precision p, void *x, size_t i, float v)
+{
+    if (p == DDP_PREC_BF16)
+        ((uint16_t *)x)[i] = ddp_f32_to_bf16(v);
+    else if (p == DDP_PREC_FP16)
+        ((float *)x)[i] = ddp_f16_to_f32(ddp_f32_to_f16(v));
+    else
+        ((float *)x)[i] = v;
+}
+
+__global__ void ddp_cast_p_kernel(ddp_precision to, void *dst, ddp_precision from, const void *src,
+                                  size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        ddp_store(to, dst, i, ddp_load(from, src, i));
+}
+
+/* y (rows, cols) in precision p = acc (fp32) + bias[col]; y may be acc. */
+__global__ void ddp_bias_store_kernel(ddp_precision p, void *y, const float *acc, const float *bias,
+                                      int rows, int cols)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)rows * cols)
+        ddp_store(p, y, i, acc[i] + bias[i % cols]);
+}
+
+/* y (n, c, hw) in precision p += b[channel]. */
+__global__ void ddp_channel_bias_kernel(ddp_precision p, void *y, const float *b, int c, int hw,
+                                        size_t n_total)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n_total)
+        ddp_store(p, y, i, ddp_load(p, y, i) + b[(i / hw) % c]);
+}
+
+/* One thread per column: db[col] += the column's sum over the rows of dy (rows, cols). */
+__global__ void ddp_colsum_kernel(ddp_precision p, float *db, const void *dy, int rows, int cols)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols)
+        return;
+    float s = 0.0f;
+    for (int r = 0; r < rows; r++)
+        s += ddp_load(p, dy, (size_t)r * cols + c);
+    db[c] += s;
+}
+
+/* One block per channel: db[channel] += the sum of dy (n, c, hw) over images and pixels, in a
+ * fixed order (reproducible). */
+__global__ void ddp_channel_sum_kernel(ddp_precision p, const void *dy, int n, int c, int hw,
+                                       float *db)
+{
+    __shared__ float part[256];
+    int ch = blockIdx.x;
+    float s = 0.0f;
+    for (size_t i = threadIdx.x; i < (size_t)n * hw; i += blockDim.x)
+        s += ddp_load(p, dy, ((i / hw) * c + ch) * hw + i % hw);
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if ((int)threadIdx.x < half)
+            part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        db[ch] += part[0];
+}
+
+/* ReLU on bf16 bits: as a signed integer a bf16 is > 0 exactly when its value is (NaN aside). */
+__global__ void ddp_relu_bf16_kernel(uint16_t *y, const uint16_t *x, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = (int16_t)x[i] > 0 ? x[i] : (uint16_t)0;
+}
+
+__global__ void ddp_relu_grad_bf16_kernel(uint16_t *dx, const uint16_t *dy, const uint16_t *y,
+                                          size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        dx[i] = (int16_t)y[i] > 0 ? dy[i] : (uint16_t)0;
+}
+
+__global__ void ddp_relu_f32_kernel(float *y, const float *x, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = ddp_relu(x[i]);
+}
+
+__global__ void ddp_relu_grad_f32_kernel(float *dx, const float *dy, const float *y, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        dx[i] = ddp_relu_grad(dy[i], y[i]);
+}
+
+static __device__ float ddp_value(float x) { return x; }
+static __device__ float ddp_value(uint16_t h) { return ddp_bf16_to_f32(h); }
+
+/* 2x2 max-pool over (planes, h, w): the first largest of each window wins (as math_shared.h's
+ * ddp_pool_max); arg keeps its input index. */
+template <typename T>
+__global__ void ddp_pool_fwd_kernel(const T *x, int planes, int h, int w, T *y, int *arg)
+{
+    int ho = h / 2, wo = w / 2;
+    size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= (size_t)planes * ho * wo)
+        return;
+    int ox = (int)(o % wo), oy = (int)((o / wo) % ho), pl = (int)(o / ((size_t)wo * ho));
+    size_t base = ((size_t)pl * h + 2 * oy) * w + 2 * ox, best = base;
+    size_t offs[4] = {0, 1, (size_t)w, (size_t)w + 1};
+    for (int i = 1; i < 4; i++) {
+        if (ddp_value(x[base + offs[i]]) > ddp_value(x[best]))
+            best = base + offs[i];
+    }
+    y[o] = x[best];
+    arg[o] = (int)best;
+}
+
+/* Windows do not overlap: each input element receives from at most one output (dx zeroed). */
+template <typename T>
+__global__ void ddp_pool_bwd_kernel(const T *dy, const int *arg, size_t n_out, T *dx)
+{
+    size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o < n_out)
+        dx[arg[o]] = dy[o];
+}
+
+/* ============================================================================== launchers == */
+
+static ddp_status ddp_cast_launch(ddp_precision to, void *dst, ddp_precision from, const void *src,
+                                  size_t n)
+{
+    if (n == 0)
+        return DDP_OK;
+    ddp_cast_p_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>(to, dst, from, src, n);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+/* The same precision is a copy (bit for bit, as the CPU's memmove); otherwise each element is
+ * converted, rounding to nearest even. */
+static ddp_status cuda_cast(ddp_precision to, void *dst, ddp_precision from, const void *src,
+                            size_t n)
+{
+    if (to != from)
+        return ddp_cast_launch(to, dst, from, src, n);
+    if (dst != src && n)
+        DDP_CUDA_TRY(cudaMemcpyAsync(dst, src, n * ddp_prec_size(to), cudaMemcpyDeviceToDevice,
+                                     ddp_cu.stream));
+    return DDP_OK;
+}
+
+ddp_status ddp_cuda_round_fp16(float *x, size_t n)
+{
+    return ddp_cast_launch(DDP_PREC_FP16, x, DDP_PREC_FP32, x, n);
+}
+
+ddp_status ddp_cuda_to_fp32(ddp_precision p, float *dst, const void *src, size_t n)
+{
+    return cuda_cast(DDP_PREC_FP32, dst, p == DDP_PREC_BF16 ? p : DDP_PREC_FP32, src, n);
+}
+
+ddp_status ddp_cuda_add_channel_bias(ddp_precision p, void *y, const float *b, int n, int c, int hw)
+{
+    size_t n_total = (size_t)n * c * hw;
+    if (n_total == 0)
+        return DDP_OK;
+    ddp_channel_bias_kernel<<<ddp_grid(n_total), ddp_block, 0, ddp_cu.stream>>>(p, y, b, c, hw,
+                                                                                 n_total);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+ddp_status ddp_cuda_channel_sums(ddp_precision p, const void *dy, int n, int c, int hw, float *db)
+{
+    if (c <= 0)
+        return DDP_OK;
+    ddp_channel_sum_kernel<<<(unsigned)c, 256, 0, ddp_cu.stream>>>(p, dy, n, c, hw, db);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+/* ---- GEMMs ------------------------------------------------------------------------------- */
+
+/* cuBLAS's compute type for GEMMs whose inputs are in precision p (see the top of the file):
+ * fp32 exact unless --tf32; fp16 values are exact in TF32. */
+static cublasComputeType_t ddp_compute_type(ddp_precision p)
+{
+    if (p == DDP_PREC_BF16)
+        return CUBLAS_COMPUTE_32F;
+    bool tf32 = p == DDP_PREC_FP16 ? ddp_cuda_ampere() : ddp_cu.tf32;
+    return tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+/* Row-major C (m, n) = op(A) (m, k) op(B) (k, n) + beta C with A and B in precision p and C in
+ * p's storage, or float when c_fp32: column-major C^T = op(B)^T op(A)^T, so the operands swap.
+ * fp32 stays on cublasSgemm (its math mode follows --tf32); bf16 and fp16 go through
+ * cublasGemmEx with fp32 accumulation. */
+static ddp_status ddp_gemm_p(ddp_precision p, bool ta, bool tb, int m, int n, int k, const void *a,
+                             const void *b, float beta, void *c, bool c_fp32)
+{
+    if (m < 0 || n < 0 || k < 0)
+        return DDP_ERR_INVALID_ARG;
+    if (m == 0 || n == 0)
+        return DDP_OK;
+    int lda = ta ? m : k, ldb = tb ? k : n;
+    lda = lda > 0 ? lda : 1, ldb = ldb > 0 ? ldb : 1;
+    cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    float alpha = 1.0f;
+    if (p == DDP_PREC_FP32) {
+        DDP_CUBLAS_TRY(cublasSgemm(ddp_cu.cublas, op_b, op_a, n, m, k, &alpha, (const float *)b, ldb,
+                                   (const float *)a, lda, &beta, (float *)c, n));
+        return DDP_OK;
+    }
+    cudaDataType ab = p == DDP_PREC_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType ct = p == DDP_PREC_BF16 && !c_fp32 ? CUDA_R_16BF : CUDA_R_32F;
+    DDP_CUBLAS_TRY(cublasGemmEx(ddp_cu.cublas, op_b, op_a, n, m, k, &alpha, b, ab, ldb, a, ab, lda,
+                                &beta, c, ct, n, ddp_compute_type(p), CUBLAS_GEMM_DEFAULT));
+    return DDP_OK;
+}
+
+static ddp_status ddp_bias_store(ddp_precision p, void *y, const float *acc, const float *b,
+                                 int rows, int cols)
+{
+    size_t n = (size_t)rows * cols;
+    if (n == 0)
+        return DDP_OK;
+    ddp_bias_store_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>(p, y, acc, b, rows, cols);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+/* bf16 output goes through fp32 scratch, so the bias is added before the one rounding (as
+ * oneDNN's fused bias on the CPU); fp32 and fp16 add it in place (fp16 then rounds once). */
+static ddp_status cuda_linear_fwd(ddp_precision p, const void *x, const void *w, const float *b,
+                                  int batch, int in, int out, void *y, bool y_fp32)
+{
+    if (batch < 0 || in < 0 || out < 0)
+        return DDP_ERR_INVALID_ARG;
+    void *acc = y;
+    if (p == DDP_PREC_BF16 && !y_fp32)
+        DDP_TRY_(ddp_cuda_scratch(DDP_SCRATCH_GEMM, (size_t)batch * out * sizeof(float), &acc));
+    DDP_TRY_(ddp_gemm_p(p, false, true, batch, out, in, x, w, 0.0f, acc, true));
+    return ddp_bias_store(y_fp32 ? DDP_PREC_FP32 : p, y, (const float *)acc, b, batch, out);
+}
+
+static ddp_status cuda_linear_bwd_params(ddp_precision p, const void *x, const void *dy, int batch,
+                                         int in, int out, float *dw, float *db)
+{
+    DDP_TRY_(ddp_gemm_p(p, true, false, out, in, batch, dy, x, 1.0f, dw, true));
+    if (out <= 0 || batch < 0)
+        return DDP_OK;
+    ddp_colsum_kernel<<<ddp_grid((size_t)out), ddp_block, 0, ddp_cu.stream>>>(p, db, dy, batch, out);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+static ddp_status cuda_linear_bwd_input(ddp_precision p, const void *w, const void *dy, int batch,
+                                        int in, int out, void *dx)
+{
+    DDP_TRY_(ddp_gemm_p(p, false, false, batch, in, out, dy, w, 0.0f, dx, false));
+    if (p != DDP_PREC_FP16 || batch <= 0 || in <= 0)
+        return DDP_OK;
+    return ddp_cuda_round_fp16((float *)dx, (size_t)batch * in);
+}
+
+/* ---- ReLU and max-pool --------------------------------------------------------------------- */
+
+/* ReLU keeps half values half: fp16 needs no rounding. */
+static ddp_status cuda_act_relu_fwd(ddp_precision p, void *y, const void *x, size_t n)
+{
+    if (n == 0)
+        return DDP_OK;
+    if (p == DDP_PREC_BF16)
+        ddp_relu_bf16_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>(
+            (uint16_t *)y, (const uint16_t *)x, n);
+    else
+        ddp_relu_f32_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>((float *)y,
+                                                                           (const float *)x, n);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+static ddp_status cuda_act_relu_bwd(ddp_precision p, void *dx, const void *dy, const void *y,
+                                    size_t n)
+{
+    if (n == 0)
+        return DDP_OK;
+    if (p == DDP_PREC_BF16)
+        ddp_relu_grad_bf16_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>(
+            (uint16_t *)dx, (const uint16_t *)dy, (const uint16_t *)y, n);
+    else
+        ddp_relu_grad_f32_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>(
+            (float *)dx, (const float *)dy, (const float *)y, n);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+/* ws holds one int per output: the winner's input index. */
+static ddp_status cuda_pool_fwd(ddp_precision p, const void *x, int n, int c, int h, int w, void *y,
+                                void *ws, size_t ws_bytes)
+{
+    if (n < 0 || c < 0 || h % 2 || w % 2 || (size_t)n * c * h * w > INT_MAX)
+        return DDP_ERR_INVALID_ARG;
+    size_t n_out = (size_t)n * c * (h / 2) * (w / 2);
+    if (n_out * sizeof(int) > ws_bytes) {
+        DDP_ERROR("pool_fwd: the CUDA backend needs a %zu-byte workspace, the caller gave %zu",
+                  n_out * sizeof(int), ws_bytes);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (n_out == 0)
+        return DDP_OK;
+    if (p == DDP_PREC_BF16)
+        ddp_pool_fwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
+            (const uint16_t *)x, n * c, h, w, (uint16_t *)y, (int *)ws);
+    else
+        ddp_pool_fwd_kernel<float><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
+            (const float *)x, n * c, h, w, (float *)y, (int *)ws);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+static ddp_status cuda_pool_bwd(ddp_precision p, const void *dy, const void *ws, int n, int c,
+                                int h, int w, void *dx)
+{
+    if (n <= 0 || c <= 0 || h < 2 || w < 2)
+        return DDP_OK;
+    size_t n_out = (size_t)n * c * (h / 2) * (w / 2);
+    DDP_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)n * c * h * w * ddp_prec_size(p), ddp_cu.stream));
+    if (p == DDP_PREC_BF16)
+        ddp_pool_bwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
+            (const uint16_t *)dy, (const int *)ws, n_out, (uint16_t *)dx);
+    else
+        ddp_pool_bwd_kernel<float><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
+            (const float *)dy, (const int *)ws, n_out, (float *)dx);
+    DDP_CUDA_LAUNCHED();
+    return DDP_OK;
+}
+
+/* ---- capabilities and the table ------------------------------------------------------------ */
+
+/* fp32 and the fp16 emulation run on any GPU; bf16 needs bf16 tensor cores in cuBLAS and cuDNN. */
+static bool cuda_supports(ddp_precision p, const char **why)
+{
+    static char text[200];
+    if (p != DDP_PREC_BF16)
+        return true;
+    if (ddp_cu.device >= 0 && ddp_cuda_ampere())
+        return true;
+    if (ddp_cu.device < 0)
+        snprintf(text, sizeof text, "the CUDA backend is not open");
+    else
+        snprintf(text, sizeof text, "this GPU (compute capability %d.%d) has no bf16 tensor cores "
+                 "(cuBLAS and cuDNN bf16 need 8.0, Ampere, or newer); use --precision fp32 or fp16",
+                 ddp_cu.cc_major, ddp_cu.cc_minor);
+    if (why)
+        *why = text;
+    return false;
+}
+
+void ddp_cuda_layer_ops(ddp_ops *ops)
+{
+    ops->channels_last = false; /* NCHW throughout: image_reorder is never needed */
+    ops->supports = cuda_supports;
+    ops->cast = cuda_cast;
+    ops->linear_fwd = cuda_linear_fwd;
+    ops->linear_bwd_params = cuda_linear_bwd_params;
+    ops->linear_bwd_input = cuda_linear_bwd_input;
+    ops->act_relu_fwd = cuda_act_relu_fwd;
+    ops->act_relu_bwd = cuda_act_relu_bwd;
+    ops->pool_fwd = cuda_pool_fwd;
+    ops->pool_bwd = cuda_pool_bwd;
+}
