@@ -116,20 +116,6 @@ __global__ void ddp_relu_grad_bf16_kernel(uint16_t *dx, const uint16_t *dy, cons
         dx[i] = (int16_t)y[i] > 0 ? dy[i] : (uint16_t)0;
 }
 
-__global__ void ddp_relu_f32_kernel(float *y, const float *x, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        y[i] = ddp_relu(x[i]);
-}
-
-__global__ void ddp_relu_grad_f32_kernel(float *dx, const float *dy, const float *y, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        dx[i] = ddp_relu_grad(dy[i], y[i]);
-}
-
 static __device__ float ddp_value(float x) { return x; }
 static __device__ float ddp_value(uint16_t h) { return ddp_bf16_to_f32(h); }
 
@@ -303,17 +289,15 @@ static ddp_status cuda_linear_bwd_input(ddp_precision p, const void *w, const vo
 
 /* ---- ReLU and max-pool --------------------------------------------------------------------- */
 
-/* ReLU keeps half values half: fp16 needs no rounding. */
+/* ReLU keeps half values half: fp16 needs no rounding. fp32 and fp16 (float storage) use the fp32
+ * ops of the table (backend_cuda.cu). */
 static ddp_status cuda_act_relu_fwd(ddp_precision p, void *y, const void *x, size_t n)
 {
+    if (p != DDP_PREC_BF16)
+        return ddp_cuda_ops()->relu_fwd((float *)y, (const float *)x, n);
     if (n == 0)
         return DDP_OK;
-    if (p == DDP_PREC_BF16)
-        ddp_relu_bf16_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>(
-            (uint16_t *)y, (const uint16_t *)x, n);
-    else
-        ddp_relu_f32_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>((float *)y,
-                                                                           (const float *)x, n);
+    ddp_relu_bf16_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>((uint16_t *)y, (const uint16_t *)x, n);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
@@ -321,14 +305,12 @@ static ddp_status cuda_act_relu_fwd(ddp_precision p, void *y, const void *x, siz
 static ddp_status cuda_act_relu_bwd(ddp_precision p, void *dx, const void *dy, const void *y,
                                     size_t n)
 {
+    if (p != DDP_PREC_BF16)
+        return ddp_cuda_ops()->relu_bwd((float *)dx, (const float *)dy, (const float *)y, n);
     if (n == 0)
         return DDP_OK;
-    if (p == DDP_PREC_BF16)
-        ddp_relu_grad_bf16_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>(
-            (uint16_t *)dx, (const uint16_t *)dy, (const uint16_t *)y, n);
-    else
-        ddp_relu_grad_f32_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>(
-            (float *)dx, (const float *)dy, (const float *)y, n);
+    ddp_relu_grad_bf16_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>(
+        (uint16_t *)dx, (const uint16_t *)dy, (const uint16_t *)y, n);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
