@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "ddp.h"
+#include "malloc_policy.h"
 
 #define DDP_BENCH_OK 0
 #define DDP_BENCH_FAILED 1
@@ -492,6 +493,7 @@ static int ddp_bench_link_check(ddp_ctx *ctx, const ddp_bench_opts *o)
 
 int main(int argc, char **argv)
 {
+    ddp_malloc_policy(); /* as ddp-train: large scratch buffers stay mapped (malloc_policy.h) */
     ddp_bench_opts o;
     int rc = ddp_bench_parse_args(argc, argv, &o);
     if (rc != 0)

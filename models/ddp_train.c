@@ -28,6 +28,7 @@
 
 #include "ddp.h"
 #include "layers.h"
+#include "malloc_policy.h"
 #include "mnist.h"
 #include "model.h"
 #include "prefetch.h"
@@ -579,6 +580,7 @@ static void ddp_train_report_start(const ddp_trainer *t)
     else
         printf("compute: %s, %s; GEMM %s\n", t->ops->name, ddp_precision_name(t->o->model.precision),
                ddp_cuda_describe(t->o->model.precision));
+    printf("memory: %s\n", ddp_malloc_describe());
     ddp_train_print_opts(stdout, t->o);
     if (t->o->requeue && !getenv("SLURM_JOB_ID"))
         printf("--requeue: not a Slurm job (SLURM_JOB_ID is unset): a stop will not requeue anything\n");
@@ -782,6 +784,7 @@ static ddp_status ddp_train_run(ddp_ctx *ctx, const ddp_train_opts *o, int *requ
 int main(int argc, char **argv)
 {
     ddp_blas_prefer_fast_kernels(argv);
+    ddp_malloc_policy();
     struct sigaction sa = {.sa_handler = ddp_train_on_signal};
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
