@@ -1,7 +1,7 @@
 /* malloc_policy.h - keeps large buffers in glibc's heap for ddp-train and ddp-allreduce-bench.
  *
- * Open MPI allocates a scratch buffer the size of the message for each all-reduce and frees it
- * after. From 32 MiB (glibc's largest dynamic mmap threshold) glibc maps fresh pages for every such
+ * Open MPI allocates scratch buffers as large as (a share of) the message for each all-reduce and
+ * frees them after. From 32 MiB (glibc's largest dynamic mmap threshold) glibc maps fresh pages for each
  * buffer and unmaps them on free; below it, freed memory at the top of the heap past the trim
  * threshold goes back to the kernel too. Either way every all-reduce pays page faults on memory
  * it just had: measured on one host, 2 ranks, 32-128 MiB all-reduces at 0.5 GB/s instead of
