@@ -5,7 +5,7 @@
  * buffer and unmaps them on free; below it, freed memory at the top of the heap past the trim
  * threshold goes back to the kernel too. Either way every all-reduce pays page faults on memory
  * it just had: measured on one host, 2 ranks, 32-128 MiB all-reduces at 0.5 GB/s instead of
- * 5.6-6.0 GB/s with the thresholds below (benchmarks/allreduce_bench.c, fp32 sums).
+ * 4.7-6.1 GB/s with the thresholds below (benchmarks/allreduce_bench.c, fp32 sums).
  */
 #ifndef DDP_MALLOC_POLICY_H
 #define DDP_MALLOC_POLICY_H
