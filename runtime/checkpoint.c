@@ -843,7 +843,8 @@ static ddp_status ddp_ckpt_check_entry(const char *path, const unsigned char *re
     uint64_t offset = ddp_get_u64(rec + 56), count = ddp_get_u64(rec + 64);
     uint64_t room = offset <= size - 4 ? size - 4 - offset : 0;
     int ok = memchr(rec, 0, DDP_NAME_MAX) != NULL && rec[0] != 0 && ddp_get_u32(rec + 52) == 0 &&
-             offset % 8 == 0 && offset >= *data_end && ddp_ckpt_count_ok((ddp_state_kind)kind, count, room);
+             offset % 8 == 0 && offset >= *data_end && offset <= size - 4 && /* also for 0 elements */
+             ddp_ckpt_count_ok((ddp_state_kind)kind, count, room);
     static const char *required[2] = {"signature", "params"};
     static const uint32_t required_kind[2] = {DDP_STATE_SIGNATURE, DDP_STATE_F32};
     if (ok && i < 2)
