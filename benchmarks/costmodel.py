@@ -214,14 +214,19 @@ def cmd_plot(args):
 
 # ---- the local cluster: calibrate on 2 nodes, predict 2 and 4 --------------------------------
 
-def fit_link(bench_rows, ranks):
-    """alpha (s per step) and B (bytes/s) of a ring fitted to ddp-allreduce-bench times at `ranks`:
-    T(S) = 2(p-1) alpha + 2(p-1)/p * S / B, least squares over the medians per size; alpha >= 0."""
+def bench_curve(bench_rows, ranks):
+    """[(size, median time)] of ddp-allreduce-bench at `ranks`, by size."""
     by = {}
     for r in bench_rows:
         if int(r["ranks"]) == ranks:
             by.setdefault(int(r["size_bytes"]), []).append(float(r["time_us"]) * 1e-6)
-    pts = [(s, statistics.median(t)) for s, t in sorted(by.items())]
+    return [(s, statistics.median(t)) for s, t in sorted(by.items())]
+
+
+def fit_link(bench_rows, ranks):
+    """alpha (s per step) and B (bytes/s) of a ring fitted to ddp-allreduce-bench times at `ranks`:
+    T(S) = 2(p-1) alpha + 2(p-1)/p * S / B, least squares over the medians per size; alpha >= 0."""
+    pts = bench_curve(bench_rows, ranks)
     if len(pts) < 2:
         sys.exit(f"costmodel: need ddp-allreduce-bench times at >= 2 sizes for {ranks} ranks")
     n = len(pts)
@@ -233,15 +238,6 @@ def fit_link(bench_rows, ranks):
         icept, slope = 0.0, sum(s * t for s, t in pts) / sum(s * s for s, _ in pts)
     p = ranks
     return icept / (2 * (p - 1)), 2 * (p - 1) / p / slope
-
-
-def bench_curve(bench_rows, ranks):
-    """[(size, median time)] of ddp-allreduce-bench at `ranks`, by size."""
-    by = {}
-    for r in bench_rows:
-        if int(r["ranks"]) == ranks:
-            by.setdefault(int(r["size_bytes"]), []).append(float(r["time_us"]) * 1e-6)
-    return [(s, statistics.median(t)) for s, t in sorted(by.items())]
 
 
 def curve_time(curve, size):
