@@ -9,6 +9,12 @@
  * reducer's ddp_reducer_opts.stream) takes the compute stream's place in both roles.
  * Operations are issued under a lock, since the
  * reducer may start them from another thread than the caller's.
+ * Timeline (ddp_trace_start): each all-reduce's "allreduce" span is recorded by two host functions
+ * (cudaLaunchHostFunc) queued on the communication stream around ncclAllReduce, so it begins when
+ * the stream reaches the all-reduce (after the gradients it waits for) and ends when the NCCL
+ * kernel has finished, on the host clock the rest of the trace uses. CUDA runs host functions on a
+ * thread of its own: the spans get that thread's row. They call no CUDA function (the CUDA
+ * runtime API forbids it there) and are queued only while tracing is on.
  * Failures (NCCL's user guide, "Fault tolerance"): an operation that returns ncclSuccess may still
  * fail later; ncclCommGetAsyncError reports it, and after an error nothing can be assumed about
  * the queued operations, so the communicator is aborted (ncclCommAbort), never waited for. Host
@@ -204,17 +210,34 @@ static ddp_status nccl_complete(nccl_state *s, cudaEvent_t done)
     return nccl_complete_on(s, done, NULL);
 }
 
+/* Host functions on the communication stream: the all-reduce's trace span (arg: its tag). */
+static void CUDART_CB nccl_trace_begin(void *tag)
+{
+    ddp_trace_begin("allreduce", (int64_t)(intptr_t)tag);
+}
+
+static void CUDART_CB nccl_trace_end(void *tag)
+{
+    ddp_trace_end("allreduce", (int64_t)(intptr_t)tag);
+}
+
 static ddp_status nccl_issue_allreduce(nccl_state *s, void *buf, size_t n, ddp_dtype dtype,
                                        ddp_reduce_op op, cudaStream_t follow, cudaEvent_t *done)
 {
     ddp_status st = DDP_OK;
+    void *tag = (void *)(intptr_t)ddp_trace_tag();
+    int traced = ddp_trace_enabled();
     pthread_mutex_lock(&s->lock);
     st = nccl_usable(s);
     if (st == DDP_OK)
         st = nccl_follow(s, follow);
     if (st != DDP_OK)
         goto cleanup;
+    if (traced)
+        DDP_CUDA_TRY(cudaLaunchHostFunc(s->stream, nccl_trace_begin, tag));
     DDP_NCCL_TRY(ncclAllReduce(buf, buf, n, nccl_type(dtype), nccl_op(op), s->comm, s->stream));
+    if (traced)
+        DDP_CUDA_TRY(cudaLaunchHostFunc(s->stream, nccl_trace_end, tag));
     st = nccl_mark_done(s, done);
 cleanup:
     pthread_mutex_unlock(&s->lock);

@@ -519,8 +519,9 @@ DDP_API ddp_status ddp_checkpoint_load(const char *path, ddp_param_desc **descs,
  * trace-event JSON file (opens in Perfetto or chrome://tracing): one process row per rank, one
  * thread row per recording thread (0: the thread that called ddp_trace_start, 1...: others, e.g.
  * the MPI communicator's thread). The reducer records, per bucket b (args.arg = b), the instant
- * "allreduce.queued" and the span "allreduce" (started..finished, on the communicator's thread;
- * the CUDA backend records when it queued and finished waiting only), and the span
+ * "allreduce.queued" and the span "allreduce" (started..finished: on the MPI communicator's
+ * thread; with NCCL, from when its stream reaches the all-reduce to when the kernel has finished,
+ * recorded by host functions queued on that stream, on CUDA's callback thread), and the span
  * "reducer.wait" (the time finish() waited: exposed communication).
  * Cost: while tracing is off every record call is one predictable branch; while on, one
  * clock_gettime and one atomic increment. Names are NOT copied when recorded: pass string

@@ -18,8 +18,12 @@ precision  --precision bf16 and fp16, 3 epochs: the loss of every epoch on cuda 
 ddp     2 ranks on 2 GPUs equal 1 GPU accumulating 2 micro-batches (ddp-ckpt diff --tol 1e-5, as
         tests/train/equivalence.py on the CPU); skipped where the host has fewer than 2 GPUs. cuDNN's
         algorithms by heuristics (DDP_CUDNN_BENCHMARK=0), so every rank and run convolves alike.
+trace   --trace on the GPU, 1 rank, 4 steps, 3 buckets (as tests/scaling/trace_check.py on the CPU):
+        the NCCL all-reduces' spans (host functions on the communication stream) nest on their own
+        thread row, every bucket's span appears once per step, and each begins after the reducer
+        queued that bucket in the same step.
 
-Usage: cuda_train.py parity|precision|ddp DDP_TRAIN DDP_CKPT MODEL MPIRUN MPIRUN_ARGS... (the last is -np)
+Usage: cuda_train.py parity|precision|ddp|trace DDP_TRAIN DDP_CKPT MODEL MPIRUN MPIRUN_ARGS... (the last is -np)
 """
 import json
 import os
@@ -34,6 +38,7 @@ LOSS_RTOL = 2e-3
 PREC_RTOL = {"bf16": 5e-2, "fp16": 1e-2}
 HEURISTIC = dict(os.environ, DDP_CUDNN_BENCHMARK="0")  # cuDNN's algorithms by heuristics: reruns match
 LOSS_ATOL = 1e-5  # the metrics file has 6 decimals: a fitted CNN's loss can read 0.000000
+TRACE_STEPS, TRACE_BUCKETS = 4, 3  # 784-64-64-10 with a 0.01 MiB first bucket and 0.02 MiB cap
 NO_GPU = ("has no usable GPU", "built without CUDA", "NCCL needs one GPU per rank")
 
 
@@ -121,6 +126,33 @@ def ddp(chk, tmp, exe, ckpt, base, mpi):
     chk.check(rc == 0, f"2 GPUs equal 1 GPU accumulating 2 micro-batches (max_abs_diff={mad})", out)
 
 
+def trace(chk, tmp, base):
+    path = os.path.join(tmp, "t.json")
+    args = base + ["--device", "cuda", "--widths", "784-64-64-10", "--first-bucket-mb", "0.01",
+                   "--bucket-mb", "0.02", "--trace", path]
+    rc, out, _, _ = train(tmp, "trace", args)
+    if not chk.check(rc == 0 and os.path.exists(path), "cuda --trace runs and writes the file", out):
+        return
+    events = [e for e in json.load(open(path))["traceEvents"] if e["pid"] == 0 and e["ph"] in "BEi"]
+    stacks, bad = {}, []
+    for e in events:  # B/E nest per thread, names matching
+        st = stacks.setdefault(e["tid"], [])
+        if e["ph"] == "B":
+            st.append(e["name"])
+        elif e["ph"] == "E" and (not st or st.pop() != e["name"]):
+            bad.append(f"tid {e['tid']}: {e['name']} ends out of order")
+    chk.check(not bad and not any(stacks.values()), "spans nest per thread", "\n".join(bad[:5]))
+    queued = [(e["ts"], e["args"]["arg"]) for e in events if e["name"] == "allreduce.queued"]
+    began = [(e["ts"], e["args"]["arg"], e["tid"]) for e in events if e["name"] == "allreduce" and e["ph"] == "B"]
+    want = [b for _ in range(TRACE_STEPS) for b in range(TRACE_BUCKETS)]
+    chk.check([a for _, a in queued] == want, f"every bucket queued once per step ({TRACE_STEPS} steps)",
+              str(queued))
+    chk.check([a for _, a, _ in began] == want and all(t != 0 for _, _, t in began),
+              "every bucket's NCCL all-reduce span once per step, off the main thread", str(began))
+    chk.check(len(began) == len(queued) and all(b[0] >= q[0] for b, q in zip(began, queued)),
+              "each all-reduce begins after its bucket was queued", f"queued {queued} began {began}")
+
+
 def main():
     mode, exe, ckpt, model, mpi = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
     chk = trainlib.Checker()
@@ -138,6 +170,8 @@ def main():
             parity(chk, tmp, exe, ckpt, base + ["--epochs", "3"])
         elif mode == "precision":
             precision(chk, tmp, exe, ckpt, base + ["--epochs", "3"])
+        elif mode == "trace":
+            trace(chk, tmp, base + ["--epochs", "1", "--max-steps", str(TRACE_STEPS)])
         else:
             ddp(chk, tmp, exe, ckpt, base + ["--epochs", "1", "--max-steps", "8"], mpi)
     sys.exit(1 if chk.failures else 0)
