@@ -21,6 +21,7 @@
 #include "convert.h"
 #include "half_shared.h"
 #include "internal.h"
+#include "simd_clones.h"
 
 #define DDP_MPI_TRY(call)                                                  \
     do {                                                                   \
@@ -84,7 +85,7 @@ static size_t mpi_min(size_t a, size_t b)
 
 /* ---- 16-bit user ops: inout[i] = round(widen(in[i]) + widen(inout[i])) ---------------------- */
 
-static void mpi_half_sum(const void *in, void *inout, const int *len, int fp16)
+static inline void mpi_half_sum(const void *in, void *inout, const int *len, int fp16)
 {
     const uint16_t *a = in;
     uint16_t *b = inout;
@@ -92,13 +93,13 @@ static void mpi_half_sum(const void *in, void *inout, const int *len, int fp16)
         b[i] = ddp_to_half(ddp_from_half(a[i], fp16) + ddp_from_half(b[i], fp16), fp16);
 }
 
-static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
+DDP_SIMD_CLONES static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
 {
     (void)type;
     mpi_half_sum(in, inout, len, 0);
 }
 
-static void mpi_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type)
+DDP_SIMD_CLONES static void mpi_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type)
 {
     (void)type;
     mpi_half_sum(in, inout, len, 1);

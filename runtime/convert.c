@@ -7,6 +7,7 @@
 #include "convert.h"
 #include "half_shared.h"
 #include "internal.h"
+#include "simd_clones.h"
 
 size_t ddp_dtype_size(ddp_dtype t)
 {
@@ -44,9 +45,10 @@ int ddp_dtype_is_grad(ddp_dtype t)
 
 /* The host loops below are one straight loop per pair of types, so the compiler vectorises
  * them: a per-element switch on the type kept them scalar (0.5 ms per step for the MLP's 535k
- * gradients with --grad-dtype bf16, more than the halved all-reduce saved). */
+ * gradients with --grad-dtype bf16, more than the halved all-reduce saved); each is compiled for
+ * AVX-512, AVX2 and the baseline (simd_clones.h). */
 
-static void ddp_f32_to_16(uint16_t *dst, const float *src, size_t n, int fp16)
+DDP_SIMD_CLONES static void ddp_f32_to_16(uint16_t *dst, const float *src, size_t n, int fp16)
 {
     if (fp16) {
         for (size_t i = 0; i < n; i++)
@@ -57,7 +59,7 @@ static void ddp_f32_to_16(uint16_t *dst, const float *src, size_t n, int fp16)
     }
 }
 
-static void ddp_16_to_f32(float *dst, const uint16_t *src, size_t n, int fp16)
+DDP_SIMD_CLONES static void ddp_16_to_f32(float *dst, const uint16_t *src, size_t n, int fp16)
 {
     if (fp16) {
         for (size_t i = 0; i < n; i++)
@@ -84,7 +86,7 @@ void ddp_host_cast(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t,
     }
 }
 
-void ddp_host_scale(void *x, ddp_dtype t, size_t n, float alpha)
+DDP_SIMD_CLONES static void ddp_host_scale_loop(void *x, ddp_dtype t, size_t n, float alpha)
 {
     if (t == DDP_FP32) {
         float *f = x;
@@ -102,7 +104,7 @@ void ddp_host_scale(void *x, ddp_dtype t, size_t n, float alpha)
     }
 }
 
-int ddp_host_nonfinite(const void *x, ddp_dtype t, size_t n)
+DDP_SIMD_CLONES static int ddp_host_nonfinite_loop(const void *x, ddp_dtype t, size_t n)
 {
     /* inf/NaN: exponent bits all ones (fp32 0x7f800000, bf16 0x7f80, fp16 0x7c00) */
     uint32_t found = 0;
@@ -117,6 +119,18 @@ int ddp_host_nonfinite(const void *x, ddp_dtype t, size_t n)
             found |= (uint32_t)((h[i] & mask) == mask);
     }
     return found != 0;
+}
+
+/* The cloned loops are static: GCC gives the resolver of an extern clone default visibility,
+ * which would export it from libddp. */
+void ddp_host_scale(void *x, ddp_dtype t, size_t n, float alpha)
+{
+    ddp_host_scale_loop(x, t, n, alpha);
+}
+
+int ddp_host_nonfinite(const void *x, ddp_dtype t, size_t n)
+{
+    return ddp_host_nonfinite_loop(x, t, n);
 }
 
 #if !HAVE_CUDA
