@@ -35,8 +35,9 @@ ddp_status ddp_linear_bwd_params(const ddp_ops *ops, ddp_precision p, const void
     if (ops->linear_bwd_params)
         return ops->linear_bwd_params(p, x, dy, batch, in, out, dw, db);
     DDP_TRY_(ddp_fp32_only(ops, p, __func__));
-    DDP_TRY_(ops->gemm(true, false, out, in, batch, 1.0f, dy, x, 1.0f, dw));
-    return ops->bias_grad(db, dy, batch, out);
+    if (dw)
+        DDP_TRY_(ops->gemm(true, false, out, in, batch, 1.0f, dy, x, 1.0f, dw));
+    return db ? ops->bias_grad(db, dy, batch, out) : DDP_OK;
 }
 
 ddp_status ddp_linear_bwd_input(const ddp_ops *ops, ddp_precision p, const void *w, const void *dy,

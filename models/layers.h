@@ -19,7 +19,7 @@
 /* y is fp32 when y_fp32 (logits), else in p. */
 ddp_status ddp_linear_fwd(const ddp_ops *ops, ddp_precision p, const void *x, const void *w,
                           const float *b, int batch, int in, int out, void *y, bool y_fp32);
-/* dw (out, in) += dy^T x; db (out) += column sums of dy (batch, out). */
+/* dw (out, in) += dy^T x; db (out) += column sums of dy (batch, out); a NULL dw or db is skipped. */
 ddp_status ddp_linear_bwd_params(const ddp_ops *ops, ddp_precision p, const void *x, const void *dy,
                                  int batch, int in, int out, float *dw, float *db);
 /* dx (batch, in) = dy (batch, out) W. */

@@ -535,9 +535,13 @@ static ddp_status ddp_mlp_backward(ddp_model *m, ddp_reducer *r)
         int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
         const void *h = l ? a->a[l - 1] : m->x; // (batch, in)
         ddp_trace_begin("backward.layer", l);
-        DDP_TRY_(ddp_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, ddp_grad(m, 2 * l),
-                                       ddp_grad(m, 2 * l + 1)));
-        DDP_TRY_(ddp_mark(r, 2 * l + 1, 2 * l));
+        /* The bias first (a column sum), marked before the weight GEMM: a bucket that holds this
+         * bias and the layers after it is launched without waiting for the GEMM (the first
+         * bucket holds the first layer's bias: 1 MiB fits every layer but its weights). */
+        DDP_TRY_(ddp_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, NULL, ddp_grad(m, 2 * l + 1)));
+        DDP_TRY_(ddp_mark(r, 2 * l + 1, 2 * l + 1));
+        DDP_TRY_(ddp_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, ddp_grad(m, 2 * l), NULL));
+        DDP_TRY_(ddp_mark(r, 2 * l, 2 * l));
         if (l > 0) {
             DDP_TRY_(ddp_linear_bwd_input(m->ops, p, ddp_cparam(m, 2 * l), g, m->batch, in, out, a->dh));
             DDP_TRY_(ddp_relu_layer_bwd(m->ops, p, a->dh, a->a[l - 1], (size_t)m->batch * in, a->dz[l - 1]));

@@ -121,6 +121,30 @@ DDP_SIMD_CLONES static int ddp_host_nonfinite_loop(const void *x, ddp_dtype t, s
     return found != 0;
 }
 
+/* dst (fp32) = widen(src) * alpha in one pass: the values of the cast followed by the scaling. */
+DDP_SIMD_CLONES static void ddp_16_to_f32_scaled(float *dst, const uint16_t *src, size_t n, int fp16,
+                                                 float alpha)
+{
+    if (fp16) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = ddp_f16_to_f32(src[i]) * alpha;
+    } else {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = ddp_bf16_to_f32(src[i]) * alpha;
+    }
+}
+
+void ddp_host_cast_scale(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n,
+                         float alpha)
+{
+    if (dst_t == DDP_FP32 && src_t != DDP_FP32) {
+        ddp_16_to_f32_scaled(dst, src, n, src_t == DDP_FP16, alpha);
+        return;
+    }
+    ddp_host_cast(dst, dst_t, src, src_t, n);
+    ddp_host_scale(dst, dst_t, n, alpha);
+}
+
 /* The cloned loops are static: GCC gives the resolver of an extern clone default visibility,
  * which would export it from libddp. */
 void ddp_host_scale(void *x, ddp_dtype t, size_t n, float alpha)
@@ -162,6 +186,17 @@ ddp_status ddp_dev_cast(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const vo
     if (ctx->backend == DDP_BACKEND_CUDA)
         return ddp_cuda_cast(dst, (int)dst_t, src, (int)src_t, n, stream);
     ddp_host_cast(dst, dst_t, src, src_t, n);
+    return DDP_OK;
+}
+
+ddp_status ddp_dev_cast_scale(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const void *src,
+                              ddp_dtype src_t, size_t n, float alpha, void *stream)
+{
+    if (ctx->backend == DDP_BACKEND_CUDA) {
+        ddp_status st = ddp_cuda_cast(dst, (int)dst_t, src, (int)src_t, n, stream);
+        return st == DDP_OK ? ddp_cuda_scale_typed(dst, (int)dst_t, n, alpha, stream) : st;
+    }
+    ddp_host_cast_scale(dst, dst_t, src, src_t, n, alpha);
     return DDP_OK;
 }
 

@@ -23,6 +23,9 @@ int ddp_dtype_is_grad(ddp_dtype t);
 void ddp_host_cast(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n);
 /* x[i] *= alpha, computed in fp32 and rounded back to the element type. */
 void ddp_host_scale(void *x, ddp_dtype t, size_t n, float alpha);
+/* ddp_host_cast, then ddp_host_scale on dst: the same values, in one pass where dst is fp32. */
+void ddp_host_cast_scale(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n,
+                         float alpha);
 /* 1 when any of x[0..n) is inf or NaN, else 0. */
 int ddp_host_nonfinite(const void *x, ddp_dtype t, size_t n);
 
@@ -30,6 +33,8 @@ int ddp_host_nonfinite(const void *x, ddp_dtype t, size_t n);
  * launch fails (logged), DDP_ERR_UNSUPPORTED for CUDA in a build without it. */
 ddp_status ddp_dev_cast(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const void *src,
                         ddp_dtype src_t, size_t n, void *stream);
+ddp_status ddp_dev_cast_scale(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const void *src,
+                              ddp_dtype src_t, size_t n, float alpha, void *stream);
 ddp_status ddp_dev_scale(const ddp_ctx *ctx, void *x, ddp_dtype t, size_t n, float alpha,
                          void *stream);
 /* *found = 1 when any element is inf or NaN. On CUDA it waits for the check on `stream`. */

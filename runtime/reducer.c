@@ -306,13 +306,11 @@ static ddp_status ddp_reducer_unpack(ddp_reducer *r, int b, float alpha)
 {
     const ddp_bucket *bk = &r->buckets[b];
     void *grads = ddp_elem(r->grads, r->grad_dtype, bk->offset);
-    ddp_status st = DDP_OK;
     if (r->wire)
-        st = ddp_dev_cast(r->ctx, grads, r->grad_dtype, ddp_elem(r->wire, r->wire_dtype, bk->offset),
-                          r->wire_dtype, bk->n, r->stream);
-    if (st == DDP_OK)
-        st = ddp_dev_scale(r->ctx, grads, r->grad_dtype, bk->n, alpha, r->stream);
-    return st;
+        return ddp_dev_cast_scale(r->ctx, grads, r->grad_dtype,
+                                  ddp_elem(r->wire, r->wire_dtype, bk->offset), r->wire_dtype, bk->n,
+                                  alpha, r->stream);
+    return ddp_dev_scale(r->ctx, grads, r->grad_dtype, bk->n, alpha, r->stream);
 }
 
 static ddp_status ddp_reducer_scale(ddp_reducer *r)

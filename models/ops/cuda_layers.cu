@@ -270,8 +270,9 @@ static ddp_status cuda_linear_fwd(ddp_precision p, const void *x, const void *w,
 static ddp_status cuda_linear_bwd_params(ddp_precision p, const void *x, const void *dy, int batch,
                                          int in, int out, float *dw, float *db)
 {
-    DDP_TRY_(ddp_gemm_p(p, true, false, out, in, batch, dy, x, 1.0f, dw, true));
-    if (out <= 0 || batch < 0)
+    if (dw)
+        DDP_TRY_(ddp_gemm_p(p, true, false, out, in, batch, dy, x, 1.0f, dw, true));
+    if (!db || out <= 0 || batch < 0)
         return DDP_OK;
     ddp_colsum_kernel<<<ddp_grid((size_t)out), ddp_block, 0, ddp_cu.stream>>>(p, db, dy, batch, out);
     DDP_CUDA_LAUNCHED();

@@ -124,7 +124,9 @@ typedef struct ddp_ops {
     /* y (batch, out) = x (batch, in) w^T + b, w (out, in); y is fp32 when y_fp32 (the logits). */
     ddp_status (*linear_fwd)(ddp_precision p, const void *x, const void *w, const float *b,
                              int batch, int in, int out, void *y, bool y_fp32);
-    /* dw (out, in) += dy^T x; db (out) += column sums of dy (batch, out). */
+    /* dw (out, in) += dy^T x; db (out) += column sums of dy (batch, out). dw or db NULL: that part
+     * is skipped (the MLP computes and marks a layer's bias first, so the bucket holding it need
+     * not wait for the weight GEMM). */
     ddp_status (*linear_bwd_params)(ddp_precision p, const void *x, const void *dy, int batch,
                                     int in, int out, float *dw, float *db);
     /* dx (batch, in) = dy (batch, out) w. */

@@ -132,6 +132,12 @@ static void check_array_loops(void)
         for (uint32_t i = 0; i < N; i++)
             if (h2[i] != ddp_to_half(ddp_from_half(h[i], fp16) * 0.375f, fp16) && !is_nan(ddp_from_half(h[i], fp16)))
                 mismatch(&bad, "scale", h[i], h2[i], ddp_to_half(ddp_from_half(h[i], fp16) * 0.375f, fp16));
+        ddp_host_cast_scale(back, DDP_FP32, h, t, N, 0.375f); /* the reducer's unpack, one pass */
+        for (uint32_t i = 0; i < N; i++) {
+            float want = ddp_from_half(h[i], fp16) * 0.375f;
+            if (ddp_f32_bits(back[i]) != ddp_f32_bits(want) && !(is_nan(want) && is_nan(back[i])))
+                mismatch(&bad, "cast and scale to fp32", h[i], ddp_f32_bits(back[i]) >> 16, ddp_f32_bits(want) >> 16);
+        }
         CHECK(bad == 0, "%s: %d array elements differ from the element functions", fp16 ? "fp16" : "bf16", bad);
         for (uint32_t i = 0; i < N; i++)
             h2[i] = ddp_to_half((float)(i % 1000) - 500.0f, fp16);
