@@ -386,12 +386,10 @@ static ddp_status cpu_linear_fwd(ddp_precision p, const void *x, const void *w, 
 static ddp_status cpu_linear_bwd_params(ddp_precision p, const void *x, const void *dy, int batch,
                                         int in, int out, float *dw, float *db)
 {
-    if (!dw)
-        ;
-    else if (p == DDP_PREC_BF16 || cpu_gemm_on_dnnl())
+    if (dw && (p == DDP_PREC_BF16 || cpu_gemm_on_dnnl()))
         DDP_TRY_(ddp_dnnl_matmul(p == DDP_PREC_BF16 ? p : DDP_PREC_FP32, out, in, batch, dy, true, x,
                                  false, NULL, dw, true, true));
-    else
+    else if (dw)
         DDP_TRY_(cpu_gemm(true, false, out, in, batch, 1.0f, dy, x, 1.0f, dw));
     if (db)
         cpu_colsum(p, db, dy, batch, out);

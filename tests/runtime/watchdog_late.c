@@ -3,7 +3,7 @@
  * watchdog must end the job, naming the barrier and rank 1 as behind. Exits 0 only if the barrier
  * completes, which the test treats as a failure.
  * With --block-stderr (argv[2]) rank 0's stderr becomes a full pipe that nobody reads, so the
- * watchdog's message blocks: its backstop must still end the process (watchdog_blocked.sh). */
+ * watchdog's message blocks: its backstop must still end the process (watchdog_late.sh blocked). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

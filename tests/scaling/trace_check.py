@@ -31,25 +31,6 @@ N_BUCKETS = 3
 STEP_CHILDREN = ("data", "forward", "backward", "reducer.wait", "optimizer", "allreduce.queued")
 
 
-def nesting_errors(events):
-    """B/E must form a stack per (pid, tid), names matching; ts must not decrease per thread."""
-    stacks, last_ts, errors = {}, {}, []
-    for e in events:
-        if e["ph"] not in "BEi":
-            continue
-        key = (e["pid"], e["tid"])
-        if e["ts"] < last_ts.get(key, -1e300):
-            errors.append(f"time goes back on {key} at {e['name']} ts={e['ts']}")
-        last_ts[key] = e["ts"]
-        stack = stacks.setdefault(key, [])
-        if e["ph"] == "B":
-            stack.append(e["name"])
-        elif e["ph"] == "E" and (not stack or stack.pop() != e["name"]):
-            errors.append(f"{key}: end of {e['name']} does not close the innermost open span")
-    errors += [f"{k}: spans left open: {s}" for k, s in stacks.items() if s]
-    return errors
-
-
 def spans(events, pid, tid, name):
     """(begin ts, end ts, arg) of every span `name` on (pid, tid), in order."""
     out, open_ = [], None
@@ -105,7 +86,7 @@ def check_file(c, path):
             and all(e["ph"] in "BEiM" for e in events), "every event has the trace-event fields")
     rows = {e["pid"] for e in events if e["name"] == "process_name"}
     c.check(rows == set(range(RANKS)) and {e["pid"] for e in events} == rows, "one named row per rank")
-    errors = nesting_errors(events)
+    errors = trainlib.nesting_errors(events)
     c.check(not errors, "spans nest per thread and time goes forward", "\n".join(errors[:5]))
     for pid in range(RANKS):
         steps = spans(events, pid, 0, "step")
@@ -145,7 +126,7 @@ def main():
         if c.check(rc == 0, "ddp-train --model cnn --trace runs", out):
             with open(trace) as f:
                 events = json.load(f)["traceEvents"]
-            errors = nesting_errors(events)
+            errors = trainlib.nesting_errors(events)
             c.check(not errors, "cnn: spans nest per thread", "\n".join(errors[:5]))
             for t0, t1, _ in spans(events, 0, 0, "step"):
                 layers = sorted(a for b, e, a in spans(events, 0, 0, "backward.layer") if t0 <= b <= t1)

@@ -134,14 +134,8 @@ def trace(chk, tmp, base):
     if not chk.check(rc == 0 and os.path.exists(path), "cuda --trace runs and writes the file", out):
         return
     events = [e for e in json.load(open(path))["traceEvents"] if e["pid"] == 0 and e["ph"] in "BEi"]
-    stacks, bad = {}, []
-    for e in events:  # B/E nest per thread, names matching
-        st = stacks.setdefault(e["tid"], [])
-        if e["ph"] == "B":
-            st.append(e["name"])
-        elif e["ph"] == "E" and (not st or st.pop() != e["name"]):
-            bad.append(f"tid {e['tid']}: {e['name']} ends out of order")
-    chk.check(not bad and not any(stacks.values()), "spans nest per thread", "\n".join(bad[:5]))
+    bad = trainlib.nesting_errors(events)
+    chk.check(not bad, "spans nest per thread and time goes forward", "\n".join(bad[:5]))
     queued = [(e["ts"], e["args"]["arg"]) for e in events if e["name"] == "allreduce.queued"]
     began = [(e["ts"], e["args"]["arg"], e["tid"]) for e in events if e["name"] == "allreduce" and e["ph"] == "B"]
     want = [b for _ in range(TRACE_STEPS) for b in range(TRACE_BUCKETS)]

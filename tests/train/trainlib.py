@@ -67,6 +67,26 @@ def run(cmd, timeout, env=None):
     return p.returncode, p.stdout
 
 
+def nesting_errors(events):
+    """Chrome trace events (ddp-train --trace): B/E must form a stack per (pid, tid), names
+    matching; ts must not decrease per thread. Returns the problems found."""
+    stacks, last_ts, errors = {}, {}, []
+    for e in events:
+        if e["ph"] not in "BEi":
+            continue
+        key = (e["pid"], e["tid"])
+        if e["ts"] < last_ts.get(key, -1e300):
+            errors.append(f"time goes back on {key} at {e['name']} ts={e['ts']}")
+        last_ts[key] = e["ts"]
+        stack = stacks.setdefault(key, [])
+        if e["ph"] == "B":
+            stack.append(e["name"])
+        elif e["ph"] == "E" and (not stack or stack.pop() != e["name"]):
+            errors.append(f"{key}: end of {e['name']} does not close the innermost open span")
+    errors += [f"{k}: spans left open: {s}" for k, s in stacks.items() if s]
+    return errors
+
+
 class Checker:
     """Counts failed checks; exit status 1 when any failed."""
 
