@@ -19,7 +19,11 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
 
-TERM_STEPS = 120  # planned steps of the SIGTERM run (small MLP: about a second of training)
+# Planned steps of the SIGTERM run: the signals go out when its first checkpoint (step 100) appears,
+# and the run must still be going then. 120 steps were once about a second; the small MLP now does
+# them in 0.11 s and finished before the signal came (seen in CI). 3,000 take about 3 s here.
+TERM_STEPS = 3000
+TERM_EVERY = 100
 
 
 def rank_pids(parent, program):
@@ -132,7 +136,7 @@ def term_twice_then_resume(chk, train, ckpt, mpi, tmp, data):
     common = ["--model", "mlp", "--widths", "784-128-10", "--data", data, "--batch", "32", "--epochs", "100000",
               "--max-steps", str(TERM_STEPS), "--device", "cpu", "--log-every", "10"]
     tag = f"{os.getpid()}-term"
-    job = start(mpi + ["2", train, *common, "--checkpoint-dir", ckpt_dir, "--checkpoint-every", "10",
+    job = start(mpi + ["2", train, *common, "--checkpoint-dir", ckpt_dir, "--checkpoint-every", str(TERM_EVERY),
                        "--keep", "100"], tag)
     started = wait_for(lambda: os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir), 60)
     chk.check(started, "the SIGTERM run wrote its first checkpoint")
