@@ -5,7 +5,7 @@
 # 1, 2 and 4 ranks. The link is calibrated on the 2-rank all-reduce benchmark (its curve at 2 ranks,
 # the ring's alpha and bandwidth fitted to it beyond), the compute on each configuration's measured
 # steady-state step; the model then predicts the 4-rank step times, each of which must be within
-# 30% of the median measured (issue 9 asks 15%; measured +4 to +21% over eight runs, the README has
+# 30% of the median measured (issue 9 asks 15%; measured +4 to +22% over ten runs, the README has
 # the figures; a ring factor of 2(p-1) instead of 2(p-1)/p would be 80% high). The 2-rank
 # predictions are printed, not asserted:
 # on these tc-shaped links an all-reduce's time depends on how the transfers are spaced (three
