@@ -30,13 +30,15 @@ ddp_status ddp_linear_fwd(const ddp_ops *ops, ddp_precision p, const void *x, co
 }
 
 ddp_status ddp_linear_bwd_params(const ddp_ops *ops, ddp_precision p, const void *x, const void *dy,
-                                 int batch, int in, int out, float *dw, float *db)
+                                 int batch, int in, int out, float *dw, float *db, bool accumulate)
 {
     if (ops->linear_bwd_params)
-        return ops->linear_bwd_params(p, x, dy, batch, in, out, dw, db);
+        return ops->linear_bwd_params(p, x, dy, batch, in, out, dw, db, accumulate);
     DDP_TRY_(ddp_fp32_only(ops, p, __func__));
     if (dw)
-        DDP_TRY_(ops->gemm(true, false, out, in, batch, 1.0f, dy, x, 1.0f, dw));
+        DDP_TRY_(ops->gemm(true, false, out, in, batch, 1.0f, dy, x, accumulate ? 1.0f : 0.0f, dw));
+    if (db && !accumulate)
+        DDP_TRY_(ops->zero(db, (size_t)out * sizeof *db));
     return db ? ops->bias_grad(db, dy, batch, out) : DDP_OK;
 }
 
@@ -120,14 +122,18 @@ ddp_status ddp_conv_fwd(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv,
 
 ddp_status ddp_conv_bwd_params(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv,
                                const void *x, const float *col, const void *dy, int batch,
-                               float *dw, float *db)
+                               float *dw, float *db, bool accumulate)
 {
     if (ddp_conv_direct(ops)) {
         ddp_conv_shape s = ddp_conv_shape_of(cv);
-        return ops->conv_bwd_params(p, &s, batch, x, dy, dw, db);
+        return ops->conv_bwd_params(p, &s, batch, x, dy, dw, db, accumulate);
     }
     DDP_TRY_(ddp_fp32_only(ops, p, __func__));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
+    if (!accumulate) {
+        DDP_TRY_(ops->zero(dw, (size_t)cv->c_out * ckk * sizeof *dw));
+        DDP_TRY_(ops->zero(db, (size_t)cv->c_out * sizeof *db));
+    }
     for (int n = 0; n < batch; n++) {
         const float *dy_n = (const float *)dy + (size_t)n * cv->c_out * hw; // (c_out, hw)
         const float *col_n = col + n * ddp_conv_col_numel(cv);

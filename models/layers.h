@@ -19,9 +19,10 @@
 /* y is fp32 when y_fp32 (logits), else in p. */
 ddp_status ddp_linear_fwd(const ddp_ops *ops, ddp_precision p, const void *x, const void *w,
                           const float *b, int batch, int in, int out, void *y, bool y_fp32);
-/* dw (out, in) += dy^T x; db (out) += column sums of dy (batch, out); a NULL dw or db is skipped. */
+/* dw (out, in) += dy^T x; db (out) += column sums of dy (batch, out); a NULL dw or db is skipped;
+ * accumulate false overwrites dw and db instead (their old contents are not read). */
 ddp_status ddp_linear_bwd_params(const ddp_ops *ops, ddp_precision p, const void *x, const void *dy,
-                                 int batch, int in, int out, float *dw, float *db);
+                                 int batch, int in, int out, float *dw, float *db, bool accumulate);
 /* dx (batch, in) = dy (batch, out) W. */
 ddp_status ddp_linear_bwd_input(const ddp_ops *ops, ddp_precision p, const void *w, const void *dy,
                                 int batch, int in, int out, void *dx);
@@ -49,10 +50,11 @@ bool ddp_conv_direct(const ddp_ops *ops);
  * c_in*k*k, h_out*w_out) receives every image's im2col matrix, which the backward pass reuses. */
 ddp_status ddp_conv_fwd(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv, const void *x,
                         const void *w, const float *b, int batch, float *col, void *y);
-/* dw += the weight gradient, db += the bias gradient, from x (or col) and dy. */
+/* dw += the weight gradient, db += the bias gradient, from x (or col) and dy (accumulate false:
+ * overwritten). */
 ddp_status ddp_conv_bwd_params(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv,
                                const void *x, const float *col, const void *dy, int batch,
-                               float *dw, float *db);
+                               float *dw, float *db, bool accumulate);
 /* dx (batch, c_in, h, w) from dy; dcol is scratch of ddp_conv_col_numel() elements (im2col path). */
 ddp_status ddp_conv_bwd_input(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv,
                               const void *w, const void *dy, int batch, float *dcol, void *dx);

@@ -61,6 +61,7 @@ struct ddp_model {
     float *momentum; // (numel_total) same layout
     void *cparams;   // (numel_total) compute copy in the model's precision (= params for fp32)
     int cparams_stale; /* params may have changed since cparams was made */
+    bool grads_fresh;  /* the next backward overwrites grads (ddp_model_zero_grad) */
     void *xc;          // (max_batch, 784) the input in the model's precision (unused for fp32)
     void *dlogits_c;   // (max_batch, classes) scaled dlogits in the model's precision
     void *bufs[DDP_MAX_BUFS]; /* activation allocations, freed by destroy */
@@ -530,6 +531,7 @@ static ddp_status ddp_mlp_backward(ddp_model *m, ddp_reducer *r)
 {
     ddp_mlp_acts *a = &m->mlp;
     ddp_precision p = m->cfg.precision;
+    bool acc = !m->grads_fresh;
     const void *g = m->dlogits_c; // (batch, widths[l+1]): gradient w.r.t. z[l]
     for (int l = m->cfg.n_widths - 2; l >= 0; l--) {
         int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
@@ -538,9 +540,10 @@ static ddp_status ddp_mlp_backward(ddp_model *m, ddp_reducer *r)
         /* The bias first (a column sum), marked before the weight GEMM: a bucket that holds this
          * bias and the layers after it is launched without waiting for the GEMM (the first
          * bucket holds the first layer's bias: 1 MiB fits every layer but its weights). */
-        DDP_TRY_(ddp_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, NULL, ddp_grad(m, 2 * l + 1)));
+        DDP_TRY_(ddp_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, NULL, ddp_grad(m, 2 * l + 1),
+                                       acc));
         DDP_TRY_(ddp_mark(r, 2 * l + 1, 2 * l + 1));
-        DDP_TRY_(ddp_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, ddp_grad(m, 2 * l), NULL));
+        DDP_TRY_(ddp_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, ddp_grad(m, 2 * l), NULL, acc));
         DDP_TRY_(ddp_mark(r, 2 * l, 2 * l));
         if (l > 0) {
             DDP_TRY_(ddp_linear_bwd_input(m->ops, p, ddp_cparam(m, 2 * l), g, m->batch, in, out, a->dh));
@@ -561,11 +564,12 @@ static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
     ddp_precision p = m->cfg.precision;
     const int c = DDP_CNN_CHANNELS;
     int b = m->batch, planes = b * c, fc_in = c * 7 * 7;
+    bool acc = !m->grads_fresh;
     const void *rows = o->channels_last ? a->p2r : a->p2; /* what the forward pass fed fc1 */
     void *drows = o->channels_last ? a->dp2r : a->dp2;
     ddp_trace_begin("backward.layer", 2); /* fc */
     DDP_TRY_(ddp_linear_bwd_params(o, p, rows, m->dlogits_c, b, fc_in, DDP_CLASSES, ddp_grad(m, 4),
-                                   ddp_grad(m, 5)));
+                                   ddp_grad(m, 5), acc));
     DDP_TRY_(ddp_mark(r, 5, 4));
     DDP_TRY_(ddp_linear_bwd_input(o, p, ddp_cparam(m, 4), m->dlogits_c, b, fc_in, DDP_CLASSES, drows));
     DDP_TRY_(ddp_rows_to_image(o, p, drows, a->dp2, b, c, 7, 7));
@@ -574,7 +578,7 @@ static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
     DDP_TRY_(ddp_pool_bwd(o, p, a->dp2, a->arg2, b, c, 14, 14, a->dz2));
     DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dz2, a->z2, (size_t)planes * 14 * 14, a->dz2));
     DDP_TRY_(ddp_conv_bwd_params(o, p, &a->conv2, a->p1, a->col2, a->dz2, b, ddp_grad(m, 2),
-                                 ddp_grad(m, 3)));
+                                 ddp_grad(m, 3), acc));
     DDP_TRY_(ddp_mark(r, 3, 2));
     DDP_TRY_(ddp_conv_bwd_input(o, p, &a->conv2, ddp_cparam(m, 2), a->dz2, b, a->dcol, a->dp1));
     ddp_trace_end("backward.layer", 1);
@@ -582,7 +586,7 @@ static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
     DDP_TRY_(ddp_pool_bwd(o, p, a->dp1, a->arg1, b, c, 28, 28, a->dz1));
     DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dz1, a->z1, (size_t)planes * 28 * 28, a->dz1));
     DDP_TRY_(ddp_conv_bwd_params(o, p, &a->conv1, m->x, a->col1, a->dz1, b, ddp_grad(m, 0),
-                                 ddp_grad(m, 1)));
+                                 ddp_grad(m, 1), acc));
     ddp_trace_end("backward.layer", 0);
     return ddp_mark(r, 1, 0);
 }
@@ -606,7 +610,9 @@ ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r)
         return DDP_ERR_STATE;
     }
     DDP_TRY_(ddp_dlogits_in_precision(m));
-    return m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_backward(m, r) : ddp_mlp_backward(m, r);
+    DDP_TRY_(m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_backward(m, r) : ddp_mlp_backward(m, r));
+    m->grads_fresh = false;
+    return DDP_OK;
 }
 
 ddp_status ddp_model_scale_loss_grad(ddp_model *m, float scale)
@@ -618,14 +624,26 @@ ddp_status ddp_model_scale_loss_grad(ddp_model *m, float scale)
     return m->ops->scale(m->dlogits, (size_t)m->batch * (size_t)ddp_model_classes(m), scale);
 }
 
+/* No pass over memory (PyTorch's zero_grad(set_to_none=True) spares it alike): the next backward
+ * overwrites each gradient instead of adding to it. */
 ddp_status ddp_model_zero_grad(ddp_model *m)
 {
-    return m->ops->zero(m->grads, m->numel_total * sizeof(float));
+    m->grads_fresh = true;
+    return DDP_OK;
 }
 
+/* With a 16-bit compute copy, one pass updates the weights and writes the copy where the backend
+ * can (sgd_step_cast); otherwise the next forward pass refreshes it. */
 ddp_status ddp_model_sgd_step(ddp_model *m, float lr, float momentum, float weight_decay)
 {
+    ddp_precision p = m->cfg.precision;
     m->cparams_stale = 1;
+    if (p != DDP_PREC_FP32 && m->ops->sgd_step_cast) {
+        DDP_TRY_(m->ops->sgd_step_cast(m->params, m->momentum, m->grads, m->numel_total, lr,
+                                       momentum, weight_decay, p, m->cparams));
+        m->cparams_stale = 0;
+        return DDP_OK;
+    }
     return m->ops->sgd_step(m->params, m->momentum, m->grads, m->numel_total, lr, momentum,
                             weight_decay);
 }

@@ -78,6 +78,8 @@ ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r);
  * gradients: every parameter gradient of the next backward is then scaled alike; backward casts
  * the scaled gradient to the model's precision). DDP_ERR_STATE without a forward pass. */
 ddp_status ddp_model_scale_loss_grad(ddp_model *m, float scale);
+/* The next backward overwrites the gradients instead of adding to them (no pass over memory:
+ * until that backward, ddp_model_grads still holds the old values). */
 ddp_status ddp_model_zero_grad(ddp_model *m);
 /* SGD with momentum and weight decay on every parameter (backend sgd_step). */
 ddp_status ddp_model_sgd_step(ddp_model *m, float lr, float momentum, float weight_decay);

@@ -331,21 +331,23 @@ static ddp_status conv_fp32_inputs(ddp_precision p, const ddp_conv_shape *s, int
     return DDP_OK;
 }
 
-/* cuDNN adds into dw (beta = 1): the layer contract accumulates. */
+/* cuDNN adds into dw with beta = 1 (the layer contract accumulates); beta = 0 overwrites, and then
+ * cuDNN does not read dw (its documentation). */
 static ddp_status cudnn_conv_bwd_params(ddp_precision p, const ddp_conv_shape *s, int batch,
-                                        const void *x, const void *dy, float *dw, float *db)
+                                        const void *x, const void *dy, float *dw, float *db,
+                                        bool accumulate)
 {
     conv_plan *pl;
     void *ws;
     const void *xf = x, *dyf = dy;
-    const float one = 1.0f;
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     DDP_TRY_(conv_plan_get(CONV_BWD_FILTER, p, s, batch, &pl));
     DDP_TRY_(conv_fp32_inputs(p, s, batch, &xf, &dyf));
     DDP_TRY_(conv_workspace(pl, &ws));
     DDP_CUDNN_TRY(cudnnConvolutionBackwardFilter(ddp_cudnn, &one, pl->x, xf, pl->y, dyf, pl->conv,
                                                  (cudnnConvolutionBwdFilterAlgo_t)pl->algo, ws,
-                                                 pl->ws_bytes, &one, pl->w, dw));
-    return ddp_cuda_channel_sums(p, dy, batch, s->c_out, s->h_out * s->w_out, db);
+                                                 pl->ws_bytes, &beta, pl->w, dw));
+    return ddp_cuda_channel_sums(p, dy, batch, s->c_out, s->h_out * s->w_out, db, accumulate);
 }
 
 size_t ddp_cudnn_version(void) { return cudnnGetVersion(); }

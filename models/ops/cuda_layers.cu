@@ -68,7 +68,8 @@ __global__ void ddp_channel_bias_kernel(ddp_precision p, void *y, const float *b
 }
 
 /* One thread per column: db[col] += the column's sum over the rows of dy (rows, cols). */
-__global__ void ddp_colsum_kernel(ddp_precision p, float *db, const void *dy, int rows, int cols)
+__global__ void ddp_colsum_kernel(ddp_precision p, float *db, const void *dy, int rows, int cols,
+                                  bool accumulate)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cols)
@@ -76,13 +77,13 @@ __global__ void ddp_colsum_kernel(ddp_precision p, float *db, const void *dy, in
     float s = 0.0f;
     for (int r = 0; r < rows; r++)
         s += ddp_load(p, dy, (size_t)r * cols + c);
-    db[c] += s;
+    db[c] = accumulate ? db[c] + s : s;
 }
 
-/* One block per channel: db[channel] += the sum of dy (n, c, hw) over images and pixels, in a
- * fixed order (reproducible). */
+/* One block per channel: db[channel] += the sum of dy (n, c, hw) over images and pixels (= when
+ * not accumulating), in a fixed order (reproducible). */
 __global__ void ddp_channel_sum_kernel(ddp_precision p, const void *dy, int n, int c, int hw,
-                                       float *db)
+                                       float *db, bool accumulate)
 {
     __shared__ float part[256];
     int ch = blockIdx.x;
@@ -97,7 +98,7 @@ __global__ void ddp_channel_sum_kernel(ddp_precision p, const void *dy, int n, i
         __syncthreads();
     }
     if (threadIdx.x == 0)
-        db[ch] += part[0];
+        db[ch] = accumulate ? db[ch] + part[0] : part[0];
 }
 
 /* ReLU on bf16 bits: as a signed integer a bf16 is > 0 exactly when its value is (NaN aside). */
@@ -194,11 +195,12 @@ ddp_status ddp_cuda_add_channel_bias(ddp_precision p, void *y, const float *b, i
     return DDP_OK;
 }
 
-ddp_status ddp_cuda_channel_sums(ddp_precision p, const void *dy, int n, int c, int hw, float *db)
+ddp_status ddp_cuda_channel_sums(ddp_precision p, const void *dy, int n, int c, int hw, float *db,
+                                 bool accumulate)
 {
     if (c <= 0)
         return DDP_OK;
-    ddp_channel_sum_kernel<<<(unsigned)c, 256, 0, ddp_cu.stream>>>(p, dy, n, c, hw, db);
+    ddp_channel_sum_kernel<<<(unsigned)c, 256, 0, ddp_cu.stream>>>(p, dy, n, c, hw, db, accumulate);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
@@ -267,14 +269,16 @@ static ddp_status cuda_linear_fwd(ddp_precision p, const void *x, const void *w,
     return ddp_bias_store(y_fp32 ? DDP_PREC_FP32 : p, y, (const float *)acc, b, batch, out);
 }
 
+/* accumulate false: beta 0, with which cuBLAS does not read C (its documentation). */
 static ddp_status cuda_linear_bwd_params(ddp_precision p, const void *x, const void *dy, int batch,
-                                         int in, int out, float *dw, float *db)
+                                         int in, int out, float *dw, float *db, bool accumulate)
 {
     if (dw)
-        DDP_TRY_(ddp_gemm_p(p, true, false, out, in, batch, dy, x, 1.0f, dw, true));
+        DDP_TRY_(ddp_gemm_p(p, true, false, out, in, batch, dy, x, accumulate ? 1.0f : 0.0f, dw, true));
     if (!db || out <= 0 || batch < 0)
         return DDP_OK;
-    ddp_colsum_kernel<<<ddp_grid((size_t)out), ddp_block, 0, ddp_cu.stream>>>(p, db, dy, batch, out);
+    ddp_colsum_kernel<<<ddp_grid((size_t)out), ddp_block, 0, ddp_cu.stream>>>(p, db, dy, batch, out,
+                                                                            accumulate);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }

@@ -117,6 +117,11 @@ typedef struct ddp_ops {
     /* dst = src (n, c, h, w images) converted NHWC -> NCHW (to_nchw) or NCHW -> NHWC. */
     ddp_status (*image_reorder)(ddp_precision p, const void *src, void *dst, int n, int c, int h,
                                 int w, bool to_nchw);
+    /* sgd_step that also writes wc (n, precision p): the updated weights in the compute
+     * precision, in the same pass over memory (optional: NULL makes the model cast after). */
+    ddp_status (*sgd_step_cast)(float *w, float *m, const float *g, size_t n, float lr,
+                                float momentum, float weight_decay, ddp_precision p, void *wc);
+
     /* Whether the backend computes in p; otherwise *why says what is missing and what to use. */
     bool (*supports)(ddp_precision p, const char **why);
     /* dst (n, precision to) = src (n, precision from), rounding to nearest even. */
@@ -126,18 +131,21 @@ typedef struct ddp_ops {
                              int batch, int in, int out, void *y, bool y_fp32);
     /* dw (out, in) += dy^T x; db (out) += column sums of dy (batch, out). dw or db NULL: that part
      * is skipped (the MLP computes and marks a layer's bias first, so the bucket holding it need
-     * not wait for the weight GEMM). */
+     * not wait for the weight GEMM). accumulate false: dw and db are overwritten and their old
+     * contents never read (the first micro-batch of a step needs no zeroed gradients). */
     ddp_status (*linear_bwd_params)(ddp_precision p, const void *x, const void *dy, int batch,
-                                    int in, int out, float *dw, float *db);
+                                    int in, int out, float *dw, float *db, bool accumulate);
     /* dx (batch, in) = dy (batch, out) w. */
     ddp_status (*linear_bwd_input)(ddp_precision p, const void *w, const void *dy, int batch,
                                    int in, int out, void *dx);
     /* y (batch, c_out, h_out, w_out) = conv(x (batch, c_in, h, w), w) + b. */
     ddp_status (*conv_fwd)(ddp_precision p, const ddp_conv_shape *s, int batch, const void *x,
                            const void *w, const float *b, void *y);
-    /* dw += the weight gradient, db += the bias gradient, from x and dy. */
+    /* dw += the weight gradient, db += the bias gradient, from x and dy (accumulate false: dw and
+     * db are overwritten, as in linear_bwd_params). */
     ddp_status (*conv_bwd_params)(ddp_precision p, const ddp_conv_shape *s, int batch,
-                                  const void *x, const void *dy, float *dw, float *db);
+                                  const void *x, const void *dy, float *dw, float *db,
+                                  bool accumulate);
     /* dx (batch, c_in, h, w) from dy and w. */
     ddp_status (*conv_bwd_input)(ddp_precision p, const ddp_conv_shape *s, int batch,
                                  const void *w, const void *dy, void *dx);

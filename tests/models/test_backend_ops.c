@@ -98,6 +98,28 @@ static void check_elementwise(test_rng *r)
     CHECK(test_compare("sgd m", m, m_want, N, 1e-6, 1e-5) == 0, "sgd_step momentum");
 }
 
+/* sgd_step_cast: the weights and momentum of sgd_step bit for bit, and the compute copy equal to
+ * the cast of the updated weights, in every precision (bf16 takes the one-pass path on CPUs with
+ * AVX512_BF16; an odd length runs its tail too). */
+static void check_sgd_cast(test_rng *r)
+{
+    enum { NS = 1037 };
+    static float w[NS], m[NS], g[NS], w2[NS], m2[NS];
+    static uint32_t copy[NS], want[NS];
+    for (int p = 0; p < 3; p++) {
+        test_fill(r, w, NS, -1, 1), test_fill(r, m, NS, -1, 1), test_fill(r, g, NS, -1, 1);
+        memcpy(w2, w, sizeof w), memcpy(m2, m, sizeof m);
+        memset(copy, 0xA5, sizeof copy), memset(want, 0xA5, sizeof want);
+        CHECK(cpu->sgd_step_cast(w, m, g, NS, 0.1f, 0.9f, 0.01f, (ddp_precision)p, copy) == DDP_OK, "sgd_step_cast");
+        CHECK(cpu->sgd_step(w2, m2, g, NS, 0.1f, 0.9f, 0.01f) == DDP_OK, "sgd_step");
+        if (p != DDP_PREC_FP32)
+            CHECK(cpu->cast((ddp_precision)p, want, DDP_PREC_FP32, w2, NS) == DDP_OK, "cast");
+        CHECK(memcmp(w, w2, sizeof w) == 0 && memcmp(m, m2, sizeof m) == 0,
+              "sgd_step_cast (precision %d): weights or momentum differ from sgd_step", p);
+        CHECK(memcmp(copy, want, sizeof copy) == 0, "sgd_step_cast (precision %d): the compute copy differs", p);
+    }
+}
+
 /* im2col against direct indexing; col2im against a scatter-add reference. */
 static void check_im2col(test_rng *r, int c, int h, int w, int k, int pad)
 {
@@ -212,6 +234,7 @@ int main(void)
     check_gemm(&r, 1, 9, 1);
     check_bias(&r);
     check_elementwise(&r);
+    check_sgd_cast(&r);
     check_im2col(&r, 3, 7, 5, 3, 1);
     check_im2col(&r, 2, 6, 9, 5, 2);
     check_im2col(&r, 1, 5, 4, 3, 0);

@@ -162,15 +162,21 @@ static void check_linear(test_rng *r, const prec *q, int batch, int in, int out)
         compare_t(y_fp32 ? "linear_fwd (fp32 logits)" : "linear_fwd", q, &y, in);
         drop_t(&y);
     }
-    tens dw = make_t(r, DDP_PREC_FP32, (size_t)out * in, -1, 1), db = make_t(r, DDP_PREC_FP32, (size_t)out, -1, 1);
-    cpu->linear_bwd_params(q->p, x.h, dy.h, batch, in, out, dw.h, db.h);
-    CHECK(gpu->linear_bwd_params(q->p, x.d, dy.d, batch, in, out, dw.d, db.d) == DDP_OK, "linear_bwd_params");
-    compare_t("linear dw (accumulated)", q, &dw, batch), compare_t("linear db", q, &db, batch);
+    /* Adding to dw and db, then overwriting them (NaN there must not reach the result). */
+    for (int acc = 1; acc >= 0; acc--) {
+        tens dw = make_t(r, DDP_PREC_FP32, (size_t)out * in, acc ? -1 : NAN, 1);
+        tens db = make_t(r, DDP_PREC_FP32, (size_t)out, acc ? -1 : NAN, 1);
+        cpu->linear_bwd_params(q->p, x.h, dy.h, batch, in, out, dw.h, db.h, acc);
+        CHECK(gpu->linear_bwd_params(q->p, x.d, dy.d, batch, in, out, dw.d, db.d, acc) == DDP_OK, "linear_bwd_params");
+        compare_t(acc ? "linear dw (accumulated)" : "linear dw (overwritten)", q, &dw, batch);
+        compare_t(acc ? "linear db (accumulated)" : "linear db (overwritten)", q, &db, batch);
+        drop_t(&dw), drop_t(&db);
+    }
     tens dx = make_t(r, q->p, (size_t)batch * in, 0, 1);
     cpu->linear_bwd_input(q->p, w.h, dy.h, batch, in, out, dx.h);
     CHECK(gpu->linear_bwd_input(q->p, w.d, dy.d, batch, in, out, dx.d) == DDP_OK, "linear_bwd_input");
     compare_t("linear dx", q, &dx, out);
-    drop_t(&x), drop_t(&w), drop_t(&b), drop_t(&dy), drop_t(&dw), drop_t(&db), drop_t(&dx);
+    drop_t(&x), drop_t(&w), drop_t(&b), drop_t(&dy), drop_t(&dx);
 }
 
 /* ---- images: the CPU works in NHWC, the GPU in NCHW ----------------------------------------- */
@@ -191,21 +197,26 @@ static void check_conv(test_rng *r, const prec *q, int batch, const ddp_conv_sha
     int k_fwd = s->c_in * s->k * s->k, k_w = batch * s->h_out * s->w_out, k_dx = s->c_out * s->k * s->k;
     tens x = make_t(r, q->p, nx, -1, 1), w = make_t(r, q->p, nw, -1, 1), b = make_t(r, DDP_PREC_FP32, s->c_out, -1, 1);
     tens dy = make_t(r, q->p, ny, -1, 1), y = make_t(r, q->p, ny, 0, 1), dx = make_t(r, q->p, nx, 0, 1);
-    tens dw = make_t(r, DDP_PREC_FP32, nw, -1, 1), db = make_t(r, DDP_PREC_FP32, s->c_out, -1, 1);
     host_layout(&x, batch, s->c_in, s->h, s->w, true);
     host_layout(&dy, batch, s->c_out, s->h_out, s->w_out, true);
     CHECK(cpu->conv_fwd(q->p, s, batch, x.h, w.h, b.h, y.h) == DDP_OK, "cpu conv_fwd");
     CHECK(gpu->conv_fwd(q->p, s, batch, x.d, w.d, b.d, y.d) == DDP_OK, "conv_fwd");
     host_layout(&y, batch, s->c_out, s->h_out, s->w_out, false);
     compare_t("conv_fwd", q, &y, k_fwd);
-    CHECK(cpu->conv_bwd_params(q->p, s, batch, x.h, dy.h, dw.h, db.h) == DDP_OK, "cpu conv_bwd_params");
-    CHECK(gpu->conv_bwd_params(q->p, s, batch, x.d, dy.d, dw.d, db.d) == DDP_OK, "conv_bwd_params");
-    compare_t("conv dw (accumulated)", q, &dw, k_w), compare_t("conv db (accumulated)", q, &db, k_w);
+    for (int acc = 1; acc >= 0; acc--) { /* as in check_linear */
+        tens dw = make_t(r, DDP_PREC_FP32, nw, acc ? -1 : NAN, 1);
+        tens db = make_t(r, DDP_PREC_FP32, s->c_out, acc ? -1 : NAN, 1);
+        CHECK(cpu->conv_bwd_params(q->p, s, batch, x.h, dy.h, dw.h, db.h, acc) == DDP_OK, "cpu conv_bwd_params");
+        CHECK(gpu->conv_bwd_params(q->p, s, batch, x.d, dy.d, dw.d, db.d, acc) == DDP_OK, "conv_bwd_params");
+        compare_t(acc ? "conv dw (accumulated)" : "conv dw (overwritten)", q, &dw, k_w);
+        compare_t(acc ? "conv db (accumulated)" : "conv db (overwritten)", q, &db, k_w);
+        drop_t(&dw), drop_t(&db);
+    }
     CHECK(cpu->conv_bwd_input(q->p, s, batch, w.h, dy.h, dx.h) == DDP_OK, "cpu conv_bwd_input");
     CHECK(gpu->conv_bwd_input(q->p, s, batch, w.d, dy.d, dx.d) == DDP_OK, "conv_bwd_input");
     host_layout(&dx, batch, s->c_in, s->h, s->w, false);
     compare_t("conv dx", q, &dx, k_dx);
-    drop_t(&x), drop_t(&w), drop_t(&b), drop_t(&dy), drop_t(&y), drop_t(&dx), drop_t(&dw), drop_t(&db);
+    drop_t(&x), drop_t(&w), drop_t(&b), drop_t(&dy), drop_t(&y), drop_t(&dx);
 }
 
 /* Distinct values (1 + m/128) 2^e, shuffled, so no window has a tie whose winner the backends

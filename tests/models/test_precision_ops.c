@@ -89,6 +89,13 @@ static int compare(const char *what, const prec *q, const float *got, const doub
     return bad;
 }
 
+/* Poison for outputs that must be overwritten, not read. */
+static void fill_nan(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
+}
+
 /* ---- cast ------------------------------------------------------------------------------------ */
 
 static void check_cast(const prec *q, test_rng *rng)
@@ -142,25 +149,30 @@ static void check_linear(const prec *q, test_rng *rng)
               "%s linear_fwd (fp32 output %d)", q->name, logits);
         free(got);
     }
-    float dw0[LO * LI], db0[LO];
-    memcpy(dw0, dw, sizeof dw), memcpy(db0, db, sizeof db);
-    CHECK(ops->linear_bwd_params(q->p, xq, dyq, LB, LI, LO, dw, db) == DDP_OK, "linear_bwd_params");
-    for (int o = 0; o < LO; o++) {
-        for (int i = 0; i < LI; i++) {
-            double s = dw0[o * LI + i], m = fabs(dw0[o * LI + i]);
-            for (int n = 0; n < LB; n++)
-                s += (double)dy[n * LO + o] * x[n * LI + i], m += fabs((double)dy[n * LO + o] * x[n * LI + i]);
-            ref[o * LI + i] = s, mag[o * LI + i] = m;
+    /* Adding to dw and db, then overwriting them: NaN there must not reach the result. */
+    for (int acc = 1; acc >= 0; acc--) {
+        float dw0[LO * LI], db0[LO];
+        if (!acc)
+            fill_nan(dw, LO * LI), fill_nan(db, LO);
+        memcpy(dw0, dw, sizeof dw), memcpy(db0, db, sizeof db);
+        CHECK(ops->linear_bwd_params(q->p, xq, dyq, LB, LI, LO, dw, db, acc) == DDP_OK, "linear_bwd_params");
+        for (int o = 0; o < LO; o++) {
+            for (int i = 0; i < LI; i++) {
+                double s = acc ? dw0[o * LI + i] : 0.0, m = fabs(s);
+                for (int n = 0; n < LB; n++)
+                    s += (double)dy[n * LO + o] * x[n * LI + i], m += fabs((double)dy[n * LO + o] * x[n * LI + i]);
+                ref[o * LI + i] = s, mag[o * LI + i] = m;
+            }
         }
+        CHECK(compare("linear dw", q, dw, ref, mag, LO * LI, 0.0) == 0, "%s linear dw (accumulate %d)", q->name, acc);
+        for (int o = 0; o < LO; o++) {
+            double s = acc ? db0[o] : 0.0, m = fabs(s);
+            for (int n = 0; n < LB; n++)
+                s += dy[n * LO + o], m += fabs(dy[n * LO + o]);
+            ref[o] = s, mag[o] = m;
+        }
+        CHECK(compare("linear db", q, db, ref, mag, LO, 0.0) == 0, "%s linear db (accumulate %d)", q->name, acc);
     }
-    CHECK(compare("linear dw", q, dw, ref, mag, LO * LI, 0.0) == 0, "%s linear dw (adds)", q->name);
-    for (int o = 0; o < LO; o++) {
-        double s = db0[o], m = fabs(db0[o]);
-        for (int n = 0; n < LB; n++)
-            s += dy[n * LO + o], m += fabs(dy[n * LO + o]);
-        ref[o] = s, mag[o] = m;
-    }
-    CHECK(compare("linear db", q, db, ref, mag, LO, 0.0) == 0, "%s linear db (adds)", q->name);
     void *dxq = malloc(sizeof x);
     CHECK(ops->linear_bwd_input(q->p, wq, dyq, LB, LI, LO, dxq) == DDP_OK, "linear_bwd_input");
     float *dx = from_prec(q, dxq, LB * LI, 0);
@@ -288,19 +300,29 @@ static void check_conv(const prec *q, test_rng *rng, int c_in, int k, int pad)
         dw0[i] = dw[i];
     for (int o = 0; o < s->c_out; o++)
         db0[o] = db[o];
-    CHECK(ops->conv_bwd_params(q->p, s, d.batch, xq, dyq, dw, db) == DDP_OK, "conv_bwd_params");
-    conv_reference(&d, 2, ref, mag);
-    for (size_t i = 0; i < nw; i++)
-        ref[i] += dw0[i], mag[i] += fabs(dw0[i]);
-    CHECK(compare("conv dw", q, dw, ref, mag, nw, 0.0) == 0, "%s conv dw (adds) c_in %d", q->name, c_in);
-    for (int o = 0; o < s->c_out; o++) {
-        ref[o] = db0[o], mag[o] = fabs(db0[o]);
-        for (size_t i = 0; i < ny; i++) {
-            if ((i / ((size_t)s->h_out * s->w_out)) % s->c_out == (size_t)o)
-                ref[o] += d.dy[i], mag[o] += fabs(d.dy[i]);
+    /* Adding to dw and db, then overwriting them (NaN there must not reach the result). */
+    for (int acc = 1; acc >= 0; acc--) {
+        if (!acc) {
+            fill_nan(dw, nw), fill_nan(db, (size_t)s->c_out);
+            for (size_t i = 0; i < nw; i++)
+                dw0[i] = 0.0;
+            for (int o = 0; o < s->c_out; o++)
+                db0[o] = 0.0;
         }
+        CHECK(ops->conv_bwd_params(q->p, s, d.batch, xq, dyq, dw, db, acc) == DDP_OK, "conv_bwd_params");
+        conv_reference(&d, 2, ref, mag);
+        for (size_t i = 0; i < nw; i++)
+            ref[i] += dw0[i], mag[i] += fabs(dw0[i]);
+        CHECK(compare("conv dw", q, dw, ref, mag, nw, 0.0) == 0, "%s conv dw (accumulate %d) c_in %d", q->name, acc, c_in);
+        for (int o = 0; o < s->c_out; o++) {
+            ref[o] = db0[o], mag[o] = fabs(db0[o]);
+            for (size_t i = 0; i < ny; i++) {
+                if ((i / ((size_t)s->h_out * s->w_out)) % s->c_out == (size_t)o)
+                    ref[o] += d.dy[i], mag[o] += fabs(d.dy[i]);
+            }
+        }
+        CHECK(compare("conv db", q, db, ref, mag, s->c_out, 0.0) == 0, "%s conv db (accumulate %d)", q->name, acc);
     }
-    CHECK(compare("conv db", q, db, ref, mag, s->c_out, 0.0) == 0, "%s conv db (adds)", q->name);
     free(dw), free(db), free(dw0), free(xq), free(wq), free(dyq), free(out), free(ref), free(mag);
     free(xl), free(dyl), free(d.x), free(d.w), free(d.b), free(d.dy);
 }
