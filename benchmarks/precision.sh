@@ -6,7 +6,10 @@
 # the bf16 row). MLP and CNN, 2 ranks x 1 thread, batch 64 per rank, lr 0.05 momentum 0.9 cosine,
 # CNN_EPOCHS epochs of MNIST for the CNN and 4x as many for the MLP (whose steps are short: fewer
 # would leave well under a second of training to time); samples/s over the training steps and test
-# accuracy after the last epoch.
+# accuracy after the last epoch. The MLP's ddp rows run MLP_REPS rounds (default 5), each round
+# fp32, bf16, bf16 --grad-dtype bf16 and fp16 back to back: samples/s is the median of the rounds
+# and an MLP ratio the median of the rounds' ratios (on a shared 2-core VM the MLP's memory-bound
+# steps swing by 1.5x from one minute to the next; a round's runs see about the same machine).
 #
 # Usage: benchmarks/precision.sh [BUILD_DIR (build)] [CNN_EPOCHS (2)] [DATA_DIR (data/mnist)]
 # Use a release build and a quiet machine for numbers worth quoting; the load is printed.
@@ -57,7 +60,7 @@ torch_run() {
         --epochs "$(epochs_of "$1")" | /usr/bin/python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["samples_per_s"], s["test_accuracy"])'
 }
 
-declare -A sps acc
+declare -A sps acc rounds
 row() { # name, then the command printing "samples/s accuracy"
     local name=$1 result
     shift
@@ -66,21 +69,52 @@ row() { # name, then the command printing "samples/s accuracy"
     acc[$name]=${result#* }
     printf "%-28s %12.0f %9.2f%%\n" "$name" "${sps[$name]}" "$(awk -v a="${acc[$name]}" 'BEGIN{print 100*a}')"
 }
-ratio() { awk -v a="${sps[$1]}" -v b="${sps[$2]}" 'BEGIN { printf "%.2fx", a / b }'; }
+median() { tr ' ' '\n' | sort -g | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+# ratio A B: sps[A] / sps[B], or the median of the per-round ratios where both ran in rounds.
+ratio() {
+    if [[ -n ${rounds[$1]:-} && -n ${rounds[$2]:-} ]]; then
+        paste -d' ' <(tr ' ' '\n' <<<"${rounds[$1]}") <(tr ' ' '\n' <<<"${rounds[$2]}") |
+            awk '{printf "%s ", $1 / $2}' | median | awk '{printf "%.2fx", $1}'
+    else
+        awk -v a="${sps[$1]}" -v b="${sps[$2]}" 'BEGIN { printf "%.2fx", a / b }'
+    fi
+}
+# mlp_rounds NAME:PRECISION:FLAGS...: MLP_REPS rounds of these ddp MLP runs, then a row each
+# (median samples/s; accuracy of the last round: the runs are deterministic).
+mlp_rounds() {
+    local spec name result
+    for _ in $(seq "${MLP_REPS:-5}"); do
+        for spec in "$@"; do
+            IFS=: read -r name prec flags <<<"$spec"
+            # shellcheck disable=SC2086
+            result="$(ddp_run mlp "$prec" $flags)"
+            rounds[$name]+="${rounds[$name]:+ }${result% *}"
+            acc[$name]=${result#* }
+        done
+    done
+    for spec in "$@"; do
+        name=${spec%%:*}
+        sps[$name]=$(median <<<"${rounds[$name]}")
+        printf "%-28s %12.0f %9.2f%%  (median of %s: %s)\n" "$name" "${sps[$name]}" \
+            "$(awk -v a="${acc[$name]}" 'BEGIN{print 100*a}')" "${MLP_REPS:-5}" "${rounds[$name]}"
+    done
+}
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc --all) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 grad16=()
 "$train" --help | grep -q -- '--grad-dtype' && grad16=(--grad-dtype bf16)
 printf "%-28s %12s %10s\n" run samples/s accuracy
-for model in mlp cnn; do
-    row "ddp $model fp32" ddp_run "$model" fp32
-    [[ $model == cnn ]] && row "ddp cnn fp32 im2col" ddp_run_im2col cnn fp32
-    row "ddp $model bf16" ddp_run "$model" bf16
-    [[ ${#grad16[@]} -gt 0 ]] && row "ddp $model bf16 grad-bf16" ddp_run "$model" bf16 "${grad16[@]}"
-    row "ddp $model fp16 (emulated)" ddp_run "$model" fp16
-    row "pytorch $model fp32" torch_run "$model" fp32
-    row "pytorch $model bf16 autocast" torch_run "$model" bf16
-done
+mlp_rounds "ddp mlp fp32:fp32" "ddp mlp bf16:bf16" ${grad16:+"ddp mlp bf16 grad-bf16:bf16:${grad16[*]}"} \
+    "ddp mlp fp16 (emulated):fp16"
+row "pytorch mlp fp32" torch_run mlp fp32
+row "pytorch mlp bf16 autocast" torch_run mlp bf16
+row "ddp cnn fp32" ddp_run cnn fp32
+row "ddp cnn fp32 im2col" ddp_run_im2col cnn fp32
+row "ddp cnn bf16" ddp_run cnn bf16
+[[ ${#grad16[@]} -gt 0 ]] && row "ddp cnn bf16 grad-bf16" ddp_run cnn bf16 "${grad16[@]}"
+row "ddp cnn fp16 (emulated)" ddp_run cnn fp16
+row "pytorch cnn fp32" torch_run cnn fp32
+row "pytorch cnn bf16 autocast" torch_run cnn bf16
 echo
 echo "ratios (targets of issue 7 in brackets):"
 echo "  MLP bf16 / ddp fp32:               $(ratio 'ddp mlp bf16' 'ddp mlp fp32')$([[ ${#grad16[@]} -gt 0 ]] && echo ", with --grad-dtype bf16 $(ratio 'ddp mlp bf16 grad-bf16' 'ddp mlp fp32')") [>= 1.4x]"
@@ -90,4 +124,4 @@ echo "  CNN bf16 / ddp fp32:               $(ratio 'ddp cnn bf16' 'ddp cnn fp32'
 echo "  CNN fp32 / PyTorch fp32:           $(ratio 'ddp cnn fp32' 'pytorch cnn fp32')"
 echo "  accuracy bf16 - fp32:              MLP $(awk -v a="${acc[ddp mlp bf16]}" -v b="${acc[ddp mlp fp32]}" 'BEGIN{printf "%+.2f", 100*(a-b)}'), CNN $(awk -v a="${acc[ddp cnn bf16]}" -v b="${acc[ddp cnn fp32]}" 'BEGIN{printf "%+.2f", 100*(a-b)}') point [within 0.5]"
 sort -u "$tmp/impl.txt" | sed 's/^/  /'
-echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); $epochs CNN epochs, $((4 * epochs)) MLP epochs, 2 ranks x 1 thread, batch 64 per rank, build $build, OMPI_MCA_mpi_yield_when_idle=$OMPI_MCA_mpi_yield_when_idle"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); $epochs CNN epochs, $((4 * epochs)) MLP epochs (${MLP_REPS:-5} rounds), 2 ranks x 1 thread, batch 64 per rank, build $build, OMPI_MCA_mpi_yield_when_idle=$OMPI_MCA_mpi_yield_when_idle"
