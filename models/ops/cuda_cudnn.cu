@@ -146,6 +146,22 @@ template <typename Perf> static int conv_fastest(const Perf *perf, int n, bool f
     return -1;
 }
 
+/* At debug level (DDP_LOG_LEVEL=debug): every result of the ranking, in cuDNN's order, as
+ * "algo:ms:math[:nd][:failed]", so a choice can be checked against the alternatives. */
+template <typename Perf> static void conv_log_results(int kind, const Perf *perf, int n)
+{
+    if (ddp_log_get_level() < DDP_LOG_DEBUG)
+        return;
+    char text[1024];
+    size_t len = 0;
+    for (int i = 0; i < n && len < sizeof text; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, " %d:%.3f:%d%s%s", (int)perf[i].algo,
+                                (double)perf[i].time, (int)perf[i].mathType,
+                                perf[i].determinism == CUDNN_DETERMINISTIC ? "" : ":nd",
+                                perf[i].status == CUDNN_STATUS_SUCCESS ? "" : ":failed");
+    DDP_DEBUG("cuDNN %s results (algo:ms:math):%s", conv_kind_names[kind], text);
+}
+
 /* Keeps the fastest measured algorithm and its math type. cuDNN's search also times default math
  * (TF32 on Ampere) when FMA math was asked for: exact fp32 prefers an FMA result and keeps FMA
  * math whatever it picks, so TF32 never slips in without --tf32. Returns the index chosen, or -1
@@ -154,6 +170,7 @@ template <typename Perf>
 static int conv_choose(conv_plan *pl, int kind, ddp_precision p, const Perf *perf, int n)
 {
     bool fma = conv_math(kind, p) == CUDNN_FMA_MATH;
+    conv_log_results(kind, perf, n);
     int i = conv_fastest(perf, n, fma);
     i = i < 0 ? conv_fastest(perf, n, false) : i;
     if (i < 0) {
