@@ -4,9 +4,9 @@
  * (forward, loss, backward, SGD; no reducer), outside ddp-train, so the data pipeline, the
  * agreements and the first step's cuDNN search stay out of the numbers.
  *
- * Each row runs its op REPS times after WARM calls and reports microseconds per call twice: the
- * host's time to queue the calls ("issue") and the time until the GPU has finished them ("done").
- * done >> issue: the GPU is the limit; done ~= issue: the host is (launch and library overhead).
+ * Each row reports microseconds per call twice (bench_row): "host", the time to queue one call on
+ * an idle GPU (launch and library overhead), and "pipelined", REPS calls back to back until the
+ * GPU has finished, per call. pipelined >> host: the GPU is the limit; about equal: the host is.
  * Inputs are random (never zeros). Usage: ddp-gpu-step-bench [BATCH (256)] [REPS (200)]
  * Exits 77 without a usable GPU.
  */
@@ -33,7 +33,33 @@ static double now_s(void)
 /* One timed op: fn(arg) queues one call. */
 typedef ddp_status (*bench_fn)(void *arg);
 
-/* Prints "name issue done" in microseconds per call; returns done, or -1 on failure. */
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median host time of one call queued on an idle GPU (the stream synchronised before it),
+ * in seconds; -1 on failure. */
+static double host_time(bench_fn fn, void *arg, int reps)
+{
+    double t[64];
+    int n = reps < 64 ? reps : 64;
+    for (int i = 0; i < n; i++) {
+        if (gpu->sync() != DDP_OK)
+            return -1;
+        double t0 = now_s();
+        fn(arg);
+        t[i] = now_s() - t0;
+    }
+    qsort(t, (size_t)n, sizeof t[0], cmp_double);
+    return t[n / 2];
+}
+
+/* Prints "name host pipelined" in microseconds per call: host = the median time to queue one
+ * call on an idle GPU; pipelined = REPS calls back to back until the GPU finished, per call.
+ * pipelined well above host: the GPU is the limit; about equal: the host is. Returns
+ * pipelined, or -1 on failure. */
 static double bench_row(const char *name, bench_fn fn, void *arg, int reps)
 {
     for (int i = 0; i < WARM; i++)
@@ -41,17 +67,16 @@ static double bench_row(const char *name, bench_fn fn, void *arg, int reps)
             printf("%-28s failed\n", name);
             return -1;
         }
-    if (gpu->sync() != DDP_OK)
+    double host = host_time(fn, arg, reps);
+    if (host < 0 || gpu->sync() != DDP_OK)
         return -1;
     double t0 = now_s();
     for (int i = 0; i < reps; i++)
         fn(arg);
-    double t1 = now_s();
     if (gpu->sync() != DDP_OK)
         return -1;
-    double t2 = now_s();
-    double issue = 1e6 * (t1 - t0) / reps, done = 1e6 * (t2 - t0) / reps;
-    printf("%-28s %10.1f %10.1f\n", name, issue, done);
+    double done = 1e6 * (now_s() - t0) / reps;
+    printf("%-28s %10.1f %10.1f\n", name, 1e6 * host, done);
     return done;
 }
 
@@ -241,7 +266,7 @@ int main(int argc, char **argv)
     gpu = ddp_cuda_ops();
     printf("%s\nbatch %d, %d calls per row, microseconds per call\n",
            ddp_cuda_describe(DDP_PREC_FP32), b, reps);
-    printf("%-28s %10s %10s\n", "op", "issue", "done");
+    printf("%-28s %10s %10s\n", "op", "host", "pipelined");
     const ddp_precision precs[] = {DDP_PREC_FP32, DDP_PREC_BF16, DDP_PREC_FP16};
     for (int i = 0; i < 3; i++) {
         if (!gpu->supports(precs[i], NULL))

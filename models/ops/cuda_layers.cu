@@ -79,25 +79,44 @@ __global__ void ddp_colsum_kernel(ddp_precision p, float *db, const void *dy, in
     db[c] += s;
 }
 
-/* One block per channel: db[channel] += the sum of dy (n, c, hw) over images and pixels, in a
- * fixed order (reproducible). */
-__global__ void ddp_channel_sum_kernel(ddp_precision p, const void *dy, int n, int c, int hw,
-                                       float *db)
+/* Images per block of the channel sums: blocks (channel, chunk) of DDP_SUM_IMAGES images each
+ * spread the reduction over the whole GPU (one block per channel left 20 blocks to read 16 MB). */
+#define DDP_SUM_IMAGES 8
+
+/* Block (ch, g): part[ch * gridDim.y + g] = the sum of dy (n, c, hw) over images
+ * g * DDP_SUM_IMAGES .. and all pixels of channel ch, in a fixed order (reproducible). */
+__global__ void ddp_channel_part_kernel(ddp_precision p, const void *dy, int n, int c, int hw,
+                                        float *part)
 {
-    __shared__ float part[256];
-    int ch = blockIdx.x;
+    __shared__ float red[256];
+    int ch = blockIdx.x, lo = blockIdx.y * DDP_SUM_IMAGES, hi = min(n, lo + DDP_SUM_IMAGES);
     float s = 0.0f;
-    for (size_t i = threadIdx.x; i < (size_t)n * hw; i += blockDim.x)
-        s += ddp_load(p, dy, ((i / hw) * c + ch) * hw + i % hw);
-    part[threadIdx.x] = s;
+    for (int img = lo; img < hi; img++) {
+        size_t base = ((size_t)img * c + ch) * hw;
+        for (int px = threadIdx.x; px < hw; px += blockDim.x)
+            s += ddp_load(p, dy, base + px);
+    }
+    red[threadIdx.x] = s;
     __syncthreads();
     for (int half = blockDim.x / 2; half > 0; half /= 2) {
         if ((int)threadIdx.x < half)
-            part[threadIdx.x] += part[threadIdx.x + half];
+            red[threadIdx.x] += red[threadIdx.x + half];
         __syncthreads();
     }
     if (threadIdx.x == 0)
-        db[ch] += part[0];
+        part[(size_t)ch * gridDim.y + blockIdx.y] = red[0];
+}
+
+/* One thread per channel: db[ch] += its n_parts partial sums, in order. */
+__global__ void ddp_channel_total_kernel(const float *part, int c, int n_parts, float *db)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c)
+        return;
+    float s = 0.0f;
+    for (int g = 0; g < n_parts; g++)
+        s += part[(size_t)ch * n_parts + g];
+    db[ch] += s;
 }
 
 /* ReLU on bf16 bits: as a signed integer a bf16 is > 0 exactly when its value is (NaN aside). */
@@ -139,13 +158,20 @@ __global__ void ddp_pool_fwd_kernel(const T *x, int planes, int h, int w, T *y, 
     arg[o] = (int)best;
 }
 
-/* Windows do not overlap: each input element receives from at most one output (dx zeroed). */
+/* One thread per output: writes its whole 2x2 window of dx, dy to the winner and zero to the
+ * others. Windows tile (planes, h, w) exactly (h, w even), so dx needs no zeroing first. */
 template <typename T>
-__global__ void ddp_pool_bwd_kernel(const T *dy, const int *arg, size_t n_out, T *dx)
+__global__ void ddp_pool_bwd_kernel(const T *dy, const int *arg, int planes, int h, int w, T *dx)
 {
+    int ho = h / 2, wo = w / 2;
     size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (o < n_out)
-        dx[arg[o]] = dy[o];
+    if (o >= (size_t)planes * ho * wo)
+        return;
+    int ox = (int)(o % wo), oy = (int)((o / wo) % ho), pl = (int)(o / ((size_t)wo * ho));
+    size_t base = ((size_t)pl * h + 2 * oy) * w + 2 * ox, win = (size_t)arg[o];
+    size_t at[4] = {base, base + 1, base + (size_t)w, base + (size_t)w + 1};
+    for (int i = 0; i < 4; i++)
+        dx[at[i]] = at[i] == win ? dy[o] : T(0);
 }
 
 /* ============================================================================== launchers == */
@@ -194,11 +220,19 @@ ddp_status ddp_cuda_add_channel_bias(ddp_precision p, void *y, const float *b, i
     return DDP_OK;
 }
 
+/* Two passes, no atomics: partial sums per (channel, chunk of images), then their totals. */
 ddp_status ddp_cuda_channel_sums(ddp_precision p, const void *dy, int n, int c, int hw, float *db)
 {
-    if (c <= 0)
+    if (c <= 0 || n <= 0 || hw <= 0)
         return DDP_OK;
-    ddp_channel_sum_kernel<<<(unsigned)c, 256, 0, ddp_cu.stream>>>(p, dy, n, c, hw, db);
+    int n_parts = (n + DDP_SUM_IMAGES - 1) / DDP_SUM_IMAGES;
+    void *part = NULL;
+    DDP_TRY_(ddp_cuda_scratch(DDP_SCRATCH_CHANNEL_SUMS, (size_t)c * n_parts * sizeof(float), &part));
+    ddp_channel_part_kernel<<<dim3((unsigned)c, (unsigned)n_parts), 256, 0, ddp_cu.stream>>>(
+        p, dy, n, c, hw, (float *)part);
+    DDP_CUDA_LAUNCHED();
+    ddp_channel_total_kernel<<<ddp_grid((size_t)c), ddp_block, 0, ddp_cu.stream>>>(
+        (const float *)part, c, n_parts, db);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
@@ -345,14 +379,15 @@ static ddp_status cuda_pool_bwd(ddp_precision p, const void *dy, const void *ws,
 {
     if (n <= 0 || c <= 0 || h < 2 || w < 2)
         return DDP_OK;
+    if (h % 2 || w % 2)
+        return DDP_ERR_INVALID_ARG;
     size_t n_out = (size_t)n * c * (h / 2) * (w / 2);
-    DDP_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)n * c * h * w * ddp_prec_size(p), ddp_cu.stream));
     if (p == DDP_PREC_BF16)
         ddp_pool_bwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
-            (const uint16_t *)dy, (const int *)ws, n_out, (uint16_t *)dx);
+            (const uint16_t *)dy, (const int *)ws, n * c, h, w, (uint16_t *)dx);
     else
         ddp_pool_bwd_kernel<float><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
-            (const float *)dy, (const int *)ws, n_out, (float *)dx);
+            (const float *)dy, (const int *)ws, n * c, h, w, (float *)dx);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
