@@ -133,14 +133,27 @@ static ddp_status conv_describe(conv_plan *pl, int kind, ddp_precision p, const 
     return DDP_OK;
 }
 
+/* Whether algo of direction kind is a Winograd variant: its transforms cost accuracy (errors near
+ * 1e-3 of the output's scale with 5x5 filters, against 1e-6 for FFT), so exact fp32 leaves it out. */
+static bool conv_winograd(int kind, int algo)
+{
+    if (kind == CONV_FWD)
+        return algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+    if (kind == CONV_BWD_DATA)
+        return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+               algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+    return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 /* The index of the first result (cuDNN sorts them, fastest or most promising first) that
- * succeeded, is deterministic (same inputs, same bits: no atomics) and, when fma_only, ran with
- * FMA math; -1 if none. */
-template <typename Perf> static int conv_fastest(const Perf *perf, int n, bool fma_only)
+ * succeeded, is deterministic (same inputs, same bits: no atomics) and, when exact, ran with
+ * FMA math and is no Winograd variant; -1 if none. */
+template <typename Perf> static int conv_fastest(int kind, const Perf *perf, int n, bool exact)
 {
     for (int i = 0; i < n; i++) {
         if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-            (!fma_only || perf[i].mathType == CUDNN_FMA_MATH))
+            (!exact || (perf[i].mathType == CUDNN_FMA_MATH && !conv_winograd(kind, (int)perf[i].algo))))
             return i;
     }
     return -1;
@@ -163,16 +176,16 @@ template <typename Perf> static void conv_log_results(int kind, const Perf *perf
 }
 
 /* Keeps the fastest measured algorithm and its math type. cuDNN's search also times default math
- * (TF32 on Ampere) when FMA math was asked for: exact fp32 prefers an FMA result and keeps FMA
- * math whatever it picks, so TF32 never slips in without --tf32. Returns the index chosen, or -1
- * when no algorithm ran (logged). */
+ * (TF32 on Ampere) when FMA math was asked for: exact fp32 prefers an FMA, non-Winograd result
+ * and keeps FMA math whatever it picks, so TF32 never slips in without --tf32. Returns the index
+ * chosen, or -1 when no algorithm ran (logged). */
 template <typename Perf>
 static int conv_choose(conv_plan *pl, int kind, ddp_precision p, const Perf *perf, int n)
 {
     bool fma = conv_math(kind, p) == CUDNN_FMA_MATH;
     conv_log_results(kind, perf, n);
-    int i = conv_fastest(perf, n, fma);
-    i = i < 0 ? conv_fastest(perf, n, false) : i;
+    int i = conv_fastest(kind, perf, n, fma);
+    i = i < 0 ? conv_fastest(kind, perf, n, false) : i;
     if (i < 0) {
         DDP_ERROR("cuDNN: no deterministic %s algorithm runs for this shape in %s (%d tried)",
                   conv_kind_names[kind], p == DDP_PREC_BF16 ? "bf16" : "fp32", n);

@@ -158,20 +158,18 @@ __global__ void ddp_pool_fwd_kernel(const T *x, int planes, int h, int w, T *y, 
     arg[o] = (int)best;
 }
 
-/* One thread per output: writes its whole 2x2 window of dx, dy to the winner and zero to the
- * others. Windows tile (planes, h, w) exactly (h, w even), so dx needs no zeroing first. */
+/* One thread per input element (coalesced writes): dx = dy of its window when it won the window,
+ * else 0. Windows tile (planes, h, w) exactly (h, w even), so every element is written and dx
+ * needs no zeroing first; the four threads of a window read the same dy and arg (cached). */
 template <typename T>
 __global__ void ddp_pool_bwd_kernel(const T *dy, const int *arg, int planes, int h, int w, T *dx)
 {
-    int ho = h / 2, wo = w / 2;
-    size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (o >= (size_t)planes * ho * wo)
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)planes * h * w)
         return;
-    int ox = (int)(o % wo), oy = (int)((o / wo) % ho), pl = (int)(o / ((size_t)wo * ho));
-    size_t base = ((size_t)pl * h + 2 * oy) * w + 2 * ox, win = (size_t)arg[o];
-    size_t at[4] = {base, base + 1, base + (size_t)w, base + (size_t)w + 1};
-    for (int i = 0; i < 4; i++)
-        dx[at[i]] = at[i] == win ? dy[o] : T(0);
+    int x = (int)(i % w), y = (int)((i / w) % h), pl = (int)(i / ((size_t)w * h));
+    size_t o = ((size_t)pl * (h / 2) + y / 2) * (w / 2) + x / 2;
+    dx[i] = (size_t)arg[o] == i ? dy[o] : T(0);
 }
 
 /* ============================================================================== launchers == */
@@ -381,12 +379,12 @@ static ddp_status cuda_pool_bwd(ddp_precision p, const void *dy, const void *ws,
         return DDP_OK;
     if (h % 2 || w % 2)
         return DDP_ERR_INVALID_ARG;
-    size_t n_out = (size_t)n * c * (h / 2) * (w / 2);
+    size_t n_in = (size_t)n * c * h * w;
     if (p == DDP_PREC_BF16)
-        ddp_pool_bwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
+        ddp_pool_bwd_kernel<uint16_t><<<ddp_grid(n_in), ddp_block, 0, ddp_cu.stream>>>(
             (const uint16_t *)dy, (const int *)ws, n * c, h, w, (uint16_t *)dx);
     else
-        ddp_pool_bwd_kernel<float><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
+        ddp_pool_bwd_kernel<float><<<ddp_grid(n_in), ddp_block, 0, ddp_cu.stream>>>(
             (const float *)dy, (const int *)ws, n * c, h, w, (float *)dx);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
