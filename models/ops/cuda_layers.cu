@@ -158,18 +158,13 @@ __global__ void ddp_pool_fwd_kernel(const T *x, int planes, int h, int w, T *y, 
     arg[o] = (int)best;
 }
 
-/* One thread per input element (coalesced writes): dx = dy of its window when it won the window,
- * else 0. Windows tile (planes, h, w) exactly (h, w even), so every element is written and dx
- * needs no zeroing first; the four threads of a window read the same dy and arg (cached). */
+/* Windows do not overlap: each input element receives from at most one output (dx zeroed). */
 template <typename T>
-__global__ void ddp_pool_bwd_kernel(const T *dy, const int *arg, int planes, int h, int w, T *dx)
+__global__ void ddp_pool_bwd_kernel(const T *dy, const int *arg, size_t n_out, T *dx)
 {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)planes * h * w)
-        return;
-    int x = (int)(i % w), y = (int)((i / w) % h), pl = (int)(i / ((size_t)w * h));
-    size_t o = ((size_t)pl * (h / 2) + y / 2) * (w / 2) + x / 2;
-    dx[i] = (size_t)arg[o] == i ? dy[o] : T(0);
+    size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o < n_out)
+        dx[arg[o]] = dy[o];
 }
 
 /* ============================================================================== launchers == */
@@ -377,15 +372,14 @@ static ddp_status cuda_pool_bwd(ddp_precision p, const void *dy, const void *ws,
 {
     if (n <= 0 || c <= 0 || h < 2 || w < 2)
         return DDP_OK;
-    if (h % 2 || w % 2)
-        return DDP_ERR_INVALID_ARG;
-    size_t n_in = (size_t)n * c * h * w;
+    size_t n_out = (size_t)n * c * (h / 2) * (w / 2);
+    DDP_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)n * c * h * w * ddp_prec_size(p), ddp_cu.stream));
     if (p == DDP_PREC_BF16)
-        ddp_pool_bwd_kernel<uint16_t><<<ddp_grid(n_in), ddp_block, 0, ddp_cu.stream>>>(
-            (const uint16_t *)dy, (const int *)ws, n * c, h, w, (uint16_t *)dx);
+        ddp_pool_bwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
+            (const uint16_t *)dy, (const int *)ws, n_out, (uint16_t *)dx);
     else
-        ddp_pool_bwd_kernel<float><<<ddp_grid(n_in), ddp_block, 0, ddp_cu.stream>>>(
-            (const float *)dy, (const int *)ws, n * c, h, w, (float *)dx);
+        ddp_pool_bwd_kernel<float><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
+            (const float *)dy, (const int *)ws, n_out, (float *)dx);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
