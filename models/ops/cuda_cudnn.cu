@@ -3,8 +3,9 @@
  * shape, batch, precision and TF32 setting, made on first use and cached. Making a plan measures
  * every algorithm cuDNN has for it (cudnnFindConvolution*Algorithm: PyTorch's
  * cudnn.benchmark) and keeps the fastest deterministic one that succeeded, with the workspace it
- * needs; one workspace serves all plans and grows to the largest. DDP_CUDNN_BENCHMARK=0 takes
- * cuDNN's heuristic ranking instead, for bit-identical reruns (conv_measure).
+ * needs; one workspace serves all plans and grows to the largest. Winograd algorithms are left
+ * out for their accuracy (conv_winograd). DDP_CUDNN_BENCHMARK=0 takes cuDNN's heuristic ranking
+ * instead, for bit-identical reruns (conv_measure).
  *
  * cuDNN 9 still ships this (legacy) convolution API, marked deprecated in favour of the graph API;
  * its headers warn only under CUDNN_WARN_DEPRECATED.
@@ -133,29 +134,65 @@ static ddp_status conv_describe(conv_plan *pl, int kind, ddp_precision p, const 
     return DDP_OK;
 }
 
+/* Whether algo of direction kind is a Winograd variant. Their transforms cost accuracy: on the
+ * H100, cuDNN 9.19, fp32 backward data of a 5x5 convolution missed the CPU's result by ~1e-3 of
+ * the output's scale with FMA math (FFT and GEMM algorithms: ~1e-6), and ~1e-2 on fp16 values
+ * with TF32 math, where the emulation counts on half values staying exact. So no precision
+ * takes one unless nothing else runs. */
+static bool conv_winograd(int kind, int algo)
+{
+    if (kind == CONV_FWD)
+        return algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+    if (kind == CONV_BWD_DATA)
+        return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+               algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+    return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 /* The index of the first result (cuDNN sorts them, fastest or most promising first) that
- * succeeded, is deterministic (same inputs, same bits: no atomics) and, when fma_only, ran with
- * FMA math; -1 if none. */
-template <typename Perf> static int conv_fastest(const Perf *perf, int n, bool fma_only)
+ * succeeded and is deterministic (same inputs, same bits: no atomics), ran with FMA math when
+ * fma_only, and is no Winograd variant unless winograd; -1 if none. */
+template <typename Perf>
+static int conv_fastest(int kind, const Perf *perf, int n, bool fma_only, bool winograd)
 {
     for (int i = 0; i < n; i++) {
         if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-            (!fma_only || perf[i].mathType == CUDNN_FMA_MATH))
+            (!fma_only || perf[i].mathType == CUDNN_FMA_MATH) &&
+            (winograd || !conv_winograd(kind, (int)perf[i].algo)))
             return i;
     }
     return -1;
 }
 
-/* Keeps the fastest measured algorithm and its math type. cuDNN's search also times default math
- * (TF32 on Ampere) when FMA math was asked for: exact fp32 prefers an FMA result and keeps FMA
- * math whatever it picks, so TF32 never slips in without --tf32. Returns the index chosen, or -1
- * when no algorithm ran (logged). */
+/* At debug level (DDP_LOG_LEVEL=debug): every result of the ranking, in cuDNN's order, as
+ * "algo:ms:math[:nd][:failed]", so a choice can be checked against the alternatives. */
+template <typename Perf> static void conv_log_results(int kind, const Perf *perf, int n)
+{
+    if (ddp_log_get_level() < DDP_LOG_DEBUG)
+        return;
+    char text[1024];
+    size_t len = 0;
+    for (int i = 0; i < n && len < sizeof text; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, " %d:%.3f:%d%s%s", (int)perf[i].algo,
+                                (double)perf[i].time, (int)perf[i].mathType,
+                                perf[i].determinism == CUDNN_DETERMINISTIC ? "" : ":nd",
+                                perf[i].status == CUDNN_STATUS_SUCCESS ? "" : ":failed");
+    DDP_DEBUG("cuDNN %s results (algo:ms:math):%s", conv_kind_names[kind], text);
+}
+
+/* Keeps the fastest measured algorithm and its math type, Winograd variants only as a last
+ * resort (conv_winograd). cuDNN's search also times default math (TF32 on Ampere) when FMA math
+ * was asked for: exact fp32 prefers an FMA result and keeps FMA math whatever it picks, so TF32
+ * never slips in without --tf32. Returns the index chosen, or -1 when no algorithm ran (logged). */
 template <typename Perf>
 static int conv_choose(conv_plan *pl, int kind, ddp_precision p, const Perf *perf, int n)
 {
     bool fma = conv_math(kind, p) == CUDNN_FMA_MATH;
-    int i = conv_fastest(perf, n, fma);
-    i = i < 0 ? conv_fastest(perf, n, false) : i;
+    conv_log_results(kind, perf, n);
+    int i = conv_fastest(kind, perf, n, fma, false);
+    i = i < 0 ? conv_fastest(kind, perf, n, false, false) : i;
+    i = i < 0 ? conv_fastest(kind, perf, n, false, true) : i;
     if (i < 0) {
         DDP_ERROR("cuDNN: no deterministic %s algorithm runs for this shape in %s (%d tried)",
                   conv_kind_names[kind], p == DDP_PREC_BF16 ? "bf16" : "fp32", n);

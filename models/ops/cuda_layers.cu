@@ -80,25 +80,46 @@ __global__ void ddp_colsum_kernel(ddp_precision p, float *db, const void *dy, in
     db[c] = accumulate ? db[c] + s : s;
 }
 
-/* One block per channel: db[channel] += the sum of dy (n, c, hw) over images and pixels (= when
- * not accumulating), in a fixed order (reproducible). */
-__global__ void ddp_channel_sum_kernel(ddp_precision p, const void *dy, int n, int c, int hw,
-                                       float *db, bool accumulate)
+/* Images per block of the channel sums: blocks (channel, chunk) of DDP_SUM_IMAGES images each
+ * spread the reduction over the whole GPU (one block per channel left 20 blocks to read 16 MB). */
+#define DDP_SUM_IMAGES 8
+
+/* Block (ch, g): part[ch * gridDim.y + g] = the sum of dy (n, c, hw) over images
+ * g * DDP_SUM_IMAGES .. and all pixels of channel ch, in a fixed order (reproducible). */
+__global__ void ddp_channel_part_kernel(ddp_precision p, const void *dy, int n, int c, int hw,
+                                        float *part)
 {
-    __shared__ float part[256];
-    int ch = blockIdx.x;
+    __shared__ float red[256];
+    int ch = blockIdx.x, lo = blockIdx.y * DDP_SUM_IMAGES, hi = min(n, lo + DDP_SUM_IMAGES);
     float s = 0.0f;
-    for (size_t i = threadIdx.x; i < (size_t)n * hw; i += blockDim.x)
-        s += ddp_load(p, dy, ((i / hw) * c + ch) * hw + i % hw);
-    part[threadIdx.x] = s;
+    for (int img = lo; img < hi; img++) {
+        size_t base = ((size_t)img * c + ch) * hw;
+        for (int px = threadIdx.x; px < hw; px += blockDim.x)
+            s += ddp_load(p, dy, base + px);
+    }
+    red[threadIdx.x] = s;
     __syncthreads();
     for (int half = blockDim.x / 2; half > 0; half /= 2) {
         if ((int)threadIdx.x < half)
-            part[threadIdx.x] += part[threadIdx.x + half];
+            red[threadIdx.x] += red[threadIdx.x + half];
         __syncthreads();
     }
     if (threadIdx.x == 0)
-        db[ch] = accumulate ? db[ch] + part[0] : part[0];
+        part[(size_t)ch * gridDim.y + blockIdx.y] = red[0];
+}
+
+/* One thread per channel: db[ch] += its n_parts partial sums, in order (= when not
+ * accumulating). */
+__global__ void ddp_channel_total_kernel(const float *part, int c, int n_parts, float *db,
+                                         bool accumulate)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c)
+        return;
+    float s = 0.0f;
+    for (int g = 0; g < n_parts; g++)
+        s += part[(size_t)ch * n_parts + g];
+    db[ch] = accumulate ? db[ch] + s : s;
 }
 
 /* ReLU on bf16 bits: as a signed integer a bf16 is > 0 exactly when its value is (NaN aside). */
@@ -195,12 +216,23 @@ ddp_status ddp_cuda_add_channel_bias(ddp_precision p, void *y, const float *b, i
     return DDP_OK;
 }
 
+/* Two passes, no atomics: partial sums per (channel, chunk of images), then their totals. */
 ddp_status ddp_cuda_channel_sums(ddp_precision p, const void *dy, int n, int c, int hw, float *db,
                                  bool accumulate)
 {
     if (c <= 0)
         return DDP_OK;
-    ddp_channel_sum_kernel<<<(unsigned)c, 256, 0, ddp_cu.stream>>>(p, dy, n, c, hw, db, accumulate);
+    int n_parts = n > 0 && hw > 0 ? (n + DDP_SUM_IMAGES - 1) / DDP_SUM_IMAGES : 0;
+    void *part = NULL;
+    if (n_parts > 0) {
+        DDP_TRY_(ddp_cuda_scratch(DDP_SCRATCH_CHANNEL_SUMS, (size_t)c * n_parts * sizeof(float), &part));
+        ddp_channel_part_kernel<<<dim3((unsigned)c, (unsigned)n_parts), 256, 0, ddp_cu.stream>>>(
+            p, dy, n, c, hw, (float *)part);
+        DDP_CUDA_LAUNCHED();
+    }
+    /* with no images, the totals are 0 (overwriting) or db unchanged */
+    ddp_channel_total_kernel<<<ddp_grid((size_t)c), ddp_block, 0, ddp_cu.stream>>>(
+        (const float *)part, c, n_parts, db, accumulate);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }

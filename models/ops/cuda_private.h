@@ -69,7 +69,7 @@ ddp_status ddp_cublas_fail(cublasStatus_t st, const char *what, const char *file
  * synchronised before a buffer is replaced, so queued work never reads freed memory). *out holds
  * at least n_bytes; DDP_ERR_CUDA when cudaMalloc fails (logged). */
 enum { DDP_SCRATCH_XENT, DDP_SCRATCH_GEMM, DDP_SCRATCH_CONV_X, DDP_SCRATCH_CONV_DY,
-       DDP_SCRATCH_CUDNN_WS, DDP_SCRATCH_SLOTS };
+       DDP_SCRATCH_CUDNN_WS, DDP_SCRATCH_CHANNEL_SUMS, DDP_SCRATCH_SLOTS };
 ddp_status ddp_cuda_scratch(int slot, size_t n_bytes, void **out);
 
 /* Whether the device has TF32 and bf16 tensor cores (compute capability 8.0, Ampere, or newer). */
