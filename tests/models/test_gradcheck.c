@@ -31,13 +31,6 @@ static double dot_g(const float *g, const float *y, size_t n)
     return s;
 }
 
-/* Poison for outputs that must be overwritten, not read. */
-static void fill_nan(float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = NAN;
-}
-
 /* ---- linear ------------------------------------------------------------------------------ */
 
 typedef struct linear_case {
@@ -60,7 +53,7 @@ static void check_linear(test_rng *r)
     float *dx = test_floats(21), *dw = test_floats(35), *db = test_floats(5);
     test_fill(r, c.x, 21, -1, 1), test_fill(r, c.w, 35, -1, 1), test_fill(r, c.b, 5, -1, 1);
     test_fill(r, c.g, 15, -1, 1);
-    fill_nan(dw, 35), fill_nan(db, 5); /* overwritten, never read */
+    test_fill_nan(dw, 35), test_fill_nan(db, 5); /* overwritten, never read */
     CHECK(ddp_linear_bwd_params(cpu, F32, c.x, c.g, 3, 7, 5, dw, db, false) == DDP_OK, "linear bwd params");
     CHECK(ddp_linear_bwd_input(cpu, F32, c.w, c.g, 3, 7, 5, dx) == DDP_OK, "linear bwd input");
     CHECK(test_gradcheck("linear dx", c.x, 21, 1, dx, linear_objective, &c, 1e-2f, 1e-3, 1e-2) == 0, "linear dx");
@@ -98,7 +91,7 @@ static void check_conv(test_rng *r, int c_in, int h, int w, int c_out, int k, in
     test_fill(r, c.x, n_x, -1, 1), test_fill(r, c.w, n_w, -1, 1);
     test_fill(r, c.b, (size_t)c_out, -1, 1), test_fill(r, c.g, n_y, -1, 1);
     conv_objective(&c); /* fills col for the parameter gradients */
-    fill_nan(dw, n_w), fill_nan(db, (size_t)c_out); /* overwritten */
+    test_fill_nan(dw, n_w), test_fill_nan(db, (size_t)c_out); /* overwritten */
     CHECK(ddp_conv_bwd_params(cpu, F32, &c.cv, c.x, c.col, c.g, c.batch, dw, db, false) == DDP_OK,
           "conv bwd params");
     CHECK(ddp_conv_bwd_input(cpu, F32, &c.cv, c.w, c.g, c.batch, dcol, dx) == DDP_OK, "conv bwd input");
@@ -220,7 +213,7 @@ static void check_model(test_rng *r, ddp_model_kind kind)
     float loss;
     float *params = ddp_model_params(c.m), *grads = ddp_model_grads(c.m);
     size_t total = ddp_model_numel_total(c.m);
-    fill_nan(grads, total); /* zero_grad: the backward overwrites, never reads */
+    test_fill_nan(grads, total); /* zero_grad: the backward overwrites, never reads */
     CHECK(ddp_model_zero_grad(c.m) == DDP_OK, "zero grad");
     CHECK(ddp_model_forward(c.m, c.x, c.labels, 2, &loss, NULL, NULL) == DDP_OK, "forward");
     CHECK(ddp_model_backward(c.m, NULL) == DDP_OK, "backward");

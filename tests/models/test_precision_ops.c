@@ -89,13 +89,6 @@ static int compare(const char *what, const prec *q, const float *got, const doub
     return bad;
 }
 
-/* Poison for outputs that must be overwritten, not read. */
-static void fill_nan(float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = NAN;
-}
-
 /* ---- cast ------------------------------------------------------------------------------------ */
 
 static void check_cast(const prec *q, test_rng *rng)
@@ -153,7 +146,7 @@ static void check_linear(const prec *q, test_rng *rng)
     for (int acc = 1; acc >= 0; acc--) {
         float dw0[LO * LI], db0[LO];
         if (!acc)
-            fill_nan(dw, LO * LI), fill_nan(db, LO);
+            test_fill_nan(dw, LO * LI), test_fill_nan(db, LO);
         memcpy(dw0, dw, sizeof dw), memcpy(db0, db, sizeof db);
         CHECK(ops->linear_bwd_params(q->p, xq, dyq, LB, LI, LO, dw, db, acc) == DDP_OK, "linear_bwd_params");
         for (int o = 0; o < LO; o++) {
@@ -303,7 +296,7 @@ static void check_conv(const prec *q, test_rng *rng, int c_in, int k, int pad)
     /* Adding to dw and db, then overwriting them (NaN there must not reach the result). */
     for (int acc = 1; acc >= 0; acc--) {
         if (!acc) {
-            fill_nan(dw, nw), fill_nan(db, (size_t)s->c_out);
+            test_fill_nan(dw, nw), test_fill_nan(db, (size_t)s->c_out);
             for (size_t i = 0; i < nw; i++)
                 dw0[i] = 0.0;
             for (int o = 0; o < s->c_out; o++)

@@ -33,6 +33,13 @@ static inline void test_fill(test_rng *r, float *x, size_t n, double lo, double 
 
 static inline float *test_floats(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 
+/* Poison for outputs that must be overwritten, not read (NaN fails every comparison). */
+static inline void test_fill_nan(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
+}
+
 /* Counts elements with |got - want| > atol + rtol * |want|, printing the first five.
  * Returns the count; the caller CHECKs it. */
 static inline int test_compare(const char *what, const float *got, const float *want, size_t n,
