@@ -84,7 +84,7 @@ __global__ void ddp_colsum_kernel(ddp_precision p, float *db, const void *dy, in
  * spread the reduction over the whole GPU (one block per channel left 20 blocks to read 16 MB). */
 #define DDP_SUM_IMAGES 8
 
-/* Block (ch, g): part[ch * gridDim.y + g] = the sum of dy (n, c, hw) over images
+/* Block (ch, g): part[g * c + ch] = the sum of dy (n, c, hw) over images
  * g * DDP_SUM_IMAGES .. and all pixels of channel ch, in a fixed order (reproducible). */
 __global__ void ddp_channel_part_kernel(ddp_precision p, const void *dy, int n, int c, int hw,
                                         float *part)
@@ -105,21 +105,7 @@ __global__ void ddp_channel_part_kernel(ddp_precision p, const void *dy, int n, 
         __syncthreads();
     }
     if (threadIdx.x == 0)
-        part[(size_t)ch * gridDim.y + blockIdx.y] = red[0];
-}
-
-/* One thread per channel: db[ch] += its n_parts partial sums, in order (= when not
- * accumulating). */
-__global__ void ddp_channel_total_kernel(const float *part, int c, int n_parts, float *db,
-                                         bool accumulate)
-{
-    int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= c)
-        return;
-    float s = 0.0f;
-    for (int g = 0; g < n_parts; g++)
-        s += part[(size_t)ch * n_parts + g];
-    db[ch] = accumulate ? db[ch] + s : s;
+        part[(size_t)blockIdx.y * c + ch] = red[0];
 }
 
 /* ReLU on bf16 bits: as a signed integer a bf16 is > 0 exactly when its value is (NaN aside). */
@@ -216,7 +202,8 @@ ddp_status ddp_cuda_add_channel_bias(ddp_precision p, void *y, const float *b, i
     return DDP_OK;
 }
 
-/* Two passes, no atomics: partial sums per (channel, chunk of images), then their totals. */
+/* Two passes, no atomics: partial sums per (chunk of images, channel), then each channel's
+ * column of them summed in order by ddp_colsum_kernel. */
 ddp_status ddp_cuda_channel_sums(ddp_precision p, const void *dy, int n, int c, int hw, float *db,
                                  bool accumulate)
 {
@@ -231,8 +218,8 @@ ddp_status ddp_cuda_channel_sums(ddp_precision p, const void *dy, int n, int c, 
         DDP_CUDA_LAUNCHED();
     }
     /* with no images, the totals are 0 (overwriting) or db unchanged */
-    ddp_channel_total_kernel<<<ddp_grid((size_t)c), ddp_block, 0, ddp_cu.stream>>>(
-        (const float *)part, c, n_parts, db, accumulate);
+    ddp_colsum_kernel<<<ddp_grid((size_t)c), ddp_block, 0, ddp_cu.stream>>>(DDP_PREC_FP32, db, part,
+                                                                          n_parts, c, accumulate);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }

@@ -358,6 +358,7 @@ int main(void)
             check_conv(&r, q, 8, &conv1);
             check_conv(&r, q, 8, &conv2);
             check_conv(&r, q, 3, &odd);
+            check_conv(&r, q, 19, &odd); /* bias sums over three chunks of images, one partial */
         }
         check_pool(&r, q);
         if (q->p == DDP_PREC_BF16 && !cpu_bf16) { /* the CPU model refuses bf16 there */
