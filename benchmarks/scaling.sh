@@ -33,7 +33,7 @@
 #   --bench-factor F     each bench size is the previous one times F (default 4)
 #   --bench-idle-ms N    ddp-allreduce-bench --idle-ms N: each all-reduce timed alone after N ms of
 #                        idle link, as between training steps (default 0: back to back, as
-#                        nccl-tests; a shaped link that never idles moves less, see costmodel.py)
+#                        nccl-tests)
 #   --data DIR           MNIST IDX folder (default data/mnist)
 #   --local-cluster N    start slurm/cluster.sh with N nodes first (root) and stop it at the end;
 #   --rate R, --rate-node N=R   its link limits (see slurm/cluster.sh)

@@ -176,6 +176,17 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 # cannot tell they are oversubscribed, and Open MPI's busy-polling then starves the ranks that
 # compute (measured: 4 ranks on 2 cores trained 8x slower). Yield the core while waiting.
 export OMPI_MCA_mpi_yield_when_idle=1
+# Large messages as plain send/receive fragments: Open MPI's TCP BTL otherwise emulates RDMA puts
+# for them (ob1's RDMA pipeline), whose control messages queue behind the other direction's data on
+# a shaped link; an all-reduce then ran at half the link's rate (2 ranks, 8 MiB over 1gbit: 130 ms
+# = 65 MB/s; without put 71-90 ms, a raw TCP exchange 76 ms). A second connection per peer
+# (btl_tcp_links=2) also reached 71 ms, but jobs fell back to 127 ms steps partway through.
+export OMPI_MCA_btl_tcp_flags=send,inplace,need-ack,need-csum,hetero-rdma
+# The ring all-reduce for every size (what NCCL runs across nodes, and what benchmarks/costmodel.py
+# models). Open MPI's fixed decision rules pick other algorithms here that move less over TCP: at
+# 4 ranks, 8 MiB took 208 ms by default and 118 ms as a ring (ideal 107 ms at 118 MB/s).
+export OMPI_MCA_coll_tuned_use_dynamic_rules=1
+export OMPI_MCA_coll_tuned_allreduce_algorithm=4
 export OPENBLAS_NUM_THREADS=1
 EOF
 }

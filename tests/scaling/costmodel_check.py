@@ -66,4 +66,16 @@ check(math.isclose(exposed, 1.0) and math.isclose(step, 4.0), "no overlap: all o
 # With overlap: ready at 0.2, 0.8, 1.4, 2.0 s; durations 0.1, 0.3, 0.3, 0.3: the last ends at 2.3.
 step, exposed, total, _, _ = costmodel.step_time(1.0, 2.0, [10, 30, 30, 30], comm, overlap=True)
 check(math.isclose(exposed, 0.3) and math.isclose(step, 3.3), f"overlap: only the last bucket exposed ({exposed:.3f})")
+
+# The link fit: bench rows made by the ring formula (alpha 100 us, 118 MB/s at 2 ranks, sizes 4 KiB
+# to 16 MiB), one large size 5% slow, sizes under the 256 KB token bucket 10x faster than the formula:
+# alpha and B come back (a least-squares line gave a latency of milliseconds from such noise).
+rows = []
+for k, size in enumerate(4096 * 2 ** i for i in range(13)):
+    t = costmodel.ring_time(size, 2, 100e-6, 118e6)
+    t = 2 * 100e-6 + (t - 2 * 100e-6) / 10 if size < 256 * 1024 else t * (1.05 if k == 11 else 1.0)
+    rows.append(dict(ranks="2", size_bytes=str(size), time_us=str(t * 1e6)))
+alpha, bw = costmodel.fit_link(rows, 2)
+check(abs(alpha - 100e-6) < 5e-6 and abs(bw / 118e6 - 1) < 0.02,
+      f"link fit: alpha {alpha * 1e6:.1f} us (100), B {bw / 1e6:.1f} MB/s (118)")
 sys.exit(1 if failures else 0)
