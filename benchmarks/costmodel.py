@@ -250,9 +250,9 @@ def local_predict(args):
     Compute is measured (the critical path: step - the slowest rank's wait, from the same runs:
     namespace nodes share the machine's cores, so compute depends on the rank count and on the
     machine's other load); the model predicts the communication: the ring's alpha and B fitted to
-    ddp-allreduce-bench at --calib-ranks ranks give every bucket's all-reduce at every rank count."""
-    bench = list(csv.DictReader(open(args.calib)))
-    links = {}
+    ddp-allreduce-bench at --calib-ranks ranks give every bucket's all-reduce at every rank count.
+    Returns ((alpha, B), rows)."""
+    alpha, bw = fit_link(list(csv.DictReader(open(args.calib))), args.calib_ranks)
     groups = {}
     for r in csv.DictReader(open(args.runs)):
         if int(r["ranks"]) > 1 and r["mode"] == "weak":
@@ -266,22 +266,20 @@ def local_predict(args):
         cap = 1e12 if bucket == "one" else float(bucket) * MIB
         first = 1e12 if bucket == "one" else min(float(bucket), 1.0) * MIB
         sizes = plan_buckets(args.grad_bytes_total, cap, first)
-        alpha, bw = links.setdefault(args.calib_ranks, fit_link(bench, args.calib_ranks))
         comm = lambda s: (ring_time(s, ranks, alpha, bw), 2 * (ranks - 1) * alpha)
         step, exposed, _, _, _ = step_time(t_compute / 3, 2 * t_compute / 3, sizes, comm, overlap == "on")
         measured = statistics.median(step_of(r) for r in runs) * 1e-3
         out.append(dict(ranks=ranks, bucket=bucket, overlap=overlap, predicted=step, measured=measured,
                         error=(step - measured) / measured, compute=t_compute, exposed=exposed,
                         exposed_measured=statistics.median(wait_of(r) for r in runs) * 1e-3))
-    return links, out
+    return (alpha, bw), out
 
 
 def cmd_local(args):
-    links, rows = local_predict(args)
+    (alpha, bw), rows = local_predict(args)
     idle = sorted({r.get("idle_ms") or "0" for r in csv.DictReader(open(args.calib))})
-    for ranks, (alpha, bw) in sorted(links.items()):
-        print(f"# calibration: ring fitted to ddp-allreduce-bench at {ranks} ranks (--idle-ms {','.join(idle)}): "
-              f"alpha {1e6 * alpha:.1f} us/step, B {bw / 1e6:.1f} MB/s per rank")
+    print(f"# calibration: ring fitted to ddp-allreduce-bench at {args.calib_ranks} ranks (--idle-ms {','.join(idle)}): "
+          f"alpha {1e6 * alpha:.1f} us/step, B {bw / 1e6:.1f} MB/s per rank")
     print(f"# compute measured (step - the slowest rank's wait, steady state); {args.grad_bytes_total / 1e6:.2f} MB of gradients")
     print(f"{'ranks':>5} {'buckets':>7} {'overlap':>7} {'compute_ms':>10} {'comm_pred':>9} {'comm_meas':>9} "
           f"{'pred_ms':>8} {'meas_ms':>8} {'error':>7}")

@@ -67,7 +67,8 @@ __global__ void ddp_channel_bias_kernel(ddp_precision p, void *y, const float *b
         ddp_store(p, y, i, ddp_load(p, y, i) + b[(i / hw) % c]);
 }
 
-/* One thread per column: db[col] += the column's sum over the rows of dy (rows, cols). */
+/* One thread per column: db[col] += the column's sum over the rows of dy (rows, cols); with
+ * accumulate false, db[col] = that sum (db not read). */
 __global__ void ddp_colsum_kernel(ddp_precision p, float *db, const void *dy, int rows, int cols,
                                   bool accumulate)
 {

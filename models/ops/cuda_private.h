@@ -77,7 +77,8 @@ static inline bool ddp_cuda_ampere(void) { return ddp_cu.cc_major >= 8; }
 
 /* The precision-aware layer ops of cuda_layers.cu (all but the convolutions). */
 void ddp_cuda_layer_ops(ddp_ops *ops);
-/* Adds dy's per-channel sums to db: dy (n, c, hw) in precision p, db (c) fp32. */
+/* Adds dy's per-channel sums to db (accumulate false: stores them): dy (n, c, hw) in precision
+ * p, db (c) fp32. */
 ddp_status ddp_cuda_channel_sums(ddp_precision p, const void *dy, int n, int c, int hw, float *db,
                                  bool accumulate);
 /* y (n, c, hw) = y + b[c], rounded to precision p's storage (y is float for fp32 and fp16). */

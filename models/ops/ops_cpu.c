@@ -328,19 +328,6 @@ cpu_sgd_bf16_avx512(float *restrict w, float *restrict m, const float *restrict 
     }
 }
 
-static ddp_status cpu_cast(ddp_precision to, void *dst, ddp_precision from, const void *src, size_t n);
-
-static ddp_status cpu_sgd_step_cast(float *w, float *m, const float *g, size_t n, float lr,
-                                    float momentum, float weight_decay, ddp_precision p, void *wc)
-{
-    if (p == DDP_PREC_BF16 && __builtin_cpu_supports("avx512bf16")) {
-        cpu_sgd_bf16_avx512(w, m, g, n, lr, momentum, weight_decay, wc);
-        return DDP_OK;
-    }
-    DDP_TRY_(cpu_sgd_step(w, m, g, n, lr, momentum, weight_decay));
-    return p == DDP_PREC_FP32 ? DDP_OK : cpu_cast(p, wc, DDP_PREC_FP32, w, n);
-}
-
 static ddp_status cpu_cast(ddp_precision to, void *dst, ddp_precision from, const void *src, size_t n)
 {
     if (to == DDP_PREC_BF16 && from != DDP_PREC_BF16) {
@@ -361,6 +348,17 @@ static ddp_status cpu_cast(ddp_precision to, void *dst, ddp_precision from, cons
     if (to == DDP_PREC_FP16 && from != DDP_PREC_FP16)
         cpu_round_fp16(dst, n);
     return DDP_OK;
+}
+
+static ddp_status cpu_sgd_step_cast(float *w, float *m, const float *g, size_t n, float lr,
+                                    float momentum, float weight_decay, ddp_precision p, void *wc)
+{
+    if (p == DDP_PREC_BF16 && __builtin_cpu_supports("avx512bf16")) {
+        cpu_sgd_bf16_avx512(w, m, g, n, lr, momentum, weight_decay, wc);
+        return DDP_OK;
+    }
+    DDP_TRY_(cpu_sgd_step(w, m, g, n, lr, momentum, weight_decay));
+    return p == DDP_PREC_FP32 ? DDP_OK : cpu_cast(p, wc, DDP_PREC_FP32, w, n);
 }
 
 /* The fp16 emulation: an op's fp32 output rounded to what fp16 storage would hold. */
