@@ -10,39 +10,44 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "cpu_isa.h"
+
 /* Names the variable set next to OPENBLAS_CORETYPE by whoever applied the policy ("ddp-launch" or
  * "models/ops"); OPENBLAS_CORETYPE without it is the user's preset. */
 #define DDP_BLAS_SETTER_ENV "DDP_OPENBLAS_CORETYPE_BY"
 /* Testing aid: a comma-separated feature list replacing the CPU's own, e.g.
- * "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16", or "none". */
+ * "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16", or "none". Only the kernel policy
+ * reads it (nothing runs on simulated features). */
 #define DDP_BLAS_SIMULATE_ENV "DDP_SIMULATE_CPU_FEATURES"
 
-/* The CPU features the policy looks at. */
-struct ddp_cpu_features {
-    bool avx512f, avx512bw, avx512vl, avx512dq, avx512bf16;
-};
+/* The CPU's features, or those SIMULATE lists (NULL: the real CPU), capped by the DDP_CPU_ISA value
+ * isa (NULL: no cap). Fails on a word that names no feature the policy knows, or a bad isa. */
+int ddp_cpu_features_get(const char *simulate, const char *isa, struct ddp_cpu_features *out, char *err,
+                         size_t errlen);
 
-/* The CPU's features, or those SIMULATE lists (NULL: the real CPU). Fails on a word that names
- * no feature the policy knows. */
-int ddp_cpu_features_get(const char *simulate, struct ddp_cpu_features *out, char *err, size_t errlen);
-
-/* The OpenBLAS core for these features: "Cooperlake" (AVX-512 F, BW, VL, DQ and BF16),
- * "SkylakeX" (F, BW, VL, DQ), or NULL (leave the choice to OpenBLAS). */
-const char *ddp_blas_core_for(const struct ddp_cpu_features *f);
+/* The OpenBLAS core for these features: "Cooperlake" (AVX-512 F, BW, VL, DQ and BF16), "SkylakeX"
+ * (F, BW, VL, DQ), or NULL (leave the choice to OpenBLAS). When capped (a DDP_CPU_ISA cap removed
+ * features), a CPU left without AVX-512 gets "Haswell" (AVX2 kernels) where it keeps AVX2 and
+ * "Prescott" (SSE3 kernels, OpenBLAS's lowest x86-64 core) otherwise, so OpenBLAS's own choice
+ * (made on the real CPU) cannot exceed the cap. */
+const char *ddp_blas_core_for(const struct ddp_cpu_features *f, bool capped);
 
 /* What a process should do about OPENBLAS_CORETYPE. */
 struct ddp_blas_decision {
-    const char *preset; /* the user's OPENBLAS_CORETYPE (kept as given), or NULL */
+    const char *preset; /* the user's OPENBLAS_CORETYPE (kept as given unless capped), or NULL */
     const char *core;   /* the policy's core for this CPU (NULL: OpenBLAS's own choice) */
     const char *current; /* OPENBLAS_CORETYPE as found (preset or set by ddp), or NULL */
-    bool apply;         /* true: set OPENBLAS_CORETYPE=core (it is unset, and core is not NULL) */
+    const char *cap;    /* the DDP_CPU_ISA level that capped the CPU's features, or NULL */
+    bool apply;         /* true: set OPENBLAS_CORETYPE=core (unset, or a preset a cap overrides) */
 };
 
-/* Decides from the values of OPENBLAS_CORETYPE, DDP_BLAS_SETTER_ENV and DDP_BLAS_SIMULATE_ENV
- * (each NULL when unset). An OPENBLAS_CORETYPE already set is never changed: one set by ddp
- * (ddp-launch before models/ops) is the policy already applied, any other is the user's preset.
- * Fails only on a bad simulated feature list. */
-int ddp_blas_decide(const char *coretype, const char *setter, const char *simulate,
+/* Decides from the values of OPENBLAS_CORETYPE, DDP_BLAS_SETTER_ENV, DDP_BLAS_SIMULATE_ENV and
+ * DDP_CPU_ISA (each NULL when unset). An OPENBLAS_CORETYPE already set is kept: one set by ddp
+ * (ddp-launch before models/ops) is the policy already applied, any other is the user's preset,
+ * except that a DDP_CPU_ISA cap replaces a preset other than its own core (the cap is the later,
+ * explicit choice, and a preset could run kernels above it). Fails on a bad simulated feature list
+ * or DDP_CPU_ISA value. */
+int ddp_blas_decide(const char *coretype, const char *setter, const char *simulate, const char *isa,
                     struct ddp_blas_decision *out, char *err, size_t errlen);
 
 /* One line for start-up reports, e.g. "OPENBLAS_CORETYPE=Haswell preset by the user (policy for this

@@ -233,19 +233,19 @@ static void export_setup(const struct rank_setup *s, int v)
     put("OMP_NUM_THREADS", threads, 0, v);
     put("OPENBLAS_NUM_THREADS", threads, 0, v);
     if (s->blas.apply) {
-        put("OPENBLAS_CORETYPE", s->blas.core, 0, v);
+        put("OPENBLAS_CORETYPE", s->blas.core, 1, v); /* apply: unset, or a preset a cap overrides */
         put(DDP_BLAS_SETTER_ENV, "ddp-launch", 1, v);
     }
 }
 
 /* ddp's one OpenBLAS kernel policy (common/blas_policy.c, also in models/ops) for this rank; a preset
- * OPENBLAS_CORETYPE is kept. Fills s->blas and s->blas_note; -1 on a bad simulated feature list. */
+ * OPENBLAS_CORETYPE is kept unless DDP_CPU_ISA caps the CPU below it. Fills s->blas and s->blas_note; -1 on a bad simulated feature list. */
 static int decide_blas(struct rank_setup *s, int verbose)
 {
     char err[DDP_ERRMSG_LEN];
     const char *setter = getenv(DDP_BLAS_SETTER_ENV);
-    if (ddp_blas_decide(getenv("OPENBLAS_CORETYPE"), setter, getenv(DDP_BLAS_SIMULATE_ENV), &s->blas, err,
-                        sizeof err) != 0) {
+    if (ddp_blas_decide(getenv("OPENBLAS_CORETYPE"), setter, getenv(DDP_BLAS_SIMULATE_ENV), getenv(DDP_CPU_ISA_ENV),
+                        &s->blas, err, sizeof err) != 0) {
         fail("error: %s", err);
         return -1;
     }

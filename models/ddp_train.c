@@ -783,7 +783,8 @@ static ddp_status ddp_train_run(ddp_ctx *ctx, const ddp_train_opts *o, int *requ
 
 int main(int argc, char **argv)
 {
-    ddp_blas_prefer_fast_kernels(argv);
+    if (ddp_blas_prefer_fast_kernels(argv) != 0)
+        return 2;
     ddp_malloc_policy();
     struct sigaction sa = {.sa_handler = ddp_train_on_signal};
     sigemptyset(&sa.sa_mask);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cpu_dnnl.h"
+#include "cpu_isa.h"
 
 #define DNNL_CACHE_SIZE 64
 #define DNNL_MAX_ARGS 6
@@ -60,6 +61,7 @@ static ddp_status dnnl_open(void)
 {
     if (dnnl_strm)
         return DDP_OK;
+    ddp_cpu_isa_export(); /* DDP_CPU_ISA's cap, before oneDNN first looks at the CPU */
     DNNL_TRY(dnnl_engine_create(&dnnl_eng, dnnl_cpu, 0), DDP_ERR_BLAS);
     DNNL_TRY(dnnl_stream_create(&dnnl_strm, dnnl_eng, dnnl_stream_default_flags), DDP_ERR_BLAS);
     return DDP_OK;
@@ -437,6 +439,7 @@ ddp_status ddp_dnnl_matmul(ddp_precision p, int m, int n, int k, const void *a, 
 
 int ddp_dnnl_has_avx512(void)
 {
+    ddp_cpu_isa_export();
     return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
 }
 

@@ -213,14 +213,17 @@ void ddp_cpu_set_threads(int threads);
 
 /* ---- the CPU's libraries (blas.c, dnnl.c) ---------------------------------------------------- */
 
-/* ddp's one kernel policy (common/blas_policy.c, shared with ddp-launch): a CPU with AVX-512 F, BW,
- * VL and DQ gets OPENBLAS_CORETYPE=SkylakeX, with BF16 as well Cooperlake; other CPUs keep
- * OpenBLAS's choice. If OPENBLAS_CORETYPE is unset (a preset is the user's choice and is kept) and
- * the policy names a core, sets OPENBLAS_CORETYPE (and DDP_OPENBLAS_CORETYPE_BY=models) and, when
- * OpenBLAS runs another core, re-executes the program (/proc/self/exe, same argv) so OpenBLAS loads
- * that one. DDP_NO_BLAS_REEXEC=1 turns this off. Call it first in main(). Returns only when no
- * re-exec was needed (or exec failed, which is logged). */
-void ddp_blas_prefer_fast_kernels(char **argv);
+/* The CPU's kernels, chosen first in main(). DDP_CPU_ISA (common/cpu_isa.h) is checked and, when it
+ * caps the CPU, handed to oneDNN (ONEDNN_MAX_CPU_ISA). Then ddp's one kernel policy
+ * (common/blas_policy.c, shared with ddp-launch): a CPU with AVX-512 F, BW, VL and DQ gets
+ * OPENBLAS_CORETYPE=SkylakeX, with BF16 as well Cooperlake; a CPU capped below AVX-512 Haswell or
+ * Prescott; other CPUs keep OpenBLAS's choice. If OPENBLAS_CORETYPE is unset (a preset is the user's
+ * choice and is kept, unless a cap overrides it) and the policy names a core, sets OPENBLAS_CORETYPE
+ * (and DDP_OPENBLAS_CORETYPE_BY=models) and, when OpenBLAS runs another core, re-executes the
+ * program (/proc/self/exe, same argv) so OpenBLAS loads that one. DDP_NO_BLAS_REEXEC=1 turns the
+ * re-exec off. Returns 0 when no re-exec was needed (or exec failed, which is logged), -1 after
+ * logging an invalid DDP_CPU_ISA (the program should exit). */
+int ddp_blas_prefer_fast_kernels(char **argv);
 /* "OpenBLAS 0.3.21 DYNAMIC_ARCH ... core=SkylakeX threads=1; OPENBLAS_CORETYPE=SkylakeX set by
  * ddp-launch (policy)" (or "... preset by the user ..."), for start-up reports. */
 const char *ddp_blas_describe(void);

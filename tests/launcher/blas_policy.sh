@@ -60,4 +60,34 @@ out=$(DDP_SIMULATE_CPU_FEATURES=avx512x "$launch" true 2>&1)
 check "bad feature list: exit status" "$?" 1
 case $out in *"unknown feature 'avx512x'"*avx512bf16*) check "bad feature list: message" named named ;;
     *) check "bad feature list: message" "$out" "unknown feature 'avx512x' ... avx512bf16" ;; esac
+# DDP_CPU_ISA caps the features both sides see: below AVX-512 the cap's own core (Haswell, or Prescott
+# for the baseline), so OpenBLAS's choice on the real CPU cannot exceed it; a cap at or above what the
+# CPU has changes nothing ("-").
+for row in "avx2 $skx,avx512bf16,avx2,fma,f16c Haswell" "baseline $skx,avx2,fma,f16c Prescott" \
+    "avx512 $skx,avx512bf16 SkylakeX" "avx2 avx2,fma,f16c -" "native $skx SkylakeX"; do
+    set -- $row
+    by_launch=$(env -u OPENBLAS_CORETYPE -u DDP_OPENBLAS_CORETYPE_BY DDP_SIMULATE_CPU_FEATURES="$2" \
+        DDP_CPU_ISA="$1" "$launch" sh -c 'echo "${OPENBLAS_CORETYPE:--}"')
+    lib=$(env -u OPENBLAS_CORETYPE -u DDP_OPENBLAS_CORETYPE_BY DDP_SIMULATE_CPU_FEATURES="$2" DDP_CPU_ISA="$1" "$probe")
+    check "[DDP_CPU_ISA=$1 $2] ddp-launch exports" "$by_launch" "$3"
+    check "[DDP_CPU_ISA=$1 $2] models/ops sets" "$(echo "$lib" | sed -n 's/^coretype=\([^ ]*\) .*/\1/p')" "$3"
+done
+# On this CPU itself: capped to AVX2 where it has AVX-512, OpenBLAS then runs the Haswell kernels.
+if has_all "$skx,avx2,fma"; then
+    lib=$(env -u OPENBLAS_CORETYPE -u DDP_OPENBLAS_CORETYPE_BY DDP_CPU_ISA=avx2 "$launch" "$probe")
+    check "[DDP_CPU_ISA=avx2, this CPU] OpenBLAS runs" "$(echo "$lib" | sed -n 's/.* core=\([^ ]*\) .*/\1/p')" Haswell
+fi
+# A cap replaces a preset above it (the preset would run kernels the cap excludes), and says so.
+lib=$(OPENBLAS_CORETYPE=SkylakeX DDP_SIMULATE_CPU_FEATURES="$skx,avx2,fma,f16c" DDP_CPU_ISA=avx2 "$probe")
+check "cap over preset: models/ops sets" "$(echo "$lib" | sed -n 's/^coretype=\([^ ]*\) .*/\1/p')" Haswell
+# shellcheck disable=SC2016
+check "cap over preset: ddp-launch exports" "$(OPENBLAS_CORETYPE=SkylakeX DDP_SIMULATE_CPU_FEATURES="$skx,avx2,fma,f16c" \
+    DDP_CPU_ISA=avx2 "$launch" sh -c 'echo "$OPENBLAS_CORETYPE"')" Haswell
+# A DDP_CPU_ISA that is not a level is refused by both, naming the levels.
+out=$(DDP_CPU_ISA=avx3 "$launch" true 2>&1)
+check "bad DDP_CPU_ISA: ddp-launch exit status" "$?" 1
+case $out in *"DDP_CPU_ISA='avx3'"*"baseline, avx2, avx512 or native"*) check "bad DDP_CPU_ISA: message" named named ;;
+    *) check "bad DDP_CPU_ISA: message" "$out" "DDP_CPU_ISA='avx3' ... baseline, avx2, avx512 or native" ;; esac
+DDP_CPU_ISA=avx3 "$probe" >/dev/null 2>&1
+check "bad DDP_CPU_ISA: models/ops exit status" "$?" 2
 exit $((fails > 0))

@@ -14,7 +14,8 @@ static const char *or_dash(const char *s)
 int main(int argc, char **argv)
 {
     (void)argc;
-    ddp_blas_prefer_fast_kernels(argv);
+    if (ddp_blas_prefer_fast_kernels(argv) != 0)
+        return 2;
     printf("coretype=%s by=%s blas=%s\n", or_dash(getenv("OPENBLAS_CORETYPE")),
            or_dash(getenv("DDP_OPENBLAS_CORETYPE_BY")), ddp_blas_describe());
     return 0;
