@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""readme_paths.py - fails when README.md names a repository path that does not exist.
+
+Usage: readme_paths.py SRCDIR [BUILDDIR]
+
+Every word of README.md that contains a '/' (prose, backticks, code blocks and link targets alike) is
+a candidate. What counts, in this order:
+  - skipped, not paths: URLs (anything with '://'), absolute paths (/usr/..., /tmp/...: the
+    system's or created at run time), and words with characters a literal path here never has
+    ($VAR/..., DIR/step-<N>, build*/..., owner/repo#123, OPT=/path);
+  - output paths: a word that the top-level .gitignore ignores (build-release/..., data/mnist,
+    examples/minimal/train) is created by a command, so it is not looked up in the source tree.
+    A path in a build folder (build*/X) is looked up as X in BUILDDIR instead, since every meson
+    build folder has the same layout; X under meson-logs/ is skipped (runs write it);
+  - repository paths: a word whose first folder is a top-level entry of SRCDIR (scripts/, runtime/,
+    models/ops/...) must exist under SRCDIR;
+  - misspelt folders: any other word ending in a source-file suffix (.c, .h, .sh, .py, .md, ...)
+    is reported too: it reads as a path but its first folder is not in the tree;
+  - everything else (MB/s, bf16/fp16, SIGUSR1/SIGTERM, DIR/rank.N.out, runs/logs) is not a path
+    of this repository.
+Bare file names without a '/' (ddp.h, context.c) are not checked.
+Prints every missing path with its README line; exits 1 when there is one, 0 otherwise.
+"""
+import fnmatch
+import os
+import re
+import sys
+
+# A literal relative path: components of these characters, separated by '/'.
+PATH_RE = re.compile(r"(?:\./)?[\w.+-]+(?:/[\w.+-]+)*/?")
+# Candidates: maximal runs without spaces, backticks, brackets, quotes or separators.
+WORD_RE = re.compile(r"[^\s`()\[\]{}|,;:\"']*/[^\s`()\[\]{}|,;:\"']*")
+SOURCE_SUFFIXES = (".c", ".h", ".cu", ".cuh", ".sh", ".py", ".js", ".md", ".sbatch", ".build",
+                   ".txt", ".png", ".supp", ".json")
+
+
+def read_ignores(srcdir):
+    """Return the patterns of SRCDIR/.gitignore (comments and blank lines dropped)."""
+    path = os.path.join(srcdir, ".gitignore")
+    if not os.path.exists(path):
+        return []
+    patterns = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("!"):
+                sys.exit(f"readme_paths: .gitignore negation '{line}' is not supported here")
+            patterns.append(line)
+    return patterns
+
+
+def ignored(parts, patterns):
+    """True when the path PARTS (a list of components) or a folder above it matches a pattern."""
+    for pat in patterns:
+        body = pat.strip("/")
+        anchored = "/" in body or pat.startswith("/")
+        for n in range(1, len(parts) + 1):
+            if anchored and fnmatch.fnmatchcase("/".join(parts[:n]), body):
+                return True
+            if not anchored and fnmatch.fnmatchcase(parts[n - 1], body):
+                return True
+    return False
+
+
+def candidates(text):
+    """Yield (line number, word) for every word of TEXT that contains a '/'."""
+    for lineno, line in enumerate(text.splitlines(), 1):
+        for m in WORD_RE.finditer(line):
+            yield lineno, m.group(0).rstrip(".")
+
+
+def classify(word, srcdir, builddir, top, patterns):
+    """Return (kind, path to look up or None); kind is skip, build, repo or misspelt."""
+    if "://" in word or word.startswith("/") or not PATH_RE.fullmatch(word):
+        return "skip", None
+    parts = [p for p in word.split("/") if p and p != "."]
+    if not parts:
+        return "skip", None
+    if ignored(parts, patterns):
+        if not fnmatch.fnmatchcase(parts[0], "build*") or builddir is None:
+            return "skip", None
+        if len(parts) == 1 or parts[1] == "meson-logs":
+            return "skip", None
+        return "build", os.path.join(builddir, *parts[1:])
+    if parts[0] in top:
+        return "repo", os.path.join(srcdir, *parts)
+    if parts[-1].endswith(SOURCE_SUFFIXES):
+        return "misspelt", None
+    return "skip", None
+
+
+def main(argv):
+    if len(argv) not in (2, 3):
+        print(__doc__.splitlines()[2], file=sys.stderr)
+        return 2
+    srcdir = argv[1]
+    builddir = argv[2] if len(argv) == 3 else None
+    with open(os.path.join(srcdir, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    top = {e for e in os.listdir(srcdir) if not e.startswith(".")}
+    patterns = read_ignores(srcdir)
+    counts = {"repo": 0, "build": 0}
+    missing = []
+    seen = set()
+    for lineno, word in candidates(text):
+        kind, path = classify(word, srcdir, builddir, top, patterns)
+        if kind == "skip" or (word, lineno) in seen:
+            continue
+        seen.add((word, lineno))
+        if kind == "misspelt":
+            missing.append(f"README.md:{lineno}: {word} (its first folder is not in the tree)")
+            continue
+        counts[kind] += 1
+        if not os.path.exists(path):
+            where = "in the build folder" if kind == "build" else "in the source tree"
+            missing.append(f"README.md:{lineno}: {word} (not {where})")
+    for m in missing:
+        print(m)
+    print(f"readme_paths: {counts['repo']} source paths and {counts['build']} build paths checked, "
+          f"{len(missing)} missing")
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
