@@ -10,8 +10,43 @@ scripts/install-deps.sh train
 scripts/fetch-mnist.sh data/mnist
 
 builddir=build-release
-[ -f "$builddir/build.ninja" ] || meson setup "$builddir" --buildtype=release >/dev/null
-meson compile -C "$builddir" >/dev/null
+buildlog=$builddir/meson-logs/compile-log.txt
+
+# Reads ninja's output ("[n/N] Compiling ...") and prints one line per tenth of the steps done.
+progress() {
+  awk '$1 ~ /^\[[0-9]+\/[0-9]+\]$/ {
+         split(substr($1, 2, length($1) - 2), f, "/")
+         q = int(10 * f[1] / f[2])
+         if (q > shown) {
+           printf "train.sh:   %3d%% (%d of %d steps)\n", int(100 * f[1] / f[2]), f[1], f[2]
+           fflush()
+           shown = q
+         }
+       }'
+}
+
+# Configures (once) and compiles the release build; the compiler's output goes to $buildlog, and
+# its tail to stderr when the build fails.
+build() {
+  local out t0=$SECONDS
+  if [ ! -f "$builddir/build.ninja" ]; then
+    echo "train.sh: configuring $builddir (meson setup)"
+    out=$(meson setup "$builddir" --buildtype=release 2>&1) || { echo "$out" >&2; return 1; }
+  fi
+  echo "train.sh: building $builddir (1-2 minutes on 2 cores the first time; log: $buildlog)"
+  if ! meson compile -C "$builddir" 2>&1 | tee "$buildlog" | progress; then
+    tail -n 30 "$buildlog" >&2
+    echo "train.sh: the build failed; the whole output is in $buildlog" >&2
+    return 1
+  fi
+  if grep -q 'no work to do' "$buildlog"; then
+    echo "train.sh: $builddir is up to date"
+  else
+    echo "train.sh: $builddir built in $((SECONDS - t0)) s"
+  fi
+}
+
+build
 
 mpi_flags=(-np 2 --bind-to core)
 [ "$(id -u)" -eq 0 ] && mpi_flags+=(--allow-run-as-root)
