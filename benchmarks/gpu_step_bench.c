@@ -91,7 +91,7 @@ static void *rand_buf(ddp_precision p, size_t n, float lo, float hi, uint64_t se
         h[i] = lo + (hi - lo) * (float)((s >> 11) * (1.0 / 9007199254740992.0));
     }
     bool ok = h && d && hp && ddp_cpu_ops()->cast(p, hp, DDP_PREC_FP32, h, n) == DDP_OK &&
-              gpu->upload(d, hp, n * ddp_prec_size(p)) == DDP_OK;
+              gpu->upload(d, hp, n * ddp_prec_size(gpu, p)) == DDP_OK;
     free(h);
     free(hp);
     return ok ? d : NULL;

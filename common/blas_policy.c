@@ -71,6 +71,22 @@ const char *ddp_blas_core_for(const struct ddp_cpu_features *f, bool capped)
     return f->avx2 && f->fma ? "Haswell" : "Prescott";
 }
 
+/* The level an OpenBLAS core's kernels need: AVX-512 cores, AVX and AVX2 cores (counted as avx2),
+ * and the rest (SSE-era cores and names this table does not know: baseline). */
+static ddp_isa_level core_level(const char *core)
+{
+    static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+    static const char *const avx[] = {"Haswell", "Zen", "Sandybridge", "Bulldozer", "Piledriver", "Steamroller",
+                                      "Excavator"};
+    for (size_t i = 0; i < sizeof avx512 / sizeof avx512[0]; i++)
+        if (strcasecmp(core, avx512[i]) == 0)
+            return DDP_ISA_AVX512;
+    for (size_t i = 0; i < sizeof avx / sizeof avx[0]; i++)
+        if (strcasecmp(core, avx[i]) == 0)
+            return DDP_ISA_AVX2;
+    return DDP_ISA_BASELINE;
+}
+
 int ddp_blas_decide(const char *coretype, const char *setter, const char *simulate, const char *isa,
                     struct ddp_blas_decision *out, char *err, size_t errlen)
 {
@@ -84,7 +100,8 @@ int ddp_blas_decide(const char *coretype, const char *setter, const char *simula
     out->current = coretype;
     out->preset = coretype && !setter ? coretype : NULL;
     out->cap = capped ? isa : NULL;
-    out->apply = out->core && (!coretype || (capped && strcasecmp(coretype, out->core) != 0));
+    bool above_cap = coretype && capped && core_level(coretype) > ddp_cpu_features_level(&f);
+    out->apply = out->core && (!coretype || above_cap);
     return 0;
 }
 

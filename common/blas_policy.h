@@ -38,14 +38,15 @@ struct ddp_blas_decision {
     const char *core;   /* the policy's core for this CPU (NULL: OpenBLAS's own choice) */
     const char *current; /* OPENBLAS_CORETYPE as found (preset or set by ddp), or NULL */
     const char *cap;    /* the DDP_CPU_ISA level that capped the CPU's features, or NULL */
-    bool apply;         /* true: set OPENBLAS_CORETYPE=core (unset, or a preset a cap overrides) */
+    bool apply;         /* true: set OPENBLAS_CORETYPE=core (unset, or a preset above the cap) */
 };
 
 /* Decides from the values of OPENBLAS_CORETYPE, DDP_BLAS_SETTER_ENV, DDP_BLAS_SIMULATE_ENV and
  * DDP_CPU_ISA (each NULL when unset). An OPENBLAS_CORETYPE already set is kept: one set by ddp
  * (ddp-launch before models/ops) is the policy already applied, any other is the user's preset,
- * except that a DDP_CPU_ISA cap replaces a preset other than its own core (the cap is the later,
- * explicit choice, and a preset could run kernels above it). Fails on a bad simulated feature list
+ * except that a DDP_CPU_ISA cap replaces a preset whose kernels need more than the cap allows (an
+ * AVX-512 core under avx2, an AVX or AVX2 core under baseline): the cap is the explicit choice of
+ * what may run. Fails on a bad simulated feature list
  * or DDP_CPU_ISA value. */
 int ddp_blas_decide(const char *coretype, const char *setter, const char *simulate, const char *isa,
                     struct ddp_blas_decision *out, char *err, size_t errlen);

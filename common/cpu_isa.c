@@ -102,8 +102,7 @@ const struct ddp_cpu_features *ddp_cpu(void)
 
 bool ddp_cpu_bf16_native(void)
 {
-    const struct ddp_cpu_features *f = ddp_cpu();
-    return f->avx512bf16 || f->amx_bf16;
+    return ddp_cpu()->avx512bf16; /* every CPU with AMX-BF16 has it too; ddp's own casts need it */
 }
 
 int ddp_cpu_isa_check(char *err, size_t errlen)
@@ -125,6 +124,24 @@ const char *ddp_cpu_isa_describe(void)
         snprintf(text + n, sizeof text - (size_t)n, ", capped by %s=%s (CPU: %s)", DDP_CPU_ISA_ENV,
                  ddp_isa_name(g_isa.cap), ddp_isa_name(g_isa.cpu_level));
     return text;
+}
+
+const char *ddp_cpu_model_name(void)
+{
+    static char name[49];
+    unsigned r[12];
+    if (name[0])
+        return name;
+    for (unsigned i = 0; i < 3; i++)
+        if (!__get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]))
+            return strcpy(name, "unknown CPU");
+    memcpy(name, r, 48);
+    name[48] = '\0';
+    size_t start = strspn(name, " "), len = strlen(name);
+    while (len > start && name[len - 1] == ' ')
+        name[--len] = '\0';
+    memmove(name, name + start, len - start + 1);
+    return name[0] ? name : strcpy(name, "unknown CPU");
 }
 
 void ddp_cpu_isa_export(void)

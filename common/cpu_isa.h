@@ -46,13 +46,17 @@ const char *ddp_isa_name(ddp_isa_level level);
 /* The process's effective features: the CPU's, capped by DDP_CPU_ISA (read once; an invalid value
  * caps nothing here: programs refuse it first with ddp_cpu_isa_check). */
 const struct ddp_cpu_features *ddp_cpu(void);
-/* Whether this process computes bf16 natively (AVX512_BF16 or AMX, not capped away). */
+/* Whether this process computes bf16 natively (AVX512_BF16, which every AMX CPU has too, not
+ * capped away). */
 bool ddp_cpu_bf16_native(void);
 /* Checks DDP_CPU_ISA; fails on a value that is not a level. */
 int ddp_cpu_isa_check(char *err, size_t errlen);
 /* The level in effect and whether a cap lowered it, for start-up reports and benchmark tables, e.g.
  * "avx512 (AVX-512 F/BW/VL/DQ, bf16 emulated), capped by DDP_CPU_ISA=avx512 (CPU: native)". */
 const char *ddp_cpu_isa_describe(void);
+/* The CPU's brand string from cpuid ("AMD EPYC 9R14 96-Core Processor"), trimmed; "unknown CPU"
+ * where cpuid has none. */
+const char *ddp_cpu_model_name(void);
 /* When DDP_CPU_ISA caps this CPU, sets ONEDNN_MAX_CPU_ISA to the cap's oneDNN name (overriding a
  * preset) so oneDNN dispatches no higher. Call before oneDNN creates its first primitive; later calls
  * do nothing. */

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu_isa.h"
 #include "ddp.h"
 #include "layers.h"
 #include "malloc_policy.h"
@@ -573,11 +574,15 @@ static void ddp_train_report_start(const ddp_trainer *t)
     if (t->rank != 0)
         return;
     printf("ddp-train: %d rank(s), backend %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)));
-    if (ddp_backend(t->ctx) == DDP_BACKEND_CPU)
-        printf("compute: %s, %s; GEMM %s; convolutions %s; BLAS %s\n", t->ops->name,
-               ddp_precision_name(t->o->model.precision), ddp_cpu_gemm_name(t->o->model.precision),
-               ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM", ddp_blas_describe());
-    else
+    ddp_precision p = t->o->model.precision;
+    if (ddp_backend(t->ctx) == DDP_BACKEND_CPU) {
+        printf("cpu: %s; ISA %s\n", ddp_cpu_model_name(), ddp_cpu_isa_describe());
+        printf("compute: %s, %s; GEMM %s; convolutions %s; BLAS %s\n", t->ops->name, ddp_precision_name(p),
+               ddp_cpu_gemm_name(p), ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM", ddp_blas_describe());
+        if (p == DDP_PREC_BF16 && t->ops->emulates(p))
+            printf("bf16: emulated (this CPU has no AVX512_BF16, or DDP_CPU_ISA caps it): fp32 arithmetic, every "
+                   "op's output rounded to bf16, activations stored in float\n");
+    } else
         printf("compute: %s, %s; GEMM %s\n", t->ops->name, ddp_precision_name(t->o->model.precision),
                ddp_cuda_describe(t->o->model.precision));
     printf("memory: %s\n", ddp_malloc_describe());

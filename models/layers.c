@@ -212,7 +212,7 @@ ddp_status ddp_rows_to_image(const ddp_ops *ops, ddp_precision p, const void *ro
                              int n, int c, int h, int w)
 {
     if (!ops->channels_last || c == 1)
-        return rows == img ? DDP_OK : ops->copy(img, rows, (size_t)n * c * h * w * ddp_prec_size(p));
+        return rows == img ? DDP_OK : ops->copy(img, rows, (size_t)n * c * h * w * ddp_prec_size(ops, p));
     return ops->image_reorder(p, rows, img, n, c, h, w, false);
 }
 

@@ -189,7 +189,7 @@ static float *ddp_param(ddp_model *m, int i) { return m->params + m->offset[i]; 
 /* Parameter i in the model's precision: what GEMMs and convolutions read. */
 static const void *ddp_cparam(ddp_model *m, int i)
 {
-    return (const char *)m->cparams + m->offset[i] * ddp_prec_size(m->cfg.precision);
+    return (const char *)m->cparams + m->offset[i] * ddp_prec_size(m->ops, m->cfg.precision);
 }
 static float *ddp_grad(ddp_model *m, int i) { return m->grads + m->offset[i]; }
 
@@ -228,7 +228,7 @@ static float *ddp_fbuf(ddp_model *m, size_t per_sample)
 /* An activation buffer in the model's precision. */
 static void *ddp_abuf(ddp_model *m, size_t per_sample)
 {
-    return ddp_buf(m, (size_t)m->cfg.max_batch * per_sample * ddp_prec_size(m->cfg.precision));
+    return ddp_buf(m, (size_t)m->cfg.max_batch * per_sample * ddp_prec_size(m->ops, m->cfg.precision));
 }
 
 static ddp_status ddp_alloc_mlp(ddp_model *m)
@@ -309,7 +309,7 @@ static ddp_status ddp_model_setup(ddp_model *m)
     m->cparams = m->params;
     m->dlogits_c = m->dlogits;
     if (m->cfg.precision != DDP_PREC_FP32) {
-        m->cparams = ddp_buf(m, m->numel_total * ddp_prec_size(m->cfg.precision));
+        m->cparams = ddp_buf(m, m->numel_total * ddp_prec_size(m->ops, m->cfg.precision));
         m->xc = ddp_abuf(m, DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
         m->dlogits_c = ddp_abuf(m, (size_t)classes);
     }

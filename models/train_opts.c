@@ -442,8 +442,10 @@ void ddp_train_print_opts(FILE *f, const ddp_train_opts *o)
         fprintf(f, " with loss scaling (scale %g, doubled after %ld finite steps)", o->loss_scale_init,
                 o->loss_scale_interval);
     fprintf(f, "  data workers: %d\n", o->workers);
-    fprintf(f, "checkpoints: %s every %ld steps (keep %d, errors %s)  resume: %s  nan-policy: %s\n",
-            o->checkpoint_dir ? o->checkpoint_dir : "none", o->checkpoint_every, o->keep,
-            o->checkpoint_errors_warn ? "warn" : "stop", o->resume ? o->resume : "no",
-            o->nan_skip ? "skip" : "stop");
+    if (o->checkpoint_dir)
+        fprintf(f, "checkpoints: %s every %ld steps (keep %d, errors %s)", o->checkpoint_dir,
+                o->checkpoint_every, o->keep, o->checkpoint_errors_warn ? "warn" : "stop");
+    else
+        fputs("checkpoints: none (--checkpoint-dir)", f);
+    fprintf(f, "  resume: %s  nan-policy: %s\n", o->resume ? o->resume : "no", o->nan_skip ? "skip" : "stop");
 }

@@ -428,9 +428,13 @@ static void ctx_print_rows(const ddp_ctx *ctx, const rank_row *rows)
               ddp_version(), ddp_backend_name(ctx->backend), ctx->world_size, ctx->n_nodes,
               ctx->threads);
     DDP_INFO0("%5s  %-20s  %5s  %4s  %6s  %s", "rank", "host", "local", "node", "device", "cpus");
-    for (int r = 0; r < ctx->world_size; r++)
-        DDP_INFO0("%5d  %-20s  %5d  %4d  %6d  %s", rows[r].rank, rows[r].host, rows[r].local_rank,
-                  rows[r].node_rank, rows[r].device, rows[r].cpus);
+    for (int r = 0; r < ctx->world_size; r++) {
+        char device[16] = "cpu"; /* a GPU's index, or the CPU (device -1) */
+        if (rows[r].device >= 0)
+            snprintf(device, sizeof device, "gpu %d", rows[r].device);
+        DDP_INFO0("%5d  %-20s  %5d  %4d  %6s  %s", rows[r].rank, rows[r].host, rows[r].local_rank,
+                  rows[r].node_rank, device, rows[r].cpus);
+    }
 }
 
 /* Gathers one row per rank to rank 0, which prints the table. Collective. */

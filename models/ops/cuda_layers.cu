@@ -177,7 +177,7 @@ static ddp_status cuda_cast(ddp_precision to, void *dst, ddp_precision from, con
     if (to != from)
         return ddp_cast_launch(to, dst, from, src, n);
     if (dst != src && n)
-        DDP_CUDA_TRY(cudaMemcpyAsync(dst, src, n * ddp_prec_size(to), cudaMemcpyDeviceToDevice,
+        DDP_CUDA_TRY(cudaMemcpyAsync(dst, src, n * ddp_prec_size(ddp_cuda_ops(), to), cudaMemcpyDeviceToDevice,
                                      ddp_cu.stream));
     return DDP_OK;
 }
@@ -370,7 +370,7 @@ static ddp_status cuda_pool_bwd(ddp_precision p, const void *dy, const void *ws,
     if (n <= 0 || c <= 0 || h < 2 || w < 2)
         return DDP_OK;
     size_t n_out = (size_t)n * c * (h / 2) * (w / 2);
-    DDP_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)n * c * h * w * ddp_prec_size(p), ddp_cu.stream));
+    DDP_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)n * c * h * w * ddp_prec_size(ddp_cuda_ops(), p), ddp_cu.stream));
     if (p == DDP_PREC_BF16)
         ddp_pool_bwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
             (const uint16_t *)dy, (const int *)ws, n_out, (uint16_t *)dx);

@@ -16,7 +16,9 @@
  * Precision: the ops of the second group take a ddp_precision that says how activations (and
  * the 16-bit copies of weights they read) are stored: fp32 (float), bf16 (uint16_t, bfloat16) or
  * fp16 (emulated: float storage holding values rounded to IEEE half, so overflow and rounding
- * behave as in fp16 while the arithmetic runs in fp32). GEMMs and convolutions accumulate in
+ * behave as in fp16 while the arithmetic runs in fp32). bf16 is emulated the same way where the
+ * backend has no bf16 arithmetic (a CPU without AVX512_BF16 or AMX, or capped by DDP_CPU_ISA):
+ * ops->emulates says which; ddp_prec_size gives the storage. GEMMs and convolutions accumulate in
  * fp32; parameter gradients (dw, db) are always fp32. Buffers are typed void * there.
  */
 #ifndef DDP_OPS_H
@@ -38,8 +40,6 @@
 /* Storage of activations. Named apart from libddp's types (ddp.h) on purpose. */
 typedef enum ddp_precision { DDP_PREC_FP32 = 0, DDP_PREC_BF16, DDP_PREC_FP16 } ddp_precision;
 
-/* Bytes per element of a precision's storage (fp16 is emulated in float storage). */
-static inline size_t ddp_prec_size(ddp_precision p) { return p == DDP_PREC_BF16 ? 2 : 4; }
 
 /* A stride-1 convolution with a square kernel k and zero padding pad, NCHW. */
 typedef struct ddp_conv_shape {
@@ -124,6 +124,9 @@ typedef struct ddp_ops {
 
     /* Whether the backend computes in p; otherwise *why says what is missing and what to use. */
     bool (*supports)(ddp_precision p, const char **why);
+    /* Whether p is emulated: float storage holding values rounded to p, arithmetic in fp32
+     * (NULL: fp16 only). */
+    bool (*emulates)(ddp_precision p);
     /* dst (n, precision to) = src (n, precision from), rounding to nearest even. */
     ddp_status (*cast)(ddp_precision to, void *dst, ddp_precision from, const void *src, size_t n);
     /* y (batch, out) = x (batch, in) w^T + b, w (out, in); y is fp32 when y_fp32 (the logits). */
@@ -160,6 +163,15 @@ typedef struct ddp_ops {
     ddp_status (*pool_bwd)(ddp_precision p, const void *dy, const void *ws, int n, int c, int h,
                            int w, void *dx);
 } ddp_ops;
+
+/* Bytes per element of precision p's storage on a backend (emulated precisions are stored in float). */
+static inline size_t ddp_prec_size(const ddp_ops *ops, ddp_precision p)
+{
+    if (p == DDP_PREC_FP32)
+        return 4;
+    bool emulated = ops->emulates ? ops->emulates(p) : p == DDP_PREC_FP16;
+    return emulated ? 4 : 2;
+}
 
 /* The CPU ops table (always built). */
 const ddp_ops *ddp_cpu_ops(void);

@@ -1,10 +1,11 @@
 /* ops_cpu.c - the CPU ops table: host memory, OpenBLAS sgemm, plain loops over the scalar math of
  * math_shared.h (the same math the CUDA kernels run), and the precision-aware layer ops: oneDNN
  * convolutions and pooling in every precision, OpenBLAS for fp32 GEMM, oneDNN matmul for bf16.
- * Always built.
+ * bf16 is computed natively where the CPU has AVX512_BF16 or AMX (and DDP_CPU_ISA does not cap them
+ * away), elsewhere emulated as fp16 always is: float storage, fp32 primitives, every op's output
+ * rounded. Always built.
  */
 #include <cblas.h>
-#include <cpuid.h>
 #include <immintrin.h>
 #include <limits.h>
 #include <omp.h>
@@ -13,8 +14,10 @@
 #include <string.h>
 
 #include "cpu_dnnl.h"
+#include "cpu_isa.h"
 #include "math_shared.h"
 #include "ops.h"
+#include "simd_clones.h"
 
 /* ---- memory ------------------------------------------------------------------------------ */
 
@@ -215,16 +218,22 @@ static ddp_status cpu_softmax_xent_acc(const float *logits, const int *labels, i
 
 /* ---- precision-aware layer ops ---------------------------------------------------------------- */
 
+/* Every precision runs on every x86-64 CPU: bf16 without bf16 arithmetic is emulated. */
 static bool cpu_supports(ddp_precision p, const char **why)
 {
-    __builtin_cpu_init();
-    if (p != DDP_PREC_BF16 || __builtin_cpu_supports("avx512bf16"))
-        return true;
-    if (why)
-        *why = "this CPU has no bf16 arithmetic (AVX512_BF16 or AMX): oneDNN would emulate it "
-               "slower than fp32; use --precision fp32";
-    return false;
+    (void)p, (void)why;
+    return true;
 }
+
+/* oneDNN 2.6 has bf16 kernels only from AVX512_CORE up and emulates bf16 below them slower than
+ * fp32: without AVX512_BF16 or AMX, bf16 is emulated on fp32 primitives instead (float storage). */
+static bool cpu_emulates(ddp_precision p)
+{
+    return p == DDP_PREC_FP16 || (p == DDP_PREC_BF16 && !ddp_cpu_bf16_native());
+}
+
+/* Whether p is stored as 16-bit bfloat16 (computed natively). */
+static bool cpu_bf16_stored(ddp_precision p) { return p == DDP_PREC_BF16 && !cpu_emulates(p); }
 
 /* float <-> bfloat16 (round to nearest even; NaN stays NaN). */
 static uint16_t cpu_to_bf16(float f)
@@ -259,18 +268,11 @@ __attribute__((target("f16c,avx"))) static void cpu_round_fp16_f16c(float *x, si
         x[i] = (float)(ddp_half)x[i];
 }
 
-/* F16C (CPUID leaf 1, ECX bit 29) with usable AVX: read from CPUID because clang's
- * __builtin_cpu_supports does not know "f16c" (the sanitizer build uses clang). */
-static int cpu_has_f16c(void)
-{
-    unsigned a, b, c, d;
-    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-}
-
-/* Rounds x[0..n) to IEEE half in place (values beyond 65504 become inf, as fp16 storage would). */
+/* Rounds x[0..n) to IEEE half in place (values beyond 65504 become inf, as fp16 storage would);
+ * F16C's conversions where the CPU has them (and DDP_CPU_ISA leaves them). */
 static void cpu_round_fp16(float *x, size_t n)
 {
-    if (cpu_has_f16c()) {
+    if (ddp_cpu()->f16c) {
         cpu_round_fp16_f16c(x, n);
         return;
     }
@@ -294,7 +296,7 @@ __attribute__((target("avx512f,avx512bf16"))) static void cpu_to_bf16_avx512(uin
 
 static void cpu_cast_to_bf16(uint16_t *d, const float *s, size_t n)
 {
-    if (__builtin_cpu_supports("avx512bf16")) {
+    if (ddp_cpu_bf16_native()) {
         cpu_to_bf16_avx512(d, s, n);
         return;
     }
@@ -328,32 +330,52 @@ cpu_sgd_bf16_avx512(float *restrict w, float *restrict m, const float *restrict 
     }
 }
 
+/* Rounds x[0..n) to bfloat16 in place (nearest even, as cpu_to_bf16; NaN stays NaN): the bf16
+ * emulation's rounding, written without branches so every clone vectorises it. */
+DDP_SIMD_CLONES static void cpu_round_bf16(float *x, size_t n)
+{
+    uint32_t *u = (uint32_t *)(void *)x;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = u[i], nan = (v & 0x7fffffffu) > 0x7f800000u;
+        uint32_t rounded = (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
+        u[i] = nan ? (v | 0x00400000u) & 0xffff0000u : rounded;
+    }
+}
+
+/* An emulated op's fp32 output rounded to what storage in p would hold (fp32: nothing). */
+static void cpu_round_to(ddp_precision p, float *x, size_t n)
+{
+    if (p == DDP_PREC_FP16)
+        cpu_round_fp16(x, n);
+    else if (p == DDP_PREC_BF16 && cpu_emulates(p))
+        cpu_round_bf16(x, n);
+}
+
 static ddp_status cpu_cast(ddp_precision to, void *dst, ddp_precision from, const void *src, size_t n)
 {
-    if (to == DDP_PREC_BF16 && from != DDP_PREC_BF16) {
+    if (cpu_bf16_stored(to) && !cpu_bf16_stored(from)) {
         cpu_cast_to_bf16(dst, src, n);
         return DDP_OK;
     }
-    if (from == DDP_PREC_BF16 && to != DDP_PREC_BF16) {
+    if (cpu_bf16_stored(from) && !cpu_bf16_stored(to)) {
         const uint16_t *s = src;
         float *d = dst;
         for (size_t i = 0; i < n; i++)
             d[i] = cpu_from_bf16(s[i]);
-        if (to == DDP_PREC_FP16)
-            cpu_round_fp16(d, n);
+        cpu_round_to(to, d, n);
         return DDP_OK;
     }
     if (dst != src)
-        memmove(dst, src, n * ddp_prec_size(to));
-    if (to == DDP_PREC_FP16 && from != DDP_PREC_FP16)
-        cpu_round_fp16(dst, n);
+        memmove(dst, src, n * (cpu_bf16_stored(to) ? 2 : 4));
+    if (to != from) /* float storage both: round to the narrower (a value of p is exact in fp32) */
+        cpu_round_to(to, dst, n);
     return DDP_OK;
 }
 
 static ddp_status cpu_sgd_step_cast(float *w, float *m, const float *g, size_t n, float lr,
                                     float momentum, float weight_decay, ddp_precision p, void *wc)
 {
-    if (p == DDP_PREC_BF16 && __builtin_cpu_supports("avx512bf16")) {
+    if (cpu_bf16_stored(p)) {
         cpu_sgd_bf16_avx512(w, m, g, n, lr, momentum, weight_decay, wc);
         return DDP_OK;
     }
@@ -361,18 +383,18 @@ static ddp_status cpu_sgd_step_cast(float *w, float *m, const float *g, size_t n
     return p == DDP_PREC_FP32 ? DDP_OK : cpu_cast(p, wc, DDP_PREC_FP32, w, n);
 }
 
-/* The fp16 emulation: an op's fp32 output rounded to what fp16 storage would hold. */
+/* The 16-bit emulation: an op's fp32 output rounded to what storage in p would hold. */
 static ddp_status cpu_emulate(ddp_precision p, void *y, size_t n, ddp_status st)
 {
-    if (st == DDP_OK && p == DDP_PREC_FP16)
-        cpu_round_fp16(y, n);
+    if (st == DDP_OK)
+        cpu_round_to(p, y, n);
     return st;
 }
 
 /* db (cols) += column sums of dy (rows, cols) in precision p, summed in fp32. */
 static void cpu_colsum(ddp_precision p, float *db, const void *dy, int rows, int cols)
 {
-    if (p != DDP_PREC_BF16) {
+    if (!cpu_bf16_stored(p)) {
         cpu_bias_grad(db, dy, rows, cols);
         return;
     }
@@ -404,13 +426,13 @@ static bool cpu_gemm_on_dnnl(void)
 
 const char *ddp_cpu_gemm_name(ddp_precision p)
 {
-    return p == DDP_PREC_BF16 || cpu_gemm_on_dnnl() ? "oneDNN matmul" : "OpenBLAS";
+    return cpu_bf16_stored(p) || cpu_gemm_on_dnnl() ? "oneDNN matmul" : "OpenBLAS";
 }
 
 static ddp_status cpu_linear_fwd(ddp_precision p, const void *x, const void *w, const float *b,
                                  int batch, int in, int out, void *y, bool y_fp32)
 {
-    if (p == DDP_PREC_BF16)
+    if (cpu_bf16_stored(p))
         return ddp_dnnl_matmul(p, batch, out, in, x, false, w, true, b, y, y_fp32, false);
     ddp_status st = DDP_OK;
     if (cpu_gemm_on_dnnl())
@@ -426,8 +448,8 @@ static ddp_status cpu_linear_fwd(ddp_precision p, const void *x, const void *w, 
 static ddp_status cpu_linear_bwd_params(ddp_precision p, const void *x, const void *dy, int batch,
                                         int in, int out, float *dw, float *db, bool accumulate)
 {
-    if (dw && (p == DDP_PREC_BF16 || cpu_gemm_on_dnnl()))
-        DDP_TRY_(ddp_dnnl_matmul(p == DDP_PREC_BF16 ? p : DDP_PREC_FP32, out, in, batch, dy, true, x,
+    if (dw && (cpu_bf16_stored(p) || cpu_gemm_on_dnnl()))
+        DDP_TRY_(ddp_dnnl_matmul(cpu_bf16_stored(p) ? p : DDP_PREC_FP32, out, in, batch, dy, true, x,
                                  false, NULL, dw, true, accumulate));
     else if (dw)
         DDP_TRY_(cpu_gemm(true, false, out, in, batch, 1.0f, dy, x, accumulate ? 1.0f : 0.0f, dw));
@@ -441,7 +463,7 @@ static ddp_status cpu_linear_bwd_params(ddp_precision p, const void *x, const vo
 static ddp_status cpu_linear_bwd_input(ddp_precision p, const void *w, const void *dy, int batch,
                                        int in, int out, void *dx)
 {
-    if (p == DDP_PREC_BF16)
+    if (cpu_bf16_stored(p))
         return ddp_dnnl_matmul(p, batch, in, out, dy, false, w, false, NULL, dx, false, false);
     if (cpu_gemm_on_dnnl())
         return cpu_emulate(p, dx, (size_t)batch * in,
@@ -451,8 +473,8 @@ static ddp_status cpu_linear_bwd_input(ddp_precision p, const void *w, const voi
                        cpu_gemm(false, false, batch, in, out, 1.0f, dy, w, 0.0f, dx));
 }
 
-/* The precision oneDNN computes in: fp16 is emulated on fp32 primitives. */
-static ddp_precision cpu_dnnl_prec(ddp_precision p) { return p == DDP_PREC_FP16 ? DDP_PREC_FP32 : p; }
+/* The precision oneDNN computes in: emulated precisions run on fp32 primitives. */
+static ddp_precision cpu_dnnl_prec(ddp_precision p) { return cpu_emulates(p) ? DDP_PREC_FP32 : p; }
 
 static ddp_status cpu_conv_fwd(ddp_precision p, const ddp_conv_shape *s, int batch, const void *x,
                                const void *w, const float *b, void *y)
@@ -494,7 +516,7 @@ static ddp_status cpu_conv_bwd_params(ddp_precision p, const ddp_conv_shape *s, 
 
 static ddp_status cpu_act_relu_fwd(ddp_precision p, void *y, const void *x, size_t n)
 {
-    if (p != DDP_PREC_BF16)
+    if (!cpu_bf16_stored(p))
         return cpu_relu_fwd(y, x, n);
     const uint16_t *xs = x;
     uint16_t *ys = y;
@@ -505,7 +527,7 @@ static ddp_status cpu_act_relu_fwd(ddp_precision p, void *y, const void *x, size
 
 static ddp_status cpu_act_relu_bwd(ddp_precision p, void *dx, const void *dy, const void *y, size_t n)
 {
-    if (p != DDP_PREC_BF16)
+    if (!cpu_bf16_stored(p))
         return cpu_relu_bwd(dx, dy, y, n);
     const uint16_t *dys = dy, *ys = y;
     uint16_t *dxs = dx;
@@ -563,6 +585,7 @@ static const ddp_ops cpu_ops = {
     .channels_last = true,
     .image_reorder = cpu_image_reorder,
     .supports = cpu_supports,
+    .emulates = cpu_emulates,
     .cast = cpu_cast,
     .linear_fwd = cpu_linear_fwd,
     .linear_bwd_params = cpu_linear_bwd_params,

@@ -90,4 +90,7 @@ case $out in *"DDP_CPU_ISA='avx3'"*"baseline, avx2, avx512 or native"*) check "b
     *) check "bad DDP_CPU_ISA: message" "$out" "DDP_CPU_ISA='avx3' ... baseline, avx2, avx512 or native" ;; esac
 DDP_CPU_ISA=avx3 "$probe" >/dev/null 2>&1
 check "bad DDP_CPU_ISA: models/ops exit status" "$?" 2
+# A preset at or below the cap is the user's choice and stays.
+lib=$(OPENBLAS_CORETYPE=Prescott DDP_SIMULATE_CPU_FEATURES="$skx,avx2,fma,f16c" DDP_CPU_ISA=avx2 "$probe")
+check "preset below the cap kept" "$(echo "$lib" | sed -n 's/^coretype=\([^ ]*\) .*/\1/p')" Prescott
 exit $((fails > 0))

@@ -1,20 +1,28 @@
 /* test_blas_kernels.c - the CPU backend's sgemm on training shapes, under whichever OpenBLAS core
- * the environment selects (meson runs it with OPENBLAS_CORETYPE=SkylakeX, =Prescott and unset),
- * against a naive double-precision GEMM; and ddp_blas_describe() names the core asked for.
+ * it is asked for (meson runs it with the argument SkylakeX, Prescott and none), against a naive
+ * double-precision GEMM; and ddp_blas_describe() names the core asked for.
+ *
+ * Usage: test_blas_kernels [CORE]. With CORE the test re-executes itself with OPENBLAS_CORETYPE=CORE
+ * (OpenBLAS reads it when it loads), after asking the CPU, as DDP_CPU_ISA caps it, for the features
+ * CORE's kernels need: an AVX-512 core on a CPU without AVX-512 F/BW/VL/DQ exits 77 (skipped),
+ * naming what is missing, instead of dying of SIGILL.
  *
  * Tolerance: per element |c - ref| <= 1e-5 * S, S = sum_p |a_ip b_pj| (plus 1e-7). Float
  * accumulation over k terms is bounded by k * 6e-8 * S in the worst case (4.7e-5 * S at k = 784)
  * and behaves like sqrt(k) * 6e-8 * S (1.7e-6 * S) in practice; a wrong kernel, transpose or
  * stride misses by O(S).
  *
- * main() first calls ddp_blas_prefer_fast_kernels(argv) as programs do: in the entry without
- * OPENBLAS_CORETYPE on an AVX-512 CPU the BLAS in use must then be an AVX-512 core (re-executed
- * if OpenBLAS chose a slower one); the entries that set the variable must keep what they asked for.
+ * main() then calls ddp_blas_prefer_fast_kernels(argv) as programs do: in the entry without a core
+ * on an AVX-512 CPU the BLAS in use must then be an AVX-512 core (re-executed if OpenBLAS chose a
+ * slower one); the entries with a core must keep what they asked for.
  */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
+#include "cpu_isa.h"
 #include "ops.h"
 #include "testutil.h"
 
@@ -67,12 +75,29 @@ static int contains_nocase(const char *hay, const char *needle)
     return 0;
 }
 
-/* Whether the CPU runs OpenBLAS's SkylakeX kernels. */
+/* Whether the CPU, as DDP_CPU_ISA caps it, runs OpenBLAS's AVX-512 (SkylakeX) kernels. */
 static int cpu_has_avx512(void)
 {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    return ddp_cpu_features_level(ddp_cpu()) >= DDP_ISA_AVX512;
+}
+
+/* Runs this program again with OPENBLAS_CORETYPE=core, or exits 77 when the CPU lacks what the
+ * core's kernels need (only the AVX-512 cores need more than any x86-64 CPU has). */
+static void reexec_with_core(const char *core, char **argv)
+{
+    const char *have = getenv("OPENBLAS_CORETYPE");
+    if (have && strcasecmp(have, core) == 0)
+        return;
+    bool avx512 = strcasecmp(core, "SkylakeX") == 0 || strcasecmp(core, "Cooperlake") == 0;
+    if (avx512 && !cpu_has_avx512()) {
+        printf("skipped: OpenBLAS core %s needs AVX-512 F/BW/VL/DQ; this CPU runs %s\n", core,
+               ddp_cpu_isa_describe());
+        exit(77);
+    }
+    setenv("OPENBLAS_CORETYPE", core, 1);
+    execv("/proc/self/exe", argv);
+    perror("test_blas_kernels: re-exec");
+    exit(1);
 }
 
 static void check_describe(void)
@@ -99,7 +124,8 @@ static void check_describe(void)
 
 int main(int argc, char **argv)
 {
-    (void)argc;
+    if (argc > 1)
+        reexec_with_core(argv[1], argv);
     ddp_blas_prefer_fast_kernels(argv);
     const ddp_ops *cpu = ddp_cpu_ops();
     test_rng r = {777};
