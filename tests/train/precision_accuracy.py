@@ -6,8 +6,8 @@ lr 0.05 with momentum 0.9 and a cosine decay; the CNN with --augment as in e2e_m
 0.5 point is 10 of the 2,000 test digits. The three runs of a model share the seed, the data order
 and the initial weights, so they differ only by rounding: measured differences were 0.05-0.2 point.
 A precision that broke training (stale 16-bit weights, a wrong cast) loses far more.
-fp16 runs emulated on CPUs without fp16 arithmetic (ddp-train --help), bf16 needs AVX512_BF16 or
-AMX: without it ddp-train refuses bf16, and the test fails saying so.
+fp16 runs emulated on CPUs without fp16 arithmetic (ddp-train --help), and so does bf16 on CPUs
+without AVX512_BF16 or AMX (scripts/test.sh runs this test again under DDP_CPU_ISA=avx2: emulated).
 
 Needs the four IDX files in $DDP_TEST_SRCDIR/data/mnist (scripts/fetch-mnist.sh); FAILS without.
 
