@@ -1,25 +1,33 @@
-/* mnist.c - MNIST IDX reader: validates magic, dimensions, counts, file sizes and labels. */
+/* mnist.c - MNIST IDX reader: validates magic, dimensions, counts, file sizes and labels; reads
+ * gzip'ed files (NAME.gz) through zlib's inflate. */
 #include "mnist.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define DDP_IDX_IMAGES_MAGIC 0x00000803u
 #define DDP_IDX_LABELS_MAGIC 0x00000801u
 #define DDP_MNIST_SIDE 28
 #define DDP_MNIST_CLASSES 10
 #define DDP_MNIST_FIX "re-run scripts/fetch-mnist.sh"
+#define DDP_GZ_FIX "re-download it, or run gunzip -t on it to check"
+#define DDP_GZ_CHUNK 65536 /* compressed bytes read per fread */
 
-/* One open IDX file: its path, stream and size in bytes. */
+/* One open IDX file: its path, stream and size in bytes. A gzip'ed file is unpacked into mem when
+ * opened; file_bytes is then its unpacked size and pos the read position in mem. */
 typedef struct ddp_idx_file {
     const char *path;
+    const char *fix; /* how to get a good copy, for the messages */
     FILE *f;
-    uint64_t file_bytes;
+    uint8_t *mem;
+    uint64_t file_bytes, pos;
 } ddp_idx_file;
 
 static uint32_t ddp_be32(const unsigned char *p)
@@ -27,18 +35,116 @@ static uint32_t ddp_be32(const unsigned char *p)
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
-/* Opens path and records its size. DDP_ERR_IO (logged) when it is missing, unreadable or not a
- * regular file. O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. */
+static int ddp_is_gz(const char *path)
+{
+    size_t n = strlen(path);
+    return n > 3 && strcmp(path + n - 3, ".gz") == 0;
+}
+
+/* Room for at least one more byte after `have` in *mem (capacity *cap, doubled when full). */
+static ddp_status ddp_gz_grow(uint8_t **mem, size_t *cap, size_t have)
+{
+    if (have < *cap)
+        return DDP_OK;
+    size_t new_cap = *cap * 2;
+    uint8_t *grown = new_cap > *cap ? realloc(*mem, new_cap) : NULL;
+    if (!grown)
+        return DDP_ERR_NOMEM;
+    *mem = grown;
+    *cap = new_cap;
+    return DDP_OK;
+}
+
+/* Inflates idx->f into idx->mem (capacity *cap, *have bytes unpacked) until the input ends or
+ * inflate fails; one gzip member after another, as gunzip does. Returns inflate's last code
+ * (Z_STREAM_END: the input ended right after a whole member), or Z_MEM_ERROR when idx->mem cannot
+ * grow. *read_bytes counts the compressed bytes read. */
+static int ddp_gz_inflate(ddp_idx_file *idx, z_stream *z, size_t *cap, size_t *have, uint64_t *read_bytes)
+{
+    unsigned char in[DDP_GZ_CHUNK];
+    int ret = Z_OK;
+    for (;;) {
+        if (z->avail_in == 0) {
+            z->next_in = in;
+            z->avail_in = (uInt)fread(in, 1, sizeof in, idx->f);
+            *read_bytes += z->avail_in;
+            if (z->avail_in == 0)
+                return ret;
+        }
+        if (ret == Z_STREAM_END && inflateReset(z) != Z_OK) /* another member follows */
+            return Z_STREAM_ERROR;
+        if (ddp_gz_grow(&idx->mem, cap, *have) != DDP_OK)
+            return Z_MEM_ERROR;
+        uInt room = *cap - *have > UINT_MAX ? UINT_MAX : (uInt)(*cap - *have);
+        z->next_out = idx->mem + *have;
+        z->avail_out = room;
+        ret = inflate(z, Z_NO_FLUSH);
+        *have += room - z->avail_out;
+        if (ret != Z_OK && ret != Z_STREAM_END)
+            return ret;
+    }
+}
+
+/* Logs why unpacking failed: inflate's code ret after read_bytes compressed bytes, have unpacked. */
+static ddp_status ddp_gz_failure(const ddp_idx_file *idx, const z_stream *z, int ret, uint64_t read_bytes,
+                                 size_t have)
+{
+    uint64_t at = read_bytes - z->avail_in;
+    if (ferror(idx->f)) {
+        DDP_ERROR("%s: read error: %s; %s", idx->path, strerror(errno), DDP_GZ_FIX);
+        return DDP_ERR_IO;
+    }
+    if (ret == Z_MEM_ERROR) {
+        DDP_ERROR("%s: out of memory unpacking it (%zu bytes unpacked so far)", idx->path, have);
+        return DDP_ERR_NOMEM;
+    }
+    if (ret == Z_OK || ret == Z_BUF_ERROR) {
+        DDP_ERROR("%s: truncated gzip stream (the file ends after %llu bytes, %zu unpacked, in the middle "
+                  "of the compressed data); %s", idx->path, (unsigned long long)read_bytes, have, DDP_GZ_FIX);
+        return DDP_ERR_FORMAT;
+    }
+    DDP_ERROR("%s: corrupt gzip data (zlib: %s, found at byte %llu of %llu); %s", idx->path,
+              z->msg ? z->msg : "error", (unsigned long long)at, (unsigned long long)idx->file_bytes, DDP_GZ_FIX);
+    return DDP_ERR_FORMAT;
+}
+
+/* Unpacks the gzip file idx->f into idx->mem and sets file_bytes to the unpacked size. Truncated,
+ * corrupt or non-gzip data is DDP_ERR_FORMAT (logged, naming the file and the problem). */
+static ddp_status ddp_idx_gunzip(ddp_idx_file *idx)
+{
+    z_stream z = {0};
+    size_t cap = (size_t)idx->file_bytes * 2 + 4096, have = 0;
+    uint64_t read_bytes = 0;
+    if (!(idx->mem = malloc(cap)) || inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
+        DDP_ERROR("%s: out of memory to unpack it", idx->path);
+        return DDP_ERR_NOMEM;
+    }
+    int ret = ddp_gz_inflate(idx, &z, &cap, &have, &read_bytes);
+    ddp_status st = DDP_OK;
+    if (ret != Z_STREAM_END || ferror(idx->f))
+        st = ddp_gz_failure(idx, &z, ret, read_bytes, have);
+    inflateEnd(&z);
+    uint8_t *fit = realloc(idx->mem, have ? have : 1); /* give back the doubling's slack */
+    if (fit)
+        idx->mem = fit;
+    idx->file_bytes = have;
+    return st;
+}
+
+/* Opens path and records its size; a path ending in .gz is unpacked into memory. DDP_ERR_IO (logged)
+ * when it is missing, unreadable or not a regular file; DDP_ERR_FORMAT when a .gz is not whole gzip
+ * data. O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. */
 static ddp_status ddp_idx_open(const char *path, ddp_idx_file *idx)
 {
     struct stat st;
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     idx->path = path;
+    idx->fix = ddp_is_gz(path) ? DDP_GZ_FIX : DDP_MNIST_FIX;
     idx->f = NULL;
     if (fd < 0 || fstat(fd, &st) != 0) {
-        DDP_ERROR("%s: cannot open: %s; %s", path, strerror(errno), DDP_MNIST_FIX);
+        DDP_ERROR("%s: cannot open: %s; %s", path, strerror(errno), idx->fix);
     } else if (!S_ISREG(st.st_mode)) {
-        DDP_ERROR("%s: not a regular file; %s", path, DDP_MNIST_FIX);
+        DDP_ERROR("%s: not a regular file; %s", path, idx->fix);
     } else if (!(idx->f = fdopen(fd, "rb"))) {
         DDP_ERROR("%s: cannot open: %s", path, strerror(errno));
     }
@@ -48,7 +154,28 @@ static ddp_status ddp_idx_open(const char *path, ddp_idx_file *idx)
         return DDP_ERR_IO;
     }
     idx->file_bytes = (uint64_t)st.st_size;
-    return DDP_OK;
+    return ddp_is_gz(path) ? ddp_idx_gunzip(idx) : DDP_OK;
+}
+
+static void ddp_idx_close(ddp_idx_file *idx)
+{
+    if (idx->f)
+        fclose(idx->f);
+    free(idx->mem);
+    idx->f = NULL;
+    idx->mem = NULL;
+}
+
+/* Reads up to n bytes at the read position (of the file, or of mem for a gzip'ed one). */
+static size_t ddp_idx_read(ddp_idx_file *idx, void *buf, size_t n)
+{
+    if (!idx->mem)
+        return fread(buf, 1, n, idx->f);
+    uint64_t left = idx->file_bytes - idx->pos;
+    n = n < left ? n : (size_t)left;
+    memcpy(buf, idx->mem + idx->pos, n);
+    idx->pos += n;
+    return n;
 }
 
 /* Reads n_words big-endian 32-bit header words; the first must be `magic`. */
@@ -56,9 +183,9 @@ static ddp_status ddp_idx_header(ddp_idx_file *idx, uint32_t magic, uint32_t *wo
 {
     unsigned char buf[16];
     size_t n_bytes = (size_t)n_words * 4;
-    if (idx->file_bytes < n_bytes || fread(buf, 1, n_bytes, idx->f) != n_bytes) {
+    if (idx->file_bytes < n_bytes || ddp_idx_read(idx, buf, n_bytes) != n_bytes) {
         DDP_ERROR("%s: truncated: %llu bytes is shorter than the %zu-byte IDX header; %s", idx->path,
-                  (unsigned long long)idx->file_bytes, n_bytes, DDP_MNIST_FIX);
+                  (unsigned long long)idx->file_bytes, n_bytes, idx->fix);
         return DDP_ERR_FORMAT;
     }
     for (int i = 0; i < n_words; i++)
@@ -66,7 +193,7 @@ static ddp_status ddp_idx_header(ddp_idx_file *idx, uint32_t magic, uint32_t *wo
     if (words[0] != magic) {
         DDP_ERROR("%s: bad magic number 0x%08x, expected 0x%08x (%s); is it a gzip'ed or wrong file? %s",
                   idx->path, words[0], magic, magic == DDP_IDX_IMAGES_MAGIC ? "idx3-ubyte images"
-                  : "idx1-ubyte labels", DDP_MNIST_FIX);
+                  : "idx1-ubyte labels", idx->fix);
         return DDP_ERR_FORMAT;
     }
     return DDP_OK;
@@ -77,22 +204,30 @@ static ddp_status ddp_idx_check_size(const ddp_idx_file *idx, uint64_t expect_by
 {
     if (idx->file_bytes == expect_bytes)
         return DDP_OK;
-    DDP_ERROR("%s: %s: header says %s (%llu bytes) but the file has %llu bytes; %s", idx->path,
+    DDP_ERROR("%s: %s: header says %s (%llu bytes) but the file has %llu bytes%s; %s", idx->path,
               idx->file_bytes < expect_bytes ? "truncated" : "extra bytes at the end", what,
-              (unsigned long long)expect_bytes, (unsigned long long)idx->file_bytes, DDP_MNIST_FIX);
+              (unsigned long long)expect_bytes, (unsigned long long)idx->file_bytes,
+              idx->mem ? " unpacked" : "", idx->fix);
     return DDP_ERR_FORMAT;
 }
 
-/* Reads the body (n_bytes) into a new buffer *out. */
+/* Reads the body (n_bytes) into a new buffer *out. A gzip'ed file hands over its unpacked bytes,
+ * moved to the front, instead of a copy (the size check before guarantees n_bytes are left). */
 static ddp_status ddp_idx_body(ddp_idx_file *idx, size_t n_bytes, uint8_t **out)
 {
+    if (idx->mem) {
+        memmove(idx->mem, idx->mem + idx->pos, n_bytes);
+        *out = idx->mem;
+        idx->mem = NULL;
+        return DDP_OK;
+    }
     uint8_t *buf = malloc(n_bytes ? n_bytes : 1);
     if (!buf) {
         DDP_ERROR("%s: out of memory for %zu bytes", idx->path, n_bytes);
         return DDP_ERR_NOMEM;
     }
     if (fread(buf, 1, n_bytes, idx->f) != n_bytes) {
-        DDP_ERROR("%s: read error: %s; %s", idx->path, strerror(errno), DDP_MNIST_FIX);
+        DDP_ERROR("%s: read error: %s; %s", idx->path, strerror(errno), idx->fix);
         free(buf);
         return DDP_ERR_IO;
     }
@@ -109,7 +244,7 @@ static ddp_status ddp_mnist_read_images(ddp_idx_file *idx, ddp_mnist *d)
         return st;
     if (h[2] != DDP_MNIST_SIDE || h[3] != DDP_MNIST_SIDE) {
         DDP_ERROR("%s: images are %ux%u, but these models need 28x28 MNIST images; %s", idx->path,
-                  h[2], h[3], DDP_MNIST_FIX);
+                  h[2], h[3], idx->fix);
         return DDP_ERR_FORMAT;
     }
     char what[96];
@@ -142,7 +277,7 @@ static ddp_status ddp_mnist_read_labels(ddp_idx_file *idx, size_t *n, uint8_t **
     for (uint32_t i = 0; i < h[1]; i++) {
         if ((*labels)[i] >= DDP_MNIST_CLASSES) {
             DDP_ERROR("%s: label %u of sample %u is outside 0..9; %s", idx->path, (*labels)[i], i,
-                      DDP_MNIST_FIX);
+                      idx->fix);
             free(*labels);
             *labels = NULL;
             return DDP_ERR_FORMAT;
@@ -166,13 +301,11 @@ static ddp_status ddp_mnist_read_pair(const char *images_path, const char *label
         st = ddp_mnist_read_labels(&lab, &n_labels, &d->labels);
     if (st == DDP_OK && n_labels != d->n) {
         DDP_ERROR("%s has %zu images but %s has %zu labels: the files do not belong together; %s",
-                  images_path, d->n, labels_path, n_labels, DDP_MNIST_FIX);
+                  images_path, d->n, labels_path, n_labels, lab.fix);
         st = DDP_ERR_FORMAT;
     }
-    if (img.f)
-        fclose(img.f);
-    if (lab.f)
-        fclose(lab.f);
+    ddp_idx_close(&img);
+    ddp_idx_close(&lab);
     return st;
 }
 
@@ -191,6 +324,25 @@ ddp_status ddp_mnist_load(const char *images_path, const char *labels_path, ddp_
     return DDP_OK;
 }
 
+/* The path of dir/NAME, or of dir/NAME.gz when NAME is absent and NAME.gz is there; NULL (logged)
+ * when out of memory. The caller frees it. */
+static char *ddp_mnist_path(const char *dir, const char *split, const char *kind)
+{
+    struct stat st;
+    size_t n_bytes = strlen(dir) + strlen(split) + strlen(kind) + 8;
+    char *path = malloc(n_bytes);
+    if (!path) {
+        DDP_ERROR("out of memory for a path in %s", dir);
+        return NULL;
+    }
+    snprintf(path, n_bytes, "%s/%s-%s.gz", dir, split, kind);
+    int have_gz = stat(path, &st) == 0;
+    path[strlen(path) - 3] = '\0';
+    if (have_gz && stat(path, &st) != 0 && errno == ENOENT)
+        strcat(path, ".gz");
+    return path;
+}
+
 ddp_status ddp_mnist_load_dir(const char *dir, const char *split, ddp_mnist *out)
 {
     struct stat st;
@@ -201,18 +353,21 @@ ddp_status ddp_mnist_load_dir(const char *dir, const char *split, ddp_mnist *out
         DDP_ERROR("unknown MNIST split '%s' (expected train or t10k)", split);
         return DDP_ERR_INVALID_ARG;
     }
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        DDP_ERROR("%s: no such folder; run scripts/fetch-mnist.sh %s or pass --data", dir, dir);
+    if (stat(dir, &st) != 0) {
+        if (errno == ENOENT)
+            DDP_ERROR("%s: no such folder; run scripts/fetch-mnist.sh %s or pass --data", dir, dir);
+        else
+            DDP_ERROR("%s: cannot open the folder: %s", dir, strerror(errno));
         return DDP_ERR_IO;
     }
-    size_t n_bytes = strlen(dir) + 32;
-    char *images = malloc(n_bytes), *labels = malloc(n_bytes);
-    ddp_status s = DDP_ERR_NOMEM;
-    if (images && labels) {
-        snprintf(images, n_bytes, "%s/%s-images-idx3-ubyte", dir, split);
-        snprintf(labels, n_bytes, "%s/%s-labels-idx1-ubyte", dir, split);
-        s = ddp_mnist_load(images, labels, out);
+    if (!S_ISDIR(st.st_mode)) {
+        DDP_ERROR("%s: exists but is not a folder; pass --data the folder that holds the IDX files "
+                  "(scripts/fetch-mnist.sh DIR fills one)", dir);
+        return DDP_ERR_IO;
     }
+    char *images = ddp_mnist_path(dir, split, "images-idx3-ubyte");
+    char *labels = ddp_mnist_path(dir, split, "labels-idx1-ubyte");
+    ddp_status s = images && labels ? ddp_mnist_load(images, labels, out) : DDP_ERR_NOMEM;
     free(images);
     free(labels);
     return s;

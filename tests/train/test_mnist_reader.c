@@ -1,11 +1,13 @@
 /* test_mnist_reader.c - the MNIST IDX reader on small files written here: valid data, normalisation,
- * and each kind of bad input giving the documented status and a message that names the problem. */
+ * gzip'ed files (NAME.gz) read as the plain ones, and each kind of bad input giving the documented
+ * status and a message that names the problem. */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "check.h"
 #include "ddp.h"
@@ -62,6 +64,53 @@ static void write_valid(void)
     write_labels("train-labels-idx1-ubyte", 0x801, N_SAMPLES, (N_SAMPLES - 1) % 10);
     write_images("t10k-images-idx3-ubyte", 0x803, 3, SIDE, 3);
     write_labels("t10k-labels-idx1-ubyte", 0x801, 3, 2);
+}
+
+static void test_path(char *path, size_t len, const char *name)
+{
+    snprintf(path, len, "%s/%s", test_dir, name);
+}
+
+/* Reads test_dir/name whole into a new buffer; *n its size. */
+static unsigned char *read_whole(const char *name, size_t *n)
+{
+    char path[512];
+    test_path(path, sizeof path, name);
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = malloc(64 * 1024);
+    *n = f && buf ? fread(buf, 1, 64 * 1024, f) : 0;
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* Replaces test_dir/name by test_dir/name.gz, written by zlib's gzwrite in gzip members of
+ * member_bytes unpacked bytes (the last one shorter), then cut to its first keep_bytes (0: whole)
+ * and with 4 bytes in the middle inverted when flip. */
+static void gzip_file(const char *name, size_t member_bytes, size_t keep_bytes, int flip)
+{
+    char path[512], gz[600], gz_name[64];
+    size_t n, gz_bytes;
+    unsigned char *data = read_whole(name, &n);
+    test_path(path, sizeof path, name);
+    snprintf(gz_name, sizeof gz_name, "%s.gz", name);
+    test_path(gz, sizeof gz, gz_name);
+    remove(gz);
+    for (size_t at = 0; at < n; at += member_bytes) {
+        unsigned len = (unsigned)(n - at < member_bytes ? n - at : member_bytes);
+        gzFile z = gzopen(gz, "ab9");
+        CHECK(z && gzwrite(z, data + at, len) == (int)len && gzclose(z) == Z_OK, "gzip %s", name);
+    }
+    free(data);
+    remove(path);
+    data = read_whole(gz_name, &gz_bytes);
+    gz_bytes = keep_bytes ? keep_bytes : gz_bytes;
+    for (size_t i = 0; flip && i < 4; i++)
+        data[gz_bytes / 2 + i] ^= 0xff;
+    FILE *f = fopen(gz, "wb");
+    fwrite(data, 1, gz_bytes, f);
+    fclose(f);
+    free(data);
 }
 
 /* Loads split "train" of dir with stderr captured into `captured`. */
@@ -121,6 +170,68 @@ static void test_valid(void)
     ddp_mnist_free(NULL);
 }
 
+/* Gzip'ed files read as the plain ones (one member or several); NAME wins over NAME.gz. */
+static void test_gzip(void)
+{
+    ddp_mnist plain, packed;
+    write_valid();
+    CHECK(load_captured(test_dir, &plain) == DDP_OK, "plain folder: %s", captured);
+    gzip_file("train-images-idx3-ubyte", 1000, 0, 0); /* 3,936 bytes: 4 members */
+    gzip_file("train-labels-idx1-ubyte", 1000, 0, 0);
+    ddp_status st = load_captured(test_dir, &packed);
+    CHECK(st == DDP_OK, "gzip'ed folder: %s (%s)", ddp_strerror(st), captured);
+    if (st == DDP_OK) {
+        CHECK(packed.n == plain.n && packed.rows == SIDE && packed.cols == SIDE, "gzip'ed shape %zu", packed.n);
+        CHECK(memcmp(packed.images, plain.images, plain.n * PIXELS) == 0, "gzip'ed images equal the plain");
+        CHECK(memcmp(packed.labels, plain.labels, plain.n) == 0, "gzip'ed labels equal the plain");
+    }
+    ddp_mnist_free(&packed);
+    ddp_mnist_free(&plain);
+    /* The .gz says the last label is 7, the plain file says 4: the plain one is read while it is there. */
+    write_labels("train-labels-idx1-ubyte", 0x801, N_SAMPLES, 7);
+    gzip_file("train-labels-idx1-ubyte", 1 << 20, 0, 0);
+    write_labels("train-labels-idx1-ubyte", 0x801, N_SAMPLES, 4);
+    for (int with_plain = 1; with_plain >= 0; with_plain--) {
+        char path[512];
+        test_path(path, sizeof path, "train-labels-idx1-ubyte");
+        if (!with_plain)
+            remove(path);
+        st = load_captured(test_dir, &packed);
+        int want = with_plain ? 4 : 7;
+        CHECK(st == DDP_OK && packed.labels[N_SAMPLES - 1] == want, "%s: last label %d, want %d (%s)",
+              with_plain ? "NAME and NAME.gz" : "NAME.gz only", st == DDP_OK ? packed.labels[N_SAMPLES - 1] : -1,
+              want, captured);
+        ddp_mnist_free(&packed);
+    }
+    write_valid();
+}
+
+/* A truncated, corrupt or non-gzip .gz: DDP_ERR_FORMAT, the file and the problem named. */
+static void test_bad_gzip(void)
+{
+    const char *images = "train-images-idx3-ubyte";
+    gzip_file(images, 1 << 20, 40, 0);
+    expect_failure("truncated .gz", DDP_ERR_FORMAT,
+                   (const char *const[]){"train-images-idx3-ubyte.gz: truncated gzip stream", "gunzip -t", NULL});
+    gzip_file(images, 1 << 20, 0, 1);
+    expect_failure("corrupt .gz", DDP_ERR_FORMAT,
+                   (const char *const[]){"train-images-idx3-ubyte.gz: corrupt gzip data", "zlib: ", NULL});
+    char path[512], gz[512];
+    test_path(path, sizeof path, images);
+    test_path(gz, sizeof gz, "train-images-idx3-ubyte.gz");
+    rename(path, gz);
+    expect_failure("plain data named .gz", DDP_ERR_FORMAT,
+                   (const char *const[]){"train-images-idx3-ubyte.gz: corrupt gzip data", "incorrect header check",
+                                         NULL});
+    /* Whole gzip data whose unpacked IDX is short: the IDX check, on the unpacked size. */
+    write_images(images, 0x803, 8000, SIDE, N_SAMPLES);
+    gzip_file(images, 1 << 20, 0, 0);
+    expect_failure("short IDX in a .gz", DDP_ERR_FORMAT,
+                   (const char *const[]){"train-images-idx3-ubyte.gz: truncated", "8000 images", "unpacked",
+                                         "re-download", NULL});
+    remove(gz);
+}
+
 static void test_bad_inputs(void)
 {
     char missing[300];
@@ -129,6 +240,11 @@ static void test_bad_inputs(void)
     CHECK(load_captured(missing, &d) == DDP_ERR_IO, "missing folder status");
     CHECK(strstr(captured, "no such folder") && strstr(captured, "fetch-mnist.sh") && strstr(captured, missing),
           "missing folder message: %s", captured);
+    char file[300];
+    snprintf(file, sizeof file, "%s/train-images-idx3-ubyte", test_dir);
+    CHECK(load_captured(file, &d) == DDP_ERR_IO, "a file as the folder: status");
+    CHECK(strstr(captured, file) && strstr(captured, ": exists but is not a folder"), "a file as the folder: %s",
+          captured);
 
     write_images("train-images-idx3-ubyte", 0x1f8b0808, N_SAMPLES, SIDE, N_SAMPLES);
     expect_failure("wrong magic", DDP_ERR_FORMAT,
@@ -165,8 +281,11 @@ int main(void)
     }
     test_valid();
     test_bad_inputs();
+    test_gzip();
+    test_bad_gzip();
     const char *names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-                           "t10k-labels-idx1-ubyte", "stderr.txt"};
+                           "t10k-labels-idx1-ubyte", "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                           "stderr.txt"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/%s", test_dir, names[i]);
