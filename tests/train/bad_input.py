@@ -4,11 +4,15 @@ within seconds with a message naming the problem; under mpirun both ranks exit, 
 Absurd flag values (2^63 steps, NaN or infinite rates, ...) are refused with the allowed range, a
 batch larger than a rank's share of the data with the largest that fits, and a FIFO where a file
 belongs without waiting for the other end.
+--data naming a file (/dev/zero) is told that it is not a folder. A truncated NAME.gz (read when
+NAME is absent) under mpirun: every rank names the file and the
+problem, and the job ends at once.
 A run whose loss diverges to NaN stops with exit 1; with --nan-policy skip it goes on and still
 writes valid JSON metrics; ddp-ckpt diff does not call NaN equal to a number.
 
 Usage: bad_input.py DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
+import gzip
 import json
 import os
 import shutil
@@ -97,6 +101,8 @@ def bad_data(chk, train, tmp):
     missing = os.path.join(tmp, "missing")
     expect(chk, "missing data folder", [train, "--data", missing], None,
            [missing + ": no such folder", "fetch-mnist.sh"])
+    expect(chk, "a file as the data folder", [train, "--data", "/dev/zero"], None,
+           ["/dev/zero: exists but is not a folder"])
     cases = {
         "wrong magic": ("train-images-idx3-ubyte", lambda b: struct.pack(">I", 0x1F8B0800) + b[4:],
                         ["train-images-idx3-ubyte", "bad magic"]),
@@ -157,6 +163,22 @@ def under_mpirun(chk, train, mpi, tmp):
                  mpi + ["1", train, "--data", data] + flags + [":", "-np", "1", train, "--data", other] + flags,
                  1, ["give every rank the same data", "300 train / 50 test samples here"])
     chk.check("MPI_ABORT" not in out, "different data is agreed on, not aborted", out)
+
+
+def truncated_gz(chk, train, mpi, tmp):
+    """train-images-idx3-ubyte.gz cut in half, the plain file absent: both ranks fail, naming it."""
+    folder = os.path.join(tmp, "truncated_gz")
+    shutil.copytree(os.path.join(tmp, "good"), folder)
+    images = os.path.join(folder, "train-images-idx3-ubyte")
+    with open(images, "rb") as f:
+        packed = gzip.compress(f.read())
+    os.remove(images)
+    corrupt(folder, "train-images-idx3-ubyte.gz", packed[:len(packed) // 2])
+    out = expect(chk, "mpirun -np 2, truncated .gz", mpi + ["2", train, "--data", folder, "--device", "cpu"], 1,
+                 [images + ".gz: truncated gzip stream", "gunzip -t"])
+    lines = [l for l in out.splitlines() if "truncated gzip stream" in l]
+    chk.check(len(lines) == 2 and "MPI_ABORT" not in out, f"both ranks report the truncated .gz ({len(lines)} "
+              "lines), no abort", out)
 
 
 def ckpt_cli(chk, ckpt, tmp):
@@ -230,6 +252,7 @@ def main():
         bad_flags(chk, train)
         bad_data(chk, train, tmp)
         under_mpirun(chk, train, mpi, tmp)
+        truncated_gz(chk, train, mpi, tmp)
         ckpt_cli(chk, ckpt, tmp)
         ckpt_nan(chk, ckpt, tmp)
         diverged_metrics(chk, train, tmp)
