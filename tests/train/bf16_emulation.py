@@ -46,11 +46,7 @@ def main():
         sys.exit(77)
     chk = trainlib.Checker()
     with tempfile.TemporaryDirectory(prefix="ddp-bf16emu-") as tmp:
-        data = os.path.join(tmp, "data")
-        trainlib.write_dataset(data, 480, 60)
-        base = [exe, "--model", model, "--data", data, "--epochs", "1", "--max-steps", "4",
-                "--batch", "8", "--lr", "0.05", "--momentum", "0.9", "--device", "cpu",
-                "--accum", "2", "--log-every", "1"]
+        base = trainlib.four_step_run(exe, model, tmp) + ["--accum", "2"]
         runs = {}
         for isa in ("native", "avx512", "avx2"):
             path = os.path.join(tmp, f"{isa}.ckpt")

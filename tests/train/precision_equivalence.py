@@ -40,11 +40,7 @@ def main():
     exe, ckpt, model, mpi = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
     chk = trainlib.Checker()
     with tempfile.TemporaryDirectory(prefix="ddp-prec-") as tmp:
-        data = os.path.join(tmp, "data")
-        trainlib.write_dataset(data, 480, 60)
-        base = [exe, "--model", model, "--data", data, "--epochs", "1", "--max-steps", "4",
-                "--batch", "8", "--lr", "0.05", "--momentum", "0.9", "--device", "cpu",
-                "--log-every", "1"]
+        base = trainlib.four_step_run(exe, model, tmp)
         single = {}
         for prec in ("bf16", "fp16"):
             ranks = train(chk, tmp, f"np2_{prec}", base + ["--precision", prec], prefix=mpi + ["2"])

@@ -55,6 +55,15 @@ def write_dataset(folder, n_train, n_test):
     write_split(folder, "t10k", n_test, 777)
 
 
+def four_step_run(exe, model, tmp):
+    """Writes a small dataset under tmp and returns ddp-train's arguments for the 4-step runs that the
+    16-bit comparisons share (batch 8, lr 0.05, momentum 0.9, on the CPU)."""
+    data = os.path.join(tmp, "data")
+    write_dataset(data, 480, 60)
+    return [exe, "--model", model, "--data", data, "--epochs", "1", "--max-steps", "4", "--batch", "8",
+            "--lr", "0.05", "--momentum", "0.9", "--device", "cpu", "--log-every", "1"]
+
+
 def run(cmd, timeout, env=None):
     """Runs cmd; returns (exit code, stdout + stderr). A timeout is a failure reported as code -999."""
     print("$ " + " ".join(cmd), flush=True)
