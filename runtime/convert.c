@@ -46,9 +46,9 @@ int ddp_dtype_is_grad(ddp_dtype t)
 /* The host loops below are one straight loop per pair of types, so the compiler vectorises
  * them: a per-element switch on the type kept them scalar (0.5 ms per step for the MLP's 535k
  * gradients with --grad-dtype bf16, more than the halved all-reduce saved); each is compiled for
- * AVX-512, AVX2 and the baseline (simd_clones.h). */
+ * AVX-512, AVX2 and the baseline and runs the variant of the CPU's level (simd_clones.h). */
 
-DDP_SIMD_CLONES static void ddp_f32_to_16(uint16_t *dst, const float *src, size_t n, int fp16)
+DDP_SIMD_BODY void f32_to_16_body(uint16_t *dst, const float *src, size_t n, int fp16)
 {
     if (fp16) {
         for (size_t i = 0; i < n; i++)
@@ -58,8 +58,10 @@ DDP_SIMD_CLONES static void ddp_f32_to_16(uint16_t *dst, const float *src, size_
             dst[i] = ddp_f32_to_bf16(src[i]);
     }
 }
+DDP_SIMD_DISPATCH(ddp_f32_to_16, f32_to_16_body, (uint16_t *dst, const float *src, size_t n, int fp16),
+                  (dst, src, n, fp16))
 
-DDP_SIMD_CLONES static void ddp_16_to_f32(float *dst, const uint16_t *src, size_t n, int fp16)
+DDP_SIMD_BODY void f16_to_f32_body(float *dst, const uint16_t *src, size_t n, int fp16)
 {
     if (fp16) {
         for (size_t i = 0; i < n; i++)
@@ -69,6 +71,8 @@ DDP_SIMD_CLONES static void ddp_16_to_f32(float *dst, const uint16_t *src, size_
             dst[i] = ddp_bf16_to_f32(src[i]);
     }
 }
+DDP_SIMD_DISPATCH(ddp_16_to_f32, f16_to_f32_body, (float *dst, const uint16_t *src, size_t n, int fp16),
+                  (dst, src, n, fp16))
 
 void ddp_host_cast(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n)
 {
@@ -86,7 +90,7 @@ void ddp_host_cast(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t,
     }
 }
 
-DDP_SIMD_CLONES static void ddp_host_scale_loop(void *x, ddp_dtype t, size_t n, float alpha)
+DDP_SIMD_BODY void scale_body(void *x, ddp_dtype t, size_t n, float alpha)
 {
     if (t == DDP_FP32) {
         float *f = x;
@@ -103,8 +107,10 @@ DDP_SIMD_CLONES static void ddp_host_scale_loop(void *x, ddp_dtype t, size_t n, 
             h[i] = ddp_f32_to_bf16(ddp_bf16_to_f32(h[i]) * alpha);
     }
 }
+DDP_SIMD_DISPATCH(ddp_host_scale_loop, scale_body, (void *x, ddp_dtype t, size_t n, float alpha), (x, t, n, alpha))
 
-DDP_SIMD_CLONES static int ddp_host_nonfinite_loop(const void *x, ddp_dtype t, size_t n)
+/* *nonfinite = whether x holds an inf or a NaN. */
+DDP_SIMD_BODY void nonfinite_body(const void *x, ddp_dtype t, size_t n, int *nonfinite)
 {
     /* inf/NaN: exponent bits all ones (fp32 0x7f800000, bf16 0x7f80, fp16 0x7c00) */
     uint32_t found = 0;
@@ -118,12 +124,13 @@ DDP_SIMD_CLONES static int ddp_host_nonfinite_loop(const void *x, ddp_dtype t, s
         for (size_t i = 0; i < n; i++)
             found |= (uint32_t)((h[i] & mask) == mask);
     }
-    return found != 0;
+    *nonfinite = found != 0;
 }
+DDP_SIMD_DISPATCH(ddp_host_nonfinite_loop, nonfinite_body, (const void *x, ddp_dtype t, size_t n, int *nonfinite),
+                  (x, t, n, nonfinite))
 
 /* dst (fp32) = widen(src) * alpha in one pass: the values of the cast followed by the scaling. */
-DDP_SIMD_CLONES static void ddp_16_to_f32_scaled(float *dst, const uint16_t *src, size_t n, int fp16,
-                                                 float alpha)
+DDP_SIMD_BODY void f16_to_f32_scaled_body(float *dst, const uint16_t *src, size_t n, int fp16, float alpha)
 {
     if (fp16) {
         for (size_t i = 0; i < n; i++)
@@ -133,6 +140,8 @@ DDP_SIMD_CLONES static void ddp_16_to_f32_scaled(float *dst, const uint16_t *src
             dst[i] = ddp_bf16_to_f32(src[i]) * alpha;
     }
 }
+DDP_SIMD_DISPATCH(ddp_16_to_f32_scaled, f16_to_f32_scaled_body,
+                  (float *dst, const uint16_t *src, size_t n, int fp16, float alpha), (dst, src, n, fp16, alpha))
 
 void ddp_host_cast_scale(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n,
                          float alpha)
@@ -154,7 +163,9 @@ void ddp_host_scale(void *x, ddp_dtype t, size_t n, float alpha)
 
 int ddp_host_nonfinite(const void *x, ddp_dtype t, size_t n)
 {
-    return ddp_host_nonfinite_loop(x, t, n);
+    int nonfinite;
+    ddp_host_nonfinite_loop(x, t, n, &nonfinite);
+    return nonfinite;
 }
 
 #if !HAVE_CUDA
