@@ -3,6 +3,7 @@
 #include "cpu_isa.h"
 
 #include <cpuid.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,24 +75,27 @@ const char *ddp_isa_name(ddp_isa_level level)
     return level >= DDP_ISA_BASELINE && level <= DDP_ISA_NATIVE ? level_names[level] : "?";
 }
 
+/* The process's view, filled once (libddp's MPI progress thread may ask first). */
 static struct {
-    bool ready;
     ddp_isa_level cap, cpu_level;
     struct ddp_cpu_features raw, eff;
 } g_isa;
+static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
 
-static void isa_init(void)
+static void isa_fill(void)
 {
     char err[160];
-    if (g_isa.ready)
-        return;
     if (ddp_isa_parse(getenv(DDP_CPU_ISA_ENV), &g_isa.cap, err, sizeof err) != 0)
         g_isa.cap = DDP_ISA_NATIVE;
     ddp_cpu_features_detect(&g_isa.raw);
     g_isa.cpu_level = ddp_cpu_features_level(&g_isa.raw);
     g_isa.eff = g_isa.raw;
     ddp_cpu_features_cap(&g_isa.eff, g_isa.cap);
-    g_isa.ready = true;
+}
+
+static void isa_init(void)
+{
+    pthread_once(&g_isa_once, isa_fill);
 }
 
 const struct ddp_cpu_features *ddp_cpu(void)
