@@ -93,7 +93,7 @@ static const char ddp_train_usage_text[] =
     "  --tf32                  TF32 tensor cores for fp32 GEMMs and convolutions on the GPU (like\n"
     "                          torch.backends.cuda.matmul.allow_tf32); ignored on the CPU\n"
     "  --metrics FILE          rank 0 writes JSON lines: one per epoch, then a summary\n"
-    "  --save FILE             rank 0 writes the trained parameters as a checkpoint\n"
+    "  --save FILE             rank 0 writes the trained parameters as a checkpoint (FILE: see below)\n"
     "  --augment               shift each training image by up to 2 pixels (from seed, epoch, sample)\n"
     "  --no-shuffle            keep the data order (identity permutation)\n"
     "  --log-every N           progress line every N steps when stderr is not a terminal (default 50)\n"
@@ -130,7 +130,13 @@ static const char ddp_train_usage_more[] =
     "SIGUSR1 (e.g. sbatch --signal=USR1@120) or SIGTERM (time limit, scancel) stops every rank after\n"
     "the same step; rank 0 then writes a checkpoint into --checkpoint-dir, evaluates, writes --save\n"
     "and the metrics summary (\"stopped_by_signal\": true); with --requeue it requeues the job; all\n"
-    "exit 0.\n";
+    "exit 0.\n"
+    "--save and --trace replace FILE atomically (a temporary file renamed over it), so FILE must be a\n"
+    "new or a regular file; a symbolic link is followed to the file it names, which must exist. A\n"
+    "folder, a device (/dev/null too), a FIFO, a socket or a dangling link is refused before training,\n"
+    "as is a folder that does not accept a new file.\n"
+    "DDP_TIMEOUT=S: the deadline of every collective, 0.1 to 604800 seconds (default 300); any other\n"
+    "value stops every rank before training.\n";
 
 static void ddp_train_opts_default(ddp_train_opts *o)
 {

@@ -184,10 +184,21 @@ ddp_status ddp_train_save_state(const ddp_train_setup *s, const ddp_train_pos *p
     ddp_status rc = ddp_state_from_model(s, &st);
     if (rc == DDP_OK)
         rc = ddp_state_add_position(s, *pos, st);
+    errno = 0;
     if (rc == DDP_OK)
         rc = ddp_state_save(st, path);
+    int err = errno;
     ddp_state_destroy(st);
+    errno = rc == DDP_ERR_IO ? err : 0; /* the system's reason of a failed save (e.g. ENOSPC), kept
+                                           for the callers' messages: DDP_ERR_IO alone says less */
     return rc;
+}
+
+/* Why a save failed, for a message: the system's reason (errno, set by ddp_train_save_state) for
+ * DDP_ERR_IO, else the status's text. */
+static const char *ddp_save_error(ddp_status st)
+{
+    return st == DDP_ERR_IO && errno != 0 ? strerror(errno) : ddp_strerror(st);
 }
 
 /* ---- the checkpoint folder ------------------------------------------------------------------- */
@@ -273,9 +284,14 @@ ddp_status ddp_train_checkpoint(const ddp_train_setup *s, const ddp_train_pos *p
     ddp_ckpt_path(s->o->checkpoint_dir, pos->step, path);
     ddp_status st = ddp_train_save_state(s, pos, path);
     if (st != DDP_OK) {
-        DDP_ERROR("checkpoint %s at step %ld failed: %s; the previous checkpoints are kept (free "
-                  "space there, use another --checkpoint-dir, or --checkpoint-errors warn to go on)",
-                  path, pos->step, ddp_strerror(st));
+        const char *why = ddp_save_error(st);
+        if (s->o->checkpoint_errors_warn)
+            DDP_ERROR("checkpoint %s at step %ld failed: %s; the previous checkpoints are kept", path,
+                      pos->step, why);
+        else
+            DDP_ERROR("checkpoint %s at step %ld failed: %s; the previous checkpoints are kept (free "
+                      "space there, use another --checkpoint-dir, or --checkpoint-errors warn to go "
+                      "on)", path, pos->step, why);
         return st;
     }
     printf("checkpoint %s (step %ld)\n", path, pos->step);
@@ -303,6 +319,64 @@ static ddp_status ddp_probe_dir(const char *flag, const char *what, const char *
     return DDP_OK;
 }
 
+static const char *ddp_file_kind(mode_t mode)
+{
+    return S_ISDIR(mode) ? "a folder" : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
+           : S_ISFIFO(mode) ? "a FIFO (named pipe)" : S_ISSOCK(mode) ? "a socket" : "not a regular file";
+}
+
+/* The file --save or --trace replaces at the end (the library's rule, runtime/checkpoint.c's
+ * ddp_output_target, checked again when it writes): a new file or a regular one; a symbolic link
+ * is followed to the file it points to, which must exist. Folders, devices (/dev/null included),
+ * FIFOs and sockets are refused: a save writes a temporary file and renames it over the target,
+ * which would put a regular file in their place. *target (malloc'ed) is the file to replace. */
+static ddp_status ddp_check_target(const char *flag, const char *path, char **target)
+{
+    struct stat sb;
+    int exists = lstat(path, &sb) == 0, link = exists && S_ISLNK(sb.st_mode);
+    *target = link ? realpath(path, NULL) : strdup(path);
+    if (link && !*target) {
+        DDP_ERROR("%s %s: a symbolic link whose target %s: point it at a file, remove it, or name "
+                  "another path (checked before training, so nothing is lost)", flag, path,
+                  errno == ENOENT ? "does not exist (a dangling link)" : strerror(errno));
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (!*target)
+        return DDP_ERR_NOMEM;
+    if (exists && stat(*target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        DDP_ERROR("%s %s%s%s is %s: %s writes a temporary file and renames it over a regular file, "
+                  "so it never replaces a folder, a device, a FIFO or a socket; %s (checked before "
+                  "training, so nothing is lost)", flag, path, link ? ", a symbolic link to " : "",
+                  link ? *target : "", ddp_file_kind(sb.st_mode), flag, S_ISDIR(sb.st_mode)
+                  ? "name a file, e.g. one in that folder" : "name a regular file or a new one, or "
+                  "leave the flag out to write nothing");
+        free(*target);
+        *target = NULL;
+        return DDP_ERR_INVALID_ARG;
+    }
+    return DDP_OK;
+}
+
+/* --save FILE or --trace FILE: the target may be replaced and its folder accepts a new file. */
+static ddp_status ddp_check_output_file(const char *flag, const char *path)
+{
+    char *target = NULL, dir[DDP_PATH_MAX];
+    ddp_status st = ddp_check_target(flag, path, &target);
+    if (st != DDP_OK)
+        return st;
+    const char *slash = strrchr(target, '/');
+    if (slash && !slash[1]) {
+        DDP_ERROR("%s %s: ends with '/': name a file (checked before training, so nothing is lost)",
+                  flag, path);
+        free(target);
+        return DDP_ERR_INVALID_ARG;
+    }
+    int len = slash ? (slash == target ? 1 : (int)(slash - target)) : 1;
+    snprintf(dir, sizeof dir, "%.*s", len, slash ? target : ".");
+    free(target);
+    return ddp_probe_dir(flag, path, dir);
+}
+
 ddp_status ddp_train_check_outputs(const ddp_train_opts *o)
 {
     ddp_status st = DDP_OK;
@@ -313,13 +387,10 @@ ddp_status ddp_train_check_outputs(const ddp_train_opts *o)
     } else if (o->checkpoint_dir) {
         st = ddp_probe_dir("--checkpoint-dir", o->checkpoint_dir, o->checkpoint_dir);
     }
-    if (st == DDP_OK && o->save_path) {
-        char dir[DDP_PATH_MAX];
-        const char *slash = strrchr(o->save_path, '/');
-        int len = slash ? (slash == o->save_path ? 1 : (int)(slash - o->save_path)) : 1;
-        snprintf(dir, sizeof dir, "%.*s", len, slash ? o->save_path : ".");
-        st = ddp_probe_dir("--save", o->save_path, dir);
-    }
+    if (st == DDP_OK && o->save_path)
+        st = ddp_check_output_file("--save", o->save_path);
+    if (st == DDP_OK && o->trace_path)
+        st = ddp_check_output_file("--trace", o->trace_path);
     return st;
 }
 

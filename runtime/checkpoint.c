@@ -42,8 +42,12 @@
  * A save first removes stale temporary files of interrupted saves in the target's folder
  * ("NAME.tmp.PID" whose process is gone and that start with the magic or are empty), writes
  * "PATH.tmp.<pid>", fsyncs it, renames it over PATH and fsyncs the folder, so PATH is always either
- * the old or the new complete file. A load reads the whole file and checks, in this order: magic,
- * version, file size, CRC-32, then the section table and every section's size and contents.
+ * the old or the new complete file. The rename only ever replaces a regular file
+ * (ddp_output_target): a symbolic link is followed (the file it points to is replaced, the link
+ * stays), a dangling link, a folder, a device, a FIFO or a socket is refused before anything is
+ * written. A failed save leaves errno at the system's reason (e.g. ENOSPC) for the caller's message.
+ * A load reads the whole file and checks, in this order: magic, version, file size, CRC-32, then
+ * the section table and every section's size and contents.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -413,16 +417,26 @@ typedef struct ddp_ckpt_writer {
     const char *path;
     uLong crc;
     int failed;
+    int err; /* errno of the first failure */
 } ddp_ckpt_writer;
+
+/* Records the first failure's errno and logs it with `what` ("writing", "flushing", ...). */
+static void ddp_ckpt_fail(ddp_ckpt_writer *w, const char *what)
+{
+    if (!w->failed) {
+        w->err = errno;
+        DDP_ERROR("checkpoint: %s %s failed: %s%s", what, w->path, strerror(w->err),
+                  w->err == ENOSPC || w->err == EDQUOT ? " (free space there)" : "");
+    }
+    w->failed = 1;
+}
 
 static void ddp_ckpt_write(ddp_ckpt_writer *w, const void *data, size_t n_bytes)
 {
     if (w->failed || n_bytes == 0)
         return;
     if (fwrite(data, 1, n_bytes, w->f) != n_bytes) {
-        DDP_ERROR("checkpoint: writing %s failed: %s (check free disk space)", w->path,
-                  strerror(errno));
-        w->failed = 1;
+        ddp_ckpt_fail(w, "writing");
         return;
     }
     w->crc = crc32_z(w->crc, data, n_bytes);
@@ -507,20 +521,16 @@ static uint64_t ddp_ckpt_file_bytes(const ddp_state *s)
     return n + 4;
 }
 
-/* Flushes and fsyncs the temporary file and closes it; DDP_OK only if all of it reached disk. */
+/* Flushes and fsyncs the temporary file and closes it; DDP_OK only if all of it reached disk.
+ * On DDP_ERR_IO errno is the first failure's. */
 static ddp_status ddp_ckpt_close(ddp_ckpt_writer *w)
 {
-    int bad = w->failed;
-    if (!bad && (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)) {
-        DDP_ERROR("checkpoint: flushing %s failed: %s (check free disk space)", w->path,
-                  strerror(errno));
-        bad = 1;
-    }
-    if (fclose(w->f) != 0 && !bad) {
-        DDP_ERROR("checkpoint: closing %s failed: %s", w->path, strerror(errno));
-        bad = 1;
-    }
-    return bad ? DDP_ERR_IO : DDP_OK;
+    if (!w->failed && (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0))
+        ddp_ckpt_fail(w, "flushing");
+    if (fclose(w->f) != 0)
+        ddp_ckpt_fail(w, "closing");
+    errno = w->err;
+    return w->failed ? DDP_ERR_IO : DDP_OK;
 }
 
 static ddp_status ddp_ckpt_write_file(const char *tmp, const ddp_state *s)
@@ -623,7 +633,8 @@ static ddp_status ddp_fsync_dir(const char *dir)
     return DDP_OK;
 }
 
-/* Writes "PATH.tmp.<pid>" and renames it over path; the folder is synced afterwards. */
+/* Writes "PATH.tmp.<pid>" and renames it over path; the folder is synced afterwards. On
+ * DDP_ERR_IO errno is the system's reason. */
 static ddp_status ddp_ckpt_replace(const char *path, const char *dir, const ddp_state *s)
 {
     size_t tmp_len = strlen(path) + 32;
@@ -638,12 +649,65 @@ static ddp_status ddp_ckpt_replace(const char *path, const char *dir, const ddp_
         DDP_ERROR("checkpoint: cannot rename %s to %s: %s", tmp, path, strerror(errno));
         st = DDP_ERR_IO;
     }
+    int err = errno;
     if (st != DDP_OK)
         unlink(tmp); /* the old checkpoint, if any, is left as it was */
-    else
-        st = ddp_fsync_dir(dir);
+    else if ((st = ddp_fsync_dir(dir)) != DDP_OK)
+        err = errno;
     free(tmp);
+    errno = err;
     return st;
+}
+
+/* ---- where a save goes ---------------------------------------------------------------------- */
+
+/* What a non-regular file is, for messages. */
+static const char *ddp_file_kind(mode_t mode)
+{
+    return S_ISDIR(mode) ? "a folder" : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
+           : S_ISFIFO(mode) ? "a FIFO (named pipe)" : S_ISSOCK(mode) ? "a socket" : "not a regular file";
+}
+
+/* path is a symbolic link: its resolved target (malloc'ed), or NULL (logged) when it dangles, loops
+ * or cannot be resolved. */
+static char *ddp_follow_link(const char *what, const char *path, ddp_status *st)
+{
+    char *real = realpath(path, NULL);
+    if (real)
+        return real;
+    char to[4096] = "?";
+    ssize_t n = readlink(path, to, sizeof to - 1);
+    to[n > 0 ? n : 1] = '\0';
+    *st = errno == ENOENT || errno == ELOOP ? DDP_ERR_INVALID_ARG : DDP_ERR_IO;
+    DDP_ERROR("%s %s: a symbolic link to %s, which %s: point the link at a file, remove it, or name "
+              "another path", what, path, to, errno == ENOENT ? "does not exist (a dangling link)"
+              : errno == ELOOP ? "loops" : strerror(errno));
+    return NULL;
+}
+
+ddp_status ddp_output_target(const char *what, const char *path, char **out)
+{
+    struct stat sb;
+    ddp_status st = DDP_OK;
+    *out = NULL;
+    int exists = lstat(path, &sb) == 0;
+    if (!exists && errno != ENOENT) {
+        DDP_ERROR("%s %s: %s", what, path, strerror(errno));
+        return DDP_ERR_IO;
+    }
+    int link = exists && S_ISLNK(sb.st_mode);
+    char *target = link ? ddp_follow_link(what, path, &st) : strdup(path);
+    if (!target)
+        return st != DDP_OK ? st : DDP_ERR_NOMEM;
+    if (exists && stat(target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        DDP_ERROR("%s %s%s%s is %s: a save replaces a regular file (a temporary file renamed over "
+                  "it), never a folder or a special file; name a regular file or a new one", what,
+                  path, link ? ", a symbolic link to " : "", link ? target : "", ddp_file_kind(sb.st_mode));
+        free(target);
+        return DDP_ERR_INVALID_ARG;
+    }
+    *out = target;
+    return DDP_OK;
 }
 
 ddp_status ddp_state_save(const ddp_state *s, const char *path)
@@ -652,20 +716,25 @@ ddp_status ddp_state_save(const ddp_state *s, const char *path)
         DDP_ERROR("ddp_state_save: need a state and a path");
         return DDP_ERR_INVALID_ARG;
     }
-    const char *base;
-    char *dir = ddp_path_dir(path, &base);
-    if (!dir || !base[0]) {
+    char *target = NULL, *dir = NULL;
+    const char *base = "";
+    ddp_status st = ddp_output_target("checkpoint", path, &target);
+    if (st == DDP_OK && (!(dir = ddp_path_dir(target, &base)) || !base[0])) {
         DDP_ERROR("ddp_state_save: %s: %s", path, dir ? "names a folder, not a file" : "out of memory");
-        free(dir);
-        return dir ? DDP_ERR_INVALID_ARG : DDP_ERR_NOMEM;
+        st = dir ? DDP_ERR_INVALID_ARG : DDP_ERR_NOMEM;
     }
-    DIR *d = opendir(dir); /* cleaning up is best effort: a folder we cannot list may be writable */
-    if (d) {
-        ddp_remove_stale_in(d, dir);
-        closedir(d);
+    if (st == DDP_OK) {
+        DIR *d = opendir(dir); /* cleaning up is best effort: a folder we cannot list may be writable */
+        if (d) {
+            ddp_remove_stale_in(d, dir);
+            closedir(d);
+        }
+        st = ddp_ckpt_replace(target, dir, s);
     }
-    ddp_status st = ddp_ckpt_replace(path, dir, s);
+    int err = errno;
     free(dir);
+    free(target);
+    errno = err;
     return st;
 }
 

@@ -100,8 +100,12 @@ ddp_status ddp_host_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root)
 void ddp_log_set_identity(int rank, const char *hostname);
 
 /* The deadline of every collective and wait, in seconds: DDP_TIMEOUT from the environment, 300
- * when unset. A value that is not a positive number is logged once and the default used. */
+ * when unset or invalid (an invalid value is ddp_timeout_check's to report). */
 double ddp_timeout_seconds(void);
+/* DDP_OK when DDP_TIMEOUT is unset or a number of seconds from 0.1 to 604800; else DDP_ERR_ENV,
+ * logged with the variable, its value and the allowed range. ddp_init fails with it on every rank
+ * (ddp_watchdog_connect), so no program runs with a deadline it did not ask for. */
+ddp_status ddp_timeout_check(void);
 
 /* ---- the watchdog (watchdog.c): deadlines on collectives, dead-rank detection ------------- */
 
@@ -120,7 +124,9 @@ void ddp_watch_leave(int lane);
 ddp_status ddp_watchdog_start(void);
 /* Collective, after MPI_Init: tells the watchdog this rank, exchanges side-channel addresses and
  * builds the ring of TCP connections that detects dead ranks. A ring that cannot be built
- * everywhere is left off with a warning (DDP_OK); DDP_ERR_MPI when the exchange itself failed. */
+ * everywhere is left off with a warning (DDP_OK); DDP_ERR_MPI when the exchange itself failed;
+ * DDP_ERR_ENV on every rank when DDP_TIMEOUT is invalid on any (ddp_timeout_check; also with
+ * DDP_WATCHDOG=0 and in a job of one rank). */
 ddp_status ddp_watchdog_connect(int rank, int world, const char *hostname);
 /* Says goodbye on the ring and closes the side channel (deadlines stay). */
 void ddp_watchdog_disconnect(void);
@@ -134,6 +140,14 @@ void ddp_watchdog_stop(void);
  * it as args.arg. */
 void ddp_trace_set_tag(int64_t tag);
 int64_t ddp_trace_tag(void);
+
+/* checkpoint.c: where an atomic save (temporary file renamed over the target) of `path` goes.
+ * DDP_OK with *out (malloc'ed) the file to replace: path itself when it does not exist or is a
+ * regular file, the resolved target when path is a symbolic link to a regular file (the link is
+ * kept). DDP_ERR_INVALID_ARG, logged with `what` (e.g. "checkpoint") and the path, when it is or
+ * points to a folder, a device, a FIFO or a socket, or is a dangling or looping link; DDP_ERR_IO
+ * when it cannot be examined; *out is NULL then. Used by checkpoints and the trace file. */
+ddp_status ddp_output_target(const char *what, const char *path, char **out);
 
 /* CRC-32 (zlib) of a buffer, used by checksums and checkpoints. */
 uint32_t ddp_crc32(const void *data, size_t n_bytes);

@@ -13,12 +13,15 @@
  * "version": 1, "world_size": N, "dropped": D}}; ts in microseconds from rank 0's start,
  * pid = rank, tid = recording thread; "M" metadata events name the rows.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <mpi.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -280,17 +283,27 @@ static void trace_write_event(FILE *f, int rank, const trace_record *e)
     fprintf(f, "\"args\":{\"arg\":%lld}}", (long long)e->arg);
 }
 
-/* Rank 0: the whole file, atomically. counts[r] records of rank r, in order, in recs. */
-static ddp_status trace_write_file(const char *path, int world, const int *counts,
-                                   const trace_record *recs, const char *hosts, long dropped)
+/* Creates the temporary file tmp (a new file: O_EXCL never opens a FIFO or a device left at that
+ * name); NULL, logged, on failure. */
+static FILE *trace_create_tmp(const char *tmp)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
-        DDP_ERROR("trace: cannot create %s: check that the folder exists and is writable", tmp);
-        return DDP_ERR_IO;
+        DDP_ERROR("trace: cannot create %s: %s (check that the folder exists and is writable)", tmp,
+                  strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
     }
+    return f;
+}
+
+/* Writes the events of every rank; counts[r] records of rank r, in order, in recs. */
+static void trace_write_events(FILE *f, int world, const int *counts, const trace_record *recs,
+                               const char *hosts, long dropped)
+{
     fprintf(f, "{\"traceEvents\":[\n");
     size_t at = 0;
     for (int r = 0; r < world; r++) {
@@ -308,14 +321,37 @@ static ddp_status trace_write_file(const char *path, int world, const int *count
                "\"version\":%d,\"world_size\":%d,\"dropped\":%ld}}\n",
             at == 0 ? "{\"name\":\"empty\",\"ph\":\"i\",\"ts\":0,\"pid\":0,\"tid\":0,\"s\":\"t\"}"
                     : "", DDP_TRACE_VERSION, world, dropped);
-    int bad = ferror(f) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        DDP_ERROR("trace: writing %s failed (disk full?)", path);
-        remove(tmp);
-        return DDP_ERR_IO;
+}
+
+/* Rank 0: the whole file, replaced atomically (a temporary file renamed over the target: see
+ * ddp_output_target for what may be replaced). */
+static ddp_status trace_write_file(const char *path, int world, const int *counts,
+                                   const trace_record *recs, const char *hosts, long dropped)
+{
+    char *target = NULL;
+    ddp_status st = ddp_output_target("trace", path, &target);
+    if (st != DDP_OK)
+        return st;
+    size_t tmp_size = strlen(target) + 32;
+    char *tmp = malloc(tmp_size);
+    if (tmp)
+        snprintf(tmp, tmp_size, "%s.tmp.%ld", target, (long)getpid());
+    FILE *f = tmp ? trace_create_tmp(tmp) : NULL;
+    st = f ? DDP_OK : tmp ? DDP_ERR_IO : DDP_ERR_NOMEM;
+    if (f) {
+        trace_write_events(f, world, counts, recs, hosts, dropped);
+        int err = fflush(f) != 0 || ferror(f) ? errno : 0;
+        if (fclose(f) != 0 && !err)
+            err = errno;
+        if (err || rename(tmp, target) != 0) {
+            DDP_ERROR("trace: writing %s failed: %s", target, strerror(err ? err : errno));
+            unlink(tmp);
+            st = DDP_ERR_IO;
+        }
     }
-    return DDP_OK;
+    free(tmp);
+    free(target);
+    return st;
 }
 
 /* This rank's events as records on rank 0's time line. *out is malloc'ed. */

@@ -7,7 +7,8 @@ each bucket's "allreduce.queued" instant exactly once and each bucket's "allredu
 communicator's thread) exactly once, inside the step; the step's data/forward/backward/optimizer
 spans and the "reducer.wait" span lie inside it. The summary prints the exposed communication and
 the metrics carry it. With overlap the first bucket is queued during the backward pass; with
---no-overlap every bucket after it. The CNN's layers are traced too. A trace path in a missing folder fails with a message naming it.
+--no-overlap every bucket after it. The CNN's layers are traced too. A trace path in a missing folder
+fails before training with a message naming it.
 
 Usage: trace_check.py DDP_TRAIN MPIRUN MPIRUN_ARGS... (the argument after the last is the rank count)
 """
@@ -133,8 +134,8 @@ def main():
                 c.check(layers == [0, 1, 2], "cnn: every layer's backward inside the step", str(layers))
         bad = os.path.join(tmp, "missing", "t.json")
         rc, out = trainlib.run(mpirun + ["2", exe] + args + ["--trace", bad], 180)
-        c.check(rc != 0 and "missing/t.json" in out and "folder exists" in out,
-                "a trace file in a missing folder fails, naming it", out)
+        c.check(rc != 0 and "missing/t.json" in out and "cannot write into the folder" in out and
+                "epoch 1:" not in out, "a trace file in a missing folder fails before training, naming it", out)
     c.done()
 
 

@@ -6,7 +6,8 @@ state (momentum, counters, fingerprint). With `misc` as MODEL it checks instead:
 corrupt newest checkpoint (warning naming it) and uses the previous one, an empty folder is a fresh
 start, a different configuration is refused naming what differs, another world size only with
 --resume-reshard (which says the run is no longer bit-identical), --keep prunes old checkpoints, an
-unwritable --save folder is refused before training, an empty test set is refused, and a NaN loss
+unwritable --save folder, a --save naming an existing folder and a --trace into a missing folder are
+refused before training (special files: fault_campaign.py), an empty test set is refused, and a NaN loss
 stops the run with exit 1 (or is skipped with --nan-policy skip). With `mlp` it also resumes an
 fp16-gradient run whose loss scale grows every 5 steps: the scaler's scale and counter are state.
 
@@ -156,6 +157,13 @@ def bad_outputs(chk, r):
     rc, out = r.train(["--save", os.path.join(r.tmp, "no", "such", "dir", "x.ckpt")])
     chk.check(rc == 1 and "cannot write into the folder" in out and "epoch 1:" not in out,
               "--save into a missing folder is refused before training", out)
+    folder = os.path.join(r.tmp, "a")  # exists: straight_run's checkpoints
+    rc, out = r.train(["--save", folder])
+    chk.check(rc == 1 and f"--save {folder} is a folder" in out and "epoch 1:" not in out and
+              os.path.isdir(folder), "--save naming an existing folder is refused before training", out)
+    rc, out = r.train(["--trace", os.path.join(r.tmp, "no", "such", "dir", "t.json")])
+    chk.check(rc == 1 and "--trace" in out and "cannot write into the folder" in out and "epoch 1:" not in out,
+              "--trace into a missing folder is refused before training", out)
     blocker = os.path.join(r.tmp, "file")
     open(blocker, "w").close()
     rc, out = r.train(["--checkpoint-dir", os.path.join(blocker, "sub")])
