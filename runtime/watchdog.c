@@ -25,11 +25,15 @@
  * exit is not taken for a death. "Where are you": a separate thread answers ASK on the listener
  * with this process's lanes; a rank past a deadline asks every peer at once. A peer that does not
  * answer within WD_ASK_S is frozen (SIGSTOP) or not scheduled; one whose lane is behind has not
- * reached the collective.
+ * reached the collective. A rank whose diagnosis reached no other rank at all (its own link is
+ * down: a partition; or every other host is) ends within WD_ALONE_S instead of WD_END_S: MPI_Abort
+ * needs that same network to reach the launcher, so waiting for it would only leave the cut-off
+ * rank alive long after the others.
  *
  * When any rank cannot open its listener or reach its ring neighbour, the side channel is off for
  * the whole job (rank 0 says why and how to fix it) and deadlines alone remain. DDP_WATCHDOG=0
- * turns everything off (the same value must be given to every rank).
+ * turns everything off (the same value must be given to every rank). The address exchange also
+ * carries each rank's verdict on DDP_TIMEOUT, so an invalid value anywhere fails ddp_init everywhere.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -58,6 +62,7 @@
 #define WD_ASK_S 1.5           /* how long a diagnosis waits for the peers' answers */
 #define WD_CONNECT_S 10.0      /* ring set-up: connect and hello */
 #define WD_END_S 15.0          /* ending the job: _exit if reporting and MPI_Abort take longer */
+#define WD_ALONE_S 2.0         /* ... when no other rank could be reached (wd_alone) */
 #define WD_WHAT_LEN 24
 
 enum { WD_HELLO = 1, WD_BYE, WD_ABORT, WD_ASK, WD_ANSWER };
@@ -81,6 +86,7 @@ typedef struct wd_peer {
     uint16_t port; /* network order */
     int16_t ok;    /* the listener is open */
     int32_t pid;
+    int32_t timeout_bad; /* DDP_TIMEOUT is invalid here (ddp_timeout_check): ddp_init fails everywhere */
     uint64_t token;
     char host[64];
 } wd_peer;
@@ -212,25 +218,32 @@ static void wd_tell_ring(uint32_t type, int why, int arg)
             wd_send_frame(wd.ring_fd[i], &f);
 }
 
+static _Atomic int64_t wd_backstop_at_ms; /* when the backstop ends the process (wd_now, ms); 0: not armed */
+
 static void *wd_backstop_main(void *arg)
 {
     (void)arg;
-    struct timespec ts = {.tv_sec = (time_t)WD_END_S};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
+    for (int64_t left; (left = atomic_load(&wd_backstop_at_ms) - (int64_t)(wd_now() * 1000)) > 0;) {
+        struct timespec ts = {.tv_nsec = (left < 100 ? left : 100) * 1000000}; /* it may move closer */
+        nanosleep(&ts, NULL);
+    }
     _exit(1);
 }
 
 /* Ending the job has begun: whatever blocks from here on (a message into a full stderr pipe that
- * nobody reads, an MPI_Abort whose launcher is stuck) ends with _exit after WD_END_S seconds. */
-static void wd_arm_backstop(void)
+ * nobody reads, an MPI_Abort whose launcher is stuck or out of reach) ends with _exit after
+ * `seconds` (WD_END_S; wd_alone brings it closer). A later call only moves the end closer. */
+static void wd_arm_backstop(double seconds)
 {
-    static atomic_int armed;
+    int64_t at = (int64_t)((wd_now() + seconds) * 1000), cur = 0;
     pthread_t t;
-    if (atomic_exchange(&armed, 1))
+    if (atomic_compare_exchange_strong(&wd_backstop_at_ms, &cur, at)) {
+        if (pthread_create(&t, NULL, wd_backstop_main, NULL) == 0)
+            pthread_detach(t);
         return;
-    if (pthread_create(&t, NULL, wd_backstop_main, NULL) == 0)
-        pthread_detach(t);
+    }
+    while (at < cur && !atomic_compare_exchange_weak(&wd_backstop_at_ms, &cur, at))
+        ;
 }
 
 /* Ends the whole job: ABORT along the ring (why: WD_WHY_*, arg: the rank it concerns), then
@@ -238,7 +251,7 @@ static void wd_arm_backstop(void)
 static _Noreturn void wd_end_job(int why, int arg)
 {
     int inited = 0, finalized = 0;
-    wd_arm_backstop();
+    wd_arm_backstop(WD_END_S);
     wd_tell_ring(WD_ABORT, why, arg);
     fflush(stdout);
     fflush(stderr);
@@ -261,15 +274,16 @@ void ddp_watchdog_announce_abort(void)
 /* ---- the diagnosis ("where are you") ----------------------------------------------------------- */
 
 /* What one peer said. */
-enum { WD_GONE = -1, WD_CONNECTING, WD_ASKED, WD_ANSWERED };
+enum { WD_UNREACHABLE = -2, WD_GONE, WD_CONNECTING, WD_ASKED, WD_ANSWERED };
 typedef struct wd_reply {
     int fd;
-    int state; /* WD_GONE (refused or reset), WD_CONNECTING, WD_ASKED, WD_ANSWERED */
+    int state; /* WD_UNREACHABLE (no route, host unreachable), WD_GONE (refused or reset),
+                  WD_CONNECTING, WD_ASKED, WD_ANSWERED */
     wd_frame f;
     size_t got;
 } wd_reply;
 
-/* Starts a non-blocking connection to rank r; returns the socket or -1. */
+/* Starts a non-blocking connection to rank r; returns the socket, or -1 with errno set. */
 static int wd_connect_start(int r)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -278,10 +292,19 @@ static int wd_connect_start(int r)
     if (fd < 0)
         return -1;
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 && errno != EINPROGRESS) {
+        int err = errno;
         close(fd);
+        errno = err;
         return -1;
     }
     return fd;
+}
+
+/* The state of a connection attempt that failed with err: no route is not a refusal. */
+static int wd_failed_state(int err)
+{
+    return err == ENETUNREACH || err == EHOSTUNREACH || err == ENETDOWN || err == EHOSTDOWN ||
+                   err == ETIMEDOUT ? WD_UNREACHABLE : WD_GONE;
 }
 
 /* A connection became writable (connected: send ASK) or readable (read the answer). */
@@ -291,9 +314,9 @@ static void wd_reply_event(wd_reply *rep, short revents)
         int err = 0;
         socklen_t len = sizeof err;
         wd_frame ask = wd_frame_make(WD_ASK, 0, -1);
-        int ok = !(revents & (POLLERR | POLLHUP)) && getsockopt(rep->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
-                 err == 0 && wd_send_frame(rep->fd, &ask) == 0;
-        rep->state = ok ? WD_ASKED : WD_GONE;
+        int ok = getsockopt(rep->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0 &&
+                 !(revents & (POLLERR | POLLHUP)) && wd_send_frame(rep->fd, &ask) == 0;
+        rep->state = ok ? WD_ASKED : wd_failed_state(err);
         return;
     }
     ssize_t got = recv(rep->fd, (char *)&rep->f + rep->got, sizeof rep->f - rep->got, 0);
@@ -331,6 +354,8 @@ static void wd_ask_all(wd_reply *rep, struct pollfd *p)
         rep[r] = (wd_reply){.fd = r == wd.rank ? -1 : wd_connect_start(r), .state = WD_GONE};
         if (rep[r].fd >= 0)
             rep[r].state = WD_CONNECTING;
+        else if (r != wd.rank)
+            rep[r].state = wd_failed_state(errno);
     }
     for (int ms; (ms = (int)((end - wd_now()) * 1000)) > 0 && wd_ask_round(rep, p, wd.world, ms) > 0;)
         ;
@@ -349,6 +374,11 @@ static int wd_judge(const wd_reply *rep, int r, int lane, uint64_t seq)
     if (rep->state == WD_CONNECTING) {
         DDP_ERROR("  rank %d (host %s, pid %d): no connection within %.1f s: its host is down or unreachable", r,
                   wd_host(r), wd_pid(r), WD_ASK_S);
+        return 0;
+    }
+    if (rep->state == WD_UNREACHABLE) {
+        DDP_ERROR("  rank %d (host %s, pid %d): no connection: no route to its host (this host's network "
+                  "or its host is down)", r, wd_host(r), wd_pid(r));
         return 0;
     }
     if (rep->state == WD_ASKED) {
@@ -372,21 +402,26 @@ static int wd_judge(const wd_reply *rep, int r, int lane, uint64_t seq)
     return 0;
 }
 
-static void wd_diagnose(int lane, uint64_t seq)
+/* Asks the peers where they are and logs it; returns how many of them could be reached (their
+ * host answered: connected, or refused), -1 when out of memory. */
+static int wd_diagnose(int lane, uint64_t seq)
 {
     wd_reply *rep = calloc((size_t)wd.world, sizeof *rep);
     struct pollfd *p = calloc((size_t)wd.world, sizeof *p);
-    int arrived = 1;
+    int arrived = 1, reached = 0;
     if (!rep || !p) {
         free(rep);
         free(p);
-        return;
+        return -1;
     }
     wd_ask_all(rep, p);
     DDP_ERROR("where the other ranks are:");
-    for (int r = 0; r < wd.world; r++)
-        if (r != wd.rank)
-            arrived += wd_judge(&rep[r], r, lane, seq);
+    for (int r = 0; r < wd.world; r++) {
+        if (r == wd.rank)
+            continue;
+        arrived += wd_judge(&rep[r], r, lane, seq);
+        reached += rep[r].state == WD_GONE || rep[r].state >= WD_ASKED;
+    }
     if (arrived == wd.world)
         DDP_ERROR("every rank is inside collective #%llu: the transport under MPI is stuck (network?)",
                   (unsigned long long)seq);
@@ -395,13 +430,48 @@ static void wd_diagnose(int lane, uint64_t seq)
                   wd.world, (unsigned long long)seq);
     free(rep);
     free(p);
+    return reached;
+}
+
+/* ", this host's interface NAME is down" (or has no carrier) for the interface of this rank's
+ * side-channel address, else "". */
+static void wd_own_link(char *text, size_t size)
+{
+    struct ifaddrs *ifs = NULL;
+    text[0] = '\0';
+    if (getifaddrs(&ifs) != 0)
+        return;
+    for (const struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET ||
+            ((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr.s_addr != wd.peers[wd.rank].addr)
+            continue;
+        if (!(i->ifa_flags & IFF_UP) || !(i->ifa_flags & IFF_RUNNING))
+            snprintf(text, size, ", and this host's interface %s %s", i->ifa_name,
+                     !(i->ifa_flags & IFF_UP) ? "is down" : "has no carrier (link down)");
+        break;
+    }
+    freeifaddrs(ifs);
+}
+
+/* No other rank could be reached: this host is cut off from the network (or every other host is
+ * down). MPI_Abort goes over the same network to the launcher (mpirun, or srun through slurmd)
+ * and would block until the backstop, leaving this rank alive WD_END_S after the others: it gets
+ * WD_ALONE_S instead, then the process exits by itself. */
+static void wd_alone(void)
+{
+    char link[128];
+    wd_own_link(link, sizeof link);
+    DDP_ERROR("no other rank could be reached%s: this host is cut off from the others (or they are "
+              "all down), so MPI_Abort may not reach the launcher either; this process ends within "
+              "%.0f s", link, WD_ALONE_S);
+    wd_arm_backstop(WD_ALONE_S);
 }
 
 /* A lane passed its deadline: report, diagnose, end the job. */
 static _Noreturn void wd_fire(int lane, uint64_t state, double waited)
 {
     pthread_mutex_lock(&wd.lock); /* held until the process ends: finalize cannot free the peers */
-    wd_arm_backstop();
+    wd_arm_backstop(WD_END_S);
     const wd_lane *l = &wd_lanes[lane];
     const char *what = atomic_load(&l->what);
     int bucket = atomic_load(&l->bucket);
@@ -412,8 +482,8 @@ static _Noreturn void wd_fire(int lane, uint64_t state, double waited)
               "(DDP_TIMEOUT=%g s); ending the job", (unsigned long long)(state >> 1), what ? what : "?",
               bucket_text, atomic_load(&l->n_bytes), lane == DDP_WATCH_ASYNC ? "communication thread" : "caller",
               waited, wd.timeout);
-    if (wd.peers)
-        wd_diagnose(lane, state >> 1);
+    if (wd.peers && wd_diagnose(lane, state >> 1) == 0)
+        wd_alone();
     wd_end_job(WD_WHY_DEADLINE, wd.rank);
 }
 
@@ -446,7 +516,7 @@ static void wd_ring_event(int i)
         return;
     }
     if (n == (ssize_t)sizeof f && wd_frame_valid(&f) && f.type == WD_ABORT) {
-        wd_arm_backstop();
+        wd_arm_backstop(WD_END_S);
         wd_tell_ring(WD_ABORT, f.why, f.arg); /* before the message, which may block */
         if (f.why == WD_WHY_DEATH)
             DDP_ERROR("ending the job: rank %d (host %s, pid %d) is gone", f.arg, wd_host(f.arg), wd_pid(f.arg));
@@ -459,7 +529,7 @@ static void wd_ring_event(int i)
         wd_close(&wd.ring_fd[i]);
         return;
     }
-    wd_arm_backstop();
+    wd_arm_backstop(WD_END_S);
     wd_tell_ring(WD_ABORT, WD_WHY_DEATH, peer); /* before the message, which may block */
     DDP_ERROR("rank %d (host %s, pid %d) is gone: its side-channel connection closed without a goodbye "
               "(killed, crashed, or exited without ddp_finalize); ending the job", peer, wd_host(peer),
@@ -701,7 +771,8 @@ static uint64_t wd_make_token(void)
 /* Every rank's address, port, pid and host (collective, under a deadline). */
 static ddp_status wd_exchange(const char *hostname)
 {
-    wd_peer me = {.pid = getpid(), .token = wd.rank == 0 ? wd_make_token() : 0};
+    wd_peer me = {.pid = getpid(), .token = wd.rank == 0 ? wd_make_token() : 0,
+                  .timeout_bad = ddp_timeout_check() != DDP_OK};
     snprintf(me.host, sizeof me.host, "%s", hostname);
     if (wd.running && (wd.listener = wd_listen(&me.port)) >= 0) {
         me.addr = wd_pick_addr();
@@ -753,6 +824,21 @@ static int wd_agree_ring(int failed, int quiet)
     return 0;
 }
 
+/* DDP_ERR_ENV on every rank when DDP_TIMEOUT is invalid on any (each such rank has said why). */
+static ddp_status wd_agree_timeout(void)
+{
+    int bad = -1, n_bad = 0;
+    for (int r = 0; r < wd.world; r++)
+        if (wd.peers[r].timeout_bad && n_bad++ == 0)
+            bad = r;
+    if (n_bad == 0)
+        return DDP_OK;
+    if (!wd.peers[wd.rank].timeout_bad)
+        DDP_ERROR("%d rank(s) have an invalid DDP_TIMEOUT, first rank %d (host %s): see its message; "
+                  "not starting", n_bad, bad, wd_host(bad));
+    return DDP_ERR_ENV;
+}
+
 ddp_status ddp_watchdog_connect(int rank, int world, const char *hostname)
 {
     char err[256] = "";
@@ -762,8 +848,10 @@ ddp_status ddp_watchdog_connect(int rank, int world, const char *hostname)
     wd.grace = rank == 0 ? 0 : rank == 1 ? WD_GRACE_S : 2 * WD_GRACE_S;
     pthread_mutex_unlock(&wd.lock);
     if (world < 2)
-        return DDP_OK;
+        return ddp_timeout_check();
     ddp_status st = wd_exchange(hostname);
+    if (st == DDP_OK && (st = wd_agree_timeout()) != DDP_OK)
+        ddp_watchdog_disconnect();
     if (st != DDP_OK)
         return st;
     int n_open = 0, closed = wd_first_closed(&n_open), failed = closed >= 0;

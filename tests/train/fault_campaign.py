@@ -1,0 +1,197 @@
+#!/usr/bin/python3
+"""fault_campaign.py - what a fault campaign found (issue 14), as two modes:
+
+files: --save and --trace only ever replace a regular file. A character device (made with mknod in
+  a temporary folder; root only, skipped with a message otherwise), a FIFO, a socket, a folder and a
+  dangling symbolic link are refused before training (exit 1, the message names the path and what it
+  is, no epoch runs, the special file is left as it was, nothing is created where a dangling link
+  points); a symbolic link to a regular file is followed: that file gets the checkpoint or the trace,
+  the link stays. The library refuses the same files by itself: ddp_state_save called through
+  ctypes, as a program that skipped ddp-train's check would, leaves each special file as it was.
+timeout: an invalid DDP_TIMEOUT (0, -5, abc, 20s, nan, inf) ends the run before training on every
+  rank, non-zero and within seconds, with a message naming the variable, the value and the allowed
+  range; a valid one (2.5) trains.
+
+Usage: fault_campaign.py files|timeout DDP_TRAIN DDP_CKPT LIBDDP MPIRUN MPIRUN_ARGS... (the last of
+which is -np)
+"""
+import ctypes
+import json
+import os
+import socket
+import stat
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import trainlib  # noqa: E402
+
+QUICK_S = 30  # a run refused before training takes far less than this
+
+
+class Tools:
+    def __init__(self, argv, tmp):
+        self.train, self.ckpt, self.libddp, self.mpi = argv[0], argv[1], argv[2], argv[3:]
+        self.data = os.path.join(tmp, "data")
+        trainlib.write_dataset(self.data, 240, 40)
+
+    def cmd(self, *extra):
+        return self.mpi + ["2", self.train, "--model", "mlp", "--widths", "784-16-10", "--data", self.data,
+                           "--batch", "8", "--max-steps", "4", "--epochs", "1", "--device", "cpu", *extra]
+
+
+def snapshot(path):
+    """What is at path without following a link: (kind, detail) to compare before and after."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return ("missing", None)
+    if stat.S_ISLNK(st.st_mode):
+        return ("link", os.readlink(path))
+    if stat.S_ISDIR(st.st_mode):
+        return ("folder", sorted(os.listdir(path)))
+    if stat.S_ISREG(st.st_mode):
+        with open(path, "rb") as f:
+            return ("file", f.read())
+    return (stat.S_IFMT(st.st_mode), st.st_rdev)
+
+
+def make_specials(folder):
+    """{name: (path, words the refusal must hold)} of the files that must never be replaced; the
+    socket stays bound while the returned socket object lives."""
+    os.makedirs(folder)
+    made, keep = {}, None
+    dev = os.path.join(folder, "null-like")
+    if os.geteuid() == 0:
+        try:
+            os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # the numbers of /dev/null
+            made["character device"] = (dev, ["is a character device"])
+        except OSError as e:
+            print(f"skipped: the character device case: mknod failed ({e})")
+    else:
+        print("skipped: the character device case: mknod needs root")
+    fifo = os.path.join(folder, "fifo")
+    os.mkfifo(fifo)
+    made["FIFO"] = (fifo, ["is a FIFO"])
+    sock_path = os.path.join(folder, "sock")
+    keep = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    keep.bind(sock_path)
+    made["socket"] = (sock_path, ["is a socket"])
+    sub = os.path.join(folder, "folder")
+    os.makedirs(sub)
+    made["folder"] = (sub, ["is a folder"])
+    dangling = os.path.join(folder, "dangling")
+    os.symlink(os.path.join(folder, "nowhere", "x.ckpt"), dangling)
+    made["dangling symbolic link"] = (dangling, ["does not exist (a dangling link)"])
+    return made, keep
+
+
+def refused_by_train(chk, tools, flag, kind, path, words):
+    before = snapshot(path)
+    t0 = time.monotonic()
+    rc, out = trainlib.run(tools.cmd(flag, path), timeout=120)
+    took = time.monotonic() - t0
+    chk.check(rc == 1 and took < QUICK_S, f"{flag} {kind}: exit 1 within seconds (exit {rc}, {took:.1f} s)", out)
+    chk.check(all(w in out for w in [f"{flag} {path}"] + words) and "before training" in out,
+              f"{flag} {kind}: the message names the path and says {' / '.join(words)}", out)
+    chk.check("epoch 1:" not in out, f"{flag} {kind}: refused before training", out)
+    chk.check(snapshot(path) == before, f"{flag} {kind}: left as it was")
+    if kind == "dangling symbolic link":
+        chk.check(not os.path.exists(os.path.dirname(os.readlink(path))),
+                  f"{flag} {kind}: nothing created where it points")
+
+
+def followed_link(chk, tools, tmp):
+    """--save and --trace through links to regular files: the targets are replaced, the links stay."""
+    real_ckpt, real_trace = os.path.join(tmp, "real.ckpt"), os.path.join(tmp, "real.json")
+    link_ckpt, link_trace = os.path.join(tmp, "link.ckpt"), os.path.join(tmp, "link.json")
+    for real, link in ((real_ckpt, link_ckpt), (real_trace, link_trace)):
+        with open(real, "w") as f:
+            f.write("old contents\n")
+        os.symlink(os.path.basename(real), link)  # relative, as people make them
+    rc, out = trainlib.run(tools.cmd("--save", link_ckpt, "--trace", link_trace), timeout=120)
+    chk.check(rc == 0 and "epoch 1:" in out, "--save and --trace through symbolic links: training runs", out)
+    chk.check(snapshot(link_ckpt) == ("link", "real.ckpt") and snapshot(link_trace) == ("link", "real.json"),
+              "the links are still links to their files")
+    rc, show = trainlib.run([tools.ckpt, "show", real_ckpt], timeout=30)
+    chk.check(rc == 0 and "momentum" in show, "--save wrote the checkpoint into the file the link points to", show)
+    try:
+        with open(real_trace) as f:
+            fmt = json.load(f)["otherData"]["format"]
+    except (OSError, ValueError, KeyError) as e:
+        fmt = repr(e)
+    chk.check(fmt == "ddp-trace", f"--trace wrote the trace into the file the link points to ({fmt})")
+    left = sorted(n for n in os.listdir(tmp) if ".tmp" in n)
+    chk.check(not left, f"no temporary file left ({left})")
+
+
+class ParamDesc(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 48), ("n_dims", ctypes.c_int), ("shape", ctypes.c_int64 * 4)]
+
+
+def refused_by_library(chk, libddp, specials):
+    """ddp_state_save on each special file: DDP_ERR_INVALID_ARG (1) and the file left as it was."""
+    lib = ctypes.CDLL(libddp)
+    lib.ddp_state_create.argtypes = [ctypes.POINTER(ParamDesc), ctypes.c_int, ctypes.POINTER(ctypes.c_float),
+                                     ctypes.POINTER(ctypes.c_void_p)]
+    lib.ddp_state_save.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.ddp_state_destroy.argtypes = [ctypes.c_void_p]
+    desc = ParamDesc(b"w", 1, (ctypes.c_int64 * 4)(3, 0, 0, 0))
+    values = (ctypes.c_float * 3)(1.0, 2.0, 3.0)
+    state = ctypes.c_void_p()
+    if not chk.check(lib.ddp_state_create(ctypes.byref(desc), 1, values, ctypes.byref(state)) == 0,
+                     "library: ddp_state_create"):
+        return
+    for kind, (path, _) in specials.items():
+        before = snapshot(path)
+        rc = lib.ddp_state_save(state, path.encode())
+        chk.check(rc == 1 and snapshot(path) == before,
+                  f"library: ddp_state_save refuses the {kind} (status {rc}, want 1) and leaves it as it was")
+    lib.ddp_state_destroy(state)
+
+
+def files(chk, tools, tmp):
+    specials, keep = make_specials(os.path.join(tmp, "special"))
+    for kind, (path, words) in specials.items():
+        for flag in ("--save", "--trace"):
+            refused_by_train(chk, tools, flag, kind, path, words)
+    refused_by_library(chk, tools.libddp, specials)
+    keep.close()
+    followed_link(chk, tools, tmp)
+
+
+def bad_timeout(chk, tools):
+    mpi = tools.mpi[:-1] + ["-x", "DDP_TIMEOUT", tools.mpi[-1]]
+    for value in ("0", "-5", "abc", "20s", "nan", "inf"):
+        t0 = time.monotonic()
+        rc, out = trainlib.run(mpi + tools.cmd()[len(tools.mpi):], timeout=120,
+                               env=dict(os.environ, DDP_TIMEOUT=value))
+        took = time.monotonic() - t0
+        chk.check(rc not in (0, -999) and took < QUICK_S,
+                  f"DDP_TIMEOUT={value}: exit non-zero within seconds (exit {rc}, {took:.1f} s)", out)
+        said = [line for line in out.splitlines()
+                if f"DDP_TIMEOUT='{value}'" in line and "from 0.1 to 604800" in line]
+        chk.check(len(said) == 2, f"DDP_TIMEOUT={value}: both ranks name the variable, the value and the "
+                  f"allowed range ({len(said)} lines)", out)
+        chk.check("epoch 1:" not in out, f"DDP_TIMEOUT={value}: refused before training", out)
+    rc, out = trainlib.run(mpi + tools.cmd()[len(tools.mpi):], timeout=120, env=dict(os.environ, DDP_TIMEOUT="2.5"))
+    chk.check(rc == 0 and "epoch 1:" in out, "DDP_TIMEOUT=2.5 trains", out)
+
+
+def main():
+    mode = sys.argv[1]
+    chk = trainlib.Checker()
+    with tempfile.TemporaryDirectory(prefix="ddp-fault-") as tmp:
+        tools = Tools(sys.argv[2:], tmp)
+        if mode == "files":
+            files(chk, tools, tmp)
+        elif mode == "timeout":
+            bad_timeout(chk, tools)
+        else:
+            sys.exit(f"unknown mode {mode}: files or timeout")
+    chk.done()
+
+
+if __name__ == "__main__":
+    main()
