@@ -6,7 +6,8 @@
 # Usage: tests/cluster/run.sh --launch PATH --train PATH [--mpi-default none|pmix] [CASE...]
 #   (no CASE: all of them; --mpi-default: slurm.conf's MpiDefault, as cluster.sh takes it)
 # Cases: print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
-#   torch-allreduce pmi-trap requeue srun-sigterm log-dir kill-rank   (templates needs --mpi-default none)
+#   torch-allreduce pmi-trap requeue srun-sigterm log-dir kill-rank partition
+#   (templates needs --mpi-default none)
 # Environment: DDP_TEST_SRCDIR (source tree; default: two levels up), DDP_SLURM_BASE (cluster state,
 #   default /tmp/ddp-slurm-test). Only one cluster can run per machine (the network names are fixed):
 #   concurrent runs queue on a lock, and a cluster left running by hand is stopped first.
@@ -22,7 +23,7 @@ TRAIN_ARGS=(--model mlp --epochs 4 --batch 64 --lr 0.1 --device auto)
 MIN_ACC=0.90
 JOB_TIMEOUT=420       # seconds any one srun or batch job may take
 ALL_CASES=(print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
-    torch-allreduce pmi-trap requeue srun-sigterm log-dir kill-rank)
+    torch-allreduce pmi-trap requeue srun-sigterm log-dir kill-rank partition)
 LAUNCH=""
 TRAIN=""
 WORK=""
@@ -438,6 +439,17 @@ case_kill_rank() {
         fail "a job outlived the death of one of its ranks (see above)"
     "$py" --train "$TRAIN" --launch "$LAUNCH" --modes srun --stop --trials "${DDP_STOP_TRIALS:-1}" ||
         fail "a job outlived the freezing of one of its ranks (see above)"
+}
+
+# A partitioned node (issue 14): node2's link goes down in the middle of training under plain
+# `srun --mpi=pmix -N2` with DDP_TIMEOUT=20, its processes alive; once from outside its namespace (no
+# carrier), once from inside (no route). Every process of the job (both ranks and srun) must be gone
+# within DDP_TIMEOUT + 10 s of the cut, rank 0 must name rank 1 as unreachable and rank 1 say it is
+# cut off (tests/cluster/partition.py, which always restores the link, kills what is left by PID and
+# waits until Slurm has the job's end).
+case_partition() {
+    "$SRC/tests/cluster/partition.py" --train "$TRAIN" --launch "$LAUNCH" --data "$DATA" --work "$WORK" \
+        --timeout "${DDP_PARTITION_TIMEOUT:-20}" || fail "the partition test failed (see above)"
 }
 
 # --- driver ----------------------------------------------------------------------------------------
