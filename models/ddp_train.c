@@ -96,17 +96,23 @@ static void ddp_train_on_signal(int sig)
 }
 
 /* Every rank learns whether any rank failed. Returns DDP_OK when none did; otherwise every rank
- * returns a failure (its own status, or DDP_ERR_MISMATCH where a peer failed). Collective. */
-static ddp_status ddp_train_agree(ddp_trainer *t, ddp_status local)
+ * returns a failure (its own status, or DDP_ERR_MISMATCH where a peer failed), and the ranks that
+ * did not fail say `then` (what the job does now), unless it is NULL. Collective. */
+static ddp_status ddp_train_agree_then(ddp_trainer *t, ddp_status local, const char *then)
 {
     int64_t failed = local != DDP_OK;
     ddp_train_must(t, ddp_allreduce_host(t->ctx, &failed, 1, DDP_INT64, DDP_SUM),
                    "agreeing on start-up status");
     if (failed == 0)
         return DDP_OK;
-    if (local == DDP_OK)
-        DDP_ERROR("%lld rank(s) failed (see their messages); exiting", (long long)failed);
+    if (local == DDP_OK && then)
+        DDP_ERROR("%lld rank(s) failed (see their messages); %s", (long long)failed, then);
     return local != DDP_OK ? local : DDP_ERR_MISMATCH;
+}
+
+static ddp_status ddp_train_agree(ddp_trainer *t, ddp_status local)
+{
+    return ddp_train_agree_then(t, local, "exiting");
 }
 
 /* Opens FILE for writing like fopen(path, "w"), but a FIFO without a reader fails (ENXIO) instead
@@ -459,7 +465,8 @@ static void ddp_train_write_checkpoint(ddp_trainer *t, long in_epoch)
     }
     ddp_trace_end("checkpoint", t->step);
     t->saved_step = t->step;
-    if (ddp_train_agree(t, st) == DDP_OK)
+    /* with warn, rank 0's warning below is the one message: the others go on silently */
+    if (ddp_train_agree_then(t, st, t->o->checkpoint_errors_warn ? NULL : "exiting") == DDP_OK)
         return;
     if (t->o->checkpoint_errors_warn)
         DDP_WARN0("training goes on without this checkpoint (--checkpoint-errors warn)");
@@ -648,8 +655,9 @@ static ddp_status ddp_train_save(ddp_trainer *t)
     if (t->rank == 0) {
         ddp_train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
         st = ddp_train_save_state(&t->setup, &pos, t->o->save_path);
-        if (st != DDP_OK)
-            DDP_ERROR("--save %s: %s", t->o->save_path, ddp_strerror(st));
+        if (st != DDP_OK) /* errno: the system's reason of a failed write (ddp_train_save_state) */
+            DDP_ERROR("--save %s: %s", t->o->save_path,
+                      st == DDP_ERR_IO && errno ? strerror(errno) : ddp_strerror(st));
         else
             printf("saved %s\n", t->o->save_path);
     }

@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 """disk_full.py - a checkpoint save that fails because the disk is full says so (path and "No space
-left on device"), leaves the previous checkpoints valid and no temporary file behind, and ends the run
-with exit 1; with --checkpoint-errors warn the run goes on and exits 0. The full disk is a 512 KiB
-tmpfs mounted by the test (room for two checkpoints of the small MLP), unmounted in all cases.
+left on device", in the write's message and in the failed checkpoint's summary line, not a bare
+"input/output error"), leaves the previous checkpoints valid and no temporary file behind, and ends
+the run with exit 1 (the other rank says it is exiting); with --checkpoint-errors warn the run goes on
+to the end and exits 0, and no rank claims to be exiting. A --save into the full disk names the
+reason too and exits 1. The full disk is a 512 KiB tmpfs mounted by the test (room for two
+checkpoints of the small MLP), unmounted in all cases.
 Needs root for mount: exits 77 (skipped) otherwise.
 
 Usage: disk_full.py DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
@@ -20,26 +23,55 @@ def ckpt_name(step):
     return f"step-{step:012d}.ckpt"
 
 
+def train_cmd(train, mpi, data, *extra):
+    return mpi + ["2", train, "--model", "mlp", "--widths", "784-32-10", "--data", data, "--batch", "8",
+                  "--max-steps", "30", "--device", "cpu", *extra]
+
+
 def scenario(chk, train, ckpt, mpi, data, mnt, policy):
     folder = os.path.join(mnt, policy)
-    rc, out = trainlib.run(mpi + ["2", train, "--model", "mlp", "--widths", "784-32-10", "--data", data,
-                                  "--batch", "8", "--max-steps", "30", "--device", "cpu",
-                                  "--checkpoint-dir", folder, "--checkpoint-every", "5",
-                                  "--checkpoint-errors", policy], timeout=300)
+    rc, out = trainlib.run(train_cmd(train, mpi, data, "--checkpoint-dir", folder, "--checkpoint-every", "5",
+                                     "--checkpoint-errors", policy), timeout=300)
     want_rc = 1 if policy == "stop" else 0
     chk.check(rc == want_rc, f"--checkpoint-errors {policy}: exit status {rc} (want {want_rc})", out)
     chk.check(f"{folder}/{ckpt_name(15)}" in out and "No space left on device" in out,
               f"{policy}: the failed save names the path and the reason", out)
+    summary = [line for line in out.splitlines() if f"{ckpt_name(15)} at step 15 failed:" in line]
+    chk.check(len(summary) == 1 and "failed: No space left on device;" in summary[0],
+              f"{policy}: the checkpoint's summary line gives the reason, not a bare I/O error", out)
+    exiting = [line for line in out.splitlines() if "rank(s) failed" in line and "exiting" in line]
     if policy == "stop":
         chk.check("step 30/30" not in out, "stop: training ended at the failed save", out)
+        chk.check(len(exiting) == 1, "stop: the other rank says it is exiting", out)
     else:
-        chk.check("training goes on" in out, "warn: training goes on", out)
+        chk.check("training goes on" in out and "throughput:" in out, "warn: training goes on to the end", out)
+        chk.check(not exiting, f"warn: no rank claims to be exiting ({exiting[:1]})", out)
     names = sorted(os.listdir(folder))
     chk.check(names == [ckpt_name(5), ckpt_name(10)], f"{policy}: the earlier checkpoints are kept, no "
               f"temporary file is left ({names})")
     for name in names:
         rc, show = trainlib.run([ckpt, "show", os.path.join(folder, name)], timeout=30)
         chk.check(rc == 0 and "step = " in show, f"{policy}: {name} is still valid", show)
+    subprocess.run(["rm", "-rf", folder])
+
+
+def save_full(chk, train, mpi, data, mnt):
+    """--save into a disk that has no room left: the reason, exit 1, no temporary file."""
+    folder = os.path.join(mnt, "save")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "filler"), "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass  # full
+    path = os.path.join(folder, "model.ckpt")
+    rc, out = trainlib.run(train_cmd(train, mpi, data, "--save", path), timeout=300)
+    chk.check(rc == 1 and f"--save {path}: No space left on device" in out,
+              "--save into a full disk: exit 1, naming the path and the reason", out)
+    names = sorted(os.listdir(folder))
+    chk.check(names == ["filler"], f"--save into a full disk: no temporary file left ({names})")
     subprocess.run(["rm", "-rf", folder])
 
 
@@ -59,6 +91,7 @@ def main():
             if mounted:
                 for policy in ("stop", "warn"):
                     scenario(chk, train, ckpt, mpi, data, mnt, policy)
+                save_full(chk, train, mpi, data, mnt)
         finally:
             if mounted and subprocess.run(["umount", mnt]).returncode != 0:
                 subprocess.run(["umount", "-l", mnt])
