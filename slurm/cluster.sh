@@ -321,13 +321,19 @@ cmd_start() {
 }
 
 # Kill every process still inside one of our network namespaces (job tasks, strays), then
-# delete the namespaces, the veths (they go with their namespace) and the bridge.
+# delete the namespaces, the veths and the bridge. A veth usually goes with its namespace, but a
+# namespace outlives `ip netns del` while the kernel still holds its sockets (TCP retransmitting to a
+# node whose link was taken down: measured over a minute), and its veth with it: our end is deleted
+# by name, so the next start can create it again.
 remove_network() {
-    local ns pids=()
+    local ns link pids=()
     for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${NS_PREFIX}[0-9]*\$" || true); do
         mapfile -t pids < <(ip netns pids "$ns" 2>/dev/null || true)
         ((${#pids[@]} == 0)) || kill -KILL "${pids[@]}" 2>/dev/null || true
         ip netns del "$ns" 2>/dev/null || log "could not delete namespace $ns"
+    done
+    for link in $(ip -o link show 2>/dev/null | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' | grep '^ddpv[0-9]*$' || true); do
+        ip link del "$link" 2>/dev/null || log "could not delete the leftover link $link"
     done
     if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE"; fi
 }
