@@ -3,12 +3,15 @@
  * Input: a mode byte, a little-endian u16 k, then the images file (the next k bytes, fewer when the
  * input is shorter), then the labels file (the rest). With mode bit 0 set, the harness appends to
  * the images file as many pixel bytes as its header claims (up to 64 KiB), so the fuzzer spends its
- * mutations on headers and labels rather than on 784 bytes per image. Besides the sanitizers'
- * checks: an accepted pair has 28x28 images, as many labels as images, every label in 0..9, and
- * every sample can be gathered. */
+ * mutations on headers and labels rather than on 784 bytes per image. With mode bit 1 set, both
+ * files are read as gzip data (the reader's .gz path: the harness names them images.gz and
+ * labels.gz, symlinks to its memory files) and bit 0 is ignored. Besides the sanitizers' checks: an
+ * accepted pair has 28x28 images, as many labels as images, every label in 0..9, and every sample
+ * can be gathered. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fuzz_file.h"
 #include "mnist.h"
@@ -16,6 +19,31 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int images_fd = -1, labels_fd = -1;
+static char gz_dir[512], images_gz[600], labels_gz[600]; /* the .gz names, made once */
+
+static void gz_names_remove(void)
+{
+    unlink(images_gz);
+    unlink(labels_gz);
+    rmdir(gz_dir);
+}
+
+/* Makes images_gz and labels_gz: symlinks to the memory files' paths, in a private temporary folder
+ * removed at exit. Aborts (a harness failure) when the folder or a link cannot be made. */
+static void gz_names(const char *images, const char *labels)
+{
+    const char *tmp = getenv("TMPDIR");
+    if (gz_dir[0])
+        return;
+    snprintf(gz_dir, sizeof gz_dir, "%s/ddp-fuzz-idx-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(gz_dir))
+        abort();
+    snprintf(images_gz, sizeof images_gz, "%s/images.gz", gz_dir);
+    snprintf(labels_gz, sizeof labels_gz, "%s/labels.gz", gz_dir);
+    atexit(gz_names_remove);
+    if (symlink(images, images_gz) != 0 || symlink(labels, labels_gz) != 0)
+        abort();
+}
 
 /* Gathers every sample (so out-of-bounds pixels or labels would be read) and checks the labels. */
 static void check_data(const ddp_mnist *d)
@@ -57,7 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ddp_mnist d;
     if (size < 3)
         return 0;
-    int pad = data[0] & 1;
+    int gz = data[0] & 2, pad = !gz && (data[0] & 1);
     size_t k = (size_t)data[1] | (size_t)data[2] << 8, n_images;
     data += 3;
     size -= 3;
@@ -66,7 +94,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t *file = images_file(data, k, pad, &n_images);
     ddp_fuzz_file(&images_fd, "images", file, n_images, images, sizeof images);
     ddp_fuzz_file(&labels_fd, "labels", data + k, size - k, labels, sizeof labels);
-    if (ddp_mnist_load(images, labels, &d) == DDP_OK) {
+    if (gz)
+        gz_names(images, labels);
+    if (ddp_mnist_load(gz ? images_gz : images, gz ? labels_gz : labels, &d) == DDP_OK) {
         check_data(&d);
         ddp_mnist_free(&d);
     } else if (d.images || d.labels || d.n) {

@@ -6,6 +6,7 @@ binary seeds are small valid files in the formats of models/mnist.c and runtime/
 
 Usage: make_seeds.py [CORPUS_DIR]   (default: corpus/ beside this script)
 """
+import gzip
 import os
 import struct
 import sys
@@ -50,6 +51,14 @@ def idx_pair(n, pad=0):
         images += bytes((i * 7) % 256 for i in range(n * 784))
     labels = struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n))
     return struct.pack("<BH", pad, len(images)) + images + labels
+
+
+def idx_pair_gz(n):
+    """Mode 2 of fuzz_idx.c: the images and the labels file of idx_pair(n), each gzip'ed."""
+    images = struct.pack(">IIII", 0x803, n, 28, 28) + bytes((i * 7) % 256 for i in range(n * 784))
+    labels = struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n))
+    images, labels = gzip.compress(images, mtime=0), gzip.compress(labels, mtime=0)
+    return struct.pack("<BH", 2, len(images)) + images + labels
 
 
 def checkpoint(params, mode=0):
@@ -106,6 +115,7 @@ def main():
     write(os.path.join(root, "idx"), "two", idx_pair(2))
     write(os.path.join(root, "idx"), "empty", idx_pair(0))
     write(os.path.join(root, "idx"), "ten_padded", idx_pair(10, pad=1))
+    write(os.path.join(root, "idx"), "two_gz", idx_pair_gz(2))
     write(os.path.join(root, "checkpoint"), "one", checkpoint([("w", (3,))]))
     write(os.path.join(root, "checkpoint"), "mlp", checkpoint([("fc1.weight", (4, 3)), ("fc1.bias", (4,)),
                                                               ("scalar", ())]))
