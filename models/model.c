@@ -30,12 +30,12 @@ typedef struct ddp_mlp_acts {
 typedef struct ddp_cnn_acts {
     ddp_conv conv1, conv2;
     float *col1;   // (25, 784) im2col of the input (im2col path only)
-    void *z1;      // (20, 28, 28) conv1 output, ReLU applied in place
-    void *p1;      // (20, 14, 14) pool1 output
+    void *z1;      // (20, 28, 28) conv1 output (before ReLU: see ddp_cnn_forward)
+    void *p1;      // (20, 14, 14) pool1 output, ReLU applied in place
     int *arg1;     // (20, 14, 14) pool1 winners or workspace
     float *col2;   // (500, 196) im2col of p1 (im2col path only)
-    void *z2;      // (20, 14, 14) conv2 output after ReLU
-    void *p2;      // (980) pool2 output
+    void *z2;      // (20, 14, 14) conv2 output (before ReLU)
+    void *p2;      // (980) pool2 output, ReLU applied in place
     void *p2r;     // (980) p2 as NCHW rows = fc input (channels-last backends)
     void *dp2r;    // (980) gradient w.r.t. p2r
     int *arg2;     // (980)
@@ -407,15 +407,18 @@ static ddp_status ddp_cnn_forward(ddp_model *m, const float **logits)
     const int c = DDP_CNN_CHANNELS;
     int b = m->batch, planes = b * c;
     size_t ws1 = (size_t)planes * 14 * 14 * sizeof(int), ws2 = (size_t)planes * 7 * 7 * sizeof(int);
-    ddp_trace_begin("forward.layer", 0); /* conv1, relu, pool */
+    /* pool(relu(z)) computed as relu(pool(z)): the same values (max and ReLU commute) and, in the
+     * backward pass, the same gradients (a window whose max is <= 0 gets none either way), with the
+     * ReLU on a quarter of the elements. */
+    ddp_trace_begin("forward.layer", 0); /* conv1, pool, relu */
     DDP_TRY_(ddp_conv_fwd(o, p, &a->conv1, m->x, ddp_cparam(m, 0), ddp_param(m, 1), b, a->col1, a->z1));
-    DDP_TRY_(ddp_relu_layer_fwd(o, p, a->z1, (size_t)planes * 28 * 28, a->z1));
     DDP_TRY_(ddp_pool_fwd(o, p, a->z1, b, c, 28, 28, a->p1, a->arg1, ws1));
+    DDP_TRY_(ddp_relu_layer_fwd(o, p, a->p1, (size_t)planes * 14 * 14, a->p1));
     ddp_trace_end("forward.layer", 0);
-    ddp_trace_begin("forward.layer", 1); /* conv2, relu, pool */
+    ddp_trace_begin("forward.layer", 1); /* conv2, pool, relu */
     DDP_TRY_(ddp_conv_fwd(o, p, &a->conv2, a->p1, ddp_cparam(m, 2), ddp_param(m, 3), b, a->col2, a->z2));
-    DDP_TRY_(ddp_relu_layer_fwd(o, p, a->z2, (size_t)planes * 14 * 14, a->z2));
     DDP_TRY_(ddp_pool_fwd(o, p, a->z2, b, c, 14, 14, a->p2, a->arg2, ws2));
+    DDP_TRY_(ddp_relu_layer_fwd(o, p, a->p2, (size_t)planes * 7 * 7, a->p2));
     ddp_trace_end("forward.layer", 1);
     ddp_trace_begin("forward.layer", 2); /* fc */
     const void *rows = ddp_image_as_rows(o, p, a->p2, a->p2r, b, c, 7, 7); // (b, 980) NCHW order
@@ -574,17 +577,17 @@ static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
     DDP_TRY_(ddp_linear_bwd_input(o, p, ddp_cparam(m, 4), m->dlogits_c, b, fc_in, DDP_CLASSES, drows));
     DDP_TRY_(ddp_rows_to_image(o, p, drows, a->dp2, b, c, 7, 7));
     ddp_trace_end("backward.layer", 2);
-    ddp_trace_begin("backward.layer", 1); /* pool, relu, conv2 */
+    ddp_trace_begin("backward.layer", 1); /* relu, pool, conv2 */
+    DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dp2, a->p2, (size_t)planes * 7 * 7, a->dp2));
     DDP_TRY_(ddp_pool_bwd(o, p, a->dp2, a->arg2, b, c, 14, 14, a->dz2));
-    DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dz2, a->z2, (size_t)planes * 14 * 14, a->dz2));
     DDP_TRY_(ddp_conv_bwd_params(o, p, &a->conv2, a->p1, a->col2, a->dz2, b, ddp_grad(m, 2),
                                  ddp_grad(m, 3), acc));
     DDP_TRY_(ddp_mark(r, 3, 2));
     DDP_TRY_(ddp_conv_bwd_input(o, p, &a->conv2, ddp_cparam(m, 2), a->dz2, b, a->dcol, a->dp1));
     ddp_trace_end("backward.layer", 1);
-    ddp_trace_begin("backward.layer", 0); /* pool, relu, conv1 */
+    ddp_trace_begin("backward.layer", 0); /* relu, pool, conv1 */
+    DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dp1, a->p1, (size_t)planes * 14 * 14, a->dp1));
     DDP_TRY_(ddp_pool_bwd(o, p, a->dp1, a->arg1, b, c, 28, 28, a->dz1));
-    DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dz1, a->z1, (size_t)planes * 28 * 28, a->dz1));
     DDP_TRY_(ddp_conv_bwd_params(o, p, &a->conv1, m->x, a->col1, a->dz1, b, ddp_grad(m, 0),
                                  ddp_grad(m, 1), acc));
     ddp_trace_end("backward.layer", 0);
