@@ -319,6 +319,8 @@ static ddp_status ddp_probe_dir(const char *flag, const char *what, const char *
     return DDP_OK;
 }
 
+/* What a file that is not regular is, for messages (runtime/checkpoint.c has the same words; libddp
+ * exports only ddp.h, which has no such function). */
 static const char *ddp_file_kind(mode_t mode)
 {
     return S_ISDIR(mode) ? "a folder" : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
