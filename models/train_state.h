@@ -29,8 +29,10 @@ typedef struct ddp_train_setup {
     ddp_scaler *scaler;    /* the loss scaler (fp16), NULL without one: its state is saved */
 } ddp_train_setup;
 
-/* Rank 0, before training: the folder of --save and --checkpoint-dir (created with its parents
- * when missing) must accept a new file. DDP_ERR_IO, logged with the path, the reason and the fix. */
+/* Rank 0, before training: the folders of --save, --trace and --checkpoint-dir (created with their
+ * parents when missing) must accept a new file, and the --save and --trace files must be new or
+ * regular files (a symbolic link is followed). DDP_ERR_IO or DDP_ERR_INVALID_ARG, logged with the
+ * path, the reason and the fix. */
 ddp_status ddp_train_check_outputs(const ddp_train_opts *o);
 
 /* Rank 0: writes the whole training state at pos to path (atomic). DDP_ERR_IO on a failed save

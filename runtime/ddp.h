@@ -490,8 +490,10 @@ DDP_API ddp_status ddp_state_entry_info(const ddp_state *s, int i, const char **
 
 /* Writes s to path atomically: removes stale "*.tmp.PID" files of dead processes in the folder
  * (only empty ones or ones starting with the checkpoint magic), writes PATH.tmp.<pid>, fsyncs,
- * renames over path, fsyncs the folder. On failure (DDP_ERR_IO: the log names the path and the
- * system's reason, e.g. "No space left on device") the existing path is left as it was and the
+ * renames over path, fsyncs the folder. path must be new or a regular file (a symbolic link is
+ * followed to the file it names); a folder, device, FIFO, socket or dangling link is refused with
+ * DDP_ERR_INVALID_ARG. On failure (DDP_ERR_IO: the log names the path and the system's reason,
+ * e.g. "No space left on device", and errno holds it) the existing path is left as it was and the
  * temporary file is removed. */
 DDP_API ddp_status ddp_state_save(const ddp_state *s, const char *path);
 /* Reads a version 1 or 2 checkpoint. DDP_ERR_IO for a missing/unreadable file, DDP_ERR_FORMAT for
@@ -554,8 +556,9 @@ DDP_API ddp_status ddp_trace_get_stats(ddp_trace_stats *out);
 
 /* Stops tracing, gathers every rank's events to rank 0, which writes `path` (replaced atomically:
  * a temporary file, then rename). Collective; path is used on rank 0 only. Every rank returns the
- * same status: DDP_ERR_STATE when tracing was off, DDP_ERR_IO when rank 0 cannot write the file,
- * DDP_ERR_MPI, DDP_ERR_NOMEM. The buffer is freed either way. */
+ * same status: DDP_ERR_STATE when tracing was off, DDP_ERR_INVALID_ARG when path is not new or a
+ * regular file (as ddp_state_save), DDP_ERR_IO when rank 0 cannot write the file, DDP_ERR_MPI,
+ * DDP_ERR_NOMEM. The buffer is freed either way. */
 DDP_API ddp_status ddp_trace_write(ddp_ctx *ctx, const char *path);
 
 /* ---------------------------------------------------------------------------------------------
