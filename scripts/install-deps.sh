@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # install-deps.sh - installs, from Debian's packages, what ddp needs to build, train and test.
 # Usage: scripts/install-deps.sh [train|test]   ("test" adds Slurm, PMIx, PyTorch and gnuplot for the
-# tests, and clang-16 with libFuzzer's runtime (libclang-rt-16-dev) and OpenMP (libomp-16-dev) for
-# the sanitizer build and the fuzzers)
+# tests, Fashion-MNIST (dataset-fashion-mnist: gzip'ed IDX files in /usr/share/datasets/fashion-mnist)
+# for an end-to-end test, and clang-16 with libFuzzer's runtime (libclang-rt-16-dev) and OpenMP
+# (libomp-16-dev) for the sanitizer build and the fuzzers)
 # Installs only what is missing, so a second run takes a second. Needs root (or sudo).
 set -euo pipefail
 
@@ -10,7 +11,7 @@ what=${1:-train}
 build_pkgs=(gcc make pkg-config meson ninja-build openmpi-bin libopenmpi-dev libopenblas-dev
   libhwloc-dev hwloc librandom123-dev zlib1g-dev libdnnl-dev python3 ca-certificates)
 test_pkgs=(munge slurmctld slurmd slurm-client libpmix-dev iproute2 util-linux procps
-  python3-torch gnuplot-nox clang-16 libclang-rt-16-dev libomp-16-dev)
+  python3-torch gnuplot-nox clang-16 libclang-rt-16-dev libomp-16-dev dataset-fashion-mnist)
 
 pkgs=("${build_pkgs[@]}")
 [ "$what" = test ] && pkgs+=("${test_pkgs[@]}")
