@@ -61,7 +61,7 @@ DDP_API int ddp_version_number(void);
     X(DDP_ERR_BLAS, "BLAS call failed")                                                  \
     X(DDP_ERR_UNSUPPORTED, "not supported by this build or backend")                     \
     X(DDP_ERR_NO_DEVICE, "no usable GPU")                                                \
-    X(DDP_ERR_ENV, "inconsistent launch environment")                                    \
+    X(DDP_ERR_ENV, "invalid or inconsistent environment")                                \
     X(DDP_ERR_STATE, "call out of order")                                                \
     X(DDP_ERR_TIMEOUT, "a collective or wait passed its deadline (DDP_TIMEOUT)")
 

@@ -122,7 +122,7 @@ static void check_singleton(const ddp_ctx *ctx)
           ddp_num_nodes(ctx));
     CHECK(!strcmp(ddp_hostname(ctx), host), "hostname '%s' vs '%s'", ddp_hostname(ctx), host);
     CHECK(ddp_backend(ctx) == DDP_BACKEND_CPU && ddp_device(ctx) == -1, "cpu backend, no device");
-    CHECK(!strcmp(ddp_strerror(DDP_ERR_ENV), "inconsistent launch environment"), "strerror");
+    CHECK(!strcmp(ddp_strerror(DDP_ERR_ENV), "invalid or inconsistent environment"), "strerror");
     CHECK(!strcmp(ddp_strerror((ddp_status)999), "unknown status"), "strerror of unknown");
     CHECK(!strcmp(ddp_version(), "0.1.0") && ddp_version_number() == 100, "version %s",
           ddp_version());
