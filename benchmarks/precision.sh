@@ -13,6 +13,9 @@
 #
 # Usage: benchmarks/precision.sh [BUILD_DIR (build)] [CNN_EPOCHS (2)] [DATA_DIR (data/mnist)]
 # Use a release build and a quiet machine for numbers worth quoting; the load is printed.
+# DDP_CPU_ISA=avx2 (or baseline, avx512) caps ddp and, through torch_mnist.py, PyTorch alike (oneDNN,
+# ATen and OpenBLAS kernels): the AVX2 class measured on an AVX-512 machine. The table ends with the
+# machine, the ISA in use, OpenBLAS's core and the oneDNN implementations of both (cpu_report.sh).
 set -euo pipefail
 
 build="${1:-build}"
@@ -20,6 +23,8 @@ epochs="${2:-2}"
 data="${3:-data/mnist}"
 train="$build/models/ddp-train"
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=benchmarks/cpu_report.sh
+source "$here/cpu_report.sh"
 
 export OMPI_ALLOW_RUN_AS_ROOT="${OMPI_ALLOW_RUN_AS_ROOT:-1}"
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}"
@@ -48,7 +53,7 @@ ddp_run() {
         --threads 1 --device cpu --epochs "$(epochs_of "$model")" --lr 0.05 --momentum 0.9 --lr-schedule cosine \
         --precision "$prec" --log-every 100000 --metrics "$metrics" "$@" >"$tmp/run.log" 2>&1 ||
         { cat "$tmp/run.log" >&2; return 1; }
-    grep -m1 '^oneDNN' "$tmp/run.log" >>"$tmp/impl.txt" || true
+    grep '^cpu: \|^compute: \|^oneDNN (' "$tmp/run.log" >>"$tmp/cpu.txt" || true
     tail -n 1 "$metrics" | /usr/bin/python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["samples_per_s"], s["test_accuracy"])'
 }
 
@@ -100,7 +105,7 @@ mlp_rounds() {
     done
 }
 
-echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc --all) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+cpu_report_machine
 grad16=()
 "$train" --help | grep -q -- '--grad-dtype' && grad16=(--grad-dtype bf16)
 printf "%-28s %12s %10s\n" run samples/s accuracy
@@ -116,12 +121,14 @@ row "ddp cnn fp16 (emulated)" ddp_run cnn fp16
 row "pytorch cnn fp32" torch_run cnn fp32
 row "pytorch cnn bf16 autocast" torch_run cnn bf16
 echo
-echo "ratios (targets of issue 7 in brackets):"
+echo "ratios (targets of issues 7 and 14 in brackets):"
+echo "  MLP fp32 / PyTorch fp32:           $(ratio 'ddp mlp fp32' 'pytorch mlp fp32') [>= 2.5x on AVX2]"
 echo "  MLP bf16 / ddp fp32:               $(ratio 'ddp mlp bf16' 'ddp mlp fp32')$([[ ${#grad16[@]} -gt 0 ]] && echo ", with --grad-dtype bf16 $(ratio 'ddp mlp bf16 grad-bf16' 'ddp mlp fp32')") [>= 1.4x]"
 echo "  CNN bf16 / PyTorch bf16:           $(ratio 'ddp cnn bf16' 'pytorch cnn bf16 autocast') [>= 2x]"
 echo "  CNN fp32 oneDNN / im2col (before): $(ratio 'ddp cnn fp32' 'ddp cnn fp32 im2col') [>= 1.5x]"
 echo "  CNN bf16 / ddp fp32:               $(ratio 'ddp cnn bf16' 'ddp cnn fp32')"
-echo "  CNN fp32 / PyTorch fp32:           $(ratio 'ddp cnn fp32' 'pytorch cnn fp32')"
+echo "  CNN fp32 / PyTorch fp32:           $(ratio 'ddp cnn fp32' 'pytorch cnn fp32') [>= 1.5x on AVX2]"
 echo "  accuracy bf16 - fp32:              MLP $(awk -v a="${acc[ddp mlp bf16]}" -v b="${acc[ddp mlp fp32]}" 'BEGIN{printf "%+.2f", 100*(a-b)}'), CNN $(awk -v a="${acc[ddp cnn bf16]}" -v b="${acc[ddp cnn fp32]}" 'BEGIN{printf "%+.2f", 100*(a-b)}') point [within 0.5]"
-sort -u "$tmp/impl.txt" | sed 's/^/  /'
+cpu_report_ddp "$tmp/cpu.txt"
+for prec in fp32 bf16; do cpu_report_torch cnn "$prec"; done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); $epochs CNN epochs, $((4 * epochs)) MLP epochs (${MLP_REPS:-5} rounds), 2 ranks x 1 thread, batch 64 per rank, build $build, OMPI_MCA_mpi_yield_when_idle=$OMPI_MCA_mpi_yield_when_idle"
