@@ -3,12 +3,14 @@
 The synthetic set is deterministic and learnable: class c is a bright 2-D bump at a position that
 depends on c, on a background of pseudo-random noise from a fixed linear congruential generator.
 """
+import json
 import math
 import os
 import re
 import struct
 import subprocess
 import sys
+import time
 
 SIDE = 28
 
@@ -62,6 +64,25 @@ def four_step_run(exe, model, tmp):
     write_dataset(data, 480, 60)
     return [exe, "--model", model, "--data", data, "--epochs", "1", "--max-steps", "4", "--batch", "8",
             "--lr", "0.05", "--momentum", "0.9", "--device", "cpu", "--log-every", "1"]
+
+
+def train_to_accuracy(chk, cmd, metrics, timeout, min_accuracy, epochs):
+    """Runs a 2-rank training (cmd writes --metrics METRICS) and checks exit 0, one metrics line per
+    epoch and a summary, world_size 2 and the test accuracy >= min_accuracy; returns the output."""
+    start = time.monotonic()
+    rc, out = run(cmd, timeout=timeout)
+    took = time.monotonic() - start
+    print(out)
+    chk.check(rc == 0, f"training exits 0 (status {rc}) in {took:.1f} s")
+    lines = open(metrics).read().splitlines() if os.path.exists(metrics) else []
+    chk.check(len(lines) == epochs + 1, f"metrics file has {epochs} epoch lines and a summary ({len(lines)} lines)")
+    if lines:
+        summary = json.loads(lines[-1])
+        acc = summary.get("test_accuracy", 0.0)
+        print(f"summary: {lines[-1]}")
+        chk.check(summary.get("world_size") == 2, "summary says world_size 2")
+        chk.check(acc >= min_accuracy, f"test accuracy {acc:.4f} >= {min_accuracy}")
+    return out
 
 
 def run(cmd, timeout, env=None):
