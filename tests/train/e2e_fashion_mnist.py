@@ -21,19 +21,13 @@ import trainlib  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
 MIN_ACCURACY = 0.88
-FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-         "t10k-labels-idx1-ubyte")
 
 
 def main():
     exe, mpi = sys.argv[1], sys.argv[2:]
     chk = trainlib.Checker()
-    absent = [f + ".gz" for f in FILES
-              if not any(os.path.isfile(os.path.join(DATA, f + ext)) for ext in ("", ".gz"))]
-    if absent:
-        print(f"FAILED: Fashion-MNIST is missing from {DATA} ({', '.join(absent)}); run "
-              "scripts/install-deps.sh test (it installs Debian's dataset-fashion-mnist) and test again")
-        sys.exit(1)
+    trainlib.require_idx(DATA, "Fashion-MNIST", "run scripts/install-deps.sh test (it installs Debian's "
+                         "dataset-fashion-mnist)")
     with tempfile.TemporaryDirectory(prefix="ddp-e2e-fashion-") as tmp:
         metrics = os.path.join(tmp, "metrics.jsonl")
         cmd = mpi + ["2", exe, "--model", "cnn", "--data", DATA, "--epochs", "2", "--lr-schedule", "cosine",

@@ -18,19 +18,13 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
 
 MIN_ACCURACY = 0.97
-FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-         "t10k-labels-idx1-ubyte")
 
 
 def main():
     exe, mpi = sys.argv[1], sys.argv[2:]
     chk = trainlib.Checker()
     data = os.path.join(os.environ.get("DDP_TEST_SRCDIR", "."), "data", "mnist")
-    absent = [f for f in FILES if not os.path.isfile(os.path.join(data, f))]
-    if absent:
-        print(f"FAILED: MNIST is missing from {data} ({', '.join(absent)}); "
-              f"run scripts/fetch-mnist.sh {data} and test again")
-        sys.exit(1)
+    trainlib.require_idx(data, "MNIST", f"run scripts/fetch-mnist.sh {data}")
     with tempfile.TemporaryDirectory(prefix="ddp-e2e-") as tmp:
         metrics = os.path.join(tmp, "metrics.jsonl")
         cmd = mpi + ["2", exe, "--model", "cnn", "--data", data, "--epochs", "8", "--batch", "64",

@@ -22,8 +22,6 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
 
 MAX_DROP = 0.005
-FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-         "t10k-labels-idx1-ubyte")
 
 
 def accuracy(chk, tmp, mpi, exe, data, model, prec):
@@ -47,11 +45,7 @@ def main():
     exe, mpi = sys.argv[1], sys.argv[2:]
     chk = trainlib.Checker()
     data = os.path.join(os.environ.get("DDP_TEST_SRCDIR", "."), "data", "mnist")
-    absent = [f for f in FILES if not os.path.isfile(os.path.join(data, f))]
-    if absent:
-        print(f"FAILED: MNIST is missing from {data} ({', '.join(absent)}); "
-              f"run scripts/fetch-mnist.sh {data} and test again")
-        sys.exit(1)
+    trainlib.require_idx(data, "MNIST", f"run scripts/fetch-mnist.sh {data}")
     with tempfile.TemporaryDirectory(prefix="ddp-precacc-") as tmp:
         for model in ("mlp", "cnn"):
             ref = accuracy(chk, tmp, mpi, exe, data, model, "fp32")

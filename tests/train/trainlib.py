@@ -85,6 +85,20 @@ def train_to_accuracy(chk, cmd, metrics, timeout, min_accuracy, epochs):
     return out
 
 
+IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+             "t10k-labels-idx1-ubyte")
+
+
+def require_idx(data, what, fix):
+    """Exits 1 (FAILED, never skipped) naming the missing files when data lacks one of the four IDX
+    files, plain or .gz; fix says how to get them."""
+    absent = [f for f in IDX_FILES
+              if not any(os.path.isfile(os.path.join(data, f + ext)) for ext in ("", ".gz"))]
+    if absent:
+        print(f"FAILED: {what} is missing from {data} ({', '.join(absent)}); {fix} and test again")
+        sys.exit(1)
+
+
 def run(cmd, timeout, env=None):
     """Runs cmd; returns (exit code, stdout + stderr). A timeout is a failure reported as code -999."""
     print("$ " + " ".join(cmd), flush=True)
