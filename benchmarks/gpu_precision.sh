@@ -21,7 +21,7 @@ build="${1:-build}"
 epochs="${2:-6}"
 data="${3:-data/mnist}"
 batch="${4:-256}"
-train="$build/models/ddp-train"
+train="$build/train/ddp-train"
 
 [[ -x "$train" ]] || { echo "gpu_precision: $train not found; build first (meson compile -C $build)" >&2; exit 1; }
 [[ -d "$data" ]] || { echo "gpu_precision: $data: no such folder; run scripts/fetch-mnist.sh $data" >&2; exit 1; }

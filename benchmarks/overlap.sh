@@ -5,7 +5,7 @@
 # Usage: benchmarks/overlap.sh [--rate R|none] [--build DIR] [--data DIR] [--batch N] [--steps N]
 #                              [--reps N]
 #   --rate R    link limit for `slurm/cluster.sh start --rate R` (default 1gbit); none = unlimited
-#   --build DIR build folder with models/ddp-train and launcher/ddp-launch (default build)
+#   --build DIR build folder with train/ddp-train and launcher/ddp-launch (default build)
 #   --data DIR  MNIST IDX folder (default data/mnist; scripts/fetch-mnist.sh fills it)
 #   --batch N   samples per rank per step (default 256), --steps N steps per run (default 30),
 #   --reps N    runs per configuration, interleaved; the median step time is reported (default 3)
@@ -56,8 +56,8 @@ parse_args() {
         [[ $n =~ ^[1-9][0-9]*$ ]] || die "--batch, --steps and --reps take positive numbers"
     done
     BUILD=$(cd "$BUILD" 2>/dev/null && pwd) || die "build folder not found"
-    [[ -x $BUILD/models/ddp-train && -x $BUILD/launcher/ddp-launch ]] ||
-        die "$BUILD has no models/ddp-train or launcher/ddp-launch: build first (ninja -C $BUILD)"
+    [[ -x $BUILD/train/ddp-train && -x $BUILD/launcher/ddp-launch ]] ||
+        die "$BUILD has no train/ddp-train or launcher/ddp-launch: build first (ninja -C $BUILD)"
     [[ -s $DATA/train-images-idx3-ubyte ]] ||
         die "$DATA: no MNIST files; run scripts/fetch-mnist.sh $DATA"
 }
@@ -82,7 +82,7 @@ n_buckets() {
 run_one() {
     local name=$1 ranks=$2 out="$WORK/$1.$5" sps
     timeout -k 10 "$RUN_TIMEOUT" srun --mpi=pmix -N "$ranks" --ntasks-per-node=1 \
-        "$BUILD/launcher/ddp-launch" "$BUILD/models/ddp-train" --model mlp --widths "$WIDTHS" \
+        "$BUILD/launcher/ddp-launch" "$BUILD/train/ddp-train" --model mlp --widths "$WIDTHS" \
         --data "$DATA" --batch "$BATCH" --threads 1 --device cpu --epochs 1000 --max-steps "$STEPS" \
         --bucket-mb "$3" --first-bucket-mb "$4" --log-every 100000 --metrics "$out.jsonl" \
         >"$out.log" 2>&1 || { tail -n 20 "$out.log" >&2; die "$name run $5 failed (log above)"; }

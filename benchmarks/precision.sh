@@ -21,7 +21,7 @@ set -euo pipefail
 build="${1:-build}"
 epochs="${2:-2}"
 data="${3:-data/mnist}"
-train="$build/models/ddp-train"
+train="$build/train/ddp-train"
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=benchmarks/cpu_report.sh
 source "$here/cpu_report.sh"

@@ -7,7 +7,7 @@
 #                               or, from an salloc shell: benchmarks/scaling.sh [options]
 #        on the local cluster:  benchmarks/scaling.sh --local-cluster 4 --rate 1gbit [options]
 # Options:
-#   --build DIR          build folder with models/ddp-train, launcher/ddp-launch and
+#   --build DIR          build folder with train/ddp-train, launcher/ddp-launch and
 #                        benchmarks/ddp-allreduce-bench (default: build-release, else build)
 #   --out DIR            results folder (default scaling-results/YYYYmmdd-HHMMSS)
 #   --nodes LIST         node counts, e.g. 1,2,4 (default 1, 2, 4, ... up to the allocation)
@@ -110,7 +110,7 @@ check_args() {
         [[ -d $BUILD ]] || BUILD=$SRC/build
     fi
     BUILD=$(cd "$BUILD" 2>/dev/null && pwd) || die "build folder not found (--build DIR)"
-    TRAIN=$BUILD/models/ddp-train LAUNCH=$BUILD/launcher/ddp-launch BENCH=$BUILD/benchmarks/ddp-allreduce-bench
+    TRAIN=$BUILD/train/ddp-train LAUNCH=$BUILD/launcher/ddp-launch BENCH=$BUILD/benchmarks/ddp-allreduce-bench
     [[ -x $TRAIN && -x $LAUNCH && -x $BENCH ]] ||
         die "$BUILD lacks ddp-train, ddp-launch or ddp-allreduce-bench: build first (meson compile -C $BUILD)"
     [[ -s $DATA/train-images-idx3-ubyte ]] || die "$DATA: no MNIST files; run scripts/fetch-mnist.sh $DATA"

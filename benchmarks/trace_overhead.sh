@@ -20,7 +20,7 @@ export OPENBLAS_NUM_THREADS=1
 run_one() {
     local extra=()
     [[ $1 == off ]] || extra=(--trace "$WORK/t$2.json")
-    mpirun --oversubscribe --bind-to none -np 2 "$BUILD/models/ddp-train" --device cpu --epochs 1000 \
+    mpirun --oversubscribe --bind-to none -np 2 "$BUILD/train/ddp-train" --device cpu --epochs 1000 \
         --max-steps "$STEPS" --data "$SRC/data/mnist" --log-every 100000 --metrics "$WORK/m.jsonl" \
         "${extra[@]}" >"$WORK/log" 2>&1 || { tail "$WORK/log" >&2; exit 1; }
     tail -n 1 "$WORK/m.jsonl" | sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p'

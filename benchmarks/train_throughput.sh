@@ -21,7 +21,7 @@ build="${1:-build}"
 steps="${2:-300}"
 data="${3:-data/mnist}"
 reps="${REPS:-3}"
-train="$build/models/ddp-train"
+train="$build/train/ddp-train"
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=benchmarks/cpu_report.sh
 source "$here/cpu_report.sh"

@@ -16,7 +16,7 @@ reps="${2:-5}"
 steps="${3:-300}"
 data="${4:-data/mnist}"
 model="${DDP_BENCH_MODEL:-mlp}"
-train="$build/models/ddp-train"
+train="$build/train/ddp-train"
 
 export OMPI_ALLOW_RUN_AS_ROOT="${OMPI_ALLOW_RUN_AS_ROOT:-1}"
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}"

@@ -52,6 +52,6 @@ mpi_flags=(-np 2 --bind-to core)
 [ "$(id -u)" -eq 0 ] && mpi_flags+=(--allow-run-as-root)
 [ "$(nproc)" -lt 2 ] && mpi_flags+=(--oversubscribe)
 exec mpirun "${mpi_flags[@]}" -x OPENBLAS_NUM_THREADS=1 \
-  "$builddir/models/ddp-train" --model cnn --data data/mnist --epochs 8 --batch 64 \
+  "$builddir/train/ddp-train" --model cnn --data data/mnist --epochs 8 --batch 64 \
   --lr 0.05 --momentum 0.9 --lr-schedule cosine --augment --device cpu \
   --metrics "$builddir/train-metrics.jsonl" "$@"

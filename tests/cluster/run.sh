@@ -350,7 +350,7 @@ case_requeue() {
         "$TRAIN" --model mlp --data "$DATA" --epochs 100 --batch 32 --lr 0.05 $args \
         --save "$WORK/requeue-ref.ckpt" ||
         { show_tail "$WORK/requeue-ref.out"; fail "the uninterrupted reference run failed"; }
-    "$BUILD/models/ddp-ckpt" diff "$WORK/requeue-ref.ckpt" "$dir/model.ckpt" >"$WORK/requeue-diff.out" 2>&1 || true
+    "$BUILD/train/ddp-ckpt" diff "$WORK/requeue-ref.ckpt" "$dir/model.ckpt" >"$WORK/requeue-diff.out" 2>&1 || true
     sed 's/^/  /' "$WORK/requeue-diff.out"
     grep -q 'max_abs_diff=0 ' "$WORK/requeue-diff.out" ||
         fail "stopped + requeued + resumed differs from the uninterrupted run"
@@ -380,7 +380,7 @@ EOF
     [[ -n $step ]] || { show_tail "$out"; fail "rank 0 did not report a SIGTERM stop"; }
     [[ $(grep -c "this rank stops after step $step\$" "$out") -eq 2 ]] ||
         { show_tail "$out"; fail "not both ranks stopped after step $step"; }
-    "$BUILD/models/ddp-ckpt" show "$dir/step-$(printf %012d "$step").ckpt" | grep -q "^  step = $step\$" ||
+    "$BUILD/train/ddp-ckpt" show "$dir/step-$(printf %012d "$step").ckpt" | grep -q "^  step = $step\$" ||
         fail "no valid checkpoint of step $step"
 }
 
