@@ -81,7 +81,7 @@ static double bench_row(const char *name, bench_fn fn, void *arg, int reps)
 }
 
 /* A device buffer of n values uniform in [lo, hi) in precision p (float storage for fp16). */
-static void *rand_buf(ddp_precision p, size_t n, float lo, float hi, uint64_t seed)
+static void *rand_buf(ddp_dtype p, size_t n, float lo, float hi, uint64_t seed)
 {
     float *h = malloc(n * sizeof *h);
     void *d = gpu->alloc(n * sizeof(float)), *hp = malloc(n * sizeof(float));
@@ -90,8 +90,8 @@ static void *rand_buf(ddp_precision p, size_t n, float lo, float hi, uint64_t se
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         h[i] = lo + (hi - lo) * (float)((s >> 11) * (1.0 / 9007199254740992.0));
     }
-    bool ok = h && d && hp && ddp_cpu_ops()->cast(p, hp, DDP_PREC_FP32, h, n) == DDP_OK &&
-              gpu->upload(d, hp, n * ddp_prec_size(gpu, p)) == DDP_OK;
+    bool ok = h && d && hp && ddp_cpu_ops()->cast(p, hp, DDP_FP32, h, n) == DDP_OK &&
+              gpu->upload(d, hp, n * ops_dtype_size(gpu, p)) == DDP_OK;
     free(h);
     free(hp);
     return ok ? d : NULL;
@@ -99,7 +99,7 @@ static void *rand_buf(ddp_precision p, size_t n, float lo, float hi, uint64_t se
 
 /* The CNN's tensors at one batch and precision (shapes as in model.c). */
 typedef struct cnn_t {
-    ddp_precision p;
+    ddp_dtype p;
     int b;
     ddp_conv_shape c1, c2;
     void *x, *w1, *w2, *wf, *z1, *p1, *z2, *p2, *dz1, *dz2, *dp1, *xf, *y;
@@ -166,31 +166,31 @@ static ddp_status op_fc_bwd_params(void *a)
 static ddp_status op_x_cast(void *a)
 {
     cnn_t *t = a;
-    return gpu->cast(t->p, t->xf, DDP_PREC_FP32, t->tmp, (size_t)t->b * 28 * 28);
+    return gpu->cast(t->p, t->xf, DDP_FP32, t->tmp, (size_t)t->b * 28 * 28);
 }
 /* What conv_bwd_params of conv1 spends widening dy to fp32 in bf16 (cuda_cudnn.cu). */
 static ddp_status op_dz1_widen(void *a)
 {
     cnn_t *t = a;
-    return gpu->cast(DDP_PREC_FP32, t->tmp, t->p, t->dz1, (size_t)t->b * 20 * 28 * 28);
+    return gpu->cast(DDP_FP32, t->tmp, t->p, t->dz1, (size_t)t->b * 20 * 28 * 28);
 }
 
-static void cnn_ops(ddp_precision p, int b, int reps)
+static void cnn_ops(ddp_dtype p, int b, int reps)
 {
     cnn_t t = {.p = p, .b = b, .c1 = {1, 28, 28, 20, 5, 2, 28, 28}, .c2 = {20, 14, 14, 20, 5, 2, 14, 14}};
     size_t big = (size_t)b * 20 * 28 * 28, mid = (size_t)b * 20 * 14 * 14;
     t.x = rand_buf(p, (size_t)b * 784, 0, 1, 1), t.xf = rand_buf(p, (size_t)b * 784, 0, 1, 2);
     t.w1 = rand_buf(p, 500, -0.2f, 0.2f, 3), t.w2 = rand_buf(p, 10000, -0.05f, 0.05f, 4);
     t.wf = rand_buf(p, 9800, -0.03f, 0.03f, 5);
-    t.b1 = rand_buf(DDP_PREC_FP32, 20, -0.1f, 0.1f, 6), t.b2 = rand_buf(DDP_PREC_FP32, 20, -0.1f, 0.1f, 7);
-    t.bf = rand_buf(DDP_PREC_FP32, 10, -0.1f, 0.1f, 8);
+    t.b1 = rand_buf(DDP_FP32, 20, -0.1f, 0.1f, 6), t.b2 = rand_buf(DDP_FP32, 20, -0.1f, 0.1f, 7);
+    t.bf = rand_buf(DDP_FP32, 10, -0.1f, 0.1f, 8);
     t.z1 = rand_buf(p, big, -1, 1, 9), t.dz1 = rand_buf(p, big, -1, 1, 10);
     t.p1 = rand_buf(p, mid, -1, 1, 11), t.dp1 = rand_buf(p, mid, -1, 1, 12);
     t.z2 = rand_buf(p, mid, -1, 1, 13), t.dz2 = rand_buf(p, mid, -1, 1, 14);
     t.p2 = rand_buf(p, (size_t)b * 980, -1, 1, 15), t.y = rand_buf(p, (size_t)b * 10, -1, 1, 16);
-    t.dw = rand_buf(DDP_PREC_FP32, 10000, -1, 1, 17), t.db = rand_buf(DDP_PREC_FP32, 20, -1, 1, 18);
-    t.logits = rand_buf(DDP_PREC_FP32, (size_t)b * 10, -1, 1, 19);
-    t.tmp = rand_buf(DDP_PREC_FP32, big, -1, 1, 20);
+    t.dw = rand_buf(DDP_FP32, 10000, -1, 1, 17), t.db = rand_buf(DDP_FP32, 20, -1, 1, 18);
+    t.logits = rand_buf(DDP_FP32, (size_t)b * 10, -1, 1, 19);
+    t.tmp = rand_buf(DDP_FP32, big, -1, 1, 20);
     t.arg1 = gpu->alloc(mid * sizeof(int));
     if (!t.x || !t.tmp || !t.arg1 || !t.dw) {
         printf("allocation failed\n");
@@ -231,7 +231,7 @@ static ddp_status op_step(void *a)
     return ddp_model_sgd_step(s->m, 0.01f, 0.9f, 0.0f);
 }
 
-static void model_step(ddp_model_kind kind, ddp_precision p, int b, int reps)
+static void model_step(ddp_model_kind kind, ddp_dtype p, int b, int reps)
 {
     ddp_model_config cfg;
     ddp_model_config_default(&cfg, kind);
@@ -240,8 +240,8 @@ static void model_step(ddp_model_kind kind, ddp_precision p, int b, int reps)
     int *labels = malloc((size_t)b * sizeof *labels);
     for (int i = 0; labels && i < b; i++)
         labels[i] = (i * 7) % 10;
-    s.x = rand_buf(DDP_PREC_FP32, (size_t)b * 784, 0, 1, 30);
-    s.loss = rand_buf(DDP_PREC_FP32, 1, 0, 1, 31);
+    s.x = rand_buf(DDP_FP32, (size_t)b * 784, 0, 1, 30);
+    s.loss = rand_buf(DDP_FP32, 1, 0, 1, 31);
     s.y = gpu->alloc((size_t)b * sizeof(int));
     char name[64];
     snprintf(name, sizeof name, "%s %s step", ddp_precision_name(p), kind == DDP_MODEL_CNN ? "cnn" : "mlp");
@@ -265,9 +265,9 @@ int main(int argc, char **argv)
         return 1;
     gpu = ddp_cuda_ops();
     printf("%s\nbatch %d, %d calls per row, microseconds per call\n",
-           ddp_cuda_describe(DDP_PREC_FP32), b, reps);
+           ddp_cuda_describe(DDP_FP32), b, reps);
     printf("%-28s %10s %10s\n", "op", "host", "pipelined");
-    const ddp_precision precs[] = {DDP_PREC_FP32, DDP_PREC_BF16, DDP_PREC_FP16};
+    const ddp_dtype precs[] = {DDP_FP32, DDP_BF16, DDP_FP16};
     for (int i = 0; i < 3; i++) {
         if (!gpu->supports(precs[i], NULL))
             continue;

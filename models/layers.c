@@ -8,9 +8,9 @@
 
 /* The fp32 fallback serves only fp32 (model creation checks the precision first, but a table
  * may lack one layer's 16-bit op, e.g. the GPU's convolutions without cuDNN): logs which. */
-static ddp_status ddp_fp32_only(const ddp_ops *ops, ddp_precision p, const char *layer)
+static ddp_status ddp_fp32_only(const ddp_ops *ops, ddp_dtype p, const char *layer)
 {
-    if (p == DDP_PREC_FP32)
+    if (p == DDP_FP32)
         return DDP_OK;
     DDP_ERROR("%s: the %s backend has this layer in fp32 only (no 16-bit op); use --precision fp32",
               layer, ops->name);
@@ -19,7 +19,7 @@ static ddp_status ddp_fp32_only(const ddp_ops *ops, ddp_precision p, const char 
 
 /* ---- linear -------------------------------------------------------------------------------- */
 
-ddp_status ddp_linear_fwd(const ddp_ops *ops, ddp_precision p, const void *x, const void *w,
+ddp_status ddp_linear_fwd(const ddp_ops *ops, ddp_dtype p, const void *x, const void *w,
                           const float *b, int batch, int in, int out, void *y, bool y_fp32)
 {
     if (ops->linear_fwd)
@@ -29,7 +29,7 @@ ddp_status ddp_linear_fwd(const ddp_ops *ops, ddp_precision p, const void *x, co
     return ops->bias_add(y, b, batch, out);
 }
 
-ddp_status ddp_linear_bwd_params(const ddp_ops *ops, ddp_precision p, const void *x, const void *dy,
+ddp_status ddp_linear_bwd_params(const ddp_ops *ops, ddp_dtype p, const void *x, const void *dy,
                                  int batch, int in, int out, float *dw, float *db, bool accumulate)
 {
     if (ops->linear_bwd_params)
@@ -42,7 +42,7 @@ ddp_status ddp_linear_bwd_params(const ddp_ops *ops, ddp_precision p, const void
     return db ? ops->bias_grad(db, dy, batch, out) : DDP_OK;
 }
 
-ddp_status ddp_linear_bwd_input(const ddp_ops *ops, ddp_precision p, const void *w, const void *dy,
+ddp_status ddp_linear_bwd_input(const ddp_ops *ops, ddp_dtype p, const void *w, const void *dy,
                                 int batch, int in, int out, void *dx)
 {
     if (ops->linear_bwd_input)
@@ -99,7 +99,7 @@ static ddp_conv_shape ddp_conv_shape_of(const ddp_conv *cv)
                             .k = cv->k, .pad = cv->pad, .h_out = cv->h_out, .w_out = cv->w_out};
 }
 
-ddp_status ddp_conv_fwd(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv, const void *x,
+ddp_status ddp_conv_fwd(const ddp_ops *ops, ddp_dtype p, const ddp_conv *cv, const void *x,
                         const void *w, const float *b, int batch, float *col, void *y)
 {
     if (ddp_conv_direct(ops)) {
@@ -120,7 +120,7 @@ ddp_status ddp_conv_fwd(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv,
     return DDP_OK;
 }
 
-ddp_status ddp_conv_bwd_params(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv,
+ddp_status ddp_conv_bwd_params(const ddp_ops *ops, ddp_dtype p, const ddp_conv *cv,
                                const void *x, const float *col, const void *dy, int batch,
                                float *dw, float *db, bool accumulate)
 {
@@ -143,7 +143,7 @@ ddp_status ddp_conv_bwd_params(const ddp_ops *ops, ddp_precision p, const ddp_co
     return DDP_OK;
 }
 
-ddp_status ddp_conv_bwd_input(const ddp_ops *ops, ddp_precision p, const ddp_conv *cv,
+ddp_status ddp_conv_bwd_input(const ddp_ops *ops, ddp_dtype p, const ddp_conv *cv,
                               const void *w, const void *dy, int batch, float *dcol, void *dx)
 {
     if (ddp_conv_direct(ops)) {
@@ -164,7 +164,7 @@ ddp_status ddp_conv_bwd_input(const ddp_ops *ops, ddp_precision p, const ddp_con
 
 /* ---- ReLU, max-pool, loss ------------------------------------------------------------------ */
 
-ddp_status ddp_relu_layer_fwd(const ddp_ops *ops, ddp_precision p, const void *x, size_t n, void *y)
+ddp_status ddp_relu_layer_fwd(const ddp_ops *ops, ddp_dtype p, const void *x, size_t n, void *y)
 {
     if (ops->act_relu_fwd)
         return ops->act_relu_fwd(p, y, x, n);
@@ -172,7 +172,7 @@ ddp_status ddp_relu_layer_fwd(const ddp_ops *ops, ddp_precision p, const void *x
     return ops->relu_fwd(y, x, n);
 }
 
-ddp_status ddp_relu_layer_bwd(const ddp_ops *ops, ddp_precision p, const void *dy, const void *y,
+ddp_status ddp_relu_layer_bwd(const ddp_ops *ops, ddp_dtype p, const void *dy, const void *y,
                               size_t n, void *dx)
 {
     if (ops->act_relu_bwd)
@@ -181,7 +181,7 @@ ddp_status ddp_relu_layer_bwd(const ddp_ops *ops, ddp_precision p, const void *d
     return ops->relu_bwd(dx, dy, y, n);
 }
 
-ddp_status ddp_pool_fwd(const ddp_ops *ops, ddp_precision p, const void *x, int n, int c, int h,
+ddp_status ddp_pool_fwd(const ddp_ops *ops, ddp_dtype p, const void *x, int n, int c, int h,
                         int w, void *y, int *arg, size_t ws_bytes)
 {
     if (ops->pool_fwd && ops->pool_bwd)
@@ -190,7 +190,7 @@ ddp_status ddp_pool_fwd(const ddp_ops *ops, ddp_precision p, const void *x, int 
     return ops->maxpool_fwd(x, n * c, h, w, y, arg);
 }
 
-ddp_status ddp_pool_bwd(const ddp_ops *ops, ddp_precision p, const void *dy, const int *arg, int n,
+ddp_status ddp_pool_bwd(const ddp_ops *ops, ddp_dtype p, const void *dy, const int *arg, int n,
                         int c, int h, int w, void *dx)
 {
     if (ops->pool_fwd && ops->pool_bwd)
@@ -200,7 +200,7 @@ ddp_status ddp_pool_bwd(const ddp_ops *ops, ddp_precision p, const void *dy, con
     return ops->maxpool_bwd(dy, arg, n * c, h, w, dx);
 }
 
-const void *ddp_image_as_rows(const ddp_ops *ops, ddp_precision p, const void *img, void *tmp,
+const void *ddp_image_as_rows(const ddp_ops *ops, ddp_dtype p, const void *img, void *tmp,
                               int n, int c, int h, int w)
 {
     if (!ops->channels_last || c == 1)
@@ -208,11 +208,11 @@ const void *ddp_image_as_rows(const ddp_ops *ops, ddp_precision p, const void *i
     return ops->image_reorder(p, img, tmp, n, c, h, w, true) == DDP_OK ? tmp : NULL;
 }
 
-ddp_status ddp_rows_to_image(const ddp_ops *ops, ddp_precision p, const void *rows, void *img,
+ddp_status ddp_rows_to_image(const ddp_ops *ops, ddp_dtype p, const void *rows, void *img,
                              int n, int c, int h, int w)
 {
     if (!ops->channels_last || c == 1)
-        return rows == img ? DDP_OK : ops->copy(img, rows, (size_t)n * c * h * w * ddp_prec_size(ops, p));
+        return rows == img ? DDP_OK : ops->copy(img, rows, (size_t)n * c * h * w * ops_dtype_size(ops, p));
     return ops->image_reorder(p, rows, img, n, c, h, w, false);
 }
 

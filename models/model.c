@@ -89,20 +89,20 @@ void ddp_model_config_default(ddp_model_config *cfg, ddp_model_kind kind)
 
 static const char *const ddp_precision_names[] = {"fp32", "bf16", "fp16"};
 
-ddp_status ddp_precision_parse(const char *name, ddp_precision *out)
+ddp_status ddp_precision_parse(const char *name, ddp_dtype *out)
 {
-    for (int p = DDP_PREC_FP32; p <= DDP_PREC_FP16; p++) {
+    for (int p = DDP_FP32; p <= DDP_FP16; p++) {
         if (name && strcmp(name, ddp_precision_names[p]) == 0) {
-            *out = (ddp_precision)p;
+            *out = (ddp_dtype)p;
             return DDP_OK;
         }
     }
     return DDP_ERR_INVALID_ARG;
 }
 
-const char *ddp_precision_name(ddp_precision p)
+const char *ddp_precision_name(ddp_dtype p)
 {
-    return p >= DDP_PREC_FP32 && p <= DDP_PREC_FP16 ? ddp_precision_names[p] : "?";
+    return p >= DDP_FP32 && p <= DDP_FP16 ? ddp_precision_names[p] : "?";
 }
 
 ddp_status ddp_model_kind_parse(const char *name, ddp_model_kind *out)
@@ -189,7 +189,7 @@ static float *ddp_param(ddp_model *m, int i) { return m->params + m->offset[i]; 
 /* Parameter i in the model's precision: what GEMMs and convolutions read. */
 static const void *ddp_cparam(ddp_model *m, int i)
 {
-    return (const char *)m->cparams + m->offset[i] * ddp_prec_size(m->ops, m->cfg.precision);
+    return (const char *)m->cparams + m->offset[i] * ops_dtype_size(m->ops, m->cfg.precision);
 }
 static float *ddp_grad(ddp_model *m, int i) { return m->grads + m->offset[i]; }
 
@@ -228,7 +228,7 @@ static float *ddp_fbuf(ddp_model *m, size_t per_sample)
 /* An activation buffer in the model's precision. */
 static void *ddp_abuf(ddp_model *m, size_t per_sample)
 {
-    return ddp_buf(m, (size_t)m->cfg.max_batch * per_sample * ddp_prec_size(m->ops, m->cfg.precision));
+    return ddp_buf(m, (size_t)m->cfg.max_batch * per_sample * ops_dtype_size(m->ops, m->cfg.precision));
 }
 
 static ddp_status ddp_alloc_mlp(ddp_model *m)
@@ -281,7 +281,7 @@ static ddp_status ddp_alloc_cnn(ddp_model *m)
 static ddp_status ddp_check_config(const ddp_model_config *cfg)
 {
     if (cfg->max_batch < 1 || (cfg->kind != DDP_MODEL_MLP && cfg->kind != DDP_MODEL_CNN) ||
-        cfg->precision < DDP_PREC_FP32 || cfg->precision > DDP_PREC_FP16)
+        cfg->precision < DDP_FP32 || cfg->precision > DDP_FP16)
         return DDP_ERR_INVALID_ARG;
     if (cfg->kind == DDP_MODEL_CNN)
         return DDP_OK;
@@ -308,8 +308,8 @@ static ddp_status ddp_model_setup(ddp_model *m)
     m->cparams_stale = 1;
     m->cparams = m->params;
     m->dlogits_c = m->dlogits;
-    if (m->cfg.precision != DDP_PREC_FP32) {
-        m->cparams = ddp_buf(m, m->numel_total * ddp_prec_size(m->ops, m->cfg.precision));
+    if (m->cfg.precision != DDP_FP32) {
+        m->cparams = ddp_buf(m, m->numel_total * ops_dtype_size(m->ops, m->cfg.precision));
         m->xc = ddp_abuf(m, DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
         m->dlogits_c = ddp_abuf(m, (size_t)classes);
     }
@@ -381,7 +381,7 @@ static ddp_status ddp_mlp_forward(ddp_model *m, const float **logits)
 {
     ddp_mlp_acts *a = &m->mlp;
     int n_layers = m->cfg.n_widths - 1;
-    ddp_precision p = m->cfg.precision;
+    ddp_dtype p = m->cfg.precision;
     const void *h = m->x; // (batch, widths[l])
     for (int l = 0; l < n_layers; l++) {
         int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
@@ -403,7 +403,7 @@ static ddp_status ddp_cnn_forward(ddp_model *m, const float **logits)
 {
     ddp_cnn_acts *a = &m->cnn;
     const ddp_ops *o = m->ops;
-    ddp_precision p = m->cfg.precision;
+    ddp_dtype p = m->cfg.precision;
     const int c = DDP_CNN_CHANNELS;
     int b = m->batch, planes = b * c;
     size_t ws1 = (size_t)planes * 14 * 14 * sizeof(int), ws2 = (size_t)planes * 7 * 7 * sizeof(int);
@@ -435,15 +435,15 @@ static ddp_status ddp_cnn_forward(ddp_model *m, const float **logits)
  * precision. */
 static ddp_status ddp_model_prepare(ddp_model *m, const float *x, int batch)
 {
-    ddp_precision p = m->cfg.precision;
+    ddp_dtype p = m->cfg.precision;
     m->x = x;
-    if (p == DDP_PREC_FP32)
+    if (p == DDP_FP32)
         return DDP_OK;
     if (m->cparams_stale)
-        DDP_TRY_(m->ops->cast(p, m->cparams, DDP_PREC_FP32, m->params, m->numel_total));
+        DDP_TRY_(m->ops->cast(p, m->cparams, DDP_FP32, m->params, m->numel_total));
     m->cparams_stale = 0;
     m->x = m->xc;
-    return m->ops->cast(p, m->xc, DDP_PREC_FP32, x, (size_t)batch * DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
+    return m->ops->cast(p, m->xc, DDP_FP32, x, (size_t)batch * DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
 }
 
 /* Downloads the logits and writes each row's argmax to pred_host. */
@@ -533,7 +533,7 @@ static ddp_status ddp_mark(ddp_reducer *r, int hi, int lo)
 static ddp_status ddp_mlp_backward(ddp_model *m, ddp_reducer *r)
 {
     ddp_mlp_acts *a = &m->mlp;
-    ddp_precision p = m->cfg.precision;
+    ddp_dtype p = m->cfg.precision;
     bool acc = !m->grads_fresh;
     const void *g = m->dlogits_c; // (batch, widths[l+1]): gradient w.r.t. z[l]
     for (int l = m->cfg.n_widths - 2; l >= 0; l--) {
@@ -564,7 +564,7 @@ static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
 {
     ddp_cnn_acts *a = &m->cnn;
     const ddp_ops *o = m->ops;
-    ddp_precision p = m->cfg.precision;
+    ddp_dtype p = m->cfg.precision;
     const int c = DDP_CNN_CHANNELS;
     int b = m->batch, planes = b * c, fc_in = c * 7 * 7;
     bool acc = !m->grads_fresh;
@@ -601,9 +601,9 @@ static ddp_status ddp_dlogits_in_precision(ddp_model *m)
     size_t n = (size_t)m->batch * DDP_CLASSES;
     if (m->cfg.kind == DDP_MODEL_MLP)
         n = (size_t)m->batch * (size_t)m->cfg.widths[m->cfg.n_widths - 1];
-    if (m->cfg.precision == DDP_PREC_FP32)
+    if (m->cfg.precision == DDP_FP32)
         return DDP_OK;
-    return m->ops->cast(m->cfg.precision, m->dlogits_c, DDP_PREC_FP32, m->dlogits, n);
+    return m->ops->cast(m->cfg.precision, m->dlogits_c, DDP_FP32, m->dlogits, n);
 }
 
 ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r)
@@ -639,9 +639,9 @@ ddp_status ddp_model_zero_grad(ddp_model *m)
  * can (sgd_step_cast); otherwise the next forward pass refreshes it. */
 ddp_status ddp_model_sgd_step(ddp_model *m, float lr, float momentum, float weight_decay)
 {
-    ddp_precision p = m->cfg.precision;
+    ddp_dtype p = m->cfg.precision;
     m->cparams_stale = 1;
-    if (p != DDP_PREC_FP32 && m->ops->sgd_step_cast) {
+    if (p != DDP_FP32 && m->ops->sgd_step_cast) {
         DDP_TRY_(m->ops->sgd_step_cast(m->params, m->momentum, m->grads, m->numel_total, lr,
                                        momentum, weight_decay, p, m->cparams));
         m->cparams_stale = 0;

@@ -29,7 +29,7 @@ typedef struct ddp_model_config {
     uint64_t seed; /* seeded initialisation (PyTorch's default ranges: U(+-1/sqrt(fan_in))) */
     /* activations and GEMM/convolution inputs (fp32 accumulation); parameters, gradients,
      * momentum, logits and the loss stay fp32 (default fp32) */
-    ddp_precision precision;
+    ddp_dtype precision;
 } ddp_model_config;
 
 typedef struct ddp_model ddp_model;
@@ -42,8 +42,8 @@ ddp_status ddp_model_kind_parse(const char *name, ddp_model_kind *out);
 ddp_status ddp_model_widths_parse(const char *text, ddp_model_config *cfg);
 
 /* Parses "fp32" / "bf16" / "fp16". DDP_ERR_INVALID_ARG otherwise. */
-ddp_status ddp_precision_parse(const char *name, ddp_precision *out);
-const char *ddp_precision_name(ddp_precision p);
+ddp_status ddp_precision_parse(const char *name, ddp_dtype *out);
+const char *ddp_precision_name(ddp_dtype p);
 
 /* Creates the model on a backend (ddp_ops_open() or ddp_cpu_ops()), initialised from cfg->seed.
  * DDP_ERR_UNSUPPORTED when the backend lacks an op the model needs or cfg->precision (logged with

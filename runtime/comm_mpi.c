@@ -10,7 +10,7 @@
  * blocking ones on the caller's lane, queued all-reduces on the communication thread's lane.
  * 16-bit types: MPI has none, so bf16 and fp16 travel as MPI_UINT16_T with user-defined ops
  * (MPI_Op_create, commutative) that widen each pair of elements to fp32, add them and round back
- * to nearest even (half_shared.h): the bytes on the wire are half of fp32's. 16-bit all-reduces
+ * to nearest even (half.h): the bytes on the wire are half of fp32's. 16-bit all-reduces
  * are sums (and averages) only: comm.c refuses MAX and MIN on them.
  */
 #include <limits.h>
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 
 #include "convert.h"
-#include "half_shared.h"
+#include "half.h"
 #include "internal.h"
 #include "simd_clones.h"
 
@@ -90,7 +90,7 @@ DDP_SIMD_BODY void half_sum_body(const void *in, void *inout, int len, int fp16)
     const uint16_t *a = in;
     uint16_t *b = inout;
     for (int i = 0; i < len; i++)
-        b[i] = ddp_to_half(ddp_from_half(a[i], fp16) + ddp_from_half(b[i], fp16), fp16);
+        b[i] = half_encode(half_decode(a[i], fp16) + half_decode(b[i], fp16), fp16);
 }
 /* One body per type (fp16 a constant in each), so each variant's loop vectorises. */
 DDP_SIMD_BODY void bf16_sum_body(const void *in, void *inout, int len) { half_sum_body(in, inout, len, 0); }

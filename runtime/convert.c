@@ -5,7 +5,7 @@
 
 #include "config.h"
 #include "convert.h"
-#include "half_shared.h"
+#include "half.h"
 #include "internal.h"
 #include "simd_clones.h"
 
@@ -52,10 +52,10 @@ DDP_SIMD_BODY void f32_to_16_body(uint16_t *dst, const float *src, size_t n, int
 {
     if (fp16) {
         for (size_t i = 0; i < n; i++)
-            dst[i] = ddp_f32_to_f16(src[i]);
+            dst[i] = half_f32_to_f16(src[i]);
     } else {
         for (size_t i = 0; i < n; i++)
-            dst[i] = ddp_f32_to_bf16(src[i]);
+            dst[i] = half_f32_to_bf16(src[i]);
     }
 }
 DDP_SIMD_DISPATCH(ddp_f32_to_16, f32_to_16_body, (uint16_t *dst, const float *src, size_t n, int fp16),
@@ -65,10 +65,10 @@ DDP_SIMD_BODY void f16_to_f32_body(float *dst, const uint16_t *src, size_t n, in
 {
     if (fp16) {
         for (size_t i = 0; i < n; i++)
-            dst[i] = ddp_f16_to_f32(src[i]);
+            dst[i] = half_f16_to_f32(src[i]);
     } else {
         for (size_t i = 0; i < n; i++)
-            dst[i] = ddp_bf16_to_f32(src[i]);
+            dst[i] = half_bf16_to_f32(src[i]);
     }
 }
 DDP_SIMD_DISPATCH(ddp_16_to_f32, f16_to_f32_body, (float *dst, const uint16_t *src, size_t n, int fp16),
@@ -86,7 +86,7 @@ void ddp_host_cast(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t,
         const uint16_t *in = src;
         uint16_t *out = dst;
         for (size_t i = 0; i < n; i++)
-            out[i] = ddp_to_half(ddp_from_half(in[i], src_t == DDP_FP16), dst_t == DDP_FP16);
+            out[i] = half_encode(half_decode(in[i], src_t == DDP_FP16), dst_t == DDP_FP16);
     }
 }
 
@@ -101,10 +101,10 @@ DDP_SIMD_BODY void scale_body(void *x, ddp_dtype t, size_t n, float alpha)
     uint16_t *h = x;
     if (t == DDP_FP16) {
         for (size_t i = 0; i < n; i++)
-            h[i] = ddp_f32_to_f16(ddp_f16_to_f32(h[i]) * alpha);
+            h[i] = half_f32_to_f16(half_f16_to_f32(h[i]) * alpha);
     } else {
         for (size_t i = 0; i < n; i++)
-            h[i] = ddp_f32_to_bf16(ddp_bf16_to_f32(h[i]) * alpha);
+            h[i] = half_f32_to_bf16(half_bf16_to_f32(h[i]) * alpha);
     }
 }
 DDP_SIMD_DISPATCH(ddp_host_scale_loop, scale_body, (void *x, ddp_dtype t, size_t n, float alpha), (x, t, n, alpha))
@@ -117,7 +117,7 @@ DDP_SIMD_BODY void nonfinite_body(const void *x, ddp_dtype t, size_t n, int *non
     if (t == DDP_FP32) {
         const float *f = x;
         for (size_t i = 0; i < n; i++)
-            found |= (uint32_t)!ddp_f32_finite(f[i]);
+            found |= (uint32_t)!half_f32_finite(f[i]);
     } else {
         const uint16_t *h = x;
         uint16_t mask = t == DDP_FP16 ? 0x7c00u : 0x7f80u;
@@ -134,10 +134,10 @@ DDP_SIMD_BODY void f16_to_f32_scaled_body(float *dst, const uint16_t *src, size_
 {
     if (fp16) {
         for (size_t i = 0; i < n; i++)
-            dst[i] = ddp_f16_to_f32(src[i]) * alpha;
+            dst[i] = half_f16_to_f32(src[i]) * alpha;
     } else {
         for (size_t i = 0; i < n; i++)
-            dst[i] = ddp_bf16_to_f32(src[i]) * alpha;
+            dst[i] = half_bf16_to_f32(src[i]) * alpha;
     }
 }
 DDP_SIMD_DISPATCH(ddp_16_to_f32_scaled, f16_to_f32_scaled_body,

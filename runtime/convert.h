@@ -1,6 +1,6 @@
 /* convert.h - the element-type operations the reducer and the loss scaler need on backend memory:
  * cast between fp32 and bf16/fp16, scale in place, find inf/NaN. Host versions (convert.c) and
- * CUDA versions (convert_cuda.cu) run the same scalar code (half_shared.h).
+ * CUDA versions (convert_cuda.cu) run the same scalar code (half.h).
  *
  * Private to libddp. Types are ddp_dtype values limited to DDP_FP32, DDP_BF16 and DDP_FP16.
  * `stream` is a cudaStream_t (NULL: the backend's stream); ignored for host memory.

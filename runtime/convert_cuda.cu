@@ -1,5 +1,5 @@
 /* convert_cuda.cu - CUDA twins of convert.c's element-type operations (cast between fp32 and
- * bf16/fp16, scale, inf/NaN check) for the reducer and the loss scaler, over half_shared.h.
+ * bf16/fp16, scale, inf/NaN check) for the reducer and the loss scaler, over half.h.
  *
  * Two sections: kernels, then launchers. Every launcher runs on the given stream (NULL: the
  * backend's stream, ddp_cuda_stream()) and ends with a cudaGetLastError check. Type codes are
@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "half_shared.h"
+#include "half.h"
 extern "C" {
 #include "convert.h"
 #include "device.h"
@@ -21,7 +21,7 @@ static __device__ float ddp_dev_load(const void *x, int t, size_t i)
 {
     if (t == 0)
         return ((const float *)x)[i];
-    return ddp_from_half(((const uint16_t *)x)[i], t == 2);
+    return half_decode(((const uint16_t *)x)[i], t == 2);
 }
 
 static __device__ void ddp_dev_store(void *x, int t, size_t i, float v)
@@ -29,7 +29,7 @@ static __device__ void ddp_dev_store(void *x, int t, size_t i, float v)
     if (t == 0)
         ((float *)x)[i] = v;
     else
-        ((uint16_t *)x)[i] = ddp_to_half(v, t == 2);
+        ((uint16_t *)x)[i] = half_encode(v, t == 2);
 }
 
 __global__ void ddp_cast_kernel(void *dst, int dst_t, const void *src, int src_t, size_t n)
@@ -51,7 +51,7 @@ __global__ void ddp_nonfinite_kernel(const void *x, int t, size_t n, unsigned in
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        if (!ddp_f32_finite(ddp_dev_load(x, t, i)))
+        if (!half_f32_finite(ddp_dev_load(x, t, i)))
             *flag = 1u;
 }
 

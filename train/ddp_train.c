@@ -260,7 +260,7 @@ static ddp_status ddp_train_build(ddp_trainer *t)
     ro.comm_dtype = t->o->grad_dtype;
     ro.defer_launch = t->o->no_overlap;
     ddp_model *m = t->model;
-    if (t->o->grad_dtype == DDP_FP16 || t->o->model.precision == DDP_PREC_FP16) {
+    if (t->o->grad_dtype == DDP_FP16 || t->o->model.precision == DDP_FP16) {
         ddp_scaler_opts so;
         ddp_scaler_opts_default(&so);
         so.init_scale = t->o->loss_scale_init;
@@ -503,7 +503,7 @@ static double ddp_train_evaluate(ddp_trainer *t)
 static void ddp_train_report_impl(const ddp_trainer *t)
 {
     bool cpu = ddp_backend(t->ctx) == DDP_BACKEND_CPU;
-    ddp_precision p = t->o->model.precision;
+    ddp_dtype p = t->o->model.precision;
     const char *impl = cpu ? ddp_dnnl_describe(p) : ddp_cudnn_describe(p);
     if (t->rank != 0 || !impl[0])
         return;
@@ -581,12 +581,12 @@ static void ddp_train_report_start(const ddp_trainer *t)
     if (t->rank != 0)
         return;
     printf("ddp-train: %d rank(s), backend %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)));
-    ddp_precision p = t->o->model.precision;
+    ddp_dtype p = t->o->model.precision;
     if (ddp_backend(t->ctx) == DDP_BACKEND_CPU) {
         printf("cpu: %s; ISA %s\n", ddp_cpu_model_name(), ddp_cpu_isa_describe());
         printf("compute: %s, %s; GEMM %s; convolutions %s; BLAS %s\n", t->ops->name, ddp_precision_name(p),
                ddp_cpu_gemm_name(p), ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM", ddp_blas_describe());
-        if (p == DDP_PREC_BF16 && t->ops->emulates(p))
+        if (p == DDP_BF16 && t->ops->emulates(p))
             printf("bf16: emulated (this CPU has no AVX512_BF16, or DDP_CPU_ISA caps it): fp32 arithmetic, every "
                    "op's output rounded to bf16, activations stored in float\n");
     } else

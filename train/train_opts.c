@@ -414,7 +414,7 @@ ddp_train_parse_result ddp_train_parse_args(int argc, char **argv, ddp_train_opt
                 ddp_train_usage_more);
         return DDP_TRAIN_USAGE;
     }
-    if (o->n_inject > 0 && o->grad_dtype != DDP_FP16 && o->model.precision != DDP_PREC_FP16) {
+    if (o->n_inject > 0 && o->grad_dtype != DDP_FP16 && o->model.precision != DDP_FP16) {
         fprintf(stderr, "ddp-train: --inject-inf tests the fp16 loss scaler: add --grad-dtype fp16 "
                         "or --precision fp16\n");
         return DDP_TRAIN_USAGE;

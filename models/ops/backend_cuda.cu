@@ -645,7 +645,7 @@ static ddp_status ddp_cublas_math(void)
     return DDP_OK;
 }
 
-extern "C" const char *ddp_cuda_describe(ddp_precision p)
+extern "C" const char *ddp_cuda_describe(ddp_dtype p)
 {
     static char text[256];
     int cublas_version = 0;
@@ -653,8 +653,8 @@ extern "C" const char *ddp_cuda_describe(ddp_precision p)
         return "";
     static const char *const gemm[] = {"cublasSgemm", "cublasGemmEx bf16 (fp32 accumulation)",
                                        "cublasGemmEx on half-rounded floats"};
-    const char *math = p == DDP_PREC_FP32 ? (ddp_cu.tf32 ? ", TF32" : ", exact fp32")
-                                          : p == DDP_PREC_FP16 && ddp_cuda_ampere() ? ", TF32" : "";
+    const char *math = p == DDP_FP32 ? (ddp_cu.tf32 ? ", TF32" : ", exact fp32")
+                                          : p == DDP_FP16 && ddp_cuda_ampere() ? ", TF32" : "";
 #if HAVE_CUDNN
     char conv[32];
     snprintf(conv, sizeof conv, "cuDNN %zu", ddp_cudnn_version());

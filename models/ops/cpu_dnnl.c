@@ -67,7 +67,7 @@ static ddp_status dnnl_open(void)
     return DDP_OK;
 }
 
-static dnnl_data_type_t dnnl_dt(ddp_precision p) { return p == DDP_PREC_BF16 ? dnnl_bf16 : dnnl_f32; }
+static dnnl_data_type_t dnnl_dt(ddp_dtype p) { return p == DDP_BF16 ? dnnl_bf16 : dnnl_f32; }
 
 /* ---- the cache -------------------------------------------------------------------------------- */
 
@@ -186,7 +186,7 @@ typedef struct conv_mds {
     dnnl_dims_t strides, pad;
 } conv_mds;
 
-static ddp_status conv_describe(ddp_precision p, const ddp_conv_shape *s, int batch, conv_mds *d)
+static ddp_status conv_describe(ddp_dtype p, const ddp_conv_shape *s, int batch, conv_mds *d)
 {
     dnnl_dims_t src = {batch, s->c_in, s->h, s->w}, wei = {s->c_out, s->c_in, s->k, s->k};
     dnnl_dims_t bias = {s->c_out}, dst = {batch, s->c_out, s->h_out, s->w_out};
@@ -238,14 +238,14 @@ static ddp_status conv_fwd_pd(const ddp_conv_shape *s, const conv_mds *d, dnnl_p
     return *pd ? DDP_OK : dnnl_fail(dnnl_runtime_error, "convolution forward", DDP_ERR_UNSUPPORTED);
 }
 
-static void conv_key(long *key, int kind, ddp_precision p, const ddp_conv_shape *s, int batch)
+static void conv_key(long *key, int kind, ddp_dtype p, const ddp_conv_shape *s, int batch)
 {
     long k[DNNL_KEY_LEN] = {kind, p, batch, s->c_in, s->h, s->w, s->c_out, s->k, s->pad, 0};
     memcpy(key, k, sizeof k);
 }
 
 /* The cached primitive of one convolution direction, made on first use. */
-static ddp_status conv_get(int kind, ddp_precision p, const ddp_conv_shape *s, int batch,
+static ddp_status conv_get(int kind, ddp_dtype p, const ddp_conv_shape *s, int batch,
                            dnnl_entry **out)
 {
     long key[DNNL_KEY_LEN];
@@ -291,7 +291,7 @@ static ddp_status conv_get(int kind, ddp_precision p, const ddp_conv_shape *s, i
     return *out ? DDP_OK : DDP_ERR_BLAS;
 }
 
-ddp_status ddp_dnnl_conv_fwd(ddp_precision p, const ddp_conv_shape *s, int batch, const void *x,
+ddp_status ddp_dnnl_conv_fwd(ddp_dtype p, const ddp_conv_shape *s, int batch, const void *x,
                              const void *w, const float *b, void *y)
 {
     dnnl_entry *e;
@@ -300,7 +300,7 @@ ddp_status ddp_dnnl_conv_fwd(ddp_precision p, const ddp_conv_shape *s, int batch
     return dnnl_run(e, ptrs);
 }
 
-ddp_status ddp_dnnl_conv_bwd_data(ddp_precision p, const ddp_conv_shape *s, int batch,
+ddp_status ddp_dnnl_conv_bwd_data(ddp_dtype p, const ddp_conv_shape *s, int batch,
                                   const void *w, const void *dy, void *dx)
 {
     dnnl_entry *e;
@@ -309,7 +309,7 @@ ddp_status ddp_dnnl_conv_bwd_data(ddp_precision p, const ddp_conv_shape *s, int 
     return dnnl_run(e, ptrs);
 }
 
-ddp_status ddp_dnnl_conv_bwd_weights(ddp_precision p, const ddp_conv_shape *s, int batch,
+ddp_status ddp_dnnl_conv_bwd_weights(ddp_dtype p, const ddp_conv_shape *s, int batch,
                                      const void *x, const void *dy, float *dw, float *db)
 {
     dnnl_entry *e;
@@ -320,7 +320,7 @@ ddp_status ddp_dnnl_conv_bwd_weights(ddp_precision p, const ddp_conv_shape *s, i
 
 /* ---- pooling ---------------------------------------------------------------------------------- */
 
-static ddp_status pool_get(int kind, ddp_precision p, int n, int c, int h, int w, dnnl_entry **out)
+static ddp_status pool_get(int kind, ddp_dtype p, int n, int c, int h, int w, dnnl_entry **out)
 {
     long key[DNNL_KEY_LEN] = {kind, p, n, c, h, w};
     if ((*out = dnnl_find(key)))
@@ -353,7 +353,7 @@ static ddp_status pool_get(int kind, ddp_precision p, int n, int c, int h, int w
     return *out ? DDP_OK : DDP_ERR_BLAS;
 }
 
-ddp_status ddp_dnnl_pool_fwd(ddp_precision p, const void *x, int n, int c, int h, int w, void *y,
+ddp_status ddp_dnnl_pool_fwd(ddp_dtype p, const void *x, int n, int c, int h, int w, void *y,
                              void *ws, size_t ws_bytes)
 {
     dnnl_entry *e;
@@ -369,7 +369,7 @@ ddp_status ddp_dnnl_pool_fwd(ddp_precision p, const void *x, int n, int c, int h
     return dnnl_run(e, ptrs);
 }
 
-ddp_status ddp_dnnl_pool_bwd(ddp_precision p, const void *dy, const void *ws, int n, int c, int h,
+ddp_status ddp_dnnl_pool_bwd(ddp_dtype p, const void *dy, const void *ws, int n, int c, int h,
                              int w, void *dx)
 {
     dnnl_entry *e;
@@ -380,7 +380,7 @@ ddp_status ddp_dnnl_pool_bwd(ddp_precision p, const void *dy, const void *ws, in
 
 /* ---- layout ----------------------------------------------------------------------------------- */
 
-ddp_status ddp_dnnl_image_reorder(ddp_precision p, const void *src, void *dst, int n, int c, int h,
+ddp_status ddp_dnnl_image_reorder(ddp_dtype p, const void *src, void *dst, int n, int c, int h,
                                   int w, bool to_nchw)
 {
     long key[DNNL_KEY_LEN] = {K_REORDER, p, n, c, h, w, to_nchw};
@@ -413,7 +413,7 @@ static dnnl_status_t mm_md(dnnl_memory_desc_t *md, int rows, int cols, bool tran
     return dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides);
 }
 
-static ddp_status mm_pd(ddp_precision p, const long *key, dnnl_primitive_desc_t *pd)
+static ddp_status mm_pd(ddp_dtype p, const long *key, dnnl_primitive_desc_t *pd)
 {
     int m = (int)key[2], n = (int)key[3], k = (int)key[4];
     bool ta = key[5], tb = key[6], has_bias = key[7], c_fp32 = key[8], acc = key[9];
@@ -440,7 +440,7 @@ static ddp_status mm_pd(ddp_precision p, const long *key, dnnl_primitive_desc_t 
     return err == dnnl_success ? DDP_OK : dnnl_fail(err, "matmul", DDP_ERR_UNSUPPORTED);
 }
 
-ddp_status ddp_dnnl_matmul(ddp_precision p, int m, int n, int k, const void *a, bool trans_a,
+ddp_status ddp_dnnl_matmul(ddp_dtype p, int m, int n, int k, const void *a, bool trans_a,
                            const void *b, bool trans_b, const float *bias, void *c, bool c_fp32,
                            bool accumulate)
 {
@@ -480,7 +480,7 @@ static bool dnnl_impl_seen(int i)
     return false;
 }
 
-const char *ddp_dnnl_describe(ddp_precision p)
+const char *ddp_dnnl_describe(ddp_dtype p)
 {
     static char text[512];
     size_t len = 0;

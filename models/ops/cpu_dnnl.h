@@ -15,29 +15,29 @@
 #include "ops.h"
 
 /* y = conv(x, w) + b: x, w, y in p; b fp32. */
-ddp_status ddp_dnnl_conv_fwd(ddp_precision p, const ddp_conv_shape *s, int batch, const void *x,
+ddp_status ddp_dnnl_conv_fwd(ddp_dtype p, const ddp_conv_shape *s, int batch, const void *x,
                              const void *w, const float *b, void *y);
 /* dx = the input gradient from dy and w (overwrites dx). */
-ddp_status ddp_dnnl_conv_bwd_data(ddp_precision p, const ddp_conv_shape *s, int batch,
+ddp_status ddp_dnnl_conv_bwd_data(ddp_dtype p, const ddp_conv_shape *s, int batch,
                                   const void *w, const void *dy, void *dx);
 /* dw, db (fp32) = the weight and bias gradients (overwritten). */
-ddp_status ddp_dnnl_conv_bwd_weights(ddp_precision p, const ddp_conv_shape *s, int batch,
+ddp_status ddp_dnnl_conv_bwd_weights(ddp_dtype p, const ddp_conv_shape *s, int batch,
                                      const void *x, const void *dy, float *dw, float *db);
 /* 2x2 max-pool, stride 2, over (n, c, h, w) NHWC images; ws receives oneDNN's workspace
  * (DDP_ERR_INVALID_ARG when it needs more than ws_bytes). */
-ddp_status ddp_dnnl_pool_fwd(ddp_precision p, const void *x, int n, int c, int h, int w, void *y,
+ddp_status ddp_dnnl_pool_fwd(ddp_dtype p, const void *x, int n, int c, int h, int w, void *y,
                              void *ws, size_t ws_bytes);
-ddp_status ddp_dnnl_pool_bwd(ddp_precision p, const void *dy, const void *ws, int n, int c, int h,
+ddp_status ddp_dnnl_pool_bwd(ddp_dtype p, const void *dy, const void *ws, int n, int c, int h,
                              int w, void *dx);
 /* dst = src, (n, c, h, w) images NHWC -> NCHW (to_nchw) or back. */
-ddp_status ddp_dnnl_image_reorder(ddp_precision p, const void *src, void *dst, int n, int c, int h,
+ddp_status ddp_dnnl_image_reorder(ddp_dtype p, const void *src, void *dst, int n, int c, int h,
                                   int w, bool to_nchw);
 /* Whether oneDNN runs AVX-512 kernels on this CPU (its effective ISA). */
 int ddp_dnnl_has_avx512(void);
 
 /* c (m, n) = op(a) (m, k) op(b) (k, n) [+ bias (n), fp32] [+ c when accumulate]; a and b in p,
  * c fp32 when c_fp32, else in p. op transposes when trans_*. */
-ddp_status ddp_dnnl_matmul(ddp_precision p, int m, int n, int k, const void *a, bool trans_a,
+ddp_status ddp_dnnl_matmul(ddp_dtype p, int m, int n, int k, const void *a, bool trans_a,
                            const void *b, bool trans_b, const float *bias, void *c, bool c_fp32,
                            bool accumulate);
 

@@ -101,22 +101,22 @@ void ddp_cudnn_close(void)
 /* ---- plans ------------------------------------------------------------------------------- */
 
 /* The tensors' data type: bf16 storage, except the weight gradient's fp32 copies; float else. */
-static cudnnDataType_t conv_data_type(int kind, ddp_precision p)
+static cudnnDataType_t conv_data_type(int kind, ddp_dtype p)
 {
-    return p == DDP_PREC_BF16 && kind != CONV_BWD_FILTER ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    return p == DDP_BF16 && kind != CONV_BWD_FILTER ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
 
 /* The math type asked for (see the top of the file). */
-static cudnnMathType_t conv_math(int kind, ddp_precision p)
+static cudnnMathType_t conv_math(int kind, ddp_dtype p)
 {
     if (conv_data_type(kind, p) == CUDNN_DATA_BFLOAT16)
         return CUDNN_TENSOR_OP_MATH;
-    if (p == DDP_PREC_FP32)
+    if (p == DDP_FP32)
         return ddp_cu.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     return CUDNN_DEFAULT_MATH;
 }
 
-static ddp_status conv_describe(conv_plan *pl, int kind, ddp_precision p, const ddp_conv_shape *s,
+static ddp_status conv_describe(conv_plan *pl, int kind, ddp_dtype p, const ddp_conv_shape *s,
                                 int batch)
 {
     cudnnDataType_t dt = conv_data_type(kind, p);
@@ -186,7 +186,7 @@ template <typename Perf> static void conv_log_results(int kind, const Perf *perf
  * was asked for: exact fp32 prefers an FMA result and keeps FMA math whatever it picks, so TF32
  * never slips in without --tf32. Returns the index chosen, or -1 when no algorithm ran (logged). */
 template <typename Perf>
-static int conv_choose(conv_plan *pl, int kind, ddp_precision p, const Perf *perf, int n)
+static int conv_choose(conv_plan *pl, int kind, ddp_dtype p, const Perf *perf, int n)
 {
     bool fma = conv_math(kind, p) == CUDNN_FMA_MATH;
     conv_log_results(kind, perf, n);
@@ -195,7 +195,7 @@ static int conv_choose(conv_plan *pl, int kind, ddp_precision p, const Perf *per
     i = i < 0 ? conv_fastest(kind, perf, n, false, true) : i;
     if (i < 0) {
         DDP_ERROR("cuDNN: no deterministic %s algorithm runs for this shape in %s (%d tried)",
-                  conv_kind_names[kind], p == DDP_PREC_BF16 ? "bf16" : "fp32", n);
+                  conv_kind_names[kind], p == DDP_BF16 ? "bf16" : "fp32", n);
         return -1;
     }
     pl->algo = (int)perf[i].algo;
@@ -207,7 +207,7 @@ static int conv_choose(conv_plan *pl, int kind, ddp_precision p, const Perf *per
 }
 
 /* The chosen result's math type on the descriptor (FMA stays for exact fp32). */
-static ddp_status conv_set_math(conv_plan *pl, int kind, ddp_precision p, cudnnMathType_t math)
+static ddp_status conv_set_math(conv_plan *pl, int kind, ddp_dtype p, cudnnMathType_t math)
 {
     pl->math = conv_math(kind, p) == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : math;
     DDP_CUDNN_TRY(cudnnSetConvolutionMathType(pl->conv, pl->math));
@@ -231,7 +231,7 @@ static bool conv_measure(void)
 /* Ranks the algorithms of the plan's direction, by measurement (cuDNN allocates its own test
  * buffers) or heuristics (conv_measure), keeps the first usable one and sizes its workspace with
  * the math type it will run with. */
-static ddp_status conv_find(conv_plan *pl, int kind, ddp_precision p)
+static ddp_status conv_find(conv_plan *pl, int kind, ddp_dtype p)
 {
     int n = 0, i;
     size_t bytes = 0;
@@ -281,7 +281,7 @@ static ddp_status conv_find(conv_plan *pl, int kind, ddp_precision p)
 }
 
 /* The cached plan of one direction, made (and measured) on first use. */
-static ddp_status conv_plan_get(int kind, ddp_precision p, const ddp_conv_shape *s, int batch,
+static ddp_status conv_plan_get(int kind, ddp_dtype p, const ddp_conv_shape *s, int batch,
                                 conv_plan **out)
 {
     long key[CONV_KEY_LEN] = {kind, p, batch, s->c_in, s->h, s->w, s->c_out, s->k, s->pad, ddp_cu.tf32};
@@ -320,7 +320,7 @@ static ddp_status conv_workspace(const conv_plan *pl, void **ws)
 /* bf16: cuDNN rounds the convolution to bf16 and the bias add rounds again (cuDNN's legacy
  * bf16 convolution has no fp32 output); fp32 and fp16: the bias is added to the fp32 result, and
  * fp16 rounds once. */
-static ddp_status cudnn_conv_fwd(ddp_precision p, const ddp_conv_shape *s, int batch, const void *x,
+static ddp_status cudnn_conv_fwd(ddp_dtype p, const ddp_conv_shape *s, int batch, const void *x,
                                  const void *w, const float *b, void *y)
 {
     conv_plan *pl;
@@ -334,7 +334,7 @@ static ddp_status cudnn_conv_fwd(ddp_precision p, const ddp_conv_shape *s, int b
     return ddp_cuda_add_channel_bias(p, y, b, batch, s->c_out, s->h_out * s->w_out);
 }
 
-static ddp_status cudnn_conv_bwd_input(ddp_precision p, const ddp_conv_shape *s, int batch,
+static ddp_status cudnn_conv_bwd_input(ddp_dtype p, const ddp_conv_shape *s, int batch,
                                        const void *w, const void *dy, void *dx)
 {
     conv_plan *pl;
@@ -345,17 +345,17 @@ static ddp_status cudnn_conv_bwd_input(ddp_precision p, const ddp_conv_shape *s,
     DDP_CUDNN_TRY(cudnnConvolutionBackwardData(ddp_cudnn, &one, pl->w, w, pl->y, dy, pl->conv,
                                                (cudnnConvolutionBwdDataAlgo_t)pl->algo, ws,
                                                pl->ws_bytes, &zero, pl->x, dx));
-    if (p != DDP_PREC_FP16)
+    if (p != DDP_FP16)
         return DDP_OK;
     return ddp_cuda_round_fp16((float *)dx, (size_t)batch * s->c_in * s->h * s->w);
 }
 
 /* fp32 copies of bf16 x and dy for the weight gradient (see the top); the tensors themselves
  * otherwise. */
-static ddp_status conv_fp32_inputs(ddp_precision p, const ddp_conv_shape *s, int batch,
+static ddp_status conv_fp32_inputs(ddp_dtype p, const ddp_conv_shape *s, int batch,
                                    const void **x, const void **dy)
 {
-    if (p != DDP_PREC_BF16)
+    if (p != DDP_BF16)
         return DDP_OK;
     size_t n_x = (size_t)batch * s->c_in * s->h * s->w, n_y = (size_t)batch * s->c_out * s->h_out * s->w_out;
     void *xf, *dyf;
@@ -370,7 +370,7 @@ static ddp_status conv_fp32_inputs(ddp_precision p, const ddp_conv_shape *s, int
 
 /* cuDNN adds into dw with beta = 1 (the layer contract accumulates); beta = 0 overwrites, and then
  * cuDNN does not read dw (its documentation). */
-static ddp_status cudnn_conv_bwd_params(ddp_precision p, const ddp_conv_shape *s, int batch,
+static ddp_status cudnn_conv_bwd_params(ddp_dtype p, const ddp_conv_shape *s, int batch,
                                         const void *x, const void *dy, float *dw, float *db,
                                         bool accumulate)
 {
@@ -389,7 +389,7 @@ static ddp_status cudnn_conv_bwd_params(ddp_precision p, const ddp_conv_shape *s
 
 size_t ddp_cudnn_version(void) { return cudnnGetVersion(); }
 
-extern "C" const char *ddp_cudnn_describe(ddp_precision p)
+extern "C" const char *ddp_cudnn_describe(ddp_dtype p)
 {
     static const char *const maths[] = {"default", "tensor-op", "tensor-op with conversion", "fma"};
     static char text[512];

@@ -6,7 +6,7 @@
  * holding values rounded to IEEE half, computed by fp32 cuBLAS calls and rounded to half after
  * each op, as on the CPU. On a GPU with TF32 tensor cores (8.0+) the fp16 GEMMs use them: TF32 has
  * fp16's 10 mantissa bits and a wider exponent, so every half value converts exactly and the
- * result is that of fp16 tensor-core math with fp32 accumulation. Roundings are half_shared.h's
+ * result is that of fp16 tensor-core math with fp32 accumulation. Roundings are half.h's
  * (the runtime's casts), round to nearest even, the same as the CPU's.
  *
  * Two sections: kernels, then launchers; every launcher runs on the backend stream and ends with
@@ -17,31 +17,31 @@
 #include <stdio.h>
 
 #include "cuda_private.h"
-#include "half_shared.h"
+#include "half.h"
 #include "math_shared.h"
 
 /* ================================================================================ kernels == */
 
 /* Element i of x stored in precision p, as a float. */
-static __device__ float ddp_load(ddp_precision p, const void *x, size_t i)
+static __device__ float ddp_load(ddp_dtype p, const void *x, size_t i)
 {
-    if (p == DDP_PREC_BF16)
-        return ddp_bf16_to_f32(((const uint16_t *)x)[i]);
+    if (p == DDP_BF16)
+        return half_bf16_to_f32(((const uint16_t *)x)[i]);
     return ((const float *)x)[i];
 }
 
 /* Stores v as element i of x in precision p's storage (fp16: rounded to half, kept as float). */
-static __device__ void ddp_store(ddp_precision p, void *x, size_t i, float v)
+static __device__ void ddp_store(ddp_dtype p, void *x, size_t i, float v)
 {
-    if (p == DDP_PREC_BF16)
-        ((uint16_t *)x)[i] = ddp_f32_to_bf16(v);
-    else if (p == DDP_PREC_FP16)
-        ((float *)x)[i] = ddp_f16_to_f32(ddp_f32_to_f16(v));
+    if (p == DDP_BF16)
+        ((uint16_t *)x)[i] = half_f32_to_bf16(v);
+    else if (p == DDP_FP16)
+        ((float *)x)[i] = half_f16_to_f32(half_f32_to_f16(v));
     else
         ((float *)x)[i] = v;
 }
 
-__global__ void ddp_cast_p_kernel(ddp_precision to, void *dst, ddp_precision from, const void *src,
+__global__ void ddp_cast_p_kernel(ddp_dtype to, void *dst, ddp_dtype from, const void *src,
                                   size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -50,7 +50,7 @@ __global__ void ddp_cast_p_kernel(ddp_precision to, void *dst, ddp_precision fro
 }
 
 /* y (rows, cols) in precision p = acc (fp32) + bias[col]; y may be acc. */
-__global__ void ddp_bias_store_kernel(ddp_precision p, void *y, const float *acc, const float *bias,
+__global__ void ddp_bias_store_kernel(ddp_dtype p, void *y, const float *acc, const float *bias,
                                       int rows, int cols)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -59,7 +59,7 @@ __global__ void ddp_bias_store_kernel(ddp_precision p, void *y, const float *acc
 }
 
 /* y (n, c, hw) in precision p += b[channel]. */
-__global__ void ddp_channel_bias_kernel(ddp_precision p, void *y, const float *b, int c, int hw,
+__global__ void ddp_channel_bias_kernel(ddp_dtype p, void *y, const float *b, int c, int hw,
                                         size_t n_total)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -69,7 +69,7 @@ __global__ void ddp_channel_bias_kernel(ddp_precision p, void *y, const float *b
 
 /* One thread per column: db[col] += the column's sum over the rows of dy (rows, cols); with
  * accumulate false, db[col] = that sum (db not read). */
-__global__ void ddp_colsum_kernel(ddp_precision p, float *db, const void *dy, int rows, int cols,
+__global__ void ddp_colsum_kernel(ddp_dtype p, float *db, const void *dy, int rows, int cols,
                                   bool accumulate)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -87,7 +87,7 @@ __global__ void ddp_colsum_kernel(ddp_precision p, float *db, const void *dy, in
 
 /* Block (ch, g): part[g * c + ch] = the sum of dy (n, c, hw) over images
  * g * DDP_SUM_IMAGES .. and all pixels of channel ch, in a fixed order (reproducible). */
-__global__ void ddp_channel_part_kernel(ddp_precision p, const void *dy, int n, int c, int hw,
+__global__ void ddp_channel_part_kernel(ddp_dtype p, const void *dy, int n, int c, int hw,
                                         float *part)
 {
     __shared__ float red[256];
@@ -126,7 +126,7 @@ __global__ void ddp_relu_grad_bf16_kernel(uint16_t *dx, const uint16_t *dy, cons
 }
 
 static __device__ float ddp_value(float x) { return x; }
-static __device__ float ddp_value(uint16_t h) { return ddp_bf16_to_f32(h); }
+static __device__ float ddp_value(uint16_t h) { return half_bf16_to_f32(h); }
 
 /* 2x2 max-pool over (planes, h, w): the first largest of each window wins (as math_shared.h's
  * ddp_pool_max); arg keeps its input index. */
@@ -159,7 +159,7 @@ __global__ void ddp_pool_bwd_kernel(const T *dy, const int *arg, size_t n_out, T
 
 /* ============================================================================== launchers == */
 
-static ddp_status ddp_cast_launch(ddp_precision to, void *dst, ddp_precision from, const void *src,
+static ddp_status ddp_cast_launch(ddp_dtype to, void *dst, ddp_dtype from, const void *src,
                                   size_t n)
 {
     if (n == 0)
@@ -171,28 +171,28 @@ static ddp_status ddp_cast_launch(ddp_precision to, void *dst, ddp_precision fro
 
 /* The same precision is a copy (bit for bit, as the CPU's memmove); otherwise each element is
  * converted, rounding to nearest even. */
-static ddp_status cuda_cast(ddp_precision to, void *dst, ddp_precision from, const void *src,
+static ddp_status cuda_cast(ddp_dtype to, void *dst, ddp_dtype from, const void *src,
                             size_t n)
 {
     if (to != from)
         return ddp_cast_launch(to, dst, from, src, n);
     if (dst != src && n)
-        DDP_CUDA_TRY(cudaMemcpyAsync(dst, src, n * ddp_prec_size(ddp_cuda_ops(), to), cudaMemcpyDeviceToDevice,
+        DDP_CUDA_TRY(cudaMemcpyAsync(dst, src, n * ops_dtype_size(ddp_cuda_ops(), to), cudaMemcpyDeviceToDevice,
                                      ddp_cu.stream));
     return DDP_OK;
 }
 
 ddp_status ddp_cuda_round_fp16(float *x, size_t n)
 {
-    return ddp_cast_launch(DDP_PREC_FP16, x, DDP_PREC_FP32, x, n);
+    return ddp_cast_launch(DDP_FP16, x, DDP_FP32, x, n);
 }
 
-ddp_status ddp_cuda_to_fp32(ddp_precision p, float *dst, const void *src, size_t n)
+ddp_status ddp_cuda_to_fp32(ddp_dtype p, float *dst, const void *src, size_t n)
 {
-    return cuda_cast(DDP_PREC_FP32, dst, p == DDP_PREC_BF16 ? p : DDP_PREC_FP32, src, n);
+    return cuda_cast(DDP_FP32, dst, p == DDP_BF16 ? p : DDP_FP32, src, n);
 }
 
-ddp_status ddp_cuda_add_channel_bias(ddp_precision p, void *y, const float *b, int n, int c, int hw)
+ddp_status ddp_cuda_add_channel_bias(ddp_dtype p, void *y, const float *b, int n, int c, int hw)
 {
     size_t n_total = (size_t)n * c * hw;
     if (n_total == 0)
@@ -205,7 +205,7 @@ ddp_status ddp_cuda_add_channel_bias(ddp_precision p, void *y, const float *b, i
 
 /* Two passes, no atomics: partial sums per (chunk of images, channel), then each channel's
  * column of them summed in order by ddp_colsum_kernel. */
-ddp_status ddp_cuda_channel_sums(ddp_precision p, const void *dy, int n, int c, int hw, float *db,
+ddp_status ddp_cuda_channel_sums(ddp_dtype p, const void *dy, int n, int c, int hw, float *db,
                                  bool accumulate)
 {
     if (c <= 0)
@@ -219,7 +219,7 @@ ddp_status ddp_cuda_channel_sums(ddp_precision p, const void *dy, int n, int c, 
         DDP_CUDA_LAUNCHED();
     }
     /* with no images, the totals are 0 (overwriting) or db unchanged */
-    ddp_colsum_kernel<<<ddp_grid((size_t)c), ddp_block, 0, ddp_cu.stream>>>(DDP_PREC_FP32, db, part,
+    ddp_colsum_kernel<<<ddp_grid((size_t)c), ddp_block, 0, ddp_cu.stream>>>(DDP_FP32, db, part,
                                                                           n_parts, c, accumulate);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
@@ -229,11 +229,11 @@ ddp_status ddp_cuda_channel_sums(ddp_precision p, const void *dy, int n, int c, 
 
 /* cuBLAS's compute type for GEMMs whose inputs are in precision p (see the top of the file):
  * fp32 exact unless --tf32; fp16 values are exact in TF32. */
-static cublasComputeType_t ddp_compute_type(ddp_precision p)
+static cublasComputeType_t ddp_compute_type(ddp_dtype p)
 {
-    if (p == DDP_PREC_BF16)
+    if (p == DDP_BF16)
         return CUBLAS_COMPUTE_32F;
-    bool tf32 = p == DDP_PREC_FP16 ? ddp_cuda_ampere() : ddp_cu.tf32;
+    bool tf32 = p == DDP_FP16 ? ddp_cuda_ampere() : ddp_cu.tf32;
     return tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
@@ -241,7 +241,7 @@ static cublasComputeType_t ddp_compute_type(ddp_precision p)
  * p's storage, or float when c_fp32: column-major C^T = op(B)^T op(A)^T, so the operands swap.
  * fp32 stays on cublasSgemm (its math mode follows --tf32); bf16 and fp16 go through
  * cublasGemmEx with fp32 accumulation. */
-static ddp_status ddp_gemm_p(ddp_precision p, bool ta, bool tb, int m, int n, int k, const void *a,
+static ddp_status ddp_gemm_p(ddp_dtype p, bool ta, bool tb, int m, int n, int k, const void *a,
                              const void *b, float beta, void *c, bool c_fp32)
 {
     if (m < 0 || n < 0 || k < 0)
@@ -252,19 +252,19 @@ static ddp_status ddp_gemm_p(ddp_precision p, bool ta, bool tb, int m, int n, in
     lda = lda > 0 ? lda : 1, ldb = ldb > 0 ? ldb : 1;
     cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     float alpha = 1.0f;
-    if (p == DDP_PREC_FP32) {
+    if (p == DDP_FP32) {
         DDP_CUBLAS_TRY(cublasSgemm(ddp_cu.cublas, op_b, op_a, n, m, k, &alpha, (const float *)b, ldb,
                                    (const float *)a, lda, &beta, (float *)c, n));
         return DDP_OK;
     }
-    cudaDataType ab = p == DDP_PREC_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    cudaDataType ct = p == DDP_PREC_BF16 && !c_fp32 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType ab = p == DDP_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType ct = p == DDP_BF16 && !c_fp32 ? CUDA_R_16BF : CUDA_R_32F;
     DDP_CUBLAS_TRY(cublasGemmEx(ddp_cu.cublas, op_b, op_a, n, m, k, &alpha, b, ab, ldb, a, ab, lda,
                                 &beta, c, ct, n, ddp_compute_type(p), CUBLAS_GEMM_DEFAULT));
     return DDP_OK;
 }
 
-static ddp_status ddp_bias_store(ddp_precision p, void *y, const float *acc, const float *b,
+static ddp_status ddp_bias_store(ddp_dtype p, void *y, const float *acc, const float *b,
                                  int rows, int cols)
 {
     size_t n = (size_t)rows * cols;
@@ -277,20 +277,20 @@ static ddp_status ddp_bias_store(ddp_precision p, void *y, const float *acc, con
 
 /* bf16 output goes through fp32 scratch, so the bias is added before the one rounding (as
  * oneDNN's fused bias on the CPU); fp32 and fp16 add it in place (fp16 then rounds once). */
-static ddp_status cuda_linear_fwd(ddp_precision p, const void *x, const void *w, const float *b,
+static ddp_status cuda_linear_fwd(ddp_dtype p, const void *x, const void *w, const float *b,
                                   int batch, int in, int out, void *y, bool y_fp32)
 {
     if (batch < 0 || in < 0 || out < 0)
         return DDP_ERR_INVALID_ARG;
     void *acc = y;
-    if (p == DDP_PREC_BF16 && !y_fp32)
+    if (p == DDP_BF16 && !y_fp32)
         DDP_TRY_(ddp_cuda_scratch(DDP_SCRATCH_GEMM, (size_t)batch * out * sizeof(float), &acc));
     DDP_TRY_(ddp_gemm_p(p, false, true, batch, out, in, x, w, 0.0f, acc, true));
-    return ddp_bias_store(y_fp32 ? DDP_PREC_FP32 : p, y, (const float *)acc, b, batch, out);
+    return ddp_bias_store(y_fp32 ? DDP_FP32 : p, y, (const float *)acc, b, batch, out);
 }
 
 /* accumulate false: beta 0, with which cuBLAS does not read C (its documentation). */
-static ddp_status cuda_linear_bwd_params(ddp_precision p, const void *x, const void *dy, int batch,
+static ddp_status cuda_linear_bwd_params(ddp_dtype p, const void *x, const void *dy, int batch,
                                          int in, int out, float *dw, float *db, bool accumulate)
 {
     if (dw)
@@ -303,11 +303,11 @@ static ddp_status cuda_linear_bwd_params(ddp_precision p, const void *x, const v
     return DDP_OK;
 }
 
-static ddp_status cuda_linear_bwd_input(ddp_precision p, const void *w, const void *dy, int batch,
+static ddp_status cuda_linear_bwd_input(ddp_dtype p, const void *w, const void *dy, int batch,
                                         int in, int out, void *dx)
 {
     DDP_TRY_(ddp_gemm_p(p, false, false, batch, in, out, dy, w, 0.0f, dx, false));
-    if (p != DDP_PREC_FP16 || batch <= 0 || in <= 0)
+    if (p != DDP_FP16 || batch <= 0 || in <= 0)
         return DDP_OK;
     return ddp_cuda_round_fp16((float *)dx, (size_t)batch * in);
 }
@@ -316,9 +316,9 @@ static ddp_status cuda_linear_bwd_input(ddp_precision p, const void *w, const vo
 
 /* ReLU keeps half values half: fp16 needs no rounding. fp32 and fp16 (float storage) use the fp32
  * ops of the table (backend_cuda.cu). */
-static ddp_status cuda_act_relu_fwd(ddp_precision p, void *y, const void *x, size_t n)
+static ddp_status cuda_act_relu_fwd(ddp_dtype p, void *y, const void *x, size_t n)
 {
-    if (p != DDP_PREC_BF16)
+    if (p != DDP_BF16)
         return ddp_cuda_ops()->relu_fwd((float *)y, (const float *)x, n);
     if (n == 0)
         return DDP_OK;
@@ -327,10 +327,10 @@ static ddp_status cuda_act_relu_fwd(ddp_precision p, void *y, const void *x, siz
     return DDP_OK;
 }
 
-static ddp_status cuda_act_relu_bwd(ddp_precision p, void *dx, const void *dy, const void *y,
+static ddp_status cuda_act_relu_bwd(ddp_dtype p, void *dx, const void *dy, const void *y,
                                     size_t n)
 {
-    if (p != DDP_PREC_BF16)
+    if (p != DDP_BF16)
         return ddp_cuda_ops()->relu_bwd((float *)dx, (const float *)dy, (const float *)y, n);
     if (n == 0)
         return DDP_OK;
@@ -341,7 +341,7 @@ static ddp_status cuda_act_relu_bwd(ddp_precision p, void *dx, const void *dy, c
 }
 
 /* ws holds one int per output: the winner's input index. */
-static ddp_status cuda_pool_fwd(ddp_precision p, const void *x, int n, int c, int h, int w, void *y,
+static ddp_status cuda_pool_fwd(ddp_dtype p, const void *x, int n, int c, int h, int w, void *y,
                                 void *ws, size_t ws_bytes)
 {
     if (n < 0 || c < 0 || h % 2 || w % 2 || (size_t)n * c * h * w > INT_MAX)
@@ -354,7 +354,7 @@ static ddp_status cuda_pool_fwd(ddp_precision p, const void *x, int n, int c, in
     }
     if (n_out == 0)
         return DDP_OK;
-    if (p == DDP_PREC_BF16)
+    if (p == DDP_BF16)
         ddp_pool_fwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
             (const uint16_t *)x, n * c, h, w, (uint16_t *)y, (int *)ws);
     else
@@ -364,14 +364,14 @@ static ddp_status cuda_pool_fwd(ddp_precision p, const void *x, int n, int c, in
     return DDP_OK;
 }
 
-static ddp_status cuda_pool_bwd(ddp_precision p, const void *dy, const void *ws, int n, int c,
+static ddp_status cuda_pool_bwd(ddp_dtype p, const void *dy, const void *ws, int n, int c,
                                 int h, int w, void *dx)
 {
     if (n <= 0 || c <= 0 || h < 2 || w < 2)
         return DDP_OK;
     size_t n_out = (size_t)n * c * (h / 2) * (w / 2);
-    DDP_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)n * c * h * w * ddp_prec_size(ddp_cuda_ops(), p), ddp_cu.stream));
-    if (p == DDP_PREC_BF16)
+    DDP_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)n * c * h * w * ops_dtype_size(ddp_cuda_ops(), p), ddp_cu.stream));
+    if (p == DDP_BF16)
         ddp_pool_bwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
             (const uint16_t *)dy, (const int *)ws, n_out, (uint16_t *)dx);
     else
@@ -384,10 +384,10 @@ static ddp_status cuda_pool_bwd(ddp_precision p, const void *dy, const void *ws,
 /* ---- capabilities and the table ------------------------------------------------------------ */
 
 /* fp32 and the fp16 emulation run on any GPU; bf16 needs bf16 tensor cores in cuBLAS and cuDNN. */
-static bool cuda_supports(ddp_precision p, const char **why)
+static bool cuda_supports(ddp_dtype p, const char **why)
 {
     static char text[200];
-    if (p != DDP_PREC_BF16)
+    if (p != DDP_BF16)
         return true;
     if (ddp_cu.device >= 0 && ddp_cuda_ampere())
         return true;

@@ -79,14 +79,14 @@ static inline bool ddp_cuda_ampere(void) { return ddp_cu.cc_major >= 8; }
 void ddp_cuda_layer_ops(ddp_ops *ops);
 /* Adds dy's per-channel sums to db (accumulate false: stores them): dy (n, c, hw) in precision
  * p, db (c) fp32. */
-ddp_status ddp_cuda_channel_sums(ddp_precision p, const void *dy, int n, int c, int hw, float *db,
+ddp_status ddp_cuda_channel_sums(ddp_dtype p, const void *dy, int n, int c, int hw, float *db,
                                  bool accumulate);
 /* y (n, c, hw) = y + b[c], rounded to precision p's storage (y is float for fp32 and fp16). */
-ddp_status ddp_cuda_add_channel_bias(ddp_precision p, void *y, const float *b, int n, int c, int hw);
+ddp_status ddp_cuda_add_channel_bias(ddp_dtype p, void *y, const float *b, int n, int c, int hw);
 /* x[0..n) rounded to IEEE half in place (the fp16 emulation). */
 ddp_status ddp_cuda_round_fp16(float *x, size_t n);
 /* dst (n floats) = src in precision p (bf16 widened, fp32 and fp16 copied). */
-ddp_status ddp_cuda_to_fp32(ddp_precision p, float *dst, const void *src, size_t n);
+ddp_status ddp_cuda_to_fp32(ddp_dtype p, float *dst, const void *src, size_t n);
 
 /* cuDNN (cuda_cudnn.cu, built when cuDNN is found): the handle on the backend's stream, the
  * convolution ops, and their release. */

@@ -80,11 +80,11 @@ ddp_status ddp_backend_require(const ddp_ops *ops, const char *who)
     return DDP_OK;
 }
 
-ddp_status ddp_backend_require_precision(const ddp_ops *ops, ddp_precision p, const char *who)
+ddp_status ddp_backend_require_precision(const ddp_ops *ops, ddp_dtype p, const char *who)
 {
     static const char *const names[] = {"fp32", "bf16", "fp16"};
     const char *why = NULL;
-    if (p == DDP_PREC_FP32)
+    if (p == DDP_FP32)
         return DDP_OK;
     if (!ops->supports || !ops->cast || !ops->linear_fwd || !ops->act_relu_fwd) {
         DDP_ERROR("%s: the %s backend has no %s ops yet; use --precision fp32", who ? who : "model",
@@ -119,7 +119,7 @@ ddp_status ddp_cuda_set_tf32(bool on)
     return DDP_OK;
 }
 
-const char *ddp_cuda_describe(ddp_precision p)
+const char *ddp_cuda_describe(ddp_dtype p)
 {
     (void)p;
     return "";
@@ -129,7 +129,7 @@ const char *ddp_cuda_describe(ddp_precision p)
 
 #if !HAVE_CUDA || !HAVE_CUDNN
 
-const char *ddp_cudnn_describe(ddp_precision p)
+const char *ddp_cudnn_describe(ddp_dtype p)
 {
     (void)p;
     return "";

@@ -13,12 +13,12 @@
  * Ops run in order on the backend's stream (libddp's, ddp_backend_stream()); sync() waits for them.
  * An op a backend does not implement yet is NULL; ddp_backend_require() reports it.
  *
- * Precision: the ops of the second group take a ddp_precision that says how activations (and
+ * Precision: the ops of the second group take a ddp_dtype that says how activations (and
  * the 16-bit copies of weights they read) are stored: fp32 (float), bf16 (uint16_t, bfloat16) or
  * fp16 (emulated: float storage holding values rounded to IEEE half, so overflow and rounding
  * behave as in fp16 while the arithmetic runs in fp32). bf16 is emulated the same way where the
  * backend has no bf16 arithmetic (a CPU without AVX512_BF16 or AMX, or capped by DDP_CPU_ISA):
- * ops->emulates says which; ddp_prec_size gives the storage. GEMMs and convolutions accumulate in
+ * ops->emulates says which; ops_dtype_size gives the storage. GEMMs and convolutions accumulate in
  * fp32; parameter gradients (dw, db) are always fp32. Buffers are typed void * there.
  */
 #ifndef DDP_OPS_H
@@ -37,8 +37,6 @@
             return ddp_st_;                     \
     } while (0)
 
-/* Storage of activations. Named apart from libddp's types (ddp.h) on purpose. */
-typedef enum ddp_precision { DDP_PREC_FP32 = 0, DDP_PREC_BF16, DDP_PREC_FP16 } ddp_precision;
 
 
 /* A stride-1 convolution with a square kernel k and zero padding pad, NCHW. */
@@ -115,61 +113,61 @@ typedef struct ddp_ops {
     /* The image ops below (conv_*, pool_*) take and give NHWC images (see the top). */
     bool channels_last;
     /* dst = src (n, c, h, w images) converted NHWC -> NCHW (to_nchw) or NCHW -> NHWC. */
-    ddp_status (*image_reorder)(ddp_precision p, const void *src, void *dst, int n, int c, int h,
+    ddp_status (*image_reorder)(ddp_dtype p, const void *src, void *dst, int n, int c, int h,
                                 int w, bool to_nchw);
     /* sgd_step that also writes wc (n, precision p): the updated weights in the compute
      * precision, in the same pass over memory (optional: NULL makes the model cast after). */
     ddp_status (*sgd_step_cast)(float *w, float *m, const float *g, size_t n, float lr,
-                                float momentum, float weight_decay, ddp_precision p, void *wc);
+                                float momentum, float weight_decay, ddp_dtype p, void *wc);
 
     /* Whether the backend computes in p; otherwise *why says what is missing and what to use. */
-    bool (*supports)(ddp_precision p, const char **why);
+    bool (*supports)(ddp_dtype p, const char **why);
     /* Whether p is emulated: float storage holding values rounded to p, arithmetic in fp32
      * (NULL: fp16 only). */
-    bool (*emulates)(ddp_precision p);
+    bool (*emulates)(ddp_dtype p);
     /* dst (n, precision to) = src (n, precision from), rounding to nearest even. */
-    ddp_status (*cast)(ddp_precision to, void *dst, ddp_precision from, const void *src, size_t n);
+    ddp_status (*cast)(ddp_dtype to, void *dst, ddp_dtype from, const void *src, size_t n);
     /* y (batch, out) = x (batch, in) w^T + b, w (out, in); y is fp32 when y_fp32 (the logits). */
-    ddp_status (*linear_fwd)(ddp_precision p, const void *x, const void *w, const float *b,
+    ddp_status (*linear_fwd)(ddp_dtype p, const void *x, const void *w, const float *b,
                              int batch, int in, int out, void *y, bool y_fp32);
     /* dw (out, in) += dy^T x; db (out) += column sums of dy (batch, out). dw or db NULL: that part
      * is skipped (the MLP computes and marks a layer's bias first, so the bucket holding it need
      * not wait for the weight GEMM). accumulate false: dw and db are overwritten and their old
      * contents never read (the first micro-batch of a step needs no zeroed gradients). */
-    ddp_status (*linear_bwd_params)(ddp_precision p, const void *x, const void *dy, int batch,
+    ddp_status (*linear_bwd_params)(ddp_dtype p, const void *x, const void *dy, int batch,
                                     int in, int out, float *dw, float *db, bool accumulate);
     /* dx (batch, in) = dy (batch, out) w. */
-    ddp_status (*linear_bwd_input)(ddp_precision p, const void *w, const void *dy, int batch,
+    ddp_status (*linear_bwd_input)(ddp_dtype p, const void *w, const void *dy, int batch,
                                    int in, int out, void *dx);
     /* y (batch, c_out, h_out, w_out) = conv(x (batch, c_in, h, w), w) + b. */
-    ddp_status (*conv_fwd)(ddp_precision p, const ddp_conv_shape *s, int batch, const void *x,
+    ddp_status (*conv_fwd)(ddp_dtype p, const ddp_conv_shape *s, int batch, const void *x,
                            const void *w, const float *b, void *y);
     /* dw += the weight gradient, db += the bias gradient, from x and dy (accumulate false: dw and
      * db are overwritten, as in linear_bwd_params). */
-    ddp_status (*conv_bwd_params)(ddp_precision p, const ddp_conv_shape *s, int batch,
+    ddp_status (*conv_bwd_params)(ddp_dtype p, const ddp_conv_shape *s, int batch,
                                   const void *x, const void *dy, float *dw, float *db,
                                   bool accumulate);
     /* dx (batch, c_in, h, w) from dy and w. */
-    ddp_status (*conv_bwd_input)(ddp_precision p, const ddp_conv_shape *s, int batch,
+    ddp_status (*conv_bwd_input)(ddp_dtype p, const ddp_conv_shape *s, int batch,
                                  const void *w, const void *dy, void *dx);
-    ddp_status (*act_relu_fwd)(ddp_precision p, void *y, const void *x, size_t n);
+    ddp_status (*act_relu_fwd)(ddp_dtype p, void *y, const void *x, size_t n);
     /* dx = dy where y > 0, else 0 (dx may alias dy). */
-    ddp_status (*act_relu_bwd)(ddp_precision p, void *dx, const void *dy, const void *y, size_t n);
+    ddp_status (*act_relu_bwd)(ddp_dtype p, void *dx, const void *dy, const void *y, size_t n);
     /* 2x2 max-pool, stride 2, over (n, c, h, w) images; ws (ws_bytes) keeps what the backward
      * pass needs; DDP_ERR_INVALID_ARG when ws_bytes is too small. */
-    ddp_status (*pool_fwd)(ddp_precision p, const void *x, int n, int c, int h, int w, void *y,
+    ddp_status (*pool_fwd)(ddp_dtype p, const void *x, int n, int c, int h, int w, void *y,
                            void *ws, size_t ws_bytes);
     /* dx (n, c, h, w) = dy routed to each window's winner (overwrites dx). */
-    ddp_status (*pool_bwd)(ddp_precision p, const void *dy, const void *ws, int n, int c, int h,
+    ddp_status (*pool_bwd)(ddp_dtype p, const void *dy, const void *ws, int n, int c, int h,
                            int w, void *dx);
 } ddp_ops;
 
 /* Bytes per element of precision p's storage on a backend (emulated precisions are stored in float). */
-static inline size_t ddp_prec_size(const ddp_ops *ops, ddp_precision p)
+static inline size_t ops_dtype_size(const ddp_ops *ops, ddp_dtype p)
 {
-    if (p == DDP_PREC_FP32)
+    if (p == DDP_FP32)
         return 4;
-    bool emulated = ops->emulates ? ops->emulates(p) : p == DDP_PREC_FP16;
+    bool emulated = ops->emulates ? ops->emulates(p) : p == DDP_FP16;
     return emulated ? 4 : 2;
 }
 
@@ -200,10 +198,10 @@ ddp_status ddp_cuda_set_tf32(bool on);
 
 /* "cuBLAS 130100, bf16 GEMMs cublasGemmEx (fp32 accumulation); convolutions cuDNN 91900; compute
  * capability 9.0", for start-up reports ("" without a CUDA build or before the backend opened). */
-const char *ddp_cuda_describe(ddp_precision p);
+const char *ddp_cuda_describe(ddp_dtype p);
 /* The cuDNN algorithms chosen so far for precision p, e.g. "conv_fwd algo 1 (tensor-op math),
  * ...", for the report after the first step ("" before any, or without cuDNN). */
-const char *ddp_cudnn_describe(ddp_precision p);
+const char *ddp_cudnn_describe(ddp_dtype p);
 
 /* The ops table for a context's backend, opened on its device and stream (CUDA) or with
  * `threads` compute threads (CPU). On failure *out is NULL and the reason is logged. */
@@ -217,7 +215,7 @@ ddp_status ddp_backend_require(const ddp_ops *ops, const char *who);
 
 /* DDP_OK when ops computes in precision p (fp32 always); otherwise DDP_ERR_UNSUPPORTED and a log
  * line saying what is missing and suggesting fp32. */
-ddp_status ddp_backend_require_precision(const ddp_ops *ops, ddp_precision p, const char *who);
+ddp_status ddp_backend_require_precision(const ddp_ops *ops, ddp_dtype p, const char *who);
 
 /* Sets the CPU compute thread count (OpenBLAS; oneDNN is built sequential or follows
  * OMP_NUM_THREADS); 1 if threads < 1. */
@@ -240,9 +238,9 @@ int ddp_blas_prefer_fast_kernels(char **argv);
  * ddp-launch (policy)" (or "... preset by the user ..."), for start-up reports. */
 const char *ddp_blas_describe(void);
 /* The library running the CPU's GEMMs in precision p: "OpenBLAS" or "oneDNN matmul". */
-const char *ddp_cpu_gemm_name(ddp_precision p);
+const char *ddp_cpu_gemm_name(ddp_dtype p);
 /* One line naming the CPU implementations in use for precision p, e.g. "conv fwd
  * brg:avx512_core_bf16, ...", for start-up reports ("" before any primitive was created). */
-const char *ddp_dnnl_describe(ddp_precision p);
+const char *ddp_dnnl_describe(ddp_dtype p);
 
 #endif /* DDP_OPS_H */

@@ -15,6 +15,7 @@
 
 #include "cpu_dnnl.h"
 #include "cpu_isa.h"
+#include "half.h"
 #include "math_shared.h"
 #include "ops.h"
 #include "simd_clones.h"
@@ -219,7 +220,7 @@ static ddp_status cpu_softmax_xent_acc(const float *logits, const int *labels, i
 /* ---- precision-aware layer ops ---------------------------------------------------------------- */
 
 /* Every precision runs on every x86-64 CPU: bf16 without bf16 arithmetic is emulated. */
-static bool cpu_supports(ddp_precision p, const char **why)
+static bool cpu_supports(ddp_dtype p, const char **why)
 {
     (void)p, (void)why;
     return true;
@@ -227,34 +228,14 @@ static bool cpu_supports(ddp_precision p, const char **why)
 
 /* oneDNN 2.6 has bf16 kernels only from AVX512_CORE up and emulates bf16 below them slower than
  * fp32: without AVX512_BF16 or AMX, bf16 is emulated on fp32 primitives instead (float storage). */
-static bool cpu_emulates(ddp_precision p)
+static bool cpu_emulates(ddp_dtype p)
 {
-    return p == DDP_PREC_FP16 || (p == DDP_PREC_BF16 && !ddp_cpu_bf16_native());
+    return p == DDP_FP16 || (p == DDP_BF16 && !ddp_cpu_bf16_native());
 }
 
 /* Whether p is stored as 16-bit bfloat16 (computed natively). */
-static bool cpu_bf16_stored(ddp_precision p) { return p == DDP_PREC_BF16 && !cpu_emulates(p); }
+static bool cpu_bf16_stored(ddp_dtype p) { return p == DDP_BF16 && !cpu_emulates(p); }
 
-/* float <-> bfloat16 (round to nearest even; NaN stays NaN). */
-static uint16_t cpu_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-static float cpu_from_bf16(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* IEEE half (GCC's _Float16 on x86-64, converted in software; ISO C17 lacks it). */
-__extension__ typedef _Float16 ddp_half;
 
 /* The same rounding with F16C's conversions (8 floats per instruction), where the CPU has them. */
 __attribute__((target("f16c,avx"))) static void cpu_round_fp16_f16c(float *x, size_t n)
@@ -265,7 +246,7 @@ __attribute__((target("f16c,avx"))) static void cpu_round_fp16_f16c(float *x, si
         _mm256_storeu_ps(x + i, _mm256_cvtph_ps(h));
     }
     for (; i < n; i++)
-        x[i] = (float)(ddp_half)x[i];
+        x[i] = half_f16_to_f32(half_f32_to_f16(x[i]));
 }
 
 /* Rounds x[0..n) to IEEE half in place (values beyond 65504 become inf, as fp16 storage would);
@@ -277,11 +258,11 @@ static void cpu_round_fp16(float *x, size_t n)
         return;
     }
     for (size_t i = 0; i < n; i++)
-        x[i] = (float)(ddp_half)x[i];
+        x[i] = half_f16_to_f32(half_f32_to_f16(x[i]));
 }
 
 /* float -> bfloat16 with AVX512_BF16's conversion, 16 per instruction (round to nearest even, as
- * cpu_to_bf16; only CPUs that have it compute in bf16, see cpu_supports). */
+ * half_f32_to_bf16; only CPUs that have it compute in bf16, see cpu_supports). */
 __attribute__((target("avx512f,avx512bf16"))) static void cpu_to_bf16_avx512(uint16_t *d,
                                                                              const float *s, size_t n)
 {
@@ -291,7 +272,7 @@ __attribute__((target("avx512f,avx512bf16"))) static void cpu_to_bf16_avx512(uin
         _mm256_storeu_si256((__m256i *)(void *)(d + i), (__m256i)h);
     }
     for (; i < n; i++)
-        d[i] = cpu_to_bf16(s[i]);
+        d[i] = half_f32_to_bf16(s[i]);
 }
 
 static void cpu_cast_to_bf16(uint16_t *d, const float *s, size_t n)
@@ -301,7 +282,7 @@ static void cpu_cast_to_bf16(uint16_t *d, const float *s, size_t n)
         return;
     }
     for (size_t i = 0; i < n; i++)
-        d[i] = cpu_to_bf16(s[i]);
+        d[i] = half_f32_to_bf16(s[i]);
 }
 
 /* SGD (cpu_sgd_step's math, operation for operation) and the bf16 copy of each block of 16
@@ -326,11 +307,11 @@ cpu_sgd_bf16_avx512(float *restrict w, float *restrict m, const float *restrict 
     }
     for (; i < n; i++) {
         w[i] = ddp_sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
-        wc[i] = cpu_to_bf16(w[i]);
+        wc[i] = half_f32_to_bf16(w[i]);
     }
 }
 
-/* Rounds x[0..n) to bfloat16 in place (nearest even, as cpu_to_bf16; NaN stays NaN): the bf16
+/* Rounds x[0..n) to bfloat16 in place (nearest even, as half_f32_to_bf16; NaN stays NaN): the bf16
  * emulation's rounding, written without branches so every clone vectorises it. */
 DDP_SIMD_BODY void round_bf16_body(float *x, size_t n)
 {
@@ -344,15 +325,15 @@ DDP_SIMD_BODY void round_bf16_body(float *x, size_t n)
 DDP_SIMD_DISPATCH(cpu_round_bf16, round_bf16_body, (float *x, size_t n), (x, n))
 
 /* An emulated op's fp32 output rounded to what storage in p would hold (fp32: nothing). */
-static void cpu_round_to(ddp_precision p, float *x, size_t n)
+static void cpu_round_to(ddp_dtype p, float *x, size_t n)
 {
-    if (p == DDP_PREC_FP16)
+    if (p == DDP_FP16)
         cpu_round_fp16(x, n);
-    else if (p == DDP_PREC_BF16 && cpu_emulates(p))
+    else if (p == DDP_BF16 && cpu_emulates(p))
         cpu_round_bf16(x, n);
 }
 
-static ddp_status cpu_cast(ddp_precision to, void *dst, ddp_precision from, const void *src, size_t n)
+static ddp_status cpu_cast(ddp_dtype to, void *dst, ddp_dtype from, const void *src, size_t n)
 {
     if (cpu_bf16_stored(to) && !cpu_bf16_stored(from)) {
         cpu_cast_to_bf16(dst, src, n);
@@ -362,7 +343,7 @@ static ddp_status cpu_cast(ddp_precision to, void *dst, ddp_precision from, cons
         const uint16_t *s = src;
         float *d = dst;
         for (size_t i = 0; i < n; i++)
-            d[i] = cpu_from_bf16(s[i]);
+            d[i] = half_bf16_to_f32(s[i]);
         cpu_round_to(to, d, n);
         return DDP_OK;
     }
@@ -374,18 +355,18 @@ static ddp_status cpu_cast(ddp_precision to, void *dst, ddp_precision from, cons
 }
 
 static ddp_status cpu_sgd_step_cast(float *w, float *m, const float *g, size_t n, float lr,
-                                    float momentum, float weight_decay, ddp_precision p, void *wc)
+                                    float momentum, float weight_decay, ddp_dtype p, void *wc)
 {
     if (cpu_bf16_stored(p)) {
         cpu_sgd_bf16_avx512(w, m, g, n, lr, momentum, weight_decay, wc);
         return DDP_OK;
     }
     DDP_TRY_(cpu_sgd_step(w, m, g, n, lr, momentum, weight_decay));
-    return p == DDP_PREC_FP32 ? DDP_OK : cpu_cast(p, wc, DDP_PREC_FP32, w, n);
+    return p == DDP_FP32 ? DDP_OK : cpu_cast(p, wc, DDP_FP32, w, n);
 }
 
 /* The 16-bit emulation: an op's fp32 output rounded to what storage in p would hold. */
-static ddp_status cpu_emulate(ddp_precision p, void *y, size_t n, ddp_status st)
+static ddp_status cpu_emulate(ddp_dtype p, void *y, size_t n, ddp_status st)
 {
     if (st == DDP_OK)
         cpu_round_to(p, y, n);
@@ -393,7 +374,7 @@ static ddp_status cpu_emulate(ddp_precision p, void *y, size_t n, ddp_status st)
 }
 
 /* db (cols) += column sums of dy (rows, cols) in precision p, summed in fp32. */
-static void cpu_colsum(ddp_precision p, float *db, const void *dy, int rows, int cols)
+static void cpu_colsum(ddp_dtype p, float *db, const void *dy, int rows, int cols)
 {
     if (!cpu_bf16_stored(p)) {
         cpu_bias_grad(db, dy, rows, cols);
@@ -402,7 +383,7 @@ static void cpu_colsum(ddp_precision p, float *db, const void *dy, int rows, int
     const uint16_t *d = dy;
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++)
-            db[c] += cpu_from_bf16(d[(size_t)r * cols + c]);
+            db[c] += half_bf16_to_f32(d[(size_t)r * cols + c]);
 }
 
 /* Which library runs fp32 (and emulated fp16) GEMMs: oneDNN's matmul where oneDNN has AVX-512
@@ -425,32 +406,32 @@ static bool cpu_gemm_on_dnnl(void)
     return choice == 1;
 }
 
-const char *ddp_cpu_gemm_name(ddp_precision p)
+const char *ddp_cpu_gemm_name(ddp_dtype p)
 {
     return cpu_bf16_stored(p) || cpu_gemm_on_dnnl() ? "oneDNN matmul" : "OpenBLAS";
 }
 
-static ddp_status cpu_linear_fwd(ddp_precision p, const void *x, const void *w, const float *b,
+static ddp_status cpu_linear_fwd(ddp_dtype p, const void *x, const void *w, const float *b,
                                  int batch, int in, int out, void *y, bool y_fp32)
 {
     if (cpu_bf16_stored(p))
         return ddp_dnnl_matmul(p, batch, out, in, x, false, w, true, b, y, y_fp32, false);
     ddp_status st = DDP_OK;
     if (cpu_gemm_on_dnnl())
-        st = ddp_dnnl_matmul(DDP_PREC_FP32, batch, out, in, x, false, w, true, b, y, true, false);
+        st = ddp_dnnl_matmul(DDP_FP32, batch, out, in, x, false, w, true, b, y, true, false);
     else if ((st = cpu_gemm(false, true, batch, out, in, 1.0f, x, w, 0.0f, y)) == DDP_OK)
         st = cpu_bias_add(y, b, batch, out);
-    return cpu_emulate(y_fp32 ? DDP_PREC_FP32 : p, y, (size_t)batch * out, st);
+    return cpu_emulate(y_fp32 ? DDP_FP32 : p, y, (size_t)batch * out, st);
 }
 
 /* Overwriting (accumulate false) spares the zeroing pass and the GEMM's read of dw: +6 % samples/s
  * for the bf16 MLP at 2 ranks, +1 % in fp32 (median of 6 back-to-back pairs each; memory traffic
  * bounds the bf16 step). */
-static ddp_status cpu_linear_bwd_params(ddp_precision p, const void *x, const void *dy, int batch,
+static ddp_status cpu_linear_bwd_params(ddp_dtype p, const void *x, const void *dy, int batch,
                                         int in, int out, float *dw, float *db, bool accumulate)
 {
     if (dw && (cpu_bf16_stored(p) || cpu_gemm_on_dnnl()))
-        DDP_TRY_(ddp_dnnl_matmul(cpu_bf16_stored(p) ? p : DDP_PREC_FP32, out, in, batch, dy, true, x,
+        DDP_TRY_(ddp_dnnl_matmul(cpu_bf16_stored(p) ? p : DDP_FP32, out, in, batch, dy, true, x,
                                  false, NULL, dw, true, accumulate));
     else if (dw)
         DDP_TRY_(cpu_gemm(true, false, out, in, batch, 1.0f, dy, x, accumulate ? 1.0f : 0.0f, dw));
@@ -461,30 +442,30 @@ static ddp_status cpu_linear_bwd_params(ddp_precision p, const void *x, const vo
     return DDP_OK;
 }
 
-static ddp_status cpu_linear_bwd_input(ddp_precision p, const void *w, const void *dy, int batch,
+static ddp_status cpu_linear_bwd_input(ddp_dtype p, const void *w, const void *dy, int batch,
                                        int in, int out, void *dx)
 {
     if (cpu_bf16_stored(p))
         return ddp_dnnl_matmul(p, batch, in, out, dy, false, w, false, NULL, dx, false, false);
     if (cpu_gemm_on_dnnl())
         return cpu_emulate(p, dx, (size_t)batch * in,
-                           ddp_dnnl_matmul(DDP_PREC_FP32, batch, in, out, dy, false, w, false, NULL,
+                           ddp_dnnl_matmul(DDP_FP32, batch, in, out, dy, false, w, false, NULL,
                                            dx, true, false));
     return cpu_emulate(p, dx, (size_t)batch * in,
                        cpu_gemm(false, false, batch, in, out, 1.0f, dy, w, 0.0f, dx));
 }
 
 /* The precision oneDNN computes in: emulated precisions run on fp32 primitives. */
-static ddp_precision cpu_dnnl_prec(ddp_precision p) { return cpu_emulates(p) ? DDP_PREC_FP32 : p; }
+static ddp_dtype cpu_dnnl_prec(ddp_dtype p) { return cpu_emulates(p) ? DDP_FP32 : p; }
 
-static ddp_status cpu_conv_fwd(ddp_precision p, const ddp_conv_shape *s, int batch, const void *x,
+static ddp_status cpu_conv_fwd(ddp_dtype p, const ddp_conv_shape *s, int batch, const void *x,
                                const void *w, const float *b, void *y)
 {
     size_t n = (size_t)batch * s->c_out * s->h_out * s->w_out;
     return cpu_emulate(p, y, n, ddp_dnnl_conv_fwd(cpu_dnnl_prec(p), s, batch, x, w, b, y));
 }
 
-static ddp_status cpu_conv_bwd_input(ddp_precision p, const ddp_conv_shape *s, int batch,
+static ddp_status cpu_conv_bwd_input(ddp_dtype p, const ddp_conv_shape *s, int batch,
                                      const void *w, const void *dy, void *dx)
 {
     size_t n = (size_t)batch * s->c_in * s->h * s->w;
@@ -493,7 +474,7 @@ static ddp_status cpu_conv_bwd_input(ddp_precision p, const ddp_conv_shape *s, i
 
 /* oneDNN overwrites the weight gradient: written in place when the caller overwrites, else
  * computed into scratch kept for the process and added (accumulation). */
-static ddp_status cpu_conv_bwd_params(ddp_precision p, const ddp_conv_shape *s, int batch,
+static ddp_status cpu_conv_bwd_params(ddp_dtype p, const ddp_conv_shape *s, int batch,
                                       const void *x, const void *dy, float *dw, float *db,
                                       bool accumulate)
 {
@@ -515,7 +496,7 @@ static ddp_status cpu_conv_bwd_params(ddp_precision p, const ddp_conv_shape *s, 
     return DDP_OK;
 }
 
-static ddp_status cpu_act_relu_fwd(ddp_precision p, void *y, const void *x, size_t n)
+static ddp_status cpu_act_relu_fwd(ddp_dtype p, void *y, const void *x, size_t n)
 {
     if (!cpu_bf16_stored(p))
         return cpu_relu_fwd(y, x, n);
@@ -526,7 +507,7 @@ static ddp_status cpu_act_relu_fwd(ddp_precision p, void *y, const void *x, size
     return DDP_OK;
 }
 
-static ddp_status cpu_act_relu_bwd(ddp_precision p, void *dx, const void *dy, const void *y, size_t n)
+static ddp_status cpu_act_relu_bwd(ddp_dtype p, void *dx, const void *dy, const void *y, size_t n)
 {
     if (!cpu_bf16_stored(p))
         return cpu_relu_bwd(dx, dy, y, n);
@@ -537,7 +518,7 @@ static ddp_status cpu_act_relu_bwd(ddp_precision p, void *dx, const void *dy, co
     return DDP_OK;
 }
 
-static ddp_status cpu_pool_fwd(ddp_precision p, const void *x, int n, int c, int h, int w, void *y,
+static ddp_status cpu_pool_fwd(ddp_dtype p, const void *x, int n, int c, int h, int w, void *y,
                                void *ws, size_t ws_bytes)
 {
     if (h % 2 || w % 2)
@@ -545,13 +526,13 @@ static ddp_status cpu_pool_fwd(ddp_precision p, const void *x, int n, int c, int
     return ddp_dnnl_pool_fwd(cpu_dnnl_prec(p), x, n, c, h, w, y, ws, ws_bytes);
 }
 
-static ddp_status cpu_pool_bwd(ddp_precision p, const void *dy, const void *ws, int n, int c, int h,
+static ddp_status cpu_pool_bwd(ddp_dtype p, const void *dy, const void *ws, int n, int c, int h,
                                int w, void *dx)
 {
     return ddp_dnnl_pool_bwd(cpu_dnnl_prec(p), dy, ws, n, c, h, w, dx);
 }
 
-static ddp_status cpu_image_reorder(ddp_precision p, const void *src, void *dst, int n, int c,
+static ddp_status cpu_image_reorder(ddp_dtype p, const void *src, void *dst, int n, int c,
                                     int h, int w, bool to_nchw)
 {
     return ddp_dnnl_image_reorder(cpu_dnnl_prec(p), src, dst, n, c, h, w, to_nchw);

@@ -110,10 +110,10 @@ static void check_sgd_cast(test_rng *r)
         test_fill(r, w, NS, -1, 1), test_fill(r, m, NS, -1, 1), test_fill(r, g, NS, -1, 1);
         memcpy(w2, w, sizeof w), memcpy(m2, m, sizeof m);
         memset(copy, 0xA5, sizeof copy), memset(want, 0xA5, sizeof want);
-        CHECK(cpu->sgd_step_cast(w, m, g, NS, 0.1f, 0.9f, 0.01f, (ddp_precision)p, copy) == DDP_OK, "sgd_step_cast");
+        CHECK(cpu->sgd_step_cast(w, m, g, NS, 0.1f, 0.9f, 0.01f, (ddp_dtype)p, copy) == DDP_OK, "sgd_step_cast");
         CHECK(cpu->sgd_step(w2, m2, g, NS, 0.1f, 0.9f, 0.01f) == DDP_OK, "sgd_step");
-        if (p != DDP_PREC_FP32)
-            CHECK(cpu->cast((ddp_precision)p, want, DDP_PREC_FP32, w2, NS) == DDP_OK, "cast");
+        if (p != DDP_FP32)
+            CHECK(cpu->cast((ddp_dtype)p, want, DDP_FP32, w2, NS) == DDP_OK, "cast");
         CHECK(memcmp(w, w2, sizeof w) == 0 && memcmp(m, m2, sizeof m) == 0,
               "sgd_step_cast (precision %d): weights or momentum differ from sgd_step", p);
         CHECK(memcmp(copy, want, sizeof copy) == 0, "sgd_step_cast (precision %d): the compute copy differs", p);

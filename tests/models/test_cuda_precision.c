@@ -28,32 +28,32 @@
 static const ddp_ops *cpu, *gpu;
 
 typedef struct prec {
-    ddp_precision p;
+    ddp_dtype p;
     const char *name;
     double rtol, a; /* see the top */
 } prec;
 
 static const prec precs[] = {
-    {DDP_PREC_FP32, "fp32", 1e-4, 1e-4},
-    {DDP_PREC_BF16, "bf16", 1.0 / 64, 1.0 / 128},
-    {DDP_PREC_FP16, "fp16", 1.0 / 256, 1.0 / 512},
+    {DDP_FP32, "fp32", 1e-4, 1e-4},
+    {DDP_BF16, "bf16", 1.0 / 64, 1.0 / 128},
+    {DDP_FP16, "fp16", 1.0 / 256, 1.0 / 512},
 };
 
 /* A tensor in precision p on the host (the CPU backend's memory) and on the device. */
 typedef struct tens {
     void *h, *d;
     size_t n;
-    ddp_precision p;
+    ddp_dtype p;
 } tens;
 
 /* n values uniform in [lo, hi), rounded to p, the same bits on both sides. */
-static tens make_t(test_rng *r, ddp_precision p, size_t n, double lo, double hi)
+static tens make_t(test_rng *r, ddp_dtype p, size_t n, double lo, double hi)
 {
     tens t = {malloc(n * 4 + 4), gpu->alloc(n * 4 + 4), n, p};
     float *f = test_floats(n);
     test_fill(r, f, n, lo, hi);
-    CHECK(cpu->cast(p, t.h, DDP_PREC_FP32, f, n) == DDP_OK, "host cast");
-    CHECK(t.d && gpu->upload(t.d, t.h, n * ddp_prec_size(gpu, p)) == DDP_OK, "upload");
+    CHECK(cpu->cast(p, t.h, DDP_FP32, f, n) == DDP_OK, "host cast");
+    CHECK(t.d && gpu->upload(t.d, t.h, n * ops_dtype_size(gpu, p)) == DDP_OK, "upload");
     free(f);
     return t;
 }
@@ -69,8 +69,8 @@ static float *gpu_floats(const tens *t)
 {
     void *raw = malloc(t->n * 4 + 4);
     float *f = test_floats(t->n);
-    CHECK(gpu->download(raw, t->d, t->n * ddp_prec_size(gpu, t->p)) == DDP_OK, "download");
-    cpu->cast(DDP_PREC_FP32, f, t->p, raw, t->n);
+    CHECK(gpu->download(raw, t->d, t->n * ops_dtype_size(gpu, t->p)) == DDP_OK, "download");
+    cpu->cast(DDP_FP32, f, t->p, raw, t->n);
     free(raw);
     return f;
 }
@@ -79,7 +79,7 @@ static float *gpu_floats(const tens *t)
  * printing the first five. */
 static int compare_bits(const char *what, const tens *t)
 {
-    size_t size = ddp_prec_size(gpu, t->p);
+    size_t size = ops_dtype_size(gpu, t->p);
     unsigned char *raw = malloc(t->n * size + 1);
     CHECK(gpu->download(raw, t->d, t->n * size) == DDP_OK, "download");
     int bad = 0;
@@ -87,8 +87,8 @@ static int compare_bits(const char *what, const tens *t)
         if (memcmp(raw + i * size, (const unsigned char *)t->h + i * size, size) == 0)
             continue;
         float got, want;
-        cpu->cast(DDP_PREC_FP32, &got, t->p, raw + i * size, 1);
-        cpu->cast(DDP_PREC_FP32, &want, t->p, (const unsigned char *)t->h + i * size, 1);
+        cpu->cast(DDP_FP32, &got, t->p, raw + i * size, 1);
+        cpu->cast(DDP_FP32, &want, t->p, (const unsigned char *)t->h + i * size, 1);
         if (bad++ < 5)
             fprintf(stderr, "%s[%zu]: got %.9g, want %.9g (bits differ)\n", what, i, (double)got,
                     (double)want);
@@ -106,7 +106,7 @@ static void compare_t(const char *what, const prec *q, const tens *t, int k)
         return;
     }
     float *got = gpu_floats(t), *want = test_floats(t->n);
-    cpu->cast(DDP_PREC_FP32, want, t->p, t->h, t->n);
+    cpu->cast(DDP_FP32, want, t->p, t->h, t->n);
     int bad = test_compare(what, got, want, t->n, q->a * sqrt((double)k), q->rtol);
     CHECK(bad == 0, "%s %s: %d of %zu differ", what, q->name, bad, t->n);
     free(got), free(want);
@@ -117,17 +117,17 @@ static void compare_t(const char *what, const prec *q, const tens *t, int k)
 static void check_cast(test_rng *r, bool bf16)
 {
     const size_t n = 10007;
-    tens src = make_t(r, DDP_PREC_FP32, n, -70000, 70000); /* beyond fp16's range too */
+    tens src = make_t(r, DDP_FP32, n, -70000, 70000); /* beyond fp16's range too */
     float *tiny = src.h;
     tiny[1] = 3e-6f, tiny[2] = -65520.0f, tiny[3] = 1.00390625f; /* fp16 subnormal; ties to even */
     gpu->upload(src.d, src.h, n * sizeof(float));
     for (int to = 0; to < 3; to++) {
         for (int from = 0; from < 3; from++) {
-            if (!bf16 && (to == DDP_PREC_BF16 || from == DDP_PREC_BF16))
+            if (!bf16 && (to == DDP_BF16 || from == DDP_BF16))
                 continue;
-            tens mid = make_t(r, (ddp_precision)from, n, 0, 1), out = make_t(r, (ddp_precision)to, n, 0, 1);
-            cpu->cast(mid.p, mid.h, DDP_PREC_FP32, src.h, n);
-            gpu->cast(mid.p, mid.d, DDP_PREC_FP32, src.d, n);
+            tens mid = make_t(r, (ddp_dtype)from, n, 0, 1), out = make_t(r, (ddp_dtype)to, n, 0, 1);
+            cpu->cast(mid.p, mid.h, DDP_FP32, src.h, n);
+            gpu->cast(mid.p, mid.d, DDP_FP32, src.d, n);
             cpu->cast(out.p, out.h, mid.p, mid.h, n);
             CHECK(gpu->cast(out.p, out.d, mid.p, mid.d, n) == DDP_OK, "cast");
             compare_t("cast", &precs[to], &out, 0);
@@ -156,9 +156,9 @@ static void check_relu(test_rng *r, const prec *q)
 static void check_linear(test_rng *r, const prec *q, int batch, int in, int out)
 {
     tens x = make_t(r, q->p, (size_t)batch * in, -1, 1), w = make_t(r, q->p, (size_t)out * in, -1, 1);
-    tens b = make_t(r, DDP_PREC_FP32, (size_t)out, -1, 1), dy = make_t(r, q->p, (size_t)batch * out, -1, 1);
+    tens b = make_t(r, DDP_FP32, (size_t)out, -1, 1), dy = make_t(r, q->p, (size_t)batch * out, -1, 1);
     for (int y_fp32 = 0; y_fp32 < 2; y_fp32++) {
-        tens y = make_t(r, y_fp32 ? DDP_PREC_FP32 : q->p, (size_t)batch * out, 0, 1);
+        tens y = make_t(r, y_fp32 ? DDP_FP32 : q->p, (size_t)batch * out, 0, 1);
         cpu->linear_fwd(q->p, x.h, w.h, b.h, batch, in, out, y.h, y_fp32);
         CHECK(gpu->linear_fwd(q->p, x.d, w.d, b.d, batch, in, out, y.d, y_fp32) == DDP_OK, "linear_fwd");
         compare_t(y_fp32 ? "linear_fwd (fp32 logits)" : "linear_fwd", q, &y, in);
@@ -166,8 +166,8 @@ static void check_linear(test_rng *r, const prec *q, int batch, int in, int out)
     }
     /* Adding to dw and db, then overwriting them (NaN there must not reach the result). */
     for (int acc = 1; acc >= 0; acc--) {
-        tens dw = make_t(r, DDP_PREC_FP32, (size_t)out * in, acc ? -1 : NAN, 1);
-        tens db = make_t(r, DDP_PREC_FP32, (size_t)out, acc ? -1 : NAN, 1);
+        tens dw = make_t(r, DDP_FP32, (size_t)out * in, acc ? -1 : NAN, 1);
+        tens db = make_t(r, DDP_FP32, (size_t)out, acc ? -1 : NAN, 1);
         cpu->linear_bwd_params(q->p, x.h, dy.h, batch, in, out, dw.h, db.h, acc);
         CHECK(gpu->linear_bwd_params(q->p, x.d, dy.d, batch, in, out, dw.d, db.d, acc) == DDP_OK, "linear_bwd_params");
         compare_t(acc ? "linear dw (accumulated)" : "linear dw (overwritten)", q, &dw, batch);
@@ -197,7 +197,7 @@ static void check_conv(test_rng *r, const prec *q, int batch, const ddp_conv_sha
     size_t nx = (size_t)batch * s->c_in * s->h * s->w, ny = (size_t)batch * s->c_out * s->h_out * s->w_out;
     size_t nw = (size_t)s->c_out * s->c_in * s->k * s->k;
     int k_fwd = s->c_in * s->k * s->k, k_w = batch * s->h_out * s->w_out, k_dx = s->c_out * s->k * s->k;
-    tens x = make_t(r, q->p, nx, -1, 1), w = make_t(r, q->p, nw, -1, 1), b = make_t(r, DDP_PREC_FP32, s->c_out, -1, 1);
+    tens x = make_t(r, q->p, nx, -1, 1), w = make_t(r, q->p, nw, -1, 1), b = make_t(r, DDP_FP32, s->c_out, -1, 1);
     tens dy = make_t(r, q->p, ny, -1, 1), y = make_t(r, q->p, ny, 0, 1), dx = make_t(r, q->p, nx, 0, 1);
     host_layout(&x, batch, s->c_in, s->h, s->w, true);
     host_layout(&dy, batch, s->c_out, s->h_out, s->w_out, true);
@@ -206,8 +206,8 @@ static void check_conv(test_rng *r, const prec *q, int batch, const ddp_conv_sha
     host_layout(&y, batch, s->c_out, s->h_out, s->w_out, false);
     compare_t("conv_fwd", q, &y, k_fwd);
     for (int acc = 1; acc >= 0; acc--) { /* as in check_linear */
-        tens dw = make_t(r, DDP_PREC_FP32, nw, acc ? -1 : NAN, 1);
-        tens db = make_t(r, DDP_PREC_FP32, s->c_out, acc ? -1 : NAN, 1);
+        tens dw = make_t(r, DDP_FP32, nw, acc ? -1 : NAN, 1);
+        tens db = make_t(r, DDP_FP32, s->c_out, acc ? -1 : NAN, 1);
         CHECK(cpu->conv_bwd_params(q->p, s, batch, x.h, dy.h, dw.h, db.h, acc) == DDP_OK, "cpu conv_bwd_params");
         CHECK(gpu->conv_bwd_params(q->p, s, batch, x.d, dy.d, dw.d, db.d, acc) == DDP_OK, "conv_bwd_params");
         compare_t(acc ? "conv dw (accumulated)" : "conv dw (overwritten)", q, &dw, k_w);
@@ -223,7 +223,7 @@ static void check_conv(test_rng *r, const prec *q, int batch, const ddp_conv_sha
 
 /* Distinct values (1 + m/128) 2^e, shuffled, so no window has a tie whose winner the backends
  * may pick differently; exact in bf16 and fp16 (7 fraction bits, exponents -3..3). */
-static tens make_distinct(test_rng *r, ddp_precision p, size_t n)
+static tens make_distinct(test_rng *r, ddp_dtype p, size_t n)
 {
     float *f = test_floats(n);
     for (size_t i = 0; i < n; i++)
@@ -234,8 +234,8 @@ static tens make_distinct(test_rng *r, ddp_precision p, size_t n)
         f[i] = f[j], f[j] = v;
     }
     tens out = make_t(r, p, n, 0, 1);
-    cpu->cast(p, out.h, DDP_PREC_FP32, f, n);
-    gpu->upload(out.d, out.h, n * ddp_prec_size(gpu, p));
+    cpu->cast(p, out.h, DDP_FP32, f, n);
+    gpu->upload(out.d, out.h, n * ops_dtype_size(gpu, p));
     free(f);
     return out;
 }
@@ -286,7 +286,7 @@ static void check_model(test_rng *r, ddp_model_kind kind, const prec *q, double 
     ddp_model *mc = NULL, *mg = NULL;
     CHECK(ddp_model_create(cpu, &cfg, &mc) == DDP_OK && ddp_model_create(gpu, &cfg, &mg) == DDP_OK,
           "create %s", q->name);
-    tens x = make_t(r, DDP_PREC_FP32, 8 * 784, 0, 1);
+    tens x = make_t(r, DDP_FP32, 8 * 784, 0, 1);
     int labels[8] = {0, 1, 2, 3, 4, 5, 6, 7}, *labels_d = gpu->alloc(sizeof labels);
     gpu->upload(labels_d, labels, sizeof labels);
     float lc = 0, lg = 0;
@@ -312,11 +312,11 @@ static void check_model(test_rng *r, ddp_model_kind kind, const prec *q, double 
 static void check_tf32(test_rng *r, bool ampere)
 {
     const int batch = 64, in = 256, out = 64;
-    tens x = make_t(r, DDP_PREC_FP32, (size_t)batch * in, -1, 1), w = make_t(r, DDP_PREC_FP32, (size_t)out * in, -1, 1);
-    tens b = make_t(r, DDP_PREC_FP32, out, 0, 0), y = make_t(r, DDP_PREC_FP32, (size_t)batch * out, 0, 1);
-    cpu->linear_fwd(DDP_PREC_FP32, x.h, w.h, b.h, batch, in, out, y.h, true);
+    tens x = make_t(r, DDP_FP32, (size_t)batch * in, -1, 1), w = make_t(r, DDP_FP32, (size_t)out * in, -1, 1);
+    tens b = make_t(r, DDP_FP32, out, 0, 0), y = make_t(r, DDP_FP32, (size_t)batch * out, 0, 1);
+    cpu->linear_fwd(DDP_FP32, x.h, w.h, b.h, batch, in, out, y.h, true);
     CHECK(ddp_cuda_set_tf32(true) == DDP_OK, "set tf32");
-    CHECK(gpu->linear_fwd(DDP_PREC_FP32, x.d, w.d, b.d, batch, in, out, y.d, true) == DDP_OK, "tf32 gemm");
+    CHECK(gpu->linear_fwd(DDP_FP32, x.d, w.d, b.d, batch, in, out, y.d, true) == DDP_OK, "tf32 gemm");
     float *got = gpu_floats(&y);
     double d = rel_l2(got, y.h, y.n);
     /* TF32 keeps 11 significant bits: each product errs by about 2^-11 relative */
@@ -341,7 +341,7 @@ int main(void)
     CHECK(gpu->supports && gpu->cast && gpu->linear_fwd, "the CUDA table has the precision-aware ops");
     /* The CPU side is the oracle: where it emulates bf16 (float storage), its buffers are not the
      * GPU's 16-bit ones, so bf16 is compared only against a CPU with bf16 arithmetic. */
-    bool ampere = gpu->supports(DDP_PREC_BF16, &why), cpu_bf16 = !cpu->emulates(DDP_PREC_BF16);
+    bool ampere = gpu->supports(DDP_BF16, &why), cpu_bf16 = !cpu->emulates(DDP_BF16);
     bool cudnn = gpu->conv_fwd != NULL; /* a build without cuDNN convolves by im2col, fp32 only */
     if (!cudnn)
         fprintf(stderr, "test_cuda_precision: convolutions not checked: this build has no cuDNN\n");
@@ -356,7 +356,7 @@ int main(void)
     check_cast(&r, cpu_bf16);
     for (int i = 0; i < 3; i++) {
         const prec *q = &precs[i];
-        if (q->p == DDP_PREC_BF16 && !(ampere && cpu_bf16))
+        if (q->p == DDP_BF16 && !(ampere && cpu_bf16))
             continue;
         check_relu(&r, q);
         check_linear(&r, q, 64, 784, 512);
@@ -369,7 +369,7 @@ int main(void)
         }
         check_pool(&r, q);
         check_model(&r, DDP_MODEL_MLP, q, model_tol[i]);
-        if (cudnn || q->p == DDP_PREC_FP32)
+        if (cudnn || q->p == DDP_FP32)
             check_model(&r, DDP_MODEL_CNN, q, model_tol[i]);
     }
     check_tf32(&r, ampere);

@@ -19,7 +19,7 @@
 #include "model.h"
 #include "testutil.h"
 
-#define F32 DDP_PREC_FP32
+#define F32 DDP_FP32
 
 static const ddp_ops *cpu; /* the table under test: oneDNN convolutions, then im2col */
 

@@ -20,7 +20,7 @@
 #include "testutil.h"
 
 typedef struct prec {
-    ddp_precision p;
+    ddp_dtype p;
     const char *name;
     int bits;     /* significant bits */
     int min_exp;  /* exponent of the smallest subnormal step */
@@ -28,9 +28,9 @@ typedef struct prec {
 } prec;
 
 static const prec precs[] = {
-    {DDP_PREC_FP32, "fp32", 24, -149, 0.0},
-    {DDP_PREC_BF16, "bf16", 8, -133, 1.0 / 256},
-    {DDP_PREC_FP16, "fp16", 11, -24, 1.0 / 1024},
+    {DDP_FP32, "fp32", 24, -149, 0.0},
+    {DDP_BF16, "bf16", 8, -133, 1.0 / 256},
+    {DDP_FP16, "fp16", 11, -24, 1.0 / 1024},
 };
 
 static const ddp_ops *ops;
@@ -50,7 +50,7 @@ static double round_to(double x, const prec *q)
 static void *to_prec(const prec *q, const float *x, size_t n)
 {
     void *d = malloc(n * 4 + 4);
-    CHECK(ops->cast(q->p, d, DDP_PREC_FP32, x, n) == DDP_OK, "cast to %s", q->name);
+    CHECK(ops->cast(q->p, d, DDP_FP32, x, n) == DDP_OK, "cast to %s", q->name);
     return d;
 }
 
@@ -58,7 +58,7 @@ static void *to_prec(const prec *q, const float *x, size_t n)
 static void round_in_place(const prec *q, float *x, size_t n)
 {
     void *d = to_prec(q, x, n);
-    CHECK(ops->cast(DDP_PREC_FP32, x, q->p, d, n) == DDP_OK, "cast from %s", q->name);
+    CHECK(ops->cast(DDP_FP32, x, q->p, d, n) == DDP_OK, "cast from %s", q->name);
     free(d);
 }
 
@@ -66,7 +66,7 @@ static void round_in_place(const prec *q, float *x, size_t n)
 static float *from_prec(const prec *q, const void *d, size_t n, int out_fp32)
 {
     float *x = test_floats(n);
-    CHECK(ops->cast(DDP_PREC_FP32, x, out_fp32 ? DDP_PREC_FP32 : q->p, d, n) == DDP_OK, "cast back");
+    CHECK(ops->cast(DDP_FP32, x, out_fp32 ? DDP_FP32 : q->p, d, n) == DDP_OK, "cast back");
     return x;
 }
 
@@ -104,7 +104,7 @@ static void check_cast(const prec *q, test_rng *rng)
     int bad = 0;
     for (int i = 0; i < N; i++) {
         double want = round_to(x[i], q);
-        if (q->p == DDP_PREC_FP16 && fabs(want) > 65504.0)
+        if (q->p == DDP_FP16 && fabs(want) > 65504.0)
             want = want > 0 ? INFINITY : -INFINITY;
         if ((double)got[i] != want && bad++ < 5)
             fprintf(stderr, "%s cast[%d]: %.9g -> %.9g, want %.9g\n", q->name, i, (double)x[i],
@@ -406,7 +406,7 @@ static void check_reorder(const prec *q, test_rng *rng)
                 bad += t[((size_t)n * PH * PW + i) * PC + c] != x[((size_t)n * PC + c) * PH * PW + i];
     CHECK(bad == 0, "%s NCHW -> NHWC: %d misplaced", q->name, bad);
     CHECK(ops->image_reorder(q->p, tq, bq, PN, PC, PH, PW, true) == DDP_OK, "to nchw");
-    CHECK(ops->cast(DDP_PREC_FP32, back, q->p, bq, PT) == DDP_OK, "cast");
+    CHECK(ops->cast(DDP_FP32, back, q->p, bq, PT) == DDP_OK, "cast");
     CHECK(memcmp(back, x, sizeof x) == 0, "%s NHWC -> NCHW does not undo it", q->name);
     free(xq), free(tq), free(bq), free(t);
 }

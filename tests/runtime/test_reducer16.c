@@ -20,7 +20,7 @@
 
 #include "check.h"
 #include "ddp.h"
-#include "half_shared.h"
+#include "half.h"
 
 #define N_PARAMS 5
 static const size_t numel[N_PARAMS] = {3, 17, 1, 40, 19}; /* 80 elements: the exact case */
@@ -41,13 +41,13 @@ static void store(void *buf, ddp_dtype t, const float *v, size_t n)
         if (t == DDP_FP32)
             ((float *)buf)[i] = v[i];
         else
-            ((uint16_t *)buf)[i] = ddp_to_half(v[i], t == DDP_FP16);
+            ((uint16_t *)buf)[i] = half_encode(v[i], t == DDP_FP16);
     }
 }
 
 static float load(const void *buf, ddp_dtype t, size_t i)
 {
-    return t == DDP_FP32 ? ((const float *)buf)[i] : ddp_from_half(((const uint16_t *)buf)[i], t == DDP_FP16);
+    return t == DDP_FP32 ? ((const float *)buf)[i] : half_decode(((const uint16_t *)buf)[i], t == DDP_FP16);
 }
 
 /* One sync step: fill, mark in reverse order, finish; returns the payload bytes it sent. */

@@ -16,7 +16,7 @@
 
 #include "check.h"
 #include "ddp.h"
-#include "half_shared.h"
+#include "half.h"
 
 #define N 37
 
@@ -27,13 +27,13 @@ static void fill(void *g, ddp_dtype t, float v, int poison)
         if (t == DDP_FP32)
             ((float *)g)[i] = x;
         else
-            ((uint16_t *)g)[i] = ddp_to_half(x, t == DDP_FP16);
+            ((uint16_t *)g)[i] = half_encode(x, t == DDP_FP16);
     }
 }
 
 static float get(const void *g, ddp_dtype t, int i)
 {
-    return t == DDP_FP32 ? ((const float *)g)[i] : ddp_from_half(((const uint16_t *)g)[i], t == DDP_FP16);
+    return t == DDP_FP32 ? ((const float *)g)[i] : half_decode(((const uint16_t *)g)[i], t == DDP_FP16);
 }
 
 static void run_schedule(ddp_ctx *ctx, ddp_dtype t)

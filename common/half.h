@@ -1,4 +1,4 @@
-/* half_shared.h - fp32 <-> bf16 / fp16 conversions shared by the CPU and CUDA code (host+device
+/* half.h - fp32 <-> bf16 / fp16 conversions shared by the CPU and CUDA code (host+device
  * under nvcc), so the CPU tests exercise the exact bit operations the CUDA kernels run.
  *
  * 16-bit values travel as uint16_t bit patterns. float -> 16 bits rounds to nearest, ties to even
@@ -6,19 +6,19 @@
  * (quiet), values beyond the fp16 range become +-inf, tiny values become fp16 subnormals or zero.
  * 16 bits -> float is exact. Integer arithmetic only: the same bits on every CPU and GPU.
  */
-#ifndef DDP_HALF_SHARED_H
-#define DDP_HALF_SHARED_H
+#ifndef DDP_COMMON_HALF_H
+#define DDP_COMMON_HALF_H
 
 #include <stdint.h>
 #include <string.h>
 
 #ifdef __CUDACC__
-#define DDP_HALF_HD __host__ __device__
+#define HALF_HD __host__ __device__
 #else
-#define DDP_HALF_HD
+#define HALF_HD
 #endif
 
-static inline DDP_HALF_HD uint32_t ddp_f32_bits(float f)
+static inline HALF_HD uint32_t half_f32_bits(float f)
 {
 #ifdef __CUDA_ARCH__
     return __float_as_uint(f);
@@ -29,7 +29,7 @@ static inline DDP_HALF_HD uint32_t ddp_f32_bits(float f)
 #endif
 }
 
-static inline DDP_HALF_HD float ddp_f32_from_bits(uint32_t u)
+static inline HALF_HD float half_f32_from_bits(uint32_t u)
 {
 #ifdef __CUDA_ARCH__
     return __uint_as_float(u);
@@ -42,24 +42,24 @@ static inline DDP_HALF_HD float ddp_f32_from_bits(uint32_t u)
 
 /* ---- bfloat16: fp32's sign and exponent, 7 stored mantissa bits ---------------------------- */
 
-static inline DDP_HALF_HD uint16_t ddp_f32_to_bf16(float f)
+static inline HALF_HD uint16_t half_f32_to_bf16(float f)
 {
-    uint32_t u = ddp_f32_bits(f);
+    uint32_t u = half_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((u >> 16) | 0x0040u); /* NaN: keep the sign, force quiet */
     u += 0x7fffu + ((u >> 16) & 1u);            /* round to nearest even on the 16 dropped bits */
     return (uint16_t)(u >> 16);
 }
 
-static inline DDP_HALF_HD float ddp_bf16_to_f32(uint16_t h)
+static inline HALF_HD float half_bf16_to_f32(uint16_t h)
 {
-    return ddp_f32_from_bits((uint32_t)h << 16);
+    return half_f32_from_bits((uint32_t)h << 16);
 }
 
 /* ---- IEEE fp16: 5 exponent bits (bias 15), 10 mantissa bits, max 65504 ----------------------- */
 
 /* |f| below 2^-14 (bits a): an fp16 subnormal m * 2^-24, m rounded to nearest even. */
-static inline DDP_HALF_HD uint16_t ddp_f16_subnormal(uint32_t a)
+static inline HALF_HD uint16_t half_f16_subnormal(uint32_t a)
 {
     if (a <= 0x33000000u) /* <= 2^-25: half of the smallest subnormal ties to even (zero) */
         return 0;
@@ -72,9 +72,9 @@ static inline DDP_HALF_HD uint16_t ddp_f16_subnormal(uint32_t a)
     return (uint16_t)q;
 }
 
-static inline DDP_HALF_HD uint16_t ddp_f32_to_f16(float f)
+static inline HALF_HD uint16_t half_f32_to_f16(float f)
 {
-    uint32_t u = ddp_f32_bits(f);
+    uint32_t u = half_f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7fffffffu;
     if (a > 0x7f800000u)
@@ -82,40 +82,40 @@ static inline DDP_HALF_HD uint16_t ddp_f32_to_f16(float f)
     if (a >= 0x477ff000u)
         return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds beyond 65504: inf */
     if (a < 0x38800000u)
-        return (uint16_t)(sign | ddp_f16_subnormal(a));
+        return (uint16_t)(sign | half_f16_subnormal(a));
     a += 0xfffu + ((a >> 13) & 1u); /* round to nearest even on the 13 dropped bits */
     return (uint16_t)(sign | ((a - 0x38000000u) >> 13)); /* exponent bias 127 -> 15 */
 }
 
-static inline DDP_HALF_HD float ddp_f16_to_f32(uint16_t h)
+static inline HALF_HD float half_f16_to_f32(uint16_t h)
 {
     uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
     uint32_t exp = ((uint32_t)h >> 10) & 0x1fu, mant = (uint32_t)h & 0x3ffu;
     if (exp == 0x1fu)
-        return ddp_f32_from_bits(sign | 0x7f800000u | (mant << 13));
+        return half_f32_from_bits(sign | 0x7f800000u | (mant << 13));
     if (exp == 0) { /* zero or subnormal: mant * 2^-24, exact in float */
         float v = (float)mant * 5.9604644775390625e-8f;
         return sign ? -v : v;
     }
-    return ddp_f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
+    return half_f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
 /* ---- by element type: code 1 = bf16, 2 = fp16 (ddp_dtype's DDP_BF16, DDP_FP16) -------------- */
 
-static inline DDP_HALF_HD uint16_t ddp_to_half(float f, int fp16)
+static inline HALF_HD uint16_t half_encode(float f, int fp16)
 {
-    return fp16 ? ddp_f32_to_f16(f) : ddp_f32_to_bf16(f);
+    return fp16 ? half_f32_to_f16(f) : half_f32_to_bf16(f);
 }
 
-static inline DDP_HALF_HD float ddp_from_half(uint16_t h, int fp16)
+static inline HALF_HD float half_decode(uint16_t h, int fp16)
 {
-    return fp16 ? ddp_f16_to_f32(h) : ddp_bf16_to_f32(h);
+    return fp16 ? half_f16_to_f32(h) : half_bf16_to_f32(h);
 }
 
 /* True when f is neither inf nor NaN (exponent bits not all ones). */
-static inline DDP_HALF_HD int ddp_f32_finite(float f)
+static inline HALF_HD int half_f32_finite(float f)
 {
-    return (ddp_f32_bits(f) & 0x7f800000u) != 0x7f800000u;
+    return (half_f32_bits(f) & 0x7f800000u) != 0x7f800000u;
 }
 
-#endif /* DDP_HALF_SHARED_H */
+#endif /* DDP_COMMON_HALF_H */
