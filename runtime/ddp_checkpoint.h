@@ -1,0 +1,94 @@
+/* ddp_checkpoint.h - checkpoints: the training state in a documented file format, saved atomically, read back, listed.
+ *
+ * Part of libddp's public interface: included by ddp.h (include ddp.h, not this file).
+ */
+#ifndef DDP_CHECKPOINT_H
+#define DDP_CHECKPOINT_H
+
+#ifndef DDP_H
+#error "include ddp.h, which includes this header"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Checkpoints: the training state in a documented file format (magic "DDPCKPT1", version 2,
+ * 64-bit offsets, CRC-32; see runtime/checkpoint.c). libddp knows no model or optimizer: a state
+ * holds the parameters with their signature, plus any named entries the program adds: float
+ * arrays (optimizer buffers such as "momentum"), 64-bit counters ("step", "epoch", ...), doubles
+ * ("loss_scale") and short texts (a configuration fingerprint). Names are 1..DDP_NAME_MAX-1 bytes.
+ * Version 1 files (parameters only) are still read.
+ */
+typedef struct ddp_state ddp_state;
+
+typedef enum ddp_state_kind {
+    DDP_STATE_SIGNATURE = 1, /* the parameter descriptors ("signature", always entry 0) */
+    DDP_STATE_F32 = 2,       /* float array ("params", always entry 1, and the program's) */
+    DDP_STATE_U64 = 3,       /* one unsigned 64-bit counter */
+    DDP_STATE_F64 = 4,       /* one double */
+    DDP_STATE_TEXT = 5       /* text of at most 4096 bytes */
+} ddp_state_kind;
+
+/* A new state holding copies of the descriptors and the parameter values (host memory).
+ * DDP_ERR_INVALID_ARG for n_params < 1 or a bad descriptor, DDP_ERR_NOMEM; *out is NULL then. */
+DDP_API ddp_status ddp_state_create(const ddp_param_desc *descs, int n_params,
+                                    const float *params_host, ddp_state **out);
+DDP_API void ddp_state_destroy(ddp_state *s);
+/* Add or replace a named entry (values are copied). DDP_ERR_INVALID_ARG for a bad name, a name
+ * held by an entry of another kind among "signature"/"params", or a text over 4096 bytes;
+ * DDP_ERR_NOMEM. On failure the state is unchanged. */
+DDP_API ddp_status ddp_state_set_f32(ddp_state *s, const char *name, const float *values, size_t n);
+DDP_API ddp_status ddp_state_set_u64(ddp_state *s, const char *name, uint64_t value);
+DDP_API ddp_status ddp_state_set_f64(ddp_state *s, const char *name, double value);
+DDP_API ddp_status ddp_state_set_text(ddp_state *s, const char *name, const char *text);
+
+/* Getters. The f32 getter returns NULL (and *n = 0) when there is no float entry of that name;
+ * u64/f64 return 1 and set *value when the entry exists with that kind, else 0; text returns
+ * NULL when absent. Pointers stay valid until the entry is replaced or the state destroyed. */
+DDP_API int ddp_state_version(const ddp_state *s); /* 1 or 2: the format the state came from */
+DDP_API int ddp_state_n_params(const ddp_state *s);
+DDP_API const ddp_param_desc *ddp_state_descs(const ddp_state *s);
+DDP_API const float *ddp_state_params(const ddp_state *s);
+DDP_API size_t ddp_state_numel(const ddp_state *s);
+DDP_API const float *ddp_state_f32(const ddp_state *s, const char *name, size_t *n);
+DDP_API int ddp_state_u64(const ddp_state *s, const char *name, uint64_t *value);
+DDP_API int ddp_state_f64(const ddp_state *s, const char *name, double *value);
+DDP_API const char *ddp_state_text(const ddp_state *s, const char *name);
+/* Entry i (0 <= i < ddp_state_n_entries) for listings; DDP_ERR_INVALID_ARG out of range. */
+DDP_API int ddp_state_n_entries(const ddp_state *s);
+DDP_API ddp_status ddp_state_entry_info(const ddp_state *s, int i, const char **name,
+                                        ddp_state_kind *kind, uint64_t *count);
+
+/* Writes s to path atomically: removes stale "*.tmp.PID" files of dead processes in the folder
+ * (only empty ones or ones starting with the checkpoint magic), writes PATH.tmp.<pid>, fsyncs,
+ * renames over path, fsyncs the folder. path must be new or a regular file (a symbolic link is
+ * followed to the file it names); a folder, device, FIFO, socket or dangling link is refused with
+ * DDP_ERR_INVALID_ARG. On failure (DDP_ERR_IO: the log names the path and the system's reason,
+ * e.g. "No space left on device", and errno holds it) the existing path is left as it was and the
+ * temporary file is removed. */
+DDP_API ddp_status ddp_state_save(const ddp_state *s, const char *path);
+/* Reads a version 1 or 2 checkpoint. DDP_ERR_IO for a missing/unreadable file, DDP_ERR_FORMAT for
+ * a bad magic, version, size, checksum or section (the log says which), DDP_ERR_NOMEM.
+ * On failure *out is untouched. The whole file is read into memory once. */
+DDP_API ddp_status ddp_state_load(const char *path, ddp_state **out);
+/* Removes stale temporary files of interrupted saves in dir (see ddp_state_save).
+ * DDP_ERR_IO when the folder cannot be listed. */
+DDP_API ddp_status ddp_checkpoint_remove_stale(const char *dir);
+
+/* Parameters only (a version 2 file with the signature and "params"), written as ddp_state_save. */
+DDP_API ddp_status ddp_checkpoint_save(const char *path, const ddp_param_desc *descs, int n_params,
+                                       const float *params_host);
+/* Reads the parameters of a version 1 or 2 checkpoint. On success *descs (n_params entries) and
+ * *params (host, numel total) are malloc'ed and owned by the caller. Errors as ddp_state_load;
+ * on failure the outputs are untouched. */
+DDP_API ddp_status ddp_checkpoint_load(const char *path, ddp_param_desc **descs, int *n_params,
+                                       float **params);
+
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DDP_CHECKPOINT_H */
