@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# check_exports.sh - libddp.so exports exactly the functions ddp.h declares with DDP_API (nothing
+# check_exports.sh - libddp.so exports exactly the functions ddp.h (with the headers it includes)
+# declares with DDP_API (nothing
 # internal leaks: gnu_symbol_visibility hidden), and links no compute library (the models own
 # GEMM and convolutions: no OpenBLAS, oneDNN, cuBLAS or cuDNN).
-# Usage: check_exports.sh LIBDDP_SO DDP_H
+# Usage: check_exports.sh LIBDDP_SO DDP_H [SUB_HEADER...]
 set -euo pipefail
-lib=$1 header=$2
-declared=$(grep -E '^DDP_API' "$header" | grep -oE '\bddp_[a-z0-9_]+\(' | tr -d '(' | sort -u)
+lib=$1
+shift
+declared=$(cat "$@" | grep -E '^DDP_API' | grep -oE '\bddp_[a-z0-9_]+\(' | tr -d '(' | sort -u)
 exported=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TtWDBRV]$/ {print $3}' | sort -u)
 status=0
 extra=$(comm -13 <(echo "$declared") <(echo "$exported"))
