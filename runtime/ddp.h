@@ -13,11 +13,18 @@
  *    the watchdog started by ddp_init: a collective still blocked after DDP_TIMEOUT seconds
  *    (default 300), or a peer process that died, ends the whole job (MPI_Abort) with a message
  *    naming the collective and the ranks that never arrived, since MPI cannot cancel a blocked
- *    collective. DDP_WATCHDOG=0 turns it off (the README says more).
+ *    collective. DDP_WATCHDOG=0 turns it off (docs/reliability.md says more).
  *  - Counts are element counts (n_*), sizes are byte counts (*_bytes). Buffers passed to the
  *    collectives and the reducer live in the backend's memory: host memory for the CPU backend,
  *    device memory for the CUDA backend.
- *  - destroy/free functions accept NULL.
+ *  - destroy/free functions accept NULL. Getters never fail, and the getters of a handle (ctx,
+ *    sampler, reducer, scaler, state) accept NULL: 0, NULL or the value their comment gives.
+ *
+ * ABI: libddp is at version 0.x and makes no ABI or API promise from one 0.x version to another
+ * (any signature, struct, enum value or macro may change), and the shared library's soname is
+ * libddp.so.0 for every 0.x, so the loader does not catch a mismatch: build against the ddp.h of
+ * the libddp you run with, and compare DDP_VERSION_NUMBER (the header compiled against) with
+ * ddp_version_number() (the library loaded) at start-up if both may differ.
  */
 #ifndef DDP_H
 #define DDP_H
@@ -41,8 +48,10 @@ extern "C" {
 #define DDP_VERSION_PATCH 0
 #define DDP_VERSION_NUMBER (DDP_VERSION_MAJOR * 10000 + DDP_VERSION_MINOR * 100 + DDP_VERSION_PATCH)
 
-/* Version of the library actually linked, e.g. "0.1.0". */
+/* Version of the library actually linked, e.g. "0.1.0": a static string. Never fails. */
 DDP_API const char *ddp_version(void);
+/* The same as a number, major * 10000 + minor * 100 + patch (100 for 0.1.0), to compare with
+ * DDP_VERSION_NUMBER. Never fails. */
 DDP_API int ddp_version_number(void);
 
 /* ---------------------------------------------------------------------------------------------
@@ -80,9 +89,16 @@ DDP_API const char *ddp_strerror(ddp_status s);
  */
 typedef enum ddp_log_level { DDP_LOG_ERROR, DDP_LOG_WARN, DDP_LOG_INFO, DDP_LOG_DEBUG } ddp_log_level;
 
+/* The current level: DDP_LOG_LEVEL's at the first call (an unknown value warns once and gives
+ * DDP_LOG_INFO), or the last ddp_log_set_level's. Never fails. */
 DDP_API ddp_log_level ddp_log_get_level(void);
+/* Sets the level for the whole process; a value outside DDP_LOG_ERROR..DDP_LOG_DEBUG is ignored. */
 DDP_API void ddp_log_set_level(ddp_log_level level);
-/* Writes one line. only_rank0 != 0: only the process whose rank is 0 writes it. */
+/* Writes one line to stderr with one write, prefixed "[rank R host] " (R is "-" before ddp_init),
+ * and "file:line: " for errors and at the debug level (file may be NULL). Lines longer than about
+ * 2 KiB are cut; a level above the current one writes nothing. only_rank0 != 0: only the process
+ * whose rank is 0 (or whose rank is not known yet) writes it. Never fails; write errors are
+ * ignored. */
 DDP_API void ddp_log_write(ddp_log_level level, int only_rank0, const char *file, int line,
                            const char *fmt, ...)
 #if defined(__GNUC__)
@@ -121,11 +137,12 @@ typedef struct ddp_init_opts {
     int print_table;          /* non-zero: rank 0 prints config and a per-rank table at start-up */
 } ddp_init_opts;
 
-/* Fills *opts with the defaults (auto backend, 1 thread, table printed). */
+/* Fills *opts with the defaults (auto backend, 1 thread, table printed). Never fails. */
 DDP_API void ddp_init_opts_default(ddp_init_opts *opts);
 
 /* Parses "cpu", "cuda" or "auto". Returns DDP_ERR_INVALID_ARG for anything else. */
 DDP_API ddp_status ddp_backend_parse(const char *name, ddp_backend_kind *out);
+/* "auto", "cpu" or "cuda"; "unknown" for any other value. Never NULL. */
 DDP_API const char *ddp_backend_name(ddp_backend_kind kind);
 
 /* Joins the job. Rank, world size, local rank, local world size and node rank come from MPI
@@ -142,13 +159,20 @@ DDP_API const char *ddp_backend_name(ddp_backend_kind kind);
  * Collective: every rank must call it. */
 DDP_API ddp_status ddp_init(const ddp_init_opts *opts, ddp_ctx **out);
 
-/* Leaves the job and releases everything. Collective. NULL is ignored. */
+/* Leaves the job and releases everything (the communicators, the device, and MPI when ddp_init
+ * started it; MPI_Finalize runs under the watchdog's deadline). Collective. NULL is ignored.
+ * Cannot fail: nothing is reported. */
 DDP_API void ddp_finalize(ddp_ctx *ctx);
 
-/* Stops every rank of the job with exit code `code` (MPI_Abort), after flushing logs. Use it
- * when this rank failed and the others may be waiting for it. Never returns. */
+/* Stops every rank of the job with exit code `code` (MPI_Abort), after flushing stdout and stderr
+ * and telling the watchdog's ring (which ends the peers even where MPI_Abort cannot reach them).
+ * Use it when this rank failed and the others may be waiting for it. ctx may be NULL; without MPI
+ * (or after MPI_Finalize) it exits this process with `code`. Never returns. */
 DDP_API void ddp_abort(ddp_ctx *ctx, int code);
 
+/* Getters of the job as ddp_init found it; they never fail. A NULL ctx answers as one process
+ * alone: rank 0, world size 1, local rank 0, local world size 1, node rank 0, 1 node, hostname ""
+ * (a context's hostname lives as long as the context), backend DDP_BACKEND_CPU, device -1. */
 DDP_API int ddp_rank(const ddp_ctx *ctx);
 DDP_API int ddp_world_size(const ddp_ctx *ctx);
 DDP_API int ddp_local_rank(const ddp_ctx *ctx);
@@ -174,7 +198,11 @@ DDP_API ddp_status ddp_download(ddp_ctx *ctx, void *dst_host, const void *src, s
 
 /* ---------------------------------------------------------------------------------------------
  * Collectives on backend memory (MPI on the CPU backend, NCCL on the CUDA backend).
- * Every rank must call them in the same order with the same counts.
+ * Every rank must call them in the same order with the same counts. Arguments are checked on each
+ * rank before it communicates: a rank that gets DDP_ERR_STATE or DDP_ERR_INVALID_ARG has not
+ * joined the collective, and its peers wait for it until the job is stopped (ddp_abort, or the
+ * watchdog after DDP_TIMEOUT). On the CPU backend a collective that passes its deadline ends the
+ * job (the watchdog, unless DDP_WATCHDOG=0) instead of returning.
  *
  * Ordering on the CUDA backend: libddp queues its work (uploads, ops, collectives) on its own
  * non-blocking CUDA stream; a collective runs on NCCL's stream after everything queued before it
@@ -206,6 +234,10 @@ DDP_API const char *ddp_dtype_name(ddp_dtype t);
 /* Parses "fp32", "bf16" or "fp16" (the gradient types). DDP_ERR_INVALID_ARG otherwise. */
 DDP_API ddp_status ddp_dtype_parse(const char *name, ddp_dtype *out);
 
+/* In-place all-reduce of n floats of backend memory (DDP_AVG divides the sum by the world size).
+ * Collective. DDP_ERR_STATE without a context, DDP_ERR_INVALID_ARG for a NULL buf with n > 0 or an
+ * unknown op; DDP_ERR_MPI on the CPU backend, DDP_ERR_NCCL or DDP_ERR_CUDA on CUDA. On failure buf
+ * is undefined. */
 DDP_API ddp_status ddp_allreduce(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op);
 
 /* All-reduce of a small HOST buffer (flags, counters, losses) whatever the backend: no round trip
@@ -228,13 +260,28 @@ typedef struct ddp_comm_stats {
 
 /* Fills *out. DDP_ERR_INVALID_ARG when ctx or out is NULL. */
 DDP_API ddp_status ddp_comm_stats_get(const ddp_ctx *ctx, ddp_comm_stats *out);
+/* Copies n_bytes of backend memory at buf from rank `root` to every rank. Collective.
+ * DDP_ERR_STATE without a context, DDP_ERR_INVALID_ARG for a NULL buf with n_bytes > 0 or a root
+ * outside [0, world size); DDP_ERR_MPI, or DDP_ERR_NCCL / DDP_ERR_CUDA on CUDA. On failure buf is
+ * undefined on every rank but root. */
 DDP_API ddp_status ddp_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root);
-/* recv holds world_size blocks of n_bytes, rank r's block at r * n_bytes. */
+/* recv holds world_size blocks of n_bytes, rank r's block at r * n_bytes. Collective.
+ * DDP_ERR_STATE without a context, DDP_ERR_INVALID_ARG for a NULL send or recv with n_bytes > 0;
+ * DDP_ERR_MPI, or DDP_ERR_NCCL / DDP_ERR_CUDA on CUDA. On failure recv is undefined. */
 DDP_API ddp_status ddp_allgather(ddp_ctx *ctx, const void *send, void *recv, size_t n_bytes);
+/* Returns once every rank has called it; on the CUDA backend also once libddp's queued device work
+ * is done (a one-float NCCL all-reduce the host waits for under DDP_TIMEOUT). Collective.
+ * DDP_ERR_STATE without a context; DDP_ERR_MPI, or DDP_ERR_NCCL, DDP_ERR_CUDA or DDP_ERR_TIMEOUT
+ * (the communicator is then aborted) on CUDA. */
 DDP_API ddp_status ddp_barrier(ddp_ctx *ctx);
 
 /* Non-blocking all-reduce. Operations start in call order, which must be the same on every
- * rank. *req is NULL on failure. ddp_wait completes the operation and frees the request. */
+ * rank. *req is NULL on failure. ddp_wait completes the operation and frees the request.
+ * ddp_allreduce_start: DDP_ERR_INVALID_ARG for a NULL req (nothing is written) and the failures of
+ * ddp_allreduce, plus DDP_ERR_NOMEM for the request. ddp_wait: DDP_ERR_INVALID_ARG for a NULL
+ * request, else the operation's status as ddp_allreduce returns it (buf undefined on failure);
+ * the request is freed either way. On the CUDA backend ddp_wait orders libddp's stream after the
+ * all-reduce and returns without waiting on the host (see the ordering above). */
 typedef struct ddp_request ddp_request;
 DDP_API ddp_status ddp_allreduce_start(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op,
                                        ddp_request **req);
@@ -267,25 +314,31 @@ typedef struct ddp_param_desc {
     int64_t shape[DDP_MAX_DIMS];
 } ddp_param_desc;
 
-/* Product of the shape (number of elements). */
+/* Product of the shape (number of elements): 1 for n_dims 0 (a scalar), 0 when a dimension is
+ * <= 0; dimensions past n_dims or DDP_MAX_DIMS are ignored. d must not be NULL. Never fails. */
 DDP_API size_t ddp_param_numel(const ddp_param_desc *d);
 
 /* Seeded initialisation from a counter-based generator (Philox-4x32-10): element e of parameter p
  * depends only on (seed, p, e), never on rank, backend or thread count.
- * Fills host memory x[0..n) with values uniform in [lo, hi). */
+ * Fills host memory x[0..n) with values uniform in [lo, hi). Never fails (n = 0 writes nothing);
+ * x must hold n floats. */
 DDP_API void ddp_init_uniform(float *x, size_t n, uint64_t seed, uint32_t param_index, float lo,
                               float hi);
-/* Same, normal with mean 0 and standard deviation std. */
+/* Same, normal with mean 0 and standard deviation std (Box-Muller). Never fails. */
 DDP_API void ddp_init_normal(float *x, size_t n, uint64_t seed, uint32_t param_index, float std);
 
 /* Checks that every rank holds the same model: the signature (parameter count, names, shapes)
  * and a checksum of every parameter's values (params_host: the flat buffer, in host memory).
  * On a mismatch every rank returns DDP_ERR_MISMATCH and the log names the ranks and the first
- * parameter that differ. Collective. */
+ * parameter that differ. Collective. Other failures: DDP_ERR_INVALID_ARG for a NULL ctx,
+ * n_params < 0, or NULL descs / params_host with n_params > 0 (found locally: see the collectives'
+ * note above); DDP_ERR_NOMEM on every rank when any rank lacks memory for the check;
+ * DDP_ERR_MPI. */
 DDP_API ddp_status ddp_verify_replicas(ddp_ctx *ctx, const ddp_param_desc *descs, int n_params,
                                        const float *params_host);
 
-/* Copies rank 0's parameters to every rank (params in backend memory, n elements). Collective. */
+/* Copies rank 0's parameters to every rank (params in backend memory, n elements). Collective.
+ * Fails as ddp_broadcast of n * 4 bytes from rank 0; params are then undefined on the others. */
 DDP_API ddp_status ddp_broadcast_params(ddp_ctx *ctx, float *params, size_t n);
 
 /* ---------------------------------------------------------------------------------------------
@@ -309,10 +362,12 @@ typedef struct ddp_sampler_opts {
 /* DDP_ERR_INVALID_ARG when rank is outside [0, world_size), n_samples is 0, or drop_last leaves
  * no sample per rank. On failure *out is NULL. */
 DDP_API ddp_status ddp_sampler_create(const ddp_sampler_opts *opts, ddp_sampler **out);
+/* NULL is ignored. */
 DDP_API void ddp_sampler_destroy(ddp_sampler *s);
-/* Number of indices this rank gets per epoch (the same on every rank). */
+/* Number of indices this rank gets per epoch (the same on every rank); 0 for a NULL sampler. */
 DDP_API size_t ddp_sampler_len(const ddp_sampler *s);
-/* Writes this rank's ddp_sampler_len() indices for `epoch` into out. */
+/* Writes this rank's ddp_sampler_len() indices for `epoch` into out (room for that many).
+ * DDP_ERR_INVALID_ARG when s or out is NULL (out untouched); nothing else fails. Not collective. */
 DDP_API ddp_status ddp_sampler_indices(ddp_sampler *s, uint64_t epoch, size_t *out);
 
 /* ---------------------------------------------------------------------------------------------
@@ -459,6 +514,7 @@ typedef struct ddp_link_check_opts {
     FILE *report;      /* rank 0 prints the table and the verdict here (default stdout); NULL: none */
 } ddp_link_check_opts;
 
+/* Fills *opts with the defaults above (4 MiB, 3, 20, 0.5, stdout). Never fails. */
 DDP_API void ddp_link_check_opts_default(ddp_link_check_opts *opts);
 /* Collective. On success *n_slow_nodes (every rank) is the number of nodes named slow. DDP_ERR_MPI,
  * DDP_ERR_NOMEM, DDP_ERR_INVALID_ARG (bw_bytes over INT_MAX or zero reps). */

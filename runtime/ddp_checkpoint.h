@@ -32,22 +32,29 @@ typedef enum ddp_state_kind {
 } ddp_state_kind;
 
 /* A new state holding copies of the descriptors and the parameter values (host memory).
- * DDP_ERR_INVALID_ARG for n_params < 1 or a bad descriptor, DDP_ERR_NOMEM; *out is NULL then. */
+ * DDP_ERR_INVALID_ARG for a NULL argument, n_params < 1 or a bad descriptor, DDP_ERR_NOMEM; *out
+ * is NULL then (untouched when out itself is NULL). */
 DDP_API ddp_status ddp_state_create(const ddp_param_desc *descs, int n_params,
                                     const float *params_host, ddp_state **out);
+/* NULL is ignored. */
 DDP_API void ddp_state_destroy(ddp_state *s);
-/* Add or replace a named entry (values are copied). DDP_ERR_INVALID_ARG for a bad name, a name
- * held by an entry of another kind among "signature"/"params", or a text over 4096 bytes;
- * DDP_ERR_NOMEM. On failure the state is unchanged. */
+/* Add or replace a named entry (values are copied); an entry of the same name and another kind is
+ * replaced, except "signature" and "params". DDP_ERR_INVALID_ARG for a NULL state, a bad name,
+ * "signature"/"params" with another kind, NULL values with n > 0, a NULL text or one over 4096
+ * bytes, or when the entry table cannot grow (4096 entries, or no memory for it); DDP_ERR_NOMEM
+ * when the values cannot be copied. On failure the state is unchanged. */
 DDP_API ddp_status ddp_state_set_f32(ddp_state *s, const char *name, const float *values, size_t n);
 DDP_API ddp_status ddp_state_set_u64(ddp_state *s, const char *name, uint64_t value);
 DDP_API ddp_status ddp_state_set_f64(ddp_state *s, const char *name, double value);
 DDP_API ddp_status ddp_state_set_text(ddp_state *s, const char *name, const char *text);
 
-/* Getters. The f32 getter returns NULL (and *n = 0) when there is no float entry of that name;
- * u64/f64 return 1 and set *value when the entry exists with that kind, else 0; text returns
- * NULL when absent. Pointers stay valid until the entry is replaced or the state destroyed. */
-DDP_API int ddp_state_version(const ddp_state *s); /* 1 or 2: the format the state came from */
+/* Getters; they never fail. The f32 getter returns NULL (and *n = 0; n may be NULL) when there is
+ * no float entry of that name; u64/f64 return 1 and set *value (when value is not NULL) when the
+ * entry exists with that kind, else 0; text returns NULL when absent. Pointers stay valid until
+ * the entry is replaced or the state destroyed. A NULL state has no entries: version 0, 0
+ * parameters and elements, NULL descriptors and values, no named entry.
+ * ddp_state_version: 1 or 2, the format the state came from (2 for a created state). */
+DDP_API int ddp_state_version(const ddp_state *s);
 DDP_API int ddp_state_n_params(const ddp_state *s);
 DDP_API const ddp_param_desc *ddp_state_descs(const ddp_state *s);
 DDP_API const float *ddp_state_params(const ddp_state *s);
@@ -56,7 +63,8 @@ DDP_API const float *ddp_state_f32(const ddp_state *s, const char *name, size_t 
 DDP_API int ddp_state_u64(const ddp_state *s, const char *name, uint64_t *value);
 DDP_API int ddp_state_f64(const ddp_state *s, const char *name, double *value);
 DDP_API const char *ddp_state_text(const ddp_state *s, const char *name);
-/* Entry i (0 <= i < ddp_state_n_entries) for listings; DDP_ERR_INVALID_ARG out of range. */
+/* Entry i (0 <= i < ddp_state_n_entries) for listings: its name (valid as the getters' pointers),
+ * kind and count. DDP_ERR_INVALID_ARG out of range or for a NULL argument (outputs untouched). */
 DDP_API int ddp_state_n_entries(const ddp_state *s);
 DDP_API ddp_status ddp_state_entry_info(const ddp_state *s, int i, const char **name,
                                         ddp_state_kind *kind, uint64_t *count);
@@ -73,16 +81,18 @@ DDP_API ddp_status ddp_state_save(const ddp_state *s, const char *path);
  * a bad magic, version, size, checksum or section (the log says which), DDP_ERR_NOMEM.
  * On failure *out is untouched. The whole file is read into memory once. */
 DDP_API ddp_status ddp_state_load(const char *path, ddp_state **out);
-/* Removes stale temporary files of interrupted saves in dir (see ddp_state_save).
- * DDP_ERR_IO when the folder cannot be listed. */
+/* Removes stale temporary files of interrupted saves in dir (see ddp_state_save); NULL is the
+ * current folder. DDP_ERR_IO when the folder cannot be listed; a file that cannot be removed is
+ * left as it is, without an error. */
 DDP_API ddp_status ddp_checkpoint_remove_stale(const char *dir);
 
-/* Parameters only (a version 2 file with the signature and "params"), written as ddp_state_save. */
+/* Parameters only (a version 2 file with the signature and "params"), written as ddp_state_save.
+ * Fails as ddp_state_create, then as ddp_state_save (DDP_ERR_INVALID_ARG for a NULL path). */
 DDP_API ddp_status ddp_checkpoint_save(const char *path, const ddp_param_desc *descs, int n_params,
                                        const float *params_host);
 /* Reads the parameters of a version 1 or 2 checkpoint. On success *descs (n_params entries) and
- * *params (host, numel total) are malloc'ed and owned by the caller. Errors as ddp_state_load;
- * on failure the outputs are untouched. */
+ * *params (host, numel total) are malloc'ed and owned by the caller. DDP_ERR_INVALID_ARG for a
+ * NULL argument, else errors as ddp_state_load; on failure the outputs are untouched. */
 DDP_API ddp_status ddp_checkpoint_load(const char *path, ddp_param_desc **descs, int *n_params,
                                        float **params);
 

@@ -32,13 +32,16 @@ extern "C" {
  */
 /* Starts tracing on this rank with room for max_events events (0: 524,288, 16 MiB; about 40
  * events per ddp-train step), allocated and touched here so that recording takes no page faults.
- * Collective (it measures clock offsets over MPI). DDP_ERR_STATE when tracing is already on, DDP_ERR_NOMEM,
- * DDP_ERR_MPI; on failure tracing stays off on every rank. */
+ * Collective (it measures clock offsets over MPI). DDP_ERR_INVALID_ARG for a NULL ctx (before
+ * communicating), DDP_ERR_STATE when tracing is already on, DDP_ERR_NOMEM (on every rank when any
+ * rank lacks the memory), DDP_ERR_MPI; on failure tracing stays off on every rank. */
 DDP_API ddp_status ddp_trace_start(ddp_ctx *ctx, size_t max_events);
-/* Non-zero while tracing is on. */
+/* Non-zero while tracing is on (between ddp_trace_start and ddp_trace_write). Never fails. */
 DDP_API int ddp_trace_enabled(void);
 /* Record the begin / end of span `name` (spans nest per thread), or an instant event. `arg` is
- * stored as args.arg (a layer, a bucket, a byte count; any value). No-ops while tracing is off. */
+ * stored as args.arg (a layer, a bucket, a byte count; any value). No-ops while tracing is off.
+ * They never fail and never block: a full buffer drops the event and counts it; a NULL name is
+ * recorded as "?". Safe to call from any thread. */
 DDP_API void ddp_trace_begin(const char *name, int64_t arg);
 DDP_API void ddp_trace_end(const char *name, int64_t arg);
 DDP_API void ddp_trace_instant(const char *name, int64_t arg);
@@ -51,7 +54,7 @@ typedef struct ddp_trace_stats {
     double backward_s;  /* total time of "backward" spans */
     long n_dropped;     /* events lost to a full buffer */
 } ddp_trace_stats;
-/* Fills *out. DDP_ERR_STATE when tracing is off. */
+/* Fills *out. DDP_ERR_STATE when tracing is off or out is NULL (*out untouched). Not collective. */
 DDP_API ddp_status ddp_trace_get_stats(ddp_trace_stats *out);
 
 /* Stops tracing, gathers every rank's events to rank 0, which writes `path` (replaced atomically:

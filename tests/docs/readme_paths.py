@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""readme_paths.py - fails when README.md names a repository path that does not exist.
+"""readme_paths.py - fails when README.md or a page under docs/ names a path that does not exist.
 
 Usage: readme_paths.py SRCDIR [BUILDDIR]
 
-Every word of README.md that contains a '/' (prose, backticks, code blocks and link targets alike) is
-a candidate. What counts, in this order:
+The pages: README.md and every docs/**/*.md. Markdown links ([text](target), images too) are
+checked first and then taken out of the line: a relative target must exist relative to the page's
+folder (as a browser reads it), and a target's #anchor must be a heading of the page it names
+(GitHub's anchors: lower case, punctuation but '-' and '_' dropped, spaces as '-'). In the rest,
+every word that contains a '/' (prose, backticks, code blocks) is a candidate and is read from the
+top of the tree (SRCDIR), whatever the page's folder. What counts, in this order:
   - skipped, not paths: URLs (anything with '://'), absolute paths (/usr/..., /tmp/...: the
     system's or created at run time), and words with characters a literal path here never has
     ($VAR/..., DIR/step-<N>, build*/..., owner/repo#123, OPT=/path);
@@ -19,7 +23,7 @@ a candidate. What counts, in this order:
   - everything else (MB/s, bf16/fp16, SIGUSR1/SIGTERM, DIR/rank.N.out, runs/logs) is not a path
     of this repository.
 Bare file names without a '/' (ddp.h, context.c) are not checked.
-Prints every missing path with its README line; exits 1 when there is one, 0 otherwise.
+Prints every missing path with its page and line; exits 1 when there is one, 0 otherwise.
 """
 import fnmatch
 import os
@@ -30,6 +34,9 @@ import sys
 PATH_RE = re.compile(r"(?:\./)?[\w.+-]+(?:/[\w.+-]+)*/?")
 # Candidates: maximal runs without spaces, backticks, brackets, quotes or separators.
 WORD_RE = re.compile(r"[^\s`()\[\]{}|,;:\"']*/[^\s`()\[\]{}|,;:\"']*")
+# A Markdown link or image, [text](target) or ![alt](target): the target is group 1.
+LINK_RE = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+HEADING_RE = re.compile(r"#{1,6}\s+(.*?)\s*#*\s*$")
 SOURCE_SUFFIXES = (".c", ".h", ".cu", ".cuh", ".sh", ".py", ".js", ".md", ".sbatch", ".build",
                    ".txt", ".png", ".supp", ".json")
 
@@ -64,11 +71,42 @@ def ignored(parts, patterns):
     return False
 
 
-def candidates(text):
-    """Yield (line number, word) for every word of TEXT that contains a '/'."""
-    for lineno, line in enumerate(text.splitlines(), 1):
-        for m in WORD_RE.finditer(line):
-            yield lineno, m.group(0).rstrip(".")
+def candidates(line):
+    """Yield every word of LINE (links already taken out) that contains a '/'."""
+    for m in WORD_RE.finditer(line):
+        yield m.group(0).rstrip(".")
+
+
+def slug(heading):
+    """GitHub's anchor for a heading's text."""
+    text = heading.strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(path):
+    """The anchors of the headings of the Markdown file PATH (outside code blocks)."""
+    found, in_code = set(), False
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("```"):
+                in_code = not in_code
+            elif not in_code and HEADING_RE.match(line):
+                found.add(slug(HEADING_RE.match(line).group(1)))
+    return found
+
+
+def check_link(target, page):
+    """None when the link TARGET of PAGE resolves, else why not."""
+    if "://" in target or target.startswith("mailto:"):
+        return None
+    path, _, anchor = target.partition("#")
+    full = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+    if not os.path.exists(full):
+        return "no such file"
+    if anchor and full.endswith(".md") and anchor not in anchors(full):
+        return f"no heading with anchor #{anchor}"
+    return None
 
 
 def classify(word, srcdir, builddir, top, patterns):
@@ -91,35 +129,59 @@ def classify(word, srcdir, builddir, top, patterns):
     return "skip", None
 
 
+def pages(srcdir):
+    """README.md and every docs/**/*.md under SRCDIR, sorted."""
+    found = [os.path.join(srcdir, "README.md")]
+    for root, _, files in os.walk(os.path.join(srcdir, "docs")):
+        found += [os.path.join(root, f) for f in files if f.endswith(".md")]
+    return sorted(found)
+
+
+def check_page(page, srcdir, builddir, top, patterns, counts):
+    """Return the problems of one page (a list of lines to print); COUNTS is updated."""
+    name = os.path.relpath(page, srcdir)
+    missing = []
+    with open(page, encoding="utf-8") as f:
+        text = f.read()
+    for lineno, line in enumerate(text.splitlines(), 1):
+        for m in LINK_RE.finditer(line):
+            counts["link"] += 1
+            why = check_link(m.group(1), page)
+            if why:
+                missing.append(f"{name}:{lineno}: link {m.group(1)} ({why})")
+        seen = set()
+        for word in candidates(LINK_RE.sub(" ", line)):
+            kind, path = classify(word, srcdir, builddir, top, patterns)
+            if kind == "skip" or word in seen:
+                continue
+            seen.add(word)
+            if kind == "misspelt":
+                missing.append(f"{name}:{lineno}: {word} (its first folder is not in the tree)")
+                continue
+            counts[kind] += 1
+            if not os.path.exists(path):
+                where = "in the build folder" if kind == "build" else "in the source tree"
+                missing.append(f"{name}:{lineno}: {word} (not {where})")
+    return missing
+
+
 def main(argv):
     if len(argv) not in (2, 3):
         print(__doc__.splitlines()[2], file=sys.stderr)
         return 2
     srcdir = argv[1]
     builddir = argv[2] if len(argv) == 3 else None
-    with open(os.path.join(srcdir, "README.md"), encoding="utf-8") as f:
-        text = f.read()
     top = {e for e in os.listdir(srcdir) if not e.startswith(".")}
     patterns = read_ignores(srcdir)
-    counts = {"repo": 0, "build": 0}
+    counts = {"repo": 0, "build": 0, "link": 0}
+    all_pages = pages(srcdir)
     missing = []
-    seen = set()
-    for lineno, word in candidates(text):
-        kind, path = classify(word, srcdir, builddir, top, patterns)
-        if kind == "skip" or (word, lineno) in seen:
-            continue
-        seen.add((word, lineno))
-        if kind == "misspelt":
-            missing.append(f"README.md:{lineno}: {word} (its first folder is not in the tree)")
-            continue
-        counts[kind] += 1
-        if not os.path.exists(path):
-            where = "in the build folder" if kind == "build" else "in the source tree"
-            missing.append(f"README.md:{lineno}: {word} (not {where})")
+    for page in all_pages:
+        missing += check_page(page, srcdir, builddir, top, patterns, counts)
     for m in missing:
         print(m)
-    print(f"readme_paths: {counts['repo']} source paths and {counts['build']} build paths checked, "
-          f"{len(missing)} missing")
+    print(f"readme_paths: {len(all_pages)} pages; {counts['repo']} source paths, {counts['build']} build "
+          f"paths and {counts['link']} links checked, {len(missing)} missing")
     return 1 if missing else 0
 
 
