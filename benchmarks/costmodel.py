@@ -333,7 +333,7 @@ def main():
     p.add_argument("--runs", required=True, help="runs.csv of benchmarks/scaling.sh (weak scaling)")
     p.add_argument("--grad-bytes-total", type=float, required=True, help="gradient bytes per step")
     p.add_argument("--include-overlap", action="store_true",
-                   help="count configurations with overlap in the verdict too (see the README: the "
+                   help="count configurations with overlap in the verdict too (see docs/scaling/README.md: the "
                         "2-core machine slows both sides of an overlap, which the model does not know)")
     p.add_argument("--max-error", type=float, default=0.15)
     args = ap.parse_args()
