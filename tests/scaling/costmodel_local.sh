@@ -6,7 +6,7 @@
 # the compute is each configuration's measured steady-state critical path; the model then predicts
 # the 2- and 4-rank step times, each of which must be within 15% of the median measured;
 # docs/scaling/README.md has the spread over repeated runs; a ring factor of 2(p-1) instead of 2(p-1)/p would
-# be 80% high at 4 ranks, a bandwidth term per step instead of per byte far off at both).
+# be 80% high at 4 ranks, a bandwidth term per step instead of per byte far off at both.
 # Usage: tests/scaling/costmodel_local.sh BUILD_DIR     (root; the script takes the cluster lock)
 set -euo pipefail
 
