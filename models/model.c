@@ -48,7 +48,8 @@ typedef struct ddp_cnn_acts {
 } ddp_cnn_acts;
 
 struct ddp_model {
-    const ddp_ops *ops;
+    ddp_ctx *ctx; /* whose memory the model's buffers are (NULL: host memory) */
+    const ops_handle *ops;
     ddp_model_config cfg;
     int n_params;
     ddp_param_desc descs[DDP_MAX_PARAMS];
@@ -202,7 +203,7 @@ static ddp_status ddp_init_params(ddp_model *m)
     for (int i = 0; i < m->n_params; i++)
         ddp_init_uniform(host + m->offset[i], m->numel[i], m->cfg.seed, (uint32_t)i, -m->bound[i],
                          m->bound[i]);
-    ddp_status st = m->ops->upload(m->params, host, m->numel_total * sizeof *host);
+    ddp_status st = ddp_upload(m->ctx, m->params, host, m->numel_total * sizeof *host);
     free(host);
     return st;
 }
@@ -212,7 +213,7 @@ static ddp_status ddp_init_params(ddp_model *m)
 /* A zeroed backend buffer of n_bytes owned by the model; NULL when out of memory. */
 static void *ddp_buf(ddp_model *m, size_t n_bytes)
 {
-    void *p = m->n_bufs < DDP_MAX_BUFS ? m->ops->alloc(n_bytes) : NULL;
+    void *p = m->n_bufs < DDP_MAX_BUFS ? ddp_alloc(m->ctx, n_bytes) : NULL;
     if (p)
         m->bufs[m->n_bufs++] = p;
     else
@@ -298,9 +299,9 @@ static ddp_status ddp_model_setup(ddp_model *m)
 {
     ddp_describe_params(m);
     size_t n_bytes = m->numel_total * sizeof(float);
-    m->params = m->ops->alloc(n_bytes);
-    m->grads = m->ops->alloc(n_bytes);
-    m->momentum = m->ops->alloc(n_bytes);
+    m->params = ddp_alloc(m->ctx, n_bytes);
+    m->grads = ddp_alloc(m->ctx, n_bytes);
+    m->momentum = ddp_alloc(m->ctx, n_bytes);
     if (!m->params || !m->grads || !m->momentum)
         return DDP_ERR_NOMEM;
     int classes = m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
@@ -317,19 +318,25 @@ static ddp_status ddp_model_setup(ddp_model *m)
     return ddp_init_params(m);
 }
 
-ddp_status ddp_model_create(const ddp_ops *ops, const ddp_model_config *cfg, ddp_model **out)
+ddp_status ddp_model_create(ddp_ctx *ctx, const ops_handle *ops, const ddp_model_config *cfg,
+                            ddp_model **out)
 {
     *out = NULL;
+    if (ops && ops->ctx != ctx) {
+        DDP_ERROR("ddp_model_create: the ops handle was opened on another context");
+        return DDP_ERR_INVALID_ARG;
+    }
     if (!cfg || ddp_check_config(cfg) != DDP_OK) {
         DDP_ERROR("ddp_model_create: invalid model configuration");
         return DDP_ERR_INVALID_ARG;
     }
-    DDP_TRY_(ddp_backend_require(ops, cfg->kind == DDP_MODEL_CNN ? "cnn" : "mlp"));
-    DDP_TRY_(ddp_backend_require_precision(ops, cfg->precision,
+    DDP_TRY_(ops_require(ops, cfg->kind == DDP_MODEL_CNN ? "cnn" : "mlp"));
+    DDP_TRY_(ops_require_precision(ops, cfg->precision,
                                            cfg->kind == DDP_MODEL_CNN ? "cnn" : "mlp"));
     ddp_model *m = calloc(1, sizeof *m);
     if (!m)
         return DDP_ERR_NOMEM;
+    m->ctx = ctx;
     m->ops = ops;
     m->cfg = *cfg;
     ddp_status st = ddp_model_setup(m);
@@ -352,12 +359,12 @@ void ddp_model_destroy(ddp_model *m)
     if (!m)
         return;
     for (int i = 0; i < m->n_bufs; i++)
-        m->ops->free(m->bufs[i]);
+        ddp_free(m->ctx, m->bufs[i]);
     ddp_conv_release(m->ops, &m->cnn.conv1);
     ddp_conv_release(m->ops, &m->cnn.conv2);
-    m->ops->free(m->params);
-    m->ops->free(m->grads);
-    m->ops->free(m->momentum);
+    ddp_free(m->ctx, m->params);
+    ddp_free(m->ctx, m->grads);
+    ddp_free(m->ctx, m->momentum);
     free(m);
 }
 
@@ -372,7 +379,7 @@ float *ddp_model_params(ddp_model *m)
 }
 float *ddp_model_grads(ddp_model *m) { return m->grads; }
 float *ddp_model_momentum(ddp_model *m) { return m->momentum; }
-const ddp_ops *ddp_model_ops(const ddp_model *m) { return m->ops; }
+const ops_handle *ddp_model_ops(const ddp_model *m) { return m->ops; }
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
@@ -402,7 +409,7 @@ static ddp_status ddp_mlp_forward(ddp_model *m, const float **logits)
 static ddp_status ddp_cnn_forward(ddp_model *m, const float **logits)
 {
     ddp_cnn_acts *a = &m->cnn;
-    const ddp_ops *o = m->ops;
+    const ops_handle *o = m->ops;
     ddp_dtype p = m->cfg.precision;
     const int c = DDP_CNN_CHANNELS;
     int b = m->batch, planes = b * c;
@@ -440,10 +447,10 @@ static ddp_status ddp_model_prepare(ddp_model *m, const float *x, int batch)
     if (p == DDP_FP32)
         return DDP_OK;
     if (m->cparams_stale)
-        DDP_TRY_(m->ops->cast(p, m->cparams, DDP_FP32, m->params, m->numel_total));
+        DDP_TRY_(m->ops->cast(m->ops, p, m->cparams, DDP_FP32, m->params, m->numel_total));
     m->cparams_stale = 0;
     m->x = m->xc;
-    return m->ops->cast(p, m->xc, DDP_FP32, x, (size_t)batch * DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
+    return m->ops->cast(m->ops, p, m->xc, DDP_FP32, x, (size_t)batch * DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
 }
 
 /* Downloads the logits and writes each row's argmax to pred_host. */
@@ -452,7 +459,7 @@ static ddp_status ddp_predict(ddp_model *m, const float *logits, int classes, in
     float *host = malloc((size_t)m->batch * classes * sizeof *host); // (batch, classes)
     if (!host)
         return DDP_ERR_NOMEM;
-    ddp_status st = m->ops->download(host, logits, (size_t)m->batch * classes * sizeof *host);
+    ddp_status st = ddp_download(m->ctx, host, logits, (size_t)m->batch * classes * sizeof *host);
     for (int r = 0; st == DDP_OK && r < m->batch; r++)
         ddp_row_max(host + (size_t)r * classes, classes, &pred_host[r]);
     free(host);
@@ -490,7 +497,7 @@ ddp_status ddp_model_forward_train(ddp_model *m, const float *x, const int *labe
     const float *logits = NULL;
     ddp_status st = ddp_model_logits(m, x, labels, batch, &logits);
     if (st == DDP_OK)
-        st = m->ops->softmax_xent_acc(logits, labels, batch, ddp_model_classes(m), m->dlogits,
+        st = m->ops->softmax_xent_acc(m->ops, logits, labels, batch, ddp_model_classes(m), m->dlogits,
                                       loss_acc);
     if (st != DDP_OK)
         m->batch = 0;
@@ -563,7 +570,7 @@ static ddp_status ddp_mlp_backward(ddp_model *m, ddp_reducer *r)
 static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
 {
     ddp_cnn_acts *a = &m->cnn;
-    const ddp_ops *o = m->ops;
+    const ops_handle *o = m->ops;
     ddp_dtype p = m->cfg.precision;
     const int c = DDP_CNN_CHANNELS;
     int b = m->batch, planes = b * c, fc_in = c * 7 * 7;
@@ -603,7 +610,7 @@ static ddp_status ddp_dlogits_in_precision(ddp_model *m)
         n = (size_t)m->batch * (size_t)m->cfg.widths[m->cfg.n_widths - 1];
     if (m->cfg.precision == DDP_FP32)
         return DDP_OK;
-    return m->ops->cast(m->cfg.precision, m->dlogits_c, DDP_FP32, m->dlogits, n);
+    return m->ops->cast(m->ops, m->cfg.precision, m->dlogits_c, DDP_FP32, m->dlogits, n);
 }
 
 ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r)
@@ -624,7 +631,7 @@ ddp_status ddp_model_scale_loss_grad(ddp_model *m, float scale)
         DDP_ERROR("ddp_model_scale_loss_grad: no forward pass to scale");
         return DDP_ERR_STATE;
     }
-    return m->ops->scale(m->dlogits, (size_t)m->batch * (size_t)ddp_model_classes(m), scale);
+    return m->ops->scale(m->ops, m->dlogits, (size_t)m->batch * (size_t)ddp_model_classes(m), scale);
 }
 
 /* No pass over memory (PyTorch's zero_grad(set_to_none=True) spares it alike): the next backward
@@ -642,11 +649,11 @@ ddp_status ddp_model_sgd_step(ddp_model *m, float lr, float momentum, float weig
     ddp_dtype p = m->cfg.precision;
     m->cparams_stale = 1;
     if (p != DDP_FP32 && m->ops->sgd_step_cast) {
-        DDP_TRY_(m->ops->sgd_step_cast(m->params, m->momentum, m->grads, m->numel_total, lr,
+        DDP_TRY_(m->ops->sgd_step_cast(m->ops, m->params, m->momentum, m->grads, m->numel_total, lr,
                                        momentum, weight_decay, p, m->cparams));
         m->cparams_stale = 0;
         return DDP_OK;
     }
-    return m->ops->sgd_step(m->params, m->momentum, m->grads, m->numel_total, lr, momentum,
+    return m->ops->sgd_step(m->ops, m->params, m->momentum, m->grads, m->numel_total, lr, momentum,
                             weight_decay);
 }

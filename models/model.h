@@ -45,10 +45,15 @@ ddp_status ddp_model_widths_parse(const char *text, ddp_model_config *cfg);
 ddp_status ddp_precision_parse(const char *name, ddp_dtype *out);
 const char *ddp_precision_name(ddp_dtype p);
 
-/* Creates the model on a backend (ddp_ops_open() or ddp_cpu_ops()), initialised from cfg->seed.
+/* Creates the model in ctx's memory (libddp's ddp_alloc: parameters, gradients, momentum and
+ * activations), computing with `ops`, a handle the caller opened on the same context
+ * (ops_open(ctx, ...)) and closes after the model; the model keeps both, owns neither. ctx NULL:
+ * host memory, with a CPU handle opened on NULL. Initialised from cfg->seed. On failure *out is
+ * NULL: DDP_ERR_INVALID_ARG for a bad configuration or a handle of another context,
  * DDP_ERR_UNSUPPORTED when the backend lacks an op the model needs or cfg->precision (logged with
- * what to use instead). */
-ddp_status ddp_model_create(const ddp_ops *ops, const ddp_model_config *cfg, ddp_model **out);
+ * what to use instead), DDP_ERR_NOMEM. */
+ddp_status ddp_model_create(ddp_ctx *ctx, const ops_handle *ops, const ddp_model_config *cfg,
+                            ddp_model **out);
 void ddp_model_destroy(ddp_model *m);
 
 int ddp_model_n_params(const ddp_model *m);
@@ -60,7 +65,7 @@ size_t ddp_model_numel_total(const ddp_model *m);
 float *ddp_model_params(ddp_model *m);
 float *ddp_model_grads(ddp_model *m);  /* flat, backend memory, same layout */
 float *ddp_model_momentum(ddp_model *m); /* SGD momentum, flat, backend memory, same layout */
-const ddp_ops *ddp_model_ops(const ddp_model *m);
+const ops_handle *ddp_model_ops(const ddp_model *m);
 
 /* Forward pass on a batch: x (batch, 784) and labels (batch) in backend memory, batch <=
  * max_batch. Writes the mean loss and the number of correct predictions (either may be NULL), and

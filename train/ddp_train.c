@@ -45,7 +45,7 @@ typedef struct ddp_trainer {
     const ddp_train_opts *o;
     int rank, world;
     ddp_mnist train, test;
-    const ddp_ops *ops; /* the models' compute on this context's backend */
+    ops_handle *ops; /* the models' compute on this context's backend */
     ddp_model *model;
     ddp_reducer *reducer;
     ddp_scaler *scaler;    /* --grad-dtype fp16: dynamic loss scaling; else NULL */
@@ -244,11 +244,11 @@ static ddp_status ddp_train_verify(ddp_trainer *t)
  * for memory or bucket caps the reducer refuses (configuration errors), or a replica mismatch. */
 static ddp_status ddp_train_build(ddp_trainer *t)
 {
-    ddp_status st = ddp_train_agree(t, ddp_cuda_set_tf32(t->o->tf32));
+    ddp_status st = ddp_train_agree(t, ops_open(t->ctx, t->o->threads, &t->ops));
     if (st == DDP_OK)
-        st = ddp_train_agree(t, ddp_ops_open(t->ctx, t->o->threads, &t->ops));
+        st = ddp_train_agree(t, ops_cuda_set_tf32(t->ops, t->o->tf32));
     if (st == DDP_OK)
-        st = ddp_train_agree(t, ddp_model_create(t->ops, &t->o->model, &t->model));
+        st = ddp_train_agree(t, ddp_model_create(t->ctx, t->ops, &t->o->model, &t->model));
     if (st == DDP_OK)
         st = ddp_train_verify(t);
     if (st != DDP_OK)
@@ -276,30 +276,23 @@ static ddp_status ddp_train_build(ddp_trainer *t)
     return st;
 }
 
-/* Uploads n samples (x: (n, pixels), y: (n)) into the next batch slot, t->slot. On a backend with
- * double-buffered uploads (the GPU: pinned staging, a copy stream) the upload overlaps the
- * compute of the batch before, which reads the other slot. */
+/* Uploads n samples (x: (n, pixels), y: (n)) into the next batch slot, t->slot, through libddp's
+ * double-buffered staging: on the GPU (pinned staging, a copy stream) the upload overlaps the
+ * compute of the batch before, which reads the other slot; on the CPU it is a copy. */
 static void ddp_train_upload(ddp_trainer *t, const float *x, const int *y, int n)
 {
     size_t pixels = (size_t)t->train.rows * (size_t)t->train.cols;
     size_t x_bytes = (size_t)n * pixels * sizeof *x, y_bytes = (size_t)n * sizeof *y;
-    const ddp_ops *o = t->ops;
     int s = t->slot ^= 1;
-    if (!o->batch_upload) {
-        ddp_train_must(t, ddp_upload(t->ctx, t->x_dev[s], x, x_bytes), "uploading images");
-        ddp_train_must(t, ddp_upload(t->ctx, t->y_dev[s], y, y_bytes), "uploading labels");
-        return;
-    }
-    ddp_train_must(t, o->batch_upload(s, 0, t->x_dev[s], x, x_bytes), "uploading images");
-    ddp_train_must(t, o->batch_upload(s, 1, t->y_dev[s], y, y_bytes), "uploading labels");
-    ddp_train_must(t, o->batch_acquire(s), "waiting for the batch upload");
+    ddp_train_must(t, ddp_stage_upload(t->ctx, s, 0, t->x_dev[s], x, x_bytes), "uploading images");
+    ddp_train_must(t, ddp_stage_upload(t->ctx, s, 1, t->y_dev[s], y, y_bytes), "uploading labels");
+    ddp_train_must(t, ddp_stage_acquire(t->ctx, s), "waiting for the batch upload");
 }
 
 /* The compute queued so far is the last to read the current slot: its next upload waits for it. */
 static void ddp_train_batch_done(ddp_trainer *t)
 {
-    if (t->ops->batch_release)
-        ddp_train_must(t, t->ops->batch_release(t->slot), "releasing the batch buffers");
+    ddp_train_must(t, ddp_stage_release(t->ctx, t->slot), "releasing the batch buffers");
 }
 
 /* The next training micro-batch from the prefetcher, uploaded. */
@@ -504,7 +497,7 @@ static void ddp_train_report_impl(const ddp_trainer *t)
 {
     bool cpu = ddp_backend(t->ctx) == DDP_BACKEND_CPU;
     ddp_dtype p = t->o->model.precision;
-    const char *impl = cpu ? ddp_dnnl_describe(p) : ddp_cudnn_describe(p);
+    const char *impl = cpu ? ops_dnnl_describe(t->ops, p) : ops_cudnn_describe(t->ops, p);
     if (t->rank != 0 || !impl[0])
         return;
     ddp_progress_end(&t->progress);
@@ -585,13 +578,13 @@ static void ddp_train_report_start(const ddp_trainer *t)
     if (ddp_backend(t->ctx) == DDP_BACKEND_CPU) {
         printf("cpu: %s; ISA %s\n", ddp_cpu_model_name(), ddp_cpu_isa_describe());
         printf("compute: %s, %s; GEMM %s; convolutions %s; BLAS %s\n", t->ops->name, ddp_precision_name(p),
-               ddp_cpu_gemm_name(p), ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM", ddp_blas_describe());
-        if (p == DDP_BF16 && t->ops->emulates(p))
+               ops_cpu_gemm_name(p), ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM", ops_blas_describe());
+        if (p == DDP_BF16 && t->ops->emulates(t->ops, p))
             printf("bf16: emulated (this CPU has no AVX512_BF16, or DDP_CPU_ISA caps it): fp32 arithmetic, every "
                    "op's output rounded to bf16, activations stored in float\n");
     } else
         printf("compute: %s, %s; GEMM %s\n", t->ops->name, ddp_precision_name(t->o->model.precision),
-               ddp_cuda_describe(t->o->model.precision));
+               ops_cuda_describe(t->ops, t->o->model.precision));
     printf("memory: %s\n", ddp_malloc_describe());
     ddp_train_print_opts(stdout, t->o);
     if (t->o->requeue && !getenv("SLURM_JOB_ID"))
@@ -710,7 +703,7 @@ static void ddp_trainer_release(ddp_trainer *t)
     free(t->y_host);
     ddp_reducer_destroy(t->reducer);
     ddp_model_destroy(t->model);
-    ddp_ops_close(t->ops);
+    ops_close(t->ops);
     ddp_sampler_destroy(t->sampler);
     ddp_mnist_free(&t->train);
     ddp_mnist_free(&t->test);
@@ -796,7 +789,7 @@ static ddp_status ddp_train_run(ddp_ctx *ctx, const ddp_train_opts *o, int *requ
 
 int main(int argc, char **argv)
 {
-    if (ddp_blas_prefer_fast_kernels(argv) != 0)
+    if (ops_blas_prefer_fast_kernels(argv) != 0)
         return 2;
     ddp_malloc_policy();
     struct sigaction sa = {.sa_handler = ddp_train_on_signal};

@@ -1,6 +1,6 @@
 /* test_gradcheck.c - every layer's backward pass (and both full models') against central finite
  * differences of the float forward pass, on the CPU backend: once with its oneDNN convolutions and
- * pooling, once with the im2col + OpenBLAS ones (ddp_cpu_ops_im2col()).
+ * pooling, once with the im2col + OpenBLAS ones (ops_cpu_open with im2col).
  *
  * Layers are checked through the objective L = sum(G * y) with a fixed random G, so dL/dy = G.
  * Tolerances: a layer that is linear in the perturbed value (linear, conv) has an exact central
@@ -21,7 +21,7 @@
 
 #define F32 DDP_FP32
 
-static const ddp_ops *cpu; /* the table under test: oneDNN convolutions, then im2col */
+static const ops_handle *cpu; /* the table under test: oneDNN convolutions, then im2col */
 
 static double dot_g(const float *g, const float *y, size_t n)
 {
@@ -205,7 +205,7 @@ static void check_model(test_rng *r, ddp_model_kind kind)
     ddp_model_widths_parse("784-24-16-10", &cfg);
     cfg.max_batch = 2;
     model_case c = {.labels = {3, 7}};
-    CHECK(ddp_model_create(cpu, &cfg, &c.m) == DDP_OK, "model create");
+    CHECK(ddp_model_create(NULL, cpu, &cfg, &c.m) == DDP_OK, "model create");
     if (!c.m)
         return;
     c.x = test_floats(2 * 784);
@@ -248,9 +248,11 @@ static void check_model(test_rng *r, ddp_model_kind kind)
 
 int main(void)
 {
-    const ddp_ops *tables[] = {ddp_cpu_ops(), ddp_cpu_ops_im2col()};
     for (int t = 0; t < 2; t++) {
-        cpu = tables[t];
+        ops_handle *h = NULL;
+        if (ops_cpu_open(NULL, 1, t == 1, &h) != DDP_OK)
+            return 1;
+        cpu = h;
         printf("ops table %s\n", cpu->name);
         test_rng r = {0x9E3779B97F4A7C15ULL};
         check_linear(&r);
@@ -261,6 +263,7 @@ int main(void)
         check_xent(&r);
         check_model(&r, DDP_MODEL_MLP);
         check_model(&r, DDP_MODEL_CNN);
+        ops_close(h);
     }
     return CHECK_DONE();
 }

@@ -28,9 +28,12 @@ static void train(ddp_model_kind kind, int steps, float lr)
     ddp_model_config_default(&cfg, kind);
     cfg.max_batch = BATCH;
     ddp_model *m = NULL;
-    CHECK(ddp_model_create(ddp_cpu_ops(), &cfg, &m) == DDP_OK, "create");
-    if (!m)
+    ops_handle *ops = NULL;
+    CHECK(ops_cpu_open(NULL, 1, false, &ops) == DDP_OK && ddp_model_create(NULL, ops, &cfg, &m) == DDP_OK, "create");
+    if (!m) {
+        ops_close(ops);
         return;
+    }
     test_rng r = {4242};
     static float x[BATCH * PIXELS];
     int labels[BATCH], pred[BATCH], correct = 0;
@@ -54,6 +57,7 @@ static void train(ddp_model_kind kind, int steps, float lr)
     CHECK(loss < 0.25f * first, "%s: loss %g did not fall below a quarter of %g", name, loss, first);
     CHECK(correct == BATCH && agree == correct, "%s: %d correct, %d predictions agree", name, correct, agree);
     ddp_model_destroy(m);
+    ops_close(ops);
 }
 
 static void check_layout(void)
@@ -61,9 +65,12 @@ static void check_layout(void)
     ddp_model_config cfg;
     ddp_model_config_default(&cfg, DDP_MODEL_CNN);
     ddp_model *m = NULL;
-    CHECK(ddp_model_create(ddp_cpu_ops(), &cfg, &m) == DDP_OK, "create cnn");
-    if (!m)
+    ops_handle *ops = NULL;
+    CHECK(ops_cpu_open(NULL, 1, false, &ops) == DDP_OK && ddp_model_create(NULL, ops, &cfg, &m) == DDP_OK, "create cnn");
+    if (!m) {
+        ops_close(ops);
         return;
+    }
     static const char *names[] = {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
                                   "fc1.weight", "fc1.bias"};
     static const size_t numel[] = {500, 20, 10000, 20, 9800, 10};
@@ -82,6 +89,7 @@ static void check_layout(void)
         mx = fabsf(p[i]) > mx ? fabsf(p[i]) : mx;
     CHECK(mx <= 1.0f / sqrtf(500.0f) && mx > 0.9f / sqrtf(500.0f), "conv2 init range %g", mx);
     ddp_model_destroy(m);
+    ops_close(ops);
 }
 
 static void check_parsers(void)
