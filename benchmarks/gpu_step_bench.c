@@ -209,7 +209,7 @@ static void cnn_ops(ddp_dtype p, int b, int reps)
     double sum = 0;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char name[64];
-        snprintf(name, sizeof name, "%s %s", ddp_precision_name(p), rows[i].name);
+        snprintf(name, sizeof name, "%s %s", model_precision_name(p), rows[i].name);
         double d = bench_row(name, rows[i].fn, &t, reps);
         sum += d > 0 && i + 1 < sizeof rows / sizeof rows[0] ? d : 0;
     }
@@ -218,7 +218,7 @@ static void cnn_ops(ddp_dtype p, int b, int reps)
 
 /* A whole step of a model: forward with the loss, backward, SGD. */
 typedef struct step_t {
-    ddp_model *m;
+    model *m;
     float *x, *loss;
     int *y, b;
 } step_t;
@@ -226,16 +226,16 @@ typedef struct step_t {
 static ddp_status op_step(void *a)
 {
     step_t *s = a;
-    DDP_TRY_(ddp_model_zero_grad(s->m));
-    DDP_TRY_(ddp_model_forward_train(s->m, s->x, s->y, s->b, s->loss));
-    DDP_TRY_(ddp_model_backward(s->m, NULL));
-    return ddp_model_sgd_step(s->m, 0.01f, 0.9f, 0.0f);
+    DDP_TRY_(model_zero_grad(s->m));
+    DDP_TRY_(model_forward_train(s->m, s->x, s->y, s->b, s->loss));
+    DDP_TRY_(model_backward(s->m, NULL));
+    return model_sgd_step(s->m, 0.01f, 0.9f, 0.0f);
 }
 
-static void model_step(ddp_model_kind kind, ddp_dtype p, int b, int reps)
+static void model_step(model_kind kind, ddp_dtype p, int b, int reps)
 {
-    ddp_model_config cfg;
-    ddp_model_config_default(&cfg, kind);
+    model_config cfg;
+    model_config_default(&cfg, kind);
     cfg.max_batch = b, cfg.precision = p;
     step_t s = {.b = b};
     int *labels = malloc((size_t)b * sizeof *labels);
@@ -245,13 +245,13 @@ static void model_step(ddp_model_kind kind, ddp_dtype p, int b, int reps)
     s.loss = rand_buf(DDP_FP32, 1, 0, 1, 31);
     s.y = ddp_alloc(gpu->ctx, (size_t)b * sizeof(int));
     char name[64];
-    snprintf(name, sizeof name, "%s %s step", ddp_precision_name(p), kind == DDP_MODEL_CNN ? "cnn" : "mlp");
+    snprintf(name, sizeof name, "%s %s step", model_precision_name(p), kind == MODEL_CNN ? "cnn" : "mlp");
     if (labels && s.x && s.y && ddp_upload(gpu->ctx, s.y, labels, (size_t)b * sizeof(int)) == DDP_OK &&
-        ddp_model_create(gpu->ctx, gpu, &cfg, &s.m) == DDP_OK)
+        model_create(gpu->ctx, gpu, &cfg, &s.m) == DDP_OK)
         bench_row(name, op_step, &s, reps);
     else
         printf("%-28s setup failed\n", name);
-    ddp_model_destroy(s.m);
+    model_destroy(s.m);
     free(labels);
 }
 
@@ -278,8 +278,8 @@ int main(int argc, char **argv)
         if (!gpu->supports(gpu, precs[i], NULL))
             continue;
         cnn_ops(precs[i], b, reps);
-        model_step(DDP_MODEL_CNN, precs[i], b, reps);
-        model_step(DDP_MODEL_MLP, precs[i], b, reps);
+        model_step(MODEL_CNN, precs[i], b, reps);
+        model_step(MODEL_MLP, precs[i], b, reps);
     }
     ops_close(cpu);
     ops_close(gpu);

@@ -8,7 +8,7 @@
 
 /* The fp32 fallback serves only fp32 (model creation checks the precision first, but a table
  * may lack one layer's 16-bit op, e.g. the GPU's convolutions without cuDNN): logs which. */
-static ddp_status ddp_fp32_only(const ops_handle *ops, ddp_dtype p, const char *layer)
+static ddp_status fp32_only(const ops_handle *ops, ddp_dtype p, const char *layer)
 {
     if (p == DDP_FP32)
         return DDP_OK;
@@ -19,22 +19,22 @@ static ddp_status ddp_fp32_only(const ops_handle *ops, ddp_dtype p, const char *
 
 /* ---- linear -------------------------------------------------------------------------------- */
 
-ddp_status ddp_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
+ddp_status layer_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
                           const float *b, int batch, int in, int out, void *y, bool y_fp32)
 {
     if (ops->linear_fwd)
         return ops->linear_fwd(ops, p, x, w, b, batch, in, out, y, y_fp32);
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
+    DDP_TRY_(fp32_only(ops, p, __func__));
     DDP_TRY_(ops->gemm(ops, false, true, batch, out, in, 1.0f, x, w, 0.0f, y));
     return ops->bias_add(ops, y, b, batch, out);
 }
 
-ddp_status ddp_linear_bwd_params(const ops_handle *ops, ddp_dtype p, const void *x, const void *dy,
+ddp_status layer_linear_bwd_params(const ops_handle *ops, ddp_dtype p, const void *x, const void *dy,
                                  int batch, int in, int out, float *dw, float *db, bool accumulate)
 {
     if (ops->linear_bwd_params)
         return ops->linear_bwd_params(ops, p, x, dy, batch, in, out, dw, db, accumulate);
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
+    DDP_TRY_(fp32_only(ops, p, __func__));
     if (dw)
         DDP_TRY_(ops->gemm(ops, true, false, out, in, batch, 1.0f, dy, x, accumulate ? 1.0f : 0.0f, dw));
     if (db && !accumulate)
@@ -42,24 +42,24 @@ ddp_status ddp_linear_bwd_params(const ops_handle *ops, ddp_dtype p, const void 
     return db ? ops->bias_grad(ops, db, dy, batch, out) : DDP_OK;
 }
 
-ddp_status ddp_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const void *w, const void *dy,
+ddp_status layer_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const void *w, const void *dy,
                                 int batch, int in, int out, void *dx)
 {
     if (ops->linear_bwd_input)
         return ops->linear_bwd_input(ops, p, w, dy, batch, in, out, dx);
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
+    DDP_TRY_(fp32_only(ops, p, __func__));
     return ops->gemm(ops, false, false, batch, in, out, 1.0f, dy, w, 0.0f, dx);
 }
 
 /* ---- conv2d -------------------------------------------------------------------------------- */
 
-ddp_status ddp_conv_init(const ops_handle *ops, ddp_conv *cv, int c_in, int h, int w, int c_out, int k,
+ddp_status layer_conv_init(const ops_handle *ops, layer_conv *cv, int c_in, int h, int w, int c_out, int k,
                          int pad)
 {
     int h_out = h + 2 * pad - k + 1, w_out = w + 2 * pad - k + 1;
     if (c_in < 1 || c_out < 1 || k < 1 || pad < 0 || h_out < 1 || w_out < 1)
         return DDP_ERR_INVALID_ARG;
-    *cv = (ddp_conv){.c_in = c_in, .h = h, .w = w, .c_out = c_out, .k = k, .pad = pad,
+    *cv = (layer_conv){.c_in = c_in, .h = h, .w = w, .c_out = c_out, .k = k, .pad = pad,
                      .h_out = h_out, .w_out = w_out};
     size_t n = (size_t)h_out * w_out;
     float *host = malloc(n * sizeof *host); // (h_out * w_out)
@@ -71,11 +71,11 @@ ddp_status ddp_conv_init(const ops_handle *ops, ddp_conv *cv, int c_in, int h, i
         st = ddp_upload(ops->ctx, cv->ones, host, n * sizeof(float));
     free(host);
     if (st != DDP_OK)
-        ddp_conv_release(ops, cv);
+        layer_conv_release(ops, cv);
     return st;
 }
 
-void ddp_conv_release(const ops_handle *ops, ddp_conv *cv)
+void layer_conv_release(const ops_handle *ops, layer_conv *cv)
 {
     if (cv && ops)
         ddp_free(ops->ctx, cv->ones);
@@ -83,34 +83,34 @@ void ddp_conv_release(const ops_handle *ops, ddp_conv *cv)
         cv->ones = NULL;
 }
 
-size_t ddp_conv_col_numel(const ddp_conv *cv)
+size_t layer_conv_col_numel(const layer_conv *cv)
 {
     return (size_t)cv->c_in * cv->k * cv->k * cv->h_out * cv->w_out;
 }
 
-bool ddp_conv_direct(const ops_handle *ops)
+bool layer_conv_direct(const ops_handle *ops)
 {
     return ops->conv_fwd && ops->conv_bwd_params && ops->conv_bwd_input;
 }
 
-static ops_conv_shape ops_conv_shape_of(const ddp_conv *cv)
+static ops_conv_shape ops_conv_shape_of(const layer_conv *cv)
 {
     return (ops_conv_shape){.c_in = cv->c_in, .h = cv->h, .w = cv->w, .c_out = cv->c_out,
                             .k = cv->k, .pad = cv->pad, .h_out = cv->h_out, .w_out = cv->w_out};
 }
 
-ddp_status ddp_conv_fwd(const ops_handle *ops, ddp_dtype p, const ddp_conv *cv, const void *x,
+ddp_status layer_conv_fwd(const ops_handle *ops, ddp_dtype p, const layer_conv *cv, const void *x,
                         const void *w, const float *b, int batch, float *col, void *y)
 {
-    if (ddp_conv_direct(ops)) {
+    if (layer_conv_direct(ops)) {
         ops_conv_shape s = ops_conv_shape_of(cv);
         return ops->conv_fwd(ops, p, &s, batch, x, w, b, y);
     }
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
+    DDP_TRY_(fp32_only(ops, p, __func__));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     size_t x_numel = (size_t)cv->c_in * cv->h * cv->w, y_numel = (size_t)cv->c_out * hw;
     for (int n = 0; n < batch; n++) {
-        float *col_n = col + n * ddp_conv_col_numel(cv); // (ckk, hw)
+        float *col_n = col + n * layer_conv_col_numel(cv); // (ckk, hw)
         float *y_n = (float *)y + n * y_numel;            // (c_out, hw)
         DDP_TRY_(ops->im2col(ops, (const float *)x + n * x_numel, cv->c_in, cv->h, cv->w, cv->k, cv->pad,
                              col_n));
@@ -120,15 +120,15 @@ ddp_status ddp_conv_fwd(const ops_handle *ops, ddp_dtype p, const ddp_conv *cv, 
     return DDP_OK;
 }
 
-ddp_status ddp_conv_bwd_params(const ops_handle *ops, ddp_dtype p, const ddp_conv *cv,
+ddp_status layer_conv_bwd_params(const ops_handle *ops, ddp_dtype p, const layer_conv *cv,
                                const void *x, const float *col, const void *dy, int batch,
                                float *dw, float *db, bool accumulate)
 {
-    if (ddp_conv_direct(ops)) {
+    if (layer_conv_direct(ops)) {
         ops_conv_shape s = ops_conv_shape_of(cv);
         return ops->conv_bwd_params(ops, p, &s, batch, x, dy, dw, db, accumulate);
     }
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
+    DDP_TRY_(fp32_only(ops, p, __func__));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     if (!accumulate) {
         DDP_TRY_(ddp_zero(ops->ctx, dw, (size_t)cv->c_out * ckk * sizeof *dw));
@@ -136,21 +136,21 @@ ddp_status ddp_conv_bwd_params(const ops_handle *ops, ddp_dtype p, const ddp_con
     }
     for (int n = 0; n < batch; n++) {
         const float *dy_n = (const float *)dy + (size_t)n * cv->c_out * hw; // (c_out, hw)
-        const float *col_n = col + n * ddp_conv_col_numel(cv);
+        const float *col_n = col + n * layer_conv_col_numel(cv);
         DDP_TRY_(ops->gemm(ops, false, true, cv->c_out, ckk, hw, 1.0f, dy_n, col_n, 1.0f, dw));
         DDP_TRY_(ops->gemm(ops, false, false, cv->c_out, 1, hw, 1.0f, dy_n, cv->ones, 1.0f, db));
     }
     return DDP_OK;
 }
 
-ddp_status ddp_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const ddp_conv *cv,
+ddp_status layer_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const layer_conv *cv,
                               const void *w, const void *dy, int batch, float *dcol, void *dx)
 {
-    if (ddp_conv_direct(ops)) {
+    if (layer_conv_direct(ops)) {
         ops_conv_shape s = ops_conv_shape_of(cv);
         return ops->conv_bwd_input(ops, p, &s, batch, w, dy, dx);
     }
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
+    DDP_TRY_(fp32_only(ops, p, __func__));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     size_t x_n = (size_t)cv->c_in * cv->h * cv->w;
     DDP_TRY_(ddp_zero(ops->ctx, dx, (size_t)batch * x_n * sizeof(float)));
@@ -164,43 +164,43 @@ ddp_status ddp_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const ddp_conv
 
 /* ---- ReLU, max-pool, loss ------------------------------------------------------------------ */
 
-ddp_status ddp_relu_layer_fwd(const ops_handle *ops, ddp_dtype p, const void *x, size_t n, void *y)
+ddp_status layer_relu_fwd(const ops_handle *ops, ddp_dtype p, const void *x, size_t n, void *y)
 {
     if (ops->act_relu_fwd)
         return ops->act_relu_fwd(ops, p, y, x, n);
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
+    DDP_TRY_(fp32_only(ops, p, __func__));
     return ops->relu_fwd(ops, y, x, n);
 }
 
-ddp_status ddp_relu_layer_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, const void *y,
+ddp_status layer_relu_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, const void *y,
                               size_t n, void *dx)
 {
     if (ops->act_relu_bwd)
         return ops->act_relu_bwd(ops, p, dx, dy, y, n);
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
+    DDP_TRY_(fp32_only(ops, p, __func__));
     return ops->relu_bwd(ops, dx, dy, y, n);
 }
 
-ddp_status ddp_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *x, int n, int c, int h,
+ddp_status layer_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *x, int n, int c, int h,
                         int w, void *y, int *arg, size_t ws_bytes)
 {
     if (ops->pool_fwd && ops->pool_bwd)
         return ops->pool_fwd(ops, p, x, n, c, h, w, y, arg, ws_bytes);
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
+    DDP_TRY_(fp32_only(ops, p, __func__));
     return ops->maxpool_fwd(ops, x, n * c, h, w, y, arg);
 }
 
-ddp_status ddp_pool_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, const int *arg, int n,
+ddp_status layer_pool_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, const int *arg, int n,
                         int c, int h, int w, void *dx)
 {
     if (ops->pool_fwd && ops->pool_bwd)
         return ops->pool_bwd(ops, p, dy, arg, n, c, h, w, dx);
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
+    DDP_TRY_(fp32_only(ops, p, __func__));
     DDP_TRY_(ddp_zero(ops->ctx, dx, (size_t)n * c * h * w * sizeof(float)));
     return ops->maxpool_bwd(ops, dy, arg, n * c, h, w, dx);
 }
 
-const void *ddp_image_as_rows(const ops_handle *ops, ddp_dtype p, const void *img, void *tmp,
+const void *layer_image_as_rows(const ops_handle *ops, ddp_dtype p, const void *img, void *tmp,
                               int n, int c, int h, int w)
 {
     if (!ops->channels_last || c == 1)
@@ -208,7 +208,7 @@ const void *ddp_image_as_rows(const ops_handle *ops, ddp_dtype p, const void *im
     return ops->image_reorder(ops, p, img, tmp, n, c, h, w, true) == DDP_OK ? tmp : NULL;
 }
 
-ddp_status ddp_rows_to_image(const ops_handle *ops, ddp_dtype p, const void *rows, void *img,
+ddp_status layer_rows_to_image(const ops_handle *ops, ddp_dtype p, const void *rows, void *img,
                              int n, int c, int h, int w)
 {
     if (!ops->channels_last || c == 1)
@@ -216,7 +216,7 @@ ddp_status ddp_rows_to_image(const ops_handle *ops, ddp_dtype p, const void *row
     return ops->image_reorder(ops, p, rows, img, n, c, h, w, false);
 }
 
-ddp_status ddp_xent_fwd(const ops_handle *ops, const float *logits, const int *labels, int batch,
+ddp_status layer_xent_fwd(const ops_handle *ops, const float *logits, const int *labels, int batch,
                         int classes, float *dlogits, float *loss, int *correct)
 {
     return ops->softmax_xent(ops, logits, labels, batch, classes, dlogits, loss, correct);

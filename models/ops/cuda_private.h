@@ -37,21 +37,21 @@ static inline unsigned ddp_grid(size_t n) { return (unsigned)((n + ddp_block - 1
 
 /* Log a failed call (its text, the library's message, the caller's file and line) and return
  * the status: DDP_ERR_CUDA for the runtime and cuDNN, DDP_ERR_BLAS for cuBLAS. */
-ddp_status ddp_cuda_fail(cudaError_t err, const char *what, const char *file, int line);
-ddp_status ddp_cublas_fail(cublasStatus_t st, const char *what, const char *file, int line);
+ddp_status ops_cuda_fail(cudaError_t err, const char *what, const char *file, int line);
+ddp_status ops_cublas_fail(cublasStatus_t st, const char *what, const char *file, int line);
 
 #define DDP_CUDA_TRY(call)                                                      \
     do {                                                                        \
         cudaError_t ddp_err_ = (call);                                          \
         if (ddp_err_ != cudaSuccess)                                            \
-            return ddp_cuda_fail(ddp_err_, #call, __FILE__, __LINE__);          \
+            return ops_cuda_fail(ddp_err_, #call, __FILE__, __LINE__);          \
     } while (0)
 
 #define DDP_CUBLAS_TRY(call)                                                    \
     do {                                                                        \
         cublasStatus_t ddp_st_ = (call);                                        \
         if (ddp_st_ != CUBLAS_STATUS_SUCCESS)                                   \
-            return ddp_cublas_fail(ddp_st_, #call, __FILE__, __LINE__);         \
+            return ops_cublas_fail(ddp_st_, #call, __FILE__, __LINE__);         \
     } while (0)
 
 /* For release paths that cannot return a status: logs a failed call and goes on. */
@@ -59,14 +59,14 @@ ddp_status ddp_cublas_fail(cublasStatus_t st, const char *what, const char *file
     do {                                                                        \
         cudaError_t ddp_err_ = (call);                                          \
         if (ddp_err_ != cudaSuccess)                                            \
-            ddp_cuda_fail(ddp_err_, #call, __FILE__, __LINE__);                 \
+            ops_cuda_fail(ddp_err_, #call, __FILE__, __LINE__);                 \
     } while (0)
 
 #define DDP_CUBLAS_LOG(call)                                                    \
     do {                                                                        \
         cublasStatus_t ddp_st_ = (call);                                        \
         if (ddp_st_ != CUBLAS_STATUS_SUCCESS)                                   \
-            ddp_cublas_fail(ddp_st_, #call, __FILE__, __LINE__);                \
+            ops_cublas_fail(ddp_st_, #call, __FILE__, __LINE__);                \
     } while (0)
 
 /* Ends every launcher: reports a failed launch. */

@@ -18,14 +18,14 @@
 
 /* ---- checks and scratch ---------------------------------------------------------------- */
 
-ddp_status ddp_cuda_fail(cudaError_t err, const char *what, const char *file, int line)
+ddp_status ops_cuda_fail(cudaError_t err, const char *what, const char *file, int line)
 {
     ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s: %s (%s)", what, cudaGetErrorString(err),
                   cudaGetErrorName(err));
     return DDP_ERR_CUDA;
 }
 
-ddp_status ddp_cublas_fail(cublasStatus_t st, const char *what, const char *file, int line)
+ddp_status ops_cublas_fail(cublasStatus_t st, const char *what, const char *file, int line)
 {
     ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s: %s (%d)", what, cublasGetStatusString(st),
                   (int)st);
@@ -61,7 +61,7 @@ static void scratch_release(const ops_handle *ops)
 
 /* ================================================================================ kernels == */
 
-__global__ void ddp_bias_add_kernel(float *y, const float *bias, int rows, int cols)
+__global__ void bias_add_kernel(float *y, const float *bias, int rows, int cols)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (size_t)rows * cols)
@@ -69,7 +69,7 @@ __global__ void ddp_bias_add_kernel(float *y, const float *bias, int rows, int c
 }
 
 /* One thread per column: sums the column over the rows. */
-__global__ void ddp_bias_grad_kernel(float *dbias, const float *dy, int rows, int cols)
+__global__ void bias_grad_kernel(float *dbias, const float *dy, int rows, int cols)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cols)
@@ -80,35 +80,35 @@ __global__ void ddp_bias_grad_kernel(float *dbias, const float *dy, int rows, in
     dbias[c] += s;
 }
 
-__global__ void ddp_relu_fwd_kernel(float *y, const float *x, size_t n)
+__global__ void relu_fwd_kernel(float *y, const float *x, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         y[i] = ddp_relu(x[i]);
 }
 
-__global__ void ddp_relu_bwd_kernel(float *dx, const float *dy, const float *y, size_t n)
+__global__ void relu_bwd_kernel(float *dx, const float *dy, const float *y, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         dx[i] = ddp_relu_grad(dy[i], y[i]);
 }
 
-__global__ void ddp_scale_kernel(float *x, size_t n, float alpha)
+__global__ void scale_kernel(float *x, size_t n, float alpha)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         x[i] *= alpha;
 }
 
-__global__ void ddp_axpy_kernel(float *y, const float *x, size_t n, float alpha)
+__global__ void axpy_kernel(float *y, const float *x, size_t n, float alpha)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         y[i] += alpha * x[i];
 }
 
-__global__ void ddp_sgd_kernel(float *w, float *m, const float *g, size_t n, float lr,
+__global__ void sgd_kernel(float *w, float *m, const float *g, size_t n, float lr,
                                float momentum, float weight_decay)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -117,7 +117,7 @@ __global__ void ddp_sgd_kernel(float *w, float *m, const float *g, size_t n, flo
 }
 
 /* One thread per col element; col is (c*k*k, h_out*w_out). */
-__global__ void ddp_im2col_kernel(const float *im, int c, int h, int w, int k, int pad, float *col)
+__global__ void im2col_kernel(const float *im, int c, int h, int w, int k, int pad, float *col)
 {
     int h_out = ddp_conv_out(h, k, pad), w_out = ddp_conv_out(w, k, pad);
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -132,7 +132,7 @@ __global__ void ddp_im2col_kernel(const float *im, int c, int h, int w, int k, i
 }
 
 /* One thread per image element (C,H,W): gathers its col entries, so no atomics are needed. */
-__global__ void ddp_col2im_kernel(const float *col, int c, int h, int w, int k, int pad, float *im)
+__global__ void col2im_kernel(const float *col, int c, int h, int w, int k, int pad, float *im)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)c * h * w)
@@ -141,7 +141,7 @@ __global__ void ddp_col2im_kernel(const float *col, int c, int h, int w, int k, 
     im[i] += ddp_col2im_gather(col, h, w, k, pad, ci, y, x);
 }
 
-__global__ void ddp_maxpool_fwd_kernel(const float *x, int planes, int h, int w, float *y,
+__global__ void maxpool_fwd_kernel(const float *x, int planes, int h, int w, float *y,
                                        int *argmax)
 {
     int ho = h / 2, wo = w / 2;
@@ -153,7 +153,7 @@ __global__ void ddp_maxpool_fwd_kernel(const float *x, int planes, int h, int w,
 }
 
 /* Windows do not overlap, so each input element receives from at most one output. */
-__global__ void ddp_maxpool_bwd_kernel(const float *dy, const int *argmax, size_t n_out, float *dx)
+__global__ void maxpool_bwd_kernel(const float *dy, const int *argmax, size_t n_out, float *dx)
 {
     size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (o < n_out)
@@ -162,7 +162,7 @@ __global__ void ddp_maxpool_bwd_kernel(const float *dy, const int *argmax, size_
 
 /* One thread per row. result[2r] = loss bits, result[2r+1] = 1 if correct, 0 if not, -1 for a
  * label out of range. */
-__global__ void ddp_softmax_xent_kernel(const float *logits, const int *labels, int rows,
+__global__ void softmax_xent_kernel(const float *logits, const int *labels, int rows,
                                         int classes, float *dlogits, int *result)
 {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
@@ -207,7 +207,7 @@ static ddp_status cuda_bias_add(const ops_handle *ops, float *y, const float *bi
     if (rows <= 0 || cols <= 0) /* nothing to do, as on the CPU (a negative one would wrap n) */
         return DDP_OK;
     size_t n = (size_t)rows * cols;
-    ddp_bias_add_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(y, bias, rows, cols);
+    bias_add_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(y, bias, rows, cols);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
@@ -217,7 +217,7 @@ static ddp_status cuda_bias_grad(const ops_handle *ops, float *dbias, const floa
     cuda_state *cu = cuda_of(ops);
     if (cols <= 0)
         return DDP_OK;
-    ddp_bias_grad_kernel<<<ddp_grid((size_t)cols), ddp_block, 0, cu->stream>>>(dbias, dy, rows,
+    bias_grad_kernel<<<ddp_grid((size_t)cols), ddp_block, 0, cu->stream>>>(dbias, dy, rows,
                                                                                 cols);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
@@ -228,7 +228,7 @@ static ddp_status cuda_relu_fwd(const ops_handle *ops, float *y, const float *x,
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
         return DDP_OK;
-    ddp_relu_fwd_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(y, x, n);
+    relu_fwd_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(y, x, n);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
@@ -238,7 +238,7 @@ static ddp_status cuda_relu_bwd(const ops_handle *ops, float *dx, const float *d
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
         return DDP_OK;
-    ddp_relu_bwd_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(dx, dy, y, n);
+    relu_bwd_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(dx, dy, y, n);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
@@ -248,7 +248,7 @@ static ddp_status cuda_scale(const ops_handle *ops, float *x, size_t n, float al
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
         return DDP_OK;
-    ddp_scale_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(x, n, alpha);
+    scale_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(x, n, alpha);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
@@ -258,7 +258,7 @@ static ddp_status cuda_axpy(const ops_handle *ops, float *y, const float *x, siz
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
         return DDP_OK;
-    ddp_axpy_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(y, x, n, alpha);
+    axpy_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(y, x, n, alpha);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
@@ -269,7 +269,7 @@ static ddp_status cuda_sgd_step(const ops_handle *ops, float *w, float *m, const
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
         return DDP_OK;
-    ddp_sgd_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(w, m, g, n, lr, momentum,
+    sgd_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(w, m, g, n, lr, momentum,
                                                               weight_decay);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
@@ -284,7 +284,7 @@ static ddp_status cuda_im2col(const ops_handle *ops, const float *im, int c, int
     if (c <= 0)
         return DDP_OK;
     size_t n = (size_t)c * k * k * h_out * w_out;
-    ddp_im2col_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(im, c, h, w, k, pad, col);
+    im2col_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(im, c, h, w, k, pad, col);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
@@ -297,7 +297,7 @@ static ddp_status cuda_col2im(const ops_handle *ops, const float *col, int c, in
     if (c <= 0 || h <= 0 || w <= 0)
         return DDP_OK;
     size_t n = (size_t)c * h * w;
-    ddp_col2im_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(col, c, h, w, k, pad, im);
+    col2im_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(col, c, h, w, k, pad, im);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
@@ -311,7 +311,7 @@ static ddp_status cuda_maxpool_fwd(const ops_handle *ops, const float *x, int pl
     size_t n_out = (size_t)planes * (h / 2) * (w / 2);
     if (n_out == 0)
         return DDP_OK;
-    ddp_maxpool_fwd_kernel<<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(x, planes, h, w, y,
+    maxpool_fwd_kernel<<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(x, planes, h, w, y,
                                                                           argmax);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
@@ -324,7 +324,7 @@ static ddp_status cuda_maxpool_bwd(const ops_handle *ops, const float *dy, const
     if (planes <= 0 || h < 2 || w < 2)
         return DDP_OK;
     size_t n_out = (size_t)planes * (h / 2) * (w / 2);
-    ddp_maxpool_bwd_kernel<<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(dy, argmax, n_out, dx);
+    maxpool_bwd_kernel<<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(dy, argmax, n_out, dx);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
@@ -370,7 +370,7 @@ static ddp_status cuda_softmax_xent(const ops_handle *ops, const float *logits, 
     ddp_status st = xent_scratch(ops, rows, &scratch);
     if (st != DDP_OK)
         return st;
-    ddp_softmax_xent_kernel<<<ddp_grid((size_t)rows), ddp_block, 0, cu->stream>>>(
+    softmax_xent_kernel<<<ddp_grid((size_t)rows), ddp_block, 0, cu->stream>>>(
         logits, labels, rows, classes, dlogits, scratch);
     DDP_CUDA_LAUNCHED();
     int *result = (int *)malloc(2 * (size_t)rows * sizeof(int)); // (rows, 2)
@@ -385,9 +385,9 @@ static ddp_status cuda_softmax_xent(const ops_handle *ops, const float *logits, 
 
 /* ---- softmax cross-entropy for training: the loss stays on the device ----------------------- */
 
-/* One block: *acc += mean over rows of the per-row losses of ddp_softmax_xent_kernel (a fixed
+/* One block: *acc += mean over rows of the per-row losses of softmax_xent_kernel (a fixed
  * summation order, so the result is reproducible); NaN when a label was out of range. */
-__global__ void ddp_xent_acc_kernel(const int *result, int rows, float *acc)
+__global__ void xent_acc_kernel(const int *result, int rows, float *acc)
 {
     __shared__ double part[256];
     __shared__ int bad[256];
@@ -419,10 +419,10 @@ static ddp_status cuda_softmax_xent_acc(const ops_handle *ops, const float *logi
         return DDP_ERR_INVALID_ARG;
     int *scratch = NULL;
     DDP_TRY_(xent_scratch(ops, rows, &scratch));
-    ddp_softmax_xent_kernel<<<ddp_grid((size_t)rows), ddp_block, 0, cu->stream>>>(
+    softmax_xent_kernel<<<ddp_grid((size_t)rows), ddp_block, 0, cu->stream>>>(
         logits, labels, rows, classes, dlogits, scratch);
     DDP_CUDA_LAUNCHED();
-    ddp_xent_acc_kernel<<<1, 256, 0, cu->stream>>>(scratch, rows, loss_acc);
+    xent_acc_kernel<<<1, 256, 0, cu->stream>>>(scratch, rows, loss_acc);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }

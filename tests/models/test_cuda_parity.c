@@ -136,26 +136,26 @@ static void check_pool_xent(test_rng *r)
 }
 
 /* One forward/backward of the same model on both backends; gradients must agree. */
-static void check_model(test_rng *r, ddp_model_kind kind)
+static void check_model(test_rng *r, model_kind kind)
 {
-    ddp_model_config cfg;
-    ddp_model_config_default(&cfg, kind);
+    model_config cfg;
+    model_config_default(&cfg, kind);
     cfg.max_batch = 8;
-    ddp_model *mc = NULL, *mg = NULL;
-    CHECK(ddp_model_create(NULL, cpu, &cfg, &mc) == DDP_OK && ddp_model_create(ctx, gpu, &cfg, &mg) == DDP_OK, "create");
+    model *mc = NULL, *mg = NULL;
+    CHECK(model_create(NULL, cpu, &cfg, &mc) == DDP_OK && model_create(ctx, gpu, &cfg, &mg) == DDP_OK, "create");
     pair x = make_pair(r, 8 * 784, 0, 1);
     int labels[8] = {0, 1, 2, 3, 4, 5, 6, 7}, *labels_d = ddp_alloc(gpu->ctx, sizeof labels);
     ddp_upload(gpu->ctx, labels_d, labels, sizeof labels);
     float lc = 0, lg = 0;
     if (mc && mg) {
-        ddp_model_forward(mc, x.h, labels, 8, &lc, NULL, NULL), ddp_model_backward(mc, NULL);
-        CHECK(ddp_model_forward(mg, x.d, labels_d, 8, &lg, NULL, NULL) == DDP_OK, "gpu forward");
-        CHECK(ddp_model_backward(mg, NULL) == DDP_OK, "gpu backward");
+        model_forward(mc, x.h, labels, 8, &lc, NULL, NULL), model_backward(mc, NULL);
+        CHECK(model_forward(mg, x.d, labels_d, 8, &lg, NULL, NULL) == DDP_OK, "gpu forward");
+        CHECK(model_backward(mg, NULL) == DDP_OK, "gpu backward");
         CHECK_CLOSE(lg, lc, 1e-5, 1e-4, "model loss");
-        pair gr = {ddp_model_grads(mc), ddp_model_grads(mg), ddp_model_numel_total(mc)};
-        compare_pair(kind == DDP_MODEL_CNN ? "cnn grads" : "mlp grads", &gr, 1e-4, 1e-3);
+        pair gr = {model_grads(mc), model_grads(mg), model_numel_total(mc)};
+        compare_pair(kind == MODEL_CNN ? "cnn grads" : "mlp grads", &gr, 1e-4, 1e-3);
     }
-    ddp_model_destroy(mc), ddp_model_destroy(mg), ddp_free(gpu->ctx, labels_d), drop_pair(&x);
+    model_destroy(mc), model_destroy(mg), ddp_free(gpu->ctx, labels_d), drop_pair(&x);
 }
 
 /* libddp's double-buffered batch staging: each round fills one slot while the other holds the
@@ -208,8 +208,8 @@ int main(void)
     check_conv_helpers(&r, 3, 7, 5, 3, 1);
     check_conv_helpers(&r, 20, 14, 14, 5, 2);
     check_pool_xent(&r);
-    check_model(&r, DDP_MODEL_MLP);
-    check_model(&r, DDP_MODEL_CNN);
+    check_model(&r, MODEL_MLP);
+    check_model(&r, MODEL_CNN);
     check_batch_uploads();
     test_cuda_close(ctx, gpu, cpu);
     return CHECK_DONE();

@@ -278,34 +278,34 @@ static double rel_l2(const float *a, const float *b, size_t n)
 }
 
 /* One forward/backward of the same model on both backends: losses and gradients agree. */
-static void check_model(test_rng *r, ddp_model_kind kind, const prec *q, double tol)
+static void check_model(test_rng *r, model_kind kind, const prec *q, double tol)
 {
-    ddp_model_config cfg;
-    ddp_model_config_default(&cfg, kind);
+    model_config cfg;
+    model_config_default(&cfg, kind);
     cfg.max_batch = 8;
     cfg.precision = q->p;
-    ddp_model *mc = NULL, *mg = NULL;
-    CHECK(ddp_model_create(NULL, cpu, &cfg, &mc) == DDP_OK && ddp_model_create(ctx, gpu, &cfg, &mg) == DDP_OK,
+    model *mc = NULL, *mg = NULL;
+    CHECK(model_create(NULL, cpu, &cfg, &mc) == DDP_OK && model_create(ctx, gpu, &cfg, &mg) == DDP_OK,
           "create %s", q->name);
     tens x = make_t(r, DDP_FP32, 8 * 784, 0, 1);
     int labels[8] = {0, 1, 2, 3, 4, 5, 6, 7}, *labels_d = ddp_alloc(gpu->ctx, sizeof labels);
     ddp_upload(gpu->ctx, labels_d, labels, sizeof labels);
     float lc = 0, lg = 0;
     if (mc && mg) {
-        CHECK(ddp_model_forward(mc, x.h, labels, 8, &lc, NULL, NULL) == DDP_OK, "cpu forward");
-        CHECK(ddp_model_backward(mc, NULL) == DDP_OK, "cpu backward");
-        CHECK(ddp_model_forward(mg, x.d, labels_d, 8, &lg, NULL, NULL) == DDP_OK, "gpu forward");
-        CHECK(ddp_model_backward(mg, NULL) == DDP_OK, "gpu backward");
+        CHECK(model_forward(mc, x.h, labels, 8, &lc, NULL, NULL) == DDP_OK, "cpu forward");
+        CHECK(model_backward(mc, NULL) == DDP_OK, "cpu backward");
+        CHECK(model_forward(mg, x.d, labels_d, 8, &lg, NULL, NULL) == DDP_OK, "gpu forward");
+        CHECK(model_backward(mg, NULL) == DDP_OK, "gpu backward");
         CHECK_CLOSE(lg, lc, tol, tol, "model loss");
-        size_t n = ddp_model_numel_total(mc);
+        size_t n = model_numel_total(mc);
         float *g = test_floats(n);
-        CHECK(ddp_download(gpu->ctx, g, ddp_model_grads(mg), n * sizeof *g) == DDP_OK, "download grads");
-        double d = rel_l2(g, ddp_model_grads(mc), n);
+        CHECK(ddp_download(gpu->ctx, g, model_grads(mg), n * sizeof *g) == DDP_OK, "download grads");
+        double d = rel_l2(g, model_grads(mc), n);
         CHECK(d <= tol, "%s %s gradients: relative L2 distance %g > %g",
-              kind == DDP_MODEL_CNN ? "cnn" : "mlp", q->name, d, tol);
+              kind == MODEL_CNN ? "cnn" : "mlp", q->name, d, tol);
         free(g);
     }
-    ddp_model_destroy(mc), ddp_model_destroy(mg), ddp_free(gpu->ctx, labels_d), drop_t(&x);
+    model_destroy(mc), model_destroy(mg), ddp_free(gpu->ctx, labels_d), drop_t(&x);
 }
 
 /* --tf32: fp32 GEMMs round their inputs to 10 mantissa bits, so a GEMM over values that need
@@ -364,9 +364,9 @@ int main(void)
             check_conv(&r, q, 19, &odd); /* bias sums over three chunks of images, one partial */
         }
         check_pool(&r, q);
-        check_model(&r, DDP_MODEL_MLP, q, model_tol[i]);
+        check_model(&r, MODEL_MLP, q, model_tol[i]);
         if (cudnn || q->p == DDP_FP32)
-            check_model(&r, DDP_MODEL_CNN, q, model_tol[i]);
+            check_model(&r, MODEL_CNN, q, model_tol[i]);
     }
     check_tf32(&r, ampere);
     test_cuda_close(ctx, gpu, cpu);
