@@ -1,5 +1,5 @@
 /* layers.h - forward and backward passes of the layers the reference models are made of (linear,
- * conv2d, ReLU, 2x2 max-pool, softmax cross-entropy), written against the backend ops table.
+ * conv2d, ReLU, 2x2 max-pool, softmax cross-entropy), written against the ops handle.
  * Private to models/ and its tests.
  *
  * Every pointer is backend memory. Activations (void *) are stored in precision p (ops.h);

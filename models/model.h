@@ -1,4 +1,5 @@
-/* model.h - the reference models (MLP and LeNet-style CNN) built on the backend ops table.
+/* model.h - the reference models (MLP and LeNet-style CNN), computing with an ops handle (ops.h)
+ * in memory libddp allocates (ddp_alloc).
  *
  * A model owns three allocations in backend memory, each ONE buffer with a size table:
  * parameters, gradients (same layout, so reducer buckets are slices of it) and SGD momentum.

@@ -323,7 +323,7 @@ static ddp_status cuda_linear_bwd_input(const ops_handle *ops, ddp_dtype p, cons
 /* ---- ReLU and max-pool --------------------------------------------------------------------- */
 
 /* ReLU keeps half values half: fp16 needs no rounding. fp32 and fp16 (float storage) use the fp32
- * ops of the table (backend_cuda.cu). */
+ * ops of the handle (ops_cuda.cu). */
 static ddp_status cuda_act_relu_fwd(const ops_handle *ops, ddp_dtype p, void *y, const void *x, size_t n)
 {
     cuda_state *cu = cuda_of(ops);
