@@ -461,7 +461,7 @@ static ddp_status predict(model *m, const float *logits, int classes, int *pred_
         return DDP_ERR_NOMEM;
     ddp_status st = ddp_download(m->ctx, host, logits, (size_t)m->batch * classes * sizeof *host);
     for (int r = 0; st == DDP_OK && r < m->batch; r++)
-        ddp_row_max(host + (size_t)r * classes, classes, &pred_host[r]);
+        row_max(host + (size_t)r * classes, classes, &pred_host[r]);
     free(host);
     return st;
 }

@@ -288,9 +288,10 @@ DDP_API ddp_status ddp_stream_after(ddp_ctx *ctx, void *stream);
  * caller's CUDA stream `stream` (NULL: the legacy default stream), e.g. gradients a caller's
  * kernel writes before ddp_allreduce. Same returns as ddp_stream_after. */
 DDP_API ddp_status ddp_after_stream(ddp_ctx *ctx, void *stream);
-/* Blocks until everything libddp has queued is complete, under the DDP_TIMEOUT deadline.
- * DDP_ERR_TIMEOUT (the communicator is then aborted), DDP_ERR_NCCL or DDP_ERR_CUDA on failure;
- * DDP_OK at once on the CPU backend. */
+/* Blocks until everything libddp has queued on its stream is complete (staged batch uploads once
+ * ddp_stage_acquire ordered them there), under the DDP_TIMEOUT deadline. DDP_ERR_TIMEOUT (the
+ * communicator is then aborted), DDP_ERR_NCCL or DDP_ERR_CUDA on failure; DDP_OK at once on the
+ * CPU backend. */
 DDP_API ddp_status ddp_synchronize(ddp_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------------

@@ -129,7 +129,7 @@ static __device__ float ddp_value(float x) { return x; }
 static __device__ float ddp_value(uint16_t h) { return half_bf16_to_f32(h); }
 
 /* 2x2 max-pool over (planes, h, w): the first largest of each window wins (as math_shared.h's
- * ddp_pool_max); arg keeps its input index. */
+ * pool_max); arg keeps its input index. */
 template <typename T>
 __global__ void pool_fwd_kernel(const T *x, int planes, int h, int w, T *y, int *arg)
 {

@@ -74,14 +74,14 @@ static ddp_status cpu_bias_grad(const ops_handle *ops, float *dbias, const float
 static ddp_status cpu_relu_fwd(const ops_handle *ops, float *y, const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        y[i] = ddp_relu(x[i]);
+        y[i] = relu(x[i]);
     return DDP_OK;
 }
 
 static ddp_status cpu_relu_bwd(const ops_handle *ops, float *dx, const float *dy, const float *y, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dx[i] = ddp_relu_grad(dy[i], y[i]);
+        dx[i] = relu_grad(dy[i], y[i]);
     return DDP_OK;
 }
 
@@ -104,7 +104,7 @@ static ddp_status cpu_sgd_step(const ops_handle *ops, float *restrict w, float *
                                size_t n, float lr, float momentum, float weight_decay)
 {
     for (size_t i = 0; i < n; i++)
-        w[i] = ddp_sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
+        w[i] = sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
     return DDP_OK;
 }
 
@@ -112,16 +112,16 @@ static ddp_status cpu_sgd_step(const ops_handle *ops, float *restrict w, float *
 
 static ddp_status cpu_im2col(const ops_handle *ops, const float *im, int c, int h, int w, int k, int pad, float *col)
 {
-    int h_out = ddp_conv_out(h, k, pad), w_out = ddp_conv_out(w, k, pad);
+    int h_out = conv_out(h, k, pad), w_out = conv_out(w, k, pad);
     if (k < 1 || pad < 0 || h_out < 1 || w_out < 1)
         return DDP_ERR_INVALID_ARG;
     for (int row = 0; row < c * k * k; row++) {
         int ci, ky, kx;
-        ddp_im2col_row_split(row, k, &ci, &ky, &kx);
+        im2col_row_split(row, k, &ci, &ky, &kx);
         float *dst = col + (size_t)row * h_out * w_out; // (h_out, w_out)
         for (int oy = 0; oy < h_out; oy++) {
             for (int ox = 0; ox < w_out; ox++) {
-                ptrdiff_t src = ddp_im2col_src(h, w, pad, ci, ky, kx, oy, ox);
+                ptrdiff_t src = im2col_src(h, w, pad, ci, ky, kx, oy, ox);
                 dst[oy * w_out + ox] = src < 0 ? 0.0f : im[src];
             }
         }
@@ -131,12 +131,12 @@ static ddp_status cpu_im2col(const ops_handle *ops, const float *im, int c, int 
 
 static ddp_status cpu_col2im(const ops_handle *ops, const float *col, int c, int h, int w, int k, int pad, float *im)
 {
-    if (k < 1 || pad < 0 || ddp_conv_out(h, k, pad) < 1 || ddp_conv_out(w, k, pad) < 1)
+    if (k < 1 || pad < 0 || conv_out(h, k, pad) < 1 || conv_out(w, k, pad) < 1)
         return DDP_ERR_INVALID_ARG;
     for (int ci = 0; ci < c; ci++)
         for (int y = 0; y < h; y++)
             for (int x = 0; x < w; x++)
-                im[((size_t)ci * h + y) * w + x] += ddp_col2im_gather(col, h, w, k, pad, ci, y, x);
+                im[((size_t)ci * h + y) * w + x] += col2im_gather(col, h, w, k, pad, ci, y, x);
     return DDP_OK;
 }
 
@@ -149,7 +149,7 @@ static ddp_status cpu_maxpool_fwd(const ops_handle *ops, const float *x, int pla
         for (int oy = 0; oy < ho; oy++) {
             for (int ox = 0; ox < wo; ox++) {
                 size_t o = ((size_t)p * ho + oy) * wo + ox;
-                y[o] = ddp_pool_max(x, p, oy, ox, h, w, &argmax[o]);
+                y[o] = pool_max(x, p, oy, ox, h, w, &argmax[o]);
             }
         }
     }
@@ -181,7 +181,7 @@ static ddp_status cpu_softmax_xent(const ops_handle *ops, const float *logits, c
     for (int r = 0; r < rows; r++) {
         int pred;
         float *dz = dlogits ? dlogits + (size_t)r * classes : NULL;
-        loss += ddp_xent_row(logits + (size_t)r * classes, labels[r], classes, 1.0f / (float)rows,
+        loss += xent_row(logits + (size_t)r * classes, labels[r], classes, 1.0f / (float)rows,
                              dz, &pred);
         correct += pred == labels[r];
     }
@@ -287,7 +287,7 @@ cpu_sgd_bf16_avx512(float *restrict w, float *restrict m, const float *restrict 
     const __m512 vlr = _mm512_set1_ps(lr), vmom = _mm512_set1_ps(momentum);
     const __m512 vwd = _mm512_set1_ps(weight_decay);
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) { /* ddp_sgd_update's operations in its order, unfused */
+    for (; i + 16 <= n; i += 16) { /* sgd_update's operations in its order, unfused */
         __m512 wi = _mm512_loadu_ps(w + i);
         __m512 gd = _mm512_add_ps(_mm512_loadu_ps(g + i), _mm512_mul_ps(vwd, wi));
         __m512 mn = _mm512_add_ps(_mm512_mul_ps(vmom, _mm512_loadu_ps(m + i)), gd);
@@ -297,7 +297,7 @@ cpu_sgd_bf16_avx512(float *restrict w, float *restrict m, const float *restrict 
         _mm256_storeu_si256((__m256i *)(void *)(wc + i), (__m256i)_mm512_cvtneps_pbh(wi));
     }
     for (; i < n; i++) {
-        w[i] = ddp_sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
+        w[i] = sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
         wc[i] = half_f32_to_bf16(w[i]);
     }
 }

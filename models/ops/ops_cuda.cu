@@ -84,14 +84,14 @@ __global__ void relu_fwd_kernel(float *y, const float *x, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
-        y[i] = ddp_relu(x[i]);
+        y[i] = relu(x[i]);
 }
 
 __global__ void relu_bwd_kernel(float *dx, const float *dy, const float *y, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
-        dx[i] = ddp_relu_grad(dy[i], y[i]);
+        dx[i] = relu_grad(dy[i], y[i]);
 }
 
 __global__ void scale_kernel(float *x, size_t n, float alpha)
@@ -113,21 +113,21 @@ __global__ void sgd_kernel(float *w, float *m, const float *g, size_t n, float l
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
-        w[i] = ddp_sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
+        w[i] = sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
 }
 
 /* One thread per col element; col is (c*k*k, h_out*w_out). */
 __global__ void im2col_kernel(const float *im, int c, int h, int w, int k, int pad, float *col)
 {
-    int h_out = ddp_conv_out(h, k, pad), w_out = ddp_conv_out(w, k, pad);
+    int h_out = conv_out(h, k, pad), w_out = conv_out(w, k, pad);
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t hw = (size_t)h_out * w_out;
     if (i >= (size_t)c * k * k * hw)
         return;
     int row = (int)(i / hw), pos = (int)(i % hw);
     int ci, ky, kx;
-    ddp_im2col_row_split(row, k, &ci, &ky, &kx);
-    ptrdiff_t src = ddp_im2col_src(h, w, pad, ci, ky, kx, pos / w_out, pos % w_out);
+    im2col_row_split(row, k, &ci, &ky, &kx);
+    ptrdiff_t src = im2col_src(h, w, pad, ci, ky, kx, pos / w_out, pos % w_out);
     col[i] = src < 0 ? 0.0f : im[src];
 }
 
@@ -138,7 +138,7 @@ __global__ void col2im_kernel(const float *col, int c, int h, int w, int k, int 
     if (i >= (size_t)c * h * w)
         return;
     int x = (int)(i % w), y = (int)((i / w) % h), ci = (int)(i / ((size_t)w * h));
-    im[i] += ddp_col2im_gather(col, h, w, k, pad, ci, y, x);
+    im[i] += col2im_gather(col, h, w, k, pad, ci, y, x);
 }
 
 __global__ void maxpool_fwd_kernel(const float *x, int planes, int h, int w, float *y,
@@ -149,7 +149,7 @@ __global__ void maxpool_fwd_kernel(const float *x, int planes, int h, int w, flo
     if (o >= (size_t)planes * ho * wo)
         return;
     int ox = (int)(o % wo), oy = (int)((o / wo) % ho), p = (int)(o / ((size_t)wo * ho));
-    y[o] = ddp_pool_max(x, p, oy, ox, h, w, &argmax[o]);
+    y[o] = pool_max(x, p, oy, ox, h, w, &argmax[o]);
 }
 
 /* Windows do not overlap, so each input element receives from at most one output. */
@@ -176,7 +176,7 @@ __global__ void softmax_xent_kernel(const float *logits, const int *labels, int 
     }
     int pred;
     float *dz = dlogits ? dlogits + (size_t)r * classes : NULL;
-    float loss = ddp_xent_row(logits + (size_t)r * classes, label, classes, 1.0f / (float)rows, dz,
+    float loss = xent_row(logits + (size_t)r * classes, label, classes, 1.0f / (float)rows, dz,
                               &pred);
     result[2 * r] = __float_as_int(loss);
     result[2 * r + 1] = pred == label;
@@ -278,7 +278,7 @@ static ddp_status cuda_sgd_step(const ops_handle *ops, float *w, float *m, const
 static ddp_status cuda_im2col(const ops_handle *ops, const float *im, int c, int h, int w, int k, int pad, float *col)
 {
     cuda_state *cu = cuda_of(ops);
-    int h_out = ddp_conv_out(h, k, pad), w_out = ddp_conv_out(w, k, pad);
+    int h_out = conv_out(h, k, pad), w_out = conv_out(w, k, pad);
     if (k < 1 || pad < 0 || h_out < 1 || w_out < 1)
         return DDP_ERR_INVALID_ARG;
     if (c <= 0)
@@ -292,7 +292,7 @@ static ddp_status cuda_im2col(const ops_handle *ops, const float *im, int c, int
 static ddp_status cuda_col2im(const ops_handle *ops, const float *col, int c, int h, int w, int k, int pad, float *im)
 {
     cuda_state *cu = cuda_of(ops);
-    if (k < 1 || pad < 0 || ddp_conv_out(h, k, pad) < 1 || ddp_conv_out(w, k, pad) < 1)
+    if (k < 1 || pad < 0 || conv_out(h, k, pad) < 1 || conv_out(w, k, pad) < 1)
         return DDP_ERR_INVALID_ARG;
     if (c <= 0 || h <= 0 || w <= 0)
         return DDP_OK;
