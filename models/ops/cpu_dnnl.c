@@ -106,7 +106,8 @@ static bool dnnl_is_output(int id)
 
 /* Memory objects of one argument: the caller's plain layout `user` (NULL: the primitive's own,
  * as for workspaces) and, when the primitive chose another layout, its buffer and the reorder. */
-static dnnl_status_t dnnl_arg_make(dnnl_state *d, dnnl_arg *a, int id, const dnnl_memory_desc_t *prim_md,
+static dnnl_status_t dnnl_arg_make(dnnl_state *d, dnnl_arg *a, int id,
+                                   const dnnl_memory_desc_t *prim_md,
                                    const dnnl_memory_desc_t *user)
 {
     a->id = id;
@@ -127,8 +128,8 @@ static dnnl_status_t dnnl_arg_make(dnnl_state *d, dnnl_arg *a, int id, const dnn
 
 /* Makes the primitive of pd into the next cache slot, with argument i in the caller's layout
  * users[i] (NULL: the primitive's). Destroys pd. Returns the entry or NULL (logged). */
-static dnnl_entry *dnnl_make(dnnl_state *d, const long *key, dnnl_primitive_desc_t pd, const int *args,
-                             const dnnl_memory_desc_t *const *users, int n_args)
+static dnnl_entry *dnnl_make(dnnl_state *d, const long *key, dnnl_primitive_desc_t pd,
+                             const int *args, const dnnl_memory_desc_t *const *users, int n_args)
 {
     dnnl_entry *e = &d->cache[d->n_made % DNNL_CACHE_SIZE];
     dnnl_entry_release(e);
@@ -154,7 +155,8 @@ static dnnl_entry *dnnl_make(dnnl_state *d, const long *key, dnnl_primitive_desc
 }
 
 /* Runs a reorder from `from` to `to`. */
-static ddp_status reorder_run(dnnl_state *d, dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
+static ddp_status reorder_run(dnnl_state *d, dnnl_primitive_t r, dnnl_memory_t from,
+                              dnnl_memory_t to)
 {
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
     DNNL_TRY(dnnl_primitive_execute(r, d->strm, 2, args), DDP_ERR_BLAS);
@@ -220,7 +222,8 @@ static bool dnnl_impl_is(const_dnnl_primitive_desc_t pd, const char *prefix)
  * except over a single input channel (an image model's first layer), where oneDNN 2.6 puts brgconv
  * first on AVX-512 but its direct jit kernel, next in line, is faster: 64x1x28x28 -> 20 channels 5x5,
  * one thread, AMD Zen with AVX-512, medians of 25: fp32 0.61 ms against 0.88, bf16 0.50 against 0.77. */
-static ddp_status conv_fwd_pd(dnnl_state *d, const ops_conv_shape *s, const conv_mds *cm, dnnl_primitive_desc_t *pd)
+static ddp_status conv_fwd_pd(dnnl_state *d, const ops_conv_shape *s, const conv_mds *cm,
+                              dnnl_primitive_desc_t *pd)
 {
     dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_iterator_t it;
@@ -296,8 +299,8 @@ static ddp_status conv_get(dnnl_state *d, int kind, ddp_dtype p, const ops_conv_
     return *out ? DDP_OK : DDP_ERR_BLAS;
 }
 
-ddp_status ops_dnnl_conv_fwd(dnnl_state *d, ddp_dtype p, const ops_conv_shape *s, int batch, const void *x,
-                             const void *w, const float *b, void *y)
+ddp_status ops_dnnl_conv_fwd(dnnl_state *d, ddp_dtype p, const ops_conv_shape *s, int batch,
+                             const void *x, const void *w, const float *b, void *y)
 {
     dnnl_entry *e;
     DDP_TRY_(conv_get(d, K_CONV_FWD, p, s, batch, &e));
@@ -325,7 +328,8 @@ ddp_status ops_dnnl_conv_bwd_weights(dnnl_state *d, ddp_dtype p, const ops_conv_
 
 /* ---- pooling ---------------------------------------------------------------------------------- */
 
-static ddp_status pool_get(dnnl_state *d, int kind, ddp_dtype p, int n, int c, int h, int w, dnnl_entry **out)
+static ddp_status pool_get(dnnl_state *d, int kind, ddp_dtype p, int n, int c, int h, int w,
+                           dnnl_entry **out)
 {
     long key[DNNL_KEY_LEN] = {kind, p, n, c, h, w};
     if ((*out = dnnl_find(d, key)))
@@ -358,8 +362,8 @@ static ddp_status pool_get(dnnl_state *d, int kind, ddp_dtype p, int n, int c, i
     return *out ? DDP_OK : DDP_ERR_BLAS;
 }
 
-ddp_status ops_dnnl_pool_fwd(dnnl_state *d, ddp_dtype p, const void *x, int n, int c, int h, int w, void *y,
-                             void *ws, size_t ws_bytes)
+ddp_status ops_dnnl_pool_fwd(dnnl_state *d, ddp_dtype p, const void *x, int n, int c, int h, int w,
+                             void *y, void *ws, size_t ws_bytes)
 {
     dnnl_entry *e;
     DDP_TRY_(pool_get(d, K_POOL_FWD, p, n, c, h, w, &e));
@@ -374,8 +378,8 @@ ddp_status ops_dnnl_pool_fwd(dnnl_state *d, ddp_dtype p, const void *x, int n, i
     return dnnl_run(d, e, ptrs);
 }
 
-ddp_status ops_dnnl_pool_bwd(dnnl_state *d, ddp_dtype p, const void *dy, const void *ws, int n, int c, int h,
-                             int w, void *dx)
+ddp_status ops_dnnl_pool_bwd(dnnl_state *d, ddp_dtype p, const void *dy, const void *ws, int n,
+                             int c, int h, int w, void *dx)
 {
     dnnl_entry *e;
     DDP_TRY_(pool_get(d, K_POOL_BWD, p, n, c, h, w, &e));
@@ -385,8 +389,8 @@ ddp_status ops_dnnl_pool_bwd(dnnl_state *d, ddp_dtype p, const void *dy, const v
 
 /* ---- layout ----------------------------------------------------------------------------------- */
 
-ddp_status ops_dnnl_image_reorder(dnnl_state *d, ddp_dtype p, const void *src, void *dst, int n, int c, int h,
-                                  int w, bool to_nchw)
+ddp_status ops_dnnl_image_reorder(dnnl_state *d, ddp_dtype p, const void *src, void *dst, int n,
+                                  int c, int h, int w, bool to_nchw)
 {
     long key[DNNL_KEY_LEN] = {K_REORDER, p, n, c, h, w, to_nchw};
     dnnl_entry *e = dnnl_find(d, key);
@@ -445,9 +449,9 @@ static ddp_status mm_pd(dnnl_state *d, ddp_dtype p, const long *key, dnnl_primit
     return err == dnnl_success ? DDP_OK : dnnl_fail(err, "matmul", DDP_ERR_UNSUPPORTED);
 }
 
-ddp_status ops_dnnl_matmul(dnnl_state *d, ddp_dtype p, int m, int n, int k, const void *a, bool trans_a,
-                           const void *b, bool trans_b, const float *bias, void *c, bool c_fp32,
-                           bool accumulate)
+ddp_status ops_dnnl_matmul(dnnl_state *d, ddp_dtype p, int m, int n, int k, const void *a,
+                           bool trans_a, const void *b, bool trans_b, const float *bias, void *c,
+                           bool c_fp32, bool accumulate)
 {
     long key[DNNL_KEY_LEN] = {K_MATMUL, p, m, n, k, trans_a, trans_b, bias != NULL, c_fp32, accumulate};
     dnnl_entry *e = dnnl_find(d, key);

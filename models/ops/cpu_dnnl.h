@@ -24,8 +24,8 @@ ddp_status ops_dnnl_create(dnnl_state **out);
 void ops_dnnl_destroy(dnnl_state *d);
 
 /* y = conv(x, w) + b: x, w, y in p; b fp32. */
-ddp_status ops_dnnl_conv_fwd(dnnl_state *d, ddp_dtype p, const ops_conv_shape *s, int batch, const void *x,
-                             const void *w, const float *b, void *y);
+ddp_status ops_dnnl_conv_fwd(dnnl_state *d, ddp_dtype p, const ops_conv_shape *s, int batch,
+                             const void *x, const void *w, const float *b, void *y);
 /* dx = the input gradient from dy and w (overwrites dx). */
 ddp_status ops_dnnl_conv_bwd_data(dnnl_state *d, ddp_dtype p, const ops_conv_shape *s, int batch,
                                   const void *w, const void *dy, void *dx);
@@ -34,13 +34,13 @@ ddp_status ops_dnnl_conv_bwd_weights(dnnl_state *d, ddp_dtype p, const ops_conv_
                                      const void *x, const void *dy, float *dw, float *db);
 /* 2x2 max-pool, stride 2, over (n, c, h, w) NHWC images; ws receives oneDNN's workspace
  * (DDP_ERR_INVALID_ARG when it needs more than ws_bytes). */
-ddp_status ops_dnnl_pool_fwd(dnnl_state *d, ddp_dtype p, const void *x, int n, int c, int h, int w, void *y,
-                             void *ws, size_t ws_bytes);
-ddp_status ops_dnnl_pool_bwd(dnnl_state *d, ddp_dtype p, const void *dy, const void *ws, int n, int c, int h,
-                             int w, void *dx);
+ddp_status ops_dnnl_pool_fwd(dnnl_state *d, ddp_dtype p, const void *x, int n, int c, int h, int w,
+                             void *y, void *ws, size_t ws_bytes);
+ddp_status ops_dnnl_pool_bwd(dnnl_state *d, ddp_dtype p, const void *dy, const void *ws, int n,
+                             int c, int h, int w, void *dx);
 /* dst = src, (n, c, h, w) images NHWC -> NCHW (to_nchw) or back. */
-ddp_status ops_dnnl_image_reorder(dnnl_state *d, ddp_dtype p, const void *src, void *dst, int n, int c, int h,
-                                  int w, bool to_nchw);
+ddp_status ops_dnnl_image_reorder(dnnl_state *d, ddp_dtype p, const void *src, void *dst, int n,
+                                  int c, int h, int w, bool to_nchw);
 /* One line naming the implementations made so far for precision p (ops_dnnl_describe). */
 const char *ops_dnnl_impls(dnnl_state *d, ddp_dtype p);
 /* Whether oneDNN runs AVX-512 kernels on this CPU (its effective ISA). */
@@ -48,8 +48,8 @@ int ops_dnnl_has_avx512(void);
 
 /* c (m, n) = op(a) (m, k) op(b) (k, n) [+ bias (n), fp32] [+ c when accumulate]; a and b in p,
  * c fp32 when c_fp32, else in p. op transposes when trans_*. */
-ddp_status ops_dnnl_matmul(dnnl_state *d, ddp_dtype p, int m, int n, int k, const void *a, bool trans_a,
-                           const void *b, bool trans_b, const float *bias, void *c, bool c_fp32,
-                           bool accumulate);
+ddp_status ops_dnnl_matmul(dnnl_state *d, ddp_dtype p, int m, int n, int k, const void *a,
+                           bool trans_a, const void *b, bool trans_b, const float *bias, void *c,
+                           bool c_fp32, bool accumulate);
 
 #endif /* OPS_CPU_DNNL_H */

@@ -131,8 +131,8 @@ static cudnnMathType_t conv_math(const ops_handle *ops, int kind, ddp_dtype p)
     return CUDNN_DEFAULT_MATH;
 }
 
-static ddp_status conv_describe(const ops_handle *ops, conv_plan *pl, int kind, ddp_dtype p, const ops_conv_shape *s,
-                                int batch)
+static ddp_status conv_describe(const ops_handle *ops, conv_plan *pl, int kind, ddp_dtype p,
+                                const ops_conv_shape *s, int batch)
 {
     cudnnDataType_t dt = conv_data_type(kind, p);
     DDP_CUDNN_TRY(cudnnCreateTensorDescriptor(&pl->x));
@@ -201,7 +201,8 @@ template <typename Perf> static void conv_log_results(int kind, const Perf *perf
  * was asked for: exact fp32 prefers an FMA result and keeps FMA math whatever it picks, so TF32
  * never slips in without --tf32. Returns the index chosen, or -1 when no algorithm ran (logged). */
 template <typename Perf>
-static int conv_choose(const ops_handle *ops, conv_plan *pl, int kind, ddp_dtype p, const Perf *perf, int n)
+static int conv_choose(const ops_handle *ops, conv_plan *pl, int kind, ddp_dtype p,
+                       const Perf *perf, int n)
 {
     bool fma = conv_math(ops, kind, p) == CUDNN_FMA_MATH;
     conv_log_results(kind, perf, n);
@@ -222,7 +223,8 @@ static int conv_choose(const ops_handle *ops, conv_plan *pl, int kind, ddp_dtype
 }
 
 /* The chosen result's math type on the descriptor (FMA stays for exact fp32). */
-static ddp_status conv_set_math(const ops_handle *ops, conv_plan *pl, int kind, ddp_dtype p, cudnnMathType_t math)
+static ddp_status conv_set_math(const ops_handle *ops, conv_plan *pl, int kind, ddp_dtype p,
+                                cudnnMathType_t math)
 {
     pl->math = conv_math(ops, kind, p) == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : math;
     DDP_CUDNN_TRY(cudnnSetConvolutionMathType(pl->conv, pl->math));
@@ -296,8 +298,8 @@ static ddp_status conv_find(const ops_handle *ops, conv_plan *pl, int kind, ddp_
 }
 
 /* The cached plan of one direction, made (and measured) on first use. */
-static ddp_status conv_plan_get(const ops_handle *ops, int kind, ddp_dtype p, const ops_conv_shape *s, int batch,
-                                conv_plan **out)
+static ddp_status conv_plan_get(const ops_handle *ops, int kind, ddp_dtype p,
+                                const ops_conv_shape *s, int batch, conv_plan **out)
 {
     cuda_state *cu = cuda_of(ops);
     long key[CONV_KEY_LEN] = {kind, p, batch, s->c_in, s->h, s->w, s->c_out, s->k, s->pad, cu->tf32};
@@ -336,8 +338,8 @@ static ddp_status conv_workspace(const ops_handle *ops, const conv_plan *pl, voi
 /* bf16: cuDNN rounds the convolution to bf16 and the bias add rounds again (cuDNN's legacy
  * bf16 convolution has no fp32 output); fp32 and fp16: the bias is added to the fp32 result, and
  * fp16 rounds once. */
-static ddp_status cudnn_conv_fwd(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s, int batch, const void *x,
-                                 const void *w, const float *b, void *y)
+static ddp_status cudnn_conv_fwd(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                                 int batch, const void *x, const void *w, const float *b, void *y)
 {
     conv_plan *pl;
     void *ws;
@@ -350,8 +352,8 @@ static ddp_status cudnn_conv_fwd(const ops_handle *ops, ddp_dtype p, const ops_c
     return cuda_add_channel_bias(ops, p, y, b, batch, s->c_out, s->h_out * s->w_out);
 }
 
-static ddp_status cudnn_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s, int batch,
-                                       const void *w, const void *dy, void *dx)
+static ddp_status cudnn_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                                       int batch, const void *w, const void *dy, void *dx)
 {
     conv_plan *pl;
     void *ws;
@@ -368,8 +370,8 @@ static ddp_status cudnn_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const
 
 /* fp32 copies of bf16 x and dy for the weight gradient (see the top); the tensors themselves
  * otherwise. */
-static ddp_status conv_fp32_inputs(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s, int batch,
-                                   const void **x, const void **dy)
+static ddp_status conv_fp32_inputs(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                                   int batch, const void **x, const void **dy)
 {
     if (p != DDP_BF16)
         return DDP_OK;
@@ -386,9 +388,9 @@ static ddp_status conv_fp32_inputs(const ops_handle *ops, ddp_dtype p, const ops
 
 /* cuDNN adds into dw with beta = 1 (the layer contract accumulates); beta = 0 overwrites, and then
  * cuDNN does not read dw (its documentation). */
-static ddp_status cudnn_conv_bwd_params(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s, int batch,
-                                        const void *x, const void *dy, float *dw, float *db,
-                                        bool accumulate)
+static ddp_status cudnn_conv_bwd_params(const ops_handle *ops, ddp_dtype p,
+                                        const ops_conv_shape *s, int batch, const void *x,
+                                        const void *dy, float *dw, float *db, bool accumulate)
 {
     conv_plan *pl;
     void *ws;

@@ -159,8 +159,8 @@ __global__ void pool_bwd_kernel(const T *dy, const int *arg, size_t n_out, T *dx
 
 /* ============================================================================== launchers == */
 
-static ddp_status cast_launch(const ops_handle *ops, ddp_dtype to, void *dst, ddp_dtype from, const void *src,
-                                  size_t n)
+static ddp_status cast_launch(const ops_handle *ops, ddp_dtype to, void *dst, ddp_dtype from,
+                              const void *src, size_t n)
 {
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
@@ -172,8 +172,8 @@ static ddp_status cast_launch(const ops_handle *ops, ddp_dtype to, void *dst, dd
 
 /* The same precision is a copy (bit for bit, as the CPU's memmove); otherwise each element is
  * converted, rounding to nearest even. */
-static ddp_status cuda_cast(const ops_handle *ops, ddp_dtype to, void *dst, ddp_dtype from, const void *src,
-                            size_t n)
+static ddp_status cuda_cast(const ops_handle *ops, ddp_dtype to, void *dst, ddp_dtype from,
+                            const void *src, size_t n)
 {
     cuda_state *cu = cuda_of(ops);
     if (to != from)
@@ -194,7 +194,8 @@ ddp_status cuda_to_fp32(const ops_handle *ops, ddp_dtype p, float *dst, const vo
     return cuda_cast(ops, DDP_FP32, dst, p == DDP_BF16 ? p : DDP_FP32, src, n);
 }
 
-ddp_status cuda_add_channel_bias(const ops_handle *ops, ddp_dtype p, void *y, const float *b, int n, int c, int hw)
+ddp_status cuda_add_channel_bias(const ops_handle *ops, ddp_dtype p, void *y, const float *b,
+                                 int n, int c, int hw)
 {
     cuda_state *cu = cuda_of(ops);
     size_t n_total = (size_t)n * c * hw;
@@ -208,8 +209,8 @@ ddp_status cuda_add_channel_bias(const ops_handle *ops, ddp_dtype p, void *y, co
 
 /* Two passes, no atomics: partial sums per (chunk of images, channel), then each channel's
  * column of them summed in order by colsum_kernel. */
-ddp_status cuda_channel_sums(const ops_handle *ops, ddp_dtype p, const void *dy, int n, int c, int hw, float *db,
-                                 bool accumulate)
+ddp_status cuda_channel_sums(const ops_handle *ops, ddp_dtype p, const void *dy, int n, int c,
+                             int hw, float *db, bool accumulate)
 {
     cuda_state *cu = cuda_of(ops);
     if (c <= 0)
@@ -246,8 +247,8 @@ static cublasComputeType_t compute_type(const ops_handle *ops, ddp_dtype p)
  * p's storage, or float when c_fp32: column-major C^T = op(B)^T op(A)^T, so the operands swap.
  * fp32 stays on cublasSgemm (its math mode follows --tf32); bf16 and fp16 go through
  * cublasGemmEx with fp32 accumulation. */
-static ddp_status gemm_p(const ops_handle *ops, ddp_dtype p, bool ta, bool tb, int m, int n, int k, const void *a,
-                             const void *b, float beta, void *c, bool c_fp32)
+static ddp_status gemm_p(const ops_handle *ops, ddp_dtype p, bool ta, bool tb, int m, int n, int k,
+                         const void *a, const void *b, float beta, void *c, bool c_fp32)
 {
     cuda_state *cu = cuda_of(ops);
     if (m < 0 || n < 0 || k < 0)
@@ -270,8 +271,8 @@ static ddp_status gemm_p(const ops_handle *ops, ddp_dtype p, bool ta, bool tb, i
     return DDP_OK;
 }
 
-static ddp_status bias_store(const ops_handle *ops, ddp_dtype p, void *y, const float *acc, const float *b,
-                                 int rows, int cols)
+static ddp_status bias_store(const ops_handle *ops, ddp_dtype p, void *y, const float *acc,
+                             const float *b, int rows, int cols)
 {
     cuda_state *cu = cuda_of(ops);
     size_t n = (size_t)rows * cols;
@@ -284,8 +285,8 @@ static ddp_status bias_store(const ops_handle *ops, ddp_dtype p, void *y, const 
 
 /* bf16 output goes through fp32 scratch, so the bias is added before the one rounding (as
  * oneDNN's fused bias on the CPU); fp32 and fp16 add it in place (fp16 then rounds once). */
-static ddp_status cuda_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, const void *w, const float *b,
-                                  int batch, int in, int out, void *y, bool y_fp32)
+static ddp_status cuda_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
+                                  const float *b, int batch, int in, int out, void *y, bool y_fp32)
 {
     if (batch < 0 || in < 0 || out < 0)
         return DDP_ERR_INVALID_ARG;
@@ -297,8 +298,9 @@ static ddp_status cuda_linear_fwd(const ops_handle *ops, ddp_dtype p, const void
 }
 
 /* accumulate false: beta 0, with which cuBLAS does not read C (its documentation). */
-static ddp_status cuda_linear_bwd_params(const ops_handle *ops, ddp_dtype p, const void *x, const void *dy, int batch,
-                                         int in, int out, float *dw, float *db, bool accumulate)
+static ddp_status cuda_linear_bwd_params(const ops_handle *ops, ddp_dtype p, const void *x,
+                                         const void *dy, int batch, int in, int out, float *dw,
+                                         float *db, bool accumulate)
 {
     cuda_state *cu = cuda_of(ops);
     if (dw)
@@ -311,8 +313,8 @@ static ddp_status cuda_linear_bwd_params(const ops_handle *ops, ddp_dtype p, con
     return DDP_OK;
 }
 
-static ddp_status cuda_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const void *w, const void *dy, int batch,
-                                        int in, int out, void *dx)
+static ddp_status cuda_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const void *w,
+                                        const void *dy, int batch, int in, int out, void *dx)
 {
     DDP_TRY_(gemm_p(ops, p, false, false, batch, in, out, dy, w, 0.0f, dx, false));
     if (p != DDP_FP16 || batch <= 0 || in <= 0)
@@ -324,7 +326,8 @@ static ddp_status cuda_linear_bwd_input(const ops_handle *ops, ddp_dtype p, cons
 
 /* ReLU keeps half values half: fp16 needs no rounding. fp32 and fp16 (float storage) use the fp32
  * ops of the handle (ops_cuda.cu). */
-static ddp_status cuda_act_relu_fwd(const ops_handle *ops, ddp_dtype p, void *y, const void *x, size_t n)
+static ddp_status cuda_act_relu_fwd(const ops_handle *ops, ddp_dtype p, void *y, const void *x,
+                                    size_t n)
 {
     cuda_state *cu = cuda_of(ops);
     if (p != DDP_BF16)
@@ -336,8 +339,8 @@ static ddp_status cuda_act_relu_fwd(const ops_handle *ops, ddp_dtype p, void *y,
     return DDP_OK;
 }
 
-static ddp_status cuda_act_relu_bwd(const ops_handle *ops, ddp_dtype p, void *dx, const void *dy, const void *y,
-                                    size_t n)
+static ddp_status cuda_act_relu_bwd(const ops_handle *ops, ddp_dtype p, void *dx, const void *dy,
+                                    const void *y, size_t n)
 {
     cuda_state *cu = cuda_of(ops);
     if (p != DDP_BF16)
@@ -351,8 +354,8 @@ static ddp_status cuda_act_relu_bwd(const ops_handle *ops, ddp_dtype p, void *dx
 }
 
 /* ws holds one int per output: the winner's input index. */
-static ddp_status cuda_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *x, int n, int c, int h, int w, void *y,
-                                void *ws, size_t ws_bytes)
+static ddp_status cuda_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *x, int n, int c,
+                                int h, int w, void *y, void *ws, size_t ws_bytes)
 {
     cuda_state *cu = cuda_of(ops);
     if (n < 0 || c < 0 || h % 2 || w % 2 || (size_t)n * c * h * w > INT_MAX)
@@ -375,8 +378,8 @@ static ddp_status cuda_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *
     return DDP_OK;
 }
 
-static ddp_status cuda_pool_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, const void *ws, int n, int c,
-                                int h, int w, void *dx)
+static ddp_status cuda_pool_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, const void *ws,
+                                int n, int c, int h, int w, void *dx)
 {
     cuda_state *cu = cuda_of(ops);
     if (n <= 0 || c <= 0 || h < 2 || w < 2)

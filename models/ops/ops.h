@@ -58,40 +58,49 @@ struct ops_handle {
 
     /* C(m,n) = alpha * op(A)(m,k) * op(B)(k,n) + beta * C, row-major, dense (lda etc. implied by
      * the shapes: A is (m,k) or, transposed, (k,m)). */
-    ddp_status (*gemm)(const ops_handle *ops, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
-                       const float *b, float beta, float *c);
+    ddp_status (*gemm)(const ops_handle *ops, bool trans_a, bool trans_b, int m, int n, int k,
+                       float alpha, const float *a, const float *b, float beta, float *c);
 
     /* elementwise and reductions */
-    ddp_status (*bias_add)(const ops_handle *ops, float *y, const float *bias, int rows, int cols);   /* y[r,c] += bias[c] */
-    ddp_status (*bias_grad)(const ops_handle *ops, float *dbias, const float *dy, int rows, int cols); /* dbias[c] += sum_r dy[r,c] */
+    /* y[r,c] += bias[c] */
+    ddp_status (*bias_add)(const ops_handle *ops, float *y, const float *bias, int rows, int cols);
+    ddp_status (*bias_grad)(const ops_handle *ops, float *dbias, const float *dy, int rows,
+                            int cols); /* dbias[c] += sum_r dy[r,c] */
     ddp_status (*relu_fwd)(const ops_handle *ops, float *y, const float *x, size_t n);
-    ddp_status (*relu_bwd)(const ops_handle *ops, float *dx, const float *dy, const float *y, size_t n); /* dx = dy * (y > 0) */
-    ddp_status (*scale)(const ops_handle *ops, float *x, size_t n, float alpha);                         /* x *= alpha */
-    ddp_status (*axpy)(const ops_handle *ops, float *y, const float *x, size_t n, float alpha);          /* y += alpha x */
+    ddp_status (*relu_bwd)(const ops_handle *ops, float *dx, const float *dy, const float *y,
+                           size_t n); /* dx = dy * (y > 0) */
+    ddp_status (*scale)(const ops_handle *ops, float *x, size_t n, float alpha); /* x *= alpha */
+    /* y += alpha x */
+    ddp_status (*axpy)(const ops_handle *ops, float *y, const float *x, size_t n, float alpha);
     /* SGD with momentum and weight decay (PyTorch's formulation):
      * g' = g + wd * w; m = momentum * m + g'; w -= lr * m  (m = g' on the first step is implied
      * by m starting at zero). */
-    ddp_status (*sgd_step)(const ops_handle *ops, float *w, float *m, const float *g, size_t n, float lr, float momentum,
-                           float weight_decay);
+    ddp_status (*sgd_step)(const ops_handle *ops, float *w, float *m, const float *g, size_t n,
+                           float lr, float momentum, float weight_decay);
 
     /* convolution helpers, one image (C,H,W), square kernel k, stride 1, zero padding pad:
      * col is (C*k*k, H_out*W_out). col2im adds into im (im must be zeroed by the caller first). */
-    ddp_status (*im2col)(const ops_handle *ops, const float *im, int c, int h, int w, int k, int pad, float *col);
-    ddp_status (*col2im)(const ops_handle *ops, const float *col, int c, int h, int w, int k, int pad, float *im);
+    ddp_status (*im2col)(const ops_handle *ops, const float *im, int c, int h, int w, int k,
+                         int pad, float *col);
+    ddp_status (*col2im)(const ops_handle *ops, const float *col, int c, int h, int w, int k,
+                         int pad, float *im);
     /* 2x2 max-pool, stride 2, over (n*c) planes of h x w (h, w even); argmax keeps the winning
      * input index per output for the backward pass. maxpool_bwd adds into dx (zeroed first). */
-    ddp_status (*maxpool_fwd)(const ops_handle *ops, const float *x, int planes, int h, int w, float *y, int *argmax);
-    ddp_status (*maxpool_bwd)(const ops_handle *ops, const float *dy, const int *argmax, int planes, int h, int w, float *dx);
+    ddp_status (*maxpool_fwd)(const ops_handle *ops, const float *x, int planes, int h, int w,
+                              float *y, int *argmax);
+    ddp_status (*maxpool_bwd)(const ops_handle *ops, const float *dy, const int *argmax,
+                              int planes, int h, int w, float *dx);
     /* Softmax cross-entropy over (rows, classes) logits with integer labels: writes the mean loss
      * to *loss_host, the count of argmax == label to *correct_host, and dlogits = (softmax - onehot)
      * / rows. dlogits may be NULL (evaluation). labels is backend memory. */
-    ddp_status (*softmax_xent)(const ops_handle *ops, const float *logits, const int *labels, int rows, int classes,
-                               float *dlogits, float *loss_host, int *correct_host);
+    ddp_status (*softmax_xent)(const ops_handle *ops, const float *logits, const int *labels,
+                               int rows, int classes, float *dlogits, float *loss_host,
+                               int *correct_host);
     /* The same for training, without a host round trip: ADDS the mean loss to *loss_acc (backend
      * memory, one float) and writes dlogits. A label outside [0, classes) is DDP_ERR_INVALID_ARG
      * on the CPU; on the GPU, where nothing waits for the device, it makes *loss_acc NaN. */
-    ddp_status (*softmax_xent_acc)(const ops_handle *ops, const float *logits, const int *labels, int rows, int classes,
-                                   float *dlogits, float *loss_acc);
+    ddp_status (*softmax_xent_acc)(const ops_handle *ops, const float *logits, const int *labels,
+                                   int rows, int classes, float *dlogits, float *loss_acc);
 
     /* ---- precision-aware layer ops (optional: NULL on a backend that has only fp32, where the
      * layers fall back to the primitives above). x, y, dx, dy, and weights w are in precision p
@@ -99,53 +108,58 @@ struct ops_handle {
     /* The image ops below (conv_*, pool_*) take and give NHWC images (see the top). */
     bool channels_last;
     /* dst = src (n, c, h, w images) converted NHWC -> NCHW (to_nchw) or NCHW -> NHWC. */
-    ddp_status (*image_reorder)(const ops_handle *ops, ddp_dtype p, const void *src, void *dst, int n, int c, int h,
-                                int w, bool to_nchw);
+    ddp_status (*image_reorder)(const ops_handle *ops, ddp_dtype p, const void *src, void *dst,
+                                int n, int c, int h, int w, bool to_nchw);
     /* sgd_step that also writes wc (n, precision p): the updated weights in the compute
      * precision, in the same pass over memory (optional: NULL makes the model cast after). */
-    ddp_status (*sgd_step_cast)(const ops_handle *ops, float *w, float *m, const float *g, size_t n, float lr,
-                                float momentum, float weight_decay, ddp_dtype p, void *wc);
+    ddp_status (*sgd_step_cast)(const ops_handle *ops, float *w, float *m, const float *g,
+                                size_t n, float lr, float momentum, float weight_decay,
+                                ddp_dtype p, void *wc);
 
     /* Whether the backend computes in p; otherwise *why says what is missing and what to use. */
     bool (*supports)(const ops_handle *ops, ddp_dtype p, const char **why);
     /* Whether p is emulated: float storage holding values rounded to p, arithmetic in fp32
      * (NULL: fp16 only). */
-    bool (*emulates)(const ops_handle *ops, ddp_dtype p);
     /* dst (n, precision to) = src (n, precision from), rounding to nearest even. */
-    ddp_status (*cast)(const ops_handle *ops, ddp_dtype to, void *dst, ddp_dtype from, const void *src, size_t n);
+    bool (*emulates)(const ops_handle *ops, ddp_dtype p);
     /* y (batch, out) = x (batch, in) w^T + b, w (out, in); y is fp32 when y_fp32 (the logits). */
-    ddp_status (*linear_fwd)(const ops_handle *ops, ddp_dtype p, const void *x, const void *w, const float *b,
-                             int batch, int in, int out, void *y, bool y_fp32);
+    ddp_status (*cast)(const ops_handle *ops, ddp_dtype to, void *dst, ddp_dtype from,
+                       const void *src, size_t n);
+    ddp_status (*linear_fwd)(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
+                             const float *b, int batch, int in, int out, void *y, bool y_fp32);
     /* dw (out, in) += dy^T x; db (out) += column sums of dy (batch, out). dw or db NULL: that part
      * is skipped (the MLP computes and marks a layer's bias first, so the bucket holding it need
      * not wait for the weight GEMM). accumulate false: dw and db are overwritten and their old
      * contents never read (the first micro-batch of a step needs no zeroed gradients). */
-    ddp_status (*linear_bwd_params)(const ops_handle *ops, ddp_dtype p, const void *x, const void *dy, int batch,
-                                    int in, int out, float *dw, float *db, bool accumulate);
+    ddp_status (*linear_bwd_params)(const ops_handle *ops, ddp_dtype p, const void *x,
+                                    const void *dy, int batch, int in, int out, float *dw,
+                                    float *db, bool accumulate);
     /* dx (batch, in) = dy (batch, out) w. */
-    ddp_status (*linear_bwd_input)(const ops_handle *ops, ddp_dtype p, const void *w, const void *dy, int batch,
-                                   int in, int out, void *dx);
     /* y (batch, c_out, h_out, w_out) = conv(x (batch, c_in, h, w), w) + b. */
-    ddp_status (*conv_fwd)(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s, int batch, const void *x,
-                           const void *w, const float *b, void *y);
+    ddp_status (*linear_bwd_input)(const ops_handle *ops, ddp_dtype p, const void *w,
+                                   const void *dy, int batch, int in, int out, void *dx);
+    ddp_status (*conv_fwd)(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s, int batch,
+                           const void *x, const void *w, const float *b, void *y);
     /* dw += the weight gradient, db += the bias gradient, from x and dy (accumulate false: dw and
      * db are overwritten, as in linear_bwd_params). */
-    ddp_status (*conv_bwd_params)(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s, int batch,
-                                  const void *x, const void *dy, float *dw, float *db,
+    ddp_status (*conv_bwd_params)(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                                  int batch, const void *x, const void *dy, float *dw, float *db,
                                   bool accumulate);
     /* dx (batch, c_in, h, w) from dy and w. */
-    ddp_status (*conv_bwd_input)(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s, int batch,
-                                 const void *w, const void *dy, void *dx);
-    ddp_status (*act_relu_fwd)(const ops_handle *ops, ddp_dtype p, void *y, const void *x, size_t n);
+    ddp_status (*conv_bwd_input)(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                                 int batch, const void *w, const void *dy, void *dx);
     /* dx = dy where y > 0, else 0 (dx may alias dy). */
-    ddp_status (*act_relu_bwd)(const ops_handle *ops, ddp_dtype p, void *dx, const void *dy, const void *y, size_t n);
+    ddp_status (*act_relu_fwd)(const ops_handle *ops, ddp_dtype p, void *y, const void *x,
+                               size_t n);
+    ddp_status (*act_relu_bwd)(const ops_handle *ops, ddp_dtype p, void *dx, const void *dy,
+                               const void *y, size_t n);
     /* 2x2 max-pool, stride 2, over (n, c, h, w) images; ws (ws_bytes) keeps what the backward
      * pass needs; DDP_ERR_INVALID_ARG when ws_bytes is too small. */
-    ddp_status (*pool_fwd)(const ops_handle *ops, ddp_dtype p, const void *x, int n, int c, int h, int w, void *y,
-                           void *ws, size_t ws_bytes);
     /* dx (n, c, h, w) = dy routed to each window's winner (overwrites dx). */
-    ddp_status (*pool_bwd)(const ops_handle *ops, ddp_dtype p, const void *dy, const void *ws, int n, int c, int h,
-                           int w, void *dx);
+    ddp_status (*pool_fwd)(const ops_handle *ops, ddp_dtype p, const void *x, int n, int c, int h,
+                           int w, void *y, void *ws, size_t ws_bytes);
+    ddp_status (*pool_bwd)(const ops_handle *ops, ddp_dtype p, const void *dy, const void *ws,
+                           int n, int c, int h, int w, void *dx);
 };
 
 /* Bytes per element of precision p's storage on a backend (emulated precisions are stored in float). */

@@ -33,8 +33,8 @@ static cpu_state *cpu_of(const ops_handle *ops) { return ops->state; }
 
 /* ---- gemm -------------------------------------------------------------------------------- */
 
-static ddp_status cpu_gemm(const ops_handle *ops, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                           const float *a, const float *b, float beta, float *c)
+static ddp_status cpu_gemm(const ops_handle *ops, bool trans_a, bool trans_b, int m, int n, int k,
+                           float alpha, const float *a, const float *b, float beta, float *c)
 {
     if (m < 0 || n < 0 || k < 0) {
         DDP_ERROR("cpu gemm: negative shape m=%d n=%d k=%d", m, n, k);
@@ -52,7 +52,8 @@ static ddp_status cpu_gemm(const ops_handle *ops, bool trans_a, bool trans_b, in
 
 /* ---- elementwise and reductions ---------------------------------------------------------- */
 
-static ddp_status cpu_bias_add(const ops_handle *ops, float *y, const float *bias, int rows, int cols)
+static ddp_status cpu_bias_add(const ops_handle *ops, float *y, const float *bias, int rows,
+                               int cols)
 {
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++)
@@ -60,7 +61,8 @@ static ddp_status cpu_bias_add(const ops_handle *ops, float *y, const float *bia
     return DDP_OK;
 }
 
-static ddp_status cpu_bias_grad(const ops_handle *ops, float *dbias, const float *dy, int rows, int cols)
+static ddp_status cpu_bias_grad(const ops_handle *ops, float *dbias, const float *dy, int rows,
+                                int cols)
 {
     for (int c = 0; c < cols; c++) {
         float s = 0.0f;
@@ -78,7 +80,8 @@ static ddp_status cpu_relu_fwd(const ops_handle *ops, float *y, const float *x, 
     return DDP_OK;
 }
 
-static ddp_status cpu_relu_bwd(const ops_handle *ops, float *dx, const float *dy, const float *y, size_t n)
+static ddp_status cpu_relu_bwd(const ops_handle *ops, float *dx, const float *dy, const float *y,
+                               size_t n)
 {
     for (size_t i = 0; i < n; i++)
         dx[i] = relu_grad(dy[i], y[i]);
@@ -100,8 +103,9 @@ static ddp_status cpu_axpy(const ops_handle *ops, float *y, const float *x, size
 }
 
 /* The three buffers are distinct allocations (restrict lets the loop vectorise). */
-static ddp_status cpu_sgd_step(const ops_handle *ops, float *restrict w, float *restrict m, const float *restrict g,
-                               size_t n, float lr, float momentum, float weight_decay)
+static ddp_status cpu_sgd_step(const ops_handle *ops, float *restrict w, float *restrict m,
+                               const float *restrict g, size_t n, float lr, float momentum,
+                               float weight_decay)
 {
     for (size_t i = 0; i < n; i++)
         w[i] = sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
@@ -110,7 +114,8 @@ static ddp_status cpu_sgd_step(const ops_handle *ops, float *restrict w, float *
 
 /* ---- convolution helpers ----------------------------------------------------------------- */
 
-static ddp_status cpu_im2col(const ops_handle *ops, const float *im, int c, int h, int w, int k, int pad, float *col)
+static ddp_status cpu_im2col(const ops_handle *ops, const float *im, int c, int h, int w, int k,
+                             int pad, float *col)
 {
     int h_out = conv_out(h, k, pad), w_out = conv_out(w, k, pad);
     if (k < 1 || pad < 0 || h_out < 1 || w_out < 1)
@@ -129,7 +134,8 @@ static ddp_status cpu_im2col(const ops_handle *ops, const float *im, int c, int 
     return DDP_OK;
 }
 
-static ddp_status cpu_col2im(const ops_handle *ops, const float *col, int c, int h, int w, int k, int pad, float *im)
+static ddp_status cpu_col2im(const ops_handle *ops, const float *col, int c, int h, int w, int k,
+                             int pad, float *im)
 {
     if (k < 1 || pad < 0 || conv_out(h, k, pad) < 1 || conv_out(w, k, pad) < 1)
         return DDP_ERR_INVALID_ARG;
@@ -140,7 +146,8 @@ static ddp_status cpu_col2im(const ops_handle *ops, const float *col, int c, int
     return DDP_OK;
 }
 
-static ddp_status cpu_maxpool_fwd(const ops_handle *ops, const float *x, int planes, int h, int w, float *y, int *argmax)
+static ddp_status cpu_maxpool_fwd(const ops_handle *ops, const float *x, int planes, int h, int w,
+                                  float *y, int *argmax)
 {
     if (h % 2 || w % 2 || (size_t)planes * h * w > INT_MAX)
         return DDP_ERR_INVALID_ARG;
@@ -156,8 +163,8 @@ static ddp_status cpu_maxpool_fwd(const ops_handle *ops, const float *x, int pla
     return DDP_OK;
 }
 
-static ddp_status cpu_maxpool_bwd(const ops_handle *ops, const float *dy, const int *argmax, int planes, int h, int w,
-                                  float *dx)
+static ddp_status cpu_maxpool_bwd(const ops_handle *ops, const float *dy, const int *argmax,
+                                  int planes, int h, int w, float *dx)
 {
     size_t n_out = (size_t)planes * (h / 2) * (w / 2);
     for (size_t o = 0; o < n_out; o++)
@@ -165,8 +172,9 @@ static ddp_status cpu_maxpool_bwd(const ops_handle *ops, const float *dy, const 
     return DDP_OK;
 }
 
-static ddp_status cpu_softmax_xent(const ops_handle *ops, const float *logits, const int *labels, int rows, int classes,
-                                   float *dlogits, float *loss_host, int *correct_host)
+static ddp_status cpu_softmax_xent(const ops_handle *ops, const float *logits, const int *labels,
+                                   int rows, int classes, float *dlogits, float *loss_host,
+                                   int *correct_host)
 {
     if (rows < 1 || classes < 1)
         return DDP_ERR_INVALID_ARG;
@@ -192,8 +200,9 @@ static ddp_status cpu_softmax_xent(const ops_handle *ops, const float *logits, c
     return DDP_OK;
 }
 
-static ddp_status cpu_softmax_xent_acc(const ops_handle *ops, const float *logits, const int *labels, int rows,
-                                       int classes, float *dlogits, float *loss_acc)
+static ddp_status cpu_softmax_xent_acc(const ops_handle *ops, const float *logits,
+                                       const int *labels, int rows, int classes, float *dlogits,
+                                       float *loss_acc)
 {
     float loss = 0.0f;
     ddp_status st = cpu_softmax_xent(ops, logits, labels, rows, classes, dlogits, &loss, NULL);
@@ -324,7 +333,8 @@ static void cpu_round_to(ddp_dtype p, float *x, size_t n)
         cpu_round_bf16(x, n);
 }
 
-static ddp_status cpu_cast(const ops_handle *ops, ddp_dtype to, void *dst, ddp_dtype from, const void *src, size_t n)
+static ddp_status cpu_cast(const ops_handle *ops, ddp_dtype to, void *dst, ddp_dtype from,
+                           const void *src, size_t n)
 {
     if (cpu_bf16_stored(to) && !cpu_bf16_stored(from)) {
         cpu_cast_to_bf16(dst, src, n);
@@ -345,8 +355,9 @@ static ddp_status cpu_cast(const ops_handle *ops, ddp_dtype to, void *dst, ddp_d
     return DDP_OK;
 }
 
-static ddp_status cpu_sgd_step_cast(const ops_handle *ops, float *w, float *m, const float *g, size_t n, float lr,
-                                    float momentum, float weight_decay, ddp_dtype p, void *wc)
+static ddp_status cpu_sgd_step_cast(const ops_handle *ops, float *w, float *m, const float *g,
+                                    size_t n, float lr, float momentum, float weight_decay,
+                                    ddp_dtype p, void *wc)
 {
     if (cpu_bf16_stored(p)) {
         cpu_sgd_bf16_avx512(w, m, g, n, lr, momentum, weight_decay, wc);
@@ -400,8 +411,8 @@ const char *ops_cpu_gemm_name(ddp_dtype p)
     return cpu_bf16_stored(p) || gemm_on_dnnl() ? "oneDNN matmul" : "OpenBLAS";
 }
 
-static ddp_status cpu_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, const void *w, const float *b,
-                                 int batch, int in, int out, void *y, bool y_fp32)
+static ddp_status cpu_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
+                                 const float *b, int batch, int in, int out, void *y, bool y_fp32)
 {
     if (cpu_bf16_stored(p))
         return ops_dnnl_matmul(cpu_of(ops)->dnnl, p, batch, out, in, x, false, w, true, b, y, y_fp32, false);
@@ -416,8 +427,9 @@ static ddp_status cpu_linear_fwd(const ops_handle *ops, ddp_dtype p, const void 
 /* Overwriting (accumulate false) spares the zeroing pass and the GEMM's read of dw: +6 % samples/s
  * for the bf16 MLP at 2 ranks, +1 % in fp32 (median of 6 back-to-back pairs each; memory traffic
  * bounds the bf16 step). */
-static ddp_status cpu_linear_bwd_params(const ops_handle *ops, ddp_dtype p, const void *x, const void *dy, int batch,
-                                        int in, int out, float *dw, float *db, bool accumulate)
+static ddp_status cpu_linear_bwd_params(const ops_handle *ops, ddp_dtype p, const void *x,
+                                        const void *dy, int batch, int in, int out, float *dw,
+                                        float *db, bool accumulate)
 {
     if (dw && (cpu_bf16_stored(p) || cpu_gemm_on_dnnl(ops)))
         DDP_TRY_(ops_dnnl_matmul(cpu_of(ops)->dnnl, cpu_bf16_stored(p) ? p : DDP_FP32, out, in, batch, dy, true, x,
@@ -431,8 +443,8 @@ static ddp_status cpu_linear_bwd_params(const ops_handle *ops, ddp_dtype p, cons
     return DDP_OK;
 }
 
-static ddp_status cpu_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const void *w, const void *dy, int batch,
-                                       int in, int out, void *dx)
+static ddp_status cpu_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const void *w,
+                                       const void *dy, int batch, int in, int out, void *dx)
 {
     if (cpu_bf16_stored(p))
         return ops_dnnl_matmul(cpu_of(ops)->dnnl, p, batch, in, out, dy, false, w, false, NULL, dx, false, false);
@@ -447,15 +459,15 @@ static ddp_status cpu_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const
 /* The precision oneDNN computes in: emulated precisions run on fp32 primitives. */
 static ddp_dtype cpu_dnnl_prec(ddp_dtype p) { return emulated(p) ? DDP_FP32 : p; }
 
-static ddp_status cpu_conv_fwd(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s, int batch, const void *x,
-                               const void *w, const float *b, void *y)
+static ddp_status cpu_conv_fwd(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                               int batch, const void *x, const void *w, const float *b, void *y)
 {
     size_t n = (size_t)batch * s->c_out * s->h_out * s->w_out;
     return cpu_emulate(p, y, n, ops_dnnl_conv_fwd(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), s, batch, x, w, b, y));
 }
 
-static ddp_status cpu_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s, int batch,
-                                     const void *w, const void *dy, void *dx)
+static ddp_status cpu_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                                     int batch, const void *w, const void *dy, void *dx)
 {
     size_t n = (size_t)batch * s->c_in * s->h * s->w;
     return cpu_emulate(p, dx, n, ops_dnnl_conv_bwd_data(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), s, batch, w, dy, dx));
@@ -463,9 +475,9 @@ static ddp_status cpu_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const o
 
 /* oneDNN overwrites the weight gradient: written in place when the caller overwrites, else
  * computed into scratch kept by the handle and added (accumulation). */
-static ddp_status cpu_conv_bwd_params(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s, int batch,
-                                      const void *x, const void *dy, float *dw, float *db,
-                                      bool accumulate)
+static ddp_status cpu_conv_bwd_params(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                                      int batch, const void *x, const void *dy, float *dw,
+                                      float *db, bool accumulate)
 {
     if (!accumulate)
         return ops_dnnl_conv_bwd_weights(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), s, batch, x, dy, dw, db);
@@ -485,7 +497,8 @@ static ddp_status cpu_conv_bwd_params(const ops_handle *ops, ddp_dtype p, const 
     return DDP_OK;
 }
 
-static ddp_status cpu_act_relu_fwd(const ops_handle *ops, ddp_dtype p, void *y, const void *x, size_t n)
+static ddp_status cpu_act_relu_fwd(const ops_handle *ops, ddp_dtype p, void *y, const void *x,
+                                   size_t n)
 {
     if (!cpu_bf16_stored(p))
         return cpu_relu_fwd(ops, y, x, n);
@@ -496,7 +509,8 @@ static ddp_status cpu_act_relu_fwd(const ops_handle *ops, ddp_dtype p, void *y, 
     return DDP_OK;
 }
 
-static ddp_status cpu_act_relu_bwd(const ops_handle *ops, ddp_dtype p, void *dx, const void *dy, const void *y, size_t n)
+static ddp_status cpu_act_relu_bwd(const ops_handle *ops, ddp_dtype p, void *dx, const void *dy,
+                                   const void *y, size_t n)
 {
     if (!cpu_bf16_stored(p))
         return cpu_relu_bwd(ops, dx, dy, y, n);
@@ -507,22 +521,22 @@ static ddp_status cpu_act_relu_bwd(const ops_handle *ops, ddp_dtype p, void *dx,
     return DDP_OK;
 }
 
-static ddp_status cpu_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *x, int n, int c, int h, int w, void *y,
-                               void *ws, size_t ws_bytes)
+static ddp_status cpu_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *x, int n, int c,
+                               int h, int w, void *y, void *ws, size_t ws_bytes)
 {
     if (h % 2 || w % 2)
         return DDP_ERR_INVALID_ARG;
     return ops_dnnl_pool_fwd(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), x, n, c, h, w, y, ws, ws_bytes);
 }
 
-static ddp_status cpu_pool_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, const void *ws, int n, int c, int h,
-                               int w, void *dx)
+static ddp_status cpu_pool_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, const void *ws,
+                               int n, int c, int h, int w, void *dx)
 {
     return ops_dnnl_pool_bwd(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), dy, ws, n, c, h, w, dx);
 }
 
-static ddp_status cpu_image_reorder(const ops_handle *ops, ddp_dtype p, const void *src, void *dst, int n, int c,
-                                    int h, int w, bool to_nchw)
+static ddp_status cpu_image_reorder(const ops_handle *ops, ddp_dtype p, const void *src, void *dst,
+                                    int n, int c, int h, int w, bool to_nchw)
 {
     return ops_dnnl_image_reorder(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), src, dst, n, c, h, w, to_nchw);
 }

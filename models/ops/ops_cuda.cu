@@ -185,8 +185,8 @@ __global__ void softmax_xent_kernel(const float *logits, const int *labels, int 
 /* ============================================================================== launchers == */
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
-static ddp_status cuda_gemm(const ops_handle *ops, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                            const float *a, const float *b, float beta, float *c)
+static ddp_status cuda_gemm(const ops_handle *ops, bool trans_a, bool trans_b, int m, int n, int k,
+                            float alpha, const float *a, const float *b, float beta, float *c)
 {
     cuda_state *cu = cuda_of(ops);
     if (m < 0 || n < 0 || k < 0)
@@ -201,7 +201,8 @@ static ddp_status cuda_gemm(const ops_handle *ops, bool trans_a, bool trans_b, i
     return DDP_OK;
 }
 
-static ddp_status cuda_bias_add(const ops_handle *ops, float *y, const float *bias, int rows, int cols)
+static ddp_status cuda_bias_add(const ops_handle *ops, float *y, const float *bias, int rows,
+                                int cols)
 {
     cuda_state *cu = cuda_of(ops);
     if (rows <= 0 || cols <= 0) /* nothing to do, as on the CPU (a negative one would wrap n) */
@@ -212,7 +213,8 @@ static ddp_status cuda_bias_add(const ops_handle *ops, float *y, const float *bi
     return DDP_OK;
 }
 
-static ddp_status cuda_bias_grad(const ops_handle *ops, float *dbias, const float *dy, int rows, int cols)
+static ddp_status cuda_bias_grad(const ops_handle *ops, float *dbias, const float *dy, int rows,
+                                 int cols)
 {
     cuda_state *cu = cuda_of(ops);
     if (cols <= 0)
@@ -233,7 +235,8 @@ static ddp_status cuda_relu_fwd(const ops_handle *ops, float *y, const float *x,
     return DDP_OK;
 }
 
-static ddp_status cuda_relu_bwd(const ops_handle *ops, float *dx, const float *dy, const float *y, size_t n)
+static ddp_status cuda_relu_bwd(const ops_handle *ops, float *dx, const float *dy, const float *y,
+                                size_t n)
 {
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
@@ -263,8 +266,8 @@ static ddp_status cuda_axpy(const ops_handle *ops, float *y, const float *x, siz
     return DDP_OK;
 }
 
-static ddp_status cuda_sgd_step(const ops_handle *ops, float *w, float *m, const float *g, size_t n, float lr,
-                                float momentum, float weight_decay)
+static ddp_status cuda_sgd_step(const ops_handle *ops, float *w, float *m, const float *g,
+                                size_t n, float lr, float momentum, float weight_decay)
 {
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
@@ -275,7 +278,8 @@ static ddp_status cuda_sgd_step(const ops_handle *ops, float *w, float *m, const
     return DDP_OK;
 }
 
-static ddp_status cuda_im2col(const ops_handle *ops, const float *im, int c, int h, int w, int k, int pad, float *col)
+static ddp_status cuda_im2col(const ops_handle *ops, const float *im, int c, int h, int w, int k,
+                              int pad, float *col)
 {
     cuda_state *cu = cuda_of(ops);
     int h_out = conv_out(h, k, pad), w_out = conv_out(w, k, pad);
@@ -289,7 +293,8 @@ static ddp_status cuda_im2col(const ops_handle *ops, const float *im, int c, int
     return DDP_OK;
 }
 
-static ddp_status cuda_col2im(const ops_handle *ops, const float *col, int c, int h, int w, int k, int pad, float *im)
+static ddp_status cuda_col2im(const ops_handle *ops, const float *col, int c, int h, int w, int k,
+                              int pad, float *im)
 {
     cuda_state *cu = cuda_of(ops);
     if (k < 1 || pad < 0 || conv_out(h, k, pad) < 1 || conv_out(w, k, pad) < 1)
@@ -302,7 +307,8 @@ static ddp_status cuda_col2im(const ops_handle *ops, const float *col, int c, in
     return DDP_OK;
 }
 
-static ddp_status cuda_maxpool_fwd(const ops_handle *ops, const float *x, int planes, int h, int w, float *y, int *argmax)
+static ddp_status cuda_maxpool_fwd(const ops_handle *ops, const float *x, int planes, int h, int w,
+                                   float *y, int *argmax)
 {
     cuda_state *cu = cuda_of(ops);
     /* argmax holds int input indices, as on the CPU */
@@ -317,8 +323,8 @@ static ddp_status cuda_maxpool_fwd(const ops_handle *ops, const float *x, int pl
     return DDP_OK;
 }
 
-static ddp_status cuda_maxpool_bwd(const ops_handle *ops, const float *dy, const int *argmax, int planes, int h, int w,
-                                   float *dx)
+static ddp_status cuda_maxpool_bwd(const ops_handle *ops, const float *dy, const int *argmax,
+                                   int planes, int h, int w, float *dx)
 {
     cuda_state *cu = cuda_of(ops);
     if (planes <= 0 || h < 2 || w < 2)
@@ -360,8 +366,9 @@ static ddp_status xent_reduce(const int *result, int rows, float *loss_host, int
     return DDP_OK;
 }
 
-static ddp_status cuda_softmax_xent(const ops_handle *ops, const float *logits, const int *labels, int rows, int classes,
-                                    float *dlogits, float *loss_host, int *correct_host)
+static ddp_status cuda_softmax_xent(const ops_handle *ops, const float *logits, const int *labels,
+                                    int rows, int classes, float *dlogits, float *loss_host,
+                                    int *correct_host)
 {
     cuda_state *cu = cuda_of(ops);
     if (rows < 1 || classes < 1)
@@ -411,8 +418,9 @@ __global__ void xent_acc_kernel(const int *result, int rows, float *acc)
         *acc += bad[0] ? __int_as_float(0x7fc00000) : (float)(part[0] / rows);
 }
 
-static ddp_status cuda_softmax_xent_acc(const ops_handle *ops, const float *logits, const int *labels, int rows,
-                                        int classes, float *dlogits, float *loss_acc)
+static ddp_status cuda_softmax_xent_acc(const ops_handle *ops, const float *logits,
+                                        const int *labels, int rows, int classes, float *dlogits,
+                                        float *loss_acc)
 {
     cuda_state *cu = cuda_of(ops);
     if (rows < 1 || classes < 1)
