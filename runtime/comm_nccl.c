@@ -331,6 +331,13 @@ typedef struct nccl_destroyer {
     int done; /* set (atomically) when ncclCommDestroy returned */
 } nccl_destroyer;
 
+static double nccl_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static void *nccl_destroy_main(void *arg)
 {
     nccl_destroyer *d = arg;
@@ -351,11 +358,9 @@ static void nccl_destroy_bounded(nccl_state *s)
         return;
     }
     s->comm = NULL;
-    double limit = ddp_timeout_seconds(), waited = 0.0;
-    while (!__atomic_load_n(&d->done, __ATOMIC_ACQUIRE) && waited <= limit) {
+    double limit = ddp_timeout_seconds(), deadline = nccl_now() + limit;
+    while (!__atomic_load_n(&d->done, __ATOMIC_ACQUIRE) && nccl_now() < deadline)
         nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 1000000L}, NULL);
-        waited += 1e-3;
-    }
     if (__atomic_load_n(&d->done, __ATOMIC_ACQUIRE)) {
         pthread_join(thread, NULL);
         free(d);

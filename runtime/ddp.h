@@ -169,7 +169,8 @@ DDP_API int ddp_cuda_device_count(void);
  * it). On the CPU backend host memory (malloc/memcpy); on CUDA device memory, every transfer on
  * ddp_backend_stream(), and every host wait polling under the DDP_TIMEOUT deadline (see the
  * collectives below: past it the NCCL communicator is aborted). ctx NULL: host memory, as on the
- * CPU backend (for compute without a job, e.g. tests). */
+ * CPU backend (for compute without a job, e.g. tests). The functions returning a status return
+ * DDP_ERR_STATE for a context whose device did not open. */
 
 /* n_bytes of zeroed memory, the zeroing COMPLETE when it returns (the host waited for it), so it
  * is ordered with every stream. NULL on failure (logged): out of memory, or the wait for the

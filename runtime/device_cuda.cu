@@ -15,11 +15,11 @@ extern "C" {
 #include "internal.h"
 }
 
-static cudaStream_t ddp_dev_stream;  // libddp's stream: allocation, transfers, collectives
-static cudaStream_t ddp_copy_stream; // the batch staging's uploads
-static int ddp_dev_open = -1;
+static cudaStream_t dev_stream;  // libddp's stream: allocation, transfers, collectives
+static cudaStream_t copy_stream; // the batch staging's uploads
+static int dev_open = -1;
 
-static ddp_status ddp_dev_fail(cudaError_t err, const char *what, const char *file, int line)
+static ddp_status dev_fail(cudaError_t err, const char *what, const char *file, int line)
 {
     ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s: %s (%s)", what, cudaGetErrorString(err),
                   cudaGetErrorName(err));
@@ -30,7 +30,7 @@ static ddp_status ddp_dev_fail(cudaError_t err, const char *what, const char *fi
     do {                                                                        \
         cudaError_t ddp_err_ = (call);                                          \
         if (ddp_err_ != cudaSuccess)                                            \
-            return ddp_dev_fail(ddp_err_, #call, __FILE__, __LINE__);           \
+            return dev_fail(ddp_err_, #call, __FILE__, __LINE__);           \
     } while (0)
 
 /* Returns from the enclosing function with a failed ddp_status. */
@@ -43,7 +43,7 @@ static ddp_status ddp_dev_fail(cudaError_t err, const char *what, const char *fi
 
 /* ================================================================================ kernels == */
 
-__global__ void ddp_dev_scale_kernel(float *x, size_t n, float alpha)
+__global__ void scale_kernel(float *x, size_t n, float alpha)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
@@ -120,9 +120,9 @@ static pinned *bounce_take(void)
 /* Waits for libddp's stream and the copy stream (what may still read or write device memory). */
 static ddp_status dev_wait_streams(const char *what)
 {
-    ddp_status st = ddp_cuda_stream_wait(ddp_dev_stream, what);
-    if (st == DDP_OK && ddp_copy_stream)
-        st = ddp_cuda_stream_wait(ddp_copy_stream, what);
+    ddp_status st = ddp_cuda_stream_wait(dev_stream, what);
+    if (st == DDP_OK && copy_stream)
+        st = ddp_cuda_stream_wait(copy_stream, what);
     return st;
 }
 
@@ -134,16 +134,16 @@ static void *dev_alloc(size_t n_bytes)
     size_t n = n_bytes ? n_bytes : 1;
     cudaError_t err = cudaMalloc(&p, n);
     if (err != cudaSuccess) {
-        ddp_dev_fail(err, "cudaMalloc", __FILE__, __LINE__);
+        dev_fail(err, "cudaMalloc", __FILE__, __LINE__);
         return NULL;
     }
-    err = cudaMemsetAsync(p, 0, n, ddp_dev_stream);
+    err = cudaMemsetAsync(p, 0, n, dev_stream);
     if (err != cudaSuccess) {
-        ddp_dev_fail(err, "cudaMemsetAsync", __FILE__, __LINE__);
+        dev_fail(err, "cudaMemsetAsync", __FILE__, __LINE__);
         cudaFree(p);
         return NULL;
     }
-    if (ddp_cuda_stream_wait(ddp_dev_stream, "zeroing new device memory") == DDP_OK)
+    if (ddp_cuda_stream_wait(dev_stream, "zeroing new device memory") == DDP_OK)
         return p;
     DDP_ERROR("ddp_alloc: %zu bytes left allocated: the GPU did not finish zeroing them", n);
     return NULL;
@@ -160,7 +160,7 @@ static void dev_free(void *p)
     }
     cudaError_t err = cudaFree(p);
     if (err != cudaSuccess)
-        ddp_dev_fail(err, "cudaFree", __FILE__, __LINE__);
+        dev_fail(err, "cudaFree", __FILE__, __LINE__);
 }
 
 /* Copies into a bounce buffer and queues its upload: the caller may reuse src_host at once, and
@@ -175,8 +175,8 @@ static ddp_status dev_upload(void *dst, const void *src_host, size_t n_bytes)
             return st;
         memcpy(b->host, (const char *)src_host + done, n);
         DDP_DEV_TRY(cudaMemcpyAsync((char *)dst + done, b->host, n, cudaMemcpyHostToDevice,
-                                    ddp_dev_stream));
-        DDP_TRY_DEV_STATUS(pinned_record(b, ddp_dev_stream));
+                                    dev_stream));
+        DDP_TRY_DEV_STATUS(pinned_record(b, dev_stream));
         done += n;
     }
     return DDP_OK;
@@ -192,8 +192,8 @@ static ddp_status dev_download(void *dst_host, const void *src, size_t n_bytes)
         if (st != DDP_OK)
             return st;
         DDP_DEV_TRY(cudaMemcpyAsync(b->host, (const char *)src + done, n, cudaMemcpyDeviceToHost,
-                                    ddp_dev_stream));
-        DDP_TRY_DEV_STATUS(pinned_record(b, ddp_dev_stream));
+                                    dev_stream));
+        DDP_TRY_DEV_STATUS(pinned_record(b, dev_stream));
         st = ddp_cuda_event_wait(b->done, "download");
         if (st != DDP_OK)
             return st;
@@ -207,14 +207,14 @@ static ddp_status dev_download(void *dst_host, const void *src, size_t n_bytes)
 static ddp_status dev_copy(void *dst, const void *src, size_t n_bytes)
 {
     if (n_bytes)
-        DDP_DEV_TRY(cudaMemcpyAsync(dst, src, n_bytes, cudaMemcpyDeviceToDevice, ddp_dev_stream));
+        DDP_DEV_TRY(cudaMemcpyAsync(dst, src, n_bytes, cudaMemcpyDeviceToDevice, dev_stream));
     return DDP_OK;
 }
 
 static ddp_status dev_zero(void *dst, size_t n_bytes)
 {
     if (n_bytes)
-        DDP_DEV_TRY(cudaMemsetAsync(dst, 0, n_bytes, ddp_dev_stream));
+        DDP_DEV_TRY(cudaMemsetAsync(dst, 0, n_bytes, dev_stream));
     return DDP_OK;
 }
 
@@ -223,7 +223,7 @@ static ddp_status dev_scale(float *x, size_t n, float alpha)
     const unsigned block = 256;
     if (n == 0)
         return DDP_OK;
-    ddp_dev_scale_kernel<<<(unsigned)((n + block - 1) / block), block, 0, ddp_dev_stream>>>(x, n, alpha);
+    scale_kernel<<<(unsigned)((n + block - 1) / block), block, 0, dev_stream>>>(x, n, alpha);
     DDP_DEV_TRY(cudaGetLastError());
     return DDP_OK;
 }
@@ -253,16 +253,16 @@ static ddp_status dev_stage_upload(int slot, int part, void *dst, const void *sr
         return st;
     memcpy(b->host, src_host, n_bytes);
     if (s->released_set)
-        DDP_DEV_TRY(cudaStreamWaitEvent(ddp_copy_stream, s->released, 0));
-    DDP_DEV_TRY(cudaMemcpyAsync(dst, b->host, n_bytes, cudaMemcpyHostToDevice, ddp_copy_stream));
-    return pinned_record(b, ddp_copy_stream);
+        DDP_DEV_TRY(cudaStreamWaitEvent(copy_stream, s->released, 0));
+    DDP_DEV_TRY(cudaMemcpyAsync(dst, b->host, n_bytes, cudaMemcpyHostToDevice, copy_stream));
+    return pinned_record(b, copy_stream);
 }
 
 static ddp_status dev_stage_acquire(int slot)
 {
     for (pinned &b : stage_slots[slot].part) {
         if (b.busy)
-            DDP_DEV_TRY(cudaStreamWaitEvent(ddp_dev_stream, b.done, 0));
+            DDP_DEV_TRY(cudaStreamWaitEvent(dev_stream, b.done, 0));
     }
     return DDP_OK;
 }
@@ -272,7 +272,7 @@ static ddp_status dev_stage_release(int slot)
     stage_slot *s = &stage_slots[slot];
     if (!s->released)
         DDP_DEV_TRY(cudaEventCreateWithFlags(&s->released, cudaEventDisableTiming));
-    DDP_DEV_TRY(cudaEventRecord(s->released, ddp_dev_stream));
+    DDP_DEV_TRY(cudaEventRecord(s->released, dev_stream));
     s->released_set = true;
     return DDP_OK;
 }
@@ -293,7 +293,7 @@ static void staging_release(void)
 
 /* ==================================================================== table and lifecycle == */
 
-static ddp_device_ops ddp_make_dev_ops(void)
+static ddp_device_ops make_dev_ops(void)
 {
     ddp_device_ops ops = {};
     ops.name = "cuda";
@@ -310,9 +310,9 @@ static ddp_device_ops ddp_make_dev_ops(void)
     return ops;
 }
 
-static const ddp_device_ops ddp_dev_table = ddp_make_dev_ops();
+static const ddp_device_ops dev_table = make_dev_ops();
 
-extern "C" const ddp_device_ops *ddp_device_cuda(void) { return &ddp_dev_table; }
+extern "C" const ddp_device_ops *ddp_device_cuda(void) { return &dev_table; }
 
 extern "C" ddp_status ddp_cuda_device_open(int device)
 {
@@ -321,12 +321,12 @@ extern "C" ddp_status ddp_cuda_device_open(int device)
         DDP_ERROR("CUDA device %d requested, %d usable here", device, n);
         return DDP_ERR_NO_DEVICE;
     }
-    if (ddp_dev_open >= 0)
+    if (dev_open >= 0)
         ddp_cuda_device_close();
     DDP_DEV_TRY(cudaSetDevice(device));
-    DDP_DEV_TRY(cudaStreamCreateWithFlags(&ddp_dev_stream, cudaStreamNonBlocking));
-    DDP_DEV_TRY(cudaStreamCreateWithFlags(&ddp_copy_stream, cudaStreamNonBlocking));
-    ddp_dev_open = device;
+    DDP_DEV_TRY(cudaStreamCreateWithFlags(&dev_stream, cudaStreamNonBlocking));
+    DDP_DEV_TRY(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+    dev_open = device;
     return DDP_OK;
 }
 
@@ -334,15 +334,15 @@ extern "C" ddp_status ddp_cuda_device_open(int device)
  * for the stuck GPU (the process is ending or the job is being aborted). */
 extern "C" void ddp_cuda_device_close(void)
 {
-    if (ddp_dev_stream && dev_wait_streams("closing the device") == DDP_OK) {
+    if (dev_stream && dev_wait_streams("closing the device") == DDP_OK) {
         staging_release();
-        cudaStreamDestroy(ddp_dev_stream);
-        if (ddp_copy_stream)
-            cudaStreamDestroy(ddp_copy_stream);
+        cudaStreamDestroy(dev_stream);
+        if (copy_stream)
+            cudaStreamDestroy(copy_stream);
     }
-    ddp_dev_stream = NULL;
-    ddp_copy_stream = NULL;
-    ddp_dev_open = -1;
+    dev_stream = NULL;
+    copy_stream = NULL;
+    dev_open = -1;
 }
 
-extern "C" void *ddp_cuda_stream(void) { return (void *)ddp_dev_stream; }
+extern "C" void *ddp_cuda_stream(void) { return (void *)dev_stream; }
