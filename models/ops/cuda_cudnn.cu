@@ -46,6 +46,7 @@ typedef struct cudnn_state {
     cudnnHandle_t handle;
     conv_plan plans[CONV_PLANS];
     int n_made;     /* plans ever made; slot i % CONV_PLANS is reused */
+    bool measure;   /* conv_measure(), read when the handle opened */
     char text[512]; /* what ops_cudnn_describe returns */
 } cudnn_state;
 
@@ -64,15 +65,25 @@ static ddp_status cudnn_fail(cudnnStatus_t st, const char *what, const char *fil
     do {                                                                        \
         cudnnStatus_t ddp_cs_ = (call);                                         \
         if (ddp_cs_ != CUDNN_STATUS_SUCCESS)                                    \
-            cudnn_fail(ddp_cs_, #call, __FILE__, __LINE__);                 \
+            cudnn_fail(ddp_cs_, #call, __FILE__, __LINE__);                     \
     } while (0)
 
 #define DDP_CUDNN_TRY(call)                                                     \
     do {                                                                        \
         cudnnStatus_t ddp_cs_ = (call);                                         \
         if (ddp_cs_ != CUDNN_STATUS_SUCCESS)                                    \
-            return cudnn_fail(ddp_cs_, #call, __FILE__, __LINE__);          \
+            return cudnn_fail(ddp_cs_, #call, __FILE__, __LINE__);              \
     } while (0)
+
+/* Whether algorithms are chosen by measurement (the default: the fastest for this GPU, though
+ * timing noise may pick another one in the next run, so two runs need not match bit for bit) or,
+ * with DDP_CUDNN_BENCHMARK=0, by cuDNN's heuristics, the same in every run on a GPU model
+ * (PyTorch's cudnn.benchmark = False): for bit-identical reruns. */
+static bool conv_measure(void)
+{
+    const char *env = getenv("DDP_CUDNN_BENCHMARK");
+    return !(env && strcmp(env, "0") == 0);
+}
 
 ddp_status cudnn_open(ops_handle *ops)
 {
@@ -81,6 +92,7 @@ ddp_status cudnn_open(ops_handle *ops)
     if (!cs)
         return DDP_ERR_NOMEM;
     cu->cudnn = cs;
+    cs->measure = conv_measure();
     DDP_CUDNN_TRY(cudnnCreate(&cs->handle));
     DDP_CUDNN_TRY(cudnnSetStream(cs->handle, cu->stream));
     return DDP_OK;
@@ -231,20 +243,6 @@ static ddp_status conv_set_math(const ops_handle *ops, conv_plan *pl, int kind, 
     return DDP_OK;
 }
 
-/* Whether algorithms are chosen by measurement (the default: the fastest for this GPU, though
- * timing noise may pick another one in the next run, so two runs need not match bit for bit) or,
- * with DDP_CUDNN_BENCHMARK=0, by cuDNN's heuristics, the same in every run on a GPU model
- * (PyTorch's cudnn.benchmark = False): for bit-identical reruns. */
-static bool conv_measure(void)
-{
-    static int measure = -1;
-    if (measure < 0) {
-        const char *env = getenv("DDP_CUDNN_BENCHMARK");
-        measure = !(env && strcmp(env, "0") == 0);
-    }
-    return measure == 1;
-}
-
 /* Ranks the algorithms of the plan's direction, by measurement (cuDNN allocates its own test
  * buffers) or heuristics (conv_measure), keeps the first usable one and sizes its workspace with
  * the math type it will run with. */
@@ -252,7 +250,7 @@ static ddp_status conv_find(const ops_handle *ops, conv_plan *pl, int kind, ddp_
 {
     int n = 0, i;
     size_t bytes = 0;
-    bool measure = conv_measure();
+    bool measure = cudnn_of(ops)->measure;
     if (kind == CONV_FWD) {
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         if (measure)
