@@ -15,13 +15,14 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "config.h"
 #include "ddp.h"
 #include "model.h"
 #include "ops.h"
 
 #define WARM 5
 
-static const ddp_ops *gpu;
+static ops_handle *gpu, *cpu; /* cpu: host memory, for the casts of the inputs */
 
 static double now_s(void)
 {
@@ -46,7 +47,7 @@ static double host_time(bench_fn fn, void *arg, int reps)
     double t[64];
     int n = reps < 64 ? reps : 64;
     for (int i = 0; i < n; i++) {
-        if (gpu->sync() != DDP_OK)
+        if (ddp_synchronize(gpu->ctx) != DDP_OK)
             return -1;
         double t0 = now_s();
         fn(arg);
@@ -68,12 +69,12 @@ static double bench_row(const char *name, bench_fn fn, void *arg, int reps)
             return -1;
         }
     double host = host_time(fn, arg, reps);
-    if (host < 0 || gpu->sync() != DDP_OK)
+    if (host < 0 || ddp_synchronize(gpu->ctx) != DDP_OK)
         return -1;
     double t0 = now_s();
     for (int i = 0; i < reps; i++)
         fn(arg);
-    if (gpu->sync() != DDP_OK)
+    if (ddp_synchronize(gpu->ctx) != DDP_OK)
         return -1;
     double done = 1e6 * (now_s() - t0) / reps;
     printf("%-28s %10.1f %10.1f\n", name, 1e6 * host, done);
@@ -84,14 +85,14 @@ static double bench_row(const char *name, bench_fn fn, void *arg, int reps)
 static void *rand_buf(ddp_dtype p, size_t n, float lo, float hi, uint64_t seed)
 {
     float *h = malloc(n * sizeof *h);
-    void *d = gpu->alloc(n * sizeof(float)), *hp = malloc(n * sizeof(float));
+    void *d = ddp_alloc(gpu->ctx, n * sizeof(float)), *hp = malloc(n * sizeof(float));
     uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
     for (size_t i = 0; h && i < n; i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         h[i] = lo + (hi - lo) * (float)((s >> 11) * (1.0 / 9007199254740992.0));
     }
-    bool ok = h && d && hp && ddp_cpu_ops()->cast(p, hp, DDP_FP32, h, n) == DDP_OK &&
-              gpu->upload(d, hp, n * ops_dtype_size(gpu, p)) == DDP_OK;
+    bool ok = h && d && hp && cpu->cast(cpu, p, hp, DDP_FP32, h, n) == DDP_OK &&
+              ddp_upload(gpu->ctx, d, hp, n * ops_dtype_size(gpu, p)) == DDP_OK;
     free(h);
     free(hp);
     return ok ? d : NULL;
@@ -101,7 +102,7 @@ static void *rand_buf(ddp_dtype p, size_t n, float lo, float hi, uint64_t seed)
 typedef struct cnn_t {
     ddp_dtype p;
     int b;
-    ddp_conv_shape c1, c2;
+    ops_conv_shape c1, c2;
     void *x, *w1, *w2, *wf, *z1, *p1, *z2, *p2, *dz1, *dz2, *dp1, *xf, *y;
     float *b1, *b2, *bf, *dw, *db, *logits, *tmp;
     int *arg1;
@@ -110,69 +111,69 @@ typedef struct cnn_t {
 static ddp_status op_conv1_fwd(void *a)
 {
     cnn_t *t = a;
-    return gpu->conv_fwd(t->p, &t->c1, t->b, t->x, t->w1, t->b1, t->z1);
+    return gpu->conv_fwd(gpu, t->p, &t->c1, t->b, t->x, t->w1, t->b1, t->z1);
 }
 static ddp_status op_conv2_fwd(void *a)
 {
     cnn_t *t = a;
-    return gpu->conv_fwd(t->p, &t->c2, t->b, t->p1, t->w2, t->b2, t->z2);
+    return gpu->conv_fwd(gpu, t->p, &t->c2, t->b, t->p1, t->w2, t->b2, t->z2);
 }
 static ddp_status op_conv1_bwd_params(void *a)
 {
     cnn_t *t = a;
-    return gpu->conv_bwd_params(t->p, &t->c1, t->b, t->x, t->dz1, t->dw, t->db, false);
+    return gpu->conv_bwd_params(gpu, t->p, &t->c1, t->b, t->x, t->dz1, t->dw, t->db, false);
 }
 static ddp_status op_conv2_bwd_params(void *a)
 {
     cnn_t *t = a;
-    return gpu->conv_bwd_params(t->p, &t->c2, t->b, t->p1, t->dz2, t->dw, t->db, false);
+    return gpu->conv_bwd_params(gpu, t->p, &t->c2, t->b, t->p1, t->dz2, t->dw, t->db, false);
 }
 static ddp_status op_conv2_bwd_input(void *a)
 {
     cnn_t *t = a;
-    return gpu->conv_bwd_input(t->p, &t->c2, t->b, t->w2, t->dz2, t->dp1);
+    return gpu->conv_bwd_input(gpu, t->p, &t->c2, t->b, t->w2, t->dz2, t->dp1);
 }
 static ddp_status op_relu1_fwd(void *a)
 {
     cnn_t *t = a;
-    return gpu->act_relu_fwd(t->p, t->z1, t->z1, (size_t)t->b * 20 * 28 * 28);
+    return gpu->act_relu_fwd(gpu, t->p, t->z1, t->z1, (size_t)t->b * 20 * 28 * 28);
 }
 static ddp_status op_relu1_bwd(void *a)
 {
     cnn_t *t = a;
-    return gpu->act_relu_bwd(t->p, t->dz1, t->dz1, t->z1, (size_t)t->b * 20 * 28 * 28);
+    return gpu->act_relu_bwd(gpu, t->p, t->dz1, t->dz1, t->z1, (size_t)t->b * 20 * 28 * 28);
 }
 static ddp_status op_pool1_fwd(void *a)
 {
     cnn_t *t = a;
     size_t ws = (size_t)t->b * 20 * 14 * 14 * sizeof(int);
-    return gpu->pool_fwd(t->p, t->z1, t->b, 20, 28, 28, t->p1, t->arg1, ws);
+    return gpu->pool_fwd(gpu, t->p, t->z1, t->b, 20, 28, 28, t->p1, t->arg1, ws);
 }
 static ddp_status op_pool1_bwd(void *a)
 {
     cnn_t *t = a;
-    return gpu->pool_bwd(t->p, t->dp1, t->arg1, t->b, 20, 28, 28, t->dz1);
+    return gpu->pool_bwd(gpu, t->p, t->dp1, t->arg1, t->b, 20, 28, 28, t->dz1);
 }
 static ddp_status op_fc_fwd(void *a)
 {
     cnn_t *t = a;
-    return gpu->linear_fwd(t->p, t->p2, t->wf, t->bf, t->b, 980, 10, t->logits, true);
+    return gpu->linear_fwd(gpu, t->p, t->p2, t->wf, t->bf, t->b, 980, 10, t->logits, true);
 }
 static ddp_status op_fc_bwd_params(void *a)
 {
     cnn_t *t = a;
-    return gpu->linear_bwd_params(t->p, t->p2, t->y, t->b, 980, 10, t->dw, t->db, false);
+    return gpu->linear_bwd_params(gpu, t->p, t->p2, t->y, t->b, 980, 10, t->dw, t->db, false);
 }
 static ddp_status op_x_cast(void *a)
 {
     cnn_t *t = a;
-    return gpu->cast(t->p, t->xf, DDP_FP32, t->tmp, (size_t)t->b * 28 * 28);
+    return gpu->cast(gpu, t->p, t->xf, DDP_FP32, t->tmp, (size_t)t->b * 28 * 28);
 }
 /* What conv_bwd_params of conv1 spends widening dy to fp32 in bf16 (cuda_cudnn.cu). */
 static ddp_status op_dz1_widen(void *a)
 {
     cnn_t *t = a;
-    return gpu->cast(DDP_FP32, t->tmp, t->p, t->dz1, (size_t)t->b * 20 * 28 * 28);
+    return gpu->cast(gpu, DDP_FP32, t->tmp, t->p, t->dz1, (size_t)t->b * 20 * 28 * 28);
 }
 
 static void cnn_ops(ddp_dtype p, int b, int reps)
@@ -191,7 +192,7 @@ static void cnn_ops(ddp_dtype p, int b, int reps)
     t.dw = rand_buf(DDP_FP32, 10000, -1, 1, 17), t.db = rand_buf(DDP_FP32, 20, -1, 1, 18);
     t.logits = rand_buf(DDP_FP32, (size_t)b * 10, -1, 1, 19);
     t.tmp = rand_buf(DDP_FP32, big, -1, 1, 20);
-    t.arg1 = gpu->alloc(mid * sizeof(int));
+    t.arg1 = ddp_alloc(gpu->ctx, mid * sizeof(int));
     if (!t.x || !t.tmp || !t.arg1 || !t.dw) {
         printf("allocation failed\n");
         return;
@@ -208,7 +209,7 @@ static void cnn_ops(ddp_dtype p, int b, int reps)
     double sum = 0;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char name[64];
-        snprintf(name, sizeof name, "%s %s", ddp_precision_name(p), rows[i].name);
+        snprintf(name, sizeof name, "%s %s", model_precision_name(p), rows[i].name);
         double d = bench_row(name, rows[i].fn, &t, reps);
         sum += d > 0 && i + 1 < sizeof rows / sizeof rows[0] ? d : 0;
     }
@@ -217,7 +218,7 @@ static void cnn_ops(ddp_dtype p, int b, int reps)
 
 /* A whole step of a model: forward with the loss, backward, SGD. */
 typedef struct step_t {
-    ddp_model *m;
+    model *m;
     float *x, *loss;
     int *y, b;
 } step_t;
@@ -225,16 +226,16 @@ typedef struct step_t {
 static ddp_status op_step(void *a)
 {
     step_t *s = a;
-    DDP_TRY_(ddp_model_zero_grad(s->m));
-    DDP_TRY_(ddp_model_forward_train(s->m, s->x, s->y, s->b, s->loss));
-    DDP_TRY_(ddp_model_backward(s->m, NULL));
-    return ddp_model_sgd_step(s->m, 0.01f, 0.9f, 0.0f);
+    DDP_TRY_(model_zero_grad(s->m));
+    DDP_TRY_(model_forward_train(s->m, s->x, s->y, s->b, s->loss));
+    DDP_TRY_(model_backward(s->m, NULL));
+    return model_sgd_step(s->m, 0.01f, 0.9f, 0.0f);
 }
 
-static void model_step(ddp_model_kind kind, ddp_dtype p, int b, int reps)
+static void model_step(model_kind kind, ddp_dtype p, int b, int reps)
 {
-    ddp_model_config cfg;
-    ddp_model_config_default(&cfg, kind);
+    model_config cfg;
+    model_config_default(&cfg, kind);
     cfg.max_batch = b, cfg.precision = p;
     step_t s = {.b = b};
     int *labels = malloc((size_t)b * sizeof *labels);
@@ -242,39 +243,46 @@ static void model_step(ddp_model_kind kind, ddp_dtype p, int b, int reps)
         labels[i] = (i * 7) % 10;
     s.x = rand_buf(DDP_FP32, (size_t)b * 784, 0, 1, 30);
     s.loss = rand_buf(DDP_FP32, 1, 0, 1, 31);
-    s.y = gpu->alloc((size_t)b * sizeof(int));
+    s.y = ddp_alloc(gpu->ctx, (size_t)b * sizeof(int));
     char name[64];
-    snprintf(name, sizeof name, "%s %s step", ddp_precision_name(p), kind == DDP_MODEL_CNN ? "cnn" : "mlp");
-    if (labels && s.x && s.y && gpu->upload(s.y, labels, (size_t)b * sizeof(int)) == DDP_OK &&
-        ddp_model_create(gpu, &cfg, &s.m) == DDP_OK)
+    snprintf(name, sizeof name, "%s %s step", model_precision_name(p), kind == MODEL_CNN ? "cnn" : "mlp");
+    if (labels && s.x && s.y && ddp_upload(gpu->ctx, s.y, labels, (size_t)b * sizeof(int)) == DDP_OK &&
+        model_create(gpu->ctx, gpu, &cfg, &s.m) == DDP_OK)
         bench_row(name, op_step, &s, reps);
     else
         printf("%-28s setup failed\n", name);
-    ddp_model_destroy(s.m);
+    model_destroy(s.m);
     free(labels);
 }
 
 int main(int argc, char **argv)
 {
     int b = argc > 1 ? atoi(argv[1]) : 256, reps = argc > 2 ? atoi(argv[2]) : 200;
-    if (ddp_cuda_device_count() == 0 || !ddp_cuda_ops() || !ddp_cuda_ops()->conv_fwd) {
+    ddp_ctx *ctx = NULL;
+    ddp_init_opts io;
+    ddp_init_opts_default(&io);
+    io.backend = DDP_BACKEND_CUDA;
+    io.print_table = 0;
+    if (ddp_cuda_device_count() == 0 || !HAVE_CUDNN) {
         fprintf(stderr, "ddp-gpu-step-bench: skipped: no usable GPU or no cuDNN in this build\n");
         return 77;
     }
-    if (b < 1 || reps < 1 || ddp_cuda_backend_open(0, NULL) != DDP_OK)
+    if (b < 1 || reps < 1 || ddp_init(&io, &ctx) != DDP_OK || ops_cuda_open(ctx, false, &gpu) != DDP_OK ||
+        ops_cpu_open(NULL, 1, false, &cpu) != DDP_OK)
         return 1;
-    gpu = ddp_cuda_ops();
     printf("%s\nbatch %d, %d calls per row, microseconds per call\n",
-           ddp_cuda_describe(DDP_FP32), b, reps);
+           ops_cuda_describe(gpu, DDP_FP32), b, reps);
     printf("%-28s %10s %10s\n", "op", "host", "pipelined");
     const ddp_dtype precs[] = {DDP_FP32, DDP_BF16, DDP_FP16};
     for (int i = 0; i < 3; i++) {
-        if (!gpu->supports(precs[i], NULL))
+        if (!gpu->supports(gpu, precs[i], NULL))
             continue;
         cnn_ops(precs[i], b, reps);
-        model_step(DDP_MODEL_CNN, precs[i], b, reps);
-        model_step(DDP_MODEL_MLP, precs[i], b, reps);
+        model_step(MODEL_CNN, precs[i], b, reps);
+        model_step(MODEL_MLP, precs[i], b, reps);
     }
-    ddp_cuda_backend_close();
+    ops_close(cpu);
+    ops_close(gpu);
+    ddp_finalize(ctx);
     return 0;
 }

@@ -8,7 +8,7 @@
 
 /* The fp32 fallback serves only fp32 (model creation checks the precision first, but a table
  * may lack one layer's 16-bit op, e.g. the GPU's convolutions without cuDNN): logs which. */
-static ddp_status ddp_fp32_only(const ddp_ops *ops, ddp_dtype p, const char *layer)
+static ddp_status fp32_only(const ops_handle *ops, ddp_dtype p, const char *layer)
 {
     if (p == DDP_FP32)
         return DDP_OK;
@@ -19,205 +19,205 @@ static ddp_status ddp_fp32_only(const ddp_ops *ops, ddp_dtype p, const char *lay
 
 /* ---- linear -------------------------------------------------------------------------------- */
 
-ddp_status ddp_linear_fwd(const ddp_ops *ops, ddp_dtype p, const void *x, const void *w,
+ddp_status layer_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
                           const float *b, int batch, int in, int out, void *y, bool y_fp32)
 {
     if (ops->linear_fwd)
-        return ops->linear_fwd(p, x, w, b, batch, in, out, y, y_fp32);
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
-    DDP_TRY_(ops->gemm(false, true, batch, out, in, 1.0f, x, w, 0.0f, y));
-    return ops->bias_add(y, b, batch, out);
+        return ops->linear_fwd(ops, p, x, w, b, batch, in, out, y, y_fp32);
+    DDP_TRY_(fp32_only(ops, p, __func__));
+    DDP_TRY_(ops->gemm(ops, false, true, batch, out, in, 1.0f, x, w, 0.0f, y));
+    return ops->bias_add(ops, y, b, batch, out);
 }
 
-ddp_status ddp_linear_bwd_params(const ddp_ops *ops, ddp_dtype p, const void *x, const void *dy,
+ddp_status layer_linear_bwd_params(const ops_handle *ops, ddp_dtype p, const void *x, const void *dy,
                                  int batch, int in, int out, float *dw, float *db, bool accumulate)
 {
     if (ops->linear_bwd_params)
-        return ops->linear_bwd_params(p, x, dy, batch, in, out, dw, db, accumulate);
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
+        return ops->linear_bwd_params(ops, p, x, dy, batch, in, out, dw, db, accumulate);
+    DDP_TRY_(fp32_only(ops, p, __func__));
     if (dw)
-        DDP_TRY_(ops->gemm(true, false, out, in, batch, 1.0f, dy, x, accumulate ? 1.0f : 0.0f, dw));
+        DDP_TRY_(ops->gemm(ops, true, false, out, in, batch, 1.0f, dy, x, accumulate ? 1.0f : 0.0f, dw));
     if (db && !accumulate)
-        DDP_TRY_(ops->zero(db, (size_t)out * sizeof *db));
-    return db ? ops->bias_grad(db, dy, batch, out) : DDP_OK;
+        DDP_TRY_(ddp_zero(ops->ctx, db, (size_t)out * sizeof *db));
+    return db ? ops->bias_grad(ops, db, dy, batch, out) : DDP_OK;
 }
 
-ddp_status ddp_linear_bwd_input(const ddp_ops *ops, ddp_dtype p, const void *w, const void *dy,
+ddp_status layer_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const void *w, const void *dy,
                                 int batch, int in, int out, void *dx)
 {
     if (ops->linear_bwd_input)
-        return ops->linear_bwd_input(p, w, dy, batch, in, out, dx);
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
-    return ops->gemm(false, false, batch, in, out, 1.0f, dy, w, 0.0f, dx);
+        return ops->linear_bwd_input(ops, p, w, dy, batch, in, out, dx);
+    DDP_TRY_(fp32_only(ops, p, __func__));
+    return ops->gemm(ops, false, false, batch, in, out, 1.0f, dy, w, 0.0f, dx);
 }
 
 /* ---- conv2d -------------------------------------------------------------------------------- */
 
-ddp_status ddp_conv_init(const ddp_ops *ops, ddp_conv *cv, int c_in, int h, int w, int c_out, int k,
+ddp_status layer_conv_init(const ops_handle *ops, layer_conv *cv, int c_in, int h, int w, int c_out, int k,
                          int pad)
 {
     int h_out = h + 2 * pad - k + 1, w_out = w + 2 * pad - k + 1;
     if (c_in < 1 || c_out < 1 || k < 1 || pad < 0 || h_out < 1 || w_out < 1)
         return DDP_ERR_INVALID_ARG;
-    *cv = (ddp_conv){.c_in = c_in, .h = h, .w = w, .c_out = c_out, .k = k, .pad = pad,
+    *cv = (layer_conv){.c_in = c_in, .h = h, .w = w, .c_out = c_out, .k = k, .pad = pad,
                      .h_out = h_out, .w_out = w_out};
     size_t n = (size_t)h_out * w_out;
     float *host = malloc(n * sizeof *host); // (h_out * w_out)
-    cv->ones = ops->alloc(n * sizeof(float));
+    cv->ones = ddp_alloc(ops->ctx, n * sizeof(float));
     ddp_status st = host && cv->ones ? DDP_OK : DDP_ERR_NOMEM;
     for (size_t i = 0; st == DDP_OK && i < n; i++)
         host[i] = 1.0f;
     if (st == DDP_OK)
-        st = ops->upload(cv->ones, host, n * sizeof(float));
+        st = ddp_upload(ops->ctx, cv->ones, host, n * sizeof(float));
     free(host);
     if (st != DDP_OK)
-        ddp_conv_release(ops, cv);
+        layer_conv_release(ops, cv);
     return st;
 }
 
-void ddp_conv_release(const ddp_ops *ops, ddp_conv *cv)
+void layer_conv_release(const ops_handle *ops, layer_conv *cv)
 {
     if (cv && ops)
-        ops->free(cv->ones);
+        ddp_free(ops->ctx, cv->ones);
     if (cv)
         cv->ones = NULL;
 }
 
-size_t ddp_conv_col_numel(const ddp_conv *cv)
+size_t layer_conv_col_numel(const layer_conv *cv)
 {
     return (size_t)cv->c_in * cv->k * cv->k * cv->h_out * cv->w_out;
 }
 
-bool ddp_conv_direct(const ddp_ops *ops)
+bool layer_conv_direct(const ops_handle *ops)
 {
     return ops->conv_fwd && ops->conv_bwd_params && ops->conv_bwd_input;
 }
 
-static ddp_conv_shape ddp_conv_shape_of(const ddp_conv *cv)
+static ops_conv_shape ops_conv_shape_of(const layer_conv *cv)
 {
-    return (ddp_conv_shape){.c_in = cv->c_in, .h = cv->h, .w = cv->w, .c_out = cv->c_out,
+    return (ops_conv_shape){.c_in = cv->c_in, .h = cv->h, .w = cv->w, .c_out = cv->c_out,
                             .k = cv->k, .pad = cv->pad, .h_out = cv->h_out, .w_out = cv->w_out};
 }
 
-ddp_status ddp_conv_fwd(const ddp_ops *ops, ddp_dtype p, const ddp_conv *cv, const void *x,
+ddp_status layer_conv_fwd(const ops_handle *ops, ddp_dtype p, const layer_conv *cv, const void *x,
                         const void *w, const float *b, int batch, float *col, void *y)
 {
-    if (ddp_conv_direct(ops)) {
-        ddp_conv_shape s = ddp_conv_shape_of(cv);
-        return ops->conv_fwd(p, &s, batch, x, w, b, y);
+    if (layer_conv_direct(ops)) {
+        ops_conv_shape s = ops_conv_shape_of(cv);
+        return ops->conv_fwd(ops, p, &s, batch, x, w, b, y);
     }
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
+    DDP_TRY_(fp32_only(ops, p, __func__));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     size_t x_numel = (size_t)cv->c_in * cv->h * cv->w, y_numel = (size_t)cv->c_out * hw;
     for (int n = 0; n < batch; n++) {
-        float *col_n = col + n * ddp_conv_col_numel(cv); // (ckk, hw)
+        float *col_n = col + n * layer_conv_col_numel(cv); // (ckk, hw)
         float *y_n = (float *)y + n * y_numel;            // (c_out, hw)
-        DDP_TRY_(ops->im2col((const float *)x + n * x_numel, cv->c_in, cv->h, cv->w, cv->k, cv->pad,
+        DDP_TRY_(ops->im2col(ops, (const float *)x + n * x_numel, cv->c_in, cv->h, cv->w, cv->k, cv->pad,
                              col_n));
-        DDP_TRY_(ops->gemm(false, false, cv->c_out, hw, ckk, 1.0f, w, col_n, 0.0f, y_n));
-        DDP_TRY_(ops->gemm(false, false, cv->c_out, hw, 1, 1.0f, b, cv->ones, 1.0f, y_n));
+        DDP_TRY_(ops->gemm(ops, false, false, cv->c_out, hw, ckk, 1.0f, w, col_n, 0.0f, y_n));
+        DDP_TRY_(ops->gemm(ops, false, false, cv->c_out, hw, 1, 1.0f, b, cv->ones, 1.0f, y_n));
     }
     return DDP_OK;
 }
 
-ddp_status ddp_conv_bwd_params(const ddp_ops *ops, ddp_dtype p, const ddp_conv *cv,
+ddp_status layer_conv_bwd_params(const ops_handle *ops, ddp_dtype p, const layer_conv *cv,
                                const void *x, const float *col, const void *dy, int batch,
                                float *dw, float *db, bool accumulate)
 {
-    if (ddp_conv_direct(ops)) {
-        ddp_conv_shape s = ddp_conv_shape_of(cv);
-        return ops->conv_bwd_params(p, &s, batch, x, dy, dw, db, accumulate);
+    if (layer_conv_direct(ops)) {
+        ops_conv_shape s = ops_conv_shape_of(cv);
+        return ops->conv_bwd_params(ops, p, &s, batch, x, dy, dw, db, accumulate);
     }
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
+    DDP_TRY_(fp32_only(ops, p, __func__));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     if (!accumulate) {
-        DDP_TRY_(ops->zero(dw, (size_t)cv->c_out * ckk * sizeof *dw));
-        DDP_TRY_(ops->zero(db, (size_t)cv->c_out * sizeof *db));
+        DDP_TRY_(ddp_zero(ops->ctx, dw, (size_t)cv->c_out * ckk * sizeof *dw));
+        DDP_TRY_(ddp_zero(ops->ctx, db, (size_t)cv->c_out * sizeof *db));
     }
     for (int n = 0; n < batch; n++) {
         const float *dy_n = (const float *)dy + (size_t)n * cv->c_out * hw; // (c_out, hw)
-        const float *col_n = col + n * ddp_conv_col_numel(cv);
-        DDP_TRY_(ops->gemm(false, true, cv->c_out, ckk, hw, 1.0f, dy_n, col_n, 1.0f, dw));
-        DDP_TRY_(ops->gemm(false, false, cv->c_out, 1, hw, 1.0f, dy_n, cv->ones, 1.0f, db));
+        const float *col_n = col + n * layer_conv_col_numel(cv);
+        DDP_TRY_(ops->gemm(ops, false, true, cv->c_out, ckk, hw, 1.0f, dy_n, col_n, 1.0f, dw));
+        DDP_TRY_(ops->gemm(ops, false, false, cv->c_out, 1, hw, 1.0f, dy_n, cv->ones, 1.0f, db));
     }
     return DDP_OK;
 }
 
-ddp_status ddp_conv_bwd_input(const ddp_ops *ops, ddp_dtype p, const ddp_conv *cv,
+ddp_status layer_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const layer_conv *cv,
                               const void *w, const void *dy, int batch, float *dcol, void *dx)
 {
-    if (ddp_conv_direct(ops)) {
-        ddp_conv_shape s = ddp_conv_shape_of(cv);
-        return ops->conv_bwd_input(p, &s, batch, w, dy, dx);
+    if (layer_conv_direct(ops)) {
+        ops_conv_shape s = ops_conv_shape_of(cv);
+        return ops->conv_bwd_input(ops, p, &s, batch, w, dy, dx);
     }
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
+    DDP_TRY_(fp32_only(ops, p, __func__));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     size_t x_n = (size_t)cv->c_in * cv->h * cv->w;
-    DDP_TRY_(ops->zero(dx, (size_t)batch * x_n * sizeof(float)));
+    DDP_TRY_(ddp_zero(ops->ctx, dx, (size_t)batch * x_n * sizeof(float)));
     for (int n = 0; n < batch; n++) {
         const float *dy_n = (const float *)dy + (size_t)n * cv->c_out * hw; // (c_out, hw)
-        DDP_TRY_(ops->gemm(true, false, ckk, hw, cv->c_out, 1.0f, w, dy_n, 0.0f, dcol));
-        DDP_TRY_(ops->col2im(dcol, cv->c_in, cv->h, cv->w, cv->k, cv->pad, (float *)dx + n * x_n));
+        DDP_TRY_(ops->gemm(ops, true, false, ckk, hw, cv->c_out, 1.0f, w, dy_n, 0.0f, dcol));
+        DDP_TRY_(ops->col2im(ops, dcol, cv->c_in, cv->h, cv->w, cv->k, cv->pad, (float *)dx + n * x_n));
     }
     return DDP_OK;
 }
 
 /* ---- ReLU, max-pool, loss ------------------------------------------------------------------ */
 
-ddp_status ddp_relu_layer_fwd(const ddp_ops *ops, ddp_dtype p, const void *x, size_t n, void *y)
+ddp_status layer_relu_fwd(const ops_handle *ops, ddp_dtype p, const void *x, size_t n, void *y)
 {
     if (ops->act_relu_fwd)
-        return ops->act_relu_fwd(p, y, x, n);
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
-    return ops->relu_fwd(y, x, n);
+        return ops->act_relu_fwd(ops, p, y, x, n);
+    DDP_TRY_(fp32_only(ops, p, __func__));
+    return ops->relu_fwd(ops, y, x, n);
 }
 
-ddp_status ddp_relu_layer_bwd(const ddp_ops *ops, ddp_dtype p, const void *dy, const void *y,
+ddp_status layer_relu_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, const void *y,
                               size_t n, void *dx)
 {
     if (ops->act_relu_bwd)
-        return ops->act_relu_bwd(p, dx, dy, y, n);
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
-    return ops->relu_bwd(dx, dy, y, n);
+        return ops->act_relu_bwd(ops, p, dx, dy, y, n);
+    DDP_TRY_(fp32_only(ops, p, __func__));
+    return ops->relu_bwd(ops, dx, dy, y, n);
 }
 
-ddp_status ddp_pool_fwd(const ddp_ops *ops, ddp_dtype p, const void *x, int n, int c, int h,
+ddp_status layer_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *x, int n, int c, int h,
                         int w, void *y, int *arg, size_t ws_bytes)
 {
     if (ops->pool_fwd && ops->pool_bwd)
-        return ops->pool_fwd(p, x, n, c, h, w, y, arg, ws_bytes);
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
-    return ops->maxpool_fwd(x, n * c, h, w, y, arg);
+        return ops->pool_fwd(ops, p, x, n, c, h, w, y, arg, ws_bytes);
+    DDP_TRY_(fp32_only(ops, p, __func__));
+    return ops->maxpool_fwd(ops, x, n * c, h, w, y, arg);
 }
 
-ddp_status ddp_pool_bwd(const ddp_ops *ops, ddp_dtype p, const void *dy, const int *arg, int n,
+ddp_status layer_pool_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, const int *arg, int n,
                         int c, int h, int w, void *dx)
 {
     if (ops->pool_fwd && ops->pool_bwd)
-        return ops->pool_bwd(p, dy, arg, n, c, h, w, dx);
-    DDP_TRY_(ddp_fp32_only(ops, p, __func__));
-    DDP_TRY_(ops->zero(dx, (size_t)n * c * h * w * sizeof(float)));
-    return ops->maxpool_bwd(dy, arg, n * c, h, w, dx);
+        return ops->pool_bwd(ops, p, dy, arg, n, c, h, w, dx);
+    DDP_TRY_(fp32_only(ops, p, __func__));
+    DDP_TRY_(ddp_zero(ops->ctx, dx, (size_t)n * c * h * w * sizeof(float)));
+    return ops->maxpool_bwd(ops, dy, arg, n * c, h, w, dx);
 }
 
-const void *ddp_image_as_rows(const ddp_ops *ops, ddp_dtype p, const void *img, void *tmp,
+const void *layer_image_as_rows(const ops_handle *ops, ddp_dtype p, const void *img, void *tmp,
                               int n, int c, int h, int w)
 {
     if (!ops->channels_last || c == 1)
         return img;
-    return ops->image_reorder(p, img, tmp, n, c, h, w, true) == DDP_OK ? tmp : NULL;
+    return ops->image_reorder(ops, p, img, tmp, n, c, h, w, true) == DDP_OK ? tmp : NULL;
 }
 
-ddp_status ddp_rows_to_image(const ddp_ops *ops, ddp_dtype p, const void *rows, void *img,
+ddp_status layer_rows_to_image(const ops_handle *ops, ddp_dtype p, const void *rows, void *img,
                              int n, int c, int h, int w)
 {
     if (!ops->channels_last || c == 1)
-        return rows == img ? DDP_OK : ops->copy(img, rows, (size_t)n * c * h * w * ops_dtype_size(ops, p));
-    return ops->image_reorder(p, rows, img, n, c, h, w, false);
+        return rows == img ? DDP_OK : ddp_copy(ops->ctx, img, rows, (size_t)n * c * h * w * ops_dtype_size(ops, p));
+    return ops->image_reorder(ops, p, rows, img, n, c, h, w, false);
 }
 
-ddp_status ddp_xent_fwd(const ddp_ops *ops, const float *logits, const int *labels, int batch,
+ddp_status layer_xent_fwd(const ops_handle *ops, const float *logits, const int *labels, int batch,
                         int classes, float *dlogits, float *loss, int *correct)
 {
-    return ops->softmax_xent(logits, labels, batch, classes, dlogits, loss, correct);
+    return ops->softmax_xent(ops, logits, labels, batch, classes, dlogits, loss, correct);
 }

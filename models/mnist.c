@@ -22,27 +22,27 @@
 
 /* One open IDX file: its path, stream and size in bytes. A gzip'ed file is unpacked into mem when
  * opened; file_bytes is then its unpacked size and pos the read position in mem. */
-typedef struct ddp_idx_file {
+typedef struct idx_file {
     const char *path;
     const char *fix; /* how to get a good copy, for the messages */
     FILE *f;
     uint8_t *mem;
     uint64_t file_bytes, pos;
-} ddp_idx_file;
+} idx_file;
 
-static uint32_t ddp_be32(const unsigned char *p)
+static uint32_t be32(const unsigned char *p)
 {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
-static int ddp_is_gz(const char *path)
+static int is_gz(const char *path)
 {
     size_t n = strlen(path);
     return n > 3 && strcmp(path + n - 3, ".gz") == 0;
 }
 
 /* Room for at least one more byte after `have` in *mem (capacity *cap, doubled when full). */
-static ddp_status ddp_gz_grow(uint8_t **mem, size_t *cap, size_t have)
+static ddp_status gz_grow(uint8_t **mem, size_t *cap, size_t have)
 {
     if (have < *cap)
         return DDP_OK;
@@ -59,7 +59,7 @@ static ddp_status ddp_gz_grow(uint8_t **mem, size_t *cap, size_t have)
  * inflate fails; one gzip member after another, as gunzip does. Returns inflate's last code
  * (Z_STREAM_END: the input ended right after a whole member), or Z_MEM_ERROR when idx->mem cannot
  * grow. *read_bytes counts the compressed bytes read. */
-static int ddp_gz_inflate(ddp_idx_file *idx, z_stream *z, size_t *cap, size_t *have, uint64_t *read_bytes)
+static int gz_inflate(idx_file *idx, z_stream *z, size_t *cap, size_t *have, uint64_t *read_bytes)
 {
     unsigned char in[DDP_GZ_CHUNK];
     int ret = Z_OK;
@@ -73,7 +73,7 @@ static int ddp_gz_inflate(ddp_idx_file *idx, z_stream *z, size_t *cap, size_t *h
         }
         if (ret == Z_STREAM_END && inflateReset(z) != Z_OK) /* another member follows */
             return Z_STREAM_ERROR;
-        if (ddp_gz_grow(&idx->mem, cap, *have) != DDP_OK)
+        if (gz_grow(&idx->mem, cap, *have) != DDP_OK)
             return Z_MEM_ERROR;
         uInt room = *cap - *have > UINT_MAX ? UINT_MAX : (uInt)(*cap - *have);
         z->next_out = idx->mem + *have;
@@ -86,7 +86,7 @@ static int ddp_gz_inflate(ddp_idx_file *idx, z_stream *z, size_t *cap, size_t *h
 }
 
 /* Logs why unpacking failed: inflate's code ret after read_bytes compressed bytes, have unpacked. */
-static ddp_status ddp_gz_failure(const ddp_idx_file *idx, const z_stream *z, int ret, uint64_t read_bytes,
+static ddp_status gz_failure(const idx_file *idx, const z_stream *z, int ret, uint64_t read_bytes,
                                  size_t have)
 {
     uint64_t at = read_bytes - z->avail_in;
@@ -110,7 +110,7 @@ static ddp_status ddp_gz_failure(const ddp_idx_file *idx, const z_stream *z, int
 
 /* Unpacks the gzip file idx->f into idx->mem and sets file_bytes to the unpacked size. Truncated,
  * corrupt or non-gzip data is DDP_ERR_FORMAT (logged, naming the file and the problem). */
-static ddp_status ddp_idx_gunzip(ddp_idx_file *idx)
+static ddp_status idx_gunzip(idx_file *idx)
 {
     z_stream z = {0};
     size_t cap = (size_t)idx->file_bytes * 2 + 4096, have = 0;
@@ -119,10 +119,10 @@ static ddp_status ddp_idx_gunzip(ddp_idx_file *idx)
         DDP_ERROR("%s: out of memory to unpack it", idx->path);
         return DDP_ERR_NOMEM;
     }
-    int ret = ddp_gz_inflate(idx, &z, &cap, &have, &read_bytes);
+    int ret = gz_inflate(idx, &z, &cap, &have, &read_bytes);
     ddp_status st = DDP_OK;
     if (ret != Z_STREAM_END || ferror(idx->f))
-        st = ddp_gz_failure(idx, &z, ret, read_bytes, have);
+        st = gz_failure(idx, &z, ret, read_bytes, have);
     inflateEnd(&z);
     uint8_t *fit = realloc(idx->mem, have ? have : 1); /* give back the doubling's slack */
     if (fit)
@@ -134,12 +134,12 @@ static ddp_status ddp_idx_gunzip(ddp_idx_file *idx)
 /* Opens path and records its size; a path ending in .gz is unpacked into memory. DDP_ERR_IO (logged)
  * when it is missing, unreadable or not a regular file; DDP_ERR_FORMAT when a .gz is not whole gzip
  * data. O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. */
-static ddp_status ddp_idx_open(const char *path, ddp_idx_file *idx)
+static ddp_status idx_open(const char *path, idx_file *idx)
 {
     struct stat st;
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     idx->path = path;
-    idx->fix = ddp_is_gz(path) ? DDP_GZ_FIX : DDP_MNIST_FIX;
+    idx->fix = is_gz(path) ? DDP_GZ_FIX : DDP_MNIST_FIX;
     idx->f = NULL;
     if (fd < 0 || fstat(fd, &st) != 0) {
         DDP_ERROR("%s: cannot open: %s; %s", path, strerror(errno), idx->fix);
@@ -154,10 +154,10 @@ static ddp_status ddp_idx_open(const char *path, ddp_idx_file *idx)
         return DDP_ERR_IO;
     }
     idx->file_bytes = (uint64_t)st.st_size;
-    return ddp_is_gz(path) ? ddp_idx_gunzip(idx) : DDP_OK;
+    return is_gz(path) ? idx_gunzip(idx) : DDP_OK;
 }
 
-static void ddp_idx_close(ddp_idx_file *idx)
+static void idx_close(idx_file *idx)
 {
     if (idx->f)
         fclose(idx->f);
@@ -167,7 +167,7 @@ static void ddp_idx_close(ddp_idx_file *idx)
 }
 
 /* Reads up to n bytes at the read position (of the file, or of mem for a gzip'ed one). */
-static size_t ddp_idx_read(ddp_idx_file *idx, void *buf, size_t n)
+static size_t idx_read(idx_file *idx, void *buf, size_t n)
 {
     if (!idx->mem)
         return fread(buf, 1, n, idx->f);
@@ -179,17 +179,17 @@ static size_t ddp_idx_read(ddp_idx_file *idx, void *buf, size_t n)
 }
 
 /* Reads n_words big-endian 32-bit header words; the first must be `magic`. */
-static ddp_status ddp_idx_header(ddp_idx_file *idx, uint32_t magic, uint32_t *words, int n_words)
+static ddp_status idx_header(idx_file *idx, uint32_t magic, uint32_t *words, int n_words)
 {
     unsigned char buf[16];
     size_t n_bytes = (size_t)n_words * 4;
-    if (idx->file_bytes < n_bytes || ddp_idx_read(idx, buf, n_bytes) != n_bytes) {
+    if (idx->file_bytes < n_bytes || idx_read(idx, buf, n_bytes) != n_bytes) {
         DDP_ERROR("%s: truncated: %llu bytes is shorter than the %zu-byte IDX header; %s", idx->path,
                   (unsigned long long)idx->file_bytes, n_bytes, idx->fix);
         return DDP_ERR_FORMAT;
     }
     for (int i = 0; i < n_words; i++)
-        words[i] = ddp_be32(buf + 4 * i);
+        words[i] = be32(buf + 4 * i);
     if (words[0] != magic) {
         DDP_ERROR("%s: bad magic number 0x%08x, expected 0x%08x (%s); is it a gzip'ed or wrong file? %s",
                   idx->path, words[0], magic, magic == DDP_IDX_IMAGES_MAGIC ? "idx3-ubyte images"
@@ -200,7 +200,7 @@ static ddp_status ddp_idx_header(ddp_idx_file *idx, uint32_t magic, uint32_t *wo
 }
 
 /* Checks that the file is exactly header + body bytes long; `what` describes the header's claim. */
-static ddp_status ddp_idx_check_size(const ddp_idx_file *idx, uint64_t expect_bytes, const char *what)
+static ddp_status idx_check_size(const idx_file *idx, uint64_t expect_bytes, const char *what)
 {
     if (idx->file_bytes == expect_bytes)
         return DDP_OK;
@@ -213,7 +213,7 @@ static ddp_status ddp_idx_check_size(const ddp_idx_file *idx, uint64_t expect_by
 
 /* Reads the body (n_bytes) into a new buffer *out. A gzip'ed file hands over its unpacked bytes,
  * moved to the front, instead of a copy (the size check before guarantees n_bytes are left). */
-static ddp_status ddp_idx_body(ddp_idx_file *idx, size_t n_bytes, uint8_t **out)
+static ddp_status idx_body(idx_file *idx, size_t n_bytes, uint8_t **out)
 {
     if (idx->mem) {
         memmove(idx->mem, idx->mem + idx->pos, n_bytes);
@@ -236,10 +236,10 @@ static ddp_status ddp_idx_body(ddp_idx_file *idx, size_t n_bytes, uint8_t **out)
 }
 
 /* Images file: magic, count, rows, cols (must be 28 x 28), then count*rows*cols bytes. */
-static ddp_status ddp_mnist_read_images(ddp_idx_file *idx, ddp_mnist *d)
+static ddp_status mnist_read_images(idx_file *idx, model_mnist *d)
 {
     uint32_t h[4];
-    ddp_status st = ddp_idx_header(idx, DDP_IDX_IMAGES_MAGIC, h, 4);
+    ddp_status st = idx_header(idx, DDP_IDX_IMAGES_MAGIC, h, 4);
     if (st != DDP_OK)
         return st;
     if (h[2] != DDP_MNIST_SIDE || h[3] != DDP_MNIST_SIDE) {
@@ -250,28 +250,28 @@ static ddp_status ddp_mnist_read_images(ddp_idx_file *idx, ddp_mnist *d)
     char what[96];
     snprintf(what, sizeof what, "%u images of %ux%u", h[1], h[2], h[3]);
     uint64_t body = (uint64_t)h[1] * h[2] * h[3];
-    st = ddp_idx_check_size(idx, 16 + body, what);
+    st = idx_check_size(idx, 16 + body, what);
     if (st != DDP_OK)
         return st;
     d->n = h[1];
     d->rows = (int)h[2];
     d->cols = (int)h[3];
-    return ddp_idx_body(idx, (size_t)body, &d->images);
+    return idx_body(idx, (size_t)body, &d->images);
 }
 
 /* Labels file: magic, count, then count bytes each in 0..9. */
-static ddp_status ddp_mnist_read_labels(ddp_idx_file *idx, size_t *n, uint8_t **labels)
+static ddp_status mnist_read_labels(idx_file *idx, size_t *n, uint8_t **labels)
 {
     uint32_t h[2];
-    ddp_status st = ddp_idx_header(idx, DDP_IDX_LABELS_MAGIC, h, 2);
+    ddp_status st = idx_header(idx, DDP_IDX_LABELS_MAGIC, h, 2);
     if (st != DDP_OK)
         return st;
     char what[64];
     snprintf(what, sizeof what, "%u labels", h[1]);
-    st = ddp_idx_check_size(idx, 8 + (uint64_t)h[1], what);
+    st = idx_check_size(idx, 8 + (uint64_t)h[1], what);
     if (st != DDP_OK)
         return st;
-    st = ddp_idx_body(idx, h[1], labels);
+    st = idx_body(idx, h[1], labels);
     if (st != DDP_OK)
         return st;
     for (uint32_t i = 0; i < h[1]; i++) {
@@ -288,36 +288,36 @@ static ddp_status ddp_mnist_read_labels(ddp_idx_file *idx, size_t *n, uint8_t **
 }
 
 /* Reads both files into d (partially filled on failure; the caller frees). */
-static ddp_status ddp_mnist_read_pair(const char *images_path, const char *labels_path, ddp_mnist *d)
+static ddp_status mnist_read_pair(const char *images_path, const char *labels_path, model_mnist *d)
 {
-    ddp_idx_file img = {0}, lab = {0};
+    idx_file img = {0}, lab = {0};
     size_t n_labels = 0;
-    ddp_status st = ddp_idx_open(images_path, &img);
+    ddp_status st = idx_open(images_path, &img);
     if (st == DDP_OK)
-        st = ddp_mnist_read_images(&img, d);
+        st = mnist_read_images(&img, d);
     if (st == DDP_OK)
-        st = ddp_idx_open(labels_path, &lab);
+        st = idx_open(labels_path, &lab);
     if (st == DDP_OK)
-        st = ddp_mnist_read_labels(&lab, &n_labels, &d->labels);
+        st = mnist_read_labels(&lab, &n_labels, &d->labels);
     if (st == DDP_OK && n_labels != d->n) {
         DDP_ERROR("%s has %zu images but %s has %zu labels: the files do not belong together; %s",
                   images_path, d->n, labels_path, n_labels, lab.fix);
         st = DDP_ERR_FORMAT;
     }
-    ddp_idx_close(&img);
-    ddp_idx_close(&lab);
+    idx_close(&img);
+    idx_close(&lab);
     return st;
 }
 
-ddp_status ddp_mnist_load(const char *images_path, const char *labels_path, ddp_mnist *out)
+ddp_status model_mnist_load(const char *images_path, const char *labels_path, model_mnist *out)
 {
-    ddp_mnist d = {0};
+    model_mnist d = {0};
     if (!images_path || !labels_path || !out)
         return DDP_ERR_INVALID_ARG;
     memset(out, 0, sizeof *out);
-    ddp_status st = ddp_mnist_read_pair(images_path, labels_path, &d);
+    ddp_status st = mnist_read_pair(images_path, labels_path, &d);
     if (st != DDP_OK) {
-        ddp_mnist_free(&d);
+        model_mnist_free(&d);
         return st;
     }
     *out = d;
@@ -326,7 +326,7 @@ ddp_status ddp_mnist_load(const char *images_path, const char *labels_path, ddp_
 
 /* The path of dir/NAME, or of dir/NAME.gz when NAME is absent and NAME.gz is there; NULL (logged)
  * when out of memory. The caller frees it. */
-static char *ddp_mnist_path(const char *dir, const char *split, const char *kind)
+static char *mnist_path(const char *dir, const char *split, const char *kind)
 {
     struct stat st;
     size_t n_bytes = strlen(dir) + strlen(split) + strlen(kind) + 8;
@@ -343,7 +343,7 @@ static char *ddp_mnist_path(const char *dir, const char *split, const char *kind
     return path;
 }
 
-ddp_status ddp_mnist_load_dir(const char *dir, const char *split, ddp_mnist *out)
+ddp_status model_mnist_load_dir(const char *dir, const char *split, model_mnist *out)
 {
     struct stat st;
     if (!dir || !split || !out)
@@ -365,15 +365,15 @@ ddp_status ddp_mnist_load_dir(const char *dir, const char *split, ddp_mnist *out
                   "(scripts/fetch-mnist.sh DIR fills one)", dir);
         return DDP_ERR_IO;
     }
-    char *images = ddp_mnist_path(dir, split, "images-idx3-ubyte");
-    char *labels = ddp_mnist_path(dir, split, "labels-idx1-ubyte");
-    ddp_status s = images && labels ? ddp_mnist_load(images, labels, out) : DDP_ERR_NOMEM;
+    char *images = mnist_path(dir, split, "images-idx3-ubyte");
+    char *labels = mnist_path(dir, split, "labels-idx1-ubyte");
+    ddp_status s = images && labels ? model_mnist_load(images, labels, out) : DDP_ERR_NOMEM;
     free(images);
     free(labels);
     return s;
 }
 
-void ddp_mnist_free(ddp_mnist *d)
+void model_mnist_free(model_mnist *d)
 {
     if (!d)
         return;
@@ -382,7 +382,7 @@ void ddp_mnist_free(ddp_mnist *d)
     memset(d, 0, sizeof *d);
 }
 
-void ddp_mnist_gather(const ddp_mnist *d, const size_t *idx, int n, float *x, int *y)
+void model_mnist_gather(const model_mnist *d, const size_t *idx, int n, float *x, int *y)
 {
     const float mean = 0.1307f, std = 0.3081f;
     size_t pixels = (size_t)d->rows * (size_t)d->cols;

@@ -11,7 +11,7 @@
 #include "math_shared.h"
 #include "model.h"
 
-#define DDP_MAX_PARAMS (2 * DDP_MLP_MAX_LAYERS)
+#define DDP_MAX_PARAMS (2 * MODEL_MLP_MAX_LAYERS)
 #define DDP_MAX_BUFS 32
 #define DDP_CLASSES 10
 #define DDP_IMAGE_SIDE 28
@@ -19,18 +19,18 @@
 
 /* Activations of the MLP: layer l maps widths[l] to widths[l+1]. */
 /* Activations are in the model's precision (void *); the logits are fp32. */
-typedef struct ddp_mlp_acts {
-    void *z[DDP_MLP_MAX_LAYERS];  // (batch, widths[l+1]) layer outputs; the last is the logits
-    void *a[DDP_MLP_MAX_LAYERS];  // (batch, widths[l+1]) ReLU of z[l], hidden layers only
-    void *dz[DDP_MLP_MAX_LAYERS]; // (batch, widths[l+1]) gradient w.r.t. z[l], hidden layers only
+typedef struct mlp_acts {
+    void *z[MODEL_MLP_MAX_LAYERS];  // (batch, widths[l+1]) layer outputs; the last is the logits
+    void *a[MODEL_MLP_MAX_LAYERS];  // (batch, widths[l+1]) ReLU of z[l], hidden layers only
+    void *dz[MODEL_MLP_MAX_LAYERS]; // (batch, widths[l+1]) gradient w.r.t. z[l], hidden layers only
     void *dh;                     // (batch, max hidden width) gradient w.r.t. a layer's input
-} ddp_mlp_acts;
+} mlp_acts;
 
 /* Activations of the CNN (shapes per sample, times batch). */
-typedef struct ddp_cnn_acts {
-    ddp_conv conv1, conv2;
+typedef struct cnn_acts {
+    layer_conv conv1, conv2;
     float *col1;   // (25, 784) im2col of the input (im2col path only)
-    void *z1;      // (20, 28, 28) conv1 output (before ReLU: see ddp_cnn_forward)
+    void *z1;      // (20, 28, 28) conv1 output (before ReLU: see cnn_forward)
     void *p1;      // (20, 14, 14) pool1 output, ReLU applied in place
     int *arg1;     // (20, 14, 14) pool1 winners or workspace
     float *col2;   // (500, 196) im2col of p1 (im2col path only)
@@ -45,11 +45,12 @@ typedef struct ddp_cnn_acts {
     void *dp1;     // (20, 14, 14) gradient w.r.t. p1
     void *dz1;     // (20, 28, 28) gradient w.r.t. conv1's output
     float *dcol;   // (500, 196) one image's im2col gradient (scratch, im2col path only)
-} ddp_cnn_acts;
+} cnn_acts;
 
-struct ddp_model {
-    const ddp_ops *ops;
-    ddp_model_config cfg;
+struct model {
+    ddp_ctx *ctx; /* whose memory the model's buffers are (NULL: host memory) */
+    const ops_handle *ops;
+    model_config cfg;
     int n_params;
     ddp_param_desc descs[DDP_MAX_PARAMS];
     size_t numel[DDP_MAX_PARAMS];
@@ -61,14 +62,14 @@ struct ddp_model {
     float *momentum; // (numel_total) same layout
     void *cparams;   // (numel_total) compute copy in the model's precision (= params for fp32)
     int cparams_stale; /* params may have changed since cparams was made */
-    bool grads_fresh;  /* the next backward overwrites grads (ddp_model_zero_grad) */
+    bool grads_fresh;  /* the next backward overwrites grads (model_zero_grad) */
     void *xc;          // (max_batch, 784) the input in the model's precision (unused for fp32)
     void *dlogits_c;   // (max_batch, classes) scaled dlogits in the model's precision
     void *bufs[DDP_MAX_BUFS]; /* activation allocations, freed by destroy */
     int n_bufs;
     int alloc_failed; /* an activation allocation failed */
-    ddp_mlp_acts mlp;
-    ddp_cnn_acts cnn;
+    mlp_acts mlp;
+    cnn_acts cnn;
     float *dlogits; // (max_batch, classes) fp32
     const void *x;  /* input of the last forward, in the model's precision */
     int batch;      /* its batch size; 0 when there is none to differentiate */
@@ -76,7 +77,7 @@ struct ddp_model {
 
 /* ---- configuration ------------------------------------------------------------------------- */
 
-void ddp_model_config_default(ddp_model_config *cfg, ddp_model_kind kind)
+void model_config_default(model_config *cfg, model_kind kind)
 {
     static const int widths[] = {784, 512, 256, 10};
     memset(cfg, 0, sizeof *cfg);
@@ -89,7 +90,7 @@ void ddp_model_config_default(ddp_model_config *cfg, ddp_model_kind kind)
 
 static const char *const ddp_precision_names[] = {"fp32", "bf16", "fp16"};
 
-ddp_status ddp_precision_parse(const char *name, ddp_dtype *out)
+ddp_status model_precision_parse(const char *name, ddp_dtype *out)
 {
     for (int p = DDP_FP32; p <= DDP_FP16; p++) {
         if (name && strcmp(name, ddp_precision_names[p]) == 0) {
@@ -100,32 +101,32 @@ ddp_status ddp_precision_parse(const char *name, ddp_dtype *out)
     return DDP_ERR_INVALID_ARG;
 }
 
-const char *ddp_precision_name(ddp_dtype p)
+const char *model_precision_name(ddp_dtype p)
 {
     return p >= DDP_FP32 && p <= DDP_FP16 ? ddp_precision_names[p] : "?";
 }
 
-ddp_status ddp_model_kind_parse(const char *name, ddp_model_kind *out)
+ddp_status model_kind_parse(const char *name, model_kind *out)
 {
     if (name && strcmp(name, "mlp") == 0)
-        *out = DDP_MODEL_MLP;
+        *out = MODEL_MLP;
     else if (name && strcmp(name, "cnn") == 0)
-        *out = DDP_MODEL_CNN;
+        *out = MODEL_CNN;
     else
         return DDP_ERR_INVALID_ARG;
     return DDP_OK;
 }
 
-ddp_status ddp_model_widths_parse(const char *text, ddp_model_config *cfg)
+ddp_status model_widths_parse(const char *text, model_config *cfg)
 {
-    int widths[DDP_MLP_MAX_LAYERS + 1];
+    int widths[MODEL_MLP_MAX_LAYERS + 1];
     int n = 0;
     const char *p = text;
     while (p && *p) {
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 1 || v > DDP_MLP_MAX_WIDTH || n == DDP_MLP_MAX_LAYERS + 1 ||
+        if (end == p || errno || v < 1 || v > MODEL_MLP_MAX_WIDTH || n == MODEL_MLP_MAX_LAYERS + 1 ||
             (*end && *end != '-') || (*end == '-' && !end[1]))
             return DDP_ERR_INVALID_ARG;
         widths[n++] = (int)v;
@@ -140,7 +141,7 @@ ddp_status ddp_model_widths_parse(const char *text, ddp_model_config *cfg)
 
 /* ---- parameters ---------------------------------------------------------------------------- */
 
-static void ddp_add_param(ddp_model *m, const char *layer, const char *what, int n_dims,
+static void add_param(model *m, const char *layer, const char *what, int n_dims,
                           const int64_t *shape, int fan_in)
 {
     int i = m->n_params++;
@@ -155,46 +156,46 @@ static void ddp_add_param(ddp_model *m, const char *layer, const char *what, int
 }
 
 /* Weight (out, in) and bias (out). */
-static void ddp_add_linear(ddp_model *m, const char *layer, int in, int out)
+static void add_linear(model *m, const char *layer, int in, int out)
 {
     int64_t w[2] = {out, in}, b[1] = {out};
-    ddp_add_param(m, layer, "weight", 2, w, in);
-    ddp_add_param(m, layer, "bias", 1, b, in);
+    add_param(m, layer, "weight", 2, w, in);
+    add_param(m, layer, "bias", 1, b, in);
 }
 
 /* Weight (out, in, k, k) and bias (out). */
-static void ddp_add_conv(ddp_model *m, const char *layer, int in, int out, int k)
+static void add_conv(model *m, const char *layer, int in, int out, int k)
 {
     int64_t w[4] = {out, in, k, k}, b[1] = {out};
-    ddp_add_param(m, layer, "weight", 4, w, in * k * k);
-    ddp_add_param(m, layer, "bias", 1, b, in * k * k);
+    add_param(m, layer, "weight", 4, w, in * k * k);
+    add_param(m, layer, "bias", 1, b, in * k * k);
 }
 
-static void ddp_describe_params(ddp_model *m)
+static void describe_params(model *m)
 {
-    if (m->cfg.kind == DDP_MODEL_CNN) {
-        ddp_add_conv(m, "conv1", 1, DDP_CNN_CHANNELS, 5);
-        ddp_add_conv(m, "conv2", DDP_CNN_CHANNELS, DDP_CNN_CHANNELS, 5);
-        ddp_add_linear(m, "fc1", DDP_CNN_CHANNELS * 7 * 7, DDP_CLASSES);
+    if (m->cfg.kind == MODEL_CNN) {
+        add_conv(m, "conv1", 1, DDP_CNN_CHANNELS, 5);
+        add_conv(m, "conv2", DDP_CNN_CHANNELS, DDP_CNN_CHANNELS, 5);
+        add_linear(m, "fc1", DDP_CNN_CHANNELS * 7 * 7, DDP_CLASSES);
         return;
     }
     for (int l = 0; l + 1 < m->cfg.n_widths; l++) {
         char layer[16];
         snprintf(layer, sizeof layer, "fc%d", l + 1);
-        ddp_add_linear(m, layer, m->cfg.widths[l], m->cfg.widths[l + 1]);
+        add_linear(m, layer, m->cfg.widths[l], m->cfg.widths[l + 1]);
     }
 }
 
-static float *ddp_param(ddp_model *m, int i) { return m->params + m->offset[i]; }
+static float *param(model *m, int i) { return m->params + m->offset[i]; }
 /* Parameter i in the model's precision: what GEMMs and convolutions read. */
-static const void *ddp_cparam(ddp_model *m, int i)
+static const void *cparam(model *m, int i)
 {
     return (const char *)m->cparams + m->offset[i] * ops_dtype_size(m->ops, m->cfg.precision);
 }
-static float *ddp_grad(ddp_model *m, int i) { return m->grads + m->offset[i]; }
+static float *grad(model *m, int i) { return m->grads + m->offset[i]; }
 
 /* Seeded initialisation on the host, then one upload. */
-static ddp_status ddp_init_params(ddp_model *m)
+static ddp_status init_params(model *m)
 {
     float *host = malloc(m->numel_total * sizeof *host); // (numel_total)
     if (!host)
@@ -202,7 +203,7 @@ static ddp_status ddp_init_params(ddp_model *m)
     for (int i = 0; i < m->n_params; i++)
         ddp_init_uniform(host + m->offset[i], m->numel[i], m->cfg.seed, (uint32_t)i, -m->bound[i],
                          m->bound[i]);
-    ddp_status st = m->ops->upload(m->params, host, m->numel_total * sizeof *host);
+    ddp_status st = ddp_upload(m->ctx, m->params, host, m->numel_total * sizeof *host);
     free(host);
     return st;
 }
@@ -210,9 +211,9 @@ static ddp_status ddp_init_params(ddp_model *m)
 /* ---- activations --------------------------------------------------------------------------- */
 
 /* A zeroed backend buffer of n_bytes owned by the model; NULL when out of memory. */
-static void *ddp_buf(ddp_model *m, size_t n_bytes)
+static void *buf(model *m, size_t n_bytes)
 {
-    void *p = m->n_bufs < DDP_MAX_BUFS ? m->ops->alloc(n_bytes) : NULL;
+    void *p = m->n_bufs < DDP_MAX_BUFS ? ddp_alloc(m->ctx, n_bytes) : NULL;
     if (p)
         m->bufs[m->n_bufs++] = p;
     else
@@ -220,72 +221,72 @@ static void *ddp_buf(ddp_model *m, size_t n_bytes)
     return p;
 }
 
-static float *ddp_fbuf(ddp_model *m, size_t per_sample)
+static float *fbuf(model *m, size_t per_sample)
 {
-    return ddp_buf(m, (size_t)m->cfg.max_batch * per_sample * sizeof(float));
+    return buf(m, (size_t)m->cfg.max_batch * per_sample * sizeof(float));
 }
 
 /* An activation buffer in the model's precision. */
-static void *ddp_abuf(ddp_model *m, size_t per_sample)
+static void *abuf(model *m, size_t per_sample)
 {
-    return ddp_buf(m, (size_t)m->cfg.max_batch * per_sample * ops_dtype_size(m->ops, m->cfg.precision));
+    return buf(m, (size_t)m->cfg.max_batch * per_sample * ops_dtype_size(m->ops, m->cfg.precision));
 }
 
-static ddp_status ddp_alloc_mlp(ddp_model *m)
+static ddp_status alloc_mlp(model *m)
 {
-    ddp_mlp_acts *a = &m->mlp;
+    mlp_acts *a = &m->mlp;
     int n_layers = m->cfg.n_widths - 1, widest = 1;
     for (int l = 0; l < n_layers; l++) {
         size_t w = (size_t)m->cfg.widths[l + 1];
-        a->z[l] = l + 1 == n_layers ? ddp_fbuf(m, w) : ddp_abuf(m, w);
+        a->z[l] = l + 1 == n_layers ? fbuf(m, w) : abuf(m, w);
         if (l + 1 == n_layers)
             break;
-        a->a[l] = ddp_abuf(m, w);
-        a->dz[l] = ddp_abuf(m, w);
+        a->a[l] = abuf(m, w);
+        a->dz[l] = abuf(m, w);
         widest = m->cfg.widths[l + 1] > widest ? m->cfg.widths[l + 1] : widest;
     }
-    a->dh = ddp_abuf(m, (size_t)widest);
+    a->dh = abuf(m, (size_t)widest);
     return m->alloc_failed ? DDP_ERR_NOMEM : DDP_OK;
 }
 
-static ddp_status ddp_alloc_cnn(ddp_model *m)
+static ddp_status alloc_cnn(model *m)
 {
-    ddp_cnn_acts *a = &m->cnn;
+    cnn_acts *a = &m->cnn;
     const int c = DDP_CNN_CHANNELS, s = DDP_IMAGE_SIDE;
-    DDP_TRY_(ddp_conv_init(m->ops, &a->conv1, 1, s, s, c, 5, 2));
-    DDP_TRY_(ddp_conv_init(m->ops, &a->conv2, c, s / 2, s / 2, c, 5, 2));
+    DDP_TRY_(layer_conv_init(m->ops, &a->conv1, 1, s, s, c, 5, 2));
+    DDP_TRY_(layer_conv_init(m->ops, &a->conv2, c, s / 2, s / 2, c, 5, 2));
     size_t big = (size_t)c * s * s, mid = big / 4, small = big / 16;
-    if (!ddp_conv_direct(m->ops)) {
-        a->col1 = ddp_fbuf(m, ddp_conv_col_numel(&a->conv1));
-        a->col2 = ddp_fbuf(m, ddp_conv_col_numel(&a->conv2));
-        a->dcol = ddp_buf(m, ddp_conv_col_numel(&a->conv2) * sizeof(float));
+    if (!layer_conv_direct(m->ops)) {
+        a->col1 = fbuf(m, layer_conv_col_numel(&a->conv1));
+        a->col2 = fbuf(m, layer_conv_col_numel(&a->conv2));
+        a->dcol = buf(m, layer_conv_col_numel(&a->conv2) * sizeof(float));
     }
-    a->z1 = ddp_abuf(m, big);
-    a->p1 = ddp_abuf(m, mid);
-    a->arg1 = ddp_buf(m, (size_t)m->cfg.max_batch * mid * sizeof(int));
-    a->z2 = ddp_abuf(m, mid);
-    a->p2 = ddp_abuf(m, small);
-    a->p2r = ddp_abuf(m, small);
-    a->dp2r = ddp_abuf(m, small);
-    a->arg2 = ddp_buf(m, (size_t)m->cfg.max_batch * small * sizeof(int));
-    a->logits = ddp_fbuf(m, DDP_CLASSES);
-    a->dp2 = ddp_abuf(m, small);
-    a->dz2 = ddp_abuf(m, mid);
-    a->dp1 = ddp_abuf(m, mid);
-    a->dz1 = ddp_abuf(m, big);
+    a->z1 = abuf(m, big);
+    a->p1 = abuf(m, mid);
+    a->arg1 = buf(m, (size_t)m->cfg.max_batch * mid * sizeof(int));
+    a->z2 = abuf(m, mid);
+    a->p2 = abuf(m, small);
+    a->p2r = abuf(m, small);
+    a->dp2r = abuf(m, small);
+    a->arg2 = buf(m, (size_t)m->cfg.max_batch * small * sizeof(int));
+    a->logits = fbuf(m, DDP_CLASSES);
+    a->dp2 = abuf(m, small);
+    a->dz2 = abuf(m, mid);
+    a->dp1 = abuf(m, mid);
+    a->dz1 = abuf(m, big);
     return m->alloc_failed ? DDP_ERR_NOMEM : DDP_OK;
 }
 
 /* ---- lifecycle ----------------------------------------------------------------------------- */
 
-static ddp_status ddp_check_config(const ddp_model_config *cfg)
+static ddp_status check_config(const model_config *cfg)
 {
-    if (cfg->max_batch < 1 || (cfg->kind != DDP_MODEL_MLP && cfg->kind != DDP_MODEL_CNN) ||
+    if (cfg->max_batch < 1 || (cfg->kind != MODEL_MLP && cfg->kind != MODEL_CNN) ||
         cfg->precision < DDP_FP32 || cfg->precision > DDP_FP16)
         return DDP_ERR_INVALID_ARG;
-    if (cfg->kind == DDP_MODEL_CNN)
+    if (cfg->kind == MODEL_CNN)
         return DDP_OK;
-    if (cfg->n_widths < 2 || cfg->n_widths > DDP_MLP_MAX_LAYERS + 1)
+    if (cfg->n_widths < 2 || cfg->n_widths > MODEL_MLP_MAX_LAYERS + 1)
         return DDP_ERR_INVALID_ARG;
     for (int i = 0; i < cfg->n_widths; i++) {
         if (cfg->widths[i] < 1)
@@ -294,102 +295,108 @@ static ddp_status ddp_check_config(const ddp_model_config *cfg)
     return DDP_OK;
 }
 
-static ddp_status ddp_model_setup(ddp_model *m)
+static ddp_status model_setup(model *m)
 {
-    ddp_describe_params(m);
+    describe_params(m);
     size_t n_bytes = m->numel_total * sizeof(float);
-    m->params = m->ops->alloc(n_bytes);
-    m->grads = m->ops->alloc(n_bytes);
-    m->momentum = m->ops->alloc(n_bytes);
+    m->params = ddp_alloc(m->ctx, n_bytes);
+    m->grads = ddp_alloc(m->ctx, n_bytes);
+    m->momentum = ddp_alloc(m->ctx, n_bytes);
     if (!m->params || !m->grads || !m->momentum)
         return DDP_ERR_NOMEM;
-    int classes = m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
-    m->dlogits = ddp_fbuf(m, (size_t)classes);
+    int classes = m->cfg.kind == MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
+    m->dlogits = fbuf(m, (size_t)classes);
     m->cparams_stale = 1;
     m->cparams = m->params;
     m->dlogits_c = m->dlogits;
     if (m->cfg.precision != DDP_FP32) {
-        m->cparams = ddp_buf(m, m->numel_total * ops_dtype_size(m->ops, m->cfg.precision));
-        m->xc = ddp_abuf(m, DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
-        m->dlogits_c = ddp_abuf(m, (size_t)classes);
+        m->cparams = buf(m, m->numel_total * ops_dtype_size(m->ops, m->cfg.precision));
+        m->xc = abuf(m, DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
+        m->dlogits_c = abuf(m, (size_t)classes);
     }
-    DDP_TRY_(m->cfg.kind == DDP_MODEL_CNN ? ddp_alloc_cnn(m) : ddp_alloc_mlp(m));
-    return ddp_init_params(m);
+    DDP_TRY_(m->cfg.kind == MODEL_CNN ? alloc_cnn(m) : alloc_mlp(m));
+    return init_params(m);
 }
 
-ddp_status ddp_model_create(const ddp_ops *ops, const ddp_model_config *cfg, ddp_model **out)
+ddp_status model_create(ddp_ctx *ctx, const ops_handle *ops, const model_config *cfg,
+                            model **out)
 {
     *out = NULL;
-    if (!cfg || ddp_check_config(cfg) != DDP_OK) {
-        DDP_ERROR("ddp_model_create: invalid model configuration");
+    if (ops && ops->ctx != ctx) {
+        DDP_ERROR("model_create: the ops handle was opened on another context");
         return DDP_ERR_INVALID_ARG;
     }
-    DDP_TRY_(ddp_backend_require(ops, cfg->kind == DDP_MODEL_CNN ? "cnn" : "mlp"));
-    DDP_TRY_(ddp_backend_require_precision(ops, cfg->precision,
-                                           cfg->kind == DDP_MODEL_CNN ? "cnn" : "mlp"));
-    ddp_model *m = calloc(1, sizeof *m);
+    if (!cfg || check_config(cfg) != DDP_OK) {
+        DDP_ERROR("model_create: invalid model configuration");
+        return DDP_ERR_INVALID_ARG;
+    }
+    DDP_TRY_(ops_require(ops, cfg->kind == MODEL_CNN ? "cnn" : "mlp"));
+    DDP_TRY_(ops_require_precision(ops, cfg->precision,
+                                           cfg->kind == MODEL_CNN ? "cnn" : "mlp"));
+    model *m = calloc(1, sizeof *m);
     if (!m)
         return DDP_ERR_NOMEM;
+    m->ctx = ctx;
     m->ops = ops;
     m->cfg = *cfg;
-    ddp_status st = ddp_model_setup(m);
+    ddp_status st = model_setup(m);
     if (st == DDP_ERR_NOMEM)
-        DDP_ERROR("ddp_model_create: out of memory for %zu parameters (values, gradients and "
+        DDP_ERROR("model_create: out of memory for %zu parameters (values, gradients and "
                   "momentum) and the activations of %d samples: use a smaller batch or model",
                   m->numel_total, cfg->max_batch);
     else if (st != DDP_OK)
-        DDP_ERROR("ddp_model_create: %s", ddp_strerror(st));
+        DDP_ERROR("model_create: %s", ddp_strerror(st));
     if (st != DDP_OK) {
-        ddp_model_destroy(m);
+        model_destroy(m);
         return st;
     }
     *out = m;
     return DDP_OK;
 }
 
-void ddp_model_destroy(ddp_model *m)
+void model_destroy(model *m)
 {
     if (!m)
         return;
     for (int i = 0; i < m->n_bufs; i++)
-        m->ops->free(m->bufs[i]);
-    ddp_conv_release(m->ops, &m->cnn.conv1);
-    ddp_conv_release(m->ops, &m->cnn.conv2);
-    m->ops->free(m->params);
-    m->ops->free(m->grads);
-    m->ops->free(m->momentum);
+        ddp_free(m->ctx, m->bufs[i]);
+    layer_conv_release(m->ops, &m->cnn.conv1);
+    layer_conv_release(m->ops, &m->cnn.conv2);
+    ddp_free(m->ctx, m->params);
+    ddp_free(m->ctx, m->grads);
+    ddp_free(m->ctx, m->momentum);
     free(m);
 }
 
-int ddp_model_n_params(const ddp_model *m) { return m->n_params; }
-const ddp_param_desc *ddp_model_descs(const ddp_model *m) { return m->descs; }
-const size_t *ddp_model_numel(const ddp_model *m) { return m->numel; }
-size_t ddp_model_numel_total(const ddp_model *m) { return m->numel_total; }
-float *ddp_model_params(ddp_model *m)
+int model_n_params(const model *m) { return m->n_params; }
+const ddp_param_desc *model_descs(const model *m) { return m->descs; }
+const size_t *model_numel(const model *m) { return m->numel; }
+size_t model_numel_total(const model *m) { return m->numel_total; }
+float *model_params(model *m)
 {
     m->cparams_stale = 1;
     return m->params;
 }
-float *ddp_model_grads(ddp_model *m) { return m->grads; }
-float *ddp_model_momentum(ddp_model *m) { return m->momentum; }
-const ddp_ops *ddp_model_ops(const ddp_model *m) { return m->ops; }
+float *model_grads(model *m) { return m->grads; }
+float *model_momentum(model *m) { return m->momentum; }
+const ops_handle *model_ops(const model *m) { return m->ops; }
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
 /* Returns the logits (batch, classes) of the MLP. */
-static ddp_status ddp_mlp_forward(ddp_model *m, const float **logits)
+static ddp_status mlp_forward(model *m, const float **logits)
 {
-    ddp_mlp_acts *a = &m->mlp;
+    mlp_acts *a = &m->mlp;
     int n_layers = m->cfg.n_widths - 1;
     ddp_dtype p = m->cfg.precision;
     const void *h = m->x; // (batch, widths[l])
     for (int l = 0; l < n_layers; l++) {
         int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
         ddp_trace_begin("forward.layer", l);
-        DDP_TRY_(ddp_linear_fwd(m->ops, p, h, ddp_cparam(m, 2 * l), ddp_param(m, 2 * l + 1),
+        DDP_TRY_(layer_linear_fwd(m->ops, p, h, cparam(m, 2 * l), param(m, 2 * l + 1),
                                 m->batch, in, out, a->z[l], l + 1 == n_layers));
         if (l + 1 < n_layers)
-            DDP_TRY_(ddp_relu_layer_fwd(m->ops, p, a->z[l], (size_t)m->batch * out, a->a[l]));
+            DDP_TRY_(layer_relu_fwd(m->ops, p, a->z[l], (size_t)m->batch * out, a->a[l]));
         ddp_trace_end("forward.layer", l);
         if (l + 1 == n_layers)
             break;
@@ -399,10 +406,10 @@ static ddp_status ddp_mlp_forward(ddp_model *m, const float **logits)
     return DDP_OK;
 }
 
-static ddp_status ddp_cnn_forward(ddp_model *m, const float **logits)
+static ddp_status cnn_forward(model *m, const float **logits)
 {
-    ddp_cnn_acts *a = &m->cnn;
-    const ddp_ops *o = m->ops;
+    cnn_acts *a = &m->cnn;
+    const ops_handle *o = m->ops;
     ddp_dtype p = m->cfg.precision;
     const int c = DDP_CNN_CHANNELS;
     int b = m->batch, planes = b * c;
@@ -411,20 +418,20 @@ static ddp_status ddp_cnn_forward(ddp_model *m, const float **logits)
      * backward pass, the same gradients (a window whose max is <= 0 gets none either way), with the
      * ReLU on a quarter of the elements. */
     ddp_trace_begin("forward.layer", 0); /* conv1, pool, relu */
-    DDP_TRY_(ddp_conv_fwd(o, p, &a->conv1, m->x, ddp_cparam(m, 0), ddp_param(m, 1), b, a->col1, a->z1));
-    DDP_TRY_(ddp_pool_fwd(o, p, a->z1, b, c, 28, 28, a->p1, a->arg1, ws1));
-    DDP_TRY_(ddp_relu_layer_fwd(o, p, a->p1, (size_t)planes * 14 * 14, a->p1));
+    DDP_TRY_(layer_conv_fwd(o, p, &a->conv1, m->x, cparam(m, 0), param(m, 1), b, a->col1, a->z1));
+    DDP_TRY_(layer_pool_fwd(o, p, a->z1, b, c, 28, 28, a->p1, a->arg1, ws1));
+    DDP_TRY_(layer_relu_fwd(o, p, a->p1, (size_t)planes * 14 * 14, a->p1));
     ddp_trace_end("forward.layer", 0);
     ddp_trace_begin("forward.layer", 1); /* conv2, pool, relu */
-    DDP_TRY_(ddp_conv_fwd(o, p, &a->conv2, a->p1, ddp_cparam(m, 2), ddp_param(m, 3), b, a->col2, a->z2));
-    DDP_TRY_(ddp_pool_fwd(o, p, a->z2, b, c, 14, 14, a->p2, a->arg2, ws2));
-    DDP_TRY_(ddp_relu_layer_fwd(o, p, a->p2, (size_t)planes * 7 * 7, a->p2));
+    DDP_TRY_(layer_conv_fwd(o, p, &a->conv2, a->p1, cparam(m, 2), param(m, 3), b, a->col2, a->z2));
+    DDP_TRY_(layer_pool_fwd(o, p, a->z2, b, c, 14, 14, a->p2, a->arg2, ws2));
+    DDP_TRY_(layer_relu_fwd(o, p, a->p2, (size_t)planes * 7 * 7, a->p2));
     ddp_trace_end("forward.layer", 1);
     ddp_trace_begin("forward.layer", 2); /* fc */
-    const void *rows = ddp_image_as_rows(o, p, a->p2, a->p2r, b, c, 7, 7); // (b, 980) NCHW order
+    const void *rows = layer_image_as_rows(o, p, a->p2, a->p2r, b, c, 7, 7); // (b, 980) NCHW order
     if (!rows)
         return DDP_ERR_BLAS;
-    DDP_TRY_(ddp_linear_fwd(o, p, rows, ddp_cparam(m, 4), ddp_param(m, 5), b, c * 7 * 7, DDP_CLASSES,
+    DDP_TRY_(layer_linear_fwd(o, p, rows, cparam(m, 4), param(m, 5), b, c * 7 * 7, DDP_CLASSES,
                             a->logits, true));
     ddp_trace_end("forward.layer", 2);
     *logits = a->logits;
@@ -433,82 +440,82 @@ static ddp_status ddp_cnn_forward(ddp_model *m, const float **logits)
 
 /* Refreshes the compute copy of the parameters when stale and puts the input in the model's
  * precision. */
-static ddp_status ddp_model_prepare(ddp_model *m, const float *x, int batch)
+static ddp_status model_prepare(model *m, const float *x, int batch)
 {
     ddp_dtype p = m->cfg.precision;
     m->x = x;
     if (p == DDP_FP32)
         return DDP_OK;
     if (m->cparams_stale)
-        DDP_TRY_(m->ops->cast(p, m->cparams, DDP_FP32, m->params, m->numel_total));
+        DDP_TRY_(m->ops->cast(m->ops, p, m->cparams, DDP_FP32, m->params, m->numel_total));
     m->cparams_stale = 0;
     m->x = m->xc;
-    return m->ops->cast(p, m->xc, DDP_FP32, x, (size_t)batch * DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
+    return m->ops->cast(m->ops, p, m->xc, DDP_FP32, x, (size_t)batch * DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
 }
 
 /* Downloads the logits and writes each row's argmax to pred_host. */
-static ddp_status ddp_predict(ddp_model *m, const float *logits, int classes, int *pred_host)
+static ddp_status predict(model *m, const float *logits, int classes, int *pred_host)
 {
     float *host = malloc((size_t)m->batch * classes * sizeof *host); // (batch, classes)
     if (!host)
         return DDP_ERR_NOMEM;
-    ddp_status st = m->ops->download(host, logits, (size_t)m->batch * classes * sizeof *host);
+    ddp_status st = ddp_download(m->ctx, host, logits, (size_t)m->batch * classes * sizeof *host);
     for (int r = 0; st == DDP_OK && r < m->batch; r++)
-        ddp_row_max(host + (size_t)r * classes, classes, &pred_host[r]);
+        row_max(host + (size_t)r * classes, classes, &pred_host[r]);
     free(host);
     return st;
 }
 
-static int ddp_model_classes(const ddp_model *m)
+static int model_classes(const model *m)
 {
-    return m->cfg.kind == DDP_MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
+    return m->cfg.kind == MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
 }
 
 /* Checks the batch and runs the layers up to the logits. */
-static ddp_status ddp_model_logits(ddp_model *m, const float *x, const int *labels, int batch,
+static ddp_status model_logits(model *m, const float *x, const int *labels, int batch,
                                    const float **logits)
 {
     if (batch < 1 || batch > m->cfg.max_batch || !x || !labels) {
-        DDP_ERROR("ddp_model_forward: batch %d outside [1, %d] or no input", batch,
+        DDP_ERROR("model_forward: batch %d outside [1, %d] or no input", batch,
                   m->cfg.max_batch);
         return DDP_ERR_INVALID_ARG;
     }
-    ddp_status prep = ddp_model_prepare(m, x, batch);
+    ddp_status prep = model_prepare(m, x, batch);
     if (prep != DDP_OK)
         return prep;
     m->batch = batch;
-    ddp_status st = m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_forward(m, logits)
-                                                 : ddp_mlp_forward(m, logits);
+    ddp_status st = m->cfg.kind == MODEL_CNN ? cnn_forward(m, logits)
+                                                 : mlp_forward(m, logits);
     if (st != DDP_OK)
         m->batch = 0;
     return st;
 }
 
-ddp_status ddp_model_forward_train(ddp_model *m, const float *x, const int *labels, int batch,
+ddp_status model_forward_train(model *m, const float *x, const int *labels, int batch,
                                    float *loss_acc)
 {
     const float *logits = NULL;
-    ddp_status st = ddp_model_logits(m, x, labels, batch, &logits);
+    ddp_status st = model_logits(m, x, labels, batch, &logits);
     if (st == DDP_OK)
-        st = m->ops->softmax_xent_acc(logits, labels, batch, ddp_model_classes(m), m->dlogits,
+        st = m->ops->softmax_xent_acc(m->ops, logits, labels, batch, model_classes(m), m->dlogits,
                                       loss_acc);
     if (st != DDP_OK)
         m->batch = 0;
     return st;
 }
 
-ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, int batch,
+ddp_status model_forward(model *m, const float *x, const int *labels, int batch,
                              float *loss, int *correct, int *pred_host)
 {
     const float *logits = NULL;
-    int classes = ddp_model_classes(m);
+    int classes = model_classes(m);
     float l = 0.0f;
     int c = 0;
-    ddp_status st = ddp_model_logits(m, x, labels, batch, &logits);
+    ddp_status st = model_logits(m, x, labels, batch, &logits);
     if (st == DDP_OK)
-        st = ddp_xent_fwd(m->ops, logits, labels, batch, classes, m->dlogits, &l, &c);
+        st = layer_xent_fwd(m->ops, logits, labels, batch, classes, m->dlogits, &l, &c);
     if (st == DDP_OK && pred_host)
-        st = ddp_predict(m, logits, classes, pred_host);
+        st = predict(m, logits, classes, pred_host);
     if (st != DDP_OK) {
         m->batch = 0;
         return st;
@@ -523,16 +530,16 @@ ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, in
 /* ---- backward ------------------------------------------------------------------------------ */
 
 /* Marks parameters hi, hi-1, ..., lo ready (reverse order). */
-static ddp_status ddp_mark(ddp_reducer *r, int hi, int lo)
+static ddp_status mark(ddp_reducer *r, int hi, int lo)
 {
     for (int i = hi; r && i >= lo; i--)
         DDP_TRY_(ddp_reducer_mark_ready(r, i));
     return DDP_OK;
 }
 
-static ddp_status ddp_mlp_backward(ddp_model *m, ddp_reducer *r)
+static ddp_status mlp_backward(model *m, ddp_reducer *r)
 {
-    ddp_mlp_acts *a = &m->mlp;
+    mlp_acts *a = &m->mlp;
     ddp_dtype p = m->cfg.precision;
     bool acc = !m->grads_fresh;
     const void *g = m->dlogits_c; // (batch, widths[l+1]): gradient w.r.t. z[l]
@@ -543,14 +550,14 @@ static ddp_status ddp_mlp_backward(ddp_model *m, ddp_reducer *r)
         /* The bias first (a column sum), marked before the weight GEMM: a bucket that holds this
          * bias and the layers after it is launched without waiting for the GEMM (the first
          * bucket holds the first layer's bias: 1 MiB fits every layer but its weights). */
-        DDP_TRY_(ddp_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, NULL, ddp_grad(m, 2 * l + 1),
+        DDP_TRY_(layer_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, NULL, grad(m, 2 * l + 1),
                                        acc));
-        DDP_TRY_(ddp_mark(r, 2 * l + 1, 2 * l + 1));
-        DDP_TRY_(ddp_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, ddp_grad(m, 2 * l), NULL, acc));
-        DDP_TRY_(ddp_mark(r, 2 * l, 2 * l));
+        DDP_TRY_(mark(r, 2 * l + 1, 2 * l + 1));
+        DDP_TRY_(layer_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, grad(m, 2 * l), NULL, acc));
+        DDP_TRY_(mark(r, 2 * l, 2 * l));
         if (l > 0) {
-            DDP_TRY_(ddp_linear_bwd_input(m->ops, p, ddp_cparam(m, 2 * l), g, m->batch, in, out, a->dh));
-            DDP_TRY_(ddp_relu_layer_bwd(m->ops, p, a->dh, a->a[l - 1], (size_t)m->batch * in, a->dz[l - 1]));
+            DDP_TRY_(layer_linear_bwd_input(m->ops, p, cparam(m, 2 * l), g, m->batch, in, out, a->dh));
+            DDP_TRY_(layer_relu_bwd(m->ops, p, a->dh, a->a[l - 1], (size_t)m->batch * in, a->dz[l - 1]));
         }
         ddp_trace_end("backward.layer", l);
         if (l == 0)
@@ -560,10 +567,10 @@ static ddp_status ddp_mlp_backward(ddp_model *m, ddp_reducer *r)
     return DDP_OK;
 }
 
-static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
+static ddp_status cnn_backward(model *m, ddp_reducer *r)
 {
-    ddp_cnn_acts *a = &m->cnn;
-    const ddp_ops *o = m->ops;
+    cnn_acts *a = &m->cnn;
+    const ops_handle *o = m->ops;
     ddp_dtype p = m->cfg.precision;
     const int c = DDP_CNN_CHANNELS;
     int b = m->batch, planes = b * c, fc_in = c * 7 * 7;
@@ -571,65 +578,65 @@ static ddp_status ddp_cnn_backward(ddp_model *m, ddp_reducer *r)
     const void *rows = o->channels_last ? a->p2r : a->p2; /* what the forward pass fed fc1 */
     void *drows = o->channels_last ? a->dp2r : a->dp2;
     ddp_trace_begin("backward.layer", 2); /* fc */
-    DDP_TRY_(ddp_linear_bwd_params(o, p, rows, m->dlogits_c, b, fc_in, DDP_CLASSES, ddp_grad(m, 4),
-                                   ddp_grad(m, 5), acc));
-    DDP_TRY_(ddp_mark(r, 5, 4));
-    DDP_TRY_(ddp_linear_bwd_input(o, p, ddp_cparam(m, 4), m->dlogits_c, b, fc_in, DDP_CLASSES, drows));
-    DDP_TRY_(ddp_rows_to_image(o, p, drows, a->dp2, b, c, 7, 7));
+    DDP_TRY_(layer_linear_bwd_params(o, p, rows, m->dlogits_c, b, fc_in, DDP_CLASSES, grad(m, 4),
+                                   grad(m, 5), acc));
+    DDP_TRY_(mark(r, 5, 4));
+    DDP_TRY_(layer_linear_bwd_input(o, p, cparam(m, 4), m->dlogits_c, b, fc_in, DDP_CLASSES, drows));
+    DDP_TRY_(layer_rows_to_image(o, p, drows, a->dp2, b, c, 7, 7));
     ddp_trace_end("backward.layer", 2);
     ddp_trace_begin("backward.layer", 1); /* relu, pool, conv2 */
-    DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dp2, a->p2, (size_t)planes * 7 * 7, a->dp2));
-    DDP_TRY_(ddp_pool_bwd(o, p, a->dp2, a->arg2, b, c, 14, 14, a->dz2));
-    DDP_TRY_(ddp_conv_bwd_params(o, p, &a->conv2, a->p1, a->col2, a->dz2, b, ddp_grad(m, 2),
-                                 ddp_grad(m, 3), acc));
-    DDP_TRY_(ddp_mark(r, 3, 2));
-    DDP_TRY_(ddp_conv_bwd_input(o, p, &a->conv2, ddp_cparam(m, 2), a->dz2, b, a->dcol, a->dp1));
+    DDP_TRY_(layer_relu_bwd(o, p, a->dp2, a->p2, (size_t)planes * 7 * 7, a->dp2));
+    DDP_TRY_(layer_pool_bwd(o, p, a->dp2, a->arg2, b, c, 14, 14, a->dz2));
+    DDP_TRY_(layer_conv_bwd_params(o, p, &a->conv2, a->p1, a->col2, a->dz2, b, grad(m, 2),
+                                 grad(m, 3), acc));
+    DDP_TRY_(mark(r, 3, 2));
+    DDP_TRY_(layer_conv_bwd_input(o, p, &a->conv2, cparam(m, 2), a->dz2, b, a->dcol, a->dp1));
     ddp_trace_end("backward.layer", 1);
     ddp_trace_begin("backward.layer", 0); /* relu, pool, conv1 */
-    DDP_TRY_(ddp_relu_layer_bwd(o, p, a->dp1, a->p1, (size_t)planes * 14 * 14, a->dp1));
-    DDP_TRY_(ddp_pool_bwd(o, p, a->dp1, a->arg1, b, c, 28, 28, a->dz1));
-    DDP_TRY_(ddp_conv_bwd_params(o, p, &a->conv1, m->x, a->col1, a->dz1, b, ddp_grad(m, 0),
-                                 ddp_grad(m, 1), acc));
+    DDP_TRY_(layer_relu_bwd(o, p, a->dp1, a->p1, (size_t)planes * 14 * 14, a->dp1));
+    DDP_TRY_(layer_pool_bwd(o, p, a->dp1, a->arg1, b, c, 28, 28, a->dz1));
+    DDP_TRY_(layer_conv_bwd_params(o, p, &a->conv1, m->x, a->col1, a->dz1, b, grad(m, 0),
+                                 grad(m, 1), acc));
     ddp_trace_end("backward.layer", 0);
-    return ddp_mark(r, 1, 0);
+    return mark(r, 1, 0);
 }
 
-/* The loss gradient (fp32, scaled by ddp_model_scale_loss_grad when the caller scales the loss) in
+/* The loss gradient (fp32, scaled by model_scale_loss_grad when the caller scales the loss) in
  * the model's precision, for the backward pass. The loss itself stays fp32. */
-static ddp_status ddp_dlogits_in_precision(ddp_model *m)
+static ddp_status dlogits_in_precision(model *m)
 {
     size_t n = (size_t)m->batch * DDP_CLASSES;
-    if (m->cfg.kind == DDP_MODEL_MLP)
+    if (m->cfg.kind == MODEL_MLP)
         n = (size_t)m->batch * (size_t)m->cfg.widths[m->cfg.n_widths - 1];
     if (m->cfg.precision == DDP_FP32)
         return DDP_OK;
-    return m->ops->cast(m->cfg.precision, m->dlogits_c, DDP_FP32, m->dlogits, n);
+    return m->ops->cast(m->ops, m->cfg.precision, m->dlogits_c, DDP_FP32, m->dlogits, n);
 }
 
-ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r)
+ddp_status model_backward(model *m, ddp_reducer *r)
 {
     if (m->batch < 1) {
-        DDP_ERROR("ddp_model_backward: no successful forward pass to differentiate");
+        DDP_ERROR("model_backward: no successful forward pass to differentiate");
         return DDP_ERR_STATE;
     }
-    DDP_TRY_(ddp_dlogits_in_precision(m));
-    DDP_TRY_(m->cfg.kind == DDP_MODEL_CNN ? ddp_cnn_backward(m, r) : ddp_mlp_backward(m, r));
+    DDP_TRY_(dlogits_in_precision(m));
+    DDP_TRY_(m->cfg.kind == MODEL_CNN ? cnn_backward(m, r) : mlp_backward(m, r));
     m->grads_fresh = false;
     return DDP_OK;
 }
 
-ddp_status ddp_model_scale_loss_grad(ddp_model *m, float scale)
+ddp_status model_scale_loss_grad(model *m, float scale)
 {
     if (m->batch < 1) {
-        DDP_ERROR("ddp_model_scale_loss_grad: no forward pass to scale");
+        DDP_ERROR("model_scale_loss_grad: no forward pass to scale");
         return DDP_ERR_STATE;
     }
-    return m->ops->scale(m->dlogits, (size_t)m->batch * (size_t)ddp_model_classes(m), scale);
+    return m->ops->scale(m->ops, m->dlogits, (size_t)m->batch * (size_t)model_classes(m), scale);
 }
 
 /* No pass over memory (PyTorch's zero_grad(set_to_none=True) spares it alike): the next backward
  * overwrites each gradient instead of adding to it. */
-ddp_status ddp_model_zero_grad(ddp_model *m)
+ddp_status model_zero_grad(model *m)
 {
     m->grads_fresh = true;
     return DDP_OK;
@@ -637,16 +644,16 @@ ddp_status ddp_model_zero_grad(ddp_model *m)
 
 /* With a 16-bit compute copy, one pass updates the weights and writes the copy where the backend
  * can (sgd_step_cast); otherwise the next forward pass refreshes it. */
-ddp_status ddp_model_sgd_step(ddp_model *m, float lr, float momentum, float weight_decay)
+ddp_status model_sgd_step(model *m, float lr, float momentum, float weight_decay)
 {
     ddp_dtype p = m->cfg.precision;
     m->cparams_stale = 1;
     if (p != DDP_FP32 && m->ops->sgd_step_cast) {
-        DDP_TRY_(m->ops->sgd_step_cast(m->params, m->momentum, m->grads, m->numel_total, lr,
+        DDP_TRY_(m->ops->sgd_step_cast(m->ops, m->params, m->momentum, m->grads, m->numel_total, lr,
                                        momentum, weight_decay, p, m->cparams));
         m->cparams_stale = 0;
         return DDP_OK;
     }
-    return m->ops->sgd_step(m->params, m->momentum, m->grads, m->numel_total, lr, momentum,
+    return m->ops->sgd_step(m->ops, m->params, m->momentum, m->grads, m->numel_total, lr, momentum,
                             weight_decay);
 }

@@ -1,12 +1,13 @@
-/* model.h - the reference models (MLP and LeNet-style CNN) built on the backend ops table.
+/* model.h - the reference models (MLP and LeNet-style CNN), computing with an ops handle (ops.h)
+ * in memory libddp allocates (ddp_alloc).
  *
  * A model owns three allocations in backend memory, each ONE buffer with a size table:
  * parameters, gradients (same layout, so reducer buckets are slices of it) and SGD momentum.
  * Parameter order is forward order (layer by layer, weight then bias); backward produces
  * gradients in reverse order and marks each one ready on the reducer as soon as it is final.
  */
-#ifndef DDP_MODEL_H
-#define DDP_MODEL_H
+#ifndef MODEL_H
+#define MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -14,74 +15,79 @@
 #include "ops.h"
 #include "ddp.h"
 
-#define DDP_MLP_MAX_LAYERS 8
-#define DDP_MLP_MAX_WIDTH (1 << 20) /* neurons per layer, each of --widths */
+#define MODEL_MLP_MAX_LAYERS 8
+#define MODEL_MLP_MAX_WIDTH (1 << 20) /* neurons per layer, each of --widths */
 
-typedef enum ddp_model_kind { DDP_MODEL_MLP = 0, DDP_MODEL_CNN } ddp_model_kind;
+typedef enum model_kind { MODEL_MLP = 0, MODEL_CNN } model_kind;
 
-typedef struct ddp_model_config {
-    ddp_model_kind kind;
+typedef struct model_config {
+    model_kind kind;
     /* MLP widths including input (784) and output (10): default 784-512-256-10. Ignored for CNN
      * (fixed: conv 1->20 5x5 pad 2, ReLU, pool 2; conv 20->20 5x5 pad 2, ReLU, pool 2; fc 980->10). */
     int n_widths;
-    int widths[DDP_MLP_MAX_LAYERS + 1];
+    int widths[MODEL_MLP_MAX_LAYERS + 1];
     int max_batch; /* activations are sized for this many samples */
     uint64_t seed; /* seeded initialisation (PyTorch's default ranges: U(+-1/sqrt(fan_in))) */
     /* activations and GEMM/convolution inputs (fp32 accumulation); parameters, gradients,
      * momentum, logits and the loss stay fp32 (default fp32) */
     ddp_dtype precision;
-} ddp_model_config;
+} model_config;
 
-typedef struct ddp_model ddp_model;
+typedef struct model model;
 
 /* Defaults for a kind: widths 784-512-256-10, max_batch 64, seed 42. */
-void ddp_model_config_default(ddp_model_config *cfg, ddp_model_kind kind);
+void model_config_default(model_config *cfg, model_kind kind);
 /* Parses "mlp" / "cnn". DDP_ERR_INVALID_ARG otherwise. */
-ddp_status ddp_model_kind_parse(const char *name, ddp_model_kind *out);
+ddp_status model_kind_parse(const char *name, model_kind *out);
 /* Parses "784-512-256-10" into cfg->widths (first must be 784, last 10). */
-ddp_status ddp_model_widths_parse(const char *text, ddp_model_config *cfg);
+ddp_status model_widths_parse(const char *text, model_config *cfg);
 
 /* Parses "fp32" / "bf16" / "fp16". DDP_ERR_INVALID_ARG otherwise. */
-ddp_status ddp_precision_parse(const char *name, ddp_dtype *out);
-const char *ddp_precision_name(ddp_dtype p);
+ddp_status model_precision_parse(const char *name, ddp_dtype *out);
+const char *model_precision_name(ddp_dtype p);
 
-/* Creates the model on a backend (ddp_ops_open() or ddp_cpu_ops()), initialised from cfg->seed.
+/* Creates the model in ctx's memory (libddp's ddp_alloc: parameters, gradients, momentum and
+ * activations), computing with `ops`, a handle the caller opened on the same context
+ * (ops_open(ctx, ...)) and closes after the model; the model keeps both, owns neither. ctx NULL:
+ * host memory, with a CPU handle opened on NULL. Initialised from cfg->seed. On failure *out is
+ * NULL: DDP_ERR_INVALID_ARG for a bad configuration or a handle of another context,
  * DDP_ERR_UNSUPPORTED when the backend lacks an op the model needs or cfg->precision (logged with
- * what to use instead). */
-ddp_status ddp_model_create(const ddp_ops *ops, const ddp_model_config *cfg, ddp_model **out);
-void ddp_model_destroy(ddp_model *m);
+ * what to use instead), DDP_ERR_NOMEM. */
+ddp_status model_create(ddp_ctx *ctx, const ops_handle *ops, const model_config *cfg,
+                            model **out);
+void model_destroy(model *m);
 
-int ddp_model_n_params(const ddp_model *m);
-const ddp_param_desc *ddp_model_descs(const ddp_model *m);
-const size_t *ddp_model_numel(const ddp_model *m); /* per-parameter element counts */
-size_t ddp_model_numel_total(const ddp_model *m);
+int model_n_params(const model *m);
+const ddp_param_desc *model_descs(const model *m);
+const size_t *model_numel(const model *m); /* per-parameter element counts */
+size_t model_numel_total(const model *m);
 /* Flat, backend memory, fp32 (the master weights). The model refreshes its 16-bit compute copy
  * before the next forward pass, so the caller may change the values through this pointer. */
-float *ddp_model_params(ddp_model *m);
-float *ddp_model_grads(ddp_model *m);  /* flat, backend memory, same layout */
-float *ddp_model_momentum(ddp_model *m); /* SGD momentum, flat, backend memory, same layout */
-const ddp_ops *ddp_model_ops(const ddp_model *m);
+float *model_params(model *m);
+float *model_grads(model *m);  /* flat, backend memory, same layout */
+float *model_momentum(model *m); /* SGD momentum, flat, backend memory, same layout */
+const ops_handle *model_ops(const model *m);
 
 /* Forward pass on a batch: x (batch, 784) and labels (batch) in backend memory, batch <=
  * max_batch. Writes the mean loss and the number of correct predictions (either may be NULL), and
  * pred_host[batch] the predicted classes when not NULL. Keeps what backward needs. */
-ddp_status ddp_model_forward(ddp_model *m, const float *x, const int *labels, int batch,
+ddp_status model_forward(model *m, const float *x, const int *labels, int batch,
                              float *loss, int *correct, int *pred_host);
 /* The same for training steps, with no host round trip: ADDS the mean loss to *loss_acc (backend
  * memory, one float; NaN on the GPU for a label out of range). */
-ddp_status ddp_model_forward_train(ddp_model *m, const float *x, const int *labels, int batch,
+ddp_status model_forward_train(model *m, const float *x, const int *labels, int batch,
                                    float *loss_acc);
 /* Backward pass of the last forward: ADDS the gradient of the mean loss to the gradients, and
  * marks each parameter ready on r (when r is not NULL) as soon as its gradient is final. */
-ddp_status ddp_model_backward(ddp_model *m, ddp_reducer *r);
+ddp_status model_backward(model *m, ddp_reducer *r);
 /* Multiplies the fp32 loss gradient of the last forward pass by `scale` (loss scaling for 16-bit
  * gradients: every parameter gradient of the next backward is then scaled alike; backward casts
  * the scaled gradient to the model's precision). DDP_ERR_STATE without a forward pass. */
-ddp_status ddp_model_scale_loss_grad(ddp_model *m, float scale);
+ddp_status model_scale_loss_grad(model *m, float scale);
 /* The next backward overwrites the gradients instead of adding to them (no pass over memory:
- * until that backward, ddp_model_grads still holds the old values). */
-ddp_status ddp_model_zero_grad(ddp_model *m);
+ * until that backward, model_grads still holds the old values). */
+ddp_status model_zero_grad(model *m);
 /* SGD with momentum and weight decay on every parameter (backend sgd_step). */
-ddp_status ddp_model_sgd_step(ddp_model *m, float lr, float momentum, float weight_decay);
+ddp_status model_sgd_step(model *m, float lr, float momentum, float weight_decay);
 
-#endif /* DDP_MODEL_H */
+#endif /* MODEL_H */

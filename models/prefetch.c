@@ -18,7 +18,7 @@ typedef struct ddp_slot {
 } ddp_slot;
 
 typedef struct ddp_worker {
-    ddp_prefetch *owner;
+    model_prefetch *owner;
     int index;
     pthread_t thread;
     int started;
@@ -27,8 +27,8 @@ typedef struct ddp_worker {
     long epoch;      /* -1: none yet */
 } ddp_worker;
 
-struct ddp_prefetch {
-    ddp_prefetch_plan plan;
+struct model_prefetch {
+    model_prefetch_plan plan;
     size_t pixels;
     long first;       /* first batch of the sequence: first_step * accum */
     long n_batches;   /* total_steps * accum */
@@ -44,16 +44,16 @@ struct ddp_prefetch {
 };
 
 /* SplitMix64 finaliser: a well-mixed 64-bit hash. */
-static uint64_t ddp_mix64(uint64_t z)
+static uint64_t mix64(uint64_t z)
 {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
 
-void ddp_augment_shift(float *img, int rows, int cols, uint64_t seed, int epoch, size_t sample)
+void model_augment_shift(float *img, int rows, int cols, uint64_t seed, int epoch, size_t sample)
 {
-    uint64_t h = ddp_mix64(ddp_mix64(seed ^ ((uint64_t)epoch << 40)) + sample);
+    uint64_t h = mix64(mix64(seed ^ ((uint64_t)epoch << 40)) + sample);
     int dy = (int)(h % 5) - 2, dx = (int)((h >> 8) % 5) - 2;
     float src[28 * 28], background = (0.0f - 0.1307f) / 0.3081f;
     if (rows * cols > 28 * 28 || (dx == 0 && dy == 0))
@@ -69,9 +69,9 @@ void ddp_augment_shift(float *img, int rows, int cols, uint64_t seed, int epoch,
 }
 
 /* Makes batch k into slot s with worker w's sampler. */
-static ddp_status ddp_make_batch(ddp_prefetch *p, ddp_worker *w, long k, ddp_slot *s)
+static ddp_status make_batch(model_prefetch *p, ddp_worker *w, long k, ddp_slot *s)
 {
-    const ddp_prefetch_plan *pl = &p->plan;
+    const model_prefetch_plan *pl = &p->plan;
     long step = k / pl->accum, epoch = step / pl->steps_per_epoch;
     if (w->epoch != epoch) {
         ddp_status st = ddp_sampler_indices(w->sampler, (uint64_t)epoch, w->indices);
@@ -81,17 +81,17 @@ static ddp_status ddp_make_batch(ddp_prefetch *p, ddp_worker *w, long k, ddp_slo
     }
     size_t first = (size_t)((step % pl->steps_per_epoch) * pl->accum + k % pl->accum) * (size_t)pl->batch;
     const size_t *idx = w->indices + first;
-    ddp_mnist_gather(pl->data, idx, pl->batch, s->x, s->y);
+    model_mnist_gather(pl->data, idx, pl->batch, s->x, s->y);
     for (int i = 0; pl->augment && i < pl->batch; i++)
-        ddp_augment_shift(s->x + (size_t)i * p->pixels, pl->data->rows, pl->data->cols, pl->seed,
+        model_augment_shift(s->x + (size_t)i * p->pixels, pl->data->rows, pl->data->cols, pl->seed,
                           (int)epoch, idx[i]);
     return DDP_OK;
 }
 
-static void *ddp_worker_main(void *arg)
+static void *worker_main(void *arg)
 {
     ddp_worker *w = arg;
-    ddp_prefetch *p = w->owner;
+    model_prefetch *p = w->owner;
     for (long k = p->first + w->index; k < p->n_batches; k += p->n_workers) {
         ddp_slot *s = &p->slots[k % p->depth];
         pthread_mutex_lock(&p->lock);
@@ -101,7 +101,7 @@ static void *ddp_worker_main(void *arg)
         pthread_mutex_unlock(&p->lock);
         if (stop)
             break;
-        ddp_status st = ddp_make_batch(p, w, k, s);
+        ddp_status st = make_batch(p, w, k, s);
         pthread_mutex_lock(&p->lock);
         s->seq = k;
         p->failed |= st != DDP_OK;
@@ -111,7 +111,7 @@ static void *ddp_worker_main(void *arg)
     return NULL;
 }
 
-static ddp_status ddp_worker_init(ddp_prefetch *p, ddp_worker *w, int index)
+static ddp_status worker_init(model_prefetch *p, ddp_worker *w, int index)
 {
     *w = (ddp_worker){.owner = p, .index = index, .epoch = -1};
     ddp_status st = ddp_sampler_create(&p->plan.sampler, &w->sampler);
@@ -121,7 +121,7 @@ static ddp_status ddp_worker_init(ddp_prefetch *p, ddp_worker *w, int index)
     return w->indices ? DDP_OK : DDP_ERR_NOMEM;
 }
 
-static ddp_status ddp_prefetch_alloc(ddp_prefetch *p)
+static ddp_status prefetch_alloc(model_prefetch *p)
 {
     p->slots = calloc((size_t)p->depth, sizeof *p->slots);
     p->workers = calloc((size_t)(p->n_workers ? p->n_workers : 1), sizeof *p->workers);
@@ -136,14 +136,14 @@ static ddp_status ddp_prefetch_alloc(ddp_prefetch *p)
     }
     ddp_status st = DDP_OK;
     for (int w = 0; st == DDP_OK && w < (p->n_workers ? p->n_workers : 1); w++)
-        st = ddp_worker_init(p, &p->workers[w], w);
+        st = worker_init(p, &p->workers[w], w);
     return st;
 }
 
-static ddp_status ddp_prefetch_start(ddp_prefetch *p)
+static ddp_status prefetch_start(model_prefetch *p)
 {
     for (int w = 0; w < p->n_workers; w++) {
-        if (pthread_create(&p->workers[w].thread, NULL, ddp_worker_main, &p->workers[w]) != 0) {
+        if (pthread_create(&p->workers[w].thread, NULL, worker_main, &p->workers[w]) != 0) {
             DDP_ERROR("--workers %d: cannot start data worker thread %d; use fewer workers or 0",
                       p->n_workers, w);
             return DDP_ERR_NOMEM;
@@ -153,18 +153,18 @@ static ddp_status ddp_prefetch_start(ddp_prefetch *p)
     return DDP_OK;
 }
 
-ddp_status ddp_prefetch_create(const ddp_prefetch_plan *plan, ddp_prefetch **out)
+ddp_status model_prefetch_create(const model_prefetch_plan *plan, model_prefetch **out)
 {
     *out = NULL;
     if (!plan->data || plan->batch < 1 || plan->accum < 1 || plan->steps_per_epoch < 1 ||
         plan->total_steps < 0 || plan->first_step < 0 || plan->first_step > plan->total_steps ||
         plan->workers < 0) {
-        DDP_ERROR("ddp_prefetch_create: invalid plan (batch %d, accum %d, steps per epoch %ld, "
+        DDP_ERROR("model_prefetch_create: invalid plan (batch %d, accum %d, steps per epoch %ld, "
                   "first step %ld of %ld, workers %d)", plan->batch, plan->accum,
                   plan->steps_per_epoch, plan->first_step, plan->total_steps, plan->workers);
         return DDP_ERR_INVALID_ARG;
     }
-    ddp_prefetch *p = calloc(1, sizeof *p);
+    model_prefetch *p = calloc(1, sizeof *p);
     if (!p)
         return DDP_ERR_NOMEM;
     p->plan = *plan;
@@ -175,30 +175,30 @@ ddp_status ddp_prefetch_create(const ddp_prefetch_plan *plan, ddp_prefetch **out
     p->depth = plan->workers > 0 ? 2 * plan->workers : 1;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cv, NULL);
-    ddp_status st = ddp_prefetch_alloc(p);
+    ddp_status st = prefetch_alloc(p);
     if (st == DDP_OK)
-        st = ddp_prefetch_start(p);
+        st = prefetch_start(p);
     if (st != DDP_OK) {
         if (st == DDP_ERR_NOMEM)
             DDP_ERROR("out of memory for %d data worker(s) and %d batch slots", p->n_workers, p->depth);
-        ddp_prefetch_destroy(p);
+        model_prefetch_destroy(p);
         return st;
     }
     *out = p;
     return DDP_OK;
 }
 
-ddp_status ddp_prefetch_next(ddp_prefetch *p, const float **x, const int **y)
+ddp_status model_prefetch_next(model_prefetch *p, const float **x, const int **y)
 {
     if (p->next >= p->n_batches || p->next > p->released) {
-        DDP_ERROR("ddp_prefetch_next: batch %ld asked for, plan has %ld (release each batch first)",
+        DDP_ERROR("model_prefetch_next: batch %ld asked for, plan has %ld (release each batch first)",
                   p->next, p->n_batches);
         return DDP_ERR_STATE;
     }
     ddp_slot *s = &p->slots[p->next % p->depth];
     ddp_status st = DDP_OK;
     if (p->n_workers == 0) {
-        st = ddp_make_batch(p, &p->workers[0], p->next, s);
+        st = make_batch(p, &p->workers[0], p->next, s);
     } else {
         pthread_mutex_lock(&p->lock);
         while (s->seq != p->next && !p->failed)
@@ -216,7 +216,7 @@ ddp_status ddp_prefetch_next(ddp_prefetch *p, const float **x, const int **y)
     return DDP_OK;
 }
 
-void ddp_prefetch_release(ddp_prefetch *p)
+void model_prefetch_release(model_prefetch *p)
 {
     pthread_mutex_lock(&p->lock);
     p->released = p->next;
@@ -224,7 +224,7 @@ void ddp_prefetch_release(ddp_prefetch *p)
     pthread_mutex_unlock(&p->lock);
 }
 
-void ddp_prefetch_destroy(ddp_prefetch *p)
+void model_prefetch_destroy(model_prefetch *p)
 {
     if (!p)
         return;

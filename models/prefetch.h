@@ -8,8 +8,8 @@
  * batches whatever the number of workers. Worker w makes batches k = w, w + N, ...; a bounded
  * ring of 2N slots holds the finished ones until the training thread takes them in order.
  */
-#ifndef DDP_PREFETCH_H
-#define DDP_PREFETCH_H
+#ifndef MODEL_PREFETCH_H
+#define MODEL_PREFETCH_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -17,8 +17,8 @@
 #include "ddp.h"
 #include "mnist.h"
 
-typedef struct ddp_prefetch_plan {
-    const ddp_mnist *data;     /* training split (kept, not owned) */
+typedef struct model_prefetch_plan {
+    const model_mnist *data;     /* training split (kept, not owned) */
     ddp_sampler_opts sampler;  /* the training sampler's options (each worker makes its own) */
     int batch, accum;
     long steps_per_epoch, total_steps;
@@ -26,24 +26,24 @@ typedef struct ddp_prefetch_plan {
     uint64_t seed;             /* augmentation seed */
     int augment;               /* shift images by up to 2 pixels */
     int workers;               /* 0: batches made on the calling thread when asked for */
-} ddp_prefetch_plan;
+} model_prefetch_plan;
 
-typedef struct ddp_prefetch ddp_prefetch;
+typedef struct model_prefetch model_prefetch;
 
 /* Starts the workers. DDP_ERR_INVALID_ARG for a bad plan, DDP_ERR_NOMEM when buffers or threads
  * cannot be had (logged). On failure *out is NULL. */
-ddp_status ddp_prefetch_create(const ddp_prefetch_plan *plan, ddp_prefetch **out);
+ddp_status model_prefetch_create(const model_prefetch_plan *plan, model_prefetch **out);
 /* The next micro-batch of the sequence: *x (batch, rows*cols) floats and *y (batch) labels in
- * host memory, valid until ddp_prefetch_release(). DDP_ERR_STATE past the planned end or when a
+ * host memory, valid until model_prefetch_release(). DDP_ERR_STATE past the planned end or when a
  * worker failed (logged). */
-ddp_status ddp_prefetch_next(ddp_prefetch *p, const float **x, const int **y);
-/* Gives the batch of the last ddp_prefetch_next() back to the workers. */
-void ddp_prefetch_release(ddp_prefetch *p);
+ddp_status model_prefetch_next(model_prefetch *p, const float **x, const int **y);
+/* Gives the batch of the last model_prefetch_next() back to the workers. */
+void model_prefetch_release(model_prefetch *p);
 /* Stops the workers (even mid-plan, e.g. after SIGUSR1) and frees everything. NULL is ignored. */
-void ddp_prefetch_destroy(ddp_prefetch *p);
+void model_prefetch_destroy(model_prefetch *p);
 
 /* Shifts one normalised (rows, cols) image by an offset in [-2, 2]^2 drawn from (seed, epoch,
  * sample), so the result does not depend on the rank; uncovered pixels get the background. */
-void ddp_augment_shift(float *img, int rows, int cols, uint64_t seed, int epoch, size_t sample);
+void model_augment_shift(float *img, int rows, int cols, uint64_t seed, int epoch, size_t sample);
 
-#endif /* DDP_PREFETCH_H */
+#endif /* MODEL_PREFETCH_H */

@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -321,6 +322,55 @@ static ddp_status nccl_barrier(ddp_comm *c)
     return st == DDP_OK ? ddp_cuda_stream_wait(s->stream, "barrier") : st;
 }
 
+/* ncclCommDestroy on a thread of its own, so that the host waits for it under the deadline: it
+ * finalises the communicator (flushing its proxy work, which a dead or stuck peer can hold up).
+ * Past the deadline the thread is left behind, logged: the communicator cannot be aborted while
+ * it is being destroyed, and the process is ending. */
+typedef struct nccl_destroyer {
+    ncclComm_t comm;
+    int done; /* set (atomically) when ncclCommDestroy returned */
+} nccl_destroyer;
+
+static double nccl_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *nccl_destroy_main(void *arg)
+{
+    nccl_destroyer *d = arg;
+    ncclCommDestroy(d->comm);
+    __atomic_store_n(&d->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void nccl_destroy_bounded(nccl_state *s)
+{
+    nccl_destroyer *d = malloc(sizeof *d);
+    pthread_t thread;
+    if (d)
+        *d = (nccl_destroyer){.comm = s->comm, .done = 0};
+    if (!d || pthread_create(&thread, NULL, nccl_destroy_main, d) != 0) {
+        free(d);
+        nccl_abort(s); /* no thread: abort, which does not wait for peers */
+        return;
+    }
+    s->comm = NULL;
+    double limit = ddp_timeout_seconds(), deadline = nccl_now() + limit;
+    while (!__atomic_load_n(&d->done, __ATOMIC_ACQUIRE) && nccl_now() < deadline)
+        nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 1000000L}, NULL);
+    if (__atomic_load_n(&d->done, __ATOMIC_ACQUIRE)) {
+        pthread_join(thread, NULL);
+        free(d);
+        return;
+    }
+    DDP_ERROR("ncclCommDestroy did not return within %.3g s (DDP_TIMEOUT): a peer rank may have "
+              "died or be stuck; leaving the communicator behind", limit);
+    pthread_detach(thread); /* d stays with the thread: it may still write d->done */
+}
+
 /* After an asynchronous error (a peer died, a network fault) or past the deadline the queued
  * operations never complete: abort the communicator instead of waiting for them. */
 static void nccl_close_comm(nccl_state *s)
@@ -333,7 +383,7 @@ static void nccl_close_comm(nccl_state *s)
         nccl_abort(s);
         return;
     }
-    ncclCommDestroy(s->comm);
+    nccl_destroy_bounded(s);
 }
 
 static void nccl_destroy(ddp_comm *c)
@@ -345,7 +395,7 @@ static void nccl_destroy(ddp_comm *c)
     if (s->comm || s->aborted)
         nccl_close_comm(s);
     else if (s->stream)
-        cudaStreamSynchronize(s->stream);
+        ddp_cuda_stream_wait(s->stream, "closing the NCCL stream");
     if (s->ready)
         cudaEventDestroy(s->ready);
     if (s->stream)

@@ -580,27 +580,95 @@ void *ddp_backend_stream(const ddp_ctx *ctx)
     return ctx && ctx->backend == DDP_BACKEND_CUDA ? ddp_cuda_stream() : NULL;
 }
 
+/* The context's backend memory; host memory without a context. NULL for a context whose device
+ * did not open. */
+static const ddp_device_ops *ctx_dev(const ddp_ctx *ctx)
+{
+    return ctx ? ctx->dev : ddp_device_cpu();
+}
+
 void *ddp_alloc(ddp_ctx *ctx, size_t n_bytes)
 {
-    return ctx && ctx->dev ? ctx->dev->alloc(n_bytes) : NULL;
+    const ddp_device_ops *dev = ctx_dev(ctx);
+    return dev ? dev->alloc(n_bytes) : NULL;
 }
 
 void ddp_free(ddp_ctx *ctx, void *p)
 {
-    if (ctx && ctx->dev && p)
-        ctx->dev->free(p);
+    const ddp_device_ops *dev = ctx_dev(ctx);
+    if (dev && p)
+        dev->free(p);
 }
 
 ddp_status ddp_upload(ddp_ctx *ctx, void *dst, const void *src_host, size_t n_bytes)
 {
-    if (!ctx || !ctx->dev)
+    const ddp_device_ops *dev = ctx_dev(ctx);
+    if (!dev)
         return DDP_ERR_STATE;
-    return ctx->dev->upload(dst, src_host, n_bytes);
+    if (n_bytes && (!dst || !src_host))
+        return DDP_ERR_INVALID_ARG;
+    return dev->upload(dst, src_host, n_bytes);
 }
 
 ddp_status ddp_download(ddp_ctx *ctx, void *dst_host, const void *src, size_t n_bytes)
 {
-    if (!ctx || !ctx->dev)
+    const ddp_device_ops *dev = ctx_dev(ctx);
+    if (!dev)
         return DDP_ERR_STATE;
-    return ctx->dev->download(dst_host, src, n_bytes);
+    if (n_bytes && (!dst_host || !src))
+        return DDP_ERR_INVALID_ARG;
+    return dev->download(dst_host, src, n_bytes);
+}
+
+ddp_status ddp_copy(ddp_ctx *ctx, void *dst, const void *src, size_t n_bytes)
+{
+    const ddp_device_ops *dev = ctx_dev(ctx);
+    if (!dev)
+        return DDP_ERR_STATE;
+    if (n_bytes && (!dst || !src))
+        return DDP_ERR_INVALID_ARG;
+    return dev->copy(dst, src, n_bytes);
+}
+
+ddp_status ddp_zero(ddp_ctx *ctx, void *dst, size_t n_bytes)
+{
+    const ddp_device_ops *dev = ctx_dev(ctx);
+    if (!dev)
+        return DDP_ERR_STATE;
+    if (n_bytes && !dst)
+        return DDP_ERR_INVALID_ARG;
+    return dev->zero(dst, n_bytes);
+}
+
+/* The staging's checks: two slots, two parts. */
+static ddp_status ctx_stage_check(const ddp_ctx *ctx, int slot, int part)
+{
+    if (!ctx_dev(ctx))
+        return DDP_ERR_STATE;
+    if (slot < 0 || slot > 1 || part < 0 || part > 1) {
+        DDP_ERROR("batch staging: slot %d, part %d: both must be 0 or 1", slot, part);
+        return DDP_ERR_INVALID_ARG;
+    }
+    return DDP_OK;
+}
+
+ddp_status ddp_stage_upload(ddp_ctx *ctx, int slot, int part, void *dst, const void *src_host,
+                            size_t n_bytes)
+{
+    ddp_status st = ctx_stage_check(ctx, slot, part);
+    if (st == DDP_OK && n_bytes && (!dst || !src_host))
+        st = DDP_ERR_INVALID_ARG;
+    return st == DDP_OK ? ctx_dev(ctx)->stage_upload(slot, part, dst, src_host, n_bytes) : st;
+}
+
+ddp_status ddp_stage_acquire(ddp_ctx *ctx, int slot)
+{
+    ddp_status st = ctx_stage_check(ctx, slot, 0);
+    return st == DDP_OK ? ctx_dev(ctx)->stage_acquire(slot) : st;
+}
+
+ddp_status ddp_stage_release(ddp_ctx *ctx, int slot)
+{
+    ddp_status st = ctx_stage_check(ctx, slot, 0);
+    return st == DDP_OK ? ctx_dev(ctx)->stage_release(slot) : st;
 }

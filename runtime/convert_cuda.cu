@@ -12,7 +12,7 @@
 #include "half.h"
 extern "C" {
 #include "convert.h"
-#include "device.h"
+#include "internal.h"
 }
 
 /* ---- kernels ------------------------------------------------------------------------------- */
@@ -98,8 +98,9 @@ extern "C" ddp_status ddp_cuda_scale_typed(void *x, int t, size_t n, float alpha
     return ddp_conv_check(cudaGetLastError(), "ddp_scale_typed_kernel launch");
 }
 
-/* The flag lives in device memory allocated per call (once per optimizer step): the check is
- * followed by a synchronous read anyway. */
+/* The flag lives in device memory allocated per call (once per optimizer step). The host waits
+ * for the check under the deadline (cuda_wait.c) before it reads the flag, so the read does not
+ * block on the stream. */
 extern "C" ddp_status ddp_cuda_nonfinite(const void *x, int t, size_t n, int *found, void *stream)
 {
     cudaStream_t s = ddp_conv_stream(stream);
@@ -112,12 +113,12 @@ extern "C" ddp_status ddp_cuda_nonfinite(const void *x, int t, size_t n, int *fo
         st = ddp_conv_check(cudaGetLastError(), "ddp_nonfinite_kernel launch");
     }
     if (st == DDP_OK)
+        st = ddp_cuda_stream_wait(s, "the inf/NaN check");
+    if (st == DDP_OK)
         st = ddp_conv_check(cudaMemcpyAsync(&host, flag, sizeof host, cudaMemcpyDeviceToHost, s),
                             "cudaMemcpyAsync of the inf/NaN flag");
     if (flag)
-        cudaFreeAsync(flag, s);
-    if (st == DDP_OK)
-        st = ddp_conv_check(cudaStreamSynchronize(s), "cudaStreamSynchronize after the inf/NaN check");
+        cudaFreeAsync(flag, s); /* stream-ordered: queued, no host wait */
     if (st == DDP_OK)
         *found = host != 0;
     return st;

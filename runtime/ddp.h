@@ -189,12 +189,52 @@ DDP_API void *ddp_backend_stream(const ddp_ctx *ctx);
 /* Number of CUDA devices usable here: 0 without a GPU, a driver or a CUDA build. Never fails. */
 DDP_API int ddp_cuda_device_count(void);
 
-/* Backend memory helpers: on the CPU backend these are malloc/memcpy, on CUDA device memory.
- * ddp_alloc returns zeroed memory, NULL on failure. */
+/* Backend memory: libddp is its one owner (a program's or a model's compute only reads and writes
+ * it). On the CPU backend host memory (malloc/memcpy); on CUDA device memory, every transfer on
+ * ddp_backend_stream(), and every host wait polling under the DDP_TIMEOUT deadline (see the
+ * collectives below: past it the NCCL communicator is aborted). ctx NULL: host memory, as on the
+ * CPU backend (for compute without a job, e.g. tests). The functions returning a status return
+ * DDP_ERR_STATE for a context whose device did not open. */
+
+/* n_bytes of zeroed memory, the zeroing COMPLETE when it returns (the host waited for it), so it
+ * is ordered with every stream. NULL on failure (logged): out of memory, or the wait for the
+ * zeroing failed (then the memory stays allocated, since freeing it would wait for the GPU). */
 DDP_API void *ddp_alloc(ddp_ctx *ctx, size_t n_bytes);
+/* Frees p after the work libddp has queued (which may read it), waiting under the deadline;
+ * after a failed wait p is left allocated (logged). NULL is ignored. */
 DDP_API void ddp_free(ddp_ctx *ctx, void *p);
+/* Copies host memory into backend memory. On CUDA it goes through pinned staging on libddp's
+ * stream and returns when src_host may be reused, usually before the copy is done (later libddp
+ * work sees it). DDP_ERR_INVALID_ARG for a NULL buffer, DDP_ERR_CUDA, or DDP_ERR_TIMEOUT /
+ * DDP_ERR_NCCL when waiting for a staging buffer failed. */
 DDP_API ddp_status ddp_upload(ddp_ctx *ctx, void *dst, const void *src_host, size_t n_bytes);
+/* Copies backend memory to the host after the work libddp has queued; dst_host holds the data
+ * when it returns. Same failures as ddp_upload (DDP_ERR_TIMEOUT past the deadline). */
 DDP_API ddp_status ddp_download(ddp_ctx *ctx, void *dst_host, const void *src, size_t n_bytes);
+/* dst = src (backend memory, regions must not overlap on CUDA), queued on libddp's stream: no
+ * host wait. DDP_ERR_INVALID_ARG for a NULL buffer, DDP_ERR_CUDA when the copy is refused. */
+DDP_API ddp_status ddp_copy(ddp_ctx *ctx, void *dst, const void *src, size_t n_bytes);
+/* dst[0..n_bytes) = 0 (backend memory), queued on libddp's stream: no host wait. Same failures
+ * as ddp_copy. */
+DDP_API ddp_status ddp_zero(ddp_ctx *ctx, void *dst, size_t n_bytes);
+
+/* Double-buffered staging of training batches: the upload of batch i+1 overlaps the compute of
+ * batch i. Two slots (0, 1), each with backend buffers of the caller's, and up to two parts per
+ * slot (0, 1: e.g. images and labels):
+ *   ddp_stage_upload(ctx, s, part, dst, src, n)  copies src into the slot's pinned staging and
+ *                    queues its upload on a copy stream, to start once the compute that last read
+ *                    slot s is done; src may be reused at once. The host waits only while the
+ *                    part's previous upload is still running (under the deadline).
+ *   ddp_stage_acquire(ctx, s)  orders libddp's stream (the compute) after the slot's uploads.
+ *   ddp_stage_release(ctx, s)  marks the work queued so far on libddp's stream as the slot's
+ *                    last reader.
+ * On the CPU backend the upload is a plain copy and the other two do nothing. Each returns
+ * DDP_ERR_INVALID_ARG for a slot or part outside {0, 1} (or a NULL buffer), DDP_ERR_CUDA, or
+ * DDP_ERR_TIMEOUT / DDP_ERR_NCCL when the wait for a staging buffer failed. */
+DDP_API ddp_status ddp_stage_upload(ddp_ctx *ctx, int slot, int part, void *dst,
+                                    const void *src_host, size_t n_bytes);
+DDP_API ddp_status ddp_stage_acquire(ddp_ctx *ctx, int slot);
+DDP_API ddp_status ddp_stage_release(ddp_ctx *ctx, int slot);
 
 /* ---------------------------------------------------------------------------------------------
  * Collectives on backend memory (MPI on the CPU backend, NCCL on the CUDA backend).
@@ -296,9 +336,10 @@ DDP_API ddp_status ddp_stream_after(ddp_ctx *ctx, void *stream);
  * caller's CUDA stream `stream` (NULL: the legacy default stream), e.g. gradients a caller's
  * kernel writes before ddp_allreduce. Same returns as ddp_stream_after. */
 DDP_API ddp_status ddp_after_stream(ddp_ctx *ctx, void *stream);
-/* Blocks until everything libddp has queued is complete, under the DDP_TIMEOUT deadline.
- * DDP_ERR_TIMEOUT (the communicator is then aborted), DDP_ERR_NCCL or DDP_ERR_CUDA on failure;
- * DDP_OK at once on the CPU backend. */
+/* Blocks until everything libddp has queued on its stream is complete (staged batch uploads once
+ * ddp_stage_acquire ordered them there), under the DDP_TIMEOUT deadline. DDP_ERR_TIMEOUT (the
+ * communicator is then aborted), DDP_ERR_NCCL or DDP_ERR_CUDA on failure; DDP_OK at once on the
+ * CPU backend. */
 DDP_API ddp_status ddp_synchronize(ddp_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------------

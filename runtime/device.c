@@ -1,4 +1,4 @@
-/* device.c - libddp's host-memory device operations, the count of usable GPUs, and, in a build
+/* device.c - libddp's host-memory device operations (staging is a plain copy), the count of usable GPUs, and, in a build
  * without CUDA, the CUDA entry points of device.h.
  */
 #include <stdio.h>
@@ -55,10 +55,33 @@ static ddp_status cpu_copy(void *dst, const void *src, size_t n_bytes)
     return DDP_OK;
 }
 
+static ddp_status cpu_zero(void *dst, size_t n_bytes)
+{
+    if (n_bytes && !dst)
+        return DDP_ERR_INVALID_ARG;
+    if (n_bytes)
+        memset(dst, 0, n_bytes);
+    return DDP_OK;
+}
+
 static ddp_status cpu_scale(float *x, size_t n, float alpha)
 {
     for (size_t i = 0; i < n; i++)
         x[i] *= alpha;
+    return DDP_OK;
+}
+
+/* Staging on the host is the copy itself: the batch is in place when the call returns. */
+static ddp_status cpu_stage_upload(int slot, int part, void *dst, const void *src_host,
+                                   size_t n_bytes)
+{
+    (void)slot, (void)part;
+    return cpu_copy(dst, src_host, n_bytes);
+}
+
+static ddp_status cpu_stage_mark(int slot)
+{
+    (void)slot;
     return DDP_OK;
 }
 
@@ -68,7 +91,12 @@ static const ddp_device_ops cpu_device = {
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
     .scale = cpu_scale,
+    .stage_upload = cpu_stage_upload,
+    .stage_acquire = cpu_stage_mark,
+    .stage_release = cpu_stage_mark,
 };
 
 const ddp_device_ops *ddp_device_cpu(void) { return &cpu_device; }

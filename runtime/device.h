@@ -1,5 +1,7 @@
-/* device.h - the few backend-memory operations libddp itself needs (the reducer's buffers, the
- * collectives' arguments, ddp_alloc and friends): host memory on the CPU, device memory on CUDA.
+/* device.h - the backend memory libddp owns for itself and for the programs and models above it
+ * (ddp_alloc and friends, the reducer's buffers, the collectives' arguments): host memory on the
+ * CPU, device memory on CUDA, with the transfers, the copy stream and the double-buffered pinned
+ * staging of training batches. Every host wait on CUDA goes through cuda_wait.c's deadline.
  *
  * Private to libddp. The compute (GEMM, convolution, ...) lives with the models (models/ops/).
  */
@@ -11,21 +13,30 @@
 #include "ddp.h"
 
 typedef struct ddp_device_ops {
-    const char *name;               /* "cpu" or "cuda" */
-    void *(*alloc)(size_t n_bytes); /* zeroed; NULL on failure */
-    void (*free)(void *p);          /* NULL is ignored */
+    const char *name; /* "cpu" or "cuda" */
+    /* zeroed, the zeroing complete (the host waited for it); NULL on failure */
+    void *(*alloc)(size_t n_bytes);
+    void (*free)(void *p); /* after the queued work that may read p; NULL is ignored */
     ddp_status (*upload)(void *dst, const void *src_host, size_t n_bytes);
     ddp_status (*download)(void *dst_host, const void *src, size_t n_bytes);
-    ddp_status (*scale)(float *x, size_t n, float alpha); /* x *= alpha */
+    ddp_status (*copy)(void *dst, const void *src, size_t n_bytes); /* queued, no host wait */
+    ddp_status (*zero)(void *dst, size_t n_bytes);                  /* queued, no host wait */
+    ddp_status (*scale)(float *x, size_t n, float alpha);           /* x *= alpha */
+    /* the double-buffered staging of ddp.h's ddp_stage_* (slot and part already checked) */
+    ddp_status (*stage_upload)(int slot, int part, void *dst, const void *src_host, size_t n_bytes);
+    ddp_status (*stage_acquire)(int slot);
+    ddp_status (*stage_release)(int slot);
 } ddp_device_ops;
 
 /* Host memory (always built). */
 const ddp_device_ops *ddp_device_cpu(void);
-/* Device memory on the stream of ddp_cuda_device_open(), or NULL in a build without CUDA. */
+/* Device memory on the streams of ddp_cuda_device_open(), or NULL in a build without CUDA. */
 const ddp_device_ops *ddp_device_cuda(void);
 /* Makes `device` current for this thread and creates the stream every operation of libddp is
- * ordered on. DDP_ERR_CUDA on failure; DDP_ERR_UNSUPPORTED without a CUDA build. */
+ * ordered on, and the copy stream of the batch staging. DDP_ERR_CUDA on failure;
+ * DDP_ERR_UNSUPPORTED without a CUDA build. */
 ddp_status ddp_cuda_device_open(int device);
+/* Waits (under the deadline) for both streams, then releases them and the staging. */
 void ddp_cuda_device_close(void);
 /* The stream of ddp_cuda_device_open() (a cudaStream_t); NULL before it or without CUDA. */
 void *ddp_cuda_stream(void);

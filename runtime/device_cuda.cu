@@ -1,6 +1,10 @@
-/* device_cuda.cu - libddp's device-memory operations on CUDA: allocation, copies and the scale
- * kernel the reducer's averaging needs, all on the one stream that ddp_cuda_device_open() creates
- * (the stream NCCL orders its collectives against). The compute kernels live in models/ops/.
+/* device_cuda.cu - libddp's device-memory operations on CUDA: allocation (zeroed before it
+ * returns), transfers through pinned bounce buffers, copies, and the scale kernel the reducer's
+ * averaging needs, all on the one stream that ddp_cuda_device_open() creates (the stream NCCL
+ * orders its collectives against); and the double-buffered pinned staging of training batches on
+ * a copy stream beside it. Every host wait polls under the deadline (cuda_wait.c): none blocks in
+ * cudaStreamSynchronize, nor in a copy from or to pageable memory (which may wait for the
+ * stream). The compute kernels live in models/ops/.
  */
 #include <cuda_runtime.h>
 
@@ -11,10 +15,11 @@ extern "C" {
 #include "internal.h"
 }
 
-static cudaStream_t ddp_dev_stream;
-static int ddp_dev_open = -1;
+static cudaStream_t dev_stream;  // libddp's stream: allocation, transfers, collectives
+static cudaStream_t copy_stream; // the batch staging's uploads
+static int dev_open = -1;
 
-static ddp_status ddp_dev_fail(cudaError_t err, const char *what, const char *file, int line)
+static ddp_status dev_fail(cudaError_t err, const char *what, const char *file, int line)
 {
     ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s: %s (%s)", what, cudaGetErrorString(err),
                   cudaGetErrorName(err));
@@ -25,12 +30,20 @@ static ddp_status ddp_dev_fail(cudaError_t err, const char *what, const char *fi
     do {                                                                        \
         cudaError_t ddp_err_ = (call);                                          \
         if (ddp_err_ != cudaSuccess)                                            \
-            return ddp_dev_fail(ddp_err_, #call, __FILE__, __LINE__);           \
+            return dev_fail(ddp_err_, #call, __FILE__, __LINE__);           \
+    } while (0)
+
+/* Returns from the enclosing function with a failed ddp_status. */
+#define DDP_TRY_DEV_STATUS(call)                                                \
+    do {                                                                        \
+        ddp_status ddp_st_ = (call);                                            \
+        if (ddp_st_ != DDP_OK)                                                  \
+            return ddp_st_;                                                     \
     } while (0)
 
 /* ================================================================================ kernels == */
 
-__global__ void ddp_dev_scale_kernel(float *x, size_t n, float alpha)
+__global__ void scale_kernel(float *x, size_t n, float alpha)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
@@ -39,106 +52,170 @@ __global__ void ddp_dev_scale_kernel(float *x, size_t n, float alpha)
 
 /* ============================================================================== launchers == */
 
+/* ---- pinned host buffers: the one staging mechanism ---------------------------------------------
+ * A pinned buffer is refilled only after the copy that last read or wrote it has completed (its
+ * event, waited for under the deadline), and grows on demand. The transfers of ddp_upload and
+ * ddp_download bounce through two of them; the batch staging has one per slot and part. */
+typedef struct pinned {
+    void *host;       // (n_bytes) cudaHostAlloc'd
+    size_t n_bytes;
+    cudaEvent_t done; // recorded after the copy that last used host
+    bool busy;        // done recorded and not yet waited for
+} pinned;
+
+/* Waits until b is free and holds at least n bytes. */
+static ddp_status pinned_reserve(pinned *b, size_t n, const char *what)
+{
+    if (b->busy) {
+        ddp_status st = ddp_cuda_event_wait(b->done, what);
+        if (st != DDP_OK)
+            return st;
+        b->busy = false;
+    }
+    if (!b->done)
+        DDP_DEV_TRY(cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming));
+    if (n <= b->n_bytes)
+        return DDP_OK;
+    void *old = b->host; /* forgotten first: never freed twice */
+    b->host = NULL;
+    b->n_bytes = 0;
+    if (old)
+        DDP_DEV_TRY(cudaFreeHost(old));
+    DDP_DEV_TRY(cudaHostAlloc(&b->host, n, cudaHostAllocDefault));
+    b->n_bytes = n;
+    return DDP_OK;
+}
+
+/* Marks b as in use by the work queued so far on stream. */
+static ddp_status pinned_record(pinned *b, cudaStream_t stream)
+{
+    DDP_DEV_TRY(cudaEventRecord(b->done, stream));
+    b->busy = true;
+    return DDP_OK;
+}
+
+static void pinned_release(pinned *b)
+{
+    if (b->host)
+        cudaFreeHost(b->host);
+    if (b->done)
+        cudaEventDestroy(b->done);
+    *b = pinned{};
+}
+
+/* ---- allocation and transfers on libddp's stream ------------------------------------------- */
+
+/* Transfers larger than this go in pieces of this size, alternating the two bounce buffers. */
+static const size_t bounce_max = (size_t)16 << 20;
+static pinned bounce[2];
+static int bounce_next;
+
+static pinned *bounce_take(void)
+{
+    pinned *b = &bounce[bounce_next];
+    bounce_next ^= 1;
+    return b;
+}
+
+/* Waits for libddp's stream and the copy stream (what may still read or write device memory). */
+static ddp_status dev_wait_streams(const char *what)
+{
+    ddp_status st = ddp_cuda_stream_wait(dev_stream, what);
+    if (st == DDP_OK && copy_stream)
+        st = ddp_cuda_stream_wait(copy_stream, what);
+    return st;
+}
+
+/* Zeroed, and the zeroing complete before it returns: ordered with every stream. After a failed
+ * wait the memory is left allocated (freeing it would wait for the stuck GPU). */
 static void *dev_alloc(size_t n_bytes)
 {
     void *p = NULL;
     size_t n = n_bytes ? n_bytes : 1;
     cudaError_t err = cudaMalloc(&p, n);
     if (err != cudaSuccess) {
-        ddp_dev_fail(err, "cudaMalloc", __FILE__, __LINE__);
+        dev_fail(err, "cudaMalloc", __FILE__, __LINE__);
         return NULL;
     }
-    err = cudaMemsetAsync(p, 0, n, ddp_dev_stream);
-    if (err == cudaSuccess)
+    err = cudaMemsetAsync(p, 0, n, dev_stream);
+    if (err != cudaSuccess) {
+        dev_fail(err, "cudaMemsetAsync", __FILE__, __LINE__);
+        cudaFree(p);
+        return NULL;
+    }
+    if (ddp_cuda_stream_wait(dev_stream, "zeroing new device memory") == DDP_OK)
         return p;
-    ddp_dev_fail(err, "cudaMemsetAsync", __FILE__, __LINE__);
-    cudaFree(p);
+    DDP_ERROR("ddp_alloc: %zu bytes left allocated: the GPU did not finish zeroing them", n);
     return NULL;
 }
 
+/* Frees after the queued work of both streams; after a failed wait p is left allocated. */
 static void dev_free(void *p)
 {
     if (!p)
         return;
-    cudaStreamSynchronize(ddp_dev_stream);
-    cudaFree(p);
-}
-
-/* ---- uploads through pinned staging: no host wait per upload ----------------------------------
- * An upload copies the caller's (pageable) buffer into one of two pinned staging buffers, queues
- * the copy to the device and returns: the caller may reuse its buffer at once, and the host does
- * not wait for the device. A staging buffer is reused only after the copy that last read it has
- * completed (its event, waited for under the deadline). Larger uploads go directly and wait. */
-static const size_t ddp_stage_max = (size_t)64 << 20;
-
-typedef struct ddp_stage {
-    void *host;         // (n_bytes) pinned
-    size_t n_bytes;
-    cudaEvent_t done;   // recorded after the copy that reads host
-    bool busy;          // done not yet waited for
-} ddp_stage;
-
-static ddp_stage ddp_stages[2];
-static int ddp_stage_next;
-
-/* Waits until s is free and holds at least n bytes. */
-static ddp_status ddp_stage_reserve(ddp_stage *s, size_t n)
-{
-    if (s->busy) {
-        ddp_status st = ddp_cuda_event_wait(s->done, "upload staging");
-        if (st != DDP_OK)
-            return st;
-        s->busy = false;
+    if (dev_wait_streams("freeing device memory") != DDP_OK) {
+        DDP_ERROR("ddp_free: device memory left allocated: the GPU work using it did not finish");
+        return;
     }
-    if (!s->done)
-        DDP_DEV_TRY(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming));
-    if (n <= s->n_bytes)
-        return DDP_OK;
-    if (s->host)
-        cudaFreeHost(s->host);
-    s->host = NULL;
-    s->n_bytes = 0;
-    DDP_DEV_TRY(cudaHostAlloc(&s->host, n, cudaHostAllocDefault));
-    s->n_bytes = n;
-    return DDP_OK;
+    cudaError_t err = cudaFree(p);
+    if (err != cudaSuccess)
+        dev_fail(err, "cudaFree", __FILE__, __LINE__);
 }
 
-static void ddp_stages_release(void)
-{
-    for (ddp_stage &s : ddp_stages) {
-        if (s.host)
-            cudaFreeHost(s.host);
-        if (s.done)
-            cudaEventDestroy(s.done);
-        s = ddp_stage{};
-    }
-}
-
+/* Copies into a bounce buffer and queues its upload: the caller may reuse src_host at once, and
+ * the host waits only for a bounce buffer whose previous transfer is still running. */
 static ddp_status dev_upload(void *dst, const void *src_host, size_t n_bytes)
 {
-    if (n_bytes > ddp_stage_max) {
-        DDP_DEV_TRY(cudaMemcpyAsync(dst, src_host, n_bytes, cudaMemcpyHostToDevice,
-                                    ddp_dev_stream));
-        return ddp_cuda_stream_wait(ddp_dev_stream, "upload");
+    for (size_t done = 0; done < n_bytes;) {
+        size_t n = n_bytes - done < bounce_max ? n_bytes - done : bounce_max;
+        pinned *b = bounce_take();
+        ddp_status st = pinned_reserve(b, n, "upload staging");
+        if (st != DDP_OK)
+            return st;
+        memcpy(b->host, (const char *)src_host + done, n);
+        DDP_DEV_TRY(cudaMemcpyAsync((char *)dst + done, b->host, n, cudaMemcpyHostToDevice,
+                                    dev_stream));
+        DDP_TRY_DEV_STATUS(pinned_record(b, dev_stream));
+        done += n;
     }
-    if (n_bytes == 0)
-        return DDP_OK;
-    ddp_stage *s = &ddp_stages[ddp_stage_next];
-    ddp_stage_next ^= 1;
-    ddp_status st = ddp_stage_reserve(s, n_bytes);
-    if (st != DDP_OK)
-        return st;
-    memcpy(s->host, src_host, n_bytes);
-    DDP_DEV_TRY(cudaMemcpyAsync(dst, s->host, n_bytes, cudaMemcpyHostToDevice, ddp_dev_stream));
-    DDP_DEV_TRY(cudaEventRecord(s->done, ddp_dev_stream));
-    s->busy = true;
     return DDP_OK;
 }
 
+/* Queues each piece into a bounce buffer, waits for it under the deadline, copies it out. */
 static ddp_status dev_download(void *dst_host, const void *src, size_t n_bytes)
 {
-    DDP_DEV_TRY(cudaMemcpyAsync(dst_host, src, n_bytes, cudaMemcpyDeviceToHost, ddp_dev_stream));
-    return ddp_cuda_stream_wait(ddp_dev_stream, "download");
+    for (size_t done = 0; done < n_bytes;) {
+        size_t n = n_bytes - done < bounce_max ? n_bytes - done : bounce_max;
+        pinned *b = bounce_take();
+        ddp_status st = pinned_reserve(b, n, "download staging");
+        if (st != DDP_OK)
+            return st;
+        DDP_DEV_TRY(cudaMemcpyAsync(b->host, (const char *)src + done, n, cudaMemcpyDeviceToHost,
+                                    dev_stream));
+        DDP_TRY_DEV_STATUS(pinned_record(b, dev_stream));
+        st = ddp_cuda_event_wait(b->done, "download");
+        if (st != DDP_OK)
+            return st;
+        b->busy = false;
+        memcpy((char *)dst_host + done, b->host, n);
+        done += n;
+    }
+    return DDP_OK;
+}
+
+static ddp_status dev_copy(void *dst, const void *src, size_t n_bytes)
+{
+    if (n_bytes)
+        DDP_DEV_TRY(cudaMemcpyAsync(dst, src, n_bytes, cudaMemcpyDeviceToDevice, dev_stream));
+    return DDP_OK;
+}
+
+static ddp_status dev_zero(void *dst, size_t n_bytes)
+{
+    if (n_bytes)
+        DDP_DEV_TRY(cudaMemsetAsync(dst, 0, n_bytes, dev_stream));
+    return DDP_OK;
 }
 
 static ddp_status dev_scale(float *x, size_t n, float alpha)
@@ -146,14 +223,77 @@ static ddp_status dev_scale(float *x, size_t n, float alpha)
     const unsigned block = 256;
     if (n == 0)
         return DDP_OK;
-    ddp_dev_scale_kernel<<<(unsigned)((n + block - 1) / block), block, 0, ddp_dev_stream>>>(x, n, alpha);
+    scale_kernel<<<(unsigned)((n + block - 1) / block), block, 0, dev_stream>>>(x, n, alpha);
     DDP_DEV_TRY(cudaGetLastError());
     return DDP_OK;
 }
 
+/* ---- double-buffered batch staging on the copy stream ----------------------------------------
+ * Slot s's part p is copied into its pinned buffer and uploaded on the copy stream once the
+ * compute that last read the slot is done (stage_release recorded it on libddp's stream);
+ * stage_acquire makes libddp's stream wait for the slot's uploads. So the upload of batch i+1
+ * (slot 1) overlaps the compute of batch i (slot 0). */
+typedef struct stage_slot {
+    pinned part[2];       // host staging; part[p].done: recorded after part p's upload
+    cudaEvent_t released; // recorded on libddp's stream after the slot's last reader
+    bool released_set;
+} stage_slot;
+
+static stage_slot stage_slots[2];
+
+static ddp_status dev_stage_upload(int slot, int part, void *dst, const void *src_host,
+                                   size_t n_bytes)
+{
+    if (n_bytes == 0)
+        return DDP_OK;
+    stage_slot *s = &stage_slots[slot];
+    pinned *b = &s->part[part];
+    ddp_status st = pinned_reserve(b, n_bytes, "batch staging");
+    if (st != DDP_OK)
+        return st;
+    memcpy(b->host, src_host, n_bytes);
+    if (s->released_set)
+        DDP_DEV_TRY(cudaStreamWaitEvent(copy_stream, s->released, 0));
+    DDP_DEV_TRY(cudaMemcpyAsync(dst, b->host, n_bytes, cudaMemcpyHostToDevice, copy_stream));
+    return pinned_record(b, copy_stream);
+}
+
+static ddp_status dev_stage_acquire(int slot)
+{
+    for (pinned &b : stage_slots[slot].part) {
+        if (b.busy)
+            DDP_DEV_TRY(cudaStreamWaitEvent(dev_stream, b.done, 0));
+    }
+    return DDP_OK;
+}
+
+static ddp_status dev_stage_release(int slot)
+{
+    stage_slot *s = &stage_slots[slot];
+    if (!s->released)
+        DDP_DEV_TRY(cudaEventCreateWithFlags(&s->released, cudaEventDisableTiming));
+    DDP_DEV_TRY(cudaEventRecord(s->released, dev_stream));
+    s->released_set = true;
+    return DDP_OK;
+}
+
+static void staging_release(void)
+{
+    for (pinned &b : bounce)
+        pinned_release(&b);
+    for (stage_slot &s : stage_slots) {
+        for (pinned &b : s.part)
+            pinned_release(&b);
+        if (s.released)
+            cudaEventDestroy(s.released);
+        s = stage_slot{};
+    }
+    bounce_next = 0;
+}
+
 /* ==================================================================== table and lifecycle == */
 
-static ddp_device_ops ddp_make_dev_ops(void)
+static ddp_device_ops make_dev_ops(void)
 {
     ddp_device_ops ops = {};
     ops.name = "cuda";
@@ -161,13 +301,18 @@ static ddp_device_ops ddp_make_dev_ops(void)
     ops.free = dev_free;
     ops.upload = dev_upload;
     ops.download = dev_download;
+    ops.copy = dev_copy;
+    ops.zero = dev_zero;
     ops.scale = dev_scale;
+    ops.stage_upload = dev_stage_upload;
+    ops.stage_acquire = dev_stage_acquire;
+    ops.stage_release = dev_stage_release;
     return ops;
 }
 
-static const ddp_device_ops ddp_dev_table = ddp_make_dev_ops();
+static const ddp_device_ops dev_table = make_dev_ops();
 
-extern "C" const ddp_device_ops *ddp_device_cuda(void) { return &ddp_dev_table; }
+extern "C" const ddp_device_ops *ddp_device_cuda(void) { return &dev_table; }
 
 extern "C" ddp_status ddp_cuda_device_open(int device)
 {
@@ -176,23 +321,28 @@ extern "C" ddp_status ddp_cuda_device_open(int device)
         DDP_ERROR("CUDA device %d requested, %d usable here", device, n);
         return DDP_ERR_NO_DEVICE;
     }
-    if (ddp_dev_open >= 0)
+    if (dev_open >= 0)
         ddp_cuda_device_close();
     DDP_DEV_TRY(cudaSetDevice(device));
-    DDP_DEV_TRY(cudaStreamCreateWithFlags(&ddp_dev_stream, cudaStreamNonBlocking));
-    ddp_dev_open = device;
+    DDP_DEV_TRY(cudaStreamCreateWithFlags(&dev_stream, cudaStreamNonBlocking));
+    DDP_DEV_TRY(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+    dev_open = device;
     return DDP_OK;
 }
 
+/* After a failed wait the streams and buffers are left as they are: destroying them would wait
+ * for the stuck GPU (the process is ending or the job is being aborted). */
 extern "C" void ddp_cuda_device_close(void)
 {
-    if (ddp_dev_stream) {
-        ddp_cuda_stream_wait(ddp_dev_stream, "closing the device");
-        ddp_stages_release();
-        cudaStreamDestroy(ddp_dev_stream);
+    if (dev_stream && dev_wait_streams("closing the device") == DDP_OK) {
+        staging_release();
+        cudaStreamDestroy(dev_stream);
+        if (copy_stream)
+            cudaStreamDestroy(copy_stream);
     }
-    ddp_dev_stream = NULL;
-    ddp_dev_open = -1;
+    dev_stream = NULL;
+    copy_stream = NULL;
+    dev_open = -1;
 }
 
-extern "C" void *ddp_cuda_stream(void) { return (void *)ddp_dev_stream; }
+extern "C" void *ddp_cuda_stream(void) { return (void *)dev_stream; }

@@ -41,7 +41,7 @@ ddp_status ddp_comm_mpi_create(ddp_comm **out);
  * DDP_ERR_UNSUPPORTED in a build without NCCL. */
 ddp_status ddp_comm_nccl_create(int rank, int world_size, ddp_comm **out);
 
-/* ---- CUDA: device probe and waits under the deadline (backend_cuda.cu, cuda_wait.c) --------- */
+/* ---- CUDA: device probe and waits under the deadline (device.c, cuda_wait.c) ---------------- */
 
 /* Number of CUDA devices usable here; when there are none because CUDA failed, `why` (may be NULL
  * when why_size is 0) says what cudaGetDeviceCount reported, else it is "". Never fails. */

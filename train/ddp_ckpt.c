@@ -39,13 +39,13 @@ typedef struct ddp_ckpt {
     float *params;
 } ddp_ckpt;
 
-static int ddp_ckpt_usage(const char *complaint)
+static int ckpt_usage(const char *complaint)
 {
     fprintf(stderr, "ddp-ckpt: %s\n%s", complaint, ddp_ckpt_usage_text);
     return DDP_CKPT_TROUBLE;
 }
 
-static ddp_status ddp_ckpt_open(const char *path, ddp_ckpt *c)
+static ddp_status ckpt_open(const char *path, ddp_ckpt *c)
 {
     c->path = path;
     ddp_status st = ddp_checkpoint_load(path, &c->descs, &c->n_params, &c->params);
@@ -54,14 +54,14 @@ static ddp_status ddp_ckpt_open(const char *path, ddp_ckpt *c)
     return st;
 }
 
-static void ddp_ckpt_close(ddp_ckpt *c)
+static void ckpt_close(ddp_ckpt *c)
 {
     free(c->descs);
     free(c->params);
 }
 
 /* Writes "[512, 784]". */
-static void ddp_shape_text(const ddp_param_desc *d, char *buf, size_t n)
+static void shape_text(const ddp_param_desc *d, char *buf, size_t n)
 {
     size_t used = (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < d->n_dims && used < n; i++)
@@ -70,7 +70,7 @@ static void ddp_shape_text(const ddp_param_desc *d, char *buf, size_t n)
         snprintf(buf + used, n - used, "]");
 }
 
-static int ddp_desc_equal(const ddp_param_desc *a, const ddp_param_desc *b)
+static int desc_equal(const ddp_param_desc *a, const ddp_param_desc *b)
 {
     if (strncmp(a->name, b->name, DDP_NAME_MAX) != 0 || a->n_dims != b->n_dims)
         return 0;
@@ -81,7 +81,7 @@ static int ddp_desc_equal(const ddp_param_desc *a, const ddp_param_desc *b)
 }
 
 /* Returns 1 when the signatures match; otherwise prints the first difference. */
-static int ddp_ckpt_same_signature(const ddp_ckpt *a, const ddp_ckpt *b)
+static int ckpt_same_signature(const ddp_ckpt *a, const ddp_ckpt *b)
 {
     if (a->n_params != b->n_params) {
         fprintf(stderr, "ddp-ckpt: signatures differ: %s has %d parameters, %s has %d\n", a->path,
@@ -89,11 +89,11 @@ static int ddp_ckpt_same_signature(const ddp_ckpt *a, const ddp_ckpt *b)
         return 0;
     }
     for (int i = 0; i < a->n_params; i++) {
-        if (ddp_desc_equal(&a->descs[i], &b->descs[i]))
+        if (desc_equal(&a->descs[i], &b->descs[i]))
             continue;
         char sa[96], sb[96];
-        ddp_shape_text(&a->descs[i], sa, sizeof sa);
-        ddp_shape_text(&b->descs[i], sb, sizeof sb);
+        shape_text(&a->descs[i], sa, sizeof sa);
+        shape_text(&b->descs[i], sb, sizeof sb);
         fprintf(stderr, "ddp-ckpt: signatures differ at parameter %d: %s has '%.*s' %s, %s has '%.*s' %s\n",
                 i, a->path, DDP_NAME_MAX, a->descs[i].name, sa, b->path, DDP_NAME_MAX, b->descs[i].name, sb);
         return 0;
@@ -103,7 +103,7 @@ static int ddp_ckpt_same_signature(const ddp_ckpt *a, const ddp_ckpt *b)
 
 /* |x - y| with NaN and infinity taken as values: 0 when both are NaN or both the same infinity,
  * infinite when only one is NaN (fmax would otherwise drop the NaN and call the values equal). */
-static double ddp_value_diff(double x, double y)
+static double value_diff(double x, double y)
 {
     if (isnan(x) || isnan(y))
         return isnan(x) && isnan(y) ? 0.0 : INFINITY;
@@ -112,11 +112,11 @@ static double ddp_value_diff(double x, double y)
 
 /* Largest |a-b| and relative difference of one parameter of n values; the scale is taken over
  * the finite values, and an infinite difference is an infinite relative difference. */
-static void ddp_param_diff(const float *a, const float *b, size_t n, double *abs_diff, double *rel_diff)
+static void param_diff(const float *a, const float *b, size_t n, double *abs_diff, double *rel_diff)
 {
     double diff = 0.0, scale = 1e-12;
     for (size_t i = 0; i < n; i++) {
-        diff = fmax(diff, ddp_value_diff(a[i], b[i]));
+        diff = fmax(diff, value_diff(a[i], b[i]));
         if (isfinite(a[i]))
             scale = fmax(scale, fabs((double)a[i]));
         if (isfinite(b[i]))
@@ -127,7 +127,7 @@ static void ddp_param_diff(const float *a, const float *b, size_t n, double *abs
 }
 
 /* Compares values parameter by parameter; prints the result; returns max_rel_diff. */
-static double ddp_ckpt_compare(const ddp_ckpt *a, const ddp_ckpt *b)
+static double ckpt_compare(const ddp_ckpt *a, const ddp_ckpt *b)
 {
     double max_abs = 0.0, max_rel = 0.0;
     int worst = 0;
@@ -135,7 +135,7 @@ static double ddp_ckpt_compare(const ddp_ckpt *a, const ddp_ckpt *b)
     for (int i = 0; i < a->n_params; i++) {
         size_t n = ddp_param_numel(&a->descs[i]);
         double abs_diff, rel_diff;
-        ddp_param_diff(a->params + offset, b->params + offset, n, &abs_diff, &rel_diff);
+        param_diff(a->params + offset, b->params + offset, n, &abs_diff, &rel_diff);
         max_abs = fmax(max_abs, abs_diff);
         if (rel_diff > max_rel) {
             max_rel = rel_diff;
@@ -151,7 +151,7 @@ static double ddp_ckpt_compare(const ddp_ckpt *a, const ddp_ckpt *b)
 }
 
 /* Parses "--tol X" (X >= 0) among the diff arguments; leaves the file names at argv[optind..]. */
-static int ddp_ckpt_parse_tol(int argc, char **argv, double *tol)
+static int ckpt_parse_tol(int argc, char **argv, double *tol)
 {
     static const struct option opts[] = {{"tol", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
     opterr = 0;
@@ -159,7 +159,7 @@ static int ddp_ckpt_parse_tol(int argc, char **argv, double *tol)
     int id;
     while ((id = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (id != 't')
-            return ddp_ckpt_usage(id == ':' ? "--tol needs a value" : "unknown option");
+            return ckpt_usage(id == ':' ? "--tol needs a value" : "unknown option");
         char *end = NULL;
         errno = 0;
         *tol = strtod(optarg, &end);
@@ -171,32 +171,32 @@ static int ddp_ckpt_parse_tol(int argc, char **argv, double *tol)
     return DDP_CKPT_SAME;
 }
 
-static int ddp_ckpt_diff(int argc, char **argv)
+static int ckpt_diff(int argc, char **argv)
 {
     double tol = -1.0;
-    int rc = ddp_ckpt_parse_tol(argc, argv, &tol);
+    int rc = ckpt_parse_tol(argc, argv, &tol);
     if (rc != DDP_CKPT_SAME)
         return rc;
     if (argc - optind != 2)
-        return ddp_ckpt_usage("diff needs two checkpoint files");
+        return ckpt_usage("diff needs two checkpoint files");
     ddp_ckpt a = {0}, b = {0};
     rc = DDP_CKPT_TROUBLE;
-    if (ddp_ckpt_open(argv[optind], &a) == DDP_OK && ddp_ckpt_open(argv[optind + 1], &b) == DDP_OK) {
+    if (ckpt_open(argv[optind], &a) == DDP_OK && ckpt_open(argv[optind + 1], &b) == DDP_OK) {
         rc = DDP_CKPT_DIFFERENT;
-        if (ddp_ckpt_same_signature(&a, &b)) {
-            double rel = ddp_ckpt_compare(&a, &b);
+        if (ckpt_same_signature(&a, &b)) {
+            double rel = ckpt_compare(&a, &b);
             rc = tol >= 0.0 && rel > tol ? DDP_CKPT_DIFFERENT : DDP_CKPT_SAME;
             if (rc != DDP_CKPT_SAME)
                 fprintf(stderr, "ddp-ckpt: max_rel_diff %.6g exceeds --tol %g\n", rel, tol);
         }
     }
-    ddp_ckpt_close(&a);
-    ddp_ckpt_close(&b);
+    ckpt_close(&a);
+    ckpt_close(&b);
     return rc;
 }
 
 /* The training state's entries besides the parameters: arrays by size, values and texts in full. */
-static void ddp_ckpt_show_state(const char *path)
+static void ckpt_show_state(const char *path)
 {
     ddp_state *st = NULL;
     if (ddp_state_load(path, &st) != DDP_OK)
@@ -221,39 +221,39 @@ static void ddp_ckpt_show_state(const char *path)
     ddp_state_destroy(st);
 }
 
-static int ddp_ckpt_show(int argc, char **argv)
+static int ckpt_show(int argc, char **argv)
 {
     if (argc != 2)
-        return ddp_ckpt_usage("show needs one checkpoint file");
+        return ckpt_usage("show needs one checkpoint file");
     ddp_ckpt c = {0};
-    if (ddp_ckpt_open(argv[1], &c) != DDP_OK)
+    if (ckpt_open(argv[1], &c) != DDP_OK)
         return DDP_CKPT_TROUBLE;
     size_t total = 0;
     printf("%s: %d parameters\n", c.path, c.n_params);
     for (int i = 0; i < c.n_params; i++) {
         char shape[96];
         size_t n = ddp_param_numel(&c.descs[i]);
-        ddp_shape_text(&c.descs[i], shape, sizeof shape);
+        shape_text(&c.descs[i], shape, sizeof shape);
         printf("  %2d %-24.*s %-20s %zu\n", i, DDP_NAME_MAX, c.descs[i].name, shape, n);
         total += n;
     }
     printf("total: %zu values\n", total);
-    ddp_ckpt_show_state(argv[1]);
-    ddp_ckpt_close(&c);
+    ckpt_show_state(argv[1]);
+    ckpt_close(&c);
     return DDP_CKPT_SAME;
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        return ddp_ckpt_usage("missing command");
+        return ckpt_usage("missing command");
     if (strcmp(argv[1], "show") == 0)
-        return ddp_ckpt_show(argc - 1, argv + 1);
+        return ckpt_show(argc - 1, argv + 1);
     if (strcmp(argv[1], "diff") == 0)
-        return ddp_ckpt_diff(argc - 1, argv + 1);
+        return ckpt_diff(argc - 1, argv + 1);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(ddp_ckpt_usage_text, stdout);
         return DDP_CKPT_SAME;
     }
-    return ddp_ckpt_usage("unknown command (expected show or diff)");
+    return ckpt_usage("unknown command (expected show or diff)");
 }

@@ -40,17 +40,17 @@
 
 #define DDP_TRAIN_STOP_EVERY 8 /* steps between stop-flag agreements */
 
-typedef struct ddp_trainer {
+typedef struct trainer {
     ddp_ctx *ctx;
     const ddp_train_opts *o;
     int rank, world;
-    ddp_mnist train, test;
-    const ddp_ops *ops; /* the models' compute on this context's backend */
-    ddp_model *model;
+    model_mnist train, test;
+    ops_handle *ops; /* the models' compute on this context's backend */
+    model *model;
     ddp_reducer *reducer;
     ddp_scaler *scaler;    /* --grad-dtype fp16: dynamic loss scaling; else NULL */
     ddp_sampler *sampler;
-    ddp_prefetch *prefetch; /* training batches, made ahead by --workers threads */
+    model_prefetch *prefetch; /* training batches, made ahead by --workers threads */
     size_t *eval_idx;  /* (batch) test indices of one evaluation batch */
     int *pred;         /* (batch) predicted classes, host */
     float *x_host;     /* (batch, 784) */
@@ -74,10 +74,10 @@ typedef struct ddp_trainer {
     ddp_train_setup setup;
     float confusion[DDP_N_CLASSES * DDP_N_CLASSES]; /* last evaluation, summed over ranks */
     ddp_progress progress;
-} ddp_trainer;
+} trainer;
 
 /* A failure only this rank may have seen: stop the whole job so no peer waits forever. */
-static void ddp_train_must(ddp_trainer *t, ddp_status st, const char *what)
+static void train_must(trainer *t, ddp_status st, const char *what)
 {
     if (st == DDP_OK)
         return;
@@ -87,7 +87,7 @@ static void ddp_train_must(ddp_trainer *t, ddp_status st, const char *what)
 
 static volatile sig_atomic_t ddp_train_got_usr1, ddp_train_got_term; /* set by the handlers */
 
-static void ddp_train_on_signal(int sig)
+static void train_on_signal(int sig)
 {
     if (sig == SIGTERM)
         ddp_train_got_term = 1;
@@ -98,10 +98,10 @@ static void ddp_train_on_signal(int sig)
 /* Every rank learns whether any rank failed. Returns DDP_OK when none did; otherwise every rank
  * returns a failure (its own status, or DDP_ERR_MISMATCH where a peer failed), and the ranks that
  * did not fail say `then` (what the job does now), unless it is NULL. Collective. */
-static ddp_status ddp_train_agree_then(ddp_trainer *t, ddp_status local, const char *then)
+static ddp_status train_agree_then(trainer *t, ddp_status local, const char *then)
 {
     int64_t failed = local != DDP_OK;
-    ddp_train_must(t, ddp_allreduce_host(t->ctx, &failed, 1, DDP_INT64, DDP_SUM),
+    train_must(t, ddp_allreduce_host(t->ctx, &failed, 1, DDP_INT64, DDP_SUM),
                    "agreeing on start-up status");
     if (failed == 0)
         return DDP_OK;
@@ -110,14 +110,14 @@ static ddp_status ddp_train_agree_then(ddp_trainer *t, ddp_status local, const c
     return local != DDP_OK ? local : DDP_ERR_MISMATCH;
 }
 
-static ddp_status ddp_train_agree(ddp_trainer *t, ddp_status local)
+static ddp_status train_agree(trainer *t, ddp_status local)
 {
-    return ddp_train_agree_then(t, local, "exiting");
+    return train_agree_then(t, local, "exiting");
 }
 
 /* Opens FILE for writing like fopen(path, "w"), but a FIFO without a reader fails (ENXIO) instead
  * of blocking rank 0 while its peers wait. NULL with errno set on failure. */
-static FILE *ddp_train_create(const char *path)
+static FILE *train_create(const char *path)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0666);
     FILE *f = fd >= 0 && fcntl(fd, F_SETFL, 0) == 0 ? fdopen(fd, "w") : NULL;
@@ -130,13 +130,13 @@ static FILE *ddp_train_create(const char *path)
 }
 
 /* Loads both splits and opens the metrics file (rank 0). */
-static ddp_status ddp_train_open_inputs(ddp_trainer *t)
+static ddp_status train_open_inputs(trainer *t)
 {
-    ddp_status st = ddp_mnist_load_dir(t->o->data_dir, "train", &t->train);
+    ddp_status st = model_mnist_load_dir(t->o->data_dir, "train", &t->train);
     if (st == DDP_OK)
-        st = ddp_mnist_load_dir(t->o->data_dir, "t10k", &t->test);
+        st = model_mnist_load_dir(t->o->data_dir, "t10k", &t->test);
     if (st == DDP_OK && t->rank == 0 && t->o->metrics_path) {
-        t->metrics = ddp_train_create(t->o->metrics_path);
+        t->metrics = train_create(t->o->metrics_path);
         if (!t->metrics) {
             DDP_ERROR("--metrics %s: cannot create the file: %s", t->o->metrics_path, strerror(errno));
             st = DDP_ERR_IO;
@@ -147,14 +147,14 @@ static ddp_status ddp_train_open_inputs(ddp_trainer *t)
 
 /* Every rank must have loaded data of the same size as rank 0 (node-local copies can differ), or
  * their step plans, and so their collectives, would not match. Collective. */
-static ddp_status ddp_train_same_data(ddp_trainer *t)
+static ddp_status train_same_data(trainer *t)
 {
     uint64_t mine[2] = {t->train.n, t->test.n}, root[2] = {t->train.n, t->test.n};
     uint64_t *dev = ddp_alloc(t->ctx, sizeof root);
-    ddp_train_must(t, dev ? DDP_OK : DDP_ERR_NOMEM, "allocating the data-size buffer");
-    ddp_train_must(t, ddp_upload(t->ctx, dev, root, sizeof root), "uploading data sizes");
-    ddp_train_must(t, ddp_broadcast(t->ctx, dev, sizeof root, 0), "broadcasting data sizes");
-    ddp_train_must(t, ddp_download(t->ctx, root, dev, sizeof root), "downloading data sizes");
+    train_must(t, dev ? DDP_OK : DDP_ERR_NOMEM, "allocating the data-size buffer");
+    train_must(t, ddp_upload(t->ctx, dev, root, sizeof root), "uploading data sizes");
+    train_must(t, ddp_broadcast(t->ctx, dev, sizeof root, 0), "broadcasting data sizes");
+    train_must(t, ddp_download(t->ctx, root, dev, sizeof root), "downloading data sizes");
     ddp_free(t->ctx, dev);
     if (mine[0] == root[0] && mine[1] == root[1])
         return DDP_OK;
@@ -166,7 +166,7 @@ static ddp_status ddp_train_same_data(ddp_trainer *t)
 }
 
 /* Creates the sampler and derives the step plan; the same outcome on every rank. */
-static ddp_status ddp_train_plan(ddp_trainer *t)
+static ddp_status train_plan(trainer *t)
 {
     ddp_sampler_opts so = {.n_samples = t->train.n, .world_size = t->world, .rank = t->rank,
                            .seed = t->o->seed, .shuffle = t->o->shuffle, .drop_last = 0};
@@ -193,19 +193,19 @@ static ddp_status ddp_train_plan(ddp_trainer *t)
 }
 
 /* Starts the data workers at the first step to train (0, or the resumed step). */
-static ddp_status ddp_train_start_prefetch(ddp_trainer *t)
+static ddp_status train_start_prefetch(trainer *t)
 {
     ddp_sampler_opts so = {.n_samples = t->train.n, .world_size = t->world, .rank = t->rank,
                            .seed = t->o->seed, .shuffle = t->o->shuffle, .drop_last = 0};
-    ddp_prefetch_plan pp = {.data = &t->train, .sampler = so, .batch = t->o->batch,
+    model_prefetch_plan pp = {.data = &t->train, .sampler = so, .batch = t->o->batch,
                             .accum = t->o->accum, .steps_per_epoch = t->steps_per_epoch,
                             .total_steps = t->total_steps, .first_step = t->start.step,
                             .seed = t->o->seed, .augment = t->o->augment, .workers = t->o->workers};
-    return ddp_prefetch_create(&pp, &t->prefetch);
+    return model_prefetch_create(&pp, &t->prefetch);
 }
 
 /* Host and backend buffers for one micro-batch. */
-static void ddp_train_alloc_buffers(ddp_trainer *t)
+static void train_alloc_buffers(trainer *t)
 {
     size_t batch = (size_t)t->o->batch, pixels = (size_t)t->train.rows * (size_t)t->train.cols;
     t->eval_idx = malloc(batch * sizeof *t->eval_idx);
@@ -219,38 +219,38 @@ static void ddp_train_alloc_buffers(ddp_trainer *t)
     t->loss_dev = ddp_alloc(t->ctx, sizeof *t->loss_dev);
     int ok = t->eval_idx && t->pred && t->x_host && t->y_host && t->x_dev[0] && t->y_dev[0] &&
              t->x_dev[1] && t->y_dev[1] && t->loss_dev;
-    ddp_train_must(t, ok ? DDP_OK : DDP_ERR_NOMEM, "allocating batch buffers");
+    train_must(t, ok ? DDP_OK : DDP_ERR_NOMEM, "allocating batch buffers");
 }
 
 /* Checks that every rank holds the same initial parameters (after the optional broadcast). */
-static ddp_status ddp_train_verify(ddp_trainer *t)
+static ddp_status train_verify(trainer *t)
 {
-    ddp_model *m = t->model;
-    size_t n = ddp_model_numel_total(m);
+    model *m = t->model;
+    size_t n = model_numel_total(m);
     if (t->o->broadcast_init)
-        ddp_train_must(t, ddp_broadcast_params(t->ctx, ddp_model_params(m), n), "broadcasting parameters");
+        train_must(t, ddp_broadcast_params(t->ctx, model_params(m), n), "broadcasting parameters");
     float *host = malloc(n * sizeof *host);
-    ddp_train_must(t, host ? DDP_OK : DDP_ERR_NOMEM, "allocating the parameter copy");
-    ddp_train_must(t, ddp_download(t->ctx, host, ddp_model_params(m), n * sizeof *host),
+    train_must(t, host ? DDP_OK : DDP_ERR_NOMEM, "allocating the parameter copy");
+    train_must(t, ddp_download(t->ctx, host, model_params(m), n * sizeof *host),
                    "downloading parameters");
-    ddp_status st = ddp_verify_replicas(t->ctx, ddp_model_descs(m), ddp_model_n_params(m), host);
+    ddp_status st = ddp_verify_replicas(t->ctx, model_descs(m), model_n_params(m), host);
     free(host);
     if (st != DDP_OK && st != DDP_ERR_MISMATCH)
-        ddp_train_must(t, st, "verifying replicas");
+        train_must(t, st, "verifying replicas");
     return st;
 }
 
 /* Model, replica check, reducer and buffers. What is returned is agreed on: a model too large
  * for memory or bucket caps the reducer refuses (configuration errors), or a replica mismatch. */
-static ddp_status ddp_train_build(ddp_trainer *t)
+static ddp_status train_build(trainer *t)
 {
-    ddp_status st = ddp_train_agree(t, ddp_cuda_set_tf32(t->o->tf32));
+    ddp_status st = train_agree(t, ops_open(t->ctx, t->o->threads, &t->ops));
     if (st == DDP_OK)
-        st = ddp_train_agree(t, ddp_ops_open(t->ctx, t->o->threads, &t->ops));
+        st = train_agree(t, ops_cuda_set_tf32(t->ops, t->o->tf32));
     if (st == DDP_OK)
-        st = ddp_train_agree(t, ddp_model_create(t->ops, &t->o->model, &t->model));
+        st = train_agree(t, model_create(t->ctx, t->ops, &t->o->model, &t->model));
     if (st == DDP_OK)
-        st = ddp_train_verify(t);
+        st = train_verify(t);
     if (st != DDP_OK)
         return st;
     ddp_reducer_opts ro;
@@ -259,80 +259,73 @@ static ddp_status ddp_train_build(ddp_trainer *t)
     ro.first_bucket_mb = t->o->first_bucket_mb;
     ro.comm_dtype = t->o->grad_dtype;
     ro.defer_launch = t->o->no_overlap;
-    ddp_model *m = t->model;
+    model *m = t->model;
     if (t->o->grad_dtype == DDP_FP16 || t->o->model.precision == DDP_FP16) {
         ddp_scaler_opts so;
         ddp_scaler_opts_default(&so);
         so.init_scale = t->o->loss_scale_init;
         so.growth_interval = t->o->loss_scale_interval;
-        st = ddp_train_agree(t, ddp_scaler_create(t->ctx, &so, &t->scaler));
+        st = train_agree(t, ddp_scaler_create(t->ctx, &so, &t->scaler));
         if (st != DDP_OK)
             return st;
     }
-    st = ddp_train_agree(t, ddp_reducer_create(t->ctx, ddp_model_grads(m), ddp_model_numel(m),
-                                               ddp_model_n_params(m), &ro, &t->reducer));
+    st = train_agree(t, ddp_reducer_create(t->ctx, model_grads(m), model_numel(m),
+                                               model_n_params(m), &ro, &t->reducer));
     if (st == DDP_OK)
-        ddp_train_alloc_buffers(t);
+        train_alloc_buffers(t);
     return st;
 }
 
-/* Uploads n samples (x: (n, pixels), y: (n)) into the next batch slot, t->slot. On a backend with
- * double-buffered uploads (the GPU: pinned staging, a copy stream) the upload overlaps the
- * compute of the batch before, which reads the other slot. */
-static void ddp_train_upload(ddp_trainer *t, const float *x, const int *y, int n)
+/* Uploads n samples (x: (n, pixels), y: (n)) into the next batch slot, t->slot, through libddp's
+ * double-buffered staging: on the GPU (pinned staging, a copy stream) the upload overlaps the
+ * compute of the batch before, which reads the other slot; on the CPU it is a copy. */
+static void train_upload(trainer *t, const float *x, const int *y, int n)
 {
     size_t pixels = (size_t)t->train.rows * (size_t)t->train.cols;
     size_t x_bytes = (size_t)n * pixels * sizeof *x, y_bytes = (size_t)n * sizeof *y;
-    const ddp_ops *o = t->ops;
     int s = t->slot ^= 1;
-    if (!o->batch_upload) {
-        ddp_train_must(t, ddp_upload(t->ctx, t->x_dev[s], x, x_bytes), "uploading images");
-        ddp_train_must(t, ddp_upload(t->ctx, t->y_dev[s], y, y_bytes), "uploading labels");
-        return;
-    }
-    ddp_train_must(t, o->batch_upload(s, 0, t->x_dev[s], x, x_bytes), "uploading images");
-    ddp_train_must(t, o->batch_upload(s, 1, t->y_dev[s], y, y_bytes), "uploading labels");
-    ddp_train_must(t, o->batch_acquire(s), "waiting for the batch upload");
+    train_must(t, ddp_stage_upload(t->ctx, s, 0, t->x_dev[s], x, x_bytes), "uploading images");
+    train_must(t, ddp_stage_upload(t->ctx, s, 1, t->y_dev[s], y, y_bytes), "uploading labels");
+    train_must(t, ddp_stage_acquire(t->ctx, s), "waiting for the batch upload");
 }
 
 /* The compute queued so far is the last to read the current slot: its next upload waits for it. */
-static void ddp_train_batch_done(ddp_trainer *t)
+static void train_batch_done(trainer *t)
 {
-    if (t->ops->batch_release)
-        ddp_train_must(t, t->ops->batch_release(t->slot), "releasing the batch buffers");
+    train_must(t, ddp_stage_release(t->ctx, t->slot), "releasing the batch buffers");
 }
 
 /* The next training micro-batch from the prefetcher, uploaded. */
-static void ddp_train_next_batch(ddp_trainer *t)
+static void train_next_batch(trainer *t)
 {
     const float *x = NULL;
     const int *y = NULL;
-    ddp_train_must(t, ddp_prefetch_next(t->prefetch, &x, &y), "getting the next batch");
-    ddp_train_upload(t, x, y, t->o->batch);
-    ddp_prefetch_release(t->prefetch);
+    train_must(t, model_prefetch_next(t->prefetch, &x, &y), "getting the next batch");
+    train_upload(t, x, y, t->o->batch);
+    model_prefetch_release(t->prefetch);
 }
 
 /* Multiplies the loss of this micro-batch's backward pass by the loss scale (fp16), or by inf on
  * the rank and step --inject-inf names (a test of the scaler's agreement). */
-static void ddp_train_scale_loss(ddp_trainer *t)
+static void train_scale_loss(trainer *t)
 {
     float scale = t->scaler ? (float)ddp_scaler_scale(t->scaler) : 1.0f;
     for (int i = 0; i < t->o->n_inject; i++)
         if (t->o->inject_rank[i] == t->rank && t->o->inject_step[i] == t->step)
             scale = INFINITY;
     if (scale != 1.0f)
-        ddp_train_must(t, ddp_model_scale_loss_grad(t->model, scale), "scaling the loss gradient");
+        train_must(t, model_scale_loss_grad(t->model, scale), "scaling the loss gradient");
 }
 
 /* After the reducer: the loss scaler unscales and decides, the same on every rank. Returns
  * whether the optimizer step is taken. */
-static int ddp_train_step_ok(ddp_trainer *t)
+static int train_step_ok(trainer *t)
 {
     if (!t->scaler)
         return 1;
     int ok = 0;
-    ddp_train_must(t, ddp_scaler_unscale_update(t->scaler, ddp_model_grads(t->model), DDP_FP32,
-                                                ddp_model_numel_total(t->model), &ok),
+    train_must(t, ddp_scaler_unscale_update(t->scaler, model_grads(t->model), DDP_FP32,
+                                                model_numel_total(t->model), &ok),
                    "checking gradients for inf/NaN");
     int64_t n = ddp_scaler_skipped_steps(t->scaler);
     if (!ok && n <= (int64_t)(sizeof t->skipped / sizeof t->skipped[0]))
@@ -341,7 +334,7 @@ static int ddp_train_step_ok(ddp_trainer *t)
 }
 
 /* Learning rate of the next step: constant, or cosine-decayed over the planned steps. */
-static float ddp_train_lr(const ddp_trainer *t)
+static float train_lr(const trainer *t)
 {
     if (!t->o->cosine)
         return (float)t->o->lr;
@@ -351,10 +344,10 @@ static float ddp_train_lr(const ddp_trainer *t)
 /* After the gradients are reduced and before they are applied: did any rank get SIGUSR1 or SIGTERM,
  * or a NaN/inf loss? One host all-reduce of three counters, so every rank answers alike. Returns the
  * number of ranks whose loss was not finite. */
-static int64_t ddp_train_agree_step(ddp_trainer *t, int nonfinite)
+static int64_t train_agree_step(trainer *t, int nonfinite)
 {
     int64_t flags[3] = {ddp_train_got_usr1 != 0, ddp_train_got_term != 0, nonfinite != 0};
-    ddp_train_must(t, ddp_allreduce_host(t->ctx, flags, 3, DDP_INT64, DDP_SUM), "agreeing on a stop");
+    train_must(t, ddp_allreduce_host(t->ctx, flags, 3, DDP_INT64, DDP_SUM), "agreeing on a stop");
     if ((flags[0] > 0 || flags[1] > 0) && !t->stopped) {
         if (t->rank == 0) {
             ddp_progress_end(&t->progress);
@@ -369,7 +362,7 @@ static int64_t ddp_train_agree_step(ddp_trainer *t, int nonfinite)
 }
 
 /* Whether the ranks agree before the update of the step being done (see the top of the file). */
-static int ddp_train_agree_due(const ddp_trainer *t, long step_in_epoch)
+static int train_agree_due(const trainer *t, long step_in_epoch)
 {
     const ddp_train_opts *o = t->o;
     long next = t->step + 1;
@@ -379,16 +372,16 @@ static int ddp_train_agree_due(const ddp_trainer *t, long step_in_epoch)
 
 /* Whether the loss summed on the device since the last agreement is NaN or inf. With --nan-policy
  * skip the sum goes back to its last finite value, so the next steps are judged alone. */
-static int ddp_train_loss_nonfinite(ddp_trainer *t)
+static int train_loss_nonfinite(trainer *t)
 {
     float sum = 0.0f;
-    ddp_train_must(t, ddp_download(t->ctx, &sum, t->loss_dev, sizeof sum), "downloading the loss");
+    train_must(t, ddp_download(t->ctx, &sum, t->loss_dev, sizeof sum), "downloading the loss");
     if (isfinite(sum)) {
         t->loss_ok = sum;
         return 0;
     }
     if (t->o->nan_skip) {
-        ddp_train_must(t, ddp_upload(t->ctx, t->loss_dev, &t->loss_ok, sizeof t->loss_ok),
+        train_must(t, ddp_upload(t->ctx, t->loss_dev, &t->loss_ok, sizeof t->loss_ok),
                        "resetting the loss sum");
         t->loss_nan = 1;
     }
@@ -396,7 +389,7 @@ static int ddp_train_loss_nonfinite(ddp_trainer *t)
 }
 
 /* A step whose loss was NaN or inf on `ranks` ranks: it is not applied; --nan-policy stop ends training. */
-static void ddp_train_on_nonfinite(ddp_trainer *t, int64_t ranks)
+static void train_on_nonfinite(trainer *t, int64_t ranks)
 {
     if (t->rank == 0)
         ddp_progress_end(&t->progress);
@@ -413,48 +406,48 @@ static void ddp_train_on_nonfinite(ddp_trainer *t, int64_t ranks)
 }
 
 /* One optimizer step over the next accum micro-batches; adds each micro-batch's mean loss to
- * t->loss_dev. Nothing here waits for the GPU but an agreement (ddp_train_agree_due): uploads are
+ * t->loss_dev. Nothing here waits for the GPU but an agreement (train_agree_due): uploads are
  * staged, the loss stays on the device. A NaN/inf loss on any rank, or (with a loss scaler) inf/NaN
  * gradients, leave the step out on every rank alike. */
-static void ddp_train_step(ddp_trainer *t, long step_in_epoch)
+static void train_step(trainer *t, long step_in_epoch)
 {
     int batch = t->o->batch, accum = t->o->accum;
-    ddp_train_must(t, ddp_model_zero_grad(t->model), "zeroing gradients");
+    train_must(t, model_zero_grad(t->model), "zeroing gradients");
     for (int micro = 0; micro < accum; micro++) {
-        ddp_train_must(t, ddp_reducer_begin(t->reducer, micro == accum - 1), "starting the reducer");
+        train_must(t, ddp_reducer_begin(t->reducer, micro == accum - 1), "starting the reducer");
         ddp_trace_begin("data", micro);
-        ddp_train_next_batch(t);
+        train_next_batch(t);
         ddp_trace_end("data", micro);
         ddp_trace_begin("forward", micro);
-        ddp_train_must(t, ddp_model_forward_train(t->model, t->x_dev[t->slot], t->y_dev[t->slot], batch,
+        train_must(t, model_forward_train(t->model, t->x_dev[t->slot], t->y_dev[t->slot], batch,
                                                   t->loss_dev),
                        "forward pass");
-        ddp_train_scale_loss(t);
+        train_scale_loss(t);
         ddp_trace_end("forward", micro);
         ddp_trace_begin("backward", micro);
-        ddp_train_must(t, ddp_model_backward(t->model, t->reducer), "backward pass");
-        ddp_train_batch_done(t);
+        train_must(t, model_backward(t->model, t->reducer), "backward pass");
+        train_batch_done(t);
         ddp_trace_end("backward", micro);
     }
-    ddp_train_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
-    if (ddp_train_agree_due(t, step_in_epoch)) {
-        int64_t bad = ddp_train_agree_step(t, ddp_train_loss_nonfinite(t));
+    train_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
+    if (train_agree_due(t, step_in_epoch)) {
+        int64_t bad = train_agree_step(t, train_loss_nonfinite(t));
         if (bad > 0) {
-            ddp_train_on_nonfinite(t, bad);
+            train_on_nonfinite(t, bad);
             return;
         }
     }
-    if (!ddp_train_step_ok(t))
+    if (!train_step_ok(t))
         return;
     ddp_trace_begin("optimizer", t->step);
-    ddp_train_must(t, ddp_model_sgd_step(t->model, ddp_train_lr(t), (float)t->o->momentum,
+    train_must(t, model_sgd_step(t->model, train_lr(t), (float)t->o->momentum,
                                          (float)t->o->weight_decay), "SGD step");
     ddp_trace_end("optimizer", t->step);
 }
 
 /* Rank 0 writes a checkpoint of the position (t->step, epoch, in_epoch); every rank learns the
  * outcome. A failure ends training unless --checkpoint-errors warn. */
-static void ddp_train_write_checkpoint(ddp_trainer *t, long in_epoch)
+static void train_write_checkpoint(trainer *t, long in_epoch)
 {
     ddp_train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = in_epoch};
     ddp_status st = DDP_OK;
@@ -466,7 +459,7 @@ static void ddp_train_write_checkpoint(ddp_trainer *t, long in_epoch)
     ddp_trace_end("checkpoint", t->step);
     t->saved_step = t->step;
     /* with warn, rank 0's warning below is the one message: the others go on silently */
-    if (ddp_train_agree_then(t, st, t->o->checkpoint_errors_warn ? NULL : "exiting") == DDP_OK)
+    if (train_agree_then(t, st, t->o->checkpoint_errors_warn ? NULL : "exiting") == DDP_OK)
         return;
     if (t->o->checkpoint_errors_warn)
         DDP_WARN0("training goes on without this checkpoint (--checkpoint-errors warn)");
@@ -476,7 +469,7 @@ static void ddp_train_write_checkpoint(ddp_trainer *t, long in_epoch)
 
 /* Sharded evaluation: rank r takes test samples r, r + world, ...; the confusion counts are summed
  * over ranks. Returns the accuracy (0..1), the same on every rank. */
-static double ddp_train_evaluate(ddp_trainer *t)
+static double train_evaluate(trainer *t)
 {
     memset(t->confusion, 0, sizeof t->confusion);
     size_t next = (size_t)t->rank;
@@ -484,15 +477,15 @@ static double ddp_train_evaluate(ddp_trainer *t)
         int n = 0;
         for (; n < t->o->batch && next < t->test.n; n++, next += (size_t)t->world)
             t->eval_idx[n] = next;
-        ddp_mnist_gather(&t->test, t->eval_idx, n, t->x_host, t->y_host);
-        ddp_train_upload(t, t->x_host, t->y_host, n);
-        ddp_train_must(t, ddp_model_forward(t->model, t->x_dev[t->slot], t->y_dev[t->slot], n, NULL,
+        model_mnist_gather(&t->test, t->eval_idx, n, t->x_host, t->y_host);
+        train_upload(t, t->x_host, t->y_host, n);
+        train_must(t, model_forward(t->model, t->x_dev[t->slot], t->y_dev[t->slot], n, NULL,
                                             NULL, t->pred), "evaluation forward pass");
-        ddp_train_batch_done(t);
+        train_batch_done(t);
         for (int i = 0; i < n; i++)
             t->confusion[t->y_host[i] * DDP_N_CLASSES + t->pred[i]] += 1.0f;
     }
-    ddp_train_must(t, ddp_allreduce_host(t->ctx, t->confusion, DDP_N_CLASSES * DDP_N_CLASSES,
+    train_must(t, ddp_allreduce_host(t->ctx, t->confusion, DDP_N_CLASSES * DDP_N_CLASSES,
                                          DDP_FP32, DDP_SUM), "summing evaluation counts");
     return ddp_confusion_accuracy(t->confusion);
 }
@@ -500,20 +493,20 @@ static double ddp_train_evaluate(ddp_trainer *t)
 /* Rank 0, after the first step (oneDNN picks its implementations when the primitives are made,
  * cuDNN its algorithms when the plans are measured): what runs, e.g. "conv_fwd
  * brg:avx512_core_bf16" on the CPU, "conv_fwd algo 1 (tensor-op math)" on the GPU. */
-static void ddp_train_report_impl(const ddp_trainer *t)
+static void train_report_impl(const trainer *t)
 {
     bool cpu = ddp_backend(t->ctx) == DDP_BACKEND_CPU;
     ddp_dtype p = t->o->model.precision;
-    const char *impl = cpu ? ddp_dnnl_describe(p) : ddp_cudnn_describe(p);
+    const char *impl = cpu ? ops_dnnl_describe(t->ops, p) : ops_cudnn_describe(t->ops, p);
     if (t->rank != 0 || !impl[0])
         return;
     ddp_progress_end(&t->progress);
-    printf("%s (%s): %s\n", cpu ? "oneDNN" : "cuDNN", ddp_precision_name(p), impl);
+    printf("%s (%s): %s\n", cpu ? "oneDNN" : "cuDNN", model_precision_name(p), impl);
     fflush(stdout);
 }
 
 /* Trains one epoch (or until the step limit) and evaluates; fills e. */
-static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
+static void train_epoch(trainer *t, int epoch, ddp_epoch_stats *e)
 {
     size_t per_step = (size_t)t->o->batch * (size_t)t->o->accum;
     float loss[2] = {0.0f, 0.0f}; /* sum of micro-batch losses, micro-batches */
@@ -522,26 +515,26 @@ static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
     t->epoch = epoch;
     t->loss_ok = 0.0f;
     t->loss_nan = 0;
-    ddp_train_must(t, ddp_upload(t->ctx, t->loss_dev, &loss[0], sizeof loss[0]), "zeroing the loss");
+    train_must(t, ddp_upload(t->ctx, t->loss_dev, &loss[0], sizeof loss[0]), "zeroing the loss");
     double start = ddp_train_now(), before = t->progress.train_seconds;
     for (; steps < t->steps_per_epoch && t->step < t->total_steps; steps++) {
         ddp_trace_begin("step", t->step);
-        ddp_train_step(t, steps);
+        train_step(t, steps);
         ddp_trace_end("step", t->step);
         if (t->nan_stopped)
             break;
         loss[1] += (float)t->o->accum;
         t->step++;
         if (t->step == 1)
-            ddp_train_report_impl(t);
+            train_report_impl(t);
         if (t->rank == 0 && ddp_progress_due(&t->progress, t->step)) {
-            ddp_train_must(t, ddp_download(t->ctx, &loss[0], t->loss_dev, sizeof loss[0]),
+            train_must(t, ddp_download(t->ctx, &loss[0], t->loss_dev, sizeof loss[0]),
                            "downloading the loss");
             t->progress.train_seconds = before + ddp_train_now() - start;
             ddp_progress_update(&t->progress, t->step, epoch, loss[0] / loss[1]);
         }
         if (o->checkpoint_dir && (t->stopped || (o->checkpoint_every && t->step % o->checkpoint_every == 0)))
-            ddp_train_write_checkpoint(t, steps + 1);
+            train_write_checkpoint(t, steps + 1);
         if (t->stopped || t->save_failed) {
             steps++;
             break;
@@ -549,21 +542,21 @@ static void ddp_train_epoch(ddp_trainer *t, int epoch, ddp_epoch_stats *e)
     }
     t->in_epoch = steps;
     steps -= first;
-    ddp_train_must(t, ddp_download(t->ctx, &loss[0], t->loss_dev, sizeof loss[0]),
+    train_must(t, ddp_download(t->ctx, &loss[0], t->loss_dev, sizeof loss[0]),
                    "downloading the loss");
     double seconds = ddp_train_now() - start; /* the download waited for the GPU */
     t->progress.train_seconds = before + seconds;
     double sums[2] = {t->loss_nan ? NAN : loss[0], loss[1]};
-    ddp_train_must(t, ddp_allreduce_host(t->ctx, sums, 2, DDP_FP64, DDP_SUM), "summing losses");
+    train_must(t, ddp_allreduce_host(t->ctx, sums, 2, DDP_FP64, DDP_SUM), "summing losses");
     e->epoch = epoch;
     e->steps = steps;
     e->train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
     e->samples_per_s = seconds > 0 ? (double)steps * (double)per_step * t->world / seconds : 0.0;
-    e->test_accuracy = ddp_train_evaluate(t);
+    e->test_accuracy = train_evaluate(t);
 }
 
 /* Rank 0: the epoch line and its metrics line. */
-static void ddp_train_report_epoch(ddp_trainer *t, const ddp_epoch_stats *e)
+static void train_report_epoch(trainer *t, const ddp_epoch_stats *e)
 {
     if (t->rank != 0)
         return;
@@ -576,7 +569,7 @@ static void ddp_train_report_epoch(ddp_trainer *t, const ddp_epoch_stats *e)
 }
 
 /* Rank 0: configuration at start-up. */
-static void ddp_train_report_start(const ddp_trainer *t)
+static void train_report_start(const trainer *t)
 {
     if (t->rank != 0)
         return;
@@ -584,14 +577,14 @@ static void ddp_train_report_start(const ddp_trainer *t)
     ddp_dtype p = t->o->model.precision;
     if (ddp_backend(t->ctx) == DDP_BACKEND_CPU) {
         printf("cpu: %s; ISA %s\n", ddp_cpu_model_name(), ddp_cpu_isa_describe());
-        printf("compute: %s, %s; GEMM %s; convolutions %s; BLAS %s\n", t->ops->name, ddp_precision_name(p),
-               ddp_cpu_gemm_name(p), ddp_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM", ddp_blas_describe());
-        if (p == DDP_BF16 && t->ops->emulates(p))
+        printf("compute: %s, %s; GEMM %s; convolutions %s; BLAS %s\n", t->ops->name, model_precision_name(p),
+               ops_cpu_gemm_name(p), layer_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM", ops_blas_describe());
+        if (p == DDP_BF16 && t->ops->emulates(t->ops, p))
             printf("bf16: emulated (this CPU has no AVX512_BF16, or DDP_CPU_ISA caps it): fp32 arithmetic, every "
                    "op's output rounded to bf16, activations stored in float\n");
     } else
-        printf("compute: %s, %s; GEMM %s\n", t->ops->name, ddp_precision_name(t->o->model.precision),
-               ddp_cuda_describe(t->o->model.precision));
+        printf("compute: %s, %s; GEMM %s\n", t->ops->name, model_precision_name(t->o->model.precision),
+               ops_cuda_describe(t->ops, t->o->model.precision));
     printf("memory: %s\n", ddp_malloc_describe());
     ddp_train_print_opts(stdout, t->o);
     if (t->o->requeue && !getenv("SLURM_JOB_ID"))
@@ -599,12 +592,12 @@ static void ddp_train_report_start(const ddp_trainer *t)
     printf("data: %zu train / %zu test samples; %zu per rank per epoch; %ld steps per epoch "
            "(floor of per-rank samples / (batch x accum)); %ld steps planned; %zu parameters\n",
            t->train.n, t->test.n, ddp_sampler_len(t->sampler), t->steps_per_epoch, t->total_steps,
-           ddp_model_numel_total(t->model));
+           model_numel_total(t->model));
     fflush(stdout);
 }
 
 /* Every rank: the steps its loss scaler skipped and the final scale (tests compare the ranks). */
-static void ddp_train_report_scaler(const ddp_trainer *t)
+static void train_report_scaler(const trainer *t)
 {
     if (!t->scaler)
         return;
@@ -619,7 +612,7 @@ static void ddp_train_report_scaler(const ddp_trainer *t)
 }
 
 /* Rank 0: what the communicator sent for the gradients (payload of every backend all-reduce). */
-static void ddp_train_report_comm(const ddp_trainer *t)
+static void train_report_comm(const trainer *t)
 {
     ddp_comm_stats cs;
     if (t->rank != 0 || t->step == 0 || ddp_comm_stats_get(t->ctx, &cs) != DDP_OK)
@@ -630,7 +623,7 @@ static void ddp_train_report_comm(const ddp_trainer *t)
 }
 
 /* Rank 0: classification report, throughput and the summary metrics line. */
-static void ddp_train_report_end(ddp_trainer *t, ddp_run_stats *r)
+static void train_report_end(trainer *t, ddp_run_stats *r)
 {
     if (t->rank != 0)
         return;
@@ -648,7 +641,7 @@ static void ddp_train_report_end(ddp_trainer *t, ddp_run_stats *r)
 }
 
 /* Rank 0 writes the whole training state to --save; every rank learns the outcome. */
-static ddp_status ddp_train_save(ddp_trainer *t)
+static ddp_status train_save(trainer *t)
 {
     ddp_status st = DDP_OK;
     ddp_trace_begin("checkpoint", 0);
@@ -662,11 +655,11 @@ static ddp_status ddp_train_save(ddp_trainer *t)
             printf("saved %s\n", t->o->save_path);
     }
     ddp_trace_end("checkpoint", 0);
-    return ddp_train_agree(t, st);
+    return train_agree(t, st);
 }
 
 /* The epochs, then the final report. */
-static void ddp_train_loop(ddp_trainer *t, double wall_start)
+static void train_loop(trainer *t, double wall_start)
 {
     ddp_epoch_stats e = {0};
     int epochs = 0;
@@ -675,13 +668,13 @@ static void ddp_train_loop(ddp_trainer *t, double wall_start)
     for (int epoch = (int)t->start.epoch; epoch < t->o->epochs && t->step < t->total_steps &&
                                           !t->stopped && !t->nan_stopped && !t->save_failed;
          epoch++, epochs++) {
-        ddp_train_epoch(t, epoch, &e);
-        ddp_train_report_epoch(t, &e);
+        train_epoch(t, epoch, &e);
+        train_report_epoch(t, &e);
     }
     if (epochs == 0) /* resumed at the end: nothing left to train */
-        e.test_accuracy = ddp_train_evaluate(t);
-    ddp_train_report_scaler(t);
-    ddp_train_report_comm(t);
+        e.test_accuracy = train_evaluate(t);
+    train_report_scaler(t);
+    train_report_comm(t);
     ddp_run_stats r = {
         .world_size = t->world, .epochs = epochs, .steps = t->step, .test_accuracy = e.test_accuracy,
         .train_loss = e.train_loss, .train_seconds = t->progress.train_seconds,
@@ -690,10 +683,10 @@ static void ddp_train_loop(ddp_trainer *t, double wall_start)
         .wall_seconds = ddp_train_now() - wall_start, .backend = ddp_backend_name(ddp_backend(t->ctx)),
         .stopped_by_signal = t->stopped};
     ddp_train_comm_stats(t->ctx, &r);
-    ddp_train_report_end(t, &r);
+    train_report_end(t, &r);
 }
 
-static void ddp_trainer_release(ddp_trainer *t)
+static void trainer_release(trainer *t)
 {
     if (t->metrics)
         fclose(t->metrics);
@@ -702,29 +695,29 @@ static void ddp_trainer_release(ddp_trainer *t)
         ddp_free(t->ctx, t->y_dev[i]);
     }
     ddp_free(t->ctx, t->loss_dev);
-    ddp_prefetch_destroy(t->prefetch);
+    model_prefetch_destroy(t->prefetch);
     ddp_scaler_destroy(t->scaler);
     free(t->eval_idx);
     free(t->pred);
     free(t->x_host);
     free(t->y_host);
     ddp_reducer_destroy(t->reducer);
-    ddp_model_destroy(t->model);
-    ddp_ops_close(t->ops);
+    model_destroy(t->model);
+    ops_close(t->ops);
     ddp_sampler_destroy(t->sampler);
-    ddp_mnist_free(&t->train);
-    ddp_mnist_free(&t->test);
+    model_mnist_free(&t->train);
+    model_mnist_free(&t->test);
 }
 
 /* After training every rank must still hold the same parameters (skipped steps included). */
-static ddp_status ddp_train_verify_end(ddp_trainer *t)
+static ddp_status train_verify_end(trainer *t)
 {
-    size_t n = ddp_model_numel_total(t->model);
+    size_t n = model_numel_total(t->model);
     float *host = malloc(n * sizeof *host);
-    ddp_train_must(t, host ? DDP_OK : DDP_ERR_NOMEM, "allocating the parameter copy");
-    ddp_train_must(t, ddp_download(t->ctx, host, ddp_model_params(t->model), n * sizeof *host),
+    train_must(t, host ? DDP_OK : DDP_ERR_NOMEM, "allocating the parameter copy");
+    train_must(t, ddp_download(t->ctx, host, model_params(t->model), n * sizeof *host),
                    "downloading parameters");
-    ddp_status st = ddp_verify_replicas(t->ctx, ddp_model_descs(t->model), ddp_model_n_params(t->model), host);
+    ddp_status st = ddp_verify_replicas(t->ctx, model_descs(t->model), model_n_params(t->model), host);
     free(host);
     if (st == DDP_OK && t->rank == 0)
         printf("replicas identical after training (checksums of every parameter agree)\n");
@@ -732,17 +725,17 @@ static ddp_status ddp_train_verify_end(ddp_trainer *t)
 }
 
 /* Inputs, step plan, output folders, model, and the resumed position; agreed on by every rank. */
-static ddp_status ddp_train_prepare(ddp_trainer *t)
+static ddp_status train_prepare(trainer *t)
 {
-    ddp_status st = ddp_train_agree(t, ddp_train_open_inputs(t));
+    ddp_status st = train_agree(t, train_open_inputs(t));
     if (st == DDP_OK)
-        st = ddp_train_agree(t, ddp_train_same_data(t));
+        st = train_agree(t, train_same_data(t));
     if (st == DDP_OK)
-        st = ddp_train_agree(t, ddp_train_plan(t));
+        st = train_agree(t, train_plan(t));
     if (st == DDP_OK)
-        st = ddp_train_agree(t, t->rank == 0 ? ddp_train_check_outputs(t->o) : DDP_OK);
+        st = train_agree(t, t->rank == 0 ? ddp_train_check_outputs(t->o) : DDP_OK);
     if (st == DDP_OK)
-        st = ddp_train_build(t);
+        st = train_build(t);
     if (st != DDP_OK)
         return st;
     t->setup = (ddp_train_setup){.ctx = t->ctx, .o = t->o, .model = t->model, .n_train = t->train.n,
@@ -755,51 +748,51 @@ static ddp_status ddp_train_prepare(ddp_trainer *t)
     t->in_epoch = t->start.step_in_epoch;
     t->saved_step = resumed ? t->step : -1;
     if (st == DDP_OK)
-        st = ddp_train_agree(t, ddp_train_start_prefetch(t));
+        st = train_agree(t, train_start_prefetch(t));
     return st;
 }
 
 /* After training: the final checkpoint and --save; the run's outcome. */
-static ddp_status ddp_train_finish(ddp_trainer *t)
+static ddp_status train_finish(trainer *t)
 {
     if (t->nan_stopped || t->save_failed)
         return t->nan_stopped ? DDP_ERR_STATE : DDP_ERR_IO;
     if (t->o->checkpoint_dir && t->saved_step != t->step)
-        ddp_train_write_checkpoint(t, t->in_epoch);
+        train_write_checkpoint(t, t->in_epoch);
     if (t->save_failed)
         return DDP_ERR_IO;
-    return t->o->save_path ? ddp_train_save(t) : DDP_OK;
+    return t->o->save_path ? train_save(t) : DDP_OK;
 }
 
 /* Whole run. Returns a failure only when every rank agrees on it; other failures abort the job.
  * *requeue: rank 0 should requeue the Slurm job (stopped by a signal, with --requeue). */
-static ddp_status ddp_train_run(ddp_ctx *ctx, const ddp_train_opts *o, int *requeue)
+static ddp_status train_run(ddp_ctx *ctx, const ddp_train_opts *o, int *requeue)
 {
     double wall_start = ddp_train_now();
-    ddp_trainer t = {.ctx = ctx, .o = o, .rank = ddp_rank(ctx), .world = ddp_world_size(ctx)};
-    ddp_status st = ddp_train_prepare(&t);
+    trainer t = {.ctx = ctx, .o = o, .rank = ddp_rank(ctx), .world = ddp_world_size(ctx)};
+    ddp_status st = train_prepare(&t);
     if (st == DDP_OK)
         st = ddp_train_observe_start(ctx, o);
     if (st == DDP_OK) {
-        ddp_train_report_start(&t);
-        ddp_train_loop(&t, wall_start);
-        st = ddp_train_verify_end(&t);
+        train_report_start(&t);
+        train_loop(&t, wall_start);
+        st = train_verify_end(&t);
         if (st == DDP_OK)
-            st = ddp_train_finish(&t);
+            st = train_finish(&t);
         ddp_status trace_st = ddp_train_observe_end(ctx, o);
         st = st == DDP_OK ? trace_st : st;
     }
     *requeue = st == DDP_OK && t.stopped && o->requeue && t.rank == 0 && getenv("SLURM_JOB_ID");
-    ddp_trainer_release(&t);
+    trainer_release(&t);
     return st;
 }
 
 int main(int argc, char **argv)
 {
-    if (ddp_blas_prefer_fast_kernels(argv) != 0)
+    if (ops_blas_prefer_fast_kernels(argv) != 0)
         return 2;
     ddp_malloc_policy();
-    struct sigaction sa = {.sa_handler = ddp_train_on_signal};
+    struct sigaction sa = {.sa_handler = train_on_signal};
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
@@ -819,7 +812,7 @@ int main(int argc, char **argv)
         return 1;
     }
     int requeue = 0;
-    st = ddp_train_run(ctx, &o, &requeue);
+    st = train_run(ctx, &o, &requeue);
     ddp_finalize(ctx);
     if (requeue) /* last, after MPI is closed: Slurm ends this job's processes when it requeues */
         st = ddp_train_requeue();

@@ -139,10 +139,10 @@ static const char ddp_train_usage_more[] =
     "DDP_TIMEOUT=S: the deadline of every collective, 0.1 to 604800 seconds (default 300); any other\n"
     "value stops every rank before training.\n";
 
-static void ddp_train_opts_default(ddp_train_opts *o)
+static void train_opts_default(ddp_train_opts *o)
 {
     memset(o, 0, sizeof *o);
-    ddp_model_config_default(&o->model, DDP_MODEL_MLP);
+    model_config_default(&o->model, MODEL_MLP);
     o->data_dir = "data/mnist";
     o->epochs = 8;
     o->batch = 64;
@@ -164,7 +164,7 @@ static void ddp_train_opts_default(ddp_train_opts *o)
 }
 
 /* RANK:STEP for --inject-inf. */
-static int ddp_parse_inject(const char *text, ddp_train_opts *o)
+static int parse_inject(const char *text, ddp_train_opts *o)
 {
     char *end = NULL;
     errno = 0;
@@ -183,7 +183,7 @@ static int ddp_parse_inject(const char *text, ddp_train_opts *o)
 
 /* Parses a whole-string integer in [min, max]; prints the complaint with the allowed range and
  * returns -1 otherwise. */
-static int ddp_parse_long(const char *flag, const char *text, long min, long max, long *out)
+static int parse_long(const char *flag, const char *text, long min, long max, long *out)
 {
     char *end = NULL;
     errno = 0;
@@ -197,23 +197,23 @@ static int ddp_parse_long(const char *flag, const char *text, long min, long max
     return 0;
 }
 
-static int ddp_parse_int_in(const char *flag, const char *text, int min, int max, int *out)
+static int parse_int_in(const char *flag, const char *text, int min, int max, int *out)
 {
     long v;
-    if (ddp_parse_long(flag, text, min, max, &v) != 0)
+    if (parse_long(flag, text, min, max, &v) != 0)
         return -1;
     *out = (int)v;
     return 0;
 }
 
-static int ddp_parse_int(const char *flag, const char *text, int min, int *out)
+static int parse_int(const char *flag, const char *text, int min, int *out)
 {
-    return ddp_parse_int_in(flag, text, min, INT_MAX, out);
+    return parse_int_in(flag, text, min, INT_MAX, out);
 }
 
 /* Parses a whole-string number v in the interval from lo to hi, each end open or closed; the
  * message names the interval, e.g. "expected a number in [0, 1)". */
-static int ddp_parse_double(const char *flag, const char *text, double lo, int lo_open, double hi,
+static int parse_double(const char *flag, const char *text, double lo, int lo_open, double hi,
                             int hi_open, double *out)
 {
     char *end = NULL;
@@ -229,7 +229,7 @@ static int ddp_parse_double(const char *flag, const char *text, double lo, int l
     return 0;
 }
 
-static int ddp_parse_seed(const char *text, uint64_t *out)
+static int parse_seed(const char *text, uint64_t *out)
 {
     char *end = NULL;
     errno = 0;
@@ -244,10 +244,10 @@ static int ddp_parse_seed(const char *text, uint64_t *out)
 }
 
 /* Flags that name a choice: model kind, widths, learning-rate schedule, precision, device. */
-static int ddp_parse_choice(int id, const char *text, ddp_train_opts *o)
+static int parse_choice(int id, const char *text, ddp_train_opts *o)
 {
     if (id == OPT_PRECISION) {
-        if (ddp_precision_parse(text, &o->model.precision) != DDP_OK) {
+        if (model_precision_parse(text, &o->model.precision) != DDP_OK) {
             fprintf(stderr, "ddp-train: --precision: expected fp32, bf16 or fp16, got '%s'\n", text);
             return -1;
         }
@@ -262,8 +262,8 @@ static int ddp_parse_choice(int id, const char *text, ddp_train_opts *o)
         return 0;
     }
     if (id == OPT_MODEL) {
-        ddp_model_kind kind;
-        if (ddp_model_kind_parse(text, &kind) != DDP_OK) {
+        model_kind kind;
+        if (model_kind_parse(text, &kind) != DDP_OK) {
             fprintf(stderr, "ddp-train: --model: expected mlp or cnn, got '%s'\n", text);
             return -1;
         }
@@ -271,10 +271,10 @@ static int ddp_parse_choice(int id, const char *text, ddp_train_opts *o)
         return 0;
     }
     if (id == OPT_WIDTHS) {
-        if (ddp_model_widths_parse(text, &o->model) != DDP_OK) {
+        if (model_widths_parse(text, &o->model) != DDP_OK) {
             fprintf(stderr, "ddp-train: --widths: expected widths like 784-512-256-10 (784 first, 10 "
-                            "last, each 1 to %d, at most %d layers), got '%s'\n", DDP_MLP_MAX_WIDTH,
-                    DDP_MLP_MAX_LAYERS, text);
+                            "last, each 1 to %d, at most %d layers), got '%s'\n", MODEL_MLP_MAX_WIDTH,
+                    MODEL_MLP_MAX_LAYERS, text);
             return -1;
         }
         return 0;
@@ -295,44 +295,44 @@ static int ddp_parse_choice(int id, const char *text, ddp_train_opts *o)
 
 /* Flags with a numeric value. The batch is not limited here: rank 0's data size bounds it (see
  * ddp_train_plan in ddp_train.c). */
-static int ddp_parse_number(int id, const char *v, ddp_train_opts *o)
+static int parse_number(int id, const char *v, ddp_train_opts *o)
 {
     switch (id) {
-    case OPT_EPOCHS: return ddp_parse_int_in("epochs", v, 1, DDP_TRAIN_MAX_EPOCHS, &o->epochs);
-    case OPT_MAX_STEPS: return ddp_parse_long("max-steps", v, 0, DDP_TRAIN_MAX_STEPS, &o->max_steps);
-    case OPT_BATCH: return ddp_parse_int("batch", v, 1, &o->batch);
-    case OPT_ACCUM: return ddp_parse_int("accum", v, 1, &o->accum);
-    case OPT_THREADS: return ddp_parse_int_in("threads", v, 1, DDP_TRAIN_MAX_THREADS, &o->threads);
-    case OPT_LOG_EVERY: return ddp_parse_int("log-every", v, 1, &o->log_every);
-    case OPT_LR: return ddp_parse_double("lr", v, DDP_TRAIN_MIN_LR, 0, DDP_TRAIN_MAX_LR, 0, &o->lr);
-    case OPT_MOMENTUM: return ddp_parse_double("momentum", v, 0.0, 0, 1.0, 1, &o->momentum);
+    case OPT_EPOCHS: return parse_int_in("epochs", v, 1, DDP_TRAIN_MAX_EPOCHS, &o->epochs);
+    case OPT_MAX_STEPS: return parse_long("max-steps", v, 0, DDP_TRAIN_MAX_STEPS, &o->max_steps);
+    case OPT_BATCH: return parse_int("batch", v, 1, &o->batch);
+    case OPT_ACCUM: return parse_int("accum", v, 1, &o->accum);
+    case OPT_THREADS: return parse_int_in("threads", v, 1, DDP_TRAIN_MAX_THREADS, &o->threads);
+    case OPT_LOG_EVERY: return parse_int("log-every", v, 1, &o->log_every);
+    case OPT_LR: return parse_double("lr", v, DDP_TRAIN_MIN_LR, 0, DDP_TRAIN_MAX_LR, 0, &o->lr);
+    case OPT_MOMENTUM: return parse_double("momentum", v, 0.0, 0, 1.0, 1, &o->momentum);
     case OPT_WEIGHT_DECAY:
-        return ddp_parse_double("weight-decay", v, 0.0, 0, DDP_TRAIN_MAX_WEIGHT_DECAY, 0, &o->weight_decay);
+        return parse_double("weight-decay", v, 0.0, 0, DDP_TRAIN_MAX_WEIGHT_DECAY, 0, &o->weight_decay);
     case OPT_BUCKET_MB:
-        return ddp_parse_double("bucket-mb", v, 0.0, 1, DDP_TRAIN_MAX_BUCKET_MB, 0, &o->bucket_mb);
+        return parse_double("bucket-mb", v, 0.0, 1, DDP_TRAIN_MAX_BUCKET_MB, 0, &o->bucket_mb);
     case OPT_FIRST_BUCKET_MB:
-        return ddp_parse_double("first-bucket-mb", v, 0.0, 1, DDP_TRAIN_MAX_BUCKET_MB, 0, &o->first_bucket_mb);
-    case OPT_SEED: return ddp_parse_seed(v, &o->seed);
-    case OPT_WORKERS: return ddp_parse_int_in("workers", v, 0, DDP_TRAIN_MAX_WORKERS, &o->workers);
+        return parse_double("first-bucket-mb", v, 0.0, 1, DDP_TRAIN_MAX_BUCKET_MB, 0, &o->first_bucket_mb);
+    case OPT_SEED: return parse_seed(v, &o->seed);
+    case OPT_WORKERS: return parse_int_in("workers", v, 0, DDP_TRAIN_MAX_WORKERS, &o->workers);
     case OPT_LOSS_SCALE_INTERVAL:
-        return ddp_parse_long("loss-scale-interval", v, 1, LONG_MAX, &o->loss_scale_interval);
+        return parse_long("loss-scale-interval", v, 1, LONG_MAX, &o->loss_scale_interval);
     case OPT_LOSS_SCALE_INIT:
-        return ddp_parse_double("loss-scale-init", v, 0.0, 1, FLT_MAX, 0, &o->loss_scale_init);
-    case OPT_INJECT_INF: return ddp_parse_inject(v, o);
-    default: return ddp_parse_choice(id, v, o);
+        return parse_double("loss-scale-init", v, 0.0, 1, FLT_MAX, 0, &o->loss_scale_init);
+    case OPT_INJECT_INF: return parse_inject(v, o);
+    default: return parse_choice(id, v, o);
     }
 }
 
 /* Checkpoint, resume and NaN flags. */
-static int ddp_parse_resume_opt(int id, const char *v, ddp_train_opts *o)
+static int parse_resume_opt(int id, const char *v, ddp_train_opts *o)
 {
     switch (id) {
     case OPT_CKPT_DIR: o->checkpoint_dir = v; return 0;
     case OPT_RESUME: o->resume = v; return 0;
     case OPT_RESUME_RESHARD: o->resume_reshard = 1; return 0;
     case OPT_REQUEUE: o->requeue = 1; return 0;
-    case OPT_CKPT_EVERY: return ddp_parse_long("checkpoint-every", v, 0, LONG_MAX, &o->checkpoint_every);
-    case OPT_KEEP: return ddp_parse_int("keep", v, 1, &o->keep);
+    case OPT_CKPT_EVERY: return parse_long("checkpoint-every", v, 0, LONG_MAX, &o->checkpoint_every);
+    case OPT_KEEP: return parse_int("keep", v, 1, &o->keep);
     case OPT_CKPT_ERRORS:
         o->checkpoint_errors_warn = strcmp(v, "warn") == 0;
         if (o->checkpoint_errors_warn || strcmp(v, "stop") == 0)
@@ -349,7 +349,7 @@ static int ddp_parse_resume_opt(int id, const char *v, ddp_train_opts *o)
 }
 
 /* Flags that only make sense together; 0 when consistent, else -1 with the complaint printed. */
-static int ddp_check_resume_opts(const ddp_train_opts *o)
+static int check_resume_opts(const ddp_train_opts *o)
 {
     const char *need_dir = o->checkpoint_every ? "--checkpoint-every"
                            : o->resume && strcmp(o->resume, "auto") == 0 ? "--resume auto" : NULL;
@@ -365,7 +365,7 @@ static int ddp_check_resume_opts(const ddp_train_opts *o)
 }
 
 /* One flag. Returns 0 when accepted, -1 when invalid (message printed), 1 for --help. */
-static int ddp_train_apply_opt(int id, const char *v, ddp_train_opts *o)
+static int train_apply_opt(int id, const char *v, ddp_train_opts *o)
 {
     switch (id) {
     case OPT_DATA: o->data_dir = v; return 0;
@@ -379,13 +379,13 @@ static int ddp_train_apply_opt(int id, const char *v, ddp_train_opts *o)
     case OPT_NO_OVERLAP: o->no_overlap = 1; return 0;
     case OPT_LINK_CHECK: o->link_check = 1; return 0;
     case OPT_HELP: return 1;
-    default: return id >= OPT_CKPT_DIR ? ddp_parse_resume_opt(id, v, o) : ddp_parse_number(id, v, o);
+    default: return id >= OPT_CKPT_DIR ? parse_resume_opt(id, v, o) : parse_number(id, v, o);
     }
 }
 
 ddp_train_parse_result ddp_train_parse_args(int argc, char **argv, ddp_train_opts *o)
 {
-    ddp_train_opts_default(o);
+    train_opts_default(o);
     opterr = 0;
     optind = 0; /* glibc: 0 resets getopt entirely, so a parse left inside "-hh" cannot leak into this one */
     int id;
@@ -399,7 +399,7 @@ ddp_train_parse_result ddp_train_parse_args(int argc, char **argv, ddp_train_opt
             fputs(ddp_train_usage_more, stderr);
             return DDP_TRAIN_USAGE;
         } else {
-            rc = ddp_train_apply_opt(id, optarg, o);
+            rc = train_apply_opt(id, optarg, o);
         }
         if (rc == 1) {
             fputs(ddp_train_usage_text, stdout);
@@ -419,7 +419,7 @@ ddp_train_parse_result ddp_train_parse_args(int argc, char **argv, ddp_train_opt
                         "or --precision fp16\n");
         return DDP_TRAIN_USAGE;
     }
-    if (ddp_check_resume_opts(o) != 0)
+    if (check_resume_opts(o) != 0)
         return DDP_TRAIN_USAGE;
     o->model.seed = o->seed;
     o->model.max_batch = o->batch;
@@ -428,8 +428,8 @@ ddp_train_parse_result ddp_train_parse_args(int argc, char **argv, ddp_train_opt
 
 void ddp_train_print_opts(FILE *f, const ddp_train_opts *o)
 {
-    fprintf(f, "model: %s", o->model.kind == DDP_MODEL_CNN ? "cnn" : "mlp");
-    if (o->model.kind == DDP_MODEL_MLP) {
+    fprintf(f, "model: %s", o->model.kind == MODEL_CNN ? "cnn" : "mlp");
+    if (o->model.kind == MODEL_MLP) {
         fputs(" widths ", f);
         for (int i = 0; i < o->model.n_widths; i++)
             fprintf(f, "%s%d", i ? "-" : "", o->model.widths[i]);
@@ -443,7 +443,7 @@ void ddp_train_print_opts(FILE *f, const ddp_train_opts *o)
             o->bucket_mb, o->first_bucket_mb, o->no_overlap ? " launched after backward" : "",
             o->broadcast_init ? "yes" : "no", o->threads,
             o->augment ? "shifts up to 2 px" : "no");
-    fprintf(f, "precision: %s%s\n", ddp_precision_name(o->model.precision),
+    fprintf(f, "precision: %s%s\n", model_precision_name(o->model.precision),
             o->tf32 ? "  (fp32 GEMMs and convolutions on TF32 tensor cores on a GPU)" : "");
     fprintf(f, "gradient all-reduce: %s", ddp_dtype_name(o->grad_dtype));
     if (o->grad_dtype == DDP_FP16)

@@ -21,7 +21,7 @@
 #define DDP_TRAIN_MAX_BUCKET_MB 1048576.0  /* 1 TiB: more than any model's gradients */
 
 typedef struct ddp_train_opts {
-    ddp_model_config model;  /* kind, widths, seed; max_batch = batch */
+    model_config model;  /* kind, widths, seed; max_batch = batch */
     const char *data_dir;    /* folder with the four IDX files */
     int epochs;
     long max_steps;          /* optimizer steps; 0 = no limit */

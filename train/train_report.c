@@ -24,7 +24,7 @@ void ddp_progress_init(ddp_progress *p, int log_every, long total_steps, long sa
 }
 
 /* Writes "12m05s" style durations. */
-static void ddp_format_duration(char *buf, size_t n, double seconds)
+static void format_duration(char *buf, size_t n, double seconds)
 {
     long s = seconds > 0 ? (long)(seconds + 0.5) : 0;
     if (s >= 3600)
@@ -45,7 +45,7 @@ void ddp_progress_update(ddp_progress *p, long step, int epoch, double loss)
     double rate = p->train_seconds > 0 ? (double)(step * p->samples_per_step) / p->train_seconds : 0.0;
     double per_step = p->train_seconds / (double)step;
     char eta[32];
-    ddp_format_duration(eta, sizeof eta, per_step * (double)(p->total_steps - step));
+    format_duration(eta, sizeof eta, per_step * (double)(p->total_steps - step));
     if (!p->tty) {
         fprintf(stderr, "step %ld/%ld epoch %d loss %.4f %.0f samples/s ETA %s\n", step, p->total_steps,
                 epoch + 1, loss, rate, eta);
@@ -79,7 +79,7 @@ double ddp_confusion_accuracy(const float *confusion)
 }
 
 /* Precision, recall, F1 and support of class c. */
-static void ddp_class_scores(const float *confusion, int c, double *prec, double *rec, double *f1,
+static void class_scores(const float *confusion, int c, double *prec, double *rec, double *f1,
                              double *support)
 {
     double tp = confusion[c * DDP_N_CLASSES + c], predicted = 0.0, actual = 0.0;
@@ -99,7 +99,7 @@ void ddp_print_class_report(FILE *f, const float *confusion)
     fprintf(f, "%12s %10s %10s %10s %10s\n\n", "", "precision", "recall", "f1-score", "support");
     for (int c = 0; c < DDP_N_CLASSES; c++) {
         double s[3], support;
-        ddp_class_scores(confusion, c, &s[0], &s[1], &s[2], &support);
+        class_scores(confusion, c, &s[0], &s[1], &s[2], &support);
         fprintf(f, "%12d %10.4f %10.4f %10.4f %10.0f\n", c, s[0], s[1], s[2], support);
         for (int k = 0; k < 3; k++) {
             macro[k] += s[k] / DDP_N_CLASSES;
@@ -118,7 +118,7 @@ void ddp_print_class_report(FILE *f, const float *confusion)
 
 /* v as a JSON number with format fmt, or null when it is NaN or infinite (a diverged loss): JSON
  * has no NaN or Infinity, and printf's "nan" or "-nan" would make the line unreadable. */
-static const char *ddp_json_number(char *buf, size_t n, const char *fmt, double v)
+static const char *json_number(char *buf, size_t n, const char *fmt, double v)
 {
     if (!isfinite(v))
         return "null";
@@ -131,13 +131,13 @@ void ddp_metrics_epoch(FILE *f, const ddp_epoch_stats *e)
     char loss[64];
     fprintf(f, "{\"epoch\":%d,\"steps\":%ld,\"train_loss\":%s,\"test_accuracy\":%.6f,"
                "\"samples_per_s\":%.1f}\n",
-            e->epoch, e->steps, ddp_json_number(loss, sizeof loss, "%.6f", e->train_loss),
+            e->epoch, e->steps, json_number(loss, sizeof loss, "%.6f", e->train_loss),
             e->test_accuracy, e->samples_per_s);
     fflush(f);
 }
 
 /* A figure that may be missing (negative): JSON null, else the number. */
-#define ddp_json_opt(buf, v) ((v) < 0 ? "null" : ddp_json_number(buf, sizeof buf, "%.3f", (v)))
+#define ddp_json_opt(buf, v) ((v) < 0 ? "null" : json_number(buf, sizeof buf, "%.3f", (v)))
 
 void ddp_metrics_summary(FILE *f, const ddp_train_opts *o, const ddp_run_stats *r)
 {
@@ -146,8 +146,8 @@ void ddp_metrics_summary(FILE *f, const ddp_train_opts *o, const ddp_run_stats *
                "\"accum\":%d,\"epochs\":%d,\"steps\":%ld,\"train_loss\":%s,\"test_accuracy\":%.6f,"
                "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"wall_seconds\":%.3f,"
                "\"stopped_by_signal\":%s,\"exposed_comm_ms\":%s,\"comm_ms\":%s,\"hidden_fraction\":%s}\n",
-            o->model.kind == DDP_MODEL_CNN ? "cnn" : "mlp", r->backend, r->world_size, o->batch,
-            o->accum, r->epochs, r->steps, ddp_json_number(loss, sizeof loss, "%.6f", r->train_loss),
+            o->model.kind == MODEL_CNN ? "cnn" : "mlp", r->backend, r->world_size, o->batch,
+            o->accum, r->epochs, r->steps, json_number(loss, sizeof loss, "%.6f", r->train_loss),
             r->test_accuracy, r->samples_per_s, r->train_seconds, r->wall_seconds,
             r->stopped_by_signal ? "true" : "false", ddp_json_opt(exposed, r->exposed_comm_ms),
             ddp_json_opt(comm, r->comm_ms), ddp_json_opt(hidden, r->hidden_fraction));

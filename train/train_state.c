@@ -38,14 +38,14 @@
 #define DDP_FP_VALUE 96
 #define DDP_PATH_MAX 4096
 
-typedef struct ddp_fp_entry {
+typedef struct fp_entry {
     const char *key;
     char value[DDP_FP_VALUE];
     int reshardable; /* may differ with --resume-reshard */
-} ddp_fp_entry;
+} fp_entry;
 
 /* A failure of a collective or a transfer: stop the whole job so no peer waits forever. */
-static void ddp_state_must(ddp_ctx *ctx, ddp_status st, const char *what)
+static void state_must(ddp_ctx *ctx, ddp_status st, const char *what)
 {
     if (st == DDP_OK)
         return;
@@ -55,9 +55,9 @@ static void ddp_state_must(ddp_ctx *ctx, ddp_status st, const char *what)
 
 /* ---- configuration fingerprint ------------------------------------------------------------- */
 
-static void ddp_fp_model(const ddp_model_config *m, char *buf, size_t n)
+static void fp_model(const model_config *m, char *buf, size_t n)
 {
-    if (m->kind == DDP_MODEL_CNN) {
+    if (m->kind == MODEL_CNN) {
         snprintf(buf, n, "cnn");
         return;
     }
@@ -67,14 +67,14 @@ static void ddp_fp_model(const ddp_model_config *m, char *buf, size_t n)
 }
 
 /* Fills fp with the entries that must match to resume; returns their count. */
-static int ddp_fingerprint(const ddp_train_setup *s, ddp_fp_entry *fp)
+static int ddp_fingerprint(const ddp_train_setup *s, fp_entry *fp)
 {
     const ddp_train_opts *o = s->o;
     int n = 0;
-    fp[n] = (ddp_fp_entry){.key = "config.model"};
-    ddp_fp_model(&o->model, fp[n++].value, DDP_FP_VALUE);
+    fp[n] = (fp_entry){.key = "config.model"};
+    fp_model(&o->model, fp[n++].value, DDP_FP_VALUE);
 #define DDP_FP_(k, resh, ...) \
-    fp[n] = (ddp_fp_entry){.key = (k), .reshardable = (resh)}; \
+    fp[n] = (fp_entry){.key = (k), .reshardable = (resh)}; \
     snprintf(fp[n++].value, DDP_FP_VALUE, __VA_ARGS__)
     DDP_FP_("config.world_size", 1, "%d", ddp_world_size(s->ctx));
     DDP_FP_("config.batch", 0, "%d", o->batch);
@@ -88,7 +88,7 @@ static int ddp_fingerprint(const ddp_train_setup *s, ddp_fp_entry *fp)
         DDP_FP_("config.lr_schedule", 0, "constant");
     }
     DDP_FP_("config.train_samples", 0, "%zu", s->n_train);
-    DDP_FP_("config.precision", 0, "%s", ddp_precision_name(o->model.precision));
+    DDP_FP_("config.precision", 0, "%s", model_precision_name(o->model.precision));
     DDP_FP_("config.grad_dtype", 0, "%s", ddp_dtype_name(o->grad_dtype));
 #undef DDP_FP_
     return n;
@@ -96,10 +96,10 @@ static int ddp_fingerprint(const ddp_train_setup *s, ddp_fp_entry *fp)
 
 /* Rank 0: every fingerprint difference is logged; DDP_ERR_MISMATCH unless none (or only
  * reshardable ones under --resume-reshard). *other_world: the checkpoint's world size differs. */
-static ddp_status ddp_check_fingerprint(const ddp_train_setup *s, const ddp_state *st, const char *path,
+static ddp_status check_fingerprint(const ddp_train_setup *s, const ddp_state *st, const char *path,
                                         int *other_world)
 {
-    ddp_fp_entry fp[DDP_FP_MAX];
+    fp_entry fp[DDP_FP_MAX];
     int n = ddp_fingerprint(s, fp), refused = 0;
     *other_world = 0;
     for (int i = 0; i < n; i++) {
@@ -126,18 +126,18 @@ static ddp_status ddp_check_fingerprint(const ddp_train_setup *s, const ddp_stat
 /* ---- saving ---------------------------------------------------------------------------------- */
 
 /* Downloads the parameters and momentum into a new state. */
-static ddp_status ddp_state_from_model(const ddp_train_setup *s, ddp_state **out)
+static ddp_status state_from_model(const ddp_train_setup *s, ddp_state **out)
 {
-    ddp_model *m = s->model;
-    size_t n = ddp_model_numel_total(m);
+    model *m = s->model;
+    size_t n = model_numel_total(m);
     float *params = malloc(n * sizeof *params), *mom = malloc(n * sizeof *mom);
     ddp_status st = params && mom ? DDP_OK : DDP_ERR_NOMEM;
     if (st == DDP_OK)
-        st = ddp_download(s->ctx, params, ddp_model_params(m), n * sizeof *params);
+        st = ddp_download(s->ctx, params, model_params(m), n * sizeof *params);
     if (st == DDP_OK)
-        st = ddp_download(s->ctx, mom, ddp_model_momentum(m), n * sizeof *mom);
+        st = ddp_download(s->ctx, mom, model_momentum(m), n * sizeof *mom);
     if (st == DDP_OK)
-        st = ddp_state_create(ddp_model_descs(m), ddp_model_n_params(m), params, out);
+        st = ddp_state_create(model_descs(m), model_n_params(m), params, out);
     if (st == DDP_OK && (st = ddp_state_set_f32(*out, "momentum", mom, n)) != DDP_OK) {
         ddp_state_destroy(*out);
         *out = NULL;
@@ -148,7 +148,7 @@ static ddp_status ddp_state_from_model(const ddp_train_setup *s, ddp_state **out
 }
 
 /* Counters and fingerprint texts. */
-static ddp_status ddp_state_add_position(const ddp_train_setup *s, ddp_train_pos p, ddp_state *st)
+static ddp_status state_add_position(const ddp_train_setup *s, ddp_train_pos p, ddp_state *st)
 {
     if (p.step_in_epoch >= s->steps_per_epoch) { /* a finished epoch: the next one is in progress */
         p.epoch++;
@@ -171,7 +171,7 @@ static ddp_status ddp_state_add_position(const ddp_train_setup *s, ddp_train_pos
         rc = ddp_state_set_u64(st, "loss_scale_good_steps", (uint64_t)good_steps);
     for (size_t i = 0; rc == DDP_OK && i < sizeof counters / sizeof counters[0]; i++)
         rc = ddp_state_set_u64(st, counters[i].name, counters[i].value);
-    ddp_fp_entry fp[DDP_FP_MAX];
+    fp_entry fp[DDP_FP_MAX];
     int n = ddp_fingerprint(s, fp);
     for (int i = 0; rc == DDP_OK && i < n; i++)
         rc = ddp_state_set_text(st, fp[i].key, fp[i].value);
@@ -181,9 +181,9 @@ static ddp_status ddp_state_add_position(const ddp_train_setup *s, ddp_train_pos
 ddp_status ddp_train_save_state(const ddp_train_setup *s, const ddp_train_pos *pos, const char *path)
 {
     ddp_state *st = NULL;
-    ddp_status rc = ddp_state_from_model(s, &st);
+    ddp_status rc = state_from_model(s, &st);
     if (rc == DDP_OK)
-        rc = ddp_state_add_position(s, *pos, st);
+        rc = state_add_position(s, *pos, st);
     errno = 0;
     if (rc == DDP_OK)
         rc = ddp_state_save(st, path);
@@ -196,7 +196,7 @@ ddp_status ddp_train_save_state(const ddp_train_setup *s, const ddp_train_pos *p
 
 /* Why a save failed, for a message: the system's reason (errno, set by ddp_train_save_state) for
  * DDP_ERR_IO, else the status's text. */
-static const char *ddp_save_error(ddp_status st)
+static const char *save_error(ddp_status st)
 {
     return st == DDP_ERR_IO && errno != 0 ? strerror(errno) : ddp_strerror(st);
 }
@@ -204,7 +204,7 @@ static const char *ddp_save_error(ddp_status st)
 /* ---- the checkpoint folder ------------------------------------------------------------------- */
 
 /* The step of a "step-<12 digits>.ckpt" name, or -1 for any other name. */
-static long ddp_ckpt_name_step(const char *name)
+static long ckpt_name_step(const char *name)
 {
     if (strlen(name) != DDP_CKPT_NAME_LEN || strncmp(name, "step-", 5) != 0 ||
         strcmp(name + 17, ".ckpt") != 0)
@@ -218,7 +218,7 @@ static long ddp_ckpt_name_step(const char *name)
     return step;
 }
 
-static int ddp_cmp_desc(const void *a, const void *b)
+static int cmp_desc(const void *a, const void *b)
 {
     long x = *(const long *)a, y = *(const long *)b;
     return x < y ? 1 : x > y ? -1 : 0;
@@ -226,7 +226,7 @@ static int ddp_cmp_desc(const void *a, const void *b)
 
 /* Steps of the checkpoints in dir, newest first (malloc'ed, *n of them). DDP_ERR_IO when the folder
  * cannot be listed. */
-static ddp_status ddp_list_checkpoints(const char *dir, long **steps, size_t *n)
+static ddp_status list_checkpoints(const char *dir, long **steps, size_t *n)
 {
     DIR *d = opendir(dir);
     if (!d) {
@@ -238,7 +238,7 @@ static ddp_status ddp_list_checkpoints(const char *dir, long **steps, size_t *n)
     *n = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
-        long step = ddp_ckpt_name_step(de->d_name);
+        long step = ckpt_name_step(de->d_name);
         if (step < 0)
             continue;
         if (*n == cap) {
@@ -251,11 +251,11 @@ static ddp_status ddp_list_checkpoints(const char *dir, long **steps, size_t *n)
     }
     closedir(d);
     if (*n)
-        qsort(*steps, *n, sizeof **steps, ddp_cmp_desc);
+        qsort(*steps, *n, sizeof **steps, cmp_desc);
     return DDP_OK;
 }
 
-static void ddp_ckpt_path(const char *dir, long step, char *path)
+static void ckpt_path(const char *dir, long step, char *path)
 {
     char name[DDP_CKPT_NAME_LEN + 8];
     snprintf(name, sizeof name, DDP_CKPT_NAME_FMT, step);
@@ -263,15 +263,15 @@ static void ddp_ckpt_path(const char *dir, long step, char *path)
 }
 
 /* Removes all but the newest `keep` checkpoints of dir. */
-static void ddp_prune_checkpoints(const char *dir, int keep)
+static void prune_checkpoints(const char *dir, int keep)
 {
     long *steps = NULL;
     size_t n = 0;
-    if (ddp_list_checkpoints(dir, &steps, &n) != DDP_OK)
+    if (list_checkpoints(dir, &steps, &n) != DDP_OK)
         return;
     char path[DDP_PATH_MAX];
     for (size_t i = (size_t)keep; i < n; i++) {
-        ddp_ckpt_path(dir, steps[i], path);
+        ckpt_path(dir, steps[i], path);
         if (unlink(path) != 0)
             DDP_WARN("--keep: cannot remove %s: %s", path, strerror(errno));
     }
@@ -281,10 +281,10 @@ static void ddp_prune_checkpoints(const char *dir, int keep)
 ddp_status ddp_train_checkpoint(const ddp_train_setup *s, const ddp_train_pos *pos)
 {
     char path[DDP_PATH_MAX];
-    ddp_ckpt_path(s->o->checkpoint_dir, pos->step, path);
+    ckpt_path(s->o->checkpoint_dir, pos->step, path);
     ddp_status st = ddp_train_save_state(s, pos, path);
     if (st != DDP_OK) {
-        const char *why = ddp_save_error(st);
+        const char *why = save_error(st);
         if (s->o->checkpoint_errors_warn)
             DDP_ERROR("checkpoint %s at step %ld failed: %s; the previous checkpoints are kept", path,
                       pos->step, why);
@@ -296,14 +296,14 @@ ddp_status ddp_train_checkpoint(const ddp_train_setup *s, const ddp_train_pos *p
     }
     printf("checkpoint %s (step %ld)\n", path, pos->step);
     fflush(stdout);
-    ddp_prune_checkpoints(s->o->checkpoint_dir, s->o->keep);
+    prune_checkpoints(s->o->checkpoint_dir, s->o->keep);
     return DDP_OK;
 }
 
 /* ---- writability before training ------------------------------------------------------------- */
 
 /* Creates and removes a probe file in dir. */
-static ddp_status ddp_probe_dir(const char *flag, const char *what, const char *dir)
+static ddp_status probe_dir(const char *flag, const char *what, const char *dir)
 {
     char probe[DDP_PATH_MAX];
     snprintf(probe, sizeof probe, "%s/.ddp-write-test.%ld", dir, (long)getpid());
@@ -321,7 +321,7 @@ static ddp_status ddp_probe_dir(const char *flag, const char *what, const char *
 
 /* What a file that is not regular is, for messages (runtime/checkpoint.c has the same words; libddp
  * exports only ddp.h, which has no such function). */
-static const char *ddp_file_kind(mode_t mode)
+static const char *file_kind(mode_t mode)
 {
     return S_ISDIR(mode) ? "a folder" : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
            : S_ISFIFO(mode) ? "a FIFO (named pipe)" : S_ISSOCK(mode) ? "a socket" : "not a regular file";
@@ -332,7 +332,7 @@ static const char *ddp_file_kind(mode_t mode)
  * is followed to the file it points to, which must exist. Folders, devices (/dev/null included),
  * FIFOs and sockets are refused: a save writes a temporary file and renames it over the target,
  * which would put a regular file in their place. *target (malloc'ed) is the file to replace. */
-static ddp_status ddp_check_target(const char *flag, const char *path, char **target)
+static ddp_status check_target(const char *flag, const char *path, char **target)
 {
     struct stat sb;
     int exists = lstat(path, &sb) == 0, link = exists && S_ISLNK(sb.st_mode);
@@ -349,7 +349,7 @@ static ddp_status ddp_check_target(const char *flag, const char *path, char **ta
         DDP_ERROR("%s %s%s%s is %s: %s writes a temporary file and renames it over a regular file, "
                   "so it never replaces a folder, a device, a FIFO or a socket; %s (checked before "
                   "training, so nothing is lost)", flag, path, link ? ", a symbolic link to " : "",
-                  link ? *target : "", ddp_file_kind(sb.st_mode), flag, S_ISDIR(sb.st_mode)
+                  link ? *target : "", file_kind(sb.st_mode), flag, S_ISDIR(sb.st_mode)
                   ? "name a file, e.g. one in that folder" : "name a regular file or a new one, or "
                   "leave the flag out to write nothing");
         free(*target);
@@ -360,10 +360,10 @@ static ddp_status ddp_check_target(const char *flag, const char *path, char **ta
 }
 
 /* --save FILE or --trace FILE: the target may be replaced and its folder accepts a new file. */
-static ddp_status ddp_check_output_file(const char *flag, const char *path)
+static ddp_status check_output_file(const char *flag, const char *path)
 {
     char *target = NULL, dir[DDP_PATH_MAX];
-    ddp_status st = ddp_check_target(flag, path, &target);
+    ddp_status st = check_target(flag, path, &target);
     if (st != DDP_OK)
         return st;
     const char *slash = strrchr(target, '/');
@@ -376,7 +376,7 @@ static ddp_status ddp_check_output_file(const char *flag, const char *path)
     int len = slash ? (slash == target ? 1 : (int)(slash - target)) : 1;
     snprintf(dir, sizeof dir, "%.*s", len, slash ? target : ".");
     free(target);
-    return ddp_probe_dir(flag, path, dir);
+    return probe_dir(flag, path, dir);
 }
 
 ddp_status ddp_train_check_outputs(const ddp_train_opts *o)
@@ -387,12 +387,12 @@ ddp_status ddp_train_check_outputs(const ddp_train_opts *o)
                   o->checkpoint_dir, strerror(errno));
         st = DDP_ERR_IO;
     } else if (o->checkpoint_dir) {
-        st = ddp_probe_dir("--checkpoint-dir", o->checkpoint_dir, o->checkpoint_dir);
+        st = probe_dir("--checkpoint-dir", o->checkpoint_dir, o->checkpoint_dir);
     }
     if (st == DDP_OK && o->save_path)
-        st = ddp_check_output_file("--save", o->save_path);
+        st = check_output_file("--save", o->save_path);
     if (st == DDP_OK && o->trace_path)
-        st = ddp_check_output_file("--trace", o->trace_path);
+        st = check_output_file("--trace", o->trace_path);
     return st;
 }
 
@@ -400,13 +400,13 @@ ddp_status ddp_train_check_outputs(const ddp_train_opts *o)
 
 /* Rank 0, --resume auto: loads the newest valid checkpoint of the folder (path written to `path`);
  * *out stays NULL when the folder has none. Corrupt ones are skipped with a warning. */
-static ddp_status ddp_find_newest(const char *dir, char *path, ddp_state **out)
+static ddp_status find_newest(const char *dir, char *path, ddp_state **out)
 {
     long *steps = NULL;
     size_t n = 0, i;
-    ddp_status st = ddp_list_checkpoints(dir, &steps, &n);
+    ddp_status st = list_checkpoints(dir, &steps, &n);
     for (i = 0; st == DDP_OK && i < n && !*out; i++) {
-        ddp_ckpt_path(dir, steps[i], path);
+        ckpt_path(dir, steps[i], path);
         if (ddp_state_load(path, out) != DDP_OK)
             DDP_WARN("--resume auto: skipping %s: it is corrupt or truncated (see above)%s", path,
                      i + 1 < n ? "; trying the previous checkpoint" : "");
@@ -421,22 +421,22 @@ static ddp_status ddp_find_newest(const char *dir, char *path, ddp_state **out)
 }
 
 /* Rank 0: the checkpoint's signature and buffers fit the model. */
-static ddp_status ddp_check_buffers(const ddp_train_setup *s, const ddp_state *st, const char *path)
+static ddp_status check_buffers(const ddp_train_setup *s, const ddp_state *st, const char *path)
 {
-    ddp_model *m = s->model;
-    int n = ddp_model_n_params(m);
+    model *m = s->model;
+    int n = model_n_params(m);
     size_t n_mom = 0;
-    int same = ddp_state_n_params(st) == n && ddp_state_numel(st) == ddp_model_numel_total(m);
+    int same = ddp_state_n_params(st) == n && ddp_state_numel(st) == model_numel_total(m);
     for (int i = 0; same && i < n; i++)
-        same = memcmp(&ddp_state_descs(st)[i], &ddp_model_descs(m)[i], sizeof(ddp_param_desc)) == 0;
+        same = memcmp(&ddp_state_descs(st)[i], &model_descs(m)[i], sizeof(ddp_param_desc)) == 0;
     if (!same) {
         DDP_ERROR("--resume %s: the checkpoint holds another model (%d parameters, %zu values; this "
                   "run has %d, %zu): use the same --model/--widths", path, ddp_state_n_params(st),
-                  ddp_state_numel(st), n, ddp_model_numel_total(m));
+                  ddp_state_numel(st), n, model_numel_total(m));
         return DDP_ERR_MISMATCH;
     }
     uint64_t v;
-    if (!ddp_state_f32(st, "momentum", &n_mom) || n_mom != ddp_model_numel_total(m) ||
+    if (!ddp_state_f32(st, "momentum", &n_mom) || n_mom != model_numel_total(m) ||
         !ddp_state_u64(st, "step", &v) || !ddp_state_u64(st, "epoch", &v) ||
         !ddp_state_u64(st, "step_in_epoch", &v) || !ddp_state_u64(st, "world_size", &v)) {
         DDP_ERROR("--resume %s: the file holds parameters only, not a training state (momentum and "
@@ -448,7 +448,7 @@ static ddp_status ddp_check_buffers(const ddp_train_setup *s, const ddp_state *s
 
 /* Rank 0: the position to continue from; converted through the samples consumed when the world
  * size changed (--resume-reshard). */
-static ddp_train_pos ddp_read_position(const ddp_train_setup *s, const ddp_state *st)
+static ddp_train_pos read_position(const ddp_train_setup *s, const ddp_state *st)
 {
     uint64_t step = 0, epoch = 0, in_epoch = 0, world = 1;
     ddp_state_u64(st, "step", &step);
@@ -470,13 +470,13 @@ static ddp_train_pos ddp_read_position(const ddp_train_setup *s, const ddp_state
 }
 
 /* Rank 0: finds, loads and checks the checkpoint; *out NULL for a fresh start. */
-static ddp_status ddp_open_resume(const ddp_train_setup *s, char *path, ddp_state **out)
+static ddp_status open_resume(const ddp_train_setup *s, char *path, ddp_state **out)
 {
     const ddp_train_opts *o = s->o;
     ddp_status st;
     *out = NULL;
     if (strcmp(o->resume, "auto") == 0) {
-        st = ddp_find_newest(o->checkpoint_dir, path, out);
+        st = find_newest(o->checkpoint_dir, path, out);
         if (st == DDP_OK && !*out)
             printf("--resume auto: no checkpoint in %s: starting fresh\n", o->checkpoint_dir);
     } else {
@@ -487,9 +487,9 @@ static ddp_status ddp_open_resume(const ddp_train_setup *s, char *path, ddp_stat
     }
     int other_world = 0;
     if (st == DDP_OK && *out)
-        st = ddp_check_buffers(s, *out, path);
+        st = check_buffers(s, *out, path);
     if (st == DDP_OK && *out)
-        st = ddp_check_fingerprint(s, *out, path, &other_world);
+        st = check_fingerprint(s, *out, path, &other_world);
     if (st != DDP_OK) {
         ddp_state_destroy(*out);
         *out = NULL;
@@ -498,29 +498,29 @@ static ddp_status ddp_open_resume(const ddp_train_setup *s, char *path, ddp_stat
 }
 
 /* Broadcasts n_bytes of host memory from rank 0, through backend memory. */
-static void ddp_bcast_host(ddp_ctx *ctx, void *host, size_t n_bytes)
+static void bcast_host(ddp_ctx *ctx, void *host, size_t n_bytes)
 {
     void *dev = ddp_alloc(ctx, n_bytes);
-    ddp_state_must(ctx, dev ? DDP_OK : DDP_ERR_NOMEM, "allocating a broadcast buffer");
-    ddp_state_must(ctx, ddp_upload(ctx, dev, host, n_bytes), "uploading the resume header");
-    ddp_state_must(ctx, ddp_broadcast(ctx, dev, n_bytes, 0), "broadcasting the resume header");
-    ddp_state_must(ctx, ddp_download(ctx, host, dev, n_bytes), "downloading the resume header");
+    state_must(ctx, dev ? DDP_OK : DDP_ERR_NOMEM, "allocating a broadcast buffer");
+    state_must(ctx, ddp_upload(ctx, dev, host, n_bytes), "uploading the resume header");
+    state_must(ctx, ddp_broadcast(ctx, dev, n_bytes, 0), "broadcasting the resume header");
+    state_must(ctx, ddp_download(ctx, host, dev, n_bytes), "downloading the resume header");
     ddp_free(ctx, dev);
 }
 
 /* Rank 0 uploads the checkpoint's buffers; every rank receives them. */
-static void ddp_bcast_buffers(const ddp_train_setup *s, const ddp_state *st)
+static void bcast_buffers(const ddp_train_setup *s, const ddp_state *st)
 {
-    ddp_model *m = s->model;
-    size_t n = ddp_model_numel_total(m);
+    model *m = s->model;
+    size_t n = model_numel_total(m);
     if (st) {
-        ddp_state_must(s->ctx, ddp_upload(s->ctx, ddp_model_params(m), ddp_state_params(st),
+        state_must(s->ctx, ddp_upload(s->ctx, model_params(m), ddp_state_params(st),
                                           n * sizeof(float)), "uploading parameters");
-        ddp_state_must(s->ctx, ddp_upload(s->ctx, ddp_model_momentum(m), ddp_state_f32(st, "momentum", NULL),
+        state_must(s->ctx, ddp_upload(s->ctx, model_momentum(m), ddp_state_f32(st, "momentum", NULL),
                                           n * sizeof(float)), "uploading momentum");
     }
-    ddp_state_must(s->ctx, ddp_broadcast_params(s->ctx, ddp_model_params(m), n), "broadcasting parameters");
-    ddp_state_must(s->ctx, ddp_broadcast(s->ctx, ddp_model_momentum(m), n * sizeof(float), 0),
+    state_must(s->ctx, ddp_broadcast_params(s->ctx, model_params(m), n), "broadcasting parameters");
+    state_must(s->ctx, ddp_broadcast(s->ctx, model_momentum(m), n * sizeof(float), 0),
                    "broadcasting momentum");
 }
 
@@ -534,8 +534,8 @@ ddp_status ddp_train_resume(const ddp_train_setup *s, ddp_train_pos *pos, int *r
     ddp_state *st = NULL;
     char path[DDP_PATH_MAX] = "";
     if (ddp_rank(s->ctx) == 0) {
-        head[0] = ddp_open_resume(s, path, &st);
-        ddp_train_pos p = st ? ddp_read_position(s, st) : (ddp_train_pos){0};
+        head[0] = open_resume(s, path, &st);
+        ddp_train_pos p = st ? read_position(s, st) : (ddp_train_pos){0};
         head[1] = st != NULL;
         head[2] = p.step;
         head[3] = p.epoch;
@@ -548,10 +548,10 @@ ddp_status ddp_train_resume(const ddp_train_setup *s, ddp_train_pos *pos, int *r
         ddp_state_u64(st, "loss_scale_good_steps", &good);
         scaler_state[1] = (double)good;
     }
-    ddp_bcast_host(s->ctx, head, sizeof head);
-    ddp_bcast_host(s->ctx, scaler_state, sizeof scaler_state);
+    bcast_host(s->ctx, head, sizeof head);
+    bcast_host(s->ctx, scaler_state, sizeof scaler_state);
     if (head[1])
-        ddp_bcast_buffers(s, st);
+        bcast_buffers(s, st);
     if (head[1] && head[0] == DDP_OK && s->scaler &&
         ddp_scaler_set_state(s->scaler, scaler_state[0], (int64_t)scaler_state[1]) != DDP_OK) {
         DDP_ERROR("--resume: the checkpoint's loss scale %g after %.0f finite steps does not fit this "

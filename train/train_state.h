@@ -22,7 +22,7 @@ typedef struct ddp_train_pos {
 typedef struct ddp_train_setup {
     ddp_ctx *ctx;
     const ddp_train_opts *o;
-    ddp_model *model;
+    model *model;
     size_t n_train;        /* training samples */
     long steps_per_epoch;  /* optimizer steps per epoch */
     long total_steps;      /* planned optimizer steps (the cosine schedule's length) */

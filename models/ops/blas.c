@@ -21,7 +21,7 @@ static int blas_decide(struct ddp_blas_decision *d, char *err, size_t errlen)
                            getenv(DDP_CPU_ISA_ENV), d, err, errlen);
 }
 
-int ddp_blas_prefer_fast_kernels(char **argv)
+int ops_blas_prefer_fast_kernels(char **argv)
 {
     char err[512];
     const char *skip = getenv("DDP_NO_BLAS_REEXEC");
@@ -50,7 +50,7 @@ int ddp_blas_prefer_fast_kernels(char **argv)
     return 0;
 }
 
-const char *ddp_blas_describe(void)
+const char *ops_blas_describe(void)
 {
     static char text[768];
     char policy[256] = "";

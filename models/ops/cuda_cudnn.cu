@@ -41,12 +41,19 @@ typedef struct conv_plan {
     size_t ws_bytes;                    /* workspace that algorithm needs */
 } conv_plan;
 
-static cudnnHandle_t ddp_cudnn;
-static conv_plan conv_plans[CONV_PLANS];
-static int conv_n_made; /* plans ever made; slot i % CONV_PLANS is reused */
+/* A handle's cuDNN state (cuda_state.cudnn). */
+typedef struct cudnn_state {
+    cudnnHandle_t handle;
+    conv_plan plans[CONV_PLANS];
+    int n_made;     /* plans ever made; slot i % CONV_PLANS is reused */
+    bool measure;   /* conv_measure(), read when the handle opened */
+    char text[512]; /* what ops_cudnn_describe returns */
+} cudnn_state;
+
+static cudnn_state *cudnn_of(const ops_handle *ops) { return (cudnn_state *)cuda_of(ops)->cudnn; }
 
 /* Logs a failed cuDNN call; returns DDP_ERR_CUDA. */
-static ddp_status ddp_cudnn_fail(cudnnStatus_t st, const char *what, const char *file, int line)
+static ddp_status cudnn_fail(cudnnStatus_t st, const char *what, const char *file, int line)
 {
     ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s: %s (%d)", what, cudnnGetErrorString(st),
                   (int)st);
@@ -58,20 +65,36 @@ static ddp_status ddp_cudnn_fail(cudnnStatus_t st, const char *what, const char 
     do {                                                                        \
         cudnnStatus_t ddp_cs_ = (call);                                         \
         if (ddp_cs_ != CUDNN_STATUS_SUCCESS)                                    \
-            ddp_cudnn_fail(ddp_cs_, #call, __FILE__, __LINE__);                 \
+            cudnn_fail(ddp_cs_, #call, __FILE__, __LINE__);                     \
     } while (0)
 
 #define DDP_CUDNN_TRY(call)                                                     \
     do {                                                                        \
         cudnnStatus_t ddp_cs_ = (call);                                         \
         if (ddp_cs_ != CUDNN_STATUS_SUCCESS)                                    \
-            return ddp_cudnn_fail(ddp_cs_, #call, __FILE__, __LINE__);          \
+            return cudnn_fail(ddp_cs_, #call, __FILE__, __LINE__);              \
     } while (0)
 
-ddp_status ddp_cudnn_open(void)
+/* Whether algorithms are chosen by measurement (the default: the fastest for this GPU, though
+ * timing noise may pick another one in the next run, so two runs need not match bit for bit) or,
+ * with DDP_CUDNN_BENCHMARK=0, by cuDNN's heuristics, the same in every run on a GPU model
+ * (PyTorch's cudnn.benchmark = False): for bit-identical reruns. */
+static bool conv_measure(void)
 {
-    DDP_CUDNN_TRY(cudnnCreate(&ddp_cudnn));
-    DDP_CUDNN_TRY(cudnnSetStream(ddp_cudnn, ddp_cu.stream));
+    const char *env = getenv("DDP_CUDNN_BENCHMARK");
+    return !(env && strcmp(env, "0") == 0);
+}
+
+ddp_status cudnn_open(ops_handle *ops)
+{
+    cuda_state *cu = cuda_of(ops);
+    cudnn_state *cs = (cudnn_state *)calloc(1, sizeof *cs);
+    if (!cs)
+        return DDP_ERR_NOMEM;
+    cu->cudnn = cs;
+    cs->measure = conv_measure();
+    DDP_CUDNN_TRY(cudnnCreate(&cs->handle));
+    DDP_CUDNN_TRY(cudnnSetStream(cs->handle, cu->stream));
     return DDP_OK;
 }
 
@@ -88,14 +111,17 @@ static void conv_plan_release(conv_plan *pl)
     memset(pl, 0, sizeof *pl);
 }
 
-void ddp_cudnn_close(void)
+void cudnn_close(ops_handle *ops)
 {
+    cudnn_state *cs = cudnn_of(ops);
+    if (!cs)
+        return;
     for (int i = 0; i < CONV_PLANS; i++)
-        conv_plan_release(&conv_plans[i]);
-    conv_n_made = 0;
-    if (ddp_cudnn)
-        DDP_CUDNN_LOG(cudnnDestroy(ddp_cudnn));
-    ddp_cudnn = NULL;
+        conv_plan_release(&cs->plans[i]);
+    if (cs->handle)
+        DDP_CUDNN_LOG(cudnnDestroy(cs->handle));
+    free(cs);
+    cuda_of(ops)->cudnn = NULL;
 }
 
 /* ---- plans ------------------------------------------------------------------------------- */
@@ -107,17 +133,18 @@ static cudnnDataType_t conv_data_type(int kind, ddp_dtype p)
 }
 
 /* The math type asked for (see the top of the file). */
-static cudnnMathType_t conv_math(int kind, ddp_dtype p)
+static cudnnMathType_t conv_math(const ops_handle *ops, int kind, ddp_dtype p)
 {
+    cuda_state *cu = cuda_of(ops);
     if (conv_data_type(kind, p) == CUDNN_DATA_BFLOAT16)
         return CUDNN_TENSOR_OP_MATH;
     if (p == DDP_FP32)
-        return ddp_cu.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+        return cu->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     return CUDNN_DEFAULT_MATH;
 }
 
-static ddp_status conv_describe(conv_plan *pl, int kind, ddp_dtype p, const ddp_conv_shape *s,
-                                int batch)
+static ddp_status conv_describe(const ops_handle *ops, conv_plan *pl, int kind, ddp_dtype p,
+                                const ops_conv_shape *s, int batch)
 {
     cudnnDataType_t dt = conv_data_type(kind, p);
     DDP_CUDNN_TRY(cudnnCreateTensorDescriptor(&pl->x));
@@ -130,7 +157,7 @@ static ddp_status conv_describe(conv_plan *pl, int kind, ddp_dtype p, const ddp_
     DDP_CUDNN_TRY(cudnnSetFilter4dDescriptor(pl->w, dt, CUDNN_TENSOR_NCHW, s->c_out, s->c_in, s->k, s->k));
     DDP_CUDNN_TRY(cudnnSetConvolution2dDescriptor(pl->conv, s->pad, s->pad, 1, 1, 1, 1,
                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    DDP_CUDNN_TRY(cudnnSetConvolutionMathType(pl->conv, conv_math(kind, p)));
+    DDP_CUDNN_TRY(cudnnSetConvolutionMathType(pl->conv, conv_math(ops, kind, p)));
     return DDP_OK;
 }
 
@@ -186,9 +213,10 @@ template <typename Perf> static void conv_log_results(int kind, const Perf *perf
  * was asked for: exact fp32 prefers an FMA result and keeps FMA math whatever it picks, so TF32
  * never slips in without --tf32. Returns the index chosen, or -1 when no algorithm ran (logged). */
 template <typename Perf>
-static int conv_choose(conv_plan *pl, int kind, ddp_dtype p, const Perf *perf, int n)
+static int conv_choose(const ops_handle *ops, conv_plan *pl, int kind, ddp_dtype p,
+                       const Perf *perf, int n)
 {
-    bool fma = conv_math(kind, p) == CUDNN_FMA_MATH;
+    bool fma = conv_math(ops, kind, p) == CUDNN_FMA_MATH;
     conv_log_results(kind, perf, n);
     int i = conv_fastest(kind, perf, n, fma, false);
     i = i < 0 ? conv_fastest(kind, perf, n, false, false) : i;
@@ -207,73 +235,60 @@ static int conv_choose(conv_plan *pl, int kind, ddp_dtype p, const Perf *perf, i
 }
 
 /* The chosen result's math type on the descriptor (FMA stays for exact fp32). */
-static ddp_status conv_set_math(conv_plan *pl, int kind, ddp_dtype p, cudnnMathType_t math)
+static ddp_status conv_set_math(const ops_handle *ops, conv_plan *pl, int kind, ddp_dtype p,
+                                cudnnMathType_t math)
 {
-    pl->math = conv_math(kind, p) == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : math;
+    pl->math = conv_math(ops, kind, p) == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : math;
     DDP_CUDNN_TRY(cudnnSetConvolutionMathType(pl->conv, pl->math));
     return DDP_OK;
-}
-
-/* Whether algorithms are chosen by measurement (the default: the fastest for this GPU, though
- * timing noise may pick another one in the next run, so two runs need not match bit for bit) or,
- * with DDP_CUDNN_BENCHMARK=0, by cuDNN's heuristics, the same in every run on a GPU model
- * (PyTorch's cudnn.benchmark = False): for bit-identical reruns. */
-static bool conv_measure(void)
-{
-    static int measure = -1;
-    if (measure < 0) {
-        const char *env = getenv("DDP_CUDNN_BENCHMARK");
-        measure = !(env && strcmp(env, "0") == 0);
-    }
-    return measure == 1;
 }
 
 /* Ranks the algorithms of the plan's direction, by measurement (cuDNN allocates its own test
  * buffers) or heuristics (conv_measure), keeps the first usable one and sizes its workspace with
  * the math type it will run with. */
-static ddp_status conv_find(conv_plan *pl, int kind, ddp_dtype p)
+static ddp_status conv_find(const ops_handle *ops, conv_plan *pl, int kind, ddp_dtype p)
 {
     int n = 0, i;
     size_t bytes = 0;
-    bool measure = conv_measure();
+    bool measure = cudnn_of(ops)->measure;
     if (kind == CONV_FWD) {
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         if (measure)
-            DDP_CUDNN_TRY(cudnnFindConvolutionForwardAlgorithm(ddp_cudnn, pl->x, pl->w, pl->conv, pl->y,
+            DDP_CUDNN_TRY(cudnnFindConvolutionForwardAlgorithm(cudnn_of(ops)->handle, pl->x, pl->w, pl->conv, pl->y,
                                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
         else
-            DDP_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(ddp_cudnn, pl->x, pl->w, pl->conv, pl->y,
+            DDP_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_of(ops)->handle, pl->x, pl->w, pl->conv, pl->y,
                                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
-        if ((i = conv_choose(pl, kind, p, perf, n)) < 0)
+        if ((i = conv_choose(ops, pl, kind, p, perf, n)) < 0)
             return DDP_ERR_UNSUPPORTED;
-        DDP_TRY_(conv_set_math(pl, kind, p, perf[i].mathType));
-        DDP_CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(ddp_cudnn, pl->x, pl->w, pl->conv, pl->y,
+        DDP_TRY_(conv_set_math(ops, pl, kind, p, perf[i].mathType));
+        DDP_CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(cudnn_of(ops)->handle, pl->x, pl->w, pl->conv, pl->y,
                                                               perf[i].algo, &bytes));
     } else if (kind == CONV_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         if (measure)
             DDP_CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithm(
-                ddp_cudnn, pl->w, pl->y, pl->conv, pl->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+                cudnn_of(ops)->handle, pl->w, pl->y, pl->conv, pl->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
         else
             DDP_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                ddp_cudnn, pl->w, pl->y, pl->conv, pl->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
-        if ((i = conv_choose(pl, kind, p, perf, n)) < 0)
+                cudnn_of(ops)->handle, pl->w, pl->y, pl->conv, pl->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+        if ((i = conv_choose(ops, pl, kind, p, perf, n)) < 0)
             return DDP_ERR_UNSUPPORTED;
-        DDP_TRY_(conv_set_math(pl, kind, p, perf[i].mathType));
-        DDP_CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(ddp_cudnn, pl->w, pl->y, pl->conv,
+        DDP_TRY_(conv_set_math(ops, pl, kind, p, perf[i].mathType));
+        DDP_CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_of(ops)->handle, pl->w, pl->y, pl->conv,
                                                                    pl->x, perf[i].algo, &bytes));
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         if (measure)
             DDP_CUDNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithm(
-                ddp_cudnn, pl->x, pl->y, pl->conv, pl->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+                cudnn_of(ops)->handle, pl->x, pl->y, pl->conv, pl->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
         else
             DDP_CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                ddp_cudnn, pl->x, pl->y, pl->conv, pl->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
-        if ((i = conv_choose(pl, kind, p, perf, n)) < 0)
+                cudnn_of(ops)->handle, pl->x, pl->y, pl->conv, pl->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+        if ((i = conv_choose(ops, pl, kind, p, perf, n)) < 0)
             return DDP_ERR_UNSUPPORTED;
-        DDP_TRY_(conv_set_math(pl, kind, p, perf[i].mathType));
-        DDP_CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(ddp_cudnn, pl->x, pl->y, pl->conv,
+        DDP_TRY_(conv_set_math(ops, pl, kind, p, perf[i].mathType));
+        DDP_CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_of(ops)->handle, pl->x, pl->y, pl->conv,
                                                                      pl->w, perf[i].algo, &bytes));
     }
     pl->ws_bytes = bytes > pl->ws_bytes ? bytes : pl->ws_bytes;
@@ -281,38 +296,39 @@ static ddp_status conv_find(conv_plan *pl, int kind, ddp_dtype p)
 }
 
 /* The cached plan of one direction, made (and measured) on first use. */
-static ddp_status conv_plan_get(int kind, ddp_dtype p, const ddp_conv_shape *s, int batch,
-                                conv_plan **out)
+static ddp_status conv_plan_get(const ops_handle *ops, int kind, ddp_dtype p,
+                                const ops_conv_shape *s, int batch, conv_plan **out)
 {
-    long key[CONV_KEY_LEN] = {kind, p, batch, s->c_in, s->h, s->w, s->c_out, s->k, s->pad, ddp_cu.tf32};
-    int n = conv_n_made < CONV_PLANS ? conv_n_made : CONV_PLANS;
+    cuda_state *cu = cuda_of(ops);
+    long key[CONV_KEY_LEN] = {kind, p, batch, s->c_in, s->h, s->w, s->c_out, s->k, s->pad, cu->tf32};
+    int n = cudnn_of(ops)->n_made < CONV_PLANS ? cudnn_of(ops)->n_made : CONV_PLANS;
     for (int i = 0; i < n; i++) {
-        if (memcmp(conv_plans[i].key, key, sizeof key) == 0) {
-            *out = &conv_plans[i];
+        if (memcmp(cudnn_of(ops)->plans[i].key, key, sizeof key) == 0) {
+            *out = &cudnn_of(ops)->plans[i];
             return DDP_OK;
         }
     }
-    if (!ddp_cudnn || batch < 1)
+    if (!cudnn_of(ops) || batch < 1)
         return DDP_ERR_INVALID_ARG;
-    conv_plan *pl = &conv_plans[conv_n_made % CONV_PLANS];
+    conv_plan *pl = &cudnn_of(ops)->plans[cudnn_of(ops)->n_made % CONV_PLANS];
     conv_plan_release(pl);
-    ddp_status st = conv_describe(pl, kind, p, s, batch);
+    ddp_status st = conv_describe(ops, pl, kind, p, s, batch);
     if (st == DDP_OK)
-        st = conv_find(pl, kind, p);
+        st = conv_find(ops, pl, kind, p);
     if (st != DDP_OK) {
         conv_plan_release(pl);
         return st;
     }
     memcpy(pl->key, key, sizeof key);
-    conv_n_made++;
+    cudnn_of(ops)->n_made++;
     *out = pl;
     return DDP_OK;
 }
 
 /* The shared workspace, grown to the plan's need. */
-static ddp_status conv_workspace(const conv_plan *pl, void **ws)
+static ddp_status conv_workspace(const ops_handle *ops, const conv_plan *pl, void **ws)
 {
-    return ddp_cuda_scratch(DDP_SCRATCH_CUDNN_WS, pl->ws_bytes ? pl->ws_bytes : 1, ws);
+    return cuda_scratch(ops, CUDA_SCRATCH_CUDNN_WS, pl->ws_bytes ? pl->ws_bytes : 1, ws);
 }
 
 /* ---- the ops ----------------------------------------------------------------------------- */
@@ -320,49 +336,49 @@ static ddp_status conv_workspace(const conv_plan *pl, void **ws)
 /* bf16: cuDNN rounds the convolution to bf16 and the bias add rounds again (cuDNN's legacy
  * bf16 convolution has no fp32 output); fp32 and fp16: the bias is added to the fp32 result, and
  * fp16 rounds once. */
-static ddp_status cudnn_conv_fwd(ddp_dtype p, const ddp_conv_shape *s, int batch, const void *x,
-                                 const void *w, const float *b, void *y)
+static ddp_status cudnn_conv_fwd(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                                 int batch, const void *x, const void *w, const float *b, void *y)
 {
     conv_plan *pl;
     void *ws;
     const float one = 1.0f, zero = 0.0f;
-    DDP_TRY_(conv_plan_get(CONV_FWD, p, s, batch, &pl));
-    DDP_TRY_(conv_workspace(pl, &ws));
-    DDP_CUDNN_TRY(cudnnConvolutionForward(ddp_cudnn, &one, pl->x, x, pl->w, w, pl->conv,
+    DDP_TRY_(conv_plan_get(ops, CONV_FWD, p, s, batch, &pl));
+    DDP_TRY_(conv_workspace(ops, pl, &ws));
+    DDP_CUDNN_TRY(cudnnConvolutionForward(cudnn_of(ops)->handle, &one, pl->x, x, pl->w, w, pl->conv,
                                           (cudnnConvolutionFwdAlgo_t)pl->algo, ws, pl->ws_bytes,
                                           &zero, pl->y, y));
-    return ddp_cuda_add_channel_bias(p, y, b, batch, s->c_out, s->h_out * s->w_out);
+    return cuda_add_channel_bias(ops, p, y, b, batch, s->c_out, s->h_out * s->w_out);
 }
 
-static ddp_status cudnn_conv_bwd_input(ddp_dtype p, const ddp_conv_shape *s, int batch,
-                                       const void *w, const void *dy, void *dx)
+static ddp_status cudnn_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                                       int batch, const void *w, const void *dy, void *dx)
 {
     conv_plan *pl;
     void *ws;
     const float one = 1.0f, zero = 0.0f;
-    DDP_TRY_(conv_plan_get(CONV_BWD_DATA, p, s, batch, &pl));
-    DDP_TRY_(conv_workspace(pl, &ws));
-    DDP_CUDNN_TRY(cudnnConvolutionBackwardData(ddp_cudnn, &one, pl->w, w, pl->y, dy, pl->conv,
+    DDP_TRY_(conv_plan_get(ops, CONV_BWD_DATA, p, s, batch, &pl));
+    DDP_TRY_(conv_workspace(ops, pl, &ws));
+    DDP_CUDNN_TRY(cudnnConvolutionBackwardData(cudnn_of(ops)->handle, &one, pl->w, w, pl->y, dy, pl->conv,
                                                (cudnnConvolutionBwdDataAlgo_t)pl->algo, ws,
                                                pl->ws_bytes, &zero, pl->x, dx));
     if (p != DDP_FP16)
         return DDP_OK;
-    return ddp_cuda_round_fp16((float *)dx, (size_t)batch * s->c_in * s->h * s->w);
+    return cuda_round_fp16(ops, (float *)dx, (size_t)batch * s->c_in * s->h * s->w);
 }
 
 /* fp32 copies of bf16 x and dy for the weight gradient (see the top); the tensors themselves
  * otherwise. */
-static ddp_status conv_fp32_inputs(ddp_dtype p, const ddp_conv_shape *s, int batch,
-                                   const void **x, const void **dy)
+static ddp_status conv_fp32_inputs(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                                   int batch, const void **x, const void **dy)
 {
     if (p != DDP_BF16)
         return DDP_OK;
     size_t n_x = (size_t)batch * s->c_in * s->h * s->w, n_y = (size_t)batch * s->c_out * s->h_out * s->w_out;
     void *xf, *dyf;
-    DDP_TRY_(ddp_cuda_scratch(DDP_SCRATCH_CONV_X, n_x * sizeof(float), &xf));
-    DDP_TRY_(ddp_cuda_scratch(DDP_SCRATCH_CONV_DY, n_y * sizeof(float), &dyf));
-    DDP_TRY_(ddp_cuda_to_fp32(p, (float *)xf, *x, n_x));
-    DDP_TRY_(ddp_cuda_to_fp32(p, (float *)dyf, *dy, n_y));
+    DDP_TRY_(cuda_scratch(ops, CUDA_SCRATCH_CONV_X, n_x * sizeof(float), &xf));
+    DDP_TRY_(cuda_scratch(ops, CUDA_SCRATCH_CONV_DY, n_y * sizeof(float), &dyf));
+    DDP_TRY_(cuda_to_fp32(ops, p, (float *)xf, *x, n_x));
+    DDP_TRY_(cuda_to_fp32(ops, p, (float *)dyf, *dy, n_y));
     *x = xf;
     *dy = dyf;
     return DDP_OK;
@@ -370,38 +386,41 @@ static ddp_status conv_fp32_inputs(ddp_dtype p, const ddp_conv_shape *s, int bat
 
 /* cuDNN adds into dw with beta = 1 (the layer contract accumulates); beta = 0 overwrites, and then
  * cuDNN does not read dw (its documentation). */
-static ddp_status cudnn_conv_bwd_params(ddp_dtype p, const ddp_conv_shape *s, int batch,
-                                        const void *x, const void *dy, float *dw, float *db,
-                                        bool accumulate)
+static ddp_status cudnn_conv_bwd_params(const ops_handle *ops, ddp_dtype p,
+                                        const ops_conv_shape *s, int batch, const void *x,
+                                        const void *dy, float *dw, float *db, bool accumulate)
 {
     conv_plan *pl;
     void *ws;
     const void *xf = x, *dyf = dy;
     const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    DDP_TRY_(conv_plan_get(CONV_BWD_FILTER, p, s, batch, &pl));
-    DDP_TRY_(conv_fp32_inputs(p, s, batch, &xf, &dyf));
-    DDP_TRY_(conv_workspace(pl, &ws));
-    DDP_CUDNN_TRY(cudnnConvolutionBackwardFilter(ddp_cudnn, &one, pl->x, xf, pl->y, dyf, pl->conv,
+    DDP_TRY_(conv_plan_get(ops, CONV_BWD_FILTER, p, s, batch, &pl));
+    DDP_TRY_(conv_fp32_inputs(ops, p, s, batch, &xf, &dyf));
+    DDP_TRY_(conv_workspace(ops, pl, &ws));
+    DDP_CUDNN_TRY(cudnnConvolutionBackwardFilter(cudnn_of(ops)->handle, &one, pl->x, xf, pl->y, dyf, pl->conv,
                                                  (cudnnConvolutionBwdFilterAlgo_t)pl->algo, ws,
                                                  pl->ws_bytes, &beta, pl->w, dw));
-    return ddp_cuda_channel_sums(p, dy, batch, s->c_out, s->h_out * s->w_out, db, accumulate);
+    return cuda_channel_sums(ops, p, dy, batch, s->c_out, s->h_out * s->w_out, db, accumulate);
 }
 
-size_t ddp_cudnn_version(void) { return cudnnGetVersion(); }
+size_t cudnn_version(void) { return cudnnGetVersion(); }
 
-extern "C" const char *ddp_cudnn_describe(ddp_dtype p)
+extern "C" const char *ops_cudnn_describe(const ops_handle *ops, ddp_dtype p)
 {
     static const char *const maths[] = {"default", "tensor-op", "tensor-op with conversion", "fma"};
-    static char text[512];
+    if (!ops || !ops->name || strncmp(ops->name, "cuda", 4) != 0 || !cudnn_of(ops))
+        return "";
+    char *text = cudnn_of(ops)->text;
+    const size_t text_size = sizeof cudnn_of(ops)->text;
     size_t len = 0;
-    int n = conv_n_made < CONV_PLANS ? conv_n_made : CONV_PLANS;
+    int n = cudnn_of(ops)->n_made < CONV_PLANS ? cudnn_of(ops)->n_made : CONV_PLANS;
     text[0] = '\0';
     for (int kind = CONV_FWD; kind <= CONV_BWD_FILTER; kind++) {
-        for (int i = 0; i < n && len < sizeof text; i++) {
-            const conv_plan *pl = &conv_plans[i];
+        for (int i = 0; i < n && len < text_size; i++) {
+            const conv_plan *pl = &cudnn_of(ops)->plans[i];
             if (pl->key[0] != kind || pl->key[1] != p)
                 continue;
-            len += (size_t)snprintf(text + len, sizeof text - len, "%s%s algo %d (%s math)",
+            len += (size_t)snprintf(text + len, text_size - len, "%s%s algo %d (%s math)",
                                     len ? ", " : "", conv_kind_names[kind], pl->algo,
                                     (int)pl->math >= 0 && (int)pl->math < 4 ? maths[pl->math] : "?");
             break;
@@ -410,7 +429,7 @@ extern "C" const char *ddp_cudnn_describe(ddp_dtype p)
     return text;
 }
 
-void ddp_cudnn_conv_ops(ddp_ops *ops)
+void cudnn_conv_ops(ops_handle *ops)
 {
     ops->conv_fwd = cudnn_conv_fwd;
     ops->conv_bwd_params = cudnn_conv_bwd_params;

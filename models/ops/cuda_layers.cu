@@ -23,7 +23,7 @@
 /* ================================================================================ kernels == */
 
 /* Element i of x stored in precision p, as a float. */
-static __device__ float ddp_load(ddp_dtype p, const void *x, size_t i)
+static __device__ float load(ddp_dtype p, const void *x, size_t i)
 {
     if (p == DDP_BF16)
         return half_bf16_to_f32(((const uint16_t *)x)[i]);
@@ -31,7 +31,7 @@ static __device__ float ddp_load(ddp_dtype p, const void *x, size_t i)
 }
 
 /* Stores v as element i of x in precision p's storage (fp16: rounded to half, kept as float). */
-static __device__ void ddp_store(ddp_dtype p, void *x, size_t i, float v)
+static __device__ void store(ddp_dtype p, void *x, size_t i, float v)
 {
     if (p == DDP_BF16)
         ((uint16_t *)x)[i] = half_f32_to_bf16(v);
@@ -41,35 +41,35 @@ static __device__ void ddp_store(ddp_dtype p, void *x, size_t i, float v)
         ((float *)x)[i] = v;
 }
 
-__global__ void ddp_cast_p_kernel(ddp_dtype to, void *dst, ddp_dtype from, const void *src,
+__global__ void cast_p_kernel(ddp_dtype to, void *dst, ddp_dtype from, const void *src,
                                   size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
-        ddp_store(to, dst, i, ddp_load(from, src, i));
+        store(to, dst, i, load(from, src, i));
 }
 
 /* y (rows, cols) in precision p = acc (fp32) + bias[col]; y may be acc. */
-__global__ void ddp_bias_store_kernel(ddp_dtype p, void *y, const float *acc, const float *bias,
+__global__ void bias_store_kernel(ddp_dtype p, void *y, const float *acc, const float *bias,
                                       int rows, int cols)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (size_t)rows * cols)
-        ddp_store(p, y, i, acc[i] + bias[i % cols]);
+        store(p, y, i, acc[i] + bias[i % cols]);
 }
 
 /* y (n, c, hw) in precision p += b[channel]. */
-__global__ void ddp_channel_bias_kernel(ddp_dtype p, void *y, const float *b, int c, int hw,
+__global__ void channel_bias_kernel(ddp_dtype p, void *y, const float *b, int c, int hw,
                                         size_t n_total)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n_total)
-        ddp_store(p, y, i, ddp_load(p, y, i) + b[(i / hw) % c]);
+        store(p, y, i, load(p, y, i) + b[(i / hw) % c]);
 }
 
 /* One thread per column: db[col] += the column's sum over the rows of dy (rows, cols); with
  * accumulate false, db[col] = that sum (db not read). */
-__global__ void ddp_colsum_kernel(ddp_dtype p, float *db, const void *dy, int rows, int cols,
+__global__ void colsum_kernel(ddp_dtype p, float *db, const void *dy, int rows, int cols,
                                   bool accumulate)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -77,7 +77,7 @@ __global__ void ddp_colsum_kernel(ddp_dtype p, float *db, const void *dy, int ro
         return;
     float s = 0.0f;
     for (int r = 0; r < rows; r++)
-        s += ddp_load(p, dy, (size_t)r * cols + c);
+        s += load(p, dy, (size_t)r * cols + c);
     db[c] = accumulate ? db[c] + s : s;
 }
 
@@ -87,7 +87,7 @@ __global__ void ddp_colsum_kernel(ddp_dtype p, float *db, const void *dy, int ro
 
 /* Block (ch, g): part[g * c + ch] = the sum of dy (n, c, hw) over images
  * g * DDP_SUM_IMAGES .. and all pixels of channel ch, in a fixed order (reproducible). */
-__global__ void ddp_channel_part_kernel(ddp_dtype p, const void *dy, int n, int c, int hw,
+__global__ void channel_part_kernel(ddp_dtype p, const void *dy, int n, int c, int hw,
                                         float *part)
 {
     __shared__ float red[256];
@@ -96,7 +96,7 @@ __global__ void ddp_channel_part_kernel(ddp_dtype p, const void *dy, int n, int 
     for (int img = lo; img < hi; img++) {
         size_t base = ((size_t)img * c + ch) * hw;
         for (int px = threadIdx.x; px < hw; px += blockDim.x)
-            s += ddp_load(p, dy, base + px);
+            s += load(p, dy, base + px);
     }
     red[threadIdx.x] = s;
     __syncthreads();
@@ -110,14 +110,14 @@ __global__ void ddp_channel_part_kernel(ddp_dtype p, const void *dy, int n, int 
 }
 
 /* ReLU on bf16 bits: as a signed integer a bf16 is > 0 exactly when its value is (NaN aside). */
-__global__ void ddp_relu_bf16_kernel(uint16_t *y, const uint16_t *x, size_t n)
+__global__ void relu_bf16_kernel(uint16_t *y, const uint16_t *x, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         y[i] = (int16_t)x[i] > 0 ? x[i] : (uint16_t)0;
 }
 
-__global__ void ddp_relu_grad_bf16_kernel(uint16_t *dx, const uint16_t *dy, const uint16_t *y,
+__global__ void relu_grad_bf16_kernel(uint16_t *dx, const uint16_t *dy, const uint16_t *y,
                                           size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -129,9 +129,9 @@ static __device__ float ddp_value(float x) { return x; }
 static __device__ float ddp_value(uint16_t h) { return half_bf16_to_f32(h); }
 
 /* 2x2 max-pool over (planes, h, w): the first largest of each window wins (as math_shared.h's
- * ddp_pool_max); arg keeps its input index. */
+ * pool_max); arg keeps its input index. */
 template <typename T>
-__global__ void ddp_pool_fwd_kernel(const T *x, int planes, int h, int w, T *y, int *arg)
+__global__ void pool_fwd_kernel(const T *x, int planes, int h, int w, T *y, int *arg)
 {
     int ho = h / 2, wo = w / 2;
     size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -150,7 +150,7 @@ __global__ void ddp_pool_fwd_kernel(const T *x, int planes, int h, int w, T *y, 
 
 /* Windows do not overlap: each input element receives from at most one output (dx zeroed). */
 template <typename T>
-__global__ void ddp_pool_bwd_kernel(const T *dy, const int *arg, size_t n_out, T *dx)
+__global__ void pool_bwd_kernel(const T *dy, const int *arg, size_t n_out, T *dx)
 {
     size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (o < n_out)
@@ -159,67 +159,72 @@ __global__ void ddp_pool_bwd_kernel(const T *dy, const int *arg, size_t n_out, T
 
 /* ============================================================================== launchers == */
 
-static ddp_status ddp_cast_launch(ddp_dtype to, void *dst, ddp_dtype from, const void *src,
-                                  size_t n)
+static ddp_status cast_launch(const ops_handle *ops, ddp_dtype to, void *dst, ddp_dtype from,
+                              const void *src, size_t n)
 {
+    cuda_state *cu = cuda_of(ops);
     if (n == 0)
         return DDP_OK;
-    ddp_cast_p_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>(to, dst, from, src, n);
+    cast_p_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(to, dst, from, src, n);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
 
 /* The same precision is a copy (bit for bit, as the CPU's memmove); otherwise each element is
  * converted, rounding to nearest even. */
-static ddp_status cuda_cast(ddp_dtype to, void *dst, ddp_dtype from, const void *src,
-                            size_t n)
+static ddp_status cuda_cast(const ops_handle *ops, ddp_dtype to, void *dst, ddp_dtype from,
+                            const void *src, size_t n)
 {
+    cuda_state *cu = cuda_of(ops);
     if (to != from)
-        return ddp_cast_launch(to, dst, from, src, n);
+        return cast_launch(ops, to, dst, from, src, n);
     if (dst != src && n)
-        DDP_CUDA_TRY(cudaMemcpyAsync(dst, src, n * ops_dtype_size(ddp_cuda_ops(), to), cudaMemcpyDeviceToDevice,
-                                     ddp_cu.stream));
+        DDP_CUDA_TRY(cudaMemcpyAsync(dst, src, n * ops_dtype_size(ops, to), cudaMemcpyDeviceToDevice,
+                                     cu->stream));
     return DDP_OK;
 }
 
-ddp_status ddp_cuda_round_fp16(float *x, size_t n)
+ddp_status cuda_round_fp16(const ops_handle *ops, float *x, size_t n)
 {
-    return ddp_cast_launch(DDP_FP16, x, DDP_FP32, x, n);
+    return cast_launch(ops, DDP_FP16, x, DDP_FP32, x, n);
 }
 
-ddp_status ddp_cuda_to_fp32(ddp_dtype p, float *dst, const void *src, size_t n)
+ddp_status cuda_to_fp32(const ops_handle *ops, ddp_dtype p, float *dst, const void *src, size_t n)
 {
-    return cuda_cast(DDP_FP32, dst, p == DDP_BF16 ? p : DDP_FP32, src, n);
+    return cuda_cast(ops, DDP_FP32, dst, p == DDP_BF16 ? p : DDP_FP32, src, n);
 }
 
-ddp_status ddp_cuda_add_channel_bias(ddp_dtype p, void *y, const float *b, int n, int c, int hw)
+ddp_status cuda_add_channel_bias(const ops_handle *ops, ddp_dtype p, void *y, const float *b,
+                                 int n, int c, int hw)
 {
+    cuda_state *cu = cuda_of(ops);
     size_t n_total = (size_t)n * c * hw;
     if (n_total == 0)
         return DDP_OK;
-    ddp_channel_bias_kernel<<<ddp_grid(n_total), ddp_block, 0, ddp_cu.stream>>>(p, y, b, c, hw,
+    channel_bias_kernel<<<ddp_grid(n_total), ddp_block, 0, cu->stream>>>(p, y, b, c, hw,
                                                                                  n_total);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
 
 /* Two passes, no atomics: partial sums per (chunk of images, channel), then each channel's
- * column of them summed in order by ddp_colsum_kernel. */
-ddp_status ddp_cuda_channel_sums(ddp_dtype p, const void *dy, int n, int c, int hw, float *db,
-                                 bool accumulate)
+ * column of them summed in order by colsum_kernel. */
+ddp_status cuda_channel_sums(const ops_handle *ops, ddp_dtype p, const void *dy, int n, int c,
+                             int hw, float *db, bool accumulate)
 {
+    cuda_state *cu = cuda_of(ops);
     if (c <= 0)
         return DDP_OK;
     int n_parts = n > 0 && hw > 0 ? (n + DDP_SUM_IMAGES - 1) / DDP_SUM_IMAGES : 0;
     void *part = NULL;
     if (n_parts > 0) {
-        DDP_TRY_(ddp_cuda_scratch(DDP_SCRATCH_CHANNEL_SUMS, (size_t)c * n_parts * sizeof(float), &part));
-        ddp_channel_part_kernel<<<dim3((unsigned)c, (unsigned)n_parts), 256, 0, ddp_cu.stream>>>(
+        DDP_TRY_(cuda_scratch(ops, CUDA_SCRATCH_CHANNEL_SUMS, (size_t)c * n_parts * sizeof(float), &part));
+        channel_part_kernel<<<dim3((unsigned)c, (unsigned)n_parts), 256, 0, cu->stream>>>(
             p, dy, n, c, hw, (float *)part);
         DDP_CUDA_LAUNCHED();
     }
     /* with no images, the totals are 0 (overwriting) or db unchanged */
-    ddp_colsum_kernel<<<ddp_grid((size_t)c), ddp_block, 0, ddp_cu.stream>>>(DDP_FP32, db, part,
+    colsum_kernel<<<ddp_grid((size_t)c), ddp_block, 0, cu->stream>>>(DDP_FP32, db, part,
                                                                           n_parts, c, accumulate);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
@@ -229,11 +234,12 @@ ddp_status ddp_cuda_channel_sums(ddp_dtype p, const void *dy, int n, int c, int 
 
 /* cuBLAS's compute type for GEMMs whose inputs are in precision p (see the top of the file):
  * fp32 exact unless --tf32; fp16 values are exact in TF32. */
-static cublasComputeType_t ddp_compute_type(ddp_dtype p)
+static cublasComputeType_t compute_type(const ops_handle *ops, ddp_dtype p)
 {
+    cuda_state *cu = cuda_of(ops);
     if (p == DDP_BF16)
         return CUBLAS_COMPUTE_32F;
-    bool tf32 = p == DDP_FP16 ? ddp_cuda_ampere() : ddp_cu.tf32;
+    bool tf32 = p == DDP_FP16 ? cuda_ampere(cu) : cu->tf32;
     return tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
@@ -241,9 +247,10 @@ static cublasComputeType_t ddp_compute_type(ddp_dtype p)
  * p's storage, or float when c_fp32: column-major C^T = op(B)^T op(A)^T, so the operands swap.
  * fp32 stays on cublasSgemm (its math mode follows --tf32); bf16 and fp16 go through
  * cublasGemmEx with fp32 accumulation. */
-static ddp_status ddp_gemm_p(ddp_dtype p, bool ta, bool tb, int m, int n, int k, const void *a,
-                             const void *b, float beta, void *c, bool c_fp32)
+static ddp_status gemm_p(const ops_handle *ops, ddp_dtype p, bool ta, bool tb, int m, int n, int k,
+                         const void *a, const void *b, float beta, void *c, bool c_fp32)
 {
+    cuda_state *cu = cuda_of(ops);
     if (m < 0 || n < 0 || k < 0)
         return DDP_ERR_INVALID_ARG;
     if (m == 0 || n == 0)
@@ -253,97 +260,104 @@ static ddp_status ddp_gemm_p(ddp_dtype p, bool ta, bool tb, int m, int n, int k,
     cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     float alpha = 1.0f;
     if (p == DDP_FP32) {
-        DDP_CUBLAS_TRY(cublasSgemm(ddp_cu.cublas, op_b, op_a, n, m, k, &alpha, (const float *)b, ldb,
+        DDP_CUBLAS_TRY(cublasSgemm(cu->cublas, op_b, op_a, n, m, k, &alpha, (const float *)b, ldb,
                                    (const float *)a, lda, &beta, (float *)c, n));
         return DDP_OK;
     }
     cudaDataType ab = p == DDP_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cudaDataType ct = p == DDP_BF16 && !c_fp32 ? CUDA_R_16BF : CUDA_R_32F;
-    DDP_CUBLAS_TRY(cublasGemmEx(ddp_cu.cublas, op_b, op_a, n, m, k, &alpha, b, ab, ldb, a, ab, lda,
-                                &beta, c, ct, n, ddp_compute_type(p), CUBLAS_GEMM_DEFAULT));
+    DDP_CUBLAS_TRY(cublasGemmEx(cu->cublas, op_b, op_a, n, m, k, &alpha, b, ab, ldb, a, ab, lda,
+                                &beta, c, ct, n, compute_type(ops, p), CUBLAS_GEMM_DEFAULT));
     return DDP_OK;
 }
 
-static ddp_status ddp_bias_store(ddp_dtype p, void *y, const float *acc, const float *b,
-                                 int rows, int cols)
+static ddp_status bias_store(const ops_handle *ops, ddp_dtype p, void *y, const float *acc,
+                             const float *b, int rows, int cols)
 {
+    cuda_state *cu = cuda_of(ops);
     size_t n = (size_t)rows * cols;
     if (n == 0)
         return DDP_OK;
-    ddp_bias_store_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>(p, y, acc, b, rows, cols);
+    bias_store_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(p, y, acc, b, rows, cols);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
 
 /* bf16 output goes through fp32 scratch, so the bias is added before the one rounding (as
  * oneDNN's fused bias on the CPU); fp32 and fp16 add it in place (fp16 then rounds once). */
-static ddp_status cuda_linear_fwd(ddp_dtype p, const void *x, const void *w, const float *b,
-                                  int batch, int in, int out, void *y, bool y_fp32)
+static ddp_status cuda_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
+                                  const float *b, int batch, int in, int out, void *y, bool y_fp32)
 {
     if (batch < 0 || in < 0 || out < 0)
         return DDP_ERR_INVALID_ARG;
     void *acc = y;
     if (p == DDP_BF16 && !y_fp32)
-        DDP_TRY_(ddp_cuda_scratch(DDP_SCRATCH_GEMM, (size_t)batch * out * sizeof(float), &acc));
-    DDP_TRY_(ddp_gemm_p(p, false, true, batch, out, in, x, w, 0.0f, acc, true));
-    return ddp_bias_store(y_fp32 ? DDP_FP32 : p, y, (const float *)acc, b, batch, out);
+        DDP_TRY_(cuda_scratch(ops, CUDA_SCRATCH_GEMM, (size_t)batch * out * sizeof(float), &acc));
+    DDP_TRY_(gemm_p(ops, p, false, true, batch, out, in, x, w, 0.0f, acc, true));
+    return bias_store(ops, y_fp32 ? DDP_FP32 : p, y, (const float *)acc, b, batch, out);
 }
 
 /* accumulate false: beta 0, with which cuBLAS does not read C (its documentation). */
-static ddp_status cuda_linear_bwd_params(ddp_dtype p, const void *x, const void *dy, int batch,
-                                         int in, int out, float *dw, float *db, bool accumulate)
+static ddp_status cuda_linear_bwd_params(const ops_handle *ops, ddp_dtype p, const void *x,
+                                         const void *dy, int batch, int in, int out, float *dw,
+                                         float *db, bool accumulate)
 {
+    cuda_state *cu = cuda_of(ops);
     if (dw)
-        DDP_TRY_(ddp_gemm_p(p, true, false, out, in, batch, dy, x, accumulate ? 1.0f : 0.0f, dw, true));
+        DDP_TRY_(gemm_p(ops, p, true, false, out, in, batch, dy, x, accumulate ? 1.0f : 0.0f, dw, true));
     if (!db || out <= 0 || batch < 0)
         return DDP_OK;
-    ddp_colsum_kernel<<<ddp_grid((size_t)out), ddp_block, 0, ddp_cu.stream>>>(p, db, dy, batch, out,
+    colsum_kernel<<<ddp_grid((size_t)out), ddp_block, 0, cu->stream>>>(p, db, dy, batch, out,
                                                                             accumulate);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
 
-static ddp_status cuda_linear_bwd_input(ddp_dtype p, const void *w, const void *dy, int batch,
-                                        int in, int out, void *dx)
+static ddp_status cuda_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const void *w,
+                                        const void *dy, int batch, int in, int out, void *dx)
 {
-    DDP_TRY_(ddp_gemm_p(p, false, false, batch, in, out, dy, w, 0.0f, dx, false));
+    DDP_TRY_(gemm_p(ops, p, false, false, batch, in, out, dy, w, 0.0f, dx, false));
     if (p != DDP_FP16 || batch <= 0 || in <= 0)
         return DDP_OK;
-    return ddp_cuda_round_fp16((float *)dx, (size_t)batch * in);
+    return cuda_round_fp16(ops, (float *)dx, (size_t)batch * in);
 }
 
 /* ---- ReLU and max-pool --------------------------------------------------------------------- */
 
 /* ReLU keeps half values half: fp16 needs no rounding. fp32 and fp16 (float storage) use the fp32
- * ops of the table (backend_cuda.cu). */
-static ddp_status cuda_act_relu_fwd(ddp_dtype p, void *y, const void *x, size_t n)
+ * ops of the handle (ops_cuda.cu). */
+static ddp_status cuda_act_relu_fwd(const ops_handle *ops, ddp_dtype p, void *y, const void *x,
+                                    size_t n)
 {
+    cuda_state *cu = cuda_of(ops);
     if (p != DDP_BF16)
-        return ddp_cuda_ops()->relu_fwd((float *)y, (const float *)x, n);
+        return ops->relu_fwd(ops, (float *)y, (const float *)x, n);
     if (n == 0)
         return DDP_OK;
-    ddp_relu_bf16_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>((uint16_t *)y, (const uint16_t *)x, n);
+    relu_bf16_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>((uint16_t *)y, (const uint16_t *)x, n);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
 
-static ddp_status cuda_act_relu_bwd(ddp_dtype p, void *dx, const void *dy, const void *y,
-                                    size_t n)
+static ddp_status cuda_act_relu_bwd(const ops_handle *ops, ddp_dtype p, void *dx, const void *dy,
+                                    const void *y, size_t n)
 {
+    cuda_state *cu = cuda_of(ops);
     if (p != DDP_BF16)
-        return ddp_cuda_ops()->relu_bwd((float *)dx, (const float *)dy, (const float *)y, n);
+        return ops->relu_bwd(ops, (float *)dx, (const float *)dy, (const float *)y, n);
     if (n == 0)
         return DDP_OK;
-    ddp_relu_grad_bf16_kernel<<<ddp_grid(n), ddp_block, 0, ddp_cu.stream>>>(
+    relu_grad_bf16_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(
         (uint16_t *)dx, (const uint16_t *)dy, (const uint16_t *)y, n);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
 
 /* ws holds one int per output: the winner's input index. */
-static ddp_status cuda_pool_fwd(ddp_dtype p, const void *x, int n, int c, int h, int w, void *y,
-                                void *ws, size_t ws_bytes)
+static ddp_status cuda_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *x, int n, int c,
+                                int h, int w, void *y, void *ws, size_t ws_bytes)
 {
+    cuda_state *cu = cuda_of(ops);
     if (n < 0 || c < 0 || h % 2 || w % 2 || (size_t)n * c * h * w > INT_MAX)
         return DDP_ERR_INVALID_ARG;
     size_t n_out = (size_t)n * c * (h / 2) * (w / 2);
@@ -355,27 +369,28 @@ static ddp_status cuda_pool_fwd(ddp_dtype p, const void *x, int n, int c, int h,
     if (n_out == 0)
         return DDP_OK;
     if (p == DDP_BF16)
-        ddp_pool_fwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
+        pool_fwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(
             (const uint16_t *)x, n * c, h, w, (uint16_t *)y, (int *)ws);
     else
-        ddp_pool_fwd_kernel<float><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
+        pool_fwd_kernel<float><<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(
             (const float *)x, n * c, h, w, (float *)y, (int *)ws);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
 }
 
-static ddp_status cuda_pool_bwd(ddp_dtype p, const void *dy, const void *ws, int n, int c,
-                                int h, int w, void *dx)
+static ddp_status cuda_pool_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, const void *ws,
+                                int n, int c, int h, int w, void *dx)
 {
+    cuda_state *cu = cuda_of(ops);
     if (n <= 0 || c <= 0 || h < 2 || w < 2)
         return DDP_OK;
     size_t n_out = (size_t)n * c * (h / 2) * (w / 2);
-    DDP_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)n * c * h * w * ops_dtype_size(ddp_cuda_ops(), p), ddp_cu.stream));
+    DDP_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)n * c * h * w * ops_dtype_size(ops, p), cu->stream));
     if (p == DDP_BF16)
-        ddp_pool_bwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
+        pool_bwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(
             (const uint16_t *)dy, (const int *)ws, n_out, (uint16_t *)dx);
     else
-        ddp_pool_bwd_kernel<float><<<ddp_grid(n_out), ddp_block, 0, ddp_cu.stream>>>(
+        pool_bwd_kernel<float><<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(
             (const float *)dy, (const int *)ws, n_out, (float *)dx);
     DDP_CUDA_LAUNCHED();
     return DDP_OK;
@@ -384,25 +399,23 @@ static ddp_status cuda_pool_bwd(ddp_dtype p, const void *dy, const void *ws, int
 /* ---- capabilities and the table ------------------------------------------------------------ */
 
 /* fp32 and the fp16 emulation run on any GPU; bf16 needs bf16 tensor cores in cuBLAS and cuDNN. */
-static bool cuda_supports(ddp_dtype p, const char **why)
+static bool cuda_supports(const ops_handle *ops, ddp_dtype p, const char **why)
 {
-    static char text[200];
+    cuda_state *cu = cuda_of(ops);
+    char *text = cu->text; /* the handle's report buffer: read before the next report */
     if (p != DDP_BF16)
         return true;
-    if (ddp_cu.device >= 0 && ddp_cuda_ampere())
+    if (cuda_ampere(cu))
         return true;
-    if (ddp_cu.device < 0)
-        snprintf(text, sizeof text, "the CUDA backend is not open");
-    else
-        snprintf(text, sizeof text, "this GPU (compute capability %d.%d) has no bf16 tensor cores "
+    snprintf(text, sizeof cu->text, "this GPU (compute capability %d.%d) has no bf16 tensor cores "
                  "(cuBLAS and cuDNN bf16 need 8.0, Ampere, or newer); use --precision fp32 or fp16",
-                 ddp_cu.cc_major, ddp_cu.cc_minor);
+                 cu->cc_major, cu->cc_minor);
     if (why)
         *why = text;
     return false;
 }
 
-void ddp_cuda_layer_ops(ddp_ops *ops)
+void cuda_layer_ops(ops_handle *ops)
 {
     ops->channels_last = false; /* NCHW throughout: image_reorder is never needed */
     ops->supports = cuda_supports;

@@ -5,8 +5,8 @@
  * conventions follow backend.h: row-major, images (C,H,W), stride-1 convolutions with square
  * kernel k and zero padding pad, 2x2 max-pool with stride 2.
  */
-#ifndef DDP_MATH_SHARED_H
-#define DDP_MATH_SHARED_H
+#ifndef MATH_SHARED_H
+#define MATH_SHARED_H
 
 #include <math.h>
 #include <stddef.h>
@@ -19,16 +19,16 @@
 
 /* ---- activations ------------------------------------------------------------------------- */
 
-static inline DDP_HD float ddp_relu(float x) { return x > 0.0f ? x : 0.0f; }
+static inline DDP_HD float relu(float x) { return x > 0.0f ? x : 0.0f; }
 
 /* Gradient through a ReLU given its output y. */
-static inline DDP_HD float ddp_relu_grad(float dy, float y) { return y > 0.0f ? dy : 0.0f; }
+static inline DDP_HD float relu_grad(float dy, float y) { return y > 0.0f ? dy : 0.0f; }
 
 /* ---- optimizer --------------------------------------------------------------------------- */
 
 /* One element of SGD with momentum and weight decay (PyTorch's formulation): g' = g + wd * w,
  * m = momentum * m + g', w -= lr * m. Updates *m and returns the new weight. */
-static inline DDP_HD float ddp_sgd_update(float w, float *m, float g, float lr, float momentum,
+static inline DDP_HD float sgd_update(float w, float *m, float g, float lr, float momentum,
                                           float weight_decay)
 {
     float gd = g + weight_decay * w;
@@ -40,7 +40,7 @@ static inline DDP_HD float ddp_sgd_update(float w, float *m, float g, float lr, 
 /* ---- softmax cross-entropy --------------------------------------------------------------- */
 
 /* Largest of z[0..n) and (first) index of it. */
-static inline DDP_HD float ddp_row_max(const float *z, int n, int *arg)
+static inline DDP_HD float row_max(const float *z, int n, int *arg)
 {
     float mx = z[0];
     int best = 0;
@@ -55,7 +55,7 @@ static inline DDP_HD float ddp_row_max(const float *z, int n, int *arg)
 }
 
 /* Sum of exp(z[i] - mx): the max-subtracted softmax denominator (never overflows). */
-static inline DDP_HD float ddp_softmax_denom(const float *z, int n, float mx)
+static inline DDP_HD float softmax_denom(const float *z, int n, float mx)
 {
     float s = 0.0f;
     for (int i = 0; i < n; i++)
@@ -66,11 +66,11 @@ static inline DDP_HD float ddp_softmax_denom(const float *z, int n, float mx)
 /* Cross-entropy of one row of logits z (classes) against label (in range, checked by the caller).
  * Writes dz[c] = (softmax(z)[c] - [c == label]) * inv_rows when dz is not NULL and the predicted
  * class to *pred. Returns -log softmax(z)[label]. */
-static inline DDP_HD float ddp_xent_row(const float *z, int label, int classes, float inv_rows,
+static inline DDP_HD float xent_row(const float *z, int label, int classes, float inv_rows,
                                         float *dz, int *pred)
 {
-    float mx = ddp_row_max(z, classes, pred);
-    float denom = ddp_softmax_denom(z, classes, mx);
+    float mx = row_max(z, classes, pred);
+    float denom = softmax_denom(z, classes, mx);
     if (dz) {
         for (int c = 0; c < classes; c++) {
             float p = expf(z[c] - mx) / denom;
@@ -83,10 +83,10 @@ static inline DDP_HD float ddp_xent_row(const float *z, int label, int classes, 
 /* ---- convolution index arithmetic -------------------------------------------------------- */
 
 /* Output side of a stride-1 convolution with zero padding. */
-static inline DDP_HD int ddp_conv_out(int in, int k, int pad) { return in + 2 * pad - k + 1; }
+static inline DDP_HD int conv_out(int in, int k, int pad) { return in + 2 * pad - k + 1; }
 
 /* Splits an im2col row index into channel and kernel offsets: row = (ci * k + ky) * k + kx. */
-static inline DDP_HD void ddp_im2col_row_split(int row, int k, int *ci, int *ky, int *kx)
+static inline DDP_HD void im2col_row_split(int row, int k, int *ci, int *ky, int *kx)
 {
     *kx = row % k;
     *ky = (row / k) % k;
@@ -95,7 +95,7 @@ static inline DDP_HD void ddp_im2col_row_split(int row, int k, int *ci, int *ky,
 
 /* Index into the (C,H,W) image that feeds col[row(ci,ky,kx), oy * w_out + ox], or -1 when that
  * position lies in the zero padding. */
-static inline DDP_HD ptrdiff_t ddp_im2col_src(int h, int w, int pad, int ci, int ky, int kx, int oy,
+static inline DDP_HD ptrdiff_t im2col_src(int h, int w, int pad, int ci, int ky, int kx, int oy,
                                               int ox)
 {
     int y = oy + ky - pad;
@@ -107,11 +107,11 @@ static inline DDP_HD ptrdiff_t ddp_im2col_src(int h, int w, int pad, int ci, int
 
 /* Sum of every col entry that im2col copied from image element (ci, y, x): the col2im value of
  * that element, gathered (no two threads write one element). col is (c*k*k, h_out*w_out). */
-static inline DDP_HD float ddp_col2im_gather(const float *col, int h, int w, int k, int pad, int ci,
+static inline DDP_HD float col2im_gather(const float *col, int h, int w, int k, int pad, int ci,
                                              int y, int x)
 {
-    int h_out = ddp_conv_out(h, k, pad);
-    int w_out = ddp_conv_out(w, k, pad);
+    int h_out = conv_out(h, k, pad);
+    int w_out = conv_out(w, k, pad);
     float s = 0.0f;
     for (int ky = 0; ky < k; ky++) {
         int oy = y + pad - ky;
@@ -131,17 +131,17 @@ static inline DDP_HD float ddp_col2im_gather(const float *col, int h, int w, int
 /* ---- 2x2 max-pool, stride 2 -------------------------------------------------------------- */
 
 /* Input index of the top-left element of output (plane, oy, ox)'s window, planes of h x w. */
-static inline DDP_HD ptrdiff_t ddp_pool_window(int plane, int oy, int ox, int h, int w)
+static inline DDP_HD ptrdiff_t pool_window(int plane, int oy, int ox, int h, int w)
 {
     return ((ptrdiff_t)plane * h + 2 * oy) * w + 2 * ox;
 }
 
 /* Maximum of output (plane, oy, ox)'s 2x2 window of x; *arg receives its input index (the first
  * in row-major order on ties). */
-static inline DDP_HD float ddp_pool_max(const float *x, int plane, int oy, int ox, int h, int w,
+static inline DDP_HD float pool_max(const float *x, int plane, int oy, int ox, int h, int w,
                                         int *arg)
 {
-    ptrdiff_t base = ddp_pool_window(plane, oy, ox, h, w);
+    ptrdiff_t base = pool_window(plane, oy, ox, h, w);
     ptrdiff_t offs[4] = {0, 1, w, (ptrdiff_t)w + 1};
     ptrdiff_t best = base;
     for (int i = 1; i < 4; i++) {
@@ -152,4 +152,4 @@ static inline DDP_HD float ddp_pool_max(const float *x, int plane, int oy, int o
     return x[best];
 }
 
-#endif /* DDP_MATH_SHARED_H */
+#endif /* MATH_SHARED_H */

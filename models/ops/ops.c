@@ -1,4 +1,4 @@
-/* ops.c - choosing and opening the ops table for a context's backend, and the check that a
+/* ops.c - opening and closing the ops handle for a context's backend, and the checks that a
  * backend has every op a model needs.
  */
 #include <stdlib.h>
@@ -7,80 +7,77 @@
 #include "config.h"
 #include "ops.h"
 
-ddp_status ddp_ops_open(ddp_ctx *ctx, int threads, const ddp_ops **out)
+/* DDP_OK when the environment variable `name` is unset or one of the two values; `*second` says
+ * whether it is the second. */
+static ddp_status conv_choice(const char *name, const char *first, const char *second, bool *is_second)
 {
-    *out = NULL;
-    if (ddp_backend(ctx) == DDP_BACKEND_CUDA) {
-        const char *conv = getenv("DDP_CUDA_CONV");
-        if (conv && strcmp(conv, "im2col") != 0 && strcmp(conv, "cudnn") != 0) {
-            DDP_ERROR("DDP_CUDA_CONV=%s: use cudnn (the default) or im2col", conv);
-            return DDP_ERR_INVALID_ARG;
-        }
-        DDP_TRY_(ddp_cuda_backend_open(ddp_device(ctx), ddp_backend_stream(ctx)));
-        *out = conv && strcmp(conv, "im2col") == 0 ? ddp_cuda_ops_im2col() : ddp_cuda_ops();
+    const char *v = getenv(name);
+    *is_second = v && strcmp(v, second) == 0;
+    if (!v || *is_second || strcmp(v, first) == 0)
         return DDP_OK;
-    }
-    ddp_cpu_set_threads(threads);
-    const char *conv = getenv("DDP_CPU_CONV");
-    if (conv && strcmp(conv, "im2col") != 0 && strcmp(conv, "onednn") != 0) {
-        DDP_ERROR("DDP_CPU_CONV=%s: use onednn (the default) or im2col", conv);
-        return DDP_ERR_INVALID_ARG;
-    }
-    *out = conv && strcmp(conv, "im2col") == 0 ? ddp_cpu_ops_im2col() : ddp_cpu_ops();
-    return DDP_OK;
+    DDP_ERROR("%s=%s: use %s (the default) or %s", name, v, first, second);
+    return DDP_ERR_INVALID_ARG;
 }
 
-void ddp_ops_close(const ddp_ops *ops)
+ddp_status ops_open(ddp_ctx *ctx, int threads, ops_handle **out)
 {
-    if (ops && (ops == ddp_cuda_ops() || ops == ddp_cuda_ops_im2col()))
-        ddp_cuda_backend_close();
+    bool im2col = false;
+    *out = NULL;
+    if (ctx && ddp_backend(ctx) == DDP_BACKEND_CUDA) {
+        DDP_TRY_(conv_choice("DDP_CUDA_CONV", "cudnn", "im2col", &im2col));
+        return ops_cuda_open(ctx, im2col, out);
+    }
+    DDP_TRY_(conv_choice("DDP_CPU_CONV", "onednn", "im2col", &im2col));
+    return ops_cpu_open(ctx, threads, im2col, out);
+}
+
+void ops_close(ops_handle *ops)
+{
+    if (!ops)
+        return;
+    if (ops->ctx && ddp_synchronize(ops->ctx) != DDP_OK)
+        DDP_WARN("ops_close: the queued work did not complete; releasing the handle anyway");
+    ops->release(ops);
 }
 
 /* Logs the first op the backend lacks; returns DDP_ERR_UNSUPPORTED. */
-static ddp_status ddp_op_missing(const ddp_ops *ops, const char *who, const char *op)
+static ddp_status op_missing(const ops_handle *ops, const char *who, const char *op)
 {
     DDP_ERROR("%s: the %s backend does not implement %s yet; run with --device cpu",
               who ? who : "model", ops->name ? ops->name : "unnamed", op);
     return DDP_ERR_UNSUPPORTED;
 }
 
-#define DDP_REQUIRE_OP_(field)                              \
+#define REQUIRE_OP_(field)                                  \
     do {                                                    \
         if (!ops->field)                                    \
-            return ddp_op_missing(ops, who, #field);        \
+            return op_missing(ops, who, #field);            \
     } while (0)
 
-ddp_status ddp_backend_require(const ddp_ops *ops, const char *who)
+ddp_status ops_require(const ops_handle *ops, const char *who)
 {
     if (!ops) {
-        DDP_ERROR("%s: no backend ops table", who ? who : "model");
+        DDP_ERROR("%s: no ops handle", who ? who : "model");
         return DDP_ERR_INVALID_ARG;
     }
-    DDP_REQUIRE_OP_(alloc);
-    DDP_REQUIRE_OP_(free);
-    DDP_REQUIRE_OP_(upload);
-    DDP_REQUIRE_OP_(download);
-    DDP_REQUIRE_OP_(copy);
-    DDP_REQUIRE_OP_(zero);
-    DDP_REQUIRE_OP_(sync);
-    DDP_REQUIRE_OP_(gemm);
-    DDP_REQUIRE_OP_(bias_add);
-    DDP_REQUIRE_OP_(bias_grad);
-    DDP_REQUIRE_OP_(relu_fwd);
-    DDP_REQUIRE_OP_(relu_bwd);
-    DDP_REQUIRE_OP_(scale);
-    DDP_REQUIRE_OP_(axpy);
-    DDP_REQUIRE_OP_(sgd_step);
-    DDP_REQUIRE_OP_(im2col);
-    DDP_REQUIRE_OP_(col2im);
-    DDP_REQUIRE_OP_(maxpool_fwd);
-    DDP_REQUIRE_OP_(maxpool_bwd);
-    DDP_REQUIRE_OP_(softmax_xent);
-    DDP_REQUIRE_OP_(softmax_xent_acc);
+    REQUIRE_OP_(gemm);
+    REQUIRE_OP_(bias_add);
+    REQUIRE_OP_(bias_grad);
+    REQUIRE_OP_(relu_fwd);
+    REQUIRE_OP_(relu_bwd);
+    REQUIRE_OP_(scale);
+    REQUIRE_OP_(axpy);
+    REQUIRE_OP_(sgd_step);
+    REQUIRE_OP_(im2col);
+    REQUIRE_OP_(col2im);
+    REQUIRE_OP_(maxpool_fwd);
+    REQUIRE_OP_(maxpool_bwd);
+    REQUIRE_OP_(softmax_xent);
+    REQUIRE_OP_(softmax_xent_acc);
     return DDP_OK;
 }
 
-ddp_status ddp_backend_require_precision(const ddp_ops *ops, ddp_dtype p, const char *who)
+ddp_status ops_require_precision(const ops_handle *ops, ddp_dtype p, const char *who)
 {
     static const char *const names[] = {"fp32", "bf16", "fp16"};
     const char *why = NULL;
@@ -91,7 +88,7 @@ ddp_status ddp_backend_require_precision(const ddp_ops *ops, ddp_dtype p, const 
                   ops->name, names[p]);
         return DDP_ERR_UNSUPPORTED;
     }
-    if (!ops->supports(p, &why)) {
+    if (!ops->supports(ops, p, &why)) {
         DDP_ERROR("%s: --precision %s on the %s backend: %s", who ? who : "model", names[p], ops->name,
                   why ? why : "not supported");
         return DDP_ERR_UNSUPPORTED;
@@ -101,27 +98,23 @@ ddp_status ddp_backend_require_precision(const ddp_ops *ops, ddp_dtype p, const 
 
 #if !HAVE_CUDA
 
-const ddp_ops *ddp_cuda_ops(void) { return NULL; }
-
-const ddp_ops *ddp_cuda_ops_im2col(void) { return NULL; }
-
-ddp_status ddp_cuda_backend_open(int device, void *stream)
+ddp_status ops_cuda_open(ddp_ctx *ctx, bool im2col, ops_handle **out)
 {
-    DDP_ERROR("CUDA device %d requested, but this build has no CUDA backend", device);
+    (void)ctx, (void)im2col;
+    *out = NULL;
+    DDP_ERROR("a CUDA ops handle requested, but this build has no CUDA backend");
     return DDP_ERR_UNSUPPORTED;
 }
 
-void ddp_cuda_backend_close(void) {}
-
-ddp_status ddp_cuda_set_tf32(bool on)
+ddp_status ops_cuda_set_tf32(ops_handle *ops, bool on)
 {
-    (void)on;
+    (void)ops, (void)on;
     return DDP_OK;
 }
 
-const char *ddp_cuda_describe(ddp_dtype p)
+const char *ops_cuda_describe(const ops_handle *ops, ddp_dtype p)
 {
-    (void)p;
+    (void)ops, (void)p;
     return "";
 }
 
@@ -129,9 +122,9 @@ const char *ddp_cuda_describe(ddp_dtype p)
 
 #if !HAVE_CUDA || !HAVE_CUDNN
 
-const char *ddp_cudnn_describe(ddp_dtype p)
+const char *ops_cudnn_describe(const ops_handle *ops, ddp_dtype p)
 {
-    (void)p;
+    (void)ops, (void)p;
     return "";
 }
 

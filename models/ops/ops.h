@@ -1,17 +1,21 @@
-/* ops.h - the compute of the reference models: one ops table per backend, behind which the
- * field's libraries do the work. libddp does no compute; the models own it.
+/* ops.h - the compute of the reference models: one ops handle per backend, behind which the
+ * field's libraries do the work. The models own the compute; libddp owns memory, streams, staging
+ * and host waits (ddp_alloc, ddp_upload, ddp_stage_*, ddp_synchronize: the ops have none).
  *
- * One ops table per backend: ops_cpu.c (OpenBLAS for fp32 GEMM, oneDNN for convolution, pooling
- * and 16-bit GEMM, always built) and backend_cuda.cu with cuda_layers.cu and cuda_cudnn.cu
- * (cuBLAS, cuDNN and CUDA kernels, built when CUDA is found; NCHW images, channels_last false).
- * Scalar math both share is in math_shared.h.
+ * An ops handle (zstd's ZSTD_CCtx style) carries the backend's state and its function pointers;
+ * every op takes the handle first: ops->gemm(ops, ...). Backends: ops_cpu.c (OpenBLAS for fp32
+ * GEMM, oneDNN for convolution, pooling and 16-bit GEMM, always built; the handle holds the thread
+ * count, oneDNN's engine, stream and primitive cache, and scratch) and ops_cuda.cu with
+ * cuda_layers.cu and cuda_cudnn.cu (cuBLAS, cuDNN and CUDA kernels, built when CUDA is found;
+ * NCHW images, channels_last false; the handle holds libddp's stream, the cuBLAS and cuDNN handles
+ * and device scratch from ddp_alloc). Scalar math both share is in math_shared.h.
  *
  * Tensors are row-major, batch first. Images are NCHW, except between the precision-aware image
  * ops of a backend with channels_last set (the CPU: oneDNN's fast convolutions and pooling want
  * NHWC), where they are NHWC; image_reorder converts (a 1-channel image is the same in both).
- * Every pointer is backend memory.
- * Ops run in order on the backend's stream (libddp's, ddp_backend_stream()); sync() waits for them.
- * An op a backend does not implement yet is NULL; ddp_backend_require() reports it.
+ * Every pointer is backend memory of the handle's context (ops->ctx; NULL: host memory).
+ * Ops run in order on the backend's stream (libddp's, ddp_backend_stream()); ddp_synchronize()
+ * waits for them. An op a backend does not implement yet is NULL; ops_require() reports it.
  *
  * Precision: the ops of the second group take a ddp_dtype that says how activations (and
  * the 16-bit copies of weights they read) are stored: fp32 (float), bf16 (uint16_t, bfloat16) or
@@ -21,8 +25,8 @@
  * ops->emulates says which; ops_dtype_size gives the storage. GEMMs and convolutions accumulate in
  * fp32; parameter gradients (dw, db) are always fp32. Buffers are typed void * there.
  */
-#ifndef DDP_OPS_H
-#define DDP_OPS_H
+#ifndef OPS_H
+#define OPS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -37,75 +41,66 @@
             return ddp_st_;                     \
     } while (0)
 
-
-
 /* A stride-1 convolution with a square kernel k and zero padding pad, NCHW. */
-typedef struct ddp_conv_shape {
+typedef struct ops_conv_shape {
     int c_in, h, w;    /* input image */
     int c_out, k, pad; /* weight (c_out, c_in, k, k), bias (c_out) */
     int h_out, w_out;  /* output image */
-} ddp_conv_shape;
+} ops_conv_shape;
 
-typedef struct ddp_ops {
-    const char *name; /* "cpu" or "cuda" */
+typedef struct ops_handle ops_handle;
 
-    /* memory */
-    void *(*alloc)(size_t n_bytes); /* zeroed; NULL on failure */
-    void (*free)(void *p);          /* NULL is ignored */
-    ddp_status (*upload)(void *dst, const void *src_host, size_t n_bytes);
-    ddp_status (*download)(void *dst_host, const void *src, size_t n_bytes);
-    ddp_status (*copy)(void *dst, const void *src, size_t n_bytes);
-    ddp_status (*zero)(void *dst, size_t n_bytes);
-    ddp_status (*sync)(void);
+struct ops_handle {
+    const char *name; /* "cpu", "cpu-im2col", "cuda" or "cuda-im2col" */
+    ddp_ctx *ctx;     /* whose memory the ops read and write (NULL: host memory) */
+    void *state;      /* the backend's: threads, library handles, scratch */
+    void (*release)(ops_handle *ops); /* ops_close's backend part: frees state and the handle */
 
     /* C(m,n) = alpha * op(A)(m,k) * op(B)(k,n) + beta * C, row-major, dense (lda etc. implied by
      * the shapes: A is (m,k) or, transposed, (k,m)). */
-    ddp_status (*gemm)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
-                       const float *b, float beta, float *c);
+    ddp_status (*gemm)(const ops_handle *ops, bool trans_a, bool trans_b, int m, int n, int k,
+                       float alpha, const float *a, const float *b, float beta, float *c);
 
     /* elementwise and reductions */
-    ddp_status (*bias_add)(float *y, const float *bias, int rows, int cols);   /* y[r,c] += bias[c] */
-    ddp_status (*bias_grad)(float *dbias, const float *dy, int rows, int cols); /* dbias[c] += sum_r dy[r,c] */
-    ddp_status (*relu_fwd)(float *y, const float *x, size_t n);
-    ddp_status (*relu_bwd)(float *dx, const float *dy, const float *y, size_t n); /* dx = dy * (y > 0) */
-    ddp_status (*scale)(float *x, size_t n, float alpha);                         /* x *= alpha */
-    ddp_status (*axpy)(float *y, const float *x, size_t n, float alpha);          /* y += alpha x */
+    /* y[r,c] += bias[c] */
+    ddp_status (*bias_add)(const ops_handle *ops, float *y, const float *bias, int rows, int cols);
+    ddp_status (*bias_grad)(const ops_handle *ops, float *dbias, const float *dy, int rows,
+                            int cols); /* dbias[c] += sum_r dy[r,c] */
+    ddp_status (*relu_fwd)(const ops_handle *ops, float *y, const float *x, size_t n);
+    ddp_status (*relu_bwd)(const ops_handle *ops, float *dx, const float *dy, const float *y,
+                           size_t n); /* dx = dy * (y > 0) */
+    ddp_status (*scale)(const ops_handle *ops, float *x, size_t n, float alpha); /* x *= alpha */
+    /* y += alpha x */
+    ddp_status (*axpy)(const ops_handle *ops, float *y, const float *x, size_t n, float alpha);
     /* SGD with momentum and weight decay (PyTorch's formulation):
      * g' = g + wd * w; m = momentum * m + g'; w -= lr * m  (m = g' on the first step is implied
      * by m starting at zero). */
-    ddp_status (*sgd_step)(float *w, float *m, const float *g, size_t n, float lr, float momentum,
-                           float weight_decay);
+    ddp_status (*sgd_step)(const ops_handle *ops, float *w, float *m, const float *g, size_t n,
+                           float lr, float momentum, float weight_decay);
 
     /* convolution helpers, one image (C,H,W), square kernel k, stride 1, zero padding pad:
      * col is (C*k*k, H_out*W_out). col2im adds into im (im must be zeroed by the caller first). */
-    ddp_status (*im2col)(const float *im, int c, int h, int w, int k, int pad, float *col);
-    ddp_status (*col2im)(const float *col, int c, int h, int w, int k, int pad, float *im);
+    ddp_status (*im2col)(const ops_handle *ops, const float *im, int c, int h, int w, int k,
+                         int pad, float *col);
+    ddp_status (*col2im)(const ops_handle *ops, const float *col, int c, int h, int w, int k,
+                         int pad, float *im);
     /* 2x2 max-pool, stride 2, over (n*c) planes of h x w (h, w even); argmax keeps the winning
      * input index per output for the backward pass. maxpool_bwd adds into dx (zeroed first). */
-    ddp_status (*maxpool_fwd)(const float *x, int planes, int h, int w, float *y, int *argmax);
-    ddp_status (*maxpool_bwd)(const float *dy, const int *argmax, int planes, int h, int w, float *dx);
+    ddp_status (*maxpool_fwd)(const ops_handle *ops, const float *x, int planes, int h, int w,
+                              float *y, int *argmax);
+    ddp_status (*maxpool_bwd)(const ops_handle *ops, const float *dy, const int *argmax,
+                              int planes, int h, int w, float *dx);
     /* Softmax cross-entropy over (rows, classes) logits with integer labels: writes the mean loss
      * to *loss_host, the count of argmax == label to *correct_host, and dlogits = (softmax - onehot)
      * / rows. dlogits may be NULL (evaluation). labels is backend memory. */
-    ddp_status (*softmax_xent)(const float *logits, const int *labels, int rows, int classes,
-                               float *dlogits, float *loss_host, int *correct_host);
+    ddp_status (*softmax_xent)(const ops_handle *ops, const float *logits, const int *labels,
+                               int rows, int classes, float *dlogits, float *loss_host,
+                               int *correct_host);
     /* The same for training, without a host round trip: ADDS the mean loss to *loss_acc (backend
      * memory, one float) and writes dlogits. A label outside [0, classes) is DDP_ERR_INVALID_ARG
      * on the CPU; on the GPU, where nothing waits for the device, it makes *loss_acc NaN. */
-    ddp_status (*softmax_xent_acc)(const float *logits, const int *labels, int rows, int classes,
-                                   float *dlogits, float *loss_acc);
-
-    /* ---- double-buffered training batches (optional: NULL where an upload is a plain copy, as
-     * on the CPU). Two slots (0, 1), each with device buffers of the caller's. batch_upload copies
-     * part `part` (0 or 1, e.g. images and labels) of a batch into the slot's pinned staging and
-     * queues its upload on a copy stream, to start once the compute that last read the slot has
-     * finished (batch_release); batch_acquire orders the compute stream after the slot's uploads;
-     * batch_release marks the compute queued so far as the slot's last reader. So the upload of
-     * batch i+1 overlaps the compute of batch i. The host waits only for a staging buffer whose
-     * previous upload is still running. */
-    ddp_status (*batch_upload)(int slot, int part, void *dst, const void *src_host, size_t n_bytes);
-    ddp_status (*batch_acquire)(int slot);
-    ddp_status (*batch_release)(int slot);
+    ddp_status (*softmax_xent_acc)(const ops_handle *ops, const float *logits, const int *labels,
+                                   int rows, int classes, float *dlogits, float *loss_acc);
 
     /* ---- precision-aware layer ops (optional: NULL on a backend that has only fp32, where the
      * layers fall back to the primitives above). x, y, dx, dy, and weights w are in precision p
@@ -113,115 +108,116 @@ typedef struct ddp_ops {
     /* The image ops below (conv_*, pool_*) take and give NHWC images (see the top). */
     bool channels_last;
     /* dst = src (n, c, h, w images) converted NHWC -> NCHW (to_nchw) or NCHW -> NHWC. */
-    ddp_status (*image_reorder)(ddp_dtype p, const void *src, void *dst, int n, int c, int h,
-                                int w, bool to_nchw);
+    ddp_status (*image_reorder)(const ops_handle *ops, ddp_dtype p, const void *src, void *dst,
+                                int n, int c, int h, int w, bool to_nchw);
     /* sgd_step that also writes wc (n, precision p): the updated weights in the compute
      * precision, in the same pass over memory (optional: NULL makes the model cast after). */
-    ddp_status (*sgd_step_cast)(float *w, float *m, const float *g, size_t n, float lr,
-                                float momentum, float weight_decay, ddp_dtype p, void *wc);
+    ddp_status (*sgd_step_cast)(const ops_handle *ops, float *w, float *m, const float *g,
+                                size_t n, float lr, float momentum, float weight_decay,
+                                ddp_dtype p, void *wc);
 
     /* Whether the backend computes in p; otherwise *why says what is missing and what to use. */
-    bool (*supports)(ddp_dtype p, const char **why);
+    bool (*supports)(const ops_handle *ops, ddp_dtype p, const char **why);
     /* Whether p is emulated: float storage holding values rounded to p, arithmetic in fp32
      * (NULL: fp16 only). */
-    bool (*emulates)(ddp_dtype p);
     /* dst (n, precision to) = src (n, precision from), rounding to nearest even. */
-    ddp_status (*cast)(ddp_dtype to, void *dst, ddp_dtype from, const void *src, size_t n);
+    bool (*emulates)(const ops_handle *ops, ddp_dtype p);
     /* y (batch, out) = x (batch, in) w^T + b, w (out, in); y is fp32 when y_fp32 (the logits). */
-    ddp_status (*linear_fwd)(ddp_dtype p, const void *x, const void *w, const float *b,
-                             int batch, int in, int out, void *y, bool y_fp32);
+    ddp_status (*cast)(const ops_handle *ops, ddp_dtype to, void *dst, ddp_dtype from,
+                       const void *src, size_t n);
+    ddp_status (*linear_fwd)(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
+                             const float *b, int batch, int in, int out, void *y, bool y_fp32);
     /* dw (out, in) += dy^T x; db (out) += column sums of dy (batch, out). dw or db NULL: that part
      * is skipped (the MLP computes and marks a layer's bias first, so the bucket holding it need
      * not wait for the weight GEMM). accumulate false: dw and db are overwritten and their old
      * contents never read (the first micro-batch of a step needs no zeroed gradients). */
-    ddp_status (*linear_bwd_params)(ddp_dtype p, const void *x, const void *dy, int batch,
-                                    int in, int out, float *dw, float *db, bool accumulate);
+    ddp_status (*linear_bwd_params)(const ops_handle *ops, ddp_dtype p, const void *x,
+                                    const void *dy, int batch, int in, int out, float *dw,
+                                    float *db, bool accumulate);
     /* dx (batch, in) = dy (batch, out) w. */
-    ddp_status (*linear_bwd_input)(ddp_dtype p, const void *w, const void *dy, int batch,
-                                   int in, int out, void *dx);
     /* y (batch, c_out, h_out, w_out) = conv(x (batch, c_in, h, w), w) + b. */
-    ddp_status (*conv_fwd)(ddp_dtype p, const ddp_conv_shape *s, int batch, const void *x,
-                           const void *w, const float *b, void *y);
+    ddp_status (*linear_bwd_input)(const ops_handle *ops, ddp_dtype p, const void *w,
+                                   const void *dy, int batch, int in, int out, void *dx);
+    ddp_status (*conv_fwd)(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s, int batch,
+                           const void *x, const void *w, const float *b, void *y);
     /* dw += the weight gradient, db += the bias gradient, from x and dy (accumulate false: dw and
      * db are overwritten, as in linear_bwd_params). */
-    ddp_status (*conv_bwd_params)(ddp_dtype p, const ddp_conv_shape *s, int batch,
-                                  const void *x, const void *dy, float *dw, float *db,
+    ddp_status (*conv_bwd_params)(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                                  int batch, const void *x, const void *dy, float *dw, float *db,
                                   bool accumulate);
     /* dx (batch, c_in, h, w) from dy and w. */
-    ddp_status (*conv_bwd_input)(ddp_dtype p, const ddp_conv_shape *s, int batch,
-                                 const void *w, const void *dy, void *dx);
-    ddp_status (*act_relu_fwd)(ddp_dtype p, void *y, const void *x, size_t n);
+    ddp_status (*conv_bwd_input)(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                                 int batch, const void *w, const void *dy, void *dx);
     /* dx = dy where y > 0, else 0 (dx may alias dy). */
-    ddp_status (*act_relu_bwd)(ddp_dtype p, void *dx, const void *dy, const void *y, size_t n);
+    ddp_status (*act_relu_fwd)(const ops_handle *ops, ddp_dtype p, void *y, const void *x,
+                               size_t n);
+    ddp_status (*act_relu_bwd)(const ops_handle *ops, ddp_dtype p, void *dx, const void *dy,
+                               const void *y, size_t n);
     /* 2x2 max-pool, stride 2, over (n, c, h, w) images; ws (ws_bytes) keeps what the backward
      * pass needs; DDP_ERR_INVALID_ARG when ws_bytes is too small. */
-    ddp_status (*pool_fwd)(ddp_dtype p, const void *x, int n, int c, int h, int w, void *y,
-                           void *ws, size_t ws_bytes);
     /* dx (n, c, h, w) = dy routed to each window's winner (overwrites dx). */
-    ddp_status (*pool_bwd)(ddp_dtype p, const void *dy, const void *ws, int n, int c, int h,
-                           int w, void *dx);
-} ddp_ops;
+    ddp_status (*pool_fwd)(const ops_handle *ops, ddp_dtype p, const void *x, int n, int c, int h,
+                           int w, void *y, void *ws, size_t ws_bytes);
+    ddp_status (*pool_bwd)(const ops_handle *ops, ddp_dtype p, const void *dy, const void *ws,
+                           int n, int c, int h, int w, void *dx);
+};
 
 /* Bytes per element of precision p's storage on a backend (emulated precisions are stored in float). */
-static inline size_t ops_dtype_size(const ddp_ops *ops, ddp_dtype p)
+static inline size_t ops_dtype_size(const ops_handle *ops, ddp_dtype p)
 {
     if (p == DDP_FP32)
         return 4;
-    bool emulated = ops->emulates ? ops->emulates(p) : p == DDP_FP16;
+    bool emulated = ops->emulates ? ops->emulates(ops, p) : p == DDP_FP16;
     return emulated ? 4 : 2;
 }
 
-/* The CPU ops table (always built). */
-const ddp_ops *ddp_cpu_ops(void);
-/* The CPU table without oneDNN's convolution and pooling: convolutions by im2col + OpenBLAS
- * (the implementation before oneDNN), for comparisons. ddp_ops_open() returns it when the
- * environment has DDP_CPU_CONV=im2col. */
-const ddp_ops *ddp_cpu_ops_im2col(void);
-/* The CUDA ops table, or NULL in a build without CUDA. Does not touch the GPU. */
-const ddp_ops *ddp_cuda_ops(void);
-/* The CUDA table without cuDNN's convolutions: im2col + cuBLAS per image, fp32 only (the GPU
- * path before cuDNN), for comparisons. ddp_ops_open() returns it when the environment has
- * DDP_CUDA_CONV=im2col. NULL in a build without CUDA. */
-const ddp_ops *ddp_cuda_ops_im2col(void);
-/* Makes `device` current for this thread and creates the cuBLAS handle, on `stream` (a
- * cudaStream_t: libddp's ddp_backend_stream(), so the compute is ordered before the collectives), or on a
- * stream of its own when stream is NULL. DDP_ERR_NO_DEVICE / DDP_ERR_CUDA on failure;
- * DDP_ERR_UNSUPPORTED without a CUDA build. */
-ddp_status ddp_cuda_backend_open(int device, void *stream);
-void ddp_cuda_backend_close(void);
-/* TF32 tensor cores for the CUDA backend's fp32 GEMMs and convolutions (off by default, like
+/* Opens the ops handle for a context's backend: on CUDA on its device and libddp's stream
+ * (ddp_backend_stream(ctx)), on the CPU with `threads` compute threads; ctx NULL: the CPU on host
+ * memory. DDP_CUDA_CONV=im2col / DDP_CPU_CONV=im2col choose the tables without cuDNN's / oneDNN's
+ * convolutions (for comparisons). On failure *out is NULL and the reason is logged:
+ * DDP_ERR_INVALID_ARG for a bad DDP_*_CONV, DDP_ERR_NOMEM, DDP_ERR_CUDA / DDP_ERR_BLAS when a
+ * library handle cannot be made. */
+ddp_status ops_open(ddp_ctx *ctx, int threads, ops_handle **out);
+/* The CPU handle on ctx's memory (ctx NULL or a CPU context), with or without oneDNN's
+ * convolution and pooling (im2col: im2col + OpenBLAS, the implementation before oneDNN).
+ * Sets the CPU's compute threads (OpenBLAS, OpenMP; 1 if threads < 1). DDP_ERR_NOMEM on failure
+ * (*out NULL). */
+ddp_status ops_cpu_open(ddp_ctx *ctx, int threads, bool im2col, ops_handle **out);
+/* The CUDA handle on a CUDA context's device and stream: the cuBLAS (and cuDNN) handles, bound to
+ * ddp_backend_stream(ctx); im2col: without cuDNN's convolutions (im2col + cuBLAS per image, fp32
+ * only). DDP_ERR_UNSUPPORTED without a CUDA build, DDP_ERR_INVALID_ARG unless ctx is a CUDA
+ * context, DDP_ERR_CUDA / DDP_ERR_BLAS when a handle cannot be made (*out NULL, logged). */
+ddp_status ops_cuda_open(ddp_ctx *ctx, bool im2col, ops_handle **out);
+/* Releases what the open functions made (after the queued work: it waits with ddp_synchronize).
+ * NULL is ignored. */
+void ops_close(ops_handle *ops);
+
+/* TF32 tensor cores for a CUDA handle's fp32 GEMMs and convolutions (off by default, like
  * PyTorch's torch.backends.cuda.matmul.allow_tf32): on, fp32 inputs are rounded to 10 mantissa
- * bits inside cuBLAS and cuDNN. May be called before or after ddp_cuda_backend_open(); affects
- * the ops that follow. DDP_ERR_BLAS when cuBLAS refuses the math mode (logged); DDP_OK and no
- * effect in a build without CUDA. */
-ddp_status ddp_cuda_set_tf32(bool on);
+ * bits inside cuBLAS and cuDNN; affects the ops that follow. DDP_ERR_BLAS when cuBLAS refuses the
+ * math mode (logged); DDP_OK and no effect on a CPU handle. */
+ddp_status ops_cuda_set_tf32(ops_handle *ops, bool on);
 
 /* "cuBLAS 130100, bf16 GEMMs cublasGemmEx (fp32 accumulation); convolutions cuDNN 91900; compute
- * capability 9.0", for start-up reports ("" without a CUDA build or before the backend opened). */
-const char *ddp_cuda_describe(ddp_dtype p);
+ * capability 9.0", for start-up reports ("" for a CPU handle or without a CUDA build). */
+const char *ops_cuda_describe(const ops_handle *ops, ddp_dtype p);
 /* The cuDNN algorithms chosen so far for precision p, e.g. "conv_fwd algo 1 (tensor-op math),
- * ...", for the report after the first step ("" before any, or without cuDNN). */
-const char *ddp_cudnn_describe(ddp_dtype p);
-
-/* The ops table for a context's backend, opened on its device and stream (CUDA) or with
- * `threads` compute threads (CPU). On failure *out is NULL and the reason is logged. */
-ddp_status ddp_ops_open(ddp_ctx *ctx, int threads, const ddp_ops **out);
-/* Releases what ddp_ops_open() opened; NULL is ignored. */
-void ddp_ops_close(const ddp_ops *ops);
+ * ...", for the report after the first step ("" before any, for a CPU handle, or without cuDNN). */
+const char *ops_cudnn_describe(const ops_handle *ops, ddp_dtype p);
 
 /* DDP_OK when every op a model needs is implemented by ops; otherwise DDP_ERR_UNSUPPORTED and a
- * log line naming the first missing op and the backend. */
-ddp_status ddp_backend_require(const ddp_ops *ops, const char *who);
+ * log line naming the first missing op and the backend (DDP_ERR_INVALID_ARG for NULL ops). */
+ddp_status ops_require(const ops_handle *ops, const char *who);
 
 /* DDP_OK when ops computes in precision p (fp32 always); otherwise DDP_ERR_UNSUPPORTED and a log
  * line saying what is missing and suggesting fp32. */
-ddp_status ddp_backend_require_precision(const ddp_ops *ops, ddp_dtype p, const char *who);
+ddp_status ops_require_precision(const ops_handle *ops, ddp_dtype p, const char *who);
 
 /* Sets the CPU compute thread count (OpenBLAS; oneDNN is built sequential or follows
  * OMP_NUM_THREADS); 1 if threads < 1. */
-void ddp_cpu_set_threads(int threads);
+void ops_cpu_set_threads(int threads);
 
-/* ---- the CPU's libraries (blas.c, dnnl.c) ---------------------------------------------------- */
+/* ---- the CPU's libraries (blas.c, cpu_dnnl.c) ---------------------------------------------------- */
 
 /* The CPU's kernels, chosen first in main(). DDP_CPU_ISA (common/cpu_isa.h) is checked and, when it
  * caps the CPU, handed to oneDNN (ONEDNN_MAX_CPU_ISA). Then ddp's one kernel policy
@@ -233,14 +229,15 @@ void ddp_cpu_set_threads(int threads);
  * program (/proc/self/exe, same argv) so OpenBLAS loads that one. DDP_NO_BLAS_REEXEC=1 turns the
  * re-exec off. Returns 0 when no re-exec was needed (or exec failed, which is logged), -1 after
  * logging an invalid DDP_CPU_ISA (the program should exit). */
-int ddp_blas_prefer_fast_kernels(char **argv);
+int ops_blas_prefer_fast_kernels(char **argv);
 /* "OpenBLAS 0.3.21 DYNAMIC_ARCH ... core=SkylakeX threads=1; OPENBLAS_CORETYPE=SkylakeX set by
  * ddp-launch (policy)" (or "... preset by the user ..."), for start-up reports. */
-const char *ddp_blas_describe(void);
+const char *ops_blas_describe(void);
 /* The library running the CPU's GEMMs in precision p: "OpenBLAS" or "oneDNN matmul". */
-const char *ddp_cpu_gemm_name(ddp_dtype p);
-/* One line naming the CPU implementations in use for precision p, e.g. "conv fwd
- * brg:avx512_core_bf16, ...", for start-up reports ("" before any primitive was created). */
-const char *ddp_dnnl_describe(ddp_dtype p);
+const char *ops_cpu_gemm_name(ddp_dtype p);
+/* One line naming the CPU implementations a CPU handle uses for precision p, e.g. "conv fwd
+ * brg:avx512_core_bf16, ...", for start-up reports ("" before any primitive was created, or for
+ * a CUDA handle). */
+const char *ops_dnnl_describe(const ops_handle *ops, ddp_dtype p);
 
-#endif /* DDP_OPS_H */
+#endif /* OPS_H */

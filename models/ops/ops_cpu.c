@@ -1,4 +1,4 @@
-/* ops_cpu.c - the CPU ops table: host memory, OpenBLAS sgemm, plain loops over the scalar math of
+/* ops_cpu.c - the CPU ops handle: OpenBLAS sgemm, plain loops over the scalar math of
  * math_shared.h (the same math the CUDA kernels run), and the precision-aware layer ops: oneDNN
  * convolutions and pooling in every precision, OpenBLAS for fp32 GEMM, oneDNN matmul for bf16.
  * bf16 is computed natively where the CPU has AVX512_BF16 or AMX (and DDP_CPU_ISA does not cap them
@@ -20,36 +20,21 @@
 #include "ops.h"
 #include "simd_clones.h"
 
-/* ---- memory ------------------------------------------------------------------------------ */
+/* The state of a CPU handle. */
+typedef struct cpu_state {
+    int threads;
+    bool gemm_on_dnnl; /* fp32 GEMMs on oneDNN's matmul (gemm_on_dnnl()), chosen at open */
+    dnnl_state *dnnl;  /* oneDNN's engine, stream and primitives */
+    float *scratch;    // (scratch_n) conv_bwd_params' weight gradient when accumulating
+    size_t scratch_n;
+} cpu_state;
 
-static void *cpu_alloc(size_t n_bytes) { return calloc(n_bytes ? n_bytes : 1, 1); }
-
-static void cpu_free(void *p) { free(p); }
-
-static ddp_status cpu_copy(void *dst, const void *src, size_t n_bytes)
-{
-    if (n_bytes && (!dst || !src))
-        return DDP_ERR_INVALID_ARG;
-    if (n_bytes)
-        memmove(dst, src, n_bytes);
-    return DDP_OK;
-}
-
-static ddp_status cpu_zero(void *dst, size_t n_bytes)
-{
-    if (n_bytes && !dst)
-        return DDP_ERR_INVALID_ARG;
-    if (n_bytes)
-        memset(dst, 0, n_bytes);
-    return DDP_OK;
-}
-
-static ddp_status cpu_sync(void) { return DDP_OK; }
+static cpu_state *cpu_of(const ops_handle *ops) { return ops->state; }
 
 /* ---- gemm -------------------------------------------------------------------------------- */
 
-static ddp_status cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                           const float *a, const float *b, float beta, float *c)
+static ddp_status cpu_gemm(const ops_handle *ops, bool trans_a, bool trans_b, int m, int n, int k,
+                           float alpha, const float *a, const float *b, float beta, float *c)
 {
     if (m < 0 || n < 0 || k < 0) {
         DDP_ERROR("cpu gemm: negative shape m=%d n=%d k=%d", m, n, k);
@@ -67,7 +52,8 @@ static ddp_status cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, floa
 
 /* ---- elementwise and reductions ---------------------------------------------------------- */
 
-static ddp_status cpu_bias_add(float *y, const float *bias, int rows, int cols)
+static ddp_status cpu_bias_add(const ops_handle *ops, float *y, const float *bias, int rows,
+                               int cols)
 {
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++)
@@ -75,7 +61,8 @@ static ddp_status cpu_bias_add(float *y, const float *bias, int rows, int cols)
     return DDP_OK;
 }
 
-static ddp_status cpu_bias_grad(float *dbias, const float *dy, int rows, int cols)
+static ddp_status cpu_bias_grad(const ops_handle *ops, float *dbias, const float *dy, int rows,
+                                int cols)
 {
     for (int c = 0; c < cols; c++) {
         float s = 0.0f;
@@ -86,28 +73,29 @@ static ddp_status cpu_bias_grad(float *dbias, const float *dy, int rows, int col
     return DDP_OK;
 }
 
-static ddp_status cpu_relu_fwd(float *y, const float *x, size_t n)
+static ddp_status cpu_relu_fwd(const ops_handle *ops, float *y, const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        y[i] = ddp_relu(x[i]);
+        y[i] = relu(x[i]);
     return DDP_OK;
 }
 
-static ddp_status cpu_relu_bwd(float *dx, const float *dy, const float *y, size_t n)
+static ddp_status cpu_relu_bwd(const ops_handle *ops, float *dx, const float *dy, const float *y,
+                               size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dx[i] = ddp_relu_grad(dy[i], y[i]);
+        dx[i] = relu_grad(dy[i], y[i]);
     return DDP_OK;
 }
 
-static ddp_status cpu_scale(float *x, size_t n, float alpha)
+static ddp_status cpu_scale(const ops_handle *ops, float *x, size_t n, float alpha)
 {
     for (size_t i = 0; i < n; i++)
         x[i] *= alpha;
     return DDP_OK;
 }
 
-static ddp_status cpu_axpy(float *y, const float *x, size_t n, float alpha)
+static ddp_status cpu_axpy(const ops_handle *ops, float *y, const float *x, size_t n, float alpha)
 {
     for (size_t i = 0; i < n; i++)
         y[i] += alpha * x[i];
@@ -115,28 +103,30 @@ static ddp_status cpu_axpy(float *y, const float *x, size_t n, float alpha)
 }
 
 /* The three buffers are distinct allocations (restrict lets the loop vectorise). */
-static ddp_status cpu_sgd_step(float *restrict w, float *restrict m, const float *restrict g,
-                               size_t n, float lr, float momentum, float weight_decay)
+static ddp_status cpu_sgd_step(const ops_handle *ops, float *restrict w, float *restrict m,
+                               const float *restrict g, size_t n, float lr, float momentum,
+                               float weight_decay)
 {
     for (size_t i = 0; i < n; i++)
-        w[i] = ddp_sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
+        w[i] = sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
     return DDP_OK;
 }
 
 /* ---- convolution helpers ----------------------------------------------------------------- */
 
-static ddp_status cpu_im2col(const float *im, int c, int h, int w, int k, int pad, float *col)
+static ddp_status cpu_im2col(const ops_handle *ops, const float *im, int c, int h, int w, int k,
+                             int pad, float *col)
 {
-    int h_out = ddp_conv_out(h, k, pad), w_out = ddp_conv_out(w, k, pad);
+    int h_out = conv_out(h, k, pad), w_out = conv_out(w, k, pad);
     if (k < 1 || pad < 0 || h_out < 1 || w_out < 1)
         return DDP_ERR_INVALID_ARG;
     for (int row = 0; row < c * k * k; row++) {
         int ci, ky, kx;
-        ddp_im2col_row_split(row, k, &ci, &ky, &kx);
+        im2col_row_split(row, k, &ci, &ky, &kx);
         float *dst = col + (size_t)row * h_out * w_out; // (h_out, w_out)
         for (int oy = 0; oy < h_out; oy++) {
             for (int ox = 0; ox < w_out; ox++) {
-                ptrdiff_t src = ddp_im2col_src(h, w, pad, ci, ky, kx, oy, ox);
+                ptrdiff_t src = im2col_src(h, w, pad, ci, ky, kx, oy, ox);
                 dst[oy * w_out + ox] = src < 0 ? 0.0f : im[src];
             }
         }
@@ -144,18 +134,20 @@ static ddp_status cpu_im2col(const float *im, int c, int h, int w, int k, int pa
     return DDP_OK;
 }
 
-static ddp_status cpu_col2im(const float *col, int c, int h, int w, int k, int pad, float *im)
+static ddp_status cpu_col2im(const ops_handle *ops, const float *col, int c, int h, int w, int k,
+                             int pad, float *im)
 {
-    if (k < 1 || pad < 0 || ddp_conv_out(h, k, pad) < 1 || ddp_conv_out(w, k, pad) < 1)
+    if (k < 1 || pad < 0 || conv_out(h, k, pad) < 1 || conv_out(w, k, pad) < 1)
         return DDP_ERR_INVALID_ARG;
     for (int ci = 0; ci < c; ci++)
         for (int y = 0; y < h; y++)
             for (int x = 0; x < w; x++)
-                im[((size_t)ci * h + y) * w + x] += ddp_col2im_gather(col, h, w, k, pad, ci, y, x);
+                im[((size_t)ci * h + y) * w + x] += col2im_gather(col, h, w, k, pad, ci, y, x);
     return DDP_OK;
 }
 
-static ddp_status cpu_maxpool_fwd(const float *x, int planes, int h, int w, float *y, int *argmax)
+static ddp_status cpu_maxpool_fwd(const ops_handle *ops, const float *x, int planes, int h, int w,
+                                  float *y, int *argmax)
 {
     if (h % 2 || w % 2 || (size_t)planes * h * w > INT_MAX)
         return DDP_ERR_INVALID_ARG;
@@ -164,15 +156,15 @@ static ddp_status cpu_maxpool_fwd(const float *x, int planes, int h, int w, floa
         for (int oy = 0; oy < ho; oy++) {
             for (int ox = 0; ox < wo; ox++) {
                 size_t o = ((size_t)p * ho + oy) * wo + ox;
-                y[o] = ddp_pool_max(x, p, oy, ox, h, w, &argmax[o]);
+                y[o] = pool_max(x, p, oy, ox, h, w, &argmax[o]);
             }
         }
     }
     return DDP_OK;
 }
 
-static ddp_status cpu_maxpool_bwd(const float *dy, const int *argmax, int planes, int h, int w,
-                                  float *dx)
+static ddp_status cpu_maxpool_bwd(const ops_handle *ops, const float *dy, const int *argmax,
+                                  int planes, int h, int w, float *dx)
 {
     size_t n_out = (size_t)planes * (h / 2) * (w / 2);
     for (size_t o = 0; o < n_out; o++)
@@ -180,8 +172,9 @@ static ddp_status cpu_maxpool_bwd(const float *dy, const int *argmax, int planes
     return DDP_OK;
 }
 
-static ddp_status cpu_softmax_xent(const float *logits, const int *labels, int rows, int classes,
-                                   float *dlogits, float *loss_host, int *correct_host)
+static ddp_status cpu_softmax_xent(const ops_handle *ops, const float *logits, const int *labels,
+                                   int rows, int classes, float *dlogits, float *loss_host,
+                                   int *correct_host)
 {
     if (rows < 1 || classes < 1)
         return DDP_ERR_INVALID_ARG;
@@ -196,7 +189,7 @@ static ddp_status cpu_softmax_xent(const float *logits, const int *labels, int r
     for (int r = 0; r < rows; r++) {
         int pred;
         float *dz = dlogits ? dlogits + (size_t)r * classes : NULL;
-        loss += ddp_xent_row(logits + (size_t)r * classes, labels[r], classes, 1.0f / (float)rows,
+        loss += xent_row(logits + (size_t)r * classes, labels[r], classes, 1.0f / (float)rows,
                              dz, &pred);
         correct += pred == labels[r];
     }
@@ -207,11 +200,12 @@ static ddp_status cpu_softmax_xent(const float *logits, const int *labels, int r
     return DDP_OK;
 }
 
-static ddp_status cpu_softmax_xent_acc(const float *logits, const int *labels, int rows,
-                                       int classes, float *dlogits, float *loss_acc)
+static ddp_status cpu_softmax_xent_acc(const ops_handle *ops, const float *logits,
+                                       const int *labels, int rows, int classes, float *dlogits,
+                                       float *loss_acc)
 {
     float loss = 0.0f;
-    ddp_status st = cpu_softmax_xent(logits, labels, rows, classes, dlogits, &loss, NULL);
+    ddp_status st = cpu_softmax_xent(ops, logits, labels, rows, classes, dlogits, &loss, NULL);
     if (st == DDP_OK)
         *loss_acc += loss;
     return st;
@@ -220,21 +214,27 @@ static ddp_status cpu_softmax_xent_acc(const float *logits, const int *labels, i
 /* ---- precision-aware layer ops ---------------------------------------------------------------- */
 
 /* Every precision runs on every x86-64 CPU: bf16 without bf16 arithmetic is emulated. */
-static bool cpu_supports(ddp_dtype p, const char **why)
+static bool cpu_supports(const ops_handle *ops, ddp_dtype p, const char **why)
 {
-    (void)p, (void)why;
+    (void)ops, (void)p, (void)why;
     return true;
 }
 
 /* oneDNN 2.6 has bf16 kernels only from AVX512_CORE up and emulates bf16 below them slower than
  * fp32: without AVX512_BF16 or AMX, bf16 is emulated on fp32 primitives instead (float storage). */
-static bool cpu_emulates(ddp_dtype p)
+static bool emulated(ddp_dtype p)
 {
     return p == DDP_FP16 || (p == DDP_BF16 && !ddp_cpu_bf16_native());
 }
 
+static bool cpu_emulates(const ops_handle *ops, ddp_dtype p)
+{
+    (void)ops;
+    return emulated(p);
+}
+
 /* Whether p is stored as 16-bit bfloat16 (computed natively). */
-static bool cpu_bf16_stored(ddp_dtype p) { return p == DDP_BF16 && !cpu_emulates(p); }
+static bool cpu_bf16_stored(ddp_dtype p) { return p == DDP_BF16 && !emulated(p); }
 
 
 /* The same rounding with F16C's conversions (8 floats per instruction), where the CPU has them. */
@@ -296,7 +296,7 @@ cpu_sgd_bf16_avx512(float *restrict w, float *restrict m, const float *restrict 
     const __m512 vlr = _mm512_set1_ps(lr), vmom = _mm512_set1_ps(momentum);
     const __m512 vwd = _mm512_set1_ps(weight_decay);
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) { /* ddp_sgd_update's operations in its order, unfused */
+    for (; i + 16 <= n; i += 16) { /* sgd_update's operations in its order, unfused */
         __m512 wi = _mm512_loadu_ps(w + i);
         __m512 gd = _mm512_add_ps(_mm512_loadu_ps(g + i), _mm512_mul_ps(vwd, wi));
         __m512 mn = _mm512_add_ps(_mm512_mul_ps(vmom, _mm512_loadu_ps(m + i)), gd);
@@ -306,7 +306,7 @@ cpu_sgd_bf16_avx512(float *restrict w, float *restrict m, const float *restrict 
         _mm256_storeu_si256((__m256i *)(void *)(wc + i), (__m256i)_mm512_cvtneps_pbh(wi));
     }
     for (; i < n; i++) {
-        w[i] = ddp_sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
+        w[i] = sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
         wc[i] = half_f32_to_bf16(w[i]);
     }
 }
@@ -329,11 +329,12 @@ static void cpu_round_to(ddp_dtype p, float *x, size_t n)
 {
     if (p == DDP_FP16)
         cpu_round_fp16(x, n);
-    else if (p == DDP_BF16 && cpu_emulates(p))
+    else if (p == DDP_BF16 && emulated(p))
         cpu_round_bf16(x, n);
 }
 
-static ddp_status cpu_cast(ddp_dtype to, void *dst, ddp_dtype from, const void *src, size_t n)
+static ddp_status cpu_cast(const ops_handle *ops, ddp_dtype to, void *dst, ddp_dtype from,
+                           const void *src, size_t n)
 {
     if (cpu_bf16_stored(to) && !cpu_bf16_stored(from)) {
         cpu_cast_to_bf16(dst, src, n);
@@ -354,15 +355,16 @@ static ddp_status cpu_cast(ddp_dtype to, void *dst, ddp_dtype from, const void *
     return DDP_OK;
 }
 
-static ddp_status cpu_sgd_step_cast(float *w, float *m, const float *g, size_t n, float lr,
-                                    float momentum, float weight_decay, ddp_dtype p, void *wc)
+static ddp_status cpu_sgd_step_cast(const ops_handle *ops, float *w, float *m, const float *g,
+                                    size_t n, float lr, float momentum, float weight_decay,
+                                    ddp_dtype p, void *wc)
 {
     if (cpu_bf16_stored(p)) {
         cpu_sgd_bf16_avx512(w, m, g, n, lr, momentum, weight_decay, wc);
         return DDP_OK;
     }
-    DDP_TRY_(cpu_sgd_step(w, m, g, n, lr, momentum, weight_decay));
-    return p == DDP_FP32 ? DDP_OK : cpu_cast(p, wc, DDP_FP32, w, n);
+    DDP_TRY_(cpu_sgd_step(ops, w, m, g, n, lr, momentum, weight_decay));
+    return p == DDP_FP32 ? DDP_OK : cpu_cast(ops, p, wc, DDP_FP32, w, n);
 }
 
 /* The 16-bit emulation: an op's fp32 output rounded to what storage in p would hold. */
@@ -374,10 +376,11 @@ static ddp_status cpu_emulate(ddp_dtype p, void *y, size_t n, ddp_status st)
 }
 
 /* db (cols) += column sums of dy (rows, cols) in precision p, summed in fp32. */
-static void cpu_colsum(ddp_dtype p, float *db, const void *dy, int rows, int cols)
+static void cpu_colsum(const ops_handle *ops, ddp_dtype p, float *db, const void *dy, int rows,
+                       int cols)
 {
     if (!cpu_bf16_stored(p)) {
-        cpu_bias_grad(db, dy, rows, cols);
+        cpu_bias_grad(ops, db, dy, rows, cols);
         return;
     }
     const uint16_t *d = dy;
@@ -391,115 +394,114 @@ static void cpu_colsum(ddp_dtype p, float *db, const void *dy, int rows, int col
  * against OpenBLAS 0.3.21's 165-200 with SkylakeX kernels and 100-110 with Haswell ones), OpenBLAS
  * elsewhere. DDP_CPU_GEMM=openblas|onednn overrides (comparisons); the choice is made once, so
  * every run of a program on one machine computes alike. */
-static bool cpu_gemm_on_dnnl(void)
+static bool gemm_on_dnnl(void)
 {
-    static int choice = -1;
-    if (choice < 0) {
-        const char *env = getenv("DDP_CPU_GEMM");
-        if (env && strcmp(env, "openblas") == 0)
-            choice = 0;
-        else if (env && strcmp(env, "onednn") == 0)
-            choice = 1;
-        else
-            choice = ddp_dnnl_has_avx512();
-    }
-    return choice == 1;
+    const char *env = getenv("DDP_CPU_GEMM");
+    if (env && strcmp(env, "openblas") == 0)
+        return false;
+    if (env && strcmp(env, "onednn") == 0)
+        return true;
+    return ops_dnnl_has_avx512();
 }
 
-const char *ddp_cpu_gemm_name(ddp_dtype p)
+static bool cpu_gemm_on_dnnl(const ops_handle *ops) { return cpu_of(ops)->gemm_on_dnnl; }
+
+const char *ops_cpu_gemm_name(ddp_dtype p)
 {
-    return cpu_bf16_stored(p) || cpu_gemm_on_dnnl() ? "oneDNN matmul" : "OpenBLAS";
+    return cpu_bf16_stored(p) || gemm_on_dnnl() ? "oneDNN matmul" : "OpenBLAS";
 }
 
-static ddp_status cpu_linear_fwd(ddp_dtype p, const void *x, const void *w, const float *b,
-                                 int batch, int in, int out, void *y, bool y_fp32)
+static ddp_status cpu_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
+                                 const float *b, int batch, int in, int out, void *y, bool y_fp32)
 {
     if (cpu_bf16_stored(p))
-        return ddp_dnnl_matmul(p, batch, out, in, x, false, w, true, b, y, y_fp32, false);
+        return ops_dnnl_matmul(cpu_of(ops)->dnnl, p, batch, out, in, x, false, w, true, b, y, y_fp32, false);
     ddp_status st = DDP_OK;
-    if (cpu_gemm_on_dnnl())
-        st = ddp_dnnl_matmul(DDP_FP32, batch, out, in, x, false, w, true, b, y, true, false);
-    else if ((st = cpu_gemm(false, true, batch, out, in, 1.0f, x, w, 0.0f, y)) == DDP_OK)
-        st = cpu_bias_add(y, b, batch, out);
+    if (cpu_gemm_on_dnnl(ops))
+        st = ops_dnnl_matmul(cpu_of(ops)->dnnl, DDP_FP32, batch, out, in, x, false, w, true, b, y, true, false);
+    else if ((st = cpu_gemm(ops, false, true, batch, out, in, 1.0f, x, w, 0.0f, y)) == DDP_OK)
+        st = cpu_bias_add(ops, y, b, batch, out);
     return cpu_emulate(y_fp32 ? DDP_FP32 : p, y, (size_t)batch * out, st);
 }
 
 /* Overwriting (accumulate false) spares the zeroing pass and the GEMM's read of dw: +6 % samples/s
  * for the bf16 MLP at 2 ranks, +1 % in fp32 (median of 6 back-to-back pairs each; memory traffic
  * bounds the bf16 step). */
-static ddp_status cpu_linear_bwd_params(ddp_dtype p, const void *x, const void *dy, int batch,
-                                        int in, int out, float *dw, float *db, bool accumulate)
+static ddp_status cpu_linear_bwd_params(const ops_handle *ops, ddp_dtype p, const void *x,
+                                        const void *dy, int batch, int in, int out, float *dw,
+                                        float *db, bool accumulate)
 {
-    if (dw && (cpu_bf16_stored(p) || cpu_gemm_on_dnnl()))
-        DDP_TRY_(ddp_dnnl_matmul(cpu_bf16_stored(p) ? p : DDP_FP32, out, in, batch, dy, true, x,
+    if (dw && (cpu_bf16_stored(p) || cpu_gemm_on_dnnl(ops)))
+        DDP_TRY_(ops_dnnl_matmul(cpu_of(ops)->dnnl, cpu_bf16_stored(p) ? p : DDP_FP32, out, in, batch, dy, true, x,
                                  false, NULL, dw, true, accumulate));
     else if (dw)
-        DDP_TRY_(cpu_gemm(true, false, out, in, batch, 1.0f, dy, x, accumulate ? 1.0f : 0.0f, dw));
+        DDP_TRY_(cpu_gemm(ops, true, false, out, in, batch, 1.0f, dy, x, accumulate ? 1.0f : 0.0f, dw));
     if (db && !accumulate)
         memset(db, 0, (size_t)(out > 0 ? out : 0) * sizeof *db);
     if (db)
-        cpu_colsum(p, db, dy, batch, out);
+        cpu_colsum(ops, p, db, dy, batch, out);
     return DDP_OK;
 }
 
-static ddp_status cpu_linear_bwd_input(ddp_dtype p, const void *w, const void *dy, int batch,
-                                       int in, int out, void *dx)
+static ddp_status cpu_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const void *w,
+                                       const void *dy, int batch, int in, int out, void *dx)
 {
     if (cpu_bf16_stored(p))
-        return ddp_dnnl_matmul(p, batch, in, out, dy, false, w, false, NULL, dx, false, false);
-    if (cpu_gemm_on_dnnl())
+        return ops_dnnl_matmul(cpu_of(ops)->dnnl, p, batch, in, out, dy, false, w, false, NULL, dx, false, false);
+    if (cpu_gemm_on_dnnl(ops))
         return cpu_emulate(p, dx, (size_t)batch * in,
-                           ddp_dnnl_matmul(DDP_FP32, batch, in, out, dy, false, w, false, NULL,
+                           ops_dnnl_matmul(cpu_of(ops)->dnnl, DDP_FP32, batch, in, out, dy, false, w, false, NULL,
                                            dx, true, false));
     return cpu_emulate(p, dx, (size_t)batch * in,
-                       cpu_gemm(false, false, batch, in, out, 1.0f, dy, w, 0.0f, dx));
+                       cpu_gemm(ops, false, false, batch, in, out, 1.0f, dy, w, 0.0f, dx));
 }
 
 /* The precision oneDNN computes in: emulated precisions run on fp32 primitives. */
-static ddp_dtype cpu_dnnl_prec(ddp_dtype p) { return cpu_emulates(p) ? DDP_FP32 : p; }
+static ddp_dtype cpu_dnnl_prec(ddp_dtype p) { return emulated(p) ? DDP_FP32 : p; }
 
-static ddp_status cpu_conv_fwd(ddp_dtype p, const ddp_conv_shape *s, int batch, const void *x,
-                               const void *w, const float *b, void *y)
+static ddp_status cpu_conv_fwd(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                               int batch, const void *x, const void *w, const float *b, void *y)
 {
     size_t n = (size_t)batch * s->c_out * s->h_out * s->w_out;
-    return cpu_emulate(p, y, n, ddp_dnnl_conv_fwd(cpu_dnnl_prec(p), s, batch, x, w, b, y));
+    return cpu_emulate(p, y, n, ops_dnnl_conv_fwd(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), s, batch, x, w, b, y));
 }
 
-static ddp_status cpu_conv_bwd_input(ddp_dtype p, const ddp_conv_shape *s, int batch,
-                                     const void *w, const void *dy, void *dx)
+static ddp_status cpu_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                                     int batch, const void *w, const void *dy, void *dx)
 {
     size_t n = (size_t)batch * s->c_in * s->h * s->w;
-    return cpu_emulate(p, dx, n, ddp_dnnl_conv_bwd_data(cpu_dnnl_prec(p), s, batch, w, dy, dx));
+    return cpu_emulate(p, dx, n, ops_dnnl_conv_bwd_data(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), s, batch, w, dy, dx));
 }
 
 /* oneDNN overwrites the weight gradient: written in place when the caller overwrites, else
- * computed into scratch kept for the process and added (accumulation). */
-static ddp_status cpu_conv_bwd_params(ddp_dtype p, const ddp_conv_shape *s, int batch,
-                                      const void *x, const void *dy, float *dw, float *db,
-                                      bool accumulate)
+ * computed into scratch kept by the handle and added (accumulation). */
+static ddp_status cpu_conv_bwd_params(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
+                                      int batch, const void *x, const void *dy, float *dw,
+                                      float *db, bool accumulate)
 {
     if (!accumulate)
-        return ddp_dnnl_conv_bwd_weights(cpu_dnnl_prec(p), s, batch, x, dy, dw, db);
-    static float *scratch; // (c_out * c_in * k * k + c_out)
-    static size_t scratch_n;
+        return ops_dnnl_conv_bwd_weights(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), s, batch, x, dy, dw, db);
+    cpu_state *cs = cpu_of(ops);
     size_t n_w = (size_t)s->c_out * s->c_in * s->k * s->k, n = n_w + (size_t)s->c_out;
-    if (n > scratch_n) {
-        float *grown = realloc(scratch, n * sizeof *grown);
+    if (n > cs->scratch_n) {
+        float *grown = realloc(cs->scratch, n * sizeof *grown);
         if (!grown)
             return DDP_ERR_NOMEM;
-        scratch = grown;
-        scratch_n = n;
+        cs->scratch = grown;
+        cs->scratch_n = n;
     }
-    DDP_TRY_(ddp_dnnl_conv_bwd_weights(cpu_dnnl_prec(p), s, batch, x, dy, scratch, scratch + n_w));
-    cpu_axpy(dw, scratch, n_w, 1.0f);
-    cpu_axpy(db, scratch + n_w, (size_t)s->c_out, 1.0f);
+    float *scratch = cs->scratch; // (c_out * c_in * k * k + c_out)
+    DDP_TRY_(ops_dnnl_conv_bwd_weights(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), s, batch, x, dy, scratch, scratch + n_w));
+    cpu_axpy(ops, dw, scratch, n_w, 1.0f);
+    cpu_axpy(ops, db, scratch + n_w, (size_t)s->c_out, 1.0f);
     return DDP_OK;
 }
 
-static ddp_status cpu_act_relu_fwd(ddp_dtype p, void *y, const void *x, size_t n)
+static ddp_status cpu_act_relu_fwd(const ops_handle *ops, ddp_dtype p, void *y, const void *x,
+                                   size_t n)
 {
     if (!cpu_bf16_stored(p))
-        return cpu_relu_fwd(y, x, n);
+        return cpu_relu_fwd(ops, y, x, n);
     const uint16_t *xs = x;
     uint16_t *ys = y;
     for (size_t i = 0; i < n; i++) /* as a signed integer a bf16 is > 0 when the float is */
@@ -507,10 +509,11 @@ static ddp_status cpu_act_relu_fwd(ddp_dtype p, void *y, const void *x, size_t n
     return DDP_OK;
 }
 
-static ddp_status cpu_act_relu_bwd(ddp_dtype p, void *dx, const void *dy, const void *y, size_t n)
+static ddp_status cpu_act_relu_bwd(const ops_handle *ops, ddp_dtype p, void *dx, const void *dy,
+                                   const void *y, size_t n)
 {
     if (!cpu_bf16_stored(p))
-        return cpu_relu_bwd(dx, dy, y, n);
+        return cpu_relu_bwd(ops, dx, dy, y, n);
     const uint16_t *dys = dy, *ys = y;
     uint16_t *dxs = dx;
     for (size_t i = 0; i < n; i++)
@@ -518,37 +521,30 @@ static ddp_status cpu_act_relu_bwd(ddp_dtype p, void *dx, const void *dy, const 
     return DDP_OK;
 }
 
-static ddp_status cpu_pool_fwd(ddp_dtype p, const void *x, int n, int c, int h, int w, void *y,
-                               void *ws, size_t ws_bytes)
+static ddp_status cpu_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *x, int n, int c,
+                               int h, int w, void *y, void *ws, size_t ws_bytes)
 {
     if (h % 2 || w % 2)
         return DDP_ERR_INVALID_ARG;
-    return ddp_dnnl_pool_fwd(cpu_dnnl_prec(p), x, n, c, h, w, y, ws, ws_bytes);
+    return ops_dnnl_pool_fwd(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), x, n, c, h, w, y, ws, ws_bytes);
 }
 
-static ddp_status cpu_pool_bwd(ddp_dtype p, const void *dy, const void *ws, int n, int c, int h,
-                               int w, void *dx)
+static ddp_status cpu_pool_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, const void *ws,
+                               int n, int c, int h, int w, void *dx)
 {
-    return ddp_dnnl_pool_bwd(cpu_dnnl_prec(p), dy, ws, n, c, h, w, dx);
+    return ops_dnnl_pool_bwd(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), dy, ws, n, c, h, w, dx);
 }
 
-static ddp_status cpu_image_reorder(ddp_dtype p, const void *src, void *dst, int n, int c,
-                                    int h, int w, bool to_nchw)
+static ddp_status cpu_image_reorder(const ops_handle *ops, ddp_dtype p, const void *src, void *dst,
+                                    int n, int c, int h, int w, bool to_nchw)
 {
-    return ddp_dnnl_image_reorder(cpu_dnnl_prec(p), src, dst, n, c, h, w, to_nchw);
+    return ops_dnnl_image_reorder(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), src, dst, n, c, h, w, to_nchw);
 }
 
 /* ---- the table --------------------------------------------------------------------------- */
 
-static const ddp_ops cpu_ops = {
+static const ops_handle cpu_table = {
     .name = "cpu",
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .upload = cpu_copy,
-    .download = cpu_copy,
-    .copy = cpu_copy,
-    .zero = cpu_zero,
-    .sync = cpu_sync,
     .gemm = cpu_gemm,
     .bias_add = cpu_bias_add,
     .bias_grad = cpu_bias_grad,
@@ -581,29 +577,60 @@ static const ddp_ops cpu_ops = {
     .pool_bwd = cpu_pool_bwd,
 };
 
-const ddp_ops *ddp_cpu_ops(void) { return &cpu_ops; }
-
-void ddp_cpu_set_threads(int threads)
+void ops_cpu_set_threads(int threads)
 {
     openblas_set_num_threads(threads < 1 ? 1 : threads);
     omp_set_num_threads(threads < 1 ? 1 : threads);
 }
 
-/* A copy of the table without oneDNN's convolution and pooling, made on first use. */
-const ddp_ops *ddp_cpu_ops_im2col(void)
+/* The table without oneDNN's convolution and pooling. */
+static void cpu_drop_dnnl_conv(ops_handle *t)
 {
-    static ddp_ops table;
-    if (!table.name) {
-        ddp_ops t = cpu_ops;
-        t.conv_fwd = NULL;
-        t.conv_bwd_params = NULL;
-        t.conv_bwd_input = NULL;
-        t.pool_fwd = NULL;
-        t.pool_bwd = NULL;
-        t.channels_last = false;
-        t.image_reorder = NULL;
-        t.name = "cpu-im2col";
-        table = t;
+    t->conv_fwd = NULL;
+    t->conv_bwd_params = NULL;
+    t->conv_bwd_input = NULL;
+    t->pool_fwd = NULL;
+    t->pool_bwd = NULL;
+    t->channels_last = false;
+    t->image_reorder = NULL;
+    t->name = "cpu-im2col";
+}
+
+/* Releases a CPU handle's state and the handle (ops_close). */
+static void cpu_release(ops_handle *ops)
+{
+    cpu_state *cs = cpu_of(ops);
+    ops_dnnl_destroy(cs->dnnl);
+    free(cs->scratch);
+    free(cs);
+    free(ops);
+}
+
+ddp_status ops_cpu_open(ddp_ctx *ctx, int threads, bool im2col, ops_handle **out)
+{
+    *out = NULL;
+    ops_handle *ops = malloc(sizeof *ops);
+    cpu_state *cs = calloc(1, sizeof *cs);
+    if (!ops || !cs || ops_dnnl_create(&cs->dnnl) != DDP_OK) {
+        free(ops), free(cs);
+        DDP_ERROR("ops_cpu_open: out of memory");
+        return DDP_ERR_NOMEM;
     }
-    return &table;
+    *ops = cpu_table;
+    if (im2col)
+        cpu_drop_dnnl_conv(ops);
+    ops->ctx = ctx;
+    ops->state = cs;
+    ops->release = cpu_release;
+    cs->threads = threads < 1 ? 1 : threads;
+    cs->gemm_on_dnnl = gemm_on_dnnl();
+    ops_cpu_set_threads(cs->threads);
+    *out = ops;
+    return DDP_OK;
+}
+
+const char *ops_dnnl_describe(const ops_handle *ops, ddp_dtype p)
+{
+    bool cpu = ops && ops->gemm == cpu_table.gemm;
+    return cpu ? ops_dnnl_impls(cpu_of(ops)->dnnl, p) : "";
 }

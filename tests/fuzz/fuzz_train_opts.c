@@ -20,7 +20,7 @@ static int in(double v, double lo, double hi)
 
 static void check_opts(const ddp_train_opts *o)
 {
-    const ddp_model_config *m = &o->model;
+    const model_config *m = &o->model;
     int ok = o->epochs >= 1 && o->epochs <= DDP_TRAIN_MAX_EPOCHS && o->max_steps >= 0 &&
              o->max_steps <= DDP_TRAIN_MAX_STEPS && o->batch >= 1 && o->accum >= 1 && o->threads >= 1 &&
              o->threads <= DDP_TRAIN_MAX_THREADS && o->log_every >= 1 && o->workers >= 0 &&
@@ -29,12 +29,12 @@ static void check_opts(const ddp_train_opts *o)
              in(o->weight_decay, 0.0, DDP_TRAIN_MAX_WEIGHT_DECAY) && o->bucket_mb > 0.0 &&
              in(o->bucket_mb, 0.0, DDP_TRAIN_MAX_BUCKET_MB) && o->first_bucket_mb > 0.0 &&
              in(o->first_bucket_mb, 0.0, DDP_TRAIN_MAX_BUCKET_MB) && o->data_dir && m->max_batch == o->batch &&
-             m->seed == o->seed && (m->kind == DDP_MODEL_MLP || m->kind == DDP_MODEL_CNN);
-    if (m->kind == DDP_MODEL_MLP) {
-        ok = ok && m->n_widths >= 2 && m->n_widths <= DDP_MLP_MAX_LAYERS + 1 && m->widths[0] == 784 &&
+             m->seed == o->seed && (m->kind == MODEL_MLP || m->kind == MODEL_CNN);
+    if (m->kind == MODEL_MLP) {
+        ok = ok && m->n_widths >= 2 && m->n_widths <= MODEL_MLP_MAX_LAYERS + 1 && m->widths[0] == 784 &&
              m->widths[m->n_widths - 1] == 10;
         for (int i = 0; ok && i < m->n_widths; i++)
-            ok = m->widths[i] >= 1 && m->widths[i] <= DDP_MLP_MAX_WIDTH;
+            ok = m->widths[i] >= 1 && m->widths[i] <= MODEL_MLP_MAX_WIDTH;
     }
     if (!ok)
         abort();

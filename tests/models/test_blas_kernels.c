@@ -1,6 +1,6 @@
 /* test_blas_kernels.c - the CPU backend's sgemm on training shapes, under whichever OpenBLAS core
  * it is asked for (meson runs it with the argument SkylakeX, Prescott and none), against a naive
- * double-precision GEMM; and ddp_blas_describe() names the core asked for.
+ * double-precision GEMM; and ops_blas_describe() names the core asked for.
  *
  * Usage: test_blas_kernels [CORE]. With CORE the test re-executes itself with OPENBLAS_CORETYPE=CORE
  * (OpenBLAS reads it when it loads), after asking the CPU, as DDP_CPU_ISA caps it, for the features
@@ -12,7 +12,7 @@
  * and behaves like sqrt(k) * 6e-8 * S (1.7e-6 * S) in practice; a wrong kernel, transpose or
  * stride misses by O(S).
  *
- * main() then calls ddp_blas_prefer_fast_kernels(argv) as programs do: in the entry without a core
+ * main() then calls ops_blas_prefer_fast_kernels(argv) as programs do: in the entry without a core
  * on an AVX-512 CPU the BLAS in use must then be an AVX-512 core (re-executed if OpenBLAS chose a
  * slower one); the entries with a core must keep what they asked for.
  */
@@ -50,12 +50,12 @@ static int gemm_mismatches(bool ta, bool tb, int m, int n, int k, const float *a
     return bad;
 }
 
-static void check_shape(const ddp_ops *cpu, test_rng *r, bool ta, bool tb, int m, int n, int k)
+static void check_shape(const ops_handle *cpu, test_rng *r, bool ta, bool tb, int m, int n, int k)
 {
     float *a = test_floats((size_t)m * k), *b = test_floats((size_t)k * n);
     float *c = test_floats((size_t)m * n);
     test_fill(r, a, (size_t)m * k, -1, 1), test_fill(r, b, (size_t)k * n, -1, 1);
-    CHECK(cpu->gemm(ta, tb, m, n, k, 1.0f, a, b, 0.0f, c) == DDP_OK, "gemm");
+    CHECK(cpu->gemm(cpu, ta, tb, m, n, k, 1.0f, a, b, 0.0f, c) == DDP_OK, "gemm");
     int bad = gemm_mismatches(ta, tb, m, n, k, a, b, c);
     CHECK(bad == 0, "%d mismatches in %dx%dx%d trans_a=%d trans_b=%d", bad, m, n, k, ta, tb);
     free(a), free(b), free(c);
@@ -102,7 +102,7 @@ static void reexec_with_core(const char *core, char **argv)
 
 static void check_describe(void)
 {
-    const char *d = ddp_blas_describe();
+    const char *d = ops_blas_describe();
     const char *want = getenv("OPENBLAS_CORETYPE");
     fprintf(stderr, "%s\n", d);
     CHECK(strstr(d, "OpenBLAS") != NULL, "describe names the library: %s", d);
@@ -113,21 +113,23 @@ static void check_describe(void)
     } else if (cpu_has_avx512()) {
         CHECK(contains_nocase(d, "core=SkylakeX") || contains_nocase(d, "core=Cooperlake") ||
                   contains_nocase(d, "core=SapphireRapids"),
-              "AVX-512 CPU but a slow core after ddp_blas_prefer_fast_kernels: %s", d);
+              "AVX-512 CPU but a slow core after ops_blas_prefer_fast_kernels: %s", d);
     }
     CHECK(strstr(d, "threads=1") != NULL, "OPENBLAS_NUM_THREADS=1 is reported: %s", d);
-    ddp_cpu_set_threads(2);
-    CHECK(strstr(ddp_blas_describe(), "threads=2") != NULL, "set_threads(2): %s", ddp_blas_describe());
-    ddp_cpu_set_threads(0);
-    CHECK(strstr(ddp_blas_describe(), "threads=1") != NULL, "set_threads(0) means 1: %s", ddp_blas_describe());
+    ops_cpu_set_threads(2);
+    CHECK(strstr(ops_blas_describe(), "threads=2") != NULL, "set_threads(2): %s", ops_blas_describe());
+    ops_cpu_set_threads(0);
+    CHECK(strstr(ops_blas_describe(), "threads=1") != NULL, "set_threads(0) means 1: %s", ops_blas_describe());
 }
 
 int main(int argc, char **argv)
 {
     if (argc > 1)
         reexec_with_core(argv[1], argv);
-    ddp_blas_prefer_fast_kernels(argv);
-    const ddp_ops *cpu = ddp_cpu_ops();
+    ops_blas_prefer_fast_kernels(argv);
+    ops_handle *cpu = NULL;
+    if (ops_cpu_open(NULL, 1, false, &cpu) != DDP_OK)
+        return 1;
     test_rng r = {777};
     check_describe();
     check_shape(cpu, &r, false, true, 64, 512, 784);  /* forward: x W^T */
@@ -135,5 +137,6 @@ int main(int argc, char **argv)
     check_shape(cpu, &r, false, false, 64, 784, 512); /* input gradient: dy W */
     check_shape(cpu, &r, true, true, 65, 129, 255);   /* odd sizes, both transposed */
     check_shape(cpu, &r, false, false, 20, 196, 500); /* conv2 forward per image */
+    ops_close(cpu);
     return CHECK_DONE();
 }

@@ -22,82 +22,90 @@ static void make_batch(test_rng *r, float *x, int *labels)
     }
 }
 
-static void train(ddp_model_kind kind, int steps, float lr)
+static void train(model_kind kind, int steps, float lr)
 {
-    ddp_model_config cfg;
-    ddp_model_config_default(&cfg, kind);
+    model_config cfg;
+    model_config_default(&cfg, kind);
     cfg.max_batch = BATCH;
-    ddp_model *m = NULL;
-    CHECK(ddp_model_create(ddp_cpu_ops(), &cfg, &m) == DDP_OK, "create");
-    if (!m)
+    model *m = NULL;
+    ops_handle *ops = NULL;
+    CHECK(ops_cpu_open(NULL, 1, false, &ops) == DDP_OK && model_create(NULL, ops, &cfg, &m) == DDP_OK, "create");
+    if (!m) {
+        ops_close(ops);
         return;
+    }
     test_rng r = {4242};
     static float x[BATCH * PIXELS];
     int labels[BATCH], pred[BATCH], correct = 0;
     float first = 0.0f, loss = 0.0f;
     make_batch(&r, x, labels);
     for (int s = 0; s < steps; s++) {
-        CHECK(ddp_model_zero_grad(m) == DDP_OK, "zero_grad");
-        CHECK(ddp_model_forward(m, x, labels, BATCH, &loss, &correct, pred) == DDP_OK, "forward");
-        CHECK(ddp_model_backward(m, NULL) == DDP_OK, "backward");
-        CHECK(ddp_model_sgd_step(m, lr, 0.9f, 1e-4f) == DDP_OK, "sgd");
+        CHECK(model_zero_grad(m) == DDP_OK, "zero_grad");
+        CHECK(model_forward(m, x, labels, BATCH, &loss, &correct, pred) == DDP_OK, "forward");
+        CHECK(model_backward(m, NULL) == DDP_OK, "backward");
+        CHECK(model_sgd_step(m, lr, 0.9f, 1e-4f) == DDP_OK, "sgd");
         if (s == 0)
             first = loss;
     }
-    CHECK(ddp_model_forward(m, x, labels, BATCH, &loss, &correct, pred) == DDP_OK, "forward");
+    CHECK(model_forward(m, x, labels, BATCH, &loss, &correct, pred) == DDP_OK, "forward");
     int agree = 0;
     for (int i = 0; i < BATCH; i++)
         agree += pred[i] == labels[i];
-    const char *name = kind == DDP_MODEL_CNN ? "cnn" : "mlp";
+    const char *name = kind == MODEL_CNN ? "cnn" : "mlp";
     fprintf(stderr, "%s: loss %.4f -> %.4f, %d/%d correct\n", name, first, loss, correct, BATCH);
     CHECK(first > 2.0f && first < 2.6f, "%s: initial loss %g is near ln 10", name, first);
     CHECK(loss < 0.25f * first, "%s: loss %g did not fall below a quarter of %g", name, loss, first);
     CHECK(correct == BATCH && agree == correct, "%s: %d correct, %d predictions agree", name, correct, agree);
-    ddp_model_destroy(m);
+    model_destroy(m);
+    ops_close(ops);
 }
 
 static void check_layout(void)
 {
-    ddp_model_config cfg;
-    ddp_model_config_default(&cfg, DDP_MODEL_CNN);
-    ddp_model *m = NULL;
-    CHECK(ddp_model_create(ddp_cpu_ops(), &cfg, &m) == DDP_OK, "create cnn");
-    if (!m)
+    model_config cfg;
+    model_config_default(&cfg, MODEL_CNN);
+    model *m = NULL;
+    ops_handle *ops = NULL;
+    CHECK(ops_cpu_open(NULL, 1, false, &ops) == DDP_OK && model_create(NULL, ops, &cfg, &m) == DDP_OK, "create cnn");
+    if (!m) {
+        ops_close(ops);
         return;
+    }
     static const char *names[] = {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
                                   "fc1.weight", "fc1.bias"};
     static const size_t numel[] = {500, 20, 10000, 20, 9800, 10};
-    const ddp_param_desc *d = ddp_model_descs(m);
-    CHECK(ddp_model_n_params(m) == 6, "cnn has 6 parameters");
-    for (int i = 0; i < 6 && i < ddp_model_n_params(m); i++) {
+    const ddp_param_desc *d = model_descs(m);
+    CHECK(model_n_params(m) == 6, "cnn has 6 parameters");
+    for (int i = 0; i < 6 && i < model_n_params(m); i++) {
         CHECK(strcmp(d[i].name, names[i]) == 0, "param %d is %s, want %s", i, d[i].name, names[i]);
-        CHECK(ddp_model_numel(m)[i] == numel[i], "%s numel %zu", names[i], ddp_model_numel(m)[i]);
+        CHECK(model_numel(m)[i] == numel[i], "%s numel %zu", names[i], model_numel(m)[i]);
     }
     CHECK(d[2].n_dims == 4 && d[2].shape[0] == 20 && d[2].shape[1] == 20 && d[2].shape[3] == 5, "conv2 shape");
     CHECK(d[4].n_dims == 2 && d[4].shape[0] == 10 && d[4].shape[1] == 980, "fc1 shape (out, in)");
-    CHECK(ddp_model_numel_total(m) == 20350, "total %zu", ddp_model_numel_total(m));
-    const float *p = ddp_model_params(m) + 520; /* conv2.weight: bound 1/sqrt(500) */
+    CHECK(model_numel_total(m) == 20350, "total %zu", model_numel_total(m));
+    const float *p = model_params(m) + 520; /* conv2.weight: bound 1/sqrt(500) */
     float mx = 0.0f;
     for (int i = 0; i < 10000; i++)
         mx = fabsf(p[i]) > mx ? fabsf(p[i]) : mx;
     CHECK(mx <= 1.0f / sqrtf(500.0f) && mx > 0.9f / sqrtf(500.0f), "conv2 init range %g", mx);
-    ddp_model_destroy(m);
+    model_destroy(m);
+    ops_close(ops);
 }
 
 static void check_parsers(void)
 {
-    ddp_model_config cfg;
-    ddp_model_kind k;
-    ddp_model_config_default(&cfg, DDP_MODEL_MLP);
+    model_config cfg;
+    model_kind k;
+    model_config_default(&cfg, MODEL_MLP);
     CHECK(cfg.n_widths == 4 && cfg.widths[1] == 512 && cfg.max_batch == 64 && cfg.seed == 42, "defaults");
-    CHECK(ddp_model_kind_parse("cnn", &k) == DDP_OK && k == DDP_MODEL_CNN, "parse cnn");
-    CHECK(ddp_model_kind_parse("mlp", &k) == DDP_OK && k == DDP_MODEL_MLP, "parse mlp");
-    CHECK(ddp_model_kind_parse("resnet", &k) == DDP_ERR_INVALID_ARG, "reject resnet");
-    CHECK(ddp_model_widths_parse("784-100-10", &cfg) == DDP_OK && cfg.n_widths == 3 && cfg.widths[1] == 100, "widths");
-    CHECK(ddp_model_widths_parse("784-100-9", &cfg) == DDP_ERR_INVALID_ARG, "last must be 10");
-    CHECK(ddp_model_widths_parse("784--10", &cfg) == DDP_ERR_INVALID_ARG, "empty width");
-    CHECK(ddp_model_widths_parse("784-10-", &cfg) == DDP_ERR_INVALID_ARG, "trailing dash");
-    CHECK(ddp_model_widths_parse("784-1-1-1-1-1-1-1-1-10", &cfg) == DDP_ERR_INVALID_ARG, "too many layers");
+    CHECK(model_kind_parse("cnn", &k) == DDP_OK && k == MODEL_CNN, "parse cnn");
+    CHECK(model_kind_parse("mlp", &k) == DDP_OK && k == MODEL_MLP, "parse mlp");
+    CHECK(model_kind_parse("resnet", &k) == DDP_ERR_INVALID_ARG, "reject resnet");
+    CHECK(model_widths_parse("784-100-10", &cfg) == DDP_OK && cfg.n_widths == 3 && cfg.widths[1] == 100, "widths");
+    CHECK(model_widths_parse("784-100-9", &cfg) == DDP_ERR_INVALID_ARG, "last must be 10");
+    CHECK(model_widths_parse("784--10", &cfg) == DDP_ERR_INVALID_ARG, "empty width");
+    CHECK(model_widths_parse("784-10-", &cfg) == DDP_ERR_INVALID_ARG, "trailing dash");
+    CHECK(model_widths_parse("784-1-1-1-1-1-1-1-1-10", &cfg) == DDP_ERR_INVALID_ARG, "too many layers");
     CHECK(cfg.n_widths == 3, "a failed parse leaves the config alone");
 }
 
@@ -105,7 +113,7 @@ int main(void)
 {
     check_parsers();
     check_layout();
-    train(DDP_MODEL_MLP, 30, 0.05f);
-    train(DDP_MODEL_CNN, 30, 0.05f);
+    train(MODEL_MLP, 30, 0.05f);
+    train(MODEL_CNN, 30, 0.05f);
     return CHECK_DONE();
 }

@@ -33,7 +33,7 @@ static const prec precs[] = {
     {DDP_FP16, "fp16", 11, -24, 1.0 / 1024},
 };
 
-static const ddp_ops *ops;
+static ops_handle *ops;
 
 /* x rounded to nearest even with `bits` significant bits (the fp64 model of a cast). */
 static double round_to(double x, const prec *q)
@@ -50,7 +50,7 @@ static double round_to(double x, const prec *q)
 static void *to_prec(const prec *q, const float *x, size_t n)
 {
     void *d = malloc(n * 4 + 4);
-    CHECK(ops->cast(q->p, d, DDP_FP32, x, n) == DDP_OK, "cast to %s", q->name);
+    CHECK(ops->cast(ops, q->p, d, DDP_FP32, x, n) == DDP_OK, "cast to %s", q->name);
     return d;
 }
 
@@ -58,7 +58,7 @@ static void *to_prec(const prec *q, const float *x, size_t n)
 static void round_in_place(const prec *q, float *x, size_t n)
 {
     void *d = to_prec(q, x, n);
-    CHECK(ops->cast(DDP_FP32, x, q->p, d, n) == DDP_OK, "cast from %s", q->name);
+    CHECK(ops->cast(ops, DDP_FP32, x, q->p, d, n) == DDP_OK, "cast from %s", q->name);
     free(d);
 }
 
@@ -66,7 +66,7 @@ static void round_in_place(const prec *q, float *x, size_t n)
 static float *from_prec(const prec *q, const void *d, size_t n, int out_fp32)
 {
     float *x = test_floats(n);
-    CHECK(ops->cast(DDP_FP32, x, out_fp32 ? DDP_FP32 : q->p, d, n) == DDP_OK, "cast back");
+    CHECK(ops->cast(ops, DDP_FP32, x, out_fp32 ? DDP_FP32 : q->p, d, n) == DDP_OK, "cast back");
     return x;
 }
 
@@ -128,7 +128,7 @@ static void check_linear(const prec *q, test_rng *rng)
     double ref[LO * LI], mag[LO * LI];
     for (int logits = 0; logits < 2; logits++) {
         float y[LB * LO];
-        CHECK(ops->linear_fwd(q->p, xq, wq, b, LB, LI, LO, y, logits) == DDP_OK, "linear_fwd");
+        CHECK(ops->linear_fwd(ops, q->p, xq, wq, b, LB, LI, LO, y, logits) == DDP_OK, "linear_fwd");
         float *got = from_prec(q, y, LB * LO, logits);
         for (int n = 0; n < LB; n++) {
             for (int o = 0; o < LO; o++) {
@@ -148,7 +148,7 @@ static void check_linear(const prec *q, test_rng *rng)
         if (!acc)
             test_fill_nan(dw, LO * LI), test_fill_nan(db, LO);
         memcpy(dw0, dw, sizeof dw), memcpy(db0, db, sizeof db);
-        CHECK(ops->linear_bwd_params(q->p, xq, dyq, LB, LI, LO, dw, db, acc) == DDP_OK, "linear_bwd_params");
+        CHECK(ops->linear_bwd_params(ops, q->p, xq, dyq, LB, LI, LO, dw, db, acc) == DDP_OK, "linear_bwd_params");
         for (int o = 0; o < LO; o++) {
             for (int i = 0; i < LI; i++) {
                 double s = acc ? dw0[o * LI + i] : 0.0, m = fabs(s);
@@ -167,7 +167,7 @@ static void check_linear(const prec *q, test_rng *rng)
         CHECK(compare("linear db", q, db, ref, mag, LO, 0.0) == 0, "%s linear db (accumulate %d)", q->name, acc);
     }
     void *dxq = malloc(sizeof x);
-    CHECK(ops->linear_bwd_input(q->p, wq, dyq, LB, LI, LO, dxq) == DDP_OK, "linear_bwd_input");
+    CHECK(ops->linear_bwd_input(ops, q->p, wq, dyq, LB, LI, LO, dxq) == DDP_OK, "linear_bwd_input");
     float *dx = from_prec(q, dxq, LB * LI, 0);
     for (int n = 0; n < LB; n++) {
         for (int i = 0; i < LI; i++) {
@@ -208,7 +208,7 @@ static void to_layout(float *v, int N, int C, int H, int W)
 /* ---- conv ------------------------------------------------------------------------------------ */
 
 typedef struct conv_data {
-    ddp_conv_shape s;
+    ops_conv_shape s;
     int batch;
     float *x, *w, *b, *dy; /* NCHW / OIHW host values, rounded to the precision */
 } conv_data;
@@ -216,7 +216,7 @@ typedef struct conv_data {
 /* fp64 forward (kind 0), input gradient (1) or weight gradient (2) by direct summation. */
 static void conv_reference(const conv_data *d, int kind, double *ref, double *mag)
 {
-    const ddp_conv_shape *s = &d->s;
+    const ops_conv_shape *s = &d->s;
     size_t n_out = kind == 0 ? (size_t)d->batch * s->c_out * s->h_out * s->w_out
                  : kind == 1 ? (size_t)d->batch * s->c_in * s->h * s->w
                              : (size_t)s->c_out * s->c_in * s->k * s->k;
@@ -259,7 +259,7 @@ static float *from_layout(const float *got, int N, int C, int H, int W)
 static void check_conv(const prec *q, test_rng *rng, int c_in, int k, int pad)
 {
     conv_data d = {.s = {.c_in = c_in, .h = 9, .w = 7, .c_out = 4, .k = k, .pad = pad}, .batch = 2};
-    ddp_conv_shape *s = &d.s;
+    ops_conv_shape *s = &d.s;
     s->h_out = s->h + 2 * pad - k + 1, s->w_out = s->w + 2 * pad - k + 1;
     size_t nx = (size_t)d.batch * c_in * s->h * s->w, nw = (size_t)s->c_out * c_in * k * k;
     size_t ny = (size_t)d.batch * s->c_out * s->h_out * s->w_out;
@@ -274,13 +274,13 @@ static void check_conv(const prec *q, test_rng *rng, int c_in, int k, int pad)
     void *out = malloc((nx > ny ? nx : ny) * 4);
     double *ref = malloc((nx + ny + nw) * sizeof *ref), *mag = malloc((nx + ny + nw) * sizeof *mag);
 
-    CHECK(ops->conv_fwd(q->p, s, d.batch, xq, wq, d.b, out) == DDP_OK, "conv_fwd");
+    CHECK(ops->conv_fwd(ops, q->p, s, d.batch, xq, wq, d.b, out) == DDP_OK, "conv_fwd");
     float *raw = from_prec(q, out, ny, 0), *got = from_layout(raw, d.batch, s->c_out, s->h_out, s->w_out);
     conv_reference(&d, 0, ref, mag);
     CHECK(compare("conv_fwd", q, got, ref, mag, ny, q->r) == 0, "%s conv_fwd c_in %d k %d", q->name, c_in, k);
     free(raw), free(got);
 
-    CHECK(ops->conv_bwd_input(q->p, s, d.batch, wq, dyq, out) == DDP_OK, "conv_bwd_input");
+    CHECK(ops->conv_bwd_input(ops, q->p, s, d.batch, wq, dyq, out) == DDP_OK, "conv_bwd_input");
     raw = from_prec(q, out, nx, 0), got = from_layout(raw, d.batch, c_in, s->h, s->w);
     conv_reference(&d, 1, ref, mag);
     CHECK(compare("conv dx", q, got, ref, mag, nx, q->r) == 0, "%s conv dx c_in %d k %d", q->name, c_in, k);
@@ -302,7 +302,7 @@ static void check_conv(const prec *q, test_rng *rng, int c_in, int k, int pad)
             for (int o = 0; o < s->c_out; o++)
                 db0[o] = 0.0;
         }
-        CHECK(ops->conv_bwd_params(q->p, s, d.batch, xq, dyq, dw, db, acc) == DDP_OK, "conv_bwd_params");
+        CHECK(ops->conv_bwd_params(ops, q->p, s, d.batch, xq, dyq, dw, db, acc) == DDP_OK, "conv_bwd_params");
         conv_reference(&d, 2, ref, mag);
         for (size_t i = 0; i < nw; i++)
             ref[i] += dw0[i], mag[i] += fabs(dw0[i]);
@@ -338,8 +338,8 @@ static void check_relu(const prec *q, test_rng *rng)
     test_fill(rng, x, PT, -1, 1), test_fill(rng, dy, PT, -1, 1);
     round_in_place(q, x, PT), round_in_place(q, dy, PT);
     void *xq = to_prec(q, x, PT), *dyq = to_prec(q, dy, PT), *yq = malloc(PT * 4), *dxq = malloc(PT * 4);
-    CHECK(ops->act_relu_fwd(q->p, yq, xq, PT) == DDP_OK, "relu fwd");
-    CHECK(ops->act_relu_bwd(q->p, dxq, dyq, yq, PT) == DDP_OK, "relu bwd");
+    CHECK(ops->act_relu_fwd(ops, q->p, yq, xq, PT) == DDP_OK, "relu fwd");
+    CHECK(ops->act_relu_bwd(ops, q->p, dxq, dyq, yq, PT) == DDP_OK, "relu bwd");
     float *y = from_prec(q, yq, PT, 0), *dx = from_prec(q, dxq, PT, 0);
     double ry[PT], rdx[PT];
     for (int i = 0; i < PT; i++)
@@ -380,13 +380,13 @@ static void check_pool(const prec *q, test_rng *rng)
     to_layout(xl, PN, PC, PH, PW), to_layout(dyl, PN, PC, PH / 2, PW / 2);
     void *xq = to_prec(q, xl, PT), *dyq = to_prec(q, dyl, PO), *yq = malloc(PO * 4), *dxq = malloc(PT * 4);
     int ws[PO];
-    CHECK(ops->pool_fwd(q->p, xq, PN, PC, PH, PW, yq, ws, sizeof ws) == DDP_OK, "pool fwd");
-    CHECK(ops->pool_bwd(q->p, dyq, ws, PN, PC, PH, PW, dxq) == DDP_OK, "pool bwd");
+    CHECK(ops->pool_fwd(ops, q->p, xq, PN, PC, PH, PW, yq, ws, sizeof ws) == DDP_OK, "pool fwd");
+    CHECK(ops->pool_bwd(ops, q->p, dyq, ws, PN, PC, PH, PW, dxq) == DDP_OK, "pool bwd");
     float *yr = from_prec(q, yq, PO, 0), *dxr = from_prec(q, dxq, PT, 0);
     float *y = from_layout(yr, PN, PC, PH / 2, PW / 2), *dx = from_layout(dxr, PN, PC, PH, PW);
     CHECK(count_diff(y, ry, PO) == 0, "%s pool fwd not exact", q->name);
     CHECK(count_diff(dx, rdx, PT) == 0, "%s pool bwd not exact", q->name);
-    CHECK(ops->pool_fwd(q->p, xq, PN, PC, PH, PW, yq, ws, 1) == DDP_ERR_INVALID_ARG,
+    CHECK(ops->pool_fwd(ops, q->p, xq, PN, PC, PH, PW, yq, ws, 1) == DDP_ERR_INVALID_ARG,
           "%s pool fwd accepted a too small workspace", q->name);
     free(xq), free(dyq), free(yq), free(dxq), free(yr), free(dxr), free(y), free(dx);
 }
@@ -397,7 +397,7 @@ static void check_reorder(const prec *q, test_rng *rng)
     test_fill(rng, x, PT, -1, 1);
     round_in_place(q, x, PT);
     void *xq = to_prec(q, x, PT), *tq = malloc(PT * 4), *bq = malloc(PT * 4);
-    CHECK(ops->image_reorder(q->p, xq, tq, PN, PC, PH, PW, false) == DDP_OK, "to nhwc");
+    CHECK(ops->image_reorder(ops, q->p, xq, tq, PN, PC, PH, PW, false) == DDP_OK, "to nhwc");
     float *t = from_prec(q, tq, PT, 0);
     int bad = 0;
     for (int n = 0; n < PN; n++)
@@ -405,21 +405,22 @@ static void check_reorder(const prec *q, test_rng *rng)
             for (int i = 0; i < PH * PW; i++)
                 bad += t[((size_t)n * PH * PW + i) * PC + c] != x[((size_t)n * PC + c) * PH * PW + i];
     CHECK(bad == 0, "%s NCHW -> NHWC: %d misplaced", q->name, bad);
-    CHECK(ops->image_reorder(q->p, tq, bq, PN, PC, PH, PW, true) == DDP_OK, "to nchw");
-    CHECK(ops->cast(DDP_FP32, back, q->p, bq, PT) == DDP_OK, "cast");
+    CHECK(ops->image_reorder(ops, q->p, tq, bq, PN, PC, PH, PW, true) == DDP_OK, "to nchw");
+    CHECK(ops->cast(ops, DDP_FP32, back, q->p, bq, PT) == DDP_OK, "cast");
     CHECK(memcmp(back, x, sizeof x) == 0, "%s NHWC -> NCHW does not undo it", q->name);
     free(xq), free(tq), free(bq), free(t);
 }
 
 int main(void)
 {
-    ops = ddp_cpu_ops();
+    if (ops_cpu_open(NULL, 1, false, &ops) != DDP_OK)
+        return 1;
     test_rng rng = {0x243F6A8885A308D3ULL};
     for (size_t i = 0; i < sizeof precs / sizeof precs[0]; i++) {
         const prec *q = &precs[i];
         /* every precision runs on every x86-64 CPU (bf16 emulated without bf16 arithmetic) */
-        CHECK(ops->supports(q->p, NULL), "%s refused by the CPU table", q->name);
-        printf("%s%s\n", q->name, ops->emulates(q->p) ? " (emulated in float storage)" : "");
+        CHECK(ops->supports(ops, q->p, NULL), "%s refused by the CPU table", q->name);
+        printf("%s%s\n", q->name, ops->emulates(ops, q->p) ? " (emulated in float storage)" : "");
         check_cast(q, &rng);
         check_linear(q, &rng);
         check_conv(q, &rng, 3, 3, 1);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "../check.h"
+#include "ops.h"
 
 /* xorshift64*: deterministic test inputs. */
 typedef struct test_rng {
@@ -86,6 +87,33 @@ static inline int test_gradcheck(const char *what, float *v, size_t n, size_t st
         }
     }
     return bad;
+}
+
+/* The GPU tests' set-up: a one-rank CUDA context (ddp_init runs without a launcher), its ops
+ * handle, and a CPU handle on host memory, the oracle. Returns DDP_TEST_SKIP (77) without a usable
+ * GPU, 1 when opening failed, 0 on success. test_cuda_close releases all three. */
+static inline int test_cuda_open(const char *who, ddp_ctx **ctx, ops_handle **gpu, ops_handle **cpu)
+{
+    if (ddp_cuda_device_count() == 0) {
+        fprintf(stderr, "%s: skipped: no usable GPU\n", who);
+        return DDP_TEST_SKIP;
+    }
+    ddp_init_opts io;
+    ddp_init_opts_default(&io);
+    io.backend = DDP_BACKEND_CUDA;
+    io.print_table = 0;
+    if (ddp_init(&io, ctx) != DDP_OK)
+        return 1;
+    if (ops_cuda_open(*ctx, false, gpu) != DDP_OK || ops_cpu_open(NULL, 1, false, cpu) != DDP_OK)
+        return 1;
+    return 0;
+}
+
+static inline void test_cuda_close(ddp_ctx *ctx, ops_handle *gpu, ops_handle *cpu)
+{
+    ops_close(gpu);
+    ops_close(cpu);
+    ddp_finalize(ctx);
 }
 
 #endif /* DDP_TEST_MODELS_UTIL_H */
