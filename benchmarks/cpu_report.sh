@@ -12,7 +12,7 @@ cpu_report_here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 cpu_report_machine() {
     local avx512
-    avx512="$(grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+    avx512="$(grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ' || true)"
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); host $(hostname)"
     echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc --all) cores;" \
         "AVX-512: ${avx512:-none}"
