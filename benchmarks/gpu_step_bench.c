@@ -226,9 +226,9 @@ typedef struct step_t {
 static ddp_status op_step(void *a)
 {
     step_t *s = a;
-    DDP_TRY_(model_zero_grad(s->m));
-    DDP_TRY_(model_forward_train(s->m, s->x, s->y, s->b, s->loss));
-    DDP_TRY_(model_backward(s->m, NULL));
+    TRY_OK(model_zero_grad(s->m));
+    TRY_OK(model_forward_train(s->m, s->x, s->y, s->b, s->loss));
+    TRY_OK(model_backward(s->m, NULL));
     return model_sgd_step(s->m, 0.01f, 0.9f, 0.0f);
 }
 

@@ -24,8 +24,8 @@ ddp_status layer_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, c
 {
     if (ops->linear_fwd)
         return ops->linear_fwd(ops, p, x, w, b, batch, in, out, y, y_fp32);
-    DDP_TRY_(fp32_only(ops, p, __func__));
-    DDP_TRY_(ops->gemm(ops, false, true, batch, out, in, 1.0f, x, w, 0.0f, y));
+    TRY_OK(fp32_only(ops, p, __func__));
+    TRY_OK(ops->gemm(ops, false, true, batch, out, in, 1.0f, x, w, 0.0f, y));
     return ops->bias_add(ops, y, b, batch, out);
 }
 
@@ -34,11 +34,11 @@ ddp_status layer_linear_bwd_params(const ops_handle *ops, ddp_dtype p, const voi
 {
     if (ops->linear_bwd_params)
         return ops->linear_bwd_params(ops, p, x, dy, batch, in, out, dw, db, accumulate);
-    DDP_TRY_(fp32_only(ops, p, __func__));
+    TRY_OK(fp32_only(ops, p, __func__));
     if (dw)
-        DDP_TRY_(ops->gemm(ops, true, false, out, in, batch, 1.0f, dy, x, accumulate ? 1.0f : 0.0f, dw));
+        TRY_OK(ops->gemm(ops, true, false, out, in, batch, 1.0f, dy, x, accumulate ? 1.0f : 0.0f, dw));
     if (db && !accumulate)
-        DDP_TRY_(ddp_zero(ops->ctx, db, (size_t)out * sizeof *db));
+        TRY_OK(ddp_zero(ops->ctx, db, (size_t)out * sizeof *db));
     return db ? ops->bias_grad(ops, db, dy, batch, out) : DDP_OK;
 }
 
@@ -47,7 +47,7 @@ ddp_status layer_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const void
 {
     if (ops->linear_bwd_input)
         return ops->linear_bwd_input(ops, p, w, dy, batch, in, out, dx);
-    DDP_TRY_(fp32_only(ops, p, __func__));
+    TRY_OK(fp32_only(ops, p, __func__));
     return ops->gemm(ops, false, false, batch, in, out, 1.0f, dy, w, 0.0f, dx);
 }
 
@@ -106,16 +106,16 @@ ddp_status layer_conv_fwd(const ops_handle *ops, ddp_dtype p, const layer_conv *
         ops_conv_shape s = ops_conv_shape_of(cv);
         return ops->conv_fwd(ops, p, &s, batch, x, w, b, y);
     }
-    DDP_TRY_(fp32_only(ops, p, __func__));
+    TRY_OK(fp32_only(ops, p, __func__));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     size_t x_numel = (size_t)cv->c_in * cv->h * cv->w, y_numel = (size_t)cv->c_out * hw;
     for (int n = 0; n < batch; n++) {
         float *col_n = col + n * layer_conv_col_numel(cv); // (ckk, hw)
         float *y_n = (float *)y + n * y_numel;            // (c_out, hw)
-        DDP_TRY_(ops->im2col(ops, (const float *)x + n * x_numel, cv->c_in, cv->h, cv->w, cv->k, cv->pad,
+        TRY_OK(ops->im2col(ops, (const float *)x + n * x_numel, cv->c_in, cv->h, cv->w, cv->k, cv->pad,
                              col_n));
-        DDP_TRY_(ops->gemm(ops, false, false, cv->c_out, hw, ckk, 1.0f, w, col_n, 0.0f, y_n));
-        DDP_TRY_(ops->gemm(ops, false, false, cv->c_out, hw, 1, 1.0f, b, cv->ones, 1.0f, y_n));
+        TRY_OK(ops->gemm(ops, false, false, cv->c_out, hw, ckk, 1.0f, w, col_n, 0.0f, y_n));
+        TRY_OK(ops->gemm(ops, false, false, cv->c_out, hw, 1, 1.0f, b, cv->ones, 1.0f, y_n));
     }
     return DDP_OK;
 }
@@ -128,17 +128,17 @@ ddp_status layer_conv_bwd_params(const ops_handle *ops, ddp_dtype p, const layer
         ops_conv_shape s = ops_conv_shape_of(cv);
         return ops->conv_bwd_params(ops, p, &s, batch, x, dy, dw, db, accumulate);
     }
-    DDP_TRY_(fp32_only(ops, p, __func__));
+    TRY_OK(fp32_only(ops, p, __func__));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     if (!accumulate) {
-        DDP_TRY_(ddp_zero(ops->ctx, dw, (size_t)cv->c_out * ckk * sizeof *dw));
-        DDP_TRY_(ddp_zero(ops->ctx, db, (size_t)cv->c_out * sizeof *db));
+        TRY_OK(ddp_zero(ops->ctx, dw, (size_t)cv->c_out * ckk * sizeof *dw));
+        TRY_OK(ddp_zero(ops->ctx, db, (size_t)cv->c_out * sizeof *db));
     }
     for (int n = 0; n < batch; n++) {
         const float *dy_n = (const float *)dy + (size_t)n * cv->c_out * hw; // (c_out, hw)
         const float *col_n = col + n * layer_conv_col_numel(cv);
-        DDP_TRY_(ops->gemm(ops, false, true, cv->c_out, ckk, hw, 1.0f, dy_n, col_n, 1.0f, dw));
-        DDP_TRY_(ops->gemm(ops, false, false, cv->c_out, 1, hw, 1.0f, dy_n, cv->ones, 1.0f, db));
+        TRY_OK(ops->gemm(ops, false, true, cv->c_out, ckk, hw, 1.0f, dy_n, col_n, 1.0f, dw));
+        TRY_OK(ops->gemm(ops, false, false, cv->c_out, 1, hw, 1.0f, dy_n, cv->ones, 1.0f, db));
     }
     return DDP_OK;
 }
@@ -150,14 +150,14 @@ ddp_status layer_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const layer_
         ops_conv_shape s = ops_conv_shape_of(cv);
         return ops->conv_bwd_input(ops, p, &s, batch, w, dy, dx);
     }
-    DDP_TRY_(fp32_only(ops, p, __func__));
+    TRY_OK(fp32_only(ops, p, __func__));
     int hw = cv->h_out * cv->w_out, ckk = cv->c_in * cv->k * cv->k;
     size_t x_n = (size_t)cv->c_in * cv->h * cv->w;
-    DDP_TRY_(ddp_zero(ops->ctx, dx, (size_t)batch * x_n * sizeof(float)));
+    TRY_OK(ddp_zero(ops->ctx, dx, (size_t)batch * x_n * sizeof(float)));
     for (int n = 0; n < batch; n++) {
         const float *dy_n = (const float *)dy + (size_t)n * cv->c_out * hw; // (c_out, hw)
-        DDP_TRY_(ops->gemm(ops, true, false, ckk, hw, cv->c_out, 1.0f, w, dy_n, 0.0f, dcol));
-        DDP_TRY_(ops->col2im(ops, dcol, cv->c_in, cv->h, cv->w, cv->k, cv->pad, (float *)dx + n * x_n));
+        TRY_OK(ops->gemm(ops, true, false, ckk, hw, cv->c_out, 1.0f, w, dy_n, 0.0f, dcol));
+        TRY_OK(ops->col2im(ops, dcol, cv->c_in, cv->h, cv->w, cv->k, cv->pad, (float *)dx + n * x_n));
     }
     return DDP_OK;
 }
@@ -168,7 +168,7 @@ ddp_status layer_relu_fwd(const ops_handle *ops, ddp_dtype p, const void *x, siz
 {
     if (ops->act_relu_fwd)
         return ops->act_relu_fwd(ops, p, y, x, n);
-    DDP_TRY_(fp32_only(ops, p, __func__));
+    TRY_OK(fp32_only(ops, p, __func__));
     return ops->relu_fwd(ops, y, x, n);
 }
 
@@ -177,7 +177,7 @@ ddp_status layer_relu_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, co
 {
     if (ops->act_relu_bwd)
         return ops->act_relu_bwd(ops, p, dx, dy, y, n);
-    DDP_TRY_(fp32_only(ops, p, __func__));
+    TRY_OK(fp32_only(ops, p, __func__));
     return ops->relu_bwd(ops, dx, dy, y, n);
 }
 
@@ -186,7 +186,7 @@ ddp_status layer_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *x, int
 {
     if (ops->pool_fwd && ops->pool_bwd)
         return ops->pool_fwd(ops, p, x, n, c, h, w, y, arg, ws_bytes);
-    DDP_TRY_(fp32_only(ops, p, __func__));
+    TRY_OK(fp32_only(ops, p, __func__));
     return ops->maxpool_fwd(ops, x, n * c, h, w, y, arg);
 }
 
@@ -195,8 +195,8 @@ ddp_status layer_pool_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, co
 {
     if (ops->pool_fwd && ops->pool_bwd)
         return ops->pool_bwd(ops, p, dy, arg, n, c, h, w, dx);
-    DDP_TRY_(fp32_only(ops, p, __func__));
-    DDP_TRY_(ddp_zero(ops->ctx, dx, (size_t)n * c * h * w * sizeof(float)));
+    TRY_OK(fp32_only(ops, p, __func__));
+    TRY_OK(ddp_zero(ops->ctx, dx, (size_t)n * c * h * w * sizeof(float)));
     return ops->maxpool_bwd(ops, dy, arg, n * c, h, w, dx);
 }
 

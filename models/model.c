@@ -253,8 +253,8 @@ static ddp_status alloc_cnn(model *m)
 {
     cnn_acts *a = &m->cnn;
     const int c = DDP_CNN_CHANNELS, s = DDP_IMAGE_SIDE;
-    DDP_TRY_(layer_conv_init(m->ops, &a->conv1, 1, s, s, c, 5, 2));
-    DDP_TRY_(layer_conv_init(m->ops, &a->conv2, c, s / 2, s / 2, c, 5, 2));
+    TRY_OK(layer_conv_init(m->ops, &a->conv1, 1, s, s, c, 5, 2));
+    TRY_OK(layer_conv_init(m->ops, &a->conv2, c, s / 2, s / 2, c, 5, 2));
     size_t big = (size_t)c * s * s, mid = big / 4, small = big / 16;
     if (!layer_conv_direct(m->ops)) {
         a->col1 = fbuf(m, layer_conv_col_numel(&a->conv1));
@@ -314,7 +314,7 @@ static ddp_status model_setup(model *m)
         m->xc = abuf(m, DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
         m->dlogits_c = abuf(m, (size_t)classes);
     }
-    DDP_TRY_(m->cfg.kind == MODEL_CNN ? alloc_cnn(m) : alloc_mlp(m));
+    TRY_OK(m->cfg.kind == MODEL_CNN ? alloc_cnn(m) : alloc_mlp(m));
     return init_params(m);
 }
 
@@ -330,8 +330,8 @@ ddp_status model_create(ddp_ctx *ctx, const ops_handle *ops, const model_config 
         DDP_ERROR("model_create: invalid model configuration");
         return DDP_ERR_INVALID_ARG;
     }
-    DDP_TRY_(ops_require(ops, cfg->kind == MODEL_CNN ? "cnn" : "mlp"));
-    DDP_TRY_(ops_require_precision(ops, cfg->precision,
+    TRY_OK(ops_require(ops, cfg->kind == MODEL_CNN ? "cnn" : "mlp"));
+    TRY_OK(ops_require_precision(ops, cfg->precision,
                                            cfg->kind == MODEL_CNN ? "cnn" : "mlp"));
     model *m = calloc(1, sizeof *m);
     if (!m)
@@ -393,10 +393,10 @@ static ddp_status mlp_forward(model *m, const float **logits)
     for (int l = 0; l < n_layers; l++) {
         int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
         ddp_trace_begin("forward.layer", l);
-        DDP_TRY_(layer_linear_fwd(m->ops, p, h, cparam(m, 2 * l), param(m, 2 * l + 1),
+        TRY_OK(layer_linear_fwd(m->ops, p, h, cparam(m, 2 * l), param(m, 2 * l + 1),
                                 m->batch, in, out, a->z[l], l + 1 == n_layers));
         if (l + 1 < n_layers)
-            DDP_TRY_(layer_relu_fwd(m->ops, p, a->z[l], (size_t)m->batch * out, a->a[l]));
+            TRY_OK(layer_relu_fwd(m->ops, p, a->z[l], (size_t)m->batch * out, a->a[l]));
         ddp_trace_end("forward.layer", l);
         if (l + 1 == n_layers)
             break;
@@ -418,20 +418,20 @@ static ddp_status cnn_forward(model *m, const float **logits)
      * backward pass, the same gradients (a window whose max is <= 0 gets none either way), with the
      * ReLU on a quarter of the elements. */
     ddp_trace_begin("forward.layer", 0); /* conv1, pool, relu */
-    DDP_TRY_(layer_conv_fwd(o, p, &a->conv1, m->x, cparam(m, 0), param(m, 1), b, a->col1, a->z1));
-    DDP_TRY_(layer_pool_fwd(o, p, a->z1, b, c, 28, 28, a->p1, a->arg1, ws1));
-    DDP_TRY_(layer_relu_fwd(o, p, a->p1, (size_t)planes * 14 * 14, a->p1));
+    TRY_OK(layer_conv_fwd(o, p, &a->conv1, m->x, cparam(m, 0), param(m, 1), b, a->col1, a->z1));
+    TRY_OK(layer_pool_fwd(o, p, a->z1, b, c, 28, 28, a->p1, a->arg1, ws1));
+    TRY_OK(layer_relu_fwd(o, p, a->p1, (size_t)planes * 14 * 14, a->p1));
     ddp_trace_end("forward.layer", 0);
     ddp_trace_begin("forward.layer", 1); /* conv2, pool, relu */
-    DDP_TRY_(layer_conv_fwd(o, p, &a->conv2, a->p1, cparam(m, 2), param(m, 3), b, a->col2, a->z2));
-    DDP_TRY_(layer_pool_fwd(o, p, a->z2, b, c, 14, 14, a->p2, a->arg2, ws2));
-    DDP_TRY_(layer_relu_fwd(o, p, a->p2, (size_t)planes * 7 * 7, a->p2));
+    TRY_OK(layer_conv_fwd(o, p, &a->conv2, a->p1, cparam(m, 2), param(m, 3), b, a->col2, a->z2));
+    TRY_OK(layer_pool_fwd(o, p, a->z2, b, c, 14, 14, a->p2, a->arg2, ws2));
+    TRY_OK(layer_relu_fwd(o, p, a->p2, (size_t)planes * 7 * 7, a->p2));
     ddp_trace_end("forward.layer", 1);
     ddp_trace_begin("forward.layer", 2); /* fc */
     const void *rows = layer_image_as_rows(o, p, a->p2, a->p2r, b, c, 7, 7); // (b, 980) NCHW order
     if (!rows)
         return DDP_ERR_BLAS;
-    DDP_TRY_(layer_linear_fwd(o, p, rows, cparam(m, 4), param(m, 5), b, c * 7 * 7, DDP_CLASSES,
+    TRY_OK(layer_linear_fwd(o, p, rows, cparam(m, 4), param(m, 5), b, c * 7 * 7, DDP_CLASSES,
                             a->logits, true));
     ddp_trace_end("forward.layer", 2);
     *logits = a->logits;
@@ -447,7 +447,7 @@ static ddp_status model_prepare(model *m, const float *x, int batch)
     if (p == DDP_FP32)
         return DDP_OK;
     if (m->cparams_stale)
-        DDP_TRY_(m->ops->cast(m->ops, p, m->cparams, DDP_FP32, m->params, m->numel_total));
+        TRY_OK(m->ops->cast(m->ops, p, m->cparams, DDP_FP32, m->params, m->numel_total));
     m->cparams_stale = 0;
     m->x = m->xc;
     return m->ops->cast(m->ops, p, m->xc, DDP_FP32, x, (size_t)batch * DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
@@ -533,7 +533,7 @@ ddp_status model_forward(model *m, const float *x, const int *labels, int batch,
 static ddp_status mark(ddp_reducer *r, int hi, int lo)
 {
     for (int i = hi; r && i >= lo; i--)
-        DDP_TRY_(ddp_reducer_mark_ready(r, i));
+        TRY_OK(ddp_reducer_mark_ready(r, i));
     return DDP_OK;
 }
 
@@ -550,14 +550,14 @@ static ddp_status mlp_backward(model *m, ddp_reducer *r)
         /* The bias first (a column sum), marked before the weight GEMM: a bucket that holds this
          * bias and the layers after it is launched without waiting for the GEMM (the first
          * bucket holds the first layer's bias: 1 MiB fits every layer but its weights). */
-        DDP_TRY_(layer_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, NULL, grad(m, 2 * l + 1),
+        TRY_OK(layer_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, NULL, grad(m, 2 * l + 1),
                                        acc));
-        DDP_TRY_(mark(r, 2 * l + 1, 2 * l + 1));
-        DDP_TRY_(layer_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, grad(m, 2 * l), NULL, acc));
-        DDP_TRY_(mark(r, 2 * l, 2 * l));
+        TRY_OK(mark(r, 2 * l + 1, 2 * l + 1));
+        TRY_OK(layer_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, grad(m, 2 * l), NULL, acc));
+        TRY_OK(mark(r, 2 * l, 2 * l));
         if (l > 0) {
-            DDP_TRY_(layer_linear_bwd_input(m->ops, p, cparam(m, 2 * l), g, m->batch, in, out, a->dh));
-            DDP_TRY_(layer_relu_bwd(m->ops, p, a->dh, a->a[l - 1], (size_t)m->batch * in, a->dz[l - 1]));
+            TRY_OK(layer_linear_bwd_input(m->ops, p, cparam(m, 2 * l), g, m->batch, in, out, a->dh));
+            TRY_OK(layer_relu_bwd(m->ops, p, a->dh, a->a[l - 1], (size_t)m->batch * in, a->dz[l - 1]));
         }
         ddp_trace_end("backward.layer", l);
         if (l == 0)
@@ -578,24 +578,24 @@ static ddp_status cnn_backward(model *m, ddp_reducer *r)
     const void *rows = o->channels_last ? a->p2r : a->p2; /* what the forward pass fed fc1 */
     void *drows = o->channels_last ? a->dp2r : a->dp2;
     ddp_trace_begin("backward.layer", 2); /* fc */
-    DDP_TRY_(layer_linear_bwd_params(o, p, rows, m->dlogits_c, b, fc_in, DDP_CLASSES, grad(m, 4),
+    TRY_OK(layer_linear_bwd_params(o, p, rows, m->dlogits_c, b, fc_in, DDP_CLASSES, grad(m, 4),
                                    grad(m, 5), acc));
-    DDP_TRY_(mark(r, 5, 4));
-    DDP_TRY_(layer_linear_bwd_input(o, p, cparam(m, 4), m->dlogits_c, b, fc_in, DDP_CLASSES, drows));
-    DDP_TRY_(layer_rows_to_image(o, p, drows, a->dp2, b, c, 7, 7));
+    TRY_OK(mark(r, 5, 4));
+    TRY_OK(layer_linear_bwd_input(o, p, cparam(m, 4), m->dlogits_c, b, fc_in, DDP_CLASSES, drows));
+    TRY_OK(layer_rows_to_image(o, p, drows, a->dp2, b, c, 7, 7));
     ddp_trace_end("backward.layer", 2);
     ddp_trace_begin("backward.layer", 1); /* relu, pool, conv2 */
-    DDP_TRY_(layer_relu_bwd(o, p, a->dp2, a->p2, (size_t)planes * 7 * 7, a->dp2));
-    DDP_TRY_(layer_pool_bwd(o, p, a->dp2, a->arg2, b, c, 14, 14, a->dz2));
-    DDP_TRY_(layer_conv_bwd_params(o, p, &a->conv2, a->p1, a->col2, a->dz2, b, grad(m, 2),
+    TRY_OK(layer_relu_bwd(o, p, a->dp2, a->p2, (size_t)planes * 7 * 7, a->dp2));
+    TRY_OK(layer_pool_bwd(o, p, a->dp2, a->arg2, b, c, 14, 14, a->dz2));
+    TRY_OK(layer_conv_bwd_params(o, p, &a->conv2, a->p1, a->col2, a->dz2, b, grad(m, 2),
                                  grad(m, 3), acc));
-    DDP_TRY_(mark(r, 3, 2));
-    DDP_TRY_(layer_conv_bwd_input(o, p, &a->conv2, cparam(m, 2), a->dz2, b, a->dcol, a->dp1));
+    TRY_OK(mark(r, 3, 2));
+    TRY_OK(layer_conv_bwd_input(o, p, &a->conv2, cparam(m, 2), a->dz2, b, a->dcol, a->dp1));
     ddp_trace_end("backward.layer", 1);
     ddp_trace_begin("backward.layer", 0); /* relu, pool, conv1 */
-    DDP_TRY_(layer_relu_bwd(o, p, a->dp1, a->p1, (size_t)planes * 14 * 14, a->dp1));
-    DDP_TRY_(layer_pool_bwd(o, p, a->dp1, a->arg1, b, c, 28, 28, a->dz1));
-    DDP_TRY_(layer_conv_bwd_params(o, p, &a->conv1, m->x, a->col1, a->dz1, b, grad(m, 0),
+    TRY_OK(layer_relu_bwd(o, p, a->dp1, a->p1, (size_t)planes * 14 * 14, a->dp1));
+    TRY_OK(layer_pool_bwd(o, p, a->dp1, a->arg1, b, c, 28, 28, a->dz1));
+    TRY_OK(layer_conv_bwd_params(o, p, &a->conv1, m->x, a->col1, a->dz1, b, grad(m, 0),
                                  grad(m, 1), acc));
     ddp_trace_end("backward.layer", 0);
     return mark(r, 1, 0);
@@ -619,8 +619,8 @@ ddp_status model_backward(model *m, ddp_reducer *r)
         DDP_ERROR("model_backward: no successful forward pass to differentiate");
         return DDP_ERR_STATE;
     }
-    DDP_TRY_(dlogits_in_precision(m));
-    DDP_TRY_(m->cfg.kind == MODEL_CNN ? cnn_backward(m, r) : mlp_backward(m, r));
+    TRY_OK(dlogits_in_precision(m));
+    TRY_OK(m->cfg.kind == MODEL_CNN ? cnn_backward(m, r) : mlp_backward(m, r));
     m->grads_fresh = false;
     return DDP_OK;
 }
@@ -649,7 +649,7 @@ ddp_status model_sgd_step(model *m, float lr, float momentum, float weight_decay
     ddp_dtype p = m->cfg.precision;
     m->cparams_stale = 1;
     if (p != DDP_FP32 && m->ops->sgd_step_cast) {
-        DDP_TRY_(m->ops->sgd_step_cast(m->ops, m->params, m->momentum, m->grads, m->numel_total, lr,
+        TRY_OK(m->ops->sgd_step_cast(m->ops, m->params, m->momentum, m->grads, m->numel_total, lr,
                                        momentum, weight_decay, p, m->cparams));
         m->cparams_stale = 0;
         return DDP_OK;

@@ -21,17 +21,8 @@
 #include "convert.h"
 #include "half.h"
 #include "internal.h"
+#include "try.h"
 #include "simd_clones.h"
-
-#define DDP_MPI_TRY(call)                                                  \
-    do {                                                                   \
-        int rc_ = (call);                                                  \
-        if (rc_ != MPI_SUCCESS) {                                          \
-            mpi_log_error(rc_, #call, __FILE__, __LINE__);                 \
-            st = DDP_ERR_MPI;                                              \
-            goto cleanup;                                                  \
-        }                                                                  \
-    } while (0)
 
 typedef struct mpi_state mpi_state;
 
@@ -64,14 +55,6 @@ struct mpi_state {
 };
 
 static const ddp_comm_ops mpi_ops;
-
-static void mpi_log_error(int rc, const char *what, const char *file, int line)
-{
-    char msg[MPI_MAX_ERROR_STRING] = "";
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s failed: %s", what, msg);
-}
 
 static mpi_state *mpi_of(ddp_comm *c)
 {
@@ -113,8 +96,8 @@ static void mpi_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type)
 static ddp_status mpi_create_half_ops(mpi_state *s)
 {
     ddp_status st = DDP_OK;
-    DDP_MPI_TRY(MPI_Op_create(mpi_sum_bf16, 1, &s->half_sum[0]));
-    DDP_MPI_TRY(MPI_Op_create(mpi_sum_fp16, 1, &s->half_sum[1]));
+    TRY_MPI_GOTO(MPI_Op_create(mpi_sum_bf16, 1, &s->half_sum[0]));
+    TRY_MPI_GOTO(MPI_Op_create(mpi_sum_fp16, 1, &s->half_sum[1]));
 cleanup:
     return st;
 }
@@ -171,7 +154,7 @@ static ddp_status mpi_allreduce_on(MPI_Comm comm, const mpi_state *s, void *buf,
     ddp_watch_enter(lane, "all-reduce", bucket, n * size);
     for (size_t off = 0; off < n; off += s->max_chunk) {
         int m = (int)mpi_min(n - off, s->max_chunk);
-        DDP_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * size, m, type, mop, comm));
+        TRY_MPI_GOTO(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * size, m, type, mop, comm));
     }
     if (op == DDP_AVG)
         mpi_divide(buf, n, dtype, s->size);
@@ -258,7 +241,7 @@ static ddp_status mpi_broadcast(ddp_comm *c, void *buf, size_t n_bytes, int root
     ddp_watch_enter(DDP_WATCH_CALLER, "broadcast", -1, n_bytes);
     for (size_t off = 0; off < n_bytes; off += s->max_chunk) {
         int m = (int)mpi_min(n_bytes - off, s->max_chunk);
-        DDP_MPI_TRY(MPI_Bcast((char *)buf + off, m, MPI_BYTE, root, s->comm));
+        TRY_MPI_GOTO(MPI_Bcast((char *)buf + off, m, MPI_BYTE, root, s->comm));
     }
 cleanup:
     ddp_watch_leave(DDP_WATCH_CALLER);
@@ -272,10 +255,10 @@ static ddp_status mpi_allgather_chunk(mpi_state *s, const char *send, char *recv
 {
     ddp_status st = DDP_OK;
     MPI_Datatype piece = MPI_DATATYPE_NULL, strided = MPI_DATATYPE_NULL;
-    DDP_MPI_TRY(MPI_Type_contiguous(m, MPI_BYTE, &piece));
-    DDP_MPI_TRY(MPI_Type_create_resized(piece, 0, (MPI_Aint)n_bytes, &strided));
-    DDP_MPI_TRY(MPI_Type_commit(&strided));
-    DDP_MPI_TRY(MPI_Allgather(send + off, m, MPI_BYTE, recv + off, 1, strided, s->comm));
+    TRY_MPI_GOTO(MPI_Type_contiguous(m, MPI_BYTE, &piece));
+    TRY_MPI_GOTO(MPI_Type_create_resized(piece, 0, (MPI_Aint)n_bytes, &strided));
+    TRY_MPI_GOTO(MPI_Type_commit(&strided));
+    TRY_MPI_GOTO(MPI_Allgather(send + off, m, MPI_BYTE, recv + off, 1, strided, s->comm));
 cleanup:
     if (strided != MPI_DATATYPE_NULL)
         MPI_Type_free(&strided);
@@ -289,7 +272,7 @@ static ddp_status mpi_allgather_all(ddp_comm *c, const void *send, void *recv, s
     mpi_state *s = mpi_of(c);
     ddp_status st = DDP_OK;
     if (n_bytes <= s->max_chunk) {
-        DDP_MPI_TRY(MPI_Allgather(send, (int)n_bytes, MPI_BYTE, recv, (int)n_bytes, MPI_BYTE,
+        TRY_MPI_GOTO(MPI_Allgather(send, (int)n_bytes, MPI_BYTE, recv, (int)n_bytes, MPI_BYTE,
                                   s->comm));
         return DDP_OK;
     }
@@ -312,7 +295,7 @@ static ddp_status mpi_barrier(ddp_comm *c)
 {
     ddp_status st = DDP_OK;
     ddp_watch_enter(DDP_WATCH_CALLER, "barrier", -1, 0);
-    DDP_MPI_TRY(MPI_Barrier(mpi_of(c)->comm));
+    TRY_MPI_GOTO(MPI_Barrier(mpi_of(c)->comm));
 cleanup:
     ddp_watch_leave(DDP_WATCH_CALLER);
     return st;
@@ -372,8 +355,8 @@ static ddp_status mpi_dup(MPI_Comm *out)
 {
     ddp_status st = DDP_OK;
     ddp_watch_enter(DDP_WATCH_CALLER, "MPI_Comm_dup", -1, 0);
-    DDP_MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, out));
-    DDP_MPI_TRY(MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN));
+    TRY_MPI_GOTO(MPI_Comm_dup(MPI_COMM_WORLD, out));
+    TRY_MPI_GOTO(MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN));
 cleanup:
     ddp_watch_leave(DDP_WATCH_CALLER);
     return st;
@@ -404,7 +387,7 @@ ddp_status ddp_comm_mpi_create(ddp_comm **out)
     if (st == DDP_OK)
         st = mpi_dup(&s->async_comm);
     if (st == DDP_OK)
-        DDP_MPI_TRY(MPI_Comm_size(s->comm, &s->size));
+        TRY_MPI_GOTO(MPI_Comm_size(s->comm, &s->size));
     if (st == DDP_OK && pthread_create(&s->worker, NULL, mpi_worker, s) != 0) {
         DDP_ERROR("cannot start the MPI communication thread");
         st = DDP_ERR_NOMEM;

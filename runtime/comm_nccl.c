@@ -30,28 +30,7 @@
 #include <time.h>
 
 #include "internal.h"
-
-#define DDP_CUDA_TRY(call)                                                                   \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            ddp_log_write(DDP_LOG_ERROR, 0, __FILE__, __LINE__, "%s failed: %s", #call,      \
-                          cudaGetErrorString(e_));                                           \
-            st = DDP_ERR_CUDA;                                                               \
-            goto cleanup;                                                                    \
-        }                                                                                    \
-    } while (0)
-
-#define DDP_NCCL_TRY(call)                                                                   \
-    do {                                                                                     \
-        ncclResult_t r_ = (call);                                                            \
-        if (r_ != ncclSuccess) {                                                             \
-            ddp_log_write(DDP_LOG_ERROR, 0, __FILE__, __LINE__, "%s failed: %s (%s)", #call, \
-                          ncclGetErrorString(r_), ncclGetLastError(NULL));                   \
-            st = DDP_ERR_NCCL;                                                               \
-            goto cleanup;                                                                    \
-        }                                                                                    \
-    } while (0)
+#include "try.h"
 
 typedef struct nccl_state {
     ncclComm_t comm;
@@ -112,9 +91,9 @@ static ncclRedOp_t nccl_op(ddp_reduce_op op)
 static ddp_status nccl_follow(nccl_state *s, cudaStream_t follow)
 {
     ddp_status st = DDP_OK;
-    DDP_CUDA_TRY(cudaSetDevice(s->device));
-    DDP_CUDA_TRY(cudaEventRecord(s->ready, nccl_order_stream(follow)));
-    DDP_CUDA_TRY(cudaStreamWaitEvent(s->stream, s->ready, 0));
+    TRY_CUDA_GOTO(cudaSetDevice(s->device));
+    TRY_CUDA_GOTO(cudaEventRecord(s->ready, nccl_order_stream(follow)));
+    TRY_CUDA_GOTO(cudaStreamWaitEvent(s->stream, s->ready, 0));
 cleanup:
     return st;
 }
@@ -123,8 +102,8 @@ cleanup:
 static ddp_status nccl_mark_done(nccl_state *s, cudaEvent_t *done)
 {
     ddp_status st = DDP_OK;
-    DDP_CUDA_TRY(cudaEventCreateWithFlags(done, cudaEventDisableTiming));
-    DDP_CUDA_TRY(cudaEventRecord(*done, s->stream));
+    TRY_CUDA_GOTO(cudaEventCreateWithFlags(done, cudaEventDisableTiming));
+    TRY_CUDA_GOTO(cudaEventRecord(*done, s->stream));
     return DDP_OK;
 cleanup:
     if (*done)
@@ -144,7 +123,7 @@ static ddp_status nccl_follow_compute(nccl_state *s)
 static ddp_status nccl_complete_on(nccl_state *s, cudaEvent_t done, cudaStream_t follow)
 {
     ddp_status st = DDP_OK;
-    DDP_CUDA_TRY(cudaStreamWaitEvent(nccl_order_stream(follow), done, 0));
+    TRY_CUDA_GOTO(cudaStreamWaitEvent(nccl_order_stream(follow), done, 0));
     st = nccl_watch_check(s);
 cleanup:
     cudaEventDestroy(done);
@@ -235,10 +214,10 @@ static ddp_status nccl_issue_allreduce(nccl_state *s, void *buf, size_t n, ddp_d
     if (st != DDP_OK)
         goto cleanup;
     if (traced)
-        DDP_CUDA_TRY(cudaLaunchHostFunc(s->stream, nccl_trace_begin, tag));
-    DDP_NCCL_TRY(ncclAllReduce(buf, buf, n, nccl_type(dtype), nccl_op(op), s->comm, s->stream));
+        TRY_CUDA_GOTO(cudaLaunchHostFunc(s->stream, nccl_trace_begin, tag));
+    TRY_NCCL_GOTO(ncclAllReduce(buf, buf, n, nccl_type(dtype), nccl_op(op), s->comm, s->stream));
     if (traced)
-        DDP_CUDA_TRY(cudaLaunchHostFunc(s->stream, nccl_trace_end, tag));
+        TRY_CUDA_GOTO(cudaLaunchHostFunc(s->stream, nccl_trace_end, tag));
     st = nccl_mark_done(s, done);
 cleanup:
     pthread_mutex_unlock(&s->lock);
@@ -290,7 +269,7 @@ static ddp_status nccl_broadcast(ddp_comm *c, void *buf, size_t n_bytes, int roo
         st = nccl_follow_compute(s);
     if (st != DDP_OK)
         goto cleanup;
-    DDP_NCCL_TRY(ncclBroadcast(buf, buf, n_bytes, ncclUint8, root, s->comm, s->stream));
+    TRY_NCCL_GOTO(ncclBroadcast(buf, buf, n_bytes, ncclUint8, root, s->comm, s->stream));
     st = nccl_mark_done(s, &done);
 cleanup:
     pthread_mutex_unlock(&s->lock);
@@ -307,7 +286,7 @@ static ddp_status nccl_allgather(ddp_comm *c, const void *send, void *recv, size
         st = nccl_follow_compute(s);
     if (st != DDP_OK)
         goto cleanup;
-    DDP_NCCL_TRY(ncclAllGather(send, recv, n_bytes, ncclUint8, s->comm, s->stream));
+    TRY_NCCL_GOTO(ncclAllGather(send, recv, n_bytes, ncclUint8, s->comm, s->stream));
     st = nccl_mark_done(s, &done);
 cleanup:
     pthread_mutex_unlock(&s->lock);
@@ -470,13 +449,13 @@ static ddp_status nccl_open(nccl_state *s, int rank, int world_size)
         DDP_ERROR("ncclCommInitRank failed: %s (%s)", ncclGetErrorString(init), ncclGetLastError(NULL));
         return DDP_ERR_NCCL;
     }
-    DDP_NCCL_TRY(ncclCommCuDevice(s->comm, &s->device));
+    TRY_NCCL_GOTO(ncclCommCuDevice(s->comm, &s->device));
     nccl_report_version();
-    DDP_CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
-    DDP_CUDA_TRY(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
-    DDP_CUDA_TRY(cudaMalloc((void **)&s->scratch, sizeof(float)));
+    TRY_CUDA_GOTO(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    TRY_CUDA_GOTO(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
+    TRY_CUDA_GOTO(cudaMalloc((void **)&s->scratch, sizeof(float)));
     /* on the communication stream: the legacy default stream does not order non-blocking ones */
-    DDP_CUDA_TRY(cudaMemsetAsync(s->scratch, 0, sizeof(float), s->stream));
+    TRY_CUDA_GOTO(cudaMemsetAsync(s->scratch, 0, sizeof(float), s->stream));
 cleanup:
     return st;
 }

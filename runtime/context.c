@@ -18,24 +18,7 @@
 
 #include "config.h"
 #include "internal.h"
-
-#define DDP_MPI_TRY(call)                                                  \
-    do {                                                                   \
-        int rc_ = (call);                                                  \
-        if (rc_ != MPI_SUCCESS) {                                          \
-            ctx_mpi_error(rc_, #call, __FILE__, __LINE__);                 \
-            st = DDP_ERR_MPI;                                              \
-            goto cleanup;                                                  \
-        }                                                                  \
-    } while (0)
-
-static void ctx_mpi_error(int rc, const char *what, const char *file, int line)
-{
-    char msg[MPI_MAX_ERROR_STRING] = "";
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s failed: %s", what, msg);
-}
+#include "try.h"
 
 void ddp_init_opts_default(ddp_init_opts *opts)
 {
@@ -81,9 +64,9 @@ static ddp_status ctx_start_mpi(ddp_ctx *ctx)
         return DDP_ERR_STATE;
     }
     if (inited) {
-        DDP_MPI_TRY(MPI_Query_thread(&provided));
+        TRY_MPI_GOTO(MPI_Query_thread(&provided));
     } else {
-        DDP_MPI_TRY(MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided));
+        TRY_MPI_GOTO(MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided));
         ctx->owns_mpi = 1;
     }
     if (provided < MPI_THREAD_MULTIPLE) {
@@ -102,13 +85,13 @@ static ddp_status ctx_nodes(ddp_ctx *ctx, MPI_Comm local)
     ddp_status st = DDP_OK;
     MPI_Comm leaders = MPI_COMM_NULL;
     int node[2] = {0, 1};
-    DDP_MPI_TRY(MPI_Comm_split(MPI_COMM_WORLD, ctx->local_rank == 0 ? 0 : MPI_UNDEFINED,
+    TRY_MPI_GOTO(MPI_Comm_split(MPI_COMM_WORLD, ctx->local_rank == 0 ? 0 : MPI_UNDEFINED,
                                ctx->rank, &leaders));
     if (leaders != MPI_COMM_NULL) {
-        DDP_MPI_TRY(MPI_Comm_rank(leaders, &node[0]));
-        DDP_MPI_TRY(MPI_Comm_size(leaders, &node[1]));
+        TRY_MPI_GOTO(MPI_Comm_rank(leaders, &node[0]));
+        TRY_MPI_GOTO(MPI_Comm_size(leaders, &node[1]));
     }
-    DDP_MPI_TRY(MPI_Bcast(node, 2, MPI_INT, 0, local));
+    TRY_MPI_GOTO(MPI_Bcast(node, 2, MPI_INT, 0, local));
     ctx->node_rank = node[0];
     ctx->n_nodes = node[1];
 cleanup:
@@ -121,12 +104,12 @@ static ddp_status ctx_topology(ddp_ctx *ctx)
 {
     ddp_status st = DDP_OK;
     MPI_Comm local = MPI_COMM_NULL;
-    DDP_MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &ctx->rank));
-    DDP_MPI_TRY(MPI_Comm_size(MPI_COMM_WORLD, &ctx->world_size));
-    DDP_MPI_TRY(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx->rank,
+    TRY_MPI_GOTO(MPI_Comm_rank(MPI_COMM_WORLD, &ctx->rank));
+    TRY_MPI_GOTO(MPI_Comm_size(MPI_COMM_WORLD, &ctx->world_size));
+    TRY_MPI_GOTO(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx->rank,
                                     MPI_INFO_NULL, &local));
-    DDP_MPI_TRY(MPI_Comm_rank(local, &ctx->local_rank));
-    DDP_MPI_TRY(MPI_Comm_size(local, &ctx->local_world_size));
+    TRY_MPI_GOTO(MPI_Comm_rank(local, &ctx->local_rank));
+    TRY_MPI_GOTO(MPI_Comm_size(local, &ctx->local_world_size));
     st = ctx_nodes(ctx, local);
 cleanup:
     if (local != MPI_COMM_NULL)
@@ -322,9 +305,9 @@ static ddp_status ctx_gpu_clash(ddp_ctx *ctx, int device, char own[32], int *oth
         return DDP_OK;
     if (device >= 0 && ddp_cuda_bus_id(device, own, 32) != DDP_OK)
         own[0] = '\0';
-    DDP_MPI_TRY(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx->rank,
+    TRY_MPI_GOTO(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx->rank,
                                     MPI_INFO_NULL, &local));
-    DDP_MPI_TRY(MPI_Allgather(own, 32, MPI_CHAR, bus, 32, MPI_CHAR, local));
+    TRY_MPI_GOTO(MPI_Allgather(own, 32, MPI_CHAR, bus, 32, MPI_CHAR, local));
     *other = ctx_same_gpu((const char(*)[32])bus, ctx->local_world_size, ctx->local_rank);
 cleanup:
     if (local != MPI_COMM_NULL)
@@ -448,12 +431,12 @@ static ddp_status ctx_print_table(const ddp_ctx *ctx)
     rank_row *rows = ctx->rank == 0 ? calloc((size_t)ctx->world_size, sizeof *rows) : NULL;
     int ok = ctx->rank != 0 || rows != NULL;
     ddp_watch_enter(DDP_WATCH_CALLER, "start-up rank table", -1, sizeof mine);
-    DDP_MPI_TRY(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    TRY_MPI_GOTO(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
     if (!ok) {
         DDP_WARN0("out of memory for the rank table; not printed");
         goto cleanup;
     }
-    DDP_MPI_TRY(MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, rows, (int)sizeof mine, MPI_BYTE, 0,
+    TRY_MPI_GOTO(MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, rows, (int)sizeof mine, MPI_BYTE, 0,
                            MPI_COMM_WORLD));
     if (ctx->rank == 0)
         ctx_print_rows(ctx, rows);

@@ -13,33 +13,12 @@
 #include "config.h"
 extern "C" {
 #include "internal.h"
+#include "try.h"
 }
 
 static cudaStream_t dev_stream;  // libddp's stream: allocation, transfers, collectives
 static cudaStream_t copy_stream; // the batch staging's uploads
 static int dev_open = -1;
-
-static ddp_status dev_fail(cudaError_t err, const char *what, const char *file, int line)
-{
-    ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s: %s (%s)", what, cudaGetErrorString(err),
-                  cudaGetErrorName(err));
-    return DDP_ERR_CUDA;
-}
-
-#define DDP_DEV_TRY(call)                                                       \
-    do {                                                                        \
-        cudaError_t ddp_err_ = (call);                                          \
-        if (ddp_err_ != cudaSuccess)                                            \
-            return dev_fail(ddp_err_, #call, __FILE__, __LINE__);           \
-    } while (0)
-
-/* Returns from the enclosing function with a failed ddp_status. */
-#define DDP_TRY_DEV_STATUS(call)                                                \
-    do {                                                                        \
-        ddp_status ddp_st_ = (call);                                            \
-        if (ddp_st_ != DDP_OK)                                                  \
-            return ddp_st_;                                                     \
-    } while (0)
 
 /* ================================================================================ kernels == */
 
@@ -73,15 +52,15 @@ static ddp_status pinned_reserve(pinned *b, size_t n, const char *what)
         b->busy = false;
     }
     if (!b->done)
-        DDP_DEV_TRY(cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming));
+        TRY_CUDA(cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming));
     if (n <= b->n_bytes)
         return DDP_OK;
     void *old = b->host; /* forgotten first: never freed twice */
     b->host = NULL;
     b->n_bytes = 0;
     if (old)
-        DDP_DEV_TRY(cudaFreeHost(old));
-    DDP_DEV_TRY(cudaHostAlloc(&b->host, n, cudaHostAllocDefault));
+        TRY_CUDA(cudaFreeHost(old));
+    TRY_CUDA(cudaHostAlloc(&b->host, n, cudaHostAllocDefault));
     b->n_bytes = n;
     return DDP_OK;
 }
@@ -89,7 +68,7 @@ static ddp_status pinned_reserve(pinned *b, size_t n, const char *what)
 /* Marks b as in use by the work queued so far on stream. */
 static ddp_status pinned_record(pinned *b, cudaStream_t stream)
 {
-    DDP_DEV_TRY(cudaEventRecord(b->done, stream));
+    TRY_CUDA(cudaEventRecord(b->done, stream));
     b->busy = true;
     return DDP_OK;
 }
@@ -134,12 +113,12 @@ static void *dev_alloc(size_t n_bytes)
     size_t n = n_bytes ? n_bytes : 1;
     cudaError_t err = cudaMalloc(&p, n);
     if (err != cudaSuccess) {
-        dev_fail(err, "cudaMalloc", __FILE__, __LINE__);
+        (void)check_cuda_fail(err, "cudaMalloc", __FILE__, __LINE__);
         return NULL;
     }
     err = cudaMemsetAsync(p, 0, n, dev_stream);
     if (err != cudaSuccess) {
-        dev_fail(err, "cudaMemsetAsync", __FILE__, __LINE__);
+        (void)check_cuda_fail(err, "cudaMemsetAsync", __FILE__, __LINE__);
         cudaFree(p);
         return NULL;
     }
@@ -160,7 +139,7 @@ static void dev_free(void *p)
     }
     cudaError_t err = cudaFree(p);
     if (err != cudaSuccess)
-        dev_fail(err, "cudaFree", __FILE__, __LINE__);
+        (void)check_cuda_fail(err, "cudaFree", __FILE__, __LINE__);
 }
 
 /* Copies into a bounce buffer and queues its upload: the caller may reuse src_host at once, and
@@ -174,9 +153,9 @@ static ddp_status dev_upload(void *dst, const void *src_host, size_t n_bytes)
         if (st != DDP_OK)
             return st;
         memcpy(b->host, (const char *)src_host + done, n);
-        DDP_DEV_TRY(cudaMemcpyAsync((char *)dst + done, b->host, n, cudaMemcpyHostToDevice,
+        TRY_CUDA(cudaMemcpyAsync((char *)dst + done, b->host, n, cudaMemcpyHostToDevice,
                                     dev_stream));
-        DDP_TRY_DEV_STATUS(pinned_record(b, dev_stream));
+        TRY_OK(pinned_record(b, dev_stream));
         done += n;
     }
     return DDP_OK;
@@ -191,9 +170,9 @@ static ddp_status dev_download(void *dst_host, const void *src, size_t n_bytes)
         ddp_status st = pinned_reserve(b, n, "download staging");
         if (st != DDP_OK)
             return st;
-        DDP_DEV_TRY(cudaMemcpyAsync(b->host, (const char *)src + done, n, cudaMemcpyDeviceToHost,
+        TRY_CUDA(cudaMemcpyAsync(b->host, (const char *)src + done, n, cudaMemcpyDeviceToHost,
                                     dev_stream));
-        DDP_TRY_DEV_STATUS(pinned_record(b, dev_stream));
+        TRY_OK(pinned_record(b, dev_stream));
         st = ddp_cuda_event_wait(b->done, "download");
         if (st != DDP_OK)
             return st;
@@ -207,14 +186,14 @@ static ddp_status dev_download(void *dst_host, const void *src, size_t n_bytes)
 static ddp_status dev_copy(void *dst, const void *src, size_t n_bytes)
 {
     if (n_bytes)
-        DDP_DEV_TRY(cudaMemcpyAsync(dst, src, n_bytes, cudaMemcpyDeviceToDevice, dev_stream));
+        TRY_CUDA(cudaMemcpyAsync(dst, src, n_bytes, cudaMemcpyDeviceToDevice, dev_stream));
     return DDP_OK;
 }
 
 static ddp_status dev_zero(void *dst, size_t n_bytes)
 {
     if (n_bytes)
-        DDP_DEV_TRY(cudaMemsetAsync(dst, 0, n_bytes, dev_stream));
+        TRY_CUDA(cudaMemsetAsync(dst, 0, n_bytes, dev_stream));
     return DDP_OK;
 }
 
@@ -224,7 +203,7 @@ static ddp_status dev_scale(float *x, size_t n, float alpha)
     if (n == 0)
         return DDP_OK;
     scale_kernel<<<(unsigned)((n + block - 1) / block), block, 0, dev_stream>>>(x, n, alpha);
-    DDP_DEV_TRY(cudaGetLastError());
+    TRY_CUDA(cudaGetLastError());
     return DDP_OK;
 }
 
@@ -253,8 +232,8 @@ static ddp_status dev_stage_upload(int slot, int part, void *dst, const void *sr
         return st;
     memcpy(b->host, src_host, n_bytes);
     if (s->released_set)
-        DDP_DEV_TRY(cudaStreamWaitEvent(copy_stream, s->released, 0));
-    DDP_DEV_TRY(cudaMemcpyAsync(dst, b->host, n_bytes, cudaMemcpyHostToDevice, copy_stream));
+        TRY_CUDA(cudaStreamWaitEvent(copy_stream, s->released, 0));
+    TRY_CUDA(cudaMemcpyAsync(dst, b->host, n_bytes, cudaMemcpyHostToDevice, copy_stream));
     return pinned_record(b, copy_stream);
 }
 
@@ -262,7 +241,7 @@ static ddp_status dev_stage_acquire(int slot)
 {
     for (pinned &b : stage_slots[slot].part) {
         if (b.busy)
-            DDP_DEV_TRY(cudaStreamWaitEvent(dev_stream, b.done, 0));
+            TRY_CUDA(cudaStreamWaitEvent(dev_stream, b.done, 0));
     }
     return DDP_OK;
 }
@@ -271,8 +250,8 @@ static ddp_status dev_stage_release(int slot)
 {
     stage_slot *s = &stage_slots[slot];
     if (!s->released)
-        DDP_DEV_TRY(cudaEventCreateWithFlags(&s->released, cudaEventDisableTiming));
-    DDP_DEV_TRY(cudaEventRecord(s->released, dev_stream));
+        TRY_CUDA(cudaEventCreateWithFlags(&s->released, cudaEventDisableTiming));
+    TRY_CUDA(cudaEventRecord(s->released, dev_stream));
     s->released_set = true;
     return DDP_OK;
 }
@@ -323,9 +302,9 @@ extern "C" ddp_status ddp_cuda_device_open(int device)
     }
     if (dev_open >= 0)
         ddp_cuda_device_close();
-    DDP_DEV_TRY(cudaSetDevice(device));
-    DDP_DEV_TRY(cudaStreamCreateWithFlags(&dev_stream, cudaStreamNonBlocking));
-    DDP_DEV_TRY(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+    TRY_CUDA(cudaSetDevice(device));
+    TRY_CUDA(cudaStreamCreateWithFlags(&dev_stream, cudaStreamNonBlocking));
+    TRY_CUDA(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
     dev_open = device;
     return DDP_OK;
 }

@@ -10,6 +10,7 @@
 
 #include "cpu_dnnl.h"
 #include "cpu_isa.h"
+#include "try.h"
 
 #define DNNL_CACHE_SIZE 64
 #define DNNL_MAX_ARGS 6
@@ -46,29 +47,20 @@ struct dnnl_state {
     char text[512]; /* what ops_dnnl_impls returns */
 };
 
-/* Logs a failed oneDNN call; returns `st`. */
+/* Logs a failed oneDNN call (try.h's wording) and returns `st`, the status its caller gives it. */
 static ddp_status dnnl_fail(dnnl_status_t err, const char *what, ddp_status st)
 {
-    DDP_ERROR("oneDNN %s failed: status %d (%s)", what, (int)err,
-              err == dnnl_unimplemented ? "no implementation for this shape and data type"
-                                        : "see oneDNN's status codes");
+    (void)check_dnnl_fail(err, what, __FILE__, __LINE__);
     return st;
 }
-
-#define DNNL_TRY(call, st)                                  \
-    do {                                                    \
-        dnnl_status_t dnnl_e_ = (call);                     \
-        if (dnnl_e_ != dnnl_success)                        \
-            return dnnl_fail(dnnl_e_, #call, (st));         \
-    } while (0)
 
 static ddp_status dnnl_open(dnnl_state *d)
 {
     if (d->strm)
         return DDP_OK;
     ddp_cpu_isa_export(); /* DDP_CPU_ISA's cap, before oneDNN first looks at the CPU */
-    DNNL_TRY(dnnl_engine_create(&d->eng, dnnl_cpu, 0), DDP_ERR_BLAS);
-    DNNL_TRY(dnnl_stream_create(&d->strm, d->eng, dnnl_stream_default_flags), DDP_ERR_BLAS);
+    TRY_DNNL(dnnl_engine_create(&d->eng, dnnl_cpu, 0));
+    TRY_DNNL(dnnl_stream_create(&d->strm, d->eng, dnnl_stream_default_flags));
     return DDP_OK;
 }
 
@@ -159,7 +151,7 @@ static ddp_status reorder_run(dnnl_state *d, dnnl_primitive_t r, dnnl_memory_t f
                               dnnl_memory_t to)
 {
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-    DNNL_TRY(dnnl_primitive_execute(r, d->strm, 2, args), DDP_ERR_BLAS);
+    TRY_DNNL(dnnl_primitive_execute(r, d->strm, 2, args));
     return DDP_OK;
 }
 
@@ -170,17 +162,17 @@ static ddp_status dnnl_run(dnnl_state *d, dnnl_entry *e, void *const *ptrs)
     dnnl_exec_arg_t args[DNNL_MAX_ARGS];
     for (int i = 0; i < e->n_args; i++) {
         dnnl_arg *a = &e->arg[i];
-        DNNL_TRY(dnnl_memory_set_data_handle(a->user, ptrs[i]), DDP_ERR_BLAS);
+        TRY_DNNL(dnnl_memory_set_data_handle(a->user, ptrs[i]));
         args[i] = (dnnl_exec_arg_t){.arg = a->id, .memory = a->prim ? a->prim : a->user};
         if (a->prim && !dnnl_is_output(a->id))
-            DDP_TRY_(reorder_run(d, a->reorder, a->user, a->prim));
+            TRY_OK(reorder_run(d, a->reorder, a->user, a->prim));
     }
-    DNNL_TRY(dnnl_primitive_execute(e->prim, d->strm, e->n_args, args), DDP_ERR_BLAS);
+    TRY_DNNL(dnnl_primitive_execute(e->prim, d->strm, e->n_args, args));
     for (int i = 0; i < e->n_args; i++) {
         if (e->arg[i].prim && dnnl_is_output(e->arg[i].id))
-            DDP_TRY_(reorder_run(d, e->arg[i].reorder, e->arg[i].prim, e->arg[i].user));
+            TRY_OK(reorder_run(d, e->arg[i].reorder, e->arg[i].prim, e->arg[i].user));
     }
-    DNNL_TRY(dnnl_stream_wait(d->strm), DDP_ERR_BLAS);
+    TRY_DNNL(dnnl_stream_wait(d->strm));
     return DDP_OK;
 }
 
@@ -197,15 +189,15 @@ static ddp_status conv_describe(ddp_dtype p, const ops_conv_shape *s, int batch,
 {
     dnnl_dims_t src = {batch, s->c_in, s->h, s->w}, wei = {s->c_out, s->c_in, s->k, s->k};
     dnnl_dims_t bias = {s->c_out}, dst = {batch, s->c_out, s->h_out, s->w_out};
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->src, 4, src, dnnl_dt(p), dnnl_nhwc), DDP_ERR_INVALID_ARG);
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->wei, 4, wei, dnnl_dt(p), dnnl_oihw), DDP_ERR_INVALID_ARG);
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->bias, 1, bias, dnnl_f32, dnnl_a), DDP_ERR_INVALID_ARG);
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->dst, 4, dst, dnnl_dt(p), dnnl_nhwc), DDP_ERR_INVALID_ARG);
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->wei_f32, 4, wei, dnnl_f32, dnnl_oihw), DDP_ERR_INVALID_ARG);
+    TRY_DNNL(dnnl_memory_desc_init_by_tag(&d->src, 4, src, dnnl_dt(p), dnnl_nhwc));
+    TRY_DNNL(dnnl_memory_desc_init_by_tag(&d->wei, 4, wei, dnnl_dt(p), dnnl_oihw));
+    TRY_DNNL(dnnl_memory_desc_init_by_tag(&d->bias, 1, bias, dnnl_f32, dnnl_a));
+    TRY_DNNL(dnnl_memory_desc_init_by_tag(&d->dst, 4, dst, dnnl_dt(p), dnnl_nhwc));
+    TRY_DNNL(dnnl_memory_desc_init_by_tag(&d->wei_f32, 4, wei, dnnl_f32, dnnl_oihw));
     d->any_src = d->src; /* images stay NHWC: no reorders of activations */
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->any_wei, 4, wei, dnnl_dt(p), dnnl_format_tag_any), DDP_ERR_INVALID_ARG);
+    TRY_DNNL(dnnl_memory_desc_init_by_tag(&d->any_wei, 4, wei, dnnl_dt(p), dnnl_format_tag_any));
     d->any_dst = d->dst;
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&d->any_wei_f32, 4, wei, dnnl_f32, dnnl_format_tag_any), DDP_ERR_INVALID_ARG);
+    TRY_DNNL(dnnl_memory_desc_init_by_tag(&d->any_wei_f32, 4, wei, dnnl_f32, dnnl_format_tag_any));
     d->strides[0] = d->strides[1] = 1;
     d->pad[0] = d->pad[1] = s->pad;
     return DDP_OK;
@@ -227,10 +219,10 @@ static ddp_status conv_fwd_pd(dnnl_state *d, const ops_conv_shape *s, const conv
 {
     dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_iterator_t it;
-    DNNL_TRY(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
+    TRY_DNNL(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
                                                 &cm->any_src, &cm->any_wei, &cm->bias, &cm->any_dst, cm->strides,
-                                                cm->pad, cm->pad), DDP_ERR_INVALID_ARG);
-    DNNL_TRY(dnnl_primitive_desc_iterator_create(&it, &cd, NULL, d->eng, NULL), DDP_ERR_UNSUPPORTED);
+                                                cm->pad, cm->pad));
+    TRY_DNNL(dnnl_primitive_desc_iterator_create(&it, &cd, NULL, d->eng, NULL));
     *pd = dnnl_primitive_desc_iterator_fetch(it);
     if (*pd && s->c_in == 1 && dnnl_impl_is(*pd, "brg") &&
         dnnl_primitive_desc_iterator_next(it) == dnnl_success) {
@@ -303,7 +295,7 @@ ddp_status ops_dnnl_conv_fwd(dnnl_state *d, ddp_dtype p, const ops_conv_shape *s
                              const void *x, const void *w, const float *b, void *y)
 {
     dnnl_entry *e;
-    DDP_TRY_(conv_get(d, K_CONV_FWD, p, s, batch, &e));
+    TRY_OK(conv_get(d, K_CONV_FWD, p, s, batch, &e));
     void *ptrs[] = {(void *)x, (void *)w, (void *)b, y};
     return dnnl_run(d, e, ptrs);
 }
@@ -312,7 +304,7 @@ ddp_status ops_dnnl_conv_bwd_data(dnnl_state *d, ddp_dtype p, const ops_conv_sha
                                   const void *w, const void *dy, void *dx)
 {
     dnnl_entry *e;
-    DDP_TRY_(conv_get(d, K_CONV_BWD_DATA, p, s, batch, &e));
+    TRY_OK(conv_get(d, K_CONV_BWD_DATA, p, s, batch, &e));
     void *ptrs[] = {(void *)w, (void *)dy, dx};
     return dnnl_run(d, e, ptrs);
 }
@@ -321,7 +313,7 @@ ddp_status ops_dnnl_conv_bwd_weights(dnnl_state *d, ddp_dtype p, const ops_conv_
                                      const void *x, const void *dy, float *dw, float *db)
 {
     dnnl_entry *e;
-    DDP_TRY_(conv_get(d, K_CONV_BWD_WEIGHTS, p, s, batch, &e));
+    TRY_OK(conv_get(d, K_CONV_BWD_WEIGHTS, p, s, batch, &e));
     void *ptrs[] = {(void *)x, (void *)dy, dw, db};
     return dnnl_run(d, e, ptrs);
 }
@@ -334,17 +326,17 @@ static ddp_status pool_get(dnnl_state *d, int kind, ddp_dtype p, int n, int c, i
     long key[DNNL_KEY_LEN] = {kind, p, n, c, h, w};
     if ((*out = dnnl_find(d, key)))
         return DDP_OK;
-    DDP_TRY_(dnnl_open(d));
+    TRY_OK(dnnl_open(d));
     dnnl_memory_desc_t src, dst;
     dnnl_dims_t sd = {n, c, h, w}, dd = {n, c, h / 2, w / 2};
     dnnl_dims_t two = {2, 2}, zero = {0, 0};
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_dt(p), dnnl_nhwc), DDP_ERR_INVALID_ARG);
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_dt(p), dnnl_nhwc), DDP_ERR_INVALID_ARG);
+    TRY_DNNL(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_dt(p), dnnl_nhwc));
+    TRY_DNNL(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_dt(p), dnnl_nhwc));
     dnnl_pooling_desc_t fd, bd;
     dnnl_primitive_desc_t fwd = NULL, pd = NULL;
-    DNNL_TRY(dnnl_pooling_forward_desc_init(&fd, dnnl_forward_training, dnnl_pooling_max, &src, &dst,
-                                            two, two, zero, zero), DDP_ERR_INVALID_ARG);
-    DNNL_TRY(dnnl_primitive_desc_create(&fwd, &fd, NULL, d->eng, NULL), DDP_ERR_UNSUPPORTED);
+    TRY_DNNL(dnnl_pooling_forward_desc_init(&fd, dnnl_forward_training, dnnl_pooling_max, &src, &dst,
+                                            two, two, zero, zero));
+    TRY_DNNL(dnnl_primitive_desc_create(&fwd, &fd, NULL, d->eng, NULL));
     static const int fwd_args[] = {DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_WORKSPACE};
     static const int bwd_args[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WORKSPACE, DNNL_ARG_DIFF_SRC};
     if (kind == K_POOL_FWD) {
@@ -366,9 +358,9 @@ ddp_status ops_dnnl_pool_fwd(dnnl_state *d, ddp_dtype p, const void *x, int n, i
                              void *y, void *ws, size_t ws_bytes)
 {
     dnnl_entry *e;
-    DDP_TRY_(pool_get(d, K_POOL_FWD, p, n, c, h, w, &e));
+    TRY_OK(pool_get(d, K_POOL_FWD, p, n, c, h, w, &e));
     const dnnl_memory_desc_t *md;
-    DNNL_TRY(dnnl_memory_get_memory_desc(e->arg[2].user, &md), DDP_ERR_BLAS);
+    TRY_DNNL(dnnl_memory_get_memory_desc(e->arg[2].user, &md));
     if (dnnl_memory_desc_get_size(md) > ws_bytes) {
         DDP_ERROR("pool_fwd: oneDNN needs a %zu-byte workspace, the caller gave %zu",
                   dnnl_memory_desc_get_size(md), ws_bytes);
@@ -382,7 +374,7 @@ ddp_status ops_dnnl_pool_bwd(dnnl_state *d, ddp_dtype p, const void *dy, const v
                              int c, int h, int w, void *dx)
 {
     dnnl_entry *e;
-    DDP_TRY_(pool_get(d, K_POOL_BWD, p, n, c, h, w, &e));
+    TRY_OK(pool_get(d, K_POOL_BWD, p, n, c, h, w, &e));
     void *ptrs[] = {(void *)dy, (void *)ws, dx};
     return dnnl_run(d, e, ptrs);
 }
@@ -395,15 +387,14 @@ ddp_status ops_dnnl_image_reorder(dnnl_state *d, ddp_dtype p, const void *src, v
     long key[DNNL_KEY_LEN] = {K_REORDER, p, n, c, h, w, to_nchw};
     dnnl_entry *e = dnnl_find(d, key);
     if (!e) {
-        DDP_TRY_(dnnl_open(d));
+        TRY_OK(dnnl_open(d));
         dnnl_memory_desc_t nhwc, nchw;
         dnnl_dims_t dims = {n, c, h, w};
         dnnl_primitive_desc_t pd;
-        DNNL_TRY(dnnl_memory_desc_init_by_tag(&nhwc, 4, dims, dnnl_dt(p), dnnl_nhwc), DDP_ERR_INVALID_ARG);
-        DNNL_TRY(dnnl_memory_desc_init_by_tag(&nchw, 4, dims, dnnl_dt(p), dnnl_nchw), DDP_ERR_INVALID_ARG);
-        DNNL_TRY(dnnl_reorder_primitive_desc_create(&pd, to_nchw ? &nhwc : &nchw, d->eng,
-                                                    to_nchw ? &nchw : &nhwc, d->eng, NULL),
-                 DDP_ERR_UNSUPPORTED);
+        TRY_DNNL(dnnl_memory_desc_init_by_tag(&nhwc, 4, dims, dnnl_dt(p), dnnl_nhwc));
+        TRY_DNNL(dnnl_memory_desc_init_by_tag(&nchw, 4, dims, dnnl_dt(p), dnnl_nchw));
+        TRY_DNNL(dnnl_reorder_primitive_desc_create(&pd, to_nchw ? &nhwc : &nchw, d->eng,
+                                                    to_nchw ? &nchw : &nhwc, d->eng, NULL));
         static const int args[] = {DNNL_ARG_FROM, DNNL_ARG_TO};
         if (!(e = dnnl_make(d, key, pd, args, NULL, 2)))
             return DDP_ERR_BLAS;
@@ -427,12 +418,12 @@ static ddp_status mm_pd(dnnl_state *d, ddp_dtype p, const long *key, dnnl_primit
     int m = (int)key[2], n = (int)key[3], k = (int)key[4];
     bool ta = key[5], tb = key[6], has_bias = key[7], c_fp32 = key[8], acc = key[9];
     dnnl_memory_desc_t a, b, bias, c;
-    DNNL_TRY(mm_md(&a, m, k, ta, dnnl_dt(p)), DDP_ERR_INVALID_ARG);
-    DNNL_TRY(mm_md(&b, k, n, tb, dnnl_dt(p)), DDP_ERR_INVALID_ARG);
-    DNNL_TRY(mm_md(&bias, 1, n, false, dnnl_f32), DDP_ERR_INVALID_ARG);
-    DNNL_TRY(mm_md(&c, m, n, false, c_fp32 ? dnnl_f32 : dnnl_dt(p)), DDP_ERR_INVALID_ARG);
+    TRY_DNNL(mm_md(&a, m, k, ta, dnnl_dt(p)));
+    TRY_DNNL(mm_md(&b, k, n, tb, dnnl_dt(p)));
+    TRY_DNNL(mm_md(&bias, 1, n, false, dnnl_f32));
+    TRY_DNNL(mm_md(&c, m, n, false, c_fp32 ? dnnl_f32 : dnnl_dt(p)));
     dnnl_matmul_desc_t md;
-    DNNL_TRY(dnnl_matmul_desc_init(&md, &a, &b, has_bias ? &bias : NULL, &c), DDP_ERR_INVALID_ARG);
+    TRY_DNNL(dnnl_matmul_desc_init(&md, &a, &b, has_bias ? &bias : NULL, &c));
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_status_t err = dnnl_primitive_attr_create(&attr);
@@ -457,8 +448,8 @@ ddp_status ops_dnnl_matmul(dnnl_state *d, ddp_dtype p, int m, int n, int k, cons
     dnnl_entry *e = dnnl_find(d, key);
     if (!e) {
         dnnl_primitive_desc_t pd;
-        DDP_TRY_(dnnl_open(d));
-        DDP_TRY_(mm_pd(d, p, key, &pd));
+        TRY_OK(dnnl_open(d));
+        TRY_OK(mm_pd(d, p, key, &pd));
         static const int with_bias[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
         static const int no_bias[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
         e = bias ? dnnl_make(d, key, pd, with_bias, NULL, 4) : dnnl_make(d, key, pd, no_bias, NULL, 3);

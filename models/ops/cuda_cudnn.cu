@@ -52,29 +52,6 @@ typedef struct cudnn_state {
 
 static cudnn_state *cudnn_of(const ops_handle *ops) { return (cudnn_state *)cuda_of(ops)->cudnn; }
 
-/* Logs a failed cuDNN call; returns DDP_ERR_CUDA. */
-static ddp_status cudnn_fail(cudnnStatus_t st, const char *what, const char *file, int line)
-{
-    ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s: %s (%d)", what, cudnnGetErrorString(st),
-                  (int)st);
-    return DDP_ERR_CUDA;
-}
-
-/* For release paths: logs a failed call and goes on. */
-#define DDP_CUDNN_LOG(call)                                                     \
-    do {                                                                        \
-        cudnnStatus_t ddp_cs_ = (call);                                         \
-        if (ddp_cs_ != CUDNN_STATUS_SUCCESS)                                    \
-            cudnn_fail(ddp_cs_, #call, __FILE__, __LINE__);                     \
-    } while (0)
-
-#define DDP_CUDNN_TRY(call)                                                     \
-    do {                                                                        \
-        cudnnStatus_t ddp_cs_ = (call);                                         \
-        if (ddp_cs_ != CUDNN_STATUS_SUCCESS)                                    \
-            return cudnn_fail(ddp_cs_, #call, __FILE__, __LINE__);              \
-    } while (0)
-
 /* Whether algorithms are chosen by measurement (the default: the fastest for this GPU, though
  * timing noise may pick another one in the next run, so two runs need not match bit for bit) or,
  * with DDP_CUDNN_BENCHMARK=0, by cuDNN's heuristics, the same in every run on a GPU model
@@ -93,21 +70,21 @@ ddp_status cudnn_open(ops_handle *ops)
         return DDP_ERR_NOMEM;
     cu->cudnn = cs;
     cs->measure = conv_measure();
-    DDP_CUDNN_TRY(cudnnCreate(&cs->handle));
-    DDP_CUDNN_TRY(cudnnSetStream(cs->handle, cu->stream));
+    TRY_CUDNN(cudnnCreate(&cs->handle));
+    TRY_CUDNN(cudnnSetStream(cs->handle, cu->stream));
     return DDP_OK;
 }
 
 static void conv_plan_release(conv_plan *pl)
 {
     if (pl->x)
-        DDP_CUDNN_LOG(cudnnDestroyTensorDescriptor(pl->x));
+        LOG_CUDNN(cudnnDestroyTensorDescriptor(pl->x));
     if (pl->y)
-        DDP_CUDNN_LOG(cudnnDestroyTensorDescriptor(pl->y));
+        LOG_CUDNN(cudnnDestroyTensorDescriptor(pl->y));
     if (pl->w)
-        DDP_CUDNN_LOG(cudnnDestroyFilterDescriptor(pl->w));
+        LOG_CUDNN(cudnnDestroyFilterDescriptor(pl->w));
     if (pl->conv)
-        DDP_CUDNN_LOG(cudnnDestroyConvolutionDescriptor(pl->conv));
+        LOG_CUDNN(cudnnDestroyConvolutionDescriptor(pl->conv));
     memset(pl, 0, sizeof *pl);
 }
 
@@ -119,7 +96,7 @@ void cudnn_close(ops_handle *ops)
     for (int i = 0; i < CONV_PLANS; i++)
         conv_plan_release(&cs->plans[i]);
     if (cs->handle)
-        DDP_CUDNN_LOG(cudnnDestroy(cs->handle));
+        LOG_CUDNN(cudnnDestroy(cs->handle));
     free(cs);
     cuda_of(ops)->cudnn = NULL;
 }
@@ -147,17 +124,17 @@ static ddp_status conv_describe(const ops_handle *ops, conv_plan *pl, int kind, 
                                 const ops_conv_shape *s, int batch)
 {
     cudnnDataType_t dt = conv_data_type(kind, p);
-    DDP_CUDNN_TRY(cudnnCreateTensorDescriptor(&pl->x));
-    DDP_CUDNN_TRY(cudnnCreateTensorDescriptor(&pl->y));
-    DDP_CUDNN_TRY(cudnnCreateFilterDescriptor(&pl->w));
-    DDP_CUDNN_TRY(cudnnCreateConvolutionDescriptor(&pl->conv));
-    DDP_CUDNN_TRY(cudnnSetTensor4dDescriptor(pl->x, CUDNN_TENSOR_NCHW, dt, batch, s->c_in, s->h, s->w));
-    DDP_CUDNN_TRY(cudnnSetTensor4dDescriptor(pl->y, CUDNN_TENSOR_NCHW, dt, batch, s->c_out, s->h_out,
+    TRY_CUDNN(cudnnCreateTensorDescriptor(&pl->x));
+    TRY_CUDNN(cudnnCreateTensorDescriptor(&pl->y));
+    TRY_CUDNN(cudnnCreateFilterDescriptor(&pl->w));
+    TRY_CUDNN(cudnnCreateConvolutionDescriptor(&pl->conv));
+    TRY_CUDNN(cudnnSetTensor4dDescriptor(pl->x, CUDNN_TENSOR_NCHW, dt, batch, s->c_in, s->h, s->w));
+    TRY_CUDNN(cudnnSetTensor4dDescriptor(pl->y, CUDNN_TENSOR_NCHW, dt, batch, s->c_out, s->h_out,
                                              s->w_out));
-    DDP_CUDNN_TRY(cudnnSetFilter4dDescriptor(pl->w, dt, CUDNN_TENSOR_NCHW, s->c_out, s->c_in, s->k, s->k));
-    DDP_CUDNN_TRY(cudnnSetConvolution2dDescriptor(pl->conv, s->pad, s->pad, 1, 1, 1, 1,
+    TRY_CUDNN(cudnnSetFilter4dDescriptor(pl->w, dt, CUDNN_TENSOR_NCHW, s->c_out, s->c_in, s->k, s->k));
+    TRY_CUDNN(cudnnSetConvolution2dDescriptor(pl->conv, s->pad, s->pad, 1, 1, 1, 1,
                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    DDP_CUDNN_TRY(cudnnSetConvolutionMathType(pl->conv, conv_math(ops, kind, p)));
+    TRY_CUDNN(cudnnSetConvolutionMathType(pl->conv, conv_math(ops, kind, p)));
     return DDP_OK;
 }
 
@@ -239,7 +216,7 @@ static ddp_status conv_set_math(const ops_handle *ops, conv_plan *pl, int kind, 
                                 cudnnMathType_t math)
 {
     pl->math = conv_math(ops, kind, p) == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : math;
-    DDP_CUDNN_TRY(cudnnSetConvolutionMathType(pl->conv, pl->math));
+    TRY_CUDNN(cudnnSetConvolutionMathType(pl->conv, pl->math));
     return DDP_OK;
 }
 
@@ -254,41 +231,41 @@ static ddp_status conv_find(const ops_handle *ops, conv_plan *pl, int kind, ddp_
     if (kind == CONV_FWD) {
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         if (measure)
-            DDP_CUDNN_TRY(cudnnFindConvolutionForwardAlgorithm(cudnn_of(ops)->handle, pl->x, pl->w, pl->conv, pl->y,
+            TRY_CUDNN(cudnnFindConvolutionForwardAlgorithm(cudnn_of(ops)->handle, pl->x, pl->w, pl->conv, pl->y,
                                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
         else
-            DDP_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_of(ops)->handle, pl->x, pl->w, pl->conv, pl->y,
+            TRY_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_of(ops)->handle, pl->x, pl->w, pl->conv, pl->y,
                                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
         if ((i = conv_choose(ops, pl, kind, p, perf, n)) < 0)
             return DDP_ERR_UNSUPPORTED;
-        DDP_TRY_(conv_set_math(ops, pl, kind, p, perf[i].mathType));
-        DDP_CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(cudnn_of(ops)->handle, pl->x, pl->w, pl->conv, pl->y,
+        TRY_OK(conv_set_math(ops, pl, kind, p, perf[i].mathType));
+        TRY_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(cudnn_of(ops)->handle, pl->x, pl->w, pl->conv, pl->y,
                                                               perf[i].algo, &bytes));
     } else if (kind == CONV_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         if (measure)
-            DDP_CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithm(
+            TRY_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(
                 cudnn_of(ops)->handle, pl->w, pl->y, pl->conv, pl->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
         else
-            DDP_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            TRY_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
                 cudnn_of(ops)->handle, pl->w, pl->y, pl->conv, pl->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
         if ((i = conv_choose(ops, pl, kind, p, perf, n)) < 0)
             return DDP_ERR_UNSUPPORTED;
-        DDP_TRY_(conv_set_math(ops, pl, kind, p, perf[i].mathType));
-        DDP_CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_of(ops)->handle, pl->w, pl->y, pl->conv,
+        TRY_OK(conv_set_math(ops, pl, kind, p, perf[i].mathType));
+        TRY_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_of(ops)->handle, pl->w, pl->y, pl->conv,
                                                                    pl->x, perf[i].algo, &bytes));
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         if (measure)
-            DDP_CUDNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithm(
+            TRY_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(
                 cudnn_of(ops)->handle, pl->x, pl->y, pl->conv, pl->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
         else
-            DDP_CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            TRY_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
                 cudnn_of(ops)->handle, pl->x, pl->y, pl->conv, pl->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
         if ((i = conv_choose(ops, pl, kind, p, perf, n)) < 0)
             return DDP_ERR_UNSUPPORTED;
-        DDP_TRY_(conv_set_math(ops, pl, kind, p, perf[i].mathType));
-        DDP_CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_of(ops)->handle, pl->x, pl->y, pl->conv,
+        TRY_OK(conv_set_math(ops, pl, kind, p, perf[i].mathType));
+        TRY_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_of(ops)->handle, pl->x, pl->y, pl->conv,
                                                                      pl->w, perf[i].algo, &bytes));
     }
     pl->ws_bytes = bytes > pl->ws_bytes ? bytes : pl->ws_bytes;
@@ -342,9 +319,9 @@ static ddp_status cudnn_conv_fwd(const ops_handle *ops, ddp_dtype p, const ops_c
     conv_plan *pl;
     void *ws;
     const float one = 1.0f, zero = 0.0f;
-    DDP_TRY_(conv_plan_get(ops, CONV_FWD, p, s, batch, &pl));
-    DDP_TRY_(conv_workspace(ops, pl, &ws));
-    DDP_CUDNN_TRY(cudnnConvolutionForward(cudnn_of(ops)->handle, &one, pl->x, x, pl->w, w, pl->conv,
+    TRY_OK(conv_plan_get(ops, CONV_FWD, p, s, batch, &pl));
+    TRY_OK(conv_workspace(ops, pl, &ws));
+    TRY_CUDNN(cudnnConvolutionForward(cudnn_of(ops)->handle, &one, pl->x, x, pl->w, w, pl->conv,
                                           (cudnnConvolutionFwdAlgo_t)pl->algo, ws, pl->ws_bytes,
                                           &zero, pl->y, y));
     return cuda_add_channel_bias(ops, p, y, b, batch, s->c_out, s->h_out * s->w_out);
@@ -356,9 +333,9 @@ static ddp_status cudnn_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const
     conv_plan *pl;
     void *ws;
     const float one = 1.0f, zero = 0.0f;
-    DDP_TRY_(conv_plan_get(ops, CONV_BWD_DATA, p, s, batch, &pl));
-    DDP_TRY_(conv_workspace(ops, pl, &ws));
-    DDP_CUDNN_TRY(cudnnConvolutionBackwardData(cudnn_of(ops)->handle, &one, pl->w, w, pl->y, dy, pl->conv,
+    TRY_OK(conv_plan_get(ops, CONV_BWD_DATA, p, s, batch, &pl));
+    TRY_OK(conv_workspace(ops, pl, &ws));
+    TRY_CUDNN(cudnnConvolutionBackwardData(cudnn_of(ops)->handle, &one, pl->w, w, pl->y, dy, pl->conv,
                                                (cudnnConvolutionBwdDataAlgo_t)pl->algo, ws,
                                                pl->ws_bytes, &zero, pl->x, dx));
     if (p != DDP_FP16)
@@ -375,10 +352,10 @@ static ddp_status conv_fp32_inputs(const ops_handle *ops, ddp_dtype p, const ops
         return DDP_OK;
     size_t n_x = (size_t)batch * s->c_in * s->h * s->w, n_y = (size_t)batch * s->c_out * s->h_out * s->w_out;
     void *xf, *dyf;
-    DDP_TRY_(cuda_scratch(ops, CUDA_SCRATCH_CONV_X, n_x * sizeof(float), &xf));
-    DDP_TRY_(cuda_scratch(ops, CUDA_SCRATCH_CONV_DY, n_y * sizeof(float), &dyf));
-    DDP_TRY_(cuda_to_fp32(ops, p, (float *)xf, *x, n_x));
-    DDP_TRY_(cuda_to_fp32(ops, p, (float *)dyf, *dy, n_y));
+    TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_CONV_X, n_x * sizeof(float), &xf));
+    TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_CONV_DY, n_y * sizeof(float), &dyf));
+    TRY_OK(cuda_to_fp32(ops, p, (float *)xf, *x, n_x));
+    TRY_OK(cuda_to_fp32(ops, p, (float *)dyf, *dy, n_y));
     *x = xf;
     *dy = dyf;
     return DDP_OK;
@@ -394,10 +371,10 @@ static ddp_status cudnn_conv_bwd_params(const ops_handle *ops, ddp_dtype p,
     void *ws;
     const void *xf = x, *dyf = dy;
     const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    DDP_TRY_(conv_plan_get(ops, CONV_BWD_FILTER, p, s, batch, &pl));
-    DDP_TRY_(conv_fp32_inputs(ops, p, s, batch, &xf, &dyf));
-    DDP_TRY_(conv_workspace(ops, pl, &ws));
-    DDP_CUDNN_TRY(cudnnConvolutionBackwardFilter(cudnn_of(ops)->handle, &one, pl->x, xf, pl->y, dyf, pl->conv,
+    TRY_OK(conv_plan_get(ops, CONV_BWD_FILTER, p, s, batch, &pl));
+    TRY_OK(conv_fp32_inputs(ops, p, s, batch, &xf, &dyf));
+    TRY_OK(conv_workspace(ops, pl, &ws));
+    TRY_CUDNN(cudnnConvolutionBackwardFilter(cudnn_of(ops)->handle, &one, pl->x, xf, pl->y, dyf, pl->conv,
                                                  (cudnnConvolutionBwdFilterAlgo_t)pl->algo, ws,
                                                  pl->ws_bytes, &beta, pl->w, dw));
     return cuda_channel_sums(ops, p, dy, batch, s->c_out, s->h_out * s->w_out, db, accumulate);

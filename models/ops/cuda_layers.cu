@@ -166,7 +166,7 @@ static ddp_status cast_launch(const ops_handle *ops, ddp_dtype to, void *dst, dd
     if (n == 0)
         return DDP_OK;
     cast_p_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(to, dst, from, src, n);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -179,7 +179,7 @@ static ddp_status cuda_cast(const ops_handle *ops, ddp_dtype to, void *dst, ddp_
     if (to != from)
         return cast_launch(ops, to, dst, from, src, n);
     if (dst != src && n)
-        DDP_CUDA_TRY(cudaMemcpyAsync(dst, src, n * ops_dtype_size(ops, to), cudaMemcpyDeviceToDevice,
+        TRY_CUDA(cudaMemcpyAsync(dst, src, n * ops_dtype_size(ops, to), cudaMemcpyDeviceToDevice,
                                      cu->stream));
     return DDP_OK;
 }
@@ -203,7 +203,7 @@ ddp_status cuda_add_channel_bias(const ops_handle *ops, ddp_dtype p, void *y, co
         return DDP_OK;
     channel_bias_kernel<<<ddp_grid(n_total), ddp_block, 0, cu->stream>>>(p, y, b, c, hw,
                                                                                  n_total);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -218,15 +218,15 @@ ddp_status cuda_channel_sums(const ops_handle *ops, ddp_dtype p, const void *dy,
     int n_parts = n > 0 && hw > 0 ? (n + DDP_SUM_IMAGES - 1) / DDP_SUM_IMAGES : 0;
     void *part = NULL;
     if (n_parts > 0) {
-        DDP_TRY_(cuda_scratch(ops, CUDA_SCRATCH_CHANNEL_SUMS, (size_t)c * n_parts * sizeof(float), &part));
+        TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_CHANNEL_SUMS, (size_t)c * n_parts * sizeof(float), &part));
         channel_part_kernel<<<dim3((unsigned)c, (unsigned)n_parts), 256, 0, cu->stream>>>(
             p, dy, n, c, hw, (float *)part);
-        DDP_CUDA_LAUNCHED();
+        TRY_CUDA_LAUNCH();
     }
     /* with no images, the totals are 0 (overwriting) or db unchanged */
     colsum_kernel<<<ddp_grid((size_t)c), ddp_block, 0, cu->stream>>>(DDP_FP32, db, part,
                                                                           n_parts, c, accumulate);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -260,13 +260,13 @@ static ddp_status gemm_p(const ops_handle *ops, ddp_dtype p, bool ta, bool tb, i
     cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     float alpha = 1.0f;
     if (p == DDP_FP32) {
-        DDP_CUBLAS_TRY(cublasSgemm(cu->cublas, op_b, op_a, n, m, k, &alpha, (const float *)b, ldb,
+        TRY_CUBLAS(cublasSgemm(cu->cublas, op_b, op_a, n, m, k, &alpha, (const float *)b, ldb,
                                    (const float *)a, lda, &beta, (float *)c, n));
         return DDP_OK;
     }
     cudaDataType ab = p == DDP_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cudaDataType ct = p == DDP_BF16 && !c_fp32 ? CUDA_R_16BF : CUDA_R_32F;
-    DDP_CUBLAS_TRY(cublasGemmEx(cu->cublas, op_b, op_a, n, m, k, &alpha, b, ab, ldb, a, ab, lda,
+    TRY_CUBLAS(cublasGemmEx(cu->cublas, op_b, op_a, n, m, k, &alpha, b, ab, ldb, a, ab, lda,
                                 &beta, c, ct, n, compute_type(ops, p), CUBLAS_GEMM_DEFAULT));
     return DDP_OK;
 }
@@ -279,7 +279,7 @@ static ddp_status bias_store(const ops_handle *ops, ddp_dtype p, void *y, const 
     if (n == 0)
         return DDP_OK;
     bias_store_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(p, y, acc, b, rows, cols);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -292,8 +292,8 @@ static ddp_status cuda_linear_fwd(const ops_handle *ops, ddp_dtype p, const void
         return DDP_ERR_INVALID_ARG;
     void *acc = y;
     if (p == DDP_BF16 && !y_fp32)
-        DDP_TRY_(cuda_scratch(ops, CUDA_SCRATCH_GEMM, (size_t)batch * out * sizeof(float), &acc));
-    DDP_TRY_(gemm_p(ops, p, false, true, batch, out, in, x, w, 0.0f, acc, true));
+        TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_GEMM, (size_t)batch * out * sizeof(float), &acc));
+    TRY_OK(gemm_p(ops, p, false, true, batch, out, in, x, w, 0.0f, acc, true));
     return bias_store(ops, y_fp32 ? DDP_FP32 : p, y, (const float *)acc, b, batch, out);
 }
 
@@ -304,19 +304,19 @@ static ddp_status cuda_linear_bwd_params(const ops_handle *ops, ddp_dtype p, con
 {
     cuda_state *cu = cuda_of(ops);
     if (dw)
-        DDP_TRY_(gemm_p(ops, p, true, false, out, in, batch, dy, x, accumulate ? 1.0f : 0.0f, dw, true));
+        TRY_OK(gemm_p(ops, p, true, false, out, in, batch, dy, x, accumulate ? 1.0f : 0.0f, dw, true));
     if (!db || out <= 0 || batch < 0)
         return DDP_OK;
     colsum_kernel<<<ddp_grid((size_t)out), ddp_block, 0, cu->stream>>>(p, db, dy, batch, out,
                                                                             accumulate);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
 static ddp_status cuda_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const void *w,
                                         const void *dy, int batch, int in, int out, void *dx)
 {
-    DDP_TRY_(gemm_p(ops, p, false, false, batch, in, out, dy, w, 0.0f, dx, false));
+    TRY_OK(gemm_p(ops, p, false, false, batch, in, out, dy, w, 0.0f, dx, false));
     if (p != DDP_FP16 || batch <= 0 || in <= 0)
         return DDP_OK;
     return cuda_round_fp16(ops, (float *)dx, (size_t)batch * in);
@@ -335,7 +335,7 @@ static ddp_status cuda_act_relu_fwd(const ops_handle *ops, ddp_dtype p, void *y,
     if (n == 0)
         return DDP_OK;
     relu_bf16_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>((uint16_t *)y, (const uint16_t *)x, n);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -349,7 +349,7 @@ static ddp_status cuda_act_relu_bwd(const ops_handle *ops, ddp_dtype p, void *dx
         return DDP_OK;
     relu_grad_bf16_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(
         (uint16_t *)dx, (const uint16_t *)dy, (const uint16_t *)y, n);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -374,7 +374,7 @@ static ddp_status cuda_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *
     else
         pool_fwd_kernel<float><<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(
             (const float *)x, n * c, h, w, (float *)y, (int *)ws);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -385,14 +385,14 @@ static ddp_status cuda_pool_bwd(const ops_handle *ops, ddp_dtype p, const void *
     if (n <= 0 || c <= 0 || h < 2 || w < 2)
         return DDP_OK;
     size_t n_out = (size_t)n * c * (h / 2) * (w / 2);
-    DDP_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)n * c * h * w * ops_dtype_size(ops, p), cu->stream));
+    TRY_CUDA(cudaMemsetAsync(dx, 0, (size_t)n * c * h * w * ops_dtype_size(ops, p), cu->stream));
     if (p == DDP_BF16)
         pool_bwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(
             (const uint16_t *)dy, (const int *)ws, n_out, (uint16_t *)dx);
     else
         pool_bwd_kernel<float><<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(
             (const float *)dy, (const int *)ws, n_out, (float *)dx);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 

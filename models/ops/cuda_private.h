@@ -35,43 +35,6 @@ static inline cuda_state *cuda_of(const ops_handle *ops) { return (cuda_state *)
 static const int ddp_block = 256;
 static inline unsigned ddp_grid(size_t n) { return (unsigned)((n + ddp_block - 1) / ddp_block); }
 
-/* Log a failed call (its text, the library's message, the caller's file and line) and return
- * the status: DDP_ERR_CUDA for the runtime and cuDNN, DDP_ERR_BLAS for cuBLAS. */
-ddp_status ops_cuda_fail(cudaError_t err, const char *what, const char *file, int line);
-ddp_status ops_cublas_fail(cublasStatus_t st, const char *what, const char *file, int line);
-
-#define DDP_CUDA_TRY(call)                                                      \
-    do {                                                                        \
-        cudaError_t ddp_err_ = (call);                                          \
-        if (ddp_err_ != cudaSuccess)                                            \
-            return ops_cuda_fail(ddp_err_, #call, __FILE__, __LINE__);          \
-    } while (0)
-
-#define DDP_CUBLAS_TRY(call)                                                    \
-    do {                                                                        \
-        cublasStatus_t ddp_st_ = (call);                                        \
-        if (ddp_st_ != CUBLAS_STATUS_SUCCESS)                                   \
-            return ops_cublas_fail(ddp_st_, #call, __FILE__, __LINE__);         \
-    } while (0)
-
-/* For release paths that cannot return a status: logs a failed call and goes on. */
-#define DDP_CUDA_LOG(call)                                                      \
-    do {                                                                        \
-        cudaError_t ddp_err_ = (call);                                          \
-        if (ddp_err_ != cudaSuccess)                                            \
-            ops_cuda_fail(ddp_err_, #call, __FILE__, __LINE__);                 \
-    } while (0)
-
-#define DDP_CUBLAS_LOG(call)                                                    \
-    do {                                                                        \
-        cublasStatus_t ddp_st_ = (call);                                        \
-        if (ddp_st_ != CUBLAS_STATUS_SUCCESS)                                   \
-            ops_cublas_fail(ddp_st_, #call, __FILE__, __LINE__);                \
-    } while (0)
-
-/* Ends every launcher: reports a failed launch. */
-#define DDP_CUDA_LAUNCHED() DDP_CUDA_TRY(cudaGetLastError())
-
 /* Device scratch of the handle, one buffer per slot, grown on demand (the old buffer is freed with
  * ddp_free, after the queued work that may read it). *out holds at least n_bytes; DDP_ERR_CUDA
  * when ddp_alloc fails (logged). */

@@ -24,10 +24,10 @@ ddp_status ops_open(ddp_ctx *ctx, int threads, ops_handle **out)
     bool im2col = false;
     *out = NULL;
     if (ctx && ddp_backend(ctx) == DDP_BACKEND_CUDA) {
-        DDP_TRY_(conv_choice("DDP_CUDA_CONV", "cudnn", "im2col", &im2col));
+        TRY_OK(conv_choice("DDP_CUDA_CONV", "cudnn", "im2col", &im2col));
         return ops_cuda_open(ctx, im2col, out);
     }
-    DDP_TRY_(conv_choice("DDP_CPU_CONV", "onednn", "im2col", &im2col));
+    TRY_OK(conv_choice("DDP_CPU_CONV", "onednn", "im2col", &im2col));
     return ops_cpu_open(ctx, threads, im2col, out);
 }
 

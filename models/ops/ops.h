@@ -32,14 +32,7 @@
 #include <stddef.h>
 
 #include "ddp.h"
-
-/* Returns from the enclosing function with the status of `call` when it failed. */
-#define DDP_TRY_(call)                          \
-    do {                                        \
-        ddp_status ddp_st_ = (call);            \
-        if (ddp_st_ != DDP_OK)                  \
-            return ddp_st_;                     \
-    } while (0)
+#include "try.h" /* TRY_OK and, after a library's header, its TRY_ macros */
 
 /* A stride-1 convolution with a square kernel k and zero padding pad, NCHW. */
 typedef struct ops_conv_shape {

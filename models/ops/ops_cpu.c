@@ -363,7 +363,7 @@ static ddp_status cpu_sgd_step_cast(const ops_handle *ops, float *w, float *m, c
         cpu_sgd_bf16_avx512(w, m, g, n, lr, momentum, weight_decay, wc);
         return DDP_OK;
     }
-    DDP_TRY_(cpu_sgd_step(ops, w, m, g, n, lr, momentum, weight_decay));
+    TRY_OK(cpu_sgd_step(ops, w, m, g, n, lr, momentum, weight_decay));
     return p == DDP_FP32 ? DDP_OK : cpu_cast(ops, p, wc, DDP_FP32, w, n);
 }
 
@@ -432,10 +432,10 @@ static ddp_status cpu_linear_bwd_params(const ops_handle *ops, ddp_dtype p, cons
                                         float *db, bool accumulate)
 {
     if (dw && (cpu_bf16_stored(p) || cpu_gemm_on_dnnl(ops)))
-        DDP_TRY_(ops_dnnl_matmul(cpu_of(ops)->dnnl, cpu_bf16_stored(p) ? p : DDP_FP32, out, in, batch, dy, true, x,
+        TRY_OK(ops_dnnl_matmul(cpu_of(ops)->dnnl, cpu_bf16_stored(p) ? p : DDP_FP32, out, in, batch, dy, true, x,
                                  false, NULL, dw, true, accumulate));
     else if (dw)
-        DDP_TRY_(cpu_gemm(ops, true, false, out, in, batch, 1.0f, dy, x, accumulate ? 1.0f : 0.0f, dw));
+        TRY_OK(cpu_gemm(ops, true, false, out, in, batch, 1.0f, dy, x, accumulate ? 1.0f : 0.0f, dw));
     if (db && !accumulate)
         memset(db, 0, (size_t)(out > 0 ? out : 0) * sizeof *db);
     if (db)
@@ -491,7 +491,7 @@ static ddp_status cpu_conv_bwd_params(const ops_handle *ops, ddp_dtype p, const 
         cs->scratch_n = n;
     }
     float *scratch = cs->scratch; // (c_out * c_in * k * k + c_out)
-    DDP_TRY_(ops_dnnl_conv_bwd_weights(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), s, batch, x, dy, scratch, scratch + n_w));
+    TRY_OK(ops_dnnl_conv_bwd_weights(cpu_of(ops)->dnnl, cpu_dnnl_prec(p), s, batch, x, dy, scratch, scratch + n_w));
     cpu_axpy(ops, dw, scratch, n_w, 1.0f);
     cpu_axpy(ops, db, scratch + n_w, (size_t)s->c_out, 1.0f);
     return DDP_OK;

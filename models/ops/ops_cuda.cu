@@ -18,20 +18,6 @@
 
 /* ---- checks and scratch ---------------------------------------------------------------- */
 
-ddp_status ops_cuda_fail(cudaError_t err, const char *what, const char *file, int line)
-{
-    ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s: %s (%s)", what, cudaGetErrorString(err),
-                  cudaGetErrorName(err));
-    return DDP_ERR_CUDA;
-}
-
-ddp_status ops_cublas_fail(cublasStatus_t st, const char *what, const char *file, int line)
-{
-    ddp_log_write(DDP_LOG_ERROR, 0, file, line, "%s: %s (%d)", what, cublasGetStatusString(st),
-                  (int)st);
-    return DDP_ERR_BLAS;
-}
-
 ddp_status cuda_scratch(const ops_handle *ops, int slot, size_t n_bytes, void **out)
 {
     cuda_state *cu = cuda_of(ops);
@@ -195,7 +181,7 @@ static ddp_status cuda_gemm(const ops_handle *ops, bool trans_a, bool trans_b, i
         return DDP_OK;
     int lda = trans_a ? m : k;
     int ldb = trans_b ? k : n;
-    DDP_CUBLAS_TRY(cublasSgemm(cu->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+    TRY_CUBLAS(cublasSgemm(cu->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
                                ldb > 0 ? ldb : 1, a, lda > 0 ? lda : 1, &beta, c, n));
     return DDP_OK;
@@ -209,7 +195,7 @@ static ddp_status cuda_bias_add(const ops_handle *ops, float *y, const float *bi
         return DDP_OK;
     size_t n = (size_t)rows * cols;
     bias_add_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(y, bias, rows, cols);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -221,7 +207,7 @@ static ddp_status cuda_bias_grad(const ops_handle *ops, float *dbias, const floa
         return DDP_OK;
     bias_grad_kernel<<<ddp_grid((size_t)cols), ddp_block, 0, cu->stream>>>(dbias, dy, rows,
                                                                                 cols);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -231,7 +217,7 @@ static ddp_status cuda_relu_fwd(const ops_handle *ops, float *y, const float *x,
     if (n == 0)
         return DDP_OK;
     relu_fwd_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(y, x, n);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -242,7 +228,7 @@ static ddp_status cuda_relu_bwd(const ops_handle *ops, float *dx, const float *d
     if (n == 0)
         return DDP_OK;
     relu_bwd_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(dx, dy, y, n);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -252,7 +238,7 @@ static ddp_status cuda_scale(const ops_handle *ops, float *x, size_t n, float al
     if (n == 0)
         return DDP_OK;
     scale_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(x, n, alpha);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -262,7 +248,7 @@ static ddp_status cuda_axpy(const ops_handle *ops, float *y, const float *x, siz
     if (n == 0)
         return DDP_OK;
     axpy_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(y, x, n, alpha);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -274,7 +260,7 @@ static ddp_status cuda_sgd_step(const ops_handle *ops, float *w, float *m, const
         return DDP_OK;
     sgd_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(w, m, g, n, lr, momentum,
                                                               weight_decay);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -289,7 +275,7 @@ static ddp_status cuda_im2col(const ops_handle *ops, const float *im, int c, int
         return DDP_OK;
     size_t n = (size_t)c * k * k * h_out * w_out;
     im2col_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(im, c, h, w, k, pad, col);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -303,7 +289,7 @@ static ddp_status cuda_col2im(const ops_handle *ops, const float *col, int c, in
         return DDP_OK;
     size_t n = (size_t)c * h * w;
     col2im_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(col, c, h, w, k, pad, im);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -319,7 +305,7 @@ static ddp_status cuda_maxpool_fwd(const ops_handle *ops, const float *x, int pl
         return DDP_OK;
     maxpool_fwd_kernel<<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(x, planes, h, w, y,
                                                                           argmax);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -331,7 +317,7 @@ static ddp_status cuda_maxpool_bwd(const ops_handle *ops, const float *dy, const
         return DDP_OK;
     size_t n_out = (size_t)planes * (h / 2) * (w / 2);
     maxpool_bwd_kernel<<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(dy, argmax, n_out, dx);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -339,7 +325,7 @@ static ddp_status cuda_maxpool_bwd(const ops_handle *ops, const float *dy, const
 static ddp_status xent_scratch(const ops_handle *ops, int rows, int **out)
 {
     void *p = NULL;
-    DDP_TRY_(cuda_scratch(ops, CUDA_SCRATCH_XENT, 2 * (size_t)rows * sizeof(int), &p));
+    TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_XENT, 2 * (size_t)rows * sizeof(int), &p));
     *out = (int *)p;
     return DDP_OK;
 }
@@ -379,7 +365,7 @@ static ddp_status cuda_softmax_xent(const ops_handle *ops, const float *logits, 
         return st;
     softmax_xent_kernel<<<ddp_grid((size_t)rows), ddp_block, 0, cu->stream>>>(
         logits, labels, rows, classes, dlogits, scratch);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     int *result = (int *)malloc(2 * (size_t)rows * sizeof(int)); // (rows, 2)
     if (!result)
         return DDP_ERR_NOMEM;
@@ -426,12 +412,12 @@ static ddp_status cuda_softmax_xent_acc(const ops_handle *ops, const float *logi
     if (rows < 1 || classes < 1)
         return DDP_ERR_INVALID_ARG;
     int *scratch = NULL;
-    DDP_TRY_(xent_scratch(ops, rows, &scratch));
+    TRY_OK(xent_scratch(ops, rows, &scratch));
     softmax_xent_kernel<<<ddp_grid((size_t)rows), ddp_block, 0, cu->stream>>>(
         logits, labels, rows, classes, dlogits, scratch);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     xent_acc_kernel<<<1, 256, 0, cu->stream>>>(scratch, rows, loss_acc);
-    DDP_CUDA_LAUNCHED();
+    TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
@@ -471,7 +457,7 @@ static bool is_cuda(const ops_handle *ops) { return ops && ops->gemm == cuda_tab
  * default math does not down-convert fp32 inputs). */
 static ddp_status cublas_math(cuda_state *cu)
 {
-    DDP_CUBLAS_TRY(cublasSetMathMode(cu->cublas, cu->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+    TRY_CUBLAS(cublasSetMathMode(cu->cublas, cu->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                           : CUBLAS_DEFAULT_MATH));
     return DDP_OK;
 }
@@ -513,14 +499,14 @@ static ddp_status open_handles(ops_handle *ops)
 {
     cuda_state *cu = cuda_of(ops);
     int dev = 0;
-    DDP_CUDA_TRY(cudaGetDevice(&dev));
-    DDP_CUDA_TRY(cudaDeviceGetAttribute(&cu->cc_major, cudaDevAttrComputeCapabilityMajor, dev));
-    DDP_CUDA_TRY(cudaDeviceGetAttribute(&cu->cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
-    DDP_CUBLAS_TRY(cublasCreate(&cu->cublas));
-    DDP_CUBLAS_TRY(cublasSetStream(cu->cublas, cu->stream));
-    DDP_TRY_(cublas_math(cu));
+    TRY_CUDA(cudaGetDevice(&dev));
+    TRY_CUDA(cudaDeviceGetAttribute(&cu->cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+    TRY_CUDA(cudaDeviceGetAttribute(&cu->cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
+    TRY_CUBLAS(cublasCreate(&cu->cublas));
+    TRY_CUBLAS(cublasSetStream(cu->cublas, cu->stream));
+    TRY_OK(cublas_math(cu));
 #if HAVE_CUDNN
-    DDP_TRY_(cudnn_open(ops));
+    TRY_OK(cudnn_open(ops));
 #endif
     return DDP_OK;
 }
@@ -534,7 +520,7 @@ static void cuda_release(ops_handle *ops)
 #endif
     scratch_release(ops);
     if (cu->cublas)
-        DDP_CUBLAS_LOG(cublasDestroy(cu->cublas));
+        LOG_CUBLAS(cublasDestroy(cu->cublas));
     free(cu);
     free(ops);
 }
