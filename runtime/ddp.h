@@ -363,11 +363,14 @@ typedef struct ddp_reducer_opts {
     /* Type on the wire (PyTorch's bf16/fp16 compression hooks): DDP_FP32, DDP_BF16 or DDP_FP16;
      * default DDP_FP32, which for 16-bit gradients means "the gradients' own type". When it
      * differs from grad_dtype each bucket is cast into a reducer-owned buffer before its
-     * all-reduce and cast back after: 16 bits halve the bytes of fp32 gradients. The sum is
-     * rounded to the wire type (MPI: summed in fp32 per pair of contributions, rounded back;
-     * NCCL: its own reduction), then cast back and divided by world_size x micro-steps in the
-     * gradients' type. fp16 has a small range: scale the loss with a ddp_scaler so the sum does
-     * not overflow, or rather overflows visibly (inf, which the scaler detects and skips). */
+     * all-reduce and cast back after: 16 bits halve the bytes of fp32 gradients. On a 16-bit
+     * wire each rank's contribution is divided BEFORE the sum (as PyTorch's fp16 compression
+     * hook), by the smallest power of two >= world_size x micro-steps (exact), so the sum is no
+     * larger than the largest contribution and overflows only where a rank's own gradient does;
+     * the sum is rounded to the wire type (MPI: summed in fp32 per pair of contributions,
+     * rounded back; NCCL: its own reduction), cast back, and the division by world_size x
+     * micro-steps completed in the gradients' type. fp16 has a small range: scale the loss with a
+     * ddp_scaler so that an overflow is visible (inf, which the scaler detects and skips). */
     ddp_dtype comm_dtype;
     /* CUDA only: the caller's cudaStream_t (NULL: ddp_backend_stream()). Each bucket's cast and
      * all-reduce are ordered after the work queued on this stream when the bucket's last

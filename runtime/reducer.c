@@ -8,11 +8,18 @@
  * 16 bits on the wire for wider gradients: a bucket is cast into the same slice of the reducer's
  * wire buffer just before its launch and cast back in finish(), before the scaling. On CUDA the
  * casts, the scaling and the all-reduces are ordered on opts.stream (or the backend's stream).
+ * 16-bit wire: the range of fp16 is small (65504), so each rank's contribution is divided before
+ * the sum, as PyTorch's fp16 compression hook does: by 2^k, the smallest power of two at least
+ * world_size * micro_steps (exact in binary floating point, so contributions lose no bits except
+ * near the subnormals), in place in the gradients' type before the cast to the wire; the sum is
+ * then no larger than the largest contribution, and finish() multiplies by 2^k / (world_size *
+ * micro_steps), in (1/2, 1].
  *
  * Failure policy: a parameter left unmarked is reported by finish(), which still launches every
  * remaining bucket so that peers complete their all-reduces; after a failed launch nothing more is
  * launched. Either way the gradients are undefined and the caller should ddp_abort() the job.
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "convert.h"
@@ -229,6 +236,17 @@ ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
     return DDP_OK;
 }
 
+/* What a bucket is multiplied by before its all-reduce: 1 for fp32 on the wire; for 16 bits
+ * 2^-k, 2^k the smallest power of two >= world_size * micro_steps (see the top of the file). */
+static float ddp_reducer_prescale(const ddp_reducer *r)
+{
+    if (r->wire_dtype == DDP_FP32)
+        return 1.0f;
+    int k;
+    double m = frexp((double)ddp_world_size(r->ctx) * (double)r->micro_steps, &k);
+    return (float)ldexp(1.0, m == 0.5 ? 1 - k : -k);
+}
+
 /* Launches bucket b; on failure records the error and launches nothing more this step. */
 static void ddp_reducer_launch(ddp_reducer *r, int b)
 {
@@ -236,7 +254,10 @@ static void ddp_reducer_launch(ddp_reducer *r, int b)
     void *buf = ddp_elem(r->grads, r->grad_dtype, bk->offset);
     ddp_status st = DDP_OK;
     ddp_trace_instant("allreduce.queued", b);
-    if (r->wire) {
+    float pre = ddp_reducer_prescale(r);
+    if (pre != 1.0f) /* in the gradients' type, before a narrowing cast could overflow */
+        st = ddp_dev_scale(r->ctx, buf, r->grad_dtype, bk->n, pre, r->stream);
+    if (st == DDP_OK && r->wire) {
         void *wire = ddp_elem(r->wire, r->wire_dtype, bk->offset);
         st = ddp_dev_cast(r->ctx, wire, r->wire_dtype, buf, r->grad_dtype, bk->n, r->stream);
         buf = wire;
@@ -301,7 +322,8 @@ static ddp_status ddp_reducer_check_marked(const ddp_reducer *r)
     return st;
 }
 
-/* Casts bucket b back from the wire (when it has one) and divides it by world x micro-steps. */
+/* Casts bucket b back from the wire (when it has one) and multiplies it by alpha, which completes
+ * the division by world x micro-steps. */
 static ddp_status ddp_reducer_unpack(ddp_reducer *r, int b, float alpha)
 {
     const ddp_bucket *bk = &r->buckets[b];
@@ -310,12 +332,15 @@ static ddp_status ddp_reducer_unpack(ddp_reducer *r, int b, float alpha)
         return ddp_dev_cast_scale(r->ctx, grads, r->grad_dtype,
                                   ddp_elem(r->wire, r->wire_dtype, bk->offset), r->wire_dtype, bk->n,
                                   alpha, r->stream);
+    if (alpha == 1.0f)
+        return DDP_OK; /* a 16-bit bucket already divided by a power of two equal to the mean's */
     return ddp_dev_scale(r->ctx, grads, r->grad_dtype, bk->n, alpha, r->stream);
 }
 
 static ddp_status ddp_reducer_scale(ddp_reducer *r)
 {
-    float alpha = (float)(1.0 / ((double)ddp_world_size(r->ctx) * (double)r->micro_steps));
+    double mean = 1.0 / ((double)ddp_world_size(r->ctx) * (double)r->micro_steps);
+    float alpha = (float)(mean / (double)ddp_reducer_prescale(r));
     for (int b = 0; b < r->n_buckets; b++) {
         ddp_status st = ddp_reducer_unpack(r, b, alpha);
         if (st != DDP_OK) {
