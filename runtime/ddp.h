@@ -376,7 +376,9 @@ typedef struct ddp_reducer_opts {
      * all-reduce are ordered after the work queued on this stream when the bucket's last
      * parameter is marked ready; after ddp_reducer_finish the averaged gradients are ordered on
      * this same stream (later kernels on it see them; the host must synchronise the stream before
-     * reading them). The stream must stay valid until the reducer is destroyed. Ignored on CPU. */
+     * reading them), and libddp's stream waits for them too, so that libddp's later work (a
+     * ddp_scaler, ddp_download) sees them. The stream must stay valid until the reducer is
+     * destroyed. Ignored on CPU. */
     void *stream;
     int defer_launch;       /* non-zero: no overlap; every bucket is launched by finish(), after
                                the backward pass (default 0: launched as soon as it is ready) */
@@ -413,6 +415,11 @@ DDP_API const ddp_bucket *ddp_reducer_buckets(const ddp_reducer *r);
  * the gradients are left as they are. Otherwise: gradients *= 1 / scale, step_ok = 1, the counter
  * grows and after growth_interval such steps in a row scale *= growth_factor and the counter
  * restarts. Scale and counter are training state: save them in checkpoints (get/set_state).
+ * Streams (CUDA): the check and the unscaling run on opts.stream. Give it the stream the
+ * gradients were finished on (the reducer's ddp_reducer_opts.stream) and every step is in order:
+ * reducer, check, unscale, then the caller's optimizer kernels on that stream. With NULL they run
+ * on libddp's stream, which ddp_reducer_finish also orders after the averaged gradients; a
+ * caller's kernel on its own stream must then wait for the unscaling: ddp_stream_after().
  */
 typedef struct ddp_scaler ddp_scaler;
 
@@ -421,6 +428,8 @@ typedef struct ddp_scaler_opts {
     double growth_factor;    /* default 2 */
     double backoff_factor;   /* default 0.5 */
     int64_t growth_interval; /* default 2000 */
+    void *stream;            /* CUDA only: the cudaStream_t of the check and the unscaling, see
+                                above (default NULL: ddp_backend_stream()); ignored on CPU */
 } ddp_scaler_opts;
 
 DDP_API void ddp_scaler_opts_default(ddp_scaler_opts *opts);
@@ -431,8 +440,9 @@ DDP_API void ddp_scaler_destroy(ddp_scaler *s);
 /* The current scale; 0 for a NULL scaler. */
 DDP_API double ddp_scaler_scale(const ddp_scaler *s);
 /* Checks, unscales and updates as described above. grads: n elements of dtype (DDP_FP32,
- * DDP_BF16 or DDP_FP16) in backend memory (on CUDA ordered on the backend's stream; the call
- * waits for the check). Collective. On failure *step_ok is 0 and the state is unchanged. */
+ * DDP_BF16 or DDP_FP16) in backend memory (on CUDA ordered on opts.stream; the call waits for
+ * the check, the unscaling is queued). Collective. On failure *step_ok is 0 and the state is
+ * unchanged. */
 DDP_API ddp_status ddp_scaler_unscale_update(ddp_scaler *s, void *grads, ddp_dtype dtype, size_t n,
                                              int *step_ok);
 /* Training state for checkpoints: the scale and the count of finite steps since the last change

@@ -7,7 +7,11 @@
  * finish() waits for them in order and scales each bucket by 1 / (world_size * micro_steps).
  * 16 bits on the wire for wider gradients: a bucket is cast into the same slice of the reducer's
  * wire buffer just before its launch and cast back in finish(), before the scaling. On CUDA the
- * casts, the scaling and the all-reduces are ordered on opts.stream (or the backend's stream).
+ * casts, the scaling and the all-reduces are ordered on opts.stream (or the backend's stream),
+ * and finish() makes the backend's stream wait for a caller's stream, so that libddp's later work
+ * (the loss scaler) sees the averaged gradients. Exposed communication: on the CPU the
+ * "reducer.wait" span of finish(); on CUDA, while tracing, CUDA events on the reducer's stream
+ * (reducer_cuda.h), read once complete and traced as "reducer.exposed".
  * 16-bit wire: the range of fp16 is small (65504), so each rank's contribution is divided before
  * the sum, as PyTorch's fp16 compression hook does: by 2^k, the smallest power of two at least
  * world_size * micro_steps (exact in binary floating point, so contributions lose no bits except
@@ -24,6 +28,7 @@
 
 #include "convert.h"
 #include "internal.h"
+#include "reducer_cuda.h"
 
 #define DDP_MIB (1024.0 * 1024.0)
 
@@ -47,6 +52,7 @@ struct ddp_reducer {
     int micro_steps;         /* micro-steps since the last finish, this one included */
     ddp_status launch_error; /* first failed launch of this sync step, DDP_OK when none */
     int defer_launch;        /* launch nothing before finish() (no overlap) */
+    ddp_exposed_timer *timer; /* CUDA: exposed communication per sync step, while tracing */
 };
 
 void ddp_reducer_opts_default(ddp_reducer_opts *opts)
@@ -167,6 +173,8 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
     ddp_status st = ddp_reducer_plan(r, numel, opts ? opts : &defaults);
     if (st == DDP_OK)
         st = ddp_reducer_types(r, numel, opts ? opts : &defaults);
+    if (st == DDP_OK && ddp_backend(ctx) == DDP_BACKEND_CUDA)
+        st = ddp_exposed_timer_create(&r->timer);
     if (st != DDP_OK) {
         ddp_reducer_destroy(r);
         return st;
@@ -193,12 +201,29 @@ static ddp_status ddp_reducer_wait_all(ddp_reducer *r)
     return first;
 }
 
+/* CUDA, while tracing: one "reducer.exposed" instant (args.arg: nanoseconds) per sync step whose
+ * events have completed, oldest first; wait != 0 waits for them (see reducer_cuda.h). */
+static void ddp_reducer_report_exposed(ddp_reducer *r, int wait)
+{
+    int64_t ns;
+    while (ddp_exposed_timer_next(r->timer, wait, &ns))
+        ddp_trace_instant("reducer.exposed", ns);
+}
+
 void ddp_reducer_destroy(ddp_reducer *r)
 {
     if (!r)
         return;
     if (r->requests)
         ddp_reducer_wait_all(r); /* the communicator must not write into freed state */
+    if (r->timer && ddp_trace_enabled()) {
+        ddp_reducer_report_exposed(r, 1);
+        long dropped = ddp_exposed_timer_dropped(r->timer);
+        if (dropped > 0)
+            DDP_WARN("reducer: the exposed communication of %ld sync step(s) was not measured: the "
+                     "host ran more steps ahead of the GPU than the timer holds", dropped);
+    }
+    ddp_exposed_timer_destroy(r->timer);
     ddp_free(r->ctx, r->wire);
     free(r->buckets);
     free(r->param_bucket);
@@ -337,6 +362,12 @@ static ddp_status ddp_reducer_unpack(ddp_reducer *r, int b, float alpha)
     return ddp_dev_scale(r->ctx, grads, r->grad_dtype, bk->n, alpha, r->stream);
 }
 
+/* The stream the reducer orders its work on (CUDA): the caller's, else libddp's. */
+static void *ddp_reducer_stream(const ddp_reducer *r)
+{
+    return r->stream ? r->stream : ddp_backend_stream(r->ctx);
+}
+
 static ddp_status ddp_reducer_scale(ddp_reducer *r)
 {
     double mean = 1.0 / ((double)ddp_world_size(r->ctx) * (double)r->micro_steps);
@@ -363,18 +394,27 @@ ddp_status ddp_reducer_finish(ddp_reducer *r)
         return DDP_ERR_STATE;
     }
     ddp_status marked = ddp_reducer_check_marked(r);
+    int timed = r->timer && ddp_trace_enabled(); /* a timer error only loses the measurement */
+    if (timed) {
+        ddp_reducer_report_exposed(r, 0);
+        ddp_exposed_timer_start(r->timer, ddp_reducer_stream(r));
+    }
     /* Launch what is left even after an error, so peers that did everything right are not left
      * waiting in an all-reduce this rank never joins. */
     ddp_reducer_launch_ready(r, 1);
     ddp_trace_begin("reducer.wait", r->n_buckets);
     ddp_status st = ddp_reducer_wait_all(r);
     ddp_trace_end("reducer.wait", r->n_buckets);
+    if (timed)
+        ddp_exposed_timer_stop(r->timer, ddp_reducer_stream(r));
     if (st == DDP_OK)
         st = r->launch_error;
     if (st == DDP_OK)
         st = marked;
     if (st == DDP_OK)
         st = ddp_reducer_scale(r);
+    if (st == DDP_OK && r->stream) /* libddp's later work (the loss scaler) sees the result */
+        st = ddp_after_stream(r->ctx, r->stream);
     r->in_step = 0;
     r->micro_steps = 0;
     return st;

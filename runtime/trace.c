@@ -222,11 +222,17 @@ ddp_status ddp_trace_get_stats(ddp_trace_stats *out)
     size_t n = atomic_load(&trace_n);
     n = n < trace_cap ? n : trace_cap;
     double total[TRACE_N_KINDS] = {0};
-    long syncs = 0;
+    long syncs = 0, n_device = 0;
+    double device_s = 0.0; /* CUDA: the reducer's "reducer.exposed" instants (nanoseconds) */
     /* Spans of one kind do not nest; begin times per (thread, kind), for up to 8 threads. */
     int64_t open[8][TRACE_N_KINDS] = {{0}};
     for (size_t i = 0; i < n; i++) {
         const trace_event *e = &trace_buf[i];
+        if (e->ph == 'i' && strcmp(e->name, "reducer.exposed") == 0) {
+            device_s += (double)e->arg * 1e-9;
+            n_device++;
+            continue;
+        }
         int k = e->ph == 'i' || e->tid >= 8 ? -1 : trace_kind(e->name);
         if (k < 0)
             continue;
@@ -238,7 +244,8 @@ ddp_status ddp_trace_get_stats(ddp_trace_stats *out)
             syncs += k == TRACE_WAIT;
         }
     }
-    *out = (ddp_trace_stats){.n_syncs = syncs, .exposed_s = total[TRACE_WAIT],
+    *out = (ddp_trace_stats){.n_syncs = syncs, .exposed_s = n_device ? device_s : total[TRACE_WAIT],
+                             .n_exposed = n_device ? n_device : syncs,
                              .comm_s = total[TRACE_COMM], .backward_s = total[TRACE_BACKWARD],
                              .n_dropped = atomic_load(&trace_dropped)};
     return DDP_OK;

@@ -24,7 +24,8 @@ void ddp_train_comm_stats(ddp_ctx *ctx, ddp_run_stats *r)
     if (!ddp_trace_enabled() || ddp_trace_get_stats(&s) != DDP_OK)
         return;
     double syncs = s.n_syncs > 0 ? (double)s.n_syncs : 1.0;
-    double v[3] = {1e3 * s.exposed_s / syncs, 1e3 * s.comm_s / syncs, (double)s.n_dropped};
+    double measured = s.n_exposed > 0 ? (double)s.n_exposed : 1.0; /* CUDA: may lag n_syncs */
+    double v[3] = {1e3 * s.exposed_s / measured, 1e3 * s.comm_s / syncs, (double)s.n_dropped};
     if (ddp_allreduce_host(ctx, v, 3, DDP_FP64, DDP_SUM) != DDP_OK)
         return;
     int world = ddp_world_size(ctx);
