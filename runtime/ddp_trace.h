@@ -52,10 +52,11 @@ DDP_API void ddp_trace_instant(const char *name, int64_t arg);
 typedef struct ddp_trace_stats {
     long n_syncs;       /* "reducer.wait" spans: gradient synchronisations */
     double exposed_s;   /* communication the steps waited for, over n_exposed synchronisations:
-                           the "reducer.exposed" instants where there are some (CUDA), else the
-                           time in "reducer.wait" (CPU) */
+                           on CUDA (or wherever there are some) the "reducer.exposed" instants,
+                           on the CPU the time in "reducer.wait" */
     long n_exposed;     /* synchronisations exposed_s covers: n_syncs on the CPU; on CUDA those
-                           whose events were read (the last one only at ddp_reducer_destroy) */
+                           whose events were read (the last one only at ddp_reducer_destroy), so
+                           possibly 0 after one synchronisation */
     double comm_s;      /* total time of the "allreduce" spans (bucket all-reduces running) */
     double backward_s;  /* total time of "backward" spans */
     long n_dropped;     /* events lost to a full buffer */

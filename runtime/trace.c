@@ -56,6 +56,7 @@ static atomic_long trace_dropped;
 static atomic_int trace_next_tid;
 static int64_t trace_offset_ns; /* this node's clock minus rank 0's */
 static int64_t trace_t0_ns;     /* rank 0's clock at start */
+static int trace_cuda;          /* a CUDA context: exposed communication from the reducer's events */
 static _Thread_local int trace_tid = -1;
 static _Thread_local int64_t trace_tag = -1;
 
@@ -196,6 +197,7 @@ ddp_status ddp_trace_start(ddp_ctx *ctx, size_t max_events)
     atomic_store(&trace_dropped, 0);
     atomic_store(&trace_next_tid, 1);
     trace_tid = 0;
+    trace_cuda = ctx->backend == DDP_BACKEND_CUDA;
     atomic_store(&trace_on, 1);
     return DDP_OK;
 }
@@ -244,8 +246,9 @@ ddp_status ddp_trace_get_stats(ddp_trace_stats *out)
             syncs += k == TRACE_WAIT;
         }
     }
-    *out = (ddp_trace_stats){.n_syncs = syncs, .exposed_s = n_device ? device_s : total[TRACE_WAIT],
-                             .n_exposed = n_device ? n_device : syncs,
+    int device = trace_cuda || n_device > 0;
+    *out = (ddp_trace_stats){.n_syncs = syncs, .exposed_s = device ? device_s : total[TRACE_WAIT],
+                             .n_exposed = device ? n_device : syncs,
                              .comm_s = total[TRACE_COMM], .backward_s = total[TRACE_BACKWARD],
                              .n_dropped = atomic_load(&trace_dropped)};
     return DDP_OK;
