@@ -459,17 +459,22 @@ typedef struct ddp_reducer_opts {
     /* Type on the wire (PyTorch's bf16/fp16 compression hooks): DDP_FP32, DDP_BF16 or DDP_FP16;
      * default DDP_FP32, which for 16-bit gradients means "the gradients' own type". When it
      * differs from grad_dtype each bucket is cast into a reducer-owned buffer before its
-     * all-reduce and cast back after: 16 bits halve the bytes of fp32 gradients. The sum is
-     * rounded to the wire type (MPI: summed in fp32 per pair of contributions, rounded back;
-     * NCCL: its own reduction), then cast back and divided by world_size x micro-steps in the
-     * gradients' type. fp16 has a small range: scale the loss with a ddp_scaler so the sum does
-     * not overflow, or rather overflows visibly (inf, which the scaler detects and skips). */
+     * all-reduce and cast back after: 16 bits halve the bytes of fp32 gradients. On a 16-bit
+     * wire each rank's contribution is divided BEFORE the sum (as PyTorch's fp16 compression
+     * hook), by the smallest power of two >= world_size x micro-steps (exact), so the sum is no
+     * larger than the largest contribution and overflows only where a rank's own gradient does;
+     * the sum is rounded to the wire type (MPI: summed in fp32 per pair of contributions,
+     * rounded back; NCCL: its own reduction), cast back, and the division by world_size x
+     * micro-steps completed in the gradients' type. fp16 has a small range: scale the loss with a
+     * ddp_scaler so that an overflow is visible (inf, which the scaler detects and skips). */
     ddp_dtype comm_dtype;
     /* CUDA only: the caller's cudaStream_t (NULL: ddp_backend_stream()). Each bucket's cast and
      * all-reduce are ordered after the work queued on this stream when the bucket's last
      * parameter is marked ready; after ddp_reducer_finish the averaged gradients are ordered on
      * this same stream (later kernels on it see them; the host must synchronise the stream before
-     * reading them). The stream must stay valid until the reducer is destroyed. Ignored on CPU. */
+     * reading them), and libddp's stream waits for them too, so that libddp's later work (a
+     * ddp_scaler, ddp_download) sees them. The stream must stay valid until the reducer is
+     * destroyed. Ignored on CPU. */
     void *stream;
     int defer_launch;       /* non-zero: no overlap; every bucket is launched by finish(), after
                                the backward pass (default 0: launched as soon as it is ready) */
@@ -506,6 +511,11 @@ DDP_API const ddp_bucket *ddp_reducer_buckets(const ddp_reducer *r);
  * the gradients are left as they are. Otherwise: gradients *= 1 / scale, step_ok = 1, the counter
  * grows and after growth_interval such steps in a row scale *= growth_factor and the counter
  * restarts. Scale and counter are training state: save them in checkpoints (get/set_state).
+ * Streams (CUDA): the check and the unscaling run on opts.stream. Give it the stream the
+ * gradients were finished on (the reducer's ddp_reducer_opts.stream) and every step is in order:
+ * reducer, check, unscale, then the caller's optimizer kernels on that stream. With NULL they run
+ * on libddp's stream, which ddp_reducer_finish also orders after the averaged gradients; a
+ * caller's kernel on its own stream must then wait for the unscaling: ddp_stream_after().
  */
 typedef struct ddp_scaler ddp_scaler;
 
@@ -514,6 +524,8 @@ typedef struct ddp_scaler_opts {
     double growth_factor;    /* default 2 */
     double backoff_factor;   /* default 0.5 */
     int64_t growth_interval; /* default 2000 */
+    void *stream;            /* CUDA only: the cudaStream_t of the check and the unscaling, see
+                                above (default NULL: ddp_backend_stream()); ignored on CPU */
 } ddp_scaler_opts;
 
 DDP_API void ddp_scaler_opts_default(ddp_scaler_opts *opts);
@@ -524,8 +536,9 @@ DDP_API void ddp_scaler_destroy(ddp_scaler *s);
 /* The current scale; 0 for a NULL scaler. */
 DDP_API double ddp_scaler_scale(const ddp_scaler *s);
 /* Checks, unscales and updates as described above. grads: n elements of dtype (DDP_FP32,
- * DDP_BF16 or DDP_FP16) in backend memory (on CUDA ordered on the backend's stream; the call
- * waits for the check). Collective. On failure *step_ok is 0 and the state is unchanged. */
+ * DDP_BF16 or DDP_FP16) in backend memory (on CUDA ordered on opts.stream; the call waits for
+ * the check, the unscaling is queued). Collective. On failure *step_ok is 0 and the state is
+ * unchanged. */
 DDP_API ddp_status ddp_scaler_unscale_update(ddp_scaler *s, void *grads, ddp_dtype dtype, size_t n,
                                              int *step_ok);
 /* Training state for checkpoints: the scale and the count of finite steps since the last change

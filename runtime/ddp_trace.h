@@ -24,7 +24,12 @@ extern "C" {
  * "allreduce.queued" and the span "allreduce" (started..finished: on the MPI communicator's
  * thread; with NCCL, from when its stream reaches the all-reduce to when the kernel has finished,
  * recorded by host functions queued on that stream, on CUDA's callback thread), and the span
- * "reducer.wait" (the time finish() waited: exposed communication).
+ * "reducer.wait" (the time finish() spent waiting for the all-reduces: on the CPU the exposed
+ * communication; on CUDA finish only queues the device's waits, so there the exposed
+ * communication is measured on the device with CUDA events, from the moment the reducer's stream
+ * has done the backward pass's work to the moment it has also waited for every all-reduce, and
+ * recorded as the instant "reducer.exposed", args.arg = its nanoseconds, once the events have
+ * completed: at a later finish() or at ddp_reducer_destroy(), so it appears after its step).
  * Cost: while tracing is off every record call is one predictable branch; while on, one
  * clock_gettime and one atomic increment. Names are NOT copied when recorded: pass string
  * literals (or strings that live until ddp_trace_write). A full buffer drops further events and
@@ -49,7 +54,12 @@ DDP_API void ddp_trace_instant(const char *name, int64_t arg);
 /* This rank's communication figures from the events so far (tracing must be on). */
 typedef struct ddp_trace_stats {
     long n_syncs;       /* "reducer.wait" spans: gradient synchronisations */
-    double exposed_s;   /* total time in "reducer.wait": communication the step waited for */
+    double exposed_s;   /* communication the steps waited for, over n_exposed synchronisations:
+                           on CUDA (or wherever there are some) the "reducer.exposed" instants,
+                           on the CPU the time in "reducer.wait" */
+    long n_exposed;     /* synchronisations exposed_s covers: n_syncs on the CPU; on CUDA those
+                           whose events were read (the last one only at ddp_reducer_destroy), so
+                           possibly 0 after one synchronisation */
     double comm_s;      /* total time of the "allreduce" spans (bucket all-reduces running) */
     double backward_s;  /* total time of "backward" spans */
     long n_dropped;     /* events lost to a full buffer */

@@ -7,16 +7,28 @@
  * finish() waits for them in order and scales each bucket by 1 / (world_size * micro_steps).
  * 16 bits on the wire for wider gradients: a bucket is cast into the same slice of the reducer's
  * wire buffer just before its launch and cast back in finish(), before the scaling. On CUDA the
- * casts, the scaling and the all-reduces are ordered on opts.stream (or the backend's stream).
+ * casts, the scaling and the all-reduces are ordered on opts.stream (or the backend's stream),
+ * and finish() makes the backend's stream wait for a caller's stream, so that libddp's later work
+ * (the loss scaler) sees the averaged gradients. Exposed communication: on the CPU the
+ * "reducer.wait" span of finish(); on CUDA, while tracing, CUDA events on the reducer's stream
+ * (reducer_cuda.h), read once complete and traced as "reducer.exposed".
+ * 16-bit wire: the range of fp16 is small (65504), so each rank's contribution is divided before
+ * the sum, as PyTorch's fp16 compression hook does: by 2^k, the smallest power of two at least
+ * world_size * micro_steps (exact in binary floating point, so contributions lose no bits except
+ * near the subnormals), in place in the gradients' type before the cast to the wire; the sum is
+ * then no larger than the largest contribution, and finish() multiplies by 2^k / (world_size *
+ * micro_steps), in (1/2, 1].
  *
  * Failure policy: a parameter left unmarked is reported by finish(), which still launches every
  * remaining bucket so that peers complete their all-reduces; after a failed launch nothing more is
  * launched. Either way the gradients are undefined and the caller should ddp_abort() the job.
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "convert.h"
 #include "internal.h"
+#include "reducer_cuda.h"
 
 #define DDP_MIB (1024.0 * 1024.0)
 
@@ -40,6 +52,7 @@ struct ddp_reducer {
     int micro_steps;         /* micro-steps since the last finish, this one included */
     ddp_status launch_error; /* first failed launch of this sync step, DDP_OK when none */
     int defer_launch;        /* launch nothing before finish() (no overlap) */
+    ddp_exposed_timer *timer; /* CUDA: exposed communication per sync step, while tracing */
 };
 
 void ddp_reducer_opts_default(ddp_reducer_opts *opts)
@@ -160,6 +173,8 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
     ddp_status st = ddp_reducer_plan(r, numel, opts ? opts : &defaults);
     if (st == DDP_OK)
         st = ddp_reducer_types(r, numel, opts ? opts : &defaults);
+    if (st == DDP_OK && ddp_backend(ctx) == DDP_BACKEND_CUDA)
+        st = ddp_exposed_timer_create(&r->timer);
     if (st != DDP_OK) {
         ddp_reducer_destroy(r);
         return st;
@@ -186,12 +201,29 @@ static ddp_status ddp_reducer_wait_all(ddp_reducer *r)
     return first;
 }
 
+/* CUDA, while tracing: one "reducer.exposed" instant (args.arg: nanoseconds) per sync step whose
+ * events have completed, oldest first; wait != 0 waits for them (see reducer_cuda.h). */
+static void ddp_reducer_report_exposed(ddp_reducer *r, int wait)
+{
+    int64_t ns;
+    while (ddp_exposed_timer_next(r->timer, wait, &ns))
+        ddp_trace_instant("reducer.exposed", ns);
+}
+
 void ddp_reducer_destroy(ddp_reducer *r)
 {
     if (!r)
         return;
     if (r->requests)
         ddp_reducer_wait_all(r); /* the communicator must not write into freed state */
+    if (r->timer && ddp_trace_enabled()) {
+        ddp_reducer_report_exposed(r, 1);
+        long dropped = ddp_exposed_timer_dropped(r->timer);
+        if (dropped > 0)
+            DDP_WARN("reducer: the exposed communication of %ld sync step(s) was not measured: the "
+                     "host ran more steps ahead of the GPU than the timer holds", dropped);
+    }
+    ddp_exposed_timer_destroy(r->timer);
     ddp_free(r->ctx, r->wire);
     free(r->buckets);
     free(r->param_bucket);
@@ -229,6 +261,17 @@ ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
     return DDP_OK;
 }
 
+/* What a bucket is multiplied by before its all-reduce: 1 for fp32 on the wire; for 16 bits
+ * 2^-k, 2^k the smallest power of two >= world_size * micro_steps (see the top of the file). */
+static float ddp_reducer_prescale(const ddp_reducer *r)
+{
+    if (r->wire_dtype == DDP_FP32)
+        return 1.0f;
+    int k;
+    double m = frexp((double)ddp_world_size(r->ctx) * (double)r->micro_steps, &k);
+    return (float)ldexp(1.0, m == 0.5 ? 1 - k : -k);
+}
+
 /* Launches bucket b; on failure records the error and launches nothing more this step. */
 static void ddp_reducer_launch(ddp_reducer *r, int b)
 {
@@ -236,7 +279,10 @@ static void ddp_reducer_launch(ddp_reducer *r, int b)
     void *buf = ddp_elem(r->grads, r->grad_dtype, bk->offset);
     ddp_status st = DDP_OK;
     ddp_trace_instant("allreduce.queued", b);
-    if (r->wire) {
+    float pre = ddp_reducer_prescale(r);
+    if (pre != 1.0f) /* in the gradients' type, before a narrowing cast could overflow */
+        st = ddp_dev_scale(r->ctx, buf, r->grad_dtype, bk->n, pre, r->stream);
+    if (st == DDP_OK && r->wire) {
         void *wire = ddp_elem(r->wire, r->wire_dtype, bk->offset);
         st = ddp_dev_cast(r->ctx, wire, r->wire_dtype, buf, r->grad_dtype, bk->n, r->stream);
         buf = wire;
@@ -301,7 +347,8 @@ static ddp_status ddp_reducer_check_marked(const ddp_reducer *r)
     return st;
 }
 
-/* Casts bucket b back from the wire (when it has one) and divides it by world x micro-steps. */
+/* Casts bucket b back from the wire (when it has one) and multiplies it by alpha, which completes
+ * the division by world x micro-steps. */
 static ddp_status ddp_reducer_unpack(ddp_reducer *r, int b, float alpha)
 {
     const ddp_bucket *bk = &r->buckets[b];
@@ -310,12 +357,21 @@ static ddp_status ddp_reducer_unpack(ddp_reducer *r, int b, float alpha)
         return ddp_dev_cast_scale(r->ctx, grads, r->grad_dtype,
                                   ddp_elem(r->wire, r->wire_dtype, bk->offset), r->wire_dtype, bk->n,
                                   alpha, r->stream);
+    if (alpha == 1.0f)
+        return DDP_OK; /* a 16-bit bucket already divided by a power of two equal to the mean's */
     return ddp_dev_scale(r->ctx, grads, r->grad_dtype, bk->n, alpha, r->stream);
+}
+
+/* The stream the reducer orders its work on (CUDA): the caller's, else libddp's. */
+static void *ddp_reducer_stream(const ddp_reducer *r)
+{
+    return r->stream ? r->stream : ddp_backend_stream(r->ctx);
 }
 
 static ddp_status ddp_reducer_scale(ddp_reducer *r)
 {
-    float alpha = (float)(1.0 / ((double)ddp_world_size(r->ctx) * (double)r->micro_steps));
+    double mean = 1.0 / ((double)ddp_world_size(r->ctx) * (double)r->micro_steps);
+    float alpha = (float)(mean / (double)ddp_reducer_prescale(r));
     for (int b = 0; b < r->n_buckets; b++) {
         ddp_status st = ddp_reducer_unpack(r, b, alpha);
         if (st != DDP_OK) {
@@ -338,18 +394,27 @@ ddp_status ddp_reducer_finish(ddp_reducer *r)
         return DDP_ERR_STATE;
     }
     ddp_status marked = ddp_reducer_check_marked(r);
+    int timed = r->timer && ddp_trace_enabled(); /* a timer error only loses the measurement */
+    if (timed) {
+        ddp_reducer_report_exposed(r, 0);
+        ddp_exposed_timer_start(r->timer, ddp_reducer_stream(r));
+    }
     /* Launch what is left even after an error, so peers that did everything right are not left
      * waiting in an all-reduce this rank never joins. */
     ddp_reducer_launch_ready(r, 1);
     ddp_trace_begin("reducer.wait", r->n_buckets);
     ddp_status st = ddp_reducer_wait_all(r);
     ddp_trace_end("reducer.wait", r->n_buckets);
+    if (timed)
+        ddp_exposed_timer_stop(r->timer, ddp_reducer_stream(r));
     if (st == DDP_OK)
         st = r->launch_error;
     if (st == DDP_OK)
         st = marked;
     if (st == DDP_OK)
         st = ddp_reducer_scale(r);
+    if (st == DDP_OK && r->stream) /* libddp's later work (the loss scaler) sees the result */
+        st = ddp_after_stream(r->ctx, r->stream);
     r->in_step = 0;
     r->micro_steps = 0;
     return st;

@@ -3,7 +3,8 @@
  *
  * State: the scale and the growth tracker (finite steps since the scale last changed). One step:
  * find inf/NaN in this rank's averaged gradients, MAX-all-reduce the flag over ranks (host
- * memory, one int64), then either back off (skip) or unscale and maybe grow.
+ * memory, one int64), then either back off (skip) or unscale and maybe grow. On CUDA the check
+ * and the unscaling run on opts.stream (NULL: libddp's), where the gradients were finished.
  */
 #include <float.h>
 #include <math.h>
@@ -28,6 +29,7 @@ void ddp_scaler_opts_default(ddp_scaler_opts *opts)
     opts->growth_factor = 2.0;
     opts->backoff_factor = 0.5;
     opts->growth_interval = 2000;
+    opts->stream = NULL;
 }
 
 static int ddp_scale_ok(double scale)
@@ -91,7 +93,7 @@ static ddp_status ddp_scaler_agree(ddp_scaler *s, void *grads, ddp_dtype dtype, 
                                    int *any_inf)
 {
     int found = 0;
-    ddp_status st = ddp_dev_nonfinite(s->ctx, grads, dtype, n, &found, NULL);
+    ddp_status st = ddp_dev_nonfinite(s->ctx, grads, dtype, n, &found, s->opts.stream);
     int64_t flag = st != DDP_OK ? 1 : found; /* a failed check still joins the collective */
     ddp_status agreed = ddp_allreduce_host(s->ctx, &flag, 1, DDP_INT64, DDP_MAX);
     if (st == DDP_OK)
@@ -130,7 +132,7 @@ ddp_status ddp_scaler_unscale_update(ddp_scaler *s, void *grads, ddp_dtype dtype
     int any_inf = 0;
     ddp_status st = ddp_scaler_agree(s, grads, dtype, n, &any_inf);
     if (st == DDP_OK && !any_inf)
-        st = ddp_dev_scale(s->ctx, grads, dtype, n, (float)(1.0 / s->scale), NULL);
+        st = ddp_dev_scale(s->ctx, grads, dtype, n, (float)(1.0 / s->scale), s->opts.stream);
     if (st != DDP_OK)
         return st;
     if (any_inf)

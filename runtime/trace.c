@@ -56,6 +56,7 @@ static atomic_long trace_dropped;
 static atomic_int trace_next_tid;
 static int64_t trace_offset_ns; /* this node's clock minus rank 0's */
 static int64_t trace_t0_ns;     /* rank 0's clock at start */
+static int trace_cuda;          /* a CUDA context: exposed communication from the reducer's events */
 static _Thread_local int trace_tid = -1;
 static _Thread_local int64_t trace_tag = -1;
 
@@ -196,6 +197,7 @@ ddp_status ddp_trace_start(ddp_ctx *ctx, size_t max_events)
     atomic_store(&trace_dropped, 0);
     atomic_store(&trace_next_tid, 1);
     trace_tid = 0;
+    trace_cuda = ctx->backend == DDP_BACKEND_CUDA;
     atomic_store(&trace_on, 1);
     return DDP_OK;
 }
@@ -222,11 +224,17 @@ ddp_status ddp_trace_get_stats(ddp_trace_stats *out)
     size_t n = atomic_load(&trace_n);
     n = n < trace_cap ? n : trace_cap;
     double total[TRACE_N_KINDS] = {0};
-    long syncs = 0;
+    long syncs = 0, n_device = 0;
+    double device_s = 0.0; /* CUDA: the reducer's "reducer.exposed" instants (nanoseconds) */
     /* Spans of one kind do not nest; begin times per (thread, kind), for up to 8 threads. */
     int64_t open[8][TRACE_N_KINDS] = {{0}};
     for (size_t i = 0; i < n; i++) {
         const trace_event *e = &trace_buf[i];
+        if (e->ph == 'i' && strcmp(e->name, "reducer.exposed") == 0) {
+            device_s += (double)e->arg * 1e-9;
+            n_device++;
+            continue;
+        }
         int k = e->ph == 'i' || e->tid >= 8 ? -1 : trace_kind(e->name);
         if (k < 0)
             continue;
@@ -238,7 +246,9 @@ ddp_status ddp_trace_get_stats(ddp_trace_stats *out)
             syncs += k == TRACE_WAIT;
         }
     }
-    *out = (ddp_trace_stats){.n_syncs = syncs, .exposed_s = total[TRACE_WAIT],
+    int device = trace_cuda || n_device > 0;
+    *out = (ddp_trace_stats){.n_syncs = syncs, .exposed_s = device ? device_s : total[TRACE_WAIT],
+                             .n_exposed = device ? n_device : syncs,
                              .comm_s = total[TRACE_COMM], .backward_s = total[TRACE_BACKWARD],
                              .n_dropped = atomic_load(&trace_dropped)};
     return DDP_OK;

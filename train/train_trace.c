@@ -24,14 +24,20 @@ void ddp_train_comm_stats(ddp_ctx *ctx, ddp_run_stats *r)
     if (!ddp_trace_enabled() || ddp_trace_get_stats(&s) != DDP_OK)
         return;
     double syncs = s.n_syncs > 0 ? (double)s.n_syncs : 1.0;
-    double v[3] = {1e3 * s.exposed_s / syncs, 1e3 * s.comm_s / syncs, (double)s.n_dropped};
-    if (ddp_allreduce_host(ctx, v, 3, DDP_FP64, DDP_SUM) != DDP_OK)
+    /* CUDA: the exposed time is read from events one sync late, so it may cover none yet */
+    int unmeasured = s.n_exposed == 0 && s.n_syncs > 0;
+    double measured = s.n_exposed > 0 ? (double)s.n_exposed : 1.0;
+    double v[4] = {1e3 * s.exposed_s / measured, 1e3 * s.comm_s / syncs, (double)s.n_dropped,
+                   unmeasured};
+    if (ddp_allreduce_host(ctx, v, 4, DDP_FP64, DDP_SUM) != DDP_OK)
         return;
     int world = ddp_world_size(ctx);
-    r->exposed_comm_ms = v[0] / world;
     r->comm_ms = v[1] / world;
-    double hidden = r->comm_ms > 0 ? 1.0 - r->exposed_comm_ms / r->comm_ms : 0.0;
-    r->hidden_fraction = hidden < 0 ? 0 : hidden;
+    if (v[3] == 0) { /* else exposed and hidden stay -1: unknown */
+        r->exposed_comm_ms = v[0] / world;
+        double hidden = r->comm_ms > 0 ? 1.0 - r->exposed_comm_ms / r->comm_ms : 0.0;
+        r->hidden_fraction = hidden < 0 ? 0 : hidden;
+    }
     if (v[2] > 0)
         DDP_WARN0("--trace: %.0f events were dropped (buffer full); the figures cover the start", v[2]);
 }
