@@ -480,6 +480,8 @@ typedef struct ddp_reducer_opts {
                                the backward pass (default 0: launched as soon as it is ready) */
 } ddp_reducer_opts;
 
+/* Fills *opts with the defaults (25 MiB buckets, first 1 MiB, fp32 gradients and wire, overlap on).
+ * Never fails; NULL is ignored. */
 DDP_API void ddp_reducer_opts_default(ddp_reducer_opts *opts);
 
 /* grads: the flat gradient buffer in backend memory, elements of opts->grad_dtype (kept, not
@@ -488,13 +490,22 @@ DDP_API void ddp_reducer_opts_default(ddp_reducer_opts *opts);
  * failure *out is NULL. */
 DDP_API ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, int n_params,
                                       const ddp_reducer_opts *opts, ddp_reducer **out);
+/* Waits for the reducer's outstanding all-reduces (under the deadline), then frees it. NULL is
+ * ignored. */
 DDP_API void ddp_reducer_destroy(ddp_reducer *r);
+/* Starts a micro-step; sync non-zero: the one whose gradients are communicated. DDP_ERR_INVALID_ARG
+ * for a NULL reducer, DDP_ERR_STATE when the previous sync step was not finished. */
 DDP_API ddp_status ddp_reducer_begin(ddp_reducer *r, int sync);
+/* Parameter `param`'s gradient is final for this micro-step: on the sync step its bucket starts
+ * its all-reduce once every parameter in it is marked. DDP_ERR_INVALID_ARG for a parameter
+ * outside [0, n_params), DDP_ERR_STATE outside begin..finish or for a second mark in one
+ * micro-step; a failed launch of an earlier bucket is returned here too (then stop the job). */
 DDP_API ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param);
 /* On failure (DDP_ERR_STATE for an unmarked parameter, or a failed all-reduce) the gradients are
  * undefined and the program should stop the job with ddp_abort(). An unmarked parameter does not
  * hang the peers: finish still starts every remaining bucket. */
 DDP_API ddp_status ddp_reducer_finish(ddp_reducer *r);
+/* The bucket plan (read-only, valid while the reducer lives); 0 and NULL for a NULL reducer. */
 DDP_API int ddp_reducer_n_buckets(const ddp_reducer *r);
 DDP_API const ddp_bucket *ddp_reducer_buckets(const ddp_reducer *r);
 
@@ -528,10 +539,12 @@ typedef struct ddp_scaler_opts {
                                 above (default NULL: ddp_backend_stream()); ignored on CPU */
 } ddp_scaler_opts;
 
+/* Fills *opts with torch.cuda.amp.GradScaler's defaults (below). Never fails; NULL is ignored. */
 DDP_API void ddp_scaler_opts_default(ddp_scaler_opts *opts);
 /* DDP_ERR_INVALID_ARG (naming the field) unless init_scale > 0 and finite, growth_factor > 1,
  * 0 < backoff_factor < 1, growth_interval >= 1. On failure *out is NULL. Not collective. */
 DDP_API ddp_status ddp_scaler_create(ddp_ctx *ctx, const ddp_scaler_opts *opts, ddp_scaler **out);
+/* Frees the scaler; NULL is ignored. */
 DDP_API void ddp_scaler_destroy(ddp_scaler *s);
 /* The current scale; 0 for a NULL scaler. */
 DDP_API double ddp_scaler_scale(const ddp_scaler *s);
