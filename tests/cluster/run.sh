@@ -429,7 +429,7 @@ PY
         fail "srun's output lost part of rank 0's burst"
 }
 
-# No rank left hanging (issue 6, test 4): kill -9 of rank 1 in the middle of training under plain
+# No rank left hanging: kill -9 of rank 1 in the middle of training under plain
 # `srun --mpi=pmix -N2` (Slurm's default KillOnBadExit=0) and under mpirun in an sbatch allocation of
 # 2 nodes, then SIGSTOP under srun with DDP_TIMEOUT=8 (tests/train/kill_rank.py; 2 trials per mode
 # here; DDP_KILL_TRIALS=10 DDP_STOP_TRIALS=N for more).
@@ -441,7 +441,7 @@ case_kill_rank() {
         fail "a job outlived the freezing of one of its ranks (see above)"
 }
 
-# A partitioned node (issue 14): node2's link goes down in the middle of training under plain
+# A partitioned node: node2's link goes down in the middle of training under plain
 # `srun --mpi=pmix -N2` with DDP_TIMEOUT=20, its processes alive; once from outside its namespace (no
 # carrier), once from inside (no route). Every process of the job (both ranks and srun) must be gone
 # within DDP_TIMEOUT + 10 s of the cut, rank 0 must name rank 1 as unreachable and rank 1 say it is

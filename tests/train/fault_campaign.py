@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""fault_campaign.py - what a fault campaign found (issue 14), as two modes:
+"""fault_campaign.py - what a fault campaign found, as two modes:
 
 files: --save and --trace only ever replace a regular file. A character device (made with mknod in
   a temporary folder; root only, skipped with a message otherwise), a FIFO, a socket, a folder and a
