@@ -37,7 +37,7 @@
 #define DDP_BENCH_PATTERN 97 /* x[i] = rank + (i % DDP_BENCH_PATTERN) */
 #define DDP_BENCH_HOST_MAX 64
 
-typedef struct ddp_bench_opts {
+typedef struct bench_opts {
     size_t min_bytes, max_bytes;
     size_t step_factor;
     int iters, warmup;
@@ -49,11 +49,11 @@ typedef struct ddp_bench_opts {
     int max_bytes_given;  /* only the start-up link check (ddp_link_check), with -e as its message size */
     int check;
     double min_busbw; /* GB/s from DDP_BENCH_MIN_BUSBW, -1 when unset */
-} ddp_bench_opts;
+} bench_opts;
 
-typedef struct ddp_bench {
+typedef struct bench_state {
     ddp_ctx *ctx;
-    const ddp_bench_opts *o;
+    const bench_opts *o;
     int rank, world;
     float *buf;          /* (max_bytes / 4) backend memory, all-reduced in place */
     float *host;         /* (max_bytes / 4) host: fill pattern, then the checked result */
@@ -63,11 +63,11 @@ typedef struct ddp_bench {
     double busbw_sum;    /* GB/s, over the sizes run so far */
     int n_sizes;
     double n_wrong;      /* over all sizes and ranks */
-} ddp_bench;
+} bench_state;
 
 enum { OPT_OP = 1000, OPT_DEVICE, OPT_NONBLOCKING, OPT_IDLE_MS, OPT_LINK_CHECK, OPT_HELP };
 
-static const struct option ddp_bench_long_opts[] = {
+static const struct option bench_long_opts[] = {
     {"min-bytes", required_argument, NULL, 'b'},
     {"max-bytes", required_argument, NULL, 'e'},
     {"step-factor", required_argument, NULL, 'f'},
@@ -83,7 +83,7 @@ static const struct option ddp_bench_long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
-static const char ddp_bench_usage_text[] =
+static const char bench_usage_text[] =
     "usage: ddp-allreduce-bench [options]   (one process, or many with mpirun / srun)\n"
     "  -b, --min-bytes N       smallest size in bytes, K/M/G = 2^10/2^20/2^30 (default 8)\n"
     "  -e, --max-bytes N       largest size in bytes, same suffixes (default 64M)\n"
@@ -105,15 +105,15 @@ static const char ddp_bench_usage_text[] =
     "Env DDP_BENCH_MIN_BUSBW=X: exit 1 when the average bus bandwidth is below X GB/s.\n"
     "Exit status: 0 ok, 1 wrong values or below the floor, 2 bad usage, 3 runtime failure.\n";
 
-static int ddp_bench_usage(const char *flag, const char *want, const char *got)
+static int bench_usage(const char *flag, const char *want, const char *got)
 {
     fprintf(stderr, "ddp-allreduce-bench: %s: expected %s, got '%s'\n%s", flag, want, got,
-            ddp_bench_usage_text);
+            bench_usage_text);
     return DDP_BENCH_USAGE;
 }
 
 /* Parses a whole-string byte count with an optional K/M/G suffix; -1 on anything else. */
-static int ddp_bench_parse_bytes(const char *text, size_t *out)
+static int bench_parse_bytes(const char *text, size_t *out)
 {
     char *end = NULL;
     if (!isdigit((unsigned char)text[0]))
@@ -132,7 +132,7 @@ static int ddp_bench_parse_bytes(const char *text, size_t *out)
 }
 
 /* Parses a whole-string integer in [min, INT_MAX]; -1 on anything else. */
-static int ddp_bench_parse_int(const char *text, int min, int *out)
+static int bench_parse_int(const char *text, int min, int *out)
 {
     char *end = NULL;
     errno = 0;
@@ -143,7 +143,7 @@ static int ddp_bench_parse_int(const char *text, int min, int *out)
     return 0;
 }
 
-static int ddp_bench_parse_op(const char *text, ddp_reduce_op *out)
+static int bench_parse_op(const char *text, ddp_reduce_op *out)
 {
     if (strcmp(text, "sum") == 0)
         *out = DDP_SUM;
@@ -155,27 +155,27 @@ static int ddp_bench_parse_op(const char *text, ddp_reduce_op *out)
 }
 
 /* Applies one option; returns 0, or the exit status for a bad value. */
-static int ddp_bench_apply(int c, const char *arg, ddp_bench_opts *o)
+static int bench_apply(int c, const char *arg, bench_opts *o)
 {
     int v = 0;
-    if (c == 'b' && ddp_bench_parse_bytes(arg, &o->min_bytes) != 0)
-        return ddp_bench_usage("--min-bytes", "a size like 8, 4K or 1M", arg);
-    if (c == 'e' && ddp_bench_parse_bytes(arg, &o->max_bytes) != 0)
-        return ddp_bench_usage("--max-bytes", "a size like 16M or 1G", arg);
-    if (c == 'f' && ddp_bench_parse_int(arg, 2, &v) != 0)
-        return ddp_bench_usage("--step-factor", "an integer >= 2", arg);
-    if (c == 'n' && ddp_bench_parse_int(arg, 1, &o->iters) != 0)
-        return ddp_bench_usage("--iters", "a positive integer", arg);
-    if (c == OPT_IDLE_MS && ddp_bench_parse_int(arg, 0, &o->idle_ms) != 0)
-        return ddp_bench_usage("--idle-ms", "a non-negative integer", arg);
-    if (c == 'w' && ddp_bench_parse_int(arg, 0, &o->warmup) != 0)
-        return ddp_bench_usage("--warmup", "a non-negative integer", arg);
+    if (c == 'b' && bench_parse_bytes(arg, &o->min_bytes) != 0)
+        return bench_usage("--min-bytes", "a size like 8, 4K or 1M", arg);
+    if (c == 'e' && bench_parse_bytes(arg, &o->max_bytes) != 0)
+        return bench_usage("--max-bytes", "a size like 16M or 1G", arg);
+    if (c == 'f' && bench_parse_int(arg, 2, &v) != 0)
+        return bench_usage("--step-factor", "an integer >= 2", arg);
+    if (c == 'n' && bench_parse_int(arg, 1, &o->iters) != 0)
+        return bench_usage("--iters", "a positive integer", arg);
+    if (c == OPT_IDLE_MS && bench_parse_int(arg, 0, &o->idle_ms) != 0)
+        return bench_usage("--idle-ms", "a non-negative integer", arg);
+    if (c == 'w' && bench_parse_int(arg, 0, &o->warmup) != 0)
+        return bench_usage("--warmup", "a non-negative integer", arg);
     if (c == 'c' && strcmp(arg, "0") != 0 && strcmp(arg, "1") != 0)
-        return ddp_bench_usage("--check", "0 or 1", arg);
-    if (c == OPT_OP && ddp_bench_parse_op(arg, &o->op) != 0)
-        return ddp_bench_usage("--op", "sum or avg", arg);
+        return bench_usage("--check", "0 or 1", arg);
+    if (c == OPT_OP && bench_parse_op(arg, &o->op) != 0)
+        return bench_usage("--op", "sum or avg", arg);
     if (c == OPT_DEVICE && ddp_backend_parse(arg, &o->device) != DDP_OK)
-        return ddp_bench_usage("--device", "cpu, cuda or auto", arg);
+        return bench_usage("--device", "cpu, cuda or auto", arg);
     if (c == 'f')
         o->step_factor = (size_t)v;
     if (c == 'c')
@@ -190,56 +190,56 @@ static int ddp_bench_apply(int c, const char *arg, ddp_bench_opts *o)
 }
 
 /* Reads DDP_BENCH_MIN_BUSBW (GB/s) into o->min_busbw; returns 0, or the exit status. */
-static int ddp_bench_read_floor(ddp_bench_opts *o)
+static int bench_read_floor(bench_opts *o)
 {
     const char *text = getenv("DDP_BENCH_MIN_BUSBW");
     char *end = NULL;
     o->min_busbw = text ? strtod(text, &end) : -1.0;
     if (text && (end == text || *end != '\0' || !(o->min_busbw >= 0.0) || isinf(o->min_busbw)))
-        return ddp_bench_usage("DDP_BENCH_MIN_BUSBW", "a bandwidth in GB/s >= 0", text);
+        return bench_usage("DDP_BENCH_MIN_BUSBW", "a bandwidth in GB/s >= 0", text);
     return 0;
 }
 
 /* Checks the options against each other; returns 0 or the exit status. */
-static int ddp_bench_validate(const ddp_bench_opts *o)
+static int bench_validate(const bench_opts *o)
 {
     char got[64];
     snprintf(got, sizeof got, "%zu", o->min_bytes);
     if (o->min_bytes < sizeof(float))
-        return ddp_bench_usage("--min-bytes", "at least 4 (one float)", got);
+        return bench_usage("--min-bytes", "at least 4 (one float)", got);
     if (o->max_bytes < o->min_bytes) {
         snprintf(got, sizeof got, "%zu < min-bytes %zu", o->max_bytes, o->min_bytes);
-        return ddp_bench_usage("--max-bytes", "a size >= --min-bytes", got);
+        return bench_usage("--max-bytes", "a size >= --min-bytes", got);
     }
     return 0;
 }
 
 /* Fills *o from argv. Returns 0 to run, DDP_BENCH_HELP after --help, or DDP_BENCH_USAGE. */
-static int ddp_bench_parse_args(int argc, char **argv, ddp_bench_opts *o)
+static int bench_parse_args(int argc, char **argv, bench_opts *o)
 {
-    *o = (ddp_bench_opts){.min_bytes = 8, .max_bytes = (size_t)64 << 20, .step_factor = 2,
+    *o = (bench_opts){.min_bytes = 8, .max_bytes = (size_t)64 << 20, .step_factor = 2,
                           .iters = 20, .warmup = 5, .op = DDP_SUM, .device = DDP_BACKEND_AUTO,
                           .check = 1};
     int c;
-    while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:", ddp_bench_long_opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:", bench_long_opts, NULL)) != -1) {
         if (c == OPT_HELP) {
-            fputs(ddp_bench_usage_text, stdout);
+            fputs(bench_usage_text, stdout);
             return DDP_BENCH_HELP;
         }
         if (c == '?')
-            return ddp_bench_usage("options", "the flags below", argv[optind - 1]);
-        int bad = ddp_bench_apply(c, optarg, o);
+            return bench_usage("options", "the flags below", argv[optind - 1]);
+        int bad = bench_apply(c, optarg, o);
         if (bad != 0)
             return bad;
     }
     if (optind < argc)
-        return ddp_bench_usage("arguments", "no positional arguments", argv[optind]);
-    int rc = ddp_bench_read_floor(o);
-    return rc != 0 ? rc : ddp_bench_validate(o);
+        return bench_usage("arguments", "no positional arguments", argv[optind]);
+    int rc = bench_read_floor(o);
+    return rc != 0 ? rc : bench_validate(o);
 }
 
 /* A failure only this rank may have seen: stop the whole job so no peer waits forever. */
-static void ddp_bench_must(const ddp_bench *b, ddp_status st, const char *what)
+static void bench_must(const bench_state *b, ddp_status st, const char *what)
 {
     if (st == DDP_OK)
         return;
@@ -247,7 +247,7 @@ static void ddp_bench_must(const ddp_bench *b, ddp_status st, const char *what)
     ddp_abort(b->ctx, DDP_BENCH_RUNTIME);
 }
 
-static double ddp_bench_now(void)
+static double bench_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -257,21 +257,21 @@ static double ddp_bench_now(void)
 /* Every rank's `mine`, indexed by rank: each rank puts its value at its own index of a zeroed
  * vector and the vectors are summed (the all-reduce offers only SUM and AVG).
  * Returns share_host. */
-static const float *ddp_bench_share(ddp_bench *b, float mine)
+static const float *bench_share(bench_state *b, float mine)
 {
     memset(b->share_host, 0, (size_t)b->world * sizeof(float));
     b->share_host[b->rank] = mine;
     size_t share_bytes = (size_t)b->world * sizeof(float);
-    ddp_bench_must(b, ddp_upload(b->ctx, b->share, b->share_host, share_bytes), "ddp_upload");
-    ddp_bench_must(b, ddp_allreduce(b->ctx, b->share, (size_t)b->world, DDP_SUM),
+    bench_must(b, ddp_upload(b->ctx, b->share, b->share_host, share_bytes), "ddp_upload");
+    bench_must(b, ddp_allreduce(b->ctx, b->share, (size_t)b->world, DDP_SUM),
                    "ddp_allreduce");
-    ddp_bench_must(b, ddp_download(b->ctx, b->share_host, b->share, share_bytes), "ddp_download");
+    bench_must(b, ddp_download(b->ctx, b->share_host, b->share, share_bytes), "ddp_download");
     return b->share_host;
 }
 
-static double ddp_bench_max_over_ranks(ddp_bench *b, double mine)
+static double bench_max_over_ranks(bench_state *b, double mine)
 {
-    const float *all = ddp_bench_share(b, (float)mine);
+    const float *all = bench_share(b, (float)mine);
     double max = all[0];
     for (int r = 1; r < b->world; r++)
         max = all[r] > max ? all[r] : max;
@@ -279,9 +279,9 @@ static double ddp_bench_max_over_ranks(ddp_bench *b, double mine)
 }
 
 /* Exact below 2^24 per rank. */
-static double ddp_bench_sum_over_ranks(ddp_bench *b, double mine)
+static double bench_sum_over_ranks(bench_state *b, double mine)
 {
-    const float *all = ddp_bench_share(b, (float)mine);
+    const float *all = bench_share(b, (float)mine);
     double sum = 0.0;
     for (int r = 0; r < b->world; r++)
         sum += all[r];
@@ -289,43 +289,43 @@ static double ddp_bench_sum_over_ranks(ddp_bench *b, double mine)
 }
 
 /* Writes this rank's pattern into buf[0..n). */
-static void ddp_bench_fill(ddp_bench *b, size_t n)
+static void bench_fill(bench_state *b, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         b->host[i] = (float)(b->rank + (int)(i % DDP_BENCH_PATTERN));
-    ddp_bench_must(b, ddp_upload(b->ctx, b->buf, b->host, n * sizeof(float)), "ddp_upload");
+    bench_must(b, ddp_upload(b->ctx, b->buf, b->host, n * sizeof(float)), "ddp_upload");
 }
 
 /* k all-reduces of buf[0..n): blocking, or all started and then all waited for. */
-static void ddp_bench_reduce_many(ddp_bench *b, size_t n, int k)
+static void bench_reduce_many(bench_state *b, size_t n, int k)
 {
     for (int j = 0; j < k && !b->o->nonblocking; j++)
-        ddp_bench_must(b, ddp_allreduce(b->ctx, b->buf, n, b->o->op), "ddp_allreduce");
+        bench_must(b, ddp_allreduce(b->ctx, b->buf, n, b->o->op), "ddp_allreduce");
     for (int j = 0; j < k && b->o->nonblocking; j++)
-        ddp_bench_must(b, ddp_allreduce_start(b->ctx, b->buf, n, b->o->op, &b->reqs[j]),
+        bench_must(b, ddp_allreduce_start(b->ctx, b->buf, n, b->o->op, &b->reqs[j]),
                        "ddp_allreduce_start");
     for (int j = 0; j < k && b->o->nonblocking; j++)
-        ddp_bench_must(b, ddp_wait(b->reqs[j]), "ddp_wait");
+        bench_must(b, ddp_wait(b->reqs[j]), "ddp_wait");
 }
 
 /* --idle-ms: `iters` all-reduces, each after a barrier and the idle time; returns this rank's
  * time inside the all-reduces alone. */
-static double ddp_bench_reduce_idle(ddp_bench *b, size_t n)
+static double bench_reduce_idle(bench_state *b, size_t n)
 {
     double inside = 0.0;
     struct timespec idle = {.tv_sec = b->o->idle_ms / 1000, .tv_nsec = (long)(b->o->idle_ms % 1000) * 1000000L};
     for (int j = 0; j < b->o->iters; j++) {
-        ddp_bench_must(b, ddp_barrier(b->ctx), "ddp_barrier");
+        bench_must(b, ddp_barrier(b->ctx), "ddp_barrier");
         nanosleep(&idle, NULL);
-        double t0 = ddp_bench_now();
-        ddp_bench_reduce_many(b, n, 1);
-        inside += ddp_bench_now() - t0;
+        double t0 = bench_now();
+        bench_reduce_many(b, n, 1);
+        inside += bench_now() - t0;
     }
     return inside;
 }
 
 /* The closed form of element i after the all-reduce (see the top of the file). */
-static float ddp_bench_expected(const ddp_bench *b, size_t i)
+static float bench_expected(const bench_state *b, size_t i)
 {
     float n = (float)b->world;
     float sum = n * (n - 1.0f) / 2.0f + n * (float)(i % DDP_BENCH_PATTERN);
@@ -335,15 +335,15 @@ static float ddp_bench_expected(const ddp_bench *b, size_t i)
 /* Fills, all-reduces once and counts this rank's wrong elements, printing the first few. SUM must
  * be exact; AVG may round the division differently (NCCL may scale by 1/n), so it gets 1e-6
  * relative. */
-static double ddp_bench_check(ddp_bench *b, size_t n)
+static double bench_check(bench_state *b, size_t n)
 {
-    ddp_bench_fill(b, n);
-    ddp_bench_reduce_many(b, n, 1);
-    ddp_bench_must(b, ddp_download(b->ctx, b->host, b->buf, n * sizeof(float)), "ddp_download");
+    bench_fill(b, n);
+    bench_reduce_many(b, n, 1);
+    bench_must(b, ddp_download(b->ctx, b->host, b->buf, n * sizeof(float)), "ddp_download");
     float rtol = b->o->op == DDP_AVG ? 1e-6f : 0.0f;
     size_t n_wrong = 0;
     for (size_t i = 0; i < n; i++) {
-        float want = ddp_bench_expected(b, i);
+        float want = bench_expected(b, i);
         if (fabsf(b->host[i] - want) <= rtol * fabsf(want))
             continue;
         if (n_wrong++ < 3)
@@ -354,22 +354,22 @@ static double ddp_bench_check(ddp_bench *b, size_t n)
 }
 
 /* Runs one size; rank 0 prints its row. */
-static void ddp_bench_size(ddp_bench *b, size_t n)
+static void bench_size(bench_state *b, size_t n)
 {
-    const ddp_bench_opts *o = b->o;
-    ddp_bench_fill(b, n);
-    ddp_bench_reduce_many(b, n, o->warmup);
-    ddp_bench_must(b, ddp_barrier(b->ctx), "ddp_barrier");
-    double t0 = ddp_bench_now(), mine;
+    const bench_opts *o = b->o;
+    bench_fill(b, n);
+    bench_reduce_many(b, n, o->warmup);
+    bench_must(b, ddp_barrier(b->ctx), "ddp_barrier");
+    double t0 = bench_now(), mine;
     if (o->idle_ms > 0) {
-        mine = ddp_bench_reduce_idle(b, n);
+        mine = bench_reduce_idle(b, n);
     } else {
-        ddp_bench_reduce_many(b, n, o->iters);
-        ddp_bench_must(b, ddp_barrier(b->ctx), "ddp_barrier");
-        mine = ddp_bench_now() - t0;
+        bench_reduce_many(b, n, o->iters);
+        bench_must(b, ddp_barrier(b->ctx), "ddp_barrier");
+        mine = bench_now() - t0;
     }
-    double sec = ddp_bench_max_over_ranks(b, mine) / o->iters;
-    double wrong = o->check ? ddp_bench_sum_over_ranks(b, ddp_bench_check(b, n)) : 0.0;
+    double sec = bench_max_over_ranks(b, mine) / o->iters;
+    double wrong = o->check ? bench_sum_over_ranks(b, bench_check(b, n)) : 0.0;
     size_t bytes = n * sizeof(float);
     double algbw = (double)bytes / sec / 1e9;
     double busbw = algbw * 2.0 * (b->world - 1) / b->world;
@@ -387,7 +387,7 @@ static void ddp_bench_size(ddp_bench *b, size_t n)
 }
 
 /* Rank 0 prints one "#  Rank r ..." line per rank, gathered in rank order. */
-static void ddp_bench_print_ranks(ddp_bench *b)
+static void bench_print_ranks(bench_state *b)
 {
     char line[DDP_BENCH_HOST_MAX + 64];
     size_t line_bytes = sizeof line, all_bytes = (size_t)b->world * line_bytes;
@@ -402,7 +402,7 @@ static void ddp_bench_print_ranks(ddp_bench *b)
         st = ddp_allgather(b->ctx, send, recv, line_bytes);
     if (st == DDP_OK)
         st = ddp_download(b->ctx, all, recv, all_bytes);
-    ddp_bench_must(b, st, "gathering the rank table");
+    bench_must(b, st, "gathering the rank table");
     for (int r = 0; r < b->world && b->rank == 0; r++)
         printf("%s\n", all + (size_t)r * line_bytes);
     free(all);
@@ -410,9 +410,9 @@ static void ddp_bench_print_ranks(ddp_bench *b)
     ddp_free(b->ctx, recv);
 }
 
-static void ddp_bench_print_header(ddp_bench *b)
+static void bench_print_header(bench_state *b)
 {
-    const ddp_bench_opts *o = b->o;
+    const bench_opts *o = b->o;
     if (b->rank == 0) {
         printf("# ddp-allreduce-bench (libddp %s): min-bytes %zu max-bytes %zu step-factor %zu "
                "warmup %d iters %d op %s check %d %s%s\n",
@@ -423,7 +423,7 @@ static void ddp_bench_print_header(ddp_bench *b)
         printf("# world size %d, backend %s, %d host(s)\n", b->world,
                ddp_backend_name(ddp_backend(b->ctx)), ddp_num_nodes(b->ctx));
     }
-    ddp_bench_print_ranks(b);
+    bench_print_ranks(b);
     if (b->rank == 0)
         printf("#\n# %12s %12s %6s %6s %11s %12s %12s %8s\n", "size(B)", "count", "type",
                "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
@@ -431,7 +431,7 @@ static void ddp_bench_print_header(ddp_bench *b)
 
 /* Prints the summary lines (rank 0) and returns the exit status, the same on every rank (every
  * rank holds the same maximum times and wrong counts). */
-static int ddp_bench_summary(const ddp_bench *b)
+static int bench_summary(const bench_state *b)
 {
     double avg_busbw = b->n_sizes ? b->busbw_sum / b->n_sizes : 0.0;
     int below = avg_busbw < b->o->min_busbw;
@@ -448,9 +448,9 @@ static int ddp_bench_summary(const ddp_bench *b)
 }
 
 /* Allocates the buffers, runs every size and returns the exit status. */
-static int ddp_bench_run(ddp_ctx *ctx, const ddp_bench_opts *o)
+static int bench_run(ddp_ctx *ctx, const bench_opts *o)
 {
-    ddp_bench b = {.ctx = ctx, .o = o, .rank = ddp_rank(ctx), .world = ddp_world_size(ctx)};
+    bench_state b = {.ctx = ctx, .o = o, .rank = ddp_rank(ctx), .world = ddp_world_size(ctx)};
     size_t n_max = o->max_bytes / sizeof(float);
     int n_reqs = o->iters > o->warmup ? o->iters : o->warmup;
     b.buf = ddp_alloc(ctx, n_max * sizeof(float));
@@ -459,14 +459,14 @@ static int ddp_bench_run(ddp_ctx *ctx, const ddp_bench_opts *o)
     b.share_host = malloc((size_t)b.world * sizeof(float));
     b.reqs = calloc((size_t)n_reqs, sizeof *b.reqs);
     int ok = b.buf && b.host && b.share && b.share_host && b.reqs;
-    ddp_bench_must(&b, ok ? DDP_OK : DDP_ERR_NOMEM, "allocating the buffers");
-    ddp_bench_print_header(&b);
+    bench_must(&b, ok ? DDP_OK : DDP_ERR_NOMEM, "allocating the buffers");
+    bench_print_header(&b);
     for (size_t bytes = o->min_bytes;; bytes *= o->step_factor) {
-        ddp_bench_size(&b, bytes / sizeof(float));
+        bench_size(&b, bytes / sizeof(float));
         if (bytes > o->max_bytes / o->step_factor)
             break;
     }
-    int rc = ddp_bench_summary(&b);
+    int rc = bench_summary(&b);
     free(b.reqs);
     free(b.share_host);
     ddp_free(ctx, b.share);
@@ -476,7 +476,7 @@ static int ddp_bench_run(ddp_ctx *ctx, const ddp_bench_opts *o)
 }
 
 /* --link-check: exit 0 when no node is slow, 1 when one is, 3 on a runtime failure. */
-static int ddp_bench_link_check(ddp_ctx *ctx, const ddp_bench_opts *o)
+static int bench_link_check(ddp_ctx *ctx, const bench_opts *o)
 {
     ddp_link_check_opts lo;
     ddp_link_check_opts_default(&lo);
@@ -493,9 +493,9 @@ static int ddp_bench_link_check(ddp_ctx *ctx, const ddp_bench_opts *o)
 
 int main(int argc, char **argv)
 {
-    ddp_malloc_policy(); /* as ddp-train: large scratch buffers stay mapped (malloc_policy.h) */
-    ddp_bench_opts o;
-    int rc = ddp_bench_parse_args(argc, argv, &o);
+    malloc_policy(); /* as ddp-train: large scratch buffers stay mapped (malloc_policy.h) */
+    bench_opts o;
+    int rc = bench_parse_args(argc, argv, &o);
     if (rc != 0)
         return rc == DDP_BENCH_HELP ? DDP_BENCH_OK : rc;
     ddp_init_opts io;
@@ -508,7 +508,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "ddp-allreduce-bench: cannot start: %s\n", ddp_strerror(st));
         return DDP_BENCH_RUNTIME;
     }
-    rc = o.link_check ? ddp_bench_link_check(ctx, &o) : ddp_bench_run(ctx, &o);
+    rc = o.link_check ? bench_link_check(ctx, &o) : bench_run(ctx, &o);
     ddp_finalize(ctx);
     return rc;
 }

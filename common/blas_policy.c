@@ -11,7 +11,7 @@ static const char *const feature_names[] = {"avx2",     "fma",      "f16c",     
                                             "avx512vl", "avx512dq", "avx512bf16", "amx_bf16"};
 #define N_FEATURES (sizeof feature_names / sizeof feature_names[0])
 
-static bool *feature_slot(struct ddp_cpu_features *f, size_t i)
+static bool *feature_slot(struct cpu_features *f, size_t i)
 {
     bool *slots[N_FEATURES] = {&f->avx2,     &f->fma,      &f->f16c,       &f->avx512f, &f->avx512bw,
                                &f->avx512vl, &f->avx512dq, &f->avx512bf16, &f->amx_bf16};
@@ -19,7 +19,7 @@ static bool *feature_slot(struct ddp_cpu_features *f, size_t i)
 }
 
 /* Sets the feature named by the LEN characters at WORD; -1 when the name is unknown. */
-static int feature_set(struct ddp_cpu_features *f, const char *word, size_t len)
+static int feature_set(struct cpu_features *f, const char *word, size_t len)
 {
     for (size_t i = 0; i < N_FEATURES; i++) {
         if (strlen(feature_names[i]) == len && strncmp(word, feature_names[i], len) == 0) {
@@ -30,7 +30,7 @@ static int feature_set(struct ddp_cpu_features *f, const char *word, size_t len)
     return -1;
 }
 
-static int features_simulate(const char *simulate, struct ddp_cpu_features *out, char *err, size_t errlen)
+static int features_simulate(const char *simulate, struct cpu_features *out, char *err, size_t errlen)
 {
     if (strcmp(simulate, "none") == 0 || simulate[0] == '\0')
         return 0;
@@ -47,22 +47,22 @@ static int features_simulate(const char *simulate, struct ddp_cpu_features *out,
     return 0;
 }
 
-int ddp_cpu_features_get(const char *simulate, const char *isa, struct ddp_cpu_features *out, char *err,
+int cpu_features_get(const char *simulate, const char *isa, struct cpu_features *out, char *err,
                          size_t errlen)
 {
-    ddp_isa_level cap;
+    isa_level cap;
     memset(out, 0, sizeof *out);
-    if (ddp_isa_parse(isa, &cap, err, errlen) != 0)
+    if (isa_parse(isa, &cap, err, errlen) != 0)
         return -1;
     if (!simulate)
-        ddp_cpu_features_detect(out);
+        cpu_features_detect(out);
     else if (features_simulate(simulate, out, err, errlen) != 0)
         return -1;
-    ddp_cpu_features_cap(out, cap);
+    cpu_features_cap(out, cap);
     return 0;
 }
 
-const char *ddp_blas_core_for(const struct ddp_cpu_features *f, bool capped)
+const char *blas_core_for(const struct cpu_features *f, bool capped)
 {
     if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq)
         return f->avx512bf16 ? "Cooperlake" : "SkylakeX";
@@ -73,7 +73,7 @@ const char *ddp_blas_core_for(const struct ddp_cpu_features *f, bool capped)
 
 /* The level an OpenBLAS core's kernels need: AVX-512 cores, AVX and AVX2 cores (counted as avx2),
  * and the rest (SSE-era cores and names this table does not know: baseline). */
-static ddp_isa_level core_level(const char *core)
+static isa_level core_level(const char *core)
 {
     static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
     static const char *const avx[] = {"Haswell", "Zen", "Sandybridge", "Bulldozer", "Piledriver", "Steamroller",
@@ -87,25 +87,25 @@ static ddp_isa_level core_level(const char *core)
     return DDP_ISA_BASELINE;
 }
 
-int ddp_blas_decide(const char *coretype, const char *setter, const char *simulate, const char *isa,
-                    struct ddp_blas_decision *out, char *err, size_t errlen)
+int blas_policy_decide(const char *coretype, const char *setter, const char *simulate, const char *isa,
+                    struct blas_decision *out, char *err, size_t errlen)
 {
-    struct ddp_cpu_features raw, f;
+    struct cpu_features raw, f;
     memset(out, 0, sizeof *out);
-    if (ddp_cpu_features_get(simulate, NULL, &raw, err, errlen) != 0 ||
-        ddp_cpu_features_get(simulate, isa, &f, err, errlen) != 0)
+    if (cpu_features_get(simulate, NULL, &raw, err, errlen) != 0 ||
+        cpu_features_get(simulate, isa, &f, err, errlen) != 0)
         return -1;
-    bool capped = ddp_cpu_features_level(&f) < ddp_cpu_features_level(&raw);
-    out->core = ddp_blas_core_for(&f, capped);
+    bool capped = cpu_features_level(&f) < cpu_features_level(&raw);
+    out->core = blas_core_for(&f, capped);
     out->current = coretype;
     out->preset = coretype && !setter ? coretype : NULL;
     out->cap = capped ? isa : NULL;
-    bool above_cap = coretype && capped && core_level(coretype) > ddp_cpu_features_level(&f);
+    bool above_cap = coretype && capped && core_level(coretype) > cpu_features_level(&f);
     out->apply = out->core && (!coretype || above_cap);
     return 0;
 }
 
-void ddp_blas_decision_describe(const struct ddp_blas_decision *d, const char *setter, char *out, size_t len)
+void blas_decision_describe(const struct blas_decision *d, const char *setter, char *out, size_t len)
 {
     const char *policy = d->core ? d->core : "OpenBLAS's own choice";
     if (d->cap && d->preset && d->apply)

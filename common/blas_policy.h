@@ -22,7 +22,7 @@
 
 /* The CPU's features, or those SIMULATE lists (NULL: the real CPU), capped by the DDP_CPU_ISA value
  * isa (NULL: no cap). Fails on a word that names no feature the policy knows, or a bad isa. */
-int ddp_cpu_features_get(const char *simulate, const char *isa, struct ddp_cpu_features *out, char *err,
+int cpu_features_get(const char *simulate, const char *isa, struct cpu_features *out, char *err,
                          size_t errlen);
 
 /* The OpenBLAS core for these features: "Cooperlake" (AVX-512 F, BW, VL, DQ and BF16), "SkylakeX"
@@ -30,10 +30,10 @@ int ddp_cpu_features_get(const char *simulate, const char *isa, struct ddp_cpu_f
  * features), a CPU left without AVX-512 gets "Haswell" (AVX2 kernels) where it keeps AVX2 and
  * "Prescott" (SSE3 kernels, OpenBLAS's lowest x86-64 core) otherwise, so OpenBLAS's own choice
  * (made on the real CPU) cannot exceed the cap. */
-const char *ddp_blas_core_for(const struct ddp_cpu_features *f, bool capped);
+const char *blas_core_for(const struct cpu_features *f, bool capped);
 
 /* What a process should do about OPENBLAS_CORETYPE. */
-struct ddp_blas_decision {
+struct blas_decision {
     const char *preset; /* the user's OPENBLAS_CORETYPE (kept as given unless capped), or NULL */
     const char *core;   /* the policy's core for this CPU (NULL: OpenBLAS's own choice) */
     const char *current; /* OPENBLAS_CORETYPE as found (preset or set by ddp), or NULL */
@@ -48,11 +48,11 @@ struct ddp_blas_decision {
  * AVX-512 core under avx2, an AVX or AVX2 core under baseline): the cap is the explicit choice of
  * what may run. Fails on a bad simulated feature list
  * or DDP_CPU_ISA value. */
-int ddp_blas_decide(const char *coretype, const char *setter, const char *simulate, const char *isa,
-                    struct ddp_blas_decision *out, char *err, size_t errlen);
+int blas_policy_decide(const char *coretype, const char *setter, const char *simulate, const char *isa,
+                    struct blas_decision *out, char *err, size_t errlen);
 
 /* One line for start-up reports, e.g. "OPENBLAS_CORETYPE=Haswell preset by the user (policy for this
  * CPU: Cooperlake)" or "OPENBLAS_CORETYPE=SkylakeX set by ddp-launch (policy)". */
-void ddp_blas_decision_describe(const struct ddp_blas_decision *d, const char *setter, char *out, size_t len);
+void blas_decision_describe(const struct blas_decision *d, const char *setter, char *out, size_t len);
 
 #endif

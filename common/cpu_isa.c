@@ -20,7 +20,7 @@ static bool cpuid_bit(unsigned leaf, unsigned sub, int reg, unsigned bit)
     return (r[reg] >> bit) & 1u;
 }
 
-void ddp_cpu_features_detect(struct ddp_cpu_features *out)
+void cpu_features_detect(struct cpu_features *out)
 {
     __builtin_cpu_init();
     memset(out, 0, sizeof *out);
@@ -35,7 +35,7 @@ void ddp_cpu_features_detect(struct ddp_cpu_features *out)
     out->amx_bf16 = out->avx512f && cpuid_bit(7, 0, 3, 22); /* EDX.AMX-BF16 */
 }
 
-void ddp_cpu_features_cap(struct ddp_cpu_features *f, ddp_isa_level cap)
+void cpu_features_cap(struct cpu_features *f, isa_level cap)
 {
     if (cap < DDP_ISA_NATIVE)
         f->avx512bf16 = f->amx_bf16 = false;
@@ -45,7 +45,7 @@ void ddp_cpu_features_cap(struct ddp_cpu_features *f, ddp_isa_level cap)
         f->avx2 = f->fma = f->f16c = false;
 }
 
-ddp_isa_level ddp_cpu_features_level(const struct ddp_cpu_features *f)
+isa_level cpu_features_level(const struct cpu_features *f)
 {
     if (!f->avx2 || !f->fma || !f->f16c)
         return DDP_ISA_BASELINE;
@@ -54,14 +54,14 @@ ddp_isa_level ddp_cpu_features_level(const struct ddp_cpu_features *f)
     return f->avx512bf16 || f->amx_bf16 ? DDP_ISA_NATIVE : DDP_ISA_AVX512;
 }
 
-int ddp_isa_parse(const char *value, ddp_isa_level *out, char *err, size_t errlen)
+int isa_parse(const char *value, isa_level *out, char *err, size_t errlen)
 {
     *out = DDP_ISA_NATIVE;
     if (!value || !value[0])
         return 0;
     for (int i = DDP_ISA_BASELINE; i <= DDP_ISA_NATIVE; i++) {
         if (strcmp(value, level_names[i]) == 0) {
-            *out = (ddp_isa_level)i;
+            *out = (isa_level)i;
             return 0;
         }
     }
@@ -70,27 +70,27 @@ int ddp_isa_parse(const char *value, ddp_isa_level *out, char *err, size_t errle
     return -1;
 }
 
-const char *ddp_isa_name(ddp_isa_level level)
+const char *isa_name(isa_level level)
 {
     return level >= DDP_ISA_BASELINE && level <= DDP_ISA_NATIVE ? level_names[level] : "?";
 }
 
 /* The process's view, filled once (libddp's MPI progress thread may ask first). */
 static struct {
-    ddp_isa_level cap, cpu_level;
-    struct ddp_cpu_features raw, eff;
+    isa_level cap, cpu_level;
+    struct cpu_features raw, eff;
 } g_isa;
 static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
 
 static void isa_fill(void)
 {
     char err[160];
-    if (ddp_isa_parse(getenv(DDP_CPU_ISA_ENV), &g_isa.cap, err, sizeof err) != 0)
+    if (isa_parse(getenv(DDP_CPU_ISA_ENV), &g_isa.cap, err, sizeof err) != 0)
         g_isa.cap = DDP_ISA_NATIVE;
-    ddp_cpu_features_detect(&g_isa.raw);
-    g_isa.cpu_level = ddp_cpu_features_level(&g_isa.raw);
+    cpu_features_detect(&g_isa.raw);
+    g_isa.cpu_level = cpu_features_level(&g_isa.raw);
     g_isa.eff = g_isa.raw;
-    ddp_cpu_features_cap(&g_isa.eff, g_isa.cap);
+    cpu_features_cap(&g_isa.eff, g_isa.cap);
 }
 
 static void isa_init(void)
@@ -98,39 +98,39 @@ static void isa_init(void)
     pthread_once(&g_isa_once, isa_fill);
 }
 
-const struct ddp_cpu_features *ddp_cpu(void)
+const struct cpu_features *cpu_effective(void)
 {
     isa_init();
     return &g_isa.eff;
 }
 
-bool ddp_cpu_bf16_native(void)
+bool cpu_bf16_native(void)
 {
-    return ddp_cpu()->avx512bf16; /* every CPU with AMX-BF16 has it too; ddp's own casts need it */
+    return cpu_effective()->avx512bf16; /* every CPU with AMX-BF16 has it too; ddp's own casts need it */
 }
 
-int ddp_cpu_isa_check(char *err, size_t errlen)
+int cpu_isa_check(char *err, size_t errlen)
 {
-    ddp_isa_level cap;
-    return ddp_isa_parse(getenv(DDP_CPU_ISA_ENV), &cap, err, errlen);
+    isa_level cap;
+    return isa_parse(getenv(DDP_CPU_ISA_ENV), &cap, err, errlen);
 }
 
-const char *ddp_cpu_isa_describe(void)
+const char *cpu_isa_describe(void)
 {
     static char text[256];
-    const struct ddp_cpu_features *f = ddp_cpu();
-    ddp_isa_level level = ddp_cpu_features_level(f);
+    const struct cpu_features *f = cpu_effective();
+    isa_level level = cpu_features_level(f);
     const char *vec = level >= DDP_ISA_AVX512 ? "AVX-512 F/BW/VL/DQ" : level == DDP_ISA_AVX2 ? "AVX2, FMA, F16C" : "SSE2";
     const char *bf16 = f->amx_bf16 ? "bf16 native (AVX512_BF16, AMX)" : f->avx512bf16 ? "bf16 native (AVX512_BF16)"
                                                                                    : "bf16 emulated";
-    int n = snprintf(text, sizeof text, "%s (%s, %s)", ddp_isa_name(level), vec, bf16);
+    int n = snprintf(text, sizeof text, "%s (%s, %s)", isa_name(level), vec, bf16);
     if (level < g_isa.cpu_level && n > 0 && (size_t)n < sizeof text)
         snprintf(text + n, sizeof text - (size_t)n, ", capped by %s=%s (CPU: %s)", DDP_CPU_ISA_ENV,
-                 ddp_isa_name(g_isa.cap), ddp_isa_name(g_isa.cpu_level));
+                 isa_name(g_isa.cap), isa_name(g_isa.cpu_level));
     return text;
 }
 
-const char *ddp_cpu_model_name(void)
+const char *cpu_model_name(void)
 {
     static char name[49];
     unsigned r[12];
@@ -148,7 +148,7 @@ const char *ddp_cpu_model_name(void)
     return name[0] ? name : strcpy(name, "unknown CPU");
 }
 
-void ddp_cpu_isa_export(void)
+void cpu_isa_export(void)
 {
     /* oneDNN's names (its "CPU dispatcher control"); it has no level below SSE4.1, where it runs
      * reference code, so the baseline cap is SSE41. */

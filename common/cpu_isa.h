@@ -22,44 +22,44 @@
 
 #define DDP_CPU_ISA_ENV "DDP_CPU_ISA"
 
-typedef enum ddp_isa_level { DDP_ISA_BASELINE = 0, DDP_ISA_AVX2, DDP_ISA_AVX512, DDP_ISA_NATIVE } ddp_isa_level;
+typedef enum isa_level { DDP_ISA_BASELINE = 0, DDP_ISA_AVX2, DDP_ISA_AVX512, DDP_ISA_NATIVE } isa_level;
 
 /* The CPU features ddp's decisions look at. */
-struct ddp_cpu_features {
+struct cpu_features {
     bool avx2, fma, f16c;                           /* x86-64-v3's vector features */
     bool avx512f, avx512bw, avx512vl, avx512dq;     /* x86-64-v4 */
     bool avx512bf16, amx_bf16;                      /* bf16 arithmetic */
 };
 
 /* The features of the CPU at hand (cpuid), uncapped. */
-void ddp_cpu_features_detect(struct ddp_cpu_features *out);
+void cpu_features_detect(struct cpu_features *out);
 /* Clears in f every feature above the level cap. */
-void ddp_cpu_features_cap(struct ddp_cpu_features *f, ddp_isa_level cap);
+void cpu_features_cap(struct cpu_features *f, isa_level cap);
 /* The highest level whose features f has all of (native when f has bf16 arithmetic too). */
-ddp_isa_level ddp_cpu_features_level(const struct ddp_cpu_features *f);
+isa_level cpu_features_level(const struct cpu_features *f);
 
 /* Parses a DDP_CPU_ISA value; NULL or "" mean native. Fails on any other word. */
-int ddp_isa_parse(const char *value, ddp_isa_level *out, char *err, size_t errlen);
+int isa_parse(const char *value, isa_level *out, char *err, size_t errlen);
 /* "baseline", "avx2", "avx512" or "native". */
-const char *ddp_isa_name(ddp_isa_level level);
+const char *isa_name(isa_level level);
 
 /* The process's effective features: the CPU's, capped by DDP_CPU_ISA (read once; an invalid value
- * caps nothing here: programs refuse it first with ddp_cpu_isa_check). */
-const struct ddp_cpu_features *ddp_cpu(void);
+ * caps nothing here: programs refuse it first with cpu_isa_check). */
+const struct cpu_features *cpu_effective(void);
 /* Whether this process computes bf16 natively (AVX512_BF16, which every AMX CPU has too, not
  * capped away). */
-bool ddp_cpu_bf16_native(void);
+bool cpu_bf16_native(void);
 /* Checks DDP_CPU_ISA; fails on a value that is not a level. */
-int ddp_cpu_isa_check(char *err, size_t errlen);
+int cpu_isa_check(char *err, size_t errlen);
 /* The level in effect and whether a cap lowered it, for start-up reports and benchmark tables, e.g.
  * "avx512 (AVX-512 F/BW/VL/DQ, bf16 emulated), capped by DDP_CPU_ISA=avx512 (CPU: native)". */
-const char *ddp_cpu_isa_describe(void);
+const char *cpu_isa_describe(void);
 /* The CPU's brand string from cpuid ("AMD EPYC 9R14 96-Core Processor"), trimmed; "unknown CPU"
  * where cpuid has none. */
-const char *ddp_cpu_model_name(void);
+const char *cpu_model_name(void);
 /* When DDP_CPU_ISA caps this CPU, sets ONEDNN_MAX_CPU_ISA to the cap's oneDNN name (overriding a
  * preset) so oneDNN dispatches no higher. Call before oneDNN creates its first primitive; later calls
  * do nothing. */
-void ddp_cpu_isa_export(void);
+void cpu_isa_export(void);
 
 #endif

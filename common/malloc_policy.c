@@ -7,9 +7,9 @@
 #define DDP_MMAP_THRESHOLD (256 << 20)
 #define DDP_TRIM_THRESHOLD (1 << 30)
 
-static const char *ddp_malloc_text = "glibc malloc thresholds: defaults";
+static const char *malloc_text = "glibc malloc thresholds: defaults";
 
-void ddp_malloc_policy(void)
+void malloc_policy(void)
 {
     int mmap_set = getenv("MALLOC_MMAP_THRESHOLD_") != NULL;
     int trim_set = getenv("MALLOC_TRIM_THRESHOLD_") != NULL;
@@ -19,14 +19,14 @@ void ddp_malloc_policy(void)
     if (!trim_set)
         ok &= mallopt(M_TRIM_THRESHOLD, DDP_TRIM_THRESHOLD) == 1;
     if (!ok)
-        ddp_malloc_text = "glibc malloc thresholds: mallopt refused, defaults kept";
+        malloc_text = "glibc malloc thresholds: mallopt refused, defaults kept";
     else if (mmap_set || trim_set)
-        ddp_malloc_text = "glibc malloc thresholds: from the environment (MALLOC_*_THRESHOLD_), the rest 256 MiB mmap / 1 GiB trim";
+        malloc_text = "glibc malloc thresholds: from the environment (MALLOC_*_THRESHOLD_), the rest 256 MiB mmap / 1 GiB trim";
     else
-        ddp_malloc_text = "glibc malloc thresholds: mmap 256 MiB, trim 1 GiB";
+        malloc_text = "glibc malloc thresholds: mmap 256 MiB, trim 1 GiB";
 }
 
-const char *ddp_malloc_describe(void)
+const char *malloc_describe(void)
 {
-    return ddp_malloc_text;
+    return malloc_text;
 }

@@ -13,8 +13,8 @@
 /* Sets glibc's mmap threshold to 256 MiB and its trim threshold to 1 GiB (mallopt), each unless the
  * environment sets it already (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_: the user's choice).
  * Call first in main(). */
-void ddp_malloc_policy(void);
-/* What ddp_malloc_policy() did, for start-up reports. */
-const char *ddp_malloc_describe(void);
+void malloc_policy(void);
+/* What malloc_policy() did, for start-up reports. */
+const char *malloc_describe(void);
 
 #endif /* DDP_MALLOC_POLICY_H */

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-int ddp_mkdir_p(const char *dir)
+int mkdir_p(const char *dir)
 {
     char path[PATH_MAX];
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {

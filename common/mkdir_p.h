@@ -5,6 +5,6 @@
 /* Creates dir and its missing parents (mode 0777 before the umask). An existing folder, also one
  * that another rank created at the same moment, is success. Returns 0, or -1 with errno set
  * (ENAMETOOLONG for a path over PATH_MAX). */
-int ddp_mkdir_p(const char *dir);
+int mkdir_p(const char *dir);
 
 #endif /* DDP_MKDIR_P_H */

@@ -31,7 +31,7 @@
     __attribute__((target(DDP_SIMD_TARGET_AVX2))) static void name##_avx2 params { body args; }    \
     static void name params                                                                       \
     {                                                                                             \
-        ddp_isa_level level_ = ddp_cpu_features_level(ddp_cpu());                                 \
+        isa_level level_ = cpu_features_level(cpu_effective());                                 \
         if (level_ >= DDP_ISA_AVX512)                                                             \
             name##_avx512 args;                                                                   \
         else if (level_ == DDP_ISA_AVX2)                                                          \

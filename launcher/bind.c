@@ -5,7 +5,7 @@
 
 #include "launcher.h"
 
-int ddp_topology_load(hwloc_topology_t *topo, const char *synthetic, int with_io, char *err,
+int topology_load(hwloc_topology_t *topo, const char *synthetic, int with_io, char *err,
                       size_t errlen)
 {
     if (hwloc_topology_init(topo) != 0) {
@@ -28,7 +28,7 @@ static hwloc_obj_type_t unit_type(hwloc_topology_t topo, hwloc_const_cpuset_t se
     return hwloc_get_nbobjs_inside_cpuset_by_type(topo, set, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
 }
 
-int ddp_bind_split(hwloc_topology_t topo, hwloc_const_cpuset_t domain, int index, int count,
+int bind_split(hwloc_topology_t topo, hwloc_const_cpuset_t domain, int index, int count,
                    hwloc_cpuset_t out)
 {
     hwloc_obj_type_t type = unit_type(topo, domain);
@@ -47,7 +47,7 @@ int ddp_bind_split(hwloc_topology_t topo, hwloc_const_cpuset_t domain, int index
     return 0;
 }
 
-int ddp_gpu_near_cpuset(hwloc_topology_t topo, const char *busid, hwloc_cpuset_t out)
+int gpu_near_cpuset(hwloc_topology_t topo, const char *busid, hwloc_cpuset_t out)
 {
     hwloc_obj_t dev = busid && *busid ? hwloc_get_pcidev_by_busidstring(topo, busid) : NULL;
     hwloc_obj_t near = dev ? hwloc_get_non_io_ancestor_obj(topo, dev) : NULL;
@@ -58,7 +58,7 @@ int ddp_gpu_near_cpuset(hwloc_topology_t topo, const char *busid, hwloc_cpuset_t
 }
 
 /* The CPUs near local rank R's GPU within ALLOWED, into OUT; 0 when there are some. */
-static int near_of(const struct ddp_bind_request *req, hwloc_const_cpuset_t allowed, int r, hwloc_cpuset_t out)
+static int near_of(const struct bind_request *req, hwloc_const_cpuset_t allowed, int r, hwloc_cpuset_t out)
 {
     if (!req->gpu_near || !req->gpu_near[r])
         return -1;
@@ -68,7 +68,7 @@ static int near_of(const struct ddp_bind_request *req, hwloc_const_cpuset_t allo
 
 /* Splits the CPUs near this rank's GPU among the local ranks with the same locality; -1 when
  * this rank has none (or its GPU is near all allowed CPUs, where the plain split is better). */
-static int split_by_gpu(hwloc_topology_t topo, const struct ddp_bind_request *req,
+static int split_by_gpu(hwloc_topology_t topo, const struct bind_request *req,
                         hwloc_const_cpuset_t allowed, hwloc_cpuset_t out)
 {
     hwloc_bitmap_t mine = hwloc_bitmap_alloc(), other = hwloc_bitmap_alloc();
@@ -80,15 +80,15 @@ static int split_by_gpu(hwloc_topology_t topo, const struct ddp_bind_request *re
                 count++;
             }
         }
-        rc = ddp_bind_split(topo, mine, index, count, out);
+        rc = bind_split(topo, mine, index, count, out);
     }
     hwloc_bitmap_free(mine);
     hwloc_bitmap_free(other);
     return rc;
 }
 
-int ddp_bind_plan(hwloc_topology_t topo, const struct ddp_bind_request *req, hwloc_cpuset_t out,
-                  enum ddp_bind_action *action)
+int bind_plan(hwloc_topology_t topo, const struct bind_request *req, hwloc_cpuset_t out,
+                  enum bind_action *action)
 {
     hwloc_const_cpuset_t allowed = hwloc_topology_get_allowed_cpuset(topo);
     int bound_already = hwloc_bitmap_isincluded(req->current, allowed) && !hwloc_bitmap_isequal(req->current, allowed);
@@ -100,10 +100,10 @@ int ddp_bind_plan(hwloc_topology_t topo, const struct ddp_bind_request *req, hwl
     *action = DDP_BIND_BOUND;
     if (split_by_gpu(topo, req, allowed, out) == 0)
         return 0;
-    return ddp_bind_split(topo, allowed, req->local_rank, req->local_size, out);
+    return bind_split(topo, allowed, req->local_rank, req->local_size, out);
 }
 
-int ddp_cpuset_cores(hwloc_topology_t topo, hwloc_const_cpuset_t set)
+int cpuset_cores(hwloc_topology_t topo, hwloc_const_cpuset_t set)
 {
     int n = hwloc_get_nbobjs_inside_cpuset_by_type(topo, set, unit_type(topo, set));
     return n > 0 ? n : 1;

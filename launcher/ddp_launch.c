@@ -116,7 +116,7 @@ static int positive(const char *s, const char *what)
     return (int)v;
 }
 
-static enum ddp_bind_mode bind_mode(const char *s)
+static enum bind_mode bind_mode(const char *s)
 {
     if (strcmp(s, "auto") == 0)
         return DDP_BIND_AUTO;
@@ -131,7 +131,7 @@ static enum ddp_bind_mode bind_mode(const char *s)
 enum { OPT_NPPN = 256, OPT_NTPN, OPT_BIND, OPT_SHARE, OPT_PRINT, OPT_DRY, OPT_PORT, OPT_ADDR, OPT_LOGDIR, OPT_VERSION };
 
 /* Fills OPT from argv; returns the index of PROGRAM. Exits 0 for --help/--version, 2 on errors. */
-static int parse_options(int argc, char **argv, struct ddp_options *opt)
+static int parse_options(int argc, char **argv, struct options *opt)
 {
     static const struct option longs[] = {
         {"nproc-per-node", required_argument, NULL, OPT_NPPN}, {"ntasks-per-node", required_argument, NULL, OPT_NTPN},
@@ -143,7 +143,7 @@ static int parse_options(int argc, char **argv, struct ddp_options *opt)
         {NULL, 0, NULL, 0},
     };
     int c;
-    ddp_options_init(opt);
+    options_init(opt);
     while ((c = getopt_long(argc, argv, "+n:vh", longs, NULL)) != -1) {
         switch (c) {
         case 'n': opt->n_procs = positive(optarg, "-n"); break;
@@ -176,8 +176,8 @@ static int parse_options(int argc, char **argv, struct ddp_options *opt)
 /* ---- the exports ------------------------------------------------------------------------- */
 
 struct rank_setup {
-    struct ddp_gpu_choice gpu;
-    struct ddp_blas_decision blas;
+    struct gpu_choice gpu;
+    struct blas_decision blas;
     char blas_note[96]; /* --print-env's BLAS column: the core, "X(preset)" or "-" (OpenBLAS's own) */
     char log_dir[4096]; /* --log-dir made absolute, or "" */
     char logs[8400];    /* "DIR/rank.N.out DIR/rank.N.err" for --print-env, or "" */
@@ -200,7 +200,7 @@ static void put_int(const char *name, int value, int verbose)
     put(name, buf, 1, verbose);
 }
 
-static void export_layout(const struct ddp_layout *l, int v)
+static void export_layout(const struct layout *l, int v)
 {
     put_int("RANK", l->rank, v);
     put_int("WORLD_SIZE", l->world_size, v);
@@ -216,7 +216,7 @@ static void export_layout(const struct ddp_layout *l, int v)
     put_int("DDP_LOCAL_WORLD_SIZE", l->local_world_size, v);
     put_int("DDP_NODE_RANK", l->node_rank, v);
     put_int("DDP_NNODES", l->n_nodes, v);
-    put("DDP_LAUNCHER", ddp_source_name(l->source), 1, v);
+    put("DDP_LAUNCHER", source_name(l->source), 1, v);
 }
 
 static void export_setup(const struct rank_setup *s, int v)
@@ -244,7 +244,7 @@ static int decide_blas(struct rank_setup *s, int verbose)
 {
     char err[DDP_ERRMSG_LEN];
     const char *setter = getenv(DDP_BLAS_SETTER_ENV);
-    if (ddp_blas_decide(getenv("OPENBLAS_CORETYPE"), setter, getenv(DDP_BLAS_SIMULATE_ENV), getenv(DDP_CPU_ISA_ENV),
+    if (blas_policy_decide(getenv("OPENBLAS_CORETYPE"), setter, getenv(DDP_BLAS_SIMULATE_ENV), getenv(DDP_CPU_ISA_ENV),
                         &s->blas, err, sizeof err) != 0) {
         fail("error: %s", err);
         return -1;
@@ -255,7 +255,7 @@ static int decide_blas(struct rank_setup *s, int verbose)
         snprintf(s->blas_note, sizeof s->blas_note, "%s", s->blas.core ? s->blas.core : s->blas.current ? s->blas.current : "-");
     if (verbose) {
         char line[512];
-        ddp_blas_decision_describe(&s->blas, s->blas.apply ? "ddp-launch" : setter, line, sizeof line);
+        blas_decision_describe(&s->blas, s->blas.apply ? "ddp-launch" : setter, line, sizeof line);
         fprintf(stderr, "ddp-launch[rank %d]: BLAS: %s\n", g_rank, line);
     }
     return 0;
@@ -265,17 +265,17 @@ static int decide_blas(struct rank_setup *s, int verbose)
 
 #if HAVE_HWLOC
 /* The CPUs near each local rank's GPU, when the GPUs' bus ids are known and not narrowed. */
-static void gpu_near_sets(hwloc_topology_t topo, const struct ddp_gpu_list *gpus, const struct ddp_layout *l,
-                          const struct ddp_options *opt, hwloc_cpuset_t *near)
+static void gpu_near_sets(hwloc_topology_t topo, const struct gpu_list *gpus, const struct layout *l,
+                          const struct options *opt, hwloc_cpuset_t *near)
 {
     char err[DDP_ERRMSG_LEN];
     for (int r = 0; r < l->local_world_size; r++) {
-        struct ddp_gpu_choice c;
+        struct gpu_choice c;
         near[r] = NULL;
-        if (ddp_gpu_map(gpus, 0, r, l->local_world_size, opt->share_gpus, &c, err, sizeof err) != 0 || c.device < 0)
+        if (gpu_map(gpus, 0, r, l->local_world_size, opt->share_gpus, &c, err, sizeof err) != 0 || c.device < 0)
             continue;
         near[r] = hwloc_bitmap_alloc();
-        if (ddp_gpu_near_cpuset(topo, gpus->busid[c.device], near[r]) != 0) {
+        if (gpu_near_cpuset(topo, gpus->busid[c.device], near[r]) != 0) {
             hwloc_bitmap_free(near[r]);
             near[r] = NULL;
         }
@@ -283,7 +283,7 @@ static void gpu_near_sets(hwloc_topology_t topo, const struct ddp_gpu_list *gpus
 }
 
 /* Chooses and (unless dry-run) applies this rank's binding; fills cpuset and threads. */
-static int bind_rank(const struct ddp_options *opt, const struct ddp_layout *l, const struct ddp_gpu_list *gpus,
+static int bind_rank(const struct options *opt, const struct layout *l, const struct gpu_list *gpus,
                      int narrowed, struct rank_setup *s)
 {
     char err[DDP_ERRMSG_LEN];
@@ -291,18 +291,18 @@ static int bind_rank(const struct ddp_options *opt, const struct ddp_layout *l, 
     int with_io = gpus->n > 0 && !narrowed && gpus->busid[0][0];
     hwloc_cpuset_t *near = calloc((size_t)l->local_world_size, sizeof *near);
     hwloc_bitmap_t current = hwloc_bitmap_alloc(), chosen = hwloc_bitmap_alloc();
-    enum ddp_bind_action action = DDP_BIND_UNBOUND;
-    int rc = ddp_topology_load(&topo, NULL, with_io, err, sizeof err);
+    enum bind_action action = DDP_BIND_UNBOUND;
+    int rc = topology_load(&topo, NULL, with_io, err, sizeof err);
     if (rc == 0) {
         if (with_io)
             gpu_near_sets(topo, gpus, l, opt, near);
         hwloc_get_cpubind(topo, current, HWLOC_CPUBIND_PROCESS);
-        struct ddp_bind_request req = {opt->bind, current, l->local_rank, l->local_world_size, (hwloc_const_cpuset_t *)near};
-        rc = ddp_bind_plan(topo, &req, chosen, &action);
+        struct bind_request req = {opt->bind, current, l->local_rank, l->local_world_size, (hwloc_const_cpuset_t *)near};
+        rc = bind_plan(topo, &req, chosen, &action);
         if (rc == 0 && action == DDP_BIND_BOUND && !opt->dry_run && hwloc_set_cpubind(topo, chosen, HWLOC_CPUBIND_PROCESS) != 0)
             fail("warning: %s", "could not bind to the chosen CPUs; running unbound");
         hwloc_bitmap_list_snprintf(s->cpuset, sizeof s->cpuset, chosen);
-        s->threads = ddp_cpuset_cores(topo, chosen);
+        s->threads = cpuset_cores(topo, chosen);
         if (action == DDP_BIND_UNBOUND)
             s->threads = s->threads / l->local_world_size > 0 ? s->threads / l->local_world_size : 1;
         for (int r = 0; r < l->local_world_size; r++)
@@ -318,7 +318,7 @@ static int bind_rank(const struct ddp_options *opt, const struct ddp_layout *l, 
 }
 #else
 /* Without hwloc there is no binding: the rank's share of the online CPUs sets the thread count. */
-static int bind_rank(const struct ddp_options *opt, const struct ddp_layout *l, const struct ddp_gpu_list *gpus,
+static int bind_rank(const struct options *opt, const struct layout *l, const struct gpu_list *gpus,
                      int narrowed, struct rank_setup *s)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -330,13 +330,13 @@ static int bind_rank(const struct ddp_options *opt, const struct ddp_layout *l, 
 
 /* ---- --print-env ------------------------------------------------------------------------- */
 
-static void table_line(const struct ddp_layout *l, const struct rank_setup *s, char *out, size_t len)
+static void table_line(const struct layout *l, const struct rank_setup *s, char *out, size_t len)
 {
     char gpu[DDP_GPU_ID_LEN + 16] = "cpu";
     if (s->gpu.device >= 0) {
-        struct ddp_gpu_list vis;
+        struct gpu_list vis;
         char err[DDP_ERRMSG_LEN];
-        ddp_gpu_list_parse(s->gpu.visible, &vis, err, sizeof err);
+        gpu_list_parse(s->gpu.visible, &vis, err, sizeof err);
         snprintf(gpu, sizeof gpu, "%d(%s)", s->gpu.device, vis.id[s->gpu.device]);
     }
     snprintf(out, len, "%6d  %-20s %5d %6d  %-12s %-18s %7d  %-18s CUDA_VISIBLE_DEVICES=%.600s%s%.700s\n", l->rank,
@@ -344,7 +344,7 @@ static void table_line(const struct ddp_layout *l, const struct rank_setup *s, c
              s->gpu.device >= 0 ? s->gpu.visible : "(unset)", s->logs[0] ? "  LOGS=" : "", s->logs);
 }
 
-static void print_dir(const struct ddp_layout *l, char *dir, size_t len)
+static void print_dir(const struct layout *l, char *dir, size_t len)
 {
     const char *set = getenv("DDP_PRINT_DIR");
     if (set) {
@@ -391,12 +391,12 @@ static int wait_for_lines(const char *dir, int world_size)
 }
 
 /* Prints the lines found in DIR in rank order, naming the missing ranks, and removes them. */
-static void print_table(const struct ddp_layout *l, const char *dir)
+static void print_table(const struct layout *l, const char *dir)
 {
     int missing = 0;
     char *absent = calloc((size_t)l->world_size, 1); /* absent[r]: rank r's line was not there */
     printf("ddp-launch: launcher=%s world_size=%d nodes=%d local_world_size=%d MASTER_ADDR=%s MASTER_PORT=%d\n",
-           ddp_source_name(l->source), l->world_size, l->n_nodes, l->local_world_size, l->master_addr, l->master_port);
+           source_name(l->source), l->world_size, l->n_nodes, l->local_world_size, l->master_addr, l->master_port);
     printf("%6s  %-20s %5s %6s  %-12s %-18s %7s  %-18s %s\n", "RANK", "HOST", "NODE", "LOCAL", "GPU", "CPUSET", "THREADS",
            "OPENBLAS_CORETYPE", "ENV");
     for (int r = 0; r < l->world_size; r++) {
@@ -425,7 +425,7 @@ static void print_table(const struct ddp_layout *l, const char *dir)
     fflush(stdout);
 }
 
-static void gather_and_print(const struct ddp_layout *l, const struct rank_setup *s)
+static void gather_and_print(const struct layout *l, const struct rank_setup *s)
 {
     char dir[4096], line[4096];
     table_line(l, s, line, sizeof line);
@@ -452,27 +452,27 @@ static int exec_program(char **args)
 }
 
 /* --log-dir: creates the folder (unless dry-run) and names this rank's files in S; -1 on failure. */
-static int prepare_logs(const struct ddp_options *opt, const struct ddp_layout *l, struct rank_setup *s)
+static int prepare_logs(const struct options *opt, const struct layout *l, struct rank_setup *s)
 {
     char err[DDP_ERRMSG_LEN], out_path[4200], err_path[4200];
     if (!opt->log_dir)
         return 0;
     if (opt->dry_run)
         snprintf(s->log_dir, sizeof s->log_dir, "%s", opt->log_dir);
-    else if (ddp_log_dir_prepare(opt->log_dir, s->log_dir, sizeof s->log_dir, err, sizeof err) != 0) {
+    else if (log_dir_prepare(opt->log_dir, s->log_dir, sizeof s->log_dir, err, sizeof err) != 0) {
         fail("error: %s", err);
         return -1;
     }
-    ddp_log_paths(s->log_dir, l->rank, out_path, err_path, sizeof out_path);
+    log_paths(s->log_dir, l->rank, out_path, err_path, sizeof out_path);
     snprintf(s->logs, sizeof s->logs, "%s %s", out_path, err_path);
     return 0;
 }
 
 /* Sends this rank's output to its log files (rank 0's also to the terminal); -1 on failure. */
-static int redirect_logs(const struct ddp_layout *l, const struct rank_setup *s)
+static int redirect_logs(const struct layout *l, const struct rank_setup *s)
 {
     char err[DDP_ERRMSG_LEN];
-    int rc = ddp_log_redirect(s->log_dir, l->rank, l->rank == 0, err, sizeof err);
+    int rc = log_redirect(s->log_dir, l->rank, l->rank == 0, err, sizeof err);
     if (rc != 0)
         fail(rc > 0 ? "warning: %s" : "error: %s", err);
     return rc < 0 ? -1 : 0;
@@ -480,21 +480,21 @@ static int redirect_logs(const struct ddp_layout *l, const struct rank_setup *s)
 
 /* Runs rank L: checks traps, maps the GPU, binds, exports, prints, execs. Returns an exit status
  * only when it does not exec. */
-static int run_rank(const struct ddp_options *opt, const struct ddp_layout *l, char **args)
+static int run_rank(const struct options *opt, const struct layout *l, char **args)
 {
     char err[DDP_ERRMSG_LEN];
-    struct ddp_gpu_list gpus;
+    struct gpu_list gpus;
     struct rank_setup s;
-    int narrowed = l->source == DDP_SOURCE_SRUN && ddp_gpus_narrowed(environ);
+    int narrowed = l->source == DDP_SOURCE_SRUN && gpus_narrowed(environ);
     g_rank = l->rank;
     memset(&s, 0, sizeof s);
     gethostname(s.host, sizeof s.host - 1);
-    if (args[0] && ddp_check_traps(environ, l, ddp_program_mpi(environ, args[0]), err, sizeof err) != 0) {
+    if (args[0] && check_traps(environ, l, program_mpi(environ, args[0]), err, sizeof err) != 0) {
         fail("error: %s", err);
         return SETUP_EXIT;
     }
-    if (ddp_gpu_discover(environ, &gpus, err, sizeof err) != 0 ||
-        ddp_gpu_map(&gpus, narrowed, l->local_rank, l->local_world_size, opt->share_gpus, &s.gpu, err, sizeof err) != 0) {
+    if (gpu_discover(environ, &gpus, err, sizeof err) != 0 ||
+        gpu_map(&gpus, narrowed, l->local_rank, l->local_world_size, opt->share_gpus, &s.gpu, err, sizeof err) != 0) {
         fail("error: %s", err);
         return SETUP_EXIT;
     }
@@ -502,7 +502,7 @@ static int run_rank(const struct ddp_options *opt, const struct ddp_layout *l, c
         prepare_logs(opt, l, &s) != 0)
         return SETUP_EXIT;
     if (opt->verbose)
-        fprintf(stderr, "ddp-launch[rank %d]: launcher %s, exporting:\n", l->rank, ddp_source_name(l->source));
+        fprintf(stderr, "ddp-launch[rank %d]: launcher %s, exporting:\n", l->rank, source_name(l->source));
     export_layout(l, opt->verbose);
     export_setup(&s, opt->verbose);
     if (opt->print_env)
@@ -518,7 +518,7 @@ static int run_rank(const struct ddp_options *opt, const struct ddp_layout *l, c
 
 /* Execs `mpirun -np N --bind-to none ddp-launch <the same flags minus -n> -- PROGRAM ARGS`
  * (ddp-launch binds the ranks itself, as --bind says); returns on failure. */
-static int exec_mpirun(const struct ddp_options *opt, char **args)
+static int exec_mpirun(const struct options *opt, char **args)
 {
     char self[4096], np[16], port[16], nppn[16], ntpn[16];
     const char **argv;
@@ -680,7 +680,7 @@ static int supervise(pid_t *pids, int n)
 }
 
 /* Forks the -n ranks on this node, each running run_rank with the local launcher's layout. */
-static int fork_ranks(const struct ddp_options *opt, const struct ddp_layout *base, char **args)
+static int fork_ranks(const struct options *opt, const struct layout *base, char **args)
 {
     pid_t *pids = calloc((size_t)base->world_size, sizeof *pids);
     int rc;
@@ -691,7 +691,7 @@ static int fork_ranks(const struct ddp_options *opt, const struct ddp_layout *ba
     for (int r = 0; r < base->world_size; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
-            struct ddp_layout l = *base;
+            struct layout l = *base;
             setpgid(0, 0); /* own group: stop_children reaches the rank's children too */
             for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
                 signal(forwarded[i], SIG_DFL);
@@ -716,7 +716,7 @@ static int fork_ranks(const struct ddp_options *opt, const struct ddp_layout *ba
  * runtime to join its processes): refuse at once with the fix. Returns 0 when PROGRAM may fork. */
 static int refuse_fork_of_mpi(char **args, int forced)
 {
-    if (!args[0] || ddp_program_mpi(environ, args[0]) == DDP_MPI_NONE)
+    if (!args[0] || program_mpi(environ, args[0]) == DDP_MPI_NONE)
         return 0;
     fprintf(stderr, "ddp-launch: error: %s is an MPI program, and ranks forked by ddp-launch cannot join one MPI "
             "job (each would start alone). %s: %s, or start the job with mpirun -np N or "
@@ -726,7 +726,7 @@ static int refuse_fork_of_mpi(char **args, int forced)
     return -1;
 }
 
-static int launch_local(const struct ddp_options *opt, struct ddp_layout *l, char **args)
+static int launch_local(const struct options *opt, struct layout *l, char **args)
 {
     char path[4096];
     const char *force_fork = getenv("DDP_LOCAL_FORK");
@@ -734,10 +734,10 @@ static int launch_local(const struct ddp_options *opt, struct ddp_layout *l, cha
     l->source = DDP_SOURCE_LOCAL;
     snprintf(l->job_key, sizeof l->job_key, "local-%ld", (long)getpid());
     if (opt->master_port < 0 && !getenv("MASTER_PORT"))
-        l->master_port = ddp_port_from_hash((unsigned long long)getpid());
+        l->master_port = port_from_hash((unsigned long long)getpid());
     if (l->world_size == 1)
         return run_rank(opt, l, args);
-    if (!forced && ddp_find_program(environ, "mpirun", path, sizeof path) == 0) {
+    if (!forced && find_program(environ, "mpirun", path, sizeof path) == 0) {
         exec_mpirun(opt, args);
         fail("warning: cannot exec mpirun (%s); forking the ranks instead", strerror(errno));
     }
@@ -748,12 +748,12 @@ static int launch_local(const struct ddp_options *opt, struct ddp_layout *l, cha
 
 int main(int argc, char **argv)
 {
-    struct ddp_options opt;
-    struct ddp_layout layout;
+    struct options opt;
+    struct layout layout;
     char err[DDP_ERRMSG_LEN];
     int first = parse_options(argc, argv, &opt);
     char **args = argv + first;
-    if (ddp_layout_detect(environ, &opt, &layout, err, sizeof err) != 0) {
+    if (layout_detect(environ, &opt, &layout, err, sizeof err) != 0) {
         fail("error: %s", err);
         return SETUP_EXIT;
     }

@@ -19,7 +19,7 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-static int push_name(struct ddp_hostlist *hl, const char *name, char *err, size_t errlen)
+static int push_name(struct hostlist *hl, const char *name, char *err, size_t errlen)
 {
     if (hl->n >= MAX_HOSTS) {
         set_err(err, errlen, "hostlist: more than %lu hosts", MAX_HOSTS);
@@ -59,11 +59,11 @@ static int parse_range(const char *s, size_t len, unsigned long *lo, unsigned lo
     return *lo <= *hi && *hi - *lo < MAX_RANGE_HOSTS && dash < 10 ? 0 : -1;
 }
 
-static int expand_from(struct ddp_hostlist *hl, char *buf, size_t blen, const char *rest,
+static int expand_from(struct hostlist *hl, char *buf, size_t blen, const char *rest,
                        const char *token, char *err, size_t errlen);
 
 /* Expands the bracket group starting after '[' at GROUP, then the rest of the token. */
-static int expand_group(struct ddp_hostlist *hl, char *buf, size_t blen, const char *group,
+static int expand_group(struct hostlist *hl, char *buf, size_t blen, const char *group,
                         const char *token, char *err, size_t errlen)
 {
     const char *close = strchr(group, ']');
@@ -92,7 +92,7 @@ static int expand_group(struct ddp_hostlist *hl, char *buf, size_t blen, const c
 }
 
 /* Appends the literal text of REST up to the next '[' to buf[0..blen) and expands from there. */
-static int expand_from(struct ddp_hostlist *hl, char *buf, size_t blen, const char *rest,
+static int expand_from(struct hostlist *hl, char *buf, size_t blen, const char *rest,
                        const char *token, char *err, size_t errlen)
 {
     const char *open = strchr(rest, '[');
@@ -138,7 +138,7 @@ static int check_token(const char *token, char *err, size_t errlen)
     return 0;
 }
 
-static int expand_token(struct ddp_hostlist *hl, const char *token, char *err, size_t errlen)
+static int expand_token(struct hostlist *hl, const char *token, char *err, size_t errlen)
 {
     char buf[DDP_HOST_LEN];
     if (check_token(token, err, errlen) != 0)
@@ -146,7 +146,7 @@ static int expand_token(struct ddp_hostlist *hl, const char *token, char *err, s
     return expand_from(hl, buf, 0, token, token, err, errlen);
 }
 
-int ddp_hostlist_expand(const char *list, struct ddp_hostlist *out, char *err, size_t errlen)
+int hostlist_expand(const char *list, struct hostlist *out, char *err, size_t errlen)
 {
     char *copy = strdup(list ? list : "");
     int rc = copy ? 0 : -1;
@@ -170,11 +170,11 @@ int ddp_hostlist_expand(const char *list, struct ddp_hostlist *out, char *err, s
     }
     free(copy);
     if (rc != 0)
-        ddp_hostlist_free(out);
+        hostlist_free(out);
     return rc;
 }
 
-void ddp_hostlist_free(struct ddp_hostlist *hl)
+void hostlist_free(struct hostlist *hl)
 {
     if (!hl)
         return;

@@ -10,9 +10,9 @@
 
 #include "launcher.h"
 
-int ddp_find_program(char *const *envp, const char *program, char *path_out, size_t len)
+int find_program(char *const *envp, const char *program, char *path_out, size_t len)
 {
-    const char *dirs = ddp_env_get(envp, "PATH");
+    const char *dirs = env_get(envp, "PATH");
     if (strchr(program, '/')) {
         snprintf(path_out, len, "%s", program);
         return access(path_out, X_OK);
@@ -54,14 +54,14 @@ static void run_ldd(const char *path, char *out, size_t len)
         waitpid(pid, NULL, 0);
 }
 
-enum ddp_mpi_flavour ddp_program_mpi(char *const *envp, const char *program)
+enum mpi_flavour program_mpi(char *const *envp, const char *program)
 {
-    const char *forced = ddp_env_get(envp, "DDP_MPI_PROGRAM");
+    const char *forced = env_get(envp, "DDP_MPI_PROGRAM");
     static char libs[64 * 1024];
     char path[4096];
     if (forced)
         return strcmp(forced, "openmpi") == 0 ? DDP_MPI_OPENMPI : strcmp(forced, "mpich") == 0 ? DDP_MPI_MPICH : DDP_MPI_NONE;
-    if (ddp_find_program(envp, program, path, sizeof path) != 0)
+    if (find_program(envp, program, path, sizeof path) != 0)
         return DDP_MPI_NONE;
     run_ldd(path, libs, sizeof libs);
     if (strstr(libs, "libmpi.so.40") || strstr(libs, "libopen-pal.so") || strstr(libs, "libopen-rte.so"))
@@ -71,11 +71,11 @@ enum ddp_mpi_flavour ddp_program_mpi(char *const *envp, const char *program)
     return DDP_MPI_NONE;
 }
 
-int ddp_check_traps(char *const *envp, const struct ddp_layout *layout, enum ddp_mpi_flavour mpi,
+int check_traps(char *const *envp, const struct layout *layout, enum mpi_flavour mpi,
                     char *err, size_t errlen)
 {
-    const char *type = ddp_env_get(envp, "SLURM_MPI_TYPE");
-    if (layout->source == DDP_SOURCE_SRUN && mpi == DDP_MPI_OPENMPI && !ddp_env_get(envp, "PMIX_RANK")) {
+    const char *type = env_get(envp, "SLURM_MPI_TYPE");
+    if (layout->source == DDP_SOURCE_SRUN && mpi == DDP_MPI_OPENMPI && !env_get(envp, "PMIX_RANK")) {
         snprintf(err, errlen, "srun started this Open MPI program without PMIx (SLURM_MPI_TYPE=%s): Open MPI 4 "
                  "cannot use Slurm's PMI-1/PMI-2 (\"OMPI was not built with SLURM's PMI support\"). Fix: srun --mpi=pmix "
                  "(or MpiDefault=pmix in slurm.conf), or start it with mpirun inside the allocation",

@@ -88,12 +88,12 @@ void model_config_default(model_config *cfg, model_kind kind)
     cfg->seed = 42;
 }
 
-static const char *const ddp_precision_names[] = {"fp32", "bf16", "fp16"};
+static const char *const precision_names[] = {"fp32", "bf16", "fp16"};
 
 ddp_status model_precision_parse(const char *name, ddp_dtype *out)
 {
     for (int p = DDP_FP32; p <= DDP_FP16; p++) {
-        if (name && strcmp(name, ddp_precision_names[p]) == 0) {
+        if (name && strcmp(name, precision_names[p]) == 0) {
             *out = (ddp_dtype)p;
             return DDP_OK;
         }
@@ -103,7 +103,7 @@ ddp_status model_precision_parse(const char *name, ddp_dtype *out)
 
 const char *model_precision_name(ddp_dtype p)
 {
-    return p >= DDP_FP32 && p <= DDP_FP16 ? ddp_precision_names[p] : "?";
+    return p >= DDP_FP32 && p <= DDP_FP16 ? precision_names[p] : "?";
 }
 
 ddp_status model_kind_parse(const char *name, model_kind *out)

@@ -11,13 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct ddp_slot {
+typedef struct prefetch_slot {
     float *x;  /* (batch, pixels) */
     int *y;    /* (batch) */
     long seq;  /* batch held, -1 when free */
-} ddp_slot;
+} prefetch_slot;
 
-typedef struct ddp_worker {
+typedef struct prefetch_worker {
     model_prefetch *owner;
     int index;
     pthread_t thread;
@@ -25,7 +25,7 @@ typedef struct ddp_worker {
     ddp_sampler *sampler;
     size_t *indices; /* the sampler's indices of `epoch` */
     long epoch;      /* -1: none yet */
-} ddp_worker;
+} prefetch_worker;
 
 struct model_prefetch {
     model_prefetch_plan plan;
@@ -33,8 +33,8 @@ struct model_prefetch {
     long first;       /* first batch of the sequence: first_step * accum */
     long n_batches;   /* total_steps * accum */
     int depth;
-    ddp_slot *slots;
-    ddp_worker *workers; /* plan.workers entries, or one used inline when 0 */
+    prefetch_slot *slots;
+    prefetch_worker *workers; /* plan.workers entries, or one used inline when 0 */
     int n_workers;
     long next;        /* next batch the training thread takes */
     long released;    /* batches released so far (all of [0, released)) */
@@ -69,7 +69,7 @@ void model_augment_shift(float *img, int rows, int cols, uint64_t seed, int epoc
 }
 
 /* Makes batch k into slot s with worker w's sampler. */
-static ddp_status make_batch(model_prefetch *p, ddp_worker *w, long k, ddp_slot *s)
+static ddp_status make_batch(model_prefetch *p, prefetch_worker *w, long k, prefetch_slot *s)
 {
     const model_prefetch_plan *pl = &p->plan;
     long step = k / pl->accum, epoch = step / pl->steps_per_epoch;
@@ -90,10 +90,10 @@ static ddp_status make_batch(model_prefetch *p, ddp_worker *w, long k, ddp_slot 
 
 static void *worker_main(void *arg)
 {
-    ddp_worker *w = arg;
+    prefetch_worker *w = arg;
     model_prefetch *p = w->owner;
     for (long k = p->first + w->index; k < p->n_batches; k += p->n_workers) {
-        ddp_slot *s = &p->slots[k % p->depth];
+        prefetch_slot *s = &p->slots[k % p->depth];
         pthread_mutex_lock(&p->lock);
         while (!p->stopping && p->released < k - p->depth + 1)
             pthread_cond_wait(&p->cv, &p->lock);
@@ -111,9 +111,9 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static ddp_status worker_init(model_prefetch *p, ddp_worker *w, int index)
+static ddp_status worker_init(model_prefetch *p, prefetch_worker *w, int index)
 {
-    *w = (ddp_worker){.owner = p, .index = index, .epoch = -1};
+    *w = (prefetch_worker){.owner = p, .index = index, .epoch = -1};
     ddp_status st = ddp_sampler_create(&p->plan.sampler, &w->sampler);
     if (st != DDP_OK)
         return st;
@@ -195,7 +195,7 @@ ddp_status model_prefetch_next(model_prefetch *p, const float **x, const int **y
                   p->next, p->n_batches);
         return DDP_ERR_STATE;
     }
-    ddp_slot *s = &p->slots[p->next % p->depth];
+    prefetch_slot *s = &p->slots[p->next % p->depth];
     ddp_status st = DDP_OK;
     if (p->n_workers == 0) {
         st = make_batch(p, &p->workers[0], p->next, s);

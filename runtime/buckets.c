@@ -5,7 +5,7 @@
 
 #include "internal.h"
 
-static ddp_status ddp_plan_check(const size_t *numel, int n_params, size_t cap_bytes,
+static ddp_status plan_check(const size_t *numel, int n_params, size_t cap_bytes,
                                  size_t first_cap_bytes, const ddp_bucket *buckets,
                                  const int *n_buckets)
 {
@@ -34,7 +34,7 @@ static ddp_status ddp_plan_check(const size_t *numel, int n_params, size_t cap_b
 ddp_status ddp_plan_buckets(const size_t *numel, int n_params, size_t cap_bytes,
                             size_t first_cap_bytes, ddp_bucket *buckets, int *n_buckets)
 {
-    ddp_status st = ddp_plan_check(numel, n_params, cap_bytes, first_cap_bytes, buckets, n_buckets);
+    ddp_status st = plan_check(numel, n_params, cap_bytes, first_cap_bytes, buckets, n_buckets);
     if (st != DDP_OK)
         return st;
     size_t end = 0; /* element offset just past the last parameter */

@@ -43,7 +43,7 @@
  * ("NAME.tmp.PID" whose process is gone and that start with the magic or are empty), writes
  * "PATH.tmp.<pid>", fsyncs it, renames it over PATH and fsyncs the folder, so PATH is always either
  * the old or the new complete file. The rename only ever replaces a regular file
- * (ddp_output_target): a symbolic link is followed (the file it points to is replaced, the link
+ * (output_target): a symbolic link is followed (the file it points to is replaced, the link
  * stays), a dangling link, a folder, a device, a FIFO or a socket is refused before anything is
  * written. A failed save leaves errno at the system's reason (e.g. ENOSPC) for the caller's message.
  * A load reads the whole file and checks, in this order: magic, version, file size, CRC-32, then
@@ -73,39 +73,39 @@
 #define DDP_CKPT_CHUNK 4096u /* values converted per write */
 
 /* One section in memory; data is owned (malloc'ed), decoded to host byte order. */
-typedef struct ddp_state_entry {
+typedef struct state_entry {
     char name[DDP_NAME_MAX];
     ddp_state_kind kind;
     uint64_t count;
     void *data; /* ddp_param_desc[count], float[count], uint64_t, double, or char[count + 1] */
-} ddp_state_entry;
+} state_entry;
 
 struct ddp_state {
     int version; /* 2 when created, the file's version when loaded */
     int n_entries, cap_entries;
-    ddp_state_entry *entries; /* [0] signature, [1] params, then the program's entries */
+    state_entry *entries; /* [0] signature, [1] params, then the program's entries */
 };
 
-uint32_t ddp_crc32(const void *data, size_t n_bytes)
+uint32_t ckpt_crc32(const void *data, size_t n_bytes)
 {
     return (uint32_t)crc32_z(crc32(0L, Z_NULL, 0), data, n_bytes);
 }
 
 /* ---- little-endian encoding ------------------------------------------------------------- */
 
-static void ddp_put_u32(unsigned char *p, uint32_t v)
+static void put_u32(unsigned char *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static void ddp_put_u64(unsigned char *p, uint64_t v)
+static void put_u64(unsigned char *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static uint32_t ddp_get_u32(const unsigned char *p)
+static uint32_t get_u32(const unsigned char *p)
 {
     uint32_t v = 0;
     for (int i = 0; i < 4; i++)
@@ -113,7 +113,7 @@ static uint32_t ddp_get_u32(const unsigned char *p)
     return v;
 }
 
-static uint64_t ddp_get_u64(const unsigned char *p)
+static uint64_t get_u64(const unsigned char *p)
 {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)
@@ -124,7 +124,7 @@ static uint64_t ddp_get_u64(const unsigned char *p)
 /* ---- signature checks ---------------------------------------------------------------------- */
 
 /* Element count of a parameter; 0 and *ok = 0 when n_dims or a dimension is invalid. */
-static uint64_t ddp_desc_numel_checked(const ddp_param_desc *d, int *ok)
+static uint64_t desc_numel_checked(const ddp_param_desc *d, int *ok)
 {
     uint64_t n = 1;
     *ok = d->n_dims >= 0 && d->n_dims <= DDP_MAX_DIMS;
@@ -138,13 +138,13 @@ static uint64_t ddp_desc_numel_checked(const ddp_param_desc *d, int *ok)
 }
 
 /* Sum of the element counts; DDP_ERR_INVALID_ARG (logged with `who`) on a bad descriptor. */
-static ddp_status ddp_descs_total(const ddp_param_desc *descs, int n_params, const char *who,
+static ddp_status descs_total(const ddp_param_desc *descs, int n_params, const char *who,
                                   uint64_t *total)
 {
     uint64_t sum = 0;
     for (int i = 0; i < n_params; i++) {
         int ok;
-        uint64_t n = ddp_desc_numel_checked(&descs[i], &ok);
+        uint64_t n = desc_numel_checked(&descs[i], &ok);
         if (!ok || n > UINT64_MAX / 8 - sum) {
             DDP_ERROR("%s: parameter %d (\"%.*s\") has n_dims %d or a shape that is invalid "
                       "(need 0 <= n_dims <= %d and non-negative dimensions)", who, i,
@@ -159,7 +159,7 @@ static ddp_status ddp_descs_total(const ddp_param_desc *descs, int n_params, con
 
 /* ---- the state in memory ------------------------------------------------------------------ */
 
-static void ddp_entry_free(ddp_state_entry *e)
+static void entry_free(state_entry *e)
 {
     free(e->data);
     e->data = NULL;
@@ -170,13 +170,13 @@ void ddp_state_destroy(ddp_state *s)
     if (!s)
         return;
     for (int i = 0; i < s->n_entries; i++)
-        ddp_entry_free(&s->entries[i]);
+        entry_free(&s->entries[i]);
     free(s->entries);
     free(s);
 }
 
 /* Bytes of an entry's host data (text: count + 1 for the NUL). */
-static size_t ddp_entry_host_bytes(ddp_state_kind kind, uint64_t count)
+static size_t entry_host_bytes(ddp_state_kind kind, uint64_t count)
 {
     switch (kind) {
     case DDP_STATE_SIGNATURE: return (size_t)count * sizeof(ddp_param_desc);
@@ -187,7 +187,7 @@ static size_t ddp_entry_host_bytes(ddp_state_kind kind, uint64_t count)
 }
 
 /* The entry called name, or NULL. */
-static ddp_state_entry *ddp_state_find(const ddp_state *s, const char *name)
+static state_entry *state_find(const ddp_state *s, const char *name)
 {
     for (int i = 0; s && name && i < s->n_entries; i++)
         if (strncmp(s->entries[i].name, name, DDP_NAME_MAX) == 0)
@@ -195,10 +195,10 @@ static ddp_state_entry *ddp_state_find(const ddp_state *s, const char *name)
     return NULL;
 }
 
-static ddp_status ddp_state_grow(ddp_state *s)
+static ddp_status state_grow(ddp_state *s)
 {
     int cap = s->cap_entries ? 2 * s->cap_entries : 16;
-    ddp_state_entry *e = realloc(s->entries, (size_t)cap * sizeof *e);
+    state_entry *e = realloc(s->entries, (size_t)cap * sizeof *e);
     if (!e)
         return DDP_ERR_NOMEM;
     s->entries = e;
@@ -207,7 +207,7 @@ static ddp_status ddp_state_grow(ddp_state *s)
 }
 
 /* Checks an entry name: 1 to DDP_NAME_MAX - 1 characters. */
-static ddp_status ddp_state_check_name(const ddp_state *s, const char *name)
+static ddp_status state_check_name(const ddp_state *s, const char *name)
 {
     if (s && name && name[0] && strlen(name) < DDP_NAME_MAX)
         return DDP_OK;
@@ -217,9 +217,9 @@ static ddp_status ddp_state_check_name(const ddp_state *s, const char *name)
 }
 
 /* The slot for a new or replaced entry `name` of `kind`; NULL (logged) when it cannot be had. */
-static ddp_state_entry *ddp_state_slot(ddp_state *s, const char *name, ddp_state_kind kind)
+static state_entry *state_slot(ddp_state *s, const char *name, ddp_state_kind kind)
 {
-    ddp_state_entry *e = ddp_state_find(s, name);
+    state_entry *e = state_find(s, name);
     if (e && e->kind != kind && e - s->entries < 2) {
         DDP_ERROR("ddp_state: \"%s\" is reserved for the parameters", name);
         return NULL;
@@ -230,27 +230,27 @@ static ddp_state_entry *ddp_state_slot(ddp_state *s, const char *name, ddp_state
         DDP_ERROR("ddp_state: more than %u entries", DDP_CKPT_MAX_SECTIONS);
         return NULL;
     }
-    if (s->n_entries == s->cap_entries && ddp_state_grow(s) != DDP_OK) {
+    if (s->n_entries == s->cap_entries && state_grow(s) != DDP_OK) {
         DDP_ERROR("ddp_state: out of memory for the entry table");
         return NULL;
     }
     e = &s->entries[s->n_entries++];
-    *e = (ddp_state_entry){.kind = kind};
+    *e = (state_entry){.kind = kind};
     strcpy(e->name, name);
     return e;
 }
 
 /* Adds (or replaces) the entry `name`, taking ownership of data (freed on failure). */
-static ddp_status ddp_state_adopt(ddp_state *s, const char *name, ddp_state_kind kind,
+static ddp_status state_adopt(ddp_state *s, const char *name, ddp_state_kind kind,
                                   uint64_t count, void *data)
 {
-    ddp_status st = ddp_state_check_name(s, name);
-    ddp_state_entry *e = st == DDP_OK ? ddp_state_slot(s, name, kind) : NULL;
+    ddp_status st = state_check_name(s, name);
+    state_entry *e = st == DDP_OK ? state_slot(s, name, kind) : NULL;
     if (!e) {
         free(data);
         return st != DDP_OK ? st : DDP_ERR_INVALID_ARG;
     }
-    ddp_entry_free(e);
+    entry_free(e);
     e->kind = kind;
     e->count = count;
     e->data = data;
@@ -258,7 +258,7 @@ static ddp_status ddp_state_adopt(ddp_state *s, const char *name, ddp_state_kind
 }
 
 /* Adds (or replaces) the entry `name` with a copy of data (count items of kind). */
-static ddp_status ddp_state_put(ddp_state *s, const char *name, ddp_state_kind kind, uint64_t count,
+static ddp_status state_put(ddp_state *s, const char *name, ddp_state_kind kind, uint64_t count,
                                 const void *data)
 {
     if (count > SIZE_MAX / sizeof(ddp_param_desc) || (count && !data)) {
@@ -266,7 +266,7 @@ static ddp_status ddp_state_put(ddp_state *s, const char *name, ddp_state_kind k
                   (unsigned long long)count);
         return DDP_ERR_INVALID_ARG;
     }
-    size_t n_bytes = ddp_entry_host_bytes(kind, count);
+    size_t n_bytes = entry_host_bytes(kind, count);
     char *copy = malloc(n_bytes ? n_bytes : 1);
     if (!copy) {
         DDP_ERROR("ddp_state: out of memory for \"%s\" (%zu bytes)", name ? name : "", n_bytes);
@@ -277,10 +277,10 @@ static ddp_status ddp_state_put(ddp_state *s, const char *name, ddp_state_kind k
         memcpy(copy, data, data_bytes);
     if (kind == DDP_STATE_TEXT)
         copy[count] = '\0';
-    return ddp_state_adopt(s, name, kind, count, copy);
+    return state_adopt(s, name, kind, count, copy);
 }
 
-static ddp_state *ddp_state_new(int version)
+static ddp_state *state_new(int version)
 {
     ddp_state *s = calloc(1, sizeof *s);
     if (s)
@@ -298,14 +298,14 @@ ddp_status ddp_state_create(const ddp_param_desc *descs, int n_params, const flo
     }
     *out = NULL;
     uint64_t total;
-    ddp_status st = ddp_descs_total(descs, n_params, "ddp_state_create", &total);
+    ddp_status st = descs_total(descs, n_params, "ddp_state_create", &total);
     if (st != DDP_OK)
         return st;
-    ddp_state *s = ddp_state_new(2);
-    st = s ? ddp_state_put(s, "signature", DDP_STATE_SIGNATURE, (uint64_t)n_params, descs)
+    ddp_state *s = state_new(2);
+    st = s ? state_put(s, "signature", DDP_STATE_SIGNATURE, (uint64_t)n_params, descs)
            : DDP_ERR_NOMEM;
     if (st == DDP_OK)
-        st = ddp_state_put(s, "params", DDP_STATE_F32, total, params_host);
+        st = state_put(s, "params", DDP_STATE_F32, total, params_host);
     if (st != DDP_OK) {
         DDP_ERROR("ddp_state_create: cannot hold %llu values: %s", (unsigned long long)total,
                   ddp_strerror(st));
@@ -318,17 +318,17 @@ ddp_status ddp_state_create(const ddp_param_desc *descs, int n_params, const flo
 
 ddp_status ddp_state_set_f32(ddp_state *s, const char *name, const float *values, size_t n)
 {
-    return ddp_state_put(s, name, DDP_STATE_F32, n, values);
+    return state_put(s, name, DDP_STATE_F32, n, values);
 }
 
 ddp_status ddp_state_set_u64(ddp_state *s, const char *name, uint64_t value)
 {
-    return ddp_state_put(s, name, DDP_STATE_U64, 1, &value);
+    return state_put(s, name, DDP_STATE_U64, 1, &value);
 }
 
 ddp_status ddp_state_set_f64(ddp_state *s, const char *name, double value)
 {
-    return ddp_state_put(s, name, DDP_STATE_F64, 1, &value);
+    return state_put(s, name, DDP_STATE_F64, 1, &value);
 }
 
 ddp_status ddp_state_set_text(ddp_state *s, const char *name, const char *text)
@@ -339,7 +339,7 @@ ddp_status ddp_state_set_text(ddp_state *s, const char *name, const char *text)
                   DDP_CKPT_MAX_TEXT);
         return DDP_ERR_INVALID_ARG;
     }
-    return ddp_state_put(s, name, DDP_STATE_TEXT, n, text);
+    return state_put(s, name, DDP_STATE_TEXT, n, text);
 }
 
 int ddp_state_version(const ddp_state *s) { return s ? s->version : 0; }
@@ -361,15 +361,15 @@ ddp_status ddp_state_entry_info(const ddp_state *s, int i, const char **name, dd
 }
 
 /* The entry `name` when it has `kind`, else NULL. */
-static const ddp_state_entry *ddp_state_get(const ddp_state *s, const char *name, ddp_state_kind kind)
+static const state_entry *state_get(const ddp_state *s, const char *name, ddp_state_kind kind)
 {
-    const ddp_state_entry *e = ddp_state_find(s, name);
+    const state_entry *e = state_find(s, name);
     return e && e->kind == kind ? e : NULL;
 }
 
 const float *ddp_state_f32(const ddp_state *s, const char *name, size_t *n)
 {
-    const ddp_state_entry *e = ddp_state_get(s, name, DDP_STATE_F32);
+    const state_entry *e = state_get(s, name, DDP_STATE_F32);
     if (n)
         *n = e ? (size_t)e->count : 0;
     return e ? e->data : NULL;
@@ -377,7 +377,7 @@ const float *ddp_state_f32(const ddp_state *s, const char *name, size_t *n)
 
 int ddp_state_u64(const ddp_state *s, const char *name, uint64_t *value)
 {
-    const ddp_state_entry *e = ddp_state_get(s, name, DDP_STATE_U64);
+    const state_entry *e = state_get(s, name, DDP_STATE_U64);
     if (e && value)
         memcpy(value, e->data, sizeof *value);
     return e != NULL;
@@ -385,7 +385,7 @@ int ddp_state_u64(const ddp_state *s, const char *name, uint64_t *value)
 
 int ddp_state_f64(const ddp_state *s, const char *name, double *value)
 {
-    const ddp_state_entry *e = ddp_state_get(s, name, DDP_STATE_F64);
+    const state_entry *e = state_get(s, name, DDP_STATE_F64);
     if (e && value)
         memcpy(value, e->data, sizeof *value);
     return e != NULL;
@@ -393,14 +393,14 @@ int ddp_state_f64(const ddp_state *s, const char *name, double *value)
 
 const char *ddp_state_text(const ddp_state *s, const char *name)
 {
-    const ddp_state_entry *e = ddp_state_get(s, name, DDP_STATE_TEXT);
+    const state_entry *e = state_get(s, name, DDP_STATE_TEXT);
     return e ? e->data : NULL;
 }
 
 /* ---- save ---------------------------------------------------------------------------------- */
 
 /* Bytes of a section's data in the file, before padding. */
-static uint64_t ddp_disk_bytes(ddp_state_kind kind, uint64_t count)
+static uint64_t disk_bytes(ddp_state_kind kind, uint64_t count)
 {
     switch (kind) {
     case DDP_STATE_SIGNATURE: return DDP_CKPT_RECORD_BYTES * count;
@@ -410,18 +410,18 @@ static uint64_t ddp_disk_bytes(ddp_state_kind kind, uint64_t count)
     }
 }
 
-static uint64_t ddp_pad8(uint64_t n) { return (n + 7) & ~(uint64_t)7; }
+static uint64_t pad8(uint64_t n) { return (n + 7) & ~(uint64_t)7; }
 
-typedef struct ddp_ckpt_writer {
+typedef struct ckpt_writer {
     FILE *f;
     const char *path;
     uLong crc;
     int failed;
     int err; /* errno of the first failure */
-} ddp_ckpt_writer;
+} ckpt_writer;
 
 /* Records the first failure's errno and logs it with `what` ("writing", "flushing", ...). */
-static void ddp_ckpt_fail(ddp_ckpt_writer *w, const char *what)
+static void ckpt_fail(ckpt_writer *w, const char *what)
 {
     if (!w->failed) {
         w->err = errno;
@@ -431,53 +431,53 @@ static void ddp_ckpt_fail(ddp_ckpt_writer *w, const char *what)
     w->failed = 1;
 }
 
-static void ddp_ckpt_write(ddp_ckpt_writer *w, const void *data, size_t n_bytes)
+static void ckpt_write(ckpt_writer *w, const void *data, size_t n_bytes)
 {
     if (w->failed || n_bytes == 0)
         return;
     if (fwrite(data, 1, n_bytes, w->f) != n_bytes) {
-        ddp_ckpt_fail(w, "writing");
+        ckpt_fail(w, "writing");
         return;
     }
     w->crc = crc32_z(w->crc, data, n_bytes);
 }
 
 /* Header and section table; section data follows in table order from the end of the table. */
-static void ddp_ckpt_write_table(ddp_ckpt_writer *w, const ddp_state *s, uint64_t file_bytes)
+static void ckpt_write_table(ckpt_writer *w, const ddp_state *s, uint64_t file_bytes)
 {
     unsigned char head[DDP_CKPT_V2_HEADER_BYTES];
     memcpy(head, DDP_CKPT_MAGIC, 8);
-    ddp_put_u32(head + 8, 2);
-    ddp_put_u32(head + 12, (uint32_t)s->n_entries);
-    ddp_put_u64(head + 16, file_bytes);
-    ddp_put_u64(head + 24, DDP_CKPT_V2_HEADER_BYTES);
-    ddp_ckpt_write(w, head, sizeof head);
+    put_u32(head + 8, 2);
+    put_u32(head + 12, (uint32_t)s->n_entries);
+    put_u64(head + 16, file_bytes);
+    put_u64(head + 24, DDP_CKPT_V2_HEADER_BYTES);
+    ckpt_write(w, head, sizeof head);
     uint64_t offset = DDP_CKPT_V2_HEADER_BYTES + (uint64_t)DDP_CKPT_ENTRY_BYTES * s->n_entries;
     for (int i = 0; i < s->n_entries; i++) {
-        const ddp_state_entry *e = &s->entries[i];
+        const state_entry *e = &s->entries[i];
         unsigned char rec[DDP_CKPT_ENTRY_BYTES] = {0};
         memcpy(rec, e->name, DDP_NAME_MAX);
-        ddp_put_u32(rec + 48, (uint32_t)e->kind);
-        ddp_put_u64(rec + 56, offset);
-        ddp_put_u64(rec + 64, e->count);
-        ddp_ckpt_write(w, rec, sizeof rec);
-        offset += ddp_pad8(ddp_disk_bytes(e->kind, e->count));
+        put_u32(rec + 48, (uint32_t)e->kind);
+        put_u64(rec + 56, offset);
+        put_u64(rec + 64, e->count);
+        ckpt_write(w, rec, sizeof rec);
+        offset += pad8(disk_bytes(e->kind, e->count));
     }
 }
 
-static void ddp_ckpt_write_records(ddp_ckpt_writer *w, const ddp_param_desc *descs, uint64_t n)
+static void ckpt_write_records(ckpt_writer *w, const ddp_param_desc *descs, uint64_t n)
 {
     for (uint64_t i = 0; i < n; i++) {
         unsigned char rec[DDP_CKPT_RECORD_BYTES] = {0};
         strncpy((char *)rec, descs[i].name, DDP_NAME_MAX - 1);
-        ddp_put_u32(rec + DDP_NAME_MAX, (uint32_t)descs[i].n_dims);
+        put_u32(rec + DDP_NAME_MAX, (uint32_t)descs[i].n_dims);
         for (int d = 0; d < descs[i].n_dims; d++)
-            ddp_put_u64(rec + DDP_NAME_MAX + 4 + 8 * d, (uint64_t)descs[i].shape[d]);
-        ddp_ckpt_write(w, rec, sizeof rec);
+            put_u64(rec + DDP_NAME_MAX + 4 + 8 * d, (uint64_t)descs[i].shape[d]);
+        ckpt_write(w, rec, sizeof rec);
     }
 }
 
-static void ddp_ckpt_write_floats(ddp_ckpt_writer *w, const float *values, uint64_t total)
+static void ckpt_write_floats(ckpt_writer *w, const float *values, uint64_t total)
 {
     unsigned char buf[4 * DDP_CKPT_CHUNK];
     for (uint64_t i = 0; i < total && !w->failed; i += DDP_CKPT_CHUNK) {
@@ -485,73 +485,73 @@ static void ddp_ckpt_write_floats(ddp_ckpt_writer *w, const float *values, uint6
         for (size_t k = 0; k < n; k++) {
             uint32_t bits;
             memcpy(&bits, &values[i + k], 4);
-            ddp_put_u32(buf + 4 * k, bits);
+            put_u32(buf + 4 * k, bits);
         }
-        ddp_ckpt_write(w, buf, 4 * n);
+        ckpt_write(w, buf, 4 * n);
     }
 }
 
 /* One section's data and its zero padding. */
-static void ddp_ckpt_write_section(ddp_ckpt_writer *w, const ddp_state_entry *e)
+static void ckpt_write_section(ckpt_writer *w, const state_entry *e)
 {
     unsigned char word[8] = {0};
     if (e->kind == DDP_STATE_SIGNATURE) {
-        ddp_ckpt_write_records(w, e->data, e->count);
+        ckpt_write_records(w, e->data, e->count);
     } else if (e->kind == DDP_STATE_F32) {
-        ddp_ckpt_write_floats(w, e->data, e->count);
+        ckpt_write_floats(w, e->data, e->count);
     } else if (e->kind == DDP_STATE_TEXT) {
-        ddp_ckpt_write(w, e->data, (size_t)e->count);
+        ckpt_write(w, e->data, (size_t)e->count);
     } else {
         uint64_t bits;
         memcpy(&bits, e->data, 8);
-        ddp_put_u64(word, bits);
-        ddp_ckpt_write(w, word, 8);
+        put_u64(word, bits);
+        ckpt_write(w, word, 8);
         return;
     }
-    uint64_t n = ddp_disk_bytes(e->kind, e->count);
+    uint64_t n = disk_bytes(e->kind, e->count);
     memset(word, 0, sizeof word);
-    ddp_ckpt_write(w, word, (size_t)(ddp_pad8(n) - n));
+    ckpt_write(w, word, (size_t)(pad8(n) - n));
 }
 
-static uint64_t ddp_ckpt_file_bytes(const ddp_state *s)
+static uint64_t ckpt_file_bytes(const ddp_state *s)
 {
     uint64_t n = DDP_CKPT_V2_HEADER_BYTES + (uint64_t)DDP_CKPT_ENTRY_BYTES * s->n_entries;
     for (int i = 0; i < s->n_entries; i++)
-        n += ddp_pad8(ddp_disk_bytes(s->entries[i].kind, s->entries[i].count));
+        n += pad8(disk_bytes(s->entries[i].kind, s->entries[i].count));
     return n + 4;
 }
 
 /* Flushes and fsyncs the temporary file and closes it; DDP_OK only if all of it reached disk.
  * On DDP_ERR_IO errno is the first failure's. */
-static ddp_status ddp_ckpt_close(ddp_ckpt_writer *w)
+static ddp_status ckpt_close(ckpt_writer *w)
 {
     if (!w->failed && (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0))
-        ddp_ckpt_fail(w, "flushing");
+        ckpt_fail(w, "flushing");
     if (fclose(w->f) != 0)
-        ddp_ckpt_fail(w, "closing");
+        ckpt_fail(w, "closing");
     errno = w->err;
     return w->failed ? DDP_ERR_IO : DDP_OK;
 }
 
-static ddp_status ddp_ckpt_write_file(const char *tmp, const ddp_state *s)
+static ddp_status ckpt_write_file(const char *tmp, const ddp_state *s)
 {
-    ddp_ckpt_writer w = {.f = fopen(tmp, "wb"), .path = tmp, .crc = crc32(0L, Z_NULL, 0)};
+    ckpt_writer w = {.f = fopen(tmp, "wb"), .path = tmp, .crc = crc32(0L, Z_NULL, 0)};
     if (!w.f) {
         DDP_ERROR("checkpoint: cannot create %s: %s (is the folder there and writable?)", tmp,
                   strerror(errno));
         return DDP_ERR_IO;
     }
-    ddp_ckpt_write_table(&w, s, ddp_ckpt_file_bytes(s));
+    ckpt_write_table(&w, s, ckpt_file_bytes(s));
     for (int i = 0; i < s->n_entries; i++)
-        ddp_ckpt_write_section(&w, &s->entries[i]);
+        ckpt_write_section(&w, &s->entries[i]);
     unsigned char tail[4];
-    ddp_put_u32(tail, (uint32_t)w.crc);
-    ddp_ckpt_write(&w, tail, sizeof tail);
-    return ddp_ckpt_close(&w);
+    put_u32(tail, (uint32_t)w.crc);
+    ckpt_write(&w, tail, sizeof tail);
+    return ckpt_close(&w);
 }
 
 /* Splits path into its folder (malloc'ed, "." when there is none) and its last component. */
-static char *ddp_path_dir(const char *path, const char **base)
+static char *path_dir(const char *path, const char **base)
 {
     const char *slash = strrchr(path, '/');
     *base = slash ? slash + 1 : path;
@@ -567,7 +567,7 @@ static char *ddp_path_dir(const char *path, const char **base)
 }
 
 /* 1 when `name` is "BASE.tmp.PID" for a PID other than ours whose process is gone. */
-static int ddp_is_stale_temp(const char *name)
+static int is_stale_temp(const char *name)
 {
     const char *tag = strstr(name, ".tmp.");
     while (tag && strstr(tag + 1, ".tmp."))
@@ -583,7 +583,7 @@ static int ddp_is_stale_temp(const char *name)
 }
 
 /* 1 when the file is empty or starts with the checkpoint magic (only those are removed). */
-static int ddp_looks_like_checkpoint(int dir_fd, const char *name)
+static int looks_like_checkpoint(int dir_fd, const char *name)
 {
     int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
@@ -595,11 +595,11 @@ static int ddp_looks_like_checkpoint(int dir_fd, const char *name)
 }
 
 /* Removes the stale temporary files listed in the open folder d (named dir_path in the log). */
-static void ddp_remove_stale_in(DIR *d, const char *dir_path)
+static void remove_stale_in(DIR *d, const char *dir_path)
 {
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
-        if (!ddp_is_stale_temp(de->d_name) || !ddp_looks_like_checkpoint(dirfd(d), de->d_name))
+        if (!is_stale_temp(de->d_name) || !looks_like_checkpoint(dirfd(d), de->d_name))
             continue;
         if (unlinkat(dirfd(d), de->d_name, 0) == 0)
             DDP_INFO("checkpoint: removed %s/%s, left by an interrupted save", dir_path, de->d_name);
@@ -614,13 +614,13 @@ ddp_status ddp_checkpoint_remove_stale(const char *dir_path)
         DDP_ERROR("checkpoint: cannot list %s: %s", dir, strerror(errno));
         return DDP_ERR_IO;
     }
-    ddp_remove_stale_in(d, dir);
+    remove_stale_in(d, dir);
     closedir(d);
     return DDP_OK;
 }
 
 /* fsync of the folder, so the rename itself survives a crash. */
-static ddp_status ddp_fsync_dir(const char *dir)
+static ddp_status fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || fsync(fd) != 0) {
@@ -635,7 +635,7 @@ static ddp_status ddp_fsync_dir(const char *dir)
 
 /* Writes "PATH.tmp.<pid>" and renames it over path; the folder is synced afterwards. On
  * DDP_ERR_IO errno is the system's reason. */
-static ddp_status ddp_ckpt_replace(const char *path, const char *dir, const ddp_state *s)
+static ddp_status ckpt_replace(const char *path, const char *dir, const ddp_state *s)
 {
     size_t tmp_len = strlen(path) + 32;
     char *tmp = malloc(tmp_len);
@@ -644,7 +644,7 @@ static ddp_status ddp_ckpt_replace(const char *path, const char *dir, const ddp_
         return DDP_ERR_NOMEM;
     }
     snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-    ddp_status st = ddp_ckpt_write_file(tmp, s);
+    ddp_status st = ckpt_write_file(tmp, s);
     if (st == DDP_OK && rename(tmp, path) != 0) {
         DDP_ERROR("checkpoint: cannot rename %s to %s: %s", tmp, path, strerror(errno));
         st = DDP_ERR_IO;
@@ -652,7 +652,7 @@ static ddp_status ddp_ckpt_replace(const char *path, const char *dir, const ddp_
     int err = errno;
     if (st != DDP_OK)
         unlink(tmp); /* the old checkpoint, if any, is left as it was */
-    else if ((st = ddp_fsync_dir(dir)) != DDP_OK)
+    else if ((st = fsync_dir(dir)) != DDP_OK)
         err = errno;
     free(tmp);
     errno = err;
@@ -662,7 +662,7 @@ static ddp_status ddp_ckpt_replace(const char *path, const char *dir, const ddp_
 /* ---- where a save goes ---------------------------------------------------------------------- */
 
 /* What a non-regular file is, for messages. */
-static const char *ddp_file_kind(mode_t mode)
+static const char *path_kind(mode_t mode)
 {
     return S_ISDIR(mode) ? "a folder" : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
            : S_ISFIFO(mode) ? "a FIFO (named pipe)" : S_ISSOCK(mode) ? "a socket" : "not a regular file";
@@ -670,7 +670,7 @@ static const char *ddp_file_kind(mode_t mode)
 
 /* path is a symbolic link: its resolved target (malloc'ed), or NULL (logged) when it dangles, loops
  * or cannot be resolved. */
-static char *ddp_follow_link(const char *what, const char *path, ddp_status *st)
+static char *follow_link(const char *what, const char *path, ddp_status *st)
 {
     char *real = realpath(path, NULL);
     if (real)
@@ -685,7 +685,7 @@ static char *ddp_follow_link(const char *what, const char *path, ddp_status *st)
     return NULL;
 }
 
-ddp_status ddp_output_target(const char *what, const char *path, char **out)
+ddp_status output_target(const char *what, const char *path, char **out)
 {
     struct stat sb;
     ddp_status st = DDP_OK;
@@ -696,13 +696,13 @@ ddp_status ddp_output_target(const char *what, const char *path, char **out)
         return DDP_ERR_IO;
     }
     int link = exists && S_ISLNK(sb.st_mode);
-    char *target = link ? ddp_follow_link(what, path, &st) : strdup(path);
+    char *target = link ? follow_link(what, path, &st) : strdup(path);
     if (!target)
         return st != DDP_OK ? st : DDP_ERR_NOMEM;
     if (exists && stat(target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
         DDP_ERROR("%s %s%s%s is %s: a save replaces a regular file (a temporary file renamed over "
                   "it), never a folder or a special file; name a regular file or a new one", what,
-                  path, link ? ", a symbolic link to " : "", link ? target : "", ddp_file_kind(sb.st_mode));
+                  path, link ? ", a symbolic link to " : "", link ? target : "", path_kind(sb.st_mode));
         free(target);
         return DDP_ERR_INVALID_ARG;
     }
@@ -718,18 +718,18 @@ ddp_status ddp_state_save(const ddp_state *s, const char *path)
     }
     char *target = NULL, *dir = NULL;
     const char *base = "";
-    ddp_status st = ddp_output_target("checkpoint", path, &target);
-    if (st == DDP_OK && (!(dir = ddp_path_dir(target, &base)) || !base[0])) {
+    ddp_status st = output_target("checkpoint", path, &target);
+    if (st == DDP_OK && (!(dir = path_dir(target, &base)) || !base[0])) {
         DDP_ERROR("ddp_state_save: %s: %s", path, dir ? "names a folder, not a file" : "out of memory");
         st = dir ? DDP_ERR_INVALID_ARG : DDP_ERR_NOMEM;
     }
     if (st == DDP_OK) {
         DIR *d = opendir(dir); /* cleaning up is best effort: a folder we cannot list may be writable */
         if (d) {
-            ddp_remove_stale_in(d, dir);
+            remove_stale_in(d, dir);
             closedir(d);
         }
-        st = ddp_ckpt_replace(target, dir, s);
+        st = ckpt_replace(target, dir, s);
     }
     int err = errno;
     free(dir);
@@ -757,7 +757,7 @@ ddp_status ddp_checkpoint_save(const char *path, const ddp_param_desc *descs, in
 
 /* Reads the whole regular file at path into *buf (malloc'ed) of *size bytes. O_NONBLOCK: opening a
  * FIFO must not wait for a writer (it is then refused as not a regular file). */
-static ddp_status ddp_ckpt_slurp(const char *path, unsigned char **buf, uint64_t *size)
+static ddp_status ckpt_slurp(const char *path, unsigned char **buf, uint64_t *size)
 {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
@@ -785,7 +785,7 @@ static ddp_status ddp_ckpt_slurp(const char *path, unsigned char **buf, uint64_t
     return st;
 }
 
-static ddp_status ddp_ckpt_size_error(const char *path, uint64_t expected, uint64_t found)
+static ddp_status ckpt_size_error(const char *path, uint64_t expected, uint64_t found)
 {
     DDP_ERROR(found < expected ? "%s is truncated: expected %llu bytes, found %llu"
                                : "%s has trailing data: expected %llu bytes, found %llu",
@@ -794,21 +794,21 @@ static ddp_status ddp_ckpt_size_error(const char *path, uint64_t expected, uint6
 }
 
 /* The CRC-32 in the last 4 bytes must match the bytes before it. */
-static ddp_status ddp_ckpt_check_crc(const char *path, const unsigned char *buf, uint64_t size)
+static ddp_status ckpt_check_crc(const char *path, const unsigned char *buf, uint64_t size)
 {
-    if (ddp_get_u32(buf + size - 4) == ddp_crc32(buf, (size_t)size - 4))
+    if (get_u32(buf + size - 4) == ckpt_crc32(buf, (size_t)size - 4))
         return DDP_OK;
     DDP_ERROR("checksum mismatch: %s is corrupt", path);
     return DDP_ERR_FORMAT;
 }
 
 /* Decodes n parameter records and checks them against the expected element total. */
-static ddp_status ddp_ckpt_parse_records(const char *path, const unsigned char *recs, uint64_t n,
+static ddp_status ckpt_parse_records(const char *path, const unsigned char *recs, uint64_t n,
                                          uint64_t total, ddp_param_desc *descs)
 {
     for (uint64_t i = 0; i < n; i++) {
         const unsigned char *rec = recs + i * DDP_CKPT_RECORD_BYTES;
-        uint32_t n_dims = ddp_get_u32(rec + DDP_NAME_MAX);
+        uint32_t n_dims = get_u32(rec + DDP_NAME_MAX);
         if (memchr(rec, 0, DDP_NAME_MAX) == NULL || n_dims > DDP_MAX_DIMS) {
             DDP_ERROR("%s: parameter %llu has an unterminated name or n_dims %u > %d: the file is "
                       "corrupt", path, (unsigned long long)i, n_dims, DDP_MAX_DIMS);
@@ -818,10 +818,10 @@ static ddp_status ddp_ckpt_parse_records(const char *path, const unsigned char *
         memcpy(descs[i].name, rec, DDP_NAME_MAX);
         descs[i].n_dims = (int)n_dims;
         for (uint32_t d = 0; d < n_dims; d++)
-            descs[i].shape[d] = (int64_t)ddp_get_u64(rec + DDP_NAME_MAX + 4 + 8 * d);
+            descs[i].shape[d] = (int64_t)get_u64(rec + DDP_NAME_MAX + 4 + 8 * d);
     }
     uint64_t sum;
-    if (ddp_descs_total(descs, (int)n, path, &sum) != DDP_OK || sum != total) {
+    if (descs_total(descs, (int)n, path, &sum) != DDP_OK || sum != total) {
         DDP_ERROR("%s: the parameter shapes are invalid or do not add up to %llu elements: the "
                   "file is corrupt", path, (unsigned long long)total);
         return DDP_ERR_FORMAT;
@@ -830,10 +830,10 @@ static ddp_status ddp_ckpt_parse_records(const char *path, const unsigned char *
 }
 
 /* Decodes a section's data at `at` into host memory (malloc'ed, *out) and checks it. */
-static ddp_status ddp_ckpt_decode(const char *path, ddp_state_kind kind, uint64_t count,
+static ddp_status ckpt_decode(const char *path, ddp_state_kind kind, uint64_t count,
                                   const unsigned char *at, uint64_t total, void **out)
 {
-    size_t n_bytes = ddp_entry_host_bytes(kind, count);
+    size_t n_bytes = entry_host_bytes(kind, count);
     unsigned char *host = malloc(n_bytes ? n_bytes : 1);
     if (!host) {
         DDP_ERROR("%s: out of memory for a section of %zu bytes", path, n_bytes);
@@ -841,17 +841,17 @@ static ddp_status ddp_ckpt_decode(const char *path, ddp_state_kind kind, uint64_
     }
     ddp_status st = DDP_OK;
     if (kind == DDP_STATE_SIGNATURE) {
-        st = ddp_ckpt_parse_records(path, at, count, total, (ddp_param_desc *)host);
+        st = ckpt_parse_records(path, at, count, total, (ddp_param_desc *)host);
     } else if (kind == DDP_STATE_F32) {
         for (uint64_t i = 0; i < count; i++) {
-            uint32_t bits = ddp_get_u32(at + 4 * i);
+            uint32_t bits = get_u32(at + 4 * i);
             memcpy(host + 4 * i, &bits, 4);
         }
     } else if (kind == DDP_STATE_TEXT) {
         memcpy(host, at, (size_t)count);
         host[count] = '\0';
     } else {
-        uint64_t bits = ddp_get_u64(at);
+        uint64_t bits = get_u64(at);
         memcpy(host, &bits, 8);
     }
     if (st != DDP_OK)
@@ -862,12 +862,12 @@ static ddp_status ddp_ckpt_decode(const char *path, ddp_state_kind kind, uint64_
 }
 
 /* Version 1: header, records, values, CRC. */
-static ddp_status ddp_ckpt_parse_v1(const char *path, const unsigned char *buf, uint64_t size,
+static ddp_status ckpt_parse_v1(const char *path, const unsigned char *buf, uint64_t size,
                                     ddp_state *s)
 {
     if (size < DDP_CKPT_V1_HEADER_BYTES)
-        return ddp_ckpt_size_error(path, DDP_CKPT_V1_HEADER_BYTES, size);
-    uint64_t n_params = ddp_get_u32(buf + 12), total = ddp_get_u64(buf + 16);
+        return ckpt_size_error(path, DDP_CKPT_V1_HEADER_BYTES, size);
+    uint64_t n_params = get_u32(buf + 12), total = get_u64(buf + 16);
     if (n_params < 1 || n_params > INT32_MAX || total > (UINT64_MAX - (1u << 30)) / 4 / 2) {
         DDP_ERROR("%s has an impossible size (%llu parameters, %llu elements): the file is corrupt",
                   path, (unsigned long long)n_params, (unsigned long long)total);
@@ -876,23 +876,23 @@ static ddp_status ddp_ckpt_parse_v1(const char *path, const unsigned char *buf, 
     uint64_t values_at = DDP_CKPT_V1_HEADER_BYTES + DDP_CKPT_RECORD_BYTES * n_params;
     uint64_t expected = values_at + 4 * total + 4;
     if (expected != size)
-        return ddp_ckpt_size_error(path, expected, size);
-    ddp_status st = ddp_ckpt_check_crc(path, buf, size);
+        return ckpt_size_error(path, expected, size);
+    ddp_status st = ckpt_check_crc(path, buf, size);
     void *descs = NULL, *values = NULL;
     if (st == DDP_OK)
-        st = ddp_ckpt_decode(path, DDP_STATE_SIGNATURE, n_params, buf + DDP_CKPT_V1_HEADER_BYTES,
+        st = ckpt_decode(path, DDP_STATE_SIGNATURE, n_params, buf + DDP_CKPT_V1_HEADER_BYTES,
                              total, &descs);
     if (st == DDP_OK)
-        st = ddp_state_adopt(s, "signature", DDP_STATE_SIGNATURE, n_params, descs);
+        st = state_adopt(s, "signature", DDP_STATE_SIGNATURE, n_params, descs);
     if (st == DDP_OK)
-        st = ddp_ckpt_decode(path, DDP_STATE_F32, total, buf + values_at, total, &values);
+        st = ckpt_decode(path, DDP_STATE_F32, total, buf + values_at, total, &values);
     if (st == DDP_OK)
-        st = ddp_state_adopt(s, "params", DDP_STATE_F32, total, values);
+        st = state_adopt(s, "params", DDP_STATE_F32, total, values);
     return st;
 }
 
 /* Largest count a section of kind may have in a file of `room` bytes of data. */
-static int ddp_ckpt_count_ok(ddp_state_kind kind, uint64_t count, uint64_t room)
+static int ckpt_count_ok(ddp_state_kind kind, uint64_t count, uint64_t room)
 {
     switch (kind) {
     case DDP_STATE_SIGNATURE: return count >= 1 && count <= INT32_MAX && count <= room / DDP_CKPT_RECORD_BYTES;
@@ -905,20 +905,20 @@ static int ddp_ckpt_count_ok(ddp_state_kind kind, uint64_t count, uint64_t room)
 }
 
 /* Checks table entry i (kind, name, placement after *data_end) and moves *data_end past it. */
-static ddp_status ddp_ckpt_check_entry(const char *path, const unsigned char *rec, int i,
+static ddp_status ckpt_check_entry(const char *path, const unsigned char *rec, int i,
                                        uint64_t size, uint64_t *data_end)
 {
-    uint32_t kind = ddp_get_u32(rec + 48);
-    uint64_t offset = ddp_get_u64(rec + 56), count = ddp_get_u64(rec + 64);
+    uint32_t kind = get_u32(rec + 48);
+    uint64_t offset = get_u64(rec + 56), count = get_u64(rec + 64);
     uint64_t room = offset <= size - 4 ? size - 4 - offset : 0;
-    int ok = memchr(rec, 0, DDP_NAME_MAX) != NULL && rec[0] != 0 && ddp_get_u32(rec + 52) == 0 &&
+    int ok = memchr(rec, 0, DDP_NAME_MAX) != NULL && rec[0] != 0 && get_u32(rec + 52) == 0 &&
              offset % 8 == 0 && offset >= *data_end && offset <= size - 4 && /* also for 0 elements */
-             ddp_ckpt_count_ok((ddp_state_kind)kind, count, room);
+             ckpt_count_ok((ddp_state_kind)kind, count, room);
     static const char *required[2] = {"signature", "params"};
     static const uint32_t required_kind[2] = {DDP_STATE_SIGNATURE, DDP_STATE_F32};
     if (ok && i < 2)
         ok = strcmp((const char *)rec, required[i]) == 0 && kind == required_kind[i];
-    if (ok && ddp_pad8(ddp_disk_bytes((ddp_state_kind)kind, count)) > room)
+    if (ok && pad8(disk_bytes((ddp_state_kind)kind, count)) > room)
         ok = 0;
     if (!ok) {
         DDP_ERROR("%s: section %d (\"%.*s\", kind %u, offset %llu, count %llu) is invalid: the file "
@@ -926,54 +926,54 @@ static ddp_status ddp_ckpt_check_entry(const char *path, const unsigned char *re
                   (unsigned long long)offset, (unsigned long long)count);
         return DDP_ERR_FORMAT;
     }
-    *data_end = offset + ddp_pad8(ddp_disk_bytes((ddp_state_kind)kind, count));
+    *data_end = offset + pad8(disk_bytes((ddp_state_kind)kind, count));
     return DDP_OK;
 }
 
 /* Checks and decodes section i of a version 2 file into s. */
-static ddp_status ddp_ckpt_load_entry(const char *path, const unsigned char *buf, uint64_t size,
+static ddp_status ckpt_load_entry(const char *path, const unsigned char *buf, uint64_t size,
                                       int i, uint64_t total, uint64_t *data_end, ddp_state *s)
 {
     const unsigned char *rec = buf + DDP_CKPT_V2_HEADER_BYTES + (uint64_t)i * DDP_CKPT_ENTRY_BYTES;
-    ddp_status st = ddp_ckpt_check_entry(path, rec, i, size, data_end);
+    ddp_status st = ckpt_check_entry(path, rec, i, size, data_end);
     if (st != DDP_OK)
         return st;
-    if (ddp_state_find(s, (const char *)rec)) {
+    if (state_find(s, (const char *)rec)) {
         DDP_ERROR("%s: section name \"%s\" appears twice: the file is corrupt", path, rec);
         return DDP_ERR_FORMAT;
     }
-    ddp_state_kind kind = (ddp_state_kind)ddp_get_u32(rec + 48);
-    uint64_t count = ddp_get_u64(rec + 64);
+    ddp_state_kind kind = (ddp_state_kind)get_u32(rec + 48);
+    uint64_t count = get_u64(rec + 64);
     void *data = NULL;
-    st = ddp_ckpt_decode(path, kind, count, buf + ddp_get_u64(rec + 56), total, &data);
+    st = ckpt_decode(path, kind, count, buf + get_u64(rec + 56), total, &data);
     if (st == DDP_OK)
-        st = ddp_state_adopt(s, (const char *)rec, kind, count, data);
+        st = state_adopt(s, (const char *)rec, kind, count, data);
     return st;
 }
 
 /* Version 2: header, section table, sections, CRC. */
-static ddp_status ddp_ckpt_parse_v2(const char *path, const unsigned char *buf, uint64_t size,
+static ddp_status ckpt_parse_v2(const char *path, const unsigned char *buf, uint64_t size,
                                     ddp_state *s)
 {
     if (size < DDP_CKPT_V2_HEADER_BYTES + 4)
-        return ddp_ckpt_size_error(path, DDP_CKPT_V2_HEADER_BYTES + 4, size);
-    uint64_t n = ddp_get_u32(buf + 12), file_bytes = ddp_get_u64(buf + 16);
+        return ckpt_size_error(path, DDP_CKPT_V2_HEADER_BYTES + 4, size);
+    uint64_t n = get_u32(buf + 12), file_bytes = get_u64(buf + 16);
     if (file_bytes != size)
-        return ddp_ckpt_size_error(path, file_bytes, size);
-    ddp_status st = ddp_ckpt_check_crc(path, buf, size);
+        return ckpt_size_error(path, file_bytes, size);
+    ddp_status st = ckpt_check_crc(path, buf, size);
     if (st != DDP_OK)
         return st;
     uint64_t data_end = DDP_CKPT_V2_HEADER_BYTES + DDP_CKPT_ENTRY_BYTES * n;
-    if (n < 2 || n > DDP_CKPT_MAX_SECTIONS || ddp_get_u64(buf + 24) != DDP_CKPT_V2_HEADER_BYTES ||
+    if (n < 2 || n > DDP_CKPT_MAX_SECTIONS || get_u64(buf + 24) != DDP_CKPT_V2_HEADER_BYTES ||
         data_end > size - 4) {
         DDP_ERROR("%s has an impossible section table (%llu sections): the file is corrupt", path,
                   (unsigned long long)n);
         return DDP_ERR_FORMAT;
     }
     /* the signature's element counts must add up to the params section's count */
-    uint64_t total = ddp_get_u64(buf + DDP_CKPT_V2_HEADER_BYTES + DDP_CKPT_ENTRY_BYTES + 64);
+    uint64_t total = get_u64(buf + DDP_CKPT_V2_HEADER_BYTES + DDP_CKPT_ENTRY_BYTES + 64);
     for (int i = 0; st == DDP_OK && i < (int)n; i++)
-        st = ddp_ckpt_load_entry(path, buf, size, i, total, &data_end, s);
+        st = ckpt_load_entry(path, buf, size, i, total, &data_end, s);
     return st;
 }
 
@@ -985,10 +985,10 @@ ddp_status ddp_state_load(const char *path, ddp_state **out)
     }
     unsigned char *buf = NULL;
     uint64_t size = 0;
-    ddp_status st = ddp_ckpt_slurp(path, &buf, &size);
+    ddp_status st = ckpt_slurp(path, &buf, &size);
     if (st != DDP_OK)
         return st;
-    uint32_t version = size >= 12 ? ddp_get_u32(buf + 8) : 0;
+    uint32_t version = size >= 12 ? get_u32(buf + 8) : 0;
     ddp_state *s = NULL;
     if (size < 12 || memcmp(buf, DDP_CKPT_MAGIC, 8) != 0) {
         DDP_ERROR(size < 12 ? "%s is truncated: expected at least 24 bytes"
@@ -998,11 +998,11 @@ ddp_status ddp_state_load(const char *path, ddp_state **out)
         DDP_ERROR("%s has checkpoint format version %u, %s (this build reads versions 1 and 2)", path,
                   version, version > 2 ? "written by a newer ddp" : "unknown");
         st = DDP_ERR_FORMAT;
-    } else if (!(s = ddp_state_new((int)version))) {
+    } else if (!(s = state_new((int)version))) {
         DDP_ERROR("ddp_state_load: out of memory");
         st = DDP_ERR_NOMEM;
     } else {
-        st = version == 1 ? ddp_ckpt_parse_v1(path, buf, size, s) : ddp_ckpt_parse_v2(path, buf, size, s);
+        st = version == 1 ? ckpt_parse_v1(path, buf, size, s) : ckpt_parse_v2(path, buf, size, s);
     }
     free(buf);
     if (st != DDP_OK)
@@ -1023,7 +1023,7 @@ ddp_status ddp_checkpoint_load(const char *path, ddp_param_desc **descs, int *n_
     ddp_status st = ddp_state_load(path, &s);
     if (st != DDP_OK)
         return st;
-    ddp_state_entry *sig = &s->entries[0], *val = &s->entries[1];
+    state_entry *sig = &s->entries[0], *val = &s->entries[1];
     *descs = sig->data;
     *n_params = (int)sig->count;
     *params = val->data;

@@ -1,7 +1,7 @@
 /* comm.c - the public collectives: argument checks, then dispatch to the context's communicator
  * (ctx->comm on backend memory, ctx->host_comm on host memory).
  *
- * Requests: every implementation's request struct starts with a `const ddp_comm_ops *` naming the
+ * Requests: every implementation's request struct starts with a `const comm_ops *` naming the
  * implementation that made it, so ddp_wait() can hand the request back to it.
  */
 #include "config.h"
@@ -70,7 +70,7 @@ ddp_status ddp_allreduce(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op)
     return ctx->comm->ops->allreduce(ctx->comm, buf, n, DDP_FP32, op);
 }
 
-ddp_status ddp_allreduce_start_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
+ddp_status allreduce_start_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
                                      ddp_reduce_op op, void *stream, ddp_request **req)
 {
     if (!req)
@@ -88,7 +88,7 @@ ddp_status ddp_allreduce_start_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtyp
 ddp_status ddp_allreduce_start(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op,
                                ddp_request **req)
 {
-    return ddp_allreduce_start_typed(ctx, buf, n, DDP_FP32, op, NULL, req);
+    return allreduce_start_typed(ctx, buf, n, DDP_FP32, op, NULL, req);
 }
 
 ddp_status ddp_allreduce_host(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype, ddp_reduce_op op)
@@ -124,7 +124,7 @@ ddp_status ddp_wait(ddp_request *req)
         DDP_ERROR("ddp_wait: NULL request (did ddp_allreduce_start fail?)");
         return DDP_ERR_INVALID_ARG;
     }
-    const ddp_comm_ops *ops = *(const ddp_comm_ops *const *)(const void *)req;
+    const comm_ops *ops = *(const comm_ops *const *)(const void *)req;
     return ops->wait(req);
 }
 
@@ -137,7 +137,7 @@ static ddp_status comm_broadcast_on(ddp_ctx *ctx, int host, void *buf, size_t n_
         st = comm_check_root(ctx, root, who);
     if (st != DDP_OK)
         return st;
-    ddp_comm *c = host ? ctx->host_comm : ctx->comm;
+    comm_group *c = host ? ctx->host_comm : ctx->comm;
     return c->ops->broadcast(c, buf, n_bytes, root);
 }
 
@@ -149,7 +149,7 @@ static ddp_status comm_allgather_on(ddp_ctx *ctx, int host, const void *send, vo
         st = comm_check(ctx, recv, n_bytes, who);
     if (st != DDP_OK)
         return st;
-    ddp_comm *c = host ? ctx->host_comm : ctx->comm;
+    comm_group *c = host ? ctx->host_comm : ctx->comm;
     return c->ops->allgather(c, send, recv, n_bytes);
 }
 
@@ -171,14 +171,14 @@ ddp_status ddp_barrier(ddp_ctx *ctx)
     return ctx->comm->ops->barrier(ctx->comm);
 }
 
-ddp_status ddp_host_allgather(ddp_ctx *ctx, const void *send, void *recv, size_t n_bytes)
+ddp_status host_allgather(ddp_ctx *ctx, const void *send, void *recv, size_t n_bytes)
 {
-    return comm_allgather_on(ctx, 1, send, recv, n_bytes, "ddp_host_allgather");
+    return comm_allgather_on(ctx, 1, send, recv, n_bytes, "host_allgather");
 }
 
-ddp_status ddp_host_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root)
+ddp_status host_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root)
 {
-    return comm_broadcast_on(ctx, 1, buf, n_bytes, root, "ddp_host_broadcast");
+    return comm_broadcast_on(ctx, 1, buf, n_bytes, root, "host_broadcast");
 }
 
 /* The context's CUDA backend, or NULL (nothing to order) on the CPU; *st says why not. */
@@ -198,7 +198,7 @@ ddp_status ddp_stream_after(ddp_ctx *ctx, void *stream)
     ddp_status st;
     if (!comm_on_cuda(ctx, "ddp_stream_after", &st))
         return st;
-    return ddp_cuda_join(ddp_cuda_stream(), stream);
+    return cuda_join(cuda_stream(), stream);
 }
 
 ddp_status ddp_after_stream(ddp_ctx *ctx, void *stream)
@@ -206,7 +206,7 @@ ddp_status ddp_after_stream(ddp_ctx *ctx, void *stream)
     ddp_status st;
     if (!comm_on_cuda(ctx, "ddp_after_stream", &st))
         return st;
-    return ddp_cuda_join(stream, ddp_cuda_stream());
+    return cuda_join(stream, cuda_stream());
 }
 
 ddp_status ddp_synchronize(ddp_ctx *ctx)
@@ -214,11 +214,11 @@ ddp_status ddp_synchronize(ddp_ctx *ctx)
     ddp_status st;
     if (!comm_on_cuda(ctx, "ddp_synchronize", &st))
         return st;
-    return ddp_cuda_stream_wait(ddp_cuda_stream(), "ddp_synchronize");
+    return cuda_stream_wait(cuda_stream(), "ddp_synchronize");
 }
 
 #if !HAVE_NCCL
-ddp_status ddp_comm_nccl_create(int rank, int world_size, ddp_comm **out)
+ddp_status comm_nccl_create(int rank, int world_size, comm_group **out)
 {
     *out = NULL;
     DDP_ERROR("this libddp was built without NCCL, which the cuda backend needs to communicate: "

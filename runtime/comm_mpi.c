@@ -27,7 +27,7 @@
 typedef struct mpi_state mpi_state;
 
 typedef struct mpi_request {
-    const ddp_comm_ops *ops; /* first member: ddp_wait() dispatches on it */
+    const comm_ops *ops; /* first member: ddp_wait() dispatches on it */
     mpi_state *owner;
     void *buf;
     size_t n;
@@ -54,9 +54,9 @@ struct mpi_state {
     int stopping;
 };
 
-static const ddp_comm_ops mpi_ops;
+static const comm_ops mpi_ops;
 
-static mpi_state *mpi_of(ddp_comm *c)
+static mpi_state *mpi_of(comm_group *c)
 {
     return (mpi_state *)c->impl;
 }
@@ -139,7 +139,7 @@ static void mpi_divide(void *buf, size_t n, ddp_dtype dtype, int world)
             ((float *)buf)[i] /= (float)world;
         return;
     }
-    ddp_host_scale(buf, dtype, n, 1.0f / (float)world);
+    convert_host_scale(buf, dtype, n, 1.0f / (float)world);
 }
 
 /* In-place all-reduce of buf[0..n) on comm, in chunks; AVG divides the sum by the world size. */
@@ -151,7 +151,7 @@ static ddp_status mpi_allreduce_on(MPI_Comm comm, const mpi_state *s, void *buf,
     MPI_Op mop;
     mpi_type_op(s, dtype, op, &type, &mop);
     size_t size = ddp_dtype_size(dtype);
-    ddp_watch_enter(lane, "all-reduce", bucket, n * size);
+    watch_enter(lane, "all-reduce", bucket, n * size);
     for (size_t off = 0; off < n; off += s->max_chunk) {
         int m = (int)mpi_min(n - off, s->max_chunk);
         TRY_MPI_GOTO(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * size, m, type, mop, comm));
@@ -159,11 +159,11 @@ static ddp_status mpi_allreduce_on(MPI_Comm comm, const mpi_state *s, void *buf,
     if (op == DDP_AVG)
         mpi_divide(buf, n, dtype, s->size);
 cleanup:
-    ddp_watch_leave(lane);
+    watch_leave(lane);
     return st;
 }
 
-static ddp_status mpi_allreduce(ddp_comm *c, void *buf, size_t n, ddp_dtype dtype,
+static ddp_status mpi_allreduce(comm_group *c, void *buf, size_t n, ddp_dtype dtype,
                                 ddp_reduce_op op)
 {
     mpi_state *s = mpi_of(c);
@@ -197,7 +197,7 @@ static void *mpi_worker(void *arg)
     return NULL;
 }
 
-static ddp_status mpi_allreduce_start(ddp_comm *c, void *buf, size_t n, ddp_dtype dtype,
+static ddp_status mpi_allreduce_start(comm_group *c, void *buf, size_t n, ddp_dtype dtype,
                                       ddp_reduce_op op, void *stream, ddp_request **req)
 {
     (void)stream; /* host memory: nothing to order against */
@@ -208,7 +208,7 @@ static ddp_status mpi_allreduce_start(ddp_comm *c, void *buf, size_t n, ddp_dtyp
         return DDP_ERR_NOMEM;
     }
     *r = (mpi_request){.ops = &mpi_ops, .owner = s, .buf = buf, .n = n, .dtype = dtype, .op = op,
-                       .trace_tag = ddp_trace_tag()};
+                       .trace_tag = trace_current_tag()};
     pthread_mutex_lock(&s->lock);
     if (s->tail)
         s->tail->next = r;
@@ -234,17 +234,17 @@ static ddp_status mpi_wait(ddp_request *req)
     return st;
 }
 
-static ddp_status mpi_broadcast(ddp_comm *c, void *buf, size_t n_bytes, int root)
+static ddp_status mpi_broadcast(comm_group *c, void *buf, size_t n_bytes, int root)
 {
     mpi_state *s = mpi_of(c);
     ddp_status st = DDP_OK;
-    ddp_watch_enter(DDP_WATCH_CALLER, "broadcast", -1, n_bytes);
+    watch_enter(DDP_WATCH_CALLER, "broadcast", -1, n_bytes);
     for (size_t off = 0; off < n_bytes; off += s->max_chunk) {
         int m = (int)mpi_min(n_bytes - off, s->max_chunk);
         TRY_MPI_GOTO(MPI_Bcast((char *)buf + off, m, MPI_BYTE, root, s->comm));
     }
 cleanup:
-    ddp_watch_leave(DDP_WATCH_CALLER);
+    watch_leave(DDP_WATCH_CALLER);
     return st;
 }
 
@@ -267,7 +267,7 @@ cleanup:
     return st;
 }
 
-static ddp_status mpi_allgather_all(ddp_comm *c, const void *send, void *recv, size_t n_bytes)
+static ddp_status mpi_allgather_all(comm_group *c, const void *send, void *recv, size_t n_bytes)
 {
     mpi_state *s = mpi_of(c);
     ddp_status st = DDP_OK;
@@ -283,25 +283,25 @@ cleanup:
     return st;
 }
 
-static ddp_status mpi_allgather(ddp_comm *c, const void *send, void *recv, size_t n_bytes)
+static ddp_status mpi_allgather(comm_group *c, const void *send, void *recv, size_t n_bytes)
 {
-    ddp_watch_enter(DDP_WATCH_CALLER, "all-gather", -1, n_bytes);
+    watch_enter(DDP_WATCH_CALLER, "all-gather", -1, n_bytes);
     ddp_status st = mpi_allgather_all(c, send, recv, n_bytes);
-    ddp_watch_leave(DDP_WATCH_CALLER);
+    watch_leave(DDP_WATCH_CALLER);
     return st;
 }
 
-static ddp_status mpi_barrier(ddp_comm *c)
+static ddp_status mpi_barrier(comm_group *c)
 {
     ddp_status st = DDP_OK;
-    ddp_watch_enter(DDP_WATCH_CALLER, "barrier", -1, 0);
+    watch_enter(DDP_WATCH_CALLER, "barrier", -1, 0);
     TRY_MPI_GOTO(MPI_Barrier(mpi_of(c)->comm));
 cleanup:
-    ddp_watch_leave(DDP_WATCH_CALLER);
+    watch_leave(DDP_WATCH_CALLER);
     return st;
 }
 
-static void mpi_destroy(ddp_comm *c)
+static void mpi_destroy(comm_group *c)
 {
     if (!c)
         return;
@@ -314,12 +314,12 @@ static void mpi_destroy(ddp_comm *c)
         pthread_join(s->worker, NULL);
     }
     mpi_free_half_ops(s);
-    ddp_watch_enter(DDP_WATCH_CALLER, "MPI_Comm_free", -1, 0);
+    watch_enter(DDP_WATCH_CALLER, "MPI_Comm_free", -1, 0);
     if (s->async_comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->async_comm);
     if (s->comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->comm);
-    ddp_watch_leave(DDP_WATCH_CALLER);
+    watch_leave(DDP_WATCH_CALLER);
     pthread_cond_destroy(&s->done_cv);
     pthread_cond_destroy(&s->work_cv);
     pthread_mutex_destroy(&s->lock);
@@ -327,7 +327,7 @@ static void mpi_destroy(ddp_comm *c)
     free(c);
 }
 
-static const ddp_comm_ops mpi_ops = {
+static const comm_ops mpi_ops = {
     .name = "mpi",
     .allreduce = mpi_allreduce,
     .allreduce_start = mpi_allreduce_start,
@@ -354,19 +354,19 @@ static size_t mpi_max_chunk(void)
 static ddp_status mpi_dup(MPI_Comm *out)
 {
     ddp_status st = DDP_OK;
-    ddp_watch_enter(DDP_WATCH_CALLER, "MPI_Comm_dup", -1, 0);
+    watch_enter(DDP_WATCH_CALLER, "MPI_Comm_dup", -1, 0);
     TRY_MPI_GOTO(MPI_Comm_dup(MPI_COMM_WORLD, out));
     TRY_MPI_GOTO(MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN));
 cleanup:
-    ddp_watch_leave(DDP_WATCH_CALLER);
+    watch_leave(DDP_WATCH_CALLER);
     return st;
 }
 
-ddp_status ddp_comm_mpi_create(ddp_comm **out)
+ddp_status comm_mpi_create(comm_group **out)
 {
     ddp_status st = DDP_OK;
     *out = NULL;
-    ddp_comm *c = calloc(1, sizeof *c);
+    comm_group *c = calloc(1, sizeof *c);
     mpi_state *s = calloc(1, sizeof *s);
     if (!c || !s) {
         free(c);
@@ -374,7 +374,7 @@ ddp_status ddp_comm_mpi_create(ddp_comm **out)
         DDP_ERROR("out of memory for the MPI communicator");
         return DDP_ERR_NOMEM;
     }
-    *c = (ddp_comm){.ops = &mpi_ops, .impl = s};
+    *c = (comm_group){.ops = &mpi_ops, .impl = s};
     s->comm = s->async_comm = MPI_COMM_NULL;
     s->half_sum[0] = s->half_sum[1] = MPI_OP_NULL;
     s->max_chunk = mpi_max_chunk();

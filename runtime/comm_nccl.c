@@ -43,23 +43,23 @@ typedef struct nccl_state {
 } nccl_state;
 
 typedef struct nccl_request {
-    const ddp_comm_ops *ops; /* first member: ddp_wait() dispatches on it */
+    const comm_ops *ops; /* first member: ddp_wait() dispatches on it */
     nccl_state *owner;
     cudaEvent_t done;    /* recorded on the communication stream after the operation */
     cudaStream_t follow; /* the caller's stream (reducer), NULL: the compute stream */
 } nccl_request;
 
-static const ddp_comm_ops nccl_ops;
+static const comm_ops nccl_ops;
 static ddp_status nccl_watch_check(void *arg);
 
-static nccl_state *nccl_of(ddp_comm *c)
+static nccl_state *nccl_of(comm_group *c)
 {
     return (nccl_state *)c->impl;
 }
 
 static cudaStream_t nccl_compute_stream(void)
 {
-    return (cudaStream_t)ddp_cuda_stream();
+    return (cudaStream_t)cuda_stream();
 }
 
 /* The stream an operation follows and completes on: the caller's, else the compute stream. */
@@ -205,7 +205,7 @@ static ddp_status nccl_issue_allreduce(nccl_state *s, void *buf, size_t n, ddp_d
                                        ddp_reduce_op op, cudaStream_t follow, cudaEvent_t *done)
 {
     ddp_status st = DDP_OK;
-    void *tag = (void *)(intptr_t)ddp_trace_tag();
+    void *tag = (void *)(intptr_t)trace_current_tag();
     int traced = ddp_trace_enabled();
     pthread_mutex_lock(&s->lock);
     st = nccl_usable(s);
@@ -224,7 +224,7 @@ cleanup:
     return st;
 }
 
-static ddp_status nccl_allreduce_start(ddp_comm *c, void *buf, size_t n, ddp_dtype dtype,
+static ddp_status nccl_allreduce_start(comm_group *c, void *buf, size_t n, ddp_dtype dtype,
                                        ddp_reduce_op op, void *stream, ddp_request **req)
 {
     nccl_state *s = nccl_of(c);
@@ -251,7 +251,7 @@ static ddp_status nccl_wait(ddp_request *req)
     return st;
 }
 
-static ddp_status nccl_allreduce(ddp_comm *c, void *buf, size_t n, ddp_dtype dtype,
+static ddp_status nccl_allreduce(comm_group *c, void *buf, size_t n, ddp_dtype dtype,
                                  ddp_reduce_op op)
 {
     cudaEvent_t done = NULL;
@@ -259,7 +259,7 @@ static ddp_status nccl_allreduce(ddp_comm *c, void *buf, size_t n, ddp_dtype dty
     return st == DDP_OK ? nccl_complete(nccl_of(c), done) : st;
 }
 
-static ddp_status nccl_broadcast(ddp_comm *c, void *buf, size_t n_bytes, int root)
+static ddp_status nccl_broadcast(comm_group *c, void *buf, size_t n_bytes, int root)
 {
     nccl_state *s = nccl_of(c);
     cudaEvent_t done = NULL;
@@ -276,7 +276,7 @@ cleanup:
     return st == DDP_OK ? nccl_complete(s, done) : st;
 }
 
-static ddp_status nccl_allgather(ddp_comm *c, const void *send, void *recv, size_t n_bytes)
+static ddp_status nccl_allgather(comm_group *c, const void *send, void *recv, size_t n_bytes)
 {
     nccl_state *s = nccl_of(c);
     cudaEvent_t done = NULL;
@@ -294,11 +294,11 @@ cleanup:
 }
 
 /* NCCL has no barrier: a one-float all-reduce, waited for by the host under the deadline. */
-static ddp_status nccl_barrier(ddp_comm *c)
+static ddp_status nccl_barrier(comm_group *c)
 {
     nccl_state *s = nccl_of(c);
     ddp_status st = nccl_allreduce(c, s->scratch, 1, DDP_FP32, DDP_SUM);
-    return st == DDP_OK ? ddp_cuda_stream_wait(s->stream, "barrier") : st;
+    return st == DDP_OK ? cuda_stream_wait(s->stream, "barrier") : st;
 }
 
 /* ncclCommDestroy on a thread of its own, so that the host waits for it under the deadline: it
@@ -337,7 +337,7 @@ static void nccl_destroy_bounded(nccl_state *s)
         return;
     }
     s->comm = NULL;
-    double limit = ddp_timeout_seconds(), deadline = nccl_now() + limit;
+    double limit = timeout_seconds(), deadline = nccl_now() + limit;
     while (!__atomic_load_n(&d->done, __ATOMIC_ACQUIRE) && nccl_now() < deadline)
         nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 1000000L}, NULL);
     if (__atomic_load_n(&d->done, __ATOMIC_ACQUIRE)) {
@@ -358,23 +358,23 @@ static void nccl_close_comm(nccl_state *s)
         return;
     if (nccl_watch_check(s) != DDP_OK)
         return;
-    if (ddp_cuda_stream_wait(s->stream, "closing the NCCL communicator") != DDP_OK) {
+    if (cuda_stream_wait(s->stream, "closing the NCCL communicator") != DDP_OK) {
         nccl_abort(s);
         return;
     }
     nccl_destroy_bounded(s);
 }
 
-static void nccl_destroy(ddp_comm *c)
+static void nccl_destroy(comm_group *c)
 {
     if (!c)
         return;
     nccl_state *s = nccl_of(c);
-    ddp_cuda_set_watch(NULL, NULL, NULL);
+    cuda_set_watch(NULL, NULL, NULL);
     if (s->comm || s->aborted)
         nccl_close_comm(s);
     else if (s->stream)
-        ddp_cuda_stream_wait(s->stream, "closing the NCCL stream");
+        cuda_stream_wait(s->stream, "closing the NCCL stream");
     if (s->ready)
         cudaEventDestroy(s->ready);
     if (s->stream)
@@ -385,7 +385,7 @@ static void nccl_destroy(ddp_comm *c)
     free(c);
 }
 
-static const ddp_comm_ops nccl_ops = {
+static const comm_ops nccl_ops = {
     .name = "nccl",
     .allreduce = nccl_allreduce,
     .allreduce_start = nccl_allreduce_start,
@@ -439,10 +439,10 @@ static ddp_status nccl_open(nccl_state *s, int rank, int world_size)
 {
     ncclUniqueId id;
     /* Both steps wait for every rank: under the watchdog's deadline, so a frozen peer ends the job. */
-    ddp_watch_enter(DDP_WATCH_CALLER, "NCCL start-up", -1, sizeof id);
+    watch_enter(DDP_WATCH_CALLER, "NCCL start-up", -1, sizeof id);
     ddp_status st = nccl_bootstrap_id(rank, &id);
     ncclResult_t init = st == DDP_OK ? ncclCommInitRank(&s->comm, world_size, id, rank) : ncclSuccess;
-    ddp_watch_leave(DDP_WATCH_CALLER);
+    watch_leave(DDP_WATCH_CALLER);
     if (st != DDP_OK)
         return st;
     if (init != ncclSuccess) {
@@ -460,10 +460,10 @@ cleanup:
     return st;
 }
 
-ddp_status ddp_comm_nccl_create(int rank, int world_size, ddp_comm **out)
+ddp_status comm_nccl_create(int rank, int world_size, comm_group **out)
 {
     *out = NULL;
-    ddp_comm *c = calloc(1, sizeof *c);
+    comm_group *c = calloc(1, sizeof *c);
     nccl_state *s = calloc(1, sizeof *s);
     if (!c || !s) {
         free(c);
@@ -472,7 +472,7 @@ ddp_status ddp_comm_nccl_create(int rank, int world_size, ddp_comm **out)
         return DDP_ERR_NOMEM;
     }
     pthread_mutex_init(&s->lock, NULL);
-    *c = (ddp_comm){.ops = &nccl_ops, .impl = s};
+    *c = (comm_group){.ops = &nccl_ops, .impl = s};
     ddp_status st = nccl_open(s, rank, world_size);
     if (st != DDP_OK) {
         if (s->comm) /* a local failure after init: abort is local, destroy may wait for peers */
@@ -481,7 +481,7 @@ ddp_status ddp_comm_nccl_create(int rank, int world_size, ddp_comm **out)
         nccl_destroy(c);
         return st;
     }
-    ddp_cuda_set_watch(nccl_watch_check, nccl_watch_timeout, s);
+    cuda_set_watch(nccl_watch_check, nccl_watch_timeout, s);
     *out = c;
     return DDP_OK;
 }

@@ -123,9 +123,9 @@ cleanup:
 static ddp_status ctx_agree(const ddp_ctx *ctx, ddp_status mine, const char *step)
 {
     int in[2] = {(int)mine, ctx->rank}, out[2] = {0, 0};
-    ddp_watch_enter(DDP_WATCH_CALLER, "start-up agreement", -1, sizeof in);
+    watch_enter(DDP_WATCH_CALLER, "start-up agreement", -1, sizeof in);
     int rc = MPI_Allreduce(in, out, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD);
-    ddp_watch_leave(DDP_WATCH_CALLER);
+    watch_leave(DDP_WATCH_CALLER);
     if (rc != MPI_SUCCESS) {
         DDP_ERROR("could not agree with the other ranks on %s", step);
         return mine != DDP_OK ? mine : DDP_ERR_MPI;
@@ -224,7 +224,7 @@ static ddp_status ctx_resolve_backend(ddp_ctx *ctx, ddp_backend_kind asked)
         return DDP_OK;
     }
     ddp_status st = DDP_OK;
-    int count = ddp_device_cuda() != NULL ? ddp_cuda_device_count() : 0;
+    int count = device_ops_cuda() != NULL ? ddp_cuda_device_count() : 0;
     int has = count > 0, own = ctx_gpu_of_own(ctx, count, &st);
     if (st != DDP_OK)
         return st;
@@ -235,9 +235,9 @@ static ddp_status ctx_resolve_backend(ddp_ctx *ctx, ddp_backend_kind asked)
         has = 0;
     }
     int in[3] = {has && own, -has, -(has && !own)}, out[3] = {0, 0, 0};
-    ddp_watch_enter(DDP_WATCH_CALLER, "backend agreement", -1, sizeof in);
+    watch_enter(DDP_WATCH_CALLER, "backend agreement", -1, sizeof in);
     int rc = MPI_Allreduce(in, out, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    ddp_watch_leave(DDP_WATCH_CALLER);
+    watch_leave(DDP_WATCH_CALLER);
     if (rc != MPI_SUCCESS) {
         DDP_ERROR("could not agree on the backend with the other ranks");
         return DDP_ERR_MPI;
@@ -254,13 +254,13 @@ static ddp_status ctx_resolve_backend(ddp_ctx *ctx, ddp_backend_kind asked)
 /* Chooses this rank's GPU (ctx->device) without touching it. Local, no collectives. */
 static ddp_status ctx_pick_device(ddp_ctx *ctx)
 {
-    if (!ddp_device_cuda()) {
+    if (!device_ops_cuda()) {
         DDP_ERROR("backend cuda asked, but this libddp was built without CUDA: use the cpu "
                   "backend, or rebuild with meson -Dcuda=enabled");
         return DDP_ERR_UNSUPPORTED;
     }
     char why[256];
-    int count = ddp_cuda_probe(why, sizeof why);
+    int count = cuda_probe(why, sizeof why);
     if (count <= 0) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
         DDP_ERROR("backend cuda asked, but host %s has no usable GPU: %s (CUDA_VISIBLE_DEVICES=%s); "
@@ -303,7 +303,7 @@ static ddp_status ctx_gpu_clash(ddp_ctx *ctx, int device, char own[32], int *oth
     own[0] = '\0';
     if (ctx->local_world_size > MAX_LOCAL)
         return DDP_OK;
-    if (device >= 0 && ddp_cuda_bus_id(device, own, 32) != DDP_OK)
+    if (device >= 0 && cuda_bus_id(device, own, 32) != DDP_OK)
         own[0] = '\0';
     TRY_MPI_GOTO(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx->rank,
                                     MPI_INFO_NULL, &local));
@@ -340,7 +340,7 @@ static ddp_status ctx_open_device(ddp_ctx *ctx)
     ddp_status st = ctx_check_shared_gpu(ctx, ctx_pick_device(ctx));
     if (st != DDP_OK)
         return st;
-    st = ddp_cuda_device_open(ctx->device);
+    st = cuda_device_open(ctx->device);
     if (st != DDP_OK)
         DDP_ERROR("cannot open GPU %d on host %s: %s", ctx->device, ctx->hostname,
                   ddp_strerror(st));
@@ -356,20 +356,20 @@ static ddp_status ctx_open_backend(ddp_ctx *ctx, const ddp_init_opts *opts)
     if (ctx->backend == DDP_BACKEND_CUDA) {
         /* dev is set wherever the device opened, so ctx_release closes it when a peer failed */
         st = ctx_open_device(ctx);
-        ctx->dev = st == DDP_OK ? ddp_device_cuda() : NULL;
+        ctx->dev = st == DDP_OK ? device_ops_cuda() : NULL;
         return ctx_agree(ctx, st, "GPU set-up");
     }
-    ctx->dev = ddp_device_cpu();
+    ctx->dev = device_ops_cpu();
     return DDP_OK;
 }
 
 static ddp_status ctx_open_comms(ddp_ctx *ctx)
 {
-    ddp_status st = ddp_comm_mpi_create(&ctx->host_comm);
+    ddp_status st = comm_mpi_create(&ctx->host_comm);
     if (st != DDP_OK)
         return st;
     if (ctx->backend == DDP_BACKEND_CUDA)
-        return ddp_comm_nccl_create(ctx->rank, ctx->world_size, &ctx->comm);
+        return comm_nccl_create(ctx->rank, ctx->world_size, &ctx->comm);
     ctx->comm = ctx->host_comm;
     return DDP_OK;
 }
@@ -430,7 +430,7 @@ static ddp_status ctx_print_table(const ddp_ctx *ctx)
     ctx_affinity(mine.cpus, sizeof mine.cpus);
     rank_row *rows = ctx->rank == 0 ? calloc((size_t)ctx->world_size, sizeof *rows) : NULL;
     int ok = ctx->rank != 0 || rows != NULL;
-    ddp_watch_enter(DDP_WATCH_CALLER, "start-up rank table", -1, sizeof mine);
+    watch_enter(DDP_WATCH_CALLER, "start-up rank table", -1, sizeof mine);
     TRY_MPI_GOTO(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
     if (!ok) {
         DDP_WARN0("out of memory for the rank table; not printed");
@@ -441,7 +441,7 @@ static ddp_status ctx_print_table(const ddp_ctx *ctx)
     if (ctx->rank == 0)
         ctx_print_rows(ctx, rows);
 cleanup:
-    ddp_watch_leave(DDP_WATCH_CALLER);
+    watch_leave(DDP_WATCH_CALLER);
     free(rows);
     return st;
 }
@@ -452,36 +452,36 @@ cleanup:
  * that ranks leaving at different moments are not taken for dead ones. */
 static void ctx_release(ddp_ctx *ctx)
 {
-    ddp_watchdog_disconnect();
+    watchdog_disconnect();
     if (ctx->comm && ctx->comm != ctx->host_comm)
         ctx->comm->ops->destroy(ctx->comm);
     if (ctx->host_comm)
         ctx->host_comm->ops->destroy(ctx->host_comm);
     if (ctx->backend == DDP_BACKEND_CUDA && ctx->dev)
-        ddp_cuda_device_close();
+        cuda_device_close();
     if (ctx->owns_mpi) {
-        ddp_watch_enter(DDP_WATCH_CALLER, "MPI_Finalize", -1, 0);
+        watch_enter(DDP_WATCH_CALLER, "MPI_Finalize", -1, 0);
         MPI_Finalize();
-        ddp_watch_leave(DDP_WATCH_CALLER);
+        watch_leave(DDP_WATCH_CALLER);
     }
-    ddp_watchdog_stop();
+    watchdog_stop();
     free(ctx);
 }
 
 static ddp_status ctx_setup(ddp_ctx *ctx, const ddp_init_opts *opts)
 {
-    ddp_watchdog_start();
-    ddp_watch_enter(DDP_WATCH_CALLER, "MPI_Init", -1, 0);
+    watchdog_start();
+    watch_enter(DDP_WATCH_CALLER, "MPI_Init", -1, 0);
     ddp_status st = ctx_start_mpi(ctx);
-    ddp_watch_leave(DDP_WATCH_CALLER);
-    ddp_watch_enter(DDP_WATCH_CALLER, "start-up topology", -1, 0);
+    watch_leave(DDP_WATCH_CALLER);
+    watch_enter(DDP_WATCH_CALLER, "start-up topology", -1, 0);
     if (st == DDP_OK)
         st = ctx_topology(ctx);
-    ddp_watch_leave(DDP_WATCH_CALLER);
+    watch_leave(DDP_WATCH_CALLER);
     if (st != DDP_OK)
         return st;
-    ddp_log_set_identity(ctx->rank, ctx->hostname);
-    st = ddp_watchdog_connect(ctx->rank, ctx->world_size, ctx->hostname);
+    log_set_identity(ctx->rank, ctx->hostname);
+    st = watchdog_connect(ctx->rank, ctx->world_size, ctx->hostname);
     if (st != DDP_OK)
         return st;
     st = ctx_agree(ctx, ctx_check_env(ctx), "the environment check");
@@ -539,7 +539,7 @@ void ddp_abort(ddp_ctx *ctx, int code)
     (void)ctx;
     fflush(stdout);
     fflush(stderr);
-    ddp_watchdog_announce_abort(); /* the ring ends the job even where MPI_Abort reaches no peer */
+    watchdog_announce_abort(); /* the ring ends the job even where MPI_Abort reaches no peer */
     MPI_Initialized(&inited);
     MPI_Finalized(&finalized);
     if (inited && !finalized)
@@ -560,32 +560,32 @@ ddp_backend_kind ddp_backend(const ddp_ctx *ctx) { return ctx ? ctx->backend : D
 int ddp_device(const ddp_ctx *ctx) { return ctx ? ctx->device : -1; }
 void *ddp_backend_stream(const ddp_ctx *ctx)
 {
-    return ctx && ctx->backend == DDP_BACKEND_CUDA ? ddp_cuda_stream() : NULL;
+    return ctx && ctx->backend == DDP_BACKEND_CUDA ? cuda_stream() : NULL;
 }
 
 /* The context's backend memory; host memory without a context. NULL for a context whose device
  * did not open. */
-static const ddp_device_ops *ctx_dev(const ddp_ctx *ctx)
+static const device_ops *ctx_dev(const ddp_ctx *ctx)
 {
-    return ctx ? ctx->dev : ddp_device_cpu();
+    return ctx ? ctx->dev : device_ops_cpu();
 }
 
 void *ddp_alloc(ddp_ctx *ctx, size_t n_bytes)
 {
-    const ddp_device_ops *dev = ctx_dev(ctx);
+    const device_ops *dev = ctx_dev(ctx);
     return dev ? dev->alloc(n_bytes) : NULL;
 }
 
 void ddp_free(ddp_ctx *ctx, void *p)
 {
-    const ddp_device_ops *dev = ctx_dev(ctx);
+    const device_ops *dev = ctx_dev(ctx);
     if (dev && p)
         dev->free(p);
 }
 
 ddp_status ddp_upload(ddp_ctx *ctx, void *dst, const void *src_host, size_t n_bytes)
 {
-    const ddp_device_ops *dev = ctx_dev(ctx);
+    const device_ops *dev = ctx_dev(ctx);
     if (!dev)
         return DDP_ERR_STATE;
     if (n_bytes && (!dst || !src_host))
@@ -595,7 +595,7 @@ ddp_status ddp_upload(ddp_ctx *ctx, void *dst, const void *src_host, size_t n_by
 
 ddp_status ddp_download(ddp_ctx *ctx, void *dst_host, const void *src, size_t n_bytes)
 {
-    const ddp_device_ops *dev = ctx_dev(ctx);
+    const device_ops *dev = ctx_dev(ctx);
     if (!dev)
         return DDP_ERR_STATE;
     if (n_bytes && (!dst_host || !src))
@@ -605,7 +605,7 @@ ddp_status ddp_download(ddp_ctx *ctx, void *dst_host, const void *src, size_t n_
 
 ddp_status ddp_copy(ddp_ctx *ctx, void *dst, const void *src, size_t n_bytes)
 {
-    const ddp_device_ops *dev = ctx_dev(ctx);
+    const device_ops *dev = ctx_dev(ctx);
     if (!dev)
         return DDP_ERR_STATE;
     if (n_bytes && (!dst || !src))
@@ -615,7 +615,7 @@ ddp_status ddp_copy(ddp_ctx *ctx, void *dst, const void *src, size_t n_bytes)
 
 ddp_status ddp_zero(ddp_ctx *ctx, void *dst, size_t n_bytes)
 {
-    const ddp_device_ops *dev = ctx_dev(ctx);
+    const device_ops *dev = ctx_dev(ctx);
     if (!dev)
         return DDP_ERR_STATE;
     if (n_bytes && !dst)

@@ -38,7 +38,7 @@ ddp_status ddp_dtype_parse(const char *name, ddp_dtype *out)
     return DDP_ERR_INVALID_ARG;
 }
 
-int ddp_dtype_is_grad(ddp_dtype t)
+int convert_dtype_is_grad(ddp_dtype t)
 {
     return t == DDP_FP32 || t == DDP_BF16 || t == DDP_FP16;
 }
@@ -58,7 +58,7 @@ DDP_SIMD_BODY void f32_to_16_body(uint16_t *dst, const float *src, size_t n, int
             dst[i] = half_f32_to_bf16(src[i]);
     }
 }
-DDP_SIMD_DISPATCH(ddp_f32_to_16, f32_to_16_body, (uint16_t *dst, const float *src, size_t n, int fp16),
+DDP_SIMD_DISPATCH(convert_f32_to_16, f32_to_16_body, (uint16_t *dst, const float *src, size_t n, int fp16),
                   (dst, src, n, fp16))
 
 DDP_SIMD_BODY void f16_to_f32_body(float *dst, const uint16_t *src, size_t n, int fp16)
@@ -71,17 +71,17 @@ DDP_SIMD_BODY void f16_to_f32_body(float *dst, const uint16_t *src, size_t n, in
             dst[i] = half_bf16_to_f32(src[i]);
     }
 }
-DDP_SIMD_DISPATCH(ddp_16_to_f32, f16_to_f32_body, (float *dst, const uint16_t *src, size_t n, int fp16),
+DDP_SIMD_DISPATCH(convert_16_to_f32, f16_to_f32_body, (float *dst, const uint16_t *src, size_t n, int fp16),
                   (dst, src, n, fp16))
 
-void ddp_host_cast(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n)
+void convert_host_cast(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n)
 {
     if (dst_t == src_t) {
         memmove(dst, src, n * ddp_dtype_size(dst_t));
     } else if (src_t == DDP_FP32) {
-        ddp_f32_to_16(dst, src, n, dst_t == DDP_FP16);
+        convert_f32_to_16(dst, src, n, dst_t == DDP_FP16);
     } else if (dst_t == DDP_FP32) {
-        ddp_16_to_f32(dst, src, n, src_t == DDP_FP16);
+        convert_16_to_f32(dst, src, n, src_t == DDP_FP16);
     } else { /* bf16 <-> fp16: through fp32 */
         const uint16_t *in = src;
         uint16_t *out = dst;
@@ -107,7 +107,7 @@ DDP_SIMD_BODY void scale_body(void *x, ddp_dtype t, size_t n, float alpha)
             h[i] = half_f32_to_bf16(half_bf16_to_f32(h[i]) * alpha);
     }
 }
-DDP_SIMD_DISPATCH(ddp_host_scale_loop, scale_body, (void *x, ddp_dtype t, size_t n, float alpha), (x, t, n, alpha))
+DDP_SIMD_DISPATCH(host_scale_loop, scale_body, (void *x, ddp_dtype t, size_t n, float alpha), (x, t, n, alpha))
 
 /* *nonfinite = whether x holds an inf or a NaN. */
 DDP_SIMD_BODY void nonfinite_body(const void *x, ddp_dtype t, size_t n, int *nonfinite)
@@ -126,7 +126,7 @@ DDP_SIMD_BODY void nonfinite_body(const void *x, ddp_dtype t, size_t n, int *non
     }
     *nonfinite = found != 0;
 }
-DDP_SIMD_DISPATCH(ddp_host_nonfinite_loop, nonfinite_body, (const void *x, ddp_dtype t, size_t n, int *nonfinite),
+DDP_SIMD_DISPATCH(host_nonfinite_loop, nonfinite_body, (const void *x, ddp_dtype t, size_t n, int *nonfinite),
                   (x, t, n, nonfinite))
 
 /* dst (fp32) = widen(src) * alpha in one pass: the values of the cast followed by the scaling. */
@@ -140,91 +140,91 @@ DDP_SIMD_BODY void f16_to_f32_scaled_body(float *dst, const uint16_t *src, size_
             dst[i] = half_bf16_to_f32(src[i]) * alpha;
     }
 }
-DDP_SIMD_DISPATCH(ddp_16_to_f32_scaled, f16_to_f32_scaled_body,
+DDP_SIMD_DISPATCH(convert_16_to_f32_scaled, f16_to_f32_scaled_body,
                   (float *dst, const uint16_t *src, size_t n, int fp16, float alpha), (dst, src, n, fp16, alpha))
 
-void ddp_host_cast_scale(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n,
+void convert_host_cast_scale(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n,
                          float alpha)
 {
     if (dst_t == DDP_FP32 && src_t != DDP_FP32) {
-        ddp_16_to_f32_scaled(dst, src, n, src_t == DDP_FP16, alpha);
+        convert_16_to_f32_scaled(dst, src, n, src_t == DDP_FP16, alpha);
         return;
     }
-    ddp_host_cast(dst, dst_t, src, src_t, n);
-    ddp_host_scale(dst, dst_t, n, alpha);
+    convert_host_cast(dst, dst_t, src, src_t, n);
+    convert_host_scale(dst, dst_t, n, alpha);
 }
 
 /* The cloned loops are static: GCC gives the resolver of an extern clone default visibility,
  * which would export it from libddp. */
-void ddp_host_scale(void *x, ddp_dtype t, size_t n, float alpha)
+void convert_host_scale(void *x, ddp_dtype t, size_t n, float alpha)
 {
-    ddp_host_scale_loop(x, t, n, alpha);
+    host_scale_loop(x, t, n, alpha);
 }
 
-int ddp_host_nonfinite(const void *x, ddp_dtype t, size_t n)
+int convert_host_nonfinite(const void *x, ddp_dtype t, size_t n)
 {
     int nonfinite;
-    ddp_host_nonfinite_loop(x, t, n, &nonfinite);
+    host_nonfinite_loop(x, t, n, &nonfinite);
     return nonfinite;
 }
 
 #if !HAVE_CUDA
-static ddp_status ddp_no_cuda(void)
+static ddp_status no_cuda(void)
 {
     DDP_ERROR("this libddp was built without CUDA: use the cpu backend");
     return DDP_ERR_UNSUPPORTED;
 }
-ddp_status ddp_cuda_cast(void *dst, int dst_t, const void *src, int src_t, size_t n, void *stream)
+ddp_status convert_cuda_cast(void *dst, int dst_t, const void *src, int src_t, size_t n, void *stream)
 {
     (void)dst, (void)dst_t, (void)src, (void)src_t, (void)n, (void)stream;
-    return ddp_no_cuda();
+    return no_cuda();
 }
-ddp_status ddp_cuda_scale_typed(void *x, int t, size_t n, float alpha, void *stream)
+ddp_status convert_cuda_scale_typed(void *x, int t, size_t n, float alpha, void *stream)
 {
     (void)x, (void)t, (void)n, (void)alpha, (void)stream;
-    return ddp_no_cuda();
+    return no_cuda();
 }
-ddp_status ddp_cuda_nonfinite(const void *x, int t, size_t n, int *found, void *stream)
+ddp_status convert_cuda_nonfinite(const void *x, int t, size_t n, int *found, void *stream)
 {
     (void)x, (void)t, (void)n, (void)found, (void)stream;
-    return ddp_no_cuda();
+    return no_cuda();
 }
 #endif
 
-ddp_status ddp_dev_cast(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const void *src,
+ddp_status convert_dev_cast(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const void *src,
                         ddp_dtype src_t, size_t n, void *stream)
 {
     if (ctx->backend == DDP_BACKEND_CUDA)
-        return ddp_cuda_cast(dst, (int)dst_t, src, (int)src_t, n, stream);
-    ddp_host_cast(dst, dst_t, src, src_t, n);
+        return convert_cuda_cast(dst, (int)dst_t, src, (int)src_t, n, stream);
+    convert_host_cast(dst, dst_t, src, src_t, n);
     return DDP_OK;
 }
 
-ddp_status ddp_dev_cast_scale(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const void *src,
+ddp_status convert_dev_cast_scale(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const void *src,
                               ddp_dtype src_t, size_t n, float alpha, void *stream)
 {
     if (ctx->backend == DDP_BACKEND_CUDA) {
-        ddp_status st = ddp_cuda_cast(dst, (int)dst_t, src, (int)src_t, n, stream);
-        return st == DDP_OK ? ddp_cuda_scale_typed(dst, (int)dst_t, n, alpha, stream) : st;
+        ddp_status st = convert_cuda_cast(dst, (int)dst_t, src, (int)src_t, n, stream);
+        return st == DDP_OK ? convert_cuda_scale_typed(dst, (int)dst_t, n, alpha, stream) : st;
     }
-    ddp_host_cast_scale(dst, dst_t, src, src_t, n, alpha);
+    convert_host_cast_scale(dst, dst_t, src, src_t, n, alpha);
     return DDP_OK;
 }
 
-ddp_status ddp_dev_scale(const ddp_ctx *ctx, void *x, ddp_dtype t, size_t n, float alpha,
+ddp_status convert_dev_scale(const ddp_ctx *ctx, void *x, ddp_dtype t, size_t n, float alpha,
                          void *stream)
 {
     if (ctx->backend == DDP_BACKEND_CUDA)
-        return ddp_cuda_scale_typed(x, (int)t, n, alpha, stream);
-    ddp_host_scale(x, t, n, alpha);
+        return convert_cuda_scale_typed(x, (int)t, n, alpha, stream);
+    convert_host_scale(x, t, n, alpha);
     return DDP_OK;
 }
 
-ddp_status ddp_dev_nonfinite(const ddp_ctx *ctx, const void *x, ddp_dtype t, size_t n,
+ddp_status convert_dev_nonfinite(const ddp_ctx *ctx, const void *x, ddp_dtype t, size_t n,
                              int *found, void *stream)
 {
     if (ctx->backend == DDP_BACKEND_CUDA)
-        return ddp_cuda_nonfinite(x, (int)t, n, found, stream);
-    *found = ddp_host_nonfinite(x, t, n);
+        return convert_cuda_nonfinite(x, (int)t, n, found, stream);
+    *found = convert_host_nonfinite(x, t, n);
     return DDP_OK;
 }

@@ -2,7 +2,7 @@
  * bf16/fp16, scale, inf/NaN check) for the reducer and the loss scaler, over half.h.
  *
  * Two sections: kernels, then launchers. Every launcher runs on the given stream (NULL: the
- * backend's stream, ddp_cuda_stream()) and ends with a cudaGetLastError check. Type codes are
+ * backend's stream, cuda_stream()) and ends with a cudaGetLastError check. Type codes are
  * ddp_dtype values: 0 fp32, 1 bf16, 2 fp16.
  */
 #include <cuda_runtime.h>
@@ -17,14 +17,14 @@ extern "C" {
 
 /* ---- kernels ------------------------------------------------------------------------------- */
 
-static __device__ float ddp_dev_load(const void *x, int t, size_t i)
+static __device__ float convert_dev_load(const void *x, int t, size_t i)
 {
     if (t == 0)
         return ((const float *)x)[i];
     return half_decode(((const uint16_t *)x)[i], t == 2);
 }
 
-static __device__ void ddp_dev_store(void *x, int t, size_t i, float v)
+static __device__ void convert_dev_store(void *x, int t, size_t i, float v)
 {
     if (t == 0)
         ((float *)x)[i] = v;
@@ -32,45 +32,45 @@ static __device__ void ddp_dev_store(void *x, int t, size_t i, float v)
         ((uint16_t *)x)[i] = half_encode(v, t == 2);
 }
 
-__global__ void ddp_cast_kernel(void *dst, int dst_t, const void *src, int src_t, size_t n)
+__global__ void cast_kernel(void *dst, int dst_t, const void *src, int src_t, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        ddp_dev_store(dst, dst_t, i, ddp_dev_load(src, src_t, i));
+        convert_dev_store(dst, dst_t, i, convert_dev_load(src, src_t, i));
 }
 
-__global__ void ddp_scale_typed_kernel(void *x, int t, size_t n, float alpha)
+__global__ void scale_typed_kernel(void *x, int t, size_t n, float alpha)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        ddp_dev_store(x, t, i, ddp_dev_load(x, t, i) * alpha);
+        convert_dev_store(x, t, i, convert_dev_load(x, t, i) * alpha);
 }
 
 /* Sets *flag to 1 when any element is inf or NaN (a benign race: every writer writes 1). */
-__global__ void ddp_nonfinite_kernel(const void *x, int t, size_t n, unsigned int *flag)
+__global__ void nonfinite_kernel(const void *x, int t, size_t n, unsigned int *flag)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        if (!half_f32_finite(ddp_dev_load(x, t, i)))
+        if (!half_f32_finite(convert_dev_load(x, t, i)))
             *flag = 1u;
 }
 
 /* ---- launchers ----------------------------------------------------------------------------- */
 
-static const int ddp_conv_block = 256;
+static const int conv_block = 256;
 
-static unsigned int ddp_conv_grid(size_t n)
+static unsigned int conv_grid(size_t n)
 {
-    size_t blocks = (n + ddp_conv_block - 1) / ddp_conv_block;
+    size_t blocks = (n + conv_block - 1) / conv_block;
     return (unsigned int)(blocks < 4096 ? blocks : 4096); /* grid-stride loops cover the rest */
 }
 
-static cudaStream_t ddp_conv_stream(void *stream)
+static cudaStream_t conv_stream(void *stream)
 {
-    return stream ? (cudaStream_t)stream : (cudaStream_t)ddp_cuda_stream();
+    return stream ? (cudaStream_t)stream : (cudaStream_t)cuda_stream();
 }
 
-static ddp_status ddp_conv_check(cudaError_t err, const char *what)
+static ddp_status conv_check(cudaError_t err, const char *what)
 {
     if (err == cudaSuccess)
         return DDP_OK;
@@ -79,43 +79,43 @@ static ddp_status ddp_conv_check(cudaError_t err, const char *what)
     return DDP_ERR_CUDA;
 }
 
-extern "C" ddp_status ddp_cuda_cast(void *dst, int dst_t, const void *src, int src_t, size_t n,
+extern "C" ddp_status convert_cuda_cast(void *dst, int dst_t, const void *src, int src_t, size_t n,
                                     void *stream)
 {
     if (n == 0)
         return DDP_OK;
-    ddp_cast_kernel<<<ddp_conv_grid(n), ddp_conv_block, 0, ddp_conv_stream(stream)>>>(
+    cast_kernel<<<conv_grid(n), conv_block, 0, conv_stream(stream)>>>(
         dst, dst_t, src, src_t, n);
-    return ddp_conv_check(cudaGetLastError(), "ddp_cast_kernel launch");
+    return conv_check(cudaGetLastError(), "cast_kernel launch");
 }
 
-extern "C" ddp_status ddp_cuda_scale_typed(void *x, int t, size_t n, float alpha, void *stream)
+extern "C" ddp_status convert_cuda_scale_typed(void *x, int t, size_t n, float alpha, void *stream)
 {
     if (n == 0)
         return DDP_OK;
-    ddp_scale_typed_kernel<<<ddp_conv_grid(n), ddp_conv_block, 0, ddp_conv_stream(stream)>>>(
+    scale_typed_kernel<<<conv_grid(n), conv_block, 0, conv_stream(stream)>>>(
         x, t, n, alpha);
-    return ddp_conv_check(cudaGetLastError(), "ddp_scale_typed_kernel launch");
+    return conv_check(cudaGetLastError(), "scale_typed_kernel launch");
 }
 
 /* The flag lives in device memory allocated per call (once per optimizer step). The host waits
  * for the check under the deadline (cuda_wait.c) before it reads the flag, so the read does not
  * block on the stream. */
-extern "C" ddp_status ddp_cuda_nonfinite(const void *x, int t, size_t n, int *found, void *stream)
+extern "C" ddp_status convert_cuda_nonfinite(const void *x, int t, size_t n, int *found, void *stream)
 {
-    cudaStream_t s = ddp_conv_stream(stream);
+    cudaStream_t s = conv_stream(stream);
     unsigned int *flag = NULL, host = 0;
-    ddp_status st = ddp_conv_check(cudaMallocAsync((void **)&flag, sizeof *flag, s), "cudaMallocAsync");
+    ddp_status st = conv_check(cudaMallocAsync((void **)&flag, sizeof *flag, s), "cudaMallocAsync");
     if (st == DDP_OK)
-        st = ddp_conv_check(cudaMemsetAsync(flag, 0, sizeof *flag, s), "cudaMemsetAsync");
+        st = conv_check(cudaMemsetAsync(flag, 0, sizeof *flag, s), "cudaMemsetAsync");
     if (st == DDP_OK && n > 0) {
-        ddp_nonfinite_kernel<<<ddp_conv_grid(n), ddp_conv_block, 0, s>>>(x, t, n, flag);
-        st = ddp_conv_check(cudaGetLastError(), "ddp_nonfinite_kernel launch");
+        nonfinite_kernel<<<conv_grid(n), conv_block, 0, s>>>(x, t, n, flag);
+        st = conv_check(cudaGetLastError(), "nonfinite_kernel launch");
     }
     if (st == DDP_OK)
-        st = ddp_cuda_stream_wait(s, "the inf/NaN check");
+        st = cuda_stream_wait(s, "the inf/NaN check");
     if (st == DDP_OK)
-        st = ddp_conv_check(cudaMemcpyAsync(&host, flag, sizeof host, cudaMemcpyDeviceToHost, s),
+        st = conv_check(cudaMemcpyAsync(&host, flag, sizeof host, cudaMemcpyDeviceToHost, s),
                             "cudaMemcpyAsync of the inf/NaN flag");
     if (flag)
         cudaFreeAsync(flag, s); /* stream-ordered: queued, no host wait */

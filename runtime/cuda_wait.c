@@ -18,7 +18,7 @@ static ddp_status (*watch_check)(void *arg);
 static void (*watch_on_timeout)(void *arg);
 static void *watch_arg;
 
-void ddp_cuda_set_watch(ddp_status (*check)(void *arg), void (*on_timeout)(void *arg), void *arg)
+void cuda_set_watch(ddp_status (*check)(void *arg), void (*on_timeout)(void *arg), void *arg)
 {
     pthread_mutex_lock(&watch_lock);
     watch_check = check;
@@ -65,9 +65,9 @@ static void wait_pause(int round)
     nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = ns}, NULL);
 }
 
-ddp_status ddp_cuda_event_wait(void *event, const char *what)
+ddp_status cuda_event_wait(void *event, const char *what)
 {
-    double limit = ddp_timeout_seconds(), deadline = wait_now() + limit;
+    double limit = timeout_seconds(), deadline = wait_now() + limit;
     for (int round = 0;; round++) {
         cudaError_t q = cudaEventQuery((cudaEvent_t)event);
         if (q == cudaSuccess)
@@ -88,7 +88,7 @@ ddp_status ddp_cuda_event_wait(void *event, const char *what)
     }
 }
 
-ddp_status ddp_cuda_stream_wait(void *stream, const char *what)
+ddp_status cuda_stream_wait(void *stream, const char *what)
 {
     cudaEvent_t ev = NULL;
     cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
@@ -100,12 +100,12 @@ ddp_status ddp_cuda_stream_wait(void *stream, const char *what)
             cudaEventDestroy(ev);
         return DDP_ERR_CUDA;
     }
-    ddp_status st = ddp_cuda_event_wait(ev, what);
+    ddp_status st = cuda_event_wait(ev, what);
     cudaEventDestroy(ev);
     return st;
 }
 
-ddp_status ddp_cuda_join(void *first, void *then)
+ddp_status cuda_join(void *first, void *then)
 {
     cudaEvent_t ev = NULL;
     cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);

@@ -11,7 +11,7 @@
 #if HAVE_CUDA
 #include <cuda_runtime.h>
 
-int ddp_cuda_probe(char *why, size_t why_size)
+int cuda_probe(char *why, size_t why_size)
 {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
@@ -30,9 +30,9 @@ int ddp_cuda_probe(char *why, size_t why_size)
     return 0;
 }
 
-int ddp_cuda_device_count(void) { return ddp_cuda_probe(NULL, 0); }
+int ddp_cuda_device_count(void) { return cuda_probe(NULL, 0); }
 
-ddp_status ddp_cuda_bus_id(int device, char *out, int size)
+ddp_status cuda_bus_id(int device, char *out, int size)
 {
     cudaError_t err = cudaDeviceGetPCIBusId(out, size, device);
     if (err == cudaSuccess)
@@ -85,7 +85,7 @@ static ddp_status cpu_stage_mark(int slot)
     return DDP_OK;
 }
 
-static const ddp_device_ops cpu_device = {
+static const device_ops cpu_device = {
     .name = "cpu",
     .alloc = cpu_alloc,
     .free = cpu_free,
@@ -99,44 +99,44 @@ static const ddp_device_ops cpu_device = {
     .stage_release = cpu_stage_mark,
 };
 
-const ddp_device_ops *ddp_device_cpu(void) { return &cpu_device; }
+const device_ops *device_ops_cpu(void) { return &cpu_device; }
 
 #if !HAVE_CUDA
 
-const ddp_device_ops *ddp_device_cuda(void) { return NULL; }
+const device_ops *device_ops_cuda(void) { return NULL; }
 
 int ddp_cuda_device_count(void) { return 0; }
 
-ddp_status ddp_cuda_device_open(int device)
+ddp_status cuda_device_open(int device)
 {
     DDP_ERROR("CUDA device %d requested, but this build has no CUDA backend", device);
     return DDP_ERR_UNSUPPORTED;
 }
 
-void ddp_cuda_device_close(void) {}
+void cuda_device_close(void) {}
 
-void *ddp_cuda_stream(void) { return NULL; }
+void *cuda_stream(void) { return NULL; }
 
-int ddp_cuda_probe(char *why, size_t why_size)
+int cuda_probe(char *why, size_t why_size)
 {
     if (why_size)
         snprintf(why, why_size, "this libddp was built without CUDA");
     return 0;
 }
 
-ddp_status ddp_cuda_bus_id(int device, char *out, int size)
+ddp_status cuda_bus_id(int device, char *out, int size)
 {
     (void)device, (void)out, (void)size;
     return DDP_ERR_UNSUPPORTED;
 }
 
-ddp_status ddp_cuda_join(void *first, void *then)
+ddp_status cuda_join(void *first, void *then)
 {
     (void)first, (void)then;
     return DDP_ERR_UNSUPPORTED;
 }
 
-ddp_status ddp_cuda_stream_wait(void *stream, const char *what)
+ddp_status cuda_stream_wait(void *stream, const char *what)
 {
     (void)stream, (void)what;
     return DDP_ERR_UNSUPPORTED;

@@ -12,7 +12,7 @@
 
 #include "ddp.h"
 
-typedef struct ddp_device_ops {
+typedef struct device_ops {
     const char *name; /* "cpu" or "cuda" */
     /* zeroed, the zeroing complete (the host waited for it); NULL on failure */
     void *(*alloc)(size_t n_bytes);
@@ -26,19 +26,19 @@ typedef struct ddp_device_ops {
     ddp_status (*stage_upload)(int slot, int part, void *dst, const void *src_host, size_t n_bytes);
     ddp_status (*stage_acquire)(int slot);
     ddp_status (*stage_release)(int slot);
-} ddp_device_ops;
+} device_ops;
 
 /* Host memory (always built). */
-const ddp_device_ops *ddp_device_cpu(void);
-/* Device memory on the streams of ddp_cuda_device_open(), or NULL in a build without CUDA. */
-const ddp_device_ops *ddp_device_cuda(void);
+const device_ops *device_ops_cpu(void);
+/* Device memory on the streams of cuda_device_open(), or NULL in a build without CUDA. */
+const device_ops *device_ops_cuda(void);
 /* Makes `device` current for this thread and creates the stream every operation of libddp is
  * ordered on, and the copy stream of the batch staging. DDP_ERR_CUDA on failure;
  * DDP_ERR_UNSUPPORTED without a CUDA build. */
-ddp_status ddp_cuda_device_open(int device);
+ddp_status cuda_device_open(int device);
 /* Waits (under the deadline) for both streams, then releases them and the staging. */
-void ddp_cuda_device_close(void);
-/* The stream of ddp_cuda_device_open() (a cudaStream_t); NULL before it or without CUDA. */
-void *ddp_cuda_stream(void);
+void cuda_device_close(void);
+/* The stream of cuda_device_open() (a cudaStream_t); NULL before it or without CUDA. */
+void *cuda_stream(void);
 
 #endif /* DDP_DEVICE_H */

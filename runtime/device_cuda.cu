@@ -1,6 +1,6 @@
 /* device_cuda.cu - libddp's device-memory operations on CUDA: allocation (zeroed before it
  * returns), transfers through pinned bounce buffers, copies, and the scale kernel the reducer's
- * averaging needs, all on the one stream that ddp_cuda_device_open() creates (the stream NCCL
+ * averaging needs, all on the one stream that cuda_device_open() creates (the stream NCCL
  * orders its collectives against); and the double-buffered pinned staging of training batches on
  * a copy stream beside it. Every host wait polls under the deadline (cuda_wait.c): none blocks in
  * cudaStreamSynchronize, nor in a copy from or to pageable memory (which may wait for the
@@ -46,7 +46,7 @@ typedef struct pinned {
 static ddp_status pinned_reserve(pinned *b, size_t n, const char *what)
 {
     if (b->busy) {
-        ddp_status st = ddp_cuda_event_wait(b->done, what);
+        ddp_status st = cuda_event_wait(b->done, what);
         if (st != DDP_OK)
             return st;
         b->busy = false;
@@ -99,9 +99,9 @@ static pinned *bounce_take(void)
 /* Waits for libddp's stream and the copy stream (what may still read or write device memory). */
 static ddp_status dev_wait_streams(const char *what)
 {
-    ddp_status st = ddp_cuda_stream_wait(dev_stream, what);
+    ddp_status st = cuda_stream_wait(dev_stream, what);
     if (st == DDP_OK && copy_stream)
-        st = ddp_cuda_stream_wait(copy_stream, what);
+        st = cuda_stream_wait(copy_stream, what);
     return st;
 }
 
@@ -122,7 +122,7 @@ static void *dev_alloc(size_t n_bytes)
         cudaFree(p);
         return NULL;
     }
-    if (ddp_cuda_stream_wait(dev_stream, "zeroing new device memory") == DDP_OK)
+    if (cuda_stream_wait(dev_stream, "zeroing new device memory") == DDP_OK)
         return p;
     DDP_ERROR("ddp_alloc: %zu bytes left allocated: the GPU did not finish zeroing them", n);
     return NULL;
@@ -173,7 +173,7 @@ static ddp_status dev_download(void *dst_host, const void *src, size_t n_bytes)
         TRY_CUDA(cudaMemcpyAsync(b->host, (const char *)src + done, n, cudaMemcpyDeviceToHost,
                                     dev_stream));
         TRY_OK(pinned_record(b, dev_stream));
-        st = ddp_cuda_event_wait(b->done, "download");
+        st = cuda_event_wait(b->done, "download");
         if (st != DDP_OK)
             return st;
         b->busy = false;
@@ -272,9 +272,9 @@ static void staging_release(void)
 
 /* ==================================================================== table and lifecycle == */
 
-static ddp_device_ops make_dev_ops(void)
+static device_ops make_dev_ops(void)
 {
-    ddp_device_ops ops = {};
+    device_ops ops = {};
     ops.name = "cuda";
     ops.alloc = dev_alloc;
     ops.free = dev_free;
@@ -289,11 +289,11 @@ static ddp_device_ops make_dev_ops(void)
     return ops;
 }
 
-static const ddp_device_ops dev_table = make_dev_ops();
+static const device_ops dev_table = make_dev_ops();
 
-extern "C" const ddp_device_ops *ddp_device_cuda(void) { return &dev_table; }
+extern "C" const device_ops *device_ops_cuda(void) { return &dev_table; }
 
-extern "C" ddp_status ddp_cuda_device_open(int device)
+extern "C" ddp_status cuda_device_open(int device)
 {
     int n = ddp_cuda_device_count();
     if (device < 0 || device >= n) {
@@ -301,7 +301,7 @@ extern "C" ddp_status ddp_cuda_device_open(int device)
         return DDP_ERR_NO_DEVICE;
     }
     if (dev_open >= 0)
-        ddp_cuda_device_close();
+        cuda_device_close();
     TRY_CUDA(cudaSetDevice(device));
     TRY_CUDA(cudaStreamCreateWithFlags(&dev_stream, cudaStreamNonBlocking));
     TRY_CUDA(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
@@ -311,7 +311,7 @@ extern "C" ddp_status ddp_cuda_device_open(int device)
 
 /* After a failed wait the streams and buffers are left as they are: destroying them would wait
  * for the stuck GPU (the process is ending or the job is being aborted). */
-extern "C" void ddp_cuda_device_close(void)
+extern "C" void cuda_device_close(void)
 {
     if (dev_stream && dev_wait_streams("closing the device") == DDP_OK) {
         staging_release();
@@ -324,4 +324,4 @@ extern "C" void ddp_cuda_device_close(void)
     dev_open = -1;
 }
 
-extern "C" void *ddp_cuda_stream(void) { return (void *)dev_stream; }
+extern "C" void *cuda_stream(void) { return (void *)dev_stream; }

@@ -12,59 +12,59 @@
 
 /* ---- communication: one interface, two implementations (comm_mpi.c, comm_nccl.c) ---------- */
 
-typedef struct ddp_comm ddp_comm;
+typedef struct comm_group comm_group;
 
-typedef struct ddp_comm_ops {
+typedef struct comm_ops {
     const char *name; /* "mpi" or "nccl" */
     /* dtype: any ddp_dtype the implementation supports (MPI: all; NCCL: all). */
-    ddp_status (*allreduce)(ddp_comm *c, void *buf, size_t n, ddp_dtype dtype, ddp_reduce_op op);
+    ddp_status (*allreduce)(comm_group *c, void *buf, size_t n, ddp_dtype dtype, ddp_reduce_op op);
     /* stream: CUDA only, the cudaStream_t the operation follows and its completion is ordered on
      * (NULL: the backend's stream); the MPI communicator ignores it. */
-    ddp_status (*allreduce_start)(ddp_comm *c, void *buf, size_t n, ddp_dtype dtype,
+    ddp_status (*allreduce_start)(comm_group *c, void *buf, size_t n, ddp_dtype dtype,
                                   ddp_reduce_op op, void *stream, ddp_request **req);
     ddp_status (*wait)(ddp_request *req);
-    ddp_status (*broadcast)(ddp_comm *c, void *buf, size_t n_bytes, int root);
-    ddp_status (*allgather)(ddp_comm *c, const void *send, void *recv, size_t n_bytes);
-    ddp_status (*barrier)(ddp_comm *c);
-    void (*destroy)(ddp_comm *c);
-} ddp_comm_ops;
+    ddp_status (*broadcast)(comm_group *c, void *buf, size_t n_bytes, int root);
+    ddp_status (*allgather)(comm_group *c, const void *send, void *recv, size_t n_bytes);
+    ddp_status (*barrier)(comm_group *c);
+    void (*destroy)(comm_group *c);
+} comm_ops;
 
-struct ddp_comm {
-    const ddp_comm_ops *ops;
+struct comm_group {
+    const comm_ops *ops;
     void *impl; /* implementation's state */
 };
 
 /* MPI over host memory. Non-blocking operations run in order on the communicator's own thread,
  * so they progress while the caller computes. */
-ddp_status ddp_comm_mpi_create(ddp_comm **out);
+ddp_status comm_mpi_create(comm_group **out);
 /* NCCL over device memory, bootstrapped over MPI_COMM_WORLD (rank 0's unique id is broadcast).
  * DDP_ERR_UNSUPPORTED in a build without NCCL. */
-ddp_status ddp_comm_nccl_create(int rank, int world_size, ddp_comm **out);
+ddp_status comm_nccl_create(int rank, int world_size, comm_group **out);
 
 /* ---- CUDA: device probe and waits under the deadline (device.c, cuda_wait.c) ---------------- */
 
 /* Number of CUDA devices usable here; when there are none because CUDA failed, `why` (may be NULL
  * when why_size is 0) says what cudaGetDeviceCount reported, else it is "". Never fails. */
-int ddp_cuda_probe(char *why, size_t why_size);
+int cuda_probe(char *why, size_t why_size);
 /* PCI bus id ("0000:06:00.0") of `device`; DDP_ERR_CUDA (logged) on failure, or
  * DDP_ERR_UNSUPPORTED without a CUDA build. */
-ddp_status ddp_cuda_bus_id(int device, char *out, int size);
+ddp_status cuda_bus_id(int device, char *out, int size);
 
 /* What a wait polls besides its event: `check` returns DDP_OK while the communicator is healthy
  * (else the error, e.g. NCCL's asynchronous error, already logged); `on_timeout` aborts it. One
  * watch per process (the NCCL communicator's); NULL functions remove it. */
-void ddp_cuda_set_watch(ddp_status (*check)(void *arg), void (*on_timeout)(void *arg), void *arg);
+void cuda_set_watch(ddp_status (*check)(void *arg), void (*on_timeout)(void *arg), void *arg);
 /* Waits until the cudaEvent_t `event` has completed, polling cudaEventQuery and the watch under
- * the deadline (ddp_timeout_seconds()) instead of blocking. DDP_ERR_TIMEOUT after the deadline
+ * the deadline (timeout_seconds()) instead of blocking. DDP_ERR_TIMEOUT after the deadline
  * (the watch's on_timeout has then run), the watch's error, or DDP_ERR_CUDA; each logged with
  * `what`. */
-ddp_status ddp_cuda_event_wait(void *event, const char *what);
+ddp_status cuda_event_wait(void *event, const char *what);
 /* The same for all work queued so far on the cudaStream_t `stream`. */
-ddp_status ddp_cuda_stream_wait(void *stream, const char *what);
+ddp_status cuda_stream_wait(void *stream, const char *what);
 /* Makes the work queued later on cudaStream_t `then` wait for the work queued so far on `first`
  * (either may be NULL, the legacy default stream). DDP_ERR_CUDA on failure; DDP_ERR_UNSUPPORTED
  * without a CUDA build. Does not block the host. */
-ddp_status ddp_cuda_join(void *first, void *then);
+ddp_status cuda_join(void *first, void *then);
 
 /* ---- the context --------------------------------------------------------------------------- */
 
@@ -76,9 +76,9 @@ struct ddp_ctx {
     ddp_backend_kind backend; /* CPU or CUDA */
     int device;               /* CUDA ordinal or -1 */
     int threads;
-    const ddp_device_ops *dev; /* backend memory: host or CUDA device */
-    ddp_comm *comm;      /* collectives on backend memory */
-    ddp_comm *host_comm; /* collectives on host memory (MPI); equals comm on the CPU backend */
+    const device_ops *dev; /* backend memory: host or CUDA device */
+    comm_group *comm;      /* collectives on backend memory */
+    comm_group *host_comm; /* collectives on host memory (MPI); equals comm on the CPU backend */
     int owns_mpi;        /* this context initialised MPI and finalises it */
     /* ddp_comm_stats counters, updated with atomic builtins (the reducer may start all-reduces
      * from any thread; plain types because the CUDA sources, C++, include this header too) */
@@ -88,24 +88,24 @@ struct ddp_ctx {
 
 /* The typed non-blocking all-reduce behind ddp_allreduce_start and the reducer: checks, counts
  * the payload in the stats, dispatches to ctx->comm. *req is NULL on failure. */
-ddp_status ddp_allreduce_start_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
+ddp_status allreduce_start_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
                                      ddp_reduce_op op, void *stream, ddp_request **req);
 
 /* Host-memory collectives used by the runtime itself (verification, checksums, broadcasts of
  * control data), whatever the backend. */
-ddp_status ddp_host_allgather(ddp_ctx *ctx, const void *send, void *recv, size_t n_bytes);
-ddp_status ddp_host_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root);
+ddp_status host_allgather(ddp_ctx *ctx, const void *send, void *recv, size_t n_bytes);
+ddp_status host_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root);
 
 /* Sets the rank shown in log prefixes (-1 before ddp_init knows it) and the host name. */
-void ddp_log_set_identity(int rank, const char *hostname);
+void log_set_identity(int rank, const char *hostname);
 
 /* The deadline of every collective and wait, in seconds: DDP_TIMEOUT from the environment, 300
- * when unset or invalid (an invalid value is ddp_timeout_check's to report). */
-double ddp_timeout_seconds(void);
+ * when unset or invalid (an invalid value is timeout_check's to report). */
+double timeout_seconds(void);
 /* DDP_OK when DDP_TIMEOUT is unset or a number of seconds from 0.1 to 604800; else DDP_ERR_ENV,
  * logged with the variable, its value and the allowed range. ddp_init fails with it on every rank
- * (ddp_watchdog_connect), so no program runs with a deadline it did not ask for. */
-ddp_status ddp_timeout_check(void);
+ * (watchdog_connect), so no program runs with a deadline it did not ask for. */
+ddp_status timeout_check(void);
 
 /* ---- the watchdog (watchdog.c): deadlines on collectives, dead-rank detection ------------- */
 
@@ -115,31 +115,31 @@ enum { DDP_WATCH_CALLER, DDP_WATCH_ASYNC, DDP_WATCH_N_LANES };
 /* Around every collective: enter marks collective `what` (a string literal) of n_bytes, for
  * bucket (or -1), as active on the lane and returns its sequence number; leave marks it done.
  * A few atomic stores each; no-ops while the watchdog is off. One thread per lane. */
-uint64_t ddp_watch_enter(int lane, const char *what, int bucket, size_t n_bytes);
-void ddp_watch_leave(int lane);
+uint64_t watch_enter(int lane, const char *what, int bucket, size_t n_bytes);
+void watch_leave(int lane);
 
 /* Starts the watchdog thread (before MPI_Init, so start-up is under the deadline too); a lane
- * active longer than ddp_timeout_seconds() ends the job (MPI_Abort) after naming the collective.
+ * active longer than timeout_seconds() ends the job (MPI_Abort) after naming the collective.
  * DDP_WATCHDOG=0 leaves it off. Only fails softly: a warning, and no deadlines. */
-ddp_status ddp_watchdog_start(void);
+ddp_status watchdog_start(void);
 /* Collective, after MPI_Init: tells the watchdog this rank, exchanges side-channel addresses and
  * builds the ring of TCP connections that detects dead ranks. A ring that cannot be built
  * everywhere is left off with a warning (DDP_OK); DDP_ERR_MPI when the exchange itself failed;
- * DDP_ERR_ENV on every rank when DDP_TIMEOUT is invalid on any (ddp_timeout_check; also with
+ * DDP_ERR_ENV on every rank when DDP_TIMEOUT is invalid on any (timeout_check; also with
  * DDP_WATCHDOG=0 and in a job of one rank). */
-ddp_status ddp_watchdog_connect(int rank, int world, const char *hostname);
+ddp_status watchdog_connect(int rank, int world, const char *hostname);
 /* Says goodbye on the ring and closes the side channel (deadlines stay). */
-void ddp_watchdog_disconnect(void);
+void watchdog_disconnect(void);
 /* Tells the ring that this rank is ending the job (before MPI_Abort in ddp_abort). */
-void ddp_watchdog_announce_abort(void);
+void watchdog_announce_abort(void);
 /* Disconnects and stops the thread. */
-void ddp_watchdog_stop(void);
+void watchdog_stop(void);
 
 /* trace.c: the tag (a bucket index; -1: none) of the all-reduces the calling thread starts next.
  * The MPI communicator keeps it in the request, and its thread records the "allreduce" span with
  * it as args.arg. */
-void ddp_trace_set_tag(int64_t tag);
-int64_t ddp_trace_tag(void);
+void trace_set_tag(int64_t tag);
+int64_t trace_current_tag(void);
 
 /* checkpoint.c: where an atomic save (temporary file renamed over the target) of `path` goes.
  * DDP_OK with *out (malloc'ed) the file to replace: path itself when it does not exist or is a
@@ -147,9 +147,9 @@ int64_t ddp_trace_tag(void);
  * kept). DDP_ERR_INVALID_ARG, logged with `what` (e.g. "checkpoint") and the path, when it is or
  * points to a folder, a device, a FIFO or a socket, or is a dangling or looping link; DDP_ERR_IO
  * when it cannot be examined; *out is NULL then. Used by checkpoints and the trace file. */
-ddp_status ddp_output_target(const char *what, const char *path, char **out);
+ddp_status output_target(const char *what, const char *path, char **out);
 
 /* CRC-32 (zlib) of a buffer, used by checksums and checkpoints. */
-uint32_t ddp_crc32(const void *data, size_t n_bytes);
+uint32_t ckpt_crc32(const void *data, size_t n_bytes);
 
 #endif /* DDP_INTERNAL_H */

@@ -48,7 +48,7 @@ void ddp_log_set_level(ddp_log_level level)
         log_level = level;
 }
 
-void ddp_log_set_identity(int rank, const char *hostname)
+void log_set_identity(int rank, const char *hostname)
 {
     pthread_once(&log_once, log_init_once);
     log_rank = rank;

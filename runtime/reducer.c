@@ -52,7 +52,7 @@ struct ddp_reducer {
     int micro_steps;         /* micro-steps since the last finish, this one included */
     ddp_status launch_error; /* first failed launch of this sync step, DDP_OK when none */
     int defer_launch;        /* launch nothing before finish() (no overlap) */
-    ddp_exposed_timer *timer; /* CUDA: exposed communication per sync step, while tracing */
+    exposed_timer *timer; /* CUDA: exposed communication per sync step, while tracing */
 };
 
 void ddp_reducer_opts_default(ddp_reducer_opts *opts)
@@ -67,7 +67,7 @@ void ddp_reducer_opts_default(ddp_reducer_opts *opts)
     opts->defer_launch = 0;
 }
 
-static ddp_status ddp_mib_to_bytes(double mib, const char *what, size_t *out)
+static ddp_status mib_to_bytes(double mib, const char *what, size_t *out)
 {
     double bytes = mib * DDP_MIB;
     if (!(bytes >= 1.0) || bytes > (double)(SIZE_MAX / 2)) {
@@ -80,7 +80,7 @@ static ddp_status ddp_mib_to_bytes(double mib, const char *what, size_t *out)
     return DDP_OK;
 }
 
-static ddp_status ddp_reducer_alloc(ddp_reducer *r, int n_params)
+static ddp_status reducer_alloc(ddp_reducer *r, int n_params)
 {
     r->buckets = calloc((size_t)n_params, sizeof *r->buckets);
     r->param_bucket = calloc((size_t)n_params, sizeof *r->param_bucket);
@@ -94,15 +94,15 @@ static ddp_status ddp_reducer_alloc(ddp_reducer *r, int n_params)
     return DDP_OK;
 }
 
-static ddp_status ddp_reducer_plan(ddp_reducer *r, const size_t *numel,
+static ddp_status reducer_plan(ddp_reducer *r, const size_t *numel,
                                    const ddp_reducer_opts *opts)
 {
     size_t cap_bytes, first_cap_bytes;
-    ddp_status st = ddp_mib_to_bytes(opts->bucket_mb, "bucket_mb", &cap_bytes);
+    ddp_status st = mib_to_bytes(opts->bucket_mb, "bucket_mb", &cap_bytes);
     if (st == DDP_OK)
-        st = ddp_mib_to_bytes(opts->first_bucket_mb, "first_bucket_mb", &first_cap_bytes);
+        st = mib_to_bytes(opts->first_bucket_mb, "first_bucket_mb", &first_cap_bytes);
     if (st == DDP_OK)
-        st = ddp_reducer_alloc(r, r->n_params);
+        st = reducer_alloc(r, r->n_params);
     if (st == DDP_OK)
         st = ddp_plan_buckets(numel, r->n_params, cap_bytes, first_cap_bytes, r->buckets,
                               &r->n_buckets);
@@ -115,15 +115,15 @@ static ddp_status ddp_reducer_plan(ddp_reducer *r, const size_t *numel,
 }
 
 /* Element type pointer arithmetic: element `offset` of buffer x of type t. */
-static void *ddp_elem(void *x, ddp_dtype t, size_t offset)
+static void *convert_elem(void *x, ddp_dtype t, size_t offset)
 {
     return (char *)x + offset * ddp_dtype_size(t);
 }
 
 /* Checks the types and allocates the wire buffer when the wire type differs from the gradients'. */
-static ddp_status ddp_reducer_types(ddp_reducer *r, const size_t *numel, const ddp_reducer_opts *o)
+static ddp_status reducer_types(ddp_reducer *r, const size_t *numel, const ddp_reducer_opts *o)
 {
-    if (!ddp_dtype_is_grad(o->grad_dtype) || !ddp_dtype_is_grad(o->comm_dtype)) {
+    if (!convert_dtype_is_grad(o->grad_dtype) || !convert_dtype_is_grad(o->comm_dtype)) {
         DDP_ERROR("ddp_reducer_create: gradient type %d / wire type %d: use DDP_FP32, DDP_BF16 or "
                   "DDP_FP16 (ddp-train: --grad-dtype fp32|bf16|fp16)", (int)o->grad_dtype,
                   (int)o->comm_dtype);
@@ -170,11 +170,11 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
     r->grads = grads;
     r->n_params = n_params;
     r->defer_launch = opts ? opts->defer_launch : 0;
-    ddp_status st = ddp_reducer_plan(r, numel, opts ? opts : &defaults);
+    ddp_status st = reducer_plan(r, numel, opts ? opts : &defaults);
     if (st == DDP_OK)
-        st = ddp_reducer_types(r, numel, opts ? opts : &defaults);
+        st = reducer_types(r, numel, opts ? opts : &defaults);
     if (st == DDP_OK && ddp_backend(ctx) == DDP_BACKEND_CUDA)
-        st = ddp_exposed_timer_create(&r->timer);
+        st = exposed_timer_create(&r->timer);
     if (st != DDP_OK) {
         ddp_reducer_destroy(r);
         return st;
@@ -184,7 +184,7 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
 }
 
 /* Completes every launched request (in launch order); returns the first failure. */
-static ddp_status ddp_reducer_wait_all(ddp_reducer *r)
+static ddp_status reducer_wait_all(ddp_reducer *r)
 {
     ddp_status first = DDP_OK;
     for (int b = 0; b < r->n_buckets; b++) {
@@ -203,10 +203,10 @@ static ddp_status ddp_reducer_wait_all(ddp_reducer *r)
 
 /* CUDA, while tracing: one "reducer.exposed" instant (args.arg: nanoseconds) per sync step whose
  * events have completed, oldest first; wait != 0 waits for them (see reducer_cuda.h). */
-static void ddp_reducer_report_exposed(ddp_reducer *r, int wait)
+static void reducer_report_exposed(ddp_reducer *r, int wait)
 {
     int64_t ns;
-    while (ddp_exposed_timer_next(r->timer, wait, &ns))
+    while (exposed_timer_next(r->timer, wait, &ns))
         ddp_trace_instant("reducer.exposed", ns);
 }
 
@@ -215,15 +215,15 @@ void ddp_reducer_destroy(ddp_reducer *r)
     if (!r)
         return;
     if (r->requests)
-        ddp_reducer_wait_all(r); /* the communicator must not write into freed state */
+        reducer_wait_all(r); /* the communicator must not write into freed state */
     if (r->timer && ddp_trace_enabled()) {
-        ddp_reducer_report_exposed(r, 1);
-        long dropped = ddp_exposed_timer_dropped(r->timer);
+        reducer_report_exposed(r, 1);
+        long dropped = exposed_timer_dropped(r->timer);
         if (dropped > 0)
             DDP_WARN("reducer: the exposed communication of %ld sync step(s) was not measured: the "
                      "host ran more steps ahead of the GPU than the timer holds", dropped);
     }
-    ddp_exposed_timer_destroy(r->timer);
+    exposed_timer_destroy(r->timer);
     ddp_free(r->ctx, r->wire);
     free(r->buckets);
     free(r->param_bucket);
@@ -233,7 +233,7 @@ void ddp_reducer_destroy(ddp_reducer *r)
     free(r);
 }
 
-static void ddp_reducer_reset_step(ddp_reducer *r)
+static void reducer_reset_step(ddp_reducer *r)
 {
     for (int p = 0; p < r->n_params; p++)
         r->marked[p] = 0;
@@ -254,7 +254,7 @@ ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
                   "ddp_reducer_finish() after its backward pass");
         return DDP_ERR_STATE;
     }
-    ddp_reducer_reset_step(r);
+    reducer_reset_step(r);
     r->in_step = 1;
     r->sync = sync != 0;
     r->micro_steps++;
@@ -263,7 +263,7 @@ ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
 
 /* What a bucket is multiplied by before its all-reduce: 1 for fp32 on the wire; for 16 bits
  * 2^-k, 2^k the smallest power of two >= world_size * micro_steps (see the top of the file). */
-static float ddp_reducer_prescale(const ddp_reducer *r)
+static float reducer_prescale(const ddp_reducer *r)
 {
     if (r->wire_dtype == DDP_FP32)
         return 1.0f;
@@ -273,25 +273,25 @@ static float ddp_reducer_prescale(const ddp_reducer *r)
 }
 
 /* Launches bucket b; on failure records the error and launches nothing more this step. */
-static void ddp_reducer_launch(ddp_reducer *r, int b)
+static void reducer_launch(ddp_reducer *r, int b)
 {
     const ddp_bucket *bk = &r->buckets[b];
-    void *buf = ddp_elem(r->grads, r->grad_dtype, bk->offset);
+    void *buf = convert_elem(r->grads, r->grad_dtype, bk->offset);
     ddp_status st = DDP_OK;
     ddp_trace_instant("allreduce.queued", b);
-    float pre = ddp_reducer_prescale(r);
+    float pre = reducer_prescale(r);
     if (pre != 1.0f) /* in the gradients' type, before a narrowing cast could overflow */
-        st = ddp_dev_scale(r->ctx, buf, r->grad_dtype, bk->n, pre, r->stream);
+        st = convert_dev_scale(r->ctx, buf, r->grad_dtype, bk->n, pre, r->stream);
     if (st == DDP_OK && r->wire) {
-        void *wire = ddp_elem(r->wire, r->wire_dtype, bk->offset);
-        st = ddp_dev_cast(r->ctx, wire, r->wire_dtype, buf, r->grad_dtype, bk->n, r->stream);
+        void *wire = convert_elem(r->wire, r->wire_dtype, bk->offset);
+        st = convert_dev_cast(r->ctx, wire, r->wire_dtype, buf, r->grad_dtype, bk->n, r->stream);
         buf = wire;
     }
-    ddp_trace_set_tag(b);
+    trace_set_tag(b);
     if (st == DDP_OK)
-        st = ddp_allreduce_start_typed(r->ctx, buf, bk->n, r->wire_dtype, DDP_SUM, r->stream,
+        st = allreduce_start_typed(r->ctx, buf, bk->n, r->wire_dtype, DDP_SUM, r->stream,
                                        &r->requests[b]);
-    ddp_trace_set_tag(-1);
+    trace_set_tag(-1);
     if (st != DDP_OK) {
         DDP_ERROR("reducer: cannot start the all-reduce of bucket %d (parameters %d..%d): %s", b,
                   bk->first_param, bk->last_param, ddp_strerror(st));
@@ -301,11 +301,11 @@ static void ddp_reducer_launch(ddp_reducer *r, int b)
 }
 
 /* Launches every consecutive ready bucket from next_launch on (all of them when force). */
-static void ddp_reducer_launch_ready(ddp_reducer *r, int force)
+static void reducer_launch_ready(ddp_reducer *r, int force)
 {
     while (r->launch_error == DDP_OK && r->next_launch < r->n_buckets &&
            (force || r->pending[r->next_launch] == 0))
-        ddp_reducer_launch(r, r->next_launch++);
+        reducer_launch(r, r->next_launch++);
 }
 
 ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param)
@@ -329,12 +329,12 @@ ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param)
         return DDP_OK; /* accumulation step: gradients stay local */
     r->pending[r->param_bucket[param]]--;
     if (!r->defer_launch)
-        ddp_reducer_launch_ready(r, 0);
+        reducer_launch_ready(r, 0);
     return r->launch_error;
 }
 
 /* Logs every parameter left unmarked in the sync step; DDP_ERR_STATE when there is one. */
-static ddp_status ddp_reducer_check_marked(const ddp_reducer *r)
+static ddp_status reducer_check_marked(const ddp_reducer *r)
 {
     ddp_status st = DDP_OK;
     for (int p = 0; p < r->n_params; p++) {
@@ -349,31 +349,31 @@ static ddp_status ddp_reducer_check_marked(const ddp_reducer *r)
 
 /* Casts bucket b back from the wire (when it has one) and multiplies it by alpha, which completes
  * the division by world x micro-steps. */
-static ddp_status ddp_reducer_unpack(ddp_reducer *r, int b, float alpha)
+static ddp_status reducer_unpack(ddp_reducer *r, int b, float alpha)
 {
     const ddp_bucket *bk = &r->buckets[b];
-    void *grads = ddp_elem(r->grads, r->grad_dtype, bk->offset);
+    void *grads = convert_elem(r->grads, r->grad_dtype, bk->offset);
     if (r->wire)
-        return ddp_dev_cast_scale(r->ctx, grads, r->grad_dtype,
-                                  ddp_elem(r->wire, r->wire_dtype, bk->offset), r->wire_dtype, bk->n,
+        return convert_dev_cast_scale(r->ctx, grads, r->grad_dtype,
+                                  convert_elem(r->wire, r->wire_dtype, bk->offset), r->wire_dtype, bk->n,
                                   alpha, r->stream);
     if (alpha == 1.0f)
         return DDP_OK; /* a 16-bit bucket already divided by a power of two equal to the mean's */
-    return ddp_dev_scale(r->ctx, grads, r->grad_dtype, bk->n, alpha, r->stream);
+    return convert_dev_scale(r->ctx, grads, r->grad_dtype, bk->n, alpha, r->stream);
 }
 
 /* The stream the reducer orders its work on (CUDA): the caller's, else libddp's. */
-static void *ddp_reducer_stream(const ddp_reducer *r)
+static void *reducer_stream(const ddp_reducer *r)
 {
     return r->stream ? r->stream : ddp_backend_stream(r->ctx);
 }
 
-static ddp_status ddp_reducer_scale(ddp_reducer *r)
+static ddp_status reducer_scale(ddp_reducer *r)
 {
     double mean = 1.0 / ((double)ddp_world_size(r->ctx) * (double)r->micro_steps);
-    float alpha = (float)(mean / (double)ddp_reducer_prescale(r));
+    float alpha = (float)(mean / (double)reducer_prescale(r));
     for (int b = 0; b < r->n_buckets; b++) {
-        ddp_status st = ddp_reducer_unpack(r, b, alpha);
+        ddp_status st = reducer_unpack(r, b, alpha);
         if (st != DDP_OK) {
             DDP_ERROR("reducer: scaling bucket %d failed: %s", b, ddp_strerror(st));
             return st;
@@ -393,26 +393,26 @@ ddp_status ddp_reducer_finish(ddp_reducer *r)
                   "and mark every parameter first");
         return DDP_ERR_STATE;
     }
-    ddp_status marked = ddp_reducer_check_marked(r);
+    ddp_status marked = reducer_check_marked(r);
     int timed = r->timer && ddp_trace_enabled(); /* a timer error only loses the measurement */
     if (timed) {
-        ddp_reducer_report_exposed(r, 0);
-        ddp_exposed_timer_start(r->timer, ddp_reducer_stream(r));
+        reducer_report_exposed(r, 0);
+        exposed_timer_start(r->timer, reducer_stream(r));
     }
     /* Launch what is left even after an error, so peers that did everything right are not left
      * waiting in an all-reduce this rank never joins. */
-    ddp_reducer_launch_ready(r, 1);
+    reducer_launch_ready(r, 1);
     ddp_trace_begin("reducer.wait", r->n_buckets);
-    ddp_status st = ddp_reducer_wait_all(r);
+    ddp_status st = reducer_wait_all(r);
     ddp_trace_end("reducer.wait", r->n_buckets);
     if (timed)
-        ddp_exposed_timer_stop(r->timer, ddp_reducer_stream(r));
+        exposed_timer_stop(r->timer, reducer_stream(r));
     if (st == DDP_OK)
         st = r->launch_error;
     if (st == DDP_OK)
         st = marked;
     if (st == DDP_OK)
-        st = ddp_reducer_scale(r);
+        st = reducer_scale(r);
     if (st == DDP_OK && r->stream) /* libddp's later work (the loss scaler) sees the result */
         st = ddp_after_stream(r->ctx, r->stream);
     r->in_step = 0;

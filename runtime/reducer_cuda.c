@@ -12,7 +12,7 @@
 
 #define EXPOSED_SLOTS 4 /* sync steps the host may run ahead of the device, measured */
 
-struct ddp_exposed_timer {
+struct exposed_timer {
     cudaEvent_t start[EXPOSED_SLOTS]; /* backward's work done on the reducer's stream */
     cudaEvent_t end[EXPOSED_SLOTS];   /* ... and the stream's waits for the all-reduces done */
     int head;    /* slot of the oldest ended interval not read */
@@ -30,10 +30,10 @@ static ddp_status timer_check(cudaError_t err, const char *what)
     return DDP_ERR_CUDA;
 }
 
-ddp_status ddp_exposed_timer_create(ddp_exposed_timer **out)
+ddp_status exposed_timer_create(exposed_timer **out)
 {
     *out = NULL;
-    ddp_exposed_timer *t = calloc(1, sizeof *t);
+    exposed_timer *t = calloc(1, sizeof *t);
     if (!t) {
         DDP_ERROR("reducer: out of memory for the exposed-communication timer");
         return DDP_ERR_NOMEM;
@@ -45,14 +45,14 @@ ddp_status ddp_exposed_timer_create(ddp_exposed_timer **out)
             st = timer_check(cudaEventCreate(&t->end[i]), "cudaEventCreate");
     }
     if (st != DDP_OK) {
-        ddp_exposed_timer_destroy(t);
+        exposed_timer_destroy(t);
         return st;
     }
     *out = t;
     return DDP_OK;
 }
 
-void ddp_exposed_timer_destroy(ddp_exposed_timer *t)
+void exposed_timer_destroy(exposed_timer *t)
 {
     if (!t)
         return;
@@ -66,13 +66,13 @@ void ddp_exposed_timer_destroy(ddp_exposed_timer *t)
 }
 
 /* Forgets the oldest ended interval. */
-static void timer_pop(ddp_exposed_timer *t)
+static void timer_pop(exposed_timer *t)
 {
     t->head = (t->head + 1) % EXPOSED_SLOTS;
     t->n_ended--;
 }
 
-ddp_status ddp_exposed_timer_start(ddp_exposed_timer *t, void *stream)
+ddp_status exposed_timer_start(exposed_timer *t, void *stream)
 {
     if (t->n_ended == EXPOSED_SLOTS) { /* every slot in flight: give the oldest up */
         timer_pop(t);
@@ -85,7 +85,7 @@ ddp_status ddp_exposed_timer_start(ddp_exposed_timer *t, void *stream)
     return st;
 }
 
-ddp_status ddp_exposed_timer_stop(ddp_exposed_timer *t, void *stream)
+ddp_status exposed_timer_stop(exposed_timer *t, void *stream)
 {
     if (!t->open)
         return DDP_OK; /* its start failed, and said so */
@@ -98,12 +98,12 @@ ddp_status ddp_exposed_timer_stop(ddp_exposed_timer *t, void *stream)
     return st;
 }
 
-int ddp_exposed_timer_next(ddp_exposed_timer *t, int wait, int64_t *ns)
+int exposed_timer_next(exposed_timer *t, int wait, int64_t *ns)
 {
     if (t->n_ended == 0)
         return 0;
     int slot = t->head;
-    if (wait && ddp_cuda_event_wait(t->end[slot], "reducer: exposed-communication timer") != DDP_OK) {
+    if (wait && cuda_event_wait(t->end[slot], "reducer: exposed-communication timer") != DDP_OK) {
         timer_pop(t); /* the wait said why */
         return 0;
     }
@@ -120,51 +120,51 @@ int ddp_exposed_timer_next(ddp_exposed_timer *t, int wait, int64_t *ns)
     return 1;
 }
 
-long ddp_exposed_timer_dropped(const ddp_exposed_timer *t)
+long exposed_timer_dropped(const exposed_timer *t)
 {
     return t ? t->dropped : 0;
 }
 
 #else /* no CUDA in this build: the reducer never creates a timer on the CPU backend */
 
-ddp_status ddp_exposed_timer_create(ddp_exposed_timer **out)
+ddp_status exposed_timer_create(exposed_timer **out)
 {
     *out = NULL;
     DDP_ERROR("reducer: this libddp was built without CUDA");
     return DDP_ERR_UNSUPPORTED;
 }
 
-void ddp_exposed_timer_destroy(ddp_exposed_timer *t)
+void exposed_timer_destroy(exposed_timer *t)
 {
     (void)t;
 }
 
 /* Forgets the oldest ended interval. */
-static void timer_pop(ddp_exposed_timer *t)
+static void timer_pop(exposed_timer *t)
 {
     t->head = (t->head + 1) % EXPOSED_SLOTS;
     t->n_ended--;
 }
 
-ddp_status ddp_exposed_timer_start(ddp_exposed_timer *t, void *stream)
+ddp_status exposed_timer_start(exposed_timer *t, void *stream)
 {
     (void)t, (void)stream;
     return DDP_ERR_UNSUPPORTED;
 }
 
-ddp_status ddp_exposed_timer_stop(ddp_exposed_timer *t, void *stream)
+ddp_status exposed_timer_stop(exposed_timer *t, void *stream)
 {
     (void)t, (void)stream;
     return DDP_ERR_UNSUPPORTED;
 }
 
-int ddp_exposed_timer_next(ddp_exposed_timer *t, int wait, int64_t *ns)
+int exposed_timer_next(exposed_timer *t, int wait, int64_t *ns)
 {
     (void)t, (void)wait, (void)ns;
     return 0;
 }
 
-long ddp_exposed_timer_dropped(const ddp_exposed_timer *t)
+long exposed_timer_dropped(const exposed_timer *t)
 {
     (void)t;
     return 0;

@@ -20,22 +20,22 @@
 
 #include "ddp.h"
 
-typedef struct ddp_exposed_timer ddp_exposed_timer;
+typedef struct exposed_timer exposed_timer;
 
 /* Creates the timer's events on the current device. DDP_ERR_CUDA (logged) or DDP_ERR_NOMEM on
  * failure, *out NULL then; DDP_ERR_UNSUPPORTED without CUDA. */
-ddp_status ddp_exposed_timer_create(ddp_exposed_timer **out);
+ddp_status exposed_timer_create(exposed_timer **out);
 /* Frees the events (pending intervals are dropped). NULL is ignored. */
-void ddp_exposed_timer_destroy(ddp_exposed_timer *t);
+void exposed_timer_destroy(exposed_timer *t);
 /* Starts an interval: records its start event on `stream` after everything queued there. */
-ddp_status ddp_exposed_timer_start(ddp_exposed_timer *t, void *stream);
+ddp_status exposed_timer_start(exposed_timer *t, void *stream);
 /* Ends the interval begun by the last start: records its end event on `stream`. */
-ddp_status ddp_exposed_timer_stop(ddp_exposed_timer *t, void *stream);
+ddp_status exposed_timer_stop(exposed_timer *t, void *stream);
 /* The oldest ended interval whose events have completed: 1 and its length in *ns (removed from
  * the timer), else 0. With wait != 0 it first waits for that interval's end under the deadline
  * (DDP_TIMEOUT; cuda_wait.c), else it never blocks. A CUDA error drops the interval (logged). */
-int ddp_exposed_timer_next(ddp_exposed_timer *t, int wait, int64_t *ns);
+int exposed_timer_next(exposed_timer *t, int wait, int64_t *ns);
 /* Intervals given up so far because every slot was still in flight. */
-long ddp_exposed_timer_dropped(const ddp_exposed_timer *t);
+long exposed_timer_dropped(const exposed_timer *t);
 
 #endif /* DDP_REDUCER_CUDA_H */

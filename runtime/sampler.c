@@ -23,15 +23,15 @@ struct ddp_sampler {
 };
 
 /* A sequential stream of 32-bit words from Philox keyed on (seed, epoch). */
-typedef struct ddp_perm_stream {
+typedef struct perm_stream {
     philox4x32_key_t key;
     uint32_t epoch_lo, epoch_hi;
     uint64_t block;
     philox4x32_ctr_t words;
     int used; /* words already consumed from `words` */
-} ddp_perm_stream;
+} perm_stream;
 
-static void ddp_perm_stream_init(ddp_perm_stream *st, uint64_t seed, uint64_t epoch)
+static void perm_stream_init(perm_stream *st, uint64_t seed, uint64_t epoch)
 {
     st->key.v[0] = (uint32_t)seed;
     st->key.v[1] = (uint32_t)(seed >> 32);
@@ -41,7 +41,7 @@ static void ddp_perm_stream_init(ddp_perm_stream *st, uint64_t seed, uint64_t ep
     st->used = 4;
 }
 
-static uint32_t ddp_perm_stream_next32(ddp_perm_stream *st)
+static uint32_t perm_stream_next32(perm_stream *st)
 {
     if (st->used == 4) {
         philox4x32_ctr_t ctr = {{(uint32_t)st->block, (uint32_t)(st->block >> 32), st->epoch_lo,
@@ -54,37 +54,37 @@ static uint32_t ddp_perm_stream_next32(ddp_perm_stream *st)
 }
 
 /* Uniform integer in [0, bound] without modulo bias (rejection on 64-bit draws). */
-static uint64_t ddp_perm_stream_upto(ddp_perm_stream *st, uint64_t bound)
+static uint64_t perm_stream_upto(perm_stream *st, uint64_t bound)
 {
     uint64_t range = bound + 1;
     if (range == 0) /* bound is UINT64_MAX: every draw is valid */
-        return ((uint64_t)ddp_perm_stream_next32(st) << 32) | ddp_perm_stream_next32(st);
+        return ((uint64_t)perm_stream_next32(st) << 32) | perm_stream_next32(st);
     uint64_t limit = UINT64_MAX - (UINT64_MAX % range + 1) % range; /* largest usable draw */
     for (;;) {
-        uint64_t r = ((uint64_t)ddp_perm_stream_next32(st) << 32) | ddp_perm_stream_next32(st);
+        uint64_t r = ((uint64_t)perm_stream_next32(st) << 32) | perm_stream_next32(st);
         if (r <= limit)
             return r % range;
     }
 }
 
-static void ddp_sampler_permute(ddp_sampler *s, uint64_t epoch)
+static void sampler_permute(ddp_sampler *s, uint64_t epoch)
 {
     size_t n = s->opts.n_samples;
     for (size_t i = 0; i < n; i++)
         s->perm[i] = i;
     if (!s->opts.shuffle)
         return;
-    ddp_perm_stream st;
-    ddp_perm_stream_init(&st, s->opts.seed, epoch);
+    perm_stream st;
+    perm_stream_init(&st, s->opts.seed, epoch);
     for (size_t i = n - 1; i > 0; i--) {
-        size_t j = (size_t)ddp_perm_stream_upto(&st, i);
+        size_t j = (size_t)perm_stream_upto(&st, i);
         size_t t = s->perm[i];
         s->perm[i] = s->perm[j];
         s->perm[j] = t;
     }
 }
 
-static ddp_status ddp_sampler_check(const ddp_sampler_opts *o)
+static ddp_status sampler_check(const ddp_sampler_opts *o)
 {
     if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size) {
         DDP_ERROR("ddp_sampler_create: rank %d is outside [0, world_size %d): pass the rank and "
@@ -114,7 +114,7 @@ ddp_status ddp_sampler_create(const ddp_sampler_opts *opts, ddp_sampler **out)
         DDP_ERROR("ddp_sampler_create: opts is NULL");
         return DDP_ERR_INVALID_ARG;
     }
-    ddp_status st = ddp_sampler_check(opts);
+    ddp_status st = sampler_check(opts);
     if (st != DDP_OK)
         return st;
     ddp_sampler *s = calloc(1, sizeof *s);
@@ -155,7 +155,7 @@ ddp_status ddp_sampler_indices(ddp_sampler *s, uint64_t epoch, size_t *out)
         DDP_ERROR("ddp_sampler_indices: %s is NULL", s ? "out" : "sampler");
         return DDP_ERR_INVALID_ARG;
     }
-    ddp_sampler_permute(s, epoch);
+    sampler_permute(s, epoch);
     size_t n = s->opts.n_samples, world = (size_t)s->opts.world_size;
     size_t pos = (size_t)s->opts.rank;
     for (size_t k = 0; k < s->per_rank; k++, pos += world)

@@ -32,14 +32,14 @@ void ddp_scaler_opts_default(ddp_scaler_opts *opts)
     opts->stream = NULL;
 }
 
-static int ddp_scale_ok(double scale)
+static int scale_ok(double scale)
 {
     return isfinite(scale) && scale > 0.0;
 }
 
-static ddp_status ddp_scaler_check_opts(const ddp_scaler_opts *o)
+static ddp_status scaler_check_opts(const ddp_scaler_opts *o)
 {
-    const char *bad = !ddp_scale_ok(o->init_scale)                         ? "init_scale > 0"
+    const char *bad = !scale_ok(o->init_scale)                         ? "init_scale > 0"
                       : !(o->growth_factor > 1.0 && isfinite(o->growth_factor)) ? "growth_factor > 1"
                       : !(o->backoff_factor > 0.0 && o->backoff_factor < 1.0) ? "0 < backoff_factor < 1"
                       : o->growth_interval < 1                               ? "growth_interval >= 1"
@@ -65,7 +65,7 @@ ddp_status ddp_scaler_create(ddp_ctx *ctx, const ddp_scaler_opts *opts, ddp_scal
         DDP_ERROR("ddp_scaler_create: no context (call ddp_init first)");
         return DDP_ERR_INVALID_ARG;
     }
-    ddp_status st = ddp_scaler_check_opts(o);
+    ddp_status st = scaler_check_opts(o);
     if (st != DDP_OK)
         return st;
     ddp_scaler *s = calloc(1, sizeof *s);
@@ -89,11 +89,11 @@ double ddp_scaler_scale(const ddp_scaler *s)
 }
 
 /* Every rank learns whether any rank found inf/NaN. Collective. */
-static ddp_status ddp_scaler_agree(ddp_scaler *s, void *grads, ddp_dtype dtype, size_t n,
+static ddp_status scaler_agree(ddp_scaler *s, void *grads, ddp_dtype dtype, size_t n,
                                    int *any_inf)
 {
     int found = 0;
-    ddp_status st = ddp_dev_nonfinite(s->ctx, grads, dtype, n, &found, s->opts.stream);
+    ddp_status st = convert_dev_nonfinite(s->ctx, grads, dtype, n, &found, s->opts.stream);
     int64_t flag = st != DDP_OK ? 1 : found; /* a failed check still joins the collective */
     ddp_status agreed = ddp_allreduce_host(s->ctx, &flag, 1, DDP_INT64, DDP_MAX);
     if (st == DDP_OK)
@@ -102,7 +102,7 @@ static ddp_status ddp_scaler_agree(ddp_scaler *s, void *grads, ddp_dtype dtype, 
     return st;
 }
 
-static void ddp_scaler_update(ddp_scaler *s, int any_inf)
+static void scaler_update(ddp_scaler *s, int any_inf)
 {
     if (any_inf) {
         s->scale *= s->opts.backoff_factor;
@@ -124,21 +124,21 @@ ddp_status ddp_scaler_unscale_update(ddp_scaler *s, void *grads, ddp_dtype dtype
     if (!step_ok)
         return DDP_ERR_INVALID_ARG;
     *step_ok = 0;
-    if (!s || (!grads && n > 0) || !ddp_dtype_is_grad(dtype)) {
+    if (!s || (!grads && n > 0) || !convert_dtype_is_grad(dtype)) {
         DDP_ERROR("ddp_scaler_unscale_update: need a scaler and gradients of type fp32, bf16 or "
                   "fp16 (got type %s)", ddp_dtype_name(dtype));
         return DDP_ERR_INVALID_ARG;
     }
     int any_inf = 0;
-    ddp_status st = ddp_scaler_agree(s, grads, dtype, n, &any_inf);
+    ddp_status st = scaler_agree(s, grads, dtype, n, &any_inf);
     if (st == DDP_OK && !any_inf)
-        st = ddp_dev_scale(s->ctx, grads, dtype, n, (float)(1.0 / s->scale), s->opts.stream);
+        st = convert_dev_scale(s->ctx, grads, dtype, n, (float)(1.0 / s->scale), s->opts.stream);
     if (st != DDP_OK)
         return st;
     if (any_inf)
         DDP_INFO0("loss scaler: inf/NaN in the gradients of at least one rank: step skipped on "
                   "every rank, scale %g -> %g", s->scale, s->scale * s->opts.backoff_factor);
-    ddp_scaler_update(s, any_inf);
+    scaler_update(s, any_inf);
     *step_ok = !any_inf;
     return DDP_OK;
 }
@@ -156,7 +156,7 @@ ddp_status ddp_scaler_set_state(ddp_scaler *s, double scale, int64_t growth_trac
 {
     if (!s)
         return DDP_ERR_INVALID_ARG;
-    if (!ddp_scale_ok(scale) || growth_tracker < 0 || growth_tracker >= s->opts.growth_interval) {
+    if (!scale_ok(scale) || growth_tracker < 0 || growth_tracker >= s->opts.growth_interval) {
         DDP_ERROR("ddp_scaler_set_state: need a positive finite scale and a growth tracker in "
                   "[0, %lld), got scale %g and tracker %lld (a checkpoint written with another "
                   "--loss-scale-interval? restore with the same interval)",

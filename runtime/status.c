@@ -37,7 +37,7 @@ int ddp_version_number(void)
 #define DDP_TIMEOUT_MAX_S 604800.0
 
 /* 1 with *out set when text is a valid DDP_TIMEOUT ("inf", "nan", "20s", "0" are not). */
-static int ddp_timeout_parse(const char *text, double *out)
+static int timeout_parse(const char *text, double *out)
 {
     char *end;
     errno = 0;
@@ -49,24 +49,24 @@ static int ddp_timeout_parse(const char *text, double *out)
     return 1;
 }
 
-double ddp_timeout_seconds(void)
+double timeout_seconds(void)
 {
     static double cached = -1;
     if (cached > 0)
         return cached;
     const char *v = getenv("DDP_TIMEOUT");
     double t = DDP_TIMEOUT_DEFAULT_S;
-    if (v && *v && !ddp_timeout_parse(v, &t))
-        t = DDP_TIMEOUT_DEFAULT_S; /* ddp_timeout_check reports it; start-up keeps a deadline */
+    if (v && *v && !timeout_parse(v, &t))
+        t = DDP_TIMEOUT_DEFAULT_S; /* timeout_check reports it; start-up keeps a deadline */
     cached = t;
     return t;
 }
 
-ddp_status ddp_timeout_check(void)
+ddp_status timeout_check(void)
 {
     const char *v = getenv("DDP_TIMEOUT");
     double t;
-    if (!v || !*v || ddp_timeout_parse(v, &t))
+    if (!v || !*v || timeout_parse(v, &t))
         return DDP_OK;
     DDP_ERROR("DDP_TIMEOUT='%s' is not a number of seconds from %g to %g (the deadline of every "
               "collective and wait; unset: %g): set it to a number such as 600, or unset it", v,

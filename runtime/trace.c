@@ -60,8 +60,8 @@ static int trace_cuda;          /* a CUDA context: exposed communication from th
 static _Thread_local int trace_tid = -1;
 static _Thread_local int64_t trace_tag = -1;
 
-void ddp_trace_set_tag(int64_t tag) { trace_tag = tag; }
-int64_t ddp_trace_tag(void) { return trace_tag; }
+void trace_set_tag(int64_t tag) { trace_tag = tag; }
+int64_t trace_current_tag(void) { return trace_tag; }
 
 static int64_t trace_now_ns(void)
 {
@@ -334,12 +334,12 @@ static void trace_write_events(FILE *f, int world, const int *counts, const trac
 }
 
 /* Rank 0: the whole file, replaced atomically (a temporary file renamed over the target: see
- * ddp_output_target for what may be replaced). */
+ * output_target for what may be replaced). */
 static ddp_status trace_write_file(const char *path, int world, const int *counts,
                                    const trace_record *recs, const char *hosts, long dropped)
 {
     char *target = NULL;
-    ddp_status st = ddp_output_target("trace", path, &target);
+    ddp_status st = output_target("trace", path, &target);
     if (st != DDP_OK)
         return st;
     size_t tmp_size = strlen(target) + 32;

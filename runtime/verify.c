@@ -109,7 +109,7 @@ static ddp_status verify_compare(const ddp_ctx *ctx, const ddp_param_desc *descs
  * counts: room for world_size ints. */
 static ddp_status verify_counts(ddp_ctx *ctx, int n_params, int *counts)
 {
-    ddp_status st = ddp_host_allgather(ctx, &n_params, counts, sizeof n_params);
+    ddp_status st = host_allgather(ctx, &n_params, counts, sizeof n_params);
     for (int r = 1; st == DDP_OK && r < ctx->world_size; r++) {
         if (counts[r] == counts[0])
             continue;
@@ -125,9 +125,9 @@ static ddp_status verify_counts(ddp_ctx *ctx, int n_params, int *counts)
 static ddp_status verify_agree_memory(int ok)
 {
     int all_ok = 0;
-    ddp_watch_enter(DDP_WATCH_CALLER, "replica-check agreement", -1, sizeof ok);
+    watch_enter(DDP_WATCH_CALLER, "replica-check agreement", -1, sizeof ok);
     int rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    ddp_watch_leave(DDP_WATCH_CALLER);
+    watch_leave(DDP_WATCH_CALLER);
     if (rc != MPI_SUCCESS) {
         DDP_ERROR("MPI_Allreduce failed in the replica check");
         return DDP_ERR_MPI;
@@ -141,7 +141,7 @@ static ddp_status verify_tables(ddp_ctx *ctx, const ddp_param_desc *descs, int n
                                 const float *params_host, param_sum *mine, param_sum *table)
 {
     verify_summarise(descs, n_params, params_host, mine);
-    ddp_status st = ddp_host_allgather(ctx, mine, table, (size_t)n_params * sizeof *mine);
+    ddp_status st = host_allgather(ctx, mine, table, (size_t)n_params * sizeof *mine);
     return st == DDP_OK ? verify_compare(ctx, descs, n_params, table) : st;
 }
 

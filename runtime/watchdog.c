@@ -1,7 +1,7 @@
 /* watchdog.c - no rank left hanging: a deadline on every collective, and death detection over a
  * side channel of TCP connections that does not depend on MPI.
  *
- * Deadlines. Every collective runs between ddp_watch_enter() and ddp_watch_leave() on one of two
+ * Deadlines. Every collective runs between watch_enter() and watch_leave() on one of two
  * lanes: the caller's blocking collectives, and the communication thread's queued all-reduces.
  * Each call is one atomic store of (sequence number << 1 | active) into the lane, plus the label
  * of the collective: no system call, no lock. One thread per process (started by ddp_init, before
@@ -86,7 +86,7 @@ typedef struct wd_peer {
     uint16_t port; /* network order */
     int16_t ok;    /* the listener is open */
     int32_t pid;
-    int32_t timeout_bad; /* DDP_TIMEOUT is invalid here (ddp_timeout_check): ddp_init fails everywhere */
+    int32_t timeout_bad; /* DDP_TIMEOUT is invalid here (timeout_check): ddp_init fails everywhere */
     uint64_t token;
     char host[64];
 } wd_peer;
@@ -102,7 +102,7 @@ typedef struct wd_lane {
 static wd_lane wd_lanes[DDP_WATCH_N_LANES];
 static _Atomic int wd_enabled;        /* lanes are written */
 
-/* The watchdog thread and the side channel; owned by ddp_watchdog_start/stop. */
+/* The watchdog thread and the side channel; owned by watchdog_start/stop. */
 static struct {
     pthread_mutex_t lock;
     pthread_t thread, answerer;
@@ -122,7 +122,7 @@ static struct {
 
 /* ---- the lanes (hot path) ------------------------------------------------------------------ */
 
-uint64_t ddp_watch_enter(int lane, const char *what, int bucket, size_t n_bytes)
+uint64_t watch_enter(int lane, const char *what, int bucket, size_t n_bytes)
 {
     if (!atomic_load_explicit(&wd_enabled, memory_order_relaxed))
         return 0;
@@ -135,7 +135,7 @@ uint64_t ddp_watch_enter(int lane, const char *what, int bucket, size_t n_bytes)
     return seq;
 }
 
-void ddp_watch_leave(int lane)
+void watch_leave(int lane)
 {
     if (!atomic_load_explicit(&wd_enabled, memory_order_relaxed))
         return;
@@ -264,7 +264,7 @@ static _Noreturn void wd_end_job(int why, int arg)
     _exit(1);
 }
 
-void ddp_watchdog_announce_abort(void)
+void watchdog_announce_abort(void)
 {
     pthread_mutex_lock(&wd.lock);
     wd_tell_ring(WD_ABORT, WD_WHY_ABORT, wd.rank);
@@ -600,7 +600,7 @@ static void *wd_answerer(void *arg)
         if (fd < 0 && (errno == EINTR || errno == ECONNABORTED))
             continue;
         if (fd < 0)
-            return NULL; /* shut down by ddp_watchdog_stop */
+            return NULL; /* shut down by watchdog_stop */
         wd_answer(fd);
         close(fd);
     }
@@ -772,7 +772,7 @@ static uint64_t wd_make_token(void)
 static ddp_status wd_exchange(const char *hostname)
 {
     wd_peer me = {.pid = getpid(), .token = wd.rank == 0 ? wd_make_token() : 0,
-                  .timeout_bad = ddp_timeout_check() != DDP_OK};
+                  .timeout_bad = timeout_check() != DDP_OK};
     snprintf(me.host, sizeof me.host, "%s", hostname);
     if (wd.running && (wd.listener = wd_listen(&me.port)) >= 0) {
         me.addr = wd_pick_addr();
@@ -783,9 +783,9 @@ static ddp_status wd_exchange(const char *hostname)
         DDP_ERROR("out of memory for the side channel's table of %d ranks", wd.world);
         return DDP_ERR_NOMEM; /* the peers' deadline ends the job */
     }
-    ddp_watch_enter(DDP_WATCH_CALLER, "side-channel set-up", -1, sizeof me);
+    watch_enter(DDP_WATCH_CALLER, "side-channel set-up", -1, sizeof me);
     int rc = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, wd.peers, (int)sizeof me, MPI_BYTE, MPI_COMM_WORLD);
-    ddp_watch_leave(DDP_WATCH_CALLER);
+    watch_leave(DDP_WATCH_CALLER);
     if (rc != MPI_SUCCESS) {
         DDP_ERROR("exchanging side-channel addresses failed (MPI error %d)", rc);
         return DDP_ERR_MPI;
@@ -812,9 +812,9 @@ static int wd_first_closed(int *n_open)
 static int wd_agree_ring(int failed, int quiet)
 {
     int in[2] = {failed, wd.rank}, out[2] = {0, 0};
-    ddp_watch_enter(DDP_WATCH_CALLER, "side-channel agreement", -1, sizeof in);
+    watch_enter(DDP_WATCH_CALLER, "side-channel agreement", -1, sizeof in);
     int rc = MPI_Allreduce(in, out, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD);
-    ddp_watch_leave(DDP_WATCH_CALLER);
+    watch_leave(DDP_WATCH_CALLER);
     if (rc == MPI_SUCCESS && out[0] == 0)
         return 1;
     if (!quiet)
@@ -839,7 +839,7 @@ static ddp_status wd_agree_timeout(void)
     return DDP_ERR_ENV;
 }
 
-ddp_status ddp_watchdog_connect(int rank, int world, const char *hostname)
+ddp_status watchdog_connect(int rank, int world, const char *hostname)
 {
     char err[256] = "";
     pthread_mutex_lock(&wd.lock);
@@ -848,10 +848,10 @@ ddp_status ddp_watchdog_connect(int rank, int world, const char *hostname)
     wd.grace = rank == 0 ? 0 : rank == 1 ? WD_GRACE_S : 2 * WD_GRACE_S;
     pthread_mutex_unlock(&wd.lock);
     if (world < 2)
-        return ddp_timeout_check();
+        return timeout_check();
     ddp_status st = wd_exchange(hostname);
     if (st == DDP_OK && (st = wd_agree_timeout()) != DDP_OK)
-        ddp_watchdog_disconnect();
+        watchdog_disconnect();
     if (st != DDP_OK)
         return st;
     int n_open = 0, closed = wd_first_closed(&n_open), failed = closed >= 0;
@@ -865,13 +865,13 @@ ddp_status ddp_watchdog_connect(int rank, int world, const char *hostname)
         wd_wake(); /* the thread now polls the ring */
         return DDP_OK;
     }
-    ddp_watchdog_disconnect();
+    watchdog_disconnect();
     return DDP_OK;
 }
 
 /* ---- start and stop ------------------------------------------------------------------------- */
 
-ddp_status ddp_watchdog_start(void)
+ddp_status watchdog_start(void)
 {
     const char *env = getenv("DDP_WATCHDOG");
     if (env && strcmp(env, "0") == 0)
@@ -881,7 +881,7 @@ ddp_status ddp_watchdog_start(void)
         pthread_mutex_unlock(&wd.lock);
         return DDP_OK;
     }
-    wd.timeout = ddp_timeout_seconds();
+    wd.timeout = timeout_seconds();
     wd.grace = 0;
     wd.rank = -1;
     wd.stopping = 0;
@@ -915,7 +915,7 @@ static void wd_side_close(void)
     wd.peers = NULL;
 }
 
-void ddp_watchdog_disconnect(void)
+void watchdog_disconnect(void)
 {
     pthread_mutex_lock(&wd.lock);
     wd_side_close();
@@ -923,9 +923,9 @@ void ddp_watchdog_disconnect(void)
     wd_wake();
 }
 
-void ddp_watchdog_stop(void)
+void watchdog_stop(void)
 {
-    ddp_watchdog_disconnect();
+    watchdog_disconnect();
     pthread_mutex_lock(&wd.lock);
     int running = wd.running;
     wd.stopping = 1;

@@ -23,7 +23,7 @@
 #define DDP_CKPT_DIFFERENT 1
 #define DDP_CKPT_TROUBLE 2
 
-static const char ddp_ckpt_usage_text[] =
+static const char ckpt_usage_text[] =
     "usage: ddp-ckpt show FILE\n"
     "       ddp-ckpt diff [--tol X] A B\n"
     "  show    prints the signature (parameter names and shapes) and the training state\n"
@@ -32,20 +32,20 @@ static const char ddp_ckpt_usage_text[] =
     "          (per parameter: max |a-b| / max(max |a|, max |b|, 1e-12), largest over parameters)\n"
     "  --tol X exit 1 when max_rel_diff > X\n";
 
-typedef struct ddp_ckpt {
+typedef struct ckpt_file {
     const char *path;
     ddp_param_desc *descs;
     int n_params;
     float *params;
-} ddp_ckpt;
+} ckpt_file;
 
 static int ckpt_usage(const char *complaint)
 {
-    fprintf(stderr, "ddp-ckpt: %s\n%s", complaint, ddp_ckpt_usage_text);
+    fprintf(stderr, "ddp-ckpt: %s\n%s", complaint, ckpt_usage_text);
     return DDP_CKPT_TROUBLE;
 }
 
-static ddp_status ckpt_open(const char *path, ddp_ckpt *c)
+static ddp_status ckpt_open(const char *path, ckpt_file *c)
 {
     c->path = path;
     ddp_status st = ddp_checkpoint_load(path, &c->descs, &c->n_params, &c->params);
@@ -54,7 +54,7 @@ static ddp_status ckpt_open(const char *path, ddp_ckpt *c)
     return st;
 }
 
-static void ckpt_close(ddp_ckpt *c)
+static void ckpt_close(ckpt_file *c)
 {
     free(c->descs);
     free(c->params);
@@ -81,7 +81,7 @@ static int desc_equal(const ddp_param_desc *a, const ddp_param_desc *b)
 }
 
 /* Returns 1 when the signatures match; otherwise prints the first difference. */
-static int ckpt_same_signature(const ddp_ckpt *a, const ddp_ckpt *b)
+static int ckpt_same_signature(const ckpt_file *a, const ckpt_file *b)
 {
     if (a->n_params != b->n_params) {
         fprintf(stderr, "ddp-ckpt: signatures differ: %s has %d parameters, %s has %d\n", a->path,
@@ -127,7 +127,7 @@ static void param_diff(const float *a, const float *b, size_t n, double *abs_dif
 }
 
 /* Compares values parameter by parameter; prints the result; returns max_rel_diff. */
-static double ckpt_compare(const ddp_ckpt *a, const ddp_ckpt *b)
+static double ckpt_compare(const ckpt_file *a, const ckpt_file *b)
 {
     double max_abs = 0.0, max_rel = 0.0;
     int worst = 0;
@@ -179,7 +179,7 @@ static int ckpt_diff(int argc, char **argv)
         return rc;
     if (argc - optind != 2)
         return ckpt_usage("diff needs two checkpoint files");
-    ddp_ckpt a = {0}, b = {0};
+    ckpt_file a = {0}, b = {0};
     rc = DDP_CKPT_TROUBLE;
     if (ckpt_open(argv[optind], &a) == DDP_OK && ckpt_open(argv[optind + 1], &b) == DDP_OK) {
         rc = DDP_CKPT_DIFFERENT;
@@ -225,7 +225,7 @@ static int ckpt_show(int argc, char **argv)
 {
     if (argc != 2)
         return ckpt_usage("show needs one checkpoint file");
-    ddp_ckpt c = {0};
+    ckpt_file c = {0};
     if (ckpt_open(argv[1], &c) != DDP_OK)
         return DDP_CKPT_TROUBLE;
     size_t total = 0;
@@ -252,7 +252,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "diff") == 0)
         return ckpt_diff(argc - 1, argv + 1);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(ddp_ckpt_usage_text, stdout);
+        fputs(ckpt_usage_text, stdout);
         return DDP_CKPT_SAME;
     }
     return ckpt_usage("unknown command (expected show or diff)");

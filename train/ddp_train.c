@@ -42,7 +42,7 @@
 
 typedef struct trainer {
     ddp_ctx *ctx;
-    const ddp_train_opts *o;
+    const train_opts *o;
     int rank, world;
     model_mnist train, test;
     ops_handle *ops; /* the models' compute on this context's backend */
@@ -69,11 +69,11 @@ typedef struct trainer {
     long in_epoch;     /* optimizer steps done in it */
     int nan_stopped;   /* a non-finite loss stopped training (--nan-policy stop) */
     int save_failed;   /* a checkpoint failed with --checkpoint-errors stop */
-    ddp_train_pos start; /* where training starts: zero, or the resumed position */
+    train_pos start; /* where training starts: zero, or the resumed position */
     long saved_step;   /* step of the last checkpoint written, -1 for none */
-    ddp_train_setup setup;
+    train_setup setup;
     float confusion[DDP_N_CLASSES * DDP_N_CLASSES]; /* last evaluation, summed over ranks */
-    ddp_progress progress;
+    progress_bar progress;
 } trainer;
 
 /* A failure only this rank may have seen: stop the whole job so no peer waits forever. */
@@ -85,14 +85,14 @@ static void train_must(trainer *t, ddp_status st, const char *what)
     ddp_abort(t->ctx, 1);
 }
 
-static volatile sig_atomic_t ddp_train_got_usr1, ddp_train_got_term; /* set by the handlers */
+static volatile sig_atomic_t got_usr1, got_term; /* set by the handlers */
 
 static void train_on_signal(int sig)
 {
     if (sig == SIGTERM)
-        ddp_train_got_term = 1;
+        got_term = 1;
     else
-        ddp_train_got_usr1 = 1;
+        got_usr1 = 1;
 }
 
 /* Every rank learns whether any rank failed. Returns DDP_OK when none did; otherwise every rank
@@ -346,11 +346,11 @@ static float train_lr(const trainer *t)
  * number of ranks whose loss was not finite. */
 static int64_t train_agree_step(trainer *t, int nonfinite)
 {
-    int64_t flags[3] = {ddp_train_got_usr1 != 0, ddp_train_got_term != 0, nonfinite != 0};
+    int64_t flags[3] = {got_usr1 != 0, got_term != 0, nonfinite != 0};
     train_must(t, ddp_allreduce_host(t->ctx, flags, 3, DDP_INT64, DDP_SUM), "agreeing on a stop");
     if ((flags[0] > 0 || flags[1] > 0) && !t->stopped) {
         if (t->rank == 0) {
-            ddp_progress_end(&t->progress);
+            progress_end(&t->progress);
             printf("%s received: every rank stops after step %ld\n", flags[1] > 0 ? "SIGTERM" : "SIGUSR1",
                    t->step + 1);
             fflush(stdout);
@@ -364,7 +364,7 @@ static int64_t train_agree_step(trainer *t, int nonfinite)
 /* Whether the ranks agree before the update of the step being done (see the top of the file). */
 static int train_agree_due(const trainer *t, long step_in_epoch)
 {
-    const ddp_train_opts *o = t->o;
+    const train_opts *o = t->o;
     long next = t->step + 1;
     return o->nan_skip || next % DDP_TRAIN_STOP_EVERY == 0 || step_in_epoch + 1 == t->steps_per_epoch ||
            next == t->total_steps || (o->checkpoint_dir && o->checkpoint_every && next % o->checkpoint_every == 0);
@@ -392,7 +392,7 @@ static int train_loss_nonfinite(trainer *t)
 static void train_on_nonfinite(trainer *t, int64_t ranks)
 {
     if (t->rank == 0)
-        ddp_progress_end(&t->progress);
+        progress_end(&t->progress);
     if (t->o->nan_skip) {
         if (t->rank == 0)
             DDP_WARN("step %ld: the loss is NaN or inf on %lld rank(s): the step is not applied "
@@ -449,12 +449,12 @@ static void train_step(trainer *t, long step_in_epoch)
  * outcome. A failure ends training unless --checkpoint-errors warn. */
 static void train_write_checkpoint(trainer *t, long in_epoch)
 {
-    ddp_train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = in_epoch};
+    train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = in_epoch};
     ddp_status st = DDP_OK;
     ddp_trace_begin("checkpoint", t->step);
     if (t->rank == 0) {
-        ddp_progress_end(&t->progress);
-        st = ddp_train_checkpoint(&t->setup, &pos);
+        progress_end(&t->progress);
+        st = train_checkpoint(&t->setup, &pos);
     }
     ddp_trace_end("checkpoint", t->step);
     t->saved_step = t->step;
@@ -487,7 +487,7 @@ static double train_evaluate(trainer *t)
     }
     train_must(t, ddp_allreduce_host(t->ctx, t->confusion, DDP_N_CLASSES * DDP_N_CLASSES,
                                          DDP_FP32, DDP_SUM), "summing evaluation counts");
-    return ddp_confusion_accuracy(t->confusion);
+    return confusion_accuracy(t->confusion);
 }
 
 /* Rank 0, after the first step (oneDNN picks its implementations when the primitives are made,
@@ -500,23 +500,23 @@ static void train_report_impl(const trainer *t)
     const char *impl = cpu ? ops_dnnl_describe(t->ops, p) : ops_cudnn_describe(t->ops, p);
     if (t->rank != 0 || !impl[0])
         return;
-    ddp_progress_end(&t->progress);
+    progress_end(&t->progress);
     printf("%s (%s): %s\n", cpu ? "oneDNN" : "cuDNN", model_precision_name(p), impl);
     fflush(stdout);
 }
 
 /* Trains one epoch (or until the step limit) and evaluates; fills e. */
-static void train_epoch(trainer *t, int epoch, ddp_epoch_stats *e)
+static void train_epoch(trainer *t, int epoch, epoch_stats *e)
 {
     size_t per_step = (size_t)t->o->batch * (size_t)t->o->accum;
     float loss[2] = {0.0f, 0.0f}; /* sum of micro-batch losses, micro-batches */
     long first = epoch == t->start.epoch ? t->start.step_in_epoch : 0, steps = first;
-    const ddp_train_opts *o = t->o;
+    const train_opts *o = t->o;
     t->epoch = epoch;
     t->loss_ok = 0.0f;
     t->loss_nan = 0;
     train_must(t, ddp_upload(t->ctx, t->loss_dev, &loss[0], sizeof loss[0]), "zeroing the loss");
-    double start = ddp_train_now(), before = t->progress.train_seconds;
+    double start = train_now(), before = t->progress.train_seconds;
     for (; steps < t->steps_per_epoch && t->step < t->total_steps; steps++) {
         ddp_trace_begin("step", t->step);
         train_step(t, steps);
@@ -527,11 +527,11 @@ static void train_epoch(trainer *t, int epoch, ddp_epoch_stats *e)
         t->step++;
         if (t->step == 1)
             train_report_impl(t);
-        if (t->rank == 0 && ddp_progress_due(&t->progress, t->step)) {
+        if (t->rank == 0 && progress_due(&t->progress, t->step)) {
             train_must(t, ddp_download(t->ctx, &loss[0], t->loss_dev, sizeof loss[0]),
                            "downloading the loss");
-            t->progress.train_seconds = before + ddp_train_now() - start;
-            ddp_progress_update(&t->progress, t->step, epoch, loss[0] / loss[1]);
+            t->progress.train_seconds = before + train_now() - start;
+            progress_update(&t->progress, t->step, epoch, loss[0] / loss[1]);
         }
         if (o->checkpoint_dir && (t->stopped || (o->checkpoint_every && t->step % o->checkpoint_every == 0)))
             train_write_checkpoint(t, steps + 1);
@@ -544,7 +544,7 @@ static void train_epoch(trainer *t, int epoch, ddp_epoch_stats *e)
     steps -= first;
     train_must(t, ddp_download(t->ctx, &loss[0], t->loss_dev, sizeof loss[0]),
                    "downloading the loss");
-    double seconds = ddp_train_now() - start; /* the download waited for the GPU */
+    double seconds = train_now() - start; /* the download waited for the GPU */
     t->progress.train_seconds = before + seconds;
     double sums[2] = {t->loss_nan ? NAN : loss[0], loss[1]};
     train_must(t, ddp_allreduce_host(t->ctx, sums, 2, DDP_FP64, DDP_SUM), "summing losses");
@@ -556,16 +556,16 @@ static void train_epoch(trainer *t, int epoch, ddp_epoch_stats *e)
 }
 
 /* Rank 0: the epoch line and its metrics line. */
-static void train_report_epoch(trainer *t, const ddp_epoch_stats *e)
+static void train_report_epoch(trainer *t, const epoch_stats *e)
 {
     if (t->rank != 0)
         return;
-    ddp_progress_end(&t->progress);
+    progress_end(&t->progress);
     printf("epoch %d: train loss %.4f, test accuracy %.2f%% (%ld steps, %.0f samples/s)\n", e->epoch + 1,
            e->train_loss, 100.0 * e->test_accuracy, e->steps, e->samples_per_s);
     fflush(stdout);
     if (t->metrics)
-        ddp_metrics_epoch(t->metrics, e);
+        metrics_epoch(t->metrics, e);
 }
 
 /* Rank 0: configuration at start-up. */
@@ -576,7 +576,7 @@ static void train_report_start(const trainer *t)
     printf("ddp-train: %d rank(s), backend %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)));
     ddp_dtype p = t->o->model.precision;
     if (ddp_backend(t->ctx) == DDP_BACKEND_CPU) {
-        printf("cpu: %s; ISA %s\n", ddp_cpu_model_name(), ddp_cpu_isa_describe());
+        printf("cpu: %s; ISA %s\n", cpu_model_name(), cpu_isa_describe());
         printf("compute: %s, %s; GEMM %s; convolutions %s; BLAS %s\n", t->ops->name, model_precision_name(p),
                ops_cpu_gemm_name(p), layer_conv_direct(t->ops) ? "oneDNN" : "im2col + GEMM", ops_blas_describe());
         if (p == DDP_BF16 && t->ops->emulates(t->ops, p))
@@ -585,8 +585,8 @@ static void train_report_start(const trainer *t)
     } else
         printf("compute: %s, %s; GEMM %s\n", t->ops->name, model_precision_name(t->o->model.precision),
                ops_cuda_describe(t->ops, t->o->model.precision));
-    printf("memory: %s\n", ddp_malloc_describe());
-    ddp_train_print_opts(stdout, t->o);
+    printf("memory: %s\n", malloc_describe());
+    train_print_opts(stdout, t->o);
     if (t->o->requeue && !getenv("SLURM_JOB_ID"))
         printf("--requeue: not a Slurm job (SLURM_JOB_ID is unset): a stop will not requeue anything\n");
     printf("data: %zu train / %zu test samples; %zu per rank per epoch; %ld steps per epoch "
@@ -623,12 +623,12 @@ static void train_report_comm(const trainer *t)
 }
 
 /* Rank 0: classification report, throughput and the summary metrics line. */
-static void train_report_end(trainer *t, ddp_run_stats *r)
+static void train_report_end(trainer *t, run_stats *r)
 {
     if (t->rank != 0)
         return;
     printf("\nclassification report (test set, after the last epoch):\n");
-    ddp_print_class_report(stdout, t->confusion);
+    print_class_report(stdout, t->confusion);
     printf("\nthroughput: %.1f samples/s across %d rank(s) (%ld steps in %.2f s of training, %.2f s wall)\n",
            r->samples_per_s, r->world_size, r->steps, r->train_seconds, r->wall_seconds);
     if (r->exposed_comm_ms >= 0)
@@ -637,7 +637,7 @@ static void train_report_end(trainer *t, ddp_run_stats *r)
                100.0 * r->hidden_fraction);
     fflush(stdout);
     if (t->metrics)
-        ddp_metrics_summary(t->metrics, t->o, r);
+        metrics_summary(t->metrics, t->o, r);
 }
 
 /* Rank 0 writes the whole training state to --save; every rank learns the outcome. */
@@ -646,9 +646,9 @@ static ddp_status train_save(trainer *t)
     ddp_status st = DDP_OK;
     ddp_trace_begin("checkpoint", 0);
     if (t->rank == 0) {
-        ddp_train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
-        st = ddp_train_save_state(&t->setup, &pos, t->o->save_path);
-        if (st != DDP_OK) /* errno: the system's reason of a failed write (ddp_train_save_state) */
+        train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
+        st = train_save_state(&t->setup, &pos, t->o->save_path);
+        if (st != DDP_OK) /* errno: the system's reason of a failed write (train_save_state) */
             DDP_ERROR("--save %s: %s", t->o->save_path,
                       st == DDP_ERR_IO && errno ? strerror(errno) : ddp_strerror(st));
         else
@@ -661,10 +661,10 @@ static ddp_status train_save(trainer *t)
 /* The epochs, then the final report. */
 static void train_loop(trainer *t, double wall_start)
 {
-    ddp_epoch_stats e = {0};
+    epoch_stats e = {0};
     int epochs = 0;
     long per_step = (long)t->o->batch * t->o->accum * t->world;
-    ddp_progress_init(&t->progress, t->o->log_every, t->total_steps, per_step);
+    progress_init(&t->progress, t->o->log_every, t->total_steps, per_step);
     for (int epoch = (int)t->start.epoch; epoch < t->o->epochs && t->step < t->total_steps &&
                                           !t->stopped && !t->nan_stopped && !t->save_failed;
          epoch++, epochs++) {
@@ -675,14 +675,14 @@ static void train_loop(trainer *t, double wall_start)
         e.test_accuracy = train_evaluate(t);
     train_report_scaler(t);
     train_report_comm(t);
-    ddp_run_stats r = {
+    run_stats r = {
         .world_size = t->world, .epochs = epochs, .steps = t->step, .test_accuracy = e.test_accuracy,
         .train_loss = e.train_loss, .train_seconds = t->progress.train_seconds,
         .samples_per_s = t->progress.train_seconds > 0
                              ? (double)((t->step - t->start.step) * per_step) / t->progress.train_seconds : 0.0,
-        .wall_seconds = ddp_train_now() - wall_start, .backend = ddp_backend_name(ddp_backend(t->ctx)),
+        .wall_seconds = train_now() - wall_start, .backend = ddp_backend_name(ddp_backend(t->ctx)),
         .stopped_by_signal = t->stopped};
-    ddp_train_comm_stats(t->ctx, &r);
+    train_comm_stats(t->ctx, &r);
     train_report_end(t, &r);
 }
 
@@ -733,16 +733,16 @@ static ddp_status train_prepare(trainer *t)
     if (st == DDP_OK)
         st = train_agree(t, train_plan(t));
     if (st == DDP_OK)
-        st = train_agree(t, t->rank == 0 ? ddp_train_check_outputs(t->o) : DDP_OK);
+        st = train_agree(t, t->rank == 0 ? train_check_outputs(t->o) : DDP_OK);
     if (st == DDP_OK)
         st = train_build(t);
     if (st != DDP_OK)
         return st;
-    t->setup = (ddp_train_setup){.ctx = t->ctx, .o = t->o, .model = t->model, .n_train = t->train.n,
+    t->setup = (train_setup){.ctx = t->ctx, .o = t->o, .model = t->model, .n_train = t->train.n,
                                  .steps_per_epoch = t->steps_per_epoch, .total_steps = t->total_steps,
                                  .scaler = t->scaler};
     int resumed;
-    st = ddp_train_resume(&t->setup, &t->start, &resumed);
+    st = train_resume(&t->setup, &t->start, &resumed);
     t->step = t->start.step;
     t->epoch = (int)t->start.epoch;
     t->in_epoch = t->start.step_in_epoch;
@@ -766,20 +766,20 @@ static ddp_status train_finish(trainer *t)
 
 /* Whole run. Returns a failure only when every rank agrees on it; other failures abort the job.
  * *requeue: rank 0 should requeue the Slurm job (stopped by a signal, with --requeue). */
-static ddp_status train_run(ddp_ctx *ctx, const ddp_train_opts *o, int *requeue)
+static ddp_status train_run(ddp_ctx *ctx, const train_opts *o, int *requeue)
 {
-    double wall_start = ddp_train_now();
+    double wall_start = train_now();
     trainer t = {.ctx = ctx, .o = o, .rank = ddp_rank(ctx), .world = ddp_world_size(ctx)};
     ddp_status st = train_prepare(&t);
     if (st == DDP_OK)
-        st = ddp_train_observe_start(ctx, o);
+        st = train_observe_start(ctx, o);
     if (st == DDP_OK) {
         train_report_start(&t);
         train_loop(&t, wall_start);
         st = train_verify_end(&t);
         if (st == DDP_OK)
             st = train_finish(&t);
-        ddp_status trace_st = ddp_train_observe_end(ctx, o);
+        ddp_status trace_st = train_observe_end(ctx, o);
         st = st == DDP_OK ? trace_st : st;
     }
     *requeue = st == DDP_OK && t.stopped && o->requeue && t.rank == 0 && getenv("SLURM_JOB_ID");
@@ -791,14 +791,14 @@ int main(int argc, char **argv)
 {
     if (ops_blas_prefer_fast_kernels(argv) != 0)
         return 2;
-    ddp_malloc_policy();
+    malloc_policy();
     struct sigaction sa = {.sa_handler = train_on_signal};
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    ddp_train_opts o;
-    ddp_train_parse_result pr = ddp_train_parse_args(argc, argv, &o);
+    train_opts o;
+    train_parse_result pr = train_parse_args(argc, argv, &o);
     if (pr != DDP_TRAIN_RUN)
         return pr == DDP_TRAIN_HELP ? 0 : 2;
     ddp_init_opts io;
@@ -815,6 +815,6 @@ int main(int argc, char **argv)
     st = train_run(ctx, &o, &requeue);
     ddp_finalize(ctx);
     if (requeue) /* last, after MPI is closed: Slurm ends this job's processes when it requeues */
-        st = ddp_train_requeue();
+        st = train_requeue();
     return st == DDP_OK ? 0 : 1;
 }

@@ -20,7 +20,7 @@ enum {
     OPT_CKPT_ERRORS, OPT_NAN_POLICY, OPT_TF32
 };
 
-static const struct option ddp_train_long_opts[] = {
+static const struct option train_long_opts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
     {"widths", required_argument, NULL, OPT_WIDTHS},
     {"data", required_argument, NULL, OPT_DATA},
@@ -65,7 +65,7 @@ static const struct option ddp_train_long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
-static const char ddp_train_usage_text[] =
+static const char train_usage_text[] =
     "usage: ddp-train [options]   (run one process, or many with mpirun / srun / ddp-launch)\n"
     "  --model mlp|cnn         model (default mlp)\n"
     "  --widths W-W-..         MLP layer widths, 784 first, 10 last (default 784-512-256-10)\n"
@@ -110,7 +110,7 @@ static const char ddp_train_usage_text[] =
     "                          --grad-dtype fp16 or --precision fp16): every rank must skip that\n"
     "                          step; up to 8 times\n";
 /* The rest of the usage text (C17 guarantees string literals of 4095 characters only). */
-static const char ddp_train_usage_more[] =
+static const char train_usage_more[] =
     "  --no-overlap            launch every gradient bucket after the backward pass (no overlap)\n"
     "  --trace FILE            rank 0 writes the job's timeline (Chrome trace-event JSON: open it in\n"
     "                          Perfetto or chrome://tracing); the summary then prints the exposed\n"
@@ -139,7 +139,7 @@ static const char ddp_train_usage_more[] =
     "DDP_TIMEOUT=S: the deadline of every collective, 0.1 to 604800 seconds (default 300); any other\n"
     "value stops every rank before training.\n";
 
-static void train_opts_default(ddp_train_opts *o)
+static void train_opts_default(train_opts *o)
 {
     memset(o, 0, sizeof *o);
     model_config_default(&o->model, MODEL_MLP);
@@ -164,7 +164,7 @@ static void train_opts_default(ddp_train_opts *o)
 }
 
 /* RANK:STEP for --inject-inf. */
-static int parse_inject(const char *text, ddp_train_opts *o)
+static int parse_inject(const char *text, train_opts *o)
 {
     char *end = NULL;
     errno = 0;
@@ -244,7 +244,7 @@ static int parse_seed(const char *text, uint64_t *out)
 }
 
 /* Flags that name a choice: model kind, widths, learning-rate schedule, precision, device. */
-static int parse_choice(int id, const char *text, ddp_train_opts *o)
+static int parse_choice(int id, const char *text, train_opts *o)
 {
     if (id == OPT_PRECISION) {
         if (model_precision_parse(text, &o->model.precision) != DDP_OK) {
@@ -294,8 +294,8 @@ static int parse_choice(int id, const char *text, ddp_train_opts *o)
 }
 
 /* Flags with a numeric value. The batch is not limited here: rank 0's data size bounds it (see
- * ddp_train_plan in ddp_train.c). */
-static int parse_number(int id, const char *v, ddp_train_opts *o)
+ * train_plan in ddp_train.c). */
+static int parse_number(int id, const char *v, train_opts *o)
 {
     switch (id) {
     case OPT_EPOCHS: return parse_int_in("epochs", v, 1, DDP_TRAIN_MAX_EPOCHS, &o->epochs);
@@ -324,7 +324,7 @@ static int parse_number(int id, const char *v, ddp_train_opts *o)
 }
 
 /* Checkpoint, resume and NaN flags. */
-static int parse_resume_opt(int id, const char *v, ddp_train_opts *o)
+static int parse_resume_opt(int id, const char *v, train_opts *o)
 {
     switch (id) {
     case OPT_CKPT_DIR: o->checkpoint_dir = v; return 0;
@@ -349,7 +349,7 @@ static int parse_resume_opt(int id, const char *v, ddp_train_opts *o)
 }
 
 /* Flags that only make sense together; 0 when consistent, else -1 with the complaint printed. */
-static int check_resume_opts(const ddp_train_opts *o)
+static int check_resume_opts(const train_opts *o)
 {
     const char *need_dir = o->checkpoint_every ? "--checkpoint-every"
                            : o->resume && strcmp(o->resume, "auto") == 0 ? "--resume auto" : NULL;
@@ -365,7 +365,7 @@ static int check_resume_opts(const ddp_train_opts *o)
 }
 
 /* One flag. Returns 0 when accepted, -1 when invalid (message printed), 1 for --help. */
-static int train_apply_opt(int id, const char *v, ddp_train_opts *o)
+static int train_apply_opt(int id, const char *v, train_opts *o)
 {
     switch (id) {
     case OPT_DATA: o->data_dir = v; return 0;
@@ -383,35 +383,35 @@ static int train_apply_opt(int id, const char *v, ddp_train_opts *o)
     }
 }
 
-ddp_train_parse_result ddp_train_parse_args(int argc, char **argv, ddp_train_opts *o)
+train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
 {
     train_opts_default(o);
     opterr = 0;
     optind = 0; /* glibc: 0 resets getopt entirely, so a parse left inside "-hh" cannot leak into this one */
     int id;
-    while ((id = getopt_long(argc, argv, ":h", ddp_train_long_opts, NULL)) != -1) {
+    while ((id = getopt_long(argc, argv, ":h", train_long_opts, NULL)) != -1) {
         int rc;
         if (id == 'h') {
             rc = 1;
         } else if (id == '?' || id == ':') {
             fprintf(stderr, "ddp-train: %s option '%s'\n%s", id == '?' ? "unknown" : "missing value for",
-                    argv[optind - 1], ddp_train_usage_text);
-            fputs(ddp_train_usage_more, stderr);
+                    argv[optind - 1], train_usage_text);
+            fputs(train_usage_more, stderr);
             return DDP_TRAIN_USAGE;
         } else {
             rc = train_apply_opt(id, optarg, o);
         }
         if (rc == 1) {
-            fputs(ddp_train_usage_text, stdout);
-            fputs(ddp_train_usage_more, stdout);
+            fputs(train_usage_text, stdout);
+            fputs(train_usage_more, stdout);
             return DDP_TRAIN_HELP;
         }
         if (rc != 0)
             return DDP_TRAIN_USAGE;
     }
     if (optind < argc) {
-        fprintf(stderr, "ddp-train: unexpected argument '%s'\n%s%s", argv[optind], ddp_train_usage_text,
-                ddp_train_usage_more);
+        fprintf(stderr, "ddp-train: unexpected argument '%s'\n%s%s", argv[optind], train_usage_text,
+                train_usage_more);
         return DDP_TRAIN_USAGE;
     }
     if (o->n_inject > 0 && o->grad_dtype != DDP_FP16 && o->model.precision != DDP_FP16) {
@@ -426,7 +426,7 @@ ddp_train_parse_result ddp_train_parse_args(int argc, char **argv, ddp_train_opt
     return DDP_TRAIN_RUN;
 }
 
-void ddp_train_print_opts(FILE *f, const ddp_train_opts *o)
+void train_print_opts(FILE *f, const train_opts *o)
 {
     fprintf(f, "model: %s", o->model.kind == MODEL_CNN ? "cnn" : "mlp");
     if (o->model.kind == MODEL_MLP) {

@@ -20,7 +20,7 @@
 #define DDP_TRAIN_MAX_WEIGHT_DECAY 1e3
 #define DDP_TRAIN_MAX_BUCKET_MB 1048576.0  /* 1 TiB: more than any model's gradients */
 
-typedef struct ddp_train_opts {
+typedef struct train_opts {
     model_config model;  /* kind, widths, seed; max_batch = batch */
     const char *data_dir;    /* folder with the four IDX files */
     int epochs;
@@ -59,19 +59,19 @@ typedef struct ddp_train_opts {
     int requeue;                /* after a stop by signal under Slurm: scontrol requeue the job */
     int checkpoint_errors_warn; /* a failed save warns and training goes on (default: stop, exit 1) */
     int nan_skip;               /* --nan-policy skip: a step with NaN/inf loss is not applied */
-} ddp_train_opts;
+} train_opts;
 
 /* What the caller does after parsing. */
-typedef enum ddp_train_parse_result {
+typedef enum train_parse_result {
     DDP_TRAIN_RUN = 0,  /* options valid: train */
     DDP_TRAIN_HELP,     /* --help printed: exit 0 */
     DDP_TRAIN_USAGE     /* invalid command line, message printed to stderr: exit 2 */
-} ddp_train_parse_result;
+} train_parse_result;
 
 /* Fills o with the defaults, then parses argv. Messages name the flag and the bad value. */
-ddp_train_parse_result ddp_train_parse_args(int argc, char **argv, ddp_train_opts *o);
+train_parse_result train_parse_args(int argc, char **argv, train_opts *o);
 
 /* Writes the options, one "name: value" per line, for the start-up report. */
-void ddp_train_print_opts(FILE *f, const ddp_train_opts *o);
+void train_print_opts(FILE *f, const train_opts *o);
 
 #endif /* DDP_TRAIN_OPTS_H */

@@ -7,14 +7,14 @@
 
 #define DDP_BAR_WIDTH 30
 
-double ddp_train_now(void)
+double train_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void ddp_progress_init(ddp_progress *p, int log_every, long total_steps, long samples_per_step)
+void progress_init(progress_bar *p, int log_every, long total_steps, long samples_per_step)
 {
     p->tty = isatty(STDERR_FILENO);
     p->log_every = log_every;
@@ -33,14 +33,14 @@ static void format_duration(char *buf, size_t n, double seconds)
         snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
 }
 
-int ddp_progress_due(const ddp_progress *p, long step)
+int progress_due(const progress_bar *p, long step)
 {
     return step % p->log_every == 0 || step == p->total_steps;
 }
 
-void ddp_progress_update(ddp_progress *p, long step, int epoch, double loss)
+void progress_update(progress_bar *p, long step, int epoch, double loss)
 {
-    if (!p->tty && !ddp_progress_due(p, step))
+    if (!p->tty && !progress_due(p, step))
         return;
     double rate = p->train_seconds > 0 ? (double)(step * p->samples_per_step) / p->train_seconds : 0.0;
     double per_step = p->train_seconds / (double)step;
@@ -61,13 +61,13 @@ void ddp_progress_update(ddp_progress *p, long step, int epoch, double loss)
     fflush(stderr);
 }
 
-void ddp_progress_end(const ddp_progress *p)
+void progress_end(const progress_bar *p)
 {
     if (p->tty)
         fputc('\n', stderr);
 }
 
-double ddp_confusion_accuracy(const float *confusion)
+double confusion_accuracy(const float *confusion)
 {
     double correct = 0.0, total = 0.0;
     for (int t = 0; t < DDP_N_CLASSES; t++) {
@@ -93,7 +93,7 @@ static void class_scores(const float *confusion, int c, double *prec, double *re
     *support = actual;
 }
 
-void ddp_print_class_report(FILE *f, const float *confusion)
+void print_class_report(FILE *f, const float *confusion)
 {
     double macro[3] = {0}, weighted[3] = {0}, total = 0.0;
     fprintf(f, "%12s %10s %10s %10s %10s\n\n", "", "precision", "recall", "f1-score", "support");
@@ -109,7 +109,7 @@ void ddp_print_class_report(FILE *f, const float *confusion)
     }
     for (int k = 0; k < 3 && total > 0; k++)
         weighted[k] /= total;
-    fprintf(f, "\n%12s %10s %10s %10.4f %10.0f\n", "accuracy", "", "", ddp_confusion_accuracy(confusion),
+    fprintf(f, "\n%12s %10s %10s %10.4f %10.0f\n", "accuracy", "", "", confusion_accuracy(confusion),
             total);
     fprintf(f, "%12s %10.4f %10.4f %10.4f %10.0f\n", "macro avg", macro[0], macro[1], macro[2], total);
     fprintf(f, "%12s %10.4f %10.4f %10.4f %10.0f\n", "weighted avg", weighted[0], weighted[1],
@@ -126,7 +126,7 @@ static const char *json_number(char *buf, size_t n, const char *fmt, double v)
     return buf;
 }
 
-void ddp_metrics_epoch(FILE *f, const ddp_epoch_stats *e)
+void metrics_epoch(FILE *f, const epoch_stats *e)
 {
     char loss[64];
     fprintf(f, "{\"epoch\":%d,\"steps\":%ld,\"train_loss\":%s,\"test_accuracy\":%.6f,"
@@ -137,9 +137,9 @@ void ddp_metrics_epoch(FILE *f, const ddp_epoch_stats *e)
 }
 
 /* A figure that may be missing (negative): JSON null, else the number. */
-#define ddp_json_opt(buf, v) ((v) < 0 ? "null" : json_number(buf, sizeof buf, "%.3f", (v)))
+#define json_opt(buf, v) ((v) < 0 ? "null" : json_number(buf, sizeof buf, "%.3f", (v)))
 
-void ddp_metrics_summary(FILE *f, const ddp_train_opts *o, const ddp_run_stats *r)
+void metrics_summary(FILE *f, const train_opts *o, const run_stats *r)
 {
     char loss[64], exposed[64], comm[64], hidden[64];
     fprintf(f, "{\"summary\":true,\"model\":\"%s\",\"backend\":\"%s\",\"world_size\":%d,\"batch\":%d,"
@@ -149,7 +149,7 @@ void ddp_metrics_summary(FILE *f, const ddp_train_opts *o, const ddp_run_stats *
             o->model.kind == MODEL_CNN ? "cnn" : "mlp", r->backend, r->world_size, o->batch,
             o->accum, r->epochs, r->steps, json_number(loss, sizeof loss, "%.6f", r->train_loss),
             r->test_accuracy, r->samples_per_s, r->train_seconds, r->wall_seconds,
-            r->stopped_by_signal ? "true" : "false", ddp_json_opt(exposed, r->exposed_comm_ms),
-            ddp_json_opt(comm, r->comm_ms), ddp_json_opt(hidden, r->hidden_fraction));
+            r->stopped_by_signal ? "true" : "false", json_opt(exposed, r->exposed_comm_ms),
+            json_opt(comm, r->comm_ms), json_opt(hidden, r->hidden_fraction));
     fflush(f);
 }

@@ -9,44 +9,44 @@
 #define DDP_N_CLASSES 10
 
 /* Seconds on a monotonic clock. */
-double ddp_train_now(void);
+double train_now(void);
 
 /* Progress of training on rank 0: a live bar (\r updates) when stderr is a terminal, else a plain
  * line every log_every steps. */
-typedef struct ddp_progress {
+typedef struct progress_bar {
     int tty;
     int log_every;
     long total_steps;      /* planned optimizer steps */
     long samples_per_step; /* across all ranks */
     double train_seconds;  /* time spent in training steps so far (evaluation excluded) */
-} ddp_progress;
+} progress_bar;
 
-void ddp_progress_init(ddp_progress *p, int log_every, long total_steps, long samples_per_step);
+void progress_init(progress_bar *p, int log_every, long total_steps, long samples_per_step);
 /* 1 when step `step` gets a progress line (every log_every steps and the last one): the trainer
  * downloads its loss from the GPU only then. */
-int ddp_progress_due(const ddp_progress *p, long step);
+int progress_due(const progress_bar *p, long step);
 /* After optimizer step `step` (1-based) of epoch `epoch`; loss: this rank's running mean loss. */
-void ddp_progress_update(ddp_progress *p, long step, int epoch, double loss);
+void progress_update(progress_bar *p, long step, int epoch, double loss);
 /* Ends the live bar's line (no-op without a terminal). */
-void ddp_progress_end(const ddp_progress *p);
+void progress_end(const progress_bar *p);
 
 /* Confusion counts: confusion[true * DDP_N_CLASSES + predicted]. */
-double ddp_confusion_accuracy(const float *confusion);
+double confusion_accuracy(const float *confusion);
 /* sklearn-style table: per-class precision, recall, F1 and support; accuracy; macro and weighted
  * averages. A class with no prediction (or no sample) gets precision (recall) 0. */
-void ddp_print_class_report(FILE *f, const float *confusion);
+void print_class_report(FILE *f, const float *confusion);
 
 /* One epoch's numbers, as printed and as a metrics line. */
-typedef struct ddp_epoch_stats {
+typedef struct epoch_stats {
     int epoch;            /* 0-based */
     long steps;           /* optimizer steps in this epoch */
     double train_loss;    /* mean over ranks and micro-batches */
     double test_accuracy; /* 0..1 */
     double samples_per_s; /* across all ranks, training time only */
-} ddp_epoch_stats;
+} epoch_stats;
 
 /* Summary of the run (the last metrics line). */
-typedef struct ddp_run_stats {
+typedef struct run_stats {
     int world_size;
     int epochs;           /* epochs run (the last may be cut short by --max-steps) */
     long steps;           /* optimizer steps */
@@ -60,9 +60,9 @@ typedef struct ddp_run_stats {
     double exposed_comm_ms; /* --trace: mean time a step waited for its all-reduces; -1: no trace */
     double comm_ms;         /* --trace: mean all-reduce time per step (running, hidden or not) */
     double hidden_fraction; /* --trace: 1 - exposed / comm, clamped at 0 */
-} ddp_run_stats;
+} run_stats;
 
-void ddp_metrics_epoch(FILE *f, const ddp_epoch_stats *e);
-void ddp_metrics_summary(FILE *f, const ddp_train_opts *o, const ddp_run_stats *r);
+void metrics_epoch(FILE *f, const epoch_stats *e);
+void metrics_summary(FILE *f, const train_opts *o, const run_stats *r);
 
 #endif /* DDP_TRAIN_REPORT_H */

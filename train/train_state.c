@@ -67,9 +67,9 @@ static void fp_model(const model_config *m, char *buf, size_t n)
 }
 
 /* Fills fp with the entries that must match to resume; returns their count. */
-static int ddp_fingerprint(const ddp_train_setup *s, fp_entry *fp)
+static int state_fingerprint(const train_setup *s, fp_entry *fp)
 {
-    const ddp_train_opts *o = s->o;
+    const train_opts *o = s->o;
     int n = 0;
     fp[n] = (fp_entry){.key = "config.model"};
     fp_model(&o->model, fp[n++].value, DDP_FP_VALUE);
@@ -96,11 +96,11 @@ static int ddp_fingerprint(const ddp_train_setup *s, fp_entry *fp)
 
 /* Rank 0: every fingerprint difference is logged; DDP_ERR_MISMATCH unless none (or only
  * reshardable ones under --resume-reshard). *other_world: the checkpoint's world size differs. */
-static ddp_status check_fingerprint(const ddp_train_setup *s, const ddp_state *st, const char *path,
+static ddp_status check_fingerprint(const train_setup *s, const ddp_state *st, const char *path,
                                         int *other_world)
 {
     fp_entry fp[DDP_FP_MAX];
-    int n = ddp_fingerprint(s, fp), refused = 0;
+    int n = state_fingerprint(s, fp), refused = 0;
     *other_world = 0;
     for (int i = 0; i < n; i++) {
         const char *theirs = ddp_state_text(st, fp[i].key);
@@ -126,7 +126,7 @@ static ddp_status check_fingerprint(const ddp_train_setup *s, const ddp_state *s
 /* ---- saving ---------------------------------------------------------------------------------- */
 
 /* Downloads the parameters and momentum into a new state. */
-static ddp_status state_from_model(const ddp_train_setup *s, ddp_state **out)
+static ddp_status state_from_model(const train_setup *s, ddp_state **out)
 {
     model *m = s->model;
     size_t n = model_numel_total(m);
@@ -148,7 +148,7 @@ static ddp_status state_from_model(const ddp_train_setup *s, ddp_state **out)
 }
 
 /* Counters and fingerprint texts. */
-static ddp_status state_add_position(const ddp_train_setup *s, ddp_train_pos p, ddp_state *st)
+static ddp_status state_add_position(const train_setup *s, train_pos p, ddp_state *st)
 {
     if (p.step_in_epoch >= s->steps_per_epoch) { /* a finished epoch: the next one is in progress */
         p.epoch++;
@@ -172,13 +172,13 @@ static ddp_status state_add_position(const ddp_train_setup *s, ddp_train_pos p, 
     for (size_t i = 0; rc == DDP_OK && i < sizeof counters / sizeof counters[0]; i++)
         rc = ddp_state_set_u64(st, counters[i].name, counters[i].value);
     fp_entry fp[DDP_FP_MAX];
-    int n = ddp_fingerprint(s, fp);
+    int n = state_fingerprint(s, fp);
     for (int i = 0; rc == DDP_OK && i < n; i++)
         rc = ddp_state_set_text(st, fp[i].key, fp[i].value);
     return rc;
 }
 
-ddp_status ddp_train_save_state(const ddp_train_setup *s, const ddp_train_pos *pos, const char *path)
+ddp_status train_save_state(const train_setup *s, const train_pos *pos, const char *path)
 {
     ddp_state *st = NULL;
     ddp_status rc = state_from_model(s, &st);
@@ -194,7 +194,7 @@ ddp_status ddp_train_save_state(const ddp_train_setup *s, const ddp_train_pos *p
     return rc;
 }
 
-/* Why a save failed, for a message: the system's reason (errno, set by ddp_train_save_state) for
+/* Why a save failed, for a message: the system's reason (errno, set by train_save_state) for
  * DDP_ERR_IO, else the status's text. */
 static const char *save_error(ddp_status st)
 {
@@ -278,11 +278,11 @@ static void prune_checkpoints(const char *dir, int keep)
     free(steps);
 }
 
-ddp_status ddp_train_checkpoint(const ddp_train_setup *s, const ddp_train_pos *pos)
+ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
 {
     char path[DDP_PATH_MAX];
     ckpt_path(s->o->checkpoint_dir, pos->step, path);
-    ddp_status st = ddp_train_save_state(s, pos, path);
+    ddp_status st = train_save_state(s, pos, path);
     if (st != DDP_OK) {
         const char *why = save_error(st);
         if (s->o->checkpoint_errors_warn)
@@ -328,7 +328,7 @@ static const char *file_kind(mode_t mode)
 }
 
 /* The file --save or --trace replaces at the end (the library's rule, runtime/checkpoint.c's
- * ddp_output_target, checked again when it writes): a new file or a regular one; a symbolic link
+ * output_target, checked again when it writes): a new file or a regular one; a symbolic link
  * is followed to the file it points to, which must exist. Folders, devices (/dev/null included),
  * FIFOs and sockets are refused: a save writes a temporary file and renames it over the target,
  * which would put a regular file in their place. *target (malloc'ed) is the file to replace. */
@@ -379,10 +379,10 @@ static ddp_status check_output_file(const char *flag, const char *path)
     return probe_dir(flag, path, dir);
 }
 
-ddp_status ddp_train_check_outputs(const ddp_train_opts *o)
+ddp_status train_check_outputs(const train_opts *o)
 {
     ddp_status st = DDP_OK;
-    if (o->checkpoint_dir && ddp_mkdir_p(o->checkpoint_dir) != 0) {
+    if (o->checkpoint_dir && mkdir_p(o->checkpoint_dir) != 0) {
         DDP_ERROR("--checkpoint-dir %s: cannot create it: %s; choose a writable place",
                   o->checkpoint_dir, strerror(errno));
         st = DDP_ERR_IO;
@@ -421,7 +421,7 @@ static ddp_status find_newest(const char *dir, char *path, ddp_state **out)
 }
 
 /* Rank 0: the checkpoint's signature and buffers fit the model. */
-static ddp_status check_buffers(const ddp_train_setup *s, const ddp_state *st, const char *path)
+static ddp_status check_buffers(const train_setup *s, const ddp_state *st, const char *path)
 {
     model *m = s->model;
     int n = model_n_params(m);
@@ -448,14 +448,14 @@ static ddp_status check_buffers(const ddp_train_setup *s, const ddp_state *st, c
 
 /* Rank 0: the position to continue from; converted through the samples consumed when the world
  * size changed (--resume-reshard). */
-static ddp_train_pos read_position(const ddp_train_setup *s, const ddp_state *st)
+static train_pos read_position(const train_setup *s, const ddp_state *st)
 {
     uint64_t step = 0, epoch = 0, in_epoch = 0, world = 1;
     ddp_state_u64(st, "step", &step);
     ddp_state_u64(st, "epoch", &epoch);
     ddp_state_u64(st, "step_in_epoch", &in_epoch);
     ddp_state_u64(st, "world_size", &world);
-    ddp_train_pos p = {.step = (long)step, .epoch = (long)epoch, .step_in_epoch = (long)in_epoch};
+    train_pos p = {.step = (long)step, .epoch = (long)epoch, .step_in_epoch = (long)in_epoch};
     long now = ddp_world_size(s->ctx);
     if ((long)world == now)
         return p;
@@ -470,9 +470,9 @@ static ddp_train_pos read_position(const ddp_train_setup *s, const ddp_state *st
 }
 
 /* Rank 0: finds, loads and checks the checkpoint; *out NULL for a fresh start. */
-static ddp_status open_resume(const ddp_train_setup *s, char *path, ddp_state **out)
+static ddp_status open_resume(const train_setup *s, char *path, ddp_state **out)
 {
-    const ddp_train_opts *o = s->o;
+    const train_opts *o = s->o;
     ddp_status st;
     *out = NULL;
     if (strcmp(o->resume, "auto") == 0) {
@@ -509,7 +509,7 @@ static void bcast_host(ddp_ctx *ctx, void *host, size_t n_bytes)
 }
 
 /* Rank 0 uploads the checkpoint's buffers; every rank receives them. */
-static void bcast_buffers(const ddp_train_setup *s, const ddp_state *st)
+static void bcast_buffers(const train_setup *s, const ddp_state *st)
 {
     model *m = s->model;
     size_t n = model_numel_total(m);
@@ -524,9 +524,9 @@ static void bcast_buffers(const ddp_train_setup *s, const ddp_state *st)
                    "broadcasting momentum");
 }
 
-ddp_status ddp_train_resume(const ddp_train_setup *s, ddp_train_pos *pos, int *resumed)
+ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
 {
-    *pos = (ddp_train_pos){0};
+    *pos = (train_pos){0};
     *resumed = 0;
     if (!s->o->resume)
         return DDP_OK;
@@ -535,7 +535,7 @@ ddp_status ddp_train_resume(const ddp_train_setup *s, ddp_train_pos *pos, int *r
     char path[DDP_PATH_MAX] = "";
     if (ddp_rank(s->ctx) == 0) {
         head[0] = open_resume(s, path, &st);
-        ddp_train_pos p = st ? read_position(s, st) : (ddp_train_pos){0};
+        train_pos p = st ? read_position(s, st) : (train_pos){0};
         head[1] = st != NULL;
         head[2] = p.step;
         head[3] = p.epoch;
@@ -563,7 +563,7 @@ ddp_status ddp_train_resume(const ddp_train_setup *s, ddp_train_pos *pos, int *r
         printf("resumed from %s at step %lld (epoch %lld, %lld steps into it)\n", path,
                (long long)head[2], (long long)head[3] + 1, (long long)head[4]);
     ddp_state_destroy(st);
-    *pos = (ddp_train_pos){.step = head[2], .epoch = head[3], .step_in_epoch = head[4]};
+    *pos = (train_pos){.step = head[2], .epoch = head[3], .step_in_epoch = head[4]};
     *resumed = (int)head[1];
     if (head[0] != DDP_OK && ddp_rank(s->ctx) != 0)
         DDP_ERROR("rank 0 cannot resume (see its messages); exiting");
@@ -572,7 +572,7 @@ ddp_status ddp_train_resume(const ddp_train_setup *s, ddp_train_pos *pos, int *r
 
 /* ---- Slurm requeue ------------------------------------------------------------------------------ */
 
-ddp_status ddp_train_requeue(void)
+ddp_status train_requeue(void)
 {
     const char *job = getenv("SLURM_JOB_ID");
     if (!job || !job[0]) {

@@ -12,46 +12,46 @@
 #include "train_opts.h"
 
 /* Where training stands: the counters a checkpoint records besides the buffers. */
-typedef struct ddp_train_pos {
+typedef struct train_pos {
     long step;          /* optimizer steps done since the start of training */
     long epoch;         /* epoch in progress */
     long step_in_epoch; /* optimizer steps done in that epoch */
-} ddp_train_pos;
+} train_pos;
 
 /* What the state functions need to know about the run. */
-typedef struct ddp_train_setup {
+typedef struct train_setup {
     ddp_ctx *ctx;
-    const ddp_train_opts *o;
+    const train_opts *o;
     model *model;
     size_t n_train;        /* training samples */
     long steps_per_epoch;  /* optimizer steps per epoch */
     long total_steps;      /* planned optimizer steps (the cosine schedule's length) */
     ddp_scaler *scaler;    /* the loss scaler (fp16), NULL without one: its state is saved */
-} ddp_train_setup;
+} train_setup;
 
 /* Rank 0, before training: the folders of --save, --trace and --checkpoint-dir (created with their
  * parents when missing) must accept a new file, and the --save and --trace files must be new or
  * regular files (a symbolic link is followed). DDP_ERR_IO or DDP_ERR_INVALID_ARG, logged with the
  * path, the reason and the fix. */
-ddp_status ddp_train_check_outputs(const ddp_train_opts *o);
+ddp_status train_check_outputs(const train_opts *o);
 
 /* Rank 0: writes the whole training state at pos to path (atomic). DDP_ERR_IO on a failed save
  * (the previous file stays), DDP_ERR_NOMEM, or a download failure. */
-ddp_status ddp_train_save_state(const ddp_train_setup *s, const ddp_train_pos *pos, const char *path);
+ddp_status train_save_state(const train_setup *s, const train_pos *pos, const char *path);
 
 /* Rank 0: writes DIR/step-<12 digits>.ckpt for pos, then keeps only the newest --keep ones.
- * Errors as ddp_train_save_state. */
-ddp_status ddp_train_checkpoint(const ddp_train_setup *s, const ddp_train_pos *pos);
+ * Errors as train_save_state. */
+ddp_status train_checkpoint(const train_setup *s, const train_pos *pos);
 
 /* Collective, after the model is built: with --resume, rank 0 finds and checks the checkpoint and
  * every rank receives its position, parameters and momentum. *pos is zero and *resumed 0 for a
  * fresh start. Returns the same status on every rank: DDP_ERR_MISMATCH for a checkpoint of another
  * configuration (each difference logged), DDP_ERR_FORMAT/IO for an unusable --resume FILE or when
  * every checkpoint in the folder is corrupt. Failures of the collectives abort the job. */
-ddp_status ddp_train_resume(const ddp_train_setup *s, ddp_train_pos *pos, int *resumed);
+ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed);
 
 /* Rank 0, with --requeue under Slurm: runs `scontrol requeue $SLURM_JOB_ID`. DDP_ERR_ENV when the
  * job id is missing or scontrol failed (logged). */
-ddp_status ddp_train_requeue(void);
+ddp_status train_requeue(void);
 
 #endif /* DDP_TRAIN_STATE_H */

@@ -1,7 +1,7 @@
 /* train_trace.c - ddp-train's link check and timeline glue (see train_trace.h). */
 #include "train_trace.h"
 
-ddp_status ddp_train_observe_start(ddp_ctx *ctx, const ddp_train_opts *o)
+ddp_status train_observe_start(ddp_ctx *ctx, const train_opts *o)
 {
     if (o->link_check) {
         ddp_link_check_opts lo;
@@ -17,7 +17,7 @@ ddp_status ddp_train_observe_start(ddp_ctx *ctx, const ddp_train_opts *o)
     return o->trace_path ? ddp_trace_start(ctx, 0) : DDP_OK;
 }
 
-void ddp_train_comm_stats(ddp_ctx *ctx, ddp_run_stats *r)
+void train_comm_stats(ddp_ctx *ctx, run_stats *r)
 {
     r->exposed_comm_ms = r->comm_ms = r->hidden_fraction = -1.0;
     ddp_trace_stats s;
@@ -42,7 +42,7 @@ void ddp_train_comm_stats(ddp_ctx *ctx, ddp_run_stats *r)
         DDP_WARN0("--trace: %.0f events were dropped (buffer full); the figures cover the start", v[2]);
 }
 
-ddp_status ddp_train_observe_end(ddp_ctx *ctx, const ddp_train_opts *o)
+ddp_status train_observe_end(ddp_ctx *ctx, const train_opts *o)
 {
     if (!o->trace_path)
         return DDP_OK;

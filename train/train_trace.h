@@ -9,13 +9,13 @@
 
 /* Before training: the link check (o->link_check; a slow node is a warning, training goes on),
  * then tracing (o->trace_path). Collective; a failure is returned on every rank. */
-ddp_status ddp_train_observe_start(ddp_ctx *ctx, const ddp_train_opts *o);
+ddp_status train_observe_start(ddp_ctx *ctx, const train_opts *o);
 
 /* Fills r's communication figures (means over ranks, per synchronisation) from the trace; leaves
  * them at -1 when tracing is off. Collective. */
-void ddp_train_comm_stats(ddp_ctx *ctx, ddp_run_stats *r);
+void train_comm_stats(ddp_ctx *ctx, run_stats *r);
 
 /* After training: rank 0 writes the trace file (when tracing). Collective. */
-ddp_status ddp_train_observe_end(ddp_ctx *ctx, const ddp_train_opts *o);
+ddp_status train_observe_end(ddp_ctx *ctx, const train_opts *o);
 
 #endif /* DDP_TRAIN_TRACE_H */

@@ -15,23 +15,23 @@
 
 /* The policy's decision for this process; 0, or -1 after writing what is wrong (a bad simulated
  * feature list or DDP_CPU_ISA value) into err. */
-static int blas_decide(struct ddp_blas_decision *d, char *err, size_t errlen)
+static int blas_decide_here(struct blas_decision *d, char *err, size_t errlen)
 {
-    return ddp_blas_decide(getenv("OPENBLAS_CORETYPE"), getenv(DDP_BLAS_SETTER_ENV), getenv(DDP_BLAS_SIMULATE_ENV),
-                           getenv(DDP_CPU_ISA_ENV), d, err, errlen);
+    return blas_policy_decide(getenv("OPENBLAS_CORETYPE"), getenv(DDP_BLAS_SETTER_ENV), getenv(DDP_BLAS_SIMULATE_ENV),
+                              getenv(DDP_CPU_ISA_ENV), d, err, errlen);
 }
 
 int ops_blas_prefer_fast_kernels(char **argv)
 {
     char err[512];
     const char *skip = getenv("DDP_NO_BLAS_REEXEC");
-    struct ddp_blas_decision d;
-    if (ddp_cpu_isa_check(err, sizeof err) != 0) {
+    struct blas_decision d;
+    if (cpu_isa_check(err, sizeof err) != 0) {
         DDP_ERROR("%s", err);
         return -1;
     }
-    ddp_cpu_isa_export();
-    if (blas_decide(&d, err, sizeof err) != 0) {
+    cpu_isa_export();
+    if (blas_decide_here(&d, err, sizeof err) != 0) {
         DDP_WARN("%s; leaving OpenBLAS's kernel choice alone", err);
         return 0;
     }
@@ -54,12 +54,12 @@ const char *ops_blas_describe(void)
 {
     static char text[768];
     char policy[256] = "";
-    struct ddp_blas_decision d;
+    struct blas_decision d;
     const char *config = openblas_get_config();
     const char *core = openblas_get_corename();
     char err[256];
-    if (blas_decide(&d, err, sizeof err) == 0)
-        ddp_blas_decision_describe(&d, getenv(DDP_BLAS_SETTER_ENV), policy, sizeof policy);
+    if (blas_decide_here(&d, err, sizeof err) == 0)
+        blas_decision_describe(&d, getenv(DDP_BLAS_SETTER_ENV), policy, sizeof policy);
     snprintf(text, sizeof text, "%s core=%s threads=%d; %s", config ? config : "OpenBLAS",
              core ? core : "unknown", openblas_get_num_threads(), policy);
     return text;

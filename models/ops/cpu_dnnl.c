@@ -58,7 +58,7 @@ static ddp_status dnnl_open(dnnl_state *d)
 {
     if (d->strm)
         return DDP_OK;
-    ddp_cpu_isa_export(); /* DDP_CPU_ISA's cap, before oneDNN first looks at the CPU */
+    cpu_isa_export(); /* DDP_CPU_ISA's cap, before oneDNN first looks at the CPU */
     TRY_DNNL(dnnl_engine_create(&d->eng, dnnl_cpu, 0));
     TRY_DNNL(dnnl_stream_create(&d->strm, d->eng, dnnl_stream_default_flags));
     return DDP_OK;
@@ -462,7 +462,7 @@ ddp_status ops_dnnl_matmul(dnnl_state *d, ddp_dtype p, int m, int n, int k, cons
 
 int ops_dnnl_has_avx512(void)
 {
-    ddp_cpu_isa_export();
+    cpu_isa_export();
     return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
 }
 

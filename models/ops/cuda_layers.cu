@@ -125,8 +125,8 @@ __global__ void relu_grad_bf16_kernel(uint16_t *dx, const uint16_t *dy, const ui
         dx[i] = (int16_t)y[i] > 0 ? dy[i] : (uint16_t)0;
 }
 
-static __device__ float ddp_value(float x) { return x; }
-static __device__ float ddp_value(uint16_t h) { return half_bf16_to_f32(h); }
+static __device__ float elem_value(float x) { return x; }
+static __device__ float elem_value(uint16_t h) { return half_bf16_to_f32(h); }
 
 /* 2x2 max-pool over (planes, h, w): the first largest of each window wins (as math_shared.h's
  * pool_max); arg keeps its input index. */
@@ -141,7 +141,7 @@ __global__ void pool_fwd_kernel(const T *x, int planes, int h, int w, T *y, int 
     size_t base = ((size_t)pl * h + 2 * oy) * w + 2 * ox, best = base;
     size_t offs[4] = {0, 1, (size_t)w, (size_t)w + 1};
     for (int i = 1; i < 4; i++) {
-        if (ddp_value(x[base + offs[i]]) > ddp_value(x[best]))
+        if (elem_value(x[base + offs[i]]) > elem_value(x[best]))
             best = base + offs[i];
     }
     y[o] = x[best];
@@ -165,7 +165,7 @@ static ddp_status cast_launch(const ops_handle *ops, ddp_dtype to, void *dst, dd
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
         return DDP_OK;
-    cast_p_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(to, dst, from, src, n);
+    cast_p_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(to, dst, from, src, n);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -201,7 +201,7 @@ ddp_status cuda_add_channel_bias(const ops_handle *ops, ddp_dtype p, void *y, co
     size_t n_total = (size_t)n * c * hw;
     if (n_total == 0)
         return DDP_OK;
-    channel_bias_kernel<<<ddp_grid(n_total), ddp_block, 0, cu->stream>>>(p, y, b, c, hw,
+    channel_bias_kernel<<<grid_blocks(n_total), block_threads, 0, cu->stream>>>(p, y, b, c, hw,
                                                                                  n_total);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
@@ -224,7 +224,7 @@ ddp_status cuda_channel_sums(const ops_handle *ops, ddp_dtype p, const void *dy,
         TRY_CUDA_LAUNCH();
     }
     /* with no images, the totals are 0 (overwriting) or db unchanged */
-    colsum_kernel<<<ddp_grid((size_t)c), ddp_block, 0, cu->stream>>>(DDP_FP32, db, part,
+    colsum_kernel<<<grid_blocks((size_t)c), block_threads, 0, cu->stream>>>(DDP_FP32, db, part,
                                                                           n_parts, c, accumulate);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
@@ -278,7 +278,7 @@ static ddp_status bias_store(const ops_handle *ops, ddp_dtype p, void *y, const 
     size_t n = (size_t)rows * cols;
     if (n == 0)
         return DDP_OK;
-    bias_store_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(p, y, acc, b, rows, cols);
+    bias_store_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(p, y, acc, b, rows, cols);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -307,7 +307,7 @@ static ddp_status cuda_linear_bwd_params(const ops_handle *ops, ddp_dtype p, con
         TRY_OK(gemm_p(ops, p, true, false, out, in, batch, dy, x, accumulate ? 1.0f : 0.0f, dw, true));
     if (!db || out <= 0 || batch < 0)
         return DDP_OK;
-    colsum_kernel<<<ddp_grid((size_t)out), ddp_block, 0, cu->stream>>>(p, db, dy, batch, out,
+    colsum_kernel<<<grid_blocks((size_t)out), block_threads, 0, cu->stream>>>(p, db, dy, batch, out,
                                                                             accumulate);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
@@ -334,7 +334,7 @@ static ddp_status cuda_act_relu_fwd(const ops_handle *ops, ddp_dtype p, void *y,
         return ops->relu_fwd(ops, (float *)y, (const float *)x, n);
     if (n == 0)
         return DDP_OK;
-    relu_bf16_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>((uint16_t *)y, (const uint16_t *)x, n);
+    relu_bf16_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>((uint16_t *)y, (const uint16_t *)x, n);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -347,7 +347,7 @@ static ddp_status cuda_act_relu_bwd(const ops_handle *ops, ddp_dtype p, void *dx
         return ops->relu_bwd(ops, (float *)dx, (const float *)dy, (const float *)y, n);
     if (n == 0)
         return DDP_OK;
-    relu_grad_bf16_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(
+    relu_grad_bf16_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(
         (uint16_t *)dx, (const uint16_t *)dy, (const uint16_t *)y, n);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
@@ -369,10 +369,10 @@ static ddp_status cuda_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *
     if (n_out == 0)
         return DDP_OK;
     if (p == DDP_BF16)
-        pool_fwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(
+        pool_fwd_kernel<uint16_t><<<grid_blocks(n_out), block_threads, 0, cu->stream>>>(
             (const uint16_t *)x, n * c, h, w, (uint16_t *)y, (int *)ws);
     else
-        pool_fwd_kernel<float><<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(
+        pool_fwd_kernel<float><<<grid_blocks(n_out), block_threads, 0, cu->stream>>>(
             (const float *)x, n * c, h, w, (float *)y, (int *)ws);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
@@ -387,10 +387,10 @@ static ddp_status cuda_pool_bwd(const ops_handle *ops, ddp_dtype p, const void *
     size_t n_out = (size_t)n * c * (h / 2) * (w / 2);
     TRY_CUDA(cudaMemsetAsync(dx, 0, (size_t)n * c * h * w * ops_dtype_size(ops, p), cu->stream));
     if (p == DDP_BF16)
-        pool_bwd_kernel<uint16_t><<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(
+        pool_bwd_kernel<uint16_t><<<grid_blocks(n_out), block_threads, 0, cu->stream>>>(
             (const uint16_t *)dy, (const int *)ws, n_out, (uint16_t *)dx);
     else
-        pool_bwd_kernel<float><<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(
+        pool_bwd_kernel<float><<<grid_blocks(n_out), block_threads, 0, cu->stream>>>(
             (const float *)dy, (const int *)ws, n_out, (float *)dx);
     TRY_CUDA_LAUNCH();
     return DDP_OK;

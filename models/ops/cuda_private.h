@@ -32,8 +32,8 @@ typedef struct cuda_state {
 static inline cuda_state *cuda_of(const ops_handle *ops) { return (cuda_state *)ops->state; }
 
 /* Threads per block of the elementwise launchers, and the blocks covering n elements. */
-static const int ddp_block = 256;
-static inline unsigned ddp_grid(size_t n) { return (unsigned)((n + ddp_block - 1) / ddp_block); }
+static const int block_threads = 256;
+static inline unsigned grid_blocks(size_t n) { return (unsigned)((n + block_threads - 1) / block_threads); }
 
 /* Device scratch of the handle, one buffer per slot, grown on demand (the old buffer is freed with
  * ddp_free, after the queued work that may read it). *out holds at least n_bytes; DDP_ERR_CUDA

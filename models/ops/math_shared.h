@@ -2,7 +2,7 @@
  * the CPU tests exercise the arithmetic the CUDA kernels run.
  *
  * Everything here is static inline and free of side effects beyond its output pointers. Index
- * conventions follow backend.h: row-major, images (C,H,W), stride-1 convolutions with square
+ * conventions follow ops.h: row-major, images (C,H,W), stride-1 convolutions with square
  * kernel k and zero padding pad, 2x2 max-pool with stride 2.
  */
 #ifndef MATH_SHARED_H

@@ -224,7 +224,7 @@ static bool cpu_supports(const ops_handle *ops, ddp_dtype p, const char **why)
  * fp32: without AVX512_BF16 or AMX, bf16 is emulated on fp32 primitives instead (float storage). */
 static bool emulated(ddp_dtype p)
 {
-    return p == DDP_FP16 || (p == DDP_BF16 && !ddp_cpu_bf16_native());
+    return p == DDP_FP16 || (p == DDP_BF16 && !cpu_bf16_native());
 }
 
 static bool cpu_emulates(const ops_handle *ops, ddp_dtype p)
@@ -253,7 +253,7 @@ __attribute__((target("f16c,avx"))) static void cpu_round_fp16_f16c(float *x, si
  * F16C's conversions where the CPU has them (and DDP_CPU_ISA leaves them). */
 static void cpu_round_fp16(float *x, size_t n)
 {
-    if (ddp_cpu()->f16c) {
+    if (cpu_effective()->f16c) {
         cpu_round_fp16_f16c(x, n);
         return;
     }
@@ -277,7 +277,7 @@ __attribute__((target("avx512f,avx512bf16"))) static void cpu_to_bf16_avx512(uin
 
 static void cpu_cast_to_bf16(uint16_t *d, const float *s, size_t n)
 {
-    if (ddp_cpu_bf16_native()) {
+    if (cpu_bf16_native()) {
         cpu_to_bf16_avx512(d, s, n);
         return;
     }

@@ -194,7 +194,7 @@ static ddp_status cuda_bias_add(const ops_handle *ops, float *y, const float *bi
     if (rows <= 0 || cols <= 0) /* nothing to do, as on the CPU (a negative one would wrap n) */
         return DDP_OK;
     size_t n = (size_t)rows * cols;
-    bias_add_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(y, bias, rows, cols);
+    bias_add_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(y, bias, rows, cols);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -205,7 +205,7 @@ static ddp_status cuda_bias_grad(const ops_handle *ops, float *dbias, const floa
     cuda_state *cu = cuda_of(ops);
     if (cols <= 0)
         return DDP_OK;
-    bias_grad_kernel<<<ddp_grid((size_t)cols), ddp_block, 0, cu->stream>>>(dbias, dy, rows,
+    bias_grad_kernel<<<grid_blocks((size_t)cols), block_threads, 0, cu->stream>>>(dbias, dy, rows,
                                                                                 cols);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
@@ -216,7 +216,7 @@ static ddp_status cuda_relu_fwd(const ops_handle *ops, float *y, const float *x,
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
         return DDP_OK;
-    relu_fwd_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(y, x, n);
+    relu_fwd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(y, x, n);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -227,7 +227,7 @@ static ddp_status cuda_relu_bwd(const ops_handle *ops, float *dx, const float *d
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
         return DDP_OK;
-    relu_bwd_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(dx, dy, y, n);
+    relu_bwd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(dx, dy, y, n);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -237,7 +237,7 @@ static ddp_status cuda_scale(const ops_handle *ops, float *x, size_t n, float al
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
         return DDP_OK;
-    scale_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(x, n, alpha);
+    scale_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(x, n, alpha);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -247,7 +247,7 @@ static ddp_status cuda_axpy(const ops_handle *ops, float *y, const float *x, siz
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
         return DDP_OK;
-    axpy_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(y, x, n, alpha);
+    axpy_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(y, x, n, alpha);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -258,7 +258,7 @@ static ddp_status cuda_sgd_step(const ops_handle *ops, float *w, float *m, const
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
         return DDP_OK;
-    sgd_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(w, m, g, n, lr, momentum,
+    sgd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(w, m, g, n, lr, momentum,
                                                               weight_decay);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
@@ -274,7 +274,7 @@ static ddp_status cuda_im2col(const ops_handle *ops, const float *im, int c, int
     if (c <= 0)
         return DDP_OK;
     size_t n = (size_t)c * k * k * h_out * w_out;
-    im2col_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(im, c, h, w, k, pad, col);
+    im2col_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(im, c, h, w, k, pad, col);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -288,7 +288,7 @@ static ddp_status cuda_col2im(const ops_handle *ops, const float *col, int c, in
     if (c <= 0 || h <= 0 || w <= 0)
         return DDP_OK;
     size_t n = (size_t)c * h * w;
-    col2im_kernel<<<ddp_grid(n), ddp_block, 0, cu->stream>>>(col, c, h, w, k, pad, im);
+    col2im_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(col, c, h, w, k, pad, im);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -303,7 +303,7 @@ static ddp_status cuda_maxpool_fwd(const ops_handle *ops, const float *x, int pl
     size_t n_out = (size_t)planes * (h / 2) * (w / 2);
     if (n_out == 0)
         return DDP_OK;
-    maxpool_fwd_kernel<<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(x, planes, h, w, y,
+    maxpool_fwd_kernel<<<grid_blocks(n_out), block_threads, 0, cu->stream>>>(x, planes, h, w, y,
                                                                           argmax);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
@@ -316,7 +316,7 @@ static ddp_status cuda_maxpool_bwd(const ops_handle *ops, const float *dy, const
     if (planes <= 0 || h < 2 || w < 2)
         return DDP_OK;
     size_t n_out = (size_t)planes * (h / 2) * (w / 2);
-    maxpool_bwd_kernel<<<ddp_grid(n_out), ddp_block, 0, cu->stream>>>(dy, argmax, n_out, dx);
+    maxpool_bwd_kernel<<<grid_blocks(n_out), block_threads, 0, cu->stream>>>(dy, argmax, n_out, dx);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -363,7 +363,7 @@ static ddp_status cuda_softmax_xent(const ops_handle *ops, const float *logits, 
     ddp_status st = xent_scratch(ops, rows, &scratch);
     if (st != DDP_OK)
         return st;
-    softmax_xent_kernel<<<ddp_grid((size_t)rows), ddp_block, 0, cu->stream>>>(
+    softmax_xent_kernel<<<grid_blocks((size_t)rows), block_threads, 0, cu->stream>>>(
         logits, labels, rows, classes, dlogits, scratch);
     TRY_CUDA_LAUNCH();
     int *result = (int *)malloc(2 * (size_t)rows * sizeof(int)); // (rows, 2)
@@ -413,7 +413,7 @@ static ddp_status cuda_softmax_xent_acc(const ops_handle *ops, const float *logi
         return DDP_ERR_INVALID_ARG;
     int *scratch = NULL;
     TRY_OK(xent_scratch(ops, rows, &scratch));
-    softmax_xent_kernel<<<ddp_grid((size_t)rows), ddp_block, 0, cu->stream>>>(
+    softmax_xent_kernel<<<grid_blocks((size_t)rows), block_threads, 0, cu->stream>>>(
         logits, labels, rows, classes, dlogits, scratch);
     TRY_CUDA_LAUNCH();
     xent_acc_kernel<<<1, 256, 0, cu->stream>>>(scratch, rows, loss_acc);

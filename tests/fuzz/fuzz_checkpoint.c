@@ -59,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int i = 0; i < 4; i++)
             file[n - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
     }
-    ddp_fuzz_file(&ckpt_fd, "checkpoint", file, n, path, sizeof path);
+    fuzz_input_file(&ckpt_fd, "checkpoint", file, n, path, sizeof path);
     if (ddp_checkpoint_load(path, &descs, &n_params, &params) == DDP_OK) {
         check_loaded(descs, n_params, params);
         free(descs);

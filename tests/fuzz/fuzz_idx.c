@@ -92,8 +92,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (k > size)
         k = size;
     uint8_t *file = images_file(data, k, pad, &n_images);
-    ddp_fuzz_file(&images_fd, "images", file, n_images, images, sizeof images);
-    ddp_fuzz_file(&labels_fd, "labels", data + k, size - k, labels, sizeof labels);
+    fuzz_input_file(&images_fd, "images", file, n_images, images, sizeof images);
+    fuzz_input_file(&labels_fd, "labels", data + k, size - k, labels, sizeof labels);
     if (gz)
         gz_names(images, labels);
     if (model_mnist_load(gz ? images_gz : images, gz ? labels_gz : labels, &d) == DDP_OK) {

@@ -18,7 +18,7 @@ static int in(double v, double lo, double hi)
     return isfinite(v) && v >= lo && v <= hi;
 }
 
-static void check_opts(const ddp_train_opts *o)
+static void check_opts(const train_opts *o)
 {
     const model_config *m = &o->model;
     int ok = o->epochs >= 1 && o->epochs <= DDP_TRAIN_MAX_EPOCHS && o->max_steps >= 0 &&
@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *text = malloc(size + 1), *argv[FUZZ_MAX_ARGS + 2] = {"ddp-train"};
     int argc = 1;
-    ddp_train_opts o;
+    train_opts o;
     if (!text)
         return 0;
     memcpy(text, data, size);
@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             *p++ = '\0';
     }
     argv[argc] = NULL;
-    if (ddp_train_parse_args(argc, argv, &o) == DDP_TRAIN_RUN)
+    if (train_parse_args(argc, argv, &o) == DDP_TRAIN_RUN)
         check_opts(&o);
     free(text);
     return 0;

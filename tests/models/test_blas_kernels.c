@@ -78,7 +78,7 @@ static int contains_nocase(const char *hay, const char *needle)
 /* Whether the CPU, as DDP_CPU_ISA caps it, runs OpenBLAS's AVX-512 (SkylakeX) kernels. */
 static int cpu_has_avx512(void)
 {
-    return ddp_cpu_features_level(ddp_cpu()) >= DDP_ISA_AVX512;
+    return cpu_features_level(cpu_effective()) >= DDP_ISA_AVX512;
 }
 
 /* Runs this program again with OPENBLAS_CORETYPE=core, or exits 77 when the CPU lacks what the
@@ -91,7 +91,7 @@ static void reexec_with_core(const char *core, char **argv)
     bool avx512 = strcasecmp(core, "SkylakeX") == 0 || strcasecmp(core, "Cooperlake") == 0;
     if (avx512 && !cpu_has_avx512()) {
         printf("skipped: OpenBLAS core %s needs AVX-512 F/BW/VL/DQ; this CPU runs %s\n", core,
-               ddp_cpu_isa_describe());
+               cpu_isa_describe());
         exit(77);
     }
     setenv("OPENBLAS_CORETYPE", core, 1);

@@ -119,7 +119,7 @@ static void test_round_trip(const float *v)
     CHECK(memcmp(buf, "DDPCKPT1", 8) == 0 && buf[8] == 2 && buf[12] == 2 && buf[16] == FILE_BYTES % 256 &&
               buf[17] == FILE_BYTES / 256 && buf[24] == 32,
           "header is not magic, version 2, 2 sections, file size, table offset 32 (little-endian)");
-    CHECK(ddp_crc32(buf, size - 4) == (uint32_t)(buf[size - 4] | buf[size - 3] << 8 |
+    CHECK(ckpt_crc32(buf, size - 4) == (uint32_t)(buf[size - 4] | buf[size - 3] << 8 |
                                                  buf[size - 2] << 16 | (uint32_t)buf[size - 1] << 24),
           "trailing CRC-32 is not the zlib CRC of the rest");
     free(buf);
@@ -136,7 +136,7 @@ static void write_damaged(const char *name, size_t at, unsigned char value, size
     if (at < size)
         buf[at] = value;
     if (fix_crc) {
-        uint32_t crc = ddp_crc32(buf, size - 4);
+        uint32_t crc = ckpt_crc32(buf, size - 4);
         for (int i = 0; i < 4; i++)
             buf[size - 4 + (size_t)i] = (unsigned char)(crc >> (8 * i));
     }
@@ -193,7 +193,7 @@ static void test_version1(const float *v)
         for (int k = 0; k < 4; k++)
             buf[24 + 84 * N_PARAMS + 4 * i + k] = (unsigned char)(bits >> (8 * k));
     }
-    uint32_t crc = ddp_crc32(buf, sizeof buf - 4);
+    uint32_t crc = ckpt_crc32(buf, sizeof buf - 4);
     for (int k = 0; k < 4; k++)
         buf[sizeof buf - 4 + (size_t)k] = (unsigned char)(crc >> (8 * k));
     write_all(path_in("v1.ckpt"), buf, sizeof buf);

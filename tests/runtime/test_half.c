@@ -115,24 +115,24 @@ static void check_array_loops(void)
         int bad = 0;
         for (uint32_t i = 0; i < N; i++)
             h[i] = (uint16_t)(i * 40503u); /* a permutation of the patterns */
-        ddp_host_cast(back, DDP_FP32, h, t, N);
+        convert_host_cast(back, DDP_FP32, h, t, N);
         for (uint32_t i = 0; i < N; i++)
             if (half_f32_bits(back[i]) != half_f32_bits(half_decode(h[i], fp16)))
                 mismatch(&bad, fp16 ? "cast fp16 -> fp32" : "cast bf16 -> fp32", h[i], half_f32_bits(back[i]) >> 16,
                          half_f32_bits(half_decode(h[i], fp16)) >> 16);
         for (uint32_t i = 0; i < N; i++)
             f[i] = half_f32_from_bits(i * 2654435761u);
-        ddp_host_cast(h2, t, f, DDP_FP32, N);
+        convert_host_cast(h2, t, f, DDP_FP32, N);
         for (uint32_t i = 0; i < N; i++)
             if (h2[i] != half_encode(f[i], fp16) && !(is_nan(f[i]) && is_nan(half_decode(h2[i], fp16))))
                 mismatch(&bad, fp16 ? "cast fp32 -> fp16" : "cast fp32 -> bf16", half_f32_bits(f[i]), h2[i],
                          half_encode(f[i], fp16));
         memcpy(h2, h, N * sizeof *h);
-        ddp_host_scale(h2, t, N, 0.375f);
+        convert_host_scale(h2, t, N, 0.375f);
         for (uint32_t i = 0; i < N; i++)
             if (h2[i] != half_encode(half_decode(h[i], fp16) * 0.375f, fp16) && !is_nan(half_decode(h[i], fp16)))
                 mismatch(&bad, "scale", h[i], h2[i], half_encode(half_decode(h[i], fp16) * 0.375f, fp16));
-        ddp_host_cast_scale(back, DDP_FP32, h, t, N, 0.375f); /* the reducer's unpack, one pass */
+        convert_host_cast_scale(back, DDP_FP32, h, t, N, 0.375f); /* the reducer's unpack, one pass */
         for (uint32_t i = 0; i < N; i++) {
             float want = half_decode(h[i], fp16) * 0.375f;
             if (half_f32_bits(back[i]) != half_f32_bits(want) && !(is_nan(want) && is_nan(back[i])))
@@ -141,15 +141,15 @@ static void check_array_loops(void)
         CHECK(bad == 0, "%s: %d array elements differ from the element functions", fp16 ? "fp16" : "bf16", bad);
         for (uint32_t i = 0; i < N; i++)
             h2[i] = half_encode((float)(i % 1000) - 500.0f, fp16);
-        CHECK(!ddp_host_nonfinite(h2, t, N), "%s: finite values reported non-finite", fp16 ? "fp16" : "bf16");
+        CHECK(!convert_host_nonfinite(h2, t, N), "%s: finite values reported non-finite", fp16 ? "fp16" : "bf16");
         h2[N - 1] = half_encode(1.0f / 0.0f, fp16);
-        CHECK(ddp_host_nonfinite(h2, t, N), "%s: an inf in the last element missed", fp16 ? "fp16" : "bf16");
+        CHECK(convert_host_nonfinite(h2, t, N), "%s: an inf in the last element missed", fp16 ? "fp16" : "bf16");
     }
     for (uint32_t i = 0; i < N; i++)
         f[i] = (float)i;
-    CHECK(!ddp_host_nonfinite(f, DDP_FP32, N), "fp32: finite values reported non-finite");
+    CHECK(!convert_host_nonfinite(f, DDP_FP32, N), "fp32: finite values reported non-finite");
     f[N / 2] = half_f32_from_bits(0x7fc00000u);
-    CHECK(ddp_host_nonfinite(f, DDP_FP32, N), "fp32: a NaN in the middle missed");
+    CHECK(convert_host_nonfinite(f, DDP_FP32, N), "fp32: a NaN in the middle missed");
 out:
     free(f), free(back), free(h), free(h2);
 }
