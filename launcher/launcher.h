@@ -132,8 +132,10 @@ struct launch_gpu_choice {
     int share_index;  /* this rank's position among them */
 };
 
-/* Maps local rank LOCAL_RANK of LOCAL_SIZE to a device of `visible`. Narrowed lists are used as
- * Slurm gave them (device 0); otherwise local rank r gets device r, or r mod n when SHARE is set.
+/* Maps local rank LOCAL_RANK of LOCAL_SIZE to a device of `visible`, whose whole list is exported
+ * (never narrowed to the rank's own GPU: NCCL's P2P transport needs the peers visible). Narrowed
+ * lists are used as Slurm gave them (device 0); otherwise local rank r gets device r, or r mod n
+ * when SHARE is set.
  * Fails when there are more local ranks than devices and SHARE is not set. */
 int launch_gpu_map(const struct launch_gpu_list *visible, int narrowed, int local_rank, int local_size,
                 int share, struct launch_gpu_choice *out, char *err, size_t errlen);
