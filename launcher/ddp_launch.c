@@ -2,13 +2,9 @@
  * to a GPU and CPU cores, exports the torchrun-style and DDP_* variables and execs the program. */
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "blas_policy.h"
@@ -63,10 +59,13 @@ static const char *const help_text[] = {
     "  -h, --help            this text;  --version  the version\n"
     "\n"
     ,
-    "GPUs: CUDA_VISIBLE_DEVICES narrowed by Slurm (--gpus-per-task or --gpu-bind other than none or\n"
-    "closest: SLURMD_TRES_BIND, else SLURM_GPUS_PER_TASK or SLURM_GPU_BIND) is used as given\n"
-    "(DDP_DEVICE=0); otherwise local rank r gets visible device r. More local ranks than\n"
-    "GPUs is an error unless --share-gpus. No GPU (no CUDA driver): the rank uses the CPU backend.\n"
+    "GPUs: ddp-launch does not narrow CUDA_VISIBLE_DEVICES: every rank of a node gets the node's whole\n"
+    "  list (as given, else every GPU the CUDA driver sees) and local rank r takes visible device r\n"
+    "  (DDP_DEVICE=r, like torchrun's LOCAL_RANK), so NCCL can reach the peer GPUs over NVLink or PCIe\n"
+    "  P2P. A list Slurm narrowed per task (--gpus-per-task, or --gpu-bind other than none or closest:\n"
+    "  SLURMD_TRES_BIND, else SLURM_GPUS_PER_TASK or SLURM_GPU_BIND) is passed on as given\n"
+    "  (DDP_DEVICE=0); ask Slurm for --gpus-per-node instead. More local ranks than GPUs is an error\n"
+    "  unless --share-gpus. No GPU (no CUDA driver): the rank uses the CPU backend.\n"
     "\n"
     "Exports: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK MASTER_ADDR MASTER_PORT\n"
     "  CUDA_VISIBLE_DEVICES (when GPUs), DDP_RANK DDP_WORLD_SIZE DDP_LOCAL_RANK DDP_LOCAL_WORLD_SIZE\n"
@@ -116,14 +115,14 @@ static int positive(const char *s, const char *what)
     return (int)v;
 }
 
-static enum bind_mode bind_mode(const char *s)
+static enum launch_bind_mode bind_mode(const char *s)
 {
     if (strcmp(s, "auto") == 0)
-        return DDP_BIND_AUTO;
+        return LAUNCH_BIND_AUTO;
     if (strcmp(s, "force") == 0)
-        return DDP_BIND_FORCE;
+        return LAUNCH_BIND_FORCE;
     if (strcmp(s, "none") == 0)
-        return DDP_BIND_NONE;
+        return LAUNCH_BIND_NONE;
     fprintf(stderr, "ddp-launch: --bind takes auto, force or none, got '%s'\n", s);
     exit(USAGE_EXIT);
 }
@@ -131,7 +130,7 @@ static enum bind_mode bind_mode(const char *s)
 enum { OPT_NPPN = 256, OPT_NTPN, OPT_BIND, OPT_SHARE, OPT_PRINT, OPT_DRY, OPT_PORT, OPT_ADDR, OPT_LOGDIR, OPT_VERSION };
 
 /* Fills OPT from argv; returns the index of PROGRAM. Exits 0 for --help/--version, 2 on errors. */
-static int parse_options(int argc, char **argv, struct options *opt)
+static int parse_options(int argc, char **argv, struct launch_options *opt)
 {
     static const struct option longs[] = {
         {"nproc-per-node", required_argument, NULL, OPT_NPPN}, {"ntasks-per-node", required_argument, NULL, OPT_NTPN},
@@ -143,7 +142,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
         {NULL, 0, NULL, 0},
     };
     int c;
-    options_init(opt);
+    launch_options_init(opt);
     while ((c = getopt_long(argc, argv, "+n:vh", longs, NULL)) != -1) {
         switch (c) {
         case 'n': opt->n_procs = positive(optarg, "-n"); break;
@@ -175,17 +174,6 @@ static int parse_options(int argc, char **argv, struct options *opt)
 
 /* ---- the exports ------------------------------------------------------------------------- */
 
-struct rank_setup {
-    struct gpu_choice gpu;
-    struct blas_decision blas;
-    char blas_note[96]; /* --print-env's BLAS column: the core, "X(preset)" or "-" (OpenBLAS's own) */
-    char log_dir[4096]; /* --log-dir made absolute, or "" */
-    char logs[8400];    /* "DIR/rank.N.out DIR/rank.N.err" for --print-env, or "" */
-    char cpuset[512];
-    int threads;
-    char host[DDP_HOST_LEN];
-};
-
 static void put(const char *name, const char *value, int overwrite, int verbose)
 {
     setenv(name, value, overwrite);
@@ -200,7 +188,7 @@ static void put_int(const char *name, int value, int verbose)
     put(name, buf, 1, verbose);
 }
 
-static void export_layout(const struct layout *l, int v)
+static void export_layout(const struct launch_layout *l, int v)
 {
     put_int("RANK", l->rank, v);
     put_int("WORLD_SIZE", l->world_size, v);
@@ -216,10 +204,10 @@ static void export_layout(const struct layout *l, int v)
     put_int("DDP_LOCAL_WORLD_SIZE", l->local_world_size, v);
     put_int("DDP_NODE_RANK", l->node_rank, v);
     put_int("DDP_NNODES", l->n_nodes, v);
-    put("DDP_LAUNCHER", source_name(l->source), 1, v);
+    put("DDP_LAUNCHER", launch_source_name(l->source), 1, v);
 }
 
-static void export_setup(const struct rank_setup *s, int v)
+static void export_setup(const struct launch_setup *s, int v)
 {
     char threads[32];
     snprintf(threads, sizeof threads, "%d", s->threads);
@@ -240,9 +228,9 @@ static void export_setup(const struct rank_setup *s, int v)
 
 /* ddp's one OpenBLAS kernel policy (common/blas_policy.c, also in models/ops) for this rank; a preset
  * OPENBLAS_CORETYPE is kept unless DDP_CPU_ISA caps the CPU below it. Fills s->blas and s->blas_note; -1 on a bad simulated feature list. */
-static int decide_blas(struct rank_setup *s, int verbose)
+static int decide_blas(struct launch_setup *s, int verbose)
 {
-    char err[DDP_ERRMSG_LEN];
+    char err[LAUNCH_ERRMSG_LEN];
     const char *setter = getenv(DDP_BLAS_SETTER_ENV);
     if (blas_policy_decide(getenv("OPENBLAS_CORETYPE"), setter, getenv(DDP_BLAS_SIMULATE_ENV), getenv(DDP_CPU_ISA_ENV),
                         &s->blas, err, sizeof err) != 0) {
@@ -261,186 +249,6 @@ static int decide_blas(struct rank_setup *s, int verbose)
     return 0;
 }
 
-/* ---- CPU binding --------------------------------------------------------------------------- */
-
-#if HAVE_HWLOC
-/* The CPUs near each local rank's GPU, when the GPUs' bus ids are known and not narrowed. */
-static void gpu_near_sets(hwloc_topology_t topo, const struct gpu_list *gpus, const struct layout *l,
-                          const struct options *opt, hwloc_cpuset_t *near)
-{
-    char err[DDP_ERRMSG_LEN];
-    for (int r = 0; r < l->local_world_size; r++) {
-        struct gpu_choice c;
-        near[r] = NULL;
-        if (gpu_map(gpus, 0, r, l->local_world_size, opt->share_gpus, &c, err, sizeof err) != 0 || c.device < 0)
-            continue;
-        near[r] = hwloc_bitmap_alloc();
-        if (gpu_near_cpuset(topo, gpus->busid[c.device], near[r]) != 0) {
-            hwloc_bitmap_free(near[r]);
-            near[r] = NULL;
-        }
-    }
-}
-
-/* Chooses and (unless dry-run) applies this rank's binding; fills cpuset and threads. */
-static int bind_rank(const struct options *opt, const struct layout *l, const struct gpu_list *gpus,
-                     int narrowed, struct rank_setup *s)
-{
-    char err[DDP_ERRMSG_LEN];
-    hwloc_topology_t topo;
-    int with_io = gpus->n > 0 && !narrowed && gpus->busid[0][0];
-    hwloc_cpuset_t *near = calloc((size_t)l->local_world_size, sizeof *near);
-    hwloc_bitmap_t current = hwloc_bitmap_alloc(), chosen = hwloc_bitmap_alloc();
-    enum bind_action action = DDP_BIND_UNBOUND;
-    int rc = topology_load(&topo, NULL, with_io, err, sizeof err);
-    if (rc == 0) {
-        if (with_io)
-            gpu_near_sets(topo, gpus, l, opt, near);
-        hwloc_get_cpubind(topo, current, HWLOC_CPUBIND_PROCESS);
-        struct bind_request req = {opt->bind, current, l->local_rank, l->local_world_size, (hwloc_const_cpuset_t *)near};
-        rc = bind_plan(topo, &req, chosen, &action);
-        if (rc == 0 && action == DDP_BIND_BOUND && !opt->dry_run && hwloc_set_cpubind(topo, chosen, HWLOC_CPUBIND_PROCESS) != 0)
-            fail("warning: %s", "could not bind to the chosen CPUs; running unbound");
-        hwloc_bitmap_list_snprintf(s->cpuset, sizeof s->cpuset, chosen);
-        s->threads = cpuset_cores(topo, chosen);
-        if (action == DDP_BIND_UNBOUND)
-            s->threads = s->threads / l->local_world_size > 0 ? s->threads / l->local_world_size : 1;
-        for (int r = 0; r < l->local_world_size; r++)
-            hwloc_bitmap_free(near[r]);
-        hwloc_topology_destroy(topo);
-    } else {
-        fail("error: %s", err);
-    }
-    free(near);
-    hwloc_bitmap_free(current);
-    hwloc_bitmap_free(chosen);
-    return rc;
-}
-#else
-/* Without hwloc there is no binding: the rank's share of the online CPUs sets the thread count. */
-static int bind_rank(const struct options *opt, const struct layout *l, const struct gpu_list *gpus,
-                     int narrowed, struct rank_setup *s)
-{
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    snprintf(s->cpuset, sizeof s->cpuset, "unbound (built without hwloc)");
-    s->threads = cpus / l->local_world_size > 0 ? (int)(cpus / l->local_world_size) : 1;
-    return 0;
-}
-#endif
-
-/* ---- --print-env ------------------------------------------------------------------------- */
-
-static void table_line(const struct layout *l, const struct rank_setup *s, char *out, size_t len)
-{
-    char gpu[DDP_GPU_ID_LEN + 16] = "cpu";
-    if (s->gpu.device >= 0) {
-        struct gpu_list vis;
-        char err[DDP_ERRMSG_LEN];
-        gpu_list_parse(s->gpu.visible, &vis, err, sizeof err);
-        snprintf(gpu, sizeof gpu, "%d(%s)", s->gpu.device, vis.id[s->gpu.device]);
-    }
-    snprintf(out, len, "%6d  %-20s %5d %6d  %-12s %-18s %7d  %-18s CUDA_VISIBLE_DEVICES=%.600s%s%.700s\n", l->rank,
-             s->host, l->node_rank, l->local_rank, gpu, s->cpuset, s->threads, s->blas_note,
-             s->gpu.device >= 0 ? s->gpu.visible : "(unset)", s->logs[0] ? "  LOGS=" : "", s->logs);
-}
-
-static void print_dir(const struct layout *l, char *dir, size_t len)
-{
-    const char *set = getenv("DDP_PRINT_DIR");
-    if (set) {
-        snprintf(dir, len, "%s", set);
-        return;
-    }
-    snprintf(dir, len, "/tmp/ddp-printenv-%s", l->job_key);
-    for (char *p = dir + strlen("/tmp/"); *p; p++)
-        if (*p == '/')
-            *p = '_';
-}
-
-static int write_line(const char *dir, int rank, const char *line)
-{
-    char tmp[4200], path[4200];
-    FILE *f;
-    snprintf(tmp, sizeof tmp, "%s/.rank-%d.tmp", dir, rank);
-    snprintf(path, sizeof path, "%s/rank-%d", dir, rank);
-    f = fopen(tmp, "w");
-    if (!f)
-        return -1;
-    fputs(line, f);
-    return fclose(f) == 0 && rename(tmp, path) == 0 ? 0 : -1;
-}
-
-/* Waits up to the timeout for every rank's line in DIR; returns how many arrived. */
-static int wait_for_lines(const char *dir, int world_size)
-{
-    const char *t = getenv("DDP_PRINT_TIMEOUT");
-    double timeout = t ? atof(t) : 10.0, waited = 0;
-    int present = 0;
-    for (;;) {
-        char path[4200];
-        present = 0;
-        for (int r = 0; r < world_size; r++) {
-            snprintf(path, sizeof path, "%s/rank-%d", dir, r);
-            present += access(path, F_OK) == 0;
-        }
-        if (present == world_size || waited >= timeout)
-            return present;
-        nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
-        waited += 0.05;
-    }
-}
-
-/* Prints the lines found in DIR in rank order, naming the missing ranks, and removes them. */
-static void print_table(const struct layout *l, const char *dir)
-{
-    int missing = 0;
-    char *absent = calloc((size_t)l->world_size, 1); /* absent[r]: rank r's line was not there */
-    printf("ddp-launch: launcher=%s world_size=%d nodes=%d local_world_size=%d MASTER_ADDR=%s MASTER_PORT=%d\n",
-           source_name(l->source), l->world_size, l->n_nodes, l->local_world_size, l->master_addr, l->master_port);
-    printf("%6s  %-20s %5s %6s  %-12s %-18s %7s  %-18s %s\n", "RANK", "HOST", "NODE", "LOCAL", "GPU", "CPUSET", "THREADS",
-           "OPENBLAS_CORETYPE", "ENV");
-    for (int r = 0; r < l->world_size; r++) {
-        char path[4200], line[4096];
-        FILE *f;
-        snprintf(path, sizeof path, "%s/rank-%d", dir, r);
-        f = fopen(path, "r");
-        if (!f) {
-            missing++;
-            if (absent)
-                absent[r] = 1;
-            continue;
-        }
-        if (fgets(line, sizeof line, f))
-            fputs(line, stdout);
-        fclose(f);
-        unlink(path);
-    }
-    if (missing)
-        printf("ddp-launch: %d rank(s) did not report within the timeout:\n", missing);
-    for (int r = 0; missing && absent && r < l->world_size; r++)
-        if (absent[r])
-            printf("  rank %d missing (not started, or DDP_PRINT_DIR=%s not shared with its node)\n", r, dir);
-    free(absent);
-    rmdir(dir);
-    fflush(stdout);
-}
-
-static void gather_and_print(const struct layout *l, const struct rank_setup *s)
-{
-    char dir[4096], line[4096];
-    table_line(l, s, line, sizeof line);
-    print_dir(l, dir, sizeof dir);
-    if ((mkdir(dir, 0777) != 0 && errno != EEXIST) || write_line(dir, l->rank, line) != 0) {
-        fail("warning: cannot write to %s; --print-env shows this rank's line only", dir);
-        fputs(line, stdout);
-        return;
-    }
-    if (l->rank != 0)
-        return;
-    wait_for_lines(dir, l->world_size);
-    print_table(l, dir);
-}
-
 /* ---- one rank ------------------------------------------------------------------------------ */
 
 static int exec_program(char **args)
@@ -452,27 +260,38 @@ static int exec_program(char **args)
 }
 
 /* --log-dir: creates the folder (unless dry-run) and names this rank's files in S; -1 on failure. */
-static int prepare_logs(const struct options *opt, const struct layout *l, struct rank_setup *s)
+static int prepare_logs(const struct launch_options *opt, const struct launch_layout *l, struct launch_setup *s)
 {
-    char err[DDP_ERRMSG_LEN], out_path[4200], err_path[4200];
+    char err[LAUNCH_ERRMSG_LEN], out_path[4200], err_path[4200];
     if (!opt->log_dir)
         return 0;
     if (opt->dry_run)
         snprintf(s->log_dir, sizeof s->log_dir, "%s", opt->log_dir);
-    else if (log_dir_prepare(opt->log_dir, s->log_dir, sizeof s->log_dir, err, sizeof err) != 0) {
+    else if (launch_log_dir_prepare(opt->log_dir, s->log_dir, sizeof s->log_dir, err, sizeof err) != 0) {
         fail("error: %s", err);
         return -1;
     }
-    log_paths(s->log_dir, l->rank, out_path, err_path, sizeof out_path);
+    launch_log_paths(s->log_dir, l->rank, out_path, err_path, sizeof out_path);
     snprintf(s->logs, sizeof s->logs, "%s %s", out_path, err_path);
     return 0;
 }
 
 /* Sends this rank's output to its log files (rank 0's also to the terminal); -1 on failure. */
-static int redirect_logs(const struct layout *l, const struct rank_setup *s)
+static int redirect_logs(const struct launch_layout *l, const struct launch_setup *s)
 {
-    char err[DDP_ERRMSG_LEN];
-    int rc = log_redirect(s->log_dir, l->rank, l->rank == 0, err, sizeof err);
+    char err[LAUNCH_ERRMSG_LEN];
+    int rc = launch_log_redirect(s->log_dir, l->rank, l->rank == 0, err, sizeof err);
+    if (rc != 0)
+        fail(rc > 0 ? "warning: %s" : "error: %s", err);
+    return rc < 0 ? -1 : 0;
+}
+
+/* Binds this rank (bind.c), printing what went wrong; -1 when the rank cannot start. */
+static int bind_rank(const struct launch_options *opt, const struct launch_layout *l, const struct launch_gpu_list *gpus,
+                     int narrowed, struct launch_setup *s)
+{
+    char err[LAUNCH_ERRMSG_LEN];
+    int rc = launch_bind_rank(opt, l, gpus, narrowed, s, err, sizeof err);
     if (rc != 0)
         fail(rc > 0 ? "warning: %s" : "error: %s", err);
     return rc < 0 ? -1 : 0;
@@ -480,21 +299,21 @@ static int redirect_logs(const struct layout *l, const struct rank_setup *s)
 
 /* Runs rank L: checks traps, maps the GPU, binds, exports, prints, execs. Returns an exit status
  * only when it does not exec. */
-static int run_rank(const struct options *opt, const struct layout *l, char **args)
+static int run_rank(const struct launch_options *opt, const struct launch_layout *l, char **args)
 {
-    char err[DDP_ERRMSG_LEN];
-    struct gpu_list gpus;
-    struct rank_setup s;
-    int narrowed = l->source == DDP_SOURCE_SRUN && gpus_narrowed(environ);
+    char err[LAUNCH_ERRMSG_LEN];
+    struct launch_gpu_list gpus;
+    struct launch_setup s;
+    int narrowed = l->source == LAUNCH_SOURCE_SRUN && launch_gpus_narrowed(environ);
     g_rank = l->rank;
     memset(&s, 0, sizeof s);
     gethostname(s.host, sizeof s.host - 1);
-    if (args[0] && check_traps(environ, l, program_mpi(environ, args[0]), err, sizeof err) != 0) {
+    if (args[0] && launch_check_traps(environ, l, launch_program_mpi(environ, args[0]), err, sizeof err) != 0) {
         fail("error: %s", err);
         return SETUP_EXIT;
     }
-    if (gpu_discover(environ, &gpus, err, sizeof err) != 0 ||
-        gpu_map(&gpus, narrowed, l->local_rank, l->local_world_size, opt->share_gpus, &s.gpu, err, sizeof err) != 0) {
+    if (launch_gpu_discover(environ, &gpus, err, sizeof err) != 0 ||
+        launch_gpu_map(&gpus, narrowed, l->local_rank, l->local_world_size, opt->share_gpus, &s.gpu, err, sizeof err) != 0) {
         fail("error: %s", err);
         return SETUP_EXIT;
     }
@@ -502,11 +321,11 @@ static int run_rank(const struct options *opt, const struct layout *l, char **ar
         prepare_logs(opt, l, &s) != 0)
         return SETUP_EXIT;
     if (opt->verbose)
-        fprintf(stderr, "ddp-launch[rank %d]: launcher %s, exporting:\n", l->rank, source_name(l->source));
+        fprintf(stderr, "ddp-launch[rank %d]: launcher %s, exporting:\n", l->rank, launch_source_name(l->source));
     export_layout(l, opt->verbose);
     export_setup(&s, opt->verbose);
-    if (opt->print_env)
-        gather_and_print(l, &s);
+    if (opt->print_env && launch_table_gather(l, &s, err, sizeof err) != 0)
+        fail("warning: %s", err);
     if (opt->dry_run || !args[0])
         return 0;
     if (s.log_dir[0] && redirect_logs(l, &s) != 0)
@@ -518,7 +337,7 @@ static int run_rank(const struct options *opt, const struct layout *l, char **ar
 
 /* Execs `mpirun -np N --bind-to none ddp-launch <the same flags minus -n> -- PROGRAM ARGS`
  * (ddp-launch binds the ranks itself, as --bind says); returns on failure. */
-static int exec_mpirun(const struct options *opt, char **args)
+static int exec_mpirun(const struct launch_options *opt, char **args)
 {
     char self[4096], np[16], port[16], nppn[16], ntpn[16];
     const char **argv;
@@ -543,7 +362,7 @@ static int exec_mpirun(const struct options *opt, char **args)
     if (geteuid() == 0)
         argv[n++] = "--allow-run-as-root";
     argv[n++] = self;
-    argv[n++] = opt->bind == DDP_BIND_FORCE ? "--bind=force" : opt->bind == DDP_BIND_NONE ? "--bind=none" : "--bind=auto";
+    argv[n++] = opt->bind == LAUNCH_BIND_FORCE ? "--bind=force" : opt->bind == LAUNCH_BIND_NONE ? "--bind=none" : "--bind=auto";
     if (opt->share_gpus)
         argv[n++] = "--share-gpus";
     if (opt->print_env)
@@ -585,130 +404,27 @@ static int exec_mpirun(const struct options *opt, char **args)
     return -1;
 }
 
-static volatile sig_atomic_t g_forward_signal;
+struct fork_args {
+    const struct launch_options *opt;
+    char **args;
+};
 
-static void on_signal(int sig)
+static int run_forked_rank(const struct launch_layout *l, void *arg)
 {
-    g_forward_signal = sig;
+    const struct fork_args *a = arg;
+    return run_rank(a->opt, l, a->args);
 }
 
-static int exit_code(int status)
+/* Forks the -n ranks on this node, each running run_rank, and supervises them (supervise.c). */
+static int fork_ranks(const struct launch_options *opt, const struct launch_layout *base, char **args)
 {
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-/* Stops the children still running, each with its process group (a rank's own children, e.g. a
- * shell's, go too): SIGTERM, then SIGKILL after a grace of 5 s. */
-static void stop_children(pid_t *pids, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (pids[i] > 0)
-            kill(-pids[i], SIGTERM);
-    for (int tick = 0; tick < 100; tick++) {
-        int alive = 0;
-        for (int i = 0; i < n; i++)
-            if (pids[i] > 0 && waitpid(pids[i], NULL, WNOHANG) == 0)
-                alive++;
-            else
-                pids[i] = -1;
-        if (!alive)
-            return;
-        nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+    char err[LAUNCH_ERRMSG_LEN];
+    struct fork_args a = {opt, args};
+    int rc = launch_fork_ranks(base, run_forked_rank, &a, err, sizeof err);
+    if (rc < 0) {
+        fail("error: %s", err);
+        return SETUP_EXIT;
     }
-    for (int i = 0; i < n; i++)
-        if (pids[i] > 0 && kill(-pids[i], SIGKILL) == 0)
-            waitpid(pids[i], NULL, 0);
-}
-
-/* Sends SIG to every child still running, with its process group. */
-static void signal_children(const pid_t *pids, int n, int sig)
-{
-    for (int i = 0; i < n; i++)
-        if (pids[i] > 0)
-            kill(-pids[i], sig);
-}
-
-/* Names the rank that failed and how. */
-static void report_failure(int rank, pid_t pid, int status)
-{
-    if (WIFSIGNALED(status))
-        fprintf(stderr, "ddp-launch: rank %d (pid %ld) was killed by signal %d (%s); stopping the other ranks\n",
-                rank, (long)pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
-    else
-        fprintf(stderr, "ddp-launch: rank %d (pid %ld) exited with status %d; stopping the other ranks\n", rank,
-                (long)pid, WEXITSTATUS(status));
-}
-
-/* Waits for the children; passes SIGUSR1/SIGUSR2 on to them (Slurm's --signal warning) and keeps
- * waiting; on the first failure, or SIGINT/SIGTERM (passed on too), stops the rest. Returns the
- * exit status to report: the first failing child's, 128 + the stopping signal, or 0. */
-static int supervise(pid_t *pids, int n)
-{
-    int running = n, result = 0;
-    while (running > 0) {
-        int status, sig = g_forward_signal;
-        pid_t pid;
-        if (sig) {
-            g_forward_signal = 0;
-            signal_children(pids, n, sig);
-            if (sig == SIGUSR1 || sig == SIGUSR2)
-                continue;
-            result = 128 + sig;
-            break;
-        }
-        pid = waitpid(-1, &status, 0);
-        if (pid < 0 && errno == EINTR)
-            continue;
-        if (pid < 0)
-            break;
-        int rank = -1;
-        for (int i = 0; i < n; i++)
-            if (pids[i] == pid) {
-                rank = i;
-                pids[i] = -1;
-            }
-        running--;
-        if (exit_code(status) != 0) {
-            result = exit_code(status);
-            kill(-pid, SIGKILL); /* what the failed rank left behind in its group */
-            report_failure(rank, pid, status);
-            break;
-        }
-    }
-    stop_children(pids, n);
-    return result;
-}
-
-/* Forks the -n ranks on this node, each running run_rank with the local launcher's layout. */
-static int fork_ranks(const struct options *opt, const struct layout *base, char **args)
-{
-    pid_t *pids = calloc((size_t)base->world_size, sizeof *pids);
-    int rc;
-    struct sigaction sa = {.sa_handler = on_signal};
-    static const int forwarded[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
-    for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
-        sigaction(forwarded[i], &sa, NULL);
-    for (int r = 0; r < base->world_size; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            struct layout l = *base;
-            setpgid(0, 0); /* own group: stop_children reaches the rank's children too */
-            for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
-                signal(forwarded[i], SIG_DFL);
-            l.rank = l.local_rank = r;
-            _exit(run_rank(opt, &l, args));
-        }
-        if (pids[r] > 0)
-            setpgid(pids[r], pids[r]); /* also here, so no kill can come before the child's own */
-        if (pids[r] < 0) {
-            fail("error: fork failed: %s", strerror(errno));
-            stop_children(pids, r);
-            free(pids);
-            return SETUP_EXIT;
-        }
-    }
-    rc = supervise(pids, base->world_size);
-    free(pids);
     return rc;
 }
 
@@ -716,7 +432,7 @@ static int fork_ranks(const struct options *opt, const struct layout *base, char
  * runtime to join its processes): refuse at once with the fix. Returns 0 when PROGRAM may fork. */
 static int refuse_fork_of_mpi(char **args, int forced)
 {
-    if (!args[0] || program_mpi(environ, args[0]) == DDP_MPI_NONE)
+    if (!args[0] || launch_program_mpi(environ, args[0]) == LAUNCH_MPI_NONE)
         return 0;
     fprintf(stderr, "ddp-launch: error: %s is an MPI program, and ranks forked by ddp-launch cannot join one MPI "
             "job (each would start alone). %s: %s, or start the job with mpirun -np N or "
@@ -726,18 +442,18 @@ static int refuse_fork_of_mpi(char **args, int forced)
     return -1;
 }
 
-static int launch_local(const struct options *opt, struct layout *l, char **args)
+static int launch_local(const struct launch_options *opt, struct launch_layout *l, char **args)
 {
     char path[4096];
     const char *force_fork = getenv("DDP_LOCAL_FORK");
     int forced = force_fork && strcmp(force_fork, "1") == 0;
-    l->source = DDP_SOURCE_LOCAL;
+    l->source = LAUNCH_SOURCE_LOCAL;
     snprintf(l->job_key, sizeof l->job_key, "local-%ld", (long)getpid());
     if (opt->master_port < 0 && !getenv("MASTER_PORT"))
-        l->master_port = port_from_hash((unsigned long long)getpid());
+        l->master_port = launch_port_from_hash((unsigned long long)getpid());
     if (l->world_size == 1)
         return run_rank(opt, l, args);
-    if (!forced && find_program(environ, "mpirun", path, sizeof path) == 0) {
+    if (!forced && launch_find_program(environ, "mpirun", path, sizeof path) == 0) {
         exec_mpirun(opt, args);
         fail("warning: cannot exec mpirun (%s); forking the ranks instead", strerror(errno));
     }
@@ -748,16 +464,16 @@ static int launch_local(const struct options *opt, struct layout *l, char **args
 
 int main(int argc, char **argv)
 {
-    struct options opt;
-    struct layout layout;
-    char err[DDP_ERRMSG_LEN];
+    struct launch_options opt;
+    struct launch_layout layout;
+    char err[LAUNCH_ERRMSG_LEN];
     int first = parse_options(argc, argv, &opt);
     char **args = argv + first;
-    if (layout_detect(environ, &opt, &layout, err, sizeof err) != 0) {
+    if (launch_layout_detect(environ, &opt, &layout, err, sizeof err) != 0) {
         fail("error: %s", err);
         return SETUP_EXIT;
     }
-    if (layout.source == DDP_SOURCE_NONE)
+    if (layout.source == LAUNCH_SOURCE_NONE)
         return launch_local(&opt, &layout, args);
     return run_rank(&opt, &layout, args);
 }

@@ -29,20 +29,20 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-const char *source_name(enum source source)
+const char *launch_source_name(enum launch_source source)
 {
     static const char *const names[] = {"none", "srun", "mpirun", "pmix", "hydra", "torchrun", "local"};
     return names[source];
 }
 
-void options_init(struct options *opt)
+void launch_options_init(struct launch_options *opt)
 {
     memset(opt, 0, sizeof *opt);
     opt->n_procs = opt->nproc_per_node = opt->ntasks_per_node = opt->master_port = -1;
-    opt->bind = DDP_BIND_AUTO;
+    opt->bind = LAUNCH_BIND_AUTO;
 }
 
-const char *env_get(char *const *envp, const char *name)
+const char *launch_env_get(char *const *envp, const char *name)
 {
     size_t len = strlen(name);
     for (; envp && *envp; envp++)
@@ -65,7 +65,7 @@ static int parse_count(const char *s)
 /* Reads field F of V from variable VAR (when set); a malformed value is an error. */
 static int take(struct view *v, enum field f, char *const *envp, const char *var, char *err, size_t errlen)
 {
-    const char *s = env_get(envp, var);
+    const char *s = launch_env_get(envp, var);
     if (!s || v->value[f] >= 0)
         return 0;
     v->value[f] = parse_count(s);
@@ -86,7 +86,7 @@ static void view_init(struct view *v, const char *who)
     }
 }
 
-int slurm_tasks_on_node(const char *spec, int node)
+int launch_slurm_tasks_on_node(const char *spec, int node)
 {
     const char *p = spec;
     while (p && *p) {
@@ -111,7 +111,7 @@ int slurm_tasks_on_node(const char *spec, int node)
 
 static int read_srun(char *const *envp, struct view *v, char *err, size_t errlen)
 {
-    const char *per_node = env_get(envp, "SLURM_STEP_TASKS_PER_NODE");
+    const char *per_node = launch_env_get(envp, "SLURM_STEP_TASKS_PER_NODE");
     view_init(v, "srun");
     if (take(v, F_RANK, envp, "SLURM_PROCID", err, errlen) || take(v, F_SIZE, envp, "SLURM_STEP_NUM_TASKS", err, errlen) ||
         take(v, F_SIZE, envp, "SLURM_NTASKS", err, errlen) || take(v, F_LRANK, envp, "SLURM_LOCALID", err, errlen) ||
@@ -119,7 +119,7 @@ static int read_srun(char *const *envp, struct view *v, char *err, size_t errlen
         take(v, F_NNODES, envp, "SLURM_NNODES", err, errlen))
         return -1;
     if (per_node && v->value[F_NODE] >= 0) {
-        v->value[F_LSIZE] = slurm_tasks_on_node(per_node, v->value[F_NODE]);
+        v->value[F_LSIZE] = launch_slurm_tasks_on_node(per_node, v->value[F_NODE]);
         v->var[F_LSIZE] = "SLURM_STEP_TASKS_PER_NODE";
         if (v->value[F_LSIZE] < 0) {
             set_err(err, errlen, "SLURM_STEP_TASKS_PER_NODE='%s' has no entry for node %d", per_node, v->value[F_NODE]);
@@ -133,9 +133,9 @@ static int read_srun(char *const *envp, struct view *v, char *err, size_t errlen
  * or -1 when there is no list or the host is not in it. */
 static int slurm_node_index(char *const *envp)
 {
-    const char *list = env_get(envp, "SLURM_JOB_NODELIST"), *name = env_get(envp, "SLURMD_NODENAME");
-    char host[DDP_HOST_LEN], err[DDP_ERRMSG_LEN];
-    struct hostlist hl;
+    const char *list = launch_env_get(envp, "SLURM_JOB_NODELIST"), *name = launch_env_get(envp, "SLURMD_NODENAME");
+    char host[LAUNCH_HOST_LEN], err[LAUNCH_ERRMSG_LEN];
+    struct launch_hostlist hl;
     int index = -1;
     if (!name) {
         if (gethostname(host, sizeof host) != 0)
@@ -144,12 +144,12 @@ static int slurm_node_index(char *const *envp)
         host[strcspn(host, ".")] = '\0';
         name = host;
     }
-    if (!list || hostlist_expand(list, &hl, err, sizeof err) != 0)
+    if (!list || launch_hostlist_expand(list, &hl, err, sizeof err) != 0)
         return -1;
     for (size_t i = 0; i < hl.n && index < 0; i++)
         if (strcmp(hl.names[i], name) == 0)
             index = (int)i;
-    hostlist_free(&hl);
+    launch_hostlist_free(&hl);
     return index;
 }
 
@@ -176,27 +176,27 @@ static int read_views(char *const *envp, struct view views[], int *n, char *err,
 {
     struct view *v = &views[*n];
     int rc = 0;
-    if (env_get(envp, "OMPI_COMM_WORLD_RANK")) {
+    if (launch_env_get(envp, "OMPI_COMM_WORLD_RANK")) {
         rc |= read_mpirun(envp, v, err, errlen);
         v = &views[++*n];
     }
-    if (env_get(envp, "PMI_RANK")) {
-        view_init(v, env_get(envp, "MPI_LOCALRANKID") ? "hydra" : "PMI");
+    if (launch_env_get(envp, "PMI_RANK")) {
+        view_init(v, launch_env_get(envp, "MPI_LOCALRANKID") ? "hydra" : "PMI");
         rc |= take(v, F_RANK, envp, "PMI_RANK", err, errlen) | take(v, F_SIZE, envp, "PMI_SIZE", err, errlen) |
               take(v, F_LRANK, envp, "MPI_LOCALRANKID", err, errlen) | take(v, F_LSIZE, envp, "MPI_LOCALNRANKS", err, errlen);
         v = &views[++*n];
     }
-    if (env_get(envp, "SLURM_PROCID") &&
-        (env_get(envp, "SLURM_STEP_NUM_TASKS") || env_get(envp, "SLURM_STEP_TASKS_PER_NODE"))) {
+    if (launch_env_get(envp, "SLURM_PROCID") &&
+        (launch_env_get(envp, "SLURM_STEP_NUM_TASKS") || launch_env_get(envp, "SLURM_STEP_TASKS_PER_NODE"))) {
         rc |= read_srun(envp, v, err, errlen);
         v = &views[++*n];
     }
-    if (env_get(envp, "PMIX_RANK")) {
+    if (launch_env_get(envp, "PMIX_RANK")) {
         view_init(v, "PMIx");
         rc |= take(v, F_RANK, envp, "PMIX_RANK", err, errlen);
         v = &views[++*n];
     }
-    if (env_get(envp, "RANK") && env_get(envp, "WORLD_SIZE")) {
+    if (launch_env_get(envp, "RANK") && launch_env_get(envp, "WORLD_SIZE")) {
         view_init(v, "torchrun-style variables");
         rc |= take(v, F_RANK, envp, "RANK", err, errlen) | take(v, F_SIZE, envp, "WORLD_SIZE", err, errlen) |
               take(v, F_LRANK, envp, "LOCAL_RANK", err, errlen) | take(v, F_LSIZE, envp, "LOCAL_WORLD_SIZE", err, errlen) |
@@ -207,11 +207,11 @@ static int read_views(char *const *envp, struct view views[], int *n, char *err,
 }
 
 /* The launcher in charge: the first view in precedence order mpirun, hydra, srun, PMIx, torchrun. */
-static enum source primary_source(const struct view *views, int n, int *index)
+static enum launch_source primary_source(const struct view *views, int n, int *index)
 {
-    static const struct { const char *who; enum source source; } order[] = {
-        {"mpirun", DDP_SOURCE_MPIRUN}, {"hydra", DDP_SOURCE_HYDRA}, {"srun", DDP_SOURCE_SRUN},
-        {"PMIx", DDP_SOURCE_PMIX}, {"torchrun-style variables", DDP_SOURCE_TORCHRUN},
+    static const struct { const char *who; enum launch_source source; } order[] = {
+        {"mpirun", LAUNCH_SOURCE_MPIRUN}, {"hydra", LAUNCH_SOURCE_HYDRA}, {"srun", LAUNCH_SOURCE_SRUN},
+        {"PMIx", LAUNCH_SOURCE_PMIX}, {"torchrun-style variables", LAUNCH_SOURCE_TORCHRUN},
     };
     for (size_t k = 0; k < sizeof order / sizeof order[0]; k++)
         for (int i = 0; i < n; i++)
@@ -220,14 +220,14 @@ static enum source primary_source(const struct view *views, int n, int *index)
                 return order[k].source;
             }
     *index = -1;
-    return DDP_SOURCE_NONE;
+    return LAUNCH_SOURCE_NONE;
 }
 
 /* Slurm variables describe the allocation (or Open MPI's daemon step), not the ranks, when mpirun
  * or mpiexec started this process: they take no part in the cross-check then. */
-static int view_applies(enum source primary, const struct view *v)
+static int view_applies(enum launch_source primary, const struct view *v)
 {
-    return !(strcmp(v->who, "srun") == 0 && (primary == DDP_SOURCE_MPIRUN || primary == DDP_SOURCE_HYDRA));
+    return !(strcmp(v->who, "srun") == 0 && (primary == LAUNCH_SOURCE_MPIRUN || primary == LAUNCH_SOURCE_HYDRA));
 }
 
 static const char *fix_hint(enum field f)
@@ -260,12 +260,12 @@ static int merge(struct view *m, const struct view *v, char *err, size_t errlen)
 }
 
 /* The views of the flags and of SLURM_NTASKS_PER_NODE, which only cross-check. */
-static int flag_views(char *const *envp, const struct options *opt, enum source primary,
+static int flag_views(char *const *envp, const struct launch_options *opt, enum launch_source primary,
                       struct view views[], int *n, char *err, size_t errlen)
 {
     struct view *v = &views[*n];
     view_init(v, "ddp-launch's flags");
-    if (primary != DDP_SOURCE_NONE) {
+    if (primary != LAUNCH_SOURCE_NONE) {
         v->value[F_SIZE] = opt->n_procs;
         v->var[F_SIZE] = "-n";
     }
@@ -279,7 +279,7 @@ static int flag_views(char *const *envp, const struct options *opt, enum source 
         return -1;
     }
     ++*n;
-    if (primary == DDP_SOURCE_SRUN && env_get(envp, "SLURM_NTASKS_PER_NODE")) {
+    if (primary == LAUNCH_SOURCE_SRUN && launch_env_get(envp, "SLURM_NTASKS_PER_NODE")) {
         v = &views[(*n)++];
         view_init(v, "the job's --ntasks-per-node");
         return take(v, F_LSIZE, envp, "SLURM_NTASKS_PER_NODE", err, errlen);
@@ -321,26 +321,26 @@ static int validate(const struct view *m, char *err, size_t errlen)
 
 static int first_host(const char *list, char *out, char *err, size_t errlen)
 {
-    struct hostlist hl;
-    if (hostlist_expand(list, &hl, err, errlen) != 0)
+    struct launch_hostlist hl;
+    if (launch_hostlist_expand(list, &hl, err, errlen) != 0)
         return -1;
     if (hl.n == 0) {
-        hostlist_free(&hl);
+        launch_hostlist_free(&hl);
         set_err(err, errlen, "empty Slurm node list '%s'", list);
         return -1;
     }
-    snprintf(out, DDP_HOST_LEN, "%s", hl.names[0]);
-    hostlist_free(&hl);
+    snprintf(out, LAUNCH_HOST_LEN, "%s", hl.names[0]);
+    launch_hostlist_free(&hl);
     return 0;
 }
 
 /* MASTER_ADDR: the flag, the environment, the first host of the Slurm node list (the step's under
  * srun, the job's under mpirun/mpiexec, where rank 0 runs beside mpirun), or loopback on one node. */
-static int master_addr(char *const *envp, const struct options *opt, struct layout *l, char *err, size_t errlen)
+static int master_addr(char *const *envp, const struct launch_options *opt, struct launch_layout *l, char *err, size_t errlen)
 {
-    const char *step = env_get(envp, "SLURM_STEP_NODELIST"), *job = env_get(envp, "SLURM_JOB_NODELIST");
-    const char *set = opt->master_addr ? opt->master_addr : env_get(envp, "MASTER_ADDR");
-    const char *list = l->source == DDP_SOURCE_SRUN && step ? step : job;
+    const char *step = launch_env_get(envp, "SLURM_STEP_NODELIST"), *job = launch_env_get(envp, "SLURM_JOB_NODELIST");
+    const char *set = opt->master_addr ? opt->master_addr : launch_env_get(envp, "MASTER_ADDR");
+    const char *list = l->source == LAUNCH_SOURCE_SRUN && step ? step : job;
     if (set && !*set) {
         set_err(err, errlen, "%s is empty: give rank 0's host name or address, or unset it",
                 opt->master_addr ? "--master-addr" : "MASTER_ADDR");
@@ -355,14 +355,14 @@ static int master_addr(char *const *envp, const struct options *opt, struct layo
         snprintf(l->master_addr, sizeof l->master_addr, "%s", set);
         return 0;
     }
-    if (list && (l->source == DDP_SOURCE_SRUN || l->source == DDP_SOURCE_MPIRUN || l->source == DDP_SOURCE_HYDRA))
+    if (list && (l->source == LAUNCH_SOURCE_SRUN || l->source == LAUNCH_SOURCE_MPIRUN || l->source == LAUNCH_SOURCE_HYDRA))
         return first_host(list, l->master_addr, err, errlen);
     if (l->n_nodes == 1) {
         snprintf(l->master_addr, sizeof l->master_addr, "127.0.0.1");
         return 0;
     }
     set_err(err, errlen, "%s spans %d nodes and does not say where rank 0 runs: pass --master-addr HOST or export MASTER_ADDR",
-            source_name(l->source), l->n_nodes);
+            launch_source_name(l->source), l->n_nodes);
     return -1;
 }
 
@@ -374,14 +374,14 @@ static unsigned long long mix64(unsigned long long z)
     return z ^ (z >> 31);
 }
 
-int port_from_hash(unsigned long long h)
+int launch_port_from_hash(unsigned long long h)
 {
-    return DDP_PORT_MIN + (int)(h % (unsigned long long)(DDP_PORT_END - DDP_PORT_MIN));
+    return LAUNCH_PORT_MIN + (int)(h % (unsigned long long)(LAUNCH_PORT_END - LAUNCH_PORT_MIN));
 }
 
-int master_port(unsigned long long job_id, unsigned long long step_id)
+int launch_master_port(unsigned long long job_id, unsigned long long step_id)
 {
-    return port_from_hash(mix64(mix64(job_id) ^ step_id));
+    return launch_port_from_hash(mix64(mix64(job_id) ^ step_id));
 }
 
 static unsigned long long hash_string(const char *s)
@@ -395,7 +395,7 @@ static unsigned long long hash_string(const char *s)
 /* A MASTER_PORT in the environment must be a TCP port: anything else would reach the program. */
 static int check_master_port(char *const *envp, char *err, size_t errlen)
 {
-    const char *port = env_get(envp, "MASTER_PORT");
+    const char *port = launch_env_get(envp, "MASTER_PORT");
     int v = parse_count(port);
     if (port && (v < 1 || v > 65535)) {
         set_err(err, errlen, "MASTER_PORT='%s' is not a TCP port: give a number from 1 to 65535, or unset it "
@@ -406,31 +406,31 @@ static int check_master_port(char *const *envp, char *err, size_t errlen)
 }
 
 /* The launch's name (shared by all its ranks) and, unless given, MASTER_PORT derived from it. */
-static void job_key_and_port(char *const *envp, const struct options *opt, struct layout *l)
+static void job_key_and_port(char *const *envp, const struct launch_options *opt, struct launch_layout *l)
 {
-    const char *job = env_get(envp, "SLURM_JOB_ID"), *step = env_get(envp, "SLURM_STEP_ID");
-    const char *ompi = env_get(envp, "OMPI_MCA_ess_base_jobid"), *ns = env_get(envp, "PMIX_NAMESPACE");
-    const char *port = env_get(envp, "MASTER_PORT"), *run = env_get(envp, "TORCHELASTIC_RUN_ID");
-    if (l->source == DDP_SOURCE_SRUN && job)
+    const char *job = launch_env_get(envp, "SLURM_JOB_ID"), *step = launch_env_get(envp, "SLURM_STEP_ID");
+    const char *ompi = launch_env_get(envp, "OMPI_MCA_ess_base_jobid"), *ns = launch_env_get(envp, "PMIX_NAMESPACE");
+    const char *port = launch_env_get(envp, "MASTER_PORT"), *run = launch_env_get(envp, "TORCHELASTIC_RUN_ID");
+    if (l->source == LAUNCH_SOURCE_SRUN && job)
         snprintf(l->job_key, sizeof l->job_key, "slurm-%s.%s", job, step ? step : "0");
-    else if (l->source == DDP_SOURCE_MPIRUN && ompi)
+    else if (l->source == LAUNCH_SOURCE_MPIRUN && ompi)
         snprintf(l->job_key, sizeof l->job_key, "ompi-%s", ompi);
     else if (ns)
         snprintf(l->job_key, sizeof l->job_key, "pmix-%s", ns);
     else if (run)
         snprintf(l->job_key, sizeof l->job_key, "torchrun-%s", run);
     else
-        snprintf(l->job_key, sizeof l->job_key, "%s-%.64s-%.16s", source_name(l->source), l->master_addr, port ? port : "");
+        snprintf(l->job_key, sizeof l->job_key, "%s-%.64s-%.16s", launch_source_name(l->source), l->master_addr, port ? port : "");
     l->master_port = opt->master_port >= 0 ? opt->master_port : parse_count(port);
     if (l->master_port >= 0)
         return;
-    if (l->source == DDP_SOURCE_SRUN && job)
-        l->master_port = master_port(strtoull(job, NULL, 10), step ? strtoull(step, NULL, 10) : 0);
+    if (l->source == LAUNCH_SOURCE_SRUN && job)
+        l->master_port = launch_master_port(strtoull(job, NULL, 10), step ? strtoull(step, NULL, 10) : 0);
     else
-        l->master_port = port_from_hash(hash_string(l->job_key));
+        l->master_port = launch_port_from_hash(hash_string(l->job_key));
 }
 
-static void fill_layout(const struct view *m, enum source source, struct layout *out)
+static void fill_layout(const struct view *m, enum launch_source source, struct launch_layout *out)
 {
     out->source = source;
     out->rank = m->value[F_RANK];
@@ -442,7 +442,7 @@ static void fill_layout(const struct view *m, enum source source, struct layout 
 }
 
 /* Layout of a process nothing launched: -n N ranks on this node, this being rank 0. */
-static int no_launcher(const struct options *opt, struct view *m, char *err, size_t errlen)
+static int no_launcher(const struct launch_options *opt, struct view *m, char *err, size_t errlen)
 {
     int n = opt->n_procs > 0 ? opt->n_procs : 1;
     int per_node = opt->nproc_per_node > 0 ? opt->nproc_per_node : opt->ntasks_per_node;
@@ -459,18 +459,18 @@ static int no_launcher(const struct options *opt, struct view *m, char *err, siz
     return 0;
 }
 
-int layout_detect(char *const *envp, const struct options *opt, struct layout *out,
+int launch_layout_detect(char *const *envp, const struct launch_options *opt, struct launch_layout *out,
                       char *err, size_t errlen)
 {
     struct view views[8], merged;
     int n = 0, primary_index;
-    enum source source;
+    enum launch_source source;
     memset(out, 0, sizeof *out);
     if (read_views(envp, views, &n, err, errlen) != 0)
         return -1;
     source = primary_source(views, n, &primary_index);
-    view_init(&merged, source == DDP_SOURCE_NONE ? "ddp-launch" : views[primary_index].who);
-    if (source == DDP_SOURCE_NONE) {
+    view_init(&merged, source == LAUNCH_SOURCE_NONE ? "ddp-launch" : views[primary_index].who);
+    if (source == LAUNCH_SOURCE_NONE) {
         if (no_launcher(opt, &merged, err, errlen) != 0)
             return -1;
     } else if (merge(&merged, &views[primary_index], err, errlen) != 0) {

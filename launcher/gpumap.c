@@ -16,7 +16,7 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-int gpu_list_parse(const char *spec, struct gpu_list *out, char *err, size_t errlen)
+int launch_gpu_list_parse(const char *spec, struct launch_gpu_list *out, char *err, size_t errlen)
 {
     const char *p = spec ? spec : "";
     memset(out, 0, sizeof *out);
@@ -24,8 +24,8 @@ int gpu_list_parse(const char *spec, struct gpu_list *out, char *err, size_t err
         return 0;
     while (*p) {
         size_t len = strcspn(p, ",");
-        if (len == 0 || len >= DDP_GPU_ID_LEN || out->n == DDP_MAX_GPUS) {
-            set_err(err, errlen, "CUDA_VISIBLE_DEVICES='%s': empty, too long or more than %d entries", spec, DDP_MAX_GPUS);
+        if (len == 0 || len >= LAUNCH_GPU_ID_LEN || out->n == LAUNCH_MAX_GPUS) {
+            set_err(err, errlen, "CUDA_VISIBLE_DEVICES='%s': empty, too long or more than %d entries", spec, LAUNCH_MAX_GPUS);
             return -1;
         }
         memcpy(out->id[out->n++], p, len);
@@ -62,30 +62,30 @@ static int driver_devices(char busid[][32], int max)
     return count;
 }
 
-int gpu_discover(char *const *envp, struct gpu_list *out, char *err, size_t errlen)
+int launch_gpu_discover(char *const *envp, struct launch_gpu_list *out, char *err, size_t errlen)
 {
-    const char *visible = env_get(envp, "CUDA_VISIBLE_DEVICES");
-    const char *simulate = env_get(envp, "DDP_SIMULATE_GPUS");
-    char busid[DDP_MAX_GPUS][32] = {{0}};
+    const char *visible = launch_env_get(envp, "CUDA_VISIBLE_DEVICES");
+    const char *simulate = launch_env_get(envp, "DDP_SIMULATE_GPUS");
+    char busid[LAUNCH_MAX_GPUS][32] = {{0}};
     int count;
     if (simulate) {
         char *end;
         long n = strtol(simulate, &end, 10);
-        if (*end || n < 0 || n > DDP_MAX_GPUS) {
-            set_err(err, errlen, "DDP_SIMULATE_GPUS='%s' is not a number of GPUs (0..%d)", simulate, DDP_MAX_GPUS);
+        if (*end || n < 0 || n > LAUNCH_MAX_GPUS) {
+            set_err(err, errlen, "DDP_SIMULATE_GPUS='%s' is not a number of GPUs (0..%d)", simulate, LAUNCH_MAX_GPUS);
             return -1;
         }
         count = (int)n;
     } else {
-        count = driver_devices(busid, DDP_MAX_GPUS);
+        count = driver_devices(busid, LAUNCH_MAX_GPUS);
     }
     if (visible) {
-        if (gpu_list_parse(visible, out, err, errlen) != 0)
+        if (launch_gpu_list_parse(visible, out, err, errlen) != 0)
             return -1;
     } else {
         memset(out, 0, sizeof *out);
         for (out->n = 0; out->n < count; out->n++)
-            snprintf(out->id[out->n], DDP_GPU_ID_LEN, "%d", out->n);
+            snprintf(out->id[out->n], LAUNCH_GPU_ID_LEN, "%d", out->n);
     }
     out->n = out->n < count ? out->n : count;
     for (int i = 0; i < out->n; i++)
@@ -100,18 +100,18 @@ static int bind_narrows(const char *bind)
     return bind && *bind && !strstr(bind, "none") && !strstr(bind, "closest");
 }
 
-int gpus_narrowed(char *const *envp)
+int launch_gpus_narrowed(char *const *envp)
 {
     /* slurmd's record of the step's binding ("gpu:per_task:1", "gpu:map_gpu:1,0", "gpu:none"); a
      * task started by srun alone has it but not SLURM_GPUS_PER_TASK, which comes from sbatch. */
-    const char *tres = env_get(envp, "SLURMD_TRES_BIND");
+    const char *tres = launch_env_get(envp, "SLURMD_TRES_BIND");
     if (tres && strncmp(tres, "gpu:", 4) == 0)
         return bind_narrows(tres + 4);
-    return env_get(envp, "SLURM_GPUS_PER_TASK") != NULL || bind_narrows(env_get(envp, "SLURM_GPU_BIND"));
+    return launch_env_get(envp, "SLURM_GPUS_PER_TASK") != NULL || bind_narrows(launch_env_get(envp, "SLURM_GPU_BIND"));
 }
 
 /* Writes the ids of LIST joined by commas into OUT (the value for CUDA_VISIBLE_DEVICES). */
-static void join_ids(const struct gpu_list *list, char *out, size_t len)
+static void join_ids(const struct launch_gpu_list *list, char *out, size_t len)
 {
     size_t used = 0;
     out[0] = '\0';
@@ -119,8 +119,8 @@ static void join_ids(const struct gpu_list *list, char *out, size_t len)
         used += (size_t)snprintf(out + used, len - used, "%s%s", i ? "," : "", list->id[i]);
 }
 
-int gpu_map(const struct gpu_list *visible, int narrowed, int local_rank, int local_size,
-                int share, struct gpu_choice *out, char *err, size_t errlen)
+int launch_gpu_map(const struct launch_gpu_list *visible, int narrowed, int local_rank, int local_size,
+                int share, struct launch_gpu_choice *out, char *err, size_t errlen)
 {
     int n = visible->n;
     memset(out, 0, sizeof *out);

@@ -19,7 +19,7 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-static int push_name(struct hostlist *hl, const char *name, char *err, size_t errlen)
+static int push_name(struct launch_hostlist *hl, const char *name, char *err, size_t errlen)
 {
     if (hl->n >= MAX_HOSTS) {
         set_err(err, errlen, "hostlist: more than %lu hosts", MAX_HOSTS);
@@ -59,11 +59,11 @@ static int parse_range(const char *s, size_t len, unsigned long *lo, unsigned lo
     return *lo <= *hi && *hi - *lo < MAX_RANGE_HOSTS && dash < 10 ? 0 : -1;
 }
 
-static int expand_from(struct hostlist *hl, char *buf, size_t blen, const char *rest,
+static int expand_from(struct launch_hostlist *hl, char *buf, size_t blen, const char *rest,
                        const char *token, char *err, size_t errlen);
 
 /* Expands the bracket group starting after '[' at GROUP, then the rest of the token. */
-static int expand_group(struct hostlist *hl, char *buf, size_t blen, const char *group,
+static int expand_group(struct launch_hostlist *hl, char *buf, size_t blen, const char *group,
                         const char *token, char *err, size_t errlen)
 {
     const char *close = strchr(group, ']');
@@ -78,8 +78,8 @@ static int expand_group(struct hostlist *hl, char *buf, size_t blen, const char 
             return -1;
         }
         for (unsigned long v = lo; v <= hi; v++) {
-            int w = snprintf(buf + blen, DDP_HOST_LEN - blen, "%0*lu", width, v);
-            if (w < 0 || blen + (size_t)w >= DDP_HOST_LEN) {
+            int w = snprintf(buf + blen, LAUNCH_HOST_LEN - blen, "%0*lu", width, v);
+            if (w < 0 || blen + (size_t)w >= LAUNCH_HOST_LEN) {
                 set_err(err, errlen, "hostlist: host name too long in '%s'", token);
                 return -1;
             }
@@ -92,12 +92,12 @@ static int expand_group(struct hostlist *hl, char *buf, size_t blen, const char 
 }
 
 /* Appends the literal text of REST up to the next '[' to buf[0..blen) and expands from there. */
-static int expand_from(struct hostlist *hl, char *buf, size_t blen, const char *rest,
+static int expand_from(struct launch_hostlist *hl, char *buf, size_t blen, const char *rest,
                        const char *token, char *err, size_t errlen)
 {
     const char *open = strchr(rest, '[');
     size_t lit = open ? (size_t)(open - rest) : strlen(rest);
-    if (blen + lit >= DDP_HOST_LEN) {
+    if (blen + lit >= LAUNCH_HOST_LEN) {
         set_err(err, errlen, "hostlist: host name too long in '%s'", token);
         return -1;
     }
@@ -138,15 +138,15 @@ static int check_token(const char *token, char *err, size_t errlen)
     return 0;
 }
 
-static int expand_token(struct hostlist *hl, const char *token, char *err, size_t errlen)
+static int expand_token(struct launch_hostlist *hl, const char *token, char *err, size_t errlen)
 {
-    char buf[DDP_HOST_LEN];
+    char buf[LAUNCH_HOST_LEN];
     if (check_token(token, err, errlen) != 0)
         return -1;
     return expand_from(hl, buf, 0, token, token, err, errlen);
 }
 
-int hostlist_expand(const char *list, struct hostlist *out, char *err, size_t errlen)
+int launch_hostlist_expand(const char *list, struct launch_hostlist *out, char *err, size_t errlen)
 {
     char *copy = strdup(list ? list : "");
     int rc = copy ? 0 : -1;
@@ -170,11 +170,11 @@ int hostlist_expand(const char *list, struct hostlist *out, char *err, size_t er
     }
     free(copy);
     if (rc != 0)
-        hostlist_free(out);
+        launch_hostlist_free(out);
     return rc;
 }
 
-void hostlist_free(struct hostlist *hl)
+void launch_hostlist_free(struct launch_hostlist *hl)
 {
     if (!hl)
         return;

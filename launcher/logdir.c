@@ -30,13 +30,13 @@
 
 enum { FD_OUT = 3, FD_ERR, FD_PID, FD_FIRST_FREE }; /* the follower's descriptors */
 
-void log_paths(const char *dir, int rank, char *out_path, char *err_path, size_t len)
+void launch_log_paths(const char *dir, int rank, char *out_path, char *err_path, size_t len)
 {
     snprintf(out_path, len, "%s/rank.%d.out", dir, rank);
     snprintf(err_path, len, "%s/rank.%d.err", dir, rank);
 }
 
-int log_dir_prepare(const char *dir, char *abs_out, size_t len, char *err, size_t errlen)
+int launch_log_dir_prepare(const char *dir, char *abs_out, size_t len, char *err, size_t errlen)
 {
     char resolved[PATH_MAX];
     if (mkdir_p(dir) != 0 || !realpath(dir, resolved)) {
@@ -163,11 +163,11 @@ static int open_log(const char *path, char *err, size_t errlen)
     return fd;
 }
 
-int log_redirect(const char *dir, int rank, int tee, char *err, size_t errlen)
+int launch_log_redirect(const char *dir, int rank, int tee, char *err, size_t errlen)
 {
     char out_path[PATH_MAX + 32], err_path[PATH_MAX + 32];
     int out_fd, err_fd, rc = 0;
-    log_paths(dir, rank, out_path, err_path, sizeof out_path);
+    launch_log_paths(dir, rank, out_path, err_path, sizeof out_path);
     out_fd = open_log(out_path, err, errlen);
     err_fd = out_fd < 0 ? -1 : open_log(err_path, err, errlen);
     if (err_fd < 0) {

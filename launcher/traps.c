@@ -10,9 +10,9 @@
 
 #include "launcher.h"
 
-int find_program(char *const *envp, const char *program, char *path_out, size_t len)
+int launch_find_program(char *const *envp, const char *program, char *path_out, size_t len)
 {
-    const char *dirs = env_get(envp, "PATH");
+    const char *dirs = launch_env_get(envp, "PATH");
     if (strchr(program, '/')) {
         snprintf(path_out, len, "%s", program);
         return access(path_out, X_OK);
@@ -54,40 +54,40 @@ static void run_ldd(const char *path, char *out, size_t len)
         waitpid(pid, NULL, 0);
 }
 
-enum mpi_flavour program_mpi(char *const *envp, const char *program)
+enum launch_mpi_flavour launch_program_mpi(char *const *envp, const char *program)
 {
-    const char *forced = env_get(envp, "DDP_MPI_PROGRAM");
+    const char *forced = launch_env_get(envp, "DDP_MPI_PROGRAM");
     static char libs[64 * 1024];
     char path[4096];
     if (forced)
-        return strcmp(forced, "openmpi") == 0 ? DDP_MPI_OPENMPI : strcmp(forced, "mpich") == 0 ? DDP_MPI_MPICH : DDP_MPI_NONE;
-    if (find_program(envp, program, path, sizeof path) != 0)
-        return DDP_MPI_NONE;
+        return strcmp(forced, "openmpi") == 0 ? LAUNCH_MPI_OPENMPI : strcmp(forced, "mpich") == 0 ? LAUNCH_MPI_MPICH : LAUNCH_MPI_NONE;
+    if (launch_find_program(envp, program, path, sizeof path) != 0)
+        return LAUNCH_MPI_NONE;
     run_ldd(path, libs, sizeof libs);
     if (strstr(libs, "libmpi.so.40") || strstr(libs, "libopen-pal.so") || strstr(libs, "libopen-rte.so"))
-        return DDP_MPI_OPENMPI;
+        return LAUNCH_MPI_OPENMPI;
     if (strstr(libs, "libmpich") || strstr(libs, "libmpi.so.12"))
-        return DDP_MPI_MPICH;
-    return DDP_MPI_NONE;
+        return LAUNCH_MPI_MPICH;
+    return LAUNCH_MPI_NONE;
 }
 
-int check_traps(char *const *envp, const struct layout *layout, enum mpi_flavour mpi,
+int launch_check_traps(char *const *envp, const struct launch_layout *layout, enum launch_mpi_flavour mpi,
                     char *err, size_t errlen)
 {
-    const char *type = env_get(envp, "SLURM_MPI_TYPE");
-    if (layout->source == DDP_SOURCE_SRUN && mpi == DDP_MPI_OPENMPI && !env_get(envp, "PMIX_RANK")) {
+    const char *type = launch_env_get(envp, "SLURM_MPI_TYPE");
+    if (layout->source == LAUNCH_SOURCE_SRUN && mpi == LAUNCH_MPI_OPENMPI && !launch_env_get(envp, "PMIX_RANK")) {
         snprintf(err, errlen, "srun started this Open MPI program without PMIx (SLURM_MPI_TYPE=%s): Open MPI 4 "
                  "cannot use Slurm's PMI-1/PMI-2 (\"OMPI was not built with SLURM's PMI support\"). Fix: srun --mpi=pmix "
                  "(or MpiDefault=pmix in slurm.conf), or start it with mpirun inside the allocation",
                  type ? type : "unset");
         return -1;
     }
-    if (layout->source == DDP_SOURCE_HYDRA && mpi == DDP_MPI_OPENMPI) {
+    if (layout->source == LAUNCH_SOURCE_HYDRA && mpi == LAUNCH_MPI_OPENMPI) {
         snprintf(err, errlen, "MPICH's mpiexec (Hydra) started an Open MPI program: every rank would run alone as a "
                  "singleton. Fix: start it with Open MPI's mpirun, or srun --mpi=pmix");
         return -1;
     }
-    if (layout->source == DDP_SOURCE_MPIRUN && mpi == DDP_MPI_MPICH) {
+    if (layout->source == LAUNCH_SOURCE_MPIRUN && mpi == LAUNCH_MPI_MPICH) {
         snprintf(err, errlen, "Open MPI's mpirun started an MPICH program: every rank would run alone as a "
                  "singleton. Fix: start it with MPICH's mpiexec, or srun --mpi=pmi2");
         return -1;

@@ -205,7 +205,7 @@ static ddp_status ctx_check_env(const ddp_ctx *ctx)
 static ddp_status ctx_gpu_clash(ddp_ctx *ctx, int device, char own[32], int *other);
 
 /* 1 when this rank could have a GPU of its own: CUDA sees one per local rank, or exactly one that
- * no other rank of this host sees (Slurm or ddp-launch narrowed CUDA_VISIBLE_DEVICES). Collective
+ * no other rank of this host sees (Slurm narrowed CUDA_VISIBLE_DEVICES per task). Collective
  * over the host's ranks. */
 static int ctx_gpu_of_own(ddp_ctx *ctx, int count, ddp_status *st)
 {
@@ -268,8 +268,8 @@ static ddp_status ctx_pick_device(ddp_ctx *ctx)
                   why[0] ? why : "CUDA reports 0 devices", vis ? vis : "unset");
         return DDP_ERR_NO_DEVICE;
     }
-    /* One GPU per rank: local rank r takes device r; a rank that sees exactly one device (the
-     * launcher or Slurm narrowed CUDA_VISIBLE_DEVICES) takes it. NCCL does not support two ranks
+    /* One GPU per rank: local rank r takes device r; a rank that sees exactly one device
+     * (Slurm narrowed CUDA_VISIBLE_DEVICES per task) takes it. NCCL does not support two ranks
      * of one communicator on one GPU, so other layouts are refused here rather than hanging. */
     if (count < ctx->local_world_size && count != 1) {
         DDP_ERROR("host %s runs %d ranks but sees %d GPUs: NCCL needs one GPU per rank; start at "
@@ -316,7 +316,7 @@ cleanup:
 }
 
 /* Refuses two ranks of this host on one GPU (each saw exactly one device, but the same one: the
- * launcher did not narrow CUDA_VISIBLE_DEVICES per rank). NCCL does not support it ("may lead to
+ * job gave every rank the same one-GPU list). NCCL does not support it ("may lead to
  * hangs"). Collective over the host's ranks; `mine` is this rank's status so far, and a rank
  * without a device takes part with an empty bus id. */
 static ddp_status ctx_check_shared_gpu(ddp_ctx *ctx, ddp_status mine)

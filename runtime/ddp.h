@@ -151,7 +151,8 @@ DDP_API const char *ddp_backend_name(ddp_backend_kind kind);
  * DDP_ERR_ENV with a message naming both values. Without any launcher it runs as one process.
  * MPI is initialised with MPI_THREAD_MULTIPLE (the reducer communicates from its own thread).
  * For the CUDA backend local rank r uses visible device r (or device 0 when the rank sees exactly
- * one, as after ddp-launch or Slurm narrowed CUDA_VISIBLE_DEVICES); fewer GPUs than local ranks is
+ * one, as when Slurm narrowed CUDA_VISIBLE_DEVICES per task; ddp-launch never narrows it, so
+ * NCCL can reach the peer GPUs over NVLink or PCIe); fewer GPUs than local ranks is
  * DDP_ERR_NO_DEVICE. The NCCL communicator is created from a unique id made by rank 0 and
  * broadcast over MPI.
  * Asking for DDP_BACKEND_CUDA where there is no GPU (or a build without CUDA) is

@@ -12,9 +12,47 @@
 #   scripts/gpu-check.sh                                      a GPU machine without Slurm
 # Options: --build DIR (default build-gpu-check), --max-bytes SIZE (benchmark, default 256M),
 #          --arch SM (e.g. 90; default: read from nvidia-smi), -- MESON SETUP OPTIONS...
-# Logs: DIR/gpu-check/*.log.
+#   scripts/gpu-check.sh --nccl-log FILE...   only summarise the transports in NCCL_DEBUG=INFO logs
+# Logs: DIR/gpu-check/*.log; NCCL's own log of the benchmark (NCCL_DEBUG=INFO) in DIR/gpu-check/nccl.*.log.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+
+# nccl_transports FILE...: what NCCL chose, from logs written with NCCL_DEBUG=INFO and
+# NCCL_DEBUG_SUBSYS including INIT and GRAPH (NET adds the network lines). Prints one line per kind:
+#   TRANSPORT N   connections per transport, from "Channel ... via P2P/CUMEM" (P2P/IPC, P2P/direct
+#                 pointer: GPU to GPU over NVLink or PCIe), "via SHM/..." (through host memory),
+#                 "via NET/IB/0/GDRDMA" (InfiniBand or RoCE, GPUDirect RDMA), "via NET/Socket/0"
+#                 (TCP); send and receive sides are counted apart
+#   paths I/N N   the path types of NCCL's graphs ("Pattern ..., type NVL/NET"): within a node
+#                 (NVL = NVLink; PIX, PXB, PHB, SYS = PCIe, nearest first), between nodes
+#   network TEXT  the devices NCCL's IB or Socket transport said it uses
+# Returns 1 when no log has a "Channel ... via" line (one rank alone, or the logging was off).
+nccl_transports() {
+    awk '
+        /Channel [0-9]+.* via / {
+            t = $0; sub(/.* via /, "", t); split(t, f, "/")
+            key = f[1] == "NET" || f[1] == "P2P" ? f[1] "/" f[2] : f[1]
+            if (f[1] == "NET" && t ~ /\/GDRDMA/) key = key "/GDRDMA"
+            conn[key]++; any = 1
+        }
+        /Pattern [0-9]+, crossNic .* type / { t = $0; sub(/.* type /, "", t); sub(/,.*/, "", t); paths[t]++ }
+        /NET\/(IB|Socket) : Using/ { t = $0; sub(/.*NET\//, "", t); net[t] = 1 }
+        END {
+            for (k in conn) printf "%s %d\n", k, conn[k] | "sort"
+            close("sort")
+            for (k in paths) printf "paths %s %d\n", k, paths[k] | "sort"
+            close("sort")
+            for (k in net) printf "network %s\n", k | "sort"
+            close("sort")
+            exit !any
+        }' "$@"
+}
+
+if [ "${1:-}" = --nccl-log ]; then
+    shift
+    nccl_transports "$@"
+    exit
+fi
+cd "$(dirname "$0")/.." || exit 2
 build=build-gpu-check max_bytes=256M arch=""
 setup_extra=()
 while [ $# -gt 0 ]; do
@@ -89,13 +127,24 @@ if [ "$nodes" -gt 1 ]; then
 else
   launch=(mpirun --bind-to none -np "$n_gpus")
 fi
-if "${launch[@]}" "$bench" --device cuda -e "$max_bytes" >"$logs/bench.log" 2>&1; then
+# NCCL logs its choices (transports per channel, graph path types, network devices) to files of its
+# own, one per process, so they do not interleave with the benchmark's table.
+rm -f "$logs"/nccl.*.log
+if NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,NET NCCL_DEBUG_FILE="$PWD/$logs/nccl.%h.%p.log" \
+    "${launch[@]}" "$bench" --device cuda -e "$max_bytes" >"$logs/bench.log" 2>&1; then
   note "all-reduce benchmark" PASS "$((nodes * n_gpus)) rank(s): ${launch[*]}"
 else
   note "all-reduce benchmark" FAIL "see $logs/bench.log"
 fi
 nccl=$(grep -o 'NCCL [0-9.]* (built against [0-9.]*)' "$logs/bench.log" | head -1)
 note "NCCL" INFO "${nccl:-version not reported (see $logs/bench.log)}"
+if nccl_transports "$logs"/nccl.*.log >"$logs/transports.txt" 2>/dev/null; then
+  note "NCCL transports" INFO "$(grep -v '^paths \|^network ' "$logs/transports.txt" | paste -sd, - | sed 's/,/, /g')"
+elif [ "$((nodes * n_gpus))" -eq 1 ]; then
+  note "NCCL transports" SKIP "one rank: no peer to connect to"
+else
+  note "NCCL transports" INFO "not found: no 'Channel ... via' line in $logs/nccl.*.log"
+fi
 
 # 4. The precisions on one GPU (benchmarks/gpu_precision.sh: fp32, --tf32, bf16, fp16; cuDNN
 #    against the former im2col convolutions), when MNIST is here.
@@ -117,6 +166,12 @@ echo
 echo "all-reduce (float sum, $((nodes * n_gpus)) rank(s); busbw = algbw * 2(n-1)/n, 0 for one rank):"
 awk '/^# +size/ {print "  " substr($0, 3)} /^ +[0-9]+ +[0-9]+ +float/ {print "  " $0}' "$logs/bench.log"
 grep -E '^# (Out of bounds|Avg bus)' "$logs/bench.log" | sed 's/^# /  /'
+if [ -s "$logs/transports.txt" ]; then
+  echo
+  echo "NCCL's choices (connections per transport; graph path types within/between nodes, NVL = NVLink;"
+  echo "network devices), from $logs/nccl.*.log:"
+  sed 's/^/  /' "$logs/transports.txt"
+fi
 [ -f "$logs/precision.log" ] && { echo; echo "precisions on one GPU (samples/s, ratio to fp32, accuracy):"; sed 's/^/  /' "$logs/precision.log"; }
 echo "$failed" >"$logs/verdict.rc"
 [ "$failed" = 0 ] && echo "VERDICT: ddp works on this GPU node" || echo "VERDICT: FAILED (see above)"

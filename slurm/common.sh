@@ -2,7 +2,7 @@
 # common.sh - the preamble shared by the sbatch templates in this folder (sourced, not run): where
 # the programs, data and outputs are, the training defaults, and the ddp-launch and ddp-train paths.
 # Every variable can be set before sbatch (sbatch hands the environment to the job):
-#   DDP_BIN   a meson build directory (programs in launcher/ and models/) or an install's bin/
+#   DDP_BIN   a meson build directory (programs in launcher/ and train/) or an install's bin/
 #   DDP_DATA  the four MNIST IDX files, visible on every node (shared file system)
 #   DDP_OUT   metrics, checkpoint and per-rank logs (DDP_OUT/logs/rank.N.out|err) of this job
 #   DDP_MODEL mlp|cnn   DDP_EPOCHS   DDP_BATCH (per rank)   DDP_LR
@@ -20,10 +20,10 @@ DDP_BATCH=${DDP_BATCH:-64}
 DDP_LR=${DDP_LR:-0.1}
 DDP_TRAIN_ARGS=${DDP_TRAIN_ARGS:-}
 
-# ddp_prog NAME: the path of program NAME in a build tree (launcher/, models/) or in DDP_BIN itself.
+# ddp_prog NAME: the path of program NAME in a build tree (launcher/, train/) or in DDP_BIN itself.
 ddp_prog() {
     local p
-    for p in "$DDP_BIN/launcher/$1" "$DDP_BIN/models/$1" "$DDP_BIN/$1"; do
+    for p in "$DDP_BIN/launcher/$1" "$DDP_BIN/train/$1" "$DDP_BIN/$1"; do
         [[ -x $p ]] && { echo "$p"; return 0; }
     done
     echo "$0: $1 not found under DDP_BIN=$DDP_BIN (set DDP_BIN to a build or bin directory)" >&2

@@ -145,7 +145,8 @@ PY
 
 # srun --gpus-per-task=1 (and --gpu-bind=map_gpu) narrow CUDA_VISIBLE_DEVICES per task (the
 # cluster's placeholder GPUs, counted by DDP_SIMULATE_GPUS): each rank keeps its own list and uses
-# its device 0, instead of being refused for having fewer GPUs than local ranks.
+# its device 0, instead of being refused for having fewer GPUs than local ranks. Under
+# --gpus-per-node each rank keeps the node's whole list and uses its local rank's GPU.
 case_gpu_bind() {
     local out=$WORK/gpu-bind.out opts
     for opts in "--gpus-per-task=1" "--gpus-per-node=2 --gpu-bind=map_gpu:1,0"; do
@@ -159,6 +160,18 @@ case_gpu_bind() {
         [[ $(grep '^rank=' "$out" | sed 's/.*visible=//' | sort -u | wc -l) -eq 2 ]] ||
             fail "srun $opts: the two ranks must see different GPUs"
     done
+    # --gpus-per-node (what the templates ask for): Slurm gives both tasks the node's list, and
+    # ddp-launch passes it on whole, local rank r taking its r-th GPU.
+    # shellcheck disable=SC2016
+    run_to "$out" 60 env DDP_SIMULATE_GPUS=4 srun -N1 --ntasks-per-node=2 --gpus-per-node=2 "$LAUNCH" \
+        sh -c 'echo "rank=$RANK device=$DDP_DEVICE visible=$CUDA_VISIBLE_DEVICES"' ||
+        { show_tail "$out"; fail "srun --gpus-per-node=2 ... ddp-launch exited non-zero"; }
+    grep '^rank=' "$out" | sort | sed "s/^/  --gpus-per-node=2: /"
+    [[ $(grep -c '^rank=0 device=0 visible=[0-3],[0-3]$' "$out") -eq 1 &&
+        $(grep -c '^rank=1 device=1 visible=[0-3],[0-3]$' "$out") -eq 1 ]] ||
+        { show_tail "$out"; fail "srun --gpus-per-node=2: want rank r on device r of the whole list"; }
+    [[ $(grep '^rank=' "$out" | sed 's/.*visible=//' | sort -u | wc -l) -eq 1 ]] ||
+        fail "srun --gpus-per-node=2: the two ranks must see the same list"
 }
 
 # srun --mpi=pmix -N2 -n4 ddp-launch ddp-train: the MLP (TRAIN_ARGS) reaches MIN_ACC with world size 4.

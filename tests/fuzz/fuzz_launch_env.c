@@ -26,10 +26,10 @@ static int flag_number(const char *s, long max)
 }
 
 /* Splits text (modified in place) into envp[] and the flags. */
-static void split_input(char *text, char **envp, struct options *opt)
+static void split_input(char *text, char **envp, struct launch_options *opt)
 {
     int n = 0;
-    options_init(opt);
+    launch_options_init(opt);
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         if (strncmp(line, "@n=", 3) == 0)
             opt->n_procs = flag_number(line + 3, 1 << 20);
@@ -49,7 +49,7 @@ static void split_input(char *text, char **envp, struct options *opt)
     envp[n] = NULL;
 }
 
-static void check_layout(const struct layout *l)
+static void check_layout(const struct launch_layout *l)
 {
     int ok = l->world_size > 0 && l->rank >= 0 && l->rank < l->world_size && l->local_world_size > 0 &&
              l->local_rank >= 0 && l->local_rank < l->local_world_size &&
@@ -61,18 +61,18 @@ static void check_layout(const struct layout *l)
 }
 
 /* What ddp-launch does next with the environment: its GPU list and this rank's device. */
-static void map_gpus(char *const *envp, const struct options *opt, const struct layout *l)
+static void map_gpus(char *const *envp, const struct launch_options *opt, const struct launch_layout *l)
 {
-    const char *cvd = env_get(envp, "CUDA_VISIBLE_DEVICES");
-    char err[DDP_ERRMSG_LEN] = "";
-    struct gpu_list *gpus = calloc(1, sizeof *gpus);
-    struct gpu_choice *choice = calloc(1, sizeof *choice);
+    const char *cvd = launch_env_get(envp, "CUDA_VISIBLE_DEVICES");
+    char err[LAUNCH_ERRMSG_LEN] = "";
+    struct launch_gpu_list *gpus = calloc(1, sizeof *gpus);
+    struct launch_gpu_choice *choice = calloc(1, sizeof *choice);
     if (gpus && choice && cvd) {
-        if (gpu_list_parse(cvd, gpus, err, sizeof err) == 0) {
-            if (gpus->n < 0 || gpus->n > DDP_MAX_GPUS)
+        if (launch_gpu_list_parse(cvd, gpus, err, sizeof err) == 0) {
+            if (gpus->n < 0 || gpus->n > LAUNCH_MAX_GPUS)
                 abort();
-            int narrowed = gpus_narrowed(envp);
-            if (gpu_map(gpus, narrowed, l->local_rank, l->local_world_size, opt->share_gpus, choice, err,
+            int narrowed = launch_gpus_narrowed(envp);
+            if (launch_gpu_map(gpus, narrowed, l->local_rank, l->local_world_size, opt->share_gpus, choice, err,
                             sizeof err) == 0 && (choice->device < -1 || choice->device >= gpus->n))
                 abort();
         } else if (err[0] == '\0') {
@@ -85,15 +85,15 @@ static void map_gpus(char *const *envp, const struct options *opt, const struct 
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *text = malloc(size + 1), *envp[FUZZ_MAX_VARS + 1], err[DDP_ERRMSG_LEN] = "";
-    struct options opt;
-    struct layout layout;
+    char *text = malloc(size + 1), *envp[FUZZ_MAX_VARS + 1], err[LAUNCH_ERRMSG_LEN] = "";
+    struct launch_options opt;
+    struct launch_layout layout;
     if (!text)
         return 0;
     memcpy(text, data, size);
     text[size] = '\0';
     split_input(text, envp, &opt);
-    if (layout_detect(envp, &opt, &layout, err, sizeof err) == 0) {
+    if (launch_layout_detect(envp, &opt, &layout, err, sizeof err) == 0) {
         check_layout(&layout);
         map_gpus(envp, &opt, &layout);
     } else if (err[0] == '\0') {

@@ -14,15 +14,15 @@ static void check_even_split(hwloc_topology_t topo, int count, int want_cores_fi
     hwloc_bitmap_t seen = hwloc_bitmap_alloc(), set = hwloc_bitmap_alloc();
     int overlap = 0;
     for (int r = 0; r < count; r++) {
-        struct bind_request req = {DDP_BIND_AUTO, allowed, r, count, NULL};
-        enum bind_action action;
-        CHECK(bind_plan(topo, &req, set, &action) == 0 && action == DDP_BIND_BOUND, "rank %d of %d", r, count);
+        struct launch_bind_request req = {LAUNCH_BIND_AUTO, allowed, r, count, NULL};
+        enum launch_bind_action action;
+        CHECK(launch_bind_plan(topo, &req, set, &action) == 0 && action == LAUNCH_BIND_BOUND, "rank %d of %d", r, count);
         CHECK(!hwloc_bitmap_iszero(set), "rank %d of %d got no CPU", r, count);
         overlap |= hwloc_bitmap_intersects(seen, set);
         hwloc_bitmap_or(seen, seen, set);
         if (r == 0)
-            CHECK(cpuset_cores(topo, set) == want_cores_first, "rank 0 of %d: %d cores, want %d", count,
-                  cpuset_cores(topo, set), want_cores_first);
+            CHECK(launch_cpuset_cores(topo, set) == want_cores_first, "rank 0 of %d: %d cores, want %d", count,
+                  launch_cpuset_cores(topo, set), want_cores_first);
     }
     CHECK(count > 8 || !overlap, "%d ranks: CPU sets overlap", count);
     CHECK(hwloc_bitmap_isequal(seen, allowed), "%d ranks do not cover the allowed CPUs", count);
@@ -36,11 +36,11 @@ static void near_gpus(hwloc_topology_t topo)
     hwloc_obj_t p0 = hwloc_get_obj_by_type(topo, HWLOC_OBJ_PACKAGE, 0), p1 = hwloc_get_obj_by_type(topo, HWLOC_OBJ_PACKAGE, 1);
     hwloc_const_cpuset_t near[4] = {p0->cpuset, p1->cpuset, p0->cpuset, p1->cpuset};
     hwloc_bitmap_t set = hwloc_bitmap_alloc(), other = hwloc_bitmap_alloc();
-    enum bind_action action;
+    enum launch_bind_action action;
     for (int r = 0; r < 4; r++) {
-        struct bind_request req = {DDP_BIND_AUTO, hwloc_topology_get_allowed_cpuset(topo), r, 4, near};
-        CHECK(bind_plan(topo, &req, set, &action) == 0, "gpu rank %d", r);
-        CHECK(hwloc_bitmap_isincluded(set, near[r]) && cpuset_cores(topo, set) == 2,
+        struct launch_bind_request req = {LAUNCH_BIND_AUTO, hwloc_topology_get_allowed_cpuset(topo), r, 4, near};
+        CHECK(launch_bind_plan(topo, &req, set, &action) == 0, "gpu rank %d", r);
+        CHECK(hwloc_bitmap_isincluded(set, near[r]) && launch_cpuset_cores(topo, set) == 2,
               "rank %d must get 2 cores of its GPU's package", r);
         if (r == 2)
             CHECK(!hwloc_bitmap_intersects(set, other), "ranks 0 and 2 share a package but not cores");
@@ -54,17 +54,17 @@ static void near_gpus(hwloc_topology_t topo)
 static void existing_binding(hwloc_topology_t topo)
 {
     hwloc_bitmap_t current = hwloc_bitmap_alloc(), set = hwloc_bitmap_alloc();
-    enum bind_action action;
+    enum launch_bind_action action;
     hwloc_bitmap_set_range(current, 4, 5); /* what srun/mpirun gave: one core */
-    struct bind_request req = {DDP_BIND_AUTO, current, 0, 2, NULL};
-    CHECK(bind_plan(topo, &req, set, &action) == 0 && action == DDP_BIND_KEPT && hwloc_bitmap_isequal(set, current),
+    struct launch_bind_request req = {LAUNCH_BIND_AUTO, current, 0, 2, NULL};
+    CHECK(launch_bind_plan(topo, &req, set, &action) == 0 && action == LAUNCH_BIND_KEPT && hwloc_bitmap_isequal(set, current),
           "auto must keep an existing binding");
-    req.mode = DDP_BIND_FORCE;
-    CHECK(bind_plan(topo, &req, set, &action) == 0 && action == DDP_BIND_BOUND && hwloc_bitmap_first(set) == 0 &&
-          cpuset_cores(topo, set) == 4, "force must replace it with rank 0's half");
-    req.mode = DDP_BIND_NONE;
+    req.mode = LAUNCH_BIND_FORCE;
+    CHECK(launch_bind_plan(topo, &req, set, &action) == 0 && action == LAUNCH_BIND_BOUND && hwloc_bitmap_first(set) == 0 &&
+          launch_cpuset_cores(topo, set) == 4, "force must replace it with rank 0's half");
+    req.mode = LAUNCH_BIND_NONE;
     req.current = hwloc_topology_get_allowed_cpuset(topo);
-    CHECK(bind_plan(topo, &req, set, &action) == 0 && action == DDP_BIND_UNBOUND &&
+    CHECK(launch_bind_plan(topo, &req, set, &action) == 0 && action == LAUNCH_BIND_UNBOUND &&
           hwloc_bitmap_isequal(set, req.current), "none must leave the process as it is");
     hwloc_bitmap_free(current);
     hwloc_bitmap_free(set);
@@ -73,8 +73,8 @@ static void existing_binding(hwloc_topology_t topo)
 int main(void)
 {
     hwloc_topology_t topo;
-    char err[DDP_ERRMSG_LEN];
-    if (topology_load(&topo, "pack:2 core:4 pu:2", 0, err, sizeof err) != 0) {
+    char err[LAUNCH_ERRMSG_LEN];
+    if (launch_topology_load(&topo, "pack:2 core:4 pu:2", 0, err, sizeof err) != 0) {
         CHECK(0, "%s", err);
         return CHECK_DONE();
     }

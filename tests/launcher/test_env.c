@@ -6,30 +6,30 @@
 #include "../check.h"
 #include "launcher.h"
 
-static int detect(char **env, const struct options *opt, struct layout *l, char *err)
+static int detect(char **env, const struct launch_options *opt, struct launch_layout *l, char *err)
 {
-    struct options defaults;
-    options_init(&defaults);
+    struct launch_options defaults;
+    launch_options_init(&defaults);
     err[0] = '\0';
-    return layout_detect(env, opt ? opt : &defaults, l, err, DDP_ERRMSG_LEN);
+    return launch_layout_detect(env, opt ? opt : &defaults, l, err, LAUNCH_ERRMSG_LEN);
 }
 
-/* Derived ports: in [DDP_PORT_MIN, DDP_PORT_END) (below Linux's ephemeral ports), deterministic,
+/* Derived ports: in [LAUNCH_PORT_MIN, LAUNCH_PORT_END) (below Linux's ephemeral ports), deterministic,
  * different for the steps of a job and for neighbouring jobs, including the pairs a linear formula
  * job * 31 + step would confuse, and spread over the range. */
 static void master_ports(void)
 {
     int seen_low = 0, seen_high = 0, collisions = 0;
-    CHECK(master_port(1234, 2) == master_port(1234, 2), "port not deterministic");
-    CHECK(master_port(1234, 2) != master_port(1234, 3), "two steps of a job get one port");
-    CHECK(master_port(1234, 31) != master_port(1235, 0), "job j step 31 = job j+1 step 0");
+    CHECK(launch_master_port(1234, 2) == launch_master_port(1234, 2), "port not deterministic");
+    CHECK(launch_master_port(1234, 2) != launch_master_port(1234, 3), "two steps of a job get one port");
+    CHECK(launch_master_port(1234, 31) != launch_master_port(1235, 0), "job j step 31 = job j+1 step 0");
     for (unsigned long long job = 1; job <= 2000; job++) {
-        int p = master_port(job, 0), q = master_port(job, 4294967294ULL); /* batch step */
-        CHECK(p >= DDP_PORT_MIN && p < DDP_PORT_END && q >= DDP_PORT_MIN && q < DDP_PORT_END,
+        int p = launch_master_port(job, 0), q = launch_master_port(job, 4294967294ULL); /* batch step */
+        CHECK(p >= LAUNCH_PORT_MIN && p < LAUNCH_PORT_END && q >= LAUNCH_PORT_MIN && q < LAUNCH_PORT_END,
               "port %d / %d out of range", p, q);
-        seen_low |= p < DDP_PORT_MIN + 1000;
-        seen_high |= p >= DDP_PORT_END - 1000;
-        collisions += p == master_port(job + 1, 0);
+        seen_low |= p < LAUNCH_PORT_MIN + 1000;
+        seen_high |= p >= LAUNCH_PORT_END - 1000;
+        collisions += p == launch_master_port(job + 1, 0);
     }
     CHECK(seen_low && seen_high, "ports do not spread over the range");
     CHECK(collisions < 5, "%d neighbouring jobs share a port", collisions);
@@ -41,13 +41,13 @@ static void srun_two_nodes(void)
                    "SLURM_NODEID=2", "SLURM_STEP_NUM_NODES=3", "SLURM_STEP_TASKS_PER_NODE=2(x3)",
                    "SLURM_STEP_NODELIST=gpu-a[007-009]", "SLURM_JOB_NODELIST=gpu-a[001-009]",
                    "SLURM_JOB_ID=1234", "SLURM_STEP_ID=2", "PMIX_RANK=5", NULL};
-    struct layout l;
-    char err[DDP_ERRMSG_LEN];
+    struct launch_layout l;
+    char err[LAUNCH_ERRMSG_LEN];
     CHECK(detect(env, NULL, &l, err) == 0, "srun: %s", err);
-    CHECK(l.source == DDP_SOURCE_SRUN && l.rank == 5 && l.world_size == 6 && l.local_rank == 1 &&
+    CHECK(l.source == LAUNCH_SOURCE_SRUN && l.rank == 5 && l.world_size == 6 && l.local_rank == 1 &&
           l.local_world_size == 2 && l.node_rank == 2 && l.n_nodes == 3, "srun layout wrong");
     CHECK(strcmp(l.master_addr, "gpu-a007") == 0, "MASTER_ADDR %s", l.master_addr);
-    CHECK(l.master_port == master_port(1234, 2), "MASTER_PORT %d", l.master_port);
+    CHECK(l.master_port == launch_master_port(1234, 2), "MASTER_PORT %d", l.master_port);
     master_ports();
 }
 
@@ -57,10 +57,10 @@ static void mpirun_inside_sbatch(void)
     char *env[] = {"OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_SIZE=4", "OMPI_COMM_WORLD_LOCAL_RANK=1",
                    "OMPI_COMM_WORLD_LOCAL_SIZE=2", "PMIX_RANK=3", "SLURM_PROCID=0", "SLURM_NTASKS=8",
                    "SLURM_STEP_NUM_TASKS=2", "SLURM_JOB_NODELIST=n[3-4]", NULL};
-    struct layout l;
-    char err[DDP_ERRMSG_LEN];
+    struct launch_layout l;
+    char err[LAUNCH_ERRMSG_LEN];
     CHECK(detect(env, NULL, &l, err) == 0, "mpirun: %s", err);
-    CHECK(l.source == DDP_SOURCE_MPIRUN && l.rank == 3 && l.world_size == 4 && l.node_rank == 1 && l.n_nodes == 2,
+    CHECK(l.source == LAUNCH_SOURCE_MPIRUN && l.rank == 3 && l.world_size == 4 && l.node_rank == 1 && l.n_nodes == 2,
           "mpirun layout wrong: node %d of %d", l.node_rank, l.n_nodes);
     CHECK(strcmp(l.master_addr, "n3") == 0, "MASTER_ADDR %s", l.master_addr);
 }
@@ -71,16 +71,16 @@ static void hydra_torchrun_pmix(void)
     char *torch[] = {"RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "GROUP_RANK=1",
                      "MASTER_ADDR=head", "MASTER_PORT=29500", NULL};
     char *pmix[] = {"PMIX_RANK=1", NULL};
-    struct options opt;
-    struct layout l;
-    char err[DDP_ERRMSG_LEN];
-    CHECK(detect(hydra, NULL, &l, err) == 0 && l.source == DDP_SOURCE_HYDRA && l.rank == 2 &&
+    struct launch_options opt;
+    struct launch_layout l;
+    char err[LAUNCH_ERRMSG_LEN];
+    CHECK(detect(hydra, NULL, &l, err) == 0 && l.source == LAUNCH_SOURCE_HYDRA && l.rank == 2 &&
           strcmp(l.master_addr, "127.0.0.1") == 0, "hydra: %s", err);
-    CHECK(detect(torch, NULL, &l, err) == 0 && l.source == DDP_SOURCE_TORCHRUN && l.node_rank == 1 &&
+    CHECK(detect(torch, NULL, &l, err) == 0 && l.source == LAUNCH_SOURCE_TORCHRUN && l.node_rank == 1 &&
           l.n_nodes == 2 && strcmp(l.master_addr, "head") == 0 && l.master_port == 29500, "torchrun: %s", err);
     CHECK(detect(pmix, NULL, &l, err) != 0 && strstr(err, "-n"), "PMIx alone lacks the world size: %s", err);
-    static char long_addr[DDP_HOST_LEN + 16] = "MASTER_ADDR=";
-    memset(long_addr + strlen(long_addr), 'h', DDP_HOST_LEN);
+    static char long_addr[LAUNCH_HOST_LEN + 16] = "MASTER_ADDR=";
+    memset(long_addr + strlen(long_addr), 'h', LAUNCH_HOST_LEN);
     torch[5] = long_addr;
     CHECK(detect(torch, NULL, &l, err) != 0 && strstr(err, "MASTER_ADDR"), "a MASTER_ADDR too long must be refused: %s", err);
     torch[5] = "MASTER_ADDR=";
@@ -92,9 +92,9 @@ static void hydra_torchrun_pmix(void)
         CHECK(detect(torch, NULL, &l, err) != 0 && strstr(err, "from 1 to 65535"), "%s must be refused: %s", bad_ports[i], err);
     }
     torch[6] = "MASTER_PORT=29500";
-    options_init(&opt);
+    launch_options_init(&opt);
     opt.n_procs = 2;
-    CHECK(detect(pmix, &opt, &l, err) == 0 && l.source == DDP_SOURCE_PMIX && l.world_size == 2, "pmix -n 2: %s", err);
+    CHECK(detect(pmix, &opt, &l, err) == 0 && l.source == LAUNCH_SOURCE_PMIX && l.world_size == 2, "pmix -n 2: %s", err);
 }
 
 static void disagreements(void)
@@ -104,17 +104,17 @@ static void disagreements(void)
     char *per_node[] = {"SLURM_PROCID=0", "SLURM_STEP_NUM_TASKS=4", "SLURM_LOCALID=0", "SLURM_NODEID=0",
                         "SLURM_STEP_TASKS_PER_NODE=2(x2)", "SLURM_NTASKS_PER_NODE=4", NULL};
     char *srun4[] = {"SLURM_PROCID=0", "SLURM_STEP_NUM_TASKS=4", "SLURM_NODEID=0", "SLURM_STEP_TASKS_PER_NODE=4", NULL};
-    struct options opt;
-    struct layout l;
-    char err[DDP_ERRMSG_LEN];
+    struct launch_options opt;
+    struct launch_layout l;
+    char err[LAUNCH_ERRMSG_LEN];
     CHECK(detect(two_sizes, NULL, &l, err) != 0 && strstr(err, "SLURM_STEP_NUM_TASKS") && strstr(err, "WORLD_SIZE"),
           "two world sizes must name both: %s", err);
     CHECK(detect(per_node, NULL, &l, err) != 0 && strstr(err, "SLURM_NTASKS_PER_NODE") &&
           strstr(err, "SLURM_STEP_TASKS_PER_NODE"), "--ntasks-per-node vs the step: %s", err);
-    options_init(&opt);
+    launch_options_init(&opt);
     opt.ntasks_per_node = 2;
     CHECK(detect(srun4, &opt, &l, err) != 0 && strstr(err, "--ntasks-per-node"), "flag vs step: %s", err);
-    options_init(&opt);
+    launch_options_init(&opt);
     opt.n_procs = 8;
     CHECK(detect(srun4, &opt, &l, err) != 0 && strstr(err, "-n") && strstr(err, "says 4"), "-n vs srun: %s", err);
     opt.n_procs = 4;
@@ -124,17 +124,17 @@ static void disagreements(void)
 static void nothing(void)
 {
     char *env[] = {"HOME=/root", NULL};
-    struct options opt;
-    struct layout l;
-    char err[DDP_ERRMSG_LEN];
-    options_init(&opt);
+    struct launch_options opt;
+    struct launch_layout l;
+    char err[LAUNCH_ERRMSG_LEN];
+    launch_options_init(&opt);
     opt.n_procs = 3;
-    CHECK(detect(env, &opt, &l, err) == 0 && l.source == DDP_SOURCE_NONE && l.world_size == 3 && l.local_world_size == 3,
+    CHECK(detect(env, &opt, &l, err) == 0 && l.source == LAUNCH_SOURCE_NONE && l.world_size == 3 && l.local_world_size == 3,
           "no launcher: %s", err);
     opt.nproc_per_node = 2;
     CHECK(detect(env, &opt, &l, err) != 0, "-n 3 with --nproc-per-node 2 on one node must be refused");
-    CHECK(slurm_tasks_on_node("2(x3),1", 3) == 1 && slurm_tasks_on_node("2(x3),1", 2) == 2 &&
-          slurm_tasks_on_node("2(x3),1", 4) == -1, "SLURM_STEP_TASKS_PER_NODE parsing");
+    CHECK(launch_slurm_tasks_on_node("2(x3),1", 3) == 1 && launch_slurm_tasks_on_node("2(x3),1", 2) == 2 &&
+          launch_slurm_tasks_on_node("2(x3),1", 4) == -1, "SLURM_STEP_TASKS_PER_NODE parsing");
 }
 
 int main(void)

@@ -1,4 +1,4 @@
-/* test_hostlist.c - test 5: hostlist_expand agrees with Slurm's own `scontrol show hostnames`
+/* test_hostlist.c - test 5: launch_hostlist_expand agrees with Slurm's own `scontrol show hostnames`
  * on tricky lists (zero padding, several bracket groups, commas inside and outside brackets,
  * suffixes after brackets, malformed ranges), plus a few expansions written out by hand. */
 #include <stdio.h>
@@ -59,17 +59,17 @@ static void slurm_expand(const char *list, char *out, size_t len)
 
 static void ours_expand(const char *list, char *out, size_t len)
 {
-    struct hostlist hl;
-    char err[DDP_ERRMSG_LEN];
+    struct launch_hostlist hl;
+    char err[LAUNCH_ERRMSG_LEN];
     size_t used = 0;
     out[0] = '\0';
-    if (hostlist_expand(list, &hl, err, sizeof err) != 0) {
+    if (launch_hostlist_expand(list, &hl, err, sizeof err) != 0) {
         snprintf(out, len, "INVALID");
         return;
     }
     for (size_t i = 0; i < hl.n && used < len; i++)
         used += (size_t)snprintf(out + used, len - used, "%s%s", i ? " " : "", hl.names[i]);
-    hostlist_free(&hl);
+    launch_hostlist_free(&hl);
 }
 
 static void check_by_hand(void)
