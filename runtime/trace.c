@@ -178,8 +178,12 @@ ddp_status ddp_trace_start(ddp_ctx *ctx, size_t max_events)
     if (trace_buf)
         memset(trace_buf, 0, trace_cap * sizeof *trace_buf);
     MPI_Comm comm = MPI_COMM_NULL;
-    if (MPI_Comm_dup(MPI_COMM_WORLD, &comm) != MPI_SUCCESS)
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &comm) != MPI_SUCCESS) {
+        DDP_ERROR("ddp_trace_start: MPI_Comm_dup failed; tracing stays off");
+        free(trace_buf);
+        trace_buf = NULL;
         return DDP_ERR_MPI;
+    }
     if (MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS ||
         any_failed || trace_measure_offsets(ctx, comm) != 0) {
         DDP_ERROR("ddp_trace_start: %s", any_failed ? "out of memory for the trace buffer on some "
