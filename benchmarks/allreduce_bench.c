@@ -264,7 +264,7 @@ static const float *bench_share(bench_state *b, float mine)
     size_t share_bytes = (size_t)b->world * sizeof(float);
     bench_must(b, ddp_upload(b->ctx, b->share, b->share_host, share_bytes), "ddp_upload");
     bench_must(b, ddp_allreduce(b->ctx, b->share, (size_t)b->world, DDP_SUM),
-                   "ddp_allreduce");
+               "ddp_allreduce");
     bench_must(b, ddp_download(b->ctx, b->share_host, b->share, share_bytes), "ddp_download");
     return b->share_host;
 }
@@ -303,7 +303,7 @@ static void bench_reduce_many(bench_state *b, size_t n, int k)
         bench_must(b, ddp_allreduce(b->ctx, b->buf, n, b->o->op), "ddp_allreduce");
     for (int j = 0; j < k && b->o->nonblocking; j++)
         bench_must(b, ddp_allreduce_start(b->ctx, b->buf, n, b->o->op, &b->reqs[j]),
-                       "ddp_allreduce_start");
+                   "ddp_allreduce_start");
     for (int j = 0; j < k && b->o->nonblocking; j++)
         bench_must(b, ddp_wait(b->reqs[j]), "ddp_wait");
 }

@@ -48,7 +48,7 @@ static int features_simulate(const char *simulate, struct cpu_features *out, cha
 }
 
 int cpu_features_get(const char *simulate, const char *isa, struct cpu_features *out, char *err,
-                         size_t errlen)
+                     size_t errlen)
 {
     isa_level cap;
     memset(out, 0, sizeof *out);
@@ -88,7 +88,7 @@ static isa_level core_level(const char *core)
 }
 
 int blas_policy_decide(const char *coretype, const char *setter, const char *simulate, const char *isa,
-                    struct blas_decision *out, char *err, size_t errlen)
+                       struct blas_decision *out, char *err, size_t errlen)
 {
     struct cpu_features raw, f;
     memset(out, 0, sizeof *out);

@@ -23,7 +23,7 @@
 /* The CPU's features, or those SIMULATE lists (NULL: the real CPU), capped by the DDP_CPU_ISA value
  * isa (NULL: no cap). Fails on a word that names no feature the policy knows, or a bad isa. */
 int cpu_features_get(const char *simulate, const char *isa, struct cpu_features *out, char *err,
-                         size_t errlen);
+                     size_t errlen);
 
 /* The OpenBLAS core for these features: "Cooperlake" (AVX-512 F, BW, VL, DQ and BF16), "SkylakeX"
  * (F, BW, VL, DQ), or NULL (leave the choice to OpenBLAS). When capped (a DDP_CPU_ISA cap removed
@@ -49,7 +49,7 @@ struct blas_decision {
  * what may run. Fails on a bad simulated feature list
  * or DDP_CPU_ISA value. */
 int blas_policy_decide(const char *coretype, const char *setter, const char *simulate, const char *isa,
-                    struct blas_decision *out, char *err, size_t errlen);
+                       struct blas_decision *out, char *err, size_t errlen);
 
 /* One line for start-up reports, e.g. "OPENBLAS_CORETYPE=Haswell preset by the user (policy for this
  * CPU: Cooperlake)" or "OPENBLAS_CORETYPE=SkylakeX set by ddp-launch (policy)". */

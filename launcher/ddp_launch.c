@@ -233,7 +233,7 @@ static int decide_blas(struct launch_setup *s, int verbose)
     char err[LAUNCH_ERRMSG_LEN];
     const char *setter = getenv(DDP_BLAS_SETTER_ENV);
     if (blas_policy_decide(getenv("OPENBLAS_CORETYPE"), setter, getenv(DDP_BLAS_SIMULATE_ENV), getenv(DDP_CPU_ISA_ENV),
-                        &s->blas, err, sizeof err) != 0) {
+                           &s->blas, err, sizeof err) != 0) {
         fail("error: %s", err);
         return -1;
     }

@@ -6,8 +6,8 @@
 #include "internal.h"
 
 static ddp_status plan_check(const size_t *numel, int n_params, size_t cap_bytes,
-                                 size_t first_cap_bytes, const ddp_bucket *buckets,
-                                 const int *n_buckets)
+                             size_t first_cap_bytes, const ddp_bucket *buckets,
+                             const int *n_buckets)
 {
     if (!numel || !buckets || !n_buckets || n_params < 1) {
         DDP_ERROR("ddp_plan_buckets: need numel, buckets, n_buckets and n_params >= 1 "

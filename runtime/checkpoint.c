@@ -139,7 +139,7 @@ static uint64_t desc_numel_checked(const ddp_param_desc *d, int *ok)
 
 /* Sum of the element counts; DDP_ERR_INVALID_ARG (logged with `who`) on a bad descriptor. */
 static ddp_status descs_total(const ddp_param_desc *descs, int n_params, const char *who,
-                                  uint64_t *total)
+                              uint64_t *total)
 {
     uint64_t sum = 0;
     for (int i = 0; i < n_params; i++) {
@@ -242,7 +242,7 @@ static state_entry *state_slot(ddp_state *s, const char *name, ddp_state_kind ki
 
 /* Adds (or replaces) the entry `name`, taking ownership of data (freed on failure). */
 static ddp_status state_adopt(ddp_state *s, const char *name, ddp_state_kind kind,
-                                  uint64_t count, void *data)
+                              uint64_t count, void *data)
 {
     ddp_status st = state_check_name(s, name);
     state_entry *e = st == DDP_OK ? state_slot(s, name, kind) : NULL;
@@ -259,7 +259,7 @@ static ddp_status state_adopt(ddp_state *s, const char *name, ddp_state_kind kin
 
 /* Adds (or replaces) the entry `name` with a copy of data (count items of kind). */
 static ddp_status state_put(ddp_state *s, const char *name, ddp_state_kind kind, uint64_t count,
-                                const void *data)
+                            const void *data)
 {
     if (count > SIZE_MAX / sizeof(ddp_param_desc) || (count && !data)) {
         DDP_ERROR("ddp_state: \"%s\": no data or an impossible count %llu", name ? name : "",
@@ -804,7 +804,7 @@ static ddp_status ckpt_check_crc(const char *path, const unsigned char *buf, uin
 
 /* Decodes n parameter records and checks them against the expected element total. */
 static ddp_status ckpt_parse_records(const char *path, const unsigned char *recs, uint64_t n,
-                                         uint64_t total, ddp_param_desc *descs)
+                                     uint64_t total, ddp_param_desc *descs)
 {
     for (uint64_t i = 0; i < n; i++) {
         const unsigned char *rec = recs + i * DDP_CKPT_RECORD_BYTES;
@@ -831,7 +831,7 @@ static ddp_status ckpt_parse_records(const char *path, const unsigned char *recs
 
 /* Decodes a section's data at `at` into host memory (malloc'ed, *out) and checks it. */
 static ddp_status ckpt_decode(const char *path, ddp_state_kind kind, uint64_t count,
-                                  const unsigned char *at, uint64_t total, void **out)
+                              const unsigned char *at, uint64_t total, void **out)
 {
     size_t n_bytes = entry_host_bytes(kind, count);
     unsigned char *host = malloc(n_bytes ? n_bytes : 1);
@@ -863,7 +863,7 @@ static ddp_status ckpt_decode(const char *path, ddp_state_kind kind, uint64_t co
 
 /* Version 1: header, records, values, CRC. */
 static ddp_status ckpt_parse_v1(const char *path, const unsigned char *buf, uint64_t size,
-                                    ddp_state *s)
+                                ddp_state *s)
 {
     if (size < DDP_CKPT_V1_HEADER_BYTES)
         return ckpt_size_error(path, DDP_CKPT_V1_HEADER_BYTES, size);
@@ -881,7 +881,7 @@ static ddp_status ckpt_parse_v1(const char *path, const unsigned char *buf, uint
     void *descs = NULL, *values = NULL;
     if (st == DDP_OK)
         st = ckpt_decode(path, DDP_STATE_SIGNATURE, n_params, buf + DDP_CKPT_V1_HEADER_BYTES,
-                             total, &descs);
+                         total, &descs);
     if (st == DDP_OK)
         st = state_adopt(s, "signature", DDP_STATE_SIGNATURE, n_params, descs);
     if (st == DDP_OK)
@@ -906,7 +906,7 @@ static int ckpt_count_ok(ddp_state_kind kind, uint64_t count, uint64_t room)
 
 /* Checks table entry i (kind, name, placement after *data_end) and moves *data_end past it. */
 static ddp_status ckpt_check_entry(const char *path, const unsigned char *rec, int i,
-                                       uint64_t size, uint64_t *data_end)
+                                   uint64_t size, uint64_t *data_end)
 {
     uint32_t kind = get_u32(rec + 48);
     uint64_t offset = get_u64(rec + 56), count = get_u64(rec + 64);
@@ -932,7 +932,7 @@ static ddp_status ckpt_check_entry(const char *path, const unsigned char *rec, i
 
 /* Checks and decodes section i of a version 2 file into s. */
 static ddp_status ckpt_load_entry(const char *path, const unsigned char *buf, uint64_t size,
-                                      int i, uint64_t total, uint64_t *data_end, ddp_state *s)
+                                  int i, uint64_t total, uint64_t *data_end, ddp_state *s)
 {
     const unsigned char *rec = buf + DDP_CKPT_V2_HEADER_BYTES + (uint64_t)i * DDP_CKPT_ENTRY_BYTES;
     ddp_status st = ckpt_check_entry(path, rec, i, size, data_end);
@@ -953,7 +953,7 @@ static ddp_status ckpt_load_entry(const char *path, const unsigned char *buf, ui
 
 /* Version 2: header, section table, sections, CRC. */
 static ddp_status ckpt_parse_v2(const char *path, const unsigned char *buf, uint64_t size,
-                                    ddp_state *s)
+                                ddp_state *s)
 {
     if (size < DDP_CKPT_V2_HEADER_BYTES + 4)
         return ckpt_size_error(path, DDP_CKPT_V2_HEADER_BYTES + 4, size);

@@ -71,7 +71,7 @@ ddp_status ddp_allreduce(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op)
 }
 
 ddp_status allreduce_start_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
-                                     ddp_reduce_op op, void *stream, ddp_request **req)
+                                 ddp_reduce_op op, void *stream, ddp_request **req)
 {
     if (!req)
         return DDP_ERR_INVALID_ARG;

@@ -144,7 +144,7 @@ DDP_SIMD_DISPATCH(convert_16_to_f32_scaled, f16_to_f32_scaled_body,
                   (float *dst, const uint16_t *src, size_t n, int fp16, float alpha), (dst, src, n, fp16, alpha))
 
 void convert_host_cast_scale(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n,
-                         float alpha)
+                             float alpha)
 {
     if (dst_t == DDP_FP32 && src_t != DDP_FP32) {
         convert_16_to_f32_scaled(dst, src, n, src_t == DDP_FP16, alpha);
@@ -192,7 +192,7 @@ ddp_status convert_cuda_nonfinite(const void *x, int t, size_t n, int *found, vo
 #endif
 
 ddp_status convert_dev_cast(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const void *src,
-                        ddp_dtype src_t, size_t n, void *stream)
+                            ddp_dtype src_t, size_t n, void *stream)
 {
     if (ctx->backend == DDP_BACKEND_CUDA)
         return convert_cuda_cast(dst, (int)dst_t, src, (int)src_t, n, stream);
@@ -201,7 +201,7 @@ ddp_status convert_dev_cast(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, cons
 }
 
 ddp_status convert_dev_cast_scale(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const void *src,
-                              ddp_dtype src_t, size_t n, float alpha, void *stream)
+                                  ddp_dtype src_t, size_t n, float alpha, void *stream)
 {
     if (ctx->backend == DDP_BACKEND_CUDA) {
         ddp_status st = convert_cuda_cast(dst, (int)dst_t, src, (int)src_t, n, stream);
@@ -212,7 +212,7 @@ ddp_status convert_dev_cast_scale(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t
 }
 
 ddp_status convert_dev_scale(const ddp_ctx *ctx, void *x, ddp_dtype t, size_t n, float alpha,
-                         void *stream)
+                             void *stream)
 {
     if (ctx->backend == DDP_BACKEND_CUDA)
         return convert_cuda_scale_typed(x, (int)t, n, alpha, stream);
@@ -221,7 +221,7 @@ ddp_status convert_dev_scale(const ddp_ctx *ctx, void *x, ddp_dtype t, size_t n,
 }
 
 ddp_status convert_dev_nonfinite(const ddp_ctx *ctx, const void *x, ddp_dtype t, size_t n,
-                             int *found, void *stream)
+                                 int *found, void *stream)
 {
     if (ctx->backend == DDP_BACKEND_CUDA)
         return convert_cuda_nonfinite(x, (int)t, n, found, stream);

@@ -25,21 +25,21 @@ void convert_host_cast(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype sr
 void convert_host_scale(void *x, ddp_dtype t, size_t n, float alpha);
 /* convert_host_cast, then convert_host_scale on dst: the same values, in one pass where dst is fp32. */
 void convert_host_cast_scale(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n,
-                         float alpha);
+                             float alpha);
 /* 1 when any of x[0..n) is inf or NaN, else 0. */
 int convert_host_nonfinite(const void *x, ddp_dtype t, size_t n);
 
 /* The same on the context's backend memory (host memory on the CPU backend). DDP_ERR_CUDA when a
  * launch fails (logged), DDP_ERR_UNSUPPORTED for CUDA in a build without it. */
 ddp_status convert_dev_cast(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const void *src,
-                        ddp_dtype src_t, size_t n, void *stream);
+                            ddp_dtype src_t, size_t n, void *stream);
 ddp_status convert_dev_cast_scale(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const void *src,
-                              ddp_dtype src_t, size_t n, float alpha, void *stream);
+                                  ddp_dtype src_t, size_t n, float alpha, void *stream);
 ddp_status convert_dev_scale(const ddp_ctx *ctx, void *x, ddp_dtype t, size_t n, float alpha,
-                         void *stream);
+                             void *stream);
 /* *found = 1 when any element is inf or NaN. On CUDA it waits for the check on `stream`. */
 ddp_status convert_dev_nonfinite(const ddp_ctx *ctx, const void *x, ddp_dtype t, size_t n,
-                             int *found, void *stream);
+                                 int *found, void *stream);
 
 /* CUDA launchers (convert_cuda.cu); `stream` NULL means cuda_stream(). */
 ddp_status convert_cuda_cast(void *dst, int dst_t, const void *src, int src_t, size_t n, void *stream);

@@ -80,7 +80,7 @@ static ddp_status conv_check(cudaError_t err, const char *what)
 }
 
 extern "C" ddp_status convert_cuda_cast(void *dst, int dst_t, const void *src, int src_t, size_t n,
-                                    void *stream)
+                                        void *stream)
 {
     if (n == 0)
         return DDP_OK;
@@ -116,7 +116,7 @@ extern "C" ddp_status convert_cuda_nonfinite(const void *x, int t, size_t n, int
         st = cuda_stream_wait(s, "the inf/NaN check");
     if (st == DDP_OK)
         st = conv_check(cudaMemcpyAsync(&host, flag, sizeof host, cudaMemcpyDeviceToHost, s),
-                            "cudaMemcpyAsync of the inf/NaN flag");
+                        "cudaMemcpyAsync of the inf/NaN flag");
     if (flag)
         cudaFreeAsync(flag, s); /* stream-ordered: queued, no host wait */
     if (st == DDP_OK)

@@ -89,7 +89,7 @@ struct ddp_ctx {
 /* The typed non-blocking all-reduce behind ddp_allreduce_start and the reducer: checks, counts
  * the payload in the stats, dispatches to ctx->comm. *req is NULL on failure. */
 ddp_status allreduce_start_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
-                                     ddp_reduce_op op, void *stream, ddp_request **req);
+                                 ddp_reduce_op op, void *stream, ddp_request **req);
 
 /* Host-memory collectives used by the runtime itself (verification, checksums, broadcasts of
  * control data), whatever the backend. */

@@ -95,7 +95,7 @@ static ddp_status reducer_alloc(ddp_reducer *r, int n_params)
 }
 
 static ddp_status reducer_plan(ddp_reducer *r, const size_t *numel,
-                                   const ddp_reducer_opts *opts)
+                               const ddp_reducer_opts *opts)
 {
     size_t cap_bytes, first_cap_bytes;
     ddp_status st = mib_to_bytes(opts->bucket_mb, "bucket_mb", &cap_bytes);
@@ -290,7 +290,7 @@ static void reducer_launch(ddp_reducer *r, int b)
     trace_set_tag(b);
     if (st == DDP_OK)
         st = allreduce_start_typed(r->ctx, buf, bk->n, r->wire_dtype, DDP_SUM, r->stream,
-                                       &r->requests[b]);
+                                   &r->requests[b]);
     trace_set_tag(-1);
     if (st != DDP_OK) {
         DDP_ERROR("reducer: cannot start the all-reduce of bucket %d (parameters %d..%d): %s", b,
@@ -355,8 +355,8 @@ static ddp_status reducer_unpack(ddp_reducer *r, int b, float alpha)
     void *grads = convert_elem(r->grads, r->grad_dtype, bk->offset);
     if (r->wire)
         return convert_dev_cast_scale(r->ctx, grads, r->grad_dtype,
-                                  convert_elem(r->wire, r->wire_dtype, bk->offset), r->wire_dtype, bk->n,
-                                  alpha, r->stream);
+                                      convert_elem(r->wire, r->wire_dtype, bk->offset), r->wire_dtype, bk->n,
+                                      alpha, r->stream);
     if (alpha == 1.0f)
         return DDP_OK; /* a 16-bit bucket already divided by a power of two equal to the mean's */
     return convert_dev_scale(r->ctx, grads, r->grad_dtype, bk->n, alpha, r->stream);

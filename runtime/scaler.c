@@ -90,7 +90,7 @@ double ddp_scaler_scale(const ddp_scaler *s)
 
 /* Every rank learns whether any rank found inf/NaN. Collective. */
 static ddp_status scaler_agree(ddp_scaler *s, void *grads, ddp_dtype dtype, size_t n,
-                                   int *any_inf)
+                               int *any_inf)
 {
     int found = 0;
     ddp_status st = convert_dev_nonfinite(s->ctx, grads, dtype, n, &found, s->opts.stream);

@@ -225,7 +225,7 @@ ddp_status cuda_channel_sums(const ops_handle *ops, ddp_dtype p, const void *dy,
     }
     /* with no images, the totals are 0 (overwriting) or db unchanged */
     colsum_kernel<<<grid_blocks((size_t)c), block_threads, 0, cu->stream>>>(DDP_FP32, db, part,
-                                                                          n_parts, c, accumulate);
+                                                                            n_parts, c, accumulate);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -308,7 +308,7 @@ static ddp_status cuda_linear_bwd_params(const ops_handle *ops, ddp_dtype p, con
     if (!db || out <= 0 || batch < 0)
         return DDP_OK;
     colsum_kernel<<<grid_blocks((size_t)out), block_threads, 0, cu->stream>>>(p, db, dy, batch, out,
-                                                                            accumulate);
+                                                                              accumulate);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }

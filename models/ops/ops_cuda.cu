@@ -206,7 +206,7 @@ static ddp_status cuda_bias_grad(const ops_handle *ops, float *dbias, const floa
     if (cols <= 0)
         return DDP_OK;
     bias_grad_kernel<<<grid_blocks((size_t)cols), block_threads, 0, cu->stream>>>(dbias, dy, rows,
-                                                                                cols);
+                                                                                  cols);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -259,7 +259,7 @@ static ddp_status cuda_sgd_step(const ops_handle *ops, float *w, float *m, const
     if (n == 0)
         return DDP_OK;
     sgd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(w, m, g, n, lr, momentum,
-                                                              weight_decay);
+                                                                 weight_decay);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -304,7 +304,7 @@ static ddp_status cuda_maxpool_fwd(const ops_handle *ops, const float *x, int pl
     if (n_out == 0)
         return DDP_OK;
     maxpool_fwd_kernel<<<grid_blocks(n_out), block_threads, 0, cu->stream>>>(x, planes, h, w, y,
-                                                                          argmax);
+                                                                             argmax);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }

@@ -11,7 +11,7 @@
 /* A file that holds exactly data[0..n): its path is written to path[len]. Aborts (a harness
  * failure, not a finding) when the kernel refuses a memfd. */
 static inline void fuzz_input_file(int *fd, const char *label, const void *data, size_t n, char *path,
-                                 size_t len)
+                                   size_t len)
 {
     if (*fd < 0)
         *fd = memfd_create(label, 0);

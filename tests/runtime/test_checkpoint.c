@@ -120,7 +120,7 @@ static void test_round_trip(const float *v)
               buf[17] == FILE_BYTES / 256 && buf[24] == 32,
           "header is not magic, version 2, 2 sections, file size, table offset 32 (little-endian)");
     CHECK(ckpt_crc32(buf, size - 4) == (uint32_t)(buf[size - 4] | buf[size - 3] << 8 |
-                                                 buf[size - 2] << 16 | (uint32_t)buf[size - 1] << 24),
+                                                  buf[size - 2] << 16 | (uint32_t)buf[size - 1] << 24),
           "trailing CRC-32 is not the zlib CRC of the rest");
     free(buf);
     char tmp[600];
