@@ -139,13 +139,6 @@ void exposed_timer_destroy(exposed_timer *t)
     (void)t;
 }
 
-/* Forgets the oldest ended interval. */
-static void timer_pop(exposed_timer *t)
-{
-    t->head = (t->head + 1) % EXPOSED_SLOTS;
-    t->n_ended--;
-}
-
 ddp_status exposed_timer_start(exposed_timer *t, void *stream)
 {
     (void)t, (void)stream;
