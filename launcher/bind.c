@@ -11,7 +11,7 @@
 #if HAVE_HWLOC
 
 int launch_topology_load(hwloc_topology_t *topo, const char *synthetic, int with_io, char *err,
-                      size_t errlen)
+                         size_t errlen)
 {
     if (hwloc_topology_init(topo) != 0) {
         snprintf(err, errlen, "hwloc: cannot initialise a topology");
@@ -34,7 +34,7 @@ static hwloc_obj_type_t unit_type(hwloc_topology_t topo, hwloc_const_cpuset_t se
 }
 
 int launch_bind_split(hwloc_topology_t topo, hwloc_const_cpuset_t domain, int index, int count,
-                   hwloc_cpuset_t out)
+                      hwloc_cpuset_t out)
 {
     hwloc_obj_type_t type = unit_type(topo, domain);
     int n = hwloc_get_nbobjs_inside_cpuset_by_type(topo, domain, type);
@@ -93,7 +93,7 @@ static int split_by_gpu(hwloc_topology_t topo, const struct launch_bind_request 
 }
 
 int launch_bind_plan(hwloc_topology_t topo, const struct launch_bind_request *req, hwloc_cpuset_t out,
-                  enum launch_bind_action *action)
+                     enum launch_bind_action *action)
 {
     hwloc_const_cpuset_t allowed = hwloc_topology_get_allowed_cpuset(topo);
     int bound_already = hwloc_bitmap_isincluded(req->current, allowed) && !hwloc_bitmap_isequal(req->current, allowed);

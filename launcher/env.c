@@ -460,7 +460,7 @@ static int no_launcher(const struct launch_options *opt, struct view *m, char *e
 }
 
 int launch_layout_detect(char *const *envp, const struct launch_options *opt, struct launch_layout *out,
-                      char *err, size_t errlen)
+                         char *err, size_t errlen)
 {
     struct view views[8], merged;
     int n = 0, primary_index;

@@ -120,7 +120,7 @@ static void join_ids(const struct launch_gpu_list *list, char *out, size_t len)
 }
 
 int launch_gpu_map(const struct launch_gpu_list *visible, int narrowed, int local_rank, int local_size,
-                int share, struct launch_gpu_choice *out, char *err, size_t errlen)
+                   int share, struct launch_gpu_choice *out, char *err, size_t errlen)
 {
     int n = visible->n;
     memset(out, 0, sizeof *out);

@@ -73,7 +73,7 @@ const char *launch_env_get(char *const *envp, const char *name);
  * range, and flags that contradict the launcher are errors naming both sides. With no launcher in
  * envp the layout has source LAUNCH_SOURCE_NONE, world size -n (or 1), and rank 0. */
 int launch_layout_detect(char *const *envp, const struct launch_options *opt, struct launch_layout *out,
-                      char *err, size_t errlen);
+                         char *err, size_t errlen);
 
 /* Number of tasks on node NODE from a Slurm per-node count list such as "2(x3),1"; -1 when the
  * list is malformed or too short. */
@@ -138,7 +138,7 @@ struct launch_gpu_choice {
  * when SHARE is set.
  * Fails when there are more local ranks than devices and SHARE is not set. */
 int launch_gpu_map(const struct launch_gpu_list *visible, int narrowed, int local_rank, int local_size,
-                int share, struct launch_gpu_choice *out, char *err, size_t errlen);
+                   int share, struct launch_gpu_choice *out, char *err, size_t errlen);
 
 /* ---- traps.c ----------------------------------------------------------------------------- */
 
@@ -155,7 +155,7 @@ enum launch_mpi_flavour launch_program_mpi(char *const *envp, const char *progra
 /* Refuses launches known to fail or hang (an Open MPI program under srun without PMIx, under
  * MPICH's mpiexec, or an MPICH program under Open MPI's mpirun); the message says how to fix it. */
 int launch_check_traps(char *const *envp, const struct launch_layout *layout, enum launch_mpi_flavour mpi,
-                    char *err, size_t errlen);
+                       char *err, size_t errlen);
 
 /* ---- bind.c ------------------------------------------------------------------------------ */
 
@@ -163,12 +163,12 @@ int launch_check_traps(char *const *envp, const struct launch_layout *layout, en
 /* Loads the machine's topology, or the synthetic description SYNTHETIC when not NULL (e.g.
  * "pack:2 core:4 pu:2"); WITH_IO keeps PCI devices for GPU locality. */
 int launch_topology_load(hwloc_topology_t *topo, const char *synthetic, int with_io, char *err,
-                      size_t errlen);
+                         size_t errlen);
 
 /* Into OUT, the cores of DOMAIN split evenly into COUNT contiguous shares: share INDEX. With more
  * shares than cores, share i gets core i mod n_cores. Fails when DOMAIN holds no PU. */
 int launch_bind_split(hwloc_topology_t topo, hwloc_const_cpuset_t domain, int index, int count,
-                   hwloc_cpuset_t out);
+                      hwloc_cpuset_t out);
 
 /* Into OUT, the CPUs nearest the GPU at PCI bus id BUSID; fails when the topology does not know it. */
 int launch_gpu_near_cpuset(hwloc_topology_t topo, const char *busid, hwloc_cpuset_t out);
@@ -186,7 +186,7 @@ struct launch_bind_request {
  * CPUs is an existing binding, kept unless the mode is force; otherwise the ranks sharing a GPU's
  * CPUs split them, and ranks without GPU locality split the allowed CPUs. */
 int launch_bind_plan(hwloc_topology_t topo, const struct launch_bind_request *req, hwloc_cpuset_t out,
-                  enum launch_bind_action *action);
+                     enum launch_bind_action *action);
 
 /* Number of whole cores in SET (of PUs when it holds no whole core), at least 1. */
 int launch_cpuset_cores(hwloc_topology_t topo, hwloc_const_cpuset_t set);

@@ -72,7 +72,7 @@ enum launch_mpi_flavour launch_program_mpi(char *const *envp, const char *progra
 }
 
 int launch_check_traps(char *const *envp, const struct launch_layout *layout, enum launch_mpi_flavour mpi,
-                    char *err, size_t errlen)
+                       char *err, size_t errlen)
 {
     const char *type = launch_env_get(envp, "SLURM_MPI_TYPE");
     if (layout->source == LAUNCH_SOURCE_SRUN && mpi == LAUNCH_MPI_OPENMPI && !launch_env_get(envp, "PMIX_RANK")) {

@@ -20,7 +20,7 @@ static ddp_status fp32_only(const ops_handle *ops, ddp_dtype p, const char *laye
 /* ---- linear -------------------------------------------------------------------------------- */
 
 ddp_status layer_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
-                          const float *b, int batch, int in, int out, void *y, bool y_fp32)
+                            const float *b, int batch, int in, int out, void *y, bool y_fp32)
 {
     if (ops->linear_fwd)
         return ops->linear_fwd(ops, p, x, w, b, batch, in, out, y, y_fp32);
@@ -30,7 +30,8 @@ ddp_status layer_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, c
 }
 
 ddp_status layer_linear_bwd_params(const ops_handle *ops, ddp_dtype p, const void *x, const void *dy,
-                                 int batch, int in, int out, float *dw, float *db, bool accumulate)
+                                   int batch, int in, int out, float *dw, float *db,
+                                   bool accumulate)
 {
     if (ops->linear_bwd_params)
         return ops->linear_bwd_params(ops, p, x, dy, batch, in, out, dw, db, accumulate);
@@ -43,7 +44,7 @@ ddp_status layer_linear_bwd_params(const ops_handle *ops, ddp_dtype p, const voi
 }
 
 ddp_status layer_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const void *w, const void *dy,
-                                int batch, int in, int out, void *dx)
+                                  int batch, int in, int out, void *dx)
 {
     if (ops->linear_bwd_input)
         return ops->linear_bwd_input(ops, p, w, dy, batch, in, out, dx);
@@ -54,7 +55,7 @@ ddp_status layer_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const void
 /* ---- conv2d -------------------------------------------------------------------------------- */
 
 ddp_status layer_conv_init(const ops_handle *ops, layer_conv *cv, int c_in, int h, int w, int c_out, int k,
-                         int pad)
+                           int pad)
 {
     int h_out = h + 2 * pad - k + 1, w_out = w + 2 * pad - k + 1;
     if (c_in < 1 || c_out < 1 || k < 1 || pad < 0 || h_out < 1 || w_out < 1)
@@ -100,7 +101,7 @@ static ops_conv_shape ops_conv_shape_of(const layer_conv *cv)
 }
 
 ddp_status layer_conv_fwd(const ops_handle *ops, ddp_dtype p, const layer_conv *cv, const void *x,
-                        const void *w, const float *b, int batch, float *col, void *y)
+                          const void *w, const float *b, int batch, float *col, void *y)
 {
     if (layer_conv_direct(ops)) {
         ops_conv_shape s = ops_conv_shape_of(cv);
@@ -121,8 +122,8 @@ ddp_status layer_conv_fwd(const ops_handle *ops, ddp_dtype p, const layer_conv *
 }
 
 ddp_status layer_conv_bwd_params(const ops_handle *ops, ddp_dtype p, const layer_conv *cv,
-                               const void *x, const float *col, const void *dy, int batch,
-                               float *dw, float *db, bool accumulate)
+                                 const void *x, const float *col, const void *dy, int batch,
+                                 float *dw, float *db, bool accumulate)
 {
     if (layer_conv_direct(ops)) {
         ops_conv_shape s = ops_conv_shape_of(cv);
@@ -144,7 +145,7 @@ ddp_status layer_conv_bwd_params(const ops_handle *ops, ddp_dtype p, const layer
 }
 
 ddp_status layer_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const layer_conv *cv,
-                              const void *w, const void *dy, int batch, float *dcol, void *dx)
+                                const void *w, const void *dy, int batch, float *dcol, void *dx)
 {
     if (layer_conv_direct(ops)) {
         ops_conv_shape s = ops_conv_shape_of(cv);
@@ -173,7 +174,7 @@ ddp_status layer_relu_fwd(const ops_handle *ops, ddp_dtype p, const void *x, siz
 }
 
 ddp_status layer_relu_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, const void *y,
-                              size_t n, void *dx)
+                          size_t n, void *dx)
 {
     if (ops->act_relu_bwd)
         return ops->act_relu_bwd(ops, p, dx, dy, y, n);
@@ -182,7 +183,7 @@ ddp_status layer_relu_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, co
 }
 
 ddp_status layer_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *x, int n, int c, int h,
-                        int w, void *y, int *arg, size_t ws_bytes)
+                          int w, void *y, int *arg, size_t ws_bytes)
 {
     if (ops->pool_fwd && ops->pool_bwd)
         return ops->pool_fwd(ops, p, x, n, c, h, w, y, arg, ws_bytes);
@@ -191,7 +192,7 @@ ddp_status layer_pool_fwd(const ops_handle *ops, ddp_dtype p, const void *x, int
 }
 
 ddp_status layer_pool_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, const int *arg, int n,
-                        int c, int h, int w, void *dx)
+                          int c, int h, int w, void *dx)
 {
     if (ops->pool_fwd && ops->pool_bwd)
         return ops->pool_bwd(ops, p, dy, arg, n, c, h, w, dx);
@@ -201,7 +202,7 @@ ddp_status layer_pool_bwd(const ops_handle *ops, ddp_dtype p, const void *dy, co
 }
 
 const void *layer_image_as_rows(const ops_handle *ops, ddp_dtype p, const void *img, void *tmp,
-                              int n, int c, int h, int w)
+                                int n, int c, int h, int w)
 {
     if (!ops->channels_last || c == 1)
         return img;
@@ -209,7 +210,7 @@ const void *layer_image_as_rows(const ops_handle *ops, ddp_dtype p, const void *
 }
 
 ddp_status layer_rows_to_image(const ops_handle *ops, ddp_dtype p, const void *rows, void *img,
-                             int n, int c, int h, int w)
+                               int n, int c, int h, int w)
 {
     if (!ops->channels_last || c == 1)
         return rows == img ? DDP_OK : ddp_copy(ops->ctx, img, rows, (size_t)n * c * h * w * ops_dtype_size(ops, p));
@@ -217,7 +218,7 @@ ddp_status layer_rows_to_image(const ops_handle *ops, ddp_dtype p, const void *r
 }
 
 ddp_status layer_xent_fwd(const ops_handle *ops, const float *logits, const int *labels, int batch,
-                        int classes, float *dlogits, float *loss, int *correct)
+                          int classes, float *dlogits, float *loss, int *correct)
 {
     return ops->softmax_xent(ops, logits, labels, batch, classes, dlogits, loss, correct);
 }

@@ -319,7 +319,7 @@ static ddp_status model_setup(model *m)
 }
 
 ddp_status model_create(ddp_ctx *ctx, const ops_handle *ops, const model_config *cfg,
-                            model **out)
+                        model **out)
 {
     *out = NULL;
     if (ops && ops->ctx != ctx) {
@@ -473,7 +473,7 @@ static int model_classes(const model *m)
 
 /* Checks the batch and runs the layers up to the logits. */
 static ddp_status model_logits(model *m, const float *x, const int *labels, int batch,
-                                   const float **logits)
+                               const float **logits)
 {
     if (batch < 1 || batch > m->cfg.max_batch || !x || !labels) {
         DDP_ERROR("model_forward: batch %d outside [1, %d] or no input", batch,
@@ -492,7 +492,7 @@ static ddp_status model_logits(model *m, const float *x, const int *labels, int 
 }
 
 ddp_status model_forward_train(model *m, const float *x, const int *labels, int batch,
-                                   float *loss_acc)
+                               float *loss_acc)
 {
     const float *logits = NULL;
     ddp_status st = model_logits(m, x, labels, batch, &logits);
@@ -505,7 +505,7 @@ ddp_status model_forward_train(model *m, const float *x, const int *labels, int 
 }
 
 ddp_status model_forward(model *m, const float *x, const int *labels, int batch,
-                             float *loss, int *correct, int *pred_host)
+                         float *loss, int *correct, int *pred_host)
 {
     const float *logits = NULL;
     int classes = model_classes(m);

@@ -54,7 +54,7 @@ const char *model_precision_name(ddp_dtype p);
  * DDP_ERR_UNSUPPORTED when the backend lacks an op the model needs or cfg->precision (logged with
  * what to use instead), DDP_ERR_NOMEM. */
 ddp_status model_create(ddp_ctx *ctx, const ops_handle *ops, const model_config *cfg,
-                            model **out);
+                        model **out);
 void model_destroy(model *m);
 
 int model_n_params(const model *m);
@@ -72,11 +72,11 @@ const ops_handle *model_ops(const model *m);
  * max_batch. Writes the mean loss and the number of correct predictions (either may be NULL), and
  * pred_host[batch] the predicted classes when not NULL. Keeps what backward needs. */
 ddp_status model_forward(model *m, const float *x, const int *labels, int batch,
-                             float *loss, int *correct, int *pred_host);
+                         float *loss, int *correct, int *pred_host);
 /* The same for training steps, with no host round trip: ADDS the mean loss to *loss_acc (backend
  * memory, one float; NaN on the GPU for a label out of range). */
 ddp_status model_forward_train(model *m, const float *x, const int *labels, int batch,
-                                   float *loss_acc);
+                               float *loss_acc);
 /* Backward pass of the last forward: ADDS the gradient of the mean loss to the gradients, and
  * marks each parameter ready on r (when r is not NULL) as soon as its gradient is final. */
 ddp_status model_backward(model *m, ddp_reducer *r);

@@ -84,7 +84,7 @@ static ddp_status make_batch(model_prefetch *p, prefetch_worker *w, long k, pref
     model_mnist_gather(pl->data, idx, pl->batch, s->x, s->y);
     for (int i = 0; pl->augment && i < pl->batch; i++)
         model_augment_shift(s->x + (size_t)i * p->pixels, pl->data->rows, pl->data->cols, pl->seed,
-                          (int)epoch, idx[i]);
+                            (int)epoch, idx[i]);
     return DDP_OK;
 }
 

@@ -102,7 +102,7 @@ static ddp_status train_agree_then(trainer *t, ddp_status local, const char *the
 {
     int64_t failed = local != DDP_OK;
     train_must(t, ddp_allreduce_host(t->ctx, &failed, 1, DDP_INT64, DDP_SUM),
-                   "agreeing on start-up status");
+               "agreeing on start-up status");
     if (failed == 0)
         return DDP_OK;
     if (local == DDP_OK && then)
@@ -232,7 +232,7 @@ static ddp_status train_verify(trainer *t)
     float *host = malloc(n * sizeof *host);
     train_must(t, host ? DDP_OK : DDP_ERR_NOMEM, "allocating the parameter copy");
     train_must(t, ddp_download(t->ctx, host, model_params(m), n * sizeof *host),
-                   "downloading parameters");
+               "downloading parameters");
     ddp_status st = ddp_verify_replicas(t->ctx, model_descs(m), model_n_params(m), host);
     free(host);
     if (st != DDP_OK && st != DDP_ERR_MISMATCH)
@@ -270,7 +270,7 @@ static ddp_status train_build(trainer *t)
             return st;
     }
     st = train_agree(t, ddp_reducer_create(t->ctx, model_grads(m), model_numel(m),
-                                               model_n_params(m), &ro, &t->reducer));
+                                           model_n_params(m), &ro, &t->reducer));
     if (st == DDP_OK)
         train_alloc_buffers(t);
     return st;
@@ -325,7 +325,7 @@ static int train_step_ok(trainer *t)
         return 1;
     int ok = 0;
     train_must(t, ddp_scaler_unscale_update(t->scaler, model_grads(t->model), DDP_FP32,
-                                                model_numel_total(t->model), &ok),
+                                            model_numel_total(t->model), &ok),
                    "checking gradients for inf/NaN");
     int64_t n = ddp_scaler_skipped_steps(t->scaler);
     if (!ok && n <= (int64_t)(sizeof t->skipped / sizeof t->skipped[0]))
@@ -382,7 +382,7 @@ static int train_loss_nonfinite(trainer *t)
     }
     if (t->o->nan_skip) {
         train_must(t, ddp_upload(t->ctx, t->loss_dev, &t->loss_ok, sizeof t->loss_ok),
-                       "resetting the loss sum");
+                   "resetting the loss sum");
         t->loss_nan = 1;
     }
     return 1;
@@ -486,7 +486,7 @@ static double train_evaluate(trainer *t)
             t->confusion[t->y_host[i] * DDP_N_CLASSES + t->pred[i]] += 1.0f;
     }
     train_must(t, ddp_allreduce_host(t->ctx, t->confusion, DDP_N_CLASSES * DDP_N_CLASSES,
-                                         DDP_FP32, DDP_SUM), "summing evaluation counts");
+                                     DDP_FP32, DDP_SUM), "summing evaluation counts");
     return confusion_accuracy(t->confusion);
 }
 
@@ -529,7 +529,7 @@ static void train_epoch(trainer *t, int epoch, epoch_stats *e)
             train_report_impl(t);
         if (t->rank == 0 && progress_due(&t->progress, t->step)) {
             train_must(t, ddp_download(t->ctx, &loss[0], t->loss_dev, sizeof loss[0]),
-                           "downloading the loss");
+                       "downloading the loss");
             t->progress.train_seconds = before + train_now() - start;
             progress_update(&t->progress, t->step, epoch, loss[0] / loss[1]);
         }
@@ -543,7 +543,7 @@ static void train_epoch(trainer *t, int epoch, epoch_stats *e)
     t->in_epoch = steps;
     steps -= first;
     train_must(t, ddp_download(t->ctx, &loss[0], t->loss_dev, sizeof loss[0]),
-                   "downloading the loss");
+               "downloading the loss");
     double seconds = train_now() - start; /* the download waited for the GPU */
     t->progress.train_seconds = before + seconds;
     double sums[2] = {t->loss_nan ? NAN : loss[0], loss[1]};
@@ -716,7 +716,7 @@ static ddp_status train_verify_end(trainer *t)
     float *host = malloc(n * sizeof *host);
     train_must(t, host ? DDP_OK : DDP_ERR_NOMEM, "allocating the parameter copy");
     train_must(t, ddp_download(t->ctx, host, model_params(t->model), n * sizeof *host),
-                   "downloading parameters");
+               "downloading parameters");
     ddp_status st = ddp_verify_replicas(t->ctx, model_descs(t->model), model_n_params(t->model), host);
     free(host);
     if (st == DDP_OK && t->rank == 0)

@@ -433,7 +433,7 @@ static ddp_status cpu_linear_bwd_params(const ops_handle *ops, ddp_dtype p, cons
 {
     if (dw && (cpu_bf16_stored(p) || cpu_gemm_on_dnnl(ops)))
         TRY_OK(ops_dnnl_matmul(cpu_of(ops)->dnnl, cpu_bf16_stored(p) ? p : DDP_FP32, out, in, batch, dy, true, x,
-                                 false, NULL, dw, true, accumulate));
+                               false, NULL, dw, true, accumulate));
     else if (dw)
         TRY_OK(cpu_gemm(ops, true, false, out, in, batch, 1.0f, dy, x, accumulate ? 1.0f : 0.0f, dw));
     if (db && !accumulate)

@@ -73,7 +73,7 @@ static void map_gpus(char *const *envp, const struct launch_options *opt, const 
                 abort();
             int narrowed = launch_gpus_narrowed(envp);
             if (launch_gpu_map(gpus, narrowed, l->local_rank, l->local_world_size, opt->share_gpus, choice, err,
-                            sizeof err) == 0 && (choice->device < -1 || choice->device >= gpus->n))
+                               sizeof err) == 0 && (choice->device < -1 || choice->device >= gpus->n))
                 abort();
         } else if (err[0] == '\0') {
             abort();
