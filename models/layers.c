@@ -114,7 +114,7 @@ ddp_status layer_conv_fwd(const ops_handle *ops, ddp_dtype p, const layer_conv *
         float *col_n = col + n * layer_conv_col_numel(cv); // (ckk, hw)
         float *y_n = (float *)y + n * y_numel;            // (c_out, hw)
         TRY_OK(ops->im2col(ops, (const float *)x + n * x_numel, cv->c_in, cv->h, cv->w, cv->k, cv->pad,
-                             col_n));
+                           col_n));
         TRY_OK(ops->gemm(ops, false, false, cv->c_out, hw, ckk, 1.0f, w, col_n, 0.0f, y_n));
         TRY_OK(ops->gemm(ops, false, false, cv->c_out, hw, 1, 1.0f, b, cv->ones, 1.0f, y_n));
     }

@@ -650,7 +650,7 @@ ddp_status model_sgd_step(model *m, float lr, float momentum, float weight_decay
     m->cparams_stale = 1;
     if (p != DDP_FP32 && m->ops->sgd_step_cast) {
         TRY_OK(m->ops->sgd_step_cast(m->ops, m->params, m->momentum, m->grads, m->numel_total, lr,
-                                       momentum, weight_decay, p, m->cparams));
+                                     momentum, weight_decay, p, m->cparams));
         m->cparams_stale = 0;
         return DDP_OK;
     }

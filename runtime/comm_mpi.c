@@ -273,7 +273,7 @@ static ddp_status mpi_allgather_all(comm_group *c, const void *send, void *recv,
     ddp_status st = DDP_OK;
     if (n_bytes <= s->max_chunk) {
         TRY_MPI_GOTO(MPI_Allgather(send, (int)n_bytes, MPI_BYTE, recv, (int)n_bytes, MPI_BYTE,
-                                  s->comm));
+                                   s->comm));
         return DDP_OK;
     }
     for (size_t off = 0; off < n_bytes && st == DDP_OK; off += s->max_chunk)

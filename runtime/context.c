@@ -86,7 +86,7 @@ static ddp_status ctx_nodes(ddp_ctx *ctx, MPI_Comm local)
     MPI_Comm leaders = MPI_COMM_NULL;
     int node[2] = {0, 1};
     TRY_MPI_GOTO(MPI_Comm_split(MPI_COMM_WORLD, ctx->local_rank == 0 ? 0 : MPI_UNDEFINED,
-                               ctx->rank, &leaders));
+                                ctx->rank, &leaders));
     if (leaders != MPI_COMM_NULL) {
         TRY_MPI_GOTO(MPI_Comm_rank(leaders, &node[0]));
         TRY_MPI_GOTO(MPI_Comm_size(leaders, &node[1]));
@@ -107,7 +107,7 @@ static ddp_status ctx_topology(ddp_ctx *ctx)
     TRY_MPI_GOTO(MPI_Comm_rank(MPI_COMM_WORLD, &ctx->rank));
     TRY_MPI_GOTO(MPI_Comm_size(MPI_COMM_WORLD, &ctx->world_size));
     TRY_MPI_GOTO(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx->rank,
-                                    MPI_INFO_NULL, &local));
+                                     MPI_INFO_NULL, &local));
     TRY_MPI_GOTO(MPI_Comm_rank(local, &ctx->local_rank));
     TRY_MPI_GOTO(MPI_Comm_size(local, &ctx->local_world_size));
     st = ctx_nodes(ctx, local);
@@ -306,7 +306,7 @@ static ddp_status ctx_gpu_clash(ddp_ctx *ctx, int device, char own[32], int *oth
     if (device >= 0 && cuda_bus_id(device, own, 32) != DDP_OK)
         own[0] = '\0';
     TRY_MPI_GOTO(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx->rank,
-                                    MPI_INFO_NULL, &local));
+                                     MPI_INFO_NULL, &local));
     TRY_MPI_GOTO(MPI_Allgather(own, 32, MPI_CHAR, bus, 32, MPI_CHAR, local));
     *other = ctx_same_gpu((const char(*)[32])bus, ctx->local_world_size, ctx->local_rank);
 cleanup:
@@ -437,7 +437,7 @@ static ddp_status ctx_print_table(const ddp_ctx *ctx)
         goto cleanup;
     }
     TRY_MPI_GOTO(MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, rows, (int)sizeof mine, MPI_BYTE, 0,
-                           MPI_COMM_WORLD));
+                            MPI_COMM_WORLD));
     if (ctx->rank == 0)
         ctx_print_rows(ctx, rows);
 cleanup:

@@ -154,7 +154,7 @@ static ddp_status dev_upload(void *dst, const void *src_host, size_t n_bytes)
             return st;
         memcpy(b->host, (const char *)src_host + done, n);
         TRY_CUDA(cudaMemcpyAsync((char *)dst + done, b->host, n, cudaMemcpyHostToDevice,
-                                    dev_stream));
+                                 dev_stream));
         TRY_OK(pinned_record(b, dev_stream));
         done += n;
     }
@@ -171,7 +171,7 @@ static ddp_status dev_download(void *dst_host, const void *src, size_t n_bytes)
         if (st != DDP_OK)
             return st;
         TRY_CUDA(cudaMemcpyAsync(b->host, (const char *)src + done, n, cudaMemcpyDeviceToHost,
-                                    dev_stream));
+                                 dev_stream));
         TRY_OK(pinned_record(b, dev_stream));
         st = cuda_event_wait(b->done, "download");
         if (st != DDP_OK)

@@ -130,10 +130,10 @@ static ddp_status conv_describe(const ops_handle *ops, conv_plan *pl, int kind, 
     TRY_CUDNN(cudnnCreateConvolutionDescriptor(&pl->conv));
     TRY_CUDNN(cudnnSetTensor4dDescriptor(pl->x, CUDNN_TENSOR_NCHW, dt, batch, s->c_in, s->h, s->w));
     TRY_CUDNN(cudnnSetTensor4dDescriptor(pl->y, CUDNN_TENSOR_NCHW, dt, batch, s->c_out, s->h_out,
-                                             s->w_out));
+                                         s->w_out));
     TRY_CUDNN(cudnnSetFilter4dDescriptor(pl->w, dt, CUDNN_TENSOR_NCHW, s->c_out, s->c_in, s->k, s->k));
     TRY_CUDNN(cudnnSetConvolution2dDescriptor(pl->conv, s->pad, s->pad, 1, 1, 1, 1,
-                                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     TRY_CUDNN(cudnnSetConvolutionMathType(pl->conv, conv_math(ops, kind, p)));
     return DDP_OK;
 }
@@ -232,15 +232,15 @@ static ddp_status conv_find(const ops_handle *ops, conv_plan *pl, int kind, ddp_
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         if (measure)
             TRY_CUDNN(cudnnFindConvolutionForwardAlgorithm(cudnn_of(ops)->handle, pl->x, pl->w, pl->conv, pl->y,
-                                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
+                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
         else
             TRY_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_of(ops)->handle, pl->x, pl->w, pl->conv, pl->y,
-                                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
+                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
         if ((i = conv_choose(ops, pl, kind, p, perf, n)) < 0)
             return DDP_ERR_UNSUPPORTED;
         TRY_OK(conv_set_math(ops, pl, kind, p, perf[i].mathType));
         TRY_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(cudnn_of(ops)->handle, pl->x, pl->w, pl->conv, pl->y,
-                                                              perf[i].algo, &bytes));
+                                                          perf[i].algo, &bytes));
     } else if (kind == CONV_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         if (measure)
@@ -253,7 +253,7 @@ static ddp_status conv_find(const ops_handle *ops, conv_plan *pl, int kind, ddp_
             return DDP_ERR_UNSUPPORTED;
         TRY_OK(conv_set_math(ops, pl, kind, p, perf[i].mathType));
         TRY_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_of(ops)->handle, pl->w, pl->y, pl->conv,
-                                                                   pl->x, perf[i].algo, &bytes));
+                                                               pl->x, perf[i].algo, &bytes));
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         if (measure)
@@ -266,7 +266,7 @@ static ddp_status conv_find(const ops_handle *ops, conv_plan *pl, int kind, ddp_
             return DDP_ERR_UNSUPPORTED;
         TRY_OK(conv_set_math(ops, pl, kind, p, perf[i].mathType));
         TRY_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_of(ops)->handle, pl->x, pl->y, pl->conv,
-                                                                     pl->w, perf[i].algo, &bytes));
+                                                                 pl->w, perf[i].algo, &bytes));
     }
     pl->ws_bytes = bytes > pl->ws_bytes ? bytes : pl->ws_bytes;
     return DDP_OK;
@@ -322,8 +322,8 @@ static ddp_status cudnn_conv_fwd(const ops_handle *ops, ddp_dtype p, const ops_c
     TRY_OK(conv_plan_get(ops, CONV_FWD, p, s, batch, &pl));
     TRY_OK(conv_workspace(ops, pl, &ws));
     TRY_CUDNN(cudnnConvolutionForward(cudnn_of(ops)->handle, &one, pl->x, x, pl->w, w, pl->conv,
-                                          (cudnnConvolutionFwdAlgo_t)pl->algo, ws, pl->ws_bytes,
-                                          &zero, pl->y, y));
+                                      (cudnnConvolutionFwdAlgo_t)pl->algo, ws, pl->ws_bytes,
+                                      &zero, pl->y, y));
     return cuda_add_channel_bias(ops, p, y, b, batch, s->c_out, s->h_out * s->w_out);
 }
 
@@ -336,8 +336,8 @@ static ddp_status cudnn_conv_bwd_input(const ops_handle *ops, ddp_dtype p, const
     TRY_OK(conv_plan_get(ops, CONV_BWD_DATA, p, s, batch, &pl));
     TRY_OK(conv_workspace(ops, pl, &ws));
     TRY_CUDNN(cudnnConvolutionBackwardData(cudnn_of(ops)->handle, &one, pl->w, w, pl->y, dy, pl->conv,
-                                               (cudnnConvolutionBwdDataAlgo_t)pl->algo, ws,
-                                               pl->ws_bytes, &zero, pl->x, dx));
+                                           (cudnnConvolutionBwdDataAlgo_t)pl->algo, ws,
+                                           pl->ws_bytes, &zero, pl->x, dx));
     if (p != DDP_FP16)
         return DDP_OK;
     return cuda_round_fp16(ops, (float *)dx, (size_t)batch * s->c_in * s->h * s->w);
@@ -375,8 +375,8 @@ static ddp_status cudnn_conv_bwd_params(const ops_handle *ops, ddp_dtype p,
     TRY_OK(conv_fp32_inputs(ops, p, s, batch, &xf, &dyf));
     TRY_OK(conv_workspace(ops, pl, &ws));
     TRY_CUDNN(cudnnConvolutionBackwardFilter(cudnn_of(ops)->handle, &one, pl->x, xf, pl->y, dyf, pl->conv,
-                                                 (cudnnConvolutionBwdFilterAlgo_t)pl->algo, ws,
-                                                 pl->ws_bytes, &beta, pl->w, dw));
+                                             (cudnnConvolutionBwdFilterAlgo_t)pl->algo, ws,
+                                             pl->ws_bytes, &beta, pl->w, dw));
     return cuda_channel_sums(ops, p, dy, batch, s->c_out, s->h_out * s->w_out, db, accumulate);
 }
 

@@ -180,7 +180,7 @@ static ddp_status cuda_cast(const ops_handle *ops, ddp_dtype to, void *dst, ddp_
         return cast_launch(ops, to, dst, from, src, n);
     if (dst != src && n)
         TRY_CUDA(cudaMemcpyAsync(dst, src, n * ops_dtype_size(ops, to), cudaMemcpyDeviceToDevice,
-                                     cu->stream));
+                                 cu->stream));
     return DDP_OK;
 }
 
@@ -261,13 +261,13 @@ static ddp_status gemm_p(const ops_handle *ops, ddp_dtype p, bool ta, bool tb, i
     float alpha = 1.0f;
     if (p == DDP_FP32) {
         TRY_CUBLAS(cublasSgemm(cu->cublas, op_b, op_a, n, m, k, &alpha, (const float *)b, ldb,
-                                   (const float *)a, lda, &beta, (float *)c, n));
+                               (const float *)a, lda, &beta, (float *)c, n));
         return DDP_OK;
     }
     cudaDataType ab = p == DDP_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cudaDataType ct = p == DDP_BF16 && !c_fp32 ? CUDA_R_16BF : CUDA_R_32F;
     TRY_CUBLAS(cublasGemmEx(cu->cublas, op_b, op_a, n, m, k, &alpha, b, ab, ldb, a, ab, lda,
-                                &beta, c, ct, n, compute_type(ops, p), CUBLAS_GEMM_DEFAULT));
+                            &beta, c, ct, n, compute_type(ops, p), CUBLAS_GEMM_DEFAULT));
     return DDP_OK;
 }
 

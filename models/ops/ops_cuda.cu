@@ -182,8 +182,8 @@ static ddp_status cuda_gemm(const ops_handle *ops, bool trans_a, bool trans_b, i
     int lda = trans_a ? m : k;
     int ldb = trans_b ? k : n;
     TRY_CUBLAS(cublasSgemm(cu->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                               trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
-                               ldb > 0 ? ldb : 1, a, lda > 0 ? lda : 1, &beta, c, n));
+                           trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                           ldb > 0 ? ldb : 1, a, lda > 0 ? lda : 1, &beta, c, n));
     return DDP_OK;
 }
 
