@@ -37,6 +37,41 @@ static inline DDP_HD float sgd_update(float w, float *m, float g, float lr, floa
     return w - lr * mn;
 }
 
+/* One element of AdamW (torch.optim.AdamW): g scaled by grad_scale (clipping), moments updated
+ * in place, bias-corrected by bc1 = 1 - beta1^t and bc2 = 1 - beta2^t (computed once per step by
+ * the caller), decoupled weight decay wd. Returns the new weight. */
+static inline DDP_HD float adamw_update(float w, float *m, float *v, float g, float grad_scale,
+                                        float lr, float beta1, float beta2, float eps, float wd,
+                                        float bc1, float bc2)
+{
+    g *= grad_scale;
+    float mn = beta1 * *m + (1.0f - beta1) * g;
+    float vn = beta2 * *v + (1.0f - beta2) * g * g;
+    *m = mn;
+    *v = vn;
+    float mhat = mn / bc1, vhat = vn / bc2;
+    return w - lr * (mhat / (sqrtf(vhat) + eps) + wd * w);
+}
+
+/* ---- GELU, the tanh approximation (GPT-2's) ---------------------------------------------- */
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
+
+static inline DDP_HD float gelu_tanh(float x)
+{
+    float cube = 0.044715f * x * x * x;
+    return 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + cube)));
+}
+
+/* d gelu_tanh(x) / dx. */
+static inline DDP_HD float gelu_tanh_grad(float x)
+{
+    float cube = 0.044715f * x * x * x;
+    float th = tanhf(GELU_SCALE * (x + cube));
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 /* ---- softmax cross-entropy --------------------------------------------------------------- */
 
 /* Largest of z[0..n) and (first) index of it. */

@@ -77,6 +77,27 @@ ddp_status ops_require(const ops_handle *ops, const char *who)
     return DDP_OK;
 }
 
+ddp_status ops_require_gpt(const ops_handle *ops, const char *who)
+{
+    TRY_OK(ops_require(ops, who));
+    REQUIRE_OP_(cast);
+    REQUIRE_OP_(linear_fwd);
+    REQUIRE_OP_(linear_bwd_params);
+    REQUIRE_OP_(linear_bwd_input);
+    REQUIRE_OP_(encoder_fwd);
+    REQUIRE_OP_(encoder_bwd);
+    REQUIRE_OP_(layernorm_fwd);
+    REQUIRE_OP_(layernorm_bwd);
+    REQUIRE_OP_(attention_fwd);
+    REQUIRE_OP_(attention_bwd);
+    REQUIRE_OP_(gelu_fwd);
+    REQUIRE_OP_(gelu_bwd);
+    REQUIRE_OP_(add);
+    REQUIRE_OP_(xent_fwd_bwd);
+    REQUIRE_OP_(adamw_step);
+    return DDP_OK;
+}
+
 ddp_status ops_require_precision(const ops_handle *ops, ddp_dtype p, const char *who)
 {
     static const char *const names[] = {"fp32", "bf16", "fp16"};

@@ -153,6 +153,56 @@ struct ops_handle {
                            int w, void *y, void *ws, size_t ws_bytes);
     ddp_status (*pool_bwd)(const ops_handle *ops, ddp_dtype p, const void *dy, const void *ws,
                            int n, int c, int h, int w, void *dx);
+
+    /* ---- transformer ops (GPT-2, models/gpt2.c), fp32 activations. Shapes: B sequences of T
+     * tokens, C channels, NH heads of C / NH channels; rows = B * T. The matmuls are the linear
+     * ops above (16-bit inputs in precision p, fp32 outputs); these are the rest. NULL on a
+     * backend that lacks them (ops_require_gpt names the first). Every "d" output is OVERWRITTEN
+     * unless its comment says it adds. */
+    /* out (B, T, C) = wte[tokens[b,t]] + wpe[t]; tokens (B, T) in [0, V) (checked by the caller). */
+    ddp_status (*encoder_fwd)(const ops_handle *ops, float *out, const int *tokens,
+                              const float *wte, const float *wpe, int B, int T, int C);
+    /* dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t] (both ADD). */
+    ddp_status (*encoder_bwd)(const ops_handle *ops, float *dwte, float *dwpe, const float *dout,
+                              const int *tokens, int B, int T, int C);
+    /* out (rows, C) = (x - mean) * rstd * w + b per row, eps 1e-5; keeps mean, rstd (rows). */
+    ddp_status (*layernorm_fwd)(const ops_handle *ops, float *out, float *mean, float *rstd,
+                                const float *x, const float *w, const float *b, int rows, int C);
+    /* dx (rows, C) ADDS the input gradient (the residual stream's); dw, db (C) ADD. */
+    ddp_status (*layernorm_bwd)(const ops_handle *ops, float *dx, float *dw, float *db,
+                                const float *dout, const float *x, const float *w,
+                                const float *mean, const float *rstd, int rows, int C);
+    /* Causal multi-head self-attention on qkv (B, T, 3C: q, k, v, head h at channels
+     * [h*hs, (h+1)*hs) of each), hs = C / NH: att (B, NH, T, T) = softmax(q k^T / sqrt(hs)) over
+     * keys 0..t (entries above the diagonal are 0), out (B, T, C) = att v with heads side by side. */
+    ddp_status (*attention_fwd)(const ops_handle *ops, float *out, float *att, const float *qkv,
+                                int B, int T, int C, int NH);
+    /* dqkv (B, T, 3C) from dout (B, T, C), qkv and att of the forward pass; datt (B, NH, T, T)
+     * is scratch. */
+    ddp_status (*attention_bwd)(const ops_handle *ops, float *dqkv, float *datt,
+                                const float *dout, const float *qkv, const float *att, int B,
+                                int T, int C, int NH);
+    /* y = GELU(x), the tanh approximation (GPT-2's). */
+    ddp_status (*gelu_fwd)(const ops_handle *ops, float *y, const float *x, size_t n);
+    /* dx = dy * GELU'(x) (dx may alias dy). */
+    ddp_status (*gelu_bwd)(const ops_handle *ops, float *dx, const float *x, const float *dy,
+                           size_t n);
+    /* y = a + b (the residual; y may alias a or b). */
+    ddp_status (*add)(const ops_handle *ops, float *y, const float *a, const float *b, size_t n);
+    /* Cross-entropy of logits (rows, Vp) whose first V columns are the vocabulary (the padding
+     * columns are ignored): losses[r] = -log softmax(logits[r, :V])[targets[r]]. When dlogits is
+     * not NULL it gets (softmax - onehot) * dscale in the first V columns and 0 in the padding
+     * (dlogits may alias logits: the gradient overwrites them). targets in [0, V) (checked by the
+     * caller); losses backend memory. */
+    ddp_status (*xent_fwd_bwd)(const ops_handle *ops, float *dlogits, float *losses,
+                               const float *logits, const int *targets, int rows, int V, int Vp,
+                               float dscale);
+    /* AdamW on n elements (PyTorch's torch.optim.AdamW): g = grad_scale * g;
+     * m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; mhat = m / (1 - b1^t), vhat = v / (1 - b2^t);
+     * w -= lr * (mhat / (sqrt(vhat) + eps) + wd * w). t >= 1 is the step count. */
+    ddp_status (*adamw_step)(const ops_handle *ops, float *w, float *m, float *v, const float *g,
+                             size_t n, float lr, float beta1, float beta2, float eps, float wd,
+                             int t, float grad_scale);
 };
 
 /* Bytes per element of precision p's storage on a backend (emulated precisions are stored in float). */
@@ -201,6 +251,10 @@ const char *ops_cudnn_describe(const ops_handle *ops, ddp_dtype p);
 /* DDP_OK when every op a model needs is implemented by ops; otherwise DDP_ERR_UNSUPPORTED and a
  * log line naming the first missing op and the backend (DDP_ERR_INVALID_ARG for NULL ops). */
 ddp_status ops_require(const ops_handle *ops, const char *who);
+
+/* DDP_OK when every transformer op (GPT-2) is implemented by ops; otherwise DDP_ERR_UNSUPPORTED
+ * and a log line naming the first missing op and the backend. */
+ddp_status ops_require_gpt(const ops_handle *ops, const char *who);
 
 /* DDP_OK when ops computes in precision p (fp32 always); otherwise DDP_ERR_UNSUPPORTED and a log
  * line saying what is missing and suggesting fp32. */

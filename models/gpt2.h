@@ -1,0 +1,125 @@
+/* gpt2.h - GPT-2 (as published, and as llm.c builds it) computing with an ops handle (ops.h) in
+ * memory libddp allocates (ddp_alloc).
+ *
+ * Token and position embeddings, L pre-LayerNorm blocks (causal multi-head self-attention, a
+ * GELU (tanh) MLP of 4C), a final LayerNorm and an LM head tied to the token embedding. The
+ * vocabulary V (50,257) is padded to Vp (a multiple of 128: 50,304) inside wte; the padding rows
+ * are never a target and their logits are ignored.
+ *
+ * Parameters are ONE flat fp32 buffer in llm.c's tensor-major layout (wte, wpe, then each
+ * per-layer tensor for all L layers: ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b,
+ * fcw, fcb, fcprojw, fcprojb; then lnfw, lnfb), so an llm.c model file is one copy. The
+ * parameter table describes every per-layer slice as its own parameter (PyTorch's names, e.g.
+ * "h.3.attn.c_attn.weight"), in buffer order; backward marks each slice ready on the reducer as
+ * soon as its gradient is final, which is NOT reverse buffer order. Gradients and the two AdamW
+ * moments have the same layout.
+ */
+#ifndef GPT2_H
+#define GPT2_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddp.h"
+#include "ops.h"
+
+#define GPT2_VOCAB 50257
+#define GPT2_MAX_LAYERS 96
+
+typedef struct gpt2_config {
+    int max_seq;      /* maxT: rows of wpe (1024 for the published models) */
+    int vocab;        /* V (50257) */
+    int padded_vocab; /* Vp: V rounded up to a multiple of 128 (50304) */
+    int layers;       /* L */
+    int heads;        /* NH; channels % heads == 0 */
+    int channels;     /* C */
+} gpt2_config;
+
+/* The published sizes: "d12" (124M: L 12, NH 12, C 768), "d24" (350M: 24, 16, 1024), "d36"
+ * (774M: 36, 20, 1280), "d48" (1.5B: 48, 25, 1600), all with maxT 1024 and V 50257.
+ * DDP_ERR_INVALID_ARG for another name (cfg untouched). */
+ddp_status gpt2_config_preset(const char *name, gpt2_config *cfg);
+/* Checks a configuration (sizes positive and within limits, channels divisible by heads,
+ * padded_vocab >= vocab; padded_vocab 0 is set to vocab rounded up to 128). DDP_ERR_INVALID_ARG
+ * with a log line naming the field otherwise. */
+ddp_status gpt2_config_check(gpt2_config *cfg);
+/* Parameter count (without the padding rows of wte: the figure GPT-2's papers give). */
+size_t gpt2_config_n_params(const gpt2_config *cfg);
+
+typedef struct gpt2_opts {
+    int max_batch;      /* B: activations are sized for B sequences ... */
+    int seq;            /* ... of T tokens (T <= max_seq) */
+    ddp_dtype precision; /* DDP_FP32, or DDP_BF16 / DDP_FP16: the matmuls' inputs in 16 bits,
+                            fp32 accumulation, everything else fp32 (torch.autocast's split) */
+    uint64_t seed;      /* GPT-2's initialisation: N(0, 0.02), residual projections
+                           (attprojw, fcprojw) N(0, 0.02 / sqrt(2L)), LayerNorm weights 1, biases 0 */
+} gpt2_opts;
+
+typedef struct gpt2 gpt2;
+
+/* Creates the model (parameters initialised from opts->seed, identical on every rank and
+ * backend), gradients (zero), AdamW moments (zero) and activations in ctx's memory. ops must be
+ * open on the same context. On failure *out is NULL: DDP_ERR_INVALID_ARG (bad configuration or
+ * options, logged), DDP_ERR_UNSUPPORTED (an op or the precision missing on this backend),
+ * DDP_ERR_NOMEM. */
+ddp_status gpt2_create(ddp_ctx *ctx, const ops_handle *ops, const gpt2_config *cfg,
+                       const gpt2_opts *opts, gpt2 **out);
+void gpt2_destroy(gpt2 *g);
+
+const gpt2_config *gpt2_cfg(const gpt2 *g);
+int gpt2_n_params(const gpt2 *g); /* entries of the parameter table (slices) */
+const ddp_param_desc *gpt2_descs(const gpt2 *g);
+const size_t *gpt2_numel(const gpt2 *g);
+size_t gpt2_numel_total(const gpt2 *g); /* elements of the flat buffer (padding rows included) */
+/* Whether parameter i is a 2-D weight (weight decay applies: wte, wpe, the four matmul weights). */
+bool gpt2_param_decays(const gpt2 *g, int i);
+/* Flat backend buffers, fp32, same layout. The model refreshes its 16-bit weight copy before the
+ * next forward pass, so the caller may change the values through gpt2_params. */
+float *gpt2_params(gpt2 *g);
+float *gpt2_grads(gpt2 *g);
+float *gpt2_adam_m(gpt2 *g);
+float *gpt2_adam_v(gpt2 *g);
+
+/* Forward pass on tokens (B, T) (backend memory, values in [0, V)), B <= max_batch, T <= seq.
+ * With targets (B, T): ADDS the mean cross-entropy to *loss_acc (backend memory, one float) when
+ * loss_acc is not NULL; for_backward also keeps what backward needs (the logits become their
+ * gradient in place). Without targets only the logits are computed (gpt2_logits). */
+ddp_status gpt2_forward(gpt2 *g, const int *tokens, const int *targets, int B, int T,
+                        float *loss_acc, bool for_backward);
+/* The logits (B, T, Vp) of the last forward without targets, backend memory. */
+const float *gpt2_logits(const gpt2 *g);
+/* Backward of the last forward (for_backward): ADDS d(loss_scale * mean loss) to the gradients
+ * and marks each parameter slice ready on r (when not NULL) as soon as its gradient is final.
+ * DDP_ERR_STATE without such a forward. */
+ddp_status gpt2_backward(gpt2 *g, ddp_reducer *r, float loss_scale);
+/* Zeroes the gradients (queued, no host wait). */
+ddp_status gpt2_zero_grad(gpt2 *g);
+/* AdamW on every parameter, weight decay on the 2-D weights only (gpt2_param_decays); the
+ * gradients are multiplied by grad_scale first (clipping: min(1, max_norm / norm)). t >= 1. */
+ddp_status gpt2_adamw_step(gpt2 *g, float lr, float beta1, float beta2, float eps,
+                           float weight_decay, int t, float grad_scale);
+
+/* Bytes of backend memory the model holds, by kind. */
+typedef struct gpt2_memory {
+    size_t params;      /* fp32 master weights (+ the 16-bit copy for bf16/fp16) */
+    size_t grads;
+    size_t optimizer;   /* the two AdamW moments */
+    size_t activations; /* everything kept for backward, plus scratch */
+} gpt2_memory;
+void gpt2_memory_get(const gpt2 *g, gpt2_memory *out);
+
+/* ---- llm.c's model files: a header of 256 int32 (magic 20240326, version 3 = fp32 or 5 = bf16,
+ * maxT, V, L, NH, C, Vp), then the parameters in the layout above. */
+/* Reads the configuration from a file's header. DDP_ERR_IO (unreadable), DDP_ERR_FORMAT (bad
+ * magic, version or sizes; the log says which). */
+ddp_status gpt2_llmc_read_config(const char *path, gpt2_config *cfg);
+/* Loads the parameters of a file whose configuration equals the model's (DDP_ERR_MISMATCH
+ * otherwise, naming the field), fp32 or bf16 (widened). Errors as above; the model is unchanged
+ * on failure. */
+ddp_status gpt2_llmc_load(gpt2 *g, const char *path);
+/* Writes the parameters as version 3 (dtype DDP_FP32) or 5 (DDP_BF16, rounded to nearest even),
+ * atomically (PATH.tmp then rename). DDP_ERR_INVALID_ARG for another dtype, DDP_ERR_IO. */
+ddp_status gpt2_llmc_save(gpt2 *g, const char *path, ddp_dtype dtype);
+
+#endif /* GPT2_H */
