@@ -1,4 +1,5 @@
-/* ddp_train.c - ddp-train: data-parallel training of the reference models on MNIST with libddp.
+/* ddp_train.c - ddp-train: data-parallel training of the reference models with libddp: the MNIST
+ * models here, GPT-2 on token shards in train_gpt.c.
  *
  * Every rank loads the data and builds the same seeded model; the sampler gives each rank its
  * shard; gradients are averaged by the bucketed reducer during the backward pass.
@@ -33,6 +34,7 @@
 #include "mnist.h"
 #include "model.h"
 #include "prefetch.h"
+#include "train_gpt.h"
 #include "train_opts.h"
 #include "train_report.h"
 #include "train_trace.h"
@@ -738,9 +740,10 @@ static ddp_status train_prepare(trainer *t)
         st = train_build(t);
     if (st != DDP_OK)
         return st;
-    t->setup = (train_setup){.ctx = t->ctx, .o = t->o, .model = t->model, .n_train = t->train.n,
+    t->setup = (train_setup){.ctx = t->ctx, .o = t->o, .n_train = t->train.n,
                                  .steps_per_epoch = t->steps_per_epoch, .total_steps = t->total_steps,
                                  .scaler = t->scaler};
+    train_buffers_of_model(t->model, &t->setup.buf);
     int resumed;
     st = train_resume(&t->setup, &t->start, &resumed);
     t->step = t->start.step;
@@ -812,7 +815,10 @@ int main(int argc, char **argv)
         return 1;
     }
     int requeue = 0;
-    st = train_run(ctx, &o, &requeue);
+    if (o.gpt.on)
+        st = train_gpt_run(ctx, &o, (train_signals){.usr1 = &got_usr1, .term = &got_term}, &requeue);
+    else
+        st = train_run(ctx, &o, &requeue);
     ddp_finalize(ctx);
     if (requeue) /* last, after MPI is closed: Slurm ends this job's processes when it requeues */
         st = train_requeue();

@@ -17,7 +17,11 @@ enum {
     OPT_BROADCAST_INIT, OPT_LR_SCHEDULE, OPT_AUGMENT, OPT_PRECISION, OPT_GRAD_DTYPE, OPT_LOSS_SCALE_INIT,
     OPT_LOSS_SCALE_INTERVAL, OPT_WORKERS, OPT_INJECT_INF, OPT_TRACE, OPT_NO_OVERLAP, OPT_LINK_CHECK,
     OPT_HELP, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME, OPT_RESUME_RESHARD, OPT_REQUEUE,
-    OPT_CKPT_ERRORS, OPT_NAN_POLICY, OPT_TF32
+    OPT_CKPT_ERRORS, OPT_NAN_POLICY, OPT_TF32,
+    /* GPT-2 flags, parsed by parse_gpt_opt (keep them last) */
+    OPT_GPT_CONFIG, OPT_LAYERS, OPT_HEADS, OPT_CHANNELS, OPT_SEQ, OPT_VAL_DATA, OPT_VAL_EVERY,
+    OPT_VAL_MAX_BATCHES, OPT_TOTAL_BATCH_TOKENS, OPT_WARMUP_STEPS, OPT_LR_FLOOR, OPT_GRAD_CLIP,
+    OPT_INIT_FROM, OPT_SAVE_LLMC, OPT_SAMPLE, OPT_VOCAB
 };
 
 static const struct option train_long_opts[] = {
@@ -62,12 +66,28 @@ static const struct option train_long_opts[] = {
     {"requeue", no_argument, NULL, OPT_REQUEUE},
     {"checkpoint-errors", required_argument, NULL, OPT_CKPT_ERRORS},
     {"nan-policy", required_argument, NULL, OPT_NAN_POLICY},
+    {"gpt-config", required_argument, NULL, OPT_GPT_CONFIG},
+    {"layers", required_argument, NULL, OPT_LAYERS},
+    {"heads", required_argument, NULL, OPT_HEADS},
+    {"channels", required_argument, NULL, OPT_CHANNELS},
+    {"seq", required_argument, NULL, OPT_SEQ},
+    {"val-data", required_argument, NULL, OPT_VAL_DATA},
+    {"val-every", required_argument, NULL, OPT_VAL_EVERY},
+    {"val-max-batches", required_argument, NULL, OPT_VAL_MAX_BATCHES},
+    {"total-batch-tokens", required_argument, NULL, OPT_TOTAL_BATCH_TOKENS},
+    {"warmup-steps", required_argument, NULL, OPT_WARMUP_STEPS},
+    {"lr-floor", required_argument, NULL, OPT_LR_FLOOR},
+    {"grad-clip", required_argument, NULL, OPT_GRAD_CLIP},
+    {"init-from", required_argument, NULL, OPT_INIT_FROM},
+    {"save-llmc", required_argument, NULL, OPT_SAVE_LLMC},
+    {"sample", required_argument, NULL, OPT_SAMPLE},
+    {"vocab", required_argument, NULL, OPT_VOCAB},
     {NULL, 0, NULL, 0},
 };
 
 static const char train_usage_text[] =
     "usage: ddp-train [options]   (run one process, or many with mpirun / srun / ddp-launch)\n"
-    "  --model mlp|cnn         model (default mlp)\n"
+    "  --model mlp|cnn|gpt2    model (default mlp; gpt2: see the GPT-2 flags at the end)\n"
     "  --widths W-W-..         MLP layer widths, 784 first, 10 last (default 784-512-256-10)\n"
     "  --data DIR              MNIST IDX folder, files plain or .gz (default data/mnist;\n"
     "                          scripts/fetch-mnist.sh fills it)\n"
@@ -138,6 +158,26 @@ static const char train_usage_more[] =
     "as is a folder that does not accept a new file.\n"
     "DDP_TIMEOUT=S: the deadline of every collective, 0.1 to 604800 seconds (default 300); any other\n"
     "value stops every rank before training.\n";
+/* The GPT-2 flags. */
+static const char train_usage_gpt[] =
+    "GPT-2 (--model gpt2; AdamW, warm-up then cosine decay, global-norm clipping):\n"
+    "  --gpt-config d12|d24|d36|d48   GPT-2 124M, 350M, 774M, 1.5B (default d12)\n"
+    "  --layers N --heads N --channels N   a smaller model (override the preset's sizes)\n"
+    "  --seq T                 tokens per sequence (default 64, at most 1024)\n"
+    "  --data PATTERN          llm.c token shards (default data/text/austen_train_*.bin;\n"
+    "                          scripts/fetch-text.sh makes them); --batch is sequences per rank\n"
+    "  --val-data PATTERN      validation shards (default: PATTERN with train -> val)\n"
+    "  --val-every N           validation loss every N steps and at the end (default 0: the end)\n"
+    "  --val-max-batches N     cap the validation batches per rank (default 0: every token)\n"
+    "  --total-batch-tokens N  tokens per optimizer step over all ranks (llm.c's -d): sets --accum\n"
+    "  --warmup-steps N        linear warm-up steps (default 0); then cosine decay to\n"
+    "  --lr-floor F            ... lr x F at the last step (default 0.1; --lr default 6e-4,\n"
+    "                          --weight-decay default 0.1, on 2-D weights only)\n"
+    "  --grad-clip X           clip the global gradient norm to X (default 1.0; 0: off)\n"
+    "  --init-from FILE        start from an llm.c model file (gpt2_124M.bin: fp32 or bf16)\n"
+    "  --save-llmc FILE        write the trained weights as an llm.c model file (fp32)\n"
+    "  --sample N              rank 0 prints N tokens generated after training (needs --vocab)\n"
+    "  --vocab FILE            GPT-2's encoder.json (default: encoder.json beside the data)\n";
 
 static void train_opts_default(train_opts *o)
 {
@@ -161,6 +201,13 @@ static void train_opts_default(train_opts *o)
     o->loss_scale_interval = 2000;
     o->workers = 1;
     o->keep = 3;
+    gpt2_config_preset("d12", &o->gpt.cfg);
+    o->gpt.seq = 64;
+    o->gpt.lr_floor = 0.1;
+    o->gpt.grad_clip = 1.0;
+    o->gpt.beta1 = 0.9;
+    o->gpt.beta2 = 0.95;
+    o->gpt.eps = 1e-8;
 }
 
 /* RANK:STEP for --inject-inf. */
@@ -263,8 +310,11 @@ static int parse_choice(int id, const char *text, train_opts *o)
     }
     if (id == OPT_MODEL) {
         model_kind kind;
+        o->gpt.on = strcmp(text, "gpt2") == 0;
+        if (o->gpt.on)
+            return 0;
         if (model_kind_parse(text, &kind) != DDP_OK) {
-            fprintf(stderr, "ddp-train: --model: expected mlp or cnn, got '%s'\n", text);
+            fprintf(stderr, "ddp-train: --model: expected mlp, cnn or gpt2, got '%s'\n", text);
             return -1;
         }
         o->model.kind = kind;
@@ -300,13 +350,14 @@ static int parse_number(int id, const char *v, train_opts *o)
     switch (id) {
     case OPT_EPOCHS: return parse_int_in("epochs", v, 1, DDP_TRAIN_MAX_EPOCHS, &o->epochs);
     case OPT_MAX_STEPS: return parse_long("max-steps", v, 0, DDP_TRAIN_MAX_STEPS, &o->max_steps);
-    case OPT_BATCH: return parse_int("batch", v, 1, &o->batch);
-    case OPT_ACCUM: return parse_int("accum", v, 1, &o->accum);
+    case OPT_BATCH: o->given |= TRAIN_GIVEN_BATCH; return parse_int("batch", v, 1, &o->batch);
+    case OPT_ACCUM: o->given |= TRAIN_GIVEN_ACCUM; return parse_int("accum", v, 1, &o->accum);
     case OPT_THREADS: return parse_int_in("threads", v, 1, DDP_TRAIN_MAX_THREADS, &o->threads);
     case OPT_LOG_EVERY: return parse_int("log-every", v, 1, &o->log_every);
-    case OPT_LR: return parse_double("lr", v, DDP_TRAIN_MIN_LR, 0, DDP_TRAIN_MAX_LR, 0, &o->lr);
+    case OPT_LR: o->given |= TRAIN_GIVEN_LR; return parse_double("lr", v, DDP_TRAIN_MIN_LR, 0, DDP_TRAIN_MAX_LR, 0, &o->lr);
     case OPT_MOMENTUM: return parse_double("momentum", v, 0.0, 0, 1.0, 1, &o->momentum);
     case OPT_WEIGHT_DECAY:
+        o->given |= TRAIN_GIVEN_WD;
         return parse_double("weight-decay", v, 0.0, 0, DDP_TRAIN_MAX_WEIGHT_DECAY, 0, &o->weight_decay);
     case OPT_BUCKET_MB:
         return parse_double("bucket-mb", v, 0.0, 1, DDP_TRAIN_MAX_BUCKET_MB, 0, &o->bucket_mb);
@@ -348,6 +399,85 @@ static int parse_resume_opt(int id, const char *v, train_opts *o)
     }
 }
 
+/* GPT-2 flags (--model gpt2). */
+static int parse_gpt_size(int id, const char *v, train_opts *o)
+{
+    gpt2_config *c = &o->gpt.cfg;
+    switch (id) {
+    case OPT_LAYERS: return parse_int_in("layers", v, 1, GPT2_MAX_LAYERS, &c->layers);
+    case OPT_HEADS: return parse_int_in("heads", v, 1, 1024, &c->heads);
+    case OPT_CHANNELS: return parse_int_in("channels", v, 1, 65536, &c->channels);
+    default: return parse_int_in("seq", v, 1, 1 << 20, &o->gpt.seq);
+    }
+}
+
+static int parse_gpt_opt(int id, const char *v, train_opts *o)
+{
+    train_gpt_opts *g = &o->gpt;
+    switch (id) {
+    case OPT_GPT_CONFIG:
+        if (gpt2_config_preset(v, &g->cfg) == DDP_OK)
+            return 0;
+        fprintf(stderr, "ddp-train: --gpt-config: expected d12, d24, d36 or d48 (GPT-2 124M, 350M, "
+                        "774M, 1.5B), got '%s'\n", v);
+        return -1;
+    case OPT_VAL_DATA: g->val_data = v; return 0;
+    case OPT_INIT_FROM: g->init_from = v; return 0;
+    case OPT_SAVE_LLMC: g->save_llmc = v; return 0;
+    case OPT_VOCAB: g->vocab = v; return 0;
+    case OPT_VAL_EVERY: return parse_int("val-every", v, 0, &g->val_every);
+    case OPT_VAL_MAX_BATCHES: return parse_long("val-max-batches", v, 0, LONG_MAX, &g->val_batches);
+    case OPT_TOTAL_BATCH_TOKENS:
+        return parse_long("total-batch-tokens", v, 1, LONG_MAX / 2, &g->total_batch_tokens);
+    case OPT_WARMUP_STEPS: return parse_long("warmup-steps", v, 0, DDP_TRAIN_MAX_STEPS, &g->warmup_steps);
+    case OPT_LR_FLOOR: return parse_double("lr-floor", v, 0.0, 0, 1.0, 0, &g->lr_floor);
+    case OPT_GRAD_CLIP: return parse_double("grad-clip", v, 0.0, 0, 1e6, 0, &g->grad_clip);
+    case OPT_SAMPLE: return parse_int_in("sample", v, 0, DDP_TRAIN_MAX_SAMPLE, &g->sample);
+    default: return parse_gpt_size(id, v, o);
+    }
+}
+
+/* After parsing: the GPT's defaults where the user gave no value, and the flags that do not fit
+ * it (0 when consistent, else -1 with the complaint printed). */
+static int finish_gpt_opts(train_opts *o)
+{
+    train_gpt_opts *g = &o->gpt;
+    if (!g->on) {
+        if (g->init_from || g->save_llmc || g->sample || g->val_data || g->total_batch_tokens) {
+            fprintf(stderr, "ddp-train: --init-from, --save-llmc, --sample, --val-data and "
+                            "--total-batch-tokens are GPT-2 flags: add --model gpt2\n");
+            return -1;
+        }
+        return 0;
+    }
+    if (!(o->given & TRAIN_GIVEN_DATA))
+        o->data_dir = "data/text/austen_train_*.bin";
+    if (!(o->given & TRAIN_GIVEN_LR))
+        o->lr = 6e-4;
+    if (!(o->given & TRAIN_GIVEN_WD))
+        o->weight_decay = 0.1;
+    if (!(o->given & TRAIN_GIVEN_BATCH))
+        o->batch = 4;
+    o->cosine = 1;
+    g->cfg.padded_vocab = 0; /* recomputed from the vocabulary by gpt2_config_check */
+    if (!g->init_from && gpt2_config_check(&g->cfg) != DDP_OK) {
+        fprintf(stderr, "ddp-train: the GPT-2 sizes do not fit (see above): --channels must be a "
+                        "multiple of --heads\n");
+        return -1;
+    }
+    if (!g->init_from && g->seq > g->cfg.max_seq) {
+        fprintf(stderr, "ddp-train: --seq %d is longer than the model's %d positions: allowed is "
+                        "1 to %d\n", g->seq, g->cfg.max_seq, g->cfg.max_seq);
+        return -1;
+    }
+    if (o->augment || o->model.precision == DDP_FP16 || o->n_inject) {
+        fprintf(stderr, "ddp-train: --model gpt2 takes --precision fp32 or bf16 (no fp16 yet) and "
+                        "neither --augment nor --inject-inf\n");
+        return -1;
+    }
+    return 0;
+}
+
 /* Flags that only make sense together; 0 when consistent, else -1 with the complaint printed. */
 static int check_resume_opts(const train_opts *o)
 {
@@ -368,7 +498,7 @@ static int check_resume_opts(const train_opts *o)
 static int train_apply_opt(int id, const char *v, train_opts *o)
 {
     switch (id) {
-    case OPT_DATA: o->data_dir = v; return 0;
+    case OPT_DATA: o->data_dir = v; o->given |= TRAIN_GIVEN_DATA; return 0;
     case OPT_METRICS: o->metrics_path = v; return 0;
     case OPT_SAVE: o->save_path = v; return 0;
     case OPT_NO_SHUFFLE: o->shuffle = 0; return 0;
@@ -379,7 +509,10 @@ static int train_apply_opt(int id, const char *v, train_opts *o)
     case OPT_NO_OVERLAP: o->no_overlap = 1; return 0;
     case OPT_LINK_CHECK: o->link_check = 1; return 0;
     case OPT_HELP: return 1;
-    default: return id >= OPT_CKPT_DIR ? parse_resume_opt(id, v, o) : parse_number(id, v, o);
+    default:
+        if (id >= OPT_GPT_CONFIG)
+            return parse_gpt_opt(id, v, o);
+        return id >= OPT_CKPT_DIR ? parse_resume_opt(id, v, o) : parse_number(id, v, o);
     }
 }
 
@@ -404,6 +537,7 @@ train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
         if (rc == 1) {
             fputs(train_usage_text, stdout);
             fputs(train_usage_more, stdout);
+            fputs(train_usage_gpt, stdout);
             return DDP_TRAIN_HELP;
         }
         if (rc != 0)
@@ -419,7 +553,7 @@ train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
                         "or --precision fp16\n");
         return DDP_TRAIN_USAGE;
     }
-    if (check_resume_opts(o) != 0)
+    if (check_resume_opts(o) != 0 || finish_gpt_opts(o) != 0)
         return DDP_TRAIN_USAGE;
     o->model.seed = o->seed;
     o->model.max_batch = o->batch;
@@ -428,15 +562,26 @@ train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
 
 void train_print_opts(FILE *f, const train_opts *o)
 {
-    fprintf(f, "model: %s", o->model.kind == MODEL_CNN ? "cnn" : "mlp");
-    if (o->model.kind == MODEL_MLP) {
+    const gpt2_config *c = &o->gpt.cfg;
+    if (o->gpt.on)
+        fprintf(f, "model: gpt2 L %d, heads %d, channels %d, seq %d (positions %d, vocabulary %d "
+                "padded to %d)", c->layers, c->heads, c->channels, o->gpt.seq, c->max_seq, c->vocab,
+                c->padded_vocab);
+    else
+        fprintf(f, "model: %s", o->model.kind == MODEL_CNN ? "cnn" : "mlp");
+    if (!o->gpt.on && o->model.kind == MODEL_MLP) {
         fputs(" widths ", f);
         for (int i = 0; i < o->model.n_widths; i++)
             fprintf(f, "%s%d", i ? "-" : "", o->model.widths[i]);
     }
     fprintf(f, "\ndata: %s\nepochs: %d  max-steps: %ld  batch per rank: %d  accum: %d\n", o->data_dir,
             o->epochs, o->max_steps, o->batch, o->accum);
-    fprintf(f, "sgd: lr %g (%s)  momentum %g  weight decay %g  seed %llu  shuffle %s\n", o->lr,
+    if (o->gpt.on)
+        fprintf(f, "adamw: lr %g, warm-up %ld steps, cosine to %g x lr; betas %g, %g; eps %g; weight "
+                "decay %g (2-D weights); grad clip %g\n", o->lr, o->gpt.warmup_steps, o->gpt.lr_floor,
+                o->gpt.beta1, o->gpt.beta2, o->gpt.eps, o->weight_decay, o->gpt.grad_clip);
+    else
+        fprintf(f, "sgd: lr %g (%s)  momentum %g  weight decay %g  seed %llu  shuffle %s\n", o->lr,
             o->cosine ? "cosine" : "constant", o->momentum, o->weight_decay, (unsigned long long)o->seed,
             o->shuffle ? "yes" : "no");
     fprintf(f, "buckets: %g MiB (first %g MiB)%s  broadcast-init: %s  threads: %d  augment: %s\n",

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "ddp.h"
+#include "gpt2.h"
 #include "model.h"
 
 /* Limits of the flags, each refused beyond with the allowed range in the message. They keep
@@ -19,6 +20,28 @@
 #define DDP_TRAIN_MAX_LR 1e3    /* above it, SGD diverges at once on these models */
 #define DDP_TRAIN_MAX_WEIGHT_DECAY 1e3
 #define DDP_TRAIN_MAX_BUCKET_MB 1048576.0  /* 1 TiB: more than any model's gradients */
+#define DDP_TRAIN_MAX_SAMPLE 100000 /* --sample: tokens generated after training */
+
+/* The GPT-2 part of the options (--model gpt2). */
+typedef struct train_gpt_opts {
+    int on;                     /* --model gpt2 */
+    gpt2_config cfg;            /* --gpt-config preset, or --layers/--heads/--channels */
+    int seq;                    /* --seq: tokens per sequence, T (default 64; <= cfg.max_seq) */
+    const char *val_data;       /* --val-data PATTERN (default: the train pattern, train -> val) */
+    int val_every;              /* --val-every N: validation loss every N steps (0: at the end only) */
+    long val_batches;           /* --val-max-batches N: 0 = the whole validation set */
+    long total_batch_tokens;    /* --total-batch-tokens: tokens per optimizer step, all ranks (0:
+                                   batch x seq x ranks x accum) */
+    long warmup_steps;          /* --warmup-steps: linear learning-rate warm-up */
+    double lr_floor;            /* --lr-floor: the cosine decays to lr x this fraction */
+    double grad_clip;           /* --grad-clip: max global gradient norm (0: no clipping) */
+    double beta1, beta2, eps;   /* AdamW (0.9, 0.95, 1e-8) */
+    const char *init_from;      /* --init-from FILE: an llm.c model file */
+    const char *save_llmc;      /* --save-llmc FILE: the trained weights as an llm.c file */
+    int sample;                 /* --sample N: tokens generated and printed after training */
+    const char *vocab;          /* --vocab FILE: GPT-2's encoder.json for --sample (default: beside
+                                   the data, DIR/encoder.json) */
+} train_gpt_opts;
 
 typedef struct train_opts {
     model_config model;  /* kind, widths, seed; max_batch = batch */
@@ -59,7 +82,15 @@ typedef struct train_opts {
     int requeue;                /* after a stop by signal under Slurm: scontrol requeue the job */
     int checkpoint_errors_warn; /* a failed save warns and training goes on (default: stop, exit 1) */
     int nan_skip;               /* --nan-policy skip: a step with NaN/inf loss is not applied */
+    train_gpt_opts gpt;         /* --model gpt2 */
+    unsigned given;             /* TRAIN_GIVEN_* bits: flags the user set (model defaults differ) */
 } train_opts;
+
+#define TRAIN_GIVEN_DATA 1u
+#define TRAIN_GIVEN_LR 2u
+#define TRAIN_GIVEN_WD 4u
+#define TRAIN_GIVEN_BATCH 8u
+#define TRAIN_GIVEN_ACCUM 16u
 
 /* What the caller does after parsing. */
 typedef enum train_parse_result {

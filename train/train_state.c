@@ -3,7 +3,8 @@
  * A checkpoint is a libddp state (runtime/checkpoint.c, format version 2) holding:
  *   signature, params          the parameters
  *   momentum                   SGD momentum buffer (the whole optimizer state: PyTorch's SGD
- *                              formulation needs no other buffer)
+ *                              formulation needs no other buffer); for AdamW (GPT-2) adam_m and
+ *                              adam_v, the two moments
  *   step, epoch, step_in_epoch optimizer steps done, epoch in progress, steps done in it
  *   sampler_seed, sampler_epoch   the sampler's permutation is drawn from (seed, epoch)
  *   augment_seed, augment_epoch   the augmentation RNG is counter-based: a shift depends on (seed,
@@ -55,6 +56,13 @@ static void state_must(ddp_ctx *ctx, ddp_status st, const char *what)
 
 /* ---- configuration fingerprint ------------------------------------------------------------- */
 
+void train_buffers_of_model(model *m, train_buffers *b)
+{
+    *b = (train_buffers){.descs = model_descs(m), .n_params = model_n_params(m),
+                         .numel = model_numel_total(m), .params = model_params(m), .n_opt = 1,
+                         .opt_names = {"momentum"}, .opt = {model_momentum(m)}};
+}
+
 static void fp_model(const model_config *m, char *buf, size_t n)
 {
     if (m->kind == MODEL_CNN) {
@@ -72,7 +80,10 @@ static int state_fingerprint(const train_setup *s, fp_entry *fp)
     const train_opts *o = s->o;
     int n = 0;
     fp[n] = (fp_entry){.key = "config.model"};
-    fp_model(&o->model, fp[n++].value, DDP_FP_VALUE);
+    if (s->buf.model_fp[0])
+        snprintf(fp[n++].value, DDP_FP_VALUE, "%s", s->buf.model_fp);
+    else
+        fp_model(&o->model, fp[n++].value, DDP_FP_VALUE);
 #define DDP_FP_(k, resh, ...) \
     fp[n] = (fp_entry){.key = (k), .reshardable = (resh)}; \
     snprintf(fp[n++].value, DDP_FP_VALUE, __VA_ARGS__)
@@ -125,25 +136,27 @@ static ddp_status check_fingerprint(const train_setup *s, const ddp_state *st, c
 
 /* ---- saving ---------------------------------------------------------------------------------- */
 
-/* Downloads the parameters and momentum into a new state. */
+/* Downloads the parameters and the optimizer's buffers into a new state. */
 static ddp_status state_from_model(const train_setup *s, ddp_state **out)
 {
-    model *m = s->model;
-    size_t n = model_numel_total(m);
-    float *params = malloc(n * sizeof *params), *mom = malloc(n * sizeof *mom);
-    ddp_status st = params && mom ? DDP_OK : DDP_ERR_NOMEM;
+    const train_buffers *b = &s->buf;
+    size_t n = b->numel;
+    float *host = malloc(n * sizeof *host);
+    ddp_status st = host ? DDP_OK : DDP_ERR_NOMEM;
     if (st == DDP_OK)
-        st = ddp_download(s->ctx, params, model_params(m), n * sizeof *params);
+        st = ddp_download(s->ctx, host, b->params, n * sizeof *host);
     if (st == DDP_OK)
-        st = ddp_download(s->ctx, mom, model_momentum(m), n * sizeof *mom);
-    if (st == DDP_OK)
-        st = ddp_state_create(model_descs(m), model_n_params(m), params, out);
-    if (st == DDP_OK && (st = ddp_state_set_f32(*out, "momentum", mom, n)) != DDP_OK) {
+        st = ddp_state_create(b->descs, b->n_params, host, out);
+    for (int i = 0; st == DDP_OK && i < b->n_opt; i++) {
+        st = ddp_download(s->ctx, host, b->opt[i], n * sizeof *host);
+        if (st == DDP_OK)
+            st = ddp_state_set_f32(*out, b->opt_names[i], host, n);
+    }
+    if (st != DDP_OK && *out) {
         ddp_state_destroy(*out);
         *out = NULL;
     }
-    free(params);
-    free(mom);
+    free(host);
     return st;
 }
 
@@ -423,24 +436,28 @@ static ddp_status find_newest(const char *dir, char *path, ddp_state **out)
 /* Rank 0: the checkpoint's signature and buffers fit the model. */
 static ddp_status check_buffers(const train_setup *s, const ddp_state *st, const char *path)
 {
-    model *m = s->model;
-    int n = model_n_params(m);
-    size_t n_mom = 0;
-    int same = ddp_state_n_params(st) == n && ddp_state_numel(st) == model_numel_total(m);
+    const train_buffers *b = &s->buf;
+    int n = b->n_params;
+    int same = ddp_state_n_params(st) == n && ddp_state_numel(st) == b->numel;
     for (int i = 0; same && i < n; i++)
-        same = memcmp(&ddp_state_descs(st)[i], &model_descs(m)[i], sizeof(ddp_param_desc)) == 0;
+        same = memcmp(&ddp_state_descs(st)[i], &b->descs[i], sizeof(ddp_param_desc)) == 0;
     if (!same) {
         DDP_ERROR("--resume %s: the checkpoint holds another model (%d parameters, %zu values; this "
-                  "run has %d, %zu): use the same --model/--widths", path, ddp_state_n_params(st),
-                  ddp_state_numel(st), n, model_numel_total(m));
+                  "run has %d, %zu): use the same --model and sizes", path, ddp_state_n_params(st),
+                  ddp_state_numel(st), n, b->numel);
         return DDP_ERR_MISMATCH;
     }
     uint64_t v;
-    if (!ddp_state_f32(st, "momentum", &n_mom) || n_mom != model_numel_total(m) ||
-        !ddp_state_u64(st, "step", &v) || !ddp_state_u64(st, "epoch", &v) ||
-        !ddp_state_u64(st, "step_in_epoch", &v) || !ddp_state_u64(st, "world_size", &v)) {
-        DDP_ERROR("--resume %s: the file holds parameters only, not a training state (momentum and "
-                  "position): resume from a checkpoint written by --checkpoint-dir or --save", path);
+    int whole = ddp_state_u64(st, "step", &v) && ddp_state_u64(st, "epoch", &v) &&
+                ddp_state_u64(st, "step_in_epoch", &v) && ddp_state_u64(st, "world_size", &v);
+    for (int i = 0; whole && i < b->n_opt; i++) {
+        size_t n_opt = 0;
+        whole = ddp_state_f32(st, b->opt_names[i], &n_opt) && n_opt == b->numel;
+    }
+    if (!whole) {
+        DDP_ERROR("--resume %s: the file holds parameters only, not a training state (optimizer "
+                  "buffers and position): resume from a checkpoint written by --checkpoint-dir or "
+                  "--save", path);
         return DDP_ERR_FORMAT;
     }
     return DDP_OK;
@@ -511,17 +528,19 @@ static void bcast_host(ddp_ctx *ctx, void *host, size_t n_bytes)
 /* Rank 0 uploads the checkpoint's buffers; every rank receives them. */
 static void bcast_buffers(const train_setup *s, const ddp_state *st)
 {
-    model *m = s->model;
-    size_t n = model_numel_total(m);
+    const train_buffers *b = &s->buf;
+    size_t bytes = b->numel * sizeof(float);
     if (st) {
-        state_must(s->ctx, ddp_upload(s->ctx, model_params(m), ddp_state_params(st),
-                                          n * sizeof(float)), "uploading parameters");
-        state_must(s->ctx, ddp_upload(s->ctx, model_momentum(m), ddp_state_f32(st, "momentum", NULL),
-                                          n * sizeof(float)), "uploading momentum");
+        state_must(s->ctx, ddp_upload(s->ctx, b->params, ddp_state_params(st), bytes),
+                   "uploading parameters");
+        for (int i = 0; i < b->n_opt; i++)
+            state_must(s->ctx, ddp_upload(s->ctx, b->opt[i], ddp_state_f32(st, b->opt_names[i], NULL),
+                                          bytes), "uploading optimizer state");
     }
-    state_must(s->ctx, ddp_broadcast_params(s->ctx, model_params(m), n), "broadcasting parameters");
-    state_must(s->ctx, ddp_broadcast(s->ctx, model_momentum(m), n * sizeof(float), 0),
-                   "broadcasting momentum");
+    state_must(s->ctx, ddp_broadcast_params(s->ctx, b->params, b->numel), "broadcasting parameters");
+    for (int i = 0; i < b->n_opt; i++)
+        state_must(s->ctx, ddp_broadcast(s->ctx, b->opt[i], bytes, 0),
+                   "broadcasting optimizer state");
 }
 
 ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)

@@ -18,12 +18,26 @@ typedef struct train_pos {
     long step_in_epoch; /* optimizer steps done in that epoch */
 } train_pos;
 
+/* The model's buffers a checkpoint holds: parameters and the optimizer's buffers of the same
+ * layout (SGD: "momentum"; AdamW: "adam_m", "adam_v"), all in backend memory. */
+#define TRAIN_MAX_OPT_BUFS 2
+typedef struct train_buffers {
+    const ddp_param_desc *descs;
+    int n_params;
+    size_t numel;             /* elements of the flat parameter buffer */
+    float *params;
+    int n_opt;
+    const char *opt_names[TRAIN_MAX_OPT_BUFS];
+    float *opt[TRAIN_MAX_OPT_BUFS];
+    char model_fp[96];        /* the model's configuration, e.g. "mlp 784-512-256-10" */
+} train_buffers;
+
 /* What the state functions need to know about the run. */
 typedef struct train_setup {
     ddp_ctx *ctx;
     const train_opts *o;
-    model *model;
-    size_t n_train;        /* training samples */
+    train_buffers buf;
+    size_t n_train;        /* training samples (GPT-2: windows of the token shards) */
     long steps_per_epoch;  /* optimizer steps per epoch */
     long total_steps;      /* planned optimizer steps (the cosine schedule's length) */
     ddp_scaler *scaler;    /* the loss scaler (fp16), NULL without one: its state is saved */
@@ -38,6 +52,9 @@ ddp_status train_check_outputs(const train_opts *o);
 /* Rank 0: writes the whole training state at pos to path (atomic). DDP_ERR_IO on a failed save
  * (the previous file stays), DDP_ERR_NOMEM, or a download failure. */
 ddp_status train_save_state(const train_setup *s, const train_pos *pos, const char *path);
+
+/* The buffers of an MNIST model. */
+void train_buffers_of_model(model *m, train_buffers *b);
 
 /* Rank 0: writes DIR/step-<12 digits>.ckpt for pos, then keeps only the newest --keep ones.
  * Errors as train_save_state. */

@@ -1,0 +1,781 @@
+/* train_gpt.c - ddp-train --model gpt2 (see train_gpt.h): the GPT-2 training loop on libddp.
+ *
+ * Every rank builds the same seeded model (or reads the same llm.c file) and the replicas are
+ * verified; the loader gives each rank disjoint windows of B x T + 1 tokens, shuffled per epoch;
+ * an optimizer step is accum micro-batches whose gradients the reducer averages during the last
+ * backward pass; then the global gradient norm (the same on every rank, computed from the
+ * averaged gradients) sets the clipping factor, and AdamW applies the step with the learning rate
+ * of the schedule (linear warm-up, cosine decay to lr x lr_floor). The ranks agree on stop
+ * requests and non-finite losses as the MNIST trainer does (ddp_train.c), so checkpoints, resume,
+ * requeue and the NaN policy behave the same; the loader's position is the checkpoint's
+ * (epoch, step_in_epoch), so resuming is exact. Validation counts every target token of the
+ * validation shards once over all ranks.
+ */
+#include "train_gpt.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bpe.h"
+#include "cpu_isa.h"
+#include "gpt2.h"
+#include "malloc_policy.h"
+#include "tokens.h"
+#include "train_report.h"
+#include "train_state.h"
+#include "train_trace.h"
+
+#define GPT_STOP_EVERY 8 /* steps between stop-flag agreements */
+#define GPT_EOT 50256    /* GPT-2's <|endoftext|>: the first token of a sample */
+
+typedef struct gpt_trainer {
+    ddp_ctx *ctx;
+    const train_opts *o;
+    train_signals sig;
+    int rank, world;
+    gpt2_config cfg;
+    int B, T, accum;
+    ops_handle *ops;
+    gpt2 *g;
+    ddp_reducer *reducer;
+    tokens_set *train_data, *val_data;
+    tokens_loader *loader;
+    tokens_val *val;
+    bpe_vocab *vocab;      /* rank 0 with --sample: GPT-2's vocabulary */
+    int32_t *x_host, *y_host; /* (B, T) */
+    int *x_dev[2], *y_dev[2]; /* backend memory: two batch slots, filled in turn */
+    int slot;
+    float *loss_dev;       /* (1) sum of micro-batch mean losses since the last download */
+    float *vloss_dev;      /* (1) one validation batch's mean loss */
+    FILE *metrics;
+    long steps_per_epoch, total_steps, step, in_epoch;
+    int epoch;
+    train_pos start;
+    long saved_step;
+    train_setup setup;
+    int stopped, nan_stopped, save_failed;
+    double train_seconds, last_norm, last_loss, val_loss;
+    long loss_micro;       /* micro-batches summed in loss_dev */
+    progress_bar progress;
+} gpt_trainer;
+
+/* A failure only this rank may have seen: stop the whole job so no peer waits forever. */
+static void gpt_must(gpt_trainer *t, ddp_status st, const char *what)
+{
+    if (st == DDP_OK)
+        return;
+    DDP_ERROR("%s failed: %s; stopping every rank", what, ddp_strerror(st));
+    ddp_abort(t->ctx, 1);
+}
+
+/* Every rank learns whether any rank failed (see train_agree in ddp_train.c). */
+static ddp_status gpt_agree(gpt_trainer *t, ddp_status local)
+{
+    int64_t failed = local != DDP_OK;
+    gpt_must(t, ddp_allreduce_host(t->ctx, &failed, 1, DDP_INT64, DDP_SUM), "agreeing on a status");
+    if (failed == 0)
+        return DDP_OK;
+    if (local == DDP_OK)
+        DDP_ERROR("%lld rank(s) failed (see their messages); exiting", (long long)failed);
+    return local != DDP_OK ? local : DDP_ERR_MISMATCH;
+}
+
+/* ---- data ------------------------------------------------------------------------------------ */
+
+/* The validation pattern: --val-data, or the training pattern with "train" replaced by "val"
+ * (llm.c's shard names). NULL (logged) when the training pattern has no "train" in it. */
+static char *gpt_val_pattern(const train_opts *o)
+{
+    if (o->gpt.val_data)
+        return strdup(o->gpt.val_data);
+    const char *at = strstr(o->data_dir, "train");
+    if (!at) {
+        DDP_ERROR("--data %s: no \"train\" in the pattern to derive the validation shards from: "
+                  "give --val-data PATTERN", o->data_dir);
+        return NULL;
+    }
+    size_t head = (size_t)(at - o->data_dir), len = strlen(o->data_dir);
+    char *p = malloc(len + 1);
+    if (p)
+        snprintf(p, len + 1, "%.*sval%s", (int)head, o->data_dir, at + 5);
+    return p;
+}
+
+static ddp_status gpt_open_data(gpt_trainer *t)
+{
+    const train_opts *o = t->o;
+    ddp_status st = tokens_set_open(o->data_dir, t->cfg.vocab, &t->train_data);
+    char *vpat = st == DDP_OK ? gpt_val_pattern(o) : NULL;
+    if (st == DDP_OK && !vpat)
+        st = DDP_ERR_INVALID_ARG;
+    if (st == DDP_OK)
+        st = tokens_set_open(vpat, t->cfg.vocab, &t->val_data);
+    free(vpat);
+    if (st == DDP_OK && t->rank == 0 && o->metrics_path) {
+        t->metrics = fopen(o->metrics_path, "w");
+        if (!t->metrics) {
+            DDP_ERROR("--metrics %s: cannot create the file: %s", o->metrics_path, strerror(errno));
+            st = DDP_ERR_IO;
+        }
+    }
+    return st;
+}
+
+/* The loader, the accumulation and the step plan; the same outcome on every rank. */
+static ddp_status gpt_plan(gpt_trainer *t)
+{
+    const train_opts *o = t->o;
+    tokens_loader_opts lo = {.batch = t->B, .seq = t->T, .rank = t->rank, .world_size = t->world,
+                             .seed = o->seed, .shuffle = o->shuffle};
+    TRY_OK(tokens_loader_create(t->train_data, &lo, &t->loader));
+    TRY_OK(tokens_val_create(t->val_data, t->B, t->T, t->world, t->rank, &t->val));
+    long per_micro = (long)t->B * t->T * t->world;
+    t->accum = o->accum;
+    if (o->gpt.total_batch_tokens) {
+        if (o->gpt.total_batch_tokens % per_micro != 0) {
+            DDP_ERROR("--total-batch-tokens %ld is not a multiple of --batch %d x --seq %d x %d "
+                      "rank(s) = %ld tokens: use a multiple of %ld", o->gpt.total_batch_tokens,
+                      t->B, t->T, t->world, per_micro, per_micro);
+            return DDP_ERR_INVALID_ARG;
+        }
+        t->accum = (int)(o->gpt.total_batch_tokens / per_micro);
+    }
+    long windows = (long)tokens_loader_steps_per_epoch(t->loader);
+    t->steps_per_epoch = windows / t->accum;
+    if (t->steps_per_epoch == 0) {
+        DDP_ERROR("%s: %ld windows of %d x %d tokens per rank per epoch, fewer than the %d "
+                  "micro-batches of one step: use more data, a smaller --batch, --seq or "
+                  "--total-batch-tokens, or fewer ranks", o->data_dir, windows, t->B, t->T + 1,
+                  t->accum);
+        return DDP_ERR_INVALID_ARG;
+    }
+    t->total_steps = t->steps_per_epoch * o->epochs;
+    if (o->max_steps > 0 && o->max_steps < t->total_steps)
+        t->total_steps = o->max_steps;
+    return DDP_OK;
+}
+
+/* Uploads (n, T) tokens and targets into the next batch slot through libddp's staging. */
+static void gpt_upload(gpt_trainer *t, const int *x, const int *y, size_t n)
+{
+    int s = t->slot ^= 1;
+    gpt_must(t, ddp_stage_upload(t->ctx, s, 0, t->x_dev[s], x, n * sizeof *x), "uploading tokens");
+    gpt_must(t, ddp_stage_upload(t->ctx, s, 1, t->y_dev[s], y, n * sizeof *y), "uploading targets");
+    gpt_must(t, ddp_stage_acquire(t->ctx, s), "waiting for the batch upload");
+}
+
+static void gpt_batch_done(gpt_trainer *t)
+{
+    gpt_must(t, ddp_stage_release(t->ctx, t->slot), "releasing the batch buffers");
+}
+
+/* ---- model ------------------------------------------------------------------------------------ */
+
+/* The model's configuration: --init-from's file header, else the flags. */
+static ddp_status gpt_config(gpt_trainer *t)
+{
+    const train_gpt_opts *g = &t->o->gpt;
+    t->cfg = g->cfg;
+    if (g->init_from) {
+        TRY_OK(gpt2_llmc_read_config(g->init_from, &t->cfg));
+        if (t->T > t->cfg.max_seq) {
+            DDP_ERROR("--seq %d is longer than the %d positions of %s: allowed is 1 to %d", t->T,
+                      t->cfg.max_seq, g->init_from, t->cfg.max_seq);
+            return DDP_ERR_INVALID_ARG;
+        }
+    }
+    return DDP_OK;
+}
+
+/* Every rank must hold the same initial parameters. */
+static ddp_status gpt_verify(gpt_trainer *t, const char *when)
+{
+    size_t n = gpt2_numel_total(t->g);
+    float *host = malloc(n * sizeof *host);
+    gpt_must(t, host ? DDP_OK : DDP_ERR_NOMEM, "allocating the parameter copy");
+    gpt_must(t, ddp_download(t->ctx, host, gpt2_params(t->g), n * sizeof *host),
+             "downloading parameters");
+    ddp_status st = ddp_verify_replicas(t->ctx, gpt2_descs(t->g), gpt2_n_params(t->g), host);
+    free(host);
+    if (st != DDP_OK && st != DDP_ERR_MISMATCH)
+        gpt_must(t, st, "verifying replicas");
+    if (st == DDP_OK && t->rank == 0 && when)
+        printf("replicas identical %s (checksums of every parameter agree)\n", when);
+    return st;
+}
+
+static void gpt_alloc_buffers(gpt_trainer *t)
+{
+    size_t n = (size_t)t->B * (size_t)t->T;
+    t->x_host = malloc(n * sizeof *t->x_host);
+    t->y_host = malloc(n * sizeof *t->y_host);
+    int ok = t->x_host && t->y_host;
+    for (int i = 0; i < 2; i++) {
+        t->x_dev[i] = ddp_alloc(t->ctx, n * sizeof *t->x_dev[i]);
+        t->y_dev[i] = ddp_alloc(t->ctx, n * sizeof *t->y_dev[i]);
+        ok = ok && t->x_dev[i] && t->y_dev[i];
+    }
+    t->loss_dev = ddp_alloc(t->ctx, sizeof *t->loss_dev);
+    t->vloss_dev = ddp_alloc(t->ctx, sizeof *t->vloss_dev);
+    gpt_must(t, ok && t->loss_dev && t->vloss_dev ? DDP_OK : DDP_ERR_NOMEM,
+             "allocating batch buffers");
+}
+
+/* ops, model (seeded or from --init-from), replica check, reducer, buffers. */
+static ddp_status gpt_build(gpt_trainer *t)
+{
+    const train_opts *o = t->o;
+    ddp_status st = gpt_agree(t, ops_open(t->ctx, o->threads, &t->ops));
+    if (st == DDP_OK)
+        st = gpt_agree(t, ops_cuda_set_tf32(t->ops, o->tf32));
+    gpt2_opts go = {.max_batch = t->B, .seq = t->T, .precision = o->model.precision,
+                    .seed = o->seed};
+    if (st == DDP_OK)
+        st = gpt_agree(t, gpt2_create(t->ctx, t->ops, &t->cfg, &go, &t->g));
+    if (st == DDP_OK && o->gpt.init_from)
+        st = gpt_agree(t, gpt2_llmc_load(t->g, o->gpt.init_from));
+    if (st == DDP_OK && o->broadcast_init)
+        gpt_must(t, ddp_broadcast_params(t->ctx, gpt2_params(t->g), gpt2_numel_total(t->g)),
+                 "broadcasting parameters");
+    if (st == DDP_OK)
+        st = gpt_verify(t, NULL);
+    if (st != DDP_OK)
+        return st;
+    ddp_reducer_opts ro;
+    ddp_reducer_opts_default(&ro);
+    ro.bucket_mb = o->bucket_mb;
+    ro.first_bucket_mb = o->first_bucket_mb;
+    ro.comm_dtype = o->grad_dtype;
+    ro.defer_launch = o->no_overlap;
+    st = gpt_agree(t, ddp_reducer_create(t->ctx, gpt2_grads(t->g), gpt2_numel(t->g),
+                                         gpt2_n_params(t->g), &ro, &t->reducer));
+    if (st == DDP_OK)
+        gpt_alloc_buffers(t);
+    return st;
+}
+
+/* The checkpoint's view of the run: parameters, the two AdamW moments, the step plan. */
+static void gpt_setup(gpt_trainer *t)
+{
+    gpt2 *g = t->g;
+    t->setup = (train_setup){.ctx = t->ctx, .o = t->o,
+                             .n_train = tokens_loader_n_windows(t->loader),
+                             .steps_per_epoch = t->steps_per_epoch,
+                             .total_steps = t->total_steps};
+    t->setup.buf = (train_buffers){.descs = gpt2_descs(g), .n_params = gpt2_n_params(g),
+                                   .numel = gpt2_numel_total(g), .params = gpt2_params(g),
+                                   .n_opt = 2, .opt_names = {"adam_m", "adam_v"},
+                                   .opt = {gpt2_adam_m(g), gpt2_adam_v(g)}};
+    const gpt2_config *c = &t->cfg;
+    snprintf(t->setup.buf.model_fp, sizeof t->setup.buf.model_fp,
+             "gpt2 L%d NH%d C%d maxT%d V%d T%d accum%d", c->layers, c->heads, c->channels,
+             c->max_seq, c->vocab, t->T, t->accum);
+}
+
+/* ---- one optimizer step ------------------------------------------------------------------------ */
+
+/* Learning rate of step `step` (0-based): linear warm-up, then cosine decay to lr x lr_floor. */
+static double gpt_lr(const gpt_trainer *t, long step)
+{
+    const train_gpt_opts *g = &t->o->gpt;
+    double lr = t->o->lr, floor = lr * g->lr_floor;
+    if (step < g->warmup_steps)
+        return lr * (double)(step + 1) / (double)g->warmup_steps;
+    long span = t->total_steps - g->warmup_steps;
+    double ratio = span > 1 ? (double)(step - g->warmup_steps) / (double)(span - 1) : 1.0;
+    if (ratio > 1.0)
+        ratio = 1.0;
+    return floor + 0.5 * (1.0 + cos(M_PI * ratio)) * (lr - floor);
+}
+
+/* Whether the ranks agree before the update of this step (stop flags, NaN). */
+static int gpt_agree_due(const gpt_trainer *t, long step_in_epoch)
+{
+    const train_opts *o = t->o;
+    long next = t->step + 1;
+    return o->nan_skip || next % GPT_STOP_EVERY == 0 || step_in_epoch + 1 == t->steps_per_epoch ||
+           next == t->total_steps ||
+           (o->checkpoint_dir && o->checkpoint_every && next % o->checkpoint_every == 0);
+}
+
+/* One host all-reduce of (SIGUSR1, SIGTERM, "my loss is not finite"). Returns the number of ranks
+ * whose loss was not finite. */
+static int64_t gpt_agree_step(gpt_trainer *t)
+{
+    float sum = 0.0f;
+    gpt_must(t, ddp_download(t->ctx, &sum, t->loss_dev, sizeof sum), "downloading the loss");
+    int64_t flags[3] = {*t->sig.usr1 != 0, *t->sig.term != 0, !isfinite(sum)};
+    gpt_must(t, ddp_allreduce_host(t->ctx, flags, 3, DDP_INT64, DDP_SUM), "agreeing on a stop");
+    if ((flags[0] > 0 || flags[1] > 0) && !t->stopped) {
+        if (t->rank == 0) {
+            progress_end(&t->progress);
+            printf("%s received: every rank stops after step %ld\n",
+                   flags[1] > 0 ? "SIGTERM" : "SIGUSR1", t->step + 1);
+            fflush(stdout);
+        }
+        t->stopped = 1;
+    }
+    if (flags[2] > 0 && t->o->nan_skip) {
+        float zero = 0.0f; /* the skipped step's loss leaves the running mean */
+        gpt_must(t, ddp_upload(t->ctx, t->loss_dev, &zero, sizeof zero), "resetting the loss");
+        t->loss_micro = 0;
+    }
+    return flags[2];
+}
+
+static void gpt_micro_batch(gpt_trainer *t, int sync)
+{
+    gpt_must(t, ddp_reducer_begin(t->reducer, sync), "starting the reducer");
+    ddp_trace_begin("data", t->step);
+    gpt_must(t, tokens_loader_next(t->loader, t->x_host, t->y_host), "reading the next batch");
+    gpt_upload(t, t->x_host, t->y_host, (size_t)t->B * (size_t)t->T);
+    ddp_trace_end("data", t->step);
+    ddp_trace_begin("forward", t->step);
+    gpt_must(t, gpt2_forward(t->g, t->x_dev[t->slot], t->y_dev[t->slot], t->B, t->T,
+                             t->loss_dev, true), "forward pass");
+    ddp_trace_end("forward", t->step);
+    ddp_trace_begin("backward", t->step);
+    gpt_must(t, gpt2_backward(t->g, t->reducer, 1.0f), "backward pass");
+    gpt_batch_done(t);
+    ddp_trace_end("backward", t->step);
+    t->loss_micro++;
+}
+
+/* accum micro-batches, the averaged gradients, clipping and the AdamW step. */
+static void gpt_step(gpt_trainer *t, long step_in_epoch)
+{
+    gpt_must(t, gpt2_zero_grad(t->g), "zeroing gradients");
+    for (int micro = 0; micro < t->accum; micro++)
+        gpt_micro_batch(t, micro == t->accum - 1);
+    gpt_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
+    if (gpt_agree_due(t, step_in_epoch)) {
+        int64_t bad = gpt_agree_step(t);
+        if (bad > 0) {
+            if (t->rank == 0)
+                progress_end(&t->progress);
+            if (t->o->nan_skip) {
+                DDP_WARN0("step %ld: the loss is NaN or inf on %lld rank(s): the step is not "
+                          "applied (--nan-policy skip)", t->step + 1, (long long)bad);
+                return;
+            }
+            DDP_ERROR("step %ld: the loss became NaN or inf on %lld rank(s): training stops (exit "
+                      "1); lower --lr, or pass --nan-policy skip", t->step + 1, (long long)bad);
+            t->nan_stopped = 1;
+            return;
+        }
+    }
+    ddp_trace_begin("optimizer", t->step);
+    double norm = 0.0, clip = t->o->gpt.grad_clip;
+    gpt_must(t, ddp_grad_norm(t->ctx, gpt2_grads(t->g), DDP_FP32, gpt2_numel_total(t->g),
+                              DDP_NORM_REPLICATED, NULL, &norm), "computing the gradient norm");
+    t->last_norm = norm;
+    double scale = clip > 0.0 && clip / (norm + 1e-6) < 1.0 ? clip / (norm + 1e-6) : 1.0;
+    const train_gpt_opts *g = &t->o->gpt;
+    gpt_must(t, gpt2_adamw_step(t->g, (float)gpt_lr(t, t->step), (float)g->beta1, (float)g->beta2,
+                                (float)g->eps, (float)t->o->weight_decay, (int)(t->step + 1),
+                                (float)scale), "AdamW step");
+    ddp_trace_end("optimizer", t->step);
+}
+
+/* ---- validation, checkpoints, reports ---------------------------------------------------------- */
+
+/* The mean loss over every target token of the validation shards (--val-max-batches caps the
+ * batches per rank), the same on every rank. Collective. */
+static double gpt_validate(gpt_trainer *t)
+{
+    double sums[2] = {0.0, 0.0}; /* loss x tokens, tokens */
+    int b = 0, tt = 0;
+    long batches = 0, cap = t->o->gpt.val_batches;
+    tokens_val_rewind(t->val);
+    while (cap == 0 || batches < cap) {
+        gpt_must(t, tokens_val_next(t->val, t->x_host, t->y_host, &b, &tt), "reading validation data");
+        if (b == 0)
+            break;
+        float zero = 0.0f, mean = 0.0f;
+        gpt_must(t, ddp_upload(t->ctx, t->vloss_dev, &zero, sizeof zero), "zeroing the loss");
+        gpt_upload(t, t->x_host, t->y_host, (size_t)b * (size_t)tt);
+        gpt_must(t, gpt2_forward(t->g, t->x_dev[t->slot], t->y_dev[t->slot], b, tt, t->vloss_dev,
+                                 false), "validation forward pass");
+        gpt_batch_done(t);
+        gpt_must(t, ddp_download(t->ctx, &mean, t->vloss_dev, sizeof mean), "downloading the loss");
+        sums[0] += (double)mean * b * tt;
+        sums[1] += (double)b * tt;
+        batches++;
+    }
+    gpt_must(t, ddp_allreduce_host(t->ctx, sums, 2, DDP_FP64, DDP_SUM), "summing validation losses");
+    return sums[1] > 0 ? sums[0] / sums[1] : NAN;
+}
+
+static void gpt_report_val(gpt_trainer *t)
+{
+    double t0 = train_now();
+    t->val_loss = gpt_validate(t);
+    if (t->rank != 0)
+        return;
+    progress_end(&t->progress);
+    printf("step %ld: val loss %.4f (%.1f s)\n", t->step, t->val_loss, train_now() - t0);
+    fflush(stdout);
+    if (t->metrics) {
+        fprintf(t->metrics, "{\"step\":%ld,\"val_loss\":%.6f,\"train_loss\":%.6f,\"grad_norm\":%.6f,"
+                "\"lr\":%.8g}\n", t->step, t->val_loss, t->last_loss, t->last_norm,
+                gpt_lr(t, t->step > 0 ? t->step - 1 : 0));
+        fflush(t->metrics);
+    }
+}
+
+/* Rank 0 writes a checkpoint of the position; every rank learns the outcome. */
+static void gpt_write_checkpoint(gpt_trainer *t)
+{
+    train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
+    ddp_status st = DDP_OK;
+    if (t->rank == 0) {
+        progress_end(&t->progress);
+        st = train_checkpoint(&t->setup, &pos);
+    }
+    t->saved_step = t->step;
+    if (gpt_agree(t, st) == DDP_OK)
+        return;
+    if (t->o->checkpoint_errors_warn)
+        DDP_WARN0("training goes on without this checkpoint (--checkpoint-errors warn)");
+    else
+        t->save_failed = 1;
+}
+
+/* Rank 0's running mean of the training loss since the last call (this rank's micro-batches). */
+static double gpt_take_loss(gpt_trainer *t)
+{
+    float sum = 0.0f, zero = 0.0f;
+    gpt_must(t, ddp_download(t->ctx, &sum, t->loss_dev, sizeof sum), "downloading the loss");
+    gpt_must(t, ddp_upload(t->ctx, t->loss_dev, &zero, sizeof zero), "zeroing the loss");
+    double mean = t->loss_micro > 0 ? sum / (double)t->loss_micro : NAN;
+    t->loss_micro = 0;
+    return mean;
+}
+
+/* After optimizer step t->step (1-based now): progress, validation, checkpoints. */
+static void gpt_after_step(gpt_trainer *t, double *start)
+{
+    const train_opts *o = t->o;
+    if (progress_due(&t->progress, t->step) || t->step == t->total_steps) {
+        t->last_loss = gpt_take_loss(t);
+        t->train_seconds += train_now() - *start;
+        t->progress.train_seconds = t->train_seconds;
+        if (t->rank == 0) {
+            progress_update(&t->progress, t->step, t->epoch, t->last_loss);
+            if (t->metrics)
+                fprintf(t->metrics, "{\"step\":%ld,\"train_loss\":%.6f,\"grad_norm\":%.6f}\n",
+                        t->step, t->last_loss, t->last_norm);
+        }
+        *start = train_now();
+    }
+    if (o->gpt.val_every && t->step % o->gpt.val_every == 0 && t->step < t->total_steps) {
+        t->train_seconds += train_now() - *start;
+        gpt_report_val(t);
+        *start = train_now();
+    }
+    if (o->checkpoint_dir && (t->stopped || (o->checkpoint_every && t->step % o->checkpoint_every == 0))) {
+        t->train_seconds += train_now() - *start;
+        gpt_write_checkpoint(t);
+        *start = train_now();
+    }
+}
+
+/* The epochs from the start position to the planned (or stopped) end. */
+static void gpt_loop(gpt_trainer *t)
+{
+    long tokens_per_step = (long)t->B * t->T * t->accum * t->world;
+    progress_init(&t->progress, t->o->log_every, t->total_steps, tokens_per_step);
+    double start = train_now();
+    for (t->epoch = (int)t->start.epoch; t->step < t->total_steps; t->epoch++) {
+        long first = t->epoch == t->start.epoch ? t->start.step_in_epoch : 0;
+        tokens_pos pos = {.epoch = (uint64_t)t->epoch, .step = (uint64_t)first * (uint64_t)t->accum};
+        gpt_must(t, tokens_loader_set_pos(t->loader, pos), "positioning the loader");
+        for (t->in_epoch = first; t->in_epoch < t->steps_per_epoch && t->step < t->total_steps;) {
+            ddp_trace_begin("step", t->step);
+            gpt_step(t, t->in_epoch);
+            ddp_trace_end("step", t->step);
+            if (t->nan_stopped)
+                return;
+            t->step++;
+            t->in_epoch++;
+            gpt_after_step(t, &start);
+            if (t->stopped || t->save_failed)
+                return;
+        }
+    }
+}
+
+/* ---- after training --------------------------------------------------------------------------- */
+
+/* Host peak resident memory (VmHWM) in KiB, -1 when /proc cannot tell. */
+static long gpt_peak_rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+static void gpt_report_memory(const gpt_trainer *t)
+{
+    gpt2_memory m;
+    gpt2_memory_get(t->g, &m);
+    const double mib = 1024.0 * 1024.0;
+    long rss = gpt_peak_rss_kib();
+    printf("memory per rank (%s): parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, "
+           "activations %.1f MiB; host peak RSS (VmHWM) %.1f MiB\n",
+           ddp_backend(t->ctx) == DDP_BACKEND_CPU ? "host" : "device", m.params / mib,
+           m.grads / mib, m.optimizer / mib, m.activations / mib, rss >= 0 ? rss / 1024.0 : NAN);
+}
+
+/* A token drawn from softmax(logits[0..V)) with a splitmix64 generator. */
+static int gpt_draw(const float *logits, int V, uint64_t *rng)
+{
+    uint64_t z = (*rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    double u = (double)(z >> 11) * 0x1.0p-53, max = logits[0], sum = 0.0;
+    for (int i = 1; i < V; i++)
+        max = logits[i] > max ? logits[i] : max;
+    for (int i = 0; i < V; i++)
+        sum += exp(logits[i] - max);
+    double acc = 0.0, target = u * sum;
+    for (int i = 0; i < V; i++) {
+        acc += exp(logits[i] - max);
+        if (acc > target)
+            return i;
+    }
+    return V - 1;
+}
+
+/* Rank 0, before training with --sample: GPT-2's vocabulary for decoding (--vocab, or
+ * encoder.json beside the training shards). */
+static ddp_status gpt_open_vocab(gpt_trainer *t)
+{
+    const train_opts *o = t->o;
+    if (t->rank != 0 || o->gpt.sample == 0)
+        return DDP_OK;
+    ddp_status st = o->gpt.vocab ? bpe_vocab_load(o->gpt.vocab, &t->vocab)
+                                 : bpe_vocab_load_beside(o->data_dir, &t->vocab);
+    if (st != DDP_OK)
+        DDP_ERROR("--sample needs GPT-2's encoder.json to print text (see above): give --vocab FILE "
+                  "(scripts/fetch-text.sh puts one beside the shards)");
+    return st;
+}
+
+/* Rank 0: --sample N tokens from the trained model, starting at <|endoftext|>, each drawn from the
+ * softmax of the last position's logits (temperature 1) with a generator seeded by --seed, the
+ * context cut to the last --seq tokens; printed as text. Only rank 0 computes. */
+static ddp_status gpt_sample(gpt_trainer *t)
+{
+    int n = t->o->gpt.sample, V = t->cfg.vocab, Vp = t->cfg.padded_vocab;
+    int *seq = malloc((size_t)(n + 1) * sizeof *seq);
+    float *row = malloc((size_t)Vp * sizeof *row);
+    ddp_status st = seq && row ? DDP_OK : DDP_ERR_NOMEM;
+    uint64_t rng = t->o->seed;
+    if (seq)
+        seq[0] = GPT_EOT;
+    for (int i = 1; st == DDP_OK && i <= n; i++) {
+        int len = i < t->T ? i : t->T, *win = seq + i - len;
+        gpt_upload(t, win, win, (size_t)len);
+        st = gpt2_forward(t->g, t->x_dev[t->slot], NULL, 1, len, NULL, false);
+        gpt_batch_done(t);
+        if (st == DDP_OK)
+            st = ddp_download(t->ctx, row, gpt2_logits(t->g) + (size_t)(len - 1) * Vp,
+                              (size_t)Vp * sizeof *row);
+        if (st == DDP_OK)
+            seq[i] = gpt_draw(row, V, &rng);
+    }
+    if (st == DDP_OK) {
+        printf("sample (%d tokens after <|endoftext|>, seed %llu):\n", n,
+               (unsigned long long)t->o->seed);
+        char *text = NULL;
+        size_t len = 0;
+        st = bpe_decode(t->vocab, seq + 1, (size_t)n, &text, &len);
+        if (st == DDP_OK)
+            printf("%.*s\n", (int)len, text);
+        free(text);
+        fflush(stdout);
+    }
+    free(seq);
+    free(row);
+    return st;
+}
+
+/* Rank 0: the start-up report. */
+static void gpt_report_start(const gpt_trainer *t)
+{
+    if (t->rank != 0)
+        return;
+    const train_opts *o = t->o;
+    ddp_dtype p = o->model.precision;
+    printf("ddp-train: %d rank(s), backend %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)));
+    if (ddp_backend(t->ctx) == DDP_BACKEND_CPU)
+        printf("cpu: %s; ISA %s\ncompute: %s, %s; GEMM %s; BLAS %s\n", cpu_model_name(),
+               cpu_isa_describe(), t->ops->name, model_precision_name(p), ops_cpu_gemm_name(p),
+               ops_blas_describe());
+    else
+        printf("compute: %s, %s; GEMM %s\n", t->ops->name, model_precision_name(p),
+               ops_cuda_describe(t->ops, p));
+    train_print_opts(stdout, o);
+    const gpt2_config *c = &t->cfg;
+    printf("gpt2: %zu parameters (L %d, heads %d, channels %d, positions %d, vocabulary %d padded "
+           "to %d)%s%s\n", gpt2_config_n_params(c), c->layers, c->heads, c->channels, c->max_seq,
+           c->vocab, c->padded_vocab, o->gpt.init_from ? ", from " : "",
+           o->gpt.init_from ? o->gpt.init_from : "");
+    printf("data: %zu windows of %d tokens in the training shards; %zu per rank per epoch; %d "
+           "micro-batch(es) of %d x %d tokens per rank per step = %ld tokens per step; %ld steps "
+           "per epoch, %ld planned\n", tokens_loader_n_windows(t->loader), t->B * t->T + 1,
+           tokens_loader_steps_per_epoch(t->loader), t->accum, t->B, t->T,
+           (long)t->B * t->T * t->accum * t->world, t->steps_per_epoch, t->total_steps);
+    fflush(stdout);
+}
+
+/* Rank 0: throughput and the model FLOPs per second (6N + 12 L T C per token, as llm.c counts). */
+static void gpt_report_end(gpt_trainer *t, double wall_start)
+{
+    if (t->rank != 0)
+        return;
+    const gpt2_config *c = &t->cfg;
+    long steps = t->step - t->start.step;
+    double tokens = (double)steps * t->B * t->T * t->accum * t->world;
+    double tps = t->train_seconds > 0 ? tokens / t->train_seconds : 0.0;
+    double flops_tok = 6.0 * (double)gpt2_config_n_params(c) +
+                       12.0 * c->layers * (double)t->T * c->channels;
+    printf("\nthroughput: %.1f tokens/s across %d rank(s) (%ld steps in %.2f s of training); model "
+           "FLOPs %.2f GFLOP/s per rank (6N + 12LTC = %.3g per token)\n", tps, t->world, steps,
+           t->train_seconds, tps * flops_tok / t->world / 1e9, flops_tok);
+    gpt_report_memory(t);
+    fflush(stdout);
+    if (t->metrics) {
+        fprintf(t->metrics, "{\"summary\":true,\"model\":\"gpt2\",\"backend\":\"%s\",\"world_size\":%d,"
+                "\"batch\":%d,\"seq\":%d,\"accum\":%d,\"steps\":%ld,\"train_loss\":%.6f,"
+                "\"val_loss\":%.6f,\"tokens_per_s\":%.1f,\"model_gflops_per_rank\":%.3f,"
+                "\"train_seconds\":%.3f,\"wall_seconds\":%.3f,\"stopped_by_signal\":%s}\n",
+                ddp_backend_name(ddp_backend(t->ctx)), t->world, t->B, t->T, t->accum, t->step,
+                isfinite(t->last_loss) ? t->last_loss : -1.0, isfinite(t->val_loss) ? t->val_loss : -1.0,
+                tps, tps * flops_tok / t->world / 1e9, t->train_seconds, train_now() - wall_start,
+                t->stopped ? "true" : "false");
+        fflush(t->metrics);
+    }
+}
+
+/* Rank 0 writes --save (the training state) and --save-llmc; every rank learns the outcome. */
+static ddp_status gpt_save(gpt_trainer *t)
+{
+    ddp_status st = DDP_OK;
+    const train_opts *o = t->o;
+    if (o->checkpoint_dir && t->saved_step != t->step)
+        gpt_write_checkpoint(t);
+    if (t->save_failed)
+        return DDP_ERR_IO;
+    if (t->rank == 0 && o->save_path) {
+        train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
+        st = train_save_state(&t->setup, &pos, o->save_path);
+        if (st == DDP_OK)
+            printf("saved %s\n", o->save_path);
+        else
+            DDP_ERROR("--save %s: %s", o->save_path,
+                      st == DDP_ERR_IO && errno ? strerror(errno) : ddp_strerror(st));
+    }
+    if (st == DDP_OK && t->rank == 0 && o->gpt.save_llmc) {
+        st = gpt2_llmc_save(t->g, o->gpt.save_llmc, DDP_FP32);
+        if (st == DDP_OK)
+            printf("saved %s (llm.c model file, fp32)\n", o->gpt.save_llmc);
+    }
+    return gpt_agree(t, st);
+}
+
+/* ---- the run ---------------------------------------------------------------------------------- */
+
+static ddp_status gpt_prepare(gpt_trainer *t)
+{
+    ddp_status st = gpt_agree(t, gpt_config(t));
+    if (st == DDP_OK)
+        st = gpt_agree(t, gpt_open_data(t));
+    if (st == DDP_OK)
+        st = gpt_agree(t, gpt_plan(t));
+    if (st == DDP_OK)
+        st = gpt_agree(t, gpt_open_vocab(t));
+    if (st == DDP_OK)
+        st = gpt_agree(t, t->rank == 0 ? train_check_outputs(t->o) : DDP_OK);
+    if (st == DDP_OK)
+        st = gpt_build(t);
+    if (st != DDP_OK)
+        return st;
+    gpt_setup(t);
+    int resumed = 0;
+    st = train_resume(&t->setup, &t->start, &resumed);
+    t->step = t->start.step;
+    t->saved_step = resumed ? t->step : -1;
+    return st;
+}
+
+static void gpt_release(gpt_trainer *t)
+{
+    if (t->metrics)
+        fclose(t->metrics);
+    for (int i = 0; i < 2; i++) {
+        ddp_free(t->ctx, t->x_dev[i]);
+        ddp_free(t->ctx, t->y_dev[i]);
+    }
+    ddp_free(t->ctx, t->loss_dev);
+    ddp_free(t->ctx, t->vloss_dev);
+    free(t->x_host);
+    free(t->y_host);
+    ddp_reducer_destroy(t->reducer);
+    gpt2_destroy(t->g);
+    ops_close(t->ops);
+    tokens_val_destroy(t->val);
+    tokens_loader_destroy(t->loader);
+    tokens_set_close(t->train_data);
+    tokens_set_close(t->val_data);
+    bpe_vocab_free(t->vocab);
+}
+
+/* Training, the last validation, the replica check, saves and the sample. */
+static ddp_status gpt_train_and_finish(gpt_trainer *t, double wall_start)
+{
+    gpt_loop(t);
+    if (t->nan_stopped || t->save_failed)
+        return t->nan_stopped ? DDP_ERR_STATE : DDP_ERR_IO;
+    if (t->loss_micro > 0)
+        t->last_loss = gpt_take_loss(t);
+    gpt_report_val(t);
+    gpt_report_end(t, wall_start);
+    ddp_status st = gpt_verify(t, "after training");
+    if (st == DDP_OK)
+        st = gpt_save(t);
+    if (st == DDP_OK && t->o->gpt.sample > 0)
+        st = gpt_agree(t, t->rank == 0 ? gpt_sample(t) : DDP_OK);
+    return st;
+}
+
+ddp_status train_gpt_run(ddp_ctx *ctx, const train_opts *o, train_signals sig, int *requeue)
+{
+    double wall_start = train_now();
+    gpt_trainer t = {.ctx = ctx, .o = o, .sig = sig, .rank = ddp_rank(ctx),
+                     .world = ddp_world_size(ctx), .B = o->batch, .T = o->gpt.seq,
+                     .val_loss = NAN, .last_loss = NAN};
+    ddp_status st = gpt_prepare(&t);
+    if (st == DDP_OK)
+        st = train_observe_start(ctx, o);
+    if (st == DDP_OK) {
+        gpt_report_start(&t);
+        st = gpt_train_and_finish(&t, wall_start);
+        ddp_status trace_st = train_observe_end(ctx, o);
+        st = st == DDP_OK ? trace_st : st;
+    }
+    *requeue = st == DDP_OK && t.stopped && o->requeue && t.rank == 0 && getenv("SLURM_JOB_ID");
+    gpt_release(&t);
+    return st;
+}
