@@ -403,14 +403,14 @@ DDP_API ddp_status ddp_verify_replicas(ddp_ctx *ctx, const ddp_param_desc *descs
  * CPU: 8 fp64 lanes (element i in lane i mod 8, vectorised), added pairwise at the end. On CUDA:
  * a kernel on `stream` (a cudaStream_t; NULL: libddp's stream) after the work queued there,
  * fp64 per thread, per block and across blocks in a fixed tree; the host waits once, for the
- * result, under the DDP_TIMEOUT deadline. Not collective.
+ * result, under the DDP_TIMEOUT deadline. Not collective. ctx NULL: host memory.
  * ddp_grad_norm: the norm, identical on every rank. scope DDP_NORM_REPLICATED: every rank holds
  * all the (averaged, identical) gradients: the local norm, no communication, not collective.
  * DDP_NORM_SHARDED: each rank holds a disjoint shard (ZeRO): each rank's sum of squares is
  * gathered (one host all-gather of one double per rank) and added in rank order on every rank,
  * then the square root: collective, every rank calls it (n may differ, may be 0).
- * Both: DDP_ERR_INVALID_ARG for a NULL ctx or output, a NULL grads with n > 0, another dtype or
- * an unknown scope; on CUDA DDP_ERR_CUDA, DDP_ERR_NOMEM (scratch), or DDP_ERR_TIMEOUT /
+ * Both: DDP_ERR_INVALID_ARG for a NULL output, a NULL grads with n > 0, another dtype, an
+ * unknown scope, or DDP_NORM_SHARDED without a context; on CUDA DDP_ERR_CUDA, DDP_ERR_NOMEM (scratch), or DDP_ERR_TIMEOUT /
  * DDP_ERR_NCCL when the wait failed; DDP_ERR_MPI for the gather. inf/NaN gradients give an inf
  * or NaN result (not an error). On failure *out is untouched. */
 typedef enum ddp_norm_scope { DDP_NORM_REPLICATED = 0, DDP_NORM_SHARDED } ddp_norm_scope;

@@ -68,12 +68,12 @@ ddp_status norm_cuda_sumsq(const void *x, int t, size_t n, double *out, void *st
 }
 #endif
 
-static ddp_status norm_check(const ddp_ctx *ctx, const void *grads, ddp_dtype dtype, size_t n,
-                             const void *out, const char *who)
+static ddp_status norm_check(const void *grads, ddp_dtype dtype, size_t n, const void *out,
+                             const char *who)
 {
-    if (!ctx || !out || (!grads && n > 0) || !convert_dtype_is_grad(dtype)) {
-        DDP_ERROR("%s: need a context, an output, and gradients of type fp32, bf16 or fp16 (got "
-                  "%s, %zu elements)", who, ddp_dtype_name(dtype), n);
+    if (!out || (!grads && n > 0) || !convert_dtype_is_grad(dtype)) {
+        DDP_ERROR("%s: need an output and gradients of type fp32, bf16 or fp16 (got %s, %zu "
+                  "elements)", who, ddp_dtype_name(dtype), n);
         return DDP_ERR_INVALID_ARG;
     }
     return DDP_OK;
@@ -82,10 +82,10 @@ static ddp_status norm_check(const ddp_ctx *ctx, const void *grads, ddp_dtype dt
 ddp_status ddp_grad_sumsq(ddp_ctx *ctx, const void *grads, ddp_dtype dtype, size_t n,
                           void *stream, double *sumsq)
 {
-    ddp_status st = norm_check(ctx, grads, dtype, n, sumsq, "ddp_grad_sumsq");
+    ddp_status st = norm_check(grads, dtype, n, sumsq, "ddp_grad_sumsq");
     if (st != DDP_OK)
         return st;
-    if (ctx->backend == DDP_BACKEND_CUDA)
+    if (ctx && ctx->backend == DDP_BACKEND_CUDA)
         return norm_cuda_sumsq(grads, (int)dtype, n, sumsq, stream);
     *sumsq = n > 0 ? norm_host_sumsq(grads, dtype, n) : 0.0;
     return DDP_OK;
@@ -114,10 +114,14 @@ static ddp_status norm_sum_shards(ddp_ctx *ctx, double mine, double *total)
 ddp_status ddp_grad_norm(ddp_ctx *ctx, const void *grads, ddp_dtype dtype, size_t n,
                          ddp_norm_scope scope, void *stream, double *norm)
 {
-    ddp_status st = norm_check(ctx, grads, dtype, n, norm, "ddp_grad_norm");
+    ddp_status st = norm_check(grads, dtype, n, norm, "ddp_grad_norm");
     if (st == DDP_OK && scope != DDP_NORM_REPLICATED && scope != DDP_NORM_SHARDED) {
         DDP_ERROR("ddp_grad_norm: unknown scope %d (DDP_NORM_REPLICATED or DDP_NORM_SHARDED)",
                   (int)scope);
+        st = DDP_ERR_INVALID_ARG;
+    }
+    if (st == DDP_OK && scope == DDP_NORM_SHARDED && !ctx) {
+        DDP_ERROR("ddp_grad_norm: the sharded scope needs a context (it gathers every rank's sum)");
         st = DDP_ERR_INVALID_ARG;
     }
     double sumsq = 0.0;
