@@ -219,7 +219,8 @@ int bucket_plan_same(const bucket_plan *a, const bucket_plan *b)
         if (n != b->run_start[k + 1] - rb)
             return 0;
         for (int i = 0; i < n; i++)
-            if (a->run_off[ra + i] != b->run_off[rb + i] || a->run_len[ra + i] != b->run_len[rb + i])
+            if (a->run_off[ra + i] != b->run_off[rb + i] ||
+                a->run_len[ra + i] != b->run_len[rb + i])
                 return 0;
     }
     return 1;

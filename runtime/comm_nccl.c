@@ -7,8 +7,8 @@
  * completing an operation makes the compute stream wait for the operation's done event, so later
  * kernels see the result without blocking the host. A caller stream given to allreduce_start (the
  * reducer's ddp_reducer_opts.stream) takes the compute stream's place in both roles. The runs of
- * a reducer bucket in ready order are all-reduced inside one ncclGroupStart/End. Operations are issued under a lock, since the
- * reducer may start them from another thread than the caller's.
+ * a reducer bucket in ready order are all-reduced inside one ncclGroupStart/End. Operations are
+ * issued under a lock, since the reducer may start them from another thread than the caller's.
  * Timeline (ddp_trace_start): each all-reduce's "allreduce" span is recorded by two host functions
  * (cudaLaunchHostFunc) queued on the communication stream around ncclAllReduce, so it begins when
  * the stream reaches the all-reduce (after the gradients it waits for) and ends when the NCCL
