@@ -85,6 +85,41 @@ ddp_status allreduce_start_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dt
     return ctx->comm->ops->allreduce_start(ctx->comm, buf, n, dtype, op, stream, req);
 }
 
+ddp_status allreduce_runs_start(ddp_ctx *ctx, void *base, const size_t *off, const size_t *len,
+                                int n_runs, ddp_dtype dtype, ddp_reduce_op op, void *stream,
+                                ddp_request **req)
+{
+    *req = NULL;
+    ddp_status st = comm_check(ctx, base, n_runs > 0, "reducer all-reduce");
+    if (st == DDP_OK)
+        st = comm_check_op(op, dtype, "reducer all-reduce");
+    if (st != DDP_OK)
+        return st;
+    size_t n = 0;
+    for (int i = 0; i < n_runs; i++)
+        n += len[i];
+    comm_count(&ctx->allreduce_calls, &ctx->allreduce_bytes, n, dtype);
+    return ctx->comm->ops->allreduce_runs_start(ctx->comm, base, off, len, n_runs, dtype, op,
+                                                stream, req);
+}
+
+ddp_status ddp_allreduce_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
+                               ddp_reduce_op op, void *stream)
+{
+    ddp_status st = comm_check(ctx, buf, n, "ddp_allreduce_typed");
+    if (st == DDP_OK)
+        st = comm_check_op(op, dtype, "ddp_allreduce_typed");
+    if (st != DDP_OK)
+        return st;
+    if (!stream || ctx->backend != DDP_BACKEND_CUDA) {
+        comm_count(&ctx->allreduce_calls, &ctx->allreduce_bytes, n, dtype);
+        return ctx->comm->ops->allreduce(ctx->comm, buf, n, dtype, op);
+    }
+    ddp_request *req = NULL;
+    st = allreduce_start_typed(ctx, buf, n, dtype, op, stream, &req);
+    return st == DDP_OK ? ddp_wait(req) : st; /* the caller's stream waits; the host does not */
+}
+
 ddp_status ddp_allreduce_start(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op,
                                ddp_request **req)
 {

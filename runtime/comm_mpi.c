@@ -31,6 +31,8 @@ typedef struct mpi_request {
     mpi_state *owner;
     void *buf;
     size_t n;
+    const size_t *run_off, *run_len; /* n_runs > 0: runs of buf instead of buf[0..n) */
+    int n_runs;
     ddp_dtype dtype;
     ddp_reduce_op op;
     ddp_status status; /* valid once done */
@@ -170,6 +172,21 @@ static ddp_status mpi_allreduce(comm_group *c, void *buf, size_t n, ddp_dtype dt
     return mpi_allreduce_on(s->comm, s, buf, n, dtype, op, DDP_WATCH_CALLER, -1);
 }
 
+/* A queued request: buf[0..n), or each of its runs in turn (stopping at the first failure). */
+static ddp_status mpi_run_request(const mpi_state *s, const mpi_request *r)
+{
+    int bucket = (int)r->trace_tag;
+    if (r->n_runs == 0)
+        return mpi_allreduce_on(s->async_comm, s, r->buf, r->n, r->dtype, r->op, DDP_WATCH_ASYNC,
+                                bucket);
+    size_t size = ddp_dtype_size(r->dtype);
+    ddp_status st = DDP_OK;
+    for (int i = 0; i < r->n_runs && st == DDP_OK; i++)
+        st = mpi_allreduce_on(s->async_comm, s, (char *)r->buf + r->run_off[i] * size,
+                              r->run_len[i], r->dtype, r->op, DDP_WATCH_ASYNC, bucket);
+    return st;
+}
+
 static void *mpi_worker(void *arg)
 {
     mpi_state *s = arg;
@@ -182,8 +199,7 @@ static void *mpi_worker(void *arg)
         mpi_request *r = s->head;
         pthread_mutex_unlock(&s->lock);
         ddp_trace_begin("allreduce", r->trace_tag);
-        ddp_status st = mpi_allreduce_on(s->async_comm, s, r->buf, r->n, r->dtype, r->op,
-                                         DDP_WATCH_ASYNC, (int)r->trace_tag);
+        ddp_status st = mpi_run_request(s, r);
         ddp_trace_end("allreduce", r->trace_tag);
         pthread_mutex_lock(&s->lock);
         s->head = r->next;
@@ -197,18 +213,9 @@ static void *mpi_worker(void *arg)
     return NULL;
 }
 
-static ddp_status mpi_allreduce_start(comm_group *c, void *buf, size_t n, ddp_dtype dtype,
-                                      ddp_reduce_op op, void *stream, ddp_request **req)
+/* Queues r (filled by the caller) on the communication thread and hands it out as *req. */
+static void mpi_enqueue(mpi_state *s, mpi_request *r, ddp_request **req)
 {
-    (void)stream; /* host memory: nothing to order against */
-    mpi_state *s = mpi_of(c);
-    mpi_request *r = calloc(1, sizeof *r);
-    if (!r) {
-        DDP_ERROR("out of memory for an all-reduce request");
-        return DDP_ERR_NOMEM;
-    }
-    *r = (mpi_request){.ops = &mpi_ops, .owner = s, .buf = buf, .n = n, .dtype = dtype, .op = op,
-                       .trace_tag = trace_current_tag()};
     pthread_mutex_lock(&s->lock);
     if (s->tail)
         s->tail->next = r;
@@ -218,6 +225,44 @@ static ddp_status mpi_allreduce_start(comm_group *c, void *buf, size_t n, ddp_dt
     pthread_cond_signal(&s->work_cv);
     pthread_mutex_unlock(&s->lock);
     *req = (ddp_request *)r;
+}
+
+static mpi_request *mpi_new_request(mpi_state *s, void *buf, ddp_dtype dtype, ddp_reduce_op op)
+{
+    mpi_request *r = calloc(1, sizeof *r);
+    if (!r) {
+        DDP_ERROR("out of memory for an all-reduce request");
+        return NULL;
+    }
+    *r = (mpi_request){.ops = &mpi_ops, .owner = s, .buf = buf, .dtype = dtype, .op = op,
+                       .trace_tag = trace_current_tag()};
+    return r;
+}
+
+static ddp_status mpi_allreduce_start(comm_group *c, void *buf, size_t n, ddp_dtype dtype,
+                                      ddp_reduce_op op, void *stream, ddp_request **req)
+{
+    (void)stream; /* host memory: nothing to order against */
+    mpi_request *r = mpi_new_request(mpi_of(c), buf, dtype, op);
+    if (!r)
+        return DDP_ERR_NOMEM;
+    r->n = n;
+    mpi_enqueue(mpi_of(c), r, req);
+    return DDP_OK;
+}
+
+static ddp_status mpi_allreduce_runs_start(comm_group *c, void *base, const size_t *off,
+                                           const size_t *len, int n_runs, ddp_dtype dtype,
+                                           ddp_reduce_op op, void *stream, ddp_request **req)
+{
+    (void)stream;
+    mpi_request *r = mpi_new_request(mpi_of(c), base, dtype, op);
+    if (!r)
+        return DDP_ERR_NOMEM;
+    r->run_off = off;
+    r->run_len = len;
+    r->n_runs = n_runs;
+    mpi_enqueue(mpi_of(c), r, req);
     return DDP_OK;
 }
 
@@ -331,6 +376,7 @@ static const comm_ops mpi_ops = {
     .name = "mpi",
     .allreduce = mpi_allreduce,
     .allreduce_start = mpi_allreduce_start,
+    .allreduce_runs_start = mpi_allreduce_runs_start,
     .wait = mpi_wait,
     .broadcast = mpi_broadcast,
     .allgather = mpi_allgather,

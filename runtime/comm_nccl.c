@@ -6,9 +6,9 @@
  * work already queued on the backend's compute stream (event recorded there, waited for here);
  * completing an operation makes the compute stream wait for the operation's done event, so later
  * kernels see the result without blocking the host. A caller stream given to allreduce_start (the
- * reducer's ddp_reducer_opts.stream) takes the compute stream's place in both roles.
- * Operations are issued under a lock, since the
- * reducer may start them from another thread than the caller's.
+ * reducer's ddp_reducer_opts.stream) takes the compute stream's place in both roles. The runs of
+ * a reducer bucket in ready order are all-reduced inside one ncclGroupStart/End. Operations are
+ * issued under a lock, since the reducer may start them from another thread than the caller's.
  * Timeline (ddp_trace_start): each all-reduce's "allreduce" span is recorded by two host functions
  * (cudaLaunchHostFunc) queued on the communication stream around ncclAllReduce, so it begins when
  * the stream reaches the all-reduce (after the gradients it waits for) and ends when the NCCL
@@ -201,7 +201,35 @@ static void CUDART_CB nccl_trace_end(void *tag)
     ddp_trace_end("allreduce", (int64_t)(intptr_t)tag);
 }
 
-static ddp_status nccl_issue_allreduce(nccl_state *s, void *buf, size_t n, ddp_dtype dtype,
+/* ncclAllReduce of each run of base (elements [off[i], off[i] + len[i])), in place. */
+static ddp_status nccl_issue_each(nccl_state *s, void *base, const size_t *off, const size_t *len,
+                                  int n_runs, ddp_dtype dtype, ddp_reduce_op op)
+{
+    size_t size = ddp_dtype_size(dtype);
+    for (int i = 0; i < n_runs; i++) {
+        char *buf = (char *)base + off[i] * size;
+        TRY_NCCL(ncclAllReduce(buf, buf, len[i], nccl_type(dtype), nccl_op(op), s->comm,
+                               s->stream));
+    }
+    return DDP_OK;
+}
+
+/* The runs' all-reduces, inside one group when there are several (launched together). */
+static ddp_status nccl_issue_runs(nccl_state *s, void *base, const size_t *off, const size_t *len,
+                                  int n_runs, ddp_dtype dtype, ddp_reduce_op op)
+{
+    if (n_runs == 1)
+        return nccl_issue_each(s, base, off, len, n_runs, dtype, op);
+    TRY_NCCL(ncclGroupStart());
+    ddp_status st = nccl_issue_each(s, base, off, len, n_runs, dtype, op);
+    ncclResult_t end = ncclGroupEnd(); /* the group is closed even after a failed call */
+    if (st == DDP_OK)
+        TRY_NCCL(end);
+    return st;
+}
+
+static ddp_status nccl_issue_allreduce(nccl_state *s, void *base, const size_t *off,
+                                       const size_t *len, int n_runs, ddp_dtype dtype,
                                        ddp_reduce_op op, cudaStream_t follow, cudaEvent_t *done)
 {
     ddp_status st = DDP_OK;
@@ -215,7 +243,9 @@ static ddp_status nccl_issue_allreduce(nccl_state *s, void *buf, size_t n, ddp_d
         goto cleanup;
     if (traced)
         TRY_CUDA_GOTO(cudaLaunchHostFunc(s->stream, nccl_trace_begin, tag));
-    TRY_NCCL_GOTO(ncclAllReduce(buf, buf, n, nccl_type(dtype), nccl_op(op), s->comm, s->stream));
+    st = nccl_issue_runs(s, base, off, len, n_runs, dtype, op);
+    if (st != DDP_OK)
+        goto cleanup;
     if (traced)
         TRY_CUDA_GOTO(cudaLaunchHostFunc(s->stream, nccl_trace_end, tag));
     st = nccl_mark_done(s, done);
@@ -224,8 +254,9 @@ cleanup:
     return st;
 }
 
-static ddp_status nccl_allreduce_start(comm_group *c, void *buf, size_t n, ddp_dtype dtype,
-                                       ddp_reduce_op op, void *stream, ddp_request **req)
+static ddp_status nccl_allreduce_runs_start(comm_group *c, void *base, const size_t *off,
+                                            const size_t *len, int n_runs, ddp_dtype dtype,
+                                            ddp_reduce_op op, void *stream, ddp_request **req)
 {
     nccl_state *s = nccl_of(c);
     nccl_request *r = calloc(1, sizeof *r);
@@ -234,13 +265,21 @@ static ddp_status nccl_allreduce_start(comm_group *c, void *buf, size_t n, ddp_d
         return DDP_ERR_NOMEM;
     }
     *r = (nccl_request){.ops = &nccl_ops, .owner = s, .follow = (cudaStream_t)stream};
-    ddp_status st = nccl_issue_allreduce(s, buf, n, dtype, op, r->follow, &r->done);
+    ddp_status st = nccl_issue_allreduce(s, base, off, len, n_runs, dtype, op, r->follow,
+                                         &r->done);
     if (st != DDP_OK) {
         free(r);
         return st;
     }
     *req = (ddp_request *)r;
     return DDP_OK;
+}
+
+static ddp_status nccl_allreduce_start(comm_group *c, void *buf, size_t n, ddp_dtype dtype,
+                                       ddp_reduce_op op, void *stream, ddp_request **req)
+{
+    size_t zero = 0; /* NCCL reads the arguments when the call is queued */
+    return nccl_allreduce_runs_start(c, buf, &zero, &n, 1, dtype, op, stream, req);
 }
 
 static ddp_status nccl_wait(ddp_request *req)
@@ -255,7 +294,8 @@ static ddp_status nccl_allreduce(comm_group *c, void *buf, size_t n, ddp_dtype d
                                  ddp_reduce_op op)
 {
     cudaEvent_t done = NULL;
-    ddp_status st = nccl_issue_allreduce(nccl_of(c), buf, n, dtype, op, NULL, &done);
+    size_t zero = 0;
+    ddp_status st = nccl_issue_allreduce(nccl_of(c), buf, &zero, &n, 1, dtype, op, NULL, &done);
     return st == DDP_OK ? nccl_complete(nccl_of(c), done) : st;
 }
 
@@ -389,6 +429,7 @@ static const comm_ops nccl_ops = {
     .name = "nccl",
     .allreduce = nccl_allreduce,
     .allreduce_start = nccl_allreduce_start,
+    .allreduce_runs_start = nccl_allreduce_runs_start,
     .wait = nccl_wait,
     .broadcast = nccl_broadcast,
     .allgather = nccl_allgather,

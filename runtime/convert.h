@@ -45,6 +45,10 @@ ddp_status convert_dev_nonfinite(const ddp_ctx *ctx, const void *x, ddp_dtype t,
 ddp_status convert_cuda_cast(void *dst, int dst_t, const void *src, int src_t, size_t n, void *stream);
 ddp_status convert_cuda_scale_typed(void *x, int t, size_t n, float alpha, void *stream);
 ddp_status convert_cuda_nonfinite(const void *x, int t, size_t n, int *found, void *stream);
+/* norm.c's sum of squares on CUDA (norm_cuda.cu): *out = sum of x[i]^2 in fp64, in a fixed tree
+ * that depends only on n; the host waits for it under the deadline. DDP_ERR_CUDA, DDP_ERR_NOMEM,
+ * or the wait's DDP_ERR_TIMEOUT / DDP_ERR_NCCL on failure (logged), *out untouched. */
+ddp_status norm_cuda_sumsq(const void *x, int t, size_t n, double *out, void *stream);
 
 #ifdef __cplusplus
 }

@@ -288,6 +288,22 @@ DDP_API ddp_status ddp_allreduce(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_
 DDP_API ddp_status ddp_allreduce_host(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
                                       ddp_reduce_op op);
 
+/* In-place all-reduce of n elements of dtype (any ddp_dtype; DDP_MAX/DDP_MIN not on bf16/fp16,
+ * DDP_AVG not on int64) in backend memory, ordered on the caller's CUDA stream: the collective
+ * runs after the work queued so far on `stream` (a cudaStream_t) and the work queued later on
+ * `stream` sees its result; the host does not wait. libddp's own stream is NOT ordered after it
+ * (ddp_after_stream(ctx, stream) does that). stream NULL: libddp's stream, as ddp_allreduce.
+ * On the CPU backend (MPI, stream ignored) it returns with the result in buf; bf16 and fp16 are
+ * summed as a chain of pairwise fp32 additions, each rounded back to 16 bits (nearest even), so a
+ * sum of more than two ranks may differ from the exactly rounded sum by a few units in the last
+ * place; NCCL rounds as it does. DDP_AVG divides the sum by the world size in the element type
+ * (rounded once more). Collective; same count, type and op on every rank.
+ * DDP_ERR_STATE without a context, DDP_ERR_INVALID_ARG for a NULL buf with n > 0, an unknown
+ * type or op, or a refused pair (above); DDP_ERR_MPI on the CPU backend, DDP_ERR_NCCL or
+ * DDP_ERR_CUDA on CUDA. On failure buf is undefined. */
+DDP_API ddp_status ddp_allreduce_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
+                                       ddp_reduce_op op, void *stream);
+
 /* Counters of the communicator, for tests and reports. Payload bytes = elements x element size
  * of each all-reduce this rank joined (what one rank contributes; a ring moves about twice that
  * per rank). "Backend" counts ddp_allreduce, ddp_allreduce_start and the reducer's buckets;
@@ -379,6 +395,30 @@ DDP_API void ddp_init_normal(float *x, size_t n, uint64_t seed, uint32_t param_i
 DDP_API ddp_status ddp_verify_replicas(ddp_ctx *ctx, const ddp_param_desc *descs, int n_params,
                                        const float *params_host);
 
+/* Global L2 norm of gradients, sqrt(sum of x[i]^2), for clipping by the norm.
+ *
+ * ddp_grad_sumsq: the sum of squares of n elements of dtype (DDP_FP32, DDP_BF16 or DDP_FP16) in
+ * backend memory, accumulated in fp64 (every square is exact in fp64) in a fixed order that
+ * depends only on n: equal gradients give bit-equal sums on every rank and every run. On the
+ * CPU: 8 fp64 lanes (element i in lane i mod 8, vectorised), added pairwise at the end. On CUDA:
+ * a kernel on `stream` (a cudaStream_t; NULL: libddp's stream) after the work queued there,
+ * fp64 per thread, per block and across blocks in a fixed tree; the host waits once, for the
+ * result, under the DDP_TIMEOUT deadline. Not collective. ctx NULL: host memory.
+ * ddp_grad_norm: the norm, identical on every rank. scope DDP_NORM_REPLICATED: every rank holds
+ * all the (averaged, identical) gradients: the local norm, no communication, not collective.
+ * DDP_NORM_SHARDED: each rank holds a disjoint shard (ZeRO): each rank's sum of squares is
+ * gathered (one host all-gather of one double per rank) and added in rank order on every rank,
+ * then the square root: collective, every rank calls it (n may differ, may be 0).
+ * Both: DDP_ERR_INVALID_ARG for a NULL output, a NULL grads with n > 0, another dtype, an
+ * unknown scope, or DDP_NORM_SHARDED without a context; on CUDA DDP_ERR_CUDA, DDP_ERR_NOMEM (scratch), or DDP_ERR_TIMEOUT /
+ * DDP_ERR_NCCL when the wait failed; DDP_ERR_MPI for the gather. inf/NaN gradients give an inf
+ * or NaN result (not an error). On failure *out is untouched. */
+typedef enum ddp_norm_scope { DDP_NORM_REPLICATED = 0, DDP_NORM_SHARDED } ddp_norm_scope;
+DDP_API ddp_status ddp_grad_sumsq(ddp_ctx *ctx, const void *grads, ddp_dtype dtype, size_t n,
+                                  void *stream, double *sumsq);
+DDP_API ddp_status ddp_grad_norm(ddp_ctx *ctx, const void *grads, ddp_dtype dtype, size_t n,
+                                 ddp_norm_scope scope, void *stream, double *norm);
+
 /* Copies rank 0's parameters to every rank (params in backend memory, n elements). Collective.
  * Fails as ddp_broadcast of n * 4 bytes from rank 0; params are then undefined on the others. */
 DDP_API ddp_status ddp_broadcast_params(ddp_ctx *ctx, float *params, size_t n);
@@ -414,17 +454,19 @@ DDP_API ddp_status ddp_sampler_indices(ddp_sampler *s, uint64_t epoch, size_t *o
 
 /* ---------------------------------------------------------------------------------------------
  * Gradient buckets. Parameter i's gradient is grads[offset_i .. offset_i + n_i) of ONE flat
- * gradient buffer (same layout as the parameters). Buckets follow reverse parameter order: bucket
- * 0 holds the last parameters. Each bucket is the contiguous slice of the gradient buffer covering
- * parameters [first_param, last_param] (first_param <= last_param), so no copies are made.
- * A bucket is closed when adding the next parameter would exceed its cap; the first bucket's cap
- * is first_cap_bytes, the others' cap_bytes. A parameter larger than the cap gets a bucket alone.
+ * gradient buffer (same layout as the parameters). ddp_plan_buckets' buckets follow reverse
+ * parameter order: bucket 0 holds the last parameters. Each is the contiguous slice of the
+ * gradient buffer covering parameters [first_param, last_param] (first_param <= last_param), so
+ * no copies are made. A bucket is closed when adding the next parameter would exceed its cap;
+ * the first bucket's cap is first_cap_bytes, the others' cap_bytes. A parameter larger than the
+ * cap gets a bucket alone. (The reducer may rebuild its buckets in the order the gradients
+ * become ready; see below for what the fields mean then.)
  */
 typedef struct ddp_bucket {
     int first_param; /* lowest parameter index in the bucket */
     int last_param;  /* highest parameter index in the bucket */
     size_t offset;   /* element offset of first_param's gradient in the flat buffer */
-    size_t n;        /* elements in the bucket */
+    size_t n;        /* elements in the bucket (after a ready-order rebuild: of all its runs) */
 } ddp_bucket;
 
 /* Plans buckets for n_params parameters of sizes numel[i] (elements of float). buckets must have
@@ -445,9 +487,27 @@ DDP_API ddp_status ddp_plan_buckets(const size_t *numel, int n_params, size_t ca
  *
  * With sync = 0 nothing is communicated: gradients accumulate locally; finish() is not called.
  * On the sync step every parameter must be marked exactly once (an unmarked parameter is
- * DDP_ERR_STATE from finish, naming it). Every rank must mark in an order that closes the
- * buckets in the same order; marking in reverse parameter order always does.
+ * DDP_ERR_STATE from finish, naming it). Buckets are launched in bucket order on every rank (a
+ * complete bucket waits for the earlier ones), so any marking order gives the right sums; the
+ * order decides only how much communication overlaps the backward pass.
  * Averaging: after finish, grads = sum over ranks and micro-steps / (world_size * micro-steps).
+ *
+ * Ready order: the buckets start in reverse parameter order (ddp_plan_buckets). The reducer
+ * records the order in which parameters are marked in the first sync step; its finish() compares
+ * the ranks' orders (one host all-gather, once) and, when they agree and differ from reverse
+ * parameter order, rebuilds the buckets for the next steps as PyTorch does after its first
+ * iteration: groups of parameters in that order, with the same caps, each bucket made of the
+ * runs of the flat buffer its parameters cover (adjacent parameters merged). A layout that is
+ * not in backward order, e.g. llm.c's tensor-major one (each layer's slice of each tensor a
+ * parameter, marked layer by layer), then launches its first buckets while the backward pass is
+ * in its last layers, without copying gradients (MPI: one all-reduce per run; NCCL: the runs in
+ * one group; a 16-bit wire gathers the runs into the bucket's packed wire slice). Rank 0 logs
+ * "reducer: buckets rebuilt in ready order: N buckets" (and the trace gets a "reducer.rebuilt"
+ * instant). Ranks that marked in different orders keep parameter-order buckets (rank 0 warns,
+ * naming the first rank and position that differ; with strict_order it is DDP_ERR_MISMATCH on
+ * every rank). After a rebuild a bucket's first_param / last_param are its lowest / highest
+ * parameter, offset its lowest element, n its element count: they no longer describe one slice;
+ * ddp_reducer_bucket_params lists its parameters.
  */
 typedef struct ddp_reducer ddp_reducer;
 
@@ -479,9 +539,22 @@ typedef struct ddp_reducer_opts {
     void *stream;
     int defer_launch;       /* non-zero: no overlap; every bucket is launched by finish(), after
                                the backward pass (default 0: launched as soon as it is ready) */
+    int static_buckets;     /* non-zero: never rebuild the buckets in ready order (no gather in
+                               the first finish); must be the same on every rank (default 0) */
+    int strict_order;       /* non-zero: ranks marking the first sync step in different orders
+                               is DDP_ERR_MISMATCH from that finish() on every rank (the
+                               gradients are averaged all the same); default 0: a warning */
 } ddp_reducer_opts;
 
-/* Fills *opts with the defaults (25 MiB buckets, first 1 MiB, fp32 gradients and wire, overlap on).
+/* What the reducer's buckets follow (ddp_reducer_bucket_order). */
+typedef enum ddp_bucket_order {
+    DDP_BUCKETS_PARAM_ORDER = 0, /* reverse parameter order: not rebuilt (yet, or not needed) */
+    DDP_BUCKETS_READY_ORDER,     /* rebuilt in the order recorded in the first sync step */
+    DDP_BUCKETS_MISMATCH         /* the ranks marked in different orders: parameter order kept */
+} ddp_bucket_order;
+
+/* Fills *opts with the defaults (25 MiB buckets, first 1 MiB, fp32 gradients and wire, overlap
+ * on, ready-order rebuild on, order mismatch a warning).
  * Never fails; NULL is ignored. */
 DDP_API void ddp_reducer_opts_default(ddp_reducer_opts *opts);
 
@@ -504,11 +577,21 @@ DDP_API ddp_status ddp_reducer_begin(ddp_reducer *r, int sync);
 DDP_API ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param);
 /* On failure (DDP_ERR_STATE for an unmarked parameter, or a failed all-reduce) the gradients are
  * undefined and the program should stop the job with ddp_abort(). An unmarked parameter does not
- * hang the peers: finish still starts every remaining bucket. */
+ * hang the peers: finish still starts every remaining bucket. The first finish() in which every
+ * rank marked every parameter also settles the ready order (collective, see above; not with
+ * static_buckets): DDP_ERR_MPI when its gather fails, DDP_ERR_MISMATCH (gradients averaged
+ * correctly) when the orders differ and strict_order is set. */
 DDP_API ddp_status ddp_reducer_finish(ddp_reducer *r);
-/* The bucket plan (read-only, valid while the reducer lives); 0 and NULL for a NULL reducer. */
+/* The bucket plan (read-only, valid until the next ddp_reducer_finish, which may rebuild it); 0
+ * and NULL for a NULL reducer. */
 DDP_API int ddp_reducer_n_buckets(const ddp_reducer *r);
 DDP_API const ddp_bucket *ddp_reducer_buckets(const ddp_reducer *r);
+/* Bucket `bucket`'s parameters in the order they fill it (ready order, or reverse parameter
+ * order): their count, and *params (may be NULL) pointing at them (read-only, valid as the
+ * plan). 0 and *params NULL for a NULL reducer or a bucket outside [0, n_buckets). */
+DDP_API int ddp_reducer_bucket_params(const ddp_reducer *r, int bucket, const int **params);
+/* What the buckets follow now; DDP_BUCKETS_PARAM_ORDER for a NULL reducer. */
+DDP_API ddp_bucket_order ddp_reducer_bucket_order(const ddp_reducer *r);
 
 /* ---------------------------------------------------------------------------------------------
  * Dynamic loss scaling with the semantics of torch.cuda.amp.GradScaler, for 16-bit training:

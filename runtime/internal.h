@@ -22,6 +22,14 @@ typedef struct comm_ops {
      * (NULL: the backend's stream); the MPI communicator ignores it. */
     ddp_status (*allreduce_start)(comm_group *c, void *buf, size_t n, ddp_dtype dtype,
                                   ddp_reduce_op op, void *stream, ddp_request **req);
+    /* The same over n_runs runs of elements of one buffer: run i is base[off[i] .. off[i] +
+     * len[i]) (element offsets), reduced as if each run were all-reduced alone. off and len must
+     * stay valid until the request is waited for. MPI: one all-reduce per run, in order, on the
+     * communication thread (Open MPI refuses MPI_SUM on a derived datatype, and per-run calls
+     * cost about 1 us each over shared memory); NCCL: the runs inside one group. */
+    ddp_status (*allreduce_runs_start)(comm_group *c, void *base, const size_t *off,
+                                       const size_t *len, int n_runs, ddp_dtype dtype,
+                                       ddp_reduce_op op, void *stream, ddp_request **req);
     ddp_status (*wait)(ddp_request *req);
     ddp_status (*broadcast)(comm_group *c, void *buf, size_t n_bytes, int root);
     ddp_status (*allgather)(comm_group *c, const void *send, void *recv, size_t n_bytes);
@@ -66,6 +74,37 @@ ddp_status cuda_stream_wait(void *stream, const char *what);
  * without a CUDA build. Does not block the host. */
 ddp_status cuda_join(void *first, void *then);
 
+/* ---- bucket plans (buckets.c) ---------------------------------------------------------------- */
+
+/* The reducer's buckets: groups of parameters filled greedily in a given order (the order their
+ * gradients become ready: reverse parameter order by default, or the order recorded in the
+ * first sync step), capped as ddp_plan_buckets does. A bucket's elements are the runs of the
+ * flat buffer its parameters cover, in ascending offset, adjacent parameters merged into one run;
+ * in reverse parameter order every bucket is one run and the plan is ddp_plan_buckets'. */
+typedef struct bucket_plan {
+    int n_buckets;
+    ddp_bucket *buckets;    /* public view: first/last_param the lowest/highest parameter index,
+                               offset the first run's, n the elements of all runs */
+    int *param_start;       /* n_buckets + 1: bucket b's parameters are
+                               params[param_start[b] .. param_start[b + 1]) */
+    int *params;            /* n_params, bucket by bucket, in the planning order */
+    int *run_start;         /* n_buckets + 1: bucket b's runs are [run_start[b], run_start[b + 1]) */
+    size_t *run_off;        /* element offset of each run in the flat buffer */
+    size_t *run_len;        /* elements of each run */
+    size_t *wire_off;       /* n_buckets: bucket b's runs packed from here in a wire buffer */
+    int *param_bucket;      /* n_params: the bucket of each parameter */
+} bucket_plan;
+
+/* Plans buckets for n_params parameters of numel[i] elements, filled in `order` (a permutation of
+ * [0, n_params); NULL: reverse parameter order). DDP_ERR_INVALID_ARG as ddp_plan_buckets, or for
+ * an order that is not a permutation; DDP_ERR_NOMEM. On failure *plan is empty (freeable). */
+ddp_status bucket_plan_build(const size_t *numel, int n_params, const int *order,
+                             size_t cap_bytes, size_t first_cap_bytes, bucket_plan *plan);
+/* Frees the plan's arrays and empties it; an empty plan is ignored. */
+void bucket_plan_free(bucket_plan *plan);
+/* 1 when both plans have the same buckets made of the same runs, else 0. */
+int bucket_plan_same(const bucket_plan *a, const bucket_plan *b);
+
 /* ---- the context --------------------------------------------------------------------------- */
 
 struct ddp_ctx {
@@ -90,6 +129,12 @@ struct ddp_ctx {
  * the payload in the stats, dispatches to ctx->comm. *req is NULL on failure. */
 ddp_status allreduce_start_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
                                  ddp_reduce_op op, void *stream, ddp_request **req);
+
+/* allreduce_start_typed over runs of one buffer (comm_ops.allreduce_runs_start); counts one
+ * call of the runs' total payload. */
+ddp_status allreduce_runs_start(ddp_ctx *ctx, void *base, const size_t *off, const size_t *len,
+                                int n_runs, ddp_dtype dtype, ddp_reduce_op op, void *stream,
+                                ddp_request **req);
 
 /* Host-memory collectives used by the runtime itself (verification, checksums, broadcasts of
  * control data), whatever the backend. */

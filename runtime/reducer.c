@@ -19,12 +19,25 @@
  * then no larger than the largest contribution, and finish() multiplies by 2^k / (world_size *
  * micro_steps), in (1/2, 1].
  *
+ * Ready order: during the first sync step the reducer records the order in which parameters are
+ * marked; finish() then gathers every rank's order (one host all-gather of n_params + 1 ints,
+ * once). When all ranks agree and the order is not the one the plan already follows, the buckets
+ * are rebuilt as groups of parameters in that order (same caps), each made of the runs of the
+ * flat buffer its parameters cover (as PyTorch rebuilds its buckets after the first iteration):
+ * a tensor-major layout (llm.c's, every layer's slice a parameter) then launches its first
+ * buckets while the backward pass is still in its last layers. A bucket of several runs is one
+ * request: the runs one after the other on MPI, inside one NCCL group on CUDA; on a 16-bit wire
+ * the cast gathers the runs into the bucket's packed slice of the wire buffer. The gradients are
+ * never copied. Ranks that disagree keep the parameter-order buckets (correct for any marking
+ * order, since launches go in bucket order): a warning, or DDP_ERR_MISMATCH with strict_order.
+ *
  * Failure policy: a parameter left unmarked is reported by finish(), which still launches every
  * remaining bucket so that peers complete their all-reduces; after a failed launch nothing more is
  * launched. Either way the gradients are undefined and the caller should ddp_abort() the job.
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "convert.h"
 #include "internal.h"
@@ -40,9 +53,16 @@ struct ddp_reducer {
     void *wire;           /* (numel total) of wire_dtype, backend memory; NULL when wire = grads */
     void *stream;         /* CUDA: the caller's stream or NULL */
     int n_params;
-    int n_buckets;
-    ddp_bucket *buckets;
-    int *param_bucket;       /* bucket of each parameter */
+    size_t *numel;           /* n_params: elements of each parameter (a copy) */
+    size_t cap_bytes, first_cap_bytes;
+    bucket_plan plan;        /* the buckets: parameter order, or ready order after a rebuild */
+    int *order;              /* 1 + n_params: valid flag, then the marking order of this step */
+    int *orders;             /* world_size x (1 + n_params): every rank's, gathered once */
+    int n_marked;            /* parameters marked in the current micro-step */
+    int order_agreed;        /* the ready order was settled (rebuilt, kept, or ranks disagreed) */
+    int static_buckets;      /* never rebuild */
+    int strict_order;        /* ranks marking in different orders: DDP_ERR_MISMATCH from finish */
+    ddp_bucket_order bucket_order;
     int *pending;            /* per bucket: parameters not yet marked in this sync step */
     unsigned char *marked;   /* per parameter: marked in the current micro-step */
     ddp_request **requests;  /* per bucket: launched all-reduce, NULL when none */
@@ -65,6 +85,8 @@ void ddp_reducer_opts_default(ddp_reducer_opts *opts)
     opts->comm_dtype = DDP_FP32;
     opts->stream = NULL;
     opts->defer_launch = 0;
+    opts->static_buckets = 0;
+    opts->strict_order = 0;
 }
 
 static ddp_status mib_to_bytes(double mib, const char *what, size_t *out)
@@ -82,12 +104,14 @@ static ddp_status mib_to_bytes(double mib, const char *what, size_t *out)
 
 static ddp_status reducer_alloc(ddp_reducer *r, int n_params)
 {
-    r->buckets = calloc((size_t)n_params, sizeof *r->buckets);
-    r->param_bucket = calloc((size_t)n_params, sizeof *r->param_bucket);
-    r->pending = calloc((size_t)n_params, sizeof *r->pending);
-    r->marked = calloc((size_t)n_params, sizeof *r->marked);
-    r->requests = calloc((size_t)n_params, sizeof *r->requests);
-    if (!r->buckets || !r->param_bucket || !r->pending || !r->marked || !r->requests) {
+    size_t n = (size_t)n_params, world = (size_t)ddp_world_size(r->ctx);
+    r->numel = calloc(n, sizeof *r->numel);
+    r->order = calloc(n + 1, sizeof *r->order);
+    r->orders = calloc(world * (n + 1), sizeof *r->orders);
+    r->pending = calloc(n, sizeof *r->pending);
+    r->marked = calloc(n, sizeof *r->marked);
+    r->requests = calloc(n, sizeof *r->requests);
+    if (!r->numel || !r->order || !r->orders || !r->pending || !r->marked || !r->requests) {
         DDP_ERROR("ddp_reducer_create: out of memory for %d parameters", n_params);
         return DDP_ERR_NOMEM;
     }
@@ -97,21 +121,17 @@ static ddp_status reducer_alloc(ddp_reducer *r, int n_params)
 static ddp_status reducer_plan(ddp_reducer *r, const size_t *numel,
                                const ddp_reducer_opts *opts)
 {
-    size_t cap_bytes, first_cap_bytes;
-    ddp_status st = mib_to_bytes(opts->bucket_mb, "bucket_mb", &cap_bytes);
+    ddp_status st = mib_to_bytes(opts->bucket_mb, "bucket_mb", &r->cap_bytes);
     if (st == DDP_OK)
-        st = mib_to_bytes(opts->first_bucket_mb, "first_bucket_mb", &first_cap_bytes);
+        st = mib_to_bytes(opts->first_bucket_mb, "first_bucket_mb", &r->first_cap_bytes);
     if (st == DDP_OK)
         st = reducer_alloc(r, r->n_params);
     if (st == DDP_OK)
-        st = ddp_plan_buckets(numel, r->n_params, cap_bytes, first_cap_bytes, r->buckets,
-                              &r->n_buckets);
-    if (st != DDP_OK)
-        return st;
-    for (int b = 0; b < r->n_buckets; b++)
-        for (int p = r->buckets[b].first_param; p <= r->buckets[b].last_param; p++)
-            r->param_bucket[p] = b;
-    return DDP_OK;
+        st = bucket_plan_build(numel, r->n_params, NULL, r->cap_bytes, r->first_cap_bytes,
+                               &r->plan);
+    if (st == DDP_OK)
+        memcpy(r->numel, numel, (size_t)r->n_params * sizeof *numel);
+    return st;
 }
 
 /* Element type pointer arithmetic: element `offset` of buffer x of type t. */
@@ -169,10 +189,13 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
     r->ctx = ctx;
     r->grads = grads;
     r->n_params = n_params;
-    r->defer_launch = opts ? opts->defer_launch : 0;
-    ddp_status st = reducer_plan(r, numel, opts ? opts : &defaults);
+    const ddp_reducer_opts *o = opts ? opts : &defaults;
+    r->defer_launch = o->defer_launch;
+    r->static_buckets = o->static_buckets;
+    r->strict_order = o->strict_order;
+    ddp_status st = reducer_plan(r, numel, o);
     if (st == DDP_OK)
-        st = reducer_types(r, numel, opts ? opts : &defaults);
+        st = reducer_types(r, numel, o);
     if (st == DDP_OK && ddp_backend(ctx) == DDP_BACKEND_CUDA)
         st = exposed_timer_create(&r->timer);
     if (st != DDP_OK) {
@@ -187,14 +210,15 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
 static ddp_status reducer_wait_all(ddp_reducer *r)
 {
     ddp_status first = DDP_OK;
-    for (int b = 0; b < r->n_buckets; b++) {
+    for (int b = 0; b < r->plan.n_buckets; b++) {
         if (!r->requests[b])
             continue;
         ddp_status st = ddp_wait(r->requests[b]);
         r->requests[b] = NULL;
         if (st != DDP_OK && first == DDP_OK) {
             DDP_ERROR("reducer: all-reduce of bucket %d (parameters %d..%d) failed: %s", b,
-                      r->buckets[b].first_param, r->buckets[b].last_param, ddp_strerror(st));
+                      r->plan.buckets[b].first_param, r->plan.buckets[b].last_param,
+                      ddp_strerror(st));
             first = st;
         }
     }
@@ -225,8 +249,10 @@ void ddp_reducer_destroy(ddp_reducer *r)
     }
     exposed_timer_destroy(r->timer);
     ddp_free(r->ctx, r->wire);
-    free(r->buckets);
-    free(r->param_bucket);
+    bucket_plan_free(&r->plan);
+    free(r->numel);
+    free(r->order);
+    free(r->orders);
     free(r->pending);
     free(r->marked);
     free(r->requests);
@@ -237,8 +263,9 @@ static void reducer_reset_step(ddp_reducer *r)
 {
     for (int p = 0; p < r->n_params; p++)
         r->marked[p] = 0;
-    for (int b = 0; b < r->n_buckets; b++)
-        r->pending[b] = r->buckets[b].last_param - r->buckets[b].first_param + 1;
+    for (int b = 0; b < r->plan.n_buckets; b++)
+        r->pending[b] = r->plan.param_start[b + 1] - r->plan.param_start[b];
+    r->n_marked = 0;
     r->next_launch = 0;
     r->launch_error = DDP_OK;
 }
@@ -272,25 +299,63 @@ static float reducer_prescale(const ddp_reducer *r)
     return (float)ldexp(1.0, m == 0.5 ? 1 - k : -k);
 }
 
+/* Multiplies bucket b's runs of the gradients by pre (a 16-bit wire's division before the sum). */
+static ddp_status reducer_prescale_runs(ddp_reducer *r, int b, float pre)
+{
+    const bucket_plan *pl = &r->plan;
+    ddp_status st = DDP_OK;
+    for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++)
+        st = convert_dev_scale(r->ctx, convert_elem(r->grads, r->grad_dtype, pl->run_off[k]),
+                               r->grad_dtype, pl->run_len[k], pre, r->stream);
+    return st;
+}
+
+/* Casts bucket b's runs into its packed slice of the wire buffer (the gather of a 16-bit wire). */
+static ddp_status reducer_pack(ddp_reducer *r, int b)
+{
+    const bucket_plan *pl = &r->plan;
+    size_t at = pl->wire_off[b];
+    ddp_status st = DDP_OK;
+    for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++) {
+        st = convert_dev_cast(r->ctx, convert_elem(r->wire, r->wire_dtype, at), r->wire_dtype,
+                              convert_elem(r->grads, r->grad_dtype, pl->run_off[k]), r->grad_dtype,
+                              pl->run_len[k], r->stream);
+        at += pl->run_len[k];
+    }
+    return st;
+}
+
+/* Starts bucket b's all-reduce: its wire slice, its one run, or its runs in place. */
+static ddp_status reducer_start(ddp_reducer *r, int b)
+{
+    const bucket_plan *pl = &r->plan;
+    int k = pl->run_start[b], n_runs = pl->run_start[b + 1] - k;
+    if (r->wire)
+        return allreduce_start_typed(r->ctx, convert_elem(r->wire, r->wire_dtype, pl->wire_off[b]),
+                                     pl->buckets[b].n, r->wire_dtype, DDP_SUM, r->stream,
+                                     &r->requests[b]);
+    if (n_runs == 1)
+        return allreduce_start_typed(r->ctx, convert_elem(r->grads, r->grad_dtype, pl->run_off[k]),
+                                     pl->run_len[k], r->grad_dtype, DDP_SUM, r->stream,
+                                     &r->requests[b]);
+    return allreduce_runs_start(r->ctx, r->grads, pl->run_off + k, pl->run_len + k, n_runs,
+                                r->grad_dtype, DDP_SUM, r->stream, &r->requests[b]);
+}
+
 /* Launches bucket b; on failure records the error and launches nothing more this step. */
 static void reducer_launch(ddp_reducer *r, int b)
 {
-    const ddp_bucket *bk = &r->buckets[b];
-    void *buf = convert_elem(r->grads, r->grad_dtype, bk->offset);
+    const ddp_bucket *bk = &r->plan.buckets[b];
     ddp_status st = DDP_OK;
     ddp_trace_instant("allreduce.queued", b);
     float pre = reducer_prescale(r);
     if (pre != 1.0f) /* in the gradients' type, before a narrowing cast could overflow */
-        st = convert_dev_scale(r->ctx, buf, r->grad_dtype, bk->n, pre, r->stream);
-    if (st == DDP_OK && r->wire) {
-        void *wire = convert_elem(r->wire, r->wire_dtype, bk->offset);
-        st = convert_dev_cast(r->ctx, wire, r->wire_dtype, buf, r->grad_dtype, bk->n, r->stream);
-        buf = wire;
-    }
+        st = reducer_prescale_runs(r, b, pre);
+    if (st == DDP_OK && r->wire)
+        st = reducer_pack(r, b);
     trace_set_tag(b);
     if (st == DDP_OK)
-        st = allreduce_start_typed(r->ctx, buf, bk->n, r->wire_dtype, DDP_SUM, r->stream,
-                                   &r->requests[b]);
+        st = reducer_start(r, b);
     trace_set_tag(-1);
     if (st != DDP_OK) {
         DDP_ERROR("reducer: cannot start the all-reduce of bucket %d (parameters %d..%d): %s", b,
@@ -303,7 +368,7 @@ static void reducer_launch(ddp_reducer *r, int b)
 /* Launches every consecutive ready bucket from next_launch on (all of them when force). */
 static void reducer_launch_ready(ddp_reducer *r, int force)
 {
-    while (r->launch_error == DDP_OK && r->next_launch < r->n_buckets &&
+    while (r->launch_error == DDP_OK && r->next_launch < r->plan.n_buckets &&
            (force || r->pending[r->next_launch] == 0))
         reducer_launch(r, r->next_launch++);
 }
@@ -325,9 +390,10 @@ ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param)
         return DDP_ERR_STATE;
     }
     r->marked[param] = 1;
+    r->order[1 + r->n_marked++] = param;
     if (!r->sync)
         return DDP_OK; /* accumulation step: gradients stay local */
-    r->pending[r->param_bucket[param]]--;
+    r->pending[r->plan.param_bucket[param]]--;
     if (!r->defer_launch)
         reducer_launch_ready(r, 0);
     return r->launch_error;
@@ -347,19 +413,24 @@ static ddp_status reducer_check_marked(const ddp_reducer *r)
     return st;
 }
 
-/* Casts bucket b back from the wire (when it has one) and multiplies it by alpha, which completes
- * the division by world x micro-steps. */
+/* Casts bucket b back from the wire (when it has one) into its runs and multiplies it by alpha,
+ * which completes the division by world x micro-steps. */
 static ddp_status reducer_unpack(ddp_reducer *r, int b, float alpha)
 {
-    const ddp_bucket *bk = &r->buckets[b];
-    void *grads = convert_elem(r->grads, r->grad_dtype, bk->offset);
-    if (r->wire)
-        return convert_dev_cast_scale(r->ctx, grads, r->grad_dtype,
-                                      convert_elem(r->wire, r->wire_dtype, bk->offset), r->wire_dtype, bk->n,
-                                      alpha, r->stream);
-    if (alpha == 1.0f)
-        return DDP_OK; /* a 16-bit bucket already divided by a power of two equal to the mean's */
-    return convert_dev_scale(r->ctx, grads, r->grad_dtype, bk->n, alpha, r->stream);
+    const bucket_plan *pl = &r->plan;
+    size_t at = pl->wire_off[b];
+    ddp_status st = DDP_OK;
+    for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++) {
+        void *grads = convert_elem(r->grads, r->grad_dtype, pl->run_off[k]);
+        if (r->wire)
+            st = convert_dev_cast_scale(r->ctx, grads, r->grad_dtype,
+                                        convert_elem(r->wire, r->wire_dtype, at), r->wire_dtype,
+                                        pl->run_len[k], alpha, r->stream);
+        else if (alpha != 1.0f) /* 1: a 16-bit bucket already divided by the mean's power of 2 */
+            st = convert_dev_scale(r->ctx, grads, r->grad_dtype, pl->run_len[k], alpha, r->stream);
+        at += pl->run_len[k];
+    }
+    return st;
 }
 
 /* The stream the reducer orders its work on (CUDA): the caller's, else libddp's. */
@@ -372,7 +443,7 @@ static ddp_status reducer_scale(ddp_reducer *r)
 {
     double mean = 1.0 / ((double)ddp_world_size(r->ctx) * (double)r->micro_steps);
     float alpha = (float)(mean / (double)reducer_prescale(r));
-    for (int b = 0; b < r->n_buckets; b++) {
+    for (int b = 0; b < r->plan.n_buckets; b++) {
         ddp_status st = reducer_unpack(r, b, alpha);
         if (st != DDP_OK) {
             DDP_ERROR("reducer: scaling bucket %d failed: %s", b, ddp_strerror(st));
@@ -380,6 +451,93 @@ static ddp_status reducer_scale(ddp_reducer *r)
         }
     }
     return DDP_OK;
+}
+
+/* Rank `rank`'s gathered marking order: its valid flag, then n_params parameters. */
+static const int *reducer_order_of(const ddp_reducer *r, int rank)
+{
+    return r->orders + (size_t)rank * ((size_t)r->n_params + 1);
+}
+
+/* The first rank whose order differs from rank 0's (*pos: where), or -1 when all agree. */
+static int reducer_order_mismatch(const ddp_reducer *r, int *pos)
+{
+    const int *first = reducer_order_of(r, 0);
+    for (int q = 1; q < ddp_world_size(r->ctx); q++) {
+        const int *o = reducer_order_of(r, q);
+        for (int i = 1; i <= r->n_params; i++) {
+            if (o[i] != first[i]) {
+                *pos = i - 1;
+                return q;
+            }
+        }
+    }
+    return -1;
+}
+
+/* 1 when the gathered order is reverse parameter order, the plan's from the start. */
+static int reducer_order_is_reverse(const ddp_reducer *r)
+{
+    const int *o = reducer_order_of(r, 0) + 1;
+    for (int i = 0; i < r->n_params; i++)
+        if (o[i] != r->n_params - 1 - i)
+            return 0;
+    return 1;
+}
+
+/* Plans the buckets in the agreed ready order and adopts the plan when it differs from the
+ * current one. A plan that cannot be built on some rank (memory) is given up on every rank
+ * (one host all-reduce), so that all ranks keep issuing the same all-reduces. */
+static ddp_status reducer_rebuild(ddp_reducer *r)
+{
+    bucket_plan plan;
+    ddp_status st = bucket_plan_build(r->numel, r->n_params, reducer_order_of(r, 0) + 1,
+                                      r->cap_bytes, r->first_cap_bytes, &plan);
+    int64_t failed = st != DDP_OK;
+    st = ddp_allreduce_host(r->ctx, &failed, 1, DDP_INT64, DDP_MAX);
+    if (st != DDP_OK || failed || bucket_plan_same(&plan, &r->plan)) {
+        if (st == DDP_OK && failed)
+            DDP_WARN0("reducer: the buckets could not be rebuilt in ready order on every rank "
+                      "(out of memory): they stay in parameter order");
+        bucket_plan_free(&plan);
+        return st;
+    }
+    bucket_plan_free(&r->plan);
+    r->plan = plan;
+    r->bucket_order = DDP_BUCKETS_READY_ORDER;
+    DDP_INFO0("reducer: buckets rebuilt in ready order: %d buckets (%d runs of the gradient "
+              "buffer)", plan.n_buckets, plan.run_start[plan.n_buckets]);
+    ddp_trace_instant("reducer.rebuilt", plan.n_buckets);
+    return DDP_OK;
+}
+
+/* After the first sync step in which every rank marked every parameter: the ranks compare their
+ * marking orders (a host all-gather: collective, so every rank calls it, valid or not) and the
+ * buckets follow the agreed order from the next step on. While some rank's step failed, nothing
+ * is settled (tried again at the next sync step). */
+static ddp_status reducer_ready_order(ddp_reducer *r, int valid)
+{
+    r->order[0] = valid && r->n_marked == r->n_params;
+    size_t n = (size_t)r->n_params + 1;
+    ddp_status st = host_allgather(r->ctx, r->order, r->orders, n * sizeof *r->order);
+    for (int q = 0; st == DDP_OK && q < ddp_world_size(r->ctx); q++)
+        if (!reducer_order_of(r, q)[0])
+            return DDP_OK;
+    r->order_agreed = 1;
+    if (st != DDP_OK)
+        return st;
+    int pos = 0, bad = reducer_order_mismatch(r, &pos);
+    if (bad >= 0) {
+        r->bucket_order = DDP_BUCKETS_MISMATCH;
+        ddp_log_write(r->strict_order ? DDP_LOG_ERROR : DDP_LOG_WARN, !r->strict_order, __FILE__,
+                      __LINE__, "reducer: rank %d marked its parameters in another order than "
+                      "rank 0 (position %d: parameter %d, rank 0's parameter %d): the buckets stay "
+                      "in parameter order (correct for any order, less overlap); mark in the same "
+                      "order on every rank", bad, pos, reducer_order_of(r, bad)[1 + pos],
+                      reducer_order_of(r, 0)[1 + pos]);
+        return r->strict_order ? DDP_ERR_MISMATCH : DDP_OK;
+    }
+    return reducer_order_is_reverse(r) ? DDP_OK : reducer_rebuild(r);
 }
 
 ddp_status ddp_reducer_finish(ddp_reducer *r)
@@ -402,9 +560,9 @@ ddp_status ddp_reducer_finish(ddp_reducer *r)
     /* Launch what is left even after an error, so peers that did everything right are not left
      * waiting in an all-reduce this rank never joins. */
     reducer_launch_ready(r, 1);
-    ddp_trace_begin("reducer.wait", r->n_buckets);
+    ddp_trace_begin("reducer.wait", r->plan.n_buckets);
     ddp_status st = reducer_wait_all(r);
-    ddp_trace_end("reducer.wait", r->n_buckets);
+    ddp_trace_end("reducer.wait", r->plan.n_buckets);
     if (timed)
         exposed_timer_stop(r->timer, reducer_stream(r));
     if (st == DDP_OK)
@@ -415,6 +573,11 @@ ddp_status ddp_reducer_finish(ddp_reducer *r)
         st = reducer_scale(r);
     if (st == DDP_OK && r->stream) /* libddp's later work (the loss scaler) sees the result */
         st = ddp_after_stream(r->ctx, r->stream);
+    if (!r->order_agreed && !r->static_buckets) { /* collective: every rank, whatever st */
+        ddp_status ro = reducer_ready_order(r, st == DDP_OK);
+        if (st == DDP_OK)
+            st = ro;
+    }
     r->in_step = 0;
     r->micro_steps = 0;
     return st;
@@ -422,10 +585,27 @@ ddp_status ddp_reducer_finish(ddp_reducer *r)
 
 int ddp_reducer_n_buckets(const ddp_reducer *r)
 {
-    return r ? r->n_buckets : 0;
+    return r ? r->plan.n_buckets : 0;
 }
 
 const ddp_bucket *ddp_reducer_buckets(const ddp_reducer *r)
 {
-    return r ? r->buckets : NULL;
+    return r ? r->plan.buckets : NULL;
+}
+
+int ddp_reducer_bucket_params(const ddp_reducer *r, int bucket, const int **params)
+{
+    if (params)
+        *params = NULL;
+    if (!r || bucket < 0 || bucket >= r->plan.n_buckets)
+        return 0;
+    int first = r->plan.param_start[bucket];
+    if (params)
+        *params = r->plan.params + first;
+    return r->plan.param_start[bucket + 1] - first;
+}
+
+ddp_bucket_order ddp_reducer_bucket_order(const ddp_reducer *r)
+{
+    return r ? r->bucket_order : DDP_BUCKETS_PARAM_ORDER;
 }

@@ -1,0 +1,121 @@
+/* norm_cuda.cu - the CUDA sum of squares behind ddp_grad_sumsq / ddp_grad_norm (norm.c): fp64
+ * per thread, per block and across blocks, each step in a fixed order, so the result depends only
+ * on the element count and the values (the same on every rank and every run).
+ *
+ * Two sections: kernels, then launchers. The launcher runs on the given stream (NULL: the
+ * backend's stream), checks every launch, and waits once on the host for the result, under the
+ * deadline (cuda_wait.c). Type codes are ddp_dtype values: 0 fp32, 1 bf16, 2 fp16.
+ */
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+
+#include "half.h"
+extern "C" {
+#include "convert.h"
+#include "internal.h"
+}
+
+#define NORM_BLOCK 256       /* threads per block (a power of two: the tree halves it) */
+#define NORM_MAX_BLOCKS 1024 /* partial sums, added by one block of NORM_MAX_BLOCKS threads */
+
+/* ---- kernels ------------------------------------------------------------------------------- */
+
+static __device__ double norm_load(const void *x, int t, size_t i)
+{
+    if (t == 0)
+        return (double)((const float *)x)[i];
+    return (double)half_decode(((const uint16_t *)x)[i], t == 2);
+}
+
+/* Adds the block's values s[0..width) into s[0] by halving (a fixed tree); width a power of 2. */
+static __device__ void norm_block_tree(double *s, unsigned int width)
+{
+    for (unsigned int w = width / 2; w > 0; w /= 2) {
+        __syncthreads();
+        if (threadIdx.x < w)
+            s[threadIdx.x] += s[threadIdx.x + w];
+    }
+}
+
+/* partial[b] = the sum of squares of the elements block b's threads visit (grid-stride). */
+__global__ void sumsq_partial_kernel(const void *x, int t, size_t n, double *partial)
+{
+    __shared__ double s[NORM_BLOCK];
+    double acc = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double v = norm_load(x, t, i);
+        acc += v * v;
+    }
+    s[threadIdx.x] = acc;
+    norm_block_tree(s, NORM_BLOCK);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = s[0];
+}
+
+/* *out = partial[0] + ... + partial[n_partial - 1] in a fixed tree; one block of
+ * NORM_MAX_BLOCKS threads, n_partial <= NORM_MAX_BLOCKS. */
+__global__ void sumsq_final_kernel(const double *partial, unsigned int n_partial, double *out)
+{
+    __shared__ double s[NORM_MAX_BLOCKS];
+    s[threadIdx.x] = threadIdx.x < n_partial ? partial[threadIdx.x] : 0.0;
+    norm_block_tree(s, NORM_MAX_BLOCKS);
+    if (threadIdx.x == 0)
+        *out = s[0];
+}
+
+/* ---- launchers ----------------------------------------------------------------------------- */
+
+static ddp_status norm_check(cudaError_t err, const char *what)
+{
+    if (err == cudaSuccess)
+        return DDP_OK;
+    ddp_log_write(DDP_LOG_ERROR, 0, __FILE__, __LINE__, "%s: %s (%s)", what,
+                  cudaGetErrorString(err), cudaGetErrorName(err));
+    return err == cudaErrorMemoryAllocation ? DDP_ERR_NOMEM : DDP_ERR_CUDA;
+}
+
+/* Blocks of the partial pass: one per NORM_BLOCK elements, at most NORM_MAX_BLOCKS (grid-stride
+ * loops cover the rest); a function of n alone, which fixes the order of the sums. */
+static unsigned int norm_grid(size_t n)
+{
+    size_t blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+    return (unsigned int)(blocks < 1 ? 1 : blocks < NORM_MAX_BLOCKS ? blocks : NORM_MAX_BLOCKS);
+}
+
+static ddp_status norm_launch(const void *x, int t, size_t n, double *scratch, unsigned int grid,
+                              cudaStream_t s)
+{
+    sumsq_partial_kernel<<<grid, NORM_BLOCK, 0, s>>>(x, t, n, scratch);
+    ddp_status st = norm_check(cudaGetLastError(), "sumsq_partial_kernel launch");
+    if (st != DDP_OK)
+        return st;
+    sumsq_final_kernel<<<1, NORM_MAX_BLOCKS, 0, s>>>(scratch, grid, scratch + grid);
+    return norm_check(cudaGetLastError(), "sumsq_final_kernel launch");
+}
+
+/* The scratch (grid partial sums and the result) is device memory allocated per call, stream-
+ * ordered (once per optimizer step); the host waits for the kernels under the deadline before it
+ * copies the one result back, so the copy does not block on the stream (a copy to pageable host
+ * memory returns once it is done, as convert_cuda_nonfinite relies on too). */
+extern "C" ddp_status norm_cuda_sumsq(const void *x, int t, size_t n, double *out, void *stream)
+{
+    cudaStream_t s = stream ? (cudaStream_t)stream : (cudaStream_t)cuda_stream();
+    unsigned int grid = norm_grid(n);
+    double *scratch = NULL, host = 0.0;
+    ddp_status st = norm_check(cudaMallocAsync((void **)&scratch, (grid + 1) * sizeof(double), s),
+                               "cudaMallocAsync of the norm's partial sums");
+    if (st == DDP_OK)
+        st = norm_launch(x, t, n, scratch, grid, s);
+    if (st == DDP_OK)
+        st = cuda_stream_wait(s, "the gradient norm");
+    if (st == DDP_OK)
+        st = norm_check(cudaMemcpyAsync(&host, scratch + grid, sizeof host, cudaMemcpyDeviceToHost, s),
+                        "cudaMemcpyAsync of the gradient norm");
+    if (scratch)
+        cudaFreeAsync(scratch, s);
+    if (st == DDP_OK)
+        *out = host;
+    return st;
+}
