@@ -25,8 +25,9 @@ typedef struct bpe_vocab bpe_vocab;
  * id is negative, above 1,000,000 or repeated, or a token string has a code point outside GPT-2's
  * byte alphabet; DDP_ERR_INVALID_ARG for NULL; DDP_ERR_NOMEM. On failure *out is NULL. */
 ddp_status bpe_vocab_load(const char *path, bpe_vocab **out);
-/* Loads encoder.json from the folder of a shard pattern ('DIR/*_train_*.bin' -> DIR/encoder.json,
- * a pattern without '/' -> ./encoder.json), where scripts/fetch-text.sh puts it. Fails as
+/* Loads encoder.json from the folder of a shard pattern (the part before its last '/', e.g.
+ * 'data/austen/austen_train_*.bin' -> data/austen/encoder.json; a pattern without '/' ->
+ * ./encoder.json), where scripts/fetch-text.sh puts it. Fails as
  * bpe_vocab_load. */
 ddp_status bpe_vocab_load_beside(const char *pattern, bpe_vocab **out);
 /* NULL is ignored. */

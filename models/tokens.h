@@ -4,9 +4,9 @@
  * Shard format (llm.c's, docs/formats.md "Token shards"): a header of 256 little-endian int32,
  * header[0] = 20240520 (magic), header[1] = 1 (version), header[2] = n_tokens (>= 0), the rest 0;
  * then n_tokens little-endian uint16 token ids. The file size is exactly 1024 + 2 * n_tokens.
- * A glob(3) pattern such as 'DIR/*_train_*.bin' names the shards; they are taken in the sorted
- * order glob returns. Shards are mapped read-only (mmap), never read whole, so they may be larger
- * than memory.
+ * A glob(3) pattern names the shards (llm.c's are '*_train_*.bin' and '*_val_*.bin' in a folder);
+ * they are taken in the sorted order glob returns. Shards are mapped read-only (mmap), never read
+ * whole, so they may be larger than memory.
  *
  * Training windows. With batch B and sequence T, a window is B*T + 1 consecutive tokens of one
  * shard: inputs are its first B*T tokens, targets the B*T tokens one further on (row b of the
