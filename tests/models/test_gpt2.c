@@ -1,6 +1,7 @@
 /* test_gpt2.c - the GPT-2 model (gpt2.h) on the CPU ops: parameter table and seeded init, the
  * loss at init, gradients against central differences, batch consistency, llm.c's model files,
- * AdamW's decay split, the reducer's marks, and training on a fixed batch in fp32 and bf16.
+ * AdamW's decay split, the reducer's marks, and training on a fixed batch in fp32, bf16 and fp16
+ * (with loss scaling).
  */
 #include <string.h>
 #include <unistd.h>
@@ -222,6 +223,34 @@ static void check_gradients(const ops_handle *ops)
     gpt2_destroy(g);
 }
 
+/* backward ADDS d(loss_scale * loss): a pass with scale 1 and one with scale 4, without zeroing
+ * in between, give 5 times a single pass's gradients (a power of two scales exactly; what is left
+ * is the rounding of the sums: 1e-5 relative, 1e-7 absolute for entries that cancel, as wte's
+ * rows of the head's GEMM do). */
+static void check_accumulation(const ops_handle *ops)
+{
+    gpt2 *g = make(ops, tiny(100), DDP_FP32, 6);
+    if (!g)
+        return;
+    int tokens[B * T], targets[B * T];
+    make_batch(100, 15, tokens, targets);
+    size_t n = gpt2_numel_total(g);
+    float *once = test_floats(n);
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass != 2)
+            CHECK(gpt2_zero_grad(g) == DDP_OK, "zero_grad");
+        CHECK(gpt2_forward(g, tokens, targets, B, T, NULL, true) == DDP_OK, "forward");
+        CHECK(gpt2_backward(g, NULL, pass == 2 ? 4.0f : 1.0f) == DDP_OK, "backward");
+        if (pass == 0)
+            for (size_t i = 0; i < n; i++)
+                once[i] = 5.0f * gpt2_grads(g)[i];
+    }
+    CHECK(test_compare("accumulated", gpt2_grads(g), once, n, 1e-7, 1e-5) == 0,
+          "1 x + 4 x the gradient");
+    free(once);
+    gpt2_destroy(g);
+}
+
 /* Two sequences in one batch give each one's logits and the mean of their losses. */
 static void check_batch_consistency(const ops_handle *ops)
 {
@@ -422,8 +451,9 @@ static void check_reducer(void)
 
 /* ---- training ------------------------------------------------------------------------------ */
 
-/* 30 AdamW steps on one batch: the model memorises it. */
-static void check_training(const ops_handle *ops, ddp_dtype p)
+/* 30 AdamW steps on one batch: the model memorises it. The loss is scaled by loss_scale in
+ * backward and the gradients unscaled by the step (fp16's loss scaling). */
+static void check_training(const ops_handle *ops, ddp_dtype p, float loss_scale)
 {
     gpt2 *g = make(ops, tiny(100), p, 41);
     if (!g)
@@ -435,15 +465,16 @@ static void check_training(const ops_handle *ops, ddp_dtype p)
         float loss = 0.0f;
         CHECK(gpt2_zero_grad(g) == DDP_OK, "zero_grad");
         CHECK(gpt2_forward(g, tokens, targets, B, T, &loss, true) == DDP_OK, "forward");
-        CHECK(gpt2_backward(g, NULL, 1.0f) == DDP_OK, "backward");
-        CHECK(gpt2_adamw_step(g, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, s, 1.0f) == DDP_OK, "step");
+        CHECK(gpt2_backward(g, NULL, loss_scale) == DDP_OK, "backward");
+        CHECK(gpt2_adamw_step(g, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, s, 1.0f / loss_scale) == DDP_OK,
+              "step");
         first = s == 1 ? loss : first;
         last = loss;
     }
-    fprintf(stderr, "%s: loss %.4f -> %.4f in 30 steps\n", ddp_dtype_name(p), first, last);
-    CHECK(fabsf(first - logf(100.0f)) < 0.1f, "%s: first loss %g near ln 100", ddp_dtype_name(p),
-          first);
-    CHECK(last < 0.5f * first, "%s: loss %g -> %g did not halve", ddp_dtype_name(p), first, last);
+    const char *name = ddp_dtype_name(p);
+    fprintf(stderr, "%s: loss %.4f -> %.4f in 30 steps\n", name, first, last);
+    CHECK(fabsf(first - logf(100.0f)) < 0.1f, "%s: first loss %g near ln 100", name, first);
+    CHECK(last < 0.5f * first, "%s: loss %g -> %g did not halve", name, first, last);
     gpt2_destroy(g);
 }
 
@@ -460,12 +491,14 @@ int main(void)
     check_init();
     check_init_loss(ops);
     check_gradients(ops);
+    check_accumulation(ops);
     check_batch_consistency(ops);
     check_llmc(ops);
     check_adamw(ops);
     check_bf16_logits(ops);
-    check_training(ops, DDP_FP32);
-    check_training(ops, DDP_BF16);
+    check_training(ops, DDP_FP32, 1.0f);
+    check_training(ops, DDP_BF16, 1.0f);
+    check_training(ops, DDP_FP16, 1024.0f);
     ops_close(ops);
     check_reducer();
     return CHECK_DONE();
