@@ -187,4 +187,99 @@ static inline DDP_HD float pool_max(const float *x, int plane, int oy, int ox, i
     return x[best];
 }
 
+/* ---- transformer rows (GPT-2): LayerNorm ------------------------------------------------- */
+/* One row of C channels at a time: the CPU loops over rows, a CUDA kernel may run one per thread.
+ * Sums are kept in 8 lanes (fixed order, so every build and SIMD width gives the same bits) that
+ * the compiler turns into vector registers. */
+
+#ifdef __CUDACC__
+#define DDP_RESTRICT __restrict__
+#else
+#define DDP_RESTRICT restrict
+#endif
+
+#define LAYERNORM_EPS 1e-5f /* GPT-2's (and torch.nn.LayerNorm's default) */
+#define SUM_LANES 8
+
+/* Sum of the 8 lanes, pairwise. */
+static inline DDP_HD float lanes_total(const float *s)
+{
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+/* Sum of x[0..n) - c (c = 0: the plain sum), in lanes. */
+static inline DDP_HD float lane_sum(const float *DDP_RESTRICT x, int n, float c)
+{
+    float s[SUM_LANES] = {0.0f};
+    int i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int j = 0; j < SUM_LANES; j++)
+            s[j] += x[i + j] - c;
+    for (int j = 0; i < n; i++, j++)
+        s[j] += x[i] - c;
+    return lanes_total(s);
+}
+
+/* Sum of (x[0..n) - c)^2, in lanes. */
+static inline DDP_HD float lane_sumsq(const float *DDP_RESTRICT x, int n, float c)
+{
+    float s[SUM_LANES] = {0.0f};
+    int i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int j = 0; j < SUM_LANES; j++)
+            s[j] += (x[i + j] - c) * (x[i + j] - c);
+    for (int j = 0; i < n; i++, j++)
+        s[j] += (x[i] - c) * (x[i] - c);
+    return lanes_total(s);
+}
+
+/* out = (x - mean) * rstd * w + b over one row of C; writes the row's mean and rstd =
+ * 1 / sqrt(biased variance + eps). The variance is taken about the mean (two passes). */
+static inline DDP_HD void layernorm_row_fwd(float *DDP_RESTRICT out, float *mean, float *rstd,
+                                            const float *DDP_RESTRICT x,
+                                            const float *DDP_RESTRICT w,
+                                            const float *DDP_RESTRICT b, int C)
+{
+    float m = lane_sum(x, C, 0.0f) / (float)C;
+    float shift = lane_sum(x, C, m) / (float)C; /* the mean's rounding, taken back out */
+    float var = lane_sumsq(x, C, m) / (float)C - shift * shift;
+    float r = 1.0f / sqrtf(var + LAYERNORM_EPS);
+    for (int i = 0; i < C; i++)
+        out[i] = (x[i] - m) * r * w[i] + b[i];
+    *mean = m;
+    *rstd = r;
+}
+
+/* The backward pass of one row: with xhat = (x - mean) * rstd and g = dout * w,
+ * dx += rstd * (g - mean(g) - xhat * mean(g * xhat)); dw += dout * xhat; db += dout (all add). */
+static inline DDP_HD void layernorm_row_bwd(float *DDP_RESTRICT dx, float *DDP_RESTRICT dw,
+                                            float *DDP_RESTRICT db,
+                                            const float *DDP_RESTRICT dout,
+                                            const float *DDP_RESTRICT x,
+                                            const float *DDP_RESTRICT w, float mean, float rstd,
+                                            int C)
+{
+    float sg[SUM_LANES] = {0.0f}, sgx[SUM_LANES] = {0.0f};
+    int i = 0;
+    for (; i + SUM_LANES <= C; i += SUM_LANES) {
+        for (int j = 0; j < SUM_LANES; j++) {
+            float g = dout[i + j] * w[i + j];
+            sg[j] += g;
+            sgx[j] += g * ((x[i + j] - mean) * rstd);
+        }
+    }
+    for (int j = 0; i < C; i++, j++) {
+        float g = dout[i] * w[i];
+        sg[j] += g;
+        sgx[j] += g * ((x[i] - mean) * rstd);
+    }
+    float mg = lanes_total(sg) / (float)C, mgx = lanes_total(sgx) / (float)C;
+    for (i = 0; i < C; i++) {
+        float xhat = (x[i] - mean) * rstd;
+        dx[i] += rstd * (dout[i] * w[i] - mg - xhat * mgx);
+        dw[i] += dout[i] * xhat;
+        db[i] += dout[i];
+    }
+}
+
 #endif /* MATH_SHARED_H */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cpu_dnnl.h"
+#include "cpu_gpt.h"
 #include "cpu_isa.h"
 #include "half.h"
 #include "math_shared.h"
@@ -575,6 +576,17 @@ static const ops_handle cpu_table = {
     .act_relu_bwd = cpu_act_relu_bwd,
     .pool_fwd = cpu_pool_fwd,
     .pool_bwd = cpu_pool_bwd,
+    .encoder_fwd = ops_cpu_encoder_fwd,
+    .encoder_bwd = ops_cpu_encoder_bwd,
+    .layernorm_fwd = ops_cpu_layernorm_fwd,
+    .layernorm_bwd = ops_cpu_layernorm_bwd,
+    .attention_fwd = ops_cpu_attention_fwd,
+    .attention_bwd = ops_cpu_attention_bwd,
+    .gelu_fwd = ops_cpu_gelu_fwd,
+    .gelu_bwd = ops_cpu_gelu_bwd,
+    .add = ops_cpu_add,
+    .xent_fwd_bwd = ops_cpu_xent_fwd_bwd,
+    .adamw_step = ops_cpu_adamw_step,
 };
 
 void ops_cpu_set_threads(int threads)

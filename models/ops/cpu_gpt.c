@@ -1,0 +1,387 @@
+/* cpu_gpt.c - the CPU's transformer ops (GPT-2): token and position embeddings, LayerNorm, causal
+ * multi-head self-attention as per-(sequence, head) OpenBLAS GEMMs on strided views of qkv around
+ * a causal softmax, GELU, the residual add, the cross-entropy over a padded vocabulary, and AdamW.
+ * The element-wise loops run the scalar math of math_shared.h (the CUDA kernels' too), compiled
+ * for AVX-512, AVX2 and the baseline (simd_clones.h). One thread; the GEMMs use OpenBLAS's threads.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "cpu_gpt.h"
+#include "math_shared.h"
+#include "simd_clones.h"
+
+/* Causal products are computed in row blocks of this many queries, each block only against the
+ * keys up to its last row, once T is at least two blocks (below that one GEMM is faster). */
+#define ATT_ROW_BLOCK 64
+
+static bool shape_ok(const char *op, int a, int b, int c)
+{
+    if (a > 0 && b > 0 && c > 0)
+        return true;
+    DDP_ERROR("cpu %s: shape %d x %d x %d is not positive", op, a, b, c);
+    return false;
+}
+
+/* ---- embeddings -------------------------------------------------------------------------- */
+
+ddp_status ops_cpu_encoder_fwd(const ops_handle *ops, float *out, const int *tokens,
+                               const float *wte, const float *wpe, int B, int T, int C)
+{
+    if (!shape_ok("encoder_fwd", B, T, C))
+        return DDP_ERR_INVALID_ARG;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            size_t row = (size_t)b * T + t;
+            const float *e = wte + (size_t)tokens[row] * C, *p = wpe + (size_t)t * C;
+            float *o = out + row * C; // (C)
+            for (int i = 0; i < C; i++)
+                o[i] = e[i] + p[i];
+        }
+    }
+    return DDP_OK;
+}
+
+ddp_status ops_cpu_encoder_bwd(const ops_handle *ops, float *dwte, float *dwpe, const float *dout,
+                               const int *tokens, int B, int T, int C)
+{
+    if (!shape_ok("encoder_bwd", B, T, C))
+        return DDP_ERR_INVALID_ARG;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            size_t row = (size_t)b * T + t;
+            const float *d = dout + row * C; // (C)
+            float *e = dwte + (size_t)tokens[row] * C, *p = dwpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) {
+                e[i] += d[i];
+                p[i] += d[i];
+            }
+        }
+    }
+    return DDP_OK;
+}
+
+/* ---- LayerNorm --------------------------------------------------------------------------- */
+
+DDP_SIMD_BODY void layernorm_fwd_body(float *out, float *mean, float *rstd, const float *x,
+                                      const float *w, const float *b, int rows, int C)
+{
+    for (int r = 0; r < rows; r++) {
+        size_t o = (size_t)r * C;
+        layernorm_row_fwd(out + o, mean + r, rstd + r, x + o, w, b, C);
+    }
+}
+DDP_SIMD_DISPATCH(layernorm_fwd_rows, layernorm_fwd_body,
+                  (float *out, float *mean, float *rstd, const float *x, const float *w,
+                   const float *b, int rows, int C),
+                  (out, mean, rstd, x, w, b, rows, C))
+
+DDP_SIMD_BODY void layernorm_bwd_body(float *dx, float *dw, float *db, const float *dout,
+                                      const float *x, const float *w, const float *mean,
+                                      const float *rstd, int rows, int C)
+{
+    for (int r = 0; r < rows; r++) {
+        size_t o = (size_t)r * C;
+        layernorm_row_bwd(dx + o, dw, db, dout + o, x + o, w, mean[r], rstd[r], C);
+    }
+}
+DDP_SIMD_DISPATCH(layernorm_bwd_rows, layernorm_bwd_body,
+                  (float *dx, float *dw, float *db, const float *dout, const float *x,
+                   const float *w, const float *mean, const float *rstd, int rows, int C),
+                  (dx, dw, db, dout, x, w, mean, rstd, rows, C))
+
+ddp_status ops_cpu_layernorm_fwd(const ops_handle *ops, float *out, float *mean, float *rstd,
+                                 const float *x, const float *w, const float *b, int rows, int C)
+{
+    if (!shape_ok("layernorm_fwd", rows, C, 1))
+        return DDP_ERR_INVALID_ARG;
+    layernorm_fwd_rows(out, mean, rstd, x, w, b, rows, C);
+    return DDP_OK;
+}
+
+ddp_status ops_cpu_layernorm_bwd(const ops_handle *ops, float *dx, float *dw, float *db,
+                                 const float *dout, const float *x, const float *w,
+                                 const float *mean, const float *rstd, int rows, int C)
+{
+    if (!shape_ok("layernorm_bwd", rows, C, 1))
+        return DDP_ERR_INVALID_ARG;
+    layernorm_bwd_rows(dx, dw, db, dout, x, w, mean, rstd, rows, C);
+    return DDP_OK;
+}
+
+/* ---- attention --------------------------------------------------------------------------- */
+
+/* One (sequence, head) of the attention: views into the row-major batch tensors. */
+typedef struct att_head {
+    const float *q, *k, *v; // (T, hs) each, row stride ld = 3C (views of qkv)
+    int T, hs, C, ld, ldo;  // ldo = C: the row stride of out and dout
+    int blk;                // query rows per causal block
+    float scale;            // 1 / sqrt(hs)
+} att_head;
+
+static att_head att_head_of(const float *qkv, int b, int h, int T, int C, int NH)
+{
+    int hs = C / NH;
+    att_head a = {.T = T, .hs = hs, .C = C, .ld = 3 * C, .ldo = C};
+    a.scale = 1.0f / sqrtf((float)hs);
+    a.q = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
+    a.k = a.q + C;
+    a.v = a.q + 2 * C;
+    a.blk = T >= 2 * ATT_ROW_BLOCK ? ATT_ROW_BLOCK : T;
+    return a;
+}
+
+/* Query rows in the block starting at r0. */
+static int block_rows(const att_head *a, int r0)
+{
+    return a->T - r0 < a->blk ? a->T - r0 : a->blk;
+}
+
+/* s (T, T) = alpha * x y^T for the causal part (row block [r0, r1) against columns [0, r1)):
+ * x, y (T, hs) with row strides ldx, ldy. Entries above the diagonal inside a block are computed
+ * too; those right of a block are not written. */
+static void causal_abt(const att_head *a, float alpha, const float *x, int ldx, const float *y,
+                       int ldy, float *s)
+{
+    for (int r0 = 0; r0 < a->T; r0 += a->blk) {
+        int rows = block_rows(a, r0);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r0 + rows, a->hs, alpha,
+                    x + (size_t)r0 * ldx, ldx, y, ldy, 0.0f, s + (size_t)r0 * a->T, a->T);
+    }
+}
+
+/* o (T, hs, row stride ldo) = p y for a lower-triangular p (T, T), y (T, hs, row stride ldy). */
+static void causal_ab(const att_head *a, const float *p, const float *y, int ldy, float *o,
+                      int ldo)
+{
+    for (int r0 = 0; r0 < a->T; r0 += a->blk) {
+        int rows = block_rows(a, r0);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, a->hs, r0 + rows, 1.0f,
+                    p + (size_t)r0 * a->T, a->T, y, ldy, 0.0f, o + (size_t)r0 * ldo, ldo);
+    }
+}
+
+/* o (T, hs, row stride ldo) = p^T y for a lower-triangular p (T, T): output row j only sums
+ * over rows t >= j of p. */
+static void causal_atb(const att_head *a, const float *p, const float *y, int ldy, float *o,
+                       int ldo)
+{
+    for (int j0 = 0; j0 < a->T; j0 += a->blk) {
+        int rows = block_rows(a, j0);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, a->hs, a->T - j0, 1.0f,
+                    p + (size_t)j0 * a->T + j0, a->T, y + (size_t)j0 * ldy, ldy, 0.0f,
+                    o + (size_t)j0 * ldo, ldo);
+    }
+}
+
+/* Row t of s (T, T): softmax over s[0..t], 0 above the diagonal. */
+static void causal_softmax(float *s, int T)
+{
+    for (int t = 0; t < T; t++) {
+        float *row = s + (size_t)t * T;
+        int arg;
+        float mx = row_max(row, t + 1, &arg), sum = 0.0f;
+        for (int j = 0; j <= t; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j <= t; j++)
+            row[j] *= inv;
+        memset(row + t + 1, 0, (size_t)(T - 1 - t) * sizeof(float));
+    }
+}
+
+/* d (T, T) holds dL/datt; becomes dL/dscores * scale (0 above the diagonal): per row,
+ * att * (d - sum_j att d) * scale. */
+static void causal_softmax_bwd(float *d, const float *att, int T, float scale)
+{
+    for (int t = 0; t < T; t++) {
+        float *dr = d + (size_t)t * T;
+        const float *ar = att + (size_t)t * T;
+        float dot = 0.0f;
+        for (int j = 0; j <= t; j++)
+            dot += ar[j] * dr[j];
+        for (int j = 0; j <= t; j++)
+            dr[j] = ar[j] * (dr[j] - dot) * scale;
+        memset(dr + t + 1, 0, (size_t)(T - 1 - t) * sizeof(float));
+    }
+}
+
+static bool att_shape_ok(const char *op, int B, int T, int C, int NH)
+{
+    if (!shape_ok(op, B, T, C) || !shape_ok(op, NH, 1, 1))
+        return false;
+    if (C % NH == 0)
+        return true;
+    DDP_ERROR("cpu %s: %d channels do not split into %d heads", op, C, NH);
+    return false;
+}
+
+ddp_status ops_cpu_attention_fwd(const ops_handle *ops, float *out, float *att, const float *qkv,
+                                 int B, int T, int C, int NH)
+{
+    if (!att_shape_ok("attention_fwd", B, T, C, NH))
+        return DDP_ERR_INVALID_ARG;
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            att_head a = att_head_of(qkv, b, h, T, C, NH);
+            float *s = att + ((size_t)b * NH + h) * T * T; // (T, T)
+            causal_abt(&a, a.scale, a.q, a.ld, a.k, a.ld, s);
+            causal_softmax(s, T);
+            causal_ab(&a, s, a.v, a.ld, out + (size_t)b * T * C + (size_t)h * a.hs, a.ldo);
+        }
+    }
+    return DDP_OK;
+}
+
+/* One head's backward pass: dq, dk, dv (T, hs, row stride 3C) from dout (T, hs, row stride C). */
+static void head_bwd(const att_head *a, float *dq, float *d, const float *dout, const float *att)
+{
+    float *dk = dq + a->C, *dv = dq + 2 * a->C;
+    causal_atb(a, att, dout, a->ldo, dv, a->ld);        /* dv = att^T dout */
+    causal_abt(a, 1.0f, dout, a->ldo, a->v, a->ld, d);  /* datt = dout v^T */
+    causal_softmax_bwd(d, att, a->T, a->scale);          /* d = dscores * scale */
+    causal_ab(a, d, a->k, a->ld, dq, a->ld);             /* dq = d k */
+    causal_atb(a, d, a->q, a->ld, dk, a->ld);            /* dk = d^T q */
+}
+
+ddp_status ops_cpu_attention_bwd(const ops_handle *ops, float *dqkv, float *datt,
+                                 const float *dout, const float *qkv, const float *att, int B,
+                                 int T, int C, int NH)
+{
+    if (!att_shape_ok("attention_bwd", B, T, C, NH))
+        return DDP_ERR_INVALID_ARG;
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            att_head a = att_head_of(qkv, b, h, T, C, NH);
+            size_t head = ((size_t)b * NH + h) * T * T, col = (size_t)h * a.hs;
+            head_bwd(&a, dqkv + (size_t)b * T * 3 * C + col, datt + head,
+                     dout + (size_t)b * T * C + col, att + head);
+        }
+    }
+    return DDP_OK;
+}
+
+/* ---- GELU and the residual add ----------------------------------------------------------- */
+
+DDP_SIMD_BODY void gelu_fwd_body(float *restrict y, const float *restrict x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = gelu_tanh(x[i]);
+}
+DDP_SIMD_DISPATCH(gelu_fwd_loop, gelu_fwd_body, (float *restrict y, const float *restrict x,
+                                                 size_t n), (y, x, n))
+
+/* dx may alias dy: element-wise, each read before its write. */
+DDP_SIMD_BODY void gelu_bwd_body(float *dx, const float *x, const float *dy, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dx[i] = dy[i] * gelu_tanh_grad(x[i]);
+}
+DDP_SIMD_DISPATCH(gelu_bwd_loop, gelu_bwd_body, (float *dx, const float *x, const float *dy,
+                                                 size_t n), (dx, x, dy, n))
+
+DDP_SIMD_BODY void add_body(float *y, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = a[i] + b[i];
+}
+DDP_SIMD_DISPATCH(add_loop, add_body, (float *y, const float *a, const float *b, size_t n),
+                  (y, a, b, n))
+
+ddp_status ops_cpu_gelu_fwd(const ops_handle *ops, float *y, const float *x, size_t n)
+{
+    gelu_fwd_loop(y, x, n);
+    return DDP_OK;
+}
+
+ddp_status ops_cpu_gelu_bwd(const ops_handle *ops, float *dx, const float *x, const float *dy,
+                            size_t n)
+{
+    gelu_bwd_loop(dx, x, dy, n);
+    return DDP_OK;
+}
+
+ddp_status ops_cpu_add(const ops_handle *ops, float *y, const float *a, const float *b, size_t n)
+{
+    add_loop(y, a, b, n);
+    return DDP_OK;
+}
+
+/* ---- cross-entropy ----------------------------------------------------------------------- */
+
+/* Loss of one row z (Vp) against target over its first V columns; when d is not NULL (it may be
+ * z itself) d = (softmax - onehot) * dscale there and 0 in the padding. One exp per logit: d
+ * holds the exponentials until the sum is known. */
+static float xent_row_padded(float *d, const float *z, int target, int V, int Vp, float dscale)
+{
+    int arg;
+    float mx = row_max(z, V, &arg), zt = z[target], sum = 0.0f;
+    if (d) {
+        for (int c = 0; c < V; c++) {
+            d[c] = expf(z[c] - mx);
+            sum += d[c];
+        }
+        float inv = dscale / sum;
+        for (int c = 0; c < V; c++)
+            d[c] *= inv;
+        d[target] -= dscale;
+        memset(d + V, 0, (size_t)(Vp - V) * sizeof(float));
+    } else {
+        for (int c = 0; c < V; c++)
+            sum += expf(z[c] - mx);
+    }
+    return logf(sum) - (zt - mx);
+}
+
+ddp_status ops_cpu_xent_fwd_bwd(const ops_handle *ops, float *dlogits, float *losses,
+                                const float *logits, const int *targets, int rows, int V, int Vp,
+                                float dscale)
+{
+    if (!shape_ok("xent_fwd_bwd", rows, V, Vp - V + 1))
+        return DDP_ERR_INVALID_ARG;
+    for (int r = 0; r < rows; r++) {
+        size_t o = (size_t)r * Vp;
+        losses[r] = xent_row_padded(dlogits ? dlogits + o : NULL, logits + o, targets[r], V, Vp,
+                                    dscale);
+    }
+    return DDP_OK;
+}
+
+/* ---- AdamW ------------------------------------------------------------------------------- */
+
+/* One step's hyperparameters, bias corrections bc1 = 1 - beta1^t, bc2 = 1 - beta2^t included. */
+typedef struct adamw_hp {
+    float lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale;
+} adamw_hp;
+
+/* The four buffers are distinct allocations. */
+DDP_SIMD_BODY void adamw_body(float *restrict w, float *restrict m, float *restrict v,
+                              const float *restrict g, size_t n, adamw_hp h)
+{
+    for (size_t i = 0; i < n; i++)
+        w[i] = adamw_update(w[i], &m[i], &v[i], g[i], h.grad_scale, h.lr, h.beta1, h.beta2, h.eps,
+                            h.wd, h.bc1, h.bc2);
+}
+DDP_SIMD_DISPATCH(adamw_loop, adamw_body,
+                  (float *restrict w, float *restrict m, float *restrict v,
+                   const float *restrict g, size_t n, adamw_hp h),
+                  (w, m, v, g, n, h))
+
+ddp_status ops_cpu_adamw_step(const ops_handle *ops, float *w, float *m, float *v, const float *g,
+                              size_t n, float lr, float beta1, float beta2, float eps, float wd,
+                              int t, float grad_scale)
+{
+    if (t < 1) {
+        DDP_ERROR("cpu adamw_step: step %d (steps count from 1)", t);
+        return DDP_ERR_INVALID_ARG;
+    }
+    adamw_hp h = {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .wd = wd,
+                  .grad_scale = grad_scale};
+    h.bc1 = (float)(1.0 - pow(beta1, t)); /* in double, as PyTorch's Python scalars */
+    h.bc2 = (float)(1.0 - pow(beta2, t));
+    adamw_loop(w, m, v, g, n, h);
+    return DDP_OK;
+}

@@ -1,0 +1,38 @@
+/* cpu_gpt.h - the CPU's transformer ops (cpu_gpt.c), for the CPU ops table (ops_cpu.c). Private to
+ * models/ops/. Semantics, shapes and what each output overwrites or adds: ops.h, section
+ * "transformer ops". Every function returns DDP_ERR_INVALID_ARG (logged) for a shape that is not
+ * positive (C not divisible by NH, a step t < 1), DDP_OK otherwise.
+ */
+#ifndef OPS_CPU_GPT_H
+#define OPS_CPU_GPT_H
+
+#include <stddef.h>
+
+#include "ops.h"
+
+ddp_status ops_cpu_encoder_fwd(const ops_handle *ops, float *out, const int *tokens,
+                               const float *wte, const float *wpe, int B, int T, int C);
+ddp_status ops_cpu_encoder_bwd(const ops_handle *ops, float *dwte, float *dwpe, const float *dout,
+                               const int *tokens, int B, int T, int C);
+ddp_status ops_cpu_layernorm_fwd(const ops_handle *ops, float *out, float *mean, float *rstd,
+                                 const float *x, const float *w, const float *b, int rows, int C);
+ddp_status ops_cpu_layernorm_bwd(const ops_handle *ops, float *dx, float *dw, float *db,
+                                 const float *dout, const float *x, const float *w,
+                                 const float *mean, const float *rstd, int rows, int C);
+ddp_status ops_cpu_attention_fwd(const ops_handle *ops, float *out, float *att, const float *qkv,
+                                 int B, int T, int C, int NH);
+ddp_status ops_cpu_attention_bwd(const ops_handle *ops, float *dqkv, float *datt,
+                                 const float *dout, const float *qkv, const float *att, int B,
+                                 int T, int C, int NH);
+ddp_status ops_cpu_gelu_fwd(const ops_handle *ops, float *y, const float *x, size_t n);
+ddp_status ops_cpu_gelu_bwd(const ops_handle *ops, float *dx, const float *x, const float *dy,
+                            size_t n);
+ddp_status ops_cpu_add(const ops_handle *ops, float *y, const float *a, const float *b, size_t n);
+ddp_status ops_cpu_xent_fwd_bwd(const ops_handle *ops, float *dlogits, float *losses,
+                                const float *logits, const int *targets, int rows, int V, int Vp,
+                                float dscale);
+ddp_status ops_cpu_adamw_step(const ops_handle *ops, float *w, float *m, float *v, const float *g,
+                              size_t n, float lr, float beta1, float beta2, float eps, float wd,
+                              int t, float grad_scale);
+
+#endif /* OPS_CPU_GPT_H */

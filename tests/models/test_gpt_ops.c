@@ -1,0 +1,483 @@
+/* test_gpt_ops.c - the CPU's transformer ops (ops.h, "transformer ops") against fp64 reference
+ * implementations written here: every backward pass against central finite differences of the
+ * fp64 forward pass, every fp32 forward pass against the fp64 one, and the edge cases (T = 1, one
+ * head, the causal blocks of a long sequence, the padded vocabulary, dlogits aliasing logits,
+ * repeated tokens, AdamW's first two steps computed by hand).
+ *
+ * Gradients are checked through L = sum(G * y) with a fixed random G (so dL/dy = G is what the
+ * backward pass is given). The reference is evaluated in double at the fp32 inputs; its central
+ * difference with eps = 1e-6 has a truncation error of O(eps^2) and a rounding error of about
+ * 1e-16 / 1e-6 = 1e-10, so it is exact at fp32's scale and the tolerances below measure the fp32
+ * op alone. Tolerances (|got - want| <= atol + rtol * |want|):
+ *   - element-wise sums (encoder, add) and scatters: one fp32 rounding, rtol 1.2e-7 (2^-23),
+ *     atol 1e-6 for the gradients' accumulation into a prefilled buffer;
+ *   - reductions over C <= 64 channels or T <= 150 keys in fp32 (LayerNorm, attention, softmax):
+ *     rounding grows with the length, atol 1e-5, rtol 1e-4 (a wrong term is off by O(0.1));
+ *   - GELU: tanhf is within 2 ulp; 1 + tanh loses digits for x << 0, so atol 1e-6, rtol 1e-5;
+ *   - cross-entropy over V <= 1000 logits: atol 1e-5, rtol 1e-5 (loss), 1e-6 (gradient);
+ *   - AdamW: the fp32 update of O(1) values, atol 1e-6, rtol 1e-5.
+ * Outputs that must be overwritten are prefilled with NaN; outputs that add are prefilled with
+ * random values that the expectation includes.
+ */
+#include <string.h>
+
+#include "testutil.h"
+
+#define FD_EPS 1e-6
+
+static const ops_handle *ops;
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+
+static double *to_double(const float *x, size_t n)
+{
+    double *d = malloc((n ? n : 1) * sizeof *d);
+    for (size_t i = 0; i < n; i++)
+        d[i] = x[i];
+    return d;
+}
+
+static float *rand_floats(test_rng *r, size_t n, double lo, double hi)
+{
+    float *x = test_floats(n);
+    test_fill(r, x, n, lo, hi);
+    return x;
+}
+
+static float *nan_floats(size_t n)
+{
+    float *x = test_floats(n);
+    test_fill_nan(x, n);
+    return x;
+}
+
+static double dot_gd(const float *g, const double *y, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)g[i] * y[i];
+    return s;
+}
+
+/* Counts |got - want| > atol + rtol * |want| (NaN counts), printing the first five. */
+static int compare_d(const char *what, const float *got, const double *want, size_t n,
+                     double atol, double rtol)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= atol + rtol * fabs(want[i]))) {
+            if (bad < 5)
+                fprintf(stderr, "%s[%zu]: got %.9g, want %.9g\n", what, i, (double)got[i], want[i]);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+typedef double (*objective)(void *ctx);
+
+/* num[i] = dL/dv[i] by central differences for every step-th i (others untouched). */
+static void fd_grad(double *v, size_t n, size_t step, objective f, void *ctx, double *num)
+{
+    for (size_t i = 0; i < n; i += step) {
+        double save = v[i];
+        v[i] = save + FD_EPS;
+        double hi = f(ctx);
+        v[i] = save - FD_EPS;
+        double lo = f(ctx);
+        v[i] = save;
+        num[i] = (hi - lo) / (2.0 * FD_EPS);
+    }
+}
+
+/* Checks analytic (fp32, minus base when base is not NULL: what an adding op put there) against
+ * the central differences of f in v, every step-th element. Returns the mismatch count. */
+static int grad_check(const char *what, double *v, size_t n, size_t step, objective f, void *ctx,
+                      const float *analytic, const float *base, double atol, double rtol)
+{
+    double *num = calloc(n, sizeof *num);
+    fd_grad(v, n, step, f, ctx, num);
+    int bad = 0;
+    for (size_t i = 0; i < n; i += step) {
+        double want = num[i] + (base ? base[i] : 0.0);
+        bad += compare_d(what, analytic + i, &want, 1, atol, rtol) != 0;
+    }
+    free(num);
+    return bad;
+}
+
+/* ---- encoder ----------------------------------------------------------------------------- */
+
+typedef struct enc_case {
+    int B, T, C;
+    const int *tokens;
+    double *wte, *wpe, *out; // (V, C) (T, C) (B, T, C)
+    const float *g;          // (B, T, C)
+} enc_case;
+
+static void enc_ref(enc_case *c)
+{
+    for (int r = 0; r < c->B * c->T; r++)
+        for (int i = 0; i < c->C; i++)
+            c->out[(size_t)r * c->C + i] = c->wte[(size_t)c->tokens[r] * c->C + i] +
+                                           c->wpe[(size_t)(r % c->T) * c->C + i];
+}
+
+static double enc_objective(void *p)
+{
+    enc_case *c = p;
+    enc_ref(c);
+    return dot_gd(c->g, c->out, (size_t)c->B * c->T * c->C);
+}
+
+/* Tokens repeat within and across the sequences (3 appears four times). */
+static void check_encoder(test_rng *r)
+{
+    enum { B = 2, T = 3, C = 5, V = 6, N = B * T * C };
+    static const int tokens[B * T] = {3, 1, 3, 3, 0, 3};
+    float *wte = rand_floats(r, V * C, -1, 1), *wpe = rand_floats(r, T * C, -1, 1);
+    float *out = nan_floats(N), *g = rand_floats(r, N, -1, 1);
+    float *dwte = rand_floats(r, V * C, -1, 1), *dwpe = rand_floats(r, T * C, -1, 1);
+    float *dwte0 = test_floats(V * C), *dwpe0 = test_floats(T * C);
+    memcpy(dwte0, dwte, sizeof(float) * V * C), memcpy(dwpe0, dwpe, sizeof(float) * T * C);
+    enc_case c = {B, T, C, tokens, to_double(wte, V * C), to_double(wpe, T * C), calloc(N, 8), g};
+    CHECK(ops->encoder_fwd(ops, out, tokens, wte, wpe, B, T, C) == DDP_OK, "encoder_fwd");
+    enc_ref(&c);
+    CHECK(compare_d("encoder out", out, c.out, N, 0, 0x1p-23) == 0, "encoder forward");
+    CHECK(ops->encoder_bwd(ops, dwte, dwpe, g, tokens, B, T, C) == DDP_OK, "encoder_bwd");
+    CHECK(grad_check("dwte", c.wte, V * C, 1, enc_objective, &c, dwte, dwte0, 1e-6, 0x1p-23) == 0,
+          "encoder dwte (adds, repeated tokens)");
+    CHECK(grad_check("dwpe", c.wpe, T * C, 1, enc_objective, &c, dwpe, dwpe0, 1e-6, 0x1p-23) == 0,
+          "encoder dwpe (adds, summed over the batch)");
+    free(wte), free(wpe), free(out), free(g), free(dwte), free(dwpe), free(dwte0), free(dwpe0);
+    free(c.wte), free(c.wpe), free(c.out);
+}
+
+/* ---- LayerNorm --------------------------------------------------------------------------- */
+
+typedef struct ln_case {
+    int rows, C;
+    double *x, *w, *b, *out, *mean, *rstd; // (rows, C) (C) (C) (rows, C) (rows) (rows)
+    const float *g;                        // (rows, C)
+} ln_case;
+
+static void ln_ref(ln_case *c)
+{
+    for (int r = 0; r < c->rows; r++) {
+        const double *x = c->x + (size_t)r * c->C;
+        double m = 0.0, var = 0.0;
+        for (int i = 0; i < c->C; i++)
+            m += x[i] / c->C;
+        for (int i = 0; i < c->C; i++)
+            var += (x[i] - m) * (x[i] - m) / c->C;
+        double s = 1.0 / sqrt(var + 1e-5);
+        for (int i = 0; i < c->C; i++)
+            c->out[(size_t)r * c->C + i] = (x[i] - m) * s * c->w[i] + c->b[i];
+        c->mean[r] = m, c->rstd[r] = s;
+    }
+}
+
+static double ln_objective(void *p)
+{
+    ln_case *c = p;
+    ln_ref(c);
+    return dot_gd(c->g, c->out, (size_t)c->rows * c->C);
+}
+
+static void check_layernorm(test_rng *r, int rows, int C)
+{
+    size_t n = (size_t)rows * C;
+    float *x = rand_floats(r, n, -2, 3), *w = rand_floats(r, C, 0.5, 1.5);
+    float *b = rand_floats(r, C, -1, 1), *g = rand_floats(r, n, -1, 1);
+    float *out = nan_floats(n), *mean = nan_floats(rows), *rstd = nan_floats(rows);
+    float *dx = rand_floats(r, n, -1, 1), *dw = rand_floats(r, C, -1, 1);
+    float *db = rand_floats(r, C, -1, 1), *base = test_floats(n + 2 * C);
+    memcpy(base, dx, n * 4), memcpy(base + n, dw, C * 4), memcpy(base + n + C, db, C * 4);
+    ln_case c = {rows, C, to_double(x, n), to_double(w, C), to_double(b, C), calloc(n, 8),
+                 calloc(rows, 8), calloc(rows, 8), g};
+    CHECK(ops->layernorm_fwd(ops, out, mean, rstd, x, w, b, rows, C) == DDP_OK, "layernorm_fwd");
+    ln_ref(&c);
+    CHECK(compare_d("ln out", out, c.out, n, 1e-5, 1e-4) == 0, "layernorm forward C=%d", C);
+    CHECK(compare_d("ln mean", mean, c.mean, rows, 1e-6, 1e-5) == 0, "layernorm mean");
+    CHECK(compare_d("ln rstd", rstd, c.rstd, rows, 1e-6, 1e-5) == 0, "layernorm rstd");
+    CHECK(ops->layernorm_bwd(ops, dx, dw, db, g, x, w, mean, rstd, rows, C) == DDP_OK, "ln bwd");
+    CHECK(grad_check("ln dx", c.x, n, 1, ln_objective, &c, dx, base, 1e-5, 1e-4) == 0,
+          "layernorm dx (adds) C=%d", C);
+    CHECK(grad_check("ln dw", c.w, C, 1, ln_objective, &c, dw, base + n, 1e-5, 1e-4) == 0,
+          "layernorm dw (adds)");
+    CHECK(grad_check("ln db", c.b, C, 1, ln_objective, &c, db, base + n + C, 1e-5, 1e-4) == 0,
+          "layernorm db (adds)");
+    free(x), free(w), free(b), free(g), free(out), free(mean), free(rstd), free(dx), free(dw);
+    free(db), free(base), free(c.x), free(c.w), free(c.b), free(c.out), free(c.mean), free(c.rstd);
+}
+
+/* ---- attention --------------------------------------------------------------------------- */
+
+typedef struct att_case {
+    int B, T, C, NH;
+    double *qkv, *att, *out; // (B, T, 3C) (B, NH, T, T) (B, T, C)
+    const float *g;          // (B, T, C)
+} att_case;
+
+/* Query t of head h in sequence b: att row over keys 0..t, out = att v. */
+static void att_ref_row(att_case *c, int b, int h, int t)
+{
+    int T = c->T, C = c->C, hs = C / c->NH;
+    const double *base = c->qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
+    double *a = c->att + (((size_t)b * c->NH + h) * T + t) * T, mx = -INFINITY, sum = 0.0;
+    for (int j = 0; j < T; j++) {
+        a[j] = 0.0;
+        for (int i = 0; j <= t && i < hs; i++)
+            a[j] += base[(size_t)t * 3 * C + i] * base[(size_t)j * 3 * C + C + i] / sqrt(hs);
+        mx = j <= t && a[j] > mx ? a[j] : mx;
+    }
+    for (int j = 0; j <= t; j++)
+        sum += a[j] = exp(a[j] - mx);
+    double *o = c->out + ((size_t)b * T + t) * C + (size_t)h * hs;
+    for (int i = 0; i < hs; i++)
+        o[i] = 0.0;
+    for (int j = 0; j <= t; j++) {
+        a[j] /= sum;
+        for (int i = 0; i < hs; i++)
+            o[i] += a[j] * base[(size_t)j * 3 * C + 2 * C + i];
+    }
+}
+
+static double att_objective(void *p)
+{
+    att_case *c = p;
+    for (int b = 0; b < c->B; b++)
+        for (int h = 0; h < c->NH; h++)
+            for (int t = 0; t < c->T; t++)
+                att_ref_row(c, b, h, t);
+    return dot_gd(c->g, c->out, (size_t)c->B * c->T * c->C);
+}
+
+/* Every step-th element of qkv's gradient is checked (step 1: all). */
+static void check_attention(test_rng *r, int B, int T, int C, int NH, size_t step)
+{
+    size_t n = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = rand_floats(r, 3 * n, -1, 1), *g = rand_floats(r, n, -1, 1);
+    float *out = nan_floats(n), *att = nan_floats(na), *datt = nan_floats(na);
+    float *dqkv = nan_floats(3 * n);
+    att_case c = {B, T, C, NH, to_double(qkv, 3 * n), calloc(na, 8), calloc(n, 8), g};
+    CHECK(ops->attention_fwd(ops, out, att, qkv, B, T, C, NH) == DDP_OK, "attention_fwd");
+    att_objective(&c);
+    CHECK(compare_d("att", att, c.att, na, 1e-6, 1e-5) == 0, "attention weights T=%d NH=%d", T, NH);
+    CHECK(compare_d("att out", out, c.out, n, 1e-5, 1e-4) == 0, "attention out T=%d NH=%d", T, NH);
+    int above = 0;
+    for (size_t i = 0; i < na; i++)
+        above += (int)(i % T) > (int)(i / T % T) && att[i] != 0.0f;
+    CHECK(above == 0, "%d attention weights above the diagonal are not 0", above);
+    CHECK(ops->attention_bwd(ops, dqkv, datt, g, qkv, att, B, T, C, NH) == DDP_OK, "att bwd");
+    CHECK(grad_check("dqkv", c.qkv, 3 * n, step, att_objective, &c, dqkv, NULL, 1e-5, 1e-4) == 0,
+          "attention dqkv T=%d C=%d NH=%d", T, C, NH);
+    free(qkv), free(g), free(out), free(att), free(datt), free(dqkv);
+    free(c.qkv), free(c.att), free(c.out);
+}
+
+/* ---- GELU and add ------------------------------------------------------------------------ */
+
+typedef struct gelu_case {
+    size_t n;
+    double *x, *y;
+    const float *g;
+} gelu_case;
+
+static double gelu_ref(double x)
+{
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static double gelu_objective(void *p)
+{
+    gelu_case *c = p;
+    for (size_t i = 0; i < c->n; i++)
+        c->y[i] = gelu_ref(c->x[i]);
+    return dot_gd(c->g, c->y, c->n);
+}
+
+static void check_gelu(test_rng *r)
+{
+    enum { N = 999 };
+    float *x = rand_floats(r, N, -5, 5), *g = rand_floats(r, N, -1, 1), *y = nan_floats(N);
+    float *dx = nan_floats(N), *inplace = test_floats(N);
+    gelu_case c = {N, to_double(x, N), calloc(N, 8), g};
+    CHECK(ops->gelu_fwd(ops, y, x, N) == DDP_OK, "gelu_fwd");
+    gelu_objective(&c);
+    CHECK(compare_d("gelu", y, c.y, N, 1e-6, 1e-5) == 0, "gelu forward");
+    CHECK(ops->gelu_bwd(ops, dx, x, g, N) == DDP_OK, "gelu_bwd");
+    CHECK(grad_check("gelu dx", c.x, N, 1, gelu_objective, &c, dx, NULL, 1e-6, 1e-5) == 0,
+          "gelu dx");
+    memcpy(inplace, g, sizeof(float) * N);
+    CHECK(ops->gelu_bwd(ops, inplace, x, inplace, N) == DDP_OK, "gelu_bwd in place");
+    CHECK(memcmp(inplace, dx, sizeof(float) * N) == 0, "gelu_bwd with dx aliasing dy differs");
+    free(x), free(g), free(y), free(dx), free(inplace), free(c.x), free(c.y);
+}
+
+static void check_add(test_rng *r)
+{
+    enum { N = 1001 };
+    float *a = rand_floats(r, N, -1, 1), *b = rand_floats(r, N, -1, 1), *y = nan_floats(N);
+    double *want = calloc(N, sizeof *want);
+    for (size_t i = 0; i < N; i++)
+        want[i] = (double)a[i] + b[i];
+    CHECK(ops->add(ops, y, a, b, N) == DDP_OK, "add");
+    CHECK(compare_d("add", y, want, N, 0, 0x1p-23) == 0, "add forward");
+    CHECK(ops->add(ops, a, a, b, N) == DDP_OK && memcmp(a, y, sizeof(float) * N) == 0,
+          "add with y aliasing a differs");
+    free(a), free(b), free(y), free(want);
+}
+
+/* ---- cross-entropy ----------------------------------------------------------------------- */
+
+typedef struct xent_case {
+    int rows, V, Vp;
+    const int *targets;
+    double *logits, *losses, dscale; // (rows, Vp) (rows)
+} xent_case;
+
+/* Over the first V columns only: the padding never enters. */
+static double xent_objective(void *p)
+{
+    xent_case *c = p;
+    double total = 0.0;
+    for (int r = 0; r < c->rows; r++) {
+        const double *z = c->logits + (size_t)r * c->Vp;
+        double mx = z[0], sum = 0.0;
+        for (int v = 1; v < c->V; v++)
+            mx = z[v] > mx ? z[v] : mx;
+        for (int v = 0; v < c->V; v++)
+            sum += exp(z[v] - mx);
+        c->losses[r] = log(sum) + mx - z[c->targets[r]];
+        total += c->losses[r];
+    }
+    return total * c->dscale;
+}
+
+/* The padding columns hold logits (1e4) that would dominate the softmax, or underflow every
+ * exponential when taken as the maximum, if they were read. */
+static void check_xent(test_rng *r, int rows, int V, int Vp)
+{
+    size_t n = (size_t)rows * Vp;
+    float *logits = rand_floats(r, n, -4, 4), *losses = nan_floats(rows), *dl = nan_floats(n);
+    float *alias = test_floats(n), *losses2 = nan_floats(rows);
+    int *targets = malloc(sizeof(int) * rows);
+    for (int i = 0; i < rows; i++) {
+        targets[i] = (int)(test_uniform(r) * V);
+        for (int v = V; v < Vp; v++)
+            logits[(size_t)i * Vp + v] = 1e4f;
+    }
+    xent_case c = {rows, V, Vp, targets, to_double(logits, n), calloc(rows, 8), 1.0 / rows};
+    CHECK(ops->xent_fwd_bwd(ops, dl, losses, logits, targets, rows, V, Vp, 1.0f / rows) == DDP_OK,
+          "xent_fwd_bwd");
+    xent_objective(&c);
+    CHECK(compare_d("xent loss", losses, c.losses, rows, 1e-5, 1e-5) == 0, "xent loss V=%d", V);
+    CHECK(grad_check("dlogits", c.logits, n, 1, xent_objective, &c, dl, NULL, 1e-6, 1e-5) == 0,
+          "xent dlogits V=%d Vp=%d (padding 0)", V, Vp);
+    memcpy(alias, logits, sizeof(float) * n);
+    float ds = 1.0f / rows;
+    ddp_status st = ops->xent_fwd_bwd(ops, alias, losses2, alias, targets, rows, V, Vp, ds);
+    CHECK(st == DDP_OK && memcmp(alias, dl, sizeof(float) * n) == 0 &&
+          memcmp(losses2, losses, 4 * rows) == 0,
+          "xent with dlogits aliasing logits differs");
+    test_fill_nan(losses2, rows);
+    CHECK(ops->xent_fwd_bwd(ops, NULL, losses2, logits, targets, rows, V, Vp, 1.0f) == DDP_OK &&
+          memcmp(losses2, losses, 4 * rows) == 0, "xent without dlogits differs");
+    free(logits), free(losses), free(dl), free(alias), free(losses2), free(targets);
+    free(c.logits), free(c.losses);
+}
+
+/* ---- AdamW ------------------------------------------------------------------------------- */
+
+/* One element, lr 0.1, betas (0.9, 0.95), eps 1e-8, wd 0.01, grad_scale 2, w0 = 1, m = v = 0,
+ * gradients 0.5 then -0.25 (scaled: 1 then -0.5). By hand:
+ * t=1: m = 0.1, v = 0.05, mhat = 0.1 / 0.1 = 1, vhat = 0.05 / 0.05 = 1,
+ *      w = 1 - 0.1 (1 / (1 + 1e-8) + 0.01) = 0.899000001;
+ * t=2: m = 0.09 - 0.05 = 0.04, v = 0.0475 + 0.0125 = 0.06, mhat = 0.04 / 0.19,
+ *      vhat = 0.06 / 0.0975, w = 0.899000001 - 0.1 (mhat / (sqrt(vhat) + 1e-8) + 0.00899000001)
+ *      = 0.871264... (computed below from these expressions). */
+static void check_adamw_by_hand(void)
+{
+    float w = 1.0f, m = 0.0f, v = 0.0f, g1 = 0.5f, g2 = -0.25f;
+    double w1 = 1.0 - 0.1 * (1.0 / (1.0 + 1e-8) + 0.01);
+    double mhat = 0.04 / 0.19, vhat = 0.06 / 0.0975;
+    double w2 = w1 - 0.1 * (mhat / (sqrt(vhat) + 1e-8) + 0.01 * w1);
+    CHECK(ops->adamw_step(ops, &w, &m, &v, &g1, 1, 0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, 1, 2.0f) ==
+          DDP_OK, "adamw step 1");
+    CHECK_CLOSE(m, 0.1, 1e-7, 1e-6, "adamw m1");
+    CHECK_CLOSE(v, 0.05, 1e-7, 1e-6, "adamw v1");
+    CHECK_CLOSE(w, w1, 1e-7, 1e-6, "adamw w1");
+    CHECK(ops->adamw_step(ops, &w, &m, &v, &g2, 1, 0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, 2, 2.0f) ==
+          DDP_OK, "adamw step 2");
+    CHECK_CLOSE(m, 0.04, 1e-7, 1e-6, "adamw m2");
+    CHECK_CLOSE(v, 0.06, 1e-7, 1e-6, "adamw v2");
+    CHECK_CLOSE(w, w2, 1e-7, 1e-6, "adamw w2");
+    CHECK(fabs(w2 - 0.871264) < 1e-6, "the hand computation: %.9g", w2);
+    CHECK(ops->adamw_step(ops, &w, &m, &v, &g2, 1, 0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, 0, 1.0f) ==
+          DDP_ERR_INVALID_ARG, "adamw step 0 is refused");
+}
+
+/* n elements over three steps against the formula in double (late steps: bias corrections far
+ * from 1 - beta are exercised by t = 3). */
+static void check_adamw_many(test_rng *r)
+{
+    enum { N = 257 };
+    float *w = rand_floats(r, N, -1, 1), *m = test_floats(N), *v = test_floats(N);
+    float *g = test_floats(N);
+    double *dw = to_double(w, N), *dm = calloc(N, 8), *dv = calloc(N, 8);
+    const double lr = 3e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, gs = 0.5;
+    for (int t = 1; t <= 3; t++) {
+        test_fill(r, g, N, -2, 2);
+        for (int i = 0; i < N; i++) {
+            double gi = gs * g[i];
+            dm[i] = b1 * dm[i] + (1 - b1) * gi, dv[i] = b2 * dv[i] + (1 - b2) * gi * gi;
+            double mh = dm[i] / (1 - pow(b1, t)), vh = dv[i] / (1 - pow(b2, t));
+            dw[i] -= lr * (mh / (sqrt(vh) + eps) + wd * dw[i]);
+        }
+        CHECK(ops->adamw_step(ops, w, m, v, g, N, (float)lr, (float)b1, (float)b2, (float)eps,
+                              (float)wd, t, (float)gs) == DDP_OK, "adamw step %d", t);
+    }
+    CHECK(compare_d("adamw w", w, dw, N, 1e-6, 1e-5) == 0, "adamw weights after 3 steps");
+    CHECK(compare_d("adamw m", m, dm, N, 1e-6, 1e-5) == 0, "adamw m after 3 steps");
+    CHECK(compare_d("adamw v", v, dv, N, 1e-6, 1e-5) == 0, "adamw v after 3 steps");
+    free(w), free(m), free(v), free(g), free(dw), free(dm), free(dv);
+}
+
+/* ---- main -------------------------------------------------------------------------------- */
+
+static void check_all(test_rng *r)
+{
+    check_encoder(r);
+    check_layernorm(r, 6, 64);
+    check_layernorm(r, 3, 13); /* C not a multiple of the 8 summation lanes */
+    check_attention(r, 2, 5, 8, 2, 1);
+    check_attention(r, 3, 1, 4, 1, 1);   /* T = 1, NH = 1 */
+    check_attention(r, 2, 7, 6, 1, 1);   /* NH = 1 */
+    check_attention(r, 1, 150, 8, 2, 5); /* three causal blocks, the last partial */
+    check_gelu(r);
+    check_add(r);
+    check_xent(r, 5, 9, 16);
+    check_xent(r, 3, 1000, 1024);
+    check_xent(r, 2, 7, 7); /* no padding */
+    check_adamw_by_hand();
+    check_adamw_many(r);
+}
+
+int main(void)
+{
+    test_rng r = {0x6a09e667f3bcc909ULL};
+    for (int t = 0; t < 2; t++) {
+        ops_handle *h;
+        if (ops_cpu_open(NULL, 1, t == 1, &h) != DDP_OK)
+            return 1;
+        ops = h;
+        CHECK(ops_require_gpt(h, "test_gpt_ops") == DDP_OK, "table %s lacks a transformer op",
+              h->name);
+        if (t == 0)
+            check_all(&r);
+        ops_close(h);
+    }
+    return CHECK_DONE();
+}
