@@ -1,0 +1,828 @@
+/* gpt2.c - GPT-2 (gpt2.h) on an ops handle: parameters, gradients and AdamW moments each in ONE
+ * backend allocation in llm.c's tensor-major layout, activations sized for max_batch x seq, the
+ * forward and backward passes (each parameter slice marked ready as soon as its gradient is
+ * final) and the AdamW step. llm.c's model files are in gpt2_llmc.c.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt2_private.h"
+
+/* The tensors of the flat buffer, in llm.c's order; T_LN1W .. T_FCPROJB have one slice per
+ * layer. */
+enum {
+    T_WTE,      // (Vp, C)
+    T_WPE,      // (maxT, C)
+    T_LN1W,     // (L, C)
+    T_LN1B,     // (L, C)
+    T_QKVW,     // (L, 3C, C)
+    T_QKVB,     // (L, 3C)
+    T_ATTPROJW, // (L, C, C)
+    T_ATTPROJB, // (L, C)
+    T_LN2W,     // (L, C)
+    T_LN2B,     // (L, C)
+    T_FCW,      // (L, 4C, C)
+    T_FCB,      // (L, 4C)
+    T_FCPROJW,  // (L, C, 4C)
+    T_FCPROJB,  // (L, C)
+    T_LNFW,     // (C)
+    T_LNFB,     // (C)
+    N_TENSORS
+};
+#define LAYER_TENSORS (T_FCPROJB - T_LN1W + 1)
+#define MAX_BUFS 40
+
+/* PyTorch's names of the per-layer tensors (after "h.<l>."). */
+static const char *const layer_names[LAYER_TENSORS] = {
+    "ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",      "ln_2.bias",
+    "mlp.c_fc.weight",  "mlp.c_fc.bias",  "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+
+/* What the backward pass reads, per layer where a layer's is needed (sized for max_batch x seq;
+ * a pass on B x T uses the first B*T rows of each layer's slice). "in p": stored in the model's
+ * precision, as the linear ops read them (fp32: the same as float). */
+typedef struct gpt2_acts {
+    float *encoded;   // (B, T, C) embeddings: the residual stream entering layer 0
+    void *ln1;        // (L, B, T, C) in p: ln_1's output, c_attn's input
+    float *ln1_mean;  // (L, B, T)
+    float *ln1_rstd;  // (L, B, T)
+    float *qkv;       // (L, B, T, 3C)
+    float *att;       // (L, B, NH, T, T) attention probabilities
+    void *atty;       // (L, B, T, C) in p: attention output, attn.c_proj's input
+    float *residual2; // (L, B, T, C) residual stream after attention
+    void *ln2;        // (L, B, T, C) in p: ln_2's output, c_fc's input
+    float *ln2_mean;  // (L, B, T)
+    float *ln2_rstd;  // (L, B, T)
+    float *fch;       // (L, B, T, 4C) c_fc's output (GELU's input)
+    void *fch_gelu;   // (L, B, T, 4C) in p: GELU's output, mlp.c_proj's input
+    float *residual3; // (L, B, T, C) residual stream after the MLP
+    void *lnf;        // (B, T, C) in p: ln_f's output, the LM head's input
+    float *lnf_mean;  // (B, T)
+    float *lnf_rstd;  // (B, T)
+    float *logits;    // (B, T, Vp); their gradient after a forward pass for backward
+    float *losses;    // (B, T)
+    int *tokens;      // (B, T) the last forward pass's input (encoder_bwd reads it)
+    float *zero_bias; // (Vp) zeros: the LM head's bias (the linear ops read one)
+    float *proj;      // (B, T, C) a projection's output before the residual add
+    float *scratch;   // (B, T, 4C) an op's fp32 output before its cast to p (16-bit only)
+} gpt2_acts;
+
+/* Gradients of activations, reused by every layer. */
+typedef struct gpt2_dacts {
+    float *dresidual; // (B, T, C) the residual stream's
+    float *dln;       // (B, T, C) a LayerNorm output's
+    float *datty;     // (B, T, C)
+    float *dqkv;      // (B, T, 3C)
+    float *datt;      // (B, NH, T, T) scratch of attention_bwd
+    float *dfch;      // (B, T, 4C)
+    void *dy_c;       // (B, T, 4C) in p: a linear's output gradient (16-bit only)
+    void *dx_c;       // (B, T, 4C) in p: a linear's input gradient (16-bit only)
+    void *dlogits_c;  // (B, T, Vp) in p (16-bit only)
+} gpt2_dacts;
+
+struct gpt2 {
+    ddp_ctx *ctx; /* whose memory the buffers are (NULL: host memory) */
+    const ops_handle *ops;
+    gpt2_config cfg;
+    gpt2_opts opts;
+    size_t es;                        /* bytes per element of the precision's storage */
+    int n_params;                     /* slices: 2 + 12 L + 2 */
+    ddp_param_desc *descs;            // (n_params)
+    size_t *numel;                    // (n_params)
+    size_t *offset;                   // (n_params)
+    unsigned char *tensor_of;         // (n_params) the tensor each slice belongs to
+    size_t numel_total;
+    float *params;   // (numel_total) fp32 master weights
+    float *grads;    // (numel_total)
+    float *adam_m;   // (numel_total)
+    float *adam_v;   // (numel_total)
+    void *cparams;   // (numel_total) in p: the matmuls' weights (= params for fp32)
+    bool cparams_stale;
+    gpt2_acts a;
+    gpt2_dacts d;
+    void *bufs[MAX_BUFS];
+    int n_bufs;
+    bool alloc_failed;
+    size_t act_bytes;
+    int B, T;      /* the last forward pass's batch */
+    bool pending;  /* a forward pass for backward has not been differentiated yet */
+};
+
+/* ---- configuration ------------------------------------------------------------------------- */
+
+ddp_status gpt2_config_preset(const char *name, gpt2_config *cfg)
+{
+    static const struct {
+        const char *name;
+        int layers, heads, channels;
+    } presets[] = {{"d12", 12, 12, 768}, {"d24", 24, 16, 1024}, {"d36", 36, 20, 1280},
+                   {"d48", 48, 25, 1600}};
+    for (size_t i = 0; name && i < sizeof presets / sizeof presets[0]; i++) {
+        if (strcmp(name, presets[i].name) != 0)
+            continue;
+        *cfg = (gpt2_config){.max_seq = 1024, .vocab = GPT2_VOCAB, .padded_vocab = 50304,
+                             .layers = presets[i].layers, .heads = presets[i].heads,
+                             .channels = presets[i].channels};
+        return DDP_OK;
+    }
+    return DDP_ERR_INVALID_ARG;
+}
+
+/* DDP_ERR_INVALID_ARG with a log line unless lo <= v <= hi. */
+static ddp_status check_range(const char *field, int v, int lo, int hi)
+{
+    if (v >= lo && v <= hi)
+        return DDP_OK;
+    DDP_ERROR("gpt2 configuration: %s = %d outside [%d, %d]", field, v, lo, hi);
+    return DDP_ERR_INVALID_ARG;
+}
+
+ddp_status gpt2_config_check(gpt2_config *cfg)
+{
+    if (!cfg)
+        return DDP_ERR_INVALID_ARG;
+    TRY_OK(check_range("max_seq", cfg->max_seq, 1, 1 << 20));
+    TRY_OK(check_range("vocab", cfg->vocab, 1, 1 << 24));
+    TRY_OK(check_range("layers", cfg->layers, 1, GPT2_MAX_LAYERS));
+    TRY_OK(check_range("heads", cfg->heads, 1, 1 << 10));
+    TRY_OK(check_range("channels", cfg->channels, 1, 1 << 16));
+    if (cfg->channels % cfg->heads != 0) {
+        DDP_ERROR("gpt2 configuration: channels %d not divisible by heads %d", cfg->channels,
+                  cfg->heads);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (cfg->padded_vocab == 0)
+        cfg->padded_vocab = (cfg->vocab + 127) / 128 * 128;
+    return check_range("padded_vocab", cfg->padded_vocab, cfg->vocab, (1 << 24) + 128);
+}
+
+size_t gpt2_config_n_params(const gpt2_config *cfg)
+{
+    size_t c = (size_t)cfg->channels, per_layer = 12 * c * c + 13 * c;
+    return (size_t)cfg->vocab * c + (size_t)cfg->max_seq * c + (size_t)cfg->layers * per_layer +
+           2 * c;
+}
+
+/* ---- parameters ---------------------------------------------------------------------------- */
+
+/* Rows and columns of one slice of tensor t (columns 0: a 1-D slice). */
+static void tensor_shape(const gpt2_config *cfg, int t, int64_t *rows, int64_t *cols)
+{
+    int64_t c = cfg->channels;
+    static const int mult_rows[N_TENSORS] = {0, 0, 1, 1, 3, 3, 1, 1, 1, 1, 4, 4, 1, 1, 1, 1};
+    *rows = c * mult_rows[t];
+    *cols = t == T_QKVW || t == T_ATTPROJW || t == T_FCW ? c : t == T_FCPROJW ? 4 * c : 0;
+    if (t == T_WTE || t == T_WPE) {
+        *rows = t == T_WTE ? cfg->padded_vocab : cfg->max_seq;
+        *cols = c;
+    }
+}
+
+static void add_slice(gpt2 *g, int t, const char *name)
+{
+    int i = g->n_params++;
+    ddp_param_desc *d = &g->descs[i];
+    int64_t rows, cols;
+    tensor_shape(&g->cfg, t, &rows, &cols);
+    snprintf(d->name, sizeof d->name, "%s", name);
+    d->n_dims = cols ? 2 : 1;
+    d->shape[0] = rows;
+    d->shape[1] = cols;
+    g->numel[i] = ddp_param_numel(d);
+    g->offset[i] = g->numel_total;
+    g->tensor_of[i] = (unsigned char)t;
+    g->numel_total += g->numel[i];
+}
+
+/* The parameter table, in buffer order. DDP_ERR_NOMEM. */
+static ddp_status describe_params(gpt2 *g)
+{
+    int n = 4 + LAYER_TENSORS * g->cfg.layers;
+    g->descs = calloc((size_t)n, sizeof *g->descs);
+    g->numel = calloc((size_t)n, sizeof *g->numel);
+    g->offset = calloc((size_t)n, sizeof *g->offset);
+    g->tensor_of = calloc((size_t)n, sizeof *g->tensor_of);
+    if (!g->descs || !g->numel || !g->offset || !g->tensor_of)
+        return DDP_ERR_NOMEM;
+    char name[DDP_NAME_MAX];
+    add_slice(g, T_WTE, "wte.weight");
+    add_slice(g, T_WPE, "wpe.weight");
+    for (int t = T_LN1W; t <= T_FCPROJB; t++) {
+        for (int l = 0; l < g->cfg.layers; l++) {
+            snprintf(name, sizeof name, "h.%d.%s", l, layer_names[t - T_LN1W]);
+            add_slice(g, t, name);
+        }
+    }
+    add_slice(g, T_LNFW, "ln_f.weight");
+    add_slice(g, T_LNFB, "ln_f.bias");
+    return DDP_OK;
+}
+
+/* Index in the parameter table of tensor t's slice of layer l (l ignored for the others). */
+static int slice(const gpt2 *g, int t, int l)
+{
+    if (t >= T_LN1W && t <= T_FCPROJB)
+        return 2 + (t - T_LN1W) * g->cfg.layers + l;
+    return t == T_WTE ? 0 : t == T_WPE ? 1 : g->n_params - (t == T_LNFW ? 2 : 1);
+}
+
+static float *param(gpt2 *g, int t, int l) { return g->params + g->offset[slice(g, t, l)]; }
+static float *grad(gpt2 *g, int t, int l) { return g->grads + g->offset[slice(g, t, l)]; }
+/* A weight in the model's precision: what the matmuls read. */
+static const void *cweight(gpt2 *g, int t, int l)
+{
+    return (const char *)g->cparams + g->offset[slice(g, t, l)] * g->es;
+}
+
+/* GPT-2's initialisation of slice i into host (numel[i] floats). */
+static void init_slice(const gpt2 *g, int i, float *host)
+{
+    int t = g->tensor_of[i];
+    size_t n = g->numel[i];
+    float std = 0.02f;
+    if (t == T_ATTPROJW || t == T_FCPROJW)
+        std = 0.02f / sqrtf(2.0f * (float)g->cfg.layers);
+    if (t == T_LN1W || t == T_LN2W || t == T_LNFW) {
+        for (size_t e = 0; e < n; e++)
+            host[e] = 1.0f;
+    } else if (g->descs[i].n_dims == 1) {
+        memset(host, 0, n * sizeof *host);
+    } else {
+        size_t real = t == T_WTE ? (size_t)g->cfg.vocab * g->cfg.channels : n;
+        ddp_init_normal(host, real, g->opts.seed, (uint32_t)i, std);
+        memset(host + real, 0, (n - real) * sizeof *host); /* wte's padding rows */
+    }
+}
+
+/* Seeded initialisation on the host, one slice at a time, each uploaded. */
+static ddp_status init_params(gpt2 *g)
+{
+    size_t largest = 0;
+    for (int i = 0; i < g->n_params; i++)
+        largest = g->numel[i] > largest ? g->numel[i] : largest;
+    float *host = malloc(largest * sizeof *host); // (largest slice)
+    if (!host)
+        return DDP_ERR_NOMEM;
+    ddp_status st = DDP_OK;
+    for (int i = 0; st == DDP_OK && i < g->n_params; i++) {
+        init_slice(g, i, host);
+        st = ddp_upload(g->ctx, g->params + g->offset[i], host, g->numel[i] * sizeof *host);
+    }
+    free(host);
+    g->cparams_stale = true;
+    return st;
+}
+
+/* ---- memory -------------------------------------------------------------------------------- */
+
+/* A zeroed backend buffer of n_bytes owned by the model; NULL when out of memory. */
+static void *buf(gpt2 *g, size_t n_bytes)
+{
+    void *p = g->n_bufs < MAX_BUFS ? ddp_alloc(g->ctx, n_bytes) : NULL;
+    if (p) {
+        g->bufs[g->n_bufs++] = p;
+        g->act_bytes += n_bytes;
+    } else {
+        g->alloc_failed = true;
+    }
+    return p;
+}
+
+/* fp32 buffers of per_row floats for each of the max_batch x seq rows, times `layers`. */
+static float *rows_f(gpt2 *g, size_t per_row, int layers)
+{
+    return buf(g, (size_t)layers * g->opts.max_batch * g->opts.seq * per_row * sizeof(float));
+}
+
+/* The same in the model's precision. */
+static void *rows_p(gpt2 *g, size_t per_row, int layers)
+{
+    return buf(g, (size_t)layers * g->opts.max_batch * g->opts.seq * per_row * g->es);
+}
+
+static void alloc_layer_acts(gpt2 *g)
+{
+    gpt2_acts *a = &g->a;
+    int L = g->cfg.layers;
+    size_t c = (size_t)g->cfg.channels, tt = (size_t)g->cfg.heads * g->opts.seq;
+    a->ln1 = rows_p(g, c, L);
+    a->ln1_mean = rows_f(g, 1, L);
+    a->ln1_rstd = rows_f(g, 1, L);
+    a->qkv = rows_f(g, 3 * c, L);
+    a->att = rows_f(g, tt, L); /* NH x T per row: (B, NH, T, T) */
+    a->atty = rows_p(g, c, L);
+    a->residual2 = rows_f(g, c, L);
+    a->ln2 = rows_p(g, c, L);
+    a->ln2_mean = rows_f(g, 1, L);
+    a->ln2_rstd = rows_f(g, 1, L);
+    a->fch = rows_f(g, 4 * c, L);
+    a->fch_gelu = rows_p(g, 4 * c, L);
+    a->residual3 = rows_f(g, c, L);
+}
+
+static ddp_status alloc_acts(gpt2 *g)
+{
+    gpt2_acts *a = &g->a;
+    gpt2_dacts *d = &g->d;
+    size_t c = (size_t)g->cfg.channels, vp = (size_t)g->cfg.padded_vocab;
+    size_t tt = (size_t)g->cfg.heads * g->opts.seq;
+    bool p16 = g->opts.precision != DDP_FP32;
+    a->encoded = rows_f(g, c, 1);
+    alloc_layer_acts(g);
+    a->lnf = rows_p(g, c, 1);
+    a->lnf_mean = rows_f(g, 1, 1);
+    a->lnf_rstd = rows_f(g, 1, 1);
+    a->logits = rows_f(g, vp, 1);
+    a->losses = rows_f(g, 1, 1);
+    a->tokens = buf(g, (size_t)g->opts.max_batch * g->opts.seq * sizeof(int));
+    a->zero_bias = buf(g, vp * sizeof(float));
+    a->proj = rows_f(g, c, 1);
+    d->dresidual = rows_f(g, c, 1);
+    d->dln = rows_f(g, c, 1);
+    d->datty = rows_f(g, c, 1);
+    d->dqkv = rows_f(g, 3 * c, 1);
+    d->datt = rows_f(g, tt, 1);
+    d->dfch = rows_f(g, 4 * c, 1);
+    if (p16) {
+        a->scratch = rows_f(g, 4 * c, 1);
+        d->dy_c = rows_p(g, 4 * c, 1);
+        d->dx_c = rows_p(g, 4 * c, 1);
+        d->dlogits_c = rows_p(g, vp, 1);
+    }
+    return g->alloc_failed ? DDP_ERR_NOMEM : DDP_OK;
+}
+
+static ddp_status alloc_state(gpt2 *g)
+{
+    size_t n_bytes = g->numel_total * sizeof(float);
+    g->params = ddp_alloc(g->ctx, n_bytes);
+    g->grads = ddp_alloc(g->ctx, n_bytes);
+    g->adam_m = ddp_alloc(g->ctx, n_bytes);
+    g->adam_v = ddp_alloc(g->ctx, n_bytes);
+    if (!g->params || !g->grads || !g->adam_m || !g->adam_v)
+        return DDP_ERR_NOMEM;
+    g->cparams = g->params;
+    if (g->opts.precision != DDP_FP32) {
+        g->cparams = ddp_alloc(g->ctx, g->numel_total * g->es);
+        if (!g->cparams)
+            return DDP_ERR_NOMEM;
+    }
+    return DDP_OK;
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------------- */
+
+static ddp_status check_opts(const gpt2_config *cfg, const gpt2_opts *opts)
+{
+    if (!opts || opts->max_batch < 1 || opts->seq < 1 || opts->seq > cfg->max_seq ||
+        (long long)opts->max_batch * opts->seq > INT_MAX / 4) {
+        DDP_ERROR("gpt2_create: batch %d x sequence %d invalid (sequence at most %d)",
+                  opts ? opts->max_batch : 0, opts ? opts->seq : 0, cfg->max_seq);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (opts->precision != DDP_FP32 && opts->precision != DDP_BF16 &&
+        opts->precision != DDP_FP16) {
+        DDP_ERROR("gpt2_create: precision %s: use fp32, bf16 or fp16",
+                  ddp_dtype_name(opts->precision));
+        return DDP_ERR_INVALID_ARG;
+    }
+    return DDP_OK;
+}
+
+static ddp_status check_create(ddp_ctx *ctx, const ops_handle *ops, gpt2_config *cfg,
+                               const gpt2_opts *opts)
+{
+    if (!ops || ops->ctx != ctx) {
+        DDP_ERROR("gpt2_create: no ops handle, or one opened on another context");
+        return DDP_ERR_INVALID_ARG;
+    }
+    TRY_OK(gpt2_config_check(cfg));
+    TRY_OK(check_opts(cfg, opts));
+    TRY_OK(ops_require_gpt(ops, "gpt2"));
+    return ops_require_precision(ops, opts->precision, "gpt2");
+}
+
+static ddp_status gpt2_setup(gpt2 *g)
+{
+    TRY_OK(describe_params(g));
+    TRY_OK(alloc_state(g));
+    TRY_OK(alloc_acts(g));
+    return init_params(g);
+}
+
+ddp_status gpt2_create(ddp_ctx *ctx, const ops_handle *ops, const gpt2_config *cfg,
+                       const gpt2_opts *opts, gpt2 **out)
+{
+    *out = NULL;
+    if (!cfg)
+        return DDP_ERR_INVALID_ARG;
+    gpt2_config c = *cfg;
+    TRY_OK(check_create(ctx, ops, &c, opts));
+    gpt2 *g = calloc(1, sizeof *g);
+    if (!g)
+        return DDP_ERR_NOMEM;
+    g->ctx = ctx;
+    g->ops = ops;
+    g->cfg = c;
+    g->opts = *opts;
+    g->es = ops_dtype_size(ops, opts->precision);
+    ddp_status st = gpt2_setup(g);
+    if (st == DDP_ERR_NOMEM)
+        DDP_ERROR("gpt2_create: out of memory for %zu parameters (values, gradients, AdamW "
+                  "moments) and the activations of %d x %d tokens: use a smaller batch or model",
+                  g->numel_total, opts->max_batch, opts->seq);
+    else if (st != DDP_OK)
+        DDP_ERROR("gpt2_create: %s", ddp_strerror(st));
+    if (st != DDP_OK) {
+        gpt2_destroy(g);
+        return st;
+    }
+    *out = g;
+    return DDP_OK;
+}
+
+void gpt2_destroy(gpt2 *g)
+{
+    if (!g)
+        return;
+    for (int i = 0; i < g->n_bufs; i++)
+        ddp_free(g->ctx, g->bufs[i]);
+    if (g->cparams != g->params)
+        ddp_free(g->ctx, g->cparams);
+    ddp_free(g->ctx, g->params);
+    ddp_free(g->ctx, g->grads);
+    ddp_free(g->ctx, g->adam_m);
+    ddp_free(g->ctx, g->adam_v);
+    free(g->descs);
+    free(g->numel);
+    free(g->offset);
+    free(g->tensor_of);
+    free(g);
+}
+
+const gpt2_config *gpt2_cfg(const gpt2 *g) { return &g->cfg; }
+int gpt2_n_params(const gpt2 *g) { return g->n_params; }
+const ddp_param_desc *gpt2_descs(const gpt2 *g) { return g->descs; }
+const size_t *gpt2_numel(const gpt2 *g) { return g->numel; }
+size_t gpt2_numel_total(const gpt2 *g) { return g->numel_total; }
+ddp_ctx *gpt2_ctx(const gpt2 *g) { return g->ctx; }
+const float *gpt2_params_const(const gpt2 *g) { return g->params; }
+
+bool gpt2_param_decays(const gpt2 *g, int i)
+{
+    return i >= 0 && i < g->n_params && g->descs[i].n_dims == 2;
+}
+
+float *gpt2_params(gpt2 *g)
+{
+    g->cparams_stale = true;
+    return g->params;
+}
+float *gpt2_grads(gpt2 *g) { return g->grads; }
+float *gpt2_adam_m(gpt2 *g) { return g->adam_m; }
+float *gpt2_adam_v(gpt2 *g) { return g->adam_v; }
+const float *gpt2_logits(const gpt2 *g) { return g->a.logits; }
+
+void gpt2_memory_get(const gpt2 *g, gpt2_memory *out)
+{
+    size_t f32 = g->numel_total * sizeof(float);
+    out->params = f32 + (g->cparams != g->params ? g->numel_total * g->es : 0);
+    out->grads = f32;
+    out->optimizer = 2 * f32;
+    out->activations = g->act_bytes;
+}
+
+/* ---- precision ----------------------------------------------------------------------------- */
+
+static bool is_fp32(const gpt2 *g) { return g->opts.precision == DDP_FP32; }
+
+/* Where an fp32 op writes what a linear then reads in p: dst itself in fp32, else the scratch
+ * (cast into dst by to_p). */
+static float *out_f32(gpt2 *g, void *dst) { return is_fp32(g) ? dst : g->a.scratch; }
+
+/* dst (n, in p) = src (fp32) for 16-bit; nothing in fp32 (src is dst). */
+static ddp_status to_p(gpt2 *g, void *dst, const float *src, size_t n)
+{
+    if (is_fp32(g))
+        return DDP_OK;
+    return g->ops->cast(g->ops, g->opts.precision, dst, DDP_FP32, src, n);
+}
+
+/* src (fp32) as a linear reads it: itself in fp32, else cast into buf_p. */
+static ddp_status as_p(gpt2 *g, const float *src, void *buf_p, size_t n, const void **out)
+{
+    *out = is_fp32(g) ? (const void *)src : buf_p;
+    return to_p(g, buf_p, src, n);
+}
+
+/* The matmul weights in p, refreshed after the parameters changed. */
+static ddp_status refresh_cparams(gpt2 *g)
+{
+    if (is_fp32(g) || !g->cparams_stale)
+        return DDP_OK;
+    TRY_OK(g->ops->cast(g->ops, g->opts.precision, g->cparams, DDP_FP32, g->params,
+                        g->numel_total));
+    g->cparams_stale = false;
+    return DDP_OK;
+}
+
+/* ---- forward ------------------------------------------------------------------------------- */
+
+/* Layer l's slice of an fp32 per-layer activation of per_row floats per row. */
+static float *at_f(const gpt2 *g, float *base, int l, size_t per_row)
+{
+    return base + (size_t)l * g->opts.max_batch * g->opts.seq * per_row;
+}
+
+/* The same for an activation in p. */
+static void *at_p(const gpt2 *g, void *base, int l, size_t per_row)
+{
+    return (char *)base + (size_t)l * g->opts.max_batch * g->opts.seq * per_row * g->es;
+}
+
+/* y (rows, out) fp32 = x (rows, in; in p) W^T + b for weight tensor t (bias t + 1) of layer l. */
+static ddp_status linear_fwd(gpt2 *g, int t, int l, const void *x, int in, int out, float *y)
+{
+    return g->ops->linear_fwd(g->ops, g->opts.precision, x, cweight(g, t, l), param(g, t + 1, l),
+                              g->B * g->T, in, out, y, true);
+}
+
+/* ln_1, attention, attn.c_proj and the residual add of layer l. */
+static ddp_status attn_fwd(gpt2 *g, int l, const float *residual)
+{
+    const ops_handle *o = g->ops;
+    gpt2_acts *a = &g->a;
+    int rows = g->B * g->T, C = g->cfg.channels, NH = g->cfg.heads;
+    size_t n = (size_t)rows * C;
+    void *ln1 = at_p(g, a->ln1, l, C), *atty = at_p(g, a->atty, l, C);
+    float *qkv = at_f(g, a->qkv, l, 3 * (size_t)C), *h = out_f32(g, ln1);
+    TRY_OK(o->layernorm_fwd(o, h, at_f(g, a->ln1_mean, l, 1), at_f(g, a->ln1_rstd, l, 1), residual,
+                            param(g, T_LN1W, l), param(g, T_LN1B, l), rows, C));
+    TRY_OK(to_p(g, ln1, h, n));
+    TRY_OK(linear_fwd(g, T_QKVW, l, ln1, C, 3 * C, qkv));
+    h = out_f32(g, atty);
+    TRY_OK(o->attention_fwd(o, h, at_f(g, a->att, l, (size_t)NH * g->opts.seq), qkv, g->B, g->T,
+                            C, NH));
+    TRY_OK(to_p(g, atty, h, n));
+    TRY_OK(linear_fwd(g, T_ATTPROJW, l, atty, C, C, a->proj));
+    return o->add(o, at_f(g, a->residual2, l, C), residual, a->proj, n);
+}
+
+/* ln_2, the MLP and the residual add of layer l. */
+static ddp_status mlp_fwd(gpt2 *g, int l)
+{
+    const ops_handle *o = g->ops;
+    gpt2_acts *a = &g->a;
+    int rows = g->B * g->T, C = g->cfg.channels;
+    size_t n = (size_t)rows * C;
+    float *res2 = at_f(g, a->residual2, l, C), *fch = at_f(g, a->fch, l, 4 * (size_t)C);
+    void *ln2 = at_p(g, a->ln2, l, C), *gelu = at_p(g, a->fch_gelu, l, 4 * (size_t)C);
+    float *h = out_f32(g, ln2);
+    TRY_OK(o->layernorm_fwd(o, h, at_f(g, a->ln2_mean, l, 1), at_f(g, a->ln2_rstd, l, 1), res2,
+                            param(g, T_LN2W, l), param(g, T_LN2B, l), rows, C));
+    TRY_OK(to_p(g, ln2, h, n));
+    TRY_OK(linear_fwd(g, T_FCW, l, ln2, C, 4 * C, fch));
+    h = out_f32(g, gelu);
+    TRY_OK(o->gelu_fwd(o, h, fch, 4 * n));
+    TRY_OK(to_p(g, gelu, h, 4 * n));
+    TRY_OK(linear_fwd(g, T_FCPROJW, l, gelu, 4 * C, C, a->proj));
+    return o->add(o, at_f(g, a->residual3, l, C), res2, a->proj, n);
+}
+
+/* ln_f and the LM head (logits = lnf wte^T, the zero bias). */
+static ddp_status head_fwd(gpt2 *g)
+{
+    const ops_handle *o = g->ops;
+    gpt2_acts *a = &g->a;
+    int rows = g->B * g->T, C = g->cfg.channels, L = g->cfg.layers;
+    float *h = out_f32(g, a->lnf);
+    TRY_OK(o->layernorm_fwd(o, h, a->lnf_mean, a->lnf_rstd, at_f(g, a->residual3, L - 1, C),
+                            param(g, T_LNFW, 0), param(g, T_LNFB, 0), rows, C));
+    TRY_OK(to_p(g, a->lnf, h, (size_t)rows * C));
+    return o->linear_fwd(o, g->opts.precision, a->lnf, cweight(g, T_WTE, 0), a->zero_bias, rows, C,
+                         g->cfg.padded_vocab, a->logits, true);
+}
+
+static ddp_status layers_fwd(gpt2 *g, const int *tokens)
+{
+    const ops_handle *o = g->ops;
+    int C = g->cfg.channels;
+    size_t n_tok = (size_t)g->B * g->T;
+    TRY_OK(ddp_copy(g->ctx, g->a.tokens, tokens, n_tok * sizeof(int)));
+    TRY_OK(o->encoder_fwd(o, g->a.encoded, g->a.tokens, param(g, T_WTE, 0), param(g, T_WPE, 0),
+                          g->B, g->T, C));
+    const float *residual = g->a.encoded;
+    for (int l = 0; l < g->cfg.layers; l++) {
+        ddp_trace_begin("forward.layer", l);
+        TRY_OK(attn_fwd(g, l, residual));
+        TRY_OK(mlp_fwd(g, l));
+        ddp_trace_end("forward.layer", l);
+        residual = at_f(g, g->a.residual3, l, C);
+    }
+    return head_fwd(g);
+}
+
+/* Whether the model's buffers are host memory (then the inputs can be checked). */
+static bool host_memory(const gpt2 *g)
+{
+    return !g->ctx || ddp_backend(g->ctx) == DDP_BACKEND_CPU;
+}
+
+/* DDP_ERR_INVALID_ARG (logged) when host memory holds a token outside [0, V). */
+static ddp_status check_tokens(const gpt2 *g, const int *x, size_t n, const char *what)
+{
+    for (size_t i = 0; x && host_memory(g) && i < n; i++) {
+        if (x[i] < 0 || x[i] >= g->cfg.vocab) {
+            DDP_ERROR("gpt2_forward: %s[%zu] = %d outside [0, %d)", what, i, x[i], g->cfg.vocab);
+            return DDP_ERR_INVALID_ARG;
+        }
+    }
+    return DDP_OK;
+}
+
+static ddp_status check_batch(const gpt2 *g, const int *tokens, const int *targets, int B, int T)
+{
+    if (!tokens || B < 1 || B > g->opts.max_batch || T < 1 || T > g->opts.seq) {
+        DDP_ERROR("gpt2_forward: batch %d x %d outside [1, %d] x [1, %d] or no tokens", B, T,
+                  g->opts.max_batch, g->opts.seq);
+        return DDP_ERR_INVALID_ARG;
+    }
+    TRY_OK(check_tokens(g, tokens, (size_t)B * T, "tokens"));
+    return check_tokens(g, targets, (size_t)B * T, "targets");
+}
+
+/* The cross-entropy (and, for backward, the logits' gradient in place); the mean loss added to
+ * loss_acc as the column sum of the losses scaled by 1 / rows. */
+static ddp_status loss_fwd(gpt2 *g, const int *targets, float *loss_acc, bool for_backward)
+{
+    const ops_handle *o = g->ops;
+    int rows = g->B * g->T;
+    float inv = 1.0f / (float)rows;
+    TRY_OK(o->xent_fwd_bwd(o, for_backward ? g->a.logits : NULL, g->a.losses, g->a.logits,
+                           targets, rows, g->cfg.vocab, g->cfg.padded_vocab, inv));
+    if (!loss_acc)
+        return DDP_OK;
+    TRY_OK(o->scale(o, g->a.losses, (size_t)rows, inv));
+    return o->bias_grad(o, loss_acc, g->a.losses, rows, 1);
+}
+
+ddp_status gpt2_forward(gpt2 *g, const int *tokens, const int *targets, int B, int T,
+                        float *loss_acc, bool for_backward)
+{
+    g->pending = false;
+    TRY_OK(check_batch(g, tokens, targets, B, T));
+    TRY_OK(refresh_cparams(g));
+    g->B = B;
+    g->T = T;
+    TRY_OK(layers_fwd(g, tokens));
+    if (!targets)
+        return DDP_OK;
+    TRY_OK(loss_fwd(g, targets, loss_acc, for_backward));
+    g->pending = for_backward;
+    return DDP_OK;
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
+
+/* Marks tensor t's slice of layer l ready on r (when not NULL). */
+static ddp_status mark(gpt2 *g, ddp_reducer *r, int t, int l)
+{
+    return r ? ddp_reducer_mark_ready(r, slice(g, t, l)) : DDP_OK;
+}
+
+/* Backward of the linear with weight tensor t (bias t + 1) of layer l, input x (rows, in; in p),
+ * output gradient dy (rows, out; fp32): the bias gradient (marked), the weight gradient (marked),
+ * then dx (rows, in; fp32) = dy W. */
+static ddp_status linear_bwd(gpt2 *g, ddp_reducer *r, int t, int l, const void *x,
+                             const float *dy, int in, int out, float *dx)
+{
+    const ops_handle *o = g->ops;
+    ddp_dtype p = g->opts.precision;
+    int rows = g->B * g->T;
+    const void *dyp;
+    TRY_OK(as_p(g, dy, g->d.dy_c, (size_t)rows * out, &dyp));
+    TRY_OK(o->linear_bwd_params(o, p, x, dyp, rows, in, out, NULL, grad(g, t + 1, l), true));
+    TRY_OK(mark(g, r, t + 1, l));
+    TRY_OK(o->linear_bwd_params(o, p, x, dyp, rows, in, out, grad(g, t, l), NULL, true));
+    TRY_OK(mark(g, r, t, l));
+    void *dxp = is_fp32(g) ? (void *)dx : g->d.dx_c;
+    TRY_OK(o->linear_bwd_input(o, p, cweight(g, t, l), dyp, rows, in, out, dxp));
+    return is_fp32(g) ? DDP_OK : o->cast(o, DDP_FP32, dx, p, dxp, (size_t)rows * in);
+}
+
+/* LayerNorm backward of tensor t (weight; bias t + 1) of layer l: ADDS into dresidual. */
+static ddp_status ln_bwd(gpt2 *g, ddp_reducer *r, int t, int l, const float *x, const float *mean,
+                         const float *rstd)
+{
+    const ops_handle *o = g->ops;
+    TRY_OK(o->layernorm_bwd(o, g->d.dresidual, grad(g, t, l), grad(g, t + 1, l), g->d.dln, x,
+                            param(g, t, l), mean, rstd, g->B * g->T, g->cfg.channels));
+    TRY_OK(mark(g, r, t + 1, l));
+    return mark(g, r, t, l);
+}
+
+/* The MLP of layer l, then ln_2: dresidual becomes the gradient of residual2. */
+static ddp_status mlp_bwd(gpt2 *g, ddp_reducer *r, int l)
+{
+    gpt2_acts *a = &g->a;
+    gpt2_dacts *d = &g->d;
+    int C = g->cfg.channels;
+    size_t n4 = (size_t)g->B * g->T * 4 * C;
+    float *fch = at_f(g, a->fch, l, 4 * (size_t)C);
+    TRY_OK(linear_bwd(g, r, T_FCPROJW, l, at_p(g, a->fch_gelu, l, 4 * (size_t)C), d->dresidual,
+                      4 * C, C, d->dfch));
+    TRY_OK(g->ops->gelu_bwd(g->ops, d->dfch, fch, d->dfch, n4));
+    TRY_OK(linear_bwd(g, r, T_FCW, l, at_p(g, a->ln2, l, C), d->dfch, C, 4 * C, d->dln));
+    return ln_bwd(g, r, T_LN2W, l, at_f(g, a->residual2, l, C), at_f(g, a->ln2_mean, l, 1),
+                  at_f(g, a->ln2_rstd, l, 1));
+}
+
+/* The attention of layer l, then ln_1: dresidual becomes the gradient of the layer's input. */
+static ddp_status attn_bwd(gpt2 *g, ddp_reducer *r, int l)
+{
+    gpt2_acts *a = &g->a;
+    gpt2_dacts *d = &g->d;
+    int C = g->cfg.channels, NH = g->cfg.heads;
+    float *qkv = at_f(g, a->qkv, l, 3 * (size_t)C);
+    const float *input = l ? at_f(g, a->residual3, l - 1, C) : a->encoded;
+    TRY_OK(linear_bwd(g, r, T_ATTPROJW, l, at_p(g, a->atty, l, C), d->dresidual, C, C, d->datty));
+    TRY_OK(g->ops->attention_bwd(g->ops, d->dqkv, d->datt, d->datty, qkv,
+                                 at_f(g, a->att, l, (size_t)NH * g->opts.seq), g->B, g->T, C, NH));
+    TRY_OK(linear_bwd(g, r, T_QKVW, l, at_p(g, a->ln1, l, C), d->dqkv, C, 3 * C, d->dln));
+    return ln_bwd(g, r, T_LN1W, l, input, at_f(g, a->ln1_mean, l, 1), at_f(g, a->ln1_rstd, l, 1));
+}
+
+/* The LM head's part of wte's gradient (wte is marked after the encoder's part), then ln_f:
+ * dresidual becomes the gradient of the last layer's output. */
+static ddp_status head_bwd(gpt2 *g, ddp_reducer *r, float loss_scale)
+{
+    const ops_handle *o = g->ops;
+    ddp_dtype p = g->opts.precision;
+    int rows = g->B * g->T, C = g->cfg.channels, Vp = g->cfg.padded_vocab;
+    size_t n = (size_t)rows * Vp;
+    const void *dlogits;
+    if (loss_scale != 1.0f)
+        TRY_OK(o->scale(o, g->a.logits, n, loss_scale));
+    TRY_OK(as_p(g, g->a.logits, g->d.dlogits_c, n, &dlogits));
+    TRY_OK(o->linear_bwd_params(o, p, g->a.lnf, dlogits, rows, C, Vp, grad(g, T_WTE, 0), NULL,
+                                true));
+    void *dxp = is_fp32(g) ? (void *)g->d.dln : g->d.dx_c;
+    TRY_OK(o->linear_bwd_input(o, p, cweight(g, T_WTE, 0), dlogits, rows, C, Vp, dxp));
+    if (!is_fp32(g))
+        TRY_OK(o->cast(o, DDP_FP32, g->d.dln, p, dxp, (size_t)rows * C));
+    TRY_OK(ddp_zero(g->ctx, g->d.dresidual, (size_t)rows * C * sizeof(float)));
+    return ln_bwd(g, r, T_LNFW, 0, at_f(g, g->a.residual3, g->cfg.layers - 1, C), g->a.lnf_mean,
+                  g->a.lnf_rstd);
+}
+
+ddp_status gpt2_backward(gpt2 *g, ddp_reducer *r, float loss_scale)
+{
+    if (!g->pending) {
+        DDP_ERROR("gpt2_backward: no forward pass with targets for backward to differentiate");
+        return DDP_ERR_STATE;
+    }
+    g->pending = false;
+    TRY_OK(head_bwd(g, r, loss_scale));
+    for (int l = g->cfg.layers - 1; l >= 0; l--) {
+        ddp_trace_begin("backward.layer", l);
+        TRY_OK(mlp_bwd(g, r, l));
+        TRY_OK(attn_bwd(g, r, l));
+        ddp_trace_end("backward.layer", l);
+    }
+    TRY_OK(g->ops->encoder_bwd(g->ops, grad(g, T_WTE, 0), grad(g, T_WPE, 0), g->d.dresidual,
+                               g->a.tokens, g->B, g->T, g->cfg.channels));
+    TRY_OK(mark(g, r, T_WPE, 0));
+    return mark(g, r, T_WTE, 0);
+}
+
+ddp_status gpt2_zero_grad(gpt2 *g)
+{
+    return ddp_zero(g->ctx, g->grads, g->numel_total * sizeof(float));
+}
+
+/* ---- optimizer ----------------------------------------------------------------------------- */
+
+/* One adamw_step per run of contiguous slices with the same decay flag (12 runs: the layout
+ * alternates weights and vectors). */
+ddp_status gpt2_adamw_step(gpt2 *g, float lr, float beta1, float beta2, float eps,
+                           float weight_decay, int t, float grad_scale)
+{
+    if (t < 1) {
+        DDP_ERROR("gpt2_adamw_step: step %d (the first is 1)", t);
+        return DDP_ERR_INVALID_ARG;
+    }
+    g->cparams_stale = true;
+    for (int i = 0, j; i < g->n_params; i = j) {
+        bool decay = gpt2_param_decays(g, i);
+        for (j = i + 1; j < g->n_params && gpt2_param_decays(g, j) == decay; j++)
+            ;
+        size_t off = g->offset[i], n = g->offset[j - 1] + g->numel[j - 1] - off;
+        TRY_OK(g->ops->adamw_step(g->ops, g->params + off, g->adam_m + off, g->adam_v + off,
+                                  g->grads + off, n, lr, beta1, beta2, eps,
+                                  decay ? weight_decay : 0.0f, t, grad_scale));
+    }
+    return DDP_OK;
+}

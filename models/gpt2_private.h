@@ -1,0 +1,19 @@
+/* gpt2_private.h - what gpt2.c shares with gpt2_llmc.c (llm.c's model files): the model's
+ * context and the llm.c header's fields. Private to models/.
+ */
+#ifndef GPT2_PRIVATE_H
+#define GPT2_PRIVATE_H
+
+#include "gpt2.h"
+
+#define GPT2_LLMC_MAGIC 20240326
+#define GPT2_LLMC_FP32 3 /* header version of fp32 parameters */
+#define GPT2_LLMC_BF16 5 /* header version of bf16 parameters */
+#define GPT2_LLMC_HEADER 256 /* int32 words */
+
+/* The context whose memory holds the model's buffers (NULL: host memory). */
+ddp_ctx *gpt2_ctx(const gpt2 *g);
+/* The fp32 parameters for reading (gpt2_params marks the 16-bit copy stale). */
+const float *gpt2_params_const(const gpt2 *g);
+
+#endif /* GPT2_PRIVATE_H */

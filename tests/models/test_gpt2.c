@@ -1,0 +1,505 @@
+/* test_gpt2.c - the GPT-2 model (gpt2.h) on the CPU ops: parameter table and seeded init, the
+ * loss at init, gradients against central differences, batch consistency, llm.c's model files,
+ * AdamW's decay split, the reducer's marks, and training on a fixed batch in fp32, bf16 and fp16
+ * (with loss scaling).
+ */
+#include <string.h>
+#include <unistd.h>
+
+#include "gpt2.h"
+#include "half.h"
+#include "math_shared.h"
+#include "testutil.h"
+
+enum { B = 2, T = 16 };
+
+/* A tiny GPT-2: 2 layers, 4 heads, 64 channels, maxT 16, vocabulary v. */
+static gpt2_config tiny(int v)
+{
+    return (gpt2_config){.max_seq = T, .vocab = v, .layers = 2, .heads = 4, .channels = 64};
+}
+
+static gpt2 *make(const ops_handle *ops, gpt2_config cfg, ddp_dtype p, uint64_t seed)
+{
+    gpt2_opts o = {.max_batch = B, .seq = T, .precision = p, .seed = seed};
+    gpt2 *g = NULL;
+    CHECK(gpt2_create(NULL, ops, &cfg, &o, &g) == DDP_OK, "gpt2_create");
+    return g;
+}
+
+/* A batch of tokens and targets in [0, v): targets are the next tokens of a random sequence. */
+static void make_batch(int v, uint64_t seed, int *tokens, int *targets)
+{
+    test_rng r = {seed};
+    int seq[B * T + 1];
+    for (int i = 0; i <= B * T; i++)
+        seq[i] = (int)(test_uniform(&r) * v);
+    for (int i = 0; i < B * T; i++) {
+        tokens[i] = seq[i];
+        targets[i] = seq[i + 1];
+    }
+}
+
+/* The mean loss of a forward pass (without backward). */
+static double loss_of(gpt2 *g, const int *tokens, const int *targets, int b)
+{
+    float loss = 0.0f;
+    CHECK(gpt2_forward(g, tokens, targets, b, T, &loss, false) == DDP_OK, "forward");
+    return loss;
+}
+
+/* ---- layout and init ----------------------------------------------------------------------- */
+
+static void check_layout(const ops_handle *ops)
+{
+    gpt2_config cfg = tiny(100);
+    gpt2 *g = make(ops, cfg, DDP_FP32, 1);
+    if (!g)
+        return;
+    const ddp_param_desc *d = gpt2_descs(g);
+    int n = gpt2_n_params(g), vp = gpt2_cfg(g)->padded_vocab;
+    CHECK(vp == 128, "padded vocab %d, want 128", vp);
+    CHECK(n == 4 + 12 * 2, "%d parameter slices, want 28", n);
+    CHECK(strcmp(d[0].name, "wte.weight") == 0 && strcmp(d[1].name, "wpe.weight") == 0, "embeddings");
+    CHECK(strcmp(d[2].name, "h.0.ln_1.weight") == 0 && strcmp(d[3].name, "h.1.ln_1.weight") == 0,
+          "tensor-major slices: %s, %s", d[2].name, d[3].name);
+    CHECK(strcmp(d[6].name, "h.0.attn.c_attn.weight") == 0 && d[6].shape[0] == 192 &&
+          d[6].shape[1] == 64, "c_attn weight (3C, C)");
+    CHECK(strcmp(d[24].name, "h.0.mlp.c_proj.bias") == 0, "%s", d[24].name);
+    CHECK(strcmp(d[n - 1].name, "ln_f.bias") == 0, "last slice %s", d[n - 1].name);
+    size_t sum = 0;
+    for (int i = 0; i < n; i++) {
+        sum += gpt2_numel(g)[i];
+        bool two_d = d[i].n_dims == 2;
+        CHECK(gpt2_param_decays(g, i) == two_d, "%s decays iff 2-D", d[i].name);
+    }
+    CHECK(sum == gpt2_numel_total(g), "slices cover the buffer");
+    CHECK(sum == gpt2_config_n_params(&cfg) + (size_t)(vp - 100) * 64, "numel %zu", sum);
+    gpt2_config d12;
+    CHECK(gpt2_config_preset("d12", &d12) == DDP_OK && gpt2_config_n_params(&d12) == 124439808,
+          "d12 has GPT-2's 124,439,808 parameters");
+    gpt2_config bad = tiny(100);
+    bad.heads = 5;
+    CHECK(gpt2_config_check(&bad) == DDP_ERR_INVALID_ARG, "64 channels in 5 heads refused");
+    gpt2_memory mem;
+    gpt2_memory_get(g, &mem);
+    CHECK(mem.params == sum * 4 && mem.grads == sum * 4 && mem.optimizer == sum * 8 &&
+          mem.activations > 0, "memory split");
+    gpt2_destroy(g);
+}
+
+/* Mean and standard deviation of x[0..n). */
+static void stats(const float *x, size_t n, double *mean, double *std)
+{
+    double s = 0.0, s2 = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        s += x[i];
+        s2 += (double)x[i] * x[i];
+    }
+    *mean = s / (double)n;
+    *std = sqrt(s2 / (double)n - *mean * *mean);
+}
+
+static void check_init_values(gpt2 *g)
+{
+    const float *w = gpt2_params(g);
+    const size_t *numel = gpt2_numel(g);
+    size_t off = 0, real = 100 * 64;
+    double mean, std;
+    stats(w, real, &mean, &std);
+    CHECK(fabs(mean) < 0.002 && fabs(std - 0.02) < 0.001, "wte N(0, 0.02): %g, %g", mean, std);
+    for (size_t e = real; e < numel[0]; e++)
+        CHECK(w[e] == 0.0f, "padding row element %zu is %g", e, (double)w[e]);
+    for (int i = 0; i < gpt2_n_params(g); i++, off += numel[i - 1]) {
+        const char *name = gpt2_descs(g)[i].name;
+        stats(w + off, numel[i], &mean, &std);
+        if (strstr(name, "c_proj.weight"))
+            CHECK(fabs(std - 0.01) < 0.001, "%s: std %g, want 0.02 / sqrt(4)", name, std);
+        else if (strstr(name, "ln_") && strstr(name, "weight"))
+            CHECK(mean == 1.0 && std == 0.0, "%s is ones", name);
+        else if (strstr(name, "bias"))
+            CHECK(mean == 0.0 && std == 0.0, "%s is zeros", name);
+        else if (i > 0)
+            CHECK(fabs(std - 0.02) < 0.002, "%s: std %g, want 0.02", name, std);
+    }
+}
+
+/* The same seed gives the same values on 1 and 2 threads; another seed others. */
+static void check_init(void)
+{
+    ops_handle *one = NULL, *two = NULL;
+    CHECK(ops_cpu_open(NULL, 1, false, &one) == DDP_OK && ops_cpu_open(NULL, 2, false, &two) ==
+          DDP_OK, "ops");
+    gpt2 *a = make(one, tiny(100), DDP_FP32, 7), *b = make(two, tiny(100), DDP_FP32, 7);
+    gpt2 *c = make(one, tiny(100), DDP_FP32, 8);
+    if (a && b && c) {
+        size_t n = gpt2_numel_total(a);
+        CHECK(memcmp(gpt2_params(a), gpt2_params(b), n * sizeof(float)) == 0, "same seed, same init");
+        CHECK(memcmp(gpt2_params(a), gpt2_params(c), n * sizeof(float)) != 0, "seeds differ");
+        check_init_values(a);
+    }
+    gpt2_destroy(a);
+    gpt2_destroy(b);
+    gpt2_destroy(c);
+    ops_close(one);
+    ops_close(two);
+}
+
+/* With GPT-2's vocabulary and weights of std 0.02, the logits are nearly equal: ln(V) (their
+ * std is about 0.16, so the mean target logit of 32 positions varies by about 0.03). */
+static void check_init_loss(const ops_handle *ops)
+{
+    gpt2 *g = make(ops, tiny(GPT2_VOCAB), DDP_FP32, 3);
+    if (!g)
+        return;
+    int tokens[B * T], targets[B * T];
+    make_batch(GPT2_VOCAB, 11, tokens, targets);
+    double loss = loss_of(g, tokens, targets, B);
+    fprintf(stderr, "loss at init %.4f, ln V %.4f\n", loss, log(GPT2_VOCAB));
+    CHECK(fabs(loss - log(GPT2_VOCAB)) < 0.1, "loss at init %g, want ln V = 10.825", loss);
+    gpt2_destroy(g);
+}
+
+/* ---- gradients ----------------------------------------------------------------------------- */
+
+/* The loss at w + t u for slice values w (n) and direction u: w is restored after. */
+static double loss_along(gpt2 *g, float *w, const float *u, size_t n, float t, const int *tokens,
+                         const int *targets)
+{
+    float *save = test_floats(n);
+    memcpy(save, w, n * sizeof(float));
+    for (size_t e = 0; e < n; e++)
+        w[e] += t * u[e];
+    gpt2_params(g); /* the values changed: the model refreshes what it derives from them */
+    double loss = loss_of(g, tokens, targets, B);
+    memcpy(w, save, n * sizeof(float));
+    free(save);
+    return loss;
+}
+
+/* d/dt L(w + t u) at 0 by the five-point central difference (truncation O(h^4)). */
+static double central(gpt2 *g, float *w, const float *u, size_t n, float h, const int *tokens,
+                      const int *targets)
+{
+    double d1 = loss_along(g, w, u, n, h, tokens, targets) -
+                loss_along(g, w, u, n, -h, tokens, targets);
+    double d2 = loss_along(g, w, u, n, 2 * h, tokens, targets) -
+                loss_along(g, w, u, n, -2 * h, tokens, targets);
+    return (8.0 * d1 - d2) / (12.0 * h);
+}
+
+/* Each parameter slice's gradient g against finite differences along a random direction u of
+ * +-1 entries: g.u = d/dt L(w + t u). One direction covers every element of the slice, and g.u
+ * (about |g| sqrt(n)) stands far above the float noise of the loss (about 4.6, rounded to 5e-7 and
+ * summed over 32 positions: about 1e-6), which the five-point quotient at h = 4e-3 divides by
+ * 12h / 18: about 2e-4. Measured: every slice within 0.4 of the tolerance 4e-4 + 0.5 % |g.u|. */
+static void check_gradients(const ops_handle *ops)
+{
+    gpt2 *g = make(ops, tiny(100), DDP_FP32, 5);
+    if (!g)
+        return;
+    int tokens[B * T], targets[B * T];
+    make_batch(100, 13, tokens, targets);
+    float loss = 0.0f, h = 4e-3f;
+    CHECK(gpt2_zero_grad(g) == DDP_OK, "zero_grad");
+    CHECK(gpt2_forward(g, tokens, targets, B, T, &loss, true) == DDP_OK, "forward");
+    CHECK(gpt2_backward(g, NULL, 1.0f) == DDP_OK, "backward");
+    CHECK(gpt2_backward(g, NULL, 1.0f) == DDP_ERR_STATE, "a second backward is refused");
+    float *w = gpt2_params(g), *u = test_floats(gpt2_numel_total(g)); /* direction, any slice */
+    test_rng r = {77};
+    size_t off = 0;
+    for (int i = 0; i < gpt2_n_params(g); off += gpt2_numel(g)[i], i++) {
+        size_t n = gpt2_numel(g)[i];
+        double ana = 0.0;
+        for (size_t e = 0; e < n; e++) {
+            u[e] = test_uniform(&r) < 0.5 ? -1.0f : 1.0f;
+            ana += (double)gpt2_grads(g)[off + e] * u[e];
+        }
+        double num = central(g, w + off, u, n, h, tokens, targets);
+        CHECK(fabs(num - ana) <= 4e-4 + 5e-3 * fabs(ana),
+              "%s: g.u %.6g, central difference %.6g", gpt2_descs(g)[i].name, ana, num);
+    }
+    free(u);
+    gpt2_destroy(g);
+}
+
+/* backward ADDS d(loss_scale * loss): a pass with scale 1 and one with scale 4, without zeroing
+ * in between, give 5 times a single pass's gradients (a power of two scales exactly; what is left
+ * is the rounding of the sums: 1e-5 relative, 1e-7 absolute for entries that cancel, as wte's
+ * rows of the head's GEMM do). */
+static void check_accumulation(const ops_handle *ops)
+{
+    gpt2 *g = make(ops, tiny(100), DDP_FP32, 6);
+    if (!g)
+        return;
+    int tokens[B * T], targets[B * T];
+    make_batch(100, 15, tokens, targets);
+    size_t n = gpt2_numel_total(g);
+    float *once = test_floats(n);
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass != 2)
+            CHECK(gpt2_zero_grad(g) == DDP_OK, "zero_grad");
+        CHECK(gpt2_forward(g, tokens, targets, B, T, NULL, true) == DDP_OK, "forward");
+        CHECK(gpt2_backward(g, NULL, pass == 2 ? 4.0f : 1.0f) == DDP_OK, "backward");
+        if (pass == 0)
+            for (size_t i = 0; i < n; i++)
+                once[i] = 5.0f * gpt2_grads(g)[i];
+    }
+    CHECK(test_compare("accumulated", gpt2_grads(g), once, n, 1e-7, 1e-5) == 0,
+          "1 x + 4 x the gradient");
+    free(once);
+    gpt2_destroy(g);
+}
+
+/* Two sequences in one batch give each one's logits and the mean of their losses. */
+static void check_batch_consistency(const ops_handle *ops)
+{
+    gpt2 *g = make(ops, tiny(100), DDP_FP32, 9);
+    if (!g)
+        return;
+    int tokens[B * T], targets[B * T];
+    make_batch(100, 17, tokens, targets);
+    size_t nl = (size_t)T * gpt2_cfg(g)->padded_vocab;
+    float *both = test_floats(2 * nl);
+    CHECK(gpt2_forward(g, tokens, NULL, B, T, NULL, false) == DDP_OK, "forward B=2");
+    memcpy(both, gpt2_logits(g), 2 * nl * sizeof(float));
+    double l2 = loss_of(g, tokens, targets, B), l1 = 0.0;
+    for (int s = 0; s < B; s++) {
+        CHECK(gpt2_forward(g, tokens + s * T, NULL, 1, T, NULL, false) == DDP_OK, "forward B=1");
+        CHECK(test_compare("logits", gpt2_logits(g), both + s * nl, nl, 1e-5, 1e-4) == 0,
+              "sequence %d alone", s);
+        l1 += loss_of(g, tokens + s * T, targets + s * T, 1) / B;
+    }
+    CHECK_CLOSE(l1, l2, 1e-5, 1e-5, "mean of the B=1 losses");
+    free(both);
+    gpt2_destroy(g);
+}
+
+/* ---- llm.c files --------------------------------------------------------------------------- */
+
+static void write_bytes(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(p, 1, n, f) == n, "write %s", path);
+    if (f)
+        fclose(f);
+}
+
+/* Damaged and mismatched files fail with the documented status, the model unchanged. */
+static void check_llmc_errors(const ops_handle *ops, gpt2 *g, const char *path)
+{
+    char bad[256];
+    snprintf(bad, sizeof bad, "%s.bad", path);
+    gpt2_config cfg;
+    CHECK(gpt2_llmc_read_config("/nonexistent/model.bin", &cfg) == DDP_ERR_IO, "missing file");
+    int32_t h[256] = {20240326, 4};
+    write_bytes(bad, h, sizeof h);
+    CHECK(gpt2_llmc_read_config(bad, &cfg) == DDP_ERR_FORMAT, "version 4 refused");
+    h[0] = 1234;
+    write_bytes(bad, h, sizeof h);
+    CHECK(gpt2_llmc_read_config(bad, &cfg) == DDP_ERR_FORMAT, "bad magic refused");
+    int32_t good[256] = {20240326, 3, T, 100, 2, 4, 64, 128};
+    write_bytes(bad, good, sizeof good); /* a header without parameters */
+    float before = gpt2_params(g)[5];
+    CHECK(gpt2_llmc_load(g, bad) == DDP_ERR_FORMAT && gpt2_params(g)[5] == before, "truncated");
+    gpt2 *other = make(ops, (gpt2_config){.max_seq = T, .vocab = 100, .layers = 1, .heads = 4,
+                                          .channels = 64}, DDP_FP32, 1);
+    CHECK(other && gpt2_llmc_load(other, path) == DDP_ERR_MISMATCH, "1 layer vs 2 refused");
+    CHECK(gpt2_llmc_save(g, bad, DDP_FP16) == DDP_ERR_INVALID_ARG, "fp16 files refused");
+    gpt2_destroy(other);
+    remove(bad);
+}
+
+/* fp32 save then load is exact; a bf16 file holds the values rounded to nearest even. */
+static void check_llmc(const ops_handle *ops)
+{
+    char path[] = "/tmp/test_gpt2_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    close(fd);
+    gpt2 *a = make(ops, tiny(100), DDP_FP32, 21), *b = make(ops, tiny(100), DDP_FP32, 22);
+    if (a && b) {
+        size_t n = gpt2_numel_total(a);
+        gpt2_config cfg;
+        CHECK(gpt2_llmc_save(a, path, DDP_FP32) == DDP_OK, "save fp32");
+        CHECK(gpt2_llmc_read_config(path, &cfg) == DDP_OK && cfg.layers == 2 && cfg.vocab == 100
+              && cfg.padded_vocab == 128 && cfg.channels == 64 && cfg.max_seq == T, "config");
+        CHECK(gpt2_llmc_load(b, path) == DDP_OK, "load fp32");
+        CHECK(memcmp(gpt2_params(a), gpt2_params(b), n * sizeof(float)) == 0, "fp32 round trip");
+        CHECK(gpt2_llmc_save(a, path, DDP_BF16) == DDP_OK && gpt2_llmc_load(b, path) == DDP_OK,
+              "bf16 save and load");
+        int wrong = 0;
+        for (size_t i = 0; i < n; i++)
+            wrong += gpt2_params(b)[i] != half_bf16_to_f32(half_f32_to_bf16(gpt2_params(a)[i]));
+        CHECK(wrong == 0, "%d values not rounded to bf16", wrong);
+        check_llmc_errors(ops, a, path);
+    }
+    gpt2_destroy(a);
+    gpt2_destroy(b);
+    remove(path);
+}
+
+/* ---- AdamW --------------------------------------------------------------------------------- */
+
+/* With zero gradients a step only decays: the 2-D weights by (1 - lr wd), the rest not at all.
+ * Then a step with gradients matches adamw_update element by element. */
+static void check_adamw(const ops_handle *ops)
+{
+    gpt2 *g = make(ops, tiny(100), DDP_FP32, 31);
+    if (!g)
+        return;
+    size_t n = gpt2_numel_total(g), off = 0;
+    float *w0 = test_floats(n);
+    memcpy(w0, gpt2_params(g), n * sizeof(float));
+    CHECK(gpt2_zero_grad(g) == DDP_OK && gpt2_adamw_step(g, 0.1f, 0.9f, 0.95f, 1e-8f, 0.5f, 1,
+                                                          1.0f) == DDP_OK, "adamw");
+    for (int i = 0; i < gpt2_n_params(g); off += gpt2_numel(g)[i], i++) {
+        float f = gpt2_param_decays(g, i) ? 1.0f - 0.1f * 0.5f : 1.0f;
+        int bad = 0;
+        for (size_t e = 0; e < gpt2_numel(g)[i]; e++)
+            bad += fabsf(gpt2_params(g)[off + e] - f * w0[off + e]) > 1e-7f;
+        CHECK(bad == 0, "%s after a step with zero gradients", gpt2_descs(g)[i].name);
+    }
+    test_rng r = {5};
+    test_fill(&r, gpt2_grads(g), n, -1.0, 1.0);
+    float *w = w0, *m = test_floats(n), *v = test_floats(n);
+    memcpy(w, gpt2_params(g), n * sizeof(float));
+    memcpy(m, gpt2_adam_m(g), n * sizeof(float));
+    memcpy(v, gpt2_adam_v(g), n * sizeof(float));
+    CHECK(gpt2_adamw_step(g, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 0.5f) == DDP_OK, "adamw t=2");
+    off = 0;
+    for (int i = 0; i < gpt2_n_params(g); off += gpt2_numel(g)[i], i++) {
+        float wd = gpt2_param_decays(g, i) ? 0.1f : 0.0f, bc1 = 1.0f - 0.81f;
+        float bc2 = 1.0f - 0.95f * 0.95f;
+        for (size_t e = off; e < off + gpt2_numel(g)[i]; e++)
+            w[e] = adamw_update(w[e], &m[e], &v[e], gpt2_grads(g)[e], 0.5f, 1e-3f, 0.9f, 0.95f,
+                                1e-8f, wd, bc1, bc2);
+    }
+    CHECK(test_compare("adamw", gpt2_params(g), w, n, 1e-7, 1e-5) == 0, "AdamW against the scalar");
+    CHECK(gpt2_adamw_step(g, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 1.0f) == DDP_ERR_INVALID_ARG,
+          "t = 0 refused");
+    free(w0);
+    free(m);
+    free(v);
+    gpt2_destroy(g);
+}
+
+/* ---- precision and the reducer ----------------------------------------------------------- */
+
+/* bf16 rounds the matmuls' inputs: logits near fp32's (std about 0.16; bf16 keeps 8 bits, so a
+ * logit moves by about 1e-3) but not equal. */
+static void check_bf16_logits(const ops_handle *ops)
+{
+    gpt2 *a = make(ops, tiny(100), DDP_FP32, 51), *b = make(ops, tiny(100), DDP_BF16, 51);
+    int tokens[B * T], targets[B * T];
+    make_batch(100, 23, tokens, targets);
+    if (a && b) {
+        size_t n = (size_t)B * T * gpt2_cfg(a)->padded_vocab;
+        CHECK(gpt2_forward(a, tokens, NULL, B, T, NULL, false) == DDP_OK &&
+              gpt2_forward(b, tokens, NULL, B, T, NULL, false) == DDP_OK, "forward");
+        CHECK(test_compare("bf16 logits", gpt2_logits(b), gpt2_logits(a), n, 2e-2, 0.0) == 0,
+              "bf16 logits near fp32's");
+        CHECK(memcmp(gpt2_logits(a), gpt2_logits(b), n * sizeof(float)) != 0, "bf16 rounds");
+    }
+    gpt2_destroy(a);
+    gpt2_destroy(b);
+}
+
+/* Backward marks every slice exactly once on a one-rank reducer (buckets of 16 KiB: many), whose
+ * average is then the gradient itself. */
+static void check_reducer(void)
+{
+    ddp_init_opts io;
+    ddp_init_opts_default(&io);
+    io.backend = DDP_BACKEND_CPU;
+    io.print_table = 0;
+    ddp_ctx *ctx = NULL;
+    ops_handle *ops = NULL;
+    CHECK(ddp_init(&io, &ctx) == DDP_OK && ops_cpu_open(ctx, 1, false, &ops) == DDP_OK, "init");
+    gpt2_config cfg = tiny(100);
+    gpt2_opts o = {.max_batch = B, .seq = T, .precision = DDP_FP32, .seed = 61};
+    gpt2 *g = NULL;
+    ddp_reducer *r = NULL;
+    ddp_reducer_opts ro;
+    ddp_reducer_opts_default(&ro);
+    ro.bucket_mb = ro.first_bucket_mb = 1.0 / 64;
+    CHECK(ops && gpt2_create(ctx, ops, &cfg, &o, &g) == DDP_OK, "create on a context");
+    CHECK(g && ddp_reducer_create(ctx, gpt2_grads(g), gpt2_numel(g), gpt2_n_params(g), &ro, &r) ==
+          DDP_OK, "reducer");
+    int tokens[B * T], targets[B * T];
+    make_batch(100, 29, tokens, targets);
+    size_t n = g ? gpt2_numel_total(g) : 0;
+    float *plain = test_floats(n);
+    for (int pass = 0; r && pass < 2; pass++) { /* without, then with the reducer */
+        CHECK(gpt2_zero_grad(g) == DDP_OK, "zero_grad");
+        CHECK(gpt2_forward(g, tokens, targets, B, T, NULL, true) == DDP_OK, "forward");
+        CHECK(!pass || ddp_reducer_begin(r, 1) == DDP_OK, "begin");
+        CHECK(gpt2_backward(g, pass ? r : NULL, 1.0f) == DDP_OK, "backward marks each slice once");
+        CHECK(!pass || ddp_reducer_finish(r) == DDP_OK, "every slice marked");
+        if (!pass)
+            memcpy(plain, gpt2_grads(g), n * sizeof(float));
+        else
+            CHECK(test_compare("reduced", gpt2_grads(g), plain, n, 0.0, 0.0) == 0, "1 rank: same");
+    }
+    CHECK(ddp_reducer_n_buckets(r) > 4, "%d buckets", ddp_reducer_n_buckets(r));
+    free(plain);
+    ddp_reducer_destroy(r);
+    gpt2_destroy(g);
+    ops_close(ops);
+    ddp_finalize(ctx);
+}
+
+/* ---- training ------------------------------------------------------------------------------ */
+
+/* 30 AdamW steps on one batch: the model memorises it. The loss is scaled by loss_scale in
+ * backward and the gradients unscaled by the step (fp16's loss scaling). */
+static void check_training(const ops_handle *ops, ddp_dtype p, float loss_scale)
+{
+    gpt2 *g = make(ops, tiny(100), p, 41);
+    if (!g)
+        return;
+    int tokens[B * T], targets[B * T];
+    make_batch(100, 19, tokens, targets);
+    float first = 0.0f, last = 0.0f;
+    for (int s = 1; s <= 30; s++) {
+        float loss = 0.0f;
+        CHECK(gpt2_zero_grad(g) == DDP_OK, "zero_grad");
+        CHECK(gpt2_forward(g, tokens, targets, B, T, &loss, true) == DDP_OK, "forward");
+        CHECK(gpt2_backward(g, NULL, loss_scale) == DDP_OK, "backward");
+        CHECK(gpt2_adamw_step(g, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, s, 1.0f / loss_scale) == DDP_OK,
+              "step");
+        first = s == 1 ? loss : first;
+        last = loss;
+    }
+    const char *name = ddp_dtype_name(p);
+    fprintf(stderr, "%s: loss %.4f -> %.4f in 30 steps\n", name, first, last);
+    CHECK(fabsf(first - logf(100.0f)) < 0.1f, "%s: first loss %g near ln 100", name, first);
+    CHECK(last < 0.5f * first, "%s: loss %g -> %g did not halve", name, first, last);
+    gpt2_destroy(g);
+}
+
+int main(void)
+{
+    ops_handle *ops = NULL;
+    if (ops_cpu_open(NULL, 1, false, &ops) != DDP_OK)
+        return 1;
+    if (ops_require_gpt(ops, "test_gpt2") != DDP_OK) {
+        ops_close(ops);
+        return 1;
+    }
+    check_layout(ops);
+    check_init();
+    check_init_loss(ops);
+    check_gradients(ops);
+    check_accumulation(ops);
+    check_batch_consistency(ops);
+    check_llmc(ops);
+    check_adamw(ops);
+    check_bf16_logits(ops);
+    check_training(ops, DDP_FP32, 1.0f);
+    check_training(ops, DDP_BF16, 1.0f);
+    check_training(ops, DDP_FP16, 1024.0f);
+    ops_close(ops);
+    check_reducer();
+    return CHECK_DONE();
+}
