@@ -336,11 +336,15 @@ static __global__ void xent_kernel(float *dlogits, float *losses, const float *l
 
 /* ============================================================================== launchers == */
 
-/* Whether the sizes are all >= 0, and (via *empty) whether one of them is 0. */
-static bool sizes_ok(int a, int b, int c, bool *empty)
+/* Whether the sizes are all >= 0 (otherwise logged, naming op), and (via *empty) whether one of
+ * them is 0: nothing to do. */
+static bool sizes_ok(const char *op, int a, int b, int c, bool *empty)
 {
     *empty = a == 0 || b == 0 || c == 0;
-    return a >= 0 && b >= 0 && c >= 0;
+    if (a >= 0 && b >= 0 && c >= 0)
+        return true;
+    DDP_ERROR("cuda %s: shape %d x %d x %d has a negative size", op, a, b, c);
+    return false;
 }
 
 /* Blocks of ROWS_PER_BLOCK warps covering rows rows, one warp each. */
@@ -356,7 +360,7 @@ static ddp_status cuda_encoder_fwd(const ops_handle *ops, float *out, const int 
 {
     cuda_state *cu = cuda_of(ops);
     bool empty;
-    if (!sizes_ok(B, T, C, &empty))
+    if (!sizes_ok("encoder_fwd", B, T, C, &empty))
         return DDP_ERR_INVALID_ARG;
     if (empty)
         return DDP_OK;
@@ -396,8 +400,12 @@ static ddp_status cuda_encoder_bwd(const ops_handle *ops, float *dwte, float *dw
 {
     cuda_state *cu = cuda_of(ops);
     bool empty;
-    if (!sizes_ok(B, T, C, &empty) || (size_t)B * T > INT_MAX)
+    if (!sizes_ok("encoder_bwd", B, T, C, &empty))
         return DDP_ERR_INVALID_ARG;
+    if ((size_t)B * T > INT_MAX) {
+        DDP_ERROR("cuda encoder_bwd: %d x %d tokens are more than the sort takes", B, T);
+        return DDP_ERR_INVALID_ARG;
+    }
     if (empty)
         return DDP_OK;
     int n = B * T, *tok = NULL, *pos = NULL;
@@ -418,7 +426,7 @@ static ddp_status cuda_layernorm_fwd(const ops_handle *ops, float *out, float *m
 {
     cuda_state *cu = cuda_of(ops);
     bool empty;
-    if (!sizes_ok(rows, C, 1, &empty))
+    if (!sizes_ok("layernorm_fwd", rows, C, 1, &empty))
         return DDP_ERR_INVALID_ARG;
     if (empty)
         return DDP_OK;
@@ -457,7 +465,7 @@ static ddp_status cuda_layernorm_bwd(const ops_handle *ops, float *dx, float *dw
 {
     cuda_state *cu = cuda_of(ops);
     bool empty;
-    if (!sizes_ok(rows, C, 1, &empty))
+    if (!sizes_ok("layernorm_bwd", rows, C, 1, &empty))
         return DDP_ERR_INVALID_ARG;
     if (empty)
         return DDP_OK;
@@ -476,13 +484,16 @@ typedef struct attn_shape {
     size_t n_rows; /* B * NH * T: the rows of att */
 } attn_shape;
 
-/* Checks the sizes (C a multiple of NH, B * NH and T * T within int) and fills *s. */
-static bool attn_shape_of(int B, int T, int C, int NH, attn_shape *s)
+/* Checks the sizes (C a multiple of NH, B * NH and T * T within int; otherwise logged, naming
+ * op) and fills *s. */
+static bool attn_shape_of(const char *op, int B, int T, int C, int NH, attn_shape *s)
 {
-    if (B < 0 || T < 0 || C < 0 || NH < 1 || C % NH != 0)
+    if (B < 0 || T < 0 || C < 0 || NH < 1 || C % NH != 0 || (size_t)B * NH > INT_MAX ||
+        (size_t)T * T > INT_MAX) {
+        DDP_ERROR("cuda %s: B %d, T %d, C %d, NH %d: not C = NH x head size with B NH and T^2 "
+                  "within int", op, B, T, C, NH);
         return false;
-    if ((size_t)B * NH > INT_MAX || (size_t)T * T > INT_MAX)
-        return false;
+    }
     *s = attn_shape{B, T, C, NH, C / NH, (size_t)B * T * C, (size_t)B * NH * T};
     return true;
 }
@@ -567,7 +578,7 @@ static ddp_status cuda_attention_fwd(const ops_handle *ops, float *out, float *a
 {
     cuda_state *cu = cuda_of(ops);
     attn_shape s;
-    if (!attn_shape_of(B, T, C, NH, &s))
+    if (!attn_shape_of("attention_fwd", B, T, C, NH, &s))
         return DDP_ERR_INVALID_ARG;
     if (s.n == 0)
         return DDP_OK;
@@ -601,7 +612,7 @@ static ddp_status cuda_attention_bwd(const ops_handle *ops, float *dqkv, float *
 {
     cuda_state *cu = cuda_of(ops);
     attn_shape s;
-    if (!attn_shape_of(B, T, C, NH, &s))
+    if (!attn_shape_of("attention_bwd", B, T, C, NH, &s))
         return DDP_ERR_INVALID_ARG;
     if (s.n == 0)
         return DDP_OK;
@@ -658,8 +669,10 @@ static ddp_status cuda_xent_fwd_bwd(const ops_handle *ops, float *dlogits, float
                                     int Vp, float dscale)
 {
     cuda_state *cu = cuda_of(ops);
-    if (rows < 0 || V < 1 || Vp < V)
+    if (rows < 0 || V < 1 || Vp < V) {
+        DDP_ERROR("cuda xent_fwd_bwd: %d rows of %d padded to %d", rows, V, Vp);
         return DDP_ERR_INVALID_ARG;
+    }
     if (rows == 0)
         return DDP_OK;
     xent_kernel<<<(unsigned)rows, block_threads, 0, cu->stream>>>(dlogits, losses, logits,
@@ -673,8 +686,10 @@ static ddp_status cuda_adamw_step(const ops_handle *ops, float *w, float *m, flo
                                   float eps, float wd, int t, float grad_scale)
 {
     cuda_state *cu = cuda_of(ops);
-    if (t < 1)
+    if (t < 1) {
+        DDP_ERROR("cuda adamw_step: step %d (steps count from 1)", t);
         return DDP_ERR_INVALID_ARG;
+    }
     if (n == 0)
         return DDP_OK;
     float bc1, bc2;
