@@ -1,7 +1,7 @@
 /* cuda_private.h - what the CUDA ops files share (ops_cuda.cu: the table, the handle and fp32
  * kernels; cuda_layers.cu: the precision-aware layer ops on cuBLAS and kernels; cuda_cudnn.cu: the
- * cuDNN convolutions): the handle's state, the call checks and device scratch. Private to
- * models/ops/, CUDA code only.
+ * cuDNN convolutions; cuda_gpt.cu: the transformer ops): the handle's state, the call checks and
+ * device scratch. Private to models/ops/, CUDA code only.
  */
 #ifndef OPS_CUDA_PRIVATE_H
 #define OPS_CUDA_PRIVATE_H
@@ -15,7 +15,9 @@ extern "C" {
 
 /* Device scratch slots of a handle (cuda_scratch). */
 enum { CUDA_SCRATCH_XENT, CUDA_SCRATCH_GEMM, CUDA_SCRATCH_CONV_X, CUDA_SCRATCH_CONV_DY,
-       CUDA_SCRATCH_CUDNN_WS, CUDA_SCRATCH_CHANNEL_SUMS, CUDA_SCRATCH_SLOTS };
+       CUDA_SCRATCH_CUDNN_WS, CUDA_SCRATCH_CHANNEL_SUMS,
+       CUDA_SCRATCH_ATTENTION, CUDA_SCRATCH_LAYERNORM, CUDA_SCRATCH_ENCODER, /* cuda_gpt.cu */
+       CUDA_SCRATCH_SLOTS };
 
 /* The state of a CUDA handle (ops_cuda_open). */
 typedef struct cuda_state {
@@ -45,6 +47,9 @@ static inline bool cuda_ampere(const cuda_state *cu) { return cu->cc_major >= 8;
 
 /* The precision-aware layer ops of cuda_layers.cu (all but the convolutions). */
 void cuda_layer_ops(ops_handle *ops);
+/* The transformer ops of cuda_gpt.cu (GPT-2: encoder, LayerNorm, attention, GELU, residual add,
+ * cross-entropy over the vocabulary, AdamW). */
+void cuda_gpt_ops(ops_handle *ops);
 /* Adds dy's per-channel sums to db (accumulate false: stores them): dy (n, c, hw) in precision
  * p, db (c) fp32. */
 ddp_status cuda_channel_sums(const ops_handle *ops, ddp_dtype p, const void *dy, int n, int c,

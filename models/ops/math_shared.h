@@ -282,4 +282,30 @@ static inline DDP_HD void layernorm_row_bwd(float *DDP_RESTRICT dx, float *DDP_R
     }
 }
 
+/* ---- transformer ops, as the CUDA kernels compute them (cuda_gpt.cu) ----------------------- */
+
+#ifndef LAYERNORM_EPS
+#define LAYERNORM_EPS 1e-5f /* GPT-2's (and torch.nn.LayerNorm's default) */
+#endif
+
+/* 1 / sqrt(var + eps): a LayerNorm row's rstd from its biased variance. */
+static inline DDP_HD float layernorm_rstd(float var) { return 1.0f / sqrtf(var + LAYERNORM_EPS); }
+
+/* One element of a LayerNorm row's input gradient: rstd * (dout w - mean(g) - xhat mean(g xhat))
+ * with g = dout * w over the row (mg, mgx: those two means). */
+static inline DDP_HD float layernorm_dx(float dout, float w, float xhat, float rstd, float mg,
+                                        float mgx)
+{
+    return rstd * (dout * w - mg - xhat * mgx);
+}
+
+/* AdamW's bias corrections of step t >= 1: *bc1 = 1 - beta1^t, *bc2 = 1 - beta2^t (in double,
+ * rounded once), for adamw_update. */
+static inline DDP_HD void adamw_bias_corrections(float beta1, float beta2, int t, float *bc1,
+                                                 float *bc2)
+{
+    *bc1 = (float)(1.0 - pow((double)beta1, (double)t));
+    *bc2 = (float)(1.0 - pow((double)beta2, (double)t));
+}
+
 #endif /* MATH_SHARED_H */

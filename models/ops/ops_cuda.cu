@@ -442,6 +442,7 @@ static ops_handle make_cuda_table(void)
     ops.softmax_xent = cuda_softmax_xent;
     ops.softmax_xent_acc = cuda_softmax_xent_acc;
     cuda_layer_ops(&ops);
+    cuda_gpt_ops(&ops);
 #if HAVE_CUDNN
     cudnn_conv_ops(&ops);
 #endif

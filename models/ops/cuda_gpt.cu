@@ -1,0 +1,716 @@
+/* cuda_gpt.cu - the transformer ops of the CUDA backend (ops.h's GPT-2 section): token and
+ * position embeddings, LayerNorm, causal multi-head attention on cuBLAS strided-batched GEMMs
+ * around a causal softmax kernel, GELU, the residual add, the cross-entropy over the (padded)
+ * vocabulary, and AdamW. fp32 activations; the scalar math shared with the CPU is math_shared.h's.
+ *
+ * Every op is deterministic: sums run in a fixed order (no atomics). The embedding's backward
+ * sorts the tokens (CUB's stable radix sort) so that each vocabulary row is summed by one block,
+ * positions in increasing order, as the CPU does.
+ *
+ * Two sections: kernels, then launchers; every launcher runs on the backend stream (cuBLAS is
+ * bound to it at ops_cuda_open) and ends with a cudaGetLastError check.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include "cuda_private.h"
+#include "math_shared.h"
+
+/* Rows per block of the kernels that give each row one warp. */
+enum { WARP = 32, ROWS_PER_BLOCK = 8 };
+
+/* ================================================================================ kernels == */
+
+/* ---- reductions ------------------------------------------------------------------------ */
+
+static __device__ float warp_sum(float v)
+{
+    for (int o = WARP / 2; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ float warp_max(float v)
+{
+    for (int o = WARP / 2; o > 0; o /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* The sum (or maximum) of v over the block, returned to every thread; blockDim.x is a multiple of
+ * 32. Every thread of the block must call it. */
+template <bool MAX> static __device__ float block_reduce(float v)
+{
+    __shared__ float part[WARP];
+    int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, n_warps = blockDim.x / WARP;
+    v = MAX ? warp_max(v) : warp_sum(v);
+    __syncthreads(); /* a previous call's readers are done with part */
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    float identity = MAX ? -INFINITY : 0.0f;
+    v = lane < n_warps ? part[lane] : identity;
+    return MAX ? warp_max(v) : warp_sum(v);
+}
+
+/* The row of the calling warp in the kernels that give each row one warp. */
+static __device__ size_t warp_row(void)
+{
+    return (size_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP;
+}
+
+/* ---- embeddings ------------------------------------------------------------------------ */
+
+/* out (B, T, C) = wte[tokens[b,t]] + wpe[t]; one thread per output element. */
+static __global__ void encoder_fwd_kernel(float *out, const int *tokens, const float *wte,
+                                          const float *wpe, int T, int C, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    size_t bt = i / C;
+    int c = (int)(i % C), t = (int)(bt % T);
+    out[i] = wte[(size_t)tokens[bt] * C + c] + wpe[(size_t)t * C + c];
+}
+
+/* x[i] = i: the positions that the radix sort carries along with the tokens. */
+static __global__ void iota_kernel(int *x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] = i;
+}
+
+/* tok (n) sorted, pos (n) the position of each: the block of the first entry of each run of
+ * equal tokens adds that run's dout rows to the token's dwte row, positions in increasing order
+ * (the CPU's order); the other blocks return. Threads own channels, so no two write one float. */
+static __global__ void encoder_dwte_kernel(float *dwte, const float *dout, const int *tok,
+                                           const int *pos, int n, int C)
+{
+    int i = blockIdx.x;
+    int v = tok[i];
+    if (i > 0 && tok[i - 1] == v)
+        return;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = dwte[(size_t)v * C + c];
+        for (int j = i; j < n && tok[j] == v; j++)
+            acc += dout[(size_t)pos[j] * C + c];
+        dwte[(size_t)v * C + c] = acc;
+    }
+}
+
+/* dwpe (T, C) += sum over b of dout (B, T, C), b in order; one thread per (t, c). */
+static __global__ void encoder_dwpe_kernel(float *dwpe, const float *dout, int B, size_t tc)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= tc)
+        return;
+    float acc = dwpe[i];
+    for (int b = 0; b < B; b++)
+        acc += dout[(size_t)b * tc + i];
+    dwpe[i] = acc;
+}
+
+/* ---- LayerNorm ------------------------------------------------------------------------- */
+
+/* One warp per row of C: mean, biased variance about it (two passes), out = xhat * w + b. */
+static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *x,
+                                            const float *w, const float *b, int rows, int C)
+{
+    size_t row = warp_row();
+    int lane = threadIdx.x % WARP;
+    if (row >= (size_t)rows)
+        return;
+    const float *xr = x + row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += WARP)
+        s += xr[c];
+    float m = warp_sum(s) / (float)C;
+    float q = 0.0f;
+    for (int c = lane; c < C; c += WARP)
+        q += (xr[c] - m) * (xr[c] - m);
+    float r = layernorm_rstd(warp_sum(q) / (float)C);
+    for (int c = lane; c < C; c += WARP)
+        out[row * C + c] = (xr[c] - m) * r * w[c] + b[c];
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+/* One warp per row: dx += layernorm_dx(...) with the row's means of g = dout * w and g * xhat. */
+static __global__ void layernorm_dx_kernel(float *dx, const float *dout, const float *x,
+                                           const float *w, const float *mean, const float *rstd,
+                                           int rows, int C)
+{
+    size_t row = warp_row();
+    int lane = threadIdx.x % WARP;
+    if (row >= (size_t)rows)
+        return;
+    const float *dr = dout + row * C, *xr = x + row * C;
+    float m = mean[row], r = rstd[row], sg = 0.0f, sgx = 0.0f;
+    for (int c = lane; c < C; c += WARP) {
+        float g = dr[c] * w[c];
+        sg += g;
+        sgx += g * ((xr[c] - m) * r);
+    }
+    float mg = warp_sum(sg) / (float)C, mgx = warp_sum(sgx) / (float)C;
+    for (int c = lane; c < C; c += WARP)
+        dx[row * C + c] += layernorm_dx(dr[c], w[c], (xr[c] - m) * r, r, mg, mgx);
+}
+
+/* Partial parameter gradients over a chunk of chunk_rows rows (blockIdx.y): part_w[chunk, c] =
+ * sum of dout * xhat, part_b[chunk, c] = sum of dout (part_w, part_b: (n_chunks, C)). */
+static __global__ void layernorm_param_part_kernel(float *part_w, float *part_b,
+                                                   const float *dout, const float *x,
+                                                   const float *mean, const float *rstd, int rows,
+                                                   int C, int chunk_rows)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
+    float sw = 0.0f, sb = 0.0f;
+    for (int r = r0; r < r1; r++) {
+        float d = dout[(size_t)r * C + c];
+        sw += d * ((x[(size_t)r * C + c] - mean[r]) * rstd[r]);
+        sb += d;
+    }
+    part_w[(size_t)blockIdx.y * C + c] = sw;
+    part_b[(size_t)blockIdx.y * C + c] = sb;
+}
+
+/* dw[c] += the chunks' partial sums in chunk order, db likewise; one thread per channel. */
+static __global__ void layernorm_param_sum_kernel(float *dw, float *db, const float *part_w,
+                                                  const float *part_b, int n_chunks, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float sw = 0.0f, sb = 0.0f;
+    for (int k = 0; k < n_chunks; k++) {
+        sw += part_w[(size_t)k * C + c];
+        sb += part_b[(size_t)k * C + c];
+    }
+    dw[c] += sw;
+    db[c] += sb;
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+/* dst (B, NH, T, hs) = the heads of src, whose row (b, t) starts at (b*T + t) * stride and holds
+ * head h at [h*hs, (h+1)*hs); one thread per dst element (n of them). */
+static __global__ void heads_split_kernel(float *dst, const float *src, int stride, int T, int NH,
+                                          int hs, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    int d = (int)(i % hs), t = (int)(i / hs % T), h = (int)(i / ((size_t)hs * T) % NH);
+    size_t b = i / ((size_t)hs * T * NH);
+    dst[i] = src[(b * T + t) * stride + (size_t)h * hs + d];
+}
+
+/* The inverse of heads_split_kernel: dst's rows (stride apart) get the heads of src (B, NH, T,
+ * hs) side by side. */
+static __global__ void heads_merge_kernel(float *dst, const float *src, int stride, int T, int NH,
+                                          int hs, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    int d = (int)(i % hs), t = (int)(i / hs % T), h = (int)(i / ((size_t)hs * T) % NH);
+    size_t b = i / ((size_t)hs * T * NH);
+    dst[(b * T + t) * stride + (size_t)h * hs + d] = src[i];
+}
+
+/* One warp per row (b, h, t) of att (rows, T), which holds the scaled scores: softmax over keys
+ * 0..t, zeros above the diagonal. */
+static __global__ void causal_softmax_kernel(float *att, size_t rows, int T)
+{
+    size_t row = warp_row();
+    int lane = threadIdx.x % WARP;
+    if (row >= rows)
+        return;
+    int t = (int)(row % T);
+    float *a = att + row * T;
+    float mx = -INFINITY;
+    for (int j = lane; j <= t; j += WARP)
+        mx = fmaxf(mx, a[j]);
+    mx = warp_max(mx);
+    float s = 0.0f;
+    for (int j = lane; j <= t; j += WARP)
+        s += expf(a[j] - mx);
+    s = warp_sum(s);
+    for (int j = lane; j < T; j += WARP)
+        a[j] = j <= t ? expf(a[j] - mx) / s : 0.0f;
+}
+
+/* One warp per row: datt (rows, T) becomes the gradient of the scaled scores' inputs,
+ * scale * att * (datt - sum_j att datt), zero above the diagonal (in place). */
+static __global__ void causal_softmax_bwd_kernel(float *datt, const float *att, size_t rows, int T,
+                                                 float scale)
+{
+    size_t row = warp_row();
+    int lane = threadIdx.x % WARP;
+    if (row >= rows)
+        return;
+    int t = (int)(row % T);
+    float *d = datt + row * T;
+    const float *a = att + row * T;
+    float dot = 0.0f;
+    for (int j = lane; j <= t; j += WARP)
+        dot += a[j] * d[j];
+    dot = warp_sum(dot);
+    for (int j = lane; j < T; j += WARP)
+        d[j] = j <= t ? scale * a[j] * (d[j] - dot) : 0.0f;
+}
+
+/* ---- elementwise ----------------------------------------------------------------------- */
+
+static __global__ void gelu_fwd_kernel(float *y, const float *x, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = gelu_tanh(x[i]);
+}
+
+static __global__ void gelu_bwd_kernel(float *dx, const float *x, const float *dy, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        dx[i] = dy[i] * gelu_tanh_grad(x[i]);
+}
+
+static __global__ void add_kernel(float *y, const float *a, const float *b, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = a[i] + b[i];
+}
+
+static __global__ void adamw_kernel(float *w, float *m, float *v, const float *g, size_t n,
+                                    float lr, float beta1, float beta2, float eps, float wd,
+                                    float bc1, float bc2, float grad_scale)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        w[i] = adamw_update(w[i], &m[i], &v[i], g[i], grad_scale, lr, beta1, beta2, eps, wd, bc1,
+                            bc2);
+}
+
+/* ---- cross-entropy --------------------------------------------------------------------- */
+
+/* One block per row of logits (rows, Vp): losses[r] = log(sum exp(z - max)) - (z[target] - max)
+ * over the first V columns; dlogits (may be logits: each thread reads its columns before it
+ * writes them, and z[target] is read before the first barrier) = (softmax - onehot) * dscale,
+ * 0 in the padding. */
+static __global__ void xent_kernel(float *dlogits, float *losses, const float *logits,
+                                   const int *targets, int V, int Vp, float dscale)
+{
+    size_t r = blockIdx.x;
+    const float *z = logits + r * Vp;
+    int target = targets[r];
+    float zt = z[target];
+    float mx = -INFINITY;
+    for (int c = threadIdx.x; c < V; c += blockDim.x)
+        mx = fmaxf(mx, z[c]);
+    mx = block_reduce<true>(mx);
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < V; c += blockDim.x)
+        s += expf(z[c] - mx);
+    s = block_reduce<false>(s);
+    if (threadIdx.x == 0)
+        losses[r] = logf(s) - (zt - mx);
+    if (!dlogits)
+        return;
+    float *dz = dlogits + r * Vp;
+    for (int c = threadIdx.x; c < Vp; c += blockDim.x) {
+        float p = c < V ? expf(z[c] - mx) / s : 0.0f;
+        dz[c] = c < V ? (p - (c == target ? 1.0f : 0.0f)) * dscale : 0.0f;
+    }
+}
+
+/* ============================================================================== launchers == */
+
+/* Whether the sizes are all >= 0 (otherwise logged, naming op), and (via *empty) whether one of
+ * them is 0: nothing to do. */
+static bool sizes_ok(const char *op, int a, int b, int c, bool *empty)
+{
+    *empty = a == 0 || b == 0 || c == 0;
+    if (a >= 0 && b >= 0 && c >= 0)
+        return true;
+    DDP_ERROR("cuda %s: shape %d x %d x %d has a negative size", op, a, b, c);
+    return false;
+}
+
+/* Blocks of ROWS_PER_BLOCK warps covering rows rows, one warp each. */
+static unsigned row_blocks(size_t rows)
+{
+    return (unsigned)((rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+}
+
+/* ---- embeddings ------------------------------------------------------------------------ */
+
+static ddp_status cuda_encoder_fwd(const ops_handle *ops, float *out, const int *tokens,
+                                   const float *wte, const float *wpe, int B, int T, int C)
+{
+    cuda_state *cu = cuda_of(ops);
+    bool empty;
+    if (!sizes_ok("encoder_fwd", B, T, C, &empty))
+        return DDP_ERR_INVALID_ARG;
+    if (empty)
+        return DDP_OK;
+    size_t n = (size_t)B * T * C;
+    encoder_fwd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(out, tokens, wte, wpe,
+                                                                         T, C, n);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+/* Sorts the n tokens (stable), carrying their positions: *tok and *pos (n each) in the handle's
+ * encoder scratch, which also holds CUB's temporary storage. */
+static ddp_status sort_tokens(const ops_handle *ops, const int *tokens, int n, int **tok,
+                              int **pos)
+{
+    cuda_state *cu = cuda_of(ops);
+    size_t temp_bytes = 0;
+    TRY_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, tokens, (int *)nullptr,
+                                             (const int *)nullptr, (int *)nullptr, n, 0,
+                                             (int)(8 * sizeof(int)), cu->stream));
+    size_t ints_bytes = ((3 * (size_t)n * sizeof(int) + 255) / 256) * 256; /* temp 256-aligned */
+    void *scratch = NULL;
+    TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_ENCODER, ints_bytes + temp_bytes, &scratch));
+    int *iota = (int *)scratch;
+    *tok = iota + n;
+    *pos = iota + 2 * (size_t)n;
+    iota_kernel<<<grid_blocks((size_t)n), block_threads, 0, cu->stream>>>(iota, n);
+    TRY_CUDA_LAUNCH();
+    TRY_CUDA(cub::DeviceRadixSort::SortPairs((char *)scratch + ints_bytes, temp_bytes, tokens,
+                                             *tok, (const int *)iota, *pos, n, 0,
+                                             (int)(8 * sizeof(int)), cu->stream));
+    return DDP_OK;
+}
+
+static ddp_status cuda_encoder_bwd(const ops_handle *ops, float *dwte, float *dwpe,
+                                   const float *dout, const int *tokens, int B, int T, int C)
+{
+    cuda_state *cu = cuda_of(ops);
+    bool empty;
+    if (!sizes_ok("encoder_bwd", B, T, C, &empty))
+        return DDP_ERR_INVALID_ARG;
+    if ((size_t)B * T > INT_MAX) {
+        DDP_ERROR("cuda encoder_bwd: %d x %d tokens are more than the sort takes", B, T);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (empty)
+        return DDP_OK;
+    int n = B * T, *tok = NULL, *pos = NULL;
+    TRY_OK(sort_tokens(ops, tokens, n, &tok, &pos));
+    encoder_dwte_kernel<<<(unsigned)n, block_threads, 0, cu->stream>>>(dwte, dout, tok, pos, n, C);
+    TRY_CUDA_LAUNCH();
+    size_t tc = (size_t)T * C;
+    encoder_dwpe_kernel<<<grid_blocks(tc), block_threads, 0, cu->stream>>>(dwpe, dout, B, tc);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+/* ---- LayerNorm ------------------------------------------------------------------------- */
+
+static ddp_status cuda_layernorm_fwd(const ops_handle *ops, float *out, float *mean, float *rstd,
+                                     const float *x, const float *w, const float *b, int rows,
+                                     int C)
+{
+    cuda_state *cu = cuda_of(ops);
+    bool empty;
+    if (!sizes_ok("layernorm_fwd", rows, C, 1, &empty))
+        return DDP_ERR_INVALID_ARG;
+    if (empty)
+        return DDP_OK;
+    layernorm_fwd_kernel<<<row_blocks((size_t)rows), ROWS_PER_BLOCK * WARP, 0, cu->stream>>>(
+        out, mean, rstd, x, w, b, rows, C);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+/* dw, db += their sums over the rows, in two deterministic steps: per chunk of rows (at most
+ * 1024 chunks, in the handle's LayerNorm scratch), then over the chunks. */
+static ddp_status layernorm_params(const ops_handle *ops, float *dw, float *db, const float *dout,
+                                   const float *x, const float *mean, const float *rstd, int rows,
+                                   int C)
+{
+    cuda_state *cu = cuda_of(ops);
+    int chunk_rows = rows / 1024 + 1 > 32 ? rows / 1024 + 1 : 32;
+    int n_chunks = (rows + chunk_rows - 1) / chunk_rows;
+    void *scratch = NULL;
+    TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_LAYERNORM, 2 * (size_t)n_chunks * C * sizeof(float),
+                        &scratch));
+    float *part_w = (float *)scratch, *part_b = part_w + (size_t)n_chunks * C;
+    dim3 grid(grid_blocks((size_t)C), (unsigned)n_chunks);
+    layernorm_param_part_kernel<<<grid, block_threads, 0, cu->stream>>>(
+        part_w, part_b, dout, x, mean, rstd, rows, C, chunk_rows);
+    TRY_CUDA_LAUNCH();
+    layernorm_param_sum_kernel<<<grid_blocks((size_t)C), block_threads, 0, cu->stream>>>(
+        dw, db, part_w, part_b, n_chunks, C);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+static ddp_status cuda_layernorm_bwd(const ops_handle *ops, float *dx, float *dw, float *db,
+                                     const float *dout, const float *x, const float *w,
+                                     const float *mean, const float *rstd, int rows, int C)
+{
+    cuda_state *cu = cuda_of(ops);
+    bool empty;
+    if (!sizes_ok("layernorm_bwd", rows, C, 1, &empty))
+        return DDP_ERR_INVALID_ARG;
+    if (empty)
+        return DDP_OK;
+    layernorm_dx_kernel<<<row_blocks((size_t)rows), ROWS_PER_BLOCK * WARP, 0, cu->stream>>>(
+        dx, dout, x, w, mean, rstd, rows, C);
+    TRY_CUDA_LAUNCH();
+    return layernorm_params(ops, dw, db, dout, x, mean, rstd, rows, C);
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+/* The shapes of one attention call: B * NH (T, hs) heads. */
+typedef struct attn_shape {
+    int B, T, C, NH, hs;
+    size_t n;      /* B * T * C: the elements of q, k, v or out */
+    size_t n_rows; /* B * NH * T: the rows of att */
+} attn_shape;
+
+/* Checks the sizes (C a multiple of NH, B * NH and T * T within int; otherwise logged, naming
+ * op) and fills *s. */
+static bool attn_shape_of(const char *op, int B, int T, int C, int NH, attn_shape *s)
+{
+    if (B < 0 || T < 0 || C < 0 || NH < 1 || C % NH != 0 || (size_t)B * NH > INT_MAX ||
+        (size_t)T * T > INT_MAX) {
+        DDP_ERROR("cuda %s: B %d, T %d, C %d, NH %d: not C = NH x head size with B NH and T^2 "
+                  "within int", op, B, T, C, NH);
+        return false;
+    }
+    *s = attn_shape{B, T, C, NH, C / NH, (size_t)B * T * C, (size_t)B * NH * T};
+    return true;
+}
+
+/* One column-major cublasSgemmStridedBatched over the B * NH heads, beta 0 (see the callers for
+ * the row-major products they compute). */
+static ddp_status heads_gemm(cuda_state *cu, const attn_shape *s, bool trans_a, bool trans_b,
+                             int m, int n, int k, float alpha, const float *a, int lda,
+                             long long stride_a, const float *b, int ldb, long long stride_b,
+                             float *c, int ldc, long long stride_c)
+{
+    const float beta = 0.0f;
+    TRY_CUBLAS(cublasSgemmStridedBatched(cu->cublas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a,
+                                         lda, stride_a, b, ldb, stride_b, &beta, c, ldc, stride_c,
+                                         s->B * s->NH));
+    return DDP_OK;
+}
+
+/* Row-major per head: c (T, T) = alpha * x (T, hs) y^T (T, hs), i.e. column-major c^T = y x^T. */
+static ddp_status heads_xyt(cuda_state *cu, const attn_shape *s, float alpha, const float *x,
+                            const float *y, float *c)
+{
+    long long th = (long long)s->T * s->hs, tt = (long long)s->T * s->T;
+    return heads_gemm(cu, s, true, false, s->T, s->T, s->hs, alpha, y, s->hs, th, x, s->hs, th, c,
+                      s->T, tt);
+}
+
+/* Row-major per head: c (T, hs) = p (T, T) x (T, hs), i.e. column-major c^T = x^T p^T. */
+static ddp_status heads_px(cuda_state *cu, const attn_shape *s, const float *p, const float *x,
+                           float *c)
+{
+    long long th = (long long)s->T * s->hs, tt = (long long)s->T * s->T;
+    return heads_gemm(cu, s, false, false, s->hs, s->T, s->T, 1.0f, x, s->hs, th, p, s->T, tt, c,
+                      s->hs, th);
+}
+
+/* Row-major per head: c (T, hs) = p^T (T, T) x (T, hs), i.e. column-major c^T = x^T p. */
+static ddp_status heads_ptx(cuda_state *cu, const attn_shape *s, const float *p, const float *x,
+                            float *c)
+{
+    long long th = (long long)s->T * s->hs, tt = (long long)s->T * s->T;
+    return heads_gemm(cu, s, false, true, s->hs, s->T, s->T, 1.0f, x, s->hs, th, p, s->T, tt, c,
+                      s->hs, th);
+}
+
+/* dst (B, NH, T, hs) = the heads of src's rows (stride floats apart); merge: the inverse. */
+static ddp_status heads_move(cuda_state *cu, const attn_shape *s, float *dst, const float *src,
+                             int stride, bool merge)
+{
+    if (merge)
+        heads_merge_kernel<<<grid_blocks(s->n), block_threads, 0, cu->stream>>>(
+            dst, src, stride, s->T, s->NH, s->hs, s->n);
+    else
+        heads_split_kernel<<<grid_blocks(s->n), block_threads, 0, cu->stream>>>(
+            dst, src, stride, s->T, s->NH, s->hs, s->n);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+/* q, k, v (B, NH, T, hs) each, from qkv (B, T, 3C). */
+static ddp_status split_qkv(cuda_state *cu, const attn_shape *s, float *q, float *k, float *v,
+                            const float *qkv)
+{
+    TRY_OK(heads_move(cu, s, q, qkv, 3 * s->C, false));
+    TRY_OK(heads_move(cu, s, k, qkv + s->C, 3 * s->C, false));
+    return heads_move(cu, s, v, qkv + 2 * s->C, 3 * s->C, false);
+}
+
+/* n_bufs buffers of s->n floats in the handle's attention scratch. */
+static ddp_status attn_scratch(const ops_handle *ops, const attn_shape *s, int n_bufs,
+                               float **out)
+{
+    void *p = NULL;
+    TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_ATTENTION, (size_t)n_bufs * s->n * sizeof(float), &p));
+    *out = (float *)p;
+    return DDP_OK;
+}
+
+static ddp_status cuda_attention_fwd(const ops_handle *ops, float *out, float *att,
+                                     const float *qkv, int B, int T, int C, int NH)
+{
+    cuda_state *cu = cuda_of(ops);
+    attn_shape s;
+    if (!attn_shape_of("attention_fwd", B, T, C, NH, &s))
+        return DDP_ERR_INVALID_ARG;
+    if (s.n == 0)
+        return DDP_OK;
+    float *q = NULL;
+    TRY_OK(attn_scratch(ops, &s, 4, &q));
+    float *k = q + s.n, *v = k + s.n, *y = v + s.n; /* y (B, NH, T, hs): att v */
+    TRY_OK(split_qkv(cu, &s, q, k, v, qkv));
+    TRY_OK(heads_xyt(cu, &s, 1.0f / sqrtf((float)s.hs), q, k, att));
+    causal_softmax_kernel<<<row_blocks(s.n_rows), ROWS_PER_BLOCK * WARP, 0, cu->stream>>>(
+        att, s.n_rows, T);
+    TRY_CUDA_LAUNCH();
+    TRY_OK(heads_px(cu, &s, att, v, y));
+    return heads_move(cu, &s, out, y, C, true);
+}
+
+/* From datt = dout v^T (in place: the scores' gradient), dq = datt k and dk = datt^T q. */
+static ddp_status attention_bwd_qk(cuda_state *cu, const attn_shape *s, float *datt,
+                                   const float *att, const float *q, const float *k, float *dq,
+                                   float *dk)
+{
+    causal_softmax_bwd_kernel<<<row_blocks(s->n_rows), ROWS_PER_BLOCK * WARP, 0, cu->stream>>>(
+        datt, att, s->n_rows, s->T, 1.0f / sqrtf((float)s->hs));
+    TRY_CUDA_LAUNCH();
+    TRY_OK(heads_px(cu, s, datt, k, dq));
+    return heads_ptx(cu, s, datt, q, dk);
+}
+
+static ddp_status cuda_attention_bwd(const ops_handle *ops, float *dqkv, float *datt,
+                                     const float *dout, const float *qkv, const float *att, int B,
+                                     int T, int C, int NH)
+{
+    cuda_state *cu = cuda_of(ops);
+    attn_shape s;
+    if (!attn_shape_of("attention_bwd", B, T, C, NH, &s))
+        return DDP_ERR_INVALID_ARG;
+    if (s.n == 0)
+        return DDP_OK;
+    float *q = NULL;
+    TRY_OK(attn_scratch(ops, &s, 7, &q));
+    float *k = q + s.n, *v = k + s.n, *dy = v + s.n; /* dy: dout's heads (B, NH, T, hs) */
+    float *dq = dy + s.n, *dk = dq + s.n, *dv = dk + s.n;
+    TRY_OK(split_qkv(cu, &s, q, k, v, qkv));
+    TRY_OK(heads_move(cu, &s, dy, dout, C, false));
+    TRY_OK(heads_xyt(cu, &s, 1.0f, dy, v, datt));
+    TRY_OK(heads_ptx(cu, &s, att, dy, dv));
+    TRY_OK(attention_bwd_qk(cu, &s, datt, att, q, k, dq, dk));
+    TRY_OK(heads_move(cu, &s, dqkv, dq, 3 * C, true));
+    TRY_OK(heads_move(cu, &s, dqkv + C, dk, 3 * C, true));
+    return heads_move(cu, &s, dqkv + 2 * C, dv, 3 * C, true);
+}
+
+/* ---- elementwise, cross-entropy, AdamW ------------------------------------------------- */
+
+static ddp_status cuda_gelu_fwd(const ops_handle *ops, float *y, const float *x, size_t n)
+{
+    cuda_state *cu = cuda_of(ops);
+    if (n == 0)
+        return DDP_OK;
+    gelu_fwd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(y, x, n);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+static ddp_status cuda_gelu_bwd(const ops_handle *ops, float *dx, const float *x, const float *dy,
+                                size_t n)
+{
+    cuda_state *cu = cuda_of(ops);
+    if (n == 0)
+        return DDP_OK;
+    gelu_bwd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(dx, x, dy, n);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+static ddp_status cuda_add(const ops_handle *ops, float *y, const float *a, const float *b,
+                           size_t n)
+{
+    cuda_state *cu = cuda_of(ops);
+    if (n == 0)
+        return DDP_OK;
+    add_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(y, a, b, n);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+static ddp_status cuda_xent_fwd_bwd(const ops_handle *ops, float *dlogits, float *losses,
+                                    const float *logits, const int *targets, int rows, int V,
+                                    int Vp, float dscale)
+{
+    cuda_state *cu = cuda_of(ops);
+    if (rows < 0 || V < 1 || Vp < V) {
+        DDP_ERROR("cuda xent_fwd_bwd: %d rows of %d padded to %d", rows, V, Vp);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (rows == 0)
+        return DDP_OK;
+    xent_kernel<<<(unsigned)rows, block_threads, 0, cu->stream>>>(dlogits, losses, logits,
+                                                                  targets, V, Vp, dscale);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+static ddp_status cuda_adamw_step(const ops_handle *ops, float *w, float *m, float *v,
+                                  const float *g, size_t n, float lr, float beta1, float beta2,
+                                  float eps, float wd, int t, float grad_scale)
+{
+    cuda_state *cu = cuda_of(ops);
+    if (t < 1) {
+        DDP_ERROR("cuda adamw_step: step %d (steps count from 1)", t);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (n == 0)
+        return DDP_OK;
+    float bc1, bc2;
+    adamw_bias_corrections(beta1, beta2, t, &bc1, &bc2);
+    adamw_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(
+        w, m, v, g, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+void cuda_gpt_ops(ops_handle *ops)
+{
+    ops->encoder_fwd = cuda_encoder_fwd;
+    ops->encoder_bwd = cuda_encoder_bwd;
+    ops->layernorm_fwd = cuda_layernorm_fwd;
+    ops->layernorm_bwd = cuda_layernorm_bwd;
+    ops->attention_fwd = cuda_attention_fwd;
+    ops->attention_bwd = cuda_attention_bwd;
+    ops->gelu_fwd = cuda_gelu_fwd;
+    ops->gelu_bwd = cuda_gelu_bwd;
+    ops->add = cuda_add;
+    ops->xent_fwd_bwd = cuda_xent_fwd_bwd;
+    ops->adamw_step = cuda_adamw_step;
+}

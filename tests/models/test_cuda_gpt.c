@@ -1,0 +1,326 @@
+/* test_cuda_gpt.c - the CUDA backend's transformer ops (GPT-2) against the CPU backend's on the
+ * same random inputs (the CPU is the oracle), plus checks that need no oracle: causal attention
+ * rows that sum to 1 with zeros above the diagonal, cross-entropy padding columns that are exactly
+ * 0, a deterministic embedding backward. An op either backend lacks (NULL) is skipped with a
+ * message. Exits 77 (skipped) when there is no usable GPU or no CUDA build.
+ *
+ * Outputs that must be overwritten start as NaN on both sides (NaN fails every comparison); those
+ * the ops add to start random. Tolerance |cuda - cpu| <= atol + rtol * |cpu|:
+ *   exact (0, 0): encoder_fwd and add (one rounding, the same on both);
+ *   1e-6 + 1e-5: GELU (tanhf differs by up to 2 ulp), AdamW (bias corrections may round
+ *     differently), the moments 1e-7 + 1e-6;
+ *   1e-5 + 1e-4: LayerNorm and the embedding backward (sums of at most 300 O(1) terms in another
+ *     order), cross-entropy losses;
+ *   1e-7 + 1e-5: cross-entropy gradients (O(1 / (rows V)) values, one softmax denominator each);
+ *   1e-5 + 1e-4: attention forward, 1e-4 + 1e-3 backward (cuBLAS reorders and fuses the sums of
+ *     its GEMMs over hs or T <= 70 terms; the backward chains three of them).
+ */
+#include <string.h>
+
+#include "ops.h"
+#include "testutil.h"
+
+static ops_handle *cpu, *gpu;
+static ddp_ctx *ctx;
+
+/* A host array and its device copy. */
+typedef struct pair {
+    float *h, *d;
+    size_t n;
+} pair;
+
+static pair make_pair(test_rng *r, size_t n, double lo, double hi)
+{
+    pair p = {test_floats(n), ddp_alloc(gpu->ctx, n * sizeof(float)), n};
+    test_fill(r, p.h, n, lo, hi);
+    if (p.d)
+        ddp_upload(gpu->ctx, p.d, p.h, n * sizeof(float));
+    return p;
+}
+
+/* A pair that both sides must overwrite: NaN on both. */
+static pair make_nan_pair(size_t n)
+{
+    pair p = {test_floats(n), ddp_alloc(gpu->ctx, n * sizeof(float)), n};
+    test_fill_nan(p.h, n);
+    if (p.d)
+        ddp_upload(gpu->ctx, p.d, p.h, n * sizeof(float));
+    return p;
+}
+
+static void drop_pair(pair *p)
+{
+    free(p->h);
+    ddp_free(gpu->ctx, p->d);
+}
+
+/* The device copy of p, downloaded into a new host array. */
+static float *download(const pair *p)
+{
+    float *back = test_floats(p->n);
+    CHECK(ddp_download(gpu->ctx, back, p->d, p->n * sizeof(float)) == DDP_OK, "download");
+    return back;
+}
+
+/* Compares the device result with the host result. */
+static void compare_pair(const char *what, const pair *p, double atol, double rtol)
+{
+    float *back = download(p);
+    int bad = test_compare(what, back, p->h, p->n, atol, rtol);
+    CHECK(bad == 0, "%s: %d of %zu differ", what, bad, p->n);
+    free(back);
+}
+
+/* n ints uniform in [0, hi) on the host (*host) and the device (returned). */
+static int *make_ints(test_rng *r, int n, int hi, int **host)
+{
+    *host = calloc((size_t)n, sizeof(int));
+    for (int i = 0; i < n; i++)
+        (*host)[i] = (int)(test_uniform(r) * hi);
+    int *d = ddp_alloc(gpu->ctx, (size_t)n * sizeof(int));
+    if (d)
+        ddp_upload(gpu->ctx, d, *host, (size_t)n * sizeof(int));
+    return d;
+}
+
+/* Whether both backends implement the op (a NULL pointer in either table skips it). */
+static bool both_have(bool on_cpu, bool on_gpu, const char *name)
+{
+    if (on_cpu && on_gpu)
+        return true;
+    fprintf(stderr, "test_cuda_gpt: %s skipped: not implemented by the %s backend\n", name,
+            on_cpu ? "cuda" : "cpu");
+    return false;
+}
+#define BOTH_HAVE(op) both_have(cpu->op != NULL, gpu->op != NULL, #op)
+
+/* ---- embeddings ------------------------------------------------------------------------ */
+
+/* A small vocabulary, so tokens repeat and the backward sums rows; run twice from the same
+ * start on the device, the backward must give the same bits. */
+static void check_encoder(test_rng *r, int B, int T, int C)
+{
+    enum { V = 11 };
+    int *tok_h = NULL, *tok_d = make_ints(r, B * T, V, &tok_h);
+    pair wte = make_pair(r, (size_t)V * C, -1, 1), wpe = make_pair(r, (size_t)T * C, -1, 1);
+    pair out = make_nan_pair((size_t)B * T * C), dout = make_pair(r, (size_t)B * T * C, -1, 1);
+    if (BOTH_HAVE(encoder_fwd)) {
+        cpu->encoder_fwd(cpu, out.h, tok_h, wte.h, wpe.h, B, T, C);
+        CHECK(gpu->encoder_fwd(gpu, out.d, tok_d, wte.d, wpe.d, B, T, C) == DDP_OK, "encoder_fwd");
+        compare_pair("encoder_fwd", &out, 0, 0);
+    }
+    if (BOTH_HAVE(encoder_bwd)) {
+        cpu->encoder_bwd(cpu, wte.h, wpe.h, dout.h, tok_h, B, T, C); /* wte, wpe: the gradients */
+        CHECK(gpu->encoder_bwd(gpu, wte.d, wpe.d, dout.d, tok_d, B, T, C) == DDP_OK, "encoder_bwd");
+        compare_pair("encoder_bwd dwte", &wte, 1e-5, 1e-4);
+        compare_pair("encoder_bwd dwpe", &wpe, 1e-5, 1e-4);
+    }
+    if (gpu->encoder_bwd) {
+        float *first = download(&wte);
+        gpu->encoder_bwd(gpu, wte.d, wpe.d, dout.d, tok_d, B, T, C);
+        float *again = download(&wte);
+        ddp_upload(gpu->ctx, wte.d, first, wte.n * sizeof(float));
+        gpu->encoder_bwd(gpu, wte.d, wpe.d, dout.d, tok_d, B, T, C);
+        float *third = download(&wte);
+        CHECK(memcmp(again, third, wte.n * sizeof(float)) == 0, "encoder_bwd is deterministic");
+        free(first), free(again), free(third);
+    }
+    free(tok_h), ddp_free(gpu->ctx, tok_d);
+    drop_pair(&wte), drop_pair(&wpe), drop_pair(&out), drop_pair(&dout);
+}
+
+/* ---- LayerNorm ------------------------------------------------------------------------- */
+
+static void check_layernorm(test_rng *r, int rows, int C)
+{
+    size_t n = (size_t)rows * C;
+    pair x = make_pair(r, n, -2, 3), w = make_pair(r, C, 0.5, 1.5), b = make_pair(r, C, -1, 1);
+    pair out = make_nan_pair(n), mean = make_nan_pair(rows), rstd = make_nan_pair(rows);
+    pair dout = make_pair(r, n, -1, 1), dx = make_pair(r, n, -1, 1);
+    pair dw = make_pair(r, C, -1, 1), db = make_pair(r, C, -1, 1);
+    if (BOTH_HAVE(layernorm_fwd)) {
+        cpu->layernorm_fwd(cpu, out.h, mean.h, rstd.h, x.h, w.h, b.h, rows, C);
+        CHECK(gpu->layernorm_fwd(gpu, out.d, mean.d, rstd.d, x.d, w.d, b.d, rows, C) == DDP_OK,
+              "layernorm_fwd");
+        compare_pair("layernorm out", &out, 1e-5, 1e-4);
+        compare_pair("layernorm mean", &mean, 1e-5, 1e-4);
+        compare_pair("layernorm rstd", &rstd, 1e-5, 1e-4);
+    }
+    if (BOTH_HAVE(layernorm_bwd) && cpu->layernorm_fwd) {
+        ddp_upload(gpu->ctx, mean.d, mean.h, rows * sizeof(float)); /* the same statistics */
+        ddp_upload(gpu->ctx, rstd.d, rstd.h, rows * sizeof(float));
+        cpu->layernorm_bwd(cpu, dx.h, dw.h, db.h, dout.h, x.h, w.h, mean.h, rstd.h, rows, C);
+        CHECK(gpu->layernorm_bwd(gpu, dx.d, dw.d, db.d, dout.d, x.d, w.d, mean.d, rstd.d, rows,
+                                 C) == DDP_OK, "layernorm_bwd");
+        compare_pair("layernorm dx", &dx, 1e-5, 1e-4);
+        compare_pair("layernorm dw", &dw, 1e-5, 1e-4);
+        compare_pair("layernorm db", &db, 1e-5, 1e-4);
+    }
+    drop_pair(&x), drop_pair(&w), drop_pair(&b), drop_pair(&out), drop_pair(&mean);
+    drop_pair(&rstd), drop_pair(&dout), drop_pair(&dx), drop_pair(&dw), drop_pair(&db);
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+/* Every row of the device's att (B * NH * T rows of T) sums to 1 over keys 0..t, with exact
+ * zeros after. */
+static void check_causal_rows(const pair *att, int T)
+{
+    float *a = download(att);
+    int bad = 0;
+    for (size_t row = 0; row < att->n / T; row++) {
+        int t = (int)(row % T);
+        double s = 0.0;
+        for (int j = 0; j < T; j++) {
+            s += a[row * T + j];
+            bad += j > t && a[row * T + j] != 0.0f;
+        }
+        bad += !(fabs(s - 1.0) <= 1e-5);
+    }
+    CHECK(bad == 0, "attention: %d causal rows not a distribution over keys 0..t", bad);
+    free(a);
+}
+
+static void check_attention(test_rng *r, int B, int T, int C, int NH)
+{
+    size_t n = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
+    pair qkv = make_pair(r, 3 * n, -2, 2), out = make_nan_pair(n), att = make_nan_pair(n_att);
+    pair dout = make_pair(r, n, -1, 1), dqkv = make_nan_pair(3 * n), datt = make_nan_pair(n_att);
+    if (gpu->attention_fwd) {
+        CHECK(gpu->attention_fwd(gpu, out.d, att.d, qkv.d, B, T, C, NH) == DDP_OK, "attention_fwd");
+        check_causal_rows(&att, T);
+    }
+    if (BOTH_HAVE(attention_fwd)) {
+        cpu->attention_fwd(cpu, out.h, att.h, qkv.h, B, T, C, NH);
+        compare_pair("attention out", &out, 1e-5, 1e-4);
+        compare_pair("attention att", &att, 1e-5, 1e-4);
+    }
+    if (BOTH_HAVE(attention_bwd) && cpu->attention_fwd) {
+        ddp_upload(gpu->ctx, att.d, att.h, n_att * sizeof(float)); /* the same probabilities */
+        cpu->attention_bwd(cpu, dqkv.h, datt.h, dout.h, qkv.h, att.h, B, T, C, NH);
+        CHECK(gpu->attention_bwd(gpu, dqkv.d, datt.d, dout.d, qkv.d, att.d, B, T, C, NH) == DDP_OK,
+              "attention_bwd");
+        compare_pair("attention dqkv", &dqkv, 1e-4, 1e-3);
+    }
+    drop_pair(&qkv), drop_pair(&out), drop_pair(&att), drop_pair(&dout), drop_pair(&dqkv);
+    drop_pair(&datt);
+}
+
+/* ---- elementwise and AdamW ------------------------------------------------------------- */
+
+static void check_elementwise(test_rng *r)
+{
+    const size_t n = 100003;
+    pair x = make_pair(r, n, -5, 5), y = make_nan_pair(n), g = make_pair(r, n, -1, 1);
+    if (BOTH_HAVE(gelu_fwd)) {
+        cpu->gelu_fwd(cpu, y.h, x.h, n);
+        CHECK(gpu->gelu_fwd(gpu, y.d, x.d, n) == DDP_OK, "gelu_fwd");
+        compare_pair("gelu_fwd", &y, 1e-6, 1e-5);
+    }
+    if (BOTH_HAVE(gelu_bwd)) { /* dx aliases dy */
+        cpu->gelu_bwd(cpu, g.h, x.h, g.h, n);
+        CHECK(gpu->gelu_bwd(gpu, g.d, x.d, g.d, n) == DDP_OK, "gelu_bwd");
+        compare_pair("gelu_bwd", &g, 1e-6, 1e-5);
+    }
+    if (BOTH_HAVE(add)) { /* y aliases a */
+        cpu->add(cpu, x.h, x.h, g.h, n);
+        CHECK(gpu->add(gpu, x.d, x.d, g.d, n) == DDP_OK, "add");
+        compare_pair("add", &x, 0, 0);
+    }
+    drop_pair(&x), drop_pair(&y), drop_pair(&g);
+}
+
+/* Two AdamW steps (t = 1, 2) with clipping's grad_scale and weight decay. */
+static void check_adamw(test_rng *r)
+{
+    const size_t n = 50001;
+    pair w = make_pair(r, n, -1, 1), m = make_pair(r, n, -0.1, 0.1), v = make_pair(r, n, 0, 0.01);
+    pair g = make_pair(r, n, -1, 1);
+    bool both = BOTH_HAVE(adamw_step);
+    for (int t = 1; both && t <= 2; t++) {
+        cpu->adamw_step(cpu, w.h, m.h, v.h, g.h, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f);
+        CHECK(gpu->adamw_step(gpu, w.d, m.d, v.d, g.d, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t,
+                              0.5f) == DDP_OK, "adamw_step");
+    }
+    if (both) {
+        compare_pair("adamw w", &w, 1e-6, 1e-5);
+        compare_pair("adamw m", &m, 1e-7, 1e-6);
+        compare_pair("adamw v", &v, 1e-7, 1e-6);
+    }
+    CHECK(!gpu->adamw_step || gpu->adamw_step(gpu, w.d, m.d, v.d, g.d, n, 1e-3f, 0.9f, 0.95f,
+                                              1e-8f, 0.1f, 0, 1.0f) == DDP_ERR_INVALID_ARG,
+          "adamw_step refuses t = 0");
+    drop_pair(&w), drop_pair(&m), drop_pair(&v), drop_pair(&g);
+}
+
+/* ---- cross-entropy --------------------------------------------------------------------- */
+
+/* The device's padding columns [V, Vp) of dlogits (rows, Vp) are exactly 0. */
+static void check_padding_zero(const pair *dz, int rows, int V, int Vp)
+{
+    float *d = download(dz);
+    int bad = 0;
+    for (int row = 0; row < rows; row++)
+        for (int c = V; c < Vp; c++)
+            bad += d[(size_t)row * Vp + c] != 0.0f;
+    CHECK(bad == 0, "xent: %d padding gradients are not 0", bad);
+    free(d);
+}
+
+/* Logits whose padding columns are large (they must be ignored); dlogits separate, in place
+ * (aliasing the logits), and NULL (losses only). */
+static void check_xent(test_rng *r, int rows, int V, int Vp)
+{
+    size_t n = (size_t)rows * Vp;
+    pair z = make_pair(r, n, -5, 5), dz = make_nan_pair(n), loss = make_nan_pair(rows);
+    for (int row = 0; row < rows; row++)
+        for (int c = V; c < Vp; c++)
+            z.h[(size_t)row * Vp + c] = 50.0f;
+    ddp_upload(gpu->ctx, z.d, z.h, n * sizeof(float));
+    int *tgt_h = NULL, *tgt_d = make_ints(r, rows, V, &tgt_h);
+    float dscale = 1.0f / (float)rows;
+    if (BOTH_HAVE(xent_fwd_bwd)) {
+        cpu->xent_fwd_bwd(cpu, NULL, loss.h, z.h, tgt_h, rows, V, Vp, dscale);
+        CHECK(gpu->xent_fwd_bwd(gpu, NULL, loss.d, z.d, tgt_d, rows, V, Vp, dscale) == DDP_OK,
+              "xent_fwd_bwd without dlogits");
+        compare_pair("xent losses (no dlogits)", &loss, 1e-5, 1e-4);
+        cpu->xent_fwd_bwd(cpu, dz.h, loss.h, z.h, tgt_h, rows, V, Vp, dscale);
+        CHECK(gpu->xent_fwd_bwd(gpu, dz.d, loss.d, z.d, tgt_d, rows, V, Vp, dscale) == DDP_OK,
+              "xent_fwd_bwd");
+        compare_pair("xent losses", &loss, 1e-5, 1e-4);
+        compare_pair("xent dlogits", &dz, 1e-7, 1e-5);
+        cpu->xent_fwd_bwd(cpu, z.h, loss.h, z.h, tgt_h, rows, V, Vp, dscale);
+        CHECK(gpu->xent_fwd_bwd(gpu, z.d, loss.d, z.d, tgt_d, rows, V, Vp, dscale) == DDP_OK,
+              "xent_fwd_bwd in place");
+        compare_pair("xent losses (in place)", &loss, 1e-5, 1e-4);
+        compare_pair("xent dlogits (in place)", &z, 1e-7, 1e-5);
+        check_padding_zero(&z, rows, V, Vp);
+    } else if (gpu->xent_fwd_bwd) {
+        CHECK(gpu->xent_fwd_bwd(gpu, dz.d, loss.d, z.d, tgt_d, rows, V, Vp, dscale) == DDP_OK,
+              "xent_fwd_bwd");
+        check_padding_zero(&dz, rows, V, Vp);
+    }
+    free(tgt_h), ddp_free(gpu->ctx, tgt_d);
+    drop_pair(&z), drop_pair(&dz), drop_pair(&loss);
+}
+
+int main(void)
+{
+    int rc = test_cuda_open("test_cuda_gpt", &ctx, &gpu, &cpu);
+    if (rc != 0)
+        return rc;
+    test_rng r = {1606};
+    CHECK(ops_require_gpt(gpu, "test_cuda_gpt") == DDP_OK, "cuda implements every GPT op");
+    check_encoder(&r, 2, 13, 96);
+    check_encoder(&r, 3, 40, 70);
+    check_layernorm(&r, 26, 96);
+    check_layernorm(&r, 70, 300);
+    check_attention(&r, 2, 13, 96, 4);
+    check_attention(&r, 3, 70, 64, 2);
+    check_elementwise(&r);
+    check_adamw(&r);
+    check_xent(&r, 26, 100, 128);
+    check_xent(&r, 9, 1000, 1024);
+    test_cuda_close(ctx, gpu, cpu);
+    return CHECK_DONE();
+}
