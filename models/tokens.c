@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -162,6 +163,28 @@ ddp_status tokens_set_open(const char *pattern, int vocab_size, tokens_set **out
     }
     s->vocab = vocab_size;
     *out = s;
+    return DDP_OK;
+}
+
+ddp_status tokens_val_pattern(const char *train_pattern, char **out)
+{
+    if (!out)
+        return DDP_ERR_INVALID_ARG;
+    *out = NULL;
+    const char *last = NULL;
+    for (const char *p = train_pattern; p && (p = strstr(p, "train")) != NULL; p++)
+        last = p;
+    if (!last) {
+        DDP_ERROR("token shard pattern '%s' holds no \"train\" to replace by \"val\": give the "
+                  "validation pattern explicitly", train_pattern ? train_pattern : "(null)");
+        return DDP_ERR_INVALID_ARG;
+    }
+    size_t head = (size_t)(last - train_pattern), n = strlen(train_pattern) - 2;
+    char *v = malloc(n + 1);
+    if (!v)
+        return DDP_ERR_NOMEM;
+    snprintf(v, n + 1, "%.*sval%s", (int)head, train_pattern, last + 5);
+    *out = v;
     return DDP_OK;
 }
 

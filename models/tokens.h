@@ -66,6 +66,11 @@ typedef struct tokens_shard {
  * vocab_size outside [1, 65536], DDP_ERR_NOMEM. The message names the file. On failure *out is
  * NULL. */
 ddp_status tokens_set_open(const char *pattern, int vocab_size, tokens_set **out);
+/* The validation pattern that goes with a training pattern, as llm.c names its shards: the last
+ * "train" in the pattern replaced by "val" ('DIR/x_train_*.bin' -> 'DIR/x_val_*.bin'), in a new
+ * string (free() it). Returns DDP_ERR_INVALID_ARG (logged) when train_pattern is NULL or holds no
+ * "train", DDP_ERR_NOMEM; on failure *out is NULL. */
+ddp_status tokens_val_pattern(const char *train_pattern, char **out);
 /* Unmaps and frees; NULL is ignored. Loaders made from the set must be destroyed first. */
 void tokens_set_close(tokens_set *s);
 

@@ -76,8 +76,12 @@ report() {
 apt_install() {
     [[ "$(id -u)" == 0 ]] || die "missing $*; install it (as root: apt-get install $*)"
     echo "fetch-text: installing $* with apt-get"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=600 \
-        --no-install-recommends "$@" >/dev/null || die "apt-get install $* failed"
+    local opts=(-y -q -o DPkg::Lock::Timeout=600 --no-install-recommends)
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install "${opts[@]}" "$@" >/dev/null 2>&1 && return 0
+    echo "fetch-text: apt-get install failed; updating the package lists and trying again"
+    apt-get update -q >/dev/null || die "apt-get update failed"
+    apt-get install "${opts[@]}" "$@" >/dev/null || die "apt-get install $* failed"
 }
 
 ensure_tools() {

@@ -3,7 +3,7 @@
 # by tokens.c through test_bpe shards), more than 300,000 train tokens, every book starting with
 # <|endoftext|>, the vocabulary files beside them, and the first 3,000 validation tokens decoding
 # in C to exactly what Node's gpt-3-encoder decodes and to the novel's title; a second run is a
-# no-op. The script installs its packages when run as root (about 25 s cold, 7-30 s once the
+# no-op. The script installs its packages when run as root (25 s to 2 min cold, 15-30 s once the
 # packages are there, on a busy 2-core machine); elsewhere without them this test skips (77).
 # Usage: fetch_text.sh REPO_ROOT OUTDIR TEST_BPE
 set -euo pipefail

@@ -1,7 +1,8 @@
 /* test_tokens.c - llm.c token shards: reading good files and refusing each kind of bad one with a
  * message naming the file; the training loader (windows, disjoint ranks whose union is the cut
  * epoch, the permutation's independence from the world size, per-epoch shuffling, exact resume
- * with set_pos); the validation loader (every target once over 1, 2, 3 and 80 ranks).
+ * with set_pos); the validation loader (every target once over 1, 2, 3 and 80 ranks) and the
+ * validation pattern derived from a training pattern.
  *
  * Every token of the test shards is its global position (shard bases are consecutive), so a value
  * tells which shard and offset it came from.
@@ -458,6 +459,23 @@ static void test_val(const tokens_set *set)
     tokens_val_destroy(v);
 }
 
+static void test_val_pattern(void)
+{
+    static const char *cases[][2] = {{"d/x_train_*.bin", "d/x_val_*.bin"},
+                                     {"train/a_train_*.bin", "train/a_val_*.bin"},
+                                     {"train", "val"}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        char *v = NULL;
+        CHECK(tokens_val_pattern(cases[k][0], &v) == DDP_OK && v && !strcmp(v, cases[k][1]),
+              "%s -> %s, got %s", cases[k][0], cases[k][1], v ? v : "NULL");
+        free(v);
+    }
+    char *v = (char *)&v;
+    capture_begin();
+    CHECK(tokens_val_pattern("d/x_*.bin", &v) == DDP_ERR_INVALID_ARG && !v, "no train in it");
+    capture_end();
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/ddp_tokens_XXXXXX");
@@ -477,6 +495,7 @@ int main(void)
     tokens_set_close(set);
     test_bad_files();
     test_bad_token();
+    test_val_pattern();
     for (int i = 0; i < n_files; i++)
         unlink(files[i]);
     rmdir(dir);
