@@ -65,7 +65,6 @@ typedef struct gpt2_acts {
     float *logits;    // (B, T, Vp); their gradient after a forward pass for backward
     float *losses;    // (B, T)
     int *tokens;      // (B, T) the last forward pass's input (encoder_bwd reads it)
-    float *zero_bias; // (Vp) zeros: the LM head's bias (the linear ops read one)
     float *proj;      // (B, T, C) a projection's output before the residual add
     float *scratch;   // (B, T, 4C) an op's fp32 output before its cast to p (16-bit only)
 } gpt2_acts;
@@ -338,7 +337,6 @@ static ddp_status alloc_acts(gpt2 *g)
     a->logits = rows_f(g, vp, 1);
     a->losses = rows_f(g, 1, 1);
     a->tokens = buf(g, (size_t)g->opts.max_batch * g->opts.seq * sizeof(int));
-    a->zero_bias = buf(g, vp * sizeof(float));
     a->proj = rows_f(g, c, 1);
     d->dresidual = rows_f(g, c, 1);
     d->dln = rows_f(g, c, 1);
@@ -602,7 +600,7 @@ static ddp_status head_fwd(gpt2 *g)
     TRY_OK(o->layernorm_fwd(o, h, a->lnf_mean, a->lnf_rstd, at_f(g, a->residual3, L - 1, C),
                             param(g, T_LNFW, 0), param(g, T_LNFB, 0), rows, C));
     TRY_OK(to_p(g, a->lnf, h, (size_t)rows * C));
-    return o->linear_fwd(o, g->opts.precision, a->lnf, cweight(g, T_WTE, 0), a->zero_bias, rows, C,
+    return o->linear_fwd(o, g->opts.precision, a->lnf, cweight(g, T_WTE, 0), NULL, rows, C,
                          g->cfg.padded_vocab, a->logits, true);
 }
 

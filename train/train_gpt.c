@@ -30,6 +30,7 @@
 
 #define GPT_STOP_EVERY 8 /* steps between stop-flag agreements */
 #define GPT_EOT 50256    /* GPT-2's <|endoftext|>: the first token of a sample */
+#define GPT_SCAN_TOKENS (1ul << 28) /* token sets up to 512 MiB are checked before training */
 
 typedef struct gpt_trainer {
     ddp_ctx *ctx;
@@ -89,18 +90,12 @@ static ddp_status gpt_agree(gpt_trainer *t, ddp_status local)
  * (llm.c's shard names). NULL (logged) when the training pattern has no "train" in it. */
 static char *gpt_val_pattern(const train_opts *o)
 {
+    char *p = NULL;
     if (o->gpt.val_data)
         return strdup(o->gpt.val_data);
-    const char *at = strstr(o->data_dir, "train");
-    if (!at) {
+    if (tokens_val_pattern(o->data_dir, &p) != DDP_OK)
         DDP_ERROR("--data %s: no \"train\" in the pattern to derive the validation shards from: "
                   "give --val-data PATTERN", o->data_dir);
-        return NULL;
-    }
-    size_t head = (size_t)(at - o->data_dir), len = strlen(o->data_dir);
-    char *p = malloc(len + 1);
-    if (p)
-        snprintf(p, len + 1, "%.*sval%s", (int)head, o->data_dir, at + 5);
     return p;
 }
 
@@ -114,6 +109,12 @@ static ddp_status gpt_open_data(gpt_trainer *t)
     if (st == DDP_OK)
         st = tokens_set_open(vpat, t->cfg.vocab, &t->val_data);
     free(vpat);
+    /* A token outside the vocabulary is found before training where reading every token is cheap;
+     * in larger sets the loaders find it when they hand the window out (and stop the job). */
+    if (st == DDP_OK && tokens_set_n_tokens(t->train_data) <= GPT_SCAN_TOKENS)
+        st = tokens_set_scan(t->train_data);
+    if (st == DDP_OK && tokens_set_n_tokens(t->val_data) <= GPT_SCAN_TOKENS)
+        st = tokens_set_scan(t->val_data);
     if (st == DDP_OK && t->rank == 0 && o->metrics_path) {
         t->metrics = fopen(o->metrics_path, "w");
         if (!t->metrics) {
@@ -488,6 +489,7 @@ static void gpt_loop(gpt_trainer *t)
 {
     long tokens_per_step = (long)t->B * t->T * t->accum * t->world;
     progress_init(&t->progress, t->o->log_every, t->total_steps, tokens_per_step);
+    t->progress.unit = "tokens";
     double start = train_now();
     for (t->epoch = (int)t->start.epoch; t->step < t->total_steps; t->epoch++) {
         long first = t->epoch == t->start.epoch ? t->start.step_in_epoch : 0;

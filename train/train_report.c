@@ -21,6 +21,7 @@ void progress_init(progress_bar *p, int log_every, long total_steps, long sample
     p->total_steps = total_steps;
     p->samples_per_step = samples_per_step;
     p->train_seconds = 0.0;
+    p->unit = "samples";
 }
 
 /* Writes "12m05s" style durations. */
@@ -47,8 +48,8 @@ void progress_update(progress_bar *p, long step, int epoch, double loss)
     char eta[32];
     format_duration(eta, sizeof eta, per_step * (double)(p->total_steps - step));
     if (!p->tty) {
-        fprintf(stderr, "step %ld/%ld epoch %d loss %.4f %.0f samples/s ETA %s\n", step, p->total_steps,
-                epoch + 1, loss, rate, eta);
+        fprintf(stderr, "step %ld/%ld epoch %d loss %.4f %.0f %s/s ETA %s\n", step, p->total_steps,
+                epoch + 1, loss, rate, p->unit, eta);
         return;
     }
     int filled = (int)((double)DDP_BAR_WIDTH * (double)step / (double)p->total_steps);
@@ -56,8 +57,8 @@ void progress_update(progress_bar *p, long step, int epoch, double loss)
     for (int i = 0; i < DDP_BAR_WIDTH; i++)
         bar[i] = i < filled ? '#' : '.';
     bar[DDP_BAR_WIDTH] = '\0';
-    fprintf(stderr, "\r[%s] %ld/%ld epoch %d loss %.4f %.0f samples/s ETA %s  ", bar, step,
-            p->total_steps, epoch + 1, loss, rate, eta);
+    fprintf(stderr, "\r[%s] %ld/%ld epoch %d loss %.4f %.0f %s/s ETA %s  ", bar, step,
+            p->total_steps, epoch + 1, loss, rate, p->unit, eta);
     fflush(stderr);
 }
 

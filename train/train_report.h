@@ -18,6 +18,7 @@ typedef struct progress_bar {
     int log_every;
     long total_steps;      /* planned optimizer steps */
     long samples_per_step; /* across all ranks */
+    const char *unit;      /* what a sample is in the rate: "samples" (default) or "tokens" */
     double train_seconds;  /* time spent in training steps so far (evaluation excluded) */
 } progress_bar;
 

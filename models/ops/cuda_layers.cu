@@ -55,7 +55,7 @@ __global__ void bias_store_kernel(ddp_dtype p, void *y, const float *acc, const 
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (size_t)rows * cols)
-        store(p, y, i, acc[i] + bias[i % cols]);
+        store(p, y, i, bias ? acc[i] + bias[i % cols] : acc[i]);
 }
 
 /* y (n, c, hw) in precision p += b[channel]. */
@@ -276,8 +276,8 @@ static ddp_status bias_store(const ops_handle *ops, ddp_dtype p, void *y, const 
 {
     cuda_state *cu = cuda_of(ops);
     size_t n = (size_t)rows * cols;
-    if (n == 0)
-        return DDP_OK;
+    if (n == 0 || (!b && p == DDP_FP32 && (const void *)acc == y))
+        return DDP_OK; /* nothing to add, nothing to round */
     bias_store_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(p, y, acc, b, rows, cols);
     TRY_CUDA_LAUNCH();
     return DDP_OK;

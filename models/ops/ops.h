@@ -115,7 +115,8 @@ struct ops_handle {
      * (NULL: fp16 only). */
     /* dst (n, precision to) = src (n, precision from), rounding to nearest even. */
     bool (*emulates)(const ops_handle *ops, ddp_dtype p);
-    /* y (batch, out) = x (batch, in) w^T + b, w (out, in); y is fp32 when y_fp32 (the logits). */
+    /* y (batch, out) = x (batch, in) w^T + b, w (out, in), b NULL: no bias (GPT-2's LM head);
+     * y is fp32 when y_fp32 (the logits). */
     ddp_status (*cast)(const ops_handle *ops, ddp_dtype to, void *dst, ddp_dtype from,
                        const void *src, size_t n);
     ddp_status (*linear_fwd)(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,

@@ -420,7 +420,7 @@ static ddp_status cpu_linear_fwd(const ops_handle *ops, ddp_dtype p, const void 
     ddp_status st = DDP_OK;
     if (cpu_gemm_on_dnnl(ops))
         st = ops_dnnl_matmul(cpu_of(ops)->dnnl, DDP_FP32, batch, out, in, x, false, w, true, b, y, true, false);
-    else if ((st = cpu_gemm(ops, false, true, batch, out, in, 1.0f, x, w, 0.0f, y)) == DDP_OK)
+    else if ((st = cpu_gemm(ops, false, true, batch, out, in, 1.0f, x, w, 0.0f, y)) == DDP_OK && b)
         st = cpu_bias_add(ops, y, b, batch, out);
     return cpu_emulate(y_fp32 ? DDP_FP32 : p, y, (size_t)batch * out, st);
 }

@@ -4,7 +4,8 @@
 Modes:
   equivalence  2 ranks equal 1 process accumulating 2 micro-batches (fp32, clipping active: the
                global norm is over the averaged gradient, so both clip alike), to ddp-ckpt diff
-               --tol 1e-5; a different seed differs (negative control); 3 ranks likewise.
+               --tol 1e-4 (TOL says why not 1e-5); a different seed differs (negative control);
+               3 ranks likewise.
   resume       a run of 6 steps over 2 epochs equals, bit for bit (tol 0), runs resumed from its
                step-2 (mid-epoch) and step-4 (epoch boundary) checkpoints: parameters, AdamW
                moments and the loader's position.
@@ -31,6 +32,12 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
 
 SHARD_MAGIC = 20240520
+# Ranks against accumulation: the sums differ in rounding only (a GEMM that accumulates into the
+# gradient rounds once, a separate product and sum twice), but AdamW divides each gradient by its
+# own running RMS: the key third of attn.c_attn.bias has a true gradient of 0 (softmax ignores a
+# shift of every score), so its rounding noise is normalised into steps of about lr. 1e-5 of the
+# largest value holds for every other tensor; that bias moves ~1.5e-5 (measured), hence 1e-4.
+TOL = "1e-4"
 TEXT_VAL_BOUND = 7.0  # validation loss the tiny model must reach on Jane Austen (from ~10.8)
 
 
@@ -75,9 +82,9 @@ def equivalence(chk, exe, ckpt, mpi, tmp):
     for n in (2, 3):
         ranks = trainlib.train_save(chk, tmp, f"np{n}", tiny(exe, data, 4, clip), prefix=mpi + [str(n)])
         single = trainlib.train_save(chk, tmp, f"accum{n}", tiny(exe, data, 4, clip + ["--accum", str(n)]))
-        trainlib.diff_ckpt(chk, ckpt, ranks, single, True, f"gpt2: {n} ranks vs 1 process --accum {n}", "1e-5")
+        trainlib.diff_ckpt(chk, ckpt, ranks, single, True, f"gpt2: {n} ranks vs 1 process --accum {n}", TOL)
     other = trainlib.train_save(chk, tmp, "accum2seed", tiny(exe, data, 4, clip + ["--accum", "2", "--seed", "7"]))
-    trainlib.diff_ckpt(chk, ckpt, os.path.join(tmp, "accum2.ckpt"), other, False, "gpt2: another seed")
+    trainlib.diff_ckpt(chk, ckpt, os.path.join(tmp, "accum2.ckpt"), other, False, "gpt2: another seed", TOL)
     rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 4, clip), timeout=300)
     chk.check(rc == 0 and "replicas identical after training" in out, "2 ranks: replicas identical after training", out)
 
@@ -94,7 +101,7 @@ def resume(chk, exe, ckpt, mpi, tmp):
         chk.check(os.path.exists(mid), f"the step-{step} checkpoint exists")
         resumed = trainlib.train_save(chk, tmp, f"resumed{step}", base + ["--resume", mid], prefix=mpi + ["2"])
         trainlib.diff_ckpt(chk, ckpt, straight, resumed, True, f"resumed from step {step} ({where}) equals the straight run", "0")
-    rc, out = trainlib.run([ckpt, "info", straight], timeout=60)
+    rc, out = trainlib.run([ckpt, "show", straight], timeout=60)
     chk.check(rc == 0 and "adam_m" in out and "adam_v" in out, "the checkpoint holds both AdamW moments", out)
 
 
