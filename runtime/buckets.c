@@ -194,9 +194,9 @@ ddp_status bucket_plan_build(const size_t *numel, int n_params, const int *order
                              size_t cap_bytes, size_t first_cap_bytes, bucket_plan *plan)
 {
     *plan = (bucket_plan){0};
-    ddp_bucket probe;
-    int probe_n;
-    ddp_status st = plan_check(numel, n_params, cap_bytes, first_cap_bytes, &probe, &probe_n);
+    ddp_bucket unused = {0}; /* plan_check wants somewhere for ddp_plan_buckets' outputs */
+    int unused_n = 0;
+    ddp_status st = plan_check(numel, n_params, cap_bytes, first_cap_bytes, &unused, &unused_n);
     if (st == DDP_OK)
         st = plan_alloc(plan, n_params);
     if (st == DDP_OK)

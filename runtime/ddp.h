@@ -2,7 +2,7 @@
  *
  * A training program calls ddp_init() once, creates parameters with seeded initialisation
  * (identical on every rank), verifies the replicas, shards its data with a ddp_sampler, and
- * averages gradients with a ddp_reducer whose buckets are slices of ONE flat gradient buffer.
+ * averages gradients with a ddp_reducer whose buckets are parts of ONE flat gradient buffer.
  *
  * Conventions:
  *  - Every fallible function returns a ddp_status; DDP_OK (0) is success. ddp_strerror() names it.

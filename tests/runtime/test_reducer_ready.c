@@ -21,6 +21,8 @@
  * parameter order and static_buckets keep ddp_plan_buckets' plan; a rank marking in another order
  * is detected on every rank (DDP_BUCKETS_MISMATCH, or DDP_ERR_MISMATCH from finish with
  * strict_order) with the sums still right and nothing hanging.
+ * `--backend cuda` (1 rank; skipped without a GPU): the same on device memory, a bucket's runs in
+ * one NCCL group, the bf16 wire's gather and scatter by the cast kernels.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -261,11 +263,22 @@ static void test_mismatch(ddp_ctx *ctx, void *grads, float *acc, int strict)
     ddp_reducer_destroy(r);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     ddp_init_opts io;
     ddp_init_opts_default(&io);
     io.backend = DDP_BACKEND_CPU;
+    if (argc == 3 && !strcmp(argv[1], "--backend")) {
+        if (ddp_backend_parse(argv[2], &io.backend) != DDP_OK)
+            return 2;
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: test_reducer_ready [--backend cpu|cuda]\n");
+        return 2;
+    }
+    if (io.backend == DDP_BACKEND_CUDA && ddp_cuda_device_count() < 1) {
+        fprintf(stderr, "test_reducer_ready: skipped: no GPU\n");
+        return DDP_TEST_SKIP;
+    }
     io.print_table = 0;
     ddp_ctx *ctx = NULL;
     if (ddp_init(&io, &ctx) != DDP_OK)
