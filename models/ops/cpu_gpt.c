@@ -2,7 +2,8 @@
  * multi-head self-attention as per-(sequence, head) OpenBLAS GEMMs on strided views of qkv around
  * a causal softmax, GELU, the residual add, the cross-entropy over a padded vocabulary, and AdamW.
  * The element-wise loops run the scalar math of math_shared.h (the CUDA kernels' too), compiled
- * for AVX-512, AVX2 and the baseline (simd_clones.h). One thread; the GEMMs use OpenBLAS's threads.
+ * for AVX-512, AVX2 and the baseline (simd_clones.h) at -O3 (models/meson.build says why). One
+ * thread; the GEMMs use OpenBLAS's threads.
  */
 #include <cblas.h>
 #include <math.h>
@@ -138,6 +139,16 @@ static int block_rows(const att_head *a, int r0)
     return a->T - r0 < a->blk ? a->T - r0 : a->blk;
 }
 
+/* c (m, n, row stride ldc) = alpha op(a) op(b), row-major: c zeroed here, then the GEMM run with
+ * beta 1, which OpenBLAS skips (its beta-0 pass over c cost 16 % of the attention's time). */
+static void gemm_over(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+                      const float *a, int lda, const float *b, int ldb, float *c, int ldc)
+{
+    for (int i = 0; i < m; i++)
+        memset(c + (size_t)i * ldc, 0, (size_t)n * sizeof(float));
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, 1.0f, c, ldc);
+}
+
 /* s (T, T) = alpha * x y^T for the causal part (row block [r0, r1) against columns [0, r1)):
  * x, y (T, hs) with row strides ldx, ldy. Entries above the diagonal inside a block are computed
  * too; those right of a block are not written. */
@@ -146,8 +157,8 @@ static void causal_abt(const att_head *a, float alpha, const float *x, int ldx, 
 {
     for (int r0 = 0; r0 < a->T; r0 += a->blk) {
         int rows = block_rows(a, r0);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r0 + rows, a->hs, alpha,
-                    x + (size_t)r0 * ldx, ldx, y, ldy, 0.0f, s + (size_t)r0 * a->T, a->T);
+        gemm_over(CblasNoTrans, CblasTrans, rows, r0 + rows, a->hs, alpha, x + (size_t)r0 * ldx,
+                  ldx, y, ldy, s + (size_t)r0 * a->T, a->T);
     }
 }
 
@@ -157,8 +168,8 @@ static void causal_ab(const att_head *a, const float *p, const float *y, int ldy
 {
     for (int r0 = 0; r0 < a->T; r0 += a->blk) {
         int rows = block_rows(a, r0);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, a->hs, r0 + rows, 1.0f,
-                    p + (size_t)r0 * a->T, a->T, y, ldy, 0.0f, o + (size_t)r0 * ldo, ldo);
+        gemm_over(CblasNoTrans, CblasNoTrans, rows, a->hs, r0 + rows, 1.0f, p + (size_t)r0 * a->T,
+                  a->T, y, ldy, o + (size_t)r0 * ldo, ldo);
     }
 }
 
@@ -169,9 +180,9 @@ static void causal_atb(const att_head *a, const float *p, const float *y, int ld
 {
     for (int j0 = 0; j0 < a->T; j0 += a->blk) {
         int rows = block_rows(a, j0);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, a->hs, a->T - j0, 1.0f,
-                    p + (size_t)j0 * a->T + j0, a->T, y + (size_t)j0 * ldy, ldy, 0.0f,
-                    o + (size_t)j0 * ldo, ldo);
+        gemm_over(CblasTrans, CblasNoTrans, rows, a->hs, a->T - j0, 1.0f,
+                  p + (size_t)j0 * a->T + j0, a->T, y + (size_t)j0 * ldy, ldy,
+                  o + (size_t)j0 * ldo, ldo);
     }
 }
 
@@ -393,8 +404,12 @@ ddp_status ops_cpu_xent_fwd_bwd(const ops_handle *ops, float *dlogits, float *lo
                                 const float *logits, const int *targets, int rows, int V, int Vp,
                                 float dscale)
 {
-    if (!shape_ok("xent_fwd_bwd", rows, V, Vp - V + 1))
+    if (!shape_ok("xent_fwd_bwd", rows, V, Vp))
         return DDP_ERR_INVALID_ARG;
+    if (Vp < V) {
+        DDP_ERROR("cpu xent_fwd_bwd: padded vocabulary %d is smaller than the vocabulary %d", Vp, V);
+        return DDP_ERR_INVALID_ARG;
+    }
     xent_rows(dlogits, losses, logits, targets, rows, V, Vp, dscale);
     return DDP_OK;
 }
