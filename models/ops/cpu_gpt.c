@@ -407,7 +407,7 @@ ddp_status ops_cpu_xent_fwd_bwd(const ops_handle *ops, float *dlogits, float *lo
     if (!shape_ok("xent_fwd_bwd", rows, V, Vp))
         return DDP_ERR_INVALID_ARG;
     if (Vp < V) {
-        DDP_ERROR("cpu xent_fwd_bwd: padded vocabulary %d is smaller than the vocabulary %d", Vp, V);
+        DDP_ERROR("cpu xent_fwd_bwd: padded vocabulary %d below the vocabulary %d", Vp, V);
         return DDP_ERR_INVALID_ARG;
     }
     xent_rows(dlogits, losses, logits, targets, rows, V, Vp, dscale);
