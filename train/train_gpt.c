@@ -251,6 +251,7 @@ static ddp_status gpt_build(gpt_trainer *t)
     ro.first_bucket_mb = o->first_bucket_mb;
     ro.comm_dtype = o->grad_dtype;
     ro.defer_launch = o->no_overlap;
+    ro.strict_order = 1; /* every rank runs the same backward: a different order is a bug */
     st = gpt_agree(t, ddp_reducer_create(t->ctx, gpt2_grads(t->g), gpt2_numel(t->g),
                                          gpt2_n_params(t->g), &ro, &t->reducer));
     if (st == DDP_OK)

@@ -2,7 +2,8 @@
  * multi-head self-attention as per-(sequence, head) OpenBLAS GEMMs on strided views of qkv around
  * a causal softmax, GELU, the residual add, the cross-entropy over a padded vocabulary, and AdamW.
  * The element-wise loops run the scalar math of math_shared.h (the CUDA kernels' too), compiled
- * for AVX-512, AVX2 and the baseline (simd_clones.h). One thread; the GEMMs use OpenBLAS's threads.
+ * for AVX-512, AVX2 and the baseline (simd_clones.h) at -O3 (models/meson.build says why). One
+ * thread; the GEMMs use OpenBLAS's threads.
  */
 #include <cblas.h>
 #include <math.h>
@@ -138,6 +139,16 @@ static int block_rows(const att_head *a, int r0)
     return a->T - r0 < a->blk ? a->T - r0 : a->blk;
 }
 
+/* c (m, n, row stride ldc) = alpha op(a) op(b), row-major: c zeroed here, then the GEMM run with
+ * beta 1, which OpenBLAS skips (its beta-0 pass over c cost 16 % of the attention's time). */
+static void gemm_over(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+                      const float *a, int lda, const float *b, int ldb, float *c, int ldc)
+{
+    for (int i = 0; i < m; i++)
+        memset(c + (size_t)i * ldc, 0, (size_t)n * sizeof(float));
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, 1.0f, c, ldc);
+}
+
 /* s (T, T) = alpha * x y^T for the causal part (row block [r0, r1) against columns [0, r1)):
  * x, y (T, hs) with row strides ldx, ldy. Entries above the diagonal inside a block are computed
  * too; those right of a block are not written. */
@@ -146,8 +157,8 @@ static void causal_abt(const att_head *a, float alpha, const float *x, int ldx, 
 {
     for (int r0 = 0; r0 < a->T; r0 += a->blk) {
         int rows = block_rows(a, r0);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r0 + rows, a->hs, alpha,
-                    x + (size_t)r0 * ldx, ldx, y, ldy, 0.0f, s + (size_t)r0 * a->T, a->T);
+        gemm_over(CblasNoTrans, CblasTrans, rows, r0 + rows, a->hs, alpha, x + (size_t)r0 * ldx,
+                  ldx, y, ldy, s + (size_t)r0 * a->T, a->T);
     }
 }
 
@@ -157,8 +168,8 @@ static void causal_ab(const att_head *a, const float *p, const float *y, int ldy
 {
     for (int r0 = 0; r0 < a->T; r0 += a->blk) {
         int rows = block_rows(a, r0);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, a->hs, r0 + rows, 1.0f,
-                    p + (size_t)r0 * a->T, a->T, y, ldy, 0.0f, o + (size_t)r0 * ldo, ldo);
+        gemm_over(CblasNoTrans, CblasNoTrans, rows, a->hs, r0 + rows, 1.0f, p + (size_t)r0 * a->T,
+                  a->T, y, ldy, o + (size_t)r0 * ldo, ldo);
     }
 }
 
@@ -169,45 +180,74 @@ static void causal_atb(const att_head *a, const float *p, const float *y, int ld
 {
     for (int j0 = 0; j0 < a->T; j0 += a->blk) {
         int rows = block_rows(a, j0);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, a->hs, a->T - j0, 1.0f,
-                    p + (size_t)j0 * a->T + j0, a->T, y + (size_t)j0 * ldy, ldy, 0.0f,
-                    o + (size_t)j0 * ldo, ldo);
+        gemm_over(CblasTrans, CblasNoTrans, rows, a->hs, a->T - j0, 1.0f,
+                  p + (size_t)j0 * a->T + j0, a->T, y + (size_t)j0 * ldy, ldy,
+                  o + (size_t)j0 * ldo, ldo);
     }
 }
 
+/* Largest of x[0..n), n >= 1, in lanes (a NaN is passed over, as by row_max; the sum of the
+ * exponentials then carries it). */
+DDP_SIMD_BODY float lane_max(const float *x, int n)
+{
+    float m[SUM_LANES];
+    for (int j = 0; j < SUM_LANES; j++)
+        m[j] = x[0];
+    int i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int j = 0; j < SUM_LANES; j++)
+            m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+    for (int j = 0; i < n; i++, j++)
+        m[j] = x[i] > m[j] ? x[i] : m[j];
+    float mx = m[0];
+    for (int j = 1; j < SUM_LANES; j++)
+        mx = m[j] > mx ? m[j] : mx;
+    return mx;
+}
+
+/* x[i] = e^(x[i] - mx) for i < n; returns their sum. */
+DDP_SIMD_BODY float exp_shift_sum(float *x, int n, float mx)
+{
+    for (int i = 0; i < n; i++)
+        x[i] = exp_branchless(x[i] - mx);
+    return lane_sum(x, n, 0.0f);
+}
+
 /* Row t of s (T, T): softmax over s[0..t], 0 above the diagonal. */
-static void causal_softmax(float *s, int T)
+DDP_SIMD_BODY void causal_softmax_body(float *s, int T)
 {
     for (int t = 0; t < T; t++) {
         float *row = s + (size_t)t * T;
-        int arg;
-        float mx = row_max(row, t + 1, &arg), sum = 0.0f;
-        for (int j = 0; j <= t; j++) {
-            row[j] = expf(row[j] - mx);
-            sum += row[j];
-        }
-        float inv = 1.0f / sum;
+        float inv = 1.0f / exp_shift_sum(row, t + 1, lane_max(row, t + 1));
         for (int j = 0; j <= t; j++)
             row[j] *= inv;
         memset(row + t + 1, 0, (size_t)(T - 1 - t) * sizeof(float));
     }
 }
+DDP_SIMD_DISPATCH(causal_softmax, causal_softmax_body, (float *s, int T), (s, T))
 
 /* d (T, T) holds dL/datt; becomes dL/dscores * scale (0 above the diagonal): per row,
  * att * (d - sum_j att d) * scale. */
-static void causal_softmax_bwd(float *d, const float *att, int T, float scale)
+DDP_SIMD_BODY void causal_softmax_bwd_body(float *d, const float *att, int T, float scale)
 {
     for (int t = 0; t < T; t++) {
-        float *dr = d + (size_t)t * T;
-        const float *ar = att + (size_t)t * T;
-        float dot = 0.0f;
-        for (int j = 0; j <= t; j++)
-            dot += ar[j] * dr[j];
-        for (int j = 0; j <= t; j++)
-            dr[j] = ar[j] * (dr[j] - dot) * scale;
+        float *restrict dr = d + (size_t)t * T;
+        const float *restrict ar = att + (size_t)t * T;
+        float dot[SUM_LANES] = {0.0f};
+        int j = 0;
+        for (; j + SUM_LANES <= t + 1; j += SUM_LANES)
+            for (int l = 0; l < SUM_LANES; l++)
+                dot[l] += ar[j + l] * dr[j + l];
+        for (int l = 0; j <= t; j++, l++)
+            dot[l] += ar[j] * dr[j];
+        float total = lanes_total(dot);
+        for (j = 0; j <= t; j++)
+            dr[j] = ar[j] * (dr[j] - total) * scale;
         memset(dr + t + 1, 0, (size_t)(T - 1 - t) * sizeof(float));
     }
 }
+DDP_SIMD_DISPATCH(causal_softmax_bwd, causal_softmax_bwd_body,
+                  (float *d, const float *att, int T, float scale), (d, att, T, scale))
 
 static bool att_shape_ok(const char *op, int B, int T, int C, int NH)
 {
@@ -269,7 +309,7 @@ ddp_status ops_cpu_attention_bwd(const ops_handle *ops, float *dqkv, float *datt
 DDP_SIMD_BODY void gelu_fwd_body(float *restrict y, const float *restrict x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        y[i] = gelu_tanh(x[i]);
+        y[i] = gelu_tanh_exp(x[i]);
 }
 DDP_SIMD_DISPATCH(gelu_fwd_loop, gelu_fwd_body, (float *restrict y, const float *restrict x,
                                                  size_t n), (y, x, n))
@@ -278,7 +318,7 @@ DDP_SIMD_DISPATCH(gelu_fwd_loop, gelu_fwd_body, (float *restrict y, const float 
 DDP_SIMD_BODY void gelu_bwd_body(float *dx, const float *x, const float *dy, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dx[i] = dy[i] * gelu_tanh_grad(x[i]);
+        dx[i] = dy[i] * gelu_tanh_exp_grad(x[i]);
 }
 DDP_SIMD_DISPATCH(gelu_bwd_loop, gelu_bwd_body, (float *dx, const float *x, const float *dy,
                                                  size_t n), (dx, x, dy, n))
@@ -312,41 +352,65 @@ ddp_status ops_cpu_add(const ops_handle *ops, float *y, const float *a, const fl
 
 /* ---- cross-entropy ----------------------------------------------------------------------- */
 
+/* Sum of e^(z[c] - mx) over c < V, in lanes (nothing stored). */
+DDP_SIMD_BODY float exp_sum(const float *z, int V, float mx)
+{
+    float s[SUM_LANES] = {0.0f};
+    int c = 0;
+    for (; c + SUM_LANES <= V; c += SUM_LANES)
+        for (int j = 0; j < SUM_LANES; j++)
+            s[j] += exp_branchless(z[c + j] - mx);
+    for (int j = 0; c < V; c++, j++)
+        s[j] += exp_branchless(z[c] - mx);
+    return lanes_total(s);
+}
+
 /* Loss of one row z (Vp) against target over its first V columns; when d is not NULL (it may be
  * z itself) d = (softmax - onehot) * dscale there and 0 in the padding. One exp per logit: d
  * holds the exponentials until the sum is known. */
-static float xent_row_padded(float *d, const float *z, int target, int V, int Vp, float dscale)
+DDP_SIMD_BODY float xent_row_body(float *d, const float *z, int target, int V, int Vp,
+                                  float dscale)
 {
-    int arg;
-    float mx = row_max(z, V, &arg), zt = z[target], sum = 0.0f;
-    if (d) {
-        for (int c = 0; c < V; c++) {
-            d[c] = expf(z[c] - mx);
-            sum += d[c];
-        }
-        float inv = dscale / sum;
-        for (int c = 0; c < V; c++)
-            d[c] *= inv;
-        d[target] -= dscale;
-        memset(d + V, 0, (size_t)(Vp - V) * sizeof(float));
-    } else {
-        for (int c = 0; c < V; c++)
-            sum += expf(z[c] - mx);
-    }
+    float mx = lane_max(z, V), zt = z[target], sum;
+    if (!d)
+        return logf(exp_sum(z, V, mx)) - (zt - mx);
+    if (d != z)
+        memcpy(d, z, (size_t)V * sizeof(float));
+    sum = exp_shift_sum(d, V, mx);
+    float inv = dscale / sum;
+    for (int c = 0; c < V; c++)
+        d[c] *= inv;
+    d[target] -= dscale;
+    memset(d + V, 0, (size_t)(Vp - V) * sizeof(float));
     return logf(sum) - (zt - mx);
 }
+
+/* Every row's loss (and gradient); one function per SIMD clone. */
+DDP_SIMD_BODY void xent_rows_body(float *dlogits, float *losses, const float *logits,
+                                  const int *targets, int rows, int V, int Vp, float dscale)
+{
+    for (int r = 0; r < rows; r++) {
+        size_t o = (size_t)r * Vp;
+        losses[r] = xent_row_body(dlogits ? dlogits + o : NULL, logits + o, targets[r], V, Vp,
+                                  dscale);
+    }
+}
+DDP_SIMD_DISPATCH(xent_rows, xent_rows_body,
+                  (float *dlogits, float *losses, const float *logits, const int *targets,
+                   int rows, int V, int Vp, float dscale),
+                  (dlogits, losses, logits, targets, rows, V, Vp, dscale))
 
 ddp_status ops_cpu_xent_fwd_bwd(const ops_handle *ops, float *dlogits, float *losses,
                                 const float *logits, const int *targets, int rows, int V, int Vp,
                                 float dscale)
 {
-    if (!shape_ok("xent_fwd_bwd", rows, V, Vp - V + 1))
+    if (!shape_ok("xent_fwd_bwd", rows, V, Vp))
         return DDP_ERR_INVALID_ARG;
-    for (int r = 0; r < rows; r++) {
-        size_t o = (size_t)r * Vp;
-        losses[r] = xent_row_padded(dlogits ? dlogits + o : NULL, logits + o, targets[r], V, Vp,
-                                    dscale);
+    if (Vp < V) {
+        DDP_ERROR("cpu xent_fwd_bwd: padded vocabulary %d below the vocabulary %d", Vp, V);
+        return DDP_ERR_INVALID_ARG;
     }
+    xent_rows(dlogits, losses, logits, targets, rows, V, Vp, dscale);
     return DDP_OK;
 }
 

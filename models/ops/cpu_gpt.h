@@ -1,7 +1,10 @@
 /* cpu_gpt.h - the CPU's transformer ops (cpu_gpt.c), for the CPU ops table (ops_cpu.c). Private to
  * models/ops/. Semantics, shapes and what each output overwrites or adds: ops.h, section
  * "transformer ops". Every function returns DDP_ERR_INVALID_ARG (logged) for a shape that is not
- * positive (C not divisible by NH, a step t < 1), DDP_OK otherwise.
+ * positive (C not divisible by NH, Vp < V, a step t < 1), DDP_OK otherwise.
+ * Aliasing: only what ops.h allows (gelu_bwd's dx and dy, add's y with a or b, xent_fwd_bwd's
+ * dlogits and logits); layernorm_bwd's dx, dw, db and adamw_step's four buffers must be distinct
+ * from each other and from the inputs (the loops are compiled with restrict).
  */
 #ifndef OPS_CPU_GPT_H
 #define OPS_CPU_GPT_H
