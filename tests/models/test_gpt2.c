@@ -143,6 +143,7 @@ static void check_init(void)
     gpt2_destroy(c);
     ops_close(one);
     ops_close(two);
+    ops_cpu_set_threads(1); /* the thread count is the process's: back to the tests' one */
 }
 
 /* With GPT-2's vocabulary and weights of std 0.02, the logits are nearly equal: ln(V) (their
