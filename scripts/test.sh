@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh - the README's test command: installs what the tests need, builds everything (the CUDA
-# parts too where the toolkit is present) with warnings as errors, fetches MNIST, runs the whole
-# test suite (unit, mpirun, and real-Slurm-cluster tests), the models, train and e2e suites again
+# parts too where the toolkit is present) with warnings as errors, fetches MNIST and the GPT's text
+# shards, runs the whole test suite (unit, mpirun, and real-Slurm-cluster tests), the models, train
+# and e2e suites again
 # with the CPU capped at AVX2 and the models suite capped at the baseline (DDP_CPU_ISA), then a
 # second build with clang, AddressSanitizer and UndefinedBehaviorSanitizer that runs the models,
 # runtime, train and launcher suites and the libFuzzer harnesses (suite fuzz, 20 s each), and ends
@@ -18,6 +19,7 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
 scripts/fetch-mnist.sh data/mnist
+scripts/fetch-text.sh data/text # Jane Austen as GPT-2 token shards (the GPT's e2e test)
 
 builddir=${DDP_TEST_BUILDDIR:-build-test}
 if [ -f "$builddir/build.ninja" ]; then
