@@ -21,6 +21,9 @@ Usage:
   gpt2_torch.py init --config L,NH,C,maxT,V --seed S [--out M.bin]
                      [--batch-out X.bin --B b --T t]
   gpt2_torch.py selftest
+
+Exits 1 on failure (a selftest check, a bad file), and 77 (meson's "skipped") where PyTorch or
+numpy is missing.
 """
 import argparse
 import math
@@ -28,10 +31,14 @@ import os
 import sys
 import tempfile
 
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as missing:  # no python3-torch here: meson's "skipped"
+    print(f"gpt2_torch: {missing}; skipped", file=sys.stderr)
+    sys.exit(77)
 
 torch.set_default_dtype(torch.float32)
 
