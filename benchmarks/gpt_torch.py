@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""gpt_torch.py - the PyTorch half of the GPT-2 CPU benchmark: the model of tests/models/gpt2_torch.py
-(the reference ddp's C model is tested against) trained data-parallel with DistributedDataParallel
-over gloo, 1 thread per rank, AdamW (betas 0.9/0.95, eps 1e-8, weight decay on the 2-D weights
-only, constant lr) after clipping by the global gradient norm, on random tokens (seeded) or on
-llm.c token shards (--data). --precision bf16 runs the forward pass under torch.autocast("cpu",
+"""gpt_torch.py - the PyTorch half of the GPT-2 CPU benchmark: the model of
+tests/models/gpt2_torch.py (the reference ddp's C model is tested against; wpe of 1024 rows as
+GPT-2's, vocabulary 50,257 padded to 50,304) trained data-parallel with DistributedDataParallel over
+gloo, 1 thread per rank, AdamW (betas 0.9/0.95, eps 1e-8, weight decay on the 2-D weights only,
+constant lr) after clipping by the global gradient norm, on random tokens (seeded) or on llm.c token
+shards (--data). --precision bf16 runs the forward pass under torch.autocast("cpu",
 torch.bfloat16), as PyTorch users do.
 
 Ranks are started as benchmarks/torch_mnist.py starts them (torch.multiprocessing, --ranks N), or
@@ -29,8 +30,8 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "models"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests", "models")]
 from torch_mnist import CAPS, no_bf16_kernels  # noqa: E402 (sets the ISA caps, then imports torch)
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402

@@ -14,6 +14,8 @@ Files (little-endian):
   batch  int32 B, T, then B*T input tokens, then B*T target tokens.
   out    float32: the mean loss, the gradient of every parameter (model file order and size), then
          with --steps K > 0 the parameters after K AdamW steps on that batch.
+ref prints "loss L grad_norm G" (G the global norm of the unclipped gradients), then a line
+"step k: loss L grad_norm G" per AdamW step. --double computes in fp64 (the output stays fp32).
 
 Usage:
   gpt2_torch.py ref --model M.bin --batch X.bin --out O.bin [--steps K] [--lr 1e-3] [--wd 0.1]
@@ -21,6 +23,9 @@ Usage:
   gpt2_torch.py init --config L,NH,C,maxT,V --seed S [--out M.bin]
                      [--batch-out X.bin --B b --T t]
   gpt2_torch.py selftest
+
+Exits 1 on failure (a selftest check, a bad file), and 77 (meson's "skipped") where PyTorch or
+numpy is missing.
 """
 import argparse
 import math
@@ -28,10 +33,14 @@ import os
 import sys
 import tempfile
 
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as missing:  # no python3-torch here: meson's "skipped"
+    print(f"gpt2_torch: {missing}; skipped", file=sys.stderr)
+    sys.exit(77)
 
 torch.set_default_dtype(torch.float32)
 
@@ -52,7 +61,8 @@ class Config:
         self.max_seq, self.vocab, self.layers = max_seq, vocab, layers
         self.heads, self.channels = heads, channels
         self.padded_vocab = padded_vocab or (vocab + 127) // 128 * 128
-        if channels % heads or self.padded_vocab < vocab or min(max_seq, vocab, layers, heads) < 1:
+        if min(max_seq, vocab, layers, heads, channels) < 1 or channels % heads or \
+                self.padded_vocab < vocab:
             raise ValueError(f"bad configuration {self.header()}")
 
     def header(self):
@@ -79,7 +89,8 @@ class Block(nn.Module):
     def attention(self, x):
         B, T, C = x.shape
         hs = C // self.heads
-        q, k, v = (t.view(B, T, self.heads, hs).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
+        q, k, v = (t.view(B, T, self.heads, hs).transpose(1, 2)  # (B, NH, T, hs)
+                   for t in self.qkv(x).split(C, dim=2))
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, NH, T, T)
         future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
         weights = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
@@ -129,7 +140,8 @@ class GPT2(nn.Module):
         """AdamW groups: weight decay on the 2-D weights only."""
         decay = [t for n in FLAT_ORDER if n in DECAYED for t in self.tensors(n)]
         rest = [t for n in FLAT_ORDER if n not in DECAYED for t in self.tensors(n)]
-        return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+        return [{"params": decay, "weight_decay": weight_decay},
+                {"params": rest, "weight_decay": 0.0}]
 
     def get_flat(self, grads=False):
         """The parameters (or gradients; zero where None) as one flat float64 numpy array."""
@@ -255,8 +267,10 @@ def adamw_steps(model, x, y, steps, args):
         opt.zero_grad(set_to_none=False)
         loss = model(x, y)
         loss.backward()
-        norm = (torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item() if args.clip > 0
-                else grad_norm(model))
+        if args.clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
+        else:
+            norm = grad_norm(model)
         opt.step()
         print(f"step {step}: loss {loss.item():.7f} grad_norm {norm:.7f}")
 
@@ -264,7 +278,8 @@ def adamw_steps(model, x, y, steps, args):
 def run_ref(args):
     cfg, flat = read_model(args.model)
     x, y = read_batch(args.batch)
-    if x.shape[1] > cfg.max_seq or int(max(x.max(), y.max())) >= cfg.vocab or int(min(x.min(), y.min())) < 0:
+    if x.shape[1] > cfg.max_seq or int(min(x.min(), y.min())) < 0 or \
+            int(max(x.max(), y.max())) >= cfg.vocab:
         raise ValueError(f"{args.batch}: T above maxT or a token outside [0, {cfg.vocab})")
     model = make_model(cfg, flat, args.double)
     loss = loss_and_grads(model, x, y)
@@ -384,8 +399,9 @@ def selftest_ref(tmp, failures):
     check(abs(res[0] - math.log(cfg.vocab)) < 0.1, f"initial loss {res[0]:.4f} ~ ln V "
           f"{math.log(cfg.vocab):.4f}", failures)
     moved = res[1 + n:] - flat
-    check(bool(np.all(moved[cfg.vocab * cfg.channels:cfg.padded_vocab * cfg.channels] == 0)) and
-          np.abs(moved).max() > 1e-3, "AdamW moved the parameters, not wte's padding rows", failures)
+    pad = moved[cfg.vocab * cfg.channels:cfg.padded_vocab * cfg.channels]
+    check(bool(np.all(pad == 0)) and np.abs(moved).max() > 1e-3,
+          "AdamW moved the parameters, not wte's padding rows", failures)
     check(np.abs(moved).max() <= 2 * 3 * 1e-3, "no parameter moved more than 2 x steps x lr",
           failures)
 
