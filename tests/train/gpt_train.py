@@ -9,6 +9,7 @@ Modes:
   resume       a run of 6 steps over 2 epochs equals, bit for bit (tol 0), runs resumed from its
                step-2 (mid-epoch) and step-4 (epoch boundary) checkpoints: parameters, AdamW
                moments and the loader's position.
+  llmc         --save-llmc writes llm.c's model file and --init-from reads it back.
   bad_input    missing shards, a bad magic, a token outside the vocabulary, a batch plan that does
                not divide: a clear message and exit 1 on every rank, no hang.
   text         (e2e) the real text of scripts/fetch-text.sh (data/text): a tiny GPT at 2 ranks; the
@@ -105,6 +106,33 @@ def resume(chk, exe, ckpt, mpi, tmp):
     chk.check(rc == 0 and "adam_m" in out and "adam_v" in out, "the checkpoint holds both AdamW moments", out)
 
 
+def val_loss(out):
+    m = re.findall(r"step \d+: val loss (\S+)", out)
+    return float(m[-1]) if m else None
+
+
+def llmc(chk, exe, ckpt, mpi, tmp):
+    """--save-llmc writes llm.c's model file; --init-from reads it back (its sizes win over the
+    flags): with a learning rate of 1e-12 the first step leaves the weights as they were, so the
+    validation loss is the saved model's."""
+    data = write_data(tmp)
+    path = os.path.join(tmp, "model.bin")
+    rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 4, ["--save-llmc", path]), timeout=300)
+    chk.check(rc == 0 and os.path.exists(path), f"--save-llmc writes {path} (exit {rc})", out)
+    with open(path, "rb") as f:
+        header = struct.unpack("<8i", f.read(32))
+    chk.check(header[:8] == (20240326, 3, 1024, 50257, 2, 2, 64, 50304),
+              f"llm.c header: magic, version 3, maxT, V, L, NH, C, Vp = {header}")
+    args = tiny(exe, data, 1, ["--init-from", path, "--lr", "1e-12", "--warmup-steps", "0"])
+    args[args.index("--layers") + 1] = "3"  # the file's 2 layers win
+    rc2, out2 = trainlib.run(mpi + ["2"] + args, timeout=300)
+    a, b = val_loss(out), val_loss(out2)
+    chk.check(rc2 == 0 and "L 2, heads 2, channels 64" in out2 and "from " + path in out2,
+              "--init-from takes the file's sizes", out2)
+    chk.check(a is not None and b is not None and abs(a - b) < 1e-3,
+              f"--init-from continues from the saved weights: val loss {a} then {b}")
+
+
 def expect_failure(chk, cmd, pattern, what):
     rc, out = trainlib.run(cmd, timeout=120)
     chk.check(rc not in (0, -999) and re.search(pattern, out) is not None,
@@ -159,7 +187,8 @@ def main():
     mode, exe, ckpt, mpi = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
     chk = trainlib.Checker()
     with tempfile.TemporaryDirectory(prefix="ddp-gpt-") as tmp:
-        {"equivalence": equivalence, "resume": resume, "bad_input": bad_input, "text": text}[mode](
+        {"equivalence": equivalence, "resume": resume, "bad_input": bad_input, "llmc": llmc,
+         "text": text}[mode](
             chk, exe, ckpt, mpi, tmp)
     chk.done()
 
