@@ -84,6 +84,13 @@ static ddp_status gpt_agree(gpt_trainer *t, ddp_status local)
     return local != DDP_OK ? local : DDP_ERR_MISMATCH;
 }
 
+/* A number for a JSON line: null for NaN or inf (JSON has neither). */
+static const char *gpt_json(char *buf, size_t n, double v)
+{
+    snprintf(buf, n, isfinite(v) ? "%.6f" : "null", v);
+    return buf;
+}
+
 /* ---- data ------------------------------------------------------------------------------------ */
 
 /* The validation pattern: --val-data, or the training pattern with "train" replaced by "val"
@@ -421,8 +428,10 @@ static void gpt_report_val(gpt_trainer *t)
     printf("step %ld: val loss %.4f (%.1f s)\n", t->step, t->val_loss, train_now() - t0);
     fflush(stdout);
     if (t->metrics) {
-        fprintf(t->metrics, "{\"step\":%ld,\"val_loss\":%.6f,\"train_loss\":%.6f,\"grad_norm\":%.6f,"
-                "\"lr\":%.8g}\n", t->step, t->val_loss, t->last_loss, t->last_norm,
+        char v[32], l[32], g[32];
+        fprintf(t->metrics, "{\"step\":%ld,\"val_loss\":%s,\"train_loss\":%s,\"grad_norm\":%s,"
+                "\"lr\":%.8g}\n", t->step, gpt_json(v, sizeof v, t->val_loss),
+                gpt_json(l, sizeof l, t->last_loss), gpt_json(g, sizeof g, t->last_norm),
                 gpt_lr(t, t->step > 0 ? t->step - 1 : 0));
         fflush(t->metrics);
     }
@@ -467,9 +476,10 @@ static void gpt_after_step(gpt_trainer *t, double *start)
         t->progress.train_seconds = t->train_seconds;
         if (t->rank == 0) {
             progress_update(&t->progress, t->step, t->epoch, t->last_loss);
+            char l[32], g[32];
             if (t->metrics)
-                fprintf(t->metrics, "{\"step\":%ld,\"train_loss\":%.6f,\"grad_norm\":%.6f}\n",
-                        t->step, t->last_loss, t->last_norm);
+                fprintf(t->metrics, "{\"step\":%ld,\"train_loss\":%s,\"grad_norm\":%s}\n", t->step,
+                        gpt_json(l, sizeof l, t->last_loss), gpt_json(g, sizeof g, t->last_norm));
         }
         *start = train_now();
     }
@@ -659,13 +669,14 @@ static void gpt_report_end(gpt_trainer *t, double wall_start)
            t->train_seconds, tps * flops_tok / t->world / 1e9, flops_tok);
     gpt_report_memory(t);
     fflush(stdout);
+    char tl[32], vl[32];
     if (t->metrics) {
         fprintf(t->metrics, "{\"summary\":true,\"model\":\"gpt2\",\"backend\":\"%s\",\"world_size\":%d,"
-                "\"batch\":%d,\"seq\":%d,\"accum\":%d,\"steps\":%ld,\"train_loss\":%.6f,"
-                "\"val_loss\":%.6f,\"tokens_per_s\":%.1f,\"model_gflops_per_rank\":%.3f,"
+                "\"batch\":%d,\"seq\":%d,\"accum\":%d,\"steps\":%ld,\"train_loss\":%s,"
+                "\"val_loss\":%s,\"tokens_per_s\":%.1f,\"model_gflops_per_rank\":%.3f,"
                 "\"train_seconds\":%.3f,\"wall_seconds\":%.3f,\"stopped_by_signal\":%s}\n",
                 ddp_backend_name(ddp_backend(t->ctx)), t->world, t->B, t->T, t->accum, t->step,
-                isfinite(t->last_loss) ? t->last_loss : -1.0, isfinite(t->val_loss) ? t->val_loss : -1.0,
+                gpt_json(tl, sizeof tl, t->last_loss), gpt_json(vl, sizeof vl, t->val_loss),
                 tps, tps * flops_tok / t->world / 1e9, t->train_seconds, train_now() - wall_start,
                 t->stopped ? "true" : "false");
         fflush(t->metrics);
