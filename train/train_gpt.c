@@ -42,6 +42,7 @@ typedef struct gpt_trainer {
     ops_handle *ops;
     gpt2 *g;
     ddp_reducer *reducer;
+    ddp_scaler *scaler;    /* --precision fp16 or --grad-dtype fp16: dynamic loss scaling */
     tokens_set *train_data, *val_data;
     tokens_loader *loader;
     tokens_val *val;
@@ -261,6 +262,13 @@ static ddp_status gpt_build(gpt_trainer *t)
     ro.strict_order = 1; /* every rank runs the same backward: a different order is a bug */
     st = gpt_agree(t, ddp_reducer_create(t->ctx, gpt2_grads(t->g), gpt2_numel(t->g),
                                          gpt2_n_params(t->g), &ro, &t->reducer));
+    if (st == DDP_OK && (o->grad_dtype == DDP_FP16 || o->model.precision == DDP_FP16)) {
+        ddp_scaler_opts so;
+        ddp_scaler_opts_default(&so);
+        so.init_scale = o->loss_scale_init;
+        so.growth_interval = o->loss_scale_interval;
+        st = gpt_agree(t, ddp_scaler_create(t->ctx, &so, &t->scaler));
+    }
     if (st == DDP_OK)
         gpt_alloc_buffers(t);
     return st;
@@ -273,7 +281,7 @@ static void gpt_setup(gpt_trainer *t)
     t->setup = (train_setup){.ctx = t->ctx, .o = t->o,
                              .n_train = tokens_loader_n_windows(t->loader),
                              .steps_per_epoch = t->steps_per_epoch,
-                             .total_steps = t->total_steps};
+                             .total_steps = t->total_steps, .scaler = t->scaler};
     t->setup.buf = (train_buffers){.descs = gpt2_descs(g), .n_params = gpt2_n_params(g),
                                    .numel = gpt2_numel_total(g), .params = gpt2_params(g),
                                    .n_opt = 2, .opt_names = {"adam_m", "adam_v"},
@@ -335,6 +343,17 @@ static int64_t gpt_agree_step(gpt_trainer *t)
     return flags[2];
 }
 
+/* The factor on the loss of this micro-batch's backward pass: the loss scaler's scale (fp16), or
+ * inf on the rank and step --inject-inf names (a test of the scaler's agreement), else 1. */
+static float gpt_loss_scale(const gpt_trainer *t)
+{
+    float scale = t->scaler ? (float)ddp_scaler_scale(t->scaler) : 1.0f;
+    for (int i = 0; i < t->o->n_inject; i++)
+        if (t->o->inject_rank[i] == t->rank && t->o->inject_step[i] == t->step)
+            scale = INFINITY;
+    return scale;
+}
+
 static void gpt_micro_batch(gpt_trainer *t, int sync)
 {
     gpt_must(t, ddp_reducer_begin(t->reducer, sync), "starting the reducer");
@@ -347,7 +366,7 @@ static void gpt_micro_batch(gpt_trainer *t, int sync)
                              t->loss_dev, true), "forward pass");
     ddp_trace_end("forward", t->step);
     ddp_trace_begin("backward", t->step);
-    gpt_must(t, gpt2_backward(t->g, t->reducer, 1.0f), "backward pass");
+    gpt_must(t, gpt2_backward(t->g, t->reducer, gpt_loss_scale(t)), "backward pass");
     gpt_batch_done(t);
     ddp_trace_end("backward", t->step);
     t->loss_micro++;
@@ -376,6 +395,13 @@ static void gpt_step(gpt_trainer *t, long step_in_epoch)
             return;
         }
     }
+    int step_ok = 1;
+    if (t->scaler)
+        gpt_must(t, ddp_scaler_unscale_update(t->scaler, gpt2_grads(t->g), DDP_FP32,
+                                              gpt2_numel_total(t->g), &step_ok),
+                 "checking gradients for inf/NaN");
+    if (!step_ok) /* every rank skips it alike; the scale has been lowered */
+        return;
     ddp_trace_begin("optimizer", t->step);
     double norm = 0.0, clip = t->o->gpt.grad_clip;
     gpt_must(t, ddp_grad_norm(t->ctx, gpt2_grads(t->g), DDP_FP32, gpt2_numel_total(t->g),
@@ -747,6 +773,7 @@ static void gpt_release(gpt_trainer *t)
     free(t->x_host);
     free(t->y_host);
     ddp_reducer_destroy(t->reducer);
+    ddp_scaler_destroy(t->scaler);
     gpt2_destroy(t->g);
     ops_close(t->ops);
     tokens_val_destroy(t->val);

@@ -5,7 +5,7 @@ Modes:
   equivalence  2 ranks equal 1 process accumulating 2 micro-batches (fp32, clipping active: the
                global norm is over the averaged gradient, so both clip alike), to ddp-ckpt diff
                --tol 1e-4 (TOL says why not 1e-5); a different seed differs (negative control);
-               3 ranks likewise.
+               3 ranks likewise; fp16 with the loss scaler skips a step with inf on every rank.
   resume       a run of 6 steps over 2 epochs equals, bit for bit (tol 0), runs resumed from its
                step-2 (mid-epoch) and step-4 (epoch boundary) checkpoints: parameters, AdamW
                moments and the loader's position.
@@ -88,6 +88,11 @@ def equivalence(chk, exe, ckpt, mpi, tmp):
     trainlib.diff_ckpt(chk, ckpt, os.path.join(tmp, "accum2.ckpt"), other, False, "gpt2: another seed", TOL)
     rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 4, clip), timeout=300)
     chk.check(rc == 0 and "replicas identical after training" in out, "2 ranks: replicas identical after training", out)
+    # fp16 with the loss scaler: rank 1's inf at step 2 makes every rank skip that step alike
+    rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 6, ["--precision", "fp16", "--inject-inf", "1:2"]),
+                           timeout=300)
+    chk.check(rc == 0 and "step skipped on every rank" in out and "replicas identical after training" in out,
+              "fp16: an inf on one rank skips the step on every rank; replicas identical", out)
 
 
 def resume(chk, exe, ckpt, mpi, tmp):
