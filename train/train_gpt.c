@@ -791,7 +791,8 @@ static ddp_status gpt_train_and_finish(gpt_trainer *t, double wall_start)
         return t->nan_stopped ? DDP_ERR_STATE : DDP_ERR_IO;
     if (t->loss_micro > 0)
         t->last_loss = gpt_take_loss(t);
-    gpt_report_val(t);
+    if (!t->stopped) /* after a stop signal the time left is for the checkpoint, not a validation */
+        gpt_report_val(t);
     gpt_report_end(t, wall_start);
     ddp_status st = gpt_verify(t, "after training");
     if (st == DDP_OK)
