@@ -321,7 +321,14 @@ static inline DDP_HD float exp_branchless(float y)
 {
     y = y < -87.0f ? -87.0f : y;
     y = y > 88.0f ? 88.0f : y;
-    float n = (y * 1.44269504f + 12582912.0f) - 12582912.0f; /* round to nearest: 1.5 * 2^23 */
+    /* round to nearest by adding 1.5 * 2^23, whose low mantissa bits then hold n: 2^n is built
+     * from those bits in unsigned arithmetic (a float-to-int cast of NaN would be undefined) */
+    union {
+        float f;
+        uint32_t u;
+    } t;
+    t.f = y * 1.44269504f + 12582912.0f;
+    float n = t.f - 12582912.0f;
     float r = (y - n * 0.693145751953125f) - n * 1.428606765330187e-6f;
     float p = 1.0f / 5040.0f;
     p = p * r + 1.0f / 720.0f;
@@ -335,7 +342,7 @@ static inline DDP_HD float exp_branchless(float y)
         uint32_t u;
         float f;
     } scale;
-    scale.u = (uint32_t)((int32_t)n + 127) << 23;
+    scale.u = (t.u - 0x4B400000u + 127u) << 23; /* 0x4B400000: the bits of 1.5 * 2^23 */
     return p * scale.f;
 }
 

@@ -187,7 +187,7 @@ static void test_bad_token(void)
     tokens_loader *l = NULL;
     tokens_loader_opts o = {.batch = 1, .seq = 10, .world_size = 1, .rank = 0};
     CHECK(tokens_loader_create(set, &o, &l) == DDP_OK, "loader on vocab.bin");
-    int32_t in[10], tg[10];
+    int32_t in[40], tg[40]; /* the validation batch below is 4 x 10 */
     CHECK(tokens_loader_next(l, in, tg) == DDP_OK && tokens_loader_next(l, in, tg) == DDP_OK,
           "the first two windows are clean");
     capture_begin();

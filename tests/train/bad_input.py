@@ -70,7 +70,7 @@ def bad_flags(chk, train):
         (["--batch", "0"], ["--batch: expected a positive integer, got '0'"]),
         (["--epochs", "3x"], ["--epochs: expected a positive integer, got '3x'"]),
         (["--device", "gpu"], ["--device: expected cpu, cuda or auto, got 'gpu'"]),
-        (["--model", "rnn"], ["--model: expected mlp or cnn, got 'rnn'"]),
+        (["--model", "rnn"], ["--model: expected mlp, cnn or gpt2, got 'rnn'"]),
         (["--lr", "-1"], ["--lr: expected a number in [1e-12, 1000], got '-1'"]),
         (["--momentum", "1.5"], ["--momentum: expected a number in [0, 1), got '1.5'"]),
         (["--widths", "784-abc-10"], ["--widths", "784-abc-10"]),
