@@ -258,7 +258,7 @@ if s.get("model") == "gpt2":  # throughput in tokens; the communication figures 
     s["exposed_comm_ms"] = sum(exposed) / len(exposed) if ranks else None
     s["comm_ms"] = sum(comm) / len(comm) if ranks else None
     s["hidden_fraction"] = (max(0.0, 1 - s["exposed_comm_ms"] / s["comm_ms"])
-                            if ranks and s["comm_ms"] > 0 else (0.0 if ranks else None))
+                            if ranks and s["world_size"] > 1 and s["comm_ms"] > 0 else (0.0 if ranks else None))
 print(f'{sys.argv[3]},{s["samples_per_s"]:.1f},{tokens},{step_ms:.3f},{f(s["exposed_comm_ms"])},'
       f'{f(s["comm_ms"])},{f(s["hidden_fraction"])},{f(least)},{f(step_med)},{f(least_med)}')
 PY
