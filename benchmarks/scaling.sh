@@ -33,7 +33,7 @@
 #                        gradients per step)
 #   --layers N --heads N --channels N --seq T   the GPT (default 4, 4, 256, 64: 16.3M parameters,
 #                        12.9M of them the 50304 x 256 token embedding; 65 MB of gradients per
-#                        step, 0.5 s per step of 4 x 64 tokens on one AVX2 core)
+#                        step; 0.7-1.1 s per step of the default 8 x 64 tokens on one AVX2 core)
 #   --device cpu|cuda    (default cpu)
 #   --bench-sizes A:B    all-reduce sizes for ddp-allreduce-bench -b A -e B (default 4K:64M, x4)
 #   --bench-factor F     each bench size is the previous one times F (default 4)
