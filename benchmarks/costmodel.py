@@ -49,7 +49,9 @@ latency).
 Usage:
   costmodel.py table [--params 1e6,1e7,1e8,1e9,7e9] [--gpus 8,...,4096] [options]
   costmodel.py plot OUT.png [options]          (gnuplot; efficiency vs GPUs per model size)
-  costmodel.py local --calib BENCH2.csv ...    (see `local --help`: the local cluster check)
+  costmodel.py local --calib BENCH2.csv ...    (see `local --help`: the local cluster check;
+                                               --model gpt2 --layers L --channels C --seq T for
+                                               the GPT's bucket plan, see gpt2_marks)
 """
 import argparse
 import csv
@@ -124,14 +126,16 @@ def plan_buckets(total_bytes, cap, first_cap):
     return sizes
 
 
-def step_time(t_fwd, t_bwd, bucket_sizes, comm, overlap=True, t_other=0.0):
+def step_time(t_fwd, t_bwd, bucket_sizes, comm, overlap=True, t_other=0.0, ready_at=None):
     """Step time, exposed communication, total all-reduce time and latency part (see the top).
-    comm(size) -> (time, latency part)."""
+    comm(size) -> (time, latency part). ready_at: each bucket's ready time as a fraction of the
+    backward pass (default: gradients at an even rate, bucket k ready with its last byte)."""
     total = sum(bucket_sizes)
     end, produced, comm_total, lat_total, exposed_lat = 0.0, 0.0, 0.0, 0.0, 0.0
-    for s in bucket_sizes:
+    for k, s in enumerate(bucket_sizes):
         produced += s
-        ready = t_bwd * produced / total if overlap else t_bwd
+        frac = produced / total if ready_at is None else ready_at[k]
+        ready = t_bwd * frac if overlap else t_bwd
         t, lat = comm(s)
         start = max(ready, end)
         end = start + t
@@ -212,6 +216,48 @@ def cmd_plot(args):
     print(f"costmodel: wrote {args.out}")
 
 
+# ---- GPT-2: the parameter table in marking order, and its buckets -------------------------------
+
+def gpt2_marks(layers, channels, seq, vocab=50257, positions=1024):
+    """[(name, numel, ready)] in the order models/gpt2.c's backward marks the gradients ready:
+    ln_f after the LM head, then each layer from the last (c_proj and c_fc of the MLP, ln_2, the
+    attention's c_proj, c_attn, ln_1; bias before weight), then wpe and wte (tied with the LM head:
+    complete only after the encoder's part, at the end). ready = the share of the backward FLOPs
+    done (per token: a linear layer of n x m weights 4nm, the causal attention 4 seq C, the LM head
+    4 C x padded vocab; layer norms, GELU and the encoder counted as nothing)."""
+    c, vp = channels, (vocab + 127) // 128 * 128
+    steps = [(4 * c * vp, [("ln_f.bias", c), ("ln_f.weight", c)])]
+    for l in reversed(range(layers)):
+        h = f"h.{l}."
+        steps += [(16 * c * c, [(h + "mlp.c_proj.bias", c), (h + "mlp.c_proj.weight", 4 * c * c)]),
+                  (16 * c * c, [(h + "mlp.c_fc.bias", 4 * c), (h + "mlp.c_fc.weight", 4 * c * c)]),
+                  (0, [(h + "ln_2.bias", c), (h + "ln_2.weight", c)]),
+                  (4 * c * c, [(h + "attn.c_proj.bias", c), (h + "attn.c_proj.weight", c * c)]),
+                  (4 * seq * c + 12 * c * c, [(h + "attn.c_attn.bias", 3 * c), (h + "attn.c_attn.weight", 3 * c * c)]),
+                  (0, [(h + "ln_1.bias", c), (h + "ln_1.weight", c)])]
+    steps.append((0, [("wpe.weight", positions * c), ("wte.weight", vp * c)]))
+    total, done, out = sum(f for f, _ in steps), 0, []
+    for flops, params in steps:
+        done += flops
+        out += [(name, n, done / total) for name, n in params]
+    return out
+
+
+def group_buckets(marks, cap, first_cap, grad_bytes=4):
+    """libddp's buckets after the rebuild in ready order: parameters in marking order, a bucket
+    takes the next one always and more while its fp32 size stays within the cap (the first bucket's
+    cap is first_cap). Returns ([bytes on the wire], [ready: its last parameter's])."""
+    sizes, ready, i = [], [], 0
+    while i < len(marks):
+        lim = first_cap if not sizes else cap
+        n, i = marks[i][1], i + 1
+        while i < len(marks) and (n + marks[i][1]) * 4 <= lim:
+            n, i = n + marks[i][1], i + 1
+        sizes.append(n * grad_bytes)
+        ready.append(marks[i - 1][2])
+    return sizes, ready
+
+
 # ---- the local cluster: calibrate on 2 nodes, predict 2 and 4 --------------------------------
 
 def bench_curve(bench_rows, ranks):
@@ -251,28 +297,51 @@ def local_predict(args):
     namespace nodes share the machine's cores, so compute depends on the rank count and on the
     machine's other load); the model predicts the communication: the ring's alpha and B fitted to
     ddp-allreduce-bench at --calib-ranks ranks give every bucket's all-reduce at every rank count.
-    Returns ((alpha, B), rows)."""
+    The GPT (--model gpt2) has its own bucket plan (gpt2_marks, group_buckets: the largest
+    gradient, the tied token embedding, is ready only at the end of the backward pass); each row
+    also carries the prediction from the compute measured at 1 rank (pred_1rank: what the step
+    would take if the ranks did not share cores). Returns ((alpha, B), rows)."""
     alpha, bw = fit_link(list(csv.DictReader(open(args.calib))), args.calib_ranks)
-    groups = {}
+    groups, alone = {}, {}
     for r in csv.DictReader(open(args.runs)):
-        if int(r["ranks"]) > 1 and r["mode"] == "weak":
-            groups.setdefault((int(r["ranks"]), r["bucket_mb"], r["overlap"]), []).append(r)
+        if r["mode"] != "weak":
+            continue
+        key = (r["bucket_mb"], r["overlap"])
+        if int(r["ranks"]) > 1:
+            groups.setdefault((int(r["ranks"]),) + key, []).append(r)
+        else:
+            alone.setdefault(key, []).append(r)
     out = []
     # The steady state (medians over each run's steps) where runs.csv has it, else means over steps.
     step_of = lambda r: float(r.get("step_med_ms") or r["step_ms"])
     wait_of = lambda r: float(r.get("exposed_min_med_ms") or r["exposed_min_ms"])
+    compute_of = lambda rows: statistics.median(step_of(r) - wait_of(r) for r in rows) * 1e-3
     for (ranks, bucket, overlap), runs in sorted(groups.items()):
-        t_compute = statistics.median(step_of(r) - wait_of(r) for r in runs) * 1e-3
-        cap = 1e12 if bucket == "one" else float(bucket) * MIB
-        first = 1e12 if bucket == "one" else min(float(bucket), 1.0) * MIB
-        sizes = plan_buckets(args.grad_bytes_total, cap, first)
+        t_compute = compute_of(runs)
+        sizes, ready = bucket_plan_of(args, bucket)
         comm = lambda s: (ring_time(s, ranks, alpha, bw), 2 * (ranks - 1) * alpha)
-        step, exposed, _, _, _ = step_time(t_compute / 3, 2 * t_compute / 3, sizes, comm, overlap == "on")
+        bwd = args.backward_share
+
+        def predict_from(t):
+            return step_time(t * (1 - bwd), t * bwd, sizes, comm, overlap == "on", ready_at=ready)[:2]
+
+        step, exposed = predict_from(t_compute)
+        step1 = predict_from(compute_of(alone[(bucket, overlap)]))[0] if (bucket, overlap) in alone else None
         measured = statistics.median(step_of(r) for r in runs) * 1e-3
         out.append(dict(ranks=ranks, bucket=bucket, overlap=overlap, predicted=step, measured=measured,
+                        pred_1rank=step1, buckets=len(sizes),
                         error=(step - measured) / measured, compute=t_compute, exposed=exposed,
                         exposed_measured=statistics.median(wait_of(r) for r in runs) * 1e-3))
     return (alpha, bw), out
+
+
+def bucket_plan_of(args, bucket):
+    """(bucket sizes in bytes, ready fractions or None) of one --buckets value of scaling.sh."""
+    cap = 1e12 if bucket == "one" else float(bucket) * MIB
+    first = 1e12 if bucket == "one" else min(float(bucket), 1.0) * MIB
+    if args.model == "gpt2":
+        return group_buckets(gpt2_marks(args.layers, args.channels, args.seq), cap, first)
+    return plan_buckets(args.grad_bytes_total, cap, first), None
 
 
 def cmd_local(args):
@@ -280,14 +349,18 @@ def cmd_local(args):
     idle = sorted({r.get("idle_ms") or "0" for r in csv.DictReader(open(args.calib))})
     print(f"# calibration: ring fitted to ddp-allreduce-bench at {args.calib_ranks} ranks (--idle-ms {','.join(idle)}): "
           f"alpha {1e6 * alpha:.1f} us/step, B {bw / 1e6:.1f} MB/s per rank")
-    print(f"# compute measured (step - the slowest rank's wait, steady state); {args.grad_bytes_total / 1e6:.2f} MB of gradients")
-    print(f"{'ranks':>5} {'buckets':>7} {'overlap':>7} {'compute_ms':>10} {'comm_pred':>9} {'comm_meas':>9} "
-          f"{'pred_ms':>8} {'meas_ms':>8} {'error':>7}")
+    total = sum(bucket_plan_of(args, "one")[0])
+    what = (f"GPT-2 L {args.layers}, C {args.channels}, seq {args.seq}" if args.model == "gpt2" else "MLP")
+    print(f"# compute measured (step - the slowest rank's wait, steady state), backward {args.backward_share:.2f} "
+          f"of it; {what}: {total / 1e6:.2f} MB of gradients")
+    print(f"{'ranks':>5} {'buckets':>7} {'overlap':>7} {'n_buck':>6} {'compute_ms':>10} {'comm_pred':>9} "
+          f"{'comm_meas':>9} {'pred_ms':>8} {'meas_ms':>8} {'error':>7} {'pred_1rank':>10}")
     worst = 0.0
     for r in rows:
-        print(f"{r['ranks']:5d} {r['bucket']:>7} {r['overlap']:>7} {1e3 * r['compute']:10.1f} "
+        p1 = "-" if r["pred_1rank"] is None else f"{1e3 * r['pred_1rank']:.1f}"
+        print(f"{r['ranks']:5d} {r['bucket']:>7} {r['overlap']:>7} {r['buckets']:6d} {1e3 * r['compute']:10.1f} "
               f"{1e3 * r['exposed']:9.1f} {1e3 * r['exposed_measured']:9.1f} "
-              f"{1e3 * r['predicted']:8.1f} {1e3 * r['measured']:8.1f} {100 * r['error']:6.1f}%")
+              f"{1e3 * r['predicted']:8.1f} {1e3 * r['measured']:8.1f} {100 * r['error']:6.1f}% {p1:>10}")
         if r["overlap"] == "off" or r["bucket"] == "one" or args.include_overlap:
             worst = max(worst, abs(r["error"]))
     print(f"worst error {100 * worst:.1f}% (limit {100 * args.max_error:.0f}%) over the configurations "
@@ -331,7 +404,15 @@ def main():
                    help="fit the ring's alpha and bandwidth to the all-reduce benchmark at this many ranks "
                         "(default 2); they predict every rank count")
     p.add_argument("--runs", required=True, help="runs.csv of benchmarks/scaling.sh (weak scaling)")
-    p.add_argument("--grad-bytes-total", type=float, required=True, help="gradient bytes per step")
+    p.add_argument("--grad-bytes-total", type=float, help="gradient bytes per step (the MLP; required for it)")
+    p.add_argument("--model", choices=("mlp", "gpt2"), default="mlp",
+                   help="gpt2: the gradient bytes and the bucket plan from --layers/--channels/--seq")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--channels", type=int, default=256)
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--backward-share", type=float, default=2 / 3,
+                   help="the backward pass's share of the measured compute (default 2/3; the rest: forward, "
+                        "optimizer); read it off a 1-rank trace")
     p.add_argument("--include-overlap", action="store_true",
                    help="count configurations with overlap in the verdict too (see docs/scaling/README.md: the "
                         "2-core machine slows both sides of an overlap, which the model does not know)")
@@ -342,6 +423,8 @@ def main():
     elif args.cmd == "plot":
         cmd_plot(args)
     else:
+        if args.model == "mlp" and args.grad_bytes_total is None:
+            ap.error("local: the MLP needs --grad-bytes-total")
         sys.exit(cmd_local(args))
 
 

@@ -2,6 +2,7 @@
 # scaling.sh - a scaling study in one command: ddp-train (weak and strong scaling) and
 # ddp-allreduce-bench at 1, 2, 4, ... nodes, over sweeps of bucket cap, overlap and gradient dtype;
 # every configuration repeated, the median kept; a CSV of every run, a markdown table and PNG plots.
+# The model is an MLP on MNIST (default) or a GPT-2 on llm.c token shards (--model gpt2).
 #
 # Usage: inside an allocation:  sbatch -N 4 benchmarks/scaling.sbatch [options]
 #                               or, from an salloc shell: benchmarks/scaling.sh [options]
@@ -13,9 +14,11 @@
 #   --nodes LIST         node counts, e.g. 1,2,4 (default 1, 2, 4, ... up to the allocation)
 #   --ranks-per-node N   (default: SLURM_NTASKS_PER_NODE, else 1)
 #   --modes LIST         weak (fixed batch per rank) and/or strong (fixed global batch); default both
-#   --batch N            weak: samples per rank per step (default 64)
-#   --global-batch N     strong: samples per step across ranks (default batch x the most ranks);
-#                        must divide by every rank count
+#   --model mlp|gpt2     the model (default mlp); gpt2: --layers/--heads/--channels/--seq below
+#   --batch N            weak: samples (GPT: sequences of --seq tokens) per rank per step
+#                        (default 64; GPT 8)
+#   --global-batch N     strong: samples (GPT: sequences) per step across ranks (default batch x
+#                        the most ranks); must divide by every rank count
 #   --buckets LIST       bucket caps in MiB, "one" = a single bucket launched after backward
 #                        (default 1,4,25,one)
 #   --overlap LIST       on,off: buckets launched during backward, or all after it (default on,off;
@@ -28,19 +31,25 @@
 #   --steps N            optimizer steps per run (default 30)
 #   --widths W           MLP widths (default 784-2048-2048-2048-10: 10.0M parameters, 40 MB of
 #                        gradients per step)
+#   --layers N --heads N --channels N --seq T   the GPT (default 4, 4, 256, 64: 16.3M parameters,
+#                        12.9M of them the 50304 x 256 token embedding; 65 MB of gradients per
+#                        step; 0.7-1.1 s per step of the default 8 x 64 tokens on one AVX2 core)
 #   --device cpu|cuda    (default cpu)
 #   --bench-sizes A:B    all-reduce sizes for ddp-allreduce-bench -b A -e B (default 4K:64M, x4)
 #   --bench-factor F     each bench size is the previous one times F (default 4)
 #   --bench-idle-ms N    ddp-allreduce-bench --idle-ms N: each all-reduce timed alone after N ms of
 #                        idle link, as between training steps (default 0: back to back, as
 #                        nccl-tests)
-#   --data DIR           MNIST IDX folder (default data/mnist)
+#   --data DIR|PATTERN   MNIST IDX folder (default data/mnist); GPT: token shards (default
+#                        'data/text/austen_train_*.bin', scripts/fetch-text.sh makes them)
 #   --local-cluster N    start slurm/cluster.sh with N nodes first (root) and stop it at the end;
 #   --rate R, --rate-node N=R   its link limits (see slurm/cluster.sh)
 # Output in --out: runs.csv (every ddp-train run), allreduce.csv (every bench size and run),
 #   table.md (medians, efficiency), throughput.png, efficiency.png, exposed.png, busbw.png
 #   (benchmarks/scaling_report.py makes the last five from the CSVs; run it again to redo them).
 # Efficiency = samples/s / (samples/s at the fewest ranks x ranks / those ranks), per configuration.
+# GPT rows also carry tokens_per_s (samples/s x --seq), and the table shows tokens/s for them; the
+# GPT's metrics have no exposed-communication figures, so its rows take them from the trace.
 # Exposed communication per step = the time the step waited for its all-reduces (ddp-train --trace),
 # the mean over ranks; exposed_min_ms = the least of the ranks' (the slowest rank's) wait.
 # step_med_ms and exposed_min_med_ms: the steady state, medians over the steps (rank 0's step; the
@@ -51,9 +60,10 @@ set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 LOCK=/tmp/ddp-cluster-test.lock # shared with tests/cluster/run.sh and overlap.sh
 RUN_TIMEOUT=900
-BUILD="" OUT="" NODES_LIST="" RPN=${SLURM_NTASKS_PER_NODE:-1} MODES=weak,strong BATCH=64
+BUILD="" OUT="" NODES_LIST="" RPN=${SLURM_NTASKS_PER_NODE:-1} MODES=weak,strong BATCH=
 GLOBAL_BATCH="" BUCKETS=1,4,25,one OVERLAPS=on,off DTYPES="" REPS=3 STEPS=30
-WIDTHS=784-2048-2048-2048-10 DEVICE=cpu BENCH_SIZES=4K:64M BENCH_FACTOR=4 BENCH_IDLE_MS=0 DATA=$SRC/data/mnist
+WIDTHS=784-2048-2048-2048-10 DEVICE=cpu BENCH_SIZES=4K:64M BENCH_FACTOR=4 BENCH_IDLE_MS=0 DATA=""
+MODEL=mlp LAYERS=4 HEADS=4 CHANNELS=256 SEQ=64
 LOCAL_NODES="" CLUSTER_ARGS=()
 
 die() { echo "scaling: error: $*" >&2; exit 1; }
@@ -76,6 +86,11 @@ parse_args() {
             --reps) REPS=${2:?}; shift 2 ;;
             --steps) STEPS=${2:?}; shift 2 ;;
             --widths) WIDTHS=${2:?}; shift 2 ;;
+            --model) MODEL=${2:?}; shift 2 ;;
+            --layers) LAYERS=${2:?}; shift 2 ;;
+            --heads) HEADS=${2:?}; shift 2 ;;
+            --channels) CHANNELS=${2:?}; shift 2 ;;
+            --seq) SEQ=${2:?}; shift 2 ;;
             --device) DEVICE=${2:?}; shift 2 ;;
             --bench-sizes) BENCH_SIZES=${2:?}; shift 2 ;;
             --bench-idle-ms) BENCH_IDLE_MS=${2:?}; shift 2 ;;
@@ -91,7 +106,25 @@ parse_args() {
 
 positive() { [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 takes a positive integer (got '$2')"; }
 
+# The model's defaults and data; MODEL_ARGS: ddp-train's model flags.
+check_model() {
+    [[ $MODEL == mlp || $MODEL == gpt2 ]] || die "--model: mlp or gpt2, not '$MODEL'"
+    if [[ $MODEL == mlp ]]; then
+        BATCH=${BATCH:-64} DATA=${DATA:-$SRC/data/mnist}
+        [[ -s $DATA/train-images-idx3-ubyte ]] || die "$DATA: no MNIST files; run scripts/fetch-mnist.sh $DATA"
+        MODEL_ARGS=(--model mlp --widths "$WIDTHS" --data "$DATA")
+        return
+    fi
+    BATCH=${BATCH:-8} DATA=${DATA:-$SRC/data/text/austen_train_*.bin}
+    positive --layers "$LAYERS"; positive --heads "$HEADS"; positive --channels "$CHANNELS"
+    positive --seq "$SEQ"
+    compgen -G "$DATA" >/dev/null || die "--data $DATA: no token shards; run scripts/fetch-text.sh data/text"
+    MODEL_ARGS=(--model gpt2 --layers "$LAYERS" --heads "$HEADS" --channels "$CHANNELS" --seq "$SEQ"
+        --data "$DATA" --val-max-batches 1)
+}
+
 check_args() {
+    check_model
     positive --ranks-per-node "$RPN"; positive --batch "$BATCH"; positive --reps "$REPS"
     positive --steps "$STEPS"
     [[ -z $LOCAL_NODES ]] || positive --local-cluster "$LOCAL_NODES"
@@ -113,7 +146,6 @@ check_args() {
     TRAIN=$BUILD/train/ddp-train LAUNCH=$BUILD/launcher/ddp-launch BENCH=$BUILD/benchmarks/ddp-allreduce-bench
     [[ -x $TRAIN && -x $LAUNCH && -x $BENCH ]] ||
         die "$BUILD lacks ddp-train, ddp-launch or ddp-allreduce-bench: build first (meson compile -C $BUILD)"
-    [[ -s $DATA/train-images-idx3-ubyte ]] || die "$DATA: no MNIST files; run scripts/fetch-mnist.sh $DATA"
     local has_flag=0 d help
     # Read the whole help first: grep -q would close the pipe early and, under pipefail, fail.
     help=$("$TRAIN" --help)
@@ -179,7 +211,7 @@ train_once() {
     [[ $dtype == default ]] || args+=(--grad-dtype "$dtype")
     local log="$OUT/logs/$tag.log" metrics="$OUT/logs/$tag.jsonl" trace="$OUT/logs/$tag.trace.json" try
     for try in 1 2; do
-        run_on "$n" "$LAUNCH" "$TRAIN" --model mlp --widths "$WIDTHS" --data "$DATA" --device "$DEVICE" \
+        run_on "$n" "$LAUNCH" "$TRAIN" "${MODEL_ARGS[@]}" --device "$DEVICE" \
             --batch "$per_rank" --epochs 1000 --max-steps "$STEPS" --threads 1 --log-every 100000 \
             --trace "$trace" --metrics "$metrics" "${args[@]}" >"$log" 2>&1 && break
         tail -n 15 "$log" >&2
@@ -189,7 +221,7 @@ train_once() {
         log "ddp-train failed ($tag, log above); running it once more"
         mv "$log" "$log.failed"
     done
-    python3 - "$metrics" "$trace" "$mode,$n,$RPN,$ranks,$per_rank,$((per_rank * ranks)),$bucket,$overlap,$dtype,$rep" \
+    python3 - "$metrics" "$trace" "$MODEL,$mode,$n,$RPN,$ranks,$per_rank,$((per_rank * ranks)),$bucket,$overlap,$dtype,$rep" "$SEQ" \
         >>"$OUT/runs.csv" <<'PY'
 import json, sys
 s = json.loads(open(sys.argv[1]).read().splitlines()[-1])
@@ -201,7 +233,9 @@ f = lambda v: "" if v is None else f"{v:.3f}"
 spans = {}  # (name, rank) -> [durations in ms, in step order]
 begin = {}
 for e in json.load(open(sys.argv[2]))["traceEvents"]:
-    if e["name"] in ("reducer.wait", "step") and e["tid"] == 0 and e["ph"] in "BE":
+    # rank rows: the step and its wait on the main row, the all-reduces on the communicator's
+    if (e["name"] in ("reducer.wait", "step") and e["tid"] == 0 or e["name"] == "allreduce") \
+            and e["ph"] in "BE":
         key = (e["name"], e["pid"])
         if e["ph"] == "B":
             begin[key] = e["ts"]
@@ -213,10 +247,22 @@ median = lambda v: sorted(v)[len(v) // 2] if v else None
 n_steps = min((len(v) for v in waits), default=0)
 least_med = median([min(v[k] for v in waits) for k in range(n_steps)]) if n_steps else None
 step_med = median(spans.get(("step", 0), []))
-print(f'{sys.argv[3]},{s["samples_per_s"]:.1f},{step_ms:.3f},{f(s["exposed_comm_ms"])},{f(s["comm_ms"])},'
-      f'{f(s["hidden_fraction"])},{f(least)},{f(step_med)},{f(least_med)}')
+tokens = ""
+if s.get("model") == "gpt2":  # throughput in tokens; the communication figures from the trace
+    tokens = f'{s["tokens_per_s"]:.1f}'
+    s["samples_per_s"] = s["tokens_per_s"] / int(sys.argv[4])
+    ranks = [p for (name, p) in spans if name == "reducer.wait"]
+    steps = max(s["steps"], 1)
+    exposed = [sum(spans[("reducer.wait", p)]) / steps for p in ranks]
+    comm = [sum(spans.get(("allreduce", p), [])) / steps for p in ranks]
+    s["exposed_comm_ms"] = sum(exposed) / len(exposed) if ranks else None
+    s["comm_ms"] = sum(comm) / len(comm) if ranks else None
+    s["hidden_fraction"] = (max(0.0, 1 - s["exposed_comm_ms"] / s["comm_ms"])
+                            if ranks and s["world_size"] > 1 and s["comm_ms"] > 0 else (0.0 if ranks else None))
+print(f'{sys.argv[3]},{s["samples_per_s"]:.1f},{tokens},{step_ms:.3f},{f(s["exposed_comm_ms"])},'
+      f'{f(s["comm_ms"])},{f(s["hidden_fraction"])},{f(least)},{f(step_med)},{f(least_med)}')
 PY
-    log "$tag: $(tail -n 1 "$OUT/runs.csv" | cut -d, -f11-)"
+    log "$tag: $(tail -n 1 "$OUT/runs.csv" | cut -d, -f12-)"
 }
 
 # bench_once NODES REP: ddp-allreduce-bench over the sizes; appends rows to allreduce.csv.
@@ -232,7 +278,7 @@ bench_once() {
 # The sweep: every (mode, nodes, bucket, overlap, dtype), REPS times, interleaved by repetition.
 sweep() {
     local rep mode n b o d
-    echo "mode,nodes,ranks_per_node,ranks,batch_per_rank,global_batch,bucket_mb,overlap,grad_dtype,rep,samples_per_s,step_ms,exposed_comm_ms,comm_ms,hidden_fraction,exposed_min_ms,step_med_ms,exposed_min_med_ms" >"$OUT/runs.csv"
+    echo "model,mode,nodes,ranks_per_node,ranks,batch_per_rank,global_batch,bucket_mb,overlap,grad_dtype,rep,samples_per_s,tokens_per_s,step_ms,exposed_comm_ms,comm_ms,hidden_fraction,exposed_min_ms,step_med_ms,exposed_min_med_ms" >"$OUT/runs.csv"
     echo "nodes,ranks_per_node,ranks,rep,size_bytes,time_us,algbw_gbs,busbw_gbs,wrong,idle_ms" >"$OUT/allreduce.csv"
     for ((rep = 1; rep <= REPS; rep++)); do
         for n in ${NODES_LIST//,/ }; do
@@ -249,6 +295,11 @@ sweep() {
     done
 }
 
+model_text() {
+    if [[ $MODEL == mlp ]]; then echo "MLP $WIDTHS"
+    else echo "GPT-2 L $LAYERS, heads $HEADS, channels $CHANNELS, seq $SEQ"; fi
+}
+
 main() {
     parse_args "$@"
     DTYPES=${DTYPES//,/ }
@@ -259,7 +310,7 @@ main() {
     OUT=${OUT:-$SRC/scaling-results/$(date +%Y%m%d-%H%M%S)}
     mkdir -p "$OUT/logs"
     log "nodes $NODES_LIST x $RPN rank(s); modes $MODES; buckets $BUCKETS; overlap $OVERLAPS;" \
-        "dtypes ${DTYPES:-default}; $REPS reps of $STEPS steps; widths $WIDTHS; $(nproc) cores here"
+        "dtypes ${DTYPES:-default}; $REPS reps of $STEPS steps; $(model_text); $(nproc) cores here"
     sweep
     python3 "$SRC/benchmarks/scaling_report.py" "$OUT" --note "$(nproc) cores on $(hostname -s); load $(cut -d' ' -f1-3 /proc/loadavg)"
     log "results in $OUT (runs.csv, allreduce.csv, table.md, *.png)"

@@ -5,10 +5,11 @@ Usage: scaling_report.py OUT_DIR [--note TEXT]
 Reads OUT_DIR/runs.csv and OUT_DIR/allreduce.csv; writes OUT_DIR/table.md and, with gnuplot,
 throughput.png (samples/s vs ranks, with the ideal line), efficiency.png, exposed.png (exposed
 communication per step) and busbw.png (all-reduce bus bandwidth vs message size).
-A configuration is (mode, bucket cap, overlap, gradient dtype); its runs at one rank count are
+A configuration is (model, mode, bucket cap, overlap, gradient dtype); its runs at one rank count are
 reduced to their median. Efficiency at R ranks = samples/s(R) / (samples/s(R0) * R / R0), R0 the
 fewest ranks measured for that configuration (weak and strong scaling alike: the ideal is linear
-speed-up of throughput).
+speed-up of throughput). GPT-2 rows show tokens/s (runs.csv's tokens_per_s) where MLP rows show
+samples/s; a runs.csv without a model column is the MLP's.
 """
 import csv
 import os
@@ -17,7 +18,7 @@ import statistics
 import subprocess
 import sys
 
-CONFIG = ("mode", "bucket_mb", "overlap", "grad_dtype")
+CONFIG = ("model", "mode", "bucket_mb", "overlap", "grad_dtype")
 
 
 def read_csv(path):
@@ -34,6 +35,7 @@ def summarise(runs):
     """{config: {ranks: {field: median}}} plus the number of runs behind each median."""
     groups = {}
     for r in runs:
+        r.setdefault("model", "mlp")
         key = tuple(r[k] for k in CONFIG)
         groups.setdefault(key, {}).setdefault(int(r["ranks"]), []).append(r)
     out = {}
@@ -41,7 +43,7 @@ def summarise(runs):
         out[key] = {}
         for ranks, rows in sorted(by_ranks.items()):
             out[key][ranks] = {f: median_of(rows, f) for f in
-                               ("samples_per_s", "step_ms", "exposed_comm_ms", "comm_ms", "hidden_fraction")}
+                               ("samples_per_s", "tokens_per_s", "step_ms", "exposed_comm_ms", "comm_ms", "hidden_fraction")}
             out[key][ranks].update(nodes=int(rows[0]["nodes"]), batch=int(rows[0]["batch_per_rank"]),
                                    n=len(rows))
         base_ranks = min(out[key])
@@ -53,11 +55,11 @@ def summarise(runs):
 
 
 def label(key):
-    mode, bucket, overlap, dtype = key
+    model, mode, bucket, overlap, dtype = key
     cap = "one bucket" if bucket == "one" else f"{bucket} MiB"
     ov = "" if bucket == "one" else (", overlap" if overlap == "on" else ", no overlap")
     dt = "" if dtype == "default" else f", {dtype}"
-    return f"{mode}: {cap}{ov}{dt}"
+    return f"{'' if model == 'mlp' else model + ' '}{mode}: {cap}{ov}{dt}"
 
 
 def fmt(v, spec):
@@ -65,16 +67,18 @@ def fmt(v, spec):
 
 
 def write_table(out_dir, summary, note):
-    lines = ["| mode | nodes | ranks | batch/rank | buckets | overlap | grad dtype | samples/s | "
+    lines = ["| mode | model | nodes | ranks | batch/rank | buckets | overlap | grad dtype | throughput | "
              "efficiency | step (ms) | exposed comm (ms) | hidden | runs |",
-             "| --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| --- | --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for key in sorted(summary):
-        mode, bucket, overlap, dtype = key
+        model, mode, bucket, overlap, dtype = key
         for ranks, m in sorted(summary[key].items()):
             hidden = None if m["hidden_fraction"] is None else 100 * m["hidden_fraction"]
-            lines.append(f"| {mode} | {m['nodes']} | {ranks} | {m['batch']} | "
+            rate = (f"{fmt(m['samples_per_s'], ',.0f')} samples/s" if m["tokens_per_s"] is None else
+                    f"{fmt(m['tokens_per_s'], ',.0f')} tokens/s")
+            lines.append(f"| {mode} | {model} | {m['nodes']} | {ranks} | {m['batch']} | "
                          f"{'one' if bucket == 'one' else bucket + ' MiB'} | {overlap} | {dtype} | "
-                         f"{fmt(m['samples_per_s'], ',.0f')} | {fmt(100 * m['efficiency'], '.0f')}% | "
+                         f"{rate} | {fmt(100 * m['efficiency'], '.0f')}% | "
                          f"{fmt(m['step_ms'], '.1f')} | {fmt(m['exposed_comm_ms'], '.1f')} | "
                          f"{fmt(hidden, '.0f')}% | {m['n']} |")
     if note:
@@ -115,7 +119,7 @@ def gnuplot_script(out_dir, summary, busbw):
     ideal = ", ".join(f"'{d}/c{i}.dat' using 1:3 with lines dashtype 2 lc rgb 'gray' "
                       f"title '{'ideal' if i == 0 else ''}'" for i, k in enumerate(keys))
     s = head
-    s += f"set output '{out_dir}/throughput.png'\nset title 'samples/s vs ranks (dashed: ideal)'\n"
+    s += f"set output '{out_dir}/throughput.png'\nset title 'samples/s vs ranks (GPT: sequences/s; dashed: ideal)'\n"
     s += f"set ylabel 'samples/s'\nplot {cfg(2)}, {ideal}\n"
     s += f"set output '{out_dir}/efficiency.png'\nset title 'scaling efficiency'\nset ylabel 'efficiency'\n"
     s += f"set yrange [0:*]\nplot {cfg(4)}, 1 with lines dashtype 2 lc rgb 'gray' title 'ideal'\n"

@@ -2,7 +2,8 @@
 """costmodel_check.py - unit test of benchmarks/costmodel.py: its ring all-reduce formula equals a
 step-by-step simulation of the ring algorithm (reduce-scatter then all-gather, chunks of S/p moving
 one hop per step, every rank's result checked against the exact sum) for small p and sizes; the
-tree's latency grows with log2(nodes); the bucket/overlap schedule gives hand-computed times.
+tree's latency grows with log2(nodes); the bucket/overlap schedule gives hand-computed times; the
+GPT-2 bucket plan covers every gradient once, in the model's marking order.
 Usage: costmodel_check.py SRC_DIR
 """
 import math
@@ -78,4 +79,19 @@ for k, size in enumerate(4096 * 2 ** i for i in range(13)):
 alpha, bw = costmodel.fit_link(rows, 2)
 check(abs(alpha - 100e-6) < 5e-6 and abs(bw / 118e6 - 1) < 0.02,
       f"link fit: alpha {alpha * 1e6:.1f} us (100), B {bw / 1e6:.1f} MB/s (118)")
+# GPT-2: the marking order's parameter table holds every gradient (gpt2_config_n_params' count with
+# the token embedding padded to 50304 rows), the first bucket is ln_f's, the tied token embedding
+# is ready only at the end; a bucket ready at 100% of backward is all exposed even with overlap.
+L, C, T = 2, 64, 32
+marks = costmodel.gpt2_marks(L, C, T)
+want = 50304 * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C
+check(sum(n for _, n, _ in marks) == want, f"gpt2: {sum(n for _, n, _ in marks)} gradients ({want})")
+check(marks[0][0] == "ln_f.bias" and marks[-1][0] == "wte.weight" and marks[-1][2] == 1.0 and
+      all(a[2] <= b[2] for a, b in zip(marks, marks[1:])), "gpt2: ln_f first, wte last, ready times rise")
+sizes, ready = costmodel.group_buckets(marks, 25 * costmodel.MIB, costmodel.MIB)
+check(sum(sizes) == 4 * want and sizes[-1] == 4 * 50304 * C and ready[-1] == 1.0,
+      f"gpt2 buckets {sizes}: every byte once, wte alone and last")
+comm = lambda s: (1.0, 0.0)
+step, exposed, _, _, _ = costmodel.step_time(1.0, 2.0, [8, 8], comm, overlap=True, ready_at=[0.5, 1.0])
+check(math.isclose(exposed, 1.0) and math.isclose(step, 4.0), "ready_at: the first bucket hidden, the last exposed")
 sys.exit(1 if failures else 0)
