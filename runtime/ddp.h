@@ -520,7 +520,7 @@ DDP_API ddp_status ddp_shard_range(size_t total, int world_size, int rank, size_
 
 /* ---------------------------------------------------------------------------------------------
  * Reducer: averages gradients across ranks with bucketed asynchronous all-reduces that overlap
- * the backward pass.
+ * the backward pass (or reduce-scatters into each rank's shard: zero_stage below).
  *
  *   ddp_reducer_begin(r, sync);          before each backward (sync = 0 on accumulation steps)
  *   ... backward computes parameter i's gradient (adding to it), then
@@ -628,7 +628,8 @@ DDP_API void ddp_reducer_opts_default(ddp_reducer_opts *opts);
 
 /* grads: the flat gradient buffer in backend memory, elements of opts->grad_dtype (kept, not
  * owned); numel: element count of each of the n_params parameters. DDP_ERR_INVALID_ARG for an
- * unknown or non-gradient dtype, DDP_ERR_NOMEM when the wire buffer cannot be allocated. On
+ * unknown or non-gradient dtype or a zero_stage outside 0..2, DDP_ERR_NOMEM when the wire or
+ * shard buffers cannot be allocated. On
  * failure *out is NULL. */
 DDP_API ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, int n_params,
                                       const ddp_reducer_opts *opts, ddp_reducer **out);
@@ -689,6 +690,8 @@ DDP_API ddp_status ddp_reducer_gather_params(ddp_reducer *r, void *params, ddp_d
  * the gradients are left as they are. Otherwise: gradients *= 1 / scale, step_ok = 1, the counter
  * grows and after growth_interval such steps in a row scale *= growth_factor and the counter
  * restarts. Scale and counter are training state: save them in checkpoints (get/set_state).
+ * Sharded gradients (ddp_reducer_opts.zero_stage): pass this rank's shard (grads + offset, n);
+ * the agreed flag makes every rank skip when any rank's shard overflowed.
  * Streams (CUDA): the check and the unscaling run on opts.stream. Give it the stream the
  * gradients were finished on (the reducer's ddp_reducer_opts.stream) and every step is in order:
  * reducer, check, unscale, then the caller's optimizer kernels on that stream. With NULL they run

@@ -31,6 +31,15 @@
  * never copied. Ranks that disagree keep the parameter-order buckets (correct for any marking
  * order, since launches go in bucket order): a warning, or DDP_ERR_MISMATCH with strict_order.
  *
+ * ZeRO (zero_stage 1, 2): a bucket is reduce-scattered instead: its runs, in ascending offset and
+ * packed end to end, are the shards' pieces in rank order (shards are contiguous and ascending),
+ * so one reduce-scatter with per-rank counts (each run cut at the shard boundaries) gives each
+ * rank the sums of its own pieces, received into `recv` (this rank's pieces of the buckets, in
+ * launch order); finish() scatters them, scaled, into the gradient buffer at the shard's
+ * offsets (stage 1) or into the shard buffer (stage 2). A one-run bucket in the gradients' type
+ * is sent in place; others are packed into the wire buffer (allocated at the first use for an
+ * unchanged type).
+ *
  * Failure policy: a parameter left unmarked is reported by finish(), which still launches every
  * remaining bucket so that peers complete their all-reduces; after a failed launch nothing more is
  * launched. Either way the gradients are undefined and the caller should ddp_abort() the job.
