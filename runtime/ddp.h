@@ -636,8 +636,10 @@ DDP_API ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *n
 /* Waits for the reducer's outstanding all-reduces (under the deadline), then frees it. NULL is
  * ignored. */
 DDP_API void ddp_reducer_destroy(ddp_reducer *r);
-/* Starts a micro-step; sync non-zero: the one whose gradients are communicated. DDP_ERR_INVALID_ARG
- * for a NULL reducer, DDP_ERR_STATE when the previous sync step was not finished. */
+/* Starts a micro-step; sync non-zero: the one whose gradients are communicated. With zero_stage
+ * 1 or 2 it first waits for a parameter all-gather still under way (its failure is returned).
+ * DDP_ERR_INVALID_ARG for a NULL reducer, DDP_ERR_STATE when the previous sync step was not
+ * finished. */
 DDP_API ddp_status ddp_reducer_begin(ddp_reducer *r, int sync);
 /* Parameter `param`'s gradient is final for this micro-step: on the sync step its bucket starts
  * its all-reduce once every parameter in it is marked. DDP_ERR_INVALID_ARG for a parameter
@@ -671,10 +673,19 @@ DDP_API void *ddp_reducer_shard_grads(const ddp_reducer *r);
 /* zero_stage 1 or 2, after the optimizer updated this rank's shard of `params` (the flat
  * parameter buffer, the gradients' layout, n_total elements of dtype, any ddp_dtype, backend
  * memory): every rank's shard is gathered in place, so that every rank holds identical full
- * parameters (one all-gather of per-rank counts; an "allgather" trace span; CUDA: ordered on
- * the reducer's stream). Collective. DDP_ERR_STATE with zero_stage 0 or inside a sync step
- * (begin..finish), DDP_ERR_INVALID_ARG for a NULL buffer or an unknown type, then the collective
- * failures of ddp_allgather_typed. On failure params is undefined outside this rank's shard. */
+ * parameters. Bucket by bucket, from the LAST bucket to the first (in ready order the last
+ * bucket holds the first layers of the forward pass), one in-place all-gather with per-rank
+ * counts per run of the bucket ("allgather" trace spans tagged with the bucket; CUDA: ordered on
+ * the reducer's stream). gather_start starts them all and returns (MPI: queued on the
+ * communication thread); gather_wait(r, p) returns once parameter p's bucket (and every bucket
+ * started before it) has arrived, so a forward pass can wait layer by layer; p = -1 waits for
+ * all of them, and so do ddp_reducer_begin and ddp_reducer_destroy. gather_params is start, then
+ * wait(-1). Collective. DDP_ERR_STATE with zero_stage 0, inside a sync step (begin..finish) or
+ * while an earlier gather is not waited for; DDP_ERR_INVALID_ARG for a NULL buffer, an unknown
+ * type or a parameter outside [-1, n_params); then the collective failures of
+ * ddp_allgather_typed. On failure params is undefined outside this rank's shard. */
+DDP_API ddp_status ddp_reducer_gather_start(ddp_reducer *r, void *params, ddp_dtype dtype);
+DDP_API ddp_status ddp_reducer_gather_wait(ddp_reducer *r, int param);
 DDP_API ddp_status ddp_reducer_gather_params(ddp_reducer *r, void *params, ddp_dtype dtype);
 
 /* ---------------------------------------------------------------------------------------------

@@ -92,6 +92,10 @@ struct ddp_reducer {
     size_t recv_next;        /* recv elements taken by the buckets launched in this step */
     void *recv;              /* shard_n (at least 1) elements of wire_dtype, backend memory */
     void *shard_grads;       /* stage 2: shard_n (at least 1) elements of grad_dtype */
+    ddp_request **gather_req; /* n_params: the parameters' all-gathers, one per run, in launch
+                                 order */
+    int *gather_end;          /* n_params: per bucket, the launch index after its last run */
+    int gather_launched, gather_waited;
 };
 
 void ddp_reducer_opts_default(ddp_reducer_opts *opts)
@@ -205,10 +209,13 @@ static ddp_status reducer_zero_setup(ddp_reducer *r, int stage)
     size_t keep = r->shard_n > 0 ? r->shard_n : 1;
     r->counts = calloc((size_t)r->n_params * (size_t)world, sizeof *r->counts);
     r->recv_off = calloc((size_t)r->n_params, sizeof *r->recv_off);
+    r->gather_req = calloc((size_t)r->n_params, sizeof *r->gather_req);
+    r->gather_end = calloc((size_t)r->n_params, sizeof *r->gather_end);
     r->recv = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->wire_dtype));
     if (stage == 2)
         r->shard_grads = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->grad_dtype));
-    if (!r->counts || !r->recv_off || !r->recv || (stage == 2 && !r->shard_grads)) {
+    if (!r->counts || !r->recv_off || !r->gather_req || !r->gather_end || !r->recv ||
+        (stage == 2 && !r->shard_grads)) {
         DDP_ERROR("ddp_reducer_create: out of memory for the shard buffers (%zu elements)", keep);
         return DDP_ERR_NOMEM;
     }
@@ -292,6 +299,8 @@ void ddp_reducer_destroy(ddp_reducer *r)
         return;
     if (r->requests)
         reducer_wait_all(r); /* the communicator must not write into freed state */
+    if (r->gather_req)
+        ddp_reducer_gather_wait(r, -1);
     if (r->timer && ddp_trace_enabled()) {
         reducer_report_exposed(r, 1);
         long dropped = exposed_timer_dropped(r->timer);
@@ -305,6 +314,8 @@ void ddp_reducer_destroy(ddp_reducer *r)
     ddp_free(r->ctx, r->shard_grads);
     free(r->counts);
     free(r->recv_off);
+    free(r->gather_req);
+    free(r->gather_end);
     bucket_plan_free(&r->plan);
     free(r->numel);
     free(r->order);
@@ -337,6 +348,11 @@ ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
         DDP_ERROR("ddp_reducer_begin: the previous sync step was not finished: call "
                   "ddp_reducer_finish() after its backward pass");
         return DDP_ERR_STATE;
+    }
+    if (r->gather_waited < r->gather_launched) { /* the forward pass is over: all of them */
+        ddp_status st = ddp_reducer_gather_wait(r, -1);
+        if (st != DDP_OK)
+            return st;
     }
     reducer_reset_step(r);
     r->in_step = 1;
@@ -401,21 +417,17 @@ static ddp_status reducer_start(ddp_reducer *r, int b)
 
 /* Bucket b's elements in each shard (r->counts row b): its runs, in ascending offset, cut at the
  * shard boundaries. Packed in that order the bucket is the shards' pieces in rank order. */
+static size_t reducer_overlap(const ddp_reducer *r, int q, size_t off, size_t len);
+
 static size_t *reducer_zero_counts(ddp_reducer *r, int b)
 {
     int world = ddp_world_size(r->ctx);
     size_t *counts = r->counts + (size_t)b * (size_t)world;
     const bucket_plan *pl = &r->plan;
     for (int q = 0; q < world; q++) {
-        size_t lo = 0, n = 0;
-        ddp_shard_range(r->total, world, q, &lo, &n);
         counts[q] = 0;
-        for (int k = pl->run_start[b]; k < pl->run_start[b + 1]; k++) {
-            size_t a = pl->run_off[k] > lo ? pl->run_off[k] : lo;
-            size_t e = pl->run_off[k] + pl->run_len[k] < lo + n ? pl->run_off[k] + pl->run_len[k]
-                                                                  : lo + n;
-            counts[q] += e > a ? e - a : 0;
-        }
+        for (int k = pl->run_start[b]; k < pl->run_start[b + 1]; k++)
+            counts[q] += reducer_overlap(r, q, pl->run_off[k], pl->run_len[k]);
     }
     return counts;
 }
@@ -763,32 +775,109 @@ void *ddp_reducer_shard_grads(const ddp_reducer *r)
     return r ? r->shard_grads : NULL;
 }
 
-ddp_status ddp_reducer_gather_params(ddp_reducer *r, void *params, ddp_dtype dtype)
+/* Gathers: runs of the flat buffer, each one in-place all-gather with per-rank counts (the run
+ * cut at the shard boundaries), started bucket by bucket from the last (the first layers of a
+ * forward pass in ready order) to the first. */
+
+/* Elements of [off, off + len) in rank q's shard. */
+static size_t reducer_overlap(const ddp_reducer *r, int q, size_t off, size_t len)
+{
+    size_t lo = 0, n = 0;
+    ddp_shard_range(r->total, ddp_world_size(r->ctx), q, &lo, &n);
+    size_t a = off > lo ? off : lo, e = off + len < lo + n ? off + len : lo + n;
+    return e > a ? e - a : 0;
+}
+
+static ddp_status reducer_gather_check(const ddp_reducer *r, const void *params, ddp_dtype dtype,
+                                       const char *who)
 {
     if (!r || !params || ddp_dtype_size(dtype) == 0) {
-        DDP_ERROR("ddp_reducer_gather_params: need a reducer, a parameter buffer and a known "
-                  "element type (got type %d)", (int)dtype);
+        DDP_ERROR("%s: need a reducer, a parameter buffer and a known element type (got type %d)",
+                  who, (int)dtype);
         return DDP_ERR_INVALID_ARG;
     }
-    if (!r->zero_stage || (r->in_step && r->sync)) {
-        DDP_ERROR("ddp_reducer_gather_params: %s", !r->zero_stage
+    if (!r->zero_stage || (r->in_step && r->sync) || r->gather_launched > r->gather_waited) {
+        DDP_ERROR("%s: %s", who, !r->zero_stage
                       ? "the reducer does not shard (zero_stage 0): every rank has every parameter"
-                      : "called inside a sync step: call it after ddp_reducer_finish and the "
-                        "optimizer step");
+                  : r->in_step && r->sync
+                      ? "called inside a sync step: call it after ddp_reducer_finish and the "
+                        "optimizer step"
+                      : "the previous gather is still under way: ddp_reducer_gather_wait(r, -1)");
         return DDP_ERR_STATE;
     }
-    int world = ddp_world_size(r->ctx);
-    size_t *counts = malloc((size_t)world * sizeof *counts);
-    if (!counts) {
-        DDP_ERROR("ddp_reducer_gather_params: out of memory");
-        return DDP_ERR_NOMEM;
+    return DDP_OK;
+}
+
+/* Starts the in-place all-gather of run k of the plan into the next request slot. */
+static ddp_status reducer_gather_run(ddp_reducer *r, void *params, ddp_dtype dtype, int k,
+                                     size_t *counts)
+{
+    const bucket_plan *pl = &r->plan;
+    int world = ddp_world_size(r->ctx), me = ddp_rank(r->ctx);
+    size_t before = 0;
+    for (int q = 0; q < world; q++) {
+        counts[q] = reducer_overlap(r, q, pl->run_off[k], pl->run_len[k]);
+        before += q < me ? counts[q] : 0;
     }
-    for (int q = 0; q < world; q++)
-        ddp_shard_range(r->total, world, q, NULL, &counts[q]);
-    ddp_request *req = NULL;
+    void *run = convert_elem(params, dtype, pl->run_off[k]);
+    return allgatherv_start(r->ctx, convert_elem(run, dtype, before), run, counts, dtype,
+                            r->stream, &r->gather_req[r->gather_launched++]);
+}
+
+ddp_status ddp_reducer_gather_start(ddp_reducer *r, void *params, ddp_dtype dtype)
+{
+    ddp_status st = reducer_gather_check(r, params, dtype, "ddp_reducer_gather_start");
+    if (st != DDP_OK)
+        return st;
+    size_t *counts = malloc((size_t)ddp_world_size(r->ctx) * sizeof *counts);
+    if (!counts) {
+        DDP_ERROR("ddp_reducer_gather_start: out of memory");
+        return DDP_ERR_NOMEM; /* joins no collective: the peers wait for the deadline */
+    }
+    const bucket_plan *pl = &r->plan;
+    r->gather_launched = r->gather_waited = 0;
+    for (int b = pl->n_buckets - 1; b >= 0; b--) {
+        trace_set_tag(b);
+        for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++)
+            st = reducer_gather_run(r, params, dtype, k, counts);
+        r->gather_end[b] = r->gather_launched;
+        if (st != DDP_OK) {
+            r->gather_launched--; /* the failed slot holds no request */
+            DDP_ERROR("reducer: cannot start the parameters' all-gather of bucket %d: %s", b,
+                      ddp_strerror(st));
+            break;
+        }
+    }
     trace_set_tag(-1);
-    ddp_status st = allgatherv_start(r->ctx, convert_elem(params, dtype, r->shard_off), params,
-                                     counts, dtype, r->stream, &req);
     free(counts);
-    return st == DDP_OK ? ddp_wait(req) : st;
+    for (int b = 0; st != DDP_OK && b < pl->n_buckets; b++) /* wait: all that was started */
+        r->gather_end[b] = r->gather_launched;
+    return st;
+}
+
+ddp_status ddp_reducer_gather_wait(ddp_reducer *r, int param)
+{
+    if (!r || param < -1 || param >= r->n_params) {
+        DDP_ERROR("ddp_reducer_gather_wait: parameter %d is outside [-1, %d)", param,
+                  r ? r->n_params : 0);
+        return DDP_ERR_INVALID_ARG;
+    }
+    int end = param < 0 ? r->gather_launched : r->gather_end[r->plan.param_bucket[param]];
+    ddp_status first = DDP_OK;
+    for (; r->gather_waited < end; r->gather_waited++) {
+        ddp_status st = ddp_wait(r->gather_req[r->gather_waited]);
+        r->gather_req[r->gather_waited] = NULL;
+        if (st != DDP_OK && first == DDP_OK) {
+            DDP_ERROR("reducer: the parameters' all-gather failed: %s", ddp_strerror(st));
+            first = st;
+        }
+    }
+    return first;
+}
+
+ddp_status ddp_reducer_gather_params(ddp_reducer *r, void *params, ddp_dtype dtype)
+{
+    ddp_status st = ddp_reducer_gather_start(r, params, dtype);
+    ddp_status wt = r && r->zero_stage ? ddp_reducer_gather_wait(r, -1) : DDP_OK;
+    return st != DDP_OK ? st : wt;
 }

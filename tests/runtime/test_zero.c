@@ -289,45 +289,70 @@ static void test_stages(ddp_ctx *ctx, case_kind kind, int ready)
 
 /* ---- the all-gather of the parameters, the norm and the scaler on shards ----------------- */
 
-/* After each rank "updated" its shard (element i = its new value, elsewhere garbage), every rank
- * holds all the new values, bit for bit, in fp32 and bf16. */
-static void test_gather(ddp_ctx *ctx)
+/* Each rank "updates" its shard (element i gets its new value, elsewhere garbage) in fp32 or
+ * bf16; mode 0 gathers with gather_params, mode 1 starts the gather and waits parameter by
+ * parameter in forward order, checking each parameter as soon as its wait returns. */
+static void gather_once(ddp_ctx *ctx, ddp_reducer *r, void *params, int bf16, int mode)
 {
-    ddp_reducer *r = NULL;
-    float *params = ddp_alloc(ctx, TOTAL * sizeof(float)), host[TOTAL];
-    ddp_reducer_opts o;
-    ddp_reducer_opts_default(&o);
-    o.zero_stage = 1;
-    CHECK(ddp_reducer_create(ctx, params, numel, N_PARAMS, &o, &r) == DDP_OK, "create");
     size_t off = 0, n = 0;
     ddp_reducer_shard(r, &off, &n);
-    for (int dt = 0; dt < 2; dt++) {
-        uint16_t h[TOTAL];
-        for (size_t i = 0; i < TOTAL; i++) {
-            int mine = i >= off && i < off + n;
-            host[i] = mine ? value(99, i, 7) : (float)(1000 + ddp_rank(ctx)); /* garbage */
-            h[i] = half_f32_to_bf16(host[i]);
-        }
-        ddp_upload(ctx, params, dt ? (void *)h : (void *)host, TOTAL * (dt ? 2 : 4));
-        CHECK(ddp_reducer_gather_params(r, params, dt ? DDP_BF16 : DDP_FP32) == DDP_OK, "gather");
-        ddp_download(ctx, dt ? (void *)h : (void *)host, params, TOTAL * (dt ? 2 : 4));
-        int bad = 0;
-        for (size_t i = 0; i < TOTAL; i++) {
-            float want = value(99, i, 7), got = dt ? half_bf16_to_f32(h[i]) : host[i];
-            if (dt)
+    float host[TOTAL];
+    uint16_t h[TOTAL];
+    for (size_t i = 0; i < TOTAL; i++) {
+        host[i] = i >= off && i < off + n ? value(99, i, 7 + mode) : (float)(1000 + ddp_rank(ctx));
+        h[i] = half_f32_to_bf16(host[i]);
+    }
+    ddp_upload(ctx, params, bf16 ? (void *)h : (void *)host, TOTAL * (bf16 ? 2 : 4));
+    ddp_dtype dt = bf16 ? DDP_BF16 : DDP_FP32;
+    if (mode == 0)
+        CHECK(ddp_reducer_gather_params(r, params, dt) == DDP_OK, "gather_params");
+    else
+        CHECK(ddp_reducer_gather_start(r, params, dt) == DDP_OK, "gather_start");
+    if (mode == 1)
+        CHECK(ddp_reducer_gather_start(r, params, dt) == DDP_ERR_STATE, "a second gather_start");
+    int bad = 0;
+    for (int p = 0; p < N_PARAMS; p++) {
+        if (mode == 1)
+            CHECK(ddp_reducer_gather_wait(r, p) == DDP_OK, "gather_wait(%d)", p);
+        ddp_download(ctx, bf16 ? (void *)h : (void *)host, params, TOTAL * (bf16 ? 2 : 4));
+        for (size_t i = offset[p]; i < offset[p + 1]; i++) {
+            float want = value(99, i, 7 + mode), got = bf16 ? half_bf16_to_f32(h[i]) : host[i];
+            if (bf16)
                 want = half_bf16_to_f32(half_f32_to_bf16(want));
             bad += memcmp(&got, &want, sizeof got) != 0;
         }
-        CHECK(bad == 0, "gather (%s): %d elements differ from their owner's", dt ? "bf16" : "fp32",
-              bad);
     }
-    CHECK(ddp_reducer_begin(r, 1) == DDP_OK, "begin");
-    CHECK(ddp_reducer_gather_params(r, params, DDP_FP32) == DDP_ERR_STATE, "gather in a step");
-    for (int p = 0; p < N_PARAMS; p++)
-        ddp_reducer_mark_ready(r, p);
-    CHECK(ddp_reducer_finish(r) == DDP_OK, "finish");
+    CHECK(bad == 0, "gather (%s, mode %d): %d elements differ from their owner's",
+          bf16 ? "bf16" : "fp32", mode, bad);
+    CHECK(ddp_reducer_gather_wait(r, -1) == DDP_OK, "gather_wait(-1)");
+}
+
+/* The parameters' all-gather on parameter-order buckets, then on buckets rebuilt in ready order
+ * (several runs each, across shard boundaries). */
+static void test_gather(ddp_ctx *ctx)
+{
+    void *params = ddp_alloc(ctx, TOTAL * sizeof(float));
+    void *grads = ddp_alloc(ctx, TOTAL * sizeof(float));
+    ddp_reducer *r = make_reducer(ctx, grads, CASE_FP32, 1);
+    if (!r || !params || !grads)
+        return;
+    for (int step = 0; step < 2; step++) {
+        for (int mode = 0; mode < 2; mode++)
+            for (int bf16 = 0; bf16 < 2; bf16++)
+                gather_once(ctx, r, params, bf16, mode);
+        CHECK(ddp_reducer_begin(r, 1) == DDP_OK, "begin");
+        CHECK(ddp_reducer_gather_params(r, params, DDP_FP32) == DDP_ERR_STATE, "gather in a step");
+        for (int j = 0; j < N_PARAMS; j++)
+            ddp_reducer_mark_ready(r, backward[j]);
+        CHECK(ddp_reducer_finish(r) == DDP_OK, "finish");
+    }
+    CHECK(ddp_reducer_bucket_order(r) == DDP_BUCKETS_READY_ORDER, "not rebuilt");
+    /* a gather left under way: begin waits for it */
+    CHECK(ddp_reducer_gather_start(r, params, DDP_FP32) == DDP_OK, "gather_start");
+    CHECK(ddp_reducer_begin(r, 0) == DDP_OK, "begin after a gather under way");
     ddp_reducer_destroy(r);
     ddp_free(ctx, params);
+    ddp_free(ctx, grads);
 }
 
 /* The sharded norm of stage 1's shards equals stage 0's replicated norm; the scaler on shards
