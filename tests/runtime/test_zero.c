@@ -14,6 +14,9 @@
  * order (Open MPI's algorithm for MPI_Reduce_scatter) may differ from the all-reduce's, so within
  * 2^-20 of the sum of the magnitudes / (W K) for fp32 (a few roundings of fp32), 2^-6 of it
  * through 16 bits (a few bf16 roundings of the pairwise sums).
+ * `--backend cuda` (skipped without a GPU): the same on device memory through NCCL
+ * (ncclReduceScatter / ncclAllGather, or groups of ncclReduce / ncclBroadcast for unequal
+ * blocks); never run on a GPU yet when this was written.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -401,11 +404,22 @@ static void test_norm_scaler(ddp_ctx *ctx)
     free(t);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     ddp_init_opts io;
     ddp_init_opts_default(&io);
     io.backend = DDP_BACKEND_CPU;
+    if (argc == 3 && !strcmp(argv[1], "--backend")) {
+        if (ddp_backend_parse(argv[2], &io.backend) != DDP_OK)
+            return 2;
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: test_zero [--backend cpu|cuda]\n");
+        return 2;
+    }
+    if (io.backend == DDP_BACKEND_CUDA && ddp_cuda_device_count() < 1) {
+        fprintf(stderr, "test_zero: skipped: no GPU\n");
+        return DDP_TEST_SKIP;
+    }
     io.print_table = 0;
     ddp_ctx *ctx = NULL;
     if (ddp_init(&io, &ctx) != DDP_OK)
