@@ -204,6 +204,27 @@ static void CUDART_CB nccl_trace_end(void *tag)
     ddp_trace_end("allreduce", (int64_t)(intptr_t)tag);
 }
 
+/* The same spans for the reduce-scatters and all-gathers (the sharded reducer's). */
+static void CUDART_CB nccl_trace_rs_begin(void *tag)
+{
+    ddp_trace_begin("reduce_scatter", (int64_t)(intptr_t)tag);
+}
+
+static void CUDART_CB nccl_trace_rs_end(void *tag)
+{
+    ddp_trace_end("reduce_scatter", (int64_t)(intptr_t)tag);
+}
+
+static void CUDART_CB nccl_trace_ag_begin(void *tag)
+{
+    ddp_trace_begin("allgather", (int64_t)(intptr_t)tag);
+}
+
+static void CUDART_CB nccl_trace_ag_end(void *tag)
+{
+    ddp_trace_end("allgather", (int64_t)(intptr_t)tag);
+}
+
 /* ncclAllReduce of each run of base (elements [off[i], off[i] + len[i])), in place. */
 static ddp_status nccl_issue_each(nccl_state *s, void *base, const size_t *off, const size_t *len,
                                   int n_runs, ddp_dtype dtype, ddp_reduce_op op)
@@ -353,6 +374,15 @@ static ddp_status nccl_issue_allgatherv(nccl_state *s, const void *send, void *r
     return st;
 }
 
+/* Queues a trace host function on the communication stream. */
+static ddp_status nccl_host_func(nccl_state *s, cudaHostFn_t fn, void *tag)
+{
+    ddp_status st = DDP_OK;
+    TRY_CUDA_GOTO(cudaLaunchHostFunc(s->stream, fn, tag));
+cleanup:
+    return st;
+}
+
 /* Queues a reduce-scatter (gather = 0) or all-gather after `follow` and hands out its request. */
 static ddp_status nccl_shard_start(comm_group *c, int gather, const void *send, void *recv,
                                    const size_t *counts, ddp_dtype dtype, ddp_reduce_op op,
@@ -365,13 +395,19 @@ static ddp_status nccl_shard_start(comm_group *c, int gather, const void *send, 
         return DDP_ERR_NOMEM;
     }
     *r = (nccl_request){.ops = &nccl_ops, .owner = s, .follow = (cudaStream_t)stream};
+    void *tag = (void *)(intptr_t)trace_current_tag();
+    int traced = ddp_trace_enabled();
     pthread_mutex_lock(&s->lock);
     ddp_status st = nccl_usable(s);
     if (st == DDP_OK)
         st = nccl_follow(s, r->follow);
+    if (st == DDP_OK && traced)
+        st = nccl_host_func(s, gather ? nccl_trace_ag_begin : nccl_trace_rs_begin, tag);
     if (st == DDP_OK)
         st = gather ? nccl_issue_allgatherv(s, send, recv, counts, dtype)
                     : nccl_issue_reduce_scatter(s, send, recv, counts, dtype, op);
+    if (st == DDP_OK && traced)
+        st = nccl_host_func(s, gather ? nccl_trace_ag_end : nccl_trace_rs_end, tag);
     if (st == DDP_OK)
         st = nccl_mark_done(s, &r->done);
     pthread_mutex_unlock(&s->lock);

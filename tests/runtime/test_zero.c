@@ -404,6 +404,40 @@ static void test_norm_scaler(ddp_ctx *ctx)
     free(t);
 }
 
+/* A traced sync step of a stage 1 reducer and its gather: "reduce_scatter" and "allgather" spans
+ * in the file, and counted in the communication time. */
+static void test_trace(ddp_ctx *ctx)
+{
+    const char *dir = getenv("DDP_TEST_BUILDDIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/test_zero_trace.json", dir ? dir : ".");
+    void *grads = ddp_alloc(ctx, TOTAL * sizeof(float));
+    ddp_reducer *r = make_reducer(ctx, grads, CASE_FP32, 1);
+    CHECK(ddp_trace_start(ctx, 0) == DDP_OK, "trace_start");
+    ddp_reducer_begin(r, 1);
+    for (int j = 0; j < N_PARAMS; j++)
+        ddp_reducer_mark_ready(r, backward[j]);
+    CHECK(ddp_reducer_finish(r) == DDP_OK, "finish");
+    CHECK(ddp_reducer_gather_params(r, grads, DDP_FP32) == DDP_OK, "gather");
+    ddp_trace_stats ts;
+    CHECK(ddp_trace_get_stats(&ts) == DDP_OK && ts.n_syncs == 1 && ts.comm_s > 0.0,
+          "trace stats: %ld syncs, %g s of communication", ts.n_syncs, ts.comm_s);
+    CHECK(ddp_trace_write(ctx, path) == DDP_OK, "trace_write");
+    if (ddp_rank(ctx) == 0) {
+        FILE *f = fopen(path, "r");
+        static char text[1 << 20];
+        size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+        text[n] = '\0';
+        CHECK(strstr(text, "\"reduce_scatter\"") && strstr(text, "\"allgather\""),
+              "the trace %s has no reduce_scatter or allgather span", path);
+        if (f)
+            fclose(f);
+        remove(path);
+    }
+    ddp_reducer_destroy(r);
+    ddp_free(ctx, grads);
+}
+
 int main(int argc, char **argv)
 {
     ddp_init_opts io;
@@ -435,6 +469,7 @@ int main(int argc, char **argv)
     }
     test_gather(ctx);
     test_norm_scaler(ctx);
+    test_trace(ctx);
     int failed = CHECK_DONE();
     ddp_finalize(ctx);
     return failed;
