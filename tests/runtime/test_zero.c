@@ -3,11 +3,11 @@
  * zero_stage 0, then the all-gather of the parameters, the sharded norm and the loss scaler on
  * shards.
  *
- * Layout: llm.c's tensor-major one (as test_reducer_ready.c) of 300 elements, marked layer by
- * layer, so the buckets are rebuilt in ready order after the first sync step and are made of
- * several runs; small caps (16, then 64 floats) put bucket edges everywhere and many buckets
- * across shard boundaries. Shards (DDP_SHARD_ALIGN 64): 2 ranks 192 + 108, 3 ranks 128 + 128 +
- * 44 (300 does not divide by 3), 4 ranks 128 + 128 + 44 + 0 (an empty shard).
+ * Layout: llm.c's tensor-major one (as test_reducer_ready.c) of 302 elements (a count that no
+ * world size here divides), marked layer by layer, so the buckets are rebuilt in ready order
+ * after the first sync step and are made of several runs; small caps (16, then 64 floats) put
+ * bucket edges everywhere and many buckets across shard boundaries. Shards (DDP_SHARD_ALIGN 64):
+ * 2 ranks 192 + 110, 3 ranks 128 + 128 + 46, 4 ranks 128 + 128 + 46 + 0 (an empty shard).
  * Values: pseudo-random floats with full 23-bit mantissas, so sums round. zero_stage 1 and 2
  * must give each rank's shard the zero_stage 0 average: bit-identical at 1 and 2 ranks (a sum of
  * two contributions is the same in any order); at 3 and 4 ranks the reduce-scatter's reduction
@@ -29,7 +29,7 @@
 #define L 3
 #define N_TENSORS 4
 #define N_PARAMS (2 + N_TENSORS * L + 1)
-#define TOTAL 300
+#define TOTAL 302 /* divides by none of 2, 3, 4 */
 #define MIB (1024.0 * 1024.0)
 
 static const size_t layer_numel[N_TENSORS] = {8, 24, 16, 32};
@@ -52,7 +52,7 @@ static void make_layout(void)
     for (int t = 0; t < N_TENSORS; t++)
         for (int l = 0; l < L; l++)
             numel[param_of(t, l)] = layer_numel[t];
-    numel[N_PARAMS - 1] = 8;
+    numel[N_PARAMS - 1] = 10;
     for (int p = 0; p < N_PARAMS; p++)
         offset[p + 1] = offset[p] + numel[p];
     int k = 0;
@@ -86,9 +86,9 @@ static void test_shard_range(void)
         CHECK(off == want3[q][0] && n == want3[q][1], "100 on 3, rank %d: [%zu, +%zu)", q, off, n);
     }
     size_t at = 0;
-    for (int q = 0; q < 4; q++) { /* 300 on 4: contiguous, aligned, covering */
+    for (int q = 0; q < 4; q++) { /* 302 on 4: contiguous, aligned, covering */
         ddp_shard_range(TOTAL, 4, q, &off, &n);
-        CHECK(off == at && (n == 0 || off % DDP_SHARD_ALIGN == 0), "300 on 4, rank %d", q);
+        CHECK(off == at && (n == 0 || off % DDP_SHARD_ALIGN == 0), "302 on 4, rank %d", q);
         at += n;
     }
     CHECK(at == TOTAL, "the shards cover %zu of %d elements", at, TOTAL);
