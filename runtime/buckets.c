@@ -225,3 +225,25 @@ int bucket_plan_same(const bucket_plan *a, const bucket_plan *b)
     }
     return 1;
 }
+
+/* ---- ZeRO shards ----------------------------------------------------------------------------- */
+
+ddp_status ddp_shard_range(size_t total, int world_size, int rank, size_t *offset, size_t *n)
+{
+    if (world_size < 1 || rank < 0 || rank >= world_size) {
+        DDP_ERROR("ddp_shard_range: rank %d of world size %d: need world_size >= 1 and "
+                  "0 <= rank < world_size", rank, world_size);
+        return DDP_ERR_INVALID_ARG;
+    }
+    size_t w = (size_t)world_size, per = total / w + (total % w != 0);
+    per = (per + DDP_SHARD_ALIGN - 1) / DDP_SHARD_ALIGN * DDP_SHARD_ALIGN;
+    size_t lo = per * (size_t)rank;
+    if (lo > total)
+        lo = total;
+    size_t hi = total - lo < per ? total : lo + per;
+    if (offset)
+        *offset = lo;
+    if (n)
+        *n = hi - lo;
+    return DDP_OK;
+}

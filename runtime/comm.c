@@ -4,6 +4,8 @@
  * Requests: every implementation's request struct starts with a `const comm_ops *` naming the
  * implementation that made it, so ddp_wait() can hand the request back to it.
  */
+#include <stdlib.h>
+
 #include "config.h"
 #include "internal.h"
 
@@ -120,6 +122,101 @@ ddp_status ddp_allreduce_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtyp
     return st == DDP_OK ? ddp_wait(req) : st; /* the caller's stream waits; the host does not */
 }
 
+/* Sum of the world's per-rank counts. */
+static size_t comm_total(const ddp_ctx *ctx, const size_t *counts)
+{
+    size_t n = 0;
+    for (int q = 0; q < ctx->world_size; q++)
+        n += counts[q];
+    return n;
+}
+
+ddp_status reduce_scatter_start(ddp_ctx *ctx, const void *send, void *recv, const size_t *counts,
+                                ddp_dtype dtype, ddp_reduce_op op, void *stream, ddp_request **req)
+{
+    *req = NULL;
+    ddp_status st = comm_check(ctx, counts, 1, "reduce-scatter");
+    if (st == DDP_OK)
+        st = comm_check(ctx, send, comm_total(ctx, counts), "reduce-scatter");
+    if (st == DDP_OK)
+        st = comm_check(ctx, recv, counts[ctx->rank], "reduce-scatter");
+    if (st == DDP_OK)
+        st = comm_check_op(op, dtype, "reduce-scatter");
+    if (st == DDP_OK && (op == DDP_MAX || op == DDP_MIN || dtype == DDP_INT64)) {
+        DDP_ERROR("reduce-scatter: sums and averages of fp64, fp32, bf16 or fp16 only");
+        st = DDP_ERR_INVALID_ARG;
+    }
+    if (st != DDP_OK)
+        return st;
+    comm_count(&ctx->reduce_scatter_calls, &ctx->reduce_scatter_bytes, comm_total(ctx, counts),
+               dtype);
+    return ctx->comm->ops->reduce_scatter_start(ctx->comm, send, recv, counts, dtype, op, stream,
+                                                req);
+}
+
+ddp_status allgatherv_start(ddp_ctx *ctx, const void *send, void *recv, const size_t *counts,
+                            ddp_dtype dtype, void *stream, ddp_request **req)
+{
+    *req = NULL;
+    ddp_status st = comm_check(ctx, counts, 1, "all-gather");
+    if (st == DDP_OK)
+        st = comm_check(ctx, send, counts[ctx->rank], "all-gather");
+    if (st == DDP_OK)
+        st = comm_check(ctx, recv, comm_total(ctx, counts), "all-gather");
+    if (st == DDP_OK && ddp_dtype_size(dtype) == 0) {
+        DDP_ERROR("all-gather: unknown element type %d", (int)dtype);
+        st = DDP_ERR_INVALID_ARG;
+    }
+    if (st != DDP_OK)
+        return st;
+    comm_count(&ctx->allgather_calls, &ctx->allgather_bytes, comm_total(ctx, counts), dtype);
+    return ctx->comm->ops->allgatherv_start(ctx->comm, send, recv, counts, dtype, stream, req);
+}
+
+/* world_size copies of n (the counts of the equal-block public forms); NULL when out of memory. */
+static size_t *comm_equal_counts(const ddp_ctx *ctx, size_t n, const char *who)
+{
+    size_t *counts = malloc((size_t)ctx->world_size * sizeof *counts);
+    if (!counts) {
+        DDP_ERROR("%s: out of memory", who);
+        return NULL;
+    }
+    for (int q = 0; q < ctx->world_size; q++)
+        counts[q] = n;
+    return counts;
+}
+
+/* Starts a public equal-block reduce-scatter (gather = 0) or all-gather and waits for it. */
+static ddp_status comm_shard_blocking(ddp_ctx *ctx, int gather, const void *send, void *recv,
+                                      size_t n, ddp_dtype dtype, ddp_reduce_op op, void *stream,
+                                      const char *who)
+{
+    ddp_status st = comm_check(ctx, NULL, 0, who);
+    if (st != DDP_OK)
+        return st;
+    size_t *counts = comm_equal_counts(ctx, n, who);
+    if (!counts)
+        return DDP_ERR_NOMEM; /* joins no collective: the peers wait for the deadline */
+    ddp_request *req = NULL;
+    st = gather ? allgatherv_start(ctx, send, recv, counts, dtype, stream, &req)
+                : reduce_scatter_start(ctx, send, recv, counts, dtype, op, stream, &req);
+    free(counts);
+    return st == DDP_OK ? ddp_wait(req) : st;
+}
+
+ddp_status ddp_reduce_scatter(ddp_ctx *ctx, const void *send, void *recv, size_t n,
+                              ddp_dtype dtype, ddp_reduce_op op, void *stream)
+{
+    return comm_shard_blocking(ctx, 0, send, recv, n, dtype, op, stream, "ddp_reduce_scatter");
+}
+
+ddp_status ddp_allgather_typed(ddp_ctx *ctx, const void *send, void *recv, size_t n,
+                               ddp_dtype dtype, void *stream)
+{
+    return comm_shard_blocking(ctx, 1, send, recv, n, dtype, DDP_SUM, stream,
+                               "ddp_allgather_typed");
+}
+
 ddp_status ddp_allreduce_start(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_op op,
                                ddp_request **req)
 {
@@ -150,6 +247,10 @@ ddp_status ddp_comm_stats_get(const ddp_ctx *ctx, ddp_comm_stats *out)
     out->allreduce_bytes = __atomic_load_n(&ctx->allreduce_bytes, __ATOMIC_RELAXED);
     out->host_allreduce_calls = __atomic_load_n(&ctx->host_allreduce_calls, __ATOMIC_RELAXED);
     out->host_allreduce_bytes = __atomic_load_n(&ctx->host_allreduce_bytes, __ATOMIC_RELAXED);
+    out->reduce_scatter_calls = __atomic_load_n(&ctx->reduce_scatter_calls, __ATOMIC_RELAXED);
+    out->reduce_scatter_bytes = __atomic_load_n(&ctx->reduce_scatter_bytes, __ATOMIC_RELAXED);
+    out->allgather_calls = __atomic_load_n(&ctx->allgather_calls, __ATOMIC_RELAXED);
+    out->allgather_bytes = __atomic_load_n(&ctx->allgather_bytes, __ATOMIC_RELAXED);
     return DDP_OK;
 }
 

@@ -4,7 +4,10 @@
  * all-reduces are queued FIFO to ONE worker thread per communicator, which performs them in order
  * with blocking MPI calls on a second duplicate, so they progress while the caller computes; the
  * two duplicates keep the two threads' collectives apart (MPI_THREAD_MULTIPLE is required).
- * Counts above INT_MAX are split into chunks; DDP_COMM_MAX_CHUNK (elements or bytes per MPI call)
+ * Reduce-scatters and all-gathers with per-rank counts (the sharded reducer, ddp_reduce_scatter,
+ * ddp_allgather_typed) are queued on the same thread, in the same FIFO; their per-rank blocks
+ * must fit one MPI call (INT_MAX elements, or bytes for the all-gather: not chunked).
+ * All-reduce counts above INT_MAX are split into chunks; DDP_COMM_MAX_CHUNK (elements or bytes per MPI call)
  * lowers the chunk size, for tests and tuning. Every started request must be waited for before
  * the communicator is destroyed. Every MPI call runs under the watchdog's deadline (watchdog.c):
  * blocking ones on the caller's lane, queued all-reduces on the communication thread's lane.
@@ -26,9 +29,15 @@
 
 typedef struct mpi_state mpi_state;
 
+/* What a queued request does. */
+typedef enum mpi_kind { MPI_KIND_ALLREDUCE, MPI_KIND_REDUCE_SCATTER, MPI_KIND_ALLGATHER } mpi_kind;
+
 typedef struct mpi_request {
     const comm_ops *ops; /* first member: ddp_wait() dispatches on it */
     mpi_state *owner;
+    mpi_kind kind;
+    const void *send;    /* reduce-scatter / all-gather: the send buffer (MPI_IN_PLACE for one) */
+    int *counts, *displs; /* reduce-scatter / all-gather: world entries each (owned) */
     void *buf;
     size_t n;
     const size_t *run_off, *run_len; /* n_runs > 0: runs of buf instead of buf[0..n) */
@@ -44,7 +53,7 @@ typedef struct mpi_request {
 struct mpi_state {
     MPI_Comm comm;       /* blocking collectives, caller's thread */
     MPI_Comm async_comm; /* queued all-reduces, worker thread only */
-    int size;
+    int size, rank;
     size_t max_chunk; /* elements or bytes per MPI call, <= INT_MAX */
     MPI_Op half_sum[2];   /* user ops adding 16-bit elements: [0] bf16, [1] fp16 */
     pthread_t worker;
@@ -172,9 +181,65 @@ static ddp_status mpi_allreduce(comm_group *c, void *buf, size_t n, ddp_dtype dt
     return mpi_allreduce_on(s->comm, s, buf, n, dtype, op, DDP_WATCH_CALLER, -1);
 }
 
-/* A queued request: buf[0..n), or each of its runs in turn (stopping at the first failure). */
+/* The trace span of a queued request. */
+static const char *mpi_span_name(mpi_kind kind)
+{
+    return kind == MPI_KIND_REDUCE_SCATTER ? "reduce_scatter"
+           : kind == MPI_KIND_ALLGATHER    ? "allgather"
+                                           : "allreduce";
+}
+
+/* Reduce-scatter of r->send into r->buf with r->counts; AVG divides this rank's block. */
+static ddp_status mpi_reduce_scatter_run(const mpi_state *s, const mpi_request *r)
+{
+    ddp_status st = DDP_OK;
+    MPI_Datatype type;
+    MPI_Op mop;
+    mpi_type_op(s, r->dtype, r->op, &type, &mop);
+    int equal = 1;
+    size_t total = 0;
+    for (int q = 0; q < s->size; q++) {
+        equal = equal && r->counts[q] == r->counts[0];
+        total += (size_t)r->counts[q];
+    }
+    watch_enter(DDP_WATCH_ASYNC, "reduce-scatter", (int)r->trace_tag,
+                total * ddp_dtype_size(r->dtype));
+    if (equal)
+        TRY_MPI_GOTO(MPI_Reduce_scatter_block(r->send, r->buf, r->counts[0], type, mop,
+                                              s->async_comm));
+    else
+        TRY_MPI_GOTO(MPI_Reduce_scatter(r->send, r->buf, r->counts, type, mop, s->async_comm));
+    if (r->op == DDP_AVG)
+        mpi_divide(r->buf, (size_t)r->counts[s->rank], r->dtype, s->size);
+cleanup:
+    watch_leave(DDP_WATCH_ASYNC);
+    return st;
+}
+
+/* All-gather (v) of r->send into r->buf, counts and displacements in bytes. */
+static ddp_status mpi_allgather_run(const mpi_state *s, const mpi_request *r)
+{
+    ddp_status st = DDP_OK;
+    size_t total = 0;
+    for (int q = 0; q < s->size; q++)
+        total += (size_t)r->counts[q];
+    watch_enter(DDP_WATCH_ASYNC, "all-gather", (int)r->trace_tag, total);
+    TRY_MPI_GOTO(MPI_Allgatherv(r->send, r->send == MPI_IN_PLACE ? 0 : r->counts[s->rank],
+                                MPI_BYTE, r->buf, r->counts, r->displs, MPI_BYTE,
+                                s->async_comm));
+cleanup:
+    watch_leave(DDP_WATCH_ASYNC);
+    return st;
+}
+
+/* A queued request: buf[0..n), or each of its runs in turn (stopping at the first failure), or
+ * a reduce-scatter or all-gather. */
 static ddp_status mpi_run_request(const mpi_state *s, const mpi_request *r)
 {
+    if (r->kind == MPI_KIND_REDUCE_SCATTER)
+        return mpi_reduce_scatter_run(s, r);
+    if (r->kind == MPI_KIND_ALLGATHER)
+        return mpi_allgather_run(s, r);
     int bucket = (int)r->trace_tag;
     if (r->n_runs == 0)
         return mpi_allreduce_on(s->async_comm, s, r->buf, r->n, r->dtype, r->op, DDP_WATCH_ASYNC,
@@ -198,9 +263,10 @@ static void *mpi_worker(void *arg)
             break; /* stopping, and the queue is drained */
         mpi_request *r = s->head;
         pthread_mutex_unlock(&s->lock);
-        ddp_trace_begin("allreduce", r->trace_tag);
+        const char *span = mpi_span_name(r->kind);
+        ddp_trace_begin(span, r->trace_tag);
         ddp_status st = mpi_run_request(s, r);
-        ddp_trace_end("allreduce", r->trace_tag);
+        ddp_trace_end(span, r->trace_tag);
         pthread_mutex_lock(&s->lock);
         s->head = r->next;
         if (!s->head)
@@ -266,6 +332,80 @@ static ddp_status mpi_allreduce_runs_start(comm_group *c, void *base, const size
     return DDP_OK;
 }
 
+/* counts[q] * unit as ints in r->counts (and their prefix sums in r->displs); DDP_ERR_UNSUPPORTED
+ * when one is over INT_MAX, which these MPI calls cannot take in one piece. */
+static ddp_status mpi_int_counts(const mpi_state *s, mpi_request *r, const size_t *counts,
+                                 size_t unit, const char *what)
+{
+    r->counts = calloc((size_t)s->size, sizeof *r->counts);
+    r->displs = calloc((size_t)s->size, sizeof *r->displs);
+    if (!r->counts || !r->displs) {
+        DDP_ERROR("out of memory for a %s request", what);
+        return DDP_ERR_NOMEM;
+    }
+    size_t at = 0;
+    for (int q = 0; q < s->size; q++) {
+        if (counts[q] > INT_MAX / unit || at > INT_MAX) {
+            DDP_ERROR("%s: rank %d's block of %zu elements (or the blocks before it) is over "
+                      "INT_MAX units, which one MPI call cannot take: use smaller buckets",
+                      what, q, counts[q]);
+            return DDP_ERR_UNSUPPORTED;
+        }
+        r->counts[q] = (int)(counts[q] * unit);
+        r->displs[q] = (int)at;
+        at += counts[q] * unit;
+    }
+    return DDP_OK;
+}
+
+/* Frees a request that was never queued. */
+static void mpi_drop_request(mpi_request *r)
+{
+    free(r->counts);
+    free(r->displs);
+    free(r);
+}
+
+static ddp_status mpi_reduce_scatter_start(comm_group *c, const void *send, void *recv,
+                                           const size_t *counts, ddp_dtype dtype,
+                                           ddp_reduce_op op, void *stream, ddp_request **req)
+{
+    (void)stream;
+    mpi_state *s = mpi_of(c);
+    mpi_request *r = mpi_new_request(s, recv, dtype, op);
+    if (!r)
+        return DDP_ERR_NOMEM;
+    r->kind = MPI_KIND_REDUCE_SCATTER;
+    r->send = send;
+    ddp_status st = mpi_int_counts(s, r, counts, 1, "reduce-scatter");
+    if (st != DDP_OK) {
+        mpi_drop_request(r);
+        return st;
+    }
+    mpi_enqueue(s, r, req);
+    return DDP_OK;
+}
+
+static ddp_status mpi_allgatherv_start(comm_group *c, const void *send, void *recv,
+                                       const size_t *counts, ddp_dtype dtype, void *stream,
+                                       ddp_request **req)
+{
+    (void)stream;
+    mpi_state *s = mpi_of(c);
+    mpi_request *r = mpi_new_request(s, recv, dtype, DDP_SUM);
+    if (!r)
+        return DDP_ERR_NOMEM;
+    r->kind = MPI_KIND_ALLGATHER;
+    ddp_status st = mpi_int_counts(s, r, counts, ddp_dtype_size(dtype), "all-gather");
+    if (st != DDP_OK) {
+        mpi_drop_request(r);
+        return st;
+    }
+    r->send = (const char *)send == (char *)recv + r->displs[s->rank] ? MPI_IN_PLACE : send;
+    mpi_enqueue(s, r, req);
+    return DDP_OK;
+}
+
 static ddp_status mpi_wait(ddp_request *req)
 {
     mpi_request *r = (mpi_request *)req;
@@ -275,6 +415,8 @@ static ddp_status mpi_wait(ddp_request *req)
         pthread_cond_wait(&s->done_cv, &s->lock);
     ddp_status st = r->status;
     pthread_mutex_unlock(&s->lock);
+    free(r->counts);
+    free(r->displs);
     free(r);
     return st;
 }
@@ -377,6 +519,8 @@ static const comm_ops mpi_ops = {
     .allreduce = mpi_allreduce,
     .allreduce_start = mpi_allreduce_start,
     .allreduce_runs_start = mpi_allreduce_runs_start,
+    .reduce_scatter_start = mpi_reduce_scatter_start,
+    .allgatherv_start = mpi_allgatherv_start,
     .wait = mpi_wait,
     .broadcast = mpi_broadcast,
     .allgather = mpi_allgather,
@@ -434,6 +578,8 @@ ddp_status comm_mpi_create(comm_group **out)
         st = mpi_dup(&s->async_comm);
     if (st == DDP_OK)
         TRY_MPI_GOTO(MPI_Comm_size(s->comm, &s->size));
+    if (st == DDP_OK)
+        TRY_MPI_GOTO(MPI_Comm_rank(s->comm, &s->rank));
     if (st == DDP_OK && pthread_create(&s->worker, NULL, mpi_worker, s) != 0) {
         DDP_ERROR("cannot start the MPI communication thread");
         st = DDP_ERR_NOMEM;

@@ -9,6 +9,9 @@
  * reducer's ddp_reducer_opts.stream) takes the compute stream's place in both roles. The runs of
  * a reducer bucket in ready order are all-reduced inside one ncclGroupStart/End. Operations are
  * issued under a lock, since the reducer may start them from another thread than the caller's.
+ * Reduce-scatters and all-gathers (the sharded reducer) use ncclReduceScatter / ncclAllGather when
+ * every rank's block has the same count, else a group of one ncclReduce / ncclBroadcast per rank
+ * (the shards of a bucket differ in size); they are compiled here but were never run on a GPU.
  * Timeline (ddp_trace_start): each all-reduce's "allreduce" span is recorded by two host functions
  * (cudaLaunchHostFunc) queued on the communication stream around ncclAllReduce, so it begins when
  * the stream reaches the all-reduce (after the gradients it waits for) and ends when the NCCL
@@ -201,6 +204,27 @@ static void CUDART_CB nccl_trace_end(void *tag)
     ddp_trace_end("allreduce", (int64_t)(intptr_t)tag);
 }
 
+/* The same spans for the reduce-scatters and all-gathers (the sharded reducer's). */
+static void CUDART_CB nccl_trace_rs_begin(void *tag)
+{
+    ddp_trace_begin("reduce_scatter", (int64_t)(intptr_t)tag);
+}
+
+static void CUDART_CB nccl_trace_rs_end(void *tag)
+{
+    ddp_trace_end("reduce_scatter", (int64_t)(intptr_t)tag);
+}
+
+static void CUDART_CB nccl_trace_ag_begin(void *tag)
+{
+    ddp_trace_begin("allgather", (int64_t)(intptr_t)tag);
+}
+
+static void CUDART_CB nccl_trace_ag_end(void *tag)
+{
+    ddp_trace_end("allgather", (int64_t)(intptr_t)tag);
+}
+
 /* ncclAllReduce of each run of base (elements [off[i], off[i] + len[i])), in place. */
 static ddp_status nccl_issue_each(nccl_state *s, void *base, const size_t *off, const size_t *len,
                                   int n_runs, ddp_dtype dtype, ddp_reduce_op op)
@@ -280,6 +304,133 @@ static ddp_status nccl_allreduce_start(comm_group *c, void *buf, size_t n, ddp_d
 {
     size_t zero = 0; /* NCCL reads the arguments when the call is queued */
     return nccl_allreduce_runs_start(c, buf, &zero, &n, 1, dtype, op, stream, req);
+}
+
+/* The reduce-scatter's calls: ncclReduceScatter for equal blocks, else one ncclReduce per rank
+ * (root q receives block q) inside a group. Call with s->lock held. */
+static ddp_status nccl_issue_reduce_scatter(nccl_state *s, const void *send, void *recv,
+                                            const size_t *counts, ddp_dtype dtype,
+                                            ddp_reduce_op op)
+{
+    int world = 0;
+    TRY_NCCL(ncclCommCount(s->comm, &world));
+    int equal = 1;
+    for (int q = 1; q < world; q++)
+        equal = equal && counts[q] == counts[0];
+    if (equal) {
+        TRY_NCCL(ncclReduceScatter(send, recv, counts[0], nccl_type(dtype), nccl_op(op), s->comm,
+                                   s->stream));
+        return DDP_OK;
+    }
+    size_t size = ddp_dtype_size(dtype), at = 0;
+    ddp_status st = DDP_OK;
+    TRY_NCCL(ncclGroupStart());
+    for (int q = 0; q < world && st == DDP_OK; q++) {
+        ncclResult_t res = ncclReduce((const char *)send + at * size, recv, counts[q],
+                                      nccl_type(dtype), nccl_op(op), q, s->comm, s->stream);
+        if (res != ncclSuccess) {
+            DDP_ERROR("ncclReduce for rank %d's block failed: %s", q, ncclGetErrorString(res));
+            st = DDP_ERR_NCCL;
+        }
+        at += counts[q];
+    }
+    ncclResult_t end = ncclGroupEnd();
+    if (st == DDP_OK)
+        TRY_NCCL(end);
+    return st;
+}
+
+/* The all-gather's calls: ncclAllGather for equal blocks, else one ncclBroadcast per rank (root
+ * q sends block q) inside a group. In place when send is this rank's block of recv. */
+static ddp_status nccl_issue_allgatherv(nccl_state *s, const void *send, void *recv,
+                                        const size_t *counts, ddp_dtype dtype)
+{
+    int world = 0, rank = 0;
+    TRY_NCCL(ncclCommCount(s->comm, &world));
+    TRY_NCCL(ncclCommUserRank(s->comm, &rank));
+    int equal = 1;
+    for (int q = 1; q < world; q++)
+        equal = equal && counts[q] == counts[0];
+    if (equal) {
+        TRY_NCCL(ncclAllGather(send, recv, counts[0], nccl_type(dtype), s->comm, s->stream));
+        return DDP_OK;
+    }
+    size_t size = ddp_dtype_size(dtype), at = 0;
+    ddp_status st = DDP_OK;
+    TRY_NCCL(ncclGroupStart());
+    for (int q = 0; q < world && st == DDP_OK; q++) {
+        char *block = (char *)recv + at * size;
+        ncclResult_t res = ncclBroadcast(q == rank ? send : block, block, counts[q],
+                                         nccl_type(dtype), q, s->comm, s->stream);
+        if (res != ncclSuccess) {
+            DDP_ERROR("ncclBroadcast of rank %d's block failed: %s", q, ncclGetErrorString(res));
+            st = DDP_ERR_NCCL;
+        }
+        at += counts[q];
+    }
+    ncclResult_t end = ncclGroupEnd();
+    if (st == DDP_OK)
+        TRY_NCCL(end);
+    return st;
+}
+
+/* Queues a trace host function on the communication stream. */
+static ddp_status nccl_host_func(nccl_state *s, cudaHostFn_t fn, void *tag)
+{
+    ddp_status st = DDP_OK;
+    TRY_CUDA_GOTO(cudaLaunchHostFunc(s->stream, fn, tag));
+cleanup:
+    return st;
+}
+
+/* Queues a reduce-scatter (gather = 0) or all-gather after `follow` and hands out its request. */
+static ddp_status nccl_shard_start(comm_group *c, int gather, const void *send, void *recv,
+                                   const size_t *counts, ddp_dtype dtype, ddp_reduce_op op,
+                                   void *stream, ddp_request **req)
+{
+    nccl_state *s = nccl_of(c);
+    nccl_request *r = calloc(1, sizeof *r);
+    if (!r) {
+        DDP_ERROR("out of memory for a collective's request");
+        return DDP_ERR_NOMEM;
+    }
+    *r = (nccl_request){.ops = &nccl_ops, .owner = s, .follow = (cudaStream_t)stream};
+    void *tag = (void *)(intptr_t)trace_current_tag();
+    int traced = ddp_trace_enabled();
+    pthread_mutex_lock(&s->lock);
+    ddp_status st = nccl_usable(s);
+    if (st == DDP_OK)
+        st = nccl_follow(s, r->follow);
+    if (st == DDP_OK && traced)
+        st = nccl_host_func(s, gather ? nccl_trace_ag_begin : nccl_trace_rs_begin, tag);
+    if (st == DDP_OK)
+        st = gather ? nccl_issue_allgatherv(s, send, recv, counts, dtype)
+                    : nccl_issue_reduce_scatter(s, send, recv, counts, dtype, op);
+    if (st == DDP_OK && traced)
+        st = nccl_host_func(s, gather ? nccl_trace_ag_end : nccl_trace_rs_end, tag);
+    if (st == DDP_OK)
+        st = nccl_mark_done(s, &r->done);
+    pthread_mutex_unlock(&s->lock);
+    if (st != DDP_OK) {
+        free(r);
+        return st;
+    }
+    *req = (ddp_request *)r;
+    return DDP_OK;
+}
+
+static ddp_status nccl_reduce_scatter_start(comm_group *c, const void *send, void *recv,
+                                            const size_t *counts, ddp_dtype dtype,
+                                            ddp_reduce_op op, void *stream, ddp_request **req)
+{
+    return nccl_shard_start(c, 0, send, recv, counts, dtype, op, stream, req);
+}
+
+static ddp_status nccl_allgatherv_start(comm_group *c, const void *send, void *recv,
+                                        const size_t *counts, ddp_dtype dtype, void *stream,
+                                        ddp_request **req)
+{
+    return nccl_shard_start(c, 1, send, recv, counts, dtype, DDP_SUM, stream, req);
 }
 
 static ddp_status nccl_wait(ddp_request *req)
@@ -433,6 +584,8 @@ static const comm_ops nccl_ops = {
     .wait = nccl_wait,
     .broadcast = nccl_broadcast,
     .allgather = nccl_allgather,
+    .reduce_scatter_start = nccl_reduce_scatter_start,
+    .allgatherv_start = nccl_allgatherv_start,
     .barrier = nccl_barrier,
     .destroy = nccl_destroy,
 };

@@ -304,15 +304,41 @@ DDP_API ddp_status ddp_allreduce_host(ddp_ctx *ctx, void *buf, size_t n, ddp_dty
 DDP_API ddp_status ddp_allreduce_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
                                        ddp_reduce_op op, void *stream);
 
+/* Reduce-scatter of backend memory: send holds world_size blocks of n elements (rank q's block at
+ * q * n); rank r receives in recv (n elements, not overlapping send) the reduction over ranks of
+ * block r. op DDP_SUM or DDP_AVG (divided by the world size in the element type), dtype DDP_FP32,
+ * DDP_FP64, DDP_BF16 or DDP_FP16 (16-bit sums as ddp_allreduce_typed's). Ordered on `stream` as
+ * ddp_allreduce_typed (CUDA: ncclReduceScatter; the host does not wait); on the CPU backend
+ * (MPI_Reduce_scatter_block on the communication thread, after the reducer's queued work) it
+ * returns with the result in recv. Same deadline, watchdog and trace ("reduce_scatter" span) as
+ * the all-reduces; n must be at most INT_MAX on the CPU backend. Collective; same n, type and op
+ * on every rank. DDP_ERR_STATE without a context, DDP_ERR_INVALID_ARG for a NULL buffer with
+ * n > 0, another type or op; DDP_ERR_UNSUPPORTED for n over INT_MAX on MPI; DDP_ERR_NOMEM;
+ * DDP_ERR_MPI, or DDP_ERR_NCCL / DDP_ERR_CUDA on CUDA. On failure recv is undefined. */
+DDP_API ddp_status ddp_reduce_scatter(ddp_ctx *ctx, const void *send, void *recv, size_t n,
+                                      ddp_dtype dtype, ddp_reduce_op op, void *stream);
+/* All-gather of backend memory: every rank's n elements of send land in recv (world_size * n
+ * elements) at rank * n; send == recv + rank * n is the in-place form. Any ddp_dtype (the bytes
+ * are copied). Ordered and failing as ddp_reduce_scatter ("allgather" span; MPI_Allgatherv;
+ * NCCL: ncclAllGather). Collective. On failure recv is undefined. */
+DDP_API ddp_status ddp_allgather_typed(ddp_ctx *ctx, const void *send, void *recv, size_t n,
+                                       ddp_dtype dtype, void *stream);
+
 /* Counters of the communicator, for tests and reports. Payload bytes = elements x element size
  * of each all-reduce this rank joined (what one rank contributes; a ring moves about twice that
  * per rank). "Backend" counts ddp_allreduce, ddp_allreduce_start and the reducer's buckets;
- * "host" counts ddp_allreduce_host. */
+ * "host" counts ddp_allreduce_host. Reduce-scatters (ddp_reduce_scatter and the sharded reducer's
+ * buckets) and all-gathers (ddp_allgather_typed, ddp_reducer_gather_params) count the elements
+ * of all blocks x element size (the size of the full buffer), in their own counters. */
 typedef struct ddp_comm_stats {
     uint64_t allreduce_calls;
     uint64_t allreduce_bytes;
     uint64_t host_allreduce_calls;
     uint64_t host_allreduce_bytes;
+    uint64_t reduce_scatter_calls;
+    uint64_t reduce_scatter_bytes;
+    uint64_t allgather_calls;
+    uint64_t allgather_bytes;
 } ddp_comm_stats;
 
 /* Fills *out. DDP_ERR_INVALID_ARG when ctx or out is NULL. */
@@ -476,8 +502,25 @@ DDP_API ddp_status ddp_plan_buckets(const size_t *numel, int n_params, size_t ca
                                     size_t first_cap_bytes, ddp_bucket *buckets, int *n_buckets);
 
 /* ---------------------------------------------------------------------------------------------
+ * Sharding plan (ZeRO): rank r of W owns elements [offset, offset + n) of the flat parameter
+ * (and gradient) buffer of `total` elements. Every shard but the last non-empty one has
+ * shard_size = ceil(total / W) rounded up to DDP_SHARD_ALIGN elements, and starts at
+ * r * shard_size (256-byte aligned in fp32 when the buffer is); the buffer is padded, virtually,
+ * to W * shard_size: the padding is never allocated nor communicated (the collectives take
+ * per-rank counts), so the last ranks' shards are shorter, and empty (n 0, offset total) when
+ * total is small (e.g. 100 elements on 3 ranks: 64, 36, 0).
+ */
+#define DDP_SHARD_ALIGN 64
+
+/* Rank `rank`'s shard of `total` elements on `world_size` ranks: *offset and *n (either may be
+ * NULL). DDP_ERR_INVALID_ARG (logged) unless world_size >= 1 and 0 <= rank < world_size; the
+ * outputs are then untouched. */
+DDP_API ddp_status ddp_shard_range(size_t total, int world_size, int rank, size_t *offset,
+                                   size_t *n);
+
+/* ---------------------------------------------------------------------------------------------
  * Reducer: averages gradients across ranks with bucketed asynchronous all-reduces that overlap
- * the backward pass.
+ * the backward pass (or reduce-scatters into each rank's shard: zero_stage below).
  *
  *   ddp_reducer_begin(r, sync);          before each backward (sync = 0 on accumulation steps)
  *   ... backward computes parameter i's gradient (adding to it), then
@@ -544,6 +587,31 @@ typedef struct ddp_reducer_opts {
     int strict_order;       /* non-zero: ranks marking the first sync step in different orders
                                is DDP_ERR_MISMATCH from that finish() on every rank (the
                                gradients are averaged all the same); default 0: a warning */
+    /* ZeRO (ddp_shard_range's shards of the flat buffer; default 0: all-reduce, every rank gets
+     * every averaged gradient). Must be the same on every rank.
+     * 1: each bucket is REDUCE-SCATTERED when it is ready (the same launch rule, overlap, casts,
+     *    16-bit pre-division and ready-order rebuild as the all-reduce): its runs, packed in
+     *    ascending offset, fall into the shards' pieces in rank order (the runs are cut at the
+     *    shard boundaries), and rank q receives the sum of its piece. After finish the averaged
+     *    gradient of this rank's shard is in the caller's gradient buffer at the shard's offsets,
+     *    the same values as zero_stage 0 gives there (bit-identical at 2 ranks; at 3 or more the
+     *    MPI reduction order of a reduce-scatter may differ from the all-reduce's by rounding);
+     *    every element outside the shard is undefined (it holds this rank's local sum, maybe
+     *    pre-divided). Clip with ddp_grad_norm(DDP_NORM_SHARDED) on the shard, unscale with
+     *    ddp_scaler_unscale_update on the shard (its inf/NaN flag is agreed by all ranks), step
+     *    the optimizer on the shard only (its state is shard-sized), then
+     *    ddp_reducer_gather_params. A bucket of one run needs no copy in fp32; a bucket of
+     *    several runs (after a ready-order rebuild) is packed into a reducer-owned buffer of the
+     *    whole gradient size, allocated at its first use (the 16-bit wire buffer when there is
+     *    one), and this rank's pieces are received into a buffer of the shard's size.
+     * 2: as 1, but the averaged shard goes into a reducer-owned buffer of the shard's size
+     *    (ddp_reducer_shard_grads, elements of grad_dtype, element i is the flat buffer's
+     *    offset + i) and the caller's gradient buffer is scratch after finish (undefined
+     *    everywhere). Today the caller still owns a full-size gradient buffer that the backward
+     *    pass accumulates into, so stage 2 saves memory only once the program reuses that buffer
+     *    (e.g. per-bucket gradient buffers recycled after each bucket's reduce-scatter, which
+     *    the reducer does not do yet: see docs/libddp.md). */
+    int zero_stage;
 } ddp_reducer_opts;
 
 /* What the reducer's buckets follow (ddp_reducer_bucket_order). */
@@ -560,15 +628,18 @@ DDP_API void ddp_reducer_opts_default(ddp_reducer_opts *opts);
 
 /* grads: the flat gradient buffer in backend memory, elements of opts->grad_dtype (kept, not
  * owned); numel: element count of each of the n_params parameters. DDP_ERR_INVALID_ARG for an
- * unknown or non-gradient dtype, DDP_ERR_NOMEM when the wire buffer cannot be allocated. On
+ * unknown or non-gradient dtype or a zero_stage outside 0..2, DDP_ERR_NOMEM when the wire or
+ * shard buffers cannot be allocated. On
  * failure *out is NULL. */
 DDP_API ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, int n_params,
                                       const ddp_reducer_opts *opts, ddp_reducer **out);
 /* Waits for the reducer's outstanding all-reduces (under the deadline), then frees it. NULL is
  * ignored. */
 DDP_API void ddp_reducer_destroy(ddp_reducer *r);
-/* Starts a micro-step; sync non-zero: the one whose gradients are communicated. DDP_ERR_INVALID_ARG
- * for a NULL reducer, DDP_ERR_STATE when the previous sync step was not finished. */
+/* Starts a micro-step; sync non-zero: the one whose gradients are communicated. With zero_stage
+ * 1 or 2 it first waits for a parameter all-gather still under way (its failure is returned).
+ * DDP_ERR_INVALID_ARG for a NULL reducer, DDP_ERR_STATE when the previous sync step was not
+ * finished. */
 DDP_API ddp_status ddp_reducer_begin(ddp_reducer *r, int sync);
 /* Parameter `param`'s gradient is final for this micro-step: on the sync step its bucket starts
  * its all-reduce once every parameter in it is marked. DDP_ERR_INVALID_ARG for a parameter
@@ -592,6 +663,30 @@ DDP_API const ddp_bucket *ddp_reducer_buckets(const ddp_reducer *r);
 DDP_API int ddp_reducer_bucket_params(const ddp_reducer *r, int bucket, const int **params);
 /* What the buckets follow now; DDP_BUCKETS_PARAM_ORDER for a NULL reducer. */
 DDP_API ddp_bucket_order ddp_reducer_bucket_order(const ddp_reducer *r);
+/* The reducer's zero_stage (0 for a NULL reducer), and this rank's shard of the flat buffer
+ * (ddp_shard_range; zero_stage 0: the whole buffer, offset 0). Either output may be NULL. */
+DDP_API int ddp_reducer_zero_stage(const ddp_reducer *r);
+DDP_API void ddp_reducer_shard(const ddp_reducer *r, size_t *offset, size_t *n);
+/* zero_stage 2: the reducer-owned averaged gradients of this rank's shard (n elements of
+ * grad_dtype, backend memory, valid after each finish until the next begin); NULL otherwise. */
+DDP_API void *ddp_reducer_shard_grads(const ddp_reducer *r);
+/* zero_stage 1 or 2, after the optimizer updated this rank's shard of `params` (the flat
+ * parameter buffer, the gradients' layout, n_total elements of dtype, any ddp_dtype, backend
+ * memory): every rank's shard is gathered in place, so that every rank holds identical full
+ * parameters. Bucket by bucket, from the LAST bucket to the first (in ready order the last
+ * bucket holds the first layers of the forward pass), one in-place all-gather with per-rank
+ * counts per run of the bucket ("allgather" trace spans tagged with the bucket; CUDA: ordered on
+ * the reducer's stream). gather_start starts them all and returns (MPI: queued on the
+ * communication thread); gather_wait(r, p) returns once parameter p's bucket (and every bucket
+ * started before it) has arrived, so a forward pass can wait layer by layer; p = -1 waits for
+ * all of them, and so do ddp_reducer_begin and ddp_reducer_destroy. gather_params gathers the
+ * whole buffer in ONE all-gather and waits for it: fewer calls when nothing is to overlap. Collective. DDP_ERR_STATE with zero_stage 0, inside a sync step (begin..finish) or
+ * while an earlier gather is not waited for; DDP_ERR_INVALID_ARG for a NULL buffer, an unknown
+ * type or a parameter outside [-1, n_params); then the collective failures of
+ * ddp_allgather_typed. On failure params is undefined outside this rank's shard. */
+DDP_API ddp_status ddp_reducer_gather_start(ddp_reducer *r, void *params, ddp_dtype dtype);
+DDP_API ddp_status ddp_reducer_gather_wait(ddp_reducer *r, int param);
+DDP_API ddp_status ddp_reducer_gather_params(ddp_reducer *r, void *params, ddp_dtype dtype);
 
 /* ---------------------------------------------------------------------------------------------
  * Dynamic loss scaling with the semantics of torch.cuda.amp.GradScaler, for 16-bit training:
@@ -606,6 +701,8 @@ DDP_API ddp_bucket_order ddp_reducer_bucket_order(const ddp_reducer *r);
  * the gradients are left as they are. Otherwise: gradients *= 1 / scale, step_ok = 1, the counter
  * grows and after growth_interval such steps in a row scale *= growth_factor and the counter
  * restarts. Scale and counter are training state: save them in checkpoints (get/set_state).
+ * Sharded gradients (ddp_reducer_opts.zero_stage): pass this rank's shard (grads + offset, n);
+ * the agreed flag makes every rank skip when any rank's shard overflowed.
  * Streams (CUDA): the check and the unscaling run on opts.stream. Give it the stream the
  * gradients were finished on (the reducer's ddp_reducer_opts.stream) and every step is in order:
  * reducer, check, unscale, then the caller's optimizer kernels on that stream. With NULL they run

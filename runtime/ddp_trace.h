@@ -24,7 +24,8 @@ extern "C" {
  * "allreduce.queued" and the span "allreduce" (started..finished: on the MPI communicator's
  * thread; with NCCL, from when its stream reaches the all-reduce to when the kernel has finished,
  * recorded by host functions queued on that stream, on CUDA's callback thread), and the span
- * "reducer.wait" (the time finish() spent waiting for the all-reduces: on the CPU the exposed
+ * "reducer.wait" (the time finish() spent waiting for the all-reduces (with zero_stage 1 or 2
+ * the spans are "reduce_scatter", and the parameters' gathers "allgather"): on the CPU the exposed
  * communication; on CUDA finish only queues the device's waits, so there the exposed
  * communication is measured on the device with CUDA events, from the moment the reducer's stream
  * has done the backward pass's work to the moment it has also waited for every all-reduce, and
@@ -60,7 +61,8 @@ typedef struct ddp_trace_stats {
     long n_exposed;     /* synchronisations exposed_s covers: n_syncs on the CPU; on CUDA those
                            whose events were read (the last one only at ddp_reducer_destroy), so
                            possibly 0 after one synchronisation */
-    double comm_s;      /* total time of the "allreduce" spans (bucket all-reduces running) */
+    double comm_s;      /* total time of the "allreduce", "reduce_scatter" and "allgather"
+                           spans (the buckets' collectives running) */
     double backward_s;  /* total time of "backward" spans */
     long n_dropped;     /* events lost to a full buffer */
 } ddp_trace_stats;

@@ -30,6 +30,22 @@ typedef struct comm_ops {
     ddp_status (*allreduce_runs_start)(comm_group *c, void *base, const size_t *off,
                                        const size_t *len, int n_runs, ddp_dtype dtype,
                                        ddp_reduce_op op, void *stream, ddp_request **req);
+    /* Reduce-scatter with per-rank counts: send holds counts[0] + ... + counts[world - 1]
+     * elements packed in rank order; rank q receives the reduction of its block (counts[q]
+     * elements, possibly 0) in recv, which must not overlap send. counts (world entries) is read
+     * before the call returns. MPI: MPI_Reduce_scatter_block when the counts are equal, else
+     * MPI_Reduce_scatter, on the communication thread; NCCL: ncclReduceScatter when equal, else
+     * one ncclReduce per rank inside a group. DDP_AVG divides by the world size. */
+    ddp_status (*reduce_scatter_start)(comm_group *c, const void *send, void *recv,
+                                       const size_t *counts, ddp_dtype dtype, ddp_reduce_op op,
+                                       void *stream, ddp_request **req);
+    /* All-gather with per-rank counts: recv receives every rank's block packed in rank order
+     * (rank q's counts[q] elements at the sum of the earlier counts); send == that place in recv
+     * is the in-place form. MPI: MPI_Allgatherv on the communication thread; NCCL: ncclAllGather
+     * when the counts are equal, else one ncclBroadcast per rank inside a group. */
+    ddp_status (*allgatherv_start)(comm_group *c, const void *send, void *recv,
+                                   const size_t *counts, ddp_dtype dtype, void *stream,
+                                   ddp_request **req);
     ddp_status (*wait)(ddp_request *req);
     ddp_status (*broadcast)(comm_group *c, void *buf, size_t n_bytes, int root);
     ddp_status (*allgather)(comm_group *c, const void *send, void *recv, size_t n_bytes);
@@ -123,6 +139,8 @@ struct ddp_ctx {
      * from any thread; plain types because the CUDA sources, C++, include this header too) */
     uint64_t allreduce_calls, allreduce_bytes;
     uint64_t host_allreduce_calls, host_allreduce_bytes;
+    uint64_t reduce_scatter_calls, reduce_scatter_bytes;
+    uint64_t allgather_calls, allgather_bytes;
 };
 
 /* The typed non-blocking all-reduce behind ddp_allreduce_start and the reducer: checks, counts
@@ -135,6 +153,13 @@ ddp_status allreduce_start_typed(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dt
 ddp_status allreduce_runs_start(ddp_ctx *ctx, void *base, const size_t *off, const size_t *len,
                                 int n_runs, ddp_dtype dtype, ddp_reduce_op op, void *stream,
                                 ddp_request **req);
+
+/* comm_ops.reduce_scatter_start / allgatherv_start with checks and stats (comm.c); the trace
+ * span carries trace_current_tag() as the all-reduce's does. *req is NULL on failure. */
+ddp_status reduce_scatter_start(ddp_ctx *ctx, const void *send, void *recv, const size_t *counts,
+                                ddp_dtype dtype, ddp_reduce_op op, void *stream, ddp_request **req);
+ddp_status allgatherv_start(ddp_ctx *ctx, const void *send, void *recv, const size_t *counts,
+                            ddp_dtype dtype, void *stream, ddp_request **req);
 
 /* Host-memory collectives used by the runtime itself (verification, checksums, broadcasts of
  * control data), whatever the backend. */

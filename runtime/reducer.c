@@ -31,6 +31,15 @@
  * never copied. Ranks that disagree keep the parameter-order buckets (correct for any marking
  * order, since launches go in bucket order): a warning, or DDP_ERR_MISMATCH with strict_order.
  *
+ * ZeRO (zero_stage 1, 2): a bucket is reduce-scattered instead: its runs, in ascending offset and
+ * packed end to end, are the shards' pieces in rank order (shards are contiguous and ascending),
+ * so one reduce-scatter with per-rank counts (each run cut at the shard boundaries) gives each
+ * rank the sums of its own pieces, received into `recv` (this rank's pieces of the buckets, in
+ * launch order); finish() scatters them, scaled, into the gradient buffer at the shard's
+ * offsets (stage 1) or into the shard buffer (stage 2). A one-run bucket in the gradients' type
+ * is sent in place; others are packed into the wire buffer (allocated at the first use for an
+ * unchanged type).
+ *
  * Failure policy: a parameter left unmarked is reported by finish(), which still launches every
  * remaining bucket so that peers complete their all-reduces; after a failed launch nothing more is
  * launched. Either way the gradients are undefined and the caller should ddp_abort() the job.
@@ -73,6 +82,20 @@ struct ddp_reducer {
     ddp_status launch_error; /* first failed launch of this sync step, DDP_OK when none */
     int defer_launch;        /* launch nothing before finish() (no overlap) */
     exposed_timer *timer; /* CUDA: exposed communication per sync step, while tracing */
+    /* ZeRO (zero_stage 1, 2): this rank's shard, the buckets' per-rank counts, the receive
+     * buffer of this rank's pieces and, for stage 2, the averaged shard */
+    int zero_stage;
+    size_t total;            /* elements of the flat buffer */
+    size_t shard_off, shard_n;
+    size_t *counts;          /* n_params x world_size: bucket b's elements in each shard */
+    size_t *recv_off;        /* n_params: where bucket b's piece starts in recv */
+    size_t recv_next;        /* recv elements taken by the buckets launched in this step */
+    void *recv;              /* shard_n (at least 1) elements of wire_dtype, backend memory */
+    void *shard_grads;       /* stage 2: shard_n (at least 1) elements of grad_dtype */
+    ddp_request **gather_req; /* n_params: the parameters' all-gathers, one per run, in launch
+                                 order */
+    int *gather_end;          /* n_params: per bucket, the launch index after its last run */
+    int gather_launched, gather_waited;
 };
 
 void ddp_reducer_opts_default(ddp_reducer_opts *opts)
@@ -87,6 +110,7 @@ void ddp_reducer_opts_default(ddp_reducer_opts *opts)
     opts->defer_launch = 0;
     opts->static_buckets = 0;
     opts->strict_order = 0;
+    opts->zero_stage = 0;
 }
 
 static ddp_status mib_to_bytes(double mib, const char *what, size_t *out)
@@ -166,6 +190,38 @@ static ddp_status reducer_types(ddp_reducer *r, const size_t *numel, const ddp_r
     return DDP_OK;
 }
 
+/* zero_stage 1, 2: the shard, the counts and the receive (and stage 2 shard) buffers. */
+static ddp_status reducer_zero_setup(ddp_reducer *r, int stage)
+{
+    if (stage < 0 || stage > 2) {
+        DDP_ERROR("ddp_reducer_create: zero_stage %d: use 0 (all-reduce), 1 (reduce-scatter into "
+                  "the shard) or 2 (the shard in a reducer-owned buffer)", stage);
+        return DDP_ERR_INVALID_ARG;
+    }
+    r->zero_stage = stage;
+    for (int p = 0; p < r->n_params; p++)
+        r->total += r->numel[p];
+    r->shard_n = r->total;
+    if (stage == 0)
+        return DDP_OK;
+    int world = ddp_world_size(r->ctx);
+    ddp_shard_range(r->total, world, ddp_rank(r->ctx), &r->shard_off, &r->shard_n);
+    size_t keep = r->shard_n > 0 ? r->shard_n : 1;
+    r->counts = calloc((size_t)r->n_params * (size_t)world, sizeof *r->counts);
+    r->recv_off = calloc((size_t)r->n_params, sizeof *r->recv_off);
+    r->gather_req = calloc((size_t)r->n_params, sizeof *r->gather_req);
+    r->gather_end = calloc((size_t)r->n_params, sizeof *r->gather_end);
+    r->recv = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->wire_dtype));
+    if (stage == 2)
+        r->shard_grads = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->grad_dtype));
+    if (!r->counts || !r->recv_off || !r->gather_req || !r->gather_end || !r->recv ||
+        (stage == 2 && !r->shard_grads)) {
+        DDP_ERROR("ddp_reducer_create: out of memory for the shard buffers (%zu elements)", keep);
+        return DDP_ERR_NOMEM;
+    }
+    return DDP_OK;
+}
+
 ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, int n_params,
                               const ddp_reducer_opts *opts, ddp_reducer **out)
 {
@@ -196,6 +252,8 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
     ddp_status st = reducer_plan(r, numel, o);
     if (st == DDP_OK)
         st = reducer_types(r, numel, o);
+    if (st == DDP_OK)
+        st = reducer_zero_setup(r, o->zero_stage);
     if (st == DDP_OK && ddp_backend(ctx) == DDP_BACKEND_CUDA)
         st = exposed_timer_create(&r->timer);
     if (st != DDP_OK) {
@@ -216,7 +274,8 @@ static ddp_status reducer_wait_all(ddp_reducer *r)
         ddp_status st = ddp_wait(r->requests[b]);
         r->requests[b] = NULL;
         if (st != DDP_OK && first == DDP_OK) {
-            DDP_ERROR("reducer: all-reduce of bucket %d (parameters %d..%d) failed: %s", b,
+            DDP_ERROR("reducer: %s of bucket %d (parameters %d..%d) failed: %s",
+                      r->zero_stage ? "reduce-scatter" : "all-reduce", b,
                       r->plan.buckets[b].first_param, r->plan.buckets[b].last_param,
                       ddp_strerror(st));
             first = st;
@@ -240,6 +299,8 @@ void ddp_reducer_destroy(ddp_reducer *r)
         return;
     if (r->requests)
         reducer_wait_all(r); /* the communicator must not write into freed state */
+    if (r->gather_req)
+        ddp_reducer_gather_wait(r, -1);
     if (r->timer && ddp_trace_enabled()) {
         reducer_report_exposed(r, 1);
         long dropped = exposed_timer_dropped(r->timer);
@@ -249,6 +310,12 @@ void ddp_reducer_destroy(ddp_reducer *r)
     }
     exposed_timer_destroy(r->timer);
     ddp_free(r->ctx, r->wire);
+    ddp_free(r->ctx, r->recv);
+    ddp_free(r->ctx, r->shard_grads);
+    free(r->counts);
+    free(r->recv_off);
+    free(r->gather_req);
+    free(r->gather_end);
     bucket_plan_free(&r->plan);
     free(r->numel);
     free(r->order);
@@ -266,6 +333,7 @@ static void reducer_reset_step(ddp_reducer *r)
     for (int b = 0; b < r->plan.n_buckets; b++)
         r->pending[b] = r->plan.param_start[b + 1] - r->plan.param_start[b];
     r->n_marked = 0;
+    r->recv_next = 0;
     r->next_launch = 0;
     r->launch_error = DDP_OK;
 }
@@ -280,6 +348,11 @@ ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
         DDP_ERROR("ddp_reducer_begin: the previous sync step was not finished: call "
                   "ddp_reducer_finish() after its backward pass");
         return DDP_ERR_STATE;
+    }
+    if (r->gather_waited < r->gather_launched) { /* the forward pass is over: all of them */
+        ddp_status st = ddp_reducer_gather_wait(r, -1);
+        if (st != DDP_OK)
+            return st;
     }
     reducer_reset_step(r);
     r->in_step = 1;
@@ -342,6 +415,56 @@ static ddp_status reducer_start(ddp_reducer *r, int b)
                                 r->grad_dtype, DDP_SUM, r->stream, &r->requests[b]);
 }
 
+/* Bucket b's elements in each shard (r->counts row b): its runs, in ascending offset, cut at the
+ * shard boundaries. Packed in that order the bucket is the shards' pieces in rank order. */
+static size_t reducer_overlap(const ddp_reducer *r, int q, size_t off, size_t len);
+
+static size_t *reducer_zero_counts(ddp_reducer *r, int b)
+{
+    int world = ddp_world_size(r->ctx);
+    size_t *counts = r->counts + (size_t)b * (size_t)world;
+    const bucket_plan *pl = &r->plan;
+    for (int q = 0; q < world; q++) {
+        counts[q] = 0;
+        for (int k = pl->run_start[b]; k < pl->run_start[b + 1]; k++)
+            counts[q] += reducer_overlap(r, q, pl->run_off[k], pl->run_len[k]);
+    }
+    return counts;
+}
+
+/* The packed send buffer of bucket b: its one run in place (no cast), else the bucket's slice of
+ * the wire buffer (allocated at the first use for an fp32 wire), filled by reducer_pack. */
+static ddp_status reducer_zero_send(ddp_reducer *r, int b, const void **send)
+{
+    const bucket_plan *pl = &r->plan;
+    int k = pl->run_start[b];
+    if (r->wire_dtype == r->grad_dtype && pl->run_start[b + 1] - k == 1) {
+        *send = convert_elem(r->grads, r->grad_dtype, pl->run_off[k]);
+        return DDP_OK;
+    }
+    if (!r->wire && !(r->wire = ddp_alloc(r->ctx, r->total * ddp_dtype_size(r->wire_dtype)))) {
+        DDP_ERROR("reducer: out of memory for the packing buffer of buckets of several runs "
+                  "(%zu elements)", r->total);
+        return DDP_ERR_NOMEM;
+    }
+    *send = convert_elem(r->wire, r->wire_dtype, pl->wire_off[b]);
+    return reducer_pack(r, b);
+}
+
+/* zero_stage 1, 2: starts bucket b's reduce-scatter into its piece of the receive buffer. */
+static ddp_status reducer_zero_start(ddp_reducer *r, int b)
+{
+    const size_t *counts = reducer_zero_counts(r, b);
+    const void *send = NULL;
+    ddp_status st = reducer_zero_send(r, b, &send);
+    if (st != DDP_OK)
+        return st;
+    r->recv_off[b] = r->recv_next;
+    r->recv_next += counts[ddp_rank(r->ctx)];
+    return reduce_scatter_start(r->ctx, send, convert_elem(r->recv, r->wire_dtype, r->recv_off[b]),
+                                counts, r->wire_dtype, DDP_SUM, r->stream, &r->requests[b]);
+}
+
 /* Launches bucket b; on failure records the error and launches nothing more this step. */
 static void reducer_launch(ddp_reducer *r, int b)
 {
@@ -351,11 +474,11 @@ static void reducer_launch(ddp_reducer *r, int b)
     float pre = reducer_prescale(r);
     if (pre != 1.0f) /* in the gradients' type, before a narrowing cast could overflow */
         st = reducer_prescale_runs(r, b, pre);
-    if (st == DDP_OK && r->wire)
+    if (st == DDP_OK && r->wire && !r->zero_stage)
         st = reducer_pack(r, b);
     trace_set_tag(b);
     if (st == DDP_OK)
-        st = reducer_start(r, b);
+        st = r->zero_stage ? reducer_zero_start(r, b) : reducer_start(r, b);
     trace_set_tag(-1);
     if (st != DDP_OK) {
         DDP_ERROR("reducer: cannot start the all-reduce of bucket %d (parameters %d..%d): %s", b,
@@ -439,12 +562,36 @@ static void *reducer_stream(const ddp_reducer *r)
     return r->stream ? r->stream : ddp_backend_stream(r->ctx);
 }
 
+/* zero_stage 1, 2: casts bucket b's received piece (the runs' parts inside this rank's shard,
+ * in ascending offset) into the gradient buffer (stage 1) or the shard buffer (stage 2),
+ * multiplied by alpha. */
+static ddp_status reducer_zero_unpack(ddp_reducer *r, int b, float alpha)
+{
+    const bucket_plan *pl = &r->plan;
+    size_t at = r->recv_off[b], lo = r->shard_off, hi = r->shard_off + r->shard_n;
+    ddp_status st = DDP_OK;
+    for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++) {
+        size_t a = pl->run_off[k] > lo ? pl->run_off[k] : lo;
+        size_t e = pl->run_off[k] + pl->run_len[k] < hi ? pl->run_off[k] + pl->run_len[k] : hi;
+        if (e <= a)
+            continue;
+        void *dst = r->zero_stage == 2 ? convert_elem(r->shard_grads, r->grad_dtype, a - lo)
+                                       : convert_elem(r->grads, r->grad_dtype, a);
+        st = convert_dev_cast_scale(r->ctx, dst, r->grad_dtype,
+                                    convert_elem(r->recv, r->wire_dtype, at), r->wire_dtype,
+                                    e - a, alpha, r->stream);
+        at += e - a;
+    }
+    return st;
+}
+
 static ddp_status reducer_scale(ddp_reducer *r)
 {
     double mean = 1.0 / ((double)ddp_world_size(r->ctx) * (double)r->micro_steps);
     float alpha = (float)(mean / (double)reducer_prescale(r));
     for (int b = 0; b < r->plan.n_buckets; b++) {
-        ddp_status st = reducer_unpack(r, b, alpha);
+        ddp_status st = r->zero_stage ? reducer_zero_unpack(r, b, alpha)
+                                      : reducer_unpack(r, b, alpha);
         if (st != DDP_OK) {
             DDP_ERROR("reducer: scaling bucket %d failed: %s", b, ddp_strerror(st));
             return st;
@@ -608,4 +755,144 @@ int ddp_reducer_bucket_params(const ddp_reducer *r, int bucket, const int **para
 ddp_bucket_order ddp_reducer_bucket_order(const ddp_reducer *r)
 {
     return r ? r->bucket_order : DDP_BUCKETS_PARAM_ORDER;
+}
+
+int ddp_reducer_zero_stage(const ddp_reducer *r)
+{
+    return r ? r->zero_stage : 0;
+}
+
+void ddp_reducer_shard(const ddp_reducer *r, size_t *offset, size_t *n)
+{
+    if (offset)
+        *offset = r ? r->shard_off : 0;
+    if (n)
+        *n = r ? r->shard_n : 0;
+}
+
+void *ddp_reducer_shard_grads(const ddp_reducer *r)
+{
+    return r ? r->shard_grads : NULL;
+}
+
+/* Gathers: runs of the flat buffer, each one in-place all-gather with per-rank counts (the run
+ * cut at the shard boundaries), started bucket by bucket from the last (the first layers of a
+ * forward pass in ready order) to the first. */
+
+/* Elements of [off, off + len) in rank q's shard. */
+static size_t reducer_overlap(const ddp_reducer *r, int q, size_t off, size_t len)
+{
+    size_t lo = 0, n = 0;
+    ddp_shard_range(r->total, ddp_world_size(r->ctx), q, &lo, &n);
+    size_t a = off > lo ? off : lo, e = off + len < lo + n ? off + len : lo + n;
+    return e > a ? e - a : 0;
+}
+
+static ddp_status reducer_gather_check(const ddp_reducer *r, const void *params, ddp_dtype dtype,
+                                       const char *who)
+{
+    if (!r || !params || ddp_dtype_size(dtype) == 0) {
+        DDP_ERROR("%s: need a reducer, a parameter buffer and a known element type (got type %d)",
+                  who, (int)dtype);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (!r->zero_stage || (r->in_step && r->sync) || r->gather_launched > r->gather_waited) {
+        DDP_ERROR("%s: %s", who, !r->zero_stage
+                      ? "the reducer does not shard (zero_stage 0): every rank has every parameter"
+                  : r->in_step && r->sync
+                      ? "called inside a sync step: call it after ddp_reducer_finish and the "
+                        "optimizer step"
+                      : "the previous gather is still under way: ddp_reducer_gather_wait(r, -1)");
+        return DDP_ERR_STATE;
+    }
+    return DDP_OK;
+}
+
+/* Starts the in-place all-gather of run k of the plan into the next request slot. */
+static ddp_status reducer_gather_run(ddp_reducer *r, void *params, ddp_dtype dtype, int k,
+                                     size_t *counts)
+{
+    const bucket_plan *pl = &r->plan;
+    int world = ddp_world_size(r->ctx), me = ddp_rank(r->ctx);
+    size_t before = 0;
+    for (int q = 0; q < world; q++) {
+        counts[q] = reducer_overlap(r, q, pl->run_off[k], pl->run_len[k]);
+        before += q < me ? counts[q] : 0;
+    }
+    void *run = convert_elem(params, dtype, pl->run_off[k]);
+    return allgatherv_start(r->ctx, convert_elem(run, dtype, before), run, counts, dtype,
+                            r->stream, &r->gather_req[r->gather_launched++]);
+}
+
+ddp_status ddp_reducer_gather_start(ddp_reducer *r, void *params, ddp_dtype dtype)
+{
+    ddp_status st = reducer_gather_check(r, params, dtype, "ddp_reducer_gather_start");
+    if (st != DDP_OK)
+        return st;
+    size_t *counts = malloc((size_t)ddp_world_size(r->ctx) * sizeof *counts);
+    if (!counts) {
+        DDP_ERROR("ddp_reducer_gather_start: out of memory");
+        return DDP_ERR_NOMEM; /* joins no collective: the peers wait for the deadline */
+    }
+    const bucket_plan *pl = &r->plan;
+    r->gather_launched = r->gather_waited = 0;
+    for (int b = pl->n_buckets - 1; b >= 0; b--) {
+        trace_set_tag(b);
+        for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++)
+            st = reducer_gather_run(r, params, dtype, k, counts);
+        r->gather_end[b] = r->gather_launched;
+        if (st != DDP_OK) {
+            r->gather_launched--; /* the failed slot holds no request */
+            DDP_ERROR("reducer: cannot start the parameters' all-gather of bucket %d: %s", b,
+                      ddp_strerror(st));
+            break;
+        }
+    }
+    trace_set_tag(-1);
+    free(counts);
+    for (int b = 0; st != DDP_OK && b < pl->n_buckets; b++) /* wait: all that was started */
+        r->gather_end[b] = r->gather_launched;
+    return st;
+}
+
+ddp_status ddp_reducer_gather_wait(ddp_reducer *r, int param)
+{
+    if (!r || param < -1 || param >= r->n_params) {
+        DDP_ERROR("ddp_reducer_gather_wait: parameter %d is outside [-1, %d)", param,
+                  r ? r->n_params : 0);
+        return DDP_ERR_INVALID_ARG;
+    }
+    int end = param < 0 ? r->gather_launched : r->gather_end[r->plan.param_bucket[param]];
+    ddp_status first = DDP_OK;
+    for (; r->gather_waited < end; r->gather_waited++) {
+        ddp_status st = ddp_wait(r->gather_req[r->gather_waited]);
+        r->gather_req[r->gather_waited] = NULL;
+        if (st != DDP_OK && first == DDP_OK) {
+            DDP_ERROR("reducer: the parameters' all-gather failed: %s", ddp_strerror(st));
+            first = st;
+        }
+    }
+    return first;
+}
+
+/* All at once: one in-place all-gather of the whole buffer (fewer MPI calls than one per run). */
+ddp_status ddp_reducer_gather_params(ddp_reducer *r, void *params, ddp_dtype dtype)
+{
+    ddp_status st = reducer_gather_check(r, params, dtype, "ddp_reducer_gather_params");
+    if (st != DDP_OK)
+        return st;
+    int world = ddp_world_size(r->ctx);
+    size_t *counts = malloc((size_t)world * sizeof *counts);
+    if (!counts) {
+        DDP_ERROR("ddp_reducer_gather_params: out of memory");
+        return DDP_ERR_NOMEM;
+    }
+    for (int q = 0; q < world; q++)
+        counts[q] = reducer_overlap(r, q, 0, r->total);
+    ddp_request *req = NULL;
+    trace_set_tag(-1);
+    st = allgatherv_start(r->ctx, convert_elem(params, dtype, r->shard_off), params, counts, dtype,
+                          r->stream, &req);
+    free(counts);
+    return st == DDP_OK ? ddp_wait(req) : st;
 }

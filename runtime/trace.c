@@ -216,6 +216,9 @@ static int trace_kind(const char *name)
     for (int k = 0; k < TRACE_N_KINDS; k++)
         if (strcmp(name, names[k]) == 0)
             return k;
+    /* the sharded reducer's collectives are communication too */
+    if (strcmp(name, "reduce_scatter") == 0 || strcmp(name, "allgather") == 0)
+        return TRACE_COMM;
     return -1;
 }
 
