@@ -104,4 +104,4 @@ for cfg in ${GPT_CONFIGS:-small d12}; do
 done
 echo
 cpu_report_ddp "$tmp/cpu.txt"
-echo "torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__, torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends.cpu, "get_cpu_capability") else "")')"
+echo "torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__, "threads", torch.get_num_threads())')"

@@ -285,7 +285,8 @@ static void gpt_setup(gpt_trainer *t)
     t->setup.buf = (train_buffers){.descs = gpt2_descs(g), .n_params = gpt2_n_params(g),
                                    .numel = gpt2_numel_total(g), .params = gpt2_params(g),
                                    .n_opt = 2, .opt_names = {"adam_m", "adam_v"},
-                                   .opt = {gpt2_adam_m(g), gpt2_adam_v(g)}};
+                                   .opt = {gpt2_adam_m(g), gpt2_adam_v(g)},
+                                   .opt_n = gpt2_numel_total(g)};
     const gpt2_config *c = &t->cfg;
     snprintf(t->setup.buf.model_fp, sizeof t->setup.buf.model_fp,
              "gpt2 L%d NH%d C%d maxT%d V%d T%d accum%d", c->layers, c->heads, c->channels,

@@ -17,11 +17,11 @@ enum {
     OPT_BROADCAST_INIT, OPT_LR_SCHEDULE, OPT_AUGMENT, OPT_PRECISION, OPT_GRAD_DTYPE, OPT_LOSS_SCALE_INIT,
     OPT_LOSS_SCALE_INTERVAL, OPT_WORKERS, OPT_INJECT_INF, OPT_TRACE, OPT_NO_OVERLAP, OPT_LINK_CHECK,
     OPT_HELP, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME, OPT_RESUME_RESHARD, OPT_REQUEUE,
-    OPT_CKPT_ERRORS, OPT_NAN_POLICY, OPT_TF32,
+    OPT_CKPT_ERRORS, OPT_NAN_POLICY, OPT_TF32, OPT_ZERO,
     /* GPT-2 flags, parsed by parse_gpt_opt (keep them last) */
     OPT_GPT_CONFIG, OPT_LAYERS, OPT_HEADS, OPT_CHANNELS, OPT_SEQ, OPT_VAL_DATA, OPT_VAL_EVERY,
     OPT_VAL_MAX_BATCHES, OPT_TOTAL_BATCH_TOKENS, OPT_WARMUP_STEPS, OPT_LR_FLOOR, OPT_GRAD_CLIP,
-    OPT_INIT_FROM, OPT_SAVE_LLMC, OPT_SAMPLE, OPT_VOCAB
+    OPT_INIT_FROM, OPT_SAVE_LLMC, OPT_SAMPLE, OPT_VOCAB, OPT_RECOMPUTE
 };
 
 static const struct option train_long_opts[] = {
@@ -50,6 +50,8 @@ static const struct option train_long_opts[] = {
     {"precision", required_argument, NULL, OPT_PRECISION},
     {"grad-dtype", required_argument, NULL, OPT_GRAD_DTYPE},
     {"tf32", no_argument, NULL, OPT_TF32},
+    {"zero", required_argument, NULL, OPT_ZERO},
+    {"recompute", no_argument, NULL, OPT_RECOMPUTE},
     {"loss-scale-init", required_argument, NULL, OPT_LOSS_SCALE_INIT},
     {"loss-scale-interval", required_argument, NULL, OPT_LOSS_SCALE_INTERVAL},
     {"workers", required_argument, NULL, OPT_WORKERS},
@@ -102,6 +104,9 @@ static const char train_usage_text[] =
     "  --seed N                initialisation and shuffling seed (default 42)\n"
     "  --bucket-mb X           gradient bucket cap, MiB (default 25)\n"
     "  --first-bucket-mb X     first bucket cap, MiB (default 1)\n"
+    "  --zero 0|1|2            ZeRO sharding over the ranks (default 0: none): 1 shards the\n"
+    "                          optimizer state (gradients reduce-scattered, parameters\n"
+    "                          all-gathered), 2 also keeps only this rank's shard of the gradients\n"
     "  --device cpu|cuda|auto  backend (default auto)\n"
     "  --threads N             BLAS threads per rank on the CPU (default 1)\n"
     "  --precision P           fp32, bf16 or fp16 (default fp32): activations and GEMM/convolution\n"
@@ -177,7 +182,9 @@ static const char train_usage_gpt[] =
     "  --init-from FILE        start from an llm.c model file (gpt2_124M.bin: fp32 or bf16)\n"
     "  --save-llmc FILE        write the trained weights as an llm.c model file (fp32)\n"
     "  --sample N              rank 0 prints N tokens generated after training (needs --vocab)\n"
-    "  --vocab FILE            GPT-2's encoder.json (default: encoder.json beside the data)\n";
+    "  --vocab FILE            GPT-2's encoder.json (default: encoder.json beside the data)\n"
+    "  --recompute             activation checkpointing: each block keeps only its input and runs\n"
+    "                          its forward again during backward (less memory, about 1/3 more time)\n";
 
 static void train_opts_default(train_opts *o)
 {
@@ -425,6 +432,7 @@ static int parse_gpt_opt(int id, const char *v, train_opts *o)
     case OPT_INIT_FROM: g->init_from = v; return 0;
     case OPT_SAVE_LLMC: g->save_llmc = v; return 0;
     case OPT_VOCAB: g->vocab = v; return 0;
+    case OPT_RECOMPUTE: g->recompute = 1; return 0;
     case OPT_VAL_EVERY: return parse_int("val-every", v, 0, &g->val_every);
     case OPT_VAL_MAX_BATCHES: return parse_long("val-max-batches", v, 0, LONG_MAX, &g->val_batches);
     case OPT_TOTAL_BATCH_TOKENS:
@@ -503,6 +511,7 @@ static int train_apply_opt(int id, const char *v, train_opts *o)
     case OPT_NO_SHUFFLE: o->shuffle = 0; return 0;
     case OPT_AUGMENT: o->augment = 1; return 0;
     case OPT_TF32: o->tf32 = 1; return 0;
+    case OPT_ZERO: return parse_int_in("zero", v, 0, 2, &o->zero);
     case OPT_BROADCAST_INIT: o->broadcast_init = 1; return 0;
     case OPT_TRACE: o->trace_path = v; return 0;
     case OPT_NO_OVERLAP: o->no_overlap = 1; return 0;

@@ -41,6 +41,7 @@ typedef struct train_gpt_opts {
     int sample;                 /* --sample N: tokens generated and printed after training */
     const char *vocab;          /* --vocab FILE: GPT-2's encoder.json for --sample (default: beside
                                    the data, DIR/encoder.json) */
+    int recompute;              /* --recompute: blocks recompute their forward during backward */
 } train_gpt_opts;
 
 typedef struct train_opts {
@@ -66,6 +67,7 @@ typedef struct train_opts {
     int no_overlap;           /* --no-overlap: buckets launched after the backward pass */
     int link_check;           /* --link-check: measure links before training */
     ddp_dtype grad_dtype;      /* --grad-dtype: type of the gradient all-reduce */
+    int zero;                  /* --zero 0|1|2: ZeRO stage (ddp_reducer_opts.zero_stage) */
     int tf32;                  /* --tf32: TF32 tensor cores for fp32 GEMMs and convolutions (GPU) */
     double loss_scale_init;    /* fp16 gradients: the loss scaler's first scale */
     long loss_scale_interval;  /* fp16 gradients: finite steps before the scale doubles */

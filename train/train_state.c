@@ -60,7 +60,8 @@ void train_buffers_of_model(model *m, train_buffers *b)
 {
     *b = (train_buffers){.descs = model_descs(m), .n_params = model_n_params(m),
                          .numel = model_numel_total(m), .params = model_params(m), .n_opt = 1,
-                         .opt_names = {"momentum"}, .opt = {model_momentum(m)}};
+                         .opt_names = {"momentum"}, .opt = {model_momentum(m)},
+                         .opt_n = model_numel_total(m)};
 }
 
 static void fp_model(const model_config *m, char *buf, size_t n)

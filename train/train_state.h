@@ -29,6 +29,9 @@ typedef struct train_buffers {
     int n_opt;
     const char *opt_names[TRAIN_MAX_OPT_BUFS];
     float *opt[TRAIN_MAX_OPT_BUFS];
+    /* The optimizer buffers hold elements [opt_offset, opt_offset + opt_n) of the flat layout:
+     * (0, numel) unless --zero shards them over the ranks (ddp_shard_range's shard). */
+    size_t opt_offset, opt_n;
     char model_fp[96];        /* the model's configuration, e.g. "mlp 784-512-256-10" */
 } train_buffers;
 
