@@ -96,8 +96,9 @@ struct gpt2 {
     size_t numel_total;
     float *params;   // (numel_total) fp32 master weights
     float *grads;    // (numel_total)
-    float *adam_m;   // (numel_total)
-    float *adam_v;   // (numel_total)
+    float *adam_m;   // (opt_n) elements [opt_off, opt_off + opt_n) of the layout
+    float *adam_v;   // (opt_n)
+    size_t opt_off, opt_n; /* the optimizer's range: 0, numel_total unless sharded */
     void *cparams;   // (numel_total) in p: the matmuls' weights (= params for fp32)
     bool cparams_stale;
     gpt2_acts a;
@@ -360,6 +361,8 @@ static ddp_status alloc_state(gpt2 *g)
     g->grads = ddp_alloc(g->ctx, n_bytes);
     g->adam_m = ddp_alloc(g->ctx, n_bytes);
     g->adam_v = ddp_alloc(g->ctx, n_bytes);
+    g->opt_off = 0;
+    g->opt_n = g->numel_total;
     if (!g->params || !g->grads || !g->adam_m || !g->adam_v)
         return DDP_ERR_NOMEM;
     g->cparams = g->params;
@@ -489,7 +492,7 @@ void gpt2_memory_get(const gpt2 *g, gpt2_memory *out)
     size_t f32 = g->numel_total * sizeof(float);
     out->params = f32 + (g->cparams != g->params ? g->numel_total * g->es : 0);
     out->grads = f32;
-    out->optimizer = 2 * f32;
+    out->optimizer = 2 * g->opt_n * sizeof(float);
     out->activations = g->act_bytes;
 }
 
@@ -804,23 +807,76 @@ ddp_status gpt2_zero_grad(gpt2 *g)
 /* ---- optimizer ----------------------------------------------------------------------------- */
 
 /* One adamw_step per run of contiguous slices with the same decay flag (12 runs: the layout
- * alternates weights and vectors). */
-ddp_status gpt2_adamw_step(gpt2 *g, float lr, float beta1, float beta2, float eps,
-                           float weight_decay, int t, float grad_scale)
+ * alternates weights and vectors), cut to the optimizer's range [opt_off, opt_off + opt_n). */
+ddp_status gpt2_adamw_step_range(gpt2 *g, const float *grads, float lr, float beta1, float beta2,
+                                 float eps, float weight_decay, int t, float grad_scale)
 {
     if (t < 1) {
         DDP_ERROR("gpt2_adamw_step: step %d (the first is 1)", t);
         return DDP_ERR_INVALID_ARG;
     }
     g->cparams_stale = true;
+    size_t lo = g->opt_off, hi = g->opt_off + g->opt_n;
+    const float *gr = grads ? grads - lo : g->grads; /* indexed by the flat offset below */
     for (int i = 0, j; i < g->n_params; i = j) {
         bool decay = gpt2_param_decays(g, i);
         for (j = i + 1; j < g->n_params && gpt2_param_decays(g, j) == decay; j++)
             ;
-        size_t off = g->offset[i], n = g->offset[j - 1] + g->numel[j - 1] - off;
-        TRY_OK(g->ops->adamw_step(g->ops, g->params + off, g->adam_m + off, g->adam_v + off,
-                                  g->grads + off, n, lr, beta1, beta2, eps,
+        size_t a = g->offset[i], b = g->offset[j - 1] + g->numel[j - 1];
+        a = a > lo ? a : lo;
+        b = b < hi ? b : hi;
+        if (a >= b)
+            continue;
+        TRY_OK(g->ops->adamw_step(g->ops, g->params + a, g->adam_m + (a - lo),
+                                  g->adam_v + (a - lo), gr + a, b - a, lr, beta1, beta2, eps,
                                   decay ? weight_decay : 0.0f, t, grad_scale));
     }
     return DDP_OK;
+}
+
+ddp_status gpt2_adamw_step(gpt2 *g, float lr, float beta1, float beta2, float eps,
+                           float weight_decay, int t, float grad_scale)
+{
+    if (g->opt_n != g->numel_total) {
+        DDP_ERROR("gpt2_adamw_step: the moments are sharded (gpt2_shard_optimizer): use "
+                  "gpt2_adamw_step_range");
+        return DDP_ERR_STATE;
+    }
+    return gpt2_adamw_step_range(g, NULL, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+}
+
+ddp_status gpt2_shard_optimizer(gpt2 *g, size_t offset, size_t n)
+{
+    if (offset > g->numel_total || n > g->numel_total - offset) {
+        DDP_ERROR("gpt2_shard_optimizer: range [%zu, %zu) outside the %zu parameters", offset,
+                  offset + n, g->numel_total);
+        return DDP_ERR_INVALID_ARG;
+    }
+    size_t bytes = (n > 0 ? n : 1) * sizeof(float);
+    float *m = ddp_alloc(g->ctx, bytes), *v = ddp_alloc(g->ctx, bytes);
+    ddp_status st = m && v ? DDP_OK : DDP_ERR_NOMEM;
+    if (st == DDP_OK)
+        st = ddp_zero(g->ctx, m, bytes);
+    if (st == DDP_OK)
+        st = ddp_zero(g->ctx, v, bytes);
+    if (st != DDP_OK) {
+        ddp_free(g->ctx, m);
+        ddp_free(g->ctx, v);
+        DDP_ERROR("gpt2_shard_optimizer: cannot allocate the moments of %zu elements: %s", n,
+                  ddp_strerror(st));
+        return st;
+    }
+    ddp_free(g->ctx, g->adam_m);
+    ddp_free(g->ctx, g->adam_v);
+    g->adam_m = m;
+    g->adam_v = v;
+    g->opt_off = offset;
+    g->opt_n = n;
+    return DDP_OK;
+}
+
+void gpt2_optimizer_range(const gpt2 *g, size_t *offset, size_t *n)
+{
+    *offset = g->opt_off;
+    *n = g->opt_n;
 }

@@ -100,11 +100,27 @@ ddp_status gpt2_zero_grad(gpt2 *g);
 ddp_status gpt2_adamw_step(gpt2 *g, float lr, float beta1, float beta2, float eps,
                            float weight_decay, int t, float grad_scale);
 
+/* ZeRO (ddp_reducer_opts.zero_stage 1, 2): the AdamW moments of elements [offset, offset + n) of
+ * the flat layout only (this rank's ddp_shard_range; n may be 0). Replaces the full-size moments
+ * by zeroed shard-sized ones (gpt2_adam_m / _v then hold element offset + i at i); call it before
+ * the first step. DDP_ERR_INVALID_ARG for a range outside the buffer, DDP_ERR_NOMEM (the model
+ * keeps its moments as they were). */
+ddp_status gpt2_shard_optimizer(gpt2 *g, size_t offset, size_t n);
+/* The optimizer's range (0 and gpt2_numel_total without gpt2_shard_optimizer). */
+void gpt2_optimizer_range(const gpt2 *g, size_t *offset, size_t *n);
+/* gpt2_adamw_step on the optimizer's range only: the parameters outside it are left as they are
+ * (a sharded step: the reducer's all-gather brings them). grads: the range's averaged gradients,
+ * element i the flat buffer's offset + i (the reducer's stage-2 shard buffer), or NULL for the
+ * model's own gradient buffer at the range's offsets. Same element-wise math as
+ * gpt2_adamw_step, so a sharded step gives bit-identical parameters in its range. */
+ddp_status gpt2_adamw_step_range(gpt2 *g, const float *grads, float lr, float beta1, float beta2,
+                                 float eps, float weight_decay, int t, float grad_scale);
+
 /* Bytes of backend memory the model holds, by kind. */
 typedef struct gpt2_memory {
     size_t params;      /* fp32 master weights (+ the 16-bit copy for bf16/fp16) */
     size_t grads;
-    size_t optimizer;   /* the two AdamW moments */
+    size_t optimizer;   /* the two AdamW moments (shard-sized after gpt2_shard_optimizer) */
     size_t activations; /* everything kept for backward, plus scratch */
 } gpt2_memory;
 void gpt2_memory_get(const gpt2 *g, gpt2_memory *out);

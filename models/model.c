@@ -59,7 +59,8 @@ struct model {
     size_t numel_total;
     float *params;   // (numel_total) backend memory
     float *grads;    // (numel_total) same layout
-    float *momentum; // (numel_total) same layout
+    float *momentum; // (mom_n) elements [mom_off, mom_off + mom_n) of the layout
+    size_t mom_off, mom_n; /* 0, numel_total unless sharded (model_shard_momentum) */
     void *cparams;   // (numel_total) compute copy in the model's precision (= params for fp32)
     int cparams_stale; /* params may have changed since cparams was made */
     bool grads_fresh;  /* the next backward overwrites grads (model_zero_grad) */
@@ -302,6 +303,7 @@ static ddp_status model_setup(model *m)
     m->params = ddp_alloc(m->ctx, n_bytes);
     m->grads = ddp_alloc(m->ctx, n_bytes);
     m->momentum = ddp_alloc(m->ctx, n_bytes);
+    m->mom_n = m->numel_total;
     if (!m->params || !m->grads || !m->momentum)
         return DDP_ERR_NOMEM;
     int classes = m->cfg.kind == MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
@@ -647,6 +649,11 @@ ddp_status model_zero_grad(model *m)
 ddp_status model_sgd_step(model *m, float lr, float momentum, float weight_decay)
 {
     ddp_dtype p = m->cfg.precision;
+    if (m->mom_n != m->numel_total) {
+        DDP_ERROR("model_sgd_step: the momentum is sharded (model_shard_momentum): use "
+                  "model_sgd_step_range");
+        return DDP_ERR_STATE;
+    }
     m->cparams_stale = 1;
     if (p != DDP_FP32 && m->ops->sgd_step_cast) {
         TRY_OK(m->ops->sgd_step_cast(m->ops, m->params, m->momentum, m->grads, m->numel_total, lr,
@@ -656,4 +663,46 @@ ddp_status model_sgd_step(model *m, float lr, float momentum, float weight_decay
     }
     return m->ops->sgd_step(m->ops, m->params, m->momentum, m->grads, m->numel_total, lr, momentum,
                             weight_decay);
+}
+
+/* A sharded step updates only the range: the 16-bit copy is refreshed by the next forward pass,
+ * after the all-gather brought the other ranks' ranges. */
+ddp_status model_sgd_step_range(model *m, const float *grads, float lr, float momentum,
+                                float weight_decay)
+{
+    m->cparams_stale = 1;
+    if (m->mom_n == 0)
+        return DDP_OK;
+    const float *g = grads ? grads : m->grads + m->mom_off;
+    return m->ops->sgd_step(m->ops, m->params + m->mom_off, m->momentum, g, m->mom_n, lr,
+                            momentum, weight_decay);
+}
+
+ddp_status model_shard_momentum(model *m, size_t offset, size_t n)
+{
+    if (offset > m->numel_total || n > m->numel_total - offset) {
+        DDP_ERROR("model_shard_momentum: range [%zu, %zu) outside the %zu parameters", offset,
+                  offset + n, m->numel_total);
+        return DDP_ERR_INVALID_ARG;
+    }
+    size_t bytes = (n > 0 ? n : 1) * sizeof(float);
+    float *mom = ddp_alloc(m->ctx, bytes);
+    ddp_status st = mom ? ddp_zero(m->ctx, mom, bytes) : DDP_ERR_NOMEM;
+    if (st != DDP_OK) {
+        ddp_free(m->ctx, mom);
+        DDP_ERROR("model_shard_momentum: cannot allocate the momentum of %zu elements: %s", n,
+                  ddp_strerror(st));
+        return st;
+    }
+    ddp_free(m->ctx, m->momentum);
+    m->momentum = mom;
+    m->mom_off = offset;
+    m->mom_n = n;
+    return DDP_OK;
+}
+
+void model_momentum_range(const model *m, size_t *offset, size_t *n)
+{
+    *offset = m->mom_off;
+    *n = m->mom_n;
 }

@@ -89,5 +89,19 @@ ddp_status model_scale_loss_grad(model *m, float scale);
 ddp_status model_zero_grad(model *m);
 /* SGD with momentum and weight decay on every parameter (backend sgd_step). */
 ddp_status model_sgd_step(model *m, float lr, float momentum, float weight_decay);
+/* ZeRO (ddp_reducer_opts.zero_stage 1, 2): the momentum of elements [offset, offset + n) of the
+ * flat layout only (this rank's ddp_shard_range). Replaces the full momentum by a zeroed
+ * shard-sized one (model_momentum then holds element offset + i at i); call it before the first
+ * step. DDP_ERR_INVALID_ARG for a range outside the buffer, DDP_ERR_NOMEM (nothing changed).
+ * model_sgd_step is then DDP_ERR_STATE: use model_sgd_step_range. */
+ddp_status model_shard_momentum(model *m, size_t offset, size_t n);
+/* The momentum's range: 0 and model_numel_total unless sharded. */
+void model_momentum_range(const model *m, size_t *offset, size_t *n);
+/* model_sgd_step on the momentum's range only (the other parameters are left as they are, for
+ * the reducer's all-gather to bring). grads: the range's gradients, element i the flat offset +
+ * i (the reducer's stage-2 shard), or NULL for the model's gradients at the range's offsets.
+ * The same element-wise math as model_sgd_step. */
+ddp_status model_sgd_step_range(model *m, const float *grads, float lr, float momentum,
+                                float weight_decay);
 
 #endif /* MODEL_H */

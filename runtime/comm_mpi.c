@@ -189,30 +189,59 @@ static const char *mpi_span_name(mpi_kind kind)
                                            : "allreduce";
 }
 
-/* Reduce-scatter of r->send into r->buf with r->counts; AVG divides this rank's block. */
+/* Elements per reduce-scatter call: Open MPI's algorithms allocate temporaries of about the
+ * call's size (the ring: three blocks; in place: a copy of the whole input), so a 150 MB bucket
+ * (GPT-2's wte) in one call would cost more transient memory than ZeRO saves. Chunks of 16 MiB
+ * of fp32 bound that, for a few more calls (~20 us each over shared memory). */
+#define RS_CHUNK ((size_t)4 << 20)
+
+/* Reduce-scatter of r->send into r->buf with r->counts, in chunks of the packed input (each a
+ * reduce-scatter with the counts of the blocks' parts inside it). Out of place this rank's block
+ * lands at r->buf; in place (send == buf) it stays where it is in the packed buffer, at the sum
+ * of the lower ranks' counts (every other element is then undefined). AVG divides the block. */
 static ddp_status mpi_reduce_scatter_run(const mpi_state *s, const mpi_request *r)
 {
     ddp_status st = DDP_OK;
     MPI_Datatype type;
     MPI_Op mop;
     mpi_type_op(s, r->dtype, r->op, &type, &mop);
-    int equal = 1;
-    size_t total = 0;
+    size_t total = 0, mine = 0, es = ddp_dtype_size(r->dtype);
     for (int q = 0; q < s->size; q++) {
-        equal = equal && r->counts[q] == r->counts[0];
+        mine += q < s->rank ? (size_t)r->counts[q] : 0;
         total += (size_t)r->counts[q];
     }
-    watch_enter(DDP_WATCH_ASYNC, "reduce-scatter", (int)r->trace_tag,
-                total * ddp_dtype_size(r->dtype));
-    if (equal)
-        TRY_MPI_GOTO(MPI_Reduce_scatter_block(r->send, r->buf, r->counts[0], type, mop,
-                                              s->async_comm));
-    else
-        TRY_MPI_GOTO(MPI_Reduce_scatter(r->send, r->buf, r->counts, type, mop, s->async_comm));
+    int in_place = r->send == r->buf;
+    int *counts = malloc((size_t)s->size * sizeof *counts);
+    if (!counts)
+        return DDP_ERR_NOMEM; /* joins no collective: the peers wait for the deadline */
+    watch_enter(DDP_WATCH_ASYNC, "reduce-scatter", (int)r->trace_tag, total * es);
+    for (size_t at = 0; at < total; at += RS_CHUNK) {
+        size_t end = total - at < RS_CHUNK ? total : at + RS_CHUNK, lo = 0, got = 0, from = 0;
+        for (int q = 0; q < s->size; q++) { /* block q is [lo, lo + counts[q]) of the input */
+            size_t a = lo > at ? lo : at, e = lo + (size_t)r->counts[q] < end ? lo + (size_t)r->counts[q] : end;
+            counts[q] = e > a ? (int)(e - a) : 0;
+            if (q == s->rank) {
+                got = (size_t)counts[q];
+                from = a;
+            }
+            lo += (size_t)r->counts[q];
+        }
+        char *chunk = (char *)r->buf + at * es;
+        if (in_place) /* MPI puts this rank's part at the chunk's start: moved to its place */
+            TRY_MPI_GOTO(MPI_Reduce_scatter(MPI_IN_PLACE, chunk, counts, type, mop, s->async_comm));
+        else
+            TRY_MPI_GOTO(MPI_Reduce_scatter((const char *)r->send + at * es,
+                                            (char *)r->buf + (got ? from - mine : 0) * es, counts,
+                                            type, mop, s->async_comm));
+        if (in_place && got > 0)
+            memmove((char *)r->buf + from * es, chunk, got * es);
+    }
     if (r->op == DDP_AVG)
-        mpi_divide(r->buf, (size_t)r->counts[s->rank], r->dtype, s->size);
+        mpi_divide((char *)r->buf + (in_place ? mine * es : 0), (size_t)r->counts[s->rank],
+                   r->dtype, s->size);
 cleanup:
     watch_leave(DDP_WATCH_ASYNC);
+    free(counts);
     return st;
 }
 

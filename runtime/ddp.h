@@ -670,6 +670,10 @@ DDP_API void ddp_reducer_shard(const ddp_reducer *r, size_t *offset, size_t *n);
 /* zero_stage 2: the reducer-owned averaged gradients of this rank's shard (n elements of
  * grad_dtype, backend memory, valid after each finish until the next begin); NULL otherwise. */
 DDP_API void *ddp_reducer_shard_grads(const ddp_reducer *r);
+/* Bytes of backend memory the reducer owns now (the 16-bit wire or packing buffer, the ZeRO
+ * receive buffer and stage 2's shard gradients), for memory reports; 0 for a NULL reducer. The
+ * packing buffer is allocated at its first use, so ask after a step. */
+DDP_API size_t ddp_reducer_buffer_bytes(const ddp_reducer *r);
 /* zero_stage 1 or 2, after the optimizer updated this rank's shard of `params` (the flat
  * parameter buffer, the gradients' layout, n_total elements of dtype, any ddp_dtype, backend
  * memory): every rank's shard is gathered in place, so that every rank holds identical full

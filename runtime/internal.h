@@ -32,10 +32,12 @@ typedef struct comm_ops {
                                        ddp_reduce_op op, void *stream, ddp_request **req);
     /* Reduce-scatter with per-rank counts: send holds counts[0] + ... + counts[world - 1]
      * elements packed in rank order; rank q receives the reduction of its block (counts[q]
-     * elements, possibly 0) in recv, which must not overlap send. counts (world entries) is read
-     * before the call returns. MPI: MPI_Reduce_scatter_block when the counts are equal, else
-     * MPI_Reduce_scatter, on the communication thread; NCCL: ncclReduceScatter when equal, else
-     * one ncclReduce per rank inside a group. DDP_AVG divides by the world size. */
+     * elements, possibly 0) in recv, which must not overlap send, except (MPI only) recv ==
+     * send: in place, the block then stays at its own offset of the packed buffer. counts (world
+     * entries) is read before the call returns. MPI: MPI_Reduce_scatter over chunks of 4 Mi
+     * elements of the packed input (bounding Open MPI's temporaries), on the communication
+     * thread; NCCL: ncclReduceScatter when equal, else one ncclReduce per rank inside a group.
+     * DDP_AVG divides by the world size. */
     ddp_status (*reduce_scatter_start)(comm_group *c, const void *send, void *recv,
                                        const size_t *counts, ddp_dtype dtype, ddp_reduce_op op,
                                        void *stream, ddp_request **req);

@@ -211,10 +211,14 @@ static ddp_status reducer_zero_setup(ddp_reducer *r, int stage)
     r->recv_off = calloc((size_t)r->n_params, sizeof *r->recv_off);
     r->gather_req = calloc((size_t)r->n_params, sizeof *r->gather_req);
     r->gather_end = calloc((size_t)r->n_params, sizeof *r->gather_end);
-    r->recv = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->wire_dtype));
+    /* Stage 1 on the CPU receives one-run buckets in place (reducer_zero_in_place): the
+     * receive buffer is allocated at the first bucket that needs it. */
+    if (stage == 2 || ddp_backend(r->ctx) != DDP_BACKEND_CPU)
+        r->recv = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->wire_dtype));
     if (stage == 2)
         r->shard_grads = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->grad_dtype));
-    if (!r->counts || !r->recv_off || !r->gather_req || !r->gather_end || !r->recv ||
+    if (!r->counts || !r->recv_off || !r->gather_req || !r->gather_end ||
+        (stage == 2 && !r->recv) ||
         (stage == 2 && !r->shard_grads)) {
         DDP_ERROR("ddp_reducer_create: out of memory for the shard buffers (%zu elements)", keep);
         return DDP_ERR_NOMEM;
@@ -451,7 +455,19 @@ static ddp_status reducer_zero_send(ddp_reducer *r, int b, const void **send)
     return reducer_pack(r, b);
 }
 
-/* zero_stage 1, 2: starts bucket b's reduce-scatter into its piece of the receive buffer. */
+/* Whether bucket b is reduce-scattered in place: stage 1 on the CPU (MPI_IN_PLACE), one run in
+ * the gradients' type. This rank's piece then stays where it is, at the shard's offsets of the
+ * gradient buffer (comm_mpi.c), and needs no receive buffer, whose shard-sized 4 bytes per
+ * parameter would take a quarter of what stage 1 saves at 4 ranks. */
+static int reducer_zero_in_place(const ddp_reducer *r, int b)
+{
+    const bucket_plan *pl = &r->plan;
+    return r->zero_stage == 1 && ddp_backend(r->ctx) == DDP_BACKEND_CPU &&
+           r->wire_dtype == r->grad_dtype && pl->run_start[b + 1] - pl->run_start[b] == 1;
+}
+
+/* zero_stage 1, 2: starts bucket b's reduce-scatter into its piece of the receive buffer (or in
+ * place). */
 static ddp_status reducer_zero_start(ddp_reducer *r, int b)
 {
     const size_t *counts = reducer_zero_counts(r, b);
@@ -459,6 +475,14 @@ static ddp_status reducer_zero_start(ddp_reducer *r, int b)
     ddp_status st = reducer_zero_send(r, b, &send);
     if (st != DDP_OK)
         return st;
+    if (reducer_zero_in_place(r, b))
+        return reduce_scatter_start(r->ctx, send, (void *)send, counts, r->wire_dtype, DDP_SUM,
+                                    r->stream, &r->requests[b]);
+    size_t keep = r->shard_n > 0 ? r->shard_n : 1;
+    if (!r->recv && !(r->recv = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->wire_dtype)))) {
+        DDP_ERROR("reducer: out of memory for the receive buffer of the shard (%zu elements)", keep);
+        return DDP_ERR_NOMEM;
+    }
     r->recv_off[b] = r->recv_next;
     r->recv_next += counts[ddp_rank(r->ctx)];
     return reduce_scatter_start(r->ctx, send, convert_elem(r->recv, r->wire_dtype, r->recv_off[b]),
@@ -570,6 +594,14 @@ static ddp_status reducer_zero_unpack(ddp_reducer *r, int b, float alpha)
     const bucket_plan *pl = &r->plan;
     size_t at = r->recv_off[b], lo = r->shard_off, hi = r->shard_off + r->shard_n;
     ddp_status st = DDP_OK;
+    if (reducer_zero_in_place(r, b)) { /* the piece is in place, at the shard's offsets */
+        int k = pl->run_start[b];
+        size_t a = pl->run_off[k] > lo ? pl->run_off[k] : lo;
+        size_t e = pl->run_off[k] + pl->run_len[k] < hi ? pl->run_off[k] + pl->run_len[k] : hi;
+        return e <= a ? DDP_OK
+                      : convert_dev_scale(r->ctx, convert_elem(r->grads, r->grad_dtype, a),
+                                          r->grad_dtype, e - a, alpha, r->stream);
+    }
     for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++) {
         size_t a = pl->run_off[k] > lo ? pl->run_off[k] : lo;
         size_t e = pl->run_off[k] + pl->run_len[k] < hi ? pl->run_off[k] + pl->run_len[k] : hi;
@@ -773,6 +805,16 @@ void ddp_reducer_shard(const ddp_reducer *r, size_t *offset, size_t *n)
 void *ddp_reducer_shard_grads(const ddp_reducer *r)
 {
     return r ? r->shard_grads : NULL;
+}
+
+size_t ddp_reducer_buffer_bytes(const ddp_reducer *r)
+{
+    if (!r)
+        return 0;
+    size_t keep = r->shard_n > 0 ? r->shard_n : 1;
+    return (r->wire ? r->total * ddp_dtype_size(r->wire_dtype) : 0) +
+           (r->recv ? keep * ddp_dtype_size(r->wire_dtype) : 0) +
+           (r->shard_grads ? keep * ddp_dtype_size(r->grad_dtype) : 0);
 }
 
 /* Gathers: runs of the flat buffer, each one in-place all-gather with per-rank counts (the run

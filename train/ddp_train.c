@@ -261,6 +261,7 @@ static ddp_status train_build(trainer *t)
     ro.first_bucket_mb = t->o->first_bucket_mb;
     ro.comm_dtype = t->o->grad_dtype;
     ro.defer_launch = t->o->no_overlap;
+    ro.zero_stage = t->o->zero;
     model *m = t->model;
     if (t->o->grad_dtype == DDP_FP16 || t->o->model.precision == DDP_FP16) {
         ddp_scaler_opts so;
@@ -273,9 +274,25 @@ static ddp_status train_build(trainer *t)
     }
     st = train_agree(t, ddp_reducer_create(t->ctx, model_grads(m), model_numel(m),
                                            model_n_params(m), &ro, &t->reducer));
+    if (st == DDP_OK && t->o->zero > 0) { /* --zero: the momentum of this rank's shard only */
+        size_t off = 0, n = 0;
+        ddp_reducer_shard(t->reducer, &off, &n);
+        st = train_agree(t, model_shard_momentum(m, off, n));
+    }
     if (st == DDP_OK)
         train_alloc_buffers(t);
     return st;
+}
+
+/* The averaged gradients this rank steps on after the reducer: all of them, or (--zero) its
+ * shard's, in the model's gradient buffer (stage 1) or the reducer's shard buffer (stage 2). */
+static float *train_step_grads(trainer *t, size_t *n)
+{
+    size_t off = 0;
+    ddp_reducer_shard(t->reducer, &off, n);
+    if (t->o->zero == 2)
+        return ddp_reducer_shard_grads(t->reducer);
+    return model_grads(t->model) + off;
 }
 
 /* Uploads n samples (x: (n, pixels), y: (n)) into the next batch slot, t->slot, through libddp's
@@ -326,12 +343,13 @@ static int train_step_ok(trainer *t)
     if (!t->scaler)
         return 1;
     int ok = 0;
-    train_must(t, ddp_scaler_unscale_update(t->scaler, model_grads(t->model), DDP_FP32,
-                                            model_numel_total(t->model), &ok),
+    size_t n = 0;
+    float *grads = train_step_grads(t, &n);
+    train_must(t, ddp_scaler_unscale_update(t->scaler, grads, DDP_FP32, n, &ok),
                    "checking gradients for inf/NaN");
-    int64_t n = ddp_scaler_skipped_steps(t->scaler);
-    if (!ok && n <= (int64_t)(sizeof t->skipped / sizeof t->skipped[0]))
-        t->skipped[n - 1] = t->step;
+    int64_t skipped = ddp_scaler_skipped_steps(t->scaler);
+    if (!ok && skipped <= (int64_t)(sizeof t->skipped / sizeof t->skipped[0]))
+        t->skipped[skipped - 1] = t->step;
     return ok;
 }
 
@@ -442,22 +460,31 @@ static void train_step(trainer *t, long step_in_epoch)
     if (!train_step_ok(t))
         return;
     ddp_trace_begin("optimizer", t->step);
-    train_must(t, model_sgd_step(t->model, train_lr(t), (float)t->o->momentum,
-                                         (float)t->o->weight_decay), "SGD step");
+    if (t->o->zero > 0) { /* this rank's shard, then every rank's shard to every rank */
+        size_t n = 0;
+        float *grads = train_step_grads(t, &n);
+        train_must(t, model_sgd_step_range(t->model, t->o->zero == 2 ? grads : NULL, train_lr(t),
+                                           (float)t->o->momentum, (float)t->o->weight_decay),
+                   "SGD step");
+        train_must(t, ddp_reducer_gather_params(t->reducer, model_params(t->model), DDP_FP32),
+                   "gathering the parameters");
+    } else {
+        train_must(t, model_sgd_step(t->model, train_lr(t), (float)t->o->momentum,
+                                     (float)t->o->weight_decay), "SGD step");
+    }
     ddp_trace_end("optimizer", t->step);
 }
 
-/* Rank 0 writes a checkpoint of the position (t->step, epoch, in_epoch); every rank learns the
- * outcome. A failure ends training unless --checkpoint-errors warn. */
+/* Rank 0 writes a checkpoint of the position (t->step, epoch, in_epoch), every rank joining (the
+ * shards' gather); every rank learns the outcome. A failure ends training unless --checkpoint-errors warn. */
 static void train_write_checkpoint(trainer *t, long in_epoch)
 {
     train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = in_epoch};
     ddp_status st = DDP_OK;
     ddp_trace_begin("checkpoint", t->step);
-    if (t->rank == 0) {
+    if (t->rank == 0)
         progress_end(&t->progress);
-        st = train_checkpoint(&t->setup, &pos);
-    }
+    st = train_checkpoint(&t->setup, &pos); /* collective: shards are gathered under --zero */
     ddp_trace_end("checkpoint", t->step);
     t->saved_step = t->step;
     /* with warn, rank 0's warning below is the one message: the others go on silently */
@@ -647,9 +674,11 @@ static ddp_status train_save(trainer *t)
 {
     ddp_status st = DDP_OK;
     ddp_trace_begin("checkpoint", 0);
-    if (t->rank == 0) {
+    if (t->o->save_path) {
         train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
-        st = train_save_state(&t->setup, &pos, t->o->save_path);
+        st = train_save_state(&t->setup, &pos, t->o->save_path); /* collective */
+    }
+    if (t->rank == 0) {
         if (st != DDP_OK) /* errno: the system's reason of a failed write (train_save_state) */
             DDP_ERROR("--save %s: %s", t->o->save_path,
                       st == DDP_ERR_IO && errno ? strerror(errno) : ddp_strerror(st));

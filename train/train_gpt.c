@@ -32,6 +32,13 @@
 #define GPT_EOT 50256    /* GPT-2's <|endoftext|>: the first token of a sample */
 #define GPT_SCAN_TOKENS (1ul << 28) /* token sets up to 512 MiB are checked before training */
 
+/* The memory report of the end of training, MiB per rank (gpt_memory). */
+typedef struct gpt_mem_report {
+    double params, grads, optimizer, activations, comm, states, peak_rss;
+    double bytes_rep, bytes_shard; /* per parameter: replicated, divided over the ranks */
+    double predicted;              /* model states by the ZeRO formula */
+} gpt_mem_report;
+
 typedef struct gpt_trainer {
     ddp_ctx *ctx;
     const train_opts *o;
@@ -61,6 +68,7 @@ typedef struct gpt_trainer {
     int stopped, nan_stopped, save_failed;
     double train_seconds, last_norm, last_loss, val_loss;
     long loss_micro;       /* micro-batches summed in loss_dev */
+    double peak_rss_max;   /* MiB: the largest VmHWM over the ranks at the end of training */
     progress_bar progress;
 } gpt_trainer;
 
@@ -260,8 +268,18 @@ static ddp_status gpt_build(gpt_trainer *t)
     ro.comm_dtype = o->grad_dtype;
     ro.defer_launch = o->no_overlap;
     ro.strict_order = 1; /* every rank runs the same backward: a different order is a bug */
+    ro.zero_stage = o->zero;
+    /* --zero: parameter-order buckets. A bucket rebuilt in ready order is several runs of the
+     * tensor-major layout, which a reduce-scatter needs packed: the reducer's packing buffer is
+     * as large as the gradients (4 bytes per parameter), more than sharding saves at 2 ranks. */
+    ro.static_buckets = o->zero > 0;
     st = gpt_agree(t, ddp_reducer_create(t->ctx, gpt2_grads(t->g), gpt2_numel(t->g),
                                          gpt2_n_params(t->g), &ro, &t->reducer));
+    if (st == DDP_OK && o->zero > 0) { /* the AdamW moments of this rank's shard only */
+        size_t off = 0, n = 0;
+        ddp_reducer_shard(t->reducer, &off, &n);
+        st = gpt_agree(t, gpt2_shard_optimizer(t->g, off, n));
+    }
     if (st == DDP_OK && (o->grad_dtype == DDP_FP16 || o->model.precision == DDP_FP16)) {
         ddp_scaler_opts so;
         ddp_scaler_opts_default(&so);
@@ -285,8 +303,8 @@ static void gpt_setup(gpt_trainer *t)
     t->setup.buf = (train_buffers){.descs = gpt2_descs(g), .n_params = gpt2_n_params(g),
                                    .numel = gpt2_numel_total(g), .params = gpt2_params(g),
                                    .n_opt = 2, .opt_names = {"adam_m", "adam_v"},
-                                   .opt = {gpt2_adam_m(g), gpt2_adam_v(g)},
-                                   .opt_n = gpt2_numel_total(g)};
+                                   .opt = {gpt2_adam_m(g), gpt2_adam_v(g)}};
+    gpt2_optimizer_range(g, &t->setup.buf.opt_offset, &t->setup.buf.opt_n);
     const gpt2_config *c = &t->cfg;
     snprintf(t->setup.buf.model_fp, sizeof t->setup.buf.model_fp,
              "gpt2 L%d NH%d C%d maxT%d V%d T%d accum%d", c->layers, c->heads, c->channels,
@@ -373,6 +391,17 @@ static void gpt_micro_batch(gpt_trainer *t, int sync)
     t->loss_micro++;
 }
 
+/* The averaged gradients this rank steps on: all of them, or (--zero) its shard's, in the
+ * model's gradient buffer (stage 1) or the reducer's shard buffer (stage 2). */
+static float *gpt_step_grads(gpt_trainer *t, size_t *n)
+{
+    size_t off = 0;
+    ddp_reducer_shard(t->reducer, &off, n);
+    if (t->o->zero == 2)
+        return ddp_reducer_shard_grads(t->reducer);
+    return gpt2_grads(t->g) + off;
+}
+
 /* accum micro-batches, the averaged gradients, clipping and the AdamW step. */
 static void gpt_step(gpt_trainer *t, long step_in_epoch)
 {
@@ -396,24 +425,38 @@ static void gpt_step(gpt_trainer *t, long step_in_epoch)
             return;
         }
     }
+    size_t n = 0;
+    float *grads = gpt_step_grads(t, &n);
     int step_ok = 1;
     if (t->scaler)
-        gpt_must(t, ddp_scaler_unscale_update(t->scaler, gpt2_grads(t->g), DDP_FP32,
-                                              gpt2_numel_total(t->g), &step_ok),
+        gpt_must(t, ddp_scaler_unscale_update(t->scaler, grads, DDP_FP32, n, &step_ok),
                  "checking gradients for inf/NaN");
     if (!step_ok) /* every rank skips it alike; the scale has been lowered */
         return;
     ddp_trace_begin("optimizer", t->step);
     double norm = 0.0, clip = t->o->gpt.grad_clip;
-    gpt_must(t, ddp_grad_norm(t->ctx, gpt2_grads(t->g), DDP_FP32, gpt2_numel_total(t->g),
-                              DDP_NORM_REPLICATED, NULL, &norm), "computing the gradient norm");
+    gpt_must(t, ddp_grad_norm(t->ctx, grads, DDP_FP32, n,
+                              t->o->zero ? DDP_NORM_SHARDED : DDP_NORM_REPLICATED, NULL, &norm),
+             "computing the gradient norm");
     t->last_norm = norm;
     double scale = clip > 0.0 && clip / (norm + 1e-6) < 1.0 ? clip / (norm + 1e-6) : 1.0;
     const train_gpt_opts *g = &t->o->gpt;
-    gpt_must(t, gpt2_adamw_step(t->g, (float)gpt_lr(t, t->step), (float)g->beta1, (float)g->beta2,
-                                (float)g->eps, (float)t->o->weight_decay, (int)(t->step + 1),
-                                (float)scale), "AdamW step");
+    gpt_must(t, gpt2_adamw_step_range(t->g, t->o->zero == 2 ? grads : NULL,
+                                      (float)gpt_lr(t, t->step), (float)g->beta1, (float)g->beta2,
+                                      (float)g->eps, (float)t->o->weight_decay, (int)(t->step + 1),
+                                      (float)scale), "AdamW step");
     ddp_trace_end("optimizer", t->step);
+    if (t->o->zero) /* every rank's updated shard to every rank, while the next batch loads */
+        gpt_must(t, ddp_reducer_gather_start(t->reducer, gpt2_params(t->g), DDP_FP32),
+                 "starting the parameters' all-gather");
+}
+
+/* --zero: the parameters' all-gather has arrived (before anything reads them but the next
+ * step, whose ddp_reducer_begin waits by itself). */
+static void gpt_params_ready(gpt_trainer *t)
+{
+    if (t->o->zero)
+        gpt_must(t, ddp_reducer_gather_wait(t->reducer, -1), "gathering the parameters");
 }
 
 /* ---- validation, checkpoints, reports ---------------------------------------------------------- */
@@ -469,10 +512,9 @@ static void gpt_write_checkpoint(gpt_trainer *t)
 {
     train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
     ddp_status st = DDP_OK;
-    if (t->rank == 0) {
+    if (t->rank == 0)
         progress_end(&t->progress);
-        st = train_checkpoint(&t->setup, &pos);
-    }
+    st = train_checkpoint(&t->setup, &pos); /* collective: shards are gathered under --zero */
     t->saved_step = t->step;
     if (gpt_agree(t, st) == DDP_OK)
         return;
@@ -497,6 +539,9 @@ static double gpt_take_loss(gpt_trainer *t)
 static void gpt_after_step(gpt_trainer *t, double *start)
 {
     const train_opts *o = t->o;
+    if ((o->gpt.val_every && t->step % o->gpt.val_every == 0) || t->stopped ||
+        (o->checkpoint_dir && o->checkpoint_every && t->step % o->checkpoint_every == 0))
+        gpt_params_ready(t);
     if (progress_due(&t->progress, t->step) || t->step == t->total_steps) {
         t->last_loss = gpt_take_loss(t);
         t->train_seconds += train_now() - *start;
@@ -564,16 +609,53 @@ static long gpt_peak_rss_kib(void)
     return kib;
 }
 
-static void gpt_report_memory(const gpt_trainer *t)
+/* Bytes per parameter of the model states (ZeRO paper's accounting for this run's types):
+ * replicated on every rank, and divided over the ranks by --zero. */
+static void gpt_state_bytes(const gpt_trainer *t, const gpt2_memory *m, double *rep, double *shard)
+{
+    double psi = (double)gpt2_numel_total(t->g);
+    double p = (double)m->params / psi, g = 4.0, o = 8.0; /* fp32 gradients, AdamW m and v */
+    int z = t->o->zero;
+    *rep = p + (z < 2 ? g : 0.0) + (z < 1 ? o : 0.0);
+    *shard = (z >= 2 ? g : 0.0) + (z >= 1 ? o : 0.0);
+}
+
+/* Memory per rank by kind, the peak resident set, and the ZeRO prediction beside them; the
+ * fields go into the summary line of --metrics (mem_*_mib). */
+static void gpt_memory(const gpt_trainer *t, gpt_mem_report *r)
 {
     gpt2_memory m;
     gpt2_memory_get(t->g, &m);
     const double mib = 1024.0 * 1024.0;
+    size_t off = 0, n = 0, reducer = ddp_reducer_buffer_bytes(t->reducer);
+    ddp_reducer_shard(t->reducer, &off, &n);
+    size_t shard_grads = t->o->zero == 2 ? n * sizeof(float) : 0;
+    r->params = m.params / mib;
+    r->grads = (m.grads + shard_grads) / mib;
+    r->optimizer = m.optimizer / mib;
+    r->activations = m.activations / mib;
+    r->comm = (reducer - shard_grads) / mib;
+    r->states = r->params + r->grads + r->optimizer;
     long rss = gpt_peak_rss_kib();
-    printf("memory per rank (%s): parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, "
-           "activations %.1f MiB; host peak RSS (VmHWM) %.1f MiB\n",
-           ddp_backend(t->ctx) == DDP_BACKEND_CPU ? "host" : "device", m.params / mib,
-           m.grads / mib, m.optimizer / mib, m.activations / mib, rss >= 0 ? rss / 1024.0 : NAN);
+    r->peak_rss = rss >= 0 ? rss / 1024.0 : NAN;
+    gpt_state_bytes(t, &m, &r->bytes_rep, &r->bytes_shard);
+    double psi = (double)gpt2_numel_total(t->g);
+    r->predicted = psi * (r->bytes_rep + r->bytes_shard / t->world) / mib;
+}
+
+static void gpt_report_memory(const gpt_trainer *t, const gpt_mem_report *r)
+{
+    printf("memory per rank (%s): parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f "
+           "MiB, activations %.1f MiB, communication buffers %.1f MiB; host peak RSS (VmHWM) %.1f "
+           "MiB (the largest over the ranks %.1f MiB)\n",
+           ddp_backend(t->ctx) == DDP_BACKEND_CPU ? "host" : "device", r->params, r->grads,
+           r->optimizer, r->activations, r->comm, r->peak_rss, t->peak_rss_max);
+    printf("memory predicted (ZeRO stage %d, %d rank(s), Psi = %zu): model states %.0f Psi + %.0f "
+           "Psi / %d = %.1f MiB; measured %.1f MiB (parameters + gradients + optimizer state)%s\n",
+           t->o->zero, t->world, gpt2_numel_total(t->g), r->bytes_rep, r->bytes_shard, t->world,
+           r->predicted, r->states,
+           t->o->zero == 2 ? "; stage 2 keeps the full gradient buffer the backward pass "
+                             "accumulates into, so it saves no memory over stage 1 yet" : "");
 }
 
 /* A token drawn from softmax(logits[0..V)) with a splitmix64 generator. */
@@ -694,18 +776,26 @@ static void gpt_report_end(gpt_trainer *t, double wall_start)
     printf("\nthroughput: %.1f tokens/s across %d rank(s) (%ld steps in %.2f s of training); model "
            "FLOPs %.2f GFLOP/s per rank (6N + 12LTC = %.3g per token)\n", tps, t->world, steps,
            t->train_seconds, tps * flops_tok / t->world / 1e9, flops_tok);
-    gpt_report_memory(t);
+    gpt_mem_report mr;
+    gpt_memory(t, &mr);
+    gpt_report_memory(t, &mr);
     fflush(stdout);
-    char tl[32], vl[32];
+    char tl[32], vl[32], rs[32];
     if (t->metrics) {
         fprintf(t->metrics, "{\"summary\":true,\"model\":\"gpt2\",\"backend\":\"%s\",\"world_size\":%d,"
                 "\"batch\":%d,\"seq\":%d,\"accum\":%d,\"steps\":%ld,\"train_loss\":%s,"
                 "\"val_loss\":%s,\"tokens_per_s\":%.1f,\"model_gflops_per_rank\":%.3f,"
-                "\"train_seconds\":%.3f,\"wall_seconds\":%.3f,\"stopped_by_signal\":%s}\n",
+                "\"train_seconds\":%.3f,\"wall_seconds\":%.3f,\"stopped_by_signal\":%s,"
+                "\"zero\":%d,\"recompute\":%s,\"n_params\":%zu,\"mem_params_mib\":%.2f,"
+                "\"mem_grads_mib\":%.2f,\"mem_optimizer_mib\":%.2f,\"mem_activations_mib\":%.2f,"
+                "\"mem_comm_mib\":%.2f,\"mem_states_mib\":%.2f,\"mem_predicted_states_mib\":%.2f,"
+                "\"mem_peak_rss_mib\":%s,\"mem_peak_rss_max_mib\":%.2f}\n",
                 ddp_backend_name(ddp_backend(t->ctx)), t->world, t->B, t->T, t->accum, t->step,
                 gpt_json(tl, sizeof tl, t->last_loss), gpt_json(vl, sizeof vl, t->val_loss),
                 tps, tps * flops_tok / t->world / 1e9, t->train_seconds, train_now() - wall_start,
-                t->stopped ? "true" : "false");
+                t->stopped ? "true" : "false", t->o->zero, t->o->gpt.recompute ? "true" : "false",
+                gpt2_numel_total(t->g), mr.params, mr.grads, mr.optimizer, mr.activations, mr.comm,
+                mr.states, mr.predicted, gpt_json(rs, sizeof rs, mr.peak_rss), t->peak_rss_max);
         fflush(t->metrics);
     }
 }
@@ -719,9 +809,11 @@ static ddp_status gpt_save(gpt_trainer *t)
         gpt_write_checkpoint(t);
     if (t->save_failed)
         return DDP_ERR_IO;
-    if (t->rank == 0 && o->save_path) {
+    if (o->save_path) {
         train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
-        st = train_save_state(&t->setup, &pos, o->save_path);
+        st = train_save_state(&t->setup, &pos, o->save_path); /* collective */
+    }
+    if (t->rank == 0 && o->save_path) {
         if (st == DDP_OK)
             printf("saved %s\n", o->save_path);
         else
@@ -788,12 +880,16 @@ static void gpt_release(gpt_trainer *t)
 static ddp_status gpt_train_and_finish(gpt_trainer *t, double wall_start)
 {
     gpt_loop(t);
+    gpt_params_ready(t);
     if (t->nan_stopped || t->save_failed)
         return t->nan_stopped ? DDP_ERR_STATE : DDP_ERR_IO;
     if (t->loss_micro > 0)
         t->last_loss = gpt_take_loss(t);
     if (!t->stopped) /* after a stop signal the time left is for the checkpoint, not a validation */
         gpt_report_val(t);
+    double rss = (double)gpt_peak_rss_kib(); /* the largest peak over the ranks, for the report */
+    gpt_must(t, ddp_allreduce_host(t->ctx, &rss, 1, DDP_FP64, DDP_MAX), "agreeing on memory");
+    t->peak_rss_max = rss / 1024.0;
     gpt_report_end(t, wall_start);
     ddp_status st = gpt_verify(t, "after training");
     if (st == DDP_OK)

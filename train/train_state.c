@@ -19,6 +19,13 @@
  *                              config.train_samples)
  * Resuming: rank 0 reads the checkpoint, checks the signature and the fingerprint, and broadcasts
  * the position, parameters and momentum, so only rank 0 needs to see the folder.
+ *
+ * Sharded optimizer state (--zero 1|2): rank 0 gathers the other ranks' shards while it writes, so
+ * the file is the same as an unsharded run's (one file, the format above) and any world size and
+ * --zero stage resumes from it: each rank keeps its own range of the broadcast buffers. The gather
+ * and the broadcast go in chunks of STATE_CHUNK elements per rank, so no rank holds more than
+ * world_size x STATE_CHUNK floats beyond its own state; rank 0 already holds the whole state on
+ * the host to write it. Why not a file per rank: see docs/formats.md.
  */
 #include "train_state.h"
 #include "mkdir_p.h"
@@ -38,6 +45,7 @@
 #define DDP_FP_MAX 12
 #define DDP_FP_VALUE 96
 #define DDP_PATH_MAX 4096
+#define STATE_CHUNK ((size_t)1 << 20) /* elements per rank per round of a shard gather */
 
 typedef struct fp_entry {
     const char *key;
@@ -60,8 +68,14 @@ void train_buffers_of_model(model *m, train_buffers *b)
 {
     *b = (train_buffers){.descs = model_descs(m), .n_params = model_n_params(m),
                          .numel = model_numel_total(m), .params = model_params(m), .n_opt = 1,
-                         .opt_names = {"momentum"}, .opt = {model_momentum(m)},
-                         .opt_n = model_numel_total(m)};
+                         .opt_names = {"momentum"}, .opt = {model_momentum(m)}};
+    model_momentum_range(m, &b->opt_offset, &b->opt_n);
+}
+
+/* Whether the optimizer buffers are shards (the same answer on every rank). */
+static int opt_sharded(const train_setup *s)
+{
+    return s->o->zero > 0 && ddp_world_size(s->ctx) > 1;
 }
 
 static void fp_model(const model_config *m, char *buf, size_t n)
@@ -137,20 +151,67 @@ static ddp_status check_fingerprint(const train_setup *s, const ddp_state *st, c
 
 /* ---- saving ---------------------------------------------------------------------------------- */
 
-/* Downloads the parameters and the optimizer's buffers into a new state. */
+/* Collective: every rank's shard of an optimizer buffer (opt: this rank's shard, backend memory)
+ * into host (numel floats, rank 0; NULL elsewhere), in rounds: each rank puts its next chunk
+ * into a buffer of STATE_CHUNK floats and one all-gather brings them to every rank. A failure of
+ * a transfer stops the job (the peers are inside the same collective). */
+static void gather_opt(const train_setup *s, const float *opt, float *host)
+{
+    ddp_ctx *ctx = s->ctx;
+    int world = ddp_world_size(ctx), me = ddp_rank(ctx);
+    size_t off0, n0, mine_off, mine_n;
+    ddp_shard_range(s->buf.numel, world, 0, &off0, &n0); /* rank 0's shard is the longest */
+    ddp_shard_range(s->buf.numel, world, me, &mine_off, &mine_n);
+    size_t chunk = n0 < STATE_CHUNK ? (n0 > 0 ? n0 : 1) : STATE_CHUNK;
+    float *send = ddp_alloc(ctx, chunk * sizeof(float));
+    float *recv = ddp_alloc(ctx, (size_t)world * chunk * sizeof(float));
+    float *tmp = host ? malloc((size_t)world * chunk * sizeof(float)) : NULL;
+    state_must(ctx, send && recv && (!host || tmp) ? DDP_OK : DDP_ERR_NOMEM,
+               "allocating the optimizer state's gather buffers");
+    for (size_t at = 0; at < n0; at += chunk) {
+        size_t k = at < mine_n ? (mine_n - at < chunk ? mine_n - at : chunk) : 0;
+        if (k > 0)
+            state_must(ctx, ddp_copy(ctx, send, opt + at, k * sizeof(float)),
+                       "copying the optimizer state's shard");
+        state_must(ctx, ddp_allgather(ctx, send, recv, chunk * sizeof(float)),
+                   "gathering the optimizer state's shards");
+        if (!host)
+            continue;
+        state_must(ctx, ddp_download(ctx, tmp, recv, (size_t)world * chunk * sizeof(float)),
+                   "downloading the optimizer state's shards");
+        for (int q = 0; q < world; q++) {
+            size_t off, n;
+            ddp_shard_range(s->buf.numel, world, q, &off, &n);
+            if (at < n)
+                memcpy(host + off + at, tmp + (size_t)q * chunk,
+                       (n - at < chunk ? n - at : chunk) * sizeof(float));
+        }
+    }
+    free(tmp);
+    ddp_free(ctx, send);
+    ddp_free(ctx, recv);
+}
+
+/* Collective: the parameters and the optimizer's buffers (gathered from the shards) into a new
+ * state on rank 0 (*out NULL elsewhere). Every rank joins every gather, whatever failed on rank 0. */
 static ddp_status state_from_model(const train_setup *s, ddp_state **out)
 {
     const train_buffers *b = &s->buf;
     size_t n = b->numel;
-    float *host = malloc(n * sizeof *host);
-    ddp_status st = host ? DDP_OK : DDP_ERR_NOMEM;
-    if (st == DDP_OK)
+    int root = ddp_rank(s->ctx) == 0, sharded = opt_sharded(s);
+    *out = NULL;
+    float *host = root ? malloc(n * sizeof *host) : NULL;
+    ddp_status st = !root || host ? DDP_OK : DDP_ERR_NOMEM;
+    if (root && st == DDP_OK)
         st = ddp_download(s->ctx, host, b->params, n * sizeof *host);
-    if (st == DDP_OK)
+    if (root && st == DDP_OK)
         st = ddp_state_create(b->descs, b->n_params, host, out);
-    for (int i = 0; st == DDP_OK && i < b->n_opt; i++) {
-        st = ddp_download(s->ctx, host, b->opt[i], n * sizeof *host);
-        if (st == DDP_OK)
+    for (int i = 0; i < b->n_opt; i++) {
+        if (sharded)
+            gather_opt(s, b->opt[i], st == DDP_OK ? host : NULL);
+        else if (root && st == DDP_OK)
+            st = ddp_download(s->ctx, host, b->opt[i], n * sizeof *host);
+        if (root && st == DDP_OK)
             st = ddp_state_set_f32(*out, b->opt_names[i], host, n);
     }
     if (st != DDP_OK && *out) {
@@ -196,6 +257,8 @@ ddp_status train_save_state(const train_setup *s, const train_pos *pos, const ch
 {
     ddp_state *st = NULL;
     ddp_status rc = state_from_model(s, &st);
+    if (ddp_rank(s->ctx) != 0)
+        return rc;
     if (rc == DDP_OK)
         rc = state_add_position(s, *pos, st);
     errno = 0;
@@ -297,6 +360,8 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
     char path[DDP_PATH_MAX];
     ckpt_path(s->o->checkpoint_dir, pos->step, path);
     ddp_status st = train_save_state(s, pos, path);
+    if (ddp_rank(s->ctx) != 0)
+        return st;
     if (st != DDP_OK) {
         const char *why = save_error(st);
         if (s->o->checkpoint_errors_warn)
@@ -526,22 +591,49 @@ static void bcast_host(ddp_ctx *ctx, void *host, size_t n_bytes)
     ddp_free(ctx, dev);
 }
 
-/* Rank 0 uploads the checkpoint's buffers; every rank receives them. */
+/* A whole optimizer buffer (host, rank 0; NULL elsewhere) from rank 0 into every rank's range
+ * [opt_offset, opt_offset + opt_n) of it (opt: backend memory), broadcast in chunks. */
+static void scatter_opt(const train_setup *s, const float *host, float *opt)
+{
+    ddp_ctx *ctx = s->ctx;
+    size_t chunk = STATE_CHUNK * 4, lo = s->buf.opt_offset, hi = lo + s->buf.opt_n;
+    float *dev = ddp_alloc(ctx, chunk * sizeof(float));
+    state_must(ctx, dev ? DDP_OK : DDP_ERR_NOMEM, "allocating the optimizer state's buffer");
+    for (size_t at = 0; at < s->buf.numel; at += chunk) {
+        size_t k = s->buf.numel - at < chunk ? s->buf.numel - at : chunk;
+        if (host)
+            state_must(ctx, ddp_upload(ctx, dev, host + at, k * sizeof(float)),
+                       "uploading optimizer state");
+        state_must(ctx, ddp_broadcast(ctx, dev, k * sizeof(float), 0),
+                   "broadcasting optimizer state");
+        size_t a = at > lo ? at : lo, e = at + k < hi ? at + k : hi;
+        if (a < e)
+            state_must(ctx, ddp_copy(ctx, opt + (a - lo), dev + (a - at), (e - a) * sizeof(float)),
+                       "copying the optimizer state's shard");
+    }
+    ddp_free(ctx, dev);
+}
+
+/* Rank 0 uploads the checkpoint's buffers; every rank receives them (its shard of the optimizer
+ * buffers when they are sharded). */
 static void bcast_buffers(const train_setup *s, const ddp_state *st)
 {
     const train_buffers *b = &s->buf;
     size_t bytes = b->numel * sizeof(float);
-    if (st) {
+    if (st)
         state_must(s->ctx, ddp_upload(s->ctx, b->params, ddp_state_params(st), bytes),
                    "uploading parameters");
-        for (int i = 0; i < b->n_opt; i++)
-            state_must(s->ctx, ddp_upload(s->ctx, b->opt[i], ddp_state_f32(st, b->opt_names[i], NULL),
-                                          bytes), "uploading optimizer state");
-    }
     state_must(s->ctx, ddp_broadcast_params(s->ctx, b->params, b->numel), "broadcasting parameters");
-    for (int i = 0; i < b->n_opt; i++)
-        state_must(s->ctx, ddp_broadcast(s->ctx, b->opt[i], bytes, 0),
-                   "broadcasting optimizer state");
+    for (int i = 0; i < b->n_opt; i++) {
+        const float *host = st ? ddp_state_f32(st, b->opt_names[i], NULL) : NULL;
+        if (opt_sharded(s)) {
+            scatter_opt(s, host, b->opt[i]);
+            continue;
+        }
+        if (host)
+            state_must(s->ctx, ddp_upload(s->ctx, b->opt[i], host, bytes), "uploading optimizer state");
+        state_must(s->ctx, ddp_broadcast(s->ctx, b->opt[i], bytes, 0), "broadcasting optimizer state");
+    }
 }
 
 ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)

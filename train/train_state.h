@@ -52,15 +52,17 @@ typedef struct train_setup {
  * path, the reason and the fix. */
 ddp_status train_check_outputs(const train_opts *o);
 
-/* Rank 0: writes the whole training state at pos to path (atomic). DDP_ERR_IO on a failed save
- * (the previous file stays), DDP_ERR_NOMEM, or a download failure. */
+/* Collective (every rank calls it): rank 0 writes the whole training state at pos to path
+ * (atomic), the optimizer buffers gathered from every rank's shard under --zero. Rank 0:
+ * DDP_ERR_IO on a failed save (the previous file stays), DDP_ERR_NOMEM, or a download failure;
+ * the other ranks DDP_OK (a failed gather stops the job). */
 ddp_status train_save_state(const train_setup *s, const train_pos *pos, const char *path);
 
 /* The buffers of an MNIST model. */
 void train_buffers_of_model(model *m, train_buffers *b);
 
-/* Rank 0: writes DIR/step-<12 digits>.ckpt for pos, then keeps only the newest --keep ones.
- * Errors as train_save_state. */
+/* Collective: rank 0 writes DIR/step-<12 digits>.ckpt for pos, then keeps only the newest
+ * --keep ones. Errors as train_save_state. */
 ddp_status train_checkpoint(const train_setup *s, const train_pos *pos);
 
 /* Collective, after the model is built: with --resume, rank 0 finds and checks the checkpoint and
