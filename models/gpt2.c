@@ -804,10 +804,12 @@ static ddp_status head_bwd(gpt2 *g, ddp_reducer *r, float loss_scale)
 
 /* With recompute: layer l's scratch activations again from its kept input, by the forward's ops
  * on the forward's values (so bit for bit the forward's); mlp.c_proj and the residual add, whose
- * output is kept, are left out. Nothing without recompute. */
+ * output is kept, are left out. Nothing without recompute, nor for the last layer: the slot still
+ * holds its activations (backward follows its forward pass directly, as another forward pass
+ * clears g->pending). */
 static ddp_status recompute_fwd(gpt2 *g, int l)
 {
-    if (!g->opts.recompute)
+    if (!g->opts.recompute || l == g->cfg.layers - 1)
         return DDP_OK;
     ddp_trace_begin("backward.recompute", l);
     TRY_OK(attn_fwd(g, l, block_in(g, l)));
