@@ -43,22 +43,24 @@ static const char *const layer_names[LAYER_TENSORS] = {
 
 /* What the backward pass reads, per layer where a layer's is needed (sized for max_batch x seq;
  * a pass on B x T uses the first B*T rows of each layer's slice). "in p": stored in the model's
- * precision, as the linear ops read them (fp32: the same as float). */
+ * precision, as the linear ops read them (fp32: the same as float). Ls is 1 with opts.recompute
+ * (one slot that every layer's forward writes and backward's recomputation refills), else L. */
 typedef struct gpt2_acts {
     float *encoded;   // (B, T, C) embeddings: the residual stream entering layer 0
-    void *ln1;        // (L, B, T, C) in p: ln_1's output, c_attn's input
-    float *ln1_mean;  // (L, B, T)
-    float *ln1_rstd;  // (L, B, T)
-    float *qkv;       // (L, B, T, 3C)
-    float *att;       // (L, B, NH, T, T) attention probabilities
-    void *atty;       // (L, B, T, C) in p: attention output, attn.c_proj's input
-    float *residual2; // (L, B, T, C) residual stream after attention
-    void *ln2;        // (L, B, T, C) in p: ln_2's output, c_fc's input
-    float *ln2_mean;  // (L, B, T)
-    float *ln2_rstd;  // (L, B, T)
-    float *fch;       // (L, B, T, 4C) c_fc's output (GELU's input)
-    void *fch_gelu;   // (L, B, T, 4C) in p: GELU's output, mlp.c_proj's input
-    float *residual3; // (L, B, T, C) residual stream after the MLP
+    void *ln1;        // (Ls, B, T, C) in p: ln_1's output, c_attn's input
+    float *ln1_mean;  // (Ls, B, T)
+    float *ln1_rstd;  // (Ls, B, T)
+    float *qkv;       // (Ls, B, T, 3C)
+    float *att;       // (Ls, B, NH, T, T) attention probabilities
+    void *atty;       // (Ls, B, T, C) in p: attention output, attn.c_proj's input
+    float *residual2; // (Ls, B, T, C) residual stream after attention
+    void *ln2;        // (Ls, B, T, C) in p: ln_2's output, c_fc's input
+    float *ln2_mean;  // (Ls, B, T)
+    float *ln2_rstd;  // (Ls, B, T)
+    float *fch;       // (Ls, B, T, 4C) c_fc's output (GELU's input)
+    void *fch_gelu;   // (Ls, B, T, 4C) in p: GELU's output, mlp.c_proj's input
+    float *residual3; // (L, B, T, C) residual stream after the MLP: the block outputs, kept
+                      // for every layer (layer l's input is residual3 of l - 1)
     void *lnf;        // (B, T, C) in p: ln_f's output, the LM head's input
     float *lnf_mean;  // (B, T)
     float *lnf_rstd;  // (B, T)
@@ -303,24 +305,25 @@ static void *rows_p(gpt2 *g, size_t per_row, int layers)
     return buf(g, (size_t)layers * g->opts.max_batch * g->opts.seq * per_row * g->es);
 }
 
+/* The per-layer activations: Ls layers of scratch (1 with recompute, else L), L block outputs. */
 static void alloc_layer_acts(gpt2 *g)
 {
     gpt2_acts *a = &g->a;
-    int L = g->cfg.layers;
+    int Ls = g->opts.recompute ? 1 : g->cfg.layers;
     size_t c = (size_t)g->cfg.channels, tt = (size_t)g->cfg.heads * g->opts.seq;
-    a->ln1 = rows_p(g, c, L);
-    a->ln1_mean = rows_f(g, 1, L);
-    a->ln1_rstd = rows_f(g, 1, L);
-    a->qkv = rows_f(g, 3 * c, L);
-    a->att = rows_f(g, tt, L); /* NH x T per row: (B, NH, T, T) */
-    a->atty = rows_p(g, c, L);
-    a->residual2 = rows_f(g, c, L);
-    a->ln2 = rows_p(g, c, L);
-    a->ln2_mean = rows_f(g, 1, L);
-    a->ln2_rstd = rows_f(g, 1, L);
-    a->fch = rows_f(g, 4 * c, L);
-    a->fch_gelu = rows_p(g, 4 * c, L);
-    a->residual3 = rows_f(g, c, L);
+    a->ln1 = rows_p(g, c, Ls);
+    a->ln1_mean = rows_f(g, 1, Ls);
+    a->ln1_rstd = rows_f(g, 1, Ls);
+    a->qkv = rows_f(g, 3 * c, Ls);
+    a->att = rows_f(g, tt, Ls); /* NH x T per row: (B, NH, T, T) */
+    a->atty = rows_p(g, c, Ls);
+    a->residual2 = rows_f(g, c, Ls);
+    a->ln2 = rows_p(g, c, Ls);
+    a->ln2_mean = rows_f(g, 1, Ls);
+    a->ln2_rstd = rows_f(g, 1, Ls);
+    a->fch = rows_f(g, 4 * c, Ls);
+    a->fch_gelu = rows_p(g, 4 * c, Ls);
+    a->residual3 = rows_f(g, c, g->cfg.layers);
 }
 
 static ddp_status alloc_acts(gpt2 *g)
@@ -532,16 +535,32 @@ static ddp_status refresh_cparams(gpt2 *g)
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
-/* Layer l's slice of an fp32 per-layer activation of per_row floats per row. */
+/* The slot of layer l's scratch activations (the gpt2_acts fields of Ls layers): l, or with
+ * recompute the one slot all layers share. */
+static size_t slot(const gpt2 *g, int l) { return g->opts.recompute ? 0 : (size_t)l; }
+
+/* Layer l's slice of an fp32 per-layer scratch activation of per_row floats per row. */
 static float *at_f(const gpt2 *g, float *base, int l, size_t per_row)
 {
-    return base + (size_t)l * g->opts.max_batch * g->opts.seq * per_row;
+    return base + slot(g, l) * g->opts.max_batch * g->opts.seq * per_row;
 }
 
 /* The same for an activation in p. */
 static void *at_p(const gpt2 *g, void *base, int l, size_t per_row)
 {
-    return (char *)base + (size_t)l * g->opts.max_batch * g->opts.seq * per_row * g->es;
+    return (char *)base + slot(g, l) * g->opts.max_batch * g->opts.seq * per_row * g->es;
+}
+
+/* Layer l's output residual stream (B, T, C), kept for every layer. */
+static float *block_out(const gpt2 *g, int l)
+{
+    return g->a.residual3 + (size_t)l * g->opts.max_batch * g->opts.seq * g->cfg.channels;
+}
+
+/* Layer l's input residual stream: the embeddings for layer 0, else layer l - 1's output. */
+static const float *block_in(const gpt2 *g, int l)
+{
+    return l ? block_out(g, l - 1) : g->a.encoded;
 }
 
 /* y (rows, out) fp32 = x (rows, in; in p) W^T + b for weight tensor t (bias t + 1) of layer l. */
@@ -572,25 +591,35 @@ static ddp_status attn_fwd(gpt2 *g, int l, const float *residual)
     return o->add(o, at_f(g, a->residual2, l, C), residual, a->proj, n);
 }
 
-/* ln_2, the MLP and the residual add of layer l. */
-static ddp_status mlp_fwd(gpt2 *g, int l)
+/* ln_2, c_fc and the GELU of layer l: all of the MLP's activations that backward reads. */
+static ddp_status mlp_hidden_fwd(gpt2 *g, int l)
 {
     const ops_handle *o = g->ops;
     gpt2_acts *a = &g->a;
     int rows = g->B * g->T, C = g->cfg.channels;
     size_t n = (size_t)rows * C;
-    float *res2 = at_f(g, a->residual2, l, C), *fch = at_f(g, a->fch, l, 4 * (size_t)C);
+    float *fch = at_f(g, a->fch, l, 4 * (size_t)C);
     void *ln2 = at_p(g, a->ln2, l, C), *gelu = at_p(g, a->fch_gelu, l, 4 * (size_t)C);
     float *h = out_f32(g, ln2);
-    TRY_OK(o->layernorm_fwd(o, h, at_f(g, a->ln2_mean, l, 1), at_f(g, a->ln2_rstd, l, 1), res2,
-                            param(g, T_LN2W, l), param(g, T_LN2B, l), rows, C));
+    TRY_OK(o->layernorm_fwd(o, h, at_f(g, a->ln2_mean, l, 1), at_f(g, a->ln2_rstd, l, 1),
+                            at_f(g, a->residual2, l, C), param(g, T_LN2W, l), param(g, T_LN2B, l),
+                            rows, C));
     TRY_OK(to_p(g, ln2, h, n));
     TRY_OK(linear_fwd(g, T_FCW, l, ln2, C, 4 * C, fch));
     h = out_f32(g, gelu);
     TRY_OK(o->gelu_fwd(o, h, fch, 4 * n));
-    TRY_OK(to_p(g, gelu, h, 4 * n));
-    TRY_OK(linear_fwd(g, T_FCPROJW, l, gelu, 4 * C, C, a->proj));
-    return o->add(o, at_f(g, a->residual3, l, C), res2, a->proj, n);
+    return to_p(g, gelu, h, 4 * n);
+}
+
+/* ln_2, the MLP and the residual add of layer l: the block's output. */
+static ddp_status mlp_fwd(gpt2 *g, int l)
+{
+    gpt2_acts *a = &g->a;
+    int C = g->cfg.channels;
+    size_t n = (size_t)g->B * g->T * C;
+    TRY_OK(mlp_hidden_fwd(g, l));
+    TRY_OK(linear_fwd(g, T_FCPROJW, l, at_p(g, a->fch_gelu, l, 4 * (size_t)C), 4 * C, C, a->proj));
+    return g->ops->add(g->ops, block_out(g, l), at_f(g, a->residual2, l, C), a->proj, n);
 }
 
 /* ln_f and the LM head (logits = lnf wte^T, the zero bias). */
@@ -600,7 +629,7 @@ static ddp_status head_fwd(gpt2 *g)
     gpt2_acts *a = &g->a;
     int rows = g->B * g->T, C = g->cfg.channels, L = g->cfg.layers;
     float *h = out_f32(g, a->lnf);
-    TRY_OK(o->layernorm_fwd(o, h, a->lnf_mean, a->lnf_rstd, at_f(g, a->residual3, L - 1, C),
+    TRY_OK(o->layernorm_fwd(o, h, a->lnf_mean, a->lnf_rstd, block_out(g, L - 1),
                             param(g, T_LNFW, 0), param(g, T_LNFB, 0), rows, C));
     TRY_OK(to_p(g, a->lnf, h, (size_t)rows * C));
     return o->linear_fwd(o, g->opts.precision, a->lnf, cweight(g, T_WTE, 0), NULL, rows, C,
@@ -610,18 +639,15 @@ static ddp_status head_fwd(gpt2 *g)
 static ddp_status layers_fwd(gpt2 *g, const int *tokens)
 {
     const ops_handle *o = g->ops;
-    int C = g->cfg.channels;
     size_t n_tok = (size_t)g->B * g->T;
     TRY_OK(ddp_copy(g->ctx, g->a.tokens, tokens, n_tok * sizeof(int)));
     TRY_OK(o->encoder_fwd(o, g->a.encoded, g->a.tokens, param(g, T_WTE, 0), param(g, T_WPE, 0),
-                          g->B, g->T, C));
-    const float *residual = g->a.encoded;
+                          g->B, g->T, g->cfg.channels));
     for (int l = 0; l < g->cfg.layers; l++) {
         ddp_trace_begin("forward.layer", l);
-        TRY_OK(attn_fwd(g, l, residual));
+        TRY_OK(attn_fwd(g, l, block_in(g, l)));
         TRY_OK(mlp_fwd(g, l));
         ddp_trace_end("forward.layer", l);
-        residual = at_f(g, g->a.residual3, l, C);
     }
     return head_fwd(g);
 }
@@ -748,7 +774,7 @@ static ddp_status attn_bwd(gpt2 *g, ddp_reducer *r, int l)
     gpt2_dacts *d = &g->d;
     int C = g->cfg.channels, NH = g->cfg.heads;
     float *qkv = at_f(g, a->qkv, l, 3 * (size_t)C);
-    const float *input = l ? at_f(g, a->residual3, l - 1, C) : a->encoded;
+    const float *input = block_in(g, l);
     TRY_OK(linear_bwd(g, r, T_ATTPROJW, l, at_p(g, a->atty, l, C), d->dresidual, C, C, d->datty));
     TRY_OK(g->ops->attention_bwd(g->ops, d->dqkv, d->datt, d->datty, qkv,
                                  at_f(g, a->att, l, (size_t)NH * g->opts.seq), g->B, g->T, C, NH));
@@ -775,8 +801,24 @@ static ddp_status head_bwd(gpt2 *g, ddp_reducer *r, float loss_scale)
     if (!is_fp32(g))
         TRY_OK(o->cast(o, DDP_FP32, g->d.dln, p, dxp, (size_t)rows * C));
     TRY_OK(ddp_zero(g->ctx, g->d.dresidual, (size_t)rows * C * sizeof(float)));
-    return ln_bwd(g, r, T_LNFW, 0, at_f(g, g->a.residual3, g->cfg.layers - 1, C), g->a.lnf_mean,
+    return ln_bwd(g, r, T_LNFW, 0, block_out(g, g->cfg.layers - 1), g->a.lnf_mean,
                   g->a.lnf_rstd);
+}
+
+/* With recompute: layer l's scratch activations again from its kept input, by the forward's ops
+ * on the forward's values (so bit for bit the forward's); mlp.c_proj and the residual add, whose
+ * output is kept, are left out. Nothing without recompute, nor for the last layer: the slot still
+ * holds its activations (backward follows its forward pass directly, as another forward pass
+ * clears g->pending). */
+static ddp_status recompute_fwd(gpt2 *g, int l)
+{
+    if (!g->opts.recompute || l == g->cfg.layers - 1)
+        return DDP_OK;
+    ddp_trace_begin("backward.recompute", l);
+    TRY_OK(attn_fwd(g, l, block_in(g, l)));
+    TRY_OK(mlp_hidden_fwd(g, l));
+    ddp_trace_end("backward.recompute", l);
+    return DDP_OK;
 }
 
 ddp_status gpt2_backward(gpt2 *g, ddp_reducer *r, float loss_scale)
@@ -788,6 +830,7 @@ ddp_status gpt2_backward(gpt2 *g, ddp_reducer *r, float loss_scale)
     g->pending = false;
     TRY_OK(head_bwd(g, r, loss_scale));
     for (int l = g->cfg.layers - 1; l >= 0; l--) {
+        TRY_OK(recompute_fwd(g, l));
         ddp_trace_begin("backward.layer", l);
         TRY_OK(mlp_bwd(g, r, l));
         TRY_OK(attn_bwd(g, r, l));

@@ -54,6 +54,13 @@ typedef struct gpt2_opts {
                             fp32 accumulation, everything else fp32 (torch.autocast's split) */
     uint64_t seed;      /* GPT-2's initialisation: N(0, 0.02), residual projections
                            (attprojw, fcprojw) N(0, 0.02 / sqrt(2L)), LayerNorm weights 1, biases 0 */
+    bool recompute;     /* activation recomputation: forward keeps each block's output residual
+                           stream (L, B, T, C) but the other per-layer activations for ONE layer
+                           only; backward runs each block's forward again (all but mlp.c_proj,
+                           and not the last block's, still there) from its kept input before
+                           differentiating it. The same gradients, bit for bit, for up to 22 %
+                           more of the blocks' matmul FLOPs ((L - 1) / L of it). The parameters
+                           must not change between a forward pass and its backward. */
 } gpt2_opts;
 
 typedef struct gpt2 gpt2;

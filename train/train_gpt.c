@@ -249,7 +249,7 @@ static ddp_status gpt_build(gpt_trainer *t)
     if (st == DDP_OK)
         st = gpt_agree(t, ops_cuda_set_tf32(t->ops, o->tf32));
     gpt2_opts go = {.max_batch = t->B, .seq = t->T, .precision = o->model.precision,
-                    .seed = o->seed};
+                    .seed = o->seed, .recompute = o->gpt.recompute};
     if (st == DDP_OK)
         st = gpt_agree(t, gpt2_create(t->ctx, t->ops, &t->cfg, &go, &t->g));
     if (st == DDP_OK && o->gpt.init_from)

@@ -1,7 +1,7 @@
 /* test_gpt2.c - the GPT-2 model (gpt2.h) on the CPU ops: parameter table and seeded init, the
  * loss at init, gradients against central differences, batch consistency, llm.c's model files,
- * AdamW's decay split, the reducer's marks, and training on a fixed batch in fp32, bf16 and fp16
- * (with loss scaling).
+ * AdamW's decay split, the reducer's marks, training on a fixed batch in fp32, bf16 and fp16
+ * (with loss scaling), and activation recomputation (bit-identical gradients, less memory).
  */
 #include <string.h>
 #include <unistd.h>
@@ -450,6 +450,79 @@ static void check_reducer(void)
     ddp_finalize(ctx);
 }
 
+/* ---- activation recomputation ------------------------------------------------------------ */
+
+/* A GPT-2 of 3 layers, 2 heads, 32 channels, vocabulary 100 (scratch of one layer or three). */
+static gpt2 *make_small(const ops_handle *ops, ddp_dtype p, bool recompute)
+{
+    gpt2_config cfg = {.max_seq = T, .vocab = 100, .layers = 3, .heads = 2, .channels = 32};
+    gpt2_opts o = {.max_batch = B, .seq = T, .precision = p, .seed = 71, .recompute = recompute};
+    gpt2 *g = NULL;
+    CHECK(gpt2_create(NULL, ops, &cfg, &o, &g) == DDP_OK, "gpt2_create (recompute %d)", recompute);
+    return g;
+}
+
+/* One forward for backward and backward of g (gradients zeroed first); the mean loss. */
+static float grad_pass(gpt2 *g, const int *tokens, const int *targets)
+{
+    float loss = 0.0f;
+    CHECK(gpt2_zero_grad(g) == DDP_OK, "zero_grad");
+    CHECK(gpt2_forward(g, tokens, targets, B, T, &loss, true) == DDP_OK, "forward");
+    CHECK(gpt2_backward(g, NULL, 1.0f) == DDP_OK, "backward");
+    return loss;
+}
+
+/* The number of elements in which x and y (n floats) differ as bits. */
+static size_t bits_differ(const float *x, const float *y, size_t n)
+{
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++)
+        wrong += memcmp(&x[i], &y[i], sizeof(float)) != 0;
+    return wrong;
+}
+
+/* Two steps (the second after an AdamW update, so the 16-bit weights are refreshed) of a plain
+ * model and one that recomputes: same loss and every gradient element, bit for bit; then the
+ * logits of a forward pass without targets (validation, sampling). */
+static void compare_recompute(gpt2 *plain, gpt2 *rec, ddp_dtype p)
+{
+    const char *name = ddp_dtype_name(p);
+    int tokens[B * T], targets[B * T];
+    make_batch(100, 73, tokens, targets);
+    size_t n = gpt2_numel_total(plain), nl = (size_t)B * T * gpt2_cfg(plain)->padded_vocab;
+    for (int s = 1; s <= 2; s++) {
+        float la = grad_pass(plain, tokens, targets), lb = grad_pass(rec, tokens, targets);
+        CHECK(memcmp(&la, &lb, sizeof la) == 0, "%s step %d: loss %.9g, recompute %.9g", name, s,
+              la, lb);
+        size_t wrong = bits_differ(gpt2_grads(plain), gpt2_grads(rec), n);
+        CHECK(wrong == 0, "%s step %d: %zu of %zu gradient elements differ", name, s, wrong, n);
+        CHECK(gpt2_adamw_step(plain, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s, 1.0f) == DDP_OK &&
+              gpt2_adamw_step(rec, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s, 1.0f) == DDP_OK, "adamw");
+    }
+    CHECK(gpt2_forward(plain, tokens, NULL, B, T, NULL, false) == DDP_OK &&
+          gpt2_forward(rec, tokens, NULL, B, T, NULL, false) == DDP_OK, "forward without targets");
+    CHECK(bits_differ(gpt2_logits(plain), gpt2_logits(rec), nl) == 0, "%s: logits differ", name);
+}
+
+/* Recomputation changes nothing but the memory: activations strictly smaller (printed). */
+static void check_recompute(const ops_handle *ops, ddp_dtype p)
+{
+    gpt2 *plain = make_small(ops, p, false), *rec = make_small(ops, p, true);
+    if (plain && rec) {
+        compare_recompute(plain, rec, p);
+        gpt2_memory ma, mb;
+        gpt2_memory_get(plain, &ma);
+        gpt2_memory_get(rec, &mb);
+        fprintf(stderr, "%s activations: %zu bytes, with recompute %zu\n", ddp_dtype_name(p),
+                ma.activations, mb.activations);
+        CHECK(mb.activations < ma.activations, "recompute keeps fewer activations");
+        CHECK(mb.params == ma.params && mb.grads == ma.grads && mb.optimizer == ma.optimizer,
+              "the same state");
+    }
+    gpt2_destroy(plain);
+    gpt2_destroy(rec);
+}
+
 /* ---- training ------------------------------------------------------------------------------ */
 
 /* 30 AdamW steps on one batch: the model memorises it. The loss is scaled by loss_scale in
@@ -500,6 +573,8 @@ int main(void)
     check_training(ops, DDP_FP32, 1.0f);
     check_training(ops, DDP_BF16, 1.0f);
     check_training(ops, DDP_FP16, 1024.0f);
+    check_recompute(ops, DDP_FP32);
+    check_recompute(ops, DDP_BF16);
     ops_close(ops);
     check_reducer();
     return CHECK_DONE();
