@@ -360,12 +360,16 @@ static ddp_status alloc_acts(gpt2 *g)
 static ddp_status alloc_state(gpt2 *g)
 {
     size_t n_bytes = g->numel_total * sizeof(float);
-    g->params = ddp_alloc(g->ctx, n_bytes);
-    g->grads = ddp_alloc(g->ctx, n_bytes);
-    g->adam_m = ddp_alloc(g->ctx, n_bytes);
-    g->adam_v = ddp_alloc(g->ctx, n_bytes);
     g->opt_off = 0;
     g->opt_n = g->numel_total;
+    if (g->opts.shard_world > 1) /* ZeRO: never the full moments, not even for a moment */
+        TRY_OK(ddp_shard_range(g->numel_total, g->opts.shard_world, g->opts.shard_rank,
+                               &g->opt_off, &g->opt_n));
+    size_t opt_bytes = (g->opt_n > 0 ? g->opt_n : 1) * sizeof(float);
+    g->params = ddp_alloc(g->ctx, n_bytes);
+    g->grads = ddp_alloc(g->ctx, n_bytes);
+    g->adam_m = ddp_alloc(g->ctx, opt_bytes);
+    g->adam_v = ddp_alloc(g->ctx, opt_bytes);
     if (!g->params || !g->grads || !g->adam_m || !g->adam_v)
         return DDP_ERR_NOMEM;
     g->cparams = g->params;
@@ -881,41 +885,11 @@ ddp_status gpt2_adamw_step(gpt2 *g, float lr, float beta1, float beta2, float ep
                            float weight_decay, int t, float grad_scale)
 {
     if (g->opt_n != g->numel_total) {
-        DDP_ERROR("gpt2_adamw_step: the moments are sharded (gpt2_shard_optimizer): use "
+        DDP_ERROR("gpt2_adamw_step: the moments are sharded (gpt2_opts.shard_world): use "
                   "gpt2_adamw_step_range");
         return DDP_ERR_STATE;
     }
     return gpt2_adamw_step_range(g, NULL, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
-}
-
-ddp_status gpt2_shard_optimizer(gpt2 *g, size_t offset, size_t n)
-{
-    if (offset > g->numel_total || n > g->numel_total - offset) {
-        DDP_ERROR("gpt2_shard_optimizer: range [%zu, %zu) outside the %zu parameters", offset,
-                  offset + n, g->numel_total);
-        return DDP_ERR_INVALID_ARG;
-    }
-    size_t bytes = (n > 0 ? n : 1) * sizeof(float);
-    float *m = ddp_alloc(g->ctx, bytes), *v = ddp_alloc(g->ctx, bytes);
-    ddp_status st = m && v ? DDP_OK : DDP_ERR_NOMEM;
-    if (st == DDP_OK)
-        st = ddp_zero(g->ctx, m, bytes);
-    if (st == DDP_OK)
-        st = ddp_zero(g->ctx, v, bytes);
-    if (st != DDP_OK) {
-        ddp_free(g->ctx, m);
-        ddp_free(g->ctx, v);
-        DDP_ERROR("gpt2_shard_optimizer: cannot allocate the moments of %zu elements: %s", n,
-                  ddp_strerror(st));
-        return st;
-    }
-    ddp_free(g->ctx, g->adam_m);
-    ddp_free(g->ctx, g->adam_v);
-    g->adam_m = m;
-    g->adam_v = v;
-    g->opt_off = offset;
-    g->opt_n = n;
-    return DDP_OK;
 }
 
 void gpt2_optimizer_range(const gpt2 *g, size_t *offset, size_t *n)

@@ -54,6 +54,11 @@ typedef struct gpt2_opts {
                             fp32 accumulation, everything else fp32 (torch.autocast's split) */
     uint64_t seed;      /* GPT-2's initialisation: N(0, 0.02), residual projections
                            (attprojw, fcprojw) N(0, 0.02 / sqrt(2L)), LayerNorm weights 1, biases 0 */
+    int shard_world;    /* ZeRO (ddp_reducer_opts.zero_stage 1, 2): > 1 keeps the AdamW moments of
+                           ddp_shard_range(gpt2_numel_total, shard_world, shard_rank) only, the
+                           reducer's shard (gpt2_adam_m / _v hold element offset + i at i; step
+                           with gpt2_adamw_step_range); 0 or 1: every element's */
+    int shard_rank;
     bool recompute;     /* activation recomputation: forward keeps each block's output residual
                            stream (L, B, T, C) but the other per-layer activations for ONE layer
                            only; backward runs each block's forward again (all but mlp.c_proj,
@@ -107,13 +112,7 @@ ddp_status gpt2_zero_grad(gpt2 *g);
 ddp_status gpt2_adamw_step(gpt2 *g, float lr, float beta1, float beta2, float eps,
                            float weight_decay, int t, float grad_scale);
 
-/* ZeRO (ddp_reducer_opts.zero_stage 1, 2): the AdamW moments of elements [offset, offset + n) of
- * the flat layout only (this rank's ddp_shard_range; n may be 0). Replaces the full-size moments
- * by zeroed shard-sized ones (gpt2_adam_m / _v then hold element offset + i at i); call it before
- * the first step. DDP_ERR_INVALID_ARG for a range outside the buffer, DDP_ERR_NOMEM (the model
- * keeps its moments as they were). */
-ddp_status gpt2_shard_optimizer(gpt2 *g, size_t offset, size_t n);
-/* The optimizer's range (0 and gpt2_numel_total without gpt2_shard_optimizer). */
+/* The optimizer's range: opts.shard_world's shard, or 0 and gpt2_numel_total. */
 void gpt2_optimizer_range(const gpt2 *g, size_t *offset, size_t *n);
 /* gpt2_adamw_step on the optimizer's range only: the parameters outside it are left as they are
  * (a sharded step: the reducer's all-gather brings them). grads: the range's averaged gradients,

@@ -249,7 +249,8 @@ static ddp_status gpt_build(gpt_trainer *t)
     if (st == DDP_OK)
         st = gpt_agree(t, ops_cuda_set_tf32(t->ops, o->tf32));
     gpt2_opts go = {.max_batch = t->B, .seq = t->T, .precision = o->model.precision,
-                    .seed = o->seed, .recompute = o->gpt.recompute};
+                    .seed = o->seed, .shard_world = o->zero ? t->world : 0,
+                    .shard_rank = t->rank, .recompute = o->gpt.recompute};
     if (st == DDP_OK)
         st = gpt_agree(t, gpt2_create(t->ctx, t->ops, &t->cfg, &go, &t->g));
     if (st == DDP_OK && o->gpt.init_from)
@@ -275,10 +276,15 @@ static ddp_status gpt_build(gpt_trainer *t)
     ro.static_buckets = o->zero > 0;
     st = gpt_agree(t, ddp_reducer_create(t->ctx, gpt2_grads(t->g), gpt2_numel(t->g),
                                          gpt2_n_params(t->g), &ro, &t->reducer));
-    if (st == DDP_OK && o->zero > 0) { /* the AdamW moments of this rank's shard only */
-        size_t off = 0, n = 0;
+    if (st == DDP_OK && o->zero > 0) { /* the model's moments are the reducer's shard's */
+        size_t off = 0, n = 0, moff = 0, mn = 0;
         ddp_reducer_shard(t->reducer, &off, &n);
-        st = gpt_agree(t, gpt2_shard_optimizer(t->g, off, n));
+        gpt2_optimizer_range(t->g, &moff, &mn);
+        st = off == moff && n == mn ? DDP_OK : DDP_ERR_STATE;
+        if (st != DDP_OK)
+            DDP_ERROR("the reducer's shard [%zu, +%zu) is not the model's [%zu, +%zu)", off, n,
+                      moff, mn);
+        st = gpt_agree(t, st);
     }
     if (st == DDP_OK && (o->grad_dtype == DDP_FP16 || o->model.precision == DDP_FP16)) {
         ddp_scaler_opts so;
