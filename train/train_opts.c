@@ -184,7 +184,8 @@ static const char train_usage_gpt[] =
     "  --sample N              rank 0 prints N tokens generated after training (needs --vocab)\n"
     "  --vocab FILE            GPT-2's encoder.json (default: encoder.json beside the data)\n"
     "  --recompute             activation checkpointing: each block keeps only its input and runs\n"
-    "                          its forward again during backward (less memory, about 1/3 more time)\n";
+    "                          its forward again during backward (less memory; up to 22 % more\n"
+    "                          block compute, see docs/gpt2.md)\n";
 
 static void train_opts_default(train_opts *o)
 {
