@@ -284,17 +284,6 @@ static ddp_status train_build(trainer *t)
     return st;
 }
 
-/* The averaged gradients this rank steps on after the reducer: all of them, or (--zero) its
- * shard's, in the model's gradient buffer (stage 1) or the reducer's shard buffer (stage 2). */
-static float *train_step_grads(trainer *t, size_t *n)
-{
-    size_t off = 0;
-    ddp_reducer_shard(t->reducer, &off, n);
-    if (t->o->zero == 2)
-        return ddp_reducer_shard_grads(t->reducer);
-    return model_grads(t->model) + off;
-}
-
 /* Uploads n samples (x: (n, pixels), y: (n)) into the next batch slot, t->slot, through libddp's
  * double-buffered staging: on the GPU (pinned staging, a copy stream) the upload overlaps the
  * compute of the batch before, which reads the other slot; on the CPU it is a copy. */
@@ -344,7 +333,7 @@ static int train_step_ok(trainer *t)
         return 1;
     int ok = 0;
     size_t n = 0;
-    float *grads = train_step_grads(t, &n);
+    float *grads = train_step_grads(t->reducer, model_grads(t->model), &n);
     train_must(t, ddp_scaler_unscale_update(t->scaler, grads, DDP_FP32, n, &ok),
                    "checking gradients for inf/NaN");
     int64_t skipped = ddp_scaler_skipped_steps(t->scaler);
@@ -462,7 +451,7 @@ static void train_step(trainer *t, long step_in_epoch)
     ddp_trace_begin("optimizer", t->step);
     if (t->o->zero > 0) { /* this rank's shard, then every rank's shard to every rank */
         size_t n = 0;
-        float *grads = train_step_grads(t, &n);
+        float *grads = train_step_grads(t->reducer, model_grads(t->model), &n);
         train_must(t, model_sgd_step_range(t->model, t->o->zero == 2 ? grads : NULL, train_lr(t),
                                            (float)t->o->momentum, (float)t->o->weight_decay),
                    "SGD step");

@@ -397,17 +397,6 @@ static void gpt_micro_batch(gpt_trainer *t, int sync)
     t->loss_micro++;
 }
 
-/* The averaged gradients this rank steps on: all of them, or (--zero) its shard's, in the
- * model's gradient buffer (stage 1) or the reducer's shard buffer (stage 2). */
-static float *gpt_step_grads(gpt_trainer *t, size_t *n)
-{
-    size_t off = 0;
-    ddp_reducer_shard(t->reducer, &off, n);
-    if (t->o->zero == 2)
-        return ddp_reducer_shard_grads(t->reducer);
-    return gpt2_grads(t->g) + off;
-}
-
 /* accum micro-batches, the averaged gradients, clipping and the AdamW step. */
 static void gpt_step(gpt_trainer *t, long step_in_epoch)
 {
@@ -432,7 +421,7 @@ static void gpt_step(gpt_trainer *t, long step_in_epoch)
         }
     }
     size_t n = 0;
-    float *grads = gpt_step_grads(t, &n);
+    float *grads = train_step_grads(t->reducer, gpt2_grads(t->g), &n);
     int step_ok = 1;
     if (t->scaler)
         gpt_must(t, ddp_scaler_unscale_update(t->scaler, grads, DDP_FP32, n, &step_ok),

@@ -682,6 +682,13 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
     return (ddp_status)head[0];
 }
 
+float *train_step_grads(const ddp_reducer *r, float *grads, size_t *n)
+{
+    size_t off = 0;
+    ddp_reducer_shard(r, &off, n);
+    return ddp_reducer_zero_stage(r) == 2 ? ddp_reducer_shard_grads(r) : grads + off;
+}
+
 /* ---- Slurm requeue ------------------------------------------------------------------------------ */
 
 ddp_status train_requeue(void)

@@ -72,6 +72,11 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos);
  * every checkpoint in the folder is corrupt. Failures of the collectives abort the job. */
 ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed);
 
+/* The averaged gradients a rank steps on after ddp_reducer_finish: all of grads (--zero 0), or
+ * its shard's, in grads at the shard's offsets (stage 1) or the reducer's shard buffer (stage 2);
+ * *n their count. */
+float *train_step_grads(const ddp_reducer *r, float *grads, size_t *n);
+
 /* Rank 0, with --requeue under Slurm: runs `scontrol requeue $SLURM_JOB_ID`. DDP_ERR_ENV when the
  * job id is missing or scontrol failed (logged). */
 ddp_status train_requeue(void);
