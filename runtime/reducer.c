@@ -218,8 +218,7 @@ static ddp_status reducer_zero_setup(ddp_reducer *r, int stage)
     if (stage == 2)
         r->shard_grads = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->grad_dtype));
     if (!r->counts || !r->recv_off || !r->gather_req || !r->gather_end ||
-        (stage == 2 && !r->recv) ||
-        (stage == 2 && !r->shard_grads)) {
+        (stage == 2 && (!r->recv || !r->shard_grads))) {
         DDP_ERROR("ddp_reducer_create: out of memory for the shard buffers (%zu elements)", keep);
         return DDP_ERR_NOMEM;
     }

@@ -158,10 +158,9 @@ static ddp_status check_fingerprint(const train_setup *s, const ddp_state *st, c
 static void gather_opt(const train_setup *s, const float *opt, float *host)
 {
     ddp_ctx *ctx = s->ctx;
-    int world = ddp_world_size(ctx), me = ddp_rank(ctx);
-    size_t off0, n0, mine_off, mine_n;
+    int world = ddp_world_size(ctx);
+    size_t off0, n0, mine_n = s->buf.opt_n;
     ddp_shard_range(s->buf.numel, world, 0, &off0, &n0); /* rank 0's shard is the longest */
-    ddp_shard_range(s->buf.numel, world, me, &mine_off, &mine_n);
     size_t chunk = n0 < STATE_CHUNK ? (n0 > 0 ? n0 : 1) : STATE_CHUNK;
     float *send = ddp_alloc(ctx, chunk * sizeof(float));
     float *recv = ddp_alloc(ctx, (size_t)world * chunk * sizeof(float));
