@@ -222,7 +222,8 @@ static void check_elementwise(test_rng *r)
         CHECK(gpu->gelu_bwd(gpu, g.d, x.d, g.d, n) == DDP_OK, "gelu_bwd");
         compare_pair("gelu_bwd", &g, 1e-6, 1e-5);
     }
-    if (BOTH_HAVE(add)) { /* y aliases a */
+    if (BOTH_HAVE(add)) { /* y aliases a; both sides add the same g (gelu_bwd's differ by 1e-6) */
+        ddp_upload(gpu->ctx, g.d, g.h, n * sizeof(float));
         cpu->add(cpu, x.h, x.h, g.h, n);
         CHECK(gpu->add(gpu, x.d, x.d, g.d, n) == DDP_OK, "add");
         compare_pair("add", &x, 0, 0);
