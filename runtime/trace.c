@@ -447,6 +447,10 @@ ddp_status ddp_trace_write(ddp_ctx *ctx, const char *path)
     int on = ddp_trace_enabled(), all_on = 0;
     if (!ctx || MPI_Allreduce(&on, &all_on, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS)
         return ctx ? DDP_ERR_MPI : DDP_ERR_INVALID_ARG;
+    /* On CUDA the collectives' spans are recorded by host functions on the streams: let the
+     * queued ones run before the buffer is closed (a timeout is logged; the file is written). */
+    if (on && ctx->backend == DDP_BACKEND_CUDA)
+        ddp_synchronize(ctx);
     atomic_store(&trace_on, 0);
     ddp_status st = DDP_OK;
     if (!all_on) {
