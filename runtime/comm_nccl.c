@@ -43,6 +43,8 @@ typedef struct nccl_state {
     float *scratch;       /* one device float, for the barrier */
     pthread_mutex_t lock; /* serialises issuing operations and the abort */
     int aborted;          /* comm was aborted (and freed by NCCL) after an error or a timeout */
+    struct nccl_closer *aborter; /* the thread running ncclCommAbort, joined at destroy */
+    pthread_t abort_thread;
 } nccl_state;
 
 typedef struct nccl_request {
@@ -133,12 +135,73 @@ cleanup:
     return st;
 }
 
+/* ncclCommDestroy and ncclCommAbort run on a thread of their own, so that the host waits for them
+ * under the deadline (or not at all). Destroy finalises the communicator, flushing its proxy work,
+ * which a dead or stuck peer can hold up; abort frees the communicator's device memory, which waits
+ * for every kernel on the GPU, a stuck one too (seen with NCCL 2.28 on an H200: a wait that passed
+ * its deadline returned only when the caller's spinning kernel ended). A thread past the deadline
+ * is left behind, logged: the process is ending. */
+typedef struct nccl_closer {
+    ncclComm_t comm;
+    ncclResult_t (*close)(ncclComm_t comm); /* ncclCommDestroy or ncclCommAbort */
+    int done;                               /* set (atomically) when close returned */
+} nccl_closer;
+
+static double nccl_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *nccl_closer_main(void *arg)
+{
+    nccl_closer *d = arg;
+    d->close(d->comm);
+    __atomic_store_n(&d->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Starts close(comm) on a thread; NULL (nothing started) when no thread could be made. */
+static nccl_closer *nccl_closer_start(ncclComm_t comm, ncclResult_t (*close)(ncclComm_t),
+                                      pthread_t *thread)
+{
+    nccl_closer *d = malloc(sizeof *d);
+    if (d)
+        *d = (nccl_closer){.comm = comm, .close = close, .done = 0};
+    if (d && pthread_create(thread, NULL, nccl_closer_main, d) != 0) {
+        free(d);
+        d = NULL;
+    }
+    return d;
+}
+
+/* Waits up to the deadline for a closer thread: joined and freed when done, else logged and left
+ * behind (it may still write d->done). */
+static void nccl_closer_finish(nccl_closer *d, pthread_t thread, const char *what)
+{
+    double limit = timeout_seconds(), deadline = nccl_now() + limit;
+    while (!__atomic_load_n(&d->done, __ATOMIC_ACQUIRE) && nccl_now() < deadline)
+        nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 1000000L}, NULL);
+    if (__atomic_load_n(&d->done, __ATOMIC_ACQUIRE)) {
+        pthread_join(thread, NULL);
+        free(d);
+        return;
+    }
+    DDP_ERROR("%s did not return within %.3g s (DDP_TIMEOUT): a peer rank may have died or a "
+              "kernel be stuck; leaving the communicator behind", what, limit);
+    pthread_detach(thread);
+}
+
 /* Aborts the communicator once: the queued operations end (with undefined results) instead of
- * waiting forever for a peer. Call with s->lock held. */
+ * waiting forever for a peer; the abort itself runs on a thread (above), so the caller returns at
+ * its deadline. Call with s->lock held. */
 static void nccl_abort_locked(nccl_state *s)
 {
     if (!s->aborted && s->comm) {
-        ncclCommAbort(s->comm);
+        s->aborter = nccl_closer_start(s->comm, ncclCommAbort, &s->abort_thread);
+        if (!s->aborter) /* no thread: abort here, however long it takes */
+            ncclCommAbort(s->comm);
         s->comm = NULL;
         s->aborted = 1;
     }
@@ -492,53 +555,16 @@ static ddp_status nccl_barrier(comm_group *c)
     return st == DDP_OK ? cuda_stream_wait(s->stream, "barrier") : st;
 }
 
-/* ncclCommDestroy on a thread of its own, so that the host waits for it under the deadline: it
- * finalises the communicator (flushing its proxy work, which a dead or stuck peer can hold up).
- * Past the deadline the thread is left behind, logged: the communicator cannot be aborted while
- * it is being destroyed, and the process is ending. */
-typedef struct nccl_destroyer {
-    ncclComm_t comm;
-    int done; /* set (atomically) when ncclCommDestroy returned */
-} nccl_destroyer;
-
-static double nccl_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void *nccl_destroy_main(void *arg)
-{
-    nccl_destroyer *d = arg;
-    ncclCommDestroy(d->comm);
-    __atomic_store_n(&d->done, 1, __ATOMIC_RELEASE);
-    return NULL;
-}
-
 static void nccl_destroy_bounded(nccl_state *s)
 {
-    nccl_destroyer *d = malloc(sizeof *d);
     pthread_t thread;
-    if (d)
-        *d = (nccl_destroyer){.comm = s->comm, .done = 0};
-    if (!d || pthread_create(&thread, NULL, nccl_destroy_main, d) != 0) {
-        free(d);
+    nccl_closer *d = nccl_closer_start(s->comm, ncclCommDestroy, &thread);
+    if (!d) {
         nccl_abort(s); /* no thread: abort, which does not wait for peers */
         return;
     }
     s->comm = NULL;
-    double limit = timeout_seconds(), deadline = nccl_now() + limit;
-    while (!__atomic_load_n(&d->done, __ATOMIC_ACQUIRE) && nccl_now() < deadline)
-        nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 1000000L}, NULL);
-    if (__atomic_load_n(&d->done, __ATOMIC_ACQUIRE)) {
-        pthread_join(thread, NULL);
-        free(d);
-        return;
-    }
-    DDP_ERROR("ncclCommDestroy did not return within %.3g s (DDP_TIMEOUT): a peer rank may have "
-              "died or be stuck; leaving the communicator behind", limit);
-    pthread_detach(thread); /* d stays with the thread: it may still write d->done */
+    nccl_closer_finish(d, thread, "ncclCommDestroy");
 }
 
 /* After an asynchronous error (a peer died, a network fault) or past the deadline the queued
@@ -564,6 +590,8 @@ static void nccl_destroy(comm_group *c)
     cuda_set_watch(NULL, NULL, NULL);
     if (s->comm || s->aborted)
         nccl_close_comm(s);
+    if (s->aborter)
+        nccl_closer_finish(s->aborter, s->abort_thread, "ncclCommAbort");
     else if (s->stream)
         cuda_stream_wait(s->stream, "closing the NCCL stream");
     if (s->ready)
