@@ -6,9 +6,9 @@
  * Buffers are freed only with the pool. A bucket takes the buffer it had last time when that one
  * is free: a program that writes and marks its parameters in the same order every step then
  * takes the same buffers at the same moments, and allocates nothing after its first step. Else
- * the smallest free buffer that fits, else a new one of at least min_n elements, so that every
- * bucket under the cap fits every buffer whatever its own size (the pool holds about as many
- * buffers as buckets are alive at once, not one per bucket size).
+ * the smallest free buffer that fits, else a new one of the bucket's allocation size (the
+ * reducer's choice: the largest of the buckets that share buffers, so that any of them fits any
+ * of their buffers and the pool holds about as many as are alive at once, not one per size).
  */
 #include <stdlib.h>
 
@@ -24,7 +24,7 @@ typedef struct pool_buf {
 struct grad_pool {
     ddp_ctx *ctx;
     ddp_dtype grad_t, wire_t;
-    size_t min_n;
+    size_t *alloc_n; /* n_buckets: the elements of a new buffer for each bucket */
     int n_buckets;
     pool_buf *bufs; /* n_buckets entries (a bucket holds one buffer at most), n_bufs in use */
     int n_bufs;
@@ -33,7 +33,7 @@ struct grad_pool {
     size_t bytes;
 };
 
-ddp_status grad_pool_create(ddp_ctx *ctx, int n_buckets, size_t min_n, ddp_dtype grad_t,
+ddp_status grad_pool_create(ddp_ctx *ctx, int n_buckets, const size_t *alloc_n, ddp_dtype grad_t,
                             ddp_dtype wire_t, grad_pool **out)
 {
     *out = NULL;
@@ -42,8 +42,9 @@ ddp_status grad_pool_create(ddp_ctx *ctx, int n_buckets, size_t min_n, ddp_dtype
         p->bufs = calloc((size_t)n_buckets, sizeof *p->bufs);
         p->held = malloc((size_t)n_buckets * sizeof *p->held);
         p->last = malloc((size_t)n_buckets * sizeof *p->last);
+        p->alloc_n = malloc((size_t)n_buckets * sizeof *p->alloc_n);
     }
-    if (!p || !p->bufs || !p->held || !p->last) {
+    if (!p || !p->bufs || !p->held || !p->last || !p->alloc_n) {
         DDP_ERROR("reducer: out of memory for the table of %d bucket buffers", n_buckets);
         grad_pool_destroy(p);
         return DDP_ERR_NOMEM;
@@ -51,10 +52,11 @@ ddp_status grad_pool_create(ddp_ctx *ctx, int n_buckets, size_t min_n, ddp_dtype
     p->ctx = ctx;
     p->grad_t = grad_t;
     p->wire_t = wire_t;
-    p->min_n = min_n;
     p->n_buckets = n_buckets;
-    for (int b = 0; b < n_buckets; b++)
+    for (int b = 0; b < n_buckets; b++) {
         p->held[b] = p->last[b] = -1;
+        p->alloc_n[b] = alloc_n[b];
+    }
     *out = p;
     return DDP_OK;
 }
@@ -70,6 +72,7 @@ void grad_pool_destroy(grad_pool *p)
     free(p->bufs);
     free(p->held);
     free(p->last);
+    free(p->alloc_n);
     free(p);
 }
 
@@ -87,11 +90,11 @@ static int pool_find(const grad_pool *p, int b, size_t n)
     return best;
 }
 
-/* A new buffer of max(n, min_n) elements; -1 when out of memory (logged). */
-static int pool_grow(grad_pool *p, size_t n)
+/* A new buffer of max(n, bucket b's allocation size) elements; -1 when out of memory (logged). */
+static int pool_grow(grad_pool *p, int b, size_t n)
 {
     pool_buf *f = &p->bufs[p->n_bufs];
-    size_t cap = n > p->min_n ? n : p->min_n;
+    size_t cap = n > p->alloc_n[b] ? n : p->alloc_n[b];
     f->grads = ddp_alloc(p->ctx, cap * ddp_dtype_size(p->grad_t));
     f->wire = p->wire_t != p->grad_t ? ddp_alloc(p->ctx, cap * ddp_dtype_size(p->wire_t)) : NULL;
     if (!f->grads || (p->wire_t != p->grad_t && !f->wire)) {
@@ -114,7 +117,7 @@ ddp_status grad_pool_take(grad_pool *p, int b, size_t n, void **grads, void **wi
     *fresh = p->held[b] < 0;
     if (*fresh) {
         int i = pool_find(p, b, n);
-        if (i < 0 && (i = pool_grow(p, n)) < 0)
+        if (i < 0 && (i = pool_grow(p, b, n)) < 0)
             return DDP_ERR_NOMEM;
         p->bufs[i].holder = b;
         p->held[b] = p->last[b] = i;

@@ -131,9 +131,10 @@ int bucket_plan_same(const bucket_plan *a, const bucket_plan *b);
  * given back once its reduce-scatter has been waited for. */
 typedef struct grad_pool grad_pool;
 
-/* A pool for n_buckets buckets whose buffers hold at least min_n elements of grad_t (and as many
- * of wire_t beside them when the types differ). DDP_ERR_NOMEM (logged); *out NULL then. */
-ddp_status grad_pool_create(ddp_ctx *ctx, int n_buckets, size_t min_n, ddp_dtype grad_t,
+/* A pool for n_buckets buckets; a new buffer for bucket b holds alloc_n[b] elements (copied; at
+ * least the bucket's) of grad_t, and as many of wire_t beside them when the types differ.
+ * DDP_ERR_NOMEM (logged); *out NULL then. */
+ddp_status grad_pool_create(ddp_ctx *ctx, int n_buckets, const size_t *alloc_n, ddp_dtype grad_t,
                             ddp_dtype wire_t, grad_pool **out);
 /* Frees every buffer (ddp_free: after libddp's queued work); NULL is ignored. */
 void grad_pool_destroy(grad_pool *p);

@@ -275,13 +275,26 @@ static ddp_status reducer_check_create(const ddp_ctx *ctx, const void *grads, co
     return DDP_OK;
 }
 
+/* Bucket-owned gradients: the size of a new buffer for each bucket. The buckets after the first
+ * that fit the cap share buffers of the largest of them; the first (its own, smaller cap) and a
+ * parameter over the cap (alone in its bucket) get their own size. fill: n_buckets entries. */
+static void reducer_owned_sizes(const ddp_reducer *r, size_t *fill)
+{
+    const bucket_plan *pl = &r->plan;
+    size_t cap_n = r->cap_bytes / sizeof(float), shared = 0; /* the caps count 4-byte elements */
+    for (int b = 1; b < pl->n_buckets; b++)
+        if (pl->buckets[b].n <= cap_n && pl->buckets[b].n > shared)
+            shared = pl->buckets[b].n;
+    for (int b = 0; b < pl->n_buckets; b++)
+        fill[b] = b > 0 && pl->buckets[b].n <= cap_n ? shared : pl->buckets[b].n;
+}
+
 /* Bucket-owned gradients: each parameter's place in its bucket's buffer (the bucket's parameters
- * in ascending index, i.e. its runs in ascending offset, packed end to end) and the pool, whose
- * buffers hold a whole bucket under the cap whatever its size. */
+ * in ascending index, i.e. its runs in ascending offset, packed end to end) and the pool. */
 static ddp_status reducer_owned_setup(ddp_reducer *r)
 {
     const bucket_plan *pl = &r->plan;
-    size_t *fill = calloc((size_t)pl->n_buckets, sizeof *fill), largest = 0;
+    size_t *fill = calloc((size_t)pl->n_buckets, sizeof *fill);
     r->pack_off = malloc((size_t)r->n_params * sizeof *r->pack_off);
     if (!fill || !r->pack_off) {
         free(fill);
@@ -294,12 +307,11 @@ static ddp_status reducer_owned_setup(ddp_reducer *r)
         r->pack_off[p] = fill[b];
         fill[b] += r->numel[p];
     }
+    reducer_owned_sizes(r, fill);
+    ddp_status st = grad_pool_create(r->ctx, pl->n_buckets, fill, r->grad_dtype, r->wire_dtype,
+                                     &r->pool);
     free(fill);
-    for (int b = 0; b < pl->n_buckets; b++)
-        largest = pl->buckets[b].n > largest ? pl->buckets[b].n : largest;
-    size_t min_n = r->cap_bytes / sizeof(float); /* the caps count 4 bytes per element */
-    return grad_pool_create(r->ctx, pl->n_buckets, min_n < largest ? min_n : largest,
-                            r->grad_dtype, r->wire_dtype, &r->pool);
+    return st;
 }
 
 /* Bucket-owned gradients, collective (one host all-reduce that every rank joins, whatever `st`,
