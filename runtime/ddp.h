@@ -582,7 +582,8 @@ typedef struct ddp_reducer_opts {
      * destroyed. Ignored on CPU. */
     void *stream;
     int defer_launch;       /* non-zero: no overlap; every bucket is launched by finish(), after
-                               the backward pass (default 0: launched as soon as it is ready) */
+                               the backward pass (default 0: launched as soon as it is ready);
+                               bucket-owned gradients then keep every bucket's buffer alive */
     int static_buckets;     /* non-zero: never rebuild the buckets in ready order (no gather in
                                the first finish); must be the same on every rank (default 0) */
     int strict_order;       /* non-zero: ranks marking the first sync step in different orders
