@@ -551,7 +551,9 @@ DDP_API ddp_status ddp_shard_range(size_t total, int world_size, int rank, size_
  * naming the first rank and position that differ; with strict_order it is DDP_ERR_MISMATCH on
  * every rank). After a rebuild a bucket's first_param / last_param are its lowest / highest
  * parameter, offset its lowest element, n its element count: they no longer describe one slice;
- * ddp_reducer_bucket_params lists its parameters.
+ * ddp_reducer_bucket_params lists its parameters. Bucket-owned gradients (zero_stage 2 without a
+ * gradient buffer, ddp_reducer_grad_ptr) plan their buckets in opts.ready_order from the start
+ * and never rebuild them.
  */
 typedef struct ddp_reducer ddp_reducer;
 

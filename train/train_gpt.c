@@ -4,13 +4,13 @@
  * verified; the loader gives each rank disjoint windows of B x T + 1 tokens, shuffled per epoch;
  * an optimizer step is accum micro-batches whose gradients the reducer averages during the last
  * backward pass (--zero 2: reduce-scatters during every backward pass, from its bucket buffers,
- * the model having no gradient buffer); then the global gradient norm (the same on every rank, computed from the
- * averaged gradients) sets the clipping factor, and AdamW applies the step with the learning rate
- * of the schedule (linear warm-up, cosine decay to lr x lr_floor). The ranks agree on stop
- * requests and non-finite losses as the MNIST trainer does (ddp_train.c), so checkpoints, resume,
- * requeue and the NaN policy behave the same; the loader's position is the checkpoint's
- * (epoch, step_in_epoch), so resuming is exact. Validation counts every target token of the
- * validation shards once over all ranks.
+ * the model having no gradient buffer); then the global gradient norm (the same on every rank,
+ * computed from the averaged gradients) sets the clipping factor, and AdamW applies the step with
+ * the learning rate of the schedule (linear warm-up, cosine decay to lr x lr_floor). The ranks
+ * agree on stop requests and non-finite losses as the MNIST trainer does (ddp_train.c), so
+ * checkpoints, resume, requeue and the NaN policy behave the same; the loader's position is the
+ * checkpoint's (epoch, step_in_epoch), so resuming is exact. Validation counts every target token
+ * of the validation shards once over all ranks.
  */
 #include "train_gpt.h"
 
@@ -278,8 +278,9 @@ static ddp_status gpt_build(gpt_trainer *t)
      * --zero 2: the reducer owns the gradients (the model has no gradient buffer), in buckets
      * planned in the order backward marks, whose buffers pack their runs themselves. */
     ro.static_buckets = o->zero == 1;
-    int *order = o->zero == 2 ? malloc((size_t)gpt2_n_params(t->g) * sizeof *order) : NULL;
-    if (o->zero == 2) { /* creating the reducer is collective then: nobody may skip it */
+    int *order = NULL;
+    if (o->zero == 2) { /* creating the reducer is collective then: no rank may skip it */
+        order = malloc((size_t)gpt2_n_params(t->g) * sizeof *order);
         gpt_must(t, order ? DDP_OK : DDP_ERR_NOMEM, "allocating the ready order");
         gpt2_ready_order(t->g, order);
         ro.ready_order = order;
