@@ -14,7 +14,8 @@
 # the transients) give the figure (its VmHWM printed beside the budget).
 #
 # Usage: benchmarks/gpt_memory.sh [BUILD_DIR (build-release)] [OUT_DIR (runs/gpt-memory)]
-#   ROUNDS (2), BUDGET_MIB (3072), DATA ('data/text/austen_train_*.bin'), PARTS ("1 2").
+#   ROUNDS (2), BUDGET_MIB (3072), DATA ('data/text/austen_train_*.bin'), PARTS ("1 2"),
+#   VARIANTS (part 2's, "z0 z1 z2 z1-recompute": a rerun of some of them).
 # Writes OUT_DIR/table.md, OUT_DIR/capacity.md, OUT_DIR/memory.dat and OUT_DIR/memory.png (gnuplot).
 set -euo pipefail
 
@@ -100,6 +101,7 @@ part2() {
     echo "| --- | ---: | ---: | ---: | ---: | ---: |" >>"$out/capacity.md"
     for v in "z0:--zero 0" "z1:--zero 1" "z2:--zero 2" "z1-recompute:--zero 1 --recompute"; do
         local tag="${v%%:*}" args="${v#*:}"
+        [[ " ${VARIANTS:-z0 z1 z2 z1-recompute} " == *" $tag "* ]] || continue
         # shellcheck disable=SC2086
         run "cap-$tag-L2" 2 $base --layers 2 $args
         # shellcheck disable=SC2086

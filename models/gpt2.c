@@ -1,7 +1,9 @@
 /* gpt2.c - GPT-2 (gpt2.h) on an ops handle: parameters, gradients and AdamW moments each in ONE
  * backend allocation in llm.c's tensor-major layout, activations sized for max_batch x seq, the
  * forward and backward passes (each parameter slice marked ready as soon as its gradient is
- * final) and the AdamW step. llm.c's model files are in gpt2_llmc.c.
+ * final) and the AdamW step. With opts.reducer_grads there is no gradient allocation: backward
+ * writes each slice where the reducer says (its bucket's buffer, ZeRO stage 2). llm.c's model
+ * files are in gpt2_llmc.c.
  */
 #include <limits.h>
 #include <math.h>
@@ -97,7 +99,8 @@ struct gpt2 {
     unsigned char *tensor_of;         // (n_params) the tensor each slice belongs to
     size_t numel_total;
     float *params;   // (numel_total) fp32 master weights
-    float *grads;    // (numel_total)
+    float *grads;    // (numel_total); NULL with opts.reducer_grads
+    ddp_reducer *grad_r; /* opts.reducer_grads: the reducer of the backward pass under way */
     float *adam_m;   // (opt_n) elements [opt_off, opt_off + opt_n) of the layout
     float *adam_v;   // (opt_n)
     size_t opt_off, opt_n; /* the optimizer's range: 0, numel_total unless sharded */
@@ -232,7 +235,22 @@ static int slice(const gpt2 *g, int t, int l)
 }
 
 static float *param(gpt2 *g, int t, int l) { return g->params + g->offset[slice(g, t, l)]; }
-static float *grad(gpt2 *g, int t, int l) { return g->grads + g->offset[slice(g, t, l)]; }
+
+/* Where backward adds tensor t's slice of layer l's gradient: the flat buffer, or with
+ * opts.reducer_grads the place the reducer gives it in this micro-step (inside its bucket's
+ * buffer, zeroed when the bucket takes it). Every gradient access goes through here. */
+static ddp_status grad(gpt2 *g, int t, int l, float **out)
+{
+    int i = slice(g, t, l);
+    if (!g->opts.reducer_grads) {
+        *out = g->grads + g->offset[i];
+        return DDP_OK;
+    }
+    void *p = NULL;
+    ddp_status st = ddp_reducer_grad_ptr(g->grad_r, i, &p);
+    *out = p;
+    return st;
+}
 /* A weight in the model's precision: what the matmuls read. */
 static const void *cweight(gpt2 *g, int t, int l)
 {
@@ -367,10 +385,10 @@ static ddp_status alloc_state(gpt2 *g)
                                &g->opt_off, &g->opt_n));
     size_t opt_bytes = (g->opt_n > 0 ? g->opt_n : 1) * sizeof(float);
     g->params = ddp_alloc(g->ctx, n_bytes);
-    g->grads = ddp_alloc(g->ctx, n_bytes);
+    g->grads = g->opts.reducer_grads ? NULL : ddp_alloc(g->ctx, n_bytes);
     g->adam_m = ddp_alloc(g->ctx, opt_bytes);
     g->adam_v = ddp_alloc(g->ctx, opt_bytes);
-    if (!g->params || !g->grads || !g->adam_m || !g->adam_v)
+    if (!g->params || (!g->grads && !g->opts.reducer_grads) || !g->adam_m || !g->adam_v)
         return DDP_ERR_NOMEM;
     g->cparams = g->params;
     if (g->opts.precision != DDP_FP32) {
@@ -498,7 +516,7 @@ void gpt2_memory_get(const gpt2 *g, gpt2_memory *out)
 {
     size_t f32 = g->numel_total * sizeof(float);
     out->params = f32 + (g->cparams != g->params ? g->numel_total * g->es : 0);
-    out->grads = f32;
+    out->grads = g->grads ? f32 : 0;
     out->optimizer = 2 * g->opt_n * sizeof(float);
     out->activations = g->act_bytes;
 }
@@ -734,10 +752,13 @@ static ddp_status linear_bwd(gpt2 *g, ddp_reducer *r, int t, int l, const void *
     ddp_dtype p = g->opts.precision;
     int rows = g->B * g->T;
     const void *dyp;
+    float *dw, *db;
     TRY_OK(as_p(g, dy, g->d.dy_c, (size_t)rows * out, &dyp));
-    TRY_OK(o->linear_bwd_params(o, p, x, dyp, rows, in, out, NULL, grad(g, t + 1, l), true));
+    TRY_OK(grad(g, t + 1, l, &db));
+    TRY_OK(o->linear_bwd_params(o, p, x, dyp, rows, in, out, NULL, db, true));
     TRY_OK(mark(g, r, t + 1, l));
-    TRY_OK(o->linear_bwd_params(o, p, x, dyp, rows, in, out, grad(g, t, l), NULL, true));
+    TRY_OK(grad(g, t, l, &dw));
+    TRY_OK(o->linear_bwd_params(o, p, x, dyp, rows, in, out, dw, NULL, true));
     TRY_OK(mark(g, r, t, l));
     void *dxp = is_fp32(g) ? (void *)dx : g->d.dx_c;
     TRY_OK(o->linear_bwd_input(o, p, cweight(g, t, l), dyp, rows, in, out, dxp));
@@ -749,8 +770,11 @@ static ddp_status ln_bwd(gpt2 *g, ddp_reducer *r, int t, int l, const float *x, 
                          const float *rstd)
 {
     const ops_handle *o = g->ops;
-    TRY_OK(o->layernorm_bwd(o, g->d.dresidual, grad(g, t, l), grad(g, t + 1, l), g->d.dln, x,
-                            param(g, t, l), mean, rstd, g->B * g->T, g->cfg.channels));
+    float *dw, *db;
+    TRY_OK(grad(g, t, l, &dw));
+    TRY_OK(grad(g, t + 1, l, &db));
+    TRY_OK(o->layernorm_bwd(o, g->d.dresidual, dw, db, g->d.dln, x, param(g, t, l), mean, rstd,
+                            g->B * g->T, g->cfg.channels));
     TRY_OK(mark(g, r, t + 1, l));
     return mark(g, r, t, l);
 }
@@ -795,11 +819,12 @@ static ddp_status head_bwd(gpt2 *g, ddp_reducer *r, float loss_scale)
     int rows = g->B * g->T, C = g->cfg.channels, Vp = g->cfg.padded_vocab;
     size_t n = (size_t)rows * Vp;
     const void *dlogits;
+    float *dwte;
     if (loss_scale != 1.0f)
         TRY_OK(o->scale(o, g->a.logits, n, loss_scale));
     TRY_OK(as_p(g, g->a.logits, g->d.dlogits_c, n, &dlogits));
-    TRY_OK(o->linear_bwd_params(o, p, g->a.lnf, dlogits, rows, C, Vp, grad(g, T_WTE, 0), NULL,
-                                true));
+    TRY_OK(grad(g, T_WTE, 0, &dwte));
+    TRY_OK(o->linear_bwd_params(o, p, g->a.lnf, dlogits, rows, C, Vp, dwte, NULL, true));
     void *dxp = is_fp32(g) ? (void *)g->d.dln : g->d.dx_c;
     TRY_OK(o->linear_bwd_input(o, p, cweight(g, T_WTE, 0), dlogits, rows, C, Vp, dxp));
     if (!is_fp32(g))
@@ -831,7 +856,13 @@ ddp_status gpt2_backward(gpt2 *g, ddp_reducer *r, float loss_scale)
         DDP_ERROR("gpt2_backward: no forward pass with targets for backward to differentiate");
         return DDP_ERR_STATE;
     }
+    if (g->opts.reducer_grads && !r) {
+        DDP_ERROR("gpt2_backward: the gradients live in the reducer's buckets (gpt2_opts."
+                  "reducer_grads): pass the reducer");
+        return DDP_ERR_INVALID_ARG;
+    }
     g->pending = false;
+    g->grad_r = r;
     TRY_OK(head_bwd(g, r, loss_scale));
     for (int l = g->cfg.layers - 1; l >= 0; l--) {
         TRY_OK(recompute_fwd(g, l));
@@ -840,15 +871,35 @@ ddp_status gpt2_backward(gpt2 *g, ddp_reducer *r, float loss_scale)
         TRY_OK(attn_bwd(g, r, l));
         ddp_trace_end("backward.layer", l);
     }
-    TRY_OK(g->ops->encoder_bwd(g->ops, grad(g, T_WTE, 0), grad(g, T_WPE, 0), g->d.dresidual,
-                               g->a.tokens, g->B, g->T, g->cfg.channels));
+    float *dwte, *dwpe;
+    TRY_OK(grad(g, T_WTE, 0, &dwte));
+    TRY_OK(grad(g, T_WPE, 0, &dwpe));
+    TRY_OK(g->ops->encoder_bwd(g->ops, dwte, dwpe, g->d.dresidual, g->a.tokens, g->B, g->T,
+                               g->cfg.channels));
     TRY_OK(mark(g, r, T_WPE, 0));
     return mark(g, r, T_WTE, 0);
 }
 
+void gpt2_ready_order(const gpt2 *g, int *order)
+{
+    /* a layer's slices as mlp_bwd, then attn_bwd mark them: each linear (linear_bwd) and each
+     * LayerNorm (ln_bwd) its bias, then its weight */
+    static const int layer_marks[LAYER_TENSORS] = {
+        T_FCPROJB, T_FCPROJW, T_FCB, T_FCW, T_LN2B, T_LN2W,         /* mlp_bwd */
+        T_ATTPROJB, T_ATTPROJW, T_QKVB, T_QKVW, T_LN1B, T_LN1W};    /* attn_bwd */
+    int k = 0;
+    order[k++] = slice(g, T_LNFB, 0); /* head_bwd */
+    order[k++] = slice(g, T_LNFW, 0);
+    for (int l = g->cfg.layers - 1; l >= 0; l--)
+        for (int j = 0; j < LAYER_TENSORS; j++)
+            order[k++] = slice(g, layer_marks[j], l);
+    order[k++] = slice(g, T_WPE, 0); /* the encoder's, wte after its LM head's part */
+    order[k] = slice(g, T_WTE, 0);
+}
+
 ddp_status gpt2_zero_grad(gpt2 *g)
 {
-    return ddp_zero(g->ctx, g->grads, g->numel_total * sizeof(float));
+    return g->grads ? ddp_zero(g->ctx, g->grads, g->numel_total * sizeof(float)) : DDP_OK;
 }
 
 /* ---- optimizer ----------------------------------------------------------------------------- */
@@ -861,6 +912,11 @@ ddp_status gpt2_adamw_step_range(gpt2 *g, const float *grads, float lr, float be
     if (t < 1) {
         DDP_ERROR("gpt2_adamw_step: step %d (the first is 1)", t);
         return DDP_ERR_INVALID_ARG;
+    }
+    if (!grads && !g->grads) {
+        DDP_ERROR("gpt2_adamw_step: the model has no gradient buffer (gpt2_opts.reducer_grads): "
+                  "pass the reducer's shard of averaged gradients");
+        return DDP_ERR_STATE;
     }
     g->cparams_stale = true;
     size_t lo = g->opt_off, hi = g->opt_off + g->opt_n;

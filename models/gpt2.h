@@ -59,6 +59,13 @@ typedef struct gpt2_opts {
                            reducer's shard (gpt2_adam_m / _v hold element offset + i at i; step
                            with gpt2_adamw_step_range); 0 or 1: every element's */
     int shard_rank;
+    bool reducer_grads; /* ZeRO stage 2 without a gradient buffer: the model allocates none;
+                           gpt2_backward writes each slice's gradient where the reducer says
+                           (ddp_reducer_grad_ptr: a reducer created with grads NULL, zero_stage 2
+                           and ready_order gpt2_ready_order), so its r must not be NULL;
+                           gpt2_grads is NULL, gpt2_zero_grad does nothing (a bucket is zeroed
+                           when the reducer hands it out), gpt2_adamw_step_range needs the
+                           reducer's shard (grads not NULL) */
     bool recompute;     /* activation recomputation: forward keeps each block's output residual
                            stream (L, B, T, C) but the other per-layer activations for ONE layer
                            only; backward runs each block's forward again (all but mlp.c_proj,
@@ -89,7 +96,7 @@ bool gpt2_param_decays(const gpt2 *g, int i);
 /* Flat backend buffers, fp32, same layout. The model refreshes its 16-bit weight copy before the
  * next forward pass, so the caller may change the values through gpt2_params. */
 float *gpt2_params(gpt2 *g);
-float *gpt2_grads(gpt2 *g);
+float *gpt2_grads(gpt2 *g); /* NULL under opts.reducer_grads */
 float *gpt2_adam_m(gpt2 *g);
 float *gpt2_adam_v(gpt2 *g);
 
@@ -103,9 +110,15 @@ ddp_status gpt2_forward(gpt2 *g, const int *tokens, const int *targets, int B, i
 const float *gpt2_logits(const gpt2 *g);
 /* Backward of the last forward (for_backward): ADDS d(loss_scale * mean loss) to the gradients
  * and marks each parameter slice ready on r (when not NULL) as soon as its gradient is final.
- * DDP_ERR_STATE without such a forward. */
+ * DDP_ERR_STATE without such a forward; DDP_ERR_INVALID_ARG without r under opts.reducer_grads;
+ * a failure of ddp_reducer_grad_ptr or ddp_reducer_mark_ready is returned as it is. */
 ddp_status gpt2_backward(gpt2 *g, ddp_reducer *r, float loss_scale);
-/* Zeroes the gradients (queued, no host wait). */
+/* The order in which gpt2_backward marks the slices ready (gpt2_n_params entries): ln_f, then
+ * each layer from the last, its MLP then its attention (each linear's bias then weight, each
+ * LayerNorm's bias then weight), then wpe and wte (written first by the LM head, marked last).
+ * The reducer's ready_order for opts.reducer_grads. */
+void gpt2_ready_order(const gpt2 *g, int *order);
+/* Zeroes the gradients (queued, no host wait); nothing under opts.reducer_grads. */
 ddp_status gpt2_zero_grad(gpt2 *g);
 /* AdamW on every parameter, weight decay on the 2-D weights only (gpt2_param_decays); the
  * gradients are multiplied by grad_scale first (clipping: min(1, max_norm / norm)). t >= 1. */
@@ -117,15 +130,16 @@ void gpt2_optimizer_range(const gpt2 *g, size_t *offset, size_t *n);
 /* gpt2_adamw_step on the optimizer's range only: the parameters outside it are left as they are
  * (a sharded step: the reducer's all-gather brings them). grads: the range's averaged gradients,
  * element i the flat buffer's offset + i (the reducer's stage-2 shard buffer), or NULL for the
- * model's own gradient buffer at the range's offsets. Same element-wise math as
- * gpt2_adamw_step, so a sharded step gives bit-identical parameters in its range. */
+ * model's own gradient buffer at the range's offsets (DDP_ERR_STATE under opts.reducer_grads,
+ * which has none). Same element-wise math as gpt2_adamw_step, so a sharded step gives
+ * bit-identical parameters in its range. */
 ddp_status gpt2_adamw_step_range(gpt2 *g, const float *grads, float lr, float beta1, float beta2,
                                  float eps, float weight_decay, int t, float grad_scale);
 
 /* Bytes of backend memory the model holds, by kind. */
 typedef struct gpt2_memory {
     size_t params;      /* fp32 master weights (+ the 16-bit copy for bf16/fp16) */
-    size_t grads;
+    size_t grads;       /* 0 under opts.reducer_grads (the reducer holds them) */
     size_t optimizer;   /* the two AdamW moments (shard-sized after gpt2_shard_optimizer) */
     size_t activations; /* everything kept for backward, plus scratch */
 } gpt2_memory;

@@ -370,16 +370,25 @@ static ddp_status nccl_allreduce_start(comm_group *c, void *buf, size_t n, ddp_d
 }
 
 /* The reduce-scatter's calls: ncclReduceScatter for equal blocks, else one ncclReduce per rank
- * (root q receives block q) inside a group. Call with s->lock held. */
+ * (root q receives block q) inside a group. recv == send is the in-place form of comm_ops: recv
+ * becomes this rank's block of send, which NCCL's user guide ("In-place Operations") makes in
+ * place for both calls (ncclReduceScatter: recvbuff == sendbuff + rank * recvcount; ncclReduce:
+ * sendbuff == recvbuff on the root). Call with s->lock held. */
 static ddp_status nccl_issue_reduce_scatter(nccl_state *s, const void *send, void *recv,
                                             const size_t *counts, ddp_dtype dtype,
                                             ddp_reduce_op op)
 {
-    int world = 0;
+    int world = 0, rank = 0;
     TRY_NCCL(ncclCommCount(s->comm, &world));
+    TRY_NCCL(ncclCommUserRank(s->comm, &rank));
     int equal = 1;
+    size_t mine = 0;
     for (int q = 1; q < world; q++)
         equal = equal && counts[q] == counts[0];
+    for (int q = 0; q < rank; q++)
+        mine += counts[q];
+    if (recv == send)
+        recv = (char *)recv + mine * ddp_dtype_size(dtype);
     if (equal) {
         TRY_NCCL(ncclReduceScatter(send, recv, counts[0], nccl_type(dtype), nccl_op(op), s->comm,
                                    s->stream));

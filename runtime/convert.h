@@ -1,6 +1,7 @@
 /* convert.h - the element-type operations the reducer and the loss scaler need on backend memory:
- * cast between fp32 and bf16/fp16, scale in place, find inf/NaN. Host versions (convert.c) and
- * CUDA versions (convert_cuda.cu) run the same scalar code (half.h).
+ * cast between fp32 and bf16/fp16, scale in place, add a cast buffer into another, zero, find
+ * inf/NaN. Host versions (convert.c) and CUDA versions (convert_cuda.cu) run the same scalar code
+ * (half.h).
  *
  * Private to libddp. Types are ddp_dtype values limited to DDP_FP32, DDP_BF16 and DDP_FP16.
  * `stream` is a cudaStream_t (NULL: the backend's stream); ignored for host memory.
@@ -28,6 +29,8 @@ void convert_host_cast_scale(void *dst, ddp_dtype dst_t, const void *src, ddp_dt
                              float alpha);
 /* 1 when any of x[0..n) is inf or NaN, else 0. */
 int convert_host_nonfinite(const void *x, ddp_dtype t, size_t n);
+/* dst[i] += src[i] converted, the sum computed in fp32 and rounded to dst_t (nearest even). */
+void convert_host_cast_add(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n);
 
 /* The same on the context's backend memory (host memory on the CPU backend). DDP_ERR_CUDA when a
  * launch fails (logged), DDP_ERR_UNSUPPORTED for CUDA in a build without it. */
@@ -37,6 +40,10 @@ ddp_status convert_dev_cast_scale(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t
                                   ddp_dtype src_t, size_t n, float alpha, void *stream);
 ddp_status convert_dev_scale(const ddp_ctx *ctx, void *x, ddp_dtype t, size_t n, float alpha,
                              void *stream);
+ddp_status convert_dev_cast_add(const ddp_ctx *ctx, void *dst, ddp_dtype dst_t, const void *src,
+                                ddp_dtype src_t, size_t n, void *stream);
+/* x[0..n) = 0 (n elements of t), queued on `stream` like the others (ddp_zero uses libddp's). */
+ddp_status convert_dev_zero(const ddp_ctx *ctx, void *x, ddp_dtype t, size_t n, void *stream);
 /* *found = 1 when any element is inf or NaN. On CUDA it waits for the check on `stream`. */
 ddp_status convert_dev_nonfinite(const ddp_ctx *ctx, const void *x, ddp_dtype t, size_t n,
                                  int *found, void *stream);
@@ -45,6 +52,9 @@ ddp_status convert_dev_nonfinite(const ddp_ctx *ctx, const void *x, ddp_dtype t,
 ddp_status convert_cuda_cast(void *dst, int dst_t, const void *src, int src_t, size_t n, void *stream);
 ddp_status convert_cuda_scale_typed(void *x, int t, size_t n, float alpha, void *stream);
 ddp_status convert_cuda_nonfinite(const void *x, int t, size_t n, int *found, void *stream);
+ddp_status convert_cuda_cast_add(void *dst, int dst_t, const void *src, int src_t, size_t n,
+                                 void *stream);
+ddp_status convert_cuda_zero(void *x, size_t n_bytes, void *stream);
 /* norm.c's sum of squares on CUDA (norm_cuda.cu): *out = sum of x[i]^2 in fp64, in a fixed tree
  * that depends only on n; the host waits for it under the deadline. DDP_ERR_CUDA, DDP_ERR_NOMEM,
  * or the wait's DDP_ERR_TIMEOUT / DDP_ERR_NCCL on failure (logged), *out untouched. */

@@ -1,5 +1,6 @@
 /* convert_cuda.cu - CUDA twins of convert.c's element-type operations (cast between fp32 and
- * bf16/fp16, scale, inf/NaN check) for the reducer and the loss scaler, over half.h.
+ * bf16/fp16, scale, add a cast buffer, zero, inf/NaN check) for the reducer and the loss scaler,
+ * over half.h.
  *
  * Two sections: kernels, then launchers. Every launcher runs on the given stream (NULL: the
  * backend's stream, cuda_stream()) and ends with a cudaGetLastError check. Type codes are
@@ -44,6 +45,15 @@ __global__ void scale_typed_kernel(void *x, int t, size_t n, float alpha)
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         convert_dev_store(x, t, i, convert_dev_load(x, t, i) * alpha);
+}
+
+/* dst[i] += src[i], added in fp32 and rounded to dst's type. */
+__global__ void cast_add_kernel(void *dst, int dst_t, const void *src, int src_t, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        convert_dev_store(dst, dst_t, i,
+                          convert_dev_load(dst, dst_t, i) + convert_dev_load(src, src_t, i));
 }
 
 /* Sets *flag to 1 when any element is inf or NaN (a benign race: every writer writes 1). */
@@ -96,6 +106,24 @@ extern "C" ddp_status convert_cuda_scale_typed(void *x, int t, size_t n, float a
     scale_typed_kernel<<<conv_grid(n), conv_block, 0, conv_stream(stream)>>>(
         x, t, n, alpha);
     return conv_check(cudaGetLastError(), "scale_typed_kernel launch");
+}
+
+extern "C" ddp_status convert_cuda_cast_add(void *dst, int dst_t, const void *src, int src_t,
+                                            size_t n, void *stream)
+{
+    if (n == 0)
+        return DDP_OK;
+    cast_add_kernel<<<conv_grid(n), conv_block, 0, conv_stream(stream)>>>(dst, dst_t, src, src_t, n);
+    return conv_check(cudaGetLastError(), "cast_add_kernel launch");
+}
+
+/* Stream-ordered, unlike ddp_zero (libddp's stream): the reducer zeroes a recycled bucket buffer
+ * on its own stream, after that stream's wait for the buffer's last reduce-scatter. */
+extern "C" ddp_status convert_cuda_zero(void *x, size_t n_bytes, void *stream)
+{
+    if (n_bytes == 0)
+        return DDP_OK;
+    return conv_check(cudaMemsetAsync(x, 0, n_bytes, conv_stream(stream)), "cudaMemsetAsync");
 }
 
 /* The flag lives in device memory allocated per call (once per optimizer step). The host waits

@@ -528,7 +528,8 @@ DDP_API ddp_status ddp_shard_range(size_t total, int world_size, int rank, size_
  *   ddp_reducer_finish(r);               waits for every bucket; gradients are then the mean
  *                                        over ranks and over the micro-steps since the last sync
  *
- * With sync = 0 nothing is communicated: gradients accumulate locally; finish() is not called.
+ * With sync = 0 nothing is communicated: gradients accumulate locally; finish() is not called
+ * (bucket-owned gradients, ddp_reducer_grad_ptr, communicate in every micro-step).
  * On the sync step every parameter must be marked exactly once (an unmarked parameter is
  * DDP_ERR_STATE from finish, naming it). Buckets are launched in bucket order on every rank (a
  * complete bucket waits for the earlier ones), so any marking order gives the right sums; the
@@ -550,7 +551,9 @@ DDP_API ddp_status ddp_shard_range(size_t total, int world_size, int rank, size_
  * naming the first rank and position that differ; with strict_order it is DDP_ERR_MISMATCH on
  * every rank). After a rebuild a bucket's first_param / last_param are its lowest / highest
  * parameter, offset its lowest element, n its element count: they no longer describe one slice;
- * ddp_reducer_bucket_params lists its parameters.
+ * ddp_reducer_bucket_params lists its parameters. Bucket-owned gradients (zero_stage 2 without a
+ * gradient buffer, ddp_reducer_grad_ptr) plan their buckets in opts.ready_order from the start
+ * and never rebuild them.
  */
 typedef struct ddp_reducer ddp_reducer;
 
@@ -581,7 +584,8 @@ typedef struct ddp_reducer_opts {
      * destroyed. Ignored on CPU. */
     void *stream;
     int defer_launch;       /* non-zero: no overlap; every bucket is launched by finish(), after
-                               the backward pass (default 0: launched as soon as it is ready) */
+                               the backward pass (default 0: launched as soon as it is ready);
+                               bucket-owned gradients then keep every bucket's buffer alive */
     int static_buckets;     /* non-zero: never rebuild the buckets in ready order (no gather in
                                the first finish); must be the same on every rank (default 0) */
     int strict_order;       /* non-zero: ranks marking the first sync step in different orders
@@ -606,12 +610,16 @@ typedef struct ddp_reducer_opts {
      *    one), and this rank's pieces are received into a buffer of the shard's size.
      * 2: as 1, but the averaged shard goes into a reducer-owned buffer of the shard's size
      *    (ddp_reducer_shard_grads, elements of grad_dtype, element i is the flat buffer's
-     *    offset + i) and the caller's gradient buffer is scratch after finish (undefined
-     *    everywhere). Today the caller still owns a full-size gradient buffer that the backward
-     *    pass accumulates into, so stage 2 saves memory only once the program reuses that buffer
-     *    (e.g. per-bucket gradient buffers recycled after each bucket's reduce-scatter, which
-     *    the reducer does not do yet: see docs/libddp.md). */
+     *    offset + i). With a gradient buffer (grads not NULL) the caller's buffer is scratch
+     *    after finish (undefined everywhere), and the full gradients still live in it: no saving
+     *    over stage 1. Bucket-owned gradients (grads NULL) save them: see ddp_reducer_grad_ptr. */
     int zero_stage;
+    /* Bucket-owned gradients only (grads NULL, zero_stage 2): the order in which the program
+     * marks its parameters ready, a permutation of [0, n_params) (read during create, not kept);
+     * the buckets are planned in it from the first step and never rebuilt. NULL: reverse
+     * parameter order. Must be the same on every rank (create checks). Marking in another
+     * order stays correct (every rank warns once) but holds bucket buffers longer. */
+    const int *ready_order;
 } ddp_reducer_opts;
 
 /* What the reducer's buckets follow (ddp_reducer_bucket_order). */
@@ -627,9 +635,13 @@ typedef enum ddp_bucket_order {
 DDP_API void ddp_reducer_opts_default(ddp_reducer_opts *opts);
 
 /* grads: the flat gradient buffer in backend memory, elements of opts->grad_dtype (kept, not
- * owned); numel: element count of each of the n_params parameters. DDP_ERR_INVALID_ARG for an
- * unknown or non-gradient dtype or a zero_stage outside 0..2, DDP_ERR_NOMEM when the wire or
- * shard buffers cannot be allocated. On
+ * owned), or NULL with zero_stage 2 for bucket-owned gradients (ddp_reducer_grad_ptr; create is
+ * then collective: one host all-reduce compares the ranks' bucket plans and makes every rank fail
+ * when one failed); numel: element count of each of the n_params parameters.
+ * DDP_ERR_INVALID_ARG for an unknown or non-gradient dtype, a zero_stage outside 0..2, grads NULL
+ * with another zero_stage than 2, a ready_order with a gradient buffer or one that is not a
+ * permutation; DDP_ERR_NOMEM when the wire or shard buffers cannot be allocated;
+ * DDP_ERR_MISMATCH (bucket-owned) when the ranks' plans differ or another rank failed. On
  * failure *out is NULL. */
 DDP_API ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, int n_params,
                                       const ddp_reducer_opts *opts, ddp_reducer **out);
@@ -646,6 +658,31 @@ DDP_API ddp_status ddp_reducer_begin(ddp_reducer *r, int sync);
  * outside [0, n_params), DDP_ERR_STATE outside begin..finish or for a second mark in one
  * micro-step; a failed launch of an earlier bucket is returned here too (then stop the job). */
 DDP_API ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param);
+/* Bucket-owned gradients (created with grads NULL and zero_stage 2): there is no flat gradient
+ * buffer. *ptr receives where the backward pass writes (and adds to) parameter `param`'s
+ * gradient in this micro-step: numel[param] elements of grad_dtype inside its bucket's buffer,
+ * which the bucket takes from the reducer's pool, zeroed, at its first grad_ptr of the
+ * micro-step (the models' backward adds with +=). A bucket's buffer holds its parameters in
+ * ascending index (its runs of the flat layout in ascending offset, packed: the shards' pieces
+ * in rank order), and it is valid until the parameter is marked ready: once every parameter of
+ * the bucket is, it is reduce-scattered in place (in EVERY micro-step, sync or not, since no
+ * full buffer survives between micro-steps), and once that is waited for, this rank's piece is
+ * written (first micro-step of the optimizer step) or added (later ones) into
+ * ddp_reducer_shard_grads and the buffer returns to the pool. At most 2 reduce-scatters are
+ * under way: marking the parameter that launches a third waits for the oldest (CUDA: the
+ * reducer's stream waits for it; the host does not), so the buffers alive are a few buckets,
+ * plus those a backward pass holds open long (written first, marked last). A program that
+ * writes and marks in the same order every step takes the same buffers: nothing is allocated
+ * after its first step (ddp_reducer_buffer_bytes stops growing). The micro-step that is not a
+ * sync step ends in the next ddp_reducer_begin (which launches and waits for what is left, and
+ * returns DDP_ERR_STATE naming a parameter left unmarked); finish ends a sync step and divides
+ * the shard by world_size x micro-steps. The summation order therefore differs from stage 0's
+ * when micro-steps accumulate ((a1 + b1) + (a2 + b2) against (a1 + a2) + (b1 + b2), as in
+ * DeepSpeed's stage 2): bit-identical with one micro-step at 2 ranks, a rounding apart with
+ * several. DDP_ERR_INVALID_ARG for a parameter outside [0, n_params) or a NULL ptr;
+ * DDP_ERR_STATE for a reducer with a gradient buffer, outside begin..finish, or for a parameter
+ * already marked in this micro-step; DDP_ERR_NOMEM when the pool cannot grow. */
+DDP_API ddp_status ddp_reducer_grad_ptr(ddp_reducer *r, int param, void **ptr);
 /* On failure (DDP_ERR_STATE for an unmarked parameter, or a failed all-reduce) the gradients are
  * undefined and the program should stop the job with ddp_abort(). An unmarked parameter does not
  * hang the peers: finish still starts every remaining bucket. The first finish() in which every
@@ -671,8 +708,9 @@ DDP_API void ddp_reducer_shard(const ddp_reducer *r, size_t *offset, size_t *n);
  * grad_dtype, backend memory, valid after each finish until the next begin); NULL otherwise. */
 DDP_API void *ddp_reducer_shard_grads(const ddp_reducer *r);
 /* Bytes of backend memory the reducer owns now (the 16-bit wire or packing buffer, the ZeRO
- * receive buffer and stage 2's shard gradients), for memory reports; 0 for a NULL reducer. The
- * packing buffer is allocated at its first use, so ask after a step. */
+ * receive buffer, stage 2's shard gradients and the bucket-owned gradients' bucket buffers), for
+ * memory reports; 0 for a NULL reducer. The packing buffer is allocated at its first use and the
+ * bucket buffers during the first step, so ask after a step. */
 DDP_API size_t ddp_reducer_buffer_bytes(const ddp_reducer *r);
 /* zero_stage 1 or 2, after the optimizer updated this rank's shard of `params` (the flat
  * parameter buffer, the gradients' layout, n_total elements of dtype, any ddp_dtype, backend

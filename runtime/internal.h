@@ -32,9 +32,10 @@ typedef struct comm_ops {
                                        ddp_reduce_op op, void *stream, ddp_request **req);
     /* Reduce-scatter with per-rank counts: send holds counts[0] + ... + counts[world - 1]
      * elements packed in rank order; rank q receives the reduction of its block (counts[q]
-     * elements, possibly 0) in recv, which must not overlap send, except (MPI only) recv ==
-     * send: in place, the block then stays at its own offset of the packed buffer. counts (world
-     * entries) is read before the call returns. MPI: MPI_Reduce_scatter over chunks of 4 Mi
+     * elements, possibly 0) in recv, which must not overlap send, except recv == send: in
+     * place, the block then stays at its own offset of the packed buffer (MPI: MPI_IN_PLACE;
+     * NCCL: its in-place form, recv at the block's offset). counts (world entries) is read
+     * before the call returns. MPI: MPI_Reduce_scatter over chunks of 4 Mi
      * elements of the packed input (bounding Open MPI's temporaries), on the communication
      * thread; NCCL: ncclReduceScatter when equal, else one ncclReduce per rank inside a group.
      * DDP_AVG divides by the world size. */
@@ -122,6 +123,30 @@ ddp_status bucket_plan_build(const size_t *numel, int n_params, const int *order
 void bucket_plan_free(bucket_plan *plan);
 /* 1 when both plans have the same buckets made of the same runs, else 0. */
 int bucket_plan_same(const bucket_plan *a, const bucket_plan *b);
+
+/* ---- the bucket buffers of a reducer that owns the gradients (grad_pool.c) ------------------ */
+
+/* With zero_stage 2 and no flat gradient buffer the reducer keeps each bucket's gradients in a
+ * buffer of the pool while the bucket is alive: taken at the first write of the micro-step,
+ * given back once its reduce-scatter has been waited for. */
+typedef struct grad_pool grad_pool;
+
+/* A pool for n_buckets buckets; a new buffer for bucket b holds alloc_n[b] elements (copied; at
+ * least the bucket's) of grad_t, and as many of wire_t beside them when the types differ.
+ * DDP_ERR_NOMEM (logged); *out NULL then. */
+ddp_status grad_pool_create(ddp_ctx *ctx, int n_buckets, const size_t *alloc_n, ddp_dtype grad_t,
+                            ddp_dtype wire_t, grad_pool **out);
+/* Frees every buffer (ddp_free: after libddp's queued work); NULL is ignored. */
+void grad_pool_destroy(grad_pool *p);
+/* Bucket b's buffers, of at least n elements: the ones it holds, else free ones it now takes (its
+ * buffer of last time when free, else the smallest that fits, else a new one); *fresh = 1 when
+ * taken now (their contents are then undefined). *wire is NULL when the types are the same.
+ * DDP_ERR_NOMEM (logged) when a new buffer cannot be allocated. */
+ddp_status grad_pool_take(grad_pool *p, int b, size_t n, void **grads, void **wire, int *fresh);
+/* Bucket b's buffers are free again (nothing when it holds none). */
+void grad_pool_give_back(grad_pool *p, int b);
+/* Bytes of backend memory the pool's buffers take; 0 for NULL. */
+size_t grad_pool_bytes(const grad_pool *p);
 
 /* ---- the context --------------------------------------------------------------------------- */
 

@@ -40,6 +40,18 @@
  * is sent in place; others are packed into the wire buffer (allocated at the first use for an
  * unchanged type).
  *
+ * Bucket-owned gradients (zero_stage 2, grads NULL): there is no flat gradient buffer. The
+ * buckets are planned once in the caller's ready order; a bucket's gradients live in a buffer of
+ * the pool (grad_pool.c), its parameters packed in ascending offset (the same packing as above,
+ * so the bucket is the shards' pieces in rank order), taken and zeroed at the bucket's first
+ * ddp_reducer_grad_ptr of a micro-step. Every micro-step, synchronised or not, reduce-scatters
+ * every bucket in place; once one is waited for ("reaped": at the latest when more than
+ * OWNED_IN_FLIGHT are under way, else in finish() or the next begin()), this rank's piece is
+ * cast into the shard buffer (the first micro-step of an optimizer step) or added to it (the
+ * later ones), and the buffer goes back to the pool. finish() then scales the shard to the mean.
+ * On CUDA the wait is the reducer's stream waiting for the reduce-scatter's event, so the unpack
+ * and the zeroing of a recycled buffer are queued after it on that stream: no host wait.
+ *
  * Failure policy: a parameter left unmarked is reported by finish(), which still launches every
  * remaining bucket so that peers complete their all-reduces; after a failed launch nothing more is
  * launched. Either way the gradients are undefined and the caller should ddp_abort() the job.
@@ -53,6 +65,9 @@
 #include "reducer_cuda.h"
 
 #define DDP_MIB (1024.0 * 1024.0)
+/* Bucket-owned gradients: reduce-scatters under way at most; launching one more first waits for
+ * the oldest (its buffer then goes back to the pool), which bounds the buffers alive. */
+#define OWNED_IN_FLIGHT 2
 
 struct ddp_reducer {
     ddp_ctx *ctx;
@@ -96,6 +111,12 @@ struct ddp_reducer {
                                  order */
     int *gather_end;          /* n_params: per bucket, the launch index after its last run */
     int gather_launched, gather_waited;
+    /* Bucket-owned gradients (zero_stage 2, grads NULL): the buckets' buffers */
+    int owned;
+    size_t *pack_off;         /* n_params: a parameter's element offset in its bucket's buffer */
+    grad_pool *pool;
+    int next_reap;            /* first launched bucket whose reduce-scatter is not waited for */
+    int order_warned;         /* a marking order other than the plan's was reported */
 };
 
 void ddp_reducer_opts_default(ddp_reducer_opts *opts)
@@ -111,6 +132,7 @@ void ddp_reducer_opts_default(ddp_reducer_opts *opts)
     opts->static_buckets = 0;
     opts->strict_order = 0;
     opts->zero_stage = 0;
+    opts->ready_order = NULL;
 }
 
 static ddp_status mib_to_bytes(double mib, const char *what, size_t *out)
@@ -150,9 +172,9 @@ static ddp_status reducer_plan(ddp_reducer *r, const size_t *numel,
         st = mib_to_bytes(opts->first_bucket_mb, "first_bucket_mb", &r->first_cap_bytes);
     if (st == DDP_OK)
         st = reducer_alloc(r, r->n_params);
-    if (st == DDP_OK)
-        st = bucket_plan_build(numel, r->n_params, NULL, r->cap_bytes, r->first_cap_bytes,
-                               &r->plan);
+    if (st == DDP_OK) /* bucket-owned: the caller's ready order, never rebuilt */
+        st = bucket_plan_build(numel, r->n_params, r->owned ? opts->ready_order : NULL,
+                               r->cap_bytes, r->first_cap_bytes, &r->plan);
     if (st == DDP_OK)
         memcpy(r->numel, numel, (size_t)r->n_params * sizeof *numel);
     return st;
@@ -164,7 +186,8 @@ static void *convert_elem(void *x, ddp_dtype t, size_t offset)
     return (char *)x + offset * ddp_dtype_size(t);
 }
 
-/* Checks the types and allocates the wire buffer when the wire type differs from the gradients'. */
+/* Checks the types and allocates the wire buffer when the wire type differs from the gradients'
+ * (bucket-owned gradients: the pool's buffers have their own). */
 static ddp_status reducer_types(ddp_reducer *r, const size_t *numel, const ddp_reducer_opts *o)
 {
     if (!convert_dtype_is_grad(o->grad_dtype) || !convert_dtype_is_grad(o->comm_dtype)) {
@@ -176,7 +199,7 @@ static ddp_status reducer_types(ddp_reducer *r, const size_t *numel, const ddp_r
     r->grad_dtype = o->grad_dtype;
     r->wire_dtype = o->comm_dtype == DDP_FP32 ? o->grad_dtype : o->comm_dtype;
     r->stream = o->stream;
-    if (r->wire_dtype == r->grad_dtype)
+    if (r->wire_dtype == r->grad_dtype || r->owned)
         return DDP_OK;
     size_t total = 0;
     for (int p = 0; p < r->n_params; p++)
@@ -212,15 +235,111 @@ static ddp_status reducer_zero_setup(ddp_reducer *r, int stage)
     r->gather_req = calloc((size_t)r->n_params, sizeof *r->gather_req);
     r->gather_end = calloc((size_t)r->n_params, sizeof *r->gather_end);
     /* Stage 1 on the CPU receives one-run buckets in place (reducer_zero_in_place): the
-     * receive buffer is allocated at the first bucket that needs it. */
-    if (stage == 2 || ddp_backend(r->ctx) != DDP_BACKEND_CPU)
+     * receive buffer is allocated at the first bucket that needs it. Bucket-owned gradients are
+     * reduce-scattered in place in their buffers: no receive buffer. */
+    int need_recv = !r->owned && (stage == 2 || ddp_backend(r->ctx) != DDP_BACKEND_CPU);
+    if (need_recv)
         r->recv = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->wire_dtype));
     if (stage == 2)
         r->shard_grads = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->grad_dtype));
     if (!r->counts || !r->recv_off || !r->gather_req || !r->gather_end ||
-        (stage == 2 && (!r->recv || !r->shard_grads))) {
+        (need_recv && !r->recv) || (stage == 2 && !r->shard_grads)) {
         DDP_ERROR("ddp_reducer_create: out of memory for the shard buffers (%zu elements)", keep);
         return DDP_ERR_NOMEM;
+    }
+    return DDP_OK;
+}
+
+/* The arguments ddp_reducer_create cannot work with (logged): DDP_ERR_INVALID_ARG. */
+static ddp_status reducer_check_create(const ddp_ctx *ctx, const void *grads, const size_t *numel,
+                                       int n_params, const ddp_reducer_opts *o)
+{
+    if (!ctx || !numel || n_params < 1) {
+        DDP_ERROR("ddp_reducer_create: need a context, numel and n_params >= 1 (got n_params %d)",
+                  n_params);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (!grads && o->zero_stage != 2) {
+        DDP_ERROR("ddp_reducer_create: no gradient buffer (grads NULL) with zero_stage %d: only "
+                  "zero_stage 2 keeps the gradients in the reducer's bucket buffers "
+                  "(ddp_reducer_grad_ptr); give the flat gradient buffer otherwise",
+                  o->zero_stage);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (grads && o->ready_order) {
+        DDP_ERROR("ddp_reducer_create: ready_order is for bucket-owned gradients (grads NULL, "
+                  "zero_stage 2); with a gradient buffer the reducer records the order in the "
+                  "first sync step");
+        return DDP_ERR_INVALID_ARG;
+    }
+    return DDP_OK;
+}
+
+/* Bucket-owned gradients: the size of a new buffer for each bucket. The buckets after the first
+ * that fit the cap share buffers of the largest of them; the first (its own, smaller cap) and a
+ * parameter over the cap (alone in its bucket) get their own size. fill: n_buckets entries. */
+static void reducer_owned_sizes(const ddp_reducer *r, size_t *fill)
+{
+    const bucket_plan *pl = &r->plan;
+    size_t cap_n = r->cap_bytes / sizeof(float), shared = 0; /* the caps count 4-byte elements */
+    for (int b = 1; b < pl->n_buckets; b++)
+        if (pl->buckets[b].n <= cap_n && pl->buckets[b].n > shared)
+            shared = pl->buckets[b].n;
+    for (int b = 0; b < pl->n_buckets; b++)
+        fill[b] = b > 0 && pl->buckets[b].n <= cap_n ? shared : pl->buckets[b].n;
+}
+
+/* Bucket-owned gradients: each parameter's place in its bucket's buffer (the bucket's parameters
+ * in ascending index, i.e. its runs in ascending offset, packed end to end) and the pool. */
+static ddp_status reducer_owned_setup(ddp_reducer *r)
+{
+    const bucket_plan *pl = &r->plan;
+    size_t *fill = calloc((size_t)pl->n_buckets, sizeof *fill);
+    r->pack_off = malloc((size_t)r->n_params * sizeof *r->pack_off);
+    if (!fill || !r->pack_off) {
+        free(fill);
+        DDP_ERROR("ddp_reducer_create: out of memory for the bucket layout of %d parameters",
+                  r->n_params);
+        return DDP_ERR_NOMEM;
+    }
+    for (int p = 0; p < r->n_params; p++) {
+        int b = pl->param_bucket[p];
+        r->pack_off[p] = fill[b];
+        fill[b] += r->numel[p];
+    }
+    reducer_owned_sizes(r, fill);
+    ddp_status st = grad_pool_create(r->ctx, pl->n_buckets, fill, r->grad_dtype, r->wire_dtype,
+                                     &r->pool);
+    free(fill);
+    return st;
+}
+
+/* Bucket-owned gradients, collective (one host all-reduce that every rank joins, whatever `st`,
+ * its own outcome so far): the ranks' plans must be the same, since every bucket's
+ * reduce-scatter has the counts of its runs, and a rank whose create failed makes every rank
+ * fail instead of leaving them waiting in the first step. */
+static ddp_status reducer_owned_agree(ddp_reducer *r, ddp_status st)
+{
+    const uint64_t prime = 1099511628211ull; /* FNV-1a over the plan */
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; st == DDP_OK && i < r->n_params; i++) {
+        h = (h ^ (uint64_t)r->plan.params[i]) * prime;
+        h = (h ^ (uint64_t)r->numel[r->plan.params[i]]) * prime;
+    }
+    h = ((h ^ (uint64_t)r->cap_bytes) * prime ^ (uint64_t)r->first_cap_bytes) * prime;
+    int64_t v[3] = {st != DDP_OK, (int64_t)(h >> 1), (int64_t)(~h >> 1)};
+    ddp_status agreed = ddp_allreduce_host(r->ctx, v, 3, DDP_INT64, DDP_MAX);
+    if (st != DDP_OK || agreed != DDP_OK)
+        return st != DDP_OK ? st : agreed;
+    if (v[0]) {
+        DDP_ERROR("ddp_reducer_create: another rank could not create its reducer (see its "
+                  "messages)");
+        return DDP_ERR_MISMATCH;
+    }
+    if (v[1] != (int64_t)(h >> 1) || v[2] != (int64_t)(~h >> 1)) {
+        DDP_ERROR("ddp_reducer_create: the ranks planned different buckets: give every rank the "
+                  "same ready_order, bucket caps and parameter sizes");
+        return DDP_ERR_MISMATCH;
     }
     return DDP_OK;
 }
@@ -233,32 +352,37 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
         return DDP_ERR_INVALID_ARG;
     }
     *out = NULL;
-    if (!ctx || !grads || !numel || n_params < 1) {
-        DDP_ERROR("ddp_reducer_create: need a context, a gradient buffer, numel and n_params >= 1 "
-                  "(got n_params %d)", n_params);
-        return DDP_ERR_INVALID_ARG;
-    }
     ddp_reducer_opts defaults;
     ddp_reducer_opts_default(&defaults);
+    const ddp_reducer_opts *o = opts ? opts : &defaults;
+    ddp_status st = reducer_check_create(ctx, grads, numel, n_params, o);
+    if (st != DDP_OK)
+        return st;
     ddp_reducer *r = calloc(1, sizeof *r);
     if (!r) {
         DDP_ERROR("ddp_reducer_create: out of memory");
-        return DDP_ERR_NOMEM;
+        return DDP_ERR_NOMEM; /* bucket-owned: the peers' create waits for the deadline */
     }
     r->ctx = ctx;
     r->grads = grads;
+    r->owned = !grads;
     r->n_params = n_params;
-    const ddp_reducer_opts *o = opts ? opts : &defaults;
     r->defer_launch = o->defer_launch;
-    r->static_buckets = o->static_buckets;
+    r->static_buckets = o->static_buckets || r->owned;
     r->strict_order = o->strict_order;
-    ddp_status st = reducer_plan(r, numel, o);
+    st = reducer_plan(r, numel, o);
+    if (st == DDP_OK && r->owned && o->ready_order)
+        r->bucket_order = DDP_BUCKETS_READY_ORDER;
     if (st == DDP_OK)
         st = reducer_types(r, numel, o);
     if (st == DDP_OK)
         st = reducer_zero_setup(r, o->zero_stage);
+    if (st == DDP_OK && r->owned)
+        st = reducer_owned_setup(r);
     if (st == DDP_OK && ddp_backend(ctx) == DDP_BACKEND_CUDA)
         st = exposed_timer_create(&r->timer);
+    if (r->owned) /* collective: every rank, whatever st */
+        st = reducer_owned_agree(r, st);
     if (st != DDP_OK) {
         ddp_reducer_destroy(r);
         return st;
@@ -312,6 +436,8 @@ void ddp_reducer_destroy(ddp_reducer *r)
                      "host ran more steps ahead of the GPU than the timer holds", dropped);
     }
     exposed_timer_destroy(r->timer);
+    grad_pool_destroy(r->pool);
+    free(r->pack_off);
     ddp_free(r->ctx, r->wire);
     ddp_free(r->ctx, r->recv);
     ddp_free(r->ctx, r->shard_grads);
@@ -338,8 +464,27 @@ static void reducer_reset_step(ddp_reducer *r)
     r->n_marked = 0;
     r->recv_next = 0;
     r->next_launch = 0;
+    r->next_reap = 0;
     r->launch_error = DDP_OK;
 }
+
+/* Bucket-owned gradients: bucket b's buffers (*wire, when not NULL, gets the wire twin or NULL),
+ * taken from the pool and zeroed when b holds none yet in this micro-step. The zeroing is queued
+ * on the reducer's stream, after that stream's wait for the buffer's last reduce-scatter (CUDA). */
+static ddp_status reducer_owned_take(ddp_reducer *r, int b, void **grads, void **wire)
+{
+    size_t n = r->plan.buckets[b].n;
+    int fresh = 0;
+    void *w = NULL;
+    ddp_status st = grad_pool_take(r->pool, b, n, grads, &w, &fresh);
+    if (wire)
+        *wire = w;
+    if (st == DDP_OK && fresh)
+        st = convert_dev_zero(r->ctx, *grads, r->grad_dtype, n, r->stream);
+    return st;
+}
+
+static ddp_status reducer_owned_settle(ddp_reducer *r);
 
 ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
 {
@@ -351,6 +496,12 @@ ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
         DDP_ERROR("ddp_reducer_begin: the previous sync step was not finished: call "
                   "ddp_reducer_finish() after its backward pass");
         return DDP_ERR_STATE;
+    }
+    if (r->owned && r->in_step) { /* the micro-step before, not a sync one */
+        r->in_step = 0;
+        ddp_status st = reducer_owned_settle(r);
+        if (st != DDP_OK)
+            return st;
     }
     if (r->gather_waited < r->gather_launched) { /* the forward pass is over: all of them */
         ddp_status st = ddp_reducer_gather_wait(r, -1);
@@ -365,21 +516,31 @@ ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
 }
 
 /* What a bucket is multiplied by before its all-reduce: 1 for fp32 on the wire; for 16 bits
- * 2^-k, 2^k the smallest power of two >= world_size * micro_steps (see the top of the file). */
+ * 2^-k, 2^k the smallest power of two >= world_size * micro_steps (see the top of the file);
+ * bucket-owned gradients send every micro-step alone: world_size. */
 static float reducer_prescale(const ddp_reducer *r)
 {
     if (r->wire_dtype == DDP_FP32)
         return 1.0f;
     int k;
-    double m = frexp((double)ddp_world_size(r->ctx) * (double)r->micro_steps, &k);
+    double steps = r->owned ? 1.0 : (double)r->micro_steps;
+    double m = frexp((double)ddp_world_size(r->ctx) * steps, &k);
     return (float)ldexp(1.0, m == 0.5 ? 1 - k : -k);
 }
 
-/* Multiplies bucket b's runs of the gradients by pre (a 16-bit wire's division before the sum). */
+/* Multiplies bucket b's runs of the gradients (or its buffer) by pre (a 16-bit wire's division
+ * before the sum). */
 static ddp_status reducer_prescale_runs(ddp_reducer *r, int b, float pre)
 {
     const bucket_plan *pl = &r->plan;
     ddp_status st = DDP_OK;
+    if (r->owned) {
+        void *grads = NULL;
+        st = reducer_owned_take(r, b, &grads, NULL);
+        return st == DDP_OK ? convert_dev_scale(r->ctx, grads, r->grad_dtype, pl->buckets[b].n,
+                                                pre, r->stream)
+                            : st;
+    }
     for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++)
         st = convert_dev_scale(r->ctx, convert_elem(r->grads, r->grad_dtype, pl->run_off[k]),
                                r->grad_dtype, pl->run_len[k], pre, r->stream);
@@ -436,11 +597,21 @@ static size_t *reducer_zero_counts(ddp_reducer *r, int b)
 }
 
 /* The packed send buffer of bucket b: its one run in place (no cast), else the bucket's slice of
- * the wire buffer (allocated at the first use for an fp32 wire), filled by reducer_pack. */
+ * the wire buffer (allocated at the first use for an fp32 wire), filled by reducer_pack;
+ * bucket-owned, its own buffer, or the buffer's wire twin filled by a cast. */
 static ddp_status reducer_zero_send(ddp_reducer *r, int b, const void **send)
 {
     const bucket_plan *pl = &r->plan;
     int k = pl->run_start[b];
+    if (r->owned) {
+        void *grads = NULL, *wire = NULL;
+        ddp_status st = reducer_owned_take(r, b, &grads, &wire);
+        if (st == DDP_OK && wire)
+            st = convert_dev_cast(r->ctx, wire, r->wire_dtype, grads, r->grad_dtype,
+                                  pl->buckets[b].n, r->stream);
+        *send = wire ? wire : grads;
+        return st;
+    }
     if (r->wire_dtype == r->grad_dtype && pl->run_start[b + 1] - k == 1) {
         *send = convert_elem(r->grads, r->grad_dtype, pl->run_off[k]);
         return DDP_OK;
@@ -457,12 +628,13 @@ static ddp_status reducer_zero_send(ddp_reducer *r, int b, const void **send)
 /* Whether bucket b is reduce-scattered in place: stage 1 on the CPU (MPI_IN_PLACE), one run in
  * the gradients' type. This rank's piece then stays where it is, at the shard's offsets of the
  * gradient buffer (comm_mpi.c), and needs no receive buffer, whose shard-sized 4 bytes per
- * parameter would take a quarter of what stage 1 saves at 4 ranks. */
+ * parameter would take a quarter of what stage 1 saves at 4 ranks. Bucket-owned gradients
+ * always (MPI and NCCL): the piece stays in the bucket's buffer until reducer_owned_reap. */
 static int reducer_zero_in_place(const ddp_reducer *r, int b)
 {
     const bucket_plan *pl = &r->plan;
-    return r->zero_stage == 1 && ddp_backend(r->ctx) == DDP_BACKEND_CPU &&
-           r->wire_dtype == r->grad_dtype && pl->run_start[b + 1] - pl->run_start[b] == 1;
+    return r->owned || (r->zero_stage == 1 && ddp_backend(r->ctx) == DDP_BACKEND_CPU &&
+           r->wire_dtype == r->grad_dtype && pl->run_start[b + 1] - pl->run_start[b] == 1);
 }
 
 /* zero_stage 1, 2: starts bucket b's reduce-scatter into its piece of the receive buffer (or in
@@ -511,12 +683,34 @@ static void reducer_launch(ddp_reducer *r, int b)
     }
 }
 
-/* Launches every consecutive ready bucket from next_launch on (all of them when force). */
+static void reducer_owned_reap(ddp_reducer *r);
+
+/* Launches every consecutive ready bucket from next_launch on (all of them when force);
+ * bucket-owned, waits for the oldest reduce-scatter while more than OWNED_IN_FLIGHT are under
+ * way. */
 static void reducer_launch_ready(ddp_reducer *r, int force)
 {
     while (r->launch_error == DDP_OK && r->next_launch < r->plan.n_buckets &&
-           (force || r->pending[r->next_launch] == 0))
+           (force || r->pending[r->next_launch] == 0)) {
         reducer_launch(r, r->next_launch++);
+        while (r->owned && r->next_launch - r->next_reap > OWNED_IN_FLIGHT)
+            reducer_owned_reap(r);
+    }
+}
+
+/* Bucket-owned: warns once when the parameters are marked in another order than the plan's (the
+ * ready_order): still correct, but a bucket waits longer for its last parameter and holds its
+ * buffer meanwhile. */
+static void reducer_owned_check_order(ddp_reducer *r, int param)
+{
+    int pos = r->n_marked - 1;
+    if (r->order_warned || r->plan.params[pos] == param)
+        return;
+    r->order_warned = 1;
+    DDP_WARN("reducer: parameter %d marked ready at position %d, where ready_order has parameter "
+             "%d: the gradients are right, but buckets stay alive longer (more memory, less "
+             "overlap); give ready_order the order the backward pass marks in", param, pos,
+             r->plan.params[pos]);
 }
 
 ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param)
@@ -537,26 +731,141 @@ ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param)
     }
     r->marked[param] = 1;
     r->order[1 + r->n_marked++] = param;
-    if (!r->sync)
-        return DDP_OK; /* accumulation step: gradients stay local */
+    if (r->owned)
+        reducer_owned_check_order(r, param);
+    if (!r->sync && !r->owned)
+        return DDP_OK; /* accumulation step: gradients stay local (bucket-owned: never) */
     r->pending[r->plan.param_bucket[param]]--;
     if (!r->defer_launch)
         reducer_launch_ready(r, 0);
     return r->launch_error;
 }
 
-/* Logs every parameter left unmarked in the sync step; DDP_ERR_STATE when there is one. */
+ddp_status ddp_reducer_grad_ptr(ddp_reducer *r, int param, void **ptr)
+{
+    if (ptr)
+        *ptr = NULL;
+    if (!r || !ptr || param < 0 || param >= r->n_params) {
+        DDP_ERROR("ddp_reducer_grad_ptr: parameter %d is outside [0, %d) (or no reducer, or ptr "
+                  "is NULL)", param, r ? r->n_params : 0);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (!r->owned || !r->in_step || r->marked[param]) {
+        DDP_ERROR("ddp_reducer_grad_ptr: parameter %d: %s", param,
+                  !r->owned ? "this reducer does not own the gradients (it was created with a "
+                              "gradient buffer): write them there"
+                  : !r->in_step ? "no micro-step in progress: call ddp_reducer_begin() before the "
+                                  "backward pass"
+                                : "already marked ready in this micro-step, so its bucket may be "
+                                  "on the wire: write a gradient before marking it");
+        return DDP_ERR_STATE;
+    }
+    void *grads = NULL;
+    ddp_status st = reducer_owned_take(r, r->plan.param_bucket[param], &grads, NULL);
+    if (st == DDP_OK)
+        *ptr = convert_elem(grads, r->grad_dtype, r->pack_off[param]);
+    return st;
+}
+
+/* Logs every parameter left unmarked in the sync step (bucket-owned: in any micro-step);
+ * DDP_ERR_STATE when there is one. */
 static ddp_status reducer_check_marked(const ddp_reducer *r)
 {
     ddp_status st = DDP_OK;
     for (int p = 0; p < r->n_params; p++) {
         if (!r->marked[p]) {
-            DDP_ERROR("ddp_reducer_finish: parameter %d was never marked ready in the sync step: "
-                      "its gradient was not averaged (abort the job with ddp_abort)", p);
+            DDP_ERROR("%s: parameter %d was never marked ready in the %s: its gradient was not "
+                      "averaged (abort the job with ddp_abort)",
+                      r->sync ? "ddp_reducer_finish" : "ddp_reducer_begin", p,
+                      r->sync ? "sync step" : "micro-step before");
             st = DDP_ERR_STATE;
         }
     }
     return st;
+}
+
+/* The part [*a, *e) of run k of the plan inside this rank's shard (empty when *e <= *a). */
+static void reducer_run_in_shard(const ddp_reducer *r, int k, size_t *a, size_t *e)
+{
+    const bucket_plan *pl = &r->plan;
+    size_t lo = r->shard_off, hi = r->shard_off + r->shard_n;
+    size_t end = pl->run_off[k] + pl->run_len[k];
+    *a = pl->run_off[k] > lo ? pl->run_off[k] : lo;
+    *e = end < hi ? end : hi;
+}
+
+/* Bucket-owned, bucket b's reduce-scatter waited for: this rank's piece (in place in the sent
+ * buffer, after the lower ranks' pieces) into the shard buffer, cast in the first micro-step of
+ * the optimizer step, added to it in the later ones (the mean is taken by finish). */
+static ddp_status reducer_owned_unpack(ddp_reducer *r, int b)
+{
+    const bucket_plan *pl = &r->plan;
+    int world = ddp_world_size(r->ctx);
+    const size_t *counts = r->counts + (size_t)b * (size_t)world;
+    void *grads = NULL, *wire = NULL;
+    ddp_status st = reducer_owned_take(r, b, &grads, &wire); /* held since its launch */
+    const void *piece = wire ? wire : grads;
+    size_t at = 0;
+    for (int q = 0; q < ddp_rank(r->ctx); q++)
+        at += counts[q];
+    for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++) {
+        size_t a = 0, e = 0;
+        reducer_run_in_shard(r, k, &a, &e);
+        if (e <= a)
+            continue;
+        void *dst = convert_elem(r->shard_grads, r->grad_dtype, a - r->shard_off);
+        const void *src = convert_elem((void *)piece, r->wire_dtype, at);
+        st = r->micro_steps == 1
+                 ? convert_dev_cast(r->ctx, dst, r->grad_dtype, src, r->wire_dtype, e - a, r->stream)
+                 : convert_dev_cast_add(r->ctx, dst, r->grad_dtype, src, r->wire_dtype, e - a,
+                                        r->stream);
+        at += e - a;
+    }
+    return st;
+}
+
+/* Bucket-owned: waits for the oldest reduce-scatter under way (CUDA: the reducer's stream waits),
+ * unpacks its piece and gives its buffer back. A failure becomes the step's launch_error, so
+ * nothing more is launched. */
+static void reducer_owned_reap(ddp_reducer *r)
+{
+    int b = r->next_reap++;
+    ddp_status st = DDP_OK;
+    if (r->requests[b]) {
+        st = ddp_wait(r->requests[b]);
+        r->requests[b] = NULL;
+        if (st != DDP_OK)
+            DDP_ERROR("reducer: reduce-scatter of bucket %d (parameters %d..%d) failed: %s", b,
+                      r->plan.buckets[b].first_param, r->plan.buckets[b].last_param,
+                      ddp_strerror(st));
+    }
+    if (st == DDP_OK && r->launch_error == DDP_OK)
+        st = reducer_owned_unpack(r, b);
+    grad_pool_give_back(r->pool, b);
+    if (st != DDP_OK && r->launch_error == DDP_OK)
+        r->launch_error = st;
+}
+
+/* Bucket-owned: every launched reduce-scatter reaped, every buffer back in the pool (those of
+ * buckets a failure left unlaunched too). Returns the step's first failure. */
+static ddp_status reducer_owned_drain(ddp_reducer *r)
+{
+    while (r->next_reap < r->next_launch)
+        reducer_owned_reap(r);
+    for (int b = r->next_launch; b < r->plan.n_buckets; b++)
+        grad_pool_give_back(r->pool, b);
+    return r->launch_error;
+}
+
+/* Bucket-owned: ends a micro-step that was not a sync step (begin() of the next one does): every
+ * bucket launched (also after an error, so that the peers are not left waiting), reaped and
+ * added into the shard. */
+static ddp_status reducer_owned_settle(ddp_reducer *r)
+{
+    ddp_status marked = reducer_check_marked(r);
+    reducer_launch_ready(r, 1);
+    ddp_status st = reducer_owned_drain(r);
+    return st != DDP_OK ? st : marked;
 }
 
 /* Casts bucket b back from the wire (when it has one) into its runs and multiplies it by alpha,
@@ -591,22 +900,19 @@ static void *reducer_stream(const ddp_reducer *r)
 static ddp_status reducer_zero_unpack(ddp_reducer *r, int b, float alpha)
 {
     const bucket_plan *pl = &r->plan;
-    size_t at = r->recv_off[b], lo = r->shard_off, hi = r->shard_off + r->shard_n;
+    size_t at = r->recv_off[b], a = 0, e = 0;
     ddp_status st = DDP_OK;
     if (reducer_zero_in_place(r, b)) { /* the piece is in place, at the shard's offsets */
-        int k = pl->run_start[b];
-        size_t a = pl->run_off[k] > lo ? pl->run_off[k] : lo;
-        size_t e = pl->run_off[k] + pl->run_len[k] < hi ? pl->run_off[k] + pl->run_len[k] : hi;
+        reducer_run_in_shard(r, pl->run_start[b], &a, &e);
         return e <= a ? DDP_OK
                       : convert_dev_scale(r->ctx, convert_elem(r->grads, r->grad_dtype, a),
                                           r->grad_dtype, e - a, alpha, r->stream);
     }
     for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++) {
-        size_t a = pl->run_off[k] > lo ? pl->run_off[k] : lo;
-        size_t e = pl->run_off[k] + pl->run_len[k] < hi ? pl->run_off[k] + pl->run_len[k] : hi;
+        reducer_run_in_shard(r, k, &a, &e);
         if (e <= a)
             continue;
-        void *dst = r->zero_stage == 2 ? convert_elem(r->shard_grads, r->grad_dtype, a - lo)
+        void *dst = r->zero_stage == 2 ? convert_elem(r->shard_grads, r->grad_dtype, a - r->shard_off)
                                        : convert_elem(r->grads, r->grad_dtype, a);
         st = convert_dev_cast_scale(r->ctx, dst, r->grad_dtype,
                                     convert_elem(r->recv, r->wire_dtype, at), r->wire_dtype,
@@ -620,6 +926,10 @@ static ddp_status reducer_scale(ddp_reducer *r)
 {
     double mean = 1.0 / ((double)ddp_world_size(r->ctx) * (double)r->micro_steps);
     float alpha = (float)(mean / (double)reducer_prescale(r));
+    if (r->owned) /* the shard holds the sums of every micro-step's pieces */
+        return alpha == 1.0f ? DDP_OK
+                             : convert_dev_scale(r->ctx, r->shard_grads, r->grad_dtype,
+                                                 r->shard_n, alpha, r->stream);
     for (int b = 0; b < r->plan.n_buckets; b++) {
         ddp_status st = r->zero_stage ? reducer_zero_unpack(r, b, alpha)
                                       : reducer_unpack(r, b, alpha);
@@ -739,7 +1049,7 @@ ddp_status ddp_reducer_finish(ddp_reducer *r)
      * waiting in an all-reduce this rank never joins. */
     reducer_launch_ready(r, 1);
     ddp_trace_begin("reducer.wait", r->plan.n_buckets);
-    ddp_status st = reducer_wait_all(r);
+    ddp_status st = r->owned ? reducer_owned_drain(r) : reducer_wait_all(r);
     ddp_trace_end("reducer.wait", r->plan.n_buckets);
     if (timed)
         exposed_timer_stop(r->timer, reducer_stream(r));
@@ -813,7 +1123,7 @@ size_t ddp_reducer_buffer_bytes(const ddp_reducer *r)
     size_t keep = r->shard_n > 0 ? r->shard_n : 1;
     return (r->wire ? r->total * ddp_dtype_size(r->wire_dtype) : 0) +
            (r->recv ? keep * ddp_dtype_size(r->wire_dtype) : 0) +
-           (r->shard_grads ? keep * ddp_dtype_size(r->grad_dtype) : 0);
+           (r->shard_grads ? keep * ddp_dtype_size(r->grad_dtype) : 0) + grad_pool_bytes(r->pool);
 }
 
 /* Gathers: runs of the flat buffer, each one in-place all-gather with per-rank counts (the run

@@ -3,13 +3,14 @@
  * Every rank builds the same seeded model (or reads the same llm.c file) and the replicas are
  * verified; the loader gives each rank disjoint windows of B x T + 1 tokens, shuffled per epoch;
  * an optimizer step is accum micro-batches whose gradients the reducer averages during the last
- * backward pass; then the global gradient norm (the same on every rank, computed from the
- * averaged gradients) sets the clipping factor, and AdamW applies the step with the learning rate
- * of the schedule (linear warm-up, cosine decay to lr x lr_floor). The ranks agree on stop
- * requests and non-finite losses as the MNIST trainer does (ddp_train.c), so checkpoints, resume,
- * requeue and the NaN policy behave the same; the loader's position is the checkpoint's
- * (epoch, step_in_epoch), so resuming is exact. Validation counts every target token of the
- * validation shards once over all ranks.
+ * backward pass (--zero 2: reduce-scatters during every backward pass, from its bucket buffers,
+ * the model having no gradient buffer); then the global gradient norm (the same on every rank,
+ * computed from the averaged gradients) sets the clipping factor, and AdamW applies the step with
+ * the learning rate of the schedule (linear warm-up, cosine decay to lr x lr_floor). The ranks
+ * agree on stop requests and non-finite losses as the MNIST trainer does (ddp_train.c), so
+ * checkpoints, resume, requeue and the NaN policy behave the same; the loader's position is the
+ * checkpoint's (epoch, step_in_epoch), so resuming is exact. Validation counts every target token
+ * of the validation shards once over all ranks.
  */
 #include "train_gpt.h"
 
@@ -250,7 +251,8 @@ static ddp_status gpt_build(gpt_trainer *t)
         st = gpt_agree(t, ops_cuda_set_tf32(t->ops, o->tf32));
     gpt2_opts go = {.max_batch = t->B, .seq = t->T, .precision = o->model.precision,
                     .seed = o->seed, .shard_world = o->zero ? t->world : 0,
-                    .shard_rank = t->rank, .recompute = o->gpt.recompute};
+                    .shard_rank = t->rank, .reducer_grads = o->zero == 2,
+                    .recompute = o->gpt.recompute};
     if (st == DDP_OK)
         st = gpt_agree(t, gpt2_create(t->ctx, t->ops, &t->cfg, &go, &t->g));
     if (st == DDP_OK && o->gpt.init_from)
@@ -270,12 +272,22 @@ static ddp_status gpt_build(gpt_trainer *t)
     ro.defer_launch = o->no_overlap;
     ro.strict_order = 1; /* every rank runs the same backward: a different order is a bug */
     ro.zero_stage = o->zero;
-    /* --zero: parameter-order buckets. A bucket rebuilt in ready order is several runs of the
+    /* --zero 1: parameter-order buckets. A bucket rebuilt in ready order is several runs of the
      * tensor-major layout, which a reduce-scatter needs packed: the reducer's packing buffer is
-     * as large as the gradients (4 bytes per parameter), more than sharding saves at 2 ranks. */
-    ro.static_buckets = o->zero > 0;
+     * as large as the gradients (4 bytes per parameter), more than sharding saves at 2 ranks.
+     * --zero 2: the reducer owns the gradients (the model has no gradient buffer), in buckets
+     * planned in the order backward marks, whose buffers pack their runs themselves. */
+    ro.static_buckets = o->zero == 1;
+    int *order = NULL;
+    if (o->zero == 2) { /* creating the reducer is collective then: no rank may skip it */
+        order = malloc((size_t)gpt2_n_params(t->g) * sizeof *order);
+        gpt_must(t, order ? DDP_OK : DDP_ERR_NOMEM, "allocating the ready order");
+        gpt2_ready_order(t->g, order);
+        ro.ready_order = order;
+    }
     st = gpt_agree(t, ddp_reducer_create(t->ctx, gpt2_grads(t->g), gpt2_numel(t->g),
                                          gpt2_n_params(t->g), &ro, &t->reducer));
+    free(order);
     if (st == DDP_OK && o->zero > 0) { /* the model's moments are the reducer's shard's */
         size_t off = 0, n = 0, moff = 0, mn = 0;
         ddp_reducer_shard(t->reducer, &off, &n);
@@ -626,10 +638,10 @@ static void gpt_memory(const gpt_trainer *t, gpt_mem_report *r)
     ddp_reducer_shard(t->reducer, &off, &n);
     size_t shard_grads = t->o->zero == 2 ? n * sizeof(float) : 0;
     r->params = m.params / mib;
-    r->grads = (m.grads + shard_grads) / mib;
+    r->grads = (m.grads + shard_grads) / mib; /* stage 2: the shard only (the model has none) */
     r->optimizer = m.optimizer / mib;
     r->activations = m.activations / mib;
-    r->comm = (reducer - shard_grads) / mib;
+    r->comm = (reducer - shard_grads) / mib; /* stage 2: the bucket buffers backward writes into */
     r->states = r->params + r->grads + r->optimizer;
     long rss = gpt_peak_rss_kib();
     r->peak_rss = rss >= 0 ? rss / 1024.0 : NAN;
@@ -649,8 +661,8 @@ static void gpt_report_memory(const gpt_trainer *t, const gpt_mem_report *r)
            "Psi / %d = %.1f MiB; measured %.1f MiB (parameters + gradients + optimizer state)%s\n",
            t->o->zero, t->world, gpt2_numel_total(t->g), r->bytes_rep, r->bytes_shard, t->world,
            r->predicted, r->states,
-           t->o->zero == 2 ? "; stage 2 keeps the full gradient buffer the backward pass "
-                             "accumulates into, so it saves no memory over stage 1 yet" : "");
+           t->o->zero == 2 ? "; the backward pass writes into the reducer's bucket buffers, "
+                             "counted as communication buffers above" : "");
 }
 
 /* A token drawn from softmax(logits[0..V)) with a splitmix64 generator. */

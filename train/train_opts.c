@@ -107,6 +107,8 @@ static const char train_usage_text[] =
     "  --zero 0|1|2            ZeRO sharding over the ranks (default 0: none): 1 shards the\n"
     "                          optimizer state (gradients reduce-scattered, parameters\n"
     "                          all-gathered), 2 also keeps only this rank's shard of the gradients\n"
+    "                          (GPT: no full gradient buffer, backward writes into bucket buffers\n"
+    "                          reduce-scattered every micro-step; MLP/CNN: the full buffer stays)\n"
     "  --device cpu|cuda|auto  backend (default auto)\n"
     "  --threads N             BLAS threads per rank on the CPU (default 1)\n"
     "  --precision P           fp32, bf16 or fp16 (default fp32): activations and GEMM/convolution\n"

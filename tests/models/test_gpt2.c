@@ -406,6 +406,68 @@ static void check_bf16_logits(const ops_handle *ops)
     gpt2_destroy(b);
 }
 
+/* gpt2_ready_order is the order backward marks in: the one the reducer recorded and rebuilt its
+ * buckets in after its first sync step (its buckets' parameters, bucket after bucket). */
+static void check_ready_order(const gpt2 *g, const ddp_reducer *r)
+{
+    int n = gpt2_n_params(g), k = 0, *want = malloc((size_t)n * sizeof *want);
+    gpt2_ready_order(g, want);
+    CHECK(ddp_reducer_bucket_order(r) == DDP_BUCKETS_READY_ORDER, "buckets rebuilt");
+    for (int b = 0; b < ddp_reducer_n_buckets(r); b++) {
+        const int *params = NULL;
+        int m = ddp_reducer_bucket_params(r, b, &params);
+        for (int j = 0; j < m && k < n; j++, k++)
+            CHECK(params[j] == want[k], "position %d: backward marks %d, gpt2_ready_order says %d",
+                  k, params[j], want[k]);
+    }
+    CHECK(k == n, "%d of %d parameters in the buckets", k, n);
+    free(want);
+}
+
+/* opts.reducer_grads (with recompute or not): no gradient buffer; one micro-step on a
+ * bucket-owned reducer of one rank gives `plain` (n floats, the flat buffer's gradients) in its
+ * shard, bit for bit; the calls that need the flat buffer are refused. */
+static void check_reducer_grads(ddp_ctx *ctx, const ops_handle *ops, const float *plain, size_t n,
+                                int recompute)
+{
+    gpt2_config cfg = tiny(100);
+    gpt2_opts o = {.max_batch = B, .seq = T, .precision = DDP_FP32, .seed = 61,
+                   .reducer_grads = true, .recompute = recompute};
+    gpt2 *g = NULL;
+    ddp_reducer *r = NULL;
+    ddp_reducer_opts ro;
+    ddp_reducer_opts_default(&ro);
+    ro.bucket_mb = ro.first_bucket_mb = 1.0 / 64;
+    ro.zero_stage = 2;
+    CHECK(gpt2_create(ctx, ops, &cfg, &o, &g) == DDP_OK, "create (reducer_grads)");
+    int *order = g ? malloc((size_t)gpt2_n_params(g) * sizeof *order) : NULL;
+    if (order) {
+        gpt2_ready_order(g, order);
+        ro.ready_order = order;
+        CHECK(ddp_reducer_create(ctx, NULL, gpt2_numel(g), gpt2_n_params(g), &ro, &r) == DDP_OK,
+              "bucket-owned reducer");
+    }
+    free(order);
+    gpt2_memory m;
+    if (g)
+        gpt2_memory_get(g, &m);
+    CHECK(g && !gpt2_grads(g) && m.grads == 0 && gpt2_zero_grad(g) == DDP_OK, "no gradients");
+    int tokens[B * T], targets[B * T];
+    make_batch(100, 29, tokens, targets);
+    CHECK(r && gpt2_forward(g, tokens, targets, B, T, NULL, true) == DDP_OK, "forward");
+    CHECK(r && gpt2_backward(g, NULL, 1.0f) == DDP_ERR_INVALID_ARG, "backward without reducer");
+    CHECK(r && gpt2_forward(g, tokens, targets, B, T, NULL, true) == DDP_OK &&
+              ddp_reducer_begin(r, 1) == DDP_OK && gpt2_backward(g, r, 1.0f) == DDP_OK &&
+              ddp_reducer_finish(r) == DDP_OK, "a step with the reducer's buckets");
+    if (r)
+        CHECK(test_compare("bucket-owned", ddp_reducer_shard_grads(r), plain, n, 0.0, 0.0) == 0,
+              "recompute %d: the reducer's shard is the flat buffer's gradients", recompute);
+    CHECK(r && gpt2_adamw_step(g, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f) == DDP_ERR_STATE,
+          "AdamW without gradients");
+    ddp_reducer_destroy(r);
+    gpt2_destroy(g);
+}
+
 /* Backward marks every slice exactly once on a one-rank reducer (buckets of 16 KiB: many), whose
  * average is then the gradient itself. */
 static void check_reducer(void)
@@ -443,6 +505,9 @@ static void check_reducer(void)
             CHECK(test_compare("reduced", gpt2_grads(g), plain, n, 0.0, 0.0) == 0, "1 rank: same");
     }
     CHECK(ddp_reducer_n_buckets(r) > 4, "%d buckets", ddp_reducer_n_buckets(r));
+    check_ready_order(g, r);
+    for (int rec = 0; g && rec < 2; rec++)
+        check_reducer_grads(ctx, ops, plain, n, rec);
     free(plain);
     ddp_reducer_destroy(r);
     gpt2_destroy(g);

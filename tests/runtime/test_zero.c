@@ -14,6 +14,13 @@
  * order (Open MPI's algorithm for MPI_Reduce_scatter) may differ from the all-reduce's, so within
  * 2^-20 of the sum of the magnitudes / (W K) for fp32 (a few roundings of fp32), 2^-6 of it
  * through 16 bits (a few bf16 roundings of the pairwise sums).
+ * Bucket-owned gradients (zero_stage 2 without a gradient buffer) run beside them, writing each
+ * micro-step's contribution through ddp_reducer_grad_ptr: the same shard as stage 0 with one
+ * micro-step at 1 and 2 ranks, and within the tolerances above (at 2 ranks too) with several,
+ * since its shard adds every micro-step's reduce-scattered sums ((a1 + b1) + (a2 + b2) instead of
+ * stage 0's (a1 + a2) + (b1 + b2)); through 16 bits it also rounds each micro-step's sum and the
+ * shard's accumulation in the gradients' type, so its tolerance is 2^-5 there. Its buffers stop
+ * growing after the first step, and its bad calls are refused.
  * `--backend cuda` (skipped without a GPU): the same on device memory through NCCL
  * (ncclReduceScatter / ncclAllGather, or groups of ncclReduce / ncclBroadcast for unequal
  * blocks); never run on a GPU yet when this was written.
@@ -146,24 +153,50 @@ static void test_collectives(ddp_ctx *ctx)
 
 /* ---- the reducer: stages 0, 1, 2 side by side ------------------------------------------- */
 
+/* Elements of a reducer's shard. */
+static size_t n_of_shard(const ddp_reducer *r)
+{
+    size_t n = 0;
+    ddp_reducer_shard(r, NULL, &n);
+    return n;
+}
+
 typedef struct trio {
     ddp_reducer *r[3]; /* zero_stage 0, 1, 2 */
     void *grads[3];
+    ddp_reducer *owned; /* zero_stage 2, bucket-owned gradients (NULL: not run) */
     float acc[TOTAL], mag[TOTAL]; /* this rank's local sums; sums of |contribution| (all ranks) */
 } trio;
+
+static void small_buckets(ddp_reducer_opts *o, case_kind kind, int stage)
+{
+    ddp_reducer_opts_default(o);
+    o->first_bucket_mb = 64.0 / MIB;
+    o->bucket_mb = 256.0 / MIB;
+    o->grad_dtype = kind == CASE_BF16_GRADS ? DDP_BF16 : DDP_FP32;
+    o->comm_dtype = kind == CASE_BF16_WIRE ? DDP_BF16 : DDP_FP32;
+    o->zero_stage = stage;
+}
 
 static ddp_reducer *make_reducer(ddp_ctx *ctx, void *grads, case_kind kind, int stage)
 {
     ddp_reducer_opts o;
-    ddp_reducer_opts_default(&o);
-    o.first_bucket_mb = 64.0 / MIB;
-    o.bucket_mb = 256.0 / MIB;
-    o.grad_dtype = kind == CASE_BF16_GRADS ? DDP_BF16 : DDP_FP32;
-    o.comm_dtype = kind == CASE_BF16_WIRE ? DDP_BF16 : DDP_FP32;
-    o.zero_stage = stage;
+    small_buckets(&o, kind, stage);
     ddp_reducer *r = NULL;
     ddp_status st = ddp_reducer_create(ctx, grads, numel, N_PARAMS, &o, &r);
     CHECK(st == DDP_OK && r, "reducer_create(stage %d): %s", stage, ddp_strerror(st));
+    return r;
+}
+
+/* A bucket-owned reducer (grads NULL, zero_stage 2) planned in ready_order. Collective. */
+static ddp_reducer *make_owned(ddp_ctx *ctx, case_kind kind, const int *ready_order)
+{
+    ddp_reducer_opts o;
+    small_buckets(&o, kind, 2);
+    o.ready_order = ready_order;
+    ddp_reducer *r = NULL;
+    ddp_status st = ddp_reducer_create(ctx, NULL, numel, N_PARAMS, &o, &r);
+    CHECK(st == DDP_OK && r, "reducer_create(bucket-owned): %s", ddp_strerror(st));
     return r;
 }
 
@@ -181,7 +214,25 @@ static void put_grad(ddp_ctx *ctx, trio *t, case_kind kind, int s, int p)
     ddp_upload(ctx, (uint16_t *)t->grads[s] + offset[p], h, numel[p] * sizeof *h);
 }
 
-/* k micro-steps (the last syncs) of all three reducers, marking in `order`. */
+/* Bucket-owned: parameter p's contribution of micro-step m (not the running sum: the buffer is
+ * fresh in every micro-step), written where ddp_reducer_grad_ptr says, then marked. */
+static void put_owned(ddp_ctx *ctx, ddp_reducer *r, case_kind kind, int p, int m)
+{
+    float f[64];
+    uint16_t h[64];
+    void *dst = NULL;
+    CHECK(ddp_reducer_grad_ptr(r, p, &dst) == DDP_OK && dst, "grad_ptr(%d)", p);
+    for (size_t i = 0; i < numel[p]; i++) {
+        f[i] = value(ddp_rank(ctx), offset[p] + i, m);
+        h[i] = half_f32_to_bf16(f[i]);
+    }
+    if (dst)
+        ddp_upload(ctx, dst, kind == CASE_BF16_GRADS ? (void *)h : (void *)f,
+                   numel[p] * (kind == CASE_BF16_GRADS ? 2 : 4));
+    CHECK(ddp_reducer_mark_ready(r, p) == DDP_OK, "mark %d (bucket-owned)", p);
+}
+
+/* k micro-steps (the last syncs) of all the reducers, marking in `order`. */
 static void run_cycle(ddp_ctx *ctx, trio *t, case_kind kind, const int *order, int k)
 {
     size_t esize = kind == CASE_BF16_GRADS ? 2 : 4;
@@ -192,6 +243,8 @@ static void run_cycle(ddp_ctx *ctx, trio *t, case_kind kind, const int *order, i
     for (int m = 0; m < k; m++) {
         for (int s = 0; s < 3; s++)
             CHECK(ddp_reducer_begin(t->r[s], m == k - 1) == DDP_OK, "begin");
+        if (t->owned)
+            CHECK(ddp_reducer_begin(t->owned, m == k - 1) == DDP_OK, "begin (bucket-owned)");
         for (int j = 0; j < N_PARAMS; j++) {
             int p = order[j];
             for (size_t i = offset[p]; i < offset[p + 1]; i++) {
@@ -203,10 +256,14 @@ static void run_cycle(ddp_ctx *ctx, trio *t, case_kind kind, const int *order, i
                 put_grad(ctx, t, kind, s, p);
                 CHECK(ddp_reducer_mark_ready(t->r[s], p) == DDP_OK, "mark %d", p);
             }
+            if (t->owned)
+                put_owned(ctx, t->owned, kind, p, m);
         }
     }
     for (int s = 0; s < 3; s++)
         CHECK(ddp_reducer_finish(t->r[s]) == DDP_OK, "finish (stage %d)", s);
+    if (t->owned)
+        CHECK(ddp_reducer_finish(t->owned) == DDP_OK, "finish (bucket-owned)");
 }
 
 /* n elements of grads (fp32 or bf16) as floats. */
@@ -222,6 +279,28 @@ static void fetch(ddp_ctx *ctx, const void *grads, case_kind kind, size_t n, flo
         out[i] = half_bf16_to_f32(h[i]);
 }
 
+/* The bucket-owned shard against stage 0's: bit-identical with one micro-step at 1 and 2 ranks,
+ * else within 2^-20 (fp32) or 2^-5 (through 16 bits) of the sum of magnitudes / (W K). */
+static void check_owned(ddp_ctx *ctx, trio *t, case_kind kind, int k, const float *ref,
+                        const char *what)
+{
+    float got[TOTAL];
+    size_t off = 0, n = 0;
+    ddp_reducer_shard(t->owned, &off, &n);
+    fetch(ctx, ddp_reducer_shard_grads(t->owned), kind, n, got);
+    int w = ddp_world_size(ctx), shown = 0;
+    double rel = w <= 2 && k == 1 ? 0.0 : kind == CASE_FP32 ? ldexp(1.0, -20) : ldexp(1.0, -5);
+    for (size_t i = 0; i < n && shown < 5; i++) {
+        double tol = rel * t->mag[off + i] / (w * k);
+        float want = ref[off + i];
+        if (!(fabs(got[i] - want) <= tol) || (tol == 0.0 && memcmp(&got[i], &want, 4))) {
+            CHECK(0, "%s, K=%d: bucket-owned shard element %zu (flat %zu): %.9g, stage 0 %.9g "
+                  "(tolerance %g)", what, k, i, off + i, got[i], want, tol);
+            shown++;
+        }
+    }
+}
+
 /* Stage 1's shard (in the gradient buffer) and stage 2's (its own buffer) against stage 0's. */
 static void check_shards(ddp_ctx *ctx, trio *t, case_kind kind, int k, const char *what)
 {
@@ -231,6 +310,8 @@ static void check_shards(ddp_ctx *ctx, trio *t, case_kind kind, int k, const cha
     fetch(ctx, t->grads[0], kind, TOTAL, ref);
     fetch(ctx, t->grads[1], kind, TOTAL, s1);
     fetch(ctx, ddp_reducer_shard_grads(t->r[2]), kind, n, s2);
+    if (t->owned)
+        check_owned(ctx, t, kind, k, ref, what);
     int w = ddp_world_size(ctx), shown = 0;
     double rel = w <= 2 ? 0.0 : kind == CASE_FP32 ? ldexp(1.0, -20) : ldexp(1.0, -6);
     for (size_t i = 0; i < n && shown < 5; i++) {
@@ -255,8 +336,13 @@ static void test_stages(ddp_ctx *ctx, case_kind kind, int ready)
         t->grads[s] = ddp_alloc(ctx, TOTAL * sizeof(float));
         t->r[s] = make_reducer(ctx, t->grads[s], kind, s);
     }
-    if (!t || !t->r[0] || !t->r[1] || !t->r[2])
+    /* planned in backward order; without `ready` it is marked in another (a warning, the same
+     * sums, buffers held longer) */
+    if (t)
+        t->owned = make_owned(ctx, kind, backward);
+    if (!t || !t->r[0] || !t->r[1] || !t->r[2] || !t->owned)
         return;
+    size_t pool = 0, shard_bytes = n_of_shard(t->owned) * (kind == CASE_BF16_GRADS ? 2 : 4);
     size_t off = 0, n = 0, want_off = 0, want_n = 0;
     ddp_reducer_shard(t->r[1], &off, &n);
     ddp_shard_range(TOTAL, ddp_world_size(ctx), ddp_rank(ctx), &want_off, &want_n);
@@ -272,12 +358,22 @@ static void test_stages(ddp_ctx *ctx, case_kind kind, int ready)
         run_cycle(ctx, t, kind, order, k);
         ddp_comm_stats_get(ctx, &after);
         check_shards(ctx, t, kind, k, case_name[kind]);
-        /* every bucket of stages 1 and 2 is one reduce-scatter, stage 0's are all-reduces */
+        /* every bucket of stages 1 and 2 is one reduce-scatter, stage 0's are all-reduces; the
+         * bucket-owned reducer's buckets go in every micro-step */
         uint64_t rs = after.reduce_scatter_calls - before.reduce_scatter_calls;
         uint64_t ar = after.allreduce_calls - before.allreduce_calls;
-        CHECK(rs == (uint64_t)(nb[1] + nb[2]) && ar == (uint64_t)nb[0],
+        uint64_t owned_rs = (uint64_t)k * (uint64_t)ddp_reducer_n_buckets(t->owned);
+        CHECK(rs == (uint64_t)(nb[1] + nb[2]) + owned_rs && ar == (uint64_t)nb[0],
               "%s: %llu reduce-scatters and %llu all-reduces in a sync step", case_name[kind],
               (unsigned long long)rs, (unsigned long long)ar);
+        /* the pool grows in the first step only, and holds less than the full gradients */
+        size_t bytes = ddp_reducer_buffer_bytes(t->owned) - shard_bytes;
+        pool = k == 1 ? bytes : pool;
+        CHECK(bytes == pool, "%s, K=%d: the bucket buffers grew from %zu to %zu bytes after the "
+              "first step", case_name[kind], k, pool, bytes);
+        if (ready && kind != CASE_BF16_WIRE) /* a wire twin doubles each buffer */
+            CHECK(bytes < TOTAL * (kind == CASE_BF16_GRADS ? 2 : 4), "%s: bucket buffers of %zu "
+                  "bytes, more than the gradients", case_name[kind], bytes);
     }
     if (ready)
         CHECK(ddp_reducer_bucket_order(t->r[1]) == DDP_BUCKETS_READY_ORDER &&
@@ -287,7 +383,58 @@ static void test_stages(ddp_ctx *ctx, case_kind kind, int ready)
         ddp_reducer_destroy(t->r[s]);
         ddp_free(ctx, t->grads[s]);
     }
+    ddp_reducer_destroy(t->owned);
     free(t);
+}
+
+/* Bad calls of bucket-owned gradients: refused with a status, never a crash or a hang. */
+static void test_owned_errors(ddp_ctx *ctx)
+{
+    ddp_reducer_opts o;
+    ddp_reducer *r = (ddp_reducer *)&o; /* not NULL: create must reset it */
+    void *grads = ddp_alloc(ctx, TOTAL * sizeof(float)), *ptr = NULL;
+    int bad_order[N_PARAMS];
+    for (int stage = 0; stage < 2; stage++) {
+        small_buckets(&o, CASE_FP32, stage);
+        CHECK(ddp_reducer_create(ctx, NULL, numel, N_PARAMS, &o, &r) == DDP_ERR_INVALID_ARG &&
+              !r, "grads NULL with zero_stage %d accepted", stage);
+    }
+    small_buckets(&o, CASE_FP32, 2);
+    o.ready_order = backward;
+    CHECK(ddp_reducer_create(ctx, grads, numel, N_PARAMS, &o, &r) == DDP_ERR_INVALID_ARG,
+          "ready_order with a gradient buffer accepted");
+    memcpy(bad_order, backward, sizeof bad_order);
+    bad_order[1] = bad_order[0]; /* not a permutation: every rank fails, none waits */
+    o.ready_order = bad_order;
+    CHECK(ddp_reducer_create(ctx, NULL, numel, N_PARAMS, &o, &r) == DDP_ERR_INVALID_ARG,
+          "a ready_order that is not a permutation accepted");
+    if (ddp_world_size(ctx) > 1) { /* rank 1 plans another order: every rank learns it */
+        for (int j = 0; j < N_PARAMS; j++)
+            bad_order[j] = ddp_rank(ctx) == 1 ? N_PARAMS - 1 - j : backward[j];
+        CHECK(ddp_reducer_create(ctx, NULL, numel, N_PARAMS, &o, &r) == DDP_ERR_MISMATCH && !r,
+              "ranks planning different buckets accepted");
+    }
+    ddp_reducer *flat = make_reducer(ctx, grads, CASE_FP32, 2);
+    r = make_owned(ctx, CASE_FP32, backward);
+    CHECK(ddp_reducer_grad_ptr(r, 0, &ptr) == DDP_ERR_STATE && !ptr, "grad_ptr outside a step");
+    CHECK(ddp_reducer_begin(flat, 1) == DDP_OK && ddp_reducer_grad_ptr(flat, 0, &ptr) ==
+              DDP_ERR_STATE, "grad_ptr of a reducer with a gradient buffer");
+    CHECK(ddp_reducer_begin(r, 0) == DDP_OK, "begin");
+    CHECK(ddp_reducer_grad_ptr(r, -1, &ptr) == DDP_ERR_INVALID_ARG &&
+              ddp_reducer_grad_ptr(r, N_PARAMS, &ptr) == DDP_ERR_INVALID_ARG &&
+              ddp_reducer_grad_ptr(r, 0, NULL) == DDP_ERR_INVALID_ARG &&
+              ddp_reducer_grad_ptr(NULL, 0, &ptr) == DDP_ERR_INVALID_ARG, "bad grad_ptr arguments");
+    for (int j = 0; j < N_PARAMS - 1; j++) /* the last parameter left unmarked */
+        CHECK(ddp_reducer_grad_ptr(r, backward[j], &ptr) == DDP_OK &&
+                  ddp_reducer_mark_ready(r, backward[j]) == DDP_OK, "mark %d", backward[j]);
+    CHECK(ddp_reducer_grad_ptr(r, backward[0], &ptr) == DDP_ERR_STATE, "grad_ptr after its mark");
+    CHECK(ddp_reducer_begin(r, 1) == DDP_ERR_STATE, "a micro-step left a parameter unmarked");
+    for (int j = 0; j < N_PARAMS; j++) /* the flat reducer's sync step, for its peers */
+        ddp_reducer_mark_ready(flat, j);
+    CHECK(ddp_reducer_finish(flat) == DDP_OK, "finish (flat)");
+    ddp_reducer_destroy(r);
+    ddp_reducer_destroy(flat);
+    ddp_free(ctx, grads);
 }
 
 /* ---- the all-gather of the parameters, the norm and the scaler on shards ----------------- */
@@ -467,6 +614,7 @@ int main(int argc, char **argv)
         test_stages(ctx, (case_kind)kind, 1);
         test_stages(ctx, (case_kind)kind, 0);
     }
+    test_owned_errors(ctx);
     test_gather(ctx);
     test_norm_scaler(ctx);
     test_trace(ctx);
