@@ -623,6 +623,20 @@ ddp_status ddp_zero(ddp_ctx *ctx, void *dst, size_t n_bytes)
     return dev->zero(dst, n_bytes);
 }
 
+ddp_status ddp_memory_info(ddp_ctx *ctx, size_t *used, size_t *total)
+{
+    const device_ops *dev = ctx_dev(ctx);
+    if (!dev)
+        return DDP_ERR_STATE;
+    size_t u = 0, t = 0;
+    ddp_status st = dev->info ? dev->info(&u, &t) : DDP_ERR_UNSUPPORTED;
+    if (used)
+        *used = u;
+    if (total)
+        *total = t;
+    return st;
+}
+
 /* The staging's checks: two slots, two parts. */
 static ddp_status ctx_stage_check(const ddp_ctx *ctx, int slot, int part)
 {

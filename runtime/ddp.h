@@ -218,6 +218,12 @@ DDP_API ddp_status ddp_copy(ddp_ctx *ctx, void *dst, const void *src, size_t n_b
 /* dst[0..n_bytes) = 0 (backend memory), queued on libddp's stream: no host wait. Same failures
  * as ddp_copy. */
 DDP_API ddp_status ddp_zero(ddp_ctx *ctx, void *dst, size_t n_bytes);
+/* The backend's memory as its driver counts it: on CUDA, *used = the device's memory in use
+ * (cudaMemGetInfo: total - free, so the CUDA context, the libraries' workspaces, NCCL's buffers
+ * and other processes on the same GPU count too) and *total its size. DDP_ERR_UNSUPPORTED on the
+ * CPU backend (host memory: read VmRSS/VmHWM in /proc/self/status), DDP_ERR_CUDA when the query
+ * fails. Either pointer may be NULL. */
+DDP_API ddp_status ddp_memory_info(ddp_ctx *ctx, size_t *used, size_t *total);
 
 /* Double-buffered staging of training batches: the upload of batch i+1 overlaps the compute of
  * batch i. Two slots (0, 1), each with backend buffers of the caller's, and up to two parts per

@@ -26,6 +26,8 @@ typedef struct device_ops {
     ddp_status (*stage_upload)(int slot, int part, void *dst, const void *src_host, size_t n_bytes);
     ddp_status (*stage_acquire)(int slot);
     ddp_status (*stage_release)(int slot);
+    /* the device's memory in use and its size (ddp_memory_info); NULL on the CPU */
+    ddp_status (*info)(size_t *used, size_t *total);
 } device_ops;
 
 /* Host memory (always built). */

@@ -270,6 +270,19 @@ static void staging_release(void)
     bounce_next = 0;
 }
 
+static ddp_status dev_info(size_t *used, size_t *total)
+{
+    size_t free_b = 0, total_b = 0;
+    cudaError_t err = cudaMemGetInfo(&free_b, &total_b);
+    if (err != cudaSuccess) {
+        DDP_ERROR("cudaMemGetInfo: %s (%s)", cudaGetErrorString(err), cudaGetErrorName(err));
+        return DDP_ERR_CUDA;
+    }
+    *used = total_b - free_b;
+    *total = total_b;
+    return DDP_OK;
+}
+
 /* ==================================================================== table and lifecycle == */
 
 static device_ops make_dev_ops(void)
@@ -286,6 +299,7 @@ static device_ops make_dev_ops(void)
     ops.stage_upload = dev_stage_upload;
     ops.stage_acquire = dev_stage_acquire;
     ops.stage_release = dev_stage_release;
+    ops.info = dev_info;
     return ops;
 }
 

@@ -36,6 +36,7 @@
 /* The memory report of the end of training, MiB per rank (gpt_memory). */
 typedef struct gpt_mem_report {
     double params, grads, optimizer, activations, comm, states, peak_rss;
+    double device_used, device_total; /* MiB, cudaMemGetInfo on CUDA; NAN on the CPU */
     double bytes_rep, bytes_shard; /* per parameter: replicated, divided over the ranks */
     double predicted;              /* model states by the ZeRO formula */
 } gpt_mem_report;
@@ -70,6 +71,7 @@ typedef struct gpt_trainer {
     double train_seconds, last_norm, last_loss, val_loss;
     long loss_micro;       /* micro-batches summed in loss_dev */
     double peak_rss_max;   /* MiB: the largest VmHWM over the ranks at the end of training */
+    double device_used_max; /* MiB: the most device memory in use over the ranks (CUDA), NAN */
     progress_bar progress;
 } gpt_trainer;
 
@@ -645,6 +647,10 @@ static void gpt_memory(const gpt_trainer *t, gpt_mem_report *r)
     r->states = r->params + r->grads + r->optimizer;
     long rss = gpt_peak_rss_kib();
     r->peak_rss = rss >= 0 ? rss / 1024.0 : NAN;
+    size_t used = 0, total = 0;
+    int dev = ddp_memory_info(t->ctx, &used, &total) == DDP_OK;
+    r->device_used = dev ? used / mib : NAN;
+    r->device_total = dev ? total / mib : NAN;
     gpt_state_bytes(t, &m, &r->bytes_rep, &r->bytes_shard);
     double psi = (double)gpt2_numel_total(t->g);
     r->predicted = psi * (r->bytes_rep + r->bytes_shard / t->world) / mib;
@@ -663,6 +669,11 @@ static void gpt_report_memory(const gpt_trainer *t, const gpt_mem_report *r)
            r->predicted, r->states,
            t->o->zero == 2 ? "; the backward pass writes into the reducer's bucket buffers, "
                              "counted as communication buffers above" : "");
+    if (!isnan(r->device_used))
+        printf("device memory in use at the end %.1f MiB of %.1f MiB (cudaMemGetInfo: the CUDA "
+               "context, library workspaces and NCCL included; the largest over the ranks %.1f "
+               "MiB)\n",
+               r->device_used, r->device_total, t->device_used_max);
 }
 
 /* A token drawn from softmax(logits[0..V)) with a splitmix64 generator. */
@@ -787,7 +798,7 @@ static void gpt_report_end(gpt_trainer *t, double wall_start)
     gpt_memory(t, &mr);
     gpt_report_memory(t, &mr);
     fflush(stdout);
-    char tl[32], vl[32], rs[32];
+    char tl[32], vl[32], rs[32], du[32], dm[32];
     if (t->metrics) {
         fprintf(t->metrics, "{\"summary\":true,\"model\":\"gpt2\",\"backend\":\"%s\",\"world_size\":%d,"
                 "\"batch\":%d,\"seq\":%d,\"accum\":%d,\"steps\":%ld,\"train_loss\":%s,"
@@ -796,13 +807,15 @@ static void gpt_report_end(gpt_trainer *t, double wall_start)
                 "\"zero\":%d,\"recompute\":%s,\"n_params\":%zu,\"mem_params_mib\":%.2f,"
                 "\"mem_grads_mib\":%.2f,\"mem_optimizer_mib\":%.2f,\"mem_activations_mib\":%.2f,"
                 "\"mem_comm_mib\":%.2f,\"mem_states_mib\":%.2f,\"mem_predicted_states_mib\":%.2f,"
-                "\"mem_peak_rss_mib\":%s,\"mem_peak_rss_max_mib\":%.2f}\n",
+                "\"mem_peak_rss_mib\":%s,\"mem_peak_rss_max_mib\":%.2f,\"mem_device_used_mib\":%s,"
+                "\"mem_device_used_max_mib\":%s}\n",
                 ddp_backend_name(ddp_backend(t->ctx)), t->world, t->B, t->T, t->accum, t->step,
                 gpt_json(tl, sizeof tl, t->last_loss), gpt_json(vl, sizeof vl, t->val_loss),
                 tps, tps * flops_tok / t->world / 1e9, t->train_seconds, train_now() - wall_start,
                 t->stopped ? "true" : "false", t->o->zero, t->o->gpt.recompute ? "true" : "false",
                 gpt2_numel_total(t->g), mr.params, mr.grads, mr.optimizer, mr.activations, mr.comm,
-                mr.states, mr.predicted, gpt_json(rs, sizeof rs, mr.peak_rss), t->peak_rss_max);
+                mr.states, mr.predicted, gpt_json(rs, sizeof rs, mr.peak_rss), t->peak_rss_max,
+                gpt_json(du, sizeof du, mr.device_used), gpt_json(dm, sizeof dm, t->device_used_max));
         fflush(t->metrics);
     }
 }
@@ -894,9 +907,13 @@ static ddp_status gpt_train_and_finish(gpt_trainer *t, double wall_start)
         t->last_loss = gpt_take_loss(t);
     if (!t->stopped) /* after a stop signal the time left is for the checkpoint, not a validation */
         gpt_report_val(t);
-    double rss = (double)gpt_peak_rss_kib(); /* the largest peak over the ranks, for the report */
-    gpt_must(t, ddp_allreduce_host(t->ctx, &rss, 1, DDP_FP64, DDP_MAX), "agreeing on memory");
-    t->peak_rss_max = rss / 1024.0;
+    /* the largest peak RSS and device memory in use over the ranks, for the report */
+    size_t used = 0;
+    double mem[2] = {(double)gpt_peak_rss_kib(),
+                     ddp_memory_info(t->ctx, &used, NULL) == DDP_OK ? (double)used : -1.0};
+    gpt_must(t, ddp_allreduce_host(t->ctx, mem, 2, DDP_FP64, DDP_MAX), "agreeing on memory");
+    t->peak_rss_max = mem[0] / 1024.0;
+    t->device_used_max = mem[1] >= 0.0 ? mem[1] / (1024.0 * 1024.0) : NAN;
     gpt_report_end(t, wall_start);
     ddp_status st = gpt_verify(t, "after training");
     if (st == DDP_OK)

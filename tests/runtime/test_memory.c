@@ -2,7 +2,8 @@
  * context): ddp_alloc returns zeroed memory; ddp_upload, ddp_download, ddp_copy and ddp_zero
  * round-trip exact bytes; the double-buffered batch staging (ddp_stage_upload, _acquire,
  * _release) delivers each round's batch into its slot while the host buffer is reused at once,
- * and refuses a slot or part outside {0, 1}. One process (ddp_init without a launcher).
+ * and refuses a slot or part outside {0, 1}; ddp_memory_info sees a device allocation (and says
+ * unsupported for host memory). One process (ddp_init without a launcher).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -100,6 +101,30 @@ static void check_staging(ddp_ctx *ctx, const char *who)
     free(x), free(back);
 }
 
+/* ddp_memory_info: unsupported for host memory (zeros given back); on CUDA the memory in use
+ * grows by at least a 64 MiB allocation (cudaMalloc commits it) and falls back after the free. */
+static void check_memory_info(ddp_ctx *ctx, const char *who)
+{
+    size_t used = 1, total = 1;
+    ddp_status st = ddp_memory_info(ctx, &used, &total);
+    if (!ctx || ddp_backend(ctx) == DDP_BACKEND_CPU) {
+        CHECK(st == DDP_ERR_UNSUPPORTED && used == 0 && total == 0,
+              "%s: memory_info on host memory: %s, used %zu, total %zu", who, ddp_strerror(st),
+              used, total);
+        return;
+    }
+    CHECK(st == DDP_OK && used > 0 && total >= used, "%s: memory_info: %s, used %zu of %zu", who,
+          ddp_strerror(st), used, total);
+    const size_t n = (size_t)64 << 20;
+    void *p = ddp_alloc(ctx, n);
+    size_t with = 0, after = 0;
+    CHECK(p && ddp_memory_info(ctx, &with, NULL) == DDP_OK && with >= used + n,
+          "%s: memory in use %zu -> %zu after a %zu-byte allocation", who, used, with, n);
+    ddp_free(ctx, p);
+    CHECK(ddp_memory_info(ctx, &after, NULL) == DDP_OK && after < with,
+          "%s: memory in use %zu after freeing (was %zu)", who, after, with);
+}
+
 int main(int argc, char **argv)
 {
     ddp_init_opts io;
@@ -115,6 +140,7 @@ int main(int argc, char **argv)
     check_alloc_zeroed(NULL, "host");
     check_round_trip(NULL, "host");
     check_staging(NULL, "host");
+    check_memory_info(NULL, "host");
     ddp_ctx *ctx = NULL;
     CHECK(ddp_init(&io, &ctx) == DDP_OK, "ddp_init");
     if (!ctx)
@@ -123,6 +149,7 @@ int main(int argc, char **argv)
     check_alloc_zeroed(ctx, who);
     check_round_trip(ctx, who);
     check_staging(ctx, who);
+    check_memory_info(ctx, who);
     CHECK(ddp_synchronize(ctx) == DDP_OK, "%s: synchronize", who);
     ddp_finalize(ctx);
     return CHECK_DONE();
