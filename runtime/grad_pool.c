@@ -117,6 +117,11 @@ ddp_status grad_pool_take(grad_pool *p, int b, size_t n, void **grads, void **wi
     *fresh = p->held[b] < 0;
     if (*fresh) {
         int i = pool_find(p, b, n);
+        if (i < 0 && p->n_bufs == p->n_buckets) { /* the table holds one buffer per bucket */
+            DDP_ERROR("reducer: bucket %d needs a buffer of %zu elements, but the pool already "
+                      "holds %d (one per bucket), none free and large enough", b, n, p->n_bufs);
+            return DDP_ERR_STATE;
+        }
         if (i < 0 && (i = pool_grow(p, b, n)) < 0)
             return DDP_ERR_NOMEM;
         p->bufs[i].holder = b;
