@@ -626,6 +626,16 @@ typedef struct ddp_reducer_opts {
      * parameter order. Must be the same on every rank (create checks). Marking in another
      * order stays correct (every rank warns once) but holds bucket buffers longer. */
     const int *ready_order;
+    /* Bucket-owned gradients only, with gradient accumulation (micro-steps begun with sync 0):
+     * 0 (default): every micro-step is reduce-scattered and added into the shard, so only the
+     *    few bucket buffers in flight are alive (the saving of stage 2), and the sums are ordered
+     *    (a1 + b1) + (a2 + b2): a rounding away from stage 0's (a1 + a2) + (b1 + b2).
+     * non-zero: micro-steps that are not sync steps communicate nothing; every bucket keeps its
+     *    buffer and the next micro-steps add into it (PyTorch FSDP's no_sync), so the buffers of
+     *    every bucket, the full gradient size, are alive from the first micro-step's backward
+     *    pass to the sync step's reduce-scatters, and the sums are stage 0's (bit-identical at
+     *    2 ranks). With one micro-step per optimizer step both are the same. */
+    int local_accum;
 } ddp_reducer_opts;
 
 /* What the reducer's buckets follow (ddp_reducer_bucket_order). */
@@ -668,26 +678,28 @@ DDP_API ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param);
  * buffer. *ptr receives where the backward pass writes (and adds to) parameter `param`'s
  * gradient in this micro-step: numel[param] elements of grad_dtype inside its bucket's buffer,
  * which the bucket takes from the reducer's pool, zeroed, at its first grad_ptr of the
- * micro-step (the models' backward adds with +=). A bucket's buffer holds its parameters in
- * ascending index (its runs of the flat layout in ascending offset, packed: the shards' pieces
- * in rank order), and it is valid until the parameter is marked ready: once every parameter of
- * the bucket is, it is reduce-scattered in place (in EVERY micro-step, sync or not, since no
- * full buffer survives between micro-steps), and once that is waited for, this rank's piece is
- * written (first micro-step of the optimizer step) or added (later ones) into
- * ddp_reducer_shard_grads and the buffer returns to the pool. At most 2 reduce-scatters are
- * under way: marking the parameter that launches a third waits for the oldest (CUDA: the
- * reducer's stream waits for it; the host does not), so the buffers alive are a few buckets,
- * plus those a backward pass holds open long (written first, marked last). A program that
- * writes and marks in the same order every step takes the same buffers: nothing is allocated
- * after its first step (ddp_reducer_buffer_bytes stops growing). The micro-step that is not a
- * sync step ends in the next ddp_reducer_begin (which launches and waits for what is left, and
- * returns DDP_ERR_STATE naming a parameter left unmarked); finish ends a sync step and divides
- * the shard by world_size x micro-steps. The summation order therefore differs from stage 0's
- * when micro-steps accumulate ((a1 + b1) + (a2 + b2) against (a1 + a2) + (b1 + b2), as in
- * DeepSpeed's stage 2): bit-identical with one micro-step at 2 ranks, a rounding apart with
- * several. DDP_ERR_INVALID_ARG for a parameter outside [0, n_params) or a NULL ptr;
- * DDP_ERR_STATE for a reducer with a gradient buffer, outside begin..finish, or for a parameter
- * already marked in this micro-step; DDP_ERR_NOMEM when the pool cannot grow. */
+ * micro-step (with opts.local_accum: of the optimizer step) (the models' backward adds with
+ * +=). A bucket's buffer holds its parameters in ascending index (its runs of the flat layout in
+ * ascending offset, packed: the shards' pieces in rank order), and it is valid until the
+ * parameter is marked ready: once every parameter of the bucket is, it is reduce-scattered in
+ * place (in EVERY micro-step, sync or not, since no full buffer survives between micro-steps;
+ * with opts.local_accum in the sync step only, the buffer kept until then), and once that is
+ * waited for, this rank's piece is written (first reduce-scatter of the optimizer step) or added
+ * (later ones) into ddp_reducer_shard_grads and the buffer returns to the pool. At most 2
+ * reduce-scatters are under way: marking the parameter that launches a third waits for the
+ * oldest (CUDA: the reducer's stream waits for it; the host does not), so the buffers alive are
+ * a few buckets, plus those a backward pass holds open long (written first, marked last). A
+ * program that writes and marks in the same order every step takes the same buffers: nothing is
+ * allocated after its first step (ddp_reducer_buffer_bytes stops growing). The micro-step that
+ * is not a sync step ends in the next ddp_reducer_begin (which launches and waits for what is
+ * left, and returns DDP_ERR_STATE naming a parameter left unmarked); finish ends a sync step and
+ * divides the shard by world_size x micro-steps. The summation order therefore differs from
+ * stage 0's when micro-steps accumulate ((a1 + b1) + (a2 + b2) against (a1 + a2) + (b1 + b2), as
+ * in DeepSpeed's stage 2): bit-identical with one micro-step at 2 ranks, a rounding apart with
+ * several, unless opts.local_accum keeps every bucket's buffer until the sync step.
+ * DDP_ERR_INVALID_ARG for a parameter outside [0, n_params) or a NULL ptr; DDP_ERR_STATE for a
+ * reducer with a gradient buffer, outside begin..finish, or for a parameter already marked in
+ * this micro-step; DDP_ERR_NOMEM when the pool cannot grow. */
 DDP_API ddp_status ddp_reducer_grad_ptr(ddp_reducer *r, int param, void **ptr);
 /* On failure (DDP_ERR_STATE for an unmarked parameter, or a failed all-reduce) the gradients are
  * undefined and the program should stop the job with ddp_abort(). An unmarked parameter does not

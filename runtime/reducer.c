@@ -116,6 +116,7 @@ struct ddp_reducer {
     size_t *pack_off;         /* n_params: a parameter's element offset in its bucket's buffer */
     grad_pool *pool;
     int next_reap;            /* first launched bucket whose reduce-scatter is not waited for */
+    int local_accum;          /* micro-steps that are not sync steps add into the held buffers */
     int order_warned;         /* a marking order other than the plan's was reported */
 };
 
@@ -133,6 +134,7 @@ void ddp_reducer_opts_default(ddp_reducer_opts *opts)
     opts->strict_order = 0;
     opts->zero_stage = 0;
     opts->ready_order = NULL;
+    opts->local_accum = 0;
 }
 
 static ddp_status mib_to_bytes(double mib, const char *what, size_t *out)
@@ -370,6 +372,7 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
     r->defer_launch = o->defer_launch;
     r->static_buckets = o->static_buckets || r->owned;
     r->strict_order = o->strict_order;
+    r->local_accum = r->owned && o->local_accum;
     st = reducer_plan(r, numel, o);
     if (st == DDP_OK && r->owned && o->ready_order)
         r->bucket_order = DDP_BUCKETS_READY_ORDER;
@@ -517,13 +520,13 @@ ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
 
 /* What a bucket is multiplied by before its all-reduce: 1 for fp32 on the wire; for 16 bits
  * 2^-k, 2^k the smallest power of two >= world_size * micro_steps (see the top of the file);
- * bucket-owned gradients send every micro-step alone: world_size. */
+ * bucket-owned gradients that send every micro-step alone: world_size. */
 static float reducer_prescale(const ddp_reducer *r)
 {
     if (r->wire_dtype == DDP_FP32)
         return 1.0f;
     int k;
-    double steps = r->owned ? 1.0 : (double)r->micro_steps;
+    double steps = r->owned && !r->local_accum ? 1.0 : (double)r->micro_steps;
     double m = frexp((double)ddp_world_size(r->ctx) * steps, &k);
     return (float)ldexp(1.0, m == 0.5 ? 1 - k : -k);
 }
@@ -733,8 +736,9 @@ ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param)
     r->order[1 + r->n_marked++] = param;
     if (r->owned)
         reducer_owned_check_order(r, param);
-    if (!r->sync && !r->owned)
-        return DDP_OK; /* accumulation step: gradients stay local (bucket-owned: never) */
+    if (!r->sync && (!r->owned || r->local_accum))
+        return DDP_OK; /* accumulation step: gradients stay local (bucket-owned: only with
+                          local_accum, in the buffers the buckets keep) */
     r->pending[r->plan.param_bucket[param]]--;
     if (!r->defer_launch)
         reducer_launch_ready(r, 0);
@@ -815,7 +819,7 @@ static ddp_status reducer_owned_unpack(ddp_reducer *r, int b)
             continue;
         void *dst = convert_elem(r->shard_grads, r->grad_dtype, a - r->shard_off);
         const void *src = convert_elem((void *)piece, r->wire_dtype, at);
-        st = r->micro_steps == 1
+        st = r->micro_steps == 1 || r->local_accum /* local_accum: one reduce-scatter a step */
                  ? convert_dev_cast(r->ctx, dst, r->grad_dtype, src, r->wire_dtype, e - a, r->stream)
                  : convert_dev_cast_add(r->ctx, dst, r->grad_dtype, src, r->wire_dtype, e - a,
                                         r->stream);
@@ -863,6 +867,8 @@ static ddp_status reducer_owned_drain(ddp_reducer *r)
 static ddp_status reducer_owned_settle(ddp_reducer *r)
 {
     ddp_status marked = reducer_check_marked(r);
+    if (r->local_accum) /* the buckets keep their buffers: the next micro-step adds into them */
+        return marked;
     reducer_launch_ready(r, 1);
     ddp_status st = reducer_owned_drain(r);
     return st != DDP_OK ? st : marked;

@@ -3,8 +3,8 @@
  * Every rank builds the same seeded model (or reads the same llm.c file) and the replicas are
  * verified; the loader gives each rank disjoint windows of B x T + 1 tokens, shuffled per epoch;
  * an optimizer step is accum micro-batches whose gradients the reducer averages during the last
- * backward pass (--zero 2: reduce-scatters during every backward pass, from its bucket buffers,
- * the model having no gradient buffer); then the global gradient norm (the same on every rank,
+ * backward pass (--zero 2: reduce-scatters from its bucket buffers, the model having no gradient
+ * buffer, during the last backward pass, or during every one with --zero-accum reduce); then the global gradient norm (the same on every rank,
  * computed from the averaged gradients) sets the clipping factor, and AdamW applies the step with
  * the learning rate of the schedule (linear warm-up, cosine decay to lr x lr_floor). The ranks
  * agree on stop requests and non-finite losses as the MNIST trainer does (ddp_train.c), so
@@ -286,6 +286,9 @@ static ddp_status gpt_build(gpt_trainer *t)
         gpt_must(t, order ? DDP_OK : DDP_ERR_NOMEM, "allocating the ready order");
         gpt2_ready_order(t->g, order);
         ro.ready_order = order;
+        /* --zero-accum local (default): micro-steps add in the bucket buffers, one
+         * reduce-scatter per optimizer step, stage 0's sums; reduce: one per micro-step */
+        ro.local_accum = o->gpt.zero_accum != 2;
     }
     st = gpt_agree(t, ddp_reducer_create(t->ctx, gpt2_grads(t->g), gpt2_numel(t->g),
                                          gpt2_n_params(t->g), &ro, &t->reducer));
@@ -669,6 +672,11 @@ static void gpt_report_memory(const gpt_trainer *t, const gpt_mem_report *r)
            r->predicted, r->states,
            t->o->zero == 2 ? "; the backward pass writes into the reducer's bucket buffers, "
                              "counted as communication buffers above" : "");
+    if (t->o->zero == 2 && t->accum > 1 && t->o->gpt.zero_accum != 2)
+        printf("--zero 2 with --accum %d and --zero-accum local: the bucket buffers hold the full "
+               "gradients while the micro-steps accumulate (stage 0's sums, bit for bit); "
+               "--zero-accum reduce reduce-scatters every micro-step and keeps only a few of them "
+               "alive\n", t->accum);
     if (!isnan(r->device_used))
         printf("device memory in use at the end %.1f MiB of %.1f MiB (cudaMemGetInfo: the CUDA "
                "context, library workspaces and NCCL included; the largest over the ranks %.1f "

@@ -21,7 +21,7 @@ enum {
     /* GPT-2 flags, parsed by parse_gpt_opt (keep them last) */
     OPT_GPT_CONFIG, OPT_LAYERS, OPT_HEADS, OPT_CHANNELS, OPT_SEQ, OPT_VAL_DATA, OPT_VAL_EVERY,
     OPT_VAL_MAX_BATCHES, OPT_TOTAL_BATCH_TOKENS, OPT_WARMUP_STEPS, OPT_LR_FLOOR, OPT_GRAD_CLIP,
-    OPT_INIT_FROM, OPT_SAVE_LLMC, OPT_SAMPLE, OPT_VOCAB, OPT_RECOMPUTE
+    OPT_INIT_FROM, OPT_SAVE_LLMC, OPT_SAMPLE, OPT_VOCAB, OPT_RECOMPUTE, OPT_ZERO_ACCUM
 };
 
 static const struct option train_long_opts[] = {
@@ -52,6 +52,7 @@ static const struct option train_long_opts[] = {
     {"tf32", no_argument, NULL, OPT_TF32},
     {"zero", required_argument, NULL, OPT_ZERO},
     {"recompute", no_argument, NULL, OPT_RECOMPUTE},
+    {"zero-accum", required_argument, NULL, OPT_ZERO_ACCUM},
     {"loss-scale-init", required_argument, NULL, OPT_LOSS_SCALE_INIT},
     {"loss-scale-interval", required_argument, NULL, OPT_LOSS_SCALE_INTERVAL},
     {"workers", required_argument, NULL, OPT_WORKERS},
@@ -108,7 +109,8 @@ static const char train_usage_text[] =
     "                          optimizer state (gradients reduce-scattered, parameters\n"
     "                          all-gathered), 2 also keeps only this rank's shard of the gradients\n"
     "                          (GPT: no full gradient buffer, backward writes into bucket buffers\n"
-    "                          reduce-scattered every micro-step; MLP/CNN: the full buffer stays)\n"
+    "                          that are reduce-scattered, see --zero-accum; MLP/CNN: the full\n"
+    "                          buffer stays)\n"
     "  --device cpu|cuda|auto  backend (default auto)\n"
     "  --threads N             BLAS threads per rank on the CPU (default 1)\n"
     "  --precision P           fp32, bf16 or fp16 (default fp32): activations and GEMM/convolution\n"
@@ -187,7 +189,12 @@ static const char train_usage_gpt[] =
     "  --vocab FILE            GPT-2's encoder.json (default: encoder.json beside the data)\n"
     "  --recompute             activation checkpointing: each block keeps only its input and runs\n"
     "                          its forward again during backward (less memory; up to 22 % more\n"
-    "                          block compute, see docs/gpt2.md)\n";
+    "                          block compute, see docs/gpt2.md)\n"
+    "  --zero-accum local|reduce   --zero 2 with --accum > 1: local (default) adds the micro-steps\n"
+    "                          in the bucket buffers and reduce-scatters once (bit-identical to\n"
+    "                          --zero 0; the full gradients alive while accumulating); reduce\n"
+    "                          reduce-scatters every micro-step (the gradient memory saved; sums\n"
+    "                          in another order, a rounding apart)\n";
 
 static void train_opts_default(train_opts *o)
 {
@@ -436,6 +443,13 @@ static int parse_gpt_opt(int id, const char *v, train_opts *o)
     case OPT_SAVE_LLMC: g->save_llmc = v; return 0;
     case OPT_VOCAB: g->vocab = v; return 0;
     case OPT_RECOMPUTE: g->recompute = 1; return 0;
+    case OPT_ZERO_ACCUM:
+        if (strcmp(v, "local") == 0 || strcmp(v, "reduce") == 0) {
+            g->zero_accum = v[0] == 'l' ? 1 : 2;
+            return 0;
+        }
+        fprintf(stderr, "ddp-train: --zero-accum: expected local or reduce, got '%s'\n", v);
+        return -1;
     case OPT_VAL_EVERY: return parse_int("val-every", v, 0, &g->val_every);
     case OPT_VAL_MAX_BATCHES: return parse_long("val-max-batches", v, 0, LONG_MAX, &g->val_batches);
     case OPT_TOTAL_BATCH_TOKENS:
@@ -454,9 +468,11 @@ static int finish_gpt_opts(train_opts *o)
 {
     train_gpt_opts *g = &o->gpt;
     if (!g->on) {
-        if (g->init_from || g->save_llmc || g->sample || g->val_data || g->total_batch_tokens) {
-            fprintf(stderr, "ddp-train: --init-from, --save-llmc, --sample, --val-data and "
-                            "--total-batch-tokens are GPT-2 flags: add --model gpt2\n");
+        if (g->init_from || g->save_llmc || g->sample || g->val_data || g->total_batch_tokens ||
+            g->zero_accum) {
+            fprintf(stderr, "ddp-train: --init-from, --save-llmc, --sample, --val-data, "
+                            "--total-batch-tokens and --zero-accum are GPT-2 flags: add --model "
+                            "gpt2\n");
             return -1;
         }
         return 0;
@@ -483,6 +499,12 @@ static int finish_gpt_opts(train_opts *o)
     }
     if (o->augment) {
         fprintf(stderr, "ddp-train: --augment shifts MNIST images: --model gpt2 has none\n");
+        return -1;
+    }
+    if (g->zero_accum && o->zero != 2) {
+        fprintf(stderr, "ddp-train: --zero-accum chooses how --zero 2 accumulates micro-steps: "
+                        "add --zero 2 (--zero %d keeps a full gradient buffer, which accumulates "
+                        "locally)\n", o->zero);
         return -1;
     }
     return 0;

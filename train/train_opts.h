@@ -42,6 +42,8 @@ typedef struct train_gpt_opts {
     const char *vocab;          /* --vocab FILE: GPT-2's encoder.json for --sample (default: beside
                                    the data, DIR/encoder.json) */
     int recompute;              /* --recompute: blocks recompute their forward during backward */
+    int zero_accum;             /* --zero-accum: 0 not given (local), 1 local, 2 reduce
+                                   (ddp_reducer_opts.local_accum under --zero 2) */
 } train_gpt_opts;
 
 typedef struct train_opts {

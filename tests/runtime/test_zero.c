@@ -165,6 +165,7 @@ typedef struct trio {
     ddp_reducer *r[3]; /* zero_stage 0, 1, 2 */
     void *grads[3];
     ddp_reducer *owned; /* zero_stage 2, bucket-owned gradients (NULL: not run) */
+    ddp_reducer *local; /* the same with local_accum (NULL: not run) */
     float acc[TOTAL], mag[TOTAL]; /* this rank's local sums; sums of |contribution| (all ranks) */
 } trio;
 
@@ -188,12 +189,14 @@ static ddp_reducer *make_reducer(ddp_ctx *ctx, void *grads, case_kind kind, int 
     return r;
 }
 
-/* A bucket-owned reducer (grads NULL, zero_stage 2) planned in ready_order. Collective. */
-static ddp_reducer *make_owned(ddp_ctx *ctx, case_kind kind, const int *ready_order)
+/* A bucket-owned reducer (grads NULL, zero_stage 2) planned in ready_order, accumulating
+ * micro-steps locally or not. Collective. */
+static ddp_reducer *make_owned(ddp_ctx *ctx, case_kind kind, const int *ready_order, int local)
 {
     ddp_reducer_opts o;
     small_buckets(&o, kind, 2);
     o.ready_order = ready_order;
+    o.local_accum = local;
     ddp_reducer *r = NULL;
     ddp_status st = ddp_reducer_create(ctx, NULL, numel, N_PARAMS, &o, &r);
     CHECK(st == DDP_OK && r, "reducer_create(bucket-owned): %s", ddp_strerror(st));
@@ -214,6 +217,19 @@ static void put_grad(ddp_ctx *ctx, trio *t, case_kind kind, int s, int p)
     ddp_upload(ctx, (uint16_t *)t->grads[s] + offset[p], h, numel[p] * sizeof *h);
 }
 
+/* n elements of grads (fp32 or bf16) as floats. */
+static void fetch(ddp_ctx *ctx, const void *grads, case_kind kind, size_t n, float *out)
+{
+    uint16_t h[TOTAL];
+    if (kind != CASE_BF16_GRADS) {
+        ddp_download(ctx, out, grads, n * sizeof(float));
+        return;
+    }
+    ddp_download(ctx, h, grads, n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        out[i] = half_bf16_to_f32(h[i]);
+}
+
 /* Bucket-owned: parameter p's contribution of micro-step m (not the running sum: the buffer is
  * fresh in every micro-step), written where ddp_reducer_grad_ptr says, then marked. */
 static void put_owned(ddp_ctx *ctx, ddp_reducer *r, case_kind kind, int p, int m)
@@ -232,6 +248,39 @@ static void put_owned(ddp_ctx *ctx, ddp_reducer *r, case_kind kind, int p, int m
     CHECK(ddp_reducer_mark_ready(r, p) == DDP_OK, "mark %d (bucket-owned)", p);
 }
 
+/* Bucket-owned with local_accum, parameter p in micro-step m, called before its local sum takes
+ * this micro-step's contribution (write 0) and after (write 1): the buffer grad_ptr gives holds
+ * what the micro-steps before left in it (zeros in the first); then the running sum (stage 0's
+ * gradient, in the gradients' type) is written there and p is marked. */
+static void put_local(ddp_ctx *ctx, trio *t, case_kind kind, int p, int m, int write)
+{
+    float had[64], want[64];
+    uint16_t h[64];
+    void *dst = NULL;
+    CHECK(ddp_reducer_grad_ptr(t->local, p, &dst) == DDP_OK && dst, "grad_ptr(%d) (local)", p);
+    if (!dst)
+        return;
+    for (size_t i = 0; i < numel[p]; i++) {
+        want[i] = t->acc[offset[p] + i];
+        h[i] = half_f32_to_bf16(want[i]);
+        if (kind == CASE_BF16_GRADS)
+            want[i] = half_bf16_to_f32(h[i]);
+    }
+    if (write) {
+        ddp_upload(ctx, dst, kind == CASE_BF16_GRADS ? (void *)h : (void *)want,
+                   numel[p] * (kind == CASE_BF16_GRADS ? 2 : 4));
+        CHECK(ddp_reducer_mark_ready(t->local, p) == DDP_OK, "mark %d (local)", p);
+        return;
+    }
+    fetch(ctx, dst, kind, numel[p], had);
+    for (size_t i = 0; i < numel[p]; i++)
+        if (memcmp(&had[i], &want[i], sizeof *had)) {
+            CHECK(0, "micro-step %d, parameter %d element %zu: the local_accum buffer holds %.9g, "
+                  "the micro-steps before left %.9g", m, p, i, had[i], want[i]);
+            break;
+        }
+}
+
 /* k micro-steps (the last syncs) of all the reducers, marking in `order`. */
 static void run_cycle(ddp_ctx *ctx, trio *t, case_kind kind, const int *order, int k)
 {
@@ -245,8 +294,12 @@ static void run_cycle(ddp_ctx *ctx, trio *t, case_kind kind, const int *order, i
             CHECK(ddp_reducer_begin(t->r[s], m == k - 1) == DDP_OK, "begin");
         if (t->owned)
             CHECK(ddp_reducer_begin(t->owned, m == k - 1) == DDP_OK, "begin (bucket-owned)");
+        if (t->local)
+            CHECK(ddp_reducer_begin(t->local, m == k - 1) == DDP_OK, "begin (local)");
         for (int j = 0; j < N_PARAMS; j++) {
             int p = order[j];
+            if (t->local)
+                put_local(ctx, t, kind, p, m, 0);
             for (size_t i = offset[p]; i < offset[p + 1]; i++) {
                 t->acc[i] += value(ddp_rank(ctx), i, m);
                 for (int q = 0; q < ddp_world_size(ctx); q++)
@@ -258,25 +311,16 @@ static void run_cycle(ddp_ctx *ctx, trio *t, case_kind kind, const int *order, i
             }
             if (t->owned)
                 put_owned(ctx, t->owned, kind, p, m);
+            if (t->local)
+                put_local(ctx, t, kind, p, m, 1);
         }
     }
     for (int s = 0; s < 3; s++)
         CHECK(ddp_reducer_finish(t->r[s]) == DDP_OK, "finish (stage %d)", s);
     if (t->owned)
         CHECK(ddp_reducer_finish(t->owned) == DDP_OK, "finish (bucket-owned)");
-}
-
-/* n elements of grads (fp32 or bf16) as floats. */
-static void fetch(ddp_ctx *ctx, const void *grads, case_kind kind, size_t n, float *out)
-{
-    uint16_t h[TOTAL];
-    if (kind != CASE_BF16_GRADS) {
-        ddp_download(ctx, out, grads, n * sizeof(float));
-        return;
-    }
-    ddp_download(ctx, h, grads, n * sizeof *h);
-    for (size_t i = 0; i < n; i++)
-        out[i] = half_bf16_to_f32(h[i]);
+    if (t->local)
+        CHECK(ddp_reducer_finish(t->local) == DDP_OK, "finish (local)");
 }
 
 /* The bucket-owned shard against stage 0's: bit-identical with one micro-step at 1 and 2 ranks,
@@ -301,26 +345,31 @@ static void check_owned(ddp_ctx *ctx, trio *t, case_kind kind, int k, const floa
     }
 }
 
-/* Stage 1's shard (in the gradient buffer) and stage 2's (its own buffer) against stage 0's. */
+/* Stage 1's shard (in the gradient buffer), stage 2's (its own buffer) and the local_accum
+ * bucket-owned one's against stage 0's: the same sums in the same order, so bit-identical at 1
+ * and 2 ranks whatever the micro-steps. */
 static void check_shards(ddp_ctx *ctx, trio *t, case_kind kind, int k, const char *what)
 {
-    float ref[TOTAL], s1[TOTAL], s2[TOTAL];
+    float ref[TOTAL], s1[TOTAL], s2[TOTAL], s3[TOTAL];
     size_t off = 0, n = 0;
     ddp_reducer_shard(t->r[1], &off, &n);
     fetch(ctx, t->grads[0], kind, TOTAL, ref);
     fetch(ctx, t->grads[1], kind, TOTAL, s1);
     fetch(ctx, ddp_reducer_shard_grads(t->r[2]), kind, n, s2);
+    fetch(ctx, ddp_reducer_shard_grads(t->local), kind, n, s3);
     if (t->owned)
         check_owned(ctx, t, kind, k, ref, what);
     int w = ddp_world_size(ctx), shown = 0;
     double rel = w <= 2 ? 0.0 : kind == CASE_FP32 ? ldexp(1.0, -20) : ldexp(1.0, -6);
     for (size_t i = 0; i < n && shown < 5; i++) {
         double tol = rel * t->mag[off + i] / (w * k);
-        float a = s1[off + i], b = s2[i], want = ref[off + i];
-        if (!(fabs(a - want) <= tol && fabs(b - want) <= tol) ||
-            (tol == 0.0 && (memcmp(&a, &want, 4) || memcmp(&b, &want, 4)))) {
+        float a = s1[off + i], b = s2[i], c = s3[i], want = ref[off + i];
+        if (!(fabs(a - want) <= tol && fabs(b - want) <= tol && fabs(c - want) <= tol) ||
+            (tol == 0.0 && (memcmp(&a, &want, 4) || memcmp(&b, &want, 4) ||
+                            memcmp(&c, &want, 4)))) {
             CHECK(0, "%s, K=%d: shard element %zu (flat %zu): stage 1 %.9g, stage 2 %.9g, "
-                  "stage 0 %.9g (tolerance %g)", what, k, i, off + i, a, b, want, tol);
+                  "bucket-owned with local_accum %.9g, stage 0 %.9g (tolerance %g)", what, k, i,
+                  off + i, a, b, c, want, tol);
             shown++;
         }
     }
@@ -338,11 +387,13 @@ static void test_stages(ddp_ctx *ctx, case_kind kind, int ready)
     }
     /* planned in backward order; without `ready` it is marked in another (a warning, the same
      * sums, buffers held longer) */
-    if (t)
-        t->owned = make_owned(ctx, kind, backward);
-    if (!t || !t->r[0] || !t->r[1] || !t->r[2] || !t->owned)
+    if (t) {
+        t->owned = make_owned(ctx, kind, backward, 0);
+        t->local = make_owned(ctx, kind, backward, 1);
+    }
+    if (!t || !t->r[0] || !t->r[1] || !t->r[2] || !t->owned || !t->local)
         return;
-    size_t pool = 0, shard_bytes = n_of_shard(t->owned) * (kind == CASE_BF16_GRADS ? 2 : 4);
+    size_t pool = 0, local_pool = 0, shard_bytes = n_of_shard(t->owned) * (kind == CASE_BF16_GRADS ? 2 : 4);
     size_t off = 0, n = 0, want_off = 0, want_n = 0;
     ddp_reducer_shard(t->r[1], &off, &n);
     ddp_shard_range(TOTAL, ddp_world_size(ctx), ddp_rank(ctx), &want_off, &want_n);
@@ -359,10 +410,11 @@ static void test_stages(ddp_ctx *ctx, case_kind kind, int ready)
         ddp_comm_stats_get(ctx, &after);
         check_shards(ctx, t, kind, k, case_name[kind]);
         /* every bucket of stages 1 and 2 is one reduce-scatter, stage 0's are all-reduces; the
-         * bucket-owned reducer's buckets go in every micro-step */
+         * bucket-owned reducer's buckets go in every micro-step (with local_accum: once) */
         uint64_t rs = after.reduce_scatter_calls - before.reduce_scatter_calls;
         uint64_t ar = after.allreduce_calls - before.allreduce_calls;
-        uint64_t owned_rs = (uint64_t)k * (uint64_t)ddp_reducer_n_buckets(t->owned);
+        uint64_t owned_rs = (uint64_t)k * (uint64_t)ddp_reducer_n_buckets(t->owned) +
+                            (uint64_t)ddp_reducer_n_buckets(t->local);
         CHECK(rs == (uint64_t)(nb[1] + nb[2]) + owned_rs && ar == (uint64_t)nb[0],
               "%s: %llu reduce-scatters and %llu all-reduces in a sync step", case_name[kind],
               (unsigned long long)rs, (unsigned long long)ar);
@@ -371,6 +423,14 @@ static void test_stages(ddp_ctx *ctx, case_kind kind, int ready)
         pool = k == 1 ? bytes : pool;
         CHECK(bytes == pool, "%s, K=%d: the bucket buffers grew from %zu to %zu bytes after the "
               "first step", case_name[kind], k, pool, bytes);
+        /* local_accum: with several micro-steps every bucket holds its buffer through them, so
+         * the pool is at least the full gradients, and it stops growing after such a step */
+        size_t lbytes = ddp_reducer_buffer_bytes(t->local) - shard_bytes;
+        local_pool = k <= 2 ? lbytes : local_pool;
+        CHECK(lbytes == local_pool &&
+                  (k == 1 || lbytes >= TOTAL * (kind == CASE_BF16_GRADS ? 2u : 4u)),
+              "%s, K=%d: local_accum bucket buffers of %zu bytes (%zu after the first step)",
+              case_name[kind], k, lbytes, local_pool);
         if (ready && kind != CASE_BF16_WIRE) /* a wire twin doubles each buffer */
             CHECK(bytes < TOTAL * (kind == CASE_BF16_GRADS ? 2 : 4), "%s: bucket buffers of %zu "
                   "bytes, more than the gradients", case_name[kind], bytes);
@@ -384,6 +444,7 @@ static void test_stages(ddp_ctx *ctx, case_kind kind, int ready)
         ddp_free(ctx, t->grads[s]);
     }
     ddp_reducer_destroy(t->owned);
+    ddp_reducer_destroy(t->local);
     free(t);
 }
 
@@ -415,7 +476,7 @@ static void test_owned_errors(ddp_ctx *ctx)
               "ranks planning different buckets accepted");
     }
     ddp_reducer *flat = make_reducer(ctx, grads, CASE_FP32, 2);
-    r = make_owned(ctx, CASE_FP32, backward);
+    r = make_owned(ctx, CASE_FP32, backward, 0);
     CHECK(ddp_reducer_grad_ptr(r, 0, &ptr) == DDP_ERR_STATE && !ptr, "grad_ptr outside a step");
     CHECK(ddp_reducer_begin(flat, 1) == DDP_OK && ddp_reducer_grad_ptr(flat, 0, &ptr) ==
               DDP_ERR_STATE, "grad_ptr of a reducer with a gradient buffer");

@@ -83,6 +83,11 @@ def bad_flags(chk, train):
         (["--loss-scale-init", "0"], ["--loss-scale-init: expected a number in (0, 3.402823466e+38], got '0'"]),
         (["--inject-inf", "1-3", "--grad-dtype", "fp16"], ["--inject-inf: expected RANK:STEP"]),
         (["--inject-inf", "1:3"], ["--inject-inf tests the fp16 loss scaler: add --grad-dtype fp16 or --precision fp16"]),
+        (["--model", "gpt2", "--zero", "2", "--zero-accum", "later"],
+         ["--zero-accum: expected local or reduce, got 'later'"]),
+        (["--zero-accum", "reduce"], ["--zero-accum are GPT-2 flags: add --model gpt2"]),
+        (["--model", "gpt2", "--zero", "1", "--zero-accum", "reduce"],
+         ["--zero-accum chooses how --zero 2 accumulates micro-steps: add --zero 2"]),
     ]
     for args, words in cases + absurd_values():
         expect(chk, "ddp-train " + " ".join(args), [train] + args, 2, words)

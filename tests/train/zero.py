@@ -5,10 +5,11 @@ sharded over the ranks) against --zero 0.
 Modes:
   equivalence  GPT (fp32, clipping active) and MLP, 30 steps: at 2 ranks --zero 1 and --zero 2
                write checkpoints byte-identical to --zero 0 (parameters, the moments gathered
-               from the shards, everything): the GPT at --accum 1 and 2 (--zero 2 at --accum 2:
-               within TOL_RANKS, see below), the MLP at --accum 2; at 3 ranks (a parameter count
-               that 3 x 64 does not divide: the last shard is shorter) and at 4 ranks the
-               parameters agree to TOL_RANKS; another seed differs (negative control).
+               from the shards, everything): the GPT at --accum 1 and 2, the MLP at --accum 2;
+               the GPT's --zero 2 --zero-accum reduce at --accum 2 within TOL_RANKS (see
+               below); at 3 ranks (a parameter count that 3 x 64 does not divide: the last
+               shard is shorter) and at 4 ranks, stages 1 and 2, the parameters agree to
+               TOL_RANKS; another seed differs (negative control).
   resume       a sharded run resumed from its mid-epoch checkpoint equals the straight run bit
                for bit (GPT --zero 1 and 2, MLP --zero 2, 2 ranks); a checkpoint written by 4
                ranks under --zero 1 resumes on 2 ranks (--resume-reshard, --zero 2) to the same
@@ -25,11 +26,12 @@ Why 2 ranks are bit-identical and 3 or 4 are not: at 2 ranks every element's sum
 addition a + b, whatever the collective; at 3 or more, Open MPI's reduce-scatter adds the ranks'
 contributions in another order than its all-reduce does, so sums differ in the last bit, and
 AdamW normalises that noise where a gradient is ~0 (attn.c_attn.bias, see gpt_train.py's TOL).
-Why the GPT's --zero 2 is not bit-identical at --accum 2: it keeps no full gradient buffer
-between micro-steps, so every micro-step is reduce-scattered and the shard adds the sums,
-(a1 + b1) + (a2 + b2), where --zero 0 and 1 add each rank's micro-steps first, (a1 + a2) +
-(b1 + b2): a rounding apart (DeepSpeed's stage 2 does the same; bit-identity would need a full
-buffer). The MLP's --zero 2 keeps its full buffer (a small model) and stays bit-identical.
+The GPT's --zero 2 keeps its gradients in the reducer's bucket buffers. At --accum 2 with
+--zero-accum local (the default) the buckets keep their buffers through the micro-steps and are
+reduce-scattered once, so the sums are --zero 0's, (a1 + a2) + (b1 + b2): bit-identical. With
+--zero-accum reduce (the memory saving) every micro-step is reduce-scattered and the shard adds
+the sums, (a1 + b1) + (a2 + b2): a rounding apart (DeepSpeed's stage 2 does the same). The
+MLP's --zero 2 keeps its full buffer (a small model) and stays bit-identical.
 
 Usage: zero.py MODE DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
@@ -67,19 +69,20 @@ def equivalence(chk, exe, ckpt, mpi, tmp):
     data = gpt_train.write_data(tmp)
     digits = os.path.join(tmp, "digits")
     trainlib.write_dataset(digits, 2048, 256)
-    for name, cmd, identical in (
-            ("gpt-a1", lambda z: gpt(exe, data, 30, ["--zero", z], accum="1"), ("1", "2")),
-            ("gpt", lambda z: gpt(exe, data, 30, ["--zero", z]), ("1",)),
-            ("mlp", lambda z: mlp(exe, digits, 30, ["--zero", z]), ("1", "2"))):
+    for name, cmd in (("gpt-a1", lambda z: gpt(exe, data, 30, ["--zero", z], accum="1")),
+                      ("gpt", lambda z: gpt(exe, data, 30, ["--zero", z])),
+                      ("mlp", lambda z: mlp(exe, digits, 30, ["--zero", z]))):
         base = trainlib.train_save(chk, tmp, f"{name}-np2-z0", cmd("0"), prefix=mpi + ["2"])
         for z in ("1", "2"):
             got = trainlib.train_save(chk, tmp, f"{name}-np2-z{z}", cmd(z), prefix=mpi + ["2"])
-            what = f"{name}: 2 ranks, --zero {z} vs --zero 0 after 30 steps"
-            if z in identical:
-                same_file(chk, base, got, what)
-            else:  # the GPT's stage 2 adds the micro-steps' reduce-scattered sums (see the top)
-                trainlib.diff_ckpt(chk, ckpt, base, got, True, what, TOL_RANKS)
-    for n, stages in ((3, ("1", "2")), (4, ("1",))):
+            same_file(chk, base, got, f"{name}: 2 ranks, --zero {z} vs --zero 0 after 30 steps")
+    # --zero-accum reduce adds the micro-steps' reduce-scattered sums (see the top)
+    got = trainlib.train_save(chk, tmp, "gpt-np2-z2-reduce",
+                              gpt(exe, data, 30, ["--zero", "2", "--zero-accum", "reduce"]),
+                              prefix=mpi + ["2"])
+    trainlib.diff_ckpt(chk, ckpt, os.path.join(tmp, "gpt-np2-z0.ckpt"), got, True,
+                       "gpt: 2 ranks, --zero 2 --zero-accum reduce vs --zero 0", TOL_RANKS)
+    for n, stages in ((3, ("1", "2")), (4, ("1", "2"))):
         base = trainlib.train_save(chk, tmp, f"gpt-np{n}-z0", gpt(exe, data, 30, ["--zero", "0"]),
                                    prefix=mpi + [str(n)])
         for z in stages:
