@@ -101,6 +101,7 @@ struct gpt2 {
     float *params;   // (numel_total) fp32 master weights
     float *grads;    // (numel_total); NULL with opts.reducer_grads
     ddp_reducer *grad_r; /* opts.reducer_grads: the reducer of the backward pass under way */
+    ddp_reducer *gather; /* gpt2_set_gather: forward waits for its all-gather slice by slice */
     float *adam_m;   // (opt_n) elements [opt_off, opt_off + opt_n) of the layout
     float *adam_v;   // (opt_n)
     size_t opt_off, opt_n; /* the optimizer's range: 0, numel_total unless sharded */
@@ -507,6 +508,7 @@ float *gpt2_params(gpt2 *g)
     g->cparams_stale = true;
     return g->params;
 }
+void gpt2_set_gather(gpt2 *g, ddp_reducer *r) { g->gather = r; }
 float *gpt2_grads(gpt2 *g) { return g->grads; }
 float *gpt2_adam_m(gpt2 *g) { return g->adam_m; }
 float *gpt2_adam_v(gpt2 *g) { return g->adam_v; }
@@ -544,10 +546,11 @@ static ddp_status as_p(gpt2 *g, const float *src, void *buf_p, size_t n, const v
     return to_p(g, buf_p, src, n);
 }
 
-/* The matmul weights in p, refreshed after the parameters changed. */
+/* The matmul weights in p, refreshed after the parameters changed (with gpt2_set_gather slice by
+ * slice instead, as each arrives: layer_ready). */
 static ddp_status refresh_cparams(gpt2 *g)
 {
-    if (is_fp32(g) || !g->cparams_stale)
+    if (is_fp32(g) || !g->cparams_stale || g->gather)
         return DDP_OK;
     TRY_OK(g->ops->cast(g->ops, g->opts.precision, g->cparams, DDP_FP32, g->params,
                         g->numel_total));
@@ -658,19 +661,54 @@ static ddp_status head_fwd(gpt2 *g)
                          g->cfg.padded_vocab, a->logits, true);
 }
 
+/* gpt2_set_gather: slice i's all-gather has arrived (ddp_reducer_gather_wait: on CUDA the
+ * compute stream waits, not the host) and, in 16 bits, its matmul copy is refreshed. */
+static ddp_status slice_ready(gpt2 *g, int i)
+{
+    TRY_OK(ddp_reducer_gather_wait(g->gather, i));
+    if (is_fp32(g) || !g->cparams_stale)
+        return DDP_OK;
+    return g->ops->cast(g->ops, g->opts.precision, (char *)g->cparams + g->offset[i] * g->es,
+                        DDP_FP32, g->params + g->offset[i], g->numel[i]);
+}
+
+/* The slices the next part of the forward pass reads (layer l's twelve; l = -1: the embeddings;
+ * l = L: ln_f), when the parameters are still arriving; nothing without gpt2_set_gather. */
+static ddp_status layer_ready(gpt2 *g, int l)
+{
+    if (!g->gather)
+        return DDP_OK;
+    if (l < 0) {
+        TRY_OK(slice_ready(g, slice(g, T_WTE, 0)));
+        return slice_ready(g, slice(g, T_WPE, 0));
+    }
+    if (l == g->cfg.layers) {
+        TRY_OK(slice_ready(g, slice(g, T_LNFW, 0)));
+        TRY_OK(slice_ready(g, slice(g, T_LNFB, 0)));
+        g->cparams_stale = false; /* every slice refreshed */
+        return DDP_OK;
+    }
+    for (int t = T_LN1W; t <= T_FCPROJB; t++)
+        TRY_OK(slice_ready(g, slice(g, t, l)));
+    return DDP_OK;
+}
+
 static ddp_status layers_fwd(gpt2 *g, const int *tokens)
 {
     const ops_handle *o = g->ops;
     size_t n_tok = (size_t)g->B * g->T;
     TRY_OK(ddp_copy(g->ctx, g->a.tokens, tokens, n_tok * sizeof(int)));
+    TRY_OK(layer_ready(g, -1));
     TRY_OK(o->encoder_fwd(o, g->a.encoded, g->a.tokens, param(g, T_WTE, 0), param(g, T_WPE, 0),
                           g->B, g->T, g->cfg.channels));
     for (int l = 0; l < g->cfg.layers; l++) {
+        TRY_OK(layer_ready(g, l));
         ddp_trace_begin("forward.layer", l);
         TRY_OK(attn_fwd(g, l, block_in(g, l)));
         TRY_OK(mlp_fwd(g, l));
         ddp_trace_end("forward.layer", l);
     }
+    TRY_OK(layer_ready(g, g->cfg.layers));
     return head_fwd(g);
 }
 

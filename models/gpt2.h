@@ -97,6 +97,13 @@ bool gpt2_param_decays(const gpt2 *g, int i);
  * next forward pass, so the caller may change the values through gpt2_params. */
 float *gpt2_params(gpt2 *g);
 float *gpt2_grads(gpt2 *g); /* NULL under opts.reducer_grads */
+/* ZeRO: r's all-gather of the parameters (ddp_reducer_gather_start on gpt2_params) may still be
+ * under way when a forward pass starts; each part of the pass (the embeddings, each block, ln_f)
+ * first waits for its slices' buckets (ddp_reducer_gather_wait; CUDA: the stream waits, not the
+ * host) and, in 16 bits, refreshes their matmul copies, so the gather overlaps the forward pass
+ * bucket by bucket. NULL (the default): the parameters are complete before every forward. r
+ * must outlive the model's forward passes or be unset. */
+void gpt2_set_gather(gpt2 *g, ddp_reducer *r);
 float *gpt2_adam_m(gpt2 *g);
 float *gpt2_adam_v(gpt2 *g);
 

@@ -739,8 +739,11 @@ DDP_API size_t ddp_reducer_buffer_bytes(const ddp_reducer *r);
  * the reducer's stream). gather_start starts them all and returns (MPI: queued on the
  * communication thread); gather_wait(r, p) returns once parameter p's bucket (and every bucket
  * started before it) has arrived, so a forward pass can wait layer by layer; p = -1 waits for
- * all of them, and so do ddp_reducer_begin and ddp_reducer_destroy. gather_params gathers the
- * whole buffer in ONE all-gather and waits for it: fewer calls when nothing is to overlap. Collective. DDP_ERR_STATE with zero_stage 0, inside a sync step (begin..finish) or
+ * all of them, and so do ddp_reducer_begin and ddp_reducer_destroy (so call begin after the
+ * forward pass that waits layer by layer: it is only needed before the backward pass); with
+ * nothing under way (or zero_stage 0) gather_wait returns DDP_OK at once. gather_params gathers
+ * the whole buffer in ONE all-gather and waits for it: fewer calls when nothing is to overlap.
+ * Collective. DDP_ERR_STATE with zero_stage 0, inside a sync step (begin..finish) or
  * while an earlier gather is not waited for; DDP_ERR_INVALID_ARG for a NULL buffer, an unknown
  * type or a parameter outside [-1, n_params); then the collective failures of
  * ddp_allgather_typed. On failure params is undefined outside this rank's shard. */

@@ -279,10 +279,17 @@ static ddp_status reducer_check_create(const ddp_ctx *ctx, const void *grads, co
 
 /* Bucket-owned gradients: the size of a new buffer for each bucket. The buckets after the first
  * that fit the cap share buffers of the largest of them; the first (its own, smaller cap) and a
- * parameter over the cap (alone in its bucket) get their own size. fill: n_buckets entries. */
+ * parameter over the cap (alone in its bucket) get their own size. With local_accum every bucket
+ * holds its buffer through the micro-steps, so none is shared: each gets its own size (the pool
+ * then holds exactly the full gradients). fill: n_buckets entries. */
 static void reducer_owned_sizes(const ddp_reducer *r, size_t *fill)
 {
     const bucket_plan *pl = &r->plan;
+    if (r->local_accum) {
+        for (int b = 0; b < pl->n_buckets; b++)
+            fill[b] = pl->buckets[b].n;
+        return;
+    }
     size_t cap_n = r->cap_bytes / sizeof(float), shared = 0; /* the caps count 4-byte elements */
     for (int b = 1; b < pl->n_buckets; b++)
         if (pl->buckets[b].n <= cap_n && pl->buckets[b].n > shared)
@@ -1219,6 +1226,8 @@ ddp_status ddp_reducer_gather_wait(ddp_reducer *r, int param)
                   r ? r->n_params : 0);
         return DDP_ERR_INVALID_ARG;
     }
+    if (r->gather_waited >= r->gather_launched) /* nothing under way (or zero_stage 0) */
+        return DDP_OK;
     int end = param < 0 ? r->gather_launched : r->gather_end[r->plan.param_bucket[param]];
     ddp_status first = DDP_OK;
     for (; r->gather_waited < end; r->gather_waited++) {

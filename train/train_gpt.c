@@ -287,8 +287,9 @@ static ddp_status gpt_build(gpt_trainer *t)
         gpt2_ready_order(t->g, order);
         ro.ready_order = order;
         /* --zero-accum local (default): micro-steps add in the bucket buffers, one
-         * reduce-scatter per optimizer step, stage 0's sums; reduce: one per micro-step */
-        ro.local_accum = o->gpt.zero_accum != 2;
+         * reduce-scatter per optimizer step, stage 0's sums; reduce: one per micro-step (also
+         * at --accum 1, where the two are the same run and buffers are shared) */
+        ro.local_accum = o->gpt.zero_accum != 2 && t->accum > 1;
     }
     st = gpt_agree(t, ddp_reducer_create(t->ctx, gpt2_grads(t->g), gpt2_numel(t->g),
                                          gpt2_n_params(t->g), &ro, &t->reducer));
@@ -302,6 +303,7 @@ static ddp_status gpt_build(gpt_trainer *t)
             DDP_ERROR("the reducer's shard [%zu, +%zu) is not the model's [%zu, +%zu)", off, n,
                       moff, mn);
         st = gpt_agree(t, st);
+        gpt2_set_gather(t->g, t->reducer); /* forward passes wait for the gather layer by layer */
     }
     if (st == DDP_OK && (o->grad_dtype == DDP_FP16 || o->model.precision == DDP_FP16)) {
         ddp_scaler_opts so;
@@ -396,9 +398,11 @@ static float gpt_loss_scale(const gpt_trainer *t)
     return scale;
 }
 
+/* One micro-batch. The reducer's micro-step begins after the forward pass: under --zero the
+ * forward waits layer by layer for the parameters' all-gather (gpt2_set_gather), which
+ * ddp_reducer_begin would wait for whole. */
 static void gpt_micro_batch(gpt_trainer *t, int sync)
 {
-    gpt_must(t, ddp_reducer_begin(t->reducer, sync), "starting the reducer");
     ddp_trace_begin("data", t->step);
     gpt_must(t, tokens_loader_next(t->loader, t->x_host, t->y_host), "reading the next batch");
     gpt_upload(t, t->x_host, t->y_host, (size_t)t->B * (size_t)t->T);
@@ -407,6 +411,7 @@ static void gpt_micro_batch(gpt_trainer *t, int sync)
     gpt_must(t, gpt2_forward(t->g, t->x_dev[t->slot], t->y_dev[t->slot], t->B, t->T,
                              t->loss_dev, true), "forward pass");
     ddp_trace_end("forward", t->step);
+    gpt_must(t, ddp_reducer_begin(t->reducer, sync), "starting the reducer");
     ddp_trace_begin("backward", t->step);
     gpt_must(t, gpt2_backward(t->g, t->reducer, gpt_loss_scale(t)), "backward pass");
     gpt_batch_done(t);
@@ -458,7 +463,8 @@ static void gpt_step(gpt_trainer *t, long step_in_epoch)
                                       (float)g->eps, (float)t->o->weight_decay, (int)(t->step + 1),
                                       (float)scale), "AdamW step");
     ddp_trace_end("optimizer", t->step);
-    if (t->o->zero) /* every rank's updated shard to every rank, while the next batch loads */
+    if (t->o->zero) /* every rank's updated shard to every rank, while the next batch loads and
+                       the next forward pass runs, bucket by bucket (gpt2_set_gather) */
         gpt_must(t, ddp_reducer_gather_start(t->reducer, gpt2_params(t->g), DDP_FP32),
                  "starting the parameters' all-gather");
 }
