@@ -5,7 +5,9 @@ sharded over the ranks) against --zero 0.
 Modes:
   equivalence  GPT (fp32, clipping active) and MLP, 30 steps: at 2 ranks --zero 1 and --zero 2
                write checkpoints byte-identical to --zero 0 (parameters, the moments gathered
-               from the shards, everything): the GPT at --accum 1 and 2, the MLP at --accum 2;
+               from the shards, everything): the GPT at --accum 1 and 2 (also in bf16, whose
+               matmul copies of the weights are refreshed slice by slice as the all-gather
+               arrives during the forward pass), the MLP at --accum 2;
                the GPT's --zero 2 --zero-accum reduce at --accum 2 within TOL_RANKS (see
                below); at 3 ranks (a parameter count that 3 x 64 does not divide: the last
                shard is shorter) and at 4 ranks, stages 1 and 2, the parameters agree to
@@ -71,6 +73,7 @@ def equivalence(chk, exe, ckpt, mpi, tmp):
     trainlib.write_dataset(digits, 2048, 256)
     for name, cmd in (("gpt-a1", lambda z: gpt(exe, data, 30, ["--zero", z], accum="1")),
                       ("gpt", lambda z: gpt(exe, data, 30, ["--zero", z])),
+            ("gpt-bf16", lambda z: gpt(exe, data, 30, ["--zero", z, "--precision", "bf16"])),
                       ("mlp", lambda z: mlp(exe, digits, 30, ["--zero", z]))):
         base = trainlib.train_save(chk, tmp, f"{name}-np2-z0", cmd("0"), prefix=mpi + ["2"])
         for z in ("1", "2"):
