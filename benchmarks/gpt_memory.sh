@@ -12,11 +12,19 @@
 # peak is linear in L, so two short runs (L 2 and 6) give its slope and the largest L under the
 # budget, and runs at that L (one layer fewer while the peak is over the budget: the fit misses
 # the transients) give the figure (its VmHWM printed beside the budget).
+# Part 3: d12 (64 tokens, batch 4, STEPS3 steps) at 2 ranks. The parameters' all-gather after
+# each optimizer step: how much of it the next forward pass hides (gather_overlap.py on a --trace
+# of --zero 1 and --zero 2: forward.layer compute inside the gather over its duration); --zero
+# 2's ready-order buckets bring the embeddings and layer 0 first, --zero 1's parameter-order
+# buckets of the tensor-major layout bring layer 0's last slices among the last. Then --accum 2:
+# the largest VmHWM, bucket buffers and tokens/s of --zero 1, --zero 2 --zero-accum local (the
+# full gradients held while accumulating; stage 0's sums) and --zero-accum reduce.
 #
 # Usage: benchmarks/gpt_memory.sh [BUILD_DIR (build-release)] [OUT_DIR (runs/gpt-memory)]
 #   ROUNDS (2), BUDGET_MIB (3072), DATA ('data/text/austen_train_*.bin'), PARTS ("1 2"),
-#   VARIANTS (part 2's, "z0 z1 z2 z1-recompute": a rerun of some of them).
-# Writes OUT_DIR/table.md, OUT_DIR/capacity.md, OUT_DIR/memory.dat and OUT_DIR/memory.png (gnuplot).
+#   VARIANTS (part 2's, "z0 z1 z2 z1-recompute": a rerun of some of them), STEPS3 (8).
+# Writes OUT_DIR/table.md, OUT_DIR/capacity.md, OUT_DIR/memory.dat and OUT_DIR/memory.png (gnuplot);
+# part 3 OUT_DIR/overlap.md and OUT_DIR/accum.md.
 set -euo pipefail
 
 build="${1:-build-release}"
@@ -125,6 +133,31 @@ part2() {
         echo "gpt_memory: $args: $slope MiB per layer, at most $lmax layers in $budget MiB"
     done
     cat "$out/capacity.md"
+}
+
+part3() {
+    local d12="--gpt-config d12 --seq 64 --batch 4 --max-steps ${STEPS3:-8} --device cpu"
+    {
+        echo "| run | steps x ranks | gather (ms, median) | forward compute inside it (ms) | hidden |"
+        echo "| --- | ---: | ---: | ---: | ---: |"
+    } >"$out/overlap.md"
+    for z in 1 2; do
+        # shellcheck disable=SC2086
+        run "overlap-z$z" 2 $d12 --zero "$z" --trace "$out/overlap-z$z.trace.json"
+        /usr/bin/python3 "$(dirname "$0")/gather_overlap.py" "$out/overlap-z$z.trace.json" \
+            "d12, --zero $z" >>"$out/overlap.md"
+    done
+    {
+        echo "| run (--accum 2) | largest VmHWM / rank (MiB) | bucket buffers (MiB) | tokens/s |"
+        echo "| --- | ---: | ---: | ---: |"
+    } >"$out/accum.md"
+    for v in "z1:--zero 1" "z2-local:--zero 2 --zero-accum local" "z2-reduce:--zero 2 --zero-accum reduce"; do
+        # shellcheck disable=SC2086
+        run "accum-${v%%:*}" 2 $d12 --accum 2 ${v#*:}
+        printf '| %s | %.0f | %.1f | %.1f |\n' "${v#*:}" "$(field "accum-${v%%:*}" mem_peak_rss_max_mib)" \
+            "$(field "accum-${v%%:*}" mem_comm_mib)" "$(field "accum-${v%%:*}" tokens_per_s)" >>"$out/accum.md"
+    done
+    cat "$out/overlap.md" "$out/accum.md"
 }
 
 echo "gpt_memory: $(date -u +%F), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc --all) cores, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
