@@ -4,13 +4,13 @@
  * verified; the loader gives each rank disjoint windows of B x T + 1 tokens, shuffled per epoch;
  * an optimizer step is accum micro-batches whose gradients the reducer averages during the last
  * backward pass (--zero 2: reduce-scatters from its bucket buffers, the model having no gradient
- * buffer, during the last backward pass, or during every one with --zero-accum reduce); then the global gradient norm (the same on every rank,
- * computed from the averaged gradients) sets the clipping factor, and AdamW applies the step with
- * the learning rate of the schedule (linear warm-up, cosine decay to lr x lr_floor). The ranks
- * agree on stop requests and non-finite losses as the MNIST trainer does (ddp_train.c), so
- * checkpoints, resume, requeue and the NaN policy behave the same; the loader's position is the
- * checkpoint's (epoch, step_in_epoch), so resuming is exact. Validation counts every target token
- * of the validation shards once over all ranks.
+ * buffer, during the last backward pass, or during every one with --zero-accum reduce); then the
+ * global gradient norm (the same on every rank, computed from the averaged gradients) sets the
+ * clipping factor, and AdamW applies the step with the learning rate of the schedule (linear
+ * warm-up, cosine decay to lr x lr_floor). The ranks agree on stop requests and non-finite losses
+ * as the MNIST trainer does (ddp_train.c), so checkpoints, resume, requeue and the NaN policy
+ * behave the same; the loader's position is the checkpoint's (epoch, step_in_epoch), so resuming
+ * is exact. Validation counts every target token of the validation shards once over all ranks.
  */
 #include "train_gpt.h"
 
