@@ -1,0 +1,544 @@
+/* cuda_flash.cu - causal attention in the FlashAttention-2 manner (cuda_flash.h): bf16 WMMA tensor
+ * cores (16 x 16 x 16 fragments, fp32 accumulators) on 64 x 64 tiles staged in shared memory; the
+ * T x T score matrix is never stored. Head size 64 only.
+ *
+ * Forward: one block of 4 warps per (head, 64-query tile); each warp owns 16 query rows. Over the
+ * key tiles up to the diagonal: S = Q K^T into shared fp32, the online softmax per row (running
+ * max m and sum l, log2 units, exp2f), P in bf16, the row's O (shared fp32) rescaled by
+ * exp2(m_old - m_new), then O += P V. At the end o = O / l and lse = (m + log2 l) ln 2.
+ *
+ * Backward (no atomics; each output element is written by one block, sums in a fixed order):
+ *   flash_bwd_kv_kernel, one block per (head, 64-key tile), looping over the query tiles at or
+ *     after it: S^T = K Q^T, dP^T = V dO^T, P = exp2(S scale log2e - lse log2e), dS = P (dP - delta),
+ *     dV += P^T dO, dK += dS^T Q (register fragments); dk = scale dK.
+ *   flash_bwd_q_kernel, one block per (head, 64-query tile), looping over the key tiles up to the
+ *     diagonal: S = Q K^T, dP = dO V^T, P and dS as above, dQ += dS K; dq = scale dQ.
+ * Rows and keys past T are zero in shared memory and masked out (P = 0); nothing past T is read or
+ * written in global memory. Every key tile a query tile visits holds key k0 <= t for each of its
+ * rows t (padding rows included), so the running max is finite after the first tile.
+ *
+ * Two sections: kernels, then launchers; every launcher runs on the stream it is given and ends
+ * with a cudaGetLastError check.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <mma.h>
+
+#include "cuda_flash.h"
+
+using namespace nvcuda;
+typedef __nv_bfloat16 bf16;
+
+enum {
+    HS = 64,              /* the head size these kernels take */
+    TILE = 64,            /* query rows, and keys, per tile */
+    WARPS = 4,            /* per block; warp w owns rows 16w..16w+15 of the block's tile */
+    THREADS = WARPS * 32,
+    FRAG = 16,            /* WMMA's m = n = k */
+    LDH = TILE + 8,       /* row stride (elements) of the 64-wide bf16 tiles in shared memory */
+    LDF = TILE + 4,       /* row stride (elements) of the 64-wide fp32 tiles */
+    MAX_TILES = 65535,    /* gridDim.y's limit */
+    DELTA_ROWS = 8        /* rows per block of the delta kernel, one warp each */
+};
+static_assert(HS == TILE && TILE == WARPS * FRAG, "the tiles are square and one strip per warp");
+/* WMMA wants ldm a multiple of 8 (16-bit) or 4 (fp32) and 256-bit aligned fragment pointers:
+ * 16 rows of either stride are a multiple of 32 bytes, and so are whole tiles (below). */
+static_assert(LDH % 8 == 0 && LDF % 4 == 0, "WMMA leading dimensions");
+static_assert((FRAG * LDH * 2) % 32 == 0 && (FRAG * LDF * 4) % 32 == 0, "fragment alignment");
+
+static const float LOG2E = 1.4426950408889634f;
+static const float LN2 = 0.6931471805599453f;
+static const unsigned FULL_MASK = 0xffffffffu;
+
+/* ================================================================================ kernels == */
+
+typedef wmma::fragment<wmma::matrix_a, FRAG, FRAG, FRAG, bf16, wmma::row_major> frag_a;
+typedef wmma::fragment<wmma::accumulator, FRAG, FRAG, FRAG, float> frag_c;
+
+static __device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+/* ---- staging ----------------------------------------------------------------------------- */
+
+/* dst (TILE, LDH) bf16 = src's first TILE rows of HS, rows at or past n_rows zero. vec: src is
+ * 16-byte aligned (every row then is: a row is 128 bytes). Every thread of the block calls it. */
+static __device__ __forceinline__ void load_tile(bf16 *dst, const uint16_t *src, int n_rows,
+                                                 bool vec)
+{
+    const int chunks = HS / 8; /* 16-byte pieces of a row */
+    for (int i = threadIdx.x; i < TILE * chunks; i += THREADS) {
+        int r = i / chunks, c = (i % chunks) * 8;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (r < n_rows) {
+            const uint16_t *p = src + (size_t)r * HS + c;
+            if (vec) {
+                x = *reinterpret_cast<const uint4 *>(p);
+            } else {
+                uint16_t h[8];
+                for (int e = 0; e < 8; e++)
+                    h[e] = p[e];
+                memcpy(&x, h, sizeof x);
+            }
+        }
+        *reinterpret_cast<uint4 *>(dst + r * LDH + c) = x;
+    }
+}
+
+/* dst[0..TILE) = mul * src[i] for i < n_rows, 0 past them. Every thread of the block calls it. */
+static __device__ __forceinline__ void load_row_values(float *dst, const float *src, int n_rows,
+                                                       float mul)
+{
+    for (int i = threadIdx.x; i < TILE; i += THREADS)
+        dst[i] = i < n_rows ? src[i] * mul : 0.0f;
+}
+
+/* ---- warp GEMMs on a 16-row strip --------------------------------------------------------- */
+
+/* The four A fragments of a 16 x 64 strip a (row stride LDH). */
+static __device__ __forceinline__ void load_a(frag_a fa[4], const bf16 *a)
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+        wmma::load_matrix_sync(fa[kk], a + kk * FRAG, LDH);
+}
+
+/* acc[n] += A (16 x 64, fa) B[:, 16n..16n+15] for a 64 x 64 B in shared memory, row stride LDH:
+ * Layout row_major: B(k, n) = b[k * LDH + n]; col_major: B(k, n) = b[n * LDH + k] (b holds B^T). */
+template <class Layout>
+static __device__ __forceinline__ void mma_strip(frag_c acc[4], const frag_a fa[4], const bf16 *b)
+{
+    const bool row = std::is_same<Layout, wmma::row_major>::value;
+    wmma::fragment<wmma::matrix_b, FRAG, FRAG, FRAG, bf16, Layout> fb;
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const bf16 *p = row ? b + kk * FRAG * LDH + n * FRAG : b + n * FRAG * LDH + kk * FRAG;
+            wmma::load_matrix_sync(fb, p, LDH);
+            wmma::mma_sync(acc[n], fa[kk], fb, acc[n]);
+        }
+    }
+}
+
+/* c (16 x 64 fp32, row stride LDF) = A B, a a 16 x 64 strip (stride LDH), B as in mma_strip. */
+template <class Layout>
+static __device__ __forceinline__ void gemm_strip(float *c, const bf16 *a, const bf16 *b)
+{
+    frag_a fa[4];
+    frag_c acc[4];
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+        wmma::fill_fragment(acc[n], 0.0f);
+    load_a(fa, a);
+    mma_strip<Layout>(acc, fa, b);
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+        wmma::store_matrix_sync(c + n * FRAG, acc[n], LDF, wmma::mem_row_major);
+}
+
+/* c (16 x 64 fp32, stride LDF) = mul * acc. */
+static __device__ __forceinline__ void store_strip(float *c, frag_c acc[4], float mul)
+{
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+        for (int i = 0; i < acc[n].num_elements; i++)
+            acc[n].x[i] *= mul;
+        wmma::store_matrix_sync(c + n * FRAG, acc[n], LDF, wmma::mem_row_major);
+    }
+}
+
+/* The rows r0 + r < T of out (rows of HS fp32) = the warp's strip c (16 x 64, stride LDF). */
+static __device__ __forceinline__ void write_strip(float *out, const float *c, int r0, int T)
+{
+    int lane = threadIdx.x % 32;
+    for (int r = 0; r < FRAG && r0 + r < T; r++) {
+        out[(size_t)(r0 + r) * HS + lane] = c[r * LDF + lane];
+        out[(size_t)(r0 + r) * HS + lane + 32] = c[r * LDF + lane + 32];
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+struct fwd_smem {
+    float s[TILE * LDF];          /* scores q.k of the key tile (unscaled) */
+    float o[TILE * LDF];          /* the output accumulator, unnormalised */
+    bf16 q[TILE * LDH], k[TILE * LDH], v[TILE * LDH];
+    bf16 p[TILE * LDH];           /* P of the key tile */
+};
+
+/* The online-softmax step of the warp's 16 rows (t0 + r) for the key tile at k0: s (stride LDF)
+ * holds the raw scores, p (stride LDH) gets exp2(s scale_log2 - m_new) in bf16 (0 for keys j > t),
+ * o's rows (stride LDF) are multiplied by exp2(m_old - m_new). Lanes r and r + 16 keep row r's
+ * running max m (log2 units) and sum l; lane c handles the keys c and c + 32. */
+static __device__ __forceinline__ void softmax_step(const float *s, bf16 *p, float *o, int t0,
+                                                    int k0, float scale_log2, float &m, float &l)
+{
+    int lane = threadIdx.x % 32;
+    for (int r = 0; r < FRAG; r++) {
+        int t = t0 + r;
+        bool ok0 = k0 + lane <= t, ok1 = k0 + lane + 32 <= t;
+        float x0 = ok0 ? s[r * LDF + lane] * scale_log2 : -INFINITY;
+        float x1 = ok1 ? s[r * LDF + lane + 32] * scale_log2 : -INFINITY;
+        float m_old = __shfl_sync(FULL_MASK, m, r), l_old = __shfl_sync(FULL_MASK, l, r);
+        float m_new = fmaxf(m_old, warp_max(fmaxf(x0, x1))); /* finite: key k0 <= t */
+        float p0 = ok0 ? exp2f(x0 - m_new) : 0.0f, p1 = ok1 ? exp2f(x1 - m_new) : 0.0f;
+        float alpha = exp2f(m_old - m_new); /* 0 on the first tile (m_old = -inf) */
+        float sum = warp_sum(p0 + p1);
+        p[r * LDH + lane] = __float2bfloat16(p0);
+        p[r * LDH + lane + 32] = __float2bfloat16(p1);
+        o[r * LDF + lane] *= alpha;
+        o[r * LDF + lane + 32] *= alpha;
+        if (lane % FRAG == r) {
+            m = m_new;
+            l = l_old * alpha + sum;
+        }
+    }
+}
+
+/* o (16 x 64 fp32, stride LDF) += p (16 x 64 keys, stride LDH) v (64 keys x 64, stride LDH). */
+static __device__ __forceinline__ void accumulate_pv(float *o, const bf16 *p, const bf16 *v)
+{
+    frag_a fa[4];
+    frag_c acc[4];
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+        wmma::load_matrix_sync(acc[n], o + n * FRAG, LDF, wmma::mem_row_major);
+    load_a(fa, p);
+    mma_strip<wmma::row_major>(acc, fa, v);
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+        wmma::store_matrix_sync(o + n * FRAG, acc[n], LDF, wmma::mem_row_major);
+}
+
+/* The warp's rows t0 + r < T: out row = o row / l, lse = (m + log2 l) ln 2 (m, l as in
+ * softmax_step). */
+static __device__ __forceinline__ void finish_rows(float *out, float *lse, const float *o, int t0,
+                                                   int T, float m, float l)
+{
+    int lane = threadIdx.x % 32;
+    for (int r = 0; r < FRAG; r++) {
+        float mr = __shfl_sync(FULL_MASK, m, r), lr = __shfl_sync(FULL_MASK, l, r);
+        int t = t0 + r;
+        if (t >= T)
+            break;
+        float inv = 1.0f / lr;
+        out[(size_t)t * HS + lane] = o[r * LDF + lane] * inv;
+        out[(size_t)t * HS + lane + 32] = o[r * LDF + lane + 32] * inv;
+        if (lane == 0)
+            lse[t] = (mr + log2f(lr)) * LN2;
+    }
+}
+
+/* Grid (BH, query tiles), the longest tiles (nearest the end) first; THREADS threads, dynamic
+ * shared memory sizeof(fwd_smem). q, k, v (BH, T, HS) bf16; o (BH, T, HS), lse (BH, T) fp32. */
+static __global__ void __launch_bounds__(THREADS)
+flash_fwd_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *o, float *lse,
+                 int T, float scale_log2, bool vec)
+{
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    fwd_smem &sm = *reinterpret_cast<fwd_smem *>(smem_raw);
+    int qt = (int)(gridDim.y - 1 - blockIdx.y), q0 = qt * TILE;
+    int row0 = (int)(threadIdx.x / 32) * FRAG; /* the warp's first row in the tile */
+    size_t head = (size_t)blockIdx.x * T;     /* rows before this head's */
+
+    load_tile(sm.q, q + (head + q0) * HS, T - q0, vec);
+    for (int i = threadIdx.x % 32; i < FRAG * LDF; i += 32)
+        sm.o[row0 * LDF + i] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * TILE;
+        __syncthreads(); /* every warp is done with the previous K and V */
+        load_tile(sm.k, k + (head + k0) * HS, T - k0, vec);
+        load_tile(sm.v, v + (head + k0) * HS, T - k0, vec);
+        __syncthreads();
+        gemm_strip<wmma::col_major>(sm.s + row0 * LDF, sm.q + row0 * LDH, sm.k);
+        __syncwarp();
+        softmax_step(sm.s + row0 * LDF, sm.p + row0 * LDH, sm.o + row0 * LDF, q0 + row0, k0,
+                     scale_log2, m, l);
+        __syncwarp();
+        accumulate_pv(sm.o + row0 * LDF, sm.p + row0 * LDH, sm.v);
+    }
+    __syncwarp();
+    finish_rows(o + head * HS, lse + head, sm.o + row0 * LDF, q0 + row0, T, m, l);
+}
+
+/* delta[row] = sum over HS of dout[row] * o[row], one warp per row, DELTA_ROWS rows per block. */
+static __global__ void flash_delta_kernel(const float *dout, const float *o, float *delta,
+                                          size_t rows)
+{
+    size_t row = (size_t)blockIdx.x * DELTA_ROWS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= rows)
+        return; /* the whole warp */
+    const float *a = dout + row * HS, *b = o + row * HS;
+    float x = warp_sum(a[lane] * b[lane] + a[lane + 32] * b[lane + 32]);
+    if (lane == 0)
+        delta[row] = x;
+}
+
+/* ---- backward ----------------------------------------------------------------------------- */
+
+/* P and dS of the warp's strip (16 rows x 64 columns): s and dp (stride LDF) hold q.k and dO.v;
+ * p (may be NULL) and ds (stride LDH) get P and dS in bf16. KEY_ROWS false: rows are queries
+ * r0 + r and columns keys c0 + c; true: rows are keys and columns queries. lse (log2 units) and
+ * delta are the query tile's, indexed by the query's place in it: row r (lse_row0 + r) or
+ * column c. P = 0 where the key is after the query or the query is at or past T. */
+template <bool KEY_ROWS>
+static __device__ __forceinline__ void grad_step(const float *s, const float *dp, bf16 *p, bf16 *ds,
+                                                 const float *lse, const float *delta, int lse_row0,
+                                                 int r0, int c0, int T, float scale_log2)
+{
+    int lane = threadIdx.x % 32;
+    for (int r = 0; r < FRAG; r++) {
+        for (int h = 0; h < 2; h++) {
+            int c = lane + 32 * h;
+            int t = KEY_ROWS ? c0 + c : r0 + r, j = KEY_ROWS ? r0 + r : c0 + c;
+            int iq = KEY_ROWS ? c : lse_row0 + r;
+            float pv = j <= t && t < T ? exp2f(s[r * LDF + c] * scale_log2 - lse[iq]) : 0.0f;
+            float dsv = pv * (dp[r * LDF + c] - delta[iq]);
+            if (p)
+                p[r * LDH + c] = __float2bfloat16(pv);
+            ds[r * LDH + c] = __float2bfloat16(dsv);
+        }
+    }
+}
+
+struct bwd_kv_smem {
+    float s[TILE * LDF];           /* S^T of the query tile (keys x queries), unscaled */
+    float dp[TILE * LDF];          /* dP^T */
+    bf16 k[TILE * LDH], v[TILE * LDH];    /* the block's key tile */
+    bf16 q[TILE * LDH], dout[TILE * LDH]; /* the query tile */
+    bf16 p[TILE * LDH], ds[TILE * LDH];   /* P^T and dS^T */
+    float lse[TILE], delta[TILE];  /* the query tile's rows; lse in log2 units */
+};
+
+/* Grid (BH, key tiles), the longest (first) tiles first; dynamic shared memory
+ * sizeof(bwd_kv_smem). dk, dv (BH, T, HS) fp32; the rest as in flash_attn_bwd. */
+static __global__ void __launch_bounds__(THREADS)
+flash_bwd_kv_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
+                    const float *lse, const float *delta, float *dk, float *dv, int T, float scale,
+                    float scale_log2, bool vec)
+{
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    bwd_kv_smem &sm = *reinterpret_cast<bwd_kv_smem *>(smem_raw);
+    int kt = (int)blockIdx.y, k0 = kt * TILE, n_tiles = (int)gridDim.y;
+    int row0 = (int)(threadIdx.x / 32) * FRAG;
+    size_t head = (size_t)blockIdx.x * T;
+
+    load_tile(sm.k, k + (head + k0) * HS, T - k0, vec);
+    load_tile(sm.v, v + (head + k0) * HS, T - k0, vec);
+    frag_c dk_acc[4], dv_acc[4];
+    frag_a fa[4];
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+        wmma::fill_fragment(dk_acc[n], 0.0f);
+        wmma::fill_fragment(dv_acc[n], 0.0f);
+    }
+    for (int qt = kt; qt < n_tiles; qt++) {
+        int q0 = qt * TILE;
+        __syncthreads(); /* every warp is done with the previous query tile */
+        load_tile(sm.q, q + (head + q0) * HS, T - q0, vec);
+        load_tile(sm.dout, dout + (head + q0) * HS, T - q0, vec);
+        load_row_values(sm.lse, lse + head + q0, T - q0, LOG2E);
+        load_row_values(sm.delta, delta + head + q0, T - q0, 1.0f);
+        __syncthreads();
+        gemm_strip<wmma::col_major>(sm.s + row0 * LDF, sm.k + row0 * LDH, sm.q);
+        gemm_strip<wmma::col_major>(sm.dp + row0 * LDF, sm.v + row0 * LDH, sm.dout);
+        __syncwarp();
+        grad_step<true>(sm.s + row0 * LDF, sm.dp + row0 * LDF, sm.p + row0 * LDH,
+                        sm.ds + row0 * LDH, sm.lse, sm.delta, 0, k0 + row0, q0, T, scale_log2);
+        __syncwarp();
+        load_a(fa, sm.p + row0 * LDH);
+        mma_strip<wmma::row_major>(dv_acc, fa, sm.dout); /* dV += P^T dO */
+        load_a(fa, sm.ds + row0 * LDH);
+        mma_strip<wmma::row_major>(dk_acc, fa, sm.q);    /* dK += dS^T Q */
+    }
+    __syncwarp(); /* the warp's reads of its s and dp rows are done */
+    store_strip(sm.s + row0 * LDF, dk_acc, scale);
+    store_strip(sm.dp + row0 * LDF, dv_acc, 1.0f);
+    __syncwarp();
+    write_strip(dk + head * HS, sm.s + row0 * LDF, k0 + row0, T);
+    write_strip(dv + head * HS, sm.dp + row0 * LDF, k0 + row0, T);
+}
+
+struct bwd_q_smem {
+    float s[TILE * LDF];           /* S of the key tile (queries x keys), unscaled */
+    float dp[TILE * LDF];          /* dP */
+    bf16 q[TILE * LDH], dout[TILE * LDH]; /* the block's query tile */
+    bf16 k[TILE * LDH], v[TILE * LDH];    /* the key tile */
+    bf16 ds[TILE * LDH];           /* dS */
+    float lse[TILE], delta[TILE];  /* the block's rows; lse in log2 units */
+};
+
+/* Grid (BH, query tiles), the longest tiles first; dynamic shared memory sizeof(bwd_q_smem).
+ * dq (BH, T, HS) fp32; the rest as in flash_attn_bwd. */
+static __global__ void __launch_bounds__(THREADS)
+flash_bwd_q_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
+                   const float *lse, const float *delta, float *dq, int T, float scale,
+                   float scale_log2, bool vec)
+{
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    bwd_q_smem &sm = *reinterpret_cast<bwd_q_smem *>(smem_raw);
+    int qt = (int)(gridDim.y - 1 - blockIdx.y), q0 = qt * TILE;
+    int row0 = (int)(threadIdx.x / 32) * FRAG;
+    size_t head = (size_t)blockIdx.x * T;
+
+    load_tile(sm.q, q + (head + q0) * HS, T - q0, vec);
+    load_tile(sm.dout, dout + (head + q0) * HS, T - q0, vec);
+    load_row_values(sm.lse, lse + head + q0, T - q0, LOG2E);
+    load_row_values(sm.delta, delta + head + q0, T - q0, 1.0f);
+    frag_c dq_acc[4];
+    frag_a fa[4];
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+        wmma::fill_fragment(dq_acc[n], 0.0f);
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * TILE;
+        __syncthreads(); /* every warp is done with the previous K and V */
+        load_tile(sm.k, k + (head + k0) * HS, T - k0, vec);
+        load_tile(sm.v, v + (head + k0) * HS, T - k0, vec);
+        __syncthreads();
+        gemm_strip<wmma::col_major>(sm.s + row0 * LDF, sm.q + row0 * LDH, sm.k);
+        gemm_strip<wmma::col_major>(sm.dp + row0 * LDF, sm.dout + row0 * LDH, sm.v);
+        __syncwarp();
+        grad_step<false>(sm.s + row0 * LDF, sm.dp + row0 * LDF, nullptr, sm.ds + row0 * LDH,
+                         sm.lse, sm.delta, row0, q0 + row0, k0, T, scale_log2);
+        __syncwarp();
+        load_a(fa, sm.ds + row0 * LDH);
+        mma_strip<wmma::row_major>(dq_acc, fa, sm.k); /* dQ += dS K */
+    }
+    __syncwarp();
+    store_strip(sm.s + row0 * LDF, dq_acc, scale);
+    __syncwarp();
+    write_strip(dq + head * HS, sm.s + row0 * LDF, q0 + row0, T);
+}
+
+/* ============================================================================== launchers == */
+
+bool flash_attn_supported(int hs, int T)
+{
+    return hs == HS && T >= 1 && T <= MAX_TILES * TILE;
+}
+
+/* The shape checks every entry point shares; false (logged) when the shape is refused. */
+static bool shape_ok(const char *op, int BH, int T, int hs)
+{
+    if (BH < 0 || T < 1) {
+        DDP_ERROR("%s: BH %d, T %d (BH >= 0 and T >= 1 wanted)", op, BH, T);
+        return false;
+    }
+    if (!flash_attn_supported(hs, T)) {
+        DDP_ERROR("%s: head size %d with T %d is not supported (head size %d, T <= %d only)", op,
+                  hs, T, (int)HS, (int)(MAX_TILES * TILE));
+        return false;
+    }
+    return true;
+}
+
+/* Whether p is set; false (logged, naming it) when NULL. */
+static bool ptr_ok(const char *op, const void *p, const char *name)
+{
+    if (!p)
+        DDP_ERROR("%s: %s is NULL", op, name);
+    return p != NULL;
+}
+
+static bool aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15) == 0;
+}
+
+/* Lets kernel take bytes of dynamic shared memory (over the default 48 KiB). Cheap; done at every
+ * launch so that it holds on whichever device is current. */
+template <class Kernel> static ddp_status allow_smem(Kernel kernel, size_t bytes)
+{
+    TRY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return DDP_OK;
+}
+
+static dim3 tile_grid(int BH, int T)
+{
+    return dim3((unsigned)BH, (unsigned)((T + TILE - 1) / TILE));
+}
+
+ddp_status flash_attn_fwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
+                          const uint16_t *v, float *o, float *lse, int BH, int T, int hs,
+                          float scale)
+{
+    const char *op = "flash_attn_fwd";
+    if (!shape_ok(op, BH, T, hs))
+        return DDP_ERR_INVALID_ARG;
+    if (BH == 0)
+        return DDP_OK;
+    if (!ptr_ok(op, q, "q") || !ptr_ok(op, k, "k") || !ptr_ok(op, v, "v") || !ptr_ok(op, o, "o") ||
+        !ptr_ok(op, lse, "lse"))
+        return DDP_ERR_INVALID_ARG;
+    bool vec = aligned16(q) && aligned16(k) && aligned16(v);
+    size_t bytes = sizeof(fwd_smem);
+    TRY_OK(allow_smem(flash_fwd_kernel, bytes));
+    flash_fwd_kernel<<<tile_grid(BH, T), THREADS, bytes, st>>>(q, k, v, o, lse, T,
+                                                               scale * LOG2E, vec);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+ddp_status flash_attn_delta(cudaStream_t st, const float *dout, const float *o, float *delta,
+                            int BH, int T, int hs)
+{
+    const char *op = "flash_attn_delta";
+    if (!shape_ok(op, BH, T, hs))
+        return DDP_ERR_INVALID_ARG;
+    if (BH == 0)
+        return DDP_OK;
+    if (!ptr_ok(op, dout, "dout") || !ptr_ok(op, o, "o") || !ptr_ok(op, delta, "delta"))
+        return DDP_ERR_INVALID_ARG;
+    size_t rows = (size_t)BH * T;
+    unsigned blocks = (unsigned)((rows + DELTA_ROWS - 1) / DELTA_ROWS);
+    flash_delta_kernel<<<blocks, DELTA_ROWS * 32, 0, st>>>(dout, o, delta, rows);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+ddp_status flash_attn_bwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
+                          const uint16_t *v, const uint16_t *dout_bf, const float *lse,
+                          const float *delta, float *dq, float *dk, float *dv, int BH, int T,
+                          int hs, float scale)
+{
+    const char *op = "flash_attn_bwd";
+    if (!shape_ok(op, BH, T, hs))
+        return DDP_ERR_INVALID_ARG;
+    if (BH == 0)
+        return DDP_OK;
+    if (!ptr_ok(op, q, "q") || !ptr_ok(op, k, "k") || !ptr_ok(op, v, "v") ||
+        !ptr_ok(op, dout_bf, "dout_bf") || !ptr_ok(op, lse, "lse") || !ptr_ok(op, delta, "delta") ||
+        !ptr_ok(op, dq, "dq") || !ptr_ok(op, dk, "dk") || !ptr_ok(op, dv, "dv"))
+        return DDP_ERR_INVALID_ARG;
+    bool vec = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout_bf);
+    dim3 grid = tile_grid(BH, T);
+    size_t kv_bytes = sizeof(bwd_kv_smem), q_bytes = sizeof(bwd_q_smem);
+    TRY_OK(allow_smem(flash_bwd_kv_kernel, kv_bytes));
+    TRY_OK(allow_smem(flash_bwd_q_kernel, q_bytes));
+    flash_bwd_kv_kernel<<<grid, THREADS, kv_bytes, st>>>(q, k, v, dout_bf, lse, delta, dk, dv, T,
+                                                         scale, scale * LOG2E, vec);
+    TRY_CUDA_LAUNCH();
+    flash_bwd_q_kernel<<<grid, THREADS, q_bytes, st>>>(q, k, v, dout_bf, lse, delta, dq, T, scale,
+                                                       scale * LOG2E, vec);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}

@@ -1,0 +1,45 @@
+/* cuda_flash.h - causal scaled-dot-product attention in the FlashAttention-2 manner (cuda_flash.cu):
+ * the T x T score matrix is never stored; bf16 tensor cores (WMMA, compute capability 8.0 or newer)
+ * with fp32 accumulation. Deterministic: no atomics, every sum in a fixed order. Private to
+ * models/ops/, included from CUDA code only.
+ *
+ * Shapes, per head (BH = batch x heads), rows t and keys j <= t:
+ *   q, k, v  (BH, T, hs) bf16 (uint16_t bits), contiguous
+ *   S = scale * q k^T;  P = exp(S - lse), 0 where j > t;  o = P v
+ *   lse      (BH, T) fp32, the natural-log logsumexp of row t's scaled scores over keys 0..t
+ * Backward: dP = dO v^T; dS = P * (dP - delta); dq = scale * dS k; dk = scale * dS^T q; dv = P^T dO.
+ *
+ * Every function runs on stream st (nothing waits on the host) and returns DDP_OK, or
+ * DDP_ERR_INVALID_ARG (logged with the reason) for BH < 0, T < 1, an hs that
+ * flash_attn_supported refuses or a NULL pointer, or DDP_ERR_CUDA when a launch fails (logged).
+ * BH == 0 does nothing and returns DDP_OK. scale is 1 / sqrt(hs) for GPT-2 but any value is taken.
+ */
+#ifndef OPS_CUDA_FLASH_H
+#define OPS_CUDA_FLASH_H
+
+#include <stdint.h>
+
+#include "cuda_private.h"
+
+/* Whether these kernels take the shape: hs == 64 (every GPT-2 size) and 1 <= T <= 4194240
+ * (65535 tiles of 64 rows). Otherwise the caller falls back to another attention. */
+bool flash_attn_supported(int hs, int T);
+
+/* o (BH, T, hs) fp32 and lse (BH, T) fp32 from q, k, v (BH, T, hs) bf16. */
+ddp_status flash_attn_fwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
+                          const uint16_t *v, float *o, float *lse, int BH, int T, int hs,
+                          float scale);
+
+/* delta (BH, T) = rowsum(dout * o), dout and o (BH, T, hs) fp32; the backward's per-row term. */
+ddp_status flash_attn_delta(cudaStream_t st, const float *dout, const float *o, float *delta,
+                            int BH, int T, int hs);
+
+/* dq, dk, dv (BH, T, hs) fp32, overwritten (not accumulated), from q, k, v and dout_bf (BH, T, hs)
+ * bf16 (dO rounded to bf16), the forward's lse and flash_attn_delta's delta (BH, T). P is
+ * recomputed from q, k and lse. Two kernels: dk and dv per key tile, dq per query tile. */
+ddp_status flash_attn_bwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
+                          const uint16_t *v, const uint16_t *dout_bf, const float *lse,
+                          const float *delta, float *dq, float *dk, float *dv, int BH, int T,
+                          int hs, float scale);
+
+#endif /* OPS_CUDA_FLASH_H */

@@ -1,0 +1,401 @@
+/* flash_check.cu - checks cuda_flash.cu's causal attention (forward, delta, backward) against a
+ * double-precision host reference computed from the same bf16-rounded q, k, v and dout, checks
+ * that a second run is bitwise identical, and times the forward and backward at GPT-2 d12's shape
+ * (B 16 x 12 heads, T 1024, hs 64). Stand-alone: it needs only cuda_flash.cu; libddp's two log
+ * functions that DDP_ERROR calls are stubbed below.
+ *
+ * Build (from the repository root) and run:
+ *   nvcc -std=c++17 -O2 -arch=sm_90 -I models/ops -I runtime -I common \
+ *        tests/models/flash_check.cu models/ops/cuda_flash.cu -o flash_check && ./flash_check
+ * Exit status: 0 when every check passes, 1 when one fails, 77 when there is no usable GPU
+ * (none, or compute capability below 8.0: the kernels need bf16 tensor cores).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cuda_flash.h"
+
+/* ---- libddp's log, stubbed (DDP_ERROR's two functions) ------------------------------------ */
+
+extern "C" ddp_log_level ddp_log_get_level(void)
+{
+    return DDP_LOG_INFO;
+}
+
+extern "C" void ddp_log_write(ddp_log_level level, int only_rank0, const char *file, int line,
+                              const char *fmt, ...)
+{
+    (void)level, (void)only_rank0;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "[log] %s:%d: ", file ? file : "?", line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+enum { HS = 64 };
+
+#define CHECK_CUDA(call)                                                                        \
+    do {                                                                                        \
+        cudaError_t e_ = (call);                                                                \
+        if (e_ != cudaSuccess) {                                                                \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                \
+                    cudaGetErrorString(e_));                                                    \
+            exit(1);                                                                            \
+        }                                                                                       \
+    } while (0)
+#define CHECK_OK(call)                                                                          \
+    do {                                                                                        \
+        ddp_status s_ = (call);                                                                 \
+        if (s_ != DDP_OK) {                                                                     \
+            fprintf(stderr, "%s:%d: %s returned status %d\n", __FILE__, __LINE__, #call, (int)s_); \
+            exit(1);                                                                            \
+        }                                                                                       \
+    } while (0)
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+/* Uniform in [-1, 1) (xorshift64*). */
+static float uniform(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    uint64_t x = rng_state * 0x2545F4914F6CDD1Dull;
+    return (float)((double)(x >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
+}
+
+/* bf16 bits of f, round to nearest even (f finite). */
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* n random bf16 values mul * [-1, 1): bits and their float values. */
+static void random_bf16(size_t n, float mul, std::vector<uint16_t> &bits, std::vector<float> &val)
+{
+    bits.resize(n);
+    val.resize(n);
+    for (size_t i = 0; i < n; i++) {
+        bits[i] = to_bf16(mul * uniform());
+        val[i] = from_bf16(bits[i]);
+    }
+}
+
+/* ---- host reference, double precision ----------------------------------------------------- */
+
+struct reference {
+    std::vector<double> o, lse, dq, dk, dv; /* (BH, T, HS) and (BH, T) */
+};
+
+/* One head: rows t, keys j <= t. P and dS of row t are kept in p (T). */
+static void reference_head(const float *q, const float *k, const float *v, const float *dout,
+                           int T, double scale, double *o, double *lse, double *dq, double *dk,
+                           double *dv)
+{
+    std::vector<double> p(T);
+    for (int t = 0; t < T; t++) {
+        double m = -INFINITY, l = 0;
+        for (int j = 0; j <= t; j++) {
+            double s = 0;
+            for (int d = 0; d < HS; d++)
+                s += (double)q[t * HS + d] * k[j * HS + d];
+            p[j] = s * scale;
+            m = std::max(m, p[j]);
+        }
+        for (int j = 0; j <= t; j++)
+            l += (p[j] = exp(p[j] - m));
+        lse[t] = m + log(l);
+        double delta = 0;
+        for (int d = 0; d < HS; d++) {
+            double acc = 0;
+            for (int j = 0; j <= t; j++)
+                acc += p[j] / l * v[j * HS + d];
+            o[t * HS + d] = acc;
+            delta += acc * dout[t * HS + d];
+        }
+        for (int j = 0; j <= t; j++) {
+            double P = p[j] / l, dp = 0;
+            for (int d = 0; d < HS; d++)
+                dp += (double)dout[t * HS + d] * v[j * HS + d];
+            double ds = P * (dp - delta);
+            for (int d = 0; d < HS; d++) {
+                dq[t * HS + d] += scale * ds * k[j * HS + d];
+                dk[j * HS + d] += scale * ds * q[t * HS + d];
+                dv[j * HS + d] += P * dout[t * HS + d];
+            }
+        }
+    }
+}
+
+static void reference_all(const std::vector<float> &q, const std::vector<float> &k,
+                          const std::vector<float> &v, const std::vector<float> &dout, int BH,
+                          int T, double scale, reference &r)
+{
+    size_t n = (size_t)BH * T * HS;
+    r.o.assign(n, 0), r.dq.assign(n, 0), r.dk.assign(n, 0), r.dv.assign(n, 0);
+    r.lse.assign((size_t)BH * T, 0);
+    for (int b = 0; b < BH; b++) {
+        size_t x = (size_t)b * T * HS;
+        reference_head(&q[x], &k[x], &v[x], &dout[x], T, scale, &r.o[x], &r.lse[(size_t)b * T],
+                       &r.dq[x], &r.dk[x], &r.dv[x]);
+    }
+}
+
+/* ||gpu - ref|| / ||ref|| (Frobenius); NaN when gpu holds a NaN (an unwritten element). */
+static double rel_error(const std::vector<float> &gpu, const std::vector<double> &ref)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        double e = (double)gpu[i] - ref[i];
+        num += e * e;
+        den += ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* ---- the GPU run -------------------------------------------------------------------------- */
+
+/* Device buffers of one shape. The bf16 inputs start at element `shift` of their allocation
+ * (shift 1: misaligned by 2 bytes, which takes the kernels' scalar loads). */
+struct device_bufs {
+    uint16_t *q, *k, *v, *dout_bf;
+    float *dout, *o, *lse, *delta, *dq, *dk, *dv;
+    void *alloc[11];
+};
+
+static void device_alloc(device_bufs &b, int BH, int T, int shift)
+{
+    size_t n = (size_t)BH * T * HS, rows = (size_t)BH * T;
+    uint16_t **h[4] = {&b.q, &b.k, &b.v, &b.dout_bf};
+    for (int i = 0; i < 4; i++) {
+        CHECK_CUDA(cudaMalloc(&b.alloc[i], (n + 8) * sizeof(uint16_t)));
+        *h[i] = (uint16_t *)b.alloc[i] + shift;
+    }
+    float **f[7] = {&b.dout, &b.o, &b.dq, &b.dk, &b.dv, &b.lse, &b.delta};
+    for (int i = 0; i < 7; i++) {
+        CHECK_CUDA(cudaMalloc(&b.alloc[4 + i], (i < 5 ? n : rows) * sizeof(float)));
+        *f[i] = (float *)b.alloc[4 + i];
+    }
+}
+
+static void device_free(device_bufs &b)
+{
+    for (int i = 0; i < 11; i++)
+        CHECK_CUDA(cudaFree(b.alloc[i]));
+}
+
+struct gpu_out {
+    std::vector<float> o, lse, dq, dk, dv;
+};
+
+/* Forward, delta and backward on the GPU, outputs poisoned with NaN first (0xff bytes). */
+static void gpu_run(device_bufs &b, int BH, int T, float scale, gpu_out &out)
+{
+    size_t n = (size_t)BH * T * HS, rows = (size_t)BH * T;
+    float *poison[6] = {b.o, b.dq, b.dk, b.dv, b.lse, b.delta};
+    for (int i = 0; i < 6; i++)
+        CHECK_CUDA(cudaMemset(poison[i], 0xff, (i < 4 ? n : rows) * sizeof(float)));
+    CHECK_OK(flash_attn_fwd(0, b.q, b.k, b.v, b.o, b.lse, BH, T, HS, scale));
+    CHECK_OK(flash_attn_delta(0, b.dout, b.o, b.delta, BH, T, HS));
+    CHECK_OK(flash_attn_bwd(0, b.q, b.k, b.v, b.dout_bf, b.lse, b.delta, b.dq, b.dk, b.dv, BH, T,
+                            HS, scale));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    std::vector<float> *dst[5] = {&out.o, &out.dq, &out.dk, &out.dv, &out.lse};
+    float *src[5] = {b.o, b.dq, b.dk, b.dv, b.lse};
+    for (int i = 0; i < 5; i++) {
+        dst[i]->resize(i < 4 ? n : rows);
+        CHECK_CUDA(cudaMemcpy(dst[i]->data(), src[i], dst[i]->size() * sizeof(float),
+                              cudaMemcpyDeviceToHost));
+    }
+}
+
+/* ---- checks ------------------------------------------------------------------------------- */
+
+/* Tolerances on ||gpu - ref|| / ||ref||. The reference is exact math on the same bf16 inputs; the
+ * GPU's scores are exact products summed in fp32 (error ~1e-6), but P (forward and backward) and dS
+ * are rounded to bf16 before their tensor-core products: a relative error of up to 2^-9 (0.2 %)
+ * per element, independent between elements, so a sum over keys keeps about that relative size
+ * (measured in like kernels: 1e-3 to 4e-3). o gets 1e-2; lse (fp32 throughout) far less. The
+ * gradients stack two roundings (P or dS, and o through delta = rowsum(dO o), whose error dP -
+ * delta can magnify where they nearly cancel) and get 2e-2. */
+static const double TOL_FWD = 1e-2, TOL_GRAD = 2e-2;
+
+static bool check(const char *what, int BH, int T, const std::vector<float> &gpu,
+                  const std::vector<double> &ref, double tol)
+{
+    double e = rel_error(gpu, ref);
+    bool ok = e <= tol; /* false for NaN */
+    printf("BH %2d T %5d  %-4s rel err %.3e (tol %.0e)  %s\n", BH, T, what, e, tol,
+           ok ? "ok" : "FAIL");
+    return ok;
+}
+
+static bool same_bits(const gpu_out &a, const gpu_out &b)
+{
+    const std::vector<float> *x[5] = {&a.o, &a.lse, &a.dq, &a.dk, &a.dv};
+    const std::vector<float> *y[5] = {&b.o, &b.lse, &b.dq, &b.dk, &b.dv};
+    for (int i = 0; i < 5; i++)
+        if (memcmp(x[i]->data(), y[i]->data(), x[i]->size() * sizeof(float)) != 0)
+            return false;
+    return true;
+}
+
+/* One shape: random inputs, GPU twice, reference, comparisons. True when all pass. */
+static bool check_shape(int BH, int T, int shift)
+{
+    size_t n = (size_t)BH * T * HS;
+    float scale = 1.0f / sqrtf((float)HS);
+    std::vector<uint16_t> qb, kb, vb, db;
+    std::vector<float> q, k, v, dout;
+    /* q, k in 2.5 [-1, 1): q.k over 64 dims has std 2.5^2 sqrt(64/9) = 16.7, the scaled score
+     * std 2.1. */
+    random_bf16(n, 2.5f, qb, q);
+    random_bf16(n, 2.5f, kb, k);
+    random_bf16(n, 1.0f, vb, v);
+    random_bf16(n, 1.0f, db, dout);
+
+    device_bufs b;
+    device_alloc(b, BH, T, shift);
+    const std::vector<uint16_t> *src[4] = {&qb, &kb, &vb, &db};
+    uint16_t *dst[4] = {b.q, b.k, b.v, b.dout_bf};
+    for (int i = 0; i < 4; i++)
+        CHECK_CUDA(cudaMemcpy(dst[i], src[i]->data(), n * 2, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(b.dout, dout.data(), n * 4, cudaMemcpyHostToDevice));
+    gpu_out g1, g2;
+    gpu_run(b, BH, T, scale, g1);
+    gpu_run(b, BH, T, scale, g2);
+    device_free(b);
+
+    reference r;
+    reference_all(q, k, v, dout, BH, T, scale, r);
+    if (shift)
+        printf("BH %2d T %5d  (inputs misaligned by %d bytes: scalar loads)\n", BH, T, 2 * shift);
+    bool ok = check("o", BH, T, g1.o, r.o, TOL_FWD);
+    ok &= check("lse", BH, T, g1.lse, r.lse, TOL_FWD);
+    ok &= check("dq", BH, T, g1.dq, r.dq, TOL_GRAD);
+    ok &= check("dk", BH, T, g1.dk, r.dk, TOL_GRAD);
+    ok &= check("dv", BH, T, g1.dv, r.dv, TOL_GRAD);
+    bool same = same_bits(g1, g2);
+    printf("BH %2d T %5d  repeat bitwise identical: %s\n", BH, T, same ? "yes" : "NO (FAIL)");
+    return ok && same;
+}
+
+/* The argument checks: refused shapes give DDP_ERR_INVALID_ARG (they log), BH 0 is a no-op. */
+static bool check_args(void)
+{
+    bool ok = !flash_attn_supported(32, 64) && flash_attn_supported(64, 1) &&
+              !flash_attn_supported(64, 0);
+    fprintf(stderr, "(the next three error lines are expected)\n");
+    ok &= flash_attn_fwd(0, NULL, NULL, NULL, NULL, NULL, 1, 64, 32, 0.125f) == DDP_ERR_INVALID_ARG;
+    ok &= flash_attn_fwd(0, NULL, NULL, NULL, NULL, NULL, 1, 0, 64, 0.125f) == DDP_ERR_INVALID_ARG;
+    ok &= flash_attn_delta(0, NULL, NULL, NULL, 1, 64, 64) == DDP_ERR_INVALID_ARG;
+    ok &= flash_attn_bwd(0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 64, 64,
+                         0.125f) == DDP_OK;
+    printf("argument checks: %s\n", ok ? "ok" : "FAIL");
+    return ok;
+}
+
+/* ---- timing ------------------------------------------------------------------------------- */
+
+static float median_ms(std::vector<float> t)
+{
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+/* Forward, and delta + backward, at (BH, T): 3 warm-up runs, then the median of 10. */
+static void bench(int BH, int T)
+{
+    size_t n = (size_t)BH * T * HS;
+    float scale = 1.0f / sqrtf((float)HS);
+    std::vector<uint16_t> bits;
+    std::vector<float> val;
+    device_bufs b;
+    device_alloc(b, BH, T, 0);
+    uint16_t *dst[4] = {b.q, b.k, b.v, b.dout_bf};
+    for (int i = 0; i < 4; i++) {
+        random_bf16(n, i < 2 ? 2.5f : 1.0f, bits, val);
+        CHECK_CUDA(cudaMemcpy(dst[i], bits.data(), n * 2, cudaMemcpyHostToDevice));
+        if (i == 3)
+            CHECK_CUDA(cudaMemcpy(b.dout, val.data(), n * 4, cudaMemcpyHostToDevice));
+    }
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    std::vector<float> tf, tb;
+    for (int it = 0; it < 13; it++) {
+        float ms = 0;
+        CHECK_CUDA(cudaEventRecord(e0, 0));
+        CHECK_OK(flash_attn_fwd(0, b.q, b.k, b.v, b.o, b.lse, BH, T, HS, scale));
+        CHECK_CUDA(cudaEventRecord(e1, 0));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        if (it >= 3)
+            tf.push_back(ms);
+        CHECK_CUDA(cudaEventRecord(e0, 0));
+        CHECK_OK(flash_attn_delta(0, b.dout, b.o, b.delta, BH, T, HS));
+        CHECK_OK(flash_attn_bwd(0, b.q, b.k, b.v, b.dout_bf, b.lse, b.delta, b.dq, b.dk, b.dv,
+                                BH, T, HS, scale));
+        CHECK_CUDA(cudaEventRecord(e1, 0));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        if (it >= 3)
+            tb.push_back(ms);
+    }
+    /* causal flops: two (T x T x hs) GEMMs forward on half the matrix, 2.5 times that backward */
+    double fwd_flops = 2.0 * 2.0 * BH * (double)T * T * HS / 2.0, bwd_flops = 2.5 * fwd_flops;
+    float mf = median_ms(tf), mb = median_ms(tb);
+    printf("time BH %d T %d hs %d: forward %.3f ms (%.1f TFLOP/s), delta + backward %.3f ms "
+           "(%.1f TFLOP/s)\n", BH, T, HS, mf, fwd_flops / (mf * 1e-3) / 1e12, mb,
+           bwd_flops / (mb * 1e-3) / 1e12);
+    CHECK_CUDA(cudaEventDestroy(e0));
+    CHECK_CUDA(cudaEventDestroy(e1));
+    device_free(b);
+}
+
+int main(void)
+{
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        printf("flash_check: no GPU, skipped\n");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major < 8) {
+        printf("flash_check: %s is compute capability %d.%d (8.0 wanted), skipped\n", prop.name,
+               prop.major, prop.minor);
+        return 77;
+    }
+    printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+    static const int shapes[][3] = {{1, 1, 0},   {2, 7, 0},   {3, 33, 0},  {2, 64, 0},
+                                    {2, 100, 0}, {4, 256, 0}, {8, 1024, 0}, {3, 100, 1}};
+    int failed = 0, n = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int i = 0; i < n; i++)
+        failed += !check_shape(shapes[i][0], shapes[i][1], shapes[i][2]);
+    failed += !check_args();
+    bench(16 * 12, 1024);
+    printf("%d passed, %d failed\n", n + 1 - failed, failed);
+    return failed ? 1 : 0;
+}
