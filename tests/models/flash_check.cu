@@ -236,7 +236,7 @@ static void gpu_run(device_bufs &b, int BH, int T, float scale, gpu_out &out)
  * GPU's scores are exact products summed in fp32 (error ~1e-6), but P (forward and backward) and dS
  * are rounded to bf16 before their tensor-core products: a relative error of up to 2^-9 (0.2 %)
  * per element, independent between elements, so a sum over keys keeps about that relative size
- * (measured in like kernels: 1e-3 to 4e-3). o gets 1e-2; lse (fp32 throughout) far less. The
+ * (expected: a few 1e-3; not yet measured). o gets 1e-2; lse (fp32 throughout) far less. The
  * gradients stack two roundings (P or dS, and o through delta = rowsum(dO o), whose error dP -
  * delta can magnify where they nearly cancel) and get 2e-2. */
 static const double TOL_FWD = 1e-2, TOL_GRAD = 2e-2;
