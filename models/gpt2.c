@@ -53,7 +53,8 @@ typedef struct gpt2_acts {
     float *ln1_mean;  // (Ls, B, T)
     float *ln1_rstd;  // (Ls, B, T)
     float *qkv;       // (Ls, B, T, 3C)
-    float *att;       // (Ls, B, NH, T, T) attention probabilities
+    float *att;       // (Ls, attention_floats) attention's state: the probabilities
+                      // (B, NH, T, T) or the fused kernel's output and log-sum-exp
     void *atty;       // (Ls, B, T, C) in p: attention output, attn.c_proj's input
     float *residual2; // (Ls, B, T, C) residual stream after attention
     void *ln2;        // (Ls, B, T, C) in p: ln_2's output, c_fc's input
@@ -79,7 +80,7 @@ typedef struct gpt2_dacts {
     float *dln;       // (B, T, C) a LayerNorm output's
     float *datty;     // (B, T, C)
     float *dqkv;      // (B, T, 3C)
-    float *datt;      // (B, NH, T, T) scratch of attention_bwd
+    float *datt;      // scratch of attention_bwd (the ops' attention_floats)
     float *dfch;      // (B, T, 4C)
     void *dy_c;       // (B, T, 4C) in p: a linear's output gradient (16-bit only)
     void *dx_c;       // (B, T, 4C) in p: a linear's input gradient (16-bit only)
@@ -324,17 +325,24 @@ static void *rows_p(gpt2 *g, size_t per_row, int layers)
     return buf(g, (size_t)layers * g->opts.max_batch * g->opts.seq * per_row * g->es);
 }
 
+/* The floats of one layer's attention state (the ops' attention_floats at the largest batch). */
+static size_t att_floats(const gpt2 *g)
+{
+    return g->ops->attention_floats(g->ops, g->opts.precision, g->opts.max_batch, g->opts.seq,
+                                    g->cfg.channels, g->cfg.heads);
+}
+
 /* The per-layer activations: Ls layers of scratch (1 with recompute, else L), L block outputs. */
 static void alloc_layer_acts(gpt2 *g)
 {
     gpt2_acts *a = &g->a;
     int Ls = g->opts.recompute ? 1 : g->cfg.layers;
-    size_t c = (size_t)g->cfg.channels, tt = (size_t)g->cfg.heads * g->opts.seq;
+    size_t c = (size_t)g->cfg.channels;
     a->ln1 = rows_p(g, c, Ls);
     a->ln1_mean = rows_f(g, 1, Ls);
     a->ln1_rstd = rows_f(g, 1, Ls);
     a->qkv = rows_f(g, 3 * c, Ls);
-    a->att = rows_f(g, tt, Ls); /* NH x T per row: (B, NH, T, T) */
+    a->att = buf(g, Ls * att_floats(g) * sizeof(float));
     a->atty = rows_p(g, c, Ls);
     a->residual2 = rows_f(g, c, Ls);
     a->ln2 = rows_p(g, c, Ls);
@@ -350,7 +358,6 @@ static ddp_status alloc_acts(gpt2 *g)
     gpt2_acts *a = &g->a;
     gpt2_dacts *d = &g->d;
     size_t c = (size_t)g->cfg.channels, vp = (size_t)g->cfg.padded_vocab;
-    size_t tt = (size_t)g->cfg.heads * g->opts.seq;
     bool p16 = g->opts.precision != DDP_FP32;
     a->encoded = rows_f(g, c, 1);
     alloc_layer_acts(g);
@@ -365,7 +372,7 @@ static ddp_status alloc_acts(gpt2 *g)
     d->dln = rows_f(g, c, 1);
     d->datty = rows_f(g, c, 1);
     d->dqkv = rows_f(g, 3 * c, 1);
-    d->datt = rows_f(g, tt, 1);
+    d->datt = buf(g, att_floats(g) * sizeof(float));
     d->dfch = rows_f(g, 4 * c, 1);
     if (p16) {
         a->scratch = rows_f(g, 4 * c, 1);
@@ -576,6 +583,12 @@ static void *at_p(const gpt2 *g, void *base, int l, size_t per_row)
     return (char *)base + slot(g, l) * g->opts.max_batch * g->opts.seq * per_row * g->es;
 }
 
+/* Layer l's attention state (the per-layer att of attention_fwd). */
+static float *att_of(const gpt2 *g, int l)
+{
+    return g->a.att + slot(g, l) * att_floats(g);
+}
+
 /* Layer l's output residual stream (B, T, C), kept for every layer. */
 static float *block_out(const gpt2 *g, int l)
 {
@@ -609,8 +622,7 @@ static ddp_status attn_fwd(gpt2 *g, int l, const float *residual)
     TRY_OK(to_p(g, ln1, h, n));
     TRY_OK(linear_fwd(g, T_QKVW, l, ln1, C, 3 * C, qkv));
     h = out_f32(g, atty);
-    TRY_OK(o->attention_fwd(o, h, at_f(g, a->att, l, (size_t)NH * g->opts.seq), qkv, g->B, g->T,
-                            C, NH));
+    TRY_OK(o->attention_fwd(o, g->opts.precision, h, att_of(g, l), qkv, g->B, g->T, C, NH));
     TRY_OK(to_p(g, atty, h, n));
     TRY_OK(linear_fwd(g, T_ATTPROJW, l, atty, C, C, a->proj));
     return o->add(o, at_f(g, a->residual2, l, C), residual, a->proj, n);
@@ -842,8 +854,8 @@ static ddp_status attn_bwd(gpt2 *g, ddp_reducer *r, int l)
     float *qkv = at_f(g, a->qkv, l, 3 * (size_t)C);
     const float *input = block_in(g, l);
     TRY_OK(linear_bwd(g, r, T_ATTPROJW, l, at_p(g, a->atty, l, C), d->dresidual, C, C, d->datty));
-    TRY_OK(g->ops->attention_bwd(g->ops, d->dqkv, d->datt, d->datty, qkv,
-                                 at_f(g, a->att, l, (size_t)NH * g->opts.seq), g->B, g->T, C, NH));
+    TRY_OK(g->ops->attention_bwd(g->ops, g->opts.precision, d->dqkv, d->datt, d->datty, qkv,
+                                 att_of(g, l), g->B, g->T, C, NH));
     TRY_OK(linear_bwd(g, r, T_QKVW, l, at_p(g, a->ln1, l, C), d->dqkv, C, 3 * C, d->dln));
     return ln_bwd(g, r, T_LN1W, l, input, at_f(g, a->ln1_mean, l, 1), at_f(g, a->ln1_rstd, l, 1));
 }

@@ -259,9 +259,10 @@ static bool att_shape_ok(const char *op, int B, int T, int C, int NH)
     return false;
 }
 
-ddp_status ops_cpu_attention_fwd(const ops_handle *ops, float *out, float *att, const float *qkv,
-                                 int B, int T, int C, int NH)
+ddp_status ops_cpu_attention_fwd(const ops_handle *ops, ddp_dtype p, float *out, float *att,
+                                 const float *qkv, int B, int T, int C, int NH)
 {
+    (void)p; /* fp32 on the CPU whatever the run's precision */
     if (!att_shape_ok("attention_fwd", B, T, C, NH))
         return DDP_ERR_INVALID_ARG;
     for (int b = 0; b < B; b++) {
@@ -287,10 +288,11 @@ static void head_bwd(const att_head *a, float *dq, float *d, const float *dout, 
     causal_atb(a, d, a->q, a->ld, dk, a->ld);            /* dk = d^T q */
 }
 
-ddp_status ops_cpu_attention_bwd(const ops_handle *ops, float *dqkv, float *datt,
+ddp_status ops_cpu_attention_bwd(const ops_handle *ops, ddp_dtype p, float *dqkv, float *datt,
                                  const float *dout, const float *qkv, const float *att, int B,
                                  int T, int C, int NH)
 {
+    (void)p;
     if (!att_shape_ok("attention_bwd", B, T, C, NH))
         return DDP_ERR_INVALID_ARG;
     for (int b = 0; b < B; b++) {
@@ -302,6 +304,12 @@ ddp_status ops_cpu_attention_bwd(const ops_handle *ops, float *dqkv, float *datt
         }
     }
     return DDP_OK;
+}
+
+size_t ops_cpu_attention_floats(const ops_handle *ops, ddp_dtype p, int B, int T, int C, int NH)
+{
+    (void)ops, (void)p, (void)C;
+    return (size_t)B * NH * T * T; /* the probabilities (B, NH, T, T) */
 }
 
 /* ---- GELU and the residual add ----------------------------------------------------------- */

@@ -22,11 +22,12 @@ ddp_status ops_cpu_layernorm_fwd(const ops_handle *ops, float *out, float *mean,
 ddp_status ops_cpu_layernorm_bwd(const ops_handle *ops, float *dx, float *dw, float *db,
                                  const float *dout, const float *x, const float *w,
                                  const float *mean, const float *rstd, int rows, int C);
-ddp_status ops_cpu_attention_fwd(const ops_handle *ops, float *out, float *att, const float *qkv,
-                                 int B, int T, int C, int NH);
-ddp_status ops_cpu_attention_bwd(const ops_handle *ops, float *dqkv, float *datt,
+ddp_status ops_cpu_attention_fwd(const ops_handle *ops, ddp_dtype p, float *out, float *att,
+                                 const float *qkv, int B, int T, int C, int NH);
+ddp_status ops_cpu_attention_bwd(const ops_handle *ops, ddp_dtype p, float *dqkv, float *datt,
                                  const float *dout, const float *qkv, const float *att, int B,
                                  int T, int C, int NH);
+size_t ops_cpu_attention_floats(const ops_handle *ops, ddp_dtype p, int B, int T, int C, int NH);
 ddp_status ops_cpu_gelu_fwd(const ops_handle *ops, float *y, const float *x, size_t n);
 ddp_status ops_cpu_gelu_bwd(const ops_handle *ops, float *dx, const float *x, const float *dy,
                             size_t n);

@@ -1,6 +1,7 @@
 /* cuda_gpt.cu - the transformer ops of the CUDA backend (ops.h's GPT-2 section): token and
- * position embeddings, LayerNorm, causal multi-head attention on cuBLAS strided-batched GEMMs
- * around a causal softmax kernel, GELU, the residual add, the cross-entropy over the (padded)
+ * position embeddings, LayerNorm, causal multi-head attention (in bf16 the fused kernel of
+ * cuda_flash.cu; otherwise, and as its reference, cuBLAS strided-batched GEMMs, bf16 on tensor
+ * cores in bf16 runs, around a causal softmax kernel), GELU, the residual add, the cross-entropy over the (padded)
  * vocabulary, and AdamW. fp32 activations; the scalar math shared with the CPU is math_shared.h's.
  *
  * Every op is deterministic: sums run in a fixed order (no atomics). The embedding's backward
@@ -16,7 +17,9 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
+#include "cuda_flash.h"
 #include "cuda_private.h"
+#include "half.h"
 #include "math_shared.h"
 
 /* Rows per block of the kernels that give each row one warp. */
@@ -201,9 +204,14 @@ static __global__ void layernorm_param_sum_kernel(float *dw, float *db, const fl
 
 /* ---- attention ------------------------------------------------------------------------- */
 
-/* dst (B, NH, T, hs) = the heads of src, whose row (b, t) starts at (b*T + t) * stride and holds
- * head h at [h*hs, (h+1)*hs); one thread per dst element (n of them). */
-static __global__ void heads_split_kernel(float *dst, const float *src, int stride, int T, int NH,
+static __device__ void put(float *x, size_t i, float v) { x[i] = v; }
+static __device__ void put(uint16_t *x, size_t i, float v) { x[i] = half_f32_to_bf16(v); }
+
+/* dst (B, NH, T, hs; float, or bf16 rounded to nearest even) = the heads of src, whose row
+ * (b, t) starts at (b*T + t) * stride and holds head h at [h*hs, (h+1)*hs); one thread per dst
+ * element (n of them). */
+template <typename D>
+static __global__ void heads_split_kernel(D *dst, const float *src, int stride, int T, int NH,
                                           int hs, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -211,11 +219,11 @@ static __global__ void heads_split_kernel(float *dst, const float *src, int stri
         return;
     int d = (int)(i % hs), t = (int)(i / hs % T), h = (int)(i / ((size_t)hs * T) % NH);
     size_t b = i / ((size_t)hs * T * NH);
-    dst[i] = src[(b * T + t) * stride + (size_t)h * hs + d];
+    put(dst, i, src[(b * T + t) * stride + (size_t)h * hs + d]);
 }
 
-/* The inverse of heads_split_kernel: dst's rows (stride apart) get the heads of src (B, NH, T,
- * hs) side by side. */
+/* The inverse of heads_split_kernel (float): dst's rows (stride apart) get the heads of src
+ * (B, NH, T, hs) side by side. */
 static __global__ void heads_merge_kernel(float *dst, const float *src, int stride, int T, int NH,
                                           int hs, size_t n)
 {
@@ -228,8 +236,9 @@ static __global__ void heads_merge_kernel(float *dst, const float *src, int stri
 }
 
 /* One warp per row (b, h, t) of att (rows, T), which holds the scaled scores: softmax over keys
- * 0..t, zeros above the diagonal. */
-static __global__ void causal_softmax_kernel(float *att, size_t rows, int T)
+ * 0..t, zeros above the diagonal; p16 (when not NULL) gets the same in bf16, the input of the
+ * bf16 product with v. */
+static __global__ void causal_softmax_kernel(float *att, uint16_t *p16, size_t rows, int T)
 {
     size_t row = warp_row();
     int lane = threadIdx.x % WARP;
@@ -245,14 +254,19 @@ static __global__ void causal_softmax_kernel(float *att, size_t rows, int T)
     for (int j = lane; j <= t; j += WARP)
         s += expf(a[j] - mx);
     s = warp_sum(s);
-    for (int j = lane; j < T; j += WARP)
-        a[j] = j <= t ? expf(a[j] - mx) / s : 0.0f;
+    for (int j = lane; j < T; j += WARP) {
+        float pj = j <= t ? expf(a[j] - mx) / s : 0.0f;
+        a[j] = pj;
+        if (p16)
+            p16[row * T + j] = half_f32_to_bf16(pj);
+    }
 }
 
 /* One warp per row: datt (rows, T) becomes the gradient of the scaled scores' inputs,
- * scale * att * (datt - sum_j att datt), zero above the diagonal (in place). */
-static __global__ void causal_softmax_bwd_kernel(float *datt, const float *att, size_t rows, int T,
-                                                 float scale)
+ * scale * att * (datt - sum_j att datt), zero above the diagonal (in place); d16 (when not NULL)
+ * gets the same in bf16. */
+static __global__ void causal_softmax_bwd_kernel(float *datt, uint16_t *d16, const float *att,
+                                                 size_t rows, int T, float scale)
 {
     size_t row = warp_row();
     int lane = threadIdx.x % WARP;
@@ -265,8 +279,12 @@ static __global__ void causal_softmax_bwd_kernel(float *datt, const float *att, 
     for (int j = lane; j <= t; j += WARP)
         dot += a[j] * d[j];
     dot = warp_sum(dot);
-    for (int j = lane; j < T; j += WARP)
-        d[j] = j <= t ? scale * a[j] * (d[j] - dot) : 0.0f;
+    for (int j = lane; j < T; j += WARP) {
+        float dj = j <= t ? scale * a[j] * (d[j] - dot) : 0.0f;
+        d[j] = dj;
+        if (d16)
+            d16[row * T + j] = half_f32_to_bf16(dj);
+    }
 }
 
 /* ---- elementwise ----------------------------------------------------------------------- */
@@ -481,7 +499,8 @@ static ddp_status cuda_layernorm_bwd(const ops_handle *ops, float *dx, float *dw
 typedef struct attn_shape {
     int B, T, C, NH, hs;
     size_t n;      /* B * T * C: the elements of q, k, v or out */
-    size_t n_rows; /* B * NH * T: the rows of att */
+    size_t n_rows; /* B * NH * T: the rows of the scores */
+    size_t n_att;  /* B * NH * T * T: the scores */
 } attn_shape;
 
 /* Checks the sizes (C a multiple of NH, B * NH and T * T within int; otherwise logged, naming
@@ -494,140 +513,257 @@ static bool attn_shape_of(const char *op, int B, int T, int C, int NH, attn_shap
                   "within int", op, B, T, C, NH);
         return false;
     }
-    *s = attn_shape{B, T, C, NH, C / NH, (size_t)B * T * C, (size_t)B * NH * T};
+    size_t rows = (size_t)B * NH * T;
+    *s = attn_shape{B, T, C, NH, C / NH, (size_t)B * T * C, rows, rows * T};
     return true;
 }
 
-/* One column-major cublasSgemmStridedBatched over the B * NH heads, beta 0 (see the callers for
- * the row-major products they compute). */
-static ddp_status heads_gemm(cuda_state *cu, const attn_shape *s, bool trans_a, bool trans_b,
-                             int m, int n, int k, float alpha, const float *a, int lda,
-                             long long stride_a, const float *b, int ldb, long long stride_b,
-                             float *c, int ldc, long long stride_c)
+/* Whether attention in precision p with head size hs runs on the fused kernel (cuda_flash.cu):
+ * bf16, the handle's choice (ops_cuda_set_attention), a head size the kernel takes. */
+static bool use_flash(const cuda_state *cu, ddp_dtype p, int hs, int T)
+{
+    return p == DDP_BF16 && cu->flash && flash_attn_supported(hs, T);
+}
+
+/* One column-major strided-batched GEMM over the B * NH heads, beta 0, fp32 output, A and B of
+ * type ab: bf16 on tensor cores with fp32 accumulation, or fp32 (exact, or TF32 under --tf32).
+ * See the callers for the row-major products they compute. */
+static ddp_status heads_gemm(cuda_state *cu, const attn_shape *s, cudaDataType ab, bool trans_a,
+                             bool trans_b, int m, int n, int k, float alpha, const void *a,
+                             int lda, long long stride_a, const void *b, int ldb,
+                             long long stride_b, float *c, int ldc, long long stride_c)
 {
     const float beta = 0.0f;
-    TRY_CUBLAS(cublasSgemmStridedBatched(cu->cublas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                         trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a,
-                                         lda, stride_a, b, ldb, stride_b, &beta, c, ldc, stride_c,
-                                         s->B * s->NH));
+    cublasComputeType_t compute = ab == CUDA_R_16BF || !cu->tf32 ? CUBLAS_COMPUTE_32F
+                                                                  : CUBLAS_COMPUTE_32F_FAST_TF32;
+    TRY_CUBLAS(cublasGemmStridedBatchedEx(
+        cu->cublas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m,
+        n, k, &alpha, a, ab, lda, stride_a, b, ab, ldb, stride_b, &beta, c, CUDA_R_32F, ldc,
+        stride_c, s->B * s->NH, compute, CUBLAS_GEMM_DEFAULT));
     return DDP_OK;
 }
 
 /* Row-major per head: c (T, T) = alpha * x (T, hs) y^T (T, hs), i.e. column-major c^T = y x^T. */
-static ddp_status heads_xyt(cuda_state *cu, const attn_shape *s, float alpha, const float *x,
-                            const float *y, float *c)
+static ddp_status heads_xyt(cuda_state *cu, const attn_shape *s, cudaDataType ab, float alpha,
+                            const void *x, const void *y, float *c)
 {
     long long th = (long long)s->T * s->hs, tt = (long long)s->T * s->T;
-    return heads_gemm(cu, s, true, false, s->T, s->T, s->hs, alpha, y, s->hs, th, x, s->hs, th, c,
-                      s->T, tt);
+    return heads_gemm(cu, s, ab, true, false, s->T, s->T, s->hs, alpha, y, s->hs, th, x, s->hs,
+                      th, c, s->T, tt);
 }
 
 /* Row-major per head: c (T, hs) = p (T, T) x (T, hs), i.e. column-major c^T = x^T p^T. */
-static ddp_status heads_px(cuda_state *cu, const attn_shape *s, const float *p, const float *x,
-                           float *c)
+static ddp_status heads_px(cuda_state *cu, const attn_shape *s, cudaDataType ab, const void *p,
+                           const void *x, float *c)
 {
     long long th = (long long)s->T * s->hs, tt = (long long)s->T * s->T;
-    return heads_gemm(cu, s, false, false, s->hs, s->T, s->T, 1.0f, x, s->hs, th, p, s->T, tt, c,
-                      s->hs, th);
+    return heads_gemm(cu, s, ab, false, false, s->hs, s->T, s->T, 1.0f, x, s->hs, th, p, s->T,
+                      tt, c, s->hs, th);
 }
 
 /* Row-major per head: c (T, hs) = p^T (T, T) x (T, hs), i.e. column-major c^T = x^T p. */
-static ddp_status heads_ptx(cuda_state *cu, const attn_shape *s, const float *p, const float *x,
-                            float *c)
+static ddp_status heads_ptx(cuda_state *cu, const attn_shape *s, cudaDataType ab, const void *p,
+                            const void *x, float *c)
 {
     long long th = (long long)s->T * s->hs, tt = (long long)s->T * s->T;
-    return heads_gemm(cu, s, false, true, s->hs, s->T, s->T, 1.0f, x, s->hs, th, p, s->T, tt, c,
-                      s->hs, th);
+    return heads_gemm(cu, s, ab, false, true, s->hs, s->T, s->T, 1.0f, x, s->hs, th, p, s->T,
+                      tt, c, s->hs, th);
 }
 
-/* dst (B, NH, T, hs) = the heads of src's rows (stride floats apart); merge: the inverse. */
-static ddp_status heads_move(cuda_state *cu, const attn_shape *s, float *dst, const float *src,
-                             int stride, bool merge)
+/* dst (B, NH, T, hs; float or bf16) = the heads of src's rows (stride floats apart). */
+template <typename D>
+static ddp_status heads_split(cuda_state *cu, const attn_shape *s, D *dst, const float *src,
+                              int stride)
 {
-    if (merge)
-        heads_merge_kernel<<<grid_blocks(s->n), block_threads, 0, cu->stream>>>(
-            dst, src, stride, s->T, s->NH, s->hs, s->n);
-    else
-        heads_split_kernel<<<grid_blocks(s->n), block_threads, 0, cu->stream>>>(
-            dst, src, stride, s->T, s->NH, s->hs, s->n);
+    heads_split_kernel<D><<<grid_blocks(s->n), block_threads, 0, cu->stream>>>(
+        dst, src, stride, s->T, s->NH, s->hs, s->n);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+/* dst's rows (stride floats apart) = the heads of src (B, NH, T, hs) side by side. */
+static ddp_status heads_merge(cuda_state *cu, const attn_shape *s, float *dst, const float *src,
+                              int stride)
+{
+    heads_merge_kernel<<<grid_blocks(s->n), block_threads, 0, cu->stream>>>(
+        dst, src, stride, s->T, s->NH, s->hs, s->n);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
 /* q, k, v (B, NH, T, hs) each, from qkv (B, T, 3C). */
-static ddp_status split_qkv(cuda_state *cu, const attn_shape *s, float *q, float *k, float *v,
+template <typename D>
+static ddp_status split_qkv(cuda_state *cu, const attn_shape *s, D *q, D *k, D *v,
                             const float *qkv)
 {
-    TRY_OK(heads_move(cu, s, q, qkv, 3 * s->C, false));
-    TRY_OK(heads_move(cu, s, k, qkv + s->C, 3 * s->C, false));
-    return heads_move(cu, s, v, qkv + 2 * s->C, 3 * s->C, false);
+    TRY_OK(heads_split(cu, s, q, qkv, 3 * s->C));
+    TRY_OK(heads_split(cu, s, k, qkv + s->C, 3 * s->C));
+    return heads_split(cu, s, v, qkv + 2 * s->C, 3 * s->C);
 }
 
-/* n_bufs buffers of s->n floats in the handle's attention scratch. */
-static ddp_status attn_scratch(const ops_handle *ops, const attn_shape *s, int n_bufs,
-                               float **out)
+/* dqkv (B, T, 3C) from dq, dk, dv (B, NH, T, hs) each. */
+static ddp_status merge_dqkv(cuda_state *cu, const attn_shape *s, float *dqkv, const float *dq,
+                             const float *dk, const float *dv)
+{
+    TRY_OK(heads_merge(cu, s, dqkv, dq, 3 * s->C));
+    TRY_OK(heads_merge(cu, s, dqkv + s->C, dk, 3 * s->C));
+    return heads_merge(cu, s, dqkv + 2 * s->C, dv, 3 * s->C);
+}
+
+/* n_bytes rounded up to 256, so that buffers carved one after another stay aligned. */
+static size_t round256(size_t n_bytes) { return (n_bytes + 255) / 256 * 256; }
+
+/* The handle's attention scratch, at least n_bytes. */
+static ddp_status attn_scratch(const ops_handle *ops, size_t n_bytes, char **out)
 {
     void *p = NULL;
-    TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_ATTENTION, (size_t)n_bufs * s->n * sizeof(float), &p));
-    *out = (float *)p;
+    TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_ATTENTION, n_bytes, &p));
+    *out = (char *)p;
     return DDP_OK;
 }
 
-static ddp_status cuda_attention_fwd(const ops_handle *ops, float *out, float *att,
-                                     const float *qkv, int B, int T, int C, int NH)
+/* The materialised path: scores (B, NH, T, T) in att, softmax in place, then att v. In bf16 the
+ * GEMMs read bf16 q, k, v and a bf16 copy of the probabilities (fp32 accumulation). */
+static ddp_status attention_fwd_materialized(const ops_handle *ops, const attn_shape *s,
+                                             ddp_dtype p, float *out, float *att,
+                                             const float *qkv)
 {
     cuda_state *cu = cuda_of(ops);
+    bool bf = p == DDP_BF16;
+    cudaDataType ab = bf ? CUDA_R_16BF : CUDA_R_32F;
+    size_t h = round256(s->n * (bf ? 2 : 4)), y_bytes = round256(s->n * sizeof(float));
+    char *w = NULL;
+    TRY_OK(attn_scratch(ops, 3 * h + y_bytes + (bf ? round256(s->n_att * 2) : 0), &w));
+    void *q = w, *k = w + h, *v = w + 2 * h;
+    float *y = (float *)(w + 3 * h); /* (B, NH, T, hs): att v */
+    uint16_t *p16 = bf ? (uint16_t *)(w + 3 * h + y_bytes) : NULL;
+    if (bf)
+        TRY_OK(split_qkv(cu, s, (uint16_t *)q, (uint16_t *)k, (uint16_t *)v, qkv));
+    else
+        TRY_OK(split_qkv(cu, s, (float *)q, (float *)k, (float *)v, qkv));
+    TRY_OK(heads_xyt(cu, s, ab, 1.0f / sqrtf((float)s->hs), q, k, att));
+    causal_softmax_kernel<<<row_blocks(s->n_rows), ROWS_PER_BLOCK * WARP, 0, cu->stream>>>(
+        att, p16, s->n_rows, s->T);
+    TRY_CUDA_LAUNCH();
+    TRY_OK(heads_px(cu, s, ab, bf ? (const void *)p16 : att, v, y));
+    return heads_merge(cu, s, out, y, s->C);
+}
+
+/* The fused path: att keeps o (B, NH, T, hs) fp32, then the log-sum-exp (B, NH, T). */
+static ddp_status attention_fwd_flash(const ops_handle *ops, const attn_shape *s, float *out,
+                                      float *att, const float *qkv)
+{
+    cuda_state *cu = cuda_of(ops);
+    size_t h = round256(s->n * 2);
+    char *w = NULL;
+    TRY_OK(attn_scratch(ops, 3 * h, &w));
+    uint16_t *q = (uint16_t *)w, *k = (uint16_t *)(w + h), *v = (uint16_t *)(w + 2 * h);
+    float *o = att, *lse = att + s->n;
+    TRY_OK(split_qkv(cu, s, q, k, v, qkv));
+    TRY_OK(flash_attn_fwd(cu->stream, q, k, v, o, lse, s->B * s->NH, s->T, s->hs,
+                          1.0f / sqrtf((float)s->hs)));
+    return heads_merge(cu, s, out, o, s->C);
+}
+
+static ddp_status cuda_attention_fwd(const ops_handle *ops, ddp_dtype p, float *out, float *att,
+                                     const float *qkv, int B, int T, int C, int NH)
+{
     attn_shape s;
     if (!attn_shape_of("attention_fwd", B, T, C, NH, &s))
         return DDP_ERR_INVALID_ARG;
     if (s.n == 0)
         return DDP_OK;
-    float *q = NULL;
-    TRY_OK(attn_scratch(ops, &s, 4, &q));
-    float *k = q + s.n, *v = k + s.n, *y = v + s.n; /* y (B, NH, T, hs): att v */
-    TRY_OK(split_qkv(cu, &s, q, k, v, qkv));
-    TRY_OK(heads_xyt(cu, &s, 1.0f / sqrtf((float)s.hs), q, k, att));
-    causal_softmax_kernel<<<row_blocks(s.n_rows), ROWS_PER_BLOCK * WARP, 0, cu->stream>>>(
-        att, s.n_rows, T);
-    TRY_CUDA_LAUNCH();
-    TRY_OK(heads_px(cu, &s, att, v, y));
-    return heads_move(cu, &s, out, y, C, true);
+    if (use_flash(cuda_of(ops), p, s.hs, T))
+        return attention_fwd_flash(ops, &s, out, att, qkv);
+    return attention_fwd_materialized(ops, &s, p, out, att, qkv);
 }
 
-/* From datt = dout v^T (in place: the scores' gradient), dq = datt k and dk = datt^T q. */
-static ddp_status attention_bwd_qk(cuda_state *cu, const attn_shape *s, float *datt,
-                                   const float *att, const float *q, const float *k, float *dq,
-                                   float *dk)
+/* The materialised backward: datt = dout v^T, dv = att^T dout, the softmax's backward in place,
+ * dq = datt k, dk = datt^T q. In bf16 the GEMMs read bf16 copies (p16 holds the probabilities
+ * for dv, then the scores' gradient). */
+static ddp_status attention_bwd_materialized(const ops_handle *ops, const attn_shape *s,
+                                             ddp_dtype p, float *dqkv, float *datt,
+                                             const float *dout, const float *qkv,
+                                             const float *att)
 {
+    cuda_state *cu = cuda_of(ops);
+    bool bf = p == DDP_BF16;
+    cudaDataType ab = bf ? CUDA_R_16BF : CUDA_R_32F;
+    size_t h = round256(s->n * (bf ? 2 : 4)), f = round256(s->n * sizeof(float));
+    char *w = NULL;
+    TRY_OK(attn_scratch(ops, 4 * h + 3 * f + (bf ? round256(s->n_att * 2) : 0), &w));
+    void *q = w, *k = w + h, *v = w + 2 * h, *dy = w + 3 * h; /* dy: dout's heads */
+    float *dq = (float *)(w + 4 * h), *dk = (float *)(w + 4 * h + f);
+    float *dv = (float *)(w + 4 * h + 2 * f);
+    uint16_t *p16 = bf ? (uint16_t *)(w + 4 * h + 3 * f) : NULL;
+    if (bf) {
+        TRY_OK(split_qkv(cu, s, (uint16_t *)q, (uint16_t *)k, (uint16_t *)v, qkv));
+        TRY_OK(heads_split(cu, s, (uint16_t *)dy, dout, s->C));
+        TRY_OK(ops->cast(ops, DDP_BF16, p16, DDP_FP32, att, s->n_att));
+    } else {
+        TRY_OK(split_qkv(cu, s, (float *)q, (float *)k, (float *)v, qkv));
+        TRY_OK(heads_split(cu, s, (float *)dy, dout, s->C));
+    }
+    TRY_OK(heads_xyt(cu, s, ab, 1.0f, dy, v, datt));
+    TRY_OK(heads_ptx(cu, s, ab, bf ? (const void *)p16 : att, dy, dv));
     causal_softmax_bwd_kernel<<<row_blocks(s->n_rows), ROWS_PER_BLOCK * WARP, 0, cu->stream>>>(
-        datt, att, s->n_rows, s->T, 1.0f / sqrtf((float)s->hs));
+        datt, p16, att, s->n_rows, s->T, 1.0f / sqrtf((float)s->hs));
     TRY_CUDA_LAUNCH();
-    TRY_OK(heads_px(cu, s, datt, k, dq));
-    return heads_ptx(cu, s, datt, q, dk);
+    const void *ds = bf ? (const void *)p16 : datt;
+    TRY_OK(heads_px(cu, s, ab, ds, k, dq));
+    TRY_OK(heads_ptx(cu, s, ab, ds, q, dk));
+    return merge_dqkv(cu, s, dqkv, dq, dk, dv);
 }
 
-static ddp_status cuda_attention_bwd(const ops_handle *ops, float *dqkv, float *datt,
+/* The fused backward from att's o and log-sum-exp: delta = rowsum(dout o), then the kernels
+ * recompute the probabilities tile by tile. */
+static ddp_status attention_bwd_flash(const ops_handle *ops, const attn_shape *s, float *dqkv,
+                                      const float *dout, const float *qkv, const float *att)
+{
+    cuda_state *cu = cuda_of(ops);
+    size_t h = round256(s->n * 2), f = round256(s->n * sizeof(float));
+    size_t r = round256(s->n_rows * sizeof(float));
+    char *w = NULL;
+    TRY_OK(attn_scratch(ops, 4 * h + 4 * f + r, &w));
+    uint16_t *q = (uint16_t *)w, *k = (uint16_t *)(w + h), *v = (uint16_t *)(w + 2 * h);
+    uint16_t *dy16 = (uint16_t *)(w + 3 * h);
+    float *dy = (float *)(w + 4 * h), *dq = (float *)(w + 4 * h + f);
+    float *dk = (float *)(w + 4 * h + 2 * f), *dv = (float *)(w + 4 * h + 3 * f);
+    float *delta = (float *)(w + 4 * h + 4 * f);
+    const float *o = att, *lse = att + s->n;
+    int bh = s->B * s->NH;
+    TRY_OK(split_qkv(cu, s, q, k, v, qkv));
+    TRY_OK(heads_split(cu, s, dy, dout, s->C));
+    TRY_OK(heads_split(cu, s, dy16, dout, s->C));
+    TRY_OK(flash_attn_delta(cu->stream, dy, o, delta, bh, s->T, s->hs));
+    TRY_OK(flash_attn_bwd(cu->stream, q, k, v, dy16, lse, delta, dq, dk, dv, bh, s->T, s->hs,
+                          1.0f / sqrtf((float)s->hs)));
+    return merge_dqkv(cu, s, dqkv, dq, dk, dv);
+}
+
+static ddp_status cuda_attention_bwd(const ops_handle *ops, ddp_dtype p, float *dqkv, float *datt,
                                      const float *dout, const float *qkv, const float *att, int B,
                                      int T, int C, int NH)
 {
-    cuda_state *cu = cuda_of(ops);
     attn_shape s;
     if (!attn_shape_of("attention_bwd", B, T, C, NH, &s))
         return DDP_ERR_INVALID_ARG;
     if (s.n == 0)
         return DDP_OK;
-    float *q = NULL;
-    TRY_OK(attn_scratch(ops, &s, 7, &q));
-    float *k = q + s.n, *v = k + s.n, *dy = v + s.n; /* dy: dout's heads (B, NH, T, hs) */
-    float *dq = dy + s.n, *dk = dq + s.n, *dv = dk + s.n;
-    TRY_OK(split_qkv(cu, &s, q, k, v, qkv));
-    TRY_OK(heads_move(cu, &s, dy, dout, C, false));
-    TRY_OK(heads_xyt(cu, &s, 1.0f, dy, v, datt));
-    TRY_OK(heads_ptx(cu, &s, att, dy, dv));
-    TRY_OK(attention_bwd_qk(cu, &s, datt, att, q, k, dq, dk));
-    TRY_OK(heads_move(cu, &s, dqkv, dq, 3 * C, true));
-    TRY_OK(heads_move(cu, &s, dqkv + C, dk, 3 * C, true));
-    return heads_move(cu, &s, dqkv + 2 * C, dv, 3 * C, true);
+    if (use_flash(cuda_of(ops), p, s.hs, T))
+        return attention_bwd_flash(ops, &s, dqkv, dout, qkv, att);
+    return attention_bwd_materialized(ops, &s, p, dqkv, datt, dout, qkv, att);
+}
+
+/* The materialised path keeps the probabilities (B, NH, T, T); the fused one its output
+ * (B, NH, T, hs) and log-sum-exp (B, NH, T). */
+static size_t cuda_attention_floats(const ops_handle *ops, ddp_dtype p, int B, int T, int C,
+                                    int NH)
+{
+    if (B < 0 || T < 0 || C < 0 || NH < 1 || C % NH != 0)
+        return 0;
+    size_t rows = (size_t)B * NH * T;
+    return use_flash(cuda_of(ops), p, C / NH, T) ? rows * (C / NH + 1) : rows * T;
 }
 
 /* ---- elementwise, cross-entropy, AdamW ------------------------------------------------- */
@@ -708,6 +844,7 @@ void cuda_gpt_ops(ops_handle *ops)
     ops->layernorm_bwd = cuda_layernorm_bwd;
     ops->attention_fwd = cuda_attention_fwd;
     ops->attention_bwd = cuda_attention_bwd;
+    ops->attention_floats = cuda_attention_floats;
     ops->gelu_fwd = cuda_gelu_fwd;
     ops->gelu_bwd = cuda_gelu_bwd;
     ops->add = cuda_add;

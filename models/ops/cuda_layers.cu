@@ -68,7 +68,8 @@ __global__ void channel_bias_kernel(ddp_dtype p, void *y, const float *b, int c,
 }
 
 /* One thread per column: db[col] += the column's sum over the rows of dy (rows, cols); with
- * accumulate false, db[col] = that sum (db not read). */
+ * accumulate false, db[col] = that sum (db not read). The second pass of cuda_colsum (rows: its
+ * chunks, a few dozen) and of cuda_channel_sums. */
 __global__ void colsum_kernel(ddp_dtype p, float *db, const void *dy, int rows, int cols,
                                   bool accumulate)
 {
@@ -79,6 +80,32 @@ __global__ void colsum_kernel(ddp_dtype p, float *db, const void *dy, int rows, 
     for (int r = 0; r < rows; r++)
         s += load(p, dy, (size_t)r * cols + c);
     db[c] = accumulate ? db[c] + s : s;
+}
+
+/* The first pass of cuda_colsum: block (x, chunk) of COLSUM_COLS x COLSUM_LANES threads sums
+ * COLSUM_COLS columns over the chunk's rows [chunk * chunk_rows, ...), lane y taking every
+ * COLSUM_LANES-th row, then the lanes in order: part[chunk * cols + col]. Reads are coalesced
+ * along the columns; the order of the additions depends on the shape only (reproducible). */
+enum { COLSUM_COLS = 32, COLSUM_LANES = 8 };
+__global__ void colsum_part_kernel(ddp_dtype p, float *part, const void *dy, int rows, int cols,
+                                   int chunk_rows)
+{
+    __shared__ float lane_sum[COLSUM_LANES][COLSUM_COLS];
+    int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
+    int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
+    float s = 0.0f;
+    if (c < cols) {
+#pragma unroll 4
+        for (int r = r0 + (int)threadIdx.y; r < r1; r += COLSUM_LANES)
+            s += load(p, dy, (size_t)r * cols + c);
+    }
+    lane_sum[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= cols)
+        return;
+    for (int y = 1; y < COLSUM_LANES; y++)
+        s += lane_sum[y][threadIdx.x];
+    part[(size_t)blockIdx.y * cols + c] = s;
 }
 
 /* Images per block of the channel sums: blocks (channel, chunk) of DDP_SUM_IMAGES images each
@@ -230,6 +257,44 @@ ddp_status cuda_channel_sums(const ops_handle *ops, ddp_dtype p, const void *dy,
     return DDP_OK;
 }
 
+/* ---- column sums --------------------------------------------------------------------------- */
+
+/* Chunks of rows for cuda_colsum: enough blocks to fill the GPU (about 1024 with the column
+ * blocks), at least 64 rows each, and few enough that the second pass (one thread per column
+ * summing the chunks in order) stays short. */
+static int colsum_chunks(int rows, int cols)
+{
+    int col_blocks = (cols + COLSUM_COLS - 1) / COLSUM_COLS;
+    int by_rows = (rows + 63) / 64, by_fill = 1024 / col_blocks;
+    int n = by_rows < by_fill ? by_rows : by_fill;
+    return n < 1 ? 1 : n;
+}
+
+ddp_status cuda_colsum(const ops_handle *ops, ddp_dtype p, float *db, const void *dy, int rows,
+                       int cols, bool accumulate)
+{
+    cuda_state *cu = cuda_of(ops);
+    if (cols <= 0 || rows < 0)
+        return DDP_OK;
+    if (rows == 0) { /* the sums are 0: overwritten, or db unchanged */
+        if (!accumulate)
+            TRY_CUDA(cudaMemsetAsync(db, 0, (size_t)cols * sizeof(float), cu->stream));
+        return DDP_OK;
+    }
+    int n_chunks = colsum_chunks(rows, cols), chunk_rows = (rows + n_chunks - 1) / n_chunks;
+    n_chunks = (rows + chunk_rows - 1) / chunk_rows;
+    void *part = NULL;
+    TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_COLSUM, (size_t)n_chunks * cols * sizeof(float), &part));
+    dim3 grid((unsigned)((cols + COLSUM_COLS - 1) / COLSUM_COLS), (unsigned)n_chunks);
+    colsum_part_kernel<<<grid, dim3(COLSUM_COLS, COLSUM_LANES), 0, cu->stream>>>(
+        p, (float *)part, dy, rows, cols, chunk_rows);
+    TRY_CUDA_LAUNCH();
+    colsum_kernel<<<grid_blocks((size_t)cols), block_threads, 0, cu->stream>>>(
+        DDP_FP32, db, part, n_chunks, cols, accumulate);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
 /* ---- GEMMs ------------------------------------------------------------------------------- */
 
 /* cuBLAS's compute type for GEMMs whose inputs are in precision p (see the top of the file):
@@ -307,10 +372,7 @@ static ddp_status cuda_linear_bwd_params(const ops_handle *ops, ddp_dtype p, con
         TRY_OK(gemm_p(ops, p, true, false, out, in, batch, dy, x, accumulate ? 1.0f : 0.0f, dw, true));
     if (!db || out <= 0 || batch < 0)
         return DDP_OK;
-    colsum_kernel<<<grid_blocks((size_t)out), block_threads, 0, cu->stream>>>(p, db, dy, batch, out,
-                                                                              accumulate);
-    TRY_CUDA_LAUNCH();
-    return DDP_OK;
+    return cuda_colsum(ops, p, db, dy, batch, out, accumulate);
 }
 
 static ddp_status cuda_linear_bwd_input(const ops_handle *ops, ddp_dtype p, const void *w,

@@ -17,6 +17,7 @@ extern "C" {
 enum { CUDA_SCRATCH_XENT, CUDA_SCRATCH_GEMM, CUDA_SCRATCH_CONV_X, CUDA_SCRATCH_CONV_DY,
        CUDA_SCRATCH_CUDNN_WS, CUDA_SCRATCH_CHANNEL_SUMS,
        CUDA_SCRATCH_ATTENTION, CUDA_SCRATCH_LAYERNORM, CUDA_SCRATCH_ENCODER, /* cuda_gpt.cu */
+       CUDA_SCRATCH_COLSUM,
        CUDA_SCRATCH_SLOTS };
 
 /* The state of a CUDA handle (ops_cuda_open). */
@@ -26,6 +27,7 @@ typedef struct cuda_state {
     void *cudnn;            /* cuda_cudnn.cu's state: the cuDNN handle and its plans */
     int cc_major, cc_minor; /* compute capability of the device */
     bool tf32;              /* --tf32: TF32 tensor cores for fp32 GEMMs and convolutions */
+    bool flash;             /* bf16 attention on the fused kernel (ops_cuda_set_attention) */
     void *scratch[CUDA_SCRATCH_SLOTS]; /* device scratch (ddp_alloc), grown on demand */
     size_t scratch_bytes[CUDA_SCRATCH_SLOTS];
     char text[256];         /* what ops_cuda_describe returns */
@@ -54,6 +56,10 @@ void cuda_gpt_ops(ops_handle *ops);
  * p, db (c) fp32. */
 ddp_status cuda_channel_sums(const ops_handle *ops, ddp_dtype p, const void *dy, int n, int c,
                              int hw, float *db, bool accumulate);
+/* db (cols) += the column sums of dy (rows, cols; precision p), or = them when accumulate is
+ * false (db not read): two passes over chunks of rows, no atomics, reproducible. */
+ddp_status cuda_colsum(const ops_handle *ops, ddp_dtype p, float *db, const void *dy, int rows,
+                       int cols, bool accumulate);
 /* y (n, c, hw) = y + b[c], rounded to precision p's storage (y is float for fp32 and fp16). */
 ddp_status cuda_add_channel_bias(const ops_handle *ops, ddp_dtype p, void *y, const float *b,
                                  int n, int c, int hw);

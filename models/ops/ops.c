@@ -90,6 +90,7 @@ ddp_status ops_require_gpt(const ops_handle *ops, const char *who)
     REQUIRE_OP_(layernorm_bwd);
     REQUIRE_OP_(attention_fwd);
     REQUIRE_OP_(attention_bwd);
+    REQUIRE_OP_(attention_floats);
     REQUIRE_OP_(gelu_fwd);
     REQUIRE_OP_(gelu_bwd);
     REQUIRE_OP_(add);
@@ -133,9 +134,21 @@ ddp_status ops_cuda_set_tf32(ops_handle *ops, bool on)
     return DDP_OK;
 }
 
+ddp_status ops_cuda_set_attention(ops_handle *ops, bool flash)
+{
+    (void)flash;
+    return ops ? DDP_OK : DDP_ERR_INVALID_ARG;
+}
+
 const char *ops_cuda_describe(const ops_handle *ops, ddp_dtype p)
 {
     (void)ops, (void)p;
+    return "";
+}
+
+const char *ops_cuda_device_name(const ops_handle *ops)
+{
+    (void)ops;
     return "";
 }
 

@@ -174,15 +174,25 @@ struct ops_handle {
                                 const float *dout, const float *x, const float *w,
                                 const float *mean, const float *rstd, int rows, int C);
     /* Causal multi-head self-attention on qkv (B, T, 3C: q, k, v, head h at channels
-     * [h*hs, (h+1)*hs) of each), hs = C / NH: att (B, NH, T, T) = softmax(q k^T / sqrt(hs)) over
-     * keys 0..t (entries above the diagonal are 0), out (B, T, C) = att v with heads side by side. */
-    ddp_status (*attention_fwd)(const ops_handle *ops, float *out, float *att, const float *qkv,
-                                int B, int T, int C, int NH);
-    /* dqkv (B, T, 3C) from dout (B, T, C), qkv and att of the forward pass; datt (B, NH, T, T)
-     * is scratch. */
-    ddp_status (*attention_bwd)(const ops_handle *ops, float *dqkv, float *datt,
+     * [h*hs, (h+1)*hs) of each), hs = C / NH: out (B, T, C) = softmax(q k^T / sqrt(hs)) v over
+     * keys 0..t, heads side by side. p is the precision of the products' inputs: the CPU computes
+     * in fp32 whatever p is; CUDA rounds q, k, v and the probabilities to bf16 for tensor cores
+     * (fp32 accumulation) when p is bf16, and then, with the fused kernel on (ops_cuda_set_
+     * attention), never forms the T x T matrix. att keeps what backward needs,
+     * attention_floats(...) floats: the probabilities (B, NH, T, T), zero above the diagonal, on
+     * the materialised path (the CPU's, and what test_gpt_ops reads), or the fused kernel's
+     * output and log-sum-exp. */
+    ddp_status (*attention_fwd)(const ops_handle *ops, ddp_dtype p, float *out, float *att,
+                                const float *qkv, int B, int T, int C, int NH);
+    /* dqkv (B, T, 3C) from dout (B, T, C), qkv and att of the forward pass (same p); datt
+     * (attention_floats floats) is scratch. */
+    ddp_status (*attention_bwd)(const ops_handle *ops, ddp_dtype p, float *dqkv, float *datt,
                                 const float *dout, const float *qkv, const float *att, int B,
                                 int T, int C, int NH);
+    /* The floats of attention_fwd's att (and of attention_bwd's datt) for these shapes; never
+     * more for a smaller B or T. It follows the handle's settings at the call: fix them before
+     * sizing buffers. */
+    size_t (*attention_floats)(const ops_handle *ops, ddp_dtype p, int B, int T, int C, int NH);
     /* y = GELU(x), the tanh approximation (GPT-2's). */
     ddp_status (*gelu_fwd)(const ops_handle *ops, float *y, const float *x, size_t n);
     /* dx = dy * GELU'(x) (dx may alias dy). */
@@ -242,9 +252,21 @@ void ops_close(ops_handle *ops);
  * math mode (logged); DDP_OK and no effect on a CPU handle. */
 ddp_status ops_cuda_set_tf32(ops_handle *ops, bool on);
 
+/* The fused causal attention kernel (models/ops/cuda_flash.cu: bf16 tensor cores, no T x T
+ * matrix) for a CUDA handle's bf16 attention with head size 64 (flash true), or the materialised
+ * reference path (false: batched GEMMs around a softmax over the T x T scores, bf16 GEMM inputs
+ * too). The default is DDP_CUDA_ATTENTION's (flash or materialized) at ops_cuda_open, else flash.
+ * Set it before sizing attention buffers (attention_floats follows it). No effect on a CPU
+ * handle; DDP_ERR_INVALID_ARG for NULL. */
+ddp_status ops_cuda_set_attention(ops_handle *ops, bool flash);
+
 /* "cuBLAS 130100, bf16 GEMMs cublasGemmEx (fp32 accumulation); convolutions cuDNN 91900; compute
  * capability 9.0", for start-up reports ("" for a CPU handle or without a CUDA build). */
 const char *ops_cuda_describe(const ops_handle *ops, ddp_dtype p);
+/* The CUDA handle's device as the driver names it (cudaDeviceProp.name, e.g. "NVIDIA H100 80GB
+ * HBM3"), for the MFU's peak table; "" for a CPU handle, without a CUDA build, or when the driver
+ * cannot tell. The text lives until the next call. */
+const char *ops_cuda_device_name(const ops_handle *ops);
 /* The cuDNN algorithms chosen so far for precision p, e.g. "conv_fwd algo 1 (tensor-op math),
  * ...", for the report after the first step ("" before any, for a CPU handle, or without cuDNN). */
 const char *ops_cudnn_describe(const ops_handle *ops, ddp_dtype p);

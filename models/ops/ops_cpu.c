@@ -582,6 +582,7 @@ static const ops_handle cpu_table = {
     .layernorm_bwd = ops_cpu_layernorm_bwd,
     .attention_fwd = ops_cpu_attention_fwd,
     .attention_bwd = ops_cpu_attention_bwd,
+    .attention_floats = ops_cpu_attention_floats,
     .gelu_fwd = ops_cpu_gelu_fwd,
     .gelu_bwd = ops_cpu_gelu_bwd,
     .add = ops_cpu_add,

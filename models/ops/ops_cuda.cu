@@ -54,18 +54,6 @@ __global__ void bias_add_kernel(float *y, const float *bias, int rows, int cols)
         y[i] += bias[i % cols];
 }
 
-/* One thread per column: sums the column over the rows. */
-__global__ void bias_grad_kernel(float *dbias, const float *dy, int rows, int cols)
-{
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols)
-        return;
-    float s = 0.0f;
-    for (int r = 0; r < rows; r++)
-        s += dy[(size_t)r * cols + c];
-    dbias[c] += s;
-}
-
 __global__ void relu_fwd_kernel(float *y, const float *x, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -202,13 +190,7 @@ static ddp_status cuda_bias_add(const ops_handle *ops, float *y, const float *bi
 static ddp_status cuda_bias_grad(const ops_handle *ops, float *dbias, const float *dy, int rows,
                                  int cols)
 {
-    cuda_state *cu = cuda_of(ops);
-    if (cols <= 0)
-        return DDP_OK;
-    bias_grad_kernel<<<grid_blocks((size_t)cols), block_threads, 0, cu->stream>>>(dbias, dy, rows,
-                                                                                  cols);
-    TRY_CUDA_LAUNCH();
-    return DDP_OK;
+    return cuda_colsum(ops, DDP_FP32, dbias, dy, rows, cols, true);
 }
 
 static ddp_status cuda_relu_fwd(const ops_handle *ops, float *y, const float *x, size_t n)
@@ -494,6 +476,33 @@ extern "C" ddp_status ops_cuda_set_tf32(ops_handle *ops, bool on)
     return cublas_math(cuda_of(ops));
 }
 
+extern "C" ddp_status ops_cuda_set_attention(ops_handle *ops, bool flash)
+{
+    if (!ops)
+        return DDP_ERR_INVALID_ARG;
+    if (is_cuda(ops))
+        cuda_of(ops)->flash = flash;
+    return DDP_OK;
+}
+
+/* The attention path from DDP_CUDA_ATTENTION (unset or empty: flash); DDP_ERR_INVALID_ARG
+ * (logged) for another value. */
+static ddp_status attention_from_env(cuda_state *cu)
+{
+    const char *v = getenv("DDP_CUDA_ATTENTION");
+    if (!v || !*v || !strcmp(v, "flash")) {
+        cu->flash = true;
+        return DDP_OK;
+    }
+    if (!strcmp(v, "materialized")) {
+        cu->flash = false;
+        return DDP_OK;
+    }
+    DDP_ERROR("DDP_CUDA_ATTENTION=%s: use flash (the fused kernel, the default) or materialized "
+              "(the reference path over the T x T scores)", v);
+    return DDP_ERR_INVALID_ARG;
+}
+
 /* Creates the cuBLAS (and cuDNN) handles on libddp's stream and the current device; reads its
  * compute capability. */
 static ddp_status open_handles(ops_handle *ops)
@@ -550,11 +559,25 @@ extern "C" ddp_status ops_cuda_open(ddp_ctx *ctx, bool im2col, ops_handle **out)
     ops->state = cu;
     ops->release = cuda_release;
     cu->stream = (cudaStream_t)ddp_backend_stream(ctx);
-    ddp_status st = open_handles(ops);
+    ddp_status st = attention_from_env(cu);
+    if (st == DDP_OK)
+        st = open_handles(ops);
     if (st != DDP_OK) {
         cuda_release(ops);
         return st;
     }
     *out = ops;
     return DDP_OK;
+}
+
+extern "C" const char *ops_cuda_device_name(const ops_handle *ops)
+{
+    static char name[256]; /* one device per process: ddp gives each rank its own */
+    int dev = 0;
+    cudaDeviceProp prop;
+    if (!is_cuda(ops) || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
+        return "";
+    snprintf(name, sizeof name, "%s", prop.name);
+    return name;
 }

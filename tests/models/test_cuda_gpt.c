@@ -13,8 +13,11 @@
  *     order), cross-entropy losses;
  *   1e-7 + 1e-5: cross-entropy gradients (O(1 / (rows V)) values, one softmax denominator each);
  *   1e-5 + 1e-4: attention forward, 1e-4 + 1e-3 backward (cuBLAS reorders and fuses the sums of
- *     its GEMMs over hs or T <= 70 terms; the backward chains three of them).
+ *     its GEMMs over hs or T <= 70 terms; the backward chains three of them);
+ *   attention in bf16, fused and materialised, against the CPU's fp32: relative norms (see
+ *     check_attention_bf16).
  */
+#include <math.h>
 #include <string.h>
 
 #include "ops.h"
@@ -187,23 +190,73 @@ static void check_attention(test_rng *r, int B, int T, int C, int NH)
     pair qkv = make_pair(r, 3 * n, -2, 2), out = make_nan_pair(n), att = make_nan_pair(n_att);
     pair dout = make_pair(r, n, -1, 1), dqkv = make_nan_pair(3 * n), datt = make_nan_pair(n_att);
     if (gpu->attention_fwd) {
-        CHECK(gpu->attention_fwd(gpu, out.d, att.d, qkv.d, B, T, C, NH) == DDP_OK, "attention_fwd");
+        CHECK(gpu->attention_fwd(gpu, DDP_FP32, out.d, att.d, qkv.d, B, T, C, NH) == DDP_OK,
+              "attention_fwd");
         check_causal_rows(&att, T);
     }
     if (BOTH_HAVE(attention_fwd)) {
-        cpu->attention_fwd(cpu, out.h, att.h, qkv.h, B, T, C, NH);
+        cpu->attention_fwd(cpu, DDP_FP32, out.h, att.h, qkv.h, B, T, C, NH);
         compare_pair("attention out", &out, 1e-5, 1e-4);
         compare_pair("attention att", &att, 1e-5, 1e-4);
     }
     if (BOTH_HAVE(attention_bwd) && cpu->attention_fwd) {
         ddp_upload(gpu->ctx, att.d, att.h, n_att * sizeof(float)); /* the same probabilities */
-        cpu->attention_bwd(cpu, dqkv.h, datt.h, dout.h, qkv.h, att.h, B, T, C, NH);
-        CHECK(gpu->attention_bwd(gpu, dqkv.d, datt.d, dout.d, qkv.d, att.d, B, T, C, NH) == DDP_OK,
-              "attention_bwd");
+        cpu->attention_bwd(cpu, DDP_FP32, dqkv.h, datt.h, dout.h, qkv.h, att.h, B, T, C, NH);
+        CHECK(gpu->attention_bwd(gpu, DDP_FP32, dqkv.d, datt.d, dout.d, qkv.d, att.d, B, T, C,
+                                 NH) == DDP_OK, "attention_bwd");
         compare_pair("attention dqkv", &dqkv, 1e-4, 1e-3);
     }
     drop_pair(&qkv), drop_pair(&out), drop_pair(&att), drop_pair(&dout), drop_pair(&dqkv);
     drop_pair(&datt);
+}
+
+/* ||device - host|| / ||host|| over a pair (infinite when the device side holds a NaN). */
+static double rel_error(const pair *p)
+{
+    float *back = download(p);
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < p->n; i++) {
+        double d = (double)back[i] - p->h[i];
+        num += d * d;
+        den += (double)p->h[i] * p->h[i];
+    }
+    free(back);
+    return num == num ? sqrt(num / (den > 0 ? den : 1)) : INFINITY;
+}
+
+/* Attention in bf16 (the fused kernel when flash and hs is 64, else the materialised path on
+ * bf16 GEMMs) against the CPU's fp32, on random q, k, v in [-2, 2]: the scores (std ~1.3 at hs
+ * 64) carry q's and k's bf16 rounding (2^-9 relative each), the probabilities and v another
+ * 2^-9 each, so the output is ~1 % off in norm and the gradients, three such products deep,
+ * ~2 %: 3e-2 and 5e-2. A wrong index, mask or rescaling gives O(1). The device's state size
+ * must be the fused kernel's (o and the log-sum-exp, no T x T) or the probabilities'. */
+static void check_attention_bf16(test_rng *r, int B, int T, int C, int NH, bool flash)
+{
+    size_t n = (size_t)B * T * C, n_att = (size_t)B * NH * T * T, hs = (size_t)C / NH;
+    CHECK(ops_cuda_set_attention(gpu, flash) == DDP_OK, "ops_cuda_set_attention");
+    size_t n_dev = gpu->attention_floats(gpu, DDP_BF16, B, T, C, NH);
+    size_t want = flash && hs == 64 ? (size_t)B * NH * T * (hs + 1) : n_att;
+    CHECK(n_dev == want, "attention_floats %zu, expected %zu (flash %d, hs %zu)", n_dev, want,
+          flash, hs);
+    pair qkv = make_pair(r, 3 * n, -2, 2), out = make_nan_pair(n), dout = make_pair(r, n, -1, 1);
+    pair dqkv = make_nan_pair(3 * n);
+    float *att_h = test_floats(n_att), *datt_h = test_floats(n_att);
+    float *att_d = ddp_alloc(gpu->ctx, n_dev * sizeof(float));
+    float *datt_d = ddp_alloc(gpu->ctx, n_dev * sizeof(float));
+    cpu->attention_fwd(cpu, DDP_FP32, out.h, att_h, qkv.h, B, T, C, NH);
+    cpu->attention_bwd(cpu, DDP_FP32, dqkv.h, datt_h, dout.h, qkv.h, att_h, B, T, C, NH);
+    CHECK(gpu->attention_fwd(gpu, DDP_BF16, out.d, att_d, qkv.d, B, T, C, NH) == DDP_OK,
+          "attention_fwd bf16");
+    CHECK(gpu->attention_bwd(gpu, DDP_BF16, dqkv.d, datt_d, dout.d, qkv.d, att_d, B, T, C, NH) ==
+              DDP_OK, "attention_bwd bf16");
+    double e_out = rel_error(&out), e_d = rel_error(&dqkv);
+    printf("attention bf16 %s B %d T %d C %d NH %d: out %.2e, dqkv %.2e\n",
+           flash && hs == 64 ? "fused" : "materialised", B, T, C, NH, e_out, e_d);
+    CHECK(e_out <= 3e-2, "attention bf16 out: relative error %.3g > 3e-2", e_out);
+    CHECK(e_d <= 5e-2, "attention bf16 dqkv: relative error %.3g > 5e-2", e_d);
+    drop_pair(&qkv), drop_pair(&out), drop_pair(&dout), drop_pair(&dqkv);
+    free(att_h), free(datt_h), ddp_free(gpu->ctx, att_d), ddp_free(gpu->ctx, datt_d);
+    ops_cuda_set_attention(gpu, true);
 }
 
 /* ---- elementwise and AdamW ------------------------------------------------------------- */
@@ -318,6 +371,15 @@ int main(void)
     check_layernorm(&r, 70, 300);
     check_attention(&r, 2, 13, 96, 4);
     check_attention(&r, 3, 70, 64, 2);
+    if (gpu->supports(gpu, DDP_BF16, NULL)) {
+        for (int flash = 0; flash <= 1; flash++) {
+            check_attention_bf16(&r, 2, 70, 128, 2, flash);  /* hs 64, a partial tile */
+            check_attention_bf16(&r, 1, 1, 64, 1, flash);    /* T = 1 */
+            check_attention_bf16(&r, 2, 129, 256, 4, flash); /* three tiles, one row past */
+            check_attention_bf16(&r, 1, 256, 128, 2, flash); /* whole tiles */
+            check_attention_bf16(&r, 2, 13, 96, 4, flash);   /* hs 24: always materialised */
+        }
+    }
     check_elementwise(&r);
     check_adamw(&r);
     check_xent(&r, 26, 100, 128);

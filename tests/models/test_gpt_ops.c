@@ -263,7 +263,9 @@ static void check_attention(test_rng *r, int B, int T, int C, int NH, size_t ste
     float *out = nan_floats(n), *att = nan_floats(na), *datt = nan_floats(na);
     float *dqkv = nan_floats(3 * n);
     att_case c = {B, T, C, NH, to_double(qkv, 3 * n), calloc(na, 8), calloc(n, 8), g};
-    CHECK(ops->attention_fwd(ops, out, att, qkv, B, T, C, NH) == DDP_OK, "attention_fwd");
+    CHECK(ops->attention_floats(ops, DDP_BF16, B, T, C, NH) == na, "attention_floats");
+    CHECK(ops->attention_fwd(ops, DDP_FP32, out, att, qkv, B, T, C, NH) == DDP_OK,
+          "attention_fwd");
     att_objective(&c);
     CHECK(compare_d("att", att, c.att, na, 1e-6, 1e-5) == 0, "attention weights T=%d NH=%d", T, NH);
     CHECK(compare_d("att out", out, c.out, n, 1e-5, 1e-4) == 0, "attention out T=%d NH=%d", T, NH);
@@ -271,7 +273,8 @@ static void check_attention(test_rng *r, int B, int T, int C, int NH, size_t ste
     for (size_t i = 0; i < na; i++)
         above += (int)(i % T) > (int)(i / T % T) && att[i] != 0.0f;
     CHECK(above == 0, "%d attention weights above the diagonal are not 0", above);
-    CHECK(ops->attention_bwd(ops, dqkv, datt, g, qkv, att, B, T, C, NH) == DDP_OK, "att bwd");
+    CHECK(ops->attention_bwd(ops, DDP_FP32, dqkv, datt, g, qkv, att, B, T, C, NH) == DDP_OK,
+          "att bwd");
     CHECK(grad_check("dqkv", c.qkv, 3 * n, step, att_objective, &c, dqkv, NULL, 1e-5, 1e-4) == 0,
           "attention dqkv T=%d C=%d NH=%d", T, C, NH);
     free(qkv), free(g), free(out), free(att), free(datt), free(dqkv);
