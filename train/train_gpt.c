@@ -24,6 +24,7 @@
 #include "cpu_isa.h"
 #include "gpt2.h"
 #include "malloc_policy.h"
+#include "mfu.h"
 #include "tokens.h"
 #include "train_report.h"
 #include "train_state.h"
@@ -71,6 +72,11 @@ typedef struct gpt_trainer {
     double train_seconds, last_norm, last_loss, val_loss;
     long loss_micro;       /* micro-batches summed in loss_dev */
     double peak_rss_max;   /* MiB: the largest VmHWM over the ranks at the end of training */
+    double flops_token;    /* model FLOPs per token, llm.c's 6N + 6LCT (mfu.h) */
+    double peak_tflops;    /* one device's peak for this precision (--peak-tflops or the table);
+                              -1: unknown */
+    const char *device;    /* the GPU's name ("" on the CPU) */
+    double steady_seconds; /* train_seconds at the end of this run's first step */
     double device_used_max; /* MiB: the most device memory in use over the ranks (CUDA), NAN */
     progress_bar progress;
 } gpt_trainer;
@@ -336,6 +342,18 @@ static void gpt_setup(gpt_trainer *t)
              c->max_seq, c->vocab, t->T, t->accum);
 }
 
+/* The FLOPs per token and the peak the MFU is measured against: --peak-tflops, else the table's
+ * for this GPU and precision (16-bit tensor cores for bf16 and fp16, TF32 with --tf32, else
+ * fp32), else unknown (the CPU, or a GPU the table lacks). */
+static void gpt_mfu_setup(gpt_trainer *t)
+{
+    const train_opts *o = t->o;
+    t->flops_token = (double)mfu_gpt2_flops_per_token(&t->cfg, t->T);
+    t->device = ddp_backend(t->ctx) == DDP_BACKEND_CUDA ? ops_cuda_device_name(t->ops) : "";
+    mfu_precision p = o->model.precision != DDP_FP32 ? MFU_16BIT : o->tf32 ? MFU_TF32 : MFU_FP32;
+    t->peak_tflops = o->gpt.peak_tflops > 0.0 ? o->gpt.peak_tflops : mfu_peak_tflops(t->device, p);
+}
+
 /* ---- one optimizer step ------------------------------------------------------------------------ */
 
 /* Learning rate of step `step` (0-based): linear warm-up, then cosine decay to lr x lr_floor. */
@@ -553,10 +571,28 @@ static double gpt_take_loss(gpt_trainer *t)
     return mean;
 }
 
+/* After this run's first step (lazy loading, cuBLAS's heuristics, first-touch allocations): the
+ * device finishes it, and the steady clock that tokens/s, ms/step and the MFU count from starts. */
+static void gpt_mark_steady(gpt_trainer *t, double *start)
+{
+    gpt_must(t, ddp_synchronize(t->ctx), "waiting for the first step");
+    t->train_seconds += train_now() - *start;
+    *start = train_now();
+    t->steady_seconds = t->train_seconds;
+    progress_bar *p = &t->progress;
+    p->first_step = t->start.step;
+    p->base_step = t->step;
+    p->base_seconds = p->train_seconds = t->train_seconds;
+    p->flops_per_step = t->flops_token * t->B * t->T * t->accum;
+    p->peak_flops = t->peak_tflops * 1e12;
+}
+
 /* After optimizer step t->step (1-based now): progress, validation, checkpoints. */
 static void gpt_after_step(gpt_trainer *t, double *start)
 {
     const train_opts *o = t->o;
+    if (t->step == t->start.step + 1)
+        gpt_mark_steady(t, start);
     if ((o->gpt.val_every && t->step % o->gpt.val_every == 0) || t->stopped ||
         (o->checkpoint_dir && o->checkpoint_every && t->step % o->checkpoint_every == 0))
         gpt_params_ready(t);
@@ -765,6 +801,28 @@ static ddp_status gpt_sample(gpt_trainer *t)
     return st;
 }
 
+/* Rank 0, at start: what the MFU counts, and against which peak. */
+static void gpt_report_flops(const gpt_trainer *t)
+{
+    const train_opts *o = t->o;
+    printf("model FLOPs: 6N + 6LCT = %.0f per token (llm.c's count: N = %llu with wte's padding "
+           "rows, T %d); ", t->flops_token,
+           (unsigned long long)mfu_gpt2_n_params_padded(&t->cfg), t->T);
+    const char *kind = o->model.precision != DDP_FP32 ? "16-bit tensor cores, dense"
+                       : o->tf32                      ? "TF32 tensor cores, dense"
+                                                      : "fp32";
+    if (o->gpt.peak_tflops > 0.0)
+        printf("MFU against %g TFLOP/s per device (--peak-tflops)\n", t->peak_tflops);
+    else if (t->peak_tflops > 0.0)
+        printf("MFU against %g TFLOP/s per device (%s, %s; NVIDIA's datasheet)\n", t->peak_tflops,
+               t->device, kind);
+    else if (t->device[0])
+        printf("MFU not computed: %s (%s) is not in the peak table; give --peak-tflops X\n",
+               t->device, kind);
+    else
+        printf("MFU not computed on the CPU (no peak table); give --peak-tflops X\n");
+}
+
 /* Rank 0: the start-up report. */
 static void gpt_report_start(const gpt_trainer *t)
 {
@@ -791,32 +849,99 @@ static void gpt_report_start(const gpt_trainer *t)
            "per epoch, %ld planned\n", tokens_loader_n_windows(t->loader), t->B * t->T + 1,
            tokens_loader_steps_per_epoch(t->loader), t->accum, t->B, t->T,
            (long)t->B * t->T * t->accum * t->world, t->steps_per_epoch, t->total_steps);
+    gpt_report_flops(t);
     fflush(stdout);
 }
 
-/* Rank 0: throughput and the model FLOPs per second (6N + 12 L T C per token, as llm.c counts). */
+/* The run's rates. The steady ones count from the end of this run's first step (NAN with fewer
+ * than 2 steps); the MFU is NAN without a peak. */
+typedef struct gpt_rates {
+    long steps;          /* optimizer steps of this run */
+    double tps;          /* tokens/s over all ranks, every step */
+    double tps_steady;   /* tokens/s over all ranks from step 2 on */
+    double ms_per_step;  /* from step 2 on */
+    double tflops_rank;  /* model TFLOP/s per rank from step 2 on, llm.c's 6N + 6LCT */
+    double mfu;          /* tflops_rank over one device's peak, a fraction */
+    double gflops_12ltc; /* GFLOP/s per rank over every step by 6N + 12LTC, N without wte's
+                            padding rows (benchmarks/gpt_torch.py's count) */
+} gpt_rates;
+
+static void gpt_rates_get(const gpt_trainer *t, gpt_rates *r)
+{
+    const gpt2_config *c = &t->cfg;
+    double step_tokens = (double)t->B * t->T * t->accum * t->world;
+    double steady = t->train_seconds - t->steady_seconds;
+    r->steps = t->step - t->start.step;
+    r->tps = t->train_seconds > 0 ? (double)r->steps * step_tokens / t->train_seconds : 0.0;
+    int known = r->steps > 1 && steady > 0.0;
+    r->tps_steady = known ? (double)(r->steps - 1) * step_tokens / steady : NAN;
+    r->ms_per_step = known ? 1e3 * steady / (double)(r->steps - 1) : NAN;
+    r->tflops_rank = r->tps_steady / t->world * t->flops_token / 1e12;
+    double mfu = mfu_value(r->tps_steady / t->world, t->flops_token, t->peak_tflops);
+    r->mfu = mfu >= 0.0 ? mfu : NAN;
+    double flops_12ltc = 6.0 * (double)gpt2_config_n_params(c) +
+                         12.0 * c->layers * (double)t->T * c->channels;
+    r->gflops_12ltc = r->tps * flops_12ltc / t->world / 1e9;
+}
+
+static void gpt_print_rates(const gpt_trainer *t, const gpt_rates *r)
+{
+    printf("\nthroughput: %.1f tokens/s across %d rank(s) (%ld steps in %.2f s of training)", r->tps,
+           t->world, r->steps, t->train_seconds);
+    if (isnan(r->tps_steady)) {
+        printf("; from step 2 on: not measured (one step)\n");
+        return;
+    }
+    printf("; from step 2 on %.1f tokens/s, %.1f ms/step, model FLOPs %.4g TFLOP/s per rank (6N + "
+           "6LCT = %.0f per token, llm.c's count)", r->tps_steady, r->ms_per_step, r->tflops_rank,
+           t->flops_token);
+    if (isnan(r->mfu))
+        printf(", MFU unknown (no peak for this device: --peak-tflops X)\n");
+    else
+        printf(", MFU %.1f %% of %g TFLOP/s\n", 100.0 * r->mfu, t->peak_tflops);
+}
+
+/* A number for a JSON line with 8 significant digits: null for NaN or inf. */
+static const char *gpt_json_g(char *buf, size_t n, double v)
+{
+    snprintf(buf, n, isfinite(v) ? "%.8g" : "null", v);
+    return buf;
+}
+
+/* The summary line's rate fields after model_gflops_per_rank (docs/formats.md). */
+static void gpt_json_rates(char *buf, size_t n, const gpt_trainer *t, const gpt_rates *r)
+{
+    char ts[32], ms[32], tf[32], pk[32], mf[32], dev[128];
+    size_t k = 0;
+    for (const char *c = t->device; *c && k + 1 < sizeof dev; c++) /* no quote or control byte */
+        dev[k++] = *c == '"' || *c == '\\' || (unsigned char)*c < 0x20 ? '?' : *c;
+    dev[k] = '\0';
+    snprintf(buf, n, ",\"tokens_per_s_steady\":%s,\"ms_per_step\":%s,\"flops_per_token\":%.0f,"
+             "\"model_tflops_per_rank\":%s,\"peak_tflops\":%s,\"mfu\":%s,\"device_name\":\"%s\"",
+             gpt_json_g(ts, sizeof ts, r->tps_steady), gpt_json_g(ms, sizeof ms, r->ms_per_step),
+             t->flops_token, gpt_json_g(tf, sizeof tf, r->tflops_rank),
+             gpt_json_g(pk, sizeof pk, t->peak_tflops > 0.0 ? t->peak_tflops : NAN),
+             gpt_json_g(mf, sizeof mf, r->mfu), dev);
+}
+
+/* Rank 0: throughput, MFU, memory, and the summary line of --metrics. */
 static void gpt_report_end(gpt_trainer *t, double wall_start)
 {
     if (t->rank != 0)
         return;
-    const gpt2_config *c = &t->cfg;
-    long steps = t->step - t->start.step;
-    double tokens = (double)steps * t->B * t->T * t->accum * t->world;
-    double tps = t->train_seconds > 0 ? tokens / t->train_seconds : 0.0;
-    double flops_tok = 6.0 * (double)gpt2_config_n_params(c) +
-                       12.0 * c->layers * (double)t->T * c->channels;
-    printf("\nthroughput: %.1f tokens/s across %d rank(s) (%ld steps in %.2f s of training); model "
-           "FLOPs %.2f GFLOP/s per rank (6N + 12LTC = %.3g per token)\n", tps, t->world, steps,
-           t->train_seconds, tps * flops_tok / t->world / 1e9, flops_tok);
+    gpt_rates r;
+    gpt_rates_get(t, &r);
+    gpt_print_rates(t, &r);
     gpt_mem_report mr;
     gpt_memory(t, &mr);
     gpt_report_memory(t, &mr);
     fflush(stdout);
-    char tl[32], vl[32], rs[32], du[32], dm[32];
+    char tl[32], vl[32], rs[32], du[32], dm[32], rates[512];
     if (t->metrics) {
+        gpt_json_rates(rates, sizeof rates, t, &r);
         fprintf(t->metrics, "{\"summary\":true,\"model\":\"gpt2\",\"backend\":\"%s\",\"world_size\":%d,"
                 "\"batch\":%d,\"seq\":%d,\"accum\":%d,\"steps\":%ld,\"train_loss\":%s,"
-                "\"val_loss\":%s,\"tokens_per_s\":%.1f,\"model_gflops_per_rank\":%.3f,"
+                "\"val_loss\":%s,\"tokens_per_s\":%.1f,\"model_gflops_per_rank\":%.3f%s,"
                 "\"train_seconds\":%.3f,\"wall_seconds\":%.3f,\"stopped_by_signal\":%s,"
                 "\"zero\":%d,\"recompute\":%s,\"n_params\":%zu,\"mem_params_mib\":%.2f,"
                 "\"mem_grads_mib\":%.2f,\"mem_optimizer_mib\":%.2f,\"mem_activations_mib\":%.2f,"
@@ -825,7 +950,7 @@ static void gpt_report_end(gpt_trainer *t, double wall_start)
                 "\"mem_device_used_max_mib\":%s}\n",
                 ddp_backend_name(ddp_backend(t->ctx)), t->world, t->B, t->T, t->accum, t->step,
                 gpt_json(tl, sizeof tl, t->last_loss), gpt_json(vl, sizeof vl, t->val_loss),
-                tps, tps * flops_tok / t->world / 1e9, t->train_seconds, train_now() - wall_start,
+                r.tps, r.gflops_12ltc, rates, t->train_seconds, train_now() - wall_start,
                 t->stopped ? "true" : "false", t->o->zero, t->o->gpt.recompute ? "true" : "false",
                 gpt2_numel_total(t->g), mr.params, mr.grads, mr.optimizer, mr.activations, mr.comm,
                 mr.states, mr.predicted, gpt_json(rs, sizeof rs, mr.peak_rss), t->peak_rss_max,
@@ -880,6 +1005,7 @@ static ddp_status gpt_prepare(gpt_trainer *t)
     if (st != DDP_OK)
         return st;
     gpt_setup(t);
+    gpt_mfu_setup(t);
     int resumed = 0;
     st = train_resume(&t->setup, &t->start, &resumed);
     t->step = t->start.step;

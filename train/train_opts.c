@@ -21,7 +21,8 @@ enum {
     /* GPT-2 flags, parsed by parse_gpt_opt (keep them last) */
     OPT_GPT_CONFIG, OPT_LAYERS, OPT_HEADS, OPT_CHANNELS, OPT_SEQ, OPT_VAL_DATA, OPT_VAL_EVERY,
     OPT_VAL_MAX_BATCHES, OPT_TOTAL_BATCH_TOKENS, OPT_WARMUP_STEPS, OPT_LR_FLOOR, OPT_GRAD_CLIP,
-    OPT_INIT_FROM, OPT_SAVE_LLMC, OPT_SAMPLE, OPT_VOCAB, OPT_RECOMPUTE, OPT_ZERO_ACCUM
+    OPT_INIT_FROM, OPT_SAVE_LLMC, OPT_SAMPLE, OPT_VOCAB, OPT_RECOMPUTE, OPT_ZERO_ACCUM,
+    OPT_PEAK_TFLOPS
 };
 
 static const struct option train_long_opts[] = {
@@ -85,6 +86,7 @@ static const struct option train_long_opts[] = {
     {"save-llmc", required_argument, NULL, OPT_SAVE_LLMC},
     {"sample", required_argument, NULL, OPT_SAMPLE},
     {"vocab", required_argument, NULL, OPT_VOCAB},
+    {"peak-tflops", required_argument, NULL, OPT_PEAK_TFLOPS},
     {NULL, 0, NULL, 0},
 };
 
@@ -194,7 +196,11 @@ static const char train_usage_gpt[] =
     "                          in the bucket buffers and reduce-scatters once (bit-identical to\n"
     "                          --zero 0; the full gradients alive while accumulating); reduce\n"
     "                          reduce-scatters every micro-step (the gradient memory saved; sums\n"
-    "                          in another order, a rounding apart)\n";
+    "                          in another order, a rounding apart)\n"
+    "  --peak-tflops X         the peak TFLOP/s of one device that the MFU (model FLOPs per\n"
+    "                          token 6N + 6LCT, llm.c's count, x tokens/s per rank) is measured\n"
+    "                          against (default: a table of NVIDIA GPUs by name and precision;\n"
+    "                          on the CPU or an unknown GPU the MFU is not printed)\n";
 
 static void train_opts_default(train_opts *o)
 {
@@ -416,6 +422,17 @@ static int parse_resume_opt(int id, const char *v, train_opts *o)
     }
 }
 
+/* --peak-tflops: a positive number of TFLOP/s, with what to give on a bad value. */
+static int parse_peak(const char *v, double *out)
+{
+    if (parse_double("peak-tflops", v, 0.0, 1, DDP_TRAIN_MAX_PEAK_TFLOPS, 0, out) == 0)
+        return 0;
+    fprintf(stderr, "ddp-train: --peak-tflops is one device's peak in TFLOP/s for the run's "
+                    "precision, e.g. --peak-tflops 989.4 for an H100 SXM in bf16 (dense); leave it "
+                    "out to use the table of GPUs\n");
+    return -1;
+}
+
 /* GPT-2 flags (--model gpt2). */
 static int parse_gpt_size(int id, const char *v, train_opts *o)
 {
@@ -458,6 +475,7 @@ static int parse_gpt_opt(int id, const char *v, train_opts *o)
     case OPT_LR_FLOOR: return parse_double("lr-floor", v, 0.0, 0, 1.0, 0, &g->lr_floor);
     case OPT_GRAD_CLIP: return parse_double("grad-clip", v, 0.0, 0, 1e6, 0, &g->grad_clip);
     case OPT_SAMPLE: return parse_int_in("sample", v, 0, DDP_TRAIN_MAX_SAMPLE, &g->sample);
+    case OPT_PEAK_TFLOPS: return parse_peak(v, &g->peak_tflops);
     default: return parse_gpt_size(id, v, o);
     }
 }
@@ -469,10 +487,10 @@ static int finish_gpt_opts(train_opts *o)
     train_gpt_opts *g = &o->gpt;
     if (!g->on) {
         if (g->init_from || g->save_llmc || g->sample || g->val_data || g->total_batch_tokens ||
-            g->zero_accum) {
+            g->zero_accum || g->peak_tflops > 0.0) {
             fprintf(stderr, "ddp-train: --init-from, --save-llmc, --sample, --val-data, "
-                            "--total-batch-tokens and --zero-accum are GPT-2 flags: add --model "
-                            "gpt2\n");
+                            "--total-batch-tokens, --zero-accum and --peak-tflops are GPT-2 "
+                            "flags: add --model gpt2\n");
             return -1;
         }
         return 0;

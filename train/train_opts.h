@@ -21,6 +21,7 @@
 #define DDP_TRAIN_MAX_WEIGHT_DECAY 1e3
 #define DDP_TRAIN_MAX_BUCKET_MB 1048576.0  /* 1 TiB: more than any model's gradients */
 #define DDP_TRAIN_MAX_SAMPLE 100000 /* --sample: tokens generated after training */
+#define DDP_TRAIN_MAX_PEAK_TFLOPS 1e6 /* --peak-tflops: an exaFLOP/s per device */
 
 /* The GPT-2 part of the options (--model gpt2). */
 typedef struct train_gpt_opts {
@@ -44,6 +45,8 @@ typedef struct train_gpt_opts {
     int recompute;              /* --recompute: blocks recompute their forward during backward */
     int zero_accum;             /* --zero-accum: 0 not given (local), 1 local, 2 reduce
                                    (ddp_reducer_opts.local_accum under --zero 2) */
+    double peak_tflops;         /* --peak-tflops X: the peak per device the MFU is measured against
+                                   (0: the table's for the GPU, unknown on the CPU) */
 } train_gpt_opts;
 
 typedef struct train_opts {

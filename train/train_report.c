@@ -16,12 +16,30 @@ double train_now(void)
 
 void progress_init(progress_bar *p, int log_every, long total_steps, long samples_per_step)
 {
-    p->tty = isatty(STDERR_FILENO);
-    p->log_every = log_every;
-    p->total_steps = total_steps;
-    p->samples_per_step = samples_per_step;
-    p->train_seconds = 0.0;
-    p->unit = "samples";
+    *p = (progress_bar){.tty = isatty(STDERR_FILENO), .log_every = log_every,
+                        .total_steps = total_steps, .samples_per_step = samples_per_step,
+                        .unit = "samples"};
+}
+
+/* Seconds per step at step `step`: after the steady clock's mark, over the steps since it. */
+static double progress_step_seconds(const progress_bar *p, long step)
+{
+    if (step > p->base_step && p->train_seconds > p->base_seconds && p->base_step > p->first_step)
+        return (p->train_seconds - p->base_seconds) / (double)(step - p->base_step);
+    return step > p->first_step ? p->train_seconds / (double)(step - p->first_step) : 0.0;
+}
+
+/* " | 123.4 ms/step | 38.2 % MFU" for a model that counts its FLOPs (the MFU part when the peak
+ * is known), else "". */
+static void progress_flops(char *buf, size_t n, const progress_bar *p, double per_step)
+{
+    buf[0] = '\0';
+    if (!(p->flops_per_step > 0.0) || !(per_step > 0.0))
+        return;
+    int len = snprintf(buf, n, " | %.1f ms/step", 1e3 * per_step);
+    if (p->peak_flops > 0.0 && len > 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len, " | %.1f %% MFU",
+                 100.0 * p->flops_per_step / per_step / p->peak_flops);
 }
 
 /* Writes "12m05s" style durations. */
@@ -43,13 +61,14 @@ void progress_update(progress_bar *p, long step, int epoch, double loss)
 {
     if (!p->tty && !progress_due(p, step))
         return;
-    double rate = p->train_seconds > 0 ? (double)(step * p->samples_per_step) / p->train_seconds : 0.0;
-    double per_step = p->train_seconds / (double)step;
-    char eta[32];
+    double per_step = progress_step_seconds(p, step);
+    double rate = per_step > 0 ? (double)p->samples_per_step / per_step : 0.0;
+    char eta[32], flops[64];
     format_duration(eta, sizeof eta, per_step * (double)(p->total_steps - step));
+    progress_flops(flops, sizeof flops, p, per_step);
     if (!p->tty) {
-        fprintf(stderr, "step %ld/%ld epoch %d loss %.4f %.0f %s/s ETA %s\n", step, p->total_steps,
-                epoch + 1, loss, rate, p->unit, eta);
+        fprintf(stderr, "step %ld/%ld epoch %d loss %.4f %.0f %s/s ETA %s%s\n", step,
+                p->total_steps, epoch + 1, loss, rate, p->unit, eta, flops);
         return;
     }
     int filled = (int)((double)DDP_BAR_WIDTH * (double)step / (double)p->total_steps);
@@ -57,8 +76,8 @@ void progress_update(progress_bar *p, long step, int epoch, double loss)
     for (int i = 0; i < DDP_BAR_WIDTH; i++)
         bar[i] = i < filled ? '#' : '.';
     bar[DDP_BAR_WIDTH] = '\0';
-    fprintf(stderr, "\r[%s] %ld/%ld epoch %d loss %.4f %.0f %s/s ETA %s  ", bar, step,
-            p->total_steps, epoch + 1, loss, rate, p->unit, eta);
+    fprintf(stderr, "\r[%s] %ld/%ld epoch %d loss %.4f %.0f %s/s ETA %s%s  ", bar, step,
+            p->total_steps, epoch + 1, loss, rate, p->unit, eta, flops);
     fflush(stderr);
 }
 

@@ -20,6 +20,13 @@ typedef struct progress_bar {
     long samples_per_step; /* across all ranks */
     const char *unit;      /* what a sample is in the rate: "samples" (default) or "tokens" */
     double train_seconds;  /* time spent in training steps so far (evaluation excluded) */
+    /* The steady clock (0 by default: the rate over every step). After step base_step, at
+     * base_seconds of train_seconds, the rate, ms/step, MFU and ETA count the steps after it
+     * only; up to it, the steps after first_step (a resumed run's start) over train_seconds. */
+    long first_step, base_step;
+    double base_seconds;
+    double flops_per_step; /* model FLOPs of one step on one rank: > 0 adds "| N ms/step" */
+    double peak_flops;     /* one device's peak, FLOP/s: > 0 adds "| N % MFU" */
 } progress_bar;
 
 void progress_init(progress_bar *p, int log_every, long total_steps, long samples_per_step);

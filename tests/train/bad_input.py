@@ -85,7 +85,12 @@ def bad_flags(chk, train):
         (["--inject-inf", "1:3"], ["--inject-inf tests the fp16 loss scaler: add --grad-dtype fp16 or --precision fp16"]),
         (["--model", "gpt2", "--zero", "2", "--zero-accum", "later"],
          ["--zero-accum: expected local or reduce, got 'later'"]),
-        (["--zero-accum", "reduce"], ["--zero-accum are GPT-2 flags: add --model gpt2"]),
+        (["--zero-accum", "reduce"], ["--zero-accum and --peak-tflops are GPT-2 flags: add --model gpt2"]),
+        (["--model", "gpt2", "--peak-tflops", "-3"],
+         ["--peak-tflops: expected a number in (0, 1000000], got '-3'", "e.g. --peak-tflops 989.4"]),
+        (["--model", "gpt2", "--peak-tflops", "abc"],
+         ["--peak-tflops: expected a number in (0, 1000000], got 'abc'", "leave it out"]),
+        (["--peak-tflops", "100"], ["--peak-tflops are GPT-2 flags: add --model gpt2"]),
         (["--model", "gpt2", "--zero", "1", "--zero-accum", "reduce"],
          ["--zero-accum chooses how --zero 2 accumulates micro-steps: add --zero 2"]),
     ]

@@ -5,7 +5,8 @@ Modes:
   equivalence  2 ranks equal 1 process accumulating 2 micro-batches (fp32, clipping active: the
                global norm is over the averaged gradient, so both clip alike), to ddp-ckpt diff
                --tol 1e-4 (TOL says why not 1e-5); a different seed differs (negative control);
-               3 ranks likewise; fp16 with the loss scaler skips a step with inf on every rank.
+               3 ranks likewise; fp16 with the loss scaler skips a step with inf on every rank;
+               the summary's MFU fields (llm.c's 6N + 6LCT, --peak-tflops 1, null without it).
   resume       a run of 6 steps over 2 epochs equals, bit for bit (tol 0), runs resumed from its
                step-2 (mid-epoch) and step-4 (epoch boundary) checkpoints: parameters, AdamW
                moments and the loader's position.
@@ -93,6 +94,48 @@ def equivalence(chk, exe, ckpt, mpi, tmp):
                            timeout=300)
     chk.check(rc == 0 and "step skipped on every rank" in out and "replicas identical after training" in out,
               "fp16: an inf on one rank skips the step on every rank; replicas identical", out)
+    mfu_metrics(chk, exe, mpi, tmp, data)
+
+
+def tiny_flops_per_token(T=16, L=2, C=64, Vp=50304, max_seq=1024):
+    """llm.c's 6N + 6LCT, N from the shapes with wte's padding rows (tests/train/test_mfu.c)."""
+    layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C)
+    n = Vp * C + max_seq * C + L * layer + 2 * C
+    return 6 * n + 6 * L * C * T
+
+
+def mfu_metrics(chk, exe, mpi, tmp, data):
+    """--peak-tflops 1 at 2 ranks: the summary's mfu is tokens/s per rank (from step 2 on) x FLOPs
+    per token / 1e12, and the progress lines show ms/step and MFU; without it the CPU's MFU is
+    null and the lines have no MFU."""
+    for ranks, extra in ((2, ["--peak-tflops", "1"]), (1, [])):
+        metrics = os.path.join(tmp, f"mfu{ranks}.jsonl")
+        rc, out = trainlib.run(mpi + [str(ranks)] + tiny(exe, data, 4, extra + ["--metrics", metrics]),
+                               timeout=300)
+        lines = [json.loads(l) for l in open(metrics)] if rc == 0 and os.path.exists(metrics) else [{}]
+        s, what = lines[-1], f"{ranks} rank(s) {' '.join(extra) or 'without --peak-tflops'}"
+        tps, flops = s.get("tokens_per_s_steady"), s.get("flops_per_token")
+        chk.check(rc == 0 and flops == tiny_flops_per_token(), f"{what}: flops_per_token {flops} is "
+                  f"6N + 6LCT = {tiny_flops_per_token()}", out)
+        chk.check(isinstance(tps, (int, float)) and tps > 0 and s.get("ms_per_step", 0) > 0,
+                  f"{what}: tokens_per_s_steady {tps} and ms_per_step {s.get('ms_per_step')} > 0")
+        want_tflops = tps / ranks * tiny_flops_per_token() / 1e12 if tps else None
+        got = s.get("model_tflops_per_rank")
+        chk.check(want_tflops is not None and got is not None and abs(got - want_tflops) <= 1e-5 * want_tflops,
+                  f"{what}: model_tflops_per_rank {got} = tokens/s per rank x FLOPs per token ({want_tflops})")
+        progress = [l for l in out.splitlines() if l.startswith("step ") and "tokens/s" in l]
+        chk.check(len(progress) == 4 and all("ms/step" in l for l in progress),
+                  f"{what}: 4 progress lines with ms/step", out)
+        if extra:
+            got = s.get("mfu")
+            chk.check(s.get("peak_tflops") == 1 and got is not None and want_tflops is not None
+                      and abs(got - want_tflops) <= 1e-5 * want_tflops,
+                      f"{what}: mfu {got} = model TFLOP/s per rank / 1 TFLOP/s ({want_tflops})")
+            chk.check(all("% MFU" in l for l in progress), f"{what}: the progress lines show the MFU", out)
+        else:
+            chk.check("mfu" in s and s["mfu"] is None and s.get("peak_tflops", 0) is None,
+                      f"{what}: mfu and peak_tflops are null on the CPU: {s.get('mfu')}, {s.get('peak_tflops')}")
+            chk.check(not any("MFU" in l for l in progress), f"{what}: no MFU in the progress lines", out)
 
 
 def resume(chk, exe, ckpt, mpi, tmp):
