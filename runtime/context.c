@@ -637,6 +637,14 @@ ddp_status ddp_memory_info(ddp_ctx *ctx, size_t *used, size_t *total)
     return st;
 }
 
+ddp_status ddp_profiler_range(ddp_ctx *ctx, int start)
+{
+    if (!ctx)
+        return DDP_ERR_STATE;
+    const device_ops *dev = ctx_dev(ctx);
+    return dev && dev->profiler ? dev->profiler(start) : DDP_OK;
+}
+
 /* The staging's checks: two slots, two parts. */
 static ddp_status ctx_stage_check(const ddp_ctx *ctx, int slot, int part)
 {

@@ -224,6 +224,12 @@ DDP_API ddp_status ddp_zero(ddp_ctx *ctx, void *dst, size_t n_bytes);
  * CPU backend (host memory: read VmRSS/VmHWM in /proc/self/status), DDP_ERR_CUDA when the query
  * fails. Either pointer may be NULL. */
 DDP_API ddp_status ddp_memory_info(ddp_ctx *ctx, size_t *used, size_t *total);
+/* Marks the region a profiler records: start != 0 calls cudaProfilerStart, start == 0
+ * cudaProfilerStop, so that `ncu --profile-from-start off` (or nsys's cudaProfilerApi capture
+ * range) sees only the kernels launched in between, e.g. one steady training step (ddp-train's
+ * DDP_PROFILE_STEP). No host wait. DDP_OK and nothing else on the CPU backend; DDP_ERR_STATE for
+ * a NULL context, DDP_ERR_CUDA when CUDA refuses the call. */
+DDP_API ddp_status ddp_profiler_range(ddp_ctx *ctx, int start);
 
 /* Double-buffered staging of training batches: the upload of batch i+1 overlaps the compute of
  * batch i. Two slots (0, 1), each with backend buffers of the caller's, and up to two parts per

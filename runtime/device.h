@@ -28,6 +28,8 @@ typedef struct device_ops {
     ddp_status (*stage_release)(int slot);
     /* the device's memory in use and its size (ddp_memory_info); NULL on the CPU */
     ddp_status (*info)(size_t *used, size_t *total);
+    /* cudaProfilerStart (start != 0) or cudaProfilerStop (ddp_profiler_range); NULL on the CPU */
+    ddp_status (*profiler)(int start);
 } device_ops;
 
 /* Host memory (always built). */

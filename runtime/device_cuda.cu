@@ -6,6 +6,7 @@
  * cudaStreamSynchronize, nor in a copy from or to pageable memory (which may wait for the
  * stream). The compute kernels live in models/ops/.
  */
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <string.h>
@@ -283,6 +284,17 @@ static ddp_status dev_info(size_t *used, size_t *total)
     return DDP_OK;
 }
 
+static ddp_status dev_profiler(int start)
+{
+    cudaError_t err = start ? cudaProfilerStart() : cudaProfilerStop();
+    if (err != cudaSuccess) {
+        DDP_ERROR("%s: %s (%s)", start ? "cudaProfilerStart" : "cudaProfilerStop",
+                  cudaGetErrorString(err), cudaGetErrorName(err));
+        return DDP_ERR_CUDA;
+    }
+    return DDP_OK;
+}
+
 /* ==================================================================== table and lifecycle == */
 
 static device_ops make_dev_ops(void)
@@ -300,6 +312,7 @@ static device_ops make_dev_ops(void)
     ops.stage_acquire = dev_stage_acquire;
     ops.stage_release = dev_stage_release;
     ops.info = dev_info;
+    ops.profiler = dev_profiler;
     return ops;
 }
 
