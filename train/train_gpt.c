@@ -627,15 +627,29 @@ static void gpt_loop(gpt_trainer *t)
     long tokens_per_step = (long)t->B * t->T * t->accum * t->world;
     progress_init(&t->progress, t->o->log_every, t->total_steps, tokens_per_step);
     t->progress.unit = "tokens";
+    /* DDP_PROFILE_STEP=N: a profiler started with its capture off (ncu --profile-from-start off)
+     * records the kernels of step N (1-based) alone (ddp_profiler_range). */
+    const char *prof_env = getenv("DDP_PROFILE_STEP");
+    char *prof_end = NULL;
+    long prof = prof_env ? strtol(prof_env, &prof_end, 10) : 0;
+    if (prof_env && (prof_end == prof_env || *prof_end || prof < 1)) {
+        DDP_ERROR("DDP_PROFILE_STEP=%s: expected a step number >= 1 (the step a profiler records)",
+                  prof_env);
+        ddp_abort(t->ctx, 1);
+    }
     double start = train_now();
     for (t->epoch = (int)t->start.epoch; t->step < t->total_steps; t->epoch++) {
         long first = t->epoch == t->start.epoch ? t->start.step_in_epoch : 0;
         tokens_pos pos = {.epoch = (uint64_t)t->epoch, .step = (uint64_t)first * (uint64_t)t->accum};
         gpt_must(t, tokens_loader_set_pos(t->loader, pos), "positioning the loader");
         for (t->in_epoch = first; t->in_epoch < t->steps_per_epoch && t->step < t->total_steps;) {
+            if (t->step + 1 == prof)
+                gpt_must(t, ddp_profiler_range(t->ctx, 1), "starting the profiler's range");
             ddp_trace_begin("step", t->step);
             gpt_step(t, t->in_epoch);
             ddp_trace_end("step", t->step);
+            if (t->step + 1 == prof)
+                gpt_must(t, ddp_profiler_range(t->ctx, 0), "stopping the profiler's range");
             if (t->nan_stopped)
                 return;
             t->step++;

@@ -13,6 +13,9 @@ Modes:
   llmc         --save-llmc writes llm.c's model file and --init-from reads it back.
   bad_input    missing shards, a bad magic, a token outside the vocabulary, a batch plan that does
                not divide: a clear message and exit 1 on every rank, no hang.
+  profile_step DDP_PROFILE_STEP=2 (the step a profiler records, ddp_profiler_range: a no-op on the
+               CPU) changes nothing: the checkpoint equals a run without it, bit for bit; a value
+               that is not a step number >= 1 stops the run with a clear message.
   text         (e2e) the real text of scripts/fetch-text.sh (data/text): a tiny GPT at 2 ranks; the
                validation loss falls from ~10.8 (uniform over 50,257) below the stated bound.
 
@@ -207,6 +210,20 @@ def bad_input(chk, exe, ckpt, mpi, tmp):
                    r"x_\*\.bin", "a validation pattern that matches nothing")
 
 
+def profile_step(chk, exe, ckpt, mpi, tmp):
+    data = write_data(tmp)
+    plain = trainlib.train_save(chk, tmp, "plain", tiny(exe, data, 4))
+    path = os.path.join(tmp, "profiled.ckpt")
+    rc, out = trainlib.run(tiny(exe, data, 4) + ["--save", path], timeout=300,
+                           env=dict(os.environ, DDP_PROFILE_STEP="2"))
+    chk.check(rc == 0 and os.path.exists(path), f"DDP_PROFILE_STEP=2: exit status {rc}", out)
+    trainlib.diff_ckpt(chk, ckpt, plain, path, True, "DDP_PROFILE_STEP=2 equals the plain run", "0")
+    for bad in ("0", "two", "3x", ""):
+        rc, out = trainlib.run(tiny(exe, data, 2), timeout=120, env=dict(os.environ, DDP_PROFILE_STEP=bad))
+        chk.check(rc not in (0, -999) and f"DDP_PROFILE_STEP={bad}: expected a step number" in out,
+                  f"DDP_PROFILE_STEP='{bad}': exit {rc} with a clear message", out)
+
+
 def text(chk, exe, ckpt, mpi, tmp):
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     data = os.path.join(root, "data", "text", "austen_train_*.bin")
@@ -236,7 +253,7 @@ def main():
     chk = trainlib.Checker()
     with tempfile.TemporaryDirectory(prefix="ddp-gpt-") as tmp:
         {"equivalence": equivalence, "resume": resume, "bad_input": bad_input, "llmc": llmc,
-         "text": text}[mode](
+         "profile_step": profile_step, "text": text}[mode](
             chk, exe, ckpt, mpi, tmp)
     chk.done()
 
