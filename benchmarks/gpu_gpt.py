@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""gpu_gpt.py - the measuring half of benchmarks/gpu_gpt.sh (GPT-2 on one GPU; see that script).
+
+  gpu_gpt.py train --label L --batch B --seq T --steps N --runs FILE --log FILE [--timeout S]
+                   [--metrics FILE] [--kind ddp|llmc] -- COMMAND...
+      Runs COMMAND (ddp-train with --log-every 1, or llm.c's train_gpt2cu), stamps every output
+      line with the time it arrived, and appends one JSON line to --runs: ok, why (oom, timeout,
+      no-gpu, exit N), steady tokens/s, ms/step, MFU.
+      Steady = steps 2..N: (N - 1) x B x T over the time between the lines of step 1 and step N.
+      Both programs print a line per step right after the host has waited for that step (ddp-train
+      with --log-every 1 downloads the loss every step; llm.c synchronises every step), so those
+      arrival times are the steps' ends, whatever else the line says. llm.c's own figure (its
+      "total average iteration time", CUDA events around steps 2..N) is kept beside it.
+  gpu_gpt.py ncu CSV [--step-ms MS] [--top N]
+      ncu's CSV (--metrics gpu__time_duration.sum --csv) summed by kernel name: count, total ms,
+      percent of the kernels' sum, sorted; and the sum against the step's measured time.
+  gpu_gpt.py summary --runs FILE [--suite FILE] [--ncu FILE] [--header FILE]
+      The table gpu_gpt.sh prints last.
+
+MFU in llm.c's convention: FLOPs per token 6N + 6·L·C·T with N counting the padded vocabulary
+(d12: N = 124,475,904, so 803.5 MFLOP per token at T 1024), over the dense bf16 peak (--peak,
+default 989.4 TFLOP/s, the H100 SXM's and the H200's).
+"""
+import argparse
+import csv
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+D12 = {"layers": 12, "channels": 768, "n_params": 124_475_904}
+STEP_RE = re.compile(r"^\s*step\s+(\d+)/(\d+)\b")
+OOM_RE = re.compile(r"out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|"
+                    r"CUDNN_STATUS_ALLOC_FAILED|cannot allocate .* device|OOM", re.I)
+NO_GPU_RE = re.compile(r"no usable (CUDA device|GPU)|no CUDA-capable device|CUDA driver version is "
+                       r"insufficient|cudaErrorNoDevice|cudaErrorInsufficientDriver|NVIDIA driver", re.I)
+
+
+def flops_per_token(seq, m=D12):
+    return 6.0 * m["n_params"] + 6.0 * m["layers"] * m["channels"] * seq
+
+
+def cmd_train(a):
+    start = time.monotonic()
+    steps = {}  # step -> arrival time (s since start)
+    tail = []
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with open(a.log, "a") as log:
+        log.write(f"\n==== {a.label} B {a.batch}: {' '.join(a.command)}\n")
+        log.flush()
+        try:
+            p = subprocess.Popen(a.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        except OSError as e:
+            p, rc, timed_out = None, 127, False
+            tail.append(str(e))
+            log.write(f"cannot start: {e}\n")
+        if p:
+            deadline = start + a.timeout
+            timed_out = False
+
+            def on_alarm(*_):
+                nonlocal timed_out
+                timed_out = True
+                os.killpg(p.pid, signal.SIGKILL)
+            signal.signal(signal.SIGALRM, on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, max(1.0, deadline - time.monotonic()))
+            for raw in p.stdout:
+                t = time.monotonic() - start
+                line = raw.decode(errors="replace").rstrip("\n")
+                log.write(f"[{t:8.3f}] {line}\n")
+                m = STEP_RE.match(line)
+                if m:
+                    steps[int(m.group(1))] = t
+                tail.append(line)
+                del tail[:-200]
+            p.wait()
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            rc = p.returncode
+            log.write(f"==== {a.label} B {a.batch}: exit {rc}{' (timed out)' if timed_out else ''} "
+                      f"after {time.monotonic() - start:.1f} s\n")
+    text = "\n".join(tail)
+    rec = {"label": a.label, "kind": a.kind, "batch": a.batch, "seq": a.seq, "steps": a.steps,
+           "exit": rc, "wall_s": round(time.monotonic() - start, 2), "ok": False, "why": ""}
+    last = max(steps) if steps else 0
+    if rc == 0 and 1 in steps and last >= 3:
+        dt = steps[last] - steps[1]
+        tok = (last - 1) * a.batch * a.seq
+        tps = tok / dt if dt > 0 else 0.0
+        rec.update(ok=True, steady_steps=f"2..{last}", tokens_per_s=round(tps, 1),
+                   ms_per_step=round(1e3 * dt / (last - 1), 2),
+                   mfu=round(tps * flops_per_token(a.seq) / (a.peak * 1e12), 4))
+    elif timed_out:
+        rec["why"] = f"timeout ({a.timeout:.0f} s)"
+    elif OOM_RE.search(text):
+        rec["why"] = "oom"
+    elif NO_GPU_RE.search(text):
+        rec["why"] = "no-gpu"
+    else:
+        rec["why"] = f"exit {rc}" + (f", {last} step line(s)" if rc == 0 else "")
+    if a.kind == "llmc":
+        m = re.search(r"total average iteration time: ([0-9.]+) ms", text)
+        if m and float(m.group(1)) > 0:
+            ms = float(m.group(1))
+            rec["llmc_own_ms"] = ms
+            rec["llmc_own_tokens_per_s"] = round(a.batch * a.seq / (ms / 1e3), 1)
+    if a.metrics and os.path.exists(a.metrics):
+        for line in open(a.metrics):
+            try:
+                j = json.loads(line)
+            except ValueError:
+                continue
+            if j.get("summary"):
+                for k in ("tokens_per_s", "train_seconds", "mem_device_used_mib", "mem_activations_mib",
+                          "tokens_per_s_steady", "mfu", "ms_per_step"):
+                    if k in j:
+                        rec["ddp_" + k] = j[k]
+    with open(a.runs, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    state = "ok" if rec["ok"] else f"FAILED ({rec['why']})"
+    extra = f": {rec['tokens_per_s']:,.0f} tokens/s, {rec['ms_per_step']} ms/step, MFU {100 * rec['mfu']:.1f} %" if rec["ok"] else ""
+    print(f"gpu_gpt: {a.label} B {a.batch}: {state}{extra} ({rec['wall_s']:.0f} s)", flush=True)
+    return 0 if rec["ok"] else {"oom": 3, "no-gpu": 4}.get(rec["why"], 1)
+
+
+def read_ncu(path):
+    """{kernel name: [count, total ns]} from ncu's --csv output (details or raw page)."""
+    text = open(path, errors="replace").read()
+    lines = text.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+    if start is None:
+        return {}
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    head = rows[0]
+    name_col = head.index("Kernel Name") if "Kernel Name" in head else None
+    if name_col is None:
+        return {}
+    scale = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
+    out = {}
+    if "Metric Name" in head:  # details page: one row per kernel and metric
+        mn, mu, mv = head.index("Metric Name"), head.index("Metric Unit"), head.index("Metric Value")
+        for r in rows[1:]:
+            if len(r) <= mv or r[mn] != "gpu__time_duration.sum":
+                continue
+            ns = float(r[mv].replace(",", "")) * scale.get(r[mu].strip(), 1.0)
+            e = out.setdefault(r[name_col], [0, 0.0])
+            e[0] += 1
+            e[1] += ns
+    elif "gpu__time_duration.sum" in head:  # raw page: a units row, then one row per kernel
+        c = head.index("gpu__time_duration.sum")
+        unit = rows[1][c].strip() if len(rows) > 1 else "nsecond"
+        for r in rows[2:]:
+            if len(r) <= c or not r[c].strip():
+                continue
+            ns = float(r[c].replace(",", "")) * scale.get(unit, 1.0)
+            e = out.setdefault(r[name_col], [0, 0.0])
+            e[0] += 1
+            e[1] += ns
+    return out
+
+
+def cmd_ncu(a):
+    k = read_ncu(a.csv)
+    if not k:
+        print(f"gpu_gpt: no kernel rows with gpu__time_duration.sum in {a.csv}")
+        return 1
+    total = sum(v[1] for v in k.values())
+    n = sum(v[0] for v in k.values())
+    print(f"per-kernel GPU time of one steady training step (ncu gpu__time_duration.sum, summed by name):")
+    print(f"{'kernel':64} {'count':>6} {'ms':>9} {'%':>6}")
+    for name, (c, ns) in sorted(k.items(), key=lambda kv: -kv[1][1])[:a.top]:
+        print(f"{name[:64]:64} {c:6d} {ns / 1e6:9.3f} {100 * ns / total:6.1f}")
+    if len(k) > a.top:
+        rest = sorted(k.items(), key=lambda kv: -kv[1][1])[a.top:]
+        print(f"{'(' + str(len(rest)) + ' more kernels)':64} {sum(v[0] for _, v in rest):6d} "
+              f"{sum(v[1] for _, v in rest) / 1e6:9.3f} {100 * sum(v[1] for _, v in rest) / total:6.1f}")
+    line = f"{n} kernels, {len(k)} names, {total / 1e6:.2f} ms of kernel time"
+    if a.step_ms:
+        line += (f"; the step took {a.step_ms:.2f} ms without the profiler (steady ms/step of the same "
+                 f"build and batch): kernels cover {100 * total / 1e6 / a.step_ms:.0f} % of it")
+    print(line)
+    return 0
+
+
+def cmd_summary(a):
+    runs = [json.loads(l) for l in open(a.runs)] if a.runs and os.path.exists(a.runs) else []
+    if a.header and os.path.exists(a.header):
+        print(open(a.header).read().rstrip())
+    print(f"\nGPT-2 d12, T {runs[0]['seq'] if runs else 1024}, bf16, one GPU; steady = steps 2..N; "
+          f"MFU = tokens/s x {flops_per_token(runs[0]['seq'] if runs else 1024) / 1e6:.1f} MFLOP / {a.peak} TFLOP/s")
+    print(f"{'run':22} {'B':>4} {'tokens/s':>10} {'ms/step':>9} {'MFU':>7} {'vs llm.c':>9}  note")
+    llmc = {r["batch"]: r for r in runs if r["kind"] == "llmc" and r["ok"]}
+    for r in runs:
+        if r["ok"]:
+            ref = llmc.get(r["batch"])
+            ratio = f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ref and r["kind"] != "llmc" else ""
+            note = []
+            if r["kind"] == "llmc" and "llmc_own_tokens_per_s" in r:
+                note.append(f"llm.c's own average {r['llmc_own_tokens_per_s']:,.0f} tok/s")
+            if r.get("ddp_mem_device_used_mib"):
+                note.append(f"device {r['ddp_mem_device_used_mib']:,.0f} MiB")
+            if r.get("ddp_tokens_per_s_steady"):
+                note.append(f"ddp-train's own steady {r['ddp_tokens_per_s_steady']:,.0f}")
+            print(f"{r['label'][:22]:22} {r['batch']:4d} {r['tokens_per_s']:10,.0f} {r['ms_per_step']:9.2f} "
+                  f"{100 * r['mfu']:6.1f}% {ratio:>9}  {'; '.join(note)}")
+        else:
+            print(f"{r['label'][:22]:22} {r['batch']:4d} {'-':>10} {'-':>9} {'-':>7} {'':>9}  failed: {r['why']}")
+    for path, what in ((a.suite, "suite"), (a.ncu, "ncu")):
+        if path and os.path.exists(path):
+            lines = open(path).read().rstrip().splitlines()
+            if what == "suite":
+                print("\n" + (lines[-1] if lines else "suite: no output"))
+                fails = [l for l in lines if re.search(r" (FAIL|TIMEOUT) ", l)]
+                for l in fails:
+                    print("  " + l)
+            else:
+                print("\n" + "\n".join(lines if len(lines) <= 15 else lines[:14] + lines[-1:]))
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--peak", type=float, default=989.4, help="dense bf16 peak, TFLOP/s")
+    sub = ap.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("train")
+    t.add_argument("--label", required=True)
+    t.add_argument("--kind", default="ddp", choices=["ddp", "llmc"])
+    t.add_argument("--batch", type=int, required=True)
+    t.add_argument("--seq", type=int, default=1024)
+    t.add_argument("--steps", type=int, required=True)
+    t.add_argument("--runs", required=True)
+    t.add_argument("--log", required=True)
+    t.add_argument("--metrics")
+    t.add_argument("--timeout", type=float, default=300)
+    t.add_argument("command", nargs=argparse.REMAINDER)
+    n = sub.add_parser("ncu")
+    n.add_argument("csv")
+    n.add_argument("--step-ms", type=float, default=0)
+    n.add_argument("--top", type=int, default=25)
+    s = sub.add_parser("summary")
+    s.add_argument("--runs")
+    s.add_argument("--suite")
+    s.add_argument("--ncu")
+    s.add_argument("--header")
+    a = ap.parse_args()
+    if a.what == "train":
+        if a.command and a.command[0] == "--":
+            a.command = a.command[1:]
+        return cmd_train(a)
+    return {"ncu": cmd_ncu, "summary": cmd_summary}[a.what](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

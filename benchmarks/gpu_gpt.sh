@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# gpu_gpt.sh - GPT-2 d12 on one GPU in one go, for a lent machine with minutes to spare: (1) the
+# CUDA test suite of a carried build (benchmarks/run_suite.py, no meson needed), (2) ddp-train
+# --model gpt2 --gpt-config d12 --seq 1024 --precision bf16 at --batch 16 and at the largest batch
+# that fits (tried in descending order, the first that trains is kept; no --recompute) for the NEW
+# build and, with --baseline, a BASELINE build, (3) llm.c's train_gpt2cu from random init (-e d12)
+# on the same shards at the same batches, (4) Nsight Compute over ONE steady step of the new build
+# (DDP_PROFILE_STEP, ncu --profile-from-start off --metrics gpu__time_duration.sum), summed per
+# kernel; then a summary table (last in the output, also in OUT/summary.txt).
+#
+#   benchmarks/gpu_gpt.sh --build DIR [--baseline DIR] [--llmc PATH] [--data PREFIX] [--out DIR]
+#       [--steps N] [--parts suite,bench,llmc,ncu] [--batches "64 48 32"] [--budget SECONDS]
+#       [--peak TFLOPS] [--device cuda]
+#
+# --build/--baseline: build folders holding train/ddp-train (and runtime/libddp.so*); the suite
+# needs --build's meson-tests.json (`meson introspect --tests BUILD > BUILD/meson-tests.json`).
+# --llmc: train_gpt2cu (PATH-nocudnn beside it is tried when PATH fails to start). --data: shards
+# PREFIX_train_*.bin and PREFIX_val_*.bin (default data/text/austen). --steps (default 20): steady
+# tokens/s are steps 2..N, from the arrival times of each step's progress line (gpu_gpt.py says
+# why that is exact); MFU in llm.c's convention (803.5 MFLOP/token at T 1024, 989.4 TFLOP/s).
+# Parts run in the order --parts names them. How long: about 7-8 minutes on an H100 with all
+# four parts (suite ~2 min, 4-6 trainings of 20-40 s, llm.c 2 runs, ncu ~1 min); every part and
+# every run has a timeout and the whole stays within --budget (default 500 s): what is left over
+# is reported as not run. Without a GPU every part fails or skips quickly and says so.
+# Outputs in --out (at most 8 files): summary.txt, suite.txt, suite.log, bench.log, runs.jsonl,
+# ncu.csv, ncu_kernels.txt.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build="" baseline="" llmc="" data=data/text/austen out=gpu-gpt-out steps=20 parts=suite,bench,llmc,ncu
+batches="64 48 32" budget=500 peak=989.4 device=cuda seq=1024
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --baseline) baseline=$2; shift 2 ;;
+    --llmc) llmc=$2; shift 2 ;;
+    --data) data=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --parts) parts=$2; shift 2 ;;
+    --batches) batches=$2; shift 2 ;;
+    --budget) budget=$2; shift 2 ;;
+    --peak) peak=$2; shift 2 ;;
+    --device) device=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_gpt.sh: unknown option '$1' (--help)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$build" ] || { echo "gpu_gpt.sh: --build DIR is required (--help)" >&2; exit 2; }
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+t0=$SECONDS
+left() { echo $((budget - (SECONDS - t0))); }
+# cap SECONDS: the smaller of SECONDS and the budget left (at least 1)
+cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo $((l > 1 ? l : 1)) || echo "$1"; }
+py() { python3 "$here/gpu_gpt.py" --peak "$peak" "$@"; }
+rm -f "$out"/{summary.txt,suite.txt,suite.log,bench.log,runs.jsonl,ncu.csv,ncu_kernels.txt}
+runs=$out/runs.jsonl log=$out/bench.log
+touch "$runs"
+
+# The header: when, where, what.
+{
+  echo "== gpu_gpt.sh $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname)"
+  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+  echo "GPU: ${gpu:-none (nvidia-smi lists no GPU: the GPU parts will fail or skip)}"
+  for b in "$build" "$baseline"; do
+    [ -n "$b" ] && echo "build $b: $(cat "$b/ddp-version.txt" 2>/dev/null || git -C "$b/.." describe --always --dirty 2>/dev/null || echo '?')"
+  done
+  [ -n "$llmc" ] && echo "llm.c: $llmc ($(head -1 "$(dirname "$llmc")/VERSION" 2>/dev/null || echo 'version unknown'))"
+  echo "libraries: $(ldd "$build/train/ddp-train" 2>/dev/null | grep -E 'libcudnn|libnccl|libcublas\.|libmpi\.|not found' | awk '{print $1 " -> " $3}' | paste -sd ' ' -)"
+} >"$out/header.txt"
+cat "$out/header.txt"
+compgen -G "${data}_train_*.bin" >/dev/null || echo "gpu_gpt.sh: no shards ${data}_train_*.bin (--data PREFIX)"
+
+ddp_cmd() {  # ddp_cmd BUILD B STEPS: the ddp-train command line, in the array cmd
+  cmd=("$1/train/ddp-train" --model gpt2 --gpt-config d12 --seq "$seq" --batch "$2" --precision bf16
+    --device "$device" --max-steps "$3" --epochs 1000 --log-every 1 --val-max-batches 1
+    --data "${data}_train_*.bin" --val-data "${data}_val_*.bin")
+}
+
+# train_ddp LABEL BUILD B: one run; exit 0 trained, 3 out of memory, 4 no GPU, else another failure
+train_ddp() {
+  local l; l=$(left)
+  [ "$l" -gt 15 ] || { echo "gpu_gpt: $1 B $3: not run (budget spent)"; return 1; }
+  ddp_cmd "$2" "$3" "$steps"
+  rm -f "$out/.metrics.json"
+  py train --label "$1" --batch "$3" --seq "$seq" --steps "$steps" --runs "$runs" --log "$log" \
+    --metrics "$out/.metrics.json" --timeout "$(cap 150)" -- "${cmd[@]}" --metrics "$out/.metrics.json"
+}
+
+# bench LABEL BUILD: B 16, then the largest batch of $batches that trains
+declare -A best_b=()
+bench() {
+  echo "-- $1: $2"
+  [ -x "$2/train/ddp-train" ] || { echo "gpu_gpt: $1: no $2/train/ddp-train"; return; }
+  train_ddp "$1" "$2" 16
+  local rc=$?
+  if [ $rc -ne 0 ] && [ $rc -ne 3 ]; then
+    echo "gpu_gpt: $1 failed at B 16 for a reason other than memory: no largest-batch search"; return
+  fi
+  [ $rc -eq 0 ] && best_b[$1]=16
+  for b in $batches; do
+    [ "$b" -gt 16 ] || continue
+    train_ddp "$1" "$2" "$b"
+    rc=$?
+    if [ $rc -eq 0 ]; then best_b[$1]=$b; return; fi
+    [ $rc -eq 3 ] || { echo "gpu_gpt: $1 B $b failed for a reason other than memory: stopping the search"; return; }
+  done
+}
+
+part_suite() {
+  echo "== suite: the CUDA tests of $build (benchmarks/run_suite.py)"
+  if [ ! -f "$build/meson-tests.json" ]; then
+    echo "gpu_gpt: no $build/meson-tests.json (meson introspect --tests BUILD > BUILD/meson-tests.json)" | tee "$out/suite.txt"
+    return
+  fi
+  local d; d=$(cap 180)
+  timeout $((d + 15)) python3 "$here/run_suite.py" "$build/meson-tests.json" --suite cuda \
+    --log "$out/suite.log" --deadline "$d" --timeout-cap 120 2>&1 | tee "$out/suite.txt"
+}
+
+part_bench() {
+  echo "== bench: ddp-train GPT-2 d12, T $seq, bf16, $steps steps per run"
+  [ -n "$baseline" ] && bench baseline "$baseline"
+  bench new "$build"
+}
+
+part_llmc() {
+  echo "== llm.c: $llmc"
+  if [ -z "$llmc" ] || [ ! -x "$llmc" ]; then echo "gpu_gpt: llm.c skipped (no --llmc PATH)"; return; fi
+  local bs="16 ${best_b[new]:-}" exe=$llmc tag="llm.c"
+  for b in $(echo "$bs" | tr ' ' '\n' | awk '!seen[$0]++'); do
+    [ "$(left)" -gt 15 ] || { echo "gpu_gpt: llm.c B $b: not run (budget spent)"; continue; }
+    py train --label "$tag" --kind llmc --batch "$b" --seq "$seq" --steps "$steps" --runs "$runs" \
+      --log "$log" --timeout "$(cap 120)" -- "$exe" -i "${data}_train_*.bin" -j "${data}_val_*.bin" \
+      -e d12 -b "$b" -t "$seq" -x "$steps" -v 100000 -m 1 -s 0
+    rc=$?
+    # exit 3: out of memory, 4: no GPU; any other failure of the cuDNN build: try the one without
+    if [ $rc -ne 0 ] && [ $rc -ne 3 ] && [ $rc -ne 4 ] && [ "$exe" = "$llmc" ] && [ -x "$llmc-nocudnn" ]; then
+      echo "gpu_gpt: $llmc failed: trying $llmc-nocudnn (llm.c's own attention kernels, no cuDNN)"
+      exe=$llmc-nocudnn tag="llm.c (no cuDNN)"
+      py train --label "$tag" --kind llmc --batch "$b" --seq "$seq" --steps "$steps" --runs "$runs" \
+        --log "$log" --timeout "$(cap 120)" -- "$exe" -i "${data}_train_*.bin" -j "${data}_val_*.bin" \
+        -e d12 -b "$b" -t "$seq" -x "$steps" -v 100000 -m 1 -s 0
+    fi
+  done
+}
+
+part_ncu() {
+  echo "== ncu: one steady step (step 3) of $build at B 16"
+  local ncu; ncu=$(command -v ncu || compgen -G "/usr/local/cuda/bin/ncu" || compgen -G "/opt/nvidia/nsight-compute/*/ncu" | head -1)
+  if [ -z "$ncu" ]; then echo "gpu_gpt: ncu not found: per-kernel table skipped" | tee "$out/ncu_kernels.txt"; return; fi
+  [ "$(left)" -gt 30 ] || { echo "gpu_gpt: ncu not run (budget spent)" | tee "$out/ncu_kernels.txt"; return; }
+  # --clock-control none: the card's own clocks (ncu would lock them to base), --cache-control
+  # none: no cache flush between kernels, as in training; DDP_PROFILE_STEP brackets step 3 with
+  # cudaProfilerStart/Stop, so only its kernels are profiled.
+  ddp_cmd "$build" 16 3
+  echo "==== ncu: ${cmd[*]}" >>"$log"
+  DDP_PROFILE_STEP=3 timeout "$(cap 150)" "$ncu" --profile-from-start off --clock-control none \
+    --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
+    --print-kernel-base function --log-file "$out/ncu.csv" "${cmd[@]}" >>"$log" 2>&1
+  echo "ncu exit $? (its CSV: ncu.csv; the program's output: bench.log)"
+  local ms; ms=$(python3 -c "
+import json,sys
+r=[json.loads(l) for l in open(sys.argv[1])]
+r=[x for x in r if x['label']=='new' and x['batch']==16 and x['ok']]
+print(r[0]['ms_per_step'] if r else 0)" "$runs")
+  py ncu "$out/ncu.csv" --step-ms "$ms" | tee "$out/ncu_kernels.txt"
+}
+
+IFS=, read -r -a plist <<<"$parts"
+for p in "${plist[@]}"; do
+  case $p in
+    suite|bench|llmc|ncu) echo; echo "[$((SECONDS - t0)) s of $budget]"; "part_$p" ;;
+    *) echo "gpu_gpt.sh: unknown part '$p' (suite, bench, llmc, ncu)" ;;
+  esac
+done
+rm -f "$out/.metrics.json"
+echo
+py summary --runs "$runs" --suite "$out/suite.txt" --ncu "$out/ncu_kernels.txt" --header "$out/header.txt" \
+  | tee "$out/summary.txt"
+rm -f "$out/header.txt"
+echo "(gpu_gpt.sh: $((SECONDS - t0)) s; outputs in $out)"
