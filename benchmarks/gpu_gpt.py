@@ -127,6 +127,22 @@ def cmd_train(a):
     return 0 if rec["ok"] else {"oom": 3, "no-gpu": 4}.get(rec["why"], 1)
 
 
+def short_name(name):
+    """A kernel's demangled name without its return type and parameter list (templates kept)."""
+    name = name.strip()
+    if name.startswith("void "):
+        name = name[5:]
+    depth = 0
+    for i, ch in enumerate(name):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0 and i > 0:
+            return name[:i]
+    return name
+
+
 def read_ncu(path):
     """{kernel name: [count, total ns]} from ncu's --csv output (details or raw page)."""
     text = open(path, errors="replace").read()
@@ -134,7 +150,9 @@ def read_ncu(path):
     start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
     if start is None:
         return {}
-    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    # the CSV's lines all start with a quote; anything else (==PROF== notes, the program's own
+    # output when ncu's report went to the same stream) is left out
+    rows = list(csv.reader(io.StringIO("\n".join(l for l in lines[start:] if l.startswith('"')))))
     head = rows[0]
     name_col = head.index("Kernel Name") if "Kernel Name" in head else None
     if name_col is None:
@@ -147,7 +165,7 @@ def read_ncu(path):
             if len(r) <= mv or r[mn] != "gpu__time_duration.sum":
                 continue
             ns = float(r[mv].replace(",", "")) * scale.get(r[mu].strip(), 1.0)
-            e = out.setdefault(r[name_col], [0, 0.0])
+            e = out.setdefault(short_name(r[name_col]), [0, 0.0])
             e[0] += 1
             e[1] += ns
     elif "gpu__time_duration.sum" in head:  # raw page: a units row, then one row per kernel
@@ -157,26 +175,31 @@ def read_ncu(path):
             if len(r) <= c or not r[c].strip():
                 continue
             ns = float(r[c].replace(",", "")) * scale.get(unit, 1.0)
-            e = out.setdefault(r[name_col], [0, 0.0])
+            e = out.setdefault(short_name(r[name_col]), [0, 0.0])
             e[0] += 1
             e[1] += ns
     return out
 
 
 def cmd_ncu(a):
-    k = read_ncu(a.csv)
+    k = {}
+    for path in [a.csv] + a.also:  # ncu's --log-file, else wherever its report went
+        if os.path.exists(path):
+            k = read_ncu(path)
+            if k:
+                break
     if not k:
         print(f"gpu_gpt: no kernel rows with gpu__time_duration.sum in {a.csv}")
         return 1
     total = sum(v[1] for v in k.values())
     n = sum(v[0] for v in k.values())
     print(f"per-kernel GPU time of one steady training step (ncu gpu__time_duration.sum, summed by name):")
-    print(f"{'kernel':64} {'count':>6} {'ms':>9} {'%':>6}")
+    print(f"{'kernel':90} {'count':>6} {'ms':>9} {'%':>6}")
     for name, (c, ns) in sorted(k.items(), key=lambda kv: -kv[1][1])[:a.top]:
-        print(f"{name[:64]:64} {c:6d} {ns / 1e6:9.3f} {100 * ns / total:6.1f}")
+        print(f"{name[:90]:90} {c:6d} {ns / 1e6:9.3f} {100 * ns / total:6.1f}")
     if len(k) > a.top:
         rest = sorted(k.items(), key=lambda kv: -kv[1][1])[a.top:]
-        print(f"{'(' + str(len(rest)) + ' more kernels)':64} {sum(v[0] for _, v in rest):6d} "
+        print(f"{'(' + str(len(rest)) + ' more kernels)':90} {sum(v[0] for _, v in rest):6d} "
               f"{sum(v[1] for _, v in rest) / 1e6:9.3f} {100 * sum(v[1] for _, v in rest) / total:6.1f}")
     line = f"{n} kernels, {len(k)} names, {total / 1e6:.2f} ms of kernel time"
     if a.step_ms:
@@ -240,6 +263,7 @@ def main():
     n = sub.add_parser("ncu")
     n.add_argument("csv")
     n.add_argument("--step-ms", type=float, default=0)
+    n.add_argument("--also", nargs="*", default=[], help="other files to look in for the CSV")
     n.add_argument("--top", type=int, default=25)
     s = sub.add_parser("summary")
     s.add_argument("--runs")

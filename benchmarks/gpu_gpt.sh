@@ -157,14 +157,14 @@ part_ncu() {
   echo "==== ncu: ${cmd[*]}" >>"$log"
   DDP_PROFILE_STEP=3 timeout "$(cap 150)" "$ncu" --profile-from-start off --clock-control none \
     --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
-    --print-kernel-base function --log-file "$out/ncu.csv" "${cmd[@]}" >>"$log" 2>&1
+    --log-file "$out/ncu.csv" "${cmd[@]}" >>"$log" 2>&1
   echo "ncu exit $? (its CSV: ncu.csv; the program's output: bench.log)"
   local ms; ms=$(python3 -c "
 import json,sys
 r=[json.loads(l) for l in open(sys.argv[1])]
 r=[x for x in r if x['label']=='new' and x['batch']==16 and x['ok']]
 print(r[0]['ms_per_step'] if r else 0)" "$runs")
-  py ncu "$out/ncu.csv" --step-ms "$ms" | tee "$out/ncu_kernels.txt"
+  py ncu "$out/ncu.csv" --step-ms "$ms" --also "$log" | tee "$out/ncu_kernels.txt"
 }
 
 IFS=, read -r -a plist <<<"$parts"
