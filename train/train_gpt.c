@@ -900,8 +900,8 @@ static void gpt_rates_get(const gpt_trainer *t, gpt_rates *r)
 
 static void gpt_print_rates(const gpt_trainer *t, const gpt_rates *r)
 {
-    printf("\nthroughput: %.1f tokens/s across %d rank(s) (%ld steps in %.2f s of training)", r->tps,
-           t->world, r->steps, t->train_seconds);
+    printf("\nthroughput: %.1f tokens/s across %d rank(s) (%ld steps in %.2f s of training)",
+           r->tps, t->world, r->steps, t->train_seconds);
     if (isnan(r->tps_steady)) {
         printf("; from step 2 on: not measured (one step)\n");
         return;
