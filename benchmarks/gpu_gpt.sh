@@ -3,7 +3,8 @@
 # CUDA test suite of a carried build (benchmarks/run_suite.py, no meson needed), (2) ddp-train
 # --model gpt2 --gpt-config d12 --seq 1024 --precision bf16 at --batch 16 and at the largest batch
 # that fits (tried in descending order, the first that trains is kept; no --recompute) for the NEW
-# build and, with --baseline, a BASELINE build, (3) llm.c's train_gpt2cu from random init (-e d12)
+# build (also with DDP_CUDA_ATTENTION=materialized at B 16) and, with --baseline, a BASELINE build
+# (B 16), (3) llm.c's train_gpt2cu from random init (-e d12)
 # on the same shards at the same batches, (4) Nsight Compute over ONE steady step of the new build
 # (DDP_PROFILE_STEP, ncu --profile-from-start off --metrics gpu__time_duration.sum), summed per
 # kernel; then a summary table (last in the output, also in OUT/summary.txt).
@@ -87,13 +88,14 @@ train_ddp() {
     --metrics "$out/.metrics.json" --timeout "$(cap 150)" -- "${cmd[@]}" --metrics "$out/.metrics.json"
 }
 
-# bench LABEL BUILD: B 16, then the largest batch of $batches that trains
+# bench LABEL BUILD [once]: B 16, then (without once) the largest batch of $batches that trains
 declare -A best_b=()
 bench() {
   echo "-- $1: $2"
   [ -x "$2/train/ddp-train" ] || { echo "gpu_gpt: $1: no $2/train/ddp-train"; return; }
   train_ddp "$1" "$2" 16
   local rc=$?
+  [ "${3:-}" = once ] && return
   if [ $rc -ne 0 ] && [ $rc -ne 3 ]; then
     echo "gpu_gpt: $1 failed at B 16 for a reason other than memory: no largest-batch search"; return
   fi
@@ -120,8 +122,10 @@ part_suite() {
 
 part_bench() {
   echo "== bench: ddp-train GPT-2 d12, T $seq, bf16, $steps steps per run"
-  [ -n "$baseline" ] && bench baseline "$baseline"
+  [ -n "$baseline" ] && bench baseline "$baseline" once
   bench new "$build"
+  # the same build with the reference attention (bf16 GEMMs around the T x T softmax)
+  DDP_CUDA_ATTENTION=materialized bench new-materialized "$build" once
 }
 
 part_llmc() {
