@@ -6,11 +6,16 @@
       Runs COMMAND (ddp-train with --log-every 1, or llm.c's train_gpt2cu), stamps every output
       line with the time it arrived, and appends one JSON line to --runs: ok, why (oom, timeout,
       no-gpu, exit N), steady tokens/s, ms/step, MFU.
-      Steady = steps 2..N: (N - 1) x B x T over the time between the lines of step 1 and step N.
-      Both programs print a line per step right after the host has waited for that step (ddp-train
-      with --log-every 1 downloads the loss every step; llm.c synchronises every step), so those
-      arrival times are the steps' ends, whatever else the line says. llm.c's own figure (its
-      "total average iteration time", CUDA events around steps 2..N) is kept beside it.
+      Steady = steps 2..N. ddp-train (--kind ddp): (N - 1) x B x T over the time between the
+      arrival of the lines of step 1 and step N (with --log-every 1 it prints each line right after
+      the host waited for that step, so the arrival times are the steps' ends). llm.c (--kind
+      llmc): the mean of its own per-step times for steps 2..N ("step k/N | ... | 33.13 ms | ...",
+      CUDA events around each step), tokens/s = B x T / that mean; not arrival times, since its
+      stdout through a pipe is block-buffered unless run under stdbuf -oL (all its lines can
+      arrive at once). Its "total average iteration time" (the same steps 2..N) is kept beside it.
+  gpu_gpt.py reparse --runs FILE --log FILE [--out FILE]
+      Recomputes the llm.c records of --runs from their output in --log (bench.log) as `train`
+      now does, and writes the records to --out (default: standard output).
   gpu_gpt.py ncu CSV [--step-ms MS] [--top N]
       ncu's CSV (--metrics gpu__time_duration.sum --csv) summed by kernel name: count, total ms,
       percent of the kernels' sum, sorted; and the sum against the step's measured time.
@@ -34,6 +39,8 @@ import time
 
 D12 = {"layers": 12, "channels": 768, "n_params": 124_475_904}
 STEP_RE = re.compile(r"^\s*step\s+(\d+)/(\d+)\b")
+LLMC_STEP_RE = re.compile(r"^\s*step\s+(\d+)/(\d+)\s*\|.*\|\s*([0-9.]+) ms\s*\|")
+LLMC_AVG_RE = re.compile(r"total average iteration time: ([0-9.]+) ms")
 OOM_RE = re.compile(r"out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|"
                     r"CUDNN_STATUS_ALLOC_FAILED|cannot allocate .* device|OOM", re.I)
 NO_GPU_RE = re.compile(r"no usable (CUDA device|GPU)|no CUDA-capable device|CUDA driver version is "
@@ -42,6 +49,34 @@ NO_GPU_RE = re.compile(r"no usable (CUDA device|GPU)|no CUDA-capable device|CUDA
 
 def flops_per_token(seq, m=D12):
     return 6.0 * m["n_params"] + 6.0 * m["layers"] * m["channels"] * seq
+
+
+def llmc_steady(lines, batch, seq, peak):
+    """The steady figures of one llm.c run from its own output lines: {} without step lines.
+    Its per-step ms are CUDA events around each step; the mean over steps 2..N leaves the first
+    out, as its "total average iteration time" does (train_gpt2.cu sums steps with step > 0 and
+    divides by N - 1)."""
+    ms = {}
+    avg = None
+    for line in lines:
+        m = LLMC_STEP_RE.match(line)
+        if m:
+            ms[int(m.group(1))] = float(m.group(3))
+        m = LLMC_AVG_RE.search(line)
+        if m and float(m.group(1)) > 0:
+            avg = float(m.group(1))
+    rec = {}
+    if avg is not None:
+        rec["llmc_own_ms"] = avg
+        rec["llmc_own_tokens_per_s"] = round(batch * seq / (avg / 1e3), 1)
+    steady = [v for k, v in sorted(ms.items()) if k >= 2]
+    if len(steady) >= 2:
+        mean = sum(steady) / len(steady)
+        tps = batch * seq / (mean / 1e3)
+        rec.update(steady_steps=f"2..{max(ms)}", steady_from="llm.c's per-step ms",
+                   tokens_per_s=round(tps, 1), ms_per_step=round(mean, 2),
+                   mfu=round(tps * flops_per_token(seq) / (peak * 1e12), 4))
+    return rec
 
 
 def cmd_train(a):
@@ -103,11 +138,12 @@ def cmd_train(a):
     else:
         rec["why"] = f"exit {rc}" + (f", {last} step line(s)" if rc == 0 else "")
     if a.kind == "llmc":
-        m = re.search(r"total average iteration time: ([0-9.]+) ms", text)
-        if m and float(m.group(1)) > 0:
-            ms = float(m.group(1))
-            rec["llmc_own_ms"] = ms
-            rec["llmc_own_tokens_per_s"] = round(a.batch * a.seq / (ms / 1e3), 1)
+        # its own per-step times, not the lines' arrival times (block-buffered stdout)
+        own = llmc_steady(tail, a.batch, a.seq, a.peak)
+        if rec["ok"] and "tokens_per_s" in own:
+            rec.update(own)
+        else:
+            rec.update({k: v for k, v in own.items() if k.startswith("llmc_own")})
     if a.metrics and os.path.exists(a.metrics):
         for line in open(a.metrics):
             try:
@@ -125,6 +161,35 @@ def cmd_train(a):
     extra = f": {rec['tokens_per_s']:,.0f} tokens/s, {rec['ms_per_step']} ms/step, MFU {100 * rec['mfu']:.1f} %" if rec["ok"] else ""
     print(f"gpu_gpt: {a.label} B {a.batch}: {state}{extra} ({rec['wall_s']:.0f} s)", flush=True)
     return 0 if rec["ok"] else {"oom": 3, "no-gpu": 4}.get(rec["why"], 1)
+
+
+def cmd_reparse(a):
+    """The llm.c records of --runs recomputed from their blocks of --log."""
+    stamp = re.compile(r"^\[\s*[0-9.]+\] ")
+    blocks, cur = {}, None
+    for line in open(a.log, errors="replace"):
+        line = line.rstrip("\n")
+        m = re.match(r"^==== (.+) B (\d+): (.*)$", line)
+        if m:
+            key = (m.group(1), int(m.group(2)))
+            cur = None if m.group(3).startswith("exit ") else blocks.setdefault(key, [])
+            if cur is not None:
+                cur.clear()
+            continue
+        if cur is not None:
+            cur.append(stamp.sub("", line))
+    out = []
+    for line in open(a.runs):
+        r = json.loads(line)
+        lines = blocks.get((r["label"], r["batch"]))
+        if r["kind"] == "llmc" and r["ok"] and lines:
+            own = llmc_steady(lines, r["batch"], r["seq"], a.peak)
+            if "tokens_per_s" in own:
+                r.update(own)
+        out.append(json.dumps(r))
+    f = open(a.out, "w") if a.out and a.out != "-" else sys.stdout
+    f.write("\n".join(out) + "\n")
+    return 0
 
 
 def short_name(name):
@@ -220,10 +285,16 @@ def cmd_summary(a):
     for r in runs:
         if r["ok"]:
             ref = llmc.get(r["batch"])
-            ratio = f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ref and r["kind"] != "llmc" else ""
+            ratio = f"{r['tokens_per_s'] / ref['tokens_per_s']:.3f}x" if ref and r["kind"] != "llmc" else ""
             note = []
-            if r["kind"] == "llmc" and "llmc_own_tokens_per_s" in r:
-                note.append(f"llm.c's own average {r['llmc_own_tokens_per_s']:,.0f} tok/s")
+            if r["kind"] == "llmc":
+                if r.get("steady_from"):
+                    note.append(f"from its per-step ms, steps {r['steady_steps']}")
+                else:
+                    note.append("from the lines' arrival times (stdout block-buffered?)")
+                if "llmc_own_tokens_per_s" in r:
+                    note.append(f"its own average {r['llmc_own_ms']:.3f} ms = "
+                                f"{r['llmc_own_tokens_per_s']:,.0f} tok/s")
             if r.get("ddp_mem_device_used_mib"):
                 note.append(f"device {r['ddp_mem_device_used_mib']:,.0f} MiB")
             if r.get("ddp_tokens_per_s_steady"):
@@ -270,12 +341,16 @@ def main():
     s.add_argument("--suite")
     s.add_argument("--ncu")
     s.add_argument("--header")
+    r = sub.add_parser("reparse")
+    r.add_argument("--runs", required=True)
+    r.add_argument("--log", required=True)
+    r.add_argument("--out", default="-")
     a = ap.parse_args()
     if a.what == "train":
         if a.command and a.command[0] == "--":
             a.command = a.command[1:]
         return cmd_train(a)
-    return {"ncu": cmd_ncu, "summary": cmd_summary}[a.what](a)
+    return {"ncu": cmd_ncu, "summary": cmd_summary, "reparse": cmd_reparse}[a.what](a)
 
 
 if __name__ == "__main__":

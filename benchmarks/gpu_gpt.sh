@@ -17,8 +17,9 @@
 # needs --build's meson-tests.json (`meson introspect --tests BUILD > BUILD/meson-tests.json`).
 # --llmc: train_gpt2cu (PATH-nocudnn beside it is tried when PATH fails to start). --data: shards
 # PREFIX_train_*.bin and PREFIX_val_*.bin (default data/text/austen). --steps (default 20): steady
-# tokens/s are steps 2..N, from the arrival times of each step's progress line (gpu_gpt.py says
-# why that is exact); MFU in llm.c's convention (803.5 MFLOP/token at T 1024, 989.4 TFLOP/s).
+# tokens/s are steps 2..N, for ddp-train from the arrival times of each step's progress line, for
+# llm.c from its own per-step ms (run under stdbuf -oL, but its lines' arrival is not relied on;
+# gpu_gpt.py says why); MFU in llm.c's convention (803.5 MFLOP/token at T 1024, 989.4 TFLOP/s).
 # Parts run in the order --parts names them. How long: about 7-8 minutes on an H100 with all
 # four parts (suite ~2 min, 4-6 trainings of 20-40 s, llm.c 2 runs, ncu ~1 min); every part and
 # every run has a timeout and the whole stays within --budget (default 500 s): what is left over
@@ -131,11 +132,13 @@ part_bench() {
 part_llmc() {
   echo "== llm.c: $llmc"
   if [ -z "$llmc" ] || [ ! -x "$llmc" ]; then echo "gpu_gpt: llm.c skipped (no --llmc PATH)"; return; fi
-  local bs="16 ${best_b[new]:-}" exe=$llmc tag="llm.c"
+  local bs="16 ${best_b[new]:-}" exe=$llmc tag="llm.c" sb=env
+  # llm.c's printf through a pipe is block-buffered: stdbuf -oL makes bench.log's stamps real
+  command -v stdbuf >/dev/null && sb="stdbuf -oL"
   for b in $(echo "$bs" | tr ' ' '\n' | awk '!seen[$0]++'); do
     [ "$(left)" -gt 15 ] || { echo "gpu_gpt: llm.c B $b: not run (budget spent)"; continue; }
     py train --label "$tag" --kind llmc --batch "$b" --seq "$seq" --steps "$steps" --runs "$runs" \
-      --log "$log" --timeout "$(cap 120)" -- "$exe" -i "${data}_train_*.bin" -j "${data}_val_*.bin" \
+      --log "$log" --timeout "$(cap 120)" -- $sb "$exe" -i "${data}_train_*.bin" -j "${data}_val_*.bin" \
       -e d12 -b "$b" -t "$seq" -x "$steps" -v 100000 -m 1 -s 0
     rc=$?
     # exit 3: out of memory, 4: no GPU; any other failure of the cuDNN build: try the one without
@@ -143,7 +146,7 @@ part_llmc() {
       echo "gpu_gpt: $llmc failed: trying $llmc-nocudnn (llm.c's own attention kernels, no cuDNN)"
       exe=$llmc-nocudnn tag="llm.c (no cuDNN)"
       py train --label "$tag" --kind llmc --batch "$b" --seq "$seq" --steps "$steps" --runs "$runs" \
-        --log "$log" --timeout "$(cap 120)" -- "$exe" -i "${data}_train_*.bin" -j "${data}_val_*.bin" \
+        --log "$log" --timeout "$(cap 120)" -- $sb "$exe" -i "${data}_train_*.bin" -j "${data}_val_*.bin" \
         -e d12 -b "$b" -t "$seq" -x "$steps" -v 100000 -m 1 -s 0
     fi
   done
