@@ -10,7 +10,7 @@
 # kernel; then a summary table (last in the output, also in OUT/summary.txt).
 #
 #   benchmarks/gpu_gpt.sh --build DIR [--baseline DIR] [--llmc PATH] [--data PREFIX] [--out DIR]
-#       [--steps N] [--parts suite,bench,llmc,ncu] [--batches "64 48 32"] [--budget SECONDS]
+#       [--steps N] [--parts suite,bench,llmc,ncu[,size,loss]] [--batches "64 48 32"] [--budget SECONDS]
 #       [--peak TFLOPS] [--device cuda]
 #
 # --build/--baseline: build folders holding train/ddp-train (and runtime/libddp.so*); the suite
@@ -174,11 +174,41 @@ print(r[0]['ms_per_step'] if r else 0)" "$runs")
   py ncu "$out/ncu.csv" --step-ms "$ms" --also "$log" | tee "$out/ncu_kernels.txt"
 }
 
+# The largest preset, d48 (1.5B parameters), at T 1024: the first of B 8, 4, 2 that trains.
+part_size() {
+  echo "== size: d48 (1.5B), T $seq, bf16, 6 steps per run"
+  for b in 8 4 2; do
+    [ "$(left)" -gt 40 ] || { echo "gpu_gpt: d48 B $b: not run (budget spent)"; return; }
+    ddp_cmd "$build" "$b" 6
+    cmd=("${cmd[@]/#d12/d48}")
+    py train --label d48 --batch "$b" --seq "$seq" --steps 6 --runs "$runs" --log "$log" \
+      --timeout "$(cap 120)" -- "${cmd[@]}"
+    local rc=$?
+    [ $rc -eq 0 ] && return
+    [ $rc -eq 3 ] || { echo "gpu_gpt: d48 B $b failed for a reason other than memory"; return; }
+  done
+}
+
+# 200 steps of d12 at B 16, the fused attention against the materialised path: the validation
+# loss at step 200 over 20 batches (llm.c's default), in bench.log ("step 200: val loss").
+part_loss() {
+  echo "== loss: d12 B 16, 200 steps, validation at the end (20 batches)"
+  for a in flash materialized; do
+    [ "$(left)" -gt 40 ] || { echo "gpu_gpt: loss $a: not run (budget spent)"; continue; }
+    cmd=("$build/train/ddp-train" --model gpt2 --gpt-config d12 --seq "$seq" --batch 16
+      --precision bf16 --device "$device" --max-steps 200 --epochs 1000 --log-every 1
+      --val-every 200 --val-max-batches 20 --data "${data}_train_*.bin" --val-data "${data}_val_*.bin")
+    DDP_CUDA_ATTENTION=$a py train --label "loss-$a" --batch 16 --seq "$seq" --steps 200 \
+      --runs "$runs" --log "$log" --timeout "$(cap 100)" -- "${cmd[@]}"
+    grep "^\[.*\] step 200: val loss" "$log" | tail -1 | sed "s/^/gpu_gpt: loss-$a: /"
+  done
+}
+
 IFS=, read -r -a plist <<<"$parts"
 for p in "${plist[@]}"; do
   case $p in
-    suite|bench|llmc|ncu) echo; echo "[$((SECONDS - t0)) s of $budget]"; "part_$p" ;;
-    *) echo "gpu_gpt.sh: unknown part '$p' (suite, bench, llmc, ncu)" ;;
+    suite|bench|llmc|ncu|size|loss) echo; echo "[$((SECONDS - t0)) s of $budget]"; "part_$p" ;;
+    *) echo "gpu_gpt.sh: unknown part '$p' (suite, bench, llmc, ncu, size, loss)" ;;
   esac
 done
 rm -f "$out/.metrics.json"

@@ -222,6 +222,45 @@ static __global__ void heads_split_kernel(D *dst, const float *src, int stride, 
     put(dst, i, src[(b * T + t) * stride + (size_t)h * hs + d]);
 }
 
+static __device__ void put4(float *x, size_t i, float4 v) { *reinterpret_cast<float4 *>(x + i) = v; }
+static __device__ void put4(uint16_t *x, size_t i, float4 v)
+{
+    uint2 o;
+    o.x = half_f32_to_bf16(v.x) | (uint32_t)half_f32_to_bf16(v.y) << 16;
+    o.y = half_f32_to_bf16(v.z) | (uint32_t)half_f32_to_bf16(v.w) << 16;
+    *reinterpret_cast<uint2 *>(x + i) = o;
+}
+
+/* heads_split_kernel four channels a thread, with 16-byte loads and 32-bit index arithmetic:
+ * n4 = n / 4 groups; hs, stride and src's offsets multiples of 4, src 16-byte aligned. */
+template <typename D>
+static __global__ void heads_split4_kernel(D *dst, const float *src, int stride, int T, int NH,
+                                           int hs, unsigned n4)
+{
+    unsigned g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= n4)
+        return;
+    unsigned hs4 = (unsigned)hs / 4, d = g % hs4 * 4, row = g / hs4; /* row: (b NH + h) T + t */
+    unsigned t = row % (unsigned)T, bh = row / (unsigned)T, h = bh % (unsigned)NH;
+    size_t b = bh / (unsigned)NH;
+    put4(dst, (size_t)g * 4,
+         *reinterpret_cast<const float4 *>(src + (b * T + t) * stride + (size_t)h * hs + d));
+}
+
+/* heads_merge_kernel four channels a thread (the conditions of heads_split4_kernel on dst). */
+static __global__ void heads_merge4_kernel(float *dst, const float *src, int stride, int T, int NH,
+                                           int hs, unsigned n4)
+{
+    unsigned g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= n4)
+        return;
+    unsigned hs4 = (unsigned)hs / 4, d = g % hs4 * 4, row = g / hs4;
+    unsigned t = row % (unsigned)T, bh = row / (unsigned)T, h = bh % (unsigned)NH;
+    size_t b = bh / (unsigned)NH;
+    *reinterpret_cast<float4 *>(dst + (b * T + t) * stride + (size_t)h * hs + d) =
+        *reinterpret_cast<const float4 *>(src + (size_t)g * 4);
+}
+
 /* The inverse of heads_split_kernel (float): dst's rows (stride apart) get the heads of src
  * (B, NH, T, hs) side by side. */
 static __global__ void heads_merge_kernel(float *dst, const float *src, int stride, int T, int NH,
@@ -570,13 +609,25 @@ static ddp_status heads_ptx(cuda_state *cu, const attn_shape *s, cudaDataType ab
                       tt, c, s->hs, th);
 }
 
+/* Whether the rows (stride floats apart, starting at p) of heads of hs floats can be moved four
+ * floats at a time: 16-byte aligned, and n / 4 within 32 bits. */
+static bool heads_vec4(const attn_shape *s, const float *p, int stride)
+{
+    return s->hs % 4 == 0 && stride % 4 == 0 && ((uintptr_t)p & 15) == 0 &&
+           s->n / 4 <= UINT_MAX;
+}
+
 /* dst (B, NH, T, hs; float or bf16) = the heads of src's rows (stride floats apart). */
 template <typename D>
 static ddp_status heads_split(cuda_state *cu, const attn_shape *s, D *dst, const float *src,
                               int stride)
 {
-    heads_split_kernel<D><<<grid_blocks(s->n), block_threads, 0, cu->stream>>>(
-        dst, src, stride, s->T, s->NH, s->hs, s->n);
+    if (heads_vec4(s, src, stride))
+        heads_split4_kernel<D><<<grid_blocks(s->n / 4), block_threads, 0, cu->stream>>>(
+            dst, src, stride, s->T, s->NH, s->hs, (unsigned)(s->n / 4));
+    else
+        heads_split_kernel<D><<<grid_blocks(s->n), block_threads, 0, cu->stream>>>(
+            dst, src, stride, s->T, s->NH, s->hs, s->n);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -585,8 +636,12 @@ static ddp_status heads_split(cuda_state *cu, const attn_shape *s, D *dst, const
 static ddp_status heads_merge(cuda_state *cu, const attn_shape *s, float *dst, const float *src,
                               int stride)
 {
-    heads_merge_kernel<<<grid_blocks(s->n), block_threads, 0, cu->stream>>>(
-        dst, src, stride, s->T, s->NH, s->hs, s->n);
+    if (heads_vec4(s, dst, stride) && ((uintptr_t)src & 15) == 0)
+        heads_merge4_kernel<<<grid_blocks(s->n / 4), block_threads, 0, cu->stream>>>(
+            dst, src, stride, s->T, s->NH, s->hs, (unsigned)(s->n / 4));
+    else
+        heads_merge_kernel<<<grid_blocks(s->n), block_threads, 0, cu->stream>>>(
+            dst, src, stride, s->T, s->NH, s->hs, s->n);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }

@@ -371,6 +371,7 @@ int main(void)
     check_layernorm(&r, 70, 300);
     check_attention(&r, 2, 13, 96, 4);
     check_attention(&r, 3, 70, 64, 2);
+    check_attention(&r, 2, 9, 6, 2); /* hs 3: the heads moved one float at a time */
     if (gpu->supports(gpu, DDP_BF16, NULL)) {
         for (int flash = 0; flash <= 1; flash++) {
             check_attention_bf16(&r, 2, 70, 128, 2, flash);  /* hs 64, a partial tile */
