@@ -66,7 +66,10 @@ typedef struct ddp_trace_stats {
     double backward_s;  /* total time of "backward" spans */
     long n_dropped;     /* events lost to a full buffer */
 } ddp_trace_stats;
-/* Fills *out. DDP_ERR_STATE when tracing is off or out is NULL (*out untouched). Not collective. */
+/* Fills *out with the events recorded so far. On CUDA the collectives' spans are recorded by host
+ * functions on libddp's streams when the work runs there, so call ddp_synchronize(ctx) first to
+ * count the work already queued (ddp_trace_write does so itself). DDP_ERR_STATE when tracing is
+ * off or out is NULL (*out untouched). Not collective. */
 DDP_API ddp_status ddp_trace_get_stats(ddp_trace_stats *out);
 
 /* Stops tracing, gathers every rank's events to rank 0, which writes `path` (replaced atomically:

@@ -627,6 +627,7 @@ static void test_trace(ddp_ctx *ctx)
         ddp_reducer_mark_ready(r, backward[j]);
     CHECK(ddp_reducer_finish(r) == DDP_OK, "finish");
     CHECK(ddp_reducer_gather_params(r, grads, DDP_FP32) == DDP_OK, "gather");
+    CHECK(ddp_synchronize(ctx) == DDP_OK, "synchronize"); /* CUDA: the spans' host functions ran */
     ddp_trace_stats ts;
     CHECK(ddp_trace_get_stats(&ts) == DDP_OK && ts.n_syncs == 1 && ts.comm_s > 0.0,
           "trace stats: %ld syncs, %g s of communication", ts.n_syncs, ts.comm_s);
