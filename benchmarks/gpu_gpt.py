@@ -38,6 +38,8 @@ import sys
 import time
 
 D12 = {"layers": 12, "channels": 768, "n_params": 124_475_904}
+# N with the padded vocabulary (50,304 rows), as llm.c counts (train/mfu.c, test_mfu)
+MODELS = {"d12": D12, "d48": {"layers": 48, "channels": 1600, "n_params": 1_557_686_400}}
 STEP_RE = re.compile(r"^\s*step\s+(\d+)/(\d+)\b")
 LLMC_STEP_RE = re.compile(r"^\s*step\s+(\d+)/(\d+)\s*\|.*\|\s*([0-9.]+) ms\s*\|")
 LLMC_AVG_RE = re.compile(r"total average iteration time: ([0-9.]+) ms")
@@ -128,7 +130,7 @@ def cmd_train(a):
         tps = tok / dt if dt > 0 else 0.0
         rec.update(ok=True, steady_steps=f"2..{last}", tokens_per_s=round(tps, 1),
                    ms_per_step=round(1e3 * dt / (last - 1), 2),
-                   mfu=round(tps * flops_per_token(a.seq) / (a.peak * 1e12), 4))
+                   mfu=round(tps * flops_per_token(a.seq, MODELS[a.model]) / (a.peak * 1e12), 4))
     elif timed_out:
         rec["why"] = f"timeout ({a.timeout:.0f} s)"
     elif OOM_RE.search(text):
@@ -325,6 +327,8 @@ def main():
     t.add_argument("--kind", default="ddp", choices=["ddp", "llmc"])
     t.add_argument("--batch", type=int, required=True)
     t.add_argument("--seq", type=int, default=1024)
+    t.add_argument("--model", choices=sorted(MODELS), default="d12",
+                   help="the preset whose FLOPs per token the MFU counts (default d12)")
     t.add_argument("--steps", type=int, required=True)
     t.add_argument("--runs", required=True)
     t.add_argument("--log", required=True)

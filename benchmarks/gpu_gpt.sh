@@ -181,7 +181,7 @@ part_size() {
     [ "$(left)" -gt 40 ] || { echo "gpu_gpt: d48 B $b: not run (budget spent)"; return; }
     ddp_cmd "$build" "$b" 6
     cmd=("${cmd[@]/#d12/d48}")
-    py train --label d48 --batch "$b" --seq "$seq" --steps 6 --runs "$runs" --log "$log" \
+    py train --label d48 --model d48 --batch "$b" --seq "$seq" --steps 6 --runs "$runs" --log "$log" \
       --timeout "$(cap 120)" -- "${cmd[@]}"
     local rc=$?
     [ $rc -eq 0 ] && return
