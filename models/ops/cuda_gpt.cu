@@ -43,22 +43,6 @@ static __device__ float warp_max(float v)
     return v;
 }
 
-/* The sum (or maximum) of v over the block, returned to every thread; blockDim.x is a multiple of
- * 32. Every thread of the block must call it. */
-template <bool MAX> static __device__ float block_reduce(float v)
-{
-    __shared__ float part[WARP];
-    int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, n_warps = blockDim.x / WARP;
-    v = MAX ? warp_max(v) : warp_sum(v);
-    __syncthreads(); /* a previous call's readers are done with part */
-    if (lane == 0)
-        part[warp] = v;
-    __syncthreads();
-    float identity = MAX ? -INFINITY : 0.0f;
-    v = lane < n_warps ? part[lane] : identity;
-    return MAX ? warp_max(v) : warp_sum(v);
-}
-
 /* The row of the calling warp in the kernels that give each row one warp. */
 static __device__ size_t warp_row(void)
 {
@@ -361,32 +345,93 @@ static __global__ void adamw_kernel(float *w, float *m, float *v, const float *g
 
 /* ---- cross-entropy --------------------------------------------------------------------- */
 
+/* Folds x into a running (max m, sum s of exp(. - m)): one exp per element. */
+static __device__ __forceinline__ void lse_add(float &m, float &s, float x)
+{
+    if (x > m) {
+        s = s * expf(m - x) + 1.0f;
+        m = x;
+    } else {
+        s += expf(x - m);
+    }
+}
+
+/* Merges (m2, s2) into (m, s); symmetric (a + b == b + a), so every lane of a butterfly agrees. */
+static __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2)
+{
+    float mx = fmaxf(m, m2);
+    if (mx == -INFINITY)
+        return; /* both empty */
+    s = s * expf(m - mx) + s2 * expf(m2 - mx);
+    m = mx;
+}
+
+/* The (max, sum) of the block, returned to every thread; every thread of the block calls it. */
+static __device__ void block_lse(float &m, float &s)
+{
+    __shared__ float pm[WARP], ps[WARP];
+    int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, n_warps = blockDim.x / WARP;
+    for (int o = WARP / 2; o > 0; o /= 2)
+        lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    if (lane == 0) {
+        pm[warp] = m;
+        ps[warp] = s;
+    }
+    __syncthreads();
+    m = lane < n_warps ? pm[lane] : -INFINITY;
+    s = lane < n_warps ? ps[lane] : 0.0f;
+    for (int o = WARP / 2; o > 0; o /= 2)
+        lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+}
+
 /* One block per row of logits (rows, Vp): losses[r] = log(sum exp(z - max)) - (z[target] - max)
- * over the first V columns; dlogits (may be logits: each thread reads its columns before it
- * writes them, and z[target] is read before the first barrier) = (softmax - onehot) * dscale,
- * 0 in the padding. */
+ * over the first V columns, the max and the sum in one pass (online); dlogits (may be logits:
+ * each thread reads its columns before it writes them, and z[target] is read before the first
+ * barrier) = (softmax - onehot) * dscale, 0 in the padding. vec: Vp a multiple of 4 and the rows
+ * 16-byte aligned, four columns a thread at a time. */
 static __global__ void xent_kernel(float *dlogits, float *losses, const float *logits,
-                                   const int *targets, int V, int Vp, float dscale)
+                                   const int *targets, int V, int Vp, float dscale, bool vec)
 {
     size_t r = blockIdx.x;
     const float *z = logits + r * Vp;
     int target = targets[r];
     float zt = z[target];
-    float mx = -INFINITY;
-    for (int c = threadIdx.x; c < V; c += blockDim.x)
-        mx = fmaxf(mx, z[c]);
-    mx = block_reduce<true>(mx);
-    float s = 0.0f;
-    for (int c = threadIdx.x; c < V; c += blockDim.x)
-        s += expf(z[c] - mx);
-    s = block_reduce<false>(s);
+    float m = -INFINITY, s = 0.0f;
+    if (vec) {
+        for (int c = threadIdx.x * 4; c < V; c += blockDim.x * 4) {
+            float4 x = *reinterpret_cast<const float4 *>(z + c);
+            lse_add(m, s, x.x);
+            if (c + 1 < V)
+                lse_add(m, s, x.y);
+            if (c + 2 < V)
+                lse_add(m, s, x.z);
+            if (c + 3 < V)
+                lse_add(m, s, x.w);
+        }
+    } else {
+        for (int c = threadIdx.x; c < V; c += blockDim.x)
+            lse_add(m, s, z[c]);
+    }
+    block_lse(m, s);
     if (threadIdx.x == 0)
-        losses[r] = logf(s) - (zt - mx);
+        losses[r] = logf(s) - (zt - m);
     if (!dlogits)
         return;
     float *dz = dlogits + r * Vp;
+    if (vec) {
+        for (int c = threadIdx.x * 4; c < Vp; c += blockDim.x * 4) {
+            float4 x = *reinterpret_cast<const float4 *>(z + c);
+            float v[4] = {x.x, x.y, x.z, x.w};
+            for (int k = 0; k < 4; k++) {
+                int j = c + k;
+                v[k] = j < V ? (expf(v[k] - m) / s - (j == target ? 1.0f : 0.0f)) * dscale : 0.0f;
+            }
+            *reinterpret_cast<float4 *>(dz + c) = make_float4(v[0], v[1], v[2], v[3]);
+        }
+        return;
+    }
     for (int c = threadIdx.x; c < Vp; c += blockDim.x) {
-        float p = c < V ? expf(z[c] - mx) / s : 0.0f;
+        float p = c < V ? expf(z[c] - m) / s : 0.0f;
         dz[c] = c < V ? (p - (c == target ? 1.0f : 0.0f)) * dscale : 0.0f;
     }
 }
@@ -866,8 +911,9 @@ static ddp_status cuda_xent_fwd_bwd(const ops_handle *ops, float *dlogits, float
     }
     if (rows == 0)
         return DDP_OK;
+    bool vec = Vp % 4 == 0 && ((uintptr_t)logits & 15) == 0 && ((uintptr_t)dlogits & 15) == 0;
     xent_kernel<<<(unsigned)rows, block_threads, 0, cu->stream>>>(dlogits, losses, logits,
-                                                                  targets, V, Vp, dscale);
+                                                                  targets, V, Vp, dscale, vec);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
