@@ -7,6 +7,10 @@
  * max m and sum l, log2 units, exp2f), P in bf16, the row's O (shared fp32) rescaled by
  * exp2(m_old - m_new), then O += P V. At the end o = O / l and lse = (m + log2 l) ln 2.
  *
+ * Forward, version 2 (flash_fwd2_kernel, the default; flash_attn_set_impl): the same tiles and
+ * online softmax, but on mma.sync m16n8k16 (inline PTX): each warp keeps its 16 rows' Q (A
+ * fragments), S and P (16 x 64) and O (16 x 64) in registers; only K and V go through shared memory.
+ *
  * Backward (no atomics; each output element is written by one block, sums in a fixed order):
  *   flash_bwd_kv_kernel, one block per (head, 64-key tile), looping over the query tiles at or
  *     after it: S^T = K Q^T, dP^T = V dO^T, P = exp2(S scale log2e - lse log2e), dS = P (dP - delta),
@@ -22,6 +26,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <type_traits>
@@ -278,6 +283,201 @@ flash_fwd_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, float 
     finish_rows(o + head * HS, lse + head, sm.o + row0 * LDF, q0 + row0, T, m, l);
 }
 
+/* ---- forward, version 2: scores, probabilities and O in registers (mma.sync) --------------- */
+
+/* Fragments of mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (PTX ISA, "Matrix Fragments
+ * for mma.m16n8k16 with floating point type"), lane = 4 g + c (g = groupID, c = threadID_in_group):
+ *   A (16 x 16, row): a[0] = A(g, 2c..2c+1), a[1] = A(g+8, 2c..), a[2] = A(g, 2c+8..),
+ *                     a[3] = A(g+8, 2c+8..); two bf16 per register, the lower column in the low half
+ *   B (16 x 8, col):  b[0] = B(2c..2c+1, g), b[1] = B(2c+8..2c+9, g)
+ *   C (16 x 8, fp32): c[0], c[1] = C(g, 2c..2c+1); c[2], c[3] = C(g+8, 2c..2c+1)
+ * So the C fragments of two adjacent 8-column tiles n and n+1 are, rounded to bf16, the A fragment
+ * of the 16 columns they cover: a[0] = C_n[0..1], a[1] = C_n[2..3], a[2] = C_n+1[0..1],
+ * a[3] = C_n+1[2..3]. */
+static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0,
+                                                uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two bf16 (lo in the low half) as one register. */
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &h, sizeof u);
+    return u;
+}
+
+/* The 32 bits at element e of a bf16 tile in shared memory (e even: 4-byte aligned). */
+static __device__ __forceinline__ uint32_t ld_pair(const bf16 *tile, int e)
+{
+    return *reinterpret_cast<const uint32_t *>(tile + e);
+}
+
+/* Two bf16 of a column: tile[e] in the low half, tile[e + LDH] (the next row) in the high half. */
+static __device__ __forceinline__ uint32_t ld_col_pair(const bf16 *tile, int e)
+{
+    const uint16_t *u = reinterpret_cast<const uint16_t *>(tile);
+    return (uint32_t)u[e] | ((uint32_t)u[e + LDH] << 16);
+}
+
+/* The four A fragments (16 columns each) of the 16 x 64 strip a (row stride LDH). */
+static __device__ __forceinline__ void load_a_regs(uint32_t fa[4][4], const bf16 *a, int g, int c)
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        int e = g * LDH + kk * FRAG + 2 * c;
+        fa[kk][0] = ld_pair(a, e);
+        fa[kk][1] = ld_pair(a, e + 8 * LDH);
+        fa[kk][2] = ld_pair(a, e + 8);
+        fa[kk][3] = ld_pair(a, e + 8 * LDH + 8);
+    }
+}
+
+/* s[n] (16 x 8, keys 8n..8n+7) = A B^T for the strip's A fragments fa and a 64-row tile b (row
+ * stride LDH) read as B(k, n) = b[n][k]: the scores of 16 queries against the 64 keys of b. */
+static __device__ __forceinline__ void mma_abt(float s[8][4], const uint32_t fa[4][4],
+                                               const bf16 *b, int g, int c)
+{
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            int e = (n * 8 + g) * LDH + kk * FRAG + 2 * c;
+            mma_bf16(s[n], fa[kk], ld_pair(b, e), ld_pair(b, e + 8));
+        }
+    }
+}
+
+/* acc[n] (16 x 8, columns 8n..8n+7) += A B for A fragments fa (16 x 64) and a 64 x 64 tile b
+ * (row stride LDH) read as B(k, n) = b[k][n]. */
+static __device__ __forceinline__ void mma_ab(float acc[8][4], const uint32_t fa[4][4],
+                                              const bf16 *b, int g, int c)
+{
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            int e = (kk * FRAG + 2 * c) * LDH + n * 8 + g;
+            mma_bf16(acc[n], fa[kk], ld_col_pair(b, e), ld_col_pair(b, e + 8 * LDH));
+        }
+    }
+}
+
+/* The online-softmax step on the scores s (raw q.k) of the lane's two rows, h = 0 (row g) and
+ * h = 1 (row g + 8): masks keys after the row when diag (key k0 + col > the row's query), scales
+ * to log2 units, updates the running max m[h] (shared by the row's quad) and the lane's partial
+ * sum l[h], rescales the lane's part of O, and leaves P = exp2(x - m) as bf16 A fragments in pa. */
+static __device__ __forceinline__ void softmax_regs(float s[8][4], float o[8][4], uint32_t pa[4][4],
+                                                    float m[2], float l[2], int row_q, int k0,
+                                                    int c, bool diag, float scale_log2)
+{
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int h = i / 2, key = k0 + n * 8 + 2 * c + i % 2;
+            float x = s[n][i] * scale_log2;
+            s[n][i] = diag && key > row_q + 8 * h ? -INFINITY : x;
+            mx[h] = fmaxf(mx[h], s[n][i]);
+        }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL_MASK, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL_MASK, mx[h], 2)); /* finite: key k0 <= row */
+        alpha[h] = exp2f(m[h] - mx[h]); /* 0 on the first tile (m = -inf) */
+        m[h] = mx[h];
+        l[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            s[n][i] = exp2f(s[n][i] - m[i / 2]); /* 0 where masked */
+            l[i / 2] += s[n][i];
+            o[n][i] *= alpha[i / 2];
+        }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        pa[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+}
+
+/* The lane's rows row_q (h = 0) and row_q + 8 (h = 1) of out and lse, those < T: o / l with l
+ * summed over the quad, lse = (m + log2 l) ln 2. out and lse point at the head's row 0. */
+static __device__ __forceinline__ void finish_regs(float *out, float *lse, float o[8][4],
+                                                   const float m[2], float l[2], int row_q, int T,
+                                                   int c)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(FULL_MASK, l[h], 1);
+        l[h] += __shfl_xor_sync(FULL_MASK, l[h], 2);
+        int t = row_q + 8 * h;
+        if (t >= T)
+            continue;
+        float inv = 1.0f / l[h];
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            out[(size_t)t * HS + n * 8 + 2 * c] = o[n][2 * h] * inv;
+            out[(size_t)t * HS + n * 8 + 2 * c + 1] = o[n][2 * h + 1] * inv;
+        }
+        if (c == 0)
+            lse[t] = (m[h] + log2f(l[h])) * LN2;
+    }
+}
+
+struct fwd2_smem {
+    bf16 q[TILE * LDH], k[TILE * LDH], v[TILE * LDH];
+};
+
+/* Version 2 of flash_fwd_kernel (same grid, threads and arguments; static shared memory): each
+ * warp keeps its 16 rows' Q (A fragments), S, P and O (mma.sync fragments) in registers; only the
+ * K and V tiles go through shared memory. Rows past T compute on zero Q and are not written. */
+static __global__ void __launch_bounds__(THREADS)
+flash_fwd2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *o, float *lse,
+                  int T, float scale_log2, bool vec)
+{
+    __shared__ __align__(16) fwd2_smem sm;
+    int qt = (int)(gridDim.y - 1 - blockIdx.y), q0 = qt * TILE;
+    int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    int row0 = (int)(threadIdx.x / 32) * FRAG; /* the warp's first row in the tile */
+    size_t head = (size_t)blockIdx.x * T;      /* rows before this head's */
+
+    load_tile(sm.q, q + (head + q0) * HS, T - q0, vec);
+    __syncthreads();
+    uint32_t qa[4][4], pa[4][4];
+    load_a_regs(qa, sm.q + row0 * LDH, g, c);
+    float acc[8][4], s[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * TILE;
+        __syncthreads(); /* every warp is done with the previous K and V */
+        load_tile(sm.k, k + (head + k0) * HS, T - k0, vec);
+        load_tile(sm.v, v + (head + k0) * HS, T - k0, vec);
+        __syncthreads();
+        mma_abt(s, qa, sm.k, g, c);
+        softmax_regs(s, acc, pa, m, l, q0 + row0 + g, k0, c, kt == qt, scale_log2);
+        mma_ab(acc, pa, sm.v, g, c);
+    }
+    finish_regs(o + head * HS, lse + head, acc, m, l, q0 + row0 + g, T, c);
+}
+
 /* delta[row] = sum over HS of dout[row] * o[row], one warp per row, DELTA_ROWS rows per block. */
 static __global__ void flash_delta_kernel(const float *dout, const float *o, float *delta,
                                           size_t rows)
@@ -436,6 +636,25 @@ bool flash_attn_supported(int hs, int T)
     return hs == HS && T >= 1 && T <= MAX_TILES * TILE;
 }
 
+/* The implementation chosen: 0 until the first call reads DDP_FLASH_IMPL, or flash_attn_set_impl. */
+static int g_impl = 0;
+
+/* The implementation in force, 1 or 2: flash_attn_set_impl's, else DDP_FLASH_IMPL's (read once),
+ * else 2. */
+static int flash_impl(void)
+{
+    if (g_impl == 0) {
+        const char *env = getenv("DDP_FLASH_IMPL");
+        g_impl = env && strcmp(env, "1") == 0 ? 1 : 2;
+    }
+    return g_impl;
+}
+
+void flash_attn_set_impl(int v)
+{
+    g_impl = v == 1 || v == 2 ? v : 0;
+}
+
 /* The shape checks every entry point shares; false (logged) when the shape is refused. */
 static bool shape_ok(const char *op, int BH, int T, int hs)
 {
@@ -490,6 +709,12 @@ ddp_status flash_attn_fwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
         !ptr_ok(op, lse, "lse"))
         return DDP_ERR_INVALID_ARG;
     bool vec = aligned16(q) && aligned16(k) && aligned16(v);
+    if (flash_impl() == 2) {
+        flash_fwd2_kernel<<<tile_grid(BH, T), THREADS, 0, st>>>(q, k, v, o, lse, T,
+                                                                scale * LOG2E, vec);
+        TRY_CUDA_LAUNCH();
+        return DDP_OK;
+    }
     size_t bytes = sizeof(fwd_smem);
     TRY_OK(allow_smem(flash_fwd_kernel, bytes));
     flash_fwd_kernel<<<tile_grid(BH, T), THREADS, bytes, st>>>(q, k, v, o, lse, T,
