@@ -15,6 +15,9 @@
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+#include <cublasLt.h>
 
 #include "cuda_private.h"
 #include "half.h"
@@ -406,13 +409,183 @@ static ddp_status bias_store(const ops_handle *ops, ddp_dtype p, void *y, const 
     return DDP_OK;
 }
 
+/* ---- cuBLASLt: the linear layer with its bias fused (the epilogue) ---------------------------- */
+
+enum { LT_PLANS = 32 };
+static const size_t lt_workspace_bytes = (size_t)32 << 20;
+
+/* y (batch, out) fp32 = x (batch, in) w^T + b with bf16 x and w: cuBLASLt's descriptors and the
+ * algorithm its heuristic chose, for one shape and pointer alignment. Column-major, as cuBLASLt
+ * sees it: y^T (out, batch) = (w stored (in, out))^T x^T, the bias added along the out rows. */
+typedef struct lt_plan {
+    int batch, in, out, align;
+    bool ok; /* false: no algorithm for it (the caller falls back to cuBLAS + a bias kernel) */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} lt_plan;
+
+typedef struct lt_state {
+    cublasLtHandle_t handle;
+    void *workspace; /* lt_workspace_bytes of device memory */
+    lt_plan plans[LT_PLANS];
+    int n_plans;
+} lt_state;
+
+/* The largest power of two, up to 256, that divides every address (cuBLASLt's alignment hint). */
+static int lt_alignment(const void *x, const void *w, const void *y, const void *b)
+{
+    uintptr_t bits = (uintptr_t)x | (uintptr_t)w | (uintptr_t)y | (uintptr_t)b | 256;
+    return (int)(bits & ~(bits - 1));
+}
+
+static void lt_plan_release(lt_plan *pl)
+{
+    if (pl->a)
+        LOG_CUBLAS(cublasLtMatrixLayoutDestroy(pl->a));
+    if (pl->b)
+        LOG_CUBLAS(cublasLtMatrixLayoutDestroy(pl->b));
+    if (pl->c)
+        LOG_CUBLAS(cublasLtMatrixLayoutDestroy(pl->c));
+    if (pl->op)
+        LOG_CUBLAS(cublasLtMatmulDescDestroy(pl->op));
+}
+
+/* The descriptors of *pl (shape and align filled in); DDP_ERR_BLAS when one cannot be made. */
+static ddp_status lt_plan_descs(lt_plan *pl)
+{
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    cudaDataType bias_type = CUDA_R_32F;
+    TRY_CUBLAS(cublasLtMatmulDescCreate(&pl->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                              sizeof epilogue));
+    TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                              &bias_type, sizeof bias_type));
+    TRY_CUBLAS(cublasLtMatrixLayoutCreate(&pl->a, CUDA_R_16BF, (uint64_t)pl->in, (uint64_t)pl->out,
+                                          pl->in));
+    TRY_CUBLAS(cublasLtMatrixLayoutCreate(&pl->b, CUDA_R_16BF, (uint64_t)pl->in,
+                                          (uint64_t)pl->batch, pl->in));
+    TRY_CUBLAS(cublasLtMatrixLayoutCreate(&pl->c, CUDA_R_32F, (uint64_t)pl->out,
+                                          (uint64_t)pl->batch, pl->out));
+    return DDP_OK;
+}
+
+/* Asks the heuristic for one algorithm within the workspace and the alignment: pl->ok. */
+static ddp_status lt_plan_algo(lt_state *lt, lt_plan *pl)
+{
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    uint32_t align = (uint32_t)pl->align;
+    TRY_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    cublasLtMatmulPreferenceAttributes_t aligns[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_workspace_bytes,
+        sizeof lt_workspace_bytes);
+    for (size_t i = 0; st == CUBLAS_STATUS_SUCCESS && i < sizeof aligns / sizeof *aligns; i++)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(lt->handle, pl->op, pl->a, pl->b, pl->c, pl->c, pref, 1,
+                                            &res, &found);
+    LOG_CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
+    pl->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (pl->ok)
+        pl->algo = res.algo;
+    return DDP_OK; /* no algorithm is not an error: the caller falls back */
+}
+
+/* The cached plan for this shape and alignment, made on first use; NULL when the cache is full
+ * or cuBLASLt refused the descriptors (the caller falls back). */
+static lt_plan *lt_plan_for(lt_state *lt, int batch, int in, int out, int align)
+{
+    for (int i = 0; i < lt->n_plans; i++) {
+        lt_plan *pl = &lt->plans[i];
+        if (pl->batch == batch && pl->in == in && pl->out == out && pl->align == align)
+            return pl->ok ? pl : NULL;
+    }
+    if (lt->n_plans == LT_PLANS)
+        return NULL;
+    lt_plan *pl = &lt->plans[lt->n_plans++];
+    *pl = lt_plan{batch, in, out, align, false, NULL, NULL, NULL, NULL, {}};
+    if (lt_plan_descs(pl) != DDP_OK || lt_plan_algo(lt, pl) != DDP_OK)
+        pl->ok = false;
+    return pl->ok ? pl : NULL;
+}
+
+/* y (batch, out) fp32 = x w^T + b on cuBLASLt with the bias epilogue; DDP_ERR_UNSUPPORTED when
+ * there is no plan for it (nothing was queued: the caller takes the other path). */
+static ddp_status lt_linear_bias(const ops_handle *ops, const void *x, const void *w,
+                                 const float *b, int batch, int in, int out, float *y)
+{
+    cuda_state *cu = cuda_of(ops);
+    lt_state *lt = (lt_state *)cu->lt;
+    lt_plan *pl = lt ? lt_plan_for(lt, batch, in, out, lt_alignment(x, w, y, b)) : NULL;
+    if (!pl)
+        return DDP_ERR_UNSUPPORTED;
+    const float alpha = 1.0f, beta = 0.0f;
+    TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b,
+                                              sizeof b));
+    cublasStatus_t st = cublasLtMatmul(lt->handle, pl->op, &alpha, w, pl->a, x, pl->b, &beta, y,
+                                       pl->c, y, pl->c, &pl->algo, lt->workspace,
+                                       lt_workspace_bytes, cu->stream);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) { /* e.g. the bias's alignment: not this plan again */
+        pl->ok = false;
+        return DDP_ERR_UNSUPPORTED;
+    }
+    TRY_CUBLAS(st);
+    return DDP_OK;
+}
+
+ddp_status cuda_lt_open(ops_handle *ops)
+{
+    cuda_state *cu = cuda_of(ops);
+    lt_state *lt = (lt_state *)calloc(1, sizeof *lt);
+    if (!lt)
+        return DDP_ERR_NOMEM;
+    cu->lt = lt;
+    TRY_CUBLAS(cublasLtCreate(&lt->handle));
+    lt->workspace = ddp_alloc(ops->ctx, lt_workspace_bytes);
+    if (!lt->workspace) {
+        DDP_ERROR("cuBLASLt: no device memory for its %zu-byte workspace", lt_workspace_bytes);
+        return DDP_ERR_CUDA;
+    }
+    return DDP_OK;
+}
+
+void cuda_lt_close(ops_handle *ops)
+{
+    cuda_state *cu = cuda_of(ops);
+    lt_state *lt = (lt_state *)cu->lt;
+    if (!lt)
+        return;
+    for (int i = 0; i < lt->n_plans; i++)
+        lt_plan_release(&lt->plans[i]);
+    ddp_free(ops->ctx, lt->workspace);
+    if (lt->handle)
+        LOG_CUBLAS(cublasLtDestroy(lt->handle));
+    free(lt);
+    cu->lt = NULL;
+}
+
 /* bf16 output goes through fp32 scratch, so the bias is added before the one rounding (as
- * oneDNN's fused bias on the CPU); fp32 and fp16 add it in place (fp16 then rounds once). */
+ * oneDNN's fused bias on the CPU); fp32 and fp16 add it in place (fp16 then rounds once). bf16
+ * inputs with an fp32 output and a bias (every GPT linear) run on cuBLASLt with the bias in the
+ * GEMM's epilogue, where it has a plan. */
 static ddp_status cuda_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
                                   const float *b, int batch, int in, int out, void *y, bool y_fp32)
 {
     if (batch < 0 || in < 0 || out < 0)
         return DDP_ERR_INVALID_ARG;
+    if (p == DDP_BF16 && y_fp32 && b && batch > 0 && in > 0 && out > 0) {
+        ddp_status st = lt_linear_bias(ops, x, w, b, batch, in, out, (float *)y);
+        if (st != DDP_ERR_UNSUPPORTED)
+            return st;
+    }
     void *acc = y;
     if (p == DDP_BF16 && !y_fp32)
         TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_GEMM, (size_t)batch * out * sizeof(float), &acc));

@@ -25,6 +25,7 @@ typedef struct cuda_state {
     cudaStream_t stream;    /* libddp's (ddp_backend_stream): every op runs on it */
     cublasHandle_t cublas;
     void *cudnn;            /* cuda_cudnn.cu's state: the cuDNN handle and its plans */
+    void *lt;               /* cuda_layers.cu's cuBLASLt state: the handle, workspace, plans */
     int cc_major, cc_minor; /* compute capability of the device */
     bool tf32;              /* --tf32: TF32 tensor cores for fp32 GEMMs and convolutions */
     bool flash;             /* bf16 attention on the fused kernel (ops_cuda_set_attention) */
@@ -47,6 +48,11 @@ ddp_status cuda_scratch(const ops_handle *ops, int slot, size_t n_bytes, void **
 /* Whether the device has TF32 and bf16 tensor cores (compute capability 8.0, Ampere, or newer). */
 static inline bool cuda_ampere(const cuda_state *cu) { return cu->cc_major >= 8; }
 
+/* cuBLASLt for the linear layers' fused bias (cuda_layers.cu): the handle and its workspace on
+ * the handle's stream, and their release (NULL-safe). DDP_ERR_BLAS / DDP_ERR_CUDA when they
+ * cannot be made (logged). */
+ddp_status cuda_lt_open(ops_handle *ops);
+void cuda_lt_close(ops_handle *ops);
 /* The precision-aware layer ops of cuda_layers.cu (all but the convolutions). */
 void cuda_layer_ops(ops_handle *ops);
 /* The transformer ops of cuda_gpt.cu (GPT-2: encoder, LayerNorm, attention, GELU, residual add,

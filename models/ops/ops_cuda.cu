@@ -515,6 +515,7 @@ static ddp_status open_handles(ops_handle *ops)
     TRY_CUBLAS(cublasCreate(&cu->cublas));
     TRY_CUBLAS(cublasSetStream(cu->cublas, cu->stream));
     TRY_OK(cublas_math(cu));
+    TRY_OK(cuda_lt_open(ops));
 #if HAVE_CUDNN
     TRY_OK(cudnn_open(ops));
 #endif
@@ -528,6 +529,7 @@ static void cuda_release(ops_handle *ops)
 #if HAVE_CUDNN
     cudnn_close(ops);
 #endif
+    cuda_lt_close(ops);
     scratch_release(ops);
     if (cu->cublas)
         LOG_CUBLAS(cublasDestroy(cu->cublas));
