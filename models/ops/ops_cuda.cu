@@ -453,7 +453,9 @@ extern "C" const char *ops_cuda_describe(const ops_handle *ops, ddp_dtype p)
     cuda_state *cu = cuda_of(ops);
     if (cublasGetVersion(cu->cublas, &cublas_version) != CUBLAS_STATUS_SUCCESS)
         return "";
-    static const char *const gemm[] = {"cublasSgemm", "cublasGemmEx bf16 (fp32 accumulation)",
+    static const char *const gemm[] = {"cublasSgemm",
+                                       "cublasGemmEx bf16 (fp32 accumulation; cuBLASLt with the "
+                                       "bias epilogue for fp32 outputs)",
                                        "cublasGemmEx on half-rounded floats"};
     const char *math = p == DDP_FP32 ? (cu->tf32 ? ", TF32" : ", exact fp32")
                                      : p == DDP_FP16 && cuda_ampere(cu) ? ", TF32" : "";
