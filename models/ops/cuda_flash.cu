@@ -10,6 +10,9 @@
  * Forward, version 2 (flash_fwd2_kernel, the default; flash_attn_set_impl): the same tiles and
  * online softmax, but on mma.sync m16n8k16 (inline PTX): each warp keeps its 16 rows' Q (A
  * fragments), S and P (16 x 64) and O (16 x 64) in registers; only K and V go through shared memory.
+ * Backward, version 2 (flash_bwd_kv2_kernel, flash_bwd_q2_kernel; implementation 3 only, not yet
+ * the default): the same two kernels in that style, S, dP, P, dS and the dK, dV, dQ accumulators
+ * in registers.
  *
  * Backward (no atomics; each output element is written by one block, sums in a fixed order):
  *   flash_bwd_kv_kernel, one block per (head, 64-key tile), looping over the query tiles at or
@@ -369,6 +372,19 @@ static __device__ __forceinline__ void mma_ab(float acc[8][4], const uint32_t fa
     }
 }
 
+/* The A fragments (4 slices of 16 columns) of a 16 x 64 strip held as 8 C fragments x, rounded
+ * to bf16: slice kk is tiles 2 kk and 2 kk + 1 (see mma_bf16). */
+static __device__ __forceinline__ void pack_frags(uint32_t fa[4][4], const float x[8][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        fa[kk][0] = pack_bf16(x[2 * kk][0], x[2 * kk][1]);
+        fa[kk][1] = pack_bf16(x[2 * kk][2], x[2 * kk][3]);
+        fa[kk][2] = pack_bf16(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+        fa[kk][3] = pack_bf16(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+    }
+}
+
 /* The online-softmax step on the scores s (raw q.k) of the lane's two rows, h = 0 (row g) and
  * h = 1 (row g + 8): masks keys after the row when diag (key k0 + col > the row's query), scales
  * to log2 units, updates the running max m[h] (shared by the row's quad) and the lane's partial
@@ -406,13 +422,7 @@ static __device__ __forceinline__ void softmax_regs(float s[8][4], float o[8][4]
             o[n][i] *= alpha[i / 2];
         }
     }
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
-        pa[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-        pa[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-        pa[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
+    pack_frags(pa, s);
 }
 
 /* The lane's rows row_q (h = 0) and row_q + 8 (h = 1) of out and lse, those < T: o / l with l
@@ -629,6 +639,146 @@ flash_bwd_q_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, cons
     write_strip(dq + head * HS, sm.s + row0 * LDF, q0 + row0, T);
 }
 
+/* ---- backward, version 2: S, dP, P and dS in registers (mma.sync) -------------------------- */
+
+/* The rows row (h = 0) and row + 8 (h = 1) of out (HS fp32 a row; the lane's columns of acc),
+ * those < T, = mul * acc. */
+static __device__ __forceinline__ void store_regs(float *out, const float acc[8][4], int row,
+                                                  int T, int c, float mul)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int t = row + 8 * h;
+        if (t >= T)
+            continue;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            out[(size_t)t * HS + n * 8 + 2 * c] = acc[n][2 * h] * mul;
+            out[(size_t)t * HS + n * 8 + 2 * c + 1] = acc[n][2 * h + 1] * mul;
+        }
+    }
+}
+
+struct bwd_q2_smem {
+    bf16 q[TILE * LDH], dout[TILE * LDH]; /* the block's query tile */
+    bf16 k[TILE * LDH], v[TILE * LDH];    /* the key tile */
+};
+
+/* Version 2 of flash_bwd_q_kernel (same grid, threads and arguments; static shared memory): the
+ * warp's 16 query rows' Q and dO as A fragments, S, dP, dS and dQ in registers. */
+static __global__ void __launch_bounds__(THREADS)
+flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
+                    const float *lse, const float *delta, float *dq, int T, float scale,
+                    float scale_log2, bool vec)
+{
+    __shared__ __align__(16) bwd_q2_smem sm;
+    int qt = (int)(gridDim.y - 1 - blockIdx.y), q0 = qt * TILE;
+    int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    int row0 = (int)(threadIdx.x / 32) * FRAG;
+    int tq = q0 + row0 + g; /* the lane's first query; the second is tq + 8 */
+    size_t head = (size_t)blockIdx.x * T;
+
+    load_tile(sm.q, q + (head + q0) * HS, T - q0, vec);
+    load_tile(sm.dout, dout + (head + q0) * HS, T - q0, vec);
+    float lse2[2], dl[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        bool in = tq + 8 * h < T;
+        lse2[h] = in ? lse[head + tq + 8 * h] * LOG2E : 0.0f;
+        dl[h] = in ? delta[head + tq + 8 * h] : 0.0f;
+    }
+    __syncthreads();
+    uint32_t qa[4][4], da[4][4];
+    load_a_regs(qa, sm.q + row0 * LDH, g, c);
+    load_a_regs(da, sm.dout + row0 * LDH, g, c);
+    float acc[8][4], s[8][4], dp[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * TILE;
+        __syncthreads(); /* every warp is done with the previous K and V */
+        load_tile(sm.k, k + (head + k0) * HS, T - k0, vec);
+        load_tile(sm.v, v + (head + k0) * HS, T - k0, vec);
+        __syncthreads();
+        mma_abt(s, qa, sm.k, g, c);
+        mma_abt(dp, da, sm.v, g, c);
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int h = i / 2, t = tq + 8 * h, j = k0 + n * 8 + 2 * c + i % 2;
+                float p = j <= t && t < T ? exp2f(s[n][i] * scale_log2 - lse2[h]) : 0.0f;
+                dp[n][i] = p * (dp[n][i] - dl[h]);
+            }
+        }
+        uint32_t dsa[4][4];
+        pack_frags(dsa, dp);
+        mma_ab(acc, dsa, sm.k, g, c); /* dQ += dS K */
+    }
+    store_regs(dq + head * HS, acc, tq, T, c, scale);
+}
+
+struct bwd_kv2_smem {
+    bf16 k[TILE * LDH], v[TILE * LDH];    /* the block's key tile */
+    bf16 q[TILE * LDH], dout[TILE * LDH]; /* the query tile */
+    float lse[TILE], delta[TILE];         /* the query tile's rows; lse in log2 units */
+};
+
+/* Version 2 of flash_bwd_kv_kernel (same grid, threads and arguments; static shared memory): the
+ * warp's 16 keys; S^T = K Q^T, dP^T = V dO^T, P^T, dS^T, dK and dV in registers. */
+static __global__ void __launch_bounds__(THREADS)
+flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                     const uint16_t *dout, const float *lse, const float *delta, float *dk,
+                     float *dv, int T, float scale, float scale_log2, bool vec)
+{
+    __shared__ __align__(16) bwd_kv2_smem sm;
+    int kt = (int)blockIdx.y, k0 = kt * TILE, n_tiles = (int)gridDim.y;
+    int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    int row0 = (int)(threadIdx.x / 32) * FRAG;
+    int jk = k0 + row0 + g; /* the lane's first key; the second is jk + 8 */
+    size_t head = (size_t)blockIdx.x * T;
+
+    load_tile(sm.k, k + (head + k0) * HS, T - k0, vec);
+    load_tile(sm.v, v + (head + k0) * HS, T - k0, vec);
+    float dk_acc[8][4], dv_acc[8][4], s[8][4], dp[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        dk_acc[n][0] = dk_acc[n][1] = dk_acc[n][2] = dk_acc[n][3] = 0.0f;
+        dv_acc[n][0] = dv_acc[n][1] = dv_acc[n][2] = dv_acc[n][3] = 0.0f;
+    }
+    for (int qt = kt; qt < n_tiles; qt++) {
+        int q0 = qt * TILE;
+        __syncthreads(); /* every warp is done with the previous query tile */
+        load_tile(sm.q, q + (head + q0) * HS, T - q0, vec);
+        load_tile(sm.dout, dout + (head + q0) * HS, T - q0, vec);
+        load_row_values(sm.lse, lse + head + q0, T - q0, LOG2E);
+        load_row_values(sm.delta, delta + head + q0, T - q0, 1.0f);
+        __syncthreads();
+        uint32_t fa[4][4];
+        load_a_regs(fa, sm.k + row0 * LDH, g, c);
+        mma_abt(s, fa, sm.q, g, c);
+        load_a_regs(fa, sm.v + row0 * LDH, g, c);
+        mma_abt(dp, fa, sm.dout, g, c);
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int col = n * 8 + 2 * c + i % 2, t = q0 + col, j = jk + 8 * (i / 2);
+                float p = j <= t && t < T ? exp2f(s[n][i] * scale_log2 - sm.lse[col]) : 0.0f;
+                s[n][i] = p;
+                dp[n][i] = p * (dp[n][i] - sm.delta[col]);
+            }
+        }
+        pack_frags(fa, s);
+        mma_ab(dv_acc, fa, sm.dout, g, c); /* dV += P^T dO */
+        pack_frags(fa, dp);
+        mma_ab(dk_acc, fa, sm.q, g, c);    /* dK += dS^T Q */
+    }
+    store_regs(dk + head * HS, dk_acc, jk, T, c, scale);
+    store_regs(dv + head * HS, dv_acc, jk, T, c, 1.0f);
+}
+
 /* ============================================================================== launchers == */
 
 bool flash_attn_supported(int hs, int T)
@@ -639,20 +789,21 @@ bool flash_attn_supported(int hs, int T)
 /* The implementation chosen: 0 until the first call reads DDP_FLASH_IMPL, or flash_attn_set_impl. */
 static int g_impl = 0;
 
-/* The implementation in force, 1 or 2: flash_attn_set_impl's, else DDP_FLASH_IMPL's (read once),
- * else 2. */
+/* The implementation in force, 1, 2 or 3: flash_attn_set_impl's, else DDP_FLASH_IMPL's (read
+ * once), else 2. */
 static int flash_impl(void)
 {
     if (g_impl == 0) {
         const char *env = getenv("DDP_FLASH_IMPL");
-        g_impl = env && strcmp(env, "1") == 0 ? 1 : 2;
+        int v = env ? atoi(env) : 0;
+        g_impl = v >= 1 && v <= 3 ? v : 2;
     }
     return g_impl;
 }
 
 void flash_attn_set_impl(int v)
 {
-    g_impl = v == 1 || v == 2 ? v : 0;
+    g_impl = v >= 1 && v <= 3 ? v : 0;
 }
 
 /* The shape checks every entry point shares; false (logged) when the shape is refused. */
@@ -709,7 +860,7 @@ ddp_status flash_attn_fwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
         !ptr_ok(op, lse, "lse"))
         return DDP_ERR_INVALID_ARG;
     bool vec = aligned16(q) && aligned16(k) && aligned16(v);
-    if (flash_impl() == 2) {
+    if (flash_impl() >= 2) {
         flash_fwd2_kernel<<<tile_grid(BH, T), THREADS, 0, st>>>(q, k, v, o, lse, T,
                                                                 scale * LOG2E, vec);
         TRY_CUDA_LAUNCH();
@@ -756,6 +907,15 @@ ddp_status flash_attn_bwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
         return DDP_ERR_INVALID_ARG;
     bool vec = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout_bf);
     dim3 grid = tile_grid(BH, T);
+    if (flash_impl() == 3) {
+        flash_bwd_kv2_kernel<<<grid, THREADS, 0, st>>>(q, k, v, dout_bf, lse, delta, dk, dv, T,
+                                                       scale, scale * LOG2E, vec);
+        TRY_CUDA_LAUNCH();
+        flash_bwd_q2_kernel<<<grid, THREADS, 0, st>>>(q, k, v, dout_bf, lse, delta, dq, T, scale,
+                                                      scale * LOG2E, vec);
+        TRY_CUDA_LAUNCH();
+        return DDP_OK;
+    }
     size_t kv_bytes = sizeof(bwd_kv_smem), q_bytes = sizeof(bwd_q_smem);
     TRY_OK(allow_smem(flash_bwd_kv_kernel, kv_bytes));
     TRY_OK(allow_smem(flash_bwd_q_kernel, q_bytes));

@@ -25,12 +25,14 @@
  * (65535 tiles of 64 rows). Otherwise the caller falls back to another attention. */
 bool flash_attn_supported(int hs, int T);
 
-/* Picks the forward's implementation, for every later call in the process: v = 1, the WMMA kernel
- * with S and O in shared memory (the reference); v = 2, the mma.sync kernel with S, P and O in
- * registers (faster, same contract, results within bf16 rounding of version 1, not bitwise equal);
- * any other v restores the default: the environment variable DDP_FLASH_IMPL=1|2, read at the first
- * forward call, else 2. Both take every shape flash_attn_supported takes. The backward has one
- * implementation (version 1's) whatever v is. Not thread-safe: set it before the first forward. */
+/* Picks the implementation, for every later call in the process: v = 1, the WMMA kernels with S
+ * and O in shared memory (the reference), forward and backward; v = 2 (the default), the forward
+ * on mma.sync with S, P and O in registers (faster, same contract, results within bf16 rounding of
+ * version 1's, not bitwise equal) and version 1's backward; v = 3, version 2's forward and the
+ * backward in the same register style (newer; not the default until checked on a GPU). Any other
+ * v restores the default: the environment variable DDP_FLASH_IMPL=1|2|3, read at the first call,
+ * else 2. All take every shape flash_attn_supported takes. Not thread-safe: set it before the
+ * first call. */
 void flash_attn_set_impl(int v);
 
 /* o (BH, T, hs) fp32 and lse (BH, T) fp32 from q, k, v (BH, T, hs) bf16. */

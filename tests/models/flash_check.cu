@@ -1,8 +1,8 @@
 /* flash_check.cu - checks cuda_flash.cu's causal attention (forward, delta, backward) against a
- * double-precision host reference computed from the same bf16-rounded q, k, v and dout, for both
- * forward implementations (flash_attn_set_impl 1 and 2; version 2's o is also compared with
- * version 1's), checks that a second run of each is bitwise identical, and times both at GPT-2
- * d12's shape (B 16 x 12 heads, T 1024, hs 64). Stand-alone: it needs only cuda_flash.cu; libddp's two log
+ * double-precision host reference computed from the same bf16-rounded q, k, v and dout, for each
+ * implementation (flash_attn_set_impl 1, 2 and 3; version 2's o is also compared with version
+ * 1's), checks that a second run of each is bitwise identical, and times each at GPT-2 d12's shape
+ * (B 16 x 12 heads, T 1024, hs 64). Stand-alone: it needs only cuda_flash.cu; libddp's two log
  * functions that DDP_ERROR calls are stubbed below.
  *
  * Build (from the repository root) and run:
@@ -247,6 +247,9 @@ static const double TOL_FWD = 1e-2, TOL_GRAD = 2e-2;
  * has against the reference (~1e-3): 5e-3. */
 static const double TOL_V2_V1 = 5e-3;
 
+/* flash_attn_set_impl's choices: 1 (version 1), 2 (version 2 forward), 3 (version 2 both ways). */
+enum { N_IMPL = 3 };
+
 static bool check(const char *what, int impl, int BH, int T, const std::vector<float> &gpu,
                   const std::vector<double> &ref, double tol)
 {
@@ -288,8 +291,8 @@ static bool check_shape(int BH, int T, int shift)
     for (int i = 0; i < 4; i++)
         CHECK_CUDA(cudaMemcpy(dst[i], src[i]->data(), n * 2, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(b.dout, dout.data(), n * 4, cudaMemcpyHostToDevice));
-    gpu_out g[2][2]; /* [version - 1][run] */
-    for (int impl = 1; impl <= 2; impl++) {
+    gpu_out g[N_IMPL][2]; /* [implementation - 1][run] */
+    for (int impl = 1; impl <= N_IMPL; impl++) {
         flash_attn_set_impl(impl);
         gpu_run(b, BH, T, scale, g[impl - 1][0]);
         gpu_run(b, BH, T, scale, g[impl - 1][1]);
@@ -302,7 +305,7 @@ static bool check_shape(int BH, int T, int shift)
     if (shift)
         printf("BH %2d T %5d  (inputs misaligned by %d bytes: scalar loads)\n", BH, T, 2 * shift);
     bool ok = true;
-    for (int impl = 1; impl <= 2; impl++) {
+    for (int impl = 1; impl <= N_IMPL; impl++) {
         const gpu_out &g1 = g[impl - 1][0];
         ok &= check("o", impl, BH, T, g1.o, r.o, TOL_FWD);
         ok &= check("lse", impl, BH, T, g1.lse, r.lse, TOL_FWD);
@@ -416,8 +419,8 @@ int main(void)
         failed += !check_shape(shapes[i][0], shapes[i][1], shapes[i][2]);
     failed += !check_args();
     printf("impl   BH     T  hs  forward(ms) fwd(TF/s)  d+bwd(ms)  bwd(TF/s)\n");
-    bench(16 * 12, 1024, 1);
-    bench(16 * 12, 1024, 2);
+    for (int impl = 1; impl <= N_IMPL; impl++)
+        bench(16 * 12, 1024, impl);
     printf("%d passed, %d failed\n", n + 1 - failed, failed);
     return failed ? 1 : 0;
 }
