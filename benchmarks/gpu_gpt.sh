@@ -11,7 +11,7 @@
 #
 #   benchmarks/gpu_gpt.sh --build DIR [--baseline DIR] [--llmc PATH] [--data PREFIX] [--out DIR]
 #       [--steps N] [--parts suite,bench,llmc,ncu[,size,loss]] [--batches "64 48 32"] [--budget SECONDS]
-#       [--peak TFLOPS] [--device cuda]
+#       [--peak TFLOPS] [--device cuda] [--suite-only TEST,TEST...]
 #
 # --build/--baseline: build folders holding train/ddp-train (and runtime/libddp.so*); the suite
 # needs --build's meson-tests.json (`meson introspect --tests BUILD > BUILD/meson-tests.json`).
@@ -29,7 +29,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build="" baseline="" llmc="" data=data/text/austen out=gpu-gpt-out steps=20 parts=suite,bench,llmc,ncu
-batches="64 48 32" budget=500 peak=989.4 device=cuda seq=1024
+batches="64 48 32" budget=500 peak=989.4 device=cuda seq=1024 suite_only=""
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -43,6 +43,7 @@ while [ $# -gt 0 ]; do
     --budget) budget=$2; shift 2 ;;
     --peak) peak=$2; shift 2 ;;
     --device) device=$2; shift 2 ;;
+    --suite-only) suite_only=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_gpt.sh: unknown option '$1' (--help)" >&2; exit 2 ;;
   esac
@@ -118,7 +119,8 @@ part_suite() {
   fi
   local d; d=$(cap 180)
   timeout $((d + 15)) python3 "$here/run_suite.py" "$build/meson-tests.json" --suite cuda \
-    --log "$out/suite.log" --deadline "$d" --timeout-cap 120 2>&1 | tee "$out/suite.txt"
+    --log "$out/suite.log" --deadline "$d" --timeout-cap 120 ${suite_only:+--only "$suite_only"} 2>&1 |
+    tee "$out/suite.txt"
 }
 
 part_bench() {
