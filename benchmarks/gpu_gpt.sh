@@ -4,7 +4,7 @@
 # --model gpt2 --gpt-config d12 --seq 1024 --precision bf16 at --batch 16 and at the largest batch
 # that fits (tried in descending order, the first that trains is kept; no --recompute) for the NEW
 # build (also with DDP_CUDA_ATTENTION=materialized at B 16) and, with --baseline, a BASELINE build
-# (B 16), (3) llm.c's train_gpt2cu from random init (-e d12)
+# (B 16; FLASH_IMPLS="1 3" adds the new build with those DDP_FLASH_IMPL values), (3) llm.c's train_gpt2cu from random init (-e d12)
 # on the same shards at the same batches, (4) Nsight Compute over ONE steady step of the new build
 # (DDP_PROFILE_STEP, ncu --profile-from-start off --metrics gpu__time_duration.sum), summed per
 # kernel; then a summary table (last in the output, also in OUT/summary.txt).
@@ -129,6 +129,8 @@ part_bench() {
   bench new "$build"
   # the same build with the reference attention (bf16 GEMMs around the T x T softmax)
   DDP_CUDA_ATTENTION=materialized bench new-materialized "$build" once
+  # the fused kernel's implementations (cuda_flash.h: 1 = v1, 2 = v2 forward, 3 = v2 both ways)
+  [ -n "${FLASH_IMPLS:-}" ] && for v in $FLASH_IMPLS; do DDP_FLASH_IMPL=$v bench "new-flash$v" "$build" once; done
 }
 
 part_llmc() {
