@@ -10,8 +10,8 @@
  * Forward, version 2 (flash_fwd2_kernel, the default; flash_attn_set_impl): the same tiles and
  * online softmax, but on mma.sync m16n8k16 (inline PTX): each warp keeps its 16 rows' Q (A
  * fragments), S and P (16 x 64) and O (16 x 64) in registers; only K and V go through shared memory.
- * Backward, version 2 (flash_bwd_kv2_kernel, flash_bwd_q2_kernel; implementation 3 only, not yet
- * the default): the same two kernels in that style, S, dP, P, dS and the dK, dV, dQ accumulators
+ * Backward, version 2 (flash_bwd_kv2_kernel, flash_bwd_q2_kernel; implementation 3, the default
+ * since it passed flash_check on an H100, 2026-11-27): the same two kernels in that style, S, dP, P, dS and the dK, dV, dQ accumulators
  * in registers.
  *
  * Backward (no atomics; each output element is written by one block, sums in a fixed order):
@@ -790,13 +790,15 @@ bool flash_attn_supported(int hs, int T)
 static int g_impl = 0;
 
 /* The implementation in force, 1, 2 or 3: flash_attn_set_impl's, else DDP_FLASH_IMPL's (read
- * once), else 2. */
+ * once), else 3. Another value of DDP_FLASH_IMPL is reported and the default used. */
 static int flash_impl(void)
 {
     if (g_impl == 0) {
         const char *env = getenv("DDP_FLASH_IMPL");
-        int v = env ? atoi(env) : 0;
-        g_impl = v >= 1 && v <= 3 ? v : 2;
+        bool valid = env && (!strcmp(env, "1") || !strcmp(env, "2") || !strcmp(env, "3"));
+        if (env && *env && !valid)
+            DDP_WARN("DDP_FLASH_IMPL=%s: use 1, 2 or 3 (cuda_flash.h); taking the default, 3", env);
+        g_impl = valid ? atoi(env) : 3;
     }
     return g_impl;
 }

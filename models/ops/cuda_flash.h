@@ -26,13 +26,14 @@
 bool flash_attn_supported(int hs, int T);
 
 /* Picks the implementation, for every later call in the process: v = 1, the WMMA kernels with S
- * and O in shared memory (the reference), forward and backward; v = 2 (the default), the forward
- * on mma.sync with S, P and O in registers (faster, same contract, results within bf16 rounding of
- * version 1's, not bitwise equal) and version 1's backward; v = 3, version 2's forward and the
- * backward in the same register style (newer; not the default until checked on a GPU). Any other
- * v restores the default: the environment variable DDP_FLASH_IMPL=1|2|3, read at the first call,
- * else 2. All take every shape flash_attn_supported takes. Not thread-safe: set it before the
- * first call. */
+ * and O in shared memory (the reference), forward and backward; v = 2, the forward on mma.sync
+ * with S, P and O in registers (faster, same contract, results within bf16 rounding of version
+ * 1's, not bitwise equal) and version 1's backward; v = 3 (the default), version 2's forward and
+ * the backward in the same register style. Any other v restores the default: the environment
+ * variable DDP_FLASH_IMPL=1|2|3, read at the first call (another value is reported), else 3. All
+ * take every shape flash_attn_supported takes. On an H100 at d12's shape (BH 192, T 1024): forward
+ * 0.60 / 0.21 / 0.21 ms, backward 1.48 / 1.48 / 0.69 ms (flash_check, 2026-11-27). Not
+ * thread-safe: set it before the first call. */
 void flash_attn_set_impl(int v);
 
 /* o (BH, T, hs) fp32 and lse (BH, T) fp32 from q, k, v (BH, T, hs) bf16. */
