@@ -4,7 +4,7 @@
 # gloo, AdamW with clipping) at 2 ranks x 1 thread on the Jane Austen shards, for two
 # configurations: a small one (4 layers x 256 channels x 128 tokens) and GPT-2 124M (d12) at a short
 # sequence. Each row: tokens/s over all ranks, the model FLOPs per second per rank (6N + 12LTC per
-# token, N without wte's padding rows, as llm.c and nanoGPT count) and that as a fraction of this
+# token, N without wte's padding rows, as nanoGPT counts) and that as a fraction of this
 # CPU's single-core fp32 GEMM peak (ddp-gemm-peak: OpenBLAS, one thread, best shape). ddp-train's
 # figure is over all its training steps (the first, which builds oneDNN's primitives and the
 # buckets, included); PyTorch's over the steps after 3 warm-up steps. The rounds alternate the two
