@@ -12,6 +12,9 @@
  * Reduce-scatters and all-gathers (the sharded reducer) use ncclReduceScatter / ncclAllGather when
  * every rank's block has the same count, else a group of one ncclReduce / ncclBroadcast per rank
  * (the shards of a bucket differ in size); they are compiled here but were never run on a GPU.
+ * Which calls each of these collectives makes (offsets, counts, roots, in-place forms) is planned
+ * by nccl_plan.c, without NCCL, and the CPU tests execute the plans on a simulated NCCL
+ * (tests/runtime/test_nccl_plan.c); this file issues exactly a plan's calls.
  * Timeline (ddp_trace_start): each all-reduce's "allreduce" span is recorded by two host functions
  * (cudaLaunchHostFunc) queued on the communication stream around ncclAllReduce, so it begins when
  * the stream reaches the all-reduce (after the gradients it waits for) and ends when the NCCL
@@ -33,6 +36,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "nccl_plan.h"
 #include "try.h"
 
 typedef struct nccl_state {
@@ -288,30 +292,78 @@ static void CUDART_CB nccl_trace_ag_end(void *tag)
     ddp_trace_end("allgather", (int64_t)(intptr_t)tag);
 }
 
-/* ncclAllReduce of each run of base (elements [off[i], off[i] + len[i])), in place. */
-static ddp_status nccl_issue_each(nccl_state *s, void *base, const size_t *off, const size_t *len,
-                                  int n_runs, ddp_dtype dtype, ddp_reduce_op op)
+/* One call of a plan on the communication stream, its pointers taken in the caller's send and
+ * recv as nccl_plan.h defines them. */
+static ncclResult_t nccl_issue_call(nccl_state *s, const nccl_call *c, const void *send,
+                                    void *recv, ddp_dtype dtype, ddp_reduce_op op)
 {
     size_t size = ddp_dtype_size(dtype);
-    for (int i = 0; i < n_runs; i++) {
-        char *buf = (char *)base + off[i] * size;
-        TRY_NCCL(ncclAllReduce(buf, buf, len[i], nccl_type(dtype), nccl_op(op), s->comm,
-                               s->stream));
+    const char *from = c->send_buf == NCCL_BUF_RECV ? (const char *)recv : (const char *)send;
+    const void *sp = from + c->send_off * size;
+    void *rp = (char *)recv + c->recv_off * size;
+    ncclDataType_t t = nccl_type(dtype);
+    switch (c->kind) {
+    case NCCL_CALL_ALLREDUCE:
+        return ncclAllReduce(sp, rp, c->count, t, nccl_op(op), s->comm, s->stream);
+    case NCCL_CALL_REDUCE_SCATTER:
+        return ncclReduceScatter(sp, rp, c->count, t, nccl_op(op), s->comm, s->stream);
+    case NCCL_CALL_REDUCE:
+        return ncclReduce(sp, rp, c->count, t, nccl_op(op), c->root, s->comm, s->stream);
+    case NCCL_CALL_ALLGATHER:
+        return ncclAllGather(sp, rp, c->count, t, s->comm, s->stream);
+    case NCCL_CALL_BROADCAST:
+        return ncclBroadcast(sp, rp, c->count, t, c->root, s->comm, s->stream);
     }
-    return DDP_OK;
+    return ncclInvalidArgument;
 }
 
-/* The runs' all-reduces, inside one group when there are several (launched together). */
+/* Logs the failure of call i of a plan; ncclReduce and ncclBroadcast name the rank's block. */
+static void nccl_call_failed(const nccl_call *c, int i, ncclResult_t r)
+{
+    static const char *const names[] = {/* by nccl_call_kind */ "ncclAllReduce",
+                                        "ncclReduceScatter", "ncclReduce", "ncclAllGather",
+                                        "ncclBroadcast"};
+    if (c->kind == NCCL_CALL_REDUCE)
+        DDP_ERROR("ncclReduce for rank %d's block failed: %s", c->root, ncclGetErrorString(r));
+    else if (c->kind == NCCL_CALL_BROADCAST)
+        DDP_ERROR("ncclBroadcast of rank %d's block failed: %s", c->root, ncclGetErrorString(r));
+    else
+        DDP_ERROR("%s of %zu elements (call %d) failed: %s (%s)", names[c->kind], c->count, i,
+                  ncclGetErrorString(r), ncclGetLastError(NULL));
+}
+
+/* Issues a plan's calls in order, between ncclGroupStart and ncclGroupEnd when it is grouped;
+ * stops at the first failed call (logged), DDP_ERR_NCCL then. Call with s->lock held. */
+static ddp_status nccl_issue_plan(nccl_state *s, const nccl_plan *p, const void *send,
+                                  void *recv, ddp_dtype dtype, ddp_reduce_op op)
+{
+    if (p->grouped)
+        TRY_NCCL(ncclGroupStart());
+    ddp_status st = DDP_OK;
+    for (int i = 0; i < p->n_calls && st == DDP_OK; i++) {
+        ncclResult_t r = nccl_issue_call(s, &p->calls[i], send, recv, dtype, op);
+        if (r != ncclSuccess) {
+            nccl_call_failed(&p->calls[i], i, r);
+            st = DDP_ERR_NCCL;
+        }
+    }
+    if (p->grouped) {
+        ncclResult_t end = ncclGroupEnd(); /* the group is closed even after a failed call */
+        if (st == DDP_OK)
+            TRY_NCCL(end);
+    }
+    return st;
+}
+
+/* The runs' all-reduces in place, inside one group when there are several (launched together). */
 static ddp_status nccl_issue_runs(nccl_state *s, void *base, const size_t *off, const size_t *len,
                                   int n_runs, ddp_dtype dtype, ddp_reduce_op op)
 {
-    if (n_runs == 1)
-        return nccl_issue_each(s, base, off, len, n_runs, dtype, op);
-    TRY_NCCL(ncclGroupStart());
-    ddp_status st = nccl_issue_each(s, base, off, len, n_runs, dtype, op);
-    ncclResult_t end = ncclGroupEnd(); /* the group is closed even after a failed call */
+    nccl_plan plan;
+    ddp_status st = nccl_plan_allreduce_runs(off, len, n_runs, &plan);
     if (st == DDP_OK)
-        TRY_NCCL(end);
+        st = nccl_issue_plan(s, &plan, base, base, dtype, op);
+    nccl_plan_free(&plan);
     return st;
 }
 
@@ -369,11 +421,10 @@ static ddp_status nccl_allreduce_start(comm_group *c, void *buf, size_t n, ddp_d
     return nccl_allreduce_runs_start(c, buf, &zero, &n, 1, dtype, op, stream, req);
 }
 
-/* The reduce-scatter's calls: ncclReduceScatter for equal blocks, else one ncclReduce per rank
- * (root q receives block q) inside a group. recv == send is the in-place form of comm_ops: recv
+/* The reduce-scatter's calls (nccl_plan_reduce_scatter): ncclReduceScatter for equal blocks, else
+ * one ncclReduce per rank inside a group. recv == send is the in-place form of comm_ops: recv
  * becomes this rank's block of send, which NCCL's user guide ("In-place Operations") makes in
- * place for both calls (ncclReduceScatter: recvbuff == sendbuff + rank * recvcount; ncclReduce:
- * sendbuff == recvbuff on the root). Call with s->lock held. */
+ * place for both calls. Call with s->lock held. */
 static ddp_status nccl_issue_reduce_scatter(nccl_state *s, const void *send, void *recv,
                                             const size_t *counts, ddp_dtype dtype,
                                             ddp_reduce_op op)
@@ -381,68 +432,30 @@ static ddp_status nccl_issue_reduce_scatter(nccl_state *s, const void *send, voi
     int world = 0, rank = 0;
     TRY_NCCL(ncclCommCount(s->comm, &world));
     TRY_NCCL(ncclCommUserRank(s->comm, &rank));
-    int equal = 1;
-    size_t mine = 0;
-    for (int q = 1; q < world; q++)
-        equal = equal && counts[q] == counts[0];
-    for (int q = 0; q < rank; q++)
-        mine += counts[q];
-    if (recv == send)
-        recv = (char *)recv + mine * ddp_dtype_size(dtype);
-    if (equal) {
-        TRY_NCCL(ncclReduceScatter(send, recv, counts[0], nccl_type(dtype), nccl_op(op), s->comm,
-                                   s->stream));
-        return DDP_OK;
-    }
-    size_t size = ddp_dtype_size(dtype), at = 0;
-    ddp_status st = DDP_OK;
-    TRY_NCCL(ncclGroupStart());
-    for (int q = 0; q < world && st == DDP_OK; q++) {
-        ncclResult_t res = ncclReduce((const char *)send + at * size, recv, counts[q],
-                                      nccl_type(dtype), nccl_op(op), q, s->comm, s->stream);
-        if (res != ncclSuccess) {
-            DDP_ERROR("ncclReduce for rank %d's block failed: %s", q, ncclGetErrorString(res));
-            st = DDP_ERR_NCCL;
-        }
-        at += counts[q];
-    }
-    ncclResult_t end = ncclGroupEnd();
+    nccl_plan plan;
+    ddp_status st = nccl_plan_reduce_scatter(counts, world, rank, recv == send, &plan);
     if (st == DDP_OK)
-        TRY_NCCL(end);
+        st = nccl_issue_plan(s, &plan, send, recv, dtype, op);
+    nccl_plan_free(&plan);
     return st;
 }
 
-/* The all-gather's calls: ncclAllGather for equal blocks, else one ncclBroadcast per rank (root
- * q sends block q) inside a group. In place when send is this rank's block of recv. */
+/* The all-gather's calls (nccl_plan_allgatherv): ncclAllGather for equal blocks, else one
+ * ncclBroadcast per rank (root q sends block q) inside a group. In place when send is this
+ * rank's block of recv. Call with s->lock held. */
 static ddp_status nccl_issue_allgatherv(nccl_state *s, const void *send, void *recv,
                                         const size_t *counts, ddp_dtype dtype)
 {
     int world = 0, rank = 0;
     TRY_NCCL(ncclCommCount(s->comm, &world));
     TRY_NCCL(ncclCommUserRank(s->comm, &rank));
-    int equal = 1;
-    for (int q = 1; q < world; q++)
-        equal = equal && counts[q] == counts[0];
-    if (equal) {
-        TRY_NCCL(ncclAllGather(send, recv, counts[0], nccl_type(dtype), s->comm, s->stream));
-        return DDP_OK;
-    }
-    size_t size = ddp_dtype_size(dtype), at = 0;
-    ddp_status st = DDP_OK;
-    TRY_NCCL(ncclGroupStart());
-    for (int q = 0; q < world && st == DDP_OK; q++) {
-        char *block = (char *)recv + at * size;
-        ncclResult_t res = ncclBroadcast(q == rank ? send : block, block, counts[q],
-                                         nccl_type(dtype), q, s->comm, s->stream);
-        if (res != ncclSuccess) {
-            DDP_ERROR("ncclBroadcast of rank %d's block failed: %s", q, ncclGetErrorString(res));
-            st = DDP_ERR_NCCL;
-        }
-        at += counts[q];
-    }
-    ncclResult_t end = ncclGroupEnd();
+    size_t mine = rank < world ? nccl_plan_block_offset(counts, rank) : 0;
+    int in_place = (const char *)send == (const char *)recv + mine * ddp_dtype_size(dtype);
+    nccl_plan plan;
+    ddp_status st = nccl_plan_allgatherv(counts, world, rank, in_place, &plan);
     if (st == DDP_OK)
-        TRY_NCCL(end);
+        st = nccl_issue_plan(s, &plan, send, recv, dtype, DDP_SUM);
+    nccl_plan_free(&plan);
     return st;
 }
 
