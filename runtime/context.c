@@ -20,6 +20,11 @@
 #include "internal.h"
 #include "try.h"
 
+#if HAVE_NCCL
+#include <dlfcn.h>
+#include <nccl.h>
+#endif
+
 void ddp_init_opts_default(ddp_init_opts *opts)
 {
     *opts = (ddp_init_opts){.backend = DDP_BACKEND_AUTO, .threads = 1, .print_table = 1};
@@ -315,20 +320,42 @@ cleanup:
     return st;
 }
 
+/* Why ranks may share a GPU here, or NULL: the NCCL in use is the test-only fake of
+ * tests/nccl_fake (it exports fake_nccl_marker; collectives over MPI), or NCCL 2.30 or later with
+ * its experimental NCCL_MULTI_RANK_GPU_ENABLE=1. Never without NCCL. */
+static const char *ctx_shared_gpu_allowed(void)
+{
+#if HAVE_NCCL
+    if (dlsym(RTLD_DEFAULT, "fake_nccl_marker"))
+        return "the NCCL in use is the test-only fake of tests/nccl_fake (collectives over MPI)";
+    const char *multi = getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+    int v = 0;
+    if (multi && !strcmp(multi, "1") && ncclGetVersion(&v) == ncclSuccess && v >= 23000)
+        return "NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1";
+#endif
+    return NULL;
+}
+
 /* Refuses two ranks of this host on one GPU (each saw exactly one device, but the same one: the
- * job gave every rank the same one-GPU list). NCCL does not support it ("may lead to
- * hangs"). Collective over the host's ranks; `mine` is this rank's status so far, and a rank
- * without a device takes part with an empty bus id. */
+ * job gave every rank the same one-GPU list). NCCL before 2.30 does not support it ("may lead to
+ * hangs"); the fake NCCL and NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1 do, and then it is
+ * allowed and logged. Collective over the host's ranks; `mine` is this rank's status so far, and
+ * a rank without a device takes part with an empty bus id. */
 static ddp_status ctx_check_shared_gpu(ddp_ctx *ctx, ddp_status mine)
 {
     char own[32];
     int other = -1;
     ddp_status st = ctx_gpu_clash(ctx, mine == DDP_OK ? ctx->device : -1, own, &other);
-    if (mine == DDP_OK && st == DDP_OK && other >= 0) {
+    const char *allowed = ctx_shared_gpu_allowed();
+    if (mine == DDP_OK && st == DDP_OK && other >= 0 && allowed) {
+        DDP_INFO0("local ranks %d and %d of host %s share GPU %s: allowed, %s", ctx->local_rank,
+                  other, ctx->hostname, own, allowed);
+    } else if (mine == DDP_OK && st == DDP_OK && other >= 0) {
         DDP_ERROR("local ranks %d and %d of host %s would share GPU %s: each rank sees one GPU, "
                   "the same one, and NCCL needs one GPU per rank; start at most one rank per GPU "
                   "(e.g. mpirun -np 1, --ntasks-per-node=<GPUs>), give each rank its own GPU "
-                  "(ddp-launch, srun --gpus-per-task=1), or use the cpu backend",
+                  "(ddp-launch, srun --gpus-per-task=1), or use the cpu backend (NCCL >= 2.30 "
+                  "allows it with NCCL_MULTI_RANK_GPU_ENABLE=1)",
                   ctx->local_rank, other, ctx->hostname, own);
         st = DDP_ERR_NO_DEVICE;
     }
