@@ -113,12 +113,12 @@ struct ops_handle {
     bool (*supports)(const ops_handle *ops, ddp_dtype p, const char **why);
     /* Whether p is emulated: float storage holding values rounded to p, arithmetic in fp32
      * (NULL: fp16 only). */
-    /* dst (n, precision to) = src (n, precision from), rounding to nearest even. */
     bool (*emulates)(const ops_handle *ops, ddp_dtype p);
-    /* y (batch, out) = x (batch, in) w^T + b, w (out, in), b NULL: no bias (GPT-2's LM head);
-     * y is fp32 when y_fp32 (the logits). */
+    /* dst (n, precision to) = src (n, precision from), rounding to nearest even. */
     ddp_status (*cast)(const ops_handle *ops, ddp_dtype to, void *dst, ddp_dtype from,
                        const void *src, size_t n);
+    /* y (batch, out) = x (batch, in) w^T + b, w (out, in), b NULL: no bias (GPT-2's LM head);
+     * y is fp32 when y_fp32 (the logits). */
     ddp_status (*linear_fwd)(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
                              const float *b, int batch, int in, int out, void *y, bool y_fp32);
     /* dw (out, in) += dy^T x; db (out) += column sums of dy (batch, out). dw or db NULL: that part
@@ -129,9 +129,9 @@ struct ops_handle {
                                     const void *dy, int batch, int in, int out, float *dw,
                                     float *db, bool accumulate);
     /* dx (batch, in) = dy (batch, out) w. */
-    /* y (batch, c_out, h_out, w_out) = conv(x (batch, c_in, h, w), w) + b. */
     ddp_status (*linear_bwd_input)(const ops_handle *ops, ddp_dtype p, const void *w,
                                    const void *dy, int batch, int in, int out, void *dx);
+    /* y (batch, c_out, h_out, w_out) = conv(x (batch, c_in, h, w), w) + b. */
     ddp_status (*conv_fwd)(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s, int batch,
                            const void *x, const void *w, const float *b, void *y);
     /* dw += the weight gradient, db += the bias gradient, from x and dy (accumulate false: dw and
@@ -142,16 +142,17 @@ struct ops_handle {
     /* dx (batch, c_in, h, w) from dy and w. */
     ddp_status (*conv_bwd_input)(const ops_handle *ops, ddp_dtype p, const ops_conv_shape *s,
                                  int batch, const void *w, const void *dy, void *dx);
-    /* dx = dy where y > 0, else 0 (dx may alias dy). */
+    /* y = max(x, 0). */
     ddp_status (*act_relu_fwd)(const ops_handle *ops, ddp_dtype p, void *y, const void *x,
                                size_t n);
+    /* dx = dy where y > 0, else 0 (dx may alias dy). */
     ddp_status (*act_relu_bwd)(const ops_handle *ops, ddp_dtype p, void *dx, const void *dy,
                                const void *y, size_t n);
     /* 2x2 max-pool, stride 2, over (n, c, h, w) images; ws (ws_bytes) keeps what the backward
      * pass needs; DDP_ERR_INVALID_ARG when ws_bytes is too small. */
-    /* dx (n, c, h, w) = dy routed to each window's winner (overwrites dx). */
     ddp_status (*pool_fwd)(const ops_handle *ops, ddp_dtype p, const void *x, int n, int c, int h,
                            int w, void *y, void *ws, size_t ws_bytes);
+    /* dx (n, c, h, w) = dy routed to each window's winner (overwrites dx). */
     ddp_status (*pool_bwd)(const ops_handle *ops, ddp_dtype p, const void *dy, const void *ws,
                            int n, int c, int h, int w, void *dx);
 
