@@ -212,6 +212,16 @@ size_t tokens_set_n_tokens(const tokens_set *s) { return s ? s->n_tokens : 0; }
 size_t tokens_set_n_targets(const tokens_set *s) { return s ? s->n_targets : 0; }
 int tokens_set_vocab(const tokens_set *s) { return s ? s->vocab : 0; }
 
+size_t tokens_set_n_windows(const tokens_set *s, size_t window_tokens)
+{
+    size_t n = 0;
+    for (size_t i = 0; s && window_tokens > 1 && i < s->n_shards; i++) {
+        size_t nt = s->shards[i].pub.n_tokens;
+        n += nt ? (nt - 1) / (window_tokens - 1) : 0;
+    }
+    return n;
+}
+
 /* Copies tokens [off, off + n) of shard i into dst as int32, checking each id against the
  * vocabulary. DDP_ERR_FORMAT naming the file, offset and value of the first bad id. */
 static ddp_status set_copy(const tokens_set *s, size_t i, size_t off, size_t n, int32_t *dst)

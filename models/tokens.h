@@ -81,6 +81,10 @@ const tokens_shard *tokens_set_shard(const tokens_set *s, size_t i);
 size_t tokens_set_n_tokens(const tokens_set *s);
 /* Sum over the shards of max(n_tokens - 1, 0): the targets the validation loader counts. */
 size_t tokens_set_n_targets(const tokens_set *s);
+/* The training windows of window_tokens - 1 targets each (B*T + 1 tokens, see above) the shards
+ * hold: the sum over the shards of floor((n_tokens - 1) / (window_tokens - 1)); 0 for NULL or
+ * window_tokens < 2. */
+size_t tokens_set_n_windows(const tokens_set *s, size_t window_tokens);
 /* The vocabulary size given to tokens_set_open (0 for NULL). */
 int tokens_set_vocab(const tokens_set *s);
 

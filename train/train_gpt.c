@@ -150,6 +150,54 @@ static ddp_status gpt_open_data(gpt_trainer *t)
     return st;
 }
 
+#define GPT_DATA_COUNTS 3   /* per rank: training tokens, training windows, validation tokens */
+#define GPT_DATA_LISTED 32  /* ranks listed by name in a data-size mismatch */
+
+/* Appends rank r's counts (c: GPT_DATA_COUNTS) to buf at *len, at most n bytes in all. */
+static void gpt_data_entry(char *buf, size_t n, size_t *len, int r, const int64_t *c, int T1)
+{
+    if (*len < n)
+        *len += (size_t)snprintf(buf + *len, n - *len, "%srank %d: %lld tokens, %lld windows of %d, "
+                                 "%lld validation tokens", r ? "; " : "", r, (long long)c[0],
+                                 (long long)c[1], T1, (long long)c[2]);
+}
+
+/* Every rank must train on the same number of windows and validate on the same tokens: a rank with
+ * fewer windows would end its epoch first and leave the others waiting in a collective. Each rank
+ * fills its slot of a (world, GPT_DATA_COUNTS) table that a sum all-reduce completes; rank 0 lists
+ * every rank's counts and each rank that differs from rank 0 names its own patterns.
+ * DDP_ERR_MISMATCH on every rank when the counts differ. */
+static ddp_status gpt_same_data(gpt_trainer *t)
+{
+    size_t n = (size_t)t->world * GPT_DATA_COUNTS;
+    int64_t *all = calloc(n, sizeof *all);
+    gpt_must(t, all ? DDP_OK : DDP_ERR_NOMEM, "allocating the data-size table");
+    int64_t *mine = all + (size_t)t->rank * GPT_DATA_COUNTS;
+    mine[0] = (int64_t)tokens_set_n_tokens(t->train_data);
+    mine[1] = (int64_t)tokens_set_n_windows(t->train_data, (size_t)t->B * (size_t)t->T + 1);
+    mine[2] = (int64_t)tokens_set_n_tokens(t->val_data);
+    gpt_must(t, ddp_allreduce_host(t->ctx, all, n, DDP_INT64, DDP_SUM), "agreeing on data sizes");
+    int differ = 0;
+    for (int r = 1; r < t->world; r++)
+        differ |= memcmp(all + (size_t)r * GPT_DATA_COUNTS, all, sizeof *all * GPT_DATA_COUNTS) != 0;
+    if (differ && t->rank == 0) {
+        char list[4096];
+        size_t len = 0;
+        for (int r = 0; r < t->world && r < GPT_DATA_LISTED; r++)
+            gpt_data_entry(list, sizeof list, &len, r, all + (size_t)r * GPT_DATA_COUNTS,
+                           t->B * t->T + 1);
+        DDP_ERROR("the ranks were given different token shards: %s%s: give every rank the same "
+                  "--data and --val-data files (the same copy on every node, or a shared folder)",
+                  list, t->world > GPT_DATA_LISTED ? "; ..." : "");
+    }
+    if (differ && t->rank != 0 && memcmp(mine, all, sizeof *all * GPT_DATA_COUNTS) != 0)
+        DDP_ERROR("--data %s (%lld tokens, %lld windows) and the validation shards (%lld tokens) "
+                  "differ from rank 0's", t->o->data_dir, (long long)mine[0], (long long)mine[1],
+                  (long long)mine[2]);
+    free(all);
+    return differ ? DDP_ERR_MISMATCH : DDP_OK;
+}
+
 /* The loader, the accumulation and the step plan; the same outcome on every rank. */
 static ddp_status gpt_plan(gpt_trainer *t)
 {
@@ -1008,6 +1056,8 @@ static ddp_status gpt_prepare(gpt_trainer *t)
     ddp_status st = gpt_agree(t, gpt_config(t));
     if (st == DDP_OK)
         st = gpt_agree(t, gpt_open_data(t));
+    if (st == DDP_OK)
+        st = gpt_same_data(t);
     if (st == DDP_OK)
         st = gpt_agree(t, gpt_plan(t));
     if (st == DDP_OK)

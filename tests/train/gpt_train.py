@@ -32,6 +32,7 @@ import re
 import struct
 import sys
 import tempfile
+import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
@@ -208,6 +209,41 @@ def bad_input(chk, exe, ckpt, mpi, tmp):
     expect_failure(chk, tiny(exe, data, 2, ["--seq", "2048"]), r"--seq 2048", "--seq past the positions")
     expect_failure(chk, tiny(exe, os.path.join(folder, "syn_*_000001.bin"), 2, ["--val-data", os.path.join(tmp, "x_*.bin")]),
                    r"x_\*\.bin", "a validation pattern that matches nothing")
+    different_data(chk, exe, mpi, tmp)
+
+
+def mpmd(mpi, first, second):
+    """mpirun ... -np 1 FIRST : -np 1 SECOND (rank 0 runs FIRST, rank 1 SECOND)."""
+    return mpi + ["1"] + first + [":", "-np", "1"] + second
+
+
+def different_data(chk, exe, mpi, tmp):
+    """Ranks given shards of different sizes: refused at start-up with every rank's count, not a
+    hang after the smaller rank's last window (DDP_TIMEOUT=20 would end that hang after 20 s)."""
+    folder = os.path.join(tmp, "sizes")
+    os.makedirs(folder)
+    val = os.path.join(folder, "v_val.bin")
+    write_shard(val, synthetic_tokens(200, 3))
+    for name, windows in (("w20", 20), ("w10", 10)):  # windows of 2 x 16 + 1 tokens
+        write_shard(os.path.join(folder, name + "_train.bin"), synthetic_tokens(windows * 32 + 1, 1))
+    env = dict(os.environ, DDP_TIMEOUT="20")
+
+    def run(data, vdata):
+        return tiny(exe, os.path.join(folder, data + "_train.bin"), 50, ["--val-data", vdata])
+    start = time.monotonic()
+    rc, out = trainlib.run(mpmd(mpi, run("w20", val), run("w10", val)), timeout=120, env=env)
+    took = time.monotonic() - start
+    chk.check(rc not in (0, -999) and re.search(r"rank 0: 641 tokens, 20 windows", out) is not None
+              and re.search(r"rank 1: 321 tokens, 10 windows", out) is not None and took < 15,
+              f"training shards of 20 and 10 windows on 2 ranks: refused at start-up naming both "
+              f"counts (exit {rc}, {took:.1f} s)", out)
+    chk.check("step 1" not in out, "... before any step", out)
+    short = os.path.join(folder, "short_val.bin")
+    write_shard(short, synthetic_tokens(100, 3))
+    rc, out = trainlib.run(mpmd(mpi, run("w20", val), run("w20", short)), timeout=120, env=env)
+    chk.check(rc not in (0, -999) and "rank 0: 641 tokens, 20 windows of 33, 200 validation tokens" in out
+              and "rank 1: 641 tokens, 20 windows of 33, 100 validation tokens" in out,
+              f"validation shards of 200 and 100 tokens on 2 ranks: refused naming both (exit {rc})", out)
 
 
 def profile_step(chk, exe, ckpt, mpi, tmp):
