@@ -124,6 +124,28 @@ static char *gpt_val_pattern(const train_opts *o)
     return p;
 }
 
+/* DDP_ERR_INVALID_ARG (logged, naming the shard or the pattern) when the validation shards hold no
+ * target: every shard has 0 or 1 tokens, and the validation loss would be 0 / 0. */
+static ddp_status gpt_check_val(const gpt_trainer *t, const char *pattern)
+{
+    const tokens_set *v = t->val_data;
+    if (tokens_set_n_targets(v) > 0)
+        return DDP_OK;
+    const tokens_shard *sh = tokens_set_shard(v, 0);
+    char what[512];
+    if (tokens_set_n_shards(v) == 1)
+        snprintf(what, sizeof what, "%s: %zu token%s", sh->path, sh->n_tokens,
+                 sh->n_tokens == 1 ? "" : "s");
+    else
+        snprintf(what, sizeof what, "%s: %zu shards of %zu tokens in all, none with 2", pattern,
+                 tokens_set_n_shards(v), tokens_set_n_tokens(v));
+    DDP_ERROR("%s: the validation set has no target token to score (the validation loss would be "
+              "NaN): a validation window needs T + 1 = %d tokens (--seq %d, and at least 2 for one "
+              "target); give --val-data a shard of at least %d tokens", what, t->T + 1, t->T,
+              t->T + 1);
+    return DDP_ERR_INVALID_ARG;
+}
+
 static ddp_status gpt_open_data(gpt_trainer *t)
 {
     const train_opts *o = t->o;
@@ -133,6 +155,8 @@ static ddp_status gpt_open_data(gpt_trainer *t)
         st = DDP_ERR_INVALID_ARG;
     if (st == DDP_OK)
         st = tokens_set_open(vpat, t->cfg.vocab, &t->val_data);
+    if (st == DDP_OK)
+        st = gpt_check_val(t, vpat);
     free(vpat);
     /* A token outside the vocabulary is found before training where reading every token is cheap;
      * in larger sets the loaders find it when they hand the window out (and stop the job). */

@@ -210,6 +210,20 @@ def bad_input(chk, exe, ckpt, mpi, tmp):
     expect_failure(chk, tiny(exe, os.path.join(folder, "syn_*_000001.bin"), 2, ["--val-data", os.path.join(tmp, "x_*.bin")]),
                    r"x_\*\.bin", "a validation pattern that matches nothing")
     different_data(chk, exe, mpi, tmp)
+    empty_validation(chk, exe, mpi, tmp, data)
+
+
+def empty_validation(chk, exe, mpi, tmp, data):
+    """A validation set of 0 or 1 tokens has no target: refused at start-up naming the file and its
+    count (not "val loss nan" and exit 0)."""
+    for n in (0, 1):
+        val = os.path.join(tmp, f"tiny{n}_val.bin")
+        write_shard(val, synthetic_tokens(n, 3))
+        rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 2, ["--val-data", val]), timeout=120)
+        chk.check(rc not in (0, -999) and f"{val}: {n} token" in out and "T + 1 = 17" in out
+                  and "step 1" not in out,
+                  f"a validation shard of {n} token(s): refused at start-up naming it and the 17 "
+                  f"tokens of a window (exit {rc})", out)
 
 
 def mpmd(mpi, first, second):
