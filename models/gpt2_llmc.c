@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "gpt2_private.h"
@@ -12,17 +13,35 @@
 
 /* ---- header -------------------------------------------------------------------------------- */
 
+#define LLMC_TOKENS_MAGIC 20240520 /* llm.c's token shards (models/tokens.h) */
+#define DDP_CKPT_MAGIC8 "DDPCKPT1" /* the first 8 bytes of a ddp checkpoint (runtime/checkpoint.c) */
+
+/* Logs what a file with a wrong magic is, when it is a file of another kind we know. */
+static void wrong_magic(const char *path, const int32_t *h)
+{
+    if (memcmp(h, DDP_CKPT_MAGIC8, 8) == 0)
+        DDP_ERROR("%s is a ddp checkpoint (ddp-train --save or --checkpoint-dir), not an llm.c "
+                  "GPT-2 model file: continue from it with --resume %s (--save-llmc FILE writes "
+                  "llm.c's format)", path, path);
+    else if (h[0] == LLMC_TOKENS_MAGIC)
+        DDP_ERROR("%s is an llm.c token shard (magic %d), not a model file: give token shards to "
+                  "--data or --val-data", path, LLMC_TOKENS_MAGIC);
+    else
+        DDP_ERROR("%s: magic %d, want %d (not an llm.c GPT-2 model file)", path, (int)h[0],
+                  GPT2_LLMC_MAGIC);
+}
+
 /* Reads and checks the header of an open file: its configuration and version. */
 static ddp_status parse_header(FILE *f, const char *path, gpt2_config *cfg, int *version)
 {
     int32_t h[GPT2_LLMC_HEADER];
     if (fread(h, sizeof h, 1, f) != 1) {
-        DDP_ERROR("%s: shorter than llm.c's header of %d int32", path, GPT2_LLMC_HEADER);
+        DDP_ERROR("%s: shorter than llm.c's header of %d int32 (%zu bytes)", path, GPT2_LLMC_HEADER,
+                  sizeof h);
         return DDP_ERR_FORMAT;
     }
     if (h[0] != GPT2_LLMC_MAGIC) {
-        DDP_ERROR("%s: magic %d, want %d (not an llm.c GPT-2 model file)", path, (int)h[0],
-                  GPT2_LLMC_MAGIC);
+        wrong_magic(path, h);
         return DDP_ERR_FORMAT;
     }
     if (h[1] != GPT2_LLMC_FP32 && h[1] != GPT2_LLMC_BF16) {
@@ -41,7 +60,54 @@ static ddp_status parse_header(FILE *f, const char *path, gpt2_config *cfg, int 
     return DDP_OK;
 }
 
-/* Opens path and parses its header; *f is NULL on failure. */
+/* DDP_ERR_FORMAT unless the file holds exactly the header and n elements of es bytes. */
+static ddp_status check_size(FILE *f, const char *path, size_t n, size_t es)
+{
+    off_t want = (off_t)(GPT2_LLMC_HEADER * sizeof(int32_t) + n * es);
+    if (fseeko(f, 0, SEEK_END) != 0) {
+        DDP_ERROR("%s: cannot seek: %s", path, strerror(errno));
+        return DDP_ERR_IO;
+    }
+    off_t got = ftello(f);
+    if (got != want) {
+        DDP_ERROR("%s: %lld bytes, want %lld (the header and the %zu %s parameters its sizes "
+                  "give): truncated, or not a complete llm.c model file", path, (long long)got,
+                  (long long)want, n, es == 2 ? "bf16" : "fp32");
+        return DDP_ERR_FORMAT;
+    }
+    return fseeko(f, GPT2_LLMC_HEADER * sizeof(int32_t), SEEK_SET) == 0 ? DDP_OK : DDP_ERR_IO;
+}
+
+/* Elements of the flat parameter buffer the header describes (wte with its padding rows). */
+static size_t file_numel(const gpt2_config *cfg)
+{
+    gpt2_config padded = *cfg;
+    padded.vocab = cfg->padded_vocab;
+    return gpt2_config_n_params(&padded);
+}
+
+/* DDP_ERR_IO (logged) unless f is a regular file: a folder opens but reads as nothing. */
+static ddp_status check_regular(FILE *f, const char *path)
+{
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        DDP_ERROR("%s: cannot stat: %s", path, strerror(errno));
+        return DDP_ERR_IO;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        DDP_ERROR("%s is a folder, not an llm.c model file: name the file (such as %s/gpt2_124M.bin)",
+                  path, path);
+        return DDP_ERR_IO;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        DDP_ERROR("%s is not a regular file: give an llm.c model file", path);
+        return DDP_ERR_IO;
+    }
+    return DDP_OK;
+}
+
+/* Opens path and checks its header and its size against the header's (before anything is
+ * allocated for the model); *f is NULL on failure, else positioned after the header. */
 static ddp_status open_model(const char *path, FILE **f, gpt2_config *cfg, int *version)
 {
     *f = path ? fopen(path, "rb") : NULL;
@@ -49,7 +115,11 @@ static ddp_status open_model(const char *path, FILE **f, gpt2_config *cfg, int *
         DDP_ERROR("%s: cannot open: %s", path ? path : "(null)", strerror(errno));
         return DDP_ERR_IO;
     }
-    ddp_status st = parse_header(*f, path, cfg, version);
+    ddp_status st = check_regular(*f, path);
+    if (st == DDP_OK)
+        st = parse_header(*f, path, cfg, version);
+    if (st == DDP_OK)
+        st = check_size(*f, path, file_numel(cfg), *version == GPT2_LLMC_BF16 ? 2 : 4);
     if (st != DDP_OK) {
         fclose(*f);
         *f = NULL;
@@ -88,23 +158,6 @@ static ddp_status same_config(const char *path, const gpt2_config *file, const g
 
 /* ---- load ---------------------------------------------------------------------------------- */
 
-/* DDP_ERR_FORMAT unless the file holds exactly the header and n elements of es bytes. */
-static ddp_status check_size(FILE *f, const char *path, size_t n, size_t es)
-{
-    off_t want = (off_t)(GPT2_LLMC_HEADER * sizeof(int32_t) + n * es);
-    if (fseeko(f, 0, SEEK_END) != 0) {
-        DDP_ERROR("%s: cannot seek: %s", path, strerror(errno));
-        return DDP_ERR_IO;
-    }
-    off_t got = ftello(f);
-    if (got != want) {
-        DDP_ERROR("%s: %lld bytes, want %lld (the header and %zu %s parameters)", path,
-                  (long long)got, (long long)want, n, es == 2 ? "bf16" : "fp32");
-        return DDP_ERR_FORMAT;
-    }
-    return fseeko(f, GPT2_LLMC_HEADER * sizeof(int32_t), SEEK_SET) == 0 ? DDP_OK : DDP_ERR_IO;
-}
-
 /* Reads n parameters (es bytes each: fp32, or bf16 widened in place) into host. */
 static ddp_status read_params(FILE *f, const char *path, float *host, size_t n, size_t es)
 {
@@ -126,10 +179,10 @@ ddp_status gpt2_llmc_load(gpt2 *g, const char *path)
     gpt2_config file;
     TRY_OK(open_model(path, &f, &file, &version));
     size_t n = gpt2_numel_total(g), es = version == GPT2_LLMC_BF16 ? 2 : 4;
-    float *host = malloc(n * sizeof *host); // (n)
-    ddp_status st = host ? same_config(path, &file, gpt2_cfg(g)) : DDP_ERR_NOMEM;
-    if (st == DDP_OK)
-        st = check_size(f, path, n, es);
+    ddp_status st = same_config(path, &file, gpt2_cfg(g));
+    float *host = st == DDP_OK ? malloc(n * sizeof *host) : NULL; // (n)
+    if (st == DDP_OK && !host)
+        st = DDP_ERR_NOMEM;
     if (st == DDP_OK)
         st = read_params(f, path, host, n, es);
     if (st == DDP_OK)
