@@ -10,10 +10,10 @@
 
 #include "gpt2_private.h"
 #include "half.h"
+#include "tokens.h" /* TOKENS_MAGIC: llm.c's token shards */
 
 /* ---- header -------------------------------------------------------------------------------- */
 
-#define LLMC_TOKENS_MAGIC 20240520 /* llm.c's token shards (models/tokens.h) */
 #define DDP_CKPT_MAGIC8 "DDPCKPT1" /* the first 8 bytes of a ddp checkpoint (runtime/checkpoint.c) */
 
 /* Logs what a file with a wrong magic is, when it is a file of another kind we know. */
@@ -23,9 +23,9 @@ static void wrong_magic(const char *path, const int32_t *h)
         DDP_ERROR("%s is a ddp checkpoint (ddp-train --save or --checkpoint-dir), not an llm.c "
                   "GPT-2 model file: continue from it with --resume %s (--save-llmc FILE writes "
                   "llm.c's format)", path, path);
-    else if (h[0] == LLMC_TOKENS_MAGIC)
+    else if (h[0] == TOKENS_MAGIC)
         DDP_ERROR("%s is an llm.c token shard (magic %d), not a model file: give token shards to "
-                  "--data or --val-data", path, LLMC_TOKENS_MAGIC);
+                  "--data or --val-data", path, TOKENS_MAGIC);
     else
         DDP_ERROR("%s: magic %d, want %d (not an llm.c GPT-2 model file)", path, (int)h[0],
                   GPT2_LLMC_MAGIC);
