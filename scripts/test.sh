@@ -59,7 +59,7 @@ fi
 sanitize=${DDP_TEST_SANITIZE:-$([ $# -eq 0 ] && echo 1 || echo 0)}
 if [ "$sanitize" = 1 ]; then
   sandir=${DDP_TEST_SANBUILDDIR:-build-sanitize}
-  suites=(--suite models --suite runtime --suite train --suite launcher --suite fuzz)
+  suites=(--suite models --suite readers --suite runtime --suite train --suite launcher --suite fuzz)
   [ $# -eq 0 ] || suites=("$@")
   if scripts/build-sanitize.sh "$sandir"; then
     meson test -C "$sandir" --print-errorlogs --num-processes 2 "${suites[@]}" || status=$?

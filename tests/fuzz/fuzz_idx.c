@@ -1,4 +1,4 @@
-/* fuzz_idx.c - libFuzzer harness: the MNIST IDX reader (models/mnist.c) on any pair of files.
+/* fuzz_idx.c - libFuzzer harness: the MNIST IDX reader (readers/mnist.c) on any pair of files.
  *
  * Input: a mode byte, a little-endian u16 k, then the images file (the next k bytes, fewer when the
  * input is shorter), then the labels file (the rest). With mode bit 0 set, the harness appends to

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """make_seeds.py - writes the seed corpora of the fuzz harnesses into corpus/NAME/ (committed; run
 again after a file format changes). Text seeds are real command lines, environments and node lists;
-binary seeds are small valid files in the formats of models/mnist.c and runtime/checkpoint.c
+binary seeds are small valid files in the formats of readers/mnist.c and runtime/checkpoint.c
 (versions 1 and 2), with the harnesses' framing (see each fuzz_*.c).
 
 Usage: make_seeds.py [CORPUS_DIR]   (default: corpus/ beside this script)
