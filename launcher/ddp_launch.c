@@ -9,6 +9,7 @@
 
 #include "blas_policy.h"
 #include "launcher.h"
+#include "suggest.h"
 
 extern char **environ;
 
@@ -38,7 +39,9 @@ static const char *const help_text[] = {
     "\n"
     "Options:\n"
     "  -n N                  number of ranks; under a launcher only a cross-check of its world size\n"
-    "  --nproc-per-node N    ranks per node (cross-checked against the launcher)\n"
+    "  --nproc-per-node N    ranks per node (cross-checked against the launcher); without a launcher\n"
+    "                        and without -n, starts N ranks here (torchrun's --nproc-per-node, also\n"
+    "                        spelt --nproc_per_node)\n"
     "  --ntasks-per-node N   the same check, named as srun's option\n"
     "  --bind=auto|force|none  CPU binding (default auto): each rank gets the cores nearest its GPU,\n"
     "                        or an even share of the node's allowed cores; auto keeps a binding made\n"
@@ -127,6 +130,20 @@ static enum launch_bind_mode bind_mode(const char *s)
     exit(USAGE_EXIT);
 }
 
+/* An unknown option or a missing value: one line naming it, with the nearest option for an
+ * unknown one, printed by the job's first rank only (every rank parses the same line); exits 2. */
+static void usage_error(int c, const char *arg, const struct option *longs)
+{
+    if (suggest_first_rank()) {
+        const char *near = c == '?' && arg[0] == '-' && arg[1] == '-' ? suggest_option(longs, arg) : NULL;
+        fprintf(stderr, "ddp-launch: %s '%s'", c == ':' ? "missing value for option" : "unknown option", arg);
+        if (near)
+            fprintf(stderr, "; did you mean --%s?", near);
+        fputs(" (see ddp-launch --help)\n", stderr);
+    }
+    exit(USAGE_EXIT);
+}
+
 enum { OPT_NPPN = 256, OPT_NTPN, OPT_BIND, OPT_SHARE, OPT_PRINT, OPT_DRY, OPT_PORT, OPT_ADDR, OPT_LOGDIR, OPT_VERSION };
 
 /* Fills OPT from argv; returns the index of PROGRAM. Exits 0 for --help/--version, 2 on errors. */
@@ -134,6 +151,7 @@ static int parse_options(int argc, char **argv, struct launch_options *opt)
 {
     static const struct option longs[] = {
         {"nproc-per-node", required_argument, NULL, OPT_NPPN}, {"ntasks-per-node", required_argument, NULL, OPT_NTPN},
+        {"nproc_per_node", required_argument, NULL, OPT_NPPN}, /* torchrun's spelling */
         {"bind", required_argument, NULL, OPT_BIND}, {"share-gpus", no_argument, NULL, OPT_SHARE},
         {"print-env", no_argument, NULL, OPT_PRINT}, {"dry-run", no_argument, NULL, OPT_DRY},
         {"master-port", required_argument, NULL, OPT_PORT}, {"master-addr", required_argument, NULL, OPT_ADDR},
@@ -143,7 +161,8 @@ static int parse_options(int argc, char **argv, struct launch_options *opt)
     };
     int c;
     launch_options_init(opt);
-    while ((c = getopt_long(argc, argv, "+n:vh", longs, NULL)) != -1) {
+    opterr = 0; /* unknown options: one line with the nearest one (default: below) */
+    while ((c = getopt_long(argc, argv, "+:n:vh", longs, NULL)) != -1) {
         switch (c) {
         case 'n': opt->n_procs = positive(optarg, "-n"); break;
         case OPT_NPPN: opt->nproc_per_node = positive(optarg, "--nproc-per-node"); break;
@@ -158,7 +177,7 @@ static int parse_options(int argc, char **argv, struct launch_options *opt)
         case 'v': opt->verbose = 1; break;
         case 'h': fputs(help_text[0], stdout); fputs(help_text[1], stdout); exit(0);
         case OPT_VERSION: printf("ddp-launch %s\n", DDP_VERSION); exit(0);
-        default: fputs("ddp-launch: see ddp-launch --help\n", stderr); exit(USAGE_EXIT);
+        default: usage_error(c, argv[optind - 1], longs);
         }
     }
     if (optind >= argc && !opt->dry_run) {
@@ -454,7 +473,9 @@ static int launch_local(const struct launch_options *opt, struct launch_layout *
     if (l->world_size == 1)
         return run_rank(opt, l, args);
     if (!forced && launch_find_program(environ, "mpirun", path, sizeof path) == 0) {
-        exec_mpirun(opt, args);
+        struct launch_options o = *opt;
+        o.n_procs = l->world_size; /* -n, or --nproc-per-node without it */
+        exec_mpirun(&o, args);
         fail("warning: cannot exec mpirun (%s); forking the ranks instead", strerror(errno));
     }
     if (!opt->dry_run && refuse_fork_of_mpi(args, forced) != 0)

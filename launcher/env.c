@@ -441,11 +441,12 @@ static void fill_layout(const struct view *m, enum launch_source source, struct 
     out->n_nodes = m->value[F_NNODES];
 }
 
-/* Layout of a process nothing launched: -n N ranks on this node, this being rank 0. */
+/* Layout of a process nothing launched: -n N ranks on this node, this being rank 0. Without -n,
+ * --nproc-per-node N (torchrun's flag) or --ntasks-per-node N says how many. */
 static int no_launcher(const struct launch_options *opt, struct view *m, char *err, size_t errlen)
 {
-    int n = opt->n_procs > 0 ? opt->n_procs : 1;
     int per_node = opt->nproc_per_node > 0 ? opt->nproc_per_node : opt->ntasks_per_node;
+    int n = opt->n_procs > 0 ? opt->n_procs : per_node > 0 ? per_node : 1;
     if (per_node > 0 && per_node != n) {
         set_err(err, errlen, "-n %d starts %d ranks on this node but --%s says %d: make them agree", n, n,
                 opt->nproc_per_node > 0 ? "nproc-per-node" : "ntasks-per-node", per_node);

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "suggest.h"
+
 enum {
     OPT_MODEL = 1000, OPT_WIDTHS, OPT_DATA, OPT_EPOCHS, OPT_MAX_STEPS, OPT_BATCH, OPT_LR,
     OPT_MOMENTUM, OPT_WEIGHT_DECAY, OPT_SEED, OPT_BUCKET_MB, OPT_FIRST_BUCKET_MB, OPT_ACCUM,
@@ -22,7 +24,7 @@ enum {
     OPT_GPT_CONFIG, OPT_LAYERS, OPT_HEADS, OPT_CHANNELS, OPT_SEQ, OPT_VAL_DATA, OPT_VAL_EVERY,
     OPT_VAL_MAX_BATCHES, OPT_TOTAL_BATCH_TOKENS, OPT_WARMUP_STEPS, OPT_LR_FLOOR, OPT_GRAD_CLIP,
     OPT_INIT_FROM, OPT_SAVE_LLMC, OPT_SAMPLE, OPT_VOCAB, OPT_RECOMPUTE, OPT_ZERO_ACCUM,
-    OPT_PEAK_TFLOPS
+    OPT_PEAK_TFLOPS, OPT_END
 };
 
 static const struct option train_long_opts[] = {
@@ -480,25 +482,86 @@ static int parse_gpt_opt(int id, const char *v, train_opts *o)
     }
 }
 
-/* After parsing: the GPT's defaults where the user gave no value, and the flags that do not fit
- * it (0 when consistent, else -1 with the complaint printed). */
-static int finish_gpt_opts(train_opts *o)
+/* The long name of option id. */
+static const char *opt_name(int id)
 {
-    train_gpt_opts *g = &o->gpt;
-    if (!g->on) {
-        if (g->init_from || g->save_llmc || g->sample || g->val_data || g->total_batch_tokens ||
-            g->zero_accum || g->peak_tflops > 0.0) {
-            fprintf(stderr, "ddp-train: --init-from, --save-llmc, --sample, --val-data, "
-                            "--total-batch-tokens, --zero-accum and --peak-tflops are GPT-2 "
-                            "flags: add --model gpt2\n");
+    for (const struct option *p = train_long_opts; p->name; p++)
+        if (p->val == id)
+            return p->name;
+    return "?";
+}
+
+/* The flags given (seen[id - OPT_MODEL]) that belong to the other model kind: GPT-2 flags with
+ * MLP/CNN, the SGD and MLP flags with GPT-2. Prints the complaint naming them and returns -1, or
+ * returns 0 when none was given. */
+static int refuse_other_model_flags(const train_opts *o, const unsigned char *seen)
+{
+    static const int mnist_only[] = {OPT_WIDTHS, OPT_MOMENTUM, OPT_LR_SCHEDULE, OPT_AUGMENT};
+    char names[512];
+    size_t len = 0;
+    names[0] = '\0';
+    for (int id = OPT_MODEL; id < OPT_END; id++) {
+        int other = 0;
+        if (!o->gpt.on)
+            other = id >= OPT_GPT_CONFIG;
+        for (size_t i = 0; o->gpt.on && i < sizeof mnist_only / sizeof mnist_only[0]; i++)
+            other |= id == mnist_only[i];
+        if (other && seen[id - OPT_MODEL] && len < sizeof names)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s--%s", len ? ", " : "", opt_name(id));
+    }
+    if (!names[0])
+        return 0;
+    if (o->gpt.on)
+        fprintf(stderr, "ddp-train: %s: not used by --model gpt2 (AdamW with warm-up and cosine decay: "
+                        "--lr, --warmup-steps, --lr-floor; sizes: --gpt-config or --layers/--heads/"
+                        "--channels); leave them out\n", names);
+    else
+        fprintf(stderr, "ddp-train: %s: GPT-2 flags, not used by --model %s: add --model gpt2 or leave "
+                        "them out\n", names, o->model.kind == MODEL_CNN ? "cnn" : "mlp");
+    return -1;
+}
+
+/* The GPT's flags that contradict each other: sizes given with --init-from (the file's sizes are
+ * the model's), --accum with --total-batch-tokens (which sets the micro-steps). */
+static int refuse_gpt_conflicts(const train_opts *o, const unsigned char *seen)
+{
+    static const int sizes[] = {OPT_GPT_CONFIG, OPT_LAYERS, OPT_HEADS, OPT_CHANNELS};
+    for (size_t i = 0; o->gpt.init_from && i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (seen[sizes[i] - OPT_MODEL]) {
+            fprintf(stderr, "ddp-train: --%s and --init-from %s: the model's sizes come from the file's "
+                            "header; leave --%s out\n", opt_name(sizes[i]), o->gpt.init_from,
+                    opt_name(sizes[i]));
             return -1;
         }
-        return 0;
     }
+    if (o->gpt.total_batch_tokens && seen[OPT_ACCUM - OPT_MODEL]) {
+        fprintf(stderr, "ddp-train: --accum %d and --total-batch-tokens %ld: the tokens per step set the "
+                        "micro-steps (total / (batch x seq x ranks)); give one of the two\n", o->accum,
+                o->gpt.total_batch_tokens);
+        return -1;
+    }
+    return 0;
+}
+
+/* After parsing: the GPT's defaults where the user gave no value, and the flags that do not fit
+ * the model (0 when consistent, else -1 with the complaint printed). */
+static int finish_gpt_opts(train_opts *o, const unsigned char *seen)
+{
+    train_gpt_opts *g = &o->gpt;
+    if (refuse_other_model_flags(o, seen) != 0)
+        return -1;
+    if (!g->on)
+        return 0;
+    if (refuse_gpt_conflicts(o, seen) != 0)
+        return -1;
     if (!(o->given & TRAIN_GIVEN_DATA))
         o->data_dir = "data/text/austen_train_*.bin";
     if (!(o->given & TRAIN_GIVEN_LR))
         o->lr = 6e-4;
+    else if (o->lr > DDP_TRAIN_GPT_LR_WARN && suggest_first_rank())
+        fprintf(stderr, "ddp-train: warning: --lr %g with --model gpt2 is an SGD-sized rate (MNIST's): "
+                        "AdamW trains GPT-2 at about 6e-4 (the default, llm.c's) and usually diverges "
+                        "above %g; leave --lr out for the default\n", o->lr, DDP_TRAIN_GPT_LR_WARN);
     if (!(o->given & TRAIN_GIVEN_WD))
         o->weight_decay = 0.1;
     if (!(o->given & TRAIN_GIVEN_BATCH))
@@ -513,10 +576,6 @@ static int finish_gpt_opts(train_opts *o)
     if (!g->init_from && g->seq > g->cfg.max_seq) {
         fprintf(stderr, "ddp-train: --seq %d is longer than the model's %d positions: allowed is "
                         "1 to %d\n", g->seq, g->cfg.max_seq, g->cfg.max_seq);
-        return -1;
-    }
-    if (o->augment) {
-        fprintf(stderr, "ddp-train: --augment shifts MNIST images: --model gpt2 has none\n");
         return -1;
     }
     if (g->zero_accum && o->zero != 2) {
@@ -567,8 +626,23 @@ static int train_apply_opt(int id, const char *v, train_opts *o)
     }
 }
 
+/* An unknown option, a missing value or a stray argument: one line naming it (with the nearest
+ * flag for an unknown one) and where the flags are listed, printed by the job's first rank only
+ * (every rank parses the same command line). */
+static void usage_error(const char *what, const char *arg)
+{
+    if (!suggest_first_rank())
+        return;
+    const char *near = strcmp(what, "unknown option") == 0 ? suggest_option(train_long_opts, arg) : NULL;
+    fprintf(stderr, "ddp-train: %s '%s'", what, arg);
+    if (near)
+        fprintf(stderr, "; did you mean --%s?", near);
+    fputs("\nusage: ddp-train [options]; ddp-train --help lists them\n", stderr);
+}
+
 train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
 {
+    unsigned char seen[OPT_END - OPT_MODEL] = {0};
     train_opts_default(o);
     opterr = 0;
     optind = 0; /* glibc: 0 resets getopt entirely, so a parse left inside "-hh" cannot leak into this one */
@@ -578,11 +652,10 @@ train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
         if (id == 'h') {
             rc = 1;
         } else if (id == '?' || id == ':') {
-            fprintf(stderr, "ddp-train: %s option '%s'\n%s", id == '?' ? "unknown" : "missing value for",
-                    argv[optind - 1], train_usage_text);
-            fputs(train_usage_more, stderr);
+            usage_error(id == '?' ? "unknown option" : "missing value for option", argv[optind - 1]);
             return DDP_TRAIN_USAGE;
         } else {
+            seen[id - OPT_MODEL] = 1;
             rc = train_apply_opt(id, optarg, o);
         }
         if (rc == 1) {
@@ -595,8 +668,7 @@ train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
             return DDP_TRAIN_USAGE;
     }
     if (optind < argc) {
-        fprintf(stderr, "ddp-train: unexpected argument '%s'\n%s%s", argv[optind], train_usage_text,
-                train_usage_more);
+        usage_error("unexpected argument", argv[optind]);
         return DDP_TRAIN_USAGE;
     }
     if (o->n_inject > 0 && o->grad_dtype != DDP_FP16 && o->model.precision != DDP_FP16) {
@@ -604,7 +676,7 @@ train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
                         "or --precision fp16\n");
         return DDP_TRAIN_USAGE;
     }
-    if (check_resume_opts(o) != 0 || finish_gpt_opts(o) != 0)
+    if (check_resume_opts(o) != 0 || finish_gpt_opts(o, seen) != 0)
         return DDP_TRAIN_USAGE;
     o->model.seed = o->seed;
     o->model.max_batch = o->batch;
@@ -614,7 +686,9 @@ train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
 void train_print_opts(FILE *f, const train_opts *o)
 {
     const gpt2_config *c = &o->gpt.cfg;
-    if (o->gpt.on)
+    if (o->gpt.on && o->gpt.init_from)
+        fprintf(f, "model: gpt2 from %s (its sizes), seq %d", o->gpt.init_from, o->gpt.seq);
+    else if (o->gpt.on)
         fprintf(f, "model: gpt2 L %d, heads %d, channels %d, seq %d (positions %d, vocabulary %d "
                 "padded to %d)", c->layers, c->heads, c->channels, o->gpt.seq, c->max_seq, c->vocab,
                 c->padded_vocab);
@@ -625,8 +699,12 @@ void train_print_opts(FILE *f, const train_opts *o)
         for (int i = 0; i < o->model.n_widths; i++)
             fprintf(f, "%s%d", i ? "-" : "", o->model.widths[i]);
     }
-    fprintf(f, "\ndata: %s\nepochs: %d  max-steps: %ld  batch per rank: %d  accum: %d\n", o->data_dir,
-            o->epochs, o->max_steps, o->batch, o->accum);
+    fprintf(f, "\ndata: %s\nepochs: %d  max-steps: %ld  batch per rank: %d  ", o->data_dir, o->epochs,
+            o->max_steps, o->batch);
+    if (o->gpt.on && o->gpt.total_batch_tokens)
+        fprintf(f, "accum: from --total-batch-tokens %ld\n", o->gpt.total_batch_tokens);
+    else
+        fprintf(f, "accum: %d\n", o->accum);
     if (o->gpt.on)
         fprintf(f, "adamw: lr %g, warm-up %ld steps, cosine to %g x lr; betas %g, %g; eps %g; weight "
                 "decay %g (2-D weights); grad clip %g\n", o->lr, o->gpt.warmup_steps, o->gpt.lr_floor,

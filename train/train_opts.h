@@ -18,6 +18,7 @@
 #define DDP_TRAIN_MAX_WORKERS 256 /* --workers: data prefetch threads */
 #define DDP_TRAIN_MIN_LR 1e-12  /* below it, float32 updates round away for any usable gradient */
 #define DDP_TRAIN_MAX_LR 1e3    /* above it, SGD diverges at once on these models */
+#define DDP_TRAIN_GPT_LR_WARN 1e-2 /* --lr above it with GPT-2 (AdamW) warns: MNIST's SGD rates diverge */
 #define DDP_TRAIN_MAX_WEIGHT_DECAY 1e3
 #define DDP_TRAIN_MAX_BUCKET_MB 1048576.0  /* 1 TiB: more than any model's gradients */
 #define DDP_TRAIN_MAX_SAMPLE 100000 /* --sample: tokens generated after training */

@@ -1,7 +1,9 @@
 #!/bin/sh
 # local_ranks.sh - ddp-launch -n N on this node: through mpirun every PROGRAM argument arrives; in
 # the fork path SIGUSR1 reaches every rank (Slurm's --signal warning) and the job goes on; with
-# --print-env, ranks that never report are named, and only those. Usage: local_ranks.sh DDP_LAUNCH
+# --print-env, ranks that never report are named, and only those; torchrun's --nproc-per-node N
+# (also --nproc_per_node) starts N ranks without -n; a mistyped option is named once with the
+# nearest one. Usage: local_ranks.sh DDP_LAUNCH
 launch=$1
 fails=0
 tmp=$(mktemp -d /tmp/ddp-local-ranks.XXXXXX)
@@ -27,6 +29,21 @@ wait "$pid"
 check "fork path: exit status after SIGUSR1" "$?" 0
 kill "$watchdog" 2>/dev/null
 check "fork path: ranks that got SIGUSR1" "$(sort "$tmp/usr1" 2>/dev/null | paste -sd' ')" "usr1 0 usr1 1"
+
+# shellcheck disable=SC2016
+got=$("$launch" --nproc-per-node 3 -- sh -c 'echo "$RANK/$WORLD_SIZE"' | sort | paste -sd' ')
+check "--nproc-per-node 3 without -n: three ranks" "$got" "0/3 1/3 2/3"
+# shellcheck disable=SC2016
+got=$("$launch" --nproc_per_node 2 -- sh -c 'echo "$LOCAL_WORLD_SIZE"' | sort -u)
+check "--nproc_per_node (torchrun's spelling)" "$got" 2
+out=$("$launch" --nprocs-per-nod 2 -- true 2>&1); rc=$?
+check "a mistyped option: exit status" "$rc" 2
+check "a mistyped option: the nearest named" "$out" \
+    "ddp-launch: unknown option '--nprocs-per-nod'; did you mean --nproc-per-node? (see ddp-launch --help)"
+out=$("$launch" -n 2 --nproc-per-node 3 -- true 2>&1); rc=$?
+check "-n 2 against --nproc-per-node 3: refused" "$rc" 1
+check "-n 2 against --nproc-per-node 3: both named" \
+    "$(printf '%s\n' "$out" | grep -c -- '-n 2 starts 2 ranks on this node but --nproc-per-node says 3')" 1
 
 out=$(env -i PATH="$PATH" RANK=0 WORLD_SIZE=3 LOCAL_RANK=0 LOCAL_WORLD_SIZE=3 DDP_PRINT_TIMEOUT=0.3 \
     DDP_PRINT_DIR="$tmp/print" "$launch" --dry-run 2>&1)

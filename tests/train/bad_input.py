@@ -65,7 +65,22 @@ def absurd_values():
 
 def bad_flags(chk, train):
     cases = [
-        (["--bogus"], ["unknown option '--bogus'", "usage:"]),
+        (["--bogus"], ["unknown option '--bogus'", "ddp-train --help lists them"]),
+        # torchrun's and llm.c users' spellings: the nearest flag named
+        (["--max_steps", "1"], ["unknown option '--max_steps'; did you mean --max-steps?"]),
+        (["--checkpoint-direc", "x"], ["did you mean --checkpoint-dir?"]),
+        # flags of the other model kind are refused, each named, not silently ignored
+        (["--model", "mlp", "--recompute", "--layers", "5", "--seq", "9999"],
+         ["--layers, --seq, --recompute: GPT-2 flags, not used by --model mlp"]),
+        (["--model", "cnn", "--warmup-steps", "3"], ["--warmup-steps: GPT-2 flags, not used by --model cnn"]),
+        (["--model", "gpt2", "--momentum", "0.5", "--lr-schedule", "cosine", "--widths", "784-10"],
+         ["--widths, --momentum, --lr-schedule: not used by --model gpt2"]),
+        (["--model", "gpt2", "--augment"], ["--augment: not used by --model gpt2"]),
+        # contradictions: the file's sizes against size flags, micro-steps given twice
+        (["--model", "gpt2", "--init-from", "m.bin", "--layers", "6"],
+         ["--layers and --init-from m.bin: the model's sizes come from the file's header"]),
+        (["--model", "gpt2", "--total-batch-tokens", "1024", "--accum", "2"],
+         ["--accum 2 and --total-batch-tokens 1024", "give one of the two"]),
         (["--batch", "abc"], ["--batch: expected a positive integer, got 'abc'"]),
         (["--batch", "0"], ["--batch: expected a positive integer, got '0'"]),
         (["--epochs", "3x"], ["--epochs: expected a positive integer, got '3x'"]),
@@ -85,17 +100,23 @@ def bad_flags(chk, train):
         (["--inject-inf", "1:3"], ["--inject-inf tests the fp16 loss scaler: add --grad-dtype fp16 or --precision fp16"]),
         (["--model", "gpt2", "--zero", "2", "--zero-accum", "later"],
          ["--zero-accum: expected local or reduce, got 'later'"]),
-        (["--zero-accum", "reduce"], ["--zero-accum and --peak-tflops are GPT-2 flags: add --model gpt2"]),
+        (["--zero-accum", "reduce"], ["--zero-accum: GPT-2 flags, not used by --model mlp: add --model gpt2"]),
         (["--model", "gpt2", "--peak-tflops", "-3"],
          ["--peak-tflops: expected a number in (0, 1000000], got '-3'", "e.g. --peak-tflops 989.4"]),
         (["--model", "gpt2", "--peak-tflops", "abc"],
          ["--peak-tflops: expected a number in (0, 1000000], got 'abc'", "leave it out"]),
-        (["--peak-tflops", "100"], ["--peak-tflops are GPT-2 flags: add --model gpt2"]),
+        (["--peak-tflops", "100"], ["--peak-tflops: GPT-2 flags, not used by --model mlp: add --model gpt2"]),
         (["--model", "gpt2", "--zero", "1", "--zero-accum", "reduce"],
          ["--zero-accum chooses how --zero 2 accumulates micro-steps: add --zero 2"]),
     ]
     for args, words in cases + absurd_values():
         expect(chk, "ddp-train " + " ".join(args), [train] + args, 2, words)
+    out = expect(chk, "ddp-train --bogus", [train, "--bogus"], 2, [])
+    chk.check(len(out.splitlines()) <= 3, "an unknown option gets a short usage, not the whole list", out)
+    rc, out = trainlib.run([train, "--model", "gpt2", "--lr", "0.1", "--data", "/nonexistent/x_*.bin"],
+                           timeout=60)
+    chk.check(rc != 0 and "--lr 0.1 with --model gpt2 is an SGD-sized rate" in out,
+              "an MNIST-sized --lr with the GPT is warned about", out)
     rc, out = trainlib.run([train, "--help"], timeout=60)
     chk.check(rc == 0 and "--max-steps" in out, "ddp-train --help exits 0 with the usage", out)
 
@@ -142,6 +163,13 @@ def bad_data(chk, train, tmp):
         with open(os.path.join(good, name), "rb") as f:
             corrupt(folder, name, change(f.read()))
         expect(chk, what, [train, "--data", folder], None, words)
+
+
+def usage_once(chk, train, mpi):
+    """A usage error under mpirun -np 3 is printed once (by rank 0), not once per rank."""
+    out = expect(chk, "mpirun -np 3 ddp-train --max_steps 1", mpi + ["3", train, "--max_steps", "1"], None,
+                 ["did you mean --max-steps?"])
+    chk.check(out.count("unknown option") == 1, "mpirun -np 3: the unknown option is named once", out)
 
 
 def under_mpirun(chk, train, mpi, tmp):
@@ -262,6 +290,7 @@ def main():
         bad_flags(chk, train)
         bad_data(chk, train, tmp)
         under_mpirun(chk, train, mpi, tmp)
+        usage_once(chk, train, mpi)
         truncated_gz(chk, train, mpi, tmp)
         ckpt_cli(chk, ckpt, tmp)
         ckpt_nan(chk, ckpt, tmp)
