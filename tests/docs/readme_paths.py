@@ -23,6 +23,8 @@ top of the tree (SRCDIR), whatever the page's folder. What counts, in this order
   - everything else (MB/s, bf16/fp16, SIGUSR1/SIGTERM, DIR/rank.N.out, runs/logs) is not a path
     of this repository.
 Bare file names without a '/' (ddp.h, context.c) are not checked.
+Commands: every `mpirun` command line (mpirun followed by an option) carries --allow-run-as-root, or
+it fails as root, which is how the project's machines and many containers run it.
 Prints every missing path with its page and line; exits 1 when there is one, 0 otherwise.
 """
 import fnmatch
@@ -34,6 +36,8 @@ import sys
 PATH_RE = re.compile(r"(?:\./)?[\w.+-]+(?:/[\w.+-]+)*/?")
 # Candidates: maximal runs without spaces, backticks, brackets, quotes or separators.
 WORD_RE = re.compile(r"[^\s`()\[\]{}|,;:\"']*/[^\s`()\[\]{}|,;:\"']*")
+# An mpirun command line (not the word in prose): mpirun followed by one of its options.
+MPIRUN_RE = re.compile(r"\bmpirun\s+-")
 # A Markdown link or image, [text](target) or ![alt](target): the target is group 1.
 LINK_RE = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 HEADING_RE = re.compile(r"#{1,6}\s+(.*?)\s*#*\s*$")
@@ -149,6 +153,11 @@ def check_page(page, srcdir, builddir, top, patterns, counts):
             why = check_link(m.group(1), page)
             if why:
                 missing.append(f"{name}:{lineno}: link {m.group(1)} ({why})")
+        if MPIRUN_RE.search(line) and "--allow-run-as-root" not in line:
+            counts["mpirun"] += 1
+            missing.append(f"{name}:{lineno}: an mpirun command without --allow-run-as-root (fails as root)")
+        elif MPIRUN_RE.search(line):
+            counts["mpirun"] += 1
         seen = set()
         for word in candidates(LINK_RE.sub(" ", line)):
             kind, path = classify(word, srcdir, builddir, top, patterns)
@@ -173,7 +182,7 @@ def main(argv):
     builddir = argv[2] if len(argv) == 3 else None
     top = {e for e in os.listdir(srcdir) if not e.startswith(".")}
     patterns = read_ignores(srcdir)
-    counts = {"repo": 0, "build": 0, "link": 0}
+    counts = {"repo": 0, "build": 0, "link": 0, "mpirun": 0}
     all_pages = pages(srcdir)
     missing = []
     for page in all_pages:
@@ -181,7 +190,7 @@ def main(argv):
     for m in missing:
         print(m)
     print(f"readme_paths: {len(all_pages)} pages; {counts['repo']} source paths, {counts['build']} build "
-          f"paths and {counts['link']} links checked, {len(missing)} missing")
+          f"paths, {counts['link']} links and {counts['mpirun']} mpirun commands checked, {len(missing)} problems")
     return 1 if missing else 0
 
 
