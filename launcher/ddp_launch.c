@@ -32,6 +32,9 @@ static const char *const help_text[] = {
     "  torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK\n"
     "  none      -n N starts N ranks on this node: through `mpirun -np N --bind-to none` when mpirun\n"
     "            is in PATH (--oversubscribe beyond the core count, --allow-run-as-root as root),\n"
+    "            which ddp-launch waits for: SIGUSR1/SIGUSR2 are passed on, the first SIGTERM, SIGINT\n"
+    "            or SIGHUP as SIGUSR2 (ddp-train stops every rank after the same step, checkpoints\n"
+    "            and exits 0), a second one as SIGTERM (mpirun ends the job);\n"
     "            otherwise by forking N children: SIGUSR1/SIGUSR2 are passed on to them, and when one\n"
     "            fails (or on SIGINT/SIGTERM) the others are stopped, naming the rank that failed.\n"
     "            Forking refuses an MPI program: forked ranks cannot join one MPI job.\n"
@@ -354,9 +357,10 @@ static int run_rank(const struct launch_options *opt, const struct launch_layout
 
 /* ---- -n N without a launcher --------------------------------------------------------------- */
 
-/* Execs `mpirun -np N --bind-to none ddp-launch <the same flags minus -n> -- PROGRAM ARGS`
- * (ddp-launch binds the ranks itself, as --bind says); returns on failure. */
-static int exec_mpirun(const struct launch_options *opt, char **args)
+/* Runs `mpirun -np N --bind-to none ddp-launch <the same flags minus -n> -- PROGRAM ARGS`
+ * (ddp-launch binds the ranks itself, as --bind says) and waits for it, passing signals on
+ * (launch_supervise_mpirun). Returns mpirun's exit status, or -1 with errno when it cannot start. */
+static int run_mpirun(const struct launch_options *opt, char **args)
 {
     char self[4096], np[16], port[16], nppn[16], ntpn[16];
     const char **argv;
@@ -415,12 +419,11 @@ static int exec_mpirun(const struct launch_options *opt, char **args)
     for (int i = 0; i < n_args; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    fflush(NULL);
-    execvp("mpirun", (char **)argv);
+    int rc = launch_supervise_mpirun((char *const *)argv);
     int saved = errno;
     free(argv);
     errno = saved;
-    return -1;
+    return rc;
 }
 
 struct fork_args {
@@ -475,8 +478,10 @@ static int launch_local(const struct launch_options *opt, struct launch_layout *
     if (!forced && launch_find_program(environ, "mpirun", path, sizeof path) == 0) {
         struct launch_options o = *opt;
         o.n_procs = l->world_size; /* -n, or --nproc-per-node without it */
-        exec_mpirun(&o, args);
-        fail("warning: cannot exec mpirun (%s); forking the ranks instead", strerror(errno));
+        int rc = run_mpirun(&o, args);
+        if (rc >= 0)
+            return rc;
+        fail("warning: cannot start mpirun (%s); forking the ranks instead", strerror(errno));
     }
     if (!opt->dry_run && refuse_fork_of_mpi(args, forced) != 0)
         return SETUP_EXIT;

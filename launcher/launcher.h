@@ -235,6 +235,14 @@ typedef int (*launch_rank_fn)(const struct launch_layout *l, void *arg);
 int launch_fork_ranks(const struct launch_layout *base, launch_rank_fn run, void *arg, char *err,
                       size_t errlen);
 
+/* Runs argv (mpirun and its arguments) as a child in this process group and waits for it; returns
+ * its exit status (128 + signal when killed; 127 when it cannot be started, -1 when fork fails).
+ * Signals sent to ddp-launch are passed on so that the job can stop cleanly: SIGUSR1 and SIGUSR2
+ * as they are (mpirun hands both to every rank); the first SIGTERM, SIGINT or SIGHUP as SIGUSR2
+ * (ddp-train stops every rank after the same step, checkpoints and exits 0, as on SIGTERM; mpirun
+ * itself would end the job at once on SIGTERM), a second one as SIGTERM. */
+int launch_supervise_mpirun(char *const *argv);
+
 /* ---- logdir.c --------------------------------------------------------------------------- */
 
 /* Creates DIR and its parents (ranks may race: an existing folder is fine) and writes its absolute

@@ -1,6 +1,7 @@
-/* supervise.c - the fork supervisor of ddp-launch -n N without mpirun: forks the ranks, each in its
+/* supervise.c - the supervisors of ddp-launch -n N: without mpirun it forks the ranks, each in its
  * own process group, passes SIGUSR1/SIGUSR2 on to them, and when one fails (or on SIGINT/SIGTERM)
- * stops the others and names the rank that failed. */
+ * stops the others and names the rank that failed; with mpirun it waits for mpirun and turns a
+ * SIGTERM into the clean stop that mpirun's own SIGTERM handling does not allow. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -140,4 +141,46 @@ int launch_fork_ranks(const struct launch_layout *base, launch_rank_fn run, void
     rc = supervise(pids, base->world_size);
     free(pids);
     return rc;
+}
+
+int launch_supervise_mpirun(char *const *argv)
+{
+    static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+    struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: sleeps end on a signal */
+    int stops = 0, status;
+    for (size_t i = 0; i < sizeof caught / sizeof caught[0]; i++)
+        sigaction(caught[i], &sa, NULL);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        for (size_t i = 0; i < sizeof caught / sizeof caught[0]; i++)
+            signal(caught[i], SIG_DFL);
+        execvp(argv[0], argv);
+        fprintf(stderr, "ddp-launch: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    for (;;) {
+        int sig = g_forward_signal;
+        if (sig) {
+            g_forward_signal = 0;
+            if (sig == SIGUSR1 || sig == SIGUSR2) {
+                kill(pid, sig);
+            } else if (stops++ == 0) {
+                fprintf(stderr, "ddp-launch: %s: asking every rank to stop after the same step (SIGUSR2 "
+                        "through mpirun: ddp-train checkpoints and exits 0); another one ends the job\n",
+                        strsignal(sig));
+                kill(pid, SIGUSR2);
+            } else {
+                kill(pid, SIGTERM);
+            }
+        }
+        pid_t done = waitpid(pid, &status, WNOHANG);
+        if (done == pid)
+            return exit_code(status);
+        if (done < 0 && errno != EINTR)
+            return 1;
+        nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+    }
 }

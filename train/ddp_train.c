@@ -8,7 +8,7 @@
  * Failures: errors every rank sees alike (bad data, bad configuration, replica mismatch) are agreed
  * on with a collective and every rank exits 1; any other failure after ddp_init aborts the job.
  * SIGUSR1 (Slurm's --signal=USR1@SECONDS before the time limit) and SIGTERM (the time limit itself,
- * scancel) stop training. The ranks agree before the optimizer step of every DDP_TRAIN_STOP_EVERY-th
+ * scancel; SIGUSR2 means the same, as ddp-launch -n N sends it through mpirun) stop training. The ranks agree before the optimizer step of every DDP_TRAIN_STOP_EVERY-th
  * step, of an epoch's last step, of the last step and of every checkpoint step (every step with
  * --nan-policy skip): one host all-reduce of three counters (SIGUSR1, SIGTERM, "this rank's loss is
  * NaN or inf"), so all stop after the same step; rank 0 writes a checkpoint (--checkpoint-dir) and
@@ -91,7 +91,7 @@ static volatile sig_atomic_t got_usr1, got_term; /* set by the handlers */
 
 static void train_on_signal(int sig)
 {
-    if (sig == SIGTERM)
+    if (sig == SIGTERM || sig == SIGUSR2)
         got_term = 1;
     else
         got_usr1 = 1;
@@ -818,6 +818,7 @@ int main(int argc, char **argv)
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
     train_opts o;
     train_parse_result pr = train_parse_args(argc, argv, &o);
     if (pr != DDP_TRAIN_RUN)

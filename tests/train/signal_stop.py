@@ -3,7 +3,9 @@
 (each rank logs the step it stops after): the job exits 0, the summary says stopped_by_signal, rank 0
 wrote the checkpoint of that step and --save. SIGTERM sent twice to every rank (Slurm's time limit or
 scancel, repeated) does the same, and the run resumed with --resume auto ends bit-identical to an
-uninterrupted one.
+uninterrupted one. SIGTERM to `ddp-launch -n 2` (which runs mpirun, whose own SIGTERM would end the
+job at once) during a GPT run: the ranks stop after the same step, checkpoint, the job exits 0, and
+the resumed run is bit-identical to an uninterrupted one.
 
 Usage: signal_stop.py DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
@@ -18,6 +20,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
+import gpt_train  # noqa: E402  (its tiny GPT and token shards)
 
 # Planned steps of the SIGTERM run: the signals go out when its first checkpoint (step 100) appears,
 # and the run must still be going then. 120 steps were once about a second; the small MLP now does
@@ -92,10 +95,11 @@ def stop_steps(out):
     return {int(r): int(n) for r, n in re.findall(r"\[rank (\d+) [^]]*\] .*this rank stops after step (\d+)", out)}
 
 
-def check_same_stop(chk, out, signame, ckpt_dir):
-    steps = stop_steps(out)
-    chk.check(sorted(steps) == [0, 1] and len(set(steps.values())) == 1,
-              f"{signame}: both ranks stop after the same step ({steps})", out)
+def check_same_stop(chk, out, signame, ckpt_dir, per_rank=True):
+    if per_rank:
+        steps = stop_steps(out)
+        chk.check(sorted(steps) == [0, 1] and len(set(steps.values())) == 1,
+                  f"{signame}: both ranks stop after the same step ({steps})", out)
     m = re.search(signame + r" received: every rank stops after step (\d+)", out)
     chk.check(m is not None, f"{signame}: rank 0 reports the stop", out)
     step = int(m.group(1)) if m else -1
@@ -158,6 +162,37 @@ def term_twice_then_resume(chk, train, ckpt, mpi, tmp, data):
     chk.check(rc == 0 and "max_abs_diff=0 " in out, "stopped by SIGTERM + resumed == uninterrupted (bit-identical)", out)
 
 
+def term_to_launcher_gpt(chk, ckpt, tmp):
+    """SIGTERM to ddp-launch -n 2 (its mpirun child gets SIGUSR2, which it passes to every rank)."""
+    build = os.environ["DDP_TEST_BUILDDIR"]
+    launch, train = os.path.join(build, "launcher", "ddp-launch"), os.path.join(build, "train", "ddp-train")
+    data = gpt_train.write_data(os.path.join(tmp, "gpt"))
+    ckpt_dir, resumed, straight = (os.path.join(tmp, n) for n in ("gterm", "gresumed.ckpt", "gstraight.ckpt"))
+    steps = 60  # a step takes about 0.1 s on 2 cores (the 50,304-row head); the first checkpoint is step 5
+    common = [launch, "-n", "2", train] + gpt_train.tiny(train, data, steps)[1:]
+    tag = f"{os.getpid()}-gterm"
+    job = start(common + ["--checkpoint-dir", ckpt_dir, "--checkpoint-every", "5", "--keep", "100"], tag)
+    started = wait_for(lambda: os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir), 120)
+    chk.check(started, "the GPT run under ddp-launch wrote its first checkpoint")
+    pids = rank_pids(tag, "ddp-train")
+    job.send_signal(signal.SIGTERM)
+    out = finish(chk, job, pids, 60)
+    chk.check(job.returncode == 0, f"SIGTERM to ddp-launch -n 2: job exits 0 (status {job.returncode})", out)
+    chk.check("asking every rank to stop after the same step" in out, "ddp-launch says what it does", out)
+    # The GPT trainer logs the stop on rank 0 only; the bit-identical resume shows that both ranks
+    # stopped after the same step.
+    step = check_same_stop(chk, out, "SIGTERM", ckpt_dir, per_rank=False)
+    chk.check(0 < step < steps, f"SIGTERM to ddp-launch stopped the GPT early (step {step} of {steps})")
+    rc, out = trainlib.run(common + ["--checkpoint-dir", ckpt_dir, "--resume", "auto", "--save", resumed],
+                           timeout=300)
+    chk.check(rc == 0 and f"at step {step} " in out, f"GPT: --resume auto continues from step {step}", out)
+    rc, out = trainlib.run(common + ["--save", straight], timeout=300)
+    chk.check(rc == 0, "GPT: uninterrupted run", out)
+    rc, out = trainlib.run([ckpt, "diff", straight, resumed], timeout=60)
+    chk.check(rc == 0 and "max_abs_diff=0 " in out,
+              "GPT stopped by SIGTERM to ddp-launch + resumed == uninterrupted (bit-identical)", out)
+
+
 def main():
     train, ckpt, mpi = sys.argv[1], sys.argv[2], sys.argv[3:]
     chk = trainlib.Checker()
@@ -166,6 +201,7 @@ def main():
         trainlib.write_dataset(data, 2000, 200)
         usr1_to_one_rank(chk, train, ckpt, mpi, tmp, data)
         term_twice_then_resume(chk, train, ckpt, mpi, tmp, data)
+        term_to_launcher_gpt(chk, ckpt, tmp)
     chk.done()
 
 
