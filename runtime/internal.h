@@ -196,6 +196,8 @@ ddp_status host_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root);
 /* Sets the rank shown in log prefixes (-1 before ddp_init knows it) and the host name. */
 void log_set_identity(int rank, const char *hostname);
 
+/* ---- the watchdog (watchdog.c): deadlines on collectives, dead-rank detection ------------- */
+
 /* The deadline of every collective and wait, in seconds: DDP_TIMEOUT from the environment, 300
  * when unset or invalid (an invalid value is timeout_check's to report). */
 double timeout_seconds(void);
@@ -203,8 +205,6 @@ double timeout_seconds(void);
  * logged with the variable, its value and the allowed range. ddp_init fails with it on every rank
  * (watchdog_connect), so no program runs with a deadline it did not ask for. */
 ddp_status timeout_check(void);
-
-/* ---- the watchdog (watchdog.c): deadlines on collectives, dead-rank detection ------------- */
 
 /* Lanes: collectives of the caller's thread, and the communication thread's queued all-reduces. */
 enum { DDP_WATCH_CALLER, DDP_WATCH_ASYNC, DDP_WATCH_N_LANES };

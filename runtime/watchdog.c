@@ -33,12 +33,15 @@
  * When any rank cannot open its listener or reach its ring neighbour, the side channel is off for
  * the whole job (rank 0 says why and how to fix it) and deadlines alone remain. DDP_WATCHDOG=0
  * turns everything off (the same value must be given to every rank). The address exchange also
- * carries each rank's verdict on DDP_TIMEOUT, so an invalid value anywhere fails ddp_init everywhere.
+ * carries each rank's verdict on DDP_TIMEOUT (parsed here), so an invalid value anywhere fails ddp_init
+ * everywhere.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <math.h>
 #include <mpi.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -54,6 +57,52 @@
 #include <unistd.h>
 
 #include "internal.h"
+
+/* DDP_TIMEOUT: a whole-string decimal number of seconds in [DDP_TIMEOUT_MIN_S, DDP_TIMEOUT_MAX_S].
+ * The bounds: a deadline under 0.1 s would end healthy jobs at their first collective (the
+ * watchdog looks every quarter of it); one over a week is no deadline, which DDP_WATCHDOG=0 says. */
+#define DDP_TIMEOUT_DEFAULT_S 300.0
+#define DDP_TIMEOUT_MIN_S 0.1
+#define DDP_TIMEOUT_MAX_S 604800.0
+
+/* 1 with *out set when text is a valid DDP_TIMEOUT ("inf", "nan", "20s", "0" are not). */
+static int timeout_parse(const char *text, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(text, &end);
+    if (end == text || *end != '\0' || errno != 0 || !isfinite(x) || x < DDP_TIMEOUT_MIN_S ||
+        x > DDP_TIMEOUT_MAX_S || !(isdigit((unsigned char)text[0]) || text[0] == '.'))
+        return 0;
+    *out = x;
+    return 1;
+}
+
+double timeout_seconds(void)
+{
+    static double cached = -1;
+    if (cached > 0)
+        return cached;
+    const char *v = getenv("DDP_TIMEOUT");
+    double t = DDP_TIMEOUT_DEFAULT_S;
+    if (v && *v && !timeout_parse(v, &t))
+        t = DDP_TIMEOUT_DEFAULT_S; /* timeout_check reports it; start-up keeps a deadline */
+    cached = t;
+    return t;
+}
+
+ddp_status timeout_check(void)
+{
+    const char *v = getenv("DDP_TIMEOUT");
+    double t;
+    if (!v || !*v || timeout_parse(v, &t))
+        return DDP_OK;
+    DDP_ERROR("DDP_TIMEOUT='%s' is not a number of seconds from %g to %g (the deadline of every "
+              "collective and wait; unset: %g): set it to a number such as 600, or unset it", v,
+              DDP_TIMEOUT_MIN_S, DDP_TIMEOUT_MAX_S, DDP_TIMEOUT_DEFAULT_S);
+    return DDP_ERR_ENV;
+}
+
 
 #define WD_MAGIC 0x44445057u   /* "DDPW" */
 #define WD_VERSION 1u

@@ -154,35 +154,12 @@ static void test_cuda_vs_cpu(ddp_ctx *ctx, const float *v)
     }
 }
 
-/* 1 (with the reason on stderr) when this host has fewer GPUs than ranks. */
-static int skip_without_gpus(void)
-{
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    int ranks = local ? atoi(local) : 1, gpus = ddp_cuda_device_count();
-    if (gpus >= ranks)
-        return 0;
-    fprintf(stderr, "test_norm: skipped: %d rank(s) on this host but %d GPU(s)\n", ranks, gpus);
-    return 1;
-}
-
 int main(int argc, char **argv)
 {
-    ddp_init_opts io;
-    ddp_init_opts_default(&io);
-    io.backend = DDP_BACKEND_CPU;
-    if (argc == 3 && !strcmp(argv[1], "--backend")) {
-        if (ddp_backend_parse(argv[2], &io.backend) != DDP_OK)
-            return 2;
-    } else if (argc != 1) {
-        fprintf(stderr, "usage: test_norm [--backend cpu|cuda]\n");
-        return 2;
-    }
-    if (io.backend == DDP_BACKEND_CUDA && skip_without_gpus())
-        return DDP_TEST_SKIP;
-    io.print_table = 0;
     ddp_ctx *ctx = NULL;
-    if (ddp_init(&io, &ctx) != DDP_OK)
-        return 1;
+    int rc = check_ddp_init(argc, argv, "test_norm", CHECK_GPU_PER_RANK, &ctx);
+    if (rc != 0)
+        return rc;
     float *v = malloc(BIG_N * sizeof *v);
     CHECK(v, "out of memory");
     if (v) {

@@ -165,36 +165,12 @@ static void test_misuse(ddp_ctx *ctx, float *grads)
           "0 parameters accepted");
 }
 
-/* 1 (with the reason on stderr) when this host has fewer GPUs than ranks. */
-static int skip_without_gpus(void)
-{
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    int ranks = local ? atoi(local) : 1, gpus = ddp_cuda_device_count();
-    if (gpus >= ranks)
-        return 0;
-    fprintf(stderr, "test_reducer: skipped: %d rank(s) on this host but %d GPU(s); NCCL needs one "
-            "GPU per rank\n", ranks, gpus);
-    return 1;
-}
-
 int main(int argc, char **argv)
 {
-    ddp_init_opts io;
-    ddp_init_opts_default(&io);
-    io.backend = DDP_BACKEND_CPU;
-    if (argc == 3 && !strcmp(argv[1], "--backend")) {
-        if (ddp_backend_parse(argv[2], &io.backend) != DDP_OK)
-            return 2;
-    } else if (argc != 1) {
-        fprintf(stderr, "usage: test_reducer [--backend cpu|cuda]\n");
-        return 2;
-    }
-    if (io.backend == DDP_BACKEND_CUDA && skip_without_gpus())
-        return DDP_TEST_SKIP;
-    io.print_table = 0;
     ddp_ctx *ctx = NULL;
-    if (ddp_init(&io, &ctx) != DDP_OK)
-        return 1;
+    int rc = check_ddp_init(argc, argv, "test_reducer", CHECK_GPU_PER_RANK, &ctx);
+    if (rc != 0)
+        return rc;
     for (int i = 0; i < N_PARAMS; i++)
         offset[i + 1] = offset[i] + numel[i];
     float *grads = ddp_alloc(ctx, offset[N_PARAMS] * sizeof(float));

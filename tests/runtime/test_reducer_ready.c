@@ -265,24 +265,10 @@ static void test_mismatch(ddp_ctx *ctx, void *grads, float *acc, int strict)
 
 int main(int argc, char **argv)
 {
-    ddp_init_opts io;
-    ddp_init_opts_default(&io);
-    io.backend = DDP_BACKEND_CPU;
-    if (argc == 3 && !strcmp(argv[1], "--backend")) {
-        if (ddp_backend_parse(argv[2], &io.backend) != DDP_OK)
-            return 2;
-    } else if (argc != 1) {
-        fprintf(stderr, "usage: test_reducer_ready [--backend cpu|cuda]\n");
-        return 2;
-    }
-    if (io.backend == DDP_BACKEND_CUDA && ddp_cuda_device_count() < 1) {
-        fprintf(stderr, "test_reducer_ready: skipped: no GPU\n");
-        return DDP_TEST_SKIP;
-    }
-    io.print_table = 0;
     ddp_ctx *ctx = NULL;
-    if (ddp_init(&io, &ctx) != DDP_OK)
-        return 1;
+    int rc = check_ddp_init(argc, argv, "test_reducer_ready", CHECK_GPU_ONE, &ctx);
+    if (rc != 0)
+        return rc;
     make_layout();
     void *grads = ddp_alloc(ctx, offset[N_PARAMS] * sizeof(float));
     float *acc = calloc(offset[N_PARAMS], sizeof *acc);

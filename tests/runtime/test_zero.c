@@ -649,24 +649,10 @@ static void test_trace(ddp_ctx *ctx)
 
 int main(int argc, char **argv)
 {
-    ddp_init_opts io;
-    ddp_init_opts_default(&io);
-    io.backend = DDP_BACKEND_CPU;
-    if (argc == 3 && !strcmp(argv[1], "--backend")) {
-        if (ddp_backend_parse(argv[2], &io.backend) != DDP_OK)
-            return 2;
-    } else if (argc != 1) {
-        fprintf(stderr, "usage: test_zero [--backend cpu|cuda]\n");
-        return 2;
-    }
-    if (io.backend == DDP_BACKEND_CUDA && ddp_cuda_device_count() < 1) {
-        fprintf(stderr, "test_zero: skipped: no GPU\n");
-        return DDP_TEST_SKIP;
-    }
-    io.print_table = 0;
     ddp_ctx *ctx = NULL;
-    if (ddp_init(&io, &ctx) != DDP_OK)
-        return 1;
+    int rc = check_ddp_init(argc, argv, "test_zero", CHECK_GPU_ONE, &ctx);
+    if (rc != 0)
+        return rc;
     make_layout();
     CHECK(offset[N_PARAMS] == TOTAL, "layout of %zu elements", offset[N_PARAMS]);
     CHECK(ddp_world_size(ctx) <= 4, "at most 4 ranks");
