@@ -14,6 +14,7 @@
 extern "C" {
 #include "convert.h"
 #include "internal.h"
+#include "try.h"
 }
 
 /* ---- kernels ------------------------------------------------------------------------------- */
@@ -80,15 +81,6 @@ static cudaStream_t conv_stream(void *stream)
     return stream ? (cudaStream_t)stream : (cudaStream_t)cuda_stream();
 }
 
-static ddp_status conv_check(cudaError_t err, const char *what)
-{
-    if (err == cudaSuccess)
-        return DDP_OK;
-    ddp_log_write(DDP_LOG_ERROR, 0, __FILE__, __LINE__, "%s: %s (%s)", what, cudaGetErrorString(err),
-                  cudaGetErrorName(err));
-    return DDP_ERR_CUDA;
-}
-
 extern "C" ddp_status convert_cuda_cast(void *dst, int dst_t, const void *src, int src_t, size_t n,
                                         void *stream)
 {
@@ -96,7 +88,8 @@ extern "C" ddp_status convert_cuda_cast(void *dst, int dst_t, const void *src, i
         return DDP_OK;
     cast_kernel<<<conv_grid(n), conv_block, 0, conv_stream(stream)>>>(
         dst, dst_t, src, src_t, n);
-    return conv_check(cudaGetLastError(), "cast_kernel launch");
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
 }
 
 extern "C" ddp_status convert_cuda_scale_typed(void *x, int t, size_t n, float alpha, void *stream)
@@ -105,7 +98,8 @@ extern "C" ddp_status convert_cuda_scale_typed(void *x, int t, size_t n, float a
         return DDP_OK;
     scale_typed_kernel<<<conv_grid(n), conv_block, 0, conv_stream(stream)>>>(
         x, t, n, alpha);
-    return conv_check(cudaGetLastError(), "scale_typed_kernel launch");
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
 }
 
 extern "C" ddp_status convert_cuda_cast_add(void *dst, int dst_t, const void *src, int src_t,
@@ -114,7 +108,8 @@ extern "C" ddp_status convert_cuda_cast_add(void *dst, int dst_t, const void *sr
     if (n == 0)
         return DDP_OK;
     cast_add_kernel<<<conv_grid(n), conv_block, 0, conv_stream(stream)>>>(dst, dst_t, src, src_t, n);
-    return conv_check(cudaGetLastError(), "cast_add_kernel launch");
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
 }
 
 /* Stream-ordered, unlike ddp_zero (libddp's stream): the reducer zeroes a recycled bucket buffer
@@ -123,7 +118,8 @@ extern "C" ddp_status convert_cuda_zero(void *x, size_t n_bytes, void *stream)
 {
     if (n_bytes == 0)
         return DDP_OK;
-    return conv_check(cudaMemsetAsync(x, 0, n_bytes, conv_stream(stream)), "cudaMemsetAsync");
+    TRY_CUDA(cudaMemsetAsync(x, 0, n_bytes, conv_stream(stream)));
+    return DDP_OK;
 }
 
 /* The flag lives in device memory allocated per call (once per optimizer step). The host waits
@@ -133,21 +129,18 @@ extern "C" ddp_status convert_cuda_nonfinite(const void *x, int t, size_t n, int
 {
     cudaStream_t s = conv_stream(stream);
     unsigned int *flag = NULL, host = 0;
-    ddp_status st = conv_check(cudaMallocAsync((void **)&flag, sizeof *flag, s), "cudaMallocAsync");
-    if (st == DDP_OK)
-        st = conv_check(cudaMemsetAsync(flag, 0, sizeof *flag, s), "cudaMemsetAsync");
-    if (st == DDP_OK && n > 0) {
+    ddp_status st = DDP_OK;
+    TRY_CUDA_GOTO(cudaMallocAsync((void **)&flag, sizeof *flag, s));
+    TRY_CUDA_GOTO(cudaMemsetAsync(flag, 0, sizeof *flag, s));
+    if (n > 0) {
         nonfinite_kernel<<<conv_grid(n), conv_block, 0, s>>>(x, t, n, flag);
-        st = conv_check(cudaGetLastError(), "nonfinite_kernel launch");
+        TRY_CUDA_GOTO(cudaGetLastError());
     }
-    if (st == DDP_OK)
-        st = cuda_stream_wait(s, "the inf/NaN check");
-    if (st == DDP_OK)
-        st = conv_check(cudaMemcpyAsync(&host, flag, sizeof host, cudaMemcpyDeviceToHost, s),
-                        "cudaMemcpyAsync of the inf/NaN flag");
+    TRY_OK_GOTO(cuda_stream_wait(s, "the inf/NaN check"));
+    TRY_CUDA_GOTO(cudaMemcpyAsync(&host, flag, sizeof host, cudaMemcpyDeviceToHost, s));
+    *found = host != 0;
+cleanup:
     if (flag)
         cudaFreeAsync(flag, s); /* stream-ordered: queued, no host wait */
-    if (st == DDP_OK)
-        *found = host != 0;
     return st;
 }

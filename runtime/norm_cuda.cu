@@ -14,6 +14,7 @@
 extern "C" {
 #include "convert.h"
 #include "internal.h"
+#include "try.h"
 }
 
 #define NORM_BLOCK 256       /* threads per block (a power of two: the tree halves it) */
@@ -67,15 +68,6 @@ __global__ void sumsq_final_kernel(const double *partial, unsigned int n_partial
 
 /* ---- launchers ----------------------------------------------------------------------------- */
 
-static ddp_status norm_check(cudaError_t err, const char *what)
-{
-    if (err == cudaSuccess)
-        return DDP_OK;
-    ddp_log_write(DDP_LOG_ERROR, 0, __FILE__, __LINE__, "%s: %s (%s)", what,
-                  cudaGetErrorString(err), cudaGetErrorName(err));
-    return err == cudaErrorMemoryAllocation ? DDP_ERR_NOMEM : DDP_ERR_CUDA;
-}
-
 /* Blocks of the partial pass: one per NORM_BLOCK elements, at most NORM_MAX_BLOCKS (grid-stride
  * loops cover the rest); a function of n alone, which fixes the order of the sums. */
 static unsigned int norm_grid(size_t n)
@@ -88,11 +80,10 @@ static ddp_status norm_launch(const void *x, int t, size_t n, double *scratch, u
                               cudaStream_t s)
 {
     sumsq_partial_kernel<<<grid, NORM_BLOCK, 0, s>>>(x, t, n, scratch);
-    ddp_status st = norm_check(cudaGetLastError(), "sumsq_partial_kernel launch");
-    if (st != DDP_OK)
-        return st;
+    TRY_CUDA_LAUNCH();
     sumsq_final_kernel<<<1, NORM_MAX_BLOCKS, 0, s>>>(scratch, grid, scratch + grid);
-    return norm_check(cudaGetLastError(), "sumsq_final_kernel launch");
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
 }
 
 /* The scratch (grid partial sums and the result) is device memory allocated per call, stream-
@@ -104,18 +95,14 @@ extern "C" ddp_status norm_cuda_sumsq(const void *x, int t, size_t n, double *ou
     cudaStream_t s = stream ? (cudaStream_t)stream : (cudaStream_t)cuda_stream();
     unsigned int grid = norm_grid(n);
     double *scratch = NULL, host = 0.0;
-    ddp_status st = norm_check(cudaMallocAsync((void **)&scratch, (grid + 1) * sizeof(double), s),
-                               "cudaMallocAsync of the norm's partial sums");
-    if (st == DDP_OK)
-        st = norm_launch(x, t, n, scratch, grid, s);
-    if (st == DDP_OK)
-        st = cuda_stream_wait(s, "the gradient norm");
-    if (st == DDP_OK)
-        st = norm_check(cudaMemcpyAsync(&host, scratch + grid, sizeof host, cudaMemcpyDeviceToHost, s),
-                        "cudaMemcpyAsync of the gradient norm");
+    ddp_status st = DDP_OK;
+    TRY_CUDA_GOTO(cudaMallocAsync((void **)&scratch, (grid + 1) * sizeof(double), s));
+    TRY_OK_GOTO(norm_launch(x, t, n, scratch, grid, s));
+    TRY_OK_GOTO(cuda_stream_wait(s, "the gradient norm"));
+    TRY_CUDA_GOTO(cudaMemcpyAsync(&host, scratch + grid, sizeof host, cudaMemcpyDeviceToHost, s));
+    *out = host;
+cleanup:
     if (scratch)
         cudaFreeAsync(scratch, s);
-    if (st == DDP_OK)
-        *out = host;
     return st;
 }

@@ -1,5 +1,5 @@
-/* try.h - the check macros of ddp's C and CUDA code (private, not installed): one per library,
- * each with one meaning.
+/* try.h - the check macros of ddp's C and CUDA code (private, not installed; in runtime/ because
+ * it logs through libddp): one per library, each with one meaning.
  *
  *   TRY_<LIB>(call)        on failure: logs "file:line: call failed: why" and RETURNS the
  *                          ddp_status the failure maps to, from the enclosing function.
