@@ -59,6 +59,10 @@ ddp_status bpe_decode(const bpe_vocab *v, const int32_t *ids, size_t n, char **o
  */
 typedef struct bpe_encoder bpe_encoder;
 
+/* JavaScript's \s as the inside of a PCRE2 character class: tab, LF, VT, FF, CR, the Zs
+ * separators, U+2028, U+2029 and U+FEFF. */
+#define BPE_SPACE_CLASS "\\t\\n\\x{0B}\\f\\r\\p{Zs}\\x{2028}\\x{2029}\\x{FEFF}"
+
 /* A growing array of token ids: id[0..n), room for cap. Start from {0}; bpe_ids_free it. */
 typedef struct bpe_ids {
     int32_t *id;

