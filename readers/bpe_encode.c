@@ -429,8 +429,8 @@ static ddp_status encode_piece(bpe_encoder *e, const uint8_t *p, size_t n, bpe_i
     for (size_t i = 0; i < parts && rc == DDP_OK; i++) {
         int32_t id = strtab_get(&e->ids, p + e->seg[2 * i], e->seg[2 * i + 1]);
         if (id < 0) {
-            DDP_ERROR("bpe: a merged token of %u bytes is not in encoder.json (vocab.bpe and "
-                      "encoder.json do not belong together)", e->seg[2 * i + 1]);
+            DDP_ERROR("bpe: a token of %u byte(s) that vocab.bpe's merges make is not in "
+                      "encoder.json (the two files do not belong together)", e->seg[2 * i + 1]);
             return DDP_ERR_FORMAT;
         }
         rc = bpe_ids_push(ids, id);

@@ -68,7 +68,8 @@ static void docs_free(docs *ds)
     free(ds->d);
 }
 
-/* Adds the non-empty files under dir (hidden names skipped), any depth. */
+/* Adds the non-empty files under dir (hidden names skipped), any depth; links to files are
+ * followed, links to folders are not (no loops). */
 static ddp_status collect_dir(docs *ds, const char *dir)
 {
     DIR *d = opendir(dir);
@@ -83,11 +84,12 @@ static ddp_status collect_dir(docs *ds, const char *dir)
             continue;
         char *p = path_join(dir, e->d_name);
         struct stat st;
+        int link = 0;
         if (!p)
             rc = DDP_ERR_NOMEM;
-        else if (stat(p, &st) != 0)
+        else if (lstat(p, &st) != 0 || ((link = S_ISLNK(st.st_mode)) && stat(p, &st) != 0))
             DDP_WARN("%s: skipped: %s", p, strerror(errno));
-        else if (S_ISDIR(st.st_mode))
+        else if (S_ISDIR(st.st_mode) && !link)
             rc = collect_dir(ds, p);
         else if (S_ISREG(st.st_mode) && st.st_size > 0)
             rc = docs_add(ds, p, (size_t)st.st_size);

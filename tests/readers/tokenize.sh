@@ -57,6 +57,24 @@ refused() {
     fi
 }
 
+# Checks that the shards named $2 in folder $1 are $2_val_000000.bin ... then $2_train_ numbered
+# on, each of at most $3 tokens; prints their names and the total of their tokens.
+check_names() {
+    local dir="$1" name="$2" most="$3" names want="" n_val n_all i f n total=0
+    names=$(cd "$dir" && printf '%s ' "${name}"_val_*.bin "${name}"_train_*.bin)
+    n_val=$(ls "$dir/${name}"_val_*.bin | wc -l) n_all=$(ls "$dir/${name}"_*.bin | wc -l)
+    for ((i = 0; i < n_all; i++)); do
+        printf -v want '%s%s_%s_%06d.bin ' "$want" "$name" "$( ((i < n_val)) && echo val || echo train)" "$i"
+    done
+    [[ "$names" == "$want" ]] || bad "$dir: $names (want $want)"
+    for f in "$dir/${name}"_val_*.bin "$dir/${name}"_train_*.bin; do
+        n=$(shard_tokens "$f")
+        (( n <= most )) || bad "$f: $n tokens > $most"
+        total=$((total + n))
+    done
+    echo "$names($total tokens)"
+}
+
 # 1. One file, split at a line; the shards decode back to it.
 printf 'First line, caf\xc3\xa9 na\xc3\xafve.\nSecond line \xf0\x9f\x99\x82 \xe6\x97\xa5\xe6\x9c\xac.\n' > "$tmp/one.txt"
 for i in $(seq 3 12); do printf 'Line %d: It'"'"'s   spaced\tand tabbed.\n\n' "$i" >> "$tmp/one.txt"; done
@@ -83,13 +101,15 @@ cmp -s "$tmp/a/encoder.json" "$vocab/encoder.json" && cmp -s "$tmp/a/vocab.bpe" 
 "$tok" --vocab "$vocab" "$tmp/one.txt" "$tmp/b" > /dev/null
 diff -r "$tmp/a" "$tmp/b" > /dev/null && echo "second run: the same bytes" || bad "a second run differs"
 
-# 3. A folder (with a subfolder and a hidden file): split at a file; --shard-tokens numbering.
+# 3. A folder (a subfolder, a hidden file, an empty file, a link back up): split at a file;
+# --shard-tokens numbering, also of a validation set larger than one shard; a byte-order mark.
 mkdir -p "$tmp/docs/sub"
 printf 'Alpha document.\n' > "$tmp/docs/1.txt"
 for i in $(seq 1 40); do printf 'Beta sentence number %d.\n' "$i"; done > "$tmp/docs/2.txt"
 printf 'Gamma, in a subfolder.' > "$tmp/docs/sub/3.txt"
 printf '\xff hidden, not read' > "$tmp/docs/.hidden"
 : > "$tmp/docs/empty.txt"
+ln -s .. "$tmp/docs/sub/loop" # a link to a folder is not followed
 "$tok" --vocab "$vocab" --name mine "$tmp/docs" "$tmp/c" > /dev/null
 decode "$tmp/c/mine_val_000000.bin" | cmp -s - <(printf '<|endoftext|>Alpha document.\n') \
     || bad "folder: val is not the first file"
@@ -98,23 +118,19 @@ decode "$tmp/c/mine_train_000001.bin" \
     || bad "folder: train is not the other files in path order"
 echo "folder: val = the first file, train = the rest, in path order"
 "$tok" --vocab "$vocab" --shard-tokens 100 --name mine "$tmp/docs" "$tmp/d" > /dev/null
-names=$(cd "$tmp/d" && printf '%s ' mine_val_*.bin mine_train_*.bin)
-n_val=$(ls "$tmp"/d/mine_val_*.bin | wc -l) n_all=$(ls "$tmp"/d/mine_*.bin | wc -l)
-want=""
-for ((i = 0; i < n_all; i++)); do
-    printf -v want '%smine_%s_%06d.bin ' "$want" "$( ((i < n_val)) && echo val || echo train)" "$i"
-done
-[[ "$names" == "$want" && $n_all -ge 3 ]] || bad "--shard-tokens 100: $names (want $want)"
-total=0
-for f in "$tmp"/d/mine_val_*.bin "$tmp"/d/mine_train_*.bin; do
-    n=$(shard_tokens "$f")
-    (( n <= 100 )) || bad "$f: $n tokens > 100"
-    total=$((total + n))
-done
+echo "--shard-tokens 100: $(check_names "$tmp/d" mine 100)"
+(( $(ls "$tmp"/d/mine_*.bin | wc -l) >= 3 )) || bad "--shard-tokens 100: fewer than 3 shards"
 decode "$tmp"/d/mine_val_*.bin "$tmp"/d/mine_train_*.bin \
     | cmp -s - <(decode "$tmp/c/mine_val_000000.bin" "$tmp/c/mine_train_000001.bin") \
     || bad "--shard-tokens 100: the shards do not hold the same tokens"
-echo "--shard-tokens 100: $names($total tokens, the same as one shard each)"
+# A validation set larger than one shard, and a byte-order mark dropped.
+{ printf '\xef\xbb\xbf'; cat "$tmp/one.txt"; } > "$tmp/bom.txt"
+"$tok" --vocab "$vocab" --shard-tokens 10 "$tmp/bom.txt" "$tmp/m" > /dev/null
+echo "--shard-tokens 10: $(check_names "$tmp/m" text 10)"
+[[ -f "$tmp/m/text_val_000001.bin" ]] || bad "--shard-tokens 10: one val shard only"
+decode "$tmp"/m/text_val_*.bin "$tmp"/m/text_train_*.bin \
+    | cmp -s - <(decode "$tmp/a/text_val_000000.bin" "$tmp/a/text_train_000001.bin") \
+    || bad "a byte-order mark is not dropped, or --shard-tokens 10 changed the tokens"
 
 # 4. --latin1 converts; without it the same file is refused with its offset.
 printf 'Caf\xe9 cr\xe8me.\nSecond line.\nThird line.\n' > "$tmp/latin1.txt"
