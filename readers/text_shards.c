@@ -220,7 +220,7 @@ static ddp_status write_doc(writer *w, bpe_encoder *e, const uint8_t *text, size
     for (size_t i = 0; rc == DDP_OK && i < ids.n; i++) {
         if (w->n == w->alloc && (rc = writer_grow(w)) != DDP_OK)
             break;
-        w->buf[w->n++] = (uint16_t)ids.id[i]; /* GPT-2's ids are < 50257 */
+        w->buf[w->n++] = (uint16_t)ids.id[i]; /* < 65536, checked in write_all */
         if (w->n == w->cap)
             rc = writer_flush(w);
     }
@@ -428,13 +428,18 @@ static ddp_status vocab_paths(const char *dir, char **json, char **merges)
 
 static int valid_opts(const text_shards_opts *o)
 {
-    if (!o || !o->name || !o->vocab_dir || !*o->name || strlen(o->name) > 200 ||
-        strspn(o->name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
-            strlen(o->name) ||
-        !(o->val_fraction > 0 && o->val_fraction <= 0.5) || o->shard_tokens < 2 ||
+    static const char name_chars[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-";
+    if (!o || !o->name || !o->vocab_dir)
+        return 0;
+    if (!*o->name || strlen(o->name) > 200 || strspn(o->name, name_chars) != strlen(o->name)) {
+        DDP_ERROR("--name '%s': a shard name is 1 to 200 of A-Z a-z 0-9 . _ -", o->name);
+        return 0;
+    }
+    if (!(o->val_fraction > 0 && o->val_fraction <= 0.5) || o->shard_tokens < 2 ||
         o->shard_tokens > INT32_MAX) {
-        DDP_ERROR("text_shards: invalid options (a name of [A-Za-z0-9._-], a validation fraction "
-                  "in (0, 0.5], at least 2 tokens per shard)");
+        DDP_ERROR("text_shards: a validation fraction in (0, 0.5] and 2 to 2^31 - 1 tokens per "
+                  "shard, not %g and %zu", o->val_fraction, o->shard_tokens);
         return 0;
     }
     return 1;
@@ -446,6 +451,11 @@ static ddp_status write_all(const docs *ds, const char *tmpdir, const char *json
 {
     bpe_encoder *e = NULL;
     ddp_status rc = bpe_encoder_load(json, merges, &e);
+    if (rc == DDP_OK && bpe_vocab_size(bpe_encoder_vocab(e)) > 65536) {
+        DDP_ERROR("%s: %d ids do not fit llm.c's 16-bit tokens (GPT-2 has 50,257)", json,
+                  bpe_vocab_size(bpe_encoder_vocab(e)));
+        rc = DDP_ERR_FORMAT;
+    }
     writer w = {tmpdir, o->name, NULL, 0, 0, o->shard_tokens, 0, 1, r};
     if (rc == DDP_OK)
         rc = ds->n == 1 ? write_single(&w, e, ds->d[0].path, o) : write_several(&w, e, ds, o);

@@ -38,16 +38,30 @@ typedef struct tokenize_args {
     char vocab[4096];
 } tokenize_args;
 
-/* A whole-string number in [lo, hi]; -1 (message printed) when it is not. */
-static int parse_number(const char *flag, const char *v, double lo, double hi, double *out)
+/* --val-fraction: a whole-string number in (0, 0.5]; -1 (message printed) when it is not. */
+static int parse_fraction(const char *v, double *out)
 {
     char *end = NULL;
     double x = strtod(v, &end);
-    if (!*v || *end || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "ddp-tokenize: --%s %s: expected a number in [%g, %g]\n", flag, v, lo, hi);
+    if (!*v || *end || !(x > 0 && x <= 0.5)) {
+        fprintf(stderr, "ddp-tokenize: --val-fraction %s: expected a number in (0, 0.5]\n", v);
         return -1;
     }
     *out = x;
+    return 0;
+}
+
+/* --shard-tokens: a whole number in [2, 2^31 - 1]; -1 (message printed) when it is not. */
+static int parse_shard_tokens(const char *v, size_t *out)
+{
+    char *end = NULL;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (!*v || *end || *v == '-' || x < 2 || x > 2147483647ull) {
+        fprintf(stderr, "ddp-tokenize: --shard-tokens %s: expected a whole number in "
+                "[2, 2147483647]\n", v);
+        return -1;
+    }
+    *out = (size_t)x;
     return 0;
 }
 
@@ -72,22 +86,18 @@ static int parse_args(int argc, char **argv, tokenize_args *a)
         {NULL, 0, NULL, 0}};
     a->o = (text_shards_opts){"text", a->vocab, 0.1, 100000000, 0};
     default_vocab(a->vocab, sizeof a->vocab);
-    double x = 0;
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'n': a->o.name = optarg; break;
         case 'f':
-            if (parse_number("val-fraction", optarg, 1e-9, 0.5, &a->o.val_fraction) != 0)
+            if (parse_fraction(optarg, &a->o.val_fraction) != 0)
                 return 2;
             break;
         case 's':
-            if (parse_number("shard-tokens", optarg, 2, 2147483647, &x) != 0 || x != (size_t)x) {
-                fprintf(stderr, "ddp-tokenize: --shard-tokens wants a whole number >= 2\n");
+            if (parse_shard_tokens(optarg, &a->o.shard_tokens) != 0)
                 return 2;
-            }
-            a->o.shard_tokens = (size_t)x;
             break;
         case 'l': a->o.latin1 = 1; break;
         case 'v': snprintf(a->vocab, sizeof a->vocab, "%s", optarg); break;
