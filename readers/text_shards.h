@@ -9,9 +9,10 @@
  * Validation split, deterministic (the same input gives the same bytes):
  *   several documents: the first k documents are the validation set, k (at least 1, at most all
  *     but one) the count whose bytes come closest to val_fraction of all the bytes;
- *   one document: it is cut after the first newline at or after val_fraction of its bytes (or,
- *     when there is none, after the last one before), the first part validation and the second
- *     training, each a document of its own; a text with no such cut is refused.
+ *   one document: it is cut after the first newline at or after val_fraction of its bytes that
+ *     leaves text after it (or, when there is none, after the last newline before), the first part
+ *     validation and the second training, each a document of its own; a text with no such cut
+ *     (a single line) is refused.
  *
  * Output in outdir (created when missing): NAME_val_000000.bin (then _000001 ... when the
  * validation tokens fill more than one shard), then NAME_train_NNNNNN.bin numbered on, at most
