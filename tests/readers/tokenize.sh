@@ -117,6 +117,15 @@ decode "$tmp/c/mine_train_000001.bin" \
     | cmp -s - <(printf '<|endoftext|>'; cat "$tmp/docs/2.txt"; printf '<|endoftext|>'; cat "$tmp/docs/sub/3.txt") \
     || bad "folder: train is not the other files in path order"
 echo "folder: val = the first file, train = the rest, in path order"
+mkdir "$tmp/twenty"
+for i in $(seq -w 1 20); do printf 'File %s of twenty.\n' "$i" > "$tmp/twenty/$i.txt"; done
+for f in 0.1:2 0.5:10 0.13:3; do
+    "$tok" --vocab "$vocab" --val-fraction "${f%:*}" "$tmp/twenty" "$tmp/t${f%:*}" > /dev/null
+    decode "$tmp/t${f%:*}/text_val_000000.bin" | grep -o 'File [0-9]*' | tr '\n' ' ' > "$tmp/got"
+    [[ "$(cat "$tmp/got")" == "$(seq -f 'File %02g' -s ' ' 1 "${f#*:}") " ]] \
+        || bad "--val-fraction ${f%:*} of 20 equal files: val holds $(cat "$tmp/got")"
+done
+echo "20 equal files: --val-fraction 0.1, 0.5, 0.13 take the first 2, 10, 3 files"
 "$tok" --vocab "$vocab" --shard-tokens 100 --name mine "$tmp/docs" "$tmp/d" > /dev/null
 echo "--shard-tokens 100: $(check_names "$tmp/d" mine 100)"
 (( $(ls "$tmp"/d/mine_*.bin | wc -l) >= 3 )) || bad "--shard-tokens 100: fewer than 3 shards"
