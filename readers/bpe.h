@@ -9,7 +9,7 @@
  * code point back to its byte and concatenates the tokens' bytes; the result is the original
  * UTF-8 text when the ids came from the encoder (a multi-byte character may be split between
  * tokens, so a prefix of a sequence can end inside a character).
- * scripts/fetch-text.sh copies encoder.json beside the shards it writes (OUTDIR/encoder.json).
+ * scripts/fetch-text.sh and ddp-tokenize copy encoder.json beside the shards they write.
  */
 #ifndef MODEL_BPE_H
 #define MODEL_BPE_H
@@ -28,7 +28,7 @@ typedef struct bpe_vocab bpe_vocab;
 ddp_status bpe_vocab_load(const char *path, bpe_vocab **out);
 /* Loads encoder.json from the folder of a shard pattern (the part before its last '/', e.g.
  * 'data/austen/austen_train_*.bin' -> data/austen/encoder.json; a pattern without '/' ->
- * ./encoder.json), where scripts/fetch-text.sh puts it. Fails as
+ * ./encoder.json), where fetch-text.sh and ddp-tokenize put it. Fails as
  * bpe_vocab_load. */
 ddp_status bpe_vocab_load_beside(const char *pattern, bpe_vocab **out);
 /* NULL is ignored. */
