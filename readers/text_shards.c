@@ -24,6 +24,8 @@ typedef struct doc {
 typedef struct docs {
     doc *d;
     size_t n, cap;
+    struct stat outdir; /* skipped when met under the input (valid when has_outdir) */
+    int has_outdir;
 } docs;
 
 /* The shard being filled, in tmpdir. */
@@ -69,7 +71,7 @@ static void docs_free(docs *ds)
 }
 
 /* Adds the non-empty files under dir (hidden names skipped), any depth; links to files are
- * followed, links to folders are not (no loops). */
+ * followed, links to folders are not (no loops), and the output folder is left out. */
 static ddp_status collect_dir(docs *ds, const char *dir)
 {
     DIR *d = opendir(dir);
@@ -89,7 +91,8 @@ static ddp_status collect_dir(docs *ds, const char *dir)
             rc = DDP_ERR_NOMEM;
         else if (lstat(p, &st) != 0 || ((link = S_ISLNK(st.st_mode)) && stat(p, &st) != 0))
             DDP_WARN("%s: skipped: %s", p, strerror(errno));
-        else if (S_ISDIR(st.st_mode) && !link)
+        else if (S_ISDIR(st.st_mode) && !link && !(ds->has_outdir &&
+                 st.st_dev == ds->outdir.st_dev && st.st_ino == ds->outdir.st_ino))
             rc = collect_dir(ds, p);
         else if (S_ISREG(st.st_mode) && st.st_size > 0)
             rc = docs_add(ds, p, (size_t)st.st_size);
@@ -104,10 +107,12 @@ static int doc_cmp(const void *a, const void *b)
     return strcmp(((const doc *)a)->path, ((const doc *)b)->path);
 }
 
-/* The documents of input (a file or a folder), sorted by path; refuses a missing or empty input. */
-static ddp_status collect(docs *ds, const char *input)
+/* The documents of input (a file or a folder; outdir, when it is under it, left out), sorted by
+ * path; refuses a missing or empty input. */
+static ddp_status collect(docs *ds, const char *input, const char *outdir)
 {
     struct stat st;
+    ds->has_outdir = stat(outdir, &ds->outdir) == 0;
     if (stat(input, &st) != 0) {
         DDP_ERROR("%s: no such file or folder (%s); give a UTF-8 text file or a folder of them",
                   input, strerror(errno));
@@ -482,7 +487,7 @@ ddp_status text_shards_make(const char *input, const char *outdir, const text_sh
     docs ds = {0};
     char *json = NULL, *merges = NULL, *tmpdir = NULL;
     int created = 0;
-    ddp_status rc = collect(&ds, input);
+    ddp_status rc = collect(&ds, input, outdir);
     if (rc == DDP_OK)
         rc = vocab_paths(o->vocab_dir, &json, &merges);
     if (rc == DDP_OK)

@@ -2,7 +2,8 @@
  * (tokens.h) with GPT-2's BPE (bpe.h): the work of ddp-tokenize (train/ddp_tokenize.c).
  *
  * Documents. A file is one document; a folder's files (all of its tree, hidden names skipped) are
- * documents in the byte order of their paths; empty files are skipped. Every file must be UTF-8
+ * documents in the byte order of their paths; empty files, links to folders and outdir (when it is
+ * inside the folder) are skipped. Every file must be UTF-8
  * (a leading byte-order mark is dropped); with latin1 every byte is read as ISO-8859-1 and turned
  * into UTF-8. In the shards every document is preceded by <|endoftext|> (50256), as in llm.c's.
  *

@@ -126,6 +126,13 @@ for f in 0.1:2 0.5:10 0.13:3; do
         || bad "--val-fraction ${f%:*} of 20 equal files: val holds $(cat "$tmp/got")"
 done
 echo "20 equal files: --val-fraction 0.1, 0.5, 0.13 take the first 2, 10, 3 files"
+# OUTDIR inside INPUT is left out: a second name gives the same shards.
+"$tok" --vocab "$vocab" --name first "$tmp/twenty" "$tmp/twenty/out" > /dev/null
+"$tok" --vocab "$vocab" --name second "$tmp/twenty" "$tmp/twenty/out" > /dev/null
+for s in val_000000 train_000001; do
+    cmp -s "$tmp/twenty/out/first_$s.bin" "$tmp/twenty/out/second_$s.bin" \
+        || bad "OUTDIR inside INPUT: the second run read the first one's output"
+done
 "$tok" --vocab "$vocab" --shard-tokens 100 --name mine "$tmp/docs" "$tmp/d" > /dev/null
 echo "--shard-tokens 100: $(check_names "$tmp/d" mine 100)"
 (( $(ls "$tmp"/d/mine_*.bin | wc -l) >= 3 )) || bad "--shard-tokens 100: fewer than 3 shards"
