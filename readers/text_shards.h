@@ -1,0 +1,56 @@
+/* text_shards.h - a user's text (a file, or a folder of files) turned into llm.c token shards
+ * (tokens.h) with GPT-2's BPE (bpe.h): the work of ddp-tokenize (train/ddp_tokenize.c).
+ *
+ * Documents. A file is one document; a folder's files (all of its tree, hidden names skipped) are
+ * documents in the byte order of their paths; empty files, links to folders and outdir (when it is
+ * inside the folder) are skipped. Every file must be UTF-8
+ * (a leading byte-order mark is dropped); with latin1 every byte is read as ISO-8859-1 and turned
+ * into UTF-8. In the shards every document is preceded by <|endoftext|> (50256), as in llm.c's.
+ *
+ * Validation split, deterministic (the same input gives the same bytes):
+ *   several documents: the first k documents are the validation set, k (at least 1, at most all
+ *     but one) the count whose bytes come closest to val_fraction of all the bytes;
+ *   one document: it is cut after the first newline at or after val_fraction of its bytes that
+ *     leaves text after it (or, when there is none, after the last newline before), the first part
+ *     validation and the second training, each a document of its own; a text with no such cut
+ *     (a single line) is refused.
+ *
+ * Output in outdir (created when missing): NAME_val_000000.bin (then _000001 ... when the
+ * validation tokens fill more than one shard), then NAME_train_NNNNNN.bin numbered on, at most
+ * shard_tokens tokens each (documents run on across shards, as in llm.c), and GPT-2's encoder.json
+ * and vocab.bpe copied beside them (ddp-train --sample reads encoder.json there). Everything is
+ * written into a hidden folder in outdir first and renamed into place at the end, so a failed run
+ * leaves no shard and no vocabulary file behind (and removes outdir when it created it).
+ */
+#ifndef READERS_TEXT_SHARDS_H
+#define READERS_TEXT_SHARDS_H
+
+#include <stddef.h>
+
+#include "ddp.h"
+
+typedef struct text_shards_opts {
+    const char *name;      /* shard prefix, e.g. "text": [A-Za-z0-9._-]+ */
+    const char *vocab_dir; /* holds GPT-2's encoder.json and vocab.bpe */
+    double val_fraction;   /* in (0, 0.5] */
+    size_t shard_tokens;   /* the most tokens in one shard, >= 2 (llm.c: 100,000,000) */
+    int latin1;            /* 1: the input is ISO-8859-1, converted to UTF-8 */
+} text_shards_opts;
+
+typedef struct text_shards_result {
+    size_t n_docs, n_val_docs;         /* documents (a cut single file counts 1, val 0) */
+    size_t val_bytes, train_bytes;     /* of UTF-8 text */
+    size_t val_tokens, train_tokens;   /* <|endoftext|> included */
+    int n_val_shards, n_train_shards;  /* val shards numbered from 0, train shards on from there */
+} text_shards_result;
+
+/* Tokenises input (a file or a folder) into outdir as described above and fills *r.
+ * Returns, each logged (DDP_ERROR) naming the path, the problem and the fix: DDP_ERR_INVALID_ARG
+ * for bad options, a missing input, an input without text, outdir not a folder or already holding
+ * shards named NAME, too little text for a validation split; DDP_ERR_FORMAT for a file that is not
+ * UTF-8 (with the byte offset and line); DDP_ERR_IO for the vocabulary files missing or a failed
+ * read or write; DDP_ERR_NOMEM. On failure nothing is left in outdir. */
+ddp_status text_shards_make(const char *input, const char *outdir, const text_shards_opts *o,
+                            text_shards_result *r);
+
+#endif /* READERS_TEXT_SHARDS_H */
