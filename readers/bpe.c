@@ -1,5 +1,6 @@
 /* bpe.c - GPT-2's encoder.json read by a small JSON parser for its one shape (a flat object of
- * string -> integer), token strings mapped back through GPT-2's byte alphabet (bpe.h).
+ * string -> integer), token strings mapped back through GPT-2's byte alphabet; or llm.c's
+ * gpt2_tokenizer.bin, which holds each token's bytes as they are (bpe.h).
  */
 #include "bpe.h"
 
@@ -7,8 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BPE_MAX_ID 1000000
+#define LLMC_TOKENIZER_MAGIC 20240328u /* llm.c's gpt2_tokenizer.bin: header[0] */
+#define LLMC_TOKENIZER_HEADER 256      /* u32 header words: magic, version 1|2, vocab size, EOT */
 #define BPE_ALPHABET 324 /* code points 0..323 cover GPT-2's 256-byte alphabet */
 
 typedef struct bpe_token {
@@ -229,13 +233,60 @@ static ddp_status json_parse(json_in *in, bpe_vocab *v)
     return in->at == in->n ? DDP_OK : json_fail(in, "text after the object");
 }
 
+/* llm.c's tokenizer file (tokenizer.h, dev/data/tokenizer.py): 256 little-endian u32 (magic
+ * 20240328, version 1 or 2, the vocabulary size, in version 2 the EOT id), then per token a u8
+ * length (1..255) and that many bytes. */
+static ddp_status llmc_fail(const char *path, size_t at, const char *what)
+{
+    DDP_ERROR("%s: byte %zu: %s (llm.c's gpt2_tokenizer.bin: a 1024-byte header, magic 20240328, "
+              "then per token a length byte and the token's bytes)", path, at, what);
+    return DDP_ERR_FORMAT;
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static ddp_status llmc_parse(const char *path, const unsigned char *b, size_t n, bpe_vocab *v)
+{
+    size_t at = 4 * LLMC_TOKENIZER_HEADER;
+    if (n < at)
+        return llmc_fail(path, n, "shorter than the header");
+    uint32_t version = le32(b + 4), size = le32(b + 8);
+    if (version != 1 && version != 2)
+        return llmc_fail(path, 4, "version not 1 or 2");
+    if (size == 0 || size > BPE_MAX_ID)
+        return llmc_fail(path, 8, "a vocabulary size of 0 or above 1,000,000");
+    json_in where = {NULL, n, 0, path}; /* vocab_set's complaint names the file */
+    for (uint32_t id = 0; id < size; id++) {
+        if (at >= n)
+            return llmc_fail(path, at, "ends before the last token");
+        size_t len = b[at++], off = v->pool_len;
+        if (len == 0)
+            return llmc_fail(path, at - 1, "a token of length 0");
+        if (len > n - at)
+            return llmc_fail(path, at, "ends inside a token");
+        for (size_t i = 0; i < len; i++)
+            if (pool_push(v, b[at + i]) != 0)
+                return DDP_ERR_NOMEM;
+        at += len;
+        where.at = at;
+        ddp_status rc = vocab_set(&where, v, (long)id, off);
+        if (rc != DDP_OK)
+            return rc;
+    }
+    return at == n ? DDP_OK : llmc_fail(path, at, "bytes after the last token");
+}
+
 /* Reads the whole file into *text (*n bytes). DDP_ERR_IO or DDP_ERR_NOMEM. */
 static ddp_status read_file(const char *path, char **text, size_t *n)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        DDP_ERROR("%s: cannot open GPT-2's encoder.json: %s (scripts/fetch-text.sh puts it beside "
-                  "the shards)", path, strerror(errno));
+        DDP_ERROR("%s: cannot open GPT-2's vocabulary (encoder.json or llm.c's gpt2_tokenizer.bin): %s "
+                  "(scripts/fetch-text.sh and scripts/tokenize.sh put encoder.json beside the shards)",
+                  path, strerror(errno));
         return DDP_ERR_IO;
     }
     size_t cap = 1 << 20, len = 0;
@@ -278,7 +329,8 @@ ddp_status bpe_vocab_load(const char *path, bpe_vocab **out)
         return rc;
     bpe_vocab *v = calloc(1, sizeof *v);
     json_in in = {text, n, 0, path};
-    rc = v ? json_parse(&in, v) : DDP_ERR_NOMEM;
+    int llmc = n >= 4 && le32((const unsigned char *)text) == LLMC_TOKENIZER_MAGIC;
+    rc = !v ? DDP_ERR_NOMEM : llmc ? llmc_parse(path, (const unsigned char *)text, n, v) : json_parse(&in, v);
     free(text);
     if (rc == DDP_ERR_NOMEM)
         DDP_ERROR("%s: out of memory", path);
@@ -299,14 +351,22 @@ ddp_status bpe_vocab_load_beside(const char *pattern, bpe_vocab **out)
         return DDP_ERR_INVALID_ARG;
     const char *slash = strrchr(pattern, '/');
     int dir_len = slash ? (int)(slash - pattern) : 1;
-    size_t n = (size_t)dir_len + sizeof "/encoder.json";
+    size_t n = (size_t)dir_len + sizeof "/gpt2_tokenizer.bin";
     char *path = malloc(n);
     if (!path)
         return DDP_ERR_NOMEM;
-    if (slash && dir_len == 0)
-        snprintf(path, n, "/encoder.json");
-    else
-        snprintf(path, n, "%.*s/encoder.json", dir_len, slash ? pattern : ".");
+    const char *dir = slash ? pattern : ".";
+    snprintf(path, n, "%.*s/gpt2_tokenizer.bin", dir_len, dir);
+    if (access(path, F_OK) != 0) /* encoder.json first, llm.c's file when only it is there */
+        snprintf(path, n, "%.*s/encoder.json", dir_len, dir);
+    else {
+        char *json = malloc(n);
+        if (json)
+            snprintf(json, n, "%.*s/encoder.json", dir_len, dir);
+        if (json && access(json, F_OK) == 0)
+            snprintf(path, n, "%s", json);
+        free(json);
+    }
     ddp_status rc = bpe_vocab_load(path, out);
     free(path);
     return rc;

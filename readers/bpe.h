@@ -21,15 +21,17 @@
 
 typedef struct bpe_vocab bpe_vocab;
 
-/* Loads encoder.json from path. Returns DDP_ERR_IO when it cannot be read, DDP_ERR_FORMAT (with the
- * byte offset and what was expected) when it is not a flat JSON object of string -> integer, an
- * id is negative, above 1,000,000 or repeated, or a token string has a code point outside GPT-2's
- * byte alphabet; DDP_ERR_INVALID_ARG for NULL; DDP_ERR_NOMEM. On failure *out is NULL. */
+/* Loads GPT-2's encoder.json, or llm.c's gpt2_tokenizer.bin (told by its magic, 20240328), from
+ * path. Returns DDP_ERR_IO when it cannot be read, DDP_ERR_FORMAT (with the byte offset and what
+ * was expected) when it is not a flat JSON object of string -> integer, an id is negative, above
+ * 1,000,000 or repeated, or a token string has a code point outside GPT-2's byte alphabet (for
+ * llm.c's file: a bad header or version, a token of length 0, a file that ends early or goes on);
+ * DDP_ERR_INVALID_ARG for NULL; DDP_ERR_NOMEM. On failure *out is NULL. */
 ddp_status bpe_vocab_load(const char *path, bpe_vocab **out);
 /* Loads encoder.json from the folder of a shard pattern (the part before its last '/', e.g.
  * 'data/austen/austen_train_*.bin' -> data/austen/encoder.json; a pattern without '/' ->
- * ./encoder.json), where fetch-text.sh and ddp-tokenize put it. Fails as
- * bpe_vocab_load. */
+ * ./encoder.json), where fetch-text.sh and ddp-tokenize put it; gpt2_tokenizer.bin there when
+ * there is no encoder.json (llm.c's data folders). Fails as bpe_vocab_load. */
 ddp_status bpe_vocab_load_beside(const char *pattern, bpe_vocab **out);
 /* NULL is ignored. */
 void bpe_vocab_free(bpe_vocab *v);

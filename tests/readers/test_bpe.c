@@ -176,6 +176,74 @@ static int tool_shards(const char *pattern)
     return 0;
 }
 
+/* Writes an llm.c tokenizer file: the 1024-byte header (magic, version, size, EOT) and the tokens
+ * given as (length byte, bytes) records in body[0..n); returns its path. */
+static const char *write_llmc(uint32_t magic, uint32_t version, uint32_t size, const void *body,
+                              size_t n)
+{
+    uint32_t header[256] = {magic, version, size, size - 1};
+    snprintf(path, sizeof path, "%s/gpt2_tokenizer.bin", dir);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(header, sizeof header, 1, f) != 1 || fwrite(body, 1, n, f) != n) {
+        perror(path);
+        exit(1);
+    }
+    fclose(f);
+    return path;
+}
+
+/* llm.c's gpt2_tokenizer.bin (little-endian host assumed, as llm.c does): raw bytes per token,
+ * NUL and newline included; each malformed variant refused; found beside shards when there is no
+ * encoder.json, encoder.json preferred when both are there. */
+static void test_llmc_tokenizer(void)
+{
+    static const unsigned char body[] = {1, 'a', 2, '\n', ' ', 3, 0, 0xC3, 0xA9};
+    bpe_vocab *v = NULL;
+    CHECK(bpe_vocab_load(write_llmc(20240328, 2, 3, body, sizeof body), &v) == DDP_OK && v,
+          "llm.c tokenizer: loads");
+    size_t n = 0;
+    const uint8_t *b = bpe_token_bytes(v, 2, &n);
+    CHECK(bpe_vocab_size(v) == 3 && b && n == 3 && b[0] == 0 && b[1] == 0xC3 && b[2] == 0xA9,
+          "llm.c tokenizer: token 2 is its three raw bytes");
+    int32_t ids[] = {0, 1, 0};
+    char *text = NULL;
+    CHECK(bpe_decode(v, ids, 3, &text, &n) == DDP_OK && n == 4 && !memcmp(text, "a\n a", 4),
+          "llm.c tokenizer: decodes");
+    free(text);
+    bpe_vocab_free(v);
+    struct {
+        const char *what;
+        uint32_t magic, version, size;
+        size_t n;
+    } bad[] = {{"version 3", 20240328, 3, 3, sizeof body}, {"size 0", 20240328, 2, 0, sizeof body},
+               {"ends early", 20240328, 2, 4, sizeof body}, {"a cut token", 20240328, 2, 3, sizeof body - 1},
+               {"bytes left over", 20240328, 2, 2, sizeof body}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fflush(stderr);
+        v = (bpe_vocab *)&v;
+        CHECK(bpe_vocab_load(write_llmc(bad[i].magic, bad[i].version, bad[i].size, body, bad[i].n), &v) ==
+                  DDP_ERR_FORMAT && v == NULL, "llm.c tokenizer, %s: refused", bad[i].what);
+    }
+    static const unsigned char zero[] = {1, 'a', 0, 'b'};
+    CHECK(bpe_vocab_load(write_llmc(20240328, 2, 2, zero, sizeof zero), &v) == DDP_ERR_FORMAT,
+          "llm.c tokenizer: a token of length 0 refused");
+    /* Beside a shard pattern: only gpt2_tokenizer.bin there, then both (encoder.json wins). */
+    char pattern[160];
+    snprintf(pattern, sizeof pattern, "%s/x_train_*.bin", dir);
+    snprintf(path, sizeof path, "%s/encoder.json", dir);
+    unlink(path);
+    write_llmc(20240328, 1, 3, body, sizeof body);
+    CHECK(bpe_vocab_load_beside(pattern, &v) == DDP_OK && bpe_vocab_size(v) == 3,
+          "gpt2_tokenizer.bin found beside the shards");
+    bpe_vocab_free(v);
+    write_json("{\"a\": 0}");
+    CHECK(bpe_vocab_load_beside(pattern, &v) == DDP_OK && bpe_vocab_size(v) == 1,
+          "encoder.json preferred to gpt2_tokenizer.bin");
+    bpe_vocab_free(v);
+    snprintf(path, sizeof path, "%s/gpt2_tokenizer.bin", dir);
+    unlink(path);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "decode"))
@@ -193,6 +261,7 @@ int main(int argc, char **argv)
     }
     test_malformed();
     test_alphabet();
+    test_llmc_tokenizer();
     snprintf(path, sizeof path, "%s/encoder.json", dir);
     unlink(path);
     rmdir(dir);
