@@ -523,16 +523,15 @@ static int refuse_other_model_flags(const train_opts *o, const unsigned char *se
 }
 
 /* The GPT's flags that contradict each other: sizes given with --init-from (the file's sizes are
- * the model's), --accum with --total-batch-tokens (which sets the micro-steps). */
+ * the model's: said, once), --accum with --total-batch-tokens (which sets the micro-steps: refused). */
 static int refuse_gpt_conflicts(const train_opts *o, const unsigned char *seen)
 {
     static const int sizes[] = {OPT_GPT_CONFIG, OPT_LAYERS, OPT_HEADS, OPT_CHANNELS};
     for (size_t i = 0; o->gpt.init_from && i < sizeof sizes / sizeof sizes[0]; i++) {
-        if (seen[sizes[i] - OPT_MODEL]) {
-            fprintf(stderr, "ddp-train: --%s and --init-from %s: the model's sizes come from the file's "
-                            "header; leave --%s out\n", opt_name(sizes[i]), o->gpt.init_from,
-                    opt_name(sizes[i]));
-            return -1;
+        if (seen[sizes[i] - OPT_MODEL] && suggest_first_rank()) {
+            fprintf(stderr, "ddp-train: note: --%s is ignored: with --init-from %s the model's sizes "
+                            "are the file's (see the start-up report)\n", opt_name(sizes[i]),
+                    o->gpt.init_from);
         }
     }
     if (o->gpt.total_batch_tokens && seen[OPT_ACCUM - OPT_MODEL]) {

@@ -76,9 +76,7 @@ def bad_flags(chk, train):
         (["--model", "gpt2", "--momentum", "0.5", "--lr-schedule", "cosine", "--widths", "784-10"],
          ["--widths, --momentum, --lr-schedule: not used by --model gpt2"]),
         (["--model", "gpt2", "--augment"], ["--augment: not used by --model gpt2"]),
-        # contradictions: the file's sizes against size flags, micro-steps given twice
-        (["--model", "gpt2", "--init-from", "m.bin", "--layers", "6"],
-         ["--layers and --init-from m.bin: the model's sizes come from the file's header"]),
+        # micro-steps given twice
         (["--model", "gpt2", "--total-batch-tokens", "1024", "--accum", "2"],
          ["--accum 2 and --total-batch-tokens 1024", "give one of the two"]),
         (["--batch", "abc"], ["--batch: expected a positive integer, got 'abc'"]),
@@ -113,6 +111,10 @@ def bad_flags(chk, train):
         expect(chk, "ddp-train " + " ".join(args), [train] + args, 2, words)
     out = expect(chk, "ddp-train --bogus", [train, "--bogus"], 2, [])
     chk.check(len(out.splitlines()) <= 3, "an unknown option gets a short usage, not the whole list", out)
+    rc, out = trainlib.run([train, "--model", "gpt2", "--init-from", "/nonexistent/m.bin", "--layers", "6"],
+                           timeout=60)
+    chk.check(rc != 0 and "--layers is ignored: with --init-from /nonexistent/m.bin the model's sizes are "
+              "the file's" in out, "size flags beside --init-from: the file's sizes win, and it is said", out)
     rc, out = trainlib.run([train, "--model", "gpt2", "--lr", "0.1", "--data", "/nonexistent/x_*.bin"],
                            timeout=60)
     chk.check(rc != 0 and "--lr 0.1 with --model gpt2 is an SGD-sized rate" in out,
