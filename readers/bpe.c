@@ -4,7 +4,6 @@
  */
 #include "bpe.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,42 +278,6 @@ static ddp_status llmc_parse(const char *path, const unsigned char *b, size_t n,
     return at == n ? DDP_OK : llmc_fail(path, at, "bytes after the last token");
 }
 
-/* Reads the whole file into *text (*n bytes). DDP_ERR_IO or DDP_ERR_NOMEM. */
-static ddp_status read_file(const char *path, char **text, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        DDP_ERROR("%s: cannot open GPT-2's vocabulary (encoder.json or llm.c's gpt2_tokenizer.bin): %s "
-                  "(scripts/fetch-text.sh and scripts/tokenize.sh put encoder.json beside the shards)",
-                  path, strerror(errno));
-        return DDP_ERR_IO;
-    }
-    size_t cap = 1 << 20, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap)
-            break;
-        char *p = realloc(buf, cap * 2);
-        if (!p)
-            free(buf);
-        buf = p;
-        cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!buf)
-        return DDP_ERR_NOMEM;
-    if (err) {
-        DDP_ERROR("%s: read error", path);
-        free(buf);
-        return DDP_ERR_IO;
-    }
-    *text = buf;
-    *n = len;
-    return DDP_OK;
-}
-
 ddp_status bpe_vocab_load(const char *path, bpe_vocab **out)
 {
     if (!out)
@@ -324,7 +287,10 @@ ddp_status bpe_vocab_load(const char *path, bpe_vocab **out)
         return DDP_ERR_INVALID_ARG;
     char *text = NULL;
     size_t n = 0;
-    ddp_status rc = read_file(path, &text, &n);
+    ddp_status rc = bpe_read_file(path, (uint8_t **)&text, &n);
+    if (rc == DDP_ERR_IO)
+        DDP_ERROR("%s: GPT-2's vocabulary (encoder.json or llm.c's gpt2_tokenizer.bin) is needed here; "
+                  "scripts/fetch-text.sh and scripts/tokenize.sh put encoder.json beside the shards", path);
     if (rc != DDP_OK)
         return rc;
     bpe_vocab *v = calloc(1, sizeof *v);
