@@ -36,11 +36,12 @@
  * so one reduce-scatter with per-rank counts (each run cut at the shard boundaries) gives each
  * rank the sums of its own pieces, received into `recv` (this rank's pieces of the buckets, in
  * launch order); finish() scatters them, scaled, into the gradient buffer at the shard's
- * offsets (stage 1) or into the shard buffer (stage 2). A one-run bucket in the gradients' type
+ * offsets (stage 1). A one-run bucket in the gradients' type
  * is sent in place; others are packed into the wire buffer (allocated at the first use for an
  * unchanged type).
  *
- * Bucket-owned gradients (zero_stage 2, grads NULL): there is no flat gradient buffer. The
+ * Bucket-owned gradients (zero_stage 2, which requires grads NULL): there is no flat gradient
+ * buffer, so stage 2 saves the full gradients that stage 1 keeps. The
  * buckets are planned once in the caller's ready order; a bucket's gradients live in a buffer of
  * the pool (grad_pool.c), its parameters packed in ascending offset (the same packing as above,
  * so the bucket is the shards' pieces in rank order), taken and zeroed at the bucket's first
@@ -239,7 +240,7 @@ static ddp_status reducer_zero_setup(ddp_reducer *r, int stage)
     /* Stage 1 on the CPU receives one-run buckets in place (reducer_zero_in_place): the
      * receive buffer is allocated at the first bucket that needs it. Bucket-owned gradients are
      * reduce-scattered in place in their buffers: no receive buffer. */
-    int need_recv = !r->owned && (stage == 2 || ddp_backend(r->ctx) != DDP_BACKEND_CPU);
+    int need_recv = !r->owned && ddp_backend(r->ctx) != DDP_BACKEND_CPU;
     if (need_recv)
         r->recv = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->wire_dtype));
     if (stage == 2)
@@ -266,6 +267,13 @@ static ddp_status reducer_check_create(const ddp_ctx *ctx, const void *grads, co
                   "zero_stage 2 keeps the gradients in the reducer's bucket buffers "
                   "(ddp_reducer_grad_ptr); give the flat gradient buffer otherwise",
                   o->zero_stage);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (grads && o->zero_stage == 2) {
+        DDP_ERROR("ddp_reducer_create: zero_stage 2 with a gradient buffer: stage 2 keeps the "
+                  "gradients in the reducer's bucket buffers (grads NULL, ddp_reducer_grad_ptr); "
+                  "with a flat gradient buffer use zero_stage 1, which shards the same state "
+                  "and saves as much");
         return DDP_ERR_INVALID_ARG;
     }
     if (grads && o->ready_order) {
@@ -907,9 +915,8 @@ static void *reducer_stream(const ddp_reducer *r)
     return r->stream ? r->stream : ddp_backend_stream(r->ctx);
 }
 
-/* zero_stage 1, 2: casts bucket b's received piece (the runs' parts inside this rank's shard,
- * in ascending offset) into the gradient buffer (stage 1) or the shard buffer (stage 2),
- * multiplied by alpha. */
+/* zero_stage 1: casts bucket b's received piece (the runs' parts inside this rank's shard, in
+ * ascending offset) into the gradient buffer, multiplied by alpha. */
 static ddp_status reducer_zero_unpack(ddp_reducer *r, int b, float alpha)
 {
     const bucket_plan *pl = &r->plan;
@@ -925,9 +932,7 @@ static ddp_status reducer_zero_unpack(ddp_reducer *r, int b, float alpha)
         reducer_run_in_shard(r, k, &a, &e);
         if (e <= a)
             continue;
-        void *dst = r->zero_stage == 2 ? convert_elem(r->shard_grads, r->grad_dtype, a - r->shard_off)
-                                       : convert_elem(r->grads, r->grad_dtype, a);
-        st = convert_dev_cast_scale(r->ctx, dst, r->grad_dtype,
+        st = convert_dev_cast_scale(r->ctx, convert_elem(r->grads, r->grad_dtype, a), r->grad_dtype,
                                     convert_elem(r->recv, r->wire_dtype, at), r->wire_dtype,
                                     e - a, alpha, r->stream);
         at += e - a;
