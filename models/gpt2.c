@@ -103,9 +103,6 @@ struct gpt2 {
     float *grads;    // (numel_total); NULL with opts.reducer_grads
     ddp_reducer *grad_r; /* opts.reducer_grads: the reducer of the backward pass under way */
     ddp_reducer *gather; /* gpt2_set_gather: forward waits for its all-gather slice by slice */
-    float *adam_m;   // (opt_n) elements [opt_off, opt_off + opt_n) of the layout
-    float *adam_v;   // (opt_n)
-    size_t opt_off, opt_n; /* the optimizer's range: 0, numel_total unless sharded */
     void *cparams;   // (numel_total) in p: the matmuls' weights (= params for fp32)
     bool cparams_stale;
     gpt2_acts a;
@@ -386,17 +383,9 @@ static ddp_status alloc_acts(gpt2 *g)
 static ddp_status alloc_state(gpt2 *g)
 {
     size_t n_bytes = g->numel_total * sizeof(float);
-    g->opt_off = 0;
-    g->opt_n = g->numel_total;
-    if (g->opts.shard_world > 1) /* ZeRO: never the full moments, not even for a moment */
-        TRY_OK(ddp_shard_range(g->numel_total, g->opts.shard_world, g->opts.shard_rank,
-                               &g->opt_off, &g->opt_n));
-    size_t opt_bytes = (g->opt_n > 0 ? g->opt_n : 1) * sizeof(float);
     g->params = ddp_alloc(g->ctx, n_bytes);
     g->grads = g->opts.reducer_grads ? NULL : ddp_alloc(g->ctx, n_bytes);
-    g->adam_m = ddp_alloc(g->ctx, opt_bytes);
-    g->adam_v = ddp_alloc(g->ctx, opt_bytes);
-    if (!g->params || (!g->grads && !g->opts.reducer_grads) || !g->adam_m || !g->adam_v)
+    if (!g->params || (!g->grads && !g->opts.reducer_grads))
         return DDP_ERR_NOMEM;
     g->cparams = g->params;
     if (g->opts.precision != DDP_FP32) {
@@ -488,8 +477,6 @@ void gpt2_destroy(gpt2 *g)
         ddp_free(g->ctx, g->cparams);
     ddp_free(g->ctx, g->params);
     ddp_free(g->ctx, g->grads);
-    ddp_free(g->ctx, g->adam_m);
-    ddp_free(g->ctx, g->adam_v);
     free(g->descs);
     free(g->numel);
     free(g->offset);
@@ -503,6 +490,7 @@ const ddp_param_desc *gpt2_descs(const gpt2 *g) { return g->descs; }
 const size_t *gpt2_numel(const gpt2 *g) { return g->numel; }
 size_t gpt2_numel_total(const gpt2 *g) { return g->numel_total; }
 ddp_ctx *gpt2_ctx(const gpt2 *g) { return g->ctx; }
+const ops_handle *gpt2_ops(const gpt2 *g) { return g->ops; }
 const float *gpt2_params_const(const gpt2 *g) { return g->params; }
 
 bool gpt2_param_decays(const gpt2 *g, int i)
@@ -517,8 +505,6 @@ float *gpt2_params(gpt2 *g)
 }
 void gpt2_set_gather(gpt2 *g, ddp_reducer *r) { g->gather = r; }
 float *gpt2_grads(gpt2 *g) { return g->grads; }
-float *gpt2_adam_m(gpt2 *g) { return g->adam_m; }
-float *gpt2_adam_v(gpt2 *g) { return g->adam_v; }
 const float *gpt2_logits(const gpt2 *g) { return g->a.logits; }
 
 void gpt2_memory_get(const gpt2 *g, gpt2_memory *out)
@@ -526,7 +512,6 @@ void gpt2_memory_get(const gpt2 *g, gpt2_memory *out)
     size_t f32 = g->numel_total * sizeof(float);
     out->params = f32 + (g->cparams != g->params ? g->numel_total * g->es : 0);
     out->grads = g->grads ? f32 : 0;
-    out->optimizer = 2 * g->opt_n * sizeof(float);
     out->activations = g->act_bytes;
 }
 
@@ -950,56 +935,4 @@ void gpt2_ready_order(const gpt2 *g, int *order)
 ddp_status gpt2_zero_grad(gpt2 *g)
 {
     return g->grads ? ddp_zero(g->ctx, g->grads, g->numel_total * sizeof(float)) : DDP_OK;
-}
-
-/* ---- optimizer ----------------------------------------------------------------------------- */
-
-/* One adamw_step per run of contiguous slices with the same decay flag (12 runs: the layout
- * alternates weights and vectors), cut to the optimizer's range [opt_off, opt_off + opt_n). */
-ddp_status gpt2_adamw_step_range(gpt2 *g, const float *grads, float lr, float beta1, float beta2,
-                                 float eps, float weight_decay, int t, float grad_scale)
-{
-    if (t < 1) {
-        DDP_ERROR("gpt2_adamw_step: step %d (the first is 1)", t);
-        return DDP_ERR_INVALID_ARG;
-    }
-    if (!grads && !g->grads) {
-        DDP_ERROR("gpt2_adamw_step: the model has no gradient buffer (gpt2_opts.reducer_grads): "
-                  "pass the reducer's shard of averaged gradients");
-        return DDP_ERR_STATE;
-    }
-    g->cparams_stale = true;
-    size_t lo = g->opt_off, hi = g->opt_off + g->opt_n;
-    const float *gr = grads ? grads - lo : g->grads; /* indexed by the flat offset below */
-    for (int i = 0, j; i < g->n_params; i = j) {
-        bool decay = gpt2_param_decays(g, i);
-        for (j = i + 1; j < g->n_params && gpt2_param_decays(g, j) == decay; j++)
-            ;
-        size_t a = g->offset[i], b = g->offset[j - 1] + g->numel[j - 1];
-        a = a > lo ? a : lo;
-        b = b < hi ? b : hi;
-        if (a >= b)
-            continue;
-        TRY_OK(g->ops->adamw_step(g->ops, g->params + a, g->adam_m + (a - lo),
-                                  g->adam_v + (a - lo), gr + a, b - a, lr, beta1, beta2, eps,
-                                  decay ? weight_decay : 0.0f, t, grad_scale));
-    }
-    return DDP_OK;
-}
-
-ddp_status gpt2_adamw_step(gpt2 *g, float lr, float beta1, float beta2, float eps,
-                           float weight_decay, int t, float grad_scale)
-{
-    if (g->opt_n != g->numel_total) {
-        DDP_ERROR("gpt2_adamw_step: the moments are sharded (gpt2_opts.shard_world): use "
-                  "gpt2_adamw_step_range");
-        return DDP_ERR_STATE;
-    }
-    return gpt2_adamw_step_range(g, NULL, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
-}
-
-void gpt2_optimizer_range(const gpt2 *g, size_t *offset, size_t *n)
-{
-    *offset = g->opt_off;
-    *n = g->opt_n;
 }

@@ -11,8 +11,9 @@
  * fcw, fcb, fcprojw, fcprojb; then lnfw, lnfb), so an llm.c model file is one copy. The
  * parameter table describes every per-layer slice as its own parameter (PyTorch's names, e.g.
  * "h.3.attn.c_attn.weight"), in buffer order; backward marks each slice ready on the reducer as
- * soon as its gradient is final, which is NOT reverse buffer order. Gradients and the two AdamW
- * moments have the same layout.
+ * soon as its gradient is final, which is NOT reverse buffer order. Gradients have the same
+ * layout; the optimizer (AdamW, its moments) is the trainer's (train/optim.h), which decays the
+ * weights gpt2_param_decays names.
  */
 #ifndef GPT2_H
 #define GPT2_H
@@ -54,18 +55,12 @@ typedef struct gpt2_opts {
                             fp32 accumulation, everything else fp32 (torch.autocast's split) */
     uint64_t seed;      /* GPT-2's initialisation: N(0, 0.02), residual projections
                            (attprojw, fcprojw) N(0, 0.02 / sqrt(2L)), LayerNorm weights 1, biases 0 */
-    int shard_world;    /* ZeRO (ddp_reducer_opts.zero_stage 1, 2): > 1 keeps the AdamW moments of
-                           ddp_shard_range(gpt2_numel_total, shard_world, shard_rank) only, the
-                           reducer's shard (gpt2_adam_m / _v hold element offset + i at i; step
-                           with gpt2_adamw_step_range); 0 or 1: every element's */
-    int shard_rank;
     bool reducer_grads; /* ZeRO stage 2 without a gradient buffer: the model allocates none;
                            gpt2_backward writes each slice's gradient where the reducer says
                            (ddp_reducer_grad_ptr: a reducer created with grads NULL, zero_stage 2
                            and ready_order gpt2_ready_order), so its r must not be NULL;
                            gpt2_grads is NULL, gpt2_zero_grad does nothing (a bucket is zeroed
-                           when the reducer hands it out), gpt2_adamw_step_range needs the
-                           reducer's shard (grads not NULL) */
+                           when the reducer hands it out) */
     bool recompute;     /* activation recomputation: forward keeps each block's output residual
                            stream (L, B, T, C) but the other per-layer activations for ONE layer
                            only; backward runs each block's forward again (all but mlp.c_proj,
@@ -87,6 +82,10 @@ ddp_status gpt2_create(ddp_ctx *ctx, const ops_handle *ops, const gpt2_config *c
 void gpt2_destroy(gpt2 *g);
 
 const gpt2_config *gpt2_cfg(const gpt2 *g);
+/* The context whose memory holds the model's buffers (NULL: host memory), and the ops handle the
+ * model computes with: what an optimizer of its parameters needs (train/optim.h). */
+ddp_ctx *gpt2_ctx(const gpt2 *g);
+const ops_handle *gpt2_ops(const gpt2 *g);
 int gpt2_n_params(const gpt2 *g); /* entries of the parameter table (slices) */
 const ddp_param_desc *gpt2_descs(const gpt2 *g);
 const size_t *gpt2_numel(const gpt2 *g);
@@ -104,8 +103,6 @@ float *gpt2_grads(gpt2 *g); /* NULL under opts.reducer_grads */
  * bucket by bucket. NULL (the default): the parameters are complete before every forward. r
  * must outlive the model's forward passes or be unset. */
 void gpt2_set_gather(gpt2 *g, ddp_reducer *r);
-float *gpt2_adam_m(gpt2 *g);
-float *gpt2_adam_v(gpt2 *g);
 
 /* Forward pass on tokens (B, T) (backend memory, values in [0, V)), B <= max_batch, T <= seq.
  * With targets (B, T): ADDS the mean cross-entropy to *loss_acc (backend memory, one float) when
@@ -127,27 +124,11 @@ ddp_status gpt2_backward(gpt2 *g, ddp_reducer *r, float loss_scale);
 void gpt2_ready_order(const gpt2 *g, int *order);
 /* Zeroes the gradients (queued, no host wait); nothing under opts.reducer_grads. */
 ddp_status gpt2_zero_grad(gpt2 *g);
-/* AdamW on every parameter, weight decay on the 2-D weights only (gpt2_param_decays); the
- * gradients are multiplied by grad_scale first (clipping: min(1, max_norm / norm)). t >= 1. */
-ddp_status gpt2_adamw_step(gpt2 *g, float lr, float beta1, float beta2, float eps,
-                           float weight_decay, int t, float grad_scale);
-
-/* The optimizer's range: opts.shard_world's shard, or 0 and gpt2_numel_total. */
-void gpt2_optimizer_range(const gpt2 *g, size_t *offset, size_t *n);
-/* gpt2_adamw_step on the optimizer's range only: the parameters outside it are left as they are
- * (a sharded step: the reducer's all-gather brings them). grads: the range's averaged gradients,
- * element i the flat buffer's offset + i (the reducer's stage-2 shard buffer), or NULL for the
- * model's own gradient buffer at the range's offsets (DDP_ERR_STATE under opts.reducer_grads,
- * which has none). Same element-wise math as gpt2_adamw_step, so a sharded step gives
- * bit-identical parameters in its range. */
-ddp_status gpt2_adamw_step_range(gpt2 *g, const float *grads, float lr, float beta1, float beta2,
-                                 float eps, float weight_decay, int t, float grad_scale);
 
 /* Bytes of backend memory the model holds, by kind. */
 typedef struct gpt2_memory {
     size_t params;      /* fp32 master weights (+ the 16-bit copy for bf16/fp16) */
     size_t grads;       /* 0 under opts.reducer_grads (the reducer holds them) */
-    size_t optimizer;   /* the two AdamW moments (shard-sized after gpt2_shard_optimizer) */
     size_t activations; /* everything kept for backward, plus scratch */
 } gpt2_memory;
 void gpt2_memory_get(const gpt2 *g, gpt2_memory *out);

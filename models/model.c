@@ -1,5 +1,6 @@
 /* model.c - the reference models of model.h: an MLP of configurable widths and a LeNet-style CNN,
- * with parameters, gradients and momentum each in ONE backend allocation, on any ops table.
+ * with parameters and gradients each in ONE backend allocation, on any ops table (the optimizer's
+ * state is train/optim.c's).
  */
 #include <errno.h>
 #include <math.h>
@@ -59,11 +60,10 @@ struct model {
     size_t numel_total;
     float *params;   // (numel_total) backend memory
     float *grads;    // (numel_total) same layout
-    float *momentum; // (mom_n) elements [mom_off, mom_off + mom_n) of the layout
-    size_t mom_off, mom_n; /* 0, numel_total unless sharded (model_shard_momentum) */
     void *cparams;   // (numel_total) compute copy in the model's precision (= params for fp32)
     int cparams_stale; /* params may have changed since cparams was made */
     bool grads_fresh;  /* the next backward overwrites grads (model_zero_grad) */
+    ddp_reducer *gather; /* model_set_gather: forward waits for its all-gather layer by layer */
     void *xc;          // (max_batch, 784) the input in the model's precision (unused for fp32)
     void *dlogits_c;   // (max_batch, classes) scaled dlogits in the model's precision
     void *bufs[DDP_MAX_BUFS]; /* activation allocations, freed by destroy */
@@ -193,7 +193,19 @@ static const void *cparam(model *m, int i)
 {
     return (const char *)m->cparams + m->offset[i] * ops_dtype_size(m->ops, m->cfg.precision);
 }
-static float *grad(model *m, int i) { return m->grads + m->offset[i]; }
+/* Where backward writes parameter i's gradient: the flat buffer, or under cfg.reducer_grads the
+ * place r gives it in this micro-step (inside its bucket's buffer, zeroed when handed out). */
+static ddp_status grad(model *m, ddp_reducer *r, int i, float **out)
+{
+    if (!m->cfg.reducer_grads) {
+        *out = m->grads + m->offset[i];
+        return DDP_OK;
+    }
+    void *p = NULL;
+    ddp_status st = ddp_reducer_grad_ptr(r, i, &p);
+    *out = p;
+    return st;
+}
 
 /* Seeded initialisation on the host, then one upload. */
 static ddp_status init_params(model *m)
@@ -301,10 +313,8 @@ static ddp_status model_setup(model *m)
     describe_params(m);
     size_t n_bytes = m->numel_total * sizeof(float);
     m->params = ddp_alloc(m->ctx, n_bytes);
-    m->grads = ddp_alloc(m->ctx, n_bytes);
-    m->momentum = ddp_alloc(m->ctx, n_bytes);
-    m->mom_n = m->numel_total;
-    if (!m->params || !m->grads || !m->momentum)
+    m->grads = m->cfg.reducer_grads ? NULL : ddp_alloc(m->ctx, n_bytes);
+    if (!m->params || (!m->grads && !m->cfg.reducer_grads))
         return DDP_ERR_NOMEM;
     int classes = m->cfg.kind == MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
     m->dlogits = fbuf(m, (size_t)classes);
@@ -343,8 +353,8 @@ ddp_status model_create(ddp_ctx *ctx, const ops_handle *ops, const model_config 
     m->cfg = *cfg;
     ddp_status st = model_setup(m);
     if (st == DDP_ERR_NOMEM)
-        DDP_ERROR("model_create: out of memory for %zu parameters (values, gradients and "
-                  "momentum) and the activations of %d samples: use a smaller batch or model",
+        DDP_ERROR("model_create: out of memory for %zu parameters (values and gradients) "
+                  "and the activations of %d samples: use a smaller batch or model",
                   m->numel_total, cfg->max_batch);
     else if (st != DDP_OK)
         DDP_ERROR("model_create: %s", ddp_strerror(st));
@@ -366,7 +376,6 @@ void model_destroy(model *m)
     layer_conv_release(m->ops, &m->cnn.conv2);
     ddp_free(m->ctx, m->params);
     ddp_free(m->ctx, m->grads);
-    ddp_free(m->ctx, m->momentum);
     free(m);
 }
 
@@ -380,10 +389,18 @@ float *model_params(model *m)
     return m->params;
 }
 float *model_grads(model *m) { return m->grads; }
-float *model_momentum(model *m) { return m->momentum; }
+void model_set_gather(model *m, ddp_reducer *r) { m->gather = r; }
 const ops_handle *model_ops(const model *m) { return m->ops; }
 
 /* ---- forward ------------------------------------------------------------------------------- */
+
+/* model_set_gather: parameters lo..hi have arrived (nothing without a gather). */
+static ddp_status gathered(model *m, int lo, int hi)
+{
+    for (int i = lo; m->gather && i <= hi; i++)
+        TRY_OK(ddp_reducer_gather_wait(m->gather, i));
+    return DDP_OK;
+}
 
 /* Returns the logits (batch, classes) of the MLP. */
 static ddp_status mlp_forward(model *m, const float **logits)
@@ -395,6 +412,7 @@ static ddp_status mlp_forward(model *m, const float **logits)
     for (int l = 0; l < n_layers; l++) {
         int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
         ddp_trace_begin("forward.layer", l);
+        TRY_OK(gathered(m, 2 * l, 2 * l + 1));
         TRY_OK(layer_linear_fwd(m->ops, p, h, cparam(m, 2 * l), param(m, 2 * l + 1),
                                 m->batch, in, out, a->z[l], l + 1 == n_layers));
         if (l + 1 < n_layers)
@@ -420,16 +438,19 @@ static ddp_status cnn_forward(model *m, const float **logits)
      * backward pass, the same gradients (a window whose max is <= 0 gets none either way), with the
      * ReLU on a quarter of the elements. */
     ddp_trace_begin("forward.layer", 0); /* conv1, pool, relu */
+    TRY_OK(gathered(m, 0, 1));
     TRY_OK(layer_conv_fwd(o, p, &a->conv1, m->x, cparam(m, 0), param(m, 1), b, a->col1, a->z1));
     TRY_OK(layer_pool_fwd(o, p, a->z1, b, c, 28, 28, a->p1, a->arg1, ws1));
     TRY_OK(layer_relu_fwd(o, p, a->p1, (size_t)planes * 14 * 14, a->p1));
     ddp_trace_end("forward.layer", 0);
     ddp_trace_begin("forward.layer", 1); /* conv2, pool, relu */
+    TRY_OK(gathered(m, 2, 3));
     TRY_OK(layer_conv_fwd(o, p, &a->conv2, a->p1, cparam(m, 2), param(m, 3), b, a->col2, a->z2));
     TRY_OK(layer_pool_fwd(o, p, a->z2, b, c, 14, 14, a->p2, a->arg2, ws2));
     TRY_OK(layer_relu_fwd(o, p, a->p2, (size_t)planes * 7 * 7, a->p2));
     ddp_trace_end("forward.layer", 1);
     ddp_trace_begin("forward.layer", 2); /* fc */
+    TRY_OK(gathered(m, 4, 5));
     const void *rows = layer_image_as_rows(o, p, a->p2, a->p2r, b, c, 7, 7); // (b, 980) NCHW order
     if (!rows)
         return DDP_ERR_BLAS;
@@ -448,6 +469,8 @@ static ddp_status model_prepare(model *m, const float *x, int batch)
     m->x = x;
     if (p == DDP_FP32)
         return DDP_OK;
+    if (m->cparams_stale && m->gather) /* the 16-bit copy is made of the whole gathered buffer */
+        TRY_OK(ddp_reducer_gather_wait(m->gather, -1));
     if (m->cparams_stale)
         TRY_OK(m->ops->cast(m->ops, p, m->cparams, DDP_FP32, m->params, m->numel_total));
     m->cparams_stale = 0;
@@ -543,7 +566,8 @@ static ddp_status mlp_backward(model *m, ddp_reducer *r)
 {
     mlp_acts *a = &m->mlp;
     ddp_dtype p = m->cfg.precision;
-    bool acc = !m->grads_fresh;
+    bool acc = m->cfg.reducer_grads || !m->grads_fresh;
+    float *gw = NULL, *gb = NULL;
     const void *g = m->dlogits_c; // (batch, widths[l+1]): gradient w.r.t. z[l]
     for (int l = m->cfg.n_widths - 2; l >= 0; l--) {
         int in = m->cfg.widths[l], out = m->cfg.widths[l + 1];
@@ -552,10 +576,11 @@ static ddp_status mlp_backward(model *m, ddp_reducer *r)
         /* The bias first (a column sum), marked before the weight GEMM: a bucket that holds this
          * bias and the layers after it is launched without waiting for the GEMM (the first
          * bucket holds the first layer's bias: 1 MiB fits every layer but its weights). */
-        TRY_OK(layer_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, NULL, grad(m, 2 * l + 1),
-                                       acc));
+        TRY_OK(grad(m, r, 2 * l + 1, &gb));
+        TRY_OK(layer_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, NULL, gb, acc));
         TRY_OK(mark(r, 2 * l + 1, 2 * l + 1));
-        TRY_OK(layer_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, grad(m, 2 * l), NULL, acc));
+        TRY_OK(grad(m, r, 2 * l, &gw));
+        TRY_OK(layer_linear_bwd_params(m->ops, p, h, g, m->batch, in, out, gw, NULL, acc));
         TRY_OK(mark(r, 2 * l, 2 * l));
         if (l > 0) {
             TRY_OK(layer_linear_bwd_input(m->ops, p, cparam(m, 2 * l), g, m->batch, in, out, a->dh));
@@ -576,12 +601,14 @@ static ddp_status cnn_backward(model *m, ddp_reducer *r)
     ddp_dtype p = m->cfg.precision;
     const int c = DDP_CNN_CHANNELS;
     int b = m->batch, planes = b * c, fc_in = c * 7 * 7;
-    bool acc = !m->grads_fresh;
+    bool acc = m->cfg.reducer_grads || !m->grads_fresh;
+    float *gw = NULL, *gb = NULL;
     const void *rows = o->channels_last ? a->p2r : a->p2; /* what the forward pass fed fc1 */
     void *drows = o->channels_last ? a->dp2r : a->dp2;
     ddp_trace_begin("backward.layer", 2); /* fc */
-    TRY_OK(layer_linear_bwd_params(o, p, rows, m->dlogits_c, b, fc_in, DDP_CLASSES, grad(m, 4),
-                                   grad(m, 5), acc));
+    TRY_OK(grad(m, r, 4, &gw));
+    TRY_OK(grad(m, r, 5, &gb));
+    TRY_OK(layer_linear_bwd_params(o, p, rows, m->dlogits_c, b, fc_in, DDP_CLASSES, gw, gb, acc));
     TRY_OK(mark(r, 5, 4));
     TRY_OK(layer_linear_bwd_input(o, p, cparam(m, 4), m->dlogits_c, b, fc_in, DDP_CLASSES, drows));
     TRY_OK(layer_rows_to_image(o, p, drows, a->dp2, b, c, 7, 7));
@@ -589,16 +616,18 @@ static ddp_status cnn_backward(model *m, ddp_reducer *r)
     ddp_trace_begin("backward.layer", 1); /* relu, pool, conv2 */
     TRY_OK(layer_relu_bwd(o, p, a->dp2, a->p2, (size_t)planes * 7 * 7, a->dp2));
     TRY_OK(layer_pool_bwd(o, p, a->dp2, a->arg2, b, c, 14, 14, a->dz2));
-    TRY_OK(layer_conv_bwd_params(o, p, &a->conv2, a->p1, a->col2, a->dz2, b, grad(m, 2),
-                                 grad(m, 3), acc));
+    TRY_OK(grad(m, r, 2, &gw));
+    TRY_OK(grad(m, r, 3, &gb));
+    TRY_OK(layer_conv_bwd_params(o, p, &a->conv2, a->p1, a->col2, a->dz2, b, gw, gb, acc));
     TRY_OK(mark(r, 3, 2));
     TRY_OK(layer_conv_bwd_input(o, p, &a->conv2, cparam(m, 2), a->dz2, b, a->dcol, a->dp1));
     ddp_trace_end("backward.layer", 1);
     ddp_trace_begin("backward.layer", 0); /* relu, pool, conv1 */
     TRY_OK(layer_relu_bwd(o, p, a->dp1, a->p1, (size_t)planes * 14 * 14, a->dp1));
     TRY_OK(layer_pool_bwd(o, p, a->dp1, a->arg1, b, c, 28, 28, a->dz1));
-    TRY_OK(layer_conv_bwd_params(o, p, &a->conv1, m->x, a->col1, a->dz1, b, grad(m, 0),
-                                 grad(m, 1), acc));
+    TRY_OK(grad(m, r, 0, &gw));
+    TRY_OK(grad(m, r, 1, &gb));
+    TRY_OK(layer_conv_bwd_params(o, p, &a->conv1, m->x, a->col1, a->dz1, b, gw, gb, acc));
     ddp_trace_end("backward.layer", 0);
     return mark(r, 1, 0);
 }
@@ -621,6 +650,10 @@ ddp_status model_backward(model *m, ddp_reducer *r)
         DDP_ERROR("model_backward: no successful forward pass to differentiate");
         return DDP_ERR_STATE;
     }
+    if (m->cfg.reducer_grads && !r) {
+        DDP_ERROR("model_backward: the model has no gradient buffer (reducer_grads): pass the reducer");
+        return DDP_ERR_INVALID_ARG;
+    }
     TRY_OK(dlogits_in_precision(m));
     TRY_OK(m->cfg.kind == MODEL_CNN ? cnn_backward(m, r) : mlp_backward(m, r));
     m->grads_fresh = false;
@@ -642,67 +675,4 @@ ddp_status model_zero_grad(model *m)
 {
     m->grads_fresh = true;
     return DDP_OK;
-}
-
-/* With a 16-bit compute copy, one pass updates the weights and writes the copy where the backend
- * can (sgd_step_cast); otherwise the next forward pass refreshes it. */
-ddp_status model_sgd_step(model *m, float lr, float momentum, float weight_decay)
-{
-    ddp_dtype p = m->cfg.precision;
-    if (m->mom_n != m->numel_total) {
-        DDP_ERROR("model_sgd_step: the momentum is sharded (model_shard_momentum): use "
-                  "model_sgd_step_range");
-        return DDP_ERR_STATE;
-    }
-    m->cparams_stale = 1;
-    if (p != DDP_FP32 && m->ops->sgd_step_cast) {
-        TRY_OK(m->ops->sgd_step_cast(m->ops, m->params, m->momentum, m->grads, m->numel_total, lr,
-                                     momentum, weight_decay, p, m->cparams));
-        m->cparams_stale = 0;
-        return DDP_OK;
-    }
-    return m->ops->sgd_step(m->ops, m->params, m->momentum, m->grads, m->numel_total, lr, momentum,
-                            weight_decay);
-}
-
-/* A sharded step updates only the range: the 16-bit copy is refreshed by the next forward pass,
- * after the all-gather brought the other ranks' ranges. */
-ddp_status model_sgd_step_range(model *m, const float *grads, float lr, float momentum,
-                                float weight_decay)
-{
-    m->cparams_stale = 1;
-    if (m->mom_n == 0)
-        return DDP_OK;
-    const float *g = grads ? grads : m->grads + m->mom_off;
-    return m->ops->sgd_step(m->ops, m->params + m->mom_off, m->momentum, g, m->mom_n, lr,
-                            momentum, weight_decay);
-}
-
-ddp_status model_shard_momentum(model *m, size_t offset, size_t n)
-{
-    if (offset > m->numel_total || n > m->numel_total - offset) {
-        DDP_ERROR("model_shard_momentum: range [%zu, %zu) outside the %zu parameters", offset,
-                  offset + n, m->numel_total);
-        return DDP_ERR_INVALID_ARG;
-    }
-    size_t bytes = (n > 0 ? n : 1) * sizeof(float);
-    float *mom = ddp_alloc(m->ctx, bytes);
-    ddp_status st = mom ? ddp_zero(m->ctx, mom, bytes) : DDP_ERR_NOMEM;
-    if (st != DDP_OK) {
-        ddp_free(m->ctx, mom);
-        DDP_ERROR("model_shard_momentum: cannot allocate the momentum of %zu elements: %s", n,
-                  ddp_strerror(st));
-        return st;
-    }
-    ddp_free(m->ctx, m->momentum);
-    m->momentum = mom;
-    m->mom_off = offset;
-    m->mom_n = n;
-    return DDP_OK;
-}
-
-void model_momentum_range(const model *m, size_t *offset, size_t *n)
-{
-    *offset = m->mom_off;
-    *n = m->mom_n;
 }

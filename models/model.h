@@ -1,14 +1,16 @@
 /* model.h - the reference models (MLP and LeNet-style CNN), computing with an ops handle (ops.h)
  * in memory libddp allocates (ddp_alloc).
  *
- * A model owns three allocations in backend memory, each ONE buffer with a size table:
- * parameters, gradients (same layout, so reducer buckets are slices of it) and SGD momentum.
+ * A model owns two allocations in backend memory, each ONE buffer with a size table:
+ * parameters and gradients (same layout, so reducer buckets are slices of it). The optimizer and
+ * its state are the trainer's (train/optim.h).
  * Parameter order is forward order (layer by layer, weight then bias); backward produces
  * gradients in reverse order and marks each one ready on the reducer as soon as it is final.
  */
 #ifndef MODEL_H
 #define MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,8 +31,13 @@ typedef struct model_config {
     int max_batch; /* activations are sized for this many samples */
     uint64_t seed; /* seeded initialisation (PyTorch's default ranges: U(+-1/sqrt(fan_in))) */
     /* activations and GEMM/convolution inputs (fp32 accumulation); parameters, gradients,
-     * momentum, logits and the loss stay fp32 (default fp32) */
+     * logits and the loss stay fp32 (default fp32) */
     ddp_dtype precision;
+    /* ZeRO stage 2 without a gradient buffer: the model allocates none; model_backward writes
+     * each parameter's gradient where the reducer says (ddp_reducer_grad_ptr: a reducer created
+     * with grads NULL and zero_stage 2; backward marks in reverse parameter order, the reducer's
+     * default ready order), so its r must not be NULL; model_grads is NULL. Default false. */
+    bool reducer_grads;
 } model_config;
 
 typedef struct model model;
@@ -46,7 +53,7 @@ ddp_status model_widths_parse(const char *text, model_config *cfg);
 ddp_status model_precision_parse(const char *name, ddp_dtype *out);
 const char *model_precision_name(ddp_dtype p);
 
-/* Creates the model in ctx's memory (libddp's ddp_alloc: parameters, gradients, momentum and
+/* Creates the model in ctx's memory (libddp's ddp_alloc: parameters, gradients and
  * activations), computing with `ops`, a handle the caller opened on the same context
  * (ops_open(ctx, ...)) and closes after the model; the model keeps both, owns neither. ctx NULL:
  * host memory, with a CPU handle opened on NULL. Initialised from cfg->seed. On failure *out is
@@ -64,9 +71,14 @@ size_t model_numel_total(const model *m);
 /* Flat, backend memory, fp32 (the master weights). The model refreshes its 16-bit compute copy
  * before the next forward pass, so the caller may change the values through this pointer. */
 float *model_params(model *m);
-float *model_grads(model *m);  /* flat, backend memory, same layout */
-float *model_momentum(model *m); /* SGD momentum, flat, backend memory, same layout */
+float *model_grads(model *m);  /* flat, backend memory, same layout; NULL under reducer_grads */
 const ops_handle *model_ops(const model *m);
+/* ZeRO: r's all-gather of the parameters (ddp_reducer_gather_start on model_params) may still be
+ * under way when a forward pass starts; each layer first waits for its weight and bias
+ * (ddp_reducer_gather_wait; in 16 bits the compute copy waits for the whole buffer), so the gather
+ * overlaps the forward pass. NULL (the default): the parameters are complete before every
+ * forward. r must outlive the model's forward passes or be unset. */
+void model_set_gather(model *m, ddp_reducer *r);
 
 /* Forward pass on a batch: x (batch, 784) and labels (batch) in backend memory, batch <=
  * max_batch. Writes the mean loss and the number of correct predictions (either may be NULL), and
@@ -78,7 +90,8 @@ ddp_status model_forward(model *m, const float *x, const int *labels, int batch,
 ddp_status model_forward_train(model *m, const float *x, const int *labels, int batch,
                                float *loss_acc);
 /* Backward pass of the last forward: ADDS the gradient of the mean loss to the gradients, and
- * marks each parameter ready on r (when r is not NULL) as soon as its gradient is final. */
+ * marks each parameter ready on r (when r is not NULL) as soon as its gradient is final.
+ * DDP_ERR_INVALID_ARG without r under cfg.reducer_grads; ddp_reducer_grad_ptr's failures. */
 ddp_status model_backward(model *m, ddp_reducer *r);
 /* Multiplies the fp32 loss gradient of the last forward pass by `scale` (loss scaling for 16-bit
  * gradients: every parameter gradient of the next backward is then scaled alike; backward casts
@@ -87,21 +100,5 @@ ddp_status model_scale_loss_grad(model *m, float scale);
 /* The next backward overwrites the gradients instead of adding to them (no pass over memory:
  * until that backward, model_grads still holds the old values). */
 ddp_status model_zero_grad(model *m);
-/* SGD with momentum and weight decay on every parameter (backend sgd_step). */
-ddp_status model_sgd_step(model *m, float lr, float momentum, float weight_decay);
-/* ZeRO (ddp_reducer_opts.zero_stage 1, 2): the momentum of elements [offset, offset + n) of the
- * flat layout only (this rank's ddp_shard_range). Replaces the full momentum by a zeroed
- * shard-sized one (model_momentum then holds element offset + i at i); call it before the first
- * step. DDP_ERR_INVALID_ARG for a range outside the buffer, DDP_ERR_NOMEM (nothing changed).
- * model_sgd_step is then DDP_ERR_STATE: use model_sgd_step_range. */
-ddp_status model_shard_momentum(model *m, size_t offset, size_t n);
-/* The momentum's range: 0 and model_numel_total unless sharded. */
-void model_momentum_range(const model *m, size_t *offset, size_t *n);
-/* model_sgd_step on the momentum's range only (the other parameters are left as they are, for
- * the reducer's all-gather to bring). grads: the range's gradients, element i the flat offset +
- * i (the reducer's stage-2 shard), or NULL for the model's gradients at the range's offsets.
- * The same element-wise math as model_sgd_step. */
-ddp_status model_sgd_step_range(model *m, const float *grads, float lr, float momentum,
-                                float weight_decay);
 
 #endif /* MODEL_H */

@@ -620,11 +620,12 @@ typedef struct ddp_reducer_opts {
      *    several runs (after a ready-order rebuild) is packed into a reducer-owned buffer of the
      *    whole gradient size, allocated at its first use (the 16-bit wire buffer when there is
      *    one), and this rank's pieces are received into a buffer of the shard's size.
-     * 2: as 1, but the averaged shard goes into a reducer-owned buffer of the shard's size
+     * 2: as 1, but the reducer owns the gradients (grads must be NULL: DDP_ERR_INVALID_ARG
+     *    otherwise, since a full gradient buffer beside the shard would save nothing over stage
+     *    1): backward writes each parameter's gradient where ddp_reducer_grad_ptr says, and the
+     *    averaged shard goes into a reducer-owned buffer of the shard's size
      *    (ddp_reducer_shard_grads, elements of grad_dtype, element i is the flat buffer's
-     *    offset + i). With a gradient buffer (grads not NULL) the caller's buffer is scratch
-     *    after finish (undefined everywhere), and the full gradients still live in it: no saving
-     *    over stage 1. Bucket-owned gradients (grads NULL) save them: see ddp_reducer_grad_ptr. */
+     *    offset + i). */
     int zero_stage;
     /* Bucket-owned gradients only (grads NULL, zero_stage 2): the order in which the program
      * marks its parameters ready, a permutation of [0, n_params) (read during create, not kept);
@@ -657,11 +658,11 @@ typedef enum ddp_bucket_order {
 DDP_API void ddp_reducer_opts_default(ddp_reducer_opts *opts);
 
 /* grads: the flat gradient buffer in backend memory, elements of opts->grad_dtype (kept, not
- * owned), or NULL with zero_stage 2 for bucket-owned gradients (ddp_reducer_grad_ptr; create is
+ * owned), or NULL (and then only) with zero_stage 2 for bucket-owned gradients (ddp_reducer_grad_ptr; create is
  * then collective: one host all-reduce compares the ranks' bucket plans and makes every rank fail
  * when one failed); numel: element count of each of the n_params parameters.
  * DDP_ERR_INVALID_ARG for an unknown or non-gradient dtype, a zero_stage outside 0..2, grads NULL
- * with another zero_stage than 2, a ready_order with a gradient buffer or one that is not a
+ * with another zero_stage than 2 or a buffer with zero_stage 2, a ready_order with a gradient buffer or one that is not a
  * permutation; DDP_ERR_NOMEM when the wire or shard buffers cannot be allocated;
  * DDP_ERR_MISMATCH (bucket-owned) when the ranks' plans differ or another rank failed. On
  * failure *out is NULL. */

@@ -36,11 +36,12 @@
  * so one reduce-scatter with per-rank counts (each run cut at the shard boundaries) gives each
  * rank the sums of its own pieces, received into `recv` (this rank's pieces of the buckets, in
  * launch order); finish() scatters them, scaled, into the gradient buffer at the shard's
- * offsets (stage 1) or into the shard buffer (stage 2). A one-run bucket in the gradients' type
+ * offsets (stage 1). A one-run bucket in the gradients' type
  * is sent in place; others are packed into the wire buffer (allocated at the first use for an
  * unchanged type).
  *
- * Bucket-owned gradients (zero_stage 2, grads NULL): there is no flat gradient buffer. The
+ * Bucket-owned gradients (zero_stage 2, which requires grads NULL; reducer_owned.c): there is no
+ * flat gradient buffer, so stage 2 saves the full gradients that stage 1 keeps. The
  * buckets are planned once in the caller's ready order; a bucket's gradients live in a buffer of
  * the pool (grad_pool.c), its parameters packed in ascending offset (the same packing as above,
  * so the bucket is the shards' pieces in rank order), taken and zeroed at the bucket's first
@@ -63,62 +64,9 @@
 #include "convert.h"
 #include "internal.h"
 #include "reducer_cuda.h"
+#include "reducer_private.h"
 
 #define DDP_MIB (1024.0 * 1024.0)
-/* Bucket-owned gradients: reduce-scatters under way at most; launching one more first waits for
- * the oldest (its buffer then goes back to the pool), which bounds the buffers alive. */
-#define OWNED_IN_FLIGHT 2
-
-struct ddp_reducer {
-    ddp_ctx *ctx;
-    void *grads;          /* flat gradient buffer, backend memory (not owned) */
-    ddp_dtype grad_dtype; /* element type of grads */
-    ddp_dtype wire_dtype; /* element type of the all-reduces */
-    void *wire;           /* (numel total) of wire_dtype, backend memory; NULL when wire = grads */
-    void *stream;         /* CUDA: the caller's stream or NULL */
-    int n_params;
-    size_t *numel;           /* n_params: elements of each parameter (a copy) */
-    size_t cap_bytes, first_cap_bytes;
-    bucket_plan plan;        /* the buckets: parameter order, or ready order after a rebuild */
-    int *order;              /* 1 + n_params: valid flag, then the marking order of this step */
-    int *orders;             /* world_size x (1 + n_params): every rank's, gathered once */
-    int n_marked;            /* parameters marked in the current micro-step */
-    int order_agreed;        /* the ready order was settled (rebuilt, kept, or ranks disagreed) */
-    int static_buckets;      /* never rebuild */
-    int strict_order;        /* ranks marking in different orders: DDP_ERR_MISMATCH from finish */
-    ddp_bucket_order bucket_order;
-    int *pending;            /* per bucket: parameters not yet marked in this sync step */
-    unsigned char *marked;   /* per parameter: marked in the current micro-step */
-    ddp_request **requests;  /* per bucket: launched all-reduce, NULL when none */
-    int next_launch;         /* first bucket not launched yet */
-    int in_step;             /* begin() called, step not over (a sync step ends in finish()) */
-    int sync;                /* the current micro-step communicates */
-    int micro_steps;         /* micro-steps since the last finish, this one included */
-    ddp_status launch_error; /* first failed launch of this sync step, DDP_OK when none */
-    int defer_launch;        /* launch nothing before finish() (no overlap) */
-    exposed_timer *timer; /* CUDA: exposed communication per sync step, while tracing */
-    /* ZeRO (zero_stage 1, 2): this rank's shard, the buckets' per-rank counts, the receive
-     * buffer of this rank's pieces and, for stage 2, the averaged shard */
-    int zero_stage;
-    size_t total;            /* elements of the flat buffer */
-    size_t shard_off, shard_n;
-    size_t *counts;          /* n_params x world_size: bucket b's elements in each shard */
-    size_t *recv_off;        /* n_params: where bucket b's piece starts in recv */
-    size_t recv_next;        /* recv elements taken by the buckets launched in this step */
-    void *recv;              /* shard_n (at least 1) elements of wire_dtype, backend memory */
-    void *shard_grads;       /* stage 2: shard_n (at least 1) elements of grad_dtype */
-    ddp_request **gather_req; /* n_params: the parameters' all-gathers, one per run, in launch
-                                 order */
-    int *gather_end;          /* n_params: per bucket, the launch index after its last run */
-    int gather_launched, gather_waited;
-    /* Bucket-owned gradients (zero_stage 2, grads NULL): the buckets' buffers */
-    int owned;
-    size_t *pack_off;         /* n_params: a parameter's element offset in its bucket's buffer */
-    grad_pool *pool;
-    int next_reap;            /* first launched bucket whose reduce-scatter is not waited for */
-    int local_accum;          /* micro-steps that are not sync steps add into the held buffers */
-    int order_warned;         /* a marking order other than the plan's was reported */
-};
 
 void ddp_reducer_opts_default(ddp_reducer_opts *opts)
 {
@@ -183,7 +131,7 @@ static ddp_status reducer_plan(ddp_reducer *r, const size_t *numel,
 }
 
 /* Element type pointer arithmetic: element `offset` of buffer x of type t. */
-static void *convert_elem(void *x, ddp_dtype t, size_t offset)
+void *reducer_elem(void *x, ddp_dtype t, size_t offset)
 {
     return (char *)x + offset * ddp_dtype_size(t);
 }
@@ -239,7 +187,7 @@ static ddp_status reducer_zero_setup(ddp_reducer *r, int stage)
     /* Stage 1 on the CPU receives one-run buckets in place (reducer_zero_in_place): the
      * receive buffer is allocated at the first bucket that needs it. Bucket-owned gradients are
      * reduce-scattered in place in their buffers: no receive buffer. */
-    int need_recv = !r->owned && (stage == 2 || ddp_backend(r->ctx) != DDP_BACKEND_CPU);
+    int need_recv = !r->owned && ddp_backend(r->ctx) != DDP_BACKEND_CPU;
     if (need_recv)
         r->recv = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->wire_dtype));
     if (stage == 2)
@@ -268,87 +216,18 @@ static ddp_status reducer_check_create(const ddp_ctx *ctx, const void *grads, co
                   o->zero_stage);
         return DDP_ERR_INVALID_ARG;
     }
+    if (grads && o->zero_stage == 2) {
+        DDP_ERROR("ddp_reducer_create: zero_stage 2 with a gradient buffer: stage 2 keeps the "
+                  "gradients in the reducer's bucket buffers (grads NULL, ddp_reducer_grad_ptr); "
+                  "with a flat gradient buffer use zero_stage 1, which shards the same state "
+                  "and saves as much");
+        return DDP_ERR_INVALID_ARG;
+    }
     if (grads && o->ready_order) {
         DDP_ERROR("ddp_reducer_create: ready_order is for bucket-owned gradients (grads NULL, "
                   "zero_stage 2); with a gradient buffer the reducer records the order in the "
                   "first sync step");
         return DDP_ERR_INVALID_ARG;
-    }
-    return DDP_OK;
-}
-
-/* Bucket-owned gradients: the size of a new buffer for each bucket. The buckets after the first
- * that fit the cap share buffers of the largest of them; the first (its own, smaller cap) and a
- * parameter over the cap (alone in its bucket) get their own size. With local_accum every bucket
- * holds its buffer through the micro-steps, so none is shared: each gets its own size (the pool
- * then holds exactly the full gradients). fill: n_buckets entries. */
-static void reducer_owned_sizes(const ddp_reducer *r, size_t *fill)
-{
-    const bucket_plan *pl = &r->plan;
-    if (r->local_accum) {
-        for (int b = 0; b < pl->n_buckets; b++)
-            fill[b] = pl->buckets[b].n;
-        return;
-    }
-    size_t cap_n = r->cap_bytes / sizeof(float), shared = 0; /* the caps count 4-byte elements */
-    for (int b = 1; b < pl->n_buckets; b++)
-        if (pl->buckets[b].n <= cap_n && pl->buckets[b].n > shared)
-            shared = pl->buckets[b].n;
-    for (int b = 0; b < pl->n_buckets; b++)
-        fill[b] = b > 0 && pl->buckets[b].n <= cap_n ? shared : pl->buckets[b].n;
-}
-
-/* Bucket-owned gradients: each parameter's place in its bucket's buffer (the bucket's parameters
- * in ascending index, i.e. its runs in ascending offset, packed end to end) and the pool. */
-static ddp_status reducer_owned_setup(ddp_reducer *r)
-{
-    const bucket_plan *pl = &r->plan;
-    size_t *fill = calloc((size_t)pl->n_buckets, sizeof *fill);
-    r->pack_off = malloc((size_t)r->n_params * sizeof *r->pack_off);
-    if (!fill || !r->pack_off) {
-        free(fill);
-        DDP_ERROR("ddp_reducer_create: out of memory for the bucket layout of %d parameters",
-                  r->n_params);
-        return DDP_ERR_NOMEM;
-    }
-    for (int p = 0; p < r->n_params; p++) {
-        int b = pl->param_bucket[p];
-        r->pack_off[p] = fill[b];
-        fill[b] += r->numel[p];
-    }
-    reducer_owned_sizes(r, fill);
-    ddp_status st = grad_pool_create(r->ctx, pl->n_buckets, fill, r->grad_dtype, r->wire_dtype,
-                                     &r->pool);
-    free(fill);
-    return st;
-}
-
-/* Bucket-owned gradients, collective (one host all-reduce that every rank joins, whatever `st`,
- * its own outcome so far): the ranks' plans must be the same, since every bucket's
- * reduce-scatter has the counts of its runs, and a rank whose create failed makes every rank
- * fail instead of leaving them waiting in the first step. */
-static ddp_status reducer_owned_agree(ddp_reducer *r, ddp_status st)
-{
-    const uint64_t prime = 1099511628211ull; /* FNV-1a over the plan */
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; st == DDP_OK && i < r->n_params; i++) {
-        h = (h ^ (uint64_t)r->plan.params[i]) * prime;
-        h = (h ^ (uint64_t)r->numel[r->plan.params[i]]) * prime;
-    }
-    h = ((h ^ (uint64_t)r->cap_bytes) * prime ^ (uint64_t)r->first_cap_bytes) * prime;
-    int64_t v[3] = {st != DDP_OK, (int64_t)(h >> 1), (int64_t)(~h >> 1)};
-    ddp_status agreed = ddp_allreduce_host(r->ctx, v, 3, DDP_INT64, DDP_MAX);
-    if (st != DDP_OK || agreed != DDP_OK)
-        return st != DDP_OK ? st : agreed;
-    if (v[0]) {
-        DDP_ERROR("ddp_reducer_create: another rank could not create its reducer (see its "
-                  "messages)");
-        return DDP_ERR_MISMATCH;
-    }
-    if (v[1] != (int64_t)(h >> 1) || v[2] != (int64_t)(~h >> 1)) {
-        DDP_ERROR("ddp_reducer_create: the ranks planned different buckets: give every rank the "
-                  "same ready_order, bucket caps and parameter sizes");
-        return DDP_ERR_MISMATCH;
     }
     return DDP_OK;
 }
@@ -478,24 +357,6 @@ static void reducer_reset_step(ddp_reducer *r)
     r->launch_error = DDP_OK;
 }
 
-/* Bucket-owned gradients: bucket b's buffers (*wire, when not NULL, gets the wire twin or NULL),
- * taken from the pool and zeroed when b holds none yet in this micro-step. The zeroing is queued
- * on the reducer's stream, after that stream's wait for the buffer's last reduce-scatter (CUDA). */
-static ddp_status reducer_owned_take(ddp_reducer *r, int b, void **grads, void **wire)
-{
-    size_t n = r->plan.buckets[b].n;
-    int fresh = 0;
-    void *w = NULL;
-    ddp_status st = grad_pool_take(r->pool, b, n, grads, &w, &fresh);
-    if (wire)
-        *wire = w;
-    if (st == DDP_OK && fresh)
-        st = convert_dev_zero(r->ctx, *grads, r->grad_dtype, n, r->stream);
-    return st;
-}
-
-static ddp_status reducer_owned_settle(ddp_reducer *r);
-
 ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
 {
     if (!r) {
@@ -552,7 +413,7 @@ static ddp_status reducer_prescale_runs(ddp_reducer *r, int b, float pre)
                             : st;
     }
     for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++)
-        st = convert_dev_scale(r->ctx, convert_elem(r->grads, r->grad_dtype, pl->run_off[k]),
+        st = convert_dev_scale(r->ctx, reducer_elem(r->grads, r->grad_dtype, pl->run_off[k]),
                                r->grad_dtype, pl->run_len[k], pre, r->stream);
     return st;
 }
@@ -564,8 +425,8 @@ static ddp_status reducer_pack(ddp_reducer *r, int b)
     size_t at = pl->wire_off[b];
     ddp_status st = DDP_OK;
     for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++) {
-        st = convert_dev_cast(r->ctx, convert_elem(r->wire, r->wire_dtype, at), r->wire_dtype,
-                              convert_elem(r->grads, r->grad_dtype, pl->run_off[k]), r->grad_dtype,
+        st = convert_dev_cast(r->ctx, reducer_elem(r->wire, r->wire_dtype, at), r->wire_dtype,
+                              reducer_elem(r->grads, r->grad_dtype, pl->run_off[k]), r->grad_dtype,
                               pl->run_len[k], r->stream);
         at += pl->run_len[k];
     }
@@ -578,11 +439,11 @@ static ddp_status reducer_start(ddp_reducer *r, int b)
     const bucket_plan *pl = &r->plan;
     int k = pl->run_start[b], n_runs = pl->run_start[b + 1] - k;
     if (r->wire)
-        return allreduce_start_typed(r->ctx, convert_elem(r->wire, r->wire_dtype, pl->wire_off[b]),
+        return allreduce_start_typed(r->ctx, reducer_elem(r->wire, r->wire_dtype, pl->wire_off[b]),
                                      pl->buckets[b].n, r->wire_dtype, DDP_SUM, r->stream,
                                      &r->requests[b]);
     if (n_runs == 1)
-        return allreduce_start_typed(r->ctx, convert_elem(r->grads, r->grad_dtype, pl->run_off[k]),
+        return allreduce_start_typed(r->ctx, reducer_elem(r->grads, r->grad_dtype, pl->run_off[k]),
                                      pl->run_len[k], r->grad_dtype, DDP_SUM, r->stream,
                                      &r->requests[b]);
     return allreduce_runs_start(r->ctx, r->grads, pl->run_off + k, pl->run_len + k, n_runs,
@@ -623,7 +484,7 @@ static ddp_status reducer_zero_send(ddp_reducer *r, int b, const void **send)
         return st;
     }
     if (r->wire_dtype == r->grad_dtype && pl->run_start[b + 1] - k == 1) {
-        *send = convert_elem(r->grads, r->grad_dtype, pl->run_off[k]);
+        *send = reducer_elem(r->grads, r->grad_dtype, pl->run_off[k]);
         return DDP_OK;
     }
     if (!r->wire && !(r->wire = ddp_alloc(r->ctx, r->total * ddp_dtype_size(r->wire_dtype)))) {
@@ -631,7 +492,7 @@ static ddp_status reducer_zero_send(ddp_reducer *r, int b, const void **send)
                   "(%zu elements)", r->total);
         return DDP_ERR_NOMEM;
     }
-    *send = convert_elem(r->wire, r->wire_dtype, pl->wire_off[b]);
+    *send = reducer_elem(r->wire, r->wire_dtype, pl->wire_off[b]);
     return reducer_pack(r, b);
 }
 
@@ -666,7 +527,7 @@ static ddp_status reducer_zero_start(ddp_reducer *r, int b)
     }
     r->recv_off[b] = r->recv_next;
     r->recv_next += counts[ddp_rank(r->ctx)];
-    return reduce_scatter_start(r->ctx, send, convert_elem(r->recv, r->wire_dtype, r->recv_off[b]),
+    return reduce_scatter_start(r->ctx, send, reducer_elem(r->recv, r->wire_dtype, r->recv_off[b]),
                                 counts, r->wire_dtype, DDP_SUM, r->stream, &r->requests[b]);
 }
 
@@ -693,12 +554,10 @@ static void reducer_launch(ddp_reducer *r, int b)
     }
 }
 
-static void reducer_owned_reap(ddp_reducer *r);
-
 /* Launches every consecutive ready bucket from next_launch on (all of them when force);
  * bucket-owned, waits for the oldest reduce-scatter while more than OWNED_IN_FLIGHT are under
  * way. */
-static void reducer_launch_ready(ddp_reducer *r, int force)
+void reducer_launch_ready(ddp_reducer *r, int force)
 {
     while (r->launch_error == DDP_OK && r->next_launch < r->plan.n_buckets &&
            (force || r->pending[r->next_launch] == 0)) {
@@ -706,21 +565,6 @@ static void reducer_launch_ready(ddp_reducer *r, int force)
         while (r->owned && r->next_launch - r->next_reap > OWNED_IN_FLIGHT)
             reducer_owned_reap(r);
     }
-}
-
-/* Bucket-owned: warns once when the parameters are marked in another order than the plan's (the
- * ready_order): still correct, but a bucket waits longer for its last parameter and holds its
- * buffer meanwhile. */
-static void reducer_owned_check_order(ddp_reducer *r, int param)
-{
-    int pos = r->n_marked - 1;
-    if (r->order_warned || r->plan.params[pos] == param)
-        return;
-    r->order_warned = 1;
-    DDP_WARN("reducer: parameter %d marked ready at position %d, where ready_order has parameter "
-             "%d: the gradients are right, but buckets stay alive longer (more memory, less "
-             "overlap); give ready_order the order the backward pass marks in", param, pos,
-             r->plan.params[pos]);
 }
 
 ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param)
@@ -752,35 +596,9 @@ ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param)
     return r->launch_error;
 }
 
-ddp_status ddp_reducer_grad_ptr(ddp_reducer *r, int param, void **ptr)
-{
-    if (ptr)
-        *ptr = NULL;
-    if (!r || !ptr || param < 0 || param >= r->n_params) {
-        DDP_ERROR("ddp_reducer_grad_ptr: parameter %d is outside [0, %d) (or no reducer, or ptr "
-                  "is NULL)", param, r ? r->n_params : 0);
-        return DDP_ERR_INVALID_ARG;
-    }
-    if (!r->owned || !r->in_step || r->marked[param]) {
-        DDP_ERROR("ddp_reducer_grad_ptr: parameter %d: %s", param,
-                  !r->owned ? "this reducer does not own the gradients (it was created with a "
-                              "gradient buffer): write them there"
-                  : !r->in_step ? "no micro-step in progress: call ddp_reducer_begin() before the "
-                                  "backward pass"
-                                : "already marked ready in this micro-step, so its bucket may be "
-                                  "on the wire: write a gradient before marking it");
-        return DDP_ERR_STATE;
-    }
-    void *grads = NULL;
-    ddp_status st = reducer_owned_take(r, r->plan.param_bucket[param], &grads, NULL);
-    if (st == DDP_OK)
-        *ptr = convert_elem(grads, r->grad_dtype, r->pack_off[param]);
-    return st;
-}
-
 /* Logs every parameter left unmarked in the sync step (bucket-owned: in any micro-step);
  * DDP_ERR_STATE when there is one. */
-static ddp_status reducer_check_marked(const ddp_reducer *r)
+ddp_status reducer_check_marked(const ddp_reducer *r)
 {
     ddp_status st = DDP_OK;
     for (int p = 0; p < r->n_params; p++) {
@@ -796,89 +614,13 @@ static ddp_status reducer_check_marked(const ddp_reducer *r)
 }
 
 /* The part [*a, *e) of run k of the plan inside this rank's shard (empty when *e <= *a). */
-static void reducer_run_in_shard(const ddp_reducer *r, int k, size_t *a, size_t *e)
+void reducer_run_in_shard(const ddp_reducer *r, int k, size_t *a, size_t *e)
 {
     const bucket_plan *pl = &r->plan;
     size_t lo = r->shard_off, hi = r->shard_off + r->shard_n;
     size_t end = pl->run_off[k] + pl->run_len[k];
     *a = pl->run_off[k] > lo ? pl->run_off[k] : lo;
     *e = end < hi ? end : hi;
-}
-
-/* Bucket-owned, bucket b's reduce-scatter waited for: this rank's piece (in place in the sent
- * buffer, after the lower ranks' pieces) into the shard buffer, cast in the first micro-step of
- * the optimizer step, added to it in the later ones (the mean is taken by finish). */
-static ddp_status reducer_owned_unpack(ddp_reducer *r, int b)
-{
-    const bucket_plan *pl = &r->plan;
-    int world = ddp_world_size(r->ctx);
-    const size_t *counts = r->counts + (size_t)b * (size_t)world;
-    void *grads = NULL, *wire = NULL;
-    ddp_status st = reducer_owned_take(r, b, &grads, &wire); /* held since its launch */
-    const void *piece = wire ? wire : grads;
-    size_t at = 0;
-    for (int q = 0; q < ddp_rank(r->ctx); q++)
-        at += counts[q];
-    for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++) {
-        size_t a = 0, e = 0;
-        reducer_run_in_shard(r, k, &a, &e);
-        if (e <= a)
-            continue;
-        void *dst = convert_elem(r->shard_grads, r->grad_dtype, a - r->shard_off);
-        const void *src = convert_elem((void *)piece, r->wire_dtype, at);
-        st = r->micro_steps == 1 || r->local_accum /* local_accum: one reduce-scatter a step */
-                 ? convert_dev_cast(r->ctx, dst, r->grad_dtype, src, r->wire_dtype, e - a, r->stream)
-                 : convert_dev_cast_add(r->ctx, dst, r->grad_dtype, src, r->wire_dtype, e - a,
-                                        r->stream);
-        at += e - a;
-    }
-    return st;
-}
-
-/* Bucket-owned: waits for the oldest reduce-scatter under way (CUDA: the reducer's stream waits),
- * unpacks its piece and gives its buffer back. A failure becomes the step's launch_error, so
- * nothing more is launched. */
-static void reducer_owned_reap(ddp_reducer *r)
-{
-    int b = r->next_reap++;
-    ddp_status st = DDP_OK;
-    if (r->requests[b]) {
-        st = ddp_wait(r->requests[b]);
-        r->requests[b] = NULL;
-        if (st != DDP_OK)
-            DDP_ERROR("reducer: reduce-scatter of bucket %d (parameters %d..%d) failed: %s", b,
-                      r->plan.buckets[b].first_param, r->plan.buckets[b].last_param,
-                      ddp_strerror(st));
-    }
-    if (st == DDP_OK && r->launch_error == DDP_OK)
-        st = reducer_owned_unpack(r, b);
-    grad_pool_give_back(r->pool, b);
-    if (st != DDP_OK && r->launch_error == DDP_OK)
-        r->launch_error = st;
-}
-
-/* Bucket-owned: every launched reduce-scatter reaped, every buffer back in the pool (those of
- * buckets a failure left unlaunched too). Returns the step's first failure. */
-static ddp_status reducer_owned_drain(ddp_reducer *r)
-{
-    while (r->next_reap < r->next_launch)
-        reducer_owned_reap(r);
-    for (int b = r->next_launch; b < r->plan.n_buckets; b++)
-        grad_pool_give_back(r->pool, b);
-    return r->launch_error;
-}
-
-/* Bucket-owned: ends a micro-step that was not a sync step (begin() of the next one does): every
- * bucket launched (also after an error, so that the peers are not left waiting), reaped and
- * added into the shard. */
-static ddp_status reducer_owned_settle(ddp_reducer *r)
-{
-    ddp_status marked = reducer_check_marked(r);
-    if (r->local_accum) /* the buckets keep their buffers: the next micro-step adds into them */
-        return marked;
-    reducer_launch_ready(r, 1);
-    ddp_status st = reducer_owned_drain(r);
-    return st != DDP_OK ? st : marked;
 }
 
 /* Casts bucket b back from the wire (when it has one) into its runs and multiplies it by alpha,
@@ -889,10 +631,10 @@ static ddp_status reducer_unpack(ddp_reducer *r, int b, float alpha)
     size_t at = pl->wire_off[b];
     ddp_status st = DDP_OK;
     for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++) {
-        void *grads = convert_elem(r->grads, r->grad_dtype, pl->run_off[k]);
+        void *grads = reducer_elem(r->grads, r->grad_dtype, pl->run_off[k]);
         if (r->wire)
             st = convert_dev_cast_scale(r->ctx, grads, r->grad_dtype,
-                                        convert_elem(r->wire, r->wire_dtype, at), r->wire_dtype,
+                                        reducer_elem(r->wire, r->wire_dtype, at), r->wire_dtype,
                                         pl->run_len[k], alpha, r->stream);
         else if (alpha != 1.0f) /* 1: a 16-bit bucket already divided by the mean's power of 2 */
             st = convert_dev_scale(r->ctx, grads, r->grad_dtype, pl->run_len[k], alpha, r->stream);
@@ -907,9 +649,8 @@ static void *reducer_stream(const ddp_reducer *r)
     return r->stream ? r->stream : ddp_backend_stream(r->ctx);
 }
 
-/* zero_stage 1, 2: casts bucket b's received piece (the runs' parts inside this rank's shard,
- * in ascending offset) into the gradient buffer (stage 1) or the shard buffer (stage 2),
- * multiplied by alpha. */
+/* zero_stage 1: casts bucket b's received piece (the runs' parts inside this rank's shard, in
+ * ascending offset) into the gradient buffer, multiplied by alpha. */
 static ddp_status reducer_zero_unpack(ddp_reducer *r, int b, float alpha)
 {
     const bucket_plan *pl = &r->plan;
@@ -918,17 +659,15 @@ static ddp_status reducer_zero_unpack(ddp_reducer *r, int b, float alpha)
     if (reducer_zero_in_place(r, b)) { /* the piece is in place, at the shard's offsets */
         reducer_run_in_shard(r, pl->run_start[b], &a, &e);
         return e <= a ? DDP_OK
-                      : convert_dev_scale(r->ctx, convert_elem(r->grads, r->grad_dtype, a),
+                      : convert_dev_scale(r->ctx, reducer_elem(r->grads, r->grad_dtype, a),
                                           r->grad_dtype, e - a, alpha, r->stream);
     }
     for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++) {
         reducer_run_in_shard(r, k, &a, &e);
         if (e <= a)
             continue;
-        void *dst = r->zero_stage == 2 ? convert_elem(r->shard_grads, r->grad_dtype, a - r->shard_off)
-                                       : convert_elem(r->grads, r->grad_dtype, a);
-        st = convert_dev_cast_scale(r->ctx, dst, r->grad_dtype,
-                                    convert_elem(r->recv, r->wire_dtype, at), r->wire_dtype,
+        st = convert_dev_cast_scale(r->ctx, reducer_elem(r->grads, r->grad_dtype, a), r->grad_dtype,
+                                    reducer_elem(r->recv, r->wire_dtype, at), r->wire_dtype,
                                     e - a, alpha, r->stream);
         at += e - a;
     }
@@ -1183,8 +922,8 @@ static ddp_status reducer_gather_run(ddp_reducer *r, void *params, ddp_dtype dty
         counts[q] = reducer_overlap(r, q, pl->run_off[k], pl->run_len[k]);
         before += q < me ? counts[q] : 0;
     }
-    void *run = convert_elem(params, dtype, pl->run_off[k]);
-    return allgatherv_start(r->ctx, convert_elem(run, dtype, before), run, counts, dtype,
+    void *run = reducer_elem(params, dtype, pl->run_off[k]);
+    return allgatherv_start(r->ctx, reducer_elem(run, dtype, before), run, counts, dtype,
                             r->stream, &r->gather_req[r->gather_launched++]);
 }
 
@@ -1257,7 +996,7 @@ ddp_status ddp_reducer_gather_params(ddp_reducer *r, void *params, ddp_dtype dty
         counts[q] = reducer_overlap(r, q, 0, r->total);
     ddp_request *req = NULL;
     trace_set_tag(-1);
-    st = allgatherv_start(r->ctx, convert_elem(params, dtype, r->shard_off), params, counts, dtype,
+    st = allgatherv_start(r->ctx, reducer_elem(params, dtype, r->shard_off), params, counts, dtype,
                           r->stream, &req);
     free(counts);
     return st == DDP_OK ? ddp_wait(req) : st;

@@ -64,12 +64,10 @@ static void state_must(ddp_ctx *ctx, ddp_status st, const char *what)
 
 /* ---- configuration fingerprint ------------------------------------------------------------- */
 
-void train_buffers_of_model(model *m, train_buffers *b)
+void train_buffers_of_optim(optim *opt, train_buffers *b)
 {
-    *b = (train_buffers){.descs = model_descs(m), .n_params = model_n_params(m),
-                         .numel = model_numel_total(m), .params = model_params(m), .n_opt = 1,
-                         .opt_names = {"momentum"}, .opt = {model_momentum(m)}};
-    model_momentum_range(m, &b->opt_offset, &b->opt_n);
+    b->n_opt = optim_buffers(opt, b->opt_names, b->opt);
+    optim_range(opt, &b->opt_offset, &b->opt_n);
 }
 
 /* Whether the optimizer buffers are shards (the same answer on every rank). */
@@ -679,13 +677,6 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
     if (head[0] != DDP_OK && ddp_rank(s->ctx) != 0)
         DDP_ERROR("rank 0 cannot resume (see its messages); exiting");
     return (ddp_status)head[0];
-}
-
-float *train_step_grads(const ddp_reducer *r, float *grads, size_t *n)
-{
-    size_t off = 0;
-    ddp_reducer_shard(r, &off, n);
-    return ddp_reducer_zero_stage(r) == 2 ? ddp_reducer_shard_grads(r) : grads + off;
 }
 
 /* ---- Slurm requeue ------------------------------------------------------------------------------ */

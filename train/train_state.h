@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #include "ddp.h"
-#include "model.h"
+#include "optim.h"
 #include "train_opts.h"
 
 /* Where training stands: the counters a checkpoint records besides the buffers. */
@@ -20,7 +20,7 @@ typedef struct train_pos {
 
 /* The model's buffers a checkpoint holds: parameters and the optimizer's buffers of the same
  * layout (SGD: "momentum"; AdamW: "adam_m", "adam_v"), all in backend memory. */
-#define TRAIN_MAX_OPT_BUFS 2
+#define TRAIN_MAX_OPT_BUFS OPTIM_MAX_BUFS
 typedef struct train_buffers {
     const ddp_param_desc *descs;
     int n_params;
@@ -58,8 +58,8 @@ ddp_status train_check_outputs(const train_opts *o);
  * the other ranks DDP_OK (a failed gather stops the job). */
 ddp_status train_save_state(const train_setup *s, const train_pos *pos, const char *path);
 
-/* The buffers of an MNIST model. */
-void train_buffers_of_model(model *m, train_buffers *b);
+/* The optimizer's buffers, names and range in b (its parameter fields untouched). */
+void train_buffers_of_optim(optim *opt, train_buffers *b);
 
 /* Collective: rank 0 writes DIR/step-<12 digits>.ckpt for pos, then keeps only the newest
  * --keep ones. Errors as train_save_state. */
@@ -71,11 +71,6 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos);
  * configuration (each difference logged), DDP_ERR_FORMAT/IO for an unusable --resume FILE or when
  * every checkpoint in the folder is corrupt. Failures of the collectives abort the job. */
 ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed);
-
-/* The averaged gradients a rank steps on after ddp_reducer_finish: all of grads (--zero 0), or
- * its shard's, in grads at the shard's offsets (stage 1) or the reducer's shard buffer (stage 2);
- * *n their count. */
-float *train_step_grads(const ddp_reducer *r, float *grads, size_t *n);
 
 /* Rank 0, with --requeue under Slurm: runs `scontrol requeue $SLURM_JOB_ID`. DDP_ERR_ENV when the
  * job id is missing or scontrol failed (logged). */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adamw_util.h"
 #include "gpt2.h"
 
 typedef struct dump_args {
@@ -101,13 +102,18 @@ static ddp_status run(gpt2 *g, const dump_args *a, const int *tokens, const int 
     printf("loss %.7f\n", loss);
     if (fwrite(&loss, sizeof loss, 1, out) != 1 || fwrite(gpt2_grads(g), sizeof(float), n, out) != n)
         return DDP_ERR_IO;
-    for (int t = 1; t <= a->steps; t++) {
+    optim *o = NULL;
+    ddp_status st = DDP_OK;
+    for (int t = 1; st == DDP_OK && t <= a->steps; t++) {
         if (t > 1)
-            TRY_OK(loss_and_grads(g, tokens, targets, B, T, &loss));
-        float scale = clip_scale(g, a->clip);
-        TRY_OK(gpt2_adamw_step(g, a->lr, 0.9f, 0.95f, 1e-8f, a->wd, t, scale));
-        printf("step %d: loss %.7f\n", t, loss);
+            st = loss_and_grads(g, tokens, targets, B, T, &loss);
+        if (st == DDP_OK)
+            st = test_adamw(g, &o, a->lr, a->wd, t, clip_scale(g, a->clip));
+        if (st == DDP_OK)
+            printf("step %d: loss %.7f\n", t, loss);
     }
+    optim_destroy(o);
+    TRY_OK(st);
     if (a->steps > 0 && fwrite(gpt2_params(g), sizeof(float), n, out) != n)
         return DDP_ERR_IO;
     return DDP_OK;

@@ -12,6 +12,7 @@
  */
 #include <string.h>
 
+#include "adamw_util.h"
 #include "gpt2.h"
 #include "testutil.h"
 
@@ -112,17 +113,19 @@ static void check_precision(ddp_ctx *ctx, const ops_handle *gpu_ops, const ops_h
     const char *name = ddp_dtype_name(pr->p);
     if (open_side(&gpu, ctx, gpu_ops, pr, tokens, targets) == 0 &&
         open_side(&cpu, NULL, cpu_ops, pr, tokens, targets) == 0) {
+        optim *og = NULL, *oc = NULL;
         for (int t = 1; t <= 3; t++) {
             float lg = step(&gpu, pr), lc = step(&cpu, pr);
             fprintf(stderr, "%s step %d: loss gpu %.7f cpu %.7f\n", name, t, lg, lc);
             CHECK_CLOSE(lg, lc, 0.0, pr->loss_rtol, name);
             if (t == 1)
                 compare_grads(&gpu, &cpu, pr, name);
-            CHECK(gpt2_adamw_step(gpu.g, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t,
-                                  1.0f / pr->loss_scale) == DDP_OK &&
-                  gpt2_adamw_step(cpu.g, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t,
-                                  1.0f / pr->loss_scale) == DDP_OK, "adamw");
+            CHECK(test_adamw(gpu.g, &og, 1e-3f, 0.1f, t, 1.0f / pr->loss_scale) == DDP_OK &&
+                  test_adamw(cpu.g, &oc, 1e-3f, 0.1f, t, 1.0f / pr->loss_scale) == DDP_OK,
+                  "adamw");
         }
+        optim_destroy(og);
+        optim_destroy(oc);
     }
     close_side(&gpu);
     close_side(&cpu);

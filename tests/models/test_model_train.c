@@ -1,10 +1,11 @@
 /* test_model_train.c - sanity of the whole training step: both models, trained with SGD on a tiny
- * synthetic data set whose classes are separable, drive the loss down and fit the batch; also the
+ * synthetic data set whose classes are separable (SGD of ddp-train's optimizer, train/optim.h), drive the loss down and fit the batch; also the
  * model's parameter table (names, shapes, order, seeded init range) and the config parsers.
  */
 #include <string.h>
 
 #include "model.h"
+#include "optim.h"
 #include "testutil.h"
 
 enum { BATCH = 32, PIXELS = 784, CLASSES = 10 };
@@ -39,11 +40,15 @@ static void train(model_kind kind, int steps, float lr)
     int labels[BATCH], pred[BATCH], correct = 0;
     float first = 0.0f, loss = 0.0f;
     make_batch(&r, x, labels);
-    for (int s = 0; s < steps; s++) {
+    optim_opts oo = {.kind = OPTIM_SGD, .momentum = 0.9f, .weight_decay = 1e-4f};
+    optim *o = NULL;
+    CHECK(optim_create(NULL, ops, &oo, model_numel(m), model_n_params(m), NULL, &o) == DDP_OK,
+          "optimizer");
+    for (int s = 0; o && s < steps; s++) {
         CHECK(model_zero_grad(m) == DDP_OK, "zero_grad");
         CHECK(model_forward(m, x, labels, BATCH, &loss, &correct, pred) == DDP_OK, "forward");
         CHECK(model_backward(m, NULL) == DDP_OK, "backward");
-        CHECK(model_sgd_step(m, lr, 0.9f, 1e-4f) == DDP_OK, "sgd");
+        CHECK(optim_step(o, model_params(m), model_grads(m), lr, s + 1, 1.0f) == DDP_OK, "sgd");
         if (s == 0)
             first = loss;
     }
@@ -56,6 +61,7 @@ static void train(model_kind kind, int steps, float lr)
     CHECK(first > 2.0f && first < 2.6f, "%s: initial loss %g is near ln 10", name, first);
     CHECK(loss < 0.25f * first, "%s: loss %g did not fall below a quarter of %g", name, loss, first);
     CHECK(correct == BATCH && agree == correct, "%s: %d correct, %d predictions agree", name, correct, agree);
+    optim_destroy(o);
     model_destroy(m);
     ops_close(ops);
 }

@@ -14,7 +14,7 @@
  * order (Open MPI's algorithm for MPI_Reduce_scatter) may differ from the all-reduce's, so within
  * 2^-20 of the sum of the magnitudes / (W K) for fp32 (a few roundings of fp32), 2^-6 of it
  * through 16 bits (a few bf16 roundings of the pairwise sums).
- * Bucket-owned gradients (zero_stage 2 without a gradient buffer) run beside them, writing each
+ * Stage 2 keeps no gradient buffer (one is refused): its bucket-owned gradients run beside them, writing each
  * micro-step's contribution through ddp_reducer_grad_ptr: the same shard as stage 0 with one
  * micro-step at 1 and 2 ranks, and within the tolerances above (at 2 ranks too) with several,
  * since its shard adds every micro-step's reduce-scattered sums ((a1 + b1) + (a2 + b2) instead of
@@ -161,9 +161,11 @@ static size_t n_of_shard(const ddp_reducer *r)
     return n;
 }
 
+#define N_BUF 2 /* reducers with a gradient buffer: zero_stage 0 and 1 (stage 2 owns them) */
+
 typedef struct trio {
-    ddp_reducer *r[3]; /* zero_stage 0, 1, 2 */
-    void *grads[3];
+    ddp_reducer *r[N_BUF]; /* zero_stage 0, 1 */
+    void *grads[N_BUF];
     ddp_reducer *owned; /* zero_stage 2, bucket-owned gradients (NULL: not run) */
     ddp_reducer *local; /* the same with local_accum (NULL: not run) */
     float acc[TOTAL], mag[TOTAL]; /* this rank's local sums; sums of |contribution| (all ranks) */
@@ -287,10 +289,10 @@ static void run_cycle(ddp_ctx *ctx, trio *t, case_kind kind, const int *order, i
     size_t esize = kind == CASE_BF16_GRADS ? 2 : 4;
     memset(t->acc, 0, sizeof t->acc);
     memset(t->mag, 0, sizeof t->mag);
-    for (int s = 0; s < 3; s++)
+    for (int s = 0; s < N_BUF; s++)
         ddp_zero(ctx, t->grads[s], TOTAL * esize);
     for (int m = 0; m < k; m++) {
-        for (int s = 0; s < 3; s++)
+        for (int s = 0; s < N_BUF; s++)
             CHECK(ddp_reducer_begin(t->r[s], m == k - 1) == DDP_OK, "begin");
         if (t->owned)
             CHECK(ddp_reducer_begin(t->owned, m == k - 1) == DDP_OK, "begin (bucket-owned)");
@@ -305,7 +307,7 @@ static void run_cycle(ddp_ctx *ctx, trio *t, case_kind kind, const int *order, i
                 for (int q = 0; q < ddp_world_size(ctx); q++)
                     t->mag[i] += fabsf(value(q, i, m));
             }
-            for (int s = 0; s < 3; s++) {
+            for (int s = 0; s < N_BUF; s++) {
                 put_grad(ctx, t, kind, s, p);
                 CHECK(ddp_reducer_mark_ready(t->r[s], p) == DDP_OK, "mark %d", p);
             }
@@ -315,7 +317,7 @@ static void run_cycle(ddp_ctx *ctx, trio *t, case_kind kind, const int *order, i
                 put_local(ctx, t, kind, p, m, 1);
         }
     }
-    for (int s = 0; s < 3; s++)
+    for (int s = 0; s < N_BUF; s++)
         CHECK(ddp_reducer_finish(t->r[s]) == DDP_OK, "finish (stage %d)", s);
     if (t->owned)
         CHECK(ddp_reducer_finish(t->owned) == DDP_OK, "finish (bucket-owned)");
@@ -345,17 +347,16 @@ static void check_owned(ddp_ctx *ctx, trio *t, case_kind kind, int k, const floa
     }
 }
 
-/* Stage 1's shard (in the gradient buffer), stage 2's (its own buffer) and the local_accum
- * bucket-owned one's against stage 0's: the same sums in the same order, so bit-identical at 1
- * and 2 ranks whatever the micro-steps. */
+/* Stage 1's shard (in the gradient buffer) and stage 2's with local_accum (its own buffer)
+ * against stage 0's: the same sums in the same order, so bit-identical at 1 and 2 ranks whatever
+ * the micro-steps. */
 static void check_shards(ddp_ctx *ctx, trio *t, case_kind kind, int k, const char *what)
 {
-    float ref[TOTAL], s1[TOTAL], s2[TOTAL], s3[TOTAL];
+    float ref[TOTAL], s1[TOTAL], s3[TOTAL];
     size_t off = 0, n = 0;
     ddp_reducer_shard(t->r[1], &off, &n);
     fetch(ctx, t->grads[0], kind, TOTAL, ref);
     fetch(ctx, t->grads[1], kind, TOTAL, s1);
-    fetch(ctx, ddp_reducer_shard_grads(t->r[2]), kind, n, s2);
     fetch(ctx, ddp_reducer_shard_grads(t->local), kind, n, s3);
     if (t->owned)
         check_owned(ctx, t, kind, k, ref, what);
@@ -363,13 +364,12 @@ static void check_shards(ddp_ctx *ctx, trio *t, case_kind kind, int k, const cha
     double rel = w <= 2 ? 0.0 : kind == CASE_FP32 ? ldexp(1.0, -20) : ldexp(1.0, -6);
     for (size_t i = 0; i < n && shown < 5; i++) {
         double tol = rel * t->mag[off + i] / (w * k);
-        float a = s1[off + i], b = s2[i], c = s3[i], want = ref[off + i];
-        if (!(fabs(a - want) <= tol && fabs(b - want) <= tol && fabs(c - want) <= tol) ||
-            (tol == 0.0 && (memcmp(&a, &want, 4) || memcmp(&b, &want, 4) ||
-                            memcmp(&c, &want, 4)))) {
-            CHECK(0, "%s, K=%d: shard element %zu (flat %zu): stage 1 %.9g, stage 2 %.9g, "
-                  "bucket-owned with local_accum %.9g, stage 0 %.9g (tolerance %g)", what, k, i,
-                  off + i, a, b, c, want, tol);
+        float a = s1[off + i], c = s3[i], want = ref[off + i];
+        if (!(fabs(a - want) <= tol && fabs(c - want) <= tol) ||
+            (tol == 0.0 && (memcmp(&a, &want, 4) || memcmp(&c, &want, 4)))) {
+            CHECK(0, "%s, K=%d: shard element %zu (flat %zu): stage 1 %.9g, stage 2 with "
+                  "local_accum %.9g, stage 0 %.9g (tolerance %g)", what, k, i, off + i, a, c,
+                  want, tol);
             shown++;
         }
     }
@@ -381,7 +381,7 @@ static void test_stages(ddp_ctx *ctx, case_kind kind, int ready)
     int order[N_PARAMS];
     for (int j = 0; j < N_PARAMS; j++)
         order[j] = ready ? backward[j] : N_PARAMS - 1 - j;
-    for (int s = 0; s < 3 && t; s++) {
+    for (int s = 0; s < N_BUF && t; s++) {
         t->grads[s] = ddp_alloc(ctx, TOTAL * sizeof(float));
         t->r[s] = make_reducer(ctx, t->grads[s], kind, s);
     }
@@ -391,31 +391,31 @@ static void test_stages(ddp_ctx *ctx, case_kind kind, int ready)
         t->owned = make_owned(ctx, kind, backward, 0);
         t->local = make_owned(ctx, kind, backward, 1);
     }
-    if (!t || !t->r[0] || !t->r[1] || !t->r[2] || !t->owned || !t->local)
+    if (!t || !t->r[0] || !t->r[1] || !t->owned || !t->local)
         return;
     size_t pool = 0, local_pool = 0, shard_bytes = n_of_shard(t->owned) * (kind == CASE_BF16_GRADS ? 2 : 4);
     size_t off = 0, n = 0, want_off = 0, want_n = 0;
     ddp_reducer_shard(t->r[1], &off, &n);
     ddp_shard_range(TOTAL, ddp_world_size(ctx), ddp_rank(ctx), &want_off, &want_n);
     CHECK(off == want_off && n == want_n, "reducer shard [%zu, +%zu)", off, n);
-    CHECK(ddp_reducer_zero_stage(t->r[2]) == 2 && !ddp_reducer_shard_grads(t->r[1]) &&
-              ddp_reducer_shard_grads(t->r[2]), "stage getters");
+    CHECK(ddp_reducer_zero_stage(t->owned) == 2 && !ddp_reducer_shard_grads(t->r[1]) &&
+              ddp_reducer_shard_grads(t->owned), "stage getters");
     ddp_comm_stats before, after;
     for (int k = 1; k <= 3; k++) {
-        int nb[3]; /* the plans this sync step follows (a rebuild changes them after it) */
-        for (int s = 0; s < 3; s++)
+        int nb[N_BUF]; /* the plans this sync step follows (a rebuild changes them after it) */
+        for (int s = 0; s < N_BUF; s++)
             nb[s] = ddp_reducer_n_buckets(t->r[s]);
         ddp_comm_stats_get(ctx, &before);
         run_cycle(ctx, t, kind, order, k);
         ddp_comm_stats_get(ctx, &after);
         check_shards(ctx, t, kind, k, case_name[kind]);
-        /* every bucket of stages 1 and 2 is one reduce-scatter, stage 0's are all-reduces; the
+        /* every bucket of stage 1 is one reduce-scatter, stage 0's are all-reduces; the
          * bucket-owned reducer's buckets go in every micro-step (with local_accum: once) */
         uint64_t rs = after.reduce_scatter_calls - before.reduce_scatter_calls;
         uint64_t ar = after.allreduce_calls - before.allreduce_calls;
         uint64_t owned_rs = (uint64_t)k * (uint64_t)ddp_reducer_n_buckets(t->owned) +
                             (uint64_t)ddp_reducer_n_buckets(t->local);
-        CHECK(rs == (uint64_t)(nb[1] + nb[2]) + owned_rs && ar == (uint64_t)nb[0],
+        CHECK(rs == (uint64_t)nb[1] + owned_rs && ar == (uint64_t)nb[0],
               "%s: %llu reduce-scatters and %llu all-reduces in a sync step", case_name[kind],
               (unsigned long long)rs, (unsigned long long)ar);
         /* the pool grows in the first step only, and holds less than the full gradients */
@@ -436,10 +436,9 @@ static void test_stages(ddp_ctx *ctx, case_kind kind, int ready)
                   "bytes, more than the gradients", case_name[kind], bytes);
     }
     if (ready)
-        CHECK(ddp_reducer_bucket_order(t->r[1]) == DDP_BUCKETS_READY_ORDER &&
-                  ddp_reducer_bucket_order(t->r[2]) == DDP_BUCKETS_READY_ORDER,
-              "%s: the sharded reducers' buckets were not rebuilt", case_name[kind]);
-    for (int s = 0; s < 3; s++) {
+        CHECK(ddp_reducer_bucket_order(t->r[1]) == DDP_BUCKETS_READY_ORDER,
+              "%s: the sharded reducer's buckets were not rebuilt", case_name[kind]);
+    for (int s = 0; s < N_BUF; s++) {
         ddp_reducer_destroy(t->r[s]);
         ddp_free(ctx, t->grads[s]);
     }
@@ -461,6 +460,8 @@ static void test_owned_errors(ddp_ctx *ctx)
               !r, "grads NULL with zero_stage %d accepted", stage);
     }
     small_buckets(&o, CASE_FP32, 2);
+    CHECK(ddp_reducer_create(ctx, grads, numel, N_PARAMS, &o, &r) == DDP_ERR_INVALID_ARG && !r,
+          "zero_stage 2 with a gradient buffer accepted");
     o.ready_order = backward;
     CHECK(ddp_reducer_create(ctx, grads, numel, N_PARAMS, &o, &r) == DDP_ERR_INVALID_ARG,
           "ready_order with a gradient buffer accepted");
@@ -475,7 +476,7 @@ static void test_owned_errors(ddp_ctx *ctx)
         CHECK(ddp_reducer_create(ctx, NULL, numel, N_PARAMS, &o, &r) == DDP_ERR_MISMATCH && !r,
               "ranks planning different buckets accepted");
     }
-    ddp_reducer *flat = make_reducer(ctx, grads, CASE_FP32, 2);
+    ddp_reducer *flat = make_reducer(ctx, grads, CASE_FP32, 1);
     r = make_owned(ctx, CASE_FP32, backward, 0);
     CHECK(ddp_reducer_grad_ptr(r, 0, &ptr) == DDP_ERR_STATE && !ptr, "grad_ptr outside a step");
     CHECK(ddp_reducer_begin(flat, 1) == DDP_OK && ddp_reducer_grad_ptr(flat, 0, &ptr) ==
@@ -571,7 +572,7 @@ static void test_gather(ddp_ctx *ctx)
 static void test_norm_scaler(ddp_ctx *ctx)
 {
     trio *t = calloc(1, sizeof *t);
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < N_BUF; s++) {
         t->grads[s] = ddp_alloc(ctx, TOTAL * sizeof(float));
         t->r[s] = make_reducer(ctx, t->grads[s], CASE_FP32, s);
     }
@@ -605,7 +606,7 @@ static void test_norm_scaler(ddp_ctx *ctx)
     CHECK(ddp_scaler_unscale_update(sc, shard, DDP_FP32, n, &ok) == DDP_OK && ok == 0,
           "an inf in one rank's shard: step_ok %d on rank %d", ok, me);
     ddp_scaler_destroy(sc);
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < N_BUF; s++) {
         ddp_reducer_destroy(t->r[s]);
         ddp_free(ctx, t->grads[s]);
     }

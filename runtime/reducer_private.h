@@ -1,0 +1,95 @@
+/* reducer_private.h - what reducer.c (the bucketed reducer) shares with reducer_owned.c (its
+ * bucket-owned gradients, ZeRO stage 2): the reducer's state and the helpers both halves call.
+ * Private to runtime/.
+ */
+#ifndef DDP_REDUCER_PRIVATE_H
+#define DDP_REDUCER_PRIVATE_H
+
+#include "internal.h"
+#include "reducer_cuda.h"
+
+/* Bucket-owned gradients: reduce-scatters under way at most; launching one more first waits for
+ * the oldest (its buffer then goes back to the pool), which bounds the buffers alive. */
+#define OWNED_IN_FLIGHT 2
+
+struct ddp_reducer {
+    ddp_ctx *ctx;
+    void *grads;          /* flat gradient buffer, backend memory (not owned) */
+    ddp_dtype grad_dtype; /* element type of grads */
+    ddp_dtype wire_dtype; /* element type of the all-reduces */
+    void *wire;           /* (numel total) of wire_dtype, backend memory; NULL when wire = grads */
+    void *stream;         /* CUDA: the caller's stream or NULL */
+    int n_params;
+    size_t *numel;           /* n_params: elements of each parameter (a copy) */
+    size_t cap_bytes, first_cap_bytes;
+    bucket_plan plan;        /* the buckets: parameter order, or ready order after a rebuild */
+    int *order;              /* 1 + n_params: valid flag, then the marking order of this step */
+    int *orders;             /* world_size x (1 + n_params): every rank's, gathered once */
+    int n_marked;            /* parameters marked in the current micro-step */
+    int order_agreed;        /* the ready order was settled (rebuilt, kept, or ranks disagreed) */
+    int static_buckets;      /* never rebuild */
+    int strict_order;        /* ranks marking in different orders: DDP_ERR_MISMATCH from finish */
+    ddp_bucket_order bucket_order;
+    int *pending;            /* per bucket: parameters not yet marked in this sync step */
+    unsigned char *marked;   /* per parameter: marked in the current micro-step */
+    ddp_request **requests;  /* per bucket: launched all-reduce, NULL when none */
+    int next_launch;         /* first bucket not launched yet */
+    int in_step;             /* begin() called, step not over (a sync step ends in finish()) */
+    int sync;                /* the current micro-step communicates */
+    int micro_steps;         /* micro-steps since the last finish, this one included */
+    ddp_status launch_error; /* first failed launch of this sync step, DDP_OK when none */
+    int defer_launch;        /* launch nothing before finish() (no overlap) */
+    exposed_timer *timer; /* CUDA: exposed communication per sync step, while tracing */
+    /* ZeRO (zero_stage 1, 2): this rank's shard, the buckets' per-rank counts, the receive
+     * buffer of this rank's pieces and, for stage 2, the averaged shard */
+    int zero_stage;
+    size_t total;            /* elements of the flat buffer */
+    size_t shard_off, shard_n;
+    size_t *counts;          /* n_params x world_size: bucket b's elements in each shard */
+    size_t *recv_off;        /* n_params: where bucket b's piece starts in recv */
+    size_t recv_next;        /* recv elements taken by the buckets launched in this step */
+    void *recv;              /* shard_n (at least 1) elements of wire_dtype, backend memory */
+    void *shard_grads;       /* stage 2: shard_n (at least 1) elements of grad_dtype */
+    ddp_request **gather_req; /* n_params: the parameters' all-gathers, one per run, in launch
+                                 order */
+    int *gather_end;          /* n_params: per bucket, the launch index after its last run */
+    int gather_launched, gather_waited;
+    /* Bucket-owned gradients (zero_stage 2, grads NULL): the buckets' buffers */
+    int owned;
+    size_t *pack_off;         /* n_params: a parameter's element offset in its bucket's buffer */
+    grad_pool *pool;
+    int next_reap;            /* first launched bucket whose reduce-scatter is not waited for */
+    int local_accum;          /* micro-steps that are not sync steps add into the held buffers */
+    int order_warned;         /* a marking order other than the plan's was reported */
+};
+
+/* reducer.c */
+/* Element `offset` of buffer x of type t. */
+void *reducer_elem(void *x, ddp_dtype t, size_t offset);
+/* Logs every parameter left unmarked in the sync step (bucket-owned: in any micro-step);
+ * DDP_ERR_STATE when there is one. */
+ddp_status reducer_check_marked(const ddp_reducer *r);
+/* The part [*a, *e) of run k of the plan inside this rank's shard (empty when *e <= *a). */
+void reducer_run_in_shard(const ddp_reducer *r, int k, size_t *a, size_t *e);
+/* Launches the buckets whose parameters are all marked (every one left with force), in bucket
+ * order; bucket-owned, reaps while more than OWNED_IN_FLIGHT are under way. */
+void reducer_launch_ready(ddp_reducer *r, int force);
+
+/* reducer_owned.c: bucket-owned gradients (zero_stage 2, grads NULL) */
+/* Each parameter's place in its bucket's buffer and the pool; DDP_ERR_NOMEM (logged). */
+ddp_status reducer_owned_setup(ddp_reducer *r);
+/* Collective: every rank's plan is the same and every rank's create succeeded (else every rank
+ * fails); st: this rank's outcome so far. */
+ddp_status reducer_owned_agree(ddp_reducer *r, ddp_status st);
+/* Bucket b's buffers, taken from the pool and zeroed when b holds none yet in this micro-step. */
+ddp_status reducer_owned_take(ddp_reducer *r, int b, void **grads, void **wire);
+/* Warns once when parameters are marked in another order than the plan's. */
+void reducer_owned_check_order(ddp_reducer *r, int param);
+/* Waits for the oldest reduce-scatter under way, unpacks its piece, gives its buffer back. */
+void reducer_owned_reap(ddp_reducer *r);
+/* Every launched reduce-scatter reaped, every buffer back; the step's first failure. */
+ddp_status reducer_owned_drain(ddp_reducer *r);
+/* Ends a micro-step that was not a sync step; its failure. */
+ddp_status reducer_owned_settle(ddp_reducer *r);
+
+#endif /* DDP_REDUCER_PRIVATE_H */

@@ -1,0 +1,140 @@
+/* loop.h - ddp-train's one training loop and the task table a model plugs into it (the shape
+ * nccl-tests gives its collectives: a struct of function pointers per model).
+ *
+ * The loop owns what every model shares: signals and the ranks' agreements, the NaN and stop
+ * policies, the two batch slots, the reducer (one ZeRO protocol: the micro-step begins after the
+ * forward pass; the parameters' all-gather overlaps the next forward), the optimizer (optim.h),
+ * the loss scaler, replica checks, checkpoints, --save, resume and requeue. A task holds what is
+ * specific to its model: its data, its model, one micro-batch, evaluation and reports.
+ * docs/models.md says how to add one.
+ */
+#ifndef DDP_TRAIN_LOOP_H
+#define DDP_TRAIN_LOOP_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "ddp.h"
+#include "ops.h"
+#include "optim.h"
+#include "train_opts.h"
+#include "train_report.h"
+#include "train_state.h"
+
+typedef struct trainer trainer;
+
+/* What a task's build hands the loop: the model's parameter table and how to step it. */
+typedef struct train_view {
+    const ddp_param_desc *descs;
+    int n_params;
+    const size_t *numel;    /* (n_params) elements per parameter */
+    size_t numel_total;
+    int *ready_order;       /* (n_params) the order backward marks, malloc'd (the loop frees it);
+                               NULL: reverse parameter order. Needed for --zero 2. */
+    bool *decays;           /* (n_params) weight decay per parameter, malloc'd; NULL: every one */
+    optim_opts optim;       /* SGD or AdamW; decays is filled by the loop */
+    bool reducer_grads;     /* the model writes its gradients where the reducer says (--zero 2) */
+    bool strict_order;      /* every rank runs the same backward: another order is a bug */
+    size_t x_bytes, y_bytes; /* one micro-batch's inputs and targets (the batch slots' sizes) */
+    long samples_per_step;  /* on every rank together, for the progress rate */
+    const char *unit;       /* what a sample is ("samples", "tokens") */
+    char model_fp[96];      /* the configuration a checkpoint must match ("" : the options') */
+} train_view;
+
+/* A model's part of the run. The loop calls them in this order: open, build, attach,
+ * report_start, then per epoch epoch_begin, per step zero_grad and `accum` x (batch, forward, the
+ * reducer's begin, backward), after_step; epoch_end; at the end report_end, after_save, release. Failures a task meets alone (a failed
+ * upload) stop the job (trainer_must); `open` and `build` return what every rank agrees on. */
+typedef struct train_task {
+    size_t state_bytes;                          /* the task's state (trainer_task, zeroed) */
+    ddp_status (*open)(trainer *t);              /* data, metrics file, t->steps_per_epoch, t->accum,
+                                                    t->n_train */
+    ddp_status (*build)(trainer *t, train_view *v); /* the model on t->ops (collective agreements
+                                                       inside are the task's), view filled */
+    float *(*params)(trainer *t);                /* the flat fp32 parameters (marks copies stale) */
+    float *(*grads)(trainer *t);                 /* the gradient buffer; NULL: the reducer's */
+    double (*lr)(const trainer *t, long step);   /* the learning rate of step `step` (0-based) */
+    void (*attach)(trainer *t);                  /* after t->reducer exists (the ZeRO gather hook) */
+    ddp_status (*zero_grad)(trainer *t);         /* the next backward overwrites the gradients */
+    void (*batch)(trainer *t);                   /* the next micro-batch, uploaded (trainer_upload) */
+    void (*forward)(trainer *t);                 /* adds the batch's mean loss to t->loss_dev */
+    void (*backward)(trainer *t, float loss_scale); /* marks gradients ready on t->reducer */
+    void (*epoch_begin)(trainer *t);
+    void (*after_step)(trainer *t);              /* progress, evaluation (t->step is 1-based now) */
+    void (*epoch_end)(trainer *t);
+    void (*report_start)(trainer *t);            /* rank 0: the configuration */
+    ddp_status (*report_end)(trainer *t);        /* evaluation and the end reports; collective */
+    ddp_status (*after_save)(trainer *t);        /* rank 0, after --save (may be NULL): other
+                                                    formats, samples; every rank learns the outcome */
+    void (*release)(trainer *t);                 /* NULL-safe on a partial build */
+} train_task;
+
+extern const train_task train_task_mnist, train_task_gpt;
+
+/* The stop requests the signal handlers set (SIGUSR1, SIGTERM), read at the ranks' agreements. */
+typedef struct train_signals {
+    volatile sig_atomic_t *usr1;
+    volatile sig_atomic_t *term;
+} train_signals;
+
+struct trainer {
+    ddp_ctx *ctx;
+    const train_opts *o;
+    const train_task *task;
+    void *state;            /* the task's, task->state_bytes */
+    train_signals sig;
+    int rank, world;
+    ops_handle *ops;
+    ddp_reducer *reducer;
+    optim *opt;
+    ddp_scaler *scaler;     /* fp16 (--precision or --grad-dtype): dynamic loss scaling */
+    FILE *metrics;          /* rank 0 with --metrics */
+    int accum;              /* micro-batches per optimizer step */
+    size_t n_train;         /* training samples (GPT-2: windows) for the checkpoint's plan */
+    long steps_per_epoch, total_steps;
+    long step, in_epoch;    /* optimizer steps done, in all and in this epoch */
+    int epoch;
+    train_pos start;        /* zero, or the resumed position */
+    long saved_step;        /* step of the last checkpoint written, -1 for none */
+    train_setup setup;
+    void *x_dev[2], *y_dev[2]; /* backend memory: two batch slots, filled in turn */
+    int slot;               /* the slot of the last upload */
+    float *loss_dev;        /* (1) sum of micro-batch mean losses since the last reset */
+    float loss_ok;          /* that sum at the last agreement that found it finite */
+    long loss_micro, micro_ok; /* micro-batches in the sum, and at that agreement */
+    int loss_nan;           /* --nan-policy skip rolled a NaN/inf loss back since the reset */
+    int stopped;            /* stopped early on a signal (the same on every rank) */
+    int nan_stopped;        /* a non-finite loss stopped training (--nan-policy stop) */
+    int save_failed;        /* a checkpoint failed with --checkpoint-errors stop */
+    long skipped[16];       /* first optimizer steps the loss scaler skipped */
+    double train_seconds;   /* in training steps (evaluation and checkpoints excluded) */
+    double clock;           /* when the running training interval began */
+    double wall_start;
+    progress_bar progress;
+};
+
+/* The whole run on a joined context. Returns a failure only when every rank agrees on it; other
+ * failures abort the job. *requeue: rank 0 should requeue the Slurm job. */
+ddp_status train_run(ddp_ctx *ctx, const train_opts *o, const train_task *task,
+                     train_signals sig, int *requeue);
+
+/* A failure only this rank may have seen: stop the whole job so no peer waits forever. */
+void trainer_must(trainer *t, ddp_status st, const char *what);
+/* Every rank learns whether any rank failed: DDP_OK when none did, else a failure on every rank
+ * (its own, or DDP_ERR_MISMATCH where a peer failed). Collective. */
+ddp_status trainer_agree(trainer *t, ddp_status local);
+/* Uploads a micro-batch into the next batch slot (t->slot), staged (overlapping the compute of
+ * the batch before on a GPU); trainer_batch_done after the last compute that reads it. */
+void trainer_upload(trainer *t, const void *x, size_t x_bytes, const void *y, size_t y_bytes);
+void trainer_batch_done(trainer *t);
+/* The loss summed since the last reset (a download: waits for the device). */
+float trainer_loss_sum(trainer *t);
+void trainer_loss_reset(trainer *t);
+/* Adds the running interval to t->train_seconds and starts a new one. */
+void trainer_clock(trainer *t);
+/* --zero: the parameters' all-gather has arrived (before reading them whole). */
+void trainer_params_ready(trainer *t);
+/* Every rank holds the same parameters; `when` (rank 0 prints it) may be NULL. Collective. */
+ddp_status trainer_verify(trainer *t, const char *when);
+#endif /* DDP_TRAIN_LOOP_H */

@@ -1,0 +1,174 @@
+/* optim.c - ddp-train's optimizer (optim.h): SGD or AdamW state over this rank's range of the flat
+ * layout, stepped through the ops table in runs of slices that share a weight-decay flag.
+ */
+#include "optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct optim_run {
+    size_t a, b; /* [a, b) of the flat layout, inside the state's range */
+    bool decay;
+} optim_run;
+
+struct optim {
+    ddp_ctx *ctx;
+    const ops_handle *ops;
+    ddp_reducer *reducer;     /* NULL: unsharded */
+    optim_opts o;
+    size_t offset, n;         /* the range */
+    int n_bufs;
+    float *buf[OPTIM_MAX_BUFS]; // (n) each: momentum, or the AdamW moments m and v
+    optim_run *runs;          /* the range cut into runs of one decay flag */
+    int n_runs;
+    double last_norm;
+};
+
+/* The runs of contiguous slices with the same decay flag, cut to [lo, hi). */
+static ddp_status optim_plan_runs(optim *p, const size_t *numel, int n_params, const bool *decays)
+{
+    p->runs = malloc((size_t)n_params * sizeof *p->runs);
+    if (!p->runs)
+        return DDP_ERR_NOMEM;
+    size_t lo = p->offset, hi = p->offset + p->n, start = 0;
+    for (int i = 0, j; i < n_params; i = j) {
+        bool decay = decays ? decays[i] : true;
+        size_t end = start + numel[i];
+        for (j = i + 1; j < n_params && (decays ? decays[j] : true) == decay; j++)
+            end += numel[j];
+        size_t a = start > lo ? start : lo, b = end < hi ? end : hi;
+        if (a < b)
+            p->runs[p->n_runs++] = (optim_run){.a = a, .b = b, .decay = decay};
+        start = end;
+    }
+    return DDP_OK;
+}
+
+static ddp_status optim_alloc(optim *p)
+{
+    p->n_bufs = p->o.kind == OPTIM_ADAMW ? 2 : 1;
+    size_t bytes = (p->n > 0 ? p->n : 1) * sizeof(float);
+    for (int i = 0; i < p->n_bufs; i++) {
+        p->buf[i] = ddp_alloc(p->ctx, bytes);
+        if (!p->buf[i] || ddp_zero(p->ctx, p->buf[i], bytes) != DDP_OK) {
+            DDP_ERROR("optimizer: cannot allocate %d state buffer(s) of %zu elements", p->n_bufs, p->n);
+            return DDP_ERR_NOMEM;
+        }
+    }
+    return DDP_OK;
+}
+
+ddp_status optim_create(ddp_ctx *ctx, const ops_handle *ops, const optim_opts *o,
+                        const size_t *numel, int n_params, ddp_reducer *r, optim **out)
+{
+    *out = NULL;
+    if (!ops || !o || !numel || n_params < 1)
+        return DDP_ERR_INVALID_ARG;
+    optim *p = calloc(1, sizeof *p);
+    if (!p)
+        return DDP_ERR_NOMEM;
+    *p = (optim){.ctx = ctx, .ops = ops, .o = *o, .last_norm = NAN};
+    p->o.decays = NULL;
+    for (int i = 0; i < n_params; i++)
+        p->n += numel[i];
+    if (ddp_reducer_zero_stage(r) > 0) { /* ZeRO: never the full state, not even for a moment */
+        p->reducer = r;
+        ddp_reducer_shard(r, &p->offset, &p->n);
+    }
+    ddp_status st = optim_plan_runs(p, numel, n_params, o->decays);
+    if (st == DDP_OK)
+        st = optim_alloc(p);
+    if (st != DDP_OK) {
+        optim_destroy(p);
+        return st;
+    }
+    *out = p;
+    return DDP_OK;
+}
+
+void optim_destroy(optim *o)
+{
+    if (!o)
+        return;
+    for (int i = 0; i < o->n_bufs; i++)
+        ddp_free(o->ctx, o->buf[i]);
+    free(o->runs);
+    free(o);
+}
+
+ddp_status optim_step(optim *o, float *params, const float *grads, float lr, int t,
+                      float grad_scale)
+{
+    if (t < 1) {
+        DDP_ERROR("optimizer: step %d (the first is 1)", t);
+        return DDP_ERR_INVALID_ARG;
+    }
+    const optim_opts *q = &o->o;
+    for (int k = 0; k < o->n_runs; k++) {
+        const optim_run *u = &o->runs[k];
+        size_t i = u->a - o->offset, n = u->b - u->a;
+        float wd = u->decay ? q->weight_decay : 0.0f;
+        if (q->kind == OPTIM_ADAMW)
+            TRY_OK(o->ops->adamw_step(o->ops, params + u->a, o->buf[0] + i, o->buf[1] + i,
+                                      grads + i, n, lr, q->beta1, q->beta2, q->eps, wd, t,
+                                      grad_scale));
+        else
+            TRY_OK(o->ops->sgd_step(o->ops, params + u->a, o->buf[0] + i, grads + i, n, lr,
+                                    q->momentum, wd));
+    }
+    return DDP_OK;
+}
+
+/* The factor clipping puts on the gradients (1 without clipping); computes the norm when asked. */
+static ddp_status optim_clip(optim *o, const float *g, double *scale)
+{
+    *scale = 1.0;
+    if (o->o.clip <= 0.0 && !o->o.norm)
+        return DDP_OK;
+    double norm = 0.0;
+    TRY_OK(ddp_grad_norm(o->ctx, g, DDP_FP32, o->n,
+                         o->reducer ? DDP_NORM_SHARDED : DDP_NORM_REPLICATED, NULL, &norm));
+    o->last_norm = norm;
+    if (o->o.clip > 0.0 && o->o.clip / (norm + 1e-6) < 1.0)
+        *scale = o->o.clip / (norm + 1e-6);
+    return DDP_OK;
+}
+
+ddp_status optim_update(optim *o, float *params, float *grads, ddp_scaler *scaler, float lr,
+                        long t, int *applied)
+{
+    float *g = ddp_reducer_zero_stage(o->reducer) == 2 ? ddp_reducer_shard_grads(o->reducer)
+                                                       : grads + o->offset;
+    *applied = 1;
+    if (scaler) /* every rank skips alike; the scale has been lowered */
+        TRY_OK(ddp_scaler_unscale_update(scaler, g, DDP_FP32, o->n, applied));
+    if (!*applied)
+        return DDP_OK;
+    double scale = 1.0;
+    TRY_OK(optim_clip(o, g, &scale));
+    if (o->n > 0)
+        TRY_OK(optim_step(o, params, g, lr, (int)t, (float)scale));
+    if (o->reducer) /* every rank's updated shard to every rank, overlapping the next forward */
+        TRY_OK(ddp_reducer_gather_start(o->reducer, params, DDP_FP32));
+    return DDP_OK;
+}
+
+double optim_last_norm(const optim *o) { return o->last_norm; }
+
+void optim_range(const optim *o, size_t *offset, size_t *n)
+{
+    *offset = o->offset;
+    *n = o->n;
+}
+
+size_t optim_state_bytes(const optim *o) { return (size_t)o->n_bufs * o->n * sizeof(float); }
+
+int optim_buffers(optim *o, const char **names, float **bufs)
+{
+    static const char *sgd[] = {"momentum"}, *adamw[] = {"adam_m", "adam_v"};
+    for (int i = 0; i < o->n_bufs; i++) {
+        names[i] = o->o.kind == OPTIM_ADAMW ? adamw[i] : sgd[i];
+        bufs[i] = o->buf[i];
+    }
+    return o->n_bufs;
+}

@@ -1,0 +1,813 @@
+/* task_gpt.c - ddp-train --model gpt2's task (loop.h): GPT-2 on llm.c token shards with AdamW,
+ * learning-rate warm-up and cosine decay, global-norm clipping, validation loss, the llm.c model
+ * file and sampling.
+ *
+ * Every rank builds the same seeded model (or reads the same llm.c file); the loader gives each
+ * rank disjoint windows of B x T + 1 tokens, shuffled per epoch, and its position is the
+ * checkpoint's (epoch, step_in_epoch), so resuming is exact. --zero 2: the model has no gradient
+ * buffer and writes into the reducer's buckets, planned in the order backward marks. The global
+ * gradient norm (the same on every rank, computed from the averaged gradients) sets the clipping
+ * factor of the AdamW step (optim.c). Validation counts every target token of the validation
+ * shards once over all ranks.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bpe.h"
+#include "cpu_isa.h"
+#include "gpt2.h"
+#include "loop.h"
+#include "malloc_policy.h"
+#include "mfu.h"
+#include "model.h"
+#include "tokens.h"
+#include "train_trace.h"
+
+#define GPT_EOT 50256    /* GPT-2's <|endoftext|>: the first token of a sample */
+#define GPT_SCAN_TOKENS (1ul << 28) /* token sets up to 512 MiB are checked before training */
+
+/* The memory report of the end of training, MiB per rank (gpt_memory). */
+typedef struct gpt_mem_report {
+    double params, grads, optimizer, activations, comm, states, peak_rss;
+    double device_used, device_total; /* MiB, cudaMemGetInfo on CUDA; NAN on the CPU */
+    double bytes_rep, bytes_shard; /* per parameter: replicated, divided over the ranks */
+    double predicted;              /* model states by the ZeRO formula */
+} gpt_mem_report;
+
+typedef struct gpt_task {
+    gpt2_config cfg;
+    int B, T;
+    gpt2 *model;
+    tokens_set *train_data, *val_data;
+    tokens_loader *loader;
+    tokens_val *val;
+    bpe_vocab *vocab;      /* rank 0 with --sample: GPT-2's vocabulary */
+    int32_t *x_host, *y_host; /* (B, T) */
+    float *vloss_dev;      /* (1) one validation batch's mean loss */
+    double last_norm, last_loss, val_loss;
+    double peak_rss_max;   /* MiB: the largest VmHWM over the ranks at the end of training */
+    double flops_token;    /* model FLOPs per token, llm.c's 6N + 6LCT (mfu.h) */
+    double peak_tflops;    /* one device's peak for this precision (--peak-tflops or the table);
+                              -1: unknown */
+    const char *device;    /* the GPU's name ("" on the CPU) */
+    double steady_seconds; /* train_seconds at the end of this run's first step */
+    double device_used_max; /* MiB: the most device memory in use over the ranks (CUDA), NAN */
+} gpt_task;
+
+static gpt_task *G(const trainer *t) { return t->state; }
+
+/* A number for a JSON line: null for NaN or inf (JSON has neither). */
+static const char *gpt_json(char *buf, size_t n, double v)
+{
+    snprintf(buf, n, isfinite(v) ? "%.6f" : "null", v);
+    return buf;
+}
+
+/* ---- data ------------------------------------------------------------------------------------ */
+
+/* The validation pattern: --val-data, or the training pattern with "train" replaced by "val"
+ * (llm.c's shard names). NULL (logged) when the training pattern has no "train" in it. */
+static char *gpt_val_pattern(const train_opts *o)
+{
+    char *p = NULL;
+    if (o->gpt.val_data)
+        return strdup(o->gpt.val_data);
+    if (tokens_val_pattern(o->data_dir, &p) != DDP_OK)
+        DDP_ERROR("--data %s: no \"train\" in the pattern to derive the validation shards from: "
+                  "give --val-data PATTERN", o->data_dir);
+    return p;
+}
+
+/* DDP_ERR_INVALID_ARG (logged, naming the shard or the pattern) when the validation shards hold no
+ * target: every shard has 0 or 1 tokens, and the validation loss would be 0 / 0. */
+static ddp_status gpt_check_val(const trainer *t, const char *pattern)
+{
+    const tokens_set *v = G(t)->val_data;
+    if (tokens_set_n_targets(v) > 0)
+        return DDP_OK;
+    const tokens_shard *sh = tokens_set_shard(v, 0);
+    char what[512];
+    if (tokens_set_n_shards(v) == 1)
+        snprintf(what, sizeof what, "%s: %zu token%s", sh->path, sh->n_tokens,
+                 sh->n_tokens == 1 ? "" : "s");
+    else
+        snprintf(what, sizeof what, "%s: %zu shards of %zu tokens in all, none with 2", pattern,
+                 tokens_set_n_shards(v), tokens_set_n_tokens(v));
+    DDP_ERROR("%s: the validation set has no target token to score (the validation loss would be "
+              "NaN): a validation window needs T + 1 = %d tokens (--seq %d, and at least 2 for one "
+              "target); give --val-data a shard of at least %d tokens", what, G(t)->T + 1, G(t)->T,
+              G(t)->T + 1);
+    return DDP_ERR_INVALID_ARG;
+}
+
+static ddp_status gpt_open_data(trainer *t)
+{
+    const train_opts *o = t->o;
+    ddp_status st = tokens_set_open(o->data_dir, G(t)->cfg.vocab, &G(t)->train_data);
+    char *vpat = st == DDP_OK ? gpt_val_pattern(o) : NULL;
+    if (st == DDP_OK && !vpat)
+        st = DDP_ERR_INVALID_ARG;
+    if (st == DDP_OK)
+        st = tokens_set_open(vpat, G(t)->cfg.vocab, &G(t)->val_data);
+    if (st == DDP_OK)
+        st = gpt_check_val(t, vpat);
+    free(vpat);
+    /* A token outside the vocabulary is found before training where reading every token is cheap;
+     * in larger sets the loaders find it when they hand the window out (and stop the job). */
+    if (st == DDP_OK && tokens_set_n_tokens(G(t)->train_data) <= GPT_SCAN_TOKENS)
+        st = tokens_set_scan(G(t)->train_data);
+    if (st == DDP_OK && tokens_set_n_tokens(G(t)->val_data) <= GPT_SCAN_TOKENS)
+        st = tokens_set_scan(G(t)->val_data);
+    return st;
+}
+
+#define GPT_DATA_COUNTS 3   /* per rank: training tokens, training windows, validation tokens */
+#define GPT_DATA_LISTED 32  /* ranks listed by name in a data-size mismatch */
+
+/* Appends rank r's counts (c: GPT_DATA_COUNTS) to buf at *len, at most n bytes in all. */
+static void gpt_data_entry(char *buf, size_t n, size_t *len, int r, const int64_t *c, int T1)
+{
+    if (*len < n)
+        *len += (size_t)snprintf(buf + *len, n - *len, "%srank %d: %lld tokens, %lld windows of %d, "
+                                 "%lld validation tokens", r ? "; " : "", r, (long long)c[0],
+                                 (long long)c[1], T1, (long long)c[2]);
+}
+
+/* Every rank must train on the same number of windows and validate on the same tokens: a rank with
+ * fewer windows would end its epoch first and leave the others waiting in a collective. Each rank
+ * fills its slot of a (world, GPT_DATA_COUNTS) table that a sum all-reduce completes; rank 0 lists
+ * every rank's counts and each rank that differs from rank 0 names its own patterns.
+ * DDP_ERR_MISMATCH on every rank when the counts differ. */
+static ddp_status gpt_same_data(trainer *t)
+{
+    size_t n = (size_t)t->world * GPT_DATA_COUNTS;
+    int64_t *all = calloc(n, sizeof *all);
+    trainer_must(t, all ? DDP_OK : DDP_ERR_NOMEM, "allocating the data-size table");
+    int64_t *mine = all + (size_t)t->rank * GPT_DATA_COUNTS;
+    mine[0] = (int64_t)tokens_set_n_tokens(G(t)->train_data);
+    mine[1] = (int64_t)tokens_set_n_windows(G(t)->train_data, (size_t)G(t)->B * (size_t)G(t)->T + 1);
+    mine[2] = (int64_t)tokens_set_n_tokens(G(t)->val_data);
+    trainer_must(t, ddp_allreduce_host(t->ctx, all, n, DDP_INT64, DDP_SUM), "agreeing on data sizes");
+    int differ = 0;
+    for (int r = 1; r < t->world; r++)
+        differ |= memcmp(all + (size_t)r * GPT_DATA_COUNTS, all, sizeof *all * GPT_DATA_COUNTS) != 0;
+    if (differ && t->rank == 0) {
+        char list[4096];
+        size_t len = 0;
+        for (int r = 0; r < t->world && r < GPT_DATA_LISTED; r++)
+            gpt_data_entry(list, sizeof list, &len, r, all + (size_t)r * GPT_DATA_COUNTS,
+                           G(t)->B * G(t)->T + 1);
+        DDP_ERROR("the ranks were given different token shards: %s%s: give every rank the same "
+                  "--data and --val-data files (the same copy on every node, or a shared folder)",
+                  list, t->world > GPT_DATA_LISTED ? "; ..." : "");
+    }
+    if (differ && t->rank != 0 && memcmp(mine, all, sizeof *all * GPT_DATA_COUNTS) != 0)
+        DDP_ERROR("--data %s (%lld tokens, %lld windows) and the validation shards (%lld tokens) "
+                  "differ from rank 0's", t->o->data_dir, (long long)mine[0], (long long)mine[1],
+                  (long long)mine[2]);
+    free(all);
+    return differ ? DDP_ERR_MISMATCH : DDP_OK;
+}
+
+/* The loader, the accumulation and the step plan; the same outcome on every rank. */
+static ddp_status gpt_plan(trainer *t)
+{
+    const train_opts *o = t->o;
+    tokens_loader_opts lo = {.batch = G(t)->B, .seq = G(t)->T, .rank = t->rank, .world_size = t->world,
+                             .seed = o->seed, .shuffle = o->shuffle};
+    TRY_OK(tokens_loader_create(G(t)->train_data, &lo, &G(t)->loader));
+    TRY_OK(tokens_val_create(G(t)->val_data, G(t)->B, G(t)->T, t->world, t->rank, &G(t)->val));
+    long per_micro = (long)G(t)->B * G(t)->T * t->world;
+    t->accum = o->accum;
+    if (o->gpt.total_batch_tokens) {
+        if (o->gpt.total_batch_tokens % per_micro != 0) {
+            DDP_ERROR("--total-batch-tokens %ld is not a multiple of --batch %d x --seq %d x %d "
+                      "rank(s) = %ld tokens: use a multiple of %ld", o->gpt.total_batch_tokens,
+                      G(t)->B, G(t)->T, t->world, per_micro, per_micro);
+            return DDP_ERR_INVALID_ARG;
+        }
+        t->accum = (int)(o->gpt.total_batch_tokens / per_micro);
+    }
+    long windows = (long)tokens_loader_steps_per_epoch(G(t)->loader);
+    t->steps_per_epoch = windows / t->accum;
+    if (t->steps_per_epoch == 0) {
+        DDP_ERROR("%s: %ld windows of %d x %d tokens per rank per epoch, fewer than the %d "
+                  "micro-batches of one step: use more data, a smaller --batch, --seq or "
+                  "--total-batch-tokens, or fewer ranks", o->data_dir, windows, G(t)->B, G(t)->T + 1,
+                  t->accum);
+        return DDP_ERR_INVALID_ARG;
+    }
+    t->total_steps = t->steps_per_epoch * o->epochs;
+    if (o->max_steps > 0 && o->max_steps < t->total_steps)
+        t->total_steps = o->max_steps;
+    return DDP_OK;
+}
+
+/* The model's configuration: --init-from's file header, else the flags. */
+static ddp_status gpt_config(trainer *t)
+{
+    const train_gpt_opts *g = &t->o->gpt;
+    G(t)->cfg = g->cfg;
+    if (g->init_from) {
+        TRY_OK(gpt2_llmc_read_config(g->init_from, &G(t)->cfg));
+        if (G(t)->T > G(t)->cfg.max_seq) {
+            DDP_ERROR("--seq %d is longer than the %d positions of %s: allowed is 1 to %d", G(t)->T,
+                      G(t)->cfg.max_seq, g->init_from, G(t)->cfg.max_seq);
+            return DDP_ERR_INVALID_ARG;
+        }
+    }
+    return DDP_OK;
+}
+
+/* Rank 0, before training with --sample: GPT-2's vocabulary for decoding (--vocab, or
+ * encoder.json beside the training shards). */
+static ddp_status gpt_open_vocab(trainer *t)
+{
+    const train_opts *o = t->o;
+    if (t->rank != 0 || o->gpt.sample == 0)
+        return DDP_OK;
+    ddp_status st = o->gpt.vocab ? bpe_vocab_load(o->gpt.vocab, &G(t)->vocab)
+                                 : bpe_vocab_load_beside(o->data_dir, &G(t)->vocab);
+    if (st != DDP_OK)
+        DDP_ERROR("--sample needs GPT-2's encoder.json to print text (see above): give --vocab FILE "
+                  "(scripts/fetch-text.sh puts one beside the shards)");
+    return st;
+}
+
+/* The FLOPs per token and the peak the MFU is measured against: --peak-tflops, else the table's
+ * for this GPU and precision (16-bit tensor cores for bf16 and fp16, TF32 with --tf32, else
+ * fp32), else unknown (the CPU, or a GPU the table lacks). */
+static void gpt_mfu_setup(trainer *t)
+{
+    const train_opts *o = t->o;
+    G(t)->flops_token = (double)mfu_gpt2_flops_per_token(&G(t)->cfg, G(t)->T);
+    G(t)->device = ddp_backend(t->ctx) == DDP_BACKEND_CUDA ? ops_cuda_device_name(t->ops) : "";
+    mfu_precision p = o->model.precision != DDP_FP32 ? MFU_16BIT : o->tf32 ? MFU_TF32 : MFU_FP32;
+    G(t)->peak_tflops = o->gpt.peak_tflops > 0.0 ? o->gpt.peak_tflops : mfu_peak_tflops(G(t)->device, p);
+}
+
+/* Learning rate of step `step` (0-based): linear warm-up, then cosine decay to lr x lr_floor. */
+static double gpt_lr(const trainer *t, long step)
+{
+    const train_gpt_opts *g = &t->o->gpt;
+    double lr = t->o->lr, floor = lr * g->lr_floor;
+    if (step < g->warmup_steps)
+        return lr * (double)(step + 1) / (double)g->warmup_steps;
+    long span = t->total_steps - g->warmup_steps;
+    double ratio = span > 1 ? (double)(step - g->warmup_steps) / (double)(span - 1) : 1.0;
+    if (ratio > 1.0)
+        ratio = 1.0;
+    return floor + 0.5 * (1.0 + cos(M_PI * ratio)) * (lr - floor);
+}
+
+/* ---- the task ------------------------------------------------------------------------------- */
+
+/* The configuration, the token shards (the same on every rank), the step plan and rank 0's
+ * vocabulary; agreed on. */
+static ddp_status gpt_open(trainer *t)
+{
+    gpt_task *s = G(t);
+    *s = (gpt_task){.B = t->o->batch, .T = t->o->gpt.seq, .val_loss = NAN, .last_loss = NAN,
+                    .last_norm = NAN};
+    ddp_status st = trainer_agree(t, gpt_config(t));
+    if (st == DDP_OK)
+        st = trainer_agree(t, gpt_open_data(t));
+    if (st == DDP_OK)
+        st = gpt_same_data(t);
+    if (st == DDP_OK)
+        st = trainer_agree(t, gpt_plan(t));
+    if (st == DDP_OK)
+        st = trainer_agree(t, gpt_open_vocab(t));
+    t->n_train = st == DDP_OK ? tokens_loader_n_windows(s->loader) : 0;
+    return st;
+}
+
+/* The model (seeded or from --init-from), the view of it the loop steps, the host buffers. */
+static ddp_status gpt_build(trainer *t, train_view *v)
+{
+    gpt_task *s = G(t);
+    const train_opts *o = t->o;
+    gpt2_opts go = {.max_batch = s->B, .seq = s->T, .precision = o->model.precision,
+                    .seed = o->seed, .reducer_grads = o->zero == 2, .recompute = o->gpt.recompute};
+    ddp_status st = trainer_agree(t, gpt2_create(t->ctx, t->ops, &s->cfg, &go, &s->model));
+    if (st == DDP_OK && o->gpt.init_from)
+        st = trainer_agree(t, gpt2_llmc_load(s->model, o->gpt.init_from));
+    if (st != DDP_OK)
+        return st;
+    gpt2 *g = s->model;
+    int n = gpt2_n_params(g);
+    size_t tokens = (size_t)s->B * (size_t)s->T;
+    *v = (train_view){.descs = gpt2_descs(g), .n_params = n, .numel = gpt2_numel(g),
+                      .numel_total = gpt2_numel_total(g), .reducer_grads = o->zero == 2,
+                      .strict_order = true, .decays = malloc((size_t)n * sizeof *v->decays),
+                      .ready_order = malloc((size_t)n * sizeof *v->ready_order),
+                      .optim = {.kind = OPTIM_ADAMW, .beta1 = (float)o->gpt.beta1,
+                                .beta2 = (float)o->gpt.beta2, .eps = (float)o->gpt.eps,
+                                .weight_decay = (float)o->weight_decay, .clip = o->gpt.grad_clip,
+                                .norm = true},
+                      .x_bytes = tokens * sizeof(int), .y_bytes = tokens * sizeof(int),
+                      .samples_per_step = (long)tokens * t->accum * t->world, .unit = "tokens"};
+    s->x_host = malloc(tokens * sizeof *s->x_host);
+    s->y_host = malloc(tokens * sizeof *s->y_host);
+    s->vloss_dev = ddp_alloc(t->ctx, sizeof *s->vloss_dev);
+    trainer_must(t, v->decays && v->ready_order && s->x_host && s->y_host && s->vloss_dev
+                        ? DDP_OK : DDP_ERR_NOMEM, "allocating batch buffers");
+    for (int i = 0; i < n; i++)
+        v->decays[i] = gpt2_param_decays(g, i);
+    gpt2_ready_order(g, v->ready_order);
+    const gpt2_config *c = &s->cfg;
+    snprintf(v->model_fp, sizeof v->model_fp, "gpt2 L%d NH%d C%d maxT%d V%d T%d accum%d",
+             c->layers, c->heads, c->channels, c->max_seq, c->vocab, s->T, t->accum);
+    gpt_mfu_setup(t);
+    return DDP_OK;
+}
+
+static float *gpt_params(trainer *t) { return gpt2_params(G(t)->model); }
+static float *gpt_grads(trainer *t) { return gpt2_grads(G(t)->model); }
+/* forward passes wait for the all-gather layer by layer */
+static void gpt_attach(trainer *t) { gpt2_set_gather(G(t)->model, t->reducer); }
+static ddp_status gpt_zero_grad(trainer *t) { return gpt2_zero_grad(G(t)->model); }
+
+static void gpt_batch(trainer *t)
+{
+    gpt_task *s = G(t);
+    trainer_must(t, tokens_loader_next(s->loader, s->x_host, s->y_host), "reading the next batch");
+    size_t bytes = (size_t)s->B * (size_t)s->T * sizeof *s->x_host;
+    trainer_upload(t, s->x_host, bytes, s->y_host, bytes);
+}
+
+static void gpt_forward(trainer *t)
+{
+    gpt_task *s = G(t);
+    trainer_must(t, gpt2_forward(s->model, t->x_dev[t->slot], t->y_dev[t->slot], s->B, s->T,
+                                 t->loss_dev, true), "forward pass");
+}
+
+static void gpt_backward(trainer *t, float loss_scale)
+{
+    trainer_must(t, gpt2_backward(G(t)->model, t->reducer, loss_scale), "backward pass");
+}
+
+/* The loader at the epoch's first step (0, or the resumed step in it). */
+static void gpt_epoch_begin(trainer *t)
+{
+    tokens_pos pos = {.epoch = (uint64_t)t->epoch,
+                      .step = (uint64_t)t->in_epoch * (uint64_t)t->accum};
+    trainer_must(t, tokens_loader_set_pos(G(t)->loader, pos), "positioning the loader");
+}
+
+static void gpt_epoch_end(trainer *t) { (void)t; }
+
+/* The mean loss over every target token of the validation shards (--val-max-batches caps the
+ * batches per rank), the same on every rank. Collective. */
+static double gpt_validate(trainer *t)
+{
+    double sums[2] = {0.0, 0.0}; /* loss x tokens, tokens */
+    int b = 0, tt = 0;
+    long batches = 0, cap = t->o->gpt.val_batches;
+    tokens_val_rewind(G(t)->val);
+    while (cap == 0 || batches < cap) {
+        trainer_must(t, tokens_val_next(G(t)->val, G(t)->x_host, G(t)->y_host, &b, &tt), "reading validation data");
+        if (b == 0)
+            break;
+        float zero = 0.0f, mean = 0.0f;
+        trainer_must(t, ddp_upload(t->ctx, G(t)->vloss_dev, &zero, sizeof zero), "zeroing the loss");
+        size_t bytes = (size_t)b * (size_t)tt * sizeof *G(t)->x_host;
+        trainer_upload(t, G(t)->x_host, bytes, G(t)->y_host, bytes);
+        trainer_must(t, gpt2_forward(G(t)->model, t->x_dev[t->slot], t->y_dev[t->slot], b, tt, G(t)->vloss_dev,
+                                 false), "validation forward pass");
+        trainer_batch_done(t);
+        trainer_must(t, ddp_download(t->ctx, &mean, G(t)->vloss_dev, sizeof mean), "downloading the loss");
+        sums[0] += (double)mean * b * tt;
+        sums[1] += (double)b * tt;
+        batches++;
+    }
+    trainer_must(t, ddp_allreduce_host(t->ctx, sums, 2, DDP_FP64, DDP_SUM), "summing validation losses");
+    return sums[1] > 0 ? sums[0] / sums[1] : NAN;
+}
+
+static void gpt_report_val(trainer *t)
+{
+    double t0 = train_now();
+    trainer_params_ready(t);
+    G(t)->val_loss = gpt_validate(t);
+    if (t->rank != 0)
+        return;
+    progress_end(&t->progress);
+    printf("step %ld: val loss %.4f (%.1f s)\n", t->step, G(t)->val_loss, train_now() - t0);
+    fflush(stdout);
+    if (t->metrics) {
+        char v[32], l[32], g[32];
+        fprintf(t->metrics, "{\"step\":%ld,\"val_loss\":%s,\"train_loss\":%s,\"grad_norm\":%s,"
+                "\"lr\":%.8g}\n", t->step, gpt_json(v, sizeof v, G(t)->val_loss),
+                gpt_json(l, sizeof l, G(t)->last_loss), gpt_json(g, sizeof g, G(t)->last_norm),
+                gpt_lr(t, t->step > 0 ? t->step - 1 : 0));
+        fflush(t->metrics);
+    }
+}
+
+/* This rank's mean training loss since the last call (its micro-batches). */
+static double gpt_take_loss(trainer *t)
+{
+    float sum = trainer_loss_sum(t);
+    double mean = t->loss_micro > 0 ? sum / (double)t->loss_micro : NAN;
+    trainer_loss_reset(t);
+    return mean;
+}
+
+/* After this run's first step (lazy loading, cuBLAS's heuristics, first-touch allocations): the
+ * device finishes it, and the steady clock that tokens/s, ms/step and the MFU count from starts. */
+static void gpt_mark_steady(trainer *t)
+{
+    trainer_must(t, ddp_synchronize(t->ctx), "waiting for the first step");
+    trainer_clock(t);
+    G(t)->steady_seconds = t->train_seconds;
+    progress_bar *p = &t->progress;
+    p->first_step = t->start.step;
+    p->base_step = t->step;
+    p->base_seconds = p->train_seconds = t->train_seconds;
+    p->flops_per_step = G(t)->flops_token * G(t)->B * G(t)->T * t->accum;
+    p->peak_flops = G(t)->peak_tflops * 1e12;
+}
+
+/* After optimizer step t->step (1-based now): the steady clock, progress, validation. */
+static void gpt_after_step(trainer *t)
+{
+    gpt_task *s = G(t);
+    const train_opts *o = t->o;
+    s->last_norm = optim_last_norm(t->opt); /* unchanged by a step left out */
+    if (t->step == t->start.step + 1)
+        gpt_mark_steady(t);
+    if (progress_due(&t->progress, t->step) || t->step == t->total_steps) {
+        s->last_loss = gpt_take_loss(t);
+        trainer_clock(t);
+        t->progress.train_seconds = t->train_seconds;
+        if (t->rank == 0) {
+            progress_update(&t->progress, t->step, t->epoch, s->last_loss);
+            char l[32], g[32];
+            if (t->metrics)
+                fprintf(t->metrics, "{\"step\":%ld,\"train_loss\":%s,\"grad_norm\":%s}\n", t->step,
+                        gpt_json(l, sizeof l, s->last_loss), gpt_json(g, sizeof g, s->last_norm));
+        }
+    }
+    if (o->gpt.val_every && t->step % o->gpt.val_every == 0 && t->step < t->total_steps) {
+        trainer_clock(t);
+        gpt_report_val(t);
+        t->clock = train_now();
+    }
+}
+
+/* ---- after training --------------------------------------------------------------------------- */
+
+/* Host peak resident memory (VmHWM) in KiB, -1 when /proc cannot tell. */
+static long gpt_peak_rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+/* Bytes per parameter of the model states (ZeRO paper's accounting for this run's types):
+ * replicated on every rank, and divided over the ranks by --zero. */
+static void gpt_state_bytes(const trainer *t, const gpt2_memory *m, double *rep, double *shard)
+{
+    double psi = (double)gpt2_numel_total(G(t)->model);
+    double p = (double)m->params / psi, g = 4.0, o = 8.0; /* fp32 gradients, AdamW m and v */
+    int z = t->o->zero;
+    *rep = p + (z < 2 ? g : 0.0) + (z < 1 ? o : 0.0);
+    *shard = (z >= 2 ? g : 0.0) + (z >= 1 ? o : 0.0);
+}
+
+/* Memory per rank by kind, the peak resident set, and the ZeRO prediction beside them; the
+ * fields go into the summary line of --metrics (mem_*_mib). */
+static void gpt_memory(const trainer *t, gpt_mem_report *r)
+{
+    gpt2_memory m;
+    gpt2_memory_get(G(t)->model, &m);
+    const double mib = 1024.0 * 1024.0;
+    size_t off = 0, n = 0, reducer = ddp_reducer_buffer_bytes(t->reducer);
+    ddp_reducer_shard(t->reducer, &off, &n);
+    size_t shard_grads = t->o->zero == 2 ? n * sizeof(float) : 0;
+    r->params = m.params / mib;
+    r->grads = (m.grads + shard_grads) / mib; /* stage 2: the shard only (the model has none) */
+    r->optimizer = (double)optim_state_bytes(t->opt) / mib;
+    r->activations = m.activations / mib;
+    r->comm = (reducer - shard_grads) / mib; /* stage 2: the bucket buffers backward writes into */
+    r->states = r->params + r->grads + r->optimizer;
+    long rss = gpt_peak_rss_kib();
+    r->peak_rss = rss >= 0 ? rss / 1024.0 : NAN;
+    size_t used = 0, total = 0;
+    int dev = ddp_memory_info(t->ctx, &used, &total) == DDP_OK;
+    r->device_used = dev ? used / mib : NAN;
+    r->device_total = dev ? total / mib : NAN;
+    gpt_state_bytes(t, &m, &r->bytes_rep, &r->bytes_shard);
+    double psi = (double)gpt2_numel_total(G(t)->model);
+    r->predicted = psi * (r->bytes_rep + r->bytes_shard / t->world) / mib;
+}
+
+static void gpt_report_memory(const trainer *t, const gpt_mem_report *r)
+{
+    printf("memory per rank (%s): parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f "
+           "MiB, activations %.1f MiB, communication buffers %.1f MiB; host peak RSS (VmHWM) %.1f "
+           "MiB (the largest over the ranks %.1f MiB)\n",
+           ddp_backend(t->ctx) == DDP_BACKEND_CPU ? "host" : "device", r->params, r->grads,
+           r->optimizer, r->activations, r->comm, r->peak_rss, G(t)->peak_rss_max);
+    printf("memory predicted (ZeRO stage %d, %d rank(s), Psi = %zu): model states %.0f Psi + %.0f "
+           "Psi / %d = %.1f MiB; measured %.1f MiB (parameters + gradients + optimizer state)%s\n",
+           t->o->zero, t->world, gpt2_numel_total(G(t)->model), r->bytes_rep, r->bytes_shard, t->world,
+           r->predicted, r->states,
+           t->o->zero == 2 ? "; the backward pass writes into the reducer's bucket buffers, "
+                             "counted as communication buffers above" : "");
+    if (t->o->zero == 2 && t->accum > 1 && t->o->gpt.zero_accum != 2)
+        printf("--zero 2 with --accum %d and --zero-accum local: the bucket buffers hold the full "
+               "gradients while the micro-steps accumulate (stage 0's sums, bit for bit); "
+               "--zero-accum reduce reduce-scatters every micro-step and keeps only a few of them "
+               "alive\n", t->accum);
+    if (!isnan(r->device_used))
+        printf("device memory in use at the end %.1f MiB of %.1f MiB (cudaMemGetInfo: the CUDA "
+               "context, library workspaces and NCCL included; the largest over the ranks %.1f "
+               "MiB)\n",
+               r->device_used, r->device_total, G(t)->device_used_max);
+}
+
+/* A token drawn from softmax(logits[0..V)) with a splitmix64 generator. */
+static int gpt_draw(const float *logits, int V, uint64_t *rng)
+{
+    uint64_t z = (*rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    double u = (double)(z >> 11) * 0x1.0p-53, max = logits[0], sum = 0.0;
+    for (int i = 1; i < V; i++)
+        max = logits[i] > max ? logits[i] : max;
+    for (int i = 0; i < V; i++)
+        sum += exp(logits[i] - max);
+    double acc = 0.0, target = u * sum;
+    for (int i = 0; i < V; i++) {
+        acc += exp(logits[i] - max);
+        if (acc > target)
+            return i;
+    }
+    return V - 1;
+}
+
+/* Rank 0: --sample N tokens from the trained model, starting at <|endoftext|>, each drawn from the
+ * softmax of the last position's logits (temperature 1) with a generator seeded by --seed, the
+ * context cut to the last --seq tokens; printed as text. Only rank 0 computes. */
+static ddp_status gpt_sample(trainer *t)
+{
+    int n = t->o->gpt.sample, V = G(t)->cfg.vocab, Vp = G(t)->cfg.padded_vocab;
+    int *seq = malloc((size_t)(n + 1) * sizeof *seq);
+    float *row = malloc((size_t)Vp * sizeof *row);
+    ddp_status st = seq && row ? DDP_OK : DDP_ERR_NOMEM;
+    uint64_t rng = t->o->seed;
+    if (seq)
+        seq[0] = GPT_EOT;
+    for (int i = 1; st == DDP_OK && i <= n; i++) {
+        int len = i < G(t)->T ? i : G(t)->T, *win = seq + i - len;
+        trainer_upload(t, win, (size_t)len * sizeof *win, win, (size_t)len * sizeof *win);
+        st = gpt2_forward(G(t)->model, t->x_dev[t->slot], NULL, 1, len, NULL, false);
+        trainer_batch_done(t);
+        if (st == DDP_OK)
+            st = ddp_download(t->ctx, row, gpt2_logits(G(t)->model) + (size_t)(len - 1) * Vp,
+                              (size_t)Vp * sizeof *row);
+        if (st == DDP_OK)
+            seq[i] = gpt_draw(row, V, &rng);
+    }
+    if (st == DDP_OK) {
+        printf("sample (%d tokens after <|endoftext|>, seed %llu):\n", n,
+               (unsigned long long)t->o->seed);
+        char *text = NULL;
+        size_t len = 0;
+        st = bpe_decode(G(t)->vocab, seq + 1, (size_t)n, &text, &len);
+        if (st == DDP_OK)
+            printf("%.*s\n", (int)len, text);
+        free(text);
+        fflush(stdout);
+    }
+    free(seq);
+    free(row);
+    return st;
+}
+
+/* Rank 0, at start: what the MFU counts, and against which peak. */
+static void gpt_report_flops(const trainer *t)
+{
+    const train_opts *o = t->o;
+    printf("model FLOPs: 6N + 6LCT = %.0f per token (llm.c's count: N = %llu with wte's padding "
+           "rows, T %d); ", G(t)->flops_token,
+           (unsigned long long)mfu_gpt2_n_params_padded(&G(t)->cfg), G(t)->T);
+    const char *kind = o->model.precision != DDP_FP32 ? "16-bit tensor cores, dense"
+                       : o->tf32                      ? "TF32 tensor cores, dense"
+                                                      : "fp32";
+    if (o->gpt.peak_tflops > 0.0)
+        printf("MFU against %g TFLOP/s per device (--peak-tflops)\n", G(t)->peak_tflops);
+    else if (G(t)->peak_tflops > 0.0)
+        printf("MFU against %g TFLOP/s per device (%s, %s; NVIDIA's datasheet)\n", G(t)->peak_tflops,
+               G(t)->device, kind);
+    else if (G(t)->device[0])
+        printf("MFU not computed: %s (%s) is not in the peak table; give --peak-tflops X\n",
+               G(t)->device, kind);
+    else
+        printf("MFU not computed on the CPU (no peak table); give --peak-tflops X\n");
+}
+
+/* Rank 0: the start-up report. */
+static void gpt_report_start(trainer *t)
+{
+    if (t->rank != 0)
+        return;
+    const train_opts *o = t->o;
+    ddp_dtype p = o->model.precision;
+    printf("ddp-train: %d rank(s), backend %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)));
+    if (ddp_backend(t->ctx) == DDP_BACKEND_CPU)
+        printf("cpu: %s; ISA %s\ncompute: %s, %s; GEMM %s; BLAS %s\n", cpu_model_name(),
+               cpu_isa_describe(), t->ops->name, model_precision_name(p), ops_cpu_gemm_name(p),
+               ops_blas_describe());
+    else
+        printf("compute: %s, %s; GEMM %s\n", t->ops->name, model_precision_name(p),
+               ops_cuda_describe(t->ops, p));
+    train_print_opts(stdout, o);
+    const gpt2_config *c = &G(t)->cfg;
+    printf("gpt2: %zu parameters (L %d, heads %d, channels %d, positions %d, vocabulary %d padded "
+           "to %d)%s%s\n", gpt2_config_n_params(c), c->layers, c->heads, c->channels, c->max_seq,
+           c->vocab, c->padded_vocab, o->gpt.init_from ? ", from " : "",
+           o->gpt.init_from ? o->gpt.init_from : "");
+    printf("data: %zu windows of %d tokens in the training shards; %zu per rank per epoch; %d "
+           "micro-batch(es) of %d x %d tokens per rank per step = %ld tokens per step; %ld steps "
+           "per epoch, %ld planned\n", tokens_loader_n_windows(G(t)->loader), G(t)->B * G(t)->T + 1,
+           tokens_loader_steps_per_epoch(G(t)->loader), t->accum, G(t)->B, G(t)->T,
+           (long)G(t)->B * G(t)->T * t->accum * t->world, t->steps_per_epoch, t->total_steps);
+    gpt_report_flops(t);
+    fflush(stdout);
+}
+
+/* The run's rates. The steady ones count from the end of this run's first step (NAN with fewer
+ * than 2 steps); the MFU is NAN without a peak. */
+typedef struct gpt_rates {
+    long steps;          /* optimizer steps of this run */
+    double tps;          /* tokens/s over all ranks, every step */
+    double tps_steady;   /* tokens/s over all ranks from step 2 on */
+    double ms_per_step;  /* from step 2 on */
+    double tflops_rank;  /* model TFLOP/s per rank from step 2 on, llm.c's 6N + 6LCT */
+    double mfu;          /* tflops_rank over one device's peak, a fraction */
+    double gflops_12ltc; /* GFLOP/s per rank over every step by 6N + 12LTC, N without wte's
+                            padding rows (benchmarks/gpt_torch.py's count) */
+} gpt_rates;
+
+static void gpt_rates_get(const trainer *t, gpt_rates *r)
+{
+    const gpt2_config *c = &G(t)->cfg;
+    double step_tokens = (double)G(t)->B * G(t)->T * t->accum * t->world;
+    double steady = t->train_seconds - G(t)->steady_seconds;
+    r->steps = t->step - t->start.step;
+    r->tps = t->train_seconds > 0 ? (double)r->steps * step_tokens / t->train_seconds : 0.0;
+    int known = r->steps > 1 && steady > 0.0;
+    r->tps_steady = known ? (double)(r->steps - 1) * step_tokens / steady : NAN;
+    r->ms_per_step = known ? 1e3 * steady / (double)(r->steps - 1) : NAN;
+    r->tflops_rank = r->tps_steady / t->world * G(t)->flops_token / 1e12;
+    double mfu = mfu_value(r->tps_steady / t->world, G(t)->flops_token, G(t)->peak_tflops);
+    r->mfu = mfu >= 0.0 ? mfu : NAN;
+    double flops_12ltc = 6.0 * (double)gpt2_config_n_params(c) +
+                         12.0 * c->layers * (double)G(t)->T * c->channels;
+    r->gflops_12ltc = r->tps * flops_12ltc / t->world / 1e9;
+}
+
+static void gpt_print_rates(const trainer *t, const gpt_rates *r)
+{
+    printf("\nthroughput: %.1f tokens/s across %d rank(s) (%ld steps in %.2f s of training)",
+           r->tps, t->world, r->steps, t->train_seconds);
+    if (isnan(r->tps_steady)) {
+        printf("; from step 2 on: not measured (one step)\n");
+        return;
+    }
+    printf("; from step 2 on %.1f tokens/s, %.1f ms/step, model FLOPs %.4g TFLOP/s per rank (6N + "
+           "6LCT = %.0f per token, llm.c's count)", r->tps_steady, r->ms_per_step, r->tflops_rank,
+           G(t)->flops_token);
+    if (isnan(r->mfu))
+        printf(", MFU unknown (no peak for this device: --peak-tflops X)\n");
+    else
+        printf(", MFU %.1f %% of %g TFLOP/s\n", 100.0 * r->mfu, G(t)->peak_tflops);
+}
+
+/* A number for a JSON line with 8 significant digits: null for NaN or inf. */
+static const char *gpt_json_g(char *buf, size_t n, double v)
+{
+    snprintf(buf, n, isfinite(v) ? "%.8g" : "null", v);
+    return buf;
+}
+
+/* The summary line's rate fields after model_gflops_per_rank (docs/formats.md). */
+static void gpt_json_rates(char *buf, size_t n, const trainer *t, const gpt_rates *r)
+{
+    char ts[32], ms[32], tf[32], pk[32], mf[32], dev[128];
+    size_t k = 0;
+    for (const char *c = G(t)->device; *c && k + 1 < sizeof dev; c++) /* no quote or control byte */
+        dev[k++] = *c == '"' || *c == '\\' || (unsigned char)*c < 0x20 ? '?' : *c;
+    dev[k] = '\0';
+    snprintf(buf, n, ",\"tokens_per_s_steady\":%s,\"ms_per_step\":%s,\"flops_per_token\":%.0f,"
+             "\"model_tflops_per_rank\":%s,\"peak_tflops\":%s,\"mfu\":%s,\"device_name\":\"%s\"",
+             gpt_json_g(ts, sizeof ts, r->tps_steady), gpt_json_g(ms, sizeof ms, r->ms_per_step),
+             G(t)->flops_token, gpt_json_g(tf, sizeof tf, r->tflops_rank),
+             gpt_json_g(pk, sizeof pk, G(t)->peak_tflops > 0.0 ? G(t)->peak_tflops : NAN),
+             gpt_json_g(mf, sizeof mf, r->mfu), dev);
+}
+
+/* Rank 0: throughput, MFU, memory, and the summary line of --metrics. */
+static void gpt_report_summary(trainer *t)
+{
+    if (t->rank != 0)
+        return;
+    gpt_rates r;
+    gpt_rates_get(t, &r);
+    gpt_print_rates(t, &r);
+    gpt_mem_report mr;
+    gpt_memory(t, &mr);
+    gpt_report_memory(t, &mr);
+    fflush(stdout);
+    char tl[32], vl[32], rs[32], du[32], dm[32], rates[512];
+    if (t->metrics) {
+        gpt_json_rates(rates, sizeof rates, t, &r);
+        fprintf(t->metrics, "{\"summary\":true,\"model\":\"gpt2\",\"backend\":\"%s\",\"world_size\":%d,"
+                "\"batch\":%d,\"seq\":%d,\"accum\":%d,\"steps\":%ld,\"train_loss\":%s,"
+                "\"val_loss\":%s,\"tokens_per_s\":%.1f,\"model_gflops_per_rank\":%.3f%s,"
+                "\"train_seconds\":%.3f,\"wall_seconds\":%.3f,\"stopped_by_signal\":%s,"
+                "\"zero\":%d,\"recompute\":%s,\"n_params\":%zu,\"mem_params_mib\":%.2f,"
+                "\"mem_grads_mib\":%.2f,\"mem_optimizer_mib\":%.2f,\"mem_activations_mib\":%.2f,"
+                "\"mem_comm_mib\":%.2f,\"mem_states_mib\":%.2f,\"mem_predicted_states_mib\":%.2f,"
+                "\"mem_peak_rss_mib\":%s,\"mem_peak_rss_max_mib\":%.2f,\"mem_device_used_mib\":%s,"
+                "\"mem_device_used_max_mib\":%s}\n",
+                ddp_backend_name(ddp_backend(t->ctx)), t->world, G(t)->B, G(t)->T, t->accum, t->step,
+                gpt_json(tl, sizeof tl, G(t)->last_loss), gpt_json(vl, sizeof vl, G(t)->val_loss),
+                r.tps, r.gflops_12ltc, rates, t->train_seconds, train_now() - t->wall_start,
+                t->stopped ? "true" : "false", t->o->zero, t->o->gpt.recompute ? "true" : "false",
+                gpt2_numel_total(G(t)->model), mr.params, mr.grads, mr.optimizer, mr.activations, mr.comm,
+                mr.states, mr.predicted, gpt_json(rs, sizeof rs, mr.peak_rss), G(t)->peak_rss_max,
+                gpt_json(du, sizeof du, mr.device_used), gpt_json(dm, sizeof dm, G(t)->device_used_max));
+        fflush(t->metrics);
+    }
+}
+
+/* The last loss and validation, the largest memory over the ranks, rank 0's reports. */
+static ddp_status gpt_report_end(trainer *t)
+{
+    gpt_task *s = G(t);
+    if (t->loss_micro > 0)
+        s->last_loss = gpt_take_loss(t);
+    if (!t->stopped) /* after a stop signal the time left is for the checkpoint, not a validation */
+        gpt_report_val(t);
+    size_t used = 0;
+    double mem[2] = {(double)gpt_peak_rss_kib(),
+                     ddp_memory_info(t->ctx, &used, NULL) == DDP_OK ? (double)used : -1.0};
+    trainer_must(t, ddp_allreduce_host(t->ctx, mem, 2, DDP_FP64, DDP_MAX), "agreeing on memory");
+    s->peak_rss_max = mem[0] / 1024.0;
+    s->device_used_max = mem[1] >= 0.0 ? mem[1] / (1024.0 * 1024.0) : NAN;
+    gpt_report_summary(t);
+    return DDP_OK;
+}
+
+/* Rank 0, after --save: --save-llmc and --sample. */
+static ddp_status gpt_after_save(trainer *t)
+{
+    ddp_status st = DDP_OK;
+    if (t->o->gpt.save_llmc) {
+        st = gpt2_llmc_save(G(t)->model, t->o->gpt.save_llmc, DDP_FP32);
+        if (st == DDP_OK)
+            printf("saved %s (llm.c model file, fp32)\n", t->o->gpt.save_llmc);
+    }
+    if (st == DDP_OK && t->o->gpt.sample > 0)
+        st = gpt_sample(t);
+    return st;
+}
+
+static void gpt_release(trainer *t)
+{
+    gpt_task *s = G(t);
+    ddp_free(t->ctx, s->vloss_dev);
+    free(s->x_host);
+    free(s->y_host);
+    gpt2_destroy(s->model);
+    tokens_val_destroy(s->val);
+    tokens_loader_destroy(s->loader);
+    tokens_set_close(s->train_data);
+    tokens_set_close(s->val_data);
+    bpe_vocab_free(s->vocab);
+}
+
+const train_task train_task_gpt = {
+    .state_bytes = sizeof(gpt_task), .open = gpt_open, .build = gpt_build, .params = gpt_params,
+    .grads = gpt_grads, .lr = gpt_lr, .attach = gpt_attach, .zero_grad = gpt_zero_grad,
+    .batch = gpt_batch, .forward = gpt_forward, .backward = gpt_backward,
+    .epoch_begin = gpt_epoch_begin, .after_step = gpt_after_step, .epoch_end = gpt_epoch_end,
+    .report_start = gpt_report_start, .report_end = gpt_report_end,
+    .after_save = gpt_after_save, .release = gpt_release,
+};
