@@ -95,11 +95,10 @@ def stop_steps(out):
     return {int(r): int(n) for r, n in re.findall(r"\[rank (\d+) [^]]*\] .*this rank stops after step (\d+)", out)}
 
 
-def check_same_stop(chk, out, signame, ckpt_dir, per_rank=True):
-    if per_rank:
-        steps = stop_steps(out)
-        chk.check(sorted(steps) == [0, 1] and len(set(steps.values())) == 1,
-                  f"{signame}: both ranks stop after the same step ({steps})", out)
+def check_same_stop(chk, out, signame, ckpt_dir):
+    steps = stop_steps(out)
+    chk.check(sorted(steps) == [0, 1] and len(set(steps.values())) == 1,
+              f"{signame}: both ranks stop after the same step ({steps})", out)
     m = re.search(signame + r" received: every rank stops after step (\d+)", out)
     chk.check(m is not None, f"{signame}: rank 0 reports the stop", out)
     step = int(m.group(1)) if m else -1
@@ -179,9 +178,7 @@ def term_to_launcher_gpt(chk, ckpt, tmp):
     out = finish(chk, job, pids, 60)
     chk.check(job.returncode == 0, f"SIGTERM to ddp-launch -n 2: job exits 0 (status {job.returncode})", out)
     chk.check("asking every rank to stop after the same step" in out, "ddp-launch says what it does", out)
-    # The GPT trainer logs the stop on rank 0 only; the bit-identical resume shows that both ranks
-    # stopped after the same step.
-    step = check_same_stop(chk, out, "SIGTERM", ckpt_dir, per_rank=False)
+    step = check_same_stop(chk, out, "SIGTERM", ckpt_dir)
     chk.check(0 < step < steps, f"SIGTERM to ddp-launch stopped the GPT early (step {step} of {steps})")
     rc, out = trainlib.run(common + ["--checkpoint-dir", ckpt_dir, "--resume", "auto", "--save", resumed],
                            timeout=300)
