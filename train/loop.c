@@ -100,12 +100,13 @@ void trainer_params_ready(trainer *t)
     trainer_must(t, ddp_reducer_gather_wait(t->reducer, -1), "gathering the parameters");
 }
 
-/* Opens FILE for writing like fopen(path, "w"), but a FIFO without a reader fails (ENXIO) instead
- * of blocking rank 0 while its peers wait. NULL with errno set on failure. */
-static FILE *create_file(const char *path)
+/* Opens FILE for writing like fopen(path, "w") (append: "a"), but a FIFO without a reader fails
+ * (ENXIO) instead of blocking rank 0 while its peers wait. NULL with errno set on failure. */
+static FILE *create_file(const char *path, int append)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0666);
-    FILE *f = fd >= 0 && fcntl(fd, F_SETFL, 0) == 0 ? fdopen(fd, "w") : NULL;
+    int fd = open(path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_NONBLOCK | O_CLOEXEC,
+                  0666);
+    FILE *f = fd >= 0 && fcntl(fd, F_SETFL, 0) == 0 ? fdopen(fd, append ? "a" : "w") : NULL;
     if (!f && fd >= 0) {
         int saved = errno;
         close(fd);
@@ -114,11 +115,13 @@ static FILE *create_file(const char *path)
     return f;
 }
 
+/* --metrics: a new file; with --resume the lines go after the earlier runs' (a requeued or
+ * resumed job keeps its whole curve; mark_restart says where each run began). */
 static ddp_status open_metrics(trainer *t)
 {
     if (t->rank != 0 || !t->o->metrics_path)
         return DDP_OK;
-    t->metrics = create_file(t->o->metrics_path);
+    t->metrics = create_file(t->o->metrics_path, t->o->resume != NULL);
     if (t->metrics)
         return DDP_OK;
     DDP_ERROR("--metrics %s: cannot create the file: %s", t->o->metrics_path, strerror(errno));
@@ -225,6 +228,25 @@ static ddp_status build(trainer *t, train_view *v)
     return DDP_OK;
 }
 
+/* Rank 0, after --resume: a metrics line where this run begins (resumed or fresh), and the
+ * progress rate counted from here; a checkpoint at the end of the plan is said to be one. */
+static void mark_restart(trainer *t, int resumed)
+{
+    t->progress.first_step = t->progress.base_step = t->start.step;
+    if (t->rank != 0 || !t->o->resume)
+        return;
+    if (t->metrics) {
+        fprintf(t->metrics, "{\"restart\":true,\"resumed\":%s,\"step\":%ld,\"total_steps\":%ld,"
+                "\"world_size\":%d}\n", resumed ? "true" : "false", t->start.step, t->total_steps,
+                t->world);
+        fflush(t->metrics);
+    }
+    if (resumed && t->start.step >= t->total_steps)
+        printf("the checkpoint is at step %ld, the end of this run's plan (%ld steps): nothing left "
+               "to train (raise --max-steps or --epochs to go on); evaluating and saving\n",
+               t->start.step, t->total_steps);
+}
+
 /* Inputs, step plan, output folders, model, and the resumed position; agreed on by every rank. */
 static ddp_status prepare(trainer *t)
 {
@@ -250,6 +272,8 @@ static ddp_status prepare(trainer *t)
     t->epoch = (int)t->start.epoch;
     t->in_epoch = t->start.step_in_epoch;
     t->saved_step = resumed ? t->step : -1;
+    if (st == DDP_OK)
+        mark_restart(t, resumed);
     return st;
 }
 
@@ -453,9 +477,12 @@ static void train_epochs(trainer *t)
         t->task->epoch_begin(t);
         train_epoch(t, prof);
         t->task->epoch_end(t);
-        if (t->stopped || t->nan_stopped || t->save_failed)
-            break;
+        if (t->stopped || t->nan_stopped || t->save_failed || t->in_epoch < t->steps_per_epoch)
+            break; /* the position stays inside this epoch (a plan that ends in it) */
     }
+    if (t->in_epoch >= t->steps_per_epoch && !t->stopped && !t->nan_stopped && !t->save_failed)
+        t->in_epoch = 0; /* a whole epoch done: the end's checkpoint is at the next one's start, so
+                            a run extended from it (a larger --max-steps) goes on as a straight one */
     trainer_clock(t);
 }
 

@@ -118,6 +118,21 @@ static int state_fingerprint(const train_setup *s, fp_entry *fp)
     return n;
 }
 
+/* A cosine schedule planned over another number of steps (a run extended or shortened with
+ * --max-steps or --epochs): allowed, the rate recomputed over the new plan from the checkpoint's
+ * step on, and said. */
+static int schedule_extended(const fp_entry *fp, const char *theirs, const char *path)
+{
+    long was = 0, now = 0;
+    if (strcmp(fp->key, "config.lr_schedule") != 0 || sscanf(theirs, "cosine over %ld steps", &was) != 1 ||
+        sscanf(fp->value, "cosine over %ld steps", &now) != 1)
+        return 0;
+    DDP_WARN("--resume %s: the run was planned over %ld steps, now over %ld: the learning-rate "
+             "schedule is recomputed over the new plan from the checkpoint's step on, so the result "
+             "is no longer bit-identical to a straight %ld-step run", path, was, now, now);
+    return 1;
+}
+
 /* Rank 0: every fingerprint difference is logged; DDP_ERR_MISMATCH unless none (or only
  * reshardable ones under --resume-reshard). *other_world: the checkpoint's world size differs. */
 static ddp_status check_fingerprint(const train_setup *s, const ddp_state *st, const char *path,
@@ -128,7 +143,7 @@ static ddp_status check_fingerprint(const train_setup *s, const ddp_state *st, c
     *other_world = 0;
     for (int i = 0; i < n; i++) {
         const char *theirs = ddp_state_text(st, fp[i].key);
-        if (theirs && strcmp(theirs, fp[i].value) == 0)
+        if (theirs && (strcmp(theirs, fp[i].value) == 0 || schedule_extended(&fp[i], theirs, path)))
             continue;
         int allowed = fp[i].reshardable && s->o->resume_reshard && theirs;
         *other_world |= strcmp(fp[i].key, "config.world_size") == 0;

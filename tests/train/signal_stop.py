@@ -167,10 +167,12 @@ def term_to_launcher_gpt(chk, ckpt, tmp):
     launch, train = os.path.join(build, "launcher", "ddp-launch"), os.path.join(build, "train", "ddp-train")
     data = gpt_train.write_data(os.path.join(tmp, "gpt"))
     ckpt_dir, resumed, straight = (os.path.join(tmp, n) for n in ("gterm", "gresumed.ckpt", "gstraight.ckpt"))
+    metrics = os.path.join(tmp, "gterm.jsonl")
     steps = 60  # a step takes about 0.1 s on 2 cores (the 50,304-row head); the first checkpoint is step 5
     common = [launch, "-n", "2", train] + gpt_train.tiny(train, data, steps)[1:]
     tag = f"{os.getpid()}-gterm"
-    job = start(common + ["--checkpoint-dir", ckpt_dir, "--checkpoint-every", "5", "--keep", "100"], tag)
+    job = start(common + ["--checkpoint-dir", ckpt_dir, "--checkpoint-every", "5", "--keep", "100",
+                          "--metrics", metrics, "--resume", "auto"], tag)
     started = wait_for(lambda: os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir), 120)
     chk.check(started, "the GPT run under ddp-launch wrote its first checkpoint")
     pids = rank_pids(tag, "ddp-train")
@@ -180,14 +182,34 @@ def term_to_launcher_gpt(chk, ckpt, tmp):
     chk.check("asking every rank to stop after the same step" in out, "ddp-launch says what it does", out)
     step = check_same_stop(chk, out, "SIGTERM", ckpt_dir)
     chk.check(0 < step < steps, f"SIGTERM to ddp-launch stopped the GPT early (step {step} of {steps})")
-    rc, out = trainlib.run(common + ["--checkpoint-dir", ckpt_dir, "--resume", "auto", "--save", resumed],
-                           timeout=300)
+    rc, out = trainlib.run(common + ["--checkpoint-dir", ckpt_dir, "--resume", "auto", "--save", resumed,
+                                     "--metrics", metrics], timeout=300)
     chk.check(rc == 0 and f"at step {step} " in out, f"GPT: --resume auto continues from step {step}", out)
+    check_metrics_across(chk, metrics, step, steps)
     rc, out = trainlib.run(common + ["--save", straight], timeout=300)
     chk.check(rc == 0, "GPT: uninterrupted run", out)
     rc, out = trainlib.run([ckpt, "diff", straight, resumed], timeout=60)
     chk.check(rc == 0 and "max_abs_diff=0 " in out,
               "GPT stopped by SIGTERM to ddp-launch + resumed == uninterrupted (bit-identical)", out)
+    # The finished run extended by 4 steps (the schedule recomputed, said), then resumed at its end.
+    more = common + ["--checkpoint-dir", ckpt_dir, "--resume", "auto", "--max-steps", str(steps + 4)]
+    rc, out = trainlib.run(more, timeout=300)
+    chk.check(rc == 0 and f"at step {steps} " in out and f"planned over {steps} steps, now over {steps + 4}"
+              in out and "no longer bit-identical" in out, "a finished run extended by a larger --max-steps", out)
+    rc, out = trainlib.run(more, timeout=300)
+    chk.check(rc == 0 and f"the checkpoint is at step {steps + 4}, the end of this run's plan" in out,
+              "a finished run resumed again says there is nothing left to train", out)
+
+
+def check_metrics_across(chk, path, stop, steps):
+    """--metrics across a stop and --resume: every step's line once, in order, and a restart line
+    where each run began."""
+    lines = [json.loads(line) for line in open(path)] if os.path.exists(path) else []
+    starts = [(d["resumed"], d["step"]) for d in lines if d.get("restart")]
+    logged = [d["step"] for d in lines if "train_loss" in d and "val_loss" not in d and "summary" not in d]
+    chk.check(starts == [(False, 0), (True, stop)], f"--metrics marks both runs' starts ({starts})")
+    chk.check(logged == list(range(1, steps + 1)),
+              f"--metrics holds every step's line from before and after the stop once ({len(logged)} lines)")
 
 
 def main():
