@@ -397,7 +397,9 @@ static void gpt_report_val(trainer *t)
     if (t->rank != 0)
         return;
     progress_end(&t->progress);
-    printf("step %ld: val loss %.4f (%.1f s)\n", t->step, G(t)->val_loss, train_now() - t0);
+    t->progress.eval_seconds = train_now() - t0; /* the ETA counts the validations to come */
+    t->progress.eval_every = t->o->gpt.val_every;
+    printf("step %ld: val loss %.4f (%.1f s)\n", t->step, G(t)->val_loss, t->progress.eval_seconds);
     fflush(stdout);
     if (t->metrics) {
         char v[32], l[32], g[32];
@@ -446,6 +448,8 @@ static void gpt_after_step(trainer *t)
         trainer_clock(t);
         t->progress.train_seconds = t->train_seconds;
         if (t->rank == 0) {
+            snprintf(t->progress.extra, sizeof t->progress.extra, " | lr %.2e | norm %.3g",
+                     gpt_lr(t, t->step - 1), s->last_norm);
             progress_update(&t->progress, t->step, t->epoch, s->last_loss);
             char l[32], g[32];
             if (t->metrics)

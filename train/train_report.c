@@ -16,7 +16,7 @@ double train_now(void)
 
 void progress_init(progress_bar *p, int log_every, long total_steps, long samples_per_step)
 {
-    *p = (progress_bar){.tty = isatty(STDERR_FILENO), .log_every = log_every,
+    *p = (progress_bar){.tty = isatty(STDOUT_FILENO), .log_every = log_every,
                         .total_steps = total_steps, .samples_per_step = samples_per_step,
                         .unit = "samples"};
 }
@@ -64,11 +64,14 @@ void progress_update(progress_bar *p, long step, int epoch, double loss)
     double per_step = progress_step_seconds(p, step);
     double rate = per_step > 0 ? (double)p->samples_per_step / per_step : 0.0;
     char eta[32], flops[64];
-    format_duration(eta, sizeof eta, per_step * (double)(p->total_steps - step));
+    long left = p->total_steps - step, evals = p->eval_every > 0 ? left / p->eval_every : 0;
+    evals += step < p->total_steps; /* the one at the end */
+    format_duration(eta, sizeof eta, per_step * (double)left + p->eval_seconds * (double)evals);
     progress_flops(flops, sizeof flops, p, per_step);
     if (!p->tty) {
-        fprintf(stderr, "step %ld/%ld epoch %d loss %.4f %.0f %s/s ETA %s%s\n", step,
-                p->total_steps, epoch + 1, loss, rate, p->unit, eta, flops);
+        printf("step %ld/%ld epoch %d loss %.4f%s | %.0f %s/s | ETA %s%s\n", step, p->total_steps,
+               epoch + 1, loss, p->extra, rate, p->unit, eta, flops);
+        fflush(stdout);
         return;
     }
     int filled = (int)((double)DDP_BAR_WIDTH * (double)step / (double)p->total_steps);
@@ -76,15 +79,15 @@ void progress_update(progress_bar *p, long step, int epoch, double loss)
     for (int i = 0; i < DDP_BAR_WIDTH; i++)
         bar[i] = i < filled ? '#' : '.';
     bar[DDP_BAR_WIDTH] = '\0';
-    fprintf(stderr, "\r[%s] %ld/%ld epoch %d loss %.4f %.0f %s/s ETA %s%s  ", bar, step,
-            p->total_steps, epoch + 1, loss, rate, p->unit, eta, flops);
-    fflush(stderr);
+    printf("\r[%s] %ld/%ld epoch %d loss %.4f%s | %.0f %s/s | ETA %s%s  ", bar, step, p->total_steps,
+           epoch + 1, loss, p->extra, rate, p->unit, eta, flops);
+    fflush(stdout);
 }
 
 void progress_end(const progress_bar *p)
 {
     if (p->tty)
-        fputc('\n', stderr);
+        fputc('\n', stdout);
 }
 
 double confusion_accuracy(const float *confusion)

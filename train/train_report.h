@@ -11,8 +11,8 @@
 /* Seconds on a monotonic clock. */
 double train_now(void);
 
-/* Progress of training on rank 0: a live bar (\r updates) when stderr is a terminal, else a plain
- * line every log_every steps. */
+/* Progress of training on rank 0, on stdout (where the evaluations and reports go too): a live
+ * bar (\r updates) when stdout is a terminal, else a plain line every log_every steps. */
 typedef struct progress_bar {
     int tty;
     int log_every;
@@ -27,6 +27,9 @@ typedef struct progress_bar {
     double base_seconds;
     double flops_per_step; /* model FLOPs of one step on one rank: > 0 adds "| N ms/step" */
     double peak_flops;     /* one device's peak, FLOP/s: > 0 adds "| N % MFU" */
+    long eval_every;       /* steps between evaluations (0: only at the end) ... */
+    double eval_seconds;   /* ... and the last one's time (0: none yet): the ETA counts those to come */
+    char extra[96];        /* the task's own fields for the line (" | lr 6.0e-04 | norm 1.02") */
 } progress_bar;
 
 void progress_init(progress_bar *p, int log_every, long total_steps, long samples_per_step);
