@@ -19,6 +19,7 @@
 #include "bpe.h"
 #include "cpu_isa.h"
 #include "gpt2.h"
+#include "gpt2_sample.h"
 #include "loop.h"
 #include "malloc_policy.h"
 #include "mfu.h"
@@ -44,7 +45,8 @@ typedef struct gpt_task {
     tokens_set *train_data, *val_data;
     tokens_loader *loader;
     tokens_val *val;
-    bpe_vocab *vocab;      /* rank 0 with --sample: GPT-2's vocabulary */
+    bpe_vocab *vocab;      /* rank 0 with --sample: GPT-2's vocabulary ... */
+    bpe_encoder *encoder;  /* ... or with --prompt its encoder, whose vocabulary decodes */
     int32_t *x_host, *y_host; /* (B, T) */
     float *vloss_dev;      /* (1) one validation batch's mean loss */
     double last_norm, last_loss, val_loss;
@@ -203,6 +205,8 @@ static ddp_status gpt_plan(trainer *t)
     t->total_steps = t->steps_per_epoch * o->epochs;
     if (o->max_steps > 0 && o->max_steps < t->total_steps)
         t->total_steps = o->max_steps;
+    if (o->gpt.sample_only)
+        t->total_steps = 0;
     return DDP_OK;
 }
 
@@ -222,6 +226,24 @@ static ddp_status gpt_config(trainer *t)
     return DDP_OK;
 }
 
+/* Rank 0 with --prompt: GPT-2's encoder from encoder.json and vocab.bpe in the folder of --vocab
+ * (or of the training shards). */
+static ddp_status gpt_open_encoder(trainer *t)
+{
+    const train_opts *o = t->o;
+    const char *at = o->gpt.vocab ? o->gpt.vocab : o->data_dir, *slash = strrchr(at, '/');
+    int dir = slash ? (int)(slash - at) : 1;
+    char json[4096], merges[4096];
+    snprintf(json, sizeof json, "%.*s/encoder.json", dir, slash ? at : ".");
+    snprintf(merges, sizeof merges, "%.*s/vocab.bpe", dir, slash ? at : ".");
+    ddp_status st = bpe_encoder_load(o->gpt.vocab ? o->gpt.vocab : json, merges, &G(t)->encoder);
+    if (st != DDP_OK)
+        DDP_ERROR("--prompt needs GPT-2's encoder.json and vocab.bpe (see above) in one folder: "
+                  "give --vocab DIR/encoder.json (scripts/tokenize.sh and fetch-text.sh put both "
+                  "beside the shards)");
+    return st;
+}
+
 /* Rank 0, before training with --sample: GPT-2's vocabulary for decoding (--vocab, or
  * encoder.json beside the training shards). */
 static ddp_status gpt_open_vocab(trainer *t)
@@ -229,6 +251,8 @@ static ddp_status gpt_open_vocab(trainer *t)
     const train_opts *o = t->o;
     if (t->rank != 0 || o->gpt.sample == 0)
         return DDP_OK;
+    if (o->gpt.prompt)
+        return gpt_open_encoder(t);
     ddp_status st = o->gpt.vocab ? bpe_vocab_load(o->gpt.vocab, &G(t)->vocab)
                                  : bpe_vocab_load_beside(o->data_dir, &G(t)->vocab);
     if (st != DDP_OK)
@@ -543,63 +567,40 @@ static void gpt_report_memory(const trainer *t, const gpt_mem_report *r)
                r->device_used, r->device_total, G(t)->device_used_max);
 }
 
-/* A token drawn from softmax(logits[0..V)) with a splitmix64 generator. */
-static int gpt_draw(const float *logits, int V, uint64_t *rng)
-{
-    uint64_t z = (*rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    double u = (double)(z >> 11) * 0x1.0p-53, max = logits[0], sum = 0.0;
-    for (int i = 1; i < V; i++)
-        max = logits[i] > max ? logits[i] : max;
-    for (int i = 0; i < V; i++)
-        sum += exp(logits[i] - max);
-    double acc = 0.0, target = u * sum;
-    for (int i = 0; i < V; i++) {
-        acc += exp(logits[i] - max);
-        if (acc > target)
-            return i;
-    }
-    return V - 1;
-}
-
-/* Rank 0: --sample N tokens from the trained model, starting at <|endoftext|>, each drawn from the
- * softmax of the last position's logits (temperature 1) with a generator seeded by --seed, the
- * context cut to the last --seq tokens; printed as text. Only rank 0 computes. */
+/* Rank 0: --sample N tokens from the model after --prompt's tokens (or <|endoftext|>), drawn at
+ * --temperature among the --top-k most likely (gpt2_sample.h) with a generator seeded by --seed,
+ * the context cut to the last --seq tokens; printed as text. Only rank 0 computes. */
 static ddp_status gpt_sample(trainer *t)
 {
-    int n = t->o->gpt.sample, V = G(t)->cfg.vocab, Vp = G(t)->cfg.padded_vocab;
-    int *seq = malloc((size_t)(n + 1) * sizeof *seq);
-    float *row = malloc((size_t)Vp * sizeof *row);
-    ddp_status st = seq && row ? DDP_OK : DDP_ERR_NOMEM;
-    uint64_t rng = t->o->seed;
-    if (seq)
-        seq[0] = GPT_EOT;
-    for (int i = 1; st == DDP_OK && i <= n; i++) {
-        int len = i < G(t)->T ? i : G(t)->T, *win = seq + i - len;
-        trainer_upload(t, win, (size_t)len * sizeof *win, win, (size_t)len * sizeof *win);
-        st = gpt2_forward(G(t)->model, t->x_dev[t->slot], NULL, 1, len, NULL, false);
-        trainer_batch_done(t);
-        if (st == DDP_OK)
-            st = ddp_download(t->ctx, row, gpt2_logits(G(t)->model) + (size_t)(len - 1) * Vp,
-                              (size_t)Vp * sizeof *row);
-        if (st == DDP_OK)
-            seq[i] = gpt_draw(row, V, &rng);
-    }
+    const train_gpt_opts *g = &t->o->gpt;
+    bpe_ids prompt = {0};
+    ddp_status st = DDP_OK;
+    if (g->prompt)
+        st = bpe_encode(G(t)->encoder, (const uint8_t *)g->prompt, strlen(g->prompt), &prompt);
+    int n_prompt = prompt.n > 0 ? (int)prompt.n : 1, n = g->sample;
+    int *seq = malloc((size_t)(n_prompt + n) * sizeof *seq);
+    if (st == DDP_OK && !seq)
+        st = DDP_ERR_NOMEM;
+    for (int i = 0; st == DDP_OK && i < n_prompt; i++)
+        seq[i] = prompt.n > 0 ? prompt.id[i] : GPT_EOT;
+    gpt2_sample_opts so = {.n_tokens = n, .temperature = (float)g->temperature, .top_k = g->top_k,
+                           .seed = t->o->seed};
+    if (st == DDP_OK)
+        st = gpt2_sample(G(t)->model, t->ctx, seq, n_prompt, G(t)->T, &so, t->x_dev[0]);
+    const bpe_vocab *v = G(t)->encoder ? bpe_encoder_vocab(G(t)->encoder) : G(t)->vocab;
+    char *text = NULL;
+    size_t len = 0;
+    if (st == DDP_OK)
+        st = bpe_decode(v, seq + (prompt.n > 0 ? 0 : 1), (size_t)(n + (int)prompt.n), &text, &len);
     if (st == DDP_OK) {
-        printf("sample (%d tokens after <|endoftext|>, seed %llu):\n", n,
-               (unsigned long long)t->o->seed);
-        char *text = NULL;
-        size_t len = 0;
-        st = bpe_decode(G(t)->vocab, seq + 1, (size_t)n, &text, &len);
-        if (st == DDP_OK)
-            printf("%.*s\n", (int)len, text);
-        free(text);
+        printf("sample (%d tokens after %s, temperature %g, top-k %d, seed %llu):\n%.*s\n", n,
+               g->prompt ? "the prompt" : "<|endoftext|>", g->temperature, g->top_k,
+               (unsigned long long)t->o->seed, (int)len, text);
         fflush(stdout);
     }
+    free(text);
     free(seq);
-    free(row);
+    bpe_ids_free(&prompt);
     return st;
 }
 
@@ -767,7 +768,8 @@ static ddp_status gpt_report_end(trainer *t)
     gpt_task *s = G(t);
     if (t->loss_micro > 0)
         s->last_loss = gpt_take_loss(t);
-    if (!t->stopped) /* after a stop signal the time left is for the checkpoint, not a validation */
+    if (!t->stopped && !t->o->gpt.sample_only) /* after a stop signal the time left is for the
+                                                   checkpoint, not a validation */
         gpt_report_val(t);
     size_t used = 0;
     double mem[2] = {(double)gpt_peak_rss_kib(),
@@ -805,6 +807,7 @@ static void gpt_release(trainer *t)
     tokens_set_close(s->train_data);
     tokens_set_close(s->val_data);
     bpe_vocab_free(s->vocab);
+    bpe_encoder_free(s->encoder);
 }
 
 const train_task train_task_gpt = {

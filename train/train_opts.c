@@ -24,7 +24,7 @@ enum {
     OPT_GPT_CONFIG, OPT_LAYERS, OPT_HEADS, OPT_CHANNELS, OPT_SEQ, OPT_VAL_DATA, OPT_VAL_EVERY,
     OPT_VAL_MAX_BATCHES, OPT_TOTAL_BATCH_TOKENS, OPT_WARMUP_STEPS, OPT_LR_FLOOR, OPT_GRAD_CLIP,
     OPT_INIT_FROM, OPT_SAVE_LLMC, OPT_SAMPLE, OPT_VOCAB, OPT_RECOMPUTE, OPT_ZERO_ACCUM,
-    OPT_PEAK_TFLOPS, OPT_END
+    OPT_PEAK_TFLOPS, OPT_PROMPT, OPT_TEMPERATURE, OPT_TOP_K, OPT_SAMPLE_ONLY, OPT_END
 };
 
 static const struct option train_long_opts[] = {
@@ -89,6 +89,10 @@ static const struct option train_long_opts[] = {
     {"sample", required_argument, NULL, OPT_SAMPLE},
     {"vocab", required_argument, NULL, OPT_VOCAB},
     {"peak-tflops", required_argument, NULL, OPT_PEAK_TFLOPS},
+    {"prompt", required_argument, NULL, OPT_PROMPT},
+    {"temperature", required_argument, NULL, OPT_TEMPERATURE},
+    {"top-k", required_argument, NULL, OPT_TOP_K},
+    {"sample-only", no_argument, NULL, OPT_SAMPLE_ONLY},
     {NULL, 0, NULL, 0},
 };
 
@@ -190,6 +194,13 @@ static const char train_usage_gpt[] =
     "  --init-from FILE        start from an llm.c model file (gpt2_124M.bin: fp32 or bf16)\n"
     "  --save-llmc FILE        write the trained weights as an llm.c model file (fp32)\n"
     "  --sample N              rank 0 prints N tokens generated after training (needs --vocab)\n"
+    "  --prompt TEXT           ... that continue TEXT (GPT-2's BPE: needs vocab.bpe beside the\n"
+    "                          vocabulary; default: from <|endoftext|>)\n"
+    "  --temperature X         ... drawn at temperature X (default 1; 0: the most likely token)\n"
+    "  --top-k K               ... among the K most likely tokens (default 0: all)\n"
+    "  --sample-only           no training: sample from --init-from FILE (an llm.c model file or a\n"
+    "                          ddp checkpoint) or --resume FILE; --sample defaults to 256; with\n"
+    "                          --save-llmc it also exports the weights\n"
     "  --vocab FILE            GPT-2's encoder.json or llm.c's gpt2_tokenizer.bin (default: the\n"
     "                          one beside the data, encoder.json first)\n"
     "  --recompute             activation checkpointing: each block keeps only its input and runs\n"
@@ -234,6 +245,7 @@ static void train_opts_default(train_opts *o)
     o->gpt.beta1 = 0.9;
     o->gpt.beta2 = 0.95;
     o->gpt.eps = 1e-8;
+    o->gpt.temperature = 1.0;
 }
 
 /* RANK:STEP for --inject-inf. */
@@ -478,6 +490,10 @@ static int parse_gpt_opt(int id, const char *v, train_opts *o)
     case OPT_LR_FLOOR: return parse_double("lr-floor", v, 0.0, 0, 1.0, 0, &g->lr_floor);
     case OPT_GRAD_CLIP: return parse_double("grad-clip", v, 0.0, 0, 1e6, 0, &g->grad_clip);
     case OPT_SAMPLE: return parse_int_in("sample", v, 0, DDP_TRAIN_MAX_SAMPLE, &g->sample);
+    case OPT_PROMPT: g->prompt = v; return 0;
+    case OPT_TEMPERATURE: return parse_double("temperature", v, 0.0, 0, 100.0, 0, &g->temperature);
+    case OPT_TOP_K: return parse_int_in("top-k", v, 0, 1000000, &g->top_k);
+    case OPT_SAMPLE_ONLY: g->sample_only = 1; return 0;
     case OPT_PEAK_TFLOPS: return parse_peak(v, &g->peak_tflops);
     default: return parse_gpt_size(id, v, o);
     }
@@ -543,6 +559,29 @@ static int refuse_gpt_conflicts(const train_opts *o, const unsigned char *seen)
     return 0;
 }
 
+/* --sample-only needs weights to start from and samples 256 tokens unless told; the sampling
+ * flags need a sample. */
+static int check_sampling(train_opts *o, const unsigned char *seen)
+{
+    train_gpt_opts *g = &o->gpt;
+    if (g->sample_only && !g->init_from && !o->resume) {
+        fprintf(stderr, "ddp-train: --sample-only samples from trained weights: add --init-from FILE "
+                        "(an llm.c model file or a ddp checkpoint) or --resume FILE\n");
+        return -1;
+    }
+    if (g->sample_only && !seen[OPT_SAMPLE - OPT_MODEL])
+        g->sample = 256;
+    static const int needs[] = {OPT_PROMPT, OPT_TEMPERATURE, OPT_TOP_K};
+    for (size_t i = 0; g->sample == 0 && i < sizeof needs / sizeof needs[0]; i++) {
+        if (seen[needs[i] - OPT_MODEL]) {
+            fprintf(stderr, "ddp-train: --%s shapes the text --sample N generates: add --sample N (or "
+                            "--sample-only)\n", opt_name(needs[i]));
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* After parsing: the GPT's defaults where the user gave no value, and the flags that do not fit
  * the model (0 when consistent, else -1 with the complaint printed). */
 static int finish_gpt_opts(train_opts *o, const unsigned char *seen)
@@ -552,7 +591,7 @@ static int finish_gpt_opts(train_opts *o, const unsigned char *seen)
         return -1;
     if (!g->on)
         return 0;
-    if (refuse_gpt_conflicts(o, seen) != 0)
+    if (refuse_gpt_conflicts(o, seen) != 0 || check_sampling(o, seen) != 0)
         return -1;
     if (!(o->given & TRAIN_GIVEN_DATA))
         o->data_dir = "data/text/austen_train_*.bin";

@@ -48,6 +48,10 @@ typedef struct train_gpt_opts {
                                    (ddp_reducer_opts.local_accum under --zero 2) */
     double peak_tflops;         /* --peak-tflops X: the peak per device the MFU is measured against
                                    (0: the table's for the GPU, unknown on the CPU) */
+    const char *prompt;         /* --prompt TEXT: the sample continues it (NULL: <|endoftext|>) */
+    double temperature;         /* --temperature X: the logits divided by it (0: greedy; default 1) */
+    int top_k;                  /* --top-k K: draws among the K most likely tokens (0: all) */
+    int sample_only;            /* --sample-only: no training, the model's weights sampled */
 } train_gpt_opts;
 
 typedef struct train_opts {

@@ -127,6 +127,8 @@ static int schedule_extended(const fp_entry *fp, const char *theirs, const char 
     if (strcmp(fp->key, "config.lr_schedule") != 0 || sscanf(theirs, "cosine over %ld steps", &was) != 1 ||
         sscanf(fp->value, "cosine over %ld steps", &now) != 1)
         return 0;
+    if (now == 0) /* --sample-only: no step to plan */
+        return 1;
     DDP_WARN("--resume %s: the run was planned over %ld steps, now over %ld: the learning-rate "
              "schedule is recomputed over the new plan from the checkpoint's step on, so the result "
              "is no longer bit-identical to a straight %ld-step run", path, was, now, now);

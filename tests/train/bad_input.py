@@ -76,6 +76,10 @@ def bad_flags(chk, train):
         (["--model", "gpt2", "--momentum", "0.5", "--lr-schedule", "cosine", "--widths", "784-10"],
          ["--widths, --momentum, --lr-schedule: not used by --model gpt2"]),
         (["--model", "gpt2", "--augment"], ["--augment: not used by --model gpt2"]),
+        # sampling flags without a sample; --sample-only without weights
+        (["--model", "gpt2", "--prompt", "Once"], ["--prompt shapes the text --sample N generates"]),
+        (["--model", "gpt2", "--sample-only"], ["--sample-only samples from trained weights: add --init-from"]),
+        (["--model", "gpt2", "--sample", "5", "--temperature", "-1"], ["--temperature: expected a number in [0, 100]"]),
         # micro-steps given twice
         (["--model", "gpt2", "--total-batch-tokens", "1024", "--accum", "2"],
          ["--accum 2 and --total-batch-tokens 1024", "give one of the two"]),

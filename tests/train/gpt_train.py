@@ -10,7 +10,10 @@ Modes:
   resume       a run of 6 steps over 2 epochs equals, bit for bit (tol 0), runs resumed from its
                step-2 (mid-epoch) and step-4 (epoch boundary) checkpoints: parameters, AdamW
                moments and the loader's position.
-  llmc         --save-llmc writes llm.c's model file and --init-from reads it back.
+  llmc         --save-llmc writes llm.c's model file and --init-from reads it back; --sample-only
+               samples from it without training, after a --prompt, greedy (--temperature 0: the
+               same text twice) and at --top-k 5 (another --seed, another text); needs
+               data/text's GPT-2 vocabulary (scripts/fetch-text.sh).
   bad_input    missing shards, a bad magic, a token outside the vocabulary, a batch plan that does
                not divide: a clear message and exit 1 on every rank, no hang.
   profile_step DDP_PROFILE_STEP=2 (the step a profiler records, ddp_profiler_range: a no-op on the
@@ -183,6 +186,28 @@ def llmc(chk, exe, ckpt, mpi, tmp):
               "--init-from takes the file's sizes", out2)
     chk.check(a is not None and b is not None and abs(a - b) < 1e-3,
               f"--init-from continues from the saved weights: val loss {a} then {b}")
+    sample_only(chk, exe, data, path)
+
+
+def sample_only(chk, exe, data, model):
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    vocab = os.path.join(root, "data", "text", "encoder.json")
+    if not os.path.exists(vocab):
+        chk.check(False, "data/text has GPT-2's vocabulary: run scripts/fetch-text.sh data/text and test again")
+        return
+    def run(*extra):
+        cmd = tiny(exe, data, 1, ["--init-from", model, "--sample-only", "--sample", "12", "--vocab", vocab,
+                                  "--prompt", "It is a truth", *extra])
+        rc, out = trainlib.run(cmd, timeout=300)
+        m = re.search(r"^sample \(12 tokens after the prompt[^\n]*\n(.*)$", out, re.M)
+        chk.check(rc == 0 and m is not None, f"--sample-only {' '.join(extra)}: a sample is printed", out)
+        chk.check(not re.search(r"^step \d+/", out, re.M), "--sample-only trains no step", out)
+        return m.group(1) if m else None
+    greedy = [run("--temperature", "0") for _ in range(2)]
+    chk.check(greedy[0] is not None and greedy[0] == greedy[1] and greedy[0].startswith("It is a truth"),
+              f"greedy sampling: the prompt, then the same text twice ({greedy})")
+    drawn = [run("--temperature", "1", "--top-k", "5", "--seed", str(seed)) for seed in (1, 2)]
+    chk.check(drawn[0] is not None and drawn[0] != drawn[1], f"top-k 5 at two seeds: two texts ({drawn})")
 
 
 def expect_failure(chk, cmd, pattern, what):
