@@ -567,6 +567,29 @@ static void gpt_report_memory(const trainer *t, const gpt_mem_report *r)
                r->device_used, r->device_total, G(t)->device_used_max);
 }
 
+/* Rank 0, before the first step (a run that then runs out of memory has said what it holds): the
+ * memory allocated per rank, the 16-bit weight copy and the logits broken out. */
+static void gpt_report_memory_start(trainer *t)
+{
+    gpt_mem_report r;
+    gpt_memory(t, &r);
+    const double mib = 1024.0 * 1024.0;
+    double copy = r.params - (double)gpt2_numel_total(G(t)->model) * sizeof(float) / mib;
+    double logits = (double)G(t)->B * G(t)->T * G(t)->cfg.padded_vocab * sizeof(float) / mib;
+    printf("memory per rank at start-up (%s, allocated before the first step): parameters %.1f MiB "
+           "(fp32 master weights%s), gradients %.1f MiB, optimizer state %.1f MiB, activations "
+           "%.1f MiB (the logits %.1f MiB of them: B x T x padded vocabulary floats, which "
+           "--recompute does not shrink), communication buffers %.1f MiB\n",
+           ddp_backend(t->ctx) == DDP_BACKEND_CPU ? "host" : "device", r.params,
+           copy > 0.5 / 1024.0 ? ", and their 16-bit copy for the matmuls" : "", r.grads, r.optimizer,
+           r.activations, logits, r.comm);
+    if (copy > 0.5 / 1024.0)
+        printf("  %s keeps a copy of the weights for the 16-bit matmuls (%.1f MiB) beside the fp32 "
+               "master weights, so it can take more memory than fp32 on small batches; it saves "
+               "where the activations dominate\n",
+               model_precision_name(t->o->model.precision), copy);
+}
+
 /* Rank 0: --sample N tokens from the model after --prompt's tokens (or <|endoftext|>), drawn at
  * --temperature among the --top-k most likely (gpt2_sample.h) with a generator seeded by --seed,
  * the context cut to the last --seq tokens; printed as text. Only rank 0 computes. */
@@ -653,6 +676,7 @@ static void gpt_report_start(trainer *t)
            tokens_loader_steps_per_epoch(G(t)->loader), t->accum, G(t)->B, G(t)->T,
            (long)G(t)->B * G(t)->T * t->accum * t->world, t->steps_per_epoch, t->total_steps);
     gpt_report_flops(t);
+    gpt_report_memory_start(t);
     fflush(stdout);
 }
 

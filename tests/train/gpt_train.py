@@ -174,6 +174,8 @@ def llmc(chk, exe, ckpt, mpi, tmp):
     path = os.path.join(tmp, "model.bin")
     rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 4, ["--save-llmc", path]), timeout=300)
     chk.check(rc == 0 and os.path.exists(path), f"--save-llmc writes {path} (exit {rc})", out)
+    chk.check(re.search(r"memory per rank at start-up .* activations [\d.]+ MiB \(the logits [\d.]+ MiB", out)
+              is not None, "the memory is reported before the first step, the logits broken out", out)
     with open(path, "rb") as f:
         header = struct.unpack("<8i", f.read(32))
     chk.check(header[:8] == (20240326, 3, 1024, 50257, 2, 2, 64, 50304),
