@@ -810,7 +810,11 @@ static ddp_status gpt_after_save(trainer *t)
 {
     ddp_status st = DDP_OK;
     if (t->o->gpt.save_llmc) {
-        st = gpt2_llmc_save(G(t)->model, t->o->gpt.save_llmc, DDP_FP32);
+        /* a symbolic link is followed to the file it names (checked at start-up), which the
+         * temporary file then replaces: the link stays */
+        char *real = realpath(t->o->gpt.save_llmc, NULL);
+        st = gpt2_llmc_save(G(t)->model, real ? real : t->o->gpt.save_llmc, DDP_FP32);
+        free(real);
         if (st == DDP_OK)
             printf("saved %s (llm.c model file, fp32)\n", t->o->gpt.save_llmc);
     }

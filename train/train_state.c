@@ -486,6 +486,8 @@ ddp_status train_check_outputs(const train_opts *o)
         st = check_output_file("--save", o->save_path);
     if (st == DDP_OK && o->trace_path)
         st = check_output_file("--trace", o->trace_path);
+    if (st == DDP_OK && o->gpt.on && o->gpt.save_llmc)
+        st = check_output_file("--save-llmc", o->gpt.save_llmc);
     return st;
 }
 

@@ -32,6 +32,7 @@ Usage: gpt_train.py MODE DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of w
 import json
 import os
 import re
+import stat
 import struct
 import sys
 import tempfile
@@ -239,6 +240,30 @@ def bad_input(chk, exe, ckpt, mpi, tmp):
     different_data(chk, exe, mpi, tmp)
     empty_validation(chk, exe, mpi, tmp, data)
     bad_init_from(chk, exe, mpi, tmp, data)
+    bad_save_llmc(chk, exe, mpi, tmp, data)
+
+
+def bad_save_llmc(chk, exe, mpi, tmp, data):
+    """--save-llmc onto what a file write must not replace (a character device like /dev/full, a
+    FIFO, a folder) or into a missing folder: refused before training under mpirun -np 2, the
+    special file left as it was; through a symbolic link the file it names is written."""
+    dev, fifo = os.path.join(tmp, "full"), os.path.join(tmp, "fifo")
+    os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # a private copy of /dev/full (root)
+    os.mkfifo(fifo)
+    cases = [(dev, "is a character device"), (fifo, "is a FIFO"), (tmp, "is a folder"),
+             (os.path.join(tmp, "none", "m.bin"), "cannot write into the folder")]
+    for path, words in cases:
+        rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 2, ["--save-llmc", path]), timeout=120)
+        chk.check(rc not in (0, -999) and f"--save-llmc {path}" in out and words in out and "step 1/" not in out,
+                  f"--save-llmc onto {words.split()[-1]}: refused before training", out)
+    chk.check(stat.S_ISCHR(os.lstat(dev).st_mode) and stat.S_ISFIFO(os.lstat(fifo).st_mode),
+              "the device and the FIFO are still what they were")
+    target, link = os.path.join(tmp, "target.bin"), os.path.join(tmp, "link.bin")
+    open(target, "wb").close()
+    os.symlink(target, link)
+    rc, out = trainlib.run(tiny(exe, data, 2, ["--save-llmc", link]), timeout=120)
+    chk.check(rc == 0 and os.path.islink(link) and os.path.getsize(target) > 1024,
+              "--save-llmc through a symbolic link writes the file it names, the link stays", out)
 
 
 def empty_validation(chk, exe, mpi, tmp, data):
