@@ -7,6 +7,10 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,8 +142,35 @@ static ddp_status set_fill(tokens_set *s, const glob_t *g)
     return DDP_OK;
 }
 
+/* A shard truncated while it is mapped (another process shortened the file) makes a read of the
+ * lost pages raise SIGBUS. While a copy runs, this thread's bus_jump is armed and the handler
+ * returns into set_copy, which names the file; a SIGBUS elsewhere gets the action there was. */
+static _Thread_local sigjmp_buf *volatile bus_jump;
+static struct sigaction bus_before;
+static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
+
+static void on_sigbus(int sig, siginfo_t *info, void *uctx)
+{
+    if (bus_jump)
+        siglongjmp(*bus_jump, 1);
+    if (bus_before.sa_flags & SA_SIGINFO && bus_before.sa_sigaction) {
+        bus_before.sa_sigaction(sig, info, uctx);
+        return;
+    }
+    sigaction(SIGBUS, &bus_before, NULL);
+    raise(sig);
+}
+
+static void bus_install(void)
+{
+    struct sigaction sa = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_NODEFER};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &bus_before);
+}
+
 ddp_status tokens_set_open(const char *pattern, int vocab_size, tokens_set **out)
 {
+    pthread_once(&bus_once, bus_install);
     if (!out)
         return DDP_ERR_INVALID_ARG;
     *out = NULL;
@@ -222,17 +253,40 @@ size_t tokens_set_n_windows(const tokens_set *s, size_t window_tokens)
     return n;
 }
 
+/* dst[k] = src[k] as int32 for k < n; whether one is >= vocab. */
+static uint32_t copy_ids(const uint16_t *src, size_t n, int vocab, int32_t *dst)
+{
+    uint32_t bad = 0;
+    for (size_t k = 0; k < n; k++) {
+        dst[k] = src[k];
+        bad |= (uint32_t)(src[k] >= vocab);
+    }
+    return bad;
+}
+
 /* Copies tokens [off, off + n) of shard i into dst as int32, checking each id against the
- * vocabulary. DDP_ERR_FORMAT naming the file, offset and value of the first bad id. */
+ * vocabulary. DDP_ERR_FORMAT naming the file, offset and value of the first bad id; DDP_ERR_IO
+ * naming the file when it was truncated under the job. */
 static ddp_status set_copy(const tokens_set *s, size_t i, size_t off, size_t n, int32_t *dst)
 {
     const tokens_shard *sh = &s->shards[i].pub;
     const uint16_t *src = sh->tokens + off;
-    uint32_t bad = 0;
-    for (size_t k = 0; k < n; k++) {
-        dst[k] = src[k];
-        bad |= (uint32_t)(src[k] >= s->vocab);
+    sigjmp_buf jump;
+    if (sigsetjmp(jump, 1)) {
+        bus_jump = NULL;
+        struct stat st;
+        long long now = stat(sh->path, &st) == 0 ? (long long)st.st_size : -1;
+        DDP_ERROR("%s: the file shrank while training read it (now %lld bytes, %zu when opened; "
+                  "tokens %zu-%zu are gone): another process truncated or rewrote it; restore the "
+                  "shard and resume from the last checkpoint", sh->path, now, s->shards[i].bytes,
+                  off, off + n);
+        return DDP_ERR_IO;
     }
+    bus_jump = &jump;
+    atomic_signal_fence(memory_order_seq_cst); /* armed before the first read, disarmed after the last */
+    uint32_t bad = copy_ids(src, n, s->vocab, dst);
+    atomic_signal_fence(memory_order_seq_cst);
+    bus_jump = NULL;
     if (!bad)
         return DDP_OK;
     for (size_t k = 0; k < n; k++)

@@ -476,6 +476,36 @@ static void test_val_pattern(void)
     capture_end();
 }
 
+/* A shard truncated under a running loader (its pages past the new end gone from the mapping):
+ * the window that reaches them is refused naming the file, no SIGBUS. */
+static void test_truncated(void)
+{
+    enum { N = 8000 };
+    static uint16_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint16_t)(i % 50000);
+    const char *path = tmp_path("cut_train_000001.bin");
+    write_shard(path, TOKENS_MAGIC, 1, N, tok, N);
+    tokens_set *set = NULL;
+    tokens_loader *l = NULL;
+    CHECK(tokens_set_open(path, VOCAB, &set) == DDP_OK, "open the shard to cut");
+    tokens_loader_opts o = {.batch = 1, .seq = 10, .world_size = 1, .rank = 0, .shuffle = 0};
+    CHECK(set && tokens_loader_create(set, &o, &l) == DDP_OK, "loader on the shard to cut");
+    int32_t x[10], y[10];
+    CHECK(l && tokens_loader_next(l, x, y) == DDP_OK, "the first window, before the cut");
+    CHECK(truncate(path, 4096) == 0, "truncate to 4096 bytes");
+    capture_begin();
+    ddp_status rc = DDP_OK;
+    for (int w = 1; l && rc == DDP_OK && w < N / 11; w++)
+        rc = tokens_loader_next(l, x, y);
+    const char *msg = capture_end();
+    CHECK(rc == DDP_ERR_IO, "a window past the cut: %s, want DDP_ERR_IO", ddp_strerror(rc));
+    CHECK(strstr(msg, "cut_train_000001.bin") && strstr(msg, "shrank") && strstr(msg, "now 4096 bytes"),
+          "the message names the file and its new size: '%s'", msg);
+    tokens_loader_destroy(l);
+    tokens_set_close(set);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/ddp_tokens_XXXXXX");
@@ -496,6 +526,7 @@ int main(void)
     test_bad_files();
     test_bad_token();
     test_val_pattern();
+    test_truncated();
     for (int i = 0; i < n_files; i++)
         unlink(files[i]);
     rmdir(dir);
