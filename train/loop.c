@@ -232,6 +232,9 @@ static ddp_status prepare(trainer *t)
     ddp_status st = trainer_agree(t, open_metrics(t));
     if (st == DDP_OK)
         st = t->task->open(t);
+    t->total_steps = t->steps_per_epoch * t->o->epochs;
+    if (t->o->max_steps > 0 && t->o->max_steps < t->total_steps)
+        t->total_steps = t->o->max_steps;
     if (st == DDP_OK)
         st = trainer_agree(t, t->rank == 0 ? train_check_outputs(t->o) : DDP_OK);
     if (st == DDP_OK)

@@ -200,9 +200,6 @@ static ddp_status gpt_plan(trainer *t)
                   t->accum);
         return DDP_ERR_INVALID_ARG;
     }
-    t->total_steps = t->steps_per_epoch * o->epochs;
-    if (o->max_steps > 0 && o->max_steps < t->total_steps)
-        t->total_steps = o->max_steps;
     return DDP_OK;
 }
 
