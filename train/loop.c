@@ -254,6 +254,11 @@ static ddp_status prepare(trainer *t)
     ddp_status st = trainer_agree(t, open_metrics(t));
     if (st == DDP_OK)
         st = t->task->open(t);
+    t->total_steps = t->steps_per_epoch * t->o->epochs;
+    if (t->o->max_steps > 0 && t->o->max_steps < t->total_steps)
+        t->total_steps = t->o->max_steps;
+    if (t->o->gpt.sample_only) /* no training: the weights are sampled (and exported) */
+        t->total_steps = 0;
     if (st == DDP_OK)
         st = trainer_agree(t, t->rank == 0 ? train_check_outputs(t->o) : DDP_OK);
     if (st == DDP_OK)

@@ -48,8 +48,8 @@ typedef struct train_view {
  * upload) stop the job (trainer_must); `open` and `build` return what every rank agrees on. */
 typedef struct train_task {
     size_t state_bytes;                          /* the task's state (trainer_task, zeroed) */
-    ddp_status (*open)(trainer *t);              /* data, metrics file, t->steps_per_epoch, t->accum,
-                                                    t->n_train */
+    ddp_status (*open)(trainer *t);              /* data, t->steps_per_epoch, t->accum, t->n_train
+                                                    (the loop derives t->total_steps) */
     ddp_status (*build)(trainer *t, train_view *v); /* the model on t->ops (collective agreements
                                                        inside are the task's), view filled */
     float *(*params)(trainer *t);                /* the flat fp32 parameters (marks copies stale) */

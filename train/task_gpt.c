@@ -202,11 +202,6 @@ static ddp_status gpt_plan(trainer *t)
                   t->accum);
         return DDP_ERR_INVALID_ARG;
     }
-    t->total_steps = t->steps_per_epoch * o->epochs;
-    if (o->max_steps > 0 && o->max_steps < t->total_steps)
-        t->total_steps = o->max_steps;
-    if (o->gpt.sample_only)
-        t->total_steps = 0;
     return DDP_OK;
 }
 

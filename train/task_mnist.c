@@ -87,9 +87,6 @@ static ddp_status mnist_plan(trainer *t)
                   t->o->batch, t->o->accum, n, t->world, n);
         return DDP_ERR_INVALID_ARG;
     }
-    t->total_steps = t->steps_per_epoch * t->o->epochs;
-    if (t->o->max_steps > 0 && t->o->max_steps < t->total_steps)
-        t->total_steps = t->o->max_steps;
     return DDP_OK;
 }
 

@@ -33,7 +33,8 @@ The GPT's --zero 2 keeps its gradients in the reducer's bucket buffers. At --acc
 reduce-scattered once, so the sums are --zero 0's, (a1 + a2) + (b1 + b2): bit-identical. With
 --zero-accum reduce (the memory saving) every micro-step is reduce-scattered and the shard adds
 the sums, (a1 + b1) + (a2 + b2): a rounding apart (DeepSpeed's stage 2 does the same). The
-MLP's --zero 2 keeps its full buffer (a small model) and stays bit-identical.
+MLP's --zero 2 writes into the reducer's buckets too (model_config.reducer_grads) and stays
+bit-identical alike.
 
 Usage: zero.py MODE DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
