@@ -133,7 +133,7 @@ static const char train_usage_text[] =
     "  --save FILE             rank 0 writes the trained parameters as a checkpoint (FILE: see below)\n"
     "  --augment               shift each training image by up to 2 pixels (from seed, epoch, sample)\n"
     "  --no-shuffle            keep the data order (identity permutation)\n"
-    "  --log-every N           progress line every N steps when stdout is not a terminal (default 50)\n"
+    "  --log-every N           progress line every N steps when not on a terminal (default 50)\n"
     "  --broadcast-init        copy rank 0's initial parameters to every rank\n"
     "  --grad-dtype T          gradient all-reduce in fp32, bf16 or fp16 (default fp32): 16 bits halve\n"
     "                          the bytes (PyTorch's compression hooks); fp16 (here or in --precision)\n"

@@ -16,7 +16,8 @@ double train_now(void)
 
 void progress_init(progress_bar *p, int log_every, long total_steps, long samples_per_step)
 {
-    *p = (progress_bar){.tty = isatty(STDOUT_FILENO), .log_every = log_every,
+    /* stderr tells a person's terminal: under mpirun stdout is a pseudo-terminal of its own */
+    *p = (progress_bar){.tty = isatty(STDOUT_FILENO) && isatty(STDERR_FILENO), .log_every = log_every,
                         .total_steps = total_steps, .samples_per_step = samples_per_step,
                         .unit = "samples"};
 }

@@ -12,7 +12,7 @@
 double train_now(void);
 
 /* Progress of training on rank 0, on stdout (where the evaluations and reports go too): a live
- * bar (\r updates) when stdout is a terminal, else a plain line every log_every steps. */
+ * bar (\r updates) when stdout and stderr are a terminal, else a plain line every log_every steps. */
 typedef struct progress_bar {
     int tty;
     int log_every;
