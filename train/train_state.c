@@ -270,6 +270,98 @@ ddp_status train_save_state(const train_setup *s, const train_pos *pos, const ch
     return rc;
 }
 
+/* This rank's shard of the state for a checkpoint folder: its ddp_shard_range slice of the
+ * parameters and of every optimizer buffer (its --zero shard when they are sharded, else the same
+ * slice of the replicated buffer), each with its offset ("shard.offset.NAME"), then the position
+ * and fingerprint (state_add_position) in every file. */
+static ddp_status shard_state(const train_setup *s, train_pos pos, ddp_state **out)
+{
+    const train_buffers *b = &s->buf;
+    size_t off, n;
+    ddp_shard_range(b->numel, ddp_world_size(s->ctx), ddp_rank(s->ctx), &off, &n);
+    size_t most = n > b->opt_n ? n : b->opt_n;
+    float *host = malloc((most ? most : 1) * sizeof *host);
+    ddp_param_desc shard = {.name = "shard", .n_dims = 1, .shape = {(int64_t)n}};
+    ddp_status st = host ? ddp_download(s->ctx, host, b->params + off, n * sizeof *host) : DDP_ERR_NOMEM;
+    if (st == DDP_OK)
+        st = ddp_state_create(&shard, 1, host, out);
+    if (st == DDP_OK)
+        st = ddp_state_set_u64(*out, "shard.offset.params", off);
+    for (int i = 0; st == DDP_OK && i < b->n_opt; i++) {
+        size_t o = opt_sharded(s) ? b->opt_offset : off, k = opt_sharded(s) ? b->opt_n : n;
+        char key[DDP_NAME_MAX + 16];
+        snprintf(key, sizeof key, "shard.offset.%s", b->opt_names[i]);
+        st = ddp_download(s->ctx, host, b->opt[i] + (o - b->opt_offset), k * sizeof *host);
+        if (st == DDP_OK)
+            st = ddp_state_set_f32(*out, b->opt_names[i], host, k);
+        if (st == DDP_OK)
+            st = ddp_state_set_u64(*out, key, o);
+    }
+    free(host);
+    if (st == DDP_OK)
+        st = state_add_position(s, pos, *out);
+    return st;
+}
+
+/* Collective: each rank's failure flag summed over the ranks into flags[world] (every rank). */
+static void agree_flags(const train_setup *s, int failed, int64_t *flags)
+{
+    int world = ddp_world_size(s->ctx);
+    memset(flags, 0, (size_t)world * sizeof *flags);
+    flags[ddp_rank(s->ctx)] = failed != 0;
+    state_must(s->ctx, ddp_allreduce_host(s->ctx, flags, (size_t)world, DDP_INT64, DDP_SUM),
+               "agreeing on the checkpoint's files");
+}
+
+/* Rank 0: the ranks whose flag is set, logged after `what`; their count. */
+static int64_t name_failed(const int64_t *flags, int world, const char *what)
+{
+    char list[256] = "";
+    int64_t n = 0;
+    for (int q = 0; q < world; q++)
+        if (flags[q] && ++n <= 16)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", n > 1 ? ", " : "", q);
+    if (n)
+        DDP_ERROR("%s: rank(s) %s%s failed (see their messages)", what, list, n > 16 ? ", ..." : "");
+    return n;
+}
+
+/* Collective, --checkpoint-format folder: rank 0 empties the folder path, every rank writes its
+ * shard file in parallel, and once all of them are on disk rank 0 writes the MANIFEST. Every rank
+ * returns its own outcome (a failed write is logged by the rank with the file and the reason);
+ * rank 0 also fails when another rank did (no MANIFEST then: the folder is no checkpoint). */
+static ddp_status save_folder(const train_setup *s, const train_pos *pos, const char *path)
+{
+    int rank = ddp_rank(s->ctx), world = ddp_world_size(s->ctx);
+    int64_t *flags = malloc((size_t)world * sizeof *flags);
+    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the checkpoint's flags");
+    ddp_status st = rank == 0 ? ddp_ckpt_dir_begin(path) : DDP_OK;
+    agree_flags(s, st != DDP_OK, flags);
+    if (flags[0]) {
+        free(flags);
+        return st;
+    }
+    ddp_state *shard = NULL;
+    st = shard_state(s, *pos, &shard);
+    errno = 0;
+    if (st == DDP_OK)
+        st = ddp_ckpt_dir_write_shard(path, rank, world, shard);
+    int err = errno;
+    agree_flags(s, st != DDP_OK, flags);
+    if (rank == 0 && st == DDP_OK && name_failed(flags, world, path) > 0) {
+        st = DDP_ERR_IO;
+        err = 0;
+    } else if (rank == 0 && st == DDP_OK) {
+        errno = 0;
+        st = ddp_ckpt_dir_commit(path, world, s->buf.descs, s->buf.n_params, shard);
+        err = errno;
+    }
+    ddp_state_destroy(shard);
+    free(flags);
+    errno = st == DDP_ERR_IO ? err : 0;
+    return st;
+}
+
 /* Why a save failed, for a message: the system's reason (errno, set by train_save_state) for
  * DDP_ERR_IO, else the status's text. */
 static const char *save_error(ddp_status st)
@@ -338,7 +430,41 @@ static void ckpt_path(const char *dir, long step, char *path)
     snprintf(path, DDP_PATH_MAX, "%s/%s", dir, name);
 }
 
-/* Removes all but the newest `keep` checkpoints of dir. */
+/* 1 when path is a folder (a checkpoint folder, complete or not). */
+static int is_folder(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* 1 when the checkpoint folder path has its MANIFEST (the save that wrote it completed). */
+static int folder_complete(const char *path)
+{
+    char manifest[DDP_PATH_MAX + 16];
+    snprintf(manifest, sizeof manifest, "%s/%s", path, DDP_CKPT_MANIFEST);
+    return access(manifest, F_OK) == 0;
+}
+
+/* Removes a checkpoint file, or a checkpoint folder with the files in it (not its subfolders). */
+static int remove_checkpoint(const char *path)
+{
+    if (!is_folder(path))
+        return unlink(path);
+    DIR *d = opendir(path);
+    struct dirent *de;
+    char file[DDP_PATH_MAX + 300];
+    while (d && (de = readdir(d)) != NULL) {
+        snprintf(file, sizeof file, "%s/%s", path, de->d_name);
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            unlink(file);
+    }
+    if (d)
+        closedir(d);
+    return rmdir(path);
+}
+
+/* Removes all but the newest `keep` checkpoints of dir, and every checkpoint folder without a
+ * MANIFEST (the debris of an interrupted save). */
 static void prune_checkpoints(const char *dir, int keep)
 {
     long *steps = NULL;
@@ -346,10 +472,18 @@ static void prune_checkpoints(const char *dir, int keep)
     if (list_checkpoints(dir, &steps, &n) != DDP_OK)
         return;
     char path[DDP_PATH_MAX];
-    for (size_t i = (size_t)keep; i < n; i++) {
+    int kept = 0;
+    for (size_t i = 0; i < n; i++) {
         ckpt_path(dir, steps[i], path);
-        if (unlink(path) != 0)
+        int debris = is_folder(path) && !folder_complete(path);
+        if (!debris && kept < keep) {
+            kept++;
+            continue;
+        }
+        if (remove_checkpoint(path) != 0)
             DDP_WARN("--keep: cannot remove %s: %s", path, strerror(errno));
+        else if (debris)
+            DDP_INFO("checkpoint: removed %s, an interrupted save (no %s)", path, DDP_CKPT_MANIFEST);
     }
     free(steps);
 }
@@ -358,9 +492,13 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
 {
     char path[DDP_PATH_MAX];
     ckpt_path(s->o->checkpoint_dir, pos->step, path);
-    ddp_status st = train_save_state(s, pos, path);
-    if (ddp_rank(s->ctx) != 0)
+    ddp_status st = s->o->checkpoint_folder ? save_folder(s, pos, path) : train_save_state(s, pos, path);
+    if (ddp_rank(s->ctx) != 0) {
+        if (st != DDP_OK)
+            DDP_ERROR("checkpoint %s at step %ld: this rank's file failed: %s", path, pos->step,
+                      save_error(st));
         return st;
+    }
     if (st != DDP_OK) {
         const char *why = save_error(st);
         if (s->o->checkpoint_errors_warn)
@@ -476,21 +614,50 @@ ddp_status train_check_outputs(const train_opts *o)
 
 /* ---- resuming -------------------------------------------------------------------------------- */
 
-/* Rank 0, --resume auto: loads the newest valid checkpoint of the folder (path written to `path`);
- * *out stays NULL when the folder has none. Corrupt ones are skipped with a warning. */
-static ddp_status find_newest(const char *dir, char *path, ddp_state **out)
+/* A checkpoint that is opened: a file read whole (rank 0), or a folder whose MANIFEST and file
+ * tables are read (the values stay on disk until every rank reads its part). */
+typedef struct resume_src {
+    ddp_state *file;
+    ddp_ckpt_dir *dir;
+} resume_src;
+
+/* The state to check: the file's, or the folder's (its buffers' counts without values). */
+static const ddp_state *src_state(const resume_src *r)
+{
+    return r->file ? r->file : ddp_ckpt_dir_state(r->dir);
+}
+
+static void src_close(resume_src *r)
+{
+    ddp_state_destroy(r->file);
+    ddp_ckpt_dir_close(r->dir);
+    *r = (resume_src){0};
+}
+
+/* Opens the checkpoint file or folder at path. */
+static ddp_status src_open(const char *path, resume_src *r)
+{
+    *r = (resume_src){0};
+    return is_folder(path) ? ddp_ckpt_dir_open(path, &r->dir) : ddp_state_load(path, &r->file);
+}
+
+/* Rank 0, --resume auto: opens the newest valid checkpoint of the folder (path written to `path`);
+ * *out stays empty when the folder has none. Corrupt ones, and folders that a save left without
+ * their MANIFEST or with a file missing, truncated or from another save, are skipped with a
+ * warning. */
+static ddp_status find_newest(const char *dir, char *path, resume_src *out)
 {
     long *steps = NULL;
     size_t n = 0, i;
     ddp_status st = list_checkpoints(dir, &steps, &n);
-    for (i = 0; st == DDP_OK && i < n && !*out; i++) {
+    for (i = 0; st == DDP_OK && i < n && !src_state(out); i++) {
         ckpt_path(dir, steps[i], path);
-        if (ddp_state_load(path, out) != DDP_OK)
+        if (src_open(path, out) != DDP_OK)
             DDP_WARN("--resume auto: skipping %s: it is corrupt or truncated (see above)%s", path,
                      i + 1 < n ? "; trying the previous checkpoint" : "");
     }
     free(steps);
-    if (st == DDP_OK && n > 0 && !*out) {
+    if (st == DDP_OK && n > 0 && !src_state(out)) {
         DDP_ERROR("--resume auto: none of the %zu checkpoints in %s is valid: move them away to "
                   "start fresh", n, dir);
         st = DDP_ERR_FORMAT;
@@ -516,8 +683,9 @@ static ddp_status check_buffers(const train_setup *s, const ddp_state *st, const
     int whole = ddp_state_u64(st, "step", &v) && ddp_state_u64(st, "epoch", &v) &&
                 ddp_state_u64(st, "step_in_epoch", &v) && ddp_state_u64(st, "world_size", &v);
     for (int i = 0; whole && i < b->n_opt; i++) {
-        size_t n_opt = 0;
-        whole = ddp_state_f32(st, b->opt_names[i], &n_opt) && n_opt == b->numel;
+        size_t n_opt = 0; /* a folder's state has the counts without the values */
+        ddp_state_f32(st, b->opt_names[i], &n_opt);
+        whole = n_opt == b->numel;
     }
     if (!whole) {
         DDP_ERROR("--resume %s: the file holds parameters only, not a training state (optimizer "
@@ -551,31 +719,29 @@ static train_pos read_position(const train_setup *s, const ddp_state *st)
     return p;
 }
 
-/* Rank 0: finds, loads and checks the checkpoint; *out NULL for a fresh start. */
-static ddp_status open_resume(const train_setup *s, char *path, ddp_state **out)
+/* Rank 0: finds, opens and checks the checkpoint; *out empty for a fresh start. */
+static ddp_status open_resume(const train_setup *s, char *path, resume_src *out)
 {
     const train_opts *o = s->o;
     ddp_status st;
-    *out = NULL;
+    *out = (resume_src){0};
     if (strcmp(o->resume, "auto") == 0) {
         st = find_newest(o->checkpoint_dir, path, out);
-        if (st == DDP_OK && !*out)
+        if (st == DDP_OK && !src_state(out))
             printf("--resume auto: no checkpoint in %s: starting fresh\n", o->checkpoint_dir);
     } else {
         snprintf(path, DDP_PATH_MAX, "%s", o->resume);
-        st = ddp_state_load(path, out);
+        st = src_open(path, out);
         if (st != DDP_OK)
-            DDP_ERROR("--resume %s: cannot use this file (see above)", path);
+            DDP_ERROR("--resume %s: cannot use this %s (see above)", path, is_folder(path) ? "folder" : "file");
     }
     int other_world = 0;
-    if (st == DDP_OK && *out)
-        st = check_buffers(s, *out, path);
-    if (st == DDP_OK && *out)
-        st = check_fingerprint(s, *out, path, &other_world);
-    if (st != DDP_OK) {
-        ddp_state_destroy(*out);
-        *out = NULL;
-    }
+    if (st == DDP_OK && src_state(out))
+        st = check_buffers(s, src_state(out), path);
+    if (st == DDP_OK && src_state(out))
+        st = check_fingerprint(s, src_state(out), path, &other_world);
+    if (st != DDP_OK)
+        src_close(out);
     return st;
 }
 
@@ -635,22 +801,106 @@ static void bcast_buffers(const train_setup *s, const ddp_state *st)
     }
 }
 
+/* Elements [lo, lo + n) of buffer `name` of the folder into dev (backend memory, element lo at
+ * dev[0]), through a host buffer of STATE_CHUNK * 4 floats. */
+static ddp_status read_range(const train_setup *s, const ddp_ckpt_dir *d, const char *name,
+                             float *dev, size_t lo, size_t n)
+{
+    size_t chunk = STATE_CHUNK * 4;
+    float *host = malloc(chunk * sizeof *host);
+    ddp_status st = host ? DDP_OK : DDP_ERR_NOMEM;
+    for (size_t at = 0; st == DDP_OK && at < n; at += chunk) {
+        size_t k = n - at < chunk ? n - at : chunk;
+        st = ddp_ckpt_dir_read_f32(d, name, lo + at, k, host);
+        if (st == DDP_OK)
+            st = ddp_upload(s->ctx, dev + at, host, k * sizeof *host);
+    }
+    free(host);
+    return st;
+}
+
+/* Collective: every rank's shard range of a replicated buffer (backend memory) to every rank. */
+static void bcast_ranges(const train_setup *s, float *buf)
+{
+    int world = ddp_world_size(s->ctx);
+    for (int q = 0; q < world; q++) {
+        size_t off, n;
+        ddp_shard_range(s->buf.numel, world, q, &off, &n);
+        if (n > 0)
+            state_must(s->ctx, ddp_broadcast(s->ctx, buf + off, n * sizeof(float), q),
+                       "broadcasting a checkpoint's range");
+    }
+}
+
+/* This rank's reads: its shard range of the parameters and of every replicated optimizer buffer,
+ * or its own --zero shard of a sharded one. */
+static ddp_status read_shares(const train_setup *s, const ddp_ckpt_dir *d)
+{
+    const train_buffers *b = &s->buf;
+    size_t off, n;
+    ddp_shard_range(b->numel, ddp_world_size(s->ctx), ddp_rank(s->ctx), &off, &n);
+    ddp_status st = read_range(s, d, "params", b->params + off, off, n);
+    for (int i = 0; st == DDP_OK && i < b->n_opt; i++)
+        st = opt_sharded(s) ? read_range(s, d, b->opt_names[i], b->opt[i], b->opt_offset, b->opt_n)
+                            : read_range(s, d, b->opt_names[i], b->opt[i] + off, off, n);
+    return st;
+}
+
+/* Collective, resuming from the checkpoint folder path (d: rank 0's open folder; the other ranks
+ * open it): every rank checks the CRC-32 of files rank, rank + world, ... and reads only the byte
+ * ranges it needs (resharded to this run's ranks and --zero stage: the ranges are offsets into
+ * the flat buffers), then the replicated buffers' ranges are broadcast. Same status on every rank. */
+static ddp_status load_folder(const train_setup *s, const char *path, const ddp_ckpt_dir *d0)
+{
+    int rank = ddp_rank(s->ctx), world = ddp_world_size(s->ctx);
+    ddp_ckpt_dir *mine = NULL;
+    ddp_status st = rank == 0 ? DDP_OK : ddp_ckpt_dir_open(path, &mine);
+    const ddp_ckpt_dir *d = rank == 0 ? d0 : mine;
+    for (int i = rank; st == DDP_OK && i < ddp_ckpt_dir_n_files(d); i += world)
+        st = ddp_ckpt_dir_verify_file(d, i);
+    if (st == DDP_OK)
+        st = read_shares(s, d);
+    int64_t *flags = malloc((size_t)world * sizeof *flags);
+    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the resume flags");
+    agree_flags(s, st != DDP_OK, flags);
+    int64_t failed = 0;
+    for (int q = 0; q < world; q++)
+        failed += flags[q];
+    if (rank == 0 && failed)
+        name_failed(flags, world, "--resume: reading the checkpoint folder");
+    free(flags);
+    ddp_ckpt_dir_close(mine);
+    if (failed) {
+        DDP_ERROR("--resume %s: the folder cannot be used (see the messages above); move it away to "
+                  "resume from the previous checkpoint", path);
+        return st != DDP_OK ? st : DDP_ERR_FORMAT;
+    }
+    bcast_ranges(s, s->buf.params);
+    for (int i = 0; i < s->buf.n_opt && !opt_sharded(s); i++)
+        bcast_ranges(s, s->buf.opt[i]);
+    return DDP_OK;
+}
+
 ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
 {
     *pos = (train_pos){0};
     *resumed = 0;
     if (!s->o->resume)
         return DDP_OK;
-    int64_t head[5] = {DDP_OK, 0, 0, 0, 0}; /* status, resumed, step, epoch, step_in_epoch */
-    ddp_state *st = NULL;
+    /* status, resumed, step, epoch, step_in_epoch, a folder */
+    int64_t head[6] = {DDP_OK, 0, 0, 0, 0, 0};
+    resume_src src = {0};
+    const ddp_state *st = NULL;
     char path[DDP_PATH_MAX] = "";
     if (ddp_rank(s->ctx) == 0) {
-        head[0] = open_resume(s, path, &st);
+        head[0] = open_resume(s, path, &src);
+        st = src_state(&src);
         train_pos p = st ? read_position(s, st) : (train_pos){0};
         head[1] = st != NULL;
         head[2] = p.step;
         head[3] = p.epoch;
         head[4] = p.step_in_epoch;
+        head[5] = src.dir != NULL;
     }
     double scaler_state[2] = {1.0, 0.0}; /* loss scale, finite steps since its last change */
     if (st) {
@@ -661,8 +911,13 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
     }
     bcast_host(s->ctx, head, sizeof head);
     bcast_host(s->ctx, scaler_state, sizeof scaler_state);
-    if (head[1])
-        bcast_buffers(s, st);
+    if (head[1] && head[5]) {
+        bcast_host(s->ctx, path, sizeof path);
+        ddp_status lf = load_folder(s, path, src.dir);
+        head[0] = head[0] == DDP_OK ? lf : head[0];
+    } else if (head[1]) {
+        bcast_buffers(s, src.file);
+    }
     if (head[1] && head[0] == DDP_OK && s->scaler &&
         ddp_scaler_set_state(s->scaler, scaler_state[0], (int64_t)scaler_state[1]) != DDP_OK) {
         DDP_ERROR("--resume: the checkpoint's loss scale %g after %.0f finite steps does not fit this "
@@ -670,10 +925,10 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
                   scaler_state[0], scaler_state[1]);
         head[0] = DDP_ERR_MISMATCH;
     }
-    if (head[1] && ddp_rank(s->ctx) == 0)
+    if (head[1] && head[0] == DDP_OK && ddp_rank(s->ctx) == 0)
         printf("resumed from %s at step %lld (epoch %lld, %lld steps into it)\n", path,
                (long long)head[2], (long long)head[3] + 1, (long long)head[4]);
-    ddp_state_destroy(st);
+    src_close(&src);
     *pos = (train_pos){.step = head[2], .epoch = head[3], .step_in_epoch = head[4]};
     *resumed = (int)head[1];
     if (head[0] != DDP_OK && ddp_rank(s->ctx) != 0)
