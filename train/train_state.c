@@ -25,7 +25,13 @@
  * --zero stage resumes from it: each rank keeps its own range of the broadcast buffers. The gather
  * and the broadcast go in chunks of STATE_CHUNK elements per rank, so no rank holds more than
  * world_size x STATE_CHUNK floats beyond its own state; rank 0 already holds the whole state on
- * the host to write it. Why not a file per rank: see docs/formats.md.
+ * the host to write it.
+ *
+ * Checkpoint folders (--checkpoint-format folder, docs/formats.md): every rank writes its
+ * ddp_shard_range slice of the parameters and optimizer buffers (its --zero shard when sharded)
+ * into DIR/step-N.ckpt/rank-R-of-W.ckpt in parallel, and rank 0 writes the MANIFEST once all are on
+ * disk (runtime/checkpoint_dir.c). Resuming, every rank reads only its ranges (any world size,
+ * any stage) and the replicated buffers are broadcast range by range.
  */
 #include "train_state.h"
 #include "mkdir_p.h"
@@ -38,6 +44,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DDP_CKPT_NAME_FMT "step-%012ld.ckpt"
@@ -270,6 +277,13 @@ ddp_status train_save_state(const train_setup *s, const train_pos *pos, const ch
     return rc;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* This rank's shard of the state for a checkpoint folder: its ddp_shard_range slice of the
  * parameters and of every optimizer buffer (its --zero shard when they are sharded, else the same
  * slice of the replicated buffer), each with its offset ("shard.offset.NAME"), then the position
@@ -330,7 +344,8 @@ static int64_t name_failed(const int64_t *flags, int world, const char *what)
  * shard file in parallel, and once all of them are on disk rank 0 writes the MANIFEST. Every rank
  * returns its own outcome (a failed write is logged by the rank with the file and the reason);
  * rank 0 also fails when another rank did (no MANIFEST then: the folder is no checkpoint). */
-static ddp_status save_folder(const train_setup *s, const train_pos *pos, const char *path)
+static ddp_status save_folder(const train_setup *s, const train_pos *pos, const char *path,
+                              double *slowest_write)
 {
     int rank = ddp_rank(s->ctx), world = ddp_world_size(s->ctx);
     int64_t *flags = malloc((size_t)world * sizeof *flags);
@@ -342,11 +357,15 @@ static ddp_status save_folder(const train_setup *s, const train_pos *pos, const 
         return st;
     }
     ddp_state *shard = NULL;
+    double t0 = now_s();
     st = shard_state(s, *pos, &shard);
     errno = 0;
     if (st == DDP_OK)
         st = ddp_ckpt_dir_write_shard(path, rank, world, shard);
     int err = errno;
+    *slowest_write = now_s() - t0;
+    state_must(s->ctx, ddp_allreduce_host(s->ctx, slowest_write, 1, DDP_FP64, DDP_MAX),
+               "agreeing on the checkpoint's write time");
     agree_flags(s, st != DDP_OK, flags);
     if (rank == 0 && st == DDP_OK && name_failed(flags, world, path) > 0) {
         st = DDP_ERR_IO;
@@ -492,7 +511,10 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
 {
     char path[DDP_PATH_MAX];
     ckpt_path(s->o->checkpoint_dir, pos->step, path);
-    ddp_status st = s->o->checkpoint_folder ? save_folder(s, pos, path) : train_save_state(s, pos, path);
+    double t0 = now_s(), slowest_write = 0.0;
+    ddp_status st = s->o->checkpoint_folder ? save_folder(s, pos, path, &slowest_write)
+                                            : train_save_state(s, pos, path);
+    double took = now_s() - t0;
     if (ddp_rank(s->ctx) != 0) {
         if (st != DDP_OK)
             DDP_ERROR("checkpoint %s at step %ld: this rank's file failed: %s", path, pos->step,
@@ -510,7 +532,11 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
                       "on)", path, pos->step, why);
         return st;
     }
-    printf("checkpoint %s (step %ld)\n", path, pos->step);
+    if (s->o->checkpoint_folder)
+        printf("checkpoint %s (step %ld): %.3f s, the slowest rank's file %.3f s\n", path, pos->step,
+               took, slowest_write);
+    else
+        printf("checkpoint %s (step %ld): %.3f s\n", path, pos->step, took);
     fflush(stdout);
     prune_checkpoints(s->o->checkpoint_dir, s->o->keep);
     return DDP_OK;
