@@ -252,6 +252,17 @@ ddp_status ddp_ckpt_dir_write_shard(const char *dir, int rank, int world_size, c
     return st;
 }
 
+int ddp_ckpt_dir_files_present(const char *dir, int world_size)
+{
+    int present = dir != NULL && world_size >= 1;
+    for (int r = 0; present && r < world_size; r++) {
+        char *path = shard_path(dir, r, world_size);
+        present = path && access(path, F_OK) == 0;
+        free(path);
+    }
+    return present;
+}
+
 /* A growing text. */
 typedef struct text_buf {
     char *p;

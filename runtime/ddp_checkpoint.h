@@ -120,6 +120,9 @@ DDP_API ddp_status ddp_ckpt_dir_begin(const char *dir);
  * params slice or "shard.offset.*" entries are missing is DDP_ERR_INVALID_ARG. */
 DDP_API ddp_status ddp_ckpt_dir_write_shard(const char *dir, int rank, int world_size,
                                             const ddp_state *shard);
+/* 1 when all world_size rank files of dir are there (each appears, by a rename, only once it is
+ * complete and fsync'ed), else 0. For a rank 0 that learns of the others' writes from the files. */
+DDP_API int ddp_ckpt_dir_files_present(const char *dir, int world_size);
 /* Rank 0, after every rank's ddp_ckpt_dir_write_shard succeeded: reads the section table of each
  * of the world_size files, checks that every float buffer's pieces cover [0, numel) exactly (numel:
  * the descriptors' total) and that every file holds the same "step", then writes dir/MANIFEST

@@ -39,6 +39,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +55,7 @@
 #define DDP_FP_VALUE 96
 #define DDP_PATH_MAX 4096
 #define STATE_CHUNK ((size_t)1 << 20) /* elements per rank per round of a shard gather */
+#define ASYNC_WAIT_S 300.0 /* rank 0's background thread waits this long for the other ranks' files */
 
 typedef struct fp_entry {
     const char *key;
@@ -507,13 +510,207 @@ static void prune_checkpoints(const char *dir, int keep)
     free(steps);
 }
 
+/* ---- asynchronous saves (--checkpoint-async) --------------------------------------------------- */
+
+/* The save in flight. Every rank starts one at the same steps; its thread writes this rank's file
+ * from the staging copy (the shard state, host memory), and rank 0's thread then waits for the
+ * other ranks' files to appear (each is renamed into place only once complete and fsync'ed) and
+ * writes the MANIFEST. The next save, the end of the run, a requeue and the process's exit wait. */
+typedef struct async_save {
+    int active;                /* started and not yet finished (the same on every rank) */
+    int has_thread;
+    pthread_t thread;
+    ddp_state *shard;          /* the staging copy */
+    char path[DDP_PATH_MAX];
+    const char *dir;           /* --checkpoint-dir, for --keep */
+    int rank, world, keep;
+    long step;
+    ddp_param_desc *descs;     /* a copy: the model may be gone when the process exits */
+    int n_params;
+    ddp_status st;             /* this rank's write; rank 0: then the MANIFEST */
+    int err;
+    double t0;
+    atomic_int written;        /* this rank's file is on disk, or its write failed */
+    atomic_int cancel;         /* rank 0: another rank failed, write no MANIFEST */
+} async_save;
+
+static async_save async_pending;
+
+/* Rank 0's thread: waits for every rank's file, then writes the MANIFEST and prunes. */
+static ddp_status async_commit(async_save *a)
+{
+    double deadline = now_s() + ASYNC_WAIT_S;
+    while (!ddp_ckpt_dir_files_present(a->path, a->world)) {
+        if (atomic_load(&a->cancel))
+            return DDP_ERR_IO;
+        if (now_s() > deadline) {
+            DDP_ERROR("checkpoint %s: the other ranks' files did not appear within %.0f s: no MANIFEST",
+                      a->path, ASYNC_WAIT_S);
+            return DDP_ERR_TIMEOUT;
+        }
+        usleep(2000);
+    }
+    errno = 0;
+    ddp_status st = ddp_ckpt_dir_commit(a->path, a->world, a->descs, a->n_params, a->shard);
+    a->err = errno;
+    if (st == DDP_OK) {
+        printf("checkpoint %s (step %ld): written in the background in %.3f s\n", a->path, a->step,
+               now_s() - a->t0);
+        fflush(stdout);
+        prune_checkpoints(a->dir, a->keep);
+    }
+    return st;
+}
+
+static void *async_main(void *arg)
+{
+    async_save *a = arg;
+    errno = 0;
+    a->st = ddp_ckpt_dir_write_shard(a->path, a->rank, a->world, a->shard);
+    a->err = errno;
+    atomic_store(&a->written, 1);
+    if (a->rank == 0 && a->st == DDP_OK)
+        a->st = async_commit(a);
+    return NULL;
+}
+
+/* Waits for this process's thread (rank 0: its MANIFEST too, unless cancelled) and frees it. */
+static ddp_status async_join(async_save *a)
+{
+    if (a->has_thread)
+        pthread_join(a->thread, NULL);
+    ddp_status st = a->st;
+    ddp_state_destroy(a->shard);
+    free(a->descs);
+    a->shard = NULL;
+    a->descs = NULL;
+    a->active = a->has_thread = 0;
+    errno = a->err;
+    return st;
+}
+
+/* At exit (a stop by signal ends the run with its save in flight): this rank's write finishes, and
+ * rank 0's MANIFEST once the others' files are there. No collective: the ranks may be gone. */
+static void async_at_exit(void)
+{
+    async_save *a = &async_pending;
+    if (!a->active)
+        return;
+    if (async_join(a) != DDP_OK)
+        DDP_ERROR("checkpoint %s (step %ld), written in the background: failed: %s", a->path, a->step,
+                  a->err ? strerror(a->err) : "see above");
+}
+
+/* Collective: the save in flight, if any, ends: every rank waits for its own write, the ranks agree,
+ * rank 0 waits for its MANIFEST (or cancels it when a rank failed). Every rank returns its own
+ * write's status; rank 0 also fails when another rank did. */
+static ddp_status async_finish(const train_setup *s)
+{
+    async_save *a = &async_pending;
+    if (!a->active)
+        return DDP_OK;
+    while (!atomic_load(&a->written))
+        usleep(1000);
+    int world = ddp_world_size(s->ctx);
+    int64_t *flags = malloc((size_t)world * sizeof *flags);
+    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the checkpoint's flags");
+    agree_flags(s, a->st != DDP_OK, flags);
+    int64_t failed = 0;
+    for (int q = 0; q < world; q++)
+        failed += flags[q];
+    if (a->rank == 0 && failed)
+        atomic_store(&a->cancel, 1);
+    char path[DDP_PATH_MAX];
+    memcpy(path, a->path, sizeof path);
+    long step = a->step;
+    ddp_status st = async_join(a);
+    int err = errno;
+    if (a->rank == 0 && failed && flags[0] == 0) { /* rank 0 wrote its file, another rank did not */
+        name_failed(flags, world, path);
+        st = DDP_ERR_IO;
+        err = 0;
+    }
+    free(flags);
+    if (st != DDP_OK)
+        DDP_ERROR("checkpoint %s at step %ld (written in the background) failed%s%s; the previous "
+                  "checkpoints are kept", path, step, err ? ": " : "", err ? strerror(err) : "");
+    errno = err;
+    return st;
+}
+
+/* Collective: empties the folder (rank 0), copies this rank's shard to the host and starts its
+ * writer thread; training goes on at once. The first save reports the staging copy's size. */
+static ddp_status async_start(const train_setup *s, const train_pos *pos, const char *path)
+{
+    async_save *a = &async_pending;
+    int world = ddp_world_size(s->ctx);
+    int64_t *flags = malloc((size_t)world * sizeof *flags);
+    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the checkpoint's flags");
+    ddp_status st = ddp_rank(s->ctx) == 0 ? ddp_ckpt_dir_begin(path) : DDP_OK;
+    agree_flags(s, st != DDP_OK, flags);
+    int begun = flags[0] == 0;
+    free(flags);
+    if (!begun)
+        return st;
+    static int reported;
+    *a = (async_save){.active = 1, .rank = ddp_rank(s->ctx), .world = world, .keep = s->o->keep,
+                      .dir = s->o->checkpoint_dir, .step = pos->step, .t0 = now_s(),
+                      .n_params = s->buf.n_params};
+    atomic_init(&a->written, 1);
+    atomic_init(&a->cancel, 0);
+    snprintf(a->path, sizeof a->path, "%s", path);
+    a->descs = malloc((size_t)s->buf.n_params * sizeof *a->descs);
+    a->st = a->descs ? shard_state(s, *pos, &a->shard) : DDP_ERR_NOMEM;
+    if (a->st == DDP_OK) {
+        memcpy(a->descs, s->buf.descs, (size_t)s->buf.n_params * sizeof *a->descs);
+        atomic_store(&a->written, 0);
+        a->has_thread = pthread_create(&a->thread, NULL, async_main, a) == 0;
+        if (!a->has_thread) {
+            a->st = DDP_ERR_NOMEM;
+            atomic_store(&a->written, 1);
+        }
+    }
+    if (a->rank == 0 && a->st == DDP_OK && !reported++) {
+        size_t staged = 0, n = 0;
+        for (int i = 1; i < ddp_state_n_entries(a->shard); i++) {
+            const char *name;
+            ddp_state_kind kind;
+            uint64_t count;
+            ddp_state_entry_info(a->shard, i, &name, &kind, &count);
+            staged += kind == DDP_STATE_F32 ? (size_t)count * sizeof(float) : 0;
+        }
+        ddp_state_f32(a->shard, "params", &n);
+        printf("--checkpoint-async: each rank copies its shard to host memory for the background "
+               "write: %.1f MiB on rank 0 (%zu values of each buffer), %.3f s\n",
+               (double)staged / (1 << 20), n, now_s() - a->t0);
+        fflush(stdout);
+        atexit(async_at_exit);
+    } else if (!reported++) {
+        atexit(async_at_exit);
+    }
+    return DDP_OK; /* a failure is reported when the save finishes */
+}
+
+/* --checkpoint-async: the previous save finishes first; the one at the end of the run is written at
+ * once (nothing is left to overlap), the others in the background. */
+static ddp_status checkpoint_async(const train_setup *s, const train_pos *pos, const char *path,
+                                   double *slowest_write, int *background)
+{
+    ddp_status prev = async_finish(s);
+    *background = pos->step < s->total_steps;
+    ddp_status st = *background ? async_start(s, pos, path) : save_folder(s, pos, path, slowest_write);
+    return prev != DDP_OK ? prev : st;
+}
+
 ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
 {
     char path[DDP_PATH_MAX];
     ckpt_path(s->o->checkpoint_dir, pos->step, path);
     double t0 = now_s(), slowest_write = 0.0;
-    ddp_status st = s->o->checkpoint_folder ? save_folder(s, pos, path, &slowest_write)
-                                            : train_save_state(s, pos, path);
+    int background = 0;
+    ddp_status st = s->o->checkpoint_async ? checkpoint_async(s, pos, path, &slowest_write, &background)
+                    : s->o->checkpoint_folder ? save_folder(s, pos, path, &slowest_write)
+                                              : train_save_state(s, pos, path);
     double took = now_s() - t0;
     if (ddp_rank(s->ctx) != 0) {
         if (st != DDP_OK)
@@ -531,6 +728,12 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
                       "space there, use another --checkpoint-dir, or --checkpoint-errors warn to go "
                       "on)", path, pos->step, why);
         return st;
+    }
+    if (background) {
+        printf("checkpoint %s (step %ld): staged in %.3f s, writing in the background\n", path,
+               pos->step, took);
+        fflush(stdout);
+        return DDP_OK;
     }
     if (s->o->checkpoint_folder)
         printf("checkpoint %s (step %ld): %.3f s, the slowest rank's file %.3f s\n", path, pos->step,
@@ -973,6 +1176,7 @@ float *train_step_grads(const ddp_reducer *r, float *grads, size_t *n)
 
 ddp_status train_requeue(void)
 {
+    async_at_exit(); /* a stop's checkpoint written in the background is complete before the requeue */
     const char *job = getenv("SLURM_JOB_ID");
     if (!job || !job[0]) {
         DDP_ERROR("--requeue: SLURM_JOB_ID is not set (not a Slurm job): nothing to requeue");

@@ -14,6 +14,11 @@ written last by rank 0), under real mpirun with the MLP.
             resumes from the previous checkpoint to the straight run's result; the next save's
             --keep removes the folders left without a MANIFEST; a corrupt byte is found by
             `ddp-ckpt verify` and refused by --resume, naming the file.
+  async     --checkpoint-async: a run whose folders are written by background threads trains
+            bit-identically to one writing files, reports its staging copy, and its folders are
+            complete and consolidate byte-identical to the files; SIGTERM during such a run stops
+            every rank, the stop's folder is complete, and --resume auto ends bit-identical to an
+            uninterrupted run.
   disk_full a 512 KiB tmpfs fills up: every rank whose file fails names it and "No space left on
             device", no MANIFEST is written, the previous folders stay valid; exit 1 by default,
             0 with --checkpoint-errors warn. Needs root for mount (skipped without).
@@ -25,9 +30,11 @@ import os
 import shutil
 import subprocess
 import sys
+import signal
 import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import signal_stop  # noqa: E402
 import trainlib  # noqa: E402
 
 EVERY = 7  # 480 samples, 2 ranks x batch 8 x accum 2: 15 steps per epoch, 45 in all
@@ -187,6 +194,54 @@ def check_faults(chk, r):
               "--resume of a corrupt folder is refused naming the file", out)
 
 
+def check_async(chk, r):
+    files, files_save = r.straight(chk, "file")
+    folder, save = os.path.join(r.tmp, "async"), os.path.join(r.tmp, "async.ckpt")
+    rc, out = r.train(["--checkpoint-dir", folder, "--checkpoint-every", str(EVERY), "--keep", "100",
+                       "--checkpoint-format", "folder", "--checkpoint-async", "--save", save])
+    chk.check(rc == 0 and "--checkpoint-async: each rank copies its shard to host memory" in out and
+              "MiB on rank 0" in out, "async run: exit 0, the staging copy reported", out)
+    chk.check(out.count("written in the background in") == 6, "6 saves written in the background "
+              "(the one at the end at once)", out)
+    same_file(chk, save, files_save, "async saves change no step of training")
+    for step in (7, 21, 42, 45):
+        path = os.path.join(folder, name(step))
+        rc, out = r.tool("verify", path)
+        chk.check(rc == 0, f"async: {name(step)} is complete and valid", out)
+    consolidated = os.path.join(r.tmp, "async-21.ckpt")
+    r.tool("consolidate", os.path.join(folder, name(21)), consolidated)
+    same_file(chk, consolidated, os.path.join(files, name(21)), "async: consolidated step 21")
+    async_stop(chk, r)
+
+
+def async_stop(chk, r):
+    """SIGTERM to every rank of an async run: the stop's save waits for the one in flight, then is
+    written; --resume auto continues bit-identically."""
+    folder = os.path.join(r.tmp, "async-term")
+    common = ["--model", "mlp", "--widths", "784-128-10", "--data", r.data, "--batch", "32", "--epochs",
+              "100000", "--max-steps", "3000", "--device", "cpu", "--log-every", "10"]
+    tag = f"{os.getpid()}-async-term"
+    job = signal_stop.start(r.mpi + ["2", r.exe, *common, "--checkpoint-dir", folder, "--checkpoint-every",
+                                     "100", "--keep", "100", "--checkpoint-format", "folder",
+                                     "--checkpoint-async"], tag)
+    first = os.path.join(folder, name(100), "MANIFEST")
+    chk.check(signal_stop.wait_for(lambda: os.path.exists(first), 60), "the async run wrote step 100")
+    pids = signal_stop.rank_pids(tag, os.path.basename(r.exe))
+    for pid in pids.values():
+        os.kill(pid, signal.SIGTERM)
+    out = signal_stop.finish(chk, job, pids, 60)
+    chk.check(job.returncode == 0, f"async SIGTERM: job exits 0 (status {job.returncode})", out)
+    step = signal_stop.check_same_stop(chk, out, "SIGTERM", folder)
+    rc, vout = r.tool("verify", os.path.join(folder, name(step)))
+    chk.check(rc == 0, f"async SIGTERM: the stop's folder (step {step}) is complete", vout)
+    resumed, straight = os.path.join(r.tmp, "async-resumed.ckpt"), os.path.join(r.tmp, "async-straight.ckpt")
+    rc, out = trainlib.run(r.mpi + ["2", r.exe, *common, "--checkpoint-dir", folder, "--checkpoint-format",
+                                    "folder", "--resume", "auto", "--save", resumed], timeout=300)
+    chk.check(rc == 0 and f"at step {step} " in out, f"--resume auto continues from step {step}", out)
+    rc, out = trainlib.run(r.mpi + ["2", r.exe, *common, "--save", straight], timeout=300)
+    same_file(chk, resumed, straight, "async: stopped + resumed == uninterrupted")
+
+
 def disk_full_run(chk, r, mnt, policy):
     folder = os.path.join(mnt, policy)
     rc, out = r.train(["--checkpoint-dir", folder, "--checkpoint-format", "folder", "--checkpoint-every",
@@ -223,7 +278,7 @@ def main():
     chk = trainlib.Checker()
     with tempfile.TemporaryDirectory() as tmp:
         r = Run(exe, ckpt, mpi, tmp)
-        {"format": check_format, "resume": check_resume, "faults": check_faults,
+        {"format": check_format, "resume": check_resume, "faults": check_faults, "async": check_async,
          "disk_full": check_disk_full}[mode](chk, r)
     chk.done()
 
