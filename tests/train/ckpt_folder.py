@@ -19,6 +19,10 @@ written last by rank 0), under real mpirun with the MLP.
             complete and consolidate byte-identical to the files; SIGTERM during such a run stops
             every rank, the stop's folder is complete, and --resume auto ends bit-identical to an
             uninterrupted run.
+  gpt       the tiny GPT (AdamW: adam_m, adam_v) at 2 ranks under --zero 1: folders consolidate
+            byte-identical to the files; resumed from a folder at 2 ranks --zero 1 it ends
+            bit-identical to the straight run, at 3 ranks --zero 2 and 1 rank (--resume-reshard)
+            like the consolidated file.
   disk_full a 512 KiB tmpfs fills up: every rank whose file fails names it and "No space left on
             device", no MANIFEST is written, the previous folders stay valid; exit 1 by default,
             0 with --checkpoint-errors warn. Needs root for mount (skipped without).
@@ -34,6 +38,7 @@ import signal
 import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import gpt_train  # noqa: E402
 import signal_stop  # noqa: E402
 import trainlib  # noqa: E402
 
@@ -242,6 +247,31 @@ def async_stop(chk, r):
     same_file(chk, resumed, straight, "async: stopped + resumed == uninterrupted")
 
 
+def check_gpt(chk, r):
+    data = gpt_train.write_data(r.tmp)
+
+    def gpt(tag, ranks, extra):
+        save = os.path.join(r.tmp, tag + ".ckpt")
+        rc, out = trainlib.run(r.mpi + [str(ranks)] + gpt_train.tiny(r.exe, data, 12, extra + ["--save", save]),
+                               timeout=300)
+        chk.check(rc == 0, f"gpt {tag}: exit status {rc}", out)
+        return save
+
+    every = ["--checkpoint-every", "5", "--keep", "100", "--zero", "1"]
+    files, folders = os.path.join(r.tmp, "gpt-files"), os.path.join(r.tmp, "gpt-folders")
+    straight = gpt("gpt-file", 2, ["--checkpoint-dir", files] + every)
+    gpt("gpt-folder", 2, ["--checkpoint-dir", folders, "--checkpoint-format", "folder"] + every)
+    src, consolidated = os.path.join(folders, name(5)), os.path.join(r.tmp, "gpt-5.ckpt")
+    rc, out = r.tool("consolidate", src, consolidated)
+    same_file(chk, consolidated, os.path.join(files, name(5)), "gpt: consolidated step 5 (adam_m, adam_v)")
+    resumed = gpt("gpt-resumed", 2, ["--zero", "1", "--resume", src])
+    same_file(chk, resumed, straight, "gpt: resumed from the folder at 2 ranks --zero 1 == straight")
+    for ranks, stage in ((3, "2"), (1, "0")):
+        a = gpt(f"gpt-r{ranks}-folder", ranks, ["--zero", stage, "--resume", src, "--resume-reshard"])
+        b = gpt(f"gpt-r{ranks}-file", ranks, ["--zero", stage, "--resume", consolidated, "--resume-reshard"])
+        same_file(chk, a, b, f"gpt: {ranks} rank(s) --zero {stage} resume the folder like the file")
+
+
 def disk_full_run(chk, r, mnt, policy):
     folder = os.path.join(mnt, policy)
     rc, out = r.train(["--checkpoint-dir", folder, "--checkpoint-format", "folder", "--checkpoint-every",
@@ -278,7 +308,7 @@ def main():
     chk = trainlib.Checker()
     with tempfile.TemporaryDirectory() as tmp:
         r = Run(exe, ckpt, mpi, tmp)
-        {"format": check_format, "resume": check_resume, "faults": check_faults, "async": check_async,
+        {"format": check_format, "resume": check_resume, "faults": check_faults, "async": check_async, "gpt": check_gpt,
          "disk_full": check_disk_full}[mode](chk, r)
     chk.done()
 
