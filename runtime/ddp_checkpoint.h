@@ -116,8 +116,9 @@ typedef struct ddp_ckpt_dir ddp_ckpt_dir;
  * when dir exists and is not a folder, DDP_ERR_IO (logged with the system's reason, errno kept). */
 DDP_API ddp_status ddp_ckpt_dir_begin(const char *dir);
 /* Every rank: writes shard (see above) as dir/rank-RRRRR-of-WWWWW.ckpt like ddp_state_save
- * (temporary file, fsync, rename, fsync of the folder). Errors as ddp_state_save; a shard whose
- * params slice or "shard.offset.*" entries are missing is DDP_ERR_INVALID_ARG. */
+ * (temporary file, fsync, rename, fsync of the folder). Errors as ddp_state_save; a shard without
+ * "shard.offset.params" is DDP_ERR_INVALID_ARG (ddp_ckpt_dir_commit refuses a float entry without
+ * its "shard.offset.NAME"). */
 DDP_API ddp_status ddp_ckpt_dir_write_shard(const char *dir, int rank, int world_size,
                                             const ddp_state *shard);
 /* 1 when all world_size rank files of dir are there (each appears, by a rename, only once it is
