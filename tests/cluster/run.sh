@@ -365,6 +365,9 @@ requeue_run() {
     grep -q "resumed from $dir/checkpoints/step-$(printf %012d "$step").ckpt at step $step " "$out" ||
         fail "the requeued run did not resume from the step-$step checkpoint"
     grep -q '^done: ' "$out" || fail "no 'done:' line after the requeued run"
+    [[ -z $2 || -f $dir/checkpoints/step-000000001500.ckpt/MANIFEST ]] ||
+        fail "the last checkpoint is not a complete folder (flags: $2)"
+    [[ -z $2 ]] || grep -q 'written in the background' "$out" || fail "no save was written in the background"
     # shellcheck disable=SC2086  # args splits into flags
     run_to "$WORK/$1-ref.out" "$JOB_TIMEOUT" srun --mpi=pmix -N2 --ntasks-per-node=1 "$LAUNCH" \
         "$TRAIN" --model mlp --data "$DATA" --epochs 100 --batch 32 --lr 0.05 $args \
