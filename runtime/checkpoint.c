@@ -619,8 +619,8 @@ ddp_status ddp_checkpoint_remove_stale(const char *dir_path)
     return DDP_OK;
 }
 
-/* fsync of the folder, so the rename itself survives a crash. */
-static ddp_status fsync_dir(const char *dir)
+/* fsync of the folder, so the rename itself survives a crash (internal.h). */
+ddp_status ckpt_fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || fsync(fd) != 0) {
@@ -652,7 +652,7 @@ static ddp_status ckpt_replace(const char *path, const char *dir, const ddp_stat
     int err = errno;
     if (st != DDP_OK)
         unlink(tmp); /* the old checkpoint, if any, is left as it was */
-    else if ((st = fsync_dir(dir)) != DDP_OK)
+    else if ((st = ckpt_fsync_dir(dir)) != DDP_OK)
         err = errno;
     free(tmp);
     errno = err;
@@ -715,6 +715,14 @@ ddp_status ddp_state_save(const ddp_state *s, const char *path)
     if (!s || !path || !path[0]) {
         DDP_ERROR("ddp_state_save: need a state and a path");
         return DDP_ERR_INVALID_ARG;
+    }
+    for (int i = 0; i < s->n_entries; i++) {
+        if (s->entries[i].count > 0 && !s->entries[i].data) {
+            DDP_ERROR("ddp_state_save: %s: \"%s\" has no values (the state of a checkpoint folder "
+                      "holds only the counts: ddp_ckpt_dir_consolidate writes a file)", path,
+                      s->entries[i].name);
+            return DDP_ERR_INVALID_ARG;
+        }
     }
     char *target = NULL, *dir = NULL;
     const char *base = "";
@@ -1030,4 +1038,22 @@ ddp_status ddp_checkpoint_load(const char *path, ddp_param_desc **descs, int *n_
     sig->data = val->data = NULL; /* now the caller's */
     ddp_state_destroy(s);
     return DDP_OK;
+}
+
+/* ---- states without values, for checkpoint folders (internal.h) --------------------------------- */
+
+ddp_state *ckpt_state_meta(const ddp_param_desc *descs, int n_params, uint64_t numel)
+{
+    ddp_state *s = state_new(2);
+    if (!s || state_put(s, "signature", DDP_STATE_SIGNATURE, (uint64_t)n_params, descs) != DDP_OK ||
+        state_adopt(s, "params", DDP_STATE_F32, numel, NULL) != DDP_OK) {
+        ddp_state_destroy(s);
+        return NULL;
+    }
+    return s;
+}
+
+ddp_status ckpt_state_add_count(ddp_state *s, const char *name, uint64_t count)
+{
+    return state_adopt(s, name, DDP_STATE_F32, count, NULL);
 }

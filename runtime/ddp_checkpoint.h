@@ -96,6 +96,69 @@ DDP_API ddp_status ddp_checkpoint_save(const char *path, const ddp_param_desc *d
 DDP_API ddp_status ddp_checkpoint_load(const char *path, ddp_param_desc **descs, int *n_params,
                                        float **params);
 
+/* ---------------------------------------------------------------------------------------------
+ * Checkpoint folders (runtime/checkpoint_dir.c; docs/formats.md): one file per rank, each a
+ * version 2 checkpoint of its slices ("pieces") of the float buffers, and a text MANIFEST that
+ * rank 0 writes last, atomically, once every rank's file is on disk. A folder without a MANIFEST is
+ * not a checkpoint. A shard file's state: the signature is one pseudo-parameter "shard" of the
+ * params slice's length, "params" the slice, any other float entry a slice of that buffer, and
+ * u64 "shard.offset.NAME" the slice's first element in the flat buffer; entries named "shard.*"
+ * stay in the file, every other counter, double and text of rank 0's file goes into the MANIFEST.
+ * The saving program does the collectives: rank 0 calls ddp_ckpt_dir_begin, every rank
+ * ddp_ckpt_dir_write_shard, and after all of them succeeded rank 0 calls ddp_ckpt_dir_commit.
+ */
+#define DDP_CKPT_MANIFEST "MANIFEST"
+typedef struct ddp_ckpt_dir ddp_ckpt_dir;
+
+/* Rank 0, before the shards: creates dir (not its parents) when missing, removes its MANIFEST (the
+ * folder is no checkpoint until the new one is committed) and every other file in it that a save
+ * wrote (rank files, temporary files), so no piece of an older save survives. DDP_ERR_INVALID_ARG
+ * when dir exists and is not a folder, DDP_ERR_IO (logged with the system's reason, errno kept). */
+DDP_API ddp_status ddp_ckpt_dir_begin(const char *dir);
+/* Every rank: writes shard (see above) as dir/rank-RRRRR-of-WWWWW.ckpt like ddp_state_save
+ * (temporary file, fsync, rename, fsync of the folder). Errors as ddp_state_save; a shard without
+ * "shard.offset.params" is DDP_ERR_INVALID_ARG (ddp_ckpt_dir_commit refuses a float entry without
+ * its "shard.offset.NAME"). */
+DDP_API ddp_status ddp_ckpt_dir_write_shard(const char *dir, int rank, int world_size,
+                                            const ddp_state *shard);
+/* 1 when all world_size rank files of dir are there (each appears, by a rename, only once it is
+ * complete and fsync'ed), else 0. For a rank 0 that learns of the others' writes from the files. */
+DDP_API int ddp_ckpt_dir_files_present(const char *dir, int world_size);
+/* Rank 0, after every rank's ddp_ckpt_dir_write_shard succeeded: reads the section table of each
+ * of the world_size files, checks that every float buffer's pieces cover [0, numel) exactly (numel:
+ * the descriptors' total) and that every file holds the same "step", then writes dir/MANIFEST
+ * (temporary file, fsync, rename, fsync). meta: rank 0's shard state (its counters, doubles and
+ * texts go into the MANIFEST). DDP_ERR_FORMAT naming the file that does not fit, DDP_ERR_INVALID_ARG
+ * for a name with a space or a text with a line break, DDP_ERR_IO (errno kept). */
+DDP_API ddp_status ddp_ckpt_dir_commit(const char *dir, int world_size, const ddp_param_desc *descs,
+                                       int n_params, const ddp_state *meta);
+
+/* Opens a checkpoint folder: reads and checks the MANIFEST (its CRC-32, the pieces cover every
+ * buffer), and for every file its size and CRC-32 word against the MANIFEST, its header, section
+ * table and "step" (a file missing, truncated or from another save is named). The values are not
+ * read: ddp_ckpt_dir_verify_file checks a file's CRC-32 over all of its bytes. DDP_ERR_IO (no
+ * MANIFEST, an unreadable file), DDP_ERR_FORMAT (logged naming the file), DDP_ERR_NOMEM; *out
+ * untouched on failure. */
+DDP_API ddp_status ddp_ckpt_dir_open(const char *dir, ddp_ckpt_dir **out);
+/* NULL is ignored. */
+DDP_API void ddp_ckpt_dir_close(ddp_ckpt_dir *d);
+/* The checkpoint's state without its values: the signature, "params" and the other float
+ * buffers with their counts (ddp_state_f32 returns NULL, *n the count), the counters, doubles and
+ * texts. Owned by d. */
+DDP_API const ddp_state *ddp_ckpt_dir_state(const ddp_ckpt_dir *d);
+/* Files of the folder (the ranks that wrote it) and file i's path (owned by d; NULL out of range). */
+DDP_API int ddp_ckpt_dir_n_files(const ddp_ckpt_dir *d);
+DDP_API const char *ddp_ckpt_dir_file(const ddp_ckpt_dir *d, int i);
+/* Reads elements [offset, offset + n) of the float buffer `name` into dst from the files that hold
+ * them (pread of those bytes only). DDP_ERR_INVALID_ARG for an unknown name or a range past the
+ * end, DDP_ERR_IO (logged with the file). */
+DDP_API ddp_status ddp_ckpt_dir_read_f32(const ddp_ckpt_dir *d, const char *name, size_t offset,
+                                         size_t n, float *dst);
+/* Reads all of file i and checks its CRC-32. DDP_ERR_FORMAT (logged naming it), DDP_ERR_IO. */
+DDP_API ddp_status ddp_ckpt_dir_verify_file(const ddp_ckpt_dir *d, int i);
+/* Writes the whole checkpoint as one version 2 file (ddp_state_save) at path. Errors as
+ * ddp_ckpt_dir_read_f32 and ddp_state_save, DDP_ERR_NOMEM. */
+DDP_API ddp_status ddp_ckpt_dir_consolidate(const ddp_ckpt_dir *d, const char *path);
 
 #ifdef __cplusplus
 }

@@ -249,4 +249,15 @@ ddp_status output_target(const char *what, const char *path, char **out);
 /* CRC-32 (zlib) of a buffer, used by checksums and checkpoints. */
 uint32_t ckpt_crc32(const void *data, size_t n_bytes);
 
+/* checkpoint.c: fsync of a folder (so a rename in it survives a crash); DDP_ERR_IO, logged, errno
+ * kept, on failure. */
+ddp_status ckpt_fsync_dir(const char *dir);
+
+/* checkpoint.c, for checkpoint folders (checkpoint_dir.c): a state with the signature and a
+ * "params" entry of numel values that are not held (NULL data); NULL when out of memory. Such a
+ * state answers every getter (ddp_state_f32 returns NULL with the count) and is refused by
+ * ddp_state_save. ckpt_state_add_count adds a float entry of count values without values. */
+ddp_state *ckpt_state_meta(const ddp_param_desc *descs, int n_params, uint64_t numel);
+ddp_status ckpt_state_add_count(ddp_state *s, const char *name, uint64_t count);
+
 #endif /* DDP_INTERNAL_H */

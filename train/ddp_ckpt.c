@@ -1,7 +1,11 @@
-/* ddp_ckpt.c - ddp-ckpt: shows a checkpoint's signature and compares two checkpoints numerically.
+/* ddp_ckpt.c - ddp-ckpt: shows a checkpoint's signature, compares two checkpoints numerically,
+ * lists, verifies and consolidates checkpoint folders (a file per rank and a MANIFEST).
  *
- *   ddp-ckpt show FILE      (signature, then the training state's other entries)
- *   ddp-ckpt diff [--tol X] A B
+ *   ddp-ckpt show FILE|FOLDER      (signature, then the training state's other entries)
+ *   ddp-ckpt diff [--tol X] A B    (files or folders)
+ *   ddp-ckpt list PATH             (a checkpoint folder's files, or a --checkpoint-dir's checkpoints)
+ *   ddp-ckpt verify PATH           (every CRC-32; a folder's MANIFEST and that it is complete)
+ *   ddp-ckpt consolidate FOLDER FILE   (one checkpoint file, as --checkpoint-format file writes)
  *
  * diff prints max_abs_diff (largest |a - b| over all values) and max_rel_diff, the largest over
  * parameters of (largest |a - b| in the parameter) / max(largest |a|, largest |b| in it, 1e-12):
@@ -10,12 +14,14 @@
  * Exit status, like diff(1): 0 same signature (and max_rel_diff <= X with --tol), 1 the signatures
  * differ or max_rel_diff > X, 2 bad usage or an unreadable or corrupt file.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ddp.h"
 
@@ -24,13 +30,22 @@
 #define DDP_CKPT_TROUBLE 2
 
 static const char ckpt_usage_text[] =
-    "usage: ddp-ckpt show FILE\n"
+    "usage: ddp-ckpt show FILE|FOLDER\n"
     "       ddp-ckpt diff [--tol X] A B\n"
+    "       ddp-ckpt list PATH\n"
+    "       ddp-ckpt verify PATH\n"
+    "       ddp-ckpt consolidate FOLDER FILE\n"
     "  show    prints the signature (parameter names and shapes) and the training state\n"
     "          (optimizer buffers, counters, configuration) of a version 2 checkpoint\n"
     "  diff    checks that the signatures match and prints max_abs_diff and max_rel_diff\n"
     "          (per parameter: max |a-b| / max(max |a|, max |b|, 1e-12), largest over parameters)\n"
-    "  --tol X exit 1 when max_rel_diff > X\n";
+    "  --tol X exit 1 when max_rel_diff > X\n"
+    "  list    a checkpoint folder's files (rank, bytes), or each checkpoint of a --checkpoint-dir\n"
+    "          (file or folder, complete or not)\n"
+    "  verify  checks every CRC-32 (a folder: its MANIFEST, that every file is there, complete and\n"
+    "          of the same save, and each file's CRC-32); exit 0 valid, 2 not\n"
+    "  consolidate  writes a checkpoint folder as one checkpoint file (today's format)\n"
+    "A FOLDER is a checkpoint written by ddp-train --checkpoint-format folder.\n";
 
 typedef struct ckpt_file {
     const char *path;
@@ -45,10 +60,37 @@ static int ckpt_usage(const char *complaint)
     return DDP_CKPT_TROUBLE;
 }
 
+static int is_folder(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* The parameters of a checkpoint folder, read whole, as ddp_checkpoint_load returns a file's. */
+static ddp_status folder_params(const char *path, ckpt_file *c)
+{
+    ddp_ckpt_dir *d = NULL;
+    ddp_status st = ddp_ckpt_dir_open(path, &d);
+    const ddp_state *s = ddp_ckpt_dir_state(d);
+    size_t n = ddp_state_numel(s);
+    c->n_params = ddp_state_n_params(s);
+    c->descs = st == DDP_OK ? malloc((size_t)c->n_params * sizeof *c->descs) : NULL;
+    c->params = st == DDP_OK ? malloc((n ? n : 1) * sizeof *c->params) : NULL;
+    if (st == DDP_OK && (!c->descs || !c->params))
+        st = DDP_ERR_NOMEM;
+    if (st == DDP_OK) {
+        memcpy(c->descs, ddp_state_descs(s), (size_t)c->n_params * sizeof *c->descs);
+        st = ddp_ckpt_dir_read_f32(d, "params", 0, n, c->params);
+    }
+    ddp_ckpt_dir_close(d);
+    return st;
+}
+
 static ddp_status ckpt_open(const char *path, ckpt_file *c)
 {
     c->path = path;
-    ddp_status st = ddp_checkpoint_load(path, &c->descs, &c->n_params, &c->params);
+    ddp_status st = is_folder(path) ? folder_params(path, c)
+                                    : ddp_checkpoint_load(path, &c->descs, &c->n_params, &c->params);
     if (st != DDP_OK)
         fprintf(stderr, "ddp-ckpt: %s: cannot load: %s\n", path, ddp_strerror(st));
     return st;
@@ -198,9 +240,15 @@ static int ckpt_diff(int argc, char **argv)
 /* The training state's entries besides the parameters: arrays by size, values and texts in full. */
 static void ckpt_show_state(const char *path)
 {
-    ddp_state *st = NULL;
-    if (ddp_state_load(path, &st) != DDP_OK)
+    ddp_state *loaded = NULL;
+    ddp_ckpt_dir *folder = NULL;
+    if (is_folder(path) ? ddp_ckpt_dir_open(path, &folder) != DDP_OK
+                        : ddp_state_load(path, &loaded) != DDP_OK)
         return;
+    const ddp_state *st = folder ? ddp_ckpt_dir_state(folder) : loaded;
+    if (folder)
+        printf("checkpoint folder: %d files (one per rank that wrote it)\n",
+               ddp_ckpt_dir_n_files(folder));
     printf("format version %d; training state:%s\n", ddp_state_version(st),
            ddp_state_n_entries(st) > 2 ? "" : " none (parameters only)");
     for (int i = 2; i < ddp_state_n_entries(st); i++) {
@@ -218,7 +266,8 @@ static void ckpt_show_state(const char *path)
         else if (kind == DDP_STATE_TEXT)
             printf("  %s = %s\n", name, ddp_state_text(st, name));
     }
-    ddp_state_destroy(st);
+    ddp_state_destroy(loaded);
+    ddp_ckpt_dir_close(folder);
 }
 
 static int ckpt_show(int argc, char **argv)
@@ -243,6 +292,107 @@ static int ckpt_show(int argc, char **argv)
     return DDP_CKPT_SAME;
 }
 
+/* list FOLDER: its files with their sizes. */
+static int list_folder(const char *path)
+{
+    ddp_ckpt_dir *d = NULL;
+    if (ddp_ckpt_dir_open(path, &d) != DDP_OK) {
+        fprintf(stderr, "ddp-ckpt: %s: not a complete checkpoint folder (see above)\n", path);
+        return DDP_CKPT_TROUBLE;
+    }
+    uint64_t step = 0;
+    ddp_state_u64(ddp_ckpt_dir_state(d), "step", &step);
+    printf("%s: checkpoint folder, step %llu, %d files\n", path, (unsigned long long)step,
+           ddp_ckpt_dir_n_files(d));
+    for (int i = 0; i < ddp_ckpt_dir_n_files(d); i++) {
+        struct stat sb;
+        const char *f = ddp_ckpt_dir_file(d, i);
+        printf("  %-5d %-40s %lld bytes\n", i, f, stat(f, &sb) == 0 ? (long long)sb.st_size : -1LL);
+    }
+    ddp_ckpt_dir_close(d);
+    return DDP_CKPT_SAME;
+}
+
+/* list DIR (a --checkpoint-dir): each "step-*.ckpt", what it is and whether it is complete. */
+static int list_dir(const char *path)
+{
+    DIR *dir = opendir(path);
+    if (!dir) {
+        fprintf(stderr, "ddp-ckpt: %s: cannot list it: %s\n", path, strerror(errno));
+        return DDP_CKPT_TROUBLE;
+    }
+    struct dirent *de;
+    char full[8192], manifest[8300];
+    while ((de = readdir(dir)) != NULL) {
+        if (strncmp(de->d_name, "step-", 5) != 0)
+            continue;
+        snprintf(full, sizeof full, "%s/%s", path, de->d_name);
+        snprintf(manifest, sizeof manifest, "%s/%s", full, DDP_CKPT_MANIFEST);
+        struct stat sb;
+        int folder = is_folder(full);
+        printf("  %-28s %-6s %s\n", de->d_name, folder ? "folder" : "file",
+               !folder ? "" : stat(manifest, &sb) == 0 ? "complete" : "incomplete (no MANIFEST)");
+    }
+    closedir(dir);
+    return DDP_CKPT_SAME;
+}
+
+static int ckpt_list(int argc, char **argv)
+{
+    if (argc != 2)
+        return ckpt_usage("list needs one path");
+    char manifest[8300];
+    snprintf(manifest, sizeof manifest, "%s/%s", argv[1], DDP_CKPT_MANIFEST);
+    struct stat sb;
+    if (!is_folder(argv[1]))
+        return ckpt_usage("list needs a checkpoint folder or a --checkpoint-dir");
+    return stat(manifest, &sb) == 0 ? list_folder(argv[1]) : list_dir(argv[1]);
+}
+
+static int ckpt_verify(int argc, char **argv)
+{
+    if (argc != 2)
+        return ckpt_usage("verify needs one checkpoint file or folder");
+    const char *path = argv[1];
+    ddp_status st;
+    if (!is_folder(path)) {
+        ddp_state *s = NULL;
+        st = ddp_state_load(path, &s);
+        ddp_state_destroy(s);
+    } else {
+        ddp_ckpt_dir *d = NULL;
+        st = ddp_ckpt_dir_open(path, &d);
+        for (int i = 0; st == DDP_OK && i < ddp_ckpt_dir_n_files(d); i++)
+            st = ddp_ckpt_dir_verify_file(d, i);
+        ddp_ckpt_dir_close(d);
+    }
+    if (st != DDP_OK) {
+        fprintf(stderr, "ddp-ckpt: %s: not valid: %s (see above)\n", path, ddp_strerror(st));
+        return DDP_CKPT_TROUBLE;
+    }
+    printf("%s: valid\n", path);
+    return DDP_CKPT_SAME;
+}
+
+static int ckpt_consolidate(int argc, char **argv)
+{
+    if (argc != 3)
+        return ckpt_usage("consolidate needs a checkpoint folder and a file to write");
+    ddp_ckpt_dir *d = NULL;
+    ddp_status st = ddp_ckpt_dir_open(argv[1], &d);
+    for (int i = 0; st == DDP_OK && i < ddp_ckpt_dir_n_files(d); i++)
+        st = ddp_ckpt_dir_verify_file(d, i);
+    if (st == DDP_OK)
+        st = ddp_ckpt_dir_consolidate(d, argv[2]);
+    ddp_ckpt_dir_close(d);
+    if (st != DDP_OK) {
+        fprintf(stderr, "ddp-ckpt: consolidate %s: %s (see above)\n", argv[1], ddp_strerror(st));
+        return DDP_CKPT_TROUBLE;
+    }
+    printf("wrote %s\n", argv[2]);
+    return DDP_CKPT_SAME;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -251,9 +401,15 @@ int main(int argc, char **argv)
         return ckpt_show(argc - 1, argv + 1);
     if (strcmp(argv[1], "diff") == 0)
         return ckpt_diff(argc - 1, argv + 1);
+    if (strcmp(argv[1], "list") == 0)
+        return ckpt_list(argc - 1, argv + 1);
+    if (strcmp(argv[1], "verify") == 0)
+        return ckpt_verify(argc - 1, argv + 1);
+    if (strcmp(argv[1], "consolidate") == 0)
+        return ckpt_consolidate(argc - 1, argv + 1);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(ckpt_usage_text, stdout);
         return DDP_CKPT_SAME;
     }
-    return ckpt_usage("unknown command (expected show or diff)");
+    return ckpt_usage("unknown command (expected show, diff, list, verify or consolidate)");
 }

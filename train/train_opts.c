@@ -19,7 +19,7 @@ enum {
     OPT_BROADCAST_INIT, OPT_LR_SCHEDULE, OPT_AUGMENT, OPT_PRECISION, OPT_GRAD_DTYPE, OPT_LOSS_SCALE_INIT,
     OPT_LOSS_SCALE_INTERVAL, OPT_WORKERS, OPT_INJECT_INF, OPT_TRACE, OPT_NO_OVERLAP, OPT_LINK_CHECK,
     OPT_HELP, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME, OPT_RESUME_RESHARD, OPT_REQUEUE,
-    OPT_CKPT_ERRORS, OPT_NAN_POLICY, OPT_TF32, OPT_ZERO,
+    OPT_CKPT_ERRORS, OPT_NAN_POLICY, OPT_TF32, OPT_ZERO, OPT_CKPT_FORMAT, OPT_CKPT_ASYNC,
     /* GPT-2 flags, parsed by parse_gpt_opt (keep them last) */
     OPT_GPT_CONFIG, OPT_LAYERS, OPT_HEADS, OPT_CHANNELS, OPT_SEQ, OPT_VAL_DATA, OPT_VAL_EVERY,
     OPT_VAL_MAX_BATCHES, OPT_TOTAL_BATCH_TOKENS, OPT_WARMUP_STEPS, OPT_LR_FLOOR, OPT_GRAD_CLIP,
@@ -71,6 +71,8 @@ static const struct option train_long_opts[] = {
     {"resume-reshard", no_argument, NULL, OPT_RESUME_RESHARD},
     {"requeue", no_argument, NULL, OPT_REQUEUE},
     {"checkpoint-errors", required_argument, NULL, OPT_CKPT_ERRORS},
+    {"checkpoint-format", required_argument, NULL, OPT_CKPT_FORMAT},
+    {"checkpoint-async", no_argument, NULL, OPT_CKPT_ASYNC},
     {"nan-policy", required_argument, NULL, OPT_NAN_POLICY},
     {"gpt-config", required_argument, NULL, OPT_GPT_CONFIG},
     {"layers", required_argument, NULL, OPT_LAYERS},
@@ -159,6 +161,11 @@ static const char train_usage_more[] =
     "  --checkpoint-every N    ... every N optimizer steps (default 0: on a stop and at the end)\n"
     "  --keep K                checkpoints kept in DIR, older ones removed (default 3)\n"
     "  --checkpoint-errors E   stop (default: a failed save ends the run, exit 1) or warn (go on)\n"
+    "  --checkpoint-format F   file (default: rank 0 writes DIR/step-N.ckpt) or folder (every rank\n"
+    "                          writes its shard into the folder DIR/step-N.ckpt/, rank 0 a MANIFEST)\n"
+    "  --checkpoint-async      (folder) each rank copies its shard to host memory and a background\n"
+    "                          thread writes it while training goes on; a save waits for the one\n"
+    "                          before, the save at the end of the run is written at once\n"
     "  --resume auto|FILE      continue bit-identically from FILE, or (auto) from the newest valid\n"
     "                          checkpoint in DIR, starting fresh when there is none\n"
     "  --resume-reshard        allow resuming with another number of ranks (no longer bit-identical)\n"
@@ -421,6 +428,13 @@ static int parse_resume_opt(int id, const char *v, train_opts *o)
     case OPT_REQUEUE: o->requeue = 1; return 0;
     case OPT_CKPT_EVERY: return parse_long("checkpoint-every", v, 0, LONG_MAX, &o->checkpoint_every);
     case OPT_KEEP: return parse_int("keep", v, 1, &o->keep);
+    case OPT_CKPT_ASYNC: o->checkpoint_async = 1; return 0;
+    case OPT_CKPT_FORMAT:
+        o->checkpoint_folder = strcmp(v, "folder") == 0;
+        if (o->checkpoint_folder || strcmp(v, "file") == 0)
+            return 0;
+        fprintf(stderr, "ddp-train: --checkpoint-format: expected file or folder, got '%s'\n", v);
+        return -1;
     case OPT_CKPT_ERRORS:
         o->checkpoint_errors_warn = strcmp(v, "warn") == 0;
         if (o->checkpoint_errors_warn || strcmp(v, "stop") == 0)
@@ -634,6 +648,11 @@ static int check_resume_opts(const train_opts *o)
         fprintf(stderr, "ddp-train: %s needs --checkpoint-dir DIR (where checkpoints are kept)\n", need_dir);
         return -1;
     }
+    if (o->checkpoint_async && !(o->checkpoint_dir && o->checkpoint_folder)) {
+        fprintf(stderr, "ddp-train: --checkpoint-async needs --checkpoint-dir DIR and --checkpoint-format "
+                "folder (each rank writes its own file in the background)\n");
+        return -1;
+    }
     if (o->resume && !o->resume[0]) {
         fprintf(stderr, "ddp-train: --resume: expected auto or a checkpoint file, got ''\n");
         return -1;
@@ -763,8 +782,10 @@ void train_print_opts(FILE *f, const train_opts *o)
                 o->loss_scale_interval);
     fprintf(f, "  data workers: %d\n", o->workers);
     if (o->checkpoint_dir)
-        fprintf(f, "checkpoints: %s every %ld steps (keep %d, errors %s)", o->checkpoint_dir,
-                o->checkpoint_every, o->keep, o->checkpoint_errors_warn ? "warn" : "stop");
+        fprintf(f, "checkpoints: %s every %ld steps (keep %d, errors %s, %s)", o->checkpoint_dir,
+                o->checkpoint_every, o->keep, o->checkpoint_errors_warn ? "warn" : "stop",
+                o->checkpoint_folder ? (o->checkpoint_async ? "a folder per checkpoint, written in the "
+                "background" : "a folder per checkpoint") : "a file per checkpoint");
     else
         fputs("checkpoints: none (--checkpoint-dir)", f);
     fprintf(f, "  resume: %s  nan-policy: %s\n", o->resume ? o->resume : "no", o->nan_skip ? "skip" : "stop");

@@ -93,6 +93,8 @@ typedef struct train_opts {
     int resume_reshard;         /* allow resuming with another world size (not bit-identical) */
     int requeue;                /* after a stop by signal under Slurm: scontrol requeue the job */
     int checkpoint_errors_warn; /* a failed save warns and training goes on (default: stop, exit 1) */
+    int checkpoint_folder;      /* --checkpoint-format folder: a folder of per-rank files (default: file) */
+    int checkpoint_async;       /* --checkpoint-async: folders written by a background thread */
     int nan_skip;               /* --nan-policy skip: a step with NaN/inf loss is not applied */
     train_gpt_opts gpt;         /* --model gpt2 */
     unsigned given;             /* TRAIN_GIVEN_* bits: flags the user set (model defaults differ) */

@@ -25,7 +25,13 @@
  * --zero stage resumes from it: each rank keeps its own range of the broadcast buffers. The gather
  * and the broadcast go in chunks of STATE_CHUNK elements per rank, so no rank holds more than
  * world_size x STATE_CHUNK floats beyond its own state; rank 0 already holds the whole state on
- * the host to write it. Why not a file per rank: see docs/formats.md.
+ * the host to write it.
+ *
+ * Checkpoint folders (--checkpoint-format folder, docs/formats.md): every rank writes its
+ * ddp_shard_range slice of the parameters and optimizer buffers (its --zero shard when sharded)
+ * into DIR/step-N.ckpt/rank-R-of-W.ckpt in parallel, and rank 0 writes the MANIFEST once all are on
+ * disk (runtime/checkpoint_dir.c). Resuming, every rank reads only its ranges (any world size,
+ * any stage) and the replicated buffers are broadcast range by range.
  */
 #include "train_state.h"
 #include "mkdir_p.h"
@@ -33,11 +39,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DDP_CKPT_NAME_FMT "step-%012ld.ckpt"
@@ -46,6 +55,7 @@
 #define DDP_FP_VALUE 96
 #define DDP_PATH_MAX 4096
 #define STATE_CHUNK ((size_t)1 << 20) /* elements per rank per round of a shard gather */
+#define ASYNC_WAIT_S 300.0 /* rank 0's background thread waits this long for the other ranks' files */
 
 typedef struct fp_entry {
     const char *key;
@@ -285,6 +295,110 @@ ddp_status train_save_state(const train_setup *s, const train_pos *pos, const ch
     return rc;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* This rank's shard of the state for a checkpoint folder: its ddp_shard_range slice of the
+ * parameters and of every optimizer buffer (its --zero shard when they are sharded, else the same
+ * slice of the replicated buffer), each with its offset ("shard.offset.NAME"), then the position
+ * and fingerprint (state_add_position) in every file. */
+static ddp_status shard_state(const train_setup *s, train_pos pos, ddp_state **out)
+{
+    const train_buffers *b = &s->buf;
+    size_t off, n;
+    ddp_shard_range(b->numel, ddp_world_size(s->ctx), ddp_rank(s->ctx), &off, &n);
+    size_t most = n > b->opt_n ? n : b->opt_n;
+    float *host = malloc((most ? most : 1) * sizeof *host);
+    ddp_param_desc shard = {.name = "shard", .n_dims = 1, .shape = {(int64_t)n}};
+    ddp_status st = host ? ddp_download(s->ctx, host, b->params + off, n * sizeof *host) : DDP_ERR_NOMEM;
+    if (st == DDP_OK)
+        st = ddp_state_create(&shard, 1, host, out);
+    if (st == DDP_OK)
+        st = ddp_state_set_u64(*out, "shard.offset.params", off);
+    for (int i = 0; st == DDP_OK && i < b->n_opt; i++) {
+        size_t o = opt_sharded(s) ? b->opt_offset : off, k = opt_sharded(s) ? b->opt_n : n;
+        char key[DDP_NAME_MAX + 16];
+        snprintf(key, sizeof key, "shard.offset.%s", b->opt_names[i]);
+        st = ddp_download(s->ctx, host, b->opt[i] + (o - b->opt_offset), k * sizeof *host);
+        if (st == DDP_OK)
+            st = ddp_state_set_f32(*out, b->opt_names[i], host, k);
+        if (st == DDP_OK)
+            st = ddp_state_set_u64(*out, key, o);
+    }
+    free(host);
+    if (st == DDP_OK)
+        st = state_add_position(s, pos, *out);
+    return st;
+}
+
+/* Collective: each rank's failure flag summed over the ranks into flags[world] (every rank). */
+static void agree_flags(const train_setup *s, int failed, int64_t *flags)
+{
+    int world = ddp_world_size(s->ctx);
+    memset(flags, 0, (size_t)world * sizeof *flags);
+    flags[ddp_rank(s->ctx)] = failed != 0;
+    state_must(s->ctx, ddp_allreduce_host(s->ctx, flags, (size_t)world, DDP_INT64, DDP_SUM),
+               "agreeing on the checkpoint's files");
+}
+
+/* Rank 0: the ranks whose flag is set, logged after `what`; their count. */
+static int64_t name_failed(const int64_t *flags, int world, const char *what)
+{
+    char list[256] = "";
+    int64_t n = 0;
+    for (int q = 0; q < world; q++)
+        if (flags[q] && ++n <= 16)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", n > 1 ? ", " : "", q);
+    if (n)
+        DDP_ERROR("%s: rank(s) %s%s failed (see their messages)", what, list, n > 16 ? ", ..." : "");
+    return n;
+}
+
+/* Collective, --checkpoint-format folder: rank 0 empties the folder path, every rank writes its
+ * shard file in parallel, and once all of them are on disk rank 0 writes the MANIFEST. Every rank
+ * returns its own outcome (a failed write is logged by the rank with the file and the reason);
+ * rank 0 also fails when another rank did (no MANIFEST then: the folder is no checkpoint). */
+static ddp_status save_folder(const train_setup *s, const train_pos *pos, const char *path,
+                              double *slowest_write)
+{
+    int rank = ddp_rank(s->ctx), world = ddp_world_size(s->ctx);
+    int64_t *flags = malloc((size_t)world * sizeof *flags);
+    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the checkpoint's flags");
+    ddp_status st = rank == 0 ? ddp_ckpt_dir_begin(path) : DDP_OK;
+    agree_flags(s, st != DDP_OK, flags);
+    if (flags[0]) {
+        free(flags);
+        return st;
+    }
+    ddp_state *shard = NULL;
+    double t0 = now_s();
+    st = shard_state(s, *pos, &shard);
+    errno = 0;
+    if (st == DDP_OK)
+        st = ddp_ckpt_dir_write_shard(path, rank, world, shard);
+    int err = errno;
+    *slowest_write = now_s() - t0;
+    state_must(s->ctx, ddp_allreduce_host(s->ctx, slowest_write, 1, DDP_FP64, DDP_MAX),
+               "agreeing on the checkpoint's write time");
+    agree_flags(s, st != DDP_OK, flags);
+    if (rank == 0 && st == DDP_OK && name_failed(flags, world, path) > 0) {
+        st = DDP_ERR_IO;
+        err = 0;
+    } else if (rank == 0 && st == DDP_OK) {
+        errno = 0;
+        st = ddp_ckpt_dir_commit(path, world, s->buf.descs, s->buf.n_params, shard);
+        err = errno;
+    }
+    ddp_state_destroy(shard);
+    free(flags);
+    errno = st == DDP_ERR_IO ? err : 0;
+    return st;
+}
+
 /* Why a save failed, for a message: the system's reason (errno, set by train_save_state) for
  * DDP_ERR_IO, else the status's text. */
 static const char *save_error(ddp_status st)
@@ -353,7 +467,41 @@ static void ckpt_path(const char *dir, long step, char *path)
     snprintf(path, DDP_PATH_MAX, "%s/%s", dir, name);
 }
 
-/* Removes all but the newest `keep` checkpoints of dir. */
+/* 1 when path is a folder (a checkpoint folder, complete or not). */
+static int is_folder(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* 1 when the checkpoint folder path has its MANIFEST (the save that wrote it completed). */
+static int folder_complete(const char *path)
+{
+    char manifest[DDP_PATH_MAX + 16];
+    snprintf(manifest, sizeof manifest, "%s/%s", path, DDP_CKPT_MANIFEST);
+    return access(manifest, F_OK) == 0;
+}
+
+/* Removes a checkpoint file, or a checkpoint folder with the files in it (not its subfolders). */
+static int remove_checkpoint(const char *path)
+{
+    if (!is_folder(path))
+        return unlink(path);
+    DIR *d = opendir(path);
+    struct dirent *de;
+    char file[DDP_PATH_MAX + 300];
+    while (d && (de = readdir(d)) != NULL) {
+        snprintf(file, sizeof file, "%s/%s", path, de->d_name);
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            unlink(file);
+    }
+    if (d)
+        closedir(d);
+    return rmdir(path);
+}
+
+/* Removes all but the newest `keep` checkpoints of dir, and every checkpoint folder without a
+ * MANIFEST (the debris of an interrupted save). */
 static void prune_checkpoints(const char *dir, int keep)
 {
     long *steps = NULL;
@@ -361,21 +509,230 @@ static void prune_checkpoints(const char *dir, int keep)
     if (list_checkpoints(dir, &steps, &n) != DDP_OK)
         return;
     char path[DDP_PATH_MAX];
-    for (size_t i = (size_t)keep; i < n; i++) {
+    int kept = 0;
+    for (size_t i = 0; i < n; i++) {
         ckpt_path(dir, steps[i], path);
-        if (unlink(path) != 0)
+        int debris = is_folder(path) && !folder_complete(path);
+        if (!debris && kept < keep) {
+            kept++;
+            continue;
+        }
+        if (remove_checkpoint(path) != 0)
             DDP_WARN("--keep: cannot remove %s: %s", path, strerror(errno));
+        else if (debris)
+            DDP_INFO("checkpoint: removed %s, an interrupted save (no %s)", path, DDP_CKPT_MANIFEST);
     }
     free(steps);
+}
+
+/* ---- asynchronous saves (--checkpoint-async) --------------------------------------------------- */
+
+/* The save in flight. Every rank starts one at the same steps; its thread writes this rank's file
+ * from the staging copy (the shard state, host memory), and rank 0's thread then waits for the
+ * other ranks' files to appear (each is renamed into place only once complete and fsync'ed) and
+ * writes the MANIFEST. The next save, the end of the run, a requeue and the process's exit wait. */
+typedef struct async_save {
+    int active;                /* started and not yet finished (the same on every rank) */
+    int has_thread;
+    pthread_t thread;
+    ddp_state *shard;          /* the staging copy */
+    char path[DDP_PATH_MAX];
+    const char *dir;           /* --checkpoint-dir, for --keep */
+    int rank, world, keep;
+    long step;
+    ddp_param_desc *descs;     /* a copy: the model may be gone when the process exits */
+    int n_params;
+    ddp_status st;             /* this rank's write; rank 0: then the MANIFEST */
+    int err;
+    double t0;
+    atomic_int written;        /* this rank's file is on disk, or its write failed */
+    atomic_int cancel;         /* rank 0: another rank failed, write no MANIFEST */
+} async_save;
+
+static async_save async_pending;
+
+/* Rank 0's thread: waits for every rank's file, then writes the MANIFEST and prunes. */
+static ddp_status async_commit(async_save *a)
+{
+    double deadline = now_s() + ASYNC_WAIT_S;
+    while (!ddp_ckpt_dir_files_present(a->path, a->world)) {
+        if (atomic_load(&a->cancel))
+            return DDP_ERR_IO;
+        if (now_s() > deadline) {
+            DDP_ERROR("checkpoint %s: the other ranks' files did not appear within %.0f s: no MANIFEST",
+                      a->path, ASYNC_WAIT_S);
+            return DDP_ERR_TIMEOUT;
+        }
+        usleep(2000);
+    }
+    errno = 0;
+    ddp_status st = ddp_ckpt_dir_commit(a->path, a->world, a->descs, a->n_params, a->shard);
+    a->err = errno;
+    if (st == DDP_OK) {
+        printf("checkpoint %s (step %ld): written in the background in %.3f s\n", a->path, a->step,
+               now_s() - a->t0);
+        fflush(stdout);
+        prune_checkpoints(a->dir, a->keep);
+    }
+    return st;
+}
+
+static void *async_main(void *arg)
+{
+    async_save *a = arg;
+    errno = 0;
+    a->st = ddp_ckpt_dir_write_shard(a->path, a->rank, a->world, a->shard);
+    a->err = errno;
+    atomic_store(&a->written, 1);
+    if (a->rank == 0 && a->st == DDP_OK)
+        a->st = async_commit(a);
+    return NULL;
+}
+
+/* Waits for this process's thread (rank 0: its MANIFEST too, unless cancelled) and frees it. */
+static ddp_status async_join(async_save *a)
+{
+    if (a->has_thread)
+        pthread_join(a->thread, NULL);
+    ddp_status st = a->st;
+    ddp_state_destroy(a->shard);
+    free(a->descs);
+    a->shard = NULL;
+    a->descs = NULL;
+    a->active = a->has_thread = 0;
+    errno = a->err;
+    return st;
+}
+
+/* At exit (a stop by signal ends the run with its save in flight): this rank's write finishes, and
+ * rank 0's MANIFEST once the others' files are there. No collective: the ranks may be gone. */
+static void async_at_exit(void)
+{
+    async_save *a = &async_pending;
+    if (!a->active)
+        return;
+    if (async_join(a) != DDP_OK)
+        DDP_ERROR("checkpoint %s (step %ld), written in the background: failed: %s", a->path, a->step,
+                  a->err ? strerror(a->err) : "see above");
+}
+
+/* Collective: the save in flight, if any, ends: every rank waits for its own write, the ranks agree,
+ * rank 0 waits for its MANIFEST (or cancels it when a rank failed). Every rank returns its own
+ * write's status; rank 0 also fails when another rank did. */
+static ddp_status async_finish(const train_setup *s)
+{
+    async_save *a = &async_pending;
+    if (!a->active)
+        return DDP_OK;
+    while (!atomic_load(&a->written))
+        usleep(1000);
+    int world = ddp_world_size(s->ctx);
+    int64_t *flags = malloc((size_t)world * sizeof *flags);
+    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the checkpoint's flags");
+    agree_flags(s, a->st != DDP_OK, flags);
+    int64_t failed = 0;
+    for (int q = 0; q < world; q++)
+        failed += flags[q];
+    if (a->rank == 0 && failed)
+        atomic_store(&a->cancel, 1);
+    char path[DDP_PATH_MAX];
+    memcpy(path, a->path, sizeof path);
+    long step = a->step;
+    ddp_status st = async_join(a);
+    int err = errno;
+    if (a->rank == 0 && failed && flags[0] == 0) { /* rank 0 wrote its file, another rank did not */
+        name_failed(flags, world, path);
+        st = DDP_ERR_IO;
+        err = 0;
+    }
+    free(flags);
+    if (st != DDP_OK)
+        DDP_ERROR("checkpoint %s at step %ld (written in the background) failed%s%s; the previous "
+                  "checkpoints are kept", path, step, err ? ": " : "", err ? strerror(err) : "");
+    errno = err;
+    return st;
+}
+
+/* Collective: empties the folder (rank 0), copies this rank's shard to the host and starts its
+ * writer thread; training goes on at once. The first save reports the staging copy's size. */
+static ddp_status async_start(const train_setup *s, const train_pos *pos, const char *path)
+{
+    async_save *a = &async_pending;
+    int world = ddp_world_size(s->ctx);
+    int64_t *flags = malloc((size_t)world * sizeof *flags);
+    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the checkpoint's flags");
+    ddp_status st = ddp_rank(s->ctx) == 0 ? ddp_ckpt_dir_begin(path) : DDP_OK;
+    agree_flags(s, st != DDP_OK, flags);
+    int begun = flags[0] == 0;
+    free(flags);
+    if (!begun)
+        return st;
+    static int reported;
+    *a = (async_save){.active = 1, .rank = ddp_rank(s->ctx), .world = world, .keep = s->o->keep,
+                      .dir = s->o->checkpoint_dir, .step = pos->step, .t0 = now_s(),
+                      .n_params = s->buf.n_params};
+    atomic_init(&a->written, 1);
+    atomic_init(&a->cancel, 0);
+    snprintf(a->path, sizeof a->path, "%s", path);
+    a->descs = malloc((size_t)s->buf.n_params * sizeof *a->descs);
+    a->st = a->descs ? shard_state(s, *pos, &a->shard) : DDP_ERR_NOMEM;
+    if (a->st == DDP_OK) {
+        memcpy(a->descs, s->buf.descs, (size_t)s->buf.n_params * sizeof *a->descs);
+        atomic_store(&a->written, 0);
+        a->has_thread = pthread_create(&a->thread, NULL, async_main, a) == 0;
+        if (!a->has_thread) {
+            a->st = DDP_ERR_NOMEM;
+            atomic_store(&a->written, 1);
+        }
+    }
+    if (a->rank == 0 && a->st == DDP_OK && !reported++) {
+        size_t staged = 0, n = 0;
+        for (int i = 1; i < ddp_state_n_entries(a->shard); i++) {
+            const char *name;
+            ddp_state_kind kind;
+            uint64_t count;
+            ddp_state_entry_info(a->shard, i, &name, &kind, &count);
+            staged += kind == DDP_STATE_F32 ? (size_t)count * sizeof(float) : 0;
+        }
+        ddp_state_f32(a->shard, "params", &n);
+        printf("--checkpoint-async: each rank copies its shard to host memory for the background "
+               "write: %.1f MiB on rank 0 (%zu values of each buffer), %.3f s\n",
+               (double)staged / (1 << 20), n, now_s() - a->t0);
+        fflush(stdout);
+        atexit(async_at_exit);
+    } else if (!reported++) {
+        atexit(async_at_exit);
+    }
+    return DDP_OK; /* a failure is reported when the save finishes */
+}
+
+/* --checkpoint-async: the previous save finishes first; the one at the end of the run is written at
+ * once (nothing is left to overlap), the others in the background. */
+static ddp_status checkpoint_async(const train_setup *s, const train_pos *pos, const char *path,
+                                   double *slowest_write, int *background)
+{
+    ddp_status prev = async_finish(s);
+    *background = pos->step < s->total_steps;
+    ddp_status st = *background ? async_start(s, pos, path) : save_folder(s, pos, path, slowest_write);
+    return prev != DDP_OK ? prev : st;
 }
 
 ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
 {
     char path[DDP_PATH_MAX];
     ckpt_path(s->o->checkpoint_dir, pos->step, path);
-    ddp_status st = train_save_state(s, pos, path);
-    if (ddp_rank(s->ctx) != 0)
+    double t0 = now_s(), slowest_write = 0.0;
+    int background = 0;
+    ddp_status st = s->o->checkpoint_async ? checkpoint_async(s, pos, path, &slowest_write, &background)
+                    : s->o->checkpoint_folder ? save_folder(s, pos, path, &slowest_write)
+                                              : train_save_state(s, pos, path);
+    double took = now_s() - t0;
+    if (ddp_rank(s->ctx) != 0) {
+        if (st != DDP_OK)
+            DDP_ERROR("checkpoint %s at step %ld: this rank's file failed: %s", path, pos->step,
+                      save_error(st));
         return st;
+    }
     if (st != DDP_OK) {
         const char *why = save_error(st);
         if (s->o->checkpoint_errors_warn)
@@ -387,7 +744,17 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
                       "on)", path, pos->step, why);
         return st;
     }
-    printf("checkpoint %s (step %ld)\n", path, pos->step);
+    if (background) {
+        printf("checkpoint %s (step %ld): staged in %.3f s, writing in the background\n", path,
+               pos->step, took);
+        fflush(stdout);
+        return DDP_OK;
+    }
+    if (s->o->checkpoint_folder)
+        printf("checkpoint %s (step %ld): %.3f s, the slowest rank's file %.3f s\n", path, pos->step,
+               took, slowest_write);
+    else
+        printf("checkpoint %s (step %ld): %.3f s\n", path, pos->step, took);
     fflush(stdout);
     prune_checkpoints(s->o->checkpoint_dir, s->o->keep);
     return DDP_OK;
@@ -493,21 +860,50 @@ ddp_status train_check_outputs(const train_opts *o)
 
 /* ---- resuming -------------------------------------------------------------------------------- */
 
-/* Rank 0, --resume auto: loads the newest valid checkpoint of the folder (path written to `path`);
- * *out stays NULL when the folder has none. Corrupt ones are skipped with a warning. */
-static ddp_status find_newest(const char *dir, char *path, ddp_state **out)
+/* A checkpoint that is opened: a file read whole (rank 0), or a folder whose MANIFEST and file
+ * tables are read (the values stay on disk until every rank reads its part). */
+typedef struct resume_src {
+    ddp_state *file;
+    ddp_ckpt_dir *dir;
+} resume_src;
+
+/* The state to check: the file's, or the folder's (its buffers' counts without values). */
+static const ddp_state *src_state(const resume_src *r)
+{
+    return r->file ? r->file : ddp_ckpt_dir_state(r->dir);
+}
+
+static void src_close(resume_src *r)
+{
+    ddp_state_destroy(r->file);
+    ddp_ckpt_dir_close(r->dir);
+    *r = (resume_src){0};
+}
+
+/* Opens the checkpoint file or folder at path. */
+static ddp_status src_open(const char *path, resume_src *r)
+{
+    *r = (resume_src){0};
+    return is_folder(path) ? ddp_ckpt_dir_open(path, &r->dir) : ddp_state_load(path, &r->file);
+}
+
+/* Rank 0, --resume auto: opens the newest valid checkpoint of the folder (path written to `path`);
+ * *out stays empty when the folder has none. Corrupt ones, and folders that a save left without
+ * their MANIFEST or with a file missing, truncated or from another save, are skipped with a
+ * warning. */
+static ddp_status find_newest(const char *dir, char *path, resume_src *out)
 {
     long *steps = NULL;
     size_t n = 0, i;
     ddp_status st = list_checkpoints(dir, &steps, &n);
-    for (i = 0; st == DDP_OK && i < n && !*out; i++) {
+    for (i = 0; st == DDP_OK && i < n && !src_state(out); i++) {
         ckpt_path(dir, steps[i], path);
-        if (ddp_state_load(path, out) != DDP_OK)
+        if (src_open(path, out) != DDP_OK)
             DDP_WARN("--resume auto: skipping %s: it is corrupt or truncated (see above)%s", path,
                      i + 1 < n ? "; trying the previous checkpoint" : "");
     }
     free(steps);
-    if (st == DDP_OK && n > 0 && !*out) {
+    if (st == DDP_OK && n > 0 && !src_state(out)) {
         DDP_ERROR("--resume auto: none of the %zu checkpoints in %s is valid: move them away to "
                   "start fresh", n, dir);
         st = DDP_ERR_FORMAT;
@@ -533,8 +929,9 @@ static ddp_status check_buffers(const train_setup *s, const ddp_state *st, const
     int whole = ddp_state_u64(st, "step", &v) && ddp_state_u64(st, "epoch", &v) &&
                 ddp_state_u64(st, "step_in_epoch", &v) && ddp_state_u64(st, "world_size", &v);
     for (int i = 0; whole && i < b->n_opt; i++) {
-        size_t n_opt = 0;
-        whole = ddp_state_f32(st, b->opt_names[i], &n_opt) && n_opt == b->numel;
+        size_t n_opt = 0; /* a folder's state has the counts without the values */
+        ddp_state_f32(st, b->opt_names[i], &n_opt);
+        whole = n_opt == b->numel;
     }
     if (!whole) {
         DDP_ERROR("--resume %s: the file holds parameters only, not a training state (optimizer "
@@ -568,31 +965,29 @@ static train_pos read_position(const train_setup *s, const ddp_state *st)
     return p;
 }
 
-/* Rank 0: finds, loads and checks the checkpoint; *out NULL for a fresh start. */
-static ddp_status open_resume(const train_setup *s, char *path, ddp_state **out)
+/* Rank 0: finds, opens and checks the checkpoint; *out empty for a fresh start. */
+static ddp_status open_resume(const train_setup *s, char *path, resume_src *out)
 {
     const train_opts *o = s->o;
     ddp_status st;
-    *out = NULL;
+    *out = (resume_src){0};
     if (strcmp(o->resume, "auto") == 0) {
         st = find_newest(o->checkpoint_dir, path, out);
-        if (st == DDP_OK && !*out)
+        if (st == DDP_OK && !src_state(out))
             printf("--resume auto: no checkpoint in %s: starting fresh\n", o->checkpoint_dir);
     } else {
         snprintf(path, DDP_PATH_MAX, "%s", o->resume);
-        st = ddp_state_load(path, out);
+        st = src_open(path, out);
         if (st != DDP_OK)
-            DDP_ERROR("--resume %s: cannot use this file (see above)", path);
+            DDP_ERROR("--resume %s: cannot use this %s (see above)", path, is_folder(path) ? "folder" : "file");
     }
     int other_world = 0;
-    if (st == DDP_OK && *out)
-        st = check_buffers(s, *out, path);
-    if (st == DDP_OK && *out)
-        st = check_fingerprint(s, *out, path, &other_world);
-    if (st != DDP_OK) {
-        ddp_state_destroy(*out);
-        *out = NULL;
-    }
+    if (st == DDP_OK && src_state(out))
+        st = check_buffers(s, src_state(out), path);
+    if (st == DDP_OK && src_state(out))
+        st = check_fingerprint(s, src_state(out), path, &other_world);
+    if (st != DDP_OK)
+        src_close(out);
     return st;
 }
 
@@ -652,22 +1047,106 @@ static void bcast_buffers(const train_setup *s, const ddp_state *st)
     }
 }
 
+/* Elements [lo, lo + n) of buffer `name` of the folder into dev (backend memory, element lo at
+ * dev[0]), through a host buffer of STATE_CHUNK * 4 floats. */
+static ddp_status read_range(const train_setup *s, const ddp_ckpt_dir *d, const char *name,
+                             float *dev, size_t lo, size_t n)
+{
+    size_t chunk = STATE_CHUNK * 4;
+    float *host = malloc(chunk * sizeof *host);
+    ddp_status st = host ? DDP_OK : DDP_ERR_NOMEM;
+    for (size_t at = 0; st == DDP_OK && at < n; at += chunk) {
+        size_t k = n - at < chunk ? n - at : chunk;
+        st = ddp_ckpt_dir_read_f32(d, name, lo + at, k, host);
+        if (st == DDP_OK)
+            st = ddp_upload(s->ctx, dev + at, host, k * sizeof *host);
+    }
+    free(host);
+    return st;
+}
+
+/* Collective: every rank's shard range of a replicated buffer (backend memory) to every rank. */
+static void bcast_ranges(const train_setup *s, float *buf)
+{
+    int world = ddp_world_size(s->ctx);
+    for (int q = 0; q < world; q++) {
+        size_t off, n;
+        ddp_shard_range(s->buf.numel, world, q, &off, &n);
+        if (n > 0)
+            state_must(s->ctx, ddp_broadcast(s->ctx, buf + off, n * sizeof(float), q),
+                       "broadcasting a checkpoint's range");
+    }
+}
+
+/* This rank's reads: its shard range of the parameters and of every replicated optimizer buffer,
+ * or its own --zero shard of a sharded one. */
+static ddp_status read_shares(const train_setup *s, const ddp_ckpt_dir *d)
+{
+    const train_buffers *b = &s->buf;
+    size_t off, n;
+    ddp_shard_range(b->numel, ddp_world_size(s->ctx), ddp_rank(s->ctx), &off, &n);
+    ddp_status st = read_range(s, d, "params", b->params + off, off, n);
+    for (int i = 0; st == DDP_OK && i < b->n_opt; i++)
+        st = opt_sharded(s) ? read_range(s, d, b->opt_names[i], b->opt[i], b->opt_offset, b->opt_n)
+                            : read_range(s, d, b->opt_names[i], b->opt[i] + off, off, n);
+    return st;
+}
+
+/* Collective, resuming from the checkpoint folder path (d: rank 0's open folder; the other ranks
+ * open it): every rank checks the CRC-32 of files rank, rank + world, ... and reads only the byte
+ * ranges it needs (resharded to this run's ranks and --zero stage: the ranges are offsets into
+ * the flat buffers), then the replicated buffers' ranges are broadcast. Same status on every rank. */
+static ddp_status load_folder(const train_setup *s, const char *path, const ddp_ckpt_dir *d0)
+{
+    int rank = ddp_rank(s->ctx), world = ddp_world_size(s->ctx);
+    ddp_ckpt_dir *mine = NULL;
+    ddp_status st = rank == 0 ? DDP_OK : ddp_ckpt_dir_open(path, &mine);
+    const ddp_ckpt_dir *d = rank == 0 ? d0 : mine;
+    for (int i = rank; st == DDP_OK && i < ddp_ckpt_dir_n_files(d); i += world)
+        st = ddp_ckpt_dir_verify_file(d, i);
+    if (st == DDP_OK)
+        st = read_shares(s, d);
+    int64_t *flags = malloc((size_t)world * sizeof *flags);
+    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the resume flags");
+    agree_flags(s, st != DDP_OK, flags);
+    int64_t failed = 0;
+    for (int q = 0; q < world; q++)
+        failed += flags[q];
+    if (rank == 0 && failed)
+        name_failed(flags, world, "--resume: reading the checkpoint folder");
+    free(flags);
+    ddp_ckpt_dir_close(mine);
+    if (failed) {
+        DDP_ERROR("--resume %s: the folder cannot be used (see the messages above); move it away to "
+                  "resume from the previous checkpoint", path);
+        return st != DDP_OK ? st : DDP_ERR_FORMAT;
+    }
+    bcast_ranges(s, s->buf.params);
+    for (int i = 0; i < s->buf.n_opt && !opt_sharded(s); i++)
+        bcast_ranges(s, s->buf.opt[i]);
+    return DDP_OK;
+}
+
 ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
 {
     *pos = (train_pos){0};
     *resumed = 0;
     if (!s->o->resume)
         return DDP_OK;
-    int64_t head[5] = {DDP_OK, 0, 0, 0, 0}; /* status, resumed, step, epoch, step_in_epoch */
-    ddp_state *st = NULL;
+    /* status, resumed, step, epoch, step_in_epoch, a folder */
+    int64_t head[6] = {DDP_OK, 0, 0, 0, 0, 0};
+    resume_src src = {0};
+    const ddp_state *st = NULL;
     char path[DDP_PATH_MAX] = "";
     if (ddp_rank(s->ctx) == 0) {
-        head[0] = open_resume(s, path, &st);
+        head[0] = open_resume(s, path, &src);
+        st = src_state(&src);
         train_pos p = st ? read_position(s, st) : (train_pos){0};
         head[1] = st != NULL;
         head[2] = p.step;
         head[3] = p.epoch;
         head[4] = p.step_in_epoch;
+        head[5] = src.dir != NULL;
     }
     double scaler_state[2] = {1.0, 0.0}; /* loss scale, finite steps since its last change */
     if (st) {
@@ -678,8 +1157,13 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
     }
     bcast_host(s->ctx, head, sizeof head);
     bcast_host(s->ctx, scaler_state, sizeof scaler_state);
-    if (head[1])
-        bcast_buffers(s, st);
+    if (head[1] && head[5]) {
+        bcast_host(s->ctx, path, sizeof path);
+        ddp_status lf = load_folder(s, path, src.dir);
+        head[0] = head[0] == DDP_OK ? lf : head[0];
+    } else if (head[1]) {
+        bcast_buffers(s, src.file);
+    }
     if (head[1] && head[0] == DDP_OK && s->scaler &&
         ddp_scaler_set_state(s->scaler, scaler_state[0], (int64_t)scaler_state[1]) != DDP_OK) {
         DDP_ERROR("--resume: the checkpoint's loss scale %g after %.0f finite steps does not fit this "
@@ -687,10 +1171,10 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
                   scaler_state[0], scaler_state[1]);
         head[0] = DDP_ERR_MISMATCH;
     }
-    if (head[1] && ddp_rank(s->ctx) == 0)
+    if (head[1] && head[0] == DDP_OK && ddp_rank(s->ctx) == 0)
         printf("resumed from %s at step %lld (epoch %lld, %lld steps into it)\n", path,
                (long long)head[2], (long long)head[3] + 1, (long long)head[4]);
-    ddp_state_destroy(st);
+    src_close(&src);
     *pos = (train_pos){.step = head[2], .epoch = head[3], .step_in_epoch = head[4]};
     *resumed = (int)head[1];
     if (head[0] != DDP_OK && ddp_rank(s->ctx) != 0)
@@ -702,6 +1186,7 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
 
 ddp_status train_requeue(void)
 {
+    async_at_exit(); /* a stop's checkpoint written in the background is complete before the requeue */
     const char *job = getenv("SLURM_JOB_ID");
     if (!job || !job[0]) {
         DDP_ERROR("--requeue: SLURM_JOB_ID is not set (not a Slurm job): nothing to requeue");

@@ -61,8 +61,10 @@ ddp_status train_save_state(const train_setup *s, const train_pos *pos, const ch
 /* The optimizer's buffers, names and range in b (its parameter fields untouched). */
 void train_buffers_of_optim(optim *opt, train_buffers *b);
 
-/* Collective: rank 0 writes DIR/step-<12 digits>.ckpt for pos, then keeps only the newest
- * --keep ones. Errors as train_save_state. */
+/* Collective: rank 0 writes DIR/step-<12 digits>.ckpt for pos (--checkpoint-format folder: every
+ * rank writes its file into that folder, rank 0 the MANIFEST last), then keeps only the newest
+ * --keep ones and removes folders left without a MANIFEST. Errors as train_save_state; with
+ * folders every rank returns its own write's outcome (rank 0 also fails when another rank did). */
 ddp_status train_checkpoint(const train_setup *s, const train_pos *pos);
 
 /* Collective, after the model is built: with --resume, rank 0 finds and checks the checkpoint and

@@ -6,7 +6,7 @@
 # Usage: tests/cluster/run.sh --launch PATH --train PATH [--mpi-default none|pmix] [CASE...]
 #   (no CASE: all of them; --mpi-default: slurm.conf's MpiDefault, as cluster.sh takes it)
 # Cases: print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
-#   torch-allreduce pmi-trap requeue srun-sigterm log-dir kill-rank partition
+#   torch-allreduce pmi-trap requeue requeue-folder srun-sigterm log-dir kill-rank partition
 #   (templates needs --mpi-default none)
 # Environment: DDP_TEST_SRCDIR (source tree; default: two levels up), DDP_SLURM_BASE (cluster state,
 #   default /tmp/ddp-slurm-test). Only one cluster can run per machine (the network names are fixed):
@@ -23,7 +23,7 @@ TRAIN_ARGS=(--model mlp --epochs 4 --batch 64 --lr 0.1 --device auto)
 MIN_ACC=0.90
 JOB_TIMEOUT=420       # seconds any one srun or batch job may take
 ALL_CASES=(print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
-    torch-allreduce pmi-trap requeue srun-sigterm log-dir kill-rank partition)
+    torch-allreduce pmi-trap requeue requeue-folder srun-sigterm log-dir kill-rank partition)
 LAUNCH=""
 TRAIN=""
 WORK=""
@@ -350,11 +350,18 @@ wait_file() {
 # PENDING with Reason=BeginTime for 2 min 18 s). Everything else is real: the template's srun,
 # ddp-train's stop, checkpoint and `scontrol requeue`, Slurm's requeue, and --resume auto. The final
 # parameters must be bit-identical to an uninterrupted run of the same length.
-case_requeue() {
-    local dir=$WORK/requeue out=$WORK/requeue.out id restarts step
+case_requeue() { requeue_run requeue ""; }
+# The same with checkpoint folders written in the background (--checkpoint-format folder
+# --checkpoint-async): each rank writes its file on its node, the stop's save completes before the
+# requeue, and the requeued run resumes from the folder.
+case_requeue_folder() { requeue_run requeue-folder "--checkpoint-format folder --checkpoint-async"; }
+
+# requeue_run NAME EXTRA_ARGS: the requeue case with extra ddp-train flags for the requeued job.
+requeue_run() {
+    local dir=$WORK/$1 out=$WORK/$1.out id restarts step
     local args="--widths 784-64-10 --max-steps 1500 --device cpu --log-every 100"
     id=$(DDP_BIN=$BUILD DDP_DATA=$DATA DDP_OUT=$dir DDP_EPOCHS=100 DDP_BATCH=32 DDP_LR=0.05 \
-        DDP_CKPT_EVERY=50 DDP_TRAIN_ARGS=$args DDP_SRC=$SRC sbatch --parsable --chdir="$SRC" --output="$out" \
+        DDP_CKPT_EVERY=50 DDP_TRAIN_ARGS="$args $2" DDP_SRC=$SRC sbatch --parsable --chdir="$SRC" --output="$out" \
         --nodes=2 --ntasks-per-node=1 --time=10 "$SRC/slurm/requeue.sbatch") || fail "sbatch refused"
     id=${id%%;*}
     echo "  submitted slurm/requeue.sbatch as job $id"
@@ -372,14 +379,17 @@ case_requeue() {
     grep -q "resumed from $dir/checkpoints/step-$(printf %012d "$step").ckpt at step $step " "$out" ||
         fail "the requeued run did not resume from the step-$step checkpoint"
     grep -q '^done: ' "$out" || fail "no 'done:' line after the requeued run"
+    [[ -z $2 || -f $dir/checkpoints/step-000000001500.ckpt/MANIFEST ]] ||
+        fail "the last checkpoint is not a complete folder (flags: $2)"
+    [[ -z $2 ]] || grep -q 'written in the background' "$out" || fail "no save was written in the background"
     # shellcheck disable=SC2086  # args splits into flags
-    run_to "$WORK/requeue-ref.out" "$JOB_TIMEOUT" srun --mpi=pmix -N2 --ntasks-per-node=1 "$LAUNCH" \
+    run_to "$WORK/$1-ref.out" "$JOB_TIMEOUT" srun --mpi=pmix -N2 --ntasks-per-node=1 "$LAUNCH" \
         "$TRAIN" --model mlp --data "$DATA" --epochs 100 --batch 32 --lr 0.05 $args \
-        --save "$WORK/requeue-ref.ckpt" ||
-        { show_tail "$WORK/requeue-ref.out"; fail "the uninterrupted reference run failed"; }
-    "$BUILD/train/ddp-ckpt" diff "$WORK/requeue-ref.ckpt" "$dir/model.ckpt" >"$WORK/requeue-diff.out" 2>&1 || true
-    sed 's/^/  /' "$WORK/requeue-diff.out"
-    grep -q 'max_abs_diff=0 ' "$WORK/requeue-diff.out" ||
+        --save "$WORK/$1-ref.ckpt" ||
+        { show_tail "$WORK/$1-ref.out"; fail "the uninterrupted reference run failed"; }
+    "$BUILD/train/ddp-ckpt" diff "$WORK/$1-ref.ckpt" "$dir/model.ckpt" >"$WORK/$1-diff.out" 2>&1 || true
+    sed 's/^/  /' "$WORK/$1-diff.out"
+    grep -q 'max_abs_diff=0 ' "$WORK/$1-diff.out" ||
         fail "stopped + requeued + resumed differs from the uninterrupted run"
 }
 

@@ -1,0 +1,154 @@
+/* test_checkpoint_dir.c - checkpoint folders without MPI: three "ranks" write uneven shards of a
+ * 37-value buffer (x[i] = i * 0.5 - 7, closed form), rank 0 commits the MANIFEST; then ranges that
+ * cross the pieces read back exactly, the state holds the counts and counters, consolidation gives
+ * the single file's values, and a commit or an open refuses a missing file, a MANIFEST with a
+ * corrupt byte, and a shard of another step, naming them.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "ddp.h"
+
+#define N_VALUES 37
+#define WORLD 3
+
+static const ddp_param_desc descs[2] = {{"w", 2, {6, 6, 0, 0}}, {"b", 1, {1, 0, 0, 0}}};
+static char dir[256];
+
+static float value(size_t i) { return (float)i * 0.5f - 7.0f; }
+
+/* Rank r's shard of params and of "m" (m = -params), with the step. */
+static ddp_state *shard(int r, uint64_t step)
+{
+    size_t off, n;
+    ddp_shard_range(N_VALUES, WORLD, r, &off, &n);
+    float v[N_VALUES], m[N_VALUES];
+    for (size_t i = 0; i < n; i++) {
+        v[i] = value(off + i);
+        m[i] = -v[i];
+    }
+    ddp_param_desc d = {"shard", 1, {(int64_t)n, 0, 0, 0}};
+    ddp_state *s = NULL;
+    CHECK(ddp_state_create(&d, 1, v, &s) == DDP_OK, "shard %d", r);
+    ddp_state_set_u64(s, "shard.offset.params", off);
+    ddp_state_set_f32(s, "m", m, n);
+    ddp_state_set_u64(s, "shard.offset.m", off);
+    ddp_state_set_u64(s, "step", step);
+    ddp_state_set_f64(s, "loss_scale", 0.1);
+    ddp_state_set_text(s, "config.model", "test model");
+    return s;
+}
+
+/* Writes all shards of `step` into path and commits; returns the commit's status. */
+static ddp_status write_folder(const char *path, uint64_t step, int skip_rank)
+{
+    CHECK(ddp_ckpt_dir_begin(path) == DDP_OK, "begin %s", path);
+    ddp_state *meta = NULL;
+    for (int r = 0; r < WORLD; r++) {
+        ddp_state *s = shard(r, step);
+        if (r != skip_rank)
+            CHECK(ddp_ckpt_dir_write_shard(path, r, WORLD, s) == DDP_OK, "write rank %d", r);
+        if (r == 0)
+            meta = s;
+        else
+            ddp_state_destroy(s);
+    }
+    ddp_status st = ddp_ckpt_dir_commit(path, WORLD, descs, 2, meta);
+    ddp_state_destroy(meta);
+    return st;
+}
+
+static void test_read_back(const char *path)
+{
+    ddp_ckpt_dir *d = NULL;
+    CHECK(ddp_ckpt_dir_open(path, &d) == DDP_OK, "open");
+    if (!d)
+        return;
+    CHECK(ddp_ckpt_dir_n_files(d) == WORLD, "files %d", ddp_ckpt_dir_n_files(d));
+    const ddp_state *s = ddp_ckpt_dir_state(d);
+    size_t n = 0;
+    uint64_t step = 0;
+    double scale = 0.0;
+    CHECK(ddp_state_numel(s) == N_VALUES && ddp_state_n_params(s) == 2, "numel");
+    CHECK(ddp_state_f32(s, "m", &n) == NULL && n == N_VALUES, "m: counts without values (%zu)", n);
+    CHECK(ddp_state_u64(s, "step", &step) && step == 5, "step %llu", (unsigned long long)step);
+    CHECK(ddp_state_f64(s, "loss_scale", &scale) && scale == 0.1, "loss_scale %g", scale);
+    CHECK(strcmp(ddp_state_text(s, "config.model"), "test model") == 0, "text");
+    CHECK(!ddp_state_u64(s, "shard.offset.m", &step), "shard.* stay in the files");
+    for (size_t lo = 0; lo < N_VALUES; lo += 5) { /* ranges across the pieces (13, 12, 12) */
+        float got[N_VALUES];
+        size_t k = N_VALUES - lo < 17 ? N_VALUES - lo : 17;
+        CHECK(ddp_ckpt_dir_read_f32(d, "m", lo, k, got) == DDP_OK, "read m [%zu, +%zu)", lo, k);
+        for (size_t i = 0; i < k; i++)
+            CHECK(got[i] == -value(lo + i), "m[%zu] = %g", lo + i, got[i]);
+    }
+    float one;
+    CHECK(ddp_ckpt_dir_read_f32(d, "m", N_VALUES, 1, &one) == DDP_ERR_INVALID_ARG, "past the end");
+    CHECK(ddp_ckpt_dir_read_f32(d, "nope", 0, 1, &one) == DDP_ERR_INVALID_ARG, "unknown buffer");
+    for (int i = 0; i < WORLD; i++)
+        CHECK(ddp_ckpt_dir_verify_file(d, i) == DDP_OK, "verify %d", i);
+    char file[300];
+    snprintf(file, sizeof file, "%s/whole.ckpt", dir);
+    CHECK(ddp_ckpt_dir_consolidate(d, file) == DDP_OK, "consolidate");
+    ddp_state *whole = NULL;
+    CHECK(ddp_state_load(file, &whole) == DDP_OK, "load the consolidated file");
+    const float *p = ddp_state_params(whole), *m = ddp_state_f32(whole, "m", &n);
+    for (size_t i = 0; p && m && i < N_VALUES; i++)
+        CHECK(p[i] == value(i) && m[i] == -value(i), "consolidated [%zu]", i);
+    CHECK(ddp_state_save(s, file) == DDP_ERR_INVALID_ARG, "a folder's state has no values to save");
+    ddp_state_destroy(whole);
+    unlink(file);
+    ddp_ckpt_dir_close(d);
+}
+
+static void test_faults(const char *path)
+{
+    char p[1024];
+    ddp_ckpt_dir *d = NULL;
+    CHECK(write_folder(path, 5, 1) == DDP_ERR_FORMAT, "commit refuses a missing file");
+    snprintf(p, sizeof p, "%s/MANIFEST", path);
+    CHECK(access(p, F_OK) != 0, "no MANIFEST after a refused commit");
+    CHECK(ddp_ckpt_dir_open(path, &d) == DDP_ERR_IO && !d, "no MANIFEST: not a checkpoint");
+    CHECK(write_folder(path, 5, -1) == DDP_OK, "commit");
+    FILE *f = fopen(p, "r+b");
+    if (f) {
+        fseek(f, 20, SEEK_SET);
+        fputc('X', f);
+        fclose(f);
+    }
+    CHECK(ddp_ckpt_dir_open(path, &d) == DDP_ERR_FORMAT && !d, "a corrupt MANIFEST is refused");
+    CHECK(write_folder(path, 5, -1) == DDP_OK, "commit again");
+    ddp_state *other = shard(2, 6);
+    char held[300];
+    snprintf(held, sizeof held, "%s/held", dir);
+    CHECK(ddp_ckpt_dir_begin(held) == DDP_OK, "begin held");
+    ddp_ckpt_dir_write_shard(held, 2, WORLD, other);
+    ddp_state_destroy(other);
+    snprintf(p, sizeof p, "%s/rank-00002-of-00003.ckpt", path);
+    char from[1024];
+    snprintf(from, sizeof from, "%s/rank-00002-of-00003.ckpt", held);
+    CHECK(rename(from, p) == 0, "replace rank 2's file by one of step 6");
+    CHECK(ddp_ckpt_dir_open(path, &d) == DDP_ERR_FORMAT && !d, "a shard of another step is refused");
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "%s/ddp_ckptdir_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char path[300];
+    snprintf(path, sizeof path, "%s/step-000000000005.ckpt", dir);
+    CHECK(write_folder(path, 5, -1) == DDP_OK, "commit");
+    CHECK(ddp_ckpt_dir_files_present(path, WORLD) == 1, "files present");
+    test_read_back(path);
+    test_faults(path);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+    return CHECK_DONE();
+}
