@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "bpe.h"
+#include "path_join.h"
 #include "tokens.h"
 
 typedef struct doc {
@@ -36,15 +37,6 @@ typedef struct writer {
     int index, val; /* the next shard's number; 1 while writing the validation set */
     text_shards_result *r;
 } writer;
-
-static char *path_join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p)
-        snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
 
 static ddp_status docs_add(docs *ds, const char *path, size_t bytes)
 {

@@ -27,6 +27,7 @@
 #include <zlib.h>
 
 #include "internal.h"
+#include "path_join.h"
 
 #define DIR_MAGIC "DDPCKPTDIR 1"
 #define DIR_SHARD_FMT "rank-%05d-of-%05d.ckpt"
@@ -185,15 +186,6 @@ static ddp_status section_u64(const dir_file *f, const char *name, uint64_t *v, 
 }
 
 /* ---- writing ----------------------------------------------------------------------------------- */
-
-static char *path_join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p)
-        snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
 
 static char *shard_path(const char *dir, int rank, int world)
 {
