@@ -3,7 +3,7 @@
 sharded over the ranks) against --zero 0.
 
 Modes:
-  equivalence  GPT (fp32, clipping active) and MLP, 30 steps: at 2 ranks --zero 1 and --zero 2
+  equivalence  GPT (fp32, clipping active, 12 steps) and MLP (30 steps): at 2 ranks --zero 1 and --zero 2
                write checkpoints byte-identical to --zero 0 (parameters, the moments gathered
                from the shards, everything): the GPT at --accum 1 and 2 (also in bf16, whose
                matmul copies of the weights are refreshed slice by slice as the all-gather
@@ -51,6 +51,7 @@ import trainlib  # noqa: E402
 
 TOL_RANKS = "1e-4"  # relative to the largest value of each tensor; measured 7.7e-5 at 3 and 4 ranks
 D12_PSI = 124475904  # elements of d12's flat buffer (wte padded to 50,304 rows)
+GPT_STEPS = 12  # the tiny GPT's steps in `equivalence` (its 50,304-row head: ~0.1 s a step)
 
 
 def gpt(exe, data, steps, extra=(), accum="2"):
@@ -72,28 +73,28 @@ def equivalence(chk, exe, ckpt, mpi, tmp):
     data = gpt_train.write_data(tmp)
     digits = os.path.join(tmp, "digits")
     trainlib.write_dataset(digits, 2048, 256)
-    for name, cmd in (("gpt-a1", lambda z: gpt(exe, data, 30, ["--zero", z], accum="1")),
-                      ("gpt", lambda z: gpt(exe, data, 30, ["--zero", z])),
-            ("gpt-bf16", lambda z: gpt(exe, data, 30, ["--zero", z, "--precision", "bf16"])),
+    for name, cmd in (("gpt-a1", lambda z: gpt(exe, data, GPT_STEPS, ["--zero", z], accum="1")),
+                      ("gpt", lambda z: gpt(exe, data, GPT_STEPS, ["--zero", z])),
+            ("gpt-bf16", lambda z: gpt(exe, data, GPT_STEPS, ["--zero", z, "--precision", "bf16"])),
                       ("mlp", lambda z: mlp(exe, digits, 30, ["--zero", z]))):
         base = trainlib.train_save(chk, tmp, f"{name}-np2-z0", cmd("0"), prefix=mpi + ["2"])
         for z in ("1", "2"):
             got = trainlib.train_save(chk, tmp, f"{name}-np2-z{z}", cmd(z), prefix=mpi + ["2"])
-            same_file(chk, base, got, f"{name}: 2 ranks, --zero {z} vs --zero 0 after 30 steps")
+            same_file(chk, base, got, f"{name}: 2 ranks, --zero {z} vs --zero 0 after the steps")
     # --zero-accum reduce adds the micro-steps' reduce-scattered sums (see the top)
     got = trainlib.train_save(chk, tmp, "gpt-np2-z2-reduce",
-                              gpt(exe, data, 30, ["--zero", "2", "--zero-accum", "reduce"]),
+                              gpt(exe, data, GPT_STEPS, ["--zero", "2", "--zero-accum", "reduce"]),
                               prefix=mpi + ["2"])
     trainlib.diff_ckpt(chk, ckpt, os.path.join(tmp, "gpt-np2-z0.ckpt"), got, True,
                        "gpt: 2 ranks, --zero 2 --zero-accum reduce vs --zero 0", TOL_RANKS)
     for n, stages in ((3, ("1", "2")), (4, ("1", "2"))):
-        base = trainlib.train_save(chk, tmp, f"gpt-np{n}-z0", gpt(exe, data, 30, ["--zero", "0"]),
+        base = trainlib.train_save(chk, tmp, f"gpt-np{n}-z0", gpt(exe, data, GPT_STEPS, ["--zero", "0"]),
                                    prefix=mpi + [str(n)])
         for z in stages:
-            got = trainlib.train_save(chk, tmp, f"gpt-np{n}-z{z}", gpt(exe, data, 30, ["--zero", z]),
+            got = trainlib.train_save(chk, tmp, f"gpt-np{n}-z{z}", gpt(exe, data, GPT_STEPS, ["--zero", z]),
                                       prefix=mpi + [str(n)])
             trainlib.diff_ckpt(chk, ckpt, base, got, True, f"gpt: {n} ranks, --zero {z} vs --zero 0", TOL_RANKS)
-    other = trainlib.train_save(chk, tmp, "gpt-np3-z1-seed", gpt(exe, data, 30, ["--zero", "1", "--seed", "7"]),
+    other = trainlib.train_save(chk, tmp, "gpt-np3-z1-seed", gpt(exe, data, GPT_STEPS, ["--zero", "1", "--seed", "7"]),
                                 prefix=mpi + ["3"])
     trainlib.diff_ckpt(chk, ckpt, os.path.join(tmp, "gpt-np3-z0.ckpt"), other, False, "gpt: another seed", TOL_RANKS)
     base = trainlib.train_save(chk, tmp, "mlp-np3-z0", mlp(exe, digits, 30, ["--zero", "0"]), prefix=mpi + ["3"])
