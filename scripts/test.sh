@@ -5,7 +5,7 @@
 # and e2e suites again
 # with the CPU capped at AVX2 and the models suite capped at the baseline (DDP_CPU_ISA), then a
 # second build with clang, AddressSanitizer and UndefinedBehaviorSanitizer that runs the models,
-# runtime, train and launcher suites and the libFuzzer harnesses (suite fuzz, 20 s each), and ends
+# runtime, train and launcher suites and the libFuzzer harnesses (suite fuzz, 12 s each), and ends
 # with "N passed, N failed, N skipped" over both builds.
 # Usage: scripts/test.sh [meson test arguments, e.g. --suite runtime]
 #   With arguments only the first build runs them, unless DDP_TEST_SANITIZE=1 (then both do).

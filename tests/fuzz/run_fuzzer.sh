@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # run_fuzzer.sh - runs one libFuzzer harness for a time budget, starting from its seed corpus.
-# Usage: run_fuzzer.sh HARNESS SEED_DIR WORK_DIR [SECONDS]   (SECONDS: DDP_FUZZ_SECONDS, else 20)
+# Usage: run_fuzzer.sh HARNESS SEED_DIR WORK_DIR [SECONDS]   (SECONDS: DDP_FUZZ_SECONDS, else 12)
 # New inputs go to WORK_DIR/NAME.corpus (the seeds are only read); a crash, leak, timeout, memory
 # blow-up or sanitizer report exits non-zero and leaves the input as WORK_DIR/NAME.crash-* etc.,
 # with the command that replays it.
 set -euo pipefail
 harness=$1 seeds=$2 work=$3
-seconds=${4:-${DDP_FUZZ_SECONDS:-20}}
+seconds=${4:-${DDP_FUZZ_SECONDS:-12}}
 name=$(basename "$harness")
 mkdir -p "$work/$name.corpus"
 # Fast unwinding here: the harnesses start no MPI, so no library without frame pointers allocates.
