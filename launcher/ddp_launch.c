@@ -227,6 +227,14 @@ static void export_layout(const struct launch_layout *l, int v)
     put_int("DDP_NODE_RANK", l->node_rank, v);
     put_int("DDP_NNODES", l->n_nodes, v);
     put("DDP_LAUNCHER", launch_source_name(l->source), 1, v);
+    /* srun --mpi=pmix with Open MPI 4.1 and PMIx 4.2 (Debian 12's Slurm 22.05): with PMIx's shared-memory
+     * data store, a rank still waiting in MPI_Init's modex fence can receive a peer's first MPI
+     * message before its PML has registered the handler for it, and dies of SIGSEGV at address 0
+     * (ob1's match callback, called from the TCP BTL). Measured on the local 2-node cluster with a
+     * plain MPI program: 4 of 250 starts crashed; 0 of 300 with the hash data store. A value the user
+     * set is kept. */
+    if (l->source == LAUNCH_SOURCE_SRUN && getenv("PMIX_RANK"))
+        put("PMIX_MCA_gds", "hash", 0, v);
 }
 
 static void export_setup(const struct launch_setup *s, int v)
