@@ -61,6 +61,7 @@
 
 #include <zlib.h>
 
+#include "ddp_checkpoint.h"
 #include "internal.h"
 
 #define DDP_CKPT_MAGIC "DDPCKPT1"

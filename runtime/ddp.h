@@ -1,8 +1,23 @@
-/* ddp.h - the one public header of libddp, a data-parallel training runtime for C programs.
+/* ddp.h - the main public header of libddp, a data-parallel training runtime for C programs.
  *
  * A training program calls ddp_init() once, creates parameters with seeded initialisation
  * (identical on every rank), verifies the replicas, shards its data with a ddp_sampler, and
- * averages gradients with a ddp_reducer whose buckets are parts of ONE flat gradient buffer.
+ * averages gradients with a ddp_reducer, which groups the parameters into buckets and starts a
+ * bucket's all-reduce (with ZeRO, its reduce-scatter) as soon as the backward pass has marked
+ * all of its gradients ready. With a flat gradient buffer (the parameters' layout) a bucket is
+ * the runs of that buffer its parameters cover: one contiguous slice in reverse parameter order,
+ * several runs once the buckets are rebuilt in ready order. With zero_stage 2 the reducer owns
+ * the gradients instead: no flat buffer, each bucket's gradients in a pooled buffer of its own
+ * while it is being written and reduced (ddp_reducer_grad_ptr), and only this rank's shard kept.
+ *
+ * Headers, installed side by side; each sub-header includes this one, so include those you use:
+ *  - ddp.h: status codes, logging, the context and backend memory, collectives, parameters and
+ *    seeded initialisation, replica checks, gradient norms, the sampler, shards, the reducer,
+ *    the loss scaler and the start-up link check;
+ *  - ddp_checkpoint.h: checkpoints (ddp_state: the training state, its file format, save and
+ *    load) and checkpoint folders (ddp_ckpt_dir_*: a file per rank and a MANIFEST);
+ *  - ddp_trace.h: timeline tracing (ddp_trace_*: spans and events per rank, one Chrome trace
+ *    file, the communication figures).
  *
  * Conventions:
  *  - Every fallible function returns a ddp_status; DDP_OK (0) is success. ddp_strerror() names it.
@@ -812,10 +827,6 @@ DDP_API ddp_status ddp_scaler_get_state(const ddp_scaler *s, double *scale, int6
 DDP_API ddp_status ddp_scaler_set_state(ddp_scaler *s, double scale, int64_t growth_tracker);
 /* Steps skipped for inf/NaN since creation. */
 DDP_API int64_t ddp_scaler_skipped_steps(const ddp_scaler *s);
-
-/* Checkpoints and timeline tracing have their own headers, installed beside this one. */
-#include "ddp_checkpoint.h"
-#include "ddp_trace.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Start-up link check: each rank's bandwidth and latency to its ring neighbours (rank - 1, rank + 1)

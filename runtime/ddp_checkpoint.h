@@ -1,13 +1,12 @@
 /* ddp_checkpoint.h - checkpoints: the training state in a documented file format, saved atomically, read back, listed.
  *
- * Part of libddp's public interface: included by ddp.h (include ddp.h, not this file).
+ * Part of libddp's public interface, installed beside ddp.h: programs that use checkpoints include it
+ * (it includes ddp.h, whose types it uses).
  */
 #ifndef DDP_CHECKPOINT_H
 #define DDP_CHECKPOINT_H
 
-#ifndef DDP_H
-#error "include ddp.h, which includes this header"
-#endif
+#include "ddp.h"
 
 #ifdef __cplusplus
 extern "C" {

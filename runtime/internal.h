@@ -9,6 +9,7 @@
 
 #include "device.h"
 #include "ddp.h"
+#include "ddp_checkpoint.h" /* ddp_state, for the checkpoint helpers below */
 
 /* ---- communication: one interface, two implementations (comm_mpi.c, comm_nccl.c) ---------- */
 

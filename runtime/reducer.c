@@ -62,6 +62,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "ddp_trace.h"
 #include "internal.h"
 #include "reducer_cuda.h"
 #include "reducer_private.h"

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "ddp.h"
+#include "ddp_checkpoint.h"
 #include "internal.h"
 
 #define N_PARAMS 3
