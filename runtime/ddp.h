@@ -584,6 +584,11 @@ DDP_API ddp_status ddp_shard_range(size_t total, int world_size, int rank, size_
  */
 typedef struct ddp_reducer ddp_reducer;
 
+/* The default bucket caps in MiB (ddp_reducer_opts_default), PyTorch DDP's: for programs whose
+ * own options default to the library's. */
+#define DDP_BUCKET_MB_DEFAULT 25
+#define DDP_FIRST_BUCKET_MB_DEFAULT 1
+
 typedef struct ddp_reducer_opts {
     double bucket_mb;       /* cap of every bucket but the first, MiB (default 25) */
     double first_bucket_mb; /* cap of the first bucket, MiB (default 1) */

@@ -73,8 +73,8 @@ void ddp_reducer_opts_default(ddp_reducer_opts *opts)
 {
     if (!opts)
         return;
-    opts->bucket_mb = 25.0;
-    opts->first_bucket_mb = 1.0;
+    opts->bucket_mb = DDP_BUCKET_MB_DEFAULT;
+    opts->first_bucket_mb = DDP_FIRST_BUCKET_MB_DEFAULT;
     opts->grad_dtype = DDP_FP32;
     opts->comm_dtype = DDP_FP32;
     opts->stream = NULL;
