@@ -747,21 +747,6 @@ ddp_status ddp_state_save(const ddp_state *s, const char *path)
     return st;
 }
 
-ddp_status ddp_checkpoint_save(const char *path, const ddp_param_desc *descs, int n_params,
-                               const float *params_host)
-{
-    if (!path) {
-        DDP_ERROR("ddp_checkpoint_save: need a path");
-        return DDP_ERR_INVALID_ARG;
-    }
-    ddp_state *s = NULL;
-    ddp_status st = ddp_state_create(descs, n_params, params_host, &s);
-    if (st == DDP_OK)
-        st = ddp_state_save(s, path);
-    ddp_state_destroy(s);
-    return st;
-}
-
 /* ---- load ---------------------------------------------------------------------------------- */
 
 /* Reads the whole regular file at path into *buf (malloc'ed) of *size bytes. O_NONBLOCK: opening a

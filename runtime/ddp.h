@@ -506,27 +506,21 @@ DDP_API size_t ddp_sampler_len(const ddp_sampler *s);
 DDP_API ddp_status ddp_sampler_indices(ddp_sampler *s, uint64_t epoch, size_t *out);
 
 /* ---------------------------------------------------------------------------------------------
- * Gradient buckets. Parameter i's gradient is grads[offset_i .. offset_i + n_i) of ONE flat
- * gradient buffer (same layout as the parameters). ddp_plan_buckets' buckets follow reverse
- * parameter order: bucket 0 holds the last parameters. Each is the contiguous slice of the
- * gradient buffer covering parameters [first_param, last_param] (first_param <= last_param), so
- * no copies are made. A bucket is closed when adding the next parameter would exceed its cap;
- * the first bucket's cap is first_cap_bytes, the others' cap_bytes. A parameter larger than the
- * cap gets a bucket alone. (The reducer may rebuild its buckets in the order the gradients
- * become ready; see below for what the fields mean then.)
+ * Gradient buckets, as the reducer plans them (ddp_reducer_buckets). Parameter i's gradient is
+ * elements [offset_i, offset_i + n_i) of the flat layout (the parameters'). The buckets start in
+ * reverse parameter order: bucket 0 holds the last parameters, and each is the contiguous slice
+ * of the layout covering parameters [first_param, last_param] (first_param <= last_param), so no
+ * copies are made. A bucket is closed when adding the next parameter would exceed its cap; the
+ * first bucket's cap is ddp_reducer_opts.first_bucket_mb, the others' bucket_mb. A parameter
+ * larger than the cap gets a bucket alone. (The reducer may rebuild its buckets in the order the
+ * gradients become ready, or plan them in a given order; see below for what the fields mean then.)
  */
 typedef struct ddp_bucket {
     int first_param; /* lowest parameter index in the bucket */
     int last_param;  /* highest parameter index in the bucket */
-    size_t offset;   /* element offset of first_param's gradient in the flat buffer */
+    size_t offset;   /* element offset of first_param's gradient in the flat layout */
     size_t n;        /* elements in the bucket (after a ready-order rebuild: of all its runs) */
 } ddp_bucket;
-
-/* Plans buckets for n_params parameters of sizes numel[i] (elements of float). buckets must have
- * room for n_params entries; *n_buckets receives the count. DDP_ERR_INVALID_ARG on a zero cap,
- * n_params < 1, or a zero-sized parameter. */
-DDP_API ddp_status ddp_plan_buckets(const size_t *numel, int n_params, size_t cap_bytes,
-                                    size_t first_cap_bytes, ddp_bucket *buckets, int *n_buckets);
 
 /* ---------------------------------------------------------------------------------------------
  * Sharding plan (ZeRO): rank r of W owns elements [offset, offset + n) of the flat parameter
@@ -563,7 +557,7 @@ DDP_API ddp_status ddp_shard_range(size_t total, int world_size, int rank, size_
  * order decides only how much communication overlaps the backward pass.
  * Averaging: after finish, grads = sum over ranks and micro-steps / (world_size * micro-steps).
  *
- * Ready order: the buckets start in reverse parameter order (ddp_plan_buckets). The reducer
+ * Ready order: the buckets start in reverse parameter order (see ddp_bucket). The reducer
  * records the order in which parameters are marked in the first sync step; its finish() compares
  * the ranks' orders (one host all-gather, once) and, when they agree and differ from reverse
  * parameter order, rebuilds the buckets for the next steps as PyTorch does after its first
