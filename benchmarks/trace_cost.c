@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "ddp.h"
+#include "ddp_trace.h"
 
 /* This thread's CPU time: on a shared machine wall time would count other processes' turns. */
 static double now_s(void)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ddp_trace.h"
 #include "gpt2_private.h"
 
 /* The tensors of the flat buffer, in llm.c's order; T_LN1W .. T_FCPROJB have one slice per

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ddp_trace.h"
 #include "layers.h"
 #include "math_shared.h"
 #include "model.h"

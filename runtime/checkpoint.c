@@ -61,6 +61,7 @@
 
 #include <zlib.h>
 
+#include "ddp_checkpoint.h"
 #include "internal.h"
 
 #define DDP_CKPT_MAGIC "DDPCKPT1"
@@ -743,21 +744,6 @@ ddp_status ddp_state_save(const ddp_state *s, const char *path)
     free(dir);
     free(target);
     errno = err;
-    return st;
-}
-
-ddp_status ddp_checkpoint_save(const char *path, const ddp_param_desc *descs, int n_params,
-                               const float *params_host)
-{
-    if (!path) {
-        DDP_ERROR("ddp_checkpoint_save: need a path");
-        return DDP_ERR_INVALID_ARG;
-    }
-    ddp_state *s = NULL;
-    ddp_status st = ddp_state_create(descs, n_params, params_host, &s);
-    if (st == DDP_OK)
-        st = ddp_state_save(s, path);
-    ddp_state_destroy(s);
     return st;
 }
 

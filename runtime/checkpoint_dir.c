@@ -26,6 +26,7 @@
 
 #include <zlib.h>
 
+#include "ddp_checkpoint.h"
 #include "internal.h"
 #include "path_join.h"
 

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "convert.h"
+#include "ddp_trace.h"
 #include "half.h"
 #include "internal.h"
 #include "try.h"

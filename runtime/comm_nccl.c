@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "ddp_trace.h"
 #include "internal.h"
 #include "nccl_plan.h"
 #include "try.h"

@@ -1,8 +1,23 @@
-/* ddp.h - the one public header of libddp, a data-parallel training runtime for C programs.
+/* ddp.h - the main public header of libddp, a data-parallel training runtime for C programs.
  *
  * A training program calls ddp_init() once, creates parameters with seeded initialisation
  * (identical on every rank), verifies the replicas, shards its data with a ddp_sampler, and
- * averages gradients with a ddp_reducer whose buckets are parts of ONE flat gradient buffer.
+ * averages gradients with a ddp_reducer, which groups the parameters into buckets and starts a
+ * bucket's all-reduce (with ZeRO, its reduce-scatter) as soon as the backward pass has marked
+ * all of its gradients ready. With a flat gradient buffer (the parameters' layout) a bucket is
+ * the runs of that buffer its parameters cover: one contiguous slice in reverse parameter order,
+ * several runs once the buckets are rebuilt in ready order. With zero_stage 2 the reducer owns
+ * the gradients instead: no flat buffer, each bucket's gradients in a pooled buffer of its own
+ * while it is being written and reduced (ddp_reducer_grad_ptr), and only this rank's shard kept.
+ *
+ * Headers, installed side by side; each sub-header includes this one, so include those you use:
+ *  - ddp.h: status codes, logging, the context and backend memory, collectives, parameters and
+ *    seeded initialisation, replica checks, gradient norms, the sampler, shards, the reducer,
+ *    the loss scaler and the start-up link check;
+ *  - ddp_checkpoint.h: checkpoints (ddp_state: the training state, its file format, save and
+ *    load) and checkpoint folders (ddp_ckpt_dir_*: a file per rank and a MANIFEST);
+ *  - ddp_trace.h: timeline tracing (ddp_trace_*: spans and events per rank, one Chrome trace
+ *    file, the communication figures).
  *
  * Conventions:
  *  - Every fallible function returns a ddp_status; DDP_OK (0) is success. ddp_strerror() names it.
@@ -491,27 +506,21 @@ DDP_API size_t ddp_sampler_len(const ddp_sampler *s);
 DDP_API ddp_status ddp_sampler_indices(ddp_sampler *s, uint64_t epoch, size_t *out);
 
 /* ---------------------------------------------------------------------------------------------
- * Gradient buckets. Parameter i's gradient is grads[offset_i .. offset_i + n_i) of ONE flat
- * gradient buffer (same layout as the parameters). ddp_plan_buckets' buckets follow reverse
- * parameter order: bucket 0 holds the last parameters. Each is the contiguous slice of the
- * gradient buffer covering parameters [first_param, last_param] (first_param <= last_param), so
- * no copies are made. A bucket is closed when adding the next parameter would exceed its cap;
- * the first bucket's cap is first_cap_bytes, the others' cap_bytes. A parameter larger than the
- * cap gets a bucket alone. (The reducer may rebuild its buckets in the order the gradients
- * become ready; see below for what the fields mean then.)
+ * Gradient buckets, as the reducer plans them (ddp_reducer_buckets). Parameter i's gradient is
+ * elements [offset_i, offset_i + n_i) of the flat layout (the parameters'). The buckets start in
+ * reverse parameter order: bucket 0 holds the last parameters, and each is the contiguous slice
+ * of the layout covering parameters [first_param, last_param] (first_param <= last_param), so no
+ * copies are made. A bucket is closed when adding the next parameter would exceed its cap; the
+ * first bucket's cap is ddp_reducer_opts.first_bucket_mb, the others' bucket_mb. A parameter
+ * larger than the cap gets a bucket alone. (The reducer may rebuild its buckets in the order the
+ * gradients become ready, or plan them in a given order; see below for what the fields mean then.)
  */
 typedef struct ddp_bucket {
     int first_param; /* lowest parameter index in the bucket */
     int last_param;  /* highest parameter index in the bucket */
-    size_t offset;   /* element offset of first_param's gradient in the flat buffer */
+    size_t offset;   /* element offset of first_param's gradient in the flat layout */
     size_t n;        /* elements in the bucket (after a ready-order rebuild: of all its runs) */
 } ddp_bucket;
-
-/* Plans buckets for n_params parameters of sizes numel[i] (elements of float). buckets must have
- * room for n_params entries; *n_buckets receives the count. DDP_ERR_INVALID_ARG on a zero cap,
- * n_params < 1, or a zero-sized parameter. */
-DDP_API ddp_status ddp_plan_buckets(const size_t *numel, int n_params, size_t cap_bytes,
-                                    size_t first_cap_bytes, ddp_bucket *buckets, int *n_buckets);
 
 /* ---------------------------------------------------------------------------------------------
  * Sharding plan (ZeRO): rank r of W owns elements [offset, offset + n) of the flat parameter
@@ -548,7 +557,7 @@ DDP_API ddp_status ddp_shard_range(size_t total, int world_size, int rank, size_
  * order decides only how much communication overlaps the backward pass.
  * Averaging: after finish, grads = sum over ranks and micro-steps / (world_size * micro-steps).
  *
- * Ready order: the buckets start in reverse parameter order (ddp_plan_buckets). The reducer
+ * Ready order: the buckets start in reverse parameter order (see ddp_bucket). The reducer
  * records the order in which parameters are marked in the first sync step; its finish() compares
  * the ranks' orders (one host all-gather, once) and, when they agree and differ from reverse
  * parameter order, rebuilds the buckets for the next steps as PyTorch does after its first
@@ -568,6 +577,11 @@ DDP_API ddp_status ddp_shard_range(size_t total, int world_size, int rank, size_
  * and never rebuild them.
  */
 typedef struct ddp_reducer ddp_reducer;
+
+/* The default bucket caps in MiB (ddp_reducer_opts_default), PyTorch DDP's: for programs whose
+ * own options default to the library's. */
+#define DDP_BUCKET_MB_DEFAULT 25
+#define DDP_FIRST_BUCKET_MB_DEFAULT 1
 
 typedef struct ddp_reducer_opts {
     double bucket_mb;       /* cap of every bucket but the first, MiB (default 25) */
@@ -812,10 +826,6 @@ DDP_API ddp_status ddp_scaler_get_state(const ddp_scaler *s, double *scale, int6
 DDP_API ddp_status ddp_scaler_set_state(ddp_scaler *s, double scale, int64_t growth_tracker);
 /* Steps skipped for inf/NaN since creation. */
 DDP_API int64_t ddp_scaler_skipped_steps(const ddp_scaler *s);
-
-/* Checkpoints and timeline tracing have their own headers, installed beside this one. */
-#include "ddp_checkpoint.h"
-#include "ddp_trace.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Start-up link check: each rank's bandwidth and latency to its ring neighbours (rank - 1, rank + 1)

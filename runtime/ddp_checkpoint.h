@@ -1,13 +1,12 @@
 /* ddp_checkpoint.h - checkpoints: the training state in a documented file format, saved atomically, read back, listed.
  *
- * Part of libddp's public interface: included by ddp.h (include ddp.h, not this file).
+ * Part of libddp's public interface, installed beside ddp.h: programs that use checkpoints include it
+ * (it includes ddp.h, whose types it uses).
  */
 #ifndef DDP_CHECKPOINT_H
 #define DDP_CHECKPOINT_H
 
-#ifndef DDP_H
-#error "include ddp.h, which includes this header"
-#endif
+#include "ddp.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -86,10 +85,6 @@ DDP_API ddp_status ddp_state_load(const char *path, ddp_state **out);
  * left as it is, without an error. */
 DDP_API ddp_status ddp_checkpoint_remove_stale(const char *dir);
 
-/* Parameters only (a version 2 file with the signature and "params"), written as ddp_state_save.
- * Fails as ddp_state_create, then as ddp_state_save (DDP_ERR_INVALID_ARG for a NULL path). */
-DDP_API ddp_status ddp_checkpoint_save(const char *path, const ddp_param_desc *descs, int n_params,
-                                       const float *params_host);
 /* Reads the parameters of a version 1 or 2 checkpoint. On success *descs (n_params entries) and
  * *params (host, numel total) are malloc'ed and owned by the caller. DDP_ERR_INVALID_ARG for a
  * NULL argument, else errors as ddp_state_load; on failure the outputs are untouched. */

@@ -1,13 +1,12 @@
 /* ddp_trace.h - timeline tracing: per-rank spans and events, merged into one Chrome trace.
  *
- * Part of libddp's public interface: included by ddp.h (include ddp.h, not this file).
+ * Part of libddp's public interface, installed beside ddp.h: programs that use tracing include it
+ * (it includes ddp.h, whose types it uses).
  */
 #ifndef DDP_TRACE_H
 #define DDP_TRACE_H
 
-#ifndef DDP_H
-#error "include ddp.h, which includes this header"
-#endif
+#include "ddp.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -9,6 +9,7 @@
 
 #include "device.h"
 #include "ddp.h"
+#include "ddp_checkpoint.h" /* ddp_state, for the checkpoint helpers below */
 
 /* ---- communication: one interface, two implementations (comm_mpi.c, comm_nccl.c) ---------- */
 
@@ -94,6 +95,14 @@ ddp_status cuda_stream_wait(void *stream, const char *what);
 ddp_status cuda_join(void *first, void *then);
 
 /* ---- bucket plans (buckets.c) ---------------------------------------------------------------- */
+
+/* Plans buckets for n_params parameters of sizes numel[i] (elements of float) in reverse
+ * parameter order, as ddp.h's ddp_bucket describes: each bucket one contiguous slice, the first
+ * capped at first_cap_bytes, the others at cap_bytes. buckets must have room for n_params
+ * entries; *n_buckets receives the count. DDP_ERR_INVALID_ARG on a zero cap, n_params < 1, or a
+ * zero-sized parameter. (The tests' reference for the reducer's plans.) */
+ddp_status ddp_plan_buckets(const size_t *numel, int n_params, size_t cap_bytes,
+                            size_t first_cap_bytes, ddp_bucket *buckets, int *n_buckets);
 
 /* The reducer's buckets: groups of parameters filled greedily in a given order (the order their
  * gradients become ready: reverse parameter order by default, or the order recorded in the

@@ -62,6 +62,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "ddp_trace.h"
 #include "internal.h"
 #include "reducer_cuda.h"
 #include "reducer_private.h"
@@ -72,8 +73,8 @@ void ddp_reducer_opts_default(ddp_reducer_opts *opts)
 {
     if (!opts)
         return;
-    opts->bucket_mb = 25.0;
-    opts->first_bucket_mb = 1.0;
+    opts->bucket_mb = DDP_BUCKET_MB_DEFAULT;
+    opts->first_bucket_mb = DDP_FIRST_BUCKET_MB_DEFAULT;
     opts->grad_dtype = DDP_FP32;
     opts->comm_dtype = DDP_FP32;
     opts->stream = NULL;

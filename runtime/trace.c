@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ddp_trace.h"
 #include "internal.h"
 
 #define DDP_TRACE_DEFAULT_EVENTS ((size_t)1 << 19)

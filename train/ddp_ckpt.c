@@ -23,7 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ddp.h"
+#include "ddp_checkpoint.h"
 
 #define DDP_CKPT_SAME 0
 #define DDP_CKPT_DIFFERENT 1

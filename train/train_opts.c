@@ -12,6 +12,10 @@
 
 #include "suggest.h"
 
+/* A macro's value as a string literal (the library's defaults in the usage text). */
+#define TRAIN_STR_(x) #x
+#define TRAIN_STR(x) TRAIN_STR_(x)
+
 enum {
     OPT_MODEL = 1000, OPT_WIDTHS, OPT_DATA, OPT_EPOCHS, OPT_MAX_STEPS, OPT_BATCH, OPT_LR,
     OPT_MOMENTUM, OPT_WEIGHT_DECAY, OPT_SEED, OPT_BUCKET_MB, OPT_FIRST_BUCKET_MB, OPT_ACCUM,
@@ -113,8 +117,8 @@ static const char train_usage_text[] =
     "  --momentum X            SGD momentum in [0, 1) (default 0.9)\n"
     "  --weight-decay X        L2 weight decay (default 0)\n"
     "  --seed N                initialisation and shuffling seed (default 42)\n"
-    "  --bucket-mb X           gradient bucket cap, MiB (default 25)\n"
-    "  --first-bucket-mb X     first bucket cap, MiB (default 1)\n"
+    "  --bucket-mb X           gradient bucket cap, MiB (default " TRAIN_STR(DDP_BUCKET_MB_DEFAULT) ")\n"
+    "  --first-bucket-mb X     first bucket cap, MiB (default " TRAIN_STR(DDP_FIRST_BUCKET_MB_DEFAULT) ")\n"
     "  --zero 0|1|2            ZeRO sharding over the ranks (default 0: none): 1 shards the\n"
     "                          optimizer state (gradients reduce-scattered, parameters\n"
     "                          all-gathered), 2 also keeps only this rank's shard of the gradients\n"
@@ -233,8 +237,8 @@ static void train_opts_default(train_opts *o)
     o->lr = 0.05;
     o->momentum = 0.9;
     o->seed = 42;
-    o->bucket_mb = 25.0;
-    o->first_bucket_mb = 1.0;
+    o->bucket_mb = DDP_BUCKET_MB_DEFAULT;
+    o->first_bucket_mb = DDP_FIRST_BUCKET_MB_DEFAULT;
     o->device = DDP_BACKEND_AUTO;
     o->threads = 1;
     o->shuffle = 1;

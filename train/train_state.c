@@ -36,6 +36,8 @@
 #include "train_state.h"
 #include "mkdir_p.h"
 
+#include "ddp_checkpoint.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,8 @@
 /* train_trace.c - ddp-train's link check and timeline glue (see train_trace.h). */
 #include "train_trace.h"
 
+#include "ddp_trace.h"
+
 ddp_status train_observe_start(ddp_ctx *ctx, const train_opts *o)
 {
     if (o->link_check) {

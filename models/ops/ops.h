@@ -98,7 +98,8 @@ struct ops_handle {
     /* ---- precision-aware layer ops (optional: NULL on a backend that has only fp32, where the
      * layers fall back to the primitives above). x, y, dx, dy, and weights w are in precision p
      * (see the top of this file); b, dw, db are fp32. */
-    /* The image ops below (conv_*, pool_*) take and give NHWC images (see the top). */
+    /* true: the image ops below (conv_*, pool_*) take and give NHWC images; false: NCHW (see the
+     * top). */
     bool channels_last;
     /* dst = src (n, c, h, w images) converted NHWC -> NCHW (to_nchw) or NCHW -> NHWC. */
     ddp_status (*image_reorder)(const ops_handle *ops, ddp_dtype p, const void *src, void *dst,

@@ -2,8 +2,9 @@
 # minimal.sh - libddp as outside C code adopts it: installs this build into a temporary root
 # (meson install --destdir), builds examples/minimal with its own Makefile against the INSTALLED
 # header and library found through pkg-config (ddp.pc), then runs it with 1 rank (batch 32) and
-# under mpirun with 2 ranks (batch 16 each). Passes when the example includes nothing of libddp
-# but ddp.h, its flags name no path of the source or build tree, it runs on the installed
+# under mpirun with 2 ranks (batch 16 each). Passes when the three public headers are installed
+# and each compiles alone, the example includes nothing of libddp but ddp.h, its flags name no
+# path of the source or build tree, it runs on the installed
 # libddp, the loss falls below 1e-3, both ranks end identical, and 2 ranks equal 1 rank with the
 # same global batch (relative difference <= 1e-5: the same samples per step, float rounding apart).
 # Usage: minimal.sh MESON MPIRUN     (environment: DDP_TEST_SRCDIR, DDP_TEST_BUILDDIR)
@@ -22,13 +23,21 @@ others=$(grep -h '^#include' "$src"/examples/minimal/*.c | grep -v -e '<ddp.h>' 
     { cat "$tmp/install.log"; fail "meson install --destdir failed"; }
 pc=$(find "$tmp/root" -name ddp.pc)
 [ -n "$pc" ] || fail "no ddp.pc installed under $tmp/root"
-[ -n "$(find "$tmp/root" -name ddp.h)" ] || fail "ddp.h not installed"
+for h in ddp.h ddp_checkpoint.h ddp_trace.h; do
+    [ -n "$(find "$tmp/root" -name "$h")" ] || fail "$h not installed"
+done
 echo "installed: ${pc#"$tmp/root"}"
 # The .pc names the final prefix; PKG_CONFIG_SYSROOT_DIR puts the temporary root in front of its paths.
 export PKG_CONFIG_PATH="${pc%/ddp.pc}" PKG_CONFIG_SYSROOT_DIR="$tmp/root"
 flags=$(pkg-config --cflags --libs ddp) || fail "pkg-config --cflags --libs ddp failed"
 echo "pkg-config --cflags --libs ddp: $flags"
 case $flags in *"$src"* | *"$build"*) fail "pkg-config's flags name the source or build tree" ;; esac
+# Each installed header compiles alone (a sub-header includes ddp.h itself).
+for h in ddp.h ddp_checkpoint.h ddp_trace.h; do
+    printf '#include <%s>\nint main(void) { return 0; }\n' "$h" |
+        ${CC:-cc} -std=c17 -Wall -Wextra -Werror $(pkg-config --cflags ddp) -x c -fsyntax-only - ||
+        fail "the installed $h does not compile alone"
+done
 
 cp -r "$src/examples/minimal" "$tmp/minimal"
 make -C "$tmp/minimal" >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log"; fail "make failed"; }

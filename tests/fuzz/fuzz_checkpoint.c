@@ -12,7 +12,7 @@
 
 #include <zlib.h>
 
-#include "ddp.h"
+#include "ddp_checkpoint.h"
 #include "fuzz_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# check_exports.sh - libddp.so exports exactly the functions ddp.h (with the headers it includes)
-# declares with DDP_API (nothing
-# internal leaks: gnu_symbol_visibility hidden), and links no compute library (the models own
-# GEMM and convolutions: no OpenBLAS, oneDNN, cuBLAS or cuDNN).
+# check_exports.sh - libddp.so exports exactly the functions its public headers (ddp.h and the
+# sub-headers ddp_checkpoint.h, ddp_trace.h) declare with DDP_API (nothing internal leaks:
+# gnu_symbol_visibility hidden), and links no compute library (the models own GEMM and
+# convolutions: no OpenBLAS, oneDNN, cuBLAS or cuDNN).
 # Usage: check_exports.sh LIBDDP_SO DDP_H [SUB_HEADER...]
 set -euo pipefail
 lib=$1
@@ -13,12 +13,12 @@ status=0
 extra=$(comm -13 <(echo "$declared") <(echo "$exported"))
 missing=$(comm -23 <(echo "$declared") <(echo "$exported"))
 if [ -n "$extra" ]; then
-  echo "FAIL: libddp exports symbols ddp.h does not declare with DDP_API (make them static or hidden):"
+  echo "FAIL: libddp exports symbols the public headers do not declare with DDP_API (make them static or hidden):"
   echo "$extra" | sed 's/^/  /'
   status=1
 fi
 if [ -n "$missing" ]; then
-  echo "FAIL: ddp.h declares functions libddp does not export:"
+  echo "FAIL: the public headers declare functions libddp does not export:"
   echo "$missing" | sed 's/^/  /'
   status=1
 fi
@@ -27,5 +27,5 @@ if echo "$needed" | grep -qiE 'openblas|blas|dnnl|cublas|cudnn'; then
   echo "FAIL: libddp links a compute library: $(echo "$needed" | grep -iE 'openblas|blas|dnnl|cublas|cudnn' | tr '\n' ' ')"
   status=1
 fi
-echo "libddp exports $(echo "$exported" | wc -l) functions; ddp.h declares $(echo "$declared" | wc -l); links: $(echo "$needed" | tr '\n' ' ')"
+echo "libddp exports $(echo "$exported" | wc -l) functions; the public headers declare $(echo "$declared" | wc -l); links: $(echo "$needed" | tr '\n' ' ')"
 exit $status

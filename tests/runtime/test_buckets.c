@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "ddp.h"
+#include "internal.h" /* ddp_plan_buckets */
 
 #define MAX_PARAMS 64
 

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "ddp.h"
+#include "ddp_checkpoint.h"
 
 #define N_VALUES 37
 #define WORLD 3

@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "ddp.h"
+#include "internal.h" /* ddp_plan_buckets */
 
 #define N_PARAMS 10
 #define FIRST_CAP_BYTES 16.0 /* 4 floats */

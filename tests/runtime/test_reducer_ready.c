@@ -29,6 +29,7 @@
 
 #include "check.h"
 #include "ddp.h"
+#include "internal.h" /* ddp_plan_buckets */
 #include "half.h"
 
 #define L 3

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "ddp.h"
+#include "ddp_trace.h"
 
 /* test_reducer_kernels.cu */
 int test_spin_add(void *stream, float *x, size_t n, float v, double ms);

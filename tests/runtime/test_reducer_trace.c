@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "ddp.h"
+#include "ddp_trace.h"
 
 #define N_PARAMS 3
 static const size_t numel[N_PARAMS] = {10, 20, 30};

@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "ddp.h"
+#include "ddp_trace.h"
 #include "half.h"
 
 #define L 3
