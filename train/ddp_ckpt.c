@@ -404,8 +404,12 @@ static int ckpt_consolidate(int argc, char **argv)
 /* What a file that is not regular is (train_state.c's words for --save-llmc). */
 static const char *file_kind(mode_t mode)
 {
-    return S_ISDIR(mode) ? "a folder" : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
-           : S_ISFIFO(mode) ? "a FIFO (named pipe)" : S_ISSOCK(mode) ? "a socket" : "not a regular file";
+    return S_ISDIR(mode)    ? "a folder"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISFIFO(mode) ? "a FIFO (named pipe)"
+           : S_ISSOCK(mode) ? "a socket"
+                            : "not a regular file";
 }
 
 /* The rules ddp-train checks --save-llmc by before training (train_state.c's check_output_file,
@@ -472,7 +476,8 @@ static int ckpt_export_llmc(int argc, char **argv)
         return rc;
     }
     struct stat a, b;
-    if (stat(in, &a) == 0 && stat(target, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+    if (stat(in, &a) == 0 && stat(target, &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino) {
         fprintf(stderr, "ddp-ckpt: export-llmc: the output %s is the checkpoint %s itself: name "
                 "another file\n", out, in);
         free(target);
@@ -524,5 +529,6 @@ int main(int argc, char **argv)
         fputs(ckpt_usage_text, stdout);
         return DDP_CKPT_SAME;
     }
-    return ckpt_usage("unknown command (expected show, diff, list, verify, consolidate or export-llmc)");
+    return ckpt_usage("unknown command (expected show, diff, list, verify, consolidate or "
+                      "export-llmc)");
 }

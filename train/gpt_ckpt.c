@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define CKPT_MAGIC8 "DDPCKPT1" /* the first 8 bytes of a ddp checkpoint file (runtime/checkpoint.c) */
+#define CKPT_MAGIC8 "DDPCKPT1" /* a ddp checkpoint file's first 8 bytes (runtime/checkpoint.c) */
 
 int gpt_ckpt_is_ddp(const char *path)
 {
@@ -34,7 +34,8 @@ int gpt_ckpt_is_ddp(const char *path)
 }
 
 /* The sizes of a GPT-2 checkpoint's state s (see the top of the file). */
-static ddp_status read_config(const ddp_state *s, const char *flag, const char *path, gpt2_config *cfg)
+static ddp_status read_config(const ddp_state *s, const char *flag, const char *path,
+                              gpt2_config *cfg)
 {
     const char *model = ddp_state_text(s, "config.model");
     if (!model) {

@@ -59,7 +59,7 @@ typedef struct gpt_task {
     double steady_seconds; /* train_seconds at the end of this run's first step */
     double device_used_max; /* MiB: the most device memory in use over the ranks (CUDA), NAN */
     gpt_ckpt init;         /* --init-from a ddp checkpoint: its weights, held from gpt_config to
-                              gpt_build (then freed; init.step and init.folder stay for the report) */
+                              gpt_build (then freed; step and folder stay for the report) */
     int init_ckpt;         /* 1: --init-from named a ddp checkpoint, not an llm.c model file */
 } gpt_task;
 
@@ -325,7 +325,8 @@ static ddp_status gpt_load_ckpt(trainer *t)
     const char *path = t->o->gpt.init_from;
     ddp_status st = DDP_OK;
     if (!gpt_ckpt_same_signature(&s->init, gpt2_descs(s->model), gpt2_n_params(s->model),
-                                 "--init-from", path) || s->init.numel != gpt2_numel_total(s->model))
+                                 "--init-from", path) ||
+        s->init.numel != gpt2_numel_total(s->model))
         st = DDP_ERR_MISMATCH;
     if (st == DDP_OK)
         st = ddp_upload(t->ctx, gpt2_params(s->model), s->init.params,
@@ -346,7 +347,8 @@ static ddp_status gpt_build(trainer *t, train_view *v)
                     .seed = o->seed, .reducer_grads = o->zero == 2, .recompute = o->gpt.recompute};
     ddp_status st = trainer_agree(t, gpt2_create(t->ctx, t->ops, &s->cfg, &go, &s->model));
     if (st == DDP_OK && o->gpt.init_from)
-        st = trainer_agree(t, s->init_ckpt ? gpt_load_ckpt(t) : gpt2_llmc_load(s->model, o->gpt.init_from));
+        st = trainer_agree(t, s->init_ckpt ? gpt_load_ckpt(t)
+                                           : gpt2_llmc_load(s->model, o->gpt.init_from));
     if (st != DDP_OK)
         return st;
     gpt2 *g = s->model;
@@ -698,11 +700,17 @@ static void gpt_report_start(trainer *t)
            "to %d)%s%s\n", gpt2_config_n_params(c), c->layers, c->heads, c->channels, c->max_seq,
            c->vocab, c->padded_vocab, o->gpt.init_from ? ", from " : "",
            o->gpt.init_from ? o->gpt.init_from : "");
-    if (G(t)->init_ckpt && t->saved_step < 0) /* saved_step: before the first step, set by a resume only */
+    /* saved_step is set before the first step by a resume only */
+    if (G(t)->init_ckpt && t->saved_step < 0 && o->gpt.sample_only)
+        printf("init: the weights come from the ddp checkpoint %s %s at step %llu (sampled, not "
+               "trained)\n", G(t)->init.folder ? "folder" : "file", o->gpt.init_from,
+               (unsigned long long)G(t)->init.step);
+    else if (G(t)->init_ckpt && t->saved_step < 0)
         printf("init: the weights come from the ddp checkpoint %s %s at step %llu; its optimizer "
                "state and step were not restored: AdamW starts from zero moments at step 0, with "
                "a new warm-up and schedule, and the data read from the start (epoch 1, the order "
-               "--seed draws); --resume continues a run instead\n", G(t)->init.folder ? "folder" : "file", o->gpt.init_from,
+               "--seed draws); --resume continues a run instead\n",
+               G(t)->init.folder ? "folder" : "file", o->gpt.init_from,
                (unsigned long long)G(t)->init.step);
     else if (G(t)->init_ckpt)
         printf("init: --resume restored step %ld: its checkpoint replaced the weights of "
