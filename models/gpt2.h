@@ -145,5 +145,9 @@ ddp_status gpt2_llmc_load(gpt2 *g, const char *path);
 /* Writes the parameters as version 3 (dtype DDP_FP32) or 5 (DDP_BF16, rounded to nearest even),
  * atomically (PATH.tmp then rename). DDP_ERR_INVALID_ARG for another dtype, DDP_ERR_IO. */
 ddp_status gpt2_llmc_save(gpt2 *g, const char *path, ddp_dtype dtype);
+/* gpt2_llmc_save's writer for parameters already on the host: host holds the flat buffer of cfg
+ * (wte with its padded_vocab rows, cfg->padded_vocab > 0), and is overwritten with the bf16
+ * values for DDP_BF16. Errors as gpt2_llmc_save; DDP_ERR_INVALID_ARG for an invalid cfg. */
+ddp_status gpt2_llmc_write(const char *path, const gpt2_config *cfg, float *host, ddp_dtype dtype);
 
 #endif /* GPT2_H */

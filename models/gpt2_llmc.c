@@ -21,8 +21,9 @@ static void wrong_magic(const char *path, const int32_t *h)
 {
     if (memcmp(h, DDP_CKPT_MAGIC8, 8) == 0)
         DDP_ERROR("%s is a ddp checkpoint (ddp-train --save or --checkpoint-dir), not an llm.c "
-                  "GPT-2 model file: continue from it with --resume %s (--save-llmc FILE writes "
-                  "llm.c's format)", path, path);
+                  "GPT-2 model file: ddp-train --init-from takes its weights as it is, --resume %s "
+                  "continues its run, and ddp-ckpt export-llmc %s OUT.bin writes llm.c's format",
+                  path, path, path);
     else if (h[0] == TOKENS_MAGIC)
         DDP_ERROR("%s is an llm.c token shard (magic %d), not a model file: give token shards to "
                   "--data or --val-data", path, TOKENS_MAGIC);
@@ -208,35 +209,50 @@ static ddp_status write_model(FILE *f, const gpt2_config *cfg, float *host, size
     return DDP_OK;
 }
 
-ddp_status gpt2_llmc_save(gpt2 *g, const char *path, ddp_dtype dtype)
+ddp_status gpt2_llmc_write(const char *path, const gpt2_config *cfg, float *host, ddp_dtype dtype)
 {
     if (dtype != DDP_FP32 && dtype != DDP_BF16) {
-        DDP_ERROR("gpt2_llmc_save: %s: llm.c's files hold fp32 or bf16, not %s", path,
+        DDP_ERROR("gpt2_llmc_write: %s: llm.c's files hold fp32 or bf16, not %s", path,
                   ddp_dtype_name(dtype));
         return DDP_ERR_INVALID_ARG;
     }
-    size_t n = gpt2_numel_total(g), len = strlen(path) + 5;
-    float *host = malloc(n * sizeof *host); // (n)
-    char *tmp = malloc(len);
-    ddp_status st = host && tmp ? DDP_OK : DDP_ERR_NOMEM;
-    if (st == DDP_OK) {
-        snprintf(tmp, len, "%s.tmp", path);
-        st = ddp_download(gpt2_ctx(g), host, gpt2_params_const(g), n * sizeof *host);
+    gpt2_config c = *cfg;
+    if (c.padded_vocab == 0 || gpt2_config_check(&c) != DDP_OK) {
+        DDP_ERROR("gpt2_llmc_write: %s: the configuration is invalid (see above)", path);
+        return DDP_ERR_INVALID_ARG;
     }
-    FILE *f = st == DDP_OK ? fopen(tmp, "wb") : NULL;
-    if (st == DDP_OK && !f) {
+    size_t len = strlen(path) + 5;
+    char *tmp = malloc(len);
+    if (!tmp)
+        return DDP_ERR_NOMEM;
+    snprintf(tmp, len, "%s.tmp", path);
+    ddp_status st = DDP_OK;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
         DDP_ERROR("%s: cannot create: %s", tmp, strerror(errno));
         st = DDP_ERR_IO;
-    }
-    if (f) {
-        st = write_model(f, gpt2_cfg(g), host, n, dtype == DDP_BF16);
+    } else {
+        st = write_model(f, &c, host, file_numel(&c), dtype == DDP_BF16);
         if (fclose(f) != 0 || st != DDP_OK || rename(tmp, path) != 0) {
             DDP_ERROR("%s: writing the model failed: %s", path, strerror(errno));
             remove(tmp);
             st = DDP_ERR_IO;
         }
     }
-    free(host);
     free(tmp);
+    return st;
+}
+
+ddp_status gpt2_llmc_save(gpt2 *g, const char *path, ddp_dtype dtype)
+{
+    size_t n = gpt2_numel_total(g);
+    float *host = malloc(n * sizeof *host); // (n)
+    ddp_status st = host ? DDP_OK : DDP_ERR_NOMEM;
+    if (st == DDP_OK)
+        st = ddp_download(gpt2_ctx(g), host, gpt2_params_const(g), n * sizeof *host);
+    /* the same writer as ddp-ckpt export-llmc's, so the two files are byte for byte the same */
+    if (st == DDP_OK)
+        st = gpt2_llmc_write(path, gpt2_cfg(g), host, dtype);
+    free(host);
     return st;
 }

@@ -6,6 +6,7 @@
  *   ddp-ckpt list PATH             (a checkpoint folder's files, or a --checkpoint-dir's checkpoints)
  *   ddp-ckpt verify PATH           (every CRC-32; a folder's MANIFEST and that it is complete)
  *   ddp-ckpt consolidate FOLDER FILE   (one checkpoint file, as --checkpoint-format file writes)
+ *   ddp-ckpt export-llmc CKPT OUT.bin  (a GPT-2 checkpoint's weights as llm.c's model file)
  *
  * diff prints max_abs_diff (largest |a - b| over all values) and max_rel_diff, the largest over
  * parameters of (largest |a - b| in the parameter) / max(largest |a|, largest |b| in it, 1e-12):
@@ -16,14 +17,18 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ddp_checkpoint.h"
+#include "gpt2.h"
+#include "gpt_ckpt.h"
 
 #define DDP_CKPT_SAME 0
 #define DDP_CKPT_DIFFERENT 1
@@ -35,6 +40,7 @@ static const char ckpt_usage_text[] =
     "       ddp-ckpt list PATH\n"
     "       ddp-ckpt verify PATH\n"
     "       ddp-ckpt consolidate FOLDER FILE\n"
+    "       ddp-ckpt export-llmc CKPT OUT.bin\n"
     "  show    prints the signature (parameter names and shapes) and the training state\n"
     "          (optimizer buffers, counters, configuration) of a version 2 checkpoint\n"
     "  diff    checks that the signatures match and prints max_abs_diff and max_rel_diff\n"
@@ -45,6 +51,8 @@ static const char ckpt_usage_text[] =
     "  verify  checks every CRC-32 (a folder: its MANIFEST, that every file is there, complete and\n"
     "          of the same save, and each file's CRC-32); exit 0 valid, 2 not\n"
     "  consolidate  writes a checkpoint folder as one checkpoint file (today's format)\n"
+    "  export-llmc  writes a GPT-2 checkpoint's weights (file or folder) as an llm.c model file\n"
+    "          (fp32, the file ddp-train --save-llmc writes), without training\n"
     "A FOLDER is a checkpoint written by ddp-train --checkpoint-format folder.\n";
 
 typedef struct ckpt_file {
@@ -393,6 +401,114 @@ static int ckpt_consolidate(int argc, char **argv)
     return DDP_CKPT_SAME;
 }
 
+/* What a file that is not regular is (train_state.c's words for --save-llmc). */
+static const char *file_kind(mode_t mode)
+{
+    return S_ISDIR(mode)    ? "a folder"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISFIFO(mode) ? "a FIFO (named pipe)"
+           : S_ISSOCK(mode) ? "a socket"
+                            : "not a regular file";
+}
+
+/* The rules ddp-train checks --save-llmc by before training (train_state.c's check_output_file,
+ * which ddp-ckpt does not link): OUT is new or a regular file, a symbolic link is followed to the
+ * file it names, and the folder accepts a new file; the writer puts a temporary file there and
+ * renames it over the target, which must not be a folder, device, FIFO or socket. *target
+ * (malloc'ed) is the file to write. Returns 0, or 2 with the reason printed. */
+static int export_target(const char *path, char **target)
+{
+    struct stat sb;
+    int exists = lstat(path, &sb) == 0, link = exists && S_ISLNK(sb.st_mode);
+    size_t len = strlen(path);
+    if (len == 0 || path[len - 1] == '/') {
+        fprintf(stderr, "ddp-ckpt: export-llmc: output '%s' %s: name a file, such as model.bin\n",
+                path, len ? "ends with '/'" : "is empty");
+        return DDP_CKPT_TROUBLE;
+    }
+    *target = link ? realpath(path, NULL) : strdup(path);
+    if (link && !*target) {
+        fprintf(stderr, "ddp-ckpt: export-llmc: output %s is a symbolic link whose target %s: point "
+                "it at a file, remove it, or name another path\n", path,
+                errno == ENOENT ? "does not exist (a dangling link)" : strerror(errno));
+        return DDP_CKPT_TROUBLE;
+    }
+    if (!*target)
+        return DDP_CKPT_TROUBLE;
+    if (exists && stat(*target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "ddp-ckpt: export-llmc: output %s%s%s is %s: the export writes a temporary "
+                "file and renames it over a regular file, so it never replaces a folder, a device, "
+                "a FIFO or a socket; %s\n", path, link ? ", a symbolic link to " : "",
+                link ? *target : "", file_kind(sb.st_mode), S_ISDIR(sb.st_mode)
+                ? "name a file, e.g. one in that folder" : "name a regular file or a new one");
+        return DDP_CKPT_TROUBLE;
+    }
+    char dir[8192], probe[8300];
+    const char *slash = strrchr(*target, '/');
+    int n = slash ? (slash == *target ? 1 : (int)(slash - *target)) : 1;
+    snprintf(dir, sizeof dir, "%.*s", n, slash ? *target : ".");
+    snprintf(probe, sizeof probe, "%s/.ddp-write-test.%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "ddp-ckpt: export-llmc: output %s: cannot write into the folder %s: %s; "
+                "create it, make it writable, or choose another path\n", path, dir, strerror(errno));
+        return DDP_CKPT_TROUBLE;
+    }
+    close(fd);
+    unlink(probe);
+    return DDP_CKPT_SAME;
+}
+
+/* export-llmc CKPT OUT: the checkpoint's parameters in llm.c's file (gpt2_llmc_write, the writer of
+ * --save-llmc: the same bytes for the same weights). The output is checked before the checkpoint
+ * is read, so a bad path costs no read of a large model. */
+static int ckpt_export_llmc(int argc, char **argv)
+{
+    if (argc != 3)
+        return ckpt_usage("export-llmc needs a GPT-2 checkpoint (file or folder) and the llm.c "
+                          "model file to write");
+    const char *in = argv[1], *out = argv[2];
+    char *target = NULL;
+    int rc = export_target(out, &target);
+    if (rc != DDP_CKPT_SAME) {
+        free(target);
+        return rc;
+    }
+    struct stat a, b;
+    if (stat(in, &a) == 0 && stat(target, &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino) {
+        fprintf(stderr, "ddp-ckpt: export-llmc: the output %s is the checkpoint %s itself: name "
+                "another file\n", out, in);
+        free(target);
+        return DDP_CKPT_TROUBLE;
+    }
+    if (!gpt_ckpt_is_ddp(in)) {
+        fprintf(stderr, "ddp-ckpt: export-llmc: %s is not a ddp checkpoint (a file starting with "
+                "DDPCKPT1, or a checkpoint folder with its %s): give one that ddp-train --model "
+                "gpt2 wrote with --save or --checkpoint-dir\n", in, DDP_CKPT_MANIFEST);
+        free(target);
+        return DDP_CKPT_TROUBLE;
+    }
+    gpt_ckpt c;
+    ddp_status st = gpt_ckpt_read(in, "ddp-ckpt export-llmc", &c);
+    if (st == DDP_OK)
+        st = gpt2_llmc_write(target, &c.cfg, c.params, DDP_FP32);
+    if (st != DDP_OK) {
+        fprintf(stderr, "ddp-ckpt: export-llmc %s: %s (see above); nothing was written\n", in,
+                ddp_strerror(st));
+        rc = DDP_CKPT_TROUBLE;
+    } else {
+        printf("wrote %s (llm.c model file, fp32: L %d, heads %d, channels %d, positions %d, "
+               "vocabulary %d padded to %d) from the weights of %s at step %llu\n", out,
+               c.cfg.layers, c.cfg.heads, c.cfg.channels, c.cfg.max_seq, c.cfg.vocab,
+               c.cfg.padded_vocab, in, (unsigned long long)c.step);
+    }
+    gpt_ckpt_free(&c);
+    free(target);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -407,9 +523,12 @@ int main(int argc, char **argv)
         return ckpt_verify(argc - 1, argv + 1);
     if (strcmp(argv[1], "consolidate") == 0)
         return ckpt_consolidate(argc - 1, argv + 1);
+    if (strcmp(argv[1], "export-llmc") == 0)
+        return ckpt_export_llmc(argc - 1, argv + 1);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(ckpt_usage_text, stdout);
         return DDP_CKPT_SAME;
     }
-    return ckpt_usage("unknown command (expected show, diff, list, verify or consolidate)");
+    return ckpt_usage("unknown command (expected show, diff, list, verify, consolidate or "
+                      "export-llmc)");
 }

@@ -20,6 +20,7 @@
 #include "cpu_isa.h"
 #include "gpt2.h"
 #include "gpt2_sample.h"
+#include "gpt_ckpt.h"
 #include "loop.h"
 #include "malloc_policy.h"
 #include "mfu.h"
@@ -57,6 +58,9 @@ typedef struct gpt_task {
     const char *device;    /* the GPU's name ("" on the CPU) */
     double steady_seconds; /* train_seconds at the end of this run's first step */
     double device_used_max; /* MiB: the most device memory in use over the ranks (CUDA), NAN */
+    gpt_ckpt init;         /* --init-from a ddp checkpoint: its weights, held from gpt_config to
+                              gpt_build (then freed; step and folder stay for the report) */
+    int init_ckpt;         /* 1: --init-from named a ddp checkpoint, not an llm.c model file */
 } gpt_task;
 
 static gpt_task *G(const trainer *t) { return t->state; }
@@ -205,13 +209,21 @@ static ddp_status gpt_plan(trainer *t)
     return DDP_OK;
 }
 
-/* The model's configuration: --init-from's file header, else the flags. */
+/* The model's configuration: --init-from's file header or ddp checkpoint, else the flags. A ddp
+ * checkpoint is read whole here (every rank reads it, as it reads an llm.c file) and its weights
+ * wait in G(t)->init for gpt_build. */
 static ddp_status gpt_config(trainer *t)
 {
     const train_gpt_opts *g = &t->o->gpt;
     G(t)->cfg = g->cfg;
+    G(t)->init_ckpt = g->init_from && gpt_ckpt_is_ddp(g->init_from);
+    if (G(t)->init_ckpt) {
+        TRY_OK(gpt_ckpt_read(g->init_from, "--init-from", &G(t)->init));
+        G(t)->cfg = G(t)->init.cfg;
+    }
     if (g->init_from) {
-        TRY_OK(gpt2_llmc_read_config(g->init_from, &G(t)->cfg));
+        if (!G(t)->init_ckpt)
+            TRY_OK(gpt2_llmc_read_config(g->init_from, &G(t)->cfg));
         if (G(t)->T > G(t)->cfg.max_seq) {
             DDP_ERROR("--seq %d is longer than the %d positions of %s: allowed is 1 to %d", G(t)->T,
                       G(t)->cfg.max_seq, g->init_from, G(t)->cfg.max_seq);
@@ -304,6 +316,28 @@ static ddp_status gpt_open(trainer *t)
     return st;
 }
 
+/* --init-from a ddp checkpoint: its parameters into the model built from its sizes (the same
+ * layout, llm.c's, as the checkpoint's flat buffer); the optimizer, the step and the data order
+ * start afresh. The host copy is freed either way. */
+static ddp_status gpt_load_ckpt(trainer *t)
+{
+    gpt_task *s = G(t);
+    const char *path = t->o->gpt.init_from;
+    ddp_status st = DDP_OK;
+    if (!gpt_ckpt_same_signature(&s->init, gpt2_descs(s->model), gpt2_n_params(s->model),
+                                 "--init-from", path) ||
+        s->init.numel != gpt2_numel_total(s->model))
+        st = DDP_ERR_MISMATCH;
+    if (st == DDP_OK)
+        st = ddp_upload(t->ctx, gpt2_params(s->model), s->init.params,
+                        s->init.numel * sizeof *s->init.params);
+    free(s->init.params);
+    free(s->init.descs);
+    s->init.params = NULL;
+    s->init.descs = NULL;
+    return st;
+}
+
 /* The model (seeded or from --init-from), the view of it the loop steps, the host buffers. */
 static ddp_status gpt_build(trainer *t, train_view *v)
 {
@@ -313,7 +347,8 @@ static ddp_status gpt_build(trainer *t, train_view *v)
                     .seed = o->seed, .reducer_grads = o->zero == 2, .recompute = o->gpt.recompute};
     ddp_status st = trainer_agree(t, gpt2_create(t->ctx, t->ops, &s->cfg, &go, &s->model));
     if (st == DDP_OK && o->gpt.init_from)
-        st = trainer_agree(t, gpt2_llmc_load(s->model, o->gpt.init_from));
+        st = trainer_agree(t, s->init_ckpt ? gpt_load_ckpt(t)
+                                           : gpt2_llmc_load(s->model, o->gpt.init_from));
     if (st != DDP_OK)
         return st;
     gpt2 *g = s->model;
@@ -665,6 +700,21 @@ static void gpt_report_start(trainer *t)
            "to %d)%s%s\n", gpt2_config_n_params(c), c->layers, c->heads, c->channels, c->max_seq,
            c->vocab, c->padded_vocab, o->gpt.init_from ? ", from " : "",
            o->gpt.init_from ? o->gpt.init_from : "");
+    /* saved_step is set before the first step by a resume only */
+    if (G(t)->init_ckpt && t->saved_step < 0 && o->gpt.sample_only)
+        printf("init: the weights come from the ddp checkpoint %s %s at step %llu (sampled, not "
+               "trained)\n", G(t)->init.folder ? "folder" : "file", o->gpt.init_from,
+               (unsigned long long)G(t)->init.step);
+    else if (G(t)->init_ckpt && t->saved_step < 0)
+        printf("init: the weights come from the ddp checkpoint %s %s at step %llu; its optimizer "
+               "state and step were not restored: AdamW starts from zero moments at step 0, with "
+               "a new warm-up and schedule, and the data read from the start (epoch 1, the order "
+               "--seed draws); --resume continues a run instead\n",
+               G(t)->init.folder ? "folder" : "file", o->gpt.init_from,
+               (unsigned long long)G(t)->init.step);
+    else if (G(t)->init_ckpt)
+        printf("init: --resume restored step %ld: its checkpoint replaced the weights of "
+               "--init-from %s\n", t->step, o->gpt.init_from);
     printf("data: %zu windows of %d tokens in the training shards; %zu per rank per epoch; %d "
            "micro-batch(es) of %d x %d tokens per rank per step = %ld tokens per step; %ld steps "
            "per epoch, %ld planned\n", tokens_loader_n_windows(G(t)->loader), G(t)->B * G(t)->T + 1,
@@ -831,6 +881,7 @@ static void gpt_release(trainer *t)
     tokens_set_close(s->val_data);
     bpe_vocab_free(s->vocab);
     bpe_encoder_free(s->encoder);
+    gpt_ckpt_free(&s->init);
 }
 
 const train_task train_task_gpt = {

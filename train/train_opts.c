@@ -201,7 +201,9 @@ static const char train_usage_gpt[] =
     "  --lr-floor F            ... lr x F at the last step (default 0.1; --lr default 6e-4,\n"
     "                          --weight-decay default 0.1, on 2-D weights only)\n"
     "  --grad-clip X           clip the global gradient norm to X (default 1.0; 0: off)\n"
-    "  --init-from FILE        start from an llm.c model file (gpt2_124M.bin: fp32 or bf16)\n"
+    "  --init-from FILE        start from the weights of an llm.c model file (gpt2_124M.bin: fp32\n"
+    "                          or bf16) or of a GPT-2 ddp checkpoint (file or folder): the sizes\n"
+    "                          are its own; optimizer, step and schedule start afresh\n"
     "  --save-llmc FILE        write the trained weights as an llm.c model file (fp32)\n"
     "  --sample N              rank 0 prints N tokens generated after training (needs --vocab)\n"
     "  --prompt TEXT           ... that continue TEXT (GPT-2's BPE: needs vocab.bpe beside the\n"
@@ -604,6 +606,14 @@ static int check_sampling(train_opts *o, const unsigned char *seen)
 static int finish_gpt_opts(train_opts *o, const unsigned char *seen)
 {
     train_gpt_opts *g = &o->gpt;
+    if (!g->on && g->init_from) {
+        /* the MNIST models have no weights-only start: say what continues their checkpoints */
+        fprintf(stderr, "ddp-train: --init-from %s: starting from weights alone is for --model gpt2 "
+                        "(an llm.c model file or a GPT-2 checkpoint); --model %s continues its "
+                        "checkpoints with --resume %s (weights, optimizer state and step)\n",
+                g->init_from, o->model.kind == MODEL_CNN ? "cnn" : "mlp", g->init_from);
+        return -1;
+    }
     if (refuse_other_model_flags(o, seen) != 0)
         return -1;
     if (!g->on)

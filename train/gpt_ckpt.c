@@ -1,0 +1,142 @@
+/* gpt_ckpt.c - a GPT-2's ddp checkpoint read as a model (gpt_ckpt.h).
+ *
+ * ddp-train's GPT checkpoints hold the flat parameter buffer in llm.c's layout (wte with its
+ * padding rows first) and the fingerprint text config.model, "gpt2 L2 NH2 C64 maxT1024 V50257 T16
+ * accum1" (task_gpt.c): the sizes come from that text, except the padded vocabulary, which only
+ * wte's rows give (an llm.c file started from may pad otherwise than to 128). The signature's
+ * total is checked against the sizes, so a text that does not fit its parameters is refused.
+ */
+#include "gpt_ckpt.h"
+
+#include "ddp_checkpoint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CKPT_MAGIC8 "DDPCKPT1" /* a ddp checkpoint file's first 8 bytes (runtime/checkpoint.c) */
+
+int gpt_ckpt_is_ddp(const char *path)
+{
+    struct stat sb;
+    if (!path || stat(path, &sb) != 0)
+        return 0;
+    if (S_ISDIR(sb.st_mode)) {
+        char manifest[8192];
+        snprintf(manifest, sizeof manifest, "%s/%s", path, DDP_CKPT_MANIFEST);
+        return stat(manifest, &sb) == 0;
+    }
+    char magic[8];
+    FILE *f = S_ISREG(sb.st_mode) ? fopen(path, "rb") : NULL;
+    int ddp = f && fread(magic, sizeof magic, 1, f) == 1 && memcmp(magic, CKPT_MAGIC8, 8) == 0;
+    if (f)
+        fclose(f);
+    return ddp;
+}
+
+/* The sizes of a GPT-2 checkpoint's state s (see the top of the file). */
+static ddp_status read_config(const ddp_state *s, const char *flag, const char *path,
+                              gpt2_config *cfg)
+{
+    const char *model = ddp_state_text(s, "config.model");
+    if (!model) {
+        DDP_ERROR("%s %s: a ddp checkpoint without the model's configuration (no config.model: a "
+                  "parameters-only file?): give a checkpoint that ddp-train --model gpt2 wrote "
+                  "(--save or --checkpoint-dir)", flag, path);
+        return DDP_ERR_FORMAT;
+    }
+    *cfg = (gpt2_config){0};
+    if (sscanf(model, "gpt2 L%d NH%d C%d maxT%d V%d", &cfg->layers, &cfg->heads, &cfg->channels,
+               &cfg->max_seq, &cfg->vocab) != 5) {
+        DDP_ERROR("%s %s: a checkpoint of another model (config.model \"%s\"), not of a GPT-2: %s "
+                  "takes the checkpoints of ddp-train --model gpt2; to continue this run: ddp-train "
+                  "--model %.*s --resume %s", flag, path, model, flag, (int)strcspn(model, " "),
+                  model, path);
+        return DDP_ERR_FORMAT;
+    }
+    const ddp_param_desc *d = ddp_state_descs(s);
+    for (int i = 0; i < ddp_state_n_params(s); i++)
+        if (strncmp(d[i].name, "wte.weight", DDP_NAME_MAX) == 0 && d[i].n_dims == 2 &&
+            d[i].shape[1] == cfg->channels)
+            cfg->padded_vocab = (int)d[i].shape[0];
+    gpt2_config padded = *cfg;
+    padded.vocab = cfg->padded_vocab;
+    if (cfg->padded_vocab == 0 || gpt2_config_check(cfg) != DDP_OK ||
+        gpt2_config_n_params(&padded) != ddp_state_numel(s)) {
+        DDP_ERROR("%s %s: the signature (%d parameters, %zu values, wte.weight of %d rows) does not "
+                  "fit the configuration \"%s\": a damaged or foreign checkpoint", flag, path,
+                  ddp_state_n_params(s), ddp_state_numel(s), cfg->padded_vocab, model);
+        return DDP_ERR_FORMAT;
+    }
+    return DDP_OK;
+}
+
+ddp_status gpt_ckpt_read(const char *path, const char *flag, gpt_ckpt *c)
+{
+    *c = (gpt_ckpt){0};
+    struct stat sb;
+    ddp_state *file = NULL;
+    ddp_ckpt_dir *dir = NULL;
+    c->folder = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    ddp_status st = c->folder ? ddp_ckpt_dir_open(path, &dir) : ddp_state_load(path, &file);
+    /* a folder's values are read by ranges without their CRC-32: check each file whole first */
+    for (int i = 0; st == DDP_OK && dir && i < ddp_ckpt_dir_n_files(dir); i++)
+        st = ddp_ckpt_dir_verify_file(dir, i);
+    if (st != DDP_OK)
+        DDP_ERROR("%s %s: cannot read this checkpoint %s (see above)", flag, path,
+                  c->folder ? "folder" : "file");
+    const ddp_state *s = dir ? ddp_ckpt_dir_state(dir) : file;
+    if (st == DDP_OK)
+        st = read_config(s, flag, path, &c->cfg);
+    if (st == DDP_OK) {
+        c->n_params = ddp_state_n_params(s);
+        c->numel = ddp_state_numel(s);
+        c->descs = malloc((size_t)c->n_params * sizeof *c->descs);
+        c->params = malloc((c->numel ? c->numel : 1) * sizeof *c->params);
+        st = c->descs && c->params ? DDP_OK : DDP_ERR_NOMEM;
+    }
+    if (st == DDP_OK) {
+        memcpy(c->descs, ddp_state_descs(s), (size_t)c->n_params * sizeof *c->descs);
+        if (dir)
+            st = ddp_ckpt_dir_read_f32(dir, "params", 0, c->numel, c->params);
+        else
+            memcpy(c->params, ddp_state_params(s), c->numel * sizeof *c->params);
+        ddp_state_u64(s, "step", &c->step);
+    }
+    ddp_state_destroy(file);
+    ddp_ckpt_dir_close(dir);
+    if (st != DDP_OK)
+        gpt_ckpt_free(c);
+    return st;
+}
+
+int gpt_ckpt_same_signature(const gpt_ckpt *c, const ddp_param_desc *descs, int n_params,
+                            const char *flag, const char *path)
+{
+    if (c->n_params != n_params) {
+        DDP_ERROR("%s %s: the checkpoint has %d parameter tensors, the model built from its sizes "
+                  "%d", flag, path, c->n_params, n_params);
+        return 0;
+    }
+    for (int i = 0; i < n_params; i++) {
+        const ddp_param_desc *a = &c->descs[i], *b = &descs[i];
+        int same = strncmp(a->name, b->name, DDP_NAME_MAX) == 0 && a->n_dims == b->n_dims;
+        for (int k = 0; same && k < a->n_dims; k++)
+            same = a->shape[k] == b->shape[k];
+        if (!same) {
+            DDP_ERROR("%s %s: parameter %d is '%.*s' (%d dimensions) in the checkpoint, '%.*s' "
+                      "(%d) in the model built from its sizes", flag, path, i, DDP_NAME_MAX,
+                      a->name, a->n_dims, DDP_NAME_MAX, b->name, b->n_dims);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+void gpt_ckpt_free(gpt_ckpt *c)
+{
+    free(c->descs);
+    free(c->params);
+    *c = (gpt_ckpt){0};
+}
