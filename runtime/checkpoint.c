@@ -63,6 +63,7 @@
 
 #include "ddp_checkpoint.h"
 #include "internal.h"
+#include "out_path.h"
 
 #define DDP_CKPT_MAGIC "DDPCKPT1"
 #define DDP_CKPT_V1_HEADER_BYTES 24u
@@ -662,52 +663,14 @@ static ddp_status ckpt_replace(const char *path, const char *dir, const ddp_stat
 
 /* ---- where a save goes ---------------------------------------------------------------------- */
 
-/* What a non-regular file is, for messages. */
-static const char *path_kind(mode_t mode)
-{
-    return S_ISDIR(mode) ? "a folder" : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
-           : S_ISFIFO(mode) ? "a FIFO (named pipe)" : S_ISSOCK(mode) ? "a socket" : "not a regular file";
-}
-
-/* path is a symbolic link: its resolved target (malloc'ed), or NULL (logged) when it dangles, loops
- * or cannot be resolved. */
-static char *follow_link(const char *what, const char *path, ddp_status *st)
-{
-    char *real = realpath(path, NULL);
-    if (real)
-        return real;
-    char to[4096] = "?";
-    ssize_t n = readlink(path, to, sizeof to - 1);
-    to[n > 0 ? n : 1] = '\0';
-    *st = errno == ENOENT || errno == ELOOP ? DDP_ERR_INVALID_ARG : DDP_ERR_IO;
-    DDP_ERROR("%s %s: a symbolic link to %s, which %s: point the link at a file, remove it, or name "
-              "another path", what, path, to, errno == ENOENT ? "does not exist (a dangling link)"
-              : errno == ELOOP ? "loops" : strerror(errno));
-    return NULL;
-}
-
 ddp_status output_target(const char *what, const char *path, char **out)
 {
-    struct stat sb;
-    ddp_status st = DDP_OK;
-    *out = NULL;
-    int exists = lstat(path, &sb) == 0;
-    if (!exists && errno != ENOENT) {
-        DDP_ERROR("%s %s: %s", what, path, strerror(errno));
-        return DDP_ERR_IO;
+    char why[1024];
+    int rc = out_path_target(path, out, why, sizeof why);
+    if (rc != OUT_PATH_OK) {
+        DDP_ERROR("%s %s: %s", what, path, why);
+        return rc == OUT_PATH_REFUSED ? DDP_ERR_INVALID_ARG : DDP_ERR_IO;
     }
-    int link = exists && S_ISLNK(sb.st_mode);
-    char *target = link ? follow_link(what, path, &st) : strdup(path);
-    if (!target)
-        return st != DDP_OK ? st : DDP_ERR_NOMEM;
-    if (exists && stat(target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        DDP_ERROR("%s %s%s%s is %s: a save replaces a regular file (a temporary file renamed over "
-                  "it), never a folder or a special file; name a regular file or a new one", what,
-                  path, link ? ", a symbolic link to " : "", link ? target : "", path_kind(sb.st_mode));
-        free(target);
-        return DDP_ERR_INVALID_ARG;
-    }
-    *out = target;
     return DDP_OK;
 }
 

@@ -29,6 +29,7 @@
 #include "ddp_checkpoint.h"
 #include "gpt2.h"
 #include "gpt_ckpt.h"
+#include "out_path.h"
 
 #define DDP_CKPT_SAME 0
 #define DDP_CKPT_DIFFERENT 1
@@ -401,62 +402,19 @@ static int ckpt_consolidate(int argc, char **argv)
     return DDP_CKPT_SAME;
 }
 
-/* What a file that is not regular is (train_state.c's words for --save-llmc). */
-static const char *file_kind(mode_t mode)
-{
-    return S_ISDIR(mode)    ? "a folder"
-           : S_ISCHR(mode)  ? "a character device"
-           : S_ISBLK(mode)  ? "a block device"
-           : S_ISFIFO(mode) ? "a FIFO (named pipe)"
-           : S_ISSOCK(mode) ? "a socket"
-                            : "not a regular file";
-}
-
-/* The rules ddp-train checks --save-llmc by before training (train_state.c's check_output_file,
- * which ddp-ckpt does not link): OUT is new or a regular file, a symbolic link is followed to the
- * file it names, and the folder accepts a new file; the writer puts a temporary file there and
- * renames it over the target, which must not be a folder, device, FIFO or socket. *target
- * (malloc'ed) is the file to write. Returns 0, or 2 with the reason printed. */
+/* OUT of export-llmc: the rule ddp-train checks --save-llmc by before training (common/out_path.h),
+ * checked before the checkpoint is read. *target (malloc'ed) is the file to write. Returns 0, or 2
+ * with the reason printed. */
 static int export_target(const char *path, char **target)
 {
-    struct stat sb;
-    int exists = lstat(path, &sb) == 0, link = exists && S_ISLNK(sb.st_mode);
-    size_t len = strlen(path);
-    if (len == 0 || path[len - 1] == '/') {
-        fprintf(stderr, "ddp-ckpt: export-llmc: output '%s' %s: name a file, such as model.bin\n",
-                path, len ? "ends with '/'" : "is empty");
+    char why[1024];
+    if (out_path_target(path, target, why, sizeof why) != OUT_PATH_OK ||
+        out_path_probe_dir(*target, why, sizeof why) != OUT_PATH_OK) {
+        fprintf(stderr, "ddp-ckpt: export-llmc: output %s: %s\n", path, why);
+        free(*target);
+        *target = NULL;
         return DDP_CKPT_TROUBLE;
     }
-    *target = link ? realpath(path, NULL) : strdup(path);
-    if (link && !*target) {
-        fprintf(stderr, "ddp-ckpt: export-llmc: output %s is a symbolic link whose target %s: point "
-                "it at a file, remove it, or name another path\n", path,
-                errno == ENOENT ? "does not exist (a dangling link)" : strerror(errno));
-        return DDP_CKPT_TROUBLE;
-    }
-    if (!*target)
-        return DDP_CKPT_TROUBLE;
-    if (exists && stat(*target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        fprintf(stderr, "ddp-ckpt: export-llmc: output %s%s%s is %s: the export writes a temporary "
-                "file and renames it over a regular file, so it never replaces a folder, a device, "
-                "a FIFO or a socket; %s\n", path, link ? ", a symbolic link to " : "",
-                link ? *target : "", file_kind(sb.st_mode), S_ISDIR(sb.st_mode)
-                ? "name a file, e.g. one in that folder" : "name a regular file or a new one");
-        return DDP_CKPT_TROUBLE;
-    }
-    char dir[8192], probe[8300];
-    const char *slash = strrchr(*target, '/');
-    int n = slash ? (slash == *target ? 1 : (int)(slash - *target)) : 1;
-    snprintf(dir, sizeof dir, "%.*s", n, slash ? *target : ".");
-    snprintf(probe, sizeof probe, "%s/.ddp-write-test.%ld", dir, (long)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        fprintf(stderr, "ddp-ckpt: export-llmc: output %s: cannot write into the folder %s: %s; "
-                "create it, make it writable, or choose another path\n", path, dir, strerror(errno));
-        return DDP_CKPT_TROUBLE;
-    }
-    close(fd);
-    unlink(probe);
     return DDP_CKPT_SAME;
 }
 

@@ -1,0 +1,33 @@
+/* out_path.h - the one rule for a file that ddp replaces by writing a temporary file beside it and
+ * renaming it over the target: libddp's ddp_state_save and trace writer (at write time), ddp-train's
+ * --save, --trace and --save-llmc (checked before training, so a bad path costs no training), and
+ * ddp-ckpt's outputs.
+ *
+ * The target is a new file or a regular one; a symbolic link is followed to the file it names (the
+ * link stays), which must exist. A folder, a device (/dev/null included), a FIFO or a socket is
+ * refused: a rename would put a regular file in its place. The callers print the reason with their
+ * own prefix (the flag, the command) and what they add ("checked before training").
+ */
+#ifndef COMMON_OUT_PATH_H
+#define COMMON_OUT_PATH_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+enum { OUT_PATH_OK = 0, OUT_PATH_REFUSED = 1, OUT_PATH_ERROR = 2 };
+
+/* Resolves PATH to the file to replace: *target (malloc'ed) on OUT_PATH_OK. OUT_PATH_REFUSED: PATH
+ * breaks the rule (empty, ends with '/', a dangling or looping link, not a regular file);
+ * OUT_PATH_ERROR: it cannot be examined (permissions, out of memory). Either way *target is NULL
+ * and WHY (LEN bytes) says what PATH is and how to fix it, e.g. "is a folder: ...". */
+int out_path_target(const char *path, char **target, char *why, size_t len);
+
+/* The folder of TARGET (out_path_target's) accepts a new file: a probe file is created there and
+ * removed. OUT_PATH_OK, or OUT_PATH_REFUSED with WHY as above. */
+int out_path_probe_dir(const char *target, char *why, size_t len);
+
+/* What a file that is not regular is, in words: "a folder", "a character device", "a FIFO (named
+ * pipe)", ... */
+const char *out_path_kind(mode_t mode);
+
+#endif
