@@ -26,9 +26,8 @@ import gpt_train  # noqa: E402  (its tiny GPT and token shards)
 # and the run must still be going then. 120 steps were once about a second; the small MLP now does
 # them in 0.11 s and finished before the signal came (seen in CI). 3,000 take about 3 s here.
 # Under ASan/UBSan (DDP_TEST_SANITIZED, tests/meson.build) this test runs 3.8x slower (90 s, 24 s
-# plain): 1,000 steps
-# outlast the first checkpoint by as long as 3,000 do plain, and the resumed and reference runs
-# take a third of the time.
+# plain): 1,000 steps outlast the first checkpoint by as long as 3,000 do plain, and the resumed and
+# reference runs take a third of the time.
 TERM_STEPS = 1000 if os.environ.get("DDP_TEST_SANITIZED") == "1" else 3000
 TERM_EVERY = 100
 
