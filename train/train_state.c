@@ -908,8 +908,15 @@ static ddp_status find_newest(const char *dir, char *path, resume_src *out, long
     for (i = 0; st == DDP_OK && i < n && !src_state(out); i++) {
         if (steps[i] >= *below)
             continue;
-        older++;
         ckpt_path(dir, steps[i], path);
+        if (is_folder(path) && !folder_complete(path)) {
+            /* not a checkpoint: a save killed before its MANIFEST. Only such debris (a kill during
+             * the first save) is a fresh start, not a folder of checkpoints that are all invalid. */
+            DDP_WARN("--resume auto: skipping %s: no %s, a save that did not complete (the next "
+                     "save removes it)", path, DDP_CKPT_MANIFEST);
+            continue;
+        }
+        older++;
         if (src_open(path, out) != DDP_OK)
             DDP_WARN("--resume auto: skipping %s: it is corrupt or truncated (see above)%s", path,
                      i + 1 < n ? "; trying the previous checkpoint" : "");

@@ -10,8 +10,9 @@ written last by rank 0), under real mpirun with the MLP.
             from a 2-rank --zero 1 folder at --zero 0 and 2, the same final state as resuming the
             consolidated file the same way (byte-identical --save files).
   faults    --resume auto skips, naming it, a folder without MANIFEST (what a kill -9 during a
-            save leaves), one whose shard file is missing, truncated or from another step, and
-            resumes from the previous checkpoint to the straight run's result; the next save's
+            save leaves; only such debris is a fresh start), one whose shard file is missing,
+            truncated or from another step, and resumes from the previous checkpoint to the
+            straight run's result; the next save's
             --keep removes the folders left without a MANIFEST; a corrupt byte is found by
             `ddp-ckpt verify` and refused by --resume, naming the file, and --resume auto falls
             back past it to the previous checkpoint (in a folder's shard file and in a single
@@ -178,6 +179,17 @@ def check_faults(chk, r):
     auto_resume(chk, r, d, "no MANIFEST", f"skipping {newest}", files_save)
     chk.check(not os.path.exists(debris), "the next save's --keep removed the folder without MANIFEST")
     chk.check(os.path.exists(os.path.join(newest, "MANIFEST")), "the rewritten step 45 is complete")
+
+    # A kill during the very first save leaves only debris: no checkpoint yet, a fresh start.
+    d = os.path.join(r.tmp, "killed-first")
+    os.makedirs(os.path.join(d, name(7)))
+    shutil.copy(os.path.join(folders, name(7), "rank-00000-of-00002.ckpt"), os.path.join(d, name(7)))
+    save = os.path.join(r.tmp, "auto-first.ckpt")
+    rc, out = r.train(["--checkpoint-dir", d, "--checkpoint-format", "folder", "--checkpoint-every", str(EVERY),
+                       "--resume", "auto", "--save", save])
+    chk.check(rc == 0 and f"skipping {d}/{name(7)}" in out and "starting fresh" in out,
+              "only a folder without MANIFEST: --resume auto skips it and starts fresh", out)
+    same_file(chk, save, files_save, "only debris: the fresh run equals the straight run")
 
     d, newest = fresh("missing")
     victim = os.path.join(newest, "rank-00001-of-00002.ckpt")

@@ -182,7 +182,7 @@ def main():
             chk.check(started is not None, f"kill {k + 1}: the run started within {START_LIMIT:.0f} s", tail)
             if want is None:
                 chk.check(started is not None and started.group(1) is None,
-                          f"kill {k + 1}: the first run starts fresh", tail)
+                          f"kill {k + 1}: no complete folder yet: the run starts fresh", tail)
             else:
                 got = started.group(1) if started else None
                 chk.check(got is not None and int(got) == want and f"resumed from {d}/{name(want)} " in out,
