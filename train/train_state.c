@@ -41,6 +41,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -464,7 +465,7 @@ static ddp_status list_checkpoints(const char *dir, long **steps, size_t *n)
 
 static void ckpt_path(const char *dir, long step, char *path)
 {
-    char name[DDP_CKPT_NAME_LEN + 8];
+    char name[DDP_CKPT_NAME_LEN + 16]; /* room for any long, though steps have 12 digits */
     snprintf(name, sizeof name, DDP_CKPT_NAME_FMT, step);
     snprintf(path, DDP_PATH_MAX, "%s/%s", dir, name);
 }
@@ -484,11 +485,17 @@ static int folder_complete(const char *path)
     return access(manifest, F_OK) == 0;
 }
 
-/* Removes a checkpoint file, or a checkpoint folder with the files in it (not its subfolders). */
+/* Removes a checkpoint file, or a checkpoint folder with the files in it (not its subfolders). The
+ * MANIFEST goes first: a kill during the removal then leaves debris (no MANIFEST, removed by the
+ * next save), never a folder that claims to be complete with some of its files gone. */
 static int remove_checkpoint(const char *path)
 {
     if (!is_folder(path))
         return unlink(path);
+    char manifest[DDP_PATH_MAX + 16];
+    snprintf(manifest, sizeof manifest, "%s/%s", path, DDP_CKPT_MANIFEST);
+    if (unlink(manifest) != 0 && errno != ENOENT)
+        return -1;
     DIR *d = opendir(path);
     struct dirent *de;
     char file[DDP_PATH_MAX + 300];
@@ -889,25 +896,39 @@ static ddp_status src_open(const char *path, resume_src *r)
     return is_folder(path) ? ddp_ckpt_dir_open(path, &r->dir) : ddp_state_load(path, &r->file);
 }
 
-/* Rank 0, --resume auto: opens the newest valid checkpoint of the folder (path written to `path`);
- * *out stays empty when the folder has none. Corrupt ones, and folders that a save left without
- * their MANIFEST or with a file missing, truncated or from another save, are skipped with a
- * warning. */
-static ddp_status find_newest(const char *dir, char *path, resume_src *out)
+/* Rank 0, --resume auto: opens the newest valid checkpoint of the folder older than step *below
+ * (path written to `path`, its step to *below); *out stays empty when the folder has none. Corrupt
+ * files, and folders that a save left without their MANIFEST or with a file missing, truncated or
+ * from another save, are skipped with a warning. A folder's files are checked against their CRC
+ * only when every rank reads them (load_folder): one that fails there is skipped by calling this
+ * again with *below at its step. */
+static ddp_status find_newest(const char *dir, char *path, resume_src *out, long *below)
 {
     long *steps = NULL;
-    size_t n = 0, i;
+    size_t n = 0, i, older = 0;
     ddp_status st = list_checkpoints(dir, &steps, &n);
     for (i = 0; st == DDP_OK && i < n && !src_state(out); i++) {
+        if (steps[i] >= *below)
+            continue;
         ckpt_path(dir, steps[i], path);
+        if (is_folder(path) && !folder_complete(path)) {
+            /* not a checkpoint: a save killed before its MANIFEST. Only such debris (a kill during
+             * the first save) is a fresh start, not a folder of checkpoints that are all invalid. */
+            DDP_WARN("--resume auto: skipping %s: no %s, a save that did not complete (the next "
+                     "save removes it)", path, DDP_CKPT_MANIFEST);
+            continue;
+        }
+        older++;
         if (src_open(path, out) != DDP_OK)
             DDP_WARN("--resume auto: skipping %s: it is corrupt or truncated (see above)%s", path,
                      i + 1 < n ? "; trying the previous checkpoint" : "");
+        else
+            *below = steps[i];
     }
     free(steps);
-    if (st == DDP_OK && n > 0 && !src_state(out)) {
-        DDP_ERROR("--resume auto: none of the %zu checkpoints in %s is valid: move them away to "
-                  "start fresh", n, dir);
+    if (st == DDP_OK && older > 0 && !src_state(out)) {
+        DDP_ERROR("--resume auto: none of the %zu checkpoints %sin %s is valid: move them away to "
+                  "start fresh", older, older < n ? "left " : "", dir);
         st = DDP_ERR_FORMAT;
     }
     return st;
@@ -967,16 +988,23 @@ static train_pos read_position(const train_setup *s, const ddp_state *st)
     return p;
 }
 
-/* Rank 0: finds, opens and checks the checkpoint; *out empty for a fresh start. */
-static ddp_status open_resume(const train_setup *s, char *path, resume_src *out)
+/* Rank 0: finds, opens and checks the checkpoint (--resume auto: the newest older than step
+ * *below; see find_newest); *out empty for a fresh start. */
+static ddp_status open_resume(const train_setup *s, char *path, resume_src *out, long *below)
 {
     const train_opts *o = s->o;
     ddp_status st;
     *out = (resume_src){0};
     if (strcmp(o->resume, "auto") == 0) {
-        st = find_newest(o->checkpoint_dir, path, out);
-        if (st == DDP_OK && !src_state(out))
+        long tried = *below;
+        st = find_newest(o->checkpoint_dir, path, out, below);
+        if (st == DDP_OK && !src_state(out) && tried == LONG_MAX) {
             printf("--resume auto: no checkpoint in %s: starting fresh\n", o->checkpoint_dir);
+        } else if (st == DDP_OK && !src_state(out)) { /* never a fresh start past a corrupt one */
+            DDP_ERROR("--resume auto: no valid checkpoint in %s older than step %ld, whose folder "
+                      "cannot be used: move them away to start fresh", o->checkpoint_dir, tried);
+            st = DDP_ERR_FORMAT;
+        }
     } else {
         snprintf(path, DDP_PATH_MAX, "%s", o->resume);
         st = src_open(path, out);
@@ -1098,7 +1126,7 @@ static ddp_status read_shares(const train_setup *s, const ddp_ckpt_dir *d)
  * open it): every rank checks the CRC-32 of files rank, rank + world, ... and reads only the byte
  * ranges it needs (resharded to this run's ranks and --zero stage: the ranges are offsets into
  * the flat buffers), then the replicated buffers' ranges are broadcast. Same status on every rank. */
-static ddp_status load_folder(const train_setup *s, const char *path, const ddp_ckpt_dir *d0)
+static ddp_status load_folder(const train_setup *s, const char *path, const ddp_ckpt_dir *d0, int is_auto)
 {
     int rank = ddp_rank(s->ctx), world = ddp_world_size(s->ctx);
     ddp_ckpt_dir *mine = NULL;
@@ -1119,8 +1147,12 @@ static ddp_status load_folder(const train_setup *s, const char *path, const ddp_
     free(flags);
     ddp_ckpt_dir_close(mine);
     if (failed) {
-        DDP_ERROR("--resume %s: the folder cannot be used (see the messages above); move it away to "
-                  "resume from the previous checkpoint", path);
+        if (is_auto && rank == 0)
+            DDP_WARN("--resume auto: skipping %s: a file of it cannot be used (see the messages "
+                     "above); trying the previous checkpoint", path);
+        else if (!is_auto)
+            DDP_ERROR("--resume %s: the folder cannot be used (see the messages above); move it away "
+                      "to resume from the previous checkpoint", path);
         return st != DDP_OK ? st : DDP_ERR_FORMAT;
     }
     bcast_ranges(s, s->buf.params);
@@ -1129,26 +1161,23 @@ static ddp_status load_folder(const train_setup *s, const char *path, const ddp_
     return DDP_OK;
 }
 
-ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
+/* Collective, one try: rank 0 opens the checkpoint (--resume auto: the newest older than step
+ * *below), every rank loads it. head: status, resumed, step, epoch, step_in_epoch, a folder; the
+ * same on every rank. *folder_failed: a folder whose files failed to read (every rank). */
+static void resume_try(const train_setup *s, int64_t head[6], char *path, resume_src *src, long *below,
+                       int *folder_failed)
 {
-    *pos = (train_pos){0};
-    *resumed = 0;
-    if (!s->o->resume)
-        return DDP_OK;
-    /* status, resumed, step, epoch, step_in_epoch, a folder */
-    int64_t head[6] = {DDP_OK, 0, 0, 0, 0, 0};
-    resume_src src = {0};
     const ddp_state *st = NULL;
-    char path[DDP_PATH_MAX] = "";
+    *folder_failed = 0;
     if (ddp_rank(s->ctx) == 0) {
-        head[0] = open_resume(s, path, &src);
-        st = src_state(&src);
+        head[0] = open_resume(s, path, src, below);
+        st = src_state(src);
         train_pos p = st ? read_position(s, st) : (train_pos){0};
         head[1] = st != NULL;
         head[2] = p.step;
         head[3] = p.epoch;
         head[4] = p.step_in_epoch;
-        head[5] = src.dir != NULL;
+        head[5] = src->dir != NULL;
     }
     double scaler_state[2] = {1.0, 0.0}; /* loss scale, finite steps since its last change */
     if (st) {
@@ -1157,14 +1186,15 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
         ddp_state_u64(st, "loss_scale_good_steps", &good);
         scaler_state[1] = (double)good;
     }
-    bcast_host(s->ctx, head, sizeof head);
+    bcast_host(s->ctx, head, 6 * sizeof *head);
     bcast_host(s->ctx, scaler_state, sizeof scaler_state);
     if (head[1] && head[5]) {
-        bcast_host(s->ctx, path, sizeof path);
-        ddp_status lf = load_folder(s, path, src.dir);
+        bcast_host(s->ctx, path, DDP_PATH_MAX);
+        ddp_status lf = load_folder(s, path, src->dir, strcmp(s->o->resume, "auto") == 0);
+        *folder_failed = head[0] == DDP_OK && lf != DDP_OK;
         head[0] = head[0] == DDP_OK ? lf : head[0];
     } else if (head[1]) {
-        bcast_buffers(s, src.file);
+        bcast_buffers(s, src->file);
     }
     if (head[1] && head[0] == DDP_OK && s->scaler &&
         ddp_scaler_set_state(s->scaler, scaler_state[0], (int64_t)scaler_state[1]) != DDP_OK) {
@@ -1173,6 +1203,29 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
                   scaler_state[0], scaler_state[1]);
         head[0] = DDP_ERR_MISMATCH;
     }
+}
+
+ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
+{
+    *pos = (train_pos){0};
+    *resumed = 0;
+    if (!s->o->resume)
+        return DDP_OK;
+    int64_t head[6];
+    resume_src src = {0};
+    char path[DDP_PATH_MAX] = "";
+    long below = LONG_MAX; /* rank 0, --resume auto: only checkpoints older than this step */
+    int folder_failed = 0;
+    /* --resume auto: a folder whose MANIFEST is fine but one of whose files fails its CRC (a flipped
+     * bit) or cannot be read shows it only when the ranks read the files in parallel; it is then
+     * skipped like a corrupt file, and the previous checkpoint loaded (every rank rewrites all of
+     * its buffers, so the failed try leaves nothing behind). */
+    do {
+        src_close(&src);
+        head[0] = DDP_OK;
+        head[1] = head[2] = head[3] = head[4] = head[5] = 0;
+        resume_try(s, head, path, &src, &below, &folder_failed);
+    } while (folder_failed && strcmp(s->o->resume, "auto") == 0);
     if (head[1] && head[0] == DDP_OK && ddp_rank(s->ctx) == 0)
         printf("resumed from %s at step %lld (epoch %lld, %lld steps into it)\n", path,
                (long long)head[2], (long long)head[3] + 1, (long long)head[4]);

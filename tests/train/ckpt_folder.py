@@ -10,10 +10,13 @@ written last by rank 0), under real mpirun with the MLP.
             from a 2-rank --zero 1 folder at --zero 0 and 2, the same final state as resuming the
             consolidated file the same way (byte-identical --save files).
   faults    --resume auto skips, naming it, a folder without MANIFEST (what a kill -9 during a
-            save leaves), one whose shard file is missing, truncated or from another step, and
-            resumes from the previous checkpoint to the straight run's result; the next save's
+            save leaves; only such debris is a fresh start), one whose shard file is missing,
+            truncated or from another step, and resumes from the previous checkpoint to the
+            straight run's result; the next save's
             --keep removes the folders left without a MANIFEST; a corrupt byte is found by
-            `ddp-ckpt verify` and refused by --resume, naming the file.
+            `ddp-ckpt verify` and refused by --resume, naming the file, and --resume auto falls
+            back past it to the previous checkpoint (in a folder's shard file and in a single
+            file alike).
   async     --checkpoint-async: a run whose folders are written by background threads trains
             bit-identically to one writing files, reports its staging copy, and its folders are
             complete and consolidate byte-identical to the files; SIGTERM during such a run stops
@@ -141,18 +144,25 @@ def check_resume(chk, r):
         resume_pair(chk, r, zsrc, zfile, f"zero1-to-{stage}", 2, ["--zero", stage])
 
 
-def auto_resume(chk, r, folder, what, want_in_out, files_save):
+def auto_resume(chk, r, folder, what, want_in_out, files_save, fmt=("--checkpoint-format", "folder")):
     save = os.path.join(r.tmp, "auto.ckpt")
-    rc, out = r.train(["--checkpoint-dir", folder, "--checkpoint-format", "folder", "--resume", "auto",
-                       "--save", save])
+    rc, out = r.train(["--checkpoint-dir", folder, *fmt, "--resume", "auto", "--save", save])
     chk.check(rc == 0 and want_in_out in out and f"resumed from {folder}/{name(42)} at step 42" in out,
               f"{what}: skipped, naming {os.path.basename(want_in_out)}; resumed from step 42", out)
     same_file(chk, save, files_save, f"{what}: the result equals the straight run")
     return out
 
 
+def flip_byte(path, at):
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
 def check_faults(chk, r):
-    _, files_save = r.straight(chk, "file")
+    files, files_save = r.straight(chk, "file")
     folders, _ = r.straight(chk, "folder", ["--checkpoint-format", "folder"])
 
     def fresh(tag):
@@ -169,6 +179,17 @@ def check_faults(chk, r):
     auto_resume(chk, r, d, "no MANIFEST", f"skipping {newest}", files_save)
     chk.check(not os.path.exists(debris), "the next save's --keep removed the folder without MANIFEST")
     chk.check(os.path.exists(os.path.join(newest, "MANIFEST")), "the rewritten step 45 is complete")
+
+    # A kill during the very first save leaves only debris: no checkpoint yet, a fresh start.
+    d = os.path.join(r.tmp, "killed-first")
+    os.makedirs(os.path.join(d, name(7)))
+    shutil.copy(os.path.join(folders, name(7), "rank-00000-of-00002.ckpt"), os.path.join(d, name(7)))
+    save = os.path.join(r.tmp, "auto-first.ckpt")
+    rc, out = r.train(["--checkpoint-dir", d, "--checkpoint-format", "folder", "--checkpoint-every", str(EVERY),
+                       "--resume", "auto", "--save", save])
+    chk.check(rc == 0 and f"skipping {d}/{name(7)}" in out and "starting fresh" in out,
+              "only a folder without MANIFEST: --resume auto skips it and starts fresh", out)
+    same_file(chk, save, files_save, "only debris: the fresh run equals the straight run")
 
     d, newest = fresh("missing")
     victim = os.path.join(newest, "rank-00001-of-00002.ckpt")
@@ -187,16 +208,25 @@ def check_faults(chk, r):
 
     d, newest = fresh("corrupt")
     victim = os.path.join(newest, "rank-00001-of-00002.ckpt")
-    with open(victim, "r+b") as f:
-        f.seek(4096)
-        byte = f.read(1)
-        f.seek(4096)
-        f.write(bytes([byte[0] ^ 0x40]))
+    flip_byte(victim, 4096)
     rc, out = r.tool("verify", newest)
     chk.check(rc == 2 and victim in out, "ddp-ckpt verify: a corrupt byte, naming the file", out)
     rc, out = r.train(["--checkpoint-dir", d, "--resume", newest])
     chk.check(rc != 0 and f"checksum mismatch: {victim}" in out and "epoch 3:" not in out,
               "--resume of a corrupt folder is refused naming the file", out)
+    # Its MANIFEST is fine: the flipped byte shows only when the ranks check the files' CRCs, and
+    # --resume auto must then fall back as for a missing file.
+    out = auto_resume(chk, r, d, "a corrupt byte in a shard file", f"checksum mismatch: {victim}", files_save)
+    chk.check(f"skipping {newest}" in out, "a corrupt byte: --resume auto says it skips the folder", out)
+
+    # The same in a single-file checkpoint (its CRC is checked when rank 0 reads it whole).
+    d = os.path.join(r.tmp, "corrupt-file")
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(files, d)
+    victim = os.path.join(d, name(45))
+    flip_byte(victim, 4096)
+    auto_resume(chk, r, d, "a corrupt byte in a single-file checkpoint", f"checksum mismatch: {victim}",
+                files_save, fmt=())
 
 
 def check_async(chk, r):
