@@ -35,6 +35,7 @@
  */
 #include "train_state.h"
 #include "mkdir_p.h"
+#include "out_path.h"
 
 #include "ddp_checkpoint.h"
 
@@ -771,81 +772,30 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
 
 /* ---- writability before training ------------------------------------------------------------- */
 
-/* Creates and removes a probe file in dir. */
-static ddp_status probe_dir(const char *flag, const char *what, const char *dir)
+/* The folder that holds TARGET accepts a new file (common/out_path's probe). */
+static ddp_status probe_dir(const char *flag, const char *what, const char *target)
 {
-    char probe[DDP_PATH_MAX];
-    snprintf(probe, sizeof probe, "%s/.ddp-write-test.%ld", dir, (long)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        DDP_ERROR("%s %s: cannot write into the folder %s: %s; create it, make it writable, or "
-                  "choose another path (checked before training, so nothing is lost)", flag, what,
-                  dir, strerror(errno));
+    char why[1024];
+    if (out_path_probe_dir(target, why, sizeof why) != OUT_PATH_OK) {
+        DDP_ERROR("%s %s: %s (checked before training, so nothing is lost)", flag, what, why);
         return DDP_ERR_IO;
     }
-    close(fd);
-    unlink(probe);
     return DDP_OK;
 }
 
-/* What a file that is not regular is, for messages (runtime/checkpoint.c has the same words; libddp
- * exports only ddp.h, which has no such function). */
-static const char *file_kind(mode_t mode)
-{
-    return S_ISDIR(mode) ? "a folder" : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
-           : S_ISFIFO(mode) ? "a FIFO (named pipe)" : S_ISSOCK(mode) ? "a socket" : "not a regular file";
-}
-
-/* The file --save or --trace replaces at the end (the library's rule, runtime/checkpoint.c's
- * output_target, checked again when it writes): a new file or a regular one; a symbolic link
- * is followed to the file it points to, which must exist. Folders, devices (/dev/null included),
- * FIFOs and sockets are refused: a save writes a temporary file and renames it over the target,
- * which would put a regular file in their place. *target (malloc'ed) is the file to replace. */
-static ddp_status check_target(const char *flag, const char *path, char **target)
-{
-    struct stat sb;
-    int exists = lstat(path, &sb) == 0, link = exists && S_ISLNK(sb.st_mode);
-    *target = link ? realpath(path, NULL) : strdup(path);
-    if (link && !*target) {
-        DDP_ERROR("%s %s: a symbolic link whose target %s: point it at a file, remove it, or name "
-                  "another path (checked before training, so nothing is lost)", flag, path,
-                  errno == ENOENT ? "does not exist (a dangling link)" : strerror(errno));
-        return DDP_ERR_INVALID_ARG;
-    }
-    if (!*target)
-        return DDP_ERR_NOMEM;
-    if (exists && stat(*target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        DDP_ERROR("%s %s%s%s is %s: %s writes a temporary file and renames it over a regular file, "
-                  "so it never replaces a folder, a device, a FIFO or a socket; %s (checked before "
-                  "training, so nothing is lost)", flag, path, link ? ", a symbolic link to " : "",
-                  link ? *target : "", file_kind(sb.st_mode), flag, S_ISDIR(sb.st_mode)
-                  ? "name a file, e.g. one in that folder" : "name a regular file or a new one, or "
-                  "leave the flag out to write nothing");
-        free(*target);
-        *target = NULL;
-        return DDP_ERR_INVALID_ARG;
-    }
-    return DDP_OK;
-}
-
-/* --save FILE or --trace FILE: the target may be replaced and its folder accepts a new file. */
+/* --save, --trace or --save-llmc FILE: common/out_path's rule (the file a save may replace), and
+ * its folder accepts a new file. */
 static ddp_status check_output_file(const char *flag, const char *path)
 {
-    char *target = NULL, dir[DDP_PATH_MAX];
-    ddp_status st = check_target(flag, path, &target);
-    if (st != DDP_OK)
-        return st;
-    const char *slash = strrchr(target, '/');
-    if (slash && !slash[1]) {
-        DDP_ERROR("%s %s: ends with '/': name a file (checked before training, so nothing is lost)",
-                  flag, path);
-        free(target);
-        return DDP_ERR_INVALID_ARG;
+    char why[1024], *target = NULL;
+    int rc = out_path_target(path, &target, why, sizeof why);
+    if (rc != OUT_PATH_OK) {
+        DDP_ERROR("%s %s: %s (checked before training, so nothing is lost)", flag, path, why);
+        return rc == OUT_PATH_REFUSED ? DDP_ERR_INVALID_ARG : DDP_ERR_IO;
     }
-    int len = slash ? (slash == target ? 1 : (int)(slash - target)) : 1;
-    snprintf(dir, sizeof dir, "%.*s", len, slash ? target : ".");
+    ddp_status st = probe_dir(flag, path, target);
     free(target);
-    return probe_dir(flag, path, dir);
+    return st;
 }
 
 ddp_status train_check_outputs(const train_opts *o)
@@ -856,7 +806,9 @@ ddp_status train_check_outputs(const train_opts *o)
                   o->checkpoint_dir, strerror(errno));
         st = DDP_ERR_IO;
     } else if (o->checkpoint_dir) {
-        st = probe_dir("--checkpoint-dir", o->checkpoint_dir, o->checkpoint_dir);
+        char inside[DDP_PATH_MAX];
+        snprintf(inside, sizeof inside, "%s/.", o->checkpoint_dir);
+        st = probe_dir("--checkpoint-dir", o->checkpoint_dir, inside);
     }
     if (st == DDP_OK && o->save_path)
         st = check_output_file("--save", o->save_path);
