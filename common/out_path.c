@@ -25,12 +25,12 @@ int out_path_target(const char *path, char **target, char *why, size_t len)
     size_t n = path ? strlen(path) : 0;
     *target = NULL;
     if (n == 0 || path[n - 1] == '/') {
-        snprintf(why, len, "%s: name a file, such as model.bin", n ? "ends with '/'" : "is empty");
+        snprintf(why, len, " %s: name a file, such as model.bin", n ? "ends with '/'" : "is empty");
         return OUT_PATH_REFUSED;
     }
     int exists = lstat(path, &sb) == 0;
     if (!exists && errno != ENOENT) {
-        snprintf(why, len, "cannot be examined: %s", strerror(errno));
+        snprintf(why, len, ": cannot be examined: %s", strerror(errno));
         return OUT_PATH_ERROR;
     }
     int link = exists && S_ISLNK(sb.st_mode);
@@ -40,19 +40,19 @@ int out_path_target(const char *path, char **target, char *why, size_t len)
         char to[4096] = "?";
         ssize_t got = readlink(path, to, sizeof to - 1);
         to[got > 0 ? got : 1] = '\0';
-        snprintf(why, len, "a symbolic link to %s, which %s: point the link at a file, remove it, or "
+        snprintf(why, len, ": a symbolic link to %s, which %s: point the link at a file, remove it, or "
                  "name another path", to, e == ENOENT ? "does not exist (a dangling link)"
                  : e == ELOOP ? "loops" : strerror(e));
         return e == ENOENT || e == ELOOP ? OUT_PATH_REFUSED : OUT_PATH_ERROR;
     }
     if (!t) {
-        snprintf(why, len, "out of memory");
+        snprintf(why, len, ": out of memory");
         return OUT_PATH_ERROR;
     }
     if (exists && stat(t, &sb) == 0 && !S_ISREG(sb.st_mode)) {
         snprintf(why, len, "%s%s is %s: the file is written beside it and renamed over a regular file, "
                  "so a folder, a device, a FIFO or a socket is never replaced; %s",
-                 link ? "a symbolic link to " : "", link ? t : "", out_path_kind(sb.st_mode),
+                 link ? ", a symbolic link to " : "", link ? t : "", out_path_kind(sb.st_mode),
                  S_ISDIR(sb.st_mode) ? "name a file, e.g. one in that folder"
                                      : "name a regular file or a new one");
         free(t);
@@ -71,14 +71,14 @@ int out_path_probe_dir(const char *target, char *why, size_t len)
     if (!dir || !probe) {
         free(dir);
         free(probe);
-        snprintf(why, len, "out of memory");
+        snprintf(why, len, ": out of memory");
         return OUT_PATH_ERROR;
     }
     snprintf(dir, size, "%.*s", n, slash ? target : ".");
     snprintf(probe, size + 32, "%s/.ddp-write-test.%ld", dir, (long)getpid());
     int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600), rc = OUT_PATH_OK;
     if (fd < 0) {
-        snprintf(why, len, "cannot write into the folder %s: %s; create it, make it writable, or "
+        snprintf(why, len, ": cannot write into the folder %s: %s; create it, make it writable, or "
                  "choose another path", dir, strerror(errno));
         rc = OUT_PATH_REFUSED;
     } else {

@@ -19,7 +19,8 @@ enum { OUT_PATH_OK = 0, OUT_PATH_REFUSED = 1, OUT_PATH_ERROR = 2 };
 /* Resolves PATH to the file to replace: *target (malloc'ed) on OUT_PATH_OK. OUT_PATH_REFUSED: PATH
  * breaks the rule (empty, ends with '/', a dangling or looping link, not a regular file);
  * OUT_PATH_ERROR: it cannot be examined (permissions, out of memory). Either way *target is NULL
- * and WHY (LEN bytes) says what PATH is and how to fix it, e.g. "is a folder: ...". */
+ * and WHY (LEN bytes) says what PATH is and how to fix it, written to follow the path itself
+ * (" is a folder: ...", ": a symbolic link to ..."): print "%s%s", path, why. */
 int out_path_target(const char *path, char **target, char *why, size_t len);
 
 /* The folder of TARGET (out_path_target's) accepts a new file: a probe file is created there and

@@ -668,7 +668,7 @@ ddp_status output_target(const char *what, const char *path, char **out)
     char why[1024];
     int rc = out_path_target(path, out, why, sizeof why);
     if (rc != OUT_PATH_OK) {
-        DDP_ERROR("%s %s: %s", what, path, why);
+        DDP_ERROR("%s %s%s", what, path, why);
         return rc == OUT_PATH_REFUSED ? DDP_ERR_INVALID_ARG : DDP_ERR_IO;
     }
     return DDP_OK;

@@ -410,7 +410,7 @@ static int export_target(const char *path, char **target)
     char why[1024];
     if (out_path_target(path, target, why, sizeof why) != OUT_PATH_OK ||
         out_path_probe_dir(*target, why, sizeof why) != OUT_PATH_OK) {
-        fprintf(stderr, "ddp-ckpt: export-llmc: output %s: %s\n", path, why);
+        fprintf(stderr, "ddp-ckpt: export-llmc: output %s%s\n", path, why);
         free(*target);
         *target = NULL;
         return DDP_CKPT_TROUBLE;

@@ -777,7 +777,7 @@ static ddp_status probe_dir(const char *flag, const char *what, const char *targ
 {
     char why[1024];
     if (out_path_probe_dir(target, why, sizeof why) != OUT_PATH_OK) {
-        DDP_ERROR("%s %s: %s (checked before training, so nothing is lost)", flag, what, why);
+        DDP_ERROR("%s %s%s (checked before training, so nothing is lost)", flag, what, why);
         return DDP_ERR_IO;
     }
     return DDP_OK;
@@ -790,7 +790,7 @@ static ddp_status check_output_file(const char *flag, const char *path)
     char why[1024], *target = NULL;
     int rc = out_path_target(path, &target, why, sizeof why);
     if (rc != OUT_PATH_OK) {
-        DDP_ERROR("%s %s: %s (checked before training, so nothing is lost)", flag, path, why);
+        DDP_ERROR("%s %s%s (checked before training, so nothing is lost)", flag, path, why);
         return rc == OUT_PATH_REFUSED ? DDP_ERR_INVALID_ARG : DDP_ERR_IO;
     }
     ddp_status st = probe_dir(flag, path, target);
