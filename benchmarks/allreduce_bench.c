@@ -29,13 +29,13 @@
 #include "ddp.h"
 #include "malloc_policy.h"
 
-#define DDP_BENCH_OK 0
-#define DDP_BENCH_FAILED 1
-#define DDP_BENCH_USAGE 2
-#define DDP_BENCH_RUNTIME 3
-#define DDP_BENCH_HELP (-1) /* parse result: --help was printed */
-#define DDP_BENCH_PATTERN 97 /* x[i] = rank + (i % DDP_BENCH_PATTERN) */
-#define DDP_BENCH_HOST_MAX 64
+#define BENCH_OK 0
+#define BENCH_FAILED 1
+#define BENCH_USAGE 2
+#define BENCH_RUNTIME 3
+#define BENCH_HELP (-1) /* parse result: --help was printed */
+#define BENCH_PATTERN 97 /* x[i] = rank + (i % BENCH_PATTERN) */
+#define BENCH_HOST_MAX 64
 
 typedef struct bench_opts {
     size_t min_bytes, max_bytes;
@@ -109,7 +109,7 @@ static int bench_usage(const char *flag, const char *want, const char *got)
 {
     fprintf(stderr, "ddp-allreduce-bench: %s: expected %s, got '%s'\n%s", flag, want, got,
             bench_usage_text);
-    return DDP_BENCH_USAGE;
+    return BENCH_USAGE;
 }
 
 /* Parses a whole-string byte count with an optional K/M/G suffix; -1 on anything else. */
@@ -214,7 +214,7 @@ static int bench_validate(const bench_opts *o)
     return 0;
 }
 
-/* Fills *o from argv. Returns 0 to run, DDP_BENCH_HELP after --help, or DDP_BENCH_USAGE. */
+/* Fills *o from argv. Returns 0 to run, BENCH_HELP after --help, or BENCH_USAGE. */
 static int bench_parse_args(int argc, char **argv, bench_opts *o)
 {
     *o = (bench_opts){.min_bytes = 8, .max_bytes = (size_t)64 << 20, .step_factor = 2,
@@ -224,7 +224,7 @@ static int bench_parse_args(int argc, char **argv, bench_opts *o)
     while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:", bench_long_opts, NULL)) != -1) {
         if (c == OPT_HELP) {
             fputs(bench_usage_text, stdout);
-            return DDP_BENCH_HELP;
+            return BENCH_HELP;
         }
         if (c == '?')
             return bench_usage("options", "the flags below", argv[optind - 1]);
@@ -244,7 +244,7 @@ static void bench_must(const bench_state *b, ddp_status st, const char *what)
     if (st == DDP_OK)
         return;
     DDP_ERROR("%s failed: %s; stopping every rank", what, ddp_strerror(st));
-    ddp_abort(b->ctx, DDP_BENCH_RUNTIME);
+    ddp_abort(b->ctx, BENCH_RUNTIME);
 }
 
 static double bench_now(void)
@@ -292,7 +292,7 @@ static double bench_sum_over_ranks(bench_state *b, double mine)
 static void bench_fill(bench_state *b, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        b->host[i] = (float)(b->rank + (int)(i % DDP_BENCH_PATTERN));
+        b->host[i] = (float)(b->rank + (int)(i % BENCH_PATTERN));
     bench_must(b, ddp_upload(b->ctx, b->buf, b->host, n * sizeof(float)), "ddp_upload");
 }
 
@@ -328,7 +328,7 @@ static double bench_reduce_idle(bench_state *b, size_t n)
 static float bench_expected(const bench_state *b, size_t i)
 {
     float n = (float)b->world;
-    float sum = n * (n - 1.0f) / 2.0f + n * (float)(i % DDP_BENCH_PATTERN);
+    float sum = n * (n - 1.0f) / 2.0f + n * (float)(i % BENCH_PATTERN);
     return b->o->op == DDP_AVG ? sum / n : sum;
 }
 
@@ -389,7 +389,7 @@ static void bench_size(bench_state *b, size_t n)
 /* Rank 0 prints one "#  Rank r ..." line per rank, gathered in rank order. */
 static void bench_print_ranks(bench_state *b)
 {
-    char line[DDP_BENCH_HOST_MAX + 64];
+    char line[BENCH_HOST_MAX + 64];
     size_t line_bytes = sizeof line, all_bytes = (size_t)b->world * line_bytes;
     snprintf(line, line_bytes, "#  Rank %3d Pid %7ld on %s device %d", b->rank, (long)getpid(),
              ddp_hostname(b->ctx), ddp_device(b->ctx));
@@ -444,7 +444,7 @@ static int bench_summary(const bench_state *b)
                     b->world == 1 ? " (one rank moves no data: busbw is 0)" : "");
         fflush(stdout);
     }
-    return b->n_wrong > 0 || below ? DDP_BENCH_FAILED : DDP_BENCH_OK;
+    return b->n_wrong > 0 || below ? BENCH_FAILED : BENCH_OK;
 }
 
 /* Allocates the buffers, runs every size and returns the exit status. */
@@ -486,9 +486,9 @@ static int bench_link_check(ddp_ctx *ctx, const bench_opts *o)
     ddp_status st = ddp_link_check(ctx, &lo, &slow);
     if (st != DDP_OK) {
         fprintf(stderr, "ddp-allreduce-bench: link check failed: %s\n", ddp_strerror(st));
-        return DDP_BENCH_RUNTIME;
+        return BENCH_RUNTIME;
     }
-    return slow ? DDP_BENCH_FAILED : DDP_BENCH_OK;
+    return slow ? BENCH_FAILED : BENCH_OK;
 }
 
 int main(int argc, char **argv)
@@ -497,7 +497,7 @@ int main(int argc, char **argv)
     bench_opts o;
     int rc = bench_parse_args(argc, argv, &o);
     if (rc != 0)
-        return rc == DDP_BENCH_HELP ? DDP_BENCH_OK : rc;
+        return rc == BENCH_HELP ? BENCH_OK : rc;
     ddp_init_opts io;
     ddp_init_opts_default(&io);
     io.backend = o.device;
@@ -506,7 +506,7 @@ int main(int argc, char **argv)
     ddp_status st = ddp_init(&io, &ctx);
     if (st != DDP_OK) {
         fprintf(stderr, "ddp-allreduce-bench: cannot start: %s\n", ddp_strerror(st));
-        return DDP_BENCH_RUNTIME;
+        return BENCH_RUNTIME;
     }
     rc = o.link_check ? bench_link_check(ctx, &o) : bench_run(ctx, &o);
     ddp_finalize(ctx);

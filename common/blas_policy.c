@@ -39,7 +39,7 @@ static int features_simulate(const char *simulate, struct cpu_features *out, cha
         if (feature_set(out, p, len) != 0) {
             snprintf(err, errlen, "%s=%s: unknown feature '%.*s'; use a comma-separated list of "
                      "avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512bf16, amx_bf16, or none",
-                     DDP_BLAS_SIMULATE_ENV, simulate, (int)len, p);
+                     BLAS_SIMULATE_ENV, simulate, (int)len, p);
             return -1;
         }
         p += len + (p[len] == ',');

@@ -4,8 +4,8 @@
  *
  * Failure convention: functions returning int return 0 on success and -1 on failure, after
  * writing a one-line message that names the problem and the fix into err[errlen]. */
-#ifndef DDP_BLAS_POLICY_H
-#define DDP_BLAS_POLICY_H
+#ifndef COMMON_BLAS_POLICY_H
+#define COMMON_BLAS_POLICY_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -14,11 +14,11 @@
 
 /* Names the variable set next to OPENBLAS_CORETYPE by whoever applied the policy ("ddp-launch" or
  * "models/ops"); OPENBLAS_CORETYPE without it is the user's preset. */
-#define DDP_BLAS_SETTER_ENV "DDP_OPENBLAS_CORETYPE_BY"
+#define BLAS_SETTER_ENV "DDP_OPENBLAS_CORETYPE_BY"
 /* Testing aid: a comma-separated feature list replacing the CPU's own, e.g.
  * "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16", or "none". Only the kernel policy
  * reads it (nothing runs on simulated features). */
-#define DDP_BLAS_SIMULATE_ENV "DDP_SIMULATE_CPU_FEATURES"
+#define BLAS_SIMULATE_ENV "DDP_SIMULATE_CPU_FEATURES"
 
 /* The CPU's features, or those SIMULATE lists (NULL: the real CPU), capped by the DDP_CPU_ISA value
  * isa (NULL: no cap). Fails on a word that names no feature the policy knows, or a bad isa. */
@@ -41,7 +41,7 @@ struct blas_decision {
     bool apply;         /* true: set OPENBLAS_CORETYPE=core (unset, or a preset above the cap) */
 };
 
-/* Decides from the values of OPENBLAS_CORETYPE, DDP_BLAS_SETTER_ENV, DDP_BLAS_SIMULATE_ENV and
+/* Decides from the values of OPENBLAS_CORETYPE, BLAS_SETTER_ENV, BLAS_SIMULATE_ENV and
  * DDP_CPU_ISA (each NULL when unset). An OPENBLAS_CORETYPE already set is kept: one set by ddp
  * (ddp-launch before models/ops) is the policy already applied, any other is the user's preset,
  * except that a DDP_CPU_ISA cap replaces a preset whose kernels need more than the cap allows (an

@@ -66,7 +66,7 @@ int isa_parse(const char *value, isa_level *out, char *err, size_t errlen)
         }
     }
     snprintf(err, errlen, "%s='%s' is not a CPU level: use baseline, avx2, avx512 or native (or unset it)",
-             DDP_CPU_ISA_ENV, value);
+             CPU_ISA_ENV, value);
     return -1;
 }
 
@@ -85,7 +85,7 @@ static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
 static void isa_fill(void)
 {
     char err[160];
-    if (isa_parse(getenv(DDP_CPU_ISA_ENV), &g_isa.cap, err, sizeof err) != 0)
+    if (isa_parse(getenv(CPU_ISA_ENV), &g_isa.cap, err, sizeof err) != 0)
         g_isa.cap = DDP_ISA_NATIVE;
     cpu_features_detect(&g_isa.raw);
     g_isa.cpu_level = cpu_features_level(&g_isa.raw);
@@ -112,7 +112,7 @@ bool cpu_bf16_native(void)
 int cpu_isa_check(char *err, size_t errlen)
 {
     isa_level cap;
-    return isa_parse(getenv(DDP_CPU_ISA_ENV), &cap, err, errlen);
+    return isa_parse(getenv(CPU_ISA_ENV), &cap, err, errlen);
 }
 
 const char *cpu_isa_describe(void)
@@ -125,7 +125,7 @@ const char *cpu_isa_describe(void)
                                                                                    : "bf16 emulated";
     int n = snprintf(text, sizeof text, "%s (%s, %s)", isa_name(level), vec, bf16);
     if (level < g_isa.cpu_level && n > 0 && (size_t)n < sizeof text)
-        snprintf(text + n, sizeof text - (size_t)n, ", capped by %s=%s (CPU: %s)", DDP_CPU_ISA_ENV,
+        snprintf(text + n, sizeof text - (size_t)n, ", capped by %s=%s (CPU: %s)", CPU_ISA_ENV,
                  isa_name(g_isa.cap), isa_name(g_isa.cpu_level));
     return text;
 }

@@ -14,13 +14,13 @@
  *
  * Failure convention (as blas_policy.h): functions returning int return 0 on success and -1 on
  * failure, after writing a one-line message that names the problem and the fix into err[errlen]. */
-#ifndef DDP_CPU_ISA_H
-#define DDP_CPU_ISA_H
+#ifndef COMMON_CPU_ISA_H
+#define COMMON_CPU_ISA_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#define DDP_CPU_ISA_ENV "DDP_CPU_ISA"
+#define CPU_ISA_ENV "DDP_CPU_ISA"
 
 typedef enum isa_level { DDP_ISA_BASELINE = 0, DDP_ISA_AVX2, DDP_ISA_AVX512, DDP_ISA_NATIVE } isa_level;
 

@@ -6,8 +6,8 @@
  * (quiet), values beyond the fp16 range become +-inf, tiny values become fp16 subnormals or zero.
  * 16 bits -> float is exact. Integer arithmetic only: the same bits on every CPU and GPU.
  */
-#ifndef DDP_COMMON_HALF_H
-#define DDP_COMMON_HALF_H
+#ifndef COMMON_HALF_H
+#define COMMON_HALF_H
 
 #include <stdint.h>
 #include <string.h>
@@ -118,4 +118,4 @@ static inline HALF_HD int half_f32_finite(float f)
     return (half_f32_bits(f) & 0x7f800000u) != 0x7f800000u;
 }
 
-#endif /* DDP_COMMON_HALF_H */
+#endif /* COMMON_HALF_H */

@@ -4,8 +4,8 @@
 
 #include "malloc_policy.h"
 
-#define DDP_MMAP_THRESHOLD (256 << 20)
-#define DDP_TRIM_THRESHOLD (1 << 30)
+#define MALLOC_MMAP_THRESHOLD (256 << 20)
+#define MALLOC_TRIM_THRESHOLD (1 << 30)
 
 static const char *malloc_text = "glibc malloc thresholds: defaults";
 
@@ -15,9 +15,9 @@ void malloc_policy(void)
     int trim_set = getenv("MALLOC_TRIM_THRESHOLD_") != NULL;
     int ok = 1;
     if (!mmap_set)
-        ok &= mallopt(M_MMAP_THRESHOLD, DDP_MMAP_THRESHOLD) == 1;
+        ok &= mallopt(M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD) == 1;
     if (!trim_set)
-        ok &= mallopt(M_TRIM_THRESHOLD, DDP_TRIM_THRESHOLD) == 1;
+        ok &= mallopt(M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD) == 1;
     if (!ok)
         malloc_text = "glibc malloc thresholds: mallopt refused, defaults kept";
     else if (mmap_set || trim_set)

@@ -7,8 +7,8 @@
  * it just had: measured on one host, 2 ranks, 32-128 MiB all-reduces at 0.5 GB/s instead of
  * 4.7-6.1 GB/s with the thresholds below (benchmarks/allreduce_bench.c, fp32 sums).
  */
-#ifndef DDP_MALLOC_POLICY_H
-#define DDP_MALLOC_POLICY_H
+#ifndef COMMON_MALLOC_POLICY_H
+#define COMMON_MALLOC_POLICY_H
 
 /* Sets glibc's mmap threshold to 256 MiB and its trim threshold to 1 GiB (mallopt), each unless the
  * environment sets it already (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_: the user's choice).
@@ -17,4 +17,4 @@ void malloc_policy(void);
 /* What malloc_policy() did, for start-up reports. */
 const char *malloc_describe(void);
 
-#endif /* DDP_MALLOC_POLICY_H */
+#endif /* COMMON_MALLOC_POLICY_H */

@@ -1,7 +1,7 @@
 /* path_join.h - "DIR/NAME" in a new string (free() it); NULL when out of memory. Header-only, for
  * libddp (checkpoint folders) and the readers (token shard folders) alike. */
-#ifndef DDP_PATH_JOIN_H
-#define DDP_PATH_JOIN_H
+#ifndef COMMON_PATH_JOIN_H
+#define COMMON_PATH_JOIN_H
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,4 +16,4 @@ static inline char *path_join(const char *dir, const char *name)
     return p;
 }
 
-#endif /* DDP_PATH_JOIN_H */
+#endif /* COMMON_PATH_JOIN_H */

@@ -1,8 +1,8 @@
 /* suggest.h - "did you mean": the long option nearest to a mistyped one, and whether this process
  * is the job's first rank (usage errors are printed once per job, not once per rank). Shared by
  * ddp-launch and ddp-train. */
-#ifndef DDP_SUGGEST_H
-#define DDP_SUGGEST_H
+#ifndef COMMON_SUGGEST_H
+#define COMMON_SUGGEST_H
 
 #include <getopt.h>
 
@@ -16,4 +16,4 @@ const char *suggest_option(const struct option *longs, const char *arg);
  * SLURM_PROCID, in that order) says this process is another rank than 0. */
 int suggest_first_rank(void);
 
-#endif /* DDP_SUGGEST_H */
+#endif /* COMMON_SUGGEST_H */

@@ -252,7 +252,7 @@ static void export_setup(const struct launch_setup *s, int v)
     put("OPENBLAS_NUM_THREADS", threads, 0, v);
     if (s->blas.apply) {
         put("OPENBLAS_CORETYPE", s->blas.core, 1, v); /* apply: unset, or a preset a cap overrides */
-        put(DDP_BLAS_SETTER_ENV, "ddp-launch", 1, v);
+        put(BLAS_SETTER_ENV, "ddp-launch", 1, v);
     }
 }
 
@@ -261,8 +261,8 @@ static void export_setup(const struct launch_setup *s, int v)
 static int decide_blas(struct launch_setup *s, int verbose)
 {
     char err[LAUNCH_ERRMSG_LEN];
-    const char *setter = getenv(DDP_BLAS_SETTER_ENV);
-    if (blas_policy_decide(getenv("OPENBLAS_CORETYPE"), setter, getenv(DDP_BLAS_SIMULATE_ENV), getenv(DDP_CPU_ISA_ENV),
+    const char *setter = getenv(BLAS_SETTER_ENV);
+    if (blas_policy_decide(getenv("OPENBLAS_CORETYPE"), setter, getenv(BLAS_SIMULATE_ENV), getenv(CPU_ISA_ENV),
                            &s->blas, err, sizeof err) != 0) {
         fail("error: %s", err);
         return -1;

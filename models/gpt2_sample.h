@@ -1,7 +1,7 @@
 /* gpt2_sample.h - text generation from a GPT-2 (gpt2.h): a prompt, then tokens drawn one at a
  * time from the last position's logits, at a temperature, optionally among the k most likely. */
-#ifndef DDP_GPT2_SAMPLE_H
-#define DDP_GPT2_SAMPLE_H
+#ifndef GPT2_SAMPLE_H
+#define GPT2_SAMPLE_H
 
 #include <stdint.h>
 
@@ -27,4 +27,4 @@ ddp_status gpt2_sample(gpt2 *g, ddp_ctx *ctx, int *seq, int n_prompt, int window
 int gpt2_sample_draw(const float *logits, int V, float temperature, int top_k, uint64_t *rng,
                      float *scratch);
 
-#endif /* DDP_GPT2_SAMPLE_H */
+#endif /* GPT2_SAMPLE_H */

@@ -13,11 +13,11 @@
 #include "math_shared.h"
 #include "model.h"
 
-#define DDP_MAX_PARAMS (2 * MODEL_MLP_MAX_LAYERS)
-#define DDP_MAX_BUFS 32
-#define DDP_CLASSES 10
-#define DDP_IMAGE_SIDE 28
-#define DDP_CNN_CHANNELS 20
+#define MODEL_MAX_PARAMS (2 * MODEL_MLP_MAX_LAYERS)
+#define MODEL_MAX_BUFS 32
+#define MODEL_CLASSES 10
+#define MODEL_IMAGE_SIDE 28
+#define MODEL_CNN_CHANNELS 20
 
 /* Activations of the MLP: layer l maps widths[l] to widths[l+1]. */
 /* Activations are in the model's precision (void *); the logits are fp32. */
@@ -54,10 +54,10 @@ struct model {
     const ops_handle *ops;
     model_config cfg;
     int n_params;
-    ddp_param_desc descs[DDP_MAX_PARAMS];
-    size_t numel[DDP_MAX_PARAMS];
-    size_t offset[DDP_MAX_PARAMS];
-    float bound[DDP_MAX_PARAMS]; /* init range: U(-bound, bound), bound = 1/sqrt(fan_in) */
+    ddp_param_desc descs[MODEL_MAX_PARAMS];
+    size_t numel[MODEL_MAX_PARAMS];
+    size_t offset[MODEL_MAX_PARAMS];
+    float bound[MODEL_MAX_PARAMS]; /* init range: U(-bound, bound), bound = 1/sqrt(fan_in) */
     size_t numel_total;
     float *params;   // (numel_total) backend memory
     float *grads;    // (numel_total) same layout
@@ -67,7 +67,7 @@ struct model {
     ddp_reducer *gather; /* model_set_gather: forward waits for its all-gather layer by layer */
     void *xc;          // (max_batch, 784) the input in the model's precision (unused for fp32)
     void *dlogits_c;   // (max_batch, classes) scaled dlogits in the model's precision
-    void *bufs[DDP_MAX_BUFS]; /* activation allocations, freed by destroy */
+    void *bufs[MODEL_MAX_BUFS]; /* activation allocations, freed by destroy */
     int n_bufs;
     int alloc_failed; /* an activation allocation failed */
     mlp_acts mlp;
@@ -134,7 +134,7 @@ ddp_status model_widths_parse(const char *text, model_config *cfg)
         widths[n++] = (int)v;
         p = *end ? end + 1 : end;
     }
-    if (n < 2 || widths[0] != DDP_IMAGE_SIDE * DDP_IMAGE_SIDE || widths[n - 1] != DDP_CLASSES)
+    if (n < 2 || widths[0] != MODEL_IMAGE_SIDE * MODEL_IMAGE_SIDE || widths[n - 1] != MODEL_CLASSES)
         return DDP_ERR_INVALID_ARG;
     cfg->n_widths = n;
     memcpy(cfg->widths, widths, (size_t)n * sizeof widths[0]);
@@ -176,9 +176,9 @@ static void add_conv(model *m, const char *layer, int in, int out, int k)
 static void describe_params(model *m)
 {
     if (m->cfg.kind == MODEL_CNN) {
-        add_conv(m, "conv1", 1, DDP_CNN_CHANNELS, 5);
-        add_conv(m, "conv2", DDP_CNN_CHANNELS, DDP_CNN_CHANNELS, 5);
-        add_linear(m, "fc1", DDP_CNN_CHANNELS * 7 * 7, DDP_CLASSES);
+        add_conv(m, "conv1", 1, MODEL_CNN_CHANNELS, 5);
+        add_conv(m, "conv2", MODEL_CNN_CHANNELS, MODEL_CNN_CHANNELS, 5);
+        add_linear(m, "fc1", MODEL_CNN_CHANNELS * 7 * 7, MODEL_CLASSES);
         return;
     }
     for (int l = 0; l + 1 < m->cfg.n_widths; l++) {
@@ -227,7 +227,7 @@ static ddp_status init_params(model *m)
 /* A zeroed backend buffer of n_bytes owned by the model; NULL when out of memory. */
 static void *buf(model *m, size_t n_bytes)
 {
-    void *p = m->n_bufs < DDP_MAX_BUFS ? ddp_alloc(m->ctx, n_bytes) : NULL;
+    void *p = m->n_bufs < MODEL_MAX_BUFS ? ddp_alloc(m->ctx, n_bytes) : NULL;
     if (p)
         m->bufs[m->n_bufs++] = p;
     else
@@ -266,7 +266,7 @@ static ddp_status alloc_mlp(model *m)
 static ddp_status alloc_cnn(model *m)
 {
     cnn_acts *a = &m->cnn;
-    const int c = DDP_CNN_CHANNELS, s = DDP_IMAGE_SIDE;
+    const int c = MODEL_CNN_CHANNELS, s = MODEL_IMAGE_SIDE;
     TRY_OK(layer_conv_init(m->ops, &a->conv1, 1, s, s, c, 5, 2));
     TRY_OK(layer_conv_init(m->ops, &a->conv2, c, s / 2, s / 2, c, 5, 2));
     size_t big = (size_t)c * s * s, mid = big / 4, small = big / 16;
@@ -283,7 +283,7 @@ static ddp_status alloc_cnn(model *m)
     a->p2r = abuf(m, small);
     a->dp2r = abuf(m, small);
     a->arg2 = buf(m, (size_t)m->cfg.max_batch * small * sizeof(int));
-    a->logits = fbuf(m, DDP_CLASSES);
+    a->logits = fbuf(m, MODEL_CLASSES);
     a->dp2 = abuf(m, small);
     a->dz2 = abuf(m, mid);
     a->dp1 = abuf(m, mid);
@@ -317,14 +317,14 @@ static ddp_status model_setup(model *m)
     m->grads = m->cfg.reducer_grads ? NULL : ddp_alloc(m->ctx, n_bytes);
     if (!m->params || (!m->grads && !m->cfg.reducer_grads))
         return DDP_ERR_NOMEM;
-    int classes = m->cfg.kind == MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
+    int classes = m->cfg.kind == MODEL_CNN ? MODEL_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
     m->dlogits = fbuf(m, (size_t)classes);
     m->cparams_stale = 1;
     m->cparams = m->params;
     m->dlogits_c = m->dlogits;
     if (m->cfg.precision != DDP_FP32) {
         m->cparams = buf(m, m->numel_total * ops_dtype_size(m->ops, m->cfg.precision));
-        m->xc = abuf(m, DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
+        m->xc = abuf(m, MODEL_IMAGE_SIDE * MODEL_IMAGE_SIDE);
         m->dlogits_c = abuf(m, (size_t)classes);
     }
     TRY_OK(m->cfg.kind == MODEL_CNN ? alloc_cnn(m) : alloc_mlp(m));
@@ -432,7 +432,7 @@ static ddp_status cnn_forward(model *m, const float **logits)
     cnn_acts *a = &m->cnn;
     const ops_handle *o = m->ops;
     ddp_dtype p = m->cfg.precision;
-    const int c = DDP_CNN_CHANNELS;
+    const int c = MODEL_CNN_CHANNELS;
     int b = m->batch, planes = b * c;
     size_t ws1 = (size_t)planes * 14 * 14 * sizeof(int), ws2 = (size_t)planes * 7 * 7 * sizeof(int);
     /* pool(relu(z)) computed as relu(pool(z)): the same values (max and ReLU commute) and, in the
@@ -455,7 +455,7 @@ static ddp_status cnn_forward(model *m, const float **logits)
     const void *rows = layer_image_as_rows(o, p, a->p2, a->p2r, b, c, 7, 7); // (b, 980) NCHW order
     if (!rows)
         return DDP_ERR_BLAS;
-    TRY_OK(layer_linear_fwd(o, p, rows, cparam(m, 4), param(m, 5), b, c * 7 * 7, DDP_CLASSES,
+    TRY_OK(layer_linear_fwd(o, p, rows, cparam(m, 4), param(m, 5), b, c * 7 * 7, MODEL_CLASSES,
                             a->logits, true));
     ddp_trace_end("forward.layer", 2);
     *logits = a->logits;
@@ -476,7 +476,7 @@ static ddp_status model_prepare(model *m, const float *x, int batch)
         TRY_OK(m->ops->cast(m->ops, p, m->cparams, DDP_FP32, m->params, m->numel_total));
     m->cparams_stale = 0;
     m->x = m->xc;
-    return m->ops->cast(m->ops, p, m->xc, DDP_FP32, x, (size_t)batch * DDP_IMAGE_SIDE * DDP_IMAGE_SIDE);
+    return m->ops->cast(m->ops, p, m->xc, DDP_FP32, x, (size_t)batch * MODEL_IMAGE_SIDE * MODEL_IMAGE_SIDE);
 }
 
 /* Downloads the logits and writes each row's argmax to pred_host. */
@@ -494,7 +494,7 @@ static ddp_status predict(model *m, const float *logits, int classes, int *pred_
 
 static int model_classes(const model *m)
 {
-    return m->cfg.kind == MODEL_CNN ? DDP_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
+    return m->cfg.kind == MODEL_CNN ? MODEL_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
 }
 
 /* Checks the batch and runs the layers up to the logits. */
@@ -600,7 +600,7 @@ static ddp_status cnn_backward(model *m, ddp_reducer *r)
     cnn_acts *a = &m->cnn;
     const ops_handle *o = m->ops;
     ddp_dtype p = m->cfg.precision;
-    const int c = DDP_CNN_CHANNELS;
+    const int c = MODEL_CNN_CHANNELS;
     int b = m->batch, planes = b * c, fc_in = c * 7 * 7;
     bool acc = m->cfg.reducer_grads || !m->grads_fresh;
     float *gw = NULL, *gb = NULL;
@@ -609,9 +609,9 @@ static ddp_status cnn_backward(model *m, ddp_reducer *r)
     ddp_trace_begin("backward.layer", 2); /* fc */
     TRY_OK(grad(m, r, 4, &gw));
     TRY_OK(grad(m, r, 5, &gb));
-    TRY_OK(layer_linear_bwd_params(o, p, rows, m->dlogits_c, b, fc_in, DDP_CLASSES, gw, gb, acc));
+    TRY_OK(layer_linear_bwd_params(o, p, rows, m->dlogits_c, b, fc_in, MODEL_CLASSES, gw, gb, acc));
     TRY_OK(mark(r, 5, 4));
-    TRY_OK(layer_linear_bwd_input(o, p, cparam(m, 4), m->dlogits_c, b, fc_in, DDP_CLASSES, drows));
+    TRY_OK(layer_linear_bwd_input(o, p, cparam(m, 4), m->dlogits_c, b, fc_in, MODEL_CLASSES, drows));
     TRY_OK(layer_rows_to_image(o, p, drows, a->dp2, b, c, 7, 7));
     ddp_trace_end("backward.layer", 2);
     ddp_trace_begin("backward.layer", 1); /* relu, pool, conv2 */
@@ -637,7 +637,7 @@ static ddp_status cnn_backward(model *m, ddp_reducer *r)
  * the model's precision, for the backward pass. The loss itself stays fp32. */
 static ddp_status dlogits_in_precision(model *m)
 {
-    size_t n = (size_t)m->batch * DDP_CLASSES;
+    size_t n = (size_t)m->batch * MODEL_CLASSES;
     if (m->cfg.kind == MODEL_MLP)
         n = (size_t)m->batch * (size_t)m->cfg.widths[m->cfg.n_widths - 1];
     if (m->cfg.precision == DDP_FP32)

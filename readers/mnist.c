@@ -12,13 +12,13 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define DDP_IDX_IMAGES_MAGIC 0x00000803u
-#define DDP_IDX_LABELS_MAGIC 0x00000801u
-#define DDP_MNIST_SIDE 28
-#define DDP_MNIST_CLASSES 10
-#define DDP_MNIST_FIX "re-run scripts/fetch-mnist.sh"
-#define DDP_GZ_FIX "re-download it, or run gunzip -t on it to check"
-#define DDP_GZ_CHUNK 65536 /* compressed bytes read per fread */
+#define MNIST_IDX_IMAGES_MAGIC 0x00000803u
+#define MNIST_IDX_LABELS_MAGIC 0x00000801u
+#define MNIST_SIDE 28
+#define MNIST_CLASSES 10
+#define MNIST_FIX "re-run scripts/fetch-mnist.sh"
+#define MNIST_GZ_FIX "re-download it, or run gunzip -t on it to check"
+#define MNIST_GZ_CHUNK 65536 /* compressed bytes read per fread */
 
 /* One open IDX file: its path, stream and size in bytes. A gzip'ed file is unpacked into mem when
  * opened; file_bytes is then its unpacked size and pos the read position in mem. */
@@ -61,7 +61,7 @@ static ddp_status gz_grow(uint8_t **mem, size_t *cap, size_t have)
  * grow. *read_bytes counts the compressed bytes read. */
 static int gz_inflate(idx_file *idx, z_stream *z, size_t *cap, size_t *have, uint64_t *read_bytes)
 {
-    unsigned char in[DDP_GZ_CHUNK];
+    unsigned char in[MNIST_GZ_CHUNK];
     int ret = Z_OK;
     for (;;) {
         if (z->avail_in == 0) {
@@ -91,7 +91,7 @@ static ddp_status gz_failure(const idx_file *idx, const z_stream *z, int ret, ui
 {
     uint64_t at = read_bytes - z->avail_in;
     if (ferror(idx->f)) {
-        DDP_ERROR("%s: read error: %s; %s", idx->path, strerror(errno), DDP_GZ_FIX);
+        DDP_ERROR("%s: read error: %s; %s", idx->path, strerror(errno), MNIST_GZ_FIX);
         return DDP_ERR_IO;
     }
     if (ret == Z_MEM_ERROR) {
@@ -100,11 +100,11 @@ static ddp_status gz_failure(const idx_file *idx, const z_stream *z, int ret, ui
     }
     if (ret == Z_OK || ret == Z_BUF_ERROR) {
         DDP_ERROR("%s: truncated gzip stream (the file ends after %llu bytes, %zu unpacked, in the middle "
-                  "of the compressed data); %s", idx->path, (unsigned long long)read_bytes, have, DDP_GZ_FIX);
+                  "of the compressed data); %s", idx->path, (unsigned long long)read_bytes, have, MNIST_GZ_FIX);
         return DDP_ERR_FORMAT;
     }
     DDP_ERROR("%s: corrupt gzip data (zlib: %s, found at byte %llu of %llu); %s", idx->path,
-              z->msg ? z->msg : "error", (unsigned long long)at, (unsigned long long)idx->file_bytes, DDP_GZ_FIX);
+              z->msg ? z->msg : "error", (unsigned long long)at, (unsigned long long)idx->file_bytes, MNIST_GZ_FIX);
     return DDP_ERR_FORMAT;
 }
 
@@ -139,7 +139,7 @@ static ddp_status idx_open(const char *path, idx_file *idx)
     struct stat st;
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     idx->path = path;
-    idx->fix = is_gz(path) ? DDP_GZ_FIX : DDP_MNIST_FIX;
+    idx->fix = is_gz(path) ? MNIST_GZ_FIX : MNIST_FIX;
     idx->f = NULL;
     if (fd < 0 || fstat(fd, &st) != 0) {
         DDP_ERROR("%s: cannot open: %s; %s", path, strerror(errno), idx->fix);
@@ -192,7 +192,7 @@ static ddp_status idx_header(idx_file *idx, uint32_t magic, uint32_t *words, int
         words[i] = be32(buf + 4 * i);
     if (words[0] != magic) {
         DDP_ERROR("%s: bad magic number 0x%08x, expected 0x%08x (%s); is it a gzip'ed or wrong file? %s",
-                  idx->path, words[0], magic, magic == DDP_IDX_IMAGES_MAGIC ? "idx3-ubyte images"
+                  idx->path, words[0], magic, magic == MNIST_IDX_IMAGES_MAGIC ? "idx3-ubyte images"
                   : "idx1-ubyte labels", idx->fix);
         return DDP_ERR_FORMAT;
     }
@@ -239,10 +239,10 @@ static ddp_status idx_body(idx_file *idx, size_t n_bytes, uint8_t **out)
 static ddp_status mnist_read_images(idx_file *idx, model_mnist *d)
 {
     uint32_t h[4];
-    ddp_status st = idx_header(idx, DDP_IDX_IMAGES_MAGIC, h, 4);
+    ddp_status st = idx_header(idx, MNIST_IDX_IMAGES_MAGIC, h, 4);
     if (st != DDP_OK)
         return st;
-    if (h[2] != DDP_MNIST_SIDE || h[3] != DDP_MNIST_SIDE) {
+    if (h[2] != MNIST_SIDE || h[3] != MNIST_SIDE) {
         DDP_ERROR("%s: images are %ux%u, but these models need 28x28 MNIST images; %s", idx->path,
                   h[2], h[3], idx->fix);
         return DDP_ERR_FORMAT;
@@ -263,7 +263,7 @@ static ddp_status mnist_read_images(idx_file *idx, model_mnist *d)
 static ddp_status mnist_read_labels(idx_file *idx, size_t *n, uint8_t **labels)
 {
     uint32_t h[2];
-    ddp_status st = idx_header(idx, DDP_IDX_LABELS_MAGIC, h, 2);
+    ddp_status st = idx_header(idx, MNIST_IDX_LABELS_MAGIC, h, 2);
     if (st != DDP_OK)
         return st;
     char what[64];
@@ -275,7 +275,7 @@ static ddp_status mnist_read_labels(idx_file *idx, size_t *n, uint8_t **labels)
     if (st != DDP_OK)
         return st;
     for (uint32_t i = 0; i < h[1]; i++) {
-        if ((*labels)[i] >= DDP_MNIST_CLASSES) {
+        if ((*labels)[i] >= MNIST_CLASSES) {
             DDP_ERROR("%s: label %u of sample %u is outside 0..9; %s", idx->path, (*labels)[i], i,
                       idx->fix);
             free(*labels);

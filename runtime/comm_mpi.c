@@ -80,7 +80,7 @@ static size_t mpi_min(size_t a, size_t b)
 
 /* ---- 16-bit user ops: inout[i] = round(widen(in[i]) + widen(inout[i])) ---------------------- */
 
-DDP_SIMD_BODY void half_sum_body(const void *in, void *inout, int len, int fp16)
+SIMD_BODY void half_sum_body(const void *in, void *inout, int len, int fp16)
 {
     const uint16_t *a = in;
     uint16_t *b = inout;
@@ -88,10 +88,10 @@ DDP_SIMD_BODY void half_sum_body(const void *in, void *inout, int len, int fp16)
         b[i] = half_encode(half_decode(a[i], fp16) + half_decode(b[i], fp16), fp16);
 }
 /* One body per type (fp16 a constant in each), so each variant's loop vectorises. */
-DDP_SIMD_BODY void bf16_sum_body(const void *in, void *inout, int len) { half_sum_body(in, inout, len, 0); }
-DDP_SIMD_BODY void fp16_sum_body(const void *in, void *inout, int len) { half_sum_body(in, inout, len, 1); }
-DDP_SIMD_DISPATCH(bf16_sum, bf16_sum_body, (const void *in, void *inout, int len), (in, inout, len))
-DDP_SIMD_DISPATCH(fp16_sum, fp16_sum_body, (const void *in, void *inout, int len), (in, inout, len))
+SIMD_BODY void bf16_sum_body(const void *in, void *inout, int len) { half_sum_body(in, inout, len, 0); }
+SIMD_BODY void fp16_sum_body(const void *in, void *inout, int len) { half_sum_body(in, inout, len, 1); }
+SIMD_DISPATCH(bf16_sum, bf16_sum_body, (const void *in, void *inout, int len), (in, inout, len))
+SIMD_DISPATCH(fp16_sum, fp16_sum_body, (const void *in, void *inout, int len), (in, inout, len))
 
 static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
 {

@@ -48,7 +48,7 @@ int convert_dtype_is_grad(ddp_dtype t)
  * gradients with --grad-dtype bf16, more than the halved all-reduce saved); each is compiled for
  * AVX-512, AVX2 and the baseline and runs the variant of the CPU's level (simd_clones.h). */
 
-DDP_SIMD_BODY void f32_to_16_body(uint16_t *dst, const float *src, size_t n, int fp16)
+SIMD_BODY void f32_to_16_body(uint16_t *dst, const float *src, size_t n, int fp16)
 {
     if (fp16) {
         for (size_t i = 0; i < n; i++)
@@ -58,10 +58,10 @@ DDP_SIMD_BODY void f32_to_16_body(uint16_t *dst, const float *src, size_t n, int
             dst[i] = half_f32_to_bf16(src[i]);
     }
 }
-DDP_SIMD_DISPATCH(convert_f32_to_16, f32_to_16_body, (uint16_t *dst, const float *src, size_t n, int fp16),
+SIMD_DISPATCH(convert_f32_to_16, f32_to_16_body, (uint16_t *dst, const float *src, size_t n, int fp16),
                   (dst, src, n, fp16))
 
-DDP_SIMD_BODY void f16_to_f32_body(float *dst, const uint16_t *src, size_t n, int fp16)
+SIMD_BODY void f16_to_f32_body(float *dst, const uint16_t *src, size_t n, int fp16)
 {
     if (fp16) {
         for (size_t i = 0; i < n; i++)
@@ -71,7 +71,7 @@ DDP_SIMD_BODY void f16_to_f32_body(float *dst, const uint16_t *src, size_t n, in
             dst[i] = half_bf16_to_f32(src[i]);
     }
 }
-DDP_SIMD_DISPATCH(convert_16_to_f32, f16_to_f32_body, (float *dst, const uint16_t *src, size_t n, int fp16),
+SIMD_DISPATCH(convert_16_to_f32, f16_to_f32_body, (float *dst, const uint16_t *src, size_t n, int fp16),
                   (dst, src, n, fp16))
 
 void convert_host_cast(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n)
@@ -90,7 +90,7 @@ void convert_host_cast(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype sr
     }
 }
 
-DDP_SIMD_BODY void scale_body(void *x, ddp_dtype t, size_t n, float alpha)
+SIMD_BODY void scale_body(void *x, ddp_dtype t, size_t n, float alpha)
 {
     if (t == DDP_FP32) {
         float *f = x;
@@ -107,10 +107,10 @@ DDP_SIMD_BODY void scale_body(void *x, ddp_dtype t, size_t n, float alpha)
             h[i] = half_f32_to_bf16(half_bf16_to_f32(h[i]) * alpha);
     }
 }
-DDP_SIMD_DISPATCH(host_scale_loop, scale_body, (void *x, ddp_dtype t, size_t n, float alpha), (x, t, n, alpha))
+SIMD_DISPATCH(host_scale_loop, scale_body, (void *x, ddp_dtype t, size_t n, float alpha), (x, t, n, alpha))
 
 /* *nonfinite = whether x holds an inf or a NaN. */
-DDP_SIMD_BODY void nonfinite_body(const void *x, ddp_dtype t, size_t n, int *nonfinite)
+SIMD_BODY void nonfinite_body(const void *x, ddp_dtype t, size_t n, int *nonfinite)
 {
     /* inf/NaN: exponent bits all ones (fp32 0x7f800000, bf16 0x7f80, fp16 0x7c00) */
     uint32_t found = 0;
@@ -126,11 +126,11 @@ DDP_SIMD_BODY void nonfinite_body(const void *x, ddp_dtype t, size_t n, int *non
     }
     *nonfinite = found != 0;
 }
-DDP_SIMD_DISPATCH(host_nonfinite_loop, nonfinite_body, (const void *x, ddp_dtype t, size_t n, int *nonfinite),
+SIMD_DISPATCH(host_nonfinite_loop, nonfinite_body, (const void *x, ddp_dtype t, size_t n, int *nonfinite),
                   (x, t, n, nonfinite))
 
 /* dst (fp32) = widen(src) * alpha in one pass: the values of the cast followed by the scaling. */
-DDP_SIMD_BODY void f16_to_f32_scaled_body(float *dst, const uint16_t *src, size_t n, int fp16, float alpha)
+SIMD_BODY void f16_to_f32_scaled_body(float *dst, const uint16_t *src, size_t n, int fp16, float alpha)
 {
     if (fp16) {
         for (size_t i = 0; i < n; i++)
@@ -140,7 +140,7 @@ DDP_SIMD_BODY void f16_to_f32_scaled_body(float *dst, const uint16_t *src, size_
             dst[i] = half_bf16_to_f32(src[i]) * alpha;
     }
 }
-DDP_SIMD_DISPATCH(convert_16_to_f32_scaled, f16_to_f32_scaled_body,
+SIMD_DISPATCH(convert_16_to_f32_scaled, f16_to_f32_scaled_body,
                   (float *dst, const uint16_t *src, size_t n, int fp16, float alpha), (dst, src, n, fp16, alpha))
 
 void convert_host_cast_scale(void *dst, ddp_dtype dst_t, const void *src, ddp_dtype src_t, size_t n,

@@ -17,7 +17,7 @@
 #define NORM_LANES 8
 
 /* acc[j] += x[i]^2 over the elements i of lane j, x of type fp32 (t 0), bf16 (1) or fp16 (2). */
-DDP_SIMD_BODY void sumsq_body(const void *x, int t, size_t n, double *acc)
+SIMD_BODY void sumsq_body(const void *x, int t, size_t n, double *acc)
 {
     const float *f = x;
     const uint16_t *h = x;
@@ -36,12 +36,12 @@ DDP_SIMD_BODY void sumsq_body(const void *x, int t, size_t n, double *acc)
     }
 }
 /* One body per type (the type a constant in each), so each variant's loop vectorises. */
-DDP_SIMD_BODY void sumsq_f32_body(const void *x, size_t n, double *acc) { sumsq_body(x, 0, n, acc); }
-DDP_SIMD_BODY void sumsq_bf16_body(const void *x, size_t n, double *acc) { sumsq_body(x, 1, n, acc); }
-DDP_SIMD_BODY void sumsq_f16_body(const void *x, size_t n, double *acc) { sumsq_body(x, 2, n, acc); }
-DDP_SIMD_DISPATCH(sumsq_f32, sumsq_f32_body, (const void *x, size_t n, double *acc), (x, n, acc))
-DDP_SIMD_DISPATCH(sumsq_bf16, sumsq_bf16_body, (const void *x, size_t n, double *acc), (x, n, acc))
-DDP_SIMD_DISPATCH(sumsq_f16, sumsq_f16_body, (const void *x, size_t n, double *acc), (x, n, acc))
+SIMD_BODY void sumsq_f32_body(const void *x, size_t n, double *acc) { sumsq_body(x, 0, n, acc); }
+SIMD_BODY void sumsq_bf16_body(const void *x, size_t n, double *acc) { sumsq_body(x, 1, n, acc); }
+SIMD_BODY void sumsq_f16_body(const void *x, size_t n, double *acc) { sumsq_body(x, 2, n, acc); }
+SIMD_DISPATCH(sumsq_f32, sumsq_f32_body, (const void *x, size_t n, double *acc), (x, n, acc))
+SIMD_DISPATCH(sumsq_bf16, sumsq_bf16_body, (const void *x, size_t n, double *acc), (x, n, acc))
+SIMD_DISPATCH(sumsq_f16, sumsq_f16_body, (const void *x, size_t n, double *acc), (x, n, acc))
 
 /* The host sum of squares: the lanes, then added pairwise in a fixed tree. */
 static double norm_host_sumsq(const void *x, ddp_dtype t, size_t n)

@@ -1,7 +1,7 @@
 /* check.h - minimal assertions for the test programs: a failed CHECK prints file:line and the
  * condition, counts the failure, and the test exits 1 at the end (CHECK_DONE). Exit 77 = skipped. */
-#ifndef DDP_TEST_CHECK_H
-#define DDP_TEST_CHECK_H
+#ifndef TEST_CHECK_H
+#define TEST_CHECK_H
 
 #include <math.h>
 #include <stdio.h>
@@ -25,7 +25,7 @@ static int check_failures_;
 
 #define CHECK_DONE() (check_failures_ ? (fprintf(stderr, "%d check(s) failed\n", check_failures_), 1) : 0)
 
-#define DDP_TEST_SKIP 77
+#define TEST_SKIP 77
 
 /* The runtime tests' start, where libddp's header is on the include path. */
 #if defined(__has_include)
@@ -40,7 +40,7 @@ static int check_failures_;
 enum { CHECK_GPU_ONE, CHECK_GPU_PER_RANK };
 
 /* Parses `name [--backend cpu|cuda]` (default cpu) and joins the job without the start-up table.
- * Returns 0 with *ctx set; else the exit status for main: 2 bad usage, DDP_TEST_SKIP when the CUDA
+ * Returns 0 with *ctx set; else the exit status for main: 2 bad usage, TEST_SKIP when the CUDA
  * backend was asked for and this host has too few GPUs (gpus says how many: CHECK_GPU_*), 1 when
  * ddp_init fails. */
 static inline int check_ddp_init(int argc, char **argv, const char *name, int gpus, ddp_ctx **ctx)
@@ -62,7 +62,7 @@ static inline int check_ddp_init(int argc, char **argv, const char *name, int gp
         int have = ddp_cuda_device_count();
         if (have < need) {
             fprintf(stderr, "%s: skipped: %d GPU(s) on this host, %d needed\n", name, have, need);
-            return DDP_TEST_SKIP;
+            return TEST_SKIP;
         }
     }
     io.print_table = 0;
@@ -71,4 +71,4 @@ static inline int check_ddp_init(int argc, char **argv, const char *name, int gp
 #endif
 #endif
 
-#endif /* DDP_TEST_CHECK_H */
+#endif /* TEST_CHECK_H */

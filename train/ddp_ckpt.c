@@ -31,9 +31,9 @@
 #include "gpt_ckpt.h"
 #include "out_path.h"
 
-#define DDP_CKPT_SAME 0
-#define DDP_CKPT_DIFFERENT 1
-#define DDP_CKPT_TROUBLE 2
+#define CKPT_SAME 0
+#define CKPT_DIFFERENT 1
+#define CKPT_TROUBLE 2
 
 static const char ckpt_usage_text[] =
     "usage: ddp-ckpt show FILE|FOLDER\n"
@@ -66,7 +66,7 @@ typedef struct ckpt_file {
 static int ckpt_usage(const char *complaint)
 {
     fprintf(stderr, "ddp-ckpt: %s\n%s", complaint, ckpt_usage_text);
-    return DDP_CKPT_TROUBLE;
+    return CKPT_TROUBLE;
 }
 
 static int is_folder(const char *path)
@@ -216,28 +216,28 @@ static int ckpt_parse_tol(int argc, char **argv, double *tol)
         *tol = strtod(optarg, &end);
         if (errno != 0 || end == optarg || *end != '\0' || !(*tol >= 0.0) || !isfinite(*tol)) {
             fprintf(stderr, "ddp-ckpt: --tol: expected a number >= 0, got '%s'\n", optarg);
-            return DDP_CKPT_TROUBLE;
+            return CKPT_TROUBLE;
         }
     }
-    return DDP_CKPT_SAME;
+    return CKPT_SAME;
 }
 
 static int ckpt_diff(int argc, char **argv)
 {
     double tol = -1.0;
     int rc = ckpt_parse_tol(argc, argv, &tol);
-    if (rc != DDP_CKPT_SAME)
+    if (rc != CKPT_SAME)
         return rc;
     if (argc - optind != 2)
         return ckpt_usage("diff needs two checkpoint files");
     ckpt_file a = {0}, b = {0};
-    rc = DDP_CKPT_TROUBLE;
+    rc = CKPT_TROUBLE;
     if (ckpt_open(argv[optind], &a) == DDP_OK && ckpt_open(argv[optind + 1], &b) == DDP_OK) {
-        rc = DDP_CKPT_DIFFERENT;
+        rc = CKPT_DIFFERENT;
         if (ckpt_same_signature(&a, &b)) {
             double rel = ckpt_compare(&a, &b);
-            rc = tol >= 0.0 && rel > tol ? DDP_CKPT_DIFFERENT : DDP_CKPT_SAME;
-            if (rc != DDP_CKPT_SAME)
+            rc = tol >= 0.0 && rel > tol ? CKPT_DIFFERENT : CKPT_SAME;
+            if (rc != CKPT_SAME)
                 fprintf(stderr, "ddp-ckpt: max_rel_diff %.6g exceeds --tol %g\n", rel, tol);
         }
     }
@@ -285,7 +285,7 @@ static int ckpt_show(int argc, char **argv)
         return ckpt_usage("show needs one checkpoint file");
     ckpt_file c = {0};
     if (ckpt_open(argv[1], &c) != DDP_OK)
-        return DDP_CKPT_TROUBLE;
+        return CKPT_TROUBLE;
     size_t total = 0;
     printf("%s: %d parameters\n", c.path, c.n_params);
     for (int i = 0; i < c.n_params; i++) {
@@ -298,7 +298,7 @@ static int ckpt_show(int argc, char **argv)
     printf("total: %zu values\n", total);
     ckpt_show_state(argv[1]);
     ckpt_close(&c);
-    return DDP_CKPT_SAME;
+    return CKPT_SAME;
 }
 
 /* list FOLDER: its files with their sizes. */
@@ -307,7 +307,7 @@ static int list_folder(const char *path)
     ddp_ckpt_dir *d = NULL;
     if (ddp_ckpt_dir_open(path, &d) != DDP_OK) {
         fprintf(stderr, "ddp-ckpt: %s: not a complete checkpoint folder (see above)\n", path);
-        return DDP_CKPT_TROUBLE;
+        return CKPT_TROUBLE;
     }
     uint64_t step = 0;
     ddp_state_u64(ddp_ckpt_dir_state(d), "step", &step);
@@ -319,7 +319,7 @@ static int list_folder(const char *path)
         printf("  %-5d %-40s %lld bytes\n", i, f, stat(f, &sb) == 0 ? (long long)sb.st_size : -1LL);
     }
     ddp_ckpt_dir_close(d);
-    return DDP_CKPT_SAME;
+    return CKPT_SAME;
 }
 
 /* list DIR (a --checkpoint-dir): each "step-*.ckpt", what it is and whether it is complete. */
@@ -328,7 +328,7 @@ static int list_dir(const char *path)
     DIR *dir = opendir(path);
     if (!dir) {
         fprintf(stderr, "ddp-ckpt: %s: cannot list it: %s\n", path, strerror(errno));
-        return DDP_CKPT_TROUBLE;
+        return CKPT_TROUBLE;
     }
     struct dirent *de;
     char full[8192], manifest[8300];
@@ -343,7 +343,7 @@ static int list_dir(const char *path)
                !folder ? "" : stat(manifest, &sb) == 0 ? "complete" : "incomplete (no MANIFEST)");
     }
     closedir(dir);
-    return DDP_CKPT_SAME;
+    return CKPT_SAME;
 }
 
 static int ckpt_list(int argc, char **argv)
@@ -377,10 +377,10 @@ static int ckpt_verify(int argc, char **argv)
     }
     if (st != DDP_OK) {
         fprintf(stderr, "ddp-ckpt: %s: not valid: %s (see above)\n", path, ddp_strerror(st));
-        return DDP_CKPT_TROUBLE;
+        return CKPT_TROUBLE;
     }
     printf("%s: valid\n", path);
-    return DDP_CKPT_SAME;
+    return CKPT_SAME;
 }
 
 static int ckpt_consolidate(int argc, char **argv)
@@ -396,10 +396,10 @@ static int ckpt_consolidate(int argc, char **argv)
     ddp_ckpt_dir_close(d);
     if (st != DDP_OK) {
         fprintf(stderr, "ddp-ckpt: consolidate %s: %s (see above)\n", argv[1], ddp_strerror(st));
-        return DDP_CKPT_TROUBLE;
+        return CKPT_TROUBLE;
     }
     printf("wrote %s\n", argv[2]);
-    return DDP_CKPT_SAME;
+    return CKPT_SAME;
 }
 
 /* OUT of export-llmc: the rule ddp-train checks --save-llmc by before training (common/out_path.h),
@@ -413,9 +413,9 @@ static int export_target(const char *path, char **target)
         fprintf(stderr, "ddp-ckpt: export-llmc: output %s%s\n", path, why);
         free(*target);
         *target = NULL;
-        return DDP_CKPT_TROUBLE;
+        return CKPT_TROUBLE;
     }
-    return DDP_CKPT_SAME;
+    return CKPT_SAME;
 }
 
 /* export-llmc CKPT OUT: the checkpoint's parameters in llm.c's file (gpt2_llmc_write, the writer of
@@ -429,7 +429,7 @@ static int ckpt_export_llmc(int argc, char **argv)
     const char *in = argv[1], *out = argv[2];
     char *target = NULL;
     int rc = export_target(out, &target);
-    if (rc != DDP_CKPT_SAME) {
+    if (rc != CKPT_SAME) {
         free(target);
         return rc;
     }
@@ -439,14 +439,14 @@ static int ckpt_export_llmc(int argc, char **argv)
         fprintf(stderr, "ddp-ckpt: export-llmc: the output %s is the checkpoint %s itself: name "
                 "another file\n", out, in);
         free(target);
-        return DDP_CKPT_TROUBLE;
+        return CKPT_TROUBLE;
     }
     if (!gpt_ckpt_is_ddp(in)) {
         fprintf(stderr, "ddp-ckpt: export-llmc: %s is not a ddp checkpoint (a file starting with "
                 "DDPCKPT1, or a checkpoint folder with its %s): give one that ddp-train --model "
                 "gpt2 wrote with --save or --checkpoint-dir\n", in, DDP_CKPT_MANIFEST);
         free(target);
-        return DDP_CKPT_TROUBLE;
+        return CKPT_TROUBLE;
     }
     gpt_ckpt c;
     ddp_status st = gpt_ckpt_read(in, "ddp-ckpt export-llmc", &c);
@@ -455,7 +455,7 @@ static int ckpt_export_llmc(int argc, char **argv)
     if (st != DDP_OK) {
         fprintf(stderr, "ddp-ckpt: export-llmc %s: %s (see above); nothing was written\n", in,
                 ddp_strerror(st));
-        rc = DDP_CKPT_TROUBLE;
+        rc = CKPT_TROUBLE;
     } else {
         printf("wrote %s (llm.c model file, fp32: L %d, heads %d, channels %d, positions %d, "
                "vocabulary %d padded to %d) from the weights of %s at step %llu\n", out,
@@ -485,7 +485,7 @@ int main(int argc, char **argv)
         return ckpt_export_llmc(argc - 1, argv + 1);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(ckpt_usage_text, stdout);
-        return DDP_CKPT_SAME;
+        return CKPT_SAME;
     }
     return ckpt_usage("unknown command (expected show, diff, list, verify, consolidate or "
                       "export-llmc)");

@@ -2,8 +2,8 @@
  * text config.model and the signature) and its parameters, from a checkpoint file or folder. For
  * ddp-train --init-from (weights only) and ddp-ckpt export-llmc; compiled into both programs.
  */
-#ifndef DDP_GPT_CKPT_H
-#define DDP_GPT_CKPT_H
+#ifndef TRAIN_GPT_CKPT_H
+#define TRAIN_GPT_CKPT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -38,4 +38,4 @@ int gpt_ckpt_same_signature(const gpt_ckpt *c, const ddp_param_desc *descs, int 
 
 void gpt_ckpt_free(gpt_ckpt *c);
 
-#endif /* DDP_GPT_CKPT_H */
+#endif /* TRAIN_GPT_CKPT_H */

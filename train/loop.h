@@ -8,8 +8,8 @@
  * specific to its model: its data, its model, one micro-batch, evaluation and reports.
  * docs/models.md says how to add one.
  */
-#ifndef DDP_TRAIN_LOOP_H
-#define DDP_TRAIN_LOOP_H
+#ifndef TRAIN_LOOP_H
+#define TRAIN_LOOP_H
 
 #include <signal.h>
 #include <stdbool.h>
@@ -137,4 +137,4 @@ void trainer_clock(trainer *t);
 void trainer_params_ready(trainer *t);
 /* Every rank holds the same parameters; `when` (rank 0 prints it) may be NULL. Collective. */
 ddp_status trainer_verify(trainer *t, const char *when);
-#endif /* DDP_TRAIN_LOOP_H */
+#endif /* TRAIN_LOOP_H */

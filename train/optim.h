@@ -7,8 +7,8 @@
  * under ZeRO (ddp_reducer_shard), else every element. Element i of each buffer is the flat
  * layout's offset + i, so checkpoints save and resume it as the layout's range (optim_buffers).
  */
-#ifndef DDP_OPTIM_H
-#define DDP_OPTIM_H
+#ifndef TRAIN_OPTIM_H
+#define TRAIN_OPTIM_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -70,4 +70,4 @@ size_t optim_state_bytes(const optim *o);
  * memory, see optim_range). */
 int optim_buffers(optim *o, const char **names, float **bufs);
 
-#endif /* DDP_OPTIM_H */
+#endif /* TRAIN_OPTIM_H */

@@ -34,7 +34,7 @@ typedef struct mnist_task {
     double seconds;    /* t->train_seconds at the start of the epoch */
     int epochs;        /* epochs run */
     epoch_stats last;  /* of the last epoch */
-    float confusion[DDP_N_CLASSES * DDP_N_CLASSES]; /* last evaluation, summed over ranks */
+    float confusion[REPORT_N_CLASSES * REPORT_N_CLASSES]; /* last evaluation, summed over ranks */
 } mnist_task;
 
 static mnist_task *M(const trainer *t) { return t->state; }
@@ -192,9 +192,9 @@ static double mnist_evaluate(trainer *t)
                                       NULL, s->pred), "evaluation forward pass");
         trainer_batch_done(t);
         for (int i = 0; i < n; i++)
-            s->confusion[s->y_host[i] * DDP_N_CLASSES + s->pred[i]] += 1.0f;
+            s->confusion[s->y_host[i] * REPORT_N_CLASSES + s->pred[i]] += 1.0f;
     }
-    trainer_must(t, ddp_allreduce_host(t->ctx, s->confusion, DDP_N_CLASSES * DDP_N_CLASSES,
+    trainer_must(t, ddp_allreduce_host(t->ctx, s->confusion, REPORT_N_CLASSES * REPORT_N_CLASSES,
                                        DDP_FP32, DDP_SUM), "summing evaluation counts");
     return confusion_accuracy(s->confusion);
 }

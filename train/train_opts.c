@@ -398,23 +398,23 @@ static int parse_choice(int id, const char *text, train_opts *o)
 static int parse_number(int id, const char *v, train_opts *o)
 {
     switch (id) {
-    case OPT_EPOCHS: return parse_int_in("epochs", v, 1, DDP_TRAIN_MAX_EPOCHS, &o->epochs);
-    case OPT_MAX_STEPS: return parse_long("max-steps", v, 0, DDP_TRAIN_MAX_STEPS, &o->max_steps);
+    case OPT_EPOCHS: return parse_int_in("epochs", v, 1, TRAIN_MAX_EPOCHS, &o->epochs);
+    case OPT_MAX_STEPS: return parse_long("max-steps", v, 0, TRAIN_MAX_STEPS, &o->max_steps);
     case OPT_BATCH: o->given |= TRAIN_GIVEN_BATCH; return parse_int("batch", v, 1, &o->batch);
     case OPT_ACCUM: o->given |= TRAIN_GIVEN_ACCUM; return parse_int("accum", v, 1, &o->accum);
-    case OPT_THREADS: return parse_int_in("threads", v, 1, DDP_TRAIN_MAX_THREADS, &o->threads);
+    case OPT_THREADS: return parse_int_in("threads", v, 1, TRAIN_MAX_THREADS, &o->threads);
     case OPT_LOG_EVERY: return parse_int("log-every", v, 1, &o->log_every);
-    case OPT_LR: o->given |= TRAIN_GIVEN_LR; return parse_double("lr", v, DDP_TRAIN_MIN_LR, 0, DDP_TRAIN_MAX_LR, 0, &o->lr);
+    case OPT_LR: o->given |= TRAIN_GIVEN_LR; return parse_double("lr", v, TRAIN_MIN_LR, 0, TRAIN_MAX_LR, 0, &o->lr);
     case OPT_MOMENTUM: return parse_double("momentum", v, 0.0, 0, 1.0, 1, &o->momentum);
     case OPT_WEIGHT_DECAY:
         o->given |= TRAIN_GIVEN_WD;
-        return parse_double("weight-decay", v, 0.0, 0, DDP_TRAIN_MAX_WEIGHT_DECAY, 0, &o->weight_decay);
+        return parse_double("weight-decay", v, 0.0, 0, TRAIN_MAX_WEIGHT_DECAY, 0, &o->weight_decay);
     case OPT_BUCKET_MB:
-        return parse_double("bucket-mb", v, 0.0, 1, DDP_TRAIN_MAX_BUCKET_MB, 0, &o->bucket_mb);
+        return parse_double("bucket-mb", v, 0.0, 1, TRAIN_MAX_BUCKET_MB, 0, &o->bucket_mb);
     case OPT_FIRST_BUCKET_MB:
-        return parse_double("first-bucket-mb", v, 0.0, 1, DDP_TRAIN_MAX_BUCKET_MB, 0, &o->first_bucket_mb);
+        return parse_double("first-bucket-mb", v, 0.0, 1, TRAIN_MAX_BUCKET_MB, 0, &o->first_bucket_mb);
     case OPT_SEED: return parse_seed(v, &o->seed);
-    case OPT_WORKERS: return parse_int_in("workers", v, 0, DDP_TRAIN_MAX_WORKERS, &o->workers);
+    case OPT_WORKERS: return parse_int_in("workers", v, 0, TRAIN_MAX_WORKERS, &o->workers);
     case OPT_LOSS_SCALE_INTERVAL:
         return parse_long("loss-scale-interval", v, 1, LONG_MAX, &o->loss_scale_interval);
     case OPT_LOSS_SCALE_INIT:
@@ -459,7 +459,7 @@ static int parse_resume_opt(int id, const char *v, train_opts *o)
 /* --peak-tflops: a positive number of TFLOP/s, with what to give on a bad value. */
 static int parse_peak(const char *v, double *out)
 {
-    if (parse_double("peak-tflops", v, 0.0, 1, DDP_TRAIN_MAX_PEAK_TFLOPS, 0, out) == 0)
+    if (parse_double("peak-tflops", v, 0.0, 1, TRAIN_MAX_PEAK_TFLOPS, 0, out) == 0)
         return 0;
     fprintf(stderr, "ddp-train: --peak-tflops is one device's peak in TFLOP/s for the run's "
                     "precision, e.g. --peak-tflops 989.4 for an H100 SXM in bf16 (dense); leave it "
@@ -505,10 +505,10 @@ static int parse_gpt_opt(int id, const char *v, train_opts *o)
     case OPT_VAL_MAX_BATCHES: return parse_long("val-max-batches", v, 0, LONG_MAX, &g->val_batches);
     case OPT_TOTAL_BATCH_TOKENS:
         return parse_long("total-batch-tokens", v, 1, LONG_MAX / 2, &g->total_batch_tokens);
-    case OPT_WARMUP_STEPS: return parse_long("warmup-steps", v, 0, DDP_TRAIN_MAX_STEPS, &g->warmup_steps);
+    case OPT_WARMUP_STEPS: return parse_long("warmup-steps", v, 0, TRAIN_MAX_STEPS, &g->warmup_steps);
     case OPT_LR_FLOOR: return parse_double("lr-floor", v, 0.0, 0, 1.0, 0, &g->lr_floor);
     case OPT_GRAD_CLIP: return parse_double("grad-clip", v, 0.0, 0, 1e6, 0, &g->grad_clip);
-    case OPT_SAMPLE: return parse_int_in("sample", v, 0, DDP_TRAIN_MAX_SAMPLE, &g->sample);
+    case OPT_SAMPLE: return parse_int_in("sample", v, 0, TRAIN_MAX_SAMPLE, &g->sample);
     case OPT_PROMPT: g->prompt = v; return 0;
     case OPT_TEMPERATURE: return parse_double("temperature", v, 0.0, 0, 100.0, 0, &g->temperature);
     case OPT_TOP_K: return parse_int_in("top-k", v, 0, 1000000, &g->top_k);
@@ -624,10 +624,10 @@ static int finish_gpt_opts(train_opts *o, const unsigned char *seen)
         o->data_dir = "data/text/austen_train_*.bin";
     if (!(o->given & TRAIN_GIVEN_LR))
         o->lr = 6e-4;
-    else if (o->lr > DDP_TRAIN_GPT_LR_WARN && suggest_first_rank())
+    else if (o->lr > TRAIN_GPT_LR_WARN && suggest_first_rank())
         fprintf(stderr, "ddp-train: warning: --lr %g with --model gpt2 is an SGD-sized rate (MNIST's): "
                         "AdamW trains GPT-2 at about 6e-4 (the default, llm.c's) and usually diverges "
-                        "above %g; leave --lr out for the default\n", o->lr, DDP_TRAIN_GPT_LR_WARN);
+                        "above %g; leave --lr out for the default\n", o->lr, TRAIN_GPT_LR_WARN);
     if (!(o->given & TRAIN_GIVEN_WD))
         o->weight_decay = 0.1;
     if (!(o->given & TRAIN_GIVEN_BATCH))

@@ -1,6 +1,6 @@
 /* train_opts.h - command-line options of ddp-train (parsing and validation). */
-#ifndef DDP_TRAIN_OPTS_H
-#define DDP_TRAIN_OPTS_H
+#ifndef TRAIN_OPTS_H
+#define TRAIN_OPTS_H
 
 #include <stdint.h>
 #include <stdio.h>
@@ -12,17 +12,17 @@
 /* Limits of the flags, each refused beyond with the allowed range in the message. They keep
  * every count and product of counts far from overflow and catch typos that would train for
  * centuries or not at all. */
-#define DDP_TRAIN_MAX_EPOCHS 1000000
-#define DDP_TRAIN_MAX_STEPS 1000000000000L  /* --max-steps: 30 years at 1 ms a step */
-#define DDP_TRAIN_MAX_THREADS 1024
-#define DDP_TRAIN_MAX_WORKERS 256 /* --workers: data prefetch threads */
-#define DDP_TRAIN_MIN_LR 1e-12  /* below it, float32 updates round away for any usable gradient */
-#define DDP_TRAIN_MAX_LR 1e3    /* above it, SGD diverges at once on these models */
-#define DDP_TRAIN_GPT_LR_WARN 1e-2 /* --lr above it with GPT-2 (AdamW) warns: MNIST's SGD rates diverge */
-#define DDP_TRAIN_MAX_WEIGHT_DECAY 1e3
-#define DDP_TRAIN_MAX_BUCKET_MB 1048576.0  /* 1 TiB: more than any model's gradients */
-#define DDP_TRAIN_MAX_SAMPLE 100000 /* --sample: tokens generated after training */
-#define DDP_TRAIN_MAX_PEAK_TFLOPS 1e6 /* --peak-tflops: an exaFLOP/s per device */
+#define TRAIN_MAX_EPOCHS 1000000
+#define TRAIN_MAX_STEPS 1000000000000L  /* --max-steps: 30 years at 1 ms a step */
+#define TRAIN_MAX_THREADS 1024
+#define TRAIN_MAX_WORKERS 256 /* --workers: data prefetch threads */
+#define TRAIN_MIN_LR 1e-12  /* below it, float32 updates round away for any usable gradient */
+#define TRAIN_MAX_LR 1e3    /* above it, SGD diverges at once on these models */
+#define TRAIN_GPT_LR_WARN 1e-2 /* --lr above it with GPT-2 (AdamW) warns: MNIST's SGD rates diverge */
+#define TRAIN_MAX_WEIGHT_DECAY 1e3
+#define TRAIN_MAX_BUCKET_MB 1048576.0  /* 1 TiB: more than any model's gradients */
+#define TRAIN_MAX_SAMPLE 100000 /* --sample: tokens generated after training */
+#define TRAIN_MAX_PEAK_TFLOPS 1e6 /* --peak-tflops: an exaFLOP/s per device */
 
 /* The GPT-2 part of the options (--model gpt2). */
 typedef struct train_gpt_opts {
@@ -119,4 +119,4 @@ train_parse_result train_parse_args(int argc, char **argv, train_opts *o);
 /* Writes the options, one "name: value" per line, for the start-up report. */
 void train_print_opts(FILE *f, const train_opts *o);
 
-#endif /* DDP_TRAIN_OPTS_H */
+#endif /* TRAIN_OPTS_H */

@@ -5,7 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DDP_BAR_WIDTH 30
+#define REPORT_BAR_WIDTH 30
 
 double train_now(void)
 {
@@ -75,11 +75,11 @@ void progress_update(progress_bar *p, long step, int epoch, double loss)
         fflush(stdout);
         return;
     }
-    int filled = (int)((double)DDP_BAR_WIDTH * (double)step / (double)p->total_steps);
-    char bar[DDP_BAR_WIDTH + 1];
-    for (int i = 0; i < DDP_BAR_WIDTH; i++)
+    int filled = (int)((double)REPORT_BAR_WIDTH * (double)step / (double)p->total_steps);
+    char bar[REPORT_BAR_WIDTH + 1];
+    for (int i = 0; i < REPORT_BAR_WIDTH; i++)
         bar[i] = i < filled ? '#' : '.';
-    bar[DDP_BAR_WIDTH] = '\0';
+    bar[REPORT_BAR_WIDTH] = '\0';
     printf("\r[%s] %ld/%ld epoch %d loss %.4f%s | %.0f %s/s | ETA %s%s  ", bar, step, p->total_steps,
            epoch + 1, loss, p->extra, rate, p->unit, eta, flops);
     fflush(stdout);
@@ -94,10 +94,10 @@ void progress_end(const progress_bar *p)
 double confusion_accuracy(const float *confusion)
 {
     double correct = 0.0, total = 0.0;
-    for (int t = 0; t < DDP_N_CLASSES; t++) {
-        for (int q = 0; q < DDP_N_CLASSES; q++)
-            total += confusion[t * DDP_N_CLASSES + q];
-        correct += confusion[t * DDP_N_CLASSES + t];
+    for (int t = 0; t < REPORT_N_CLASSES; t++) {
+        for (int q = 0; q < REPORT_N_CLASSES; q++)
+            total += confusion[t * REPORT_N_CLASSES + q];
+        correct += confusion[t * REPORT_N_CLASSES + t];
     }
     return total > 0 ? correct / total : 0.0;
 }
@@ -106,10 +106,10 @@ double confusion_accuracy(const float *confusion)
 static void class_scores(const float *confusion, int c, double *prec, double *rec, double *f1,
                              double *support)
 {
-    double tp = confusion[c * DDP_N_CLASSES + c], predicted = 0.0, actual = 0.0;
-    for (int k = 0; k < DDP_N_CLASSES; k++) {
-        predicted += confusion[k * DDP_N_CLASSES + c];
-        actual += confusion[c * DDP_N_CLASSES + k];
+    double tp = confusion[c * REPORT_N_CLASSES + c], predicted = 0.0, actual = 0.0;
+    for (int k = 0; k < REPORT_N_CLASSES; k++) {
+        predicted += confusion[k * REPORT_N_CLASSES + c];
+        actual += confusion[c * REPORT_N_CLASSES + k];
     }
     *prec = predicted > 0 ? tp / predicted : 0.0;
     *rec = actual > 0 ? tp / actual : 0.0;
@@ -121,12 +121,12 @@ void print_class_report(FILE *f, const float *confusion)
 {
     double macro[3] = {0}, weighted[3] = {0}, total = 0.0;
     fprintf(f, "%12s %10s %10s %10s %10s\n\n", "", "precision", "recall", "f1-score", "support");
-    for (int c = 0; c < DDP_N_CLASSES; c++) {
+    for (int c = 0; c < REPORT_N_CLASSES; c++) {
         double s[3], support;
         class_scores(confusion, c, &s[0], &s[1], &s[2], &support);
         fprintf(f, "%12d %10.4f %10.4f %10.4f %10.0f\n", c, s[0], s[1], s[2], support);
         for (int k = 0; k < 3; k++) {
-            macro[k] += s[k] / DDP_N_CLASSES;
+            macro[k] += s[k] / REPORT_N_CLASSES;
             weighted[k] += s[k] * support;
         }
         total += support;

@@ -1,12 +1,12 @@
 /* train_report.h - what ddp-train prints and writes: progress, classification report, metrics lines. */
-#ifndef DDP_TRAIN_REPORT_H
-#define DDP_TRAIN_REPORT_H
+#ifndef TRAIN_REPORT_H
+#define TRAIN_REPORT_H
 
 #include <stdio.h>
 
 #include "train_opts.h"
 
-#define DDP_N_CLASSES 10
+#define REPORT_N_CLASSES 10
 
 /* Seconds on a monotonic clock. */
 double train_now(void);
@@ -41,7 +41,7 @@ void progress_update(progress_bar *p, long step, int epoch, double loss);
 /* Ends the live bar's line (no-op without a terminal). */
 void progress_end(const progress_bar *p);
 
-/* Confusion counts: confusion[true * DDP_N_CLASSES + predicted]. */
+/* Confusion counts: confusion[true * REPORT_N_CLASSES + predicted]. */
 double confusion_accuracy(const float *confusion);
 /* sklearn-style table: per-class precision, recall, F1 and support; accuracy; macro and weighted
  * averages. A class with no prediction (or no sample) gets precision (recall) 0. */
@@ -76,4 +76,4 @@ typedef struct run_stats {
 void metrics_epoch(FILE *f, const epoch_stats *e);
 void metrics_summary(FILE *f, const train_opts *o, const run_stats *r);
 
-#endif /* DDP_TRAIN_REPORT_H */
+#endif /* TRAIN_REPORT_H */

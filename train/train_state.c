@@ -53,17 +53,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DDP_CKPT_NAME_FMT "step-%012ld.ckpt"
-#define DDP_CKPT_NAME_LEN 22 /* "step-" + 12 digits + ".ckpt" */
-#define DDP_FP_MAX 12
-#define DDP_FP_VALUE 96
-#define DDP_PATH_MAX 4096
+#define STATE_CKPT_NAME_FMT "step-%012ld.ckpt"
+#define STATE_CKPT_NAME_LEN 22 /* "step-" + 12 digits + ".ckpt" */
+#define STATE_FP_MAX 12
+#define STATE_FP_VALUE 96
+#define STATE_PATH_MAX 4096
 #define STATE_CHUNK ((size_t)1 << 20) /* elements per rank per round of a shard gather */
 #define ASYNC_WAIT_S 300.0 /* rank 0's background thread waits this long for the other ranks' files */
 
 typedef struct fp_entry {
     const char *key;
-    char value[DDP_FP_VALUE];
+    char value[STATE_FP_VALUE];
     int reshardable; /* may differ with --resume-reshard */
 } fp_entry;
 
@@ -108,27 +108,27 @@ static int state_fingerprint(const train_setup *s, fp_entry *fp)
     int n = 0;
     fp[n] = (fp_entry){.key = "config.model"};
     if (s->buf.model_fp[0])
-        snprintf(fp[n++].value, DDP_FP_VALUE, "%s", s->buf.model_fp);
+        snprintf(fp[n++].value, STATE_FP_VALUE, "%s", s->buf.model_fp);
     else
-        fp_model(&o->model, fp[n++].value, DDP_FP_VALUE);
-#define DDP_FP_(k, resh, ...) \
+        fp_model(&o->model, fp[n++].value, STATE_FP_VALUE);
+#define STATE_FP_(k, resh, ...) \
     fp[n] = (fp_entry){.key = (k), .reshardable = (resh)}; \
-    snprintf(fp[n++].value, DDP_FP_VALUE, __VA_ARGS__)
-    DDP_FP_("config.world_size", 1, "%d", ddp_world_size(s->ctx));
-    DDP_FP_("config.batch", 0, "%d", o->batch);
-    DDP_FP_("config.accum", 0, "%d", o->accum);
-    DDP_FP_("config.seed", 0, "%llu", (unsigned long long)o->seed);
-    DDP_FP_("config.shuffle", 0, "%s", o->shuffle ? "yes" : "no");
-    DDP_FP_("config.augment", 0, "%s", o->augment ? "yes" : "no");
+    snprintf(fp[n++].value, STATE_FP_VALUE, __VA_ARGS__)
+    STATE_FP_("config.world_size", 1, "%d", ddp_world_size(s->ctx));
+    STATE_FP_("config.batch", 0, "%d", o->batch);
+    STATE_FP_("config.accum", 0, "%d", o->accum);
+    STATE_FP_("config.seed", 0, "%llu", (unsigned long long)o->seed);
+    STATE_FP_("config.shuffle", 0, "%s", o->shuffle ? "yes" : "no");
+    STATE_FP_("config.augment", 0, "%s", o->augment ? "yes" : "no");
     if (o->cosine) {
-        DDP_FP_("config.lr_schedule", 1, "cosine over %ld steps", s->total_steps);
+        STATE_FP_("config.lr_schedule", 1, "cosine over %ld steps", s->total_steps);
     } else {
-        DDP_FP_("config.lr_schedule", 0, "constant");
+        STATE_FP_("config.lr_schedule", 0, "constant");
     }
-    DDP_FP_("config.train_samples", 0, "%zu", s->n_train);
-    DDP_FP_("config.precision", 0, "%s", model_precision_name(o->model.precision));
-    DDP_FP_("config.grad_dtype", 0, "%s", ddp_dtype_name(o->grad_dtype));
-#undef DDP_FP_
+    STATE_FP_("config.train_samples", 0, "%zu", s->n_train);
+    STATE_FP_("config.precision", 0, "%s", model_precision_name(o->model.precision));
+    STATE_FP_("config.grad_dtype", 0, "%s", ddp_dtype_name(o->grad_dtype));
+#undef STATE_FP_
     return n;
 }
 
@@ -154,7 +154,7 @@ static int schedule_extended(const fp_entry *fp, const char *theirs, const char 
 static ddp_status check_fingerprint(const train_setup *s, const ddp_state *st, const char *path,
                                         int *other_world)
 {
-    fp_entry fp[DDP_FP_MAX];
+    fp_entry fp[STATE_FP_MAX];
     int n = state_fingerprint(s, fp), refused = 0;
     *other_world = 0;
     for (int i = 0; i < n; i++) {
@@ -274,7 +274,7 @@ static ddp_status state_add_position(const train_setup *s, train_pos p, ddp_stat
         rc = ddp_state_set_u64(st, "loss_scale_good_steps", (uint64_t)good_steps);
     for (size_t i = 0; rc == DDP_OK && i < sizeof counters / sizeof counters[0]; i++)
         rc = ddp_state_set_u64(st, counters[i].name, counters[i].value);
-    fp_entry fp[DDP_FP_MAX];
+    fp_entry fp[STATE_FP_MAX];
     int n = state_fingerprint(s, fp);
     for (int i = 0; rc == DDP_OK && i < n; i++)
         rc = ddp_state_set_text(st, fp[i].key, fp[i].value);
@@ -415,7 +415,7 @@ static const char *save_error(ddp_status st)
 /* The step of a "step-<12 digits>.ckpt" name, or -1 for any other name. */
 static long ckpt_name_step(const char *name)
 {
-    if (strlen(name) != DDP_CKPT_NAME_LEN || strncmp(name, "step-", 5) != 0 ||
+    if (strlen(name) != STATE_CKPT_NAME_LEN || strncmp(name, "step-", 5) != 0 ||
         strcmp(name + 17, ".ckpt") != 0)
         return -1;
     long step = 0;
@@ -466,9 +466,9 @@ static ddp_status list_checkpoints(const char *dir, long **steps, size_t *n)
 
 static void ckpt_path(const char *dir, long step, char *path)
 {
-    char name[DDP_CKPT_NAME_LEN + 16]; /* room for any long, though steps have 12 digits */
-    snprintf(name, sizeof name, DDP_CKPT_NAME_FMT, step);
-    snprintf(path, DDP_PATH_MAX, "%s/%s", dir, name);
+    char name[STATE_CKPT_NAME_LEN + 16]; /* room for any long, though steps have 12 digits */
+    snprintf(name, sizeof name, STATE_CKPT_NAME_FMT, step);
+    snprintf(path, STATE_PATH_MAX, "%s/%s", dir, name);
 }
 
 /* 1 when path is a folder (a checkpoint folder, complete or not). */
@@ -481,7 +481,7 @@ static int is_folder(const char *path)
 /* 1 when the checkpoint folder path has its MANIFEST (the save that wrote it completed). */
 static int folder_complete(const char *path)
 {
-    char manifest[DDP_PATH_MAX + 16];
+    char manifest[STATE_PATH_MAX + 16];
     snprintf(manifest, sizeof manifest, "%s/%s", path, DDP_CKPT_MANIFEST);
     return access(manifest, F_OK) == 0;
 }
@@ -493,13 +493,13 @@ static int remove_checkpoint(const char *path)
 {
     if (!is_folder(path))
         return unlink(path);
-    char manifest[DDP_PATH_MAX + 16];
+    char manifest[STATE_PATH_MAX + 16];
     snprintf(manifest, sizeof manifest, "%s/%s", path, DDP_CKPT_MANIFEST);
     if (unlink(manifest) != 0 && errno != ENOENT)
         return -1;
     DIR *d = opendir(path);
     struct dirent *de;
-    char file[DDP_PATH_MAX + 300];
+    char file[STATE_PATH_MAX + 300];
     while (d && (de = readdir(d)) != NULL) {
         snprintf(file, sizeof file, "%s/%s", path, de->d_name);
         if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
@@ -518,7 +518,7 @@ static void prune_checkpoints(const char *dir, int keep)
     size_t n = 0;
     if (list_checkpoints(dir, &steps, &n) != DDP_OK)
         return;
-    char path[DDP_PATH_MAX];
+    char path[STATE_PATH_MAX];
     int kept = 0;
     for (size_t i = 0; i < n; i++) {
         ckpt_path(dir, steps[i], path);
@@ -546,7 +546,7 @@ typedef struct async_save {
     int has_thread;
     pthread_t thread;
     ddp_state *shard;          /* the staging copy */
-    char path[DDP_PATH_MAX];
+    char path[STATE_PATH_MAX];
     const char *dir;           /* --checkpoint-dir, for --keep */
     int rank, world, keep;
     long step;
@@ -645,7 +645,7 @@ static ddp_status async_finish(const train_setup *s)
         failed += flags[q];
     if (a->rank == 0 && failed)
         atomic_store(&a->cancel, 1);
-    char path[DDP_PATH_MAX];
+    char path[STATE_PATH_MAX];
     memcpy(path, a->path, sizeof path);
     long step = a->step;
     ddp_status st = async_join(a);
@@ -729,7 +729,7 @@ static ddp_status checkpoint_async(const train_setup *s, const train_pos *pos, c
 
 ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
 {
-    char path[DDP_PATH_MAX];
+    char path[STATE_PATH_MAX];
     ckpt_path(s->o->checkpoint_dir, pos->step, path);
     double t0 = now_s(), slowest_write = 0.0;
     int background = 0;
@@ -806,7 +806,7 @@ ddp_status train_check_outputs(const train_opts *o)
                   o->checkpoint_dir, strerror(errno));
         st = DDP_ERR_IO;
     } else if (o->checkpoint_dir) {
-        char inside[DDP_PATH_MAX];
+        char inside[STATE_PATH_MAX];
         snprintf(inside, sizeof inside, "%s/.", o->checkpoint_dir);
         st = probe_dir("--checkpoint-dir", o->checkpoint_dir, inside);
     }
@@ -958,7 +958,7 @@ static ddp_status open_resume(const train_setup *s, char *path, resume_src *out,
             st = DDP_ERR_FORMAT;
         }
     } else {
-        snprintf(path, DDP_PATH_MAX, "%s", o->resume);
+        snprintf(path, STATE_PATH_MAX, "%s", o->resume);
         st = src_open(path, out);
         if (st != DDP_OK)
             DDP_ERROR("--resume %s: cannot use this %s (see above)", path, is_folder(path) ? "folder" : "file");
@@ -1141,7 +1141,7 @@ static void resume_try(const train_setup *s, int64_t head[6], char *path, resume
     bcast_host(s->ctx, head, 6 * sizeof *head);
     bcast_host(s->ctx, scaler_state, sizeof scaler_state);
     if (head[1] && head[5]) {
-        bcast_host(s->ctx, path, DDP_PATH_MAX);
+        bcast_host(s->ctx, path, STATE_PATH_MAX);
         ddp_status lf = load_folder(s, path, src->dir, strcmp(s->o->resume, "auto") == 0);
         *folder_failed = head[0] == DDP_OK && lf != DDP_OK;
         head[0] = head[0] == DDP_OK ? lf : head[0];
@@ -1165,7 +1165,7 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
         return DDP_OK;
     int64_t head[6];
     resume_src src = {0};
-    char path[DDP_PATH_MAX] = "";
+    char path[STATE_PATH_MAX] = "";
     long below = LONG_MAX; /* rank 0, --resume auto: only checkpoints older than this step */
     int folder_failed = 0;
     /* --resume auto: a folder whose MANIFEST is fine but one of whose files fails its CRC (a flipped

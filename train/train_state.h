@@ -2,8 +2,8 @@
  * configuration fingerprint), the checkpoint folder (names, newest valid, keeping K), writability
  * checks before training, resuming (rank 0 reads, every rank receives) and Slurm requeue.
  */
-#ifndef DDP_TRAIN_STATE_H
-#define DDP_TRAIN_STATE_H
+#ifndef TRAIN_STATE_H
+#define TRAIN_STATE_H
 
 #include <stddef.h>
 
@@ -78,4 +78,4 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed);
  * job id is missing or scontrol failed (logged). */
 ddp_status train_requeue(void);
 
-#endif /* DDP_TRAIN_STATE_H */
+#endif /* TRAIN_STATE_H */

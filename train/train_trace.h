@@ -1,7 +1,7 @@
 /* train_trace.h - ddp-train's optional observation of a run: the start-up link check (--link-check)
  * and the timeline (--trace FILE) with its communication summary. */
-#ifndef DDP_TRAIN_TRACE_H
-#define DDP_TRAIN_TRACE_H
+#ifndef TRAIN_TRACE_H
+#define TRAIN_TRACE_H
 
 #include "ddp.h"
 #include "train_opts.h"
@@ -18,4 +18,4 @@ void train_comm_stats(ddp_ctx *ctx, run_stats *r);
 /* After training: rank 0 writes the trace file (when tracing). Collective. */
 ddp_status train_observe_end(ddp_ctx *ctx, const train_opts *o);
 
-#endif /* DDP_TRAIN_TRACE_H */
+#endif /* TRAIN_TRACE_H */

@@ -17,8 +17,8 @@
  * feature list or DDP_CPU_ISA value) into err. */
 static int blas_decide_here(struct blas_decision *d, char *err, size_t errlen)
 {
-    return blas_policy_decide(getenv("OPENBLAS_CORETYPE"), getenv(DDP_BLAS_SETTER_ENV), getenv(DDP_BLAS_SIMULATE_ENV),
-                              getenv(DDP_CPU_ISA_ENV), d, err, errlen);
+    return blas_policy_decide(getenv("OPENBLAS_CORETYPE"), getenv(BLAS_SETTER_ENV), getenv(BLAS_SIMULATE_ENV),
+                              getenv(CPU_ISA_ENV), d, err, errlen);
 }
 
 int ops_blas_prefer_fast_kernels(char **argv)
@@ -38,7 +38,7 @@ int ops_blas_prefer_fast_kernels(char **argv)
     if ((skip && strcmp(skip, "1") == 0) || !argv || !argv[0] || !d.apply)
         return 0;
     const char *have = openblas_get_corename();
-    if (setenv("OPENBLAS_CORETYPE", d.core, 1) != 0 || setenv(DDP_BLAS_SETTER_ENV, "models", 1) != 0) {
+    if (setenv("OPENBLAS_CORETYPE", d.core, 1) != 0 || setenv(BLAS_SETTER_ENV, "models", 1) != 0) {
         DDP_WARN("cannot set OPENBLAS_CORETYPE=%s; keeping OpenBLAS core %s", d.core, have);
         return 0;
     }
@@ -59,7 +59,7 @@ const char *ops_blas_describe(void)
     const char *core = openblas_get_corename();
     char err[256];
     if (blas_decide_here(&d, err, sizeof err) == 0)
-        blas_decision_describe(&d, getenv(DDP_BLAS_SETTER_ENV), policy, sizeof policy);
+        blas_decision_describe(&d, getenv(BLAS_SETTER_ENV), policy, sizeof policy);
     snprintf(text, sizeof text, "%s core=%s threads=%d; %s", config ? config : "OpenBLAS",
              core ? core : "unknown", openblas_get_num_threads(), policy);
     return text;

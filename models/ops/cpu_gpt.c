@@ -65,7 +65,7 @@ ddp_status ops_cpu_encoder_bwd(const ops_handle *ops, float *dwte, float *dwpe, 
 
 /* ---- LayerNorm --------------------------------------------------------------------------- */
 
-DDP_SIMD_BODY void layernorm_fwd_body(float *out, float *mean, float *rstd, const float *x,
+SIMD_BODY void layernorm_fwd_body(float *out, float *mean, float *rstd, const float *x,
                                       const float *w, const float *b, int rows, int C)
 {
     for (int r = 0; r < rows; r++) {
@@ -73,12 +73,12 @@ DDP_SIMD_BODY void layernorm_fwd_body(float *out, float *mean, float *rstd, cons
         layernorm_row_fwd(out + o, mean + r, rstd + r, x + o, w, b, C);
     }
 }
-DDP_SIMD_DISPATCH(layernorm_fwd_rows, layernorm_fwd_body,
+SIMD_DISPATCH(layernorm_fwd_rows, layernorm_fwd_body,
                   (float *out, float *mean, float *rstd, const float *x, const float *w,
                    const float *b, int rows, int C),
                   (out, mean, rstd, x, w, b, rows, C))
 
-DDP_SIMD_BODY void layernorm_bwd_body(float *dx, float *dw, float *db, const float *dout,
+SIMD_BODY void layernorm_bwd_body(float *dx, float *dw, float *db, const float *dout,
                                       const float *x, const float *w, const float *mean,
                                       const float *rstd, int rows, int C)
 {
@@ -87,7 +87,7 @@ DDP_SIMD_BODY void layernorm_bwd_body(float *dx, float *dw, float *db, const flo
         layernorm_row_bwd(dx + o, dw, db, dout + o, x + o, w, mean[r], rstd[r], C);
     }
 }
-DDP_SIMD_DISPATCH(layernorm_bwd_rows, layernorm_bwd_body,
+SIMD_DISPATCH(layernorm_bwd_rows, layernorm_bwd_body,
                   (float *dx, float *dw, float *db, const float *dout, const float *x,
                    const float *w, const float *mean, const float *rstd, int rows, int C),
                   (dx, dw, db, dout, x, w, mean, rstd, rows, C))
@@ -188,7 +188,7 @@ static void causal_atb(const att_head *a, const float *p, const float *y, int ld
 
 /* Largest of x[0..n), n >= 1, in lanes (a NaN is passed over, as by row_max; the sum of the
  * exponentials then carries it). */
-DDP_SIMD_BODY float lane_max(const float *x, int n)
+SIMD_BODY float lane_max(const float *x, int n)
 {
     float m[SUM_LANES];
     for (int j = 0; j < SUM_LANES; j++)
@@ -206,7 +206,7 @@ DDP_SIMD_BODY float lane_max(const float *x, int n)
 }
 
 /* x[i] = e^(x[i] - mx) for i < n; returns their sum. */
-DDP_SIMD_BODY float exp_shift_sum(float *x, int n, float mx)
+SIMD_BODY float exp_shift_sum(float *x, int n, float mx)
 {
     for (int i = 0; i < n; i++)
         x[i] = exp_branchless(x[i] - mx);
@@ -214,7 +214,7 @@ DDP_SIMD_BODY float exp_shift_sum(float *x, int n, float mx)
 }
 
 /* Row t of s (T, T): softmax over s[0..t], 0 above the diagonal. */
-DDP_SIMD_BODY void causal_softmax_body(float *s, int T)
+SIMD_BODY void causal_softmax_body(float *s, int T)
 {
     for (int t = 0; t < T; t++) {
         float *row = s + (size_t)t * T;
@@ -224,11 +224,11 @@ DDP_SIMD_BODY void causal_softmax_body(float *s, int T)
         memset(row + t + 1, 0, (size_t)(T - 1 - t) * sizeof(float));
     }
 }
-DDP_SIMD_DISPATCH(causal_softmax, causal_softmax_body, (float *s, int T), (s, T))
+SIMD_DISPATCH(causal_softmax, causal_softmax_body, (float *s, int T), (s, T))
 
 /* d (T, T) holds dL/datt; becomes dL/dscores * scale (0 above the diagonal): per row,
  * att * (d - sum_j att d) * scale. */
-DDP_SIMD_BODY void causal_softmax_bwd_body(float *d, const float *att, int T, float scale)
+SIMD_BODY void causal_softmax_bwd_body(float *d, const float *att, int T, float scale)
 {
     for (int t = 0; t < T; t++) {
         float *restrict dr = d + (size_t)t * T;
@@ -246,7 +246,7 @@ DDP_SIMD_BODY void causal_softmax_bwd_body(float *d, const float *att, int T, fl
         memset(dr + t + 1, 0, (size_t)(T - 1 - t) * sizeof(float));
     }
 }
-DDP_SIMD_DISPATCH(causal_softmax_bwd, causal_softmax_bwd_body,
+SIMD_DISPATCH(causal_softmax_bwd, causal_softmax_bwd_body,
                   (float *d, const float *att, int T, float scale), (d, att, T, scale))
 
 static bool att_shape_ok(const char *op, int B, int T, int C, int NH)
@@ -314,29 +314,29 @@ size_t ops_cpu_attention_floats(const ops_handle *ops, ddp_dtype p, int B, int T
 
 /* ---- GELU and the residual add ----------------------------------------------------------- */
 
-DDP_SIMD_BODY void gelu_fwd_body(float *restrict y, const float *restrict x, size_t n)
+SIMD_BODY void gelu_fwd_body(float *restrict y, const float *restrict x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         y[i] = gelu_tanh_exp(x[i]);
 }
-DDP_SIMD_DISPATCH(gelu_fwd_loop, gelu_fwd_body, (float *restrict y, const float *restrict x,
+SIMD_DISPATCH(gelu_fwd_loop, gelu_fwd_body, (float *restrict y, const float *restrict x,
                                                  size_t n), (y, x, n))
 
 /* dx may alias dy: element-wise, each read before its write. */
-DDP_SIMD_BODY void gelu_bwd_body(float *dx, const float *x, const float *dy, size_t n)
+SIMD_BODY void gelu_bwd_body(float *dx, const float *x, const float *dy, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         dx[i] = dy[i] * gelu_tanh_exp_grad(x[i]);
 }
-DDP_SIMD_DISPATCH(gelu_bwd_loop, gelu_bwd_body, (float *dx, const float *x, const float *dy,
+SIMD_DISPATCH(gelu_bwd_loop, gelu_bwd_body, (float *dx, const float *x, const float *dy,
                                                  size_t n), (dx, x, dy, n))
 
-DDP_SIMD_BODY void add_body(float *y, const float *a, const float *b, size_t n)
+SIMD_BODY void add_body(float *y, const float *a, const float *b, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         y[i] = a[i] + b[i];
 }
-DDP_SIMD_DISPATCH(add_loop, add_body, (float *y, const float *a, const float *b, size_t n),
+SIMD_DISPATCH(add_loop, add_body, (float *y, const float *a, const float *b, size_t n),
                   (y, a, b, n))
 
 ddp_status ops_cpu_gelu_fwd(const ops_handle *ops, float *y, const float *x, size_t n)
@@ -361,7 +361,7 @@ ddp_status ops_cpu_add(const ops_handle *ops, float *y, const float *a, const fl
 /* ---- cross-entropy ----------------------------------------------------------------------- */
 
 /* Sum of e^(z[c] - mx) over c < V, in lanes (nothing stored). */
-DDP_SIMD_BODY float exp_sum(const float *z, int V, float mx)
+SIMD_BODY float exp_sum(const float *z, int V, float mx)
 {
     float s[SUM_LANES] = {0.0f};
     int c = 0;
@@ -376,7 +376,7 @@ DDP_SIMD_BODY float exp_sum(const float *z, int V, float mx)
 /* Loss of one row z (Vp) against target over its first V columns; when d is not NULL (it may be
  * z itself) d = (softmax - onehot) * dscale there and 0 in the padding. One exp per logit: d
  * holds the exponentials until the sum is known. */
-DDP_SIMD_BODY float xent_row_body(float *d, const float *z, int target, int V, int Vp,
+SIMD_BODY float xent_row_body(float *d, const float *z, int target, int V, int Vp,
                                   float dscale)
 {
     float mx = lane_max(z, V), zt = z[target], sum;
@@ -394,7 +394,7 @@ DDP_SIMD_BODY float xent_row_body(float *d, const float *z, int target, int V, i
 }
 
 /* Every row's loss (and gradient); one function per SIMD clone. */
-DDP_SIMD_BODY void xent_rows_body(float *dlogits, float *losses, const float *logits,
+SIMD_BODY void xent_rows_body(float *dlogits, float *losses, const float *logits,
                                   const int *targets, int rows, int V, int Vp, float dscale)
 {
     for (int r = 0; r < rows; r++) {
@@ -403,7 +403,7 @@ DDP_SIMD_BODY void xent_rows_body(float *dlogits, float *losses, const float *lo
                                   dscale);
     }
 }
-DDP_SIMD_DISPATCH(xent_rows, xent_rows_body,
+SIMD_DISPATCH(xent_rows, xent_rows_body,
                   (float *dlogits, float *losses, const float *logits, const int *targets,
                    int rows, int V, int Vp, float dscale),
                   (dlogits, losses, logits, targets, rows, V, Vp, dscale))
@@ -430,14 +430,14 @@ typedef struct adamw_hp {
 } adamw_hp;
 
 /* The four buffers are distinct allocations. */
-DDP_SIMD_BODY void adamw_body(float *restrict w, float *restrict m, float *restrict v,
+SIMD_BODY void adamw_body(float *restrict w, float *restrict m, float *restrict v,
                               const float *restrict g, size_t n, adamw_hp h)
 {
     for (size_t i = 0; i < n; i++)
         w[i] = adamw_update(w[i], &m[i], &v[i], g[i], h.grad_scale, h.lr, h.beta1, h.beta2, h.eps,
                             h.wd, h.bc1, h.bc2);
 }
-DDP_SIMD_DISPATCH(adamw_loop, adamw_body,
+SIMD_DISPATCH(adamw_loop, adamw_body,
                   (float *restrict w, float *restrict m, float *restrict v,
                    const float *restrict g, size_t n, adamw_hp h),
                   (w, m, v, g, n, h))

@@ -153,17 +153,17 @@ __global__ void colsum_part_kernel(ddp_dtype p, float *part, const void *dy, int
     part[(size_t)blockIdx.y * cols + c] = s;
 }
 
-/* Images per block of the channel sums: blocks (channel, chunk) of DDP_SUM_IMAGES images each
+/* Images per block of the channel sums: blocks (channel, chunk) of OPS_SUM_IMAGES images each
  * spread the reduction over the whole GPU (one block per channel left 20 blocks to read 16 MB). */
-#define DDP_SUM_IMAGES 8
+#define OPS_SUM_IMAGES 8
 
 /* Block (ch, g): part[g * c + ch] = the sum of dy (n, c, hw) over images
- * g * DDP_SUM_IMAGES .. and all pixels of channel ch, in a fixed order (reproducible). */
+ * g * OPS_SUM_IMAGES .. and all pixels of channel ch, in a fixed order (reproducible). */
 __global__ void channel_part_kernel(ddp_dtype p, const void *dy, int n, int c, int hw,
                                         float *part)
 {
     __shared__ float red[256];
-    int ch = blockIdx.x, lo = blockIdx.y * DDP_SUM_IMAGES, hi = min(n, lo + DDP_SUM_IMAGES);
+    int ch = blockIdx.x, lo = blockIdx.y * OPS_SUM_IMAGES, hi = min(n, lo + OPS_SUM_IMAGES);
     float s = 0.0f;
     for (int img = lo; img < hi; img++) {
         size_t base = ((size_t)img * c + ch) * hw;
@@ -303,7 +303,7 @@ ddp_status cuda_channel_sums(const ops_handle *ops, ddp_dtype p, const void *dy,
     cuda_state *cu = cuda_of(ops);
     if (c <= 0)
         return DDP_OK;
-    int n_parts = n > 0 && hw > 0 ? (n + DDP_SUM_IMAGES - 1) / DDP_SUM_IMAGES : 0;
+    int n_parts = n > 0 && hw > 0 ? (n + OPS_SUM_IMAGES - 1) / OPS_SUM_IMAGES : 0;
     void *part = NULL;
     if (n_parts > 0) {
         TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_CHANNEL_SUMS, (size_t)c * n_parts * sizeof(float), &part));

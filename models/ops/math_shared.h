@@ -13,23 +13,23 @@
 #include <stdint.h>
 
 #ifdef __CUDACC__
-#define DDP_HD __host__ __device__
+#define OPS_HD __host__ __device__
 #else
-#define DDP_HD
+#define OPS_HD
 #endif
 
 /* ---- activations ------------------------------------------------------------------------- */
 
-static inline DDP_HD float relu(float x) { return x > 0.0f ? x : 0.0f; }
+static inline OPS_HD float relu(float x) { return x > 0.0f ? x : 0.0f; }
 
 /* Gradient through a ReLU given its output y. */
-static inline DDP_HD float relu_grad(float dy, float y) { return y > 0.0f ? dy : 0.0f; }
+static inline OPS_HD float relu_grad(float dy, float y) { return y > 0.0f ? dy : 0.0f; }
 
 /* ---- optimizer --------------------------------------------------------------------------- */
 
 /* One element of SGD with momentum and weight decay (PyTorch's formulation): g' = g + wd * w,
  * m = momentum * m + g', w -= lr * m. Updates *m and returns the new weight. */
-static inline DDP_HD float sgd_update(float w, float *m, float g, float lr, float momentum,
+static inline OPS_HD float sgd_update(float w, float *m, float g, float lr, float momentum,
                                           float weight_decay)
 {
     float gd = g + weight_decay * w;
@@ -41,7 +41,7 @@ static inline DDP_HD float sgd_update(float w, float *m, float g, float lr, floa
 /* One element of AdamW (torch.optim.AdamW): g scaled by grad_scale (clipping), moments updated
  * in place, bias-corrected by bc1 = 1 - beta1^t and bc2 = 1 - beta2^t (computed once per step by
  * the caller), decoupled weight decay wd. Returns the new weight. */
-static inline DDP_HD float adamw_update(float w, float *m, float *v, float g, float grad_scale,
+static inline OPS_HD float adamw_update(float w, float *m, float *v, float g, float grad_scale,
                                         float lr, float beta1, float beta2, float eps, float wd,
                                         float bc1, float bc2)
 {
@@ -58,14 +58,14 @@ static inline DDP_HD float adamw_update(float w, float *m, float *v, float g, fl
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 
-static inline DDP_HD float gelu_tanh(float x)
+static inline OPS_HD float gelu_tanh(float x)
 {
     float cube = 0.044715f * x * x * x;
     return 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + cube)));
 }
 
 /* d gelu_tanh(x) / dx. */
-static inline DDP_HD float gelu_tanh_grad(float x)
+static inline OPS_HD float gelu_tanh_grad(float x)
 {
     float cube = 0.044715f * x * x * x;
     float th = tanhf(GELU_SCALE * (x + cube));
@@ -76,7 +76,7 @@ static inline DDP_HD float gelu_tanh_grad(float x)
 /* ---- softmax cross-entropy --------------------------------------------------------------- */
 
 /* Largest of z[0..n) and (first) index of it. */
-static inline DDP_HD float row_max(const float *z, int n, int *arg)
+static inline OPS_HD float row_max(const float *z, int n, int *arg)
 {
     float mx = z[0];
     int best = 0;
@@ -91,7 +91,7 @@ static inline DDP_HD float row_max(const float *z, int n, int *arg)
 }
 
 /* Sum of exp(z[i] - mx): the max-subtracted softmax denominator (never overflows). */
-static inline DDP_HD float softmax_denom(const float *z, int n, float mx)
+static inline OPS_HD float softmax_denom(const float *z, int n, float mx)
 {
     float s = 0.0f;
     for (int i = 0; i < n; i++)
@@ -102,7 +102,7 @@ static inline DDP_HD float softmax_denom(const float *z, int n, float mx)
 /* Cross-entropy of one row of logits z (classes) against label (in range, checked by the caller).
  * Writes dz[c] = (softmax(z)[c] - [c == label]) * inv_rows when dz is not NULL and the predicted
  * class to *pred. Returns -log softmax(z)[label]. */
-static inline DDP_HD float xent_row(const float *z, int label, int classes, float inv_rows,
+static inline OPS_HD float xent_row(const float *z, int label, int classes, float inv_rows,
                                         float *dz, int *pred)
 {
     float mx = row_max(z, classes, pred);
@@ -119,10 +119,10 @@ static inline DDP_HD float xent_row(const float *z, int label, int classes, floa
 /* ---- convolution index arithmetic -------------------------------------------------------- */
 
 /* Output side of a stride-1 convolution with zero padding. */
-static inline DDP_HD int conv_out(int in, int k, int pad) { return in + 2 * pad - k + 1; }
+static inline OPS_HD int conv_out(int in, int k, int pad) { return in + 2 * pad - k + 1; }
 
 /* Splits an im2col row index into channel and kernel offsets: row = (ci * k + ky) * k + kx. */
-static inline DDP_HD void im2col_row_split(int row, int k, int *ci, int *ky, int *kx)
+static inline OPS_HD void im2col_row_split(int row, int k, int *ci, int *ky, int *kx)
 {
     *kx = row % k;
     *ky = (row / k) % k;
@@ -131,7 +131,7 @@ static inline DDP_HD void im2col_row_split(int row, int k, int *ci, int *ky, int
 
 /* Index into the (C,H,W) image that feeds col[row(ci,ky,kx), oy * w_out + ox], or -1 when that
  * position lies in the zero padding. */
-static inline DDP_HD ptrdiff_t im2col_src(int h, int w, int pad, int ci, int ky, int kx, int oy,
+static inline OPS_HD ptrdiff_t im2col_src(int h, int w, int pad, int ci, int ky, int kx, int oy,
                                               int ox)
 {
     int y = oy + ky - pad;
@@ -143,7 +143,7 @@ static inline DDP_HD ptrdiff_t im2col_src(int h, int w, int pad, int ci, int ky,
 
 /* Sum of every col entry that im2col copied from image element (ci, y, x): the col2im value of
  * that element, gathered (no two threads write one element). col is (c*k*k, h_out*w_out). */
-static inline DDP_HD float col2im_gather(const float *col, int h, int w, int k, int pad, int ci,
+static inline OPS_HD float col2im_gather(const float *col, int h, int w, int k, int pad, int ci,
                                              int y, int x)
 {
     int h_out = conv_out(h, k, pad);
@@ -167,14 +167,14 @@ static inline DDP_HD float col2im_gather(const float *col, int h, int w, int k, 
 /* ---- 2x2 max-pool, stride 2 -------------------------------------------------------------- */
 
 /* Input index of the top-left element of output (plane, oy, ox)'s window, planes of h x w. */
-static inline DDP_HD ptrdiff_t pool_window(int plane, int oy, int ox, int h, int w)
+static inline OPS_HD ptrdiff_t pool_window(int plane, int oy, int ox, int h, int w)
 {
     return ((ptrdiff_t)plane * h + 2 * oy) * w + 2 * ox;
 }
 
 /* Maximum of output (plane, oy, ox)'s 2x2 window of x; *arg receives its input index (the first
  * in row-major order on ties). */
-static inline DDP_HD float pool_max(const float *x, int plane, int oy, int ox, int h, int w,
+static inline OPS_HD float pool_max(const float *x, int plane, int oy, int ox, int h, int w,
                                         int *arg)
 {
     ptrdiff_t base = pool_window(plane, oy, ox, h, w);
@@ -194,22 +194,22 @@ static inline DDP_HD float pool_max(const float *x, int plane, int oy, int ox, i
  * the compiler turns into vector registers. */
 
 #ifdef __CUDACC__
-#define DDP_RESTRICT __restrict__
+#define OPS_RESTRICT __restrict__
 #else
-#define DDP_RESTRICT restrict
+#define OPS_RESTRICT restrict
 #endif
 
 #define LAYERNORM_EPS 1e-5f /* GPT-2's (and torch.nn.LayerNorm's default) */
 #define SUM_LANES 8
 
 /* Sum of the 8 lanes, pairwise. */
-static inline DDP_HD float lanes_total(const float *s)
+static inline OPS_HD float lanes_total(const float *s)
 {
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 /* Sum of x[0..n) - c (c = 0: the plain sum), in lanes. */
-static inline DDP_HD float lane_sum(const float *DDP_RESTRICT x, int n, float c)
+static inline OPS_HD float lane_sum(const float *OPS_RESTRICT x, int n, float c)
 {
     float s[SUM_LANES] = {0.0f};
     int i = 0;
@@ -222,7 +222,7 @@ static inline DDP_HD float lane_sum(const float *DDP_RESTRICT x, int n, float c)
 }
 
 /* Sum of (x[0..n) - c)^2, in lanes. */
-static inline DDP_HD float lane_sumsq(const float *DDP_RESTRICT x, int n, float c)
+static inline OPS_HD float lane_sumsq(const float *OPS_RESTRICT x, int n, float c)
 {
     float s[SUM_LANES] = {0.0f};
     int i = 0;
@@ -236,10 +236,10 @@ static inline DDP_HD float lane_sumsq(const float *DDP_RESTRICT x, int n, float 
 
 /* out = (x - mean) * rstd * w + b over one row of C; writes the row's mean and rstd =
  * 1 / sqrt(biased variance + eps). The variance is taken about the mean (two passes). */
-static inline DDP_HD void layernorm_row_fwd(float *DDP_RESTRICT out, float *mean, float *rstd,
-                                            const float *DDP_RESTRICT x,
-                                            const float *DDP_RESTRICT w,
-                                            const float *DDP_RESTRICT b, int C)
+static inline OPS_HD void layernorm_row_fwd(float *OPS_RESTRICT out, float *mean, float *rstd,
+                                            const float *OPS_RESTRICT x,
+                                            const float *OPS_RESTRICT w,
+                                            const float *OPS_RESTRICT b, int C)
 {
     float m = lane_sum(x, C, 0.0f) / (float)C;
     float shift = lane_sum(x, C, m) / (float)C; /* the mean's rounding, taken back out */
@@ -253,11 +253,11 @@ static inline DDP_HD void layernorm_row_fwd(float *DDP_RESTRICT out, float *mean
 
 /* The backward pass of one row: with xhat = (x - mean) * rstd and g = dout * w,
  * dx += rstd * (g - mean(g) - xhat * mean(g * xhat)); dw += dout * xhat; db += dout (all add). */
-static inline DDP_HD void layernorm_row_bwd(float *DDP_RESTRICT dx, float *DDP_RESTRICT dw,
-                                            float *DDP_RESTRICT db,
-                                            const float *DDP_RESTRICT dout,
-                                            const float *DDP_RESTRICT x,
-                                            const float *DDP_RESTRICT w, float mean, float rstd,
+static inline OPS_HD void layernorm_row_bwd(float *OPS_RESTRICT dx, float *OPS_RESTRICT dw,
+                                            float *OPS_RESTRICT db,
+                                            const float *OPS_RESTRICT dout,
+                                            const float *OPS_RESTRICT x,
+                                            const float *OPS_RESTRICT w, float mean, float rstd,
                                             int C)
 {
     float sg[SUM_LANES] = {0.0f}, sgx[SUM_LANES] = {0.0f};
@@ -290,11 +290,11 @@ static inline DDP_HD void layernorm_row_bwd(float *DDP_RESTRICT dx, float *DDP_R
 #endif
 
 /* 1 / sqrt(var + eps): a LayerNorm row's rstd from its biased variance. */
-static inline DDP_HD float layernorm_rstd(float var) { return 1.0f / sqrtf(var + LAYERNORM_EPS); }
+static inline OPS_HD float layernorm_rstd(float var) { return 1.0f / sqrtf(var + LAYERNORM_EPS); }
 
 /* One element of a LayerNorm row's input gradient: rstd * (dout w - mean(g) - xhat mean(g xhat))
  * with g = dout * w over the row (mg, mgx: those two means). */
-static inline DDP_HD float layernorm_dx(float dout, float w, float xhat, float rstd, float mg,
+static inline OPS_HD float layernorm_dx(float dout, float w, float xhat, float rstd, float mg,
                                         float mgx)
 {
     return rstd * (dout * w - mg - xhat * mgx);
@@ -302,7 +302,7 @@ static inline DDP_HD float layernorm_dx(float dout, float w, float xhat, float r
 
 /* AdamW's bias corrections of step t >= 1: *bc1 = 1 - beta1^t, *bc2 = 1 - beta2^t (in double,
  * rounded once), for adamw_update. */
-static inline DDP_HD void adamw_bias_corrections(float beta1, float beta2, int t, float *bc1,
+static inline OPS_HD void adamw_bias_corrections(float beta1, float beta2, int t, float *bc1,
                                                  float *bc2)
 {
     *bc1 = (float)(1.0 - pow((double)beta1, (double)t));
@@ -317,7 +317,7 @@ static inline DDP_HD void adamw_bias_corrections(float beta1, float beta2, int t
  * with |r| <= ln2 / 2 (ln2 split in two so n ln2 is exact), e^r by its degree-7 Taylor
  * polynomial (truncation under 6e-9 relative), 2^n written into the exponent bits. Within
  * 1.0e-7 relative of exp (measured over the range; expf: 0.5 ulp, 6e-8). */
-static inline DDP_HD float exp_branchless(float y)
+static inline OPS_HD float exp_branchless(float y)
 {
     y = y < -87.0f ? -87.0f : y;
     y = y > 88.0f ? 88.0f : y;
@@ -348,7 +348,7 @@ static inline DDP_HD float exp_branchless(float y)
 
 /* gelu_tanh through exp: 0.5 (1 + tanh(u)) = 1 / (1 + e^(-2u)), which also keeps the digits
  * that 1 + tanh(u) cancels for x << 0. */
-static inline DDP_HD float gelu_tanh_exp(float x)
+static inline OPS_HD float gelu_tanh_exp(float x)
 {
     float u = GELU_SCALE * (x + 0.044715f * x * x * x);
     return x / (1.0f + exp_branchless(-2.0f * u));
@@ -356,7 +356,7 @@ static inline DDP_HD float gelu_tanh_exp(float x)
 
 /* gelu_tanh_grad through exp: with s = 1 / (1 + e^(-2u)), 0.5 (1 + tanh) = s and
  * 0.5 sech^2 = 2 s (1 - s). */
-static inline DDP_HD float gelu_tanh_exp_grad(float x)
+static inline OPS_HD float gelu_tanh_exp_grad(float x)
 {
     float u = GELU_SCALE * (x + 0.044715f * x * x * x);
     float s = 1.0f / (1.0f + exp_branchless(-2.0f * u));

@@ -314,7 +314,7 @@ cpu_sgd_bf16_avx512(float *restrict w, float *restrict m, const float *restrict 
 
 /* Rounds x[0..n) to bfloat16 in place (nearest even, as half_f32_to_bf16; NaN stays NaN): the bf16
  * emulation's rounding, written without branches so every clone vectorises it. */
-DDP_SIMD_BODY void round_bf16_body(float *x, size_t n)
+SIMD_BODY void round_bf16_body(float *x, size_t n)
 {
     uint32_t *u = (uint32_t *)(void *)x;
     for (size_t i = 0; i < n; i++) {
@@ -323,7 +323,7 @@ DDP_SIMD_BODY void round_bf16_body(float *x, size_t n)
         u[i] = nan ? (v | 0x00400000u) & 0xffff0000u : rounded;
     }
 }
-DDP_SIMD_DISPATCH(cpu_round_bf16, round_bf16_body, (float *x, size_t n), (x, n))
+SIMD_DISPATCH(cpu_round_bf16, round_bf16_body, (float *x, size_t n), (x, n))
 
 /* An emulated op's fp32 output rounded to what storage in p would hold (fp32: nothing). */
 static void cpu_round_to(ddp_dtype p, float *x, size_t n)

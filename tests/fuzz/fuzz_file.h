@@ -1,7 +1,7 @@
 /* fuzz_file.h - gives a fuzz input a file path (a memfd named through /proc/self/fd) for the
  * harnesses of file readers; nothing is left on disk. Used by one harness per program. */
-#ifndef DDP_FUZZ_FILE_H
-#define DDP_FUZZ_FILE_H
+#ifndef FUZZ_FILE_H
+#define FUZZ_FILE_H
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,4 +20,4 @@ static inline void fuzz_input_file(int *fd, const char *label, const void *data,
     snprintf(path, len, "/proc/self/fd/%d", *fd);
 }
 
-#endif /* DDP_FUZZ_FILE_H */
+#endif /* FUZZ_FILE_H */

@@ -21,14 +21,14 @@ static int in(double v, double lo, double hi)
 static void check_opts(const train_opts *o)
 {
     const model_config *m = &o->model;
-    int ok = o->epochs >= 1 && o->epochs <= DDP_TRAIN_MAX_EPOCHS && o->max_steps >= 0 &&
-             o->max_steps <= DDP_TRAIN_MAX_STEPS && o->batch >= 1 && o->accum >= 1 && o->threads >= 1 &&
-             o->threads <= DDP_TRAIN_MAX_THREADS && o->log_every >= 1 && o->workers >= 0 &&
-             o->workers <= DDP_TRAIN_MAX_WORKERS && o->loss_scale_init > 0.0 && o->loss_scale_init <= FLT_MAX &&
-             in(o->lr, DDP_TRAIN_MIN_LR, DDP_TRAIN_MAX_LR) && in(o->momentum, 0.0, 1.0) && o->momentum < 1.0 &&
-             in(o->weight_decay, 0.0, DDP_TRAIN_MAX_WEIGHT_DECAY) && o->bucket_mb > 0.0 &&
-             in(o->bucket_mb, 0.0, DDP_TRAIN_MAX_BUCKET_MB) && o->first_bucket_mb > 0.0 &&
-             in(o->first_bucket_mb, 0.0, DDP_TRAIN_MAX_BUCKET_MB) && o->data_dir && m->max_batch == o->batch &&
+    int ok = o->epochs >= 1 && o->epochs <= TRAIN_MAX_EPOCHS && o->max_steps >= 0 &&
+             o->max_steps <= TRAIN_MAX_STEPS && o->batch >= 1 && o->accum >= 1 && o->threads >= 1 &&
+             o->threads <= TRAIN_MAX_THREADS && o->log_every >= 1 && o->workers >= 0 &&
+             o->workers <= TRAIN_MAX_WORKERS && o->loss_scale_init > 0.0 && o->loss_scale_init <= FLT_MAX &&
+             in(o->lr, TRAIN_MIN_LR, TRAIN_MAX_LR) && in(o->momentum, 0.0, 1.0) && o->momentum < 1.0 &&
+             in(o->weight_decay, 0.0, TRAIN_MAX_WEIGHT_DECAY) && o->bucket_mb > 0.0 &&
+             in(o->bucket_mb, 0.0, TRAIN_MAX_BUCKET_MB) && o->first_bucket_mb > 0.0 &&
+             in(o->first_bucket_mb, 0.0, TRAIN_MAX_BUCKET_MB) && o->data_dir && m->max_batch == o->batch &&
              m->seed == o->seed && (m->kind == MODEL_MLP || m->kind == MODEL_CNN);
     if (m->kind == MODEL_MLP) {
         ok = ok && m->n_widths >= 2 && m->n_widths <= MODEL_MLP_MAX_LAYERS + 1 && m->widths[0] == 784 &&

@@ -1,7 +1,7 @@
 /* adamw_util.h - the model tests' AdamW: ddp-train's optimizer (train/optim.h) over every element
  * of a GPT-2, weight decay on the 2-D weights (gpt2_param_decays), betas 0.9 and 0.95, eps 1e-8. */
-#ifndef DDP_TEST_ADAMW_UTIL_H
-#define DDP_TEST_ADAMW_UTIL_H
+#ifndef TEST_ADAMW_UTIL_H
+#define TEST_ADAMW_UTIL_H
 
 #include <stdlib.h>
 
@@ -28,4 +28,4 @@ static inline ddp_status test_adamw(gpt2 *g, optim **o, float lr, float wd, int 
     return optim_step(*o, gpt2_params(g), gpt2_grads(g), lr, t, scale);
 }
 
-#endif /* DDP_TEST_ADAMW_UTIL_H */
+#endif /* TEST_ADAMW_UTIL_H */

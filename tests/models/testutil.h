@@ -1,8 +1,8 @@
 /* testutil.h - helpers shared by the model and backend tests: a seeded random source, array
  * comparison that prints the first few mismatches, and a central-difference gradient checker.
  */
-#ifndef DDP_TEST_MODELS_UTIL_H
-#define DDP_TEST_MODELS_UTIL_H
+#ifndef TEST_MODELS_UTIL_H
+#define TEST_MODELS_UTIL_H
 
 #include <math.h>
 #include <stdint.h>
@@ -90,13 +90,13 @@ static inline int test_gradcheck(const char *what, float *v, size_t n, size_t st
 }
 
 /* The GPU tests' set-up: a one-rank CUDA context (ddp_init runs without a launcher), its ops
- * handle, and a CPU handle on host memory, the oracle. Returns DDP_TEST_SKIP (77) without a usable
+ * handle, and a CPU handle on host memory, the oracle. Returns TEST_SKIP (77) without a usable
  * GPU, 1 when opening failed, 0 on success. test_cuda_close releases all three. */
 static inline int test_cuda_open(const char *who, ddp_ctx **ctx, ops_handle **gpu, ops_handle **cpu)
 {
     if (ddp_cuda_device_count() == 0) {
         fprintf(stderr, "%s: skipped: no usable GPU\n", who);
-        return DDP_TEST_SKIP;
+        return TEST_SKIP;
     }
     ddp_init_opts io;
     ddp_init_opts_default(&io);
@@ -116,4 +116,4 @@ static inline void test_cuda_close(ddp_ctx *ctx, ops_handle *gpu, ops_handle *cp
     ddp_finalize(ctx);
 }
 
-#endif /* DDP_TEST_MODELS_UTIL_H */
+#endif /* TEST_MODELS_UTIL_H */

@@ -70,7 +70,7 @@ static int gpu_setup(void)
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
         if (rank == 0)
             fprintf(stderr, "test_fake_nccl: skipped: no GPU\n");
-        return DDP_TEST_SKIP;
+        return TEST_SKIP;
     }
     cudaSetDevice(0);
     return cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess ? 0 : 1;

@@ -224,7 +224,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (opts.backend == DDP_BACKEND_CUDA && skip_without_gpus())
-        return DDP_TEST_SKIP;
+        return TEST_SKIP;
     avg_premultiplied = opts.backend == DDP_BACKEND_CUDA;
     opts.print_table = 0;
     ddp_ctx *ctx = NULL;

@@ -138,7 +138,7 @@ int main(int argc, char **argv)
     const char *path = argc > 1 ? argv[1] : "zeroed";
     if (ddp_cuda_device_count() == 0) {
         fprintf(stderr, "test_cuda_deadline: skipped: no usable GPU\n");
-        return DDP_TEST_SKIP;
+        return TEST_SKIP;
     }
     ddp_init_opts io;
     ddp_init_opts_default(&io);

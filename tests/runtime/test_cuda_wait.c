@@ -110,7 +110,7 @@ int main(int argc, char **argv)
     int timeout_case = argc == 2 && !strcmp(argv[1], "--timeout");
     if (ddp_cuda_device_count() == 0) {
         fprintf(stderr, "test_cuda_wait: skipped: no GPU\n");
-        return DDP_TEST_SKIP;
+        return TEST_SKIP;
     }
     if (timeout_case && !getenv("DDP_TIMEOUT")) {
         fprintf(stderr, "test_cuda_wait --timeout: set DDP_TIMEOUT (seconds)\n");

@@ -189,7 +189,7 @@ int main(int argc, char **argv)
         return 2;
     if (a.backend == DDP_BACKEND_CUDA && ddp_cuda_device_count() > 0 &&
         !getenv("DDP_FAKE_CUDA_DEVICES"))
-        return DDP_TEST_SKIP;
+        return TEST_SKIP;
     if (a.mpi_first)
         return run_mpi_first(a.np);
     set_env_if_mine(&a);

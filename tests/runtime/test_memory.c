@@ -135,7 +135,7 @@ int main(int argc, char **argv)
         return 2;
     if (io.backend == DDP_BACKEND_CUDA && ddp_cuda_device_count() == 0) {
         fprintf(stderr, "test_memory: skipped: no usable GPU\n");
-        return DDP_TEST_SKIP;
+        return TEST_SKIP;
     }
     check_alloc_zeroed(NULL, "host");
     check_round_trip(NULL, "host");

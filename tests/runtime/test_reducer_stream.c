@@ -196,7 +196,7 @@ int main(void)
 {
     if (ddp_cuda_device_count() == 0) {
         fprintf(stderr, "test_reducer_stream: skipped: no GPU\n");
-        return DDP_TEST_SKIP;
+        return TEST_SKIP;
     }
     ddp_init_opts io;
     ddp_init_opts_default(&io);

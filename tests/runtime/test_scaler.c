@@ -107,7 +107,7 @@ int main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "--backend") == 0 && ddp_backend_parse(argv[2], &io.backend) != DDP_OK)
         return 2;
     if (io.backend == DDP_BACKEND_CUDA && ddp_cuda_device_count() == 0)
-        return DDP_TEST_SKIP;
+        return TEST_SKIP;
     ddp_ctx *ctx = NULL;
     if (ddp_init(&io, &ctx) != DDP_OK)
         return 1;
