@@ -38,22 +38,17 @@ def name(step):
 
 
 def tagged_pids(tag):
-    """PIDs of the processes whose environment holds DDP_KILL_TEST=tag (mpirun and the ranks)."""
+    """{pid: (rank, argv0)} of the processes whose environment holds DDP_KILL_TEST=tag (mpirun and
+    the ranks; rank -1 for mpirun)."""
     found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid, env in trainlib.tagged("DDP_KILL_TEST", tag).items():
         try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                if f.read().split(b") ")[-1][:1] == b"Z":
-                    continue  # ended, not yet reaped
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv0 = f.read().split(b"\0")[0]
-        except (OSError, ValueError):
+        except OSError:
             continue
-        if env.get(b"DDP_KILL_TEST") == tag.encode():
-            rank = env.get(b"OMPI_COMM_WORLD_RANK")
-            found[int(pid)] = (int(rank) if rank and rank.isdigit() else -1, argv0)
+        rank = env.get(b"OMPI_COMM_WORLD_RANK")
+        found[pid] = (int(rank) if rank and rank.isdigit() else -1, argv0)
     return found
 
 

@@ -33,19 +33,9 @@ START_LIMIT = 90.0  # seconds for the job to start training
 def tagged_pids(tag):
     """{pid: rank} of the processes whose environment holds DDP_HANG_TEST=tag (rank -1 if unknown)."""
     found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                if f.read().split(b") ")[-1][:1] == b"Z":
-                    continue  # a zombie has ended; its parent has not reaped it yet
-        except (OSError, ValueError):
-            continue
-        if env.get(b"DDP_HANG_TEST") != tag.encode():
-            continue
+    for pid, env in trainlib.tagged("DDP_HANG_TEST", tag).items():
         rank = env.get(b"RANK") or env.get(b"OMPI_COMM_WORLD_RANK") or env.get(b"SLURM_PROCID")
-        found[int(pid)] = int(rank) if rank and rank.isdigit() else -1
+        found[pid] = int(rank) if rank and rank.isdigit() else -1
     return found
 
 

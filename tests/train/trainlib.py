@@ -111,6 +111,24 @@ def run(cmd, timeout, env=None):
     return p.returncode, p.stdout
 
 
+def tagged(var, tag):
+    """{pid: environ (bytes keys and values)} of the live (not zombie) processes whose environment
+    holds VAR=TAG: how the fault tests find a job's mpirun and ranks to kill or watch."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().split(b") ")[-1][:1] == b"Z":
+                    continue  # ended; its parent has not reaped it yet
+        except (OSError, ValueError):
+            continue
+        if env.get(var.encode()) == tag.encode():
+            found[int(pid)] = env
+    return found
+
+
 def nesting_errors(events):
     """Chrome trace events (ddp-train --trace): B/E must form a stack per (pid, tid), names
     matching; ts must not decrease per thread. Returns the problems found."""
