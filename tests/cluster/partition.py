@@ -23,6 +23,10 @@ import sys
 import threading
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+import trainlib  # noqa: E402  (tests/train: finding a job's processes)
+
 START_LIMIT = 120.0  # seconds for the job to start and finish its first epoch
 SLACK = 10.0         # the issue's goal: every process gone within DDP_TIMEOUT + 10 s
 QUEUE_LIMIT = 120.0  # seconds for Slurm to see the job end once the link is back
@@ -41,20 +45,8 @@ def link_commands(how, node):
 
 
 def tagged(tag):
-    """{pid: environ} of the live (not zombie) processes whose environment holds DDP_HANG_TEST=tag."""
-    found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                if f.read().split(b") ")[-1][:1] == b"Z":
-                    continue  # ended; its parent has not reaped it yet
-        except (OSError, ValueError):
-            continue
-        if env.get(b"DDP_HANG_TEST") == tag.encode():
-            found[int(pid)] = env
-    return found
+    """{pid: environ} of the live processes whose environment holds DDP_HANG_TEST=tag."""
+    return trainlib.tagged("DDP_HANG_TEST", tag)
 
 
 def ranks_of(tag):
