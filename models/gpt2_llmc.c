@@ -8,18 +8,17 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "ddp_checkpoint.h" /* DDP_CKPT_MAGIC: a ddp checkpoint given instead */
 #include "gpt2_private.h"
 #include "half.h"
 #include "tokens.h" /* TOKENS_MAGIC: llm.c's token shards */
 
 /* ---- header -------------------------------------------------------------------------------- */
 
-#define LLMC_DDP_CKPT_MAGIC8 "DDPCKPT1" /* the first 8 bytes of a ddp checkpoint (runtime/checkpoint.c) */
-
 /* Logs what a file with a wrong magic is, when it is a file of another kind we know. */
 static void wrong_magic(const char *path, const int32_t *h)
 {
-    if (memcmp(h, LLMC_DDP_CKPT_MAGIC8, 8) == 0)
+    if (memcmp(h, DDP_CKPT_MAGIC, 8) == 0)
         DDP_ERROR("%s is a ddp checkpoint (ddp-train --save or --checkpoint-dir), not an llm.c "
                   "GPT-2 model file: ddp-train --init-from takes its weights as it is, --resume %s "
                   "continues its run, and ddp-ckpt export-llmc %s OUT.bin writes llm.c's format",

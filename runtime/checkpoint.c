@@ -65,7 +65,6 @@
 #include "internal.h"
 #include "out_path.h"
 
-#define DDP_CKPT_MAGIC "DDPCKPT1"
 #define DDP_CKPT_V1_HEADER_BYTES 24u
 #define DDP_CKPT_V2_HEADER_BYTES 32u
 #define DDP_CKPT_ENTRY_BYTES 72u

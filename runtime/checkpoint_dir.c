@@ -104,7 +104,7 @@ static ddp_status table_parse(int fd, dir_file *f)
     ddp_status st = f->bytes >= DIR_HEADER_BYTES + 4 ? pread_all(fd, head, sizeof head, 0, f->path)
                                                       : DDP_ERR_FORMAT;
     uint32_t n = st == DDP_OK ? le32(head + 12) : 0;
-    if (st != DDP_OK || memcmp(head, "DDPCKPT1", 8) != 0 || le32(head + 8) != 2 ||
+    if (st != DDP_OK || memcmp(head, DDP_CKPT_MAGIC, 8) != 0 || le32(head + 8) != 2 ||
         le64(head + 16) != f->bytes || n > DIR_MAX_SECTIONS ||
         DIR_HEADER_BYTES + (uint64_t)n * DIR_ENTRY_BYTES > f->bytes - 4) {
         DDP_ERROR("checkpoint folder: %s is not a complete version 2 checkpoint file (truncated, or "

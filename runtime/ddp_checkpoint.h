@@ -8,12 +8,16 @@
 
 #include "ddp.h"
 
+/* The first 8 bytes of every checkpoint file (a folder's rank files too): how a program tells a
+ * ddp checkpoint from its other files. */
+#define DDP_CKPT_MAGIC "DDPCKPT1"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------------
- * Checkpoints: the training state in a documented file format (magic "DDPCKPT1", version 2,
+ * Checkpoints: the training state in a documented file format (magic DDP_CKPT_MAGIC, version 2,
  * 64-bit offsets, CRC-32; see runtime/checkpoint.c). libddp knows no model or optimizer: a state
  * holds the parameters with their signature, plus any named entries the program adds: float
  * arrays (optimizer buffers such as "momentum"), 64-bit counters ("step", "epoch", ...), doubles

@@ -15,8 +15,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define CKPT_MAGIC8 "DDPCKPT1" /* a ddp checkpoint file's first 8 bytes (runtime/checkpoint.c) */
-
 int gpt_ckpt_is_ddp(const char *path)
 {
     struct stat sb;
@@ -29,7 +27,7 @@ int gpt_ckpt_is_ddp(const char *path)
     }
     char magic[8];
     FILE *f = S_ISREG(sb.st_mode) ? fopen(path, "rb") : NULL;
-    int ddp = f && fread(magic, sizeof magic, 1, f) == 1 && memcmp(magic, CKPT_MAGIC8, 8) == 0;
+    int ddp = f && fread(magic, sizeof magic, 1, f) == 1 && memcmp(magic, DDP_CKPT_MAGIC, 8) == 0;
     if (f)
         fclose(f);
     return ddp;
