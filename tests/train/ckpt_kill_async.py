@@ -146,32 +146,34 @@ def main():
             want = complete[-1] if complete else None
             job = Job(a.mpi + ["2"] + common + ["--max-steps", "1000000"], f"{os.getpid()}-{k}",
                       os.path.join(tmp, f"run-{k}.log"))
-            started = job.wait_output(r"resumed from \S+ at step (\d+)|no checkpoint in \S+: starting fresh",
-                                      START_LIMIT)
-            how = rng.choice(["job", "job", "rank0", "rank1"])
-            in_flight = rng.random() < 0.5
-            delay = rng.uniform(0.0, 0.005) if in_flight else rng.uniform(0.0, 0.4)
-            if started and in_flight:
-                # A write in flight: a folder without MANIFEST newer than the resumed step.
-                deadline = time.monotonic() + 2.0
-                while time.monotonic() < deadline and job.proc.poll() is None:
-                    st, _ = folders(d)
-                    if any(not ok and (want is None or s > want) for s, ok in st.items()):
-                        break
-                    time.sleep(0.001)
-            time.sleep(delay)
-            pids = tagged_pids(job.tag)
-            ranks = {r: pid for pid, (r, argv0) in pids.items()
-                     if r >= 0 and argv0.endswith(os.path.basename(a.train).encode())}
-            if how == "job":
-                kill_pids(pids)  # mpirun and every rank at once
-            else:
-                kill_pids([ranks[int(how[-1])]] if int(how[-1]) in ranks else pids)
-                try:
-                    job.proc.wait(timeout=0.5)
-                except subprocess.TimeoutExpired:
-                    pass
-            job.kill_everything()
+            try:  # every process of the job is killed and reaped, whatever happens here
+                started = job.wait_output(r"resumed from \S+ at step (\d+)|no checkpoint in \S+: starting fresh",
+                                          START_LIMIT)
+                how = rng.choice(["job", "job", "rank0", "rank1"])
+                in_flight = rng.random() < 0.5
+                delay = rng.uniform(0.0, 0.005) if in_flight else rng.uniform(0.0, 0.4)
+                if started and in_flight:
+                    # A write in flight: a folder without MANIFEST newer than the resumed step.
+                    deadline = time.monotonic() + 2.0
+                    while time.monotonic() < deadline and job.proc.poll() is None:
+                        st, _ = folders(d)
+                        if any(not ok and (want is None or s > want) for s, ok in st.items()):
+                            break
+                        time.sleep(0.001)
+                time.sleep(delay)
+                pids = tagged_pids(job.tag)
+                ranks = {r: pid for pid, (r, argv0) in pids.items()
+                         if r >= 0 and argv0.endswith(os.path.basename(a.train).encode())}
+                if how == "job":
+                    kill_pids(pids)  # mpirun and every rank at once
+                else:
+                    kill_pids([ranks[int(how[-1])]] if int(how[-1]) in ranks else pids)
+                    try:
+                        job.proc.wait(timeout=0.5)
+                    except subprocess.TimeoutExpired:
+                        pass
+            finally:
+                job.kill_everything()
             out = job.output()
             tail = out[-3000:]
             chk.check(started is not None, f"kill {k + 1}: the run started within {START_LIMIT:.0f} s", tail)
