@@ -11,7 +11,12 @@
 #        over all nodes with `srun --overlap --mpi=pmix` (Slurm >= 20.11); the others wait for it.
 #   scripts/gpu-check.sh                                      a GPU machine without Slurm
 # Options: --build DIR (default build-gpu-check), --max-bytes SIZE (benchmark, default 256M),
-#          --arch SM (e.g. 90; default: read from nvidia-smi), -- MESON SETUP OPTIONS...
+#          --arch SM (e.g. 90; default: read from nvidia-smi), --suite NAME (default cuda),
+#          -- MESON SETUP OPTIONS...
+# Several ranks on one GPU: the suite includes the multi-rank tests with every rank on the one GPU
+# through the test-only NCCL of tests/nccl_fake (libddp's comm, reducer, ZeRO and norm tests at 2-4
+# ranks; ddp-train's GPT at 2 ranks with --zero 0/1/2, 2 ranks against 1 accumulating, a hung
+# collective, a rank killed or frozen). `scripts/gpu-check.sh --suite nccl_fake` runs only those.
 #   scripts/gpu-check.sh --nccl-log FILE...   only summarise the transports in NCCL_DEBUG=INFO logs
 # Logs: DIR/gpu-check/*.log; NCCL's own log of the benchmark (NCCL_DEBUG=INFO) in DIR/gpu-check/nccl.*.log.
 set -uo pipefail
@@ -53,13 +58,14 @@ if [ "${1:-}" = --nccl-log ]; then
     exit
 fi
 cd "$(dirname "$0")/.." || exit 2
-build=build-gpu-check max_bytes=256M arch=""
+build=build-gpu-check max_bytes=256M arch="" suite=cuda
 setup_extra=()
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
     --max-bytes) max_bytes=$2; shift 2 ;;
     --arch) arch=$2; shift 2 ;;
+    --suite) suite=$2; shift 2 ;;
     --) shift; setup_extra=("$@"); break ;;
     *) echo "gpu-check.sh: unknown option '$1' (see the top of the script)" >&2; exit 2 ;;
   esac
@@ -103,8 +109,8 @@ else
   printf '%s\n' "${verdict[@]}"; echo 1 >"$logs/verdict.rc"; exit 1
 fi
 
-# 2. The GPU suite, then a verdict per test from meson's log (a skip says why).
-meson test -C "$build" --suite cuda --print-errorlogs --num-processes 1 >"$logs/tests.log" 2>&1
+# 2. The GPU suite (or --suite's), then a verdict per test from meson's log (a skip says why).
+meson test -C "$build" --suite "$suite" --print-errorlogs --num-processes 1 >"$logs/tests.log" 2>&1
 python3 - "$build/meson-logs/testlog.json" >"$logs/tests.table" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):

@@ -11,6 +11,9 @@ Modes: mpirun, launch-mpirun (ddp-launch -n 2 through mpirun), launch-fork (ddp-
 --stop: SIGSTOP instead of kill -9, with DDP_TIMEOUT=STOP_TIMEOUT; the job must end within
   DDP_TIMEOUT + 10 s with the timeout message naming the frozen rank.
 --trials: per mode (10 when run by hand for the issue's numbers; the test suite uses fewer).
+--fake-nccl FAKE_RANK LIBFAKENCCL: mode mpirun only, both ranks on ONE GPU (--device cuda) through the
+  test-only NCCL (tests/nccl_fake/fake_rank.sh): the survivor waits in a NCCL collective, not in MPI.
+  Exit 77 (skipped) without a GPU.
 Every process this script starts is killed by PID (and process group) when a trial fails.
 """
 import argparse
@@ -76,8 +79,9 @@ class Mode:
 
     def train_cmd(self, tag):
         a = self.a
-        return [a.train, "--model", "mlp", "--data", a.data, "--epochs", "100000", "--batch", "32",
-                "--log-every", "100000", "--metrics", os.path.join(self.work, f"{tag}.jsonl")]
+        gpu = list(a.fake_nccl) + [a.train, "--device", "cuda"] if a.fake_nccl else [a.train]
+        return gpu + ["--model", "mlp", "--data", a.data, "--epochs", "100000", "--batch", "32",
+                      "--log-every", "100000", "--metrics", os.path.join(self.work, f"{tag}.jsonl")]
 
     def command(self, mode, tag):
         a = self.a
@@ -205,7 +209,9 @@ def one_trial(modes, mode, n, stop, chk):
     tag = f"{os.getpid()}-{mode}-{n}"
     cmd, prog = modes.command(mode, tag)
     # CPU training: hide the GPUs, or ddp-launch rightly refuses 2 ranks on a 1-GPU machine.
-    env = dict(os.environ, DDP_HANG_TEST=tag, CUDA_VISIBLE_DEVICES="")
+    env = dict(os.environ, DDP_HANG_TEST=tag)
+    if not modes.a.fake_nccl:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     if stop:
         env["DDP_TIMEOUT"] = str(STOP_TIMEOUT)
     if mode == "launch-fork":
@@ -254,6 +260,17 @@ def one_trial(modes, mode, n, stop, chk):
             subprocess.run(["scancel", job_id], stderr=subprocess.DEVNULL)
 
 
+def skip_without_gpu(modes):
+    """Exit 77 when the one-GPU run cannot start (no GPU, or a build without CUDA)."""
+    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2"] + modes.train_cmd("probe")
+    cmd[cmd.index("--epochs") + 1] = "1"
+    rc, out = trainlib.run(cmd + ["--max-steps", "1"], timeout=300)
+    for reason in ("has no usable GPU", "built without CUDA", "NCCL needs one GPU per rank"):
+        if rc != 0 and reason in out:
+            print(f"skipped: {reason}")
+            sys.exit(77)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train", required=True)
@@ -262,7 +279,10 @@ def main():
     ap.add_argument("--modes", default="mpirun,launch-mpirun,launch-fork")
     ap.add_argument("--stop", action="store_true")
     ap.add_argument("--data", help="IDX folder (default: a small synthetic set)")
+    ap.add_argument("--fake-nccl", nargs=2, metavar=("FAKE_RANK", "LIBFAKENCCL"))
     a = ap.parse_args()
+    if a.fake_nccl and a.modes != "mpirun":
+        ap.error("--fake-nccl runs mode mpirun only")
     a.train, a.launch = os.path.realpath(a.train), os.path.realpath(a.launch)
     chk = trainlib.Checker()
     with tempfile.TemporaryDirectory(prefix="ddp-kill-") as work:
@@ -270,6 +290,8 @@ def main():
             a.data = os.path.join(work, "data")
             trainlib.write_dataset(a.data, 2000, 200)
         modes = Mode(a, work)
+        if a.fake_nccl:
+            skip_without_gpu(modes)
         for mode in a.modes.split(","):
             times = [one_trial(modes, mode, n + 1, a.stop, chk) for n in range(a.trials)]
             times = [t for t in times if t is not None]

@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""shared_gpu.py - ddp-train --model gpt2 with several ranks on ONE GPU, through the test-only NCCL
+(tests/nccl_fake: every collective of the trainer, the ZeRO reduce-scatter and all-gather, the
+checkpoint's shard gather, run over MPI on staged copies, so the multi-rank NCCL paths of
+ddp-train run on the one-GPU machines this project gets). Skipped (exit 77) without a GPU.
+
+Modes:
+  zero   the tiny GPT at 2 ranks, fp32 and bf16: the checkpoints of --zero 1 and --zero 2 are
+         byte-identical to --zero 0's (parameters, the AdamW moments gathered from the shards,
+         everything), as tests/train/zero.py shows on the CPU: at 2 ranks every element's sum
+         is the one addition a + b whatever the collective.
+  accum  the tiny GPT (fp32, clipping active): 2 ranks equal 1 rank accumulating 2 micro-batches,
+         to ddp-ckpt diff --tol TOL (gpt_train.py says why 1e-4 and not 1e-5); another seed
+         differs (negative control).
+  hang   a collective that never completes on rank 1 (FAKE_NCCL_HANG_AFTER, FAKE_NCCL_RANK=1)
+         under DDP_TIMEOUT=HANG_TIMEOUT: every rank ends within DDP_TIMEOUT + HANG_SLACK s, the
+         exit status is non-zero and the output names DDP_TIMEOUT. (A rank killed or frozen with
+         SIGSTOP: kill_rank.py --fake-nccl, the same trials as on the CPU.)
+
+Usage: shared_gpu.py MODE DDP_TRAIN DDP_CKPT FAKE_RANK LIBFAKENCCL MPIRUN MPIRUN_ARGS... (-np last)
+FAKE_RANK and LIBFAKENCCL "-": no fake and --device cpu, a check of this script's comparisons on a
+machine without a GPU (zero and accum; hang needs the fake).
+"""
+import filecmp
+import os
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import gpt_train  # noqa: E402
+import trainlib  # noqa: E402
+
+TOL = gpt_train.TOL
+HANG_TIMEOUT = 8    # DDP_TIMEOUT of the hang case (start-up runs under it too: not too short)
+HANG_SLACK = 10     # seconds after DDP_TIMEOUT for every rank to report and exit
+HANG_AFTER = 12     # the NCCL operation that never completes: a few steps into training
+NO_GPU = ("has no usable GPU", "built without CUDA", "NCCL needs one GPU per rank")
+
+
+class Job:
+    def __init__(self, exe, fake_rank, lib, mpi):
+        self.exe, self.mpi = exe, mpi
+        self.fake = [] if fake_rank == "-" else [fake_rank, lib]
+        self.device = "cpu" if fake_rank == "-" else "cuda"
+
+    def cmd(self, n, data, steps, extra=()):
+        args = gpt_train.tiny(self.exe, data, steps, extra)
+        args[args.index("--device") + 1] = self.device
+        return self.mpi + [str(n)] + self.fake + args
+
+    def skip_without_gpu(self, data):
+        """Exit 77 when the GPU or the CUDA build is missing (the first run says which)."""
+        rc, out = trainlib.run(self.cmd(2, data, 1), timeout=300)
+        for reason in NO_GPU:
+            if rc != 0 and reason in out:
+                print(next(l for l in out.splitlines() if reason in l).strip())
+                print(f"skipped: {reason}")
+                sys.exit(77)
+
+
+def zero(chk, job, ckpt, tmp, data):
+    for prec in ("fp32", "bf16"):
+        saved = {}
+        for stage in (0, 1, 2):
+            path = os.path.join(tmp, f"{prec}-zero{stage}.ckpt")
+            rc, out = trainlib.run(job.cmd(2, data, 6, ["--precision", prec, "--zero", str(stage),
+                                                         "--save", path]), timeout=300)
+            if chk.check(rc == 0 and os.path.exists(path), f"{prec} --zero {stage} at 2 ranks: exit {rc}", out):
+                saved[stage] = path
+        for stage in (1, 2):
+            if 0 in saved and stage in saved:
+                chk.check(filecmp.cmp(saved[0], saved[stage], shallow=False),
+                          f"{prec}: --zero {stage}'s checkpoint is byte-identical to --zero 0's")
+
+
+def accum(chk, job, ckpt, tmp, data):
+    clip = ["--grad-clip", "0.05"]  # under these steps' norms: every step clips
+    ranks = trainlib.train_save(chk, tmp, "np2", [], prefix=job.cmd(2, data, 4, clip))
+    single = trainlib.train_save(chk, tmp, "accum2", [], prefix=job.cmd(1, data, 4, clip + ["--accum", "2"]))
+    trainlib.diff_ckpt(chk, ckpt, ranks, single, True, "2 ranks vs 1 rank --accum 2", TOL)
+    other = trainlib.train_save(chk, tmp, "accum2seed", [],
+                                prefix=job.cmd(1, data, 4, clip + ["--accum", "2", "--seed", "7"]))
+    trainlib.diff_ckpt(chk, ckpt, single, other, False, "another seed", TOL)
+
+
+def hang(chk, job, ckpt, tmp, data):
+    if not job.fake:
+        print("hang needs the test-only NCCL: nothing to check with --device cpu")
+        return
+    env = dict(os.environ, DDP_TIMEOUT=str(HANG_TIMEOUT), FAKE_NCCL_HANG_AFTER=str(HANG_AFTER),
+               FAKE_NCCL_RANK="1")
+    t0 = time.monotonic()
+    rc, out = trainlib.run(job.cmd(2, data, 200), timeout=HANG_TIMEOUT + HANG_SLACK + 120, env=env)
+    took = time.monotonic() - t0
+    chk.check(rc not in (0, -999), f"a collective hung on rank 1: the job ended with status {rc}", out)
+    chk.check("DDP_TIMEOUT" in out, "the output names DDP_TIMEOUT", out)
+    # The whole run includes start-up (a few seconds) before the hang: bound it loosely from above.
+    chk.check(took <= HANG_TIMEOUT + HANG_SLACK + 60, f"every rank ended {took:.1f} s after the start "
+              f"(DDP_TIMEOUT {HANG_TIMEOUT} s)")
+
+
+def main():
+    if len(sys.argv) < 8 or sys.argv[1] not in ("zero", "accum", "hang"):
+        sys.exit(__doc__)
+    mode, exe, ckpt, fake_rank, lib = sys.argv[1:6]
+    job = Job(exe, fake_rank, lib, sys.argv[6:])
+    chk = trainlib.Checker()
+    with tempfile.TemporaryDirectory(prefix="ddp-shared-gpu-") as tmp:
+        data = gpt_train.write_data(tmp)
+        if job.fake:
+            job.skip_without_gpu(data)
+        {"zero": zero, "accum": accum, "hang": hang}[mode](chk, job, ckpt, tmp, data)
+    chk.done()
+
+
+if __name__ == "__main__":
+    main()
