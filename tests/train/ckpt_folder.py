@@ -251,10 +251,11 @@ def check_async(chk, r):
 
 def async_stop(chk, r):
     """SIGTERM to every rank of an async run: the stop's save waits for the one in flight, then is
-    written; --resume auto continues bit-identically."""
+    written; --resume auto continues bit-identically. The planned steps are signal_stop.py's
+    (fewer under the sanitizers, where each step is slower: it says why)."""
     folder = os.path.join(r.tmp, "async-term")
     common = ["--model", "mlp", "--widths", "784-128-10", "--data", r.data, "--batch", "32", "--epochs",
-              "100000", "--max-steps", "3000", "--device", "cpu", "--log-every", "10"]
+              "100000", "--max-steps", str(signal_stop.TERM_STEPS), "--device", "cpu", "--log-every", "10"]
     tag = f"{os.getpid()}-async-term"
     job = signal_stop.start(r.mpi + ["2", r.exe, *common, "--checkpoint-dir", folder, "--checkpoint-every",
                                      "100", "--keep", "100", "--checkpoint-format", "folder",
