@@ -173,6 +173,30 @@ ddp_status allgatherv_start(ddp_ctx *ctx, const void *send, void *recv, const si
     return ctx->comm->ops->allgatherv_start(ctx->comm, send, recv, counts, dtype, stream, req);
 }
 
+ddp_status allgatherv_runs_start(ddp_ctx *ctx, void *base, const size_t *off, int n_runs,
+                                 const size_t *counts, ddp_dtype dtype, void *stream,
+                                 ddp_request **req)
+{
+    *req = NULL;
+    ddp_status st = comm_check(ctx, base, n_runs > 0, "all-gather of runs");
+    if (st == DDP_OK)
+        st = comm_check(ctx, off, n_runs > 0, "all-gather of runs");
+    if (st == DDP_OK)
+        st = comm_check(ctx, counts, n_runs > 0, "all-gather of runs");
+    if (st == DDP_OK && (n_runs < 0 || ddp_dtype_size(dtype) == 0)) {
+        DDP_ERROR("all-gather of runs: %d runs of element type %d", n_runs, (int)dtype);
+        st = DDP_ERR_INVALID_ARG;
+    }
+    if (st != DDP_OK)
+        return st;
+    size_t n = 0;
+    for (int i = 0; i < n_runs; i++)
+        n += comm_total(ctx, counts + (size_t)i * (size_t)ctx->world_size);
+    comm_count(&ctx->allgather_calls, &ctx->allgather_bytes, n, dtype);
+    return ctx->comm->ops->allgatherv_runs_start(ctx->comm, base, off, n_runs, counts, dtype,
+                                                 stream, req);
+}
+
 /* world_size copies of n (the counts of the equal-block public forms); NULL when out of memory. */
 static size_t *comm_equal_counts(const ddp_ctx *ctx, size_t n, const char *who)
 {

@@ -38,10 +38,12 @@ typedef struct mpi_request {
     mpi_state *owner;
     mpi_kind kind;
     const void *send;    /* reduce-scatter / all-gather: the send buffer (MPI_IN_PLACE for one) */
-    int *counts, *displs; /* reduce-scatter / all-gather: world entries each (owned) */
+    int *counts, *displs; /* reduce-scatter / all-gather: world entries each (owned); an
+                             all-gather of runs: world entries per run */
     void *buf;
     size_t n;
     const size_t *run_off, *run_len; /* n_runs > 0: runs of buf instead of buf[0..n) */
+    size_t *gather_at; /* an all-gather of n_runs runs: run i's first element (owned) */
     int n_runs;
     ddp_dtype dtype;
     ddp_reduce_op op;
@@ -246,17 +248,25 @@ cleanup:
     return st;
 }
 
-/* All-gather (v) of r->send into r->buf, counts and displacements in bytes. */
+/* All-gather (v) of r->send into r->buf, counts and displacements in bytes; for an all-gather
+ * of runs, each run's in place in turn (stopping at the first failure). */
 static ddp_status mpi_allgather_run(const mpi_state *s, const mpi_request *r)
 {
     ddp_status st = DDP_OK;
-    size_t total = 0;
-    for (int q = 0; q < s->size; q++)
-        total += (size_t)r->counts[q];
+    size_t total = 0, sets = r->gather_at ? (size_t)r->n_runs : 1;
+    for (size_t k = 0; k < sets * (size_t)s->size; k++)
+        total += (size_t)r->counts[k];
     watch_enter(DDP_WATCH_ASYNC, "all-gather", (int)r->trace_tag, total);
-    TRY_MPI_GOTO(MPI_Allgatherv(r->send, r->send == MPI_IN_PLACE ? 0 : r->counts[s->rank],
-                                MPI_BYTE, r->buf, r->counts, r->displs, MPI_BYTE,
-                                s->async_comm));
+    if (!r->gather_at)
+        TRY_MPI_GOTO(MPI_Allgatherv(r->send, r->send == MPI_IN_PLACE ? 0 : r->counts[s->rank],
+                                    MPI_BYTE, r->buf, r->counts, r->displs, MPI_BYTE,
+                                    s->async_comm));
+    for (size_t i = 0; r->gather_at && i < sets; i++) {
+        size_t at = i * (size_t)s->size;
+        TRY_MPI_GOTO(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE,
+                                    (char *)r->buf + r->gather_at[i] * ddp_dtype_size(r->dtype),
+                                    r->counts + at, r->displs + at, MPI_BYTE, s->async_comm));
+    }
 cleanup:
     watch_leave(DDP_WATCH_ASYNC);
     return st;
@@ -362,28 +372,31 @@ static ddp_status mpi_allreduce_runs_start(comm_group *c, void *base, const size
     return DDP_OK;
 }
 
-/* counts[q] * unit as ints in r->counts (and their prefix sums in r->displs); DDP_ERR_UNSUPPORTED
- * when one is over INT_MAX, which these MPI calls cannot take in one piece. */
+/* counts[q] * unit as ints in r->counts (and their prefix sums in r->displs), for n_sets sets of
+ * world counts one after the other (each set's displacements from its own start);
+ * DDP_ERR_UNSUPPORTED when one is over INT_MAX, which these MPI calls cannot take in one piece. */
 static ddp_status mpi_int_counts(const mpi_state *s, mpi_request *r, const size_t *counts,
-                                 size_t unit, const char *what)
+                                 int n_sets, size_t unit, const char *what)
 {
-    r->counts = calloc((size_t)s->size, sizeof *r->counts);
-    r->displs = calloc((size_t)s->size, sizeof *r->displs);
+    size_t n = (size_t)s->size * (size_t)(n_sets > 0 ? n_sets : 1);
+    r->counts = calloc(n, sizeof *r->counts);
+    r->displs = calloc(n, sizeof *r->displs);
     if (!r->counts || !r->displs) {
         DDP_ERROR("out of memory for a %s request", what);
         return DDP_ERR_NOMEM;
     }
-    size_t at = 0;
-    for (int q = 0; q < s->size; q++) {
-        if (counts[q] > INT_MAX / unit || at > INT_MAX) {
+    for (size_t k = 0, at = 0; k < (size_t)n_sets * (size_t)s->size; k++) {
+        int q = (int)(k % (size_t)s->size);
+        at = q == 0 ? 0 : at;
+        if (counts[k] > INT_MAX / unit || at > INT_MAX) {
             DDP_ERROR("%s: rank %d's block of %zu elements (or the blocks before it) is over "
                       "INT_MAX units, which one MPI call cannot take: use smaller buckets",
-                      what, q, counts[q]);
+                      what, q, counts[k]);
             return DDP_ERR_UNSUPPORTED;
         }
-        r->counts[q] = (int)(counts[q] * unit);
-        r->displs[q] = (int)at;
-        at += counts[q] * unit;
+        r->counts[k] = (int)(counts[k] * unit);
+        r->displs[k] = (int)at;
+        at += counts[k] * unit;
     }
     return DDP_OK;
 }
@@ -393,6 +406,7 @@ static void mpi_drop_request(mpi_request *r)
 {
     free(r->counts);
     free(r->displs);
+    free(r->gather_at);
     free(r);
 }
 
@@ -407,7 +421,7 @@ static ddp_status mpi_reduce_scatter_start(comm_group *c, const void *send, void
         return DDP_ERR_NOMEM;
     r->kind = MPI_KIND_REDUCE_SCATTER;
     r->send = send;
-    ddp_status st = mpi_int_counts(s, r, counts, 1, "reduce-scatter");
+    ddp_status st = mpi_int_counts(s, r, counts, 1, 1, "reduce-scatter");
     if (st != DDP_OK) {
         mpi_drop_request(r);
         return st;
@@ -426,12 +440,39 @@ static ddp_status mpi_allgatherv_start(comm_group *c, const void *send, void *re
     if (!r)
         return DDP_ERR_NOMEM;
     r->kind = MPI_KIND_ALLGATHER;
-    ddp_status st = mpi_int_counts(s, r, counts, ddp_dtype_size(dtype), "all-gather");
+    ddp_status st = mpi_int_counts(s, r, counts, 1, ddp_dtype_size(dtype), "all-gather");
     if (st != DDP_OK) {
         mpi_drop_request(r);
         return st;
     }
     r->send = (const char *)send == (char *)recv + r->displs[s->rank] ? MPI_IN_PLACE : send;
+    mpi_enqueue(s, r, req);
+    return DDP_OK;
+}
+
+static ddp_status mpi_allgatherv_runs_start(comm_group *c, void *base, const size_t *off,
+                                            int n_runs, const size_t *counts, ddp_dtype dtype,
+                                            void *stream, ddp_request **req)
+{
+    (void)stream;
+    mpi_state *s = mpi_of(c);
+    mpi_request *r = mpi_new_request(s, base, dtype, DDP_SUM);
+    if (!r)
+        return DDP_ERR_NOMEM;
+    r->kind = MPI_KIND_ALLGATHER;
+    r->n_runs = n_runs;
+    r->gather_at = malloc((n_runs > 0 ? (size_t)n_runs : 1) * sizeof *r->gather_at);
+    ddp_status st = r->gather_at ? mpi_int_counts(s, r, counts, n_runs, ddp_dtype_size(dtype),
+                                                  "all-gather of runs")
+                                 : DDP_ERR_NOMEM;
+    if (st == DDP_ERR_NOMEM && !r->gather_at)
+        DDP_ERROR("out of memory for an all-gather of %d runs", n_runs);
+    if (st != DDP_OK) {
+        mpi_drop_request(r);
+        return st;
+    }
+    for (int i = 0; i < n_runs; i++)
+        r->gather_at[i] = off[i];
     mpi_enqueue(s, r, req);
     return DDP_OK;
 }
@@ -445,9 +486,7 @@ static ddp_status mpi_wait(ddp_request *req)
         pthread_cond_wait(&s->done_cv, &s->lock);
     ddp_status st = r->status;
     pthread_mutex_unlock(&s->lock);
-    free(r->counts);
-    free(r->displs);
-    free(r);
+    mpi_drop_request(r);
     return st;
 }
 
@@ -549,6 +588,7 @@ static const comm_ops mpi_ops = {
     .allreduce = mpi_allreduce,
     .allreduce_start = mpi_allreduce_start,
     .allreduce_runs_start = mpi_allreduce_runs_start,
+    .allgatherv_runs_start = mpi_allgatherv_runs_start,
     .reduce_scatter_start = mpi_reduce_scatter_start,
     .allgatherv_start = mpi_allgatherv_start,
     .wait = mpi_wait,

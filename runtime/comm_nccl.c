@@ -460,6 +460,22 @@ static ddp_status nccl_issue_allgatherv(nccl_state *s, const void *send, void *r
     return st;
 }
 
+/* The all-gather of runs' calls (nccl_plan_allgatherv_runs): every run's in-place all-gather(v),
+ * all in one group. Call with s->lock held. */
+static ddp_status nccl_issue_allgatherv_runs(nccl_state *s, void *base, const size_t *off,
+                                             int n_runs, const size_t *counts, ddp_dtype dtype)
+{
+    int world = 0, rank = 0;
+    TRY_NCCL(ncclCommCount(s->comm, &world));
+    TRY_NCCL(ncclCommUserRank(s->comm, &rank));
+    nccl_plan plan;
+    ddp_status st = nccl_plan_allgatherv_runs(off, n_runs, counts, world, rank, &plan);
+    if (st == DDP_OK)
+        st = nccl_issue_plan(s, &plan, base, base, dtype, DDP_SUM);
+    nccl_plan_free(&plan);
+    return st;
+}
+
 /* Queues a trace host function on the communication stream. */
 static ddp_status nccl_host_func(nccl_state *s, cudaHostFn_t fn, void *tag)
 {
@@ -469,10 +485,12 @@ cleanup:
     return st;
 }
 
-/* Queues a reduce-scatter (gather = 0) or all-gather after `follow` and hands out its request. */
+/* Queues a reduce-scatter (gather = 0) or all-gather after `follow` and hands out its request;
+ * run_off not NULL: the all-gather of n_runs runs of recv (send unused). */
 static ddp_status nccl_shard_start(comm_group *c, int gather, const void *send, void *recv,
-                                   const size_t *counts, ddp_dtype dtype, ddp_reduce_op op,
-                                   void *stream, ddp_request **req)
+                                   const size_t *counts, const size_t *run_off, int n_runs,
+                                   ddp_dtype dtype, ddp_reduce_op op, void *stream,
+                                   ddp_request **req)
 {
     nccl_state *s = nccl_of(c);
     nccl_request *r = calloc(1, sizeof *r);
@@ -490,8 +508,9 @@ static ddp_status nccl_shard_start(comm_group *c, int gather, const void *send, 
     if (st == DDP_OK && traced)
         st = nccl_host_func(s, gather ? nccl_trace_ag_begin : nccl_trace_rs_begin, tag);
     if (st == DDP_OK)
-        st = gather ? nccl_issue_allgatherv(s, send, recv, counts, dtype)
-                    : nccl_issue_reduce_scatter(s, send, recv, counts, dtype, op);
+        st = run_off  ? nccl_issue_allgatherv_runs(s, recv, run_off, n_runs, counts, dtype)
+             : gather ? nccl_issue_allgatherv(s, send, recv, counts, dtype)
+                      : nccl_issue_reduce_scatter(s, send, recv, counts, dtype, op);
     if (st == DDP_OK && traced)
         st = nccl_host_func(s, gather ? nccl_trace_ag_end : nccl_trace_rs_end, tag);
     if (st == DDP_OK)
@@ -509,14 +528,21 @@ static ddp_status nccl_reduce_scatter_start(comm_group *c, const void *send, voi
                                             const size_t *counts, ddp_dtype dtype,
                                             ddp_reduce_op op, void *stream, ddp_request **req)
 {
-    return nccl_shard_start(c, 0, send, recv, counts, dtype, op, stream, req);
+    return nccl_shard_start(c, 0, send, recv, counts, NULL, 0, dtype, op, stream, req);
 }
 
 static ddp_status nccl_allgatherv_start(comm_group *c, const void *send, void *recv,
                                         const size_t *counts, ddp_dtype dtype, void *stream,
                                         ddp_request **req)
 {
-    return nccl_shard_start(c, 1, send, recv, counts, dtype, DDP_SUM, stream, req);
+    return nccl_shard_start(c, 1, send, recv, counts, NULL, 0, dtype, DDP_SUM, stream, req);
+}
+
+static ddp_status nccl_allgatherv_runs_start(comm_group *c, void *base, const size_t *off,
+                                             int n_runs, const size_t *counts, ddp_dtype dtype,
+                                             void *stream, ddp_request **req)
+{
+    return nccl_shard_start(c, 1, base, base, counts, off, n_runs, dtype, DDP_SUM, stream, req);
 }
 
 static ddp_status nccl_wait(ddp_request *req)
@@ -637,6 +663,7 @@ static const comm_ops nccl_ops = {
     .allgather = nccl_allgather,
     .reduce_scatter_start = nccl_reduce_scatter_start,
     .allgatherv_start = nccl_allgatherv_start,
+    .allgatherv_runs_start = nccl_allgatherv_runs_start,
     .barrier = nccl_barrier,
     .destroy = nccl_destroy,
 };

@@ -755,9 +755,10 @@ DDP_API size_t ddp_reducer_buffer_bytes(const ddp_reducer *r);
  * parameter buffer, the gradients' layout, n_total elements of dtype, any ddp_dtype, backend
  * memory): every rank's shard is gathered in place, so that every rank holds identical full
  * parameters. Bucket by bucket, from the LAST bucket to the first (in ready order the last
- * bucket holds the first layers of the forward pass), one in-place all-gather with per-rank
- * counts per run of the bucket ("allgather" trace spans tagged with the bucket; CUDA: ordered on
- * the reducer's stream). gather_start starts them all and returns (MPI: queued on the
+ * bucket holds the first layers of the forward pass), ONE operation per bucket: the in-place
+ * all-gather with per-rank counts of each run of the bucket (MPI: in turn on the communication
+ * thread; NCCL: all in one group), one "allgather" trace span tagged with the bucket and one
+ * call in ddp_comm_stats (CUDA: ordered on the reducer's stream). gather_start starts them all and returns (MPI: queued on the
  * communication thread); gather_wait(r, p) returns once parameter p's bucket (and every bucket
  * started before it) has arrived, so a forward pass can wait layer by layer; p = -1 waits for
  * all of them, and so do ddp_reducer_begin and ddp_reducer_destroy (so call begin after the

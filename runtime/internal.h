@@ -50,6 +50,14 @@ typedef struct comm_ops {
     ddp_status (*allgatherv_start)(comm_group *c, const void *send, void *recv,
                                    const size_t *counts, ddp_dtype dtype, void *stream,
                                    ddp_request **req);
+    /* The in-place all-gather(v) of n_runs runs of one buffer as ONE operation (the ZeRO gather
+     * of a bucket): run i starts at element off[i] of base and holds the ranks' blocks
+     * counts[i * world + q] packed in rank order, this rank's already at its place. off and
+     * counts are read before the call returns. MPI: one MPI_Allgatherv per run, in order, on the
+     * communication thread; NCCL: nccl_plan_allgatherv_runs's calls, inside one group. */
+    ddp_status (*allgatherv_runs_start)(comm_group *c, void *base, const size_t *off, int n_runs,
+                                        const size_t *counts, ddp_dtype dtype, void *stream,
+                                        ddp_request **req);
     ddp_status (*wait)(ddp_request *req);
     ddp_status (*broadcast)(comm_group *c, void *buf, size_t n_bytes, int root);
     ddp_status (*allgather)(comm_group *c, const void *send, void *recv, size_t n_bytes);
@@ -196,6 +204,11 @@ ddp_status reduce_scatter_start(ddp_ctx *ctx, const void *send, void *recv, cons
                                 ddp_dtype dtype, ddp_reduce_op op, void *stream, ddp_request **req);
 ddp_status allgatherv_start(ddp_ctx *ctx, const void *send, void *recv, const size_t *counts,
                             ddp_dtype dtype, void *stream, ddp_request **req);
+/* comm_ops.allgatherv_runs_start with checks and stats: counts one all-gather call of the runs'
+ * total payload. */
+ddp_status allgatherv_runs_start(ddp_ctx *ctx, void *base, const size_t *off, int n_runs,
+                                 const size_t *counts, ddp_dtype dtype, void *stream,
+                                 ddp_request **req);
 
 /* Host-memory collectives used by the runtime itself (verification, checksums, broadcasts of
  * control data), whatever the backend. */

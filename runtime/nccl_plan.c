@@ -178,6 +178,59 @@ ddp_status nccl_plan_allgatherv(const size_t *counts, int world, int rank, int i
     return DDP_OK;
 }
 
+ddp_status nccl_plan_allgatherv_runs(const size_t *off, int n_runs, const size_t *counts,
+                                     int world, int rank, nccl_plan *plan)
+{
+    if (!plan) {
+        DDP_ERROR("nccl_plan_allgatherv_runs: plan is NULL");
+        return DDP_ERR_INVALID_ARG;
+    }
+    *plan = (nccl_plan){0};
+    if (n_runs < 0 || (n_runs > 0 && (!off || !counts))) {
+        DDP_ERROR("nccl_plan_allgatherv_runs: %s (n_runs %d)",
+                  n_runs < 0 ? "n_runs < 0" : "off or counts is NULL", n_runs);
+        return DDP_ERR_INVALID_ARG;
+    }
+    nccl_plan *runs = calloc(n_runs > 0 ? (size_t)n_runs : 1, sizeof *runs);
+    if (!runs) {
+        DDP_ERROR("out of memory for the plans of %d runs", n_runs);
+        return DDP_ERR_NOMEM;
+    }
+    ddp_status st = DDP_OK;
+    int n_calls = 0;
+    for (int i = 0; st == DDP_OK && i < n_runs; i++) {
+        const size_t *c = counts + (size_t)i * (size_t)world;
+        st = nccl_plan_allgatherv(c, world, rank, 1, &runs[i]);
+        size_t end = st == DDP_OK ? nccl_plan_block_offset(c, world) : 0;
+        if (st == DDP_OK && end > SIZE_MAX - off[i]) {
+            DDP_ERROR("nccl_plan_allgatherv_runs: run %d's end overflows size_t", i);
+            st = DDP_ERR_INVALID_ARG;
+        }
+        n_calls += st == DDP_OK ? runs[i].n_calls : 0;
+    }
+    if (st == DDP_OK)
+        st = plan_alloc(plan, n_calls, n_calls != 1);
+    for (int i = 0, k = 0; st == DDP_OK && i < n_runs; i++) {
+        /* in place, this rank's block of run i is the run's send: everything is in recv */
+        size_t mine = off[i] + nccl_plan_block_offset(counts + (size_t)i * (size_t)world, rank);
+        for (int j = 0; j < runs[i].n_calls; j++, k++) {
+            nccl_call c = runs[i].calls[j];
+            c.send_off += c.send_buf == NCCL_BUF_SEND ? mine : off[i];
+            c.send_buf = NCCL_BUF_RECV;
+            c.recv_off += off[i];
+            plan->calls[k] = c;
+        }
+    }
+    if (st == DDP_OK)
+        plan_flag_in_place(plan, rank, 1, 0);
+    for (int i = 0; i < n_runs; i++)
+        nccl_plan_free(&runs[i]);
+    free(runs);
+    if (st != DDP_OK)
+        nccl_plan_free(plan);
+    return st;
+}
+
 void nccl_plan_free(nccl_plan *plan)
 {
     if (!plan)

@@ -13,6 +13,9 @@
  *   all-gather(v)        counts all equal: one ncclAllGather of counts[0], not grouped;
  *                        else one ncclBroadcast per rank q (root q sends its block, every rank
  *                        receives it at block q of recv), grouped.
+ *   all-gather of runs   the in-place all-gather(v) of each run of one buffer (the ZeRO
+ *                        parameter gather of a bucket), every run's calls above in run order,
+ *                        all in ONE group unless that makes a single call.
  *
  * Counts of 0 are planned like any other (NCCL accepts a count of 0 and the call still takes
  * part in the group's matching), so every rank's plan has the same calls.
@@ -90,6 +93,14 @@ ddp_status nccl_plan_reduce_scatter(const size_t *counts, int world, int rank, i
  * DDP_OK, or the errors above. */
 ddp_status nccl_plan_allgatherv(const size_t *counts, int world, int rank, int in_place,
                                 nccl_plan *plan);
+/* Rank `rank`'s in-place all-gather(v) of n_runs runs of one buffer: run i starts at element
+ * off[i] and holds the blocks counts[i * world + q] (q = 0..world-1) packed in rank order, rank
+ * q's block at its place in the run. The caller passes the buffer as recv (send is unused: every
+ * call's send pointer is taken in recv, send_buf NCCL_BUF_RECV). Calls as nccl_plan_allgatherv's
+ * for each run, offsets shifted by off[i]; grouped unless the plan has exactly one call.
+ * DDP_OK, or the errors above (n_runs < 0; NULL off or counts with n_runs > 0). */
+ddp_status nccl_plan_allgatherv_runs(const size_t *off, int n_runs, const size_t *counts,
+                                     int world, int rank, nccl_plan *plan);
 /* Block `rank`'s offset in the packed buffer: counts[0] + ... + counts[rank - 1]; 0 for
  * rank <= 0 or NULL counts. Reads rank entries of counts (rank < world is the caller's to
  * ensure); the sum wraps where the plan functions would refuse the counts. */

@@ -879,9 +879,10 @@ size_t ddp_reducer_buffer_bytes(const ddp_reducer *r)
            (r->shard_grads ? keep * ddp_dtype_size(r->grad_dtype) : 0) + grad_pool_bytes(r->pool);
 }
 
-/* Gathers: runs of the flat buffer, each one in-place all-gather with per-rank counts (the run
- * cut at the shard boundaries), started bucket by bucket from the last (the first layers of a
- * forward pass in ready order) to the first. */
+/* Gathers: one operation per bucket, the in-place all-gather with per-rank counts of each of its
+ * runs of the flat buffer (cut at the shard boundaries; on NCCL all in one group), started
+ * bucket by bucket from the last (the first layers of a forward pass in ready order) to the
+ * first. */
 
 /* Elements of [off, off + len) in rank q's shard. */
 static size_t reducer_overlap(const ddp_reducer *r, int q, size_t off, size_t len)
@@ -912,20 +913,21 @@ static ddp_status reducer_gather_check(const ddp_reducer *r, const void *params,
     return DDP_OK;
 }
 
-/* Starts the in-place all-gather of run k of the plan into the next request slot. */
-static ddp_status reducer_gather_run(ddp_reducer *r, void *params, ddp_dtype dtype, int k,
-                                     size_t *counts)
+/* Starts the in-place all-gather of bucket b's runs, each cut at the shard boundaries, as ONE
+ * operation (one NCCL group) into the next request slot; counts has room for the bucket's runs
+ * x world entries. */
+static ddp_status reducer_gather_bucket(ddp_reducer *r, void *params, ddp_dtype dtype, int b,
+                                        size_t *counts)
 {
     const bucket_plan *pl = &r->plan;
-    int world = ddp_world_size(r->ctx), me = ddp_rank(r->ctx);
-    size_t before = 0;
-    for (int q = 0; q < world; q++) {
-        counts[q] = reducer_overlap(r, q, pl->run_off[k], pl->run_len[k]);
-        before += q < me ? counts[q] : 0;
-    }
-    void *run = reducer_elem(params, dtype, pl->run_off[k]);
-    return allgatherv_start(r->ctx, reducer_elem(run, dtype, before), run, counts, dtype,
-                            r->stream, &r->gather_req[r->gather_launched++]);
+    int world = ddp_world_size(r->ctx), k0 = pl->run_start[b];
+    int n_runs = pl->run_start[b + 1] - k0;
+    for (int k = k0; k < k0 + n_runs; k++)
+        for (int q = 0; q < world; q++)
+            counts[(size_t)(k - k0) * (size_t)world + (size_t)q] =
+                reducer_overlap(r, q, pl->run_off[k], pl->run_len[k]);
+    return allgatherv_runs_start(r->ctx, params, pl->run_off + k0, n_runs, counts, dtype,
+                                 r->stream, &r->gather_req[r->gather_launched++]);
 }
 
 ddp_status ddp_reducer_gather_start(ddp_reducer *r, void *params, ddp_dtype dtype)
@@ -933,17 +935,20 @@ ddp_status ddp_reducer_gather_start(ddp_reducer *r, void *params, ddp_dtype dtyp
     ddp_status st = reducer_gather_check(r, params, dtype, "ddp_reducer_gather_start");
     if (st != DDP_OK)
         return st;
-    size_t *counts = malloc((size_t)ddp_world_size(r->ctx) * sizeof *counts);
+    const bucket_plan *pl = &r->plan;
+    int most = 1;
+    for (int b = 0; b < pl->n_buckets; b++)
+        most = pl->run_start[b + 1] - pl->run_start[b] > most ? pl->run_start[b + 1] - pl->run_start[b]
+                                                              : most;
+    size_t *counts = malloc((size_t)most * (size_t)ddp_world_size(r->ctx) * sizeof *counts);
     if (!counts) {
         DDP_ERROR("ddp_reducer_gather_start: out of memory");
         return DDP_ERR_NOMEM; /* joins no collective: the peers wait for the deadline */
     }
-    const bucket_plan *pl = &r->plan;
     r->gather_launched = r->gather_waited = 0;
     for (int b = pl->n_buckets - 1; b >= 0; b--) {
         trace_set_tag(b);
-        for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++)
-            st = reducer_gather_run(r, params, dtype, k, counts);
+        st = reducer_gather_bucket(r, params, dtype, b, counts);
         r->gather_end[b] = r->gather_launched;
         if (st != DDP_OK) {
             r->gather_launched--; /* the failed slot holds no request */

@@ -50,9 +50,9 @@ struct ddp_reducer {
     size_t recv_next;        /* recv elements taken by the buckets launched in this step */
     void *recv;              /* shard_n (at least 1) elements of wire_dtype, backend memory */
     void *shard_grads;       /* stage 2: shard_n (at least 1) elements of grad_dtype */
-    ddp_request **gather_req; /* n_params: the parameters' all-gathers, one per run, in launch
-                                 order */
-    int *gather_end;          /* n_params: per bucket, the launch index after its last run */
+    ddp_request **gather_req; /* n_params: the parameters' all-gathers, one per bucket, in
+                                 launch order */
+    int *gather_end;          /* n_params: per bucket, the launch index after its gather */
     int gather_launched, gather_waited;
     /* Bucket-owned gradients (zero_stage 2, grads NULL): the buckets' buffers */
     int owned;

@@ -229,6 +229,14 @@ static void check_shape(const nccl_plan *p, const size_t *counts, int world, ncc
               "%s: want %d grouped calls of kind %d", what, world, (int)rooted);
 }
 
+static int counts_all_equal(const size_t *counts, int world)
+{
+    for (int q = 1; q < world; q++)
+        if (counts[q] != counts[0])
+            return 0;
+    return 1;
+}
+
 static size_t sum_of(const size_t *counts, int n)
 {
     size_t t = 0;
@@ -315,6 +323,45 @@ static void case_runs(const size_t *off, const size_t *len, int n_runs, size_t n
         for (int j = 0; j < m->plan.n_calls; j++)
             CHECK(m->plan.calls[j].kind == NCCL_CALL_ALLREDUCE && m->plan.calls[j].in_place,
                   "%s: call %d is not an in-place ncclAllReduce", what, j);
+    }
+    if (run_plans(mem, world, what))
+        check_outcome(mem, world, what);
+    mem_free(mem, world);
+}
+
+/* The in-place all-gather(v) of runs of a buffer of n elements (the ZeRO gather of a bucket):
+ * rank r starts with its block of each run (run i's blocks counts[i * world + q] packed from
+ * off[i]; rank q's holds q + element index), everything else poisoned alike on every rank; after
+ * it every rank holds every block, the elements outside the runs unchanged. */
+static void case_gather_runs(const size_t *off, const size_t *counts, int n_runs, size_t n,
+                             int world, const char *name)
+{
+    char what[200];
+    snprintf(what, sizeof what, "all-gather of runs (%s), world %d", name, world);
+    rank_mem mem[MAX_WORLD];
+    int calls = 0;
+    for (int i = 0; i < n_runs; i++)
+        calls += counts_all_equal(counts + (size_t)i * (size_t)world, world) ? 1 : world;
+    for (int r = 0; r < world; r++) {
+        rank_mem *m = &mem[r];
+        mem_layout(m, n, n, 1, 0);
+        memcpy(m->want, m->m, m->n * sizeof *m->m);
+        for (int i = 0; i < n_runs; i++) {
+            const size_t *c = counts + (size_t)i * (size_t)world;
+            for (size_t q = 0, at = off[i]; q < (size_t)world; at += c[q], q++)
+                for (size_t j = at; j < at + c[q]; j++) {
+                    m->want[m->recv_at + j] = (elem)(q + j);
+                    if (q == (size_t)r)
+                        m->m[m->recv_at + j] = (elem)(q + j);
+                }
+        }
+        CHECK(nccl_plan_allgatherv_runs(off, n_runs, counts, world, r, &m->plan) == DDP_OK,
+              "%s: refused", what);
+        CHECK(m->plan.n_calls == calls && m->plan.grouped == (calls != 1), "%s: %d calls "
+              "(want %d), grouped %d", what, m->plan.n_calls, calls, m->plan.grouped);
+        for (int j = 0; j < m->plan.n_calls; j++)
+            CHECK(m->plan.calls[j].in_place && m->plan.calls[j].send_buf == NCCL_BUF_RECV,
+                  "%s: call %d is not in place in the one buffer", what, j);
     }
     if (run_plans(mem, world, what))
         check_outcome(mem, world, what);
@@ -440,10 +487,46 @@ static void test_refusals(void)
           "nccl_plan_block_offset");
 }
 
+/* Buckets of several runs, each run cut at the shard boundaries: equal and unequal blocks, empty
+ * blocks and an empty run, in one group. */
+static void test_gather_runs(void)
+{
+    for (int world = 1; world <= MAX_WORLD; world++) {
+        size_t counts[4 * MAX_WORLD], off[4];
+        int patterns[4] = {1, 4, 3, 8}; /* 63 each; unequal with a zero; all empty; first empty */
+        size_t at = 3;
+        for (int i = 0; i < 4; i++) {
+            off[i] = at;
+            for (int q = 0; q < world; q++)
+                at += counts[i * world + q] = pattern_count(patterns[i], q, world);
+            at += 7; /* a gap between runs */
+        }
+        case_gather_runs(off, counts, 1, at, world, "one run of equal blocks");
+        case_gather_runs(off + 1, counts + world, 1, at, world, "one run of unequal blocks");
+        case_gather_runs(off, counts, 4, at, world, "4 runs: equal, unequal, empty, first empty");
+        case_gather_runs(NULL, NULL, 0, at, world, "no run");
+    }
+    const size_t counts[2] = {3, 4};
+    nccl_plan plan = {.grouped = 7};
+    char text[2048];
+    capture_begin();
+    ddp_status neg = nccl_plan_allgatherv_runs(counts, -1, counts, 2, 0, &plan);
+    ddp_status null = nccl_plan_allgatherv_runs(NULL, 1, counts, 2, 0, &plan);
+    ddp_status rank = nccl_plan_allgatherv_runs(counts, 1, counts, 2, 2, &plan);
+    capture_end(text, sizeof text);
+    CHECK(neg == DDP_ERR_INVALID_ARG && null == DDP_ERR_INVALID_ARG &&
+              rank == DDP_ERR_INVALID_ARG && plan.n_calls == 0 && !plan.calls,
+          "all-gather of runs: bad arguments refused, the plan empty");
+    CHECK(strstr(text, "n_runs < 0") && strstr(text, "off or counts is NULL") &&
+              strstr(text, "rank outside [0, world)"),
+          "all-gather of runs: the log names each refusal; it says: %s", text);
+}
+
 int main(void)
 {
     test_collectives();
     test_runs();
     test_refusals();
+    test_gather_runs();
     return CHECK_DONE();
 }

@@ -516,6 +516,8 @@ static void gather_once(ddp_ctx *ctx, ddp_reducer *r, void *params, int bf16, in
     }
     ddp_upload(ctx, params, bf16 ? (void *)h : (void *)host, TOTAL * (bf16 ? 2 : 4));
     ddp_dtype dt = bf16 ? DDP_BF16 : DDP_FP32;
+    ddp_comm_stats before, after;
+    CHECK(ddp_comm_stats_get(ctx, &before) == DDP_OK, "comm stats");
     if (mode == 0)
         CHECK(ddp_reducer_gather_params(r, params, dt) == DDP_OK, "gather_params");
     else
@@ -537,6 +539,14 @@ static void gather_once(ddp_ctx *ctx, ddp_reducer *r, void *params, int bf16, in
     CHECK(bad == 0, "gather (%s, mode %d): %d elements differ from their owner's",
           bf16 ? "bf16" : "fp32", mode, bad);
     CHECK(ddp_reducer_gather_wait(r, -1) == DDP_OK, "gather_wait(-1)");
+    /* gather_params: one all-gather of the whole buffer; gather_start: one operation (one NCCL
+     * group) per bucket, however many runs the bucket has */
+    uint64_t want = mode == 0 ? 1 : (uint64_t)ddp_reducer_n_buckets(r);
+    CHECK(ddp_comm_stats_get(ctx, &after) == DDP_OK &&
+              after.allgather_calls - before.allgather_calls == want,
+          "gather (mode %d): %llu all-gather calls, want %llu (%d buckets)", mode,
+          (unsigned long long)(after.allgather_calls - before.allgather_calls),
+          (unsigned long long)want, ddp_reducer_n_buckets(r));
 }
 
 /* The parameters' all-gather on parameter-order buckets, then on buckets rebuilt in ready order

@@ -8,7 +8,9 @@ Modes:
   zero   the tiny GPT at 2 ranks, fp32 and bf16: the checkpoints of --zero 1 and --zero 2 are
          byte-identical to --zero 0's (parameters, the AdamW moments gathered from the shards,
          everything), as tests/train/zero.py shows on the CPU: at 2 ranks every element's sum
-         is the one addition a + b whatever the collective.
+         is the one addition a + b whatever the collective. The fp32 runs' --trace: the
+         parameters' gather is at most one operation (one "allgather" span, one NCCL group)
+         per bucket and step.
   accum  the tiny GPT (fp32, clipping active): 2 ranks equal 1 rank accumulating 2 micro-batches,
          to ddp-ckpt diff --tol TOL (gpt_train.py says why 1e-4 and not 1e-5); another seed
          differs (negative control).
@@ -21,7 +23,9 @@ Usage: shared_gpu.py MODE DDP_TRAIN DDP_CKPT FAKE_RANK LIBFAKENCCL MPIRUN MPIRUN
 FAKE_RANK and LIBFAKENCCL "-": no fake and --device cpu, a check of this script's comparisons on a
 machine without a GPU (zero and accum; hang needs the fake).
 """
+import collections
 import filecmp
+import json
 import os
 import sys
 import tempfile
@@ -59,15 +63,35 @@ class Job:
                 sys.exit(77)
 
 
+def gathers_per_bucket(chk, trace, steps, what):
+    """At most one "allgather" span per bucket (its tag) and step in rank 0's trace, and some."""
+    try:
+        events = json.load(open(trace))["traceEvents"]
+    except (OSError, ValueError, KeyError) as e:
+        chk.check(False, f"{what}: the trace {trace} is readable ({e})")
+        return
+    pid0 = min((e["pid"] for e in events if "pid" in e), default=None)
+    per_tag = collections.Counter(e["args"]["arg"] for e in events
+                                  if e.get("name") == "allgather" and e.get("ph") == "B" and e.get("pid") == pid0)
+    most = max(per_tag.values(), default=0)
+    chk.check(per_tag and most <= steps, f"{what}: {sum(per_tag.values())} gathers over {len(per_tag)} "
+              f"buckets in {steps} steps, at most {most} per bucket (<= one per bucket and step)")
+
+
 def zero(chk, job, ckpt, tmp, data):
+    steps = 6
     for prec in ("fp32", "bf16"):
         saved = {}
         for stage in (0, 1, 2):
             path = os.path.join(tmp, f"{prec}-zero{stage}.ckpt")
-            rc, out = trainlib.run(job.cmd(2, data, 6, ["--precision", prec, "--zero", str(stage),
-                                                         "--save", path]), timeout=300)
+            trace = os.path.join(tmp, f"{prec}-zero{stage}.json")
+            traced = ["--trace", trace] if prec == "fp32" and stage > 0 else []
+            rc, out = trainlib.run(job.cmd(2, data, steps, ["--precision", prec, "--zero", str(stage),
+                                                             "--save", path] + traced), timeout=300)
             if chk.check(rc == 0 and os.path.exists(path), f"{prec} --zero {stage} at 2 ranks: exit {rc}", out):
                 saved[stage] = path
+                if traced:
+                    gathers_per_bucket(chk, trace, steps, f"{prec} --zero {stage}")
         for stage in (1, 2):
             if 0 in saved and stage in saved:
                 chk.check(filecmp.cmp(saved[0], saved[stage], shallow=False),
