@@ -370,19 +370,29 @@ static inline OPS_HD float gelu_tanh_exp_grad(float x)
  * the model's flat parameter layout: a pure function, the same on the CPU and CUDA, on every rank
  * and under every ZeRO sharding (a shard rounds element i as the whole layout does). */
 
-/* SplitMix64's finaliser (Steele, Lea, Flood 2014): every input bit flips about half the output
- * bits. */
-static inline OPS_HD uint64_t sr_mix64(uint64_t x)
+/* lowbias32 (C. Wellons' hash prospector): a bijection of 32 bits whose every input bit flips
+ * about half the output bits; 32-bit multiplies only, so the CPU's loops of it vectorise. */
+static inline OPS_HD uint32_t sr_mix32(uint32_t x)
 {
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    return x ^ (x >> 16);
 }
 
 /* The key of one rounding pass (seed, step), computed once per call. */
 static inline OPS_HD uint64_t sr_key(uint32_t seed, uint32_t step)
 {
-    return sr_mix64(((uint64_t)seed << 32 | step) ^ 0x9e3779b97f4a7c15ull);
+    uint32_t a = sr_mix32(seed ^ 0x9e3779b9u), b = sr_mix32(step + a);
+    return (uint64_t)sr_mix32(a ^ b ^ 0x85ebca6bu) << 32 | b;
+}
+
+/* 16 random bits of (key, index): two rounds, the index's low word then its high word. */
+static inline OPS_HD uint32_t sr_bits(uint64_t key, uint64_t index)
+{
+    uint32_t x = sr_mix32((uint32_t)index ^ (uint32_t)key);
+    return sr_mix32(x ^ (uint32_t)(index >> 32) ^ (uint32_t)(key >> 32)) >> 16;
 }
 
 /* The bfloat16 bits of x rounded stochastically with key (sr_key) at flat index `index`: one of
@@ -395,10 +405,11 @@ static inline OPS_HD uint16_t bf16_round_stochastic(float x, uint64_t key, uint6
         uint32_t u;
     } b;
     b.f = x;
-    if ((b.u & 0x7f800000u) == 0x7f800000u) /* inf, NaN: nothing to round */
-        return (uint16_t)((b.u >> 16) | ((b.u & 0x7fffffu) ? 0x0040u : 0u));
-    uint32_t r = (uint32_t)(sr_mix64(index ^ key) >> 48); /* the top 16 bits */
-    return (uint16_t)((b.u >> 16) + ((b.u & 0xffffu) > r)); /* sign-magnitude: +1 is away from 0 */
+    uint32_t r = sr_bits(key, index);
+    uint32_t rounded = (b.u >> 16) + ((b.u & 0xffffu) > r); /* sign-magnitude: +1 is away from 0 */
+    uint32_t special = (b.u >> 16) | ((b.u & 0x7fffffu) ? 0x0040u : 0u); /* inf; NaN quiet */
+    /* selects, no branch: the CPU's loops of it vectorise */
+    return (uint16_t)((b.u & 0x7f800000u) == 0x7f800000u ? special : rounded);
 }
 
 /* The float whose bits are bfloat16 h (bf16 emulated in float storage). */

@@ -368,75 +368,20 @@ static ddp_status cpu_sgd_step_cast(const ops_handle *ops, float *w, float *m, c
     return p == DDP_FP32 ? DDP_OK : cpu_cast(ops, p, wc, DDP_FP32, w, n);
 }
 
-/* ---- AdamW with the 16-bit copy (adamw_step_cast) and stochastic rounding ---------------- */
-
-/* One step's AdamW hyperparameters, bias corrections bc1 = 1 - beta1^t, bc2 = 1 - beta2^t
- * included, and the stochastic rounding's key (sr_key) and first flat index. */
-typedef struct adamw_cast_hp {
-    float lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale;
-    uint64_t key, index0;
-} adamw_cast_hp;
-
-/* adamw_update (the loop of ops_cpu_adamw_step, operation for operation: -ffp-contract=off keeps
- * every clone's fp32 bit for bit) and each new weight rounded stochastically to bf16 while it is
- * in a register: bf16 bits in wc (stored) or, emulated, the bf16 value as a float in wf. */
-SIMD_BODY void adamw_bf16_body(float *restrict w, float *restrict m, float *restrict v,
-                               const float *restrict g, size_t n, adamw_cast_hp h,
-                               uint16_t *restrict wc, float *restrict wf)
-{
-    for (size_t i = 0; i < n; i++) {
-        float wi = adamw_update(w[i], &m[i], &v[i], g[i], h.grad_scale, h.lr, h.beta1, h.beta2,
-                                h.eps, h.wd, h.bc1, h.bc2);
-        w[i] = wi;
-        uint16_t b = bf16_round_stochastic(wi, h.key, h.index0 + i);
-        if (wc)
-            wc[i] = b;
-        else
-            wf[i] = bf16_bits_to_f32(b);
-    }
-}
-SIMD_DISPATCH(adamw_bf16_loop, adamw_bf16_body,
-              (float *restrict w, float *restrict m, float *restrict v, const float *restrict g,
-               size_t n, adamw_cast_hp h, uint16_t *restrict wc, float *restrict wf),
-              (w, m, v, g, n, h, wc, wf))
-
-/* src rounded stochastically to bf16: bits in wc (stored) or floats in wf (emulated). */
-SIMD_BODY void cast_bf16_sr_body(const float *restrict src, size_t n, uint64_t key,
-                                 uint64_t index0, uint16_t *restrict wc, float *restrict wf)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint16_t b = bf16_round_stochastic(src[i], key, index0 + i);
-        if (wc)
-            wc[i] = b;
-        else
-            wf[i] = bf16_bits_to_f32(b);
-    }
-}
-SIMD_DISPATCH(cast_bf16_sr, cast_bf16_sr_body,
-              (const float *restrict src, size_t n, uint64_t key, uint64_t index0,
-               uint16_t *restrict wc, float *restrict wf),
-              (src, n, key, index0, wc, wf))
-
+/* AdamW's pass that also writes the copy: bf16 in cpu_gpt.c (ops_cpu_adamw_bf16, its flags
+ * vectorise it), fp16 cast after (nearest even). */
 static ddp_status cpu_adamw_step_cast(const ops_handle *ops, float *w, float *m, float *v,
                                       const float *g, size_t n, float lr, float beta1,
                                       float beta2, float eps, float wd, int t, float grad_scale,
                                       ddp_dtype p, void *wc, uint32_t seed, size_t index0)
 {
-    if (p != DDP_BF16) { /* fp32: nothing more; fp16: to nearest even after */
+    if (p != DDP_BF16) {
         TRY_OK(ops_cpu_adamw_step(ops, w, m, v, g, n, lr, beta1, beta2, eps, wd, t, grad_scale));
         return p == DDP_FP32 ? DDP_OK : cpu_cast(ops, p, wc, DDP_FP32, w, n);
     }
-    if (t < 1) {
-        DDP_ERROR("cpu adamw_step_cast: step %d (steps count from 1)", t);
-        return DDP_ERR_INVALID_ARG;
-    }
-    adamw_cast_hp h = {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .wd = wd,
-                       .grad_scale = grad_scale, .key = sr_key(seed, (uint32_t)t),
-                       .index0 = index0};
-    adamw_bias_corrections(beta1, beta2, t, &h.bc1, &h.bc2); /* ops_cpu_adamw_step's, in double */
     bool stored = cpu_bf16_stored(p);
-    adamw_bf16_loop(w, m, v, g, n, h, stored ? wc : NULL, stored ? NULL : wc);
-    return DDP_OK;
+    return ops_cpu_adamw_bf16(w, m, v, g, n, lr, beta1, beta2, eps, wd, t, grad_scale,
+                              stored ? wc : NULL, stored ? NULL : wc, seed, index0);
 }
 
 static ddp_status cpu_cast_stochastic(const ops_handle *ops, ddp_dtype p, void *dst,
@@ -446,7 +391,7 @@ static ddp_status cpu_cast_stochastic(const ops_handle *ops, ddp_dtype p, void *
     if (p != DDP_BF16)
         return cpu_cast(ops, p, dst, DDP_FP32, src, n);
     bool stored = cpu_bf16_stored(p);
-    cast_bf16_sr(src, n, sr_key(seed, step), index0, stored ? dst : NULL, stored ? NULL : dst);
+    ops_cpu_cast_bf16_sr(src, n, seed, step, index0, stored ? dst : NULL, stored ? NULL : dst);
     return DDP_OK;
 }
 
