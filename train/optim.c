@@ -131,7 +131,8 @@ ddp_status optim_step(optim *o, float *params, const float *grads, float lr, int
 
 bool optim_set_copy(optim *o, const optim_copy *c)
 {
-    bool on = c && c->wc && c->p != DDP_FP32 && o->o.kind == OPTIM_ADAMW && o->ops->adamw_step_cast;
+    bool on = c && c->wc && c->p != DDP_FP32 && o->o.kind == OPTIM_ADAMW &&
+              o->ops->adamw_step_cast;
     o->copy = on ? *c : (optim_copy){0};
     return on;
 }

@@ -47,7 +47,8 @@ void optim_destroy(optim *o); /* NULL-safe */
 /* One step on the state's range of params (the flat fp32 master weights, backend memory): grads
  * holds the range's gradients, element i the flat layout's offset + i. lr the learning rate,
  * t >= 1 the step count (AdamW's bias correction), grad_scale multiplies the gradients first
- * (AdamW only; SGD takes 1). DDP_ERR_INVALID_ARG for t < 1, else the ops' failures. */
+ * (AdamW only; SGD takes 1). With optim_set_copy AdamW also writes the copy's elements of the
+ * range and then calls its `written` (t). DDP_ERR_INVALID_ARG for t < 1, else the ops' failures. */
 ddp_status optim_step(optim *o, float *params, const float *grads, float lr, int t,
                       float grad_scale);
 
