@@ -51,7 +51,8 @@ static void check_neighbours(test_rng *r)
             bad++;
     }
     CHECK(bad == 0, "%d of 200000 roundings not a neighbour or not repeatable", bad);
-    CHECK(up > 60000 && up < 140000, "%d of 200000 rounded away from zero (about half expected)", up);
+    CHECK(up > 60000 && up < 140000, "%d of 200000 rounded away from zero (about half expected)",
+          up);
     CHECK(bf16_round_stochastic(1.0f, key, 3) == 0x3f80, "an exact bf16 stays");
     CHECK(bf16_round_stochastic(-2.5f, key, 3) == 0xc020, "an exact negative bf16 stays");
     CHECK(bf16_round_stochastic(INFINITY, key, 3) == 0x7f80, "inf stays inf");
@@ -91,10 +92,10 @@ static void check_unbiased(float x, int n)
     }
     by_index /= n;
     by_step /= n;
-    CHECK(fabs(by_index - x) <= 5.0 * sd, "x %.9g (f %.3f): mean over indices %.9g, |diff| %.3g > 5 sd %.3g",
-          (double)x, f, by_index, fabs(by_index - x), 5.0 * sd);
-    CHECK(fabs(by_step - x) <= 5.0 * sd, "x %.9g (f %.3f): mean over steps %.9g, |diff| %.3g > 5 sd %.3g",
-          (double)x, f, by_step, fabs(by_step - x), 5.0 * sd);
+    CHECK(fabs(by_index - x) <= 5.0 * sd, "x %.9g (f %.3f): mean over indices %.9g, |diff| %.3g "
+          "> 5 sd %.3g", (double)x, f, by_index, fabs(by_index - x), 5.0 * sd);
+    CHECK(fabs(by_step - x) <= 5.0 * sd, "x %.9g (f %.3f): mean over steps %.9g, |diff| %.3g "
+          "> 5 sd %.3g", (double)x, f, by_step, fabs(by_step - x), 5.0 * sd);
     double rne = bf16_value((uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
     CHECK(fabs(rne - x) > 5.0 * sd, "negative control: nearest even %.9g within 5 sd of %.9g", rne,
           (double)x);
@@ -131,13 +132,16 @@ static prob copy_prob(const prob *a, ddp_dtype p)
 
 static void drop_prob(prob *q) { free(q->w), free(q->m), free(q->v), free(q->g), free(q->wc); }
 
-/* Bytes of a copy's elements [a, b) */
+/* Element a of q's copy in precision p. */
 static const char *copy_ptr(const prob *q, ddp_dtype p, size_t a)
 {
     return (const char *)q->wc + a * ops_dtype_size(ops, p);
 }
 
-static bool same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof *a) == 0; }
+static bool same_bits(const float *a, const float *b, size_t n)
+{
+    return memcmp(a, b, n * sizeof *a) == 0;
+}
 
 #define HP 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f /* lr, beta1, beta2, eps, wd */
 
@@ -148,8 +152,8 @@ static void check_against_adamw(test_rng *r, ddp_dtype p, size_t n, size_t index
     const uint32_t seed = 2024;
     for (int t = 1; t <= 2; t++) {
         CHECK(ops->adamw_step(ops, a.w, a.m, a.v, a.g, n, HP, t, 0.5f) == DDP_OK, "adamw_step");
-        CHECK(ops->adamw_step_cast(ops, b.w, b.m, b.v, b.g, n, HP, t, 0.5f, p, b.wc, seed, index0) ==
-                  DDP_OK, "adamw_step_cast");
+        CHECK(ops->adamw_step_cast(ops, b.w, b.m, b.v, b.g, n, HP, t, 0.5f, p, b.wc, seed,
+                                   index0) == DDP_OK, "adamw_step_cast");
     }
     CHECK(same_bits(a.w, b.w, n) && same_bits(a.m, b.m, n) && same_bits(a.v, b.v, n),
           "p %d: adamw_step_cast's w, m, v are adamw_step's bit for bit", (int)p);
@@ -163,7 +167,8 @@ static void check_against_adamw(test_rng *r, ddp_dtype p, size_t n, size_t index
             ops->cast(ops, DDP_FP16, &want, DDP_FP32, &a.w[i], 1);
         float got = copy_at(b.wc, p, i);
         if (memcmp(&got, &want, sizeof got) != 0 && bad++ < 5)
-            fprintf(stderr, "p %d: wc[%zu] %.9g, want %.9g\n", (int)p, i, (double)got, (double)want);
+            fprintf(stderr, "p %d: wc[%zu] %.9g, want %.9g\n", (int)p, i, (double)got,
+                    (double)want);
     }
     CHECK(bad == 0, "p %d: %d of %zu copy elements differ from the rounding of w", (int)p, bad, n);
     CHECK(ops->adamw_step_cast(ops, b.w, b.m, b.v, b.g, n, HP, 0, 1.0f, p, b.wc, seed, index0) ==
@@ -191,8 +196,8 @@ static void check_shards(test_rng *r, ddp_dtype p, size_t n, size_t k)
     }
     CHECK(same_bits(whole.w, parts.w, n) && same_bits(whole.m, parts.m, n) &&
               same_bits(whole.v, parts.v, n), "p %d: shards' w, m, v are the whole's", (int)p);
-    CHECK(memcmp(whole.wc, parts.wc, n * es) == 0, "p %d: shards' copy is the whole's byte for byte",
-          (int)p);
+    CHECK(memcmp(whole.wc, parts.wc, n * es) == 0,
+          "p %d: shards' copy is the whole's byte for byte", (int)p);
     /* the model rounds a gathered slice alike: cast_stochastic at the slice's flat offset */
     void *cast = calloc(n, es);
     CHECK(ops->cast_stochastic(ops, p, (char *)cast + k * es, whole.w + k, n - k, seed, t, k) ==
@@ -222,7 +227,8 @@ int main(void)
     check_unbiased(0.1f, N);                              /* f = 0.6 */
     check_unbiased(1e-3f, N);
     check_unbiased(1.0f + 0x0100 * 0x1p-23f, N);          /* f = 1/256 */
-    CHECK(ops->adamw_step_cast && ops->cast_stochastic, "the CPU has adamw_step_cast and cast_stochastic");
+    CHECK(ops->adamw_step_cast && ops->cast_stochastic,
+          "the CPU has adamw_step_cast and cast_stochastic");
     for (int p = 0; p < 3 && ops->adamw_step_cast; p++) {
         ddp_dtype d = p == 0 ? DDP_FP32 : p == 1 ? DDP_BF16 : DDP_FP16;
         check_against_adamw(&r, d, 10007, 0);
