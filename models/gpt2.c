@@ -106,6 +106,14 @@ struct gpt2 {
     ddp_reducer *gather; /* gpt2_set_gather: forward waits for its all-gather slice by slice */
     void *cparams;   // (numel_total) in p: the matmuls' weights (= params for fp32)
     bool cparams_stale;
+    /* gpt2_copy_rounding: cparams rounded stochastically (bf16) by (sr_seed, *sr_steps, flat
+     * index); [opt_lo, opt_hi) written by the optimizer at step opt_step (-1: not since the last
+     * gpt2_params) */
+    bool sr;
+    uint32_t sr_seed;
+    const long *sr_steps;
+    size_t opt_lo, opt_hi;
+    long opt_step;
     gpt2_acts a;
     gpt2_dacts d;
     void *bufs[MAX_BUFS];
@@ -502,9 +510,28 @@ bool gpt2_param_decays(const gpt2 *g, int i)
 float *gpt2_params(gpt2 *g)
 {
     g->cparams_stale = true;
+    g->opt_step = -1; /* the caller may change any element */
     return g->params;
 }
 void gpt2_set_gather(gpt2 *g, ddp_reducer *r) { g->gather = r; }
+
+void *gpt2_copy(gpt2 *g, ddp_dtype *p)
+{
+    *p = g->opts.precision;
+    return g->opts.precision == DDP_FP32 ? NULL : g->cparams;
+}
+
+void gpt2_copy_rounding(gpt2 *g, uint32_t seed, const long *steps, size_t offset, size_t n)
+{
+    g->sr = g->ops->cast_stochastic && steps;
+    g->sr_seed = seed;
+    g->sr_steps = steps;
+    g->opt_lo = offset;
+    g->opt_hi = offset + n;
+    g->opt_step = -1;
+}
+
+void gpt2_copy_written(gpt2 *g, long t) { g->opt_step = t; }
 float *gpt2_grads(gpt2 *g) { return g->grads; }
 const float *gpt2_logits(const gpt2 *g) { return g->a.logits; }
 
@@ -539,14 +566,37 @@ static ddp_status as_p(gpt2 *g, const float *src, void *buf_p, size_t n, const v
     return to_p(g, buf_p, src, n);
 }
 
+/* cparams [a, b) of the flat layout from params: to nearest even, or with gpt2_copy_rounding
+ * stochastically by (seed, step, flat index), less the range the optimizer wrote this step. */
+static ddp_status cast_range(gpt2 *g, size_t a, size_t b)
+{
+    const ops_handle *o = g->ops;
+    ddp_dtype p = g->opts.precision;
+    if (!g->sr)
+        return a < b ? o->cast(o, p, (char *)g->cparams + a * g->es, DDP_FP32, g->params + a, b - a)
+                     : DDP_OK;
+    long step = *g->sr_steps;
+    size_t cut[2][2] = {{a, b}, {b, b}}; /* the parts to round: all, or those around the range */
+    if (g->opt_step == step && g->opt_lo < g->opt_hi) {
+        cut[0][1] = g->opt_lo < b ? (g->opt_lo > a ? g->opt_lo : a) : b;
+        cut[1][0] = g->opt_hi > a ? (g->opt_hi < b ? g->opt_hi : b) : a;
+    }
+    for (int k = 0; k < 2; k++) {
+        size_t lo = cut[k][0], hi = cut[k][1];
+        if (lo < hi)
+            TRY_OK(o->cast_stochastic(o, p, (char *)g->cparams + lo * g->es, g->params + lo,
+                                      hi - lo, g->sr_seed, (uint32_t)step, lo));
+    }
+    return DDP_OK;
+}
+
 /* The matmul weights in p, refreshed after the parameters changed (with gpt2_set_gather slice by
  * slice instead, as each arrives: layer_ready). */
 static ddp_status refresh_cparams(gpt2 *g)
 {
     if (is_fp32(g) || !g->cparams_stale || g->gather)
         return DDP_OK;
-    TRY_OK(g->ops->cast(g->ops, g->opts.precision, g->cparams, DDP_FP32, g->params,
-                        g->numel_total));
+    TRY_OK(cast_range(g, 0, g->numel_total));
     g->cparams_stale = false;
     return DDP_OK;
 }
@@ -666,8 +716,7 @@ static ddp_status slice_ready(gpt2 *g, int i)
     TRY_OK(ddp_reducer_gather_wait(g->gather, i));
     if (is_fp32(g) || !g->cparams_stale)
         return DDP_OK;
-    return g->ops->cast(g->ops, g->opts.precision, (char *)g->cparams + g->offset[i] * g->es,
-                        DDP_FP32, g->params + g->offset[i], g->numel[i]);
+    return cast_range(g, g->offset[i], g->offset[i] + g->numel[i]);
 }
 
 /* The slices the next part of the forward pass reads (layer l's twelve; l = -1: the embeddings;

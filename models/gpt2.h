@@ -103,6 +103,20 @@ float *gpt2_grads(gpt2 *g); /* NULL under opts.reducer_grads */
  * bucket by bucket. NULL (the default): the parameters are complete before every forward. r
  * must outlive the model's forward passes or be unset. */
 void gpt2_set_gather(gpt2 *g, ddp_reducer *r);
+/* The 16-bit copy of the parameters the matmuls read (gpt2_params' flat layout, backend memory
+ * of ops_dtype_size(p) bytes an element) and its precision in *p; NULL in fp32. */
+void *gpt2_copy(gpt2 *g, ddp_dtype *p);
+/* Training's rounding of that copy: bf16 rounds stochastically (ops.h cast_stochastic) by seed,
+ * the step *steps (read at each refresh: the optimizer steps the parameters have had) and each
+ * element's flat index, so the copy is a function of the parameters and the step alone, whoever
+ * rounds which part; fp16 keeps nearest even. An optimizer writes [offset, offset + n) of the
+ * copy itself in its step (ops.h adamw_step_cast) and says so with gpt2_copy_written; the model
+ * rounds the rest. Without this call (or without cast_stochastic in the ops): nearest even. */
+void gpt2_copy_rounding(gpt2 *g, uint32_t seed, const long *steps, size_t offset, size_t n);
+/* The optimizer has written its range of the copy from the parameters of step t (after the
+ * gpt2_params that the step changed them through): the next refresh leaves that range alone
+ * when *steps is t. */
+void gpt2_copy_written(gpt2 *g, long t);
 
 /* Forward pass on tokens (B, T) (backend memory, values in [0, V)), B <= max_batch, T <= seq.
  * With targets (B, T): ADDS the mean cross-entropy to *loss_acc (backend memory, one float) when

@@ -22,6 +22,7 @@ struct optim {
     optim_run *runs;          /* the range cut into runs of one decay flag */
     int n_runs;
     double last_norm;
+    optim_copy copy;          /* wc NULL: none (optim_set_copy) */
 };
 
 /* The runs of contiguous slices with the same decay flag, cut to [lo, hi). */
@@ -108,7 +109,14 @@ ddp_status optim_step(optim *o, float *params, const float *grads, float lr, int
         const optim_run *u = &o->runs[k];
         size_t i = u->a - o->offset, n = u->b - u->a;
         float wd = u->decay ? q->weight_decay : 0.0f;
-        if (q->kind == OPTIM_ADAMW)
+        const optim_copy *c = &o->copy;
+        if (q->kind == OPTIM_ADAMW && c->wc) /* the copy's run at the run's flat offset */
+            TRY_OK(o->ops->adamw_step_cast(o->ops, params + u->a, o->buf[0] + i, o->buf[1] + i,
+                                           grads + i, n, lr, q->beta1, q->beta2, q->eps, wd, t,
+                                           grad_scale, c->p,
+                                           (char *)c->wc + u->a * ops_dtype_size(o->ops, c->p),
+                                           c->seed, u->a));
+        else if (q->kind == OPTIM_ADAMW)
             TRY_OK(o->ops->adamw_step(o->ops, params + u->a, o->buf[0] + i, o->buf[1] + i,
                                       grads + i, n, lr, q->beta1, q->beta2, q->eps, wd, t,
                                       grad_scale));
@@ -116,7 +124,17 @@ ddp_status optim_step(optim *o, float *params, const float *grads, float lr, int
             TRY_OK(o->ops->sgd_step(o->ops, params + u->a, o->buf[0] + i, grads + i, n, lr,
                                     q->momentum, wd));
     }
+    if (o->copy.wc && o->copy.written)
+        o->copy.written(o->copy.arg, t);
     return DDP_OK;
+}
+
+bool optim_set_copy(optim *o, const optim_copy *c)
+{
+    bool on = c && c->wc && c->p != DDP_FP32 && o->o.kind == OPTIM_ADAMW &&
+              o->ops->adamw_step_cast;
+    o->copy = on ? *c : (optim_copy){0};
+    return on;
 }
 
 /* The factor clipping puts on the gradients (1 without clipping); computes the norm when asked. */

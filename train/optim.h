@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ddp.h"
 #include "ops.h"
@@ -46,7 +47,8 @@ void optim_destroy(optim *o); /* NULL-safe */
 /* One step on the state's range of params (the flat fp32 master weights, backend memory): grads
  * holds the range's gradients, element i the flat layout's offset + i. lr the learning rate,
  * t >= 1 the step count (AdamW's bias correction), grad_scale multiplies the gradients first
- * (AdamW only; SGD takes 1). DDP_ERR_INVALID_ARG for t < 1, else the ops' failures. */
+ * (AdamW only; SGD takes 1). With optim_set_copy AdamW also writes the copy's elements of the
+ * range and then calls its `written` (t). DDP_ERR_INVALID_ARG for t < 1, else the ops' failures. */
 ddp_status optim_step(optim *o, float *params, const float *grads, float lr, int t,
                       float grad_scale);
 
@@ -59,6 +61,22 @@ ddp_status optim_step(optim *o, float *params, const float *grads, float lr, int
  * under ZeRO or with a scaler. Returns the first failure of those calls. */
 ddp_status optim_update(optim *o, float *params, float *grads, ddp_scaler *scaler, float lr,
                         long t, int *applied);
+
+/* A model's 16-bit copy of the parameters (the flat layout in precision p, backend memory), which
+ * AdamW writes for the state's range in the pass that updates it (ops.h adamw_step_cast: bf16
+ * rounded stochastically by (seed, step, flat index)) instead of the model casting it after. */
+typedef struct optim_copy {
+    void *wc;       /* the whole layout's copy; the state writes elements [offset, offset + n) */
+    ddp_dtype p;    /* DDP_BF16 or DDP_FP16 */
+    uint32_t seed;  /* bf16's stochastic rounding */
+    /* after a step t wrote the range (the model skips its own cast of it: gpt2_copy_written) */
+    void (*written)(void *arg, long t);
+    void *arg;
+} optim_copy;
+
+/* AdamW writes c's copy from now on; c NULL, SGD, or ops without adamw_step_cast: nothing (the
+ * model casts). Returns whether the copy is written. */
+bool optim_set_copy(optim *o, const optim_copy *c);
 
 /* The global gradient norm of the last optim_update that computed one (NAN before). */
 double optim_last_norm(const optim *o);

@@ -61,6 +61,7 @@ typedef struct gpt_task {
     gpt_ckpt init;         /* --init-from a ddp checkpoint: its weights, held from gpt_config to
                               gpt_build (then freed; step and folder stay for the report) */
     int init_ckpt;         /* 1: --init-from named a ddp checkpoint, not an llm.c model file */
+    int copy_wired;        /* gpt_wire_copy has run */
 } gpt_task;
 
 static gpt_task *G(const trainer *t) { return t->state; }
@@ -385,6 +386,28 @@ static float *gpt_grads(trainer *t) { return gpt2_grads(G(t)->model); }
 static void gpt_attach(trainer *t) { gpt2_set_gather(G(t)->model, t->reducer); }
 static ddp_status gpt_zero_grad(trainer *t) { return gpt2_zero_grad(G(t)->model); }
 
+static void gpt_copy_written(void *g, long t) { gpt2_copy_written(g, t); }
+
+/* In 16 bits AdamW writes the model's matmul copy of its range in the pass that updates it
+ * (optim_set_copy) and the model rounds the rest alike (gpt2_copy_rounding: bf16 stochastically
+ * by --seed, the step and the flat index), so every rank's copy under --zero 1/2 is --zero 0's
+ * byte for byte. Once, before the first forward pass (the optimizer exists only after build). */
+static void gpt_wire_copy(trainer *t)
+{
+    gpt_task *s = G(t);
+    ddp_dtype p;
+    void *wc = gpt2_copy(s->model, &p);
+    if (s->copy_wired || !t->opt || !wc || !t->ops->cast_stochastic)
+        return;
+    s->copy_wired = 1;
+    uint32_t seed = (uint32_t)(t->o->seed ^ t->o->seed >> 32);
+    size_t offset, n;
+    optim_range(t->opt, &offset, &n);
+    optim_copy c = {.wc = wc, .p = p, .seed = seed, .written = gpt_copy_written, .arg = s->model};
+    bool on = optim_set_copy(t->opt, &c);
+    gpt2_copy_rounding(s->model, seed, &t->step, offset, on ? n : 0);
+}
+
 static void gpt_batch(trainer *t)
 {
     gpt_task *s = G(t);
@@ -396,6 +419,7 @@ static void gpt_batch(trainer *t)
 static void gpt_forward(trainer *t)
 {
     gpt_task *s = G(t);
+    gpt_wire_copy(t);
     trainer_must(t, gpt2_forward(s->model, t->x_dev[t->slot], t->y_dev[t->slot], s->B, s->T,
                                  t->loss_dev, true), "forward pass");
 }
@@ -422,6 +446,7 @@ static double gpt_validate(trainer *t)
     double sums[2] = {0.0, 0.0}; /* loss x tokens, tokens */
     int b = 0, tt = 0;
     long batches = 0, cap = t->o->gpt.val_batches;
+    gpt_wire_copy(t);
     tokens_val_rewind(G(t)->val);
     while (cap == 0 || batches < cap) {
         trainer_must(t, tokens_val_next(G(t)->val, G(t)->x_host, G(t)->y_host, &b, &tt), "reading validation data");
@@ -638,6 +663,7 @@ static ddp_status gpt_sample(trainer *t)
         seq[i] = prompt.n > 0 ? prompt.id[i] : GPT_EOT;
     gpt2_sample_opts so = {.n_tokens = n, .temperature = (float)g->temperature, .top_k = g->top_k,
                            .seed = t->o->seed};
+    gpt_wire_copy(t);
     if (st == DDP_OK)
         st = gpt2_sample(G(t)->model, t->ctx, seq, n_prompt, G(t)->T, &so, t->x_dev[0]);
     const bpe_vocab *v = G(t)->encoder ? bpe_encoder_vocab(G(t)->encoder) : G(t)->vocab;

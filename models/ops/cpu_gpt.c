@@ -457,3 +457,65 @@ ddp_status ops_cpu_adamw_step(const ops_handle *ops, float *w, float *m, float *
     adamw_loop(w, m, v, g, n, h);
     return DDP_OK;
 }
+
+/* ---- AdamW that writes the bf16 copy (adamw_step_cast) ---------------------------------- */
+
+/* src rounded stochastically to bf16 (the flat layout's index0 + i): bits into wc, or floats
+ * into wf when wc is NULL. */
+SIMD_BODY void cast_bf16_sr_body(const float *restrict src, size_t n, uint64_t key,
+                                 uint64_t index0, uint16_t *restrict wc, float *restrict wf)
+{
+    if (wc)
+        for (size_t i = 0; i < n; i++)
+            wc[i] = bf16_round_stochastic(src[i], key, index0 + i);
+    else
+        for (size_t i = 0; i < n; i++)
+            wf[i] = bf16_bits_to_f32(bf16_round_stochastic(src[i], key, index0 + i));
+}
+
+#define ADAMW_CAST_BLOCK 2048 /* elements: a block's new weights are still in L1 when rounded */
+
+/* adamw_body block by block, each block's new weights then rounded while in L1: one pass over
+ * memory, two vectorised loops (in one loop GCC vectorises neither). */
+SIMD_BODY void adamw_bf16_body(float *restrict w, float *restrict m, float *restrict v,
+                               const float *restrict g, size_t n, adamw_hp h, uint64_t key,
+                               uint64_t index0, uint16_t *restrict wc, float *restrict wf)
+{
+    for (size_t a = 0; a < n; a += ADAMW_CAST_BLOCK) {
+        size_t k = n - a < ADAMW_CAST_BLOCK ? n - a : ADAMW_CAST_BLOCK;
+        adamw_body(w + a, m + a, v + a, g + a, k, h);
+        cast_bf16_sr_body(w + a, k, key, index0 + a, wc ? wc + a : NULL, wc ? NULL : wf + a);
+    }
+}
+SIMD_DISPATCH(adamw_bf16_loop, adamw_bf16_body,
+              (float *restrict w, float *restrict m, float *restrict v, const float *restrict g,
+               size_t n, adamw_hp h, uint64_t key, uint64_t index0, uint16_t *restrict wc,
+               float *restrict wf),
+              (w, m, v, g, n, h, key, index0, wc, wf))
+SIMD_DISPATCH(cast_bf16_sr_loop, cast_bf16_sr_body,
+              (const float *restrict src, size_t n, uint64_t key, uint64_t index0,
+               uint16_t *restrict wc, float *restrict wf),
+              (src, n, key, index0, wc, wf))
+
+ddp_status ops_cpu_adamw_bf16(float *w, float *m, float *v, const float *g, size_t n, float lr,
+                              float beta1, float beta2, float eps, float wd, int t,
+                              float grad_scale, uint16_t *wc, float *wf, uint32_t seed,
+                              size_t index0)
+{
+    if (t < 1) {
+        DDP_ERROR("cpu adamw_step_cast: step %d (steps count from 1)", t);
+        return DDP_ERR_INVALID_ARG;
+    }
+    adamw_hp h = {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .wd = wd,
+                  .grad_scale = grad_scale};
+    h.bc1 = (float)(1.0 - pow(beta1, t)); /* ops_cpu_adamw_step's */
+    h.bc2 = (float)(1.0 - pow(beta2, t));
+    adamw_bf16_loop(w, m, v, g, n, h, sr_key(seed, (uint32_t)t), index0, wc, wf);
+    return DDP_OK;
+}
+
+void ops_cpu_cast_bf16_sr(const float *src, size_t n, uint32_t seed, uint32_t step, size_t index0,
+                          uint16_t *wc, float *wf)
+{
+    cast_bf16_sr_loop(src, n, sr_key(seed, step), index0, wc, wf);
+}

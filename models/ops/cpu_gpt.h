@@ -38,5 +38,15 @@ ddp_status ops_cpu_xent_fwd_bwd(const ops_handle *ops, float *dlogits, float *lo
 ddp_status ops_cpu_adamw_step(const ops_handle *ops, float *w, float *m, float *v, const float *g,
                               size_t n, float lr, float beta1, float beta2, float eps, float wd,
                               int t, float grad_scale);
+/* adamw_step_cast's bf16 (ops.h): ops_cpu_adamw_step's w, m, v bit for bit, and each new weight
+ * rounded stochastically (math_shared.h) by (seed, t, index0 + i) into wc as bf16 bits, or with
+ * wc NULL into wf as the bf16 values in floats (emulated bf16). */
+ddp_status ops_cpu_adamw_bf16(float *w, float *m, float *v, const float *g, size_t n, float lr,
+                              float beta1, float beta2, float eps, float wd, int t,
+                              float grad_scale, uint16_t *wc, float *wf, uint32_t seed,
+                              size_t index0);
+/* cast_stochastic's bf16: src rounded by (seed, step, index0 + i) into wc or wf as above. */
+void ops_cpu_cast_bf16_sr(const float *src, size_t n, uint32_t seed, uint32_t step, size_t index0,
+                          uint16_t *wc, float *wf);
 
 #endif /* OPS_CPU_GPT_H */

@@ -343,6 +343,32 @@ static __global__ void adamw_kernel(float *w, float *m, float *v, const float *g
                             bc2);
 }
 
+/* adamw_kernel's step that also writes the new weight's bf16 copy, rounded stochastically by
+ * (key, index0 + i) (math_shared.h, the CPU's function): one launch, one read and one write of w
+ * where a cast after would read w again. */
+static __global__ void adamw_bf16_kernel(float *w, float *m, float *v, const float *g, size_t n,
+                                         float lr, float beta1, float beta2, float eps, float wd,
+                                         float bc1, float bc2, float grad_scale, uint16_t *wc,
+                                         uint64_t key, size_t index0)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    float wi = adamw_update(w[i], &m[i], &v[i], g[i], grad_scale, lr, beta1, beta2, eps, wd, bc1,
+                            bc2);
+    w[i] = wi;
+    wc[i] = bf16_round_stochastic(wi, key, index0 + i);
+}
+
+/* dst = src rounded stochastically to bf16 by (key, index0 + i). */
+static __global__ void cast_bf16_sr_kernel(uint16_t *dst, const float *src, size_t n,
+                                           uint64_t key, size_t index0)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        dst[i] = bf16_round_stochastic(src[i], key, index0 + i);
+}
+
 /* ---- cross-entropy --------------------------------------------------------------------- */
 
 /* Folds x into a running (max m, sum s of exp(. - m)): one exp per element. */
@@ -937,6 +963,47 @@ static ddp_status cuda_adamw_step(const ops_handle *ops, float *w, float *m, flo
     return DDP_OK;
 }
 
+/* bf16 in one launch (adamw_bf16_kernel); fp16 (emulated, float storage) casts after. */
+static ddp_status cuda_adamw_step_cast(const ops_handle *ops, float *w, float *m, float *v,
+                                       const float *g, size_t n, float lr, float beta1,
+                                       float beta2, float eps, float wd, int t, float grad_scale,
+                                       ddp_dtype p, void *wc, uint32_t seed, size_t index0)
+{
+    cuda_state *cu = cuda_of(ops);
+    if (p != DDP_BF16) {
+        TRY_OK(cuda_adamw_step(ops, w, m, v, g, n, lr, beta1, beta2, eps, wd, t, grad_scale));
+        return p == DDP_FP32 ? DDP_OK : ops->cast(ops, p, wc, DDP_FP32, w, n);
+    }
+    if (t < 1) {
+        DDP_ERROR("cuda adamw_step_cast: step %d (steps count from 1)", t);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (n == 0)
+        return DDP_OK;
+    float bc1, bc2;
+    adamw_bias_corrections(beta1, beta2, t, &bc1, &bc2);
+    adamw_bf16_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(
+        w, m, v, g, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale, (uint16_t *)wc,
+        sr_key(seed, (uint32_t)t), index0);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+static ddp_status cuda_cast_stochastic(const ops_handle *ops, ddp_dtype p, void *dst,
+                                       const float *src, size_t n, uint32_t seed, uint32_t step,
+                                       size_t index0)
+{
+    cuda_state *cu = cuda_of(ops);
+    if (p != DDP_BF16)
+        return ops->cast(ops, p, dst, DDP_FP32, src, n);
+    if (n == 0)
+        return DDP_OK;
+    cast_bf16_sr_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(
+        (uint16_t *)dst, src, n, sr_key(seed, step), index0);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
 void cuda_gpt_ops(ops_handle *ops)
 {
     ops->encoder_fwd = cuda_encoder_fwd;
@@ -951,4 +1018,6 @@ void cuda_gpt_ops(ops_handle *ops)
     ops->add = cuda_add;
     ops->xent_fwd_bwd = cuda_xent_fwd_bwd;
     ops->adamw_step = cuda_adamw_step;
+    ops->adamw_step_cast = cuda_adamw_step_cast;
+    ops->cast_stochastic = cuda_cast_stochastic;
 }

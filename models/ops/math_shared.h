@@ -363,4 +363,64 @@ static inline OPS_HD float gelu_tanh_exp_grad(float x)
     return s + 2.0f * x * s * (1.0f - s) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
+/* ---- stochastic rounding to bf16 (adamw_step_cast, the GPT's 16-bit copy of its weights) ----
+ * As llm.c's: the 16 dropped bits of x against 16 random bits r, rounding away from zero when
+ * they exceed r, so x rounds up with probability (dropped bits) / 2^16 and the mean of many
+ * roundings is x. r is a counter-based hash of (seed, step, index), index the element's place in
+ * the model's flat parameter layout: a pure function, the same on the CPU and CUDA, on every rank
+ * and under every ZeRO sharding (a shard rounds element i as the whole layout does). */
+
+/* lowbias32 (C. Wellons' hash prospector): a bijection of 32 bits whose every input bit flips
+ * about half the output bits; 32-bit multiplies only, so the CPU's loops of it vectorise. */
+static inline OPS_HD uint32_t sr_mix32(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    return x ^ (x >> 16);
+}
+
+/* The key of one rounding pass (seed, step), computed once per call. */
+static inline OPS_HD uint64_t sr_key(uint32_t seed, uint32_t step)
+{
+    uint32_t a = sr_mix32(seed ^ 0x9e3779b9u), b = sr_mix32(step + a);
+    return (uint64_t)sr_mix32(a ^ b ^ 0x85ebca6bu) << 32 | b;
+}
+
+/* 16 random bits of (key, index): two rounds, the index's low word then its high word. */
+static inline OPS_HD uint32_t sr_bits(uint64_t key, uint64_t index)
+{
+    uint32_t x = sr_mix32((uint32_t)index ^ (uint32_t)key);
+    return sr_mix32(x ^ (uint32_t)(index >> 32) ^ (uint32_t)(key >> 32)) >> 16;
+}
+
+/* The bfloat16 bits of x rounded stochastically with key (sr_key) at flat index `index`: one of
+ * the two bf16 values around x (x itself when it is one; beyond the largest finite bf16, inf, as
+ * nearest-even rounding would give). inf stays inf, NaN stays NaN (quiet, as half_f32_to_bf16). */
+static inline OPS_HD uint16_t bf16_round_stochastic(float x, uint64_t key, uint64_t index)
+{
+    union {
+        float f;
+        uint32_t u;
+    } b;
+    b.f = x;
+    uint32_t r = sr_bits(key, index);
+    uint32_t rounded = (b.u >> 16) + ((b.u & 0xffffu) > r); /* sign-magnitude: +1 is away from 0 */
+    uint32_t special = (b.u >> 16) | ((b.u & 0x7fffffu) ? 0x0040u : 0u); /* inf; NaN quiet */
+    /* selects, no branch: the CPU's loops of it vectorise */
+    return (uint16_t)((b.u & 0x7f800000u) == 0x7f800000u ? special : rounded);
+}
+
+/* The float whose bits are bfloat16 h (bf16 emulated in float storage). */
+static inline OPS_HD float bf16_bits_to_f32(uint16_t h)
+{
+    union {
+        uint32_t u;
+        float f;
+    } b;
+    b.u = (uint32_t)h << 16;
+    return b.f;
+}
+
 #endif /* MATH_SHARED_H */

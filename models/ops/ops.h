@@ -30,6 +30,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ddp.h"
 #include "try.h" /* TRY_OK and, after a library's header, its TRY_ macros */
@@ -216,6 +217,21 @@ struct ops_handle {
     ddp_status (*adamw_step)(const ops_handle *ops, float *w, float *m, float *v, const float *g,
                              size_t n, float lr, float beta1, float beta2, float eps, float wd,
                              int t, float grad_scale);
+    /* adamw_step that also writes wc (n, precision p): the updated weights in the compute
+     * precision, in the same pass over memory (optional: NULL makes the caller cast after; fp32:
+     * adamw_step). bf16 rounds stochastically (math_shared.h bf16_round_stochastic) with key
+     * sr_key(seed, t) and element i's flat index index0 + i (the state's offset in the model's
+     * flat layout), so a shard rounds as the whole; fp16 rounds to nearest even. w, m, v are
+     * adamw_step's, bit for bit. */
+    ddp_status (*adamw_step_cast)(const ops_handle *ops, float *w, float *m, float *v,
+                                  const float *g, size_t n, float lr, float beta1, float beta2,
+                                  float eps, float wd, int t, float grad_scale, ddp_dtype p,
+                                  void *wc, uint32_t seed, size_t index0);
+    /* dst (n, precision p) = src (fp32), rounded as adamw_step_cast writes wc at step `step`:
+     * bf16 stochastically by (seed, step, index0 + i), fp16 to nearest even (fp32: a copy). The
+     * rest of a copy whose shard adamw_step_cast wrote (optional: NULL where adamw_step_cast is). */
+    ddp_status (*cast_stochastic)(const ops_handle *ops, ddp_dtype p, void *dst, const float *src,
+                                  size_t n, uint32_t seed, uint32_t step, size_t index0);
 };
 
 /* Bytes per element of precision p's storage on a backend (emulated precisions are stored in float). */

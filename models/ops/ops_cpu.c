@@ -368,6 +368,33 @@ static ddp_status cpu_sgd_step_cast(const ops_handle *ops, float *w, float *m, c
     return p == DDP_FP32 ? DDP_OK : cpu_cast(ops, p, wc, DDP_FP32, w, n);
 }
 
+/* AdamW's pass that also writes the copy: bf16 in cpu_gpt.c (ops_cpu_adamw_bf16, its flags
+ * vectorise it), fp16 cast after (nearest even). */
+static ddp_status cpu_adamw_step_cast(const ops_handle *ops, float *w, float *m, float *v,
+                                      const float *g, size_t n, float lr, float beta1,
+                                      float beta2, float eps, float wd, int t, float grad_scale,
+                                      ddp_dtype p, void *wc, uint32_t seed, size_t index0)
+{
+    if (p != DDP_BF16) {
+        TRY_OK(ops_cpu_adamw_step(ops, w, m, v, g, n, lr, beta1, beta2, eps, wd, t, grad_scale));
+        return p == DDP_FP32 ? DDP_OK : cpu_cast(ops, p, wc, DDP_FP32, w, n);
+    }
+    bool stored = cpu_bf16_stored(p);
+    return ops_cpu_adamw_bf16(w, m, v, g, n, lr, beta1, beta2, eps, wd, t, grad_scale,
+                              stored ? wc : NULL, stored ? NULL : wc, seed, index0);
+}
+
+static ddp_status cpu_cast_stochastic(const ops_handle *ops, ddp_dtype p, void *dst,
+                                      const float *src, size_t n, uint32_t seed, uint32_t step,
+                                      size_t index0)
+{
+    if (p != DDP_BF16)
+        return cpu_cast(ops, p, dst, DDP_FP32, src, n);
+    bool stored = cpu_bf16_stored(p);
+    ops_cpu_cast_bf16_sr(src, n, seed, step, index0, stored ? dst : NULL, stored ? NULL : dst);
+    return DDP_OK;
+}
+
 /* The 16-bit emulation: an op's fp32 output rounded to what storage in p would hold. */
 static ddp_status cpu_emulate(ddp_dtype p, void *y, size_t n, ddp_status st)
 {
@@ -588,6 +615,8 @@ static const ops_handle cpu_table = {
     .add = ops_cpu_add,
     .xent_fwd_bwd = ops_cpu_xent_fwd_bwd,
     .adamw_step = ops_cpu_adamw_step,
+    .adamw_step_cast = cpu_adamw_step_cast,
+    .cast_stochastic = cpu_cast_stochastic,
 };
 
 void ops_cpu_set_threads(int threads)
