@@ -354,6 +354,9 @@ static void on_nonfinite(trainer *t, int64_t ranks)
         if (t->rank == 0)
             DDP_WARN("step %ld: the loss is NaN or inf on %lld rank(s): the step is not applied "
                      "(--nan-policy skip)", t->step + 1, (long long)ranks);
+        /* As after an applied step, the model's 16-bit copy is made again for the next one: the
+         * GPT rounds it stochastically by step, and a run resumed after this step does so too. */
+        (void)t->task->params(t);
         return;
     }
     if (t->rank == 0)
