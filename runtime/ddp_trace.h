@@ -30,6 +30,12 @@ extern "C" {
  * has done the backward pass's work to the moment it has also waited for every all-reduce, and
  * recorded as the instant "reducer.exposed", args.arg = its nanoseconds, once the events have
  * completed: at a later finish() or at ddp_reducer_destroy(), so it appears after its step).
+ * The other waits for communication are measured alike: under ZeRO the span
+ * "reducer.gather_wait" (args.arg: the parameter waited for, -1 for all) where the forward pass
+ * waits for the parameters' all-gather, and a bucket-owned reducer's (stage 2) span
+ * "reducer.recycle_wait" (args.arg: the bucket) where the backward pass waits for an older
+ * reduce-scatter to reuse its buffer; on CUDA also the instants "reducer.gather_exposed" and
+ * "reducer.recycle_exposed" (nanoseconds of the stream's wait, from CUDA events).
  * Cost: while tracing is off every record call is one predictable branch; while on, one
  * clock_gettime and one atomic increment. Names are NOT copied when recorded: pass string
  * literals (or strings that live until ddp_trace_write). A full buffer drops further events and
@@ -55,8 +61,11 @@ DDP_API void ddp_trace_instant(const char *name, int64_t arg);
 typedef struct ddp_trace_stats {
     long n_syncs;       /* "reducer.wait" spans: gradient synchronisations */
     double exposed_s;   /* communication the steps waited for, over n_exposed synchronisations:
-                           on CUDA (or wherever there are some) the "reducer.exposed" instants,
-                           on the CPU the time in "reducer.wait" */
+                           on CUDA (or wherever there are some) the "reducer.exposed" and
+                           "reducer.recycle_exposed" instants, on the CPU the time in
+                           "reducer.wait" and "reducer.recycle_wait" (a bucket-owned reducer's
+                           waits in the middle of the backward pass for an older reduce-scatter,
+                           whose buffer the next bucket needs) */
     long n_exposed;     /* synchronisations exposed_s covers: n_syncs on the CPU; on CUDA those
                            whose events were read (the last one only at ddp_reducer_destroy), so
                            possibly 0 after one synchronisation */
@@ -64,6 +73,13 @@ typedef struct ddp_trace_stats {
                            spans (the buckets' collectives running) */
     double backward_s;  /* total time of "backward" spans */
     long n_dropped;     /* events lost to a full buffer */
+    double gather_wait_s; /* ZeRO: the forward passes' waits for the parameters' all-gather
+                             (ddp_reducer_gather_wait and the wait in ddp_reducer_begin): on the
+                             CPU the "reducer.gather_wait" spans, on CUDA the
+                             "reducer.gather_exposed" instants (the stream's wait, timed on the
+                             device) */
+    long n_gather_waits;  /* the waits gather_wait_s covers (on CUDA those whose events were
+                             read) */
 } ddp_trace_stats;
 /* Fills *out with the events recorded so far. On CUDA the collectives' spans are recorded by host
  * functions on libddp's streams when the work runs there, so call ddp_synchronize(ctx) first to

@@ -269,8 +269,15 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
         st = reducer_zero_setup(r, o->zero_stage);
     if (st == DDP_OK && r->owned)
         st = reducer_owned_setup(r);
-    if (st == DDP_OK && ddp_backend(ctx) == DDP_BACKEND_CUDA)
-        st = exposed_timer_create(&r->timer);
+    if (st == DDP_OK && ddp_backend(ctx) == DDP_BACKEND_CUDA) {
+        /* a step has at most one wait of each kind per bucket; room for a few steps ahead */
+        int waits = 4 * n_params + 4;
+        st = exposed_timer_create(4, &r->timer);
+        if (st == DDP_OK && r->owned)
+            st = exposed_timer_create(waits, &r->recycle_timer);
+        if (st == DDP_OK && r->zero_stage)
+            st = exposed_timer_create(waits, &r->gather_timer);
+    }
     if (r->owned) /* collective: every rank, whatever st */
         st = reducer_owned_agree(r, st);
     if (st != DDP_OK) {
@@ -301,13 +308,19 @@ static ddp_status reducer_wait_all(ddp_reducer *r)
     return first;
 }
 
-/* CUDA, while tracing: one "reducer.exposed" instant (args.arg: nanoseconds) per sync step whose
- * events have completed, oldest first; wait != 0 waits for them (see reducer_cuda.h). */
+/* CUDA, while tracing: one instant (args.arg: nanoseconds) per measured interval whose events
+ * have completed, oldest first: "reducer.exposed" per sync step, "reducer.recycle_exposed" per
+ * wait mid-backward for a bucket's buffer, "reducer.gather_exposed" per wait for the parameters'
+ * gather; wait != 0 waits for them (see reducer_cuda.h). */
 static void reducer_report_exposed(ddp_reducer *r, int wait)
 {
     int64_t ns;
-    while (exposed_timer_next(r->timer, wait, &ns))
+    while (r->timer && exposed_timer_next(r->timer, wait, &ns))
         ddp_trace_instant("reducer.exposed", ns);
+    while (r->recycle_timer && exposed_timer_next(r->recycle_timer, wait, &ns))
+        ddp_trace_instant("reducer.recycle_exposed", ns);
+    while (r->gather_timer && exposed_timer_next(r->gather_timer, wait, &ns))
+        ddp_trace_instant("reducer.gather_exposed", ns);
 }
 
 void ddp_reducer_destroy(ddp_reducer *r)
@@ -320,12 +333,15 @@ void ddp_reducer_destroy(ddp_reducer *r)
         ddp_reducer_gather_wait(r, -1);
     if (r->timer && ddp_trace_enabled()) {
         reducer_report_exposed(r, 1);
-        long dropped = exposed_timer_dropped(r->timer);
+        long dropped = exposed_timer_dropped(r->timer) + exposed_timer_dropped(r->recycle_timer) +
+                       exposed_timer_dropped(r->gather_timer);
         if (dropped > 0)
-            DDP_WARN("reducer: the exposed communication of %ld sync step(s) was not measured: the "
-                     "host ran more steps ahead of the GPU than the timer holds", dropped);
+            DDP_WARN("reducer: %ld wait(s) for communication were not measured: the host ran more "
+                     "steps ahead of the GPU than the timers hold", dropped);
     }
     exposed_timer_destroy(r->timer);
+    exposed_timer_destroy(r->recycle_timer);
+    exposed_timer_destroy(r->gather_timer);
     grad_pool_destroy(r->pool);
     free(r->pack_off);
     ddp_free(r->ctx, r->wire);
@@ -555,6 +571,28 @@ static void reducer_launch(ddp_reducer *r, int b)
     }
 }
 
+/* Bucket-owned: reaps the oldest reduce-scatter to recycle its buffer. In the middle of the
+ * backward pass (not force) that wait is exposed communication too: traced as the span
+ * "reducer.recycle_wait" (the CPU's measure) and, on CUDA, timed on the reducer's stream. Under
+ * finish() it is part of finish's own wait. */
+static void *reducer_stream(const ddp_reducer *r);
+
+static void reducer_recycle(ddp_reducer *r, int force)
+{
+    int timed = !force && ddp_trace_enabled();
+    if (timed) {
+        ddp_trace_begin("reducer.recycle_wait", r->next_reap);
+        if (r->recycle_timer)
+            exposed_timer_start(r->recycle_timer, reducer_stream(r));
+    }
+    reducer_owned_reap(r);
+    if (timed) {
+        if (r->recycle_timer)
+            exposed_timer_stop(r->recycle_timer, reducer_stream(r));
+        ddp_trace_end("reducer.recycle_wait", r->next_reap - 1);
+    }
+}
+
 /* Launches every consecutive ready bucket from next_launch on (all of them when force);
  * bucket-owned, waits for the oldest reduce-scatter while more than OWNED_IN_FLIGHT are under
  * way. */
@@ -564,7 +602,7 @@ void reducer_launch_ready(ddp_reducer *r, int force)
            (force || r->pending[r->next_launch] == 0)) {
         reducer_launch(r, r->next_launch++);
         while (r->owned && r->next_launch - r->next_reap > OWNED_IN_FLIGHT)
-            reducer_owned_reap(r);
+            reducer_recycle(r, force);
     }
 }
 
@@ -975,6 +1013,14 @@ ddp_status ddp_reducer_gather_wait(ddp_reducer *r, int param)
         return DDP_OK;
     int end = param < 0 ? r->gather_launched : r->gather_end[r->plan.param_bucket[param]];
     ddp_status first = DDP_OK;
+    /* exposed communication of the forward pass: the span (the CPU's measure) and, on CUDA, the
+     * reducer's stream's wait timed on the device */
+    int timed = r->gather_waited < end && ddp_trace_enabled();
+    if (timed) {
+        ddp_trace_begin("reducer.gather_wait", param);
+        if (r->gather_timer)
+            exposed_timer_start(r->gather_timer, reducer_stream(r));
+    }
     for (; r->gather_waited < end; r->gather_waited++) {
         ddp_status st = ddp_wait(r->gather_req[r->gather_waited]);
         r->gather_req[r->gather_waited] = NULL;
@@ -982,6 +1028,11 @@ ddp_status ddp_reducer_gather_wait(ddp_reducer *r, int param)
             DDP_ERROR("reducer: the parameters' all-gather failed: %s", ddp_strerror(st));
             first = st;
         }
+    }
+    if (timed) {
+        if (r->gather_timer)
+            exposed_timer_stop(r->gather_timer, reducer_stream(r));
+        ddp_trace_end("reducer.gather_wait", param);
     }
     return first;
 }

@@ -1,5 +1,5 @@
 /* reducer_cuda.c - the reducer's exposed-communication timer on CUDA events (reducer_cuda.h):
- * a ring of start/end event pairs, one pair per sync step in flight; stubs without CUDA.
+ * a ring of start/end event pairs, one pair per interval in flight; stubs without CUDA.
  */
 #include <stdlib.h>
 
@@ -10,11 +10,10 @@
 #if HAVE_CUDA
 #include <cuda_runtime.h>
 
-#define EXPOSED_SLOTS 4 /* sync steps the host may run ahead of the device, measured */
-
 struct exposed_timer {
-    cudaEvent_t start[EXPOSED_SLOTS]; /* backward's work done on the reducer's stream */
-    cudaEvent_t end[EXPOSED_SLOTS];   /* ... and the stream's waits for the all-reduces done */
+    int slots;          /* intervals the host may run ahead of the device, measured */
+    cudaEvent_t *start; /* (slots) the stream's earlier work done */
+    cudaEvent_t *end;   /* (slots) ... and its waits for the communication done */
     int head;    /* slot of the oldest ended interval not read */
     int n_ended; /* ended intervals not read, in slots head, head + 1, ... */
     int open;    /* the interval in slot head + n_ended was started, not ended */
@@ -30,16 +29,23 @@ static ddp_status timer_check(cudaError_t err, const char *what)
     return DDP_ERR_CUDA;
 }
 
-ddp_status exposed_timer_create(exposed_timer **out)
+ddp_status exposed_timer_create(int slots, exposed_timer **out)
 {
     *out = NULL;
+    slots = slots > 0 ? slots : 1;
     exposed_timer *t = calloc(1, sizeof *t);
-    if (!t) {
+    cudaEvent_t *start = calloc((size_t)slots, sizeof *start);
+    cudaEvent_t *end = calloc((size_t)slots, sizeof *end);
+    if (!t || !start || !end) {
         DDP_ERROR("reducer: out of memory for the exposed-communication timer");
+        free(t);
+        free(start);
+        free(end);
         return DDP_ERR_NOMEM;
     }
+    *t = (exposed_timer){.slots = slots, .start = start, .end = end};
     ddp_status st = DDP_OK;
-    for (int i = 0; i < EXPOSED_SLOTS && st == DDP_OK; i++) {
+    for (int i = 0; i < slots && st == DDP_OK; i++) {
         st = timer_check(cudaEventCreate(&t->start[i]), "cudaEventCreate");
         if (st == DDP_OK)
             st = timer_check(cudaEventCreate(&t->end[i]), "cudaEventCreate");
@@ -56,29 +62,31 @@ void exposed_timer_destroy(exposed_timer *t)
 {
     if (!t)
         return;
-    for (int i = 0; i < EXPOSED_SLOTS; i++) {
+    for (int i = 0; i < t->slots; i++) {
         if (t->start[i])
             cudaEventDestroy(t->start[i]);
         if (t->end[i])
             cudaEventDestroy(t->end[i]);
     }
+    free(t->start);
+    free(t->end);
     free(t);
 }
 
 /* Forgets the oldest ended interval. */
 static void timer_pop(exposed_timer *t)
 {
-    t->head = (t->head + 1) % EXPOSED_SLOTS;
+    t->head = (t->head + 1) % t->slots;
     t->n_ended--;
 }
 
 ddp_status exposed_timer_start(exposed_timer *t, void *stream)
 {
-    if (t->n_ended == EXPOSED_SLOTS) { /* every slot in flight: give the oldest up */
+    if (t->n_ended == t->slots) { /* every slot in flight: give the oldest up */
         timer_pop(t);
         t->dropped++;
     }
-    int slot = (t->head + t->n_ended) % EXPOSED_SLOTS;
+    int slot = (t->head + t->n_ended) % t->slots;
     ddp_status st = timer_check(cudaEventRecord(t->start[slot], (cudaStream_t)stream),
                                 "cudaEventRecord of the start");
     t->open = st == DDP_OK;
@@ -89,7 +97,7 @@ ddp_status exposed_timer_stop(exposed_timer *t, void *stream)
 {
     if (!t->open)
         return DDP_OK; /* its start failed, and said so */
-    int slot = (t->head + t->n_ended) % EXPOSED_SLOTS;
+    int slot = (t->head + t->n_ended) % t->slots;
     t->open = 0;
     ddp_status st = timer_check(cudaEventRecord(t->end[slot], (cudaStream_t)stream),
                                 "cudaEventRecord of the end");
@@ -127,8 +135,9 @@ long exposed_timer_dropped(const exposed_timer *t)
 
 #else /* no CUDA in this build: the reducer never creates a timer on the CPU backend */
 
-ddp_status exposed_timer_create(exposed_timer **out)
+ddp_status exposed_timer_create(int slots, exposed_timer **out)
 {
+    (void)slots;
     *out = NULL;
     DDP_ERROR("reducer: this libddp was built without CUDA");
     return DDP_ERR_UNSUPPORTED;

@@ -4,10 +4,13 @@
  * A sync step's exposed interval starts when the reducer's stream has done the work queued
  * before finish() (the backward pass) and ends when that stream has also waited for every
  * bucket's all-reduce: its length, max(0, all-reduces done - backward done), is the time the step
- * waited for communication that the backward pass did not hide. Two events per sync step, read
- * with cudaEventElapsedTime once complete: never a host wait while training. A few intervals may
- * be in flight (the host runs ahead of the device); when all slots are in flight the oldest is
- * given up (counted, not measured).
+ * waited for communication that the backward pass did not hide. Two events per interval, read
+ * with cudaEventElapsedTime once complete: never a host wait while training. The same timer
+ * measures the other waits of a stream for communication: a bucket-owned reducer's wait for an
+ * older reduce-scatter in the middle of the backward pass (its buffer is recycled), and the
+ * forward pass's waits for the parameters' all-gather. A few intervals may be in flight (the host
+ * runs ahead of the device); when all slots are in flight the oldest is given up (counted, not
+ * measured).
  *
  * Private to libddp. Streams are cudaStream_t values, never NULL here (the caller resolves NULL
  * to ddp_backend_stream()). Without CUDA in the build every function fails with
@@ -22,9 +25,10 @@
 
 typedef struct exposed_timer exposed_timer;
 
-/* Creates the timer's events on the current device. DDP_ERR_CUDA (logged) or DDP_ERR_NOMEM on
- * failure, *out NULL then; DDP_ERR_UNSUPPORTED without CUDA. */
-ddp_status exposed_timer_create(exposed_timer **out);
+/* Creates the timer's events on the current device, room for `slots` (>= 1) intervals in
+ * flight. DDP_ERR_CUDA (logged) or DDP_ERR_NOMEM on failure, *out NULL then;
+ * DDP_ERR_UNSUPPORTED without CUDA. */
+ddp_status exposed_timer_create(int slots, exposed_timer **out);
 /* Frees the events (pending intervals are dropped). NULL is ignored. */
 void exposed_timer_destroy(exposed_timer *t);
 /* Starts an interval: records its start event on `stream` after everything queued there. */

@@ -40,6 +40,8 @@ struct ddp_reducer {
     ddp_status launch_error; /* first failed launch of this sync step, DDP_OK when none */
     int defer_launch;        /* launch nothing before finish() (no overlap) */
     exposed_timer *timer; /* CUDA: exposed communication per sync step, while tracing */
+    exposed_timer *recycle_timer; /* CUDA, bucket-owned: waits mid-backward for a buffer */
+    exposed_timer *gather_timer;  /* CUDA, ZeRO: the forward pass's waits for the gather */
     /* ZeRO (zero_stage 1, 2): this rank's shard, the buckets' per-rank counts, the receive
      * buffer of this rank's pieces and, for stage 2, the averaged shard */
     int zero_stage;

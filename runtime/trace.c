@@ -209,11 +209,12 @@ ddp_status ddp_trace_start(ddp_ctx *ctx, size_t max_events)
 
 /* ---- statistics -------------------------------------------------------------------------- */
 
-enum { TRACE_WAIT, TRACE_COMM, TRACE_BACKWARD, TRACE_N_KINDS };
+enum { TRACE_WAIT, TRACE_COMM, TRACE_BACKWARD, TRACE_RECYCLE, TRACE_GATHER, TRACE_N_KINDS };
 
 static int trace_kind(const char *name)
 {
-    static const char *names[TRACE_N_KINDS] = {"reducer.wait", "allreduce", "backward"};
+    static const char *names[TRACE_N_KINDS] = {"reducer.wait", "allreduce", "backward",
+                                               "reducer.recycle_wait", "reducer.gather_wait"};
     for (int k = 0; k < TRACE_N_KINDS; k++)
         if (strcmp(name, names[k]) == 0)
             return k;
@@ -232,8 +233,9 @@ ddp_status ddp_trace_get_stats(ddp_trace_stats *out)
     size_t n = atomic_load(&trace_n);
     n = n < trace_cap ? n : trace_cap;
     double total[TRACE_N_KINDS] = {0};
-    long syncs = 0, n_device = 0;
+    long syncs = 0, n_device = 0, gathers = 0, n_device_gathers = 0;
     double device_s = 0.0; /* CUDA: the reducer's "reducer.exposed" instants (nanoseconds) */
+    double device_gather_s = 0.0; /* CUDA: its "reducer.gather_exposed" instants */
     /* Spans of one kind do not nest; begin times per (thread, kind), for up to 8 threads. */
     int64_t open[8][TRACE_N_KINDS] = {{0}};
     for (size_t i = 0; i < n; i++) {
@@ -241,6 +243,15 @@ ddp_status ddp_trace_get_stats(ddp_trace_stats *out)
         if (e->ph == 'i' && strcmp(e->name, "reducer.exposed") == 0) {
             device_s += (double)e->arg * 1e-9;
             n_device++;
+            continue;
+        }
+        if (e->ph == 'i' && strcmp(e->name, "reducer.recycle_exposed") == 0) {
+            device_s += (double)e->arg * 1e-9; /* the steps' exposed time, mid-backward */
+            continue;
+        }
+        if (e->ph == 'i' && strcmp(e->name, "reducer.gather_exposed") == 0) {
+            device_gather_s += (double)e->arg * 1e-9;
+            n_device_gathers++;
             continue;
         }
         int k = e->ph == 'i' || e->tid >= 8 ? -1 : trace_kind(e->name);
@@ -252,13 +263,18 @@ ddp_status ddp_trace_get_stats(ddp_trace_stats *out)
             total[k] += (double)(e->t_ns - open[e->tid][k]) * 1e-9;
             open[e->tid][k] = 0;
             syncs += k == TRACE_WAIT;
+            gathers += k == TRACE_GATHER;
         }
     }
     int device = trace_cuda || n_device > 0;
-    *out = (ddp_trace_stats){.n_syncs = syncs, .exposed_s = device ? device_s : total[TRACE_WAIT],
-                             .n_exposed = device ? n_device : syncs,
-                             .comm_s = total[TRACE_COMM], .backward_s = total[TRACE_BACKWARD],
-                             .n_dropped = atomic_load(&trace_dropped)};
+    *out = (ddp_trace_stats){
+        .n_syncs = syncs,
+        .exposed_s = device ? device_s : total[TRACE_WAIT] + total[TRACE_RECYCLE],
+        .n_exposed = device ? n_device : syncs,
+        .comm_s = total[TRACE_COMM], .backward_s = total[TRACE_BACKWARD],
+        .n_dropped = atomic_load(&trace_dropped),
+        .gather_wait_s = trace_cuda ? device_gather_s : total[TRACE_GATHER],
+        .n_gather_waits = trace_cuda ? n_device_gathers : gathers};
     return DDP_OK;
 }
 

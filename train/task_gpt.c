@@ -58,6 +58,7 @@ typedef struct gpt_task {
     const char *device;    /* the GPU's name ("" on the CPU) */
     double steady_seconds; /* train_seconds at the end of this run's first step */
     double device_used_max; /* MiB: the most device memory in use over the ranks (CUDA), NAN */
+    run_stats comm;         /* --trace: the communication figures (train_comm_stats) */
     gpt_ckpt init;         /* --init-from a ddp checkpoint: its weights, held from gpt_config to
                               gpt_build (then freed; step and folder stay for the report) */
     int init_ckpt;         /* 1: --init-from named a ddp checkpoint, not an llm.c model file */
@@ -834,7 +835,7 @@ static void gpt_report_summary(trainer *t)
     gpt_memory(t, &mr);
     gpt_report_memory(t, &mr);
     fflush(stdout);
-    char tl[32], vl[32], rs[32], du[32], dm[32], rates[512];
+    char tl[32], vl[32], rs[32], du[32], dm[32], rates[512], comm[160];
     if (t->metrics) {
         gpt_json_rates(rates, sizeof rates, t, &r);
         fprintf(t->metrics, "{\"summary\":true,\"model\":\"gpt2\",\"backend\":\"%s\",\"world_size\":%d,"
@@ -845,14 +846,15 @@ static void gpt_report_summary(trainer *t)
                 "\"mem_grads_mib\":%.2f,\"mem_optimizer_mib\":%.2f,\"mem_activations_mib\":%.2f,"
                 "\"mem_comm_mib\":%.2f,\"mem_states_mib\":%.2f,\"mem_predicted_states_mib\":%.2f,"
                 "\"mem_peak_rss_mib\":%s,\"mem_peak_rss_max_mib\":%.2f,\"mem_device_used_mib\":%s,"
-                "\"mem_device_used_max_mib\":%s}\n",
+                "\"mem_device_used_max_mib\":%s%s}\n",
                 ddp_backend_name(ddp_backend(t->ctx)), t->world, G(t)->B, G(t)->T, t->accum, t->step,
                 gpt_json(tl, sizeof tl, G(t)->last_loss), gpt_json(vl, sizeof vl, G(t)->val_loss),
                 r.tps, r.gflops_12ltc, rates, t->train_seconds, train_now() - t->wall_start,
                 t->stopped ? "true" : "false", t->o->zero, t->o->gpt.recompute ? "true" : "false",
                 gpt2_numel_total(G(t)->model), mr.params, mr.grads, mr.optimizer, mr.activations, mr.comm,
                 mr.states, mr.predicted, gpt_json(rs, sizeof rs, mr.peak_rss), G(t)->peak_rss_max,
-                gpt_json(du, sizeof du, mr.device_used), gpt_json(dm, sizeof dm, G(t)->device_used_max));
+                gpt_json(du, sizeof du, mr.device_used), gpt_json(dm, sizeof dm, G(t)->device_used_max),
+                metrics_comm(comm, sizeof comm, &G(t)->comm));
         fflush(t->metrics);
     }
 }
@@ -872,6 +874,7 @@ static ddp_status gpt_report_end(trainer *t)
     trainer_must(t, ddp_allreduce_host(t->ctx, mem, 2, DDP_FP64, DDP_MAX), "agreeing on memory");
     s->peak_rss_max = mem[0] / 1024.0;
     s->device_used_max = mem[1] >= 0.0 ? mem[1] / (1024.0 * 1024.0) : NAN;
+    train_comm_stats(t->ctx, &s->comm); /* collective */
     gpt_report_summary(t);
     return DDP_OK;
 }

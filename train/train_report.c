@@ -165,15 +165,24 @@ void metrics_epoch(FILE *f, const epoch_stats *e)
 
 void metrics_summary(FILE *f, const train_opts *o, const run_stats *r)
 {
-    char loss[64], exposed[64], comm[64], hidden[64];
+    char loss[64], comm[160];
     fprintf(f, "{\"summary\":true,\"model\":\"%s\",\"backend\":\"%s\",\"world_size\":%d,\"batch\":%d,"
                "\"accum\":%d,\"epochs\":%d,\"steps\":%ld,\"train_loss\":%s,\"test_accuracy\":%.6f,"
                "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"wall_seconds\":%.3f,"
-               "\"stopped_by_signal\":%s,\"exposed_comm_ms\":%s,\"comm_ms\":%s,\"hidden_fraction\":%s}\n",
+               "\"stopped_by_signal\":%s%s}\n",
             o->model.kind == MODEL_CNN ? "cnn" : "mlp", r->backend, r->world_size, o->batch,
             o->accum, r->epochs, r->steps, json_number(loss, sizeof loss, "%.6f", r->train_loss),
             r->test_accuracy, r->samples_per_s, r->train_seconds, r->wall_seconds,
-            r->stopped_by_signal ? "true" : "false", json_opt(exposed, r->exposed_comm_ms),
-            json_opt(comm, r->comm_ms), json_opt(hidden, r->hidden_fraction));
+            r->stopped_by_signal ? "true" : "false", metrics_comm(comm, sizeof comm, r));
     fflush(f);
+}
+
+const char *metrics_comm(char *buf, size_t n, const run_stats *r)
+{
+    char exposed[64], comm[64], hidden[64], gather[64];
+    snprintf(buf, n, ",\"exposed_comm_ms\":%s,\"comm_ms\":%s,\"hidden_fraction\":%s,"
+             "\"gather_wait_ms\":%s", json_opt(exposed, r->exposed_comm_ms),
+             json_opt(comm, r->comm_ms), json_opt(hidden, r->hidden_fraction),
+             json_opt(gather, r->gather_wait_ms));
+    return buf;
 }

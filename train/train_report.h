@@ -71,9 +71,14 @@ typedef struct run_stats {
     double exposed_comm_ms; /* --trace: mean time a step waited for its all-reduces; -1: no trace */
     double comm_ms;         /* --trace: mean all-reduce time per step (running, hidden or not) */
     double hidden_fraction; /* --trace: 1 - exposed / comm, clamped at 0 */
+    double gather_wait_ms;  /* --trace, --zero: mean time a step's forward pass waited for the
+                               parameters' all-gather; -1: none measured */
 } run_stats;
 
 void metrics_epoch(FILE *f, const epoch_stats *e);
 void metrics_summary(FILE *f, const train_opts *o, const run_stats *r);
+/* The summary line's communication fields (",\"exposed_comm_ms\":..,\"comm_ms\":..,
+ * \"hidden_fraction\":..,\"gather_wait_ms\":.."; null when not measured) in buf; returns buf. */
+const char *metrics_comm(char *buf, size_t n, const run_stats *r);
 
 #endif /* TRAIN_REPORT_H */

@@ -21,7 +21,7 @@ ddp_status train_observe_start(ddp_ctx *ctx, const train_opts *o)
 
 void train_comm_stats(ddp_ctx *ctx, run_stats *r)
 {
-    r->exposed_comm_ms = r->comm_ms = r->hidden_fraction = -1.0;
+    r->exposed_comm_ms = r->comm_ms = r->hidden_fraction = r->gather_wait_ms = -1.0;
     ddp_trace_stats s;
     if (!ddp_trace_enabled() || ddp_trace_get_stats(&s) != DDP_OK)
         return;
@@ -29,12 +29,16 @@ void train_comm_stats(ddp_ctx *ctx, run_stats *r)
     /* CUDA: the exposed time is read from events one sync late, so it may cover none yet */
     int unmeasured = s.n_exposed == 0 && s.n_syncs > 0;
     double measured = s.n_exposed > 0 ? (double)s.n_exposed : 1.0;
-    double v[4] = {1e3 * s.exposed_s / measured, 1e3 * s.comm_s / syncs, (double)s.n_dropped,
-                   unmeasured};
-    if (ddp_allreduce_host(ctx, v, 4, DDP_FP64, DDP_SUM) != DDP_OK)
+    /* ZeRO's gather waits per step (the forward pass's; stage 2's waits mid-backward are in
+     * exposed_s already) */
+    double v[6] = {1e3 * s.exposed_s / measured, 1e3 * s.comm_s / syncs, (double)s.n_dropped,
+                   unmeasured, 1e3 * s.gather_wait_s / syncs, (double)s.n_gather_waits};
+    if (ddp_allreduce_host(ctx, v, 6, DDP_FP64, DDP_SUM) != DDP_OK)
         return;
     int world = ddp_world_size(ctx);
     r->comm_ms = v[1] / world;
+    if (v[5] > 0)
+        r->gather_wait_ms = v[4] / world;
     if (v[3] == 0) { /* else exposed and hidden stay -1: unknown */
         r->exposed_comm_ms = v[0] / world;
         double hidden = r->comm_ms > 0 ? 1.0 - r->exposed_comm_ms / r->comm_ms : 0.0;

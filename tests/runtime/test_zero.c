@@ -624,7 +624,9 @@ static void test_norm_scaler(ddp_ctx *ctx)
 }
 
 /* A traced sync step of a stage 1 reducer and its gather: "reduce_scatter" and "allgather" spans
- * in the file, and counted in the communication time. */
+ * in the file, and counted in the communication time; the gather's wait as "reducer.gather_wait"
+ * (ddp_trace_stats.gather_wait_s); a bucket-owned (stage 2) step's waits mid-backward for an
+ * older reduce-scatter's buffer as "reducer.recycle_wait". */
 static void test_trace(ddp_ctx *ctx)
 {
     const char *dir = getenv("DDP_TEST_BUILDDIR");
@@ -638,10 +640,26 @@ static void test_trace(ddp_ctx *ctx)
         ddp_reducer_mark_ready(r, backward[j]);
     CHECK(ddp_reducer_finish(r) == DDP_OK, "finish");
     CHECK(ddp_reducer_gather_params(r, grads, DDP_FP32) == DDP_OK, "gather");
+    CHECK(ddp_reducer_gather_start(r, grads, DDP_FP32) == DDP_OK, "gather_start");
+    CHECK(ddp_reducer_gather_wait(r, -1) == DDP_OK, "gather_wait");
+    CHECK(ddp_reducer_gather_wait(r, -1) == DDP_OK, "gather_wait with nothing under way");
+    ddp_reducer *owned = make_owned(ctx, CASE_FP32, backward, 0);
+    int owned_buckets = owned ? ddp_reducer_n_buckets(owned) : 0;
+    if (owned) {
+        CHECK(ddp_reducer_begin(owned, 1) == DDP_OK, "begin (bucket-owned)");
+        for (int j = 0; j < N_PARAMS; j++)
+            put_owned(ctx, owned, CASE_FP32, backward[j], 0);
+        CHECK(ddp_reducer_finish(owned) == DDP_OK, "finish (bucket-owned)");
+    }
     CHECK(ddp_synchronize(ctx) == DDP_OK, "synchronize"); /* CUDA: the spans' host functions ran */
     ddp_trace_stats ts;
-    CHECK(ddp_trace_get_stats(&ts) == DDP_OK && ts.n_syncs == 1 && ts.comm_s > 0.0,
+    CHECK(ddp_trace_get_stats(&ts) == DDP_OK && ts.n_syncs == 2 && ts.comm_s > 0.0,
           "trace stats: %ld syncs, %g s of communication", ts.n_syncs, ts.comm_s);
+    /* the CPU measures host waits; CUDA reads its events later (at ddp_reducer_destroy) */
+    if (ddp_backend(ctx) == DDP_BACKEND_CPU)
+        CHECK(ts.n_gather_waits == 1 && ts.gather_wait_s >= 0.0,
+              "trace stats: %ld gather wait(s) of %g s, want one (the second had nothing to wait "
+              "for)", ts.n_gather_waits, ts.gather_wait_s);
     CHECK(ddp_trace_write(ctx, path) == DDP_OK, "trace_write");
     if (ddp_rank(ctx) == 0) {
         FILE *f = fopen(path, "r");
@@ -650,10 +668,16 @@ static void test_trace(ddp_ctx *ctx)
         text[n] = '\0';
         CHECK(strstr(text, "\"reduce_scatter\"") && strstr(text, "\"allgather\""),
               "the trace %s has no reduce_scatter or allgather span", path);
+        CHECK(strstr(text, "\"reducer.gather_wait\""), "the trace %s has no reducer.gather_wait "
+              "span", path);
+        /* more than OWNED_IN_FLIGHT (2) buckets under way: the third waits for the first */
+        CHECK(owned_buckets < 3 || strstr(text, "\"reducer.recycle_wait\""), "the trace %s has "
+              "no reducer.recycle_wait span (%d bucket-owned buckets)", path, owned_buckets);
         if (f)
             fclose(f);
         remove(path);
     }
+    ddp_reducer_destroy(owned);
     ddp_reducer_destroy(r);
     ddp_free(ctx, grads);
 }

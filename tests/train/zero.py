@@ -11,7 +11,9 @@ Modes:
                the GPT's --zero 2 --zero-accum reduce at --accum 2 within TOL_RANKS (see
                below); at 3 ranks (a parameter count that 3 x 64 does not divide: the last
                shard is shorter) and at 4 ranks, stages 1 and 2, the parameters agree to
-               TOL_RANKS; another seed differs (negative control).
+               TOL_RANKS; another seed differs (negative control). The GPT's --zero 1 and 2 runs
+               at --accum 2 are traced: their --metrics summary carries gather_wait_ms (the
+               forward passes' waits for the parameters' gather) and exposed_comm_ms.
   resume       a sharded run resumed from its mid-epoch checkpoint equals the straight run bit
                for bit (GPT --zero 1 and 2, MLP --zero 2, 2 ranks); a checkpoint written by 4
                ranks under --zero 1 resumes on 2 ranks (--resume-reshard, --zero 2) to the same
@@ -74,6 +76,20 @@ def same_file(chk, a, b, what):
               f"{what}: checkpoints byte-identical")
 
 
+def waits_in_summary(chk, metrics, what):
+    """A traced --zero run's summary: the forward passes' waits for the parameters' gather and the
+    steps' exposed communication (stage 2: the waits mid-backward included) are numbers."""
+    try:
+        summary = json.loads(open(metrics).read().splitlines()[-1])
+    except (OSError, ValueError, IndexError) as e:
+        chk.check(False, f"{what}: the metrics summary is readable ({e})")
+        return
+    fields = ("gather_wait_ms", "exposed_comm_ms", "comm_ms")
+    chk.check(all(isinstance(summary.get(k), (int, float)) and summary[k] >= 0 for k in fields),
+              f"{what}: the summary has {', '.join(fields)} ("
+              + ", ".join(f"{k} {summary.get(k)}" for k in fields) + ")", str(summary))
+
+
 def equivalence(chk, exe, ckpt, mpi, tmp):
     data = gpt_train.write_data(tmp)
     digits = os.path.join(tmp, "digits")
@@ -88,8 +104,14 @@ def equivalence(chk, exe, ckpt, mpi, tmp):
     for name, cmd in cases:
         base = trainlib.train_save(chk, tmp, f"{name}-np2-z0", cmd("0"), prefix=mpi + ["2"])
         for z in ("1", "2"):
-            got = trainlib.train_save(chk, tmp, f"{name}-np2-z{z}", cmd(z), prefix=mpi + ["2"])
+            # the GPT traced (which changes no result): the summary's waits for communication
+            traced = name == "gpt"
+            metrics = os.path.join(tmp, f"{name}-np2-z{z}.jsonl")
+            extra = ["--trace", os.path.join(tmp, f"{name}-np2-z{z}.json"), "--metrics", metrics] if traced else []
+            got = trainlib.train_save(chk, tmp, f"{name}-np2-z{z}", cmd(z) + extra, prefix=mpi + ["2"])
             same_file(chk, base, got, f"{name}: 2 ranks, --zero {z} vs --zero 0 after the steps")
+            if traced:
+                waits_in_summary(chk, metrics, f"{name}: 2 ranks, --zero {z}")
     # --zero-accum reduce adds the micro-steps' reduce-scattered sums (see the top)
     got = trainlib.train_save(chk, tmp, "gpt-np2-z2-reduce",
                               gpt(exe, data, GPT_STEPS, ["--zero", "2", "--zero-accum", "reduce"]),
