@@ -34,9 +34,10 @@ typedef enum ddp_state_kind {
     DDP_STATE_TEXT = 5       /* text of at most 4096 bytes */
 } ddp_state_kind;
 
-/* A new state holding copies of the descriptors and the parameter values (host memory).
- * DDP_ERR_INVALID_ARG for a NULL argument, n_params < 1 or a bad descriptor, DDP_ERR_NOMEM; *out
- * is NULL then (untouched when out itself is NULL). */
+/* A new state holding copies of the descriptors and the parameter values (host memory);
+ * params_host NULL: zeros, for the program to fill in place (ddp_state_f32_buffer "params").
+ * DDP_ERR_INVALID_ARG for a NULL descs or out, n_params < 1 or a bad descriptor, DDP_ERR_NOMEM;
+ * *out is NULL then (untouched when out itself is NULL). */
 DDP_API ddp_status ddp_state_create(const ddp_param_desc *descs, int n_params,
                                     const float *params_host, ddp_state **out);
 /* NULL is ignored. */
@@ -50,6 +51,19 @@ DDP_API ddp_status ddp_state_set_f32(ddp_state *s, const char *name, const float
 DDP_API ddp_status ddp_state_set_u64(ddp_state *s, const char *name, uint64_t value);
 DDP_API ddp_status ddp_state_set_f64(ddp_state *s, const char *name, double value);
 DDP_API ddp_status ddp_state_set_text(ddp_state *s, const char *name, const char *text);
+/* Setting an entry to a value of the same kind and size (the same count; a text of the same
+ * length) copies it into the entry's memory: a state kept from one save to the next allocates
+ * nothing.
+ *
+ * The staging copy of an asynchronous save without a copy of the copy: *values is the float entry
+ * `name`'s own memory of n values for the program to write into (e.g. ddp_download straight into
+ * it), valid as the getters' pointers. The entry is kept with its values when it has n values
+ * already (so a staging state allocated once is reused between saves), else it is added (or
+ * replaces the entry of that name) with n zeros, written once so its memory is mapped then and not
+ * at the next save. DDP_ERR_INVALID_ARG for a NULL state or values, a bad name, "signature", or
+ * "params" with another count than the signature's, DDP_ERR_NOMEM; on failure the state and
+ * *values are unchanged. */
+DDP_API ddp_status ddp_state_f32_buffer(ddp_state *s, const char *name, size_t n, float **values);
 
 /* Getters; they never fail. The f32 getter returns NULL (and *n = 0; n may be NULL) when there is
  * no float entry of that name; u64/f64 return 1 and set *value (when value is not NULL) when the
