@@ -306,36 +306,98 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* This rank's shard of the state for a checkpoint folder: its ddp_shard_range slice of the
- * parameters and of every optimizer buffer (its --zero shard when they are sharded, else the same
- * slice of the replicated buffer), each with its offset ("shard.offset.NAME"), then the position
- * and fingerprint (state_add_position) in every file. */
-static ddp_status shard_state(const train_setup *s, train_pos pos, ddp_state **out)
+/* The staging copy: this rank's shard of the state for a checkpoint folder, its ddp_shard_range
+ * slice of the parameters and of every optimizer buffer (its --zero shard when they are sharded,
+ * else the same slice of the replicated buffer), each with its offset ("shard.offset.NAME"), and
+ * the position and fingerprint (state_add_position). A libddp state kept for the run: its buffers
+ * are allocated once (at start-up with --checkpoint-async, else at a save) and each save downloads
+ * the values straight into them (ddp_state_f32_buffer), one copy, no allocation. The background
+ * write (--checkpoint-async) reads it, so the next save waits for that write first. */
+typedef struct staging {
+    ddp_state *shard;
+    float *params;                 /* the state's own buffers */
+    float *opt[TRAIN_MAX_OPT_BUFS];
+    size_t off, n;                 /* the parameters' slice */
+    size_t bytes;                  /* of the float buffers */
+    ddp_param_desc *descs;         /* a copy for the MANIFEST: the model may be gone at exit */
+    int64_t *flags;                /* world_size failure flags of the ranks' agreements */
+} staging;
+
+static staging stage;
+
+static void stage_free(void)
+{
+    ddp_state_destroy(stage.shard);
+    free(stage.descs);
+    free(stage.flags);
+    stage = (staging){0};
+}
+
+/* The staging copy's memory, once (kept by later calls); the flags stop the job when they cannot
+ * be had (a collective follows), the buffers fail with DDP_ERR_NOMEM. */
+static ddp_status stage_alloc(const train_setup *s)
 {
     const train_buffers *b = &s->buf;
-    size_t off, n;
-    ddp_shard_range(b->numel, ddp_world_size(s->ctx), ddp_rank(s->ctx), &off, &n);
-    size_t most = n > b->opt_n ? n : b->opt_n;
-    float *host = malloc((most ? most : 1) * sizeof *host);
-    ddp_param_desc shard = {.name = "shard", .n_dims = 1, .shape = {(int64_t)n}};
-    ddp_status st = host ? ddp_download(s->ctx, host, b->params + off, n * sizeof *host) : DDP_ERR_NOMEM;
+    int world = ddp_world_size(s->ctx);
+    if (!stage.flags)
+        stage.flags = malloc((size_t)world * sizeof *stage.flags);
+    state_must(s->ctx, stage.flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the checkpoint's flags");
+    if (stage.shard)
+        return DDP_OK;
+    ddp_shard_range(b->numel, world, ddp_rank(s->ctx), &stage.off, &stage.n);
+    ddp_param_desc shard = {.name = "shard", .n_dims = 1, .shape = {(int64_t)stage.n}};
+    stage.descs = malloc((size_t)b->n_params * sizeof *stage.descs);
+    ddp_status st = stage.descs ? ddp_state_create(&shard, 1, NULL, &stage.shard) : DDP_ERR_NOMEM;
     if (st == DDP_OK)
-        st = ddp_state_create(&shard, 1, host, out);
+        st = ddp_state_f32_buffer(stage.shard, "params", stage.n, &stage.params);
     if (st == DDP_OK)
-        st = ddp_state_set_u64(*out, "shard.offset.params", off);
+        st = ddp_state_set_u64(stage.shard, "shard.offset.params", stage.off);
+    stage.bytes = stage.n * sizeof(float);
     for (int i = 0; st == DDP_OK && i < b->n_opt; i++) {
-        size_t o = opt_sharded(s) ? b->opt_offset : off, k = opt_sharded(s) ? b->opt_n : n;
+        size_t o = opt_sharded(s) ? b->opt_offset : stage.off, k = opt_sharded(s) ? b->opt_n : stage.n;
         char key[DDP_NAME_MAX + 16];
         snprintf(key, sizeof key, "shard.offset.%s", b->opt_names[i]);
-        st = ddp_download(s->ctx, host, b->opt[i] + (o - b->opt_offset), k * sizeof *host);
+        st = ddp_state_f32_buffer(stage.shard, b->opt_names[i], k, &stage.opt[i]);
         if (st == DDP_OK)
-            st = ddp_state_set_f32(*out, b->opt_names[i], host, k);
-        if (st == DDP_OK)
-            st = ddp_state_set_u64(*out, key, o);
+            st = ddp_state_set_u64(stage.shard, key, o);
+        stage.bytes += k * sizeof(float);
     }
-    free(host);
+    if (st != DDP_OK) {
+        int64_t *flags = stage.flags;
+        stage.flags = NULL;
+        stage_free();
+        stage.flags = flags;
+        return st;
+    }
+    memcpy(stage.descs, b->descs, (size_t)b->n_params * sizeof *stage.descs);
+    return DDP_OK;
+}
+
+/* Rank 0, once: the staging copy's size (issue 29: the memory a save keeps is said). */
+static void stage_report(const train_setup *s, const char *when)
+{
+    static int reported;
+    if (ddp_rank(s->ctx) != 0 || !stage.shard || reported++)
+        return;
+    printf("--checkpoint-async: each rank copies its shard to host memory for the background write, "
+           "into staging memory allocated %s and kept for every save: %.1f MiB on rank 0 (%zu values "
+           "of each buffer)\n", when, (double)stage.bytes / (1 << 20), stage.n);
+    fflush(stdout);
+}
+
+/* The staging copy of this rank's shard at pos: each buffer downloaded once, into the state. */
+static ddp_status stage_shard(const train_setup *s, train_pos pos)
+{
+    const train_buffers *b = &s->buf;
+    ddp_status st = stage_alloc(s);
     if (st == DDP_OK)
-        st = state_add_position(s, pos, *out);
+        st = ddp_download(s->ctx, stage.params, b->params + stage.off, stage.n * sizeof(float));
+    for (int i = 0; st == DDP_OK && i < b->n_opt; i++) {
+        size_t o = opt_sharded(s) ? b->opt_offset : stage.off, k = opt_sharded(s) ? b->opt_n : stage.n;
+        st = ddp_download(s->ctx, stage.opt[i], b->opt[i] + (o - b->opt_offset), k * sizeof(float));
+    }
+    if (st == DDP_OK)
+        st = state_add_position(s, pos, stage.shard);
     return st;
 }
 
@@ -370,20 +432,17 @@ static ddp_status save_folder(const train_setup *s, const train_pos *pos, const 
                               double *slowest_write)
 {
     int rank = ddp_rank(s->ctx), world = ddp_world_size(s->ctx);
-    int64_t *flags = malloc((size_t)world * sizeof *flags);
-    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the checkpoint's flags");
+    ddp_status staged = stage_alloc(s);
+    int64_t *flags = stage.flags;
     ddp_status st = rank == 0 ? ddp_ckpt_dir_begin(path) : DDP_OK;
     agree_flags(s, st != DDP_OK, flags);
-    if (flags[0]) {
-        free(flags);
+    if (flags[0])
         return st;
-    }
-    ddp_state *shard = NULL;
     double t0 = now_s();
-    st = shard_state(s, *pos, &shard);
+    st = staged == DDP_OK ? stage_shard(s, *pos) : staged;
     errno = 0;
     if (st == DDP_OK)
-        st = ddp_ckpt_dir_write_shard(path, rank, world, shard);
+        st = ddp_ckpt_dir_write_shard(path, rank, world, stage.shard);
     int err = errno;
     *slowest_write = now_s() - t0;
     state_must(s->ctx, ddp_allreduce_host(s->ctx, slowest_write, 1, DDP_FP64, DDP_MAX),
@@ -394,11 +453,11 @@ static ddp_status save_folder(const train_setup *s, const train_pos *pos, const 
         err = 0;
     } else if (rank == 0 && st == DDP_OK) {
         errno = 0;
-        st = ddp_ckpt_dir_commit(path, world, s->buf.descs, s->buf.n_params, shard);
+        st = ddp_ckpt_dir_commit(path, world, stage.descs, s->buf.n_params, stage.shard);
         err = errno;
     }
-    ddp_state_destroy(shard);
-    free(flags);
+    if (!s->o->checkpoint_async) /* a synchronous save keeps no memory between saves */
+        stage_free();
     errno = st == DDP_ERR_IO ? err : 0;
     return st;
 }
@@ -545,12 +604,12 @@ typedef struct async_save {
     int active;                /* started and not yet finished (the same on every rank) */
     int has_thread;
     pthread_t thread;
-    ddp_state *shard;          /* the staging copy */
+    const ddp_state *shard;    /* the staging copy (stage's) */
     char path[STATE_PATH_MAX];
     const char *dir;           /* --checkpoint-dir, for --keep */
     int rank, world, keep;
     long step;
-    ddp_param_desc *descs;     /* a copy: the model may be gone when the process exits */
+    const ddp_param_desc *descs; /* stage's copy: the model may be gone when the process exits */
     int n_params;
     ddp_status st;             /* this rank's write; rank 0: then the MANIFEST */
     int err;
@@ -605,10 +664,6 @@ static ddp_status async_join(async_save *a)
     if (a->has_thread)
         pthread_join(a->thread, NULL);
     ddp_status st = a->st;
-    ddp_state_destroy(a->shard);
-    free(a->descs);
-    a->shard = NULL;
-    a->descs = NULL;
     a->active = a->has_thread = 0;
     errno = a->err;
     return st;
@@ -637,8 +692,7 @@ static ddp_status async_finish(const train_setup *s)
     while (!atomic_load(&a->written))
         usleep(1000);
     int world = ddp_world_size(s->ctx);
-    int64_t *flags = malloc((size_t)world * sizeof *flags);
-    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the checkpoint's flags");
+    int64_t *flags = stage.flags;
     agree_flags(s, a->st != DDP_OK, flags);
     int64_t failed = 0;
     for (int q = 0; q < world; q++)
@@ -655,7 +709,6 @@ static ddp_status async_finish(const train_setup *s)
         st = DDP_ERR_IO;
         err = 0;
     }
-    free(flags);
     if (st != DDP_OK)
         DDP_ERROR("checkpoint %s at step %ld (written in the background) failed%s%s; the previous "
                   "checkpoints are kept", path, step, err ? ": " : "", err ? strerror(err) : "");
@@ -663,31 +716,30 @@ static ddp_status async_finish(const train_setup *s)
     return st;
 }
 
-/* Collective: empties the folder (rank 0), copies this rank's shard to the host and starts its
- * writer thread; training goes on at once. The first save reports the staging copy's size. */
+/* Collective: empties the folder (rank 0), copies this rank's shard into the staging copy and
+ * starts its writer thread; training goes on at once. */
 static ddp_status async_start(const train_setup *s, const train_pos *pos, const char *path)
 {
     async_save *a = &async_pending;
     int world = ddp_world_size(s->ctx);
-    int64_t *flags = malloc((size_t)world * sizeof *flags);
-    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the checkpoint's flags");
+    ddp_status staged = stage_alloc(s);
     ddp_status st = ddp_rank(s->ctx) == 0 ? ddp_ckpt_dir_begin(path) : DDP_OK;
-    agree_flags(s, st != DDP_OK, flags);
-    int begun = flags[0] == 0;
-    free(flags);
-    if (!begun)
+    agree_flags(s, st != DDP_OK, stage.flags);
+    if (stage.flags[0])
         return st;
-    static int reported;
+    static int at_exit;
+    if (!at_exit++)
+        atexit(async_at_exit);
     *a = (async_save){.active = 1, .rank = ddp_rank(s->ctx), .world = world, .keep = s->o->keep,
                       .dir = s->o->checkpoint_dir, .step = pos->step, .t0 = now_s(),
                       .n_params = s->buf.n_params};
     atomic_init(&a->written, 1);
     atomic_init(&a->cancel, 0);
     snprintf(a->path, sizeof a->path, "%s", path);
-    a->descs = malloc((size_t)s->buf.n_params * sizeof *a->descs);
-    a->st = a->descs ? shard_state(s, *pos, &a->shard) : DDP_ERR_NOMEM;
+    a->st = staged == DDP_OK ? stage_shard(s, *pos) : staged;
     if (a->st == DDP_OK) {
-        memcpy(a->descs, s->buf.descs, (size_t)s->buf.n_params * sizeof *a->descs);
+        a->shard = stage.shard;
+        a->descs = stage.descs;
         atomic_store(&a->written, 0);
         a->has_thread = pthread_create(&a->thread, NULL, async_main, a) == 0;
         if (!a->has_thread) {
@@ -695,24 +747,7 @@ static ddp_status async_start(const train_setup *s, const train_pos *pos, const 
             atomic_store(&a->written, 1);
         }
     }
-    if (a->rank == 0 && a->st == DDP_OK && !reported++) {
-        size_t staged = 0, n = 0;
-        for (int i = 1; i < ddp_state_n_entries(a->shard); i++) {
-            const char *name;
-            ddp_state_kind kind;
-            uint64_t count;
-            ddp_state_entry_info(a->shard, i, &name, &kind, &count);
-            staged += kind == DDP_STATE_F32 ? (size_t)count * sizeof(float) : 0;
-        }
-        ddp_state_f32(a->shard, "params", &n);
-        printf("--checkpoint-async: each rank copies its shard to host memory for the background "
-               "write: %.1f MiB on rank 0 (%zu values of each buffer), %.3f s\n",
-               (double)staged / (1 << 20), n, now_s() - a->t0);
-        fflush(stdout);
-        atexit(async_at_exit);
-    } else if (!reported++) {
-        atexit(async_at_exit);
-    }
+    stage_report(s, "at the first save");
     return DDP_OK; /* a failure is reported when the save finishes */
 }
 
@@ -1161,6 +1196,12 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
 {
     *pos = (train_pos){0};
     *resumed = 0;
+    if (s->o->checkpoint_async && s->o->checkpoint_dir) { /* the staging copy before training */
+        if (stage_alloc(s) != DDP_OK)
+            DDP_WARN("--checkpoint-async: no memory for the staging copy of the saves now; the first "
+                     "save tries again");
+        stage_report(s, "at start-up");
+    }
     if (!s->o->resume)
         return DDP_OK;
     int64_t head[6];
