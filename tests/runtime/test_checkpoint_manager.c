@@ -4,7 +4,8 @@
  * by the next save; a corrupt MANIFEST falls back to the previous checkpoint, and when every one is
  * corrupt the answer is DDP_ERR_FORMAT, not a fresh start; a background save is
  * complete once waited for, and one left in flight is completed by destroy; a single file is saved
- * and found too.
+ * and found too. With --mpi (mpirun -np 2): the same with every rank writing its slice, and a rank
+ * without a shard failing the save on every rank, at once and in the background.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -23,21 +24,25 @@ static char dir[256];
 
 static float value(long step, size_t i) { return (float)i * 0.5f - 7.0f + (float)step; }
 
-/* The whole state of one process at step: "params" and "m" (m = -params) as a one-rank shard. */
+static int rank, world = 1;
+
+/* This rank's slice (ddp_shard_range) of the state at step: "params" and "m" (m = -params). */
 static ddp_state *shard(long step)
 {
-    ddp_param_desc d = {"shard", 1, {N_VALUES, 0, 0, 0}};
+    size_t off, n;
+    ddp_shard_range(N_VALUES, world, rank, &off, &n);
+    ddp_param_desc d = {"shard", 1, {(int64_t)n, 0, 0, 0}};
     ddp_state *s = NULL;
     float *p = NULL, *m = NULL;
     CHECK(ddp_state_create(&d, 1, NULL, &s) == DDP_OK, "shard of step %ld", step);
-    CHECK(ddp_state_f32_buffer(s, "params", N_VALUES, &p) == DDP_OK &&
-          ddp_state_f32_buffer(s, "m", N_VALUES, &m) == DDP_OK, "buffers of step %ld", step);
-    for (size_t i = 0; p && m && i < N_VALUES; i++) {
-        p[i] = value(step, i);
+    CHECK(ddp_state_f32_buffer(s, "params", n, &p) == DDP_OK &&
+          ddp_state_f32_buffer(s, "m", n, &m) == DDP_OK, "buffers of step %ld", step);
+    for (size_t i = 0; p && m && i < n; i++) {
+        p[i] = value(step, off + i);
         m[i] = -p[i];
     }
-    ddp_state_set_u64(s, "shard.offset.params", 0);
-    ddp_state_set_u64(s, "shard.offset.m", 0);
+    ddp_state_set_u64(s, "shard.offset.params", off);
+    ddp_state_set_u64(s, "shard.offset.m", off);
     ddp_state_set_u64(s, "step", (uint64_t)step);
     return s;
 }
@@ -93,7 +98,9 @@ static void expect_newest(const ddp_ckpt_manager *m, long below, long want, ddp_
     if (d) {
         CHECK(ddp_ckpt_dir_read_f32(d, "params", 0, N_VALUES, got) == DDP_OK &&
               ddp_ckpt_dir_read_f32(d, "m", 0, N_VALUES, m_got) == DDP_OK, "%s: read", what);
-        CHECK(ddp_ckpt_dir_verify_file(d, 0) == DDP_OK, "%s: the file's CRC-32", what);
+        CHECK(ddp_ckpt_dir_n_files(d) == world, "%s: %d files", what, ddp_ckpt_dir_n_files(d));
+        for (int i = 0; i < ddp_ckpt_dir_n_files(d); i++)
+            CHECK(ddp_ckpt_dir_verify_file(d, i) == DDP_OK, "%s: file %d's CRC-32", what, i);
     } else if (file) {
         size_t n = 0;
         const float *p = ddp_state_params(file), *mm = ddp_state_f32(file, "m", &n);
@@ -142,8 +149,62 @@ static void remove_tree(const char *path)
         fprintf(stderr, "cannot remove %s\n", path);
 }
 
-int main(void)
+/* Under mpirun (--mpi): every rank writes its slice; rank 0's background thread waits for the
+ * others' files. A rank without a shard fails the save on every rank (rank 0: no MANIFEST), in the
+ * background too (found at the wait), and the next save removes the debris. */
+static int ranks_main(void)
 {
+    ddp_ctx *ctx = NULL;
+    int rc = check_ddp_init(1, NULL, "test_checkpoint_manager", CHECK_GPU_ONE, &ctx);
+    if (rc != 0)
+        return rc;
+    rank = ddp_rank(ctx);
+    world = ddp_world_size(ctx);
+    snprintf(dir, sizeof dir, "%s/ddp_mgr_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (rank == 0 && !mkdtemp(dir))
+        perror("mkdtemp");
+    CHECK(ddp_broadcast(ctx, dir, sizeof dir, 0) == DDP_OK, "broadcasting the folder");
+    ddp_ckpt_manager *m = NULL;
+    CHECK(ddp_ckpt_manager_create(ctx, dir, 2, 1, &m) == DDP_OK && m, "create failed");
+    ddp_state *s[7] = {0};
+    char list[256];
+    CHECK(ddp_ckpt_manager_save(m, 1, s[1] = shard(1), descs, 2, 0) == DDP_OK, "step 1 at once");
+    CHECK(ddp_ckpt_manager_save(m, 2, s[2] = shard(2), descs, 2, 1) == DDP_OK, "step 2 started");
+    CHECK(ddp_ckpt_manager_save(m, 3, s[3] = shard(3), descs, 2, 1) == DDP_OK, "step 3 started");
+    CHECK(ddp_ckpt_manager_wait(m) == DDP_OK, "step 3: the wait failed");
+    if (rank == 0) {
+        CHECK(listing(m, list, sizeof list) == 2 && strcmp(list, "3 2") == 0, "keep 2: left %s", list);
+        expect_newest(m, LONG_MAX, 3, DDP_OK, "two ranks");
+    }
+    /* rank 1 has no shard: at once, then in the background */
+    ddp_state *mine = rank == 1 ? NULL : (s[4] = shard(4));
+    ddp_status st = ddp_ckpt_manager_save(m, 4, mine, descs, 2, 0);
+    CHECK(st != DDP_OK, "rank %d: step 4 without rank 1's shard succeeded", rank);
+    mine = rank == 1 ? NULL : (s[5] = shard(5));
+    CHECK(ddp_ckpt_manager_save(m, 5, mine, descs, 2, 1) == DDP_OK, "step 5 started");
+    CHECK(ddp_ckpt_manager_wait(m) != DDP_OK, "rank %d: the wait of step 5 succeeded", rank);
+    CHECK(rank != 0 || (!has_manifest(4) && !has_manifest(5)), "a MANIFEST without every file");
+    CHECK(ddp_ckpt_manager_save(m, 6, s[6] = shard(6), descs, 2, 1) == DDP_OK, "step 6 started");
+    CHECK(ddp_ckpt_manager_wait(m) == DDP_OK, "step 6: the wait failed");
+    if (rank == 0) {
+        CHECK(listing(m, list, sizeof list) == 2 && strcmp(list, "6 3") == 0, "after step 6: %s", list);
+        expect_newest(m, LONG_MAX, 6, DDP_OK, "after the failed saves");
+    }
+    ddp_ckpt_manager_destroy(m);
+    for (int i = 0; i < 7; i++)
+        ddp_state_destroy(s[i]);
+    ddp_barrier(ctx);
+    if (rank == 0)
+        remove_tree(dir);
+    rc = CHECK_DONE();
+    ddp_finalize(ctx);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "--mpi") == 0)
+        return ranks_main();
     snprintf(dir, sizeof dir, "%s/ddp_mgr_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
