@@ -32,6 +32,10 @@
  * into DIR/step-N.ckpt/rank-R-of-W.ckpt in parallel, and rank 0 writes the MANIFEST once all are on
  * disk (runtime/checkpoint_dir.c). Resuming, every rank reads only its ranges (any world size,
  * any stage) and the replicated buffers are broadcast range by range.
+ *
+ * --checkpoint-dir itself (the step-N names, keeping --keep, removing interrupted saves, the newest
+ * valid checkpoint for --resume auto, --checkpoint-async's background writes) is libddp's
+ * checkpoint manager (runtime/checkpoint_manager.c); this file stages what goes into it.
  */
 #include "train_state.h"
 #include "mkdir_p.h"
