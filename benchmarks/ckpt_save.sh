@@ -24,8 +24,9 @@
 #   checkpoint DIR/step-N.ckpt (step N): T s                                   (file)
 #   checkpoint DIR/step-N.ckpt (step N): T s, the slowest rank's file W s        (folder)
 # T: the whole save as every rank waits for it (file: gather + rank 0's write + fsync; folder:
-# every rank's write + fsync, then the MANIFEST), W: the slowest rank's own file (its copy to the
-# host and its write). Output: a table with both, and the file/folder ratio.
+# every rank's copy to the host, its write + fsync, then the MANIFEST), W: the slowest rank's own
+# file (its write + fsync, timed by libddp's checkpoint manager; before it, W held the copy to the
+# host too). Output: a table with both, and the file/folder ratio.
 set -euo pipefail
 
 build="${1:-build-release}"

@@ -258,7 +258,9 @@ static ddp_status state_adopt(ddp_state *s, const char *name, ddp_state_kind kin
     return DDP_OK;
 }
 
-/* Adds (or replaces) the entry `name` with a copy of data (count items of kind). */
+/* Adds (or replaces) the entry `name` with a copy of data (count items of kind); an entry of the
+ * same kind and count keeps its memory (a state reused from one save to the next allocates
+ * nothing). */
 static ddp_status state_put(ddp_state *s, const char *name, ddp_state_kind kind, uint64_t count,
                             const void *data)
 {
@@ -268,12 +270,18 @@ static ddp_status state_put(ddp_state *s, const char *name, ddp_state_kind kind,
         return DDP_ERR_INVALID_ARG;
     }
     size_t n_bytes = entry_host_bytes(kind, count);
+    size_t data_bytes = kind == DDP_STATE_TEXT ? (size_t)count : n_bytes;
+    state_entry *e = state_find(s, name);
+    if (e && e->kind == kind && e->count == count && e->data) { /* the same size: reused in place */
+        if (data_bytes)
+            memmove(e->data, data, data_bytes);
+        return DDP_OK;
+    }
     char *copy = malloc(n_bytes ? n_bytes : 1);
     if (!copy) {
         DDP_ERROR("ddp_state: out of memory for \"%s\" (%zu bytes)", name ? name : "", n_bytes);
         return DDP_ERR_NOMEM;
     }
-    size_t data_bytes = kind == DDP_STATE_TEXT ? (size_t)count : n_bytes;
     if (data_bytes)
         memcpy(copy, data, data_bytes);
     if (kind == DDP_STATE_TEXT)
@@ -289,12 +297,27 @@ static ddp_state *state_new(int version)
     return s;
 }
 
+/* A new float entry `name` of n zeros owned by s (written, so its pages are mapped), at *values. */
+static ddp_status f32_zeros(ddp_state *s, const char *name, uint64_t n, float **values)
+{
+    float *data = n <= SIZE_MAX / sizeof(float) ? malloc(n ? (size_t)n * sizeof(float) : 1) : NULL;
+    if (!data) {
+        DDP_ERROR("ddp_state: out of memory for \"%s\" (%llu values)", name, (unsigned long long)n);
+        return DDP_ERR_NOMEM;
+    }
+    memset(data, 0, n ? (size_t)n * sizeof(float) : 1);
+    ddp_status st = state_adopt(s, name, DDP_STATE_F32, n, data); /* frees data on failure */
+    if (st == DDP_OK)
+        *values = data;
+    return st;
+}
+
 ddp_status ddp_state_create(const ddp_param_desc *descs, int n_params, const float *params_host,
                             ddp_state **out)
 {
-    if (!out || !descs || n_params < 1 || !params_host) {
-        DDP_ERROR("ddp_state_create: need descriptors, n_params >= 1, the values and an output "
-                  "(got n_params %d)", n_params);
+    if (!out || !descs || n_params < 1) {
+        DDP_ERROR("ddp_state_create: need descriptors, n_params >= 1 and an output (got n_params %d)",
+                  n_params);
         return DDP_ERR_INVALID_ARG;
     }
     *out = NULL;
@@ -305,8 +328,11 @@ ddp_status ddp_state_create(const ddp_param_desc *descs, int n_params, const flo
     ddp_state *s = state_new(2);
     st = s ? state_put(s, "signature", DDP_STATE_SIGNATURE, (uint64_t)n_params, descs)
            : DDP_ERR_NOMEM;
-    if (st == DDP_OK)
+    float *zeros = NULL;
+    if (st == DDP_OK && params_host)
         st = state_put(s, "params", DDP_STATE_F32, total, params_host);
+    else if (st == DDP_OK)
+        st = f32_zeros(s, "params", total, &zeros);
     if (st != DDP_OK) {
         DDP_ERROR("ddp_state_create: cannot hold %llu values: %s", (unsigned long long)total,
                   ddp_strerror(st));
@@ -320,6 +346,26 @@ ddp_status ddp_state_create(const ddp_param_desc *descs, int n_params, const flo
 ddp_status ddp_state_set_f32(ddp_state *s, const char *name, const float *values, size_t n)
 {
     return state_put(s, name, DDP_STATE_F32, n, values);
+}
+
+ddp_status ddp_state_f32_buffer(ddp_state *s, const char *name, size_t n, float **values)
+{
+    if (!values) {
+        DDP_ERROR("ddp_state_f32_buffer: need an output for \"%s\"", name ? name : "(null)");
+        return DDP_ERR_INVALID_ARG;
+    }
+    state_entry *e = state_find(s, name);
+    if (e && e->kind == DDP_STATE_F32 && e->count == n && e->data) {
+        *values = e->data;
+        return DDP_OK;
+    }
+    if (e && e - s->entries < 2) {
+        DDP_ERROR("ddp_state_f32_buffer: \"%s\" is reserved for the parameters (\"params\": "
+                  "%llu values, not %zu)", name, (unsigned long long)s->entries[1].count, n);
+        return DDP_ERR_INVALID_ARG;
+    }
+    ddp_status st = state_check_name(s, name);
+    return st == DDP_OK ? f32_zeros(s, name, n, values) : st;
 }
 
 ddp_status ddp_state_set_u64(ddp_state *s, const char *name, uint64_t value)

@@ -34,9 +34,10 @@ typedef enum ddp_state_kind {
     DDP_STATE_TEXT = 5       /* text of at most 4096 bytes */
 } ddp_state_kind;
 
-/* A new state holding copies of the descriptors and the parameter values (host memory).
- * DDP_ERR_INVALID_ARG for a NULL argument, n_params < 1 or a bad descriptor, DDP_ERR_NOMEM; *out
- * is NULL then (untouched when out itself is NULL). */
+/* A new state holding copies of the descriptors and the parameter values (host memory);
+ * params_host NULL: zeros, for the program to fill in place (ddp_state_f32_buffer "params").
+ * DDP_ERR_INVALID_ARG for a NULL descs or out, n_params < 1 or a bad descriptor, DDP_ERR_NOMEM;
+ * *out is NULL then (untouched when out itself is NULL). */
 DDP_API ddp_status ddp_state_create(const ddp_param_desc *descs, int n_params,
                                     const float *params_host, ddp_state **out);
 /* NULL is ignored. */
@@ -50,6 +51,19 @@ DDP_API ddp_status ddp_state_set_f32(ddp_state *s, const char *name, const float
 DDP_API ddp_status ddp_state_set_u64(ddp_state *s, const char *name, uint64_t value);
 DDP_API ddp_status ddp_state_set_f64(ddp_state *s, const char *name, double value);
 DDP_API ddp_status ddp_state_set_text(ddp_state *s, const char *name, const char *text);
+/* Setting an entry to a value of the same kind and size (the same count; a text of the same
+ * length) copies it into the entry's memory: a state kept from one save to the next allocates
+ * nothing.
+ *
+ * The staging copy of an asynchronous save without a copy of the copy: *values is the float entry
+ * `name`'s own memory of n values for the program to write into (e.g. ddp_download straight into
+ * it), valid as the getters' pointers. The entry is kept with its values when it has n values
+ * already (so a staging state allocated once is reused between saves), else it is added (or
+ * replaces the entry of that name) with n zeros, written once so its memory is mapped then and not
+ * at the next save. DDP_ERR_INVALID_ARG for a NULL state or values, a bad name, "signature", or
+ * "params" with another count than the signature's, DDP_ERR_NOMEM; on failure the state and
+ * *values are unchanged. */
+DDP_API ddp_status ddp_state_f32_buffer(ddp_state *s, const char *name, size_t n, float **values);
 
 /* Getters; they never fail. The f32 getter returns NULL (and *n = 0; n may be NULL) when there is
  * no float entry of that name; u64/f64 return 1 and set *value (when value is not NULL) when the
@@ -158,6 +172,80 @@ DDP_API ddp_status ddp_ckpt_dir_verify_file(const ddp_ckpt_dir *d, int i);
 /* Writes the whole checkpoint as one version 2 file (ddp_state_save) at path. Errors as
  * ddp_ckpt_dir_read_f32 and ddp_state_save, DDP_ERR_NOMEM. */
 DDP_API ddp_status ddp_ckpt_dir_consolidate(const ddp_ckpt_dir *d, const char *path);
+
+/* ---------------------------------------------------------------------------------------------
+ * The checkpoint manager (runtime/checkpoint_manager.c): a training program's checkpoints in one
+ * folder, each DIR/step-<12 digits>.ckpt (a checkpoint file, or a checkpoint folder as above), the
+ * newest `keep` kept. A folder without its MANIFEST is the debris of an interrupted save: never a
+ * checkpoint, and removed by the next prune. A folder save is collective: every rank writes its
+ * shard, rank 0 the MANIFEST once all are on disk. With async, a save may go to a background thread
+ * on every rank while training goes on (rank 0's writes the MANIFEST once the other ranks' files
+ * appear); one save is in flight at a time, and the next save, ddp_ckpt_manager_wait and
+ * ddp_ckpt_manager_destroy wait for it. After a save completes, rank 0 prunes: every checkpoint
+ * past the newest `keep` and every folder without a MANIFEST is removed (a folder MANIFEST first,
+ * so a kill during the removal leaves debris, never a folder that claims to be complete). What a
+ * state holds (buffers, position, a configuration fingerprint) is the program's.
+ */
+typedef struct ddp_ckpt_manager ddp_ckpt_manager;
+
+/* A manager of the checkpoints in dir (an existing folder), keeping the newest keep (>= 1); async:
+ * ddp_ckpt_manager_save may write in the background. ctx: the job whose ranks save together (NULL:
+ * one process, rank 0 of 1). DDP_ERR_INVALID_ARG for a NULL or empty dir (or one over 4000 bytes),
+ * keep < 1 or a NULL out; DDP_ERR_NOMEM. */
+DDP_API ddp_status ddp_ckpt_manager_create(ddp_ctx *ctx, const char *dir, int keep, int async,
+                                           ddp_ckpt_manager **out);
+/* Waits for the save in flight without a collective (at exit, after a stop, the other ranks may be
+ * gone): this rank's write, and on rank 0 the MANIFEST once the other ranks' files are there (at
+ * most 300 s); a failure is logged. Then frees m. NULL is ignored. */
+DDP_API void ddp_ckpt_manager_destroy(ddp_ckpt_manager *m);
+
+/* Step's checkpoint path, DIR/step-<12 digits>.ckpt, into path (n bytes). DDP_ERR_INVALID_ARG for
+ * a NULL argument, step < 0 or a path that does not fit. */
+DDP_API ddp_status ddp_ckpt_manager_path(const ddp_ckpt_manager *m, long step, char *path, size_t n);
+/* The steps of every step-N.ckpt in the folder (complete or not), newest first: *steps malloc'ed
+ * (NULL when there is none), *n of them. DDP_ERR_IO when the folder cannot be listed (logged),
+ * DDP_ERR_NOMEM, DDP_ERR_INVALID_ARG for a NULL argument; outputs untouched on failure. */
+DDP_API ddp_status ddp_ckpt_manager_list(const ddp_ckpt_manager *m, long **steps, size_t *n);
+/* Opens the newest valid checkpoint older than step `below` (LONG_MAX: any): its path into path
+ * (n bytes), its step into *step, and either *file (a file, read and checked whole) or *dir (a
+ * folder: its MANIFEST and every file's size, header and step checked; the files' CRC-32 are read
+ * by ddp_ckpt_dir_verify_file). A folder without a MANIFEST, a corrupt or truncated file, and a
+ * folder with a file missing, truncated or from another save are skipped with a warning naming
+ * them ("skipping PATH"). None to open: *step -1, both outputs NULL, and DDP_OK when every name
+ * was an interrupted save (or there is none), DDP_ERR_FORMAT (logged) when there were checkpoints
+ * and none is valid. DDP_ERR_IO when the folder cannot be listed, DDP_ERR_INVALID_ARG for a NULL
+ * argument. The caller closes what it gets (ddp_state_destroy, ddp_ckpt_dir_close). */
+DDP_API ddp_status ddp_ckpt_manager_newest(const ddp_ckpt_manager *m, long below, long *step,
+                                           char *path, size_t n, ddp_state **file,
+                                           ddp_ckpt_dir **dir);
+/* Removes every checkpoint past the newest keep and every folder without a MANIFEST (a file that
+ * cannot be removed is warned about and left). The saves do it; one process at a time (rank 0). */
+DDP_API void ddp_ckpt_manager_prune(const ddp_ckpt_manager *m);
+
+/* One process (the one that holds the whole state, e.g. rank 0 after a gather): writes state as
+ * step's checkpoint file (ddp_state_save: atomic), then prunes. Errors as ddp_state_save (errno
+ * holds the system's reason of a DDP_ERR_IO); the previous checkpoints stay then. */
+DDP_API ddp_status ddp_ckpt_manager_save_file(ddp_ckpt_manager *m, long step, const ddp_state *state);
+/* Collective: step's checkpoint folder from every rank's shard (see ddp_ckpt_dir_write_shard; NULL:
+ * this rank has none, e.g. its staging failed, and its write counts as failed). The save in flight
+ * ends first (ddp_ckpt_manager_wait). Rank 0 empties the folder (ddp_ckpt_dir_begin), every rank
+ * writes its file, and rank 0 writes the MANIFEST (descs, n_params: the whole model's parameters;
+ * only rank 0's are read) once every rank's is on disk, then prunes. background with async: the
+ * writes and the MANIFEST go to the background thread and this returns once they started (shard
+ * must then stay unchanged until the save ends); its failure is returned by the call that waits for
+ * it. Every rank returns its own outcome (rank 0 also fails when another rank did: no MANIFEST, the
+ * folder is no checkpoint), the failure of the save before first; errno holds the system's reason
+ * of a DDP_ERR_IO. */
+DDP_API ddp_status ddp_ckpt_manager_save(ddp_ckpt_manager *m, long step, const ddp_state *shard,
+                                         const ddp_param_desc *descs, int n_params, int background);
+/* Collective: the save in flight, if any, ends: every rank waits for its own write, the ranks agree,
+ * rank 0 waits for its MANIFEST (none when a rank failed). Every rank returns its own write's
+ * outcome, rank 0 also fails when another rank did; a failure is logged with the path. DDP_OK when
+ * no save is in flight; DDP_ERR_INVALID_ARG for a NULL m. */
+DDP_API ddp_status ddp_ckpt_manager_wait(ddp_ckpt_manager *m);
+/* Seconds of the slowest rank's file write (with its fsync) at the last synchronous folder save
+ * (the same on every rank); 0 before one, or for a NULL m. */
+DDP_API double ddp_ckpt_manager_slowest_write(const ddp_ckpt_manager *m);
 
 #ifdef __cplusplus
 }

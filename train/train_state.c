@@ -32,6 +32,10 @@
  * into DIR/step-N.ckpt/rank-R-of-W.ckpt in parallel, and rank 0 writes the MANIFEST once all are on
  * disk (runtime/checkpoint_dir.c). Resuming, every rank reads only its ranges (any world size,
  * any stage) and the replicated buffers are broadcast range by range.
+ *
+ * --checkpoint-dir itself (the step-N names, keeping --keep, removing interrupted saves, the newest
+ * valid checkpoint for --resume auto, --checkpoint-async's background writes) is libddp's
+ * checkpoint manager (runtime/checkpoint_manager.c); this file stages what goes into it.
  */
 #include "train_state.h"
 #include "mkdir_p.h"
@@ -39,12 +43,9 @@
 
 #include "ddp_checkpoint.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,13 +54,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define STATE_CKPT_NAME_FMT "step-%012ld.ckpt"
-#define STATE_CKPT_NAME_LEN 22 /* "step-" + 12 digits + ".ckpt" */
 #define STATE_FP_MAX 12
 #define STATE_FP_VALUE 96
 #define STATE_PATH_MAX 4096
 #define STATE_CHUNK ((size_t)1 << 20) /* elements per rank per round of a shard gather */
-#define ASYNC_WAIT_S 300.0 /* rank 0's background thread waits this long for the other ranks' files */
 
 typedef struct fp_entry {
     const char *key;
@@ -281,14 +279,21 @@ static ddp_status state_add_position(const train_setup *s, train_pos p, ddp_stat
     return rc;
 }
 
+/* Collective: the whole training state at pos on rank 0 (*out; NULL on the other ranks). */
+static ddp_status whole_state(const train_setup *s, const train_pos *pos, ddp_state **out)
+{
+    ddp_status rc = state_from_model(s, out);
+    if (ddp_rank(s->ctx) == 0 && rc == DDP_OK)
+        rc = state_add_position(s, *pos, *out);
+    return rc;
+}
+
 ddp_status train_save_state(const train_setup *s, const train_pos *pos, const char *path)
 {
     ddp_state *st = NULL;
-    ddp_status rc = state_from_model(s, &st);
+    ddp_status rc = whole_state(s, pos, &st);
     if (ddp_rank(s->ctx) != 0)
         return rc;
-    if (rc == DDP_OK)
-        rc = state_add_position(s, *pos, st);
     errno = 0;
     if (rc == DDP_OK)
         rc = ddp_state_save(st, path);
@@ -306,36 +311,82 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* This rank's shard of the state for a checkpoint folder: its ddp_shard_range slice of the
- * parameters and of every optimizer buffer (its --zero shard when they are sharded, else the same
- * slice of the replicated buffer), each with its offset ("shard.offset.NAME"), then the position
- * and fingerprint (state_add_position) in every file. */
-static ddp_status shard_state(const train_setup *s, train_pos pos, ddp_state **out)
+/* The staging copy: this rank's shard of the state for a checkpoint folder, its ddp_shard_range
+ * slice of the parameters and of every optimizer buffer (its --zero shard when they are sharded,
+ * else the same slice of the replicated buffer), each with its offset ("shard.offset.NAME"), and
+ * the position and fingerprint (state_add_position). A libddp state kept for the run: its buffers
+ * are allocated once (at start-up with --checkpoint-async, else at a save) and each save downloads
+ * the values straight into them (ddp_state_f32_buffer), one copy, no allocation. The background
+ * write (--checkpoint-async) reads it, so the next save waits for that write first. */
+typedef struct staging {
+    ddp_state *shard;
+    float *params;                 /* the state's own buffers */
+    float *opt[TRAIN_MAX_OPT_BUFS];
+    size_t off, n;                 /* the parameters' slice */
+    size_t bytes;                  /* of the float buffers */
+} staging;
+
+static staging stage;
+
+static void stage_free(void)
+{
+    ddp_state_destroy(stage.shard);
+    stage = (staging){0};
+}
+
+/* The staging copy's memory, once (kept by later calls); DDP_ERR_NOMEM. */
+static ddp_status stage_alloc(const train_setup *s)
 {
     const train_buffers *b = &s->buf;
-    size_t off, n;
-    ddp_shard_range(b->numel, ddp_world_size(s->ctx), ddp_rank(s->ctx), &off, &n);
-    size_t most = n > b->opt_n ? n : b->opt_n;
-    float *host = malloc((most ? most : 1) * sizeof *host);
-    ddp_param_desc shard = {.name = "shard", .n_dims = 1, .shape = {(int64_t)n}};
-    ddp_status st = host ? ddp_download(s->ctx, host, b->params + off, n * sizeof *host) : DDP_ERR_NOMEM;
+    if (stage.shard)
+        return DDP_OK;
+    ddp_shard_range(b->numel, ddp_world_size(s->ctx), ddp_rank(s->ctx), &stage.off, &stage.n);
+    ddp_param_desc shard = {.name = "shard", .n_dims = 1, .shape = {(int64_t)stage.n}};
+    ddp_status st = ddp_state_create(&shard, 1, NULL, &stage.shard);
     if (st == DDP_OK)
-        st = ddp_state_create(&shard, 1, host, out);
+        st = ddp_state_f32_buffer(stage.shard, "params", stage.n, &stage.params);
     if (st == DDP_OK)
-        st = ddp_state_set_u64(*out, "shard.offset.params", off);
+        st = ddp_state_set_u64(stage.shard, "shard.offset.params", stage.off);
+    stage.bytes = stage.n * sizeof(float);
     for (int i = 0; st == DDP_OK && i < b->n_opt; i++) {
-        size_t o = opt_sharded(s) ? b->opt_offset : off, k = opt_sharded(s) ? b->opt_n : n;
+        size_t o = opt_sharded(s) ? b->opt_offset : stage.off, k = opt_sharded(s) ? b->opt_n : stage.n;
         char key[DDP_NAME_MAX + 16];
         snprintf(key, sizeof key, "shard.offset.%s", b->opt_names[i]);
-        st = ddp_download(s->ctx, host, b->opt[i] + (o - b->opt_offset), k * sizeof *host);
+        st = ddp_state_f32_buffer(stage.shard, b->opt_names[i], k, &stage.opt[i]);
         if (st == DDP_OK)
-            st = ddp_state_set_f32(*out, b->opt_names[i], host, k);
-        if (st == DDP_OK)
-            st = ddp_state_set_u64(*out, key, o);
+            st = ddp_state_set_u64(stage.shard, key, o);
+        stage.bytes += k * sizeof(float);
     }
-    free(host);
+    if (st != DDP_OK)
+        stage_free();
+    return st;
+}
+
+/* Rank 0, once: the staging copy's size (issue 29: the memory a save keeps is said). */
+static void stage_report(const train_setup *s, const char *when)
+{
+    static int reported;
+    if (ddp_rank(s->ctx) != 0 || !stage.shard || reported++)
+        return;
+    printf("--checkpoint-async: each rank copies its shard to host memory for the background write, "
+           "into staging memory allocated %s and kept for every save: %.1f MiB on rank 0 (%zu values "
+           "of each buffer)\n", when, (double)stage.bytes / (1 << 20), stage.n);
+    fflush(stdout);
+}
+
+/* The staging copy of this rank's shard at pos: each buffer downloaded once, into the state. */
+static ddp_status stage_shard(const train_setup *s, train_pos pos)
+{
+    const train_buffers *b = &s->buf;
+    ddp_status st = stage_alloc(s);
     if (st == DDP_OK)
-        st = state_add_position(s, pos, *out);
+        st = ddp_download(s->ctx, stage.params, b->params + stage.off, stage.n * sizeof(float));
+    for (int i = 0; st == DDP_OK && i < b->n_opt; i++) {
+        size_t o = opt_sharded(s) ? b->opt_offset : stage.off, k = opt_sharded(s) ? b->opt_n : stage.n;
+        st = ddp_download(s->ctx, stage.opt[i], b->opt[i] + (o - b->opt_offset), k * sizeof(float));
+    }
+    if (st == DDP_OK)
+        st = state_add_position(s, pos, stage.shard);
     return st;
 }
 
@@ -362,113 +413,11 @@ static int64_t name_failed(const int64_t *flags, int world, const char *what)
     return n;
 }
 
-/* Collective, --checkpoint-format folder: rank 0 empties the folder path, every rank writes its
- * shard file in parallel, and once all of them are on disk rank 0 writes the MANIFEST. Every rank
- * returns its own outcome (a failed write is logged by the rank with the file and the reason);
- * rank 0 also fails when another rank did (no MANIFEST then: the folder is no checkpoint). */
-static ddp_status save_folder(const train_setup *s, const train_pos *pos, const char *path,
-                              double *slowest_write)
-{
-    int rank = ddp_rank(s->ctx), world = ddp_world_size(s->ctx);
-    int64_t *flags = malloc((size_t)world * sizeof *flags);
-    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the checkpoint's flags");
-    ddp_status st = rank == 0 ? ddp_ckpt_dir_begin(path) : DDP_OK;
-    agree_flags(s, st != DDP_OK, flags);
-    if (flags[0]) {
-        free(flags);
-        return st;
-    }
-    ddp_state *shard = NULL;
-    double t0 = now_s();
-    st = shard_state(s, *pos, &shard);
-    errno = 0;
-    if (st == DDP_OK)
-        st = ddp_ckpt_dir_write_shard(path, rank, world, shard);
-    int err = errno;
-    *slowest_write = now_s() - t0;
-    state_must(s->ctx, ddp_allreduce_host(s->ctx, slowest_write, 1, DDP_FP64, DDP_MAX),
-               "agreeing on the checkpoint's write time");
-    agree_flags(s, st != DDP_OK, flags);
-    if (rank == 0 && st == DDP_OK && name_failed(flags, world, path) > 0) {
-        st = DDP_ERR_IO;
-        err = 0;
-    } else if (rank == 0 && st == DDP_OK) {
-        errno = 0;
-        st = ddp_ckpt_dir_commit(path, world, s->buf.descs, s->buf.n_params, shard);
-        err = errno;
-    }
-    ddp_state_destroy(shard);
-    free(flags);
-    errno = st == DDP_ERR_IO ? err : 0;
-    return st;
-}
-
 /* Why a save failed, for a message: the system's reason (errno, set by train_save_state) for
  * DDP_ERR_IO, else the status's text. */
 static const char *save_error(ddp_status st)
 {
     return st == DDP_ERR_IO && errno != 0 ? strerror(errno) : ddp_strerror(st);
-}
-
-/* ---- the checkpoint folder ------------------------------------------------------------------- */
-
-/* The step of a "step-<12 digits>.ckpt" name, or -1 for any other name. */
-static long ckpt_name_step(const char *name)
-{
-    if (strlen(name) != STATE_CKPT_NAME_LEN || strncmp(name, "step-", 5) != 0 ||
-        strcmp(name + 17, ".ckpt") != 0)
-        return -1;
-    long step = 0;
-    for (int i = 5; i < 17; i++) {
-        if (name[i] < '0' || name[i] > '9')
-            return -1;
-        step = step * 10 + (name[i] - '0');
-    }
-    return step;
-}
-
-static int cmp_desc(const void *a, const void *b)
-{
-    long x = *(const long *)a, y = *(const long *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/* Steps of the checkpoints in dir, newest first (malloc'ed, *n of them). DDP_ERR_IO when the folder
- * cannot be listed. */
-static ddp_status list_checkpoints(const char *dir, long **steps, size_t *n)
-{
-    DIR *d = opendir(dir);
-    if (!d) {
-        DDP_ERROR("--checkpoint-dir %s: cannot list it: %s", dir, strerror(errno));
-        return DDP_ERR_IO;
-    }
-    size_t cap = 0;
-    *steps = NULL;
-    *n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        long step = ckpt_name_step(de->d_name);
-        if (step < 0)
-            continue;
-        if (*n == cap) {
-            long *grown = realloc(*steps, (cap = cap ? 2 * cap : 16) * sizeof *grown);
-            if (!grown)
-                break;
-            *steps = grown;
-        }
-        (*steps)[(*n)++] = step;
-    }
-    closedir(d);
-    if (*n)
-        qsort(*steps, *n, sizeof **steps, cmp_desc);
-    return DDP_OK;
-}
-
-static void ckpt_path(const char *dir, long step, char *path)
-{
-    char name[STATE_CKPT_NAME_LEN + 16]; /* room for any long, though steps have 12 digits */
-    snprintf(name, sizeof name, STATE_CKPT_NAME_FMT, step);
-    snprintf(path, STATE_PATH_MAX, "%s/%s", dir, name);
 }
 
 /* 1 when path is a folder (a checkpoint folder, complete or not). */
@@ -478,264 +427,77 @@ static int is_folder(const char *path)
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-/* 1 when the checkpoint folder path has its MANIFEST (the save that wrote it completed). */
-static int folder_complete(const char *path)
+/* ---- the checkpoint folder (libddp's checkpoint manager) ---------------------------------------- */
+
+/* --checkpoint-dir's manager: created at its first use (every rank, or rank 0 alone to resume),
+ * destroyed at exit, which waits for a save written in the background (a stop by signal ends the
+ * run with its save in flight: this rank's write finishes, and rank 0's MANIFEST once the others'
+ * files are there; no collective: the ranks may be gone). */
+static ddp_ckpt_manager *manager;
+
+static void manager_at_exit(void)
 {
-    char manifest[STATE_PATH_MAX + 16];
-    snprintf(manifest, sizeof manifest, "%s/%s", path, DDP_CKPT_MANIFEST);
-    return access(manifest, F_OK) == 0;
+    ddp_ckpt_manager_destroy(manager);
+    manager = NULL;
 }
 
-/* Removes a checkpoint file, or a checkpoint folder with the files in it (not its subfolders). The
- * MANIFEST goes first: a kill during the removal then leaves debris (no MANIFEST, removed by the
- * next save), never a folder that claims to be complete with some of its files gone. */
-static int remove_checkpoint(const char *path)
+static ddp_ckpt_manager *state_manager(const train_setup *s)
 {
-    if (!is_folder(path))
-        return unlink(path);
-    char manifest[STATE_PATH_MAX + 16];
-    snprintf(manifest, sizeof manifest, "%s/%s", path, DDP_CKPT_MANIFEST);
-    if (unlink(manifest) != 0 && errno != ENOENT)
-        return -1;
-    DIR *d = opendir(path);
-    struct dirent *de;
-    char file[STATE_PATH_MAX + 300];
-    while (d && (de = readdir(d)) != NULL) {
-        snprintf(file, sizeof file, "%s/%s", path, de->d_name);
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-            unlink(file);
-    }
-    if (d)
-        closedir(d);
-    return rmdir(path);
+    if (manager)
+        return manager;
+    state_must(s->ctx, ddp_ckpt_manager_create(s->ctx, s->o->checkpoint_dir, s->o->keep,
+                                               s->o->checkpoint_async, &manager),
+               "creating the checkpoint manager");
+    atexit(manager_at_exit);
+    return manager;
 }
 
-/* Removes all but the newest `keep` checkpoints of dir, and every checkpoint folder without a
- * MANIFEST (the debris of an interrupted save). */
-static void prune_checkpoints(const char *dir, int keep)
+/* Collective, --checkpoint-format folder: the save in flight ends (the staging copy is free then),
+ * every rank stages its shard, and the manager writes the folder: in the background when asked
+ * (--checkpoint-async, except at the end of the run, where nothing is left to overlap), else at
+ * once. The failure of the save before is returned first. */
+static ddp_status save_folder(const train_setup *s, const train_pos *pos, int background)
 {
-    long *steps = NULL;
-    size_t n = 0;
-    if (list_checkpoints(dir, &steps, &n) != DDP_OK)
-        return;
-    char path[STATE_PATH_MAX];
-    int kept = 0;
-    for (size_t i = 0; i < n; i++) {
-        ckpt_path(dir, steps[i], path);
-        int debris = is_folder(path) && !folder_complete(path);
-        if (!debris && kept < keep) {
-            kept++;
-            continue;
-        }
-        if (remove_checkpoint(path) != 0)
-            DDP_WARN("--keep: cannot remove %s: %s", path, strerror(errno));
-        else if (debris)
-            DDP_INFO("checkpoint: removed %s, an interrupted save (no %s)", path, DDP_CKPT_MANIFEST);
-    }
-    free(steps);
-}
-
-/* ---- asynchronous saves (--checkpoint-async) --------------------------------------------------- */
-
-/* The save in flight. Every rank starts one at the same steps; its thread writes this rank's file
- * from the staging copy (the shard state, host memory), and rank 0's thread then waits for the
- * other ranks' files to appear (each is renamed into place only once complete and fsync'ed) and
- * writes the MANIFEST. The next save, the end of the run, a requeue and the process's exit wait. */
-typedef struct async_save {
-    int active;                /* started and not yet finished (the same on every rank) */
-    int has_thread;
-    pthread_t thread;
-    ddp_state *shard;          /* the staging copy */
-    char path[STATE_PATH_MAX];
-    const char *dir;           /* --checkpoint-dir, for --keep */
-    int rank, world, keep;
-    long step;
-    ddp_param_desc *descs;     /* a copy: the model may be gone when the process exits */
-    int n_params;
-    ddp_status st;             /* this rank's write; rank 0: then the MANIFEST */
-    int err;
-    double t0;
-    atomic_int written;        /* this rank's file is on disk, or its write failed */
-    atomic_int cancel;         /* rank 0: another rank failed, write no MANIFEST */
-} async_save;
-
-static async_save async_pending;
-
-/* Rank 0's thread: waits for every rank's file, then writes the MANIFEST and prunes. */
-static ddp_status async_commit(async_save *a)
-{
-    double deadline = now_s() + ASYNC_WAIT_S;
-    while (!ddp_ckpt_dir_files_present(a->path, a->world)) {
-        if (atomic_load(&a->cancel))
-            return DDP_ERR_IO;
-        if (now_s() > deadline) {
-            DDP_ERROR("checkpoint %s: the other ranks' files did not appear within %.0f s: no MANIFEST",
-                      a->path, ASYNC_WAIT_S);
-            return DDP_ERR_TIMEOUT;
-        }
-        usleep(2000);
-    }
-    errno = 0;
-    ddp_status st = ddp_ckpt_dir_commit(a->path, a->world, a->descs, a->n_params, a->shard);
-    a->err = errno;
-    if (st == DDP_OK) {
-        printf("checkpoint %s (step %ld): written in the background in %.3f s\n", a->path, a->step,
-               now_s() - a->t0);
-        fflush(stdout);
-        prune_checkpoints(a->dir, a->keep);
-    }
-    return st;
-}
-
-static void *async_main(void *arg)
-{
-    async_save *a = arg;
-    errno = 0;
-    a->st = ddp_ckpt_dir_write_shard(a->path, a->rank, a->world, a->shard);
-    a->err = errno;
-    atomic_store(&a->written, 1);
-    if (a->rank == 0 && a->st == DDP_OK)
-        a->st = async_commit(a);
-    return NULL;
-}
-
-/* Waits for this process's thread (rank 0: its MANIFEST too, unless cancelled) and frees it. */
-static ddp_status async_join(async_save *a)
-{
-    if (a->has_thread)
-        pthread_join(a->thread, NULL);
-    ddp_status st = a->st;
-    ddp_state_destroy(a->shard);
-    free(a->descs);
-    a->shard = NULL;
-    a->descs = NULL;
-    a->active = a->has_thread = 0;
-    errno = a->err;
-    return st;
-}
-
-/* At exit (a stop by signal ends the run with its save in flight): this rank's write finishes, and
- * rank 0's MANIFEST once the others' files are there. No collective: the ranks may be gone. */
-static void async_at_exit(void)
-{
-    async_save *a = &async_pending;
-    if (!a->active)
-        return;
-    if (async_join(a) != DDP_OK)
-        DDP_ERROR("checkpoint %s (step %ld), written in the background: failed: %s", a->path, a->step,
-                  a->err ? strerror(a->err) : "see above");
-}
-
-/* Collective: the save in flight, if any, ends: every rank waits for its own write, the ranks agree,
- * rank 0 waits for its MANIFEST (or cancels it when a rank failed). Every rank returns its own
- * write's status; rank 0 also fails when another rank did. */
-static ddp_status async_finish(const train_setup *s)
-{
-    async_save *a = &async_pending;
-    if (!a->active)
-        return DDP_OK;
-    while (!atomic_load(&a->written))
-        usleep(1000);
-    int world = ddp_world_size(s->ctx);
-    int64_t *flags = malloc((size_t)world * sizeof *flags);
-    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the checkpoint's flags");
-    agree_flags(s, a->st != DDP_OK, flags);
-    int64_t failed = 0;
-    for (int q = 0; q < world; q++)
-        failed += flags[q];
-    if (a->rank == 0 && failed)
-        atomic_store(&a->cancel, 1);
-    char path[STATE_PATH_MAX];
-    memcpy(path, a->path, sizeof path);
-    long step = a->step;
-    ddp_status st = async_join(a);
+    ddp_ckpt_manager *m = state_manager(s);
+    ddp_status prev = ddp_ckpt_manager_wait(m);
+    int prev_err = errno;
+    ddp_status staged = stage_shard(s, *pos);
+    if (s->o->checkpoint_async)
+        stage_report(s, "at the first save");
+    ddp_status st = ddp_ckpt_manager_save(m, pos->step, staged == DDP_OK ? stage.shard : NULL,
+                                          s->buf.descs, s->buf.n_params, background);
     int err = errno;
-    if (a->rank == 0 && failed && flags[0] == 0) { /* rank 0 wrote its file, another rank did not */
-        name_failed(flags, world, path);
-        st = DDP_ERR_IO;
-        err = 0;
-    }
-    free(flags);
-    if (st != DDP_OK)
-        DDP_ERROR("checkpoint %s at step %ld (written in the background) failed%s%s; the previous "
-                  "checkpoints are kept", path, step, err ? ": " : "", err ? strerror(err) : "");
-    errno = err;
-    return st;
-}
-
-/* Collective: empties the folder (rank 0), copies this rank's shard to the host and starts its
- * writer thread; training goes on at once. The first save reports the staging copy's size. */
-static ddp_status async_start(const train_setup *s, const train_pos *pos, const char *path)
-{
-    async_save *a = &async_pending;
-    int world = ddp_world_size(s->ctx);
-    int64_t *flags = malloc((size_t)world * sizeof *flags);
-    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the checkpoint's flags");
-    ddp_status st = ddp_rank(s->ctx) == 0 ? ddp_ckpt_dir_begin(path) : DDP_OK;
-    agree_flags(s, st != DDP_OK, flags);
-    int begun = flags[0] == 0;
-    free(flags);
-    if (!begun)
-        return st;
-    static int reported;
-    *a = (async_save){.active = 1, .rank = ddp_rank(s->ctx), .world = world, .keep = s->o->keep,
-                      .dir = s->o->checkpoint_dir, .step = pos->step, .t0 = now_s(),
-                      .n_params = s->buf.n_params};
-    atomic_init(&a->written, 1);
-    atomic_init(&a->cancel, 0);
-    snprintf(a->path, sizeof a->path, "%s", path);
-    a->descs = malloc((size_t)s->buf.n_params * sizeof *a->descs);
-    a->st = a->descs ? shard_state(s, *pos, &a->shard) : DDP_ERR_NOMEM;
-    if (a->st == DDP_OK) {
-        memcpy(a->descs, s->buf.descs, (size_t)s->buf.n_params * sizeof *a->descs);
-        atomic_store(&a->written, 0);
-        a->has_thread = pthread_create(&a->thread, NULL, async_main, a) == 0;
-        if (!a->has_thread) {
-            a->st = DDP_ERR_NOMEM;
-            atomic_store(&a->written, 1);
-        }
-    }
-    if (a->rank == 0 && a->st == DDP_OK && !reported++) {
-        size_t staged = 0, n = 0;
-        for (int i = 1; i < ddp_state_n_entries(a->shard); i++) {
-            const char *name;
-            ddp_state_kind kind;
-            uint64_t count;
-            ddp_state_entry_info(a->shard, i, &name, &kind, &count);
-            staged += kind == DDP_STATE_F32 ? (size_t)count * sizeof(float) : 0;
-        }
-        ddp_state_f32(a->shard, "params", &n);
-        printf("--checkpoint-async: each rank copies its shard to host memory for the background "
-               "write: %.1f MiB on rank 0 (%zu values of each buffer), %.3f s\n",
-               (double)staged / (1 << 20), n, now_s() - a->t0);
-        fflush(stdout);
-        atexit(async_at_exit);
-    } else if (!reported++) {
-        atexit(async_at_exit);
-    }
-    return DDP_OK; /* a failure is reported when the save finishes */
-}
-
-/* --checkpoint-async: the previous save finishes first; the one at the end of the run is written at
- * once (nothing is left to overlap), the others in the background. */
-static ddp_status checkpoint_async(const train_setup *s, const train_pos *pos, const char *path,
-                                   double *slowest_write, int *background)
-{
-    ddp_status prev = async_finish(s);
-    *background = pos->step < s->total_steps;
-    ddp_status st = *background ? async_start(s, pos, path) : save_folder(s, pos, path, slowest_write);
+    if (staged != DDP_OK && st != DDP_OK)
+        st = staged;
+    if (!s->o->checkpoint_async) /* a synchronous save keeps no memory between saves */
+        stage_free();
+    errno = prev != DDP_OK ? prev_err : err;
     return prev != DDP_OK ? prev : st;
+}
+
+/* Collective, --checkpoint-format file: rank 0 gathers the state and the manager writes it. */
+static ddp_status save_file(const train_setup *s, const train_pos *pos)
+{
+    ddp_state *st = NULL;
+    ddp_status rc = whole_state(s, pos, &st);
+    if (ddp_rank(s->ctx) != 0)
+        return rc;
+    errno = 0;
+    if (rc == DDP_OK)
+        rc = ddp_ckpt_manager_save_file(state_manager(s), pos->step, st);
+    int err = errno;
+    ddp_state_destroy(st);
+    errno = rc == DDP_ERR_IO ? err : 0;
+    return rc;
 }
 
 ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
 {
     char path[STATE_PATH_MAX];
-    ckpt_path(s->o->checkpoint_dir, pos->step, path);
-    double t0 = now_s(), slowest_write = 0.0;
-    int background = 0;
-    ddp_status st = s->o->checkpoint_async ? checkpoint_async(s, pos, path, &slowest_write, &background)
-                    : s->o->checkpoint_folder ? save_folder(s, pos, path, &slowest_write)
-                                              : train_save_state(s, pos, path);
+    ddp_ckpt_manager_path(state_manager(s), pos->step, path, sizeof path);
+    double t0 = now_s();
+    int background = s->o->checkpoint_async && pos->step < s->total_steps;
+    ddp_status st = s->o->checkpoint_folder ? save_folder(s, pos, background) : save_file(s, pos);
     double took = now_s() - t0;
     if (ddp_rank(s->ctx) != 0) {
         if (st != DDP_OK)
@@ -754,19 +516,15 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
                       "on)", path, pos->step, why);
         return st;
     }
-    if (background) {
+    if (background)
         printf("checkpoint %s (step %ld): staged in %.3f s, writing in the background\n", path,
                pos->step, took);
-        fflush(stdout);
-        return DDP_OK;
-    }
-    if (s->o->checkpoint_folder)
+    else if (s->o->checkpoint_folder)
         printf("checkpoint %s (step %ld): %.3f s, the slowest rank's file %.3f s\n", path, pos->step,
-               took, slowest_write);
+               took, ddp_ckpt_manager_slowest_write(manager));
     else
         printf("checkpoint %s (step %ld): %.3f s\n", path, pos->step, took);
     fflush(stdout);
-    prune_checkpoints(s->o->checkpoint_dir, s->o->keep);
     return DDP_OK;
 }
 
@@ -849,40 +607,16 @@ static ddp_status src_open(const char *path, resume_src *r)
 }
 
 /* Rank 0, --resume auto: opens the newest valid checkpoint of the folder older than step *below
- * (path written to `path`, its step to *below); *out stays empty when the folder has none. Corrupt
- * files, and folders that a save left without their MANIFEST or with a file missing, truncated or
- * from another save, are skipped with a warning. A folder's files are checked against their CRC
- * only when every rank reads them (load_folder): one that fails there is skipped by calling this
- * again with *below at its step. */
-static ddp_status find_newest(const char *dir, char *path, resume_src *out, long *below)
+ * (ddp_ckpt_manager_newest; path written to `path`, its step to *below); *out stays empty when the
+ * folder has none. A folder's files are checked against their CRC only when every rank reads them
+ * (load_folder): one that fails there is skipped by calling this again with *below at its step. */
+static ddp_status find_newest(const train_setup *s, char *path, resume_src *out, long *below)
 {
-    long *steps = NULL;
-    size_t n = 0, i, older = 0;
-    ddp_status st = list_checkpoints(dir, &steps, &n);
-    for (i = 0; st == DDP_OK && i < n && !src_state(out); i++) {
-        if (steps[i] >= *below)
-            continue;
-        ckpt_path(dir, steps[i], path);
-        if (is_folder(path) && !folder_complete(path)) {
-            /* not a checkpoint: a save killed before its MANIFEST. Only such debris (a kill during
-             * the first save) is a fresh start, not a folder of checkpoints that are all invalid. */
-            DDP_WARN("--resume auto: skipping %s: no %s, a save that did not complete (the next "
-                     "save removes it)", path, DDP_CKPT_MANIFEST);
-            continue;
-        }
-        older++;
-        if (src_open(path, out) != DDP_OK)
-            DDP_WARN("--resume auto: skipping %s: it is corrupt or truncated (see above)%s", path,
-                     i + 1 < n ? "; trying the previous checkpoint" : "");
-        else
-            *below = steps[i];
-    }
-    free(steps);
-    if (st == DDP_OK && older > 0 && !src_state(out)) {
-        DDP_ERROR("--resume auto: none of the %zu checkpoints %sin %s is valid: move them away to "
-                  "start fresh", older, older < n ? "left " : "", dir);
-        st = DDP_ERR_FORMAT;
-    }
+    long step = -1;
+    ddp_status st = ddp_ckpt_manager_newest(state_manager(s), *below, &step, path, STATE_PATH_MAX,
+                                            &out->file, &out->dir);
+    if (step >= 0)
+        *below = step;
     return st;
 }
 
@@ -949,7 +683,7 @@ static ddp_status open_resume(const train_setup *s, char *path, resume_src *out,
     *out = (resume_src){0};
     if (strcmp(o->resume, "auto") == 0) {
         long tried = *below;
-        st = find_newest(o->checkpoint_dir, path, out, below);
+        st = find_newest(s, path, out, below);
         if (st == DDP_OK && !src_state(out) && tried == LONG_MAX) {
             printf("--resume auto: no checkpoint in %s: starting fresh\n", o->checkpoint_dir);
         } else if (st == DDP_OK && !src_state(out)) { /* never a fresh start past a corrupt one */
@@ -1161,6 +895,12 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
 {
     *pos = (train_pos){0};
     *resumed = 0;
+    if (s->o->checkpoint_async && s->o->checkpoint_dir) { /* the staging copy before training */
+        if (stage_alloc(s) != DDP_OK)
+            DDP_WARN("--checkpoint-async: no memory for the staging copy of the saves now; the first "
+                     "save tries again");
+        stage_report(s, "at start-up");
+    }
     if (!s->o->resume)
         return DDP_OK;
     int64_t head[6];
@@ -1193,7 +933,7 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
 
 ddp_status train_requeue(void)
 {
-    async_at_exit(); /* a stop's checkpoint written in the background is complete before the requeue */
+    manager_at_exit(); /* a stop's checkpoint written in the background is complete before the requeue */
     const char *job = getenv("SLURM_JOB_ID");
     if (!job || !job[0]) {
         DDP_ERROR("--requeue: SLURM_JOB_ID is not set (not a Slurm job): nothing to requeue");

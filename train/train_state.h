@@ -67,8 +67,9 @@ void train_buffers_of_optim(optim *opt, train_buffers *b);
  * folders every rank returns its own write's outcome (rank 0 also fails when another rank did). */
 ddp_status train_checkpoint(const train_setup *s, const train_pos *pos);
 
-/* Collective, after the model is built: with --resume, rank 0 finds and checks the checkpoint and
- * every rank receives its position, parameters and momentum. *pos is zero and *resumed 0 for a
+/* Collective, after the model is built: with --checkpoint-async, every rank allocates the staging
+ * copy its saves reuse (rank 0 says its size). With --resume, rank 0 finds and checks the
+ * checkpoint and every rank receives its position, parameters and momentum. *pos is zero and *resumed 0 for a
  * fresh start. Returns the same status on every rank: DDP_ERR_MISMATCH for a checkpoint of another
  * configuration (each difference logged), DDP_ERR_FORMAT/IO for an unusable --resume FILE or when
  * every checkpoint in the folder is corrupt. Failures of the collectives abort the job. */

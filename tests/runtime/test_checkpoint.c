@@ -68,6 +68,17 @@ static unsigned char *read_all(const char *path, size_t *n)
     return buf;
 }
 
+/* 1 when both files are there and hold the same bytes (files of this test: under 64 KiB). */
+static int files_equal(const char *a, const char *b)
+{
+    size_t na = 0, nb = 0;
+    unsigned char *x = read_all(a, &na), *y = read_all(b, &nb);
+    int same = x && y && na > 0 && na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
 static void write_all(const char *path, const unsigned char *buf, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -346,10 +357,60 @@ static void cleanup(void)
 {
     const char *names[] = {"ok.ckpt", "magic.ckpt", "version.ckpt", "trunc.ckpt", "short.ckpt",
                            "flip.ckpt", "dims.ckpt", "neg.ckpt", "kind.ckpt", "align.ckpt", "count.ckpt",
-                           "sections.ckpt", "v1.ckpt", "v1short.ckpt", "state.ckpt", "ro/model.ckpt", "ro"};
+                           "sections.ckpt", "v1.ckpt", "v1short.ckpt", "state.ckpt", "staged.ckpt", "copied.ckpt",
+                           "ro/model.ckpt", "ro"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         remove(path_in(names[i]));
     rmdir(dir);
+}
+
+/* A staging state (ddp_state_create without values, ddp_state_f32_buffer) is filled in place and
+ * reused: the same buffers at the next save, same-size setters copy into the entry, and the file
+ * is the one ddp_state_set_f32 writes (byte for byte). */
+static void test_staging(const float *v)
+{
+    ddp_state *s = NULL;
+    float *p = NULL, *m = NULL, *again = NULL;
+    CHECK(ddp_state_create(descs, N_PARAMS, NULL, &s) == DDP_OK, "create without values failed");
+    if (!s)
+        return;
+    CHECK(ddp_state_f32_buffer(s, "params", N_VALUES, &p) == DDP_OK && p == ddp_state_params(s),
+          "params buffer is not the state's");
+    CHECK(p && p[0] == 0.0f && p[N_VALUES - 1] == 0.0f, "a new buffer is not zeros");
+    CHECK(ddp_state_f32_buffer(s, "params", N_VALUES + 1, &again) == DDP_ERR_INVALID_ARG && !again,
+          "params with another count accepted");
+    CHECK(ddp_state_f32_buffer(s, "signature", 1, &again) == DDP_ERR_INVALID_ARG,
+          "signature taken by a buffer");
+    CHECK(ddp_state_f32_buffer(s, "momentum", N_VALUES, NULL) == DDP_ERR_INVALID_ARG, "NULL output");
+    CHECK(ddp_state_f32_buffer(s, "momentum", N_VALUES, &m) == DDP_OK && m, "momentum buffer");
+    if (!p || !m) {
+        ddp_state_destroy(s);
+        return;
+    }
+    for (int round = 0; round < 2; round++) { /* two saves through the same buffers */
+        memcpy(p, v, sizeof(float) * N_VALUES);
+        for (int i = 0; i < N_VALUES; i++)
+            m[i] = -v[i] * (float)(round + 1);
+        CHECK(ddp_state_f32_buffer(s, "momentum", N_VALUES, &again) == DDP_OK && again == m,
+              "round %d: the buffer was not kept", round);
+        const char *text = ddp_state_text(s, "config.model");
+        CHECK(ddp_state_set_u64(s, "step", (uint64_t)round) == DDP_OK &&
+              ddp_state_set_text(s, "config.model", round ? "mlp 2" : "mlp 1") == DDP_OK, "setters");
+        CHECK(!round || ddp_state_text(s, "config.model") == text, "a same-length text moved");
+        CHECK(ddp_state_save(s, path_in("staged.ckpt")) == DDP_OK, "round %d: save failed", round);
+        ddp_state *ref = NULL;
+        CHECK(ddp_state_create(descs, N_PARAMS, v, &ref) == DDP_OK &&
+              ddp_state_set_f32(ref, "momentum", m, N_VALUES) == DDP_OK &&
+              ddp_state_set_u64(ref, "step", (uint64_t)round) == DDP_OK &&
+              ddp_state_set_text(ref, "config.model", round ? "mlp 2" : "mlp 1") == DDP_OK &&
+              ddp_state_save(ref, path_in("copied.ckpt")) == DDP_OK, "reference save failed");
+        ddp_state_destroy(ref);
+        char staged[512];
+        snprintf(staged, sizeof staged, "%s", path_in("staged.ckpt"));
+        CHECK(files_equal(staged, path_in("copied.ckpt")),
+              "round %d: the staged file differs from the copied one", round);
+    }
+    ddp_state_destroy(s);
 }
 
 int main(void)
@@ -365,6 +426,7 @@ int main(void)
     test_corruption();
     test_version1(v);
     test_state_round_trip(v);
+    test_staging(v);
     test_stale_temps(v);
     test_failed_save_keeps_old(v);
     test_invalid_save(v);
