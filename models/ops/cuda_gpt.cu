@@ -4,8 +4,9 @@
  * cores in bf16 runs, around a causal softmax kernel), GELU, the residual add, the cross-entropy over the (padded)
  * vocabulary, and AdamW. The activations a linear reads or writes are fp32 or bf16 (ops.h's "in
  * act"): the kernels are templates on their storage (float or uint16_t bf16 bits), compute in
- * fp32 and round to bf16 only what they store; the scalar math shared with the CPU is
- * math_shared.h's.
+ * fp32 and round to bf16 only what they store (the fused attention reads bf16 qkv and dout in
+ * place, no head split; its fp32 output and gradients are merged into bf16); the scalar math
+ * shared with the CPU is math_shared.h's.
  *
  * Every op is deterministic: sums run in a fixed order (no atomics). The embedding's backward
  * sorts the tokens (CUB's stable radix sort) so that each vocabulary row is summed by one block,
@@ -819,21 +820,68 @@ static ddp_status attention_fwd_materialized(const ops_handle *ops, const attn_s
     return heads_merge(cu, s, out, y, s->C);
 }
 
+/* The fused kernels' bf16 q, k, v and where their rows lie (cuda_flash.h). */
+struct flash_qkv {
+    const uint16_t *q, *k, *v;
+    flash_layout rows;
+};
+
+/* From bf16 qkv: read in place, rows of 3C with the heads side by side (w unused). */
+static ddp_status flash_inputs(cuda_state *cu, const attn_shape *s, const uint16_t *qkv, char *w,
+                               size_t h, flash_qkv *in)
+{
+    (void)cu, (void)w, (void)h;
+    *in = flash_qkv{qkv, qkv + s->C, qkv + 2 * (size_t)s->C, flash_layout{3 * s->C, s->NH}};
+    return DDP_OK;
+}
+
+/* From fp32 qkv: its heads split into bf16 copies, h bytes each, at w. */
+static ddp_status flash_inputs(cuda_state *cu, const attn_shape *s, const float *qkv, char *w,
+                               size_t h, flash_qkv *in)
+{
+    uint16_t *q = (uint16_t *)w, *k = (uint16_t *)(w + h), *v = (uint16_t *)(w + 2 * h);
+    TRY_OK(split_qkv(cu, s, q, k, v, qkv));
+    *in = flash_qkv{q, k, v, flash_layout{s->hs, 1}};
+    return DDP_OK;
+}
+
+/* The backward's bf16 dout and its rows: bf16 dout read in place (rows of C); fp32 dout split
+ * into bf16 heads at buf. */
+static ddp_status flash_dout(cuda_state *cu, const attn_shape *s, const uint16_t *dout,
+                             uint16_t *buf, const uint16_t **out, flash_layout *rows)
+{
+    (void)cu, (void)buf;
+    *out = dout;
+    *rows = flash_layout{s->C, s->NH};
+    return DDP_OK;
+}
+
+static ddp_status flash_dout(cuda_state *cu, const attn_shape *s, const float *dout,
+                             uint16_t *buf, const uint16_t **out, flash_layout *rows)
+{
+    TRY_OK(heads_split(cu, s, buf, dout, s->C));
+    *out = buf;
+    *rows = flash_layout{s->hs, 1};
+    return DDP_OK;
+}
+
 /* The fused path: att keeps o (B, NH, T, hs) fp32, then the log-sum-exp (B, NH, T). qkv and out
- * in A: from bf16, the heads are a permutation of qkv and out is written in bf16 directly. */
+ * in A: bf16 qkv is read in place and out written in bf16 directly; fp32 qkv is split into bf16
+ * heads first. */
 template <typename A>
 static ddp_status attention_fwd_flash(const ops_handle *ops, const attn_shape *s, A *out,
                                       float *att, const A *qkv)
 {
     cuda_state *cu = cuda_of(ops);
-    size_t h = round256(s->n * 2);
+    size_t h = sizeof(A) == sizeof(float) ? round256(s->n * 2) : 0; /* the bf16 copies */
     char *w = NULL;
-    TRY_OK(attn_scratch(ops, 3 * h, &w));
-    uint16_t *q = (uint16_t *)w, *k = (uint16_t *)(w + h), *v = (uint16_t *)(w + 2 * h);
+    if (h)
+        TRY_OK(attn_scratch(ops, 3 * h, &w));
     float *o = att, *lse = att + s->n;
-    TRY_OK(split_qkv(cu, s, q, k, v, qkv));
-    TRY_OK(flash_attn_fwd(cu->stream, q, k, v, o, lse, s->B * s->NH, s->T, s->hs,
-                          1.0f / sqrtf((float)s->hs)));
+    flash_qkv in;
+    TRY_OK(flash_inputs(cu, s, qkv, w, h, &in));
+    TRY_OK(flash_attn_fwd_rows(cu->stream, in.q, in.k, in.v, in.rows, o, lse, s->B * s->NH, s->T,
+                               s->hs, 1.0f / sqrtf((float)s->hs)));
     return heads_merge(cu, s, out, o, s->C);
 }
 
@@ -898,30 +946,32 @@ static ddp_status attention_bwd_materialized(const ops_handle *ops, const attn_s
     return merge_dqkv(cu, s, dqkv, dq, dk, dv);
 }
 
-/* The fused backward from att's o and log-sum-exp: delta = rowsum(dout o), then the kernels
- * recompute the probabilities tile by tile. dqkv, dout and qkv in A. */
+/* The fused backward from att's o and log-sum-exp: delta = rowsum(dout o) (dout's heads in
+ * fp32), then the kernels recompute the probabilities tile by tile. dqkv, dout and qkv in A (bf16
+ * qkv and dout read in place, fp32 ones split into bf16 heads first). */
 template <typename A>
 static ddp_status attention_bwd_flash(const ops_handle *ops, const attn_shape *s, A *dqkv,
                                       const A *dout, const A *qkv, const float *att)
 {
     cuda_state *cu = cuda_of(ops);
-    size_t h = round256(s->n * 2), f = round256(s->n * sizeof(float));
-    size_t r = round256(s->n_rows * sizeof(float));
+    size_t h = sizeof(A) == sizeof(float) ? round256(s->n * 2) : 0; /* the bf16 copies */
+    size_t f = round256(s->n * sizeof(float)), r = round256(s->n_rows * sizeof(float));
     char *w = NULL;
     TRY_OK(attn_scratch(ops, 4 * h + 4 * f + r, &w));
-    uint16_t *q = (uint16_t *)w, *k = (uint16_t *)(w + h), *v = (uint16_t *)(w + 2 * h);
-    uint16_t *dy16 = (uint16_t *)(w + 3 * h);
     float *dy = (float *)(w + 4 * h), *dq = (float *)(w + 4 * h + f);
     float *dk = (float *)(w + 4 * h + 2 * f), *dv = (float *)(w + 4 * h + 3 * f);
     float *delta = (float *)(w + 4 * h + 4 * f);
     const float *o = att, *lse = att + s->n;
     int bh = s->B * s->NH;
-    TRY_OK(split_qkv(cu, s, q, k, v, qkv));
+    flash_qkv in;
+    const uint16_t *dy16;
+    flash_layout dy_rows;
+    TRY_OK(flash_inputs(cu, s, qkv, w, h, &in));
+    TRY_OK(flash_dout(cu, s, dout, (uint16_t *)(w + 3 * h), &dy16, &dy_rows));
     TRY_OK(heads_split(cu, s, dy, dout, s->C));
-    TRY_OK(heads_split(cu, s, dy16, dout, s->C));
     TRY_OK(flash_attn_delta(cu->stream, dy, o, delta, bh, s->T, s->hs));
-    TRY_OK(flash_attn_bwd(cu->stream, q, k, v, dy16, lse, delta, dq, dk, dv, bh, s->T, s->hs,
-                          1.0f / sqrtf((float)s->hs)));
+    TRY_OK(flash_attn_bwd_rows(cu->stream, in.q, in.k, in.v, in.rows, dy16, dy_rows, lse, delta,
+                               dq, dk, dv, bh, s->T, s->hs, 1.0f / sqrtf((float)s->hs)));
     return merge_dqkv(cu, s, dqkv, dq, dk, dv);
 }
 

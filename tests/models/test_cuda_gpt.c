@@ -330,8 +330,32 @@ static void check_attention_bf16(test_rng *r, int B, int T, int C, int NH, bool 
     ops_cuda_set_attention(gpu, true);
 }
 
+/* The device's fp32 copy of p's (rounded) host values. */
+static float *device_f32(const bpair *p)
+{
+    float *d = ddp_alloc(gpu->ctx, p->n * sizeof(float));
+    if (d)
+        ddp_upload(gpu->ctx, d, p->h, p->n * sizeof(float));
+    return d;
+}
+
+/* Whether the device's bf16 p equals the device's fp32 d (n) rounded to bf16, bit for bit. */
+static bool equals_rounded(const bpair *p, const float *d)
+{
+    float *a = bdownload(p), *b = test_floats(p->n);
+    CHECK(ddp_download(gpu->ctx, b, d, p->n * sizeof(float)) == DDP_OK, "download");
+    int bad = 0;
+    for (size_t i = 0; i < p->n; i++)
+        bad += a[i] != half_bf16_to_f32(half_f32_to_bf16(b[i]));
+    free(a), free(b);
+    return bad == 0;
+}
+
 /* check_attention_bf16 with bf16 activations: qkv and dout read, out and dqkv written in bf16 on
- * the device; the CPU's fp32 on the same (rounded) values is the reference. */
+ * the device; the CPU's fp32 on the same (rounded) values is the reference. The device's fp32
+ * activations on those values must give the same results before their rounding, bit for bit:
+ * both feed the products the same bf16 values (the fused kernel reads bf16 qkv and dout in place,
+ * fp32 ones split into bf16 heads), so this checks the in-place reads' addressing exactly. */
 static void check_attention_act16(test_rng *r, int B, int T, int C, int NH, bool flash)
 {
     size_t n = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
@@ -354,6 +378,17 @@ static void check_attention_act16(test_rng *r, int B, int T, int C, int NH, bool
            flash ? "flash" : "materialised", B, T, C, NH, e_out, e_d);
     CHECK(e_out <= 3e-2, "attention bf16 activations out: relative error %.3g > 3e-2", e_out);
     CHECK(e_d <= 5e-2, "attention bf16 activations dqkv: relative error %.3g > 5e-2", e_d);
+    float *qkv32 = device_f32(&qkv), *dout32 = device_f32(&dout);
+    float *out32 = ddp_alloc(gpu->ctx, n * sizeof(float));
+    float *dqkv32 = ddp_alloc(gpu->ctx, 3 * n * sizeof(float));
+    CHECK(gpu->attention_fwd(gpu, DDP_BF16, DDP_FP32, out32, att_d, qkv32, B, T, C, NH) ==
+          DDP_OK && gpu->attention_bwd(gpu, DDP_BF16, DDP_FP32, dqkv32, datt_d, dout32, qkv32,
+                                       att_d, B, T, C, NH) == DDP_OK, "attention fp32 activations");
+    CHECK(equals_rounded(&out, out32) && equals_rounded(&dqkv, dqkv32),
+          "attention (%s, T %d, C %d, NH %d): bf16 activations differ from fp32 ones rounded",
+          flash ? "flash" : "materialised", T, C, NH);
+    ddp_free(gpu->ctx, qkv32), ddp_free(gpu->ctx, dout32), ddp_free(gpu->ctx, out32);
+    ddp_free(gpu->ctx, dqkv32);
     drop_bpair(&qkv), drop_bpair(&out), drop_bpair(&dout), drop_bpair(&dqkv);
     free(att_h), free(datt_h), ddp_free(gpu->ctx, att_d), ddp_free(gpu->ctx, datt_d);
     ops_cuda_set_attention(gpu, true);
