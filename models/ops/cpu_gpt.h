@@ -4,8 +4,8 @@
  * positive (C not divisible by NH, Vp < V, a step t < 1), DDP_ERR_NOMEM (logged) when the fp32
  * copies of bf16-stored activations cannot be allocated, DDP_OK otherwise.
  * Aliasing: only what ops.h allows (gelu_bwd's dx and dy, add's y with a or b, xent_fwd_bwd's
- * dlogits and logits); layernorm_bwd's dx, dw, db and adamw_step's four buffers must be distinct
- * from each other and from the inputs (the loops are compiled with restrict).
+ * dlogits and logits); layernorm_bwd's dx, dx_act, dw, db and adamw_step's four buffers must be
+ * distinct from each other and from the inputs (the loops are compiled with restrict).
  */
 #ifndef OPS_CPU_GPT_H
 #define OPS_CPU_GPT_H

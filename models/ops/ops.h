@@ -164,7 +164,7 @@ struct ops_handle {
      * Activations: the operands marked "in act" are what a linear reads or writes, stored in the
      * ddp_dtype act the op takes: DDP_FP32 (float), or the run's 16-bit p (ops_dtype_size's
      * storage, emulated or not) so that a 16-bit run needs no cast between layers (the CUDA
-     * backend takes fp32 and bf16). The residual stream, LayerNorm's input, statistics and
+     * backend takes fp32 and bf16, DDP_ERR_INVALID_ARG for fp16). The residual stream, LayerNorm's input, statistics and
      * parameters, and the logits stay fp32; every op computes in fp32 (LayerNorm's and the
      * softmaxes' sums included) and rounds only what it stores in act. With act DDP_FP32 the ops
      * are exactly the fp32 ones (the fp32 path does not depend on the 16-bit forms). */
