@@ -46,14 +46,16 @@ static const char *const layer_names[LAYER_TENSORS] = {
 
 /* What the backward pass reads, per layer where a layer's is needed (sized for max_batch x seq;
  * a pass on B x T uses the first B*T rows of each layer's slice). "in p": stored in the model's
- * precision, as the linear ops read them (fp32: the same as float). Ls is 1 with opts.recompute
- * (one slot that every layer's forward writes and backward's recomputation refills), else L. */
+ * precision, as the linear ops read them (fp32: the same as float); "in act": in the activation
+ * precision (g->act: p in a bf16 run, so that nothing is cast between layers; fp32 otherwise).
+ * Ls is 1 with opts.recompute (one slot that every layer's forward writes and backward's
+ * recomputation refills), else L. */
 typedef struct gpt2_acts {
     float *encoded;   // (B, T, C) embeddings: the residual stream entering layer 0
     void *ln1;        // (Ls, B, T, C) in p: ln_1's output, c_attn's input
     float *ln1_mean;  // (Ls, B, T)
     float *ln1_rstd;  // (Ls, B, T)
-    float *qkv;       // (Ls, B, T, 3C)
+    void *qkv;        // (Ls, B, T, 3C) in act
     float *att;       // (Ls, attention_floats) attention's state: the probabilities
                       // (B, NH, T, T) or the fused kernel's output and log-sum-exp
     void *atty;       // (Ls, B, T, C) in p: attention output, attn.c_proj's input
@@ -61,7 +63,7 @@ typedef struct gpt2_acts {
     void *ln2;        // (Ls, B, T, C) in p: ln_2's output, c_fc's input
     float *ln2_mean;  // (Ls, B, T)
     float *ln2_rstd;  // (Ls, B, T)
-    float *fch;       // (Ls, B, T, 4C) c_fc's output (GELU's input)
+    void *fch;        // (Ls, B, T, 4C) in act: c_fc's output (GELU's input)
     void *fch_gelu;   // (Ls, B, T, 4C) in p: GELU's output, mlp.c_proj's input
     float *residual3; // (L, B, T, C) residual stream after the MLP: the block outputs, kept
                       // for every layer (layer l's input is residual3 of l - 1)
@@ -71,20 +73,23 @@ typedef struct gpt2_acts {
     float *logits;    // (B, T, Vp); their gradient after a forward pass for backward
     float *losses;    // (B, T)
     int *tokens;      // (B, T) the last forward pass's input (encoder_bwd reads it)
-    float *proj;      // (B, T, C) a projection's output before the residual add
-    float *scratch;   // (B, T, 4C) an op's fp32 output before its cast to p (16-bit only)
+    void *proj;       // (B, T, C) in act: a projection's output before the residual add
+    float *scratch;   // (B, T, 4C) an op's fp32 output before its cast to p (casts only)
 } gpt2_acts;
 
-/* Gradients of activations, reused by every layer. */
+/* Gradients of activations, reused by every layer ("casts only": the fp32-activation path of a
+ * 16-bit run, gpt2.h's DDP_GPT_ACTIVATIONS=fp32). */
 typedef struct gpt2_dacts {
     float *dresidual; // (B, T, C) the residual stream's
-    float *dln;       // (B, T, C) a LayerNorm output's
-    float *datty;     // (B, T, C)
-    float *dqkv;      // (B, T, 3C)
+    void *dres_act;   // (B, T, C) in act: dresidual as the projections' backward reads it
+                      // (written by LayerNorm's backward; act 16-bit only)
+    void *dln;        // (B, T, C) in act: a LayerNorm output's
+    void *datty;      // (B, T, C) in act
+    void *dqkv;       // (B, T, 3C) in act
     float *datt;      // scratch of attention_bwd (the ops' attention_floats)
-    float *dfch;      // (B, T, 4C)
-    void *dy_c;       // (B, T, 4C) in p: a linear's output gradient (16-bit only)
-    void *dx_c;       // (B, T, 4C) in p: a linear's input gradient (16-bit only)
+    void *dfch;       // (B, T, 4C) in act
+    void *dy_c;       // (B, T, 4C) in p: a linear's output gradient (casts only)
+    void *dx_c;       // (B, T, 4C) in p: a linear's input gradient (casts only)
     void *dlogits_c;  // (B, T, Vp) in p (16-bit only)
 } gpt2_dacts;
 
@@ -94,6 +99,8 @@ struct gpt2 {
     gpt2_config cfg;
     gpt2_opts opts;
     size_t es;                        /* bytes per element of the precision's storage */
+    ddp_dtype act;                    /* the activations' precision (gpt2_acts' "in act") */
+    size_t ea;                        /* bytes per element of its storage */
     int n_params;                     /* slices: 2 + 12 L + 2 */
     ddp_param_desc *descs;            // (n_params)
     size_t *numel;                    // (n_params)
@@ -331,6 +338,12 @@ static void *rows_p(gpt2 *g, size_t per_row, int layers)
     return buf(g, (size_t)layers * g->opts.max_batch * g->opts.seq * per_row * g->es);
 }
 
+/* The same in the activations' precision. */
+static void *rows_a(gpt2 *g, size_t per_row, int layers)
+{
+    return buf(g, (size_t)layers * g->opts.max_batch * g->opts.seq * per_row * g->ea);
+}
+
 /* The floats of one layer's attention state (the ops' attention_floats at the largest batch). */
 static size_t att_floats(const gpt2 *g)
 {
@@ -347,14 +360,14 @@ static void alloc_layer_acts(gpt2 *g)
     a->ln1 = rows_p(g, c, Ls);
     a->ln1_mean = rows_f(g, 1, Ls);
     a->ln1_rstd = rows_f(g, 1, Ls);
-    a->qkv = rows_f(g, 3 * c, Ls);
+    a->qkv = rows_a(g, 3 * c, Ls);
     a->att = buf(g, Ls * att_floats(g) * sizeof(float));
     a->atty = rows_p(g, c, Ls);
     a->residual2 = rows_f(g, c, Ls);
     a->ln2 = rows_p(g, c, Ls);
     a->ln2_mean = rows_f(g, 1, Ls);
     a->ln2_rstd = rows_f(g, 1, Ls);
-    a->fch = rows_f(g, 4 * c, Ls);
+    a->fch = rows_a(g, 4 * c, Ls);
     a->fch_gelu = rows_p(g, 4 * c, Ls);
     a->residual3 = rows_f(g, c, g->cfg.layers);
 }
@@ -364,7 +377,7 @@ static ddp_status alloc_acts(gpt2 *g)
     gpt2_acts *a = &g->a;
     gpt2_dacts *d = &g->d;
     size_t c = (size_t)g->cfg.channels, vp = (size_t)g->cfg.padded_vocab;
-    bool p16 = g->opts.precision != DDP_FP32;
+    bool p16 = g->opts.precision != DDP_FP32, casts = g->act != g->opts.precision;
     a->encoded = rows_f(g, c, 1);
     alloc_layer_acts(g);
     a->lnf = rows_p(g, c, 1);
@@ -373,19 +386,22 @@ static ddp_status alloc_acts(gpt2 *g)
     a->logits = rows_f(g, vp, 1);
     a->losses = rows_f(g, 1, 1);
     a->tokens = buf(g, (size_t)g->opts.max_batch * g->opts.seq * sizeof(int));
-    a->proj = rows_f(g, c, 1);
+    a->proj = rows_a(g, c, 1);
     d->dresidual = rows_f(g, c, 1);
-    d->dln = rows_f(g, c, 1);
-    d->datty = rows_f(g, c, 1);
-    d->dqkv = rows_f(g, 3 * c, 1);
+    d->dln = rows_a(g, c, 1);
+    d->datty = rows_a(g, c, 1);
+    d->dqkv = rows_a(g, 3 * c, 1);
     d->datt = buf(g, att_floats(g) * sizeof(float));
-    d->dfch = rows_f(g, 4 * c, 1);
-    if (p16) {
+    d->dfch = rows_a(g, 4 * c, 1);
+    if (g->act != DDP_FP32)
+        d->dres_act = rows_a(g, c, 1);
+    if (casts) {
         a->scratch = rows_f(g, 4 * c, 1);
         d->dy_c = rows_p(g, 4 * c, 1);
         d->dx_c = rows_p(g, 4 * c, 1);
-        d->dlogits_c = rows_p(g, vp, 1);
     }
+    if (p16)
+        d->dlogits_c = rows_p(g, vp, 1);
     return g->alloc_failed ? DDP_ERR_NOMEM : DDP_OK;
 }
 
@@ -437,6 +453,24 @@ static ddp_status check_create(ddp_ctx *ctx, const ops_handle *ops, gpt2_config 
     return ops_require_precision(ops, opts->precision, "gpt2");
 }
 
+/* g->act and g->ea from the precision and DDP_GPT_ACTIVATIONS (gpt2.h): bf16 activations in a
+ * bf16 run unless it says fp32; fp32 otherwise (fp16 keeps fp32 activations: its range needs the
+ * loss scale's care, which only the fp32-activation path has been tested with).
+ * DDP_ERR_INVALID_ARG (logged) for another value of the variable. */
+static ddp_status activations_precision(gpt2 *g)
+{
+    const char *env = getenv("DDP_GPT_ACTIVATIONS");
+    if (env && *env && strcmp(env, "fp32") != 0 && strcmp(env, "p") != 0) {
+        DDP_ERROR("gpt2_create: DDP_GPT_ACTIVATIONS=%s: use fp32 (the fp32-activation path) or "
+                  "p (the run's precision, the default)", env);
+        return DDP_ERR_INVALID_ARG;
+    }
+    bool fp32 = env && strcmp(env, "fp32") == 0;
+    g->act = g->opts.precision == DDP_BF16 && !fp32 ? DDP_BF16 : DDP_FP32;
+    g->ea = ops_dtype_size(g->ops, g->act);
+    return DDP_OK;
+}
+
 static ddp_status gpt2_setup(gpt2 *g)
 {
     TRY_OK(describe_params(g));
@@ -461,7 +495,9 @@ ddp_status gpt2_create(ddp_ctx *ctx, const ops_handle *ops, const gpt2_config *c
     g->cfg = c;
     g->opts = *opts;
     g->es = ops_dtype_size(ops, opts->precision);
-    ddp_status st = gpt2_setup(g);
+    ddp_status st = activations_precision(g);
+    if (st == DDP_OK)
+        st = gpt2_setup(g);
     if (st == DDP_ERR_NOMEM)
         DDP_ERROR("gpt2_create: out of memory for %zu parameters (values, gradients, AdamW "
                   "moments) and the activations of %d x %d tokens: use a smaller batch or model",
@@ -547,22 +583,25 @@ void gpt2_memory_get(const gpt2 *g, gpt2_memory *out)
 
 static bool is_fp32(const gpt2 *g) { return g->opts.precision == DDP_FP32; }
 
-/* Where an fp32 op writes what a linear then reads in p: dst itself in fp32, else the scratch
- * (cast into dst by to_p). */
-static float *out_f32(gpt2 *g, void *dst) { return is_fp32(g) ? dst : g->a.scratch; }
+/* Whether the activations are fp32 in a 16-bit run: casts around every linear. */
+static bool casts(const gpt2 *g) { return g->act != g->opts.precision; }
 
-/* dst (n, in p) = src (fp32) for 16-bit; nothing in fp32 (src is dst). */
-static ddp_status to_p(gpt2 *g, void *dst, const float *src, size_t n)
+/* Where an op writes (in act) what a linear then reads in p: dst itself without casts, else the
+ * scratch (cast into dst by to_p). */
+static void *out_act(gpt2 *g, void *dst) { return casts(g) ? (void *)g->a.scratch : dst; }
+
+/* dst (n, in p) = src (in act) with casts; nothing otherwise (src is dst). */
+static ddp_status to_p(gpt2 *g, void *dst, const void *src, size_t n)
 {
-    if (is_fp32(g))
+    if (!casts(g))
         return DDP_OK;
-    return g->ops->cast(g->ops, g->opts.precision, dst, DDP_FP32, src, n);
+    return g->ops->cast(g->ops, g->opts.precision, dst, g->act, src, n);
 }
 
-/* src (fp32) as a linear reads it: itself in fp32, else cast into buf_p. */
-static ddp_status as_p(gpt2 *g, const float *src, void *buf_p, size_t n, const void **out)
+/* src (in act) as a linear reads it: itself without casts, else cast into buf_p. */
+static ddp_status as_p(gpt2 *g, const void *src, void *buf_p, size_t n, const void **out)
 {
-    *out = is_fp32(g) ? (const void *)src : buf_p;
+    *out = casts(g) ? buf_p : src;
     return to_p(g, buf_p, src, n);
 }
 
@@ -619,6 +658,12 @@ static void *at_p(const gpt2 *g, void *base, int l, size_t per_row)
     return (char *)base + slot(g, l) * g->opts.max_batch * g->opts.seq * per_row * g->es;
 }
 
+/* The same for an activation in act. */
+static void *at_a(const gpt2 *g, void *base, int l, size_t per_row)
+{
+    return (char *)base + slot(g, l) * g->opts.max_batch * g->opts.seq * per_row * g->ea;
+}
+
 /* Layer l's attention state (the per-layer att of attention_fwd). */
 static float *att_of(const gpt2 *g, int l)
 {
@@ -637,11 +682,12 @@ static const float *block_in(const gpt2 *g, int l)
     return l ? block_out(g, l - 1) : g->a.encoded;
 }
 
-/* y (rows, out) fp32 = x (rows, in; in p) W^T + b for weight tensor t (bias t + 1) of layer l. */
-static ddp_status linear_fwd(gpt2 *g, int t, int l, const void *x, int in, int out, float *y)
+/* y (rows, out; in act) = x (rows, in; in p) W^T + b for weight tensor t (bias t + 1) of
+ * layer l. */
+static ddp_status linear_fwd(gpt2 *g, int t, int l, const void *x, int in, int out, void *y)
 {
     return g->ops->linear_fwd(g->ops, g->opts.precision, x, cweight(g, t, l), param(g, t + 1, l),
-                              g->B * g->T, in, out, y, true);
+                              g->B * g->T, in, out, y, g->act == DDP_FP32);
 }
 
 /* ln_1, attention, attn.c_proj and the residual add of layer l. */
@@ -652,16 +698,17 @@ static ddp_status attn_fwd(gpt2 *g, int l, const float *residual)
     int rows = g->B * g->T, C = g->cfg.channels, NH = g->cfg.heads;
     size_t n = (size_t)rows * C;
     void *ln1 = at_p(g, a->ln1, l, C), *atty = at_p(g, a->atty, l, C);
-    float *qkv = at_f(g, a->qkv, l, 3 * (size_t)C), *h = out_f32(g, ln1);
-    TRY_OK(o->layernorm_fwd(o, h, at_f(g, a->ln1_mean, l, 1), at_f(g, a->ln1_rstd, l, 1), residual,
-                            param(g, T_LN1W, l), param(g, T_LN1B, l), rows, C));
+    void *qkv = at_a(g, a->qkv, l, 3 * (size_t)C), *h = out_act(g, ln1);
+    TRY_OK(o->layernorm_fwd(o, g->act, h, at_f(g, a->ln1_mean, l, 1), at_f(g, a->ln1_rstd, l, 1),
+                            residual, param(g, T_LN1W, l), param(g, T_LN1B, l), rows, C));
     TRY_OK(to_p(g, ln1, h, n));
     TRY_OK(linear_fwd(g, T_QKVW, l, ln1, C, 3 * C, qkv));
-    h = out_f32(g, atty);
-    TRY_OK(o->attention_fwd(o, g->opts.precision, h, att_of(g, l), qkv, g->B, g->T, C, NH));
+    h = out_act(g, atty);
+    TRY_OK(o->attention_fwd(o, g->opts.precision, g->act, h, att_of(g, l), qkv, g->B, g->T, C,
+                            NH));
     TRY_OK(to_p(g, atty, h, n));
     TRY_OK(linear_fwd(g, T_ATTPROJW, l, atty, C, C, a->proj));
-    return o->add(o, at_f(g, a->residual2, l, C), residual, a->proj, n);
+    return o->add(o, g->act, at_f(g, a->residual2, l, C), residual, a->proj, n);
 }
 
 /* ln_2, c_fc and the GELU of layer l: all of the MLP's activations that backward reads. */
@@ -671,16 +718,16 @@ static ddp_status mlp_hidden_fwd(gpt2 *g, int l)
     gpt2_acts *a = &g->a;
     int rows = g->B * g->T, C = g->cfg.channels;
     size_t n = (size_t)rows * C;
-    float *fch = at_f(g, a->fch, l, 4 * (size_t)C);
+    void *fch = at_a(g, a->fch, l, 4 * (size_t)C);
     void *ln2 = at_p(g, a->ln2, l, C), *gelu = at_p(g, a->fch_gelu, l, 4 * (size_t)C);
-    float *h = out_f32(g, ln2);
-    TRY_OK(o->layernorm_fwd(o, h, at_f(g, a->ln2_mean, l, 1), at_f(g, a->ln2_rstd, l, 1),
+    void *h = out_act(g, ln2);
+    TRY_OK(o->layernorm_fwd(o, g->act, h, at_f(g, a->ln2_mean, l, 1), at_f(g, a->ln2_rstd, l, 1),
                             at_f(g, a->residual2, l, C), param(g, T_LN2W, l), param(g, T_LN2B, l),
                             rows, C));
     TRY_OK(to_p(g, ln2, h, n));
     TRY_OK(linear_fwd(g, T_FCW, l, ln2, C, 4 * C, fch));
-    h = out_f32(g, gelu);
-    TRY_OK(o->gelu_fwd(o, h, fch, 4 * n));
+    h = out_act(g, gelu);
+    TRY_OK(o->gelu_fwd(o, g->act, h, fch, 4 * n));
     return to_p(g, gelu, h, 4 * n);
 }
 
@@ -692,7 +739,7 @@ static ddp_status mlp_fwd(gpt2 *g, int l)
     size_t n = (size_t)g->B * g->T * C;
     TRY_OK(mlp_hidden_fwd(g, l));
     TRY_OK(linear_fwd(g, T_FCPROJW, l, at_p(g, a->fch_gelu, l, 4 * (size_t)C), 4 * C, C, a->proj));
-    return g->ops->add(g->ops, block_out(g, l), at_f(g, a->residual2, l, C), a->proj, n);
+    return g->ops->add(g->ops, g->act, block_out(g, l), at_f(g, a->residual2, l, C), a->proj, n);
 }
 
 /* ln_f and the LM head (logits = lnf wte^T, the zero bias). */
@@ -701,8 +748,8 @@ static ddp_status head_fwd(gpt2 *g)
     const ops_handle *o = g->ops;
     gpt2_acts *a = &g->a;
     int rows = g->B * g->T, C = g->cfg.channels, L = g->cfg.layers;
-    float *h = out_f32(g, a->lnf);
-    TRY_OK(o->layernorm_fwd(o, h, a->lnf_mean, a->lnf_rstd, block_out(g, L - 1),
+    void *h = out_act(g, a->lnf);
+    TRY_OK(o->layernorm_fwd(o, g->act, h, a->lnf_mean, a->lnf_rstd, block_out(g, L - 1),
                             param(g, T_LNFW, 0), param(g, T_LNFB, 0), rows, C));
     TRY_OK(to_p(g, a->lnf, h, (size_t)rows * C));
     return o->linear_fwd(o, g->opts.precision, a->lnf, cweight(g, T_WTE, 0), NULL, rows, C,
@@ -827,11 +874,23 @@ static ddp_status mark(gpt2 *g, ddp_reducer *r, int t, int l)
     return r ? ddp_reducer_mark_ready(r, slice(g, t, l)) : DDP_OK;
 }
 
+/* dx (rows, in; in act) = dy (rows, out; in p) w (out, in; in p): directly, or with casts
+ * through dx_c. */
+static ddp_status linear_dx(gpt2 *g, const void *w, const void *dyp, int in, int out, void *dx)
+{
+    const ops_handle *o = g->ops;
+    ddp_dtype p = g->opts.precision;
+    int rows = g->B * g->T;
+    void *dxp = casts(g) ? g->d.dx_c : dx;
+    TRY_OK(o->linear_bwd_input(o, p, w, dyp, rows, in, out, dxp));
+    return casts(g) ? o->cast(o, g->act, dx, p, dxp, (size_t)rows * in) : DDP_OK;
+}
+
 /* Backward of the linear with weight tensor t (bias t + 1) of layer l, input x (rows, in; in p),
- * output gradient dy (rows, out; fp32): the bias gradient (marked), the weight gradient (marked),
- * then dx (rows, in; fp32) = dy W. */
+ * output gradient dy (rows, out; in act): the bias gradient (marked), the weight gradient
+ * (marked), then dx (rows, in; in act) = dy W. */
 static ddp_status linear_bwd(gpt2 *g, ddp_reducer *r, int t, int l, const void *x,
-                             const float *dy, int in, int out, float *dx)
+                             const void *dy, int in, int out, void *dx)
 {
     const ops_handle *o = g->ops;
     ddp_dtype p = g->opts.precision;
@@ -845,12 +904,17 @@ static ddp_status linear_bwd(gpt2 *g, ddp_reducer *r, int t, int l, const void *
     TRY_OK(grad(g, t, l, &dw));
     TRY_OK(o->linear_bwd_params(o, p, x, dyp, rows, in, out, dw, NULL, true));
     TRY_OK(mark(g, r, t, l));
-    void *dxp = is_fp32(g) ? (void *)dx : g->d.dx_c;
-    TRY_OK(o->linear_bwd_input(o, p, cweight(g, t, l), dyp, rows, in, out, dxp));
-    return is_fp32(g) ? DDP_OK : o->cast(o, DDP_FP32, dx, p, dxp, (size_t)rows * in);
+    return linear_dx(g, cweight(g, t, l), dyp, in, out, dx);
 }
 
-/* LayerNorm backward of tensor t (weight; bias t + 1) of layer l: ADDS into dresidual. */
+/* The residual stream's gradient as the projections' backward reads it (in act). */
+static const void *dres(const gpt2 *g)
+{
+    return g->act == DDP_FP32 ? (const void *)g->d.dresidual : g->d.dres_act;
+}
+
+/* LayerNorm backward of tensor t (weight; bias t + 1) of layer l: ADDS into dresidual (and, in
+ * 16-bit activations, writes the sum into dres_act). */
 static ddp_status ln_bwd(gpt2 *g, ddp_reducer *r, int t, int l, const float *x, const float *mean,
                          const float *rstd)
 {
@@ -858,8 +922,8 @@ static ddp_status ln_bwd(gpt2 *g, ddp_reducer *r, int t, int l, const float *x, 
     float *dw, *db;
     TRY_OK(grad(g, t, l, &dw));
     TRY_OK(grad(g, t + 1, l, &db));
-    TRY_OK(o->layernorm_bwd(o, g->d.dresidual, dw, db, g->d.dln, x, param(g, t, l), mean, rstd,
-                            g->B * g->T, g->cfg.channels));
+    TRY_OK(o->layernorm_bwd(o, g->act, g->d.dresidual, g->d.dres_act, dw, db, g->d.dln, x,
+                            param(g, t, l), mean, rstd, g->B * g->T, g->cfg.channels));
     TRY_OK(mark(g, r, t + 1, l));
     return mark(g, r, t, l);
 }
@@ -871,10 +935,10 @@ static ddp_status mlp_bwd(gpt2 *g, ddp_reducer *r, int l)
     gpt2_dacts *d = &g->d;
     int C = g->cfg.channels;
     size_t n4 = (size_t)g->B * g->T * 4 * C;
-    float *fch = at_f(g, a->fch, l, 4 * (size_t)C);
-    TRY_OK(linear_bwd(g, r, T_FCPROJW, l, at_p(g, a->fch_gelu, l, 4 * (size_t)C), d->dresidual,
+    void *fch = at_a(g, a->fch, l, 4 * (size_t)C);
+    TRY_OK(linear_bwd(g, r, T_FCPROJW, l, at_p(g, a->fch_gelu, l, 4 * (size_t)C), dres(g),
                       4 * C, C, d->dfch));
-    TRY_OK(g->ops->gelu_bwd(g->ops, d->dfch, fch, d->dfch, n4));
+    TRY_OK(g->ops->gelu_bwd(g->ops, g->act, d->dfch, fch, d->dfch, n4));
     TRY_OK(linear_bwd(g, r, T_FCW, l, at_p(g, a->ln2, l, C), d->dfch, C, 4 * C, d->dln));
     return ln_bwd(g, r, T_LN2W, l, at_f(g, a->residual2, l, C), at_f(g, a->ln2_mean, l, 1),
                   at_f(g, a->ln2_rstd, l, 1));
@@ -886,11 +950,11 @@ static ddp_status attn_bwd(gpt2 *g, ddp_reducer *r, int l)
     gpt2_acts *a = &g->a;
     gpt2_dacts *d = &g->d;
     int C = g->cfg.channels, NH = g->cfg.heads;
-    float *qkv = at_f(g, a->qkv, l, 3 * (size_t)C);
+    void *qkv = at_a(g, a->qkv, l, 3 * (size_t)C);
     const float *input = block_in(g, l);
-    TRY_OK(linear_bwd(g, r, T_ATTPROJW, l, at_p(g, a->atty, l, C), d->dresidual, C, C, d->datty));
-    TRY_OK(g->ops->attention_bwd(g->ops, g->opts.precision, d->dqkv, d->datt, d->datty, qkv,
-                                 att_of(g, l), g->B, g->T, C, NH));
+    TRY_OK(linear_bwd(g, r, T_ATTPROJW, l, at_p(g, a->atty, l, C), dres(g), C, C, d->datty));
+    TRY_OK(g->ops->attention_bwd(g->ops, g->opts.precision, g->act, d->dqkv, d->datt, d->datty,
+                                 qkv, att_of(g, l), g->B, g->T, C, NH));
     TRY_OK(linear_bwd(g, r, T_QKVW, l, at_p(g, a->ln1, l, C), d->dqkv, C, 3 * C, d->dln));
     return ln_bwd(g, r, T_LN1W, l, input, at_f(g, a->ln1_mean, l, 1), at_f(g, a->ln1_rstd, l, 1));
 }
@@ -903,17 +967,17 @@ static ddp_status head_bwd(gpt2 *g, ddp_reducer *r, float loss_scale)
     ddp_dtype p = g->opts.precision;
     int rows = g->B * g->T, C = g->cfg.channels, Vp = g->cfg.padded_vocab;
     size_t n = (size_t)rows * Vp;
-    const void *dlogits;
+    const void *dlogits = g->a.logits; /* fp32 (the loss's), cast to p once per step */
     float *dwte;
     if (loss_scale != 1.0f)
         TRY_OK(o->scale(o, g->a.logits, n, loss_scale));
-    TRY_OK(as_p(g, g->a.logits, g->d.dlogits_c, n, &dlogits));
+    if (!is_fp32(g)) {
+        TRY_OK(o->cast(o, p, g->d.dlogits_c, DDP_FP32, g->a.logits, n));
+        dlogits = g->d.dlogits_c;
+    }
     TRY_OK(grad(g, T_WTE, 0, &dwte));
     TRY_OK(o->linear_bwd_params(o, p, g->a.lnf, dlogits, rows, C, Vp, dwte, NULL, true));
-    void *dxp = is_fp32(g) ? (void *)g->d.dln : g->d.dx_c;
-    TRY_OK(o->linear_bwd_input(o, p, cweight(g, T_WTE, 0), dlogits, rows, C, Vp, dxp));
-    if (!is_fp32(g))
-        TRY_OK(o->cast(o, DDP_FP32, g->d.dln, p, dxp, (size_t)rows * C));
+    TRY_OK(linear_dx(g, cweight(g, T_WTE, 0), dlogits, C, Vp, g->d.dln));
     TRY_OK(ddp_zero(g->ctx, g->d.dresidual, (size_t)rows * C * sizeof(float)));
     return ln_bwd(g, r, T_LNFW, 0, block_out(g, g->cfg.layers - 1), g->a.lnf_mean,
                   g->a.lnf_rstd);

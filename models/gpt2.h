@@ -52,7 +52,14 @@ typedef struct gpt2_opts {
     int max_batch;      /* B: activations are sized for B sequences ... */
     int seq;            /* ... of T tokens (T <= max_seq) */
     ddp_dtype precision; /* DDP_FP32, or DDP_BF16 / DDP_FP16: the matmuls' inputs in 16 bits,
-                            fp32 accumulation, everything else fp32 (torch.autocast's split) */
+                            fp32 accumulation. In bf16 the activations the linears read and
+                            write (LayerNorm outputs, qkv, attention output, MLP hidden, their
+                            gradients) are bf16 end to end, no cast between layers, while the
+                            residual stream, LayerNorm statistics, the logits, the loss and the
+                            master weights and AdamW moments stay fp32 (llm.c's split); the
+                            environment variable DDP_GPT_ACTIVATIONS=fp32, read at gpt2_create,
+                            keeps every activation fp32 with casts around each linear instead
+                            (torch.autocast's split, the path before; fp16 always takes it) */
     uint64_t seed;      /* GPT-2's initialisation: N(0, 0.02), residual projections
                            (attprojw, fcprojw) N(0, 0.02 / sqrt(2L)), LayerNorm weights 1, biases 0 */
     bool reducer_grads; /* ZeRO stage 2 without a gradient buffer: the model allocates none;
@@ -75,8 +82,8 @@ typedef struct gpt2 gpt2;
 /* Creates the model (parameters initialised from opts->seed, identical on every rank and
  * backend), gradients (zero), AdamW moments (zero) and activations in ctx's memory. ops must be
  * open on the same context. On failure *out is NULL: DDP_ERR_INVALID_ARG (bad configuration or
- * options, logged), DDP_ERR_UNSUPPORTED (an op or the precision missing on this backend),
- * DDP_ERR_NOMEM. */
+ * options, or a DDP_GPT_ACTIVATIONS other than fp32 or p, logged), DDP_ERR_UNSUPPORTED (an op
+ * or the precision missing on this backend), DDP_ERR_NOMEM. */
 ddp_status gpt2_create(ddp_ctx *ctx, const ops_handle *ops, const gpt2_config *cfg,
                        const gpt2_opts *opts, gpt2 **out);
 void gpt2_destroy(gpt2 *g);

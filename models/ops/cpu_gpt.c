@@ -7,6 +7,7 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_gpt.h"
@@ -23,6 +24,53 @@ static bool shape_ok(const char *op, int a, int b, int c)
         return true;
     DDP_ERROR("cpu %s: shape %d x %d x %d is not positive", op, a, b, c);
     return false;
+}
+
+/* ---- activations in act (ops.h): fp32, or 16-bit as the handle stores it ------------------- */
+/* Float storage (fp32, or a 16-bit precision the CPU emulates) is read and written in place, the
+ * emulated values rounded after; real bf16 storage goes through fp32 copies (ops->cast). */
+
+static bool act_floats(const ops_handle *ops, ddp_dtype act)
+{
+    return ops_dtype_size(ops, act) == sizeof(float);
+}
+
+/* src (n, in act) as floats: src itself in float storage, else converted into *tmp (malloc'd,
+ * the caller frees it); NULL (logged) when out of memory. */
+static const float *act_in(const ops_handle *ops, ddp_dtype act, const void *src, size_t n,
+                           float **tmp)
+{
+    *tmp = NULL;
+    if (act_floats(ops, act))
+        return src;
+    *tmp = malloc(n * sizeof **tmp);
+    if (!*tmp) {
+        DDP_ERROR("cpu: out of memory converting %zu activations to fp32", n);
+        return NULL;
+    }
+    ops->cast(ops, DDP_FP32, *tmp, act, src, n);
+    return *tmp;
+}
+
+/* Where an op writes its fp32 result for dst (n, in act): dst in float storage, else *tmp
+ * (malloc'd; NULL, logged, when out of memory). act_store then puts it into dst. */
+static float *act_out(const ops_handle *ops, ddp_dtype act, void *dst, size_t n, float **tmp)
+{
+    *tmp = NULL;
+    if (act_floats(ops, act))
+        return dst;
+    *tmp = malloc(n * sizeof **tmp);
+    if (!*tmp)
+        DDP_ERROR("cpu: out of memory for %zu activations in fp32", n);
+    return *tmp;
+}
+
+/* dst (n, in act) = the fp32 result f of act_out (in place for float storage: the emulation's
+ * rounding; nothing for fp32). */
+static void act_store(const ops_handle *ops, ddp_dtype act, void *dst, const float *f, size_t n)
+{
+    if (act != DDP_FP32)
+        ops->cast(ops, act, dst, DDP_FP32, f, n);
 }
 
 /* ---- embeddings -------------------------------------------------------------------------- */
@@ -92,22 +140,38 @@ SIMD_DISPATCH(layernorm_bwd_rows, layernorm_bwd_body,
                    const float *w, const float *mean, const float *rstd, int rows, int C),
                   (dx, dw, db, dout, x, w, mean, rstd, rows, C))
 
-ddp_status ops_cpu_layernorm_fwd(const ops_handle *ops, float *out, float *mean, float *rstd,
-                                 const float *x, const float *w, const float *b, int rows, int C)
+ddp_status ops_cpu_layernorm_fwd(const ops_handle *ops, ddp_dtype act, void *out, float *mean,
+                                 float *rstd, const float *x, const float *w, const float *b,
+                                 int rows, int C)
 {
     if (!shape_ok("layernorm_fwd", rows, C, 1))
         return DDP_ERR_INVALID_ARG;
-    layernorm_fwd_rows(out, mean, rstd, x, w, b, rows, C);
+    size_t n = (size_t)rows * C;
+    float *tmp, *o = act_out(ops, act, out, n, &tmp);
+    if (!o)
+        return DDP_ERR_NOMEM;
+    layernorm_fwd_rows(o, mean, rstd, x, w, b, rows, C);
+    act_store(ops, act, out, o, n);
+    free(tmp);
     return DDP_OK;
 }
 
-ddp_status ops_cpu_layernorm_bwd(const ops_handle *ops, float *dx, float *dw, float *db,
-                                 const float *dout, const float *x, const float *w,
-                                 const float *mean, const float *rstd, int rows, int C)
+ddp_status ops_cpu_layernorm_bwd(const ops_handle *ops, ddp_dtype act, float *dx, void *dx_act,
+                                 float *dw, float *db, const void *dout, const float *x,
+                                 const float *w, const float *mean, const float *rstd, int rows,
+                                 int C)
 {
     if (!shape_ok("layernorm_bwd", rows, C, 1))
         return DDP_ERR_INVALID_ARG;
-    layernorm_bwd_rows(dx, dw, db, dout, x, w, mean, rstd, rows, C);
+    size_t n = (size_t)rows * C;
+    float *tmp;
+    const float *d = act_in(ops, act, dout, n, &tmp);
+    if (!d)
+        return DDP_ERR_NOMEM;
+    layernorm_bwd_rows(dx, dw, db, d, x, w, mean, rstd, rows, C);
+    free(tmp);
+    if (dx_act)
+        ops->cast(ops, act, dx_act, DDP_FP32, dx, n);
     return DDP_OK;
 }
 
@@ -259,12 +323,10 @@ static bool att_shape_ok(const char *op, int B, int T, int C, int NH)
     return false;
 }
 
-ddp_status ops_cpu_attention_fwd(const ops_handle *ops, ddp_dtype p, float *out, float *att,
-                                 const float *qkv, int B, int T, int C, int NH)
+/* attention_fwd on fp32 qkv and out. */
+static void attention_fwd_f32(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH)
 {
-    (void)p; /* fp32 on the CPU whatever the run's precision */
-    if (!att_shape_ok("attention_fwd", B, T, C, NH))
-        return DDP_ERR_INVALID_ARG;
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             att_head a = att_head_of(qkv, b, h, T, C, NH);
@@ -274,7 +336,25 @@ ddp_status ops_cpu_attention_fwd(const ops_handle *ops, ddp_dtype p, float *out,
             causal_ab(&a, s, a.v, a.ld, out + (size_t)b * T * C + (size_t)h * a.hs, a.ldo);
         }
     }
-    return DDP_OK;
+}
+
+ddp_status ops_cpu_attention_fwd(const ops_handle *ops, ddp_dtype p, ddp_dtype act, void *out,
+                                 float *att, const void *qkv, int B, int T, int C, int NH)
+{
+    (void)p; /* fp32 on the CPU whatever the run's precision */
+    if (!att_shape_ok("attention_fwd", B, T, C, NH))
+        return DDP_ERR_INVALID_ARG;
+    size_t n = (size_t)B * T * C;
+    float *tmp_in, *tmp_out;
+    const float *q = act_in(ops, act, qkv, 3 * n, &tmp_in);
+    float *o = q ? act_out(ops, act, out, n, &tmp_out) : NULL;
+    if (o) {
+        attention_fwd_f32(o, att, q, B, T, C, NH);
+        act_store(ops, act, out, o, n);
+        free(tmp_out);
+    }
+    free(tmp_in);
+    return o ? DDP_OK : DDP_ERR_NOMEM;
 }
 
 /* One head's backward pass: dq, dk, dv (T, hs, row stride 3C) from dout (T, hs, row stride C). */
@@ -288,13 +368,10 @@ static void head_bwd(const att_head *a, float *dq, float *d, const float *dout, 
     causal_atb(a, d, a->q, a->ld, dk, a->ld);            /* dk = d^T q */
 }
 
-ddp_status ops_cpu_attention_bwd(const ops_handle *ops, ddp_dtype p, float *dqkv, float *datt,
-                                 const float *dout, const float *qkv, const float *att, int B,
-                                 int T, int C, int NH)
+/* attention_bwd on fp32 dqkv, dout and qkv. */
+static void attention_bwd_f32(float *dqkv, float *datt, const float *dout, const float *qkv,
+                              const float *att, int B, int T, int C, int NH)
 {
-    (void)p;
-    if (!att_shape_ok("attention_bwd", B, T, C, NH))
-        return DDP_ERR_INVALID_ARG;
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             att_head a = att_head_of(qkv, b, h, T, C, NH);
@@ -303,7 +380,28 @@ ddp_status ops_cpu_attention_bwd(const ops_handle *ops, ddp_dtype p, float *dqkv
                      dout + (size_t)b * T * C + col, att + head);
         }
     }
-    return DDP_OK;
+}
+
+ddp_status ops_cpu_attention_bwd(const ops_handle *ops, ddp_dtype p, ddp_dtype act, void *dqkv,
+                                 float *datt, const void *dout, const void *qkv, const float *att,
+                                 int B, int T, int C, int NH)
+{
+    (void)p;
+    if (!att_shape_ok("attention_bwd", B, T, C, NH))
+        return DDP_ERR_INVALID_ARG;
+    size_t n = (size_t)B * T * C;
+    float *tmp_dy, *tmp_qkv = NULL, *tmp_dqkv = NULL;
+    const float *dy = act_in(ops, act, dout, n, &tmp_dy);
+    const float *q = dy ? act_in(ops, act, qkv, 3 * n, &tmp_qkv) : NULL;
+    float *dq = q ? act_out(ops, act, dqkv, 3 * n, &tmp_dqkv) : NULL;
+    if (dq) {
+        attention_bwd_f32(dq, datt, dy, q, att, B, T, C, NH);
+        act_store(ops, act, dqkv, dq, 3 * n);
+    }
+    free(tmp_dqkv);
+    free(tmp_qkv);
+    free(tmp_dy);
+    return dq ? DDP_OK : DDP_ERR_NOMEM;
 }
 
 size_t ops_cpu_attention_floats(const ops_handle *ops, ddp_dtype p, int B, int T, int C, int NH)
@@ -339,22 +437,47 @@ SIMD_BODY void add_body(float *y, const float *a, const float *b, size_t n)
 SIMD_DISPATCH(add_loop, add_body, (float *y, const float *a, const float *b, size_t n),
                   (y, a, b, n))
 
-ddp_status ops_cpu_gelu_fwd(const ops_handle *ops, float *y, const float *x, size_t n)
-{
-    gelu_fwd_loop(y, x, n);
-    return DDP_OK;
-}
-
-ddp_status ops_cpu_gelu_bwd(const ops_handle *ops, float *dx, const float *x, const float *dy,
+ddp_status ops_cpu_gelu_fwd(const ops_handle *ops, ddp_dtype act, void *y, const void *x,
                             size_t n)
 {
-    gelu_bwd_loop(dx, x, dy, n);
-    return DDP_OK;
+    float *tmp_x, *tmp_y = NULL;
+    const float *xf = act_in(ops, act, x, n, &tmp_x);
+    float *yf = xf ? act_out(ops, act, y, n, &tmp_y) : NULL;
+    if (yf) {
+        gelu_fwd_loop(yf, xf, n);
+        act_store(ops, act, y, yf, n);
+    }
+    free(tmp_y);
+    free(tmp_x);
+    return yf ? DDP_OK : DDP_ERR_NOMEM;
 }
 
-ddp_status ops_cpu_add(const ops_handle *ops, float *y, const float *a, const float *b, size_t n)
+ddp_status ops_cpu_gelu_bwd(const ops_handle *ops, ddp_dtype act, void *dx, const void *x,
+                            const void *dy, size_t n)
 {
-    add_loop(y, a, b, n);
+    float *tmp_x, *tmp_dy = NULL, *tmp_dx = NULL;
+    const float *xf = act_in(ops, act, x, n, &tmp_x);
+    const float *dyf = xf ? act_in(ops, act, dy, n, &tmp_dy) : NULL;
+    float *dxf = dyf ? act_out(ops, act, dx, n, &tmp_dx) : NULL;
+    if (dxf) {
+        gelu_bwd_loop(dxf, xf, dyf, n);
+        act_store(ops, act, dx, dxf, n);
+    }
+    free(tmp_dx);
+    free(tmp_dy);
+    free(tmp_x);
+    return dxf ? DDP_OK : DDP_ERR_NOMEM;
+}
+
+ddp_status ops_cpu_add(const ops_handle *ops, ddp_dtype act, float *y, const float *a,
+                       const void *b, size_t n)
+{
+    float *tmp;
+    const float *bf = act_in(ops, act, b, n, &tmp);
+    if (!bf)
+        return DDP_ERR_NOMEM;
+    add_loop(y, a, bf, n);
+    free(tmp);
     return DDP_OK;
 }
 

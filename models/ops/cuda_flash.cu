@@ -24,6 +24,9 @@
  * written in global memory. Every key tile a query tile visits holds key k0 <= t for each of its
  * rows t (padding rows included), so the running max is finite after the first tile.
  *
+ * The bf16 inputs are read where their rows lie (flash_layout): contiguous heads, or the model's
+ * qkv and dout rows with the heads side by side, so that bf16 activations need no head split.
+ *
  * Two sections: kernels, then launchers; every launcher runs on the stream it is given and ends
  * with a cudaGetLastError check.
  */
@@ -84,17 +87,18 @@ static __device__ __forceinline__ float warp_max(float v)
 
 /* ---- staging ----------------------------------------------------------------------------- */
 
-/* dst (TILE, LDH) bf16 = src's first TILE rows of HS, rows at or past n_rows zero. vec: src is
- * 16-byte aligned (every row then is: a row is 128 bytes). Every thread of the block calls it. */
+/* dst (TILE, LDH) bf16 = src's first TILE rows of HS (ld elements apart), rows at or past n_rows
+ * zero. vec: src is 16-byte aligned and ld a multiple of 8 (every row then is aligned). Every
+ * thread of the block calls it. */
 static __device__ __forceinline__ void load_tile(bf16 *dst, const uint16_t *src, int n_rows,
-                                                 bool vec)
+                                                 bool vec, int ld)
 {
     const int chunks = HS / 8; /* 16-byte pieces of a row */
     for (int i = threadIdx.x; i < TILE * chunks; i += THREADS) {
         int r = i / chunks, c = (i % chunks) * 8;
         uint4 x = make_uint4(0, 0, 0, 0);
         if (r < n_rows) {
-            const uint16_t *p = src + (size_t)r * HS + c;
+            const uint16_t *p = src + (size_t)r * ld + c;
             if (vec) {
                 x = *reinterpret_cast<const uint4 *>(p);
             } else {
@@ -106,6 +110,13 @@ static __device__ __forceinline__ void load_tile(bf16 *dst, const uint16_t *src,
         }
         *reinterpret_cast<uint4 *>(dst + r * LDH + c) = x;
     }
+}
+
+/* The offset of row r of the block's head (blockIdx.x = b nh + h) in an input of layout L. */
+static __device__ __forceinline__ size_t row_of(flash_layout L, int T, int r)
+{
+    size_t b = blockIdx.x / (unsigned)L.nh, h = blockIdx.x % (unsigned)L.nh;
+    return (b * T + r) * L.ld + h * HS;
 }
 
 /* dst[0..TILE) = mul * src[i] for i < n_rows, 0 past them. Every thread of the block calls it. */
@@ -257,7 +268,7 @@ static __device__ __forceinline__ void finish_rows(float *out, float *lse, const
  * shared memory sizeof(fwd_smem). q, k, v (BH, T, HS) bf16; o (BH, T, HS), lse (BH, T) fp32. */
 static __global__ void __launch_bounds__(THREADS)
 flash_fwd_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *o, float *lse,
-                 int T, float scale_log2, bool vec)
+                 int T, float scale_log2, bool vec, flash_layout lq)
 {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     fwd_smem &sm = *reinterpret_cast<fwd_smem *>(smem_raw);
@@ -265,15 +276,15 @@ flash_fwd_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, float 
     int row0 = (int)(threadIdx.x / 32) * FRAG; /* the warp's first row in the tile */
     size_t head = (size_t)blockIdx.x * T;     /* rows before this head's */
 
-    load_tile(sm.q, q + (head + q0) * HS, T - q0, vec);
+    load_tile(sm.q, q + row_of(lq, T, q0), T - q0, vec, lq.ld);
     for (int i = threadIdx.x % 32; i < FRAG * LDF; i += 32)
         sm.o[row0 * LDF + i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * TILE;
         __syncthreads(); /* every warp is done with the previous K and V */
-        load_tile(sm.k, k + (head + k0) * HS, T - k0, vec);
-        load_tile(sm.v, v + (head + k0) * HS, T - k0, vec);
+        load_tile(sm.k, k + row_of(lq, T, k0), T - k0, vec, lq.ld);
+        load_tile(sm.v, v + row_of(lq, T, k0), T - k0, vec, lq.ld);
         __syncthreads();
         gemm_strip<wmma::col_major>(sm.s + row0 * LDF, sm.q + row0 * LDH, sm.k);
         __syncwarp();
@@ -458,7 +469,7 @@ struct fwd2_smem {
  * K and V tiles go through shared memory. Rows past T compute on zero Q and are not written. */
 static __global__ void __launch_bounds__(THREADS)
 flash_fwd2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *o, float *lse,
-                  int T, float scale_log2, bool vec)
+                  int T, float scale_log2, bool vec, flash_layout lq)
 {
     __shared__ __align__(16) fwd2_smem sm;
     int qt = (int)(gridDim.y - 1 - blockIdx.y), q0 = qt * TILE;
@@ -466,7 +477,7 @@ flash_fwd2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, float
     int row0 = (int)(threadIdx.x / 32) * FRAG; /* the warp's first row in the tile */
     size_t head = (size_t)blockIdx.x * T;      /* rows before this head's */
 
-    load_tile(sm.q, q + (head + q0) * HS, T - q0, vec);
+    load_tile(sm.q, q + row_of(lq, T, q0), T - q0, vec, lq.ld);
     __syncthreads();
     uint32_t qa[4][4], pa[4][4];
     load_a_regs(qa, sm.q + row0 * LDH, g, c);
@@ -478,8 +489,8 @@ flash_fwd2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, float
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * TILE;
         __syncthreads(); /* every warp is done with the previous K and V */
-        load_tile(sm.k, k + (head + k0) * HS, T - k0, vec);
-        load_tile(sm.v, v + (head + k0) * HS, T - k0, vec);
+        load_tile(sm.k, k + row_of(lq, T, k0), T - k0, vec, lq.ld);
+        load_tile(sm.v, v + row_of(lq, T, k0), T - k0, vec, lq.ld);
         __syncthreads();
         mma_abt(s, qa, sm.k, g, c);
         softmax_regs(s, acc, pa, m, l, q0 + row0 + g, k0, c, kt == qt, scale_log2);
@@ -543,7 +554,7 @@ struct bwd_kv_smem {
 static __global__ void __launch_bounds__(THREADS)
 flash_bwd_kv_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
                     const float *lse, const float *delta, float *dk, float *dv, int T, float scale,
-                    float scale_log2, bool vec)
+                    float scale_log2, bool vec, flash_layout lq, flash_layout lo)
 {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     bwd_kv_smem &sm = *reinterpret_cast<bwd_kv_smem *>(smem_raw);
@@ -551,8 +562,8 @@ flash_bwd_kv_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, con
     int row0 = (int)(threadIdx.x / 32) * FRAG;
     size_t head = (size_t)blockIdx.x * T;
 
-    load_tile(sm.k, k + (head + k0) * HS, T - k0, vec);
-    load_tile(sm.v, v + (head + k0) * HS, T - k0, vec);
+    load_tile(sm.k, k + row_of(lq, T, k0), T - k0, vec, lq.ld);
+    load_tile(sm.v, v + row_of(lq, T, k0), T - k0, vec, lq.ld);
     frag_c dk_acc[4], dv_acc[4];
     frag_a fa[4];
 #pragma unroll
@@ -563,8 +574,8 @@ flash_bwd_kv_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, con
     for (int qt = kt; qt < n_tiles; qt++) {
         int q0 = qt * TILE;
         __syncthreads(); /* every warp is done with the previous query tile */
-        load_tile(sm.q, q + (head + q0) * HS, T - q0, vec);
-        load_tile(sm.dout, dout + (head + q0) * HS, T - q0, vec);
+        load_tile(sm.q, q + row_of(lq, T, q0), T - q0, vec, lq.ld);
+        load_tile(sm.dout, dout + row_of(lo, T, q0), T - q0, vec, lo.ld);
         load_row_values(sm.lse, lse + head + q0, T - q0, LOG2E);
         load_row_values(sm.delta, delta + head + q0, T - q0, 1.0f);
         __syncthreads();
@@ -601,7 +612,7 @@ struct bwd_q_smem {
 static __global__ void __launch_bounds__(THREADS)
 flash_bwd_q_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
                    const float *lse, const float *delta, float *dq, int T, float scale,
-                   float scale_log2, bool vec)
+                   float scale_log2, bool vec, flash_layout lq, flash_layout lo)
 {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     bwd_q_smem &sm = *reinterpret_cast<bwd_q_smem *>(smem_raw);
@@ -609,8 +620,8 @@ flash_bwd_q_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, cons
     int row0 = (int)(threadIdx.x / 32) * FRAG;
     size_t head = (size_t)blockIdx.x * T;
 
-    load_tile(sm.q, q + (head + q0) * HS, T - q0, vec);
-    load_tile(sm.dout, dout + (head + q0) * HS, T - q0, vec);
+    load_tile(sm.q, q + row_of(lq, T, q0), T - q0, vec, lq.ld);
+    load_tile(sm.dout, dout + row_of(lo, T, q0), T - q0, vec, lo.ld);
     load_row_values(sm.lse, lse + head + q0, T - q0, LOG2E);
     load_row_values(sm.delta, delta + head + q0, T - q0, 1.0f);
     frag_c dq_acc[4];
@@ -621,8 +632,8 @@ flash_bwd_q_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, cons
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * TILE;
         __syncthreads(); /* every warp is done with the previous K and V */
-        load_tile(sm.k, k + (head + k0) * HS, T - k0, vec);
-        load_tile(sm.v, v + (head + k0) * HS, T - k0, vec);
+        load_tile(sm.k, k + row_of(lq, T, k0), T - k0, vec, lq.ld);
+        load_tile(sm.v, v + row_of(lq, T, k0), T - k0, vec, lq.ld);
         __syncthreads();
         gemm_strip<wmma::col_major>(sm.s + row0 * LDF, sm.q + row0 * LDH, sm.k);
         gemm_strip<wmma::col_major>(sm.dp + row0 * LDF, sm.dout + row0 * LDH, sm.v);
@@ -669,7 +680,7 @@ struct bwd_q2_smem {
 static __global__ void __launch_bounds__(THREADS)
 flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
                     const float *lse, const float *delta, float *dq, int T, float scale,
-                    float scale_log2, bool vec)
+                    float scale_log2, bool vec, flash_layout lq, flash_layout lo)
 {
     __shared__ __align__(16) bwd_q2_smem sm;
     int qt = (int)(gridDim.y - 1 - blockIdx.y), q0 = qt * TILE;
@@ -678,8 +689,8 @@ flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, con
     int tq = q0 + row0 + g; /* the lane's first query; the second is tq + 8 */
     size_t head = (size_t)blockIdx.x * T;
 
-    load_tile(sm.q, q + (head + q0) * HS, T - q0, vec);
-    load_tile(sm.dout, dout + (head + q0) * HS, T - q0, vec);
+    load_tile(sm.q, q + row_of(lq, T, q0), T - q0, vec, lq.ld);
+    load_tile(sm.dout, dout + row_of(lo, T, q0), T - q0, vec, lo.ld);
     float lse2[2], dl[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -698,8 +709,8 @@ flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, con
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * TILE;
         __syncthreads(); /* every warp is done with the previous K and V */
-        load_tile(sm.k, k + (head + k0) * HS, T - k0, vec);
-        load_tile(sm.v, v + (head + k0) * HS, T - k0, vec);
+        load_tile(sm.k, k + row_of(lq, T, k0), T - k0, vec, lq.ld);
+        load_tile(sm.v, v + row_of(lq, T, k0), T - k0, vec, lq.ld);
         __syncthreads();
         mma_abt(s, qa, sm.k, g, c);
         mma_abt(dp, da, sm.v, g, c);
@@ -730,7 +741,8 @@ struct bwd_kv2_smem {
 static __global__ void __launch_bounds__(THREADS)
 flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                      const uint16_t *dout, const float *lse, const float *delta, float *dk,
-                     float *dv, int T, float scale, float scale_log2, bool vec)
+                     float *dv, int T, float scale, float scale_log2, bool vec, flash_layout lq,
+                     flash_layout lo)
 {
     __shared__ __align__(16) bwd_kv2_smem sm;
     int kt = (int)blockIdx.y, k0 = kt * TILE, n_tiles = (int)gridDim.y;
@@ -739,8 +751,8 @@ flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
     int jk = k0 + row0 + g; /* the lane's first key; the second is jk + 8 */
     size_t head = (size_t)blockIdx.x * T;
 
-    load_tile(sm.k, k + (head + k0) * HS, T - k0, vec);
-    load_tile(sm.v, v + (head + k0) * HS, T - k0, vec);
+    load_tile(sm.k, k + row_of(lq, T, k0), T - k0, vec, lq.ld);
+    load_tile(sm.v, v + row_of(lq, T, k0), T - k0, vec, lq.ld);
     float dk_acc[8][4], dv_acc[8][4], s[8][4], dp[8][4];
 #pragma unroll
     for (int n = 0; n < 8; n++) {
@@ -750,8 +762,8 @@ flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
     for (int qt = kt; qt < n_tiles; qt++) {
         int q0 = qt * TILE;
         __syncthreads(); /* every warp is done with the previous query tile */
-        load_tile(sm.q, q + (head + q0) * HS, T - q0, vec);
-        load_tile(sm.dout, dout + (head + q0) * HS, T - q0, vec);
+        load_tile(sm.q, q + row_of(lq, T, q0), T - q0, vec, lq.ld);
+        load_tile(sm.dout, dout + row_of(lo, T, q0), T - q0, vec, lo.ld);
         load_row_values(sm.lse, lse + head + q0, T - q0, LOG2E);
         load_row_values(sm.delta, delta + head + q0, T - q0, 1.0f);
         __syncthreads();
@@ -849,31 +861,54 @@ static dim3 tile_grid(int BH, int T)
     return dim3((unsigned)BH, (unsigned)((T + TILE - 1) / TILE));
 }
 
-ddp_status flash_attn_fwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
-                          const uint16_t *v, float *o, float *lse, int BH, int T, int hs,
-                          float scale)
+/* Whether layout L fits BH heads of hs (ld >= nh hs, nh dividing BH); false (logged) otherwise. */
+static bool layout_ok(const char *op, flash_layout L, int BH, int hs, const char *name)
+{
+    if (L.nh >= 1 && BH % L.nh == 0 && (long long)L.ld >= (long long)L.nh * hs)
+        return true;
+    DDP_ERROR("%s: %s's layout (ld %d, %d heads) does not hold %d heads of %d", op, name, L.ld,
+              L.nh, BH, hs);
+    return false;
+}
+
+/* Whether rows of layout L starting at p can be loaded 16 bytes at a time. */
+static bool rows_aligned16(const void *p, flash_layout L)
+{
+    return aligned16(p) && L.ld % 8 == 0;
+}
+
+ddp_status flash_attn_fwd_rows(cudaStream_t st, const uint16_t *q, const uint16_t *k,
+                               const uint16_t *v, flash_layout lq, float *o, float *lse, int BH,
+                               int T, int hs, float scale)
 {
     const char *op = "flash_attn_fwd";
-    if (!shape_ok(op, BH, T, hs))
+    if (!shape_ok(op, BH, T, hs) || !layout_ok(op, lq, BH, hs, "q, k, v"))
         return DDP_ERR_INVALID_ARG;
     if (BH == 0)
         return DDP_OK;
     if (!ptr_ok(op, q, "q") || !ptr_ok(op, k, "k") || !ptr_ok(op, v, "v") || !ptr_ok(op, o, "o") ||
         !ptr_ok(op, lse, "lse"))
         return DDP_ERR_INVALID_ARG;
-    bool vec = aligned16(q) && aligned16(k) && aligned16(v);
+    bool vec = rows_aligned16(q, lq) && rows_aligned16(k, lq) && rows_aligned16(v, lq);
     if (flash_impl() >= 2) {
         flash_fwd2_kernel<<<tile_grid(BH, T), THREADS, 0, st>>>(q, k, v, o, lse, T,
-                                                                scale * LOG2E, vec);
+                                                                scale * LOG2E, vec, lq);
         TRY_CUDA_LAUNCH();
         return DDP_OK;
     }
     size_t bytes = sizeof(fwd_smem);
     TRY_OK(allow_smem(flash_fwd_kernel, bytes));
     flash_fwd_kernel<<<tile_grid(BH, T), THREADS, bytes, st>>>(q, k, v, o, lse, T,
-                                                               scale * LOG2E, vec);
+                                                               scale * LOG2E, vec, lq);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
+}
+
+ddp_status flash_attn_fwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
+                          const uint16_t *v, float *o, float *lse, int BH, int T, int hs,
+                          float scale)
+{
+    return flash_attn_fwd_rows(st, q, k, v, flash_layout{hs, 1}, o, lse, BH, T, hs, scale);
 }
 
 ddp_status flash_attn_delta(cudaStream_t st, const float *dout, const float *o, float *delta,
@@ -893,13 +928,14 @@ ddp_status flash_attn_delta(cudaStream_t st, const float *dout, const float *o, 
     return DDP_OK;
 }
 
-ddp_status flash_attn_bwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
-                          const uint16_t *v, const uint16_t *dout_bf, const float *lse,
-                          const float *delta, float *dq, float *dk, float *dv, int BH, int T,
-                          int hs, float scale)
+ddp_status flash_attn_bwd_rows(cudaStream_t st, const uint16_t *q, const uint16_t *k,
+                               const uint16_t *v, flash_layout lq, const uint16_t *dout_bf,
+                               flash_layout lo, const float *lse, const float *delta, float *dq,
+                               float *dk, float *dv, int BH, int T, int hs, float scale)
 {
     const char *op = "flash_attn_bwd";
-    if (!shape_ok(op, BH, T, hs))
+    if (!shape_ok(op, BH, T, hs) || !layout_ok(op, lq, BH, hs, "q, k, v") ||
+        !layout_ok(op, lo, BH, hs, "dout"))
         return DDP_ERR_INVALID_ARG;
     if (BH == 0)
         return DDP_OK;
@@ -907,14 +943,15 @@ ddp_status flash_attn_bwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
         !ptr_ok(op, dout_bf, "dout_bf") || !ptr_ok(op, lse, "lse") || !ptr_ok(op, delta, "delta") ||
         !ptr_ok(op, dq, "dq") || !ptr_ok(op, dk, "dk") || !ptr_ok(op, dv, "dv"))
         return DDP_ERR_INVALID_ARG;
-    bool vec = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout_bf);
+    bool vec = rows_aligned16(q, lq) && rows_aligned16(k, lq) && rows_aligned16(v, lq) &&
+               rows_aligned16(dout_bf, lo);
     dim3 grid = tile_grid(BH, T);
     if (flash_impl() == 3) {
         flash_bwd_kv2_kernel<<<grid, THREADS, 0, st>>>(q, k, v, dout_bf, lse, delta, dk, dv, T,
-                                                       scale, scale * LOG2E, vec);
+                                                       scale, scale * LOG2E, vec, lq, lo);
         TRY_CUDA_LAUNCH();
         flash_bwd_q2_kernel<<<grid, THREADS, 0, st>>>(q, k, v, dout_bf, lse, delta, dq, T, scale,
-                                                      scale * LOG2E, vec);
+                                                      scale * LOG2E, vec, lq, lo);
         TRY_CUDA_LAUNCH();
         return DDP_OK;
     }
@@ -922,10 +959,20 @@ ddp_status flash_attn_bwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
     TRY_OK(allow_smem(flash_bwd_kv_kernel, kv_bytes));
     TRY_OK(allow_smem(flash_bwd_q_kernel, q_bytes));
     flash_bwd_kv_kernel<<<grid, THREADS, kv_bytes, st>>>(q, k, v, dout_bf, lse, delta, dk, dv, T,
-                                                         scale, scale * LOG2E, vec);
+                                                         scale, scale * LOG2E, vec, lq, lo);
     TRY_CUDA_LAUNCH();
     flash_bwd_q_kernel<<<grid, THREADS, q_bytes, st>>>(q, k, v, dout_bf, lse, delta, dq, T, scale,
-                                                       scale * LOG2E, vec);
+                                                       scale * LOG2E, vec, lq, lo);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
+}
+
+ddp_status flash_attn_bwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
+                          const uint16_t *v, const uint16_t *dout_bf, const float *lse,
+                          const float *delta, float *dq, float *dk, float *dv, int BH, int T,
+                          int hs, float scale)
+{
+    flash_layout heads = {hs, 1};
+    return flash_attn_bwd_rows(st, q, k, v, heads, dout_bf, heads, lse, delta, dq, dk, dv, BH, T,
+                               hs, scale);
 }

@@ -36,7 +36,20 @@ bool flash_attn_supported(int hs, int T);
  * thread-safe: set it before the first call. */
 void flash_attn_set_impl(int v);
 
-/* o (BH, T, hs) fp32 and lse (BH, T) fp32 from q, k, v (BH, T, hs) bf16. */
+/* Where the rows of a bf16 input lie: head bh = b nh + h (b < BH / nh), row t at element
+ * (b T + t) ld + h hs from the pointer given. {hs, 1}: contiguous (BH, T, hs) heads; {3C, NH}
+ * with q, k, v at qkv, qkv + C, qkv + 2C: the model's qkv (B, T, 3C) as its linear writes it;
+ * {C, NH}: dout (B, T, C). ld >= nh hs and nh dividing BH, else DDP_ERR_INVALID_ARG (logged). */
+typedef struct flash_layout {
+    int ld, nh;
+} flash_layout;
+
+/* o (BH, T, hs) fp32 and lse (BH, T) fp32 from q, k, v (bf16, their rows as lq says). */
+ddp_status flash_attn_fwd_rows(cudaStream_t st, const uint16_t *q, const uint16_t *k,
+                               const uint16_t *v, flash_layout lq, float *o, float *lse, int BH,
+                               int T, int hs, float scale);
+
+/* flash_attn_fwd_rows on contiguous heads: q, k, v (BH, T, hs) bf16. */
 ddp_status flash_attn_fwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
                           const uint16_t *v, float *o, float *lse, int BH, int T, int hs,
                           float scale);
@@ -45,9 +58,16 @@ ddp_status flash_attn_fwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
 ddp_status flash_attn_delta(cudaStream_t st, const float *dout, const float *o, float *delta,
                             int BH, int T, int hs);
 
-/* dq, dk, dv (BH, T, hs) fp32, overwritten (not accumulated), from q, k, v and dout_bf (BH, T, hs)
- * bf16 (dO rounded to bf16), the forward's lse and flash_attn_delta's delta (BH, T). P is
- * recomputed from q, k and lse. Two kernels: dk and dv per key tile, dq per query tile. */
+/* dq, dk, dv (BH, T, hs) fp32, overwritten (not accumulated), from q, k, v (rows as lq says) and
+ * dout_bf (dO rounded to bf16, rows as lo says), the forward's lse and flash_attn_delta's delta
+ * (BH, T). P is recomputed from q, k and lse. Two kernels: dk and dv per key tile, dq per query
+ * tile. */
+ddp_status flash_attn_bwd_rows(cudaStream_t st, const uint16_t *q, const uint16_t *k,
+                               const uint16_t *v, flash_layout lq, const uint16_t *dout_bf,
+                               flash_layout lo, const float *lse, const float *delta, float *dq,
+                               float *dk, float *dv, int BH, int T, int hs, float scale);
+
+/* flash_attn_bwd_rows on contiguous heads: q, k, v and dout_bf (BH, T, hs) bf16. */
 ddp_status flash_attn_bwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
                           const uint16_t *v, const uint16_t *dout_bf, const float *lse,
                           const float *delta, float *dq, float *dk, float *dv, int BH, int T,

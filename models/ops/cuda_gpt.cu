@@ -2,7 +2,11 @@
  * position embeddings, LayerNorm, causal multi-head attention (in bf16 the fused kernel of
  * cuda_flash.cu; otherwise, and as its reference, cuBLAS strided-batched GEMMs, bf16 on tensor
  * cores in bf16 runs, around a causal softmax kernel), GELU, the residual add, the cross-entropy over the (padded)
- * vocabulary, and AdamW. fp32 activations; the scalar math shared with the CPU is math_shared.h's.
+ * vocabulary, and AdamW. The activations a linear reads or writes are fp32 or bf16 (ops.h's "in
+ * act"): the kernels are templates on their storage (float or uint16_t bf16 bits), compute in
+ * fp32 and round to bf16 only what they store (the fused attention reads bf16 qkv and dout in
+ * place, no head split; its fp32 output and gradients are merged into bf16); the scalar math
+ * shared with the CPU is math_shared.h's.
  *
  * Every op is deterministic: sums run in a fixed order (no atomics). The embedding's backward
  * sorts the tokens (CUB's stable radix sort) so that each vocabulary row is summed by one block,
@@ -47,6 +51,27 @@ static __device__ float warp_max(float v)
 static __device__ size_t warp_row(void)
 {
     return (size_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP;
+}
+
+/* ---- storage: float, or bf16 bits rounded to nearest even -------------------------------- */
+
+static __device__ float get(const float *x, size_t i) { return x[i]; }
+static __device__ float get(const uint16_t *x, size_t i) { return half_bf16_to_f32(x[i]); }
+static __device__ void put(float *x, size_t i, float v) { x[i] = v; }
+static __device__ void put(uint16_t *x, size_t i, float v) { x[i] = half_f32_to_bf16(v); }
+
+/* Four elements from x + i (16-byte aligned for float, 8-byte for bf16). */
+static __device__ float4 get4(const float *x, size_t i)
+{
+    return *reinterpret_cast<const float4 *>(x + i);
+}
+static __device__ float4 get4(const uint16_t *x, size_t i)
+{
+    uint2 u = *reinterpret_cast<const uint2 *>(x + i);
+    return make_float4(half_bf16_to_f32((uint16_t)(u.x & 0xffffu)),
+                       half_bf16_to_f32((uint16_t)(u.x >> 16)),
+                       half_bf16_to_f32((uint16_t)(u.y & 0xffffu)),
+                       half_bf16_to_f32((uint16_t)(u.y >> 16)));
 }
 
 /* ---- embeddings ------------------------------------------------------------------------ */
@@ -103,8 +128,9 @@ static __global__ void encoder_dwpe_kernel(float *dwpe, const float *dout, int B
 
 /* ---- LayerNorm ------------------------------------------------------------------------- */
 
-/* One warp per row of C: mean, biased variance about it (two passes), out = xhat * w + b. */
-static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *x,
+/* One warp per row of C: mean, biased variance about it (two passes), out (O) = xhat * w + b. */
+template <typename O>
+static __global__ void layernorm_fwd_kernel(O *out, float *mean, float *rstd, const float *x,
                                             const float *w, const float *b, int rows, int C)
 {
     size_t row = warp_row();
@@ -121,15 +147,17 @@ static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd
         q += (xr[c] - m) * (xr[c] - m);
     float r = layernorm_rstd(warp_sum(q) / (float)C);
     for (int c = lane; c < C; c += WARP)
-        out[row * C + c] = (xr[c] - m) * r * w[c] + b[c];
+        put(out, row * C + c, (xr[c] - m) * r * w[c] + b[c]);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
     }
 }
 
-/* One warp per row: dx += layernorm_dx(...) with the row's means of g = dout * w and g * xhat. */
-static __global__ void layernorm_dx_kernel(float *dx, const float *dout, const float *x,
+/* One warp per row: dx += layernorm_dx(...) with the row's means of g = dout * w and g * xhat;
+ * dx_act (when not NULL) gets the sum in D too. */
+template <typename D>
+static __global__ void layernorm_dx_kernel(float *dx, D *dx_act, const D *dout, const float *x,
                                            const float *w, const float *mean, const float *rstd,
                                            int rows, int C)
 {
@@ -137,22 +165,28 @@ static __global__ void layernorm_dx_kernel(float *dx, const float *dout, const f
     int lane = threadIdx.x % WARP;
     if (row >= (size_t)rows)
         return;
-    const float *dr = dout + row * C, *xr = x + row * C;
+    const D *dr = dout + row * C;
+    const float *xr = x + row * C;
     float m = mean[row], r = rstd[row], sg = 0.0f, sgx = 0.0f;
     for (int c = lane; c < C; c += WARP) {
-        float g = dr[c] * w[c];
+        float g = get(dr, c) * w[c];
         sg += g;
         sgx += g * ((xr[c] - m) * r);
     }
     float mg = warp_sum(sg) / (float)C, mgx = warp_sum(sgx) / (float)C;
-    for (int c = lane; c < C; c += WARP)
-        dx[row * C + c] += layernorm_dx(dr[c], w[c], (xr[c] - m) * r, r, mg, mgx);
+    for (int c = lane; c < C; c += WARP) {
+        float v = dx[row * C + c] + layernorm_dx(get(dr, c), w[c], (xr[c] - m) * r, r, mg, mgx);
+        dx[row * C + c] = v;
+        if (dx_act)
+            put(dx_act, row * C + c, v);
+    }
 }
 
 /* Partial parameter gradients over a chunk of chunk_rows rows (blockIdx.y): part_w[chunk, c] =
  * sum of dout * xhat, part_b[chunk, c] = sum of dout (part_w, part_b: (n_chunks, C)). */
+template <typename D>
 static __global__ void layernorm_param_part_kernel(float *part_w, float *part_b,
-                                                   const float *dout, const float *x,
+                                                   const D *dout, const float *x,
                                                    const float *mean, const float *rstd, int rows,
                                                    int C, int chunk_rows)
 {
@@ -162,7 +196,7 @@ static __global__ void layernorm_param_part_kernel(float *part_w, float *part_b,
     int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
     float sw = 0.0f, sb = 0.0f;
     for (int r = r0; r < r1; r++) {
-        float d = dout[(size_t)r * C + c];
+        float d = get(dout, (size_t)r * C + c);
         sw += d * ((x[(size_t)r * C + c] - mean[r]) * rstd[r]);
         sb += d;
     }
@@ -188,14 +222,11 @@ static __global__ void layernorm_param_sum_kernel(float *dw, float *db, const fl
 
 /* ---- attention ------------------------------------------------------------------------- */
 
-static __device__ void put(float *x, size_t i, float v) { x[i] = v; }
-static __device__ void put(uint16_t *x, size_t i, float v) { x[i] = half_f32_to_bf16(v); }
-
-/* dst (B, NH, T, hs; float, or bf16 rounded to nearest even) = the heads of src, whose row
- * (b, t) starts at (b*T + t) * stride and holds head h at [h*hs, (h+1)*hs); one thread per dst
- * element (n of them). */
-template <typename D>
-static __global__ void heads_split_kernel(D *dst, const float *src, int stride, int T, int NH,
+/* dst (B, NH, T, hs; float, or bf16 rounded to nearest even) = the heads of src (float or
+ * bf16), whose row (b, t) starts at (b*T + t) * stride and holds head h at [h*hs, (h+1)*hs); one
+ * thread per dst element (n of them). */
+template <typename D, typename S>
+static __global__ void heads_split_kernel(D *dst, const S *src, int stride, int T, int NH,
                                           int hs, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -203,7 +234,7 @@ static __global__ void heads_split_kernel(D *dst, const float *src, int stride, 
         return;
     int d = (int)(i % hs), t = (int)(i / hs % T), h = (int)(i / ((size_t)hs * T) % NH);
     size_t b = i / ((size_t)hs * T * NH);
-    put(dst, i, src[(b * T + t) * stride + (size_t)h * hs + d]);
+    put(dst, i, get(src, (b * T + t) * stride + (size_t)h * hs + d));
 }
 
 static __device__ void put4(float *x, size_t i, float4 v) { *reinterpret_cast<float4 *>(x + i) = v; }
@@ -215,10 +246,11 @@ static __device__ void put4(uint16_t *x, size_t i, float4 v)
     *reinterpret_cast<uint2 *>(x + i) = o;
 }
 
-/* heads_split_kernel four channels a thread, with 16-byte loads and 32-bit index arithmetic:
- * n4 = n / 4 groups; hs, stride and src's offsets multiples of 4, src 16-byte aligned. */
-template <typename D>
-static __global__ void heads_split4_kernel(D *dst, const float *src, int stride, int T, int NH,
+/* heads_split_kernel four channels a thread, with 16-byte (fp32) or 8-byte (bf16) loads and
+ * 32-bit index arithmetic: n4 = n / 4 groups; hs, stride and src's offsets multiples of 4, src
+ * 16-byte aligned. */
+template <typename D, typename S>
+static __global__ void heads_split4_kernel(D *dst, const S *src, int stride, int T, int NH,
                                            int hs, unsigned n4)
 {
     unsigned g = blockIdx.x * blockDim.x + threadIdx.x;
@@ -227,12 +259,12 @@ static __global__ void heads_split4_kernel(D *dst, const float *src, int stride,
     unsigned hs4 = (unsigned)hs / 4, d = g % hs4 * 4, row = g / hs4; /* row: (b NH + h) T + t */
     unsigned t = row % (unsigned)T, bh = row / (unsigned)T, h = bh % (unsigned)NH;
     size_t b = bh / (unsigned)NH;
-    put4(dst, (size_t)g * 4,
-         *reinterpret_cast<const float4 *>(src + (b * T + t) * stride + (size_t)h * hs + d));
+    put4(dst, (size_t)g * 4, get4(src, (b * T + t) * stride + (size_t)h * hs + d));
 }
 
 /* heads_merge_kernel four channels a thread (the conditions of heads_split4_kernel on dst). */
-static __global__ void heads_merge4_kernel(float *dst, const float *src, int stride, int T, int NH,
+template <typename D>
+static __global__ void heads_merge4_kernel(D *dst, const float *src, int stride, int T, int NH,
                                            int hs, unsigned n4)
 {
     unsigned g = blockIdx.x * blockDim.x + threadIdx.x;
@@ -241,13 +273,13 @@ static __global__ void heads_merge4_kernel(float *dst, const float *src, int str
     unsigned hs4 = (unsigned)hs / 4, d = g % hs4 * 4, row = g / hs4;
     unsigned t = row % (unsigned)T, bh = row / (unsigned)T, h = bh % (unsigned)NH;
     size_t b = bh / (unsigned)NH;
-    *reinterpret_cast<float4 *>(dst + (b * T + t) * stride + (size_t)h * hs + d) =
-        *reinterpret_cast<const float4 *>(src + (size_t)g * 4);
+    put4(dst, (b * T + t) * stride + (size_t)h * hs + d, get4(src, (size_t)g * 4));
 }
 
-/* The inverse of heads_split_kernel (float): dst's rows (stride apart) get the heads of src
- * (B, NH, T, hs) side by side. */
-static __global__ void heads_merge_kernel(float *dst, const float *src, int stride, int T, int NH,
+/* The inverse of heads_split_kernel: dst's rows (stride apart; float or bf16) get the heads of
+ * src (B, NH, T, hs; float) side by side. */
+template <typename D>
+static __global__ void heads_merge_kernel(D *dst, const float *src, int stride, int T, int NH,
                                           int hs, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -255,7 +287,7 @@ static __global__ void heads_merge_kernel(float *dst, const float *src, int stri
         return;
     int d = (int)(i % hs), t = (int)(i / hs % T), h = (int)(i / ((size_t)hs * T) % NH);
     size_t b = i / ((size_t)hs * T * NH);
-    dst[(b * T + t) * stride + (size_t)h * hs + d] = src[i];
+    put(dst, (b * T + t) * stride + (size_t)h * hs + d, src[i]);
 }
 
 /* One warp per row (b, h, t) of att (rows, T), which holds the scaled scores: softmax over keys
@@ -312,25 +344,92 @@ static __global__ void causal_softmax_bwd_kernel(float *datt, uint16_t *d16, con
 
 /* ---- elementwise ----------------------------------------------------------------------- */
 
-static __global__ void gelu_fwd_kernel(float *y, const float *x, size_t n)
+template <typename A>
+static __global__ void gelu_fwd_kernel(A *y, const A *x, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
-        y[i] = gelu_tanh(x[i]);
+        put(y, i, gelu_tanh(get(x, i)));
 }
 
-static __global__ void gelu_bwd_kernel(float *dx, const float *x, const float *dy, size_t n)
+template <typename A>
+static __global__ void gelu_bwd_kernel(A *dx, const A *x, const A *dy, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
-        dx[i] = dy[i] * gelu_tanh_grad(x[i]);
+        put(dx, i, get(dy, i) * gelu_tanh_grad(get(x, i)));
 }
 
-static __global__ void add_kernel(float *y, const float *a, const float *b, size_t n)
+/* y = a + b, b (the projection) in A. */
+template <typename A>
+static __global__ void add_kernel(float *y, const float *a, const A *b, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
-        y[i] = a[i] + b[i];
+        y[i] = a[i] + get(b, i);
+}
+
+/* Eight bf16 values from x + i into v (one 16-byte load: x + i 16-byte aligned). */
+static __device__ void get8(const uint16_t *x, size_t i, float v[8])
+{
+    uint4 u = *reinterpret_cast<const uint4 *>(x + i);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = half_bf16_to_f32((uint16_t)(w[k] & 0xffffu));
+        v[2 * k + 1] = half_bf16_to_f32((uint16_t)(w[k] >> 16));
+    }
+}
+
+/* x[i..i+8) = v rounded to bf16 (one 16-byte store). */
+static __device__ void put8(uint16_t *x, size_t i, const float v[8])
+{
+    uint32_t w[4];
+    for (int k = 0; k < 4; k++)
+        w[k] = half_f32_to_bf16(v[2 * k]) | (uint32_t)half_f32_to_bf16(v[2 * k + 1]) << 16;
+    *reinterpret_cast<uint4 *>(x + i) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* The bf16 element-wise kernels eight elements a thread, with 16-byte loads and stores (n8 = n / 8
+ * groups, every pointer 16-byte aligned); the same math per element as the kernels above. */
+static __global__ void gelu_fwd8_kernel(uint16_t *y, const uint16_t *x, size_t n8)
+{
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n8 * 8)
+        return;
+    float v[8];
+    get8(x, i, v);
+    for (int k = 0; k < 8; k++)
+        v[k] = gelu_tanh(v[k]);
+    put8(y, i, v);
+}
+
+static __global__ void gelu_bwd8_kernel(uint16_t *dx, const uint16_t *x, const uint16_t *dy,
+                                        size_t n8)
+{
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n8 * 8)
+        return;
+    float xv[8], d[8];
+    get8(x, i, xv);
+    get8(dy, i, d);
+    for (int k = 0; k < 8; k++)
+        d[k] = d[k] * gelu_tanh_grad(xv[k]);
+    put8(dx, i, d);
+}
+
+static __global__ void add8_kernel(float *y, const float *a, const uint16_t *b, size_t n8)
+{
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n8 * 8)
+        return;
+    float v[8];
+    get8(b, i, v);
+    float4 a0 = *reinterpret_cast<const float4 *>(a + i);
+    float4 a1 = *reinterpret_cast<const float4 *>(a + i + 4);
+    *reinterpret_cast<float4 *>(y + i) =
+        make_float4(a0.x + v[0], a0.y + v[1], a0.z + v[2], a0.w + v[3]);
+    *reinterpret_cast<float4 *>(y + i + 4) =
+        make_float4(a1.x + v[4], a1.y + v[5], a1.z + v[6], a1.w + v[7]);
 }
 
 static __global__ void adamw_kernel(float *w, float *m, float *v, const float *g, size_t n,
@@ -475,6 +574,16 @@ static bool sizes_ok(const char *op, int a, int b, int c, bool *empty)
     return false;
 }
 
+/* Whether activations in act are stored as the kernels take them (fp32 or bf16; otherwise logged,
+ * naming op). */
+static bool act_ok(const char *op, ddp_dtype act)
+{
+    if (act == DDP_FP32 || act == DDP_BF16)
+        return true;
+    DDP_ERROR("cuda %s: activations in %s: fp32 or bf16 only", op, ddp_dtype_name(act));
+    return false;
+}
+
 /* Blocks of ROWS_PER_BLOCK warps covering rows rows, one warp each. */
 static unsigned row_blocks(size_t rows)
 {
@@ -548,25 +657,31 @@ static ddp_status cuda_encoder_bwd(const ops_handle *ops, float *dwte, float *dw
 
 /* ---- LayerNorm ------------------------------------------------------------------------- */
 
-static ddp_status cuda_layernorm_fwd(const ops_handle *ops, float *out, float *mean, float *rstd,
-                                     const float *x, const float *w, const float *b, int rows,
-                                     int C)
+static ddp_status cuda_layernorm_fwd(const ops_handle *ops, ddp_dtype act, void *out,
+                                     float *mean, float *rstd, const float *x, const float *w,
+                                     const float *b, int rows, int C)
 {
     cuda_state *cu = cuda_of(ops);
     bool empty;
-    if (!sizes_ok("layernorm_fwd", rows, C, 1, &empty))
+    if (!sizes_ok("layernorm_fwd", rows, C, 1, &empty) || !act_ok("layernorm_fwd", act))
         return DDP_ERR_INVALID_ARG;
     if (empty)
         return DDP_OK;
-    layernorm_fwd_kernel<<<row_blocks((size_t)rows), ROWS_PER_BLOCK * WARP, 0, cu->stream>>>(
-        out, mean, rstd, x, w, b, rows, C);
+    unsigned grid = row_blocks((size_t)rows), threads = ROWS_PER_BLOCK * WARP;
+    if (act == DDP_FP32)
+        layernorm_fwd_kernel<<<grid, threads, 0, cu->stream>>>((float *)out, mean, rstd, x, w, b,
+                                                               rows, C);
+    else
+        layernorm_fwd_kernel<<<grid, threads, 0, cu->stream>>>((uint16_t *)out, mean, rstd, x, w,
+                                                               b, rows, C);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
 /* dw, db += their sums over the rows, in two deterministic steps: per chunk of rows (at most
  * 1024 chunks, in the handle's LayerNorm scratch), then over the chunks. */
-static ddp_status layernorm_params(const ops_handle *ops, float *dw, float *db, const float *dout,
+template <typename D>
+static ddp_status layernorm_params(const ops_handle *ops, float *dw, float *db, const D *dout,
                                    const float *x, const float *mean, const float *rstd, int rows,
                                    int C)
 {
@@ -587,20 +702,34 @@ static ddp_status layernorm_params(const ops_handle *ops, float *dw, float *db, 
     return DDP_OK;
 }
 
-static ddp_status cuda_layernorm_bwd(const ops_handle *ops, float *dx, float *dw, float *db,
-                                     const float *dout, const float *x, const float *w,
-                                     const float *mean, const float *rstd, int rows, int C)
+/* layernorm_bwd with dout and dx_act in D. */
+template <typename D>
+static ddp_status layernorm_bwd_as(const ops_handle *ops, float *dx, D *dx_act, float *dw,
+                                   float *db, const D *dout, const float *x, const float *w,
+                                   const float *mean, const float *rstd, int rows, int C)
 {
     cuda_state *cu = cuda_of(ops);
+    layernorm_dx_kernel<<<row_blocks((size_t)rows), ROWS_PER_BLOCK * WARP, 0, cu->stream>>>(
+        dx, dx_act, dout, x, w, mean, rstd, rows, C);
+    TRY_CUDA_LAUNCH();
+    return layernorm_params(ops, dw, db, dout, x, mean, rstd, rows, C);
+}
+
+static ddp_status cuda_layernorm_bwd(const ops_handle *ops, ddp_dtype act, float *dx,
+                                     void *dx_act, float *dw, float *db, const void *dout,
+                                     const float *x, const float *w, const float *mean,
+                                     const float *rstd, int rows, int C)
+{
     bool empty;
-    if (!sizes_ok("layernorm_bwd", rows, C, 1, &empty))
+    if (!sizes_ok("layernorm_bwd", rows, C, 1, &empty) || !act_ok("layernorm_bwd", act))
         return DDP_ERR_INVALID_ARG;
     if (empty)
         return DDP_OK;
-    layernorm_dx_kernel<<<row_blocks((size_t)rows), ROWS_PER_BLOCK * WARP, 0, cu->stream>>>(
-        dx, dout, x, w, mean, rstd, rows, C);
-    TRY_CUDA_LAUNCH();
-    return layernorm_params(ops, dw, db, dout, x, mean, rstd, rows, C);
+    if (act == DDP_FP32)
+        return layernorm_bwd_as(ops, dx, (float *)dx_act, dw, db, (const float *)dout, x, w, mean,
+                                rstd, rows, C);
+    return layernorm_bwd_as(ops, dx, (uint16_t *)dx_act, dw, db, (const uint16_t *)dout, x, w,
+                            mean, rstd, rows, C);
 }
 
 /* ---- attention ------------------------------------------------------------------------- */
@@ -680,55 +809,59 @@ static ddp_status heads_ptx(cuda_state *cu, const attn_shape *s, cudaDataType ab
                       tt, c, s->hs, th);
 }
 
-/* Whether the rows (stride floats apart, starting at p) of heads of hs floats can be moved four
- * floats at a time: 16-byte aligned, and n / 4 within 32 bits. */
-static bool heads_vec4(const attn_shape *s, const float *p, int stride)
+/* Whether the rows (stride elements apart, starting at p) of heads of hs elements can be moved four
+ * elements at a time: 16-byte aligned, and n / 4 within 32 bits. */
+static bool heads_vec4(const attn_shape *s, const void *p, int stride)
 {
     return s->hs % 4 == 0 && stride % 4 == 0 && ((uintptr_t)p & 15) == 0 &&
            s->n / 4 <= UINT_MAX;
 }
 
-/* dst (B, NH, T, hs; float or bf16) = the heads of src's rows (stride floats apart). */
-template <typename D>
-static ddp_status heads_split(cuda_state *cu, const attn_shape *s, D *dst, const float *src,
+/* dst (B, NH, T, hs; float or bf16) = the heads of src's rows (stride elements apart; float or
+ * bf16: from bf16 to bf16 a permutation). */
+template <typename D, typename S>
+static ddp_status heads_split(cuda_state *cu, const attn_shape *s, D *dst, const S *src,
                               int stride)
 {
     if (heads_vec4(s, src, stride))
-        heads_split4_kernel<D><<<grid_blocks(s->n / 4), block_threads, 0, cu->stream>>>(
+        heads_split4_kernel<D, S><<<grid_blocks(s->n / 4), block_threads, 0, cu->stream>>>(
             dst, src, stride, s->T, s->NH, s->hs, (unsigned)(s->n / 4));
     else
-        heads_split_kernel<D><<<grid_blocks(s->n), block_threads, 0, cu->stream>>>(
+        heads_split_kernel<D, S><<<grid_blocks(s->n), block_threads, 0, cu->stream>>>(
             dst, src, stride, s->T, s->NH, s->hs, s->n);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
-/* dst's rows (stride floats apart) = the heads of src (B, NH, T, hs) side by side. */
-static ddp_status heads_merge(cuda_state *cu, const attn_shape *s, float *dst, const float *src,
+/* dst's rows (stride elements apart; float or bf16) = the heads of src (B, NH, T, hs; float)
+ * side by side. */
+template <typename D>
+static ddp_status heads_merge(cuda_state *cu, const attn_shape *s, D *dst, const float *src,
                               int stride)
 {
     if (heads_vec4(s, dst, stride) && ((uintptr_t)src & 15) == 0)
-        heads_merge4_kernel<<<grid_blocks(s->n / 4), block_threads, 0, cu->stream>>>(
+        heads_merge4_kernel<D><<<grid_blocks(s->n / 4), block_threads, 0, cu->stream>>>(
             dst, src, stride, s->T, s->NH, s->hs, (unsigned)(s->n / 4));
     else
-        heads_merge_kernel<<<grid_blocks(s->n), block_threads, 0, cu->stream>>>(
+        heads_merge_kernel<D><<<grid_blocks(s->n), block_threads, 0, cu->stream>>>(
             dst, src, stride, s->T, s->NH, s->hs, s->n);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
-/* q, k, v (B, NH, T, hs) each, from qkv (B, T, 3C). */
-template <typename D>
+/* q, k, v (B, NH, T, hs) each, from qkv (B, T, 3C; S: float or bf16). */
+template <typename D, typename S>
 static ddp_status split_qkv(cuda_state *cu, const attn_shape *s, D *q, D *k, D *v,
-                            const float *qkv)
+                            const S *qkv)
 {
     TRY_OK(heads_split(cu, s, q, qkv, 3 * s->C));
     TRY_OK(heads_split(cu, s, k, qkv + s->C, 3 * s->C));
     return heads_split(cu, s, v, qkv + 2 * s->C, 3 * s->C);
 }
 
-/* dqkv (B, T, 3C) from dq, dk, dv (B, NH, T, hs) each. */
-static ddp_status merge_dqkv(cuda_state *cu, const attn_shape *s, float *dqkv, const float *dq,
+/* dqkv (B, T, 3C; float or bf16) from dq, dk, dv (B, NH, T, hs) each. */
+template <typename D>
+static ddp_status merge_dqkv(cuda_state *cu, const attn_shape *s, D *dqkv, const float *dq,
                              const float *dk, const float *dv)
 {
     TRY_OK(heads_merge(cu, s, dqkv, dq, 3 * s->C));
@@ -749,10 +882,11 @@ static ddp_status attn_scratch(const ops_handle *ops, size_t n_bytes, char **out
 }
 
 /* The materialised path: scores (B, NH, T, T) in att, softmax in place, then att v. In bf16 the
- * GEMMs read bf16 q, k, v and a bf16 copy of the probabilities (fp32 accumulation). */
+ * GEMMs read bf16 q, k, v and a bf16 copy of the probabilities (fp32 accumulation). qkv and out
+ * in A (float or bf16). */
+template <typename A>
 static ddp_status attention_fwd_materialized(const ops_handle *ops, const attn_shape *s,
-                                             ddp_dtype p, float *out, float *att,
-                                             const float *qkv)
+                                             ddp_dtype p, A *out, float *att, const A *qkv)
 {
     cuda_state *cu = cuda_of(ops);
     bool bf = p == DDP_BF16;
@@ -775,42 +909,102 @@ static ddp_status attention_fwd_materialized(const ops_handle *ops, const attn_s
     return heads_merge(cu, s, out, y, s->C);
 }
 
-/* The fused path: att keeps o (B, NH, T, hs) fp32, then the log-sum-exp (B, NH, T). */
-static ddp_status attention_fwd_flash(const ops_handle *ops, const attn_shape *s, float *out,
-                                      float *att, const float *qkv)
+/* The fused kernels' bf16 q, k, v and where their rows lie (cuda_flash.h). */
+struct flash_qkv {
+    const uint16_t *q, *k, *v;
+    flash_layout rows;
+};
+
+/* From bf16 qkv: read in place, rows of 3C with the heads side by side (w unused). */
+static ddp_status flash_inputs(cuda_state *cu, const attn_shape *s, const uint16_t *qkv, char *w,
+                               size_t h, flash_qkv *in)
+{
+    (void)cu, (void)w, (void)h;
+    *in = flash_qkv{qkv, qkv + s->C, qkv + 2 * (size_t)s->C, flash_layout{3 * s->C, s->NH}};
+    return DDP_OK;
+}
+
+/* From fp32 qkv: its heads split into bf16 copies, h bytes each, at w. */
+static ddp_status flash_inputs(cuda_state *cu, const attn_shape *s, const float *qkv, char *w,
+                               size_t h, flash_qkv *in)
+{
+    uint16_t *q = (uint16_t *)w, *k = (uint16_t *)(w + h), *v = (uint16_t *)(w + 2 * h);
+    TRY_OK(split_qkv(cu, s, q, k, v, qkv));
+    *in = flash_qkv{q, k, v, flash_layout{s->hs, 1}};
+    return DDP_OK;
+}
+
+/* The backward's bf16 dout and its rows: bf16 dout read in place (rows of C); fp32 dout split
+ * into bf16 heads at buf. */
+static ddp_status flash_dout(cuda_state *cu, const attn_shape *s, const uint16_t *dout,
+                             uint16_t *buf, const uint16_t **out, flash_layout *rows)
+{
+    (void)cu, (void)buf;
+    *out = dout;
+    *rows = flash_layout{s->C, s->NH};
+    return DDP_OK;
+}
+
+static ddp_status flash_dout(cuda_state *cu, const attn_shape *s, const float *dout,
+                             uint16_t *buf, const uint16_t **out, flash_layout *rows)
+{
+    TRY_OK(heads_split(cu, s, buf, dout, s->C));
+    *out = buf;
+    *rows = flash_layout{s->hs, 1};
+    return DDP_OK;
+}
+
+/* The fused path: att keeps o (B, NH, T, hs) fp32, then the log-sum-exp (B, NH, T). qkv and out
+ * in A: bf16 qkv is read in place and out written in bf16 directly; fp32 qkv is split into bf16
+ * heads first. */
+template <typename A>
+static ddp_status attention_fwd_flash(const ops_handle *ops, const attn_shape *s, A *out,
+                                      float *att, const A *qkv)
 {
     cuda_state *cu = cuda_of(ops);
-    size_t h = round256(s->n * 2);
+    size_t h = sizeof(A) == sizeof(float) ? round256(s->n * 2) : 0; /* the bf16 copies */
     char *w = NULL;
-    TRY_OK(attn_scratch(ops, 3 * h, &w));
-    uint16_t *q = (uint16_t *)w, *k = (uint16_t *)(w + h), *v = (uint16_t *)(w + 2 * h);
+    if (h)
+        TRY_OK(attn_scratch(ops, 3 * h, &w));
     float *o = att, *lse = att + s->n;
-    TRY_OK(split_qkv(cu, s, q, k, v, qkv));
-    TRY_OK(flash_attn_fwd(cu->stream, q, k, v, o, lse, s->B * s->NH, s->T, s->hs,
-                          1.0f / sqrtf((float)s->hs)));
+    flash_qkv in;
+    TRY_OK(flash_inputs(cu, s, qkv, w, h, &in));
+    TRY_OK(flash_attn_fwd_rows(cu->stream, in.q, in.k, in.v, in.rows, o, lse, s->B * s->NH, s->T,
+                               s->hs, 1.0f / sqrtf((float)s->hs)));
     return heads_merge(cu, s, out, o, s->C);
 }
 
-static ddp_status cuda_attention_fwd(const ops_handle *ops, ddp_dtype p, float *out, float *att,
-                                     const float *qkv, int B, int T, int C, int NH)
+/* attention_fwd with qkv and out in A. */
+template <typename A>
+static ddp_status attention_fwd_as(const ops_handle *ops, const attn_shape *s, ddp_dtype p,
+                                   A *out, float *att, const A *qkv)
+{
+    if (use_flash(cuda_of(ops), p, s->hs, s->T))
+        return attention_fwd_flash(ops, s, out, att, qkv);
+    return attention_fwd_materialized(ops, s, p, out, att, qkv);
+}
+
+static ddp_status cuda_attention_fwd(const ops_handle *ops, ddp_dtype p, ddp_dtype act,
+                                     void *out, float *att, const void *qkv, int B, int T, int C,
+                                     int NH)
 {
     attn_shape s;
-    if (!attn_shape_of("attention_fwd", B, T, C, NH, &s))
+    if (!attn_shape_of("attention_fwd", B, T, C, NH, &s) || !act_ok("attention_fwd", act))
         return DDP_ERR_INVALID_ARG;
     if (s.n == 0)
         return DDP_OK;
-    if (use_flash(cuda_of(ops), p, s.hs, T))
-        return attention_fwd_flash(ops, &s, out, att, qkv);
-    return attention_fwd_materialized(ops, &s, p, out, att, qkv);
+    if (act == DDP_FP32)
+        return attention_fwd_as(ops, &s, p, (float *)out, att, (const float *)qkv);
+    return attention_fwd_as(ops, &s, p, (uint16_t *)out, att, (const uint16_t *)qkv);
 }
 
 /* The materialised backward: datt = dout v^T, dv = att^T dout, the softmax's backward in place,
  * dq = datt k, dk = datt^T q. In bf16 the GEMMs read bf16 copies (p16 holds the probabilities
- * for dv, then the scores' gradient). */
+ * for dv, then the scores' gradient). dqkv, dout and qkv in A. */
+template <typename A>
 static ddp_status attention_bwd_materialized(const ops_handle *ops, const attn_shape *s,
-                                             ddp_dtype p, float *dqkv, float *datt,
-                                             const float *dout, const float *qkv,
-                                             const float *att)
+                                             ddp_dtype p, A *dqkv, float *datt, const A *dout,
+                                             const A *qkv, const float *att)
 {
     cuda_state *cu = cuda_of(ops);
     bool bf = p == DDP_BF16;
@@ -841,44 +1035,60 @@ static ddp_status attention_bwd_materialized(const ops_handle *ops, const attn_s
     return merge_dqkv(cu, s, dqkv, dq, dk, dv);
 }
 
-/* The fused backward from att's o and log-sum-exp: delta = rowsum(dout o), then the kernels
- * recompute the probabilities tile by tile. */
-static ddp_status attention_bwd_flash(const ops_handle *ops, const attn_shape *s, float *dqkv,
-                                      const float *dout, const float *qkv, const float *att)
+/* The fused backward from att's o and log-sum-exp: delta = rowsum(dout o) (dout's heads in
+ * fp32), then the kernels recompute the probabilities tile by tile. dqkv, dout and qkv in A (bf16
+ * qkv and dout read in place, fp32 ones split into bf16 heads first). */
+template <typename A>
+static ddp_status attention_bwd_flash(const ops_handle *ops, const attn_shape *s, A *dqkv,
+                                      const A *dout, const A *qkv, const float *att)
 {
     cuda_state *cu = cuda_of(ops);
-    size_t h = round256(s->n * 2), f = round256(s->n * sizeof(float));
-    size_t r = round256(s->n_rows * sizeof(float));
+    size_t h = sizeof(A) == sizeof(float) ? round256(s->n * 2) : 0; /* the bf16 copies */
+    size_t f = round256(s->n * sizeof(float)), r = round256(s->n_rows * sizeof(float));
     char *w = NULL;
     TRY_OK(attn_scratch(ops, 4 * h + 4 * f + r, &w));
-    uint16_t *q = (uint16_t *)w, *k = (uint16_t *)(w + h), *v = (uint16_t *)(w + 2 * h);
-    uint16_t *dy16 = (uint16_t *)(w + 3 * h);
     float *dy = (float *)(w + 4 * h), *dq = (float *)(w + 4 * h + f);
     float *dk = (float *)(w + 4 * h + 2 * f), *dv = (float *)(w + 4 * h + 3 * f);
     float *delta = (float *)(w + 4 * h + 4 * f);
     const float *o = att, *lse = att + s->n;
     int bh = s->B * s->NH;
-    TRY_OK(split_qkv(cu, s, q, k, v, qkv));
+    flash_qkv in;
+    const uint16_t *dy16;
+    flash_layout dy_rows;
+    TRY_OK(flash_inputs(cu, s, qkv, w, h, &in));
+    TRY_OK(flash_dout(cu, s, dout, (uint16_t *)(w + 3 * h), &dy16, &dy_rows));
     TRY_OK(heads_split(cu, s, dy, dout, s->C));
-    TRY_OK(heads_split(cu, s, dy16, dout, s->C));
     TRY_OK(flash_attn_delta(cu->stream, dy, o, delta, bh, s->T, s->hs));
-    TRY_OK(flash_attn_bwd(cu->stream, q, k, v, dy16, lse, delta, dq, dk, dv, bh, s->T, s->hs,
-                          1.0f / sqrtf((float)s->hs)));
+    TRY_OK(flash_attn_bwd_rows(cu->stream, in.q, in.k, in.v, in.rows, dy16, dy_rows, lse, delta,
+                               dq, dk, dv, bh, s->T, s->hs, 1.0f / sqrtf((float)s->hs)));
     return merge_dqkv(cu, s, dqkv, dq, dk, dv);
 }
 
-static ddp_status cuda_attention_bwd(const ops_handle *ops, ddp_dtype p, float *dqkv, float *datt,
-                                     const float *dout, const float *qkv, const float *att, int B,
-                                     int T, int C, int NH)
+/* attention_bwd with dqkv, dout and qkv in A. */
+template <typename A>
+static ddp_status attention_bwd_as(const ops_handle *ops, const attn_shape *s, ddp_dtype p,
+                                   A *dqkv, float *datt, const A *dout, const A *qkv,
+                                   const float *att)
+{
+    if (use_flash(cuda_of(ops), p, s->hs, s->T))
+        return attention_bwd_flash(ops, s, dqkv, dout, qkv, att);
+    return attention_bwd_materialized(ops, s, p, dqkv, datt, dout, qkv, att);
+}
+
+static ddp_status cuda_attention_bwd(const ops_handle *ops, ddp_dtype p, ddp_dtype act,
+                                     void *dqkv, float *datt, const void *dout, const void *qkv,
+                                     const float *att, int B, int T, int C, int NH)
 {
     attn_shape s;
-    if (!attn_shape_of("attention_bwd", B, T, C, NH, &s))
+    if (!attn_shape_of("attention_bwd", B, T, C, NH, &s) || !act_ok("attention_bwd", act))
         return DDP_ERR_INVALID_ARG;
     if (s.n == 0)
         return DDP_OK;
-    if (use_flash(cuda_of(ops), p, s.hs, T))
-        return attention_bwd_flash(ops, &s, dqkv, dout, qkv, att);
-    return attention_bwd_materialized(ops, &s, p, dqkv, datt, dout, qkv, att);
+    if (act == DDP_FP32)
+        return attention_bwd_as(ops, &s, p, (float *)dqkv, datt, (const float *)dout,
+                                (const float *)qkv, att);
+    return attention_bwd_as(ops, &s, p, (uint16_t *)dqkv, datt, (const uint16_t *)dout,
+                            (const uint16_t *)qkv, att);
 }
 
 /* The materialised path keeps the probabilities (B, NH, T, T); the fused one its output
@@ -894,34 +1104,72 @@ static size_t cuda_attention_floats(const ops_handle *ops, ddp_dtype p, int B, i
 
 /* ---- elementwise, cross-entropy, AdamW ------------------------------------------------- */
 
-static ddp_status cuda_gelu_fwd(const ops_handle *ops, float *y, const float *x, size_t n)
+/* Whether n bf16 elements at a, b, c can go eight at a time: n a multiple of 8, the pointers
+ * 16-byte aligned. */
+static bool vec8(size_t n, const void *a, const void *b, const void *c)
 {
-    cuda_state *cu = cuda_of(ops);
-    if (n == 0)
-        return DDP_OK;
-    gelu_fwd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(y, x, n);
-    TRY_CUDA_LAUNCH();
-    return DDP_OK;
+    return n % 8 == 0 && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
 }
 
-static ddp_status cuda_gelu_bwd(const ops_handle *ops, float *dx, const float *x, const float *dy,
+static ddp_status cuda_gelu_fwd(const ops_handle *ops, ddp_dtype act, void *y, const void *x,
                                 size_t n)
 {
     cuda_state *cu = cuda_of(ops);
+    if (!act_ok("gelu_fwd", act))
+        return DDP_ERR_INVALID_ARG;
     if (n == 0)
         return DDP_OK;
-    gelu_bwd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(dx, x, dy, n);
+    if (act == DDP_FP32)
+        gelu_fwd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(
+            (float *)y, (const float *)x, n);
+    else if (vec8(n, y, x, x))
+        gelu_fwd8_kernel<<<grid_blocks(n / 8), block_threads, 0, cu->stream>>>(
+            (uint16_t *)y, (const uint16_t *)x, n / 8);
+    else
+        gelu_fwd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(
+            (uint16_t *)y, (const uint16_t *)x, n);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
 
-static ddp_status cuda_add(const ops_handle *ops, float *y, const float *a, const float *b,
-                           size_t n)
+static ddp_status cuda_gelu_bwd(const ops_handle *ops, ddp_dtype act, void *dx, const void *x,
+                                const void *dy, size_t n)
 {
     cuda_state *cu = cuda_of(ops);
+    if (!act_ok("gelu_bwd", act))
+        return DDP_ERR_INVALID_ARG;
     if (n == 0)
         return DDP_OK;
-    add_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(y, a, b, n);
+    if (act == DDP_FP32)
+        gelu_bwd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(
+            (float *)dx, (const float *)x, (const float *)dy, n);
+    else if (vec8(n, dx, x, dy))
+        gelu_bwd8_kernel<<<grid_blocks(n / 8), block_threads, 0, cu->stream>>>(
+            (uint16_t *)dx, (const uint16_t *)x, (const uint16_t *)dy, n / 8);
+    else
+        gelu_bwd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(
+            (uint16_t *)dx, (const uint16_t *)x, (const uint16_t *)dy, n);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+static ddp_status cuda_add(const ops_handle *ops, ddp_dtype act, float *y, const float *a,
+                           const void *b, size_t n)
+{
+    cuda_state *cu = cuda_of(ops);
+    if (!act_ok("add", act))
+        return DDP_ERR_INVALID_ARG;
+    if (n == 0)
+        return DDP_OK;
+    if (act == DDP_FP32)
+        add_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(y, a, (const float *)b, n);
+    else if (vec8(n, y, a, b))
+        add8_kernel<<<grid_blocks(n / 8), block_threads, 0, cu->stream>>>(y, a,
+                                                                          (const uint16_t *)b,
+                                                                          n / 8);
+    else
+        add_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(y, a, (const uint16_t *)b,
+                                                                     n);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }

@@ -158,51 +158,64 @@ struct ops_handle {
     ddp_status (*pool_bwd)(const ops_handle *ops, ddp_dtype p, const void *dy, const void *ws,
                            int n, int c, int h, int w, void *dx);
 
-    /* ---- transformer ops (GPT-2, models/gpt2.c), fp32 activations. Shapes: B sequences of T
-     * tokens, C channels, NH heads of C / NH channels; rows = B * T. The matmuls are the linear
-     * ops above (16-bit inputs in precision p, fp32 outputs); these are the rest. NULL on a
-     * backend that lacks them (ops_require_gpt names the first). Every "d" output is OVERWRITTEN
-     * unless its comment says it adds. */
+    /* ---- transformer ops (GPT-2, models/gpt2.c). Shapes: B sequences of T tokens, C channels, NH
+     * heads of C / NH channels; rows = B * T. The matmuls are the linear ops above; these are the
+     * rest. NULL on a backend that lacks them (ops_require_gpt names the first). Every "d" output
+     * is OVERWRITTEN unless its comment says it adds.
+     * Activations: the operands marked "in act" are what a linear reads or writes, stored in the
+     * ddp_dtype act the op takes: DDP_FP32 (float), or the run's 16-bit p (ops_dtype_size's
+     * storage, emulated or not) so that a 16-bit run needs no cast between layers (the CUDA
+     * backend takes fp32 and bf16, DDP_ERR_INVALID_ARG for fp16). The residual stream, LayerNorm's input, statistics and
+     * parameters, and the logits stay fp32; every op computes in fp32 (LayerNorm's and the
+     * softmaxes' sums included) and rounds only what it stores in act. With act DDP_FP32 the ops
+     * are exactly the fp32 ones (the fp32 path does not depend on the 16-bit forms). */
     /* out (B, T, C) = wte[tokens[b,t]] + wpe[t]; tokens (B, T) in [0, V) (checked by the caller). */
     ddp_status (*encoder_fwd)(const ops_handle *ops, float *out, const int *tokens,
                               const float *wte, const float *wpe, int B, int T, int C);
     /* dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t] (both ADD). */
     ddp_status (*encoder_bwd)(const ops_handle *ops, float *dwte, float *dwpe, const float *dout,
                               const int *tokens, int B, int T, int C);
-    /* out (rows, C) = (x - mean) * rstd * w + b per row, eps 1e-5; keeps mean, rstd (rows). */
-    ddp_status (*layernorm_fwd)(const ops_handle *ops, float *out, float *mean, float *rstd,
-                                const float *x, const float *w, const float *b, int rows, int C);
-    /* dx (rows, C) ADDS the input gradient (the residual stream's); dw, db (C) ADD. */
-    ddp_status (*layernorm_bwd)(const ops_handle *ops, float *dx, float *dw, float *db,
-                                const float *dout, const float *x, const float *w,
-                                const float *mean, const float *rstd, int rows, int C);
-    /* Causal multi-head self-attention on qkv (B, T, 3C: q, k, v, head h at channels
-     * [h*hs, (h+1)*hs) of each), hs = C / NH: out (B, T, C) = softmax(q k^T / sqrt(hs)) v over
-     * keys 0..t, heads side by side. p is the precision of the products' inputs: the CPU computes
-     * in fp32 whatever p is; CUDA rounds q, k, v and the probabilities to bf16 for tensor cores
-     * (fp32 accumulation) when p is bf16, and then, with the fused kernel on (ops_cuda_set_
-     * attention), never forms the T x T matrix. att keeps what backward needs,
+    /* out (rows, C; in act) = (x - mean) * rstd * w + b per row, eps 1e-5; keeps mean, rstd
+     * (rows). */
+    ddp_status (*layernorm_fwd)(const ops_handle *ops, ddp_dtype act, void *out, float *mean,
+                                float *rstd, const float *x, const float *w, const float *b,
+                                int rows, int C);
+    /* dx (rows, C) ADDS the input gradient (the residual stream's); dw, db (C) ADD; dout (rows,
+     * C) in act. dx_act, when not NULL, gets the sum dx in act too (the residual gradient as the
+     * next linear backward reads it, so that no cast follows). */
+    ddp_status (*layernorm_bwd)(const ops_handle *ops, ddp_dtype act, float *dx, void *dx_act,
+                                float *dw, float *db, const void *dout, const float *x,
+                                const float *w, const float *mean, const float *rstd, int rows,
+                                int C);
+    /* Causal multi-head self-attention on qkv (B, T, 3C; in act: q, k, v, head h at channels
+     * [h*hs, (h+1)*hs) of each), hs = C / NH: out (B, T, C; in act) = softmax(q k^T / sqrt(hs)) v
+     * over keys 0..t, heads side by side. p is the precision of the products' inputs: the CPU
+     * computes in fp32 whatever p is; CUDA rounds q, k, v and the probabilities to bf16 for
+     * tensor cores (fp32 accumulation) when p is bf16, and then, with the fused kernel on
+     * (ops_cuda_set_attention), never forms the T x T matrix. att keeps what backward needs,
      * attention_floats(...) floats: the probabilities (B, NH, T, T), zero above the diagonal, on
      * the materialised path (the CPU's, and what test_gpt_ops reads), or the fused kernel's
      * output and log-sum-exp. */
-    ddp_status (*attention_fwd)(const ops_handle *ops, ddp_dtype p, float *out, float *att,
-                                const float *qkv, int B, int T, int C, int NH);
-    /* dqkv (B, T, 3C) from dout (B, T, C), qkv and att of the forward pass (same p); datt
-     * (attention_floats floats) is scratch. */
-    ddp_status (*attention_bwd)(const ops_handle *ops, ddp_dtype p, float *dqkv, float *datt,
-                                const float *dout, const float *qkv, const float *att, int B,
-                                int T, int C, int NH);
+    ddp_status (*attention_fwd)(const ops_handle *ops, ddp_dtype p, ddp_dtype act, void *out,
+                                float *att, const void *qkv, int B, int T, int C, int NH);
+    /* dqkv (B, T, 3C; in act) from dout (B, T, C; in act), qkv and att of the forward pass (same
+     * p and act); datt (attention_floats floats) is scratch. */
+    ddp_status (*attention_bwd)(const ops_handle *ops, ddp_dtype p, ddp_dtype act, void *dqkv,
+                                float *datt, const void *dout, const void *qkv, const float *att,
+                                int B, int T, int C, int NH);
     /* The floats of attention_fwd's att (and of attention_bwd's datt) for these shapes; never
      * more for a smaller B or T. It follows the handle's settings at the call: fix them before
      * sizing buffers. */
     size_t (*attention_floats)(const ops_handle *ops, ddp_dtype p, int B, int T, int C, int NH);
-    /* y = GELU(x), the tanh approximation (GPT-2's). */
-    ddp_status (*gelu_fwd)(const ops_handle *ops, float *y, const float *x, size_t n);
-    /* dx = dy * GELU'(x) (dx may alias dy). */
-    ddp_status (*gelu_bwd)(const ops_handle *ops, float *dx, const float *x, const float *dy,
-                           size_t n);
-    /* y = a + b (the residual; y may alias a or b). */
-    ddp_status (*add)(const ops_handle *ops, float *y, const float *a, const float *b, size_t n);
+    /* y = GELU(x), the tanh approximation (GPT-2's); x, y in act. */
+    ddp_status (*gelu_fwd)(const ops_handle *ops, ddp_dtype act, void *y, const void *x, size_t n);
+    /* dx = dy * GELU'(x), all in act (dx may alias dy). */
+    ddp_status (*gelu_bwd)(const ops_handle *ops, ddp_dtype act, void *dx, const void *x,
+                           const void *dy, size_t n);
+    /* y = a + b (the residual: a and y fp32, b, a projection's output, in act; y may alias a,
+     * and b when act is fp32). */
+    ddp_status (*add)(const ops_handle *ops, ddp_dtype act, float *y, const float *a,
+                      const void *b, size_t n);
     /* Cross-entropy of logits (rows, Vp) whose first V columns are the vocabulary (the padding
      * columns are ignored): losses[r] = -log softmax(logits[r, :V])[targets[r]]. When dlogits is
      * not NULL it gets (softmax - onehot) * dscale in the first V columns and 0 in the padding

@@ -16,10 +16,16 @@
  *     its GEMMs over hs or T <= 70 terms; the backward chains three of them);
  *   attention in bf16, fused and materialised, against the CPU's fp32: relative norms (see
  *     check_attention_bf16).
+ * bf16 activations (ops.h's "in act": the device ops read and write bf16) against the CPU's fp32
+ * ops on the same inputs rounded to bf16: the tolerance of the fp32 comparison above plus one
+ * rounding of what the device stores in bf16, 2^-8 relative (round to nearest is within 2^-9;
+ * margin 2). Attention in bf16 activations: the relative norms of check_attention_bf16, whose
+ * 1e-2 scale dwarfs the extra 2^-9 of the stored out and dqkv.
  */
 #include <math.h>
 #include <string.h>
 
+#include "half.h"
 #include "ops.h"
 #include "testutil.h"
 
@@ -69,6 +75,66 @@ static float *download(const pair *p)
 static void compare_pair(const char *what, const pair *p, double atol, double rtol)
 {
     float *back = download(p);
+    int bad = test_compare(what, back, p->h, p->n, atol, rtol);
+    CHECK(bad == 0, "%s: %d of %zu differ", what, bad, p->n);
+    free(back);
+}
+
+/* A host array of values rounded to bf16 and its device copy in bf16 (uint16_t bits): the
+ * activations of the bf16 forms. */
+typedef struct bpair {
+    float *h;
+    uint16_t *d;
+    size_t n;
+} bpair;
+
+/* Rounds p's host values to bf16 and uploads them. */
+static void bpair_upload(bpair *p)
+{
+    uint16_t *bits = calloc(p->n ? p->n : 1, sizeof *bits);
+    for (size_t i = 0; i < p->n; i++) {
+        bits[i] = half_f32_to_bf16(p->h[i]);
+        p->h[i] = half_bf16_to_f32(bits[i]);
+    }
+    if (p->d)
+        ddp_upload(gpu->ctx, p->d, bits, p->n * sizeof *bits);
+    free(bits);
+}
+
+/* Uniform in [lo, hi), rounded to bf16 (lo > hi: NaN, for outputs both sides overwrite). */
+static bpair make_bpair(test_rng *r, size_t n, double lo, double hi)
+{
+    bpair p = {test_floats(n), ddp_alloc(gpu->ctx, n * sizeof(uint16_t)), n};
+    if (lo > hi)
+        test_fill_nan(p.h, n);
+    else
+        test_fill(r, p.h, n, lo, hi);
+    bpair_upload(&p);
+    return p;
+}
+
+static void drop_bpair(bpair *p)
+{
+    free(p->h);
+    ddp_free(gpu->ctx, p->d);
+}
+
+/* The device's bf16 values of p as floats (a new host array). */
+static float *bdownload(const bpair *p)
+{
+    uint16_t *bits = calloc(p->n ? p->n : 1, sizeof *bits);
+    float *back = test_floats(p->n);
+    CHECK(ddp_download(gpu->ctx, bits, p->d, p->n * sizeof *bits) == DDP_OK, "download");
+    for (size_t i = 0; i < p->n; i++)
+        back[i] = half_bf16_to_f32(bits[i]);
+    free(bits);
+    return back;
+}
+
+/* Compares the device's bf16 result with the host's fp32 one. */
+static void compare_bpair(const char *what, const bpair *p, double atol, double rtol)
+{
+    float *back = bdownload(p);
     int bad = test_compare(what, back, p->h, p->n, atol, rtol);
     CHECK(bad == 0, "%s: %d of %zu differ", what, bad, p->n);
     free(back);
@@ -142,8 +208,9 @@ static void check_layernorm(test_rng *r, int rows, int C)
     pair dout = make_pair(r, n, -1, 1), dx = make_pair(r, n, -1, 1);
     pair dw = make_pair(r, C, -1, 1), db = make_pair(r, C, -1, 1);
     if (BOTH_HAVE(layernorm_fwd)) {
-        cpu->layernorm_fwd(cpu, out.h, mean.h, rstd.h, x.h, w.h, b.h, rows, C);
-        CHECK(gpu->layernorm_fwd(gpu, out.d, mean.d, rstd.d, x.d, w.d, b.d, rows, C) == DDP_OK,
+        cpu->layernorm_fwd(cpu, DDP_FP32, out.h, mean.h, rstd.h, x.h, w.h, b.h, rows, C);
+        CHECK(gpu->layernorm_fwd(gpu, DDP_FP32, out.d, mean.d, rstd.d, x.d, w.d, b.d, rows,
+                                 C) == DDP_OK,
               "layernorm_fwd");
         compare_pair("layernorm out", &out, 1e-5, 1e-4);
         compare_pair("layernorm mean", &mean, 1e-5, 1e-4);
@@ -152,9 +219,10 @@ static void check_layernorm(test_rng *r, int rows, int C)
     if (BOTH_HAVE(layernorm_bwd) && cpu->layernorm_fwd) {
         ddp_upload(gpu->ctx, mean.d, mean.h, rows * sizeof(float)); /* the same statistics */
         ddp_upload(gpu->ctx, rstd.d, rstd.h, rows * sizeof(float));
-        cpu->layernorm_bwd(cpu, dx.h, dw.h, db.h, dout.h, x.h, w.h, mean.h, rstd.h, rows, C);
-        CHECK(gpu->layernorm_bwd(gpu, dx.d, dw.d, db.d, dout.d, x.d, w.d, mean.d, rstd.d, rows,
-                                 C) == DDP_OK, "layernorm_bwd");
+        cpu->layernorm_bwd(cpu, DDP_FP32, dx.h, NULL, dw.h, db.h, dout.h, x.h, w.h, mean.h,
+                           rstd.h, rows, C);
+        CHECK(gpu->layernorm_bwd(gpu, DDP_FP32, dx.d, NULL, dw.d, db.d, dout.d, x.d, w.d, mean.d,
+                                 rstd.d, rows, C) == DDP_OK, "layernorm_bwd");
         compare_pair("layernorm dx", &dx, 1e-5, 1e-4);
         compare_pair("layernorm dw", &dw, 1e-5, 1e-4);
         compare_pair("layernorm db", &db, 1e-5, 1e-4);
@@ -190,39 +258,42 @@ static void check_attention(test_rng *r, int B, int T, int C, int NH)
     pair qkv = make_pair(r, 3 * n, -2, 2), out = make_nan_pair(n), att = make_nan_pair(n_att);
     pair dout = make_pair(r, n, -1, 1), dqkv = make_nan_pair(3 * n), datt = make_nan_pair(n_att);
     if (gpu->attention_fwd) {
-        CHECK(gpu->attention_fwd(gpu, DDP_FP32, out.d, att.d, qkv.d, B, T, C, NH) == DDP_OK,
-              "attention_fwd");
+        CHECK(gpu->attention_fwd(gpu, DDP_FP32, DDP_FP32, out.d, att.d, qkv.d, B, T, C, NH) ==
+              DDP_OK, "attention_fwd");
         check_causal_rows(&att, T);
     }
     if (BOTH_HAVE(attention_fwd)) {
-        cpu->attention_fwd(cpu, DDP_FP32, out.h, att.h, qkv.h, B, T, C, NH);
+        cpu->attention_fwd(cpu, DDP_FP32, DDP_FP32, out.h, att.h, qkv.h, B, T, C, NH);
         compare_pair("attention out", &out, 1e-5, 1e-4);
         compare_pair("attention att", &att, 1e-5, 1e-4);
     }
     if (BOTH_HAVE(attention_bwd) && cpu->attention_fwd) {
         ddp_upload(gpu->ctx, att.d, att.h, n_att * sizeof(float)); /* the same probabilities */
-        cpu->attention_bwd(cpu, DDP_FP32, dqkv.h, datt.h, dout.h, qkv.h, att.h, B, T, C, NH);
-        CHECK(gpu->attention_bwd(gpu, DDP_FP32, dqkv.d, datt.d, dout.d, qkv.d, att.d, B, T, C,
-                                 NH) == DDP_OK, "attention_bwd");
+        cpu->attention_bwd(cpu, DDP_FP32, DDP_FP32, dqkv.h, datt.h, dout.h, qkv.h, att.h, B, T, C,
+                           NH);
+        CHECK(gpu->attention_bwd(gpu, DDP_FP32, DDP_FP32, dqkv.d, datt.d, dout.d, qkv.d, att.d, B,
+                                 T, C, NH) == DDP_OK, "attention_bwd");
         compare_pair("attention dqkv", &dqkv, 1e-4, 1e-3);
     }
     drop_pair(&qkv), drop_pair(&out), drop_pair(&att), drop_pair(&dout), drop_pair(&dqkv);
     drop_pair(&datt);
 }
 
-/* ||device - host|| / ||host|| over a pair (infinite when the device side holds a NaN). */
-static double rel_error(const pair *p)
+/* ||back - h|| / ||h|| over n values (infinite when back holds a NaN); frees back. */
+static double rel_error_of(float *back, const float *h, size_t n)
 {
-    float *back = download(p);
     double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < p->n; i++) {
-        double d = (double)back[i] - p->h[i];
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)back[i] - h[i];
         num += d * d;
-        den += (double)p->h[i] * p->h[i];
+        den += (double)h[i] * h[i];
     }
     free(back);
     return num == num ? sqrt(num / (den > 0 ? den : 1)) : INFINITY;
 }
+
+/* ||device - host|| / ||host|| over a pair. */
+static double rel_error(const pair *p) { return rel_error_of(download(p), p->h, p->n); }
 
 /* Attention in bf16 (the fused kernel when flash and hs is 64, else the materialised path on
  * bf16 GEMMs) against the CPU's fp32, on random q, k, v in [-2, 2]: the scores (std ~1.3 at hs
@@ -243,12 +314,12 @@ static void check_attention_bf16(test_rng *r, int B, int T, int C, int NH, bool 
     float *att_h = test_floats(n_att), *datt_h = test_floats(n_att);
     float *att_d = ddp_alloc(gpu->ctx, n_dev * sizeof(float));
     float *datt_d = ddp_alloc(gpu->ctx, n_dev * sizeof(float));
-    cpu->attention_fwd(cpu, DDP_FP32, out.h, att_h, qkv.h, B, T, C, NH);
-    cpu->attention_bwd(cpu, DDP_FP32, dqkv.h, datt_h, dout.h, qkv.h, att_h, B, T, C, NH);
-    CHECK(gpu->attention_fwd(gpu, DDP_BF16, out.d, att_d, qkv.d, B, T, C, NH) == DDP_OK,
+    cpu->attention_fwd(cpu, DDP_FP32, DDP_FP32, out.h, att_h, qkv.h, B, T, C, NH);
+    cpu->attention_bwd(cpu, DDP_FP32, DDP_FP32, dqkv.h, datt_h, dout.h, qkv.h, att_h, B, T, C, NH);
+    CHECK(gpu->attention_fwd(gpu, DDP_BF16, DDP_FP32, out.d, att_d, qkv.d, B, T, C, NH) == DDP_OK,
           "attention_fwd bf16");
-    CHECK(gpu->attention_bwd(gpu, DDP_BF16, dqkv.d, datt_d, dout.d, qkv.d, att_d, B, T, C, NH) ==
-              DDP_OK, "attention_bwd bf16");
+    CHECK(gpu->attention_bwd(gpu, DDP_BF16, DDP_FP32, dqkv.d, datt_d, dout.d, qkv.d, att_d, B, T,
+                             C, NH) == DDP_OK, "attention_bwd bf16");
     double e_out = rel_error(&out), e_d = rel_error(&dqkv);
     printf("attention bf16 %s B %d T %d C %d NH %d: out %.2e, dqkv %.2e\n",
            flash && hs == 64 ? "fused" : "materialised", B, T, C, NH, e_out, e_d);
@@ -259,6 +330,124 @@ static void check_attention_bf16(test_rng *r, int B, int T, int C, int NH, bool 
     ops_cuda_set_attention(gpu, true);
 }
 
+/* The device's fp32 copy of p's (rounded) host values. */
+static float *device_f32(const bpair *p)
+{
+    float *d = ddp_alloc(gpu->ctx, p->n * sizeof(float));
+    if (d)
+        ddp_upload(gpu->ctx, d, p->h, p->n * sizeof(float));
+    return d;
+}
+
+/* Whether the device's bf16 p equals the device's fp32 d (n) rounded to bf16, bit for bit. */
+static bool equals_rounded(const bpair *p, const float *d)
+{
+    float *a = bdownload(p), *b = test_floats(p->n);
+    CHECK(ddp_download(gpu->ctx, b, d, p->n * sizeof(float)) == DDP_OK, "download");
+    int bad = 0;
+    for (size_t i = 0; i < p->n; i++)
+        bad += a[i] != half_bf16_to_f32(half_f32_to_bf16(b[i]));
+    free(a), free(b);
+    return bad == 0;
+}
+
+/* check_attention_bf16 with bf16 activations: qkv and dout read, out and dqkv written in bf16 on
+ * the device; the CPU's fp32 on the same (rounded) values is the reference. The device's fp32
+ * activations on those values must give the same results before their rounding, bit for bit:
+ * both feed the products the same bf16 values (the fused kernel reads bf16 qkv and dout in place,
+ * fp32 ones split into bf16 heads), so this checks the in-place reads' addressing exactly. */
+static void check_attention_act16(test_rng *r, int B, int T, int C, int NH, bool flash)
+{
+    size_t n = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
+    CHECK(ops_cuda_set_attention(gpu, flash) == DDP_OK, "ops_cuda_set_attention");
+    size_t n_dev = gpu->attention_floats(gpu, DDP_BF16, B, T, C, NH);
+    bpair qkv = make_bpair(r, 3 * n, -2, 2), out = make_bpair(r, n, 1, 0);
+    bpair dout = make_bpair(r, n, -1, 1), dqkv = make_bpair(r, 3 * n, 1, 0);
+    float *att_h = test_floats(n_att), *datt_h = test_floats(n_att);
+    float *att_d = ddp_alloc(gpu->ctx, n_dev * sizeof(float));
+    float *datt_d = ddp_alloc(gpu->ctx, n_dev * sizeof(float));
+    cpu->attention_fwd(cpu, DDP_FP32, DDP_FP32, out.h, att_h, qkv.h, B, T, C, NH);
+    cpu->attention_bwd(cpu, DDP_FP32, DDP_FP32, dqkv.h, datt_h, dout.h, qkv.h, att_h, B, T, C, NH);
+    CHECK(gpu->attention_fwd(gpu, DDP_BF16, DDP_BF16, out.d, att_d, qkv.d, B, T, C, NH) == DDP_OK,
+          "attention_fwd bf16 activations");
+    CHECK(gpu->attention_bwd(gpu, DDP_BF16, DDP_BF16, dqkv.d, datt_d, dout.d, qkv.d, att_d, B, T,
+                             C, NH) == DDP_OK, "attention_bwd bf16 activations");
+    double e_out = rel_error_of(bdownload(&out), out.h, n);
+    double e_d = rel_error_of(bdownload(&dqkv), dqkv.h, 3 * n);
+    printf("attention bf16 activations %s B %d T %d C %d NH %d: out %.2e, dqkv %.2e\n",
+           flash ? "flash" : "materialised", B, T, C, NH, e_out, e_d);
+    CHECK(e_out <= 3e-2, "attention bf16 activations out: relative error %.3g > 3e-2", e_out);
+    CHECK(e_d <= 5e-2, "attention bf16 activations dqkv: relative error %.3g > 5e-2", e_d);
+    float *qkv32 = device_f32(&qkv), *dout32 = device_f32(&dout);
+    float *out32 = ddp_alloc(gpu->ctx, n * sizeof(float));
+    float *dqkv32 = ddp_alloc(gpu->ctx, 3 * n * sizeof(float));
+    CHECK(gpu->attention_fwd(gpu, DDP_BF16, DDP_FP32, out32, att_d, qkv32, B, T, C, NH) ==
+          DDP_OK && gpu->attention_bwd(gpu, DDP_BF16, DDP_FP32, dqkv32, datt_d, dout32, qkv32,
+                                       att_d, B, T, C, NH) == DDP_OK, "attention fp32 activations");
+    CHECK(equals_rounded(&out, out32) && equals_rounded(&dqkv, dqkv32),
+          "attention (%s, T %d, C %d, NH %d): bf16 activations differ from fp32 ones rounded",
+          flash ? "flash" : "materialised", T, C, NH);
+    ddp_free(gpu->ctx, qkv32), ddp_free(gpu->ctx, dout32), ddp_free(gpu->ctx, out32);
+    ddp_free(gpu->ctx, dqkv32);
+    drop_bpair(&qkv), drop_bpair(&out), drop_bpair(&dout), drop_bpair(&dqkv);
+    free(att_h), free(datt_h), ddp_free(gpu->ctx, att_d), ddp_free(gpu->ctx, datt_d);
+    ops_cuda_set_attention(gpu, true);
+}
+
+/* ---- bf16 activations: LayerNorm, GELU, add -------------------------------------------- */
+
+#define BF16_ROUND 0x1p-8 /* one rounding to nearest bf16 (2^-9), margin 2 */
+
+/* LayerNorm writing bf16 (from the fp32 residual) and its backward reading a bf16 dout, adding
+ * into the fp32 dx and writing the sum in bf16 too (dx_act). */
+static void check_layernorm_bf16(test_rng *r, int rows, int C)
+{
+    size_t n = (size_t)rows * C;
+    pair x = make_pair(r, n, -2, 3), w = make_pair(r, C, 0.5, 1.5), b = make_pair(r, C, -1, 1);
+    pair mean = make_nan_pair(rows), rstd = make_nan_pair(rows), dx = make_pair(r, n, -1, 1);
+    pair dw = make_pair(r, C, -1, 1), db = make_pair(r, C, -1, 1);
+    bpair out = make_bpair(r, n, 1, 0), dout = make_bpair(r, n, -1, 1);
+    bpair dxa = make_bpair(r, n, 1, 0);
+    cpu->layernorm_fwd(cpu, DDP_FP32, out.h, mean.h, rstd.h, x.h, w.h, b.h, rows, C);
+    CHECK(gpu->layernorm_fwd(gpu, DDP_BF16, out.d, mean.d, rstd.d, x.d, w.d, b.d, rows, C) ==
+          DDP_OK, "layernorm_fwd bf16");
+    compare_bpair("layernorm bf16 out", &out, 1e-5, 1e-4 + BF16_ROUND);
+    compare_pair("layernorm bf16 mean", &mean, 1e-5, 1e-4);
+    compare_pair("layernorm bf16 rstd", &rstd, 1e-5, 1e-4);
+    ddp_upload(gpu->ctx, mean.d, mean.h, rows * sizeof(float)); /* the same statistics */
+    ddp_upload(gpu->ctx, rstd.d, rstd.h, rows * sizeof(float));
+    cpu->layernorm_bwd(cpu, DDP_FP32, dx.h, dxa.h, dw.h, db.h, dout.h, x.h, w.h, mean.h, rstd.h,
+                       rows, C);
+    CHECK(gpu->layernorm_bwd(gpu, DDP_BF16, dx.d, dxa.d, dw.d, db.d, dout.d, x.d, w.d, mean.d,
+                             rstd.d, rows, C) == DDP_OK, "layernorm_bwd bf16");
+    compare_pair("layernorm bf16 dx", &dx, 1e-5, 1e-4);
+    compare_pair("layernorm bf16 dw", &dw, 1e-5, 1e-4);
+    compare_pair("layernorm bf16 db", &db, 1e-5, 1e-4);
+    compare_bpair("layernorm bf16 dx_act", &dxa, 1e-5, 1e-4 + BF16_ROUND);
+    drop_pair(&x), drop_pair(&w), drop_pair(&b), drop_pair(&mean), drop_pair(&rstd);
+    drop_pair(&dx), drop_pair(&dw), drop_pair(&db), drop_bpair(&out), drop_bpair(&dout);
+    drop_bpair(&dxa);
+}
+
+/* GELU forward and backward (in place) on bf16, then the residual add of a bf16 projection; n a
+ * multiple of 8 takes the kernels that move eight elements a thread. */
+static void check_elementwise_bf16(test_rng *r, size_t n)
+{
+    bpair x = make_bpair(r, n, -5, 5), y = make_bpair(r, n, 1, 0), g = make_bpair(r, n, -1, 1);
+    pair a = make_pair(r, n, -1, 1);
+    cpu->gelu_fwd(cpu, DDP_FP32, y.h, x.h, n);
+    CHECK(gpu->gelu_fwd(gpu, DDP_BF16, y.d, x.d, n) == DDP_OK, "gelu_fwd bf16");
+    compare_bpair("gelu_fwd bf16", &y, 1e-6, 1e-5 + BF16_ROUND);
+    cpu->gelu_bwd(cpu, DDP_FP32, g.h, x.h, g.h, n);
+    CHECK(gpu->gelu_bwd(gpu, DDP_BF16, g.d, x.d, g.d, n) == DDP_OK, "gelu_bwd bf16");
+    compare_bpair("gelu_bwd bf16", &g, 1e-6, 1e-5 + BF16_ROUND);
+    bpair_upload(&g); /* both sides add the same bf16 values: exact */
+    cpu->add(cpu, DDP_FP32, a.h, a.h, g.h, n);
+    CHECK(gpu->add(gpu, DDP_BF16, a.d, a.d, g.d, n) == DDP_OK, "add bf16");
+    compare_pair("add bf16", &a, 0, 0);
+    drop_bpair(&x), drop_bpair(&y), drop_bpair(&g), drop_pair(&a);
+}
+
 /* ---- elementwise and AdamW ------------------------------------------------------------- */
 
 static void check_elementwise(test_rng *r)
@@ -266,19 +455,19 @@ static void check_elementwise(test_rng *r)
     const size_t n = 100003;
     pair x = make_pair(r, n, -5, 5), y = make_nan_pair(n), g = make_pair(r, n, -1, 1);
     if (BOTH_HAVE(gelu_fwd)) {
-        cpu->gelu_fwd(cpu, y.h, x.h, n);
-        CHECK(gpu->gelu_fwd(gpu, y.d, x.d, n) == DDP_OK, "gelu_fwd");
+        cpu->gelu_fwd(cpu, DDP_FP32, y.h, x.h, n);
+        CHECK(gpu->gelu_fwd(gpu, DDP_FP32, y.d, x.d, n) == DDP_OK, "gelu_fwd");
         compare_pair("gelu_fwd", &y, 1e-6, 1e-5);
     }
     if (BOTH_HAVE(gelu_bwd)) { /* dx aliases dy */
-        cpu->gelu_bwd(cpu, g.h, x.h, g.h, n);
-        CHECK(gpu->gelu_bwd(gpu, g.d, x.d, g.d, n) == DDP_OK, "gelu_bwd");
+        cpu->gelu_bwd(cpu, DDP_FP32, g.h, x.h, g.h, n);
+        CHECK(gpu->gelu_bwd(gpu, DDP_FP32, g.d, x.d, g.d, n) == DDP_OK, "gelu_bwd");
         compare_pair("gelu_bwd", &g, 1e-6, 1e-5);
     }
     if (BOTH_HAVE(add)) { /* y aliases a; both sides add the same g (gelu_bwd's differ by 1e-6) */
         ddp_upload(gpu->ctx, g.d, g.h, n * sizeof(float));
-        cpu->add(cpu, x.h, x.h, g.h, n);
-        CHECK(gpu->add(gpu, x.d, x.d, g.d, n) == DDP_OK, "add");
+        cpu->add(cpu, DDP_FP32, x.h, x.h, g.h, n);
+        CHECK(gpu->add(gpu, DDP_FP32, x.d, x.d, g.d, n) == DDP_OK, "add");
         compare_pair("add", &x, 0, 0);
     }
     drop_pair(&x), drop_pair(&y), drop_pair(&g);
@@ -379,7 +568,15 @@ int main(void)
             check_attention_bf16(&r, 2, 129, 256, 4, flash); /* three tiles, one row past */
             check_attention_bf16(&r, 1, 256, 128, 2, flash); /* whole tiles */
             check_attention_bf16(&r, 2, 13, 96, 4, flash);   /* hs 24: always materialised */
+            check_attention_act16(&r, 2, 70, 128, 2, flash);
+            check_attention_act16(&r, 2, 129, 256, 4, flash);
+            check_attention_act16(&r, 2, 13, 96, 4, flash);
+            check_attention_act16(&r, 2, 9, 6, 2, flash); /* hs 3: one element at a time */
         }
+        check_layernorm_bf16(&r, 26, 96);
+        check_layernorm_bf16(&r, 70, 300);
+        check_elementwise_bf16(&r, 100003);
+        check_elementwise_bf16(&r, 100000);
     }
     check_elementwise(&r);
     check_adamw(&r);

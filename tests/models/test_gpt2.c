@@ -411,6 +411,59 @@ static void check_bf16_logits(const ops_handle *ops)
     gpt2_destroy(b);
 }
 
+/* grad_pass (below) for the activations test. */
+static float grad_pass(gpt2 *g, const int *tokens, const int *targets);
+
+/* ||a - b|| / ||b|| over n floats. */
+static double rel_norm(const float *a, const float *b, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+/* bf16 activations end to end (the default) against DDP_GPT_ACTIVATIONS=fp32 (casts around the
+ * linears) and fp32: one forward and backward each. Both bf16 forms round the matmuls' inputs
+ * alike; the end-to-end form also rounds qkv, the attention output's and the MLP's activations
+ * and their gradients (2^-9 relative each), so its loss stays within the 2e-2 of
+ * check_bf16_logits' logits and its gradients within a few 2^-9 of fp32's in norm (3e-2 allows
+ * the roundings of two layers' chains; measured 4.0e-3 and 3.8e-3). Another value of the
+ * variable is refused. */
+static void check_activations(const ops_handle *ops)
+{
+    gpt2 *a = make(ops, tiny(100), DDP_FP32, 52), *b = make(ops, tiny(100), DDP_BF16, 52);
+    setenv("DDP_GPT_ACTIVATIONS", "fp32", 1);
+    gpt2 *c = make(ops, tiny(100), DDP_BF16, 52);
+    setenv("DDP_GPT_ACTIVATIONS", "bf16", 1);
+    gpt2_config cfg = tiny(100);
+    gpt2_opts o = {.max_batch = B, .seq = T, .precision = DDP_BF16, .seed = 52};
+    gpt2 *bad = NULL;
+    CHECK(gpt2_create(NULL, ops, &cfg, &o, &bad) == DDP_ERR_INVALID_ARG && !bad,
+          "DDP_GPT_ACTIVATIONS=bf16 refused (fp32 or p)");
+    unsetenv("DDP_GPT_ACTIVATIONS");
+    int tokens[B * T], targets[B * T];
+    make_batch(100, 29, tokens, targets);
+    if (a && b && c) {
+        size_t np = gpt2_numel_total(a);
+        float la = grad_pass(a, tokens, targets), lb = grad_pass(b, tokens, targets);
+        float lc = grad_pass(c, tokens, targets);
+        CHECK(fabsf(lb - la) < 2e-2f && fabsf(lc - la) < 2e-2f, "losses %g (bf16), %g (fp32 "
+              "activations), %g (fp32)", (double)lb, (double)lc, (double)la);
+        double eb = rel_norm(gpt2_grads(b), gpt2_grads(a), np);
+        double ec = rel_norm(gpt2_grads(c), gpt2_grads(a), np);
+        printf("gradients against fp32: bf16 activations %.2e, fp32 activations %.2e\n", eb, ec);
+        CHECK(eb < 3e-2 && ec < 3e-2, "gradients: relative errors %g, %g", eb, ec);
+        CHECK(memcmp(gpt2_grads(b), gpt2_grads(c), np * sizeof(float)) != 0,
+              "DDP_GPT_ACTIVATIONS=fp32 changes the path");
+    }
+    gpt2_destroy(a);
+    gpt2_destroy(b);
+    gpt2_destroy(c);
+}
+
 /* gpt2_ready_order is the order backward marks in: the one the reducer recorded and rebuilt its
  * buckets in after its first sync step (its buckets' parameters, bucket after bucket). */
 static void check_ready_order(const gpt2 *g, const ddp_reducer *r)
@@ -641,6 +694,7 @@ int main(void)
     check_llmc(ops);
     check_adamw(ops);
     check_bf16_logits(ops);
+    check_activations(ops);
     check_training(ops, DDP_FP32, 1.0f);
     check_training(ops, DDP_BF16, 1.0f);
     check_training(ops, DDP_FP16, 1024.0f);

@@ -16,11 +16,18 @@
  *   - GELU: through exp_branchless (within 1.5e-7 of exp, checked here), atol 1e-6, rtol 1e-5;
  *   - cross-entropy over V <= 1000 logits: atol 1e-5, rtol 1e-5 (loss), 1e-6 (gradient);
  *   - AdamW: the fp32 update of O(1) values, atol 1e-6, rtol 1e-5.
+ * The bf16 forms (activations "in act" = bf16, as the handle stores them: float storage where the
+ * CPU emulates bf16, uint16_t where it has bf16 arithmetic) against the fp32 forms on the same
+ * inputs rounded to bf16: both compute in fp32 in the same order, so what they give in fp32
+ * (LayerNorm's statistics and dx, the residual add) is bit for bit the same, and what the bf16
+ * form stores in bf16 is the fp32 result rounded once to nearest: within half a unit of bf16's 8th
+ * significant bit, 2^-9 relative (checked with 2^-8 for margin).
  * Outputs that must be overwritten are prefilled with NaN; outputs that add are prefilled with
  * random values that the expectation includes.
  */
 #include <string.h>
 
+#include "half.h"
 #include "math_shared.h"
 #include "testutil.h"
 
@@ -197,12 +204,14 @@ static void check_layernorm(test_rng *r, int rows, int C)
     memcpy(base, dx, n * 4), memcpy(base + n, dw, C * 4), memcpy(base + n + C, db, C * 4);
     ln_case c = {rows, C, to_double(x, n), to_double(w, C), to_double(b, C), calloc(n, 8),
                  calloc(rows, 8), calloc(rows, 8), g};
-    CHECK(ops->layernorm_fwd(ops, out, mean, rstd, x, w, b, rows, C) == DDP_OK, "layernorm_fwd");
+    CHECK(ops->layernorm_fwd(ops, DDP_FP32, out, mean, rstd, x, w, b, rows, C) == DDP_OK,
+          "layernorm_fwd");
     ln_ref(&c);
     CHECK(compare_d("ln out", out, c.out, n, 1e-5, 1e-4) == 0, "layernorm forward C=%d", C);
     CHECK(compare_d("ln mean", mean, c.mean, rows, 1e-6, 1e-5) == 0, "layernorm mean");
     CHECK(compare_d("ln rstd", rstd, c.rstd, rows, 1e-6, 1e-5) == 0, "layernorm rstd");
-    CHECK(ops->layernorm_bwd(ops, dx, dw, db, g, x, w, mean, rstd, rows, C) == DDP_OK, "ln bwd");
+    CHECK(ops->layernorm_bwd(ops, DDP_FP32, dx, NULL, dw, db, g, x, w, mean, rstd, rows, C) ==
+          DDP_OK, "ln bwd");
     CHECK(grad_check("ln dx", c.x, n, 1, ln_objective, &c, dx, base, 1e-5, 1e-4) == 0,
           "layernorm dx (adds) C=%d", C);
     CHECK(grad_check("ln dw", c.w, C, 1, ln_objective, &c, dw, base + n, 1e-5, 1e-4) == 0,
@@ -264,7 +273,7 @@ static void check_attention(test_rng *r, int B, int T, int C, int NH, size_t ste
     float *dqkv = nan_floats(3 * n);
     att_case c = {B, T, C, NH, to_double(qkv, 3 * n), calloc(na, 8), calloc(n, 8), g};
     CHECK(ops->attention_floats(ops, DDP_BF16, B, T, C, NH) == na, "attention_floats");
-    CHECK(ops->attention_fwd(ops, DDP_FP32, out, att, qkv, B, T, C, NH) == DDP_OK,
+    CHECK(ops->attention_fwd(ops, DDP_FP32, DDP_FP32, out, att, qkv, B, T, C, NH) == DDP_OK,
           "attention_fwd");
     att_objective(&c);
     CHECK(compare_d("att", att, c.att, na, 1e-6, 1e-5) == 0, "attention weights T=%d NH=%d", T, NH);
@@ -273,8 +282,8 @@ static void check_attention(test_rng *r, int B, int T, int C, int NH, size_t ste
     for (size_t i = 0; i < na; i++)
         above += (int)(i % T) > (int)(i / T % T) && att[i] != 0.0f;
     CHECK(above == 0, "%d attention weights above the diagonal are not 0", above);
-    CHECK(ops->attention_bwd(ops, DDP_FP32, dqkv, datt, g, qkv, att, B, T, C, NH) == DDP_OK,
-          "att bwd");
+    CHECK(ops->attention_bwd(ops, DDP_FP32, DDP_FP32, dqkv, datt, g, qkv, att, B, T, C, NH) ==
+          DDP_OK, "att bwd");
     CHECK(grad_check("dqkv", c.qkv, 3 * n, step, att_objective, &c, dqkv, NULL, 1e-5, 1e-4) == 0,
           "attention dqkv T=%d C=%d NH=%d", T, C, NH);
     free(qkv), free(g), free(out), free(att), free(datt), free(dqkv);
@@ -327,14 +336,14 @@ static void check_gelu(test_rng *r)
     float *x = rand_floats(r, N, -5, 5), *g = rand_floats(r, N, -1, 1), *y = nan_floats(N);
     float *dx = nan_floats(N), *inplace = test_floats(N);
     gelu_case c = {N, to_double(x, N), calloc(N, 8), g};
-    CHECK(ops->gelu_fwd(ops, y, x, N) == DDP_OK, "gelu_fwd");
+    CHECK(ops->gelu_fwd(ops, DDP_FP32, y, x, N) == DDP_OK, "gelu_fwd");
     gelu_objective(&c);
     CHECK(compare_d("gelu", y, c.y, N, 1e-6, 1e-5) == 0, "gelu forward");
-    CHECK(ops->gelu_bwd(ops, dx, x, g, N) == DDP_OK, "gelu_bwd");
+    CHECK(ops->gelu_bwd(ops, DDP_FP32, dx, x, g, N) == DDP_OK, "gelu_bwd");
     CHECK(grad_check("gelu dx", c.x, N, 1, gelu_objective, &c, dx, NULL, 1e-6, 1e-5) == 0,
           "gelu dx");
     memcpy(inplace, g, sizeof(float) * N);
-    CHECK(ops->gelu_bwd(ops, inplace, x, inplace, N) == DDP_OK, "gelu_bwd in place");
+    CHECK(ops->gelu_bwd(ops, DDP_FP32, inplace, x, inplace, N) == DDP_OK, "gelu_bwd in place");
     CHECK(memcmp(inplace, dx, sizeof(float) * N) == 0, "gelu_bwd with dx aliasing dy differs");
     free(x), free(g), free(y), free(dx), free(inplace), free(c.x), free(c.y);
 }
@@ -346,9 +355,9 @@ static void check_add(test_rng *r)
     double *want = calloc(N, sizeof *want);
     for (size_t i = 0; i < N; i++)
         want[i] = (double)a[i] + b[i];
-    CHECK(ops->add(ops, y, a, b, N) == DDP_OK, "add");
+    CHECK(ops->add(ops, DDP_FP32, y, a, b, N) == DDP_OK, "add");
     CHECK(compare_d("add", y, want, N, 0, 0x1p-23) == 0, "add forward");
-    CHECK(ops->add(ops, a, a, b, N) == DDP_OK && memcmp(a, y, sizeof(float) * N) == 0,
+    CHECK(ops->add(ops, DDP_FP32, a, a, b, N) == DDP_OK && memcmp(a, y, sizeof(float) * N) == 0,
           "add with y aliasing a differs");
     free(a), free(b), free(y), free(want);
 }
@@ -468,6 +477,119 @@ static void check_adamw_many(test_rng *r)
     free(w), free(m), free(v), free(g), free(dw), free(dm), free(dv);
 }
 
+/* ---- bf16 activations (ops.h's "in act") against the fp32 forms ---------------------------- */
+
+#define BF16_ROUND 0x1p-8 /* one rounding to nearest bf16: at most 2^-9 relative (margin 2) */
+
+/* x rounded to bf16 values in place: the inputs both forms read. */
+static void round_bf16(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = half_bf16_to_f32(half_f32_to_bf16(x[i]));
+}
+
+/* x (n floats) in bf16 as the handle stores it (malloc'd). */
+static void *to_bf16(const float *x, size_t n)
+{
+    void *p = malloc(n * ops_dtype_size(ops, DDP_BF16));
+    ops->cast(ops, DDP_BF16, p, DDP_FP32, x, n);
+    return p;
+}
+
+/* A bf16 buffer of n elements holding NaN (outputs that must be overwritten). */
+static void *nan_bf16(size_t n)
+{
+    float *x = nan_floats(n);
+    void *p = to_bf16(x, n);
+    free(x);
+    return p;
+}
+
+/* Counts the elements of p (n, bf16) off the fp32 form's want by more than one rounding. */
+static int compare_bf16(const char *what, const void *p, const float *want, size_t n)
+{
+    float *got = test_floats(n);
+    ops->cast(ops, DDP_FP32, got, DDP_BF16, p, n);
+    double *w = to_double(want, n);
+    int bad = compare_d(what, got, w, n, 0, BF16_ROUND);
+    free(got), free(w);
+    return bad;
+}
+
+static void check_bf16_layernorm(test_rng *r, int rows, int C)
+{
+    size_t n = (size_t)rows * C;
+    float *x = rand_floats(r, n, -2, 3), *w = rand_floats(r, C, 0.5, 1.5);
+    float *b = rand_floats(r, C, -1, 1), *g = rand_floats(r, n, -1, 1);
+    float *out = nan_floats(n), *mean = nan_floats(rows), *rstd = nan_floats(rows);
+    float *mean16 = nan_floats(rows), *rstd16 = nan_floats(rows);
+    float *d32 = rand_floats(r, n + 2 * C, -1, 1), *d16 = test_floats(n + 2 * C);
+    memcpy(d16, d32, (n + 2 * C) * sizeof(float));
+    round_bf16(g, n);
+    void *out16 = nan_bf16(n), *g16 = to_bf16(g, n), *dx16 = nan_bf16(n);
+    CHECK(ops->layernorm_fwd(ops, DDP_FP32, out, mean, rstd, x, w, b, rows, C) == DDP_OK &&
+          ops->layernorm_fwd(ops, DDP_BF16, out16, mean16, rstd16, x, w, b, rows, C) == DDP_OK,
+          "layernorm_fwd bf16");
+    CHECK(compare_bf16("ln out bf16", out16, out, n) == 0, "layernorm bf16 out C=%d", C);
+    CHECK(memcmp(mean, mean16, rows * 4) == 0 && memcmp(rstd, rstd16, rows * 4) == 0,
+          "layernorm bf16 statistics differ from fp32's");
+    CHECK(ops->layernorm_bwd(ops, DDP_FP32, d32, NULL, d32 + n, d32 + n + C, g, x, w, mean, rstd,
+                             rows, C) == DDP_OK &&
+          ops->layernorm_bwd(ops, DDP_BF16, d16, dx16, d16 + n, d16 + n + C, g16, x, w, mean,
+                             rstd, rows, C) == DDP_OK, "layernorm_bwd bf16");
+    CHECK(memcmp(d32, d16, (n + 2 * C) * sizeof(float)) == 0,
+          "layernorm bf16 dx, dw, db differ from fp32's");
+    CHECK(compare_bf16("ln dx bf16", dx16, d32, n) == 0, "layernorm bf16 dx_act C=%d", C);
+    free(x), free(w), free(b), free(g), free(out), free(mean), free(rstd), free(mean16);
+    free(rstd16), free(d32), free(d16), free(out16), free(g16), free(dx16);
+}
+
+static void check_bf16_attention(test_rng *r, int B, int T, int C, int NH)
+{
+    size_t n = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = rand_floats(r, 3 * n, -1, 1), *g = rand_floats(r, n, -1, 1);
+    round_bf16(qkv, 3 * n), round_bf16(g, n);
+    float *out = nan_floats(n), *att = nan_floats(na), *att16 = nan_floats(na);
+    float *datt = nan_floats(na), *dqkv = nan_floats(3 * n);
+    void *qkv16 = to_bf16(qkv, 3 * n), *g16 = to_bf16(g, n), *out16 = nan_bf16(n);
+    void *dqkv16 = nan_bf16(3 * n);
+    CHECK(ops->attention_fwd(ops, DDP_BF16, DDP_FP32, out, att, qkv, B, T, C, NH) == DDP_OK &&
+          ops->attention_fwd(ops, DDP_BF16, DDP_BF16, out16, att16, qkv16, B, T, C, NH) ==
+          DDP_OK, "attention_fwd bf16");
+    CHECK(compare_bf16("att out bf16", out16, out, n) == 0, "attention bf16 out T=%d", T);
+    CHECK(memcmp(att, att16, na * 4) == 0, "attention bf16 probabilities differ from fp32's");
+    CHECK(ops->attention_bwd(ops, DDP_BF16, DDP_FP32, dqkv, datt, g, qkv, att, B, T, C, NH) ==
+          DDP_OK && ops->attention_bwd(ops, DDP_BF16, DDP_BF16, dqkv16, datt, g16, qkv16, att16,
+                                       B, T, C, NH) == DDP_OK, "attention_bwd bf16");
+    CHECK(compare_bf16("dqkv bf16", dqkv16, dqkv, 3 * n) == 0, "attention bf16 dqkv T=%d", T);
+    free(qkv), free(g), free(out), free(att), free(att16), free(datt), free(dqkv);
+    free(qkv16), free(g16), free(out16), free(dqkv16);
+}
+
+static void check_bf16_gelu_add(test_rng *r)
+{
+    enum { N = 999 };
+    float *x = rand_floats(r, N, -5, 5), *g = rand_floats(r, N, -1, 1), *y = nan_floats(N);
+    float *dx = nan_floats(N), *a = rand_floats(r, N, -1, 1), *s = nan_floats(N);
+    float *s16 = nan_floats(N);
+    round_bf16(x, N), round_bf16(g, N);
+    void *x16 = to_bf16(x, N), *g16 = to_bf16(g, N), *y16 = nan_bf16(N), *dx16 = nan_bf16(N);
+    size_t bytes = N * ops_dtype_size(ops, DDP_BF16);
+    CHECK(ops->gelu_fwd(ops, DDP_FP32, y, x, N) == DDP_OK &&
+          ops->gelu_fwd(ops, DDP_BF16, y16, x16, N) == DDP_OK, "gelu_fwd bf16");
+    CHECK(compare_bf16("gelu bf16", y16, y, N) == 0, "gelu bf16 forward");
+    CHECK(ops->gelu_bwd(ops, DDP_FP32, dx, x, g, N) == DDP_OK &&
+          ops->gelu_bwd(ops, DDP_BF16, dx16, x16, g16, N) == DDP_OK, "gelu_bwd bf16");
+    CHECK(compare_bf16("gelu dx bf16", dx16, dx, N) == 0, "gelu bf16 dx");
+    CHECK(ops->gelu_bwd(ops, DDP_BF16, g16, x16, g16, N) == DDP_OK && memcmp(g16, dx16, bytes) == 0,
+          "gelu_bwd bf16 with dx aliasing dy differs");
+    CHECK(ops->add(ops, DDP_FP32, s, a, x, N) == DDP_OK &&
+          ops->add(ops, DDP_BF16, s16, a, x16, N) == DDP_OK && memcmp(s, s16, N * 4) == 0,
+          "add with a bf16 projection differs from fp32's");
+    free(x), free(g), free(y), free(dx), free(a), free(s), free(s16), free(x16), free(g16);
+    free(y16), free(dx16);
+}
+
 /* ---- main -------------------------------------------------------------------------------- */
 
 static void check_all(test_rng *r)
@@ -487,6 +609,11 @@ static void check_all(test_rng *r)
     check_xent(r, 2, 7, 7); /* no padding */
     check_adamw_by_hand();
     check_adamw_many(r);
+    check_bf16_layernorm(r, 6, 64);
+    check_bf16_layernorm(r, 3, 13);
+    check_bf16_attention(r, 2, 5, 8, 2);
+    check_bf16_attention(r, 1, 150, 8, 2);
+    check_bf16_gelu_add(r);
 }
 
 int main(void)
