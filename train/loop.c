@@ -412,13 +412,24 @@ static void train_step(trainer *t)
 
 /* ---- checkpoints and the epochs -------------------------------------------------------------- */
 
+/* Whether a checkpoint of now needs every parameter here. A folder holds each rank's own slice
+ * of them, which under --zero is the shard this rank's optimizer has just updated: the all-gather
+ * of the others' shards then goes on during the save. A single file is written from all of them. */
+static int save_needs_gather(const trainer *t)
+{
+    size_t off = 0, n = 0;
+    ddp_shard_range(t->setup.buf.numel, t->world, t->rank, &off, &n);
+    return !t->o->checkpoint_folder || off != t->setup.buf.opt_offset || n != t->setup.buf.opt_n;
+}
+
 /* Rank 0 writes a checkpoint of the position, every rank joining (the shards' gather); every rank
  * learns the outcome. A failure ends training unless --checkpoint-errors warn. */
 static void write_checkpoint(trainer *t)
 {
     train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
     trainer_clock(t);
-    trainer_params_ready(t);
+    if (save_needs_gather(t))
+        trainer_params_ready(t);
     ddp_trace_begin("checkpoint", t->step);
     if (t->rank == 0)
         progress_end(&t->progress);
