@@ -475,19 +475,13 @@ static ddp_status save_folder(const train_setup *s, const train_pos *pos, int ba
     return prev != DDP_OK ? prev : st;
 }
 
-/* Collective, --checkpoint-format file: rank 0 gathers the state and the manager writes it. */
-static ddp_status save_file(const train_setup *s, const train_pos *pos)
+/* Collective, --checkpoint-format file: rank 0 gathers the state and writes it as the step's
+ * file, then prunes the folder as the manager's saves do. */
+static ddp_status save_file(const train_setup *s, const train_pos *pos, const char *path)
 {
-    ddp_state *st = NULL;
-    ddp_status rc = whole_state(s, pos, &st);
-    if (ddp_rank(s->ctx) != 0)
-        return rc;
-    errno = 0;
-    if (rc == DDP_OK)
-        rc = ddp_ckpt_manager_save_file(state_manager(s), pos->step, st);
-    int err = errno;
-    ddp_state_destroy(st);
-    errno = rc == DDP_ERR_IO ? err : 0;
+    ddp_status rc = train_save_state(s, pos, path);
+    if (ddp_rank(s->ctx) == 0 && rc == DDP_OK)
+        ddp_ckpt_manager_prune(state_manager(s));
     return rc;
 }
 
@@ -497,7 +491,7 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
     ddp_ckpt_manager_path(state_manager(s), pos->step, path, sizeof path);
     double t0 = now_s();
     int background = s->o->checkpoint_async && pos->step < s->total_steps;
-    ddp_status st = s->o->checkpoint_folder ? save_folder(s, pos, background) : save_file(s, pos);
+    ddp_status st = s->o->checkpoint_folder ? save_folder(s, pos, background) : save_file(s, pos, path);
     double took = now_s() - t0;
     if (ddp_rank(s->ctx) != 0) {
         if (st != DDP_OK)
