@@ -27,8 +27,9 @@ import gpt_train  # noqa: E402  (its tiny GPT and token shards)
 # them in 0.11 s and finished before the signal came (seen in CI). 3,000 take about 3 s here.
 # Under ASan/UBSan (DDP_TEST_SANITIZED, tests/meson.build) this test runs 3.8x slower (90 s, 24 s
 # plain): 1,000 steps outlast the first checkpoint by as long as 3,000 do plain, and the resumed and
-# reference runs take a third of the time.
-TERM_STEPS = 1000 if os.environ.get("DDP_TEST_SANITIZED") == "1" else 3000
+# reference runs take a third of the time; SIGTERM to ddp-launch (a GPT) runs in the plain build only.
+SANITIZED = os.environ.get("DDP_TEST_SANITIZED") == "1"
+TERM_STEPS = 1000 if SANITIZED else 3000
 TERM_EVERY = 100
 
 
@@ -223,7 +224,12 @@ def main():
         trainlib.write_dataset(data, 2000, 200)
         usr1_to_one_rank(chk, train, ckpt, mpi, tmp, data)
         term_twice_then_resume(chk, train, ckpt, mpi, tmp, data)
-        term_to_launcher_gpt(chk, ckpt, tmp)
+        if SANITIZED:
+            # SIGTERM through ddp-launch tests the launcher's relay; ddp-train's stop path ran just
+            # above, and the GPT's saves and resumes have tests of their own
+            print("sanitizer build: SIGTERM through ddp-launch is left to the plain build")
+        else:
+            term_to_launcher_gpt(chk, ckpt, tmp)
     chk.done()
 
 
