@@ -192,7 +192,7 @@ def memory(chk, exe, ckpt, mpi, tmp):
     for z in ("0", "1", "2"):
         metrics = os.path.join(tmp, f"d12-z{z}.json")
         cmd = [exe, "--model", "gpt2", "--gpt-config", "d12", "--seq", "16", "--batch", "1",
-               "--data", data, "--max-steps", "2", "--val-max-batches", "1", "--device", "cpu",
+               "--data", data, "--max-steps", "1", "--val-max-batches", "1", "--device", "cpu",
                "--zero", z, "--metrics", metrics]
         rc, out = trainlib.run(mpi + ["4"] + cmd, timeout=900)
         print("\n".join(x for x in out.splitlines() if x.startswith("memory")))
