@@ -262,6 +262,7 @@ def one_trial(modes, mode, n, stop, chk):
 
 def skip_without_gpu(modes):
     """Exit 77 when the one-GPU run cannot start (no GPU, or a build without CUDA)."""
+    trainlib.skip_without_nvidia_device()
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2"] + modes.train_cmd("probe")
     cmd[cmd.index("--epochs") + 1] = "1"
     rc, out = trainlib.run(cmd + ["--max-steps", "1"], timeout=300)

@@ -55,6 +55,7 @@ class Job:
 
     def skip_without_gpu(self, data):
         """Exit 77 when the GPU or the CUDA build is missing (the first run says which)."""
+        trainlib.skip_without_nvidia_device()
         rc, out = trainlib.run(self.cmd(2, data, 1), timeout=300)
         for reason in NO_GPU:
             if rc != 0 and reason in out:

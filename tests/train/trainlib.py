@@ -3,6 +3,7 @@
 The synthetic set is deterministic and learnable: class c is a bright 2-D bump at a position that
 depends on c, on a background of pseudo-random noise from a fixed linear congruential generator.
 """
+import glob
 import json
 import math
 import os
@@ -109,6 +110,15 @@ def run(cmd, timeout, env=None):
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         return -999, out + f"\n(timed out after {timeout} s)"
     return p.returncode, p.stdout
+
+
+def skip_without_nvidia_device():
+    """Exit 77 at once where the NVIDIA driver has no device node (/dev/nvidia0, ...): no GPU can
+    run here, so a multi-process GPU test need not start mpirun to learn it. Where there are
+    nodes, the test's own first run decides (it may still find no usable GPU)."""
+    if not glob.glob("/dev/nvidia[0-9]*"):
+        print("skipped: no NVIDIA device node (/dev/nvidia0, ...): no GPU here")
+        sys.exit(77)
 
 
 def tagged(var, tag):
