@@ -462,11 +462,13 @@ static ddp_status mpi_allgatherv_runs_start(comm_group *c, void *base, const siz
     r->kind = MPI_KIND_ALLGATHER;
     r->n_runs = n_runs;
     r->gather_at = malloc((n_runs > 0 ? (size_t)n_runs : 1) * sizeof *r->gather_at);
-    ddp_status st = r->gather_at ? mpi_int_counts(s, r, counts, n_runs, ddp_dtype_size(dtype),
-                                                  "all-gather of runs")
-                                 : DDP_ERR_NOMEM;
-    if (st == DDP_ERR_NOMEM && !r->gather_at)
+    if (!r->gather_at) {
         DDP_ERROR("out of memory for an all-gather of %d runs", n_runs);
+        mpi_drop_request(r);
+        return DDP_ERR_NOMEM;
+    }
+    ddp_status st = mpi_int_counts(s, r, counts, n_runs, ddp_dtype_size(dtype),
+                                   "all-gather of runs");
     if (st != DDP_OK) {
         mpi_drop_request(r);
         return st;
