@@ -117,7 +117,7 @@ part_suite() {
     echo "gpu_gpt: no $build/meson-tests.json (meson introspect --tests BUILD > BUILD/meson-tests.json)" | tee "$out/suite.txt"
     return
   fi
-  local d; d=$(cap 180)
+  local d; d=$(cap "${SUITE_S:-180}")  # SUITE_S: seconds for the whole suite (default 180)
   timeout $((d + 15)) python3 "$here/run_suite.py" "$build/meson-tests.json" --suite cuda \
     --log "$out/suite.log" --deadline "$d" --timeout-cap 120 ${suite_only:+--only "$suite_only"} 2>&1 |
     tee "$out/suite.txt"
@@ -127,8 +127,9 @@ part_bench() {
   echo "== bench: ddp-train GPT-2 d12, T $seq, bf16, $steps steps per run"
   [ -n "$baseline" ] && bench baseline "$baseline" once
   bench new "$build"
-  # the same build with the reference attention (bf16 GEMMs around the T x T softmax)
-  DDP_CUDA_ATTENTION=materialized bench new-materialized "$build" once
+  # the same build with the reference attention (bf16 GEMMs around the T x T softmax);
+  # BENCH_MATERIALIZED=0 leaves it out
+  [ "${BENCH_MATERIALIZED:-1}" = 1 ] && DDP_CUDA_ATTENTION=materialized bench new-materialized "$build" once
   # the fused kernel's implementations (cuda_flash.h: 1 = v1, 2 = v2 forward, 3 = v2 both ways)
   [ -n "${FLASH_IMPLS:-}" ] && for v in $FLASH_IMPLS; do DDP_FLASH_IMPL=$v bench "new-flash$v" "$build" once; done
 }
@@ -197,12 +198,12 @@ part_size() {
 # bench.log ("step 200: val loss"), for the fused attention with bf16 activations end to end (the
 # default), the fused attention with fp32 activations (DDP_GPT_ACTIVATIONS=fp32: the path before,
 # casts around every linear; issue 25 wants the two within 0.02), and the materialised attention,
-# in that order, each while more than 40 s of the budget are left.
+# in that order, each while more than 40 s of the budget are left (LOSS_LABELS: another list).
 part_loss() {
   echo "== loss: d12 B 16, 200 steps, validation at the end (20 batches)"
   local label att acts line
   declare -A val=()
-  for label in flash flash-fp32act materialized; do
+  for label in ${LOSS_LABELS:-flash flash-fp32act materialized}; do
     [ "$(left)" -gt 40 ] || { echo "gpu_gpt: loss $label: not run (budget spent)"; continue; }
     att=${label%-fp32act} acts=p
     [ "$label" = flash-fp32act ] && acts=fp32
