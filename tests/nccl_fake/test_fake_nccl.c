@@ -46,16 +46,24 @@ static void sync_stream(void) {}
 static int stream_done(void) { return 1; }
 static int gpu_setup(void) { return 0; }
 #else
+/* Zeroing and uploads on the collectives' stream, waited for: `stream` is non-blocking, so work on
+ * the legacy default stream (cudaMemset, or cudaMemcpy from pageable memory, whose DMA may still be
+ * running when it returns) would not be ordered before the collectives that read it. */
 static void *dev_alloc(size_t n_bytes)
 {
     void *p = NULL;
     if (cudaMalloc(&p, n_bytes ? n_bytes : 1) != cudaSuccess)
         return NULL;
-    cudaMemset(p, 0, n_bytes ? n_bytes : 1);
+    CHECK(cudaMemsetAsync(p, 0, n_bytes ? n_bytes : 1, stream) == cudaSuccess &&
+          cudaStreamSynchronize(stream) == cudaSuccess, "zeroing");
     return p;
 }
 static void dev_free(void *p) { cudaFree(p); }
-static void to_dev(void *dst, const void *src, size_t n) { cudaMemcpy(dst, src, n, cudaMemcpyDefault); }
+static void to_dev(void *dst, const void *src, size_t n)
+{
+    CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream) == cudaSuccess &&
+          cudaStreamSynchronize(stream) == cudaSuccess, "upload");
+}
 static void from_dev(void *dst, const void *src, size_t n)
 {
     cudaStreamSynchronize(stream);
