@@ -48,6 +48,7 @@ static void wait_expired(const char *what, double limit)
     DDP_ERROR("%s: GPU work not complete after %.3g s (DDP_TIMEOUT): a peer rank may have died or "
               "be stuck; aborting the NCCL communicator. Raise DDP_TIMEOUT if steps are this slow",
               what, limit);
+    watchdog_survey();
     pthread_mutex_lock(&watch_lock);
     if (watch_on_timeout)
         watch_on_timeout(watch_arg);

@@ -482,6 +482,33 @@ static int wd_diagnose(int lane, uint64_t seq)
     return reached;
 }
 
+/* A host wait on GPU work passed the deadline (cuda_wait.c): no lane says which collective, but the
+ * peers can still say whether they live. Logs each one that is gone, unreachable or frozen, or that
+ * every one answered. Skipped while another thread holds the watchdog (it is diagnosing already). */
+void watchdog_survey(void)
+{
+    if (!atomic_load(&wd_enabled) || pthread_mutex_trylock(&wd.lock) != 0)
+        return;
+    wd_reply *rep = wd.peers && wd.world > 1 ? calloc((size_t)wd.world, sizeof *rep) : NULL;
+    struct pollfd *p = rep ? calloc((size_t)wd.world, sizeof *p) : NULL;
+    if (p) {
+        wd_ask_all(rep, p);
+        int silent = 0;
+        for (int r = 0; r < wd.world; r++)
+            if (r != wd.rank && rep[r].state != WD_ANSWERED) {
+                if (!silent++)
+                    DDP_ERROR("the ranks that did not answer the watchdog:");
+                (void)wd_judge(&rep[r], r, DDP_WATCH_CALLER, 0);
+            }
+        if (!silent)
+            DDP_ERROR("every other rank answered the watchdog (none is gone or frozen): the GPU work "
+                      "itself is stuck, or a peer waits elsewhere");
+    }
+    free(rep);
+    free(p);
+    pthread_mutex_unlock(&wd.lock);
+}
+
 /* ", this host's interface NAME is down" (or has no carrier) for the interface of this rank's
  * side-channel address, else "". */
 static void wd_own_link(char *text, size_t size)
