@@ -354,7 +354,9 @@ static void *async_main(void *arg)
     ddp_ckpt_manager *m = arg;
     mgr_save *a = &m->pending;
     errno = 0;
-    a->st = ddp_ckpt_dir_write_shard(a->path, m->rank, m->world, a->shard);
+    a->st = ddp_snapshot_wait(m->ctx); /* the shard's copies from the device (ddp_snapshot_copy) */
+    if (a->st == DDP_OK)
+        a->st = ddp_ckpt_dir_write_shard(a->path, m->rank, m->world, a->shard);
     a->err = errno;
     atomic_store(&a->written, 1);
     if (m->rank == 0 && a->st == DDP_OK)
@@ -464,7 +466,9 @@ ddp_status ddp_ckpt_manager_save(ddp_ckpt_manager *m, long step, const ddp_state
     }
     double t0 = now_s();
     errno = 0;
-    st = shard ? ddp_ckpt_dir_write_shard(path, m->rank, m->world, shard) : DDP_ERR_INVALID_ARG;
+    st = shard ? ddp_snapshot_wait(m->ctx) : DDP_ERR_INVALID_ARG;
+    if (st == DDP_OK)
+        st = ddp_ckpt_dir_write_shard(path, m->rank, m->world, shard);
     int err = errno;
     m->slowest_write = now_s() - t0;
     if (m->world > 1)

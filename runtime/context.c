@@ -672,6 +672,52 @@ ddp_status ddp_profiler_range(ddp_ctx *ctx, int start)
     return dev && dev->profiler ? dev->profiler(start) : DDP_OK;
 }
 
+/* ---- snapshots (ddp_checkpoint.h) ---------------------------------------------------------- */
+
+ddp_status ddp_snapshot_pin(ddp_ctx *ctx, void *host, size_t n_bytes)
+{
+    const device_ops *dev = ctx_dev(ctx);
+    if (!dev)
+        return DDP_ERR_STATE;
+    if (!host && n_bytes)
+        return DDP_ERR_INVALID_ARG;
+    return dev->snapshot_pin && n_bytes ? dev->snapshot_pin(host, n_bytes) : DDP_OK;
+}
+
+ddp_status ddp_snapshot_unpin(ddp_ctx *ctx, void *host)
+{
+    const device_ops *dev = ctx_dev(ctx);
+    if (!dev)
+        return DDP_ERR_STATE;
+    return dev->snapshot_unpin && host ? dev->snapshot_unpin(host) : DDP_OK;
+}
+
+ddp_status ddp_snapshot_copy(ddp_ctx *ctx, void *dst_host, const void *src, size_t n_bytes)
+{
+    const device_ops *dev = ctx_dev(ctx);
+    if (!dev)
+        return DDP_ERR_STATE;
+    if (n_bytes && (!dst_host || !src))
+        return DDP_ERR_INVALID_ARG;
+    return n_bytes ? dev->snapshot_copy(dst_host, src, n_bytes) : DDP_OK;
+}
+
+ddp_status ddp_snapshot_fence(ddp_ctx *ctx)
+{
+    const device_ops *dev = ctx_dev(ctx);
+    if (!dev)
+        return DDP_ERR_STATE;
+    return dev->snapshot_fence ? dev->snapshot_fence() : DDP_OK;
+}
+
+ddp_status ddp_snapshot_wait(ddp_ctx *ctx)
+{
+    const device_ops *dev = ctx_dev(ctx);
+    if (!dev)
+        return DDP_ERR_STATE;
+    return dev->snapshot_wait ? dev->snapshot_wait() : DDP_OK;
+}
+
 /* The staging's checks: two slots, two parts. */
 static ddp_status ctx_stage_check(const ddp_ctx *ctx, int slot, int part)
 {

@@ -174,6 +174,32 @@ DDP_API ddp_status ddp_ckpt_dir_verify_file(const ddp_ckpt_dir *d, int i);
 DDP_API ddp_status ddp_ckpt_dir_consolidate(const ddp_ckpt_dir *d, const char *path);
 
 /* ---------------------------------------------------------------------------------------------
+ * Snapshots: the copy of training state to the host for a checkpoint written in the background,
+ * without the host or libddp's stream waiting for it (on CUDA: pinned memory, a side stream).
+ *   ddp_snapshot_pin(ctx, host, n)    page-locks host memory the copies will go to (once, e.g. at
+ *                                     start-up: cudaHostRegister); ddp_snapshot_unpin(ctx, host)
+ *                                     undoes it, before the memory is freed.
+ *   ddp_snapshot_copy(ctx, dst, src, n)  queues backend memory src -> host dst on a side stream,
+ *                                     after the work queued so far on libddp's stream, and returns.
+ *                                     A dst outside pinned memory is copied at once (ddp_download).
+ *   ddp_snapshot_fence(ctx)           libddp's stream waits, on the GPU, for the copies queued so
+ *                                     far: call it before work that overwrites their sources (the
+ *                                     optimizer step). No host wait; nothing when none is pending.
+ *   ddp_snapshot_wait(ctx)            the host waits for the copies queued so far, under the
+ *                                     deadline (DDP_TIMEOUT); from any thread: the checkpoint
+ *                                     manager's writer calls it before it reads the state.
+ * On the CPU backend the copy is a memcpy and the other four do nothing. DDP_ERR_STATE for a
+ * context whose device did not open, DDP_ERR_INVALID_ARG for a NULL buffer, DDP_ERR_CUDA (the
+ * pinning refused, e.g. out of page-locked memory: the copies then go through ddp_download),
+ * DDP_ERR_TIMEOUT / DDP_ERR_NCCL from a wait.
+ */
+DDP_API ddp_status ddp_snapshot_pin(ddp_ctx *ctx, void *host, size_t n_bytes);
+DDP_API ddp_status ddp_snapshot_unpin(ddp_ctx *ctx, void *host);
+DDP_API ddp_status ddp_snapshot_copy(ddp_ctx *ctx, void *dst_host, const void *src, size_t n_bytes);
+DDP_API ddp_status ddp_snapshot_fence(ddp_ctx *ctx);
+DDP_API ddp_status ddp_snapshot_wait(ddp_ctx *ctx);
+
+/* ---------------------------------------------------------------------------------------------
  * The checkpoint manager (runtime/checkpoint_manager.c): a training program's checkpoints in one
  * folder, each DIR/step-<12 digits>.ckpt (a checkpoint file, or a checkpoint folder as above), the
  * newest `keep` kept. A folder without its MANIFEST is the debris of an interrupted save: never a
@@ -232,7 +258,8 @@ DDP_API ddp_status ddp_ckpt_manager_save_file(ddp_ckpt_manager *m, long step, co
  * writes its file, and rank 0 writes the MANIFEST (descs, n_params: the whole model's parameters;
  * only rank 0's are read) once every rank's is on disk, then prunes. background with async: the
  * writes and the MANIFEST go to the background thread and this returns once they started (shard
- * must then stay unchanged until the save ends); its failure is returned by the call that waits for
+ * must then stay unchanged until the save ends; buffers filled by ddp_snapshot_copy are waited for
+ * before they are read); its failure is returned by the call that waits for
  * it. Every rank returns its own outcome (rank 0 also fails when another rank did: no MANIFEST, the
  * folder is no checkpoint), the failure of the save before first; errno holds the system's reason
  * of a DDP_ERR_IO. */

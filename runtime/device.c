@@ -97,6 +97,7 @@ static const device_ops cpu_device = {
     .stage_upload = cpu_stage_upload,
     .stage_acquire = cpu_stage_mark,
     .stage_release = cpu_stage_mark,
+    .snapshot_copy = cpu_copy,
 };
 
 const device_ops *device_ops_cpu(void) { return &cpu_device; }

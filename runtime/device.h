@@ -30,6 +30,13 @@ typedef struct device_ops {
     ddp_status (*info)(size_t *used, size_t *total);
     /* cudaProfilerStart (start != 0) or cudaProfilerStop (ddp_profiler_range); NULL on the CPU */
     ddp_status (*profiler)(int start);
+    /* ddp_checkpoint.h's snapshots: a copy to the host on a side stream; the others NULL on the CPU
+     * (pinning, the fence and the wait have nothing to do where the copy is a memcpy) */
+    ddp_status (*snapshot_pin)(void *host, size_t n_bytes);
+    ddp_status (*snapshot_unpin)(void *host);
+    ddp_status (*snapshot_copy)(void *dst_host, const void *src, size_t n_bytes);
+    ddp_status (*snapshot_fence)(void);
+    ddp_status (*snapshot_wait)(void);
 } device_ops;
 
 /* Host memory (always built). */

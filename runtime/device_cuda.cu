@@ -2,7 +2,8 @@
  * returns), transfers through pinned bounce buffers, copies, and the scale kernel the reducer's
  * averaging needs, all on the one stream that cuda_device_open() creates (the stream NCCL
  * orders its collectives against); and the double-buffered pinned staging of training batches on
- * a copy stream beside it. Every host wait polls under the deadline (cuda_wait.c): none blocks in
+ * a copy stream beside it; the checkpoint snapshots' downloads into page-locked memory on a third
+ * (ddp_checkpoint.h). Every host wait polls under the deadline (cuda_wait.c): none blocks in
  * cudaStreamSynchronize, nor in a copy from or to pageable memory (which may wait for the
  * stream). The compute kernels live in models/ops/.
  */
@@ -19,6 +20,7 @@ extern "C" {
 
 static cudaStream_t dev_stream;  // libddp's stream: allocation, transfers, collectives
 static cudaStream_t copy_stream; // the batch staging's uploads
+static cudaStream_t snap_stream; // the checkpoint snapshots' downloads
 static int dev_open = -1;
 
 /* ================================================================================ kernels == */
@@ -97,12 +99,15 @@ static pinned *bounce_take(void)
     return b;
 }
 
-/* Waits for libddp's stream and the copy stream (what may still read or write device memory). */
+/* Waits for libddp's stream, the copy stream and the snapshots' stream (what may still read or
+ * write device memory). */
 static ddp_status dev_wait_streams(const char *what)
 {
     ddp_status st = cuda_stream_wait(dev_stream, what);
     if (st == DDP_OK && copy_stream)
         st = cuda_stream_wait(copy_stream, what);
+    if (st == DDP_OK && snap_stream)
+        st = cuda_stream_wait(snap_stream, what);
     return st;
 }
 
@@ -271,6 +276,105 @@ static void staging_release(void)
     bounce_next = 0;
 }
 
+/* ---- snapshots on a side stream (ddp_checkpoint.h) --------------------------------------------
+ * Host memory the caller page-locked (cudaHostRegister, at most snap_max regions) receives
+ * cudaMemcpyAsync on snap_stream, which first waits for the work queued so far on libddp's stream
+ * (snap_ready); snap_done is recorded after the last copy. The fence makes libddp's stream wait for
+ * snap_done on the GPU; the wait polls it under the deadline (any thread: the background writer). */
+enum { snap_max = 16 };
+static struct {
+    char *host;
+    size_t n_bytes;
+} snap_pinned[snap_max];
+static cudaEvent_t snap_ready, snap_done;
+static bool snap_queued;  // a copy queued since the last fence
+static bool snap_started; // snap_done recorded at least once
+
+static ddp_status dev_snapshot_pin(void *host, size_t n_bytes)
+{
+    int i = 0;
+    while (i < snap_max && snap_pinned[i].host)
+        i++;
+    if (i == snap_max) {
+        DDP_ERROR("ddp_snapshot_pin: more than %d regions pinned at once", snap_max);
+        return DDP_ERR_INVALID_ARG;
+    }
+    TRY_CUDA(cudaHostRegister(host, n_bytes, cudaHostRegisterDefault));
+    snap_pinned[i].host = (char *)host;
+    snap_pinned[i].n_bytes = n_bytes;
+    return DDP_OK;
+}
+
+static ddp_status dev_snapshot_unpin(void *host)
+{
+    for (auto &r : snap_pinned)
+        if (r.host == host) {
+            r.host = NULL;
+            r.n_bytes = 0;
+            TRY_CUDA(cudaHostUnregister(host));
+            return DDP_OK;
+        }
+    return DDP_OK; // never pinned (its pinning failed): nothing to undo
+}
+
+/* Whether [p, p + n) lies in one pinned region. */
+static bool snap_is_pinned(const void *p, size_t n)
+{
+    const char *c = (const char *)p;
+    for (const auto &r : snap_pinned)
+        if (r.host && c >= r.host && n <= r.n_bytes && (size_t)(c - r.host) <= r.n_bytes - n)
+            return true;
+    return false;
+}
+
+static ddp_status dev_snapshot_copy(void *dst_host, const void *src, size_t n_bytes)
+{
+    if (!snap_is_pinned(dst_host, n_bytes))
+        return dev_download(dst_host, src, n_bytes);
+    if (!snap_ready) {
+        TRY_CUDA(cudaEventCreateWithFlags(&snap_ready, cudaEventDisableTiming));
+        TRY_CUDA(cudaEventCreateWithFlags(&snap_done, cudaEventDisableTiming));
+    }
+    TRY_CUDA(cudaEventRecord(snap_ready, dev_stream));
+    TRY_CUDA(cudaStreamWaitEvent(snap_stream, snap_ready, 0));
+    TRY_CUDA(cudaMemcpyAsync(dst_host, src, n_bytes, cudaMemcpyDeviceToHost, snap_stream));
+    TRY_CUDA(cudaEventRecord(snap_done, snap_stream));
+    snap_queued = snap_started = true;
+    return DDP_OK;
+}
+
+static ddp_status dev_snapshot_fence(void)
+{
+    if (!snap_queued)
+        return DDP_OK;
+    TRY_CUDA(cudaStreamWaitEvent(dev_stream, snap_done, 0));
+    snap_queued = false;
+    return DDP_OK;
+}
+
+static ddp_status dev_snapshot_wait(void)
+{
+    if (!snap_started)
+        return DDP_OK;
+    TRY_CUDA(cudaSetDevice(dev_open)); // this thread may be another than the one that queued
+    return cuda_event_wait(snap_done, "checkpoint snapshot");
+}
+
+static void snapshot_release(void)
+{
+    for (auto &r : snap_pinned)
+        if (r.host)
+            cudaHostUnregister(r.host);
+    for (auto &r : snap_pinned)
+        r = {};
+    if (snap_ready)
+        cudaEventDestroy(snap_ready);
+    if (snap_done)
+        cudaEventDestroy(snap_done);
+    snap_ready = snap_done = NULL;
+    snap_queued = snap_started = false;
+}
+
 static ddp_status dev_info(size_t *used, size_t *total)
 {
     size_t free_b = 0, total_b = 0;
@@ -313,6 +417,11 @@ static device_ops make_dev_ops(void)
     ops.stage_release = dev_stage_release;
     ops.info = dev_info;
     ops.profiler = dev_profiler;
+    ops.snapshot_pin = dev_snapshot_pin;
+    ops.snapshot_unpin = dev_snapshot_unpin;
+    ops.snapshot_copy = dev_snapshot_copy;
+    ops.snapshot_fence = dev_snapshot_fence;
+    ops.snapshot_wait = dev_snapshot_wait;
     return ops;
 }
 
@@ -332,6 +441,7 @@ extern "C" ddp_status cuda_device_open(int device)
     TRY_CUDA(cudaSetDevice(device));
     TRY_CUDA(cudaStreamCreateWithFlags(&dev_stream, cudaStreamNonBlocking));
     TRY_CUDA(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+    TRY_CUDA(cudaStreamCreateWithFlags(&snap_stream, cudaStreamNonBlocking));
     dev_open = device;
     return DDP_OK;
 }
@@ -342,12 +452,16 @@ extern "C" void cuda_device_close(void)
 {
     if (dev_stream && dev_wait_streams("closing the device") == DDP_OK) {
         staging_release();
+        snapshot_release();
         cudaStreamDestroy(dev_stream);
         if (copy_stream)
             cudaStreamDestroy(copy_stream);
+        if (snap_stream)
+            cudaStreamDestroy(snap_stream);
     }
     dev_stream = NULL;
     copy_stream = NULL;
+    snap_stream = NULL;
     dev_open = -1;
 }
 

@@ -6,6 +6,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "ddp_checkpoint.h" /* ddp_snapshot_fence */
+
 typedef struct optim_run {
     size_t a, b; /* [a, b) of the flat layout, inside the state's range */
     bool decay;
@@ -104,6 +106,9 @@ ddp_status optim_step(optim *o, float *params, const float *grads, float lr, int
         DDP_ERROR("optimizer: step %d (the first is 1)", t);
         return DDP_ERR_INVALID_ARG;
     }
+    /* a checkpoint's copies of the parameters and moments (ddp_snapshot_copy, on a side stream)
+     * end before this step overwrites them: a wait on the GPU, nothing when none is queued */
+    TRY_OK(ddp_snapshot_fence(o->ctx));
     const optim_opts *q = &o->o;
     for (int k = 0; k < o->n_runs; k++) {
         const optim_run *u = &o->runs[k];

@@ -316,9 +316,13 @@ static double now_s(void)
  * else the same slice of the replicated buffer), each with its offset ("shard.offset.NAME"), and
  * the position and fingerprint (state_add_position). A libddp state kept for the run: its buffers
  * are allocated once (at start-up with --checkpoint-async, else at a save) and each save downloads
- * the values straight into them (ddp_state_f32_buffer), one copy, no allocation. The background
- * write (--checkpoint-async) reads it, so the next save waits for that write first. */
+ * the values straight into them (ddp_state_f32_buffer), one copy, no allocation. The buffers are
+ * page-locked (ddp_snapshot_pin) and the copies queued on a side stream (ddp_snapshot_copy): the
+ * host does not wait for them, the writer does, and the optimizer's next step waits on the GPU
+ * (train_snapshot_fence). The background write (--checkpoint-async) reads it, so the next save
+ * waits for that write first. */
 typedef struct staging {
+    ddp_ctx *ctx;                  /* the pinning's */
     ddp_state *shard;
     float *params;                 /* the state's own buffers */
     float *opt[TRAIN_MAX_OPT_BUFS];
@@ -330,6 +334,11 @@ static staging stage;
 
 static void stage_free(void)
 {
+    if (stage.ctx) {
+        (void)ddp_snapshot_unpin(stage.ctx, stage.params);
+        for (int i = 0; i < TRAIN_MAX_OPT_BUFS; i++)
+            (void)ddp_snapshot_unpin(stage.ctx, stage.opt[i]);
+    }
     ddp_state_destroy(stage.shard);
     stage = (staging){0};
 }
@@ -357,9 +366,23 @@ static ddp_status stage_alloc(const train_setup *s)
             st = ddp_state_set_u64(stage.shard, key, o);
         stage.bytes += k * sizeof(float);
     }
-    if (st != DDP_OK)
+    if (st != DDP_OK) {
         stage_free();
-    return st;
+        return st;
+    }
+    /* page-locked for --checkpoint-async, so the copies run on the side stream (the staging is
+     * kept for the run); a synchronous save, or a refused pinning, copies through ddp_download's
+     * bounce buffers, the host waiting */
+    if (!s->o->checkpoint_async)
+        return DDP_OK;
+    stage.ctx = s->ctx;
+    ddp_status pin = ddp_snapshot_pin(s->ctx, stage.params, stage.n * sizeof(float));
+    for (int i = 0; pin == DDP_OK && i < b->n_opt; i++)
+        pin = ddp_snapshot_pin(s->ctx, stage.opt[i], (opt_sharded(s) ? b->opt_n : stage.n) * sizeof(float));
+    if (pin != DDP_OK)
+        DDP_WARN("checkpoint staging: page-locking %.1f MiB failed (%s): the copies for a save wait on "
+                 "the host", (double)stage.bytes / (1 << 20), ddp_strerror(pin));
+    return DDP_OK;
 }
 
 /* Rank 0, once: the staging copy's size (issue 29: the memory a save keeps is said). */
@@ -374,16 +397,17 @@ static void stage_report(const train_setup *s, const char *when)
     fflush(stdout);
 }
 
-/* The staging copy of this rank's shard at pos: each buffer downloaded once, into the state. */
+/* The staging copy of this rank's shard at pos: each buffer's copy queued once, into the state
+ * (the writer waits for the copies; the next optimizer step too, on the GPU). */
 static ddp_status stage_shard(const train_setup *s, train_pos pos)
 {
     const train_buffers *b = &s->buf;
     ddp_status st = stage_alloc(s);
     if (st == DDP_OK)
-        st = ddp_download(s->ctx, stage.params, b->params + stage.off, stage.n * sizeof(float));
+        st = ddp_snapshot_copy(s->ctx, stage.params, b->params + stage.off, stage.n * sizeof(float));
     for (int i = 0; st == DDP_OK && i < b->n_opt; i++) {
         size_t o = opt_sharded(s) ? b->opt_offset : stage.off, k = opt_sharded(s) ? b->opt_n : stage.n;
-        st = ddp_download(s->ctx, stage.opt[i], b->opt[i] + (o - b->opt_offset), k * sizeof(float));
+        st = ddp_snapshot_copy(s->ctx, stage.opt[i], b->opt[i] + (o - b->opt_offset), k * sizeof(float));
     }
     if (st == DDP_OK)
         st = state_add_position(s, pos, stage.shard);

@@ -3,14 +3,19 @@
  * round-trip exact bytes; the double-buffered batch staging (ddp_stage_upload, _acquire,
  * _release) delivers each round's batch into its slot while the host buffer is reused at once,
  * and refuses a slot or part outside {0, 1}; ddp_memory_info sees a device allocation (and says
- * unsupported for host memory). One process (ddp_init without a launcher).
+ * unsupported for host memory); the checkpoint snapshots (ddp_snapshot_*: on CUDA page-locked memory
+ * and a side stream): a copy holds the values of when it was queued although the fenced stream
+ * overwrites the source at once, waited for from another thread; unpinned memory is copied at once.
+ * One process (ddp_init without a launcher).
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "ddp.h"
+#include "ddp_checkpoint.h"
 
 enum { N = 4099 }; /* odd: no size a copy loop could round to */
 
@@ -103,6 +108,62 @@ static void check_staging(ddp_ctx *ctx, const char *who)
 
 /* ddp_memory_info: unsupported for host memory (zeros given back); on CUDA the memory in use
  * grows by at least a 64 MiB allocation (cudaMalloc commits it) and falls back after the free. */
+typedef struct snap_waiter {
+    ddp_ctx *ctx;
+    ddp_status st;
+} snap_waiter;
+
+static void *snap_wait_main(void *arg)
+{
+    snap_waiter *w = arg;
+    w->st = ddp_snapshot_wait(w->ctx);
+    return NULL;
+}
+
+/* 32 Mi floats: long enough a copy that an upload not fenced behind it would overwrite its source
+ * while it runs (a separate copy engine each way). */
+static void check_snapshot(ddp_ctx *ctx, const char *who)
+{
+    const size_t n = (size_t)32 << 20, bytes = n * sizeof(float);
+    float *old = malloc(bytes), *fresh = malloc(bytes), *snap = malloc(bytes), *back = malloc(bytes);
+    float *x = ddp_alloc(ctx, bytes);
+    CHECK(old && fresh && snap && back && x, "%s: snapshot buffers", who);
+    if (!old || !fresh || !snap || !back || !x)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        old[i] = (float)(i % 1000003);
+        fresh[i] = -1.0f - (float)(i % 997);
+    }
+    memset(snap, 0, bytes);
+    CHECK(ddp_snapshot_pin(ctx, snap, bytes) == DDP_OK, "%s: pin", who);
+    CHECK(ddp_upload(ctx, x, old, bytes) == DDP_OK, "%s: upload", who);
+    CHECK(ddp_snapshot_copy(ctx, snap, x, bytes) == DDP_OK, "%s: snapshot copy queued", who);
+    CHECK(ddp_snapshot_fence(ctx) == DDP_OK, "%s: fence", who);
+    CHECK(ddp_upload(ctx, x, fresh, bytes) == DDP_OK, "%s: overwrite after the fence", who);
+    snap_waiter w = {.ctx = ctx, .st = DDP_ERR_STATE};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, snap_wait_main, &w) == 0, "%s: waiter thread", who);
+    pthread_join(t, NULL);
+    CHECK(w.st == DDP_OK, "%s: wait from another thread: %s", who, ddp_strerror(w.st));
+    CHECK(memcmp(snap, old, bytes) == 0, "%s: the snapshot holds the values of when it was queued", who);
+    CHECK(ddp_download(ctx, back, x, bytes) == DDP_OK && memcmp(back, fresh, bytes) == 0,
+          "%s: the source was overwritten after it", who);
+    CHECK(ddp_snapshot_unpin(ctx, snap) == DDP_OK, "%s: unpin", who);
+    /* not pinned (any more): a plain download, the values there when the call returns */
+    CHECK(ddp_snapshot_copy(ctx, back, x, 1000 * sizeof(float)) == DDP_OK && back[999] == fresh[999],
+          "%s: unpinned snapshot copy", who);
+    CHECK(ddp_snapshot_wait(ctx) == DDP_OK && ddp_snapshot_fence(ctx) == DDP_OK, "%s: nothing pending", who);
+    CHECK(ddp_snapshot_copy(ctx, NULL, x, 4) == DDP_ERR_INVALID_ARG && ddp_snapshot_copy(ctx, NULL, NULL, 0) == DDP_OK &&
+              ddp_snapshot_pin(ctx, NULL, 4) == DDP_ERR_INVALID_ARG && ddp_snapshot_unpin(ctx, back) == DDP_OK,
+          "%s: NULL buffers refused, empty and never-pinned ones accepted", who);
+out:
+    ddp_free(ctx, x);
+    free(old);
+    free(fresh);
+    free(snap);
+    free(back);
+}
+
 static void check_memory_info(ddp_ctx *ctx, const char *who)
 {
     size_t used = 1, total = 1;
@@ -149,6 +210,7 @@ int main(int argc, char **argv)
     check_alloc_zeroed(ctx, who);
     check_round_trip(ctx, who);
     check_staging(ctx, who);
+    check_snapshot(ctx, who);
     check_memory_info(ctx, who);
     CHECK(ddp_synchronize(ctx) == DDP_OK, "%s: synchronize", who);
     ddp_finalize(ctx);

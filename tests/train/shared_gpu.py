@@ -14,6 +14,10 @@ Modes:
   accum  the tiny GPT (fp32, clipping active): 2 ranks equal 1 rank accumulating 2 micro-batches,
          to ddp-ckpt diff --tol TOL (gpt_train.py says why 1e-4 and not 1e-5); another seed
          differs (negative control).
+  ckpt   the tiny GPT at 2 ranks, --zero 1: checkpoint folders saved with --checkpoint-async (each
+         rank's shard copied into page-locked memory on a side stream, ddp_snapshot_copy, the
+         optimizer's next step fenced behind the copy) consolidate byte-identical to the files a
+         synchronous run saves at the same steps, and the two runs' final states are identical.
   hang   a collective that never completes on rank 1 (FAKE_NCCL_HANG_AFTER, FAKE_NCCL_RANK=1)
          under DDP_TIMEOUT=HANG_TIMEOUT: every rank ends within DDP_TIMEOUT + HANG_SLACK s, the
          exit status is non-zero and the output names DDP_TIMEOUT. (A rank killed or frozen with
@@ -109,6 +113,31 @@ def accum(chk, job, ckpt, tmp, data):
     trainlib.diff_ckpt(chk, ckpt, single, other, False, "another seed", TOL)
 
 
+def ckpt_async(chk, job, ckpt, tmp, data):
+    every = ["--checkpoint-every", "4", "--keep", "100", "--zero", "1"]
+    files, folders = os.path.join(tmp, "files"), os.path.join(tmp, "folders")
+    runs = {}
+    for tag, extra in (("file", ["--checkpoint-dir", files]),
+                       ("async", ["--checkpoint-dir", folders, "--checkpoint-format", "folder",
+                                  "--checkpoint-async"])):
+        save = os.path.join(tmp, tag + ".ckpt")
+        rc, out = trainlib.run(job.cmd(2, data, 12, every + extra + ["--save", save]), timeout=300)
+        if chk.check(rc == 0, f"{tag} saves at 2 ranks: exit {rc}", out):
+            runs[tag] = save
+        if tag == "async":
+            chk.check("staging memory allocated at start-up" in out and "page-locking" not in out,
+                      "async: the staging copy reported, its page-locking not refused", out)
+    if len(runs) == 2:
+        chk.check(filecmp.cmp(runs["file"], runs["async"], shallow=False),
+                  "async folder saves change no step of training (the final states are identical)")
+    for step in (4, 8):
+        name = f"step-{step:012d}.ckpt"
+        out_path = os.path.join(tmp, f"consolidated-{step}.ckpt")
+        rc, out = trainlib.run([ckpt, "consolidate", os.path.join(folders, name), out_path], timeout=120)
+        chk.check(rc == 0 and filecmp.cmp(out_path, os.path.join(files, name), shallow=False),
+                  f"step {step}: the async folder consolidates byte-identical to the file", out)
+
+
 def hang(chk, job, ckpt, tmp, data):
     if not job.fake:
         print("hang needs the test-only NCCL: nothing to check with --device cpu")
@@ -126,7 +155,7 @@ def hang(chk, job, ckpt, tmp, data):
 
 
 def main():
-    if len(sys.argv) < 8 or sys.argv[1] not in ("zero", "accum", "hang"):
+    if len(sys.argv) < 8 or sys.argv[1] not in ("zero", "accum", "ckpt", "hang"):
         sys.exit(__doc__)
     mode, exe, ckpt, fake_rank, lib = sys.argv[1:6]
     job = Job(exe, fake_rank, lib, sys.argv[6:])
@@ -135,7 +164,7 @@ def main():
         data = gpt_train.write_data(tmp)
         if job.fake:
             job.skip_without_gpu(data)
-        {"zero": zero, "accum": accum, "hang": hang}[mode](chk, job, ckpt, tmp, data)
+        {"zero": zero, "accum": accum, "ckpt": ckpt_async, "hang": hang}[mode](chk, job, ckpt, tmp, data)
     chk.done()
 
 
