@@ -27,6 +27,7 @@ MFU in llm.c's convention: FLOPs per token 6N + 6·L·C·T with N counting the p
 default 989.4 TFLOP/s, the H100 SXM's and the H200's).
 """
 import argparse
+import collections
 import csv
 import io
 import json
@@ -318,6 +319,33 @@ def cmd_summary(a):
     return 0
 
 
+def cmd_zero(a):
+    """One traced multi-rank run: per rank, the parameters' all-gathers (spans per bucket tag), the
+    forward's gather waits and stage 2's mid-backward waits (host spans, and the CUDA-timed
+    instants); then the --metrics summary's communication fields."""
+    try:
+        events = json.load(open(a.trace))["traceEvents"]
+    except (OSError, ValueError, KeyError) as e:
+        print(f"gpu_gpt zero: no trace ({e})")
+        return 1
+    for pid in sorted({e["pid"] for e in events if "pid" in e}):
+        mine = [e for e in events if e.get("pid") == pid and e.get("ph") in ("B", "X", "i", "I")]
+        tags = collections.Counter(e.get("args", {}).get("arg") for e in mine if e.get("name") == "allgather")
+        count = collections.Counter(e.get("name") for e in mine)
+        print(f"rank {pid}: {sum(tags.values())} all-gathers over {len(tags)} buckets, at most "
+              f"{max(tags.values(), default=0)} per bucket in {count['step']} steps; forward gather waits "
+              f"{count['reducer.gather_wait']} spans, {count['reducer.gather_exposed']} CUDA-timed; "
+              f"mid-backward waits {count['reducer.recycle_wait']} spans, {count['reducer.recycle_exposed']} CUDA-timed")
+    try:
+        summary = [json.loads(line) for line in open(a.metrics) if line.strip()][-1]
+    except (OSError, ValueError, IndexError) as e:
+        print(f"gpu_gpt zero: no metrics ({e})")
+        return 1
+    print("metrics: " + ", ".join(f"{k} {summary.get(k)}" for k in
+                                  ("gather_wait_ms", "exposed_comm_ms", "comm_ms", "hidden_fraction", "ms_per_step")))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--peak", type=float, default=989.4, help="dense bf16 peak, TFLOP/s")
@@ -349,12 +377,15 @@ def main():
     r.add_argument("--runs", required=True)
     r.add_argument("--log", required=True)
     r.add_argument("--out", default="-")
+    z = sub.add_parser("zero")
+    z.add_argument("--trace", required=True)
+    z.add_argument("--metrics", required=True)
     a = ap.parse_args()
     if a.what == "train":
         if a.command and a.command[0] == "--":
             a.command = a.command[1:]
         return cmd_train(a)
-    return {"ncu": cmd_ncu, "summary": cmd_summary, "reparse": cmd_reparse}[a.what](a)
+    return {"ncu": cmd_ncu, "summary": cmd_summary, "reparse": cmd_reparse, "zero": cmd_zero}[a.what](a)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,13 @@
 # (B 16; FLASH_IMPLS="1 3" adds the new build with those DDP_FLASH_IMPL values), (3) llm.c's train_gpt2cu from random init (-e d12)
 # on the same shards at the same batches, (4) Nsight Compute over ONE steady step of the new build
 # (DDP_PROFILE_STEP, ncu --profile-from-start off --metrics gpu__time_duration.sum), summed per
-# kernel; then a summary table (last in the output, also in OUT/summary.txt).
+# kernel; then a summary table (last in the output, also in OUT/summary.txt). Parts run only when
+# named: size (d48 at the largest batch that trains), loss (200 steps, bf16 against fp32
+# activations), zero (d12 at 2 ranks on the one GPU through tests/nccl_fake, --zero 1 and 2: the
+# all-gathers per bucket and the waits the trace and --metrics record).
 #
 #   benchmarks/gpu_gpt.sh --build DIR [--baseline DIR] [--llmc PATH] [--data PREFIX] [--out DIR]
-#       [--steps N] [--parts suite,bench,llmc,ncu[,size,loss]] [--batches "64 48 32"] [--budget SECONDS]
+#       [--steps N] [--parts suite,bench,llmc,ncu[,size,loss,zero]] [--batches "64 48 32"] [--budget SECONDS]
 #       [--peak TFLOPS] [--device cuda] [--suite-only TEST,TEST...]
 #
 # --build/--baseline: build folders holding train/ddp-train (and runtime/libddp.so*); the suite
@@ -179,6 +182,26 @@ print(r[0]['ms_per_step'] if r else 0)" "$runs")
   py ncu "$out/ncu.csv" --step-ms "$ms" --also "$log" | tee "$out/ncu_kernels.txt"
 }
 
+# d12 at 2 ranks on the one GPU through the test-only NCCL (tests/nccl_fake), --zero 1 and 2, 5
+# steps, traced: the parameters' all-gathers per bucket and step, the forward's gather waits and
+# stage 2's mid-backward waits (host spans and CUDA-timed instants), the --metrics fields. The fake
+# stages every collective through host memory and MPI: its times say nothing of NCCL's.
+part_zero() {
+  echo "== zero: d12, T $seq, bf16, B 4 per rank, 2 ranks on one GPU (the test-only NCCL), 5 steps"
+  local lib=$build/tests/nccl_fake/libfakenccl.so z
+  [ -f "$lib" ] || { echo "gpu_gpt: no $lib (a build with CUDA and NCCL has it)"; return; }
+  for z in 1 2; do
+    [ "$(left)" -gt 30 ] || { echo "gpu_gpt: zero $z: not run (budget spent)"; continue; }
+    ddp_cmd "$build" 4 5
+    echo "==== zero $z: mpirun -np 2 fake_rank.sh ${cmd[*]} --zero $z" >>"$log"
+    timeout "$(cap 90)" mpirun -np 2 "$here/../tests/nccl_fake/fake_rank.sh" "$lib" "${cmd[@]}" --zero "$z" \
+      --trace "$out/.zero.json" --metrics "$out/.zero.jsonl" >>"$log" 2>&1
+    echo "-- --zero $z: exit $?"
+    py zero --trace "$out/.zero.json" --metrics "$out/.zero.jsonl"
+    rm -f "$out/.zero.json" "$out/.zero.jsonl"
+  done
+}
+
 # The largest preset, d48 (1.5B parameters), at T 1024: the first of B 8, 4, 2 that trains.
 part_size() {
   echo "== size: d48 (1.5B), T $seq, bf16, 6 steps per run"
@@ -225,8 +248,8 @@ part_loss() {
 IFS=, read -r -a plist <<<"$parts"
 for p in "${plist[@]}"; do
   case $p in
-    suite|bench|llmc|ncu|size|loss) echo; echo "[$((SECONDS - t0)) s of $budget]"; "part_$p" ;;
-    *) echo "gpu_gpt.sh: unknown part '$p' (suite, bench, llmc, ncu, size, loss)" ;;
+    suite|bench|llmc|ncu|size|loss|zero) echo; echo "[$((SECONDS - t0)) s of $budget]"; "part_$p" ;;
+    *) echo "gpu_gpt.sh: unknown part '$p' (suite, bench, llmc, ncu, size, loss, zero)" ;;
   esac
 done
 rm -f "$out/.metrics.json"
