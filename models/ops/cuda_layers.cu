@@ -414,11 +414,14 @@ static ddp_status bias_store(const ops_handle *ops, ddp_dtype p, void *y, const 
 enum { LT_PLANS = 32 };
 static const size_t lt_workspace_bytes = (size_t)32 << 20;
 
-/* y (batch, out) fp32 = x (batch, in) w^T + b with bf16 x and w: cuBLASLt's descriptors and the
- * algorithm its heuristic chose, for one shape and pointer alignment. Column-major, as cuBLASLt
- * sees it: y^T (out, batch) = (w stored (in, out))^T x^T, the bias added along the out rows. */
+/* y (batch, out) = x (batch, in) w^T + b with bf16 x and w, y fp32 (the bias fp32) or bf16 (the
+ * bias bf16: cuBLASLt's bias has the output's type): cuBLASLt's descriptors and the algorithm its
+ * heuristic chose, for one shape, output type and pointer alignment. Column-major, as cuBLASLt
+ * sees it: y^T (out, batch) = (w stored (in, out))^T x^T, the bias added along the out rows in the
+ * fp32 accumulator, before the output's one rounding. */
 typedef struct lt_plan {
     int batch, in, out, align;
+    bool y_bf16;
     bool ok; /* false: no algorithm for it (the caller falls back to cuBLAS + a bias kernel) */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
@@ -456,7 +459,7 @@ static ddp_status lt_plan_descs(lt_plan *pl)
 {
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    cudaDataType bias_type = CUDA_R_32F;
+    cudaDataType y_type = pl->y_bf16 ? CUDA_R_16BF : CUDA_R_32F, bias_type = y_type;
     TRY_CUBLAS(cublasLtMatmulDescCreate(&pl->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
@@ -468,7 +471,7 @@ static ddp_status lt_plan_descs(lt_plan *pl)
                                           pl->in));
     TRY_CUBLAS(cublasLtMatrixLayoutCreate(&pl->b, CUDA_R_16BF, (uint64_t)pl->in,
                                           (uint64_t)pl->batch, pl->in));
-    TRY_CUBLAS(cublasLtMatrixLayoutCreate(&pl->c, CUDA_R_32F, (uint64_t)pl->out,
+    TRY_CUBLAS(cublasLtMatrixLayoutCreate(&pl->c, y_type, (uint64_t)pl->out,
                                           (uint64_t)pl->batch, pl->out));
     return DDP_OK;
 }
@@ -501,30 +504,32 @@ static ddp_status lt_plan_algo(lt_state *lt, lt_plan *pl)
 
 /* The cached plan for this shape and alignment, made on first use; NULL when the cache is full
  * or cuBLASLt refused the descriptors (the caller falls back). */
-static lt_plan *lt_plan_for(lt_state *lt, int batch, int in, int out, int align)
+static lt_plan *lt_plan_for(lt_state *lt, int batch, int in, int out, bool y_bf16, int align)
 {
     for (int i = 0; i < lt->n_plans; i++) {
         lt_plan *pl = &lt->plans[i];
-        if (pl->batch == batch && pl->in == in && pl->out == out && pl->align == align)
+        if (pl->batch == batch && pl->in == in && pl->out == out && pl->y_bf16 == y_bf16 &&
+            pl->align == align)
             return pl->ok ? pl : NULL;
     }
     if (lt->n_plans == LT_PLANS)
         return NULL;
     lt_plan *pl = &lt->plans[lt->n_plans++];
-    *pl = lt_plan{batch, in, out, align, false, NULL, NULL, NULL, NULL, {}};
+    *pl = lt_plan{batch, in, out, align, y_bf16, false, NULL, NULL, NULL, NULL, {}};
     if (lt_plan_descs(pl) != DDP_OK || lt_plan_algo(lt, pl) != DDP_OK)
         pl->ok = false;
     return pl->ok ? pl : NULL;
 }
 
-/* y (batch, out) fp32 = x w^T + b on cuBLASLt with the bias epilogue; DDP_ERR_UNSUPPORTED when
- * there is no plan for it (nothing was queued: the caller takes the other path). */
+/* y (batch, out) = x w^T + b on cuBLASLt with the bias epilogue, y and b fp32, or both bf16
+ * (y_bf16); DDP_ERR_UNSUPPORTED when there is no plan for it (nothing was queued: the caller takes
+ * the other path). */
 static ddp_status lt_linear_bias(const ops_handle *ops, const void *x, const void *w,
-                                 const float *b, int batch, int in, int out, float *y)
+                                 const void *b, int batch, int in, int out, void *y, bool y_bf16)
 {
     cuda_state *cu = cuda_of(ops);
     lt_state *lt = (lt_state *)cu->lt;
-    lt_plan *pl = lt ? lt_plan_for(lt, batch, in, out, lt_alignment(x, w, y, b)) : NULL;
+    lt_plan *pl = lt ? lt_plan_for(lt, batch, in, out, y_bf16, lt_alignment(x, w, y, b)) : NULL;
     if (!pl)
         return DDP_ERR_UNSUPPORTED;
     const float alpha = 1.0f, beta = 0.0f;
@@ -572,17 +577,26 @@ void cuda_lt_close(ops_handle *ops)
     cu->lt = NULL;
 }
 
-/* bf16 output goes through fp32 scratch, so the bias is added before the one rounding (as
- * oneDNN's fused bias on the CPU); fp32 and fp16 add it in place (fp16 then rounds once). bf16
- * inputs with an fp32 output and a bias (every GPT linear) run on cuBLASLt with the bias in the
- * GEMM's epilogue, where it has a plan. */
+/* bf16 inputs with a bias (every GPT linear) run on cuBLASLt with the bias in the GEMM's epilogue,
+ * added to the fp32 accumulator before the output's one rounding, where it has a plan: for a bf16
+ * output the bias is rounded to bf16 first (cuBLASLt's bias has the output's type; a launch over
+ * `out` values). Otherwise bf16 output goes through fp32 scratch and a bias kernel, so the bias is
+ * still added before the one rounding (as oneDNN's fused bias on the CPU); fp32 and fp16 add it in
+ * place (fp16 then rounds once). */
 static ddp_status cuda_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
                                   const float *b, int batch, int in, int out, void *y, bool y_fp32)
 {
     if (batch < 0 || in < 0 || out < 0)
         return DDP_ERR_INVALID_ARG;
-    if (p == DDP_BF16 && y_fp32 && b && batch > 0 && in > 0 && out > 0) {
-        ddp_status st = lt_linear_bias(ops, x, w, b, batch, in, out, (float *)y);
+    if (p == DDP_BF16 && b && batch > 0 && in > 0 && out > 0) {
+        const void *bias = b;
+        if (!y_fp32) {
+            void *b16 = NULL;
+            TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_BIAS16, (size_t)out * sizeof(uint16_t), &b16));
+            TRY_OK(ops->cast(ops, DDP_BF16, b16, DDP_FP32, b, (size_t)out));
+            bias = b16;
+        }
+        ddp_status st = lt_linear_bias(ops, x, w, bias, batch, in, out, y, !y_fp32);
         if (st != DDP_ERR_UNSUPPORTED)
             return st;
     }
