@@ -316,11 +316,11 @@ static double now_s(void)
  * else the same slice of the replicated buffer), each with its offset ("shard.offset.NAME"), and
  * the position and fingerprint (state_add_position). A libddp state kept for the run: its buffers
  * are allocated once (at start-up with --checkpoint-async, else at a save) and each save downloads
- * the values straight into them (ddp_state_f32_buffer), one copy, no allocation. The buffers are
- * page-locked (ddp_snapshot_pin) and the copies queued on a side stream (ddp_snapshot_copy): the
- * host does not wait for them, the writer does, and the optimizer's next step waits on the GPU
- * (train_snapshot_fence). The background write (--checkpoint-async) reads it, so the next save
- * waits for that write first. */
+ * the values straight into them (ddp_state_f32_buffer), one copy, no allocation. With
+ * --checkpoint-async the buffers are page-locked (ddp_snapshot_pin) and the copies queued on a side
+ * stream (ddp_snapshot_copy): the host does not wait for them, the writer does, and the optimizer's
+ * next step waits for them on the GPU (optim.c's ddp_snapshot_fence). The background write reads
+ * the state, so the next save waits for that write first. */
 typedef struct staging {
     ddp_ctx *ctx;                  /* the pinning's */
     ddp_state *shard;
