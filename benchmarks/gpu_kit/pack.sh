@@ -16,7 +16,8 @@
 #   env.sh, device.sh  copies of this folder's: sourced / run there (device.sh unpacks, sources
 #                   env.sh, runs benchmarks/gpu_gpt.sh with its arguments into $OUT)
 # Then the GPU machine runs `bash .gpu/device.sh [gpu_gpt.sh options]` with those four files.
-# Usage: benchmarks/gpu_kit/pack.sh   (SRC=the checkout, BASE=/tmp/ddp-base, BASE_COMMIT=f917111,
+# Usage: benchmarks/gpu_kit/pack.sh   (SRC=the checkout, BASE_COMMIT=218ed66 (the last build measured
+# on a GPU, docs/perf/gpu-gpt2.md's run 4; f917111 was the first baseline), BASE=/tmp/ddp-base-COMMIT,
 # KIT=0)
 set -euo pipefail
 kit_src=$(cd "$(dirname "$0")" && pwd)
@@ -25,8 +26,8 @@ here=$SRC/.gpu
 mkdir -p "$here"
 grep -qxF '/.gpu/' "$SRC/.git/info/exclude" 2>/dev/null || echo '/.gpu/' >>"$SRC/.git/info/exclude"
 cp "$kit_src/env.sh" "$kit_src/device.sh" "$here/"
-BASE=${BASE:-/tmp/ddp-base}
-BASE_COMMIT=${BASE_COMMIT:-f917111}
+BASE_COMMIT=${BASE_COMMIT:-218ed66}
+BASE=${BASE:-/tmp/ddp-base-$BASE_COMMIT}
 setup=(--buildtype=release -Dwerror=true -Dcuda=enabled -Dnccl=enabled -Dcudnn=enabled -Dgpu_arch=90)
 say() { echo "pack: $*"; }
 
