@@ -13,6 +13,7 @@
 
 #include "ddp_trace.h"
 #include "gpt2_private.h"
+#include "half.h"
 
 /* The tensors of the flat buffer, in llm.c's order; T_LN1W .. T_FCPROJB have one slice per
  * layer. */
@@ -70,7 +71,7 @@ typedef struct gpt2_acts {
     void *lnf;        // (B, T, C) in p: ln_f's output, the LM head's input
     float *lnf_mean;  // (B, T)
     float *lnf_rstd;  // (B, T)
-    float *logits;    // (B, T, Vp); their gradient after a forward pass for backward
+    void *logits;     // (B, T, Vp) in act; their gradient after a forward pass for backward
     float *losses;    // (B, T)
     int *tokens;      // (B, T) the last forward pass's input (encoder_bwd reads it)
     void *proj;       // (B, T, C) in act: a projection's output before the residual add
@@ -90,7 +91,7 @@ typedef struct gpt2_dacts {
     void *dfch;       // (B, T, 4C) in act
     void *dy_c;       // (B, T, 4C) in p: a linear's output gradient (casts only)
     void *dx_c;       // (B, T, 4C) in p: a linear's input gradient (casts only)
-    void *dlogits_c;  // (B, T, Vp) in p (16-bit only)
+    void *dlogits_c;  // (B, T, Vp) in p (16-bit p with fp32 activations only)
 } gpt2_dacts;
 
 struct gpt2 {
@@ -383,7 +384,7 @@ static ddp_status alloc_acts(gpt2 *g)
     a->lnf = rows_p(g, c, 1);
     a->lnf_mean = rows_f(g, 1, 1);
     a->lnf_rstd = rows_f(g, 1, 1);
-    a->logits = rows_f(g, vp, 1);
+    a->logits = rows_a(g, vp, 1);
     a->losses = rows_f(g, 1, 1);
     a->tokens = buf(g, (size_t)g->opts.max_batch * g->opts.seq * sizeof(int));
     a->proj = rows_a(g, c, 1);
@@ -400,7 +401,7 @@ static ddp_status alloc_acts(gpt2 *g)
         d->dy_c = rows_p(g, 4 * c, 1);
         d->dx_c = rows_p(g, 4 * c, 1);
     }
-    if (p16)
+    if (p16 && g->act == DDP_FP32)
         d->dlogits_c = rows_p(g, vp, 1);
     return g->alloc_failed ? DDP_ERR_NOMEM : DDP_OK;
 }
@@ -569,7 +570,32 @@ void gpt2_copy_rounding(gpt2 *g, uint32_t seed, const long *steps, size_t offset
 
 void gpt2_copy_written(gpt2 *g, long t) { g->opt_step = t; }
 float *gpt2_grads(gpt2 *g) { return g->grads; }
-const float *gpt2_logits(const gpt2 *g) { return g->a.logits; }
+
+ddp_status gpt2_logits_get(const gpt2 *g, size_t row, size_t n_rows, float *host)
+{
+    size_t vp = (size_t)g->cfg.padded_vocab, n = n_rows * vp;
+    if (row > (size_t)g->B * g->T || n_rows > (size_t)g->B * g->T - row)
+        return DDP_ERR_INVALID_ARG;
+    const char *src = (const char *)g->a.logits + row * vp * g->ea;
+    if (g->ea == sizeof(float)) {
+        if (g->ctx)
+            return ddp_download(g->ctx, host, src, n * sizeof(float));
+        memcpy(host, src, n * sizeof(float));
+        return DDP_OK;
+    }
+    uint16_t *h = malloc(n * sizeof *h); /* bf16 storage: the bits, widened here */
+    if (!h)
+        return DDP_ERR_NOMEM;
+    ddp_status st = DDP_OK;
+    if (g->ctx)
+        st = ddp_download(g->ctx, h, src, n * sizeof *h);
+    else
+        memcpy(h, src, n * sizeof *h);
+    for (size_t i = 0; st == DDP_OK && i < n; i++)
+        host[i] = half_bf16_to_f32(h[i]);
+    free(h);
+    return st;
+}
 
 void gpt2_memory_get(const gpt2 *g, gpt2_memory *out)
 {
@@ -577,6 +603,7 @@ void gpt2_memory_get(const gpt2 *g, gpt2_memory *out)
     out->params = f32 + (g->cparams != g->params ? g->numel_total * g->es : 0);
     out->grads = g->grads ? f32 : 0;
     out->activations = g->act_bytes;
+    out->logits = (size_t)g->opts.max_batch * g->opts.seq * g->cfg.padded_vocab * g->ea;
 }
 
 /* ---- precision ----------------------------------------------------------------------------- */
@@ -753,7 +780,7 @@ static ddp_status head_fwd(gpt2 *g)
                             param(g, T_LNFW, 0), param(g, T_LNFB, 0), rows, C));
     TRY_OK(to_p(g, a->lnf, h, (size_t)rows * C));
     return o->linear_fwd(o, g->opts.precision, a->lnf, cweight(g, T_WTE, 0), NULL, rows, C,
-                         g->cfg.padded_vocab, a->logits, true);
+                         g->cfg.padded_vocab, a->logits, g->act == DDP_FP32);
 }
 
 /* gpt2_set_gather: slice i's all-gather has arrived (ddp_reducer_gather_wait: on CUDA the
@@ -842,11 +869,11 @@ static ddp_status loss_fwd(gpt2 *g, const int *targets, float *loss_acc, bool fo
     const ops_handle *o = g->ops;
     int rows = g->B * g->T;
     float inv = 1.0f / (float)rows;
-    TRY_OK(o->xent_fwd_bwd(o, for_backward ? g->a.logits : NULL, g->a.losses, g->a.logits,
-                           targets, rows, g->cfg.vocab, g->cfg.padded_vocab, inv));
+    TRY_OK(o->xent_fwd_bwd(o, g->act, for_backward ? g->a.logits : NULL, g->a.losses,
+                           g->a.logits, targets, rows, g->cfg.vocab, g->cfg.padded_vocab, inv));
     if (!loss_acc)
         return DDP_OK;
-    TRY_OK(o->scale(o, g->a.losses, (size_t)rows, inv));
+    TRY_OK(o->scale(o, DDP_FP32, g->a.losses, (size_t)rows, inv));
     return o->bias_grad(o, loss_acc, g->a.losses, rows, 1);
 }
 
@@ -967,11 +994,11 @@ static ddp_status head_bwd(gpt2 *g, ddp_reducer *r, float loss_scale)
     ddp_dtype p = g->opts.precision;
     int rows = g->B * g->T, C = g->cfg.channels, Vp = g->cfg.padded_vocab;
     size_t n = (size_t)rows * Vp;
-    const void *dlogits = g->a.logits; /* fp32 (the loss's), cast to p once per step */
+    const void *dlogits = g->a.logits; /* in act; fp32 in a 16-bit run is cast to p */
     float *dwte;
     if (loss_scale != 1.0f)
-        TRY_OK(o->scale(o, g->a.logits, n, loss_scale));
-    if (!is_fp32(g)) {
+        TRY_OK(o->scale(o, g->act, g->a.logits, n, loss_scale));
+    if (casts(g)) {
         TRY_OK(o->cast(o, p, g->d.dlogits_c, DDP_FP32, g->a.logits, n));
         dlogits = g->d.dlogits_c;
     }

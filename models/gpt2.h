@@ -54,9 +54,10 @@ typedef struct gpt2_opts {
     ddp_dtype precision; /* DDP_FP32, or DDP_BF16 / DDP_FP16: the matmuls' inputs in 16 bits,
                             fp32 accumulation. In bf16 the activations the linears read and
                             write (LayerNorm outputs, qkv, attention output, MLP hidden, their
-                            gradients) are bf16 end to end, no cast between layers, while the
-                            residual stream, LayerNorm statistics, the logits, the loss and the
-                            master weights and AdamW moments stay fp32 (llm.c's split); the
+                            gradients) and the logits (their gradient in place: the fused
+                            classifier) are bf16 end to end, no cast between layers, while the
+                            residual stream, LayerNorm statistics, the loss (summed in fp32) and
+                            the master weights and AdamW moments stay fp32 (llm.c's split); the
                             environment variable DDP_GPT_ACTIVATIONS=fp32, read at gpt2_create,
                             keeps every activation fp32 with casts around each linear instead
                             (torch.autocast's split, the path before; fp16 always takes it) */
@@ -128,11 +129,14 @@ void gpt2_copy_written(gpt2 *g, long t);
 /* Forward pass on tokens (B, T) (backend memory, values in [0, V)), B <= max_batch, T <= seq.
  * With targets (B, T): ADDS the mean cross-entropy to *loss_acc (backend memory, one float) when
  * loss_acc is not NULL; for_backward also keeps what backward needs (the logits become their
- * gradient in place). Without targets only the logits are computed (gpt2_logits). */
+ * gradient in place). Without targets only the logits are computed (gpt2_logits_get). */
 ddp_status gpt2_forward(gpt2 *g, const int *tokens, const int *targets, int B, int T,
                         float *loss_acc, bool for_backward);
-/* The logits (B, T, Vp) of the last forward without targets, backend memory. */
-const float *gpt2_logits(const gpt2 *g);
+/* host (n_rows, Vp) = rows [row, row + n_rows) of the last forward's logits (B, T, Vp), as fp32
+ * (bf16 logits widened); valid after a forward without targets (with targets the logits may
+ * have become their gradient). DDP_ERR_INVALID_ARG past B x T rows, DDP_ERR_NOMEM, or the
+ * download's error. */
+ddp_status gpt2_logits_get(const gpt2 *g, size_t row, size_t n_rows, float *host);
 /* Backward of the last forward (for_backward): ADDS d(loss_scale * mean loss) to the gradients
  * and marks each parameter slice ready on r (when not NULL) as soon as its gradient is final.
  * DDP_ERR_STATE without such a forward; DDP_ERR_INVALID_ARG without r under opts.reducer_grads;
@@ -151,6 +155,7 @@ typedef struct gpt2_memory {
     size_t params;      /* fp32 master weights (+ the 16-bit copy for bf16/fp16) */
     size_t grads;       /* 0 under opts.reducer_grads (the reducer holds them) */
     size_t activations; /* everything kept for backward, plus scratch */
+    size_t logits;      /* of which the logits (max_batch x seq x Vp, in the activations' type) */
 } gpt2_memory;
 void gpt2_memory_get(const gpt2 *g, gpt2_memory *out);
 

@@ -95,7 +95,7 @@ ddp_status gpt2_sample(gpt2 *g, ddp_ctx *ctx, int *seq, int n_prompt, int window
         if (st == DDP_OK)
             st = gpt2_forward(g, tokens_dev, NULL, 1, len, NULL, false);
         if (st == DDP_OK)
-            st = ddp_download(ctx, row, gpt2_logits(g) + (size_t)(len - 1) * Vp, (size_t)Vp * sizeof *row);
+            st = gpt2_logits_get(g, (size_t)len - 1, 1, row);
         if (st == DDP_OK)
             seq[i] = gpt2_sample_draw(row, V, o->temperature, o->top_k, &rng, scratch);
     }

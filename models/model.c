@@ -667,7 +667,8 @@ ddp_status model_scale_loss_grad(model *m, float scale)
         DDP_ERROR("model_scale_loss_grad: no forward pass to scale");
         return DDP_ERR_STATE;
     }
-    return m->ops->scale(m->ops, m->dlogits, (size_t)m->batch * (size_t)model_classes(m), scale);
+    return m->ops->scale(m->ops, DDP_FP32, m->dlogits,
+                         (size_t)m->batch * (size_t)model_classes(m), scale);
 }
 
 /* No pass over memory (PyTorch's zero_grad(set_to_none=True) spares it alike): the next backward

@@ -33,7 +33,7 @@
 
 /* The memory report of the end of training, MiB per rank (gpt_memory). */
 typedef struct gpt_mem_report {
-    double params, grads, optimizer, activations, comm, states, peak_rss;
+    double params, grads, optimizer, activations, logits, comm, states, peak_rss;
     double device_used, device_total; /* MiB, cudaMemGetInfo on CUDA; NAN on the CPU */
     double bytes_rep, bytes_shard; /* per parameter: replicated, divided over the ranks */
     double predicted;              /* model states by the ZeRO formula */
@@ -585,6 +585,7 @@ static void gpt_memory(const trainer *t, gpt_mem_report *r)
     r->grads = (m.grads + shard_grads) / mib; /* stage 2: the shard only (the model has none) */
     r->optimizer = (double)optim_state_bytes(t->opt) / mib;
     r->activations = m.activations / mib;
+    r->logits = m.logits / mib;
     r->comm = (reducer - shard_grads) / mib; /* stage 2: the bucket buffers backward writes into */
     r->states = r->params + r->grads + r->optimizer;
     long rss = gpt_peak_rss_kib();
@@ -631,14 +632,13 @@ static void gpt_report_memory_start(trainer *t)
     gpt_memory(t, &r);
     const double mib = 1024.0 * 1024.0;
     double copy = r.params - (double)gpt2_numel_total(G(t)->model) * sizeof(float) / mib;
-    double logits = (double)G(t)->B * G(t)->T * G(t)->cfg.padded_vocab * sizeof(float) / mib;
     printf("memory per rank at start-up (%s, allocated before the first step): parameters %.1f MiB "
            "(fp32 master weights%s), gradients %.1f MiB, optimizer state %.1f MiB, activations "
-           "%.1f MiB (the logits %.1f MiB of them: B x T x padded vocabulary floats, which "
-           "--recompute does not shrink), communication buffers %.1f MiB\n",
+           "%.1f MiB (the logits %.1f MiB of them: B x T x padded vocabulary, bf16 in bf16 runs, "
+           "which --recompute does not shrink), communication buffers %.1f MiB\n",
            ddp_backend(t->ctx) == DDP_BACKEND_CPU ? "host" : "device", r.params,
            copy > 0.5 / 1024.0 ? ", and their 16-bit copy for the matmuls" : "", r.grads, r.optimizer,
-           r.activations, logits, r.comm);
+           r.activations, r.logits, r.comm);
     if (copy > 0.5 / 1024.0)
         printf("  %s keeps a copy of the weights for the 16-bit matmuls (%.1f MiB) beside the fp32 "
                "master weights, so it can take more memory than fp32 on small batches; it saves "

@@ -531,9 +531,13 @@ SIMD_DISPATCH(xent_rows, xent_rows_body,
                    int rows, int V, int Vp, float dscale),
                   (dlogits, losses, logits, targets, rows, V, Vp, dscale))
 
-ddp_status ops_cpu_xent_fwd_bwd(const ops_handle *ops, float *dlogits, float *losses,
-                                const float *logits, const int *targets, int rows, int V, int Vp,
-                                float dscale)
+/* Rows of real bf16 storage go through fp32 in chunks of this many rows (a bounded copy, not one
+ * of the whole logits). */
+enum { XENT_CHUNK_ROWS = 32 };
+
+ddp_status ops_cpu_xent_fwd_bwd(const ops_handle *ops, ddp_dtype act, void *dlogits,
+                                float *losses, const void *logits, const int *targets, int rows,
+                                int V, int Vp, float dscale)
 {
     if (!shape_ok("xent_fwd_bwd", rows, V, Vp))
         return DDP_ERR_INVALID_ARG;
@@ -541,7 +545,27 @@ ddp_status ops_cpu_xent_fwd_bwd(const ops_handle *ops, float *dlogits, float *lo
         DDP_ERROR("cpu xent_fwd_bwd: padded vocabulary %d below the vocabulary %d", Vp, V);
         return DDP_ERR_INVALID_ARG;
     }
-    xent_rows(dlogits, losses, logits, targets, rows, V, Vp, dscale);
+    if (act_floats(ops, act)) {
+        xent_rows(dlogits, losses, logits, targets, rows, V, Vp, dscale);
+        if (dlogits)
+            act_store(ops, act, dlogits, dlogits, (size_t)rows * Vp);
+        return DDP_OK;
+    }
+    float *z = malloc((size_t)XENT_CHUNK_ROWS * Vp * sizeof *z);
+    if (!z) {
+        DDP_ERROR("cpu xent_fwd_bwd: out of memory for %d rows of %d logits", XENT_CHUNK_ROWS, Vp);
+        return DDP_ERR_NOMEM;
+    }
+    size_t es = ops_dtype_size(ops, act);
+    for (int r = 0; r < rows; r += XENT_CHUNK_ROWS) {
+        int n = rows - r < XENT_CHUNK_ROWS ? rows - r : XENT_CHUNK_ROWS;
+        size_t off = (size_t)r * Vp;
+        ops->cast(ops, DDP_FP32, z, act, (const char *)logits + off * es, (size_t)n * Vp);
+        xent_rows(dlogits ? z : NULL, losses + r, z, targets + r, n, V, Vp, dscale);
+        if (dlogits)
+            ops->cast(ops, act, (char *)dlogits + off * es, DDP_FP32, z, (size_t)n * Vp);
+    }
+    free(z);
     return DDP_OK;
 }
 

@@ -37,9 +37,9 @@ ddp_status ops_cpu_gelu_bwd(const ops_handle *ops, ddp_dtype act, void *dx, cons
                             const void *dy, size_t n);
 ddp_status ops_cpu_add(const ops_handle *ops, ddp_dtype act, float *y, const float *a,
                        const void *b, size_t n);
-ddp_status ops_cpu_xent_fwd_bwd(const ops_handle *ops, float *dlogits, float *losses,
-                                const float *logits, const int *targets, int rows, int V, int Vp,
-                                float dscale);
+ddp_status ops_cpu_xent_fwd_bwd(const ops_handle *ops, ddp_dtype act, void *dlogits,
+                                float *losses, const void *logits, const int *targets, int rows,
+                                int V, int Vp, float dscale);
 ddp_status ops_cpu_adamw_step(const ops_handle *ops, float *w, float *m, float *v, const float *g,
                               size_t n, float lr, float beta1, float beta2, float eps, float wd,
                               int t, float grad_scale);

@@ -509,22 +509,25 @@ static __device__ void block_lse(float &m, float &s)
         lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
 }
 
-/* One block per row of logits (rows, Vp): losses[r] = log(sum exp(z - max)) - (z[target] - max)
- * over the first V columns, the max and the sum in one pass (online); dlogits (may be logits:
- * each thread reads its columns before it writes them, and z[target] is read before the first
- * barrier) = (softmax - onehot) * dscale, 0 in the padding. vec: Vp a multiple of 4 and the rows
- * 16-byte aligned, four columns a thread at a time. */
-static __global__ void xent_kernel(float *dlogits, float *losses, const float *logits,
+/* One block per row of logits (rows, Vp; float or bf16 storage): losses[r] = log(sum exp(z -
+ * max)) - (z[target] - max) over the first V columns, the max and the sum in one pass (online);
+ * dlogits (may be logits: each thread reads its columns before it writes them, and z[target] is
+ * read before the first barrier) = (softmax - onehot) * dscale, 0 in the padding, rounded to A.
+ * In bf16 this is llm.c's fused classifier: the row's second read mostly hits L2. vec: Vp a
+ * multiple of 4 and the rows 16-byte (float) or 8-byte (bf16) aligned, four columns a thread at a
+ * time. */
+template <typename A>
+static __global__ void xent_kernel(A *dlogits, float *losses, const A *logits,
                                    const int *targets, int V, int Vp, float dscale, bool vec)
 {
     size_t r = blockIdx.x;
-    const float *z = logits + r * Vp;
+    const A *z = logits + r * Vp;
     int target = targets[r];
-    float zt = z[target];
+    float zt = get(z, (size_t)target);
     float m = -INFINITY, s = 0.0f;
     if (vec) {
         for (int c = threadIdx.x * 4; c < V; c += blockDim.x * 4) {
-            float4 x = *reinterpret_cast<const float4 *>(z + c);
+            float4 x = get4(z, (size_t)c);
             lse_add(m, s, x.x);
             if (c + 1 < V)
                 lse_add(m, s, x.y);
@@ -535,29 +538,29 @@ static __global__ void xent_kernel(float *dlogits, float *losses, const float *l
         }
     } else {
         for (int c = threadIdx.x; c < V; c += blockDim.x)
-            lse_add(m, s, z[c]);
+            lse_add(m, s, get(z, (size_t)c));
     }
     block_lse(m, s);
     if (threadIdx.x == 0)
         losses[r] = logf(s) - (zt - m);
     if (!dlogits)
         return;
-    float *dz = dlogits + r * Vp;
+    A *dz = dlogits + r * Vp;
     if (vec) {
         for (int c = threadIdx.x * 4; c < Vp; c += blockDim.x * 4) {
-            float4 x = *reinterpret_cast<const float4 *>(z + c);
+            float4 x = get4(z, (size_t)c);
             float v[4] = {x.x, x.y, x.z, x.w};
             for (int k = 0; k < 4; k++) {
                 int j = c + k;
                 v[k] = j < V ? (expf(v[k] - m) / s - (j == target ? 1.0f : 0.0f)) * dscale : 0.0f;
             }
-            *reinterpret_cast<float4 *>(dz + c) = make_float4(v[0], v[1], v[2], v[3]);
+            put4(dz, (size_t)c, make_float4(v[0], v[1], v[2], v[3]));
         }
         return;
     }
     for (int c = threadIdx.x; c < Vp; c += blockDim.x) {
-        float p = c < V ? expf(z[c] - m) / s : 0.0f;
-        dz[c] = c < V ? (p - (c == target ? 1.0f : 0.0f)) * dscale : 0.0f;
+        float p = c < V ? expf(get(z, (size_t)c) - m) / s : 0.0f;
+        put(dz, (size_t)c, c < V ? (p - (c == target ? 1.0f : 0.0f)) * dscale : 0.0f);
     }
 }
 
@@ -1174,20 +1177,27 @@ static ddp_status cuda_add(const ops_handle *ops, ddp_dtype act, float *y, const
     return DDP_OK;
 }
 
-static ddp_status cuda_xent_fwd_bwd(const ops_handle *ops, float *dlogits, float *losses,
-                                    const float *logits, const int *targets, int rows, int V,
-                                    int Vp, float dscale)
+static ddp_status cuda_xent_fwd_bwd(const ops_handle *ops, ddp_dtype act, void *dlogits,
+                                    float *losses, const void *logits, const int *targets,
+                                    int rows, int V, int Vp, float dscale)
 {
     cuda_state *cu = cuda_of(ops);
     if (rows < 0 || V < 1 || Vp < V) {
         DDP_ERROR("cuda xent_fwd_bwd: %d rows of %d padded to %d", rows, V, Vp);
         return DDP_ERR_INVALID_ARG;
     }
+    if (!act_ok("xent_fwd_bwd", act))
+        return DDP_ERR_INVALID_ARG;
     if (rows == 0)
         return DDP_OK;
-    bool vec = Vp % 4 == 0 && ((uintptr_t)logits & 15) == 0 && ((uintptr_t)dlogits & 15) == 0;
-    xent_kernel<<<(unsigned)rows, block_threads, 0, cu->stream>>>(dlogits, losses, logits,
-                                                                  targets, V, Vp, dscale, vec);
+    uintptr_t align = act == DDP_FP32 ? 15 : 7;
+    bool vec = Vp % 4 == 0 && ((uintptr_t)logits & align) == 0 && ((uintptr_t)dlogits & align) == 0;
+    if (act == DDP_FP32)
+        xent_kernel<<<(unsigned)rows, block_threads, 0, cu->stream>>>(
+            (float *)dlogits, losses, (const float *)logits, targets, V, Vp, dscale, vec);
+    else
+        xent_kernel<<<(unsigned)rows, block_threads, 0, cu->stream>>>(
+            (uint16_t *)dlogits, losses, (const uint16_t *)logits, targets, V, Vp, dscale, vec);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }

@@ -63,7 +63,8 @@ struct ops_handle {
     ddp_status (*relu_fwd)(const ops_handle *ops, float *y, const float *x, size_t n);
     ddp_status (*relu_bwd)(const ops_handle *ops, float *dx, const float *dy, const float *y,
                            size_t n); /* dx = dy * (y > 0) */
-    ddp_status (*scale)(const ops_handle *ops, float *x, size_t n, float alpha); /* x *= alpha */
+    /* x (n, in dt: fp32, or a 16-bit type as ops_dtype_size stores it) *= alpha, rounded to dt */
+    ddp_status (*scale)(const ops_handle *ops, ddp_dtype dt, void *x, size_t n, float alpha);
     /* y += alpha x */
     ddp_status (*axpy)(const ops_handle *ops, float *y, const float *x, size_t n, float alpha);
     /* SGD with momentum and weight decay (PyTorch's formulation):
@@ -165,9 +166,10 @@ struct ops_handle {
      * Activations: the operands marked "in act" are what a linear reads or writes, stored in the
      * ddp_dtype act the op takes: DDP_FP32 (float), or the run's 16-bit p (ops_dtype_size's
      * storage, emulated or not) so that a 16-bit run needs no cast between layers (the CUDA
-     * backend takes fp32 and bf16, DDP_ERR_INVALID_ARG for fp16). The residual stream, LayerNorm's input, statistics and
-     * parameters, and the logits stay fp32; every op computes in fp32 (LayerNorm's and the
-     * softmaxes' sums included) and rounds only what it stores in act. With act DDP_FP32 the ops
+     * backend takes fp32 and bf16, DDP_ERR_INVALID_ARG for fp16). The logits are in act too (bf16
+     * logits in a bf16 run, as llm.c's). The residual stream, LayerNorm's input, statistics and
+     * parameters stay fp32; every op computes in fp32 (LayerNorm's and the softmaxes' sums
+     * included) and rounds only what it stores in act. With act DDP_FP32 the ops
      * are exactly the fp32 ones (the fp32 path does not depend on the 16-bit forms). */
     /* out (B, T, C) = wte[tokens[b,t]] + wpe[t]; tokens (B, T) in [0, V) (checked by the caller). */
     ddp_status (*encoder_fwd)(const ops_handle *ops, float *out, const int *tokens,
@@ -216,14 +218,14 @@ struct ops_handle {
      * and b when act is fp32). */
     ddp_status (*add)(const ops_handle *ops, ddp_dtype act, float *y, const float *a,
                       const void *b, size_t n);
-    /* Cross-entropy of logits (rows, Vp) whose first V columns are the vocabulary (the padding
-     * columns are ignored): losses[r] = -log softmax(logits[r, :V])[targets[r]]. When dlogits is
-     * not NULL it gets (softmax - onehot) * dscale in the first V columns and 0 in the padding
-     * (dlogits may alias logits: the gradient overwrites them). targets in [0, V) (checked by the
-     * caller); losses backend memory. */
-    ddp_status (*xent_fwd_bwd)(const ops_handle *ops, float *dlogits, float *losses,
-                               const float *logits, const int *targets, int rows, int V, int Vp,
-                               float dscale);
+    /* Cross-entropy of logits (rows, Vp; in act) whose first V columns are the vocabulary (the
+     * padding columns are ignored): losses[r] = -log softmax(logits[r, :V])[targets[r]], in fp32.
+     * When dlogits (in act) is not NULL it gets (softmax - onehot) * dscale in the first V columns
+     * and 0 in the padding (dlogits may alias logits: the gradient overwrites them, the fused
+     * classifier). targets in [0, V) (checked by the caller); losses backend memory. */
+    ddp_status (*xent_fwd_bwd)(const ops_handle *ops, ddp_dtype act, void *dlogits,
+                               float *losses, const void *logits, const int *targets, int rows,
+                               int V, int Vp, float dscale);
     /* AdamW on n elements (PyTorch's torch.optim.AdamW): g = grad_scale * g;
      * m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; mhat = m / (1 - b1^t), vhat = v / (1 - b2^t);
      * w -= lr * (mhat / (sqrt(vhat) + eps) + wd * w). t >= 1 is the step count. */

@@ -89,13 +89,6 @@ static ddp_status cpu_relu_bwd(const ops_handle *ops, float *dx, const float *dy
     return DDP_OK;
 }
 
-static ddp_status cpu_scale(const ops_handle *ops, float *x, size_t n, float alpha)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] *= alpha;
-    return DDP_OK;
-}
-
 static ddp_status cpu_axpy(const ops_handle *ops, float *y, const float *x, size_t n, float alpha)
 {
     for (size_t i = 0; i < n; i++)
@@ -353,6 +346,23 @@ static ddp_status cpu_cast(const ops_handle *ops, ddp_dtype to, void *dst, ddp_d
         memmove(dst, src, n * (cpu_bf16_stored(to) ? 2 : 4));
     if (to != from) /* float storage both: round to the narrower (a value of p is exact in fp32) */
         cpu_round_to(to, dst, n);
+    return DDP_OK;
+}
+
+/* x *= alpha in dt's storage as the handle keeps it: bf16 bits, or floats rounded as the
+ * emulation's. */
+static ddp_status cpu_scale(const ops_handle *ops, ddp_dtype dt, void *x, size_t n, float alpha)
+{
+    if (ops_dtype_size(ops, dt) != sizeof(float)) { /* bf16 bits (fp16 is always emulated) */
+        uint16_t *h = x;
+        for (size_t i = 0; i < n; i++)
+            h[i] = half_f32_to_bf16(half_bf16_to_f32(h[i]) * alpha);
+        return DDP_OK;
+    }
+    float *f = x;
+    for (size_t i = 0; i < n; i++)
+        f[i] *= alpha;
+    cpu_round_to(dt, f, n);
     return DDP_OK;
 }
 

@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "cuda_private.h"
+#include "half.h"
 #include "math_shared.h"
 
 /* ---- checks and scratch ---------------------------------------------------------------- */
@@ -73,6 +74,14 @@ __global__ void scale_kernel(float *x, size_t n, float alpha)
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         x[i] *= alpha;
+}
+
+/* scale_kernel on 16-bit storage (fp16 when fp16, else bf16), rounded to nearest even. */
+__global__ void scale16_kernel(uint16_t *x, size_t n, float alpha, int fp16)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] = half_encode(half_decode(x[i], fp16) * alpha, fp16);
 }
 
 __global__ void axpy_kernel(float *y, const float *x, size_t n, float alpha)
@@ -214,12 +223,16 @@ static ddp_status cuda_relu_bwd(const ops_handle *ops, float *dx, const float *d
     return DDP_OK;
 }
 
-static ddp_status cuda_scale(const ops_handle *ops, float *x, size_t n, float alpha)
+static ddp_status cuda_scale(const ops_handle *ops, ddp_dtype dt, void *x, size_t n, float alpha)
 {
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
         return DDP_OK;
-    scale_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(x, n, alpha);
+    if (dt == DDP_FP32)
+        scale_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>((float *)x, n, alpha);
+    else
+        scale16_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(
+            (uint16_t *)x, n, alpha, dt == DDP_FP16);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }

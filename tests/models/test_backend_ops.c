@@ -79,7 +79,7 @@ static void check_elementwise(test_rng *r)
     memcpy(y, x, sizeof x);
     for (int i = 0; i < N; i++)
         want[i] = x[i] * -1.5f;
-    CHECK(cpu->scale(cpu, y, N, -1.5f) == DDP_OK && test_compare("scale", y, want, N, 1e-6, 1e-6) == 0, "scale");
+    CHECK(cpu->scale(cpu, DDP_FP32, y, N, -1.5f) == DDP_OK && test_compare("scale", y, want, N, 1e-6, 1e-6) == 0, "scale");
     for (int i = 0; i < N; i++)
         want[i] = (float)((double)y[i] + 0.75 * dy[i]);
     CHECK(cpu->axpy(cpu, y, dy, N, 0.75f) == DDP_OK && test_compare("axpy", y, want, N, 1e-6, 1e-6) == 0, "axpy");

@@ -523,28 +523,60 @@ static void check_xent(test_rng *r, int rows, int V, int Vp)
     int *tgt_h = NULL, *tgt_d = make_ints(r, rows, V, &tgt_h);
     float dscale = 1.0f / (float)rows;
     if (BOTH_HAVE(xent_fwd_bwd)) {
-        cpu->xent_fwd_bwd(cpu, NULL, loss.h, z.h, tgt_h, rows, V, Vp, dscale);
-        CHECK(gpu->xent_fwd_bwd(gpu, NULL, loss.d, z.d, tgt_d, rows, V, Vp, dscale) == DDP_OK,
-              "xent_fwd_bwd without dlogits");
+        cpu->xent_fwd_bwd(cpu, DDP_FP32, NULL, loss.h, z.h, tgt_h, rows, V, Vp, dscale);
+        CHECK(gpu->xent_fwd_bwd(gpu, DDP_FP32, NULL, loss.d, z.d, tgt_d, rows, V, Vp, dscale) ==
+              DDP_OK, "xent_fwd_bwd without dlogits");
         compare_pair("xent losses (no dlogits)", &loss, 1e-5, 1e-4);
-        cpu->xent_fwd_bwd(cpu, dz.h, loss.h, z.h, tgt_h, rows, V, Vp, dscale);
-        CHECK(gpu->xent_fwd_bwd(gpu, dz.d, loss.d, z.d, tgt_d, rows, V, Vp, dscale) == DDP_OK,
-              "xent_fwd_bwd");
+        cpu->xent_fwd_bwd(cpu, DDP_FP32, dz.h, loss.h, z.h, tgt_h, rows, V, Vp, dscale);
+        CHECK(gpu->xent_fwd_bwd(gpu, DDP_FP32, dz.d, loss.d, z.d, tgt_d, rows, V, Vp, dscale) ==
+              DDP_OK, "xent_fwd_bwd");
         compare_pair("xent losses", &loss, 1e-5, 1e-4);
         compare_pair("xent dlogits", &dz, 1e-7, 1e-5);
-        cpu->xent_fwd_bwd(cpu, z.h, loss.h, z.h, tgt_h, rows, V, Vp, dscale);
-        CHECK(gpu->xent_fwd_bwd(gpu, z.d, loss.d, z.d, tgt_d, rows, V, Vp, dscale) == DDP_OK,
-              "xent_fwd_bwd in place");
+        cpu->xent_fwd_bwd(cpu, DDP_FP32, z.h, loss.h, z.h, tgt_h, rows, V, Vp, dscale);
+        CHECK(gpu->xent_fwd_bwd(gpu, DDP_FP32, z.d, loss.d, z.d, tgt_d, rows, V, Vp, dscale) ==
+              DDP_OK, "xent_fwd_bwd in place");
         compare_pair("xent losses (in place)", &loss, 1e-5, 1e-4);
         compare_pair("xent dlogits (in place)", &z, 1e-7, 1e-5);
         check_padding_zero(&z, rows, V, Vp);
     } else if (gpu->xent_fwd_bwd) {
-        CHECK(gpu->xent_fwd_bwd(gpu, dz.d, loss.d, z.d, tgt_d, rows, V, Vp, dscale) == DDP_OK,
-              "xent_fwd_bwd");
+        CHECK(gpu->xent_fwd_bwd(gpu, DDP_FP32, dz.d, loss.d, z.d, tgt_d, rows, V, Vp, dscale) ==
+              DDP_OK, "xent_fwd_bwd");
         check_padding_zero(&dz, rows, V, Vp);
     }
     free(tgt_h), ddp_free(gpu->ctx, tgt_d);
     drop_pair(&z), drop_pair(&dz), drop_pair(&loss);
+}
+
+/* bf16 logits (the fused classifier, in place as the GPT runs it) against the CPU's fp32 on the
+ * same bf16 values: the losses within the fp32 comparison's tolerance, dlogits within it plus one
+ * rounding, the padding exactly 0; then the loss scale on bf16 (2^10: exact). vec: Vp a multiple
+ * of 4 takes the four-column loads. */
+static void check_xent_bf16(test_rng *r, int rows, int V, int Vp)
+{
+    size_t n = (size_t)rows * Vp;
+    bpair z = make_bpair(r, n, -5, 5);
+    pair loss = make_nan_pair(rows);
+    float *dz = test_floats(n);
+    int *tgt_h = NULL, *tgt_d = make_ints(r, rows, V, &tgt_h);
+    float dscale = 1.0f / (float)rows;
+    cpu->xent_fwd_bwd(cpu, DDP_FP32, dz, loss.h, z.h, tgt_h, rows, V, Vp, dscale);
+    CHECK(gpu->xent_fwd_bwd(gpu, DDP_BF16, z.d, loss.d, z.d, tgt_d, rows, V, Vp, dscale) == DDP_OK,
+          "xent_fwd_bwd bf16");
+    compare_pair("xent bf16 losses", &loss, 1e-5, 1e-4);
+    memcpy(z.h, dz, n * sizeof(float));
+    compare_bpair("xent bf16 dlogits", &z, 1e-7, 1e-5 + BF16_ROUND);
+    float *back = bdownload(&z);
+    int bad = 0;
+    for (int row = 0; row < rows; row++)
+        for (int c = V; c < Vp; c++)
+            bad += back[(size_t)row * Vp + c] != 0.0f;
+    CHECK(bad == 0, "xent bf16: %d padding gradients are not 0", bad);
+    for (size_t i = 0; i < n; i++)
+        z.h[i] = back[i] * 0x1p10f;
+    CHECK(gpu->scale(gpu, DDP_BF16, z.d, n, 0x1p10f) == DDP_OK, "scale bf16");
+    compare_bpair("scale bf16 by 2^10", &z, 0, 0);
+    free(back), free(dz), free(tgt_h), ddp_free(gpu->ctx, tgt_d);
+    drop_bpair(&z), drop_pair(&loss);
 }
 
 int main(void)
@@ -577,6 +609,9 @@ int main(void)
         check_layernorm_bf16(&r, 70, 300);
         check_elementwise_bf16(&r, 100003);
         check_elementwise_bf16(&r, 100000);
+        check_xent_bf16(&r, 26, 100, 128);
+        check_xent_bf16(&r, 9, 1000, 1024);
+        check_xent_bf16(&r, 5, 37, 39); /* one column at a time */
     }
     check_elementwise(&r);
     check_adamw(&r);

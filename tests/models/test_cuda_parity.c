@@ -67,7 +67,7 @@ static void check_elementwise(test_rng *r)
     pair m = make_pair(r, n, -1, 1), dx = make_pair(r, n, -1, 1);
     cpu->relu_fwd(cpu, y.h, x.h, n), gpu->relu_fwd(gpu, y.d, x.d, n), compare_pair("relu_fwd", &y, 0, 0);
     cpu->relu_bwd(cpu, dx.h, g.h, y.h, n), gpu->relu_bwd(gpu, dx.d, g.d, y.d, n), compare_pair("relu_bwd", &dx, 0, 0);
-    cpu->scale(cpu, x.h, n, 0.3f), gpu->scale(gpu, x.d, n, 0.3f), compare_pair("scale", &x, 1e-6, 1e-6);
+    cpu->scale(cpu, DDP_FP32, x.h, n, 0.3f), gpu->scale(gpu, DDP_FP32, x.d, n, 0.3f), compare_pair("scale", &x, 1e-6, 1e-6);
     cpu->axpy(cpu, x.h, g.h, n, -2.0f), gpu->axpy(gpu, x.d, g.d, n, -2.0f), compare_pair("axpy", &x, 1e-6, 1e-6);
     cpu->sgd_step(cpu, x.h, m.h, g.h, n, 0.1f, 0.9f, 1e-3f);
     gpu->sgd_step(gpu, x.d, m.d, g.d, n, 0.1f, 0.9f, 1e-3f);

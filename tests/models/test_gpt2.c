@@ -49,6 +49,14 @@ static double loss_of(gpt2 *g, const int *tokens, const int *targets, int b)
     return loss;
 }
 
+/* The first rows rows of the last forward's logits as floats (malloc'd). */
+static float *logits_of(const gpt2 *g, int rows)
+{
+    float *x = test_floats((size_t)rows * gpt2_cfg(g)->padded_vocab);
+    CHECK(gpt2_logits_get(g, 0, (size_t)rows, x) == DDP_OK, "gpt2_logits_get");
+    return x;
+}
+
 /* ---- layout and init ----------------------------------------------------------------------- */
 
 static void check_layout(const ops_handle *ops)
@@ -263,12 +271,14 @@ static void check_batch_consistency(const ops_handle *ops)
     size_t nl = (size_t)T * gpt2_cfg(g)->padded_vocab;
     float *both = test_floats(2 * nl);
     CHECK(gpt2_forward(g, tokens, NULL, B, T, NULL, false) == DDP_OK, "forward B=2");
-    memcpy(both, gpt2_logits(g), 2 * nl * sizeof(float));
+    CHECK(gpt2_logits_get(g, 0, B * T, both) == DDP_OK, "logits B=2");
     double l2 = loss_of(g, tokens, targets, B), l1 = 0.0;
     for (int s = 0; s < B; s++) {
         CHECK(gpt2_forward(g, tokens + s * T, NULL, 1, T, NULL, false) == DDP_OK, "forward B=1");
-        CHECK(test_compare("logits", gpt2_logits(g), both + s * nl, nl, 1e-5, 1e-4) == 0,
+        float *one = logits_of(g, T);
+        CHECK(test_compare("logits", one, both + s * nl, nl, 1e-5, 1e-4) == 0,
               "sequence %d alone", s);
+        free(one);
         l1 += loss_of(g, tokens + s * T, targets + s * T, 1) / B;
     }
     CHECK_CLOSE(l1, l2, 1e-5, 1e-5, "mean of the B=1 losses");
@@ -403,9 +413,11 @@ static void check_bf16_logits(const ops_handle *ops)
         size_t n = (size_t)B * T * gpt2_cfg(a)->padded_vocab;
         CHECK(gpt2_forward(a, tokens, NULL, B, T, NULL, false) == DDP_OK &&
               gpt2_forward(b, tokens, NULL, B, T, NULL, false) == DDP_OK, "forward");
-        CHECK(test_compare("bf16 logits", gpt2_logits(b), gpt2_logits(a), n, 2e-2, 0.0) == 0,
-              "bf16 logits near fp32's");
-        CHECK(memcmp(gpt2_logits(a), gpt2_logits(b), n * sizeof(float)) != 0, "bf16 rounds");
+        float *la = logits_of(a, B * T), *lb = logits_of(b, B * T);
+        CHECK(test_compare("bf16 logits", lb, la, n, 2e-2, 0.0) == 0, "bf16 logits near fp32's");
+        CHECK(memcmp(la, lb, n * sizeof(float)) != 0, "bf16 rounds");
+        free(la);
+        free(lb);
     }
     gpt2_destroy(a);
     gpt2_destroy(b);
@@ -625,7 +637,10 @@ static void compare_recompute(gpt2 *plain, gpt2 *rec, ddp_dtype p)
     optim_destroy(ob);
     CHECK(gpt2_forward(plain, tokens, NULL, B, T, NULL, false) == DDP_OK &&
           gpt2_forward(rec, tokens, NULL, B, T, NULL, false) == DDP_OK, "forward without targets");
-    CHECK(bits_differ(gpt2_logits(plain), gpt2_logits(rec), nl) == 0, "%s: logits differ", name);
+    float *lp = logits_of(plain, B * T), *lr = logits_of(rec, B * T);
+    CHECK(bits_differ(lp, lr, nl) == 0, "%s: logits differ", name);
+    free(lp);
+    free(lr);
 }
 
 /* Recomputation changes nothing but the memory: activations strictly smaller (printed). */

@@ -402,20 +402,22 @@ static void check_xent(test_rng *r, int rows, int V, int Vp)
             logits[(size_t)i * Vp + v] = 1e4f;
     }
     xent_case c = {rows, V, Vp, targets, to_double(logits, n), calloc(rows, 8), 1.0 / rows};
-    CHECK(ops->xent_fwd_bwd(ops, dl, losses, logits, targets, rows, V, Vp, 1.0f / rows) == DDP_OK,
-          "xent_fwd_bwd");
+    CHECK(ops->xent_fwd_bwd(ops, DDP_FP32, dl, losses, logits, targets, rows, V, Vp,
+                            1.0f / rows) == DDP_OK, "xent_fwd_bwd");
     xent_objective(&c);
     CHECK(compare_d("xent loss", losses, c.losses, rows, 1e-5, 1e-5) == 0, "xent loss V=%d", V);
     CHECK(grad_check("dlogits", c.logits, n, 1, xent_objective, &c, dl, NULL, 1e-6, 1e-5) == 0,
           "xent dlogits V=%d Vp=%d (padding 0)", V, Vp);
     memcpy(alias, logits, sizeof(float) * n);
     float ds = 1.0f / rows;
-    ddp_status st = ops->xent_fwd_bwd(ops, alias, losses2, alias, targets, rows, V, Vp, ds);
+    ddp_status st =
+        ops->xent_fwd_bwd(ops, DDP_FP32, alias, losses2, alias, targets, rows, V, Vp, ds);
     CHECK(st == DDP_OK && memcmp(alias, dl, sizeof(float) * n) == 0 &&
           memcmp(losses2, losses, 4 * rows) == 0,
           "xent with dlogits aliasing logits differs");
     test_fill_nan(losses2, rows);
-    CHECK(ops->xent_fwd_bwd(ops, NULL, losses2, logits, targets, rows, V, Vp, 1.0f) == DDP_OK &&
+    CHECK(ops->xent_fwd_bwd(ops, DDP_FP32, NULL, losses2, logits, targets, rows, V, Vp, 1.0f) ==
+              DDP_OK &&
           memcmp(losses2, losses, 4 * rows) == 0, "xent without dlogits differs");
     free(logits), free(losses), free(dl), free(alias), free(losses2), free(targets);
     free(c.logits), free(c.losses);
@@ -519,6 +521,7 @@ static int compare_bf16(const char *what, const void *p, const float *want, size
 static void check_bf16_layernorm(test_rng *r, int rows, int C);
 static void check_bf16_attention(test_rng *r, int B, int T, int C, int NH);
 static void check_bf16_gelu_add(test_rng *r);
+static void check_bf16_xent(test_rng *r, int rows, int V, int Vp);
 
 static void check_bf16_all(test_rng *r)
 {
@@ -527,6 +530,8 @@ static void check_bf16_all(test_rng *r)
     check_bf16_attention(r, 2, 5, 8, 2);
     check_bf16_attention(r, 1, 150, 8, 2);
     check_bf16_gelu_add(r);
+    check_bf16_xent(r, 5, 9, 16);
+    check_bf16_xent(r, 70, 1000, 1024); /* more rows than the 32 of a bf16-storage chunk */
 }
 
 static void check_bf16_layernorm(test_rng *r, int rows, int C)
@@ -601,6 +606,42 @@ static void check_bf16_gelu_add(test_rng *r)
           "add with a bf16 projection differs from fp32's");
     free(x), free(g), free(y), free(dx), free(a), free(s), free(s16), free(x16), free(g16);
     free(y16), free(dx16);
+}
+
+/* bf16 logits (the fused classifier): the losses are the fp32 form's on the same bf16 values, bit
+ * for bit (every sum in fp32), dlogits its gradient rounded once, in place the same bytes;
+ * scaling bf16 by a power of two (the loss scale) is exact, by 0.3 one rounding. */
+static void check_bf16_xent(test_rng *r, int rows, int V, int Vp)
+{
+    size_t n = (size_t)rows * Vp, bytes = n * ops_dtype_size(ops, DDP_BF16);
+    float *z = rand_floats(r, n, -4, 4), *dz = nan_floats(n), *loss = nan_floats(rows);
+    float *loss16 = nan_floats(rows);
+    int *targets = malloc(sizeof(int) * rows);
+    for (int i = 0; i < rows; i++)
+        targets[i] = (int)(test_uniform(r) * V);
+    round_bf16(z, n);
+    void *z16 = to_bf16(z, n), *dz16 = nan_bf16(n);
+    float ds = 1.0f / rows;
+    CHECK(ops->xent_fwd_bwd(ops, DDP_FP32, dz, loss, z, targets, rows, V, Vp, ds) == DDP_OK &&
+          ops->xent_fwd_bwd(ops, DDP_BF16, dz16, loss16, z16, targets, rows, V, Vp, ds) ==
+          DDP_OK, "xent_fwd_bwd bf16");
+    CHECK(memcmp(loss, loss16, rows * sizeof(float)) == 0, "xent bf16 losses differ from fp32's");
+    CHECK(compare_bf16("xent dlogits bf16", dz16, dz, n) == 0, "xent bf16 dlogits V=%d", V);
+    test_fill_nan(loss16, rows);
+    CHECK(ops->xent_fwd_bwd(ops, DDP_BF16, z16, loss16, z16, targets, rows, V, Vp, ds) ==
+          DDP_OK && memcmp(z16, dz16, bytes) == 0 &&
+          memcmp(loss, loss16, rows * sizeof(float)) == 0, "xent bf16 in place differs");
+    CHECK(ops->scale(ops, DDP_FP32, dz, n, 0x1p10f) == DDP_OK, "scale");
+    CHECK(ops->scale(ops, DDP_BF16, z16, n, 0x1p10f) == DDP_OK &&
+          compare_bf16("scale bf16", z16, dz, n) == 0, "scale bf16 by 2^10");
+    float *back = test_floats(n), *want = test_floats(n);
+    ops->cast(ops, DDP_FP32, back, DDP_BF16, z16, n);
+    for (size_t i = 0; i < n; i++)
+        want[i] = back[i] * 0.3f;
+    CHECK(ops->scale(ops, DDP_BF16, z16, n, 0.3f) == DDP_OK &&
+          compare_bf16("scale bf16 by 0.3", z16, want, n) == 0, "scale bf16 by 0.3");
+    free(z), free(dz), free(loss), free(loss16), free(targets), free(z16), free(dz16);
+    free(back), free(want);
 }
 
 /* ---- main -------------------------------------------------------------------------------- */
