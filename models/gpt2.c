@@ -752,6 +752,9 @@ static ddp_status mlp_hidden_fwd(gpt2 *g, int l)
                             at_f(g, a->residual2, l, C), param(g, T_LN2W, l), param(g, T_LN2B, l),
                             rows, C));
     TRY_OK(to_p(g, ln2, h, n));
+    if (!casts(g) && o->linear_gelu_fwd) /* fused (cuBLASLt's GELU epilogue on CUDA bf16) */
+        return o->linear_gelu_fwd(o, g->opts.precision, ln2, cweight(g, T_FCW, l),
+                                  param(g, T_FCB, l), rows, C, 4 * C, fch, gelu);
     TRY_OK(linear_fwd(g, T_FCW, l, ln2, C, 4 * C, fch));
     h = out_act(g, gelu);
     TRY_OK(o->gelu_fwd(o, g->act, h, fch, 4 * n));
@@ -902,22 +905,29 @@ static ddp_status mark(gpt2 *g, ddp_reducer *r, int t, int l)
 }
 
 /* dx (rows, in; in act) = dy (rows, out; in p) w (out, in; in p): directly, or with casts
- * through dx_c. */
-static ddp_status linear_dx(gpt2 *g, const void *w, const void *dyp, int in, int out, void *dx)
+ * through dx_c; times GELU'(gelu_pre) when gelu_pre (rows, in; in act: c_fc's output) is not
+ * NULL, fused where the ops can (ops.h linear_bwd_input_gelu). */
+static ddp_status linear_dx(gpt2 *g, const void *w, const void *dyp, int in, int out, void *dx,
+                            const void *gelu_pre)
 {
     const ops_handle *o = g->ops;
     ddp_dtype p = g->opts.precision;
     int rows = g->B * g->T;
+    if (gelu_pre && !casts(g) && o->linear_bwd_input_gelu)
+        return o->linear_bwd_input_gelu(o, p, w, dyp, gelu_pre, rows, in, out, dx);
     void *dxp = casts(g) ? g->d.dx_c : dx;
     TRY_OK(o->linear_bwd_input(o, p, w, dyp, rows, in, out, dxp));
-    return casts(g) ? o->cast(o, g->act, dx, p, dxp, (size_t)rows * in) : DDP_OK;
+    if (casts(g))
+        TRY_OK(o->cast(o, g->act, dx, p, dxp, (size_t)rows * in));
+    return gelu_pre ? o->gelu_bwd(o, g->act, dx, gelu_pre, dx, (size_t)rows * in) : DDP_OK;
 }
 
 /* Backward of the linear with weight tensor t (bias t + 1) of layer l, input x (rows, in; in p),
  * output gradient dy (rows, out; in act): the bias gradient (marked), the weight gradient
- * (marked), then dx (rows, in; in act) = dy W. */
+ * (marked), then dx (rows, in; in act) = dy W (linear_dx, through GELU's backward with
+ * gelu_pre). */
 static ddp_status linear_bwd(gpt2 *g, ddp_reducer *r, int t, int l, const void *x,
-                             const void *dy, int in, int out, void *dx)
+                             const void *dy, int in, int out, void *dx, const void *gelu_pre)
 {
     const ops_handle *o = g->ops;
     ddp_dtype p = g->opts.precision;
@@ -931,7 +941,7 @@ static ddp_status linear_bwd(gpt2 *g, ddp_reducer *r, int t, int l, const void *
     TRY_OK(grad(g, t, l, &dw));
     TRY_OK(o->linear_bwd_params(o, p, x, dyp, rows, in, out, dw, NULL, true));
     TRY_OK(mark(g, r, t, l));
-    return linear_dx(g, cweight(g, t, l), dyp, in, out, dx);
+    return linear_dx(g, cweight(g, t, l), dyp, in, out, dx, gelu_pre);
 }
 
 /* The residual stream's gradient as the projections' backward reads it (in act). */
@@ -961,12 +971,10 @@ static ddp_status mlp_bwd(gpt2 *g, ddp_reducer *r, int l)
     gpt2_acts *a = &g->a;
     gpt2_dacts *d = &g->d;
     int C = g->cfg.channels;
-    size_t n4 = (size_t)g->B * g->T * 4 * C;
     void *fch = at_a(g, a->fch, l, 4 * (size_t)C);
     TRY_OK(linear_bwd(g, r, T_FCPROJW, l, at_p(g, a->fch_gelu, l, 4 * (size_t)C), dres(g),
-                      4 * C, C, d->dfch));
-    TRY_OK(g->ops->gelu_bwd(g->ops, g->act, d->dfch, fch, d->dfch, n4));
-    TRY_OK(linear_bwd(g, r, T_FCW, l, at_p(g, a->ln2, l, C), d->dfch, C, 4 * C, d->dln));
+                      4 * C, C, d->dfch, fch));
+    TRY_OK(linear_bwd(g, r, T_FCW, l, at_p(g, a->ln2, l, C), d->dfch, C, 4 * C, d->dln, NULL));
     return ln_bwd(g, r, T_LN2W, l, at_f(g, a->residual2, l, C), at_f(g, a->ln2_mean, l, 1),
                   at_f(g, a->ln2_rstd, l, 1));
 }
@@ -979,10 +987,11 @@ static ddp_status attn_bwd(gpt2 *g, ddp_reducer *r, int l)
     int C = g->cfg.channels, NH = g->cfg.heads;
     void *qkv = at_a(g, a->qkv, l, 3 * (size_t)C);
     const float *input = block_in(g, l);
-    TRY_OK(linear_bwd(g, r, T_ATTPROJW, l, at_p(g, a->atty, l, C), dres(g), C, C, d->datty));
+    TRY_OK(linear_bwd(g, r, T_ATTPROJW, l, at_p(g, a->atty, l, C), dres(g), C, C, d->datty,
+                      NULL));
     TRY_OK(g->ops->attention_bwd(g->ops, g->opts.precision, g->act, d->dqkv, d->datt, d->datty,
                                  qkv, att_of(g, l), g->B, g->T, C, NH));
-    TRY_OK(linear_bwd(g, r, T_QKVW, l, at_p(g, a->ln1, l, C), d->dqkv, C, 3 * C, d->dln));
+    TRY_OK(linear_bwd(g, r, T_QKVW, l, at_p(g, a->ln1, l, C), d->dqkv, C, 3 * C, d->dln, NULL));
     return ln_bwd(g, r, T_LN1W, l, input, at_f(g, a->ln1_mean, l, 1), at_f(g, a->ln1_rstd, l, 1));
 }
 
@@ -1004,7 +1013,7 @@ static ddp_status head_bwd(gpt2 *g, ddp_reducer *r, float loss_scale)
     }
     TRY_OK(grad(g, T_WTE, 0, &dwte));
     TRY_OK(o->linear_bwd_params(o, p, g->a.lnf, dlogits, rows, C, Vp, dwte, NULL, true));
-    TRY_OK(linear_dx(g, cweight(g, T_WTE, 0), dlogits, C, Vp, g->d.dln));
+    TRY_OK(linear_dx(g, cweight(g, T_WTE, 0), dlogits, C, Vp, g->d.dln, NULL));
     TRY_OK(ddp_zero(g->ctx, g->d.dresidual, (size_t)rows * C * sizeof(float)));
     return ln_bwd(g, r, T_LNFW, 0, block_out(g, g->cfg.layers - 1), g->a.lnf_mean,
                   g->a.lnf_rstd);

@@ -414,15 +414,23 @@ static ddp_status bias_store(const ops_handle *ops, ddp_dtype p, void *y, const 
 enum { LT_PLANS = 32 };
 static const size_t lt_workspace_bytes = (size_t)32 << 20;
 
-/* y (batch, out) = x (batch, in) w^T + b with bf16 x and w, y fp32 (the bias fp32) or bf16 (the
- * bias bf16: cuBLASLt's bias has the output's type): cuBLASLt's descriptors and the algorithm its
- * heuristic chose, for one shape, output type and pointer alignment. Column-major, as cuBLASLt
- * sees it: y^T (out, batch) = (w stored (in, out))^T x^T, the bias added along the out rows in the
- * fp32 accumulator, before the output's one rounding. */
+/* What a plan's epilogue does, on bf16 x and w with fp32 accumulation:
+ *   LT_BIAS:      y (batch, out) = x (batch, in) w^T + b, y fp32 (the bias fp32) or bf16 (the bias
+ *                 bf16: cuBLASLt's bias has the output's type);
+ *   LT_GELU_AUX:  the same with y_bf16, then y = GELU(y) and aux (batch, out) = the sum before GELU
+ *                 (cuBLASLt's GELU_AUX_BIAS: GELU of the fp32 sum, each output rounded once);
+ *   LT_DGELU:     y (batch, in) = (x (batch, out) w) * GELU'(aux (batch, in)), bf16 (DGELU).
+ * Column-major, as cuBLASLt sees it, w stored (in, out): forward y^T (out, batch) = w^T x^T, the
+ * bias added along the out rows in the fp32 accumulator; DGELU y^T (in, batch) = w x^T. */
+typedef enum { LT_BIAS, LT_GELU_AUX, LT_DGELU } lt_epi;
+
+/* cuBLASLt's descriptors and the algorithm its heuristic chose, for one epilogue, shape, output
+ * type and pointer alignment. */
 typedef struct lt_plan {
     int batch, in, out, align;
     bool y_bf16;
-    bool ok; /* false: no algorithm for it (the caller falls back to cuBLAS + a bias kernel) */
+    lt_epi epi;
+    bool ok; /* false: no algorithm for it (the caller falls back to cuBLAS + kernels) */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -436,9 +444,9 @@ typedef struct lt_state {
 } lt_state;
 
 /* The largest power of two, up to 256, that divides every address (cuBLASLt's alignment hint). */
-static int lt_alignment(const void *x, const void *w, const void *y, const void *b)
+static int lt_alignment(const void *x, const void *w, const void *y, const void *b, const void *aux)
 {
-    uintptr_t bits = (uintptr_t)x | (uintptr_t)w | (uintptr_t)y | (uintptr_t)b | 256;
+    uintptr_t bits = (uintptr_t)x | (uintptr_t)w | (uintptr_t)y | (uintptr_t)b | (uintptr_t)aux | 256;
     return (int)(bits & ~(bits - 1));
 }
 
@@ -457,22 +465,31 @@ static void lt_plan_release(lt_plan *pl)
 /* The descriptors of *pl (shape and align filled in); DDP_ERR_BLAS when one cannot be made. */
 static ddp_status lt_plan_descs(lt_plan *pl)
 {
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    bool dgelu = pl->epi == LT_DGELU;
+    cublasOperation_t ta = dgelu ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epilogue = pl->epi == LT_BIAS      ? CUBLASLT_EPILOGUE_BIAS
+                                  : pl->epi == LT_GELU_AUX ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                           : CUBLASLT_EPILOGUE_DGELU;
     cudaDataType y_type = pl->y_bf16 ? CUDA_R_16BF : CUDA_R_32F, bias_type = y_type;
+    int y_rows = dgelu ? pl->in : pl->out, x_rows = dgelu ? pl->out : pl->in;
+    int64_t aux_ld = y_rows; /* aux has y's shape; cuBLASLt wants a multiple of 8 */
     TRY_CUBLAS(cublasLtMatmulDescCreate(&pl->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                               sizeof epilogue));
-    TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                              &bias_type, sizeof bias_type));
+    if (!dgelu)
+        TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                  &bias_type, sizeof bias_type));
+    if (pl->epi != LT_BIAS)
+        TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                  &aux_ld, sizeof aux_ld));
     TRY_CUBLAS(cublasLtMatrixLayoutCreate(&pl->a, CUDA_R_16BF, (uint64_t)pl->in, (uint64_t)pl->out,
                                           pl->in));
-    TRY_CUBLAS(cublasLtMatrixLayoutCreate(&pl->b, CUDA_R_16BF, (uint64_t)pl->in,
-                                          (uint64_t)pl->batch, pl->in));
-    TRY_CUBLAS(cublasLtMatrixLayoutCreate(&pl->c, y_type, (uint64_t)pl->out,
-                                          (uint64_t)pl->batch, pl->out));
+    TRY_CUBLAS(cublasLtMatrixLayoutCreate(&pl->b, CUDA_R_16BF, (uint64_t)x_rows,
+                                          (uint64_t)pl->batch, x_rows));
+    TRY_CUBLAS(cublasLtMatrixLayoutCreate(&pl->c, y_type, (uint64_t)y_rows, (uint64_t)pl->batch,
+                                          y_rows));
     return DDP_OK;
 }
 
@@ -504,37 +521,47 @@ static ddp_status lt_plan_algo(lt_state *lt, lt_plan *pl)
 
 /* The cached plan for this shape and alignment, made on first use; NULL when the cache is full
  * or cuBLASLt refused the descriptors (the caller falls back). */
-static lt_plan *lt_plan_for(lt_state *lt, int batch, int in, int out, bool y_bf16, int align)
+static lt_plan *lt_plan_for(lt_state *lt, lt_epi epi, int batch, int in, int out, bool y_bf16,
+                            int align)
 {
     for (int i = 0; i < lt->n_plans; i++) {
         lt_plan *pl = &lt->plans[i];
-        if (pl->batch == batch && pl->in == in && pl->out == out && pl->y_bf16 == y_bf16 &&
-            pl->align == align)
+        if (pl->epi == epi && pl->batch == batch && pl->in == in && pl->out == out &&
+            pl->y_bf16 == y_bf16 && pl->align == align)
             return pl->ok ? pl : NULL;
     }
     if (lt->n_plans == LT_PLANS)
         return NULL;
+    if (epi != LT_BIAS && (epi == LT_DGELU ? in : out) % 8 != 0)
+        return NULL; /* the GELU input's leading dimension: a multiple of 8 (cublasLt.h) */
     lt_plan *pl = &lt->plans[lt->n_plans++];
-    *pl = lt_plan{batch, in, out, align, y_bf16, false, NULL, NULL, NULL, NULL, {}};
+    *pl = lt_plan{batch, in, out, align, y_bf16, epi, false, NULL, NULL, NULL, NULL, {}};
     if (lt_plan_descs(pl) != DDP_OK || lt_plan_algo(lt, pl) != DDP_OK)
         pl->ok = false;
     return pl->ok ? pl : NULL;
 }
 
-/* y (batch, out) = x w^T + b on cuBLASLt with the bias epilogue, y and b fp32, or both bf16
- * (y_bf16); DDP_ERR_UNSUPPORTED when there is no plan for it (nothing was queued: the caller takes
+/* One GEMM with the epilogue epi (lt_epi's shapes): y and b fp32, or both bf16 (y_bf16; always for
+ * the GELU forms); aux the GELU input (written by LT_GELU_AUX, read by LT_DGELU), b NULL for
+ * LT_DGELU. DDP_ERR_UNSUPPORTED when there is no plan for it (nothing was queued: the caller takes
  * the other path). */
-static ddp_status lt_linear_bias(const ops_handle *ops, const void *x, const void *w,
-                                 const void *b, int batch, int in, int out, void *y, bool y_bf16)
+static ddp_status lt_matmul(const ops_handle *ops, lt_epi epi, const void *x, const void *w,
+                            const void *b, const void *aux, int batch, int in, int out, void *y,
+                            bool y_bf16)
 {
     cuda_state *cu = cuda_of(ops);
     lt_state *lt = (lt_state *)cu->lt;
-    lt_plan *pl = lt ? lt_plan_for(lt, batch, in, out, y_bf16, lt_alignment(x, w, y, b)) : NULL;
+    int align = lt_alignment(x, w, y, b, aux);
+    lt_plan *pl = lt ? lt_plan_for(lt, epi, batch, in, out, y_bf16, align) : NULL;
     if (!pl)
         return DDP_ERR_UNSUPPORTED;
     const float alpha = 1.0f, beta = 0.0f;
-    TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b,
-                                              sizeof b));
+    if (epi != LT_DGELU)
+        TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b,
+                                                  sizeof b));
+    if (epi != LT_BIAS)
+        TRY_CUBLAS(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                  &aux, sizeof aux));
     cublasStatus_t st = cublasLtMatmul(lt->handle, pl->op, &alpha, w, pl->a, x, pl->b, &beta, y,
                                        pl->c, y, pl->c, &pl->algo, lt->workspace,
                                        lt_workspace_bytes, cu->stream);
@@ -577,6 +604,16 @@ void cuda_lt_close(ops_handle *ops)
     cu->lt = NULL;
 }
 
+/* *b16 = b (out floats) rounded to bf16 in scratch: the bias of a bf16 epilogue. */
+static ddp_status bias_bf16(const ops_handle *ops, const float *b, int out, const void **b16)
+{
+    void *s = NULL;
+    TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_BIAS16, (size_t)out * sizeof(uint16_t), &s));
+    TRY_OK(ops->cast(ops, DDP_BF16, s, DDP_FP32, b, (size_t)out));
+    *b16 = s;
+    return DDP_OK;
+}
+
 /* bf16 inputs with a bias (every GPT linear) run on cuBLASLt with the bias in the GEMM's epilogue,
  * added to the fp32 accumulator before the output's one rounding, where it has a plan: for a bf16
  * output the bias is rounded to bf16 first (cuBLASLt's bias has the output's type; a launch over
@@ -590,13 +627,9 @@ static ddp_status cuda_linear_fwd(const ops_handle *ops, ddp_dtype p, const void
         return DDP_ERR_INVALID_ARG;
     if (p == DDP_BF16 && b && batch > 0 && in > 0 && out > 0) {
         const void *bias = b;
-        if (!y_fp32) {
-            void *b16 = NULL;
-            TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_BIAS16, (size_t)out * sizeof(uint16_t), &b16));
-            TRY_OK(ops->cast(ops, DDP_BF16, b16, DDP_FP32, b, (size_t)out));
-            bias = b16;
-        }
-        ddp_status st = lt_linear_bias(ops, x, w, bias, batch, in, out, y, !y_fp32);
+        if (!y_fp32)
+            TRY_OK(bias_bf16(ops, b, out, &bias));
+        ddp_status st = lt_matmul(ops, LT_BIAS, x, w, bias, NULL, batch, in, out, y, !y_fp32);
         if (st != DDP_ERR_UNSUPPORTED)
             return st;
     }
@@ -627,6 +660,43 @@ static ddp_status cuda_linear_bwd_input(const ops_handle *ops, ddp_dtype p, cons
     if (p != DDP_FP16 || batch <= 0 || in <= 0)
         return DDP_OK;
     return cuda_round_fp16(ops, (float *)dx, (size_t)batch * in);
+}
+
+/* bf16 with a bias: one cuBLASLt GEMM with the GELU_AUX_BIAS epilogue (pre is the epilogue's aux
+ * output: the sum before GELU, rounded to bf16; y is GELU of the fp32 sum). Otherwise, or when
+ * cuBLASLt has no plan: linear_fwd, then gelu_fwd on pre. */
+static ddp_status cuda_linear_gelu_fwd(const ops_handle *ops, ddp_dtype p, const void *x,
+                                       const void *w, const float *b, int batch, int in, int out,
+                                       void *pre, void *y)
+{
+    if (batch < 0 || in < 0 || out < 0)
+        return DDP_ERR_INVALID_ARG;
+    if (p == DDP_BF16 && b && batch > 0 && in > 0 && out > 0) {
+        const void *bias = NULL;
+        TRY_OK(bias_bf16(ops, b, out, &bias));
+        ddp_status st = lt_matmul(ops, LT_GELU_AUX, x, w, bias, pre, batch, in, out, y, true);
+        if (st != DDP_ERR_UNSUPPORTED)
+            return st;
+    }
+    TRY_OK(ops->linear_fwd(ops, p, x, w, b, batch, in, out, pre, p == DDP_FP32));
+    return ops->gelu_fwd(ops, p, y, pre, (size_t)batch * out);
+}
+
+/* bf16: one cuBLASLt GEMM with the DGELU epilogue (dx rounded once). Otherwise, or when cuBLASLt
+ * has no plan: linear_bwd_input, then gelu_bwd in place. */
+static ddp_status cuda_linear_bwd_input_gelu(const ops_handle *ops, ddp_dtype p, const void *w,
+                                             const void *dy, const void *pre, int batch, int in,
+                                             int out, void *dx)
+{
+    if (batch < 0 || in < 0 || out < 0)
+        return DDP_ERR_INVALID_ARG;
+    if (p == DDP_BF16 && batch > 0 && in > 0 && out > 0) {
+        ddp_status st = lt_matmul(ops, LT_DGELU, dy, w, NULL, pre, batch, in, out, dx, true);
+        if (st != DDP_ERR_UNSUPPORTED)
+            return st;
+    }
+    TRY_OK(ops->linear_bwd_input(ops, p, w, dy, batch, in, out, dx));
+    return ops->gelu_bwd(ops, p, dx, pre, dx, (size_t)batch * in);
 }
 
 /* ---- ReLU and max-pool --------------------------------------------------------------------- */
@@ -730,6 +800,8 @@ void cuda_layer_ops(ops_handle *ops)
     ops->linear_fwd = cuda_linear_fwd;
     ops->linear_bwd_params = cuda_linear_bwd_params;
     ops->linear_bwd_input = cuda_linear_bwd_input;
+    ops->linear_gelu_fwd = cuda_linear_gelu_fwd;
+    ops->linear_bwd_input_gelu = cuda_linear_bwd_input_gelu;
     ops->act_relu_fwd = cuda_act_relu_fwd;
     ops->act_relu_bwd = cuda_act_relu_bwd;
     ops->pool_fwd = cuda_pool_fwd;

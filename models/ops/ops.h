@@ -209,6 +209,17 @@ struct ops_handle {
      * more for a smaller B or T. It follows the handle's settings at the call: fix them before
      * sizing buffers. */
     size_t (*attention_floats)(const ops_handle *ops, ddp_dtype p, int B, int T, int C, int NH);
+    /* Optional fusions of a linear with GELU, for act == p (fp32 or bf16); NULL: the model calls
+     * linear_fwd and gelu_fwd, linear_bwd_input and gelu_bwd. pre (batch, out; in p) = x w^T + b
+     * and y (in p) = GELU(pre): where fused (CUDA bf16: cuBLASLt's GELU_AUX_BIAS epilogue) y is
+     * GELU of pre before its rounding, within one rounding of gelu_fwd(pre). */
+    ddp_status (*linear_gelu_fwd)(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
+                                  const float *b, int batch, int in, int out, void *pre, void *y);
+    /* dx (batch, in; in p) = (dy w) * GELU'(pre), pre (batch, in) in p: linear_bwd_input then
+     * gelu_bwd, dx rounded once where fused (CUDA bf16: cuBLASLt's DGELU epilogue). */
+    ddp_status (*linear_bwd_input_gelu)(const ops_handle *ops, ddp_dtype p, const void *w,
+                                        const void *dy, const void *pre, int batch, int in,
+                                        int out, void *dx);
     /* y = GELU(x), the tanh approximation (GPT-2's); x, y in act. */
     ddp_status (*gelu_fwd)(const ops_handle *ops, ddp_dtype act, void *y, const void *x, size_t n);
     /* dx = dy * GELU'(x), all in act (dx may alias dy). */

@@ -547,6 +547,35 @@ static void check_xent(test_rng *r, int rows, int V, int Vp)
     drop_pair(&z), drop_pair(&dz), drop_pair(&loss);
 }
 
+/* The MLP's fused linear + GELU (ops.h linear_gelu_fwd, linear_bwd_input_gelu) in bf16 against the
+ * CPU's fp32 linear and GELU on the same bf16 values. cuBLASLt's epilogues (in and out multiples of
+ * 8) round the bias to bf16 (2^-9 of |b| <= 1, so atol 2^-8 plus the sums' order) and each output
+ * once (rtol BF16_ROUND); y is GELU of the unrounded sum (GELU' <= 1.13: atol 2^-7); dx rounds
+ * once where the unfused path rounds twice. Other shapes take the unfused path, same bounds. */
+static void check_linear_gelu_bf16(test_rng *r, int batch, int in, int out)
+{
+    size_t nx = (size_t)batch * in, ny = (size_t)batch * out;
+    bpair x = make_bpair(r, nx, -1, 1), w = make_bpair(r, (size_t)out * in, -1, 1);
+    bpair pre = make_bpair(r, ny, 1, 0), y = make_bpair(r, ny, 1, 0);
+    pair b = make_pair(r, (size_t)out, -1, 1);
+    cpu->linear_fwd(cpu, DDP_FP32, x.h, w.h, b.h, batch, in, out, pre.h, true);
+    cpu->gelu_fwd(cpu, DDP_FP32, y.h, pre.h, ny);
+    CHECK(gpu->linear_gelu_fwd(gpu, DDP_BF16, x.d, w.d, b.d, batch, in, out, pre.d, y.d) ==
+          DDP_OK, "linear_gelu_fwd bf16");
+    compare_bpair("linear_gelu_fwd pre", &pre, 0x1p-8 + 1e-5 * sqrt((double)in), BF16_ROUND);
+    compare_bpair("linear_gelu_fwd y", &y, 0x1p-7 + 1e-5 * sqrt((double)in), BF16_ROUND);
+    /* backward, as c_proj's: dx (batch, in) = (dy (batch, out) w) * GELU'(g (batch, in)) */
+    bpair dy = make_bpair(r, ny, -1, 1), g = make_bpair(r, nx, -3, 3), dx = make_bpair(r, nx, 1, 0);
+    bpair w2 = make_bpair(r, (size_t)out * in, -1, 1);
+    cpu->linear_bwd_input(cpu, DDP_FP32, w2.h, dy.h, batch, in, out, dx.h);
+    cpu->gelu_bwd(cpu, DDP_FP32, dx.h, g.h, dx.h, nx);
+    CHECK(gpu->linear_bwd_input_gelu(gpu, DDP_BF16, w2.d, dy.d, g.d, batch, in, out, dx.d) ==
+          DDP_OK, "linear_bwd_input_gelu bf16");
+    compare_bpair("linear_bwd_input_gelu dx", &dx, 1e-5 * sqrt((double)out), 2 * BF16_ROUND);
+    drop_bpair(&x), drop_bpair(&w), drop_bpair(&pre), drop_bpair(&y), drop_pair(&b);
+    drop_bpair(&dy), drop_bpair(&g), drop_bpair(&dx), drop_bpair(&w2);
+}
+
 /* bf16 logits (the fused classifier, in place as the GPT runs it) against the CPU's fp32 on the
  * same bf16 values: the losses within the fp32 comparison's tolerance, dlogits within it plus one
  * rounding, the padding exactly 0; then the loss scale on bf16 (2^10: exact). vec: Vp a multiple
@@ -609,6 +638,9 @@ int main(void)
         check_layernorm_bf16(&r, 70, 300);
         check_elementwise_bf16(&r, 100003);
         check_elementwise_bf16(&r, 100000);
+        check_linear_gelu_bf16(&r, 70, 96, 384);  /* c_fc's shape, C 96: the epilogues */
+        check_linear_gelu_bf16(&r, 70, 384, 96);  /* c_proj's, for the backward */
+        check_linear_gelu_bf16(&r, 33, 29, 100);  /* 100 and 29 not multiples of 8: unfused */
         check_xent_bf16(&r, 26, 100, 128);
         check_xent_bf16(&r, 9, 1000, 1024);
         check_xent_bf16(&r, 5, 37, 39); /* one column at a time */
