@@ -37,8 +37,8 @@ struct flag_row {
     double lo, hi;     /* ARG_REAL: the range, its ends closed or open as ends says ("[]", "[)", "(]") */
     const char *ends;
     const char *words; /* ARG_WORD: "a|b|c" (NULL: meta's) */
-    int (*fn)(const flag_row *r, const char *v, train_opts *o); /* ARG_FN, or instead of the kind's
-                                                                    check: 0, or -1 with the complaint */
+    int (*fn)(const flag_row *r, const char *v, train_opts *o); /* reads the value in place of the
+                                                                    kind: 0, or -1 with the complaint */
     double def;        /* the default of an ARG_FLAG, ARG_INT, ARG_LONG or ARG_REAL (0: none set) */
     const char *help;  /* --help's lines beside the flag, '\n' between; NULL: none */
 };
@@ -194,7 +194,8 @@ static int parse_peak(const flag_row *r, const char *v, train_opts *o)
     return -1;
 }
 
-/* Every flag, in --help's order. The batch is not limited here: rank 0's data size bounds it. */
+/* Every flag, in --help's order (the order the other model's flags are named in when refused). The
+ * batch is not limited here: rank 0's data size bounds it. */
 static const flag_row rows[] = {
     TEXT("usage: ddp-train [options]   (run one process, or many with mpirun / srun / ddp-launch)\n"),
     {"model", "mlp|cnn|gpt2", FOR_ANY, AS_FN(parse_model),
