@@ -1,4 +1,6 @@
-/* train_opts.c - ddp-train command line: getopt_long flags, each value validated with a clear message. */
+/* train_opts.c - ddp-train command line: one table of flags, from which come getopt_long's table,
+ * --help, each value's check and the "did you mean" of a mistyped flag; the checks across flags
+ * run after the table's. */
 #include "train_opts.h"
 
 #include <ctype.h>
@@ -7,6 +9,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,261 +19,163 @@
 #define TRAIN_STR_(x) #x
 #define TRAIN_STR(x) TRAIN_STR_(x)
 
-enum {
-    OPT_MODEL = 1000, OPT_WIDTHS, OPT_DATA, OPT_EPOCHS, OPT_MAX_STEPS, OPT_BATCH, OPT_LR,
-    OPT_MOMENTUM, OPT_WEIGHT_DECAY, OPT_SEED, OPT_BUCKET_MB, OPT_FIRST_BUCKET_MB, OPT_ACCUM,
-    OPT_DEVICE, OPT_THREADS, OPT_METRICS, OPT_SAVE, OPT_NO_SHUFFLE, OPT_LOG_EVERY,
-    OPT_BROADCAST_INIT, OPT_LR_SCHEDULE, OPT_AUGMENT, OPT_PRECISION, OPT_GRAD_DTYPE, OPT_LOSS_SCALE_INIT,
-    OPT_LOSS_SCALE_INTERVAL, OPT_WORKERS, OPT_INJECT_INF, OPT_TRACE, OPT_NO_OVERLAP, OPT_LINK_CHECK,
-    OPT_HELP, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME, OPT_RESUME_RESHARD, OPT_REQUEUE,
-    OPT_CKPT_ERRORS, OPT_NAN_POLICY, OPT_TF32, OPT_ZERO, OPT_CKPT_FORMAT, OPT_CKPT_ASYNC,
-    /* GPT-2 flags, parsed by parse_gpt_opt (keep them last) */
-    OPT_GPT_CONFIG, OPT_LAYERS, OPT_HEADS, OPT_CHANNELS, OPT_SEQ, OPT_VAL_DATA, OPT_VAL_EVERY,
-    OPT_VAL_MAX_BATCHES, OPT_TOTAL_BATCH_TOKENS, OPT_WARMUP_STEPS, OPT_LR_FLOOR, OPT_GRAD_CLIP,
-    OPT_INIT_FROM, OPT_SAVE_LLMC, OPT_SAMPLE, OPT_VOCAB, OPT_RECOMPUTE, OPT_ZERO_ACCUM,
-    OPT_PEAK_TFLOPS, OPT_PROMPT, OPT_TEMPERATURE, OPT_TOP_K, OPT_SAMPLE_ONLY, OPT_END
+/* How a flag's value is read: see flag_row. */
+typedef enum arg_kind { ARG_FLAG, ARG_INT, ARG_LONG, ARG_REAL, ARG_WORD, ARG_STR, ARG_FN, ARG_HELP, ARG_TEXT } arg_kind;
+
+/* The models a flag applies to; the others' flags are refused, all named in one message. */
+typedef enum arg_scope { FOR_ANY, FOR_MNIST, FOR_GPT } arg_scope;
+
+/* One flag: its name, its value's kind and range, where it is stored, its default and its help. */
+typedef struct flag_row flag_row;
+struct flag_row {
+    const char *name;  /* without the dashes; NULL for ARG_TEXT, a paragraph of --help */
+    const char *meta;  /* its value in --help ("N", "cpu|cuda|auto"); NULL: no value */
+    arg_scope scope;
+    arg_kind kind;
+    size_t off;        /* offsetof(train_opts, the field): an int, a long, a double or a const char * */
+    long min, max;     /* ARG_INT, ARG_LONG: the range; ARG_FLAG: the value set; ARG_WORD: the first word's */
+    double lo, hi;     /* ARG_REAL: the range, its ends closed or open as ends says ("[]", "[)", "(]") */
+    const char *ends;
+    const char *words; /* ARG_WORD: "a|b|c" (NULL: meta's) */
+    int (*fn)(const flag_row *r, const char *v, train_opts *o); /* reads the value in place of the
+                                                                    kind: 0, or -1 with the complaint */
+    double def;        /* the default of an ARG_FLAG, ARG_INT, ARG_LONG or ARG_REAL (0: none set) */
+    const char *help;  /* --help's lines beside the flag, '\n' between; NULL: none */
 };
 
-static const struct option train_long_opts[] = {
-    {"model", required_argument, NULL, OPT_MODEL},
-    {"widths", required_argument, NULL, OPT_WIDTHS},
-    {"data", required_argument, NULL, OPT_DATA},
-    {"epochs", required_argument, NULL, OPT_EPOCHS},
-    {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
-    {"batch", required_argument, NULL, OPT_BATCH},
-    {"lr", required_argument, NULL, OPT_LR},
-    {"momentum", required_argument, NULL, OPT_MOMENTUM},
-    {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
-    {"seed", required_argument, NULL, OPT_SEED},
-    {"bucket-mb", required_argument, NULL, OPT_BUCKET_MB},
-    {"first-bucket-mb", required_argument, NULL, OPT_FIRST_BUCKET_MB},
-    {"accum", required_argument, NULL, OPT_ACCUM},
-    {"device", required_argument, NULL, OPT_DEVICE},
-    {"threads", required_argument, NULL, OPT_THREADS},
-    {"metrics", required_argument, NULL, OPT_METRICS},
-    {"save", required_argument, NULL, OPT_SAVE},
-    {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE},
-    {"log-every", required_argument, NULL, OPT_LOG_EVERY},
-    {"broadcast-init", no_argument, NULL, OPT_BROADCAST_INIT},
-    {"lr-schedule", required_argument, NULL, OPT_LR_SCHEDULE},
-    {"augment", no_argument, NULL, OPT_AUGMENT},
-    {"precision", required_argument, NULL, OPT_PRECISION},
-    {"grad-dtype", required_argument, NULL, OPT_GRAD_DTYPE},
-    {"tf32", no_argument, NULL, OPT_TF32},
-    {"zero", required_argument, NULL, OPT_ZERO},
-    {"recompute", no_argument, NULL, OPT_RECOMPUTE},
-    {"zero-accum", required_argument, NULL, OPT_ZERO_ACCUM},
-    {"loss-scale-init", required_argument, NULL, OPT_LOSS_SCALE_INIT},
-    {"loss-scale-interval", required_argument, NULL, OPT_LOSS_SCALE_INTERVAL},
-    {"workers", required_argument, NULL, OPT_WORKERS},
-    {"inject-inf", required_argument, NULL, OPT_INJECT_INF},
-    {"trace", required_argument, NULL, OPT_TRACE},
-    {"no-overlap", no_argument, NULL, OPT_NO_OVERLAP},
-    {"link-check", no_argument, NULL, OPT_LINK_CHECK},
-    {"help", no_argument, NULL, OPT_HELP},
-    {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
-    {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
-    {"keep", required_argument, NULL, OPT_KEEP},
-    {"resume", required_argument, NULL, OPT_RESUME},
-    {"resume-reshard", no_argument, NULL, OPT_RESUME_RESHARD},
-    {"requeue", no_argument, NULL, OPT_REQUEUE},
-    {"checkpoint-errors", required_argument, NULL, OPT_CKPT_ERRORS},
-    {"checkpoint-format", required_argument, NULL, OPT_CKPT_FORMAT},
-    {"checkpoint-async", no_argument, NULL, OPT_CKPT_ASYNC},
-    {"nan-policy", required_argument, NULL, OPT_NAN_POLICY},
-    {"gpt-config", required_argument, NULL, OPT_GPT_CONFIG},
-    {"layers", required_argument, NULL, OPT_LAYERS},
-    {"heads", required_argument, NULL, OPT_HEADS},
-    {"channels", required_argument, NULL, OPT_CHANNELS},
-    {"seq", required_argument, NULL, OPT_SEQ},
-    {"val-data", required_argument, NULL, OPT_VAL_DATA},
-    {"val-every", required_argument, NULL, OPT_VAL_EVERY},
-    {"val-max-batches", required_argument, NULL, OPT_VAL_MAX_BATCHES},
-    {"total-batch-tokens", required_argument, NULL, OPT_TOTAL_BATCH_TOKENS},
-    {"warmup-steps", required_argument, NULL, OPT_WARMUP_STEPS},
-    {"lr-floor", required_argument, NULL, OPT_LR_FLOOR},
-    {"grad-clip", required_argument, NULL, OPT_GRAD_CLIP},
-    {"init-from", required_argument, NULL, OPT_INIT_FROM},
-    {"save-llmc", required_argument, NULL, OPT_SAVE_LLMC},
-    {"sample", required_argument, NULL, OPT_SAMPLE},
-    {"vocab", required_argument, NULL, OPT_VOCAB},
-    {"peak-tflops", required_argument, NULL, OPT_PEAK_TFLOPS},
-    {"prompt", required_argument, NULL, OPT_PROMPT},
-    {"temperature", required_argument, NULL, OPT_TEMPERATURE},
-    {"top-k", required_argument, NULL, OPT_TOP_K},
-    {"sample-only", no_argument, NULL, OPT_SAMPLE_ONLY},
-    {NULL, 0, NULL, 0},
-};
+/* Each AS_ ends with .def, so that the help after it in a row is the next field. */
+#define OFF(f) .off = offsetof(train_opts, f)
+#define AS_FLAG(f, v, d) .kind = ARG_FLAG, OFF(f), .min = v, .def = d
+#define AS_INT(f, a, b, d) .kind = ARG_INT, OFF(f), .min = a, .max = b, .def = d
+#define AS_LONG(f, a, b, d) .kind = ARG_LONG, OFF(f), .min = a, .max = b, .def = d
+#define AS_REAL(f, e, a, b, d) .kind = ARG_REAL, OFF(f), .ends = e, .lo = a, .hi = b, .def = d
+#define AS_WORD(f, w, base) .kind = ARG_WORD, OFF(f), .words = w, .min = base, .def = 0
+#define AS_STR(f) .kind = ARG_STR, OFF(f), .def = 0
+#define AS_FN(p) .kind = ARG_FN, .fn = p, .def = 0
+#define AS_HELP .kind = ARG_HELP, .def = 0
+#define TEXT(s) {.kind = ARG_TEXT, .help = s}
 
-static const char train_usage_text[] =
-    "usage: ddp-train [options]   (run one process, or many with mpirun / srun / ddp-launch)\n"
-    "  --model mlp|cnn|gpt2    model (default mlp; gpt2: see the GPT-2 flags at the end)\n"
-    "  --widths W-W-..         MLP layer widths, 784 first, 10 last (default 784-512-256-10)\n"
-    "  --data DIR              MNIST IDX folder, files plain or .gz (default data/mnist;\n"
-    "                          scripts/fetch-mnist.sh fills it)\n"
-    "  --epochs N              epochs (default 8)\n"
-    "  --max-steps N           stop after N optimizer steps, 0 = no limit (default 0)\n"
-    "  --batch N               samples per rank per micro-step (default 64)\n"
-    "  --accum K               micro-steps per optimizer step (gradient accumulation, default 1)\n"
-    "  --lr X                  learning rate (default 0.05)\n"
-    "  --lr-schedule S         constant, or cosine: decays the rate to 0 over the planned steps\n"
-    "  --momentum X            SGD momentum in [0, 1) (default 0.9)\n"
-    "  --weight-decay X        L2 weight decay (default 0)\n"
-    "  --seed N                initialisation and shuffling seed (default 42)\n"
-    "  --bucket-mb X           gradient bucket cap, MiB (default " TRAIN_STR(DDP_BUCKET_MB_DEFAULT) ")\n"
-    "  --first-bucket-mb X     first bucket cap, MiB (default " TRAIN_STR(DDP_FIRST_BUCKET_MB_DEFAULT) ")\n"
-    "  --zero 0|1|2            ZeRO sharding over the ranks (default 0: none): 1 shards the\n"
-    "                          optimizer state (gradients reduce-scattered, parameters\n"
-    "                          all-gathered), 2 also keeps only this rank's shard of the gradients\n"
-    "                          (no full gradient buffer: backward writes into bucket buffers\n"
-    "                          that are reduce-scattered; GPT: see --zero-accum)\n"
-    "  --device cpu|cuda|auto  backend (default auto)\n"
-    "  --threads N             BLAS threads per rank on the CPU (default 1)\n"
-    "  --precision P           fp32, bf16 or fp16 (default fp32): activations and GEMM/convolution\n"
-    "                          inputs in 16 bits, fp32 accumulation, fp32 master weights, optimizer\n"
-    "                          state, loss and softmax. bf16 on the CPU runs natively with\n"
-    "                          AVX512_BF16 (or AMX), elsewhere emulated like fp16; fp16 is emulated\n"
-    "                          (values rounded to fp16, arithmetic in fp32; on a GPU on TF32 tensor\n"
-    "                          cores, exact for fp16 values); bf16 on a GPU needs compute\n"
-    "                          capability 8.0 (Ampere) or newer\n"
-    "  --tf32                  TF32 tensor cores for fp32 GEMMs and convolutions on the GPU (like\n"
-    "                          torch.backends.cuda.matmul.allow_tf32); ignored on the CPU\n"
-    "  --metrics FILE          rank 0 writes JSON lines: one per epoch, then a summary\n"
-    "  --save FILE             rank 0 writes the trained parameters as a checkpoint (FILE: see below)\n"
-    "  --augment               shift each training image by up to 2 pixels (from seed, epoch, sample)\n"
-    "  --no-shuffle            keep the data order (identity permutation)\n"
-    "  --log-every N           progress line every N steps when not on a terminal (default 50)\n"
-    "  --broadcast-init        copy rank 0's initial parameters to every rank\n"
-    "  --grad-dtype T          gradient all-reduce in fp32, bf16 or fp16 (default fp32): 16 bits halve\n"
-    "                          the bytes (PyTorch's compression hooks); fp16 (here or in --precision)\n"
-    "                          adds dynamic loss scaling\n"
-    "  --loss-scale-init X     fp16: first loss scale (default 65536, as torch's GradScaler)\n"
-    "  --loss-scale-interval N fp16: steps without inf/NaN before the scale doubles (default 2000)\n"
-    "  --workers N             data threads that prepare the next batches (default 1; 0 = none);\n"
-    "                          batches are the same whatever N\n"
-    "  --inject-inf RANK:STEP  test aid: make RANK's gradients inf at optimizer STEP (0-based; needs\n"
-    "                          --grad-dtype fp16 or --precision fp16): every rank must skip that\n"
-    "                          step; up to 8 times\n";
-/* The rest of the usage text (C17 guarantees string literals of 4095 characters only). */
-static const char train_usage_more[] =
-    "  --no-overlap            launch every gradient bucket after the backward pass (no overlap)\n"
-    "  --trace FILE            rank 0 writes the job's timeline (Chrome trace-event JSON: open it in\n"
-    "                          Perfetto or chrome://tracing); the summary then prints the exposed\n"
-    "                          communication per step and the part hidden behind backward\n"
-    "  --link-check            before training, measure each rank's links to its ring neighbours\n"
-    "                          and rank 0, and name nodes whose links are under half the median\n"
-    "  --nan-policy stop|skip  a NaN/inf loss stops the run with exit 1 (stop, default) or its step\n"
-    "                          is not applied (skip)\n"
-    "  --checkpoint-dir DIR    rank 0 writes the full training state to DIR/step-N.ckpt (created)\n"
-    "  --checkpoint-every N    ... every N optimizer steps (default 0: on a stop and at the end)\n"
-    "  --keep K                checkpoints kept in DIR, older ones removed (default 3)\n"
-    "  --checkpoint-errors E   stop (default: a failed save ends the run, exit 1) or warn (go on)\n"
-    "  --checkpoint-format F   file (default: rank 0 writes DIR/step-N.ckpt) or folder (every rank\n"
-    "                          writes its shard into the folder DIR/step-N.ckpt/, rank 0 a MANIFEST)\n"
-    "  --checkpoint-async      (folder) each rank copies its shard to host memory and a background\n"
-    "                          thread writes it while training goes on; a save waits for the one\n"
-    "                          before, the save at the end of the run is written at once\n"
-    "  --resume auto|FILE      continue bit-identically from FILE, or (auto) from the newest valid\n"
-    "                          checkpoint in DIR, starting fresh when there is none\n"
-    "  --resume-reshard        allow resuming with another number of ranks (no longer bit-identical)\n"
-    "  --requeue               under Slurm: after a stop by signal, rank 0 runs scontrol requeue\n"
-    "  --help                  this text\n"
-    "SIGUSR1 (e.g. sbatch --signal=USR1@120) or SIGTERM (time limit, scancel) stops every rank after\n"
-    "the same step; rank 0 then writes a checkpoint into --checkpoint-dir, evaluates, writes --save\n"
-    "and the metrics summary (\"stopped_by_signal\": true); with --requeue it requeues the job; all\n"
-    "exit 0.\n"
-    "--save and --trace replace FILE atomically (a temporary file renamed over it), so FILE must be a\n"
-    "new or a regular file; a symbolic link is followed to the file it names, which must exist. A\n"
-    "folder, a device (/dev/null too), a FIFO, a socket or a dangling link is refused before training,\n"
-    "as is a folder that does not accept a new file.\n"
-    "DDP_TIMEOUT=S: the deadline of every collective, 0.1 to 604800 seconds (default 300); any other\n"
-    "value stops every rank before training.\n";
-/* The GPT-2 flags. */
-static const char train_usage_gpt[] =
-    "GPT-2 (--model gpt2; AdamW, warm-up then cosine decay, global-norm clipping):\n"
-    "  --gpt-config d12|d24|d36|d48   GPT-2 124M, 350M, 774M, 1.5B (default d12)\n"
-    "  --layers N --heads N --channels N   a smaller model (override the preset's sizes)\n"
-    "  --seq T                 tokens per sequence (default 64, at most 1024)\n"
-    "  --data PATTERN          llm.c token shards (default data/text/austen_train_*.bin;\n"
-    "                          scripts/fetch-text.sh makes them); --batch is sequences per rank\n"
-    "  --val-data PATTERN      validation shards (default: PATTERN with train -> val)\n"
-    "  --val-every N           validation loss every N steps and at the end (default 0: the end)\n"
-    "  --val-max-batches N     cap the validation batches per rank (default 0: every token)\n"
-    "  --total-batch-tokens N  tokens per optimizer step over all ranks (llm.c's -d): sets --accum\n"
-    "  --warmup-steps N        linear warm-up steps (default 0); then cosine decay to\n"
-    "  --lr-floor F            ... lr x F at the last step (default 0.1; --lr default 6e-4,\n"
-    "                          --weight-decay default 0.1, on 2-D weights only)\n"
-    "  --grad-clip X           clip the global gradient norm to X (default 1.0; 0: off)\n"
-    "  --init-from FILE        start from the weights of an llm.c model file (gpt2_124M.bin: fp32\n"
-    "                          or bf16) or of a GPT-2 ddp checkpoint (file or folder): the sizes\n"
-    "                          are its own; optimizer, step and schedule start afresh\n"
-    "  --save-llmc FILE        write the trained weights as an llm.c model file (fp32)\n"
-    "  --sample N              rank 0 prints N tokens generated after training (needs --vocab)\n"
-    "  --prompt TEXT           ... that continue TEXT (GPT-2's BPE: needs vocab.bpe beside the\n"
-    "                          vocabulary; default: from <|endoftext|>)\n"
-    "  --temperature X         ... drawn at temperature X (default 1; 0: the most likely token)\n"
-    "  --top-k K               ... among the K most likely tokens (default 0: all)\n"
-    "  --sample-only           no training: sample from --init-from FILE (an llm.c model file or a\n"
-    "                          ddp checkpoint) or --resume FILE; --sample defaults to 256; with\n"
-    "                          --save-llmc it also exports the weights\n"
-    "  --vocab FILE            GPT-2's encoder.json or llm.c's gpt2_tokenizer.bin (default: the\n"
-    "                          one beside the data, encoder.json first)\n"
-    "  --recompute             activation checkpointing: each block keeps only its input and runs\n"
-    "                          its forward again during backward (less memory; up to 22 % more\n"
-    "                          block compute, see docs/gpt2.md)\n"
-    "  --zero-accum local|reduce   --zero 2 with --accum > 1: local (default) adds the micro-steps\n"
-    "                          in the bucket buffers and reduce-scatters once (bit-identical to\n"
-    "                          --zero 0; the full gradients alive while accumulating); reduce\n"
-    "                          reduce-scatters every micro-step (the gradient memory saved; sums\n"
-    "                          in another order, a rounding apart)\n"
-    "  --peak-tflops X         the peak TFLOP/s of one device that the MFU (model FLOPs per\n"
-    "                          token 6N + 6LCT, llm.c's count, x tokens/s per rank) is measured\n"
-    "                          against (default: a table of NVIDIA GPUs by name and precision;\n"
-    "                          on the CPU or an unknown GPU the MFU is not printed)\n";
+/* ARG_WORD writes its index through an int. */
+_Static_assert(sizeof(ddp_dtype) == sizeof(int), "--precision and --grad-dtype are stored as int");
 
-static void train_opts_default(train_opts *o)
-{
-    memset(o, 0, sizeof *o);
-    model_config_default(&o->model, MODEL_MLP);
-    o->data_dir = "data/mnist";
-    o->epochs = 8;
-    o->batch = 64;
-    o->accum = 1;
-    o->lr = 0.05;
-    o->momentum = 0.9;
-    o->seed = 42;
-    o->bucket_mb = DDP_BUCKET_MB_DEFAULT;
-    o->first_bucket_mb = DDP_FIRST_BUCKET_MB_DEFAULT;
-    o->device = DDP_BACKEND_AUTO;
-    o->threads = 1;
-    o->shuffle = 1;
-    o->log_every = 50;
-    o->grad_dtype = DDP_FP32;
-    o->loss_scale_init = 65536.0;
-    o->loss_scale_interval = 2000;
-    o->workers = 1;
-    o->keep = 3;
-    gpt2_config_preset("d12", &o->gpt.cfg);
-    o->gpt.seq = 64;
-    o->gpt.lr_floor = 0.1;
-    o->gpt.grad_clip = 1.0;
-    o->gpt.beta1 = 0.9;
-    o->gpt.beta2 = 0.95;
-    o->gpt.eps = 1e-8;
-    o->gpt.temperature = 1.0;
-}
-
-/* RANK:STEP for --inject-inf. */
-static int parse_inject(const char *text, train_opts *o)
+/* Parses a whole-string integer in [r->min, r->max]; prints the complaint with the allowed range
+ * and returns -1 otherwise. */
+static int parse_long(const flag_row *r, const char *text, long *out)
 {
     char *end = NULL;
     errno = 0;
-    long rank = strtol(text, &end, 10);
+    long v = strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < r->min || v > r->max) {
+        fprintf(stderr, "ddp-train: --%s: expected %s integer, got '%s' (allowed: %ld to %ld)\n", r->name,
+                r->min > 0 ? "a positive" : "a non-negative", text, r->min, r->max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Parses a whole-string number between r->lo and r->hi; the message names the interval, e.g.
+ * "expected a number in [0, 1)". */
+static int parse_real(const flag_row *r, const char *text, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    int in = (r->ends[0] == '(' ? v > r->lo : v >= r->lo) && (r->ends[1] == ')' ? v < r->hi : v <= r->hi);
+    if (errno != 0 || end == text || *end != '\0' || !isfinite(v) || !in) {
+        fprintf(stderr, "ddp-train: --%s: expected a number in %c%.10g, %.10g%c, got '%s'\n", r->name,
+                r->ends[0], r->lo, r->hi, r->ends[1], text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Prints "--NAME: expected a, b or c, got 'TEXT'" for words "a|b|c"; returns -1. */
+static int bad_word(const flag_row *r, const char *words, const char *text)
+{
+    fprintf(stderr, "ddp-train: --%s: expected ", r->name);
+    for (const char *w = words; *w; w++) {
+        if (*w != '|')
+            fputc(*w, stderr);
+        else
+            fputs(strchr(w + 1, '|') ? ", " : " or ", stderr);
+    }
+    fprintf(stderr, ", got '%s'\n", text);
+    return -1;
+}
+
+/* The index of text among r's words (its meta when it has none), plus r->min, into *out. */
+static int parse_word(const flag_row *r, const char *text, int *out)
+{
+    const char *words = r->words ? r->words : r->meta, *w = words;
+    for (int i = (int)r->min;; i++, w += strcspn(w, "|") + 1) {
+        size_t len = strcspn(w, "|");
+        if (strncmp(w, text, len) == 0 && text[len] == '\0') {
+            *out = i;
+            return 0;
+        }
+        if (!w[len])
+            return bad_word(r, words, text);
+    }
+}
+
+static int parse_model(const flag_row *r, const char *v, train_opts *o)
+{
+    o->gpt.on = strcmp(v, "gpt2") == 0;
+    if (o->gpt.on || model_kind_parse(v, &o->model.kind) == DDP_OK)
+        return 0;
+    return bad_word(r, r->meta, v);
+}
+
+static int parse_device(const flag_row *r, const char *v, train_opts *o)
+{
+    return ddp_backend_parse(v, &o->device) == DDP_OK ? 0 : bad_word(r, r->meta, v);
+}
+
+static int parse_widths(const flag_row *r, const char *v, train_opts *o)
+{
+    if (model_widths_parse(v, &o->model) == DDP_OK)
+        return 0;
+    fprintf(stderr, "ddp-train: --widths: expected widths like 784-512-256-10 (784 first, 10 last, each 1 "
+                    "to %d, at most %d layers), got '%s'\n", MODEL_MLP_MAX_WIDTH, MODEL_MLP_MAX_LAYERS, v);
+    return -1;
+}
+
+static int parse_preset(const flag_row *r, const char *v, train_opts *o)
+{
+    if (gpt2_config_preset(v, &o->gpt.cfg) == DDP_OK)
+        return 0;
+    fprintf(stderr, "ddp-train: --gpt-config: expected d12, d24, d36 or d48 (GPT-2 124M, 350M, 774M, "
+                    "1.5B), got '%s'\n", v);
+    return -1;
+}
+
+static int parse_seed(const flag_row *r, const char *v, train_opts *o)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long seed = strtoull(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || !isdigit((unsigned char)v[0])) {
+        fprintf(stderr, "ddp-train: --seed: expected a non-negative integer, got '%s' (allowed: 0 to %llu)\n",
+                v, (unsigned long long)UINT64_MAX);
+        return -1;
+    }
+    o->seed = (uint64_t)seed;
+    return 0;
+}
+
+/* RANK:STEP for --inject-inf. */
+static int parse_inject(const flag_row *r, const char *v, train_opts *o)
+{
+    char *end = NULL;
+    errno = 0;
+    long rank = strtol(v, &end, 10);
     long step = end && *end == ':' ? strtol(end + 1, &end, 10) : -1;
-    if (errno != 0 || !isdigit((unsigned char)text[0]) || *end != '\0' || rank < 0 ||
-        rank > INT_MAX || step < 0 || o->n_inject == 8) {
+    if (errno != 0 || !isdigit((unsigned char)v[0]) || *end != '\0' || rank < 0 || rank > INT_MAX ||
+        step < 0 || o->n_inject == 8) {
         fprintf(stderr, "ddp-train: --inject-inf: expected RANK:STEP with non-negative integers "
-                        "(at most 8 times), got '%s'\n", text);
+                        "(at most 8 times), got '%s'\n", v);
         return -1;
     }
     o->inject_rank[o->n_inject] = (int)rank;
@@ -278,188 +183,10 @@ static int parse_inject(const char *text, train_opts *o)
     return 0;
 }
 
-/* Parses a whole-string integer in [min, max]; prints the complaint with the allowed range and
- * returns -1 otherwise. */
-static int parse_long(const char *flag, const char *text, long min, long max, long *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || v < min || v > max) {
-        fprintf(stderr, "ddp-train: --%s: expected %s integer, got '%s' (allowed: %ld to %ld)\n", flag,
-                min > 0 ? "a positive" : "a non-negative", text, min, max);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_int_in(const char *flag, const char *text, int min, int max, int *out)
-{
-    long v;
-    if (parse_long(flag, text, min, max, &v) != 0)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
-static int parse_int(const char *flag, const char *text, int min, int *out)
-{
-    return parse_int_in(flag, text, min, INT_MAX, out);
-}
-
-/* Parses a whole-string number v in the interval from lo to hi, each end open or closed; the
- * message names the interval, e.g. "expected a number in [0, 1)". */
-static int parse_double(const char *flag, const char *text, double lo, int lo_open, double hi,
-                            int hi_open, double *out)
-{
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(text, &end);
-    int in = (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-    if (errno != 0 || end == text || *end != '\0' || !isfinite(v) || !in) {
-        fprintf(stderr, "ddp-train: --%s: expected a number in %c%.10g, %.10g%c, got '%s'\n", flag,
-                lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']', text);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_seed(const char *text, uint64_t *out)
-{
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || !isdigit((unsigned char)text[0])) {
-        fprintf(stderr, "ddp-train: --seed: expected a non-negative integer, got '%s' (allowed: 0 to %llu)\n",
-                text, (unsigned long long)UINT64_MAX);
-        return -1;
-    }
-    *out = (uint64_t)v;
-    return 0;
-}
-
-/* Flags that name a choice: model kind, widths, learning-rate schedule, precision, device. */
-static int parse_choice(int id, const char *text, train_opts *o)
-{
-    if (id == OPT_PRECISION) {
-        if (model_precision_parse(text, &o->model.precision) != DDP_OK) {
-            fprintf(stderr, "ddp-train: --precision: expected fp32, bf16 or fp16, got '%s'\n", text);
-            return -1;
-        }
-        return 0;
-    }
-    if (id == OPT_LR_SCHEDULE) {
-        o->cosine = strcmp(text, "cosine") == 0;
-        if (!o->cosine && strcmp(text, "constant") != 0) {
-            fprintf(stderr, "ddp-train: --lr-schedule: expected constant or cosine, got '%s'\n", text);
-            return -1;
-        }
-        return 0;
-    }
-    if (id == OPT_MODEL) {
-        model_kind kind;
-        o->gpt.on = strcmp(text, "gpt2") == 0;
-        if (o->gpt.on)
-            return 0;
-        if (model_kind_parse(text, &kind) != DDP_OK) {
-            fprintf(stderr, "ddp-train: --model: expected mlp, cnn or gpt2, got '%s'\n", text);
-            return -1;
-        }
-        o->model.kind = kind;
-        return 0;
-    }
-    if (id == OPT_WIDTHS) {
-        if (model_widths_parse(text, &o->model) != DDP_OK) {
-            fprintf(stderr, "ddp-train: --widths: expected widths like 784-512-256-10 (784 first, 10 "
-                            "last, each 1 to %d, at most %d layers), got '%s'\n", MODEL_MLP_MAX_WIDTH,
-                    MODEL_MLP_MAX_LAYERS, text);
-            return -1;
-        }
-        return 0;
-    }
-    if (id == OPT_GRAD_DTYPE) {
-        if (ddp_dtype_parse(text, &o->grad_dtype) != DDP_OK) {
-            fprintf(stderr, "ddp-train: --grad-dtype: expected fp32, bf16 or fp16, got '%s'\n", text);
-            return -1;
-        }
-        return 0;
-    }
-    if (ddp_backend_parse(text, &o->device) != DDP_OK) {
-        fprintf(stderr, "ddp-train: --device: expected cpu, cuda or auto, got '%s'\n", text);
-        return -1;
-    }
-    return 0;
-}
-
-/* Flags with a numeric value. The batch is not limited here: rank 0's data size bounds it (see
- * train_plan in ddp_train.c). */
-static int parse_number(int id, const char *v, train_opts *o)
-{
-    switch (id) {
-    case OPT_EPOCHS: return parse_int_in("epochs", v, 1, TRAIN_MAX_EPOCHS, &o->epochs);
-    case OPT_MAX_STEPS: return parse_long("max-steps", v, 0, TRAIN_MAX_STEPS, &o->max_steps);
-    case OPT_BATCH: o->given |= TRAIN_GIVEN_BATCH; return parse_int("batch", v, 1, &o->batch);
-    case OPT_ACCUM: o->given |= TRAIN_GIVEN_ACCUM; return parse_int("accum", v, 1, &o->accum);
-    case OPT_THREADS: return parse_int_in("threads", v, 1, TRAIN_MAX_THREADS, &o->threads);
-    case OPT_LOG_EVERY: return parse_int("log-every", v, 1, &o->log_every);
-    case OPT_LR: o->given |= TRAIN_GIVEN_LR; return parse_double("lr", v, TRAIN_MIN_LR, 0, TRAIN_MAX_LR, 0, &o->lr);
-    case OPT_MOMENTUM: return parse_double("momentum", v, 0.0, 0, 1.0, 1, &o->momentum);
-    case OPT_WEIGHT_DECAY:
-        o->given |= TRAIN_GIVEN_WD;
-        return parse_double("weight-decay", v, 0.0, 0, TRAIN_MAX_WEIGHT_DECAY, 0, &o->weight_decay);
-    case OPT_BUCKET_MB:
-        return parse_double("bucket-mb", v, 0.0, 1, TRAIN_MAX_BUCKET_MB, 0, &o->bucket_mb);
-    case OPT_FIRST_BUCKET_MB:
-        return parse_double("first-bucket-mb", v, 0.0, 1, TRAIN_MAX_BUCKET_MB, 0, &o->first_bucket_mb);
-    case OPT_SEED: return parse_seed(v, &o->seed);
-    case OPT_WORKERS: return parse_int_in("workers", v, 0, TRAIN_MAX_WORKERS, &o->workers);
-    case OPT_LOSS_SCALE_INTERVAL:
-        return parse_long("loss-scale-interval", v, 1, LONG_MAX, &o->loss_scale_interval);
-    case OPT_LOSS_SCALE_INIT:
-        return parse_double("loss-scale-init", v, 0.0, 1, FLT_MAX, 0, &o->loss_scale_init);
-    case OPT_INJECT_INF: return parse_inject(v, o);
-    default: return parse_choice(id, v, o);
-    }
-}
-
-/* Checkpoint, resume and NaN flags. */
-static int parse_resume_opt(int id, const char *v, train_opts *o)
-{
-    switch (id) {
-    case OPT_CKPT_DIR: o->checkpoint_dir = v; return 0;
-    case OPT_RESUME: o->resume = v; return 0;
-    case OPT_RESUME_RESHARD: o->resume_reshard = 1; return 0;
-    case OPT_REQUEUE: o->requeue = 1; return 0;
-    case OPT_CKPT_EVERY: return parse_long("checkpoint-every", v, 0, LONG_MAX, &o->checkpoint_every);
-    case OPT_KEEP: return parse_int("keep", v, 1, &o->keep);
-    case OPT_CKPT_ASYNC: o->checkpoint_async = 1; return 0;
-    case OPT_CKPT_FORMAT:
-        o->checkpoint_folder = strcmp(v, "folder") == 0;
-        if (o->checkpoint_folder || strcmp(v, "file") == 0)
-            return 0;
-        fprintf(stderr, "ddp-train: --checkpoint-format: expected file or folder, got '%s'\n", v);
-        return -1;
-    case OPT_CKPT_ERRORS:
-        o->checkpoint_errors_warn = strcmp(v, "warn") == 0;
-        if (o->checkpoint_errors_warn || strcmp(v, "stop") == 0)
-            return 0;
-        fprintf(stderr, "ddp-train: --checkpoint-errors: expected stop or warn, got '%s'\n", v);
-        return -1;
-    default:
-        o->nan_skip = strcmp(v, "skip") == 0;
-        if (o->nan_skip || strcmp(v, "stop") == 0)
-            return 0;
-        fprintf(stderr, "ddp-train: --nan-policy: expected stop or skip, got '%s'\n", v);
-        return -1;
-    }
-}
-
 /* --peak-tflops: a positive number of TFLOP/s, with what to give on a bad value. */
-static int parse_peak(const char *v, double *out)
+static int parse_peak(const flag_row *r, const char *v, train_opts *o)
 {
-    if (parse_double("peak-tflops", v, 0.0, 1, TRAIN_MAX_PEAK_TFLOPS, 0, out) == 0)
+    if (parse_real(r, v, &o->gpt.peak_tflops) == 0)
         return 0;
     fprintf(stderr, "ddp-train: --peak-tflops is one device's peak in TFLOP/s for the run's "
                     "precision, e.g. --peak-tflops 989.4 for an H100 SXM in bf16 (dense); leave it "
@@ -467,84 +194,256 @@ static int parse_peak(const char *v, double *out)
     return -1;
 }
 
-/* GPT-2 flags (--model gpt2). */
-static int parse_gpt_size(int id, const char *v, train_opts *o)
+/* Every flag, in --help's order (the order the other model's flags are named in when refused). The
+ * batch is not limited here: rank 0's data size bounds it. */
+static const flag_row rows[] = {
+    TEXT("usage: ddp-train [options]   (run one process, or many with mpirun / srun / ddp-launch)\n"),
+    {"model", "mlp|cnn|gpt2", FOR_ANY, AS_FN(parse_model),
+     "model (default mlp; gpt2: see the GPT-2 flags at the end)"},
+    {"widths", "W-W-..", FOR_MNIST, AS_FN(parse_widths),
+     "MLP layer widths, 784 first, 10 last (default 784-512-256-10)"},
+    {"data", "DIR", FOR_ANY, AS_STR(data_dir),
+     "MNIST IDX folder, files plain or .gz (default data/mnist;\n"
+     "scripts/fetch-mnist.sh fills it)"},
+    {"epochs", "N", FOR_ANY, AS_INT(epochs, 1, TRAIN_MAX_EPOCHS, 8), "epochs (default 8)"},
+    {"max-steps", "N", FOR_ANY, AS_LONG(max_steps, 0, TRAIN_MAX_STEPS, 0),
+     "stop after N optimizer steps, 0 = no limit (default 0)"},
+    {"batch", "N", FOR_ANY, AS_INT(batch, 1, INT_MAX, 64), "samples per rank per micro-step (default 64)"},
+    {"accum", "K", FOR_ANY, AS_INT(accum, 1, INT_MAX, 1),
+     "micro-steps per optimizer step (gradient accumulation, default 1)"},
+    {"lr", "X", FOR_ANY, AS_REAL(lr, "[]", TRAIN_MIN_LR, TRAIN_MAX_LR, 0.05), "learning rate (default 0.05)"},
+    {"momentum", "X", FOR_MNIST, AS_REAL(momentum, "[)", 0, 1, 0.9), "SGD momentum in [0, 1) (default 0.9)"},
+    {"lr-schedule", "S", FOR_MNIST, AS_WORD(cosine, "constant|cosine", 0),
+     "constant, or cosine: decays the rate to 0 over the planned steps"},
+    {"weight-decay", "X", FOR_ANY, AS_REAL(weight_decay, "[]", 0, TRAIN_MAX_WEIGHT_DECAY, 0),
+     "L2 weight decay (default 0)"},
+    {"seed", "N", FOR_ANY, AS_FN(parse_seed), "initialisation and shuffling seed (default 42)"},
+    {"bucket-mb", "X", FOR_ANY, AS_REAL(bucket_mb, "(]", 0, TRAIN_MAX_BUCKET_MB, DDP_BUCKET_MB_DEFAULT),
+     "gradient bucket cap, MiB (default " TRAIN_STR(DDP_BUCKET_MB_DEFAULT) ")"},
+    {"first-bucket-mb", "X", FOR_ANY,
+     AS_REAL(first_bucket_mb, "(]", 0, TRAIN_MAX_BUCKET_MB, DDP_FIRST_BUCKET_MB_DEFAULT),
+     "first bucket cap, MiB (default " TRAIN_STR(DDP_FIRST_BUCKET_MB_DEFAULT) ")"},
+    {"zero", "0|1|2", FOR_ANY, AS_INT(zero, 0, 2, 0),
+     "ZeRO sharding over the ranks (default 0: none): 1 shards the\n"
+     "optimizer state (gradients reduce-scattered, parameters\n"
+     "all-gathered), 2 also keeps only this rank's shard of the gradients\n"
+     "(no full gradient buffer: backward writes into bucket buffers\n"
+     "that are reduce-scattered; GPT: see --zero-accum)"},
+    {"device", "cpu|cuda|auto", FOR_ANY, AS_FN(parse_device), "backend (default auto)"},
+    {"threads", "N", FOR_ANY, AS_INT(threads, 1, TRAIN_MAX_THREADS, 1),
+     "BLAS threads per rank on the CPU (default 1)"},
+    {"precision", "P", FOR_ANY, AS_WORD(model.precision, "fp32|bf16|fp16", 0),
+     "fp32, bf16 or fp16 (default fp32): activations and GEMM/convolution\n"
+     "inputs in 16 bits, fp32 accumulation, fp32 master weights, optimizer\n"
+     "state, loss and softmax. bf16 on the CPU runs natively with\n"
+     "AVX512_BF16 (or AMX), elsewhere emulated like fp16; fp16 is emulated\n"
+     "(values rounded to fp16, arithmetic in fp32; on a GPU on TF32 tensor\n"
+     "cores, exact for fp16 values); bf16 on a GPU needs compute\n"
+     "capability 8.0 (Ampere) or newer"},
+    {"tf32", NULL, FOR_ANY, AS_FLAG(tf32, 1, 0),
+     "TF32 tensor cores for fp32 GEMMs and convolutions on the GPU (like\n"
+     "torch.backends.cuda.matmul.allow_tf32); ignored on the CPU"},
+    {"metrics", "FILE", FOR_ANY, AS_STR(metrics_path), "rank 0 writes JSON lines: one per epoch, then a summary"},
+    {"save", "FILE", FOR_ANY, AS_STR(save_path),
+     "rank 0 writes the trained parameters as a checkpoint (FILE: see below)"},
+    {"augment", NULL, FOR_MNIST, AS_FLAG(augment, 1, 0),
+     "shift each training image by up to 2 pixels (from seed, epoch, sample)"},
+    {"no-shuffle", NULL, FOR_ANY, AS_FLAG(shuffle, 0, 1), "keep the data order (identity permutation)"},
+    {"log-every", "N", FOR_ANY, AS_INT(log_every, 1, INT_MAX, 50),
+     "progress line every N steps when not on a terminal (default 50)"},
+    {"broadcast-init", NULL, FOR_ANY, AS_FLAG(broadcast_init, 1, 0),
+     "copy rank 0's initial parameters to every rank"},
+    {"grad-dtype", "T", FOR_ANY, AS_WORD(grad_dtype, "fp32|bf16|fp16", 0),
+     "gradient all-reduce in fp32, bf16 or fp16 (default fp32): 16 bits halve\n"
+     "the bytes (PyTorch's compression hooks); fp16 (here or in --precision)\n"
+     "adds dynamic loss scaling"},
+    {"loss-scale-init", "X", FOR_ANY, AS_REAL(loss_scale_init, "(]", 0, FLT_MAX, 65536),
+     "fp16: first loss scale (default 65536, as torch's GradScaler)"},
+    {"loss-scale-interval", "N", FOR_ANY, AS_LONG(loss_scale_interval, 1, LONG_MAX, 2000),
+     "fp16: steps without inf/NaN before the scale doubles (default 2000)"},
+    {"workers", "N", FOR_ANY, AS_INT(workers, 0, TRAIN_MAX_WORKERS, 1),
+     "data threads that prepare the next batches (default 1; 0 = none);\n"
+     "batches are the same whatever N"},
+    {"inject-inf", "RANK:STEP", FOR_ANY, AS_FN(parse_inject),
+     "test aid: make RANK's gradients inf at optimizer STEP (0-based; needs\n"
+     "--grad-dtype fp16 or --precision fp16): every rank must skip that\n"
+     "step; up to 8 times"},
+    {"no-overlap", NULL, FOR_ANY, AS_FLAG(no_overlap, 1, 0),
+     "launch every gradient bucket after the backward pass (no overlap)"},
+    {"trace", "FILE", FOR_ANY, AS_STR(trace_path),
+     "rank 0 writes the job's timeline (Chrome trace-event JSON: open it in\n"
+     "Perfetto or chrome://tracing); the summary then prints the exposed\n"
+     "communication per step and the part hidden behind backward"},
+    {"link-check", NULL, FOR_ANY, AS_FLAG(link_check, 1, 0),
+     "before training, measure each rank's links to its ring neighbours\n"
+     "and rank 0, and name nodes whose links are under half the median"},
+    {"nan-policy", "stop|skip", FOR_ANY, AS_WORD(nan_skip, NULL, 0),
+     "a NaN/inf loss stops the run with exit 1 (stop, default) or its step\n"
+     "is not applied (skip)"},
+    {"checkpoint-dir", "DIR", FOR_ANY, AS_STR(checkpoint_dir),
+     "rank 0 writes the full training state to DIR/step-N.ckpt (created)"},
+    {"checkpoint-every", "N", FOR_ANY, AS_LONG(checkpoint_every, 0, LONG_MAX, 0),
+     "... every N optimizer steps (default 0: on a stop and at the end)"},
+    {"keep", "K", FOR_ANY, AS_INT(keep, 1, INT_MAX, 3), "checkpoints kept in DIR, older ones removed (default 3)"},
+    {"checkpoint-errors", "E", FOR_ANY, AS_WORD(checkpoint_errors_warn, "stop|warn", 0),
+     "stop (default: a failed save ends the run, exit 1) or warn (go on)"},
+    {"checkpoint-format", "F", FOR_ANY, AS_WORD(checkpoint_folder, "file|folder", 0),
+     "file (default: rank 0 writes DIR/step-N.ckpt) or folder (every rank\n"
+     "writes its shard into the folder DIR/step-N.ckpt/, rank 0 a MANIFEST)"},
+    {"checkpoint-async", NULL, FOR_ANY, AS_FLAG(checkpoint_async, 1, 0),
+     "(folder) each rank copies its shard to host memory and a background\n"
+     "thread writes it while training goes on; a save waits for the one\n"
+     "before, the save at the end of the run is written at once"},
+    {"resume", "auto|FILE", FOR_ANY, AS_STR(resume),
+     "continue bit-identically from FILE, or (auto) from the newest valid\n"
+     "checkpoint in DIR, starting fresh when there is none"},
+    {"resume-reshard", NULL, FOR_ANY, AS_FLAG(resume_reshard, 1, 0),
+     "allow resuming with another number of ranks (no longer bit-identical)"},
+    {"requeue", NULL, FOR_ANY, AS_FLAG(requeue, 1, 0),
+     "under Slurm: after a stop by signal, rank 0 runs scontrol requeue"},
+    {"help", NULL, FOR_ANY, AS_HELP, "this text"},
+    TEXT("SIGUSR1 (e.g. sbatch --signal=USR1@120) or SIGTERM (time limit, scancel) stops every rank after\n"
+          "the same step; rank 0 then writes a checkpoint into --checkpoint-dir, evaluates, writes --save\n"
+          "and the metrics summary (\"stopped_by_signal\": true); with --requeue it requeues the job; all\n"
+          "exit 0.\n"
+          "--save and --trace replace FILE atomically (a temporary file renamed over it), so FILE must be a\n"
+          "new or a regular file; a symbolic link is followed to the file it names, which must exist. A\n"
+          "folder, a device (/dev/null too), a FIFO, a socket or a dangling link is refused before training,\n"
+          "as is a folder that does not accept a new file.\n"
+          "DDP_TIMEOUT=S: the deadline of every collective, 0.1 to 604800 seconds (default 300); any other\n"
+          "value stops every rank before training.\n"),
+    TEXT("GPT-2 (--model gpt2; AdamW, warm-up then cosine decay, global-norm clipping):\n"),
+    {"gpt-config", "d12|d24|d36|d48", FOR_GPT, AS_FN(parse_preset), "GPT-2 124M, 350M, 774M, 1.5B (default d12)"},
+    TEXT("  --layers N --heads N --channels N   a smaller model (override the preset's sizes)\n"),
+    {"layers", "N", FOR_GPT, AS_INT(gpt.cfg.layers, 1, GPT2_MAX_LAYERS, 0), NULL},
+    {"heads", "N", FOR_GPT, AS_INT(gpt.cfg.heads, 1, 1024, 0), NULL},
+    {"channels", "N", FOR_GPT, AS_INT(gpt.cfg.channels, 1, 65536, 0), NULL},
+    {"seq", "T", FOR_GPT, AS_INT(gpt.seq, 1, 1 << 20, 64), "tokens per sequence (default 64, at most 1024)"},
+    TEXT("  --data PATTERN          llm.c token shards (default data/text/austen_train_*.bin;\n"
+          "                          scripts/fetch-text.sh makes them); --batch is sequences per rank\n"),
+    {"val-data", "PATTERN", FOR_GPT, AS_STR(gpt.val_data),
+     "validation shards (default: PATTERN with train -> val)"},
+    {"val-every", "N", FOR_GPT, AS_INT(gpt.val_every, 0, INT_MAX, 0),
+     "validation loss every N steps and at the end (default 0: the end)"},
+    {"val-max-batches", "N", FOR_GPT, AS_LONG(gpt.val_batches, 0, LONG_MAX, 0),
+     "cap the validation batches per rank (default 0: every token)"},
+    {"total-batch-tokens", "N", FOR_GPT, AS_LONG(gpt.total_batch_tokens, 1, LONG_MAX / 2, 0),
+     "tokens per optimizer step over all ranks (llm.c's -d): sets --accum"},
+    {"warmup-steps", "N", FOR_GPT, AS_LONG(gpt.warmup_steps, 0, TRAIN_MAX_STEPS, 0),
+     "linear warm-up steps (default 0); then cosine decay to"},
+    {"lr-floor", "F", FOR_GPT, AS_REAL(gpt.lr_floor, "[]", 0, 1, 0.1),
+     "... lr x F at the last step (default 0.1; --lr default 6e-4,\n"
+     "--weight-decay default 0.1, on 2-D weights only)"},
+    {"grad-clip", "X", FOR_GPT, AS_REAL(gpt.grad_clip, "[]", 0, 1e6, 1),
+     "clip the global gradient norm to X (default 1.0; 0: off)"},
+    {"init-from", "FILE", FOR_GPT, AS_STR(gpt.init_from),
+     "start from the weights of an llm.c model file (gpt2_124M.bin: fp32\n"
+     "or bf16) or of a GPT-2 ddp checkpoint (file or folder): the sizes\n"
+     "are its own; optimizer, step and schedule start afresh"},
+    {"save-llmc", "FILE", FOR_GPT, AS_STR(gpt.save_llmc),
+     "write the trained weights as an llm.c model file (fp32)"},
+    {"sample", "N", FOR_GPT, AS_INT(gpt.sample, 0, TRAIN_MAX_SAMPLE, 0),
+     "rank 0 prints N tokens generated after training (needs --vocab)"},
+    {"prompt", "TEXT", FOR_GPT, AS_STR(gpt.prompt),
+     "... that continue TEXT (GPT-2's BPE: needs vocab.bpe beside the\n"
+     "vocabulary; default: from <|endoftext|>)"},
+    {"temperature", "X", FOR_GPT, AS_REAL(gpt.temperature, "[]", 0, 100, 1),
+     "... drawn at temperature X (default 1; 0: the most likely token)"},
+    {"top-k", "K", FOR_GPT, AS_INT(gpt.top_k, 0, 1000000, 0),
+     "... among the K most likely tokens (default 0: all)"},
+    {"sample-only", NULL, FOR_GPT, AS_FLAG(gpt.sample_only, 1, 0),
+     "no training: sample from --init-from FILE (an llm.c model file or a\n"
+     "ddp checkpoint) or --resume FILE; --sample defaults to 256; with\n"
+     "--save-llmc it also exports the weights"},
+    {"vocab", "FILE", FOR_GPT, AS_STR(gpt.vocab),
+     "GPT-2's encoder.json or llm.c's gpt2_tokenizer.bin (default: the\n"
+     "one beside the data, encoder.json first)"},
+    {"recompute", NULL, FOR_GPT, AS_FLAG(gpt.recompute, 1, 0),
+     "activation checkpointing: each block keeps only its input and runs\n"
+     "its forward again during backward (less memory; up to 22 % more\n"
+     "block compute, see docs/gpt2.md)"},
+    {"zero-accum", "local|reduce", FOR_GPT, AS_WORD(gpt.zero_accum, NULL, 1),
+     "--zero 2 with --accum > 1: local (default) adds the micro-steps\n"
+     "in the bucket buffers and reduce-scatters once (bit-identical to\n"
+     "--zero 0; the full gradients alive while accumulating); reduce\n"
+     "reduce-scatters every micro-step (the gradient memory saved; sums\n"
+     "in another order, a rounding apart)"},
+    {"peak-tflops", "X", FOR_GPT, .fn = parse_peak,
+     AS_REAL(gpt.peak_tflops, "(]", 0, TRAIN_MAX_PEAK_TFLOPS, 0),
+     "the peak TFLOP/s of one device that the MFU (model FLOPs per\n"
+     "token 6N + 6LCT, llm.c's count, x tokens/s per rank) is measured\n"
+     "against (default: a table of NVIDIA GPUs by name and precision;\n"
+     "on the CPU or an unknown GPU the MFU is not printed)"},
+};
+
+#define N_ROWS (sizeof rows / sizeof rows[0])
+#define OPT_ID0 1000 /* getopt_long's value of rows[i] is OPT_ID0 + i */
+
+/* The rows' defaults, then those of the values without a row of numbers (0 is --device auto and
+ * --grad-dtype fp32). */
+static void train_opts_default(train_opts *o)
 {
-    gpt2_config *c = &o->gpt.cfg;
-    switch (id) {
-    case OPT_LAYERS: return parse_int_in("layers", v, 1, GPT2_MAX_LAYERS, &c->layers);
-    case OPT_HEADS: return parse_int_in("heads", v, 1, 1024, &c->heads);
-    case OPT_CHANNELS: return parse_int_in("channels", v, 1, 65536, &c->channels);
-    default: return parse_int_in("seq", v, 1, 1 << 20, &o->gpt.seq);
+    memset(o, 0, sizeof *o);
+    model_config_default(&o->model, MODEL_MLP);
+    gpt2_config_preset("d12", &o->gpt.cfg);
+    for (const flag_row *r = rows; r < rows + N_ROWS; r++) {
+        void *p = (char *)o + r->off;
+        if (r->def == 0)
+            continue;
+        if (r->kind == ARG_REAL)
+            *(double *)p = r->def;
+        else if (r->kind == ARG_LONG)
+            *(long *)p = (long)r->def;
+        else
+            *(int *)p = (int)r->def;
     }
+    o->data_dir = "data/mnist";
+    o->seed = 42;
+    o->gpt.beta1 = 0.9;
+    o->gpt.beta2 = 0.95;
+    o->gpt.eps = 1e-8;
 }
 
-static int parse_gpt_opt(int id, const char *v, train_opts *o)
+/* Whether the flag called name was on the command line (seen[i] for rows[i]). */
+static int given(const unsigned char *seen, const char *name)
 {
-    train_gpt_opts *g = &o->gpt;
-    switch (id) {
-    case OPT_GPT_CONFIG:
-        if (gpt2_config_preset(v, &g->cfg) == DDP_OK)
-            return 0;
-        fprintf(stderr, "ddp-train: --gpt-config: expected d12, d24, d36 or d48 (GPT-2 124M, 350M, "
-                        "774M, 1.5B), got '%s'\n", v);
-        return -1;
-    case OPT_VAL_DATA: g->val_data = v; return 0;
-    case OPT_INIT_FROM: g->init_from = v; return 0;
-    case OPT_SAVE_LLMC: g->save_llmc = v; return 0;
-    case OPT_VOCAB: g->vocab = v; return 0;
-    case OPT_RECOMPUTE: g->recompute = 1; return 0;
-    case OPT_ZERO_ACCUM:
-        if (strcmp(v, "local") == 0 || strcmp(v, "reduce") == 0) {
-            g->zero_accum = v[0] == 'l' ? 1 : 2;
-            return 0;
+    for (size_t i = 0; i < N_ROWS; i++)
+        if (rows[i].name && strcmp(rows[i].name, name) == 0)
+            return seen[i];
+    return 0;
+}
+
+/* --help: each flag and its value in 24 columns (or 3 spaces past a longer one), its help beside. */
+static void print_usage(void)
+{
+    for (const flag_row *r = rows; r < rows + N_ROWS; r++) {
+        if (r->kind == ARG_TEXT)
+            fputs(r->help, stdout);
+        if (r->kind == ARG_TEXT || !r->help)
+            continue;
+        char flag[64];
+        int n = snprintf(flag, sizeof flag, "--%s%s%s", r->name, r->meta ? " " : "", r->meta ? r->meta : "");
+        printf("  %-*s", n < 24 ? 24 : n + 3, flag);
+        for (const char *line = r->help, *nl;; line = nl + 1) {
+            nl = strchr(line, '\n');
+            printf("%*s%.*s\n", line == r->help ? 0 : 26, "", nl ? (int)(nl - line) : (int)strlen(line), line);
+            if (!nl)
+                break;
         }
-        fprintf(stderr, "ddp-train: --zero-accum: expected local or reduce, got '%s'\n", v);
-        return -1;
-    case OPT_VAL_EVERY: return parse_int("val-every", v, 0, &g->val_every);
-    case OPT_VAL_MAX_BATCHES: return parse_long("val-max-batches", v, 0, LONG_MAX, &g->val_batches);
-    case OPT_TOTAL_BATCH_TOKENS:
-        return parse_long("total-batch-tokens", v, 1, LONG_MAX / 2, &g->total_batch_tokens);
-    case OPT_WARMUP_STEPS: return parse_long("warmup-steps", v, 0, TRAIN_MAX_STEPS, &g->warmup_steps);
-    case OPT_LR_FLOOR: return parse_double("lr-floor", v, 0.0, 0, 1.0, 0, &g->lr_floor);
-    case OPT_GRAD_CLIP: return parse_double("grad-clip", v, 0.0, 0, 1e6, 0, &g->grad_clip);
-    case OPT_SAMPLE: return parse_int_in("sample", v, 0, TRAIN_MAX_SAMPLE, &g->sample);
-    case OPT_PROMPT: g->prompt = v; return 0;
-    case OPT_TEMPERATURE: return parse_double("temperature", v, 0.0, 0, 100.0, 0, &g->temperature);
-    case OPT_TOP_K: return parse_int_in("top-k", v, 0, 1000000, &g->top_k);
-    case OPT_SAMPLE_ONLY: g->sample_only = 1; return 0;
-    case OPT_PEAK_TFLOPS: return parse_peak(v, &g->peak_tflops);
-    default: return parse_gpt_size(id, v, o);
     }
 }
 
-/* The long name of option id. */
-static const char *opt_name(int id)
-{
-    for (const struct option *p = train_long_opts; p->name; p++)
-        if (p->val == id)
-            return p->name;
-    return "?";
-}
-
-/* The flags given (seen[id - OPT_MODEL]) that belong to the other model kind: GPT-2 flags with
- * MLP/CNN, the SGD and MLP flags with GPT-2. Prints the complaint naming them and returns -1, or
- * returns 0 when none was given. */
+/* The flags given that belong to the other model kind: GPT-2 flags with MLP/CNN, the SGD and MLP
+ * flags with GPT-2. Prints the complaint naming them and returns -1, or returns 0 when none was given. */
 static int refuse_other_model_flags(const train_opts *o, const unsigned char *seen)
 {
-    static const int mnist_only[] = {OPT_WIDTHS, OPT_MOMENTUM, OPT_LR_SCHEDULE, OPT_AUGMENT};
+    arg_scope other = o->gpt.on ? FOR_MNIST : FOR_GPT;
     char names[512];
     size_t len = 0;
     names[0] = '\0';
-    for (int id = OPT_MODEL; id < OPT_END; id++) {
-        int other = 0;
-        if (!o->gpt.on)
-            other = id >= OPT_GPT_CONFIG;
-        for (size_t i = 0; o->gpt.on && i < sizeof mnist_only / sizeof mnist_only[0]; i++)
-            other |= id == mnist_only[i];
-        if (other && seen[id - OPT_MODEL] && len < sizeof names)
-            len += (size_t)snprintf(names + len, sizeof names - len, "%s--%s", len ? ", " : "", opt_name(id));
-    }
+    for (size_t i = 0; i < N_ROWS; i++)
+        if (seen[i] && rows[i].scope == other && len < sizeof names)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s--%s", len ? ", " : "", rows[i].name);
     if (!names[0])
         return 0;
     if (o->gpt.on)
@@ -561,15 +460,15 @@ static int refuse_other_model_flags(const train_opts *o, const unsigned char *se
  * the model's: said, once), --accum with --total-batch-tokens (which sets the micro-steps: refused). */
 static int refuse_gpt_conflicts(const train_opts *o, const unsigned char *seen)
 {
-    static const int sizes[] = {OPT_GPT_CONFIG, OPT_LAYERS, OPT_HEADS, OPT_CHANNELS};
+    static const char *const sizes[] = {"gpt-config", "layers", "heads", "channels"};
     for (size_t i = 0; o->gpt.init_from && i < sizeof sizes / sizeof sizes[0]; i++) {
-        if (seen[sizes[i] - OPT_MODEL] && suggest_first_rank()) {
+        if (given(seen, sizes[i]) && suggest_first_rank()) {
             fprintf(stderr, "ddp-train: note: --%s is ignored: with --init-from %s the model's sizes "
-                            "are the file's (see the start-up report)\n", opt_name(sizes[i]),
+                            "are the file's (see the start-up report)\n", sizes[i],
                     o->gpt.init_from);
         }
     }
-    if (o->gpt.total_batch_tokens && seen[OPT_ACCUM - OPT_MODEL]) {
+    if (o->gpt.total_batch_tokens && given(seen, "accum")) {
         fprintf(stderr, "ddp-train: --accum %d and --total-batch-tokens %ld: the tokens per step set the "
                         "micro-steps (total / (batch x seq x ranks)); give one of the two\n", o->accum,
                 o->gpt.total_batch_tokens);
@@ -588,13 +487,13 @@ static int check_sampling(train_opts *o, const unsigned char *seen)
                         "(an llm.c model file or a ddp checkpoint) or --resume FILE\n");
         return -1;
     }
-    if (g->sample_only && !seen[OPT_SAMPLE - OPT_MODEL])
+    if (g->sample_only && !given(seen, "sample"))
         g->sample = 256;
-    static const int needs[] = {OPT_PROMPT, OPT_TEMPERATURE, OPT_TOP_K};
+    static const char *const needs[] = {"prompt", "temperature", "top-k"};
     for (size_t i = 0; g->sample == 0 && i < sizeof needs / sizeof needs[0]; i++) {
-        if (seen[needs[i] - OPT_MODEL]) {
+        if (given(seen, needs[i])) {
             fprintf(stderr, "ddp-train: --%s shapes the text --sample N generates: add --sample N (or "
-                            "--sample-only)\n", opt_name(needs[i]));
+                            "--sample-only)\n", needs[i]);
             return -1;
         }
     }
@@ -620,17 +519,17 @@ static int finish_gpt_opts(train_opts *o, const unsigned char *seen)
         return 0;
     if (refuse_gpt_conflicts(o, seen) != 0 || check_sampling(o, seen) != 0)
         return -1;
-    if (!(o->given & TRAIN_GIVEN_DATA))
+    if (!given(seen, "data"))
         o->data_dir = "data/text/austen_train_*.bin";
-    if (!(o->given & TRAIN_GIVEN_LR))
+    if (!given(seen, "lr"))
         o->lr = 6e-4;
     else if (o->lr > TRAIN_GPT_LR_WARN && suggest_first_rank())
         fprintf(stderr, "ddp-train: warning: --lr %g with --model gpt2 is an SGD-sized rate (MNIST's): "
                         "AdamW trains GPT-2 at about 6e-4 (the default, llm.c's) and usually diverges "
                         "above %g; leave --lr out for the default\n", o->lr, TRAIN_GPT_LR_WARN);
-    if (!(o->given & TRAIN_GIVEN_WD))
+    if (!given(seen, "weight-decay"))
         o->weight_decay = 0.1;
-    if (!(o->given & TRAIN_GIVEN_BATCH))
+    if (!given(seen, "batch"))
         o->batch = 4;
     o->cosine = 1;
     g->cfg.padded_vocab = 0; /* recomputed from the vocabulary by gpt2_config_check */
@@ -674,37 +573,36 @@ static int check_resume_opts(const train_opts *o)
     return 0;
 }
 
-/* One flag. Returns 0 when accepted, -1 when invalid (message printed), 1 for --help. */
-static int train_apply_opt(int id, const char *v, train_opts *o)
+/* One flag's value into o. Returns 0 when accepted, -1 when invalid (message printed), 1 for --help. */
+static int apply(const flag_row *r, const char *v, train_opts *o)
 {
-    switch (id) {
-    case OPT_DATA: o->data_dir = v; o->given |= TRAIN_GIVEN_DATA; return 0;
-    case OPT_METRICS: o->metrics_path = v; return 0;
-    case OPT_SAVE: o->save_path = v; return 0;
-    case OPT_NO_SHUFFLE: o->shuffle = 0; return 0;
-    case OPT_AUGMENT: o->augment = 1; return 0;
-    case OPT_TF32: o->tf32 = 1; return 0;
-    case OPT_ZERO: return parse_int_in("zero", v, 0, 2, &o->zero);
-    case OPT_BROADCAST_INIT: o->broadcast_init = 1; return 0;
-    case OPT_TRACE: o->trace_path = v; return 0;
-    case OPT_NO_OVERLAP: o->no_overlap = 1; return 0;
-    case OPT_LINK_CHECK: o->link_check = 1; return 0;
-    case OPT_HELP: return 1;
-    default:
-        if (id >= OPT_GPT_CONFIG)
-            return parse_gpt_opt(id, v, o);
-        return id >= OPT_CKPT_DIR ? parse_resume_opt(id, v, o) : parse_number(id, v, o);
+    void *p = (char *)o + r->off;
+    long n;
+    if (r->fn)
+        return r->fn(r, v, o);
+    switch (r->kind) {
+    case ARG_FLAG: *(int *)p = (int)r->min; return 0;
+    case ARG_STR: *(const char **)p = v; return 0;
+    case ARG_INT:
+        if (parse_long(r, v, &n) != 0)
+            return -1;
+        *(int *)p = (int)n;
+        return 0;
+    case ARG_LONG: return parse_long(r, v, (long *)p);
+    case ARG_REAL: return parse_real(r, v, (double *)p);
+    case ARG_WORD: return parse_word(r, v, (int *)p);
+    default: return 1;
     }
 }
 
 /* An unknown option, a missing value or a stray argument: one line naming it (with the nearest
  * flag for an unknown one) and where the flags are listed, printed by the job's first rank only
  * (every rank parses the same command line). */
-static void usage_error(const char *what, const char *arg)
+static void usage_error(const struct option *longs, const char *what, const char *arg)
 {
     if (!suggest_first_rank())
         return;
-    const char *near = strcmp(what, "unknown option") == 0 ? suggest_option(train_long_opts, arg) : NULL;
+    const char *near = strcmp(what, "unknown option") == 0 ? suggest_option(longs, arg) : NULL;
     fprintf(stderr, "ddp-train: %s '%s'", what, arg);
     if (near)
         fprintf(stderr, "; did you mean --%s?", near);
@@ -713,33 +611,36 @@ static void usage_error(const char *what, const char *arg)
 
 train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
 {
-    unsigned char seen[OPT_END - OPT_MODEL] = {0};
+    unsigned char seen[N_ROWS] = {0};
+    struct option longs[N_ROWS + 1] = {{0}};
+    for (size_t i = 0, j = 0; i < N_ROWS; i++) {
+        if (rows[i].kind != ARG_TEXT)
+            longs[j++] = (struct option){rows[i].name, rows[i].kind == ARG_FLAG || rows[i].kind == ARG_HELP ?
+                                         no_argument : required_argument, NULL, OPT_ID0 + (int)i};
+    }
     train_opts_default(o);
     opterr = 0;
     optind = 0; /* glibc: 0 resets getopt entirely, so a parse left inside "-hh" cannot leak into this one */
     int id;
-    while ((id = getopt_long(argc, argv, ":h", train_long_opts, NULL)) != -1) {
-        int rc;
-        if (id == 'h') {
-            rc = 1;
-        } else if (id == '?' || id == ':') {
-            usage_error(id == '?' ? "unknown option" : "missing value for option", argv[optind - 1]);
+    while ((id = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
+        int rc = 1;
+        if (id == '?' || id == ':') {
+            usage_error(longs, id == '?' ? "unknown option" : "missing value for option", argv[optind - 1]);
             return DDP_TRAIN_USAGE;
-        } else {
-            seen[id - OPT_MODEL] = 1;
-            rc = train_apply_opt(id, optarg, o);
+        }
+        if (id != 'h') {
+            seen[id - OPT_ID0] = 1;
+            rc = apply(&rows[id - OPT_ID0], optarg, o);
         }
         if (rc == 1) {
-            fputs(train_usage_text, stdout);
-            fputs(train_usage_more, stdout);
-            fputs(train_usage_gpt, stdout);
+            print_usage();
             return DDP_TRAIN_HELP;
         }
         if (rc != 0)
             return DDP_TRAIN_USAGE;
     }
     if (optind < argc) {
-        usage_error("unexpected argument", argv[optind]);
+        usage_error(longs, "unexpected argument", argv[optind]);
         return DDP_TRAIN_USAGE;
     }
     if (o->n_inject > 0 && o->grad_dtype != DDP_FP16 && o->model.precision != DDP_FP16) {

@@ -97,14 +97,7 @@ typedef struct train_opts {
     int checkpoint_async;       /* --checkpoint-async: folders written by a background thread */
     int nan_skip;               /* --nan-policy skip: a step with NaN/inf loss is not applied */
     train_gpt_opts gpt;         /* --model gpt2 */
-    unsigned given;             /* TRAIN_GIVEN_* bits: flags the user set (model defaults differ) */
 } train_opts;
-
-#define TRAIN_GIVEN_DATA 1u
-#define TRAIN_GIVEN_LR 2u
-#define TRAIN_GIVEN_WD 4u
-#define TRAIN_GIVEN_BATCH 8u
-#define TRAIN_GIVEN_ACCUM 16u
 
 /* What the caller does after parsing. */
 typedef enum train_parse_result {
