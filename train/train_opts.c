@@ -20,7 +20,9 @@
 #define TRAIN_STR(x) TRAIN_STR_(x)
 
 /* How a flag's value is read: see flag_row. */
-typedef enum arg_kind { ARG_FLAG, ARG_INT, ARG_LONG, ARG_REAL, ARG_WORD, ARG_STR, ARG_FN, ARG_HELP, ARG_TEXT } arg_kind;
+typedef enum arg_kind {
+    ARG_FLAG, ARG_INT, ARG_LONG, ARG_REAL, ARG_WORD, ARG_STR, ARG_FN, ARG_HELP, ARG_TEXT
+} arg_kind;
 
 /* The models a flag applies to; the others' flags are refused, all named in one message. */
 typedef enum arg_scope { FOR_ANY, FOR_MNIST, FOR_GPT } arg_scope;
@@ -32,13 +34,14 @@ struct flag_row {
     const char *meta;  /* its value in --help ("N", "cpu|cuda|auto"); NULL: no value */
     arg_scope scope;
     arg_kind kind;
-    size_t off;        /* offsetof(train_opts, the field): an int, a long, a double or a const char * */
-    long min, max;     /* ARG_INT, ARG_LONG: the range; ARG_FLAG: the value set; ARG_WORD: the first word's */
-    double lo, hi;     /* ARG_REAL: the range, its ends closed or open as ends says ("[]", "[)", "(]") */
-    const char *ends;
+    size_t off;    /* offsetof(train_opts, the field): an int, a long, a double or a const char * */
+    long min, max; /* ARG_INT, ARG_LONG: the range; ARG_FLAG: the value set; ARG_WORD: the first
+                      word's */
+    double lo, hi; /* ARG_REAL: the range, its ends closed or open as ends says */
+    const char *ends; /* "[]", "[)" or "(]" */
     const char *words; /* ARG_WORD: "a|b|c" (NULL: meta's) */
-    int (*fn)(const flag_row *r, const char *v, train_opts *o); /* reads the value in place of the
-                                                                    kind: 0, or -1 with the complaint */
+    /* ARG_FN: reads the value in place of a kind: 0, or -1 with the complaint printed */
+    int (*fn)(const flag_row *r, const char *v, train_opts *o);
     double def;        /* the default of an ARG_FLAG, ARG_INT, ARG_LONG or ARG_REAL (0: none set) */
     const char *help;  /* --help's lines beside the flag, '\n' between; NULL: none */
 };
@@ -66,8 +69,8 @@ static int parse_long(const flag_row *r, const char *text, long *out)
     errno = 0;
     long v = strtol(text, &end, 10);
     if (errno != 0 || end == text || *end != '\0' || v < r->min || v > r->max) {
-        fprintf(stderr, "ddp-train: --%s: expected %s integer, got '%s' (allowed: %ld to %ld)\n", r->name,
-                r->min > 0 ? "a positive" : "a non-negative", text, r->min, r->max);
+        fprintf(stderr, "ddp-train: --%s: expected %s integer, got '%s' (allowed: %ld to %ld)\n",
+                r->name, r->min > 0 ? "a positive" : "a non-negative", text, r->min, r->max);
         return -1;
     }
     *out = v;
@@ -81,10 +84,11 @@ static int parse_real(const flag_row *r, const char *text, double *out)
     char *end = NULL;
     errno = 0;
     double v = strtod(text, &end);
-    int in = (r->ends[0] == '(' ? v > r->lo : v >= r->lo) && (r->ends[1] == ')' ? v < r->hi : v <= r->hi);
+    int in = (r->ends[0] == '(' ? v > r->lo : v >= r->lo) &&
+             (r->ends[1] == ')' ? v < r->hi : v <= r->hi);
     if (errno != 0 || end == text || *end != '\0' || !isfinite(v) || !in) {
-        fprintf(stderr, "ddp-train: --%s: expected a number in %c%.10g, %.10g%c, got '%s'\n", r->name,
-                r->ends[0], r->lo, r->hi, r->ends[1], text);
+        fprintf(stderr, "ddp-train: --%s: expected a number in %c%.10g, %.10g%c, got '%s'\n",
+                r->name, r->ends[0], r->lo, r->hi, r->ends[1], text);
         return -1;
     }
     *out = v;
@@ -137,8 +141,10 @@ static int parse_widths(const flag_row *r, const char *v, train_opts *o)
 {
     if (model_widths_parse(v, &o->model) == DDP_OK)
         return 0;
-    fprintf(stderr, "ddp-train: --widths: expected widths like 784-512-256-10 (784 first, 10 last, each 1 "
-                    "to %d, at most %d layers), got '%s'\n", MODEL_MLP_MAX_WIDTH, MODEL_MLP_MAX_LAYERS, v);
+    fprintf(stderr,
+            "ddp-train: --widths: expected widths like 784-512-256-10 (784 first, 10 last, each 1 "
+            "to %d, at most %d layers), got '%s'\n",
+            MODEL_MLP_MAX_WIDTH, MODEL_MLP_MAX_LAYERS, v);
     return -1;
 }
 
@@ -146,8 +152,9 @@ static int parse_preset(const flag_row *r, const char *v, train_opts *o)
 {
     if (gpt2_config_preset(v, &o->gpt.cfg) == DDP_OK)
         return 0;
-    fprintf(stderr, "ddp-train: --gpt-config: expected d12, d24, d36 or d48 (GPT-2 124M, 350M, 774M, "
-                    "1.5B), got '%s'\n", v);
+    fprintf(stderr,
+            "ddp-train: --gpt-config: expected d12, d24, d36 or d48 (GPT-2 124M, 350M, 774M, "
+            "1.5B), got '%s'\n", v);
     return -1;
 }
 
@@ -157,8 +164,8 @@ static int parse_seed(const flag_row *r, const char *v, train_opts *o)
     errno = 0;
     unsigned long long seed = strtoull(v, &end, 10);
     if (errno != 0 || end == v || *end != '\0' || !isdigit((unsigned char)v[0])) {
-        fprintf(stderr, "ddp-train: --seed: expected a non-negative integer, got '%s' (allowed: 0 to %llu)\n",
-                v, (unsigned long long)UINT64_MAX);
+        fprintf(stderr, "ddp-train: --seed: expected a non-negative integer, got '%s' (allowed: 0 "
+                        "to %llu)\n", v, (unsigned long long)UINT64_MAX);
         return -1;
     }
     o->seed = (uint64_t)seed;
@@ -197,7 +204,8 @@ static int parse_peak(const flag_row *r, const char *v, train_opts *o)
 /* Every flag, in --help's order (the order the other model's flags are named in when refused). The
  * batch is not limited here: rank 0's data size bounds it. */
 static const flag_row rows[] = {
-    TEXT("usage: ddp-train [options]   (run one process, or many with mpirun / srun / ddp-launch)\n"),
+    TEXT("usage: ddp-train [options]   (run one process, or many with mpirun / srun / "
+         "ddp-launch)\n"),
     {"model", "mlp|cnn|gpt2", FOR_ANY, AS_FN(parse_model),
      "model (default mlp; gpt2: see the GPT-2 flags at the end)"},
     {"widths", "W-W-..", FOR_MNIST, AS_FN(parse_widths),
@@ -208,17 +216,21 @@ static const flag_row rows[] = {
     {"epochs", "N", FOR_ANY, AS_INT(epochs, 1, TRAIN_MAX_EPOCHS, 8), "epochs (default 8)"},
     {"max-steps", "N", FOR_ANY, AS_LONG(max_steps, 0, TRAIN_MAX_STEPS, 0),
      "stop after N optimizer steps, 0 = no limit (default 0)"},
-    {"batch", "N", FOR_ANY, AS_INT(batch, 1, INT_MAX, 64), "samples per rank per micro-step (default 64)"},
+    {"batch", "N", FOR_ANY, AS_INT(batch, 1, INT_MAX, 64),
+     "samples per rank per micro-step (default 64)"},
     {"accum", "K", FOR_ANY, AS_INT(accum, 1, INT_MAX, 1),
      "micro-steps per optimizer step (gradient accumulation, default 1)"},
-    {"lr", "X", FOR_ANY, AS_REAL(lr, "[]", TRAIN_MIN_LR, TRAIN_MAX_LR, 0.05), "learning rate (default 0.05)"},
-    {"momentum", "X", FOR_MNIST, AS_REAL(momentum, "[)", 0, 1, 0.9), "SGD momentum in [0, 1) (default 0.9)"},
+    {"lr", "X", FOR_ANY, AS_REAL(lr, "[]", TRAIN_MIN_LR, TRAIN_MAX_LR, 0.05),
+     "learning rate (default 0.05)"},
+    {"momentum", "X", FOR_MNIST, AS_REAL(momentum, "[)", 0, 1, 0.9),
+     "SGD momentum in [0, 1) (default 0.9)"},
     {"lr-schedule", "S", FOR_MNIST, AS_WORD(cosine, "constant|cosine", 0),
      "constant, or cosine: decays the rate to 0 over the planned steps"},
     {"weight-decay", "X", FOR_ANY, AS_REAL(weight_decay, "[]", 0, TRAIN_MAX_WEIGHT_DECAY, 0),
      "L2 weight decay (default 0)"},
     {"seed", "N", FOR_ANY, AS_FN(parse_seed), "initialisation and shuffling seed (default 42)"},
-    {"bucket-mb", "X", FOR_ANY, AS_REAL(bucket_mb, "(]", 0, TRAIN_MAX_BUCKET_MB, DDP_BUCKET_MB_DEFAULT),
+    {"bucket-mb", "X", FOR_ANY,
+     AS_REAL(bucket_mb, "(]", 0, TRAIN_MAX_BUCKET_MB, DDP_BUCKET_MB_DEFAULT),
      "gradient bucket cap, MiB (default " TRAIN_STR(DDP_BUCKET_MB_DEFAULT) ")"},
     {"first-bucket-mb", "X", FOR_ANY,
      AS_REAL(first_bucket_mb, "(]", 0, TRAIN_MAX_BUCKET_MB, DDP_FIRST_BUCKET_MB_DEFAULT),
@@ -243,12 +255,14 @@ static const flag_row rows[] = {
     {"tf32", NULL, FOR_ANY, AS_FLAG(tf32, 1, 0),
      "TF32 tensor cores for fp32 GEMMs and convolutions on the GPU (like\n"
      "torch.backends.cuda.matmul.allow_tf32); ignored on the CPU"},
-    {"metrics", "FILE", FOR_ANY, AS_STR(metrics_path), "rank 0 writes JSON lines: one per epoch, then a summary"},
+    {"metrics", "FILE", FOR_ANY, AS_STR(metrics_path),
+     "rank 0 writes JSON lines: one per epoch, then a summary"},
     {"save", "FILE", FOR_ANY, AS_STR(save_path),
      "rank 0 writes the trained parameters as a checkpoint (FILE: see below)"},
     {"augment", NULL, FOR_MNIST, AS_FLAG(augment, 1, 0),
      "shift each training image by up to 2 pixels (from seed, epoch, sample)"},
-    {"no-shuffle", NULL, FOR_ANY, AS_FLAG(shuffle, 0, 1), "keep the data order (identity permutation)"},
+    {"no-shuffle", NULL, FOR_ANY, AS_FLAG(shuffle, 0, 1),
+     "keep the data order (identity permutation)"},
     {"log-every", "N", FOR_ANY, AS_INT(log_every, 1, INT_MAX, 50),
      "progress line every N steps when not on a terminal (default 50)"},
     {"broadcast-init", NULL, FOR_ANY, AS_FLAG(broadcast_init, 1, 0),
@@ -284,7 +298,8 @@ static const flag_row rows[] = {
      "rank 0 writes the full training state to DIR/step-N.ckpt (created)"},
     {"checkpoint-every", "N", FOR_ANY, AS_LONG(checkpoint_every, 0, LONG_MAX, 0),
      "... every N optimizer steps (default 0: on a stop and at the end)"},
-    {"keep", "K", FOR_ANY, AS_INT(keep, 1, INT_MAX, 3), "checkpoints kept in DIR, older ones removed (default 3)"},
+    {"keep", "K", FOR_ANY, AS_INT(keep, 1, INT_MAX, 3),
+     "checkpoints kept in DIR, older ones removed (default 3)"},
     {"checkpoint-errors", "E", FOR_ANY, AS_WORD(checkpoint_errors_warn, "stop|warn", 0),
      "stop (default: a failed save ends the run, exit 1) or warn (go on)"},
     {"checkpoint-format", "F", FOR_ANY, AS_WORD(checkpoint_folder, "file|folder", 0),
@@ -302,25 +317,35 @@ static const flag_row rows[] = {
     {"requeue", NULL, FOR_ANY, AS_FLAG(requeue, 1, 0),
      "under Slurm: after a stop by signal, rank 0 runs scontrol requeue"},
     {"help", NULL, FOR_ANY, AS_HELP, "this text"},
-    TEXT("SIGUSR1 (e.g. sbatch --signal=USR1@120) or SIGTERM (time limit, scancel) stops every rank after\n"
-          "the same step; rank 0 then writes a checkpoint into --checkpoint-dir, evaluates, writes --save\n"
-          "and the metrics summary (\"stopped_by_signal\": true); with --requeue it requeues the job; all\n"
-          "exit 0.\n"
-          "--save and --trace replace FILE atomically (a temporary file renamed over it), so FILE must be a\n"
-          "new or a regular file; a symbolic link is followed to the file it names, which must exist. A\n"
-          "folder, a device (/dev/null too), a FIFO, a socket or a dangling link is refused before training,\n"
-          "as is a folder that does not accept a new file.\n"
-          "DDP_TIMEOUT=S: the deadline of every collective, 0.1 to 604800 seconds (default 300); any other\n"
-          "value stops every rank before training.\n"),
+    TEXT("SIGUSR1 (e.g. sbatch --signal=USR1@120) or SIGTERM (time limit, scancel) stops every "
+         "rank after\n"
+         "the same step; rank 0 then writes a checkpoint into --checkpoint-dir, evaluates, writes "
+         "--save\n"
+         "and the metrics summary (\"stopped_by_signal\": true); with --requeue it requeues the "
+         "job; all\n"
+         "exit 0.\n"
+         "--save and --trace replace FILE atomically (a temporary file renamed over it), so FILE "
+         "must be a\n"
+         "new or a regular file; a symbolic link is followed to the file it names, which must "
+         "exist. A\n"
+         "folder, a device (/dev/null too), a FIFO, a socket or a dangling link is refused before "
+         "training,\n"
+         "as is a folder that does not accept a new file.\n"
+         "DDP_TIMEOUT=S: the deadline of every collective, 0.1 to 604800 seconds (default 300); "
+         "any other\n"
+         "value stops every rank before training.\n"),
     TEXT("GPT-2 (--model gpt2; AdamW, warm-up then cosine decay, global-norm clipping):\n"),
-    {"gpt-config", "d12|d24|d36|d48", FOR_GPT, AS_FN(parse_preset), "GPT-2 124M, 350M, 774M, 1.5B (default d12)"},
+    {"gpt-config", "d12|d24|d36|d48", FOR_GPT, AS_FN(parse_preset),
+     "GPT-2 124M, 350M, 774M, 1.5B (default d12)"},
     TEXT("  --layers N --heads N --channels N   a smaller model (override the preset's sizes)\n"),
     {"layers", "N", FOR_GPT, AS_INT(gpt.cfg.layers, 1, GPT2_MAX_LAYERS, 0), NULL},
     {"heads", "N", FOR_GPT, AS_INT(gpt.cfg.heads, 1, 1024, 0), NULL},
     {"channels", "N", FOR_GPT, AS_INT(gpt.cfg.channels, 1, 65536, 0), NULL},
-    {"seq", "T", FOR_GPT, AS_INT(gpt.seq, 1, 1 << 20, 64), "tokens per sequence (default 64, at most 1024)"},
+    {"seq", "T", FOR_GPT, AS_INT(gpt.seq, 1, 1 << 20, 64),
+     "tokens per sequence (default 64, at most 1024)"},
     TEXT("  --data PATTERN          llm.c token shards (default data/text/austen_train_*.bin;\n"
-          "                          scripts/fetch-text.sh makes them); --batch is sequences per rank\n"),
+         "                          scripts/fetch-text.sh makes them); --batch is sequences per "
+         "rank\n"),
     {"val-data", "PATTERN", FOR_GPT, AS_STR(gpt.val_data),
      "validation shards (default: PATTERN with train -> val)"},
     {"val-every", "N", FOR_GPT, AS_INT(gpt.val_every, 0, INT_MAX, 0),
@@ -413,7 +438,8 @@ static int given(const unsigned char *seen, const char *name)
     return 0;
 }
 
-/* --help: each flag and its value in 24 columns (or 3 spaces past a longer one), its help beside. */
+/* --help: each flag and its value in 24 columns (or 3 spaces past a longer one), its help
+ * beside. */
 static void print_usage(void)
 {
     for (const flag_row *r = rows; r < rows + N_ROWS; r++) {
@@ -422,11 +448,13 @@ static void print_usage(void)
         if (r->kind == ARG_TEXT || !r->help)
             continue;
         char flag[64];
-        int n = snprintf(flag, sizeof flag, "--%s%s%s", r->name, r->meta ? " " : "", r->meta ? r->meta : "");
+        int n = snprintf(flag, sizeof flag, "--%s%s%s", r->name, r->meta ? " " : "",
+                         r->meta ? r->meta : "");
         printf("  %-*s", n < 24 ? 24 : n + 3, flag);
         for (const char *line = r->help, *nl;; line = nl + 1) {
             nl = strchr(line, '\n');
-            printf("%*s%.*s\n", line == r->help ? 0 : 26, "", nl ? (int)(nl - line) : (int)strlen(line), line);
+            printf("%*s%.*s\n", line == r->help ? 0 : 26, "",
+                   nl ? (int)(nl - line) : (int)strlen(line), line);
             if (!nl)
                 break;
         }
@@ -434,7 +462,7 @@ static void print_usage(void)
 }
 
 /* The flags given that belong to the other model kind: GPT-2 flags with MLP/CNN, the SGD and MLP
- * flags with GPT-2. Prints the complaint naming them and returns -1, or returns 0 when none was given. */
+ * flags with GPT-2. Prints the complaint naming them and returns -1, or 0 when none was given. */
 static int refuse_other_model_flags(const train_opts *o, const unsigned char *seen)
 {
     arg_scope other = o->gpt.on ? FOR_MNIST : FOR_GPT;
@@ -443,35 +471,43 @@ static int refuse_other_model_flags(const train_opts *o, const unsigned char *se
     names[0] = '\0';
     for (size_t i = 0; i < N_ROWS; i++)
         if (seen[i] && rows[i].scope == other && len < sizeof names)
-            len += (size_t)snprintf(names + len, sizeof names - len, "%s--%s", len ? ", " : "", rows[i].name);
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s--%s", len ? ", " : "",
+                                    rows[i].name);
     if (!names[0])
         return 0;
     if (o->gpt.on)
-        fprintf(stderr, "ddp-train: %s: not used by --model gpt2 (AdamW with warm-up and cosine decay: "
-                        "--lr, --warmup-steps, --lr-floor; sizes: --gpt-config or --layers/--heads/"
-                        "--channels); leave them out\n", names);
+        fprintf(stderr,
+                "ddp-train: %s: not used by --model gpt2 (AdamW with warm-up and cosine decay: "
+                "--lr, --warmup-steps, --lr-floor; sizes: --gpt-config or --layers/--heads/"
+                "--channels); leave them out\n",
+                names);
     else
-        fprintf(stderr, "ddp-train: %s: GPT-2 flags, not used by --model %s: add --model gpt2 or leave "
-                        "them out\n", names, o->model.kind == MODEL_CNN ? "cnn" : "mlp");
+        fprintf(stderr,
+                "ddp-train: %s: GPT-2 flags, not used by --model %s: add --model gpt2 or leave "
+                "them out\n",
+                names, o->model.kind == MODEL_CNN ? "cnn" : "mlp");
     return -1;
 }
 
 /* The GPT's flags that contradict each other: sizes given with --init-from (the file's sizes are
- * the model's: said, once), --accum with --total-batch-tokens (which sets the micro-steps: refused). */
+ * the model's: said, once), --accum with --total-batch-tokens (which sets the micro-steps:
+ * refused). */
 static int refuse_gpt_conflicts(const train_opts *o, const unsigned char *seen)
 {
     static const char *const sizes[] = {"gpt-config", "layers", "heads", "channels"};
     for (size_t i = 0; o->gpt.init_from && i < sizeof sizes / sizeof sizes[0]; i++) {
         if (given(seen, sizes[i]) && suggest_first_rank()) {
-            fprintf(stderr, "ddp-train: note: --%s is ignored: with --init-from %s the model's sizes "
-                            "are the file's (see the start-up report)\n", sizes[i],
-                    o->gpt.init_from);
+            fprintf(stderr,
+                    "ddp-train: note: --%s is ignored: with --init-from %s the model's sizes "
+                    "are the file's (see the start-up report)\n",
+                    sizes[i], o->gpt.init_from);
         }
     }
     if (o->gpt.total_batch_tokens && given(seen, "accum")) {
-        fprintf(stderr, "ddp-train: --accum %d and --total-batch-tokens %ld: the tokens per step set the "
-                        "micro-steps (total / (batch x seq x ranks)); give one of the two\n", o->accum,
-                o->gpt.total_batch_tokens);
+        fprintf(stderr,
+                "ddp-train: --accum %d and --total-batch-tokens %ld: the tokens per step set the "
+                "micro-steps (total / (batch x seq x ranks)); give one of the two\n",
+                o->accum, o->gpt.total_batch_tokens);
         return -1;
     }
     return 0;
@@ -483,8 +519,9 @@ static int check_sampling(train_opts *o, const unsigned char *seen)
 {
     train_gpt_opts *g = &o->gpt;
     if (g->sample_only && !g->init_from && !o->resume) {
-        fprintf(stderr, "ddp-train: --sample-only samples from trained weights: add --init-from FILE "
-                        "(an llm.c model file or a ddp checkpoint) or --resume FILE\n");
+        fprintf(stderr,
+                "ddp-train: --sample-only samples from trained weights: add --init-from FILE "
+                "(an llm.c model file or a ddp checkpoint) or --resume FILE\n");
         return -1;
     }
     if (g->sample_only && !given(seen, "sample"))
@@ -492,8 +529,10 @@ static int check_sampling(train_opts *o, const unsigned char *seen)
     static const char *const needs[] = {"prompt", "temperature", "top-k"};
     for (size_t i = 0; g->sample == 0 && i < sizeof needs / sizeof needs[0]; i++) {
         if (given(seen, needs[i])) {
-            fprintf(stderr, "ddp-train: --%s shapes the text --sample N generates: add --sample N (or "
-                            "--sample-only)\n", needs[i]);
+            fprintf(stderr,
+                    "ddp-train: --%s shapes the text --sample N generates: add --sample N (or "
+                    "--sample-only)\n",
+                    needs[i]);
             return -1;
         }
     }
@@ -507,9 +546,10 @@ static int finish_gpt_opts(train_opts *o, const unsigned char *seen)
     train_gpt_opts *g = &o->gpt;
     if (!g->on && g->init_from) {
         /* the MNIST models have no weights-only start: say what continues their checkpoints */
-        fprintf(stderr, "ddp-train: --init-from %s: starting from weights alone is for --model gpt2 "
-                        "(an llm.c model file or a GPT-2 checkpoint); --model %s continues its "
-                        "checkpoints with --resume %s (weights, optimizer state and step)\n",
+        fprintf(stderr,
+                "ddp-train: --init-from %s: starting from weights alone is for --model gpt2 "
+                "(an llm.c model file or a GPT-2 checkpoint); --model %s continues its "
+                "checkpoints with --resume %s (weights, optimizer state and step)\n",
                 g->init_from, o->model.kind == MODEL_CNN ? "cnn" : "mlp", g->init_from);
         return -1;
     }
@@ -524,9 +564,11 @@ static int finish_gpt_opts(train_opts *o, const unsigned char *seen)
     if (!given(seen, "lr"))
         o->lr = 6e-4;
     else if (o->lr > TRAIN_GPT_LR_WARN && suggest_first_rank())
-        fprintf(stderr, "ddp-train: warning: --lr %g with --model gpt2 is an SGD-sized rate (MNIST's): "
-                        "AdamW trains GPT-2 at about 6e-4 (the default, llm.c's) and usually diverges "
-                        "above %g; leave --lr out for the default\n", o->lr, TRAIN_GPT_LR_WARN);
+        fprintf(stderr,
+                "ddp-train: warning: --lr %g with --model gpt2 is an SGD-sized rate (MNIST's): "
+                "AdamW trains GPT-2 at about 6e-4 (the default, llm.c's) and usually diverges "
+                "above %g; leave --lr out for the default\n",
+                o->lr, TRAIN_GPT_LR_WARN);
     if (!given(seen, "weight-decay"))
         o->weight_decay = 0.1;
     if (!given(seen, "batch"))
@@ -558,11 +600,13 @@ static int check_resume_opts(const train_opts *o)
     const char *need_dir = o->checkpoint_every ? "--checkpoint-every"
                            : o->resume && strcmp(o->resume, "auto") == 0 ? "--resume auto" : NULL;
     if (need_dir && !o->checkpoint_dir) {
-        fprintf(stderr, "ddp-train: %s needs --checkpoint-dir DIR (where checkpoints are kept)\n", need_dir);
+        fprintf(stderr, "ddp-train: %s needs --checkpoint-dir DIR (where checkpoints are kept)\n",
+                need_dir);
         return -1;
     }
     if (o->checkpoint_async && !(o->checkpoint_dir && o->checkpoint_folder)) {
-        fprintf(stderr, "ddp-train: --checkpoint-async needs --checkpoint-dir DIR and --checkpoint-format "
+        fprintf(stderr,
+                "ddp-train: --checkpoint-async needs --checkpoint-dir DIR and --checkpoint-format "
                 "folder (each rank writes its own file in the background)\n");
         return -1;
     }
@@ -573,7 +617,8 @@ static int check_resume_opts(const train_opts *o)
     return 0;
 }
 
-/* One flag's value into o. Returns 0 when accepted, -1 when invalid (message printed), 1 for --help. */
+/* One flag's value into o. Returns 0 when accepted, -1 when invalid (message printed), 1 for
+ * --help. */
 static int apply(const flag_row *r, const char *v, train_opts *o)
 {
     void *p = (char *)o + r->off;
@@ -615,17 +660,21 @@ train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
     struct option longs[N_ROWS + 1] = {{0}};
     for (size_t i = 0, j = 0; i < N_ROWS; i++) {
         if (rows[i].kind != ARG_TEXT)
-            longs[j++] = (struct option){rows[i].name, rows[i].kind == ARG_FLAG || rows[i].kind == ARG_HELP ?
-                                         no_argument : required_argument, NULL, OPT_ID0 + (int)i};
+            longs[j++] = (struct option){rows[i].name,
+                                         rows[i].kind == ARG_FLAG || rows[i].kind == ARG_HELP
+                                             ? no_argument
+                                             : required_argument,
+                                         NULL, OPT_ID0 + (int)i};
     }
     train_opts_default(o);
     opterr = 0;
-    optind = 0; /* glibc: 0 resets getopt entirely, so a parse left inside "-hh" cannot leak into this one */
+    optind = 0; /* glibc: 0 resets getopt entirely: a parse left inside "-hh" cannot leak here */
     int id;
     while ((id = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
         int rc = 1;
         if (id == '?' || id == ':') {
-            usage_error(longs, id == '?' ? "unknown option" : "missing value for option", argv[optind - 1]);
+            usage_error(longs, id == '?' ? "unknown option" : "missing value for option",
+                        argv[optind - 1]);
             return DDP_TRAIN_USAGE;
         }
         if (id != 'h') {
@@ -671,20 +720,22 @@ void train_print_opts(FILE *f, const train_opts *o)
         for (int i = 0; i < o->model.n_widths; i++)
             fprintf(f, "%s%d", i ? "-" : "", o->model.widths[i]);
     }
-    fprintf(f, "\ndata: %s\nepochs: %d  max-steps: %ld  batch per rank: %d  ", o->data_dir, o->epochs,
-            o->max_steps, o->batch);
+    fprintf(f, "\ndata: %s\nepochs: %d  max-steps: %ld  batch per rank: %d  ", o->data_dir,
+            o->epochs, o->max_steps, o->batch);
     if (o->gpt.on && o->gpt.total_batch_tokens)
         fprintf(f, "accum: from --total-batch-tokens %ld\n", o->gpt.total_batch_tokens);
     else
         fprintf(f, "accum: %d\n", o->accum);
     if (o->gpt.on)
-        fprintf(f, "adamw: lr %g, warm-up %ld steps, cosine to %g x lr; betas %g, %g; eps %g; weight "
-                "decay %g (2-D weights); grad clip %g\n", o->lr, o->gpt.warmup_steps, o->gpt.lr_floor,
-                o->gpt.beta1, o->gpt.beta2, o->gpt.eps, o->weight_decay, o->gpt.grad_clip);
+        fprintf(f,
+                "adamw: lr %g, warm-up %ld steps, cosine to %g x lr; betas %g, %g; eps %g; weight "
+                "decay %g (2-D weights); grad clip %g\n",
+                o->lr, o->gpt.warmup_steps, o->gpt.lr_floor, o->gpt.beta1, o->gpt.beta2, o->gpt.eps,
+                o->weight_decay, o->gpt.grad_clip);
     else
         fprintf(f, "sgd: lr %g (%s)  momentum %g  weight decay %g  seed %llu  shuffle %s\n", o->lr,
-            o->cosine ? "cosine" : "constant", o->momentum, o->weight_decay, (unsigned long long)o->seed,
-            o->shuffle ? "yes" : "no");
+                o->cosine ? "cosine" : "constant", o->momentum, o->weight_decay,
+                (unsigned long long)o->seed, o->shuffle ? "yes" : "no");
     fprintf(f, "buckets: %g MiB (first %g MiB)%s  broadcast-init: %s  threads: %d  augment: %s\n",
             o->bucket_mb, o->first_bucket_mb, o->no_overlap ? " launched after backward" : "",
             o->broadcast_init ? "yes" : "no", o->threads,
@@ -693,15 +744,19 @@ void train_print_opts(FILE *f, const train_opts *o)
             o->tf32 ? "  (fp32 GEMMs and convolutions on TF32 tensor cores on a GPU)" : "");
     fprintf(f, "gradient all-reduce: %s", ddp_dtype_name(o->grad_dtype));
     if (o->grad_dtype == DDP_FP16)
-        fprintf(f, " with loss scaling (scale %g, doubled after %ld finite steps)", o->loss_scale_init,
-                o->loss_scale_interval);
+        fprintf(f, " with loss scaling (scale %g, doubled after %ld finite steps)",
+                o->loss_scale_init, o->loss_scale_interval);
     fprintf(f, "  data workers: %d\n", o->workers);
     if (o->checkpoint_dir)
         fprintf(f, "checkpoints: %s every %ld steps (keep %d, errors %s, %s)", o->checkpoint_dir,
                 o->checkpoint_every, o->keep, o->checkpoint_errors_warn ? "warn" : "stop",
-                o->checkpoint_folder ? (o->checkpoint_async ? "a folder per checkpoint, written in the "
-                "background" : "a folder per checkpoint") : "a file per checkpoint");
+                o->checkpoint_folder
+                    ? (o->checkpoint_async ? "a folder per checkpoint, written in the "
+                                             "background"
+                                           : "a folder per checkpoint")
+                    : "a file per checkpoint");
     else
         fputs("checkpoints: none (--checkpoint-dir)", f);
-    fprintf(f, "  resume: %s  nan-policy: %s\n", o->resume ? o->resume : "no", o->nan_skip ? "skip" : "stop");
+    fprintf(f, "  resume: %s  nan-policy: %s\n", o->resume ? o->resume : "no",
+            o->nan_skip ? "skip" : "stop");
 }
