@@ -643,11 +643,14 @@ static void nccl_destroy(comm_group *c)
         nccl_closer_finish(s->aborter, s->abort_thread, "ncclCommAbort");
     else if (s->stream)
         cuda_stream_wait(s->stream, "closing the NCCL stream");
+    /* its stream still tracked; after an abort (a failed peer) nothing more is waited for */
+    cuda_free_drained(s->scratch, "closing the NCCL communicator", !s->aborter && !s->aborted);
     if (s->ready)
         cudaEventDestroy(s->ready);
-    if (s->stream)
+    if (s->stream) {
+        cuda_track_stream(s->stream, 0);
         cudaStreamDestroy(s->stream);
-    cudaFree(s->scratch);
+    }
     pthread_mutex_destroy(&s->lock);
     free(s);
     free(c);
@@ -724,6 +727,7 @@ static ddp_status nccl_open(nccl_state *s, int rank, int world_size)
     TRY_NCCL_GOTO(ncclCommCuDevice(s->comm, &s->device));
     nccl_report_version();
     TRY_CUDA_GOTO(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    cuda_track_stream(s->stream, 1); /* drained before libddp's cudaFree and cudaFreeHost */
     TRY_CUDA_GOTO(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
     TRY_CUDA_GOTO(cudaMalloc((void **)&s->scratch, sizeof(float)));
     /* on the communication stream: the legacy default stream does not order non-blocking ones */

@@ -118,6 +118,19 @@ void cuda_device_close(void) {}
 
 void *cuda_stream(void) { return NULL; }
 
+void cuda_track_stream(void *stream, int on)
+{
+    (void)stream;
+    (void)on;
+}
+
+void cuda_free_drained(void *p, const char *what, int wait)
+{
+    (void)p;
+    (void)what;
+    (void)wait;
+}
+
 int cuda_probe(char *why, size_t why_size)
 {
     if (why_size)

@@ -51,5 +51,14 @@ ddp_status cuda_device_open(int device);
 void cuda_device_close(void);
 /* The stream of cuda_device_open() (a cudaStream_t); NULL before it or without CUDA. */
 void *cuda_stream(void);
+/* Adds (on != 0) or removes a stream created outside device_cuda.cu (the NCCL communicator's)
+ * to those drained, under the deadline, before a call that waits for the whole device: cudaFree,
+ * cudaFreeHost and cudaHostUnregister never block on a stuck collective, they are skipped (the
+ * memory left allocated, logged) when the drain times out. At most 4; nothing without CUDA. */
+void cuda_track_stream(void *stream, int on);
+/* cudaFree(p) once every stream (libddp's and the tracked ones) has drained: waited for under the
+ * deadline (wait != 0), or found idle now (wait 0: teardown after a failure, which must not
+ * spend another deadline); otherwise p is left allocated (logged with `what`). NULL: nothing. */
+void cuda_free_drained(void *p, const char *what, int wait);
 
 #endif /* DDP_DEVICE_H */

@@ -10,6 +10,7 @@
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
+#include <pthread.h>
 #include <string.h>
 
 #include "config.h"
@@ -45,6 +46,8 @@ typedef struct pinned {
     bool busy;        // done recorded and not yet waited for
 } pinned;
 
+static ddp_status dev_wait_streams(const char *what);
+
 /* Waits until b is free and holds at least n bytes. */
 static ddp_status pinned_reserve(pinned *b, size_t n, const char *what)
 {
@@ -61,8 +64,15 @@ static ddp_status pinned_reserve(pinned *b, size_t n, const char *what)
     void *old = b->host; /* forgotten first: never freed twice */
     b->host = NULL;
     b->n_bytes = 0;
-    if (old)
+    if (old) { /* cudaFreeHost waits for the whole device: drain it under the deadline first */
+        ddp_status st = dev_wait_streams(what);
+        if (st != DDP_OK) {
+            DDP_ERROR("%s: a %zu-byte pinned buffer left allocated: the GPU did not drain", what,
+                      n);
+            return st;
+        }
         TRY_CUDA(cudaFreeHost(old));
+    }
     TRY_CUDA(cudaHostAlloc(&b->host, n, cudaHostAllocDefault));
     b->n_bytes = n;
     return DDP_OK;
@@ -99,8 +109,25 @@ static pinned *bounce_take(void)
     return b;
 }
 
-/* Waits for libddp's stream, the copy stream and the snapshots' stream (what may still read or
- * write device memory). */
+/* Streams of other files (cuda_track_stream: the NCCL communicator's), drained with ours. */
+enum { tracked_max = 4 };
+static void *tracked[tracked_max];
+static pthread_mutex_t tracked_lock = PTHREAD_MUTEX_INITIALIZER;
+
+extern "C" void cuda_track_stream(void *stream, int on)
+{
+    pthread_mutex_lock(&tracked_lock);
+    for (int i = 0; i < tracked_max; i++)
+        if (tracked[i] == (on ? NULL : stream)) {
+            tracked[i] = on ? stream : NULL;
+            break;
+        }
+    pthread_mutex_unlock(&tracked_lock);
+}
+
+/* Waits for libddp's stream, the copy stream, the snapshots' stream and the tracked ones (what
+ * may still read or write device memory, and what a device-wide synchronisation would wait for:
+ * call it first, so that cudaFree, cudaFreeHost and cudaHostUnregister find the device idle). */
 static ddp_status dev_wait_streams(const char *what)
 {
     ddp_status st = cuda_stream_wait(dev_stream, what);
@@ -108,6 +135,13 @@ static ddp_status dev_wait_streams(const char *what)
         st = cuda_stream_wait(copy_stream, what);
     if (st == DDP_OK && snap_stream)
         st = cuda_stream_wait(snap_stream, what);
+    void *others[tracked_max];
+    pthread_mutex_lock(&tracked_lock);
+    memcpy(others, tracked, sizeof others);
+    pthread_mutex_unlock(&tracked_lock);
+    for (int i = 0; st == DDP_OK && i < tracked_max; i++)
+        if (others[i])
+            st = cuda_stream_wait(others[i], what);
     return st;
 }
 
@@ -134,19 +168,35 @@ static void *dev_alloc(size_t n_bytes)
     return NULL;
 }
 
-/* Frees after the queued work of both streams; after a failed wait p is left allocated. */
-static void dev_free(void *p)
+/* Whether every stream of dev_wait_streams is idle now (no wait). */
+static bool dev_streams_idle(void)
+{
+    void *all[3 + tracked_max] = {dev_stream, copy_stream, snap_stream};
+    pthread_mutex_lock(&tracked_lock);
+    memcpy(all + 3, tracked, sizeof tracked);
+    pthread_mutex_unlock(&tracked_lock);
+    for (void *s : all)
+        if (s && cudaStreamQuery((cudaStream_t)s) != cudaSuccess)
+            return false;
+    return true;
+}
+
+/* Frees after the queued work of every stream (cudaFree waits for the whole device); otherwise p
+ * is left allocated. */
+extern "C" void cuda_free_drained(void *p, const char *what, int wait)
 {
     if (!p)
         return;
-    if (dev_wait_streams("freeing device memory") != DDP_OK) {
-        DDP_ERROR("ddp_free: device memory left allocated: the GPU work using it did not finish");
+    if (wait ? dev_wait_streams(what) != DDP_OK : !dev_streams_idle()) {
+        DDP_ERROR("%s: device memory left allocated: the GPU work using it did not finish", what);
         return;
     }
     cudaError_t err = cudaFree(p);
     if (err != cudaSuccess)
         (void)check_cuda_fail(err, "cudaFree", __FILE__, __LINE__);
 }
+
+static void dev_free(void *p) { cuda_free_drained(p, "ddp_free", 1); }
 
 /* Copies into a bounce buffer and queues its upload: the caller may reuse src_host at once, and
  * the host waits only for a bounce buffer whose previous transfer is still running. */
@@ -308,7 +358,10 @@ static ddp_status dev_snapshot_pin(void *host, size_t n_bytes)
 static ddp_status dev_snapshot_unpin(void *host)
 {
     for (auto &r : snap_pinned)
-        if (r.host == host) {
+        if (r.host == host) { /* cudaHostUnregister waits for the whole device: drain it first */
+            ddp_status st = dev_wait_streams("unpinning a checkpoint snapshot");
+            if (st != DDP_OK)
+                return st; /* left pinned */
             r.host = NULL;
             r.n_bytes = 0;
             TRY_CUDA(cudaHostUnregister(host));

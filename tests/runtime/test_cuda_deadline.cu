@@ -7,6 +7,12 @@
  *       ddp_download, ddp_stage_upload whose staging buffer is still being read behind the
  *       spinner, ddp_alloc (whose zeroing is queued behind it). Each must fail (DDP_ERR_TIMEOUT;
  *       ddp_alloc: NULL) after the deadline and well before the spinner would end by itself.
+ *   free
+ *       under the test-only NCCL with FAKE_NCCL_HANG_AFTER=0 (tests/nccl_fake): an all-reduce
+ *       that never completes on the communicator's stream while libddp's stream is idle, then
+ *       ddp_free: cudaFree waits for the whole device, so libddp must drain the communicator's
+ *       stream under the deadline first and leave the memory allocated when it does not drain
+ *       (returning at the deadline, not never).
  *   zeroed
  *       ddp_alloc of a buffer whose memory was dirtied just before (cudaMemset 0xff, freed), behind
  *       a slow kernel on libddp's stream; a kernel on a stream of the test's own, queued at once,
@@ -79,7 +85,11 @@ static void check_path(ddp_ctx *ctx, const char *path, double limit)
               ddp_stage_acquire(ctx, 0) == DDP_OK && ddp_stage_release(ctx, 0) == DDP_OK &&
               ddp_synchronize(ctx) == DDP_OK,
           "%s: warm-up", path);
-    if (strcmp(path, "staging") == 0) {
+    ddp_request *req = NULL;
+    if (strcmp(path, "free") == 0) {
+        CHECK(ddp_allreduce_start(ctx, (float *)dev, 16, DDP_SUM, &req) == DDP_OK,
+              "free: an all-reduce queued (it never completes)");
+    } else if (strcmp(path, "staging") == 0) {
         /* the slot's last reader is the spinner: its upload waits on the copy stream, so the
          * second upload of the same part finds the staging buffer still in use */
         CHECK(spin(stream, 3 * limit), "spinner launched");
@@ -96,6 +106,8 @@ static void check_path(ddp_ctx *ctx, const char *path, double limit)
         st = ddp_download(ctx, host, dev, n);
     else if (strcmp(path, "staging") == 0)
         st = ddp_stage_upload(ctx, 0, 0, dev, host, n);
+    else if (strcmp(path, "free") == 0)
+        ddp_free(ctx, dev2), st = DDP_ERR_TIMEOUT; /* void: returning in time is the check */
     else
         st = ddp_alloc(ctx, n) == NULL ? DDP_ERR_TIMEOUT : DDP_OK;
     double took = now_s() - t0;
@@ -104,6 +116,8 @@ static void check_path(ddp_ctx *ctx, const char *path, double limit)
     CHECK(st == DDP_ERR_TIMEOUT, "%s: want DDP_ERR_TIMEOUT, got %s", path, ddp_strerror(st));
     CHECK(took >= 0.9 * limit && took < 2.0 * limit, "%s: returned after %.2f s, deadline %.1f s",
           path, took, limit);
+    if (req)
+        (void)ddp_wait(req); /* the communicator was aborted at the deadline: an error, freed */
     free(host);
 }
 
