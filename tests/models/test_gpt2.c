@@ -643,6 +643,62 @@ static void compare_recompute(gpt2 *plain, gpt2 *rec, ddp_dtype p)
     free(lr);
 }
 
+/* ---- the optional fused linear + GELU ops (ops.h), as the model calls them ---------------- */
+
+static int n_gelu_fwd, n_gelu_bwd; /* calls of the two composites below */
+
+/* linear_gelu_fwd as the composite the CPU has no need of: linear_fwd, then gelu_fwd on pre. */
+static ddp_status composed_gelu_fwd(const ops_handle *o, ddp_dtype p, const void *x,
+                                    const void *w, const float *b, int batch, int in, int out,
+                                    void *pre, void *y)
+{
+    n_gelu_fwd++;
+    TRY_OK(o->linear_fwd(o, p, x, w, b, batch, in, out, pre, p == DDP_FP32));
+    return o->gelu_fwd(o, p, y, pre, (size_t)batch * out);
+}
+
+static ddp_status composed_gelu_bwd(const ops_handle *o, ddp_dtype p, const void *w,
+                                    const void *dy, const void *pre, int batch, int in, int out,
+                                    void *dx)
+{
+    n_gelu_bwd++;
+    TRY_OK(o->linear_bwd_input(o, p, w, dy, batch, in, out, dx));
+    return o->gelu_bwd(o, p, dx, pre, dx, (size_t)batch * in);
+}
+
+/* The model's fused branches (taken on CUDA, where cuBLASLt's epilogues implement them) driven on
+ * the CPU through the composites: once per layer each way where the activations are in p (fp32,
+ * bf16), never with casts (fp16), and the loss and every gradient bit for bit those of the
+ * unfused path, so the branches hand the ops the right buffers. */
+static void check_fused_gelu(const ops_handle *ops)
+{
+    ops_handle fused = *ops;
+    fused.linear_gelu_fwd = composed_gelu_fwd;
+    fused.linear_bwd_input_gelu = composed_gelu_bwd;
+    const ddp_dtype ps[] = {DDP_FP32, DDP_BF16, DDP_FP16};
+    int tokens[B * T], targets[B * T];
+    make_batch(100, 41, tokens, targets);
+    for (int i = 0; i < 3; i++) {
+        gpt2 *a = make(ops, tiny(100), ps[i], 61), *b = make(&fused, tiny(100), ps[i], 61);
+        if (!a || !b) {
+            gpt2_destroy(a);
+            gpt2_destroy(b);
+            continue;
+        }
+        n_gelu_fwd = n_gelu_bwd = 0;
+        float la = grad_pass(a, tokens, targets), lb = grad_pass(b, tokens, targets);
+        int L = gpt2_cfg(a)->layers, want = ps[i] == DDP_FP16 ? 0 : L;
+        const char *name = ddp_dtype_name(ps[i]);
+        CHECK(n_gelu_fwd == want && n_gelu_bwd == want, "%s: fused calls %d forward, %d backward, "
+              "want %d each", name, n_gelu_fwd, n_gelu_bwd, want);
+        CHECK(memcmp(&la, &lb, sizeof la) == 0, "%s: loss %.9g, fused %.9g", name, la, lb);
+        size_t wrong = bits_differ(gpt2_grads(a), gpt2_grads(b), gpt2_numel_total(a));
+        CHECK(wrong == 0, "%s: %zu gradient elements differ with the fused ops", name, wrong);
+        gpt2_destroy(a);
+        gpt2_destroy(b);
+    }
+}
+
 /* Recomputation changes nothing but the memory: activations strictly smaller (printed). */
 static void check_recompute(const ops_handle *ops, ddp_dtype p)
 {
@@ -710,6 +766,7 @@ int main(void)
     check_adamw(ops);
     check_bf16_logits(ops);
     check_activations(ops);
+    check_fused_gelu(ops);
     check_training(ops, DDP_FP32, 1.0f);
     check_training(ops, DDP_BF16, 1.0f);
     check_training(ops, DDP_FP16, 1024.0f);
