@@ -717,7 +717,28 @@ static ddp_status linear_fwd(gpt2 *g, int t, int l, const void *x, int in, int o
                               g->B * g->T, in, out, y, g->act == DDP_FP32);
 }
 
-/* ln_1, attention, attn.c_proj and the residual add of layer l. */
+/* The residual add after attention (residual2 = residual + proj) and ln_2 on its result, the
+ * MLP's input: one fused op where the ops have it (ops.h add_layernorm_fwd), bit for bit the two. */
+static ddp_status residual_ln2(gpt2 *g, int l, const float *residual)
+{
+    const ops_handle *o = g->ops;
+    gpt2_acts *a = &g->a;
+    int rows = g->B * g->T, C = g->cfg.channels;
+    size_t n = (size_t)rows * C;
+    float *r2 = at_f(g, a->residual2, l, C), *mean = at_f(g, a->ln2_mean, l, 1);
+    float *rstd = at_f(g, a->ln2_rstd, l, 1);
+    void *ln2 = at_p(g, a->ln2, l, C);
+    if (!casts(g) && o->add_layernorm_fwd)
+        return o->add_layernorm_fwd(o, g->act, r2, residual, a->proj, ln2, mean, rstd,
+                                    param(g, T_LN2W, l), param(g, T_LN2B, l), rows, C);
+    TRY_OK(o->add(o, g->act, r2, residual, a->proj, n));
+    void *h = out_act(g, ln2);
+    TRY_OK(o->layernorm_fwd(o, g->act, h, mean, rstd, r2, param(g, T_LN2W, l),
+                            param(g, T_LN2B, l), rows, C));
+    return to_p(g, ln2, h, n);
+}
+
+/* ln_1, attention, attn.c_proj, the residual add and ln_2 of layer l. */
 static ddp_status attn_fwd(gpt2 *g, int l, const float *residual)
 {
     const ops_handle *o = g->ops;
@@ -735,10 +756,11 @@ static ddp_status attn_fwd(gpt2 *g, int l, const float *residual)
                             NH));
     TRY_OK(to_p(g, atty, h, n));
     TRY_OK(linear_fwd(g, T_ATTPROJW, l, atty, C, C, a->proj));
-    return o->add(o, g->act, at_f(g, a->residual2, l, C), residual, a->proj, n);
+    return residual_ln2(g, l, residual);
 }
 
-/* ln_2, c_fc and the GELU of layer l: all of the MLP's activations that backward reads. */
+/* c_fc and the GELU of layer l (on ln_2's output, attn_fwd's last): the rest of the MLP's
+ * activations that backward reads. */
 static ddp_status mlp_hidden_fwd(gpt2 *g, int l)
 {
     const ops_handle *o = g->ops;
@@ -746,12 +768,7 @@ static ddp_status mlp_hidden_fwd(gpt2 *g, int l)
     int rows = g->B * g->T, C = g->cfg.channels;
     size_t n = (size_t)rows * C;
     void *fch = at_a(g, a->fch, l, 4 * (size_t)C);
-    void *ln2 = at_p(g, a->ln2, l, C), *gelu = at_p(g, a->fch_gelu, l, 4 * (size_t)C);
-    void *h = out_act(g, ln2);
-    TRY_OK(o->layernorm_fwd(o, g->act, h, at_f(g, a->ln2_mean, l, 1), at_f(g, a->ln2_rstd, l, 1),
-                            at_f(g, a->residual2, l, C), param(g, T_LN2W, l), param(g, T_LN2B, l),
-                            rows, C));
-    TRY_OK(to_p(g, ln2, h, n));
+    void *ln2 = at_p(g, a->ln2, l, C), *gelu = at_p(g, a->fch_gelu, l, 4 * (size_t)C), *h;
     if (!casts(g) && o->linear_gelu_fwd) /* fused (cuBLASLt's GELU epilogue on CUDA bf16) */
         return o->linear_gelu_fwd(o, g->opts.precision, ln2, cweight(g, T_FCW, l),
                                   param(g, T_FCB, l), rows, C, 4 * C, fch, gelu);
@@ -761,7 +778,7 @@ static ddp_status mlp_hidden_fwd(gpt2 *g, int l)
     return to_p(g, gelu, h, 4 * n);
 }
 
-/* ln_2, the MLP and the residual add of layer l: the block's output. */
+/* The MLP and the residual add of layer l: the block's output. */
 static ddp_status mlp_fwd(gpt2 *g, int l)
 {
     gpt2_acts *a = &g->a;

@@ -128,7 +128,26 @@ static __global__ void encoder_dwpe_kernel(float *dwpe, const float *dout, int B
 
 /* ---- LayerNorm ------------------------------------------------------------------------- */
 
-/* One warp per row of C: mean, biased variance about it (two passes), out (O) = xhat * w + b. */
+/* Row xr of C by one warp (lane = its lane), s the lanes' partial sums of xr already taken: mean,
+ * biased variance about it (a second pass), out's row (O) = xhat * w + b. */
+template <typename O>
+static __device__ void layernorm_row(O *out, float *mean, float *rstd, const float *xr, float s,
+                                     const float *w, const float *b, size_t row, int lane, int C)
+{
+    float m = warp_sum(s) / (float)C;
+    float q = 0.0f;
+    for (int c = lane; c < C; c += WARP)
+        q += (xr[c] - m) * (xr[c] - m);
+    float r = layernorm_rstd(warp_sum(q) / (float)C);
+    for (int c = lane; c < C; c += WARP)
+        put(out, row * C + c, (xr[c] - m) * r * w[c] + b[c]);
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+/* One warp per row of C: LayerNorm of x (layernorm_row). */
 template <typename O>
 static __global__ void layernorm_fwd_kernel(O *out, float *mean, float *rstd, const float *x,
                                             const float *w, const float *b, int rows, int C)
@@ -141,17 +160,30 @@ static __global__ void layernorm_fwd_kernel(O *out, float *mean, float *rstd, co
     float s = 0.0f;
     for (int c = lane; c < C; c += WARP)
         s += xr[c];
-    float m = warp_sum(s) / (float)C;
-    float q = 0.0f;
-    for (int c = lane; c < C; c += WARP)
-        q += (xr[c] - m) * (xr[c] - m);
-    float r = layernorm_rstd(warp_sum(q) / (float)C);
-    for (int c = lane; c < C; c += WARP)
-        put(out, row * C + c, (xr[c] - m) * r * w[c] + b[c]);
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = r;
+    layernorm_row(out, mean, rstd, xr, s, w, b, row, lane, C);
+}
+
+/* layernorm_fwd_kernel on y = a + pb (the residual add, pb in A's storage; y may be a), y written
+ * in the first pass: each y as add_kernel computes it, summed in layernorm_fwd_kernel's order, so
+ * bit for bit the two kernels. */
+template <typename O, typename A>
+static __global__ void add_layernorm_fwd_kernel(O *out, float *mean, float *rstd, float *y,
+                                                const float *a, const A *pb, const float *w,
+                                                const float *b, int rows, int C)
+{
+    size_t row = warp_row();
+    int lane = threadIdx.x % WARP;
+    if (row >= (size_t)rows)
+        return;
+    float *yr = y + row * C;
+    const float *ar = a + row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += WARP) {
+        float v = ar[c] + get(pb, row * C + c);
+        yr[c] = v;
+        s += v;
     }
+    layernorm_row(out, mean, rstd, yr, s, w, b, row, lane, C);
 }
 
 /* One warp per row: dx += layernorm_dx(...) with the row's means of g = dout * w and g * xhat;
@@ -677,6 +709,28 @@ static ddp_status cuda_layernorm_fwd(const ops_handle *ops, ddp_dtype act, void 
     else
         layernorm_fwd_kernel<<<grid, threads, 0, cu->stream>>>((uint16_t *)out, mean, rstd, x, w,
                                                                b, rows, C);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+static ddp_status cuda_add_layernorm_fwd(const ops_handle *ops, ddp_dtype act, float *y,
+                                         const float *a, const void *pb, void *out, float *mean,
+                                         float *rstd, const float *w, const float *b, int rows,
+                                         int C)
+{
+    cuda_state *cu = cuda_of(ops);
+    bool empty;
+    if (!sizes_ok("add_layernorm_fwd", rows, C, 1, &empty) || !act_ok("add_layernorm_fwd", act))
+        return DDP_ERR_INVALID_ARG;
+    if (empty)
+        return DDP_OK;
+    unsigned grid = row_blocks((size_t)rows), threads = ROWS_PER_BLOCK * WARP;
+    if (act == DDP_FP32)
+        add_layernorm_fwd_kernel<<<grid, threads, 0, cu->stream>>>(
+            (float *)out, mean, rstd, y, a, (const float *)pb, w, b, rows, C);
+    else
+        add_layernorm_fwd_kernel<<<grid, threads, 0, cu->stream>>>(
+            (uint16_t *)out, mean, rstd, y, a, (const uint16_t *)pb, w, b, rows, C);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -1271,6 +1325,7 @@ void cuda_gpt_ops(ops_handle *ops)
     ops->attention_fwd = cuda_attention_fwd;
     ops->attention_bwd = cuda_attention_bwd;
     ops->attention_floats = cuda_attention_floats;
+    ops->add_layernorm_fwd = cuda_add_layernorm_fwd;
     ops->gelu_fwd = cuda_gelu_fwd;
     ops->gelu_bwd = cuda_gelu_bwd;
     ops->add = cuda_add;

@@ -182,6 +182,12 @@ struct ops_handle {
     ddp_status (*layernorm_fwd)(const ops_handle *ops, ddp_dtype act, void *out, float *mean,
                                 float *rstd, const float *x, const float *w, const float *b,
                                 int rows, int C);
+    /* Optional (NULL: the model calls add, then layernorm_fwd on y): y (rows, C) = a + b as add
+     * does (y may alias a; b in act), then out, mean, rstd = layernorm_fwd of y, bit for bit the
+     * two ops', in one pass over each row (the residual add feeding ln_2). */
+    ddp_status (*add_layernorm_fwd)(const ops_handle *ops, ddp_dtype act, float *y, const float *a,
+                                    const void *b, void *out, float *mean, float *rstd,
+                                    const float *w, const float *bias, int rows, int C);
     /* dx (rows, C) ADDS the input gradient (the residual stream's); dw, db (C) ADD; dout (rows,
      * C) in act. dx_act, when not NULL, gets the sum dx in act too (the residual gradient as the
      * next linear backward reads it, so that no cast follows). */

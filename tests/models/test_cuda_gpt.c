@@ -547,6 +547,43 @@ static void check_xent(test_rng *r, int rows, int V, int Vp)
     drop_pair(&z), drop_pair(&dz), drop_pair(&loss);
 }
 
+/* add_layernorm_fwd (the residual add feeding ln_2, one kernel) against add then layernorm_fwd on
+ * the device, in fp32 and bf16 activations: bit for bit (the same sums in the same order). */
+static void check_add_layernorm(test_rng *r, int rows, int C)
+{
+    size_t n = (size_t)rows * C;
+    pair a = make_pair(r, n, -2, 2), w = make_pair(r, (size_t)C, 0.5, 1.5);
+    pair b = make_pair(r, (size_t)C, -1, 1), p32 = make_pair(r, n, -1, 1);
+    bpair p16 = make_bpair(r, n, -1, 1);
+    for (int bf = 0; bf < 2; bf++) {
+        ddp_dtype act = bf ? DDP_BF16 : DDP_FP32;
+        const void *proj = bf ? (const void *)p16.d : (const void *)p32.d;
+        size_t es = bf ? 2 : 4;
+        float *y1 = (float *)ddp_alloc(gpu->ctx, n * 4), *y2 = (float *)ddp_alloc(gpu->ctx, n * 4);
+        void *o1 = ddp_alloc(gpu->ctx, n * es), *o2 = ddp_alloc(gpu->ctx, n * es);
+        float *st1 = (float *)ddp_alloc(gpu->ctx, 4 * rows * 4), *st2 = st1 + 2 * rows;
+        CHECK(gpu->add(gpu, act, y1, a.d, proj, n) == DDP_OK &&
+              gpu->layernorm_fwd(gpu, act, o1, st1, st1 + rows, y1, w.d, b.d, rows, C) == DDP_OK &&
+              gpu->add_layernorm_fwd(gpu, act, y2, a.d, proj, o2, st2, st2 + rows, w.d, b.d, rows,
+                                     C) == DDP_OK, "add_layernorm_fwd %s", ddp_dtype_name(act));
+        unsigned char *h1 = (unsigned char *)malloc(n * 4 * 2 + 4 * rows * 4), *h2 = h1 + n * 4;
+        unsigned char *hs = h2 + n * 4;
+        CHECK(ddp_download(gpu->ctx, h1, y1, n * 4) == DDP_OK &&
+              ddp_download(gpu->ctx, h2, y2, n * 4) == DDP_OK && memcmp(h1, h2, n * 4) == 0,
+              "add_layernorm_fwd %s: the sum differs from add's", ddp_dtype_name(act));
+        CHECK(ddp_download(gpu->ctx, h1, o1, n * es) == DDP_OK &&
+              ddp_download(gpu->ctx, h2, o2, n * es) == DDP_OK && memcmp(h1, h2, n * es) == 0,
+              "add_layernorm_fwd %s: the output differs from layernorm_fwd's", ddp_dtype_name(act));
+        CHECK(ddp_download(gpu->ctx, hs, st1, 4 * rows * 4) == DDP_OK &&
+              memcmp(hs, hs + 2 * rows * 4, 2 * rows * 4) == 0,
+              "add_layernorm_fwd %s: mean or rstd differ", ddp_dtype_name(act));
+        free(h1);
+        ddp_free(gpu->ctx, y1), ddp_free(gpu->ctx, y2), ddp_free(gpu->ctx, o1);
+        ddp_free(gpu->ctx, o2), ddp_free(gpu->ctx, st1);
+    }
+    drop_pair(&a), drop_pair(&w), drop_pair(&b), drop_pair(&p32), drop_bpair(&p16);
+}
+
 /* The MLP's fused linear + GELU (ops.h linear_gelu_fwd, linear_bwd_input_gelu) in bf16 against the
  * CPU's fp32 linear and GELU on the same bf16 values. cuBLASLt's epilogues (in and out multiples of
  * 8) round the bias to bf16 (2^-9 of |b| <= 1, so atol 2^-8 plus the sums' order) and each output
@@ -638,6 +675,8 @@ int main(void)
         check_layernorm_bf16(&r, 70, 300);
         check_elementwise_bf16(&r, 100003);
         check_elementwise_bf16(&r, 100000);
+        check_add_layernorm(&r, 70, 300);
+        check_add_layernorm(&r, 26, 96);
         check_linear_gelu_bf16(&r, 70, 96, 384);  /* c_fc's shape, C 96: the epilogues */
         check_linear_gelu_bf16(&r, 70, 384, 96);  /* c_proj's, for the backward */
         check_linear_gelu_bf16(&r, 33, 29, 100);  /* 100 and 29 not multiples of 8: unfused */

@@ -643,9 +643,9 @@ static void compare_recompute(gpt2 *plain, gpt2 *rec, ddp_dtype p)
     free(lr);
 }
 
-/* ---- the optional fused linear + GELU ops (ops.h), as the model calls them ---------------- */
+/* ---- the optional fused ops (ops.h), as the model calls them ------------------------------ */
 
-static int n_gelu_fwd, n_gelu_bwd; /* calls of the two composites below */
+static int n_gelu_fwd, n_gelu_bwd, n_add_ln; /* calls of the composites below */
 
 /* linear_gelu_fwd as the composite the CPU has no need of: linear_fwd, then gelu_fwd on pre. */
 static ddp_status composed_gelu_fwd(const ops_handle *o, ddp_dtype p, const void *x,
@@ -666,15 +666,26 @@ static ddp_status composed_gelu_bwd(const ops_handle *o, ddp_dtype p, const void
     return o->gelu_bwd(o, p, dx, pre, dx, (size_t)batch * in);
 }
 
-/* The model's fused branches (taken on CUDA, where cuBLASLt's epilogues implement them) driven on
- * the CPU through the composites: once per layer each way where the activations are in p (fp32,
- * bf16), never with casts (fp16), and the loss and every gradient bit for bit those of the
- * unfused path, so the branches hand the ops the right buffers. */
-static void check_fused_gelu(const ops_handle *ops)
+/* add_layernorm_fwd as the composite: add, then layernorm_fwd on y. */
+static ddp_status composed_add_ln(const ops_handle *o, ddp_dtype act, float *y, const float *a,
+                                  const void *b, void *out, float *mean, float *rstd,
+                                  const float *w, const float *bias, int rows, int C)
+{
+    n_add_ln++;
+    TRY_OK(o->add(o, act, y, a, b, (size_t)rows * C));
+    return o->layernorm_fwd(o, act, out, mean, rstd, y, w, bias, rows, C);
+}
+
+/* The model's fused branches (taken on CUDA: cuBLASLt's epilogues, one kernel for the residual add
+ * and ln_2) driven on the CPU through the composites: once per layer (each way for GELU) where
+ * the activations are in p (fp32, bf16), never with casts (fp16), and the loss and every gradient
+ * bit for bit those of the unfused path, so the branches hand the ops the right buffers. */
+static void check_fused_ops(const ops_handle *ops)
 {
     ops_handle fused = *ops;
     fused.linear_gelu_fwd = composed_gelu_fwd;
     fused.linear_bwd_input_gelu = composed_gelu_bwd;
+    fused.add_layernorm_fwd = composed_add_ln;
     const ddp_dtype ps[] = {DDP_FP32, DDP_BF16, DDP_FP16};
     int tokens[B * T], targets[B * T];
     make_batch(100, 41, tokens, targets);
@@ -685,12 +696,13 @@ static void check_fused_gelu(const ops_handle *ops)
             gpt2_destroy(b);
             continue;
         }
-        n_gelu_fwd = n_gelu_bwd = 0;
+        n_gelu_fwd = n_gelu_bwd = n_add_ln = 0;
         float la = grad_pass(a, tokens, targets), lb = grad_pass(b, tokens, targets);
         int L = gpt2_cfg(a)->layers, want = ps[i] == DDP_FP16 ? 0 : L;
         const char *name = ddp_dtype_name(ps[i]);
-        CHECK(n_gelu_fwd == want && n_gelu_bwd == want, "%s: fused calls %d forward, %d backward, "
-              "want %d each", name, n_gelu_fwd, n_gelu_bwd, want);
+        CHECK(n_gelu_fwd == want && n_gelu_bwd == want && n_add_ln == want, "%s: fused calls: "
+              "GELU %d forward, %d backward, add + ln_2 %d; want %d each", name, n_gelu_fwd,
+              n_gelu_bwd, n_add_ln, want);
         CHECK(memcmp(&la, &lb, sizeof la) == 0, "%s: loss %.9g, fused %.9g", name, la, lb);
         size_t wrong = bits_differ(gpt2_grads(a), gpt2_grads(b), gpt2_numel_total(a));
         CHECK(wrong == 0, "%s: %zu gradient elements differ with the fused ops", name, wrong);
@@ -766,7 +778,7 @@ int main(void)
     check_adamw(ops);
     check_bf16_logits(ops);
     check_activations(ops);
-    check_fused_gelu(ops);
+    check_fused_ops(ops);
     check_training(ops, DDP_FP32, 1.0f);
     check_training(ops, DDP_BF16, 1.0f);
     check_training(ops, DDP_FP16, 1024.0f);
