@@ -577,20 +577,12 @@ ddp_status gpt2_logits_get(const gpt2 *g, size_t row, size_t n_rows, float *host
     if (row > (size_t)g->B * g->T || n_rows > (size_t)g->B * g->T - row)
         return DDP_ERR_INVALID_ARG;
     const char *src = (const char *)g->a.logits + row * vp * g->ea;
-    if (g->ea == sizeof(float)) {
-        if (g->ctx)
-            return ddp_download(g->ctx, host, src, n * sizeof(float));
-        memcpy(host, src, n * sizeof(float));
-        return DDP_OK;
-    }
+    if (g->ea == sizeof(float)) /* ddp_download: host memory too (ctx NULL) */
+        return ddp_download(g->ctx, host, src, n * sizeof(float));
     uint16_t *h = malloc(n * sizeof *h); /* bf16 storage: the bits, widened here */
     if (!h)
         return DDP_ERR_NOMEM;
-    ddp_status st = DDP_OK;
-    if (g->ctx)
-        st = ddp_download(g->ctx, h, src, n * sizeof *h);
-    else
-        memcpy(h, src, n * sizeof *h);
+    ddp_status st = ddp_download(g->ctx, h, src, n * sizeof *h);
     for (size_t i = 0; st == DDP_OK && i < n; i++)
         host[i] = half_bf16_to_f32(h[i]);
     free(h);

@@ -62,13 +62,14 @@ static ddp_status pinned_reserve(pinned *b, size_t n, const char *what)
     if (n <= b->n_bytes)
         return DDP_OK;
     void *old = b->host; /* forgotten first: never freed twice */
+    size_t old_n = b->n_bytes;
     b->host = NULL;
     b->n_bytes = 0;
     if (old) { /* cudaFreeHost waits for the whole device: drain it under the deadline first */
         ddp_status st = dev_wait_streams(what);
         if (st != DDP_OK) {
             DDP_ERROR("%s: a %zu-byte pinned buffer left allocated: the GPU did not drain", what,
-                      n);
+                      old_n);
             return st;
         }
         TRY_CUDA(cudaFreeHost(old));
@@ -125,23 +126,30 @@ extern "C" void cuda_track_stream(void *stream, int on)
     pthread_mutex_unlock(&tracked_lock);
 }
 
-/* Waits for libddp's stream, the copy stream, the snapshots' stream and the tracked ones (what
- * may still read or write device memory, and what a device-wide synchronisation would wait for:
- * call it first, so that cudaFree, cudaFreeHost and cudaHostUnregister find the device idle). */
+/* libddp's stream, the copy stream, the snapshots' stream and the tracked ones (NULL where
+ * absent): what may still read or write device memory, and what a device-wide synchronisation
+ * would wait for. */
+enum { streams_max = 3 + tracked_max };
+static void all_streams(void *all[streams_max])
+{
+    all[0] = dev_stream;
+    all[1] = copy_stream;
+    all[2] = snap_stream;
+    pthread_mutex_lock(&tracked_lock);
+    memcpy(all + 3, tracked, sizeof tracked);
+    pthread_mutex_unlock(&tracked_lock);
+}
+
+/* Waits for all_streams under the deadline: call it first, so that cudaFree, cudaFreeHost and
+ * cudaHostUnregister find the device idle. */
 static ddp_status dev_wait_streams(const char *what)
 {
-    ddp_status st = cuda_stream_wait(dev_stream, what);
-    if (st == DDP_OK && copy_stream)
-        st = cuda_stream_wait(copy_stream, what);
-    if (st == DDP_OK && snap_stream)
-        st = cuda_stream_wait(snap_stream, what);
-    void *others[tracked_max];
-    pthread_mutex_lock(&tracked_lock);
-    memcpy(others, tracked, sizeof others);
-    pthread_mutex_unlock(&tracked_lock);
-    for (int i = 0; st == DDP_OK && i < tracked_max; i++)
-        if (others[i])
-            st = cuda_stream_wait(others[i], what);
+    void *all[streams_max];
+    all_streams(all);
+    ddp_status st = DDP_OK;
+    for (int i = 0; st == DDP_OK && i < streams_max; i++)
+        if (all[i])
+            st = cuda_stream_wait(all[i], what);
     return st;
 }
 
@@ -168,13 +176,11 @@ static void *dev_alloc(size_t n_bytes)
     return NULL;
 }
 
-/* Whether every stream of dev_wait_streams is idle now (no wait). */
+/* Whether every stream of all_streams is idle now (no wait). */
 static bool dev_streams_idle(void)
 {
-    void *all[3 + tracked_max] = {dev_stream, copy_stream, snap_stream};
-    pthread_mutex_lock(&tracked_lock);
-    memcpy(all + 3, tracked, sizeof tracked);
-    pthread_mutex_unlock(&tracked_lock);
+    void *all[streams_max];
+    all_streams(all);
     for (void *s : all)
         if (s && cudaStreamQuery((cudaStream_t)s) != cudaSuccess)
             return false;

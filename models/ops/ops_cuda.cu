@@ -76,12 +76,12 @@ __global__ void scale_kernel(float *x, size_t n, float alpha)
         x[i] *= alpha;
 }
 
-/* scale_kernel on 16-bit storage (fp16 when fp16, else bf16), rounded to nearest even. */
-__global__ void scale16_kernel(uint16_t *x, size_t n, float alpha, int fp16)
+/* scale_kernel on bf16 bits, rounded to nearest even. */
+__global__ void scale_bf16_kernel(uint16_t *x, size_t n, float alpha)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
-        x[i] = half_encode(half_decode(x[i], fp16) * alpha, fp16);
+        x[i] = half_f32_to_bf16(half_bf16_to_f32(x[i]) * alpha);
 }
 
 __global__ void axpy_kernel(float *y, const float *x, size_t n, float alpha)
@@ -228,11 +228,12 @@ static ddp_status cuda_scale(const ops_handle *ops, ddp_dtype dt, void *x, size_
     cuda_state *cu = cuda_of(ops);
     if (n == 0)
         return DDP_OK;
-    if (dt == DDP_FP32)
+    if (ops_dtype_size(ops, dt) == sizeof(float)) { /* fp32, and fp16's float storage */
         scale_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>((float *)x, n, alpha);
-    else
-        scale16_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(
-            (uint16_t *)x, n, alpha, dt == DDP_FP16);
+        TRY_CUDA_LAUNCH();
+        return dt == DDP_FP16 ? cuda_round_fp16(ops, (float *)x, n) : DDP_OK;
+    }
+    scale_bf16_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>((uint16_t *)x, n, alpha);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
