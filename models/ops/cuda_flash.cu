@@ -26,6 +26,9 @@
  *
  * The bf16 inputs are read where their rows lie (flash_layout): contiguous heads, or the model's
  * qkv and dout rows with the heads side by side, so that bf16 activations need no head split.
+ * Version 3 also writes o, dq, dk and dv in bf16 where the model's rows want them (flash_out),
+ * each value the fp32 one rounded once, so that no merge of the heads follows; the forward keeps
+ * fp32 o beside it for delta, which flash_attn_delta_rows reads with bf16 dout in its rows.
  *
  * Two sections: kernels, then launchers; every launcher runs on the stream it is given and ends
  * with a cudaGetLastError check.
@@ -41,6 +44,7 @@
 #include <mma.h>
 
 #include "cuda_flash.h"
+#include "half.h"
 
 using namespace nvcuda;
 typedef __nv_bfloat16 bf16;
@@ -112,11 +116,32 @@ static __device__ __forceinline__ void load_tile(bf16 *dst, const uint16_t *src,
     }
 }
 
-/* The offset of row r of the block's head (blockIdx.x = b nh + h) in an input of layout L. */
+/* The offset of row r of head bh = b nh + h in an input or output of layout L. */
+static __device__ __forceinline__ size_t row_at(flash_layout L, int T, size_t bh, int r)
+{
+    size_t b = bh / (unsigned)L.nh, h = bh % (unsigned)L.nh;
+    return (b * T + r) * L.ld + h * HS;
+}
+
+/* row_at for the block's head (blockIdx.x). */
 static __device__ __forceinline__ size_t row_of(flash_layout L, int T, int r)
 {
-    size_t b = blockIdx.x / (unsigned)L.nh, h = blockIdx.x % (unsigned)L.nh;
-    return (b * T + r) * L.ld + h * HS;
+    return row_at(L, T, blockIdx.x, r);
+}
+
+/* Columns col and col + 1 (col even) of row t of the block's head in d (flash_out) = x0, x1:
+ * fp32, or the two rounded to bf16 in one 32-bit store. */
+static __device__ __forceinline__ void put_pair(flash_out d, int T, int t, int col, float x0,
+                                                float x1)
+{
+    if (d.f) {
+        float *p = d.f + ((size_t)blockIdx.x * T + t) * HS + col;
+        p[0] = x0;
+        p[1] = x1;
+        return;
+    }
+    uint32_t u = (uint32_t)half_f32_to_bf16(x0) | (uint32_t)half_f32_to_bf16(x1) << 16;
+    *reinterpret_cast<uint32_t *>(d.h + row_of(d.L, T, t) + col) = u;
 }
 
 /* dst[0..TILE) = mul * src[i] for i < n_rows, 0 past them. Every thread of the block calls it. */
@@ -436,11 +461,12 @@ static __device__ __forceinline__ void softmax_regs(float s[8][4], float o[8][4]
     pack_frags(pa, s);
 }
 
-/* The lane's rows row_q (h = 0) and row_q + 8 (h = 1) of out and lse, those < T: o / l with l
- * summed over the quad, lse = (m + log2 l) ln 2. out and lse point at the head's row 0. */
-static __device__ __forceinline__ void finish_regs(float *out, float *lse, float o[8][4],
-                                                   const float m[2], float l[2], int row_q, int T,
-                                                   int c)
+/* The lane's rows row_q (h = 0) and row_q + 8 (h = 1) of o and lse, those < T: o / l with l
+ * summed over the quad (into o.f, fp32 heads, when set; into o16, bf16 rows, when o16.h is set),
+ * lse = (m + log2 l) ln 2. lse points at the head's row 0. */
+static __device__ __forceinline__ void finish_regs(flash_out o, flash_out o16, float *lse,
+                                                   float acc[8][4], const float m[2], float l[2],
+                                                   int row_q, int T, int c)
 {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -452,8 +478,11 @@ static __device__ __forceinline__ void finish_regs(float *out, float *lse, float
         float inv = 1.0f / l[h];
 #pragma unroll
         for (int n = 0; n < 8; n++) {
-            out[(size_t)t * HS + n * 8 + 2 * c] = o[n][2 * h] * inv;
-            out[(size_t)t * HS + n * 8 + 2 * c + 1] = o[n][2 * h + 1] * inv;
+            float x0 = acc[n][2 * h] * inv, x1 = acc[n][2 * h + 1] * inv;
+            if (o.f)
+                put_pair(o, T, t, n * 8 + 2 * c, x0, x1);
+            if (o16.h)
+                put_pair(o16, T, t, n * 8 + 2 * c, x0, x1);
         }
         if (c == 0)
             lse[t] = (m[h] + log2f(l[h])) * LN2;
@@ -468,8 +497,8 @@ struct fwd2_smem {
  * warp keeps its 16 rows' Q (A fragments), S, P and O (mma.sync fragments) in registers; only the
  * K and V tiles go through shared memory. Rows past T compute on zero Q and are not written. */
 static __global__ void __launch_bounds__(THREADS)
-flash_fwd2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *o, float *lse,
-                  int T, float scale_log2, bool vec, flash_layout lq)
+flash_fwd2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, flash_out o,
+                  flash_out o16, float *lse, int T, float scale_log2, bool vec, flash_layout lq)
 {
     __shared__ __align__(16) fwd2_smem sm;
     int qt = (int)(gridDim.y - 1 - blockIdx.y), q0 = qt * TILE;
@@ -496,7 +525,14 @@ flash_fwd2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, float
         softmax_regs(s, acc, pa, m, l, q0 + row0 + g, k0, c, kt == qt, scale_log2);
         mma_ab(acc, pa, sm.v, g, c);
     }
-    finish_regs(o + head * HS, lse + head, acc, m, l, q0 + row0 + g, T, c);
+    finish_regs(o, o16, lse + head, acc, m, l, q0 + row0 + g, T, c);
+}
+
+/* a0 b0 + a1 b1, each product rounded, then the sum (no fused multiply-add: the fp32 and bf16
+ * forms of the delta kernel give the same bits). */
+static __device__ __forceinline__ float dot2(float a0, float b0, float a1, float b1)
+{
+    return __fadd_rn(__fmul_rn(a0, b0), __fmul_rn(a1, b1));
 }
 
 /* delta[row] = sum over HS of dout[row] * o[row], one warp per row, DELTA_ROWS rows per block. */
@@ -508,7 +544,23 @@ static __global__ void flash_delta_kernel(const float *dout, const float *o, flo
     if (row >= rows)
         return; /* the whole warp */
     const float *a = dout + row * HS, *b = o + row * HS;
-    float x = warp_sum(a[lane] * b[lane] + a[lane + 32] * b[lane + 32]);
+    float x = warp_sum(dot2(a[lane], b[lane], a[lane + 32], b[lane + 32]));
+    if (lane == 0)
+        delta[row] = x;
+}
+
+/* flash_delta_kernel with dout bf16 in layout lo (row = bh T + t). */
+static __global__ void flash_delta_rows_kernel(const uint16_t *dout, flash_layout lo,
+                                               const float *o, float *delta, int T, size_t rows)
+{
+    size_t row = (size_t)blockIdx.x * DELTA_ROWS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= rows)
+        return; /* the whole warp */
+    const uint16_t *a = dout + row_at(lo, T, row / (unsigned)T, (int)(row % (unsigned)T));
+    const float *b = o + row * HS;
+    float x = warp_sum(dot2(half_bf16_to_f32(a[lane]), b[lane], half_bf16_to_f32(a[lane + 32]),
+                            b[lane + 32]));
     if (lane == 0)
         delta[row] = x;
 }
@@ -652,9 +704,9 @@ flash_bwd_q_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, cons
 
 /* ---- backward, version 2: S, dP, P and dS in registers (mma.sync) -------------------------- */
 
-/* The rows row (h = 0) and row + 8 (h = 1) of out (HS fp32 a row; the lane's columns of acc),
- * those < T, = mul * acc. */
-static __device__ __forceinline__ void store_regs(float *out, const float acc[8][4], int row,
+/* The rows row (h = 0) and row + 8 (h = 1) of the block's head in out (the lane's columns of
+ * acc), those < T, = mul * acc. */
+static __device__ __forceinline__ void store_regs(flash_out out, const float acc[8][4], int row,
                                                   int T, int c, float mul)
 {
 #pragma unroll
@@ -663,10 +715,8 @@ static __device__ __forceinline__ void store_regs(float *out, const float acc[8]
         if (t >= T)
             continue;
 #pragma unroll
-        for (int n = 0; n < 8; n++) {
-            out[(size_t)t * HS + n * 8 + 2 * c] = acc[n][2 * h] * mul;
-            out[(size_t)t * HS + n * 8 + 2 * c + 1] = acc[n][2 * h + 1] * mul;
-        }
+        for (int n = 0; n < 8; n++)
+            put_pair(out, T, t, n * 8 + 2 * c, acc[n][2 * h] * mul, acc[n][2 * h + 1] * mul);
     }
 }
 
@@ -679,7 +729,7 @@ struct bwd_q2_smem {
  * warp's 16 query rows' Q and dO as A fragments, S, dP, dS and dQ in registers. */
 static __global__ void __launch_bounds__(THREADS)
 flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
-                    const float *lse, const float *delta, float *dq, int T, float scale,
+                    const float *lse, const float *delta, flash_out dq, int T, float scale,
                     float scale_log2, bool vec, flash_layout lq, flash_layout lo)
 {
     __shared__ __align__(16) bwd_q2_smem sm;
@@ -727,7 +777,7 @@ flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, con
         pack_frags(dsa, dp);
         mma_ab(acc, dsa, sm.k, g, c); /* dQ += dS K */
     }
-    store_regs(dq + head * HS, acc, tq, T, c, scale);
+    store_regs(dq, acc, tq, T, c, scale);
 }
 
 struct bwd_kv2_smem {
@@ -740,9 +790,9 @@ struct bwd_kv2_smem {
  * warp's 16 keys; S^T = K Q^T, dP^T = V dO^T, P^T, dS^T, dK and dV in registers. */
 static __global__ void __launch_bounds__(THREADS)
 flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                     const uint16_t *dout, const float *lse, const float *delta, float *dk,
-                     float *dv, int T, float scale, float scale_log2, bool vec, flash_layout lq,
-                     flash_layout lo)
+                     const uint16_t *dout, const float *lse, const float *delta, flash_out dk,
+                     flash_out dv, int T, float scale, float scale_log2, bool vec,
+                     flash_layout lq, flash_layout lo)
 {
     __shared__ __align__(16) bwd_kv2_smem sm;
     int kt = (int)blockIdx.y, k0 = kt * TILE, n_tiles = (int)gridDim.y;
@@ -787,8 +837,8 @@ flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
         pack_frags(fa, dp);
         mma_ab(dk_acc, fa, sm.q, g, c);    /* dK += dS^T Q */
     }
-    store_regs(dk + head * HS, dk_acc, jk, T, c, scale);
-    store_regs(dv + head * HS, dv_acc, jk, T, c, 1.0f);
+    store_regs(dk, dk_acc, jk, T, c, scale);
+    store_regs(dv, dv_acc, jk, T, c, 1.0f);
 }
 
 /* ============================================================================== launchers == */
@@ -818,6 +868,11 @@ static int flash_impl(void)
 void flash_attn_set_impl(int v)
 {
     g_impl = v >= 1 && v <= 3 ? v : 0;
+}
+
+bool flash_attn_bf16_out(void)
+{
+    return flash_impl() == 3;
 }
 
 /* The shape checks every entry point shares; false (logged) when the shape is refused. */
@@ -871,6 +926,29 @@ static bool layout_ok(const char *op, flash_layout L, int BH, int hs, const char
     return false;
 }
 
+/* Whether output d is usable (flash_out's rules); false (logged, naming it) otherwise. fp32_only:
+ * the implementation in force writes fp32 only. */
+static bool out_ok(const char *op, flash_out d, int BH, int hs, const char *name, bool fp32_only)
+{
+    if (d.f)
+        return true;
+    if (!d.h) {
+        DDP_ERROR("%s: %s is NULL", op, name);
+        return false;
+    }
+    if (fp32_only) {
+        DDP_ERROR("%s: %s in bf16 needs implementation 3 (DDP_FLASH_IMPL=3, the default); "
+                  "version %d writes fp32 only", op, name, flash_impl());
+        return false;
+    }
+    if (((uintptr_t)d.h & 3) != 0 || d.L.ld % 2 != 0) {
+        DDP_ERROR("%s: %s in bf16 needs a 4-byte aligned pointer and an even row stride (ld %d)",
+                  op, name, d.L.ld);
+        return false;
+    }
+    return layout_ok(op, d.L, BH, hs, name);
+}
+
 /* Whether rows of layout L starting at p can be loaded 16 bytes at a time. */
 static bool rows_aligned16(const void *p, flash_layout L)
 {
@@ -878,20 +956,23 @@ static bool rows_aligned16(const void *p, flash_layout L)
 }
 
 ddp_status flash_attn_fwd_rows(cudaStream_t st, const uint16_t *q, const uint16_t *k,
-                               const uint16_t *v, flash_layout lq, float *o, float *lse, int BH,
-                               int T, int hs, float scale)
+                               const uint16_t *v, flash_layout lq, float *o, uint16_t *o_rows,
+                               flash_layout lr, float *lse, int BH, int T, int hs, float scale)
 {
     const char *op = "flash_attn_fwd";
     if (!shape_ok(op, BH, T, hs) || !layout_ok(op, lq, BH, hs, "q, k, v"))
         return DDP_ERR_INVALID_ARG;
     if (BH == 0)
         return DDP_OK;
+    flash_out o16 = {NULL, o_rows, lr};
     if (!ptr_ok(op, q, "q") || !ptr_ok(op, k, "k") || !ptr_ok(op, v, "v") || !ptr_ok(op, o, "o") ||
-        !ptr_ok(op, lse, "lse"))
+        !ptr_ok(op, lse, "lse") ||
+        (o_rows && !out_ok(op, o16, BH, hs, "o_rows", !flash_attn_bf16_out())))
         return DDP_ERR_INVALID_ARG;
     bool vec = rows_aligned16(q, lq) && rows_aligned16(k, lq) && rows_aligned16(v, lq);
     if (flash_impl() >= 2) {
-        flash_fwd2_kernel<<<tile_grid(BH, T), THREADS, 0, st>>>(q, k, v, o, lse, T,
+        flash_out of = {o, NULL, flash_layout{hs, 1}};
+        flash_fwd2_kernel<<<tile_grid(BH, T), THREADS, 0, st>>>(q, k, v, of, o16, lse, T,
                                                                 scale * LOG2E, vec, lq);
         TRY_CUDA_LAUNCH();
         return DDP_OK;
@@ -908,7 +989,8 @@ ddp_status flash_attn_fwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
                           const uint16_t *v, float *o, float *lse, int BH, int T, int hs,
                           float scale)
 {
-    return flash_attn_fwd_rows(st, q, k, v, flash_layout{hs, 1}, o, lse, BH, T, hs, scale);
+    flash_layout heads = {hs, 1};
+    return flash_attn_fwd_rows(st, q, k, v, heads, o, NULL, heads, lse, BH, T, hs, scale);
 }
 
 ddp_status flash_attn_delta(cudaStream_t st, const float *dout, const float *o, float *delta,
@@ -928,10 +1010,27 @@ ddp_status flash_attn_delta(cudaStream_t st, const float *dout, const float *o, 
     return DDP_OK;
 }
 
+ddp_status flash_attn_delta_rows(cudaStream_t st, const uint16_t *dout, flash_layout lo,
+                                 const float *o, float *delta, int BH, int T, int hs)
+{
+    const char *op = "flash_attn_delta";
+    if (!shape_ok(op, BH, T, hs) || !layout_ok(op, lo, BH, hs, "dout"))
+        return DDP_ERR_INVALID_ARG;
+    if (BH == 0)
+        return DDP_OK;
+    if (!ptr_ok(op, dout, "dout") || !ptr_ok(op, o, "o") || !ptr_ok(op, delta, "delta"))
+        return DDP_ERR_INVALID_ARG;
+    size_t rows = (size_t)BH * T;
+    unsigned blocks = (unsigned)((rows + DELTA_ROWS - 1) / DELTA_ROWS);
+    flash_delta_rows_kernel<<<blocks, DELTA_ROWS * 32, 0, st>>>(dout, lo, o, delta, T, rows);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
 ddp_status flash_attn_bwd_rows(cudaStream_t st, const uint16_t *q, const uint16_t *k,
                                const uint16_t *v, flash_layout lq, const uint16_t *dout_bf,
-                               flash_layout lo, const float *lse, const float *delta, float *dq,
-                               float *dk, float *dv, int BH, int T, int hs, float scale)
+                               flash_layout lo, const float *lse, const float *delta, flash_out dq,
+                               flash_out dk, flash_out dv, int BH, int T, int hs, float scale)
 {
     const char *op = "flash_attn_bwd";
     if (!shape_ok(op, BH, T, hs) || !layout_ok(op, lq, BH, hs, "q, k, v") ||
@@ -939,14 +1038,16 @@ ddp_status flash_attn_bwd_rows(cudaStream_t st, const uint16_t *q, const uint16_
         return DDP_ERR_INVALID_ARG;
     if (BH == 0)
         return DDP_OK;
+    bool v2 = flash_impl() == 3;
     if (!ptr_ok(op, q, "q") || !ptr_ok(op, k, "k") || !ptr_ok(op, v, "v") ||
         !ptr_ok(op, dout_bf, "dout_bf") || !ptr_ok(op, lse, "lse") || !ptr_ok(op, delta, "delta") ||
-        !ptr_ok(op, dq, "dq") || !ptr_ok(op, dk, "dk") || !ptr_ok(op, dv, "dv"))
+        !out_ok(op, dq, BH, hs, "dq", !v2) || !out_ok(op, dk, BH, hs, "dk", !v2) ||
+        !out_ok(op, dv, BH, hs, "dv", !v2))
         return DDP_ERR_INVALID_ARG;
     bool vec = rows_aligned16(q, lq) && rows_aligned16(k, lq) && rows_aligned16(v, lq) &&
                rows_aligned16(dout_bf, lo);
     dim3 grid = tile_grid(BH, T);
-    if (flash_impl() == 3) {
+    if (v2) {
         flash_bwd_kv2_kernel<<<grid, THREADS, 0, st>>>(q, k, v, dout_bf, lse, delta, dk, dv, T,
                                                        scale, scale * LOG2E, vec, lq, lo);
         TRY_CUDA_LAUNCH();
@@ -958,11 +1059,11 @@ ddp_status flash_attn_bwd_rows(cudaStream_t st, const uint16_t *q, const uint16_
     size_t kv_bytes = sizeof(bwd_kv_smem), q_bytes = sizeof(bwd_q_smem);
     TRY_OK(allow_smem(flash_bwd_kv_kernel, kv_bytes));
     TRY_OK(allow_smem(flash_bwd_q_kernel, q_bytes));
-    flash_bwd_kv_kernel<<<grid, THREADS, kv_bytes, st>>>(q, k, v, dout_bf, lse, delta, dk, dv, T,
-                                                         scale, scale * LOG2E, vec, lq, lo);
+    flash_bwd_kv_kernel<<<grid, THREADS, kv_bytes, st>>>(q, k, v, dout_bf, lse, delta, dk.f, dv.f,
+                                                         T, scale, scale * LOG2E, vec, lq, lo);
     TRY_CUDA_LAUNCH();
-    flash_bwd_q_kernel<<<grid, THREADS, q_bytes, st>>>(q, k, v, dout_bf, lse, delta, dq, T, scale,
-                                                       scale * LOG2E, vec, lq, lo);
+    flash_bwd_q_kernel<<<grid, THREADS, q_bytes, st>>>(q, k, v, dout_bf, lse, delta, dq.f, T,
+                                                       scale, scale * LOG2E, vec, lq, lo);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -973,6 +1074,7 @@ ddp_status flash_attn_bwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
                           int hs, float scale)
 {
     flash_layout heads = {hs, 1};
-    return flash_attn_bwd_rows(st, q, k, v, heads, dout_bf, heads, lse, delta, dq, dk, dv, BH, T,
-                               hs, scale);
+    return flash_attn_bwd_rows(st, q, k, v, heads, dout_bf, heads, lse, delta,
+                               flash_out{dq, NULL, heads}, flash_out{dk, NULL, heads},
+                               flash_out{dv, NULL, heads}, BH, T, hs, scale);
 }

@@ -36,7 +36,7 @@ bool flash_attn_supported(int hs, int T);
  * thread-safe: set it before the first call. */
 void flash_attn_set_impl(int v);
 
-/* Where the rows of a bf16 input lie: head bh = b nh + h (b < BH / nh), row t at element
+/* Where the rows of a bf16 input (or output: flash_out) lie: head bh = b nh + h (b < BH / nh), row t at element
  * (b T + t) ld + h hs from the pointer given. {hs, 1}: contiguous (BH, T, hs) heads; {3C, NH}
  * with q, k, v at qkv, qkv + C, qkv + 2C: the model's qkv (B, T, 3C) as its linear writes it;
  * {C, NH}: dout (B, T, C). ld >= nh hs and nh dividing BH, else DDP_ERR_INVALID_ARG (logged). */
@@ -44,11 +44,25 @@ typedef struct flash_layout {
     int ld, nh;
 } flash_layout;
 
-/* o (BH, T, hs) fp32 and lse (BH, T) fp32 from q, k, v (bf16, their rows as lq says). */
-ddp_status flash_attn_fwd_rows(cudaStream_t st, const uint16_t *q, const uint16_t *k,
-                               const uint16_t *v, flash_layout lq, float *o, float *lse, int BH,
-                               int T, int hs, float scale);
+/* Where a (BH, T, hs) output goes: f, fp32 contiguous heads; or, with f NULL, h: bf16 bits
+ * (each value rounded once, to nearest even) with the rows as L says, e.g. {3C, NH} at dqkv + C
+ * for dk in the model's rows. h must be 4-byte aligned and L.ld even. bf16 outputs need version
+ * 3 (flash_attn_bf16_out); the others refuse them. */
+typedef struct flash_out {
+    float *f;
+    uint16_t *h;
+    flash_layout L;
+} flash_out;
 
+/* Whether the implementation in force writes bf16 outputs (flash_out's h; o_rows): version 3. */
+bool flash_attn_bf16_out(void);
+
+/* o (BH, T, hs) fp32 and lse (BH, T) fp32 from q, k, v (bf16, their rows as lq says); o_rows (may
+ * be NULL; flash_out's h with layout lr) gets o in bf16 as well, each value rounded once from the
+ * fp32 one. */
+ddp_status flash_attn_fwd_rows(cudaStream_t st, const uint16_t *q, const uint16_t *k,
+                               const uint16_t *v, flash_layout lq, float *o, uint16_t *o_rows,
+                               flash_layout lr, float *lse, int BH, int T, int hs, float scale);
 /* flash_attn_fwd_rows on contiguous heads: q, k, v (BH, T, hs) bf16. */
 ddp_status flash_attn_fwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
                           const uint16_t *v, float *o, float *lse, int BH, int T, int hs,
@@ -57,16 +71,18 @@ ddp_status flash_attn_fwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
 /* delta (BH, T) = rowsum(dout * o), dout and o (BH, T, hs) fp32; the backward's per-row term. */
 ddp_status flash_attn_delta(cudaStream_t st, const float *dout, const float *o, float *delta,
                             int BH, int T, int hs);
-
-/* dq, dk, dv (BH, T, hs) fp32, overwritten (not accumulated), from q, k, v (rows as lq says) and
- * dout_bf (dO rounded to bf16, rows as lo says), the forward's lse and flash_attn_delta's delta
- * (BH, T). P is recomputed from q, k and lse. Two kernels: dk and dv per key tile, dq per query
- * tile. */
+/* flash_attn_delta with dout in bf16, its rows as lo says: bit for bit flash_attn_delta on dout
+ * widened to fp32 (the same products, summed in the same order). */
+ddp_status flash_attn_delta_rows(cudaStream_t st, const uint16_t *dout, flash_layout lo,
+                                 const float *o, float *delta, int BH, int T, int hs);
+/* dq, dk, dv (BH, T, hs; each where its flash_out says), overwritten (not accumulated), from q,
+ * k, v (rows as lq says) and dout_bf (dO rounded to bf16, rows as lo says), the forward's lse and
+ * flash_attn_delta's delta (BH, T). P is recomputed from q, k and lse. Two kernels: dk and dv per
+ * key tile, dq per query tile. A bf16 output holds the fp32 one's value rounded once. */
 ddp_status flash_attn_bwd_rows(cudaStream_t st, const uint16_t *q, const uint16_t *k,
                                const uint16_t *v, flash_layout lq, const uint16_t *dout_bf,
-                               flash_layout lo, const float *lse, const float *delta, float *dq,
-                               float *dk, float *dv, int BH, int T, int hs, float scale);
-
+                               flash_layout lo, const float *lse, const float *delta, flash_out dq,
+                               flash_out dk, flash_out dv, int BH, int T, int hs, float scale);
 /* flash_attn_bwd_rows on contiguous heads: q, k, v and dout_bf (BH, T, hs) bf16. */
 ddp_status flash_attn_bwd(cudaStream_t st, const uint16_t *q, const uint16_t *k,
                           const uint16_t *v, const uint16_t *dout_bf, const float *lse,

@@ -1011,9 +1011,13 @@ static ddp_status flash_dout(cuda_state *cu, const attn_shape *s, const float *d
     return DDP_OK;
 }
 
+/* A bf16 activation buffer as the fused kernels' bf16 output; NULL for fp32 ones. */
+static uint16_t *bf16_rows(uint16_t *p) { return p; }
+static uint16_t *bf16_rows(float *p) { (void)p; return NULL; }
+
 /* The fused path: att keeps o (B, NH, T, hs) fp32, then the log-sum-exp (B, NH, T). qkv and out
- * in A: bf16 qkv is read in place and out written in bf16 directly; fp32 qkv is split into bf16
- * heads first. */
+ * in A: bf16 qkv is read in place, and bf16 out written by the kernel in its rows (version 3;
+ * else merged from o); fp32 qkv is split into bf16 heads first, and out merged from o. */
 template <typename A>
 static ddp_status attention_fwd_flash(const ops_handle *ops, const attn_shape *s, A *out,
                                       float *att, const A *qkv)
@@ -1024,11 +1028,13 @@ static ddp_status attention_fwd_flash(const ops_handle *ops, const attn_shape *s
     if (h)
         TRY_OK(attn_scratch(ops, 3 * h, &w));
     float *o = att, *lse = att + s->n;
+    uint16_t *rows = flash_attn_bf16_out() ? bf16_rows(out) : NULL;
     flash_qkv in;
     TRY_OK(flash_inputs(cu, s, qkv, w, h, &in));
-    TRY_OK(flash_attn_fwd_rows(cu->stream, in.q, in.k, in.v, in.rows, o, lse, s->B * s->NH, s->T,
-                               s->hs, 1.0f / sqrtf((float)s->hs)));
-    return heads_merge(cu, s, out, o, s->C);
+    TRY_OK(flash_attn_fwd_rows(cu->stream, in.q, in.k, in.v, in.rows, o, rows,
+                               flash_layout{s->C, s->NH}, lse, s->B * s->NH, s->T, s->hs,
+                               1.0f / sqrtf((float)s->hs)));
+    return rows ? DDP_OK : heads_merge(cu, s, out, o, s->C);
 }
 
 /* attention_fwd with qkv and out in A. */
@@ -1092,16 +1098,19 @@ static ddp_status attention_bwd_materialized(const ops_handle *ops, const attn_s
     return merge_dqkv(cu, s, dqkv, dq, dk, dv);
 }
 
-/* The fused backward from att's o and log-sum-exp: delta = rowsum(dout o) (dout's heads in
- * fp32), then the kernels recompute the probabilities tile by tile. dqkv, dout and qkv in A (bf16
- * qkv and dout read in place, fp32 ones split into bf16 heads first). */
+/* The fused backward from att's o and log-sum-exp: delta = rowsum(dout o), then the kernels
+ * recompute the probabilities tile by tile. dqkv, dout and qkv in A. bf16 ones are read in place
+ * and, with version 3, dqkv written by the kernels in its rows (dqkv must not overlap dout or
+ * qkv: the kernels read those while others write); otherwise fp32 ones are split into bf16
+ * heads, delta read from fp32 heads of dout and dqkv merged from fp32 dq, dk, dv. */
 template <typename A>
 static ddp_status attention_bwd_flash(const ops_handle *ops, const attn_shape *s, A *dqkv,
                                       const A *dout, const A *qkv, const float *att)
 {
     cuda_state *cu = cuda_of(ops);
+    uint16_t *rows = flash_attn_bf16_out() ? bf16_rows(dqkv) : NULL;
     size_t h = sizeof(A) == sizeof(float) ? round256(s->n * 2) : 0; /* the bf16 copies */
-    size_t f = round256(s->n * sizeof(float)), r = round256(s->n_rows * sizeof(float));
+    size_t f = rows ? 0 : round256(s->n * sizeof(float)), r = round256(s->n_rows * sizeof(float));
     char *w = NULL;
     TRY_OK(attn_scratch(ops, 4 * h + 4 * f + r, &w));
     float *dy = (float *)(w + 4 * h), *dq = (float *)(w + 4 * h + f);
@@ -1109,15 +1118,27 @@ static ddp_status attention_bwd_flash(const ops_handle *ops, const attn_shape *s
     float *delta = (float *)(w + 4 * h + 4 * f);
     const float *o = att, *lse = att + s->n;
     int bh = s->B * s->NH;
+    float scale = 1.0f / sqrtf((float)s->hs);
     flash_qkv in;
     const uint16_t *dy16;
     flash_layout dy_rows;
     TRY_OK(flash_inputs(cu, s, qkv, w, h, &in));
     TRY_OK(flash_dout(cu, s, dout, (uint16_t *)(w + 3 * h), &dy16, &dy_rows));
+    if (rows) {
+        flash_layout L = {3 * s->C, s->NH};
+        TRY_OK(flash_attn_delta_rows(cu->stream, dy16, dy_rows, o, delta, bh, s->T, s->hs));
+        return flash_attn_bwd_rows(cu->stream, in.q, in.k, in.v, in.rows, dy16, dy_rows, lse,
+                                   delta, flash_out{NULL, rows, L},
+                                   flash_out{NULL, rows + s->C, L},
+                                   flash_out{NULL, rows + 2 * (size_t)s->C, L}, bh, s->T, s->hs,
+                                   scale);
+    }
+    flash_layout heads = {s->hs, 1};
     TRY_OK(heads_split(cu, s, dy, dout, s->C));
     TRY_OK(flash_attn_delta(cu->stream, dy, o, delta, bh, s->T, s->hs));
     TRY_OK(flash_attn_bwd_rows(cu->stream, in.q, in.k, in.v, in.rows, dy16, dy_rows, lse, delta,
-                               dq, dk, dv, bh, s->T, s->hs, 1.0f / sqrtf((float)s->hs)));
+                               flash_out{dq, NULL, heads}, flash_out{dk, NULL, heads},
+                               flash_out{dv, NULL, heads}, bh, s->T, s->hs, scale));
     return merge_dqkv(cu, s, dqkv, dq, dk, dv);
 }
 

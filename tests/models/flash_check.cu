@@ -1,7 +1,8 @@
 /* flash_check.cu - checks cuda_flash.cu's causal attention (forward, delta, backward) against a
  * double-precision host reference computed from the same bf16-rounded q, k, v and dout, for each
  * implementation (flash_attn_set_impl 1, 2 and 3; version 2's o is also compared with version
- * 1's), checks that a second run of each is bitwise identical, and times each at GPT-2 d12's shape
+ * 1's), checks that a second run of each is bitwise identical and that version 3's bf16 outputs
+ * in rows are its fp32 ones rounded (check_rows_out), and times each at GPT-2 d12's shape
  * (B 16 x 12 heads, T 1024, hs 64). Stand-alone: it needs only cuda_flash.cu; libddp's two log
  * functions that DDP_ERROR calls are stubbed below.
  *
@@ -270,6 +271,70 @@ static bool same_bits(const gpu_out &a, const gpu_out &b)
     return true;
 }
 
+/* Version 3's bf16 outputs in rows (flash_out's h; o_rows) against its fp32 outputs g3 on the
+ * same inputs: every value the fp32 one rounded to bf16, bit for bit, in rows of (T, ld) with the
+ * heads side by side (layout {ld, BH}: ld = BH HS + 2, so each row's last two elements are never
+ * written and stay poisoned); delta from bf16 dout rows bit for bit the fp32 one; and version 1
+ * refusing a bf16 output. True when all hold. */
+static bool check_rows_out(device_bufs &b, int BH, int T, float scale, const gpu_out &g3,
+                           const std::vector<uint16_t> &dout_bits)
+{
+    int ld = BH * HS + 2;
+    size_t n_rows = (size_t)T * ld, rows = (size_t)BH * T;
+    flash_layout heads = {HS, 1}, L = {ld, BH};
+    uint16_t *d[5]; /* o, dq, dk, dv, dout: (T, ld) rows */
+    for (int i = 0; i < 5; i++) {
+        CHECK_CUDA(cudaMalloc(&d[i], n_rows * sizeof(uint16_t)));
+        CHECK_CUDA(cudaMemset(d[i], 0xff, n_rows * sizeof(uint16_t)));
+    }
+    std::vector<uint16_t> dr(n_rows, 0xffff);
+    for (size_t bh = 0; bh < (size_t)BH; bh++)
+        for (size_t t = 0; t < (size_t)T; t++)
+            memcpy(&dr[t * ld + bh * HS], &dout_bits[(bh * T + t) * HS], HS * sizeof(uint16_t));
+    CHECK_CUDA(cudaMemcpy(d[4], dr.data(), n_rows * sizeof(uint16_t), cudaMemcpyHostToDevice));
+
+    flash_attn_set_impl(3);
+    std::vector<float> delta32(rows), delta16(rows);
+    CHECK_OK(flash_attn_fwd_rows(0, b.q, b.k, b.v, heads, b.o, d[0], L, b.lse, BH, T, HS, scale));
+    CHECK_OK(flash_attn_delta(0, b.dout, b.o, b.delta, BH, T, HS));
+    CHECK_CUDA(cudaMemcpy(delta32.data(), b.delta, rows * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemset(b.delta, 0xff, rows * 4));
+    CHECK_OK(flash_attn_delta_rows(0, d[4], L, b.o, b.delta, BH, T, HS));
+    CHECK_CUDA(cudaMemcpy(delta16.data(), b.delta, rows * 4, cudaMemcpyDeviceToHost));
+    CHECK_OK(flash_attn_bwd_rows(0, b.q, b.k, b.v, heads, b.dout_bf, heads, b.lse, b.delta,
+                                 flash_out{NULL, d[1], L}, flash_out{NULL, d[2], L},
+                                 flash_out{NULL, d[3], L}, BH, T, HS, scale));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    bool ok = memcmp(delta32.data(), delta16.data(), rows * 4) == 0;
+    printf("v3 BH %2d T %5d  delta from bf16 dout rows bitwise the fp32 one: %s\n", BH, T,
+           ok ? "yes" : "NO (FAIL)");
+    const std::vector<float> *ref[4] = {&g3.o, &g3.dq, &g3.dk, &g3.dv};
+    const char *name[4] = {"o", "dq", "dk", "dv"};
+    std::vector<uint16_t> got(n_rows);
+    for (int i = 0; i < 4; i++) {
+        CHECK_CUDA(cudaMemcpy(got.data(), d[i], n_rows * 2, cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        for (size_t t = 0; t < (size_t)T; t++) {
+            for (size_t bh = 0; bh < (size_t)BH; bh++)
+                for (size_t e = 0; e < HS; e++)
+                    bad += got[t * ld + bh * HS + e] != to_bf16((*ref[i])[(bh * T + t) * HS + e]);
+            bad += got[t * ld + ld - 2] != 0xffff || got[t * ld + ld - 1] != 0xffff;
+        }
+        printf("v3 BH %2d T %5d  %-2s in bf16 rows: the fp32 values rounded, %zu mismatch(es)  %s\n",
+               BH, T, name[i], bad, bad ? "FAIL" : "ok");
+        ok &= bad == 0;
+    }
+    flash_attn_set_impl(1);
+    fprintf(stderr, "(the next error line is expected)\n");
+    bool refused = flash_attn_fwd_rows(0, b.q, b.k, b.v, heads, b.o, d[0], L, b.lse, BH, T, HS,
+                                       scale) == DDP_ERR_INVALID_ARG;
+    printf("v1 refuses a bf16 output: %s\n", refused ? "yes" : "NO (FAIL)");
+    flash_attn_set_impl(0);
+    for (int i = 0; i < 5; i++)
+        CHECK_CUDA(cudaFree(d[i]));
+    return ok && refused;
+}
+
 /* One shape: random inputs, GPU twice, reference, comparisons. True when all pass. */
 static bool check_shape(int BH, int T, int shift)
 {
@@ -298,6 +363,7 @@ static bool check_shape(int BH, int T, int shift)
         gpu_run(b, BH, T, scale, g[impl - 1][1]);
     }
     flash_attn_set_impl(0);
+    bool rows_ok = check_rows_out(b, BH, T, scale, g[2][0], db);
     device_free(b);
 
     reference r;
@@ -319,7 +385,7 @@ static bool check_shape(int BH, int T, int shift)
     }
     std::vector<double> o1(g[0][0].o.begin(), g[0][0].o.end());
     ok &= check("o/v1", 2, BH, T, g[1][0].o, o1, TOL_V2_V1);
-    return ok;
+    return ok && rows_ok;
 }
 
 /* The argument checks: refused shapes give DDP_ERR_INVALID_ARG (they log), BH 0 is a no-op. */
