@@ -10,6 +10,9 @@
  * Forward, version 2 (flash_fwd2_kernel, the default; flash_attn_set_impl): the same tiles and
  * online softmax, but on mma.sync m16n8k16 (inline PTX): each warp keeps its 16 rows' Q (A
  * fragments), S and P (16 x 64) and O (16 x 64) in registers; only K and V go through shared memory.
+ * Versions 2 and 3 load their mma.sync fragments from shared memory with ldmatrix (the default;
+ * DDP_FLASH_LDMATRIX=0 or flash_attn_set_ldmatrix(0): a 32-bit or two 16-bit loads per register,
+ * the same operands and sums, so bit for bit the same results).
  * Backward, version 2 (flash_bwd_kv2_kernel, flash_bwd_q2_kernel; implementation 3, the default
  * since it passed flash_check on an H100, 2026-11-27): the same two kernels in that style, S, dP, P, dS and the dK, dV, dQ accumulators
  * in registers.
@@ -364,46 +367,113 @@ static __device__ __forceinline__ uint32_t ld_col_pair(const bf16 *tile, int e)
     return (uint32_t)u[e] | ((uint32_t)u[e + LDH] << 16);
 }
 
-/* The four A fragments (16 columns each) of the 16 x 64 strip a (row stride LDH). */
+/* ldmatrix (PTX ISA, "warp-level matrix load instruction: ldmatrix"): four 8 x 8 matrices of
+ * 16-bit values from shared memory, lanes 8i..8i+7 giving the 16-byte aligned addresses of matrix
+ * i's rows 0..7; register i of lane 4 g + c then holds matrix i's row g, columns 2c and 2c + 1
+ * (the lower column in the low half), or with .trans its column g, rows 2c and 2c + 1. So a
+ * row-major 8 x 8 block gives an A or row-major B fragment register, and with .trans the
+ * register of a B fragment whose k runs down the block's rows (mma_bf16's layouts). One
+ * instruction replaces the four 32-bit loads (or, transposed, eight 16-bit loads) of the lane's
+ * four registers. The "memory" clobber keeps the loads after the __syncthreads that publishes the
+ * tile. */
+static __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const bf16 *p)
+{
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const bf16 *p)
+{
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
+/* The four A fragments (16 columns each) of the 16 x 64 strip a (row stride LDH). LDM: by
+ * ldmatrix, lane l addressing row l % 16 at column 16 kk + 8 (l / 16) (matrices: rows 0-7 and
+ * 8-15 of the left 8 columns, then of the right 8: fa[kk][0..3]); else one 32-bit load each. */
+template <bool LDM>
 static __device__ __forceinline__ void load_a_regs(uint32_t fa[4][4], const bf16 *a, int g, int c)
 {
+    int lane = (int)(threadIdx.x % 32);
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
-        int e = g * LDH + kk * FRAG + 2 * c;
-        fa[kk][0] = ld_pair(a, e);
-        fa[kk][1] = ld_pair(a, e + 8 * LDH);
-        fa[kk][2] = ld_pair(a, e + 8);
-        fa[kk][3] = ld_pair(a, e + 8 * LDH + 8);
+        if constexpr (LDM) {
+            ldsm_x4(fa[kk], a + (lane % 16) * LDH + kk * FRAG + 8 * (lane / 16));
+        } else {
+            int e = g * LDH + kk * FRAG + 2 * c;
+            fa[kk][0] = ld_pair(a, e);
+            fa[kk][1] = ld_pair(a, e + 8 * LDH);
+            fa[kk][2] = ld_pair(a, e + 8);
+            fa[kk][3] = ld_pair(a, e + 8 * LDH + 8);
+        }
     }
 }
 
 /* s[n] (16 x 8, keys 8n..8n+7) = A B^T for the strip's A fragments fa and a 64-row tile b (row
- * stride LDH) read as B(k, n) = b[n][k]: the scores of 16 queries against the 64 keys of b. */
+ * stride LDH) read as B(k, n) = b[n][k]: the scores of 16 queries against the 64 keys of b. LDM:
+ * ldmatrix gives the B registers of two k slices at once (lane l addressing key row 8n + l % 8
+ * at column 16 kk + 8 (l / 8)); each s[n] still adds its k slices in order 0..3, so the sums are
+ * bit for bit the other form's. */
+template <bool LDM>
 static __device__ __forceinline__ void mma_abt(float s[8][4], const uint32_t fa[4][4],
                                                const bf16 *b, int g, int c)
 {
+    int lane = (int)(threadIdx.x % 32);
 #pragma unroll
     for (int n = 0; n < 8; n++) {
         s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        if constexpr (LDM) {
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            int e = (n * 8 + g) * LDH + kk * FRAG + 2 * c;
-            mma_bf16(s[n], fa[kk], ld_pair(b, e), ld_pair(b, e + 8));
+            for (int kk = 0; kk < 4; kk += 2) {
+                uint32_t r[4];
+                ldsm_x4(r, b + (n * 8 + lane % 8) * LDH + kk * FRAG + 8 * (lane / 8));
+                mma_bf16(s[n], fa[kk], r[0], r[1]);
+                mma_bf16(s[n], fa[kk + 1], r[2], r[3]);
+            }
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                int e = (n * 8 + g) * LDH + kk * FRAG + 2 * c;
+                mma_bf16(s[n], fa[kk], ld_pair(b, e), ld_pair(b, e + 8));
+            }
         }
     }
 }
 
 /* acc[n] (16 x 8, columns 8n..8n+7) += A B for A fragments fa (16 x 64) and a 64 x 64 tile b
- * (row stride LDH) read as B(k, n) = b[k][n]. */
+ * (row stride LDH) read as B(k, n) = b[k][n]. LDM: ldmatrix.trans gives the B registers of two
+ * column tiles at once (lane l addressing row 16 kk + l % 16 at column 8 n + 8 (l / 16)); each
+ * acc[n] still adds its k slices in order 0..3, bit for bit the other form. */
+template <bool LDM>
 static __device__ __forceinline__ void mma_ab(float acc[8][4], const uint32_t fa[4][4],
                                               const bf16 *b, int g, int c)
 {
-#pragma unroll
-    for (int n = 0; n < 8; n++) {
+    int lane = (int)(threadIdx.x % 32);
+    if constexpr (LDM) {
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
-            int e = (kk * FRAG + 2 * c) * LDH + n * 8 + g;
-            mma_bf16(acc[n], fa[kk], ld_col_pair(b, e), ld_col_pair(b, e + 8 * LDH));
+#pragma unroll
+            for (int n = 0; n < 8; n += 2) {
+                uint32_t r[4];
+                ldsm_x4_trans(r, b + (kk * FRAG + lane % 16) * LDH + n * 8 + 8 * (lane / 16));
+                mma_bf16(acc[n], fa[kk], r[0], r[1]);
+                mma_bf16(acc[n + 1], fa[kk], r[2], r[3]);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                int e = (kk * FRAG + 2 * c) * LDH + n * 8 + g;
+                mma_bf16(acc[n], fa[kk], ld_col_pair(b, e), ld_col_pair(b, e + 8 * LDH));
+            }
         }
     }
 }
@@ -496,6 +566,7 @@ struct fwd2_smem {
 /* Version 2 of flash_fwd_kernel (same grid, threads and arguments; static shared memory): each
  * warp keeps its 16 rows' Q (A fragments), S, P and O (mma.sync fragments) in registers; only the
  * K and V tiles go through shared memory. Rows past T compute on zero Q and are not written. */
+template <bool LDM>
 static __global__ void __launch_bounds__(THREADS)
 flash_fwd2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, flash_out o,
                   flash_out o16, float *lse, int T, float scale_log2, bool vec, flash_layout lq)
@@ -509,7 +580,7 @@ flash_fwd2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, flash
     load_tile(sm.q, q + row_of(lq, T, q0), T - q0, vec, lq.ld);
     __syncthreads();
     uint32_t qa[4][4], pa[4][4];
-    load_a_regs(qa, sm.q + row0 * LDH, g, c);
+    load_a_regs<LDM>(qa, sm.q + row0 * LDH, g, c);
     float acc[8][4], s[8][4];
 #pragma unroll
     for (int n = 0; n < 8; n++)
@@ -521,9 +592,9 @@ flash_fwd2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, flash
         load_tile(sm.k, k + row_of(lq, T, k0), T - k0, vec, lq.ld);
         load_tile(sm.v, v + row_of(lq, T, k0), T - k0, vec, lq.ld);
         __syncthreads();
-        mma_abt(s, qa, sm.k, g, c);
+        mma_abt<LDM>(s, qa, sm.k, g, c);
         softmax_regs(s, acc, pa, m, l, q0 + row0 + g, k0, c, kt == qt, scale_log2);
-        mma_ab(acc, pa, sm.v, g, c);
+        mma_ab<LDM>(acc, pa, sm.v, g, c);
     }
     finish_regs(o, o16, lse + head, acc, m, l, q0 + row0 + g, T, c);
 }
@@ -727,6 +798,7 @@ struct bwd_q2_smem {
 
 /* Version 2 of flash_bwd_q_kernel (same grid, threads and arguments; static shared memory): the
  * warp's 16 query rows' Q and dO as A fragments, S, dP, dS and dQ in registers. */
+template <bool LDM>
 static __global__ void __launch_bounds__(THREADS)
 flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
                     const float *lse, const float *delta, flash_out dq, int T, float scale,
@@ -750,8 +822,8 @@ flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, con
     }
     __syncthreads();
     uint32_t qa[4][4], da[4][4];
-    load_a_regs(qa, sm.q + row0 * LDH, g, c);
-    load_a_regs(da, sm.dout + row0 * LDH, g, c);
+    load_a_regs<LDM>(qa, sm.q + row0 * LDH, g, c);
+    load_a_regs<LDM>(da, sm.dout + row0 * LDH, g, c);
     float acc[8][4], s[8][4], dp[8][4];
 #pragma unroll
     for (int n = 0; n < 8; n++)
@@ -762,8 +834,8 @@ flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, con
         load_tile(sm.k, k + row_of(lq, T, k0), T - k0, vec, lq.ld);
         load_tile(sm.v, v + row_of(lq, T, k0), T - k0, vec, lq.ld);
         __syncthreads();
-        mma_abt(s, qa, sm.k, g, c);
-        mma_abt(dp, da, sm.v, g, c);
+        mma_abt<LDM>(s, qa, sm.k, g, c);
+        mma_abt<LDM>(dp, da, sm.v, g, c);
 #pragma unroll
         for (int n = 0; n < 8; n++) {
 #pragma unroll
@@ -775,7 +847,7 @@ flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, con
         }
         uint32_t dsa[4][4];
         pack_frags(dsa, dp);
-        mma_ab(acc, dsa, sm.k, g, c); /* dQ += dS K */
+        mma_ab<LDM>(acc, dsa, sm.k, g, c); /* dQ += dS K */
     }
     store_regs(dq, acc, tq, T, c, scale);
 }
@@ -788,6 +860,7 @@ struct bwd_kv2_smem {
 
 /* Version 2 of flash_bwd_kv_kernel (same grid, threads and arguments; static shared memory): the
  * warp's 16 keys; S^T = K Q^T, dP^T = V dO^T, P^T, dS^T, dK and dV in registers. */
+template <bool LDM>
 static __global__ void __launch_bounds__(THREADS)
 flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                      const uint16_t *dout, const float *lse, const float *delta, flash_out dk,
@@ -818,10 +891,10 @@ flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
         load_row_values(sm.delta, delta + head + q0, T - q0, 1.0f);
         __syncthreads();
         uint32_t fa[4][4];
-        load_a_regs(fa, sm.k + row0 * LDH, g, c);
-        mma_abt(s, fa, sm.q, g, c);
-        load_a_regs(fa, sm.v + row0 * LDH, g, c);
-        mma_abt(dp, fa, sm.dout, g, c);
+        load_a_regs<LDM>(fa, sm.k + row0 * LDH, g, c);
+        mma_abt<LDM>(s, fa, sm.q, g, c);
+        load_a_regs<LDM>(fa, sm.v + row0 * LDH, g, c);
+        mma_abt<LDM>(dp, fa, sm.dout, g, c);
 #pragma unroll
         for (int n = 0; n < 8; n++) {
 #pragma unroll
@@ -833,9 +906,9 @@ flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
             }
         }
         pack_frags(fa, s);
-        mma_ab(dv_acc, fa, sm.dout, g, c); /* dV += P^T dO */
+        mma_ab<LDM>(dv_acc, fa, sm.dout, g, c); /* dV += P^T dO */
         pack_frags(fa, dp);
-        mma_ab(dk_acc, fa, sm.q, g, c);    /* dK += dS^T Q */
+        mma_ab<LDM>(dk_acc, fa, sm.q, g, c);    /* dK += dS^T Q */
     }
     store_regs(dk, dk_acc, jk, T, c, scale);
     store_regs(dv, dv_acc, jk, T, c, 1.0f);
@@ -873,6 +946,28 @@ void flash_attn_set_impl(int v)
 bool flash_attn_bf16_out(void)
 {
     return flash_impl() == 3;
+}
+
+/* Whether versions 2 and 3 load their fragments with ldmatrix: -1 until the first launch reads
+ * DDP_FLASH_LDMATRIX (or flash_attn_set_ldmatrix sets it). */
+static int g_ldm = -1;
+
+static bool use_ldmatrix(void)
+{
+    if (g_ldm < 0) {
+        const char *env = getenv("DDP_FLASH_LDMATRIX");
+        bool valid = env && (!strcmp(env, "0") || !strcmp(env, "1"));
+        if (env && *env && !valid)
+            DDP_WARN("DDP_FLASH_LDMATRIX=%s: use 0 or 1 (cuda_flash.h); taking the default, 1",
+                     env);
+        g_ldm = valid ? atoi(env) : 1;
+    }
+    return g_ldm == 1;
+}
+
+void flash_attn_set_ldmatrix(int on)
+{
+    g_ldm = on == 0 || on == 1 ? on : -1;
 }
 
 /* The shape checks every entry point shares; false (logged) when the shape is refused. */
@@ -972,8 +1067,8 @@ ddp_status flash_attn_fwd_rows(cudaStream_t st, const uint16_t *q, const uint16_
     bool vec = rows_aligned16(q, lq) && rows_aligned16(k, lq) && rows_aligned16(v, lq);
     if (flash_impl() >= 2) {
         flash_out of = {o, NULL, flash_layout{hs, 1}};
-        flash_fwd2_kernel<<<tile_grid(BH, T), THREADS, 0, st>>>(q, k, v, of, o16, lse, T,
-                                                                scale * LOG2E, vec, lq);
+        auto fwd = use_ldmatrix() ? flash_fwd2_kernel<true> : flash_fwd2_kernel<false>;
+        fwd<<<tile_grid(BH, T), THREADS, 0, st>>>(q, k, v, of, o16, lse, T, scale * LOG2E, vec, lq);
         TRY_CUDA_LAUNCH();
         return DDP_OK;
     }
@@ -1048,11 +1143,14 @@ ddp_status flash_attn_bwd_rows(cudaStream_t st, const uint16_t *q, const uint16_
                rows_aligned16(dout_bf, lo);
     dim3 grid = tile_grid(BH, T);
     if (v2) {
-        flash_bwd_kv2_kernel<<<grid, THREADS, 0, st>>>(q, k, v, dout_bf, lse, delta, dk, dv, T,
-                                                       scale, scale * LOG2E, vec, lq, lo);
+        bool ldm = use_ldmatrix();
+        auto kv = ldm ? flash_bwd_kv2_kernel<true> : flash_bwd_kv2_kernel<false>;
+        auto qk = ldm ? flash_bwd_q2_kernel<true> : flash_bwd_q2_kernel<false>;
+        kv<<<grid, THREADS, 0, st>>>(q, k, v, dout_bf, lse, delta, dk, dv, T, scale, scale * LOG2E,
+                                     vec, lq, lo);
         TRY_CUDA_LAUNCH();
-        flash_bwd_q2_kernel<<<grid, THREADS, 0, st>>>(q, k, v, dout_bf, lse, delta, dq, T, scale,
-                                                      scale * LOG2E, vec, lq, lo);
+        qk<<<grid, THREADS, 0, st>>>(q, k, v, dout_bf, lse, delta, dq, T, scale, scale * LOG2E, vec,
+                                     lq, lo);
         TRY_CUDA_LAUNCH();
         return DDP_OK;
     }

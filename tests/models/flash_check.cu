@@ -1,8 +1,9 @@
 /* flash_check.cu - checks cuda_flash.cu's causal attention (forward, delta, backward) against a
  * double-precision host reference computed from the same bf16-rounded q, k, v and dout, for each
  * implementation (flash_attn_set_impl 1, 2 and 3; version 2's o is also compared with version
- * 1's), checks that a second run of each is bitwise identical and that version 3's bf16 outputs
- * in rows are its fp32 ones rounded (check_rows_out), and times each at GPT-2 d12's shape
+ * 1's), checks that a second run of each is bitwise identical, that versions 2 and 3 give the same
+ * bits with and without ldmatrix, and that version 3's bf16 outputs in rows are its fp32 ones
+ * rounded (check_rows_out), and times each at GPT-2 d12's shape
  * (B 16 x 12 heads, T 1024, hs 64). Stand-alone: it needs only cuda_flash.cu; libddp's two log
  * functions that DDP_ERROR calls are stubbed below.
  *
@@ -362,6 +363,19 @@ static bool check_shape(int BH, int T, int shift)
         gpu_run(b, BH, T, scale, g[impl - 1][0]);
         gpu_run(b, BH, T, scale, g[impl - 1][1]);
     }
+    /* versions 2 and 3 without ldmatrix: the same operands and sums, so the same bits */
+    bool ldm_same = true;
+    for (int impl = 2; impl <= N_IMPL; impl++) {
+        gpu_out plain;
+        flash_attn_set_impl(impl);
+        flash_attn_set_ldmatrix(0);
+        gpu_run(b, BH, T, scale, plain);
+        bool same = same_bits(g[impl - 1][0], plain);
+        printf("v%d BH %2d T %5d  ldmatrix and plain loads bitwise identical: %s\n", impl, BH, T,
+               same ? "yes" : "NO (FAIL)");
+        ldm_same &= same;
+    }
+    flash_attn_set_ldmatrix(-1);
     flash_attn_set_impl(0);
     bool rows_ok = check_rows_out(b, BH, T, scale, g[2][0], db);
     device_free(b);
@@ -385,7 +399,7 @@ static bool check_shape(int BH, int T, int shift)
     }
     std::vector<double> o1(g[0][0].o.begin(), g[0][0].o.end());
     ok &= check("o/v1", 2, BH, T, g[1][0].o, o1, TOL_V2_V1);
-    return ok && rows_ok;
+    return ok && rows_ok && ldm_same;
 }
 
 /* The argument checks: refused shapes give DDP_ERR_INVALID_ARG (they log), BH 0 is a no-op. */
@@ -411,11 +425,12 @@ static float median_ms(std::vector<float> t)
     return t[t.size() / 2];
 }
 
-/* Forward, and delta + backward, at (BH, T) with forward version impl: 3 warm-up runs, then the
- * median of 10; one row of the timing table. */
-static void bench(int BH, int T, int impl)
+/* Forward, and delta + backward, at (BH, T) with version impl (ldmatrix loads or not): 3 warm-up
+ * runs, then the median of 10; one row of the timing table. */
+static void bench(int BH, int T, int impl, int ldm)
 {
     flash_attn_set_impl(impl);
+    flash_attn_set_ldmatrix(ldm);
     size_t n = (size_t)BH * T * HS;
     float scale = 1.0f / sqrtf((float)HS);
     std::vector<uint16_t> bits;
@@ -455,9 +470,11 @@ static void bench(int BH, int T, int impl)
     /* causal flops: two (T x T x hs) GEMMs forward on half the matrix, 2.5 times that backward */
     double fwd_flops = 2.0 * 2.0 * BH * (double)T * T * HS / 2.0, bwd_flops = 2.5 * fwd_flops;
     float mf = median_ms(tf), mb = median_ms(tb);
-    printf("%4d %4d %5d %3d %12.3f %10.1f %12.3f %10.1f\n", impl, BH, T, HS, mf,
-           fwd_flops / (mf * 1e-3) / 1e12, mb, bwd_flops / (mb * 1e-3) / 1e12);
+    printf("%4d %4s %4d %5d %3d %12.3f %10.1f %12.3f %10.1f\n", impl,
+           impl == 1 ? "-" : ldm ? "yes" : "no", BH, T, HS, mf, fwd_flops / (mf * 1e-3) / 1e12, mb,
+           bwd_flops / (mb * 1e-3) / 1e12);
     flash_attn_set_impl(0);
+    flash_attn_set_ldmatrix(-1);
     CHECK_CUDA(cudaEventDestroy(e0));
     CHECK_CUDA(cudaEventDestroy(e1));
     device_free(b);
@@ -484,9 +501,10 @@ int main(void)
     for (int i = 0; i < n; i++)
         failed += !check_shape(shapes[i][0], shapes[i][1], shapes[i][2]);
     failed += !check_args();
-    printf("impl   BH     T  hs  forward(ms) fwd(TF/s)  d+bwd(ms)  bwd(TF/s)\n");
+    printf("impl ldsm   BH     T  hs  forward(ms) fwd(TF/s)  d+bwd(ms)  bwd(TF/s)\n");
     for (int impl = 1; impl <= N_IMPL; impl++)
-        bench(16 * 12, 1024, impl);
+        bench(16 * 12, 1024, impl, 1);
+    bench(16 * 12, 1024, 3, 0);
     printf("%d passed, %d failed\n", n + 1 - failed, failed);
     return failed ? 1 : 0;
 }
