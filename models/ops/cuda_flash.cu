@@ -10,9 +10,10 @@
  * Forward, version 2 (flash_fwd2_kernel, the default; flash_attn_set_impl): the same tiles and
  * online softmax, but on mma.sync m16n8k16 (inline PTX): each warp keeps its 16 rows' Q (A
  * fragments), S and P (16 x 64) and O (16 x 64) in registers; only K and V go through shared memory.
- * Versions 2 and 3 load their mma.sync fragments from shared memory with ldmatrix (the default;
- * DDP_FLASH_LDMATRIX=0 or flash_attn_set_ldmatrix(0): a 32-bit or two 16-bit loads per register,
- * the same operands and sums, so bit for bit the same results).
+ * Versions 2 and 3 double-buffer the tiles they stream (the next one is copied while the warps
+ * compute on the current), by cp.async, and load their mma.sync fragments from shared memory
+ * with ldmatrix (flash_attn_set_loads, DDP_FLASH_LOADS: the same operands and sums either way, so
+ * bit for bit the same results).
  * Backward, version 2 (flash_bwd_kv2_kernel, flash_bwd_q2_kernel; implementation 3, the default
  * since it passed flash_check on an H100, 2026-11-27): the same two kernels in that style, S, dP, P, dS and the dK, dV, dQ accumulators
  * in registers.
@@ -118,6 +119,52 @@ static __device__ __forceinline__ void load_tile(bf16 *dst, const uint16_t *src,
         *reinterpret_cast<uint4 *>(dst + r * LDH + c) = x;
     }
 }
+
+/* cp.async (PTX ISA, "cp.async"): 16 bytes from global to shared memory without a trip through
+ * registers, the bytes past src_bytes (0 or 16) zero-filled; complete after cp_async_commit and
+ * cp_async_wait0 (this thread's copies; a __syncthreads then publishes everyone's). */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
+{
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+static __device__ __forceinline__ void cp_async_wait0(void)
+{
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
+/* load_tile, by cp.async when ASYNC and vec (complete after cp_async_commit and cp_async_wait0;
+ * rows past n_rows zero-filled, src itself given as their source address, which reads nothing),
+ * else synchronously. */
+template <bool ASYNC>
+static __device__ __forceinline__ void stage_tile(bf16 *dst, const uint16_t *src, int n_rows,
+                                                  bool vec, int ld)
+{
+    if constexpr (ASYNC) {
+        if (vec) {
+            const int chunks = HS / 8;
+            for (int i = threadIdx.x; i < TILE * chunks; i += THREADS) {
+                int r = i / chunks, c = (i % chunks) * 8;
+                bool in = r < n_rows;
+                cp_async16(dst + r * LDH + c, in ? src + (size_t)r * ld + c : src, in ? 16 : 0);
+            }
+            return;
+        }
+    }
+    load_tile(dst, src, n_rows, vec, ld);
+}
+
+/* How versions 2 and 3 move tiles into shared memory and fragments out of it (flash_attn_set_loads):
+ * the three give the same bits. */
+enum { LOADS_PLAIN = 0, LOADS_LDMATRIX = 1, LOADS_ASYNC = 2 };
 
 /* The offset of row r of head bh = b nh + h in an input or output of layout L. */
 static __device__ __forceinline__ size_t row_at(flash_layout L, int T, size_t bh, int r)
@@ -560,41 +607,54 @@ static __device__ __forceinline__ void finish_regs(flash_out o, flash_out o16, f
 }
 
 struct fwd2_smem {
-    bf16 q[TILE * LDH], k[TILE * LDH], v[TILE * LDH];
+    bf16 q[TILE * LDH];
+    bf16 k[2][TILE * LDH], v[2][TILE * LDH]; /* key tile kt in buffer kt % 2 */
 };
 
 /* Version 2 of flash_fwd_kernel (same grid, threads and arguments; static shared memory): each
  * warp keeps its 16 rows' Q (A fragments), S, P and O (mma.sync fragments) in registers; only the
- * K and V tiles go through shared memory. Rows past T compute on zero Q and are not written. */
-template <bool LDM>
+ * K and V tiles go through shared memory, two buffers of them: the next key tile is copied (by
+ * cp.async with LOADS_ASYNC) while the warps compute on the current one, one __syncthreads a
+ * tile. Rows past T compute on zero Q and are not written. LOADS: the loads (LOADS_*). */
+template <int LOADS>
 static __global__ void __launch_bounds__(THREADS)
 flash_fwd2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, flash_out o,
                   flash_out o16, float *lse, int T, float scale_log2, bool vec, flash_layout lq)
 {
+    constexpr bool LDM = LOADS >= LOADS_LDMATRIX, ASYNC = LOADS == LOADS_ASYNC;
     __shared__ __align__(16) fwd2_smem sm;
     int qt = (int)(gridDim.y - 1 - blockIdx.y), q0 = qt * TILE;
     int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     int row0 = (int)(threadIdx.x / 32) * FRAG; /* the warp's first row in the tile */
     size_t head = (size_t)blockIdx.x * T;      /* rows before this head's */
 
+    stage_tile<ASYNC>(sm.k[0], k + row_of(lq, T, 0), T, vec, lq.ld);
+    stage_tile<ASYNC>(sm.v[0], v + row_of(lq, T, 0), T, vec, lq.ld);
+    cp_async_commit();
     load_tile(sm.q, q + row_of(lq, T, q0), T - q0, vec, lq.ld);
-    __syncthreads();
     uint32_t qa[4][4], pa[4][4];
-    load_a_regs<LDM>(qa, sm.q + row0 * LDH, g, c);
     float acc[8][4], s[8][4];
 #pragma unroll
     for (int n = 0; n < 8; n++)
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int kt = 0; kt <= qt; kt++) {
-        int k0 = kt * TILE;
-        __syncthreads(); /* every warp is done with the previous K and V */
-        load_tile(sm.k, k + row_of(lq, T, k0), T - k0, vec, lq.ld);
-        load_tile(sm.v, v + row_of(lq, T, k0), T - k0, vec, lq.ld);
+        int k0 = kt * TILE, buf = kt & 1;
+        /* tile kt has landed, and every warp is done with tile kt - 1 (the other buffer) */
+        cp_async_wait0();
         __syncthreads();
-        mma_abt<LDM>(s, qa, sm.k, g, c);
+        if (kt == 0)
+            load_a_regs<LDM>(qa, sm.q + row0 * LDH, g, c);
+        if (kt < qt) {
+            stage_tile<ASYNC>(sm.k[buf ^ 1], k + row_of(lq, T, k0 + TILE), T - k0 - TILE, vec,
+                              lq.ld);
+            stage_tile<ASYNC>(sm.v[buf ^ 1], v + row_of(lq, T, k0 + TILE), T - k0 - TILE, vec,
+                              lq.ld);
+        }
+        cp_async_commit();
+        mma_abt<LDM>(s, qa, sm.k[buf], g, c);
         softmax_regs(s, acc, pa, m, l, q0 + row0 + g, k0, c, kt == qt, scale_log2);
-        mma_ab<LDM>(acc, pa, sm.v, g, c);
+        mma_ab<LDM>(acc, pa, sm.v[buf], g, c);
     }
     finish_regs(o, o16, lse + head, acc, m, l, q0 + row0 + g, T, c);
 }
@@ -792,25 +852,31 @@ static __device__ __forceinline__ void store_regs(flash_out out, const float acc
 }
 
 struct bwd_q2_smem {
-    bf16 q[TILE * LDH], dout[TILE * LDH]; /* the block's query tile */
-    bf16 k[TILE * LDH], v[TILE * LDH];    /* the key tile */
+    bf16 q[TILE * LDH], dout[TILE * LDH];     /* the block's query tile */
+    bf16 k[2][TILE * LDH], v[2][TILE * LDH];  /* key tile kt in buffer kt % 2 */
 };
 
-/* Version 2 of flash_bwd_q_kernel (same grid, threads and arguments; static shared memory): the
- * warp's 16 query rows' Q and dO as A fragments, S, dP, dS and dQ in registers. */
-template <bool LDM>
+/* Version 2 of flash_bwd_q_kernel (same grid, threads and arguments; dynamic shared memory of
+ * sizeof(bwd_q2_smem)): the warp's 16 query rows' Q and dO as A fragments, S, dP, dS and dQ in
+ * registers; the key tiles double-buffered as in flash_fwd2_kernel. */
+template <int LOADS>
 static __global__ void __launch_bounds__(THREADS)
 flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
                     const float *lse, const float *delta, flash_out dq, int T, float scale,
                     float scale_log2, bool vec, flash_layout lq, flash_layout lo)
 {
-    __shared__ __align__(16) bwd_q2_smem sm;
+    constexpr bool LDM = LOADS >= LOADS_LDMATRIX, ASYNC = LOADS == LOADS_ASYNC;
+    extern __shared__ __align__(16) unsigned char smem_q2[];
+    bwd_q2_smem &sm = *reinterpret_cast<bwd_q2_smem *>(smem_q2);
     int qt = (int)(gridDim.y - 1 - blockIdx.y), q0 = qt * TILE;
     int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     int row0 = (int)(threadIdx.x / 32) * FRAG;
     int tq = q0 + row0 + g; /* the lane's first query; the second is tq + 8 */
     size_t head = (size_t)blockIdx.x * T;
 
+    stage_tile<ASYNC>(sm.k[0], k + row_of(lq, T, 0), T, vec, lq.ld);
+    stage_tile<ASYNC>(sm.v[0], v + row_of(lq, T, 0), T, vec, lq.ld);
+    cp_async_commit();
     load_tile(sm.q, q + row_of(lq, T, q0), T - q0, vec, lq.ld);
     load_tile(sm.dout, dout + row_of(lo, T, q0), T - q0, vec, lo.ld);
     float lse2[2], dl[2];
@@ -820,22 +886,28 @@ flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, con
         lse2[h] = in ? lse[head + tq + 8 * h] * LOG2E : 0.0f;
         dl[h] = in ? delta[head + tq + 8 * h] : 0.0f;
     }
-    __syncthreads();
     uint32_t qa[4][4], da[4][4];
-    load_a_regs<LDM>(qa, sm.q + row0 * LDH, g, c);
-    load_a_regs<LDM>(da, sm.dout + row0 * LDH, g, c);
     float acc[8][4], s[8][4], dp[8][4];
 #pragma unroll
     for (int n = 0; n < 8; n++)
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     for (int kt = 0; kt <= qt; kt++) {
-        int k0 = kt * TILE;
-        __syncthreads(); /* every warp is done with the previous K and V */
-        load_tile(sm.k, k + row_of(lq, T, k0), T - k0, vec, lq.ld);
-        load_tile(sm.v, v + row_of(lq, T, k0), T - k0, vec, lq.ld);
+        int k0 = kt * TILE, buf = kt & 1;
+        cp_async_wait0(); /* as in flash_fwd2_kernel */
         __syncthreads();
-        mma_abt<LDM>(s, qa, sm.k, g, c);
-        mma_abt<LDM>(dp, da, sm.v, g, c);
+        if (kt == 0) {
+            load_a_regs<LDM>(qa, sm.q + row0 * LDH, g, c);
+            load_a_regs<LDM>(da, sm.dout + row0 * LDH, g, c);
+        }
+        if (kt < qt) {
+            stage_tile<ASYNC>(sm.k[buf ^ 1], k + row_of(lq, T, k0 + TILE), T - k0 - TILE, vec,
+                              lq.ld);
+            stage_tile<ASYNC>(sm.v[buf ^ 1], v + row_of(lq, T, k0 + TILE), T - k0 - TILE, vec,
+                              lq.ld);
+        }
+        cp_async_commit();
+        mma_abt<LDM>(s, qa, sm.k[buf], g, c);
+        mma_abt<LDM>(dp, da, sm.v[buf], g, c);
 #pragma unroll
         for (int n = 0; n < 8; n++) {
 #pragma unroll
@@ -847,33 +919,42 @@ flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, con
         }
         uint32_t dsa[4][4];
         pack_frags(dsa, dp);
-        mma_ab<LDM>(acc, dsa, sm.k, g, c); /* dQ += dS K */
+        mma_ab<LDM>(acc, dsa, sm.k[buf], g, c); /* dQ += dS K */
     }
     store_regs(dq, acc, tq, T, c, scale);
 }
 
 struct bwd_kv2_smem {
-    bf16 k[TILE * LDH], v[TILE * LDH];    /* the block's key tile */
-    bf16 q[TILE * LDH], dout[TILE * LDH]; /* the query tile */
-    float lse[TILE], delta[TILE];         /* the query tile's rows; lse in log2 units */
+    bf16 k[TILE * LDH], v[TILE * LDH];              /* the block's key tile */
+    bf16 q[2][TILE * LDH], dout[2][TILE * LDH];     /* query tile qt in buffer (qt - kt) % 2 */
+    float lse[2][TILE], delta[2][TILE];             /* its rows; lse in log2 units */
 };
 
-/* Version 2 of flash_bwd_kv_kernel (same grid, threads and arguments; static shared memory): the
- * warp's 16 keys; S^T = K Q^T, dP^T = V dO^T, P^T, dS^T, dK and dV in registers. */
-template <bool LDM>
+/* Version 2 of flash_bwd_kv_kernel (same grid, threads and arguments; dynamic shared memory of
+ * sizeof(bwd_kv2_smem)): the warp's 16 keys; S^T = K Q^T, dP^T = V dO^T, P^T, dS^T, dK and dV in
+ * registers; the query tiles (with their lse and delta) double-buffered as the key tiles of
+ * flash_fwd2_kernel. */
+template <int LOADS>
 static __global__ void __launch_bounds__(THREADS)
 flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                      const uint16_t *dout, const float *lse, const float *delta, flash_out dk,
                      flash_out dv, int T, float scale, float scale_log2, bool vec,
                      flash_layout lq, flash_layout lo)
 {
-    __shared__ __align__(16) bwd_kv2_smem sm;
+    constexpr bool LDM = LOADS >= LOADS_LDMATRIX, ASYNC = LOADS == LOADS_ASYNC;
+    extern __shared__ __align__(16) unsigned char smem_kv2[];
+    bwd_kv2_smem &sm = *reinterpret_cast<bwd_kv2_smem *>(smem_kv2);
     int kt = (int)blockIdx.y, k0 = kt * TILE, n_tiles = (int)gridDim.y;
     int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     int row0 = (int)(threadIdx.x / 32) * FRAG;
     int jk = k0 + row0 + g; /* the lane's first key; the second is jk + 8 */
     size_t head = (size_t)blockIdx.x * T;
 
+    stage_tile<ASYNC>(sm.q[0], q + row_of(lq, T, k0), T - k0, vec, lq.ld);
+    stage_tile<ASYNC>(sm.dout[0], dout + row_of(lo, T, k0), T - k0, vec, lo.ld);
+    cp_async_commit();
+    load_row_values(sm.lse[0], lse + head + k0, T - k0, LOG2E);
+    load_row_values(sm.delta[0], delta + head + k0, T - k0, 1.0f);
     load_tile(sm.k, k + row_of(lq, T, k0), T - k0, vec, lq.ld);
     load_tile(sm.v, v + row_of(lq, T, k0), T - k0, vec, lq.ld);
     float dk_acc[8][4], dv_acc[8][4], s[8][4], dp[8][4];
@@ -883,32 +964,37 @@ flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
         dv_acc[n][0] = dv_acc[n][1] = dv_acc[n][2] = dv_acc[n][3] = 0.0f;
     }
     for (int qt = kt; qt < n_tiles; qt++) {
-        int q0 = qt * TILE;
-        __syncthreads(); /* every warp is done with the previous query tile */
-        load_tile(sm.q, q + row_of(lq, T, q0), T - q0, vec, lq.ld);
-        load_tile(sm.dout, dout + row_of(lo, T, q0), T - q0, vec, lo.ld);
-        load_row_values(sm.lse, lse + head + q0, T - q0, LOG2E);
-        load_row_values(sm.delta, delta + head + q0, T - q0, 1.0f);
+        int q0 = qt * TILE, buf = (qt - kt) & 1;
+        cp_async_wait0(); /* as in flash_fwd2_kernel */
         __syncthreads();
+        if (qt + 1 < n_tiles) {
+            int q1 = q0 + TILE;
+            stage_tile<ASYNC>(sm.q[buf ^ 1], q + row_of(lq, T, q1), T - q1, vec, lq.ld);
+            stage_tile<ASYNC>(sm.dout[buf ^ 1], dout + row_of(lo, T, q1), T - q1, vec, lo.ld);
+            load_row_values(sm.lse[buf ^ 1], lse + head + q1, T - q1, LOG2E);
+            load_row_values(sm.delta[buf ^ 1], delta + head + q1, T - q1, 1.0f);
+        }
+        cp_async_commit();
+        const float *ls = sm.lse[buf], *dl = sm.delta[buf];
         uint32_t fa[4][4];
         load_a_regs<LDM>(fa, sm.k + row0 * LDH, g, c);
-        mma_abt<LDM>(s, fa, sm.q, g, c);
+        mma_abt<LDM>(s, fa, sm.q[buf], g, c);
         load_a_regs<LDM>(fa, sm.v + row0 * LDH, g, c);
-        mma_abt<LDM>(dp, fa, sm.dout, g, c);
+        mma_abt<LDM>(dp, fa, sm.dout[buf], g, c);
 #pragma unroll
         for (int n = 0; n < 8; n++) {
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int col = n * 8 + 2 * c + i % 2, t = q0 + col, j = jk + 8 * (i / 2);
-                float p = j <= t && t < T ? exp2f(s[n][i] * scale_log2 - sm.lse[col]) : 0.0f;
+                float p = j <= t && t < T ? exp2f(s[n][i] * scale_log2 - ls[col]) : 0.0f;
                 s[n][i] = p;
-                dp[n][i] = p * (dp[n][i] - sm.delta[col]);
+                dp[n][i] = p * (dp[n][i] - dl[col]);
             }
         }
         pack_frags(fa, s);
-        mma_ab<LDM>(dv_acc, fa, sm.dout, g, c); /* dV += P^T dO */
+        mma_ab<LDM>(dv_acc, fa, sm.dout[buf], g, c); /* dV += P^T dO */
         pack_frags(fa, dp);
-        mma_ab<LDM>(dk_acc, fa, sm.q, g, c);    /* dK += dS^T Q */
+        mma_ab<LDM>(dk_acc, fa, sm.q[buf], g, c);    /* dK += dS^T Q */
     }
     store_regs(dk, dk_acc, jk, T, c, scale);
     store_regs(dv, dv_acc, jk, T, c, 1.0f);
@@ -948,26 +1034,32 @@ bool flash_attn_bf16_out(void)
     return flash_impl() == 3;
 }
 
-/* Whether versions 2 and 3 load their fragments with ldmatrix: -1 until the first launch reads
- * DDP_FLASH_LDMATRIX (or flash_attn_set_ldmatrix sets it). */
-static int g_ldm = -1;
+/* Versions 2 and 3's loads (LOADS_*): -1 until the first launch reads DDP_FLASH_LOADS (or
+ * flash_attn_set_loads sets them). */
+static int g_loads = -1;
 
-static bool use_ldmatrix(void)
+static int loads_mode(void)
 {
-    if (g_ldm < 0) {
-        const char *env = getenv("DDP_FLASH_LDMATRIX");
-        bool valid = env && (!strcmp(env, "0") || !strcmp(env, "1"));
+    if (g_loads < 0) {
+        static const char *names[] = {"plain", "ldmatrix", "async"};
+        const char *env = getenv("DDP_FLASH_LOADS");
+        g_loads = LOADS_ASYNC;
+        bool valid = false;
+        for (int i = 0; env && i < 3; i++)
+            if (!strcmp(env, names[i])) {
+                g_loads = i;
+                valid = true;
+            }
         if (env && *env && !valid)
-            DDP_WARN("DDP_FLASH_LDMATRIX=%s: use 0 or 1 (cuda_flash.h); taking the default, 1",
-                     env);
-        g_ldm = valid ? atoi(env) : 1;
+            DDP_WARN("DDP_FLASH_LOADS=%s: use plain, ldmatrix or async (cuda_flash.h); taking "
+                     "the default, async", env);
     }
-    return g_ldm == 1;
+    return g_loads;
 }
 
-void flash_attn_set_ldmatrix(int on)
+void flash_attn_set_loads(int mode)
 {
-    g_ldm = on == 0 || on == 1 ? on : -1;
+    g_loads = mode >= LOADS_PLAIN && mode <= LOADS_ASYNC ? mode : -1;
 }
 
 /* The shape checks every entry point shares; false (logged) when the shape is refused. */
@@ -1067,7 +1159,10 @@ ddp_status flash_attn_fwd_rows(cudaStream_t st, const uint16_t *q, const uint16_
     bool vec = rows_aligned16(q, lq) && rows_aligned16(k, lq) && rows_aligned16(v, lq);
     if (flash_impl() >= 2) {
         flash_out of = {o, NULL, flash_layout{hs, 1}};
-        auto fwd = use_ldmatrix() ? flash_fwd2_kernel<true> : flash_fwd2_kernel<false>;
+        int mode = loads_mode();
+        auto fwd = mode == LOADS_ASYNC      ? flash_fwd2_kernel<LOADS_ASYNC>
+                   : mode == LOADS_LDMATRIX ? flash_fwd2_kernel<LOADS_LDMATRIX>
+                                            : flash_fwd2_kernel<LOADS_PLAIN>;
         fwd<<<tile_grid(BH, T), THREADS, 0, st>>>(q, k, v, of, o16, lse, T, scale * LOG2E, vec, lq);
         TRY_CUDA_LAUNCH();
         return DDP_OK;
@@ -1143,14 +1238,21 @@ ddp_status flash_attn_bwd_rows(cudaStream_t st, const uint16_t *q, const uint16_
                rows_aligned16(dout_bf, lo);
     dim3 grid = tile_grid(BH, T);
     if (v2) {
-        bool ldm = use_ldmatrix();
-        auto kv = ldm ? flash_bwd_kv2_kernel<true> : flash_bwd_kv2_kernel<false>;
-        auto qk = ldm ? flash_bwd_q2_kernel<true> : flash_bwd_q2_kernel<false>;
-        kv<<<grid, THREADS, 0, st>>>(q, k, v, dout_bf, lse, delta, dk, dv, T, scale, scale * LOG2E,
-                                     vec, lq, lo);
+        int mode = loads_mode();
+        auto kv = mode == LOADS_ASYNC      ? flash_bwd_kv2_kernel<LOADS_ASYNC>
+                  : mode == LOADS_LDMATRIX ? flash_bwd_kv2_kernel<LOADS_LDMATRIX>
+                                           : flash_bwd_kv2_kernel<LOADS_PLAIN>;
+        auto qk = mode == LOADS_ASYNC      ? flash_bwd_q2_kernel<LOADS_ASYNC>
+                  : mode == LOADS_LDMATRIX ? flash_bwd_q2_kernel<LOADS_LDMATRIX>
+                                           : flash_bwd_q2_kernel<LOADS_PLAIN>;
+        size_t kv2_bytes = sizeof(bwd_kv2_smem), q2_bytes = sizeof(bwd_q2_smem);
+        TRY_OK(allow_smem(kv, kv2_bytes));
+        TRY_OK(allow_smem(qk, q2_bytes));
+        kv<<<grid, THREADS, kv2_bytes, st>>>(q, k, v, dout_bf, lse, delta, dk, dv, T, scale,
+                                             scale * LOG2E, vec, lq, lo);
         TRY_CUDA_LAUNCH();
-        qk<<<grid, THREADS, 0, st>>>(q, k, v, dout_bf, lse, delta, dq, T, scale, scale * LOG2E, vec,
-                                     lq, lo);
+        qk<<<grid, THREADS, q2_bytes, st>>>(q, k, v, dout_bf, lse, delta, dq, T, scale,
+                                            scale * LOG2E, vec, lq, lo);
         TRY_CUDA_LAUNCH();
         return DDP_OK;
     }

@@ -2,9 +2,9 @@
  * double-precision host reference computed from the same bf16-rounded q, k, v and dout, for each
  * implementation (flash_attn_set_impl 1, 2 and 3; version 2's o is also compared with version
  * 1's), checks that a second run of each is bitwise identical, that versions 2 and 3 give the same
- * bits with and without ldmatrix, and that version 3's bf16 outputs in rows are its fp32 ones
- * rounded (check_rows_out), and times each at GPT-2 d12's shape
- * (B 16 x 12 heads, T 1024, hs 64). Stand-alone: it needs only cuda_flash.cu; libddp's two log
+ * bits with each of their loads (flash_attn_set_loads), and that version 3's bf16 outputs in rows
+ * are its fp32 ones rounded (check_rows_out), and times each at GPT-2 d12's shape (B 16 x 12
+ * heads, T 1024, hs 64). Stand-alone: it needs only cuda_flash.cu; libddp's two log
  * functions that DDP_ERROR calls are stubbed below.
  *
  * Build (from the repository root) and run:
@@ -363,19 +363,22 @@ static bool check_shape(int BH, int T, int shift)
         gpu_run(b, BH, T, scale, g[impl - 1][0]);
         gpu_run(b, BH, T, scale, g[impl - 1][1]);
     }
-    /* versions 2 and 3 without ldmatrix: the same operands and sums, so the same bits */
+    /* versions 2 and 3 with the other loads (flash_attn_set_loads 0 and 1 against the default,
+     * 2): the same operands and sums, so the same bits */
     bool ldm_same = true;
     for (int impl = 2; impl <= N_IMPL; impl++) {
-        gpu_out plain;
-        flash_attn_set_impl(impl);
-        flash_attn_set_ldmatrix(0);
-        gpu_run(b, BH, T, scale, plain);
-        bool same = same_bits(g[impl - 1][0], plain);
-        printf("v%d BH %2d T %5d  ldmatrix and plain loads bitwise identical: %s\n", impl, BH, T,
-               same ? "yes" : "NO (FAIL)");
-        ldm_same &= same;
+        for (int mode = 0; mode < 2; mode++) {
+            gpu_out other;
+            flash_attn_set_impl(impl);
+            flash_attn_set_loads(mode);
+            gpu_run(b, BH, T, scale, other);
+            bool same = same_bits(g[impl - 1][0], other);
+            printf("v%d BH %2d T %5d  %s loads bitwise identical to cp.async + ldmatrix: %s\n",
+                   impl, BH, T, mode ? "ldmatrix" : "plain", same ? "yes" : "NO (FAIL)");
+            ldm_same &= same;
+        }
     }
-    flash_attn_set_ldmatrix(-1);
+    flash_attn_set_loads(-1);
     flash_attn_set_impl(0);
     bool rows_ok = check_rows_out(b, BH, T, scale, g[2][0], db);
     device_free(b);
@@ -425,12 +428,12 @@ static float median_ms(std::vector<float> t)
     return t[t.size() / 2];
 }
 
-/* Forward, and delta + backward, at (BH, T) with version impl (ldmatrix loads or not): 3 warm-up
- * runs, then the median of 10; one row of the timing table. */
-static void bench(int BH, int T, int impl, int ldm)
+/* Forward, and delta + backward, at (BH, T) with version impl and loads (flash_attn_set_loads):
+ * 3 warm-up runs, then the median of 10; one row of the timing table. */
+static void bench(int BH, int T, int impl, int loads)
 {
     flash_attn_set_impl(impl);
-    flash_attn_set_ldmatrix(ldm);
+    flash_attn_set_loads(loads);
     size_t n = (size_t)BH * T * HS;
     float scale = 1.0f / sqrtf((float)HS);
     std::vector<uint16_t> bits;
@@ -470,11 +473,11 @@ static void bench(int BH, int T, int impl, int ldm)
     /* causal flops: two (T x T x hs) GEMMs forward on half the matrix, 2.5 times that backward */
     double fwd_flops = 2.0 * 2.0 * BH * (double)T * T * HS / 2.0, bwd_flops = 2.5 * fwd_flops;
     float mf = median_ms(tf), mb = median_ms(tb);
-    printf("%4d %4s %4d %5d %3d %12.3f %10.1f %12.3f %10.1f\n", impl,
-           impl == 1 ? "-" : ldm ? "yes" : "no", BH, T, HS, mf, fwd_flops / (mf * 1e-3) / 1e12, mb,
-           bwd_flops / (mb * 1e-3) / 1e12);
+    static const char *names[] = {"plain", "ldsm", "async"};
+    printf("%4d %5s %4d %5d %3d %12.3f %10.1f %12.3f %10.1f\n", impl, impl == 1 ? "-" : names[loads],
+           BH, T, HS, mf, fwd_flops / (mf * 1e-3) / 1e12, mb, bwd_flops / (mb * 1e-3) / 1e12);
     flash_attn_set_impl(0);
-    flash_attn_set_ldmatrix(-1);
+    flash_attn_set_loads(-1);
     CHECK_CUDA(cudaEventDestroy(e0));
     CHECK_CUDA(cudaEventDestroy(e1));
     device_free(b);
@@ -501,9 +504,10 @@ int main(void)
     for (int i = 0; i < n; i++)
         failed += !check_shape(shapes[i][0], shapes[i][1], shapes[i][2]);
     failed += !check_args();
-    printf("impl ldsm   BH     T  hs  forward(ms) fwd(TF/s)  d+bwd(ms)  bwd(TF/s)\n");
+    printf("impl loads   BH     T  hs  forward(ms) fwd(TF/s)  d+bwd(ms)  bwd(TF/s)\n");
     for (int impl = 1; impl <= N_IMPL; impl++)
-        bench(16 * 12, 1024, impl, 1);
+        bench(16 * 12, 1024, impl, 2);
+    bench(16 * 12, 1024, 3, 1);
     bench(16 * 12, 1024, 3, 0);
     printf("%d passed, %d failed\n", n + 1 - failed, failed);
     return failed ? 1 : 0;
