@@ -96,20 +96,59 @@ static __global__ void iota_kernel(int *x, int n)
         x[i] = i;
 }
 
-/* tok (n) sorted, pos (n) the position of each: the block of the first entry of each run of
- * equal tokens adds that run's dout rows to the token's dwte row, positions in increasing order
- * (the CPU's order); the other blocks return. Threads own channels, so no two write one float. */
-static __global__ void encoder_dwte_kernel(float *dwte, const float *dout, const int *tok,
-                                           const int *pos, int n, int C)
+/* dwte's backward over the sorted tokens in segments of ENC_SEG entries, so that no block sums
+ * more than ENC_SEG rows however often a token repeats (one block per run left a few blocks
+ * summing hundreds of rows of a frequent token while the GPU idled). A run of equal tokens
+ * splits into pieces, one per segment it touches; in each piece the rows are added in sorted
+ * order (positions increasing: the sort is stable). */
+enum { ENC_SEG = 32 };
+
+/* The pieces of segment blockIdx.x (entries [lo, hi) of the sorted tok, pos; threads own
+ * channels): a run inside the segment is added into its dwte row (dwte first, then the rows in
+ * order, as the CPU); a piece of a run that began in an earlier segment goes to part[seg][0]
+ * (its head piece), one that began here and goes on to part[seg][1] (its tail piece), for
+ * encoder_dwte_join_kernel. part: (n_seg, 2, C). */
+static __global__ void encoder_dwte_seg_kernel(float *dwte, float *part, const float *dout,
+                                               const int *tok, const int *pos, int n, int C)
 {
-    int i = blockIdx.x;
-    int v = tok[i];
-    if (i > 0 && tok[i - 1] == v)
-        return;
+    int seg = blockIdx.x, lo = seg * ENC_SEG, hi = min(n, lo + ENC_SEG);
+    for (int a = lo; a < hi;) {
+        int v = tok[a], b = a + 1;
+        while (b < hi && tok[b] == v)
+            b++;
+        bool before = a == lo && lo > 0 && tok[lo - 1] == v;
+        bool after = b == hi && hi < n && tok[hi] == v;
+        float *dst = before ? part + ((size_t)seg * 2) * C
+                     : after ? part + ((size_t)seg * 2 + 1) * C
+                             : dwte + (size_t)v * C;
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            float acc = before || after ? 0.0f : dst[c];
+            for (int j = a; j < b; j++)
+                acc += dout[(size_t)pos[j] * C + c];
+            dst[c] = acc;
+        }
+        a = b;
+    }
+}
+
+/* Block seg joins the run whose tail piece segment seg holds (if any): dwte's row + that piece +
+ * the head pieces of the following segments, in segment order. */
+static __global__ void encoder_dwte_join_kernel(float *dwte, const float *part, const int *tok,
+                                                int n, int C)
+{
+    int seg = blockIdx.x, lo = seg * ENC_SEG, hi = min(n, lo + ENC_SEG);
+    int v = tok[hi - 1], a = hi - 1;
+    while (a > lo && tok[a - 1] == v)
+        a--;
+    bool before = a == lo && lo > 0 && tok[lo - 1] == v;
+    if (before || hi >= n || tok[hi] != v)
+        return; /* no tail piece here */
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float acc = dwte[(size_t)v * C + c];
-        for (int j = i; j < n && tok[j] == v; j++)
-            acc += dout[(size_t)pos[j] * C + c];
+        float acc = dwte[(size_t)v * C + c] + part[((size_t)seg * 2 + 1) * C + c];
+        for (int s = seg + 1, end = hi; end < n && tok[end] == v; s++) {
+            acc += part[((size_t)s * 2) * C + c];
+            end = min(n, end + ENC_SEG);
+        }
         dwte[(size_t)v * C + c] = acc;
     }
 }
@@ -644,9 +683,10 @@ static ddp_status cuda_encoder_fwd(const ops_handle *ops, float *out, const int 
 }
 
 /* Sorts the n tokens (stable), carrying their positions: *tok and *pos (n each) in the handle's
- * encoder scratch, which also holds CUB's temporary storage. */
-static ddp_status sort_tokens(const ops_handle *ops, const int *tokens, int n, int **tok,
-                              int **pos)
+ * encoder scratch, which also holds CUB's temporary storage and *extra (extra_bytes, 256-byte
+ * aligned). */
+static ddp_status sort_tokens(const ops_handle *ops, const int *tokens, int n, size_t extra_bytes,
+                              int **tok, int **pos, void **extra)
 {
     cuda_state *cu = cuda_of(ops);
     size_t temp_bytes = 0;
@@ -655,7 +695,10 @@ static ddp_status sort_tokens(const ops_handle *ops, const int *tokens, int n, i
                                              (int)(8 * sizeof(int)), cu->stream));
     size_t ints_bytes = ((3 * (size_t)n * sizeof(int) + 255) / 256) * 256; /* temp 256-aligned */
     void *scratch = NULL;
-    TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_ENCODER, ints_bytes + temp_bytes, &scratch));
+    size_t temp_round = (temp_bytes + 255) / 256 * 256;
+    TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_ENCODER, ints_bytes + temp_round + extra_bytes,
+                        &scratch));
+    *extra = (char *)scratch + ints_bytes + temp_round;
     int *iota = (int *)scratch;
     *tok = iota + n;
     *pos = iota + 2 * (size_t)n;
@@ -680,9 +723,14 @@ static ddp_status cuda_encoder_bwd(const ops_handle *ops, float *dwte, float *dw
     }
     if (empty)
         return DDP_OK;
-    int n = B * T, *tok = NULL, *pos = NULL;
-    TRY_OK(sort_tokens(ops, tokens, n, &tok, &pos));
-    encoder_dwte_kernel<<<(unsigned)n, block_threads, 0, cu->stream>>>(dwte, dout, tok, pos, n, C);
+    int n = B * T, *tok = NULL, *pos = NULL, n_seg = (n + ENC_SEG - 1) / ENC_SEG;
+    void *part = NULL;
+    TRY_OK(sort_tokens(ops, tokens, n, (size_t)n_seg * 2 * C * sizeof(float), &tok, &pos, &part));
+    encoder_dwte_seg_kernel<<<(unsigned)n_seg, block_threads, 0, cu->stream>>>(
+        dwte, (float *)part, dout, tok, pos, n, C);
+    TRY_CUDA_LAUNCH();
+    encoder_dwte_join_kernel<<<(unsigned)n_seg, block_threads, 0, cu->stream>>>(
+        dwte, (const float *)part, tok, n, C);
     TRY_CUDA_LAUNCH();
     size_t tc = (size_t)T * C;
     encoder_dwpe_kernel<<<grid_blocks(tc), block_threads, 0, cu->stream>>>(dwpe, dout, B, tc);
