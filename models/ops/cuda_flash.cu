@@ -163,8 +163,8 @@ static __device__ __forceinline__ void stage_tile(bf16 *dst, const uint16_t *src
 }
 
 /* How versions 2 and 3 move tiles into shared memory and fragments out of it (flash_attn_set_loads):
- * the three give the same bits. */
-enum { LOADS_PLAIN = 0, LOADS_LDMATRIX = 1, LOADS_ASYNC = 2 };
+ * synchronous copies and a load per fragment register, or cp.async and ldmatrix; the same bits. */
+enum { LOADS_PLAIN = 0, LOADS_ASYNC = 1 };
 
 /* The offset of row r of head bh = b nh + h in an input or output of layout L. */
 static __device__ __forceinline__ size_t row_at(flash_layout L, int T, size_t bh, int r)
@@ -614,14 +614,15 @@ struct fwd2_smem {
 /* Version 2 of flash_fwd_kernel (same grid, threads and arguments; static shared memory): each
  * warp keeps its 16 rows' Q (A fragments), S, P and O (mma.sync fragments) in registers; only the
  * K and V tiles go through shared memory, two buffers of them: the next key tile is copied (by
- * cp.async with LOADS_ASYNC) while the warps compute on the current one, one __syncthreads a
- * tile. Rows past T compute on zero Q and are not written. LOADS: the loads (LOADS_*). */
+ * cp.async with LOADS_ASYNC, which also loads the fragments by ldmatrix) while the warps compute
+ * on the current one, one __syncthreads a tile. Rows past T compute on zero Q and are not
+ * written. */
 template <int LOADS>
 static __global__ void __launch_bounds__(THREADS)
 flash_fwd2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, flash_out o,
                   flash_out o16, float *lse, int T, float scale_log2, bool vec, flash_layout lq)
 {
-    constexpr bool LDM = LOADS >= LOADS_LDMATRIX, ASYNC = LOADS == LOADS_ASYNC;
+    constexpr bool LDM = LOADS == LOADS_ASYNC, ASYNC = LDM;
     __shared__ __align__(16) fwd2_smem sm;
     int qt = (int)(gridDim.y - 1 - blockIdx.y), q0 = qt * TILE;
     int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
@@ -865,7 +866,7 @@ flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, con
                     const float *lse, const float *delta, flash_out dq, int T, float scale,
                     float scale_log2, bool vec, flash_layout lq, flash_layout lo)
 {
-    constexpr bool LDM = LOADS >= LOADS_LDMATRIX, ASYNC = LOADS == LOADS_ASYNC;
+    constexpr bool LDM = LOADS == LOADS_ASYNC, ASYNC = LDM;
     extern __shared__ __align__(16) unsigned char smem_q2[];
     bwd_q2_smem &sm = *reinterpret_cast<bwd_q2_smem *>(smem_q2);
     int qt = (int)(gridDim.y - 1 - blockIdx.y), q0 = qt * TILE;
@@ -941,7 +942,7 @@ flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                      flash_out dv, int T, float scale, float scale_log2, bool vec,
                      flash_layout lq, flash_layout lo)
 {
-    constexpr bool LDM = LOADS >= LOADS_LDMATRIX, ASYNC = LOADS == LOADS_ASYNC;
+    constexpr bool LDM = LOADS == LOADS_ASYNC, ASYNC = LDM;
     extern __shared__ __align__(16) unsigned char smem_kv2[];
     bwd_kv2_smem &sm = *reinterpret_cast<bwd_kv2_smem *>(smem_kv2);
     int kt = (int)blockIdx.y, k0 = kt * TILE, n_tiles = (int)gridDim.y;
@@ -1041,17 +1042,17 @@ static int g_loads = -1;
 static int loads_mode(void)
 {
     if (g_loads < 0) {
-        static const char *names[] = {"plain", "ldmatrix", "async"};
+        static const char *names[] = {"plain", "async"};
         const char *env = getenv("DDP_FLASH_LOADS");
         g_loads = LOADS_ASYNC;
         bool valid = false;
-        for (int i = 0; env && i < 3; i++)
+        for (int i = 0; env && i < 2; i++)
             if (!strcmp(env, names[i])) {
                 g_loads = i;
                 valid = true;
             }
         if (env && *env && !valid)
-            DDP_WARN("DDP_FLASH_LOADS=%s: use plain, ldmatrix or async (cuda_flash.h); taking "
+            DDP_WARN("DDP_FLASH_LOADS=%s: use plain or async (cuda_flash.h); taking "
                      "the default, async", env);
     }
     return g_loads;
@@ -1160,9 +1161,8 @@ ddp_status flash_attn_fwd_rows(cudaStream_t st, const uint16_t *q, const uint16_
     if (flash_impl() >= 2) {
         flash_out of = {o, NULL, flash_layout{hs, 1}};
         int mode = loads_mode();
-        auto fwd = mode == LOADS_ASYNC      ? flash_fwd2_kernel<LOADS_ASYNC>
-                   : mode == LOADS_LDMATRIX ? flash_fwd2_kernel<LOADS_LDMATRIX>
-                                            : flash_fwd2_kernel<LOADS_PLAIN>;
+        auto fwd = mode == LOADS_ASYNC ? flash_fwd2_kernel<LOADS_ASYNC>
+                                       : flash_fwd2_kernel<LOADS_PLAIN>;
         fwd<<<tile_grid(BH, T), THREADS, 0, st>>>(q, k, v, of, o16, lse, T, scale * LOG2E, vec, lq);
         TRY_CUDA_LAUNCH();
         return DDP_OK;
@@ -1239,12 +1239,10 @@ ddp_status flash_attn_bwd_rows(cudaStream_t st, const uint16_t *q, const uint16_
     dim3 grid = tile_grid(BH, T);
     if (v2) {
         int mode = loads_mode();
-        auto kv = mode == LOADS_ASYNC      ? flash_bwd_kv2_kernel<LOADS_ASYNC>
-                  : mode == LOADS_LDMATRIX ? flash_bwd_kv2_kernel<LOADS_LDMATRIX>
-                                           : flash_bwd_kv2_kernel<LOADS_PLAIN>;
-        auto qk = mode == LOADS_ASYNC      ? flash_bwd_q2_kernel<LOADS_ASYNC>
-                  : mode == LOADS_LDMATRIX ? flash_bwd_q2_kernel<LOADS_LDMATRIX>
-                                           : flash_bwd_q2_kernel<LOADS_PLAIN>;
+        auto kv = mode == LOADS_ASYNC ? flash_bwd_kv2_kernel<LOADS_ASYNC>
+                                      : flash_bwd_kv2_kernel<LOADS_PLAIN>;
+        auto qk = mode == LOADS_ASYNC ? flash_bwd_q2_kernel<LOADS_ASYNC>
+                                      : flash_bwd_q2_kernel<LOADS_PLAIN>;
         size_t kv2_bytes = sizeof(bwd_kv2_smem), q2_bytes = sizeof(bwd_q2_smem);
         TRY_OK(allow_smem(kv, kv2_bytes));
         TRY_OK(allow_smem(qk, q2_bytes));

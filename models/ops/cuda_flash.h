@@ -35,13 +35,13 @@ bool flash_attn_supported(int hs, int T);
  * 0.60 / 0.21 / 0.21 ms, backward 1.48 / 1.48 / 0.69 ms (flash_check, 2026-11-27). Not
  * thread-safe: set it before the first call. */
 void flash_attn_set_impl(int v);
-/* How versions 2 and 3 move data: mode 2 (the default), the streamed tiles copied by cp.async
+/* How versions 2 and 3 move data: mode 1 (the default), the streamed tiles copied by cp.async
  * while the warps compute on the tile before, and the tensor-core fragments loaded from shared
- * memory by ldmatrix; 1, ldmatrix with synchronous copies; 0, synchronous copies and a 32-bit load
- * per fragment register (two 16-bit ones where a fragment runs down a column). The operands and
- * the order of every sum are the same, so the results are bit for bit equal; only the speed
- * differs. Any other value restores the default: DDP_FLASH_LOADS=plain|ldmatrix|async, read at
- * the first launch, else async. Not thread-safe, as flash_attn_set_impl. */
+ * memory by ldmatrix; 0, synchronous copies and a 32-bit load per fragment register (two 16-bit
+ * ones where a fragment runs down a column). The operands and the order of every sum are the
+ * same, so the results are bit for bit equal; only the speed differs. Any other value restores
+ * the default: DDP_FLASH_LOADS=plain|async, read at the first launch, else async. Not
+ * thread-safe, as flash_attn_set_impl. */
 void flash_attn_set_loads(int mode);
 
 /* Where the rows of a bf16 input (or output: flash_out) lie: head bh = b nh + h (b < BH / nh), row t at element
