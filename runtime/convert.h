@@ -9,6 +9,7 @@
 #ifndef DDP_CONVERT_H
 #define DDP_CONVERT_H
 
+#include <math.h>
 #include <stddef.h>
 
 #include "ddp.h"
@@ -59,6 +60,28 @@ ddp_status convert_cuda_zero(void *x, size_t n_bytes, void *stream);
  * that depends only on n; the host waits for it under the deadline. DDP_ERR_CUDA, DDP_ERR_NOMEM,
  * or the wait's DDP_ERR_TIMEOUT / DDP_ERR_NCCL on failure (logged), *out untouched. */
 ddp_status norm_cuda_sumsq(const void *x, int t, size_t n, double *out, void *stream);
+
+#ifdef __CUDACC__
+#define NORM_HD __host__ __device__
+#else
+#define NORM_HD
+#endif
+
+/* ddp_grad_clip_scale's arithmetic from the sum of squares, the CPU's and the CUDA kernel's: the
+ * norm, and the factor clipping to max_norm puts on the gradients (1 unless max_norm > 0 and
+ * max_norm / (norm + 1e-6) < 1), in double, rounded to float once. */
+static inline NORM_HD void norm_clip_scale(double sumsq, double max_norm, double *norm,
+                                           float *scale)
+{
+    double r = sqrt(sumsq), f = max_norm / (r + 1e-6);
+    *norm = r;
+    *scale = max_norm > 0.0 && f < 1.0 ? (float)f : 1.0f;
+}
+
+/* ddp_grad_clip_scale on CUDA: the same sum, then norm_out and scale_out (device memory) written
+ * by a kernel on the stream (norm_clip_scale); the host does not wait. */
+ddp_status norm_cuda_clip_scale(const void *x, int t, size_t n, double max_norm, double *norm_out,
+                                float *scale_out, void *stream);
 
 #ifdef __cplusplus
 }

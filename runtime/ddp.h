@@ -471,6 +471,18 @@ DDP_API ddp_status ddp_grad_sumsq(ddp_ctx *ctx, const void *grads, ddp_dtype dty
                                   void *stream, double *sumsq);
 DDP_API ddp_status ddp_grad_norm(ddp_ctx *ctx, const void *grads, ddp_dtype dtype, size_t n,
                                  ddp_norm_scope scope, void *stream, double *norm);
+/* Gradient clipping's factor where the gradients are, with no host wait (the replicated scope:
+ * every rank holds all the gradients, as in plain data parallelism): *norm_out (backend memory,
+ * one double) = ddp_grad_norm's replicated norm, bit for bit, and *scale_out (backend memory, one
+ * float) = max_norm / (norm + 1e-6) where that is below 1, else 1 (max_norm <= 0: 1; a NaN norm:
+ * 1 too, as the host comparison gives), computed in double and rounded once: the factor
+ * clip_grad_norm_ puts on the gradients, for an optimizer step that reads it on the device. On
+ * CUDA queued on `stream` (NULL: libddp's) after the work there; on the CPU computed at once.
+ * Not collective. Errors as ddp_grad_sumsq, plus DDP_ERR_INVALID_ARG for a NULL norm_out or
+ * scale_out; on CUDA nothing waits, so a failing kernel shows at the next wait. */
+DDP_API ddp_status ddp_grad_clip_scale(ddp_ctx *ctx, const void *grads, ddp_dtype dtype,
+                                       size_t n, double max_norm, void *stream, double *norm_out,
+                                       float *scale_out);
 
 /* Copies rank 0's parameters to every rank (params in backend memory, n elements). Collective.
  * Fails as ddp_broadcast of n * 4 bytes from rank 0; params are then undefined on the others. */

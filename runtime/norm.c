@@ -66,6 +66,14 @@ ddp_status norm_cuda_sumsq(const void *x, int t, size_t n, double *out, void *st
     DDP_ERROR("this libddp was built without CUDA: use the cpu backend");
     return DDP_ERR_UNSUPPORTED;
 }
+
+ddp_status norm_cuda_clip_scale(const void *x, int t, size_t n, double max_norm, double *norm_out,
+                                float *scale_out, void *stream)
+{
+    (void)x, (void)t, (void)n, (void)max_norm, (void)norm_out, (void)scale_out, (void)stream;
+    DDP_ERROR("this libddp was built without CUDA: use the cpu backend");
+    return DDP_ERR_UNSUPPORTED;
+}
 #endif
 
 static ddp_status norm_check(const void *grads, ddp_dtype dtype, size_t n, const void *out,
@@ -132,4 +140,21 @@ ddp_status ddp_grad_norm(ddp_ctx *ctx, const void *grads, ddp_dtype dtype, size_
     if (st == DDP_OK)
         *norm = sqrt(sumsq);
     return st;
+}
+
+ddp_status ddp_grad_clip_scale(ddp_ctx *ctx, const void *grads, ddp_dtype dtype, size_t n,
+                               double max_norm, void *stream, double *norm_out, float *scale_out)
+{
+    ddp_status st = norm_check(grads, dtype, n, norm_out, "ddp_grad_clip_scale");
+    if (st == DDP_OK && !scale_out) {
+        DDP_ERROR("ddp_grad_clip_scale: scale_out is NULL");
+        st = DDP_ERR_INVALID_ARG;
+    }
+    if (st != DDP_OK)
+        return st;
+    if (ctx && ctx->backend == DDP_BACKEND_CUDA)
+        return norm_cuda_clip_scale(grads, (int)dtype, n, max_norm, norm_out, scale_out, stream);
+    double sumsq = n > 0 ? norm_host_sumsq(grads, dtype, n) : 0.0;
+    norm_clip_scale(sumsq, max_norm, norm_out, scale_out);
+    return DDP_OK;
 }

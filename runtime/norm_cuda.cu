@@ -2,9 +2,10 @@
  * per thread, per block and across blocks, each step in a fixed order, so the result depends only
  * on the element count and the values (the same on every rank and every run).
  *
- * Two sections: kernels, then launchers. The launcher runs on the given stream (NULL: the
- * backend's stream), checks every launch, and waits once on the host for the result, under the
- * deadline (cuda_wait.c). Type codes are ddp_dtype values: 0 fp32, 1 bf16, 2 fp16.
+ * Two sections: kernels, then launchers. The launchers run on the given stream (NULL: the
+ * backend's stream) and check every launch; norm_cuda_sumsq waits once on the host for the
+ * result, under the deadline (cuda_wait.c), norm_cuda_clip_scale leaves its results on the
+ * device (ddp_grad_clip_scale). Type codes are ddp_dtype values: 0 fp32, 1 bf16, 2 fp16.
  */
 #include <cuda_runtime.h>
 
@@ -66,6 +67,13 @@ __global__ void sumsq_final_kernel(const double *partial, unsigned int n_partial
         *out = s[0];
 }
 
+/* *norm_out, *scale_out from the sum of squares at *sumsq (norm_clip_scale); one thread. */
+__global__ void clip_scale_kernel(const double *sumsq, double max_norm, double *norm_out,
+                                  float *scale_out)
+{
+    norm_clip_scale(*sumsq, max_norm, norm_out, scale_out);
+}
+
 /* ---- launchers ----------------------------------------------------------------------------- */
 
 /* Blocks of the partial pass: one per NORM_BLOCK elements, at most NORM_MAX_BLOCKS (grid-stride
@@ -101,6 +109,25 @@ extern "C" ddp_status norm_cuda_sumsq(const void *x, int t, size_t n, double *ou
     TRY_OK_GOTO(cuda_stream_wait(s, "the gradient norm"));
     TRY_CUDA_GOTO(cudaMemcpyAsync(&host, scratch + grid, sizeof host, cudaMemcpyDeviceToHost, s));
     *out = host;
+cleanup:
+    if (scratch)
+        cudaFreeAsync(scratch, s);
+    return st;
+}
+
+/* As norm_cuda_sumsq, with the result left on the device for clip_scale_kernel: nothing waits
+ * (the scratch is freed in stream order after the kernel). */
+extern "C" ddp_status norm_cuda_clip_scale(const void *x, int t, size_t n, double max_norm,
+                                           double *norm_out, float *scale_out, void *stream)
+{
+    cudaStream_t s = stream ? (cudaStream_t)stream : (cudaStream_t)cuda_stream();
+    unsigned int grid = norm_grid(n);
+    double *scratch = NULL;
+    ddp_status st = DDP_OK;
+    TRY_CUDA_GOTO(cudaMallocAsync((void **)&scratch, (grid + 1) * sizeof(double), s));
+    TRY_OK_GOTO(norm_launch(x, t, n, scratch, grid, s));
+    clip_scale_kernel<<<1, 1, 0, s>>>(scratch + grid, max_norm, norm_out, scale_out);
+    TRY_CUDA_GOTO(cudaGetLastError());
 cleanup:
     if (scratch)
         cudaFreeAsync(scratch, s);

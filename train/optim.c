@@ -24,6 +24,13 @@ struct optim {
     optim_run *runs;          /* the range cut into runs of one decay flag */
     int n_runs;
     double last_norm;
+    /* Unsharded with a norm: the norm and the clip factor where the gradients are (backend
+     * memory, ddp_grad_clip_scale), last_norm fetched from there when asked. */
+    struct optim_clip_dev {
+        double norm;
+        float scale;
+    } *clip_dev;
+    bool norm_on_device;      /* clip_dev->norm is newer than last_norm */
     optim_copy copy;          /* wc NULL: none (optim_set_copy) */
 };
 
@@ -49,6 +56,14 @@ static ddp_status optim_plan_runs(optim *p, const size_t *numel, int n_params, c
 
 static ddp_status optim_alloc(optim *p)
 {
+    if (!p->reducer && (p->o.clip > 0.0 || p->o.norm)) {
+        p->clip_dev = ddp_alloc(p->ctx, sizeof *p->clip_dev);
+        if (!p->clip_dev) {
+            DDP_ERROR("optimizer: cannot allocate the gradient norm's %zu bytes",
+                      sizeof *p->clip_dev);
+            return DDP_ERR_NOMEM;
+        }
+    }
     p->n_bufs = p->o.kind == OPTIM_ADAMW ? 2 : 1;
     size_t bytes = (p->n > 0 ? p->n : 1) * sizeof(float);
     for (int i = 0; i < p->n_bufs; i++) {
@@ -95,12 +110,14 @@ void optim_destroy(optim *o)
         return;
     for (int i = 0; i < o->n_bufs; i++)
         ddp_free(o->ctx, o->buf[i]);
+    ddp_free(o->ctx, o->clip_dev);
     free(o->runs);
     free(o);
 }
 
-ddp_status optim_step(optim *o, float *params, const float *grads, float lr, int t,
-                      float grad_scale)
+/* optim_step with AdamW's gradient factor read on the device from scale_dev when it is set. */
+static ddp_status optim_step_dev(optim *o, float *params, const float *grads, float lr, int t,
+                                 float grad_scale, const float *scale_dev)
 {
     if (t < 1) {
         DDP_ERROR("optimizer: step %d (the first is 1)", t);
@@ -118,13 +135,13 @@ ddp_status optim_step(optim *o, float *params, const float *grads, float lr, int
         if (q->kind == OPTIM_ADAMW && c->wc) /* the copy's run at the run's flat offset */
             TRY_OK(o->ops->adamw_step_cast(o->ops, params + u->a, o->buf[0] + i, o->buf[1] + i,
                                            grads + i, n, lr, q->beta1, q->beta2, q->eps, wd, t,
-                                           grad_scale, c->p,
+                                           grad_scale, scale_dev, c->p,
                                            (char *)c->wc + u->a * ops_dtype_size(o->ops, c->p),
                                            c->seed, u->a));
         else if (q->kind == OPTIM_ADAMW)
             TRY_OK(o->ops->adamw_step(o->ops, params + u->a, o->buf[0] + i, o->buf[1] + i,
                                       grads + i, n, lr, q->beta1, q->beta2, q->eps, wd, t,
-                                      grad_scale));
+                                      grad_scale, scale_dev));
         else
             TRY_OK(o->ops->sgd_step(o->ops, params + u->a, o->buf[0] + i, grads + i, n, lr,
                                     q->momentum, wd));
@@ -132,6 +149,12 @@ ddp_status optim_step(optim *o, float *params, const float *grads, float lr, int
     if (o->copy.wc && o->copy.written)
         o->copy.written(o->copy.arg, t);
     return DDP_OK;
+}
+
+ddp_status optim_step(optim *o, float *params, const float *grads, float lr, int t,
+                      float grad_scale)
+{
+    return optim_step_dev(o, params, grads, lr, t, grad_scale, NULL);
 }
 
 bool optim_set_copy(optim *o, const optim_copy *c)
@@ -142,12 +165,21 @@ bool optim_set_copy(optim *o, const optim_copy *c)
     return on;
 }
 
-/* The factor clipping puts on the gradients (1 without clipping); computes the norm when asked. */
-static ddp_status optim_clip(optim *o, const float *g, double *scale)
+/* The factor clipping puts on the gradients (1 without clipping); computes the norm when asked.
+ * Unsharded, both stay on the device: *scale_dev points at the factor there. */
+static ddp_status optim_clip(optim *o, const float *g, double *scale, const float **scale_dev)
 {
     *scale = 1.0;
+    *scale_dev = NULL;
     if (o->o.clip <= 0.0 && !o->o.norm)
         return DDP_OK;
+    if (o->clip_dev) {
+        TRY_OK(ddp_grad_clip_scale(o->ctx, g, DDP_FP32, o->n, o->o.clip, NULL,
+                                   &o->clip_dev->norm, &o->clip_dev->scale));
+        o->norm_on_device = true;
+        *scale_dev = &o->clip_dev->scale;
+        return DDP_OK;
+    }
     double norm = 0.0;
     TRY_OK(ddp_grad_norm(o->ctx, g, DDP_FP32, o->n,
                          o->reducer ? DDP_NORM_SHARDED : DDP_NORM_REPLICATED, NULL, &norm));
@@ -168,15 +200,27 @@ ddp_status optim_update(optim *o, float *params, float *grads, ddp_scaler *scale
     if (!*applied)
         return DDP_OK;
     double scale = 1.0;
-    TRY_OK(optim_clip(o, g, &scale));
+    const float *scale_dev = NULL;
+    TRY_OK(optim_clip(o, g, &scale, &scale_dev));
     if (o->n > 0)
-        TRY_OK(optim_step(o, params, g, lr, (int)t, (float)scale));
+        TRY_OK(optim_step_dev(o, params, g, lr, (int)t, (float)scale, scale_dev));
     if (o->reducer) /* every rank's updated shard to every rank, overlapping the next forward */
         TRY_OK(ddp_reducer_gather_start(o->reducer, params, DDP_FP32));
     return DDP_OK;
 }
 
-double optim_last_norm(const optim *o) { return o->last_norm; }
+double optim_last_norm(optim *o)
+{
+    if (o->norm_on_device) {
+        double norm = NAN;
+        ddp_status st = ddp_download(o->ctx, &norm, &o->clip_dev->norm, sizeof norm);
+        if (st != DDP_OK)
+            DDP_WARN("optimizer: the gradient norm could not be read back: %s", ddp_strerror(st));
+        o->last_norm = norm;
+        o->norm_on_device = false;
+    }
+    return o->last_norm;
+}
 
 void optim_range(const optim *o, size_t *offset, size_t *n)
 {

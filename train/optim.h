@@ -57,6 +57,9 @@ ddp_status optim_step(optim *o, float *params, const float *grads, float lr, int
  * and grads may be NULL), the scaler's unscale and inf/NaN agreement (scaler NULL: none), the global norm
  * (clip or opts.norm), optim_step, then under ZeRO the start of the parameters' all-gather
  * (ddp_reducer_gather_start: wait with ddp_reducer_gather_wait before reading params whole).
+ * Without ZeRO the norm and the clip factor are computed where the gradients are and AdamW reads
+ * the factor there (ddp_grad_clip_scale): the host does not wait for the norm (optim_last_norm
+ * fetches it when asked); a sharded norm needs every rank's sum on the host.
  * *applied: 0 when the scaler skipped the step (every rank alike; nothing changed). Collective
  * under ZeRO or with a scaler. Returns the first failure of those calls. */
 ddp_status optim_update(optim *o, float *params, float *grads, ddp_scaler *scaler, float lr,
@@ -78,8 +81,9 @@ typedef struct optim_copy {
  * model casts). Returns whether the copy is written. */
 bool optim_set_copy(optim *o, const optim_copy *c);
 
-/* The global gradient norm of the last optim_update that computed one (NAN before). */
-double optim_last_norm(const optim *o);
+/* The global gradient norm of the last optim_update that computed one (NAN before); a download
+ * that waits for that step when its norm is still on the device. */
+double optim_last_norm(optim *o);
 /* The state's range of the flat layout. */
 void optim_range(const optim *o, size_t *offset, size_t *n);
 /* Bytes of state held (every buffer). */

@@ -50,7 +50,7 @@ typedef struct gpt_task {
     bpe_encoder *encoder;  /* ... or with --prompt its encoder, whose vocabulary decodes */
     int32_t *x_host, *y_host; /* (B, T) */
     float *vloss_dev;      /* (1) one validation batch's mean loss */
-    double last_norm, last_loss, val_loss;
+    double last_loss, val_loss;
     double peak_rss_max;   /* MiB: the largest VmHWM over the ranks at the end of training */
     double flops_token;    /* model FLOPs per token, llm.c's 6N + 6LCT (mfu.h) */
     double peak_tflops;    /* one device's peak for this precision (--peak-tflops or the table);
@@ -303,8 +303,7 @@ static double gpt_lr(const trainer *t, long step)
 static ddp_status gpt_open(trainer *t)
 {
     gpt_task *s = G(t);
-    *s = (gpt_task){.B = t->o->batch, .T = t->o->gpt.seq, .val_loss = NAN, .last_loss = NAN,
-                    .last_norm = NAN};
+    *s = (gpt_task){.B = t->o->batch, .T = t->o->gpt.seq, .val_loss = NAN, .last_loss = NAN};
     ddp_status st = trainer_agree(t, gpt_config(t));
     if (st == DDP_OK)
         st = trainer_agree(t, gpt_open_data(t));
@@ -483,9 +482,12 @@ static void gpt_report_val(trainer *t)
     fflush(stdout);
     if (t->metrics) {
         char v[32], l[32], g[32];
-        fprintf(t->metrics, "{\"step\":%ld,\"val_loss\":%s,\"train_loss\":%s,\"grad_norm\":%s,"
-                "\"lr\":%.8g}\n", t->step, gpt_json(v, sizeof v, G(t)->val_loss),
-                gpt_json(l, sizeof l, G(t)->last_loss), gpt_json(g, sizeof g, G(t)->last_norm),
+        fprintf(t->metrics,
+                "{\"step\":%ld,\"val_loss\":%s,\"train_loss\":%s,\"grad_norm\":%s,"
+                "\"lr\":%.8g}\n",
+                t->step, gpt_json(v, sizeof v, G(t)->val_loss),
+                gpt_json(l, sizeof l, G(t)->last_loss),
+                gpt_json(g, sizeof g, optim_last_norm(t->opt)),
                 gpt_lr(t, t->step > 0 ? t->step - 1 : 0));
         fflush(t->metrics);
     }
@@ -520,7 +522,6 @@ static void gpt_after_step(trainer *t)
 {
     gpt_task *s = G(t);
     const train_opts *o = t->o;
-    s->last_norm = optim_last_norm(t->opt); /* unchanged by a step left out */
     if (t->step == t->start.step + 1)
         gpt_mark_steady(t);
     if (progress_due(&t->progress, t->step) || t->step == t->total_steps) {
@@ -528,13 +529,14 @@ static void gpt_after_step(trainer *t)
         trainer_clock(t);
         t->progress.train_seconds = t->train_seconds;
         if (t->rank == 0) {
+            double norm = optim_last_norm(t->opt); /* unchanged by a step left out */
             snprintf(t->progress.extra, sizeof t->progress.extra, " | lr %.2e | norm %.3g",
-                     gpt_lr(t, t->step - 1), s->last_norm);
+                     gpt_lr(t, t->step - 1), norm);
             progress_update(&t->progress, t->step, t->epoch, s->last_loss);
             char l[32], g[32];
             if (t->metrics)
                 fprintf(t->metrics, "{\"step\":%ld,\"train_loss\":%s,\"grad_norm\":%s}\n", t->step,
-                        gpt_json(l, sizeof l, s->last_loss), gpt_json(g, sizeof g, s->last_norm));
+                        gpt_json(l, sizeof l, s->last_loss), gpt_json(g, sizeof g, norm));
         }
     }
     if (o->gpt.val_every && t->step % o->gpt.val_every == 0 && t->step < t->total_steps) {

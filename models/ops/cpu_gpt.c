@@ -591,14 +591,14 @@ SIMD_DISPATCH(adamw_loop, adamw_body,
 
 ddp_status ops_cpu_adamw_step(const ops_handle *ops, float *w, float *m, float *v, const float *g,
                               size_t n, float lr, float beta1, float beta2, float eps, float wd,
-                              int t, float grad_scale)
+                              int t, float grad_scale, const float *grad_scale_dev)
 {
     if (t < 1) {
         DDP_ERROR("cpu adamw_step: step %d (steps count from 1)", t);
         return DDP_ERR_INVALID_ARG;
     }
     adamw_hp h = {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .wd = wd,
-                  .grad_scale = grad_scale};
+                  .grad_scale = grad_scale_dev ? *grad_scale_dev : grad_scale};
     h.bc1 = (float)(1.0 - pow(beta1, t)); /* in double, as PyTorch's Python scalars */
     h.bc2 = (float)(1.0 - pow(beta2, t));
     adamw_loop(w, m, v, g, n, h);

@@ -42,7 +42,7 @@ ddp_status ops_cpu_xent_fwd_bwd(const ops_handle *ops, ddp_dtype act, void *dlog
                                 int V, int Vp, float dscale);
 ddp_status ops_cpu_adamw_step(const ops_handle *ops, float *w, float *m, float *v, const float *g,
                               size_t n, float lr, float beta1, float beta2, float eps, float wd,
-                              int t, float grad_scale);
+                              int t, float grad_scale, const float *grad_scale_dev);
 /* adamw_step_cast's bf16 (ops.h): ops_cpu_adamw_step's w, m, v bit for bit, and each new weight
  * rounded stochastically (math_shared.h) by (seed, t, index0 + i) into wc as bf16 bits, or with
  * wc NULL into wf as the bf16 values in floats (emulated bf16). */

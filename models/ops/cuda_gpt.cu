@@ -503,14 +503,22 @@ static __global__ void add8_kernel(float *y, const float *a, const uint16_t *b, 
         make_float4(a1.x + v[4], a1.y + v[5], a1.z + v[6], a1.w + v[7]);
 }
 
+/* The gradients' factor: *scale_dev (ddp_grad_clip_scale's, on the device) when set, else
+ * scale. */
+static __device__ float grad_factor(const float *scale_dev, float scale)
+{
+    return scale_dev ? *scale_dev : scale;
+}
+
 static __global__ void adamw_kernel(float *w, float *m, float *v, const float *g, size_t n,
                                     float lr, float beta1, float beta2, float eps, float wd,
-                                    float bc1, float bc2, float grad_scale)
+                                    float bc1, float bc2, float grad_scale,
+                                    const float *grad_scale_dev)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
-        w[i] = adamw_update(w[i], &m[i], &v[i], g[i], grad_scale, lr, beta1, beta2, eps, wd, bc1,
-                            bc2);
+        w[i] = adamw_update(w[i], &m[i], &v[i], g[i], grad_factor(grad_scale_dev, grad_scale),
+                            lr, beta1, beta2, eps, wd, bc1, bc2);
 }
 
 /* adamw_kernel's step that also writes the new weight's bf16 copy, rounded stochastically by
@@ -518,14 +526,15 @@ static __global__ void adamw_kernel(float *w, float *m, float *v, const float *g
  * where a cast after would read w again. */
 static __global__ void adamw_bf16_kernel(float *w, float *m, float *v, const float *g, size_t n,
                                          float lr, float beta1, float beta2, float eps, float wd,
-                                         float bc1, float bc2, float grad_scale, uint16_t *wc,
-                                         uint64_t key, size_t index0)
+                                         float bc1, float bc2, float grad_scale,
+                                         const float *grad_scale_dev, uint16_t *wc, uint64_t key,
+                                         size_t index0)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
         return;
-    float wi = adamw_update(w[i], &m[i], &v[i], g[i], grad_scale, lr, beta1, beta2, eps, wd, bc1,
-                            bc2);
+    float wi = adamw_update(w[i], &m[i], &v[i], g[i], grad_factor(grad_scale_dev, grad_scale), lr,
+                            beta1, beta2, eps, wd, bc1, bc2);
     w[i] = wi;
     wc[i] = bf16_round_stochastic(wi, key, index0 + i);
 }
@@ -1327,7 +1336,8 @@ static ddp_status cuda_xent_fwd_bwd(const ops_handle *ops, ddp_dtype act, void *
 
 static ddp_status cuda_adamw_step(const ops_handle *ops, float *w, float *m, float *v,
                                   const float *g, size_t n, float lr, float beta1, float beta2,
-                                  float eps, float wd, int t, float grad_scale)
+                                  float eps, float wd, int t, float grad_scale,
+                                  const float *grad_scale_dev)
 {
     cuda_state *cu = cuda_of(ops);
     if (t < 1) {
@@ -1339,7 +1349,7 @@ static ddp_status cuda_adamw_step(const ops_handle *ops, float *w, float *m, flo
     float bc1, bc2;
     adamw_bias_corrections(beta1, beta2, t, &bc1, &bc2);
     adamw_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(
-        w, m, v, g, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale);
+        w, m, v, g, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale, grad_scale_dev);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -1348,11 +1358,13 @@ static ddp_status cuda_adamw_step(const ops_handle *ops, float *w, float *m, flo
 static ddp_status cuda_adamw_step_cast(const ops_handle *ops, float *w, float *m, float *v,
                                        const float *g, size_t n, float lr, float beta1,
                                        float beta2, float eps, float wd, int t, float grad_scale,
-                                       ddp_dtype p, void *wc, uint32_t seed, size_t index0)
+                                       const float *grad_scale_dev, ddp_dtype p, void *wc,
+                                       uint32_t seed, size_t index0)
 {
     cuda_state *cu = cuda_of(ops);
     if (p != DDP_BF16) {
-        TRY_OK(cuda_adamw_step(ops, w, m, v, g, n, lr, beta1, beta2, eps, wd, t, grad_scale));
+        TRY_OK(cuda_adamw_step(ops, w, m, v, g, n, lr, beta1, beta2, eps, wd, t, grad_scale,
+                               grad_scale_dev));
         return p == DDP_FP32 ? DDP_OK : ops->cast(ops, p, wc, DDP_FP32, w, n);
     }
     if (t < 1) {
@@ -1364,8 +1376,8 @@ static ddp_status cuda_adamw_step_cast(const ops_handle *ops, float *w, float *m
     float bc1, bc2;
     adamw_bias_corrections(beta1, beta2, t, &bc1, &bc2);
     adamw_bf16_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(
-        w, m, v, g, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale, (uint16_t *)wc,
-        sr_key(seed, (uint32_t)t), index0);
+        w, m, v, g, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale, grad_scale_dev,
+        (uint16_t *)wc, sr_key(seed, (uint32_t)t), index0);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }

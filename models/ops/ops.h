@@ -243,12 +243,14 @@ struct ops_handle {
     ddp_status (*xent_fwd_bwd)(const ops_handle *ops, ddp_dtype act, void *dlogits,
                                float *losses, const void *logits, const int *targets, int rows,
                                int V, int Vp, float dscale);
-    /* AdamW on n elements (PyTorch's torch.optim.AdamW): g = grad_scale * g;
+    /* AdamW on n elements (PyTorch's torch.optim.AdamW): g = s * g with s = *grad_scale_dev
+     * (one float in backend memory, read where the step runs: a clip factor computed on the
+     * device, ddp_grad_clip_scale) when it is not NULL, else grad_scale;
      * m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; mhat = m / (1 - b1^t), vhat = v / (1 - b2^t);
      * w -= lr * (mhat / (sqrt(vhat) + eps) + wd * w). t >= 1 is the step count. */
     ddp_status (*adamw_step)(const ops_handle *ops, float *w, float *m, float *v, const float *g,
                              size_t n, float lr, float beta1, float beta2, float eps, float wd,
-                             int t, float grad_scale);
+                             int t, float grad_scale, const float *grad_scale_dev);
     /* adamw_step that also writes wc (n, precision p): the updated weights in the compute
      * precision, in the same pass over memory (optional: NULL makes the caller cast after; fp32:
      * adamw_step). bf16 rounds stochastically (math_shared.h bf16_round_stochastic) with key
@@ -257,8 +259,9 @@ struct ops_handle {
      * adamw_step's, bit for bit. */
     ddp_status (*adamw_step_cast)(const ops_handle *ops, float *w, float *m, float *v,
                                   const float *g, size_t n, float lr, float beta1, float beta2,
-                                  float eps, float wd, int t, float grad_scale, ddp_dtype p,
-                                  void *wc, uint32_t seed, size_t index0);
+                                  float eps, float wd, int t, float grad_scale,
+                                  const float *grad_scale_dev, ddp_dtype p, void *wc,
+                                  uint32_t seed, size_t index0);
     /* dst (n, precision p) = src (fp32), rounded as adamw_step_cast writes wc at step `step`:
      * bf16 stochastically by (seed, step, index0 + i), fp16 to nearest even (fp32: a copy). The
      * rest of a copy whose shard adamw_step_cast wrote (optional: NULL where adamw_step_cast is). */

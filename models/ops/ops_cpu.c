@@ -383,15 +383,18 @@ static ddp_status cpu_sgd_step_cast(const ops_handle *ops, float *w, float *m, c
 static ddp_status cpu_adamw_step_cast(const ops_handle *ops, float *w, float *m, float *v,
                                       const float *g, size_t n, float lr, float beta1,
                                       float beta2, float eps, float wd, int t, float grad_scale,
-                                      ddp_dtype p, void *wc, uint32_t seed, size_t index0)
+                                      const float *grad_scale_dev, ddp_dtype p, void *wc,
+                                      uint32_t seed, size_t index0)
 {
     if (p != DDP_BF16) {
-        TRY_OK(ops_cpu_adamw_step(ops, w, m, v, g, n, lr, beta1, beta2, eps, wd, t, grad_scale));
+        TRY_OK(ops_cpu_adamw_step(ops, w, m, v, g, n, lr, beta1, beta2, eps, wd, t, grad_scale,
+                                  grad_scale_dev));
         return p == DDP_FP32 ? DDP_OK : cpu_cast(ops, p, wc, DDP_FP32, w, n);
     }
     bool stored = cpu_bf16_stored(p);
-    return ops_cpu_adamw_bf16(w, m, v, g, n, lr, beta1, beta2, eps, wd, t, grad_scale,
-                              stored ? wc : NULL, stored ? NULL : wc, seed, index0);
+    return ops_cpu_adamw_bf16(w, m, v, g, n, lr, beta1, beta2, eps, wd, t,
+                              grad_scale_dev ? *grad_scale_dev : grad_scale, stored ? wc : NULL,
+                              stored ? NULL : wc, seed, index0);
 }
 
 static ddp_status cpu_cast_stochastic(const ops_handle *ops, ddp_dtype p, void *dst,

@@ -151,9 +151,11 @@ static void check_against_adamw(test_rng *r, ddp_dtype p, size_t n, size_t index
     prob a = make_prob(r, n, p), b = copy_prob(&a, p);
     const uint32_t seed = 2024;
     for (int t = 1; t <= 2; t++) {
-        CHECK(ops->adamw_step(ops, a.w, a.m, a.v, a.g, n, HP, t, 0.5f) == DDP_OK, "adamw_step");
-        CHECK(ops->adamw_step_cast(ops, b.w, b.m, b.v, b.g, n, HP, t, 0.5f, p, b.wc, seed,
-                                   index0) == DDP_OK, "adamw_step_cast");
+        CHECK(ops->adamw_step(ops, a.w, a.m, a.v, a.g, n, HP, t, 0.5f, NULL) == DDP_OK,
+              "adamw_step");
+        CHECK(ops->adamw_step_cast(ops, b.w, b.m, b.v, b.g, n, HP, t, 0.5f, NULL, p, b.wc, seed,
+                                   index0) == DDP_OK,
+              "adamw_step_cast");
     }
     CHECK(same_bits(a.w, b.w, n) && same_bits(a.m, b.m, n) && same_bits(a.v, b.v, n),
           "p %d: adamw_step_cast's w, m, v are adamw_step's bit for bit", (int)p);
@@ -171,8 +173,9 @@ static void check_against_adamw(test_rng *r, ddp_dtype p, size_t n, size_t index
                     (double)want);
     }
     CHECK(bad == 0, "p %d: %d of %zu copy elements differ from the rounding of w", (int)p, bad, n);
-    CHECK(ops->adamw_step_cast(ops, b.w, b.m, b.v, b.g, n, HP, 0, 1.0f, p, b.wc, seed, index0) ==
-              DDP_ERR_INVALID_ARG, "adamw_step_cast refuses t = 0");
+    CHECK(ops->adamw_step_cast(ops, b.w, b.m, b.v, b.g, n, HP, 0, 1.0f, NULL, p, b.wc, seed,
+                               index0) == DDP_ERR_INVALID_ARG,
+          "adamw_step_cast refuses t = 0");
     drop_prob(&a), drop_prob(&b);
 }
 
@@ -185,13 +188,13 @@ static void check_shards(test_rng *r, ddp_dtype p, size_t n, size_t k)
     const uint32_t seed = 99;
     const int t = 3;
     size_t es = ops_dtype_size(ops, p);
-    CHECK(ops->adamw_step_cast(ops, whole.w, whole.m, whole.v, whole.g, n, HP, t, 1.0f, p,
+    CHECK(ops->adamw_step_cast(ops, whole.w, whole.m, whole.v, whole.g, n, HP, t, 1.0f, NULL, p,
                                whole.wc, seed, 0) == DDP_OK, "whole");
     size_t cut[3] = {0, k, n};
     for (int s = 0; s < 2; s++) {
         size_t a = cut[s], m = cut[s + 1] - a;
         CHECK(ops->adamw_step_cast(ops, parts.w + a, parts.m + a, parts.v + a, parts.g + a, m, HP,
-                                   t, 1.0f, p, (char *)parts.wc + a * es, seed, a) == DDP_OK,
+                                   t, 1.0f, NULL, p, (char *)parts.wc + a * es, seed, a) == DDP_OK,
               "shard");
     }
     CHECK(same_bits(whole.w, parts.w, n) && same_bits(whole.m, parts.m, n) &&

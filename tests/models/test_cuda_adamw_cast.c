@@ -57,9 +57,9 @@ static void check_step(test_rng *r, ddp_dtype p, size_t n, size_t index0)
     size_t ch = ops_dtype_size(cpu, p), cg = ops_dtype_size(gpu, p);
     void *wc_h = calloc(n, ch), *wc_d = ddp_alloc(gpu->ctx, n * cg);
     for (int t = 1; t <= 2; t++) {
-        CHECK(cpu->adamw_step_cast(cpu, h[0], h[1], h[2], h[3], n, HP, t, 0.5f, p, wc_h, seed,
+        CHECK(cpu->adamw_step_cast(cpu, h[0], h[1], h[2], h[3], n, HP, t, 0.5f, NULL, p, wc_h, seed,
                                    index0) == DDP_OK, "cpu adamw_step_cast");
-        CHECK(gpu->adamw_step_cast(gpu, d[0], d[1], d[2], d[3], n, HP, t, 0.5f, p, wc_d, seed,
+        CHECK(gpu->adamw_step_cast(gpu, d[0], d[1], d[2], d[3], n, HP, t, 0.5f, NULL, p, wc_d, seed,
                                    index0) == DDP_OK, "cuda adamw_step_cast");
     }
     float *w = down(d[0], n * sizeof(float)), *m = down(d[1], n * sizeof(float));
@@ -135,13 +135,14 @@ static void check_cast_and_shards(test_rng *r, size_t n, size_t k)
         CHECK(ddp_upload(gpu->ctx, st[s][2], absx, n * sizeof(float)) == DDP_OK, "upload v");
     void *zd = ddp_alloc(gpu->ctx, n * cg);
     CHECK(gpu->adamw_step_cast(gpu, st[0][0], st[0][1], st[0][2], st[0][3], n, HP, 4, 1.0f,
-                               DDP_BF16, yd, seed, 0) == DDP_OK, "whole");
+                               NULL, DDP_BF16, yd, seed, 0) == DDP_OK, "whole");
     size_t cut[3] = {0, k, n};
     for (int s = 0; s < 2; s++) {
         size_t a = cut[s], len = cut[s + 1] - a;
-        CHECK(gpu->adamw_step_cast(gpu, st[1][0] + a, st[1][1] + a, st[1][2] + a, st[1][3] + a,
-                                   len, HP, 4, 1.0f, DDP_BF16, (char *)zd + a * cg, seed, a) ==
-                  DDP_OK, "shard");
+        CHECK(gpu->adamw_step_cast(gpu, st[1][0] + a, st[1][1] + a, st[1][2] + a, st[1][3] + a, len,
+                                   HP, 4, 1.0f, NULL, DDP_BF16, (char *)zd + a * cg, seed,
+                                   a) == DDP_OK,
+              "shard");
     }
     void *wy = down(yd, n * cg), *wz = down(zd, n * cg);
     CHECK(memcmp(wy, wz, n * cg) == 0, "cuda: the shards' copy is the whole's byte for byte");

@@ -473,25 +473,30 @@ static void check_elementwise(test_rng *r)
     drop_pair(&x), drop_pair(&y), drop_pair(&g);
 }
 
-/* Two AdamW steps (t = 1, 2) with clipping's grad_scale and weight decay. */
+/* Two AdamW steps (t = 1, 2) with clipping's grad_scale and weight decay; the GPU's second step
+ * reads its factor from device memory (grad_scale_dev, given a wrong grad_scale beside it). */
 static void check_adamw(test_rng *r)
 {
     const size_t n = 50001;
     pair w = make_pair(r, n, -1, 1), m = make_pair(r, n, -0.1, 0.1), v = make_pair(r, n, 0, 0.01);
     pair g = make_pair(r, n, -1, 1);
     bool both = BOTH_HAVE(adamw_step);
+    float half = 0.5f, *half_d = ddp_alloc(gpu->ctx, sizeof half);
+    CHECK(half_d && ddp_upload(gpu->ctx, half_d, &half, sizeof half) == DDP_OK, "the factor");
     for (int t = 1; both && t <= 2; t++) {
-        cpu->adamw_step(cpu, w.h, m.h, v.h, g.h, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f);
+        cpu->adamw_step(cpu, w.h, m.h, v.h, g.h, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f, NULL);
         CHECK(gpu->adamw_step(gpu, w.d, m.d, v.d, g.d, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t,
-                              0.5f) == DDP_OK, "adamw_step");
+                              t == 1 ? 0.5f : 3.0f, t == 1 ? NULL : half_d) == DDP_OK,
+              "adamw_step");
     }
+    ddp_free(gpu->ctx, half_d);
     if (both) {
         compare_pair("adamw w", &w, 1e-6, 1e-5);
         compare_pair("adamw m", &m, 1e-7, 1e-6);
         compare_pair("adamw v", &v, 1e-7, 1e-6);
     }
     CHECK(!gpu->adamw_step || gpu->adamw_step(gpu, w.d, m.d, v.d, g.d, n, 1e-3f, 0.9f, 0.95f,
-                                              1e-8f, 0.1f, 0, 1.0f) == DDP_ERR_INVALID_ARG,
+                                              1e-8f, 0.1f, 0, 1.0f, NULL) == DDP_ERR_INVALID_ARG,
           "adamw_step refuses t = 0");
     drop_pair(&w), drop_pair(&m), drop_pair(&v), drop_pair(&g);
 }

@@ -438,19 +438,22 @@ static void check_adamw_by_hand(void)
     double w1 = 1.0 - 0.1 * (1.0 / (1.0 + 1e-8) + 0.01);
     double mhat = 0.04 / 0.19, vhat = 0.06 / 0.0975;
     double w2 = w1 - 0.1 * (mhat / (sqrt(vhat) + 1e-8) + 0.01 * w1);
-    CHECK(ops->adamw_step(ops, &w, &m, &v, &g1, 1, 0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, 1, 2.0f) ==
-          DDP_OK, "adamw step 1");
+    CHECK(ops->adamw_step(ops, &w, &m, &v, &g1, 1, 0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, 1, 2.0f,
+                          NULL) == DDP_OK,
+          "adamw step 1");
     CHECK_CLOSE(m, 0.1, 1e-7, 1e-6, "adamw m1");
     CHECK_CLOSE(v, 0.05, 1e-7, 1e-6, "adamw v1");
     CHECK_CLOSE(w, w1, 1e-7, 1e-6, "adamw w1");
-    CHECK(ops->adamw_step(ops, &w, &m, &v, &g2, 1, 0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, 2, 2.0f) ==
-          DDP_OK, "adamw step 2");
+    CHECK(ops->adamw_step(ops, &w, &m, &v, &g2, 1, 0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, 2, 2.0f,
+                          NULL) == DDP_OK,
+          "adamw step 2");
     CHECK_CLOSE(m, 0.04, 1e-7, 1e-6, "adamw m2");
     CHECK_CLOSE(v, 0.06, 1e-7, 1e-6, "adamw v2");
     CHECK_CLOSE(w, w2, 1e-7, 1e-6, "adamw w2");
     CHECK(fabs(w2 - 0.871264) < 1e-6, "the hand computation: %.9g", w2);
-    CHECK(ops->adamw_step(ops, &w, &m, &v, &g2, 1, 0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, 0, 1.0f) ==
-          DDP_ERR_INVALID_ARG, "adamw step 0 is refused");
+    CHECK(ops->adamw_step(ops, &w, &m, &v, &g2, 1, 0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, 0, 1.0f,
+                          NULL) == DDP_ERR_INVALID_ARG,
+          "adamw step 0 is refused");
 }
 
 /* n elements over three steps against the formula in double (late steps: bias corrections far
@@ -471,11 +474,34 @@ static void check_adamw_many(test_rng *r)
             dw[i] -= lr * (mh / (sqrt(vh) + eps) + wd * dw[i]);
         }
         CHECK(ops->adamw_step(ops, w, m, v, g, N, (float)lr, (float)b1, (float)b2, (float)eps,
-                              (float)wd, t, (float)gs) == DDP_OK, "adamw step %d", t);
+                              (float)wd, t, (float)gs, NULL) == DDP_OK, "adamw step %d", t);
     }
     CHECK(compare_d("adamw w", w, dw, N, 1e-6, 1e-5) == 0, "adamw weights after 3 steps");
     CHECK(compare_d("adamw m", m, dm, N, 1e-6, 1e-5) == 0, "adamw m after 3 steps");
     CHECK(compare_d("adamw v", v, dv, N, 1e-6, 1e-5) == 0, "adamw v after 3 steps");
+    /* the factor read from memory (grad_scale_dev, ddp_grad_clip_scale's) wins over the value,
+     * bit for bit the value's step; the cast form alike */
+    float *w2 = test_floats(N), *m2 = test_floats(N), *v2 = test_floats(N), f = 0.25f;
+    float *w3 = test_floats(N), *m3 = test_floats(N), *v3 = test_floats(N);
+    memcpy(w2, w, N * sizeof *w), memcpy(m2, m, N * sizeof *m), memcpy(v2, v, N * sizeof *v);
+    CHECK(ops->adamw_step(ops, w, m, v, g, N, (float)lr, (float)b1, (float)b2, (float)eps,
+                          (float)wd, 4, f, NULL) == DDP_OK, "adamw step 4 (value)");
+    CHECK(ops->adamw_step(ops, w2, m2, v2, g, N, (float)lr, (float)b1, (float)b2, (float)eps,
+                          (float)wd, 4, 7.0f, &f) == DDP_OK, "adamw step 4 (from memory)");
+    CHECK(!memcmp(w, w2, N * sizeof *w) && !memcmp(m, m2, N * sizeof *m) &&
+              !memcmp(v, v2, N * sizeof *v), "adamw: grad_scale_dev's factor, not grad_scale's");
+    if (ops->adamw_step_cast) {
+        void *wc = malloc(N * ops_dtype_size(ops, DDP_BF16));
+        memcpy(w3, w2, N * sizeof *w), memcpy(m3, m2, N * sizeof *m), memcpy(v3, v2, N * sizeof *v);
+        CHECK(ops->adamw_step_cast(ops, w3, m3, v3, g, N, (float)lr, (float)b1, (float)b2,
+                                   (float)eps, (float)wd, 5, 7.0f, &f, DDP_BF16, wc, 1, 0) ==
+                  DDP_OK, "adamw_step_cast 5 (from memory)");
+        CHECK(ops->adamw_step(ops, w2, m2, v2, g, N, (float)lr, (float)b1, (float)b2, (float)eps,
+                              (float)wd, 5, f, NULL) == DDP_OK, "adamw step 5 (value)");
+        CHECK(wc && !memcmp(w3, w2, N * sizeof *w), "adamw_step_cast: grad_scale_dev's factor");
+        free(wc);
+    }
+    free(w2), free(m2), free(v2), free(w3), free(m3), free(v3);
     free(w), free(m), free(v), free(g), free(dw), free(dm), free(dv);
 }
 

@@ -9,7 +9,8 @@
  * every rank (the min and max over ranks agree); sharded norms (uneven shards, one empty at 3
  * ranks) give the same bits on every rank and the full vector's norm within the same 1e-12
  * (another order of additions). Misuse is refused; a NULL context means host memory (not for the
- * sharded scope).
+ * sharded scope). ddp_grad_clip_scale gives the replicated norm bit for bit and the host's clip
+ * factor.
  * `--backend cuda`: the same on device memory, and the GPU's sums (another fixed tree) against
  * the CPU's within 1e-12; exits 77 where this host has fewer GPUs than ranks.
  */
@@ -135,6 +136,51 @@ static void test_misuse(ddp_ctx *ctx)
               out == 1.0, "no context: host memory");
 }
 
+/* ddp_grad_clip_scale: the replicated norm bit for bit, and the clip factor as the host computes
+ * it (max_norm / (norm + 1e-6) in double, rounded once, where below 1; else 1), for a max_norm
+ * below the norm, above it, 0 and negative; a NaN gradient gives a NaN norm and the factor 1;
+ * misuse refused. The outputs live in backend memory (on CUDA written by a kernel). */
+static void test_clip_scale(ddp_ctx *ctx, const float *v)
+{
+    struct out {
+        double norm;
+        float scale;
+    } got, *dev = ddp_alloc(ctx, sizeof got);
+    void *x = upload_as(ctx, v, BIG_N, DDP_FP32);
+    CHECK(dev && x, "out of memory");
+    if (!dev || !x)
+        return;
+    double norm = 0.0;
+    CHECK(ddp_grad_norm(ctx, x, DDP_FP32, BIG_N, DDP_NORM_REPLICATED, NULL, &norm) == DDP_OK,
+          "replicated norm");
+    double maxes[4] = {norm / 2, norm * 2, 0.0, -1.0};
+    for (int k = 0; k < 4; k++) {
+        CHECK(ddp_grad_clip_scale(ctx, x, DDP_FP32, BIG_N, maxes[k], NULL, &dev->norm,
+                                  &dev->scale) == DDP_OK, "clip scale %d", k);
+        CHECK(ddp_download(ctx, &got, dev, sizeof got) == DDP_OK, "download");
+        double f = maxes[k] / (norm + 1e-6);
+        float want = maxes[k] > 0.0 && f < 1.0 ? (float)f : 1.0f;
+        CHECK(memcmp(&got.norm, &norm, sizeof norm) == 0, "max_norm %g: norm %.17g, want %.17g",
+              maxes[k], got.norm, norm);
+        CHECK(memcmp(&got.scale, &want, sizeof want) == 0, "max_norm %g: factor %.9g, want %.9g",
+              maxes[k], got.scale, want);
+    }
+    float nan_v[3] = {1.0f, NAN, 2.0f};
+    void *xn = upload_as(ctx, nan_v, 3, DDP_FP32);
+    CHECK(xn && ddp_grad_clip_scale(ctx, xn, DDP_FP32, 3, 1.0, NULL, &dev->norm, &dev->scale) ==
+                    DDP_OK && ddp_download(ctx, &got, dev, sizeof got) == DDP_OK,
+          "clip scale of a NaN gradient");
+    CHECK(isnan(got.norm) && got.scale == 1.0f, "NaN gradient: norm %g, factor %g", got.norm,
+          got.scale);
+    CHECK(ddp_grad_clip_scale(ctx, x, DDP_FP32, BIG_N, 1.0, NULL, &dev->norm, NULL) ==
+              DDP_ERR_INVALID_ARG, "NULL scale_out");
+    CHECK(ddp_grad_clip_scale(ctx, x, DDP_FP64, BIG_N, 1.0, NULL, &dev->norm, &dev->scale) ==
+              DDP_ERR_INVALID_ARG, "fp64");
+    ddp_free(ctx, xn);
+    ddp_free(ctx, x);
+    ddp_free(ctx, dev);
+}
+
 /* The GPU's sums against the CPU's for the same values (another tree: 1e-14 relative). */
 static void test_cuda_vs_cpu(ddp_ctx *ctx, const float *v)
 {
@@ -166,6 +212,7 @@ int main(int argc, char **argv)
         test_closed_form(ctx, v);
         test_full(ctx, v);
         test_misuse(ctx);
+        test_clip_scale(ctx, v);
         if (ddp_backend(ctx) == DDP_BACKEND_CUDA)
             test_cuda_vs_cpu(ctx, v);
     }
