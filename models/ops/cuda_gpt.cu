@@ -225,8 +225,38 @@ static __global__ void add_layernorm_fwd_kernel(O *out, float *mean, float *rstd
     layernorm_row(out, mean, rstd, yr, s, w, b, row, lane, C);
 }
 
-/* One warp per row: dx += layernorm_dx(...) with the row's means of g = dout * w and g * xhat;
- * dx_act (when not NULL) gets the sum in D too. */
+/* Row `row` of LayerNorm's backward by one warp: dx += layernorm_dx(...) with the row's means of
+ * g = dout * w and g * xhat; dx_act (when not NULL) gets the sum in D too; with aw set, the
+ * lane's columns of the row's parameter gradients are added into aw (dout * xhat) and ab
+ * (dout). */
+template <typename D>
+static __device__ void layernorm_dx_row(float *dx, D *dx_act, const D *dout, const float *x,
+                                        const float *w, float m, float r, size_t row, int lane,
+                                        int C, float *aw, float *ab)
+{
+    const D *dr = dout + row * C;
+    const float *xr = x + row * C;
+    float sg = 0.0f, sgx = 0.0f;
+    for (int c = lane; c < C; c += WARP) {
+        float g = get(dr, c) * w[c];
+        sg += g;
+        sgx += g * ((xr[c] - m) * r);
+    }
+    float mg = warp_sum(sg) / (float)C, mgx = warp_sum(sgx) / (float)C;
+    for (int c = lane; c < C; c += WARP) {
+        float d = get(dr, c), xhat = (xr[c] - m) * r;
+        float v = dx[row * C + c] + layernorm_dx(d, w[c], xhat, r, mg, mgx);
+        dx[row * C + c] = v;
+        if (dx_act)
+            put(dx_act, row * C + c, v);
+        if (aw) {
+            aw[c] += d * xhat;
+            ab[c] += d;
+        }
+    }
+}
+
+/* One warp per row: layernorm_dx_row. */
 template <typename D>
 static __global__ void layernorm_dx_kernel(float *dx, D *dx_act, const D *dout, const float *x,
                                            const float *w, const float *mean, const float *rstd,
@@ -236,20 +266,41 @@ static __global__ void layernorm_dx_kernel(float *dx, D *dx_act, const D *dout, 
     int lane = threadIdx.x % WARP;
     if (row >= (size_t)rows)
         return;
-    const D *dr = dout + row * C;
-    const float *xr = x + row * C;
-    float m = mean[row], r = rstd[row], sg = 0.0f, sgx = 0.0f;
-    for (int c = lane; c < C; c += WARP) {
-        float g = get(dr, c) * w[c];
-        sg += g;
-        sgx += g * ((xr[c] - m) * r);
-    }
-    float mg = warp_sum(sg) / (float)C, mgx = warp_sum(sgx) / (float)C;
-    for (int c = lane; c < C; c += WARP) {
-        float v = dx[row * C + c] + layernorm_dx(get(dr, c), w[c], (xr[c] - m) * r, r, mg, mgx);
-        dx[row * C + c] = v;
-        if (dx_act)
-            put(dx_act, row * C + c, v);
+    layernorm_dx_row(dx, dx_act, dout, x, w, mean[row], rstd[row], row, lane, C,
+                     (float *)nullptr, (float *)nullptr);
+}
+
+/* LayerNorm's backward with the parameter gradients' partial sums in the same pass: block b
+ * takes rows [b LN_BWD_ROWS, (b + 1) LN_BWD_ROWS), warp q the rows q, q + LN_BWD_WARPS, ... of
+ * them (layernorm_dx_row, dx bit for bit layernorm_dx_kernel's), each warp adding its rows in
+ * order into its own shared rows of dout * xhat and dout; then part_w[b, c] and part_b[b, c]
+ * = the warps' sums added in warp order (a fixed order: deterministic). Dynamic shared memory:
+ * 2 LN_BWD_WARPS C floats. */
+enum { LN_BWD_WARPS = 8, LN_BWD_ROWS = 32 };
+template <typename D>
+static __global__ void layernorm_bwd_fused_kernel(float *dx, D *dx_act, float *part_w,
+                                                  float *part_b, const D *dout, const float *x,
+                                                  const float *w, const float *mean,
+                                                  const float *rstd, int rows, int C)
+{
+    extern __shared__ float ln_acc[]; /* [warp][dw, db][C] */
+    int warp = (int)(threadIdx.x / WARP), lane = (int)(threadIdx.x % WARP);
+    float *aw = ln_acc + (size_t)warp * 2 * C, *ab = aw + C;
+    for (int c = lane; c < C; c += WARP)
+        aw[c] = ab[c] = 0.0f;
+    size_t r0 = (size_t)blockIdx.x * LN_BWD_ROWS;
+    for (int k = warp; k < LN_BWD_ROWS && r0 + k < (size_t)rows; k += LN_BWD_WARPS)
+        layernorm_dx_row(dx, dx_act, dout, x, w, mean[r0 + k], rstd[r0 + k], r0 + k, lane, C, aw,
+                         ab);
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float sw = 0.0f, sb = 0.0f;
+        for (int q = 0; q < LN_BWD_WARPS; q++) {
+            sw += ln_acc[(size_t)q * 2 * C + c];
+            sb += ln_acc[(size_t)q * 2 * C + C + c];
+        }
+        part_w[(size_t)blockIdx.x * C + c] = sw;
+        part_b[(size_t)blockIdx.x * C + c] = sb;
     }
 }
 
@@ -816,13 +867,37 @@ static ddp_status layernorm_params(const ops_handle *ops, float *dw, float *db, 
     return DDP_OK;
 }
 
-/* layernorm_bwd with dout and dx_act in D. */
+/* The most shared memory layernorm_bwd_fused_kernel takes (every GPT-2 width fits: C <= 2560);
+ * wider rows take the two-kernel path. */
+static const size_t ln_bwd_smem_max = (size_t)160 << 10;
+
+/* layernorm_bwd with dout and dx_act in D: the fused kernel, then the partial sums over the
+ * blocks in block order (layernorm_param_sum_kernel); or, for rows too wide for its shared
+ * memory, layernorm_dx_kernel and layernorm_params. */
 template <typename D>
 static ddp_status layernorm_bwd_as(const ops_handle *ops, float *dx, D *dx_act, float *dw,
                                    float *db, const D *dout, const float *x, const float *w,
                                    const float *mean, const float *rstd, int rows, int C)
 {
     cuda_state *cu = cuda_of(ops);
+    size_t smem = 2 * LN_BWD_WARPS * (size_t)C * sizeof(float);
+    if (smem <= ln_bwd_smem_max) {
+        int n_blocks = (rows + LN_BWD_ROWS - 1) / LN_BWD_ROWS;
+        void *scratch = NULL;
+        TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_LAYERNORM, 2 * (size_t)n_blocks * C * sizeof(float),
+                            &scratch));
+        float *part_w = (float *)scratch, *part_b = part_w + (size_t)n_blocks * C;
+        TRY_CUDA(cudaFuncSetAttribute(layernorm_bwd_fused_kernel<D>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        layernorm_bwd_fused_kernel<D><<<(unsigned)n_blocks, LN_BWD_WARPS * WARP, smem,
+                                        cu->stream>>>(dx, dx_act, part_w, part_b, dout, x, w,
+                                                      mean, rstd, rows, C);
+        TRY_CUDA_LAUNCH();
+        layernorm_param_sum_kernel<<<grid_blocks((size_t)C), block_threads, 0, cu->stream>>>(
+            dw, db, part_w, part_b, n_blocks, C);
+        TRY_CUDA_LAUNCH();
+        return DDP_OK;
+    }
     layernorm_dx_kernel<<<row_blocks((size_t)rows), ROWS_PER_BLOCK * WARP, 0, cu->stream>>>(
         dx, dx_act, dout, x, w, mean, rstd, rows, C);
     TRY_CUDA_LAUNCH();
