@@ -179,6 +179,17 @@ static __device__ __forceinline__ size_t row_of(flash_layout L, int T, int r)
     return row_at(L, T, blockIdx.x, r);
 }
 
+/* stage_tile of the TILE rows from row r0 of two inputs (K and V, or Q and dO): a from a (layout
+ * la) into da, b likewise into db. */
+template <bool ASYNC>
+static __device__ __forceinline__ void stage_pair(bf16 *da, const uint16_t *a, flash_layout la,
+                                                  bf16 *db, const uint16_t *b, flash_layout lb,
+                                                  int r0, int T, bool vec)
+{
+    stage_tile<ASYNC>(da, a + row_of(la, T, r0), T - r0, vec, la.ld);
+    stage_tile<ASYNC>(db, b + row_of(lb, T, r0), T - r0, vec, lb.ld);
+}
+
 /* Columns col and col + 1 (col even) of row t of the block's head in d (flash_out) = x0, x1:
  * fp32, or the two rounded to bf16 in one 32-bit store. */
 static __device__ __forceinline__ void put_pair(flash_out d, int T, int t, int col, float x0,
@@ -629,8 +640,7 @@ flash_fwd2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, flash
     int row0 = (int)(threadIdx.x / 32) * FRAG; /* the warp's first row in the tile */
     size_t head = (size_t)blockIdx.x * T;      /* rows before this head's */
 
-    stage_tile<ASYNC>(sm.k[0], k + row_of(lq, T, 0), T, vec, lq.ld);
-    stage_tile<ASYNC>(sm.v[0], v + row_of(lq, T, 0), T, vec, lq.ld);
+    stage_pair<ASYNC>(sm.k[0], k, lq, sm.v[0], v, lq, 0, T, vec);
     cp_async_commit();
     load_tile(sm.q, q + row_of(lq, T, q0), T - q0, vec, lq.ld);
     uint32_t qa[4][4], pa[4][4];
@@ -646,12 +656,8 @@ flash_fwd2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, flash
         __syncthreads();
         if (kt == 0)
             load_a_regs<LDM>(qa, sm.q + row0 * LDH, g, c);
-        if (kt < qt) {
-            stage_tile<ASYNC>(sm.k[buf ^ 1], k + row_of(lq, T, k0 + TILE), T - k0 - TILE, vec,
-                              lq.ld);
-            stage_tile<ASYNC>(sm.v[buf ^ 1], v + row_of(lq, T, k0 + TILE), T - k0 - TILE, vec,
-                              lq.ld);
-        }
+        if (kt < qt)
+            stage_pair<ASYNC>(sm.k[buf ^ 1], k, lq, sm.v[buf ^ 1], v, lq, k0 + TILE, T, vec);
         cp_async_commit();
         mma_abt<LDM>(s, qa, sm.k[buf], g, c);
         softmax_regs(s, acc, pa, m, l, q0 + row0 + g, k0, c, kt == qt, scale_log2);
@@ -875,8 +881,7 @@ flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, con
     int tq = q0 + row0 + g; /* the lane's first query; the second is tq + 8 */
     size_t head = (size_t)blockIdx.x * T;
 
-    stage_tile<ASYNC>(sm.k[0], k + row_of(lq, T, 0), T, vec, lq.ld);
-    stage_tile<ASYNC>(sm.v[0], v + row_of(lq, T, 0), T, vec, lq.ld);
+    stage_pair<ASYNC>(sm.k[0], k, lq, sm.v[0], v, lq, 0, T, vec);
     cp_async_commit();
     load_tile(sm.q, q + row_of(lq, T, q0), T - q0, vec, lq.ld);
     load_tile(sm.dout, dout + row_of(lo, T, q0), T - q0, vec, lo.ld);
@@ -900,12 +905,8 @@ flash_bwd_q2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, con
             load_a_regs<LDM>(qa, sm.q + row0 * LDH, g, c);
             load_a_regs<LDM>(da, sm.dout + row0 * LDH, g, c);
         }
-        if (kt < qt) {
-            stage_tile<ASYNC>(sm.k[buf ^ 1], k + row_of(lq, T, k0 + TILE), T - k0 - TILE, vec,
-                              lq.ld);
-            stage_tile<ASYNC>(sm.v[buf ^ 1], v + row_of(lq, T, k0 + TILE), T - k0 - TILE, vec,
-                              lq.ld);
-        }
+        if (kt < qt)
+            stage_pair<ASYNC>(sm.k[buf ^ 1], k, lq, sm.v[buf ^ 1], v, lq, k0 + TILE, T, vec);
         cp_async_commit();
         mma_abt<LDM>(s, qa, sm.k[buf], g, c);
         mma_abt<LDM>(dp, da, sm.v[buf], g, c);
@@ -951,8 +952,7 @@ flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
     int jk = k0 + row0 + g; /* the lane's first key; the second is jk + 8 */
     size_t head = (size_t)blockIdx.x * T;
 
-    stage_tile<ASYNC>(sm.q[0], q + row_of(lq, T, k0), T - k0, vec, lq.ld);
-    stage_tile<ASYNC>(sm.dout[0], dout + row_of(lo, T, k0), T - k0, vec, lo.ld);
+    stage_pair<ASYNC>(sm.q[0], q, lq, sm.dout[0], dout, lo, k0, T, vec);
     cp_async_commit();
     load_row_values(sm.lse[0], lse + head + k0, T - k0, LOG2E);
     load_row_values(sm.delta[0], delta + head + k0, T - k0, 1.0f);
@@ -970,8 +970,7 @@ flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
         __syncthreads();
         if (qt + 1 < n_tiles) {
             int q1 = q0 + TILE;
-            stage_tile<ASYNC>(sm.q[buf ^ 1], q + row_of(lq, T, q1), T - q1, vec, lq.ld);
-            stage_tile<ASYNC>(sm.dout[buf ^ 1], dout + row_of(lo, T, q1), T - q1, vec, lo.ld);
+            stage_pair<ASYNC>(sm.q[buf ^ 1], q, lq, sm.dout[buf ^ 1], dout, lo, q1, T, vec);
             load_row_values(sm.lse[buf ^ 1], lse + head + q1, T - q1, LOG2E);
             load_row_values(sm.delta[buf ^ 1], delta + head + q1, T - q1, 1.0f);
         }
