@@ -162,8 +162,9 @@ static __device__ __forceinline__ void stage_tile(bf16 *dst, const uint16_t *src
     load_tile(dst, src, n_rows, vec, ld);
 }
 
-/* How versions 2 and 3 move tiles into shared memory and fragments out of it (flash_attn_set_loads):
- * synchronous copies and a load per fragment register, or cp.async and ldmatrix; the same bits. */
+/* How versions 2 and 3 move tiles into shared memory and fragments out of them
+ * (flash_attn_set_loads): synchronous copies and a load per fragment register, or cp.async and
+ * ldmatrix; the same bits. */
 enum { LOADS_PLAIN = 0, LOADS_ASYNC = 1 };
 
 /* The offset of row r of head bh = b nh + h in an input or output of layout L. */

@@ -479,11 +479,11 @@ case_kill_rank() {
 }
 
 # A partitioned node: node2's link goes down in the middle of training under plain
-# `srun --mpi=pmix -N2` with DDP_TIMEOUT=10, its processes alive; once from outside its namespace (no
-# carrier), once from inside (no route). Every process of the job (both ranks and srun) must be gone
-# within DDP_TIMEOUT + 10 s of the cut, rank 0 must name rank 1 as unreachable and rank 1 say it is
-# cut off (tests/cluster/partition.py, which always restores the link, kills what is left by PID and
-# waits until Slurm has the job's end).
+# `srun --mpi=pmix -N2` with DDP_TIMEOUT=10, its processes alive; once from outside its namespace
+# (no carrier), once from inside (no route). Every process of the job (both ranks and srun) must be
+# gone within DDP_TIMEOUT + 10 s of the cut, rank 0 must name rank 1 as unreachable and rank 1 say
+# it is cut off (tests/cluster/partition.py, which always restores the link, kills what is left by
+# PID and waits until Slurm has the job's end).
 case_partition() {
     "$SRC/tests/cluster/partition.py" --train "$TRAIN" --launch "$LAUNCH" --data "$DATA" --work "$WORK" \
         --timeout "${DDP_PARTITION_TIMEOUT:-10}" || fail "the partition test failed (see above)"

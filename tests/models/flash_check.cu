@@ -321,8 +321,8 @@ static bool check_rows_out(device_bufs &b, int BH, int T, float scale, const gpu
                     bad += got[t * ld + bh * HS + e] != to_bf16((*ref[i])[(bh * T + t) * HS + e]);
             bad += got[t * ld + ld - 2] != 0xffff || got[t * ld + ld - 1] != 0xffff;
         }
-        printf("v3 BH %2d T %5d  %-2s in bf16 rows: the fp32 values rounded, %zu mismatch(es)  %s\n",
-               BH, T, name[i], bad, bad ? "FAIL" : "ok");
+        printf("v3 BH %2d T %5d  %-2s in bf16 rows: the fp32 values rounded, %zu mismatch(es)  "
+               "%s\n", BH, T, name[i], bad, bad ? "FAIL" : "ok");
         ok &= bad == 0;
     }
     flash_attn_set_impl(1);
@@ -472,8 +472,9 @@ static void bench(int BH, int T, int impl, int loads)
     double fwd_flops = 2.0 * 2.0 * BH * (double)T * T * HS / 2.0, bwd_flops = 2.5 * fwd_flops;
     float mf = median_ms(tf), mb = median_ms(tb);
     static const char *names[] = {"plain", "async"};
-    printf("%4d %5s %4d %5d %3d %12.3f %10.1f %12.3f %10.1f\n", impl, impl == 1 ? "-" : names[loads],
-           BH, T, HS, mf, fwd_flops / (mf * 1e-3) / 1e12, mb, bwd_flops / (mb * 1e-3) / 1e12);
+    printf("%4d %5s %4d %5d %3d %12.3f %10.1f %12.3f %10.1f\n", impl,
+           impl == 1 ? "-" : names[loads], BH, T, HS, mf, fwd_flops / (mf * 1e-3) / 1e12, mb,
+           bwd_flops / (mb * 1e-3) / 1e12);
     flash_attn_set_impl(0);
     flash_attn_set_loads(-1);
     CHECK_CUDA(cudaEventDestroy(e0));
