@@ -259,6 +259,8 @@ def cmd_ncu(a):
     if not k:
         print(f"gpu_gpt: no kernel rows with gpu__time_duration.sum in {a.csv}")
         return 1
+    if a.per_call:
+        return ncu_per_call(k, a.per_call)
     total = sum(v[1] for v in k.values())
     n = sum(v[0] for v in k.values())
     print(f"per-kernel GPU time of one steady training step (ncu gpu__time_duration.sum, summed by name):")
@@ -274,6 +276,20 @@ def cmd_ncu(a):
         line += (f"; the step took {a.step_ms:.2f} ms without the profiler (steady ms/step of the same "
                  f"build and batch): kernels cover {100 * total / 1e6 / a.step_ms:.0f} % of it")
     print(line)
+    return 0
+
+
+def ncu_per_call(k, calls):
+    """Kernels profiled over several steps: each one's mean time per call, and that times the calls
+    a step makes (one per layer), summed: the step's time in these kernels."""
+    print(f"per-kernel GPU time per call (ncu gpu__time_duration.sum), x {calls} calls a step:")
+    print(f"{'kernel':90} {'calls':>6} {'us/call':>9} {'ms/step':>8}")
+    step = 0.0
+    for name, (c, ns) in sorted(k.items(), key=lambda kv: -kv[1][1] / kv[1][0]):
+        per = ns / c
+        step += per * calls / 1e6
+        print(f"{name[:90]:90} {c:6d} {per / 1e3:9.1f} {per * calls / 1e6:8.3f}")
+    print(f"{len(k)} names; {step:.2f} ms a step at {calls} calls each")
     return 0
 
 
@@ -368,6 +384,8 @@ def main():
     n.add_argument("--step-ms", type=float, default=0)
     n.add_argument("--also", nargs="*", default=[], help="other files to look in for the CSV")
     n.add_argument("--top", type=int, default=25)
+    n.add_argument("--per-call", type=int, default=0,
+                   help="kernels from several steps: time per call x this many calls a step")
     s = sub.add_parser("summary")
     s.add_argument("--runs")
     s.add_argument("--suite")

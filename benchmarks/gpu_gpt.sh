@@ -8,12 +8,12 @@
 # on the same shards at the same batches, (4) Nsight Compute over ONE steady step of the new build
 # (DDP_PROFILE_STEP, ncu --profile-from-start off --metrics gpu__time_duration.sum), summed per
 # kernel; then a summary table (last in the output, also in OUT/summary.txt). Parts run only when
-# named: size (d48 at the largest batch that trains), loss (200 steps, bf16 against fp32
-# activations), zero (d12 at 2 ranks on the one GPU through tests/nccl_fake, --zero 1 and 2: the
+# named: ncu_llmc (llm.c's cuDNN attention kernels at B 16, ms a step), size (d48 at the largest
+# batch that trains), loss (200 steps, bf16 against fp32 activations), zero (d12 at 2 ranks on the one GPU through tests/nccl_fake, --zero 1 and 2: the
 # all-gathers per bucket and the waits the trace and --metrics record).
 #
 #   benchmarks/gpu_gpt.sh --build DIR [--baseline DIR] [--llmc PATH] [--data PREFIX] [--out DIR]
-#       [--steps N] [--parts suite,bench,llmc,ncu[,size,loss,zero]] [--batches "64 48 32"] [--budget SECONDS]
+#       [--steps N] [--parts suite,bench,llmc,ncu[,ncu_llmc,size,loss,zero]] [--batches "64 48 32"] [--budget SECONDS]
 #       [--peak TFLOPS] [--device cuda] [--suite-only TEST,TEST...]
 #
 # --build/--baseline: build folders holding train/ddp-train (and runtime/libddp.so*); the suite
@@ -28,7 +28,7 @@
 # every run has a timeout and the whole stays within --budget (default 500 s): what is left over
 # is reported as not run. Without a GPU every part fails or skips quickly and says so.
 # Outputs in --out (at most 8 files): summary.txt, suite.txt, suite.log, bench.log, runs.jsonl,
-# ncu.csv, ncu_kernels.txt.
+# ncu.csv, ncu_kernels.txt (ncu_llmc appends its table there).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build="" baseline="" llmc="" data=data/text/austen out=gpu-gpt-out steps=20 parts=suite,bench,llmc,ncu
@@ -59,7 +59,7 @@ left() { echo $((budget - (SECONDS - t0))); }
 # cap SECONDS: the smaller of SECONDS and the budget left (at least 1)
 cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo $((l > 1 ? l : 1)) || echo "$1"; }
 py() { python3 "$here/gpu_gpt.py" --peak "$peak" "$@"; }
-rm -f "$out"/{summary.txt,suite.txt,suite.log,bench.log,runs.jsonl,ncu.csv,ncu_kernels.txt}
+rm -f "$out"/{summary.txt,suite.txt,suite.log,bench.log,runs.jsonl,ncu.csv,ncu_kernels.txt,ncu_llmc.csv}
 runs=$out/runs.jsonl log=$out/bench.log
 touch "$runs"
 
@@ -182,6 +182,27 @@ print(r[0]['ms_per_step'] if r else 0)" "$runs")
   py ncu "$out/ncu.csv" --step-ms "$ms" --also "$log" | tee "$out/ncu_kernels.txt"
 }
 
+# llm.c's attention at B 16 (cuDNN's fused kernels, the speed issue 25's attention is measured
+# against): only the kernels whose names say attention, softmax or cuDNN, over a run of 3 steps
+# (its validation passes at steps 0 and 3 add forward calls), each kernel's time per call x 12
+# calls a step (one per layer). Compare with the attention rows of the ncu part's table.
+part_ncu_llmc() {
+  echo "== ncu: llm.c's attention kernels at B 16 (time per call x 12 layers)"
+  if [ -z "$llmc" ] || [ ! -x "$llmc" ]; then echo "gpu_gpt: ncu of llm.c skipped (no --llmc PATH)"; return; fi
+  local ncu; ncu=$(command -v ncu || compgen -G "/usr/local/cuda/bin/ncu" || compgen -G "/opt/nvidia/nsight-compute/*/ncu" | head -1)
+  [ -n "$ncu" ] || { echo "gpu_gpt: ncu not found"; return; }
+  [ "$(left)" -gt 40 ] || { echo "gpu_gpt: ncu of llm.c not run (budget spent)"; return; }
+  echo "==== ncu of llm.c" >>"$log"
+  timeout "$(cap 120)" "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+    --csv --print-units base --kernel-name 'regex:cudnn|sdpa|flash|fmha|ttention|oftmax' \
+    --log-file "$out/ncu_llmc.csv" "$llmc" -i "${data}_train_*.bin" -j "${data}_val_*.bin" -e d12 \
+    -b 16 -t "$seq" -x 3 -v 100000 -m 1 -s 0 >>"$log" 2>&1
+  echo "ncu exit $?"
+  # appended to ncu_kernels.txt, the CSV removed: the device tool brings back 8 files
+  { echo; echo "llm.c, B 16:"; py ncu "$out/ncu_llmc.csv" --per-call 12; } | tee -a "$out/ncu_kernels.txt"
+  rm -f "$out/ncu_llmc.csv"
+}
+
 # d12 at 2 ranks on the one GPU through the test-only NCCL (tests/nccl_fake), --zero 1 and 2, 5
 # steps, traced: the parameters' all-gathers per bucket and step, the forward's gather waits and
 # stage 2's mid-backward waits (host spans and CUDA-timed instants), the --metrics fields. The fake
@@ -248,8 +269,8 @@ part_loss() {
 IFS=, read -r -a plist <<<"$parts"
 for p in "${plist[@]}"; do
   case $p in
-    suite|bench|llmc|ncu|size|loss|zero) echo; echo "[$((SECONDS - t0)) s of $budget]"; "part_$p" ;;
-    *) echo "gpu_gpt.sh: unknown part '$p' (suite, bench, llmc, ncu, size, loss, zero)" ;;
+    suite|bench|llmc|ncu|ncu_llmc|size|loss|zero) echo; echo "[$((SECONDS - t0)) s of $budget]"; "part_$p" ;;
+    *) echo "gpu_gpt.sh: unknown part '$p' (suite, bench, llmc, ncu, ncu_llmc, size, loss, zero)" ;;
   esac
 done
 rm -f "$out/.metrics.json"
