@@ -164,8 +164,9 @@ static __device__ __forceinline__ void stage_tile(bf16 *dst, const uint16_t *src
 
 /* How versions 2 and 3 move tiles into shared memory and fragments out of them
  * (flash_attn_set_loads): synchronous copies and a load per fragment register, or cp.async and
- * ldmatrix; the same bits. */
-enum { LOADS_PLAIN = 0, LOADS_ASYNC = 1 };
+ * ldmatrix; the same bits. LOADS_ASYNC3 is LOADS_ASYNC with the dK/dV kernel held to 168
+ * registers so that three blocks share an SM instead of two (a few bytes spill on sm_90). */
+enum { LOADS_PLAIN = 0, LOADS_ASYNC = 1, LOADS_ASYNC3 = 2 };
 
 /* The offset of row r of head bh = b nh + h in an input or output of layout L. */
 static __device__ __forceinline__ size_t row_at(flash_layout L, int T, size_t bh, int r)
@@ -938,13 +939,13 @@ struct bwd_kv2_smem {
  * registers; the query tiles (with their lse and delta) double-buffered as the key tiles of
  * flash_fwd2_kernel. */
 template <int LOADS>
-static __global__ void __launch_bounds__(THREADS)
+static __global__ void __launch_bounds__(THREADS, LOADS == LOADS_ASYNC3 ? 3 : 1)
 flash_bwd_kv2_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                      const uint16_t *dout, const float *lse, const float *delta, flash_out dk,
                      flash_out dv, int T, float scale, float scale_log2, bool vec,
                      flash_layout lq, flash_layout lo)
 {
-    constexpr bool LDM = LOADS == LOADS_ASYNC, ASYNC = LDM;
+    constexpr bool LDM = LOADS != LOADS_PLAIN, ASYNC = LDM;
     extern __shared__ __align__(16) unsigned char smem_kv2[];
     bwd_kv2_smem &sm = *reinterpret_cast<bwd_kv2_smem *>(smem_kv2);
     int kt = (int)blockIdx.y, k0 = kt * TILE, n_tiles = (int)gridDim.y;
@@ -1042,17 +1043,17 @@ static int g_loads = -1;
 static int loads_mode(void)
 {
     if (g_loads < 0) {
-        static const char *names[] = {"plain", "async"};
+        static const char *names[] = {"plain", "async", "async3"};
         const char *env = getenv("DDP_FLASH_LOADS");
         g_loads = LOADS_ASYNC;
         bool valid = false;
-        for (int i = 0; env && i < 2; i++)
+        for (int i = 0; env && i < 3; i++)
             if (!strcmp(env, names[i])) {
                 g_loads = i;
                 valid = true;
             }
         if (env && *env && !valid)
-            DDP_WARN("DDP_FLASH_LOADS=%s: use plain or async (cuda_flash.h); taking "
+            DDP_WARN("DDP_FLASH_LOADS=%s: use plain, async or async3 (cuda_flash.h); taking "
                      "the default, async", env);
     }
     return g_loads;
@@ -1060,7 +1061,7 @@ static int loads_mode(void)
 
 void flash_attn_set_loads(int mode)
 {
-    g_loads = mode >= LOADS_PLAIN && mode <= LOADS_ASYNC ? mode : -1;
+    g_loads = mode >= LOADS_PLAIN && mode <= LOADS_ASYNC3 ? mode : -1;
 }
 
 /* The shape checks every entry point shares; false (logged) when the shape is refused. */
@@ -1161,7 +1162,7 @@ ddp_status flash_attn_fwd_rows(cudaStream_t st, const uint16_t *q, const uint16_
     if (flash_impl() >= 2) {
         flash_out of = {o, NULL, flash_layout{hs, 1}};
         int mode = loads_mode();
-        auto fwd = mode == LOADS_ASYNC ? flash_fwd2_kernel<LOADS_ASYNC>
+        auto fwd = mode != LOADS_PLAIN ? flash_fwd2_kernel<LOADS_ASYNC>
                                        : flash_fwd2_kernel<LOADS_PLAIN>;
         fwd<<<tile_grid(BH, T), THREADS, 0, st>>>(q, k, v, of, o16, lse, T, scale * LOG2E, vec, lq);
         TRY_CUDA_LAUNCH();
@@ -1239,9 +1240,10 @@ ddp_status flash_attn_bwd_rows(cudaStream_t st, const uint16_t *q, const uint16_
     dim3 grid = tile_grid(BH, T);
     if (v2) {
         int mode = loads_mode();
-        auto kv = mode == LOADS_ASYNC ? flash_bwd_kv2_kernel<LOADS_ASYNC>
-                                      : flash_bwd_kv2_kernel<LOADS_PLAIN>;
-        auto qk = mode == LOADS_ASYNC ? flash_bwd_q2_kernel<LOADS_ASYNC>
+        auto kv = mode == LOADS_ASYNC3  ? flash_bwd_kv2_kernel<LOADS_ASYNC3>
+                  : mode == LOADS_ASYNC ? flash_bwd_kv2_kernel<LOADS_ASYNC>
+                                        : flash_bwd_kv2_kernel<LOADS_PLAIN>;
+        auto qk = mode != LOADS_PLAIN ? flash_bwd_q2_kernel<LOADS_ASYNC>
                                       : flash_bwd_q2_kernel<LOADS_PLAIN>;
         size_t kv2_bytes = sizeof(bwd_kv2_smem), q2_bytes = sizeof(bwd_q2_smem);
         TRY_OK(allow_smem(kv, kv2_bytes));
