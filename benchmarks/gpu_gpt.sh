@@ -133,6 +133,9 @@ part_bench() {
   # the same build with the reference attention (bf16 GEMMs around the T x T softmax);
   # BENCH_MATERIALIZED=0 leaves it out
   [ "${BENCH_MATERIALIZED:-1}" = 1 ] && DDP_CUDA_ATTENTION=materialized bench new-materialized "$build" once
+  # cuDNN's fused attention (models/ops/cuda_sdpa.cu, the graph llm.c's cudnn-frontend builds);
+  # BENCH_CUDNN=0 leaves it out
+  [ "${BENCH_CUDNN:-1}" = 1 ] && DDP_CUDA_ATTENTION=cudnn bench new-cudnn "$build" once
   # the fused kernel's implementations (cuda_flash.h: 1 = v1, 2 = v2 forward, 3 = v2 both ways)
   [ -n "${FLASH_IMPLS:-}" ] && for v in $FLASH_IMPLS; do DDP_FLASH_IMPL=$v bench "new-flash$v" "$build" once; done
 }

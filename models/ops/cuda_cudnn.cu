@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "cuda_private.h"
+#include "cuda_sdpa.h"
 
 #define CONV_PLANS 32
 #define CONV_KEY_LEN 10
@@ -41,9 +42,19 @@ typedef struct conv_plan {
     size_t ws_bytes;                    /* workspace that algorithm needs */
 } conv_plan;
 
+#define SDPA_PLANS 8
+
+/* A fused attention plan (cuda_sdpa.h) for one direction and shape. */
+typedef struct sdpa_slot {
+    int key[5]; /* bwd, B, T, NH, hs; key[1] 0: unused */
+    sdpa_plan *plan;
+} sdpa_slot;
+
 /* A handle's cuDNN state (cuda_state.cudnn). */
 typedef struct cudnn_state {
     cudnnHandle_t handle;
+    sdpa_slot sdpa[SDPA_PLANS]; /* slot i % SDPA_PLANS is reused, as the convolutions' */
+    int n_sdpa;
     conv_plan plans[CONV_PLANS];
     int n_made;     /* plans ever made; slot i % CONV_PLANS is reused */
     bool measure;   /* conv_measure(), read when the handle opened */
@@ -95,6 +106,8 @@ void cudnn_close(ops_handle *ops)
         return;
     for (int i = 0; i < CONV_PLANS; i++)
         conv_plan_release(&cs->plans[i]);
+    for (int i = 0; i < SDPA_PLANS; i++)
+        sdpa_free(cs->sdpa[i].plan);
     if (cs->handle)
         LOG_CUDNN(cudnnDestroy(cs->handle));
     free(cs);
@@ -411,4 +424,62 @@ void cudnn_conv_ops(ops_handle *ops)
     ops->conv_fwd = cudnn_conv_fwd;
     ops->conv_bwd_params = cudnn_conv_bwd_params;
     ops->conv_bwd_input = cudnn_conv_bwd_input;
+}
+
+/* ---- fused attention (cuda_sdpa.h) ------------------------------------------------------- */
+
+/* The plan of direction bwd for (B, T, NH, hs) in the model's layout (qkv rows of 3C, o and
+ * dout rows of C), made on first use. */
+static ddp_status sdpa_plan_for(const ops_handle *ops, bool bwd, int B, int T, int NH, int hs,
+                                const sdpa_plan **out)
+{
+    cudnn_state *cs = cudnn_of(ops);
+    int key[5] = {bwd, B, T, NH, hs};
+    for (int i = 0; i < SDPA_PLANS; i++)
+        if (cs->sdpa[i].plan && !memcmp(cs->sdpa[i].key, key, sizeof key)) {
+            *out = cs->sdpa[i].plan;
+            return DDP_OK;
+        }
+    long long C = (long long)NH * hs;
+    sdpa_dims d = {B, NH, T, hs, 3 * C, C};
+    sdpa_plan *p = NULL;
+    TRY_OK(sdpa_build(cs->handle, &d, bwd, &p, NULL));
+    sdpa_slot *slot = &cs->sdpa[cs->n_sdpa++ % SDPA_PLANS];
+    sdpa_free(slot->plan);
+    memcpy(slot->key, key, sizeof key);
+    slot->plan = p;
+    DDP_DEBUG("cuDNN attention %s B %d T %d NH %d hs %d: workspace %zu bytes",
+              bwd ? "backward" : "forward", B, T, NH, hs, sdpa_workspace(p));
+    *out = p;
+    return DDP_OK;
+}
+
+static ddp_status sdpa_ws(const ops_handle *ops, const sdpa_plan *p, void **ws)
+{
+    size_t bytes = sdpa_workspace(p);
+    *ws = NULL;
+    return bytes ? cuda_scratch(ops, CUDA_SCRATCH_CUDNN_WS, bytes, ws) : DDP_OK;
+}
+
+ddp_status cudnn_attention_fwd(const ops_handle *ops, int B, int T, int NH, int hs,
+                               const uint16_t *qkv, uint16_t *out, float *stats, float scale)
+{
+    const sdpa_plan *p = NULL;
+    void *ws = NULL;
+    TRY_OK(sdpa_plan_for(ops, false, B, T, NH, hs, &p));
+    TRY_OK(sdpa_ws(ops, p, &ws));
+    return sdpa_run_fwd(cudnn_of(ops)->handle, p, qkv, out, stats, scale, ws);
+}
+
+ddp_status cudnn_attention_bwd(const ops_handle *ops, int B, int T, int NH, int hs,
+                               const uint16_t *qkv, const uint16_t *o, const uint16_t *dout,
+                               const float *stats, uint16_t *dqkv, float *sum, float *dq_acc,
+                               float scale)
+{
+    const sdpa_plan *p = NULL;
+    void *ws = NULL;
+    TRY_OK(sdpa_plan_for(ops, true, B, T, NH, hs, &p));
+    TRY_OK(sdpa_ws(ops, p, &ws));
+    return sdpa_run_bwd(cudnn_of(ops)->handle, p, qkv, o, dout, stats, dqkv, sum, dq_acc, scale,
+                        ws);
 }

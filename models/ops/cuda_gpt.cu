@@ -1147,6 +1147,32 @@ static ddp_status flash_dout(cuda_state *cu, const attn_shape *s, const float *d
 static uint16_t *bf16_rows(uint16_t *p) { return p; }
 static uint16_t *bf16_rows(float *p) { (void)p; return NULL; }
 
+/* cuDNN's fused attention (DDP_CUDA_ATTENTION=cudnn) with bf16 activations: att's o part keeps a
+ * bf16 copy of out (the backward's o), its log-sum-exp part cuDNN's statistics (the same
+ * quantity in natural-log units, not the kernels': the two paths' states do not mix). */
+static bool use_cudnn(const cuda_state *cu, const uint16_t *) { return cu->cudnn_attention; }
+static bool use_cudnn(const cuda_state *, const float *) { return false; }
+
+static ddp_status attention_fwd_cudnn(const ops_handle *ops, const attn_shape *s, uint16_t *out,
+                                      float *att, const uint16_t *qkv)
+{
+#if HAVE_CUDNN
+    cuda_state *cu = cuda_of(ops);
+    TRY_OK(cudnn_attention_fwd(ops, s->B, s->T, s->NH, s->hs, qkv, out, att + s->n,
+                               1.0f / sqrtf((float)s->hs)));
+    TRY_CUDA(cudaMemcpyAsync(att, out, s->n * sizeof *out, cudaMemcpyDeviceToDevice, cu->stream));
+    return DDP_OK;
+#else
+    (void)ops, (void)s, (void)out, (void)att, (void)qkv;
+    return DDP_ERR_UNSUPPORTED;
+#endif
+}
+static ddp_status attention_fwd_cudnn(const ops_handle *, const attn_shape *, float *, float *,
+                                      const float *)
+{
+    return DDP_ERR_UNSUPPORTED;
+}
+
 /* The fused path: att keeps o (B, NH, T, hs) fp32, then the log-sum-exp (B, NH, T). qkv and out
  * in A: bf16 qkv is read in place, and bf16 out written by the kernel in its rows (version 3;
  * else merged from o); fp32 qkv is split into bf16 heads first, and out merged from o. */
@@ -1155,6 +1181,8 @@ static ddp_status attention_fwd_flash(const ops_handle *ops, const attn_shape *s
                                       float *att, const A *qkv)
 {
     cuda_state *cu = cuda_of(ops);
+    if (use_cudnn(cu, qkv))
+        return attention_fwd_cudnn(ops, s, out, att, qkv);
     size_t h = sizeof(A) == sizeof(float) ? round256(s->n * 2) : 0; /* the bf16 copies */
     char *w = NULL;
     if (h)
@@ -1235,11 +1263,34 @@ static ddp_status attention_bwd_materialized(const ops_handle *ops, const attn_s
  * and, with version 3, dqkv written by the kernels in its rows (dqkv must not overlap dout or
  * qkv: the kernels read those while others write); otherwise fp32 ones are split into bf16
  * heads, delta read from fp32 heads of dout and dqkv merged from fp32 dq, dk, dv. */
+static ddp_status attention_bwd_cudnn(const ops_handle *ops, const attn_shape *s, uint16_t *dqkv,
+                                      const uint16_t *dout, const uint16_t *qkv, const float *att)
+{
+#if HAVE_CUDNN
+    size_t r = round256(s->n_rows * sizeof(float));
+    char *w = NULL;
+    TRY_OK(attn_scratch(ops, r + round256(s->n * sizeof(float)), &w));
+    return cudnn_attention_bwd(ops, s->B, s->T, s->NH, s->hs, qkv, (const uint16_t *)att, dout,
+                               att + s->n, dqkv, (float *)w, (float *)(w + r),
+                               1.0f / sqrtf((float)s->hs));
+#else
+    (void)ops, (void)s, (void)dqkv, (void)dout, (void)qkv, (void)att;
+    return DDP_ERR_UNSUPPORTED;
+#endif
+}
+static ddp_status attention_bwd_cudnn(const ops_handle *, const attn_shape *, float *,
+                                      const float *, const float *, const float *)
+{
+    return DDP_ERR_UNSUPPORTED;
+}
+
 template <typename A>
 static ddp_status attention_bwd_flash(const ops_handle *ops, const attn_shape *s, A *dqkv,
                                       const A *dout, const A *qkv, const float *att)
 {
     cuda_state *cu = cuda_of(ops);
+    if (use_cudnn(cu, qkv))
+        return attention_bwd_cudnn(ops, s, dqkv, dout, qkv, att);
     uint16_t *rows = flash_attn_bf16_out() ? bf16_rows(dqkv) : NULL;
     size_t h = sizeof(A) == sizeof(float) ? round256(s->n * 2) : 0; /* the bf16 copies */
     size_t f = rows ? 0 : round256(s->n * sizeof(float)), r = round256(s->n_rows * sizeof(float));

@@ -29,6 +29,7 @@ typedef struct cuda_state {
     int cc_major, cc_minor; /* compute capability of the device */
     bool tf32;              /* --tf32: TF32 tensor cores for fp32 GEMMs and convolutions */
     bool flash;             /* bf16 attention on the fused kernel (ops_cuda_set_attention) */
+    bool cudnn_attention;   /* ... on cuDNN's instead, with bf16 activations (DDP_CUDA_ATTENTION) */
     void *scratch[CUDA_SCRATCH_SLOTS]; /* device scratch (ddp_alloc), grown on demand */
     size_t scratch_bytes[CUDA_SCRATCH_SLOTS];
     char text[256];         /* what ops_cuda_describe returns */
@@ -81,5 +82,16 @@ void cudnn_close(ops_handle *ops);
 void cudnn_conv_ops(ops_handle *ops);
 /* cuDNN's version number (cudnnGetVersion: 91900 for 9.19.0). */
 size_t cudnn_version(void);
+/* Causal attention on cuDNN's fused flash-attention engines (cuda_sdpa.h; DDP_CUDA_ATTENTION=
+ * cudnn): bf16 qkv (B, T, 3C) and out (B, T, C) rows, stats (B, NH, T) fp32 log-sum-exp; the
+ * backward from the forward's out (o) and stats, dout (B, T, C) into dqkv (B, T, 3C), with sum
+ * (B NH T floats) and dq_acc (B T C floats) as scratch. A plan per direction and shape, made on
+ * first use (DDP_ERR_UNSUPPORTED, logged with cuDNN's message, when cuDNN has no engine for it). */
+ddp_status cudnn_attention_fwd(const ops_handle *ops, int B, int T, int NH, int hs,
+                               const uint16_t *qkv, uint16_t *out, float *stats, float scale);
+ddp_status cudnn_attention_bwd(const ops_handle *ops, int B, int T, int NH, int hs,
+                               const uint16_t *qkv, const uint16_t *o, const uint16_t *dout,
+                               const float *stats, uint16_t *dqkv, float *sum, float *dq_acc,
+                               float scale);
 
 #endif /* OPS_CUDA_PRIVATE_H */

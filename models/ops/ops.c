@@ -140,6 +140,12 @@ ddp_status ops_cuda_set_attention(ops_handle *ops, bool flash)
     return ops ? DDP_OK : DDP_ERR_INVALID_ARG;
 }
 
+ddp_status ops_cuda_set_attention_cudnn(ops_handle *ops, bool on)
+{
+    (void)on;
+    return ops ? DDP_OK : DDP_ERR_INVALID_ARG;
+}
+
 const char *ops_cuda_describe(const ops_handle *ops, ddp_dtype p)
 {
     (void)ops, (void)p;

@@ -312,6 +312,13 @@ ddp_status ops_cuda_set_tf32(ops_handle *ops, bool on);
  * Set it before sizing attention buffers (attention_floats follows it). No effect on a CPU
  * handle; DDP_ERR_INVALID_ARG for NULL. */
 ddp_status ops_cuda_set_attention(ops_handle *ops, bool flash);
+/* bf16 attention with bf16 activations on cuDNN's fused flash-attention engines instead of the
+ * project's kernel (models/ops/cuda_sdpa.h; on also sets the fused path, whose state it shares),
+ * DDP_CUDA_ATTENTION=cudnn at ops_cuda_open; fp32 activations keep the kernel. A plan per shape
+ * is made on first use; a GPU or shape cuDNN has no engine for fails there (DDP_ERR_UNSUPPORTED,
+ * logged with cuDNN's message). DDP_ERR_UNSUPPORTED (logged) when on and the build has no cuDNN;
+ * no effect on a CPU handle; DDP_ERR_INVALID_ARG for NULL. */
+ddp_status ops_cuda_set_attention_cudnn(ops_handle *ops, bool on);
 
 /* "cuBLAS 130100, bf16 GEMMs cublasGemmEx (fp32 accumulation); convolutions cuDNN 91900; compute
  * capability 9.0", for start-up reports ("" for a CPU handle or without a CUDA build). */

@@ -501,6 +501,23 @@ extern "C" ddp_status ops_cuda_set_attention(ops_handle *ops, bool flash)
     return DDP_OK;
 }
 
+extern "C" ddp_status ops_cuda_set_attention_cudnn(ops_handle *ops, bool on)
+{
+    if (!ops)
+        return DDP_ERR_INVALID_ARG;
+    if (!is_cuda(ops))
+        return DDP_OK;
+    if (on && !HAVE_CUDNN) {
+        DDP_ERROR("cuDNN attention: this build has no cuDNN (meson -Dcudnn=enabled with cuDNN 9 "
+                  "installed)");
+        return DDP_ERR_UNSUPPORTED;
+    }
+    cuda_of(ops)->cudnn_attention = on;
+    if (on)
+        cuda_of(ops)->flash = true; /* the same state as the fused kernel's (o and stats) */
+    return DDP_OK;
+}
+
 /* The attention path from DDP_CUDA_ATTENTION (unset or empty: flash); DDP_ERR_INVALID_ARG
  * (logged) for another value. */
 static ddp_status attention_from_env(cuda_state *cu)
@@ -514,8 +531,13 @@ static ddp_status attention_from_env(cuda_state *cu)
         cu->flash = false;
         return DDP_OK;
     }
-    DDP_ERROR("DDP_CUDA_ATTENTION=%s: use flash (the fused kernel, the default) or materialized "
-              "(the reference path over the T x T scores)", v);
+    if (!strcmp(v, "cudnn") && HAVE_CUDNN) {
+        cu->flash = cu->cudnn_attention = true;
+        return DDP_OK;
+    }
+    DDP_ERROR("DDP_CUDA_ATTENTION=%s: use flash (the fused kernel, the default), materialized "
+              "(the reference path over the T x T scores)%s", v,
+              HAVE_CUDNN ? " or cudnn (cuDNN's fused attention)" : "; cudnn needs a build with cuDNN");
     return DDP_ERR_INVALID_ARG;
 }
 

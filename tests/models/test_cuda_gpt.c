@@ -394,6 +394,63 @@ static void check_attention_act16(test_rng *r, int B, int T, int C, int NH, bool
     ops_cuda_set_attention(gpu, true);
 }
 
+/* cuDNN's fused attention (DDP_CUDA_ATTENTION=cudnn, models/ops/cuda_sdpa.cu) with bf16
+ * activations against the CPU's fp32 on the same rounded values, with check_attention_bf16's
+ * tolerances (the same bf16 products, in cuDNN's order); the state it keeps is the fused
+ * kernel's size. Then the same inputs through the project's kernel: both near the reference,
+ * and a second cuDNN forward equal to the first bit for bit (the backward may accumulate dq with
+ * atomics, so only its tolerance is checked). Reports and skips without cuDNN. */
+static void check_attention_cudnn(test_rng *r, int B, int T, int C, int NH)
+{
+    size_t n = (size_t)B * T * C, n_att = (size_t)B * NH * T * T, hs = (size_t)C / NH;
+    if (ops_cuda_set_attention_cudnn(gpu, true) != DDP_OK) {
+        printf("attention cudnn: skipped (this build has no cuDNN)\n");
+        return;
+    }
+    size_t n_dev = gpu->attention_floats(gpu, DDP_BF16, B, T, C, NH);
+    CHECK(n_dev == (size_t)B * NH * T * (hs + 1), "cudnn attention_floats %zu", n_dev);
+    bpair qkv = make_bpair(r, 3 * n, -2, 2), out = make_bpair(r, n, 1, 0);
+    bpair dout = make_bpair(r, n, -1, 1), dqkv = make_bpair(r, 3 * n, 1, 0);
+    float *att_h = test_floats(n_att), *datt_h = test_floats(n_att);
+    float *att_d = ddp_alloc(gpu->ctx, n_dev * sizeof(float));
+    float *datt_d = ddp_alloc(gpu->ctx, n_dev * sizeof(float));
+    cpu->attention_fwd(cpu, DDP_FP32, DDP_FP32, out.h, att_h, qkv.h, B, T, C, NH);
+    cpu->attention_bwd(cpu, DDP_FP32, DDP_FP32, dqkv.h, datt_h, dout.h, qkv.h, att_h, B, T, C, NH);
+    float *first_out = NULL, *first_d = NULL;
+    for (int run = 0; run < 3; run++) { /* cuDNN, cuDNN again, the project's kernel */
+        if (run == 2)
+            ops_cuda_set_attention_cudnn(gpu, false);
+        ddp_status f = gpu->attention_fwd(gpu, DDP_BF16, DDP_BF16, out.d, att_d, qkv.d, B, T, C, NH);
+        ddp_status b = f != DDP_OK ? f
+                       : gpu->attention_bwd(gpu, DDP_BF16, DDP_BF16, dqkv.d, datt_d, dout.d, qkv.d,
+                                            att_d, B, T, C, NH);
+        CHECK(f == DDP_OK && b == DDP_OK, "attention %s B %d T %d C %d NH %d: %s / %s",
+              run < 2 ? "cudnn" : "flash", B, T, C, NH, ddp_strerror(f), ddp_strerror(b));
+        if (f != DDP_OK || b != DDP_OK)
+            break;
+        double e_out = rel_error_of(bdownload(&out), out.h, n);
+        double e_d = rel_error_of(bdownload(&dqkv), dqkv.h, 3 * n);
+        float *o = bdownload(&out), *d = bdownload(&dqkv);
+        printf("attention bf16 activations %s B %d T %d C %d NH %d: out %.2e, dqkv %.2e\n",
+               run < 2 ? "cudnn" : "flash", B, T, C, NH, e_out, e_d);
+        CHECK(e_out <= 3e-2, "attention cudnn/flash out: relative error %.3g > 3e-2", e_out);
+        CHECK(e_d <= 5e-2, "attention cudnn/flash dqkv: relative error %.3g > 5e-2", e_d);
+        if (run == 0) {
+            first_out = o, first_d = d;
+            continue;
+        }
+        if (run == 1)
+            CHECK(!memcmp(o, first_out, n * sizeof *o),
+                  "cudnn attention B %d T %d: a second forward differs", B, T);
+        free(o), free(d);
+    }
+    ops_cuda_set_attention_cudnn(gpu, false);
+    free(first_out), free(first_d);
+    drop_bpair(&qkv), drop_bpair(&out), drop_bpair(&dout), drop_bpair(&dqkv);
+    free(att_h), free(datt_h), ddp_free(gpu->ctx, att_d), ddp_free(gpu->ctx, datt_d);
+    ops_cuda_set_attention(gpu, true);
+}
+
 /* ---- bf16 activations: LayerNorm, GELU, add -------------------------------------------- */
 
 #define BF16_ROUND 0x1p-8 /* one rounding to nearest bf16 (2^-9), margin 2 */
@@ -677,6 +734,8 @@ int main(void)
             check_attention_act16(&r, 2, 13, 96, 4, flash);
             check_attention_act16(&r, 2, 9, 6, 2, flash); /* hs 3: one element at a time */
         }
+        check_attention_cudnn(&r, 2, 70, 128, 2);   /* hs 64, T not a multiple of 64 */
+        check_attention_cudnn(&r, 2, 256, 768, 12); /* d12's heads, four tiles */
         check_layernorm_bf16(&r, 26, 96);
         check_layernorm_bf16(&r, 70, 300);
         check_elementwise_bf16(&r, 100003);

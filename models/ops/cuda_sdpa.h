@@ -1,0 +1,64 @@
+/* cuda_sdpa.h - causal scaled-dot-product attention on cuDNN's fused flash-attention engines,
+ * through the backend graph API (cudnn_graph.h; cudnn-frontend is C++ and not packaged here).
+ *
+ * cuDNN 9.19's native SDPA operation has no causal mask, so each direction is the expanded graph
+ * that cudnn-frontend 1.x builds for SDPA (its CompositeSDPANode and CompositeSDPABackwardNode),
+ * node for node: the matmuls, pointwise and reduction operations whose pattern the runtime fusion
+ * engines recognise as flash attention. bf16 q, k, v, o and gradients, fp32 softmax statistics and
+ * compute, the scores scaled by `scale` and masked causally (row >= column).
+ *
+ * Forward (14 operations): o (B, NH, T, hs) and stats (B, NH, T): the log-sum-exp of each row's
+ * scaled, masked scores. Backward (22): from q, k, v, o, dout and stats, dq, dk, dv; sum (B, NH,
+ * T fp32: rowsum(dout o)) and dq_acc (B, NH, T, hs fp32, dq before its rounding) are buffers the
+ * graph writes and reads.
+ *
+ * Layouts: q, k, v (and dq, dk, dv) are rows of the model's qkv (B, T, ld_qkv): q of head h at
+ * element (b T + t) ld_qkv + h hs, k C further, v 2C (C = NH hs); o and dout rows of (B, T, ld_o). */
+#ifndef CUDA_SDPA_H
+#define CUDA_SDPA_H
+
+#include <cudnn.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ddp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sdpa_dims {
+    int B, NH, T, hs;
+    long long ld_qkv; /* row stride of q, k, v, dq, dk, dv (3C in the model) */
+    long long ld_o;   /* row stride of o and dout (C) */
+} sdpa_dims;
+
+typedef struct sdpa_plan sdpa_plan;
+
+/* The graph of one direction (bwd false: forward) for d: every tensor and operation descriptor
+ * made and finalized, and with a handle also the operation graph, the first engine
+ * configuration of cuDNN's heuristics (mode A) whose execution plan finalizes, and that plan.
+ * Without a handle (a machine without a GPU: cudnnCreate needs one) it stops after the
+ * operations, which checks every attribute the graph sets. *n_ops: the operations made.
+ * DDP_ERR_INVALID_ARG for bad dims; DDP_ERR_UNSUPPORTED when a descriptor or the plan fails
+ * (logged with cuDNN's own message). */
+ddp_status sdpa_build(cudnnHandle_t handle, const sdpa_dims *d, bool bwd, sdpa_plan **out,
+                      int *n_ops);
+/* The plan's workspace in bytes (0 without a plan). */
+size_t sdpa_workspace(const sdpa_plan *p);
+void sdpa_free(sdpa_plan *p);
+
+/* Runs a forward plan on the handle's stream: qkv (q at qkv, k at qkv + C, v at qkv + 2C elements),
+ * o and stats as above; ws: sdpa_workspace bytes. */
+ddp_status sdpa_run_fwd(cudnnHandle_t handle, const sdpa_plan *p, const void *qkv, void *o,
+                        float *stats, float scale, void *ws);
+/* Runs a backward plan: dqkv as qkv; sum and dq_acc as above (contents on entry unused). */
+ddp_status sdpa_run_bwd(cudnnHandle_t handle, const sdpa_plan *p, const void *qkv, const void *o,
+                        const void *dout, const float *stats, void *dqkv, float *sum,
+                        float *dq_acc, float scale, void *ws);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUDA_SDPA_H */
