@@ -117,6 +117,15 @@ static bdesc tensor(builder *b, const char *name, int64_t uid, cudnnDataType_t t
     return t;
 }
 
+/* A by-value fp32 constant (the frontend's Tensor_attributes(float)), of shape (1, 1, 1, 1):
+ * cuDNN refuses a pointwise operand of another rank than x's ("xDesc.getNbDims() !=
+ * bDesc.getNbDims()", seen when these were 1-D). */
+static bdesc constant(builder *b, const char *name, int64_t uid)
+{
+    static const int64_t one[4] = {1, 1, 1, 1};
+    return tensor(b, name, uid, CUDNN_DATA_FLOAT, one, one, false, true);
+}
+
 /* Tensor t's dimensions as made (NULL for another descriptor). */
 static const int64_t *dims_of(const builder *b, bdesc t)
 {
@@ -292,7 +301,7 @@ static void build_fwd(builder *b, const shapes *s)
     bdesc kt = tensor(b, "K^T", UID_K, bf, s->bhdt, s->s_qkv_t, false, false);
     bdesc v = tensor(b, "V", UID_V, bf, s->bhtd, s->s_qkv, false, false);
     bdesc scale = tensor(b, "attn_scale", UID_SCALE, f, s->one, s->one, false, true);
-    bdesc neg_inf = tensor(b, "-inf", UID_NEG_INF, f, s->one, s->one, false, true);
+    bdesc neg_inf = constant(b, "-inf", UID_NEG_INF);
     bdesc o = tensor(b, "O", UID_O, bf, s->bhtd, s->s_o, false, false);
     bdesc stats = tensor(b, "Stats", UID_STATS, f, s->bht1, s->s_t1, false, false);
 
@@ -331,8 +340,8 @@ static void build_bwd(builder *b, const shapes *s, const sdpa_dims *d)
     bdesc dout = tensor(b, "dO", UID_DO, bf, s->bhtd, s->s_o, false, false);
     bdesc stats = tensor(b, "Stats", UID_STATS, f, s->bht1, s->s_t1, false, false);
     bdesc scale = tensor(b, "attn_scale", UID_SCALE, f, s->one, s->one, false, true);
-    bdesc neg_inf = tensor(b, "-inf", UID_NEG_INF, f, s->one, s->one, false, true);
-    bdesc one = tensor(b, "1", UID_ONE, f, s->one, s->one, false, true);
+    bdesc neg_inf = constant(b, "-inf", UID_NEG_INF);
+    bdesc one = constant(b, "1", UID_ONE);
     bdesc dq = tensor(b, "dQ", UID_DQ, bf, s->bhtd, s->s_qkv, false, false);
     bdesc dk = tensor(b, "dK", UID_DK, bf, s->bhtd, s->s_qkv, false, false);
     bdesc dv = tensor(b, "dV", UID_DV, bf, s->bhtd, s->s_qkv, false, false);
