@@ -3,9 +3,10 @@
 # CUDA test suite of a carried build (benchmarks/run_suite.py, no meson needed), (2) ddp-train
 # --model gpt2 --gpt-config d12 --seq 1024 --precision bf16 at --batch 16 and at the largest batch
 # that fits (tried in descending order, the first that trains is kept; no --recompute) for the NEW
-# build (also with DDP_CUDA_ATTENTION=materialized at B 16) and, with --baseline, a BASELINE build
-# (B 16; FLASH_IMPLS="1 3" adds the new build with those DDP_FLASH_IMPL values), (3) llm.c's train_gpt2cu from random init (-e d12)
-# on the same shards at the same batches, (4) Nsight Compute over ONE steady step of the new build
+# build (also with DDP_CUDA_ATTENTION=cudnn at B 16, and =materialized with BENCH_MATERIALIZED=1)
+# and, with --baseline, a BASELINE build (B 16; FLASH_IMPLS="1 3" adds the new build with those
+# DDP_FLASH_IMPL values), (3) llm.c's train_gpt2cu from random init (-e d12) on the same shards
+# at the same batches, (4) Nsight Compute over ONE steady step of the new build
 # (DDP_PROFILE_STEP, ncu --profile-from-start off --metrics gpu__time_duration.sum), summed per
 # kernel; then a summary table (last in the output, also in OUT/summary.txt). Parts run only when
 # named: ncu_llmc (llm.c's cuDNN attention kernels at B 16, ms a step), size (d48 at the largest
@@ -130,9 +131,9 @@ part_bench() {
   echo "== bench: ddp-train GPT-2 d12, T $seq, bf16, $steps steps per run"
   [ -n "$baseline" ] && bench baseline "$baseline" once
   bench new "$build"
-  # the same build with the reference attention (bf16 GEMMs around the T x T softmax);
-  # BENCH_MATERIALIZED=0 leaves it out
-  [ "${BENCH_MATERIALIZED:-1}" = 1 ] && DDP_CUDA_ATTENTION=materialized bench new-materialized "$build" once
+  # the same build with the reference attention (bf16 GEMMs around the T x T softmax: 115.9 ms a
+  # step in run 1, 2026-11-27); BENCH_MATERIALIZED=1 adds it
+  [ "${BENCH_MATERIALIZED:-0}" = 1 ] && DDP_CUDA_ATTENTION=materialized bench new-materialized "$build" once
   # cuDNN's fused attention (models/ops/cuda_sdpa.cu, the graph llm.c's cudnn-frontend builds);
   # BENCH_CUDNN=0 leaves it out
   [ "${BENCH_CUDNN:-1}" = 1 ] && DDP_CUDA_ATTENTION=cudnn bench new-cudnn "$build" once
