@@ -479,8 +479,13 @@ extern "C" const char *ops_cuda_describe(const ops_handle *ops, ddp_dtype p)
 #else
     const char *conv = "im2col + cuBLAS (no cuDNN in this build)";
 #endif
-    snprintf(cu->text, sizeof cu->text, "cuBLAS %d, %s%s; convolutions %s; compute capability %d.%d",
-             cublas_version, gemm[p], math, conv, cu->cc_major, cu->cc_minor);
+    const char *attention = p != DDP_BF16           ? ""
+                            : cu->cudnn_attention      ? "; attention cuDNN's fused (bf16 activations)"
+                            : cu->flash                ? "; attention the fused kernel"
+                                                       : "; attention materialised";
+    snprintf(cu->text, sizeof cu->text,
+             "cuBLAS %d, %s%s; convolutions %s%s; compute capability %d.%d", cublas_version, gemm[p],
+             math, conv, attention, cu->cc_major, cu->cc_minor);
     return cu->text;
 }
 
