@@ -294,6 +294,15 @@ static bdesc vf32(builder *b, const char *name, const int64_t *dims, const int64
     return tensor(b, name, 0, CUDNN_DATA_FLOAT, dims, st, true, false);
 }
 
+/* op(x[, b2]) in fp32 into a new fp32 virtual tensor of x's shape (dims, st), returned. */
+static bdesc pw_new(builder *b, const char *what, cudnnPointwiseMode_t m, bdesc x, bdesc b2,
+                    const int64_t *dims, const int64_t *st)
+{
+    bdesc y = vf32(b, what, dims, st);
+    pointwise(b, what, m, CUDNN_DATA_FLOAT, x, b2, NULL, y, 0);
+    return y;
+}
+
 static void build_fwd(builder *b, const shapes *s)
 {
     cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f = CUDNN_DATA_FLOAT;
@@ -307,21 +316,17 @@ static void build_fwd(builder *b, const shapes *s)
 
     bdesc sc = vf32(b, "S", s->bhtt, s->s_tt);
     matmul(b, "bmm1 (Q K^T)", q, kt, sc);
-    bdesc scaled = vf32(b, "S * scale", s->bhtt, s->s_tt);
-    pointwise(b, "attn_scale", CUDNN_POINTWISE_MUL, f, sc, scale, NULL, scaled, 0);
+    bdesc scaled = pw_new(b, "attn_scale", CUDNN_POINTWISE_MUL, sc, scale, s->bhtt, s->s_tt);
     bdesc masked = vf32(b, "masked S", s->bhtt, s->s_tt);
     causal_mask(b, s, scaled, neg_inf, masked);
     /* the softmax with its statistics: max, exp(x - max), sum, log-sum-exp, division */
     bdesc mx = vf32(b, "max", s->bht1, s->s_t1);
     reduction(b, "Max", CUDNN_REDUCE_TENSOR_MAX, masked, mx);
-    bdesc sub = vf32(b, "sub_M", s->bhtt, s->s_tt);
-    pointwise(b, "sub", CUDNN_POINTWISE_SUB, f, masked, mx, NULL, sub, 0);
-    bdesc ex = vf32(b, "exp_sub_M", s->bhtt, s->s_tt);
-    pointwise(b, "exp", CUDNN_POINTWISE_EXP, f, sub, NULL, NULL, ex, 0);
+    bdesc sub = pw_new(b, "sub", CUDNN_POINTWISE_SUB, masked, mx, s->bhtt, s->s_tt);
+    bdesc ex = pw_new(b, "exp", CUDNN_POINTWISE_EXP, sub, NULL, s->bhtt, s->s_tt);
     bdesc sum = vf32(b, "SumExp", s->bht1, s->s_t1);
     reduction(b, "sum", CUDNN_REDUCE_TENSOR_ADD, ex, sum);
-    bdesc lg = vf32(b, "log", s->bht1, s->s_t1);
-    pointwise(b, "log", CUDNN_POINTWISE_LOG, f, sum, NULL, NULL, lg, 0);
+    bdesc lg = pw_new(b, "log", CUDNN_POINTWISE_LOG, sum, NULL, s->bht1, s->s_t1);
     pointwise(b, "add", CUDNN_POINTWISE_ADD, f, mx, lg, NULL, stats, 0);
     bdesc p = tensor(b, "P", 0, bf, s->bhtt, s->s_tt, true, false);
     pointwise(b, "div", CUDNN_POINTWISE_DIV, f, ex, sum, NULL, p, 0);
@@ -349,22 +354,18 @@ static void build_bwd(builder *b, const shapes *s, const sdpa_dims *d)
     bdesc dq_acc = tensor(b, "dQ_accum", UID_DQ_ACC, f, s->bhtd, s_acc, false, false);
 
     /* softmax_sum = rowsum(dO o) x 1 */
-    bdesc prod = vf32(b, "dO o", s->bhtd, s_dot);
-    pointwise(b, "mul_dO_O", CUDNN_POINTWISE_MUL, f, dout, o, NULL, prod, 0);
+    bdesc prod = pw_new(b, "mul_dO_O", CUDNN_POINTWISE_MUL, dout, o, s->bhtd, s_dot);
     bdesc rsum = vf32(b, "rowsum", s->bht1, s->s_t1);
     reduction(b, "reduce_dO_o", CUDNN_REDUCE_TENSOR_ADD, prod, rsum);
     pointwise(b, "scale_dropout_inv", CUDNN_POINTWISE_MUL, f, rsum, one, NULL, ssum, 0);
     /* the probabilities again: exp(mask(S scale - stats)) */
     bdesc sc = vf32(b, "S", s->bhtt, s->s_tt);
     matmul(b, "matmul_Q_KT", q, kt, sc);
-    bdesc scaled = vf32(b, "S * scale", s->bhtt, s->s_tt);
-    pointwise(b, "mul_s_attn_scale", CUDNN_POINTWISE_MUL, f, sc, scale, NULL, scaled, 0);
-    bdesc shifted = vf32(b, "S - stats", s->bhtt, s->s_tt);
-    pointwise(b, "sub_s_m", CUDNN_POINTWISE_SUB, f, scaled, stats, NULL, shifted, 0);
+    bdesc scaled = pw_new(b, "mul_s_attn_scale", CUDNN_POINTWISE_MUL, sc, scale, s->bhtt, s->s_tt);
+    bdesc shifted = pw_new(b, "sub_s_m", CUDNN_POINTWISE_SUB, scaled, stats, s->bhtt, s->s_tt);
     bdesc masked = vf32(b, "masked", s->bhtt, s->s_tt);
     causal_mask(b, s, shifted, neg_inf, masked);
-    bdesc p = vf32(b, "exp_s", s->bhtt, s->s_tt);
-    pointwise(b, "exp_s", CUDNN_POINTWISE_EXP, f, masked, NULL, NULL, p, 0);
+    bdesc p = pw_new(b, "exp_s", CUDNN_POINTWISE_EXP, masked, NULL, s->bhtt, s->s_tt);
     /* dV = P^T dO */
     bdesc pt = tensor(b, "P^T", 0, bf, s->bhtt, s->s_tt_t, true, false);
     reshape(b, "reshape_p", p, pt);
@@ -372,12 +373,10 @@ static void build_bwd(builder *b, const shapes *s, const sdpa_dims *d)
     /* dS = P (dO V^T - softmax_sum) scale */
     bdesc dp = vf32(b, "dP", s->bhtt, s->s_tt);
     matmul(b, "matmul_dO_VT", dout, vt, dp);
-    bdesc dp_sub = vf32(b, "dP - sum", s->bhtt, s->s_tt);
-    pointwise(b, "sub_dP_softmax_sum", CUDNN_POINTWISE_SUB, f, dp, ssum, NULL, dp_sub, 0);
-    bdesc ds = vf32(b, "dS unscaled", s->bhtt, s->s_tt);
-    pointwise(b, "mul_dP_exp_s", CUDNN_POINTWISE_MUL, f, dp_sub, p, NULL, ds, 0);
-    bdesc ds_scaled = vf32(b, "dS", s->bhtt, s->s_tt);
-    pointwise(b, "mul_dS_attn_scale", CUDNN_POINTWISE_MUL, f, ds, scale, NULL, ds_scaled, 0);
+    bdesc dp_sub = pw_new(b, "sub_dP_softmax_sum", CUDNN_POINTWISE_SUB, dp, ssum, s->bhtt, s->s_tt);
+    bdesc ds = pw_new(b, "mul_dP_exp_s", CUDNN_POINTWISE_MUL, dp_sub, p, s->bhtt, s->s_tt);
+    bdesc ds_scaled = pw_new(b, "mul_dS_attn_scale", CUDNN_POINTWISE_MUL, ds, scale, s->bhtt,
+                             s->s_tt);
     /* dK = dS^T Q */
     bdesc dst = tensor(b, "dS^T", 0, bf, s->bhtt, s->s_tt_t, true, false);
     reshape(b, "reshape_dS", ds_scaled, dst);

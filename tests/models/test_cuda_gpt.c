@@ -351,6 +351,36 @@ static bool equals_rounded(const bpair *p, const float *d)
     return bad == 0;
 }
 
+/* An attention case with bf16 activations: random qkv and dout on both sides (bf16-rounded),
+ * out and dqkv to be written, the device's state (n_dev floats), and the CPU's fp32 results on
+ * the same values in out.h and dqkv.h. */
+typedef struct attn16 {
+    size_t n, n_dev;
+    bpair qkv, out, dout, dqkv;
+    float *att_h, *datt_h, *att_d, *datt_d;
+} attn16;
+
+static void attn16_make(test_rng *r, int B, int T, int C, int NH, attn16 *a)
+{
+    size_t n = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
+    a->n = n;
+    a->n_dev = gpu->attention_floats(gpu, DDP_BF16, B, T, C, NH);
+    a->qkv = make_bpair(r, 3 * n, -2, 2), a->out = make_bpair(r, n, 1, 0);
+    a->dout = make_bpair(r, n, -1, 1), a->dqkv = make_bpair(r, 3 * n, 1, 0);
+    a->att_h = test_floats(n_att), a->datt_h = test_floats(n_att);
+    a->att_d = ddp_alloc(gpu->ctx, a->n_dev * sizeof(float));
+    a->datt_d = ddp_alloc(gpu->ctx, a->n_dev * sizeof(float));
+    cpu->attention_fwd(cpu, DDP_FP32, DDP_FP32, a->out.h, a->att_h, a->qkv.h, B, T, C, NH);
+    cpu->attention_bwd(cpu, DDP_FP32, DDP_FP32, a->dqkv.h, a->datt_h, a->dout.h, a->qkv.h,
+                       a->att_h, B, T, C, NH);
+}
+
+static void attn16_drop(attn16 *a)
+{
+    drop_bpair(&a->qkv), drop_bpair(&a->out), drop_bpair(&a->dout), drop_bpair(&a->dqkv);
+    free(a->att_h), free(a->datt_h), ddp_free(gpu->ctx, a->att_d), ddp_free(gpu->ctx, a->datt_d);
+}
+
 /* check_attention_bf16 with bf16 activations: qkv and dout read, out and dqkv written in bf16 on
  * the device; the CPU's fp32 on the same (rounded) values is the reference. The device's fp32
  * activations on those values must give the same results before their rounding, bit for bit:
@@ -358,39 +388,32 @@ static bool equals_rounded(const bpair *p, const float *d)
  * fp32 ones split into bf16 heads), so this checks the in-place reads' addressing exactly. */
 static void check_attention_act16(test_rng *r, int B, int T, int C, int NH, bool flash)
 {
-    size_t n = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
     CHECK(ops_cuda_set_attention(gpu, flash) == DDP_OK, "ops_cuda_set_attention");
-    size_t n_dev = gpu->attention_floats(gpu, DDP_BF16, B, T, C, NH);
-    bpair qkv = make_bpair(r, 3 * n, -2, 2), out = make_bpair(r, n, 1, 0);
-    bpair dout = make_bpair(r, n, -1, 1), dqkv = make_bpair(r, 3 * n, 1, 0);
-    float *att_h = test_floats(n_att), *datt_h = test_floats(n_att);
-    float *att_d = ddp_alloc(gpu->ctx, n_dev * sizeof(float));
-    float *datt_d = ddp_alloc(gpu->ctx, n_dev * sizeof(float));
-    cpu->attention_fwd(cpu, DDP_FP32, DDP_FP32, out.h, att_h, qkv.h, B, T, C, NH);
-    cpu->attention_bwd(cpu, DDP_FP32, DDP_FP32, dqkv.h, datt_h, dout.h, qkv.h, att_h, B, T, C, NH);
-    CHECK(gpu->attention_fwd(gpu, DDP_BF16, DDP_BF16, out.d, att_d, qkv.d, B, T, C, NH) == DDP_OK,
-          "attention_fwd bf16 activations");
-    CHECK(gpu->attention_bwd(gpu, DDP_BF16, DDP_BF16, dqkv.d, datt_d, dout.d, qkv.d, att_d, B, T,
-                             C, NH) == DDP_OK, "attention_bwd bf16 activations");
-    double e_out = rel_error_of(bdownload(&out), out.h, n);
-    double e_d = rel_error_of(bdownload(&dqkv), dqkv.h, 3 * n);
+    attn16 a;
+    attn16_make(r, B, T, C, NH, &a);
+    size_t n = a.n;
+    CHECK(gpu->attention_fwd(gpu, DDP_BF16, DDP_BF16, a.out.d, a.att_d, a.qkv.d, B, T, C, NH) ==
+          DDP_OK, "attention_fwd bf16 activations");
+    CHECK(gpu->attention_bwd(gpu, DDP_BF16, DDP_BF16, a.dqkv.d, a.datt_d, a.dout.d, a.qkv.d,
+                             a.att_d, B, T, C, NH) == DDP_OK, "attention_bwd bf16 activations");
+    double e_out = rel_error_of(bdownload(&a.out), a.out.h, n);
+    double e_d = rel_error_of(bdownload(&a.dqkv), a.dqkv.h, 3 * n);
     printf("attention bf16 activations %s B %d T %d C %d NH %d: out %.2e, dqkv %.2e\n",
            flash ? "flash" : "materialised", B, T, C, NH, e_out, e_d);
     CHECK(e_out <= 3e-2, "attention bf16 activations out: relative error %.3g > 3e-2", e_out);
     CHECK(e_d <= 5e-2, "attention bf16 activations dqkv: relative error %.3g > 5e-2", e_d);
-    float *qkv32 = device_f32(&qkv), *dout32 = device_f32(&dout);
+    float *qkv32 = device_f32(&a.qkv), *dout32 = device_f32(&a.dout);
     float *out32 = ddp_alloc(gpu->ctx, n * sizeof(float));
     float *dqkv32 = ddp_alloc(gpu->ctx, 3 * n * sizeof(float));
-    CHECK(gpu->attention_fwd(gpu, DDP_BF16, DDP_FP32, out32, att_d, qkv32, B, T, C, NH) ==
-          DDP_OK && gpu->attention_bwd(gpu, DDP_BF16, DDP_FP32, dqkv32, datt_d, dout32, qkv32,
-                                       att_d, B, T, C, NH) == DDP_OK, "attention fp32 activations");
-    CHECK(equals_rounded(&out, out32) && equals_rounded(&dqkv, dqkv32),
+    CHECK(gpu->attention_fwd(gpu, DDP_BF16, DDP_FP32, out32, a.att_d, qkv32, B, T, C, NH) ==
+          DDP_OK && gpu->attention_bwd(gpu, DDP_BF16, DDP_FP32, dqkv32, a.datt_d, dout32, qkv32,
+                                       a.att_d, B, T, C, NH) == DDP_OK, "attention fp32 activations");
+    CHECK(equals_rounded(&a.out, out32) && equals_rounded(&a.dqkv, dqkv32),
           "attention (%s, T %d, C %d, NH %d): bf16 activations differ from fp32 ones rounded",
           flash ? "flash" : "materialised", T, C, NH);
     ddp_free(gpu->ctx, qkv32), ddp_free(gpu->ctx, dout32), ddp_free(gpu->ctx, out32);
     ddp_free(gpu->ctx, dqkv32);
-    drop_bpair(&qkv), drop_bpair(&out), drop_bpair(&dout), drop_bpair(&dqkv);
-    free(att_h), free(datt_h), ddp_free(gpu->ctx, att_d), ddp_free(gpu->ctx, datt_d);
+    attn16_drop(&a);
     ops_cuda_set_attention(gpu, true);
 }
 
@@ -402,52 +425,46 @@ static void check_attention_act16(test_rng *r, int B, int T, int C, int NH, bool
  * atomics, so only its tolerance is checked). Reports and skips without cuDNN. */
 static void check_attention_cudnn(test_rng *r, int B, int T, int C, int NH)
 {
-    size_t n = (size_t)B * T * C, n_att = (size_t)B * NH * T * T, hs = (size_t)C / NH;
     if (ops_cuda_set_attention_cudnn(gpu, true) != DDP_OK) {
         printf("attention cudnn: skipped (this build has no cuDNN)\n");
         return;
     }
-    size_t n_dev = gpu->attention_floats(gpu, DDP_BF16, B, T, C, NH);
-    CHECK(n_dev == (size_t)B * NH * T * (hs + 1), "cudnn attention_floats %zu", n_dev);
-    bpair qkv = make_bpair(r, 3 * n, -2, 2), out = make_bpair(r, n, 1, 0);
-    bpair dout = make_bpair(r, n, -1, 1), dqkv = make_bpair(r, 3 * n, 1, 0);
-    float *att_h = test_floats(n_att), *datt_h = test_floats(n_att);
-    float *att_d = ddp_alloc(gpu->ctx, n_dev * sizeof(float));
-    float *datt_d = ddp_alloc(gpu->ctx, n_dev * sizeof(float));
-    cpu->attention_fwd(cpu, DDP_FP32, DDP_FP32, out.h, att_h, qkv.h, B, T, C, NH);
-    cpu->attention_bwd(cpu, DDP_FP32, DDP_FP32, dqkv.h, datt_h, dout.h, qkv.h, att_h, B, T, C, NH);
-    float *first_out = NULL, *first_d = NULL;
+    attn16 a;
+    attn16_make(r, B, T, C, NH, &a);
+    size_t n = a.n;
+    CHECK(a.n_dev == (size_t)B * T * (C + NH), "cudnn attention_floats %zu", a.n_dev);
+    float *first_out = NULL;
     for (int run = 0; run < 3; run++) { /* cuDNN, cuDNN again, the project's kernel */
         if (run == 2)
             ops_cuda_set_attention_cudnn(gpu, false);
-        ddp_status f = gpu->attention_fwd(gpu, DDP_BF16, DDP_BF16, out.d, att_d, qkv.d, B, T, C, NH);
+        const char *name = run < 2 ? "cudnn" : "flash";
+        ddp_status f = gpu->attention_fwd(gpu, DDP_BF16, DDP_BF16, a.out.d, a.att_d, a.qkv.d, B, T,
+                                          C, NH);
         ddp_status b = f != DDP_OK ? f
-                       : gpu->attention_bwd(gpu, DDP_BF16, DDP_BF16, dqkv.d, datt_d, dout.d, qkv.d,
-                                            att_d, B, T, C, NH);
-        CHECK(f == DDP_OK && b == DDP_OK, "attention %s B %d T %d C %d NH %d: %s / %s",
-              run < 2 ? "cudnn" : "flash", B, T, C, NH, ddp_strerror(f), ddp_strerror(b));
+                       : gpu->attention_bwd(gpu, DDP_BF16, DDP_BF16, a.dqkv.d, a.datt_d, a.dout.d,
+                                            a.qkv.d, a.att_d, B, T, C, NH);
+        CHECK(f == DDP_OK && b == DDP_OK, "attention %s B %d T %d C %d NH %d: %s / %s", name, B, T,
+              C, NH, ddp_strerror(f), ddp_strerror(b));
         if (f != DDP_OK || b != DDP_OK)
             break;
-        double e_out = rel_error_of(bdownload(&out), out.h, n);
-        double e_d = rel_error_of(bdownload(&dqkv), dqkv.h, 3 * n);
-        float *o = bdownload(&out), *d = bdownload(&dqkv);
-        printf("attention bf16 activations %s B %d T %d C %d NH %d: out %.2e, dqkv %.2e\n",
-               run < 2 ? "cudnn" : "flash", B, T, C, NH, e_out, e_d);
-        CHECK(e_out <= 3e-2, "attention cudnn/flash out: relative error %.3g > 3e-2", e_out);
-        CHECK(e_d <= 5e-2, "attention cudnn/flash dqkv: relative error %.3g > 5e-2", e_d);
-        if (run == 0) {
-            first_out = o, first_d = d;
-            continue;
-        }
+        double e_out = rel_error_of(bdownload(&a.out), a.out.h, n);
+        double e_d = rel_error_of(bdownload(&a.dqkv), a.dqkv.h, 3 * n);
+        printf("attention bf16 activations %s B %d T %d C %d NH %d: out %.2e, dqkv %.2e\n", name,
+               B, T, C, NH, e_out, e_d);
+        CHECK(e_out <= 3e-2, "attention %s out: relative error %.3g > 3e-2", name, e_out);
+        CHECK(e_d <= 5e-2, "attention %s dqkv: relative error %.3g > 5e-2", name, e_d);
+        float *o = bdownload(&a.out);
         if (run == 1)
             CHECK(!memcmp(o, first_out, n * sizeof *o),
                   "cudnn attention B %d T %d: a second forward differs", B, T);
-        free(o), free(d);
+        if (run == 0)
+            first_out = o;
+        else
+            free(o);
     }
     ops_cuda_set_attention_cudnn(gpu, false);
-    free(first_out), free(first_d);
-    drop_bpair(&qkv), drop_bpair(&out), drop_bpair(&dout), drop_bpair(&dqkv);
-    free(att_h), free(datt_h), ddp_free(gpu->ctx, att_d), ddp_free(gpu->ctx, datt_d);
+    free(first_out);
+    attn16_drop(&a);
     ops_cuda_set_attention(gpu, true);
 }
 
