@@ -751,8 +751,6 @@ int main(void)
             check_attention_act16(&r, 2, 13, 96, 4, flash);
             check_attention_act16(&r, 2, 9, 6, 2, flash); /* hs 3: one element at a time */
         }
-        check_attention_cudnn(&r, 2, 70, 128, 2);   /* hs 64, T not a multiple of 64 */
-        check_attention_cudnn(&r, 2, 256, 768, 12); /* d12's heads, four tiles */
         check_layernorm_bf16(&r, 26, 96);
         check_layernorm_bf16(&r, 70, 300);
         check_elementwise_bf16(&r, 100003);
@@ -771,6 +769,13 @@ int main(void)
     check_xent(&r, 26, 100, 128);
     check_xent(&r, 9, 1000, 1024);
     check_xent(&r, 5, 37, 39); /* Vp not a multiple of 4: one column at a time */
+    /* last: cuDNN's graphs have not run on a GPU before; a fault there leaves the checks above
+     * reported (their lines flushed first) */
+    fflush(stdout);
+    if (gpu->supports(gpu, DDP_BF16, NULL)) {
+        check_attention_cudnn(&r, 2, 70, 128, 2);   /* hs 64, T not a multiple of 64 */
+        check_attention_cudnn(&r, 2, 256, 768, 12); /* d12's heads, four tiles */
+    }
     test_cuda_close(ctx, gpu, cpu);
     return CHECK_DONE();
 }
