@@ -8,7 +8,10 @@
  * the 16-bit precisions over the whole gradient, bf16 2^-4 and fp16 2^-7 (each side rounds the
  * matmul inputs to 16 bits after fp32 sums that differ in their last bits, so single roundings
  * flip an ulp apart and the differences grow through the layers). Losses: fp32 1e-5 relative,
- * bf16 1e-2, fp16 2e-3.
+ * bf16 1e-2, fp16 2e-3. bf16 also with head size 64 (2 heads of 128 channels), where the GPU's
+ * attention is the fused kernel, and again on cuDNN's fused attention (DDP_CUDA_ATTENTION=cudnn;
+ * reported and left out in a build without cuDNN): the model's use of each path, with bf16's
+ * tolerances.
  */
 #include <string.h>
 
@@ -22,12 +25,16 @@ typedef struct prec {
     ddp_dtype p;
     float loss_scale;
     double loss_rtol, grad_rtol; /* see the top */
+    int heads;                   /* 0: 4 heads of 16 (64 channels); else heads of 64 */
+    bool cudnn;                  /* cuDNN's fused attention on the GPU */
 } prec;
 
 static const prec precs[] = {
-    {DDP_FP32, 1.0f, 1e-5, 1e-4},
-    {DDP_BF16, 1.0f, 1e-2, 1.0 / 16},
-    {DDP_FP16, 1024.0f, 2e-3, 1.0 / 128},
+    {DDP_FP32, 1.0f, 1e-5, 1e-4, 0, false},
+    {DDP_BF16, 1.0f, 1e-2, 1.0 / 16, 0, false},
+    {DDP_FP16, 1024.0f, 2e-3, 1.0 / 128, 0, false},
+    {DDP_BF16, 1.0f, 1e-2, 1.0 / 16, 2, false},
+    {DDP_BF16, 1.0f, 1e-2, 1.0 / 16, 2, true},
 };
 
 /* One side: the model, the batch and the loss accumulator in the backend's memory. */
@@ -42,7 +49,8 @@ typedef struct side {
 static int open_side(side *s, ddp_ctx *ctx, const ops_handle *ops, const prec *pr,
                      const int *tokens, const int *targets)
 {
-    gpt2_config cfg = {.max_seq = T, .vocab = V, .layers = 2, .heads = 4, .channels = 64};
+    gpt2_config cfg = {.max_seq = T, .vocab = V, .layers = 2, .heads = pr->heads ? pr->heads : 4,
+                       .channels = pr->heads ? 64 * pr->heads : 64};
     gpt2_opts o = {.max_batch = B, .seq = T, .precision = pr->p, .seed = 77};
     size_t n_tok = (size_t)B * T * sizeof(int);
     *s = (side){.ctx = ctx};
@@ -106,11 +114,16 @@ static void compare_grads(const side *gpu, const side *cpu, const prec *pr, cons
     }
 }
 
-static void check_precision(ddp_ctx *ctx, const ops_handle *gpu_ops, const ops_handle *cpu_ops,
+static void check_precision(ddp_ctx *ctx, ops_handle *gpu_ops, const ops_handle *cpu_ops,
                             const prec *pr, const int *tokens, const int *targets)
 {
     side gpu = {0}, cpu = {0};
-    const char *name = ddp_dtype_name(pr->p);
+    const char *name = pr->cudnn ? "bf16, hs 64, cuDNN attention"
+                       : pr->heads ? "bf16, hs 64" : ddp_dtype_name(pr->p);
+    if (pr->cudnn && ops_cuda_set_attention_cudnn(gpu_ops, true) != DDP_OK) {
+        printf("%s: skipped (this build has no cuDNN)\n", name);
+        return;
+    }
     if (open_side(&gpu, ctx, gpu_ops, pr, tokens, targets) == 0 &&
         open_side(&cpu, NULL, cpu_ops, pr, tokens, targets) == 0) {
         optim *og = NULL, *oc = NULL;
@@ -129,6 +142,7 @@ static void check_precision(ddp_ctx *ctx, const ops_handle *gpu_ops, const ops_h
     }
     close_side(&gpu);
     close_side(&cpu);
+    ops_cuda_set_attention_cudnn(gpu_ops, false);
 }
 
 int main(void)
