@@ -4,8 +4,10 @@
  * 1's), checks that a second run of each is bitwise identical, that versions 2 and 3 give the same
  * bits with each of their loads (flash_attn_set_loads), and that version 3's bf16 outputs in rows
  * are its fp32 ones rounded (check_rows_out), and times each at GPT-2 d12's shape (B 16 x 12
- * heads, T 1024, hs 64). Stand-alone: it needs only cuda_flash.cu; libddp's two log
- * functions that DDP_ERROR calls are stubbed below.
+ * heads, T 1024, hs 64). In a build with cuDNN it also runs cuDNN's fused attention
+ * (cuda_sdpa.cu) on the model's rows at that shape against version 3 on the same rows, and times
+ * both (cudnn_vs_v3). Stand-alone: it needs only cuda_flash.cu (and cuda_sdpa.cu with cuDNN);
+ * libddp's two log functions that DDP_ERROR calls are stubbed below.
  *
  * Build (from the repository root) and run:
  *   nvcc -std=c++17 -O2 -arch=sm_90 -I models/ops -I runtime -I common \
@@ -22,7 +24,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "config.h"
 #include "cuda_flash.h"
+#if HAVE_CUDNN
+#include "cuda_sdpa.h"
+#endif
 
 /* ---- libddp's log, stubbed (DDP_ERROR's two functions) ------------------------------------ */
 
@@ -485,6 +491,130 @@ static void bench(int BH, int T, int impl, int loads)
     device_free(b);
 }
 
+#if HAVE_CUDNN
+/* ||a - b|| / ||b|| over n bf16 values. */
+static double rel_l2_bf16(const std::vector<uint16_t> &a, const std::vector<uint16_t> &b)
+{
+    double d = 0.0, r = 0.0;
+    for (size_t i = 0; i < a.size(); i++) {
+        double x = from_bf16(a[i]), y = from_bf16(b[i]);
+        d += (x - y) * (x - y);
+        r += y * y;
+    }
+    return sqrt(d / (r > 0 ? r : 1));
+}
+
+/* Median ms of 10 runs of f after 3 (stream 0). */
+template <class F> static float time_ms(F f)
+{
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int it = 0; it < 13; it++) {
+        float ms = 0;
+        CHECK_CUDA(cudaEventRecord(e0, 0));
+        f();
+        CHECK_CUDA(cudaEventRecord(e1, 0));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        if (it >= 3)
+            t.push_back(ms);
+    }
+    CHECK_CUDA(cudaEventDestroy(e0));
+    CHECK_CUDA(cudaEventDestroy(e1));
+    return median_ms(t);
+}
+
+/* cuDNN's fused attention (cuda_sdpa.cu) against version 3, both on the model's rows (qkv (B, T,
+ * 3C), out and dout (B, T, C)) from the same bf16 q, k, v and dout: o within 3e-2 and dq, dk, dv
+ * within 5e-2 of version 3's (relative L2; each path is ~1 % from exact, as cuda_gpt measures
+ * against the CPU), then each one's forward and backward (version 3's with its delta) timed. */
+static bool cudnn_vs_v3(int B, int NH, int T)
+{
+    int C = NH * HS, BH = B * NH;
+    size_t n = (size_t)B * T * C, rows = (size_t)BH * T;
+    float scale = 1.0f / sqrtf((float)HS);
+    std::vector<uint16_t> qkv_h(3 * n), dout_h(n);
+    for (auto &x : qkv_h)
+        x = to_bf16(2.0f * uniform());
+    for (auto &x : dout_h)
+        x = to_bf16(uniform());
+    uint16_t *qkv, *dout, *out_c, *out_v, *dqkv_c, *dqkv_v;
+    float *stats, *lse, *o32, *delta, *sum, *dq_acc;
+    CHECK_CUDA(cudaMalloc(&qkv, 3 * n * 2));
+    CHECK_CUDA(cudaMalloc(&dout, n * 2));
+    CHECK_CUDA(cudaMalloc(&out_c, n * 2));
+    CHECK_CUDA(cudaMalloc(&out_v, n * 2));
+    CHECK_CUDA(cudaMalloc(&dqkv_c, 3 * n * 2));
+    CHECK_CUDA(cudaMalloc(&dqkv_v, 3 * n * 2));
+    CHECK_CUDA(cudaMalloc(&stats, rows * 4));
+    CHECK_CUDA(cudaMalloc(&lse, rows * 4));
+    CHECK_CUDA(cudaMalloc(&o32, n * 4));
+    CHECK_CUDA(cudaMalloc(&delta, rows * 4));
+    CHECK_CUDA(cudaMalloc(&sum, rows * 4));
+    CHECK_CUDA(cudaMalloc(&dq_acc, n * 4));
+    CHECK_CUDA(cudaMemcpy(qkv, qkv_h.data(), 3 * n * 2, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dout, dout_h.data(), n * 2, cudaMemcpyHostToDevice));
+
+    cudnnHandle_t h = NULL;
+    sdpa_plan *pf = NULL, *pb = NULL;
+    sdpa_dims d = {B, NH, T, HS, 3LL * C, C};
+    bool ok = cudnnCreate(&h) == CUDNN_STATUS_SUCCESS && sdpa_build(h, &d, false, &pf, NULL) == DDP_OK &&
+              sdpa_build(h, &d, true, &pb, NULL) == DDP_OK;
+    void *ws = NULL;
+    size_t ws_bytes = ok ? std::max(sdpa_workspace(pf), sdpa_workspace(pb)) : 0;
+    if (ws_bytes)
+        CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
+    flash_layout lq = {3 * C, NH}, lo = {C, NH};
+    const uint16_t *q = qkv, *k = qkv + C, *v = qkv + 2 * C;
+    auto v3_fwd = [&] {
+        CHECK_OK(flash_attn_fwd_rows(0, q, k, v, lq, o32, out_v, lo, lse, BH, T, HS, scale));
+    };
+    auto v3_bwd = [&] {
+        CHECK_OK(flash_attn_delta_rows(0, dout, lo, o32, delta, BH, T, HS));
+        CHECK_OK(flash_attn_bwd_rows(0, q, k, v, lq, dout, lo, lse, delta,
+                                     flash_out{NULL, dqkv_v, lq}, flash_out{NULL, dqkv_v + C, lq},
+                                     flash_out{NULL, dqkv_v + 2 * C, lq}, BH, T, HS, scale));
+    };
+    auto cd_fwd = [&] { CHECK_OK(sdpa_run_fwd(h, pf, qkv, out_c, stats, scale, ws)); };
+    auto cd_bwd = [&] {
+        CHECK_OK(sdpa_run_bwd(h, pb, qkv, out_c, dout, stats, dqkv_c, sum, dq_acc, scale, ws));
+    };
+    flash_attn_set_impl(3);
+    if (ok) {
+        v3_fwd(), v3_bwd(), cd_fwd(), cd_bwd();
+        CHECK_CUDA(cudaDeviceSynchronize());
+        std::vector<uint16_t> oc(n), ov(n), gc(3 * n), gv(3 * n);
+        CHECK_CUDA(cudaMemcpy(oc.data(), out_c, n * 2, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(ov.data(), out_v, n * 2, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(gc.data(), dqkv_c, 3 * n * 2, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(gv.data(), dqkv_v, 3 * n * 2, cudaMemcpyDeviceToHost));
+        double eo = rel_l2_bf16(oc, ov), eg = rel_l2_bf16(gc, gv);
+        ok = eo <= 3e-2 && eg <= 5e-2;
+        printf("cudnn vs v3 B %d NH %d T %d (the model's rows): o %.2e, dqkv %.2e apart: %s\n", B, NH,
+               T, eo, eg, ok ? "ok" : "FAIL");
+        double fwd_flops = 2.0 * 2.0 * BH * (double)T * T * HS / 2.0, bwd_flops = 2.5 * fwd_flops;
+        float vf = time_ms(v3_fwd), vb = time_ms(v3_bwd), cf = time_ms(cd_fwd), cb = time_ms(cd_bwd);
+        printf("rows   v3    %4d %5d %3d %12.3f %10.1f %12.3f %10.1f\n", BH, T, HS, vf,
+               fwd_flops / (vf * 1e-3) / 1e12, vb, bwd_flops / (vb * 1e-3) / 1e12);
+        printf("rows   cudnn %4d %5d %3d %12.3f %10.1f %12.3f %10.1f  (workspace %zu bytes)\n", BH, T,
+               HS, cf, fwd_flops / (cf * 1e-3) / 1e12, cb, bwd_flops / (cb * 1e-3) / 1e12, ws_bytes);
+    } else {
+        printf("cudnn vs v3 B %d NH %d T %d: cuDNN's graph did not build (above): FAIL\n", B, NH, T);
+    }
+    flash_attn_set_impl(0);
+    sdpa_free(pf);
+    sdpa_free(pb);
+    if (h)
+        cudnnDestroy(h);
+    void *bufs[] = {qkv, dout, out_c, out_v, dqkv_c, dqkv_v, stats, lse, o32, delta, sum, dq_acc, ws};
+    for (void *b : bufs)
+        cudaFree(b);
+    return ok;
+}
+#endif
+
 int main(void)
 {
     int n_dev = 0;
@@ -511,6 +641,11 @@ int main(void)
         bench(16 * 12, 1024, impl, 1);
     bench(16 * 12, 1024, 3, 0);
     bench(16 * 12, 1024, 3, 2);
-    printf("%d passed, %d failed\n", n + 1 - failed, failed);
+    int n_checks = n + 1;
+#if HAVE_CUDNN
+    failed += !cudnn_vs_v3(16, 12, 1024); /* d12 at B 16 */
+    n_checks++;
+#endif
+    printf("%d passed, %d failed\n", n_checks - failed, failed);
     return failed ? 1 : 0;
 }
