@@ -7,6 +7,7 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,14 @@ struct gpt2 {
     ddp_reducer *gather; /* gpt2_set_gather: forward waits for its all-gather slice by slice */
     void *cparams;   // (numel_total) in p: the matmuls' weights (= params for fp32)
     bool cparams_stale;
+    /* bf16: what the forward and backward passes read in fp32 (the embeddings, LayerNorm, the
+     * biases: param()) is the copy widened, not the master weights, as llm.c reads bf16 weights;
+     * so every rank reads the same values whether it holds a slice's master or not
+     * (gpt2_set_copy_gather). rparams holds those slices back to back, slice i at roff[i]
+     * (SIZE_MAX: a matmul weight, read through cparams only). NULL in fp32 and fp16. */
+    float *rparams;
+    size_t *roff;    // (n_params)
+    bool copy_gather; /* gpt2_set_copy_gather */
     /* gpt2_copy_rounding: cparams rounded stochastically (bf16) by (sr_seed, *sr_steps, flat
      * index); [opt_lo, opt_hi) written by the optimizer at step opt_step (-1: not since the last
      * gpt2_params) */
@@ -250,7 +259,19 @@ static int slice(const gpt2 *g, int t, int l)
     return t == T_WTE ? 0 : t == T_WPE ? 1 : g->n_params - (t == T_LNFW ? 2 : 1);
 }
 
-static float *param(gpt2 *g, int t, int l) { return g->params + g->offset[slice(g, t, l)]; }
+/* Tensor t's slice of layer l as the passes read it in fp32 (never a matmul weight): the master
+ * weights, or in bf16 the copy widened (rparams). */
+static float *param(gpt2 *g, int t, int l)
+{
+    int i = slice(g, t, l);
+    return g->rparams ? g->rparams + g->roff[i] : g->params + g->offset[i];
+}
+
+/* Whether tensor t is read in fp32 by param() (all but the four matmul weights). */
+static bool read_in_fp32(int t)
+{
+    return t != T_QKVW && t != T_ATTPROJW && t != T_FCW && t != T_FCPROJW;
+}
 
 /* Where backward adds tensor t's slice of layer l's gradient: the flat buffer, or with
  * opts.reducer_grads the place the reducer gives it in this micro-step (inside its bucket's
@@ -419,7 +440,18 @@ static ddp_status alloc_state(gpt2 *g)
         if (!g->cparams)
             return DDP_ERR_NOMEM;
     }
-    return DDP_OK;
+    if (g->opts.precision != DDP_BF16)
+        return DDP_OK;
+    g->roff = malloc((size_t)g->n_params * sizeof *g->roff);
+    if (!g->roff)
+        return DDP_ERR_NOMEM;
+    size_t n = 0;
+    for (int i = 0; i < g->n_params; i++) {
+        g->roff[i] = read_in_fp32(g->tensor_of[i]) ? n : SIZE_MAX;
+        n += read_in_fp32(g->tensor_of[i]) ? g->numel[i] : 0;
+    }
+    g->rparams = ddp_alloc(g->ctx, n * sizeof(float));
+    return g->rparams ? DDP_OK : DDP_ERR_NOMEM;
 }
 
 /* ---- lifecycle ----------------------------------------------------------------------------- */
@@ -521,6 +553,8 @@ void gpt2_destroy(gpt2 *g)
         ddp_free(g->ctx, g->bufs[i]);
     if (g->cparams != g->params)
         ddp_free(g->ctx, g->cparams);
+    ddp_free(g->ctx, g->rparams);
+    free(g->roff);
     ddp_free(g->ctx, g->params);
     ddp_free(g->ctx, g->grads);
     free(g->descs);
@@ -569,6 +603,7 @@ void gpt2_copy_rounding(gpt2 *g, uint32_t seed, const long *steps, size_t offset
 }
 
 void gpt2_copy_written(gpt2 *g, long t) { g->opt_step = t; }
+void gpt2_set_copy_gather(gpt2 *g, bool on) { g->copy_gather = on && g->rparams; }
 float *gpt2_grads(gpt2 *g) { return g->grads; }
 
 ddp_status gpt2_logits_get(const gpt2 *g, size_t row, size_t n_rows, float *host)
@@ -592,7 +627,10 @@ ddp_status gpt2_logits_get(const gpt2 *g, size_t row, size_t n_rows, float *host
 void gpt2_memory_get(const gpt2 *g, gpt2_memory *out)
 {
     size_t f32 = g->numel_total * sizeof(float);
-    out->params = f32 + (g->cparams != g->params ? g->numel_total * g->es : 0);
+    size_t widened = 0;
+    for (int i = 0; g->rparams && i < g->n_params; i++)
+        widened += g->roff[i] != SIZE_MAX ? g->numel[i] * sizeof(float) : 0;
+    out->params = f32 + (g->cparams != g->params ? g->numel_total * g->es : 0) + widened;
     out->grads = g->grads ? f32 : 0;
     out->activations = g->act_bytes;
     out->logits = (size_t)g->opts.max_batch * g->opts.seq * g->cfg.padded_vocab * g->ea;
@@ -648,13 +686,24 @@ static ddp_status cast_range(gpt2 *g, size_t a, size_t b)
     return DDP_OK;
 }
 
+/* rparams' part of slice i from the copy (nothing for a matmul weight, or outside bf16). */
+static ddp_status widen_slice(gpt2 *g, int i)
+{
+    if (!g->rparams || g->roff[i] == SIZE_MAX)
+        return DDP_OK;
+    return g->ops->cast(g->ops, DDP_FP32, g->rparams + g->roff[i], DDP_BF16,
+                        (const char *)g->cparams + g->offset[i] * g->es, g->numel[i]);
+}
+
 /* The matmul weights in p, refreshed after the parameters changed (with gpt2_set_gather slice by
- * slice instead, as each arrives: layer_ready). */
+ * slice instead, as each arrives: layer_ready), and in bf16 what param() reads widened from them. */
 static ddp_status refresh_cparams(gpt2 *g)
 {
     if (is_fp32(g) || !g->cparams_stale || g->gather)
         return DDP_OK;
     TRY_OK(cast_range(g, 0, g->numel_total));
+    for (int i = 0; i < g->n_params; i++)
+        TRY_OK(widen_slice(g, i));
     g->cparams_stale = false;
     return DDP_OK;
 }
@@ -796,13 +845,18 @@ static ddp_status head_fwd(gpt2 *g)
 }
 
 /* gpt2_set_gather: slice i's all-gather has arrived (ddp_reducer_gather_wait: on CUDA the
- * compute stream waits, not the host) and, in 16 bits, its matmul copy is refreshed. */
+ * compute stream waits, not the host) and, in 16 bits, its matmul copy is refreshed: rounded
+ * from the gathered parameters, or, with gpt2_set_copy_gather after an optimizer step, the copy
+ * itself gathered (this rank's range written by the optimizer); then widened for param(). */
 static ddp_status slice_ready(gpt2 *g, int i)
 {
     TRY_OK(ddp_reducer_gather_wait(g->gather, i));
     if (is_fp32(g) || !g->cparams_stale)
         return DDP_OK;
-    return cast_range(g, g->offset[i], g->offset[i] + g->numel[i]);
+    bool gathered = g->copy_gather && g->sr_steps && g->opt_step == *g->sr_steps;
+    if (!gathered)
+        TRY_OK(cast_range(g, g->offset[i], g->offset[i] + g->numel[i]));
+    return widen_slice(g, i);
 }
 
 /* The slices the next part of the forward pass reads (layer l's twelve; l = -1: the embeddings;

@@ -125,6 +125,14 @@ void gpt2_copy_rounding(gpt2 *g, uint32_t seed, const long *steps, size_t offset
  * gpt2_params that the step changed them through): the next refresh leaves that range alone
  * when *steps is t. */
 void gpt2_copy_written(gpt2 *g, long t);
+/* ZeRO in bf16: the reducer's all-gather after each optimizer step gathers the copy itself
+ * (gpt2_copy, half the bytes) instead of the parameters, so the fp32 parameters outside this
+ * rank's range are stale until the caller gathers them (ddp_reducer_gather_params) before it
+ * reads them; the passes never do: in bf16 what they read in fp32 (the embeddings, LayerNorm,
+ * the biases) is the copy widened, on every rank alike. A step without an optimizer update, or
+ * gpt2_params, needs the fp32 parameters complete again (the copy is rounded from them). No
+ * effect outside bf16. */
+void gpt2_set_copy_gather(gpt2 *g, bool on);
 
 /* Forward pass on tokens (B, T) (backend memory, values in [0, V)), B <= max_batch, T <= seq.
  * With targets (B, T): ADDS the mean cross-entropy to *loss_acc (backend memory, one float) when

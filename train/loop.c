@@ -101,6 +101,14 @@ void trainer_params_ready(trainer *t)
     trainer_must(t, ddp_reducer_gather_wait(t->reducer, -1), "gathering the parameters");
 }
 
+void trainer_params_full(trainer *t)
+{
+    trainer_params_ready(t);
+    if (t->opt && optim_gathers_copy(t->opt))
+        trainer_must(t, optim_params_full(t->opt, t->task->params(t)),
+                     "gathering the fp32 parameters");
+}
+
 /* Opens FILE for writing like fopen(path, "w") (append: "a"), but a FIFO without a reader fails
  * (ENXIO) instead of blocking rank 0 while its peers wait. NULL with errno set on failure. */
 static FILE *create_file(const char *path, int append)
@@ -355,7 +363,9 @@ static void on_nonfinite(trainer *t, int64_t ranks)
             DDP_WARN("step %ld: the loss is NaN or inf on %lld rank(s): the step is not applied "
                      "(--nan-policy skip)", t->step + 1, (long long)ranks);
         /* As after an applied step, the model's 16-bit copy is made again for the next one: the
-         * GPT rounds it stochastically by step, and a run resumed after this step does so too. */
+         * GPT rounds it stochastically by step, and a run resumed after this step does so too;
+         * from fp32 parameters whole on every rank (every rank skips alike). */
+        trainer_params_full(t);
         (void)t->task->params(t);
         return;
     }
@@ -429,7 +439,7 @@ static void write_checkpoint(trainer *t)
     train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
     trainer_clock(t);
     if (save_needs_gather(t))
-        trainer_params_ready(t);
+        trainer_params_full(t);
     ddp_trace_begin("checkpoint", t->step);
     if (t->rank == 0)
         progress_end(&t->progress);
@@ -553,7 +563,7 @@ static ddp_status save(trainer *t)
 static ddp_status train_and_finish(trainer *t)
 {
     train_epochs(t);
-    trainer_params_ready(t);
+    trainer_params_full(t);
     if (t->nan_stopped || t->save_failed)
         return t->nan_stopped ? DDP_ERR_STATE : DDP_ERR_IO;
     report_scaler(t);

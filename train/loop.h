@@ -133,8 +133,12 @@ float trainer_loss_sum(trainer *t);
 void trainer_loss_reset(trainer *t);
 /* Adds the running interval to t->train_seconds and starts a new one. */
 void trainer_clock(trainer *t);
-/* --zero: the parameters' all-gather has arrived (before reading them whole). */
+/* --zero: the parameters' all-gather has arrived (before a forward pass outside training). */
 void trainer_params_ready(trainer *t);
+/* --zero: the fp32 parameters whole on every rank (after steps that gathered only their bf16
+ * copy, optim_params_full), before reading them whole: checkpoints, the replica check, saves.
+ * Collective. */
+void trainer_params_full(trainer *t);
 /* Every rank holds the same parameters; `when` (rank 0 prints it) may be NULL. Collective. */
 ddp_status trainer_verify(trainer *t, const char *when);
 #endif /* TRAIN_LOOP_H */

@@ -32,6 +32,7 @@ struct optim {
     } *clip_dev;
     bool norm_on_device;      /* clip_dev->norm is newer than last_norm */
     optim_copy copy;          /* wc NULL: none (optim_set_copy) */
+    bool params_partial;      /* the last gather was the copy's: params whole only in the range */
 };
 
 /* The runs of contiguous slices with the same decay flag, cut to [lo, hi). */
@@ -162,7 +163,20 @@ bool optim_set_copy(optim *o, const optim_copy *c)
     bool on = c && c->wc && c->p != DDP_FP32 && o->o.kind == OPTIM_ADAMW &&
               o->ops->adamw_step_cast;
     o->copy = on ? *c : (optim_copy){0};
+    o->copy.gather = on && c->gather && c->p == DDP_BF16 && ddp_reducer_zero_stage(o->reducer) > 0;
     return on;
+}
+
+bool optim_gathers_copy(const optim *o) { return o->copy.gather; }
+
+ddp_status optim_params_full(optim *o, float *params)
+{
+    if (!o->params_partial)
+        return DDP_OK;
+    TRY_OK(ddp_reducer_gather_wait(o->reducer, -1));
+    TRY_OK(ddp_reducer_gather_params(o->reducer, params, DDP_FP32));
+    o->params_partial = false;
+    return DDP_OK;
 }
 
 /* The factor clipping puts on the gradients (1 without clipping); computes the norm when asked.
@@ -204,8 +218,17 @@ ddp_status optim_update(optim *o, float *params, float *grads, ddp_scaler *scale
     TRY_OK(optim_clip(o, g, &scale, &scale_dev));
     if (o->n > 0)
         TRY_OK(optim_step_dev(o, params, g, lr, (int)t, (float)scale, scale_dev));
-    if (o->reducer) /* every rank's updated shard to every rank, overlapping the next forward */
+    /* every rank's updated shard to every rank, overlapping the next forward: the parameters, or
+     * in bf16 their copy (the passes read only the copy; params whole again by
+     * optim_params_full) */
+    if (o->reducer && o->copy.gather) {
+        /* the copy's storage: 2 bytes, or 4 where the CPU emulates bf16 in floats (no saving) */
+        ddp_dtype storage = ops_dtype_size(o->ops, o->copy.p) == 2 ? o->copy.p : DDP_FP32;
+        TRY_OK(ddp_reducer_gather_start(o->reducer, o->copy.wc, storage));
+        o->params_partial = true;
+    } else if (o->reducer) {
         TRY_OK(ddp_reducer_gather_start(o->reducer, params, DDP_FP32));
+    }
     return DDP_OK;
 }
 

@@ -75,11 +75,22 @@ typedef struct optim_copy {
     /* after a step t wrote the range (the model skips its own cast of it: gpt2_copy_written) */
     void (*written)(void *arg, long t);
     void *arg;
+    /* bf16 under ZeRO: the all-gather after each step gathers this copy (half the bytes) instead
+     * of params, whose elements outside the range then stay stale until optim_params_full
+     * (gpt2_set_copy_gather); ignored otherwise */
+    bool gather;
 } optim_copy;
 
 /* AdamW writes c's copy from now on; c NULL, SGD, or ops without adamw_step_cast: nothing (the
  * model casts). Returns whether the copy is written. */
 bool optim_set_copy(optim *o, const optim_copy *c);
+/* Whether the steps gather the copy (optim_copy.gather taken: bf16, ZeRO, the copy written). */
+bool optim_gathers_copy(const optim *o);
+/* After steps that gathered the copy: waits for that gather and all-gathers params (the fp32
+ * master weights, every rank's range) so that every rank holds them whole again, for a
+ * checkpoint, the replica check or a step that rounds the copy from them; nothing when they are
+ * whole. Collective: every rank calls it at the same point. */
+ddp_status optim_params_full(optim *o, float *params);
 
 /* The global gradient norm of the last optim_update that computed one (NAN before); a download
  * that waits for that step when its norm is still on the device. */

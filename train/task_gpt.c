@@ -391,7 +391,9 @@ static void gpt_copy_written(void *g, long t) { gpt2_copy_written(g, t); }
 /* In 16 bits AdamW writes the model's matmul copy of its range in the pass that updates it
  * (optim_set_copy) and the model rounds the rest alike (gpt2_copy_rounding: bf16 stochastically
  * by --seed, the step and the flat index), so every rank's copy under --zero 1/2 is --zero 0's
- * byte for byte. Once, before the first forward pass (the optimizer exists only after build). */
+ * byte for byte; in bf16 under --zero the ranks then all-gather that copy instead of the fp32
+ * parameters (half the bytes; gpt2_set_copy_gather). Once, before the first forward pass (the
+ * optimizer exists only after build). */
 static void gpt_wire_copy(trainer *t)
 {
     gpt_task *s = G(t);
@@ -403,9 +405,11 @@ static void gpt_wire_copy(trainer *t)
     uint32_t seed = (uint32_t)(t->o->seed ^ t->o->seed >> 32);
     size_t offset, n;
     optim_range(t->opt, &offset, &n);
-    optim_copy c = {.wc = wc, .p = p, .seed = seed, .written = gpt_copy_written, .arg = s->model};
+    optim_copy c = {.wc = wc, .p = p, .seed = seed, .written = gpt_copy_written, .arg = s->model,
+                    .gather = true};
     bool on = optim_set_copy(t->opt, &c);
     gpt2_copy_rounding(s->model, seed, &t->step, offset, on ? n : 0);
+    gpt2_set_copy_gather(s->model, optim_gathers_copy(t->opt));
 }
 
 static void gpt_batch(trainer *t)
@@ -837,7 +841,7 @@ static void gpt_report_summary(trainer *t)
     gpt_memory(t, &mr);
     gpt_report_memory(t, &mr);
     fflush(stdout);
-    char tl[32], vl[32], rs[32], du[32], dm[32], rates[512], comm[160];
+    char tl[32], vl[32], rs[32], du[32], dm[32], rates[512], comm[256];
     if (t->metrics) {
         gpt_json_rates(rates, sizeof rates, t, &r);
         fprintf(t->metrics, "{\"summary\":true,\"model\":\"gpt2\",\"backend\":\"%s\",\"world_size\":%d,"

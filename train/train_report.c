@@ -165,7 +165,7 @@ void metrics_epoch(FILE *f, const epoch_stats *e)
 
 void metrics_summary(FILE *f, const train_opts *o, const run_stats *r)
 {
-    char loss[64], comm[160];
+    char loss[64], comm[256];
     fprintf(f, "{\"summary\":true,\"model\":\"%s\",\"backend\":\"%s\",\"world_size\":%d,\"batch\":%d,"
                "\"accum\":%d,\"epochs\":%d,\"steps\":%ld,\"train_loss\":%s,\"test_accuracy\":%.6f,"
                "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"wall_seconds\":%.3f,"
@@ -179,10 +179,12 @@ void metrics_summary(FILE *f, const train_opts *o, const run_stats *r)
 
 const char *metrics_comm(char *buf, size_t n, const run_stats *r)
 {
-    char exposed[64], comm[64], hidden[64], gather[64];
+    char exposed[64], comm[64], hidden[64], gather[64], calls[32], bytes[32];
     snprintf(buf, n, ",\"exposed_comm_ms\":%s,\"comm_ms\":%s,\"hidden_fraction\":%s,"
-             "\"gather_wait_ms\":%s", json_opt(exposed, r->exposed_comm_ms),
-             json_opt(comm, r->comm_ms), json_opt(hidden, r->hidden_fraction),
-             json_opt(gather, r->gather_wait_ms));
+             "\"gather_wait_ms\":%s,\"allgather_calls\":%s,\"allgather_bytes\":%s",
+             json_opt(exposed, r->exposed_comm_ms), json_opt(comm, r->comm_ms),
+             json_opt(hidden, r->hidden_fraction), json_opt(gather, r->gather_wait_ms),
+             r->allgather_calls < 0 ? "null" : json_number(calls, sizeof calls, "%.0f", (double)r->allgather_calls),
+             r->allgather_bytes < 0 ? "null" : json_number(bytes, sizeof bytes, "%.0f", (double)r->allgather_bytes));
     return buf;
 }

@@ -73,12 +73,15 @@ typedef struct run_stats {
     double hidden_fraction; /* --trace: 1 - exposed / comm, clamped at 0 */
     double gather_wait_ms;  /* --trace, --zero: mean time a step's forward pass waited for the
                                parameters' all-gather; -1: none measured */
+    long long allgather_calls, allgather_bytes; /* rank 0's all-gathers over the run (ddp.h's
+                               ddp_comm_stats: ZeRO's parameter gathers, a checkpoint's shards) */
 } run_stats;
 
 void metrics_epoch(FILE *f, const epoch_stats *e);
 void metrics_summary(FILE *f, const train_opts *o, const run_stats *r);
 /* The summary line's communication fields (",\"exposed_comm_ms\":..,\"comm_ms\":..,
- * \"hidden_fraction\":..,\"gather_wait_ms\":.."; null when not measured) in buf; returns buf. */
+ * \"hidden_fraction\":..,\"gather_wait_ms\":..,\"allgather_calls\":..,\"allgather_bytes\":.."; null
+ * when not measured) in buf; returns buf. */
 const char *metrics_comm(char *buf, size_t n, const run_stats *r);
 
 #endif /* TRAIN_REPORT_H */

@@ -22,6 +22,10 @@ ddp_status train_observe_start(ddp_ctx *ctx, const train_opts *o)
 void train_comm_stats(ddp_ctx *ctx, run_stats *r)
 {
     r->exposed_comm_ms = r->comm_ms = r->hidden_fraction = r->gather_wait_ms = -1.0;
+    ddp_comm_stats c;
+    int counted = ddp_comm_stats_get(ctx, &c) == DDP_OK;
+    r->allgather_calls = counted ? (long long)c.allgather_calls : -1;
+    r->allgather_bytes = counted ? (long long)c.allgather_bytes : -1;
     ddp_trace_stats s;
     if (!ddp_trace_enabled() || ddp_trace_get_stats(&s) != DDP_OK)
         return;

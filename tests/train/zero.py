@@ -6,8 +6,10 @@ Modes:
   equivalence  GPT (fp32, clipping active, 12 steps) and MLP (30 steps): at 2 ranks --zero 1 and --zero 2
                write checkpoints byte-identical to --zero 0 (parameters, the moments gathered
                from the shards, everything): the GPT at --accum 1 and 2 (also in bf16, whose
-               matmul copies of the weights are refreshed slice by slice as the all-gather
-               arrives during the forward pass), the MLP at --accum 2;
+               ranks all-gather the bf16 weight copy, slice by slice during the forward pass),
+               the MLP at --accum 2; the all-gather's bytes per step in bf16 half fp32's where
+               bf16 is stored in 2 bytes, equal where it is emulated in floats, and one fp32
+               gather more at the end (gather_bytes);
                the GPT's --zero 2 --zero-accum reduce at --accum 2 within TOL_RANKS (see
                below); at 3 ranks (a parameter count that 3 x 64 does not divide: the last
                shard is shorter) and at 4 ranks, stages 1 and 2, the parameters agree to
@@ -56,9 +58,10 @@ TOL_RANKS = "1e-4"  # relative to the largest value of each tensor; measured 7.7
 D12_PSI = 124475904  # elements of d12's flat buffer (wte padded to 50,304 rows)
 GPT_STEPS = 12  # the tiny GPT's steps in `equivalence` (its 50,304-row head: ~0.1 s a step)
 # Under ASan/UBSan (tests/meson.build sets DDP_TEST_SANITIZED) `equivalence` runs the cases whose
-# memory use differs: 2 ranks (GPT --accum 2 and MLP), --zero-accum reduce, 3 ranks (shards of
-# unequal length) and the MLP at 3 ranks; the plain build runs all of them (22 runs, 202 s under
-# the sanitizers, about half of that without these: accum 1, bf16, 4 ranks and another seed).
+# memory use differs: 2 ranks (GPT --accum 2, GPT in bf16, whose ranks gather the bf16 copy, and
+# MLP), --zero-accum reduce, 3 ranks (shards of unequal length) and the MLP at 3 ranks; the plain
+# build runs all of them (about half the time without these: accum 1, 4 ranks, another seed, and
+# the all-gather's bytes, gather_bytes).
 SANITIZED = os.environ.get("DDP_TEST_SANITIZED") == "1"
 
 
@@ -101,7 +104,7 @@ def equivalence(chk, exe, ckpt, mpi, tmp):
              ("mlp", lambda z: mlp(exe, digits, 30, ["--zero", z])))
     if SANITIZED:
         print("sanitizer build: the cases whose memory use differs (see SANITIZED)")
-        cases = [c for c in cases if c[0] in ("gpt", "mlp")]
+        cases = [c for c in cases if c[0] in ("gpt", "gpt-bf16", "mlp")]
     for name, cmd in cases:
         base = trainlib.train_save(chk, tmp, f"{name}-np2-z0", cmd("0"), prefix=mpi + ["2"])
         for z in ("1", "2"):
@@ -131,9 +134,41 @@ def equivalence(chk, exe, ckpt, mpi, tmp):
                                     gpt(exe, data, GPT_STEPS, ["--zero", "1", "--seed", "7"]), prefix=mpi + ["3"])
         trainlib.diff_ckpt(chk, ckpt, os.path.join(tmp, "gpt-np3-z0.ckpt"), other, False, "gpt: another seed",
                            TOL_RANKS)
+    if not SANITIZED:
+        gather_bytes(chk, exe, data, mpi, tmp)
     base = trainlib.train_save(chk, tmp, "mlp-np3-z0", mlp(exe, digits, 30, ["--zero", "0"]), prefix=mpi + ["3"])
     got = trainlib.train_save(chk, tmp, "mlp-np3-z2", mlp(exe, digits, 30, ["--zero", "2"]), prefix=mpi + ["3"])
     trainlib.diff_ckpt(chk, ckpt, base, got, True, "mlp: 3 ranks, --zero 2 vs --zero 0", TOL_RANKS)
+
+
+def gather_bytes(chk, exe, data, mpi, tmp):
+    """ZeRO's all-gather after each step moves the bf16 copy in bf16 runs: per step half the fp32
+    run's bytes where bf16 is stored in 2 bytes (a GPU, AVX512_BF16), the same where the CPU
+    emulates it in floats; the bf16 run gathers the fp32 parameters once more at the end (for the
+    replica check and the save). From the --metrics summary's allgather counters (rank 0) of runs of
+    6 and 12 steps, at 2 ranks, --zero 1."""
+    got, native = {}, False
+    for prec in ("fp32", "bf16"):
+        for n in (6, 12):
+            metrics = os.path.join(tmp, f"gather-{prec}-{n}.jsonl")
+            cmd = mpi + ["2"] + gpt(exe, data, n, ["--zero", "1", "--precision", prec, "--metrics", metrics])
+            rc, out = trainlib.run(cmd, timeout=300)
+            chk.check(rc == 0, f"gather bytes: {prec}, {n} steps: exit status {rc}", out)
+            native |= prec == "bf16" and "bf16 native" in out
+            s = summary(metrics) if rc == 0 else {}
+            got[prec, n] = (s.get("allgather_calls") or 0, s.get("allgather_bytes") or 0)
+    step = {p: ((got[p, 12][0] - got[p, 6][0]) / 6, (got[p, 12][1] - got[p, 6][1]) / 6)
+            for p in ("fp32", "bf16")}
+    ratio = 0.5 if native else 1.0
+    print(f"all-gather per step: fp32 {step['fp32'][0]:.0f} calls, {step['fp32'][1]:.0f} bytes; "
+          f"bf16 {step['bf16'][0]:.0f} calls, {step['bf16'][1]:.0f} bytes (bf16 {'native' if native else 'emulated'})")
+    chk.check(step["fp32"][1] > 0 and step["bf16"][1] == ratio * step["fp32"][1],
+              f"gather bytes: a bf16 step moves {ratio} x an fp32 step's ({step['bf16'][1]:.0f} vs "
+              f"{step['fp32'][1]:.0f})")
+    chk.check(step["bf16"][0] == step["fp32"][0], "gather bytes: as many gathers a step in bf16 as in fp32")
+    chk.check(got["bf16", 12] == (12 * step["bf16"][0] + 1, 12 * step["bf16"][1] + step["fp32"][1]),
+              f"gather bytes: the bf16 run's total is its steps' plus one fp32 gather of the parameters "
+              f"({got['bf16', 12]})")
 
 
 def last_loss(out):
