@@ -358,7 +358,8 @@ def cmd_zero(a):
         print(f"gpu_gpt zero: no metrics ({e})")
         return 1
     print("metrics: " + ", ".join(f"{k} {summary.get(k)}" for k in
-                                  ("gather_wait_ms", "exposed_comm_ms", "comm_ms", "hidden_fraction", "ms_per_step")))
+                                  ("gather_wait_ms", "exposed_comm_ms", "comm_ms", "hidden_fraction", "ms_per_step",
+                                   "allgather_calls", "allgather_bytes")))
     return 0
 
 
