@@ -696,7 +696,8 @@ static ddp_status widen_slice(gpt2 *g, int i)
 }
 
 /* The matmul weights in p, refreshed after the parameters changed (with gpt2_set_gather slice by
- * slice instead, as each arrives: layer_ready), and in bf16 what param() reads widened from them. */
+ * slice instead, as each arrives: layer_ready), and in bf16 what param() reads widened from
+ * them. */
 static ddp_status refresh_cparams(gpt2 *g)
 {
     if (is_fp32(g) || !g->cparams_stale || g->gather)

@@ -162,6 +162,8 @@ void metrics_epoch(FILE *f, const epoch_stats *e)
 
 /* A figure that may be missing (negative): JSON null, else the number. */
 #define json_opt(buf, v) ((v) < 0 ? "null" : json_number(buf, sizeof buf, "%.3f", (v)))
+/* A count that may be missing (negative): JSON null, else the integer. */
+#define json_count(buf, v) ((v) < 0 ? "null" : json_number(buf, sizeof buf, "%.0f", (double)(v)))
 
 void metrics_summary(FILE *f, const train_opts *o, const run_stats *r)
 {
@@ -184,7 +186,6 @@ const char *metrics_comm(char *buf, size_t n, const run_stats *r)
              "\"gather_wait_ms\":%s,\"allgather_calls\":%s,\"allgather_bytes\":%s",
              json_opt(exposed, r->exposed_comm_ms), json_opt(comm, r->comm_ms),
              json_opt(hidden, r->hidden_fraction), json_opt(gather, r->gather_wait_ms),
-             r->allgather_calls < 0 ? "null" : json_number(calls, sizeof calls, "%.0f", (double)r->allgather_calls),
-             r->allgather_bytes < 0 ? "null" : json_number(bytes, sizeof bytes, "%.0f", (double)r->allgather_bytes));
+             json_count(calls, r->allgather_calls), json_count(bytes, r->allgather_bytes));
     return buf;
 }

@@ -46,8 +46,8 @@ typedef struct conv_plan {
 
 /* A fused attention plan (cuda_sdpa.h) for one direction and shape. */
 typedef struct sdpa_slot {
-    int key[5]; /* bwd, B, T, NH, hs; key[1] 0: unused */
-    sdpa_plan *plan;
+    int key[5]; /* bwd, B, T, NH, hs */
+    sdpa_plan *plan; /* NULL: an unused slot */
 } sdpa_slot;
 
 /* A handle's cuDNN state (cuda_state.cudnn). */

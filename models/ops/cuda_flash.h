@@ -46,9 +46,10 @@ void flash_attn_set_impl(int v);
 void flash_attn_set_loads(int mode);
 
 /* Where the rows of a bf16 input (or output: flash_out) lie: head bh = b nh + h (b < BH / nh),
- * row t at element (b T + t) ld + h hs from the pointer given. {hs, 1}: contiguous (BH, T, hs) heads; {3C, NH}
- * with q, k, v at qkv, qkv + C, qkv + 2C: the model's qkv (B, T, 3C) as its linear writes it;
- * {C, NH}: dout (B, T, C). ld >= nh hs and nh dividing BH, else DDP_ERR_INVALID_ARG (logged). */
+ * row t at element (b T + t) ld + h hs from the pointer given. {hs, 1}: contiguous (BH, T, hs)
+ * heads; {3C, NH} with q, k, v at qkv, qkv + C, qkv + 2C: the model's qkv (B, T, 3C) as its
+ * linear writes it; {C, NH}: dout (B, T, C). ld >= nh hs and nh dividing BH, else
+ * DDP_ERR_INVALID_ARG (logged). */
 typedef struct flash_layout {
     int ld, nh;
 } flash_layout;

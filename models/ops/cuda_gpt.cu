@@ -1258,11 +1258,8 @@ static ddp_status attention_bwd_materialized(const ops_handle *ops, const attn_s
     return merge_dqkv(cu, s, dqkv, dq, dk, dv);
 }
 
-/* The fused backward from att's o and log-sum-exp: delta = rowsum(dout o), then the kernels
- * recompute the probabilities tile by tile. dqkv, dout and qkv in A. bf16 ones are read in place
- * and, with version 3, dqkv written by the kernels in its rows (dqkv must not overlap dout or
- * qkv: the kernels read those while others write); otherwise fp32 ones are split into bf16
- * heads, delta read from fp32 heads of dout and dqkv merged from fp32 dq, dk, dv. */
+/* cuDNN's backward from the forward's bf16 o and statistics in att (attention_fwd_cudnn), with
+ * rowsum(dout o) and dq's fp32 accumulator in the attention scratch. */
 static ddp_status attention_bwd_cudnn(const ops_handle *ops, const attn_shape *s, uint16_t *dqkv,
                                       const uint16_t *dout, const uint16_t *qkv, const float *att)
 {
@@ -1284,6 +1281,11 @@ static ddp_status attention_bwd_cudnn(const ops_handle *, const attn_shape *, fl
     return DDP_ERR_UNSUPPORTED;
 }
 
+/* The fused backward from att's o and log-sum-exp: delta = rowsum(dout o), then the kernels
+ * recompute the probabilities tile by tile. dqkv, dout and qkv in A. bf16 ones are read in place
+ * and, with version 3, dqkv written by the kernels in its rows (dqkv must not overlap dout or
+ * qkv: the kernels read those while others write); otherwise fp32 ones are split into bf16
+ * heads, delta read from fp32 heads of dout and dqkv merged from fp32 dq, dk, dv. */
 template <typename A>
 static ddp_status attention_bwd_flash(const ops_handle *ops, const attn_shape *s, A *dqkv,
                                       const A *dout, const A *qkv, const float *att)

@@ -76,8 +76,9 @@ static bdesc make(builder *b, cudnnBackendDescriptorType_t type, const char *wha
     return d;
 }
 
-static void set(builder *b, bdesc d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
-                int64_t count, const void *value, const char *what)
+static void set(builder *b, bdesc d, cudnnBackendAttributeName_t name,
+                cudnnBackendAttributeType_t type, int64_t count, const void *value,
+                const char *what)
 {
     if (b->st != CUDNN_STATUS_SUCCESS)
         return;
@@ -174,7 +175,8 @@ static void pointwise(builder *b, const char *what, cudnnPointwiseMode_t m, cudn
 {
     if (b->st != CUDNN_STATUS_SUCCESS)
         return;
-    const int64_t *dx = dims_of(b, x), *dy = dims_of(b, y), *db = dims_of(b, b2), *dt = dims_of(b, t);
+    const int64_t *dx = dims_of(b, x), *dy = dims_of(b, y);
+    const int64_t *db = dims_of(b, b2), *dt = dims_of(b, t);
     shape_check(b, dx && dy && !memcmp(dx, dy, sizeof b->dims[0]), what, "y's shape is not x's");
     shape_check(b, !b2 || (db && broadcasts(db, dy)), what, "b does not broadcast to y");
     shape_check(b, !t || (dt && broadcasts(dt, dy)), what, "t does not broadcast to y");
@@ -186,15 +188,18 @@ static void pointwise(builder *b, const char *what, cudnnPointwiseMode_t m, cudn
     finalize(b, pw, what);
     bdesc op = make(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what);
     float one = 1.0f;
-    set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw, what);
+    set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw,
+        what);
     set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
     set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
     set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one, what);
     set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one, what);
     if (b2)
-        set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b2, what);
+        set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b2,
+            what);
     if (t)
-        set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t, what);
+        set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t,
+            what);
     add_op(b, op, what);
 }
 
@@ -281,8 +286,9 @@ static void causal_mask(builder *b, const shapes *s, bdesc x, bdesc neg_inf, bde
     bdesc row = tensor(b, "row index", 0, CUDNN_DATA_INT32, s->bhtt, s->s_tt, true, false);
     bdesc col = tensor(b, "column index", 0, CUDNN_DATA_INT32, s->bhtt, s->s_tt, true, false);
     bdesc keep = tensor(b, "row >= column", 0, CUDNN_DATA_BOOLEAN, s->bhtt, s->s_tt, true, false);
-    pointwise(b, "gen_row_index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, x, NULL, NULL, row, 2);
-    pointwise(b, "gen_col_index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, x, NULL, NULL, col, 3);
+    cudnnPointwiseMode_t index = CUDNN_POINTWISE_GEN_INDEX;
+    pointwise(b, "gen_row_index", index, CUDNN_DATA_FLOAT, x, NULL, NULL, row, 2);
+    pointwise(b, "gen_col_index", index, CUDNN_DATA_FLOAT, x, NULL, NULL, col, 3);
     pointwise(b, "row>=col", CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, NULL, keep, 0);
     pointwise(b, "binary_select", CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, neg_inf, keep,
               y, 0);
@@ -443,8 +449,8 @@ static void build_plan(builder *b, cudnnHandle_t handle, bdesc *plan, int64_t *w
     }
     if (b->st == CUDNN_STATUS_SUCCESS && !*plan) {
         b->st = last;
-        snprintf(b->what, sizeof b->what, "finalizing an execution plan (%lld configurations tried)",
-                 (long long)got);
+        snprintf(b->what, sizeof b->what,
+                 "finalizing an execution plan (%lld configurations tried)", (long long)got);
     }
 }
 
@@ -483,8 +489,9 @@ ddp_status sdpa_build(cudnnHandle_t handle, const sdpa_dims *d, bool bwd, sdpa_p
     if (b->st != CUDNN_STATUS_SUCCESS) {
         char msg[512] = "";
         cudnnGetLastErrorString(msg, sizeof msg);
-        DDP_ERROR("cuDNN attention (%s, B %d NH %d T %d hs %d): %s: %s%s%s", bwd ? "backward" : "forward",
-                  d->B, d->NH, d->T, d->hs, b->what, cudnnGetErrorString(b->st), *msg ? ": " : "", msg);
+        DDP_ERROR("cuDNN attention (%s, B %d NH %d T %d hs %d): %s: %s%s%s",
+                  bwd ? "backward" : "forward", d->B, d->NH, d->T, d->hs, b->what,
+                  cudnnGetErrorString(b->st), *msg ? ": " : "", msg);
         st = DDP_ERR_UNSUPPORTED;
     }
     if (n_ops)

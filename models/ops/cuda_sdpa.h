@@ -13,7 +13,8 @@
  * graph writes and reads.
  *
  * Layouts: q, k, v (and dq, dk, dv) are rows of the model's qkv (B, T, ld_qkv): q of head h at
- * element (b T + t) ld_qkv + h hs, k C further, v 2C (C = NH hs); o and dout rows of (B, T, ld_o). */
+ * element (b T + t) ld_qkv + h hs, k C further, v 2C (C = NH hs); o and dout are rows of
+ * (B, T, ld_o). */
 #ifndef CUDA_SDPA_H
 #define CUDA_SDPA_H
 

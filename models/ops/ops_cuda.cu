@@ -479,13 +479,13 @@ extern "C" const char *ops_cuda_describe(const ops_handle *ops, ddp_dtype p)
 #else
     const char *conv = "im2col + cuBLAS (no cuDNN in this build)";
 #endif
-    const char *attention = p != DDP_BF16           ? ""
-                            : cu->cudnn_attention      ? "; attention cuDNN's fused (bf16 activations)"
-                            : cu->flash                ? "; attention the fused kernel"
-                                                       : "; attention materialised";
+    const char *attention = p != DDP_BF16         ? ""
+                            : cu->cudnn_attention ? "; attention cuDNN's fused (bf16 activations)"
+                            : cu->flash           ? "; attention the fused kernel"
+                                                  : "; attention materialised";
     snprintf(cu->text, sizeof cu->text,
-             "cuBLAS %d, %s%s; convolutions %s%s; compute capability %d.%d", cublas_version, gemm[p],
-             math, conv, attention, cu->cc_major, cu->cc_minor);
+             "cuBLAS %d, %s%s; convolutions %s%s; compute capability %d.%d", cublas_version,
+             gemm[p], math, conv, attention, cu->cc_major, cu->cc_minor);
     return cu->text;
 }
 
@@ -540,9 +540,10 @@ static ddp_status attention_from_env(cuda_state *cu)
         cu->flash = cu->cudnn_attention = true;
         return DDP_OK;
     }
-    DDP_ERROR("DDP_CUDA_ATTENTION=%s: use flash (the fused kernel, the default), materialized "
-              "(the reference path over the T x T scores)%s", v,
-              HAVE_CUDNN ? " or cudnn (cuDNN's fused attention)" : "; cudnn needs a build with cuDNN");
+    DDP_ERROR(
+        "DDP_CUDA_ATTENTION=%s: use flash (the fused kernel, the default), materialized "
+        "(the reference path over the T x T scores)%s",
+        v, HAVE_CUDNN ? " or cudnn (cuDNN's fused attention)" : "; cudnn needs a build with cuDNN");
     return DDP_ERR_INVALID_ARG;
 }
 

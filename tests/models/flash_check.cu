@@ -560,7 +560,8 @@ static bool cudnn_vs_v3(int B, int NH, int T)
     cudnnHandle_t h = NULL;
     sdpa_plan *pf = NULL, *pb = NULL;
     sdpa_dims d = {B, NH, T, HS, 3LL * C, C};
-    bool ok = cudnnCreate(&h) == CUDNN_STATUS_SUCCESS && sdpa_build(h, &d, false, &pf, NULL) == DDP_OK &&
+    bool ok = cudnnCreate(&h) == CUDNN_STATUS_SUCCESS &&
+              sdpa_build(h, &d, false, &pf, NULL) == DDP_OK &&
               sdpa_build(h, &d, true, &pb, NULL) == DDP_OK;
     void *ws = NULL;
     size_t ws_bytes = ok ? std::max(sdpa_workspace(pf), sdpa_workspace(pb)) : 0;
@@ -592,23 +593,27 @@ static bool cudnn_vs_v3(int B, int NH, int T)
         CHECK_CUDA(cudaMemcpy(gv.data(), dqkv_v, 3 * n * 2, cudaMemcpyDeviceToHost));
         double eo = rel_l2_bf16(oc, ov), eg = rel_l2_bf16(gc, gv);
         ok = eo <= 3e-2 && eg <= 5e-2;
-        printf("cudnn vs v3 B %d NH %d T %d (the model's rows): o %.2e, dqkv %.2e apart: %s\n", B, NH,
-               T, eo, eg, ok ? "ok" : "FAIL");
+        printf("cudnn vs v3 B %d NH %d T %d (the model's rows): o %.2e, dqkv %.2e apart: %s\n", B,
+               NH, T, eo, eg, ok ? "ok" : "FAIL");
         double fwd_flops = 2.0 * 2.0 * BH * (double)T * T * HS / 2.0, bwd_flops = 2.5 * fwd_flops;
-        float vf = time_ms(v3_fwd), vb = time_ms(v3_bwd), cf = time_ms(cd_fwd), cb = time_ms(cd_bwd);
+        float vf = time_ms(v3_fwd), vb = time_ms(v3_bwd);
+        float cf = time_ms(cd_fwd), cb = time_ms(cd_bwd);
         printf("rows   v3    %4d %5d %3d %12.3f %10.1f %12.3f %10.1f\n", BH, T, HS, vf,
                fwd_flops / (vf * 1e-3) / 1e12, vb, bwd_flops / (vb * 1e-3) / 1e12);
-        printf("rows   cudnn %4d %5d %3d %12.3f %10.1f %12.3f %10.1f  (workspace %zu bytes)\n", BH, T,
-               HS, cf, fwd_flops / (cf * 1e-3) / 1e12, cb, bwd_flops / (cb * 1e-3) / 1e12, ws_bytes);
+        printf("rows   cudnn %4d %5d %3d %12.3f %10.1f %12.3f %10.1f  (workspace %zu bytes)\n", BH,
+               T, HS, cf, fwd_flops / (cf * 1e-3) / 1e12, cb, bwd_flops / (cb * 1e-3) / 1e12,
+               ws_bytes);
     } else {
-        printf("cudnn vs v3 B %d NH %d T %d: cuDNN's graph did not build (above): FAIL\n", B, NH, T);
+        printf("cudnn vs v3 B %d NH %d T %d: cuDNN's graph did not build (above): FAIL\n", B, NH,
+               T);
     }
     flash_attn_set_impl(0);
     sdpa_free(pf);
     sdpa_free(pb);
     if (h)
         cudnnDestroy(h);
-    void *bufs[] = {qkv, dout, out_c, out_v, dqkv_c, dqkv_v, stats, lse, o32, delta, sum, dq_acc, ws};
+    void *bufs[] = {qkv, dout, out_c, out_v, dqkv_c, dqkv_v,
+                    stats, lse, o32, delta, sum, dq_acc, ws};
     for (void *b : bufs)
         cudaFree(b);
     return ok;
