@@ -195,37 +195,95 @@ static char *shard_path(const char *dir, int rank, int world)
     return path_join(dir, name);
 }
 
-/* A file a folder save writes: rank files, the MANIFEST and their temporary files. */
-static int is_save_file(const char *name)
+/* Digits only, at least one: the rest of name from p. */
+static int all_digits(const char *p, size_t n)
 {
-    return strncmp(name, "rank-", 5) == 0 || strncmp(name, DDP_CKPT_MANIFEST, 8) == 0;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < '0' || p[i] > '9')
+            return 0;
+    return n > 0;
+}
+
+/* The length of name's base when it is MANIFEST or rank-RRRRR-of-WWWWW.ckpt, else 0. */
+static size_t own_base(const char *name)
+{
+    if (strncmp(name, DDP_CKPT_MANIFEST, strlen(DDP_CKPT_MANIFEST)) == 0)
+        return strlen(DDP_CKPT_MANIFEST);
+    /* "rank-" 5 digits "-of-" 5 digits ".ckpt": 24 bytes */
+    int ok = strlen(name) >= 24 && strncmp(name, "rank-", 5) == 0 && all_digits(name + 5, 5) &&
+             strncmp(name + 10, "-of-", 4) == 0 && all_digits(name + 14, 5) &&
+             strncmp(name + 19, ".ckpt", 5) == 0;
+    return ok ? 24 : 0;
+}
+
+int ckpt_dir_own_name(const char *name)
+{
+    size_t base = own_base(name);
+    if (!base)
+        return 0;
+    const char *rest = name + base;
+    return rest[0] == '\0' ||
+           (strncmp(rest, ".tmp.", 5) == 0 && all_digits(rest + 5, strlen(rest + 5)));
+}
+
+/* Removes dir's entry name when it is a regular file (never through a link); 0 or -1 (errno). */
+static int remove_regular(DIR *d, const char *name)
+{
+    struct stat sb;
+    if (fstatat(dirfd(d), name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? 0 : -1;
+    if (!S_ISREG(sb.st_mode)) {
+        errno = S_ISLNK(sb.st_mode) ? ELOOP : EISDIR;
+        return -1;
+    }
+    return unlinkat(dirfd(d), name, 0) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+int ckpt_dir_remove_own(DIR *d, const char *dir)
+{
+    if (remove_regular(d, DDP_CKPT_MANIFEST) != 0)
+        return -1;
+    int left = 0;
+    struct dirent *de;
+    rewinddir(d);
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        int own = ckpt_dir_own_name(de->d_name);
+        if (own && remove_regular(d, de->d_name) == 0)
+            continue;
+        if (++left <= 4)
+            DDP_WARN("checkpoint folder %s: left %s in place: %s", dir, de->d_name,
+                     own ? (errno == ELOOP ? "a symbolic link, never followed nor removed by ddp"
+                                           : strerror(errno))
+                         : "not a file ddp writes (move it away to let ddp remove the folder)");
+    }
+    return left;
 }
 
 ddp_status ddp_ckpt_dir_begin(const char *dir)
 {
-    struct stat sb;
+    struct stat sb = {0};
     if (!dir || (mkdir(dir, 0777) != 0 && errno != EEXIST)) {
         DDP_ERROR("checkpoint folder %s: cannot create it: %s", dir ? dir : "(null)", strerror(errno));
         return dir ? DDP_ERR_IO : DDP_ERR_INVALID_ARG;
     }
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        DDP_ERROR("checkpoint folder %s: exists and is not a folder", dir);
+    if (lstat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        DDP_ERROR("checkpoint folder %s: exists and is not a folder%s; ddp writes its checkpoint "
+                  "folders itself (move it away)", dir,
+                  S_ISLNK(sb.st_mode) ? " (a symbolic link, which ddp never writes through)" : "");
         return DDP_ERR_INVALID_ARG;
     }
-    char *manifest = path_join(dir, DDP_CKPT_MANIFEST);
-    int gone = manifest && (unlink(manifest) == 0 || errno == ENOENT);
-    free(manifest);
-    DIR *d = gone ? opendir(dir) : NULL;
-    if (!d) {
-        DDP_ERROR("checkpoint folder %s: cannot %s: %s", dir, gone ? "list it" : "remove its MANIFEST",
-                  strerror(errno));
+    DIR *d = opendir(dir);
+    int left = d ? ckpt_dir_remove_own(d, dir) : -1;
+    int err = errno;
+    if (d)
+        closedir(d);
+    if (left < 0) {
+        DDP_ERROR("checkpoint folder %s: cannot %s: %s", dir, d ? "remove its MANIFEST" : "list it",
+                  strerror(err));
         return DDP_ERR_IO;
     }
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL)
-        if (is_save_file(de->d_name) && unlinkat(dirfd(d), de->d_name, 0) != 0)
-            DDP_WARN("checkpoint folder %s: cannot remove %s: %s", dir, de->d_name, strerror(errno));
-    closedir(d);
     return ckpt_fsync_dir(dir);
 }
 

@@ -180,6 +180,24 @@ static int is_folder(const char *path)
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+/* 1 when path itself is a symbolic link: a step name in the folder that ddp never wrote, never
+ * reads as this folder's checkpoint and never removes (nor anything it points to). */
+static int is_link(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode);
+}
+
+static void warn_link(const ddp_ckpt_manager *m, const char *path, const char *doing)
+{
+    char target[MGR_PATH_MAX];
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = '\0';
+    DDP_WARN("checkpoint folder %s: %s %s: it is a symbolic link (to %s), which ddp neither "
+             "follows nor removes (give a checkpoint elsewhere to --resume PATH, and remove the "
+             "link)", m->dir, doing, path, n > 0 ? target : "?");
+}
+
 /* 1 when the checkpoint folder path has its MANIFEST (the save that wrote it completed). */
 static int folder_complete(const char *path)
 {
@@ -188,24 +206,20 @@ static int folder_complete(const char *path)
     return access(manifest, F_OK) == 0;
 }
 
-/* Removes a checkpoint file, or a checkpoint folder with the files in it (not its subfolders),
- * MANIFEST first. */
+/* Removes a checkpoint file, or from a checkpoint folder the files a save wrote (MANIFEST first)
+ * and then the folder, when nothing else is in it; never through a link (the caller skips links).
+ * 0, or -1 with errno set. */
 static int remove_checkpoint(const char *path)
 {
     if (!is_folder(path))
         return unlink(path);
-    char manifest[MGR_PATH_MAX + 16];
-    snprintf(manifest, sizeof manifest, "%s/%s", path, DDP_CKPT_MANIFEST);
-    if (unlink(manifest) != 0 && errno != ENOENT)
-        return -1;
     DIR *d = opendir(path);
-    struct dirent *de;
-    while (d && (de = readdir(d)) != NULL)
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-            unlinkat(dirfd(d), de->d_name, 0);
+    int left = d ? ckpt_dir_remove_own(d, path) : -1;
+    int err = errno;
     if (d)
         closedir(d);
-    return rmdir(path);
+    errno = left > 0 ? ENOTEMPTY : err;
+    return left != 0 ? -1 : rmdir(path);
 }
 
 void ddp_ckpt_manager_prune(const ddp_ckpt_manager *m)
@@ -219,6 +233,10 @@ void ddp_ckpt_manager_prune(const ddp_ckpt_manager *m)
     for (size_t i = 0; i < n; i++) {
         if (ddp_ckpt_manager_path(m, steps[i], path, sizeof path) != DDP_OK)
             continue;
+        if (is_link(path)) {
+            warn_link(m, path, "not removing");
+            continue;
+        }
         int debris = is_folder(path) && !folder_complete(path);
         if (!debris && kept < m->keep) {
             kept++;
@@ -248,6 +266,10 @@ ddp_status ddp_ckpt_manager_newest(const ddp_ckpt_manager *m, long below, long *
         newer += steps[i] >= below;
         if (steps[i] >= below || ddp_ckpt_manager_path(m, steps[i], path, n) != DDP_OK)
             continue;
+        if (is_link(path)) {
+            warn_link(m, path, "skipping");
+            continue;
+        }
         if (is_folder(path) && !folder_complete(path)) {
             /* not a checkpoint: a save killed before its MANIFEST. Only such debris (a kill during
              * the first save) leaves "none", not a folder of checkpoints that are all invalid. */

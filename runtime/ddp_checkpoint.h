@@ -124,9 +124,11 @@ DDP_API ddp_status ddp_checkpoint_load(const char *path, ddp_param_desc **descs,
 typedef struct ddp_ckpt_dir ddp_ckpt_dir;
 
 /* Rank 0, before the shards: creates dir (not its parents) when missing, removes its MANIFEST (the
- * folder is no checkpoint until the new one is committed) and every other file in it that a save
- * wrote (rank files, temporary files), so no piece of an older save survives. DDP_ERR_INVALID_ARG
- * when dir exists and is not a folder, DDP_ERR_IO (logged with the system's reason, errno kept). */
+ * folder is no checkpoint until the new one is committed) and every other regular file in it whose
+ * name a save writes (rank files, temporary files), so no piece of an older save survives; any
+ * other entry is left (warned about). DDP_ERR_INVALID_ARG when dir exists and is not a folder (a
+ * symbolic link included: never written through), DDP_ERR_IO (logged with the system's reason,
+ * errno kept). */
 DDP_API ddp_status ddp_ckpt_dir_begin(const char *dir);
 /* Every rank: writes shard (see above) as dir/rank-RRRRR-of-WWWWW.ckpt like ddp_state_save
  * (temporary file, fsync, rename, fsync of the folder). Errors as ddp_state_save; a shard without
@@ -203,7 +205,8 @@ DDP_API ddp_status ddp_snapshot_wait(ddp_ctx *ctx);
  * The checkpoint manager (runtime/checkpoint_manager.c): a training program's checkpoints in one
  * folder, each DIR/step-<12 digits>.ckpt (a checkpoint file, or a checkpoint folder as above), the
  * newest `keep` kept. A folder without its MANIFEST is the debris of an interrupted save: never a
- * checkpoint, and removed by the next prune. A folder save is collective: every rank writes its
+ * checkpoint, and removed by the next prune. A step name that is a symbolic link is not this
+ * folder's checkpoint: never read, followed or removed. A folder save is collective: every rank writes its
  * shard, rank 0 the MANIFEST once all are on disk. With async, a save may go to a background thread
  * on every rank while training goes on (rank 0's writes the MANIFEST once the other ranks' files
  * appear); one save is in flight at a time, and the next save, ddp_ckpt_manager_wait and
@@ -245,7 +248,10 @@ DDP_API ddp_status ddp_ckpt_manager_newest(const ddp_ckpt_manager *m, long below
                                            char *path, size_t n, ddp_state **file,
                                            ddp_ckpt_dir **dir);
 /* Removes every checkpoint past the newest keep and every folder without a MANIFEST (a file that
- * cannot be removed is warned about and left). The saves do it; one process at a time (rank 0). */
+ * cannot be removed is warned about and left). Only what a save writes is removed: a step name that
+ * is a symbolic link is never followed nor removed (warned about, naming it), and a folder keeps
+ * every file whose name a save does not write (warned about; the folder stays then). The saves do
+ * it; one process at a time (rank 0). */
 DDP_API void ddp_ckpt_manager_prune(const ddp_ckpt_manager *m);
 
 /* One process (the one that holds the whole state, e.g. rank 0 after a gather): writes state as

@@ -4,6 +4,7 @@
 #ifndef DDP_INTERNAL_H
 #define DDP_INTERNAL_H
 
+#include <dirent.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -284,5 +285,14 @@ ddp_status ckpt_fsync_dir(const char *dir);
  * ddp_state_save. ckpt_state_add_count adds a float entry of count values without values. */
 ddp_state *ckpt_state_meta(const ddp_param_desc *descs, int n_params, uint64_t numel);
 ddp_status ckpt_state_add_count(ddp_state *s, const char *name, uint64_t count);
+
+/* checkpoint_dir.c: 1 when name is a file a folder save writes (MANIFEST, rank-RRRRR-of-WWWWW.ckpt,
+ * or either's temporary NAME.tmp.PID), else 0. */
+int ckpt_dir_own_name(const char *name);
+/* Removes from the open folder d (path dir, for messages) the regular files a folder save writes,
+ * the MANIFEST first; never follows a link and leaves every other entry where it is. Returns the
+ * number of entries left in place (not ddp's, or not removable: each logged as a warning once
+ * the first few are named), or -1 when the MANIFEST cannot be removed (errno kept). */
+int ckpt_dir_remove_own(DIR *d, const char *dir);
 
 #endif /* DDP_INTERNAL_H */

@@ -4,7 +4,8 @@
  * by the next save; a corrupt MANIFEST falls back to the previous checkpoint, and when every one is
  * corrupt the answer is DDP_ERR_FORMAT, not a fresh start; a background save is
  * complete once waited for, and one left in flight is completed by destroy; a single file is saved
- * and found too. With --mpi (mpirun -np 2): the same with every rank writing its slice, and a rank
+ * and found too; links in the folder are never followed nor removed, nor files a save does not
+ * write (links_and_foreign). With --mpi (mpirun -np 2): the same with every rank writing its slice, and a rank
  * without a shard failing the save on every rank, at once and in the background.
  */
 #include <limits.h>
@@ -149,6 +150,68 @@ static void remove_tree(const char *path)
         fprintf(stderr, "cannot remove %s\n", path);
 }
 
+/* Writes text into folder/name. */
+static void put(const char *folder, const char *name, const char *text)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", folder, name);
+    FILE *f = fopen(p, "wb");
+    CHECK(f != NULL, "cannot create %s", p);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static int has(const char *folder, const char *name)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", folder, name);
+    return exists(p);
+}
+
+/* Links and other files in the folder (m keeps 2; steps 7 and 8 are there): a step name linked
+ * to a folder outside (another run's checkpoint, with names a save writes) and one linked to a
+ * file are never followed nor removed, a step folder keeps the files a save does not write, a
+ * linked newest step is not resumed from, and a folder save refuses to write through a link. */
+static void links_and_foreign(ddp_ckpt_manager *m)
+{
+    char out[300], file_out[600];
+    snprintf(out, sizeof out, "%s_outside", dir);
+    CHECK(mkdir(out, 0777) == 0, "mkdir %s", out);
+    put(out, DDP_CKPT_MANIFEST, "another run's");
+    put(out, "rank-00000-of-00001.ckpt", "another run's");
+    put(out, "notes.txt", "unrelated");
+    snprintf(file_out, sizeof file_out, "%s/single.ckpt", out);
+    put(out, "single.ckpt", "another run's file");
+    CHECK(symlink(out, ckpt(1)) == 0 && symlink(file_out, ckpt(3)) == 0, "symlinks");
+    CHECK(mkdir(ckpt(2), 0777) == 0, "mkdir step 2");
+    put(ckpt(2), DDP_CKPT_MANIFEST, "stale");
+    put(ckpt(2), "rank-00000-of-00001.ckpt", "stale");
+    put(ckpt(2), "notes.txt", "the user's");
+    char eight[600];
+    snprintf(eight, sizeof eight, "%s", ckpt(8)); /* ckpt's buffer is static */
+    CHECK(symlink(eight, ckpt(10)) == 0, "a link as the newest step");
+    expect_newest(m, LONG_MAX, 8, DDP_OK, "a link as the newest step");
+    CHECK(ddp_ckpt_dir_begin(ckpt(1)) == DDP_ERR_INVALID_ARG, "a folder save wrote through a link");
+
+    ddp_state *s9;
+    CHECK(save(m, 9, 0, &s9) == DDP_OK && has_manifest(9), "step 9 saved");
+    ddp_state_destroy(s9);
+    CHECK(has(out, DDP_CKPT_MANIFEST) && has(out, "rank-00000-of-00001.ckpt") && has(out, "notes.txt") &&
+          has(out, "single.ckpt"), "the prune removed files outside the checkpoint folder");
+    struct stat sb;
+    CHECK(lstat(ckpt(1), &sb) == 0 && S_ISLNK(sb.st_mode) && lstat(ckpt(3), &sb) == 0 &&
+          S_ISLNK(sb.st_mode) && lstat(ckpt(10), &sb) == 0, "the prune removed a link");
+    CHECK(has(ckpt(2), "notes.txt") && !has(ckpt(2), DDP_CKPT_MANIFEST) &&
+          !has(ckpt(2), "rank-00000-of-00001.ckpt"), "step 2: not exactly a save's files removed");
+    CHECK(!exists(ckpt(7)) && has_manifest(8), "keep 2: steps 9 and 8 kept, 7 removed");
+    unlink(ckpt(1));
+    unlink(ckpt(3));
+    unlink(ckpt(10));
+    remove_tree(out);
+}
+
 /* Under mpirun (--mpi): every rank writes its slice; rank 0's background thread waits for the
  * others' files. A rank without a shard fails the save on every rank (rank 0: no MANIFEST), in the
  * background too (found at the wait), and the next save removes the debris. */
@@ -286,6 +349,7 @@ int main(int argc, char **argv)
     ddp_state *s8;
     CHECK(save(m, 8, 1, &s8) == DDP_OK && has_manifest(8), "a background save without async waits");
     ddp_state_destroy(s8);
+    links_and_foreign(m);
     ddp_ckpt_manager_destroy(m);
     ddp_ckpt_manager_destroy(NULL);
     remove_tree(dir);
