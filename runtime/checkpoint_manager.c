@@ -222,6 +222,22 @@ static int remove_checkpoint(const char *path)
     return left != 0 ? -1 : rmdir(path);
 }
 
+ddp_status ddp_ckpt_manager_remove(const ddp_ckpt_manager *m, long step)
+{
+    char path[MGR_PATH_MAX];
+    ddp_status st = ddp_ckpt_manager_path(m, step, path, sizeof path);
+    if (st != DDP_OK)
+        return st;
+    if (is_link(path)) {
+        warn_link(m, path, "not replacing");
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (remove_checkpoint(path) == 0 || errno == ENOENT)
+        return DDP_OK;
+    DDP_ERROR("checkpoint folder %s: cannot replace %s: %s", m->dir, path, strerror(errno));
+    return DDP_ERR_IO;
+}
+
 void ddp_ckpt_manager_prune(const ddp_ckpt_manager *m)
 {
     long *steps = NULL;
@@ -301,9 +317,9 @@ ddp_status ddp_ckpt_manager_newest(const ddp_ckpt_manager *m, long below, long *
 ddp_status ddp_ckpt_manager_create(ddp_ctx *ctx, const char *dir, int keep, int async,
                                    ddp_ckpt_manager **out)
 {
-    if (!dir || !dir[0] || strlen(dir) > MGR_PATH_MAX - 64 || keep < 1 || !out) {
+    if (!dir || !dir[0] || strlen(dir) > DDP_CKPT_DIR_MAX || keep < 1 || !out) {
         DDP_ERROR("ddp_ckpt_manager_create: need a folder (at most %d bytes), keep >= 1 and an output "
-                  "(got keep %d)", MGR_PATH_MAX - 64, keep);
+                  "(got keep %d)", DDP_CKPT_DIR_MAX, keep);
         return DDP_ERR_INVALID_ARG;
     }
     ddp_ckpt_manager *m = calloc(1, sizeof *m);
@@ -463,6 +479,8 @@ ddp_status ddp_ckpt_manager_save(ddp_ckpt_manager *m, long step, const ddp_state
     ddp_status st = ddp_ckpt_manager_path(m, step, path, sizeof path);
     if (st == DDP_OK && m->rank == 0)
         st = descs && n_params >= 1 ? keep_descs(m, descs, n_params) : DDP_ERR_INVALID_ARG;
+    if (st == DDP_OK && m->rank == 0 && !is_folder(path) && !is_link(path))
+        st = ddp_ckpt_manager_remove(m, step); /* a file of this step (written as a file before) */
     if (st == DDP_OK && m->rank == 0)
         st = ddp_ckpt_dir_begin(path);
     mgr_agree(m, st != DDP_OK);

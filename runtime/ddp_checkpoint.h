@@ -216,10 +216,14 @@ DDP_API ddp_status ddp_snapshot_wait(ddp_ctx *ctx);
  * state holds (buffers, position, a configuration fingerprint) is the program's.
  */
 typedef struct ddp_ckpt_manager ddp_ckpt_manager;
+/* The longest folder a manager takes, in bytes: the rest of the system's 4096-byte path limit is
+ * the room for the names below it (step folder, rank file, temporary suffix). */
+#define DDP_CKPT_DIR_MAX 4032
 
 /* A manager of the checkpoints in dir (an existing folder), keeping the newest keep (>= 1); async:
  * ddp_ckpt_manager_save may write in the background. ctx: the job whose ranks save together (NULL:
- * one process, rank 0 of 1). DDP_ERR_INVALID_ARG for a NULL or empty dir (or one over 4000 bytes),
+ * one process, rank 0 of 1). DDP_ERR_INVALID_ARG for a NULL or empty dir (or one over
+ * DDP_CKPT_DIR_MAX bytes),
  * keep < 1 or a NULL out; DDP_ERR_NOMEM. */
 DDP_API ddp_status ddp_ckpt_manager_create(ddp_ctx *ctx, const char *dir, int keep, int async,
                                            ddp_ckpt_manager **out);
@@ -253,6 +257,13 @@ DDP_API ddp_status ddp_ckpt_manager_newest(const ddp_ckpt_manager *m, long below
  * every file whose name a save does not write (warned about; the folder stays then). The saves do
  * it; one process at a time (rank 0). */
 DDP_API void ddp_ckpt_manager_prune(const ddp_ckpt_manager *m);
+/* One process (rank 0): removes step's checkpoint, a file or a folder (only the files a save
+ * writes, then the folder), so that a checkpoint of the other kind can take its name; the saves
+ * call it when the step exists as the other kind. DDP_OK when it is gone (or was never there),
+ * DDP_ERR_INVALID_ARG for a NULL manager, a step < 0 or a symbolic link (never removed; warned
+ * about), DDP_ERR_IO when it cannot be removed (logged, e.g. a file a save does not write in the
+ * folder). */
+DDP_API ddp_status ddp_ckpt_manager_remove(const ddp_ckpt_manager *m, long step);
 
 /* One process (the one that holds the whole state, e.g. rank 0 after a gather): writes state as
  * step's checkpoint file (ddp_state_save: atomic), then prunes. Errors as ddp_state_save (errno

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "checkpoint_place.h"
 #include "ddp.h"
 #include "loop.h"
 #include "malloc_policy.h"
@@ -53,8 +54,10 @@ int main(int argc, char **argv)
         return 1;
     }
     int requeue = 0;
-    st = train_run(ctx, &o, o.gpt.on ? &train_task_gpt : &train_task_mnist,
-                   (train_signals){.usr1 = &got_usr1, .term = &got_term}, &requeue);
+    st = checkpoint_place(ctx, &o);
+    if (st == DDP_OK)
+        st = train_run(ctx, &o, o.gpt.on ? &train_task_gpt : &train_task_mnist,
+                       (train_signals){.usr1 = &got_usr1, .term = &got_term}, &requeue);
     ddp_finalize(ctx);
     if (requeue) /* last, after MPI is closed: Slurm ends this job's processes when it requeues */
         st = train_requeue();

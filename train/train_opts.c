@@ -295,15 +295,17 @@ static const flag_row rows[] = {
      "a NaN/inf loss stops the run with exit 1 (stop, default) or its step\n"
      "is not applied (skip)"},
     {"checkpoint-dir", "DIR", FOR_ANY, AS_STR(checkpoint_dir),
-     "rank 0 writes the full training state to DIR/step-N.ckpt (created)"},
+     "the full training state goes to DIR/step-N.ckpt (created; locked\n"
+     "against a second job; see --checkpoint-format)"},
     {"checkpoint-every", "N", FOR_ANY, AS_LONG(checkpoint_every, 0, LONG_MAX, 0),
      "... every N optimizer steps (default 0: on a stop and at the end)"},
     {"keep", "K", FOR_ANY, AS_INT(keep, 1, INT_MAX, 3),
      "checkpoints kept in DIR, older ones removed (default 3)"},
     {"checkpoint-errors", "E", FOR_ANY, AS_WORD(checkpoint_errors_warn, "stop|warn", 0),
      "stop (default: a failed save ends the run, exit 1) or warn (go on)"},
-    {"checkpoint-format", "F", FOR_ANY, AS_WORD(checkpoint_folder, "file|folder", 0),
-     "file (default: rank 0 writes DIR/step-N.ckpt) or folder (every rank\n"
+    {"checkpoint-format", "F", FOR_ANY, AS_WORD(checkpoint_format, "auto|file|folder", 0),
+     "auto (default: folder when every rank sees DIR, checked at start-up,\n"
+     "else file), file (rank 0 writes DIR/step-N.ckpt) or folder (every rank\n"
      "writes its shard into the folder DIR/step-N.ckpt/, rank 0 a MANIFEST)"},
     {"checkpoint-async", NULL, FOR_ANY, AS_FLAG(checkpoint_async, 1, 0),
      "(folder) each rank copies its shard to host memory and a background\n"
@@ -604,10 +606,11 @@ static int check_resume_opts(const train_opts *o)
                 need_dir);
         return -1;
     }
-    if (o->checkpoint_async && !(o->checkpoint_dir && o->checkpoint_folder)) {
+    if (o->checkpoint_async && !(o->checkpoint_dir && o->checkpoint_format != TRAIN_CKPT_FILE)) {
         fprintf(stderr,
-                "ddp-train: --checkpoint-async needs --checkpoint-dir DIR and --checkpoint-format "
-                "folder (each rank writes its own file in the background)\n");
+                "ddp-train: --checkpoint-async needs --checkpoint-dir DIR and a folder per checkpoint "
+                "(--checkpoint-format auto or folder: each rank writes its own file in the "
+                "background)\n");
         return -1;
     }
     if (o->resume && !o->resume[0]) {
@@ -748,13 +751,14 @@ void train_print_opts(FILE *f, const train_opts *o)
                 o->loss_scale_init, o->loss_scale_interval);
     fprintf(f, "  data workers: %d\n", o->workers);
     if (o->checkpoint_dir)
-        fprintf(f, "checkpoints: %s every %ld steps (keep %d, errors %s, %s)", o->checkpoint_dir,
+        fprintf(f, "checkpoints: %s every %ld steps (keep %d, errors %s, %s: %s)", o->checkpoint_dir,
                 o->checkpoint_every, o->keep, o->checkpoint_errors_warn ? "warn" : "stop",
                 o->checkpoint_folder
-                    ? (o->checkpoint_async ? "a folder per checkpoint, written in the "
-                                             "background"
-                                           : "a folder per checkpoint")
-                    : "a file per checkpoint");
+                    ? (o->checkpoint_async ? "a folder of per-rank files per checkpoint, written in "
+                                             "the background"
+                                           : "a folder of per-rank files per checkpoint")
+                    : "one file per checkpoint, written by rank 0",
+                o->checkpoint_why[0] ? o->checkpoint_why : "not settled yet");
     else
         fputs("checkpoints: none (--checkpoint-dir)", f);
     fprintf(f, "  resume: %s  nan-policy: %s\n", o->resume ? o->resume : "no",

@@ -93,11 +93,17 @@ typedef struct train_opts {
     int resume_reshard;         /* allow resuming with another world size (not bit-identical) */
     int requeue;                /* after a stop by signal under Slurm: scontrol requeue the job */
     int checkpoint_errors_warn; /* a failed save warns and training goes on (default: stop, exit 1) */
-    int checkpoint_folder;      /* --checkpoint-format folder: a folder of per-rank files (default: file) */
+    int checkpoint_format;      /* --checkpoint-format: TRAIN_CKPT_AUTO (default), _FILE or _FOLDER */
+    int checkpoint_folder;      /* what the saves write, settled by checkpoint_place: 1 a folder of
+                                   per-rank files, 0 one file through rank 0 */
+    char checkpoint_why[192];   /* why that format (the start-up line) */
     int checkpoint_async;       /* --checkpoint-async: folders written by a background thread */
     int nan_skip;               /* --nan-policy skip: a step with NaN/inf loss is not applied */
     train_gpt_opts gpt;         /* --model gpt2 */
 } train_opts;
+
+/* --checkpoint-format, in the order of its words. */
+enum { TRAIN_CKPT_AUTO = 0, TRAIN_CKPT_FILE, TRAIN_CKPT_FOLDER };
 
 /* What the caller does after parsing. */
 typedef enum train_parse_result {

@@ -503,6 +503,10 @@ static ddp_status save_folder(const train_setup *s, const train_pos *pos, int ba
  * file, then prunes the folder as the manager's saves do. */
 static ddp_status save_file(const train_setup *s, const train_pos *pos, const char *path)
 {
+    /* this step saved as a folder before: removed first (if that fails, logged, the save's rename
+     * fails and is reported as any failed save is) */
+    if (ddp_rank(s->ctx) == 0 && is_folder(path))
+        ddp_ckpt_manager_remove(state_manager(s), pos->step);
     ddp_status rc = train_save_state(s, pos, path);
     if (ddp_rank(s->ctx) == 0 && rc == DDP_OK)
         ddp_ckpt_manager_prune(state_manager(s));

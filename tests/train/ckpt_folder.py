@@ -85,7 +85,7 @@ def same_file(chk, a, b, what):
 
 
 def check_format(chk, r):
-    files, files_save = r.straight(chk, "file")
+    files, files_save = r.straight(chk, "file", ["--checkpoint-format", "file"])
     folders, folders_save = r.straight(chk, "folder", ["--checkpoint-format", "folder"])
     same_file(chk, files_save, folders_save, "writing folders changes no step of training")
     for step in (21, 45):
@@ -125,7 +125,7 @@ def resume_pair(chk, r, src_folder, src_file, tag, ranks, extra):
 
 
 def check_resume(chk, r):
-    _, files_save = r.straight(chk, "file")
+    _, files_save = r.straight(chk, "file", ["--checkpoint-format", "file"])
     folders, _ = r.straight(chk, "folder", ["--checkpoint-format", "folder"])
     src = os.path.join(folders, name(21))
     save = os.path.join(r.tmp, "exact.ckpt")
@@ -162,7 +162,7 @@ def flip_byte(path, at):
 
 
 def check_faults(chk, r):
-    files, files_save = r.straight(chk, "file")
+    files, files_save = r.straight(chk, "file", ["--checkpoint-format", "file"])
     folders, _ = r.straight(chk, "folder", ["--checkpoint-format", "folder"])
 
     def fresh(tag):
@@ -230,7 +230,7 @@ def check_faults(chk, r):
 
 
 def check_async(chk, r):
-    files, files_save = r.straight(chk, "file")
+    files, files_save = r.straight(chk, "file", ["--checkpoint-format", "file"])
     folder, save = os.path.join(r.tmp, "async"), os.path.join(r.tmp, "async.ckpt")
     rc, out = r.train(["--checkpoint-dir", folder, "--checkpoint-every", str(EVERY), "--keep", "100",
                        "--checkpoint-format", "folder", "--checkpoint-async", "--save", save])
@@ -290,7 +290,7 @@ def check_gpt(chk, r):
 
     every = ["--checkpoint-every", "5", "--keep", "100", "--zero", "1"]
     files, folders = os.path.join(r.tmp, "gpt-files"), os.path.join(r.tmp, "gpt-folders")
-    straight = gpt("gpt-file", 2, ["--checkpoint-dir", files] + every)
+    straight = gpt("gpt-file", 2, ["--checkpoint-dir", files, "--checkpoint-format", "file"] + every)
     gpt("gpt-folder", 2, ["--checkpoint-dir", folders, "--checkpoint-format", "folder"] + every)
     src, consolidated = os.path.join(folders, name(5)), os.path.join(r.tmp, "gpt-5.ckpt")
     rc, out = r.tool("consolidate", src, consolidated)

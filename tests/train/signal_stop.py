@@ -33,6 +33,11 @@ TERM_STEPS = 1000 if SANITIZED else 3000
 TERM_EVERY = 100
 
 
+def steps_in(folder):
+    """The step-N.ckpt names in folder (not its lock file): a checkpoint was written."""
+    return os.path.isdir(folder) and [n for n in os.listdir(folder) if n.startswith("step-")]
+
+
 def rank_pids(parent, program):
     """PIDs of this test's `program` processes (DDP_SIGNAL_TEST=parent in their environment), keyed
     by their OMPI_COMM_WORLD_RANK."""
@@ -145,7 +150,7 @@ def term_twice_then_resume(chk, train, ckpt, mpi, tmp, data):
     tag = f"{os.getpid()}-term"
     job = start(mpi + ["2", train, *common, "--checkpoint-dir", ckpt_dir, "--checkpoint-every", str(TERM_EVERY),
                        "--keep", "100"], tag)
-    started = wait_for(lambda: os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir), 60)
+    started = wait_for(lambda: steps_in(ckpt_dir), 60)
     chk.check(started, "the SIGTERM run wrote its first checkpoint")
     pids = rank_pids(tag, os.path.basename(train))
     for _ in range(2):
@@ -177,7 +182,7 @@ def term_to_launcher_gpt(chk, ckpt, tmp):
     tag = f"{os.getpid()}-gterm"
     job = start(common + ["--checkpoint-dir", ckpt_dir, "--checkpoint-every", "5", "--keep", "100",
                           "--metrics", metrics, "--resume", "auto"], tag)
-    started = wait_for(lambda: os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir), 120)
+    started = wait_for(lambda: steps_in(ckpt_dir), 120)
     chk.check(started, "the GPT run under ddp-launch wrote its first checkpoint")
     pids = rank_pids(tag, "ddp-train")
     job.send_signal(signal.SIGTERM)
