@@ -29,6 +29,7 @@
 #include "ddp_checkpoint.h"
 #include "gpt2.h"
 #include "gpt_ckpt.h"
+#include "in_path.h"
 #include "out_path.h"
 
 #define CKPT_SAME 0
@@ -418,6 +419,22 @@ static int export_target(const char *path, char **target)
     return CKPT_SAME;
 }
 
+/* 1 when path is a folder or a regular file that opens; else 0, the reason printed (a FIFO or
+ * other special file is refused without being read: common/in_path.h). */
+static int input_opens(const char *path, const char *cmd)
+{
+    char why[512];
+    if (is_folder(path))
+        return 1;
+    int fd = in_path_open(path, NULL, why, sizeof why);
+    if (fd >= 0) {
+        close(fd);
+        return 1;
+    }
+    fprintf(stderr, "ddp-ckpt: %s: %s%s\n", cmd, path, why);
+    return 0;
+}
+
 /* export-llmc CKPT OUT: the checkpoint's parameters in llm.c's file (gpt2_llmc_write, the writer of
  * --save-llmc: the same bytes for the same weights). The output is checked before the checkpoint
  * is read, so a bad path costs no read of a large model. */
@@ -438,6 +455,10 @@ static int ckpt_export_llmc(int argc, char **argv)
         a.st_ino == b.st_ino) {
         fprintf(stderr, "ddp-ckpt: export-llmc: the output %s is the checkpoint %s itself: name "
                 "another file\n", out, in);
+        free(target);
+        return CKPT_TROUBLE;
+    }
+    if (!input_opens(in, "export-llmc")) {
         free(target);
         return CKPT_TROUBLE;
     }

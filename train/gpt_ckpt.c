@@ -9,11 +9,13 @@
 #include "gpt_ckpt.h"
 
 #include "ddp_checkpoint.h"
+#include "in_path.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int gpt_ckpt_is_ddp(const char *path)
 {
@@ -25,11 +27,12 @@ int gpt_ckpt_is_ddp(const char *path)
         snprintf(manifest, sizeof manifest, "%s/%s", path, DDP_CKPT_MANIFEST);
         return stat(manifest, &sb) == 0;
     }
-    char magic[8];
-    FILE *f = S_ISREG(sb.st_mode) ? fopen(path, "rb") : NULL;
-    int ddp = f && fread(magic, sizeof magic, 1, f) == 1 && memcmp(magic, DDP_CKPT_MAGIC, 8) == 0;
-    if (f)
-        fclose(f);
+    char magic[8], why[512];
+    int fd = in_path_open(path, NULL, why, sizeof why);
+    int ddp = fd >= 0 && read(fd, magic, sizeof magic) == (ssize_t)sizeof magic &&
+              memcmp(magic, DDP_CKPT_MAGIC, 8) == 0;
+    if (fd >= 0)
+        close(fd);
     return ddp;
 }
 

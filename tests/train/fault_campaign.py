@@ -8,16 +8,22 @@ files: --save and --trace only ever replace a regular file. A character device (
   points); a symbolic link to a regular file is followed: that file gets the checkpoint or the trace,
   the link stays. The library refuses the same files by itself: ddp_state_save called through
   ctypes, as a program that skipped ddp-train's check would, leaves each special file as it was.
+reads: a FIFO in place of a checkpoint folder's shard file, of its MANIFEST and of a single
+  checkpoint file: every ddp-ckpt command (show, diff, verify, list, consolidate, export-llmc) and
+  ddp-train --resume exit non-zero within seconds (a hang is cut at READ_S and fails), the message
+  naming the FIFO, saying it is not a regular file and what to do; --resume auto skips the folder
+  with the FIFO, naming it, and resumes from the checkpoint before.
 timeout: an invalid DDP_TIMEOUT (0, -5, abc, 20s, nan, inf) ends the run before training on every
   rank, non-zero and within seconds, with a message naming the variable, the value and the allowed
   range; a valid one (2.5) trains.
 
-Usage: fault_campaign.py files|timeout DDP_TRAIN DDP_CKPT LIBDDP MPIRUN MPIRUN_ARGS... (the last of
-which is -np)
+Usage: fault_campaign.py files|reads|timeout DDP_TRAIN DDP_CKPT LIBDDP MPIRUN MPIRUN_ARGS... (the
+last of which is -np)
 """
 import ctypes
 import json
 import os
+import shutil
 import socket
 import stat
 import sys
@@ -28,6 +34,8 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
 
 QUICK_S = 30  # a run refused before training takes far less than this
+READ_S = 20  # a special file is refused at once: a read that hangs is cut here and fails
+FIFO_WORDS = ["is a FIFO (named pipe), not a regular file", "put the regular file back"]
 
 
 class Tools:
@@ -169,6 +177,68 @@ def files(chk, tools, tmp):
     followed_link(chk, tools, tmp)
 
 
+def release(fifo):
+    """Opens the FIFO for writing and closes it: a reader blocked in open() (the bug) gets end of
+    file and goes, instead of staying behind the test forever."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass  # nobody is reading it: nothing blocked
+
+
+def refused_at_once(chk, cmd, fifo, what):
+    """cmd ends non-zero within seconds, naming the FIFO and saying what it is and what to do."""
+    t0 = time.monotonic()
+    rc, out = trainlib.run(cmd, timeout=READ_S)
+    took = time.monotonic() - t0
+    release(fifo)
+    chk.check(rc not in (0, -999) and took < READ_S / 2,
+              f"{what}: exit non-zero within seconds (exit {rc}, {took:.1f} s)", out)
+    chk.check(all(w in out for w in [fifo] + FIFO_WORDS),
+              f"{what}: names {fifo}, says it is a FIFO, not a regular file, and what to do", out)
+
+
+def fifo_in_place(path):
+    """Replaces the file at path by a FIFO (a named pipe nobody writes); returns path."""
+    os.remove(path)
+    os.mkfifo(path)
+    return path
+
+
+def special_reads(chk, tools, tmp):
+    ckdir, save = os.path.join(tmp, "ck"), os.path.join(tmp, "final.ckpt")
+    rc, out = trainlib.run(tools.cmd("--checkpoint-dir", ckdir, "--checkpoint-every", "2",
+                                     "--checkpoint-format", "folder", "--save", save), timeout=120)
+    chk.check(rc == 0, f"a run writing checkpoint folders at steps 2 and 4: exit {rc}", out)
+    step4 = "step-000000000004.ckpt"
+    shard_dir, manifest_dir = os.path.join(tmp, "fifo_shard"), os.path.join(tmp, "fifo_manifest")
+    shutil.copytree(ckdir, shard_dir)  # --resume auto below: step 2 intact, step 4 not
+    shutil.copytree(ckdir, manifest_dir)
+    shard = fifo_in_place(os.path.join(shard_dir, step4, "rank-00001-of-00002.ckpt"))
+    manifest = fifo_in_place(os.path.join(manifest_dir, step4, "MANIFEST"))
+    single = os.path.join(tmp, "fifo.ckpt")
+    os.mkfifo(single)
+    out_file = os.path.join(tmp, "out.bin")
+    for fifo, path, what in ((shard, os.path.dirname(shard), "a shard file"),
+                             (manifest, os.path.dirname(manifest), "a folder's MANIFEST"),
+                             (single, single, "a single checkpoint file")):
+        folder = path != fifo
+        cmds = [["show", path], ["diff", path, save], ["verify", path], ["export-llmc", path, out_file]]
+        cmds += [["list", path], ["consolidate", path, out_file]] if folder else []
+        for args in cmds:
+            refused_at_once(chk, [tools.ckpt] + args, fifo, f"FIFO as {what}: ddp-ckpt {args[0]}")
+        refused_at_once(chk, tools.cmd("--resume", path), fifo, f"FIFO as {what}: ddp-train --resume")
+    t0 = time.monotonic()
+    rc, out = trainlib.run(tools.cmd("--checkpoint-dir", shard_dir, "--checkpoint-format", "folder",
+                                     "--resume", "auto"), timeout=READ_S * 3)
+    release(shard)
+    chk.check(rc == 0 and time.monotonic() - t0 < READ_S * 2 and "epoch 1:" in out,
+              f"--resume auto past a folder with a FIFO: trains on (exit {rc})", out)
+    chk.check(f"skipping {os.path.dirname(shard)}" in out and all(w in out for w in FIFO_WORDS)
+              and "step 2" in out,
+              "--resume auto: the folder with the FIFO is skipped naming it, step 2's is resumed", out)
+
+
 def bad_timeout(chk, tools):
     mpi = tools.mpi[:-1] + ["-x", "DDP_TIMEOUT", tools.mpi[-1]]
     for value in ("0", "-5", "abc", "20s", "nan", "inf"):
@@ -194,10 +264,12 @@ def main():
         tools = Tools(sys.argv[2:], tmp)
         if mode == "files":
             files(chk, tools, tmp)
+        elif mode == "reads":
+            special_reads(chk, tools, tmp)
         elif mode == "timeout":
             bad_timeout(chk, tools)
         else:
-            sys.exit(f"unknown mode {mode}: files or timeout")
+            sys.exit(f"unknown mode {mode}: files, reads or timeout")
     chk.done()
 
 
