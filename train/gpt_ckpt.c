@@ -73,7 +73,7 @@ static ddp_status read_config(const ddp_state *s, const char *flag, const char *
     return DDP_OK;
 }
 
-ddp_status gpt_ckpt_read(const char *path, const char *flag, gpt_ckpt *c)
+ddp_status gpt_ckpt_read(const char *path, const char *flag, int verify, gpt_ckpt *c)
 {
     *c = (gpt_ckpt){0};
     struct stat sb;
@@ -82,7 +82,7 @@ ddp_status gpt_ckpt_read(const char *path, const char *flag, gpt_ckpt *c)
     c->folder = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
     ddp_status st = c->folder ? ddp_ckpt_dir_open(path, &dir) : ddp_state_load(path, &file);
     /* a folder's values are read by ranges without their CRC-32: check each file whole first */
-    for (int i = 0; st == DDP_OK && dir && i < ddp_ckpt_dir_n_files(dir); i++)
+    for (int i = 0; st == DDP_OK && dir && verify && i < ddp_ckpt_dir_n_files(dir); i++)
         st = ddp_ckpt_dir_verify_file(dir, i);
     if (st != DDP_OK)
         DDP_ERROR("%s %s: cannot read this checkpoint %s (see above)", flag, path,

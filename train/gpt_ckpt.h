@@ -25,11 +25,11 @@ typedef struct gpt_ckpt {
  * a MANIFEST; else 0 (an llm.c model file, or anything else, which its reader then names). */
 int gpt_ckpt_is_ddp(const char *path);
 
-/* Reads the checkpoint at path (a file, or a folder whose files' CRC-32 are all checked) into *c;
- * `flag` starts the messages (e.g. "--init-from"). DDP_ERR_IO, DDP_ERR_FORMAT (corrupt, or
- * not a GPT-2's checkpoint: the log names the model it holds and the fix), DDP_ERR_NOMEM. *c is
- * zeroed on failure. */
-ddp_status gpt_ckpt_read(const char *path, const char *flag, gpt_ckpt *c);
+/* Reads the checkpoint at path (a file, or a folder whose files' CRC-32 are all checked first
+ * unless verify is 0: ddp-ckpt --no-verify) into *c; `flag` starts the messages (e.g.
+ * "--init-from"). DDP_ERR_IO, DDP_ERR_FORMAT (corrupt, or not a GPT-2's checkpoint: the log names
+ * the model it holds and the fix), DDP_ERR_NOMEM. *c is zeroed on failure. */
+ddp_status gpt_ckpt_read(const char *path, const char *flag, int verify, gpt_ckpt *c);
 
 /* 1 when the checkpoint's signature is the model's (names and shapes, in order); otherwise logs
  * the first difference (prefixed by flag and path) and returns 0. */

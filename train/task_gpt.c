@@ -220,7 +220,7 @@ static ddp_status gpt_config(trainer *t)
     G(t)->cfg = g->cfg;
     G(t)->init_ckpt = g->init_from && gpt_ckpt_is_ddp(g->init_from);
     if (G(t)->init_ckpt) {
-        TRY_OK(gpt_ckpt_read(g->init_from, "--init-from", &G(t)->init));
+        TRY_OK(gpt_ckpt_read(g->init_from, "--init-from", 1, &G(t)->init));
         G(t)->cfg = G(t)->init.cfg;
     }
     if (g->init_from) {
