@@ -284,7 +284,9 @@ def bad_init_from(chk, exe, mpi, tmp, data):
     """--init-from given what is not an llm.c model file: a 1 KiB file whose header says d48 is
     refused by its size before the 1.5B-parameter model is built (it took 58 s and 6.4 GiB); a
     folder and a token shard are named as such, with the option that takes them; a FIFO is refused
-    at once as not a regular file (opening it used to wait for a writer forever)."""
+    at once as not a regular file (opening it used to wait for a writer forever); a checkpoint
+    folder without its MANIFEST (an interrupted save) is named as such, with the fix (it used to be
+    called "not an llm.c model file")."""
     d48 = os.path.join(tmp, "d48_header_only.bin")
     with open(d48, "wb") as f:
         f.write(struct.pack("<256i", *([20240326, 3, 1024, 50257, 48, 25, 1600, 50304] + [0] * 248)))
@@ -298,8 +300,18 @@ def bad_init_from(chk, exe, mpi, tmp, data):
     shard = os.path.join(os.path.dirname(data), "syn_val_000000.bin")
     fifo = os.path.join(tmp, "model.fifo")  # opening it to read must not wait for a writer
     os.mkfifo(fifo)
+    interrupted = [os.path.join(tmp, "ck", "step-000000000004.ckpt"), os.path.join(tmp, "weights")]
+    for folder in interrupted:  # what a save killed before its MANIFEST leaves
+        os.makedirs(folder)
+        with open(os.path.join(folder, "rank-00000-of-00002.ckpt"), "wb") as f:
+            f.write(b"DDPCKPT1" + bytes(64))
+    unfinished = [f"{interrupted[0]}: a checkpoint folder without its MANIFEST", "interrupted",
+                  "give a complete step folder"]
     for path, words, what in ((tmp, ["is a folder", "llm.c model file"], "a folder"),
                               (shard, ["token shard", "--data"], "a token shard"),
+                              (interrupted[0], unfinished, "an interrupted save's step folder"),
+                              (interrupted[1], [f"{interrupted[1]}: a checkpoint folder without"],
+                               "a folder of an interrupted save's rank file"),
                               (fifo, [f"{fifo} is a FIFO (named pipe), not a regular file",
                                       "put the regular file back"], "a FIFO")):
         start = time.monotonic()
