@@ -31,11 +31,11 @@ static int refuse(mode_t mode, char *why, size_t len)
 int in_path_open(const char *path, struct stat *out, char *why, size_t len)
 {
     struct stat sb;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) /* a device is not even opened */
+        return refuse(sb.st_mode, why, len);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO put there since: no wait */
     if (fd < 0) {
-        int err = errno; /* a socket does not open (ENXIO): say what it is */
-        if (err == ENXIO && stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
-            return refuse(sb.st_mode, why, len);
+        int err = errno;
         snprintf(why, len, ": %s", strerror(err));
         errno = err;
         return -1;

@@ -9,9 +9,10 @@
 #include <stddef.h>
 #include <sys/stat.h>
 
-/* Opens PATH read-only (O_CLOEXEC) without waiting: the open is non-blocking (a FIFO without a
- * writer opens at once), fstat then refuses anything but a regular file (its result goes to *SB
- * unless SB is NULL), and the descriptor is put back in blocking mode. Returns the descriptor, or
+/* Opens PATH read-only (O_CLOEXEC) without waiting: a PATH that is not a regular file is refused
+ * before it is opened (a device is never opened); the open is non-blocking (a FIFO put there in
+ * the meantime opens at once), fstat then refuses anything but a regular file (its result goes
+ * to *SB unless SB is NULL), and the descriptor is put back in blocking mode. Returns the descriptor, or
  * -1 with errno set (EINVAL for a file that is not regular, else open's) and WHY (LEN bytes)
  * saying what PATH is and how to fix it, written to follow the path (" is a FIFO (named pipe),
  * not a regular file: ...", ": No such file or directory"): print "%s%s", path, why. */

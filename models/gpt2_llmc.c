@@ -100,8 +100,8 @@ static FILE *open_regular(const char *path)
     if (f)
         return f;
     if (fd >= 0) {
-        close(fd);
         DDP_ERROR("%s: cannot open: %s", path, strerror(errno));
+        close(fd);
     } else if (path && errno == EINVAL && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         DDP_ERROR("%s is a folder, not an llm.c model file: name the file (such as %s/gpt2_124M.bin)",
                   path, path);

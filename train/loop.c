@@ -425,7 +425,7 @@ static void write_checkpoint(trainer *t)
     ddp_trace_end("checkpoint", t->step);
     t->saved_step = t->step;
     t->clock = train_now();
-    /* with warn, rank 0's report (train_checkpoint) is the one message: the others go on silently */
+    /* with warn, rank 0's report (train_checkpoint) is the one message: the others go on quietly */
     if (agree_then(t, st, t->o->checkpoint_errors_warn ? NULL : "exiting") != DDP_OK &&
         !t->o->checkpoint_errors_warn)
         t->save_failed = 1;

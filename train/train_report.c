@@ -313,7 +313,8 @@ void metrics_summary(metrics_file *m, const train_opts *o, const run_stats *r)
                  "\"wall_seconds\":%.3f,\"stopped_by_signal\":%s%s}\n",
                  o->model.kind == MODEL_CNN ? "cnn" : "mlp", r->backend, r->world_size, o->batch,
                  o->accum, r->epochs, r->steps,
-                 json_number(loss, sizeof loss, "%.6f", r->train_loss), r->test_accuracy, r->samples_per_s, r->train_seconds, r->wall_seconds,
+                 json_number(loss, sizeof loss, "%.6f", r->train_loss), r->test_accuracy,
+                 r->samples_per_s, r->train_seconds, r->wall_seconds,
                  r->stopped_by_signal ? "true" : "false", metrics_comm(comm, sizeof comm, r));
 }
 
