@@ -1,5 +1,6 @@
 /* out_path.c - the rule for files replaced by a temporary file and a rename (see out_path.h). */
 #include "out_path.h"
+#include "in_path.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,15 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-const char *out_path_kind(mode_t mode)
-{
-    return S_ISDIR(mode)    ? "a folder"
-           : S_ISCHR(mode)  ? "a character device"
-           : S_ISBLK(mode)  ? "a block device"
-           : S_ISFIFO(mode) ? "a FIFO (named pipe)"
-           : S_ISSOCK(mode) ? "a socket"
-                            : "not a regular file";
-}
+const char *out_path_kind(mode_t mode) { return in_path_kind(mode); }
 
 int out_path_target(const char *path, char **target, char *why, size_t len)
 {

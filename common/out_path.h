@@ -28,7 +28,7 @@ int out_path_target(const char *path, char **target, char *why, size_t len);
 int out_path_probe_dir(const char *target, char *why, size_t len);
 
 /* What a file that is not regular is, in words: "a folder", "a character device", "a FIFO (named
- * pipe)", ... */
+ * pipe)", ... (in_path_kind's words: the files read and written are described alike) */
 const char *out_path_kind(mode_t mode);
 
 #endif

@@ -7,10 +7,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "ddp_checkpoint.h" /* DDP_CKPT_MAGIC: a ddp checkpoint given instead */
 #include "gpt2_private.h"
 #include "half.h"
+#include "in_path.h"
 #include "tokens.h" /* TOKENS_MAGIC: llm.c's token shards */
 
 /* ---- header -------------------------------------------------------------------------------- */
@@ -86,38 +88,37 @@ static size_t file_numel(const gpt2_config *cfg)
     return gpt2_config_n_params(&padded);
 }
 
-/* DDP_ERR_IO (logged) unless f is a regular file: a folder opens but reads as nothing. */
-static ddp_status check_regular(FILE *f, const char *path)
+/* path opened to read. An llm.c model file must be a regular file: anything else is refused at
+ * once, never read, and a FIFO does not block the open (common/in_path.h). NULL on failure, logged
+ * (a folder with the file to name in it). */
+static FILE *open_regular(const char *path)
 {
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
-        DDP_ERROR("%s: cannot stat: %s", path, strerror(errno));
-        return DDP_ERR_IO;
-    }
-    if (S_ISDIR(st.st_mode)) {
+    char why[512] = ": no path";
+    struct stat sb;
+    int fd = path ? in_path_open(path, &sb, why, sizeof why) : -1;
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (f)
+        return f;
+    if (fd >= 0) {
+        DDP_ERROR("%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+    } else if (path && errno == EINVAL && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         DDP_ERROR("%s is a folder, not an llm.c model file: name the file (such as %s/gpt2_124M.bin)",
                   path, path);
-        return DDP_ERR_IO;
+    } else {
+        DDP_ERROR("%s%s", path ? path : "(null)", why);
     }
-    if (!S_ISREG(st.st_mode)) {
-        DDP_ERROR("%s is not a regular file: give an llm.c model file", path);
-        return DDP_ERR_IO;
-    }
-    return DDP_OK;
+    return NULL;
 }
 
 /* Opens path and checks its header and its size against the header's (before anything is
  * allocated for the model); *f is NULL on failure, else positioned after the header. */
 static ddp_status open_model(const char *path, FILE **f, gpt2_config *cfg, int *version)
 {
-    *f = path ? fopen(path, "rb") : NULL;
-    if (!*f) {
-        DDP_ERROR("%s: cannot open: %s", path ? path : "(null)", strerror(errno));
+    *f = open_regular(path);
+    if (!*f)
         return DDP_ERR_IO;
-    }
-    ddp_status st = check_regular(*f, path);
-    if (st == DDP_OK)
-        st = parse_header(*f, path, cfg, version);
+    ddp_status st = parse_header(*f, path, cfg, version);
     if (st == DDP_OK)
         st = check_size(*f, path, file_numel(cfg), *version == GPT2_LLMC_BF16 ? 2 : 4);
     if (st != DDP_OK) {

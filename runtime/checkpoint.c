@@ -62,6 +62,7 @@
 #include <zlib.h>
 
 #include "ddp_checkpoint.h"
+#include "in_path.h"
 #include "internal.h"
 #include "out_path.h"
 
@@ -757,24 +758,22 @@ ddp_status ddp_state_save(const ddp_state *s, const char *path)
 
 /* ---- load ---------------------------------------------------------------------------------- */
 
-/* Reads the whole regular file at path into *buf (malloc'ed) of *size bytes. O_NONBLOCK: opening a
- * FIFO must not wait for a writer (it is then refused as not a regular file). */
+/* Reads the whole regular file at path into *buf (malloc'ed) of *size bytes. A FIFO, socket,
+ * device or folder is refused before anything is read, without waiting (common/in_path.h). */
 static ddp_status ckpt_slurp(const char *path, unsigned char **buf, uint64_t *size)
 {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    char why[512];
+    struct stat sb;
+    int fd = in_path_open(path, &sb, why, sizeof why);
     FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
-        DDP_ERROR("cannot open checkpoint %s: %s", path, strerror(errno));
+        DDP_ERROR("checkpoint %s%s", path, fd >= 0 ? ": out of memory" : why);
         if (fd >= 0)
             close(fd);
-        return DDP_ERR_IO;
+        return fd >= 0 ? DDP_ERR_NOMEM : DDP_ERR_IO;
     }
-    struct stat sb;
     ddp_status st = DDP_OK;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        DDP_ERROR("%s is not a regular file", path);
-        st = DDP_ERR_IO;
-    } else if ((uint64_t)sb.st_size > SIZE_MAX - 1 || !(*buf = malloc((size_t)sb.st_size + 1))) {
+    if ((uint64_t)sb.st_size > SIZE_MAX - 1 || !(*buf = malloc((size_t)sb.st_size + 1))) {
         DDP_ERROR("%s: out of memory for %lld bytes", path, (long long)sb.st_size);
         st = DDP_ERR_NOMEM;
     } else if (fread(*buf, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) {

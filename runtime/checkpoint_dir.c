@@ -27,6 +27,7 @@
 #include <zlib.h>
 
 #include "ddp_checkpoint.h"
+#include "in_path.h"
 #include "internal.h"
 #include "path_join.h"
 
@@ -91,6 +92,22 @@ static ddp_status pread_all(int fd, void *buf, size_t n, uint64_t at, const char
     return DDP_OK;
 }
 
+/* Opens a file of the folder to read (*sb: its stat, unless NULL). A FIFO, socket, device or
+ * folder in its place is refused at once, never read (common/in_path.h). -1 on failure, logged
+ * naming the file, errno set (ENOENT: missing, EINVAL: not a regular file). */
+static int open_read(const char *path, struct stat *sb)
+{
+    char why[512];
+    int fd = in_path_open(path, sb, why, sizeof why);
+    if (fd < 0) {
+        int err = errno;
+        DDP_ERROR("checkpoint folder: %s%s", path,
+                  err == ENOENT ? ": missing (the folder is incomplete)" : why);
+        errno = err;
+    }
+    return fd;
+}
+
 static void file_free(dir_file *f)
 {
     free(f->path);
@@ -144,16 +161,10 @@ static ddp_status table_parse(int fd, dir_file *f)
 static ddp_status table_read(char *path, dir_file *f)
 {
     *f = (dir_file){.path = path};
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        int err = errno;
-        DDP_ERROR("checkpoint folder: %s: %s", path, fd < 0 ? (err == ENOENT ? "missing (the "
-                  "folder is incomplete)" : strerror(err)) : "not a regular file");
-        if (fd >= 0)
-            close(fd);
-        return fd < 0 && err != ENOENT ? DDP_ERR_IO : DDP_ERR_FORMAT;
-    }
+    int fd = open_read(path, &sb);
+    if (fd < 0)
+        return errno == ENOENT || errno == EINVAL ? DDP_ERR_FORMAT : DDP_ERR_IO;
     f->bytes = (uint64_t)sb.st_size;
     ddp_status st = table_parse(fd, f);
     close(fd);
@@ -176,7 +187,7 @@ static ddp_status section_u64(const dir_file *f, const char *name, uint64_t *v, 
     *v = 0;
     if (!s)
         return DDP_OK;
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    int fd = open_read(f->path, NULL);
     unsigned char b[8];
     ddp_status st = fd >= 0 ? pread_all(fd, b, 8, s->offset, f->path) : DDP_ERR_IO;
     if (fd >= 0)
@@ -571,11 +582,17 @@ void ddp_ckpt_dir_close(ddp_ckpt_dir *d)
 /* Reads dir/MANIFEST whole and checks its last line's CRC-32; *text NUL-terminated, cut before it. */
 static ddp_status manifest_read(const char *dir, char **text)
 {
-    char *path = path_join(dir, DDP_CKPT_MANIFEST);
-    FILE *f = path ? fopen(path, "rb") : NULL;
+    char *path = path_join(dir, DDP_CKPT_MANIFEST), why[512] = ": out of memory";
+    int fd = path ? in_path_open(path, NULL, why, sizeof why) : -1;
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
-        DDP_ERROR("checkpoint folder %s: no %s (%s): not a complete checkpoint", dir,
-                  DDP_CKPT_MANIFEST, path ? strerror(errno) : "out of memory");
+        if (!path || errno == ENOENT)
+            DDP_ERROR("checkpoint folder %s: no %s (%s): not a complete checkpoint", dir,
+                      DDP_CKPT_MANIFEST, path ? strerror(errno) : "out of memory");
+        else
+            DDP_ERROR("checkpoint folder %s: %s%s", dir, path, fd >= 0 ? ": out of memory" : why);
+        if (fd >= 0)
+            close(fd);
         free(path);
         return DDP_ERR_IO;
     }
@@ -762,7 +779,8 @@ ddp_status ddp_ckpt_dir_open(const char *dir, ddp_ckpt_dir **out)
         st = d->files && d->state ? parse_body(d, at, h.numel) : DDP_ERR_NOMEM;
     }
     if (st == DDP_ERR_FORMAT)
-        DDP_ERROR("checkpoint folder %s: its %s is not valid (see above)", dir, DDP_CKPT_MANIFEST);
+        DDP_ERROR("checkpoint folder %s: its %s or a file it lists is not valid (see above)", dir,
+                  DDP_CKPT_MANIFEST);
     free(h.descs);
     free(text);
     if (st != DDP_OK)
@@ -787,11 +805,9 @@ static ddp_status piece_read(const ddp_ckpt_dir *d, const dir_piece *p, uint64_t
                              float *dst)
 {
     const char *path = d->files[p->file].path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        DDP_ERROR("checkpoint folder: cannot open %s: %s", path, strerror(errno));
+    int fd = open_read(path, NULL);
+    if (fd < 0)
         return DDP_ERR_IO;
-    }
     ddp_status st = pread_all(fd, dst, (size_t)(hi - lo) * 4, p->at + 4 * (lo - p->offset), path);
     close(fd);
     unsigned char *b = (unsigned char *)dst;
@@ -828,7 +844,7 @@ ddp_status ddp_ckpt_dir_verify_file(const ddp_ckpt_dir *d, int i)
     if (!d || i < 0 || i >= d->n_files)
         return DDP_ERR_INVALID_ARG;
     const dir_file *f = &d->files[i];
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    int fd = open_read(f->path, NULL);
     size_t chunk = (size_t)4 << 20;
     unsigned char *buf = fd >= 0 ? malloc(chunk) : NULL;
     ddp_status st = fd < 0 ? DDP_ERR_IO : buf ? DDP_OK : DDP_ERR_NOMEM;
@@ -841,8 +857,6 @@ ddp_status ddp_ckpt_dir_verify_file(const ddp_ckpt_dir *d, int i)
     if (st == DDP_OK && (uint32_t)crc != f->crc) {
         DDP_ERROR("checksum mismatch: %s is corrupt", f->path);
         st = DDP_ERR_FORMAT;
-    } else if (fd < 0) {
-        DDP_ERROR("checkpoint folder: cannot open %s: %s", f->path, strerror(errno));
     }
     free(buf);
     if (fd >= 0)

@@ -1,12 +1,18 @@
 /* ddp_ckpt.c - ddp-ckpt: shows a checkpoint's signature, compares two checkpoints numerically,
  * lists, verifies and consolidates checkpoint folders (a file per rank and a MANIFEST).
  *
- *   ddp-ckpt show FILE|FOLDER      (signature, then the training state's other entries)
- *   ddp-ckpt diff [--tol X] A B    (files or folders)
+ *   ddp-ckpt show [--no-verify] FILE|FOLDER  (signature, then the training state's other entries)
+ *   ddp-ckpt diff [--tol X] [--no-verify] A B  (files or folders)
  *   ddp-ckpt list PATH             (a checkpoint folder's files, or a --checkpoint-dir's checkpoints)
  *   ddp-ckpt verify PATH           (every CRC-32; a folder's MANIFEST and that it is complete)
- *   ddp-ckpt consolidate FOLDER FILE   (one checkpoint file, as --checkpoint-format file writes)
- *   ddp-ckpt export-llmc CKPT OUT.bin  (a GPT-2 checkpoint's weights as llm.c's model file)
+ *   ddp-ckpt consolidate [--no-verify] FOLDER FILE   (one checkpoint file, as --checkpoint-format
+ *                                                      file writes)
+ *   ddp-ckpt export-llmc [--no-verify] CKPT OUT.bin  (a GPT-2 checkpoint's weights as llm.c's file)
+ *
+ * The commands that read values (show, diff, consolidate, export-llmc) first verify a folder as
+ * --resume does: every file's size and CRC-32 against its MANIFEST, over all of its bytes (a file
+ * is always checked whole as it is read); --no-verify skips the CRC-32, to look into a damaged
+ * folder (the sizes and section tables are checked still: they say where the values are).
  *
  * diff prints max_abs_diff (largest |a - b| over all values) and max_rel_diff, the largest over
  * parameters of (largest |a - b| in the parameter) / max(largest |a|, largest |b| in it, 1e-12):
@@ -29,6 +35,7 @@
 #include "ddp_checkpoint.h"
 #include "gpt2.h"
 #include "gpt_ckpt.h"
+#include "in_path.h"
 #include "out_path.h"
 
 #define CKPT_SAME 0
@@ -36,12 +43,12 @@
 #define CKPT_TROUBLE 2
 
 static const char ckpt_usage_text[] =
-    "usage: ddp-ckpt show FILE|FOLDER\n"
-    "       ddp-ckpt diff [--tol X] A B\n"
+    "usage: ddp-ckpt show [--no-verify] FILE|FOLDER\n"
+    "       ddp-ckpt diff [--tol X] [--no-verify] A B\n"
     "       ddp-ckpt list PATH\n"
     "       ddp-ckpt verify PATH\n"
-    "       ddp-ckpt consolidate FOLDER FILE\n"
-    "       ddp-ckpt export-llmc CKPT OUT.bin\n"
+    "       ddp-ckpt consolidate [--no-verify] FOLDER FILE\n"
+    "       ddp-ckpt export-llmc [--no-verify] CKPT OUT.bin\n"
     "  show    prints the signature (parameter names and shapes) and the training state\n"
     "          (optimizer buffers, counters, configuration) of a version 2 checkpoint\n"
     "  diff    checks that the signatures match and prints max_abs_diff and max_rel_diff\n"
@@ -54,7 +61,16 @@ static const char ckpt_usage_text[] =
     "  consolidate  writes a checkpoint folder as one checkpoint file (today's format)\n"
     "  export-llmc  writes a GPT-2 checkpoint's weights (file or folder) as an llm.c model file\n"
     "          (fp32, the file ddp-train --save-llmc writes), without training\n"
+    "  --no-verify  show, diff, consolidate and export-llmc first check a FOLDER as --resume\n"
+    "          does (each file's size and CRC-32 against the MANIFEST) and refuse a corrupt one;\n"
+    "          this skips the CRC-32, to look into a damaged folder (a FILE is always checked)\n"
     "A FOLDER is a checkpoint written by ddp-train --checkpoint-format folder.\n";
+
+/* The options of a command (ckpt_parse_opts). */
+typedef struct ckpt_opts {
+    double tol;  /* diff --tol X; -1: none */
+    int verify;  /* check a folder's files against its MANIFEST before reading (not --no-verify) */
+} ckpt_opts;
 
 typedef struct ckpt_file {
     const char *path;
@@ -75,11 +91,27 @@ static int is_folder(const char *path)
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+/* Opens the checkpoint folder at path; with verify, every file's CRC-32 over all of its bytes is
+ * checked against the MANIFEST first, as --resume does (the failure names the file). */
+static ddp_status folder_open(const char *path, int verify, ddp_ckpt_dir **d)
+{
+    ddp_status st = ddp_ckpt_dir_open(path, d);
+    for (int i = 0; st == DDP_OK && verify && i < ddp_ckpt_dir_n_files(*d); i++)
+        st = ddp_ckpt_dir_verify_file(*d, i);
+    if (st == DDP_OK || !*d)
+        return st;
+    fprintf(stderr, "ddp-ckpt: %s: the folder's files do not match its %s (see above): refused; "
+            "--no-verify reads it anyway\n", path, DDP_CKPT_MANIFEST);
+    ddp_ckpt_dir_close(*d);
+    *d = NULL;
+    return st;
+}
+
 /* The parameters of a checkpoint folder, read whole, as ddp_checkpoint_load returns a file's. */
-static ddp_status folder_params(const char *path, ckpt_file *c)
+static ddp_status folder_params(const char *path, int verify, ckpt_file *c)
 {
     ddp_ckpt_dir *d = NULL;
-    ddp_status st = ddp_ckpt_dir_open(path, &d);
+    ddp_status st = folder_open(path, verify, &d);
     const ddp_state *s = ddp_ckpt_dir_state(d);
     size_t n = ddp_state_numel(s);
     c->n_params = ddp_state_n_params(s);
@@ -95,10 +127,10 @@ static ddp_status folder_params(const char *path, ckpt_file *c)
     return st;
 }
 
-static ddp_status ckpt_open(const char *path, ckpt_file *c)
+static ddp_status ckpt_open(const char *path, int verify, ckpt_file *c)
 {
     c->path = path;
-    ddp_status st = is_folder(path) ? folder_params(path, c)
+    ddp_status st = is_folder(path) ? folder_params(path, verify, c)
                                     : ddp_checkpoint_load(path, &c->descs, &c->n_params, &c->params);
     if (st != DDP_OK)
         fprintf(stderr, "ddp-ckpt: %s: cannot load: %s\n", path, ddp_strerror(st));
@@ -201,20 +233,28 @@ static double ckpt_compare(const ckpt_file *a, const ckpt_file *b)
     return max_rel;
 }
 
-/* Parses "--tol X" (X >= 0) among the diff arguments; leaves the file names at argv[optind..]. */
-static int ckpt_parse_tol(int argc, char **argv, double *tol)
+/* Parses a command's options: --no-verify, and --tol X (X >= 0) where tol_ok; leaves the
+ * operands at argv[optind..]. Returns CKPT_SAME, else CKPT_TROUBLE with the complaint printed. */
+static int ckpt_parse_opts(int argc, char **argv, int tol_ok, ckpt_opts *o)
 {
-    static const struct option opts[] = {{"tol", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"tol", required_argument, NULL, 't'},
+                                         {"no-verify", no_argument, NULL, 'n'},
+                                         {NULL, 0, NULL, 0}};
+    *o = (ckpt_opts){.tol = -1.0, .verify = 1};
     opterr = 0;
     optind = 1;
     int id;
     while ((id = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        if (id != 't')
+        if (id == 'n') {
+            o->verify = 0;
+            continue;
+        }
+        if (id != 't' || !tol_ok)
             return ckpt_usage(id == ':' ? "--tol needs a value" : "unknown option");
         char *end = NULL;
         errno = 0;
-        *tol = strtod(optarg, &end);
-        if (errno != 0 || end == optarg || *end != '\0' || !(*tol >= 0.0) || !isfinite(*tol)) {
+        o->tol = strtod(optarg, &end);
+        if (errno != 0 || end == optarg || *end != '\0' || !(o->tol >= 0.0) || !isfinite(o->tol)) {
             fprintf(stderr, "ddp-ckpt: --tol: expected a number >= 0, got '%s'\n", optarg);
             return CKPT_TROUBLE;
         }
@@ -224,15 +264,17 @@ static int ckpt_parse_tol(int argc, char **argv, double *tol)
 
 static int ckpt_diff(int argc, char **argv)
 {
-    double tol = -1.0;
-    int rc = ckpt_parse_tol(argc, argv, &tol);
+    ckpt_opts o;
+    int rc = ckpt_parse_opts(argc, argv, 1, &o);
+    double tol = o.tol;
     if (rc != CKPT_SAME)
         return rc;
     if (argc - optind != 2)
         return ckpt_usage("diff needs two checkpoint files");
     ckpt_file a = {0}, b = {0};
     rc = CKPT_TROUBLE;
-    if (ckpt_open(argv[optind], &a) == DDP_OK && ckpt_open(argv[optind + 1], &b) == DDP_OK) {
+    if (ckpt_open(argv[optind], o.verify, &a) == DDP_OK &&
+        ckpt_open(argv[optind + 1], o.verify, &b) == DDP_OK) {
         rc = CKPT_DIFFERENT;
         if (ckpt_same_signature(&a, &b)) {
             double rel = ckpt_compare(&a, &b);
@@ -246,7 +288,8 @@ static int ckpt_diff(int argc, char **argv)
     return rc;
 }
 
-/* The training state's entries besides the parameters: arrays by size, values and texts in full. */
+/* The training state's entries besides the parameters: arrays by size, values and texts in full
+ * (a folder's files were verified, or not, by ckpt_open). */
 static void ckpt_show_state(const char *path)
 {
     ddp_state *loaded = NULL;
@@ -281,10 +324,13 @@ static void ckpt_show_state(const char *path)
 
 static int ckpt_show(int argc, char **argv)
 {
-    if (argc != 2)
+    ckpt_opts o;
+    if (ckpt_parse_opts(argc, argv, 0, &o) != CKPT_SAME)
+        return CKPT_TROUBLE;
+    if (argc - optind != 1)
         return ckpt_usage("show needs one checkpoint file");
     ckpt_file c = {0};
-    if (ckpt_open(argv[1], &c) != DDP_OK)
+    if (ckpt_open(argv[optind], o.verify, &c) != DDP_OK)
         return CKPT_TROUBLE;
     size_t total = 0;
     printf("%s: %d parameters\n", c.path, c.n_params);
@@ -296,7 +342,7 @@ static int ckpt_show(int argc, char **argv)
         total += n;
     }
     printf("total: %zu values\n", total);
-    ckpt_show_state(argv[1]);
+    ckpt_show_state(c.path);
     ckpt_close(&c);
     return CKPT_SAME;
 }
@@ -385,20 +431,22 @@ static int ckpt_verify(int argc, char **argv)
 
 static int ckpt_consolidate(int argc, char **argv)
 {
-    if (argc != 3)
+    ckpt_opts o;
+    if (ckpt_parse_opts(argc, argv, 0, &o) != CKPT_SAME)
+        return CKPT_TROUBLE;
+    if (argc - optind != 2)
         return ckpt_usage("consolidate needs a checkpoint folder and a file to write");
+    const char *in = argv[optind], *out = argv[optind + 1];
     ddp_ckpt_dir *d = NULL;
-    ddp_status st = ddp_ckpt_dir_open(argv[1], &d);
-    for (int i = 0; st == DDP_OK && i < ddp_ckpt_dir_n_files(d); i++)
-        st = ddp_ckpt_dir_verify_file(d, i);
+    ddp_status st = folder_open(in, o.verify, &d);
     if (st == DDP_OK)
-        st = ddp_ckpt_dir_consolidate(d, argv[2]);
+        st = ddp_ckpt_dir_consolidate(d, out);
     ddp_ckpt_dir_close(d);
     if (st != DDP_OK) {
-        fprintf(stderr, "ddp-ckpt: consolidate %s: %s (see above)\n", argv[1], ddp_strerror(st));
+        fprintf(stderr, "ddp-ckpt: consolidate %s: %s (see above)\n", in, ddp_strerror(st));
         return CKPT_TROUBLE;
     }
-    printf("wrote %s\n", argv[2]);
+    printf("wrote %s\n", out);
     return CKPT_SAME;
 }
 
@@ -418,15 +466,34 @@ static int export_target(const char *path, char **target)
     return CKPT_SAME;
 }
 
+/* 1 when path is a folder or a regular file that opens; else 0, the reason printed (a FIFO or
+ * other special file is refused without being read: common/in_path.h). */
+static int input_opens(const char *path, const char *cmd)
+{
+    char why[512];
+    if (is_folder(path))
+        return 1;
+    int fd = in_path_open(path, NULL, why, sizeof why);
+    if (fd >= 0) {
+        close(fd);
+        return 1;
+    }
+    fprintf(stderr, "ddp-ckpt: %s: %s%s\n", cmd, path, why);
+    return 0;
+}
+
 /* export-llmc CKPT OUT: the checkpoint's parameters in llm.c's file (gpt2_llmc_write, the writer of
  * --save-llmc: the same bytes for the same weights). The output is checked before the checkpoint
  * is read, so a bad path costs no read of a large model. */
 static int ckpt_export_llmc(int argc, char **argv)
 {
-    if (argc != 3)
+    ckpt_opts o;
+    if (ckpt_parse_opts(argc, argv, 0, &o) != CKPT_SAME)
+        return CKPT_TROUBLE;
+    if (argc - optind != 2)
         return ckpt_usage("export-llmc needs a GPT-2 checkpoint (file or folder) and the llm.c "
                           "model file to write");
-    const char *in = argv[1], *out = argv[2];
+    const char *in = argv[optind], *out = argv[optind + 1];
     char *target = NULL;
     int rc = export_target(out, &target);
     if (rc != CKPT_SAME) {
@@ -441,6 +508,10 @@ static int ckpt_export_llmc(int argc, char **argv)
         free(target);
         return CKPT_TROUBLE;
     }
+    if (!input_opens(in, "export-llmc")) {
+        free(target);
+        return CKPT_TROUBLE;
+    }
     if (!gpt_ckpt_is_ddp(in)) {
         fprintf(stderr, "ddp-ckpt: export-llmc: %s is not a ddp checkpoint (a file starting with "
                 "DDPCKPT1, or a checkpoint folder with its %s): give one that ddp-train --model "
@@ -449,7 +520,7 @@ static int ckpt_export_llmc(int argc, char **argv)
         return CKPT_TROUBLE;
     }
     gpt_ckpt c;
-    ddp_status st = gpt_ckpt_read(in, "ddp-ckpt export-llmc", &c);
+    ddp_status st = gpt_ckpt_read(in, "ddp-ckpt export-llmc", o.verify, &c);
     if (st == DDP_OK)
         st = gpt2_llmc_write(target, &c.cfg, c.params, DDP_FP32);
     if (st != DDP_OK) {

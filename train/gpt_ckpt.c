@@ -9,28 +9,67 @@
 #include "gpt_ckpt.h"
 
 #include "ddp_checkpoint.h"
+#include "in_path.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+/* 1 when the folder at path has a MANIFEST. */
+static int has_manifest(const char *path)
+{
+    char manifest[8192];
+    struct stat sb;
+    snprintf(manifest, sizeof manifest, "%s/%s", path, DDP_CKPT_MANIFEST);
+    return stat(manifest, &sb) == 0;
+}
+
+/* 1 when the folder at path is a checkpoint folder's save, complete or not: named step-N.ckpt
+ * (--checkpoint-dir's name), or holding a rank's file or a MANIFEST (or their temporary files). */
+static int is_save_folder(const char *path)
+{
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    size_t n = strlen(base);
+    int found = strncmp(base, "step-", 5) == 0 && n > 10 && strcmp(base + n - 5, ".ckpt") == 0;
+    DIR *d = found ? NULL : opendir(path);
+    struct dirent *de;
+    while (d && !found && (de = readdir(d)) != NULL)
+        found = strncmp(de->d_name, "rank-", 5) == 0 ||
+                strncmp(de->d_name, DDP_CKPT_MANIFEST, strlen(DDP_CKPT_MANIFEST)) == 0;
+    if (d)
+        closedir(d);
+    return found;
+}
 
 int gpt_ckpt_is_ddp(const char *path)
 {
     struct stat sb;
     if (!path || stat(path, &sb) != 0)
         return 0;
-    if (S_ISDIR(sb.st_mode)) {
-        char manifest[8192];
-        snprintf(manifest, sizeof manifest, "%s/%s", path, DDP_CKPT_MANIFEST);
-        return stat(manifest, &sb) == 0;
-    }
-    char magic[8];
-    FILE *f = S_ISREG(sb.st_mode) ? fopen(path, "rb") : NULL;
-    int ddp = f && fread(magic, sizeof magic, 1, f) == 1 && memcmp(magic, DDP_CKPT_MAGIC, 8) == 0;
-    if (f)
-        fclose(f);
+    if (S_ISDIR(sb.st_mode))
+        return has_manifest(path) || is_save_folder(path);
+    char magic[8], why[512];
+    int fd = in_path_open(path, NULL, why, sizeof why);
+    int ddp = fd >= 0 && read(fd, magic, sizeof magic) == (ssize_t)sizeof magic &&
+              memcmp(magic, DDP_CKPT_MAGIC, 8) == 0;
+    if (fd >= 0)
+        close(fd);
     return ddp;
+}
+
+/* DDP_ERR_FORMAT (logged, with the fix) when the folder at path has no MANIFEST. */
+static ddp_status check_complete(const char *path, const char *flag)
+{
+    if (has_manifest(path))
+        return DDP_OK;
+    DDP_ERROR("%s %s: a checkpoint folder without its %s: a save that was interrupted (killed, or "
+              "failed, before rank 0 wrote the %s), not a checkpoint; give a complete step folder "
+              "(`ddp-ckpt list` on its --checkpoint-dir says which are complete) or a checkpoint "
+              "file", flag, path, DDP_CKPT_MANIFEST, DDP_CKPT_MANIFEST);
+    return DDP_ERR_FORMAT;
 }
 
 /* The sizes of a GPT-2 checkpoint's state s (see the top of the file). */
@@ -70,16 +109,19 @@ static ddp_status read_config(const ddp_state *s, const char *flag, const char *
     return DDP_OK;
 }
 
-ddp_status gpt_ckpt_read(const char *path, const char *flag, gpt_ckpt *c)
+ddp_status gpt_ckpt_read(const char *path, const char *flag, int verify, gpt_ckpt *c)
 {
     *c = (gpt_ckpt){0};
     struct stat sb;
     ddp_state *file = NULL;
     ddp_ckpt_dir *dir = NULL;
     c->folder = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-    ddp_status st = c->folder ? ddp_ckpt_dir_open(path, &dir) : ddp_state_load(path, &file);
+    ddp_status st = c->folder ? check_complete(path, flag) : DDP_OK;
+    if (st != DDP_OK)
+        return st;
+    st = c->folder ? ddp_ckpt_dir_open(path, &dir) : ddp_state_load(path, &file);
     /* a folder's values are read by ranges without their CRC-32: check each file whole first */
-    for (int i = 0; st == DDP_OK && dir && i < ddp_ckpt_dir_n_files(dir); i++)
+    for (int i = 0; st == DDP_OK && dir && verify && i < ddp_ckpt_dir_n_files(dir); i++)
         st = ddp_ckpt_dir_verify_file(dir, i);
     if (st != DDP_OK)
         DDP_ERROR("%s %s: cannot read this checkpoint %s (see above)", flag, path,

@@ -21,15 +21,17 @@ typedef struct gpt_ckpt {
     size_t numel;
 } gpt_ckpt;
 
-/* 1 when path is a ddp checkpoint: a file that starts with the checkpoint magic, or a folder with
- * a MANIFEST; else 0 (an llm.c model file, or anything else, which its reader then names). */
+/* 1 when path is a ddp checkpoint: a file that starts with the checkpoint magic, or a checkpoint
+ * folder (with a MANIFEST, or what an interrupted save left: named step-N.ckpt, or holding a rank's
+ * file, which gpt_ckpt_read then refuses with the fix); else 0 (an llm.c model file, or anything
+ * else, which its reader then names: a FIFO or other special file is not read). */
 int gpt_ckpt_is_ddp(const char *path);
 
-/* Reads the checkpoint at path (a file, or a folder whose files' CRC-32 are all checked) into *c;
- * `flag` starts the messages (e.g. "--init-from"). DDP_ERR_IO, DDP_ERR_FORMAT (corrupt, or
- * not a GPT-2's checkpoint: the log names the model it holds and the fix), DDP_ERR_NOMEM. *c is
- * zeroed on failure. */
-ddp_status gpt_ckpt_read(const char *path, const char *flag, gpt_ckpt *c);
+/* Reads the checkpoint at path (a file, or a folder whose files' CRC-32 are all checked first
+ * unless verify is 0: ddp-ckpt --no-verify) into *c; `flag` starts the messages (e.g.
+ * "--init-from"). DDP_ERR_IO, DDP_ERR_FORMAT (corrupt, a folder without a MANIFEST, or not a
+ * GPT-2's checkpoint: the log says which and the fix), DDP_ERR_NOMEM. *c is zeroed on failure. */
+ddp_status gpt_ckpt_read(const char *path, const char *flag, int verify, gpt_ckpt *c);
 
 /* 1 when the checkpoint's signature is the model's (names and shapes, in order); otherwise logs
  * the first difference (prefixed by flag and path) and returns 0. */

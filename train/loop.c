@@ -21,11 +21,9 @@
 #include "loop.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ddp_trace.h"
 #include "train_trace.h"
@@ -109,32 +107,14 @@ void trainer_params_full(trainer *t)
                      "gathering the fp32 parameters");
 }
 
-/* Opens FILE for writing like fopen(path, "w") (append: "a"), but a FIFO without a reader fails
- * (ENXIO) instead of blocking rank 0 while its peers wait. NULL with errno set on failure. */
-static FILE *create_file(const char *path, int append)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_NONBLOCK | O_CLOEXEC,
-                  0666);
-    FILE *f = fd >= 0 && fcntl(fd, F_SETFL, 0) == 0 ? fdopen(fd, append ? "a" : "w") : NULL;
-    if (!f && fd >= 0) {
-        int saved = errno;
-        close(fd);
-        errno = saved;
-    }
-    return f;
-}
-
 /* --metrics: a new file; with --resume the lines go after the earlier runs' (a requeued or
  * resumed job keeps its whole curve; mark_restart says where each run began). */
 static ddp_status open_metrics(trainer *t)
 {
     if (t->rank != 0 || !t->o->metrics_path)
         return DDP_OK;
-    t->metrics = create_file(t->o->metrics_path, t->o->resume != NULL);
-    if (t->metrics)
-        return DDP_OK;
-    DDP_ERROR("--metrics %s: cannot create the file: %s", t->o->metrics_path, strerror(errno));
-    return DDP_ERR_IO;
+    t->metrics = metrics_open(t->o->metrics_path, t->o->resume != NULL);
+    return t->metrics ? DDP_OK : DDP_ERR_IO;
 }
 
 /* ---- build ----------------------------------------------------------------------------------- */
@@ -244,12 +224,10 @@ static void mark_restart(trainer *t, int resumed)
     t->progress.first_step = t->progress.base_step = t->start.step;
     if (t->rank != 0 || !t->o->resume)
         return;
-    if (t->metrics) {
-        fprintf(t->metrics, "{\"restart\":true,\"resumed\":%s,\"step\":%ld,\"total_steps\":%ld,"
-                "\"world_size\":%d}\n", resumed ? "true" : "false", t->start.step, t->total_steps,
-                t->world);
-        fflush(t->metrics);
-    }
+    if (t->metrics)
+        metrics_line(t->metrics, "{\"restart\":true,\"resumed\":%s,\"step\":%ld,"
+                     "\"total_steps\":%ld,\"world_size\":%d}\n", resumed ? "true" : "false",
+                     t->start.step, t->total_steps, t->world);
     if (resumed && t->start.step >= t->total_steps)
         printf("the checkpoint is at step %ld, the end of this run's plan (%ld steps): nothing left "
                "to train (raise --max-steps or --epochs to go on); evaluating and saving\n",
@@ -447,12 +425,9 @@ static void write_checkpoint(trainer *t)
     ddp_trace_end("checkpoint", t->step);
     t->saved_step = t->step;
     t->clock = train_now();
-    /* with warn, rank 0's warning below is the one message: the others go on silently */
-    if (agree_then(t, st, t->o->checkpoint_errors_warn ? NULL : "exiting") == DDP_OK)
-        return;
-    if (t->o->checkpoint_errors_warn)
-        DDP_WARN0("training goes on without this checkpoint (--checkpoint-errors warn)");
-    else
+    /* with warn, rank 0's report (train_checkpoint) is the one message: the others go on quietly */
+    if (agree_then(t, st, t->o->checkpoint_errors_warn ? NULL : "exiting") != DDP_OK &&
+        !t->o->checkpoint_errors_warn)
         t->save_failed = 1;
 }
 
@@ -577,8 +552,7 @@ static void release(trainer *t)
 {
     if (t->task->release)
         t->task->release(t);
-    if (t->metrics)
-        fclose(t->metrics);
+    metrics_close(t->metrics);
     for (int i = 0; i < 2; i++) {
         ddp_free(t->ctx, t->x_dev[i]);
         ddp_free(t->ctx, t->y_dev[i]);

@@ -89,7 +89,7 @@ struct trainer {
     ddp_reducer *reducer;
     optim *opt;
     ddp_scaler *scaler;     /* fp16 (--precision or --grad-dtype): dynamic loss scaling */
-    FILE *metrics;          /* rank 0 with --metrics */
+    metrics_file *metrics;  /* rank 0 with --metrics */
     int accum;              /* micro-batches per optimizer step */
     size_t n_train;         /* training samples (GPT-2: windows) for the checkpoint's plan */
     long steps_per_epoch, total_steps;

@@ -220,7 +220,7 @@ static ddp_status gpt_config(trainer *t)
     G(t)->cfg = g->cfg;
     G(t)->init_ckpt = g->init_from && gpt_ckpt_is_ddp(g->init_from);
     if (G(t)->init_ckpt) {
-        TRY_OK(gpt_ckpt_read(g->init_from, "--init-from", &G(t)->init));
+        TRY_OK(gpt_ckpt_read(g->init_from, "--init-from", 1, &G(t)->init));
         G(t)->cfg = G(t)->init.cfg;
     }
     if (g->init_from) {
@@ -486,14 +486,13 @@ static void gpt_report_val(trainer *t)
     fflush(stdout);
     if (t->metrics) {
         char v[32], l[32], g[32];
-        fprintf(t->metrics,
-                "{\"step\":%ld,\"val_loss\":%s,\"train_loss\":%s,\"grad_norm\":%s,"
-                "\"lr\":%.8g}\n",
-                t->step, gpt_json(v, sizeof v, G(t)->val_loss),
-                gpt_json(l, sizeof l, G(t)->last_loss),
-                gpt_json(g, sizeof g, optim_last_norm(t->opt)),
-                gpt_lr(t, t->step > 0 ? t->step - 1 : 0));
-        fflush(t->metrics);
+        metrics_line(t->metrics,
+                     "{\"step\":%ld,\"val_loss\":%s,\"train_loss\":%s,\"grad_norm\":%s,"
+                     "\"lr\":%.8g}\n",
+                     t->step, gpt_json(v, sizeof v, G(t)->val_loss),
+                     gpt_json(l, sizeof l, G(t)->last_loss),
+                     gpt_json(g, sizeof g, optim_last_norm(t->opt)),
+                     gpt_lr(t, t->step > 0 ? t->step - 1 : 0));
     }
 }
 
@@ -539,8 +538,9 @@ static void gpt_after_step(trainer *t)
             progress_update(&t->progress, t->step, t->epoch, s->last_loss);
             char l[32], g[32];
             if (t->metrics)
-                fprintf(t->metrics, "{\"step\":%ld,\"train_loss\":%s,\"grad_norm\":%s}\n", t->step,
-                        gpt_json(l, sizeof l, s->last_loss), gpt_json(g, sizeof g, norm));
+                metrics_line(t->metrics, "{\"step\":%ld,\"train_loss\":%s,\"grad_norm\":%s}\n",
+                             t->step, gpt_json(l, sizeof l, s->last_loss),
+                             gpt_json(g, sizeof g, norm));
         }
     }
     if (o->gpt.val_every && t->step % o->gpt.val_every == 0 && t->step < t->total_steps) {
@@ -844,24 +844,28 @@ static void gpt_report_summary(trainer *t)
     char tl[32], vl[32], rs[32], du[32], dm[32], rates[512], comm[256];
     if (t->metrics) {
         gpt_json_rates(rates, sizeof rates, t, &r);
-        fprintf(t->metrics, "{\"summary\":true,\"model\":\"gpt2\",\"backend\":\"%s\",\"world_size\":%d,"
-                "\"batch\":%d,\"seq\":%d,\"accum\":%d,\"steps\":%ld,\"train_loss\":%s,"
-                "\"val_loss\":%s,\"tokens_per_s\":%.1f,\"model_gflops_per_rank\":%.3f%s,"
-                "\"train_seconds\":%.3f,\"wall_seconds\":%.3f,\"stopped_by_signal\":%s,"
-                "\"zero\":%d,\"recompute\":%s,\"n_params\":%zu,\"mem_params_mib\":%.2f,"
-                "\"mem_grads_mib\":%.2f,\"mem_optimizer_mib\":%.2f,\"mem_activations_mib\":%.2f,"
-                "\"mem_comm_mib\":%.2f,\"mem_states_mib\":%.2f,\"mem_predicted_states_mib\":%.2f,"
-                "\"mem_peak_rss_mib\":%s,\"mem_peak_rss_max_mib\":%.2f,\"mem_device_used_mib\":%s,"
-                "\"mem_device_used_max_mib\":%s%s}\n",
-                ddp_backend_name(ddp_backend(t->ctx)), t->world, G(t)->B, G(t)->T, t->accum, t->step,
-                gpt_json(tl, sizeof tl, G(t)->last_loss), gpt_json(vl, sizeof vl, G(t)->val_loss),
-                r.tps, r.gflops_12ltc, rates, t->train_seconds, train_now() - t->wall_start,
-                t->stopped ? "true" : "false", t->o->zero, t->o->gpt.recompute ? "true" : "false",
-                gpt2_numel_total(G(t)->model), mr.params, mr.grads, mr.optimizer, mr.activations, mr.comm,
-                mr.states, mr.predicted, gpt_json(rs, sizeof rs, mr.peak_rss), G(t)->peak_rss_max,
-                gpt_json(du, sizeof du, mr.device_used), gpt_json(dm, sizeof dm, G(t)->device_used_max),
-                metrics_comm(comm, sizeof comm, &G(t)->comm));
-        fflush(t->metrics);
+        metrics_line(t->metrics,
+                     "{\"summary\":true,\"model\":\"gpt2\",\"backend\":\"%s\",\"world_size\":%d,"
+                     "\"batch\":%d,\"seq\":%d,\"accum\":%d,\"steps\":%ld,\"train_loss\":%s,"
+                     "\"val_loss\":%s,\"tokens_per_s\":%.1f,\"model_gflops_per_rank\":%.3f%s,"
+                     "\"train_seconds\":%.3f,\"wall_seconds\":%.3f,\"stopped_by_signal\":%s,"
+                     "\"zero\":%d,\"recompute\":%s,\"n_params\":%zu,\"mem_params_mib\":%.2f,"
+                     "\"mem_grads_mib\":%.2f,\"mem_optimizer_mib\":%.2f,"
+                     "\"mem_activations_mib\":%.2f,\"mem_comm_mib\":%.2f,\"mem_states_mib\":%.2f,"
+                     "\"mem_predicted_states_mib\":%.2f,\"mem_peak_rss_mib\":%s,"
+                     "\"mem_peak_rss_max_mib\":%.2f,\"mem_device_used_mib\":%s,"
+                     "\"mem_device_used_max_mib\":%s%s}\n",
+                     ddp_backend_name(ddp_backend(t->ctx)), t->world, G(t)->B, G(t)->T, t->accum,
+                     t->step, gpt_json(tl, sizeof tl, G(t)->last_loss),
+                     gpt_json(vl, sizeof vl, G(t)->val_loss), r.tps, r.gflops_12ltc, rates,
+                     t->train_seconds, train_now() - t->wall_start, t->stopped ? "true" : "false",
+                     t->o->zero, t->o->gpt.recompute ? "true" : "false",
+                     gpt2_numel_total(G(t)->model), mr.params, mr.grads, mr.optimizer,
+                     mr.activations, mr.comm, mr.states, mr.predicted,
+                     gpt_json(rs, sizeof rs, mr.peak_rss), G(t)->peak_rss_max,
+                     gpt_json(du, sizeof du, mr.device_used),
+                     gpt_json(dm, sizeof dm, G(t)->device_used_max),
+                     metrics_comm(comm, sizeof comm, &G(t)->comm));
     }
 }
 

@@ -256,7 +256,8 @@ static const flag_row rows[] = {
      "TF32 tensor cores for fp32 GEMMs and convolutions on the GPU (like\n"
      "torch.backends.cuda.matmul.allow_tf32); ignored on the CPU"},
     {"metrics", "FILE", FOR_ANY, AS_STR(metrics_path),
-     "rank 0 writes JSON lines: one per epoch, then a summary"},
+     "rank 0 writes JSON lines: one per epoch, then a summary (each line whole; the\n"
+     "folder is created; --resume appends)"},
     {"save", "FILE", FOR_ANY, AS_STR(save_path),
      "rank 0 writes the trained parameters as a checkpoint (FILE: see below)"},
     {"augment", NULL, FOR_MNIST, AS_FLAG(augment, 1, 0),

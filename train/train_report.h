@@ -77,8 +77,25 @@ typedef struct run_stats {
                                ddp_comm_stats: ZeRO's parameter gathers, a checkpoint's shards) */
 } run_stats;
 
-void metrics_epoch(FILE *f, const epoch_stats *e);
-void metrics_summary(FILE *f, const train_opts *o, const run_stats *r);
+/* --metrics (rank 0): JSON lines, each formatted whole and written with one write(2), so a run
+ * killed at any moment leaves only whole lines behind (a kill inside the write itself aside, which
+ * the next run's metrics_open repairs). */
+typedef struct metrics_file metrics_file;
+
+/* Opens path for the metrics lines. Its folder is created when missing (mkdir -p, as
+ * --checkpoint-dir is); a new file (truncated), or with append the lines go after the file's: a
+ * last line without its newline (a run killed while writing it) is cut back to the line before,
+ * with a note in the log, so every line stays valid JSON. A FIFO without a reader fails (ENXIO)
+ * instead of blocking. NULL on failure, logged naming the path and the reason. */
+metrics_file *metrics_open(const char *path, int append);
+/* Writes one line: fmt and its arguments, which end with "\n". A failed write is warned about
+ * once (the lines after it may be missing); training goes on. */
+void metrics_line(metrics_file *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Closes the file; NULL is ignored. */
+void metrics_close(metrics_file *m);
+
+void metrics_epoch(metrics_file *m, const epoch_stats *e);
+void metrics_summary(metrics_file *m, const train_opts *o, const run_stats *r);
 /* The summary line's communication fields (",\"exposed_comm_ms\":..,\"comm_ms\":..,
  * \"hidden_fraction\":..,\"gather_wait_ms\":..,\"allgather_calls\":..,\"allgather_bytes\":.."; null
  * when not measured) in buf; returns buf. */

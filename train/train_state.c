@@ -444,6 +444,57 @@ static const char *save_error(ddp_status st)
     return st == DDP_ERR_IO && errno != 0 ? strerror(errno) : ddp_strerror(st);
 }
 
+/* What to do about a failed save, by its system's reason (err: errno, 0 when none is known). */
+static const char *save_advice(int err)
+{
+    switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+        return "free space there or raise the quota, or use another --checkpoint-dir";
+    case EROFS:
+        return "the file system is mounted read-only: remount it read-write, or use another "
+               "--checkpoint-dir";
+    case EACCES:
+    case EPERM:
+        return "this user may not write there: fix the folder's permissions or owner (or its "
+               "immutable attribute, chattr -i), or use another --checkpoint-dir";
+    case ENOENT:
+    case EEXIST:
+    case ENOTEMPTY:
+    case ESTALE:
+        return "a file or folder of the save vanished or appeared while it was written: the folder "
+               "was removed, or another job writes into the same --checkpoint-dir (give each job "
+               "its own)";
+    case EIO:
+        return "the storage reported an I/O error: check the disk and the file system, or use "
+               "another --checkpoint-dir";
+    default:
+        return "check the folder, or use another --checkpoint-dir";
+    }
+}
+
+/* Rank 0: the saves of this run that failed (--checkpoint-errors warn tells the first in full). */
+static long saves_failed;
+
+/* Rank 0: a failed save, with the system's reason and what to do about it; with
+ * --checkpoint-errors warn the first in full, each later one in a line with the count. */
+static void report_failed_save(const train_setup *s, const char *path, long step, ddp_status st)
+{
+    int err = st == DDP_ERR_IO ? errno : 0;
+    const char *why = save_error(st);
+    saves_failed++;
+    if (!s->o->checkpoint_errors_warn)
+        DDP_ERROR("checkpoint %s at step %ld failed: %s; the previous checkpoints are kept (%s, or "
+                  "--checkpoint-errors warn to go on)", path, step, why, save_advice(err));
+    else if (saves_failed == 1)
+        DDP_ERROR("checkpoint %s at step %ld failed: %s; the previous checkpoints are kept (%s); "
+                  "training goes on (--checkpoint-errors warn), each later failed save is counted "
+                  "in a line", path, step, why, save_advice(err));
+    else
+        DDP_WARN("checkpoint %s at step %ld failed too: %s (%ld failed saves so far)", path, step,
+                 why, saves_failed);
+}
+
 /* 1 when path is a folder (a checkpoint folder, complete or not). */
 static int is_folder(const char *path)
 {
@@ -528,14 +579,7 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
         return st;
     }
     if (st != DDP_OK) {
-        const char *why = save_error(st);
-        if (s->o->checkpoint_errors_warn)
-            DDP_ERROR("checkpoint %s at step %ld failed: %s; the previous checkpoints are kept", path,
-                      pos->step, why);
-        else
-            DDP_ERROR("checkpoint %s at step %ld failed: %s; the previous checkpoints are kept (free "
-                      "space there, use another --checkpoint-dir, or --checkpoint-errors warn to go "
-                      "on)", path, pos->step, why);
+        report_failed_save(s, path, pos->step, st);
         return st;
     }
     if (background)

@@ -4,6 +4,7 @@
  * (with loss scaling), and activation recomputation (bit-identical gradients, less memory).
  */
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "adamw_util.h"
@@ -296,13 +297,19 @@ static void write_bytes(const char *path, const void *p, size_t n)
         fclose(f);
 }
 
-/* Damaged and mismatched files fail with the documented status, the model unchanged. */
+/* Damaged and mismatched files fail with the documented status, the model unchanged; a FIFO is
+ * refused at once (opening it to read waited for a writer; alarm ends the test if it does). */
 static void check_llmc_errors(const ops_handle *ops, gpt2 *g, const char *path)
 {
     char bad[256];
     snprintf(bad, sizeof bad, "%s.bad", path);
     gpt2_config cfg;
     CHECK(gpt2_llmc_read_config("/nonexistent/model.bin", &cfg) == DDP_ERR_IO, "missing file");
+    alarm(20);
+    CHECK(mkfifo(bad, 0600) == 0 && gpt2_llmc_read_config(bad, &cfg) == DDP_ERR_IO &&
+              gpt2_llmc_load(g, bad) == DDP_ERR_IO, "a FIFO refused");
+    alarm(0);
+    remove(bad);
     int32_t h[256] = {20240326, 4};
     write_bytes(bad, h, sizeof h);
     CHECK(gpt2_llmc_read_config(bad, &cfg) == DDP_ERR_FORMAT, "version 4 refused");

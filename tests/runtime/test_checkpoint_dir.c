@@ -2,11 +2,14 @@
  * 37-value buffer (x[i] = i * 0.5 - 7, closed form), rank 0 commits the MANIFEST; then ranges that
  * cross the pieces read back exactly, the state holds the counts and counters, consolidation gives
  * the single file's values, and a commit or an open refuses a missing file, a MANIFEST with a
- * corrupt byte, and a shard of another step, naming them.
+ * corrupt byte, and a shard of another step, naming them. A FIFO in place of a shard file, of the
+ * MANIFEST or of a single checkpoint file is refused at once by every read (an alarm ends the test
+ * if one blocks, as opening a FIFO for reading used to).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -134,6 +137,39 @@ static void test_faults(const char *path)
     CHECK(ddp_ckpt_dir_open(path, &d) == DDP_ERR_FORMAT && !d, "a shard of another step is refused");
 }
 
+/* Replaces the file at path by a FIFO nobody writes; 0 on success. */
+static int fifo_in_place(const char *path)
+{
+    return unlink(path) == 0 && mkfifo(path, 0600) == 0 ? 0 : -1;
+}
+
+static void test_fifos(const char *path)
+{
+    char p[1024];
+    ddp_ckpt_dir *d = NULL;
+    float got[N_VALUES];
+    alarm(20); /* a read that blocks on a FIFO fails the test instead of hanging it */
+    CHECK(write_folder(path, 5, -1) == DDP_OK, "commit");
+    CHECK(ddp_ckpt_dir_open(path, &d) == DDP_OK, "open before a shard becomes a FIFO");
+    snprintf(p, sizeof p, "%s/rank-00000-of-00003.ckpt", path); /* the values (shard alignment) */
+    CHECK(fifo_in_place(p) == 0, "a FIFO in place of rank 0's file");
+    CHECK(ddp_ckpt_dir_verify_file(d, 0) == DDP_ERR_IO, "verify refuses the FIFO");
+    CHECK(ddp_ckpt_dir_read_f32(d, "params", 0, N_VALUES, got) == DDP_ERR_IO,
+          "reading through the FIFO is refused");
+    ddp_ckpt_dir_close(d);
+    d = NULL;
+    CHECK(ddp_ckpt_dir_open(path, &d) == DDP_ERR_FORMAT && !d, "open refuses a FIFO shard");
+    CHECK(write_folder(path, 5, -1) == DDP_OK, "commit again");
+    snprintf(p, sizeof p, "%s/MANIFEST", path);
+    CHECK(fifo_in_place(p) == 0, "a FIFO in place of the MANIFEST");
+    CHECK(ddp_ckpt_dir_open(path, &d) == DDP_ERR_IO && !d, "open refuses a FIFO MANIFEST");
+    ddp_state *s = NULL;
+    snprintf(p, sizeof p, "%s/fifo.ckpt", dir);
+    CHECK(mkfifo(p, 0600) == 0, "a FIFO as a checkpoint file");
+    CHECK(ddp_state_load(p, &s) == DDP_ERR_IO && !s, "ddp_state_load refuses a FIFO");
+    alarm(0);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s/ddp_ckptdir_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -147,6 +183,7 @@ int main(void)
     CHECK(ddp_ckpt_dir_files_present(path, WORLD) == 1, "files present");
     test_read_back(path);
     test_faults(path);
+    test_fifos(path);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0, "cleanup");

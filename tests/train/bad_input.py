@@ -233,7 +233,8 @@ def ckpt_cli(chk, ckpt, tmp):
            ["cannot load"])
     fifo = os.path.join(tmp, "ckpt.fifo")
     os.mkfifo(fifo)
-    expect(chk, "ddp-ckpt show on a FIFO", [ckpt, "show", fifo], 2, ["ckpt.fifo is not a regular file"])
+    expect(chk, "ddp-ckpt show on a FIFO", [ckpt, "show", fifo], 2,
+           ["ckpt.fifo is a FIFO (named pipe), not a regular file", "put the regular file back"])
     expect(chk, "ddp-ckpt without a command", [ckpt], 2, ["usage:"])
     expect(chk, "ddp-ckpt diff with one file", [ckpt, "diff", bogus], 2, ["two checkpoint files"])
     expect(chk, "ddp-ckpt diff --tol abc", [ckpt, "diff", "--tol", "abc", bogus, bogus], 2, ["--tol"])

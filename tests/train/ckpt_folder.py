@@ -14,7 +14,8 @@ written last by rank 0), under real mpirun with the MLP.
             truncated or from another step, and resumes from the previous checkpoint to the
             straight run's result; the next save's
             --keep removes the folders left without a MANIFEST; a corrupt byte is found by
-            `ddp-ckpt verify` and refused by --resume, naming the file, and --resume auto falls
+            `ddp-ckpt verify` and refused by --resume and by `ddp-ckpt show`, `diff` and
+            `consolidate` (which read it with --no-verify), naming the file, and --resume auto falls
             back past it to the previous checkpoint (in a folder's shard file and in a single
             file alike).
   async     --checkpoint-async: a run whose folders are written by background threads trains
@@ -34,6 +35,7 @@ Usage: ckpt_folder.py MODE DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of
 """
 import filecmp
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -161,6 +163,24 @@ def flip_byte(path, at):
         f.write(bytes([byte[0] ^ 0x40]))
 
 
+def corrupt_reads(chk, r, folder, victim, intact):
+    """ddp-ckpt show, diff and consolidate verify a folder as --resume does: a corrupt byte in a
+    shard file is refused naming the file (diff used to report a tiny difference and exit 0);
+    --no-verify reads it anyway."""
+    out_file = os.path.join(r.tmp, "corrupt-consolidated.ckpt")
+    for args in (["show", folder], ["diff", folder, intact], ["consolidate", folder, out_file]):
+        rc, out = r.tool(*args)
+        chk.check(rc == 2 and f"checksum mismatch: {victim} is corrupt" in out and "--no-verify" in out
+                  and "max_abs_diff" not in out and not os.path.exists(out_file),
+                  f"ddp-ckpt {args[0]}: a corrupt folder is refused naming the file", out)
+        rc, out = r.tool(args[0], "--no-verify", *args[1:])
+        chk.check(rc == 0 and "checksum mismatch" not in out, f"ddp-ckpt {args[0]} --no-verify reads it", out)
+    rc, out = r.tool("diff", "--no-verify", folder, intact)
+    m = re.search(r"max_abs_diff=(\S+)", out)
+    chk.check(m is not None and float(m.group(1)) > 0, "diff --no-verify shows the corrupt value", out)
+    os.unlink(out_file)
+
+
 def check_faults(chk, r):
     files, files_save = r.straight(chk, "file", ["--checkpoint-format", "file"])
     folders, _ = r.straight(chk, "folder", ["--checkpoint-format", "folder"])
@@ -211,6 +231,7 @@ def check_faults(chk, r):
     flip_byte(victim, 4096)
     rc, out = r.tool("verify", newest)
     chk.check(rc == 2 and victim in out, "ddp-ckpt verify: a corrupt byte, naming the file", out)
+    corrupt_reads(chk, r, newest, victim, os.path.join(folders, name(45)))
     rc, out = r.train(["--checkpoint-dir", d, "--resume", newest])
     chk.check(rc != 0 and f"checksum mismatch: {victim}" in out and "epoch 3:" not in out,
               "--resume of a corrupt folder is refused naming the file", out)

@@ -8,16 +8,28 @@ files: --save and --trace only ever replace a regular file. A character device (
   points); a symbolic link to a regular file is followed: that file gets the checkpoint or the trace,
   the link stays. The library refuses the same files by itself: ddp_state_save called through
   ctypes, as a program that skipped ddp-train's check would, leaves each special file as it was.
+reads: a FIFO in place of a checkpoint folder's shard file, of its MANIFEST and of a single
+  checkpoint file: every ddp-ckpt command (show, diff, verify, list, consolidate, export-llmc) and
+  ddp-train --resume exit non-zero within seconds (a hang is cut at READ_S and fails), the message
+  naming the FIFO, saying it is not a regular file and what to do; --resume auto skips the folder
+  with the FIFO, naming it, and resumes from the checkpoint before.
+metrics: --metrics in a folder that does not exist creates it (as --checkpoint-dir is created),
+  and one that cannot be created is refused naming it. A tiny GPT at 2 ranks writing a line per
+  step is killed with SIGKILL just after a checkpoint: the file ends with a whole line and holds
+  every step up to that checkpoint (those are never run again). A torn last line (what a kill inside
+  a write leaves: the test appends one) is cut off when --resume appends, with a note, so every line
+  of the file parses as JSON, the restart line included, and every step is in it.
 timeout: an invalid DDP_TIMEOUT (0, -5, abc, 20s, nan, inf) ends the run before training on every
   rank, non-zero and within seconds, with a message naming the variable, the value and the allowed
   range; a valid one (2.5) trains.
 
-Usage: fault_campaign.py files|timeout DDP_TRAIN DDP_CKPT LIBDDP MPIRUN MPIRUN_ARGS... (the last of
-which is -np)
+Usage: fault_campaign.py files|reads|metrics|timeout DDP_TRAIN DDP_CKPT LIBDDP MPIRUN MPIRUN_ARGS... (the
+last of which is -np)
 """
 import ctypes
 import json
 import os
+import shutil
 import socket
 import stat
 import sys
@@ -26,8 +38,12 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
+from ckpt_kill_async import Job  # noqa: E402
+from gpt_train import tiny, write_data  # noqa: E402
 
 QUICK_S = 30  # a run refused before training takes far less than this
+READ_S = 20  # a special file is refused at once: a read that hangs is cut here and fails
+FIFO_WORDS = ["is a FIFO (named pipe), not a regular file", "put the regular file back"]
 
 
 class Tools:
@@ -169,6 +185,171 @@ def files(chk, tools, tmp):
     followed_link(chk, tools, tmp)
 
 
+def release(fifo):
+    """Opens the FIFO for writing and closes it: a reader blocked in open() (the bug) gets end of
+    file and goes, instead of staying behind the test forever."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass  # nobody is reading it: nothing blocked
+
+
+def refused_at_once(chk, cmd, fifo, what):
+    """cmd ends non-zero within seconds, naming the FIFO and saying what it is and what to do."""
+    t0 = time.monotonic()
+    rc, out = trainlib.run(cmd, timeout=READ_S)
+    took = time.monotonic() - t0
+    release(fifo)
+    chk.check(rc not in (0, -999) and took < READ_S / 2,
+              f"{what}: exit non-zero within seconds (exit {rc}, {took:.1f} s)", out)
+    chk.check(all(w in out for w in [fifo] + FIFO_WORDS),
+              f"{what}: names {fifo}, says it is a FIFO, not a regular file, and what to do", out)
+
+
+def fifo_in_place(path):
+    """Replaces the file at path by a FIFO (a named pipe nobody writes); returns path."""
+    os.remove(path)
+    os.mkfifo(path)
+    return path
+
+
+def special_reads(chk, tools, tmp):
+    ckdir, save = os.path.join(tmp, "ck"), os.path.join(tmp, "final.ckpt")
+    rc, out = trainlib.run(tools.cmd("--checkpoint-dir", ckdir, "--checkpoint-every", "2",
+                                     "--checkpoint-format", "folder", "--save", save), timeout=120)
+    chk.check(rc == 0, f"a run writing checkpoint folders at steps 2 and 4: exit {rc}", out)
+    step4 = "step-000000000004.ckpt"
+    shard_dir, manifest_dir = os.path.join(tmp, "fifo_shard"), os.path.join(tmp, "fifo_manifest")
+    shutil.copytree(ckdir, shard_dir)  # --resume auto below: step 2 intact, step 4 not
+    shutil.copytree(ckdir, manifest_dir)
+    shard = fifo_in_place(os.path.join(shard_dir, step4, "rank-00001-of-00002.ckpt"))
+    manifest = fifo_in_place(os.path.join(manifest_dir, step4, "MANIFEST"))
+    single = os.path.join(tmp, "fifo.ckpt")
+    os.mkfifo(single)
+    out_file = os.path.join(tmp, "out.bin")
+    for fifo, path, what in ((shard, os.path.dirname(shard), "a shard file"),
+                             (manifest, os.path.dirname(manifest), "a folder's MANIFEST"),
+                             (single, single, "a single checkpoint file")):
+        folder = path != fifo
+        cmds = [["show", path], ["diff", path, save], ["verify", path], ["export-llmc", path, out_file]]
+        cmds += [["list", path], ["consolidate", path, out_file]] if folder else []
+        for args in cmds:
+            refused_at_once(chk, [tools.ckpt] + args, fifo, f"FIFO as {what}: ddp-ckpt {args[0]}")
+        refused_at_once(chk, tools.cmd("--resume", path), fifo, f"FIFO as {what}: ddp-train --resume")
+    t0 = time.monotonic()
+    rc, out = trainlib.run(tools.cmd("--checkpoint-dir", shard_dir, "--checkpoint-format", "folder",
+                                     "--resume", "auto"), timeout=READ_S * 3)
+    release(shard)
+    chk.check(rc == 0 and time.monotonic() - t0 < READ_S * 2 and "epoch 1:" in out,
+              f"--resume auto past a folder with a FIFO: trains on (exit {rc})", out)
+    chk.check(f"skipping {os.path.dirname(shard)}" in out and all(w in out for w in FIFO_WORDS)
+              and "step 2" in out,
+              "--resume auto: the folder with the FIFO is skipped naming it, step 2's is resumed", out)
+
+
+GPT_STEPS, GPT_EVERY = 60, 10
+
+
+def metrics_lines(path):
+    """(the lines of the metrics file, whether it ends with a newline, the lines that are no JSON)."""
+    with open(path) as f:
+        text = f.read()
+    lines = text.splitlines()
+    bad = []
+    for line in lines:
+        try:
+            json.loads(line)
+        except ValueError:
+            bad.append(line)
+    return lines, text.endswith("\n"), bad
+
+
+def steps_in(lines):
+    """The steps that have a per-step line (that parses)."""
+    steps = set()
+    for line in lines:
+        try:
+            steps.add(json.loads(line).get("step"))
+        except ValueError:
+            pass
+    return steps - {None}
+
+
+def newest_checkpoint(folder):
+    steps = [int(n[5:17]) for n in os.listdir(folder) if n.startswith("step-") and n.endswith(".ckpt")]
+    return max(steps, default=0)
+
+
+def metrics_killed(chk, tools, tmp):
+    """kill -9 just after the checkpoint of step GPT_EVERY * 2; returns the metrics path, the data
+    and the checkpoint folder."""
+    data, ckdir = write_data(tmp), os.path.join(tmp, "gpt_ck")
+    metrics = os.path.join(tmp, "runs", "new", "metrics.jsonl")  # runs/new does not exist yet
+    args = ["--checkpoint-dir", ckdir, "--checkpoint-every", str(GPT_EVERY), "--metrics", metrics]
+    job = Job(tools.mpi + ["2"] + tiny(tools.train, data, GPT_STEPS, args), "metrics-kill",
+              os.path.join(tmp, "killed.log"))
+    target = os.path.join(ckdir, f"step-{2 * GPT_EVERY:012d}.ckpt")
+    deadline = time.monotonic() + 120
+    while not os.path.exists(target) and job.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    job.kill_everything()
+    out = job.output()
+    chk.check(os.path.exists(target) and "step 60/60" not in out,
+              f"the GPT run was killed with SIGKILL after its step {2 * GPT_EVERY} checkpoint", out)
+    chk.check(os.path.isfile(metrics), "--metrics in a missing folder: the folder and file are created", out)
+    if not os.path.isfile(metrics):
+        return None, data, ckdir
+    lines, ended, bad = metrics_lines(metrics)
+    saved = newest_checkpoint(ckdir)
+    missing = sorted(set(range(1, saved + 1)) - steps_in(lines))
+    chk.check(ended and not bad, f"after kill -9: every line of --metrics is whole JSON ({len(lines)} "
+              f"lines, ends with a newline: {ended}, bad: {bad[-1:]})")
+    chk.check(saved >= 2 * GPT_EVERY and not missing,
+              f"after kill -9: a line for every step up to the checkpoint of step {saved} (missing "
+              f"{missing[:5]}{'...' if len(missing) > 5 else ''})")
+    return metrics, data, ckdir
+
+
+def metrics_resumed(chk, tools, metrics, data, ckdir):
+    """A torn last line appended, the run resumed to its end: every line is JSON, every step is in."""
+    with open(metrics, "a") as f:
+        f.write('{"step":999,"train_lo')  # a kill inside a write
+    args = ["--checkpoint-dir", ckdir, "--checkpoint-every", str(GPT_EVERY), "--metrics", metrics,
+            "--resume", "auto"]
+    rc, out = trainlib.run(tools.mpi + ["2"] + tiny(tools.train, data, GPT_STEPS, args), timeout=300)
+    chk.check(rc == 0, f"resumed to the end: exit {rc}", out)
+    chk.check("its last line was cut off" in out and metrics in out,
+              "the resumed run notes that it cut the torn last line off", out)
+    lines, ended, bad = metrics_lines(metrics)
+    missing = sorted(set(range(1, GPT_STEPS + 1)) - steps_in(lines))
+    chk.check(ended and not bad, f"after the resume every line parses as JSON ({len(lines)} lines, "
+              f"bad: {bad[:1]})")
+    chk.check(any('"restart":true' in line for line in lines) and '"summary":true' in lines[-1]
+              and not missing and 999 not in steps_in(lines),
+              f"the restart line, every step 1..{GPT_STEPS} (missing {missing[:5]}) and the summary")
+
+
+def metrics_folder_refused(chk, tools, tmp):
+    """A folder for --metrics that cannot be created (a file is in the way): refused, named."""
+    blocker = os.path.join(tmp, "a_file")
+    open(blocker, "w").close()
+    path = os.path.join(blocker, "sub", "metrics.jsonl")
+    t0 = time.monotonic()
+    rc, out = trainlib.run(tools.cmd("--metrics", path), timeout=120)
+    took = time.monotonic() - t0
+    chk.check(rc == 1 and took < QUICK_S and "epoch 1:" not in out,
+              f"--metrics under a regular file: exit 1 before training (exit {rc}, {took:.1f} s)", out)
+    chk.check(f"--metrics {path}: cannot create its folder: Not a directory" in out,
+              "--metrics under a regular file: the message names the path and the reason", out)
+
+
+def metrics(chk, tools, tmp):
+    metrics_folder_refused(chk, tools, tmp)
+    path, data, ckdir = metrics_killed(chk, tools, tmp)
+    if path:
+        metrics_resumed(chk, tools, path, data, ckdir)
+
+
 def bad_timeout(chk, tools):
     mpi = tools.mpi[:-1] + ["-x", "DDP_TIMEOUT", tools.mpi[-1]]
     for value in ("0", "-5", "abc", "20s", "nan", "inf"):
@@ -194,10 +375,14 @@ def main():
         tools = Tools(sys.argv[2:], tmp)
         if mode == "files":
             files(chk, tools, tmp)
+        elif mode == "reads":
+            special_reads(chk, tools, tmp)
+        elif mode == "metrics":
+            metrics(chk, tools, tmp)
         elif mode == "timeout":
             bad_timeout(chk, tools)
         else:
-            sys.exit(f"unknown mode {mode}: files or timeout")
+            sys.exit(f"unknown mode {mode}: files, reads, metrics or timeout")
     chk.done()
 
 

@@ -14,12 +14,14 @@ Modes:
   export_llmc  ddp-ckpt export-llmc from the checkpoint file and from the folder writes the very
                bytes --save-llmc wrote for the same weights; refused with a clear message: a
                checkpoint of another model, an llm.c file as input, an output that is a folder, in
-               a missing folder, or the checkpoint itself; --help lists the command.
+               a missing folder, or the checkpoint itself; a folder with a corrupt byte (written
+               with --no-verify); --help lists the command.
 
 Usage: gpt_init.py MODE DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -99,6 +101,25 @@ def init_from(chk, exe, ckpt, mpi, tmp):
               f"--model mlp --init-from: refused, naming --resume (exit {rc})", out)
 
 
+def corrupt_folder(chk, ckpt, folder, tmp):
+    """A corrupt byte in a shard file: export-llmc refuses the folder naming the file, and writes
+    from it with --no-verify."""
+    bad = os.path.join(tmp, "corrupt_folder")
+    shutil.copytree(folder, bad)
+    victim = os.path.join(bad, "rank-00001-of-00002.ckpt")
+    with open(victim, "r+b") as f:
+        f.seek(4096)
+        byte = f.read(1)
+        f.seek(4096)
+        f.write(bytes([byte[0] ^ 0x40]))
+    out_path = os.path.join(tmp, "from_corrupt.bin")
+    rc, out = trainlib.run([ckpt, "export-llmc", bad, out_path], timeout=120)
+    chk.check(rc == 2 and f"checksum mismatch: {victim}" in out and not os.path.exists(out_path),
+              "export-llmc: a corrupt folder is refused naming the file, nothing written", out)
+    rc, out = trainlib.run([ckpt, "export-llmc", "--no-verify", bad, out_path], timeout=120)
+    chk.check(rc == 0 and os.path.isfile(out_path), "export-llmc --no-verify writes from it", out)
+
+
 def export_llmc(chk, exe, ckpt, mpi, tmp):
     _, saved, folder, llmc, _ = trained(chk, exe, mpi, tmp)
     with open(llmc, "rb") as f:
@@ -123,6 +144,7 @@ def export_llmc(chk, exe, ckpt, mpi, tmp):
         rc, out = trainlib.run([ckpt, "export-llmc"] + args, timeout=60)
         chk.check(rc == 2 and all(w in out for w in words), f"export-llmc {what}: exit 2, says {words}", out)
     chk.check(not os.path.exists(os.path.join(tmp, "x.bin")), "a refused export writes nothing")
+    corrupt_folder(chk, ckpt, folder, tmp)
     chk.check(step_of(chk, ckpt, saved) == STEPS, "the checkpoint is intact after being named as the output")
     rc, out = trainlib.run([ckpt, "--help"], timeout=60)
     chk.check(rc == 0 and "export-llmc" in out, "ddp-ckpt --help lists export-llmc", out)

@@ -15,7 +15,8 @@ Modes:
                same text twice) and at --top-k 5 (another --seed, another text); needs
                data/text's GPT-2 vocabulary (scripts/fetch-text.sh).
   bad_input    missing shards, a bad magic, a token outside the vocabulary, a batch plan that does
-               not divide: a clear message and exit 1 on every rank, no hang.
+               not divide, an --init-from that is no model file (a FIFO too): a clear message and
+               exit 1 on every rank, no hang.
   profile_step DDP_PROFILE_STEP=2 (the step a profiler records, ddp_profiler_range: a no-op on the
                CPU) changes nothing: the checkpoint equals a run without it, bit for bit; a value
                that is not a step number >= 1 stops the run with a clear message.
@@ -282,7 +283,10 @@ def empty_validation(chk, exe, mpi, tmp, data):
 def bad_init_from(chk, exe, mpi, tmp, data):
     """--init-from given what is not an llm.c model file: a 1 KiB file whose header says d48 is
     refused by its size before the 1.5B-parameter model is built (it took 58 s and 6.4 GiB); a
-    folder and a token shard are named as such, with the option that takes them."""
+    folder and a token shard are named as such, with the option that takes them; a FIFO is refused
+    at once as not a regular file (opening it used to wait for a writer forever); a checkpoint
+    folder without its MANIFEST (an interrupted save) is named as such, with the fix (it used to be
+    called "not an llm.c model file")."""
     d48 = os.path.join(tmp, "d48_header_only.bin")
     with open(d48, "wb") as f:
         f.write(struct.pack("<256i", *([20240326, 3, 1024, 50257, 48, 25, 1600, 50304] + [0] * 248)))
@@ -294,11 +298,31 @@ def bad_init_from(chk, exe, mpi, tmp, data):
               f"(exit {rc})", out)
     # a GPT-2's ddp checkpoint is taken (weights only): gpt_init.py tests it and its refusals
     shard = os.path.join(os.path.dirname(data), "syn_val_000000.bin")
+    fifo = os.path.join(tmp, "model.fifo")  # opening it to read must not wait for a writer
+    os.mkfifo(fifo)
+    interrupted = [os.path.join(tmp, "ck", "step-000000000004.ckpt"), os.path.join(tmp, "weights")]
+    for folder in interrupted:  # what a save killed before its MANIFEST leaves
+        os.makedirs(folder)
+        with open(os.path.join(folder, "rank-00000-of-00002.ckpt"), "wb") as f:
+            f.write(b"DDPCKPT1" + bytes(64))
+    unfinished = [f"{interrupted[0]}: a checkpoint folder without its MANIFEST", "interrupted",
+                  "give a complete step folder"]
     for path, words, what in ((tmp, ["is a folder", "llm.c model file"], "a folder"),
-                              (shard, ["token shard", "--data"], "a token shard")):
-        rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 1, ["--init-from", path]), timeout=120)
-        chk.check(rc not in (0, -999) and all(w in out for w in words),
-                  f"--init-from {what}: exit {rc}, the message says {words}", out)
+                              (shard, ["token shard", "--data"], "a token shard"),
+                              (interrupted[0], unfinished, "an interrupted save's step folder"),
+                              (interrupted[1], [f"{interrupted[1]}: a checkpoint folder without"],
+                               "a folder of an interrupted save's rank file"),
+                              (fifo, [f"{fifo} is a FIFO (named pipe), not a regular file",
+                                      "put the regular file back"], "a FIFO")):
+        start = time.monotonic()
+        rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 1, ["--init-from", path]), timeout=60)
+        took = time.monotonic() - start
+        try:  # a reader blocked in open() (the bug) gets end of file instead of staying behind
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+        chk.check(rc not in (0, -999) and all(w in out for w in words) and took < 30,
+                  f"--init-from {what}: exit {rc} in {took:.1f} s, the message says {words}", out)
 
 
 def mpmd(mpi, first, second):
