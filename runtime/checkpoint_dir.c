@@ -913,3 +913,42 @@ ddp_status ddp_ckpt_dir_consolidate(const ddp_ckpt_dir *d, const char *path)
     ddp_state_destroy(s);
     return st;
 }
+
+ddp_status ddp_ckpt_dir_verify(const ddp_ckpt_dir *d)
+{
+    ddp_status st = d ? DDP_OK : DDP_ERR_INVALID_ARG;
+    for (int i = 0; st == DDP_OK && i < d->n_files; i++)
+        st = ddp_ckpt_dir_verify_file(d, i);
+    return st;
+}
+
+/* ---- either kind ------------------------------------------------------------------------------ */
+
+int ddp_checkpoint_is_folder(const char *path)
+{
+    struct stat sb;
+    return path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+ddp_status ddp_checkpoint_open(const char *path, int verify, ddp_state **file, ddp_ckpt_dir **dir)
+{
+    if (!path || !file || !dir)
+        return DDP_ERR_INVALID_ARG;
+    *file = NULL;
+    *dir = NULL;
+    if (!ddp_checkpoint_is_folder(path))
+        return ddp_state_load(path, file);
+    ddp_status st = ddp_ckpt_dir_open(path, dir);
+    if (st == DDP_OK && verify)
+        st = ddp_ckpt_dir_verify(*dir);
+    if (st != DDP_OK) {
+        ddp_ckpt_dir_close(*dir);
+        *dir = NULL;
+    }
+    return st;
+}
+
+const ddp_state *ddp_checkpoint_state(const ddp_state *file, const ddp_ckpt_dir *dir)
+{
+    return file ? file : dir ? ddp_ckpt_dir_state(dir) : NULL;
+}

@@ -174,12 +174,6 @@ ddp_status ddp_ckpt_manager_list(const ddp_ckpt_manager *m, long **steps, size_t
     return DDP_OK;
 }
 
-static int is_folder(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
 /* 1 when path itself is a symbolic link: a step name in the folder that ddp never wrote, never
  * reads as this folder's checkpoint and never removes (nor anything it points to). */
 static int is_link(const char *path)
@@ -211,7 +205,7 @@ static int folder_complete(const char *path)
  * 0, or -1 with errno set. */
 static int remove_checkpoint(const char *path)
 {
-    if (!is_folder(path))
+    if (!ddp_checkpoint_is_folder(path))
         return unlink(path);
     DIR *d = opendir(path);
     int left = d ? ckpt_dir_remove_own(d, path) : -1;
@@ -253,7 +247,7 @@ void ddp_ckpt_manager_prune(const ddp_ckpt_manager *m)
             warn_link(m, path, "not removing");
             continue;
         }
-        int debris = is_folder(path) && !folder_complete(path);
+        int debris = ddp_checkpoint_is_folder(path) && !folder_complete(path);
         if (!debris && kept < m->keep) {
             kept++;
             continue;
@@ -286,7 +280,7 @@ ddp_status ddp_ckpt_manager_newest(const ddp_ckpt_manager *m, long below, long *
             warn_link(m, path, "skipping");
             continue;
         }
-        if (is_folder(path) && !folder_complete(path)) {
+        if (ddp_checkpoint_is_folder(path) && !folder_complete(path)) {
             /* not a checkpoint: a save killed before its MANIFEST. Only such debris (a kill during
              * the first save) leaves "none", not a folder of checkpoints that are all invalid. */
             DDP_WARN("checkpoint folder %s: skipping %s: no %s, a save that did not complete (the next "
@@ -294,7 +288,7 @@ ddp_status ddp_ckpt_manager_newest(const ddp_ckpt_manager *m, long below, long *
             continue;
         }
         older++;
-        ddp_status o = is_folder(path) ? ddp_ckpt_dir_open(path, dir) : ddp_state_load(path, file);
+        ddp_status o = ddp_checkpoint_open(path, 0, file, dir);
         if (o == DDP_OK)
             *step = steps[i];
         else
@@ -479,7 +473,7 @@ ddp_status ddp_ckpt_manager_save(ddp_ckpt_manager *m, long step, const ddp_state
     ddp_status st = ddp_ckpt_manager_path(m, step, path, sizeof path);
     if (st == DDP_OK && m->rank == 0)
         st = descs && n_params >= 1 ? keep_descs(m, descs, n_params) : DDP_ERR_INVALID_ARG;
-    if (st == DDP_OK && m->rank == 0 && !is_folder(path) && !is_link(path))
+    if (st == DDP_OK && m->rank == 0 && !ddp_checkpoint_is_folder(path) && !is_link(path))
         st = ddp_ckpt_manager_remove(m, step); /* a file of this step (written as a file before) */
     if (st == DDP_OK && m->rank == 0)
         st = ddp_ckpt_dir_begin(path);

@@ -171,9 +171,25 @@ DDP_API ddp_status ddp_ckpt_dir_read_f32(const ddp_ckpt_dir *d, const char *name
                                          size_t n, float *dst);
 /* Reads all of file i and checks its CRC-32. DDP_ERR_FORMAT (logged naming it), DDP_ERR_IO. */
 DDP_API ddp_status ddp_ckpt_dir_verify_file(const ddp_ckpt_dir *d, int i);
+/* ddp_ckpt_dir_verify_file of every file, in order; the first failure. */
+DDP_API ddp_status ddp_ckpt_dir_verify(const ddp_ckpt_dir *d);
 /* Writes the whole checkpoint as one version 2 file (ddp_state_save) at path. Errors as
  * ddp_ckpt_dir_read_f32 and ddp_state_save, DDP_ERR_NOMEM. */
 DDP_API ddp_status ddp_ckpt_dir_consolidate(const ddp_ckpt_dir *d, const char *path);
+
+/* Either kind of checkpoint, the one call that tells them apart: 1 when path is a folder (a
+ * checkpoint folder, complete or not; a link to one included), else 0. */
+DDP_API int ddp_checkpoint_is_folder(const char *path);
+/* Opens a checkpoint file or folder: a file is read and checked whole into *file
+ * (ddp_state_load), a folder opened into *dir (ddp_ckpt_dir_open) and, with verify, every one of
+ * its files read and checked (ddp_ckpt_dir_verify_file; without it only the sizes, headers and
+ * steps are). Exactly one output is set on success, both NULL on failure. DDP_ERR_INVALID_ARG for
+ * a NULL argument, else the errors of those calls (logged naming the file). */
+DDP_API ddp_status ddp_checkpoint_open(const char *path, int verify, ddp_state **file,
+                                       ddp_ckpt_dir **dir);
+/* The state of what ddp_checkpoint_open opened: file, else ddp_ckpt_dir_state(dir) (the values of
+ * a folder's buffers are not held: ddp_ckpt_dir_read_f32 reads them). NULL when both are NULL. */
+DDP_API const ddp_state *ddp_checkpoint_state(const ddp_state *file, const ddp_ckpt_dir *dir);
 
 /* ---------------------------------------------------------------------------------------------
  * Snapshots: the copy of training state to the host for a checkpoint written in the background,

@@ -85,20 +85,14 @@ static int ckpt_usage(const char *complaint)
     return CKPT_TROUBLE;
 }
 
-static int is_folder(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
 /* Opens the checkpoint folder at path; with verify, every file's CRC-32 over all of its bytes is
  * checked against the MANIFEST first, as --resume does (the failure names the file). */
 static ddp_status folder_open(const char *path, int verify, ddp_ckpt_dir **d)
 {
-    ddp_status st = ddp_ckpt_dir_open(path, d);
-    for (int i = 0; st == DDP_OK && verify && i < ddp_ckpt_dir_n_files(*d); i++)
-        st = ddp_ckpt_dir_verify_file(*d, i);
-    if (st == DDP_OK || !*d)
+    ddp_state *file = NULL;
+    ddp_status st = ddp_checkpoint_open(path, 0, &file, d);
+    ddp_state_destroy(file); /* a file, not a folder: the callers checked */
+    if (st != DDP_OK || !verify || (st = ddp_ckpt_dir_verify(*d)) == DDP_OK)
         return st;
     fprintf(stderr, "ddp-ckpt: %s: the folder's files do not match its %s (see above): refused; "
             "--no-verify reads it anyway\n", path, DDP_CKPT_MANIFEST);
@@ -130,7 +124,7 @@ static ddp_status folder_params(const char *path, int verify, ckpt_file *c)
 static ddp_status ckpt_open(const char *path, int verify, ckpt_file *c)
 {
     c->path = path;
-    ddp_status st = is_folder(path) ? folder_params(path, verify, c)
+    ddp_status st = ddp_checkpoint_is_folder(path) ? folder_params(path, verify, c)
                                     : ddp_checkpoint_load(path, &c->descs, &c->n_params, &c->params);
     if (st != DDP_OK)
         fprintf(stderr, "ddp-ckpt: %s: cannot load: %s\n", path, ddp_strerror(st));
@@ -294,10 +288,9 @@ static void ckpt_show_state(const char *path)
 {
     ddp_state *loaded = NULL;
     ddp_ckpt_dir *folder = NULL;
-    if (is_folder(path) ? ddp_ckpt_dir_open(path, &folder) != DDP_OK
-                        : ddp_state_load(path, &loaded) != DDP_OK)
+    if (ddp_checkpoint_open(path, 0, &loaded, &folder) != DDP_OK)
         return;
-    const ddp_state *st = folder ? ddp_ckpt_dir_state(folder) : loaded;
+    const ddp_state *st = ddp_checkpoint_state(loaded, folder);
     if (folder)
         printf("checkpoint folder: %d files (one per rank that wrote it)\n",
                ddp_ckpt_dir_n_files(folder));
@@ -384,7 +377,7 @@ static int list_dir(const char *path)
         snprintf(full, sizeof full, "%s/%s", path, de->d_name);
         snprintf(manifest, sizeof manifest, "%s/%s", full, DDP_CKPT_MANIFEST);
         struct stat sb;
-        int folder = is_folder(full);
+        int folder = ddp_checkpoint_is_folder(full);
         printf("  %-28s %-6s %s\n", de->d_name, folder ? "folder" : "file",
                !folder ? "" : stat(manifest, &sb) == 0 ? "complete" : "incomplete (no MANIFEST)");
     }
@@ -399,7 +392,7 @@ static int ckpt_list(int argc, char **argv)
     char manifest[8300];
     snprintf(manifest, sizeof manifest, "%s/%s", argv[1], DDP_CKPT_MANIFEST);
     struct stat sb;
-    if (!is_folder(argv[1]))
+    if (!ddp_checkpoint_is_folder(argv[1]))
         return ckpt_usage("list needs a checkpoint folder or a --checkpoint-dir");
     return stat(manifest, &sb) == 0 ? list_folder(argv[1]) : list_dir(argv[1]);
 }
@@ -409,18 +402,11 @@ static int ckpt_verify(int argc, char **argv)
     if (argc != 2)
         return ckpt_usage("verify needs one checkpoint file or folder");
     const char *path = argv[1];
-    ddp_status st;
-    if (!is_folder(path)) {
-        ddp_state *s = NULL;
-        st = ddp_state_load(path, &s);
-        ddp_state_destroy(s);
-    } else {
-        ddp_ckpt_dir *d = NULL;
-        st = ddp_ckpt_dir_open(path, &d);
-        for (int i = 0; st == DDP_OK && i < ddp_ckpt_dir_n_files(d); i++)
-            st = ddp_ckpt_dir_verify_file(d, i);
-        ddp_ckpt_dir_close(d);
-    }
+    ddp_state *s = NULL;
+    ddp_ckpt_dir *d = NULL;
+    ddp_status st = ddp_checkpoint_open(path, 1, &s, &d);
+    ddp_state_destroy(s);
+    ddp_ckpt_dir_close(d);
     if (st != DDP_OK) {
         fprintf(stderr, "ddp-ckpt: %s: not valid: %s (see above)\n", path, ddp_strerror(st));
         return CKPT_TROUBLE;
@@ -471,7 +457,7 @@ static int export_target(const char *path, char **target)
 static int input_opens(const char *path, const char *cmd)
 {
     char why[512];
-    if (is_folder(path))
+    if (ddp_checkpoint_is_folder(path))
         return 1;
     int fd = in_path_open(path, NULL, why, sizeof why);
     if (fd >= 0) {

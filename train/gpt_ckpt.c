@@ -112,21 +112,19 @@ static ddp_status read_config(const ddp_state *s, const char *flag, const char *
 ddp_status gpt_ckpt_read(const char *path, const char *flag, int verify, gpt_ckpt *c)
 {
     *c = (gpt_ckpt){0};
-    struct stat sb;
     ddp_state *file = NULL;
     ddp_ckpt_dir *dir = NULL;
-    c->folder = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    c->folder = ddp_checkpoint_is_folder(path);
     ddp_status st = c->folder ? check_complete(path, flag) : DDP_OK;
     if (st != DDP_OK)
         return st;
-    st = c->folder ? ddp_ckpt_dir_open(path, &dir) : ddp_state_load(path, &file);
-    /* a folder's values are read by ranges without their CRC-32: check each file whole first */
-    for (int i = 0; st == DDP_OK && dir && verify && i < ddp_ckpt_dir_n_files(dir); i++)
-        st = ddp_ckpt_dir_verify_file(dir, i);
+    /* a folder's values are read by ranges without their CRC-32: with verify each file is checked
+     * whole first */
+    st = ddp_checkpoint_open(path, verify, &file, &dir);
     if (st != DDP_OK)
         DDP_ERROR("%s %s: cannot read this checkpoint %s (see above)", flag, path,
                   c->folder ? "folder" : "file");
-    const ddp_state *s = dir ? ddp_ckpt_dir_state(dir) : file;
+    const ddp_state *s = ddp_checkpoint_state(file, dir);
     if (st == DDP_OK)
         st = read_config(s, flag, path, &c->cfg);
     if (st == DDP_OK) {

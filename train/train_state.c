@@ -495,13 +495,6 @@ static void report_failed_save(const train_setup *s, const char *path, long step
                  why, saves_failed);
 }
 
-/* 1 when path is a folder (a checkpoint folder, complete or not). */
-static int is_folder(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
 /* ---- the checkpoint folder (libddp's checkpoint manager) ---------------------------------------- */
 
 /* --checkpoint-dir's manager: created at its first use (every rank, or rank 0 alone to resume),
@@ -556,7 +549,7 @@ static ddp_status save_file(const train_setup *s, const train_pos *pos, const ch
 {
     /* this step saved as a folder before: removed first (if that fails, logged, the save's rename
      * fails and is reported as any failed save is) */
-    if (ddp_rank(s->ctx) == 0 && is_folder(path))
+    if (ddp_rank(s->ctx) == 0 && ddp_checkpoint_is_folder(path))
         ddp_ckpt_manager_remove(state_manager(s), pos->step);
     ddp_status rc = train_save_state(s, pos, path);
     if (ddp_rank(s->ctx) == 0 && rc == DDP_OK)
@@ -655,7 +648,7 @@ typedef struct resume_src {
 /* The state to check: the file's, or the folder's (its buffers' counts without values). */
 static const ddp_state *src_state(const resume_src *r)
 {
-    return r->file ? r->file : ddp_ckpt_dir_state(r->dir);
+    return ddp_checkpoint_state(r->file, r->dir);
 }
 
 static void src_close(resume_src *r)
@@ -668,8 +661,7 @@ static void src_close(resume_src *r)
 /* Opens the checkpoint file or folder at path. */
 static ddp_status src_open(const char *path, resume_src *r)
 {
-    *r = (resume_src){0};
-    return is_folder(path) ? ddp_ckpt_dir_open(path, &r->dir) : ddp_state_load(path, &r->file);
+    return ddp_checkpoint_open(path, 0, &r->file, &r->dir);
 }
 
 /* Rank 0, --resume auto: opens the newest valid checkpoint of the folder older than step *below
@@ -761,7 +753,7 @@ static ddp_status open_resume(const train_setup *s, char *path, resume_src *out,
         snprintf(path, STATE_PATH_MAX, "%s", o->resume);
         st = src_open(path, out);
         if (st != DDP_OK)
-            DDP_ERROR("--resume %s: cannot use this %s (see above)", path, is_folder(path) ? "folder" : "file");
+            DDP_ERROR("--resume %s: cannot use this %s (see above)", path, ddp_checkpoint_is_folder(path) ? "folder" : "file");
     }
     int other_world = 0;
     if (st == DDP_OK && src_state(out))

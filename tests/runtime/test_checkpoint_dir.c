@@ -4,7 +4,8 @@
  * the single file's values, and a commit or an open refuses a missing file, a MANIFEST with a
  * corrupt byte, and a shard of another step, naming them. A FIFO in place of a shard file, of the
  * MANIFEST or of a single checkpoint file is refused at once by every read (an alarm ends the test
- * if one blocks, as opening a FIFO for reading used to).
+ * if one blocks, as opening a FIFO for reading used to), and a save neither removes nor replaces
+ * it. ddp_checkpoint_open opens either kind, and with verify finds a flipped byte in a rank file.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,44 @@ static void test_read_back(const char *path)
     ddp_ckpt_dir_close(d);
 }
 
+/* ddp_checkpoint_open, the one call for either kind: the folder (its state without values), the
+ * consolidated file (values held), and a flipped byte in a rank file found only with verify. */
+static void test_either_kind(const char *path)
+{
+    char file[300];
+    snprintf(file, sizeof file, "%s/either.ckpt", dir);
+    ddp_state *f = NULL;
+    ddp_ckpt_dir *d = NULL;
+    CHECK(ddp_checkpoint_is_folder(path) && !ddp_checkpoint_is_folder(file), "is_folder");
+    CHECK(ddp_checkpoint_open(path, 1, &f, &d) == DDP_OK && d && !f, "open the folder");
+    const ddp_state *s = ddp_checkpoint_state(f, d);
+    CHECK(s == ddp_ckpt_dir_state(d) && ddp_state_numel(s) == N_VALUES, "the folder's state");
+    CHECK(d && ddp_ckpt_dir_consolidate(d, file) == DDP_OK, "consolidate");
+    ddp_ckpt_dir_close(d);
+    CHECK(ddp_checkpoint_open(file, 1, &f, &d) == DDP_OK && f && !d, "open the file");
+    s = ddp_checkpoint_state(f, d);
+    CHECK(s == f && ddp_state_params(s) && ddp_state_params(s)[3] == value(3), "the file's values");
+    ddp_state_destroy(f);
+    unlink(file);
+    char p[1024];
+    snprintf(p, sizeof p, "%s/rank-00001-of-00003.ckpt", path);
+    FILE *g = fopen(p, "r+b");
+    CHECK(g != NULL, "open %s", p);
+    if (g) { /* a byte of the last value (the file ends with it and its 4-byte CRC word) */
+        fseek(g, -9, SEEK_END);
+        int c = fgetc(g);
+        fseek(g, -9, SEEK_END);
+        fputc(c ^ 0x10, g);
+        fclose(g);
+    }
+    CHECK(ddp_checkpoint_open(path, 0, &f, &d) == DDP_OK && d, "without verify: opened");
+    ddp_ckpt_dir_close(d);
+    CHECK(ddp_checkpoint_open(path, 1, &f, &d) == DDP_ERR_FORMAT && !d && !f,
+          "with verify: the flipped byte refused");
+    CHECK(ddp_checkpoint_open(NULL, 1, &f, &d) == DDP_ERR_INVALID_ARG, "NULL path");
+    CHECK(write_folder(path, 5, -1) == DDP_OK, "commit again");
+}
+
 static void test_faults(const char *path)
 {
     char p[1024];
@@ -159,6 +198,13 @@ static void test_fifos(const char *path)
     ddp_ckpt_dir_close(d);
     d = NULL;
     CHECK(ddp_ckpt_dir_open(path, &d) == DDP_ERR_FORMAT && !d, "open refuses a FIFO shard");
+    ddp_state *zero = shard(0, 5);
+    CHECK(ddp_ckpt_dir_begin(path) == DDP_OK && ddp_ckpt_dir_write_shard(path, 0, WORLD, zero) != DDP_OK,
+          "a save refuses to remove or replace the FIFO");
+    ddp_state_destroy(zero);
+    struct stat sb;
+    CHECK(lstat(p, &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO is left where it was");
+    unlink(p); /* as its owner would */
     CHECK(write_folder(path, 5, -1) == DDP_OK, "commit again");
     snprintf(p, sizeof p, "%s/MANIFEST", path);
     CHECK(fifo_in_place(p) == 0, "a FIFO in place of the MANIFEST");
@@ -182,6 +228,7 @@ int main(void)
     CHECK(write_folder(path, 5, -1) == DDP_OK, "commit");
     CHECK(ddp_ckpt_dir_files_present(path, WORLD) == 1, "files present");
     test_read_back(path);
+    test_either_kind(path);
     test_faults(path);
     test_fifos(path);
     char cmd[600];
