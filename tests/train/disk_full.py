@@ -98,8 +98,11 @@ def break_folder(how, folder, mnt):
     """Makes the checkpoint folder unwritable the way `how` says; returns a command that undoes it.
     Should that fail, the run trains to its end and the checks below say so."""
     if how == "read-only":
-        subprocess.run(["mount", "-o", "remount,ro", mnt])
-        return ["mount", "-o", "remount,rw", mnt]
+        # a read-only bind mount over the folder: remounting the whole file system read-only is
+        # refused (EBUSY) while a file on it is open for writing, as the folder's lock file is
+        subprocess.run(["mount", "--bind", folder, folder])
+        subprocess.run(["mount", "-o", "remount,ro,bind", folder])
+        return ["umount", folder]
     if how == "immutable":
         subprocess.run(["chattr", "+i", folder])
         return ["chattr", "-i", folder]
