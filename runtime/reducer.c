@@ -222,10 +222,13 @@ static ddp_status reducer_check_create(const ddp_ctx *ctx, const void *grads, co
                   "and saves as much");
         return DDP_ERR_INVALID_ARG;
     }
-    if (grads && o->ready_order) {
-        DDP_ERROR("ddp_reducer_create: ready_order is for bucket-owned gradients (grads NULL, "
-                  "zero_stage 2); with a gradient buffer the reducer records the order in the "
-                  "first sync step");
+    if (grads && (o->ready_order || o->local_accum)) {
+        const char *what = o->ready_order ? "ready_order" : "local_accum";
+        DDP_ERROR("ddp_reducer_create: %s is for bucket-owned gradients (grads NULL, zero_stage "
+                  "2); with a gradient buffer (zero_stage %d) %s", what, o->zero_stage,
+                  o->ready_order ? "the reducer records the order in the first sync step"
+                                 : "micro-steps begun with sync 0 accumulate in that buffer: "
+                                   "leave local_accum 0");
         return DDP_ERR_INVALID_ARG;
     }
     return DDP_OK;
@@ -756,7 +759,12 @@ void ddp_reducer_shard(const ddp_reducer *r, size_t *offset, size_t *n)
 
 void *ddp_reducer_shard_grads(const ddp_reducer *r)
 {
-    return r ? r->shard_grads : NULL;
+    if (!r || reducer_require_stage(r, REDUCER_STAGE(2), "ddp_reducer_shard_grads",
+                                    "the averaged gradients are in the buffer given to "
+                                    "ddp_reducer_create (zero_stage 1: at ddp_reducer_shard's "
+                                    "offset)") != DDP_OK)
+        return NULL;
+    return r->shard_grads;
 }
 
 size_t ddp_reducer_buffer_bytes(const ddp_reducer *r)
@@ -768,6 +776,10 @@ size_t ddp_reducer_buffer_bytes(const ddp_reducer *r)
            (r->recv ? keep * ddp_dtype_size(r->wire_dtype) : 0) +
            (r->shard_grads ? keep * ddp_dtype_size(r->grad_dtype) : 0) + grad_pool_bytes(r->pool);
 }
+
+/* What a reducer that does not shard does instead of a gather. */
+#define REDUCER_NO_GATHER "every rank holds every parameter: after the optimizer step there is " \
+                          "nothing to gather (call no ddp_reducer_gather_*)"
 
 /* Gathers: one operation per bucket, the in-place all-gather with per-rank counts of each of its
  * runs of the flat buffer (cut at the shard boundaries; on NCCL all in one group), started
@@ -782,10 +794,11 @@ static ddp_status reducer_gather_check(const ddp_reducer *r, const void *params,
                   who, (int)dtype);
         return DDP_ERR_INVALID_ARG;
     }
-    if (!r->zero_stage || (r->in_step && r->sync) || r->gather_launched > r->gather_waited) {
-        DDP_ERROR("%s: %s", who, !r->zero_stage
-                      ? "the reducer does not shard (zero_stage 0): every rank has every parameter"
-                  : r->in_step && r->sync
+    ddp_status st = reducer_require_stage(r, REDUCER_SHARDED, who, REDUCER_NO_GATHER);
+    if (st != DDP_OK)
+        return st;
+    if ((r->in_step && r->sync) || r->gather_launched > r->gather_waited) {
+        DDP_ERROR("%s: %s", who, r->in_step && r->sync
                       ? "called inside a sync step: call it after ddp_reducer_finish and the "
                         "optimizer step"
                       : "the previous gather is still under way: ddp_reducer_gather_wait(r, -1)");
@@ -852,10 +865,11 @@ ddp_status ddp_reducer_gather_wait(ddp_reducer *r, int param)
                   r ? r->n_params : 0);
         return DDP_ERR_INVALID_ARG;
     }
-    if (r->gather_waited >= r->gather_launched) /* nothing under way (or zero_stage 0) */
-        return DDP_OK;
+    ddp_status first = reducer_require_stage(r, REDUCER_SHARDED, "ddp_reducer_gather_wait",
+                                             REDUCER_NO_GATHER);
+    if (first != DDP_OK || r->gather_waited >= r->gather_launched) /* refused, or nothing to wait */
+        return first;
     int end = param < 0 ? r->gather_launched : r->gather_end[r->plan.param_bucket[param]];
-    ddp_status first = DDP_OK;
     /* exposed communication of the forward pass: the span (the CPU's measure) and, on CUDA, the
      * reducer's stream's wait timed on the device */
     int timed = r->gather_waited < end && ddp_trace_enabled();
