@@ -61,7 +61,6 @@
  * remaining bucket so that peers complete their all-reduces; after a failed launch nothing more is
  * launched. Either way the gradients are undefined and the caller should ddp_abort() the job.
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -419,13 +418,14 @@ static ddp_status reducer_start(ddp_reducer *r, int b)
 {
     const bucket_plan *pl = &r->plan;
     int k = pl->run_start[b], n_runs = pl->run_start[b + 1] - k;
-    ddp_status st = r->wire ? reducer_pack(r, b) : DDP_OK;
-    if (st != DDP_OK)
-        return st;
-    if (r->wire)
-        return allreduce_start_typed(r->ctx, reducer_elem(r->wire, r->wire_dtype, pl->wire_off[b]),
-                                     pl->buckets[b].n, r->wire_dtype, DDP_SUM, r->stream,
-                                     &r->requests[b]);
+    if (r->wire) {
+        ddp_status st = reducer_pack(r, b);
+        return st != DDP_OK ? st
+                            : allreduce_start_typed(r->ctx, reducer_elem(r->wire, r->wire_dtype,
+                                                                         pl->wire_off[b]),
+                                                    pl->buckets[b].n, r->wire_dtype, DDP_SUM,
+                                                    r->stream, &r->requests[b]);
+    }
     if (n_runs == 1)
         return allreduce_start_typed(r->ctx, reducer_elem(r->grads, r->grad_dtype, pl->run_off[k]),
                                      pl->run_len[k], r->grad_dtype, DDP_SUM, r->stream,
@@ -480,7 +480,8 @@ static ddp_status reducer_zero_start(ddp_reducer *r, int b)
                                     r->stream, &r->requests[b]);
     size_t keep = r->shard_n > 0 ? r->shard_n : 1;
     if (!r->recv && !(r->recv = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->wire_dtype)))) {
-        DDP_ERROR("reducer: out of memory for the receive buffer of the shard (%zu elements)", keep);
+        DDP_ERROR("reducer: out of memory for the receive buffer of the shard (%zu elements)",
+                  keep);
         return DDP_ERR_NOMEM;
     }
     r->recv_off[b] = r->recv_next;
@@ -831,9 +832,10 @@ ddp_status ddp_reducer_gather_start(ddp_reducer *r, void *params, ddp_dtype dtyp
         return st;
     const bucket_plan *pl = &r->plan;
     int most = 1;
-    for (int b = 0; b < pl->n_buckets; b++)
-        most = pl->run_start[b + 1] - pl->run_start[b] > most ? pl->run_start[b + 1] - pl->run_start[b]
-                                                              : most;
+    for (int b = 0; b < pl->n_buckets; b++) {
+        int n_runs = pl->run_start[b + 1] - pl->run_start[b];
+        most = n_runs > most ? n_runs : most;
+    }
     size_t *counts = malloc((size_t)most * (size_t)ddp_world_size(r->ctx) * sizeof *counts);
     if (!counts) {
         DDP_ERROR("ddp_reducer_gather_start: out of memory");

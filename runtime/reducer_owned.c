@@ -196,7 +196,8 @@ static ddp_status reducer_owned_unpack(ddp_reducer *r, int b)
         void *dst = reducer_elem(r->shard_grads, r->grad_dtype, a - r->shard_off);
         const void *src = reducer_elem((void *)piece, r->wire_dtype, at);
         st = r->micro_steps == 1 || r->local_accum /* local_accum: one reduce-scatter a step */
-                 ? convert_dev_cast(r->ctx, dst, r->grad_dtype, src, r->wire_dtype, e - a, r->stream)
+                 ? convert_dev_cast(r->ctx, dst, r->grad_dtype, src, r->wire_dtype, e - a,
+                                    r->stream)
                  : convert_dev_cast_add(r->ctx, dst, r->grad_dtype, src, r->wire_dtype, e - a,
                                         r->stream);
         at += e - a;
