@@ -718,10 +718,10 @@ DDP_API void ddp_reducer_destroy(ddp_reducer *r);
  * finished. */
 DDP_API ddp_status ddp_reducer_begin(ddp_reducer *r, int sync);
 /* Every stage. Parameter `param`'s gradient is final for this micro-step: on the sync step its
- * bucket starts
- * its all-reduce once every parameter in it is marked. DDP_ERR_INVALID_ARG for a parameter
- * outside [0, n_params), DDP_ERR_STATE outside begin..finish or for a second mark in one
- * micro-step; a failed launch of an earlier bucket is returned here too (then stop the job). */
+ * bucket starts its all-reduce once every parameter in it is marked. DDP_ERR_INVALID_ARG for a
+ * NULL reducer or a parameter outside [0, n_params), DDP_ERR_STATE outside begin..finish or for a
+ * second mark in one micro-step; a failed launch of an earlier bucket is returned here too (then
+ * stop the job). */
 DDP_API ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param);
 /* zero_stage 2 only (bucket-owned gradients: created with grads NULL): there is no flat
  * gradient buffer. *ptr receives where the backward pass writes (and adds to) parameter `param`'s
