@@ -587,6 +587,18 @@ DDP_API ddp_status ddp_shard_range(size_t total, int world_size, int rank, size_
  * ddp_reducer_bucket_params lists its parameters. Bucket-owned gradients (zero_stage 2 without a
  * gradient buffer, ddp_reducer_grad_ptr) plan their buckets in opts.ready_order from the start
  * and never rebuild them.
+ *
+ * The calls each zero_stage takes (opts.zero_stage below; stage 2 is exactly the bucket-owned
+ * gradients, stages 0 and 1 exactly a gradient buffer). A call outside its stages is refused
+ * with DDP_ERR_STATE (a pointer: NULL) and one logged error naming the call, the reducer's stage
+ * and what to do instead; it changes nothing:
+ *   every stage   create, destroy, begin, mark_ready, finish, n_buckets, buckets, bucket_params,
+ *                 bucket_order, zero_stage, shard, buffer_bytes
+ *   1 and 2       gather_start, gather_wait, gather_params (stage 0: every rank has every
+ *                 parameter, there is nothing to gather)
+ *   2             grad_ptr, shard_grads (stages 0 and 1: the gradients are in the caller's
+ *                 buffer); opts.ready_order and opts.local_accum (create with a gradient buffer:
+ *                 DDP_ERR_INVALID_ARG)
  */
 typedef struct ddp_reducer ddp_reducer;
 
@@ -683,32 +695,36 @@ typedef enum ddp_bucket_order {
  * Never fails; NULL is ignored. */
 DDP_API void ddp_reducer_opts_default(ddp_reducer_opts *opts);
 
-/* grads: the flat gradient buffer in backend memory, elements of opts->grad_dtype (kept, not
- * owned), or NULL (and then only) with zero_stage 2 for bucket-owned gradients (ddp_reducer_grad_ptr; create is
- * then collective: one host all-reduce compares the ranks' bucket plans and makes every rank fail
- * when one failed); numel: element count of each of the n_params parameters.
+/* Every stage. grads: the flat gradient buffer in backend memory, elements of opts->grad_dtype
+ * (kept, not owned), or NULL (and then only) with zero_stage 2 for bucket-owned gradients
+ * (ddp_reducer_grad_ptr; create is then collective: one host all-reduce compares the ranks'
+ * bucket plans and makes every rank fail when one failed); numel: element count of each of the
+ * n_params parameters.
  * DDP_ERR_INVALID_ARG for an unknown or non-gradient dtype, a zero_stage outside 0..2, grads NULL
- * with another zero_stage than 2 or a buffer with zero_stage 2, a ready_order with a gradient buffer or one that is not a
- * permutation; DDP_ERR_NOMEM when the wire or shard buffers cannot be allocated;
+ * with another zero_stage than 2 or a buffer with zero_stage 2, a ready_order or a local_accum
+ * with a gradient buffer, a ready_order that is not a permutation (all logged, naming the
+ * option); DDP_ERR_NOMEM when the wire or shard buffers cannot be allocated;
  * DDP_ERR_MISMATCH (bucket-owned) when the ranks' plans differ or another rank failed. On
  * failure *out is NULL. */
 DDP_API ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, int n_params,
                                       const ddp_reducer_opts *opts, ddp_reducer **out);
-/* Waits for the reducer's outstanding all-reduces (under the deadline), then frees it. NULL is
- * ignored. */
+/* Every stage. Waits for the reducer's outstanding all-reduces and gathers (under the
+ * deadline), then frees it. NULL is ignored. */
 DDP_API void ddp_reducer_destroy(ddp_reducer *r);
-/* Starts a micro-step; sync non-zero: the one whose gradients are communicated. With zero_stage
+/* Every stage. Starts a micro-step; sync non-zero: the one whose gradients are communicated
+ * (zero_stage 2 communicates in every micro-step: ddp_reducer_grad_ptr). With zero_stage
  * 1 or 2 it first waits for a parameter all-gather still under way (its failure is returned).
  * DDP_ERR_INVALID_ARG for a NULL reducer, DDP_ERR_STATE when the previous sync step was not
  * finished. */
 DDP_API ddp_status ddp_reducer_begin(ddp_reducer *r, int sync);
-/* Parameter `param`'s gradient is final for this micro-step: on the sync step its bucket starts
- * its all-reduce once every parameter in it is marked. DDP_ERR_INVALID_ARG for a parameter
- * outside [0, n_params), DDP_ERR_STATE outside begin..finish or for a second mark in one
- * micro-step; a failed launch of an earlier bucket is returned here too (then stop the job). */
+/* Every stage. Parameter `param`'s gradient is final for this micro-step: on the sync step its
+ * bucket starts its all-reduce once every parameter in it is marked. DDP_ERR_INVALID_ARG for a
+ * NULL reducer or a parameter outside [0, n_params), DDP_ERR_STATE outside begin..finish or for a
+ * second mark in one micro-step; a failed launch of an earlier bucket is returned here too (then
+ * stop the job). */
 DDP_API ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param);
-/* Bucket-owned gradients (created with grads NULL and zero_stage 2): there is no flat gradient
- * buffer. *ptr receives where the backward pass writes (and adds to) parameter `param`'s
+/* zero_stage 2 only (bucket-owned gradients: created with grads NULL): there is no flat
+ * gradient buffer. *ptr receives where the backward pass writes (and adds to) parameter `param`'s
  * gradient in this micro-step: numel[param] elements of grad_dtype inside its bucket's buffer,
  * which the bucket takes from the reducer's pool, zeroed, at its first grad_ptr of the
  * micro-step (with opts.local_accum: of the optimizer step) (the models' backward adds with
@@ -730,19 +746,23 @@ DDP_API ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param);
  * stage 0's when micro-steps accumulate ((a1 + b1) + (a2 + b2) against (a1 + a2) + (b1 + b2), as
  * in DeepSpeed's stage 2): bit-identical with one micro-step at 2 ranks, a rounding apart with
  * several, unless opts.local_accum keeps every bucket's buffer until the sync step.
- * DDP_ERR_INVALID_ARG for a parameter outside [0, n_params) or a NULL ptr; DDP_ERR_STATE for a
- * reducer with a gradient buffer, outside begin..finish, or for a parameter already marked in
- * this micro-step; DDP_ERR_NOMEM when the pool cannot grow. */
+ * DDP_ERR_INVALID_ARG for a parameter outside [0, n_params), a NULL reducer or a NULL ptr;
+ * DDP_ERR_STATE for a reducer with a gradient buffer (zero_stage 0 or 1: logged, naming the
+ * stage; write into that buffer), outside begin..finish, or for a parameter already marked in
+ * this micro-step; DDP_ERR_NOMEM when the pool cannot grow. On failure *ptr is NULL. */
 DDP_API ddp_status ddp_reducer_grad_ptr(ddp_reducer *r, int param, void **ptr);
-/* On failure (DDP_ERR_STATE for an unmarked parameter, or a failed all-reduce) the gradients are
+/* Every stage. Ends the sync step (see above); DDP_ERR_INVALID_ARG for a NULL reducer,
+ * DDP_ERR_STATE when no sync step is in progress (begin(r, 1) first).
+ * On failure (DDP_ERR_STATE for an unmarked parameter, or a failed all-reduce) the gradients are
  * undefined and the program should stop the job with ddp_abort(). An unmarked parameter does not
  * hang the peers: finish still starts every remaining bucket. The first finish() in which every
  * rank marked every parameter also settles the ready order (collective, see above; not with
  * static_buckets): DDP_ERR_MPI when its gather fails, DDP_ERR_MISMATCH (gradients averaged
  * correctly) when the orders differ and strict_order is set. */
 DDP_API ddp_status ddp_reducer_finish(ddp_reducer *r);
-/* The bucket plan (read-only, valid until the next ddp_reducer_finish, which may rebuild it); 0
- * and NULL for a NULL reducer. */
+/* Every stage, as are the getters down to ddp_reducer_buffer_bytes except shard_grads. The bucket
+ * plan (read-only, valid until the next ddp_reducer_finish, which may rebuild it); 0 and NULL for
+ * a NULL reducer. */
 DDP_API int ddp_reducer_n_buckets(const ddp_reducer *r);
 DDP_API const ddp_bucket *ddp_reducer_buckets(const ddp_reducer *r);
 /* Bucket `bucket`'s parameters in the order they fill it (ready order, or reverse parameter
@@ -755,15 +775,17 @@ DDP_API ddp_bucket_order ddp_reducer_bucket_order(const ddp_reducer *r);
  * (ddp_shard_range; zero_stage 0: the whole buffer, offset 0). Either output may be NULL. */
 DDP_API int ddp_reducer_zero_stage(const ddp_reducer *r);
 DDP_API void ddp_reducer_shard(const ddp_reducer *r, size_t *offset, size_t *n);
-/* zero_stage 2: the reducer-owned averaged gradients of this rank's shard (n elements of
- * grad_dtype, backend memory, valid after each finish until the next begin); NULL otherwise. */
+/* zero_stage 2 only: the reducer-owned averaged gradients of this rank's shard (n elements of
+ * grad_dtype, backend memory, valid after each finish until the next begin). NULL for a NULL
+ * reducer; NULL and a logged error (naming the stage) for zero_stage 0 or 1, whose averaged
+ * gradients are in the caller's gradient buffer (stage 1: at ddp_reducer_shard's offset). */
 DDP_API void *ddp_reducer_shard_grads(const ddp_reducer *r);
 /* Bytes of backend memory the reducer owns now (the 16-bit wire or packing buffer, the ZeRO
  * receive buffer, stage 2's shard gradients and the bucket-owned gradients' bucket buffers), for
  * memory reports; 0 for a NULL reducer. The packing buffer is allocated at its first use and the
  * bucket buffers during the first step, so ask after a step. */
 DDP_API size_t ddp_reducer_buffer_bytes(const ddp_reducer *r);
-/* zero_stage 1 or 2, after the optimizer updated this rank's shard of `params` (the flat
+/* zero_stage 1 or 2 only, after the optimizer updated this rank's shard of `params` (the flat
  * parameter buffer, the gradients' layout, n_total elements of dtype, any ddp_dtype, backend
  * memory): every rank's shard is gathered in place, so that every rank holds identical full
  * parameters. Bucket by bucket, from the LAST bucket to the first (in ready order the last
@@ -775,12 +797,14 @@ DDP_API size_t ddp_reducer_buffer_bytes(const ddp_reducer *r);
  * started before it) has arrived, so a forward pass can wait layer by layer; p = -1 waits for
  * all of them, and so do ddp_reducer_begin and ddp_reducer_destroy (so call begin after the
  * forward pass that waits layer by layer: it is only needed before the backward pass); with
- * nothing under way (or zero_stage 0) gather_wait returns DDP_OK at once. gather_params gathers
- * the whole buffer in ONE all-gather and waits for it: fewer calls when nothing is to overlap.
- * Collective. DDP_ERR_STATE with zero_stage 0, inside a sync step (begin..finish) or
- * while an earlier gather is not waited for; DDP_ERR_INVALID_ARG for a NULL buffer, an unknown
- * type or a parameter outside [-1, n_params); then the collective failures of
- * ddp_allgather_typed. On failure params is undefined outside this rank's shard. */
+ * nothing under way gather_wait returns DDP_OK at once. gather_params gathers the whole buffer
+ * in ONE all-gather and waits for it: fewer calls when nothing is to overlap.
+ * Collective. All three: DDP_ERR_STATE with zero_stage 0 (logged, naming the stage: every rank
+ * already has every parameter, call none of them); gather_start and gather_params:
+ * DDP_ERR_STATE inside a sync step (begin..finish) or while an earlier gather is not waited for;
+ * DDP_ERR_INVALID_ARG for a NULL reducer or buffer, an unknown type or a parameter outside
+ * [-1, n_params); then the collective failures of ddp_allgather_typed. On failure params is
+ * undefined outside this rank's shard. */
 DDP_API ddp_status ddp_reducer_gather_start(ddp_reducer *r, void *params, ddp_dtype dtype);
 DDP_API ddp_status ddp_reducer_gather_wait(ddp_reducer *r, int param);
 DDP_API ddp_status ddp_reducer_gather_params(ddp_reducer *r, void *params, ddp_dtype dtype);

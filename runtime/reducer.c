@@ -53,11 +53,14 @@
  * On CUDA the wait is the reducer's stream waiting for the reduce-scatter's event, so the unpack
  * and the zeroing of a recycled buffer are queued after it on that stream: no host wait.
  *
+ * Files (reducer_private.h): this one holds the public calls and stages 0 and 1;
+ * reducer_owned.c stage 2; reducer_core.c, below both, what every stage shares (launching in
+ * bucket order, waiting, shards), reaching a stage only through its reducer_stage_ops.
+ *
  * Failure policy: a parameter left unmarked is reported by finish(), which still launches every
  * remaining bucket so that peers complete their all-reduces; after a failed launch nothing more is
  * launched. Either way the gradients are undefined and the caller should ddp_abort() the job.
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,12 +132,6 @@ static ddp_status reducer_plan(ddp_reducer *r, const size_t *numel,
     if (st == DDP_OK)
         memcpy(r->numel, numel, (size_t)r->n_params * sizeof *numel);
     return st;
-}
-
-/* Element type pointer arithmetic: element `offset` of buffer x of type t. */
-void *reducer_elem(void *x, ddp_dtype t, size_t offset)
-{
-    return (char *)x + offset * ddp_dtype_size(t);
 }
 
 /* Checks the types and allocates the wire buffer when the wire type differs from the gradients'
@@ -224,10 +221,13 @@ static ddp_status reducer_check_create(const ddp_ctx *ctx, const void *grads, co
                   "and saves as much");
         return DDP_ERR_INVALID_ARG;
     }
-    if (grads && o->ready_order) {
-        DDP_ERROR("ddp_reducer_create: ready_order is for bucket-owned gradients (grads NULL, "
-                  "zero_stage 2); with a gradient buffer the reducer records the order in the "
-                  "first sync step");
+    if (grads && (o->ready_order || o->local_accum)) {
+        const char *what = o->ready_order ? "ready_order" : "local_accum";
+        DDP_ERROR("ddp_reducer_create: %s is for bucket-owned gradients (grads NULL, zero_stage "
+                  "2); with a gradient buffer (zero_stage %d) %s", what, o->zero_stage,
+                  o->ready_order ? "the reducer records the order in the first sync step"
+                                 : "micro-steps begun with sync 0 accumulate in that buffer: "
+                                   "leave local_accum 0");
         return DDP_ERR_INVALID_ARG;
     }
     return DDP_OK;
@@ -267,6 +267,8 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
         st = reducer_types(r, numel, o);
     if (st == DDP_OK)
         st = reducer_zero_setup(r, o->zero_stage);
+    r->ops = r->owned ? &reducer_owned_ops
+             : r->zero_stage ? &reducer_sharded_ops : &reducer_allreduce_ops;
     if (st == DDP_OK && r->owned)
         st = reducer_owned_setup(r);
     if (st == DDP_OK && ddp_backend(ctx) == DDP_BACKEND_CUDA) {
@@ -286,26 +288,6 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
     }
     *out = r;
     return DDP_OK;
-}
-
-/* Completes every launched request (in launch order); returns the first failure. */
-static ddp_status reducer_wait_all(ddp_reducer *r)
-{
-    ddp_status first = DDP_OK;
-    for (int b = 0; b < r->plan.n_buckets; b++) {
-        if (!r->requests[b])
-            continue;
-        ddp_status st = ddp_wait(r->requests[b]);
-        r->requests[b] = NULL;
-        if (st != DDP_OK && first == DDP_OK) {
-            DDP_ERROR("reducer: %s of bucket %d (parameters %d..%d) failed: %s",
-                      r->zero_stage ? "reduce-scatter" : "all-reduce", b,
-                      r->plan.buckets[b].first_param, r->plan.buckets[b].last_param,
-                      ddp_strerror(st));
-            first = st;
-        }
-    }
-    return first;
 }
 
 /* CUDA, while tracing: one instant (args.arg: nanoseconds) per measured interval whose events
@@ -403,32 +385,12 @@ ddp_status ddp_reducer_begin(ddp_reducer *r, int sync)
     return DDP_OK;
 }
 
-/* What a bucket is multiplied by before its all-reduce: 1 for fp32 on the wire; for 16 bits
- * 2^-k, 2^k the smallest power of two >= world_size * micro_steps (see the top of the file);
- * bucket-owned gradients that send every micro-step alone: world_size. */
-static float reducer_prescale(const ddp_reducer *r)
-{
-    if (r->wire_dtype == DDP_FP32)
-        return 1.0f;
-    int k;
-    double steps = r->owned && !r->local_accum ? 1.0 : (double)r->micro_steps;
-    double m = frexp((double)ddp_world_size(r->ctx) * steps, &k);
-    return (float)ldexp(1.0, m == 0.5 ? 1 - k : -k);
-}
-
-/* Multiplies bucket b's runs of the gradients (or its buffer) by pre (a 16-bit wire's division
+/* Stages 0 and 1: multiplies bucket b's runs of the gradients by pre (a 16-bit wire's division
  * before the sum). */
 static ddp_status reducer_prescale_runs(ddp_reducer *r, int b, float pre)
 {
     const bucket_plan *pl = &r->plan;
     ddp_status st = DDP_OK;
-    if (r->owned) {
-        void *grads = NULL;
-        st = reducer_owned_take(r, b, &grads, NULL);
-        return st == DDP_OK ? convert_dev_scale(r->ctx, grads, r->grad_dtype, pl->buckets[b].n,
-                                                pre, r->stream)
-                            : st;
-    }
     for (int k = pl->run_start[b]; k < pl->run_start[b + 1] && st == DDP_OK; k++)
         st = convert_dev_scale(r->ctx, reducer_elem(r->grads, r->grad_dtype, pl->run_off[k]),
                                r->grad_dtype, pl->run_len[k], pre, r->stream);
@@ -450,15 +412,20 @@ static ddp_status reducer_pack(ddp_reducer *r, int b)
     return st;
 }
 
-/* Starts bucket b's all-reduce: its wire slice, its one run, or its runs in place. */
+/* zero_stage 0: starts bucket b's all-reduce: its wire slice (cast into it first), its one run,
+ * or its runs in place. */
 static ddp_status reducer_start(ddp_reducer *r, int b)
 {
     const bucket_plan *pl = &r->plan;
     int k = pl->run_start[b], n_runs = pl->run_start[b + 1] - k;
-    if (r->wire)
-        return allreduce_start_typed(r->ctx, reducer_elem(r->wire, r->wire_dtype, pl->wire_off[b]),
-                                     pl->buckets[b].n, r->wire_dtype, DDP_SUM, r->stream,
-                                     &r->requests[b]);
+    if (r->wire) {
+        ddp_status st = reducer_pack(r, b);
+        return st != DDP_OK ? st
+                            : allreduce_start_typed(r->ctx, reducer_elem(r->wire, r->wire_dtype,
+                                                                         pl->wire_off[b]),
+                                                    pl->buckets[b].n, r->wire_dtype, DDP_SUM,
+                                                    r->stream, &r->requests[b]);
+    }
     if (n_runs == 1)
         return allreduce_start_typed(r->ctx, reducer_elem(r->grads, r->grad_dtype, pl->run_off[k]),
                                      pl->run_len[k], r->grad_dtype, DDP_SUM, r->stream,
@@ -467,39 +434,13 @@ static ddp_status reducer_start(ddp_reducer *r, int b)
                                 r->grad_dtype, DDP_SUM, r->stream, &r->requests[b]);
 }
 
-/* Bucket b's elements in each shard (r->counts row b): its runs, in ascending offset, cut at the
- * shard boundaries. Packed in that order the bucket is the shards' pieces in rank order. */
-static size_t reducer_overlap(const ddp_reducer *r, int q, size_t off, size_t len);
-
-static size_t *reducer_zero_counts(ddp_reducer *r, int b)
-{
-    int world = ddp_world_size(r->ctx);
-    size_t *counts = r->counts + (size_t)b * (size_t)world;
-    const bucket_plan *pl = &r->plan;
-    for (int q = 0; q < world; q++) {
-        counts[q] = 0;
-        for (int k = pl->run_start[b]; k < pl->run_start[b + 1]; k++)
-            counts[q] += reducer_overlap(r, q, pl->run_off[k], pl->run_len[k]);
-    }
-    return counts;
-}
-
-/* The packed send buffer of bucket b: its one run in place (no cast), else the bucket's slice of
- * the wire buffer (allocated at the first use for an fp32 wire), filled by reducer_pack;
- * bucket-owned, its own buffer, or the buffer's wire twin filled by a cast. */
+/* zero_stage 1: the packed send buffer of bucket b: its one run in place (no cast), else the
+ * bucket's slice of the wire buffer (allocated at the first use for an fp32 wire), filled by
+ * reducer_pack. */
 static ddp_status reducer_zero_send(ddp_reducer *r, int b, const void **send)
 {
     const bucket_plan *pl = &r->plan;
     int k = pl->run_start[b];
-    if (r->owned) {
-        void *grads = NULL, *wire = NULL;
-        ddp_status st = reducer_owned_take(r, b, &grads, &wire);
-        if (st == DDP_OK && wire)
-            st = convert_dev_cast(r->ctx, wire, r->wire_dtype, grads, r->grad_dtype,
-                                  pl->buckets[b].n, r->stream);
-        *send = wire ? wire : grads;
-        return st;
-    }
     if (r->wire_dtype == r->grad_dtype && pl->run_start[b + 1] - k == 1) {
         *send = reducer_elem(r->grads, r->grad_dtype, pl->run_off[k]);
         return DDP_OK;
@@ -513,19 +454,19 @@ static ddp_status reducer_zero_send(ddp_reducer *r, int b, const void **send)
     return reducer_pack(r, b);
 }
 
-/* Whether bucket b is reduce-scattered in place: stage 1 on the CPU (MPI_IN_PLACE), one run in
- * the gradients' type. This rank's piece then stays where it is, at the shard's offsets of the
- * gradient buffer (comm_mpi.c), and needs no receive buffer, whose shard-sized 4 bytes per
- * parameter would take a quarter of what stage 1 saves at 4 ranks. Bucket-owned gradients
- * always (MPI and NCCL): the piece stays in the bucket's buffer until reducer_owned_reap. */
+/* Whether bucket b of zero_stage 1 is reduce-scattered in place: on the CPU (MPI_IN_PLACE), one
+ * run in the gradients' type. This rank's piece then stays where it is, at the shard's offsets
+ * of the gradient buffer (comm_mpi.c), and needs no receive buffer, whose shard-sized 4 bytes per
+ * parameter would take a quarter of what stage 1 saves at 4 ranks. (Stage 2 reduce-scatters
+ * every bucket in place in its own buffer: reducer_owned.c.) */
 static int reducer_zero_in_place(const ddp_reducer *r, int b)
 {
     const bucket_plan *pl = &r->plan;
-    return r->owned || (r->zero_stage == 1 && ddp_backend(r->ctx) == DDP_BACKEND_CPU &&
-           r->wire_dtype == r->grad_dtype && pl->run_start[b + 1] - pl->run_start[b] == 1);
+    return ddp_backend(r->ctx) == DDP_BACKEND_CPU && r->wire_dtype == r->grad_dtype &&
+           pl->run_start[b + 1] - pl->run_start[b] == 1;
 }
 
-/* zero_stage 1, 2: starts bucket b's reduce-scatter into its piece of the receive buffer (or in
+/* zero_stage 1: starts bucket b's reduce-scatter into its piece of the receive buffer (or in
  * place). */
 static ddp_status reducer_zero_start(ddp_reducer *r, int b)
 {
@@ -539,7 +480,8 @@ static ddp_status reducer_zero_start(ddp_reducer *r, int b)
                                     r->stream, &r->requests[b]);
     size_t keep = r->shard_n > 0 ? r->shard_n : 1;
     if (!r->recv && !(r->recv = ddp_alloc(r->ctx, keep * ddp_dtype_size(r->wire_dtype)))) {
-        DDP_ERROR("reducer: out of memory for the receive buffer of the shard (%zu elements)", keep);
+        DDP_ERROR("reducer: out of memory for the receive buffer of the shard (%zu elements)",
+                  keep);
         return DDP_ERR_NOMEM;
     }
     r->recv_off[b] = r->recv_next;
@@ -548,63 +490,10 @@ static ddp_status reducer_zero_start(ddp_reducer *r, int b)
                                 counts, r->wire_dtype, DDP_SUM, r->stream, &r->requests[b]);
 }
 
-/* Launches bucket b; on failure records the error and launches nothing more this step. */
-static void reducer_launch(ddp_reducer *r, int b)
-{
-    const ddp_bucket *bk = &r->plan.buckets[b];
-    ddp_status st = DDP_OK;
-    ddp_trace_instant("allreduce.queued", b);
-    float pre = reducer_prescale(r);
-    if (pre != 1.0f) /* in the gradients' type, before a narrowing cast could overflow */
-        st = reducer_prescale_runs(r, b, pre);
-    if (st == DDP_OK && r->wire && !r->zero_stage)
-        st = reducer_pack(r, b);
-    trace_set_tag(b);
-    if (st == DDP_OK)
-        st = r->zero_stage ? reducer_zero_start(r, b) : reducer_start(r, b);
-    trace_set_tag(-1);
-    if (st != DDP_OK) {
-        DDP_ERROR("reducer: cannot start the all-reduce of bucket %d (parameters %d..%d): %s", b,
-                  bk->first_param, bk->last_param, ddp_strerror(st));
-        r->requests[b] = NULL;
-        r->launch_error = st;
-    }
-}
-
-/* Bucket-owned: reaps the oldest reduce-scatter to recycle its buffer. In the middle of the
- * backward pass (not force) that wait is exposed communication too: traced as the span
- * "reducer.recycle_wait" (the CPU's measure) and, on CUDA, timed on the reducer's stream. Under
- * finish() it is part of finish's own wait. */
-static void *reducer_stream(const ddp_reducer *r);
-
-static void reducer_recycle(ddp_reducer *r, int force)
-{
-    int timed = !force && ddp_trace_enabled();
-    if (timed) {
-        ddp_trace_begin("reducer.recycle_wait", r->next_reap);
-        if (r->recycle_timer)
-            exposed_timer_start(r->recycle_timer, reducer_stream(r));
-    }
-    reducer_owned_reap(r);
-    if (timed) {
-        if (r->recycle_timer)
-            exposed_timer_stop(r->recycle_timer, reducer_stream(r));
-        ddp_trace_end("reducer.recycle_wait", r->next_reap - 1);
-    }
-}
-
-/* Launches every consecutive ready bucket from next_launch on (all of them when force);
- * bucket-owned, waits for the oldest reduce-scatter while more than OWNED_IN_FLIGHT are under
- * way. */
-void reducer_launch_ready(ddp_reducer *r, int force)
-{
-    while (r->launch_error == DDP_OK && r->next_launch < r->plan.n_buckets &&
-           (force || r->pending[r->next_launch] == 0)) {
-        reducer_launch(r, r->next_launch++);
-        while (r->owned && r->next_launch - r->next_reap > OWNED_IN_FLIGHT)
-            reducer_recycle(r, force);
-    }
-}
+const reducer_stage_ops reducer_allreduce_ops = {
+    .prescale = reducer_prescale_runs, .start = reducer_start, .reap = NULL};
+const reducer_stage_ops reducer_sharded_ops = {
+    .prescale = reducer_prescale_runs, .start = reducer_zero_start, .reap = NULL};
 
 ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param)
 {
@@ -635,33 +524,6 @@ ddp_status ddp_reducer_mark_ready(ddp_reducer *r, int param)
     return r->launch_error;
 }
 
-/* Logs every parameter left unmarked in the sync step (bucket-owned: in any micro-step);
- * DDP_ERR_STATE when there is one. */
-ddp_status reducer_check_marked(const ddp_reducer *r)
-{
-    ddp_status st = DDP_OK;
-    for (int p = 0; p < r->n_params; p++) {
-        if (!r->marked[p]) {
-            DDP_ERROR("%s: parameter %d was never marked ready in the %s: its gradient was not "
-                      "averaged (abort the job with ddp_abort)",
-                      r->sync ? "ddp_reducer_finish" : "ddp_reducer_begin", p,
-                      r->sync ? "sync step" : "micro-step before");
-            st = DDP_ERR_STATE;
-        }
-    }
-    return st;
-}
-
-/* The part [*a, *e) of run k of the plan inside this rank's shard (empty when *e <= *a). */
-void reducer_run_in_shard(const ddp_reducer *r, int k, size_t *a, size_t *e)
-{
-    const bucket_plan *pl = &r->plan;
-    size_t lo = r->shard_off, hi = r->shard_off + r->shard_n;
-    size_t end = pl->run_off[k] + pl->run_len[k];
-    *a = pl->run_off[k] > lo ? pl->run_off[k] : lo;
-    *e = end < hi ? end : hi;
-}
-
 /* Casts bucket b back from the wire (when it has one) into its runs and multiplies it by alpha,
  * which completes the division by world x micro-steps. */
 static ddp_status reducer_unpack(ddp_reducer *r, int b, float alpha)
@@ -680,12 +542,6 @@ static ddp_status reducer_unpack(ddp_reducer *r, int b, float alpha)
         at += pl->run_len[k];
     }
     return st;
-}
-
-/* The stream the reducer orders its work on (CUDA): the caller's, else libddp's. */
-static void *reducer_stream(const ddp_reducer *r)
-{
-    return r->stream ? r->stream : ddp_backend_stream(r->ctx);
 }
 
 /* zero_stage 1: casts bucket b's received piece (the runs' parts inside this rank's shard, in
@@ -904,7 +760,12 @@ void ddp_reducer_shard(const ddp_reducer *r, size_t *offset, size_t *n)
 
 void *ddp_reducer_shard_grads(const ddp_reducer *r)
 {
-    return r ? r->shard_grads : NULL;
+    if (!r || reducer_require_stage(r, REDUCER_STAGE(2), "ddp_reducer_shard_grads",
+                                    "the averaged gradients are in the buffer given to "
+                                    "ddp_reducer_create (zero_stage 1: at ddp_reducer_shard's "
+                                    "offset)") != DDP_OK)
+        return NULL;
+    return r->shard_grads;
 }
 
 size_t ddp_reducer_buffer_bytes(const ddp_reducer *r)
@@ -917,19 +778,14 @@ size_t ddp_reducer_buffer_bytes(const ddp_reducer *r)
            (r->shard_grads ? keep * ddp_dtype_size(r->grad_dtype) : 0) + grad_pool_bytes(r->pool);
 }
 
+/* What a reducer that does not shard does instead of a gather. */
+#define REDUCER_NO_GATHER "every rank holds every parameter: after the optimizer step there is " \
+                          "nothing to gather (call no ddp_reducer_gather_*)"
+
 /* Gathers: one operation per bucket, the in-place all-gather with per-rank counts of each of its
  * runs of the flat buffer (cut at the shard boundaries; on NCCL all in one group), started
  * bucket by bucket from the last (the first layers of a forward pass in ready order) to the
  * first. */
-
-/* Elements of [off, off + len) in rank q's shard. */
-static size_t reducer_overlap(const ddp_reducer *r, int q, size_t off, size_t len)
-{
-    size_t lo = 0, n = 0;
-    ddp_shard_range(r->total, ddp_world_size(r->ctx), q, &lo, &n);
-    size_t a = off > lo ? off : lo, e = off + len < lo + n ? off + len : lo + n;
-    return e > a ? e - a : 0;
-}
 
 static ddp_status reducer_gather_check(const ddp_reducer *r, const void *params, ddp_dtype dtype,
                                        const char *who)
@@ -939,10 +795,11 @@ static ddp_status reducer_gather_check(const ddp_reducer *r, const void *params,
                   who, (int)dtype);
         return DDP_ERR_INVALID_ARG;
     }
-    if (!r->zero_stage || (r->in_step && r->sync) || r->gather_launched > r->gather_waited) {
-        DDP_ERROR("%s: %s", who, !r->zero_stage
-                      ? "the reducer does not shard (zero_stage 0): every rank has every parameter"
-                  : r->in_step && r->sync
+    ddp_status st = reducer_require_stage(r, REDUCER_SHARDED, who, REDUCER_NO_GATHER);
+    if (st != DDP_OK)
+        return st;
+    if ((r->in_step && r->sync) || r->gather_launched > r->gather_waited) {
+        DDP_ERROR("%s: %s", who, r->in_step && r->sync
                       ? "called inside a sync step: call it after ddp_reducer_finish and the "
                         "optimizer step"
                       : "the previous gather is still under way: ddp_reducer_gather_wait(r, -1)");
@@ -975,9 +832,10 @@ ddp_status ddp_reducer_gather_start(ddp_reducer *r, void *params, ddp_dtype dtyp
         return st;
     const bucket_plan *pl = &r->plan;
     int most = 1;
-    for (int b = 0; b < pl->n_buckets; b++)
-        most = pl->run_start[b + 1] - pl->run_start[b] > most ? pl->run_start[b + 1] - pl->run_start[b]
-                                                              : most;
+    for (int b = 0; b < pl->n_buckets; b++) {
+        int n_runs = pl->run_start[b + 1] - pl->run_start[b];
+        most = n_runs > most ? n_runs : most;
+    }
     size_t *counts = malloc((size_t)most * (size_t)ddp_world_size(r->ctx) * sizeof *counts);
     if (!counts) {
         DDP_ERROR("ddp_reducer_gather_start: out of memory");
@@ -1009,10 +867,11 @@ ddp_status ddp_reducer_gather_wait(ddp_reducer *r, int param)
                   r ? r->n_params : 0);
         return DDP_ERR_INVALID_ARG;
     }
-    if (r->gather_waited >= r->gather_launched) /* nothing under way (or zero_stage 0) */
-        return DDP_OK;
+    ddp_status first = reducer_require_stage(r, REDUCER_SHARDED, "ddp_reducer_gather_wait",
+                                             REDUCER_NO_GATHER);
+    if (first != DDP_OK || r->gather_waited >= r->gather_launched) /* refused, or nothing to wait */
+        return first;
     int end = param < 0 ? r->gather_launched : r->gather_end[r->plan.param_bucket[param]];
-    ddp_status first = DDP_OK;
     /* exposed communication of the forward pass: the span (the CPU's measure) and, on CUDA, the
      * reducer's stream's wait timed on the device */
     int timed = r->gather_waited < end && ddp_trace_enabled();

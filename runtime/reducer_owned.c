@@ -1,7 +1,8 @@
 /* reducer_owned.c - the reducer's bucket-owned gradients (ZeRO stage 2: created with grads NULL,
  * reducer.c's top comment): the buffer layout and the pool (grad_pool.c), the pointers the backward
- * pass writes through (ddp_reducer_grad_ptr), and each bucket's reduce-scatter reaped into the
- * shard buffer.
+ * pass writes through (ddp_reducer_grad_ptr), each bucket's in-place reduce-scatter (the stage's
+ * reducer_owned_ops) and its reaping into the shard buffer. Calls only reducer_core.c among the
+ * reducer's files (reducer_private.h).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -88,7 +89,7 @@ ddp_status reducer_owned_agree(ddp_reducer *r, ddp_status st)
 /* Bucket-owned gradients: bucket b's buffers (*wire, when not NULL, gets the wire twin or NULL),
  * taken from the pool and zeroed when b holds none yet in this micro-step. The zeroing is queued
  * on the reducer's stream, after that stream's wait for the buffer's last reduce-scatter (CUDA). */
-ddp_status reducer_owned_take(ddp_reducer *r, int b, void **grads, void **wire)
+static ddp_status reducer_owned_take(ddp_reducer *r, int b, void **grads, void **wire)
 {
     size_t n = r->plan.buckets[b].n;
     int fresh = 0;
@@ -125,21 +126,52 @@ ddp_status ddp_reducer_grad_ptr(ddp_reducer *r, int param, void **ptr)
                   "is NULL)", param, r ? r->n_params : 0);
         return DDP_ERR_INVALID_ARG;
     }
-    if (!r->owned || !r->in_step || r->marked[param]) {
+    ddp_status st = reducer_require_stage(r, REDUCER_STAGE(2), "ddp_reducer_grad_ptr",
+                                          "the gradients live in the buffer given to "
+                                          "ddp_reducer_create: write them there");
+    if (st != DDP_OK)
+        return st;
+    if (!r->in_step || r->marked[param]) {
         DDP_ERROR("ddp_reducer_grad_ptr: parameter %d: %s", param,
-                  !r->owned ? "this reducer does not own the gradients (it was created with a "
-                              "gradient buffer): write them there"
-                  : !r->in_step ? "no micro-step in progress: call ddp_reducer_begin() before the "
-                                  "backward pass"
-                                : "already marked ready in this micro-step, so its bucket may be "
-                                  "on the wire: write a gradient before marking it");
+                  !r->in_step ? "no micro-step in progress: call ddp_reducer_begin() before the "
+                                "backward pass"
+                              : "already marked ready in this micro-step, so its bucket may be "
+                                "on the wire: write a gradient before marking it");
         return DDP_ERR_STATE;
     }
     void *grads = NULL;
-    ddp_status st = reducer_owned_take(r, r->plan.param_bucket[param], &grads, NULL);
+    st = reducer_owned_take(r, r->plan.param_bucket[param], &grads, NULL);
     if (st == DDP_OK)
         *ptr = reducer_elem(grads, r->grad_dtype, r->pack_off[param]);
     return st;
+}
+
+/* The stage's prescale: multiplies bucket b's buffer by pre (a 16-bit wire's division before the
+ * sum). */
+static ddp_status reducer_owned_prescale(ddp_reducer *r, int b, float pre)
+{
+    void *grads = NULL;
+    ddp_status st = reducer_owned_take(r, b, &grads, NULL);
+    return st == DDP_OK ? convert_dev_scale(r->ctx, grads, r->grad_dtype, r->plan.buckets[b].n,
+                                            pre, r->stream)
+                        : st;
+}
+
+/* The stage's start: bucket b's buffer (or its wire twin, filled by a cast) reduce-scattered in
+ * place, MPI and NCCL alike: this rank's piece stays there until reducer_owned_reap. */
+static ddp_status reducer_owned_start(ddp_reducer *r, int b)
+{
+    const size_t *counts = reducer_zero_counts(r, b);
+    void *grads = NULL, *wire = NULL;
+    ddp_status st = reducer_owned_take(r, b, &grads, &wire);
+    if (st == DDP_OK && wire)
+        st = convert_dev_cast(r->ctx, wire, r->wire_dtype, grads, r->grad_dtype,
+                              r->plan.buckets[b].n, r->stream);
+    if (st != DDP_OK)
+        return st;
+    void *send = wire ? wire : grads;
+    return reduce_scatter_start(r->ctx, send, send, counts, r->wire_dtype, DDP_SUM, r->stream,
+                                &r->requests[b]);
 }
 
 /* Bucket-owned, bucket b's reduce-scatter waited for: this rank's piece (in place in the sent
@@ -164,7 +196,8 @@ static ddp_status reducer_owned_unpack(ddp_reducer *r, int b)
         void *dst = reducer_elem(r->shard_grads, r->grad_dtype, a - r->shard_off);
         const void *src = reducer_elem((void *)piece, r->wire_dtype, at);
         st = r->micro_steps == 1 || r->local_accum /* local_accum: one reduce-scatter a step */
-                 ? convert_dev_cast(r->ctx, dst, r->grad_dtype, src, r->wire_dtype, e - a, r->stream)
+                 ? convert_dev_cast(r->ctx, dst, r->grad_dtype, src, r->wire_dtype, e - a,
+                                    r->stream)
                  : convert_dev_cast_add(r->ctx, dst, r->grad_dtype, src, r->wire_dtype, e - a,
                                         r->stream);
         at += e - a;
@@ -175,7 +208,7 @@ static ddp_status reducer_owned_unpack(ddp_reducer *r, int b)
 /* Bucket-owned: waits for the oldest reduce-scatter under way (CUDA: the reducer's stream waits),
  * unpacks its piece and gives its buffer back. A failure becomes the step's launch_error, so
  * nothing more is launched. */
-void reducer_owned_reap(ddp_reducer *r)
+static void reducer_owned_reap(ddp_reducer *r)
 {
     int b = r->next_reap++;
     ddp_status st = DDP_OK;
@@ -193,6 +226,9 @@ void reducer_owned_reap(ddp_reducer *r)
     if (st != DDP_OK && r->launch_error == DDP_OK)
         r->launch_error = st;
 }
+
+const reducer_stage_ops reducer_owned_ops = {
+    .prescale = reducer_owned_prescale, .start = reducer_owned_start, .reap = reducer_owned_reap};
 
 /* Bucket-owned: every launched reduce-scatter reaped, every buffer back in the pool (those of
  * buckets a failure left unlaunched too). Returns the step's first failure. */

@@ -1,5 +1,11 @@
-/* reducer_private.h - what reducer.c (the bucketed reducer) shares with reducer_owned.c (its
- * bucket-owned gradients, ZeRO stage 2): the reducer's state and the helpers both halves call.
+/* reducer_private.h - the bucketed reducer's state and the calls between its files, in layers
+ * (each file calls only those below it):
+ *   reducer.c        the public ddp_reducer_* calls, stage 0 (all-reduce) and stage 1
+ *                    (reduce-scatter into the gradient buffer's shard)
+ *   reducer_owned.c  stage 2: bucket-owned gradients
+ *   reducer_core.c   what every stage shares: marking, launching ready buckets in bucket order,
+ *                    waiting, shards, and the stage contracts of the public calls; it reaches a
+ *                    stage only through the reducer_stage_ops that create sets.
  * Private to runtime/.
  */
 #ifndef DDP_REDUCER_PRIVATE_H
@@ -12,8 +18,21 @@
  * the oldest (its buffer then goes back to the pool), which bounds the buffers alive. */
 #define OWNED_IN_FLIGHT 2
 
+/* What a stage does where the shared machinery (reducer_core.c) needs it; one table per stage,
+ * chosen by ddp_reducer_create. */
+typedef struct reducer_stage_ops {
+    /* Multiplies bucket b's gradients by pre (a 16-bit wire's division before the sum). */
+    ddp_status (*prescale)(ddp_reducer *r, int b, float pre);
+    /* Packs bucket b as the stage sends it and starts its collective into r->requests[b]. */
+    ddp_status (*start)(ddp_reducer *r, int b);
+    /* Bucket-owned: waits for the oldest collective under way and recycles its buffer; NULL for
+     * a stage that holds no bucket buffers. */
+    void (*reap)(ddp_reducer *r);
+} reducer_stage_ops;
+
 struct ddp_reducer {
     ddp_ctx *ctx;
+    const reducer_stage_ops *ops; /* the stage's behaviour (reducer_allreduce_ops, ...) */
     void *grads;          /* flat gradient buffer, backend memory (not owned) */
     ddp_dtype grad_dtype; /* element type of grads */
     ddp_dtype wire_dtype; /* element type of the all-reduces */
@@ -65,17 +84,38 @@ struct ddp_reducer {
     int order_warned;         /* a marking order other than the plan's was reported */
 };
 
-/* reducer.c */
+/* The stages' tables: zero_stage 0 and 1 (reducer.c), 2 (reducer_owned.c). */
+extern const reducer_stage_ops reducer_allreduce_ops, reducer_sharded_ops, reducer_owned_ops;
+
+/* reducer_core.c: the machinery every stage shares */
+/* A bit per zero stage, for reducer_require_stage. */
+#define REDUCER_STAGE(s) (1u << (s))
+#define REDUCER_SHARDED (REDUCER_STAGE(1) | REDUCER_STAGE(2))
 /* Element `offset` of buffer x of type t. */
 void *reducer_elem(void *x, ddp_dtype t, size_t offset);
-/* Logs every parameter left unmarked in the sync step (bucket-owned: in any micro-step);
- * DDP_ERR_STATE when there is one. */
-ddp_status reducer_check_marked(const ddp_reducer *r);
+/* The stream the reducer orders its work on (CUDA): the caller's, else libddp's. */
+void *reducer_stream(const ddp_reducer *r);
+/* Elements of [off, off + len) of the flat buffer in rank q's shard. */
+size_t reducer_overlap(const ddp_reducer *r, int q, size_t off, size_t len);
 /* The part [*a, *e) of run k of the plan inside this rank's shard (empty when *e <= *a). */
 void reducer_run_in_shard(const ddp_reducer *r, int k, size_t *a, size_t *e);
+/* Bucket b's elements in each shard (r->counts row b, filled and returned). */
+size_t *reducer_zero_counts(ddp_reducer *r, int b);
+/* What a bucket is multiplied by before its collective (1 for fp32 on the wire). */
+float reducer_prescale(const ddp_reducer *r);
 /* Launches the buckets whose parameters are all marked (every one left with force), in bucket
  * order; bucket-owned, reaps while more than OWNED_IN_FLIGHT are under way. */
 void reducer_launch_ready(ddp_reducer *r, int force);
+/* Completes every launched request (in launch order); the first failure. */
+ddp_status reducer_wait_all(ddp_reducer *r);
+/* Logs every parameter left unmarked in the sync step (bucket-owned: in any micro-step);
+ * DDP_ERR_STATE when there is one. */
+ddp_status reducer_check_marked(const ddp_reducer *r);
+/* A public call valid with some zero stages only (`stages`: REDUCER_STAGE bits): DDP_OK when
+ * r's stage is one of them, else DDP_ERR_STATE and one error naming `who`, r's stage, the
+ * stages it needs and `todo`, what to do instead. */
+ddp_status reducer_require_stage(const ddp_reducer *r, unsigned stages, const char *who,
+                                 const char *todo);
 
 /* reducer_owned.c: bucket-owned gradients (zero_stage 2, grads NULL) */
 /* Each parameter's place in its bucket's buffer and the pool; DDP_ERR_NOMEM (logged). */
@@ -83,12 +123,8 @@ ddp_status reducer_owned_setup(ddp_reducer *r);
 /* Collective: every rank's plan is the same and every rank's create succeeded (else every rank
  * fails); st: this rank's outcome so far. */
 ddp_status reducer_owned_agree(ddp_reducer *r, ddp_status st);
-/* Bucket b's buffers, taken from the pool and zeroed when b holds none yet in this micro-step. */
-ddp_status reducer_owned_take(ddp_reducer *r, int b, void **grads, void **wire);
 /* Warns once when parameters are marked in another order than the plan's. */
 void reducer_owned_check_order(ddp_reducer *r, int param);
-/* Waits for the oldest reduce-scatter under way, unpacks its piece, gives its buffer back. */
-void reducer_owned_reap(ddp_reducer *r);
 /* Every launched reduce-scatter reaped, every buffer back; the step's first failure. */
 ddp_status reducer_owned_drain(ddp_reducer *r);
 /* Ends a micro-step that was not a sync step; its failure. */

@@ -96,7 +96,8 @@ void trainer_clock(trainer *t)
 
 void trainer_params_ready(trainer *t)
 {
-    trainer_must(t, ddp_reducer_gather_wait(t->reducer, -1), "gathering the parameters");
+    if (ddp_reducer_zero_stage(t->reducer) > 0) /* --zero 0 gathers nothing */
+        trainer_must(t, ddp_reducer_gather_wait(t->reducer, -1), "gathering the parameters");
 }
 
 void trainer_params_full(trainer *t)

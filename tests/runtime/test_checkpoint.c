@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "capture.h"
 #include "check.h"
 #include "ddp_checkpoint.h"
 #include "internal.h"
@@ -90,22 +91,14 @@ static void write_all(const char *path, const unsigned char *buf, size_t n)
 /* Loads path with stderr captured; checks the status and that the log contains `reason`. */
 static void expect_load(const char *path, ddp_status want, const char *reason)
 {
-    fflush(stderr);
-    int saved = dup(2);
-    FILE *log = tmpfile();
-    dup2(fileno(log), 2);
+    capture c;
+    capture_begin(&c);
     ddp_param_desc *d = NULL;
     float *v = NULL;
     int n = -1;
     ddp_status st = ddp_checkpoint_load(path, &d, &n, &v);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    char text[4096] = {0};
-    rewind(log);
-    size_t got = fread(text, 1, sizeof text - 1, log);
-    text[got] = '\0';
-    fclose(log);
+    char text[4096];
+    capture_end(&c, text, sizeof text);
     CHECK(st == want, "%s: load gave \"%s\", want \"%s\"", reason, ddp_strerror(st),
           ddp_strerror(want));
     CHECK(strstr(text, reason) != NULL, "log lacks \"%s\"; it says: %s", reason, text);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "capture.h"
 #include "check.h"
 #include "ddp.h"
 
@@ -75,18 +76,10 @@ static int side_effect(void)
 static const char *capture_log(void (*emit)(void))
 {
     static char text[4096];
-    FILE *tmp = tmpfile();
-    int saved = dup(2);
-    fflush(stderr);
-    dup2(fileno(tmp), 2);
+    capture c;
+    capture_begin(&c);
     emit();
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    rewind(tmp);
-    size_t n = fread(text, 1, sizeof text - 1, tmp);
-    text[n] = '\0';
-    fclose(tmp);
+    capture_end(&c, text, sizeof text);
     return text;
 }
 

@@ -13,8 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "capture.h"
 #include "check.h"
 #include "nccl_plan.h"
 
@@ -421,28 +421,6 @@ static void test_runs(void)
 
 /* ---- refusals -------------------------------------------------------------------------------- */
 
-static int saved_stderr = -1;
-static FILE *captured;
-
-static void capture_begin(void)
-{
-    fflush(stderr);
-    saved_stderr = dup(2);
-    captured = tmpfile();
-    dup2(fileno(captured), 2);
-}
-
-static void capture_end(char *text, size_t size)
-{
-    fflush(stderr);
-    dup2(saved_stderr, 2);
-    close(saved_stderr);
-    rewind(captured);
-    size_t got = fread(text, 1, size - 1, captured);
-    text[got] = '\0';
-    fclose(captured);
-}
-
 /* kind 0: reduce-scatter, 1: all-gather(v), 2: all-reduce of runs (counts as off and len). */
 static void expect_refused(int kind, const size_t *counts, int world, int rank, int in_place,
                            int null_plan, const char *reason)
@@ -450,11 +428,12 @@ static void expect_refused(int kind, const size_t *counts, int world, int rank, 
     nccl_plan plan = {.grouped = 7, .n_calls = 3, .calls = (nccl_call *)&plan};
     nccl_plan *p = null_plan ? NULL : &plan;
     char text[2048];
-    capture_begin();
+    capture c;
+    capture_begin(&c);
     ddp_status st = kind == 0   ? nccl_plan_reduce_scatter(counts, world, rank, in_place, p)
                     : kind == 1 ? nccl_plan_allgatherv(counts, world, rank, in_place, p)
                                 : nccl_plan_allreduce_runs(counts, counts, world, p);
-    capture_end(text, sizeof text);
+    capture_end(&c, text, sizeof text);
     CHECK(st == DDP_ERR_INVALID_ARG, "kind %d, %s: got \"%s\"", kind, reason, ddp_strerror(st));
     CHECK(strstr(text, reason) != NULL, "kind %d: log lacks \"%s\"; it says: %s", kind, reason,
           text);
@@ -509,11 +488,12 @@ static void test_gather_runs(void)
     const size_t counts[2] = {3, 4};
     nccl_plan plan = {.grouped = 7};
     char text[2048];
-    capture_begin();
+    capture c;
+    capture_begin(&c);
     ddp_status neg = nccl_plan_allgatherv_runs(counts, -1, counts, 2, 0, &plan);
     ddp_status null = nccl_plan_allgatherv_runs(NULL, 1, counts, 2, 0, &plan);
     ddp_status rank = nccl_plan_allgatherv_runs(counts, 1, counts, 2, 2, &plan);
-    capture_end(text, sizeof text);
+    capture_end(&c, text, sizeof text);
     CHECK(neg == DDP_ERR_INVALID_ARG && null == DDP_ERR_INVALID_ARG &&
               rank == DDP_ERR_INVALID_ARG && plan.n_calls == 0 && !plan.calls,
           "all-gather of runs: bad arguments refused, the plan empty");
