@@ -29,6 +29,7 @@ last of which is -np)
 import ctypes
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -240,8 +241,13 @@ def special_reads(chk, tools, tmp):
     rc, out = trainlib.run(tools.cmd("--checkpoint-dir", shard_dir, "--checkpoint-format", "folder",
                                      "--resume", "auto"), timeout=READ_S * 3)
     release(shard)
-    chk.check(rc == 0 and time.monotonic() - t0 < READ_S * 2 and "epoch 1:" in out,
-              f"--resume auto past a folder with a FIFO: trains on (exit {rc})", out)
+    chk.check(time.monotonic() - t0 < READ_S * 2 and "epoch 1:" in out,
+              "--resume auto past a folder with a FIFO: trains on", out)
+    # its save of step 4 neither removes nor replaces the FIFO (ddp removes only what it wrote):
+    # refused naming it, exit 1, the FIFO left where it was
+    chk.check(rc == 1 and re.search(rf"{re.escape(shard)} is a FIFO", out) is not None
+              and stat.S_ISFIFO(os.lstat(shard).st_mode),
+              f"... and its save of step 4 leaves the FIFO in place, refused naming it (exit {rc})", out)
     chk.check(f"skipping {os.path.dirname(shard)}" in out and all(w in out for w in FIFO_WORDS)
               and "step 2" in out,
               "--resume auto: the folder with the FIFO is skipped naming it, step 2's is resumed", out)
