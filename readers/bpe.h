@@ -11,8 +11,8 @@
  * tokens, so a prefix of a sequence can end inside a character).
  * scripts/fetch-text.sh and ddp-tokenize copy encoder.json beside the shards they write.
  */
-#ifndef MODEL_BPE_H
-#define MODEL_BPE_H
+#ifndef READERS_BPE_H
+#define READERS_BPE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -100,4 +100,4 @@ size_t bpe_utf8_check(const uint8_t *text, size_t n);
  * (logged, naming the file) or DDP_ERR_NOMEM; on failure *text is NULL. */
 ddp_status bpe_read_file(const char *path, uint8_t **text, size_t *n);
 
-#endif /* MODEL_BPE_H */
+#endif /* READERS_BPE_H */

@@ -236,7 +236,7 @@ static ddp_status idx_body(idx_file *idx, size_t n_bytes, uint8_t **out)
 }
 
 /* Images file: magic, count, rows, cols (must be 28 x 28), then count*rows*cols bytes. */
-static ddp_status mnist_read_images(idx_file *idx, model_mnist *d)
+static ddp_status mnist_read_images(idx_file *idx, mnist *d)
 {
     uint32_t h[4];
     ddp_status st = idx_header(idx, MNIST_IDX_IMAGES_MAGIC, h, 4);
@@ -288,7 +288,7 @@ static ddp_status mnist_read_labels(idx_file *idx, size_t *n, uint8_t **labels)
 }
 
 /* Reads both files into d (partially filled on failure; the caller frees). */
-static ddp_status mnist_read_pair(const char *images_path, const char *labels_path, model_mnist *d)
+static ddp_status mnist_read_pair(const char *images_path, const char *labels_path, mnist *d)
 {
     idx_file img = {0}, lab = {0};
     size_t n_labels = 0;
@@ -309,15 +309,15 @@ static ddp_status mnist_read_pair(const char *images_path, const char *labels_pa
     return st;
 }
 
-ddp_status model_mnist_load(const char *images_path, const char *labels_path, model_mnist *out)
+ddp_status mnist_load(const char *images_path, const char *labels_path, mnist *out)
 {
-    model_mnist d = {0};
+    mnist d = {0};
     if (!images_path || !labels_path || !out)
         return DDP_ERR_INVALID_ARG;
     memset(out, 0, sizeof *out);
     ddp_status st = mnist_read_pair(images_path, labels_path, &d);
     if (st != DDP_OK) {
-        model_mnist_free(&d);
+        mnist_free(&d);
         return st;
     }
     *out = d;
@@ -343,7 +343,7 @@ static char *mnist_path(const char *dir, const char *split, const char *kind)
     return path;
 }
 
-ddp_status model_mnist_load_dir(const char *dir, const char *split, model_mnist *out)
+ddp_status mnist_load_dir(const char *dir, const char *split, mnist *out)
 {
     struct stat st;
     if (!dir || !split || !out)
@@ -367,13 +367,13 @@ ddp_status model_mnist_load_dir(const char *dir, const char *split, model_mnist 
     }
     char *images = mnist_path(dir, split, "images-idx3-ubyte");
     char *labels = mnist_path(dir, split, "labels-idx1-ubyte");
-    ddp_status s = images && labels ? model_mnist_load(images, labels, out) : DDP_ERR_NOMEM;
+    ddp_status s = images && labels ? mnist_load(images, labels, out) : DDP_ERR_NOMEM;
     free(images);
     free(labels);
     return s;
 }
 
-void model_mnist_free(model_mnist *d)
+void mnist_free(mnist *d)
 {
     if (!d)
         return;
@@ -382,7 +382,7 @@ void model_mnist_free(model_mnist *d)
     memset(d, 0, sizeof *d);
 }
 
-void model_mnist_gather(const model_mnist *d, const size_t *idx, int n, float *x, int *y)
+void mnist_gather(const mnist *d, const size_t *idx, int n, float *x, int *y)
 {
     const float mean = 0.1307f, std = 0.3081f;
     size_t pixels = (size_t)d->rows * (size_t)d->cols;

@@ -6,33 +6,33 @@
  * /usr/share/datasets/fashion-mnist). The reader checks magic numbers, dimensions, counts and file
  * sizes (of the unpacked data for a .gz).
  */
-#ifndef MODEL_MNIST_H
-#define MODEL_MNIST_H
+#ifndef READERS_MNIST_H
+#define READERS_MNIST_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "ddp.h"
 
-typedef struct model_mnist {
+typedef struct mnist {
     size_t n;      /* samples */
     int rows, cols; /* 28 x 28 */
     uint8_t *images; /* n * rows * cols */
     uint8_t *labels; /* n, each 0..9 */
-} model_mnist;
+} mnist;
 
 /* Loads one images/labels pair; a path ending in .gz is gzip data (one or more members), unpacked in
  * memory. On failure logs what is wrong with which file and how to fix it (DDP_ERR_IO
  * missing/unreadable, DDP_ERR_FORMAT bad magic/dimensions/size/count/label or a truncated/corrupt
  * gzip stream, DDP_ERR_NOMEM) and leaves *out zeroed. */
-ddp_status model_mnist_load(const char *images_path, const char *labels_path, model_mnist *out);
+ddp_status mnist_load(const char *images_path, const char *labels_path, mnist *out);
 /* Loads split "train" or "t10k" from folder dir, each file as NAME, or as NAME.gz when NAME is absent
- * (NAME wins when both are there). Fails as model_mnist_load, or with DDP_ERR_IO when dir is missing
+ * (NAME wins when both are there). Fails as mnist_load, or with DDP_ERR_IO when dir is missing
  * or not a folder. */
-ddp_status model_mnist_load_dir(const char *dir, const char *split, model_mnist *out);
-void model_mnist_free(model_mnist *d); /* NULL-safe, zeroes *d */
+ddp_status mnist_load_dir(const char *dir, const char *split, mnist *out);
+void mnist_free(mnist *d); /* NULL-safe, zeroes *d */
 
 /* Gathers samples idx[0..n) into x (n, rows*cols), normalised as (v/255 - 0.1307) / 0.3081, and y. */
-void model_mnist_gather(const model_mnist *d, const size_t *idx, int n, float *x, int *y);
+void mnist_gather(const mnist *d, const size_t *idx, int n, float *x, int *y);
 
-#endif /* MODEL_MNIST_H */
+#endif /* READERS_MNIST_H */

@@ -18,7 +18,7 @@ typedef struct prefetch_slot {
 } prefetch_slot;
 
 typedef struct prefetch_worker {
-    model_prefetch *owner;
+    prefetch *owner;
     int index;
     pthread_t thread;
     int started;
@@ -27,8 +27,8 @@ typedef struct prefetch_worker {
     long epoch;      /* -1: none yet */
 } prefetch_worker;
 
-struct model_prefetch {
-    model_prefetch_plan plan;
+struct prefetch {
+    prefetch_plan plan;
     size_t pixels;
     long first;       /* first batch of the sequence: first_step * accum */
     long n_batches;   /* total_steps * accum */
@@ -69,9 +69,9 @@ void model_augment_shift(float *img, int rows, int cols, uint64_t seed, int epoc
 }
 
 /* Makes batch k into slot s with worker w's sampler. */
-static ddp_status make_batch(model_prefetch *p, prefetch_worker *w, long k, prefetch_slot *s)
+static ddp_status make_batch(prefetch *p, prefetch_worker *w, long k, prefetch_slot *s)
 {
-    const model_prefetch_plan *pl = &p->plan;
+    const prefetch_plan *pl = &p->plan;
     long step = k / pl->accum, epoch = step / pl->steps_per_epoch;
     if (w->epoch != epoch) {
         ddp_status st = ddp_sampler_indices(w->sampler, (uint64_t)epoch, w->indices);
@@ -81,7 +81,7 @@ static ddp_status make_batch(model_prefetch *p, prefetch_worker *w, long k, pref
     }
     size_t first = (size_t)((step % pl->steps_per_epoch) * pl->accum + k % pl->accum) * (size_t)pl->batch;
     const size_t *idx = w->indices + first;
-    model_mnist_gather(pl->data, idx, pl->batch, s->x, s->y);
+    mnist_gather(pl->data, idx, pl->batch, s->x, s->y);
     for (int i = 0; pl->augment && i < pl->batch; i++)
         model_augment_shift(s->x + (size_t)i * p->pixels, pl->data->rows, pl->data->cols, pl->seed,
                             (int)epoch, idx[i]);
@@ -91,7 +91,7 @@ static ddp_status make_batch(model_prefetch *p, prefetch_worker *w, long k, pref
 static void *worker_main(void *arg)
 {
     prefetch_worker *w = arg;
-    model_prefetch *p = w->owner;
+    prefetch *p = w->owner;
     for (long k = p->first + w->index; k < p->n_batches; k += p->n_workers) {
         prefetch_slot *s = &p->slots[k % p->depth];
         pthread_mutex_lock(&p->lock);
@@ -111,7 +111,7 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static ddp_status worker_init(model_prefetch *p, prefetch_worker *w, int index)
+static ddp_status worker_init(prefetch *p, prefetch_worker *w, int index)
 {
     *w = (prefetch_worker){.owner = p, .index = index, .epoch = -1};
     ddp_status st = ddp_sampler_create(&p->plan.sampler, &w->sampler);
@@ -121,7 +121,7 @@ static ddp_status worker_init(model_prefetch *p, prefetch_worker *w, int index)
     return w->indices ? DDP_OK : DDP_ERR_NOMEM;
 }
 
-static ddp_status prefetch_alloc(model_prefetch *p)
+static ddp_status prefetch_alloc(prefetch *p)
 {
     p->slots = calloc((size_t)p->depth, sizeof *p->slots);
     p->workers = calloc((size_t)(p->n_workers ? p->n_workers : 1), sizeof *p->workers);
@@ -140,7 +140,7 @@ static ddp_status prefetch_alloc(model_prefetch *p)
     return st;
 }
 
-static ddp_status prefetch_start(model_prefetch *p)
+static ddp_status prefetch_start(prefetch *p)
 {
     for (int w = 0; w < p->n_workers; w++) {
         if (pthread_create(&p->workers[w].thread, NULL, worker_main, &p->workers[w]) != 0) {
@@ -153,18 +153,18 @@ static ddp_status prefetch_start(model_prefetch *p)
     return DDP_OK;
 }
 
-ddp_status model_prefetch_create(const model_prefetch_plan *plan, model_prefetch **out)
+ddp_status prefetch_create(const prefetch_plan *plan, prefetch **out)
 {
     *out = NULL;
     if (!plan->data || plan->batch < 1 || plan->accum < 1 || plan->steps_per_epoch < 1 ||
         plan->total_steps < 0 || plan->first_step < 0 || plan->first_step > plan->total_steps ||
         plan->workers < 0) {
-        DDP_ERROR("model_prefetch_create: invalid plan (batch %d, accum %d, steps per epoch %ld, "
+        DDP_ERROR("prefetch_create: invalid plan (batch %d, accum %d, steps per epoch %ld, "
                   "first step %ld of %ld, workers %d)", plan->batch, plan->accum,
                   plan->steps_per_epoch, plan->first_step, plan->total_steps, plan->workers);
         return DDP_ERR_INVALID_ARG;
     }
-    model_prefetch *p = calloc(1, sizeof *p);
+    prefetch *p = calloc(1, sizeof *p);
     if (!p)
         return DDP_ERR_NOMEM;
     p->plan = *plan;
@@ -181,17 +181,17 @@ ddp_status model_prefetch_create(const model_prefetch_plan *plan, model_prefetch
     if (st != DDP_OK) {
         if (st == DDP_ERR_NOMEM)
             DDP_ERROR("out of memory for %d data worker(s) and %d batch slots", p->n_workers, p->depth);
-        model_prefetch_destroy(p);
+        prefetch_destroy(p);
         return st;
     }
     *out = p;
     return DDP_OK;
 }
 
-ddp_status model_prefetch_next(model_prefetch *p, const float **x, const int **y)
+ddp_status prefetch_next(prefetch *p, const float **x, const int **y)
 {
     if (p->next >= p->n_batches || p->next > p->released) {
-        DDP_ERROR("model_prefetch_next: batch %ld asked for, plan has %ld (release each batch first)",
+        DDP_ERROR("prefetch_next: batch %ld asked for, plan has %ld (release each batch first)",
                   p->next, p->n_batches);
         return DDP_ERR_STATE;
     }
@@ -216,7 +216,7 @@ ddp_status model_prefetch_next(model_prefetch *p, const float **x, const int **y
     return DDP_OK;
 }
 
-void model_prefetch_release(model_prefetch *p)
+void prefetch_release(prefetch *p)
 {
     pthread_mutex_lock(&p->lock);
     p->released = p->next;
@@ -224,7 +224,7 @@ void model_prefetch_release(model_prefetch *p)
     pthread_mutex_unlock(&p->lock);
 }
 
-void model_prefetch_destroy(model_prefetch *p)
+void prefetch_destroy(prefetch *p)
 {
     if (!p)
         return;

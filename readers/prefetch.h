@@ -8,8 +8,8 @@
  * batches whatever the number of workers. Worker w makes batches k = w, w + N, ...; a bounded
  * ring of 2N slots holds the finished ones until the training thread takes them in order.
  */
-#ifndef MODEL_PREFETCH_H
-#define MODEL_PREFETCH_H
+#ifndef READERS_PREFETCH_H
+#define READERS_PREFETCH_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -17,8 +17,8 @@
 #include "ddp.h"
 #include "mnist.h"
 
-typedef struct model_prefetch_plan {
-    const model_mnist *data;     /* training split (kept, not owned) */
+typedef struct prefetch_plan {
+    const mnist *data;     /* training split (kept, not owned) */
     ddp_sampler_opts sampler;  /* the training sampler's options (each worker makes its own) */
     int batch, accum;
     long steps_per_epoch, total_steps;
@@ -26,24 +26,24 @@ typedef struct model_prefetch_plan {
     uint64_t seed;             /* augmentation seed */
     int augment;               /* shift images by up to 2 pixels */
     int workers;               /* 0: batches made on the calling thread when asked for */
-} model_prefetch_plan;
+} prefetch_plan;
 
-typedef struct model_prefetch model_prefetch;
+typedef struct prefetch prefetch;
 
 /* Starts the workers. DDP_ERR_INVALID_ARG for a bad plan, DDP_ERR_NOMEM when buffers or threads
  * cannot be had (logged). On failure *out is NULL. */
-ddp_status model_prefetch_create(const model_prefetch_plan *plan, model_prefetch **out);
+ddp_status prefetch_create(const prefetch_plan *plan, prefetch **out);
 /* The next micro-batch of the sequence: *x (batch, rows*cols) floats and *y (batch) labels in
- * host memory, valid until model_prefetch_release(). DDP_ERR_STATE past the planned end or when a
+ * host memory, valid until prefetch_release(). DDP_ERR_STATE past the planned end or when a
  * worker failed (logged). */
-ddp_status model_prefetch_next(model_prefetch *p, const float **x, const int **y);
-/* Gives the batch of the last model_prefetch_next() back to the workers. */
-void model_prefetch_release(model_prefetch *p);
+ddp_status prefetch_next(prefetch *p, const float **x, const int **y);
+/* Gives the batch of the last prefetch_next() back to the workers. */
+void prefetch_release(prefetch *p);
 /* Stops the workers (even mid-plan, e.g. after SIGUSR1) and frees everything. NULL is ignored. */
-void model_prefetch_destroy(model_prefetch *p);
+void prefetch_destroy(prefetch *p);
 
 /* Shifts one normalised (rows, cols) image by an offset in [-2, 2]^2 drawn from (seed, epoch,
  * sample), so the result does not depend on the rank; uncovered pixels get the background. */
 void model_augment_shift(float *img, int rows, int cols, uint64_t seed, int epoch, size_t sample);
 
-#endif /* MODEL_PREFETCH_H */
+#endif /* READERS_PREFETCH_H */

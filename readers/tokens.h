@@ -33,8 +33,8 @@
  * (every id handed out is < vocab_size); tokens_set_scan() checks a whole set up front.
  * Errors are logged (DDP_ERROR) naming the file and the problem. Not thread-safe per object.
  */
-#ifndef MODEL_TOKENS_H
-#define MODEL_TOKENS_H
+#ifndef READERS_TOKENS_H
+#define READERS_TOKENS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -169,4 +169,4 @@ ddp_status tokens_val_next(tokens_val *v, int32_t *inputs, int32_t *targets, int
 /* Back to the first batch of the pass. NULL is ignored. */
 void tokens_val_rewind(tokens_val *v);
 
-#endif /* MODEL_TOKENS_H */
+#endif /* READERS_TOKENS_H */

@@ -21,10 +21,10 @@
 #include "train_trace.h"
 
 typedef struct mnist_task {
-    model_mnist train, test;
+    mnist train, test;
     model *model;
     ddp_sampler *sampler;
-    model_prefetch *prefetch; /* training batches, made ahead by --workers threads */
+    prefetch *prefetch; /* training batches, made ahead by --workers threads */
     size_t *eval_idx;  /* (batch) test indices of one evaluation batch */
     int *pred;         /* (batch) predicted classes, host */
     float *x_host;     /* (batch, 784) */
@@ -94,9 +94,9 @@ static ddp_status mnist_plan(trainer *t)
 static ddp_status mnist_open(trainer *t)
 {
     mnist_task *s = M(t);
-    ddp_status st = model_mnist_load_dir(t->o->data_dir, "train", &s->train);
+    ddp_status st = mnist_load_dir(t->o->data_dir, "train", &s->train);
     if (st == DDP_OK)
-        st = model_mnist_load_dir(t->o->data_dir, "t10k", &s->test);
+        st = mnist_load_dir(t->o->data_dir, "t10k", &s->test);
     st = trainer_agree(t, st);
     if (st == DDP_OK)
         st = trainer_agree(t, mnist_same_data(t));
@@ -154,10 +154,10 @@ static void mnist_batch(trainer *t)
     mnist_task *s = M(t);
     const float *x = NULL;
     const int *y = NULL;
-    trainer_must(t, model_prefetch_next(s->prefetch, &x, &y), "getting the next batch");
+    trainer_must(t, prefetch_next(s->prefetch, &x, &y), "getting the next batch");
     trainer_upload(t, x, (size_t)t->o->batch * s->pixels * sizeof *x, y,
                    (size_t)t->o->batch * sizeof *y);
-    model_prefetch_release(s->prefetch);
+    prefetch_release(s->prefetch);
 }
 
 static void mnist_forward(trainer *t)
@@ -185,7 +185,7 @@ static double mnist_evaluate(trainer *t)
         int n = 0;
         for (; n < t->o->batch && next < s->test.n; n++, next += (size_t)t->world)
             s->eval_idx[n] = next;
-        model_mnist_gather(&s->test, s->eval_idx, n, s->x_host, s->y_host);
+        mnist_gather(&s->test, s->eval_idx, n, s->x_host, s->y_host);
         trainer_upload(t, s->x_host, (size_t)n * s->pixels * sizeof *s->x_host, s->y_host,
                        (size_t)n * sizeof *s->y_host);
         trainer_must(t, model_forward(s->model, t->x_dev[t->slot], t->y_dev[t->slot], n, NULL,
@@ -220,13 +220,13 @@ static void mnist_epoch_begin(trainer *t)
 {
     mnist_task *s = M(t);
     if (!s->prefetch) {
-        model_prefetch_plan pp = {.data = &s->train, .sampler = mnist_sampler_opts(t),
+        prefetch_plan pp = {.data = &s->train, .sampler = mnist_sampler_opts(t),
                                   .batch = t->o->batch, .accum = t->o->accum,
                                   .steps_per_epoch = t->steps_per_epoch,
                                   .total_steps = t->total_steps, .first_step = t->start.step,
                                   .seed = t->o->seed, .augment = t->o->augment,
                                   .workers = t->o->workers};
-        trainer_must(t, model_prefetch_create(&pp, &s->prefetch), "starting the data workers");
+        trainer_must(t, prefetch_create(&pp, &s->prefetch), "starting the data workers");
     }
     trainer_loss_reset(t);
     trainer_clock(t);
@@ -353,15 +353,15 @@ static ddp_status mnist_report_end(trainer *t)
 static void mnist_release(trainer *t)
 {
     mnist_task *s = M(t);
-    model_prefetch_destroy(s->prefetch);
+    prefetch_destroy(s->prefetch);
     free(s->eval_idx);
     free(s->pred);
     free(s->x_host);
     free(s->y_host);
     model_destroy(s->model);
     ddp_sampler_destroy(s->sampler);
-    model_mnist_free(&s->train);
-    model_mnist_free(&s->test);
+    mnist_free(&s->train);
+    mnist_free(&s->test);
 }
 
 const train_task train_task_mnist = {

@@ -46,7 +46,7 @@ static void gz_names(const char *images, const char *labels)
 }
 
 /* Gathers every sample (so out-of-bounds pixels or labels would be read) and checks the labels. */
-static void check_data(const model_mnist *d)
+static void check_data(const mnist *d)
 {
     size_t pixels = (size_t)d->rows * (size_t)d->cols;
     float *x = malloc(pixels * sizeof *x);
@@ -54,7 +54,7 @@ static void check_data(const model_mnist *d)
     if (d->rows != 28 || d->cols != 28 || !x)
         abort();
     for (size_t i = 0; i < d->n; i++) {
-        model_mnist_gather(d, &i, 1, x, &y);
+        mnist_gather(d, &i, 1, x, &y);
         if (y < 0 || y > 9)
             abort();
     }
@@ -82,7 +82,7 @@ static uint8_t *images_file(const uint8_t *data, size_t k, int pad, size_t *n)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char images[64], labels[64];
-    model_mnist d;
+    mnist d;
     if (size < 3)
         return 0;
     int gz = data[0] & 2, pad = !gz && (data[0] & 1);
@@ -96,9 +96,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_input_file(&labels_fd, "labels", data + k, size - k, labels, sizeof labels);
     if (gz)
         gz_names(images, labels);
-    if (model_mnist_load(gz ? images_gz : images, gz ? labels_gz : labels, &d) == DDP_OK) {
+    if (mnist_load(gz ? images_gz : images, gz ? labels_gz : labels, &d) == DDP_OK) {
         check_data(&d);
-        model_mnist_free(&d);
+        mnist_free(&d);
     } else if (d.images || d.labels || d.n) {
         abort();
     }

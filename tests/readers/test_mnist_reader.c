@@ -114,14 +114,14 @@ static void gzip_file(const char *name, size_t member_bytes, size_t keep_bytes, 
 }
 
 /* Loads split "train" of dir with stderr captured into `captured`. */
-static ddp_status load_captured(const char *dir, model_mnist *d)
+static ddp_status load_captured(const char *dir, mnist *d)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/stderr.txt", test_dir);
     fflush(stderr);
     int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     dup2(fd, 2);
-    ddp_status st = model_mnist_load_dir(dir, "train", d);
+    ddp_status st = mnist_load_dir(dir, "train", d);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -136,7 +136,7 @@ static ddp_status load_captured(const char *dir, model_mnist *d)
 /* Expects failure `want` with a message containing every one of the NULL-terminated words. */
 static void expect_failure(const char *what, ddp_status want, const char *const *words)
 {
-    model_mnist d;
+    mnist d;
     memset(&d, 0xab, sizeof d);
     ddp_status st = load_captured(test_dir, &d);
     CHECK(st == want, "%s: status %s, want %s", what, ddp_strerror(st), ddp_strerror(want));
@@ -148,7 +148,7 @@ static void expect_failure(const char *what, ddp_status want, const char *const 
 
 static void test_valid(void)
 {
-    model_mnist d;
+    mnist d;
     write_valid();
     ddp_status st = load_captured(test_dir, &d);
     CHECK(st == DDP_OK, "valid folder: %s (%s)", ddp_strerror(st), captured);
@@ -160,20 +160,20 @@ static void test_valid(void)
     size_t idx[2] = {3, 1};
     float x[2 * PIXELS];
     int y[2];
-    model_mnist_gather(&d, idx, 2, x, y);
+    mnist_gather(&d, idx, 2, x, y);
     float want = ((float)((3 * 7 + 10) % 256) / 255.0f - 0.1307f) / 0.3081f;
     CHECK_CLOSE(x[10], want, 1e-6, 1e-6, "normalised pixel");
     CHECK_CLOSE(x[PIXELS], (7.0f / 255.0f - 0.1307f) / 0.3081f, 1e-6, 1e-6, "second sample pixel 0");
     CHECK(y[0] == 3 && y[1] == 1, "gathered labels %d %d", y[0], y[1]);
-    model_mnist_free(&d);
+    mnist_free(&d);
     CHECK(d.images == NULL && d.n == 0, "free zeroes");
-    model_mnist_free(NULL);
+    mnist_free(NULL);
 }
 
 /* Gzip'ed files read as the plain ones (one member or several); NAME wins over NAME.gz. */
 static void test_gzip(void)
 {
-    model_mnist plain, packed;
+    mnist plain, packed;
     write_valid();
     CHECK(load_captured(test_dir, &plain) == DDP_OK, "plain folder: %s", captured);
     gzip_file("train-images-idx3-ubyte", 1000, 0, 0); /* 3,936 bytes: 4 members */
@@ -185,8 +185,8 @@ static void test_gzip(void)
         CHECK(memcmp(packed.images, plain.images, plain.n * PIXELS) == 0, "gzip'ed images equal the plain");
         CHECK(memcmp(packed.labels, plain.labels, plain.n) == 0, "gzip'ed labels equal the plain");
     }
-    model_mnist_free(&packed);
-    model_mnist_free(&plain);
+    mnist_free(&packed);
+    mnist_free(&plain);
     /* The .gz says the last label is 7, the plain file says 4: the plain one is read while it is there. */
     write_labels("train-labels-idx1-ubyte", 0x801, N_SAMPLES, 7);
     gzip_file("train-labels-idx1-ubyte", 1 << 20, 0, 0);
@@ -201,7 +201,7 @@ static void test_gzip(void)
         CHECK(st == DDP_OK && packed.labels[N_SAMPLES - 1] == want, "%s: last label %d, want %d (%s)",
               with_plain ? "NAME and NAME.gz" : "NAME.gz only", st == DDP_OK ? packed.labels[N_SAMPLES - 1] : -1,
               want, captured);
-        model_mnist_free(&packed);
+        mnist_free(&packed);
     }
     write_valid();
 }
@@ -236,7 +236,7 @@ static void test_bad_inputs(void)
 {
     char missing[300];
     snprintf(missing, sizeof missing, "%s/nope", test_dir);
-    model_mnist d;
+    mnist d;
     CHECK(load_captured(missing, &d) == DDP_ERR_IO, "missing folder status");
     CHECK(strstr(captured, "no such folder") && strstr(captured, "fetch-mnist.sh") && strstr(captured, missing),
           "missing folder message: %s", captured);
