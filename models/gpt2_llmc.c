@@ -13,7 +13,7 @@
 #include "gpt2_private.h"
 #include "half.h"
 #include "in_path.h"
-#include "tokens.h" /* TOKENS_MAGIC: llm.c's token shards */
+#include "llmc_magic.h"
 
 /* ---- header -------------------------------------------------------------------------------- */
 
@@ -25,9 +25,9 @@ static void wrong_magic(const char *path, const int32_t *h)
                   "GPT-2 model file: ddp-train --init-from takes its weights as it is, --resume %s "
                   "continues its run, and ddp-ckpt export-llmc %s OUT.bin writes llm.c's format",
                   path, path, path);
-    else if (h[0] == TOKENS_MAGIC)
+    else if (h[0] == LLMC_TOKENS_MAGIC)
         DDP_ERROR("%s is an llm.c token shard (magic %d), not a model file: give token shards to "
-                  "--data or --val-data", path, TOKENS_MAGIC);
+                  "--data or --val-data", path, LLMC_TOKENS_MAGIC);
     else
         DDP_ERROR("%s: magic %d, want %d (not an llm.c GPT-2 model file)", path, (int)h[0],
                   GPT2_LLMC_MAGIC);

@@ -5,8 +5,9 @@
 #define GPT2_PRIVATE_H
 
 #include "gpt2.h"
+#include "llmc_magic.h"
 
-#define GPT2_LLMC_MAGIC 20240326
+#define GPT2_LLMC_MAGIC LLMC_MODEL_MAGIC
 #define GPT2_LLMC_FP32 3 /* header version of fp32 parameters */
 #define GPT2_LLMC_BF16 5 /* header version of bf16 parameters */
 #define GPT2_LLMC_HEADER 256 /* int32 words */

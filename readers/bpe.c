@@ -3,6 +3,7 @@
  * gpt2_tokenizer.bin, which holds each token's bytes as they are (bpe.h).
  */
 #include "bpe.h"
+#include "llmc_magic.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +11,6 @@
 #include <unistd.h>
 
 #define BPE_MAX_ID 1000000
-#define LLMC_TOKENIZER_MAGIC 20240328u /* llm.c's gpt2_tokenizer.bin: header[0] */
 #define LLMC_TOKENIZER_HEADER 256      /* u32 header words: magic, version 1|2, vocab size, EOT */
 #define BPE_ALPHABET 324 /* code points 0..323 cover GPT-2's 256-byte alphabet */
 
@@ -295,7 +295,7 @@ ddp_status bpe_vocab_load(const char *path, bpe_vocab **out)
         return rc;
     bpe_vocab *v = calloc(1, sizeof *v);
     json_in in = {text, n, 0, path};
-    int llmc = n >= 4 && le32((const unsigned char *)text) == LLMC_TOKENIZER_MAGIC;
+    int llmc = n >= 4 && le32((const unsigned char *)text) == (uint32_t)LLMC_TOKENIZER_MAGIC;
     rc = !v ? DDP_ERR_NOMEM : llmc ? llmc_parse(path, (const unsigned char *)text, n, v) : json_parse(&in, v);
     free(text);
     if (rc == DDP_ERR_NOMEM)

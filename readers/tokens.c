@@ -46,7 +46,7 @@ static ddp_status shard_check(shard_map *m)
     memcpy(h, m->base, sizeof h);
     if (h[0] != TOKENS_MAGIC) {
         DDP_ERROR("%s: magic %d, want %d: not an llm.c token shard%s", m->path, (int)h[0],
-                  TOKENS_MAGIC, h[0] == 20240326 ? " (this is an llm.c model file)" : "");
+                  TOKENS_MAGIC, h[0] == LLMC_MODEL_MAGIC ? " (this is an llm.c model file)" : "");
         return DDP_ERR_FORMAT;
     }
     if (h[1] != TOKENS_VERSION) {

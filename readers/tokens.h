@@ -40,8 +40,9 @@
 #include <stdint.h>
 
 #include "ddp.h"
+#include "llmc_magic.h"
 
-#define TOKENS_MAGIC 20240520
+#define TOKENS_MAGIC LLMC_TOKENS_MAGIC
 #define TOKENS_VERSION 1
 #define TOKENS_HEADER_INTS 256
 #define TOKENS_HEADER_BYTES (TOKENS_HEADER_INTS * 4)
