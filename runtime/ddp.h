@@ -130,6 +130,13 @@ DDP_API void ddp_log_write(ddp_log_level level, int only_rank0, const char *file
 #define DDP_WARN(...) DDP_LOG_(DDP_LOG_WARN, 0, __VA_ARGS__)
 #define DDP_INFO(...) DDP_LOG_(DDP_LOG_INFO, 0, __VA_ARGS__)
 #define DDP_DEBUG(...) DDP_LOG_(DDP_LOG_DEBUG, 0, __VA_ARGS__)
+/* An error in what the user gave (a flag, a file, its contents), for a message that names the
+ * problem and the fix: like DDP_ERROR but without the source location. */
+#define DDP_USER_ERROR(...)                                                    \
+    do {                                                                       \
+        if (DDP_LOG_ERROR <= ddp_log_get_level())                              \
+            ddp_log_write(DDP_LOG_ERROR, 0, NULL, 0, __VA_ARGS__);             \
+    } while (0)
 #define DDP_INFO0(...) DDP_LOG_(DDP_LOG_INFO, 1, __VA_ARGS__)
 #define DDP_WARN0(...) DDP_LOG_(DDP_LOG_WARN, 1, __VA_ARGS__)
 
