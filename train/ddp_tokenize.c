@@ -166,13 +166,16 @@ static int n_cores(void)
     return n > 0 ? (int)n : 1;
 }
 
-/* ddp-launch: in the build tree's launcher/ beside train/, else beside this program (installed),
- * else on PATH. */
+/* ddp-launch: in the build tree's launcher/ beside train/ (this program's folder), else beside
+ * this program (installed), else on PATH. */
 static void launch_path(char *buf, size_t n, int dir_len, const char *argv0)
 {
-    snprintf(buf, n, "%.*s../launcher/ddp-launch", dir_len, argv0);
-    if (dir_len > 0 && access(buf, X_OK) == 0)
-        return;
+    int up = dir_len >= 6 && !strncmp(argv0 + dir_len - 6, "train/", 6) ? dir_len - 6 : -1;
+    if (up >= 0 && (up == 0 || argv0[up - 1] == '/')) {
+        snprintf(buf, n, "%.*slauncher/ddp-launch", up, argv0);
+        if (access(buf, X_OK) == 0)
+            return;
+    }
     snprintf(buf, n, "%.*sddp-launch", dir_len, argv0);
 }
 
