@@ -225,9 +225,11 @@ static ddp_status build(trainer *t, train_view *v)
     TRY_OK(trainer_verify(t, NULL));
     TRY_OK(build_reducer(t, v));
     v->optim.decays = v->decays;
-    TRY_OK(trainer_agree(t, optim_create(t->ctx, t->ops, &v->optim, v->numel, v->n_params,
-                                         t->reducer, &t->opt)));
-    train_buffers_of_optim(t->opt, &t->setup.buf);
+    if (!train_sample_only(t->o)) { /* sampling alone takes no step: no optimizer state */
+        TRY_OK(trainer_agree(t, optim_create(t->ctx, t->ops, &v->optim, v->numel, v->n_params,
+                                             t->reducer, &t->opt)));
+        train_buffers_of_optim(t->opt, &t->setup.buf);
+    }
     if (t->o->zero > 0 && t->task->attach)
         t->task->attach(t);
     TRY_OK(build_scaler(t));
@@ -568,8 +570,8 @@ static ddp_status train_and_finish(trainer *t)
         return t->nan_stopped ? DDP_ERR_STATE : DDP_ERR_IO;
     report_scaler(t);
     ddp_status st = t->task->report_end(t);
-    if (st == DDP_OK)
-        st = trainer_verify(t, "after training");
+    if (st == DDP_OK) /* --sample-only: the check, without a word of training */
+        st = trainer_verify(t, train_sample_only(t->o) ? NULL : "after training");
     return st == DDP_OK ? save(t) : st;
 }
 

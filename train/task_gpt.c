@@ -305,15 +305,16 @@ static ddp_status gpt_open(trainer *t)
     gpt_task *s = G(t);
     *s = (gpt_task){.B = t->o->batch, .T = t->o->gpt.seq, .val_loss = NAN, .last_loss = NAN};
     ddp_status st = trainer_agree(t, gpt_config(t));
-    if (st == DDP_OK)
+    int data = !train_sample_only(t->o); /* sampling alone needs the vocabulary only */
+    if (st == DDP_OK && data)
         st = trainer_agree(t, gpt_open_data(t));
-    if (st == DDP_OK)
+    if (st == DDP_OK && data)
         st = gpt_same_data(t);
-    if (st == DDP_OK)
+    if (st == DDP_OK && data)
         st = trainer_agree(t, gpt_plan(t));
     if (st == DDP_OK)
         st = trainer_agree(t, gpt_open_vocab(t));
-    t->n_train = st == DDP_OK ? tokens_loader_n_windows(s->loader) : 0;
+    t->n_train = st == DDP_OK && data ? tokens_loader_n_windows(s->loader) : 0;
     return st;
 }
 
@@ -393,23 +394,26 @@ static void gpt_copy_written(void *g, long t) { gpt2_copy_written(g, t); }
  * by --seed, the step and the flat index), so every rank's copy under --zero 1/2 is --zero 0's
  * byte for byte; in bf16 under --zero the ranks then all-gather that copy instead of the fp32
  * parameters (half the bytes; gpt2_set_copy_gather). Once, before the first forward pass (the
- * optimizer exists only after build). */
+ * optimizer exists only after build, and not at all for --sample-only). */
 static void gpt_wire_copy(trainer *t)
 {
     gpt_task *s = G(t);
     ddp_dtype p;
     void *wc = gpt2_copy(s->model, &p);
-    if (s->copy_wired || !t->opt || !wc || !t->ops->cast_stochastic)
+    if (s->copy_wired || !wc || !t->ops->cast_stochastic)
         return;
     s->copy_wired = 1;
     uint32_t seed = (uint32_t)(t->o->seed ^ t->o->seed >> 32);
-    size_t offset, n;
-    optim_range(t->opt, &offset, &n);
-    optim_copy c = {.wc = wc, .p = p, .seed = seed, .written = gpt_copy_written, .arg = s->model,
-                    .gather = true};
-    bool on = optim_set_copy(t->opt, &c);
+    size_t offset = 0, n = 0;
+    bool on = false; /* --sample-only has no optimizer: the model rounds the whole copy */
+    if (t->opt) {
+        optim_range(t->opt, &offset, &n);
+        optim_copy c = {.wc = wc, .p = p, .seed = seed, .written = gpt_copy_written,
+                        .arg = s->model, .gather = true};
+        on = optim_set_copy(t->opt, &c);
+    }
     gpt2_copy_rounding(s->model, seed, &t->step, offset, on ? n : 0);
-    gpt2_set_copy_gather(s->model, optim_gathers_copy(t->opt));
+    gpt2_set_copy_gather(s->model, t->opt && optim_gathers_copy(t->opt));
 }
 
 static void gpt_batch(trainer *t)
@@ -712,12 +716,26 @@ static void gpt_report_flops(const trainer *t)
         printf("MFU not computed on the CPU (no peak table); give --peak-tflops X\n");
 }
 
+/* Rank 0, --sample-only from --init-from: the model sampled, in one line (no training banner). */
+static void gpt_report_sampling(const trainer *t)
+{
+    const gpt2_config *c = &G(t)->cfg;
+    printf("ddp-train: sampling from %s (gpt2, %zu parameters: L %d, heads %d, channels %d), no "
+           "training\n", t->o->gpt.init_from, gpt2_config_n_params(c), c->layers, c->heads,
+           c->channels);
+    fflush(stdout);
+}
+
 /* Rank 0: the start-up report. */
 static void gpt_report_start(trainer *t)
 {
     if (t->rank != 0)
         return;
     const train_opts *o = t->o;
+    if (train_sample_only(o)) {
+        gpt_report_sampling(t);
+        return;
+    }
     ddp_dtype p = o->model.precision;
     printf("ddp-train: %d rank(s), backend %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)));
     if (ddp_backend(t->ctx) == DDP_BACKEND_CPU)
@@ -881,7 +899,8 @@ static ddp_status gpt_report_end(trainer *t)
     s->peak_rss_max = mem[0] / 1024.0;
     s->device_used_max = mem[1] >= 0.0 ? mem[1] / (1024.0 * 1024.0) : NAN;
     train_comm_stats(t->ctx, &s->comm); /* collective */
-    gpt_report_summary(t);
+    if (!train_sample_only(t->o)) /* no step: no throughput or training memory to report */
+        gpt_report_summary(t);
     return DDP_OK;
 }
 

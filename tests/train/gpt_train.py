@@ -12,8 +12,10 @@ Modes:
                moments and the loader's position.
   llmc         --save-llmc writes llm.c's model file and --init-from reads it back; --sample-only
                samples from it without training, after a --prompt, greedy (--temperature 0: the
-               same text twice) and at --top-k 5 (another --seed, another text); needs
-               data/text's GPT-2 vocabulary (scripts/fetch-text.sh).
+               same text twice) and at --top-k 5 (another --seed, another text), also without
+               the training shards (no banner, optimizer state or throughput; a missing
+               vocabulary named as --vocab); the first step's loss line comes at once, whatever
+               --log-every; needs data/text's GPT-2 vocabulary (scripts/fetch-text.sh).
   bad_input    missing shards, a bad magic, a token outside the vocabulary, a batch plan that does
                not divide: a clear message and exit 1 on every rank, no hang.
   profile_step DDP_PROFILE_STEP=2 (the step a profiler records, ddp_profiler_range: a no-op on the
@@ -173,8 +175,11 @@ def llmc(chk, exe, ckpt, mpi, tmp):
     validation loss is the saved model's."""
     data = write_data(tmp)
     path = os.path.join(tmp, "model.bin")
-    rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 4, ["--save-llmc", path]), timeout=300)
+    rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 4, ["--save-llmc", path, "--log-every", "3"]),
+                           timeout=300)
     chk.check(rc == 0 and os.path.exists(path), f"--save-llmc writes {path} (exit {rc})", out)
+    chk.check(re.findall(r"^step (\d+)/4 ", out, re.M) == ["1", "3", "4"],
+              "--log-every 3: a loss line at the first step at once, then steps 3 and 4 (the last)", out)
     chk.check(re.search(r"memory per rank at start-up .* activations [\d.]+ MiB \(the logits [\d.]+ MiB", out)
               is not None, "the memory is reported before the first step, the logits broken out", out)
     with open(path, "rb") as f:
@@ -211,6 +216,27 @@ def sample_only(chk, exe, data, model):
               f"greedy sampling: the prompt, then the same text twice ({greedy})")
     drawn = [run("--temperature", "1", "--top-k", "5", "--seed", str(seed)) for seed in (1, 2)]
     chk.check(drawn[0] is not None and drawn[0] != drawn[1], f"top-k 5 at two seeds: two texts ({drawn})")
+    sample_without_data(chk, exe, data, model, vocab)
+
+
+def sample_without_data(chk, exe, data, model, vocab):
+    """--sample-only needs the weights and the vocabulary only: no shards, no training banner, no
+    optimizer state, no throughput (with the shards there or not); a missing vocabulary names
+    --vocab."""
+    absent = os.path.join(os.path.dirname(model), "no-such-shards", "x_train_*.bin")
+    base = [exe, "--model", "gpt2", "--device", "cpu", "--init-from", model, "--sample-only",
+            "--sample", "8", "--data", absent]
+    for shards in (data, absent):
+        rc, out = trainlib.run(base[:-1] + [shards, "--vocab", vocab], timeout=300)
+        what = "without the training shards" if shards == absent else "with the shards there"
+        chk.check(rc == 0 and re.search(r"^sample \(8 tokens", out, re.M) is not None,
+                  f"--sample-only {what}: a sample", out)
+        chk.check(not re.search(r"rank\(s\), backend|optimizer state|tokens/s|^data:|after "
+                                r"training", out, re.M),
+                  f"--sample-only {what}: no training banner, optimizer state or throughput", out)
+    rc, out = trainlib.run(base, timeout=300)
+    chk.check(rc != 0 and "--vocab" in out and "--data" not in out.replace(absent, ""),
+              "--sample-only without a vocabulary: the error names --vocab", out)
 
 
 def expect_failure(chk, cmd, pattern, what):
