@@ -258,6 +258,17 @@ static void mark_restart(trainer *t, int resumed)
                t->start.step, t->total_steps);
 }
 
+/* The task's learning rate at step (0-based) had the run been planned over total_steps. */
+static double lr_over_plan(void *arg, long step, long total_steps)
+{
+    trainer *t = arg;
+    long planned = t->total_steps;
+    t->total_steps = total_steps;
+    double lr = t->task->lr(t, step);
+    t->total_steps = planned;
+    return lr;
+}
+
 /* Inputs, step plan, output folders, model, and the resumed position; agreed on by every rank. */
 static ddp_status prepare(trainer *t)
 {
@@ -281,7 +292,8 @@ static ddp_status prepare(trainer *t)
     train_buffers buf = t->setup.buf;
     t->setup = (train_setup){.ctx = t->ctx, .o = t->o, .buf = buf, .n_train = t->n_train,
                              .steps_per_epoch = t->steps_per_epoch,
-                             .total_steps = t->total_steps, .scaler = t->scaler};
+                             .total_steps = t->total_steps, .scaler = t->scaler,
+                             .lr = lr_over_plan, .lr_arg = t};
     int resumed = 0;
     st = train_resume(&t->setup, &t->start, &resumed);
     t->step = t->start.step;

@@ -11,6 +11,7 @@
  * shards once over all ranks.
  */
 #include <errno.h>
+#include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +90,26 @@ static char *gpt_val_pattern(const train_opts *o)
     return p;
 }
 
+/* A validation pattern derived from --data that matches no file: DDP_ERR_INVALID_ARG, saying it was
+ * derived and how (an unquoted pattern the shell expanded to one shard derives that shard's
+ * number, which the validation shards rarely have). DDP_OK for --val-data or a match. */
+static ddp_status gpt_check_derived(const train_opts *o, const char *vpat)
+{
+    glob_t g;
+    int found = glob(vpat, 0, NULL, &g) == 0;
+    globfree(&g);
+    if (o->gpt.val_data || found)
+        return DDP_OK;
+    int one_file = !strpbrk(o->data_dir, "*?[");
+    DDP_ERROR("no validation shard matches %s, the name derived from --data %s (\"train\" "
+              "replaced by \"val\")%s; quote the pattern (--data 'DIR/NAME_train_*.bin') or give "
+              "--val-data PATTERN", vpat, o->data_dir,
+              one_file ? ": --data names one file; when you typed a pattern such as "
+                         "NAME_train_*.bin without quotes, the shell expanded it to a file name"
+                       : "");
+    return DDP_ERR_INVALID_ARG;
+}
+
 /* DDP_ERR_INVALID_ARG (logged, naming the shard or the pattern) when the validation shards hold no
  * target: every shard has 0 or 1 tokens, and the validation loss would be 0 / 0. */
 static ddp_status gpt_check_val(const trainer *t, const char *pattern)
@@ -118,6 +139,8 @@ static ddp_status gpt_open_data(trainer *t)
     char *vpat = st == DDP_OK ? gpt_val_pattern(o) : NULL;
     if (st == DDP_OK && !vpat)
         st = DDP_ERR_INVALID_ARG;
+    if (st == DDP_OK)
+        st = gpt_check_derived(o, vpat);
     if (st == DDP_OK)
         st = tokens_set_open(vpat, G(t)->cfg.vocab, &G(t)->val_data);
     if (st == DDP_OK)
@@ -726,6 +749,23 @@ static void gpt_report_sampling(const trainer *t)
     fflush(stdout);
 }
 
+/* Rank 0: a warning for --warmup-steps or --val-every larger than the steps planned, with the
+ * numbers and the fix. */
+static void gpt_warn_plan(const trainer *t)
+{
+    const train_gpt_opts *g = &t->o->gpt;
+    long steps = t->total_steps, fit = steps / 10 > 0 ? steps / 10 : 1;
+    if (g->warmup_steps > steps)
+        DDP_WARN0("--warmup-steps %ld is more than the %ld steps planned: the learning rate never "
+                  "reaches --lr %g (it ends at %.3g) and never decays; use --warmup-steps %ld or "
+                  "fewer (e.g. %ld), or plan more steps (--max-steps, --epochs)", g->warmup_steps,
+                  steps, t->o->lr, gpt_lr(t, steps > 0 ? steps - 1 : 0), steps, fit);
+    if (g->val_every > steps)
+        DDP_WARN0("--val-every %d is more than the %ld steps planned: the validation loss is "
+                  "measured only once, at the end; use --val-every %ld or fewer (e.g. %ld) to "
+                  "see it fall", g->val_every, steps, steps, steps / 4 > 0 ? steps / 4 : 1);
+}
+
 /* Rank 0: the start-up report. */
 static void gpt_report_start(trainer *t)
 {
@@ -736,6 +776,7 @@ static void gpt_report_start(trainer *t)
         gpt_report_sampling(t);
         return;
     }
+    gpt_warn_plan(t);
     ddp_dtype p = o->model.precision;
     printf("ddp-train: %d rank(s), backend %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)));
     if (ddp_backend(t->ctx) == DDP_BACKEND_CPU)

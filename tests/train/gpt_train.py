@@ -17,7 +17,9 @@ Modes:
                vocabulary named as --vocab); the first step's loss line comes at once, whatever
                --log-every; needs data/text's GPT-2 vocabulary (scripts/fetch-text.sh).
   bad_input    missing shards, a bad magic, a token outside the vocabulary, a batch plan that does
-               not divide: a clear message and exit 1 on every rank, no hang.
+               not divide: a clear message and exit 1 on every rank, no hang; a newcomer's
+               frictions: an unquoted --data pattern, a warm-up or validation interval beyond the
+               plan, a run extended on resume (the rate before and after).
   profile_step DDP_PROFILE_STEP=2 (the step a profiler records, ddp_profiler_range: a no-op on the
                CPU) changes nothing: the checkpoint equals a run without it, bit for bit; a value
                that is not a step number >= 1 stops the run with a clear message.
@@ -32,6 +34,7 @@ one process with --accum 2 reads the same two as its micro-batches.
 Usage: gpt_train.py MODE DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
 import json
+import math
 import os
 import re
 import stat
@@ -264,9 +267,46 @@ def bad_input(chk, exe, ckpt, mpi, tmp):
     expect_failure(chk, tiny(exe, os.path.join(folder, "syn_*_000001.bin"), 2, ["--val-data", os.path.join(tmp, "x_*.bin")]),
                    r"x_\*\.bin", "a validation pattern that matches nothing")
     different_data(chk, exe, mpi, tmp)
+    newcomer(chk, exe, tmp, data)
     empty_validation(chk, exe, mpi, tmp, data)
     bad_init_from(chk, exe, mpi, tmp, data)
     bad_save_llmc(chk, exe, mpi, tmp, data)
+
+
+def newcomer(chk, exe, tmp, data):
+    """A newcomer's frictions (issue 38): an unquoted --data pattern the shell expanded to one
+    shard (the derived validation name is said to be derived, with the fix); --warmup-steps and
+    --val-every beyond the steps planned (warned once, with the numbers and the fix); a run
+    extended on resume (the warning gives the rate at the resumed step before and after)."""
+    one = os.path.join(os.path.dirname(data), "syn_train_000001.bin")
+    expect_failure(chk, tiny(exe, one, 2), r"syn_val_000001\.bin, the name derived from --data "
+                   r".*--data names one file.*quote the pattern.*--val-data",
+                   "--data naming one shard (an unquoted pattern): the derived name and the fix")
+    rc, out = trainlib.run(tiny(exe, one, 2), timeout=120)
+    chk.check(rc not in (0, -999) and not re.search(r"\w+\.c:\d+:", out),
+              "a user's error carries no source location (file.c:123:)", out)
+    rc, out = trainlib.run(tiny(exe, data, 3, ["--warmup-steps", "5", "--val-every", "8"]), timeout=300)
+    chk.check(rc == 0 and len(re.findall(r"warning: --warmup-steps 5 is more than the 3 steps planned"
+                                         r".*use --warmup-steps 3 or fewer", out)) == 1
+              and len(re.findall(r"warning: --val-every 8 is more than the 3 steps planned.*"
+                                 r"--val-every 3 or fewer", out)) == 1,
+              "--warmup-steps 5 and --val-every 8 over 3 steps: one warning each, numbers and fix", out)
+    rc, out = trainlib.run(tiny(exe, data, 3, ["--val-every", "3"]), timeout=300)
+    chk.check(rc == 0 and "is more than the" not in out, "a plan that fits: no warning", out)
+    ckdir = os.path.join(tmp, "extend")
+    rc, out = trainlib.run(tiny(exe, data, 4, ["--checkpoint-dir", ckdir, "--checkpoint-every", "2",
+                                               "--warmup-steps", "0"]), timeout=300)
+    mid = os.path.join(ckdir, f"step-{2:012d}.ckpt")
+    rc2, out2 = trainlib.run(tiny(exe, data, 12, ["--resume", mid, "--warmup-steps", "0"]), timeout=300)
+    m = re.search(r"planned over 4 steps, now over 12.*at the checkpoint's step 2 the learning rate "
+                  r"goes from (\S+) \(the 4-step plan\) to (\S+) \(x", out2)
+    # cosine from 1e-3 to 1e-4 (--lr-floor 0.1): step 2 of 4 is 1e-4 + 0.5 (1 + cos(2 pi / 3)) 9e-4,
+    # of 12 1e-4 + 0.5 (1 + cos(2 pi / 11)) 9e-4
+    want = [1e-4 + 0.5 * (1 + math.cos(math.pi * 2 / 3)) * 9e-4,
+            1e-4 + 0.5 * (1 + math.cos(math.pi * 2 / 11)) * 9e-4]
+    chk.check(rc == 0 and rc2 == 0 and m is not None
+              and all(abs(float(g) - w) < 5e-3 * w for g, w in zip(m.groups(), want)),
+              f"extended on resume: the rate at step 2 before and after ({want})", out + out2)
 
 
 def bad_save_llmc(chk, exe, mpi, tmp, data):
