@@ -657,6 +657,15 @@ static void gpt_report_memory(const trainer *t, const gpt_mem_report *r)
                r->device_used, r->device_total, G(t)->device_used_max);
 }
 
+/* The type the logits are stored in (the activations'), from their size: 4 bytes an element fp32,
+ * else the run's 16-bit precision. */
+static const char *gpt_logits_type(const trainer *t, double logits_mib)
+{
+    double elems = (double)G(t)->B * G(t)->T * G(t)->cfg.padded_vocab;
+    double bytes = logits_mib * 1024.0 * 1024.0 / elems;
+    return bytes > 3.0 ? "fp32" : model_precision_name(t->o->model.precision);
+}
+
 /* Rank 0, before the first step (a run that then runs out of memory has said what it holds): the
  * memory allocated per rank, the 16-bit weight copy and the logits broken out. */
 static void gpt_report_memory_start(trainer *t)
@@ -667,11 +676,11 @@ static void gpt_report_memory_start(trainer *t)
     double copy = r.params - (double)gpt2_numel_total(G(t)->model) * sizeof(float) / mib;
     printf("memory per rank at start-up (%s, allocated before the first step): parameters %.1f MiB "
            "(fp32 master weights%s), gradients %.1f MiB, optimizer state %.1f MiB, activations "
-           "%.1f MiB (the logits %.1f MiB of them: B x T x padded vocabulary, bf16 in bf16 runs, "
-           "which --recompute does not shrink), communication buffers %.1f MiB\n",
+           "%.1f MiB (the logits %.1f MiB of them: B x T x padded vocabulary in %s, which "
+           "--recompute does not shrink), communication buffers %.1f MiB\n",
            ddp_backend(t->ctx) == DDP_BACKEND_CPU ? "host" : "device", r.params,
            copy > 0.5 / 1024.0 ? ", and their 16-bit copy for the matmuls" : "", r.grads, r.optimizer,
-           r.activations, r.logits, r.comm);
+           r.activations, r.logits, gpt_logits_type(t, r.logits), r.comm);
     if (copy > 0.5 / 1024.0)
         printf("  %s keeps a copy of the weights for the 16-bit matmuls (%.1f MiB) beside the fp32 "
                "master weights, so it can take more memory than fp32 on small batches; it saves "
@@ -853,7 +862,8 @@ static void gpt_print_rates(const trainer *t, const gpt_rates *r)
     printf("\nthroughput: %.1f tokens/s across %d rank(s) (%ld steps in %.2f s of training)",
            r->tps, t->world, r->steps, t->train_seconds);
     if (isnan(r->tps_steady)) {
-        printf("; from step 2 on: not measured (one step)\n");
+        printf("; from step 2 on: not measured (%s)\n",
+               r->steps == 0 ? "no step in this run" : r->steps == 1 ? "one step" : "no time");
         return;
     }
     printf("; from step 2 on %.1f tokens/s, %.1f ms/step, model FLOPs %.4g TFLOP/s per rank (6N + "

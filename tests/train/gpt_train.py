@@ -19,7 +19,8 @@ Modes:
   bad_input    missing shards, a bad magic, a token outside the vocabulary, a batch plan that does
                not divide: a clear message and exit 1 on every rank, no hang; a newcomer's
                frictions: an unquoted --data pattern, a warm-up or validation interval beyond the
-               plan, a run extended on resume (the rate before and after).
+               plan, a run extended on resume (the rate before and after), one with no step left
+               (said so), an fp32 run's memory line (no bf16 in it).
   profile_step DDP_PROFILE_STEP=2 (the step a profiler records, ddp_profiler_range: a no-op on the
                CPU) changes nothing: the checkpoint equals a run without it, bit for bit; a value
                that is not a step number >= 1 stops the run with a clear message.
@@ -307,6 +308,12 @@ def newcomer(chk, exe, tmp, data):
     chk.check(rc == 0 and rc2 == 0 and m is not None
               and all(abs(float(g) - w) < 5e-3 * w for g, w in zip(m.groups(), want)),
               f"extended on resume: the rate at step 2 before and after ({want})", out + out2)
+    end = os.path.join(ckdir, f"step-{4:012d}.ckpt")
+    rc, out = trainlib.run(tiny(exe, data, 4, ["--resume", end, "--warmup-steps", "0"]), timeout=300)
+    chk.check(rc == 0 and "from step 2 on: not measured (no step in this run)" in out,
+              "a resumed run with no step left: 'no step in this run', not 'one step'", out)
+    chk.check(re.search(r"the logits [\d.]+ MiB of them: B x T x padded vocabulary in fp32", out)
+              is not None and "bf16 in bf16 runs" not in out, "an fp32 run's memory line: logits in fp32, no bf16", out)
 
 
 def bad_save_llmc(chk, exe, mpi, tmp, data):
