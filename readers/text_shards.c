@@ -324,8 +324,8 @@ static ddp_status too_little(const docs *ds, const text_shards_opts *o)
     return DDP_ERR_INVALID_ARG;
 }
 
-/* The validation set is a part of one file of several: said, with a warning when that file is under
- * a tenth of the text (its loss then tells little about the rest). */
+/* The validation set is a part of one file of several: a warning when that file is under a tenth
+ * of the text (its loss then tells little about the rest). */
 static void warn_one_file(const docs *ds, size_t k)
 {
     double all = 0;

@@ -17,11 +17,13 @@
 #include "text_shards.h"
 
 /* The CPU training line: the README's small GPT (4 layers, 4 heads, 256 channels, T 128, B 4 per
- * rank), one rank per core, the steps that fit CPU_BUDGET_S at CPU_STEP_S seconds a step (measured
- * on 2 cores of a Xeon, one thread per rank: 1.2 s; the time per step barely depends on the number
- * of ranks, each rank computing its own batch), at least CPU_MIN_STEPS. */
+ * rank), one rank per core, the steps that fit CPU_BUDGET_S at CPU_STEP_S seconds a step, at least
+ * CPU_MIN_STEPS. Measured at 2 ranks on a 2-core AMD EPYC VM, one thread per rank: 1.06 s a step
+ * at a load of ~3.7, 2.18 s at ~7 (other jobs on the cores); the time of a step barely depends on
+ * the number of ranks, each rank computing its own batch. 5 minutes at 1.3 s leave the run under
+ * 10 minutes on cores shared that much. */
 #define CPU_STEP_S 1.3
-#define CPU_BUDGET_S 420.0
+#define CPU_BUDGET_S 300.0
 #define CPU_MIN_STEPS 50
 #define CPU_B 4
 #define CPU_T 128
@@ -193,8 +195,9 @@ static void print_cpu_command(int dir_len, const char *argv0, const tokenize_arg
     char launch[4096];
     launch_path(launch, sizeof launch, dir_len, argv0);
     printf("ddp-tokenize: no GPU here: train a small GPT (4 layers, 4 heads, 256 channels) on the "
-           "CPU, %d rank(s), one per core, %ld steps, about %.0f minutes (%.1f s a step on a "
-           "2-core Xeon; a loss line every 10 steps, a validation loss and a sample at the end):\n"
+           "CPU, %d rank(s), one per core, %ld steps, about %.0f minutes (%.1f s a step measured "
+           "on 2 cores, up to twice that when other jobs share them; a loss line every 10 steps, "
+           "validation half-way and at the end, then a sample):\n"
            "  %s -n %d %.*sddp-train --model gpt2 --layers 4 --heads 4 --channels 256 "
            "--seq %d --batch %d --max-steps %ld --epochs %ld --warmup-steps %ld --val-every %ld "
            "--log-every 10 --sample 100 --data '%s/%s_train_*.bin' --val-data '%s/%s_val_*.bin'\n",
