@@ -260,7 +260,7 @@ static void print_top(const text_shards_result *r)
                 !strncmp(t, "\\n\\n", 4);
     const char *why = r->top[0].id == 50256
         ? "the documents are very short (each starts with <|endoftext|>): join small files"
-        : blank ? "the text is mostly blanks (indentation, aligned columns or empty lines): a "
+        : blank ? "the text is heavy with blanks (indentation, aligned columns, empty lines): a "
                   "model trained on it learns to print blanks; strip leading spaces "
                   "(sed 's/^ *//') and squeeze blank lines (cat -s) first"
                 : "one token fills the text (a repeated line, a table or a binary file?): look at "

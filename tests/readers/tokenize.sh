@@ -226,7 +226,7 @@ for i in $(seq 1 60); do
     printf '%40s%s\n%60s\n' '' "item $i of the manual" ''
 done > "$tmp/indented.txt"
 "$tok" --vocab "$vocab" "$tmp/indented.txt" "$tmp/ind" > "$tmp/ind.out"
-grep -Eq "warning: ' +' is [0-9.]+ % of the tokens \(above 20 %\): the text is mostly blanks" \
+grep -Eq "warning: ' +' is [0-9.]+ % of the tokens \(above 20 %\): the text is heavy with blanks" \
     "$tmp/ind.out" \
     && echo "an indented text: $(grep -o "warning: '.*' is [0-9.]* %" "$tmp/ind.out")" \
     || bad "an indented text: no warning on its blanks in $(cat "$tmp/ind.out")"
