@@ -263,8 +263,9 @@ run_template() {
     local world r last
     export DDP_BIN=$BUILD DDP_DATA=$DATA DDP_OUT=$WORK/$2
     if [[ $2 == gpt2 ]]; then # the GPT template: Austen's shards, a tiny GPT-2 for a few steps
-        export DDP_DATA="$SRC/data/text/austen_train_*.bin" DDP_BATCH=2 DDP_CKPT_EVERY=3 DDP_MAX_STEPS=6
-        export DDP_GPT_ARGS="--layers 2 --heads 2 --channels 32 --seq 32 --warmup-steps 2 --val-every 3 --val-max-batches 2"
+        export DDP_DATA="$SRC/data/text/austen_train_*.bin" DDP_BATCH=2 DDP_CKPT_EVERY=3
+        export DDP_MAX_STEPS=6 DDP_GPT_ARGS="--layers 2 --heads 2 --channels 32 --seq 32 \
+--warmup-steps 2 --val-every 3 --val-max-batches 2"
     fi
     cd "$SRC"
     submit "tmpl-$2" "$WORK/$2.out" "$1"

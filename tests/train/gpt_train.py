@@ -179,11 +179,12 @@ def llmc(chk, exe, ckpt, mpi, tmp):
     validation loss is the saved model's."""
     data = write_data(tmp)
     path = os.path.join(tmp, "model.bin")
-    rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 4, ["--save-llmc", path, "--log-every", "3"]),
-                           timeout=300)
+    rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 4, ["--save-llmc", path,
+                                                             "--log-every", "3"]), timeout=300)
     chk.check(rc == 0 and os.path.exists(path), f"--save-llmc writes {path} (exit {rc})", out)
     chk.check(re.findall(r"^step (\d+)/4 ", out, re.M) == ["1", "3", "4"],
-              "--log-every 3: a loss line at the first step at once, then steps 3 and 4 (the last)", out)
+              "--log-every 3: a loss line at the first step at once, then steps 3 and 4 (the last)",
+              out)
     chk.check(re.search(r"memory per rank at start-up .* activations [\d.]+ MiB \(the logits [\d.]+ MiB", out)
               is not None, "the memory is reported before the first step, the logits broken out", out)
     with open(path, "rb") as f:
@@ -286,21 +287,23 @@ def newcomer(chk, exe, tmp, data):
     rc, out = trainlib.run(tiny(exe, one, 2), timeout=120)
     chk.check(rc not in (0, -999) and not re.search(r"\w+\.c:\d+:", out),
               "a user's error carries no source location (file.c:123:)", out)
-    rc, out = trainlib.run(tiny(exe, data, 3, ["--warmup-steps", "5", "--val-every", "8"]), timeout=300)
-    chk.check(rc == 0 and len(re.findall(r"warning: --warmup-steps 5 is more than the 3 steps planned"
-                                         r".*use --warmup-steps 3 or fewer", out)) == 1
-              and len(re.findall(r"warning: --val-every 8 is more than the 3 steps planned.*"
-                                 r"--val-every 3 or fewer", out)) == 1,
-              "--warmup-steps 5 and --val-every 8 over 3 steps: one warning each, numbers and fix", out)
+    rc, out = trainlib.run(tiny(exe, data, 3, ["--warmup-steps", "5", "--val-every", "8"]),
+                           timeout=300)
+    warm = r"warning: --warmup-steps 5 is more than the 3 steps planned.*use --warmup-steps 3 or fewer"
+    val = r"warning: --val-every 8 is more than the 3 steps planned.*--val-every 3 or fewer"
+    chk.check(rc == 0 and len(re.findall(warm, out)) == 1 and len(re.findall(val, out)) == 1,
+              "--warmup-steps 5 and --val-every 8 over 3 steps: one warning each, numbers and fix",
+              out)
     rc, out = trainlib.run(tiny(exe, data, 3, ["--val-every", "3"]), timeout=300)
     chk.check(rc == 0 and "is more than the" not in out, "a plan that fits: no warning", out)
     ckdir = os.path.join(tmp, "extend")
     rc, out = trainlib.run(tiny(exe, data, 4, ["--checkpoint-dir", ckdir, "--checkpoint-every", "2",
                                                "--warmup-steps", "0"]), timeout=300)
     mid = os.path.join(ckdir, f"step-{2:012d}.ckpt")
-    rc2, out2 = trainlib.run(tiny(exe, data, 12, ["--resume", mid, "--warmup-steps", "0"]), timeout=300)
-    m = re.search(r"planned over 4 steps, now over 12.*at the checkpoint's step 2 the learning rate "
-                  r"goes from (\S+) \(the 4-step plan\) to (\S+) \(x", out2)
+    rc2, out2 = trainlib.run(tiny(exe, data, 12, ["--resume", mid, "--warmup-steps", "0"]),
+                             timeout=300)
+    m = re.search(r"planned over 4 steps, now over 12.*at the checkpoint's step 2 the learning "
+                  r"rate goes from (\S+) \(the 4-step plan\) to (\S+) \(x", out2)
     # cosine from 1e-3 to 1e-4 (--lr-floor 0.1): step 2 of 4 is 1e-4 + 0.5 (1 + cos(2 pi / 3)) 9e-4,
     # of 12 1e-4 + 0.5 (1 + cos(2 pi / 11)) 9e-4
     want = [1e-4 + 0.5 * (1 + math.cos(math.pi * 2 / 3)) * 9e-4,
@@ -309,11 +312,13 @@ def newcomer(chk, exe, tmp, data):
               and all(abs(float(g) - w) < 5e-3 * w for g, w in zip(m.groups(), want)),
               f"extended on resume: the rate at step 2 before and after ({want})", out + out2)
     end = os.path.join(ckdir, f"step-{4:012d}.ckpt")
-    rc, out = trainlib.run(tiny(exe, data, 4, ["--resume", end, "--warmup-steps", "0"]), timeout=300)
+    rc, out = trainlib.run(tiny(exe, data, 4, ["--resume", end, "--warmup-steps", "0"]),
+                           timeout=300)
     chk.check(rc == 0 and "from step 2 on: not measured (no step in this run)" in out,
               "a resumed run with no step left: 'no step in this run', not 'one step'", out)
     chk.check(re.search(r"the logits [\d.]+ MiB of them: B x T x padded vocabulary in fp32", out)
-              is not None and "bf16 in bf16 runs" not in out, "an fp32 run's memory line: logits in fp32, no bf16", out)
+              is not None and "bf16 in bf16 runs" not in out,
+              "an fp32 run's memory line: logits in fp32, no bf16", out)
 
 
 def bad_save_llmc(chk, exe, mpi, tmp, data):
