@@ -19,12 +19,14 @@
 
 typedef struct doc {
     char *path;
-    size_t bytes; /* the file's size */
+    size_t bytes;       /* the file's size */
+    size_t short_index; /* among the documents too short to cut at a line (find_short) */
 } doc;
 
 typedef struct docs {
     doc *d;
     size_t n, cap;
+    size_t n_short, n_cut; /* documents without and with a line to cut at (find_short) */
     struct stat outdir; /* skipped when met under the input (valid when has_outdir) */
     int has_outdir;
 } docs;
@@ -36,6 +38,8 @@ typedef struct writer {
     size_t n, alloc, cap;
     int index, val; /* the next shard's number; 1 while writing the validation set */
     text_shards_result *r;
+    size_t val_doc; /* the last document with a validation part */
+    size_t *counts; /* (65536) tokens written, by id */
 } writer;
 
 static ddp_status docs_add(docs *ds, const char *path, size_t bytes)
@@ -51,7 +55,7 @@ static ddp_status docs_add(docs *ds, const char *path, size_t bytes)
     char *p = strdup(path);
     if (!p)
         return DDP_ERR_NOMEM;
-    ds->d[ds->n++] = (doc){p, bytes};
+    ds->d[ds->n++] = (doc){p, bytes, 0};
     return DDP_OK;
 }
 
@@ -106,8 +110,8 @@ static ddp_status collect(docs *ds, const char *input, const char *outdir)
     struct stat st;
     ds->has_outdir = stat(outdir, &ds->outdir) == 0;
     if (stat(input, &st) != 0) {
-        DDP_ERROR("%s: no such file or folder (%s); give a UTF-8 text file or a folder of them",
-                  input, strerror(errno));
+        DDP_ERROR("%s: no such file or folder (%s); give a UTF-8 text file or a folder of "
+                  "them", input, strerror(errno));
         return DDP_ERR_INVALID_ARG;
     }
     ddp_status rc = S_ISDIR(st.st_mode) ? collect_dir(ds, input)
@@ -218,6 +222,7 @@ static ddp_status write_doc(writer *w, bpe_encoder *e, const uint8_t *text, size
         if (w->n == w->alloc && (rc = writer_grow(w)) != DDP_OK)
             break;
         w->buf[w->n++] = (uint16_t)ids.id[i]; /* < 65536, checked in write_all */
+        w->counts[ids.id[i]]++;
         if (w->n == w->cap)
             rc = writer_flush(w);
     }
@@ -239,71 +244,114 @@ static size_t line_cut(const uint8_t *t, size_t n, double fraction)
     return 0;
 }
 
-/* One document, cut at a line into a validation and a training document. */
-static ddp_status write_single(writer *w, bpe_encoder *e, const char *path,
-                               const text_shards_opts *o)
+/* The validation part of document i (text t, n bytes): bytes [0, *cut) where it has a line to cut
+ * at (*whole 0), else, for a text too short to cut, the whole document when the spread rule picks
+ * it (*whole 1; see text_shards.h), or nothing. */
+static void val_part(const docs *ds, size_t i, const uint8_t *t, size_t n, double fraction,
+                     size_t *cut, int *whole)
 {
-    uint8_t *t = NULL;
-    size_t n = 0;
-    ddp_status rc = read_doc(path, o->latin1, &t, &n);
-    if (rc != DDP_OK)
-        return rc;
-    size_t cut = line_cut(t, n, o->val_fraction), lines = 0;
-    for (size_t i = 0; i < n; i++)
-        lines += t[i] == '\n';
-    if (!cut) {
-        DDP_ERROR("%s: too little text for a validation split: %zu bytes, %zu newlines; one file "
-                  "is split at a line boundary near %.3g of its bytes (--val-fraction), so give "
-                  "a text of several lines, or a folder of several files", path, n, lines,
-                  o->val_fraction);
-        rc = DDP_ERR_INVALID_ARG;
-    }
-    w->val = 1;
-    if (rc == DDP_OK && (rc = write_doc(w, e, t, cut)) == DDP_OK)
-        rc = writer_flush(w);
-    w->val = 0;
-    if (rc == DDP_OK)
-        rc = write_doc(w, e, t + cut, n - cut);
-    free(t);
-    return rc;
+    *cut = line_cut(t, n, fraction);
+    *whole = *cut == 0;
+    if (!*whole)
+        return;
+    size_t j = ds->d[i].short_index, n_short = ds->n_short;
+    int picked = (size_t)((double)(j + 1) * fraction + 0.5) > (size_t)((double)j * fraction + 0.5);
+    int fallback = ds->n_cut == 0 && ds->n > 1 && j + 1 == n_short &&
+                   (size_t)((double)n_short * fraction + 0.5) == 0;
+    *cut = picked || fallback ? n : 0;
 }
 
-/* The number of leading documents whose bytes come closest to fraction of all (1 .. n - 1). */
-static size_t val_docs(const docs *ds, double fraction)
+/* Writes the validation parts (val 1) or the training parts (val 0) of every document. */
+static ddp_status write_parts(writer *w, bpe_encoder *e, const docs *ds,
+                              const text_shards_opts *o, int val)
 {
-    double total = 0, sum = 0, best = -1;
-    for (size_t i = 0; i < ds->n; i++)
-        total += (double)ds->d[i].bytes;
-    size_t k = 1;
-    for (size_t i = 1; i < ds->n; i++) {
-        sum += (double)ds->d[i - 1].bytes;
-        double err = sum > fraction * total ? sum - fraction * total : fraction * total - sum;
-        if (best < 0 || err < best) {
-            best = err;
-            k = i;
-        }
-    }
-    return k;
-}
-
-/* Several documents: the first val_docs() of them the validation set. */
-static ddp_status write_several(writer *w, bpe_encoder *e, const docs *ds,
-                                const text_shards_opts *o)
-{
-    size_t k = val_docs(ds, o->val_fraction);
     ddp_status rc = DDP_OK;
+    w->val = val;
     for (size_t i = 0; i < ds->n && rc == DDP_OK; i++) {
-        if (i == k && (rc = writer_flush(w)) != DDP_OK)
-            break;
-        w->val = i < k;
         uint8_t *t = NULL;
-        size_t n = 0;
+        size_t n = 0, cut = 0;
+        int whole = 0;
         rc = read_doc(ds->d[i].path, o->latin1, &t, &n);
         if (rc == DDP_OK)
-            rc = write_doc(w, e, t, n);
+            val_part(ds, i, t, n, o->val_fraction, &cut, &whole);
+        if (rc == DDP_OK && val && cut > 0) {
+            rc = write_doc(w, e, t, cut);
+            w->r->n_val_docs++;
+            w->r->n_val_whole += whole;
+            w->val_doc = i;
+        }
+        if (rc == DDP_OK && !val && cut < n)
+            rc = write_doc(w, e, t + cut, n - cut);
         free(t);
     }
-    w->r->n_val_docs = k;
+    return rc == DDP_OK && val ? writer_flush(w) : rc;
+}
+
+/* Marks which documents have a line to cut at (short_index, n_short, n_cut); reads each once. */
+static ddp_status find_short(docs *ds, const text_shards_opts *o)
+{
+    ds->n_short = ds->n_cut = 0;
+    for (size_t i = 0; i < ds->n; i++) {
+        uint8_t *t = NULL;
+        size_t n = 0;
+        ddp_status rc = read_doc(ds->d[i].path, o->latin1, &t, &n);
+        if (rc != DDP_OK)
+            return rc;
+        int can_cut = line_cut(t, n, o->val_fraction) > 0;
+        ds->d[i].short_index = can_cut ? 0 : ds->n_short;
+        ds->n_short += !can_cut;
+        ds->n_cut += can_cut;
+        free(t);
+    }
+    return DDP_OK;
+}
+
+/* One document that cannot be cut: refused, naming the file and its size. */
+static ddp_status too_little(const docs *ds, const text_shards_opts *o)
+{
+    uint8_t *t = NULL;
+    size_t n = 0, lines = 0;
+    ddp_status rc = read_doc(ds->d[0].path, o->latin1, &t, &n);
+    for (size_t i = 0; rc == DDP_OK && i < n; i++)
+        lines += t[i] == '\n';
+    free(t);
+    if (rc != DDP_OK)
+        return rc;
+    DDP_ERROR("%s: too little text for a validation split: %zu bytes, %zu newlines; a file "
+              "is split at a line boundary near %.3g of its bytes (--val-fraction), so give "
+              "a text of several lines, or a folder of several files", ds->d[0].path, n,
+              lines, o->val_fraction);
+    return DDP_ERR_INVALID_ARG;
+}
+
+/* The validation set is a part of one file of several: a warning when that file is under a tenth
+ * of the text (its loss then tells little about the rest). */
+static void warn_one_file(const docs *ds, size_t k)
+{
+    double all = 0;
+    for (size_t i = 0; i < ds->n; i++)
+        all += (double)ds->d[i].bytes;
+    double share = 100.0 * (double)ds->d[k].bytes / all;
+    if (share >= 10.0)
+        return;
+    DDP_WARN("the validation set comes from one file only, %s (%.1f %% of the text): the other "
+             "%zu files are single lines too short to split at a line, so the validation loss "
+             "measures that file, not the rest; join the short files into longer ones, or raise "
+             "--val-fraction", ds->d[k].path, share, ds->n - 1);
+}
+
+/* Every document split as text_shards.h says: the validation parts, then the training parts. */
+static ddp_status write_split(writer *w, bpe_encoder *e, docs *ds, const text_shards_opts *o)
+{
+    ddp_status rc = find_short(ds, o);
+    if (rc == DDP_OK && ds->n == 1 && ds->n_cut == 0)
+        return too_little(ds, o);
+    if (rc == DDP_OK)
+        rc = write_parts(w, e, ds, o, 1);
+    if (rc == DDP_OK)
+        rc = write_parts(w, e, ds, o, 0);
+    if (rc == DDP_OK && ds->n > 1 && w->r->n_val_docs == 1)
+        warn_one_file(ds, w->val_doc);
     return rc;
 }
 
@@ -349,8 +397,8 @@ static ddp_status prepare_outdir(const char *outdir, const char *name, int *crea
 {
     ddp_status rc = make_dirs(outdir, created);
     if (rc == DDP_ERR_INVALID_ARG)
-        DDP_ERROR("%s: not a folder; name a folder for the shards (it is created when missing)",
-                  outdir);
+        DDP_ERROR("%s: not a folder; name a folder for the shards (it is created when "
+                  "missing)", outdir);
     for (int k = 0; rc == DDP_OK && k < 2; k++) {
         char pattern[1024];
         glob_t g;
@@ -435,15 +483,62 @@ static int valid_opts(const text_shards_opts *o)
     }
     if (!(o->val_fraction > 0 && o->val_fraction <= 0.5) || o->shard_tokens < 2 ||
         o->shard_tokens > INT32_MAX) {
-        DDP_ERROR("text_shards: a validation fraction in (0, 0.5] and 2 to 2^31 - 1 tokens per "
-                  "shard, not %g and %zu", o->val_fraction, o->shard_tokens);
+        DDP_ERROR("text_shards: a validation fraction in (0, 0.5] and 2 to 2^31 - 1 tokens "
+                  "per shard, not %g and %zu", o->val_fraction, o->shard_tokens);
         return 0;
     }
     return 1;
 }
 
+/* Writes token text s[0..n) into out (64 bytes) escaped for a terminal, cut short when long; the
+ * bytes of a partial UTF-8 character (a token may hold one) as \xHH. */
+static void escape_token(char *out, const char *s, size_t n)
+{
+    size_t k = 0;
+    int utf8 = bpe_utf8_check((const uint8_t *)s, n) == n;
+    for (size_t i = 0; i < n && k + 5 < 64; i++) {
+        unsigned char c = (unsigned char)s[i];
+        const char *esc = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r"
+                          : c == '\\' ? "\\\\" : NULL;
+        if (esc)
+            k += (size_t)snprintf(out + k, 64 - k, "%s", esc);
+        else if (c < 0x20 || c == 0x7F || (c >= 0x80 && !utf8))
+            k += (size_t)snprintf(out + k, 64 - k, "\\x%02X", c);
+        else
+            out[k++] = (char)c;
+    }
+    out[k] = '\0';
+}
+
+/* The TEXT_SHARDS_TOP most frequent ids of counts into r->top, decoded with v. */
+static ddp_status top_tokens(const size_t *counts, const bpe_vocab *v, text_shards_result *r)
+{
+    for (int k = 0; k < TEXT_SHARDS_TOP; k++) {
+        int best = -1;
+        for (int id = 0; id < 65536; id++) {
+            int taken = 0;
+            for (int j = 0; j < k; j++)
+                taken |= r->top[j].id == id;
+            if (counts[id] > 0 && !taken && (best < 0 || counts[id] > counts[best]))
+                best = id;
+        }
+        if (best < 0)
+            break;
+        char *text = NULL;
+        size_t len = 0;
+        int32_t id = best;
+        ddp_status rc = bpe_decode(v, &id, 1, &text, &len);
+        if (rc != DDP_OK)
+            return rc;
+        r->top[k] = (text_shards_top){.id = best, .n = counts[best]};
+        escape_token(r->top[k].text, text, len);
+        free(text);
+    }
+    return DDP_OK;
+}
+
 /* Encodes the documents into shards in tmpdir, then the vocabulary beside them. */
-static ddp_status write_all(const docs *ds, const char *tmpdir, const char *json,
+static ddp_status write_all(docs *ds, const char *tmpdir, const char *json,
                             const char *merges, const text_shards_opts *o, text_shards_result *r)
 {
     bpe_encoder *e = NULL;
@@ -453,9 +548,14 @@ static ddp_status write_all(const docs *ds, const char *tmpdir, const char *json
                   bpe_vocab_size(bpe_encoder_vocab(e)));
         rc = DDP_ERR_FORMAT;
     }
-    writer w = {tmpdir, o->name, NULL, 0, 0, o->shard_tokens, 0, 1, r};
+    writer w = {tmpdir, o->name, NULL, 0, 0, o->shard_tokens, 0, 1, r, 0,
+                calloc(65536, sizeof(size_t))};
+    if (rc == DDP_OK && !w.counts)
+        rc = DDP_ERR_NOMEM;
     if (rc == DDP_OK)
-        rc = ds->n == 1 ? write_single(&w, e, ds->d[0].path, o) : write_several(&w, e, ds, o);
+        rc = write_split(&w, e, ds, o);
+    if (rc == DDP_OK)
+        rc = top_tokens(w.counts, bpe_encoder_vocab(e), r);
     if (rc == DDP_OK)
         rc = writer_flush(&w);
     char *to_json = path_join(tmpdir, "encoder.json"), *to_merges = path_join(tmpdir, "vocab.bpe");
@@ -466,6 +566,7 @@ static ddp_status write_all(const docs *ds, const char *tmpdir, const char *json
     free(to_json);
     free(to_merges);
     free(w.buf);
+    free(w.counts);
     bpe_encoder_free(e);
     return rc;
 }

@@ -7,13 +7,16 @@
  * (a leading byte-order mark is dropped); with latin1 every byte is read as ISO-8859-1 and turned
  * into UTF-8. In the shards every document is preceded by <|endoftext|> (50256), as in llm.c's.
  *
- * Validation split, deterministic (the same input gives the same bytes):
- *   several documents: the first k documents are the validation set, k (at least 1, at most all
- *     but one) the count whose bytes come closest to val_fraction of all the bytes;
- *   one document: it is cut after the first newline at or after val_fraction of its bytes that
- *     leaves text after it (or, when there is none, after the last newline before), the first part
- *     validation and the second training, each a document of its own; a text with no such cut
- *     (a single line) is refused.
+ * Validation split, deterministic (the same input gives the same bytes), a part of every file so
+ * that validation holds every kind of text there is: each document is cut after the first newline
+ * at or after val_fraction of its bytes that leaves text after it (or, when there is none, after
+ * the last newline before), the first part validation and the second training, each a document of
+ * its own. A document with no such cut (a single line) goes whole to one side: the j-th of them
+ * (0-based, in path order) to validation when round((j + 1) F) > round(j F) for F = val_fraction,
+ * which spreads about F of them through the order (and, when no document could be cut and the
+ * rule picks none, the last of them); a single such document alone is refused. A warning says
+ * when the validation set comes from one file of several that is under a tenth of the text.
+ * The validation parts are written first (NAME_val_*), then the training parts, in path order.
  *
  * Output in outdir (created when missing): NAME_val_000000.bin (then _000001 ... when the
  * validation tokens fill more than one shard), then NAME_train_NNNNNN.bin numbered on, at most
@@ -37,11 +40,24 @@ typedef struct text_shards_opts {
     int latin1;            /* 1: the input is ISO-8859-1, converted to UTF-8 */
 } text_shards_opts;
 
+#define TEXT_SHARDS_TOP 5 /* the most frequent tokens reported */
+
+/* One of the most frequent tokens: its id, count and text, escaped for a terminal (\n, \t, \r,
+ * \\ and other control bytes as \xHH). */
+typedef struct text_shards_top {
+    int id;
+    size_t n;
+    char text[64];
+} text_shards_top;
+
 typedef struct text_shards_result {
-    size_t n_docs, n_val_docs;         /* documents (a cut single file counts 1, val 0) */
+    size_t n_docs;                     /* documents (files) */
+    size_t n_val_docs;                 /* documents with a validation part ... */
+    size_t n_val_whole;                /* ... of which whole (too short to cut at a line) */
     size_t val_bytes, train_bytes;     /* of UTF-8 text */
     size_t val_tokens, train_tokens;   /* <|endoftext|> included */
     int n_val_shards, n_train_shards;  /* val shards numbered from 0, train shards on from there */
+    text_shards_top top[TEXT_SHARDS_TOP]; /* the most frequent tokens, most first (n 0: unused) */
 } text_shards_result;
 
 /* Tokenises input (a file or a folder) into outdir as described above and fills *r.

@@ -121,10 +121,15 @@ DDP_API void ddp_log_write(ddp_log_level level, int only_rank0, const char *file
 #endif
     ;
 
+/* The DDP_* macros' messages are for the person running the job (each names the problem and the
+ * fix), so they carry the source location only at the debug level; the check macros (try.h), for
+ * failures inside the runtime, pass theirs to ddp_log_write always. */
 #define DDP_LOG_(lvl, r0, ...)                                                 \
     do {                                                                       \
-        if ((lvl) <= ddp_log_get_level())                                      \
-            ddp_log_write((lvl), (r0), __FILE__, __LINE__, __VA_ARGS__);       \
+        ddp_log_level lvl_ = ddp_log_get_level();                              \
+        if ((lvl) <= lvl_)                                                     \
+            ddp_log_write((lvl), (r0), lvl_ == DDP_LOG_DEBUG ? __FILE__ : NULL, \
+                          __LINE__, __VA_ARGS__);                              \
     } while (0)
 #define DDP_ERROR(...) DDP_LOG_(DDP_LOG_ERROR, 0, __VA_ARGS__)
 #define DDP_WARN(...) DDP_LOG_(DDP_LOG_WARN, 0, __VA_ARGS__)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tokenize.sh - one command from your own text to GPT-2 token shards for ddp-train --model gpt2:
-# installs what it needs, builds ddp-tokenize (and ddp-train) and runs it.
+# installs what it needs, builds ddp-tokenize (and ddp-train, ddp-launch) and runs it.
 #
 # Usage: scripts/tokenize.sh INPUT OUTDIR [ddp-tokenize flags, e.g. --val-fraction 0.05 --latin1]
 #   INPUT   a UTF-8 text file, or a folder of them (every file under it, in path order)
@@ -41,8 +41,10 @@ build() {
         echo "tokenize: configuring $builddir (meson setup)"
         out=$(meson setup "$builddir" "$root" --buildtype=release 2>&1) || { echo "$out" >&2; exit 1; }
     fi
-    echo "tokenize: building ddp-tokenize and ddp-train in $builddir (1-2 minutes the first time)"
-    if ! ninja -C "$builddir" train/ddp-tokenize train/ddp-train > "$log" 2>&1; then
+    echo "tokenize: building ddp-tokenize, ddp-train and ddp-launch in $builddir (1-2 minutes the"\
+         "first time)"
+    if ! ninja -C "$builddir" train/ddp-tokenize train/ddp-train launcher/ddp-launch > "$log" 2>&1
+    then
         tail -n 30 "$log" >&2
         die "the build failed; its whole output is in $log"
     fi

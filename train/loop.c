@@ -206,9 +206,11 @@ static ddp_status build(trainer *t, train_view *v)
     TRY_OK(trainer_verify(t, NULL));
     TRY_OK(build_reducer(t, v));
     v->optim.decays = v->decays;
-    TRY_OK(trainer_agree(t, optim_create(t->ctx, t->ops, &v->optim, v->numel, v->n_params,
-                                         t->reducer, &t->opt)));
-    train_buffers_of_optim(t->opt, &t->setup.buf);
+    if (!train_sample_only(t->o)) { /* sampling alone takes no step: no optimizer state */
+        TRY_OK(trainer_agree(t, optim_create(t->ctx, t->ops, &v->optim, v->numel, v->n_params,
+                                             t->reducer, &t->opt)));
+        train_buffers_of_optim(t->opt, &t->setup.buf);
+    }
     if (t->o->zero > 0 && t->task->attach)
         t->task->attach(t);
     TRY_OK(build_scaler(t));
@@ -235,6 +237,17 @@ static void mark_restart(trainer *t, int resumed)
                t->start.step, t->total_steps);
 }
 
+/* The task's learning rate at step (0-based) had the run been planned over total_steps. */
+static double lr_over_plan(void *arg, long step, long total_steps)
+{
+    trainer *t = arg;
+    long planned = t->total_steps;
+    t->total_steps = total_steps;
+    double lr = t->task->lr(t, step);
+    t->total_steps = planned;
+    return lr;
+}
+
 /* Inputs, step plan, output folders, model, and the resumed position; agreed on by every rank. */
 static ddp_status prepare(trainer *t)
 {
@@ -258,7 +271,8 @@ static ddp_status prepare(trainer *t)
     train_buffers buf = t->setup.buf;
     t->setup = (train_setup){.ctx = t->ctx, .o = t->o, .buf = buf, .n_train = t->n_train,
                              .steps_per_epoch = t->steps_per_epoch,
-                             .total_steps = t->total_steps, .scaler = t->scaler};
+                             .total_steps = t->total_steps, .scaler = t->scaler,
+                             .lr = lr_over_plan, .lr_arg = t};
     int resumed = 0;
     st = train_resume(&t->setup, &t->start, &resumed);
     t->step = t->start.step;
@@ -544,8 +558,8 @@ static ddp_status train_and_finish(trainer *t)
         return t->nan_stopped ? DDP_ERR_STATE : DDP_ERR_IO;
     report_scaler(t);
     ddp_status st = t->task->report_end(t);
-    if (st == DDP_OK)
-        st = trainer_verify(t, "after training");
+    if (st == DDP_OK) /* --sample-only: the check, without a word of training */
+        st = trainer_verify(t, train_sample_only(t->o) ? NULL : "after training");
     return st == DDP_OK ? save(t) : st;
 }
 

@@ -11,6 +11,7 @@
  * shards once over all ranks.
  */
 #include <errno.h>
+#include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +90,26 @@ static char *gpt_val_pattern(const train_opts *o)
     return p;
 }
 
+/* A validation pattern derived from --data that matches no file: DDP_ERR_INVALID_ARG, saying it was
+ * derived and how (an unquoted pattern the shell expanded to one shard derives that shard's
+ * number, which the validation shards rarely have). DDP_OK for --val-data or a match. */
+static ddp_status gpt_check_derived(const train_opts *o, const char *vpat)
+{
+    glob_t g;
+    int found = glob(vpat, 0, NULL, &g) == 0;
+    globfree(&g);
+    if (o->gpt.val_data || found)
+        return DDP_OK;
+    int one_file = !strpbrk(o->data_dir, "*?[");
+    DDP_ERROR("no validation shard matches %s, the name derived from --data %s (\"train\" "
+              "replaced by \"val\")%s; quote the pattern (--data 'DIR/NAME_train_*.bin') or give "
+              "--val-data PATTERN", vpat, o->data_dir,
+              one_file ? ": --data names one file; when you typed a pattern such as "
+                         "NAME_train_*.bin without quotes, the shell expanded it to a file name"
+                       : "");
+    return DDP_ERR_INVALID_ARG;
+}
+
 /* DDP_ERR_INVALID_ARG (logged, naming the shard or the pattern) when the validation shards hold no
  * target: every shard has 0 or 1 tokens, and the validation loss would be 0 / 0. */
 static ddp_status gpt_check_val(const trainer *t, const char *pattern)
@@ -118,6 +139,8 @@ static ddp_status gpt_open_data(trainer *t)
     char *vpat = st == DDP_OK ? gpt_val_pattern(o) : NULL;
     if (st == DDP_OK && !vpat)
         st = DDP_ERR_INVALID_ARG;
+    if (st == DDP_OK)
+        st = gpt_check_derived(o, vpat);
     if (st == DDP_OK)
         st = tokens_set_open(vpat, G(t)->cfg.vocab, &G(t)->val_data);
     if (st == DDP_OK)
@@ -305,15 +328,16 @@ static ddp_status gpt_open(trainer *t)
     gpt_task *s = G(t);
     *s = (gpt_task){.B = t->o->batch, .T = t->o->gpt.seq, .val_loss = NAN, .last_loss = NAN};
     ddp_status st = trainer_agree(t, gpt_config(t));
-    if (st == DDP_OK)
+    int data = !train_sample_only(t->o); /* sampling alone needs the vocabulary only */
+    if (st == DDP_OK && data)
         st = trainer_agree(t, gpt_open_data(t));
-    if (st == DDP_OK)
+    if (st == DDP_OK && data)
         st = gpt_same_data(t);
-    if (st == DDP_OK)
+    if (st == DDP_OK && data)
         st = trainer_agree(t, gpt_plan(t));
     if (st == DDP_OK)
         st = trainer_agree(t, gpt_open_vocab(t));
-    t->n_train = st == DDP_OK ? tokens_loader_n_windows(s->loader) : 0;
+    t->n_train = st == DDP_OK && data ? tokens_loader_n_windows(s->loader) : 0;
     return st;
 }
 
@@ -393,23 +417,26 @@ static void gpt_copy_written(void *g, long t) { gpt2_copy_written(g, t); }
  * by --seed, the step and the flat index), so every rank's copy under --zero 1/2 is --zero 0's
  * byte for byte; in bf16 under --zero the ranks then all-gather that copy instead of the fp32
  * parameters (half the bytes; gpt2_set_copy_gather). Once, before the first forward pass (the
- * optimizer exists only after build). */
+ * optimizer exists only after build, and not at all for --sample-only). */
 static void gpt_wire_copy(trainer *t)
 {
     gpt_task *s = G(t);
     ddp_dtype p;
     void *wc = gpt2_copy(s->model, &p);
-    if (s->copy_wired || !t->opt || !wc || !t->ops->cast_stochastic)
+    if (s->copy_wired || !wc || !t->ops->cast_stochastic)
         return;
     s->copy_wired = 1;
     uint32_t seed = (uint32_t)(t->o->seed ^ t->o->seed >> 32);
-    size_t offset, n;
-    optim_range(t->opt, &offset, &n);
-    optim_copy c = {.wc = wc, .p = p, .seed = seed, .written = gpt_copy_written, .arg = s->model,
-                    .gather = true};
-    bool on = optim_set_copy(t->opt, &c);
+    size_t offset = 0, n = 0;
+    bool on = false; /* --sample-only has no optimizer: the model rounds the whole copy */
+    if (t->opt) {
+        optim_range(t->opt, &offset, &n);
+        optim_copy c = {.wc = wc, .p = p, .seed = seed, .written = gpt_copy_written,
+                        .arg = s->model, .gather = true};
+        on = optim_set_copy(t->opt, &c);
+    }
     gpt2_copy_rounding(s->model, seed, &t->step, offset, on ? n : 0);
-    gpt2_set_copy_gather(s->model, optim_gathers_copy(t->opt));
+    gpt2_set_copy_gather(s->model, t->opt && optim_gathers_copy(t->opt));
 }
 
 static void gpt_batch(trainer *t)
@@ -630,6 +657,15 @@ static void gpt_report_memory(const trainer *t, const gpt_mem_report *r)
                r->device_used, r->device_total, G(t)->device_used_max);
 }
 
+/* The type the logits are stored in (the activations'), from their size: 4 bytes an element fp32,
+ * else the run's 16-bit precision. */
+static const char *gpt_logits_type(const trainer *t, double logits_mib)
+{
+    double elems = (double)G(t)->B * G(t)->T * G(t)->cfg.padded_vocab;
+    double bytes = logits_mib * 1024.0 * 1024.0 / elems;
+    return bytes > 3.0 ? "fp32" : model_precision_name(t->o->model.precision);
+}
+
 /* Rank 0, before the first step (a run that then runs out of memory has said what it holds): the
  * memory allocated per rank, the 16-bit weight copy and the logits broken out. */
 static void gpt_report_memory_start(trainer *t)
@@ -640,11 +676,11 @@ static void gpt_report_memory_start(trainer *t)
     double copy = r.params - (double)gpt2_numel_total(G(t)->model) * sizeof(float) / mib;
     printf("memory per rank at start-up (%s, allocated before the first step): parameters %.1f MiB "
            "(fp32 master weights%s), gradients %.1f MiB, optimizer state %.1f MiB, activations "
-           "%.1f MiB (the logits %.1f MiB of them: B x T x padded vocabulary, bf16 in bf16 runs, "
-           "which --recompute does not shrink), communication buffers %.1f MiB\n",
+           "%.1f MiB (the logits %.1f MiB of them: B x T x padded vocabulary in %s, which "
+           "--recompute does not shrink), communication buffers %.1f MiB\n",
            ddp_backend(t->ctx) == DDP_BACKEND_CPU ? "host" : "device", r.params,
            copy > 0.5 / 1024.0 ? ", and their 16-bit copy for the matmuls" : "", r.grads, r.optimizer,
-           r.activations, r.logits, r.comm);
+           r.activations, r.logits, gpt_logits_type(t, r.logits), r.comm);
     if (copy > 0.5 / 1024.0)
         printf("  %s keeps a copy of the weights for the 16-bit matmuls (%.1f MiB) beside the fp32 "
                "master weights, so it can take more memory than fp32 on small batches; it saves "
@@ -712,12 +748,44 @@ static void gpt_report_flops(const trainer *t)
         printf("MFU not computed on the CPU (no peak table); give --peak-tflops X\n");
 }
 
+/* Rank 0, --sample-only from --init-from: the model sampled, in one line (no training banner). */
+static void gpt_report_sampling(const trainer *t)
+{
+    const gpt2_config *c = &G(t)->cfg;
+    printf("ddp-train: sampling from %s (gpt2, %zu parameters: L %d, heads %d, channels %d), no "
+           "training\n", t->o->gpt.init_from, gpt2_config_n_params(c), c->layers, c->heads,
+           c->channels);
+    fflush(stdout);
+}
+
+/* Rank 0: a warning for --warmup-steps or --val-every larger than the steps planned, with the
+ * numbers and the fix. */
+static void gpt_warn_plan(const trainer *t)
+{
+    const train_gpt_opts *g = &t->o->gpt;
+    long steps = t->total_steps, fit = steps / 10 > 0 ? steps / 10 : 1;
+    if (g->warmup_steps > steps)
+        DDP_WARN0("--warmup-steps %ld is more than the %ld steps planned: the learning rate never "
+                  "reaches --lr %g (it ends at %.3g) and never decays; use --warmup-steps %ld or "
+                  "fewer (e.g. %ld), or plan more steps (--max-steps, --epochs)", g->warmup_steps,
+                  steps, t->o->lr, gpt_lr(t, steps > 0 ? steps - 1 : 0), steps, fit);
+    if (g->val_every > steps)
+        DDP_WARN0("--val-every %d is more than the %ld steps planned: the validation loss is "
+                  "measured only once, at the end; use --val-every %ld or fewer (e.g. %ld) to "
+                  "see it fall", g->val_every, steps, steps, steps / 4 > 0 ? steps / 4 : 1);
+}
+
 /* Rank 0: the start-up report. */
 static void gpt_report_start(trainer *t)
 {
     if (t->rank != 0)
         return;
     const train_opts *o = t->o;
+    if (train_sample_only(o)) {
+        gpt_report_sampling(t);
+        return;
+    }
+    gpt_warn_plan(t);
     ddp_dtype p = o->model.precision;
     printf("ddp-train: %d rank(s), backend %s\n", t->world, ddp_backend_name(ddp_backend(t->ctx)));
     if (ddp_backend(t->ctx) == DDP_BACKEND_CPU)
@@ -794,7 +862,8 @@ static void gpt_print_rates(const trainer *t, const gpt_rates *r)
     printf("\nthroughput: %.1f tokens/s across %d rank(s) (%ld steps in %.2f s of training)",
            r->tps, t->world, r->steps, t->train_seconds);
     if (isnan(r->tps_steady)) {
-        printf("; from step 2 on: not measured (one step)\n");
+        printf("; from step 2 on: not measured (%s)\n",
+               r->steps == 0 ? "no step in this run" : r->steps == 1 ? "one step" : "no time");
         return;
     }
     printf("; from step 2 on %.1f tokens/s, %.1f ms/step, model FLOPs %.4g TFLOP/s per rank (6N + "
@@ -885,7 +954,8 @@ static ddp_status gpt_report_end(trainer *t)
     s->peak_rss_max = mem[0] / 1024.0;
     s->device_used_max = mem[1] >= 0.0 ? mem[1] / (1024.0 * 1024.0) : NAN;
     train_comm_stats(t->ctx, &s->comm); /* collective */
-    gpt_report_summary(t);
+    if (!train_sample_only(t->o)) /* no step: no throughput or training memory to report */
+        gpt_report_summary(t);
     return DDP_OK;
 }
 

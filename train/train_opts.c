@@ -658,6 +658,11 @@ static void usage_error(const struct option *longs, const char *what, const char
     fputs("\nusage: ddp-train [options]; ddp-train --help lists them\n", stderr);
 }
 
+int train_sample_only(const train_opts *o)
+{
+    return o->gpt.sample_only && !o->resume;
+}
+
 train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
 {
     unsigned char seen[N_ROWS] = {0};

@@ -115,6 +115,10 @@ typedef enum train_parse_result {
 /* Fills o with the defaults, then parses argv. Messages name the flag and the bad value. */
 train_parse_result train_parse_args(int argc, char **argv, train_opts *o);
 
+/* 1 for --sample-only without --resume: the weights of --init-from sampled, with no data loader,
+ * no optimizer state and no step (--resume restores a whole run, so it opens both). */
+int train_sample_only(const train_opts *o);
+
 /* Writes the options, one "name: value" per line, for the start-up report. */
 void train_print_opts(FILE *f, const train_opts *o);
 

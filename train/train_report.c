@@ -65,7 +65,7 @@ static void format_duration(char *buf, size_t n, double seconds)
 
 int progress_due(const progress_bar *p, long step)
 {
-    return step % p->log_every == 0 || step == p->total_steps;
+    return step % p->log_every == 0 || step == p->total_steps || step == p->first_step + 1;
 }
 
 void progress_update(progress_bar *p, long step, int epoch, double loss)

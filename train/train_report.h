@@ -33,8 +33,8 @@ typedef struct progress_bar {
 } progress_bar;
 
 void progress_init(progress_bar *p, int log_every, long total_steps, long samples_per_step);
-/* 1 when step `step` gets a progress line (every log_every steps and the last one): the trainer
- * downloads its loss from the GPU only then. */
+/* 1 when step `step` gets a progress line (this run's first step, at once, then every log_every
+ * steps, and the last one): the trainer downloads its loss from the GPU only then. */
 int progress_due(const progress_bar *p, long step);
 /* After optimizer step `step` (1-based) of epoch `epoch`; loss: this rank's running mean loss. */
 void progress_update(progress_bar *p, long step, int epoch, double loss);

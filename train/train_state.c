@@ -130,10 +130,25 @@ static int state_fingerprint(const train_setup *s, fp_entry *fp)
     return n;
 }
 
+/* The warning's note on the rate at the checkpoint's step, before and after the new plan. */
+static void rate_change(const train_setup *s, const ddp_state *st, long was, long now, char *buf,
+                        size_t n)
+{
+    uint64_t step = 0;
+    buf[0] = '\0';
+    if (!s->lr || !ddp_state_u64(st, "step", &step))
+        return;
+    double before = s->lr(s->lr_arg, (long)step, was), after = s->lr(s->lr_arg, (long)step, now);
+    snprintf(buf, n, "; at the checkpoint's step %llu the learning rate goes from %.3g (the "
+             "%ld-step plan) to %.3g (x %.2f)", (unsigned long long)step, before, was, after,
+             before > 0 ? after / before : 0.0);
+}
+
 /* A cosine schedule planned over another number of steps (a run extended or shortened with
  * --max-steps or --epochs): allowed, the rate recomputed over the new plan from the checkpoint's
- * step on, and said. */
-static int schedule_extended(const fp_entry *fp, const char *theirs, const char *path)
+ * step on, and said with the rate before and after at that step. */
+static int schedule_extended(const train_setup *s, const ddp_state *st, const fp_entry *fp,
+                             const char *theirs, const char *path)
 {
     long was = 0, now = 0;
     if (strcmp(fp->key, "config.lr_schedule") != 0 || sscanf(theirs, "cosine over %ld steps", &was) != 1 ||
@@ -141,9 +156,12 @@ static int schedule_extended(const fp_entry *fp, const char *theirs, const char 
         return 0;
     if (now == 0) /* --sample-only: no step to plan */
         return 1;
+    char rate[256];
+    rate_change(s, st, was, now, rate, sizeof rate);
     DDP_WARN("--resume %s: the run was planned over %ld steps, now over %ld: the learning-rate "
-             "schedule is recomputed over the new plan from the checkpoint's step on, so the result "
-             "is no longer bit-identical to a straight %ld-step run", path, was, now, now);
+             "schedule is recomputed over the new plan from the checkpoint's step on%s, so the "
+             "result is no longer bit-identical to a straight %ld-step run", path, was, now, rate,
+             now);
     return 1;
 }
 
@@ -157,7 +175,8 @@ static ddp_status check_fingerprint(const train_setup *s, const ddp_state *st, c
     *other_world = 0;
     for (int i = 0; i < n; i++) {
         const char *theirs = ddp_state_text(st, fp[i].key);
-        if (theirs && (strcmp(theirs, fp[i].value) == 0 || schedule_extended(&fp[i], theirs, path)))
+        if (theirs && (strcmp(theirs, fp[i].value) == 0 ||
+                       schedule_extended(s, st, &fp[i], theirs, path)))
             continue;
         int allowed = fp[i].reshardable && s->o->resume_reshard && theirs;
         *other_world |= strcmp(fp[i].key, "config.world_size") == 0;

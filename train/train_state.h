@@ -44,6 +44,10 @@ typedef struct train_setup {
     long steps_per_epoch;  /* optimizer steps per epoch */
     long total_steps;      /* planned optimizer steps (the cosine schedule's length) */
     ddp_scaler *scaler;    /* the loss scaler (fp16), NULL without one: its state is saved */
+    /* The learning rate at step over a plan of total_steps (a resume that changes the plan says
+     * what it does to the rate); NULL: not said. */
+    double (*lr)(void *lr_arg, long step, long total_steps);
+    void *lr_arg;
 } train_setup;
 
 /* Rank 0, before training: the folders of --save, --trace and --checkpoint-dir (created with their

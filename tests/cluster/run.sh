@@ -264,7 +264,8 @@ run_template() {
     export DDP_BIN=$BUILD DDP_DATA=$DATA DDP_OUT=$WORK/$2
     if [[ $2 == gpt2 ]]; then # the GPT template: Austen's shards, a tiny GPT-2 for a few steps
         export DDP_DATA="$SRC/data/text/austen_train_*.bin" DDP_BATCH=2 DDP_CKPT_EVERY=3
-        export DDP_GPT_ARGS="--layers 2 --heads 2 --channels 32 --seq 32 --max-steps 6 --val-max-batches 2"
+        export DDP_MAX_STEPS=6 DDP_GPT_ARGS="--layers 2 --heads 2 --channels 32 --seq 32 \
+--warmup-steps 2 --val-every 3 --val-max-batches 2"
     fi
     cd "$SRC"
     submit "tmpl-$2" "$WORK/$2.out" "$1"
@@ -274,6 +275,10 @@ run_template() {
     if [[ $2 == gpt2 ]]; then
         compgen -G "$DDP_OUT/checkpoints/step-*.ckpt" >/dev/null || fail "the GPT template wrote no checkpoint"
         [[ -s $DDP_OUT/gpt2.bin ]] || fail "the GPT template wrote no llm.c model file (--save-llmc)"
+        grep -q '^step [0-9]*/6 ' "$DDP_OUT/logs/rank.0.out" \
+            || fail "DDP_MAX_STEPS=6 did not reach ddp-train as --max-steps 6"
+        ! grep -q 'is more than the [0-9]* steps planned' "$WORK/$2.out" "$DDP_OUT/logs/rank.0.err" \
+            || fail "the GPT template warns that its plan does not fit"
     fi
     for ((r = 0; r < world; r++)); do
         [[ -f $DDP_OUT/logs/rank.$r.out && -f $DDP_OUT/logs/rank.$r.err ]] || fail "no log files of rank $r in $DDP_OUT/logs"

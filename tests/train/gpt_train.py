@@ -12,11 +12,16 @@ Modes:
                moments and the loader's position.
   llmc         --save-llmc writes llm.c's model file and --init-from reads it back; --sample-only
                samples from it without training, after a --prompt, greedy (--temperature 0: the
-               same text twice) and at --top-k 5 (another --seed, another text); needs
-               data/text's GPT-2 vocabulary (scripts/fetch-text.sh).
+               same text twice) and at --top-k 5 (another --seed, another text), also without
+               the training shards (no banner, optimizer state or throughput; a missing
+               vocabulary named as --vocab); the first step's loss line comes at once, whatever
+               --log-every; needs data/text's GPT-2 vocabulary (scripts/fetch-text.sh).
   bad_input    missing shards, a bad magic, a token outside the vocabulary, a batch plan that does
                not divide, an --init-from that is no model file (a FIFO too): a clear message and
-               exit 1 on every rank, no hang.
+               exit 1 on every rank, no hang; a newcomer's frictions: an unquoted --data pattern,
+               a warm-up or validation interval beyond the plan, a run extended on resume (the
+               rate before and after), one with no step left (said so), an fp32 run's memory line
+               (no bf16 in it).
   profile_step DDP_PROFILE_STEP=2 (the step a profiler records, ddp_profiler_range: a no-op on the
                CPU) changes nothing: the checkpoint equals a run without it, bit for bit; a value
                that is not a step number >= 1 stops the run with a clear message.
@@ -31,6 +36,7 @@ one process with --accum 2 reads the same two as its micro-batches.
 Usage: gpt_train.py MODE DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
 import json
+import math
 import os
 import re
 import stat
@@ -174,8 +180,12 @@ def llmc(chk, exe, ckpt, mpi, tmp):
     validation loss is the saved model's."""
     data = write_data(tmp)
     path = os.path.join(tmp, "model.bin")
-    rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 4, ["--save-llmc", path]), timeout=300)
+    rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 4, ["--save-llmc", path,
+                                                             "--log-every", "3"]), timeout=300)
     chk.check(rc == 0 and os.path.exists(path), f"--save-llmc writes {path} (exit {rc})", out)
+    chk.check(re.findall(r"^step (\d+)/4 ", out, re.M) == ["1", "3", "4"],
+              "--log-every 3: a loss line at the first step at once, then steps 3 and 4 (the last)",
+              out)
     chk.check(re.search(r"memory per rank at start-up .* activations [\d.]+ MiB \(the logits [\d.]+ MiB", out)
               is not None, "the memory is reported before the first step, the logits broken out", out)
     with open(path, "rb") as f:
@@ -212,6 +222,27 @@ def sample_only(chk, exe, data, model):
               f"greedy sampling: the prompt, then the same text twice ({greedy})")
     drawn = [run("--temperature", "1", "--top-k", "5", "--seed", str(seed)) for seed in (1, 2)]
     chk.check(drawn[0] is not None and drawn[0] != drawn[1], f"top-k 5 at two seeds: two texts ({drawn})")
+    sample_without_data(chk, exe, data, model, vocab)
+
+
+def sample_without_data(chk, exe, data, model, vocab):
+    """--sample-only needs the weights and the vocabulary only: no shards, no training banner, no
+    optimizer state, no throughput (with the shards there or not); a missing vocabulary names
+    --vocab."""
+    absent = os.path.join(os.path.dirname(model), "no-such-shards", "x_train_*.bin")
+    base = [exe, "--model", "gpt2", "--device", "cpu", "--init-from", model, "--sample-only",
+            "--sample", "8", "--data", absent]
+    for shards in (data, absent):
+        rc, out = trainlib.run(base[:-1] + [shards, "--vocab", vocab], timeout=300)
+        what = "without the training shards" if shards == absent else "with the shards there"
+        chk.check(rc == 0 and re.search(r"^sample \(8 tokens", out, re.M) is not None,
+                  f"--sample-only {what}: a sample", out)
+        chk.check(not re.search(r"rank\(s\), backend|optimizer state|tokens/s|^data:|after "
+                                r"training", out, re.M),
+                  f"--sample-only {what}: no training banner, optimizer state or throughput", out)
+    rc, out = trainlib.run(base, timeout=300)
+    chk.check(rc != 0 and "--vocab" in out and "--data" not in out.replace(absent, ""),
+              "--sample-only without a vocabulary: the error names --vocab", out)
 
 
 def expect_failure(chk, cmd, pattern, what):
@@ -239,9 +270,56 @@ def bad_input(chk, exe, ckpt, mpi, tmp):
     expect_failure(chk, tiny(exe, os.path.join(folder, "syn_*_000001.bin"), 2, ["--val-data", os.path.join(tmp, "x_*.bin")]),
                    r"x_\*\.bin", "a validation pattern that matches nothing")
     different_data(chk, exe, mpi, tmp)
+    newcomer(chk, exe, tmp, data)
     empty_validation(chk, exe, mpi, tmp, data)
     bad_init_from(chk, exe, mpi, tmp, data)
     bad_save_llmc(chk, exe, mpi, tmp, data)
+
+
+def newcomer(chk, exe, tmp, data):
+    """A newcomer's frictions (issue 38): an unquoted --data pattern the shell expanded to one
+    shard (the derived validation name is said to be derived, with the fix); --warmup-steps and
+    --val-every beyond the steps planned (warned once, with the numbers and the fix); a run
+    extended on resume (the warning gives the rate at the resumed step before and after)."""
+    one = os.path.join(os.path.dirname(data), "syn_train_000001.bin")
+    expect_failure(chk, tiny(exe, one, 2), r"syn_val_000001\.bin, the name derived from --data "
+                   r".*--data names one file.*quote the pattern.*--val-data",
+                   "--data naming one shard (an unquoted pattern): the derived name and the fix")
+    rc, out = trainlib.run(tiny(exe, one, 2), timeout=120)
+    chk.check(rc not in (0, -999) and not re.search(r"\w+\.c:\d+:", out),
+              "a user's error carries no source location (file.c:123:)", out)
+    rc, out = trainlib.run(tiny(exe, data, 3, ["--warmup-steps", "5", "--val-every", "8"]),
+                           timeout=300)
+    warm = r"warning: --warmup-steps 5 is more than the 3 steps planned.*use --warmup-steps 3 or fewer"
+    val = r"warning: --val-every 8 is more than the 3 steps planned.*--val-every 3 or fewer"
+    chk.check(rc == 0 and len(re.findall(warm, out)) == 1 and len(re.findall(val, out)) == 1,
+              "--warmup-steps 5 and --val-every 8 over 3 steps: one warning each, numbers and fix",
+              out)
+    rc, out = trainlib.run(tiny(exe, data, 3, ["--val-every", "3"]), timeout=300)
+    chk.check(rc == 0 and "is more than the" not in out, "a plan that fits: no warning", out)
+    ckdir = os.path.join(tmp, "extend")
+    rc, out = trainlib.run(tiny(exe, data, 4, ["--checkpoint-dir", ckdir, "--checkpoint-every", "2",
+                                               "--warmup-steps", "0"]), timeout=300)
+    mid = os.path.join(ckdir, f"step-{2:012d}.ckpt")
+    rc2, out2 = trainlib.run(tiny(exe, data, 12, ["--resume", mid, "--warmup-steps", "0"]),
+                             timeout=300)
+    m = re.search(r"planned over 4 steps, now over 12.*at the checkpoint's step 2 the learning "
+                  r"rate goes from (\S+) \(the 4-step plan\) to (\S+) \(x", out2)
+    # cosine from 1e-3 to 1e-4 (--lr-floor 0.1): step 2 of 4 is 1e-4 + 0.5 (1 + cos(2 pi / 3)) 9e-4,
+    # of 12 1e-4 + 0.5 (1 + cos(2 pi / 11)) 9e-4
+    want = [1e-4 + 0.5 * (1 + math.cos(math.pi * 2 / 3)) * 9e-4,
+            1e-4 + 0.5 * (1 + math.cos(math.pi * 2 / 11)) * 9e-4]
+    chk.check(rc == 0 and rc2 == 0 and m is not None
+              and all(abs(float(g) - w) < 5e-3 * w for g, w in zip(m.groups(), want)),
+              f"extended on resume: the rate at step 2 before and after ({want})", out + out2)
+    end = os.path.join(ckdir, f"step-{4:012d}.ckpt")
+    rc, out = trainlib.run(tiny(exe, data, 4, ["--resume", end, "--warmup-steps", "0"]),
+                           timeout=300)
+    chk.check(rc == 0 and "from step 2 on: not measured (no step in this run)" in out,
+              "a resumed run with no step left: 'no step in this run', not 'one step'", out)
+    chk.check(re.search(r"the logits [\d.]+ MiB of them: B x T x padded vocabulary in fp32", out)
+              is not None and "bf16 in bf16 runs" not in out,
+              "an fp32 run's memory line: logits in fp32, no bf16", out)
 
 
 def bad_save_llmc(chk, exe, mpi, tmp, data):
