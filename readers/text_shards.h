@@ -1,5 +1,5 @@
 /* text_shards.h - a user's text (a file, or a folder of files) turned into llm.c token shards
- * (tokens.h) with GPT-2's BPE (bpe.h): the work of ddp-tokenize (train/ddp_tokenize.c).
+ * (tokens.h) with GPT-2's BPE (bpe.h): the work of ddp-tokenize (tools/ddp_tokenize.c).
  *
  * Documents. A file is one document; a folder's files (all of its tree, hidden names skipped) are
  * documents in the byte order of their paths; empty files, links to folders and outdir (when it is

@@ -22,7 +22,7 @@ die() { echo "tokenize: $*" >&2; exit 1; }
 
 usage() {
     sed -n '2,/^set -e/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
-    [[ -x "$builddir/train/ddp-tokenize" ]] && { echo; "$builddir/train/ddp-tokenize" --help; }
+    [[ -x "$builddir/tools/ddp-tokenize" ]] && { echo; "$builddir/tools/ddp-tokenize" --help; }
     return 0
 }
 
@@ -43,7 +43,7 @@ build() {
     fi
     echo "tokenize: building ddp-tokenize, ddp-train and ddp-launch in $builddir (1-2 minutes the"\
          "first time)"
-    if ! ninja -C "$builddir" train/ddp-tokenize train/ddp-train launcher/ddp-launch > "$log" 2>&1
+    if ! ninja -C "$builddir" tools/ddp-tokenize train/ddp-train launcher/ddp-launch > "$log" 2>&1
     then
         tail -n 30 "$log" >&2
         die "the build failed; its whole output is in $log"
@@ -59,7 +59,7 @@ main() {
     "$root/scripts/install-deps.sh" train
     ensure_vocab
     build
-    exec "$builddir/train/ddp-tokenize" --vocab "$vocab" "$@"
+    exec "$builddir/tools/ddp-tokenize" --vocab "$vocab" "$@"
 }
 
 main "$@"

@@ -21,7 +21,7 @@
 #include "cpu_isa.h"
 #include "gpt2.h"
 #include "gpt2_sample.h"
-#include "gpt_ckpt.h"
+#include "gpt2_ckpt.h"
 #include "loop.h"
 #include "malloc_policy.h"
 #include "mfu.h"
@@ -60,7 +60,7 @@ typedef struct gpt_task {
     double steady_seconds; /* train_seconds at the end of this run's first step */
     double device_used_max; /* MiB: the most device memory in use over the ranks (CUDA), NAN */
     run_stats comm;         /* --trace: the communication figures (train_comm_stats) */
-    gpt_ckpt init;         /* --init-from a ddp checkpoint: its weights, held from gpt_config to
+    gpt2_ckpt init;         /* --init-from a ddp checkpoint: its weights, held from gpt_config to
                               gpt_build (then freed; step and folder stay for the report) */
     int init_ckpt;         /* 1: --init-from named a ddp checkpoint, not an llm.c model file */
     int copy_wired;        /* gpt_wire_copy has run */
@@ -241,9 +241,9 @@ static ddp_status gpt_config(trainer *t)
 {
     const train_gpt_opts *g = &t->o->gpt;
     G(t)->cfg = g->cfg;
-    G(t)->init_ckpt = g->init_from && gpt_ckpt_is_ddp(g->init_from);
+    G(t)->init_ckpt = g->init_from && gpt2_ckpt_is_ddp(g->init_from);
     if (G(t)->init_ckpt) {
-        TRY_OK(gpt_ckpt_read(g->init_from, "--init-from", 1, &G(t)->init));
+        TRY_OK(gpt2_ckpt_read(g->init_from, "--init-from", 1, &G(t)->init));
         G(t)->cfg = G(t)->init.cfg;
     }
     if (g->init_from) {
@@ -349,7 +349,7 @@ static ddp_status gpt_load_ckpt(trainer *t)
     gpt_task *s = G(t);
     const char *path = t->o->gpt.init_from;
     ddp_status st = DDP_OK;
-    if (!gpt_ckpt_same_signature(&s->init, gpt2_descs(s->model), gpt2_n_params(s->model),
+    if (!gpt2_ckpt_same_signature(&s->init, gpt2_descs(s->model), gpt2_n_params(s->model),
                                  "--init-from", path) ||
         s->init.numel != gpt2_numel_total(s->model))
         st = DDP_ERR_MISMATCH;
@@ -990,7 +990,7 @@ static void gpt_release(trainer *t)
     tokens_set_close(s->val_data);
     bpe_vocab_free(s->vocab);
     bpe_encoder_free(s->encoder);
-    gpt_ckpt_free(&s->init);
+    gpt2_ckpt_free(&s->init);
 }
 
 const train_task train_task_gpt = {

@@ -93,7 +93,7 @@ mkdir -p "$p/new" "$p/base/train" "$p/base/runtime" "$p/data"
 import json, os
 tests = json.load(open("meson-tests.json"))
 build = os.getcwd()
-keep = {"train/ddp-train", "train/ddp-ckpt", "launcher/ddp-launch", "meson-tests.json", "ddp-version.txt"}
+keep = {"train/ddp-train", "tools/ddp-ckpt", "launcher/ddp-launch", "meson-tests.json", "ddp-version.txt"}
 for t in tests:
     if not any(s.split(":")[-1] == "cuda" for s in t["suite"]):
         continue

@@ -392,7 +392,7 @@ requeue_run() {
         "$TRAIN" --model mlp --data "$DATA" --epochs 100 --batch 32 --lr 0.05 $args \
         --save "$WORK/$1-ref.ckpt" ||
         { show_tail "$WORK/$1-ref.out"; fail "the uninterrupted reference run failed"; }
-    "$BUILD/train/ddp-ckpt" diff "$WORK/$1-ref.ckpt" "$dir/model.ckpt" >"$WORK/$1-diff.out" 2>&1 || true
+    "$BUILD/tools/ddp-ckpt" diff "$WORK/$1-ref.ckpt" "$dir/model.ckpt" >"$WORK/$1-diff.out" 2>&1 || true
     sed 's/^/  /' "$WORK/$1-diff.out"
     grep -q 'max_abs_diff=0 ' "$WORK/$1-diff.out" ||
         fail "stopped + requeued + resumed differs from the uninterrupted run"
@@ -422,7 +422,7 @@ EOF
     [[ -n $step ]] || { show_tail "$out"; fail "rank 0 did not report a SIGTERM stop"; }
     [[ $(grep -c "this rank stops after step $step\$" "$out") -eq 2 ]] ||
         { show_tail "$out"; fail "not both ranks stopped after step $step"; }
-    "$BUILD/train/ddp-ckpt" show "$dir/step-$(printf %012d "$step").ckpt" | grep -q "^  step = $step\$" ||
+    "$BUILD/tools/ddp-ckpt" show "$dir/step-$(printf %012d "$step").ckpt" | grep -q "^  step = $step\$" ||
         fail "no valid checkpoint of step $step"
 }
 

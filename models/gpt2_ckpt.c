@@ -1,4 +1,4 @@
-/* gpt_ckpt.c - a GPT-2's ddp checkpoint read as a model (gpt_ckpt.h).
+/* gpt2_ckpt.c - a GPT-2's ddp checkpoint read as a model (gpt2_ckpt.h).
  *
  * ddp-train's GPT checkpoints hold the flat parameter buffer in llm.c's layout (wte with its
  * padding rows first) and the fingerprint text config.model, "gpt2 L2 NH2 C64 maxT1024 V50257 T16
@@ -6,7 +6,7 @@
  * wte's rows give (an llm.c file started from may pad otherwise than to 128). The signature's
  * total is checked against the sizes, so a text that does not fit its parameters is refused.
  */
-#include "gpt_ckpt.h"
+#include "gpt2_ckpt.h"
 
 #include "ddp_checkpoint.h"
 #include "in_path.h"
@@ -44,7 +44,7 @@ static int is_save_folder(const char *path)
     return found;
 }
 
-int gpt_ckpt_is_ddp(const char *path)
+int gpt2_ckpt_is_ddp(const char *path)
 {
     struct stat sb;
     if (!path || stat(path, &sb) != 0)
@@ -109,9 +109,9 @@ static ddp_status read_config(const ddp_state *s, const char *flag, const char *
     return DDP_OK;
 }
 
-ddp_status gpt_ckpt_read(const char *path, const char *flag, int verify, gpt_ckpt *c)
+ddp_status gpt2_ckpt_read(const char *path, const char *flag, int verify, gpt2_ckpt *c)
 {
-    *c = (gpt_ckpt){0};
+    *c = (gpt2_ckpt){0};
     ddp_state *file = NULL;
     ddp_ckpt_dir *dir = NULL;
     c->folder = ddp_checkpoint_is_folder(path);
@@ -145,11 +145,11 @@ ddp_status gpt_ckpt_read(const char *path, const char *flag, int verify, gpt_ckp
     ddp_state_destroy(file);
     ddp_ckpt_dir_close(dir);
     if (st != DDP_OK)
-        gpt_ckpt_free(c);
+        gpt2_ckpt_free(c);
     return st;
 }
 
-int gpt_ckpt_same_signature(const gpt_ckpt *c, const ddp_param_desc *descs, int n_params,
+int gpt2_ckpt_same_signature(const gpt2_ckpt *c, const ddp_param_desc *descs, int n_params,
                             const char *flag, const char *path)
 {
     if (c->n_params != n_params) {
@@ -172,9 +172,9 @@ int gpt_ckpt_same_signature(const gpt_ckpt *c, const ddp_param_desc *descs, int 
     return 1;
 }
 
-void gpt_ckpt_free(gpt_ckpt *c)
+void gpt2_ckpt_free(gpt2_ckpt *c)
 {
     free(c->descs);
     free(c->params);
-    *c = (gpt_ckpt){0};
+    *c = (gpt2_ckpt){0};
 }

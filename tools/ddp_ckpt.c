@@ -34,7 +34,7 @@
 
 #include "ddp_checkpoint.h"
 #include "gpt2.h"
-#include "gpt_ckpt.h"
+#include "gpt2_ckpt.h"
 #include "in_path.h"
 #include "out_path.h"
 
@@ -498,15 +498,15 @@ static int ckpt_export_llmc(int argc, char **argv)
         free(target);
         return CKPT_TROUBLE;
     }
-    if (!gpt_ckpt_is_ddp(in)) {
+    if (!gpt2_ckpt_is_ddp(in)) {
         fprintf(stderr, "ddp-ckpt: export-llmc: %s is not a ddp checkpoint (a file starting with "
                 "DDPCKPT1, or a checkpoint folder with its %s): give one that ddp-train --model "
                 "gpt2 wrote with --save or --checkpoint-dir\n", in, DDP_CKPT_MANIFEST);
         free(target);
         return CKPT_TROUBLE;
     }
-    gpt_ckpt c;
-    ddp_status st = gpt_ckpt_read(in, "ddp-ckpt export-llmc", o.verify, &c);
+    gpt2_ckpt c;
+    ddp_status st = gpt2_ckpt_read(in, "ddp-ckpt export-llmc", o.verify, &c);
     if (st == DDP_OK)
         st = gpt2_llmc_write(target, &c.cfg, c.params, DDP_FP32);
     if (st != DDP_OK) {
@@ -519,7 +519,7 @@ static int ckpt_export_llmc(int argc, char **argv)
                c.cfg.layers, c.cfg.heads, c.cfg.channels, c.cfg.max_seq, c.cfg.vocab,
                c.cfg.padded_vocab, in, (unsigned long long)c.step);
     }
-    gpt_ckpt_free(&c);
+    gpt2_ckpt_free(&c);
     free(target);
     return rc;
 }
