@@ -50,7 +50,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -522,7 +521,7 @@ static void report_failed_save(const train_setup *s, const char *path, long step
  * files are there; no collective: the ranks may be gone). */
 static ddp_ckpt_manager *manager;
 
-static void manager_at_exit(void)
+void train_checkpoints_end(void)
 {
     ddp_ckpt_manager_destroy(manager);
     manager = NULL;
@@ -535,7 +534,7 @@ static ddp_ckpt_manager *state_manager(const train_setup *s)
     state_must(s->ctx, ddp_ckpt_manager_create(s->ctx, s->o->checkpoint_dir, s->o->keep,
                                                s->o->checkpoint_async, &manager),
                "creating the checkpoint manager");
-    atexit(manager_at_exit);
+    atexit(train_checkpoints_end);
     return manager;
 }
 
@@ -1004,34 +1003,4 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
     if (head[0] != DDP_OK && ddp_rank(s->ctx) != 0)
         DDP_ERROR("rank 0 cannot resume (see its messages); exiting");
     return (ddp_status)head[0];
-}
-
-/* ---- Slurm requeue ------------------------------------------------------------------------------ */
-
-ddp_status train_requeue(void)
-{
-    manager_at_exit(); /* a stop's checkpoint written in the background is complete before the requeue */
-    const char *job = getenv("SLURM_JOB_ID");
-    if (!job || !job[0]) {
-        DDP_ERROR("--requeue: SLURM_JOB_ID is not set (not a Slurm job): nothing to requeue");
-        return DDP_ERR_ENV;
-    }
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execlp("scontrol", "scontrol", "requeue", job, (char *)NULL);
-        fprintf(stderr, "--requeue: cannot run scontrol: %s\n", strerror(errno));
-        _exit(127);
-    }
-    int status = 0;
-    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        DDP_ERROR("--requeue: `scontrol requeue %s` failed (status %d): requeue the job by hand, it "
-                  "continues from its checkpoint with --resume auto", job, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-        return DDP_ERR_ENV;
-    }
-    printf("requeued Slurm job %s: it continues from the checkpoint when it starts again\n", job);
-    fflush(stdout);
-    return DDP_OK;
 }

@@ -1,6 +1,6 @@
 /* train_state.h - ddp-train's checkpoints: the full training state (parameters, momentum, position,
  * configuration fingerprint), the checkpoint folder (names, newest valid, keeping K), writability
- * checks before training, resuming (rank 0 reads, every rank receives) and Slurm requeue.
+ * checks before training, and resuming (rank 0 reads, every rank receives).
  */
 #ifndef TRAIN_STATE_H
 #define TRAIN_STATE_H
@@ -79,8 +79,9 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos);
  * every checkpoint in the folder is corrupt. Failures of the collectives abort the job. */
 ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed);
 
-/* Rank 0, with --requeue under Slurm: runs `scontrol requeue $SLURM_JOB_ID`. DDP_ERR_ENV when the
- * job id is missing or scontrol failed (logged). */
-ddp_status train_requeue(void);
+/* No collective (at exit the other ranks may be gone): waits for a checkpoint written in the
+ * background (this rank's file; rank 0's MANIFEST once the other files are there) and closes
+ * --checkpoint-dir's manager. Also registered with atexit; a second call does nothing. */
+void train_checkpoints_end(void);
 
 #endif /* TRAIN_STATE_H */
