@@ -158,7 +158,7 @@ static ddp_status build_reducer(trainer *t, const train_view *v)
         ro.ready_order = v->ready_order;
         /* --zero-accum local (default): micro-steps add in the bucket buffers, one
          * reduce-scatter per optimizer step, stage 0's sums; reduce: one per micro-step */
-        ro.local_accum = o->gpt.zero_accum != 2 && t->accum > 1;
+        ro.local_accum = !v->reduce_each_micro && t->accum > 1;
     }
     return trainer_agree(t, ddp_reducer_create(t->ctx, v->reducer_grads ? NULL : t->task->grads(t),
                                                v->numel, v->n_params, &ro, &t->reducer));
@@ -166,7 +166,7 @@ static ddp_status build_reducer(trainer *t, const train_view *v)
 
 static ddp_status build_scaler(trainer *t)
 {
-    if (t->o->grad_dtype != DDP_FP16 && t->o->model.precision != DDP_FP16)
+    if (t->o->grad_dtype != DDP_FP16 && t->precision != DDP_FP16)
         return DDP_OK;
     ddp_scaler_opts so;
     ddp_scaler_opts_default(&so);
@@ -197,8 +197,10 @@ static ddp_status build(trainer *t, train_view *v)
         st = t->task->build(t, v);
     if (st != DDP_OK)
         return st;
+    t->precision = v->precision;
     t->setup.buf = (train_buffers){.descs = v->descs, .n_params = v->n_params,
-                                   .numel = v->numel_total, .params = t->task->params(t)};
+                                   .numel = v->numel_total, .params = t->task->params(t),
+                                   .precision = v->precision};
     memcpy(t->setup.buf.model_fp, v->model_fp, sizeof v->model_fp);
     if (t->o->broadcast_init)
         trainer_must(t, ddp_broadcast_params(t->ctx, t->task->params(t), v->numel_total),
@@ -206,7 +208,7 @@ static ddp_status build(trainer *t, train_view *v)
     TRY_OK(trainer_verify(t, NULL));
     TRY_OK(build_reducer(t, v));
     v->optim.decays = v->decays;
-    if (!train_sample_only(t->o)) { /* sampling alone takes no step: no optimizer state */
+    if (!t->no_training) { /* no step: no optimizer state */
         TRY_OK(trainer_agree(t, optim_create(t->ctx, t->ops, &v->optim, v->numel, v->n_params,
                                              t->reducer, &t->opt)));
         train_buffers_of_optim(t->opt, &t->setup.buf);
@@ -252,16 +254,23 @@ static double lr_over_plan(void *arg, long step, long total_steps)
 static ddp_status prepare(trainer *t)
 {
     train_view v = {0};
+    train_plan plan = {.accum = 1};
     ddp_status st = trainer_agree(t, open_metrics(t));
     if (st == DDP_OK)
-        st = t->task->open(t);
+        st = t->task->open(t, &plan);
+    t->steps_per_epoch = plan.steps_per_epoch;
+    t->accum = plan.accum;
+    t->n_train = plan.n_train;
+    t->no_training = plan.no_training;
     t->total_steps = t->steps_per_epoch * t->o->epochs;
     if (t->o->max_steps > 0 && t->o->max_steps < t->total_steps)
         t->total_steps = t->o->max_steps;
-    if (t->o->gpt.sample_only) /* no training: the weights are sampled (and exported) */
+    if (t->no_training)
         t->total_steps = 0;
     if (st == DDP_OK)
-        st = trainer_agree(t, t->rank == 0 ? train_check_outputs(t->o) : DDP_OK);
+        st = trainer_agree(t, t->rank == 0 ? train_check_outputs(t->o, plan.output_flags,
+                                                                 plan.outputs, 2)
+                                           : DDP_OK);
     if (st == DDP_OK)
         st = build(t, &v);
     free(v.ready_order);
@@ -355,9 +364,9 @@ static void on_nonfinite(trainer *t, int64_t ranks)
         if (t->rank == 0)
             DDP_WARN("step %ld: the loss is NaN or inf on %lld rank(s): the step is not applied "
                      "(--nan-policy skip)", t->step + 1, (long long)ranks);
-        /* As after an applied step, the model's 16-bit copy is made again for the next one: the
-         * GPT rounds it stochastically by step, and a run resumed after this step does so too;
-         * from fp32 parameters whole on every rank (every rank skips alike). */
+        /* As after an applied step, the model's 16-bit copy is made again for the next one (a
+         * copy rounded stochastically by step is rounded as a run resumed after this step
+         * rounds it), from fp32 parameters whole on every rank (every rank skips alike). */
         trainer_params_full(t);
         (void)t->task->params(t);
         return;
@@ -559,7 +568,7 @@ static ddp_status train_and_finish(trainer *t)
     report_scaler(t);
     ddp_status st = t->task->report_end(t);
     if (st == DDP_OK) /* --sample-only: the check, without a word of training */
-        st = trainer_verify(t, train_sample_only(t->o) ? NULL : "after training");
+        st = trainer_verify(t, t->no_training ? NULL : "after training");
     return st == DDP_OK ? save(t) : st;
 }
 

@@ -24,6 +24,16 @@
 
 typedef struct trainer trainer;
 
+/* What a task's open hands the loop: the step plan, the same on every rank. */
+typedef struct train_plan {
+    long steps_per_epoch;   /* optimizer steps per epoch */
+    int accum;              /* micro-batches per optimizer step */
+    size_t n_train;         /* training samples (GPT-2: windows), for the checkpoint's plan */
+    bool no_training;       /* no step at all: the weights are only sampled, evaluated, exported */
+    const char *outputs[2]; /* files the task writes besides --save (NULL: none), checked before */
+    const char *output_flags[2]; /* training as --save is; their flags, for the messages */
+} train_plan;
+
 /* What a task's build hands the loop: the model's parameter table and how to step it. */
 typedef struct train_view {
     const ddp_param_desc *descs;
@@ -35,11 +45,14 @@ typedef struct train_view {
     bool *decays;           /* (n_params) weight decay per parameter, malloc'd; NULL: every one */
     optim_opts optim;       /* SGD or AdamW; decays is filled by the loop */
     bool reducer_grads;     /* the model writes its gradients where the reducer says (--zero 2) */
+    bool reduce_each_micro; /* with reducer_grads: a reduce-scatter per micro-step (else one per
+                               optimizer step, the micro-steps adding in the bucket buffers) */
+    ddp_dtype precision;    /* the compute precision: fp16 takes the loss scaler */
     bool strict_order;      /* every rank runs the same backward: another order is a bug */
     size_t x_bytes, y_bytes; /* one micro-batch's inputs and targets (the batch slots' sizes) */
     long samples_per_step;  /* on every rank together, for the progress rate */
     const char *unit;       /* what a sample is ("samples", "tokens") */
-    char model_fp[96];      /* the configuration a checkpoint must match ("" : the options') */
+    char model_fp[96];      /* the model's configuration a checkpoint must match */
 } train_view;
 
 /* A model's part of the run. The loop calls them in this order: open, build, attach,
@@ -48,8 +61,8 @@ typedef struct train_view {
  * upload) stop the job (trainer_must); `open` and `build` return what every rank agrees on. */
 typedef struct train_task {
     size_t state_bytes;                          /* the task's state (trainer_task, zeroed) */
-    ddp_status (*open)(trainer *t);              /* data, t->steps_per_epoch, t->accum, t->n_train
-                                                    (the loop derives t->total_steps) */
+    ddp_status (*open)(trainer *t, train_plan *plan); /* data, and the step plan (the loop
+                                                         derives t->total_steps from it) */
     ddp_status (*build)(trainer *t, train_view *v); /* the model on t->ops (collective agreements
                                                        inside are the task's), view filled */
     float *(*params)(trainer *t);                /* the flat fp32 parameters (marks copies stale) */
@@ -91,6 +104,8 @@ struct trainer {
     ddp_scaler *scaler;     /* fp16 (--precision or --grad-dtype): dynamic loss scaling */
     metrics_file *metrics;  /* rank 0 with --metrics */
     int accum;              /* micro-batches per optimizer step */
+    bool no_training;       /* the task's plan takes no step (train_plan) */
+    ddp_dtype precision;    /* the model's compute precision (train_view) */
     size_t n_train;         /* training samples (GPT-2: windows) for the checkpoint's plan */
     long steps_per_epoch, total_steps;
     long step, in_epoch;    /* optimizer steps done, in all and in this epoch */

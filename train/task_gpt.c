@@ -204,7 +204,7 @@ static ddp_status gpt_same_data(trainer *t)
 }
 
 /* The loader, the accumulation and the step plan; the same outcome on every rank. */
-static ddp_status gpt_plan(trainer *t)
+static ddp_status gpt_plan(trainer *t, train_plan *plan)
 {
     const train_opts *o = t->o;
     tokens_loader_opts lo = {.batch = G(t)->B, .seq = G(t)->T, .rank = t->rank, .world_size = t->world,
@@ -212,7 +212,7 @@ static ddp_status gpt_plan(trainer *t)
     TRY_OK(tokens_loader_create(G(t)->train_data, &lo, &G(t)->loader));
     TRY_OK(tokens_val_create(G(t)->val_data, G(t)->B, G(t)->T, t->world, t->rank, &G(t)->val));
     long per_micro = (long)G(t)->B * G(t)->T * t->world;
-    t->accum = o->accum;
+    plan->accum = o->accum;
     if (o->gpt.total_batch_tokens) {
         if (o->gpt.total_batch_tokens % per_micro != 0) {
             DDP_ERROR("--total-batch-tokens %ld is not a multiple of --batch %d x --seq %d x %d "
@@ -220,15 +220,15 @@ static ddp_status gpt_plan(trainer *t)
                       G(t)->B, G(t)->T, t->world, per_micro, per_micro);
             return DDP_ERR_INVALID_ARG;
         }
-        t->accum = (int)(o->gpt.total_batch_tokens / per_micro);
+        plan->accum = (int)(o->gpt.total_batch_tokens / per_micro);
     }
     long windows = (long)tokens_loader_steps_per_epoch(G(t)->loader);
-    t->steps_per_epoch = windows / t->accum;
-    if (t->steps_per_epoch == 0) {
+    plan->steps_per_epoch = windows / plan->accum;
+    if (plan->steps_per_epoch == 0) {
         DDP_ERROR("%s: %ld windows of %d x %d tokens per rank per epoch, fewer than the %d "
                   "micro-batches of one step: use more data, a smaller --batch, --seq or "
                   "--total-batch-tokens, or fewer ranks", o->data_dir, windows, G(t)->B, G(t)->T + 1,
-                  t->accum);
+                  plan->accum);
         return DDP_ERR_INVALID_ARG;
     }
     return DDP_OK;
@@ -323,21 +323,24 @@ static double gpt_lr(const trainer *t, long step)
 
 /* The configuration, the token shards (the same on every rank), the step plan and rank 0's
  * vocabulary; agreed on. */
-static ddp_status gpt_open(trainer *t)
+static ddp_status gpt_open(trainer *t, train_plan *plan)
 {
     gpt_task *s = G(t);
     *s = (gpt_task){.B = t->o->batch, .T = t->o->gpt.seq, .val_loss = NAN, .last_loss = NAN};
     ddp_status st = trainer_agree(t, gpt_config(t));
     int data = !train_sample_only(t->o); /* sampling alone needs the vocabulary only */
+    plan->no_training = !data;
+    plan->outputs[0] = t->o->gpt.save_llmc;
+    plan->output_flags[0] = "--save-llmc";
     if (st == DDP_OK && data)
         st = trainer_agree(t, gpt_open_data(t));
     if (st == DDP_OK && data)
         st = gpt_same_data(t);
     if (st == DDP_OK && data)
-        st = trainer_agree(t, gpt_plan(t));
+        st = trainer_agree(t, gpt_plan(t, plan));
     if (st == DDP_OK)
         st = trainer_agree(t, gpt_open_vocab(t));
-    t->n_train = st == DDP_OK && data ? tokens_loader_n_windows(s->loader) : 0;
+    plan->n_train = st == DDP_OK && data ? tokens_loader_n_windows(s->loader) : 0;
     return st;
 }
 
@@ -381,6 +384,7 @@ static ddp_status gpt_build(trainer *t, train_view *v)
     size_t tokens = (size_t)s->B * (size_t)s->T;
     *v = (train_view){.descs = gpt2_descs(g), .n_params = n, .numel = gpt2_numel(g),
                       .numel_total = gpt2_numel_total(g), .reducer_grads = o->zero == 2,
+                      .reduce_each_micro = o->gpt.zero_accum == 2, .precision = o->model.precision,
                       .strict_order = true, .decays = malloc((size_t)n * sizeof *v->decays),
                       .ready_order = malloc((size_t)n * sizeof *v->ready_order),
                       .optim = {.kind = OPTIM_ADAMW, .beta1 = (float)o->gpt.beta1,

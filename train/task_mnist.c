@@ -69,19 +69,20 @@ static ddp_sampler_opts mnist_sampler_opts(const trainer *t)
 }
 
 /* Creates the sampler and derives the step plan; the same outcome on every rank. */
-static ddp_status mnist_plan(trainer *t)
+static ddp_status mnist_plan(trainer *t, train_plan *plan)
 {
     mnist_task *s = M(t);
     ddp_sampler_opts so = mnist_sampler_opts(t);
     TRY_OK(ddp_sampler_create(&so, &s->sampler));
     size_t per_step = (size_t)t->o->batch * (size_t)t->o->accum, n = ddp_sampler_len(s->sampler);
-    t->steps_per_epoch = (long)(n / per_step);
+    plan->steps_per_epoch = (long)(n / per_step);
+    plan->accum = t->o->accum;
     if (s->test.n == 0) {
         DDP_ERROR("%s: the test set (t10k files) has 0 samples: evaluation needs at least one; put "
                   "test images in the folder", t->o->data_dir);
         return DDP_ERR_INVALID_ARG;
     }
-    if (t->steps_per_epoch == 0) {
+    if (plan->steps_per_epoch == 0) {
         DDP_ERROR("--batch %d x --accum %d is more than the %zu training samples each of the %d rank(s) "
                   "gets per epoch: allowed is --batch x --accum from 1 to %zu (or use fewer ranks)",
                   t->o->batch, t->o->accum, n, t->world, n);
@@ -91,7 +92,7 @@ static ddp_status mnist_plan(trainer *t)
 }
 
 /* Both splits, the same sizes on every rank, the step plan. */
-static ddp_status mnist_open(trainer *t)
+static ddp_status mnist_open(trainer *t, train_plan *plan)
 {
     mnist_task *s = M(t);
     ddp_status st = mnist_load_dir(t->o->data_dir, "train", &s->train);
@@ -101,10 +102,22 @@ static ddp_status mnist_open(trainer *t)
     if (st == DDP_OK)
         st = trainer_agree(t, mnist_same_data(t));
     if (st == DDP_OK)
-        st = trainer_agree(t, mnist_plan(t));
+        st = trainer_agree(t, mnist_plan(t, plan));
     s->pixels = (size_t)s->train.rows * (size_t)s->train.cols;
-    t->n_train = s->train.n;
+    plan->n_train = s->train.n;
     return st;
+}
+
+/* The configuration a checkpoint must match: "cnn", or "mlp" and the widths. */
+static void mnist_fingerprint(const model_config *m, char *buf, size_t n)
+{
+    if (m->kind == MODEL_CNN) {
+        snprintf(buf, n, "cnn");
+        return;
+    }
+    size_t used = (size_t)snprintf(buf, n, "mlp ");
+    for (int i = 0; i < m->n_widths && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%d", i ? "-" : "", m->widths[i]);
 }
 
 /* The model and the host buffers of one batch. */
@@ -125,11 +138,12 @@ static ddp_status mnist_build(trainer *t, train_view *v)
     model *m = s->model;
     *v = (train_view){.descs = model_descs(m), .n_params = model_n_params(m),
                       .numel = model_numel(m), .numel_total = model_numel_total(m),
-                      .reducer_grads = cfg.reducer_grads,
+                      .reducer_grads = cfg.reducer_grads, .precision = cfg.precision,
                       .optim = {.kind = OPTIM_SGD, .momentum = (float)o->momentum,
                                 .weight_decay = (float)o->weight_decay},
                       .x_bytes = batch * s->pixels * sizeof(float), .y_bytes = batch * sizeof(int),
                       .samples_per_step = (long)o->batch * o->accum * t->world, .unit = "samples"};
+    mnist_fingerprint(&cfg, v->model_fp, sizeof v->model_fp);
     return DDP_OK;
 }
 

@@ -3,7 +3,7 @@
  * A checkpoint is a libddp state (runtime/checkpoint.c, format version 2) holding:
  *   signature, params          the parameters
  *   momentum                   SGD momentum buffer (the whole optimizer state: PyTorch's SGD
- *                              formulation needs no other buffer); for AdamW (GPT-2) adam_m and
+ *                              formulation needs no other buffer); for AdamW adam_m and
  *                              adam_v, the two moments
  *   step, epoch, step_in_epoch optimizer steps done, epoch in progress, steps done in it
  *   sampler_seed, sampler_epoch   the sampler's permutation is drawn from (seed, epoch)
@@ -87,27 +87,13 @@ static int opt_sharded(const train_setup *s)
     return s->o->zero > 0 && ddp_world_size(s->ctx) > 1;
 }
 
-static void fp_model(const model_config *m, char *buf, size_t n)
-{
-    if (m->kind == MODEL_CNN) {
-        snprintf(buf, n, "cnn");
-        return;
-    }
-    size_t used = (size_t)snprintf(buf, n, "mlp ");
-    for (int i = 0; i < m->n_widths && used < n; i++)
-        used += (size_t)snprintf(buf + used, n - used, "%s%d", i ? "-" : "", m->widths[i]);
-}
-
 /* Fills fp with the entries that must match to resume; returns their count. */
 static int state_fingerprint(const train_setup *s, fp_entry *fp)
 {
     const train_opts *o = s->o;
     int n = 0;
     fp[n] = (fp_entry){.key = "config.model"};
-    if (s->buf.model_fp[0])
-        snprintf(fp[n++].value, STATE_FP_VALUE, "%s", s->buf.model_fp);
-    else
-        fp_model(&o->model, fp[n++].value, STATE_FP_VALUE);
+    snprintf(fp[n++].value, STATE_FP_VALUE, "%s", s->buf.model_fp);
 #define STATE_FP_(k, resh, ...) \
     fp[n] = (fp_entry){.key = (k), .reshardable = (resh)}; \
     snprintf(fp[n++].value, STATE_FP_VALUE, __VA_ARGS__)
@@ -123,7 +109,7 @@ static int state_fingerprint(const train_setup *s, fp_entry *fp)
         STATE_FP_("config.lr_schedule", 0, "constant");
     }
     STATE_FP_("config.train_samples", 0, "%zu", s->n_train);
-    STATE_FP_("config.precision", 0, "%s", model_precision_name(o->model.precision));
+    STATE_FP_("config.precision", 0, "%s", model_precision_name(s->buf.precision));
     STATE_FP_("config.grad_dtype", 0, "%s", ddp_dtype_name(o->grad_dtype));
 #undef STATE_FP_
     return n;
@@ -633,7 +619,8 @@ static ddp_status check_output_file(const char *flag, const char *path)
     return st;
 }
 
-ddp_status train_check_outputs(const train_opts *o)
+ddp_status train_check_outputs(const train_opts *o, const char *const *flags,
+                               const char *const *paths, int n)
 {
     ddp_status st = DDP_OK;
     if (o->checkpoint_dir && mkdir_p(o->checkpoint_dir) != 0) {
@@ -649,8 +636,9 @@ ddp_status train_check_outputs(const train_opts *o)
         st = check_output_file("--save", o->save_path);
     if (st == DDP_OK && o->trace_path)
         st = check_output_file("--trace", o->trace_path);
-    if (st == DDP_OK && o->gpt.on && o->gpt.save_llmc)
-        st = check_output_file("--save-llmc", o->gpt.save_llmc);
+    for (int i = 0; st == DDP_OK && i < n; i++)
+        if (paths[i])
+            st = check_output_file(flags[i], paths[i]);
     return st;
 }
 

@@ -33,6 +33,7 @@ typedef struct train_buffers {
      * (0, numel) unless --zero shards them over the ranks (ddp_shard_range's shard). */
     size_t opt_offset, opt_n;
     char model_fp[96];        /* the model's configuration, e.g. "mlp 784-512-256-10" */
+    ddp_dtype precision;      /* its compute precision (the fingerprint's config.precision) */
 } train_buffers;
 
 /* What the state functions need to know about the run. */
@@ -52,9 +53,11 @@ typedef struct train_setup {
 
 /* Rank 0, before training: the folders of --save, --trace and --checkpoint-dir (created with their
  * parents when missing) must accept a new file, and the --save and --trace files must be new or
- * regular files (a symbolic link is followed). DDP_ERR_IO or DDP_ERR_INVALID_ARG, logged with the
+ * regular files (a symbolic link is followed); so must the task's own n output files paths[i]
+ * (NULL: none), named in messages by flags[i]. DDP_ERR_IO or DDP_ERR_INVALID_ARG, logged with the
  * path, the reason and the fix. */
-ddp_status train_check_outputs(const train_opts *o);
+ddp_status train_check_outputs(const train_opts *o, const char *const *flags,
+                               const char *const *paths, int n);
 
 /* Collective (every rank calls it): rank 0 writes the whole training state at pos to path
  * (atomic), the optimizer buffers gathered from every rank's shard under --zero. Rank 0:
