@@ -15,7 +15,7 @@ real mpirun on a synthetic data set (trainlib). One mode per meson test:
   workers --workers 0, 1 and 3 give bit-identical parameters after 50 steps with --augment
           (crossing an epoch boundary); another seed gives different ones (the comparison can fail).
 
-Usage: mixed_precision.py MODE DDP_TRAIN MPIRUN MPIRUN_ARGS... (the last of which is -np)
+Usage: mixed_precision.py MODE DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
 import filecmp
 import os
@@ -27,10 +27,13 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
 
 
-def same_params(exe, a, b):
-    """Parameters bit-identical (ddp-ckpt diff, beside ddp-train): the files also hold the step,
+CKPT = None  # ddp-ckpt, from the command line
+
+
+def same_params(a, b):
+    """Parameters bit-identical (ddp-ckpt diff): the files also hold the step,
     the loss scale and the schedule, which differ between runs of other lengths."""
-    rc, out = trainlib.run([os.path.join(os.path.dirname(exe), "ddp-ckpt"), "diff", a, b], timeout=60)
+    rc, out = trainlib.run([CKPT, "diff", a, b], timeout=60)
     m = re.search(r"max_abs_diff=(\S+)", out)
     print(out.strip())
     return rc == 0 and m is not None and float(m.group(1)) == 0.0
@@ -60,9 +63,9 @@ def check_scaler(chk, mpi, exe, data, tmp):
     chk.check("replicas identical after training" in out, "replicas identical after the skips", out)
     last, _ = train(chk, mpi, exe, data, "skip-last", fp16 + ["--max-steps", "12", "--inject-inf", "0:11"], tmp)
     eleven, _ = train(chk, mpi, exe, data, "eleven", fp16 + ["--max-steps", "11"], tmp)
-    chk.check(same_params(exe, last, eleven), "a skipped step leaves the parameters untouched")
+    chk.check(same_params(last, eleven), "a skipped step leaves the parameters untouched")
     twelve, _ = train(chk, mpi, exe, data, "twelve", fp16 + ["--max-steps", "12"], tmp)
-    chk.check(not same_params(exe, twelve, eleven), "negative control: a taken step changes them")
+    chk.check(not same_params(twelve, eleven), "negative control: a taken step changes them")
 
 
 def accuracy(out):
@@ -105,7 +108,8 @@ def check_workers(chk, mpi, exe, data, tmp):
 
 
 def main():
-    mode, exe, mpi = sys.argv[1], sys.argv[2], sys.argv[3:]
+    global CKPT
+    mode, exe, CKPT, mpi = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
     chk = trainlib.Checker()
     with tempfile.TemporaryDirectory(prefix="ddp-mixed-") as tmp:
         data = os.path.join(tmp, "data")
