@@ -92,6 +92,37 @@ void trainer_clock(trainer *t)
     double now = train_now();
     t->train_seconds += now - t->clock;
     t->clock = now;
+    t->progress.train_seconds = t->train_seconds;
+}
+
+void trainer_clock_restart(trainer *t) { t->clock = train_now(); }
+
+void trainer_progress(trainer *t, double loss, const char *extra)
+{
+    trainer_clock(t);
+    if (t->rank != 0)
+        return;
+    snprintf(t->progress.extra, sizeof t->progress.extra, "%s", extra ? extra : "");
+    progress_update(&t->progress, t->step, t->epoch, loss);
+}
+
+void trainer_progress_steady(trainer *t, double flops_per_step, double peak_flops)
+{
+    progress_bar *p = &t->progress;
+    p->first_step = t->start.step;
+    p->base_step = t->step;
+    p->base_seconds = p->train_seconds = t->train_seconds;
+    p->flops_per_step = flops_per_step;
+    p->peak_flops = peak_flops;
+}
+
+void trainer_progress_end(trainer *t) { progress_end(&t->progress); }
+
+void trainer_progress_eval(trainer *t, double seconds, long every)
+{
+    progress_end(&t->progress);
+    t->progress.eval_seconds = seconds;
+    t->progress.eval_every = every;
 }
 
 void trainer_params_ready(trainer *t)

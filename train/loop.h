@@ -146,8 +146,22 @@ void trainer_batch_done(trainer *t);
 /* The loss summed since the last reset (a download: waits for the device). */
 float trainer_loss_sum(trainer *t);
 void trainer_loss_reset(trainer *t);
-/* Adds the running interval to t->train_seconds and starts a new one. */
+/* Adds the running interval to t->train_seconds (and the progress line's) and starts a new one. */
 void trainer_clock(trainer *t);
+/* Starts a new interval now, leaving out the time since the last trainer_clock (an evaluation). */
+void trainer_clock_restart(trainer *t);
+/* After step t->step: the clock, and on rank 0 the progress line with this loss and the task's
+ * own fields (extra, e.g. " | lr 6.0e-04 | norm 1.02"; NULL: none). */
+void trainer_progress(trainer *t, double loss, const char *extra);
+/* At the end of this run's first step: the rate, ms/step and MFU count the steps after it only;
+ * flops_per_step (one rank's model FLOPs, > 0 adds ms/step) and the device's peak FLOP/s (> 0
+ * adds MFU). */
+void trainer_progress_steady(trainer *t, double flops_per_step, double peak_flops);
+/* Rank 0: ends a progress line under way (a terminal's line being redrawn), before other output. */
+void trainer_progress_end(trainer *t);
+/* Rank 0, after an evaluation of `seconds` that comes every `every` steps: ends the progress
+ * line, and the ETA counts the evaluations to come. */
+void trainer_progress_eval(trainer *t, double seconds, long every);
 /* --zero: the parameters' all-gather has arrived (before a forward pass outside training). */
 void trainer_params_ready(trainer *t);
 /* --zero: the fp32 parameters whole on every rank (after steps that gathered only their bf16

@@ -464,10 +464,9 @@ static void gpt_report_val(trainer *t)
     G(t)->val_loss = gpt_validate(t);
     if (t->rank != 0)
         return;
-    progress_end(&t->progress);
-    t->progress.eval_seconds = train_now() - t0; /* the ETA counts the validations to come */
-    t->progress.eval_every = t->o->gpt.val_every;
-    printf("step %ld: val loss %.4f (%.1f s)\n", t->step, G(t)->val_loss, t->progress.eval_seconds);
+    double seconds = train_now() - t0;
+    trainer_progress_eval(t, seconds, t->o->gpt.val_every);
+    printf("step %ld: val loss %.4f (%.1f s)\n", t->step, G(t)->val_loss, seconds);
     fflush(stdout);
     if (t->metrics) {
         char v[32], l[32], g[32];
@@ -497,12 +496,8 @@ static void gpt_mark_steady(trainer *t)
     trainer_must(t, ddp_synchronize(t->ctx), "waiting for the first step");
     trainer_clock(t);
     G(t)->steady_seconds = t->train_seconds;
-    progress_bar *p = &t->progress;
-    p->first_step = t->start.step;
-    p->base_step = t->step;
-    p->base_seconds = p->train_seconds = t->train_seconds;
-    p->flops_per_step = G(t)->flops_token * G(t)->B * G(t)->T * t->accum;
-    p->peak_flops = G(t)->peak_tflops * 1e12;
+    trainer_progress_steady(t, G(t)->flops_token * G(t)->B * G(t)->T * t->accum,
+                            G(t)->peak_tflops * 1e12);
 }
 
 /* After optimizer step t->step (1-based now): the steady clock, progress, validation. */
@@ -514,13 +509,12 @@ static void gpt_after_step(trainer *t)
         gpt_mark_steady(t);
     if (progress_due(&t->progress, t->step) || t->step == t->total_steps) {
         s->last_loss = gpt_take_loss(t);
-        trainer_clock(t);
-        t->progress.train_seconds = t->train_seconds;
+        /* the norm of the last step applied: unchanged by a step left out */
+        double norm = t->rank == 0 ? optim_last_norm(t->opt) : NAN;
+        char extra[64];
+        snprintf(extra, sizeof extra, " | lr %.2e | norm %.3g", gpt_lr(t, t->step - 1), norm);
+        trainer_progress(t, s->last_loss, extra);
         if (t->rank == 0) {
-            double norm = optim_last_norm(t->opt); /* unchanged by a step left out */
-            snprintf(t->progress.extra, sizeof t->progress.extra, " | lr %.2e | norm %.3g",
-                     gpt_lr(t, t->step - 1), norm);
-            progress_update(&t->progress, t->step, t->epoch, s->last_loss);
             char l[32], g[32];
             if (t->metrics)
                 metrics_line(t->metrics, "{\"step\":%ld,\"train_loss\":%s,\"grad_norm\":%s}\n",
@@ -531,7 +525,7 @@ static void gpt_after_step(trainer *t)
     if (o->gpt.val_every && t->step % o->gpt.val_every == 0 && t->step < t->total_steps) {
         trainer_clock(t);
         gpt_report_val(t);
-        t->clock = train_now();
+        trainer_clock_restart(t);
     }
 }
 

@@ -222,7 +222,7 @@ static void mnist_report_impl(trainer *t)
     const char *impl = cpu ? ops_dnnl_describe(t->ops, p) : ops_cudnn_describe(t->ops, p);
     if (t->rank != 0 || !impl[0])
         return;
-    progress_end(&t->progress);
+    trainer_progress_end(t);
     printf("%s (%s): %s\n", cpu ? "oneDNN" : "cuDNN", model_precision_name(p), impl);
     fflush(stdout);
 }
@@ -252,12 +252,8 @@ static void mnist_after_step(trainer *t)
 {
     if (t->step == 1)
         mnist_report_impl(t);
-    if (t->rank == 0 && progress_due(&t->progress, t->step)) {
-        float sum = trainer_loss_sum(t);
-        trainer_clock(t);
-        t->progress.train_seconds = t->train_seconds;
-        progress_update(&t->progress, t->step, t->epoch, sum / (double)t->loss_micro);
-    }
+    if (t->rank == 0 && progress_due(&t->progress, t->step))
+        trainer_progress(t, trainer_loss_sum(t) / (double)t->loss_micro, NULL);
 }
 
 /* The epoch's loss over the ranks, the evaluation, and rank 0's epoch line and metrics line. */
@@ -267,7 +263,6 @@ static void mnist_epoch_end(trainer *t)
     epoch_stats *e = &s->last;
     float sum = trainer_loss_sum(t);
     trainer_clock(t); /* the download waited for the device */
-    t->progress.train_seconds = t->train_seconds;
     double seconds = t->train_seconds - s->seconds;
     double sums[2] = {t->loss_nan ? NAN : sum, (double)t->loss_micro};
     trainer_must(t, ddp_allreduce_host(t->ctx, sums, 2, DDP_FP64, DDP_SUM), "summing losses");
@@ -277,11 +272,11 @@ static void mnist_epoch_end(trainer *t)
                        .samples_per_s = seconds > 0 ? (double)(t->in_epoch - s->first) *
                                                           (double)per_step / seconds : 0.0};
     e->test_accuracy = mnist_evaluate(t);
-    t->clock = train_now();
+    trainer_clock_restart(t);
     s->epochs++;
     if (t->rank != 0)
         return;
-    progress_end(&t->progress);
+    trainer_progress_end(t);
     printf("epoch %d: train loss %.4f, test accuracy %.2f%% (%ld steps, %.0f samples/s)\n",
            e->epoch + 1, e->train_loss, 100.0 * e->test_accuracy, e->steps, e->samples_per_s);
     fflush(stdout);
