@@ -1,10 +1,12 @@
 /* bpe.c - GPT-2's encoder.json read by a small JSON parser for its one shape (a flat object of
  * string -> integer), token strings mapped back through GPT-2's byte alphabet; or llm.c's
- * gpt2_tokenizer.bin, which holds each token's bytes as they are (bpe.h).
+ * gpt2_tokenizer.bin, which holds each token's bytes as they are (bpe.h). Also the whole-file read
+ * the encoder (bpe_encode.c) and the shard writer use; this file calls neither.
  */
 #include "bpe.h"
 #include "llmc_magic.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,6 +278,43 @@ static ddp_status llmc_parse(const char *path, const unsigned char *b, size_t n,
             return rc;
     }
     return at == n ? DDP_OK : llmc_fail(path, at, "bytes after the last token");
+}
+
+/* Reads the whole file at path into *text (*n bytes; free() it). DDP_ERR_IO (logged) or
+ * DDP_ERR_NOMEM. */
+ddp_status bpe_read_file(const char *path, uint8_t **text, size_t *n)
+{
+    *text = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        DDP_ERROR("%s: cannot open: %s", path, strerror(errno));
+        return DDP_ERR_IO;
+    }
+    size_t cap = 1 << 16, len = 0;
+    uint8_t *buf = malloc(cap);
+    while (buf) {
+        len += fread(buf + len, 1, cap - len, f);
+        if (len < cap)
+            break;
+        uint8_t *p = realloc(buf, cap * 2);
+        if (!p)
+            free(buf);
+        buf = p;
+        cap *= 2;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!buf)
+        return DDP_ERR_NOMEM;
+    if (err) {
+        DDP_ERROR("%s: read error (a folder?)", path);
+        free(buf);
+        return DDP_ERR_IO;
+    }
+    *text = buf;
+    *n = len;
+    return DDP_OK;
 }
 
 ddp_status bpe_vocab_load(const char *path, bpe_vocab **out)

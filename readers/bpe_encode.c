@@ -4,9 +4,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "bpe.h"
 
-#include <errno.h>
 #include <pcre2.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,43 +168,6 @@ size_t bpe_utf8_check(const uint8_t *text, size_t n)
         i += len;
     }
     return n;
-}
-
-/* Reads the whole file at path into *text (*n bytes; free() it). DDP_ERR_IO (logged) or
- * DDP_ERR_NOMEM. */
-ddp_status bpe_read_file(const char *path, uint8_t **text, size_t *n)
-{
-    *text = NULL;
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        DDP_ERROR("%s: cannot open: %s", path, strerror(errno));
-        return DDP_ERR_IO;
-    }
-    size_t cap = 1 << 16, len = 0;
-    uint8_t *buf = malloc(cap);
-    while (buf) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap)
-            break;
-        uint8_t *p = realloc(buf, cap * 2);
-        if (!p)
-            free(buf);
-        buf = p;
-        cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!buf)
-        return DDP_ERR_NOMEM;
-    if (err) {
-        DDP_ERROR("%s: read error (a folder?)", path);
-        free(buf);
-        return DDP_ERR_IO;
-    }
-    *text = buf;
-    *n = len;
-    return DDP_OK;
 }
 
 /* Appends the byte of each code point of the UTF-8 word w[0..n) (GPT-2's alphabet) to key.
