@@ -14,7 +14,6 @@
 
 #define BPE_MAX_ID 1000000
 #define LLMC_TOKENIZER_HEADER 256      /* u32 header words: magic, version 1|2, vocab size, EOT */
-#define BPE_ALPHABET 324 /* code points 0..323 cover GPT-2's 256-byte alphabet */
 
 typedef struct bpe_token {
     size_t off; /* into pool */
@@ -37,8 +36,7 @@ typedef struct json_in {
     const char *path;
 } json_in;
 
-/* cp_to_byte[c] = the byte GPT-2's alphabet writes as code point c, or -1. */
-static void alphabet_inverse(int cp_to_byte[BPE_ALPHABET])
+void bpe_alphabet_inverse(int cp_to_byte[BPE_ALPHABET])
 {
     for (int c = 0; c < BPE_ALPHABET; c++)
         cp_to_byte[c] = -1;
@@ -208,7 +206,7 @@ static ddp_status vocab_set(json_in *in, bpe_vocab *v, long id, size_t off)
 static ddp_status json_parse(json_in *in, bpe_vocab *v)
 {
     int cp_to_byte[BPE_ALPHABET];
-    alphabet_inverse(cp_to_byte);
+    bpe_alphabet_inverse(cp_to_byte);
     if (!json_eat(in, '{'))
         return json_fail(in, "expected '{'");
     if (json_eat(in, '}'))

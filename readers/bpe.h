@@ -21,6 +21,12 @@
 
 typedef struct bpe_vocab bpe_vocab;
 
+#define BPE_ALPHABET 324 /* code points 0..323 cover GPT-2's 256-byte alphabet */
+
+/* Fills cp_to_byte[c] with the byte GPT-2's alphabet writes as code point c, or -1 for a code
+ * point that is none. */
+void bpe_alphabet_inverse(int cp_to_byte[BPE_ALPHABET]);
+
 /* Reads the whole file at path into a new buffer *text of *n bytes (free() it). Returns DDP_ERR_IO
  * (logged, naming the file) or DDP_ERR_NOMEM; on failure *text is NULL. */
 ddp_status bpe_read_file(const char *path, uint8_t **text, size_t *n);
