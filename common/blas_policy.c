@@ -80,11 +80,11 @@ static isa_level core_level(const char *core)
                                       "Excavator"};
     for (size_t i = 0; i < sizeof avx512 / sizeof avx512[0]; i++)
         if (strcasecmp(core, avx512[i]) == 0)
-            return DDP_ISA_AVX512;
+            return CPU_ISA_AVX512;
     for (size_t i = 0; i < sizeof avx / sizeof avx[0]; i++)
         if (strcasecmp(core, avx[i]) == 0)
-            return DDP_ISA_AVX2;
-    return DDP_ISA_BASELINE;
+            return CPU_ISA_AVX2;
+    return CPU_ISA_BASELINE;
 }
 
 int blas_policy_decide(const char *coretype, const char *setter, const char *simulate, const char *isa,

@@ -37,29 +37,29 @@ void cpu_features_detect(struct cpu_features *out)
 
 void cpu_features_cap(struct cpu_features *f, isa_level cap)
 {
-    if (cap < DDP_ISA_NATIVE)
+    if (cap < CPU_ISA_NATIVE)
         f->avx512bf16 = f->amx_bf16 = false;
-    if (cap < DDP_ISA_AVX512)
+    if (cap < CPU_ISA_AVX512)
         f->avx512f = f->avx512bw = f->avx512vl = f->avx512dq = false;
-    if (cap < DDP_ISA_AVX2)
+    if (cap < CPU_ISA_AVX2)
         f->avx2 = f->fma = f->f16c = false;
 }
 
 isa_level cpu_features_level(const struct cpu_features *f)
 {
     if (!f->avx2 || !f->fma || !f->f16c)
-        return DDP_ISA_BASELINE;
+        return CPU_ISA_BASELINE;
     if (!f->avx512f || !f->avx512bw || !f->avx512vl || !f->avx512dq)
-        return DDP_ISA_AVX2;
-    return f->avx512bf16 || f->amx_bf16 ? DDP_ISA_NATIVE : DDP_ISA_AVX512;
+        return CPU_ISA_AVX2;
+    return f->avx512bf16 || f->amx_bf16 ? CPU_ISA_NATIVE : CPU_ISA_AVX512;
 }
 
 int isa_parse(const char *value, isa_level *out, char *err, size_t errlen)
 {
-    *out = DDP_ISA_NATIVE;
+    *out = CPU_ISA_NATIVE;
     if (!value || !value[0])
         return 0;
-    for (int i = DDP_ISA_BASELINE; i <= DDP_ISA_NATIVE; i++) {
+    for (int i = CPU_ISA_BASELINE; i <= CPU_ISA_NATIVE; i++) {
         if (strcmp(value, level_names[i]) == 0) {
             *out = (isa_level)i;
             return 0;
@@ -72,7 +72,7 @@ int isa_parse(const char *value, isa_level *out, char *err, size_t errlen)
 
 const char *isa_name(isa_level level)
 {
-    return level >= DDP_ISA_BASELINE && level <= DDP_ISA_NATIVE ? level_names[level] : "?";
+    return level >= CPU_ISA_BASELINE && level <= CPU_ISA_NATIVE ? level_names[level] : "?";
 }
 
 /* The process's view, filled once (libddp's MPI progress thread may ask first). */
@@ -86,7 +86,7 @@ static void isa_fill(void)
 {
     char err[160];
     if (isa_parse(getenv(CPU_ISA_ENV), &g_isa.cap, err, sizeof err) != 0)
-        g_isa.cap = DDP_ISA_NATIVE;
+        g_isa.cap = CPU_ISA_NATIVE;
     cpu_features_detect(&g_isa.raw);
     g_isa.cpu_level = cpu_features_level(&g_isa.raw);
     g_isa.eff = g_isa.raw;
@@ -120,7 +120,8 @@ const char *cpu_isa_describe(void)
     static char text[256];
     const struct cpu_features *f = cpu_effective();
     isa_level level = cpu_features_level(f);
-    const char *vec = level >= DDP_ISA_AVX512 ? "AVX-512 F/BW/VL/DQ" : level == DDP_ISA_AVX2 ? "AVX2, FMA, F16C" : "SSE2";
+    const char *vec = level >= CPU_ISA_AVX512 ? "AVX-512 F/BW/VL/DQ"
+                      : level == CPU_ISA_AVX2 ? "AVX2, FMA, F16C" : "SSE2";
     const char *bf16 = f->amx_bf16 ? "bf16 native (AVX512_BF16, AMX)" : f->avx512bf16 ? "bf16 native (AVX512_BF16)"
                                                                                    : "bf16 emulated";
     int n = snprintf(text, sizeof text, "%s (%s, %s)", isa_name(level), vec, bf16);

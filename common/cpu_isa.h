@@ -22,7 +22,12 @@
 
 #define CPU_ISA_ENV "DDP_CPU_ISA"
 
-typedef enum isa_level { DDP_ISA_BASELINE = 0, DDP_ISA_AVX2, DDP_ISA_AVX512, DDP_ISA_NATIVE } isa_level;
+typedef enum isa_level {
+    CPU_ISA_BASELINE = 0,
+    CPU_ISA_AVX2,
+    CPU_ISA_AVX512,
+    CPU_ISA_NATIVE
+} isa_level;
 
 /* The CPU features ddp's decisions look at. */
 struct cpu_features {

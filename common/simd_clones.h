@@ -32,9 +32,9 @@
     static void name params                                                                       \
     {                                                                                             \
         isa_level level_ = cpu_features_level(cpu_effective());                                 \
-        if (level_ >= DDP_ISA_AVX512)                                                             \
+        if (level_ >= CPU_ISA_AVX512)                                                             \
             name##_avx512 args;                                                                   \
-        else if (level_ == DDP_ISA_AVX2)                                                          \
+        else if (level_ == CPU_ISA_AVX2)                                                          \
             name##_avx2 args;                                                                     \
         else                                                                                      \
             body args;                                                                            \

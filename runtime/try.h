@@ -12,8 +12,8 @@
  * CUDA, CUBLAS, CUDNN, NCCL or DNNL. Each library's macros exist when its header was included
  * before this one. The failure is logged through libddp's log (ddp.h), with rank and host.
  */
-#ifndef DDP_COMMON_TRY_H
-#define DDP_COMMON_TRY_H
+#ifndef DDP_TRY_H
+#define DDP_TRY_H
 
 #include "ddp.h"
 
@@ -136,4 +136,4 @@ static inline ddp_status check_dnnl_fail(dnnl_status_t s, const char *call, cons
 #define LOG_DNNL(call) TRY_LOG_(dnnl_status_t, dnnl_success, check_dnnl_fail, call)
 #endif
 
-#endif /* DDP_COMMON_TRY_H */
+#endif /* DDP_TRY_H */

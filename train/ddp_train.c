@@ -78,8 +78,8 @@ int main(int argc, char **argv)
     sigaction(SIGUSR2, &sa, NULL);
     train_opts o;
     train_parse_result pr = train_parse_args(argc, argv, &o);
-    if (pr != DDP_TRAIN_RUN)
-        return pr == DDP_TRAIN_HELP ? 0 : 2;
+    if (pr != TRAIN_PARSE_RUN)
+        return pr == TRAIN_PARSE_HELP ? 0 : 2;
     ddp_init_opts io;
     ddp_init_opts_default(&io);
     io.backend = o.device;

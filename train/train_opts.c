@@ -684,7 +684,7 @@ train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
         if (id == '?' || id == ':') {
             usage_error(longs, id == '?' ? "unknown option" : "missing value for option",
                         argv[optind - 1]);
-            return DDP_TRAIN_USAGE;
+            return TRAIN_PARSE_USAGE;
         }
         if (id != 'h') {
             seen[id - OPT_ID0] = 1;
@@ -692,25 +692,25 @@ train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
         }
         if (rc == 1) {
             print_usage();
-            return DDP_TRAIN_HELP;
+            return TRAIN_PARSE_HELP;
         }
         if (rc != 0)
-            return DDP_TRAIN_USAGE;
+            return TRAIN_PARSE_USAGE;
     }
     if (optind < argc) {
         usage_error(longs, "unexpected argument", argv[optind]);
-        return DDP_TRAIN_USAGE;
+        return TRAIN_PARSE_USAGE;
     }
     if (o->n_inject > 0 && o->grad_dtype != DDP_FP16 && o->model.precision != DDP_FP16) {
         fprintf(stderr, "ddp-train: --inject-inf tests the fp16 loss scaler: add --grad-dtype fp16 "
                         "or --precision fp16\n");
-        return DDP_TRAIN_USAGE;
+        return TRAIN_PARSE_USAGE;
     }
     if (check_resume_opts(o) != 0 || finish_gpt_opts(o, seen) != 0)
-        return DDP_TRAIN_USAGE;
+        return TRAIN_PARSE_USAGE;
     o->model.seed = o->seed;
     o->model.max_batch = o->batch;
-    return DDP_TRAIN_RUN;
+    return TRAIN_PARSE_RUN;
 }
 
 void train_print_opts(FILE *f, const train_opts *o)

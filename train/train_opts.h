@@ -107,9 +107,9 @@ enum { TRAIN_CKPT_AUTO = 0, TRAIN_CKPT_FILE, TRAIN_CKPT_FOLDER };
 
 /* What the caller does after parsing. */
 typedef enum train_parse_result {
-    DDP_TRAIN_RUN = 0,  /* options valid: train */
-    DDP_TRAIN_HELP,     /* --help printed: exit 0 */
-    DDP_TRAIN_USAGE     /* invalid command line, message printed to stderr: exit 2 */
+    TRAIN_PARSE_RUN = 0,  /* options valid: train */
+    TRAIN_PARSE_HELP,     /* --help printed: exit 0 */
+    TRAIN_PARSE_USAGE     /* invalid command line, message printed to stderr: exit 2 */
 } train_parse_result;
 
 /* Fills o with the defaults, then parses argv. Messages name the flag and the bad value. */

@@ -18,7 +18,8 @@
  *                              config.shuffle, config.augment, config.lr_schedule,
  *                              config.train_samples)
  * Resuming: rank 0 reads the checkpoint, checks the signature and the fingerprint, and broadcasts
- * the position, parameters and momentum, so only rank 0 needs to see the folder.
+ * the position, loss scale, parameters and optimizer buffers, so only rank 0 needs to see the
+ * file.
  *
  * Sharded optimizer state (--zero 1|2): rank 0 gathers the other ranks' shards while it writes, so
  * the file is the same as an unsharded run's (one file, the format above) and any world size and
@@ -389,7 +390,8 @@ static ddp_status stage_alloc(const train_setup *s)
     return DDP_OK;
 }
 
-/* Rank 0, once: the staging copy's size (issue 29: the memory a save keeps is said). */
+/* Rank 0, once (--checkpoint-async): prints the staging copy's size, since that host memory stays
+ * allocated for the whole run (every save reuses it) and counts against the job's memory. */
 static void stage_report(const train_setup *s, const char *when)
 {
     static int reported;

@@ -1,6 +1,8 @@
-/* train_state.h - ddp-train's checkpoints: the full training state (parameters, momentum, position,
- * configuration fingerprint), the checkpoint folder (names, newest valid, keeping K), writability
- * checks before training, and resuming (rank 0 reads, every rank receives).
+/* train_state.h - ddp-train's checkpoints: the whole training state (parameters, the optimizer's
+ * buffers, the loss scale, position, configuration fingerprint) as one file or as a folder of one
+ * file per rank (--checkpoint-format), kept in --checkpoint-dir by libddp's checkpoint manager
+ * (step-N names, the newest --keep), writability checks before training, and resuming (from a
+ * file, rank 0 reads and every rank receives; from a folder, every rank reads its own ranges).
  */
 #ifndef TRAIN_STATE_H
 #define TRAIN_STATE_H
@@ -76,10 +78,12 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos);
 
 /* Collective, after the model is built: with --checkpoint-async, every rank allocates the staging
  * copy its saves reuse (rank 0 says its size). With --resume, rank 0 finds and checks the
- * checkpoint and every rank receives its position, parameters and momentum. *pos is zero and *resumed 0 for a
- * fresh start. Returns the same status on every rank: DDP_ERR_MISMATCH for a checkpoint of another
- * configuration (each difference logged), DDP_ERR_FORMAT/IO for an unusable --resume FILE or when
- * every checkpoint in the folder is corrupt. Failures of the collectives abort the job. */
+ * checkpoint; every rank receives the position and loss scale from rank 0, and the parameters and
+ * optimizer buffers from rank 0 (a file) or by reading its own ranges (a folder). *pos is zero and
+ * *resumed 0 for a fresh start. Returns the same status on every rank: DDP_ERR_MISMATCH for a
+ * checkpoint of another configuration (each difference logged), DDP_ERR_FORMAT/IO for an unusable
+ * --resume FILE or when every checkpoint in the folder is corrupt. Failures of the collectives
+ * abort the job. */
 ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed);
 
 /* No collective (at exit the other ranks may be gone): waits for a checkpoint written in the

@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             *p++ = '\0';
     }
     argv[argc] = NULL;
-    if (train_parse_args(argc, argv, &o) == DDP_TRAIN_RUN)
+    if (train_parse_args(argc, argv, &o) == TRAIN_PARSE_RUN)
         check_opts(&o);
     free(text);
     return 0;

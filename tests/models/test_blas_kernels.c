@@ -78,7 +78,7 @@ static int contains_nocase(const char *hay, const char *needle)
 /* Whether the CPU, as DDP_CPU_ISA caps it, runs OpenBLAS's AVX-512 (SkylakeX) kernels. */
 static int cpu_has_avx512(void)
 {
-    return cpu_features_level(cpu_effective()) >= DDP_ISA_AVX512;
+    return cpu_features_level(cpu_effective()) >= CPU_ISA_AVX512;
 }
 
 /* Runs this program again with OPENBLAS_CORETYPE=core, or exits 77 when the CPU lacks what the
