@@ -922,7 +922,7 @@ ddp_status ddp_ckpt_dir_verify(const ddp_ckpt_dir *d)
     return st;
 }
 
-/* ---- either kind ------------------------------------------------------------------------------ */
+/* ---- either kind ----------------------------------------------------------------------------- */
 
 int ddp_checkpoint_is_folder(const char *path)
 {

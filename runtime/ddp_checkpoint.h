@@ -222,14 +222,15 @@ DDP_API ddp_status ddp_snapshot_wait(ddp_ctx *ctx);
  * folder, each DIR/step-<12 digits>.ckpt (a checkpoint file, or a checkpoint folder as above), the
  * newest `keep` kept. A folder without its MANIFEST is the debris of an interrupted save: never a
  * checkpoint, and removed by the next prune. A step name that is a symbolic link is not this
- * folder's checkpoint: never read, followed or removed. A folder save is collective: every rank writes its
- * shard, rank 0 the MANIFEST once all are on disk. With async, a save may go to a background thread
- * on every rank while training goes on (rank 0's writes the MANIFEST once the other ranks' files
- * appear); one save is in flight at a time, and the next save, ddp_ckpt_manager_wait and
- * ddp_ckpt_manager_destroy wait for it. After a save completes, rank 0 prunes: every checkpoint
- * past the newest `keep` and every folder without a MANIFEST is removed (a folder MANIFEST first,
- * so a kill during the removal leaves debris, never a folder that claims to be complete). What a
- * state holds (buffers, position, a configuration fingerprint) is the program's.
+ * folder's checkpoint: never read, followed or removed. A folder save is collective: every rank
+ * writes its shard, rank 0 the MANIFEST once all are on disk. With async, a save may go to a
+ * background thread on every rank while training goes on (rank 0's writes the MANIFEST once the
+ * other ranks' files appear); one save is in flight at a time, and the next save,
+ * ddp_ckpt_manager_wait and ddp_ckpt_manager_destroy wait for it. After a save completes, rank 0
+ * prunes: every checkpoint past the newest `keep` and every folder without a MANIFEST is removed
+ * (a folder MANIFEST first, so a kill during the removal leaves debris, never a folder that claims
+ * to be complete). What a state holds (buffers, position, a configuration fingerprint) is the
+ * program's.
  */
 typedef struct ddp_ckpt_manager ddp_ckpt_manager;
 /* The longest folder a manager takes, in bytes: the rest of the system's 4096-byte path limit is

@@ -62,8 +62,8 @@ static void write_holder(int fd)
         strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
     const char *job = getenv("SLURM_JOB_ID");
     if (ftruncate(fd, 0) == 0)
-        dprintf(fd, "host %s, pid %ld%s%s, since %s\n", host, (long)getpid(), job ? ", Slurm job " : "",
-                job ? job : "", when);
+        dprintf(fd, "host %s, pid %ld%s%s, since %s\n", host, (long)getpid(),
+                job ? ", Slurm job " : "", job ? job : "", when);
 }
 
 /* Rank 0: the folder's lock for this process's life. DDP_ERR_INVALID_ARG when another job holds
@@ -76,8 +76,8 @@ static ddp_status take_lock(const char *dir)
     struct stat sb;
     int regular = fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
     if (!regular) {
-        DDP_ERROR("--checkpoint-dir %s: cannot open its lock file %s: %s (it must be a regular file "
-                  "ddp can write; checked before training, so nothing is lost)", dir, path,
+        DDP_ERROR("--checkpoint-dir %s: cannot open its lock file %s: %s (it must be a regular "
+                  "file ddp can write; checked before training, so nothing is lost)", dir, path,
                   fd < 0 ? strerror(errno) : "not a regular file");
         if (fd >= 0)
             close(fd);
@@ -93,8 +93,8 @@ static ddp_status take_lock(const char *dir)
     if (err == EACCES || err == EAGAIN) {
         char holder[512];
         read_holder(fd, holder, sizeof holder);
-        DDP_ERROR("--checkpoint-dir %s is in use by another job (%s): two jobs saving into one folder "
-                  "would remove and mix each other's checkpoints; give this job its own "
+        DDP_ERROR("--checkpoint-dir %s is in use by another job (%s): two jobs saving into one "
+                  "folder would remove and mix each other's checkpoints; give this job its own "
                   "--checkpoint-dir, or wait until that job ends", dir, holder[0] ? holder : "?");
         close(fd);
         return DDP_ERR_INVALID_ARG;
@@ -172,8 +172,8 @@ static void look(ddp_ctx *ctx, const char *dir, uint64_t token, int64_t *blind, 
     for (int r = 0; r < world && first < 0; r++)
         first = blind[r] ? r : -1;
     if (mine && rank == first) /* one line with a host name, whatever the world size */
-        DDP_WARN("--checkpoint-dir %s: this rank does not see rank 0's probe file %s (or cannot write "
-                 "there): not the folder rank 0 sees", dir, path);
+        DDP_WARN("--checkpoint-dir %s: this rank does not see rank 0's probe file %s (or cannot "
+                 "write there): not the folder rank 0 sees", dir, path);
     if (rank == 0)
         unlink(path);
 }
@@ -197,9 +197,9 @@ static ddp_status choose_format(ddp_ctx *ctx, train_opts *o, const int64_t *blin
     if (need) {
         if (rank0)
             DDP_ERROR("%s needs a --checkpoint-dir every rank sees (every rank writes its own file "
-                      "there), but rank(s) %s do not see %s (a node-local path?): give a folder on a "
-                      "shared file system, or --checkpoint-format file (rank 0 writes one file)",
-                      need, ranks, o->checkpoint_dir);
+                      "there), but rank(s) %s do not see %s (a node-local path?): give a folder "
+                      "on a shared file system, or --checkpoint-format file (rank 0 writes one "
+                      "file)", need, ranks, o->checkpoint_dir);
         return DDP_ERR_INVALID_ARG;
     }
     o->checkpoint_folder = 0;
@@ -217,10 +217,10 @@ ddp_status checkpoint_place(ddp_ctx *ctx, train_opts *o)
     size_t len = strlen(o->checkpoint_dir);
     if (len > DDP_CKPT_DIR_MAX) { /* the same answer on every rank: no collective needed */
         if (rank0)
-            DDP_ERROR("--checkpoint-dir: the path is %zu bytes, over the %d that leave room for the "
-                      "checkpoint names below it (the system's limit is %d bytes for a whole "
-                      "path): choose a shorter path, e.g. a symbolic link to the folder", len,
-                      DDP_CKPT_DIR_MAX, PATH_MAX);
+            DDP_ERROR("--checkpoint-dir: the path is %zu bytes, over the %d that leave room for "
+                      "the checkpoint names below it (the system's limit is %d bytes for a "
+                      "whole path): choose a shorter path, e.g. a symbolic link to the folder",
+                      len, DDP_CKPT_DIR_MAX, PATH_MAX);
         return DDP_ERR_INVALID_ARG;
     }
     /* [0]: rank 0's outcome (0 ok, else a ddp_status), [1]: the probe's token (0 on failure) */

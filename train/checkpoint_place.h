@@ -1,5 +1,5 @@
-/* checkpoint_place.h - where ddp-train's checkpoints go, settled before training: --checkpoint-dir's
- * length, its lock (one job per folder), which ranks see it, and so the checkpoint format. */
+/* checkpoint_place.h - where ddp-train's checkpoints go, settled before training: the length of
+ * --checkpoint-dir, its lock (one job per folder), which ranks see it, and so the format. */
 #ifndef TRAIN_CHECKPOINT_PLACE_H
 #define TRAIN_CHECKPOINT_PLACE_H
 

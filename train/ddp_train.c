@@ -55,8 +55,8 @@ static ddp_status requeue_job(void)
     while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
     if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        DDP_ERROR("--requeue: `scontrol requeue %s` failed (status %d): requeue the job by hand, it "
-                  "continues from its checkpoint with --resume auto", job,
+        DDP_ERROR("--requeue: `scontrol requeue %s` failed (status %d): requeue the job by hand, "
+                  "it continues from its checkpoint with --resume auto", job,
                   WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         return DDP_ERR_ENV;
     }

@@ -52,7 +52,7 @@ double gpt_lr(const trainer *t, long step);
 void gpt_wire_copy(trainer *t);
 
 /* report_gpt.c */
-/* Rank 0: the configuration, the model's sizes and memory, FLOPs per token, warnings on the plan. */
+/* Rank 0: the configuration, the model's sizes and memory, FLOPs per token, the plan's warnings. */
 void gpt_report_start(trainer *t);
 /* Rank 0: throughput, MFU, memory, and the summary line of --metrics. */
 void gpt_report_summary(trainer *t);

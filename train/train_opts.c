@@ -609,9 +609,9 @@ static int check_resume_opts(const train_opts *o)
     }
     if (o->checkpoint_async && !(o->checkpoint_dir && o->checkpoint_format != TRAIN_CKPT_FILE)) {
         fprintf(stderr,
-                "ddp-train: --checkpoint-async needs --checkpoint-dir DIR and a folder per checkpoint "
-                "(--checkpoint-format auto or folder: each rank writes its own file in the "
-                "background)\n");
+                "ddp-train: --checkpoint-async needs --checkpoint-dir DIR and a folder per "
+                "checkpoint (--checkpoint-format auto or folder: each rank writes its own file in "
+                "the background)\n");
         return -1;
     }
     if (o->resume && !o->resume[0]) {
@@ -757,13 +757,13 @@ void train_print_opts(FILE *f, const train_opts *o)
                 o->loss_scale_init, o->loss_scale_interval);
     fprintf(f, "  data workers: %d\n", o->workers);
     if (o->checkpoint_dir)
-        fprintf(f, "checkpoints: %s every %ld steps (keep %d, errors %s, %s: %s)", o->checkpoint_dir,
-                o->checkpoint_every, o->keep, o->checkpoint_errors_warn ? "warn" : "stop",
-                o->checkpoint_folder
-                    ? (o->checkpoint_async ? "a folder of per-rank files per checkpoint, written in "
-                                             "the background"
-                                           : "a folder of per-rank files per checkpoint")
-                    : "one file per checkpoint, written by rank 0",
+        fprintf(f, "checkpoints: %s every %ld steps (keep %d, errors %s, %s: %s)",
+                o->checkpoint_dir, o->checkpoint_every, o->keep,
+                o->checkpoint_errors_warn ? "warn" : "stop",
+                !o->checkpoint_folder ? "one file per checkpoint, written by rank 0"
+                : o->checkpoint_async ? "a folder of per-rank files per checkpoint, written in the "
+                                        "background"
+                                      : "a folder of per-rank files per checkpoint",
                 o->checkpoint_why[0] ? o->checkpoint_why : "not settled yet");
     else
         fputs("checkpoints: none (--checkpoint-dir)", f);

@@ -93,7 +93,7 @@ typedef struct train_opts {
     int resume_reshard;         /* allow resuming with another world size (not bit-identical) */
     int requeue;                /* after a stop by signal under Slurm: scontrol requeue the job */
     int checkpoint_errors_warn; /* a failed save warns and training goes on (default: stop, exit 1) */
-    int checkpoint_format;      /* --checkpoint-format: TRAIN_CKPT_AUTO (default), _FILE or _FOLDER */
+    int checkpoint_format;      /* --checkpoint-format: TRAIN_CKPT_AUTO (default), _FILE, _FOLDER */
     int checkpoint_folder;      /* what the saves write, settled by checkpoint_place: 1 a folder of
                                    per-rank files, 0 one file through rank 0 */
     char checkpoint_why[192];   /* why that format (the start-up line) */

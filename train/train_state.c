@@ -761,7 +761,8 @@ static ddp_status open_resume(const train_setup *s, char *path, resume_src *out,
         snprintf(path, STATE_PATH_MAX, "%s", o->resume);
         st = src_open(path, out);
         if (st != DDP_OK)
-            DDP_ERROR("--resume %s: cannot use this %s (see above)", path, ddp_checkpoint_is_folder(path) ? "folder" : "file");
+            DDP_ERROR("--resume %s: cannot use this %s (see above)", path,
+                      ddp_checkpoint_is_folder(path) ? "folder" : "file");
     }
     int other_world = 0;
     if (st == DDP_OK && src_state(out))

@@ -199,7 +199,8 @@ static void test_fifos(const char *path)
     d = NULL;
     CHECK(ddp_ckpt_dir_open(path, &d) == DDP_ERR_FORMAT && !d, "open refuses a FIFO shard");
     ddp_state *zero = shard(0, 5);
-    CHECK(ddp_ckpt_dir_begin(path) == DDP_OK && ddp_ckpt_dir_write_shard(path, 0, WORLD, zero) != DDP_OK,
+    CHECK(ddp_ckpt_dir_begin(path) == DDP_OK &&
+              ddp_ckpt_dir_write_shard(path, 0, WORLD, zero) != DDP_OK,
           "a save refuses to remove or replace the FIFO");
     ddp_state_destroy(zero);
     struct stat sb;

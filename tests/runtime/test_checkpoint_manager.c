@@ -1,12 +1,12 @@
-/* test_checkpoint_manager.c - libddp's checkpoint manager driven directly, one process (no MPI): three
- * folder saves with keep 2 (one at once, two in the background) leave the newest two; the newest
- * valid one is found and reads back its values; a folder without a MANIFEST is skipped and removed
- * by the next save; a corrupt MANIFEST falls back to the previous checkpoint, and when every one is
- * corrupt the answer is DDP_ERR_FORMAT, not a fresh start; a background save is
+/* test_checkpoint_manager.c - libddp's checkpoint manager driven directly, one process (no MPI):
+ * three folder saves with keep 2 (one at once, two in the background) leave the newest two; the
+ * newest valid one is found and reads back its values; a folder without a MANIFEST is skipped and
+ * removed by the next save; a corrupt MANIFEST falls back to the previous checkpoint, and when
+ * every one is corrupt the answer is DDP_ERR_FORMAT, not a fresh start; a background save is
  * complete once waited for, and one left in flight is completed by destroy; a single file is saved
  * and found too; links in the folder are never followed nor removed, nor files a save does not
- * write (links_and_foreign). With --mpi (mpirun -np 2): the same with every rank writing its slice, and a rank
- * without a shard failing the save on every rank, at once and in the background.
+ * write (links_and_foreign). With --mpi (mpirun -np 2): the same with every rank writing its slice,
+ * and a rank without a shard failing the save on every rank, at once and in the background.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -198,8 +198,9 @@ static void links_and_foreign(ddp_ckpt_manager *m)
     ddp_state *s9;
     CHECK(save(m, 9, 0, &s9) == DDP_OK && has_manifest(9), "step 9 saved");
     ddp_state_destroy(s9);
-    CHECK(has(out, DDP_CKPT_MANIFEST) && has(out, "rank-00000-of-00001.ckpt") && has(out, "notes.txt") &&
-          has(out, "single.ckpt"), "the prune removed files outside the checkpoint folder");
+    CHECK(has(out, DDP_CKPT_MANIFEST) && has(out, "rank-00000-of-00001.ckpt") &&
+              has(out, "notes.txt") && has(out, "single.ckpt"),
+          "the prune removed files outside the checkpoint folder");
     struct stat sb;
     CHECK(lstat(ckpt(1), &sb) == 0 && S_ISLNK(sb.st_mode) && lstat(ckpt(3), &sb) == 0 &&
           S_ISLNK(sb.st_mode) && lstat(ckpt(10), &sb) == 0, "the prune removed a link");
