@@ -168,17 +168,18 @@ static int n_cores(void)
     return n > 0 ? (int)n : 1;
 }
 
-/* ddp-launch: in the build tree's launcher/ beside train/ (this program's folder), else beside
- * this program (installed), else on PATH. */
-static void launch_path(char *buf, size_t n, int dir_len, const char *argv0)
+/* Program `name`: in the build tree's folder `sub` beside tools/ (this program's folder), else
+ * beside this program (installed, one bin/), else on PATH (this program found there: no folder). */
+static void program_path(char *buf, size_t n, int dir_len, const char *argv0, const char *sub,
+                         const char *name)
 {
-    int up = dir_len >= 6 && !strncmp(argv0 + dir_len - 6, "train/", 6) ? dir_len - 6 : -1;
+    int up = dir_len >= 6 && !strncmp(argv0 + dir_len - 6, "tools/", 6) ? dir_len - 6 : -1;
     if (up >= 0 && (up == 0 || argv0[up - 1] == '/')) {
-        snprintf(buf, n, "%.*slauncher/ddp-launch", up, argv0);
+        snprintf(buf, n, "%.*s%s/%s", up, argv0, sub, name);
         if (access(buf, X_OK) == 0)
             return;
     }
-    snprintf(buf, n, "%.*sddp-launch", dir_len, argv0);
+    snprintf(buf, n, "%.*s%s", dir_len, argv0, name);
 }
 
 /* The command for a CPU: one rank per core, a small GPT, the steps that fit a few minutes (the
@@ -192,16 +193,17 @@ static void print_cpu_command(int dir_len, const char *argv0, const tokenize_arg
     steps = steps < CPU_MIN_STEPS ? CPU_MIN_STEPS : steps;
     long epochs = per_epoch > 0 ? (steps + per_epoch - 1) / per_epoch : 1;
     double minutes = (double)steps * CPU_STEP_S / 60.0;
-    char launch[4096];
-    launch_path(launch, sizeof launch, dir_len, argv0);
+    char launch[4096], train[4096];
+    program_path(launch, sizeof launch, dir_len, argv0, "launcher", "ddp-launch");
+    program_path(train, sizeof train, dir_len, argv0, "train", "ddp-train");
     printf("ddp-tokenize: no GPU here: train a small GPT (4 layers, 4 heads, 256 channels) on the "
            "CPU, %d rank(s), one per core, %ld steps, about %.0f minutes (%.1f s a step measured "
            "on 2 cores, up to twice that when other jobs share them; a loss line every 10 steps, "
            "validation half-way and at the end, then a sample):\n"
-           "  %s -n %d %.*sddp-train --model gpt2 --layers 4 --heads 4 --channels 256 "
+           "  %s -n %d %s --model gpt2 --layers 4 --heads 4 --channels 256 "
            "--seq %d --batch %d --max-steps %ld --epochs %ld --warmup-steps %ld --val-every %ld "
            "--log-every 10 --sample 100 --data '%s/%s_train_*.bin' --val-data '%s/%s_val_*.bin'\n",
-           ranks, steps, minutes, CPU_STEP_S, launch, ranks, dir_len, argv0, CPU_T, CPU_B,
+           ranks, steps, minutes, CPU_STEP_S, launch, ranks, train, CPU_T, CPU_B,
            steps, epochs < 1 ? 1 : epochs, steps / 10, steps / 2 + 1, a->outdir, a->o.name,
            a->outdir, a->o.name);
     if (per_epoch == 0)
@@ -211,8 +213,8 @@ static void print_cpu_command(int dir_len, const char *argv0, const tokenize_arg
            "... (docs/gpt2.md)\n");
 }
 
-/* The ddp-train (and ddp-launch) beside this program when it was started by a path, else the
- * ones on PATH: GPT-2 124M where there is a GPU, else a small GPT on every core. */
+/* The ddp-train (and ddp-launch) of this program's build or installation when it was started by
+ * a path, else the ones on PATH: GPT-2 124M where there is a GPU, else a small GPT on every core. */
 static void print_train_command(const char *argv0, const tokenize_args *a,
                                 const text_shards_result *r)
 {
@@ -222,9 +224,11 @@ static void print_train_command(const char *argv0, const tokenize_args *a,
         print_cpu_command(dir_len, argv0, a, r);
         return;
     }
+    char train[4096];
+    program_path(train, sizeof train, dir_len, argv0, "train", "ddp-train");
     printf("ddp-tokenize: train on them with\n"
-           "  %.*sddp-train --model gpt2 --data '%s/%s_train_*.bin' --val-data '%s/%s_val_*.bin'\n",
-           dir_len, argv0, a->outdir, a->o.name, a->outdir, a->o.name);
+           "  %s --model gpt2 --data '%s/%s_train_*.bin' --val-data '%s/%s_val_*.bin'\n", train,
+           a->outdir, a->o.name, a->outdir, a->o.name);
 }
 
 static void print_result(const tokenize_args *a, const text_shards_result *r)

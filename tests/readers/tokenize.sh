@@ -96,6 +96,11 @@ if ! compgen -G '/dev/nvidia[0-9]*' > /dev/null; then
         && grep -q "no GPU here.*[0-9]* steps, about [0-9]* minutes" "$tmp/a.out" \
         && echo "no GPU: the CPU line ($(nproc) ranks, a small GPT, steps and minutes)" \
         || bad "no GPU: no CPU-sized training line in: $(cat "$tmp/a.out")"
+    # the command runs as printed: the ddp-launch and ddp-train it names exist in this build
+    read -r launch_exe _ _ train_exe _ < <(grep -E -- "$cpu_line" "$tmp/a.out" | head -n 1)
+    [[ -x "$launch_exe" && -x "$train_exe" ]] \
+        && echo "no GPU: the line names this build's $launch_exe and $train_exe" \
+        || bad "no GPU: the line names programs that are not there: '$launch_exe', '$train_exe'"
 fi
 [[ "$(ls "$tmp/a")" == $'encoder.json\ntext_train_000001.bin\ntext_val_000000.bin\nvocab.bpe' ]] \
     || bad "files written: $(ls -A "$tmp/a" | tr '\n' ' ')"
