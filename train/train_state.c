@@ -39,7 +39,6 @@
  * checkpoint manager (runtime/checkpoint_manager.c); this file stages what goes into it.
  */
 #include "train_state.h"
-#include "mkdir_p.h"
 #include "out_path.h"
 
 #include "ddp_checkpoint.h"
@@ -624,17 +623,9 @@ static ddp_status check_output_file(const char *flag, const char *path)
 ddp_status train_check_outputs(const train_opts *o, const char *const *flags,
                                const char *const *paths, int n)
 {
+    /* --checkpoint-dir was created, locked and written into at start-up (checkpoint_place.c) */
     ddp_status st = DDP_OK;
-    if (o->checkpoint_dir && mkdir_p(o->checkpoint_dir) != 0) {
-        DDP_ERROR("--checkpoint-dir %s: cannot create it: %s; choose a writable place",
-                  o->checkpoint_dir, strerror(errno));
-        st = DDP_ERR_IO;
-    } else if (o->checkpoint_dir) {
-        char inside[STATE_PATH_MAX];
-        snprintf(inside, sizeof inside, "%s/.", o->checkpoint_dir);
-        st = probe_dir("--checkpoint-dir", o->checkpoint_dir, inside);
-    }
-    if (st == DDP_OK && o->save_path)
+    if (o->save_path)
         st = check_output_file("--save", o->save_path);
     if (st == DDP_OK && o->trace_path)
         st = check_output_file("--trace", o->trace_path);

@@ -53,8 +53,8 @@ typedef struct train_setup {
     void *lr_arg;
 } train_setup;
 
-/* Rank 0, before training: the folders of --save, --trace and --checkpoint-dir (created with their
- * parents when missing) must accept a new file, and the --save and --trace files must be new or
+/* Rank 0, before training (--checkpoint-dir is checkpoint_place's): the folders of --save and
+ * --trace must accept a new file, and the --save and --trace files must be new or
  * regular files (a symbolic link is followed); so must the task's own n output files paths[i]
  * (NULL: none), named in messages by flags[i]. DDP_ERR_IO or DDP_ERR_INVALID_ARG, logged with the
  * path, the reason and the fix. */
