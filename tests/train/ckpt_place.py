@@ -137,6 +137,18 @@ def start_holder(tools, folder, tag):
 
 
 def lock(chk, tools, tmp):
+    try:
+        lock_cases(chk, tools, tmp)
+    finally:  # a failed check leaves no job behind: every process of both jobs, by pid
+        for pid in job_pids("first") + job_pids("killed"):
+            try:
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def lock_cases(chk, tools, tmp):
     folder = os.path.join(tmp, "shared")
     first, seen = start_holder(tools, folder, "first")
     pids = job_pids("first")
