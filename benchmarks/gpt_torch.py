@@ -16,7 +16,7 @@ Rank 0 prints one JSON line at the end: tokens/s of all ranks over the timed ste
 --warmup untimed ones), ms per step, and the model FLOPs per second per rank counted as nanoGPT
 counts them, 6 N + 12 L T C per token with N the parameter count WITHOUT wte's padding rows
 (GPT-2's 124M for d12); ddp-train's model_gflops_per_rank counts the same way (llm.c's 6 N + 6 L C
-T with the padding rows is ddp-train's MFU count, train/mfu.c).
+T with the padding rows is ddp-train's MFU count, models/gpt2_mfu.c).
 
 Usage: gpt_torch.py [--ranks 2] [--layers 4] [--heads 4] [--channels 256] [--seq 128] [--batch 4]
                     [--steps 20] [--warmup 3] [--precision fp32|bf16] [--data 'DIR/*_train_*.bin']

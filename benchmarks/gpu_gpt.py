@@ -39,7 +39,7 @@ import sys
 import time
 
 D12 = {"layers": 12, "channels": 768, "n_params": 124_475_904}
-# N with the padded vocabulary (50,304 rows), as llm.c counts (train/mfu.c, test_mfu)
+# N with the padded vocabulary (50,304 rows), as llm.c counts (models/gpt2_mfu.c, test_mfu)
 MODELS = {"d12": D12, "d48": {"layers": 48, "channels": 1600, "n_params": 1_557_686_400}}
 STEP_RE = re.compile(r"^\s*step\s+(\d+)/(\d+)\b")
 LLMC_STEP_RE = re.compile(r"^\s*step\s+(\d+)/(\d+)\s*\|.*\|\s*([0-9.]+) ms\s*\|")

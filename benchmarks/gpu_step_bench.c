@@ -231,7 +231,7 @@ static ddp_status op_step(void *a)
     TRY_OK(model_zero_grad(s->m));
     TRY_OK(model_forward_train(s->m, s->x, s->y, s->b, s->loss));
     TRY_OK(model_backward(s->m, NULL));
-    return optim_step(s->o, model_params(s->m), model_grads(s->m), 0.01f, 1, 1.0f);
+    return optim_step(s->o, model_grads(s->m), 0.01f, 1, 1.0f);
 }
 
 static void model_step(model_kind kind, ddp_dtype p, int b, int reps)
@@ -249,9 +249,11 @@ static void model_step(model_kind kind, ddp_dtype p, int b, int reps)
     char name[64];
     snprintf(name, sizeof name, "%s %s step", model_precision_name(p), kind == MODEL_CNN ? "cnn" : "mlp");
     optim_opts oo = {.kind = OPTIM_SGD, .momentum = 0.9f};
+    optim_weights w = {.w = NULL};
     if (labels && s.x && s.y && ddp_upload(gpu->ctx, s.y, labels, (size_t)b * sizeof(int)) == DDP_OK &&
-        model_create(gpu->ctx, gpu, &cfg, &s.m) == DDP_OK &&
-        optim_create(gpu->ctx, gpu, &oo, model_numel(s.m), model_n_params(s.m), NULL, &s.o) == DDP_OK)
+        model_create(gpu->ctx, gpu, &cfg, &s.m) == DDP_OK && (w.w = model_weights(s.m, &w.p)) &&
+        optim_create(gpu->ctx, gpu, &oo, model_numel(s.m), model_n_params(s.m), NULL, &w,
+                     &s.o) == DDP_OK)
         bench_row(name, op_step, &s, reps);
     else
         printf("%-28s setup failed\n", name);

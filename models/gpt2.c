@@ -1,10 +1,12 @@
-/* gpt2.c - GPT-2 (gpt2.h) on an ops handle: the fp32 parameters and their gradients each in ONE
- * backend allocation in llm.c's tensor-major layout (in bf16 and fp16 also the matmuls' 16-bit
- * copy of the parameters), activations sized for max_batch x seq, and the forward and backward
+/* gpt2.c - GPT-2 (gpt2.h) on an ops handle: the weights (in the compute precision) and their fp32
+ * gradients each in ONE backend allocation in llm.c's tensor-major layout (in 16 bits also the
+ * fp32 widening of the small slices read in fp32), activations sized for max_batch x seq, and the
+ * forward and backward
  * passes (each parameter slice marked ready as soon as its gradient is final). With
  * opts.reducer_grads there is no gradient allocation: backward writes each slice where the
- * reducer says (its bucket's buffer, ZeRO stage 2). The optimizer, AdamW and its moments, is the
- * trainer's (train/optim.c); llm.c's model files are in gpt2_llmc.c.
+ * reducer says (its bucket's buffer, ZeRO stage 2). The optimizer, AdamW with its moments and in 16
+ * bits the fp32 master weights, is the trainer's (train/optim.c); llm.c's model files are in
+ * gpt2_llmc.c.
  */
 #include <limits.h>
 #include <math.h>
@@ -16,6 +18,7 @@
 #include "ddp_trace.h"
 #include "gpt2_private.h"
 #include "half.h"
+#include "layers.h"
 
 /* The tensors of the flat buffer, in llm.c's order; T_LN1W .. T_FCPROJB have one slice per
  * layer. */
@@ -110,28 +113,19 @@ struct gpt2 {
     size_t *offset;                   // (n_params)
     unsigned char *tensor_of;         // (n_params) the tensor each slice belongs to
     size_t numel_total;
-    float *params;   // (numel_total) fp32 master weights
+    /* The weights the passes read, in the precision's storage: in fp32 the master weights
+     * (the optimizer's to update); in 16 bits the master is the optimizer's (train/optim.h). */
+    void *weights;   // (numel_total)
     float *grads;    // (numel_total); NULL with opts.reducer_grads
     ddp_reducer *grad_r; /* opts.reducer_grads: the reducer of the backward pass under way */
     ddp_reducer *gather; /* gpt2_set_gather: forward waits for its all-gather slice by slice */
-    void *cparams;   // (numel_total) in p: the matmuls' weights (= params for fp32)
-    bool cparams_stale;
-    /* bf16: what the forward and backward passes read in fp32 (the embeddings, LayerNorm, the
-     * biases: param()) is the copy widened, not the master weights, as llm.c reads bf16 weights;
-     * so every rank reads the same values whether it holds a slice's master or not
-     * (gpt2_set_copy_gather). rparams holds those slices back to back, slice i at roff[i]
-     * (SIZE_MAX: a matmul weight, read through cparams only). NULL in fp32 and fp16. */
+    /* 16 bits: what the passes read in fp32 (wpe, LayerNorm, the biases: param()) is the weights
+     * widened, as llm.c reads bf16 weights, at the start of each part of every forward pass
+     * (layer_ready). rparams holds those slices back to back, slice i at roff[i] (SIZE_MAX: read
+     * in the precision itself: the matmul weights, and wte, which the encoder reads as it is).
+     * NULL in fp32. */
     float *rparams;
     size_t *roff;    // (n_params)
-    bool copy_gather; /* gpt2_set_copy_gather */
-    /* gpt2_copy_rounding: cparams rounded stochastically (bf16) by (sr_seed, *sr_steps, flat
-     * index); [opt_lo, opt_hi) written by the optimizer at step opt_step (-1: not since the last
-     * gpt2_params) */
-    bool sr;
-    uint32_t sr_seed;
-    const long *sr_steps;
-    size_t opt_lo, opt_hi;
-    long opt_step;
     gpt2_acts a;
     gpt2_dacts d;
     void *bufs[MAX_BUFS];
@@ -260,18 +254,18 @@ static int slice(const gpt2 *g, int t, int l)
     return t == T_WTE ? 0 : t == T_WPE ? 1 : g->n_params - (t == T_LNFW ? 2 : 1);
 }
 
-/* Tensor t's slice of layer l as the passes read it in fp32 (never a matmul weight): the master
- * weights, or in bf16 the copy widened (rparams). */
+/* Tensor t's slice of layer l as the passes read it in fp32 (never a matmul weight nor wte): the
+ * weights, or in 16 bits their widened copy (rparams). */
 static float *param(gpt2 *g, int t, int l)
 {
     int i = slice(g, t, l);
-    return g->rparams ? g->rparams + g->roff[i] : g->params + g->offset[i];
+    return g->rparams ? g->rparams + g->roff[i] : (float *)g->weights + g->offset[i];
 }
 
-/* Whether tensor t is read in fp32 by param() (all but the four matmul weights). */
+/* Whether tensor t is read in fp32 by param() (all but the four matmul weights and wte). */
 static bool read_in_fp32(int t)
 {
-    return t != T_QKVW && t != T_ATTPROJW && t != T_FCW && t != T_FCPROJW;
+    return t != T_QKVW && t != T_ATTPROJW && t != T_FCW && t != T_FCPROJW && t != T_WTE;
 }
 
 /* Where backward adds tensor t's slice of layer l's gradient: the flat buffer, or with
@@ -292,7 +286,7 @@ static ddp_status grad(gpt2 *g, int t, int l, float **out)
 /* A weight in the model's precision: what the matmuls read. */
 static const void *cweight(gpt2 *g, int t, int l)
 {
-    return (const char *)g->cparams + g->offset[slice(g, t, l)] * g->es;
+    return (const char *)g->weights + g->offset[slice(g, t, l)] * g->es;
 }
 
 /* GPT-2's initialisation of slice i into host (numel[i] floats). */
@@ -327,11 +321,30 @@ static ddp_status init_params(gpt2 *g)
     ddp_status st = DDP_OK;
     for (int i = 0; st == DDP_OK && i < g->n_params; i++) {
         init_slice(g, i, host);
-        st = ddp_upload(g->ctx, g->params + g->offset[i], host, g->numel[i] * sizeof *host);
+        st = ops_weights_put(g->ops, g->opts.precision, (char *)g->weights + g->offset[i] * g->es,
+                             host, g->numel[i]);
     }
     free(host);
-    g->cparams_stale = true;
     return st;
+}
+
+ddp_status gpt2_weights_set(gpt2 *g, const float *host)
+{
+    size_t chunk = (size_t)1 << 20;
+    float *tmp = malloc(chunk * sizeof *tmp);
+    ddp_status st = tmp ? DDP_OK : DDP_ERR_NOMEM;
+    for (size_t at = 0; st == DDP_OK && at < g->numel_total; at += chunk) {
+        size_t k = g->numel_total - at < chunk ? g->numel_total - at : chunk;
+        memcpy(tmp, host + at, k * sizeof *tmp);
+        st = ops_weights_put(g->ops, g->opts.precision, (char *)g->weights + at * g->es, tmp, k);
+    }
+    free(tmp);
+    return st;
+}
+
+ddp_status gpt2_weights_get(const gpt2 *g, float *host)
+{
+    return ops_weights_get(g->ops, g->opts.precision, host, g->weights, g->numel_total);
 }
 
 /* ---- memory -------------------------------------------------------------------------------- */
@@ -430,18 +443,11 @@ static ddp_status alloc_acts(gpt2 *g)
 
 static ddp_status alloc_state(gpt2 *g)
 {
-    size_t n_bytes = g->numel_total * sizeof(float);
-    g->params = ddp_alloc(g->ctx, n_bytes);
-    g->grads = g->opts.reducer_grads ? NULL : ddp_alloc(g->ctx, n_bytes);
-    if (!g->params || (!g->grads && !g->opts.reducer_grads))
+    g->weights = ddp_alloc(g->ctx, g->numel_total * g->es);
+    g->grads = g->opts.reducer_grads ? NULL : ddp_alloc(g->ctx, g->numel_total * sizeof(float));
+    if (!g->weights || (!g->grads && !g->opts.reducer_grads))
         return DDP_ERR_NOMEM;
-    g->cparams = g->params;
-    if (g->opts.precision != DDP_FP32) {
-        g->cparams = ddp_alloc(g->ctx, g->numel_total * g->es);
-        if (!g->cparams)
-            return DDP_ERR_NOMEM;
-    }
-    if (g->opts.precision != DDP_BF16)
+    if (g->opts.precision == DDP_FP32)
         return DDP_OK;
     g->roff = malloc((size_t)g->n_params * sizeof *g->roff);
     if (!g->roff)
@@ -533,9 +539,9 @@ ddp_status gpt2_create(ddp_ctx *ctx, const ops_handle *ops, const gpt2_config *c
     if (st == DDP_OK)
         st = gpt2_setup(g);
     if (st == DDP_ERR_NOMEM)
-        DDP_ERROR("gpt2_create: out of memory for %zu parameters (their fp32 values, gradients "
-                  "and 16-bit copy, as the options ask) and the activations of %d x %d tokens: "
-                  "use a smaller batch or model", g->numel_total, opts->max_batch, opts->seq);
+        DDP_ERROR("gpt2_create: out of memory for %zu parameters (their weights and fp32 "
+                  "gradients) and the activations of %d x %d tokens: use a smaller batch or model",
+                  g->numel_total, opts->max_batch, opts->seq);
     else if (st != DDP_OK)
         DDP_ERROR("gpt2_create: %s", ddp_strerror(st));
     if (st != DDP_OK) {
@@ -552,11 +558,9 @@ void gpt2_destroy(gpt2 *g)
         return;
     for (int i = 0; i < g->n_bufs; i++)
         ddp_free(g->ctx, g->bufs[i]);
-    if (g->cparams != g->params)
-        ddp_free(g->ctx, g->cparams);
     ddp_free(g->ctx, g->rparams);
     free(g->roff);
-    ddp_free(g->ctx, g->params);
+    ddp_free(g->ctx, g->weights);
     ddp_free(g->ctx, g->grads);
     free(g->descs);
     free(g->numel);
@@ -572,39 +576,21 @@ const size_t *gpt2_numel(const gpt2 *g) { return g->numel; }
 size_t gpt2_numel_total(const gpt2 *g) { return g->numel_total; }
 ddp_ctx *gpt2_ctx(const gpt2 *g) { return g->ctx; }
 const ops_handle *gpt2_ops(const gpt2 *g) { return g->ops; }
-const float *gpt2_params_const(const gpt2 *g) { return g->params; }
 
 bool gpt2_param_decays(const gpt2 *g, int i)
 {
     return i >= 0 && i < g->n_params && g->descs[i].n_dims == 2;
 }
 
-float *gpt2_params(gpt2 *g)
-{
-    g->cparams_stale = true;
-    g->opt_step = -1; /* the caller may change any element */
-    return g->params;
-}
-void gpt2_set_gather(gpt2 *g, ddp_reducer *r) { g->gather = r; }
+float *gpt2_params(gpt2 *g) { return g->opts.precision == DDP_FP32 ? g->weights : NULL; }
 
-void *gpt2_copy(gpt2 *g, ddp_dtype *p)
+void *gpt2_weights(gpt2 *g, ddp_dtype *p)
 {
     *p = g->opts.precision;
-    return g->opts.precision == DDP_FP32 ? NULL : g->cparams;
+    return g->weights;
 }
 
-void gpt2_copy_rounding(gpt2 *g, uint32_t seed, const long *steps, size_t offset, size_t n)
-{
-    g->sr = g->ops->cast_stochastic && steps;
-    g->sr_seed = seed;
-    g->sr_steps = steps;
-    g->opt_lo = offset;
-    g->opt_hi = offset + n;
-    g->opt_step = -1;
-}
-
-void gpt2_copy_written(gpt2 *g, long t) { g->opt_step = t; }
-void gpt2_set_copy_gather(gpt2 *g, bool on) { g->copy_gather = on && g->rparams; }
+void gpt2_set_gather(gpt2 *g, ddp_reducer *r) { g->gather = r; }
 float *gpt2_grads(gpt2 *g) { return g->grads; }
 
 ddp_status gpt2_logits_get(const gpt2 *g, size_t row, size_t n_rows, float *host)
@@ -627,19 +613,16 @@ ddp_status gpt2_logits_get(const gpt2 *g, size_t row, size_t n_rows, float *host
 
 void gpt2_memory_get(const gpt2 *g, gpt2_memory *out)
 {
-    size_t f32 = g->numel_total * sizeof(float);
     size_t widened = 0;
     for (int i = 0; g->rparams && i < g->n_params; i++)
         widened += g->roff[i] != SIZE_MAX ? g->numel[i] * sizeof(float) : 0;
-    out->params = f32 + (g->cparams != g->params ? g->numel_total * g->es : 0) + widened;
-    out->grads = g->grads ? f32 : 0;
+    out->params = g->numel_total * g->es + widened;
+    out->grads = g->grads ? g->numel_total * sizeof(float) : 0;
     out->activations = g->act_bytes;
     out->logits = (size_t)g->opts.max_batch * g->opts.seq * g->cfg.padded_vocab * g->ea;
 }
 
 /* ---- precision ----------------------------------------------------------------------------- */
-
-static bool is_fp32(const gpt2 *g) { return g->opts.precision == DDP_FP32; }
 
 /* Whether the activations are fp32 in a 16-bit run: casts around every linear. */
 static bool casts(const gpt2 *g) { return g->act != g->opts.precision; }
@@ -663,51 +646,14 @@ static ddp_status as_p(gpt2 *g, const void *src, void *buf_p, size_t n, const vo
     return to_p(g, buf_p, src, n);
 }
 
-/* cparams [a, b) of the flat layout from params: to nearest even, or with gpt2_copy_rounding
- * stochastically by (seed, step, flat index), less the range the optimizer wrote this step. */
-static ddp_status cast_range(gpt2 *g, size_t a, size_t b)
-{
-    const ops_handle *o = g->ops;
-    ddp_dtype p = g->opts.precision;
-    if (!g->sr)
-        return a < b ? o->cast(o, p, (char *)g->cparams + a * g->es, DDP_FP32, g->params + a, b - a)
-                     : DDP_OK;
-    long step = *g->sr_steps;
-    size_t cut[2][2] = {{a, b}, {b, b}}; /* the parts to round: all, or those around the range */
-    if (g->opt_step == step && g->opt_lo < g->opt_hi) {
-        cut[0][1] = g->opt_lo < b ? (g->opt_lo > a ? g->opt_lo : a) : b;
-        cut[1][0] = g->opt_hi > a ? (g->opt_hi < b ? g->opt_hi : b) : a;
-    }
-    for (int k = 0; k < 2; k++) {
-        size_t lo = cut[k][0], hi = cut[k][1];
-        if (lo < hi)
-            TRY_OK(o->cast_stochastic(o, p, (char *)g->cparams + lo * g->es, g->params + lo,
-                                      hi - lo, g->sr_seed, (uint32_t)step, lo));
-    }
-    return DDP_OK;
-}
-
-/* rparams' part of slice i from the copy (nothing for a matmul weight, or outside bf16). */
-static ddp_status widen_slice(gpt2 *g, int i)
+/* rparams' part of slice i from the weights: its first n elements (nothing for a slice read in
+ * the precision itself, or in fp32). */
+static ddp_status widen_slice(gpt2 *g, int i, size_t n)
 {
     if (!g->rparams || g->roff[i] == SIZE_MAX)
         return DDP_OK;
-    return g->ops->cast(g->ops, DDP_FP32, g->rparams + g->roff[i], DDP_BF16,
-                        (const char *)g->cparams + g->offset[i] * g->es, g->numel[i]);
-}
-
-/* The matmul weights in p, refreshed after the parameters changed (with gpt2_set_gather slice by
- * slice instead, as each arrives: layer_ready), and in bf16 what param() reads widened from
- * them. */
-static ddp_status refresh_cparams(gpt2 *g)
-{
-    if (is_fp32(g) || !g->cparams_stale || g->gather)
-        return DDP_OK;
-    TRY_OK(cast_range(g, 0, g->numel_total));
-    for (int i = 0; i < g->n_params; i++)
-        TRY_OK(widen_slice(g, i));
-    g->cparams_stale = false;
-    return DDP_OK;
+    return g->ops->cast(g->ops, DDP_FP32, g->rparams + g->roff[i], g->opts.precision,
+                        (const char *)g->weights + g->offset[i] * g->es, n);
 }
 
 /* ---- forward ------------------------------------------------------------------------------- */
@@ -846,39 +792,33 @@ static ddp_status head_fwd(gpt2 *g)
                          g->cfg.padded_vocab, a->logits, g->act == DDP_FP32);
 }
 
-/* gpt2_set_gather: slice i's all-gather has arrived (ddp_reducer_gather_wait: on CUDA the
- * compute stream waits, not the host) and, in 16 bits, its matmul copy is refreshed: rounded
- * from the gathered parameters, or, with gpt2_set_copy_gather after an optimizer step, the copy
- * itself gathered (this rank's range written by the optimizer); then widened for param(). */
-static ddp_status slice_ready(gpt2 *g, int i)
+/* Slice i as the next part of the forward pass reads it: with gpt2_set_gather its all-gather
+ * has arrived (ddp_reducer_gather_wait: on CUDA the compute stream waits, not the host), and in
+ * 16 bits its first n elements are widened for param(). */
+static ddp_status slice_ready(gpt2 *g, int i, size_t n)
 {
-    TRY_OK(ddp_reducer_gather_wait(g->gather, i));
-    if (is_fp32(g) || !g->cparams_stale)
-        return DDP_OK;
-    bool gathered = g->copy_gather && g->sr_steps && g->opt_step == *g->sr_steps;
-    if (!gathered)
-        TRY_OK(cast_range(g, g->offset[i], g->offset[i] + g->numel[i]));
-    return widen_slice(g, i);
+    if (g->gather)
+        TRY_OK(ddp_reducer_gather_wait(g->gather, i));
+    return widen_slice(g, i, n);
 }
 
-/* The slices the next part of the forward pass reads (layer l's twelve; l = -1: the embeddings;
- * l = L: ln_f), when the parameters are still arriving; nothing without gpt2_set_gather. */
+/* The slices the next part of the forward pass reads: layer l's twelve; l = -1: the embeddings
+ * (wpe's first T rows); l = L: ln_f. */
 static ddp_status layer_ready(gpt2 *g, int l)
 {
-    if (!g->gather)
-        return DDP_OK;
     if (l < 0) {
-        TRY_OK(slice_ready(g, slice(g, T_WTE, 0)));
-        return slice_ready(g, slice(g, T_WPE, 0));
+        int wpe = slice(g, T_WPE, 0);
+        TRY_OK(slice_ready(g, slice(g, T_WTE, 0), 0));
+        return slice_ready(g, wpe, (size_t)g->T * g->cfg.channels);
     }
     if (l == g->cfg.layers) {
-        TRY_OK(slice_ready(g, slice(g, T_LNFW, 0)));
-        TRY_OK(slice_ready(g, slice(g, T_LNFB, 0)));
-        g->cparams_stale = false; /* every slice refreshed */
-        return DDP_OK;
+        TRY_OK(slice_ready(g, slice(g, T_LNFW, 0), (size_t)g->cfg.channels));
+        return slice_ready(g, slice(g, T_LNFB, 0), (size_t)g->cfg.channels);
     }
-    for (int t = T_LN1W; t <= T_FCPROJB; t++)
-        TRY_OK(slice_ready(g, slice(g, t, l)));
+    for (int t = T_LN1W; t <= T_FCPROJB; t++) {
+        int i = slice(g, t, l);
+        TRY_OK(slice_ready(g, i, g->numel[i]));
+    }
     return DDP_OK;
 }
 
@@ -888,8 +828,8 @@ static ddp_status layers_fwd(gpt2 *g, const int *tokens)
     size_t n_tok = (size_t)g->B * g->T;
     TRY_OK(ddp_copy(g->ctx, g->a.tokens, tokens, n_tok * sizeof(int)));
     TRY_OK(layer_ready(g, -1));
-    TRY_OK(o->encoder_fwd(o, g->a.encoded, g->a.tokens, param(g, T_WTE, 0), param(g, T_WPE, 0),
-                          g->B, g->T, g->cfg.channels));
+    TRY_OK(o->encoder_fwd(o, g->a.encoded, g->a.tokens, g->opts.precision,
+                          cweight(g, T_WTE, 0), param(g, T_WPE, 0), g->B, g->T, g->cfg.channels));
     for (int l = 0; l < g->cfg.layers; l++) {
         TRY_OK(layer_ready(g, l));
         ddp_trace_begin("forward.layer", l);
@@ -950,7 +890,6 @@ ddp_status gpt2_forward(gpt2 *g, const int *tokens, const int *targets, int B, i
 {
     g->pending = false;
     TRY_OK(check_batch(g, tokens, targets, B, T));
-    TRY_OK(refresh_cparams(g));
     g->B = B;
     g->T = T;
     TRY_OK(layers_fwd(g, tokens));

@@ -6,14 +6,14 @@
  * vocabulary V (50,257) is padded to Vp (a multiple of 128: 50,304) inside wte; the padding rows
  * are never a target and their logits are ignored.
  *
- * Parameters are ONE flat fp32 buffer in llm.c's tensor-major layout (wte, wpe, then each
- * per-layer tensor for all L layers: ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b,
- * fcw, fcb, fcprojw, fcprojb; then lnfw, lnfb), so an llm.c model file is one copy. The
+ * The weights are ONE flat buffer, in the compute precision, in llm.c's tensor-major layout (wte,
+ * wpe, then each per-layer tensor for all L layers: ln1w, ln1b, qkvw, qkvb, attprojw, attprojb,
+ * ln2w, ln2b, fcw, fcb, fcprojw, fcprojb; then lnfw, lnfb), so an llm.c model file is one copy. The
  * parameter table describes every per-layer slice as its own parameter (PyTorch's names, e.g.
  * "h.3.attn.c_attn.weight"), in buffer order; backward marks each slice ready on the reducer as
  * soon as its gradient is final, which is NOT reverse buffer order. Gradients have the same
- * layout; the optimizer (AdamW, its moments) is the trainer's (train/optim.h), which decays the
- * weights gpt2_param_decays names.
+ * layout, fp32; the optimizer (AdamW, its moments, the fp32 master weights in 16 bits) is the
+ * trainer's (train/optim.h), which decays the weights gpt2_param_decays names.
  */
 #ifndef GPT2_H
 #define GPT2_H
@@ -57,10 +57,11 @@ typedef struct gpt2_opts {
                             gradients) and the logits (their gradient in place: the fused
                             classifier) are bf16 end to end, no cast between layers, while the
                             residual stream, LayerNorm statistics, the loss (summed in fp32) and
-                            the master weights and AdamW moments stay fp32 (llm.c's split); the
-                            environment variable DDP_GPT_ACTIVATIONS=fp32, read at gpt2_create,
-                            keeps every activation fp32 with casts around each linear instead
-                            (torch.autocast's split, the path before; fp16 always takes it) */
+                            the optimizer's master weights and moments stay fp32 (llm.c's
+                            split); the environment variable DDP_GPT_ACTIVATIONS=fp32, read at
+                            gpt2_create, keeps every activation fp32 with casts around each
+                            linear instead (torch.autocast's split, the path before; fp16 always
+                            takes it) */
     uint64_t seed;      /* GPT-2's initialisation: N(0, 0.02), residual projections
                            (attprojw, fcprojw) N(0, 0.02 / sqrt(2L)), LayerNorm weights 1, biases 0 */
     bool reducer_grads; /* ZeRO stage 2 without a gradient buffer: the model allocates none;
@@ -80,9 +81,10 @@ typedef struct gpt2_opts {
 
 typedef struct gpt2 gpt2;
 
-/* Creates the model (parameters initialised from opts->seed, identical on every rank and
- * backend), gradients (zero; none under opts.reducer_grads) and activations in ctx's memory; the
- * optimizer's state is not the model's (train/optim.h). ops must be open on the same context. On
+/* Creates the model (weights initialised from opts->seed, identical on every rank and backend,
+ * in 16 bits rounded to nearest even), gradients (zero; none under opts.reducer_grads) and
+ * activations in ctx's memory; the optimizer's state and master weights are not the model's
+ * (train/optim.h). ops must be open on the same context. On
  * failure *out is NULL: DDP_ERR_INVALID_ARG (bad configuration or options, or a
  * DDP_GPT_ACTIVATIONS other than fp32 or p, logged), DDP_ERR_UNSUPPORTED (an op or the precision
  * missing on this backend), DDP_ERR_NOMEM. */
@@ -101,39 +103,27 @@ const size_t *gpt2_numel(const gpt2 *g);
 size_t gpt2_numel_total(const gpt2 *g); /* elements of the flat buffer (padding rows included) */
 /* Whether parameter i is a 2-D weight (weight decay applies: wte, wpe, the four matmul weights). */
 bool gpt2_param_decays(const gpt2 *g, int i);
-/* Flat backend buffers, fp32, same layout. The model refreshes its 16-bit weight copy before the
- * next forward pass, so the caller may change the values through gpt2_params. */
+/* The weights the passes read: the flat layout in the model's precision (*p), backend memory of
+ * ops_dtype_size(p) bytes an element. In fp32 they are the master weights; in 16 bits the fp32
+ * master is the optimizer's (train/optim.h), which writes these in the pass that updates it. A
+ * caller may change them between passes (not between a forward pass and its backward). */
+void *gpt2_weights(gpt2 *g, ddp_dtype *p);
+/* The weights as floats in fp32; NULL in 16 bits. */
 float *gpt2_params(gpt2 *g);
-float *gpt2_grads(gpt2 *g); /* NULL under opts.reducer_grads */
-/* ZeRO: r's all-gather of the parameters (ddp_reducer_gather_start on gpt2_params) may still be
+/* Every weight from host (the flat layout, fp32), rounded to nearest even in 16 bits.
+ * DDP_ERR_NOMEM, or the upload's error. */
+ddp_status gpt2_weights_set(gpt2 *g, const float *host);
+/* host (the flat layout, fp32) = the weights, widened in 16 bits. DDP_ERR_NOMEM, or the
+ * download's error. */
+ddp_status gpt2_weights_get(const gpt2 *g, float *host);
+float *gpt2_grads(gpt2 *g); /* fp32, the flat layout; NULL under opts.reducer_grads */
+/* ZeRO: r's all-gather of the weights (ddp_reducer_gather_start on gpt2_weights) may still be
  * under way when a forward pass starts; each part of the pass (the embeddings, each block, ln_f)
  * first waits for its slices' buckets (ddp_reducer_gather_wait; CUDA: the stream waits, not the
- * host) and, in 16 bits, refreshes their matmul copies, so the gather overlaps the forward pass
- * bucket by bucket. NULL (the default): the parameters are complete before every forward. r
- * must outlive the model's forward passes or be unset. */
+ * host), so the gather overlaps the forward pass bucket by bucket. NULL (the default): the
+ * weights are complete before every forward. r must outlive the model's forward passes or be
+ * unset. */
 void gpt2_set_gather(gpt2 *g, ddp_reducer *r);
-/* The 16-bit copy of the parameters the matmuls read (gpt2_params' flat layout, backend memory
- * of ops_dtype_size(p) bytes an element) and its precision in *p; NULL in fp32. */
-void *gpt2_copy(gpt2 *g, ddp_dtype *p);
-/* Training's rounding of that copy: bf16 rounds stochastically (ops.h cast_stochastic) by seed,
- * the step *steps (read at each refresh: the optimizer steps the parameters have had) and each
- * element's flat index, so the copy is a function of the parameters and the step alone, whoever
- * rounds which part; fp16 keeps nearest even. An optimizer writes [offset, offset + n) of the
- * copy itself in its step (ops.h adamw_step_cast) and says so with gpt2_copy_written; the model
- * rounds the rest. Without this call (or without cast_stochastic in the ops): nearest even. */
-void gpt2_copy_rounding(gpt2 *g, uint32_t seed, const long *steps, size_t offset, size_t n);
-/* The optimizer has written its range of the copy from the parameters of step t (after the
- * gpt2_params that the step changed them through): the next refresh leaves that range alone
- * when *steps is t. */
-void gpt2_copy_written(gpt2 *g, long t);
-/* ZeRO in bf16: the reducer's all-gather after each optimizer step gathers the copy itself
- * (gpt2_copy, half the bytes) instead of the parameters, so the fp32 parameters outside this
- * rank's range are stale until the caller gathers them (ddp_reducer_gather_params) before it
- * reads them; the passes never do: in bf16 what they read in fp32 (the embeddings, LayerNorm,
- * the biases) is the copy widened, on every rank alike. A step without an optimizer update, or
- * gpt2_params, needs the fp32 parameters complete again (the copy is rounded from them). No
- * effect outside bf16. */
-void gpt2_set_copy_gather(gpt2 *g, bool on);
 
 /* Forward pass on tokens (B, T) (backend memory, values in [0, V)), B <= max_batch, T <= seq.
  * With targets (B, T): ADDS the mean cross-entropy to *loss_acc (backend memory, one float) when
@@ -161,7 +151,7 @@ ddp_status gpt2_zero_grad(gpt2 *g);
 
 /* Bytes of backend memory the model holds, by kind. */
 typedef struct gpt2_memory {
-    size_t params;      /* fp32 master weights (+ the 16-bit copy for bf16/fp16) */
+    size_t params;      /* the weights (in 16 bits: + the widened slices read in fp32) */
     size_t grads;       /* 0 under opts.reducer_grads (the reducer holds them) */
     size_t activations; /* everything kept for backward, plus scratch */
     size_t logits;      /* of which the logits (max_batch x seq x Vp, in the activations' type) */
@@ -177,8 +167,9 @@ ddp_status gpt2_llmc_read_config(const char *path, gpt2_config *cfg);
  * otherwise, naming the field), fp32 or bf16 (widened). Errors as above; the model is unchanged
  * on failure. */
 ddp_status gpt2_llmc_load(gpt2 *g, const char *path);
-/* Writes the parameters as version 3 (dtype DDP_FP32) or 5 (DDP_BF16, rounded to nearest even),
- * atomically (PATH.tmp then rename). DDP_ERR_INVALID_ARG for another dtype, DDP_ERR_IO. */
+/* Writes the weights (widened in 16 bits) as version 3 (dtype DDP_FP32) or 5 (DDP_BF16, rounded
+ * to nearest even), atomically (PATH.tmp then rename). DDP_ERR_INVALID_ARG for another dtype,
+ * DDP_ERR_IO. */
 ddp_status gpt2_llmc_save(gpt2 *g, const char *path, ddp_dtype dtype);
 /* gpt2_llmc_save's writer for parameters already on the host: host holds the flat buffer of cfg
  * (wte with its padded_vocab rows, cfg->padded_vocab > 0), and is overwritten with the bf16

@@ -187,7 +187,7 @@ ddp_status gpt2_llmc_load(gpt2 *g, const char *path)
     if (st == DDP_OK)
         st = read_params(f, path, host, n, es);
     if (st == DDP_OK)
-        st = ddp_upload(gpt2_ctx(g), gpt2_params(g), host, n * sizeof *host);
+        st = gpt2_weights_set(g, host);
     fclose(f);
     free(host);
     return st;
@@ -249,7 +249,7 @@ ddp_status gpt2_llmc_save(gpt2 *g, const char *path, ddp_dtype dtype)
     float *host = malloc(n * sizeof *host); // (n)
     ddp_status st = host ? DDP_OK : DDP_ERR_NOMEM;
     if (st == DDP_OK)
-        st = ddp_download(gpt2_ctx(g), host, gpt2_params_const(g), n * sizeof *host);
+        st = gpt2_weights_get(g, host);
     /* the same writer as ddp-ckpt export-llmc's, so the two files are byte for byte the same */
     if (st == DDP_OK)
         st = gpt2_llmc_write(path, gpt2_cfg(g), host, dtype);

@@ -1,5 +1,5 @@
-/* gpt2_private.h - what gpt2.c shares with gpt2_llmc.c (llm.c's model files): the model's
- * fp32 parameters for reading and the llm.c header's fields. Private to models/.
+/* gpt2_private.h - what gpt2.c shares with gpt2_llmc.c (llm.c's model files): the llm.c header's
+ * fields. Private to models/.
  */
 #ifndef GPT2_PRIVATE_H
 #define GPT2_PRIVATE_H
@@ -11,8 +11,5 @@
 #define GPT2_LLMC_FP32 3 /* header version of fp32 parameters */
 #define GPT2_LLMC_BF16 5 /* header version of bf16 parameters */
 #define GPT2_LLMC_HEADER 256 /* int32 words */
-
-/* The fp32 parameters for reading (gpt2_params marks the 16-bit copy stale). */
-const float *gpt2_params_const(const gpt2 *g);
 
 #endif /* GPT2_PRIVATE_H */

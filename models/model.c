@@ -59,10 +59,13 @@ struct model {
     size_t offset[MODEL_MAX_PARAMS];
     float bound[MODEL_MAX_PARAMS]; /* init range: U(-bound, bound), bound = 1/sqrt(fan_in) */
     size_t numel_total;
-    float *params;   // (numel_total) backend memory
-    float *grads;    // (numel_total) same layout
-    void *cparams;   // (numel_total) compute copy in the model's precision (= params for fp32)
-    int cparams_stale; /* params may have changed since cparams was made */
+    void *weights;   // (numel_total) backend memory, in the model's precision (fp32: the master)
+    float *grads;    // (numel_total) same layout, fp32
+    /* 16 bits: the biases (read in fp32) widened from the weights as each layer's forward
+     * begins, parameter i at rparams + roff[i] (SIZE_MAX: a weight, read in the precision). NULL
+     * in fp32. */
+    float *rparams;
+    size_t roff[MODEL_MAX_PARAMS];
     bool grads_fresh;  /* the next backward overwrites grads (model_zero_grad) */
     ddp_reducer *gather; /* model_set_gather: forward waits for its all-gather layer by layer */
     void *xc;          // (max_batch, 784) the input in the model's precision (unused for fp32)
@@ -188,11 +191,15 @@ static void describe_params(model *m)
     }
 }
 
-static float *param(model *m, int i) { return m->params + m->offset[i]; }
+/* Bias i as the layers read it, fp32: the weights, or their widened copy in 16 bits. */
+static float *param(model *m, int i)
+{
+    return m->rparams ? m->rparams + m->roff[i] : (float *)m->weights + m->offset[i];
+}
 /* Parameter i in the model's precision: what GEMMs and convolutions read. */
 static const void *cparam(model *m, int i)
 {
-    return (const char *)m->cparams + m->offset[i] * ops_dtype_size(m->ops, m->cfg.precision);
+    return (const char *)m->weights + m->offset[i] * ops_dtype_size(m->ops, m->cfg.precision);
 }
 /* Where backward writes parameter i's gradient: the flat buffer, or under cfg.reducer_grads the
  * place r gives it in this micro-step (inside its bucket's buffer, zeroed when handed out). */
@@ -217,7 +224,7 @@ static ddp_status init_params(model *m)
     for (int i = 0; i < m->n_params; i++)
         ddp_init_uniform(host + m->offset[i], m->numel[i], m->cfg.seed, (uint32_t)i, -m->bound[i],
                          m->bound[i]);
-    ddp_status st = ddp_upload(m->ctx, m->params, host, m->numel_total * sizeof *host);
+    ddp_status st = ops_weights_put(m->ops, m->cfg.precision, m->weights, host, m->numel_total);
     free(host);
     return st;
 }
@@ -312,18 +319,20 @@ static ddp_status check_config(const model_config *cfg)
 static ddp_status model_setup(model *m)
 {
     describe_params(m);
-    size_t n_bytes = m->numel_total * sizeof(float);
-    m->params = ddp_alloc(m->ctx, n_bytes);
-    m->grads = m->cfg.reducer_grads ? NULL : ddp_alloc(m->ctx, n_bytes);
-    if (!m->params || (!m->grads && !m->cfg.reducer_grads))
+    m->weights = ddp_alloc(m->ctx, m->numel_total * ops_dtype_size(m->ops, m->cfg.precision));
+    m->grads = m->cfg.reducer_grads ? NULL : ddp_alloc(m->ctx, m->numel_total * sizeof(float));
+    if (!m->weights || (!m->grads && !m->cfg.reducer_grads))
         return DDP_ERR_NOMEM;
     int classes = m->cfg.kind == MODEL_CNN ? MODEL_CLASSES : m->cfg.widths[m->cfg.n_widths - 1];
     m->dlogits = fbuf(m, (size_t)classes);
-    m->cparams_stale = 1;
-    m->cparams = m->params;
     m->dlogits_c = m->dlogits;
     if (m->cfg.precision != DDP_FP32) {
-        m->cparams = buf(m, m->numel_total * ops_dtype_size(m->ops, m->cfg.precision));
+        size_t n = 0;
+        for (int i = 0; i < m->n_params; i++) {
+            m->roff[i] = m->descs[i].n_dims == 1 ? n : SIZE_MAX;
+            n += m->descs[i].n_dims == 1 ? m->numel[i] : 0;
+        }
+        m->rparams = fbuf(m, n);
         m->xc = abuf(m, MODEL_IMAGE_SIDE * MODEL_IMAGE_SIDE);
         m->dlogits_c = abuf(m, (size_t)classes);
     }
@@ -375,7 +384,7 @@ void model_destroy(model *m)
         ddp_free(m->ctx, m->bufs[i]);
     layer_conv_release(m->ops, &m->cnn.conv1);
     layer_conv_release(m->ops, &m->cnn.conv2);
-    ddp_free(m->ctx, m->params);
+    ddp_free(m->ctx, m->weights);
     ddp_free(m->ctx, m->grads);
     free(m);
 }
@@ -384,10 +393,11 @@ int model_n_params(const model *m) { return m->n_params; }
 const ddp_param_desc *model_descs(const model *m) { return m->descs; }
 const size_t *model_numel(const model *m) { return m->numel; }
 size_t model_numel_total(const model *m) { return m->numel_total; }
-float *model_params(model *m)
+float *model_params(model *m) { return m->cfg.precision == DDP_FP32 ? m->weights : NULL; }
+void *model_weights(model *m, ddp_dtype *p)
 {
-    m->cparams_stale = 1;
-    return m->params;
+    *p = m->cfg.precision;
+    return m->weights;
 }
 float *model_grads(model *m) { return m->grads; }
 void model_set_gather(model *m, ddp_reducer *r) { m->gather = r; }
@@ -395,11 +405,18 @@ const ops_handle *model_ops(const model *m) { return m->ops; }
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
-/* model_set_gather: parameters lo..hi have arrived (nothing without a gather). */
+/* Parameters lo..hi as the next layer reads them: with model_set_gather their all-gather has
+ * arrived, and in 16 bits the biases among them are widened. */
 static ddp_status gathered(model *m, int lo, int hi)
 {
-    for (int i = lo; m->gather && i <= hi; i++)
-        TRY_OK(ddp_reducer_gather_wait(m->gather, i));
+    size_t es = ops_dtype_size(m->ops, m->cfg.precision);
+    for (int i = lo; i <= hi; i++) {
+        if (m->gather)
+            TRY_OK(ddp_reducer_gather_wait(m->gather, i));
+        if (m->rparams && m->roff[i] != SIZE_MAX)
+            TRY_OK(m->ops->cast(m->ops, DDP_FP32, m->rparams + m->roff[i], m->cfg.precision,
+                                (const char *)m->weights + m->offset[i] * es, m->numel[i]));
+    }
     return DDP_OK;
 }
 
@@ -462,19 +479,13 @@ static ddp_status cnn_forward(model *m, const float **logits)
     return DDP_OK;
 }
 
-/* Refreshes the compute copy of the parameters when stale and puts the input in the model's
- * precision. */
+/* Puts the input in the model's precision. */
 static ddp_status model_prepare(model *m, const float *x, int batch)
 {
     ddp_dtype p = m->cfg.precision;
     m->x = x;
     if (p == DDP_FP32)
         return DDP_OK;
-    if (m->cparams_stale && m->gather) /* the 16-bit copy is made of the whole gathered buffer */
-        TRY_OK(ddp_reducer_gather_wait(m->gather, -1));
-    if (m->cparams_stale)
-        TRY_OK(m->ops->cast(m->ops, p, m->cparams, DDP_FP32, m->params, m->numel_total));
-    m->cparams_stale = 0;
     m->x = m->xc;
     return m->ops->cast(m->ops, p, m->xc, DDP_FP32, x, (size_t)batch * MODEL_IMAGE_SIDE * MODEL_IMAGE_SIDE);
 }

@@ -1,9 +1,10 @@
 /* model.h - the reference models (MLP and LeNet-style CNN), computing with an ops handle (ops.h)
  * in memory libddp allocates (ddp_alloc).
  *
- * A model owns two allocations in backend memory, each ONE buffer with a size table:
- * parameters and gradients (same layout, so reducer buckets are slices of it). The optimizer and
- * its state are the trainer's (train/optim.h).
+ * A model owns two allocations in backend memory, each ONE buffer with a size table: the weights
+ * (in the compute precision) and the fp32 gradients (same layout, so reducer buckets are slices of
+ * it). The optimizer, its state and in 16 bits the fp32 master weights are the trainer's
+ * (train/optim.h).
  * Parameter order is forward order (layer by layer, weight then bias); backward produces
  * gradients in reverse order and marks each one ready on the reducer as soon as it is final.
  */
@@ -30,8 +31,8 @@ typedef struct model_config {
     int widths[MODEL_MLP_MAX_LAYERS + 1];
     int max_batch; /* activations are sized for this many samples */
     uint64_t seed; /* seeded initialisation (PyTorch's default ranges: U(+-1/sqrt(fan_in))) */
-    /* activations and GEMM/convolution inputs (fp32 accumulation); parameters, gradients,
-     * logits and the loss stay fp32 (default fp32) */
+    /* the weights, activations and GEMM/convolution inputs (fp32 accumulation); biases are read
+     * widened, gradients, logits and the loss stay fp32 (default fp32) */
     ddp_dtype precision;
     /* ZeRO stage 2 without a gradient buffer: the model allocates none; model_backward writes
      * each parameter's gradient where the reducer says (ddp_reducer_grad_ptr: a reducer created
@@ -68,16 +69,18 @@ int model_n_params(const model *m);
 const ddp_param_desc *model_descs(const model *m);
 const size_t *model_numel(const model *m); /* per-parameter element counts */
 size_t model_numel_total(const model *m);
-/* Flat, backend memory, fp32 (the master weights). The model refreshes its 16-bit compute copy
- * before the next forward pass, so the caller may change the values through this pointer. */
+/* The weights the passes read: flat, backend memory, in the model's precision (*p;
+ * ops_dtype_size(p) bytes an element). In fp32 they are the master weights; in 16 bits the fp32
+ * master is the optimizer's (train/optim.h). The caller may change them between passes. */
+void *model_weights(model *m, ddp_dtype *p);
+/* The weights as floats in fp32; NULL in 16 bits. */
 float *model_params(model *m);
 float *model_grads(model *m);  /* flat, backend memory, same layout; NULL under reducer_grads */
 const ops_handle *model_ops(const model *m);
-/* ZeRO: r's all-gather of the parameters (ddp_reducer_gather_start on model_params) may still be
+/* ZeRO: r's all-gather of the weights (ddp_reducer_gather_start on model_weights) may still be
  * under way when a forward pass starts; each layer first waits for its weight and bias
- * (ddp_reducer_gather_wait; in 16 bits the compute copy waits for the whole buffer), so the gather
- * overlaps the forward pass. NULL (the default): the parameters are complete before every
- * forward. r must outlive the model's forward passes or be unset. */
+ * (ddp_reducer_gather_wait), so the gather overlaps the forward pass. NULL (the default): the
+ * weights are complete before every forward. r must outlive the model's forward passes or be unset. */
 void model_set_gather(model *m, ddp_reducer *r);
 
 /* Forward pass on a batch: x (batch, 784) and labels (batch) in backend memory, batch <=

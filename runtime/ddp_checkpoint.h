@@ -237,6 +237,20 @@ typedef struct ddp_ckpt_manager ddp_ckpt_manager;
  * the room for the names below it (step folder, rank file, temporary suffix). */
 #define DDP_CKPT_DIR_MAX 4032
 
+/* Collective, before a job's first checkpoint into dir: claims the folder. A dir longer than
+ * DDP_CKPT_DIR_MAX is refused; rank 0 creates dir and locks it for this process's life (a POSIX
+ * record lock on DIR/.ddp-lock, which names the holder: a second job on the same folder is
+ * refused, naming the job that holds it; a file system without locks is warned about); with
+ * look_for_probe it also leaves a probe file that every rank looks for, so the caller learns
+ * whether every rank sees dir (per-rank files work there) or not (a node-local path: only rank
+ * 0 can write): *n_blind ranks do not see it (0 without look_for_probe), named in blind (n bytes,
+ * e.g. "2, 5, 7 and 3 more"). Every rank returns the same status: DDP_OK, DDP_ERR_INVALID_ARG (too
+ * long, or another job holds the lock; logged by rank 0 with the fix), DDP_ERR_IO (dir cannot be
+ * created or written, logged). A failed collective ends the job. `what` names the folder in the
+ * messages (a program's flag, e.g. "--checkpoint-dir"; NULL: "checkpoint folder"). */
+DDP_API ddp_status ddp_ckpt_dir_claim(ddp_ctx *ctx, const char *dir, const char *what,
+                                      int look_for_probe, int64_t *n_blind, char *blind, size_t n);
+
 /* A manager of the checkpoints in dir (an existing folder), keeping the newest keep (>= 1); async:
  * ddp_ckpt_manager_save may write in the background. ctx: the job whose ranks save together (NULL:
  * one process, rank 0 of 1). DDP_ERR_INVALID_ARG for a NULL or empty dir (or one over

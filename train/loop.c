@@ -3,7 +3,8 @@
  * An optimizer step is accum micro-batches: each one's forward pass, then the reducer's
  * micro-step (begun after the forward, which under --zero waits for the parameters' all-gather
  * itself), then the backward pass, whose gradients the reducer averages; then the optimizer
- * (optim.c) and, under --zero, the start of the all-gather, which overlaps the next forward.
+ * (optim.c: it owns the master weights and moments of its range and writes the model's weights)
+ * and, under --zero, the start of the weights' all-gather, which overlaps the next forward.
  * Steps per epoch are the task's plan: the tail of an epoch that does not fill a step is skipped.
  * Failures: errors every rank sees alike (bad data, bad configuration, replica mismatch) are agreed
  * on with a collective and every rank exits 1; any other failure after ddp_init aborts the job.
@@ -30,13 +31,7 @@
 
 #define TRAIN_STOP_EVERY 8 /* steps between stop-flag agreements */
 
-void trainer_must(trainer *t, ddp_status st, const char *what)
-{
-    if (st == DDP_OK)
-        return;
-    DDP_ERROR("%s failed: %s; stopping every rank", what, ddp_strerror(st));
-    ddp_abort(t->ctx, 1);
-}
+void trainer_must(trainer *t, ddp_status st, const char *what) { train_must(t->ctx, st, what); }
 
 /* trainer_agree; the ranks that did not fail say `then` (what the job does now) unless NULL. */
 static ddp_status agree_then(trainer *t, ddp_status local, const char *then)
@@ -131,21 +126,13 @@ void trainer_params_ready(trainer *t)
         trainer_must(t, ddp_reducer_gather_wait(t->reducer, -1), "gathering the parameters");
 }
 
-void trainer_params_full(trainer *t)
-{
-    trainer_params_ready(t);
-    if (t->opt && optim_gathers_copy(t->opt))
-        trainer_must(t, optim_params_full(t->opt, t->task->params(t)),
-                     "gathering the fp32 parameters");
-}
-
 /* --metrics: a new file; with --resume the lines go after the earlier runs' (a requeued or
  * resumed job keeps its whole curve; mark_restart says where each run began). */
 static ddp_status open_metrics(trainer *t)
 {
     if (t->rank != 0 || !t->o->metrics_path)
         return DDP_OK;
-    t->metrics = metrics_open(t->o->metrics_path, t->o->resume != NULL);
+    t->metrics = jsonl_open(t->o->metrics_path, t->o->resume != NULL, "--metrics");
     return t->metrics ? DDP_OK : DDP_ERR_IO;
 }
 
@@ -156,8 +143,8 @@ ddp_status trainer_verify(trainer *t, const char *when)
     const train_buffers *b = &t->setup.buf;
     float *host = malloc(b->numel * sizeof *host);
     trainer_must(t, host ? DDP_OK : DDP_ERR_NOMEM, "allocating the parameter copy");
-    trainer_must(t, ddp_download(t->ctx, host, t->task->params(t), b->numel * sizeof *host),
-                 "downloading parameters");
+    trainer_must(t, ops_weights_get(t->ops, t->precision, host, t->weights, b->numel),
+                 "downloading the weights");
     ddp_status st = ddp_verify_replicas(t->ctx, b->descs, b->n_params, host);
     free(host);
     if (st != DDP_OK && st != DDP_ERR_MISMATCH)
@@ -191,7 +178,7 @@ static ddp_status build_reducer(trainer *t, const train_view *v)
          * reduce-scatter per optimizer step, stage 0's sums; reduce: one per micro-step */
         ro.local_accum = !v->reduce_each_micro && t->accum > 1;
     }
-    return trainer_agree(t, ddp_reducer_create(t->ctx, v->reducer_grads ? NULL : t->task->grads(t),
+    return trainer_agree(t, ddp_reducer_create(t->ctx, v->reducer_grads ? NULL : v->grads,
                                                v->numel, v->n_params, &ro, &t->reducer));
 }
 
@@ -229,19 +216,22 @@ static ddp_status build(trainer *t, train_view *v)
     if (st != DDP_OK)
         return st;
     t->precision = v->precision;
+    t->weights = v->weights;
+    t->grads = v->grads;
     t->setup.buf = (train_buffers){.descs = v->descs, .n_params = v->n_params,
-                                   .numel = v->numel_total, .params = t->task->params(t),
-                                   .precision = v->precision};
+                                   .numel = v->numel_total, .precision = v->precision};
     memcpy(t->setup.buf.model_fp, v->model_fp, sizeof v->model_fp);
-    if (t->o->broadcast_init)
-        trainer_must(t, ddp_broadcast_params(t->ctx, t->task->params(t), v->numel_total),
-                     "broadcasting parameters");
+    if (t->o->broadcast_init) /* the weights' bytes, whatever their type */
+        trainer_must(t, ddp_broadcast(t->ctx, v->weights,
+                                      v->numel_total * ops_dtype_size(t->ops, v->precision), 0),
+                     "broadcasting the weights");
     TRY_OK(trainer_verify(t, NULL));
     TRY_OK(build_reducer(t, v));
     v->optim.decays = v->decays;
     if (!t->no_training) { /* no step: no optimizer state */
+        optim_weights w = {.w = v->weights, .p = v->precision, .seed = v->round_seed};
         TRY_OK(trainer_agree(t, optim_create(t->ctx, t->ops, &v->optim, v->numel, v->n_params,
-                                             t->reducer, &t->opt)));
+                                             t->reducer, &w, &t->opt)));
         train_buffers_of_optim(t->opt, &t->setup.buf);
     }
     if (t->o->zero > 0 && t->task->attach)
@@ -261,7 +251,7 @@ static void mark_restart(trainer *t, int resumed)
     if (t->rank != 0 || !t->o->resume)
         return;
     if (t->metrics)
-        metrics_line(t->metrics, "{\"restart\":true,\"resumed\":%s,\"step\":%ld,"
+        jsonl_line(t->metrics, "{\"restart\":true,\"resumed\":%s,\"step\":%ld,"
                      "\"total_steps\":%ld,\"world_size\":%d}\n", resumed ? "true" : "false",
                      t->start.step, t->total_steps, t->world);
     if (resumed && t->start.step >= t->total_steps)
@@ -319,6 +309,8 @@ static ddp_status prepare(trainer *t)
     t->epoch = (int)t->start.epoch;
     t->in_epoch = t->start.step_in_epoch;
     t->saved_step = resumed ? t->step : -1;
+    if (st == DDP_OK && resumed) /* the weights from the master loaded, as step t wrote them */
+        trainer_must(t, optim_round(t->opt, t->step), "rounding the resumed weights");
     if (st == DDP_OK)
         mark_restart(t, resumed);
     return st;
@@ -395,11 +387,9 @@ static void on_nonfinite(trainer *t, int64_t ranks)
         if (t->rank == 0)
             DDP_WARN("step %ld: the loss is NaN or inf on %lld rank(s): the step is not applied "
                      "(--nan-policy skip)", t->step + 1, (long long)ranks);
-        /* As after an applied step, the model's 16-bit copy is made again for the next one (a
-         * copy rounded stochastically by step is rounded as a run resumed after this step
-         * rounds it), from fp32 parameters whole on every rank (every rank skips alike). */
-        trainer_params_full(t);
-        (void)t->task->params(t);
+        /* the weights rounded from the master as this step would have, as a run resumed after
+         * it rounds them (every rank skips alike) */
+        trainer_must(t, optim_round(t->opt, t->step + 1), "rounding the weights");
         return;
     }
     if (t->rank == 0)
@@ -414,8 +404,8 @@ static void update(trainer *t)
     int applied = 0;
     ddp_trace_begin("optimizer", t->step);
     float lr = (float)t->task->lr(t, t->step);
-    trainer_must(t, optim_update(t->opt, t->task->params(t), t->task->grads(t), t->scaler, lr,
-                                 t->step + 1, &applied), "the optimizer step");
+    trainer_must(t, optim_update(t->opt, t->grads, t->scaler, lr, t->step + 1, &applied),
+                 "the optimizer step");
     ddp_trace_end("optimizer", t->step);
     int64_t skipped = t->scaler ? ddp_scaler_skipped_steps(t->scaler) : 0;
     if (!applied && skipped <= (int64_t)(sizeof t->skipped / sizeof t->skipped[0]))
@@ -455,24 +445,12 @@ static void train_step(trainer *t)
 
 /* ---- checkpoints and the epochs -------------------------------------------------------------- */
 
-/* Whether a checkpoint of now needs every parameter here. A folder holds each rank's own slice
- * of them, which under --zero is the shard this rank's optimizer has just updated: the all-gather
- * of the others' shards then goes on during the save. A single file is written from all of them. */
-static int save_needs_gather(const trainer *t)
-{
-    size_t off = 0, n = 0;
-    ddp_shard_range(t->setup.buf.numel, t->world, t->rank, &off, &n);
-    return !t->o->checkpoint_folder || off != t->setup.buf.opt_offset || n != t->setup.buf.opt_n;
-}
-
 /* Rank 0 writes a checkpoint of the position, every rank joining (the shards' gather); every rank
  * learns the outcome. A failure ends training unless --checkpoint-errors warn. */
 static void write_checkpoint(trainer *t)
 {
     train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
     trainer_clock(t);
-    if (save_needs_gather(t))
-        trainer_params_full(t);
     ddp_trace_begin("checkpoint", t->step);
     if (t->rank == 0)
         progress_end(&t->progress);
@@ -593,7 +571,7 @@ static ddp_status save(trainer *t)
 static ddp_status train_and_finish(trainer *t)
 {
     train_epochs(t);
-    trainer_params_full(t);
+    trainer_params_ready(t);
     if (t->nan_stopped || t->save_failed)
         return t->nan_stopped ? DDP_ERR_STATE : DDP_ERR_IO;
     report_scaler(t);
@@ -607,7 +585,7 @@ static void release(trainer *t)
 {
     if (t->task->release)
         t->task->release(t);
-    metrics_close(t->metrics);
+    jsonl_close(t->metrics);
     for (int i = 0; i < 2; i++) {
         ddp_free(t->ctx, t->x_dev[i]);
         ddp_free(t->ctx, t->y_dev[i]);

@@ -34,12 +34,17 @@ typedef struct train_plan {
     const char *output_flags[2]; /* training as --save is; their flags, for the messages */
 } train_plan;
 
-/* What a task's build hands the loop: the model's parameter table and how to step it. */
+/* What a task's build hands the loop: the model's view (its parameter table, the weights its passes
+ * read and the gradients its backward writes) and how to step it. */
 typedef struct train_view {
     const ddp_param_desc *descs;
     int n_params;
     const size_t *numel;    /* (n_params) elements per parameter */
     size_t numel_total;
+    void *weights;          /* the flat weights in `precision` (backend memory; the optimizer's
+                               to update, in fp32 the master weights) */
+    float *grads;           /* the flat fp32 gradients; NULL: the reducer's (reducer_grads) */
+    uint32_t round_seed;    /* bf16 with AdamW: the weights' stochastic rounding (optim.h) */
     int *ready_order;       /* (n_params) the order backward marks, malloc'd (the loop frees it);
                                NULL: reverse parameter order. Needed for --zero 2. */
     bool *decays;           /* (n_params) weight decay per parameter, malloc'd; NULL: every one */
@@ -47,7 +52,7 @@ typedef struct train_view {
     bool reducer_grads;     /* the model writes its gradients where the reducer says (--zero 2) */
     bool reduce_each_micro; /* with reducer_grads: a reduce-scatter per micro-step (else one per
                                optimizer step, the micro-steps adding in the bucket buffers) */
-    ddp_dtype precision;    /* the compute precision: fp16 takes the loss scaler */
+    ddp_dtype precision;    /* the weights' and compute precision: fp16 takes the loss scaler */
     bool strict_order;      /* every rank runs the same backward: another order is a bug */
     size_t x_bytes, y_bytes; /* one micro-batch's inputs and targets (the batch slots' sizes) */
     long samples_per_step;  /* on every rank together, for the progress rate */
@@ -65,8 +70,6 @@ typedef struct train_task {
                                                          derives t->total_steps from it) */
     ddp_status (*build)(trainer *t, train_view *v); /* the model on t->ops (collective agreements
                                                        inside are the task's), view filled */
-    float *(*params)(trainer *t);                /* the flat fp32 parameters (marks copies stale) */
-    float *(*grads)(trainer *t);                 /* the gradient buffer; NULL: the reducer's */
     double (*lr)(const trainer *t, long step);   /* the learning rate of step `step` (0-based) */
     void (*attach)(trainer *t);                  /* after t->reducer exists (the ZeRO gather hook) */
     ddp_status (*zero_grad)(trainer *t);         /* the next backward overwrites the gradients */
@@ -100,9 +103,11 @@ struct trainer {
     int rank, world;
     ops_handle *ops;
     ddp_reducer *reducer;
-    optim *opt;
+    optim *opt;             /* NULL without training (no_training) */
+    void *weights;          /* the model's view (train_view) */
+    float *grads;
     ddp_scaler *scaler;     /* fp16 (--precision or --grad-dtype): dynamic loss scaling */
-    metrics_file *metrics;  /* rank 0 with --metrics */
+    jsonl_file *metrics;  /* rank 0 with --metrics */
     int accum;              /* micro-batches per optimizer step */
     bool no_training;       /* the task's plan takes no step (train_plan) */
     ddp_dtype precision;    /* the model's compute precision (train_view) */
@@ -164,10 +169,6 @@ void trainer_progress_end(trainer *t);
 void trainer_progress_eval(trainer *t, double seconds, long every);
 /* --zero: the parameters' all-gather has arrived (before a forward pass outside training). */
 void trainer_params_ready(trainer *t);
-/* --zero: the fp32 parameters whole on every rank (after steps that gathered only their bf16
- * copy, optim_params_full), before reading them whole: checkpoints, the replica check, saves.
- * Collective. */
-void trainer_params_full(trainer *t);
 /* Every rank holds the same parameters; `when` (rank 0 prints it) may be NULL. Collective. */
 ddp_status trainer_verify(trainer *t, const char *when);
 #endif /* TRAIN_LOOP_H */

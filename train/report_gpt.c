@@ -10,7 +10,7 @@
 #include "cpu_isa.h"
 #include "gpt2_sample.h"
 #include "malloc_policy.h"
-#include "mfu.h"
+#include "gpt2_mfu.h"
 #include "model.h"
 #include "task_gpt.h"
 #include "train_trace.h"
@@ -37,11 +37,13 @@ long gpt_peak_rss_kib(void)
 }
 
 /* Bytes per parameter of the model states (ZeRO paper's accounting for this run's types):
- * replicated on every rank, and divided over the ranks by --zero. */
-static void gpt_state_bytes(const trainer *t, const gpt2_memory *m, double *rep, double *shard)
+ * replicated on every rank, and divided over the ranks by --zero. The weights in their storage
+ * (16 bits: 2 bytes, or 4 where emulated in floats; the model's small slices read in fp32 come on
+ * top, measured), fp32 gradients, AdamW's m and v and in 16 bits the optimizer's fp32 master. */
+static void gpt_state_bytes(const trainer *t, double *rep, double *shard)
 {
-    double psi = (double)gpt2_numel_total(G(t)->model);
-    double p = (double)m->params / psi, g = 4.0, o = 8.0; /* fp32 gradients, AdamW m and v */
+    double p = (double)ops_dtype_size(t->ops, t->precision), g = 4.0;
+    double o = t->precision == DDP_FP32 ? 8.0 : 12.0;
     int z = t->o->zero;
     *rep = p + (z < 2 ? g : 0.0) + (z < 1 ? o : 0.0);
     *shard = (z >= 2 ? g : 0.0) + (z >= 1 ? o : 0.0);
@@ -70,7 +72,7 @@ static void gpt_memory(const trainer *t, gpt_mem_report *r)
     int dev = ddp_memory_info(t->ctx, &used, &total) == DDP_OK;
     r->device_used = dev ? used / mib : NAN;
     r->device_total = dev ? total / mib : NAN;
-    gpt_state_bytes(t, &m, &r->bytes_rep, &r->bytes_shard);
+    gpt_state_bytes(t, &r->bytes_rep, &r->bytes_shard);
     double psi = (double)gpt2_numel_total(G(t)->model);
     r->predicted = psi * (r->bytes_rep + r->bytes_shard / t->world) / mib;
 }
@@ -83,9 +85,10 @@ static void gpt_report_memory(const trainer *t, const gpt_mem_report *r)
            ddp_backend(t->ctx) == DDP_BACKEND_CPU ? "host" : "device", r->params, r->grads,
            r->optimizer, r->activations, r->comm, r->peak_rss, G(t)->peak_rss_max);
     printf("memory predicted (ZeRO stage %d, %d rank(s), Psi = %zu): model states %.0f Psi + %.0f "
-           "Psi / %d = %.1f MiB; measured %.1f MiB (parameters + gradients + optimizer state)%s\n",
+           "Psi / %d = %.1f MiB; measured %.1f MiB (parameters + gradients + optimizer state, "
+           "%+.1f %%)%s\n",
            t->o->zero, t->world, gpt2_numel_total(G(t)->model), r->bytes_rep, r->bytes_shard, t->world,
-           r->predicted, r->states,
+           r->predicted, r->states, 100.0 * (r->states / r->predicted - 1.0),
            t->o->zero == 2 ? "; the backward pass writes into the reducer's bucket buffers, "
                              "counted as communication buffers above" : "");
     if (t->o->zero == 2 && t->accum > 1 && t->o->gpt.zero_accum != 2)
@@ -115,20 +118,16 @@ static void gpt_report_memory_start(trainer *t)
 {
     gpt_mem_report r;
     gpt_memory(t, &r);
-    const double mib = 1024.0 * 1024.0;
-    double copy = r.params - (double)gpt2_numel_total(G(t)->model) * sizeof(float) / mib;
+    bool p16 = t->precision != DDP_FP32;
     printf("memory per rank at start-up (%s, allocated before the first step): parameters %.1f MiB "
-           "(fp32 master weights%s), gradients %.1f MiB, optimizer state %.1f MiB, activations "
-           "%.1f MiB (the logits %.1f MiB of them: B x T x padded vocabulary in %s, which "
-           "--recompute does not shrink), communication buffers %.1f MiB\n",
+           "(the weights in %s), gradients %.1f MiB, optimizer state %.1f MiB (%s of %s), "
+           "activations %.1f MiB (the logits %.1f MiB of them: B x T x padded vocabulary in %s, "
+           "which --recompute does not shrink), communication buffers %.1f MiB\n",
            ddp_backend(t->ctx) == DDP_BACKEND_CPU ? "host" : "device", r.params,
-           copy > 0.5 / 1024.0 ? ", and their 16-bit copy for the matmuls" : "", r.grads, r.optimizer,
-           r.activations, r.logits, gpt_logits_type(t, r.logits), r.comm);
-    if (copy > 0.5 / 1024.0)
-        printf("  %s keeps a copy of the weights for the 16-bit matmuls (%.1f MiB) beside the fp32 "
-               "master weights, so it can take more memory than fp32 on small batches; it saves "
-               "where the activations dominate\n",
-               model_precision_name(t->o->model.precision), copy);
+           model_precision_name(t->precision), r.grads, r.optimizer,
+           p16 ? "the fp32 master weights and AdamW's moments" : "AdamW's moments",
+           t->o->zero > 0 && t->world > 1 ? "this rank's shard" : "every parameter", r.activations,
+           r.logits, gpt_logits_type(t, r.logits), r.comm);
 }
 
 /* Rank 0: --sample N tokens from the model after --prompt's tokens (or <|endoftext|>), drawn at
@@ -149,7 +148,6 @@ ddp_status gpt_sample(trainer *t)
         seq[i] = prompt.n > 0 ? prompt.id[i] : GPT_EOT;
     gpt2_sample_opts so = {.n_tokens = n, .temperature = (float)g->temperature, .top_k = g->top_k,
                            .seed = t->o->seed};
-    gpt_wire_copy(t);
     if (st == DDP_OK)
         st = gpt2_sample(G(t)->model, t->ctx, seq, n_prompt, G(t)->T, &so, t->x_dev[0]);
     const bpe_vocab *v = G(t)->encoder ? bpe_encoder_vocab(G(t)->encoder) : G(t)->vocab;
@@ -356,7 +354,7 @@ void gpt_report_summary(trainer *t)
     char tl[32], vl[32], rs[32], du[32], dm[32], rates[512], comm[256];
     if (t->metrics) {
         gpt_json_rates(rates, sizeof rates, t, &r);
-        metrics_line(t->metrics,
+        jsonl_line(t->metrics,
                      "{\"summary\":true,\"model\":\"gpt2\",\"backend\":\"%s\",\"world_size\":%d,"
                      "\"batch\":%d,\"seq\":%d,\"accum\":%d,\"steps\":%ld,\"train_loss\":%s,"
                      "\"val_loss\":%s,\"tokens_per_s\":%.1f,\"model_gflops_per_rank\":%.3f%s,"

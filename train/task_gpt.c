@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mfu.h"
+#include "gpt2_mfu.h"
 #include "task_gpt.h"
 #include "train_trace.h"
 
@@ -311,8 +311,7 @@ static ddp_status gpt_load_ckpt(trainer *t)
         s->init.numel != gpt2_numel_total(s->model))
         st = DDP_ERR_MISMATCH;
     if (st == DDP_OK)
-        st = ddp_upload(t->ctx, gpt2_params(s->model), s->init.params,
-                        s->init.numel * sizeof *s->init.params);
+        st = gpt2_weights_set(s->model, s->init.params);
     free(s->init.params);
     free(s->init.descs);
     s->init.params = NULL;
@@ -336,8 +335,11 @@ static ddp_status gpt_build(trainer *t, train_view *v)
     gpt2 *g = s->model;
     int n = gpt2_n_params(g);
     size_t tokens = (size_t)s->B * (size_t)s->T;
+    ddp_dtype p;
     *v = (train_view){.descs = gpt2_descs(g), .n_params = n, .numel = gpt2_numel(g),
-                      .numel_total = gpt2_numel_total(g), .reducer_grads = o->zero == 2,
+                      .numel_total = gpt2_numel_total(g), .weights = gpt2_weights(g, &p),
+                      .grads = gpt2_grads(g), .round_seed = (uint32_t)(o->seed ^ o->seed >> 32),
+                      .reducer_grads = o->zero == 2,
                       .reduce_each_micro = o->gpt.zero_accum == 2, .precision = o->model.precision,
                       .strict_order = true, .decays = malloc((size_t)n * sizeof *v->decays),
                       .ready_order = malloc((size_t)n * sizeof *v->ready_order),
@@ -362,40 +364,9 @@ static ddp_status gpt_build(trainer *t, train_view *v)
     return DDP_OK;
 }
 
-static float *gpt_params(trainer *t) { return gpt2_params(G(t)->model); }
-static float *gpt_grads(trainer *t) { return gpt2_grads(G(t)->model); }
 /* forward passes wait for the all-gather layer by layer */
 static void gpt_attach(trainer *t) { gpt2_set_gather(G(t)->model, t->reducer); }
 static ddp_status gpt_zero_grad(trainer *t) { return gpt2_zero_grad(G(t)->model); }
-
-static void gpt_copy_written(void *g, long t) { gpt2_copy_written(g, t); }
-
-/* In 16 bits AdamW writes the model's matmul copy of its range in the pass that updates it
- * (optim_set_copy) and the model rounds the rest alike (gpt2_copy_rounding: bf16 stochastically
- * by --seed, the step and the flat index), so every rank's copy under --zero 1/2 is --zero 0's
- * byte for byte; in bf16 under --zero the ranks then all-gather that copy instead of the fp32
- * parameters (half the bytes; gpt2_set_copy_gather). Once, before the first forward pass (the
- * optimizer exists only after build, and not at all for --sample-only). */
-void gpt_wire_copy(trainer *t)
-{
-    gpt_task *s = G(t);
-    ddp_dtype p;
-    void *wc = gpt2_copy(s->model, &p);
-    if (s->copy_wired || !wc || !t->ops->cast_stochastic)
-        return;
-    s->copy_wired = 1;
-    uint32_t seed = (uint32_t)(t->o->seed ^ t->o->seed >> 32);
-    size_t offset = 0, n = 0;
-    bool on = false; /* --sample-only has no optimizer: the model rounds the whole copy */
-    if (t->opt) {
-        optim_range(t->opt, &offset, &n);
-        optim_copy c = {.wc = wc, .p = p, .seed = seed, .written = gpt_copy_written,
-                        .arg = s->model, .gather = true};
-        on = optim_set_copy(t->opt, &c);
-    }
-    gpt2_copy_rounding(s->model, seed, &t->step, offset, on ? n : 0);
-    gpt2_set_copy_gather(s->model, t->opt && optim_gathers_copy(t->opt));
-}
 
 static void gpt_batch(trainer *t)
 {
@@ -408,7 +379,6 @@ static void gpt_batch(trainer *t)
 static void gpt_forward(trainer *t)
 {
     gpt_task *s = G(t);
-    gpt_wire_copy(t);
     trainer_must(t, gpt2_forward(s->model, t->x_dev[t->slot], t->y_dev[t->slot], s->B, s->T,
                                  t->loss_dev, true), "forward pass");
 }
@@ -435,7 +405,6 @@ static double gpt_validate(trainer *t)
     double sums[2] = {0.0, 0.0}; /* loss x tokens, tokens */
     int b = 0, tt = 0;
     long batches = 0, cap = t->o->gpt.val_batches;
-    gpt_wire_copy(t);
     tokens_val_rewind(G(t)->val);
     while (cap == 0 || batches < cap) {
         trainer_must(t, tokens_val_next(G(t)->val, G(t)->x_host, G(t)->y_host, &b, &tt), "reading validation data");
@@ -470,7 +439,7 @@ static void gpt_report_val(trainer *t)
     fflush(stdout);
     if (t->metrics) {
         char v[32], l[32], g[32];
-        metrics_line(t->metrics,
+        jsonl_line(t->metrics,
                      "{\"step\":%ld,\"val_loss\":%s,\"train_loss\":%s,\"grad_norm\":%s,"
                      "\"lr\":%.8g}\n",
                      t->step, gpt_json(v, sizeof v, G(t)->val_loss),
@@ -517,7 +486,7 @@ static void gpt_after_step(trainer *t)
         if (t->rank == 0) {
             char l[32], g[32];
             if (t->metrics)
-                metrics_line(t->metrics, "{\"step\":%ld,\"train_loss\":%s,\"grad_norm\":%s}\n",
+                jsonl_line(t->metrics, "{\"step\":%ld,\"train_loss\":%s,\"grad_norm\":%s}\n",
                              t->step, gpt_json(l, sizeof l, s->last_loss),
                              gpt_json(g, sizeof g, norm));
         }
@@ -585,8 +554,7 @@ static void gpt_release(trainer *t)
 }
 
 const train_task train_task_gpt = {
-    .state_bytes = sizeof(gpt_task), .open = gpt_open, .build = gpt_build, .params = gpt_params,
-    .grads = gpt_grads, .lr = gpt_lr, .attach = gpt_attach, .zero_grad = gpt_zero_grad,
+    .state_bytes = sizeof(gpt_task), .open = gpt_open, .build = gpt_build, .lr = gpt_lr, .attach = gpt_attach, .zero_grad = gpt_zero_grad,
     .batch = gpt_batch, .forward = gpt_forward, .backward = gpt_backward,
     .epoch_begin = gpt_epoch_begin, .after_step = gpt_after_step, .epoch_end = gpt_epoch_end,
     .report_start = gpt_report_start, .report_end = gpt_report_end,

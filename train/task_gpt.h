@@ -28,7 +28,7 @@ typedef struct gpt_task {
     float *vloss_dev;      /* (1) one validation batch's mean loss */
     double last_loss, val_loss;
     double peak_rss_max;   /* MiB: the largest VmHWM over the ranks at the end of training */
-    double flops_token;    /* model FLOPs per token, llm.c's 6N + 6LCT (mfu.h) */
+    double flops_token;    /* model FLOPs per token, llm.c's 6N + 6LCT (gpt2_mfu.h) */
     double peak_tflops;    /* one device's peak for this precision (--peak-tflops or the table);
                               -1: unknown */
     const char *device;    /* the GPU's name ("" on the CPU) */
@@ -38,7 +38,6 @@ typedef struct gpt_task {
     gpt2_ckpt init;         /* --init-from a ddp checkpoint: its weights, held from gpt_config to
                               gpt_build (then freed; step and folder stay for the report) */
     int init_ckpt;         /* 1: --init-from named a ddp checkpoint, not an llm.c model file */
-    int copy_wired;        /* gpt_wire_copy has run */
 } gpt_task;
 
 static inline gpt_task *G(const trainer *t) { return t->state; }
@@ -48,8 +47,6 @@ static inline gpt_task *G(const trainer *t) { return t->state; }
 const char *gpt_json(char *buf, size_t n, double v);
 /* The learning rate of step `step` (0-based): warm-up, then cosine decay. */
 double gpt_lr(const trainer *t, long step);
-/* Once the optimizer exists, before the first forward pass: who writes the 16-bit copy. */
-void gpt_wire_copy(trainer *t);
 
 /* report_gpt.c */
 /* Rank 0: the configuration, the model's sizes and memory, FLOPs per token, the plan's warnings. */

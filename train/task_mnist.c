@@ -136,8 +136,10 @@ static ddp_status mnist_build(trainer *t, train_view *v)
     int ok = s->eval_idx && s->pred && s->x_host && s->y_host;
     trainer_must(t, ok ? DDP_OK : DDP_ERR_NOMEM, "allocating batch buffers");
     model *m = s->model;
+    ddp_dtype p;
     *v = (train_view){.descs = model_descs(m), .n_params = model_n_params(m),
                       .numel = model_numel(m), .numel_total = model_numel_total(m),
+                      .weights = model_weights(m, &p), .grads = model_grads(m),
                       .reducer_grads = cfg.reducer_grads, .precision = cfg.precision,
                       .optim = {.kind = OPTIM_SGD, .momentum = (float)o->momentum,
                                 .weight_decay = (float)o->weight_decay},
@@ -147,8 +149,6 @@ static ddp_status mnist_build(trainer *t, train_view *v)
     return DDP_OK;
 }
 
-static float *mnist_params(trainer *t) { return model_params(M(t)->model); }
-static float *mnist_grads(trainer *t) { return model_grads(M(t)->model); }
 static void mnist_attach(trainer *t) { model_set_gather(M(t)->model, t->reducer); }
 static ddp_status mnist_zero_grad(trainer *t) { return model_zero_grad(M(t)->model); }
 
@@ -375,7 +375,7 @@ static void mnist_release(trainer *t)
 
 const train_task train_task_mnist = {
     .state_bytes = sizeof(mnist_task), .open = mnist_open, .build = mnist_build,
-    .params = mnist_params, .grads = mnist_grads, .lr = mnist_lr, .attach = mnist_attach,
+    .lr = mnist_lr, .attach = mnist_attach,
     .zero_grad = mnist_zero_grad, .batch = mnist_batch, .forward = mnist_forward,
     .backward = mnist_backward, .epoch_begin = mnist_epoch_begin, .after_step = mnist_after_step,
     .epoch_end = mnist_epoch_end, .report_start = mnist_report_start,

@@ -527,6 +527,12 @@ static int check_sampling(train_opts *o, const unsigned char *seen)
                 "(an llm.c model file or a ddp checkpoint) or --resume FILE\n");
         return -1;
     }
+    if (g->sample_only && !o->resume && (o->save_path || o->checkpoint_dir)) {
+        fprintf(stderr, "ddp-train: --sample-only trains nothing, so --%s would save no training "
+                "state: leave it out (--save-llmc exports the weights)\n",
+                o->save_path ? "save" : "checkpoint-dir");
+        return -1;
+    }
     if (g->sample_only && !given(seen, "sample"))
         g->sample = 256;
     static const char *const needs[] = {"prompt", "temperature", "top-k"};

@@ -96,7 +96,7 @@ typedef struct train_opts {
     int checkpoint_format;      /* --checkpoint-format: TRAIN_CKPT_AUTO (default), _FILE, _FOLDER */
     int checkpoint_folder;      /* what the saves write, settled by checkpoint_place: 1 a folder of
                                    per-rank files, 0 one file through rank 0 */
-    char checkpoint_why[192];   /* why that format (the start-up line) */
+    char checkpoint_why[256];   /* why that format (the start-up line) */
     int checkpoint_async;       /* --checkpoint-async: folders written by a background thread */
     int nan_skip;               /* --nan-policy skip: a step with NaN/inf loss is not applied */
     train_gpt_opts gpt;         /* --model gpt2 */

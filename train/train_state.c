@@ -1,7 +1,8 @@
 /* train_state.c - ddp-train's checkpoints and resuming (see train_state.h).
  *
  * A checkpoint is a libddp state (runtime/checkpoint.c, format version 2) holding:
- *   signature, params          the parameters
+ *   signature, params          the parameters: the fp32 master weights (the optimizer's in 16
+ *                              bits; its weights in 16 bits are rounded from them, optim_round)
  *   momentum                   SGD momentum buffer (the whole optimizer state: PyTorch's SGD
  *                              formulation needs no other buffer); for AdamW adam_m and
  *                              adam_v, the two moments
@@ -64,8 +65,7 @@ typedef struct fp_entry {
     int reshardable; /* may differ with --resume-reshard */
 } fp_entry;
 
-/* A failure of a collective or a transfer: stop the whole job so no peer waits forever. */
-static void state_must(ddp_ctx *ctx, ddp_status st, const char *what)
+void train_must(ddp_ctx *ctx, ddp_status st, const char *what)
 {
     if (st == DDP_OK)
         return;
@@ -196,18 +196,18 @@ static void gather_opt(const train_setup *s, const float *opt, float *host)
     float *send = ddp_alloc(ctx, chunk * sizeof(float));
     float *recv = ddp_alloc(ctx, (size_t)world * chunk * sizeof(float));
     float *tmp = host ? malloc((size_t)world * chunk * sizeof(float)) : NULL;
-    state_must(ctx, send && recv && (!host || tmp) ? DDP_OK : DDP_ERR_NOMEM,
+    train_must(ctx, send && recv && (!host || tmp) ? DDP_OK : DDP_ERR_NOMEM,
                "allocating the optimizer state's gather buffers");
     for (size_t at = 0; at < n0; at += chunk) {
         size_t k = at < mine_n ? (mine_n - at < chunk ? mine_n - at : chunk) : 0;
         if (k > 0)
-            state_must(ctx, ddp_copy(ctx, send, opt + at, k * sizeof(float)),
+            train_must(ctx, ddp_copy(ctx, send, opt + at, k * sizeof(float)),
                        "copying the optimizer state's shard");
-        state_must(ctx, ddp_allgather(ctx, send, recv, chunk * sizeof(float)),
+        train_must(ctx, ddp_allgather(ctx, send, recv, chunk * sizeof(float)),
                    "gathering the optimizer state's shards");
         if (!host)
             continue;
-        state_must(ctx, ddp_download(ctx, tmp, recv, (size_t)world * chunk * sizeof(float)),
+        train_must(ctx, ddp_download(ctx, tmp, recv, (size_t)world * chunk * sizeof(float)),
                    "downloading the optimizer state's shards");
         for (int q = 0; q < world; q++) {
             size_t off, n;
@@ -222,8 +222,9 @@ static void gather_opt(const train_setup *s, const float *opt, float *host)
     ddp_free(ctx, recv);
 }
 
-/* Collective: the parameters and the optimizer's buffers (gathered from the shards) into a new
- * state on rank 0 (*out NULL elsewhere). Every rank joins every gather, whatever failed on rank 0. */
+/* Collective: the buffers (the master weights, "params", then the optimizer's; gathered from the
+ * shards) into a new state on rank 0 (*out NULL elsewhere). Every rank joins every gather,
+ * whatever failed on rank 0. */
 static ddp_status state_from_model(const train_setup *s, ddp_state **out)
 {
     const train_buffers *b = &s->buf;
@@ -232,17 +233,14 @@ static ddp_status state_from_model(const train_setup *s, ddp_state **out)
     *out = NULL;
     float *host = root ? malloc(n * sizeof *host) : NULL;
     ddp_status st = !root || host ? DDP_OK : DDP_ERR_NOMEM;
-    if (root && st == DDP_OK)
-        st = ddp_download(s->ctx, host, b->params, n * sizeof *host);
-    if (root && st == DDP_OK)
-        st = ddp_state_create(b->descs, b->n_params, host, out);
     for (int i = 0; i < b->n_opt; i++) {
         if (sharded)
             gather_opt(s, b->opt[i], st == DDP_OK ? host : NULL);
         else if (root && st == DDP_OK)
             st = ddp_download(s->ctx, host, b->opt[i], n * sizeof *host);
         if (root && st == DDP_OK)
-            st = ddp_state_set_f32(*out, b->opt_names[i], host, n);
+            st = i == 0 ? ddp_state_create(b->descs, b->n_params, host, out)
+                        : ddp_state_set_f32(*out, b->opt_names[i], host, n);
     }
     if (st != DDP_OK && *out) {
         ddp_state_destroy(*out);
@@ -328,9 +326,8 @@ static double now_s(void)
 typedef struct staging {
     ddp_ctx *ctx;                  /* the pinning's */
     ddp_state *shard;
-    float *params;                 /* the state's own buffers */
-    float *opt[TRAIN_MAX_OPT_BUFS];
-    size_t off, n;                 /* the parameters' slice */
+    float *opt[TRAIN_MAX_OPT_BUFS]; /* the state's own buffers */
+    size_t off, n;                 /* this rank's ddp_shard_range slice */
     size_t bytes;                  /* of the float buffers */
 } staging;
 
@@ -339,7 +336,6 @@ static staging stage;
 static void stage_free(void)
 {
     if (stage.ctx) {
-        (void)ddp_snapshot_unpin(stage.ctx, stage.params);
         for (int i = 0; i < TRAIN_MAX_OPT_BUFS; i++)
             (void)ddp_snapshot_unpin(stage.ctx, stage.opt[i]);
     }
@@ -356,19 +352,13 @@ static ddp_status stage_alloc(const train_setup *s)
     ddp_shard_range(b->numel, ddp_world_size(s->ctx), ddp_rank(s->ctx), &stage.off, &stage.n);
     ddp_param_desc shard = {.name = "shard", .n_dims = 1, .shape = {(int64_t)stage.n}};
     ddp_status st = ddp_state_create(&shard, 1, NULL, &stage.shard);
-    if (st == DDP_OK)
-        st = ddp_state_f32_buffer(stage.shard, "params", stage.n, &stage.params);
-    if (st == DDP_OK)
-        st = ddp_state_set_u64(stage.shard, "shard.offset.params", stage.off);
-    stage.bytes = stage.n * sizeof(float);
+    stage.bytes = b->n_opt * stage.n * sizeof(float); /* sharded: the --zero shard is this slice */
     for (int i = 0; st == DDP_OK && i < b->n_opt; i++) {
-        size_t o = opt_sharded(s) ? b->opt_offset : stage.off, k = opt_sharded(s) ? b->opt_n : stage.n;
         char key[DDP_NAME_MAX + 16];
         snprintf(key, sizeof key, "shard.offset.%s", b->opt_names[i]);
-        st = ddp_state_f32_buffer(stage.shard, b->opt_names[i], k, &stage.opt[i]);
+        st = ddp_state_f32_buffer(stage.shard, b->opt_names[i], stage.n, &stage.opt[i]);
         if (st == DDP_OK)
-            st = ddp_state_set_u64(stage.shard, key, o);
-        stage.bytes += k * sizeof(float);
+            st = ddp_state_set_u64(stage.shard, key, stage.off);
     }
     if (st != DDP_OK) {
         stage_free();
@@ -380,9 +370,9 @@ static ddp_status stage_alloc(const train_setup *s)
     if (!s->o->checkpoint_async)
         return DDP_OK;
     stage.ctx = s->ctx;
-    ddp_status pin = ddp_snapshot_pin(s->ctx, stage.params, stage.n * sizeof(float));
+    ddp_status pin = DDP_OK;
     for (int i = 0; pin == DDP_OK && i < b->n_opt; i++)
-        pin = ddp_snapshot_pin(s->ctx, stage.opt[i], (opt_sharded(s) ? b->opt_n : stage.n) * sizeof(float));
+        pin = ddp_snapshot_pin(s->ctx, stage.opt[i], stage.n * sizeof(float));
     if (pin != DDP_OK)
         DDP_WARN("checkpoint staging: page-locking %.1f MiB failed (%s): the copies for a save wait on "
                  "the host", (double)stage.bytes / (1 << 20), ddp_strerror(pin));
@@ -408,12 +398,9 @@ static ddp_status stage_shard(const train_setup *s, train_pos pos)
 {
     const train_buffers *b = &s->buf;
     ddp_status st = stage_alloc(s);
-    if (st == DDP_OK)
-        st = ddp_snapshot_copy(s->ctx, stage.params, b->params + stage.off, stage.n * sizeof(float));
-    for (int i = 0; st == DDP_OK && i < b->n_opt; i++) {
-        size_t o = opt_sharded(s) ? b->opt_offset : stage.off, k = opt_sharded(s) ? b->opt_n : stage.n;
-        st = ddp_snapshot_copy(s->ctx, stage.opt[i], b->opt[i] + (o - b->opt_offset), k * sizeof(float));
-    }
+    for (int i = 0; st == DDP_OK && i < b->n_opt; i++) /* from the range, at the slice */
+        st = ddp_snapshot_copy(s->ctx, stage.opt[i], b->opt[i] + (stage.off - b->opt_offset),
+                               stage.n * sizeof(float));
     if (st == DDP_OK)
         st = state_add_position(s, pos, stage.shard);
     return st;
@@ -425,7 +412,7 @@ static void agree_flags(const train_setup *s, int failed, int64_t *flags)
     int world = ddp_world_size(s->ctx);
     memset(flags, 0, (size_t)world * sizeof *flags);
     flags[ddp_rank(s->ctx)] = failed != 0;
-    state_must(s->ctx, ddp_allreduce_host(s->ctx, flags, (size_t)world, DDP_INT64, DDP_SUM),
+    train_must(s->ctx, ddp_allreduce_host(s->ctx, flags, (size_t)world, DDP_INT64, DDP_SUM),
                "agreeing on the checkpoint's files");
 }
 
@@ -518,7 +505,7 @@ static ddp_ckpt_manager *state_manager(const train_setup *s)
 {
     if (manager)
         return manager;
-    state_must(s->ctx, ddp_ckpt_manager_create(s->ctx, s->o->checkpoint_dir, s->o->keep,
+    train_must(s->ctx, ddp_ckpt_manager_create(s->ctx, s->o->checkpoint_dir, s->o->keep,
                                                s->o->checkpoint_async, &manager),
                "creating the checkpoint manager");
     atexit(train_checkpoints_end);
@@ -694,7 +681,7 @@ static ddp_status check_buffers(const train_setup *s, const ddp_state *st, const
     uint64_t v;
     int whole = ddp_state_u64(st, "step", &v) && ddp_state_u64(st, "epoch", &v) &&
                 ddp_state_u64(st, "step_in_epoch", &v) && ddp_state_u64(st, "world_size", &v);
-    for (int i = 0; whole && i < b->n_opt; i++) {
+    for (int i = 1; whole && i < b->n_opt; i++) { /* 0: "params", the state's own */
         size_t n_opt = 0; /* a folder's state has the counts without the values */
         ddp_state_f32(st, b->opt_names[i], &n_opt);
         whole = n_opt == b->numel;
@@ -769,10 +756,10 @@ static ddp_status open_resume(const train_setup *s, char *path, resume_src *out,
 static void bcast_host(ddp_ctx *ctx, void *host, size_t n_bytes)
 {
     void *dev = ddp_alloc(ctx, n_bytes);
-    state_must(ctx, dev ? DDP_OK : DDP_ERR_NOMEM, "allocating a broadcast buffer");
-    state_must(ctx, ddp_upload(ctx, dev, host, n_bytes), "uploading the resume header");
-    state_must(ctx, ddp_broadcast(ctx, dev, n_bytes, 0), "broadcasting the resume header");
-    state_must(ctx, ddp_download(ctx, host, dev, n_bytes), "downloading the resume header");
+    train_must(ctx, dev ? DDP_OK : DDP_ERR_NOMEM, "allocating a broadcast buffer");
+    train_must(ctx, ddp_upload(ctx, dev, host, n_bytes), "uploading the resume header");
+    train_must(ctx, ddp_broadcast(ctx, dev, n_bytes, 0), "broadcasting the resume header");
+    train_must(ctx, ddp_download(ctx, host, dev, n_bytes), "downloading the resume header");
     ddp_free(ctx, dev);
 }
 
@@ -783,17 +770,17 @@ static void scatter_opt(const train_setup *s, const float *host, float *opt)
     ddp_ctx *ctx = s->ctx;
     size_t chunk = STATE_CHUNK * 4, lo = s->buf.opt_offset, hi = lo + s->buf.opt_n;
     float *dev = ddp_alloc(ctx, chunk * sizeof(float));
-    state_must(ctx, dev ? DDP_OK : DDP_ERR_NOMEM, "allocating the optimizer state's buffer");
+    train_must(ctx, dev ? DDP_OK : DDP_ERR_NOMEM, "allocating the optimizer state's buffer");
     for (size_t at = 0; at < s->buf.numel; at += chunk) {
         size_t k = s->buf.numel - at < chunk ? s->buf.numel - at : chunk;
         if (host)
-            state_must(ctx, ddp_upload(ctx, dev, host + at, k * sizeof(float)),
+            train_must(ctx, ddp_upload(ctx, dev, host + at, k * sizeof(float)),
                        "uploading optimizer state");
-        state_must(ctx, ddp_broadcast(ctx, dev, k * sizeof(float), 0),
+        train_must(ctx, ddp_broadcast(ctx, dev, k * sizeof(float), 0),
                    "broadcasting optimizer state");
         size_t a = at > lo ? at : lo, e = at + k < hi ? at + k : hi;
         if (a < e)
-            state_must(ctx, ddp_copy(ctx, opt + (a - lo), dev + (a - at), (e - a) * sizeof(float)),
+            train_must(ctx, ddp_copy(ctx, opt + (a - lo), dev + (a - at), (e - a) * sizeof(float)),
                        "copying the optimizer state's shard");
     }
     ddp_free(ctx, dev);
@@ -805,19 +792,16 @@ static void bcast_buffers(const train_setup *s, const ddp_state *st)
 {
     const train_buffers *b = &s->buf;
     size_t bytes = b->numel * sizeof(float);
-    if (st)
-        state_must(s->ctx, ddp_upload(s->ctx, b->params, ddp_state_params(st), bytes),
-                   "uploading parameters");
-    state_must(s->ctx, ddp_broadcast_params(s->ctx, b->params, b->numel), "broadcasting parameters");
     for (int i = 0; i < b->n_opt; i++) {
-        const float *host = st ? ddp_state_f32(st, b->opt_names[i], NULL) : NULL;
+        const float *host = !st ? NULL : i == 0 ? ddp_state_params(st)
+                                                : ddp_state_f32(st, b->opt_names[i], NULL);
         if (opt_sharded(s)) {
             scatter_opt(s, host, b->opt[i]);
             continue;
         }
         if (host)
-            state_must(s->ctx, ddp_upload(s->ctx, b->opt[i], host, bytes), "uploading optimizer state");
-        state_must(s->ctx, ddp_broadcast(s->ctx, b->opt[i], bytes, 0), "broadcasting optimizer state");
+            train_must(s->ctx, ddp_upload(s->ctx, b->opt[i], host, bytes), "uploading optimizer state");
+        train_must(s->ctx, ddp_broadcast(s->ctx, b->opt[i], bytes, 0), "broadcasting optimizer state");
     }
 }
 
@@ -847,22 +831,20 @@ static void bcast_ranges(const train_setup *s, float *buf)
         size_t off, n;
         ddp_shard_range(s->buf.numel, world, q, &off, &n);
         if (n > 0)
-            state_must(s->ctx, ddp_broadcast(s->ctx, buf + off, n * sizeof(float), q),
+            train_must(s->ctx, ddp_broadcast(s->ctx, buf + off, n * sizeof(float), q),
                        "broadcasting a checkpoint's range");
     }
 }
 
-/* This rank's reads: its shard range of the parameters and of every replicated optimizer buffer,
- * or its own --zero shard of a sharded one. */
+/* This rank's reads: its ddp_shard_range slice of every buffer (under --zero, its own shard). */
 static ddp_status read_shares(const train_setup *s, const ddp_ckpt_dir *d)
 {
     const train_buffers *b = &s->buf;
     size_t off, n;
     ddp_shard_range(b->numel, ddp_world_size(s->ctx), ddp_rank(s->ctx), &off, &n);
-    ddp_status st = read_range(s, d, "params", b->params + off, off, n);
+    ddp_status st = DDP_OK; /* sharded, the slice is the --zero shard: the whole range */
     for (int i = 0; st == DDP_OK && i < b->n_opt; i++)
-        st = opt_sharded(s) ? read_range(s, d, b->opt_names[i], b->opt[i], b->opt_offset, b->opt_n)
-                            : read_range(s, d, b->opt_names[i], b->opt[i] + off, off, n);
+        st = read_range(s, d, b->opt_names[i], b->opt[i] + (off - b->opt_offset), off, n);
     return st;
 }
 
@@ -881,7 +863,7 @@ static ddp_status load_folder(const train_setup *s, const char *path, const ddp_
     if (st == DDP_OK)
         st = read_shares(s, d);
     int64_t *flags = malloc((size_t)world * sizeof *flags);
-    state_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the resume flags");
+    train_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the resume flags");
     agree_flags(s, st != DDP_OK, flags);
     int64_t failed = 0;
     for (int q = 0; q < world; q++)
@@ -899,7 +881,6 @@ static ddp_status load_folder(const train_setup *s, const char *path, const ddp_
                       "to resume from the previous checkpoint", path);
         return st != DDP_OK ? st : DDP_ERR_FORMAT;
     }
-    bcast_ranges(s, s->buf.params);
     for (int i = 0; i < s->buf.n_opt && !opt_sharded(s); i++)
         bcast_ranges(s, s->buf.opt[i]);
     return DDP_OK;

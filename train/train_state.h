@@ -20,23 +20,27 @@ typedef struct train_pos {
     long step_in_epoch; /* optimizer steps done in that epoch */
 } train_pos;
 
-/* The model's buffers a checkpoint holds: parameters and the optimizer's buffers of the same
- * layout (SGD: "momentum"; AdamW: "adam_m", "adam_v"), all in backend memory. */
+/* The buffers a checkpoint holds, the optimizer's (optim_buffers), all of the model's flat layout
+ * and in backend memory: "params", the fp32 master weights, then SGD's "momentum" or AdamW's
+ * "adam_m", "adam_v". */
 #define TRAIN_MAX_OPT_BUFS OPTIM_MAX_BUFS
 typedef struct train_buffers {
     const ddp_param_desc *descs;
     int n_params;
     size_t numel;             /* elements of the flat parameter buffer */
-    float *params;
     int n_opt;
     const char *opt_names[TRAIN_MAX_OPT_BUFS];
     float *opt[TRAIN_MAX_OPT_BUFS];
-    /* The optimizer buffers hold elements [opt_offset, opt_offset + opt_n) of the flat layout:
-     * (0, numel) unless --zero shards them over the ranks (ddp_shard_range's shard). */
+    /* The buffers hold elements [opt_offset, opt_offset + opt_n) of the flat layout: (0, numel)
+     * unless --zero shards them over the ranks (ddp_shard_range's shard). */
     size_t opt_offset, opt_n;
     char model_fp[96];        /* the model's configuration, e.g. "mlp 784-512-256-10" */
     ddp_dtype precision;      /* its compute precision (the fingerprint's config.precision) */
 } train_buffers;
+
+/* A failure only this rank may have seen (a collective's, a transfer's): stops the whole job, so
+ * that no peer waits forever, logging `what` failed and why. Nothing for DDP_OK. */
+void train_must(ddp_ctx *ctx, ddp_status st, const char *what);
 
 /* What the state functions need to know about the run. */
 typedef struct train_setup {

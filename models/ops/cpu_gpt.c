@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cpu_gpt.h"
+#include "half.h"
 #include "math_shared.h"
 #include "simd_clones.h"
 
@@ -76,17 +77,26 @@ static void act_store(const ops_handle *ops, ddp_dtype act, void *dst, const flo
 /* ---- embeddings -------------------------------------------------------------------------- */
 
 ddp_status ops_cpu_encoder_fwd(const ops_handle *ops, float *out, const int *tokens,
-                               const float *wte, const float *wpe, int B, int T, int C)
+                               ddp_dtype wp, const void *wte, const float *wpe, int B, int T,
+                               int C)
 {
     if (!shape_ok("encoder_fwd", B, T, C))
         return DDP_ERR_INVALID_ARG;
+    bool bits = ops_dtype_size(ops, wp) == 2; /* bf16 bits, else float storage */
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
-            size_t row = (size_t)b * T + t;
-            const float *e = wte + (size_t)tokens[row] * C, *p = wpe + (size_t)t * C;
+            size_t row = (size_t)b * T + t, at = (size_t)tokens[row] * C;
+            const float *p = wpe + (size_t)t * C;
             float *o = out + row * C; // (C)
-            for (int i = 0; i < C; i++)
-                o[i] = e[i] + p[i];
+            if (bits) {
+                const uint16_t *e = (const uint16_t *)wte + at;
+                for (int i = 0; i < C; i++)
+                    o[i] = half_bf16_to_f32(e[i]) + p[i];
+            } else {
+                const float *e = (const float *)wte + at;
+                for (int i = 0; i < C; i++)
+                    o[i] = e[i] + p[i];
+            }
         }
     }
     return DDP_OK;

@@ -15,7 +15,8 @@
 #include "ops.h"
 
 ddp_status ops_cpu_encoder_fwd(const ops_handle *ops, float *out, const int *tokens,
-                               const float *wte, const float *wpe, int B, int T, int C);
+                               ddp_dtype wp, const void *wte, const float *wpe, int B, int T,
+                               int C);
 ddp_status ops_cpu_encoder_bwd(const ops_handle *ops, float *dwte, float *dwpe, const float *dout,
                                const int *tokens, int B, int T, int C);
 ddp_status ops_cpu_layernorm_fwd(const ops_handle *ops, ddp_dtype act, void *out, float *mean,

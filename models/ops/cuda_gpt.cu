@@ -76,8 +76,10 @@ static __device__ float4 get4(const uint16_t *x, size_t i)
 
 /* ---- embeddings ------------------------------------------------------------------------ */
 
-/* out (B, T, C) = wte[tokens[b,t]] + wpe[t]; one thread per output element. */
-static __global__ void encoder_fwd_kernel(float *out, const int *tokens, const float *wte,
+/* out (B, T, C) = wte[tokens[b,t]] (float or bf16 storage) + wpe[t]; one thread per output
+ * element. */
+template <typename W>
+static __global__ void encoder_fwd_kernel(float *out, const int *tokens, const W *wte,
                                           const float *wpe, int T, int C, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -85,7 +87,7 @@ static __global__ void encoder_fwd_kernel(float *out, const int *tokens, const f
         return;
     size_t bt = i / C;
     int c = (int)(i % C), t = (int)(bt % T);
-    out[i] = wte[(size_t)tokens[bt] * C + c] + wpe[(size_t)t * C + c];
+    out[i] = get(wte, (size_t)tokens[bt] * C + c) + wpe[(size_t)t * C + c];
 }
 
 /* x[i] = i: the positions that the radix sort carries along with the tokens. */
@@ -727,7 +729,8 @@ static unsigned row_blocks(size_t rows)
 /* ---- embeddings ------------------------------------------------------------------------ */
 
 static ddp_status cuda_encoder_fwd(const ops_handle *ops, float *out, const int *tokens,
-                                   const float *wte, const float *wpe, int B, int T, int C)
+                                   ddp_dtype wp, const void *wte, const float *wpe, int B, int T,
+                                   int C)
 {
     cuda_state *cu = cuda_of(ops);
     bool empty;
@@ -736,8 +739,12 @@ static ddp_status cuda_encoder_fwd(const ops_handle *ops, float *out, const int 
     if (empty)
         return DDP_OK;
     size_t n = (size_t)B * T * C;
-    encoder_fwd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(out, tokens, wte, wpe,
-                                                                         T, C, n);
+    if (ops_dtype_size(ops, wp) == 2)
+        encoder_fwd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(
+            out, tokens, (const uint16_t *)wte, wpe, T, C, n);
+    else
+        encoder_fwd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(
+            out, tokens, (const float *)wte, wpe, T, C, n);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "half.h"
 #include "ops.h"
 
 /* DDP_OK when the environment variable `name` is unset or one of the two values; `*second` says
@@ -169,3 +170,36 @@ const char *ops_cudnn_describe(const ops_handle *ops, ddp_dtype p)
 }
 
 #endif
+
+ddp_status ops_weights_put(const ops_handle *ops, ddp_dtype p, void *dst, float *host, size_t n)
+{
+    size_t es = ops_dtype_size(ops, p);
+    if (es == 2) { /* bf16 bits, narrowed in place */
+        uint16_t *bits = (uint16_t *)host;
+        for (size_t e = 0; e < n; e++)
+            bits[e] = half_f32_to_bf16(host[e]);
+    } else if (p != DDP_FP32) { /* float storage of 16-bit values */
+        for (size_t e = 0; e < n; e++)
+            host[e] = p == DDP_BF16 ? half_bf16_to_f32(half_f32_to_bf16(host[e]))
+                                    : half_f16_to_f32(half_f32_to_f16(host[e]));
+    }
+    return ddp_upload(ops->ctx, dst, host, n * es);
+}
+
+ddp_status ops_weights_get(const ops_handle *ops, ddp_dtype p, float *host, const void *src,
+                           size_t n)
+{
+    if (ops_dtype_size(ops, p) != 2)
+        return ddp_download(ops->ctx, host, src, n * sizeof *host);
+    size_t chunk = (size_t)1 << 20;
+    uint16_t *bits = malloc((n < chunk ? (n ? n : 1) : chunk) * sizeof *bits);
+    ddp_status st = bits ? DDP_OK : DDP_ERR_NOMEM;
+    for (size_t at = 0; st == DDP_OK && at < n; at += chunk) {
+        size_t k = n - at < chunk ? n - at : chunk;
+        st = ddp_download(ops->ctx, bits, (const uint16_t *)src + at, k * sizeof *bits);
+        for (size_t e = 0; st == DDP_OK && e < k; e++)
+            host[at + e] = half_bf16_to_f32(bits[e]);
+    }
+    free(bits);
+    return st;
+}

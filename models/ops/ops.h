@@ -171,9 +171,11 @@ struct ops_handle {
      * parameters stay fp32; every op computes in fp32 (LayerNorm's and the softmaxes' sums
      * included) and rounds only what it stores in act. With act DDP_FP32 the ops
      * are exactly the fp32 ones (the fp32 path does not depend on the 16-bit forms). */
-    /* out (B, T, C) = wte[tokens[b,t]] + wpe[t]; tokens (B, T) in [0, V) (checked by the caller). */
-    ddp_status (*encoder_fwd)(const ops_handle *ops, float *out, const int *tokens,
-                              const float *wte, const float *wpe, int B, int T, int C);
+    /* out (B, T, C) = wte[tokens[b,t]] + wpe[t]; tokens (B, T) in [0, V) (checked by the caller);
+     * wte in precision wp (the model's weights: fp32, or 16 bits stored as ops_dtype_size says),
+     * wpe fp32. */
+    ddp_status (*encoder_fwd)(const ops_handle *ops, float *out, const int *tokens, ddp_dtype wp,
+                              const void *wte, const float *wpe, int B, int T, int C);
     /* dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t] (both ADD). */
     ddp_status (*encoder_bwd)(const ops_handle *ops, float *dwte, float *dwpe, const float *dout,
                               const int *tokens, int B, int T, int C);
@@ -277,6 +279,14 @@ static inline size_t ops_dtype_size(const ops_handle *ops, ddp_dtype p)
     bool emulated = ops->emulates ? ops->emulates(ops, p) : p == DDP_FP16;
     return emulated ? 4 : 2;
 }
+
+/* dst (n elements of precision p's storage, backend memory) = host (n floats, overwritten: the
+ * conversion's scratch) rounded to nearest even in 16 bits. The upload's error. */
+ddp_status ops_weights_put(const ops_handle *ops, ddp_dtype p, void *dst, float *host, size_t n);
+/* host (n floats) = src (n elements of precision p's storage, backend memory) widened.
+ * DDP_ERR_NOMEM, or the download's error. */
+ddp_status ops_weights_get(const ops_handle *ops, ddp_dtype p, float *host, const void *src,
+                           size_t n);
 
 /* Opens the ops handle for a context's backend: on CUDA on its device and libddp's stream
  * (ddp_backend_stream(ctx)), on the CPU with `threads` compute threads; ctx NULL: the CPU on host

@@ -99,6 +99,19 @@ __global__ void sgd_kernel(float *w, float *m, const float *g, size_t n, float l
         w[i] = sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
 }
 
+/* sgd_kernel that also writes the updated weight to wc in bf16, rounded to nearest even (the CPU's
+ * sgd_step_cast). */
+__global__ void sgd_bf16_kernel(float *w, float *m, const float *g, size_t n, float lr,
+                                float momentum, float weight_decay, uint16_t *wc)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    float wi = sgd_update(w[i], &m[i], g[i], lr, momentum, weight_decay);
+    w[i] = wi;
+    wc[i] = half_f32_to_bf16(wi);
+}
+
 /* One thread per col element; col is (c*k*k, h_out*w_out). */
 __global__ void im2col_kernel(const float *im, int c, int h, int w, int k, int pad, float *col)
 {
@@ -256,6 +269,24 @@ static ddp_status cuda_sgd_step(const ops_handle *ops, float *w, float *m, const
         return DDP_OK;
     sgd_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(w, m, g, n, lr, momentum,
                                                                  weight_decay);
+    TRY_CUDA_LAUNCH();
+    return DDP_OK;
+}
+
+/* bf16 in one launch (sgd_bf16_kernel); fp16 (emulated, float storage) casts after. */
+static ddp_status cuda_sgd_step_cast(const ops_handle *ops, float *w, float *m, const float *g,
+                                     size_t n, float lr, float momentum, float weight_decay,
+                                     ddp_dtype p, void *wc)
+{
+    cuda_state *cu = cuda_of(ops);
+    if (p != DDP_BF16) {
+        TRY_OK(cuda_sgd_step(ops, w, m, g, n, lr, momentum, weight_decay));
+        return p == DDP_FP32 ? DDP_OK : ops->cast(ops, p, wc, DDP_FP32, w, n);
+    }
+    if (n == 0)
+        return DDP_OK;
+    sgd_bf16_kernel<<<grid_blocks(n), block_threads, 0, cu->stream>>>(w, m, g, n, lr, momentum,
+                                                                      weight_decay, (uint16_t *)wc);
     TRY_CUDA_LAUNCH();
     return DDP_OK;
 }
@@ -431,6 +462,7 @@ static ops_handle make_cuda_table(void)
     ops.scale = cuda_scale;
     ops.axpy = cuda_axpy;
     ops.sgd_step = cuda_sgd_step;
+    ops.sgd_step_cast = cuda_sgd_step_cast;
     ops.im2col = cuda_im2col;
     ops.col2im = cuda_col2im;
     ops.maxpool_fwd = cuda_maxpool_fwd;

@@ -21,11 +21,13 @@ static inline ddp_status test_adamw(gpt2 *g, optim **o, float lr, float wd, int 
             decays[i] = gpt2_param_decays(g, i);
         optim_opts oo = {.kind = OPTIM_ADAMW, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                          .weight_decay = wd, .decays = decays};
-        ddp_status st = optim_create(gpt2_ctx(g), gpt2_ops(g), &oo, gpt2_numel(g), n, NULL, o);
+        optim_weights w = {.w = NULL, .seed = 7};
+        w.w = gpt2_weights(g, &w.p);
+        ddp_status st = optim_create(gpt2_ctx(g), gpt2_ops(g), &oo, gpt2_numel(g), n, NULL, &w, o);
         free(decays);
         TRY_OK(st);
     }
-    return optim_step(*o, gpt2_params(g), gpt2_grads(g), lr, t, scale);
+    return optim_step(*o, gpt2_grads(g), lr, t, scale);
 }
 
 #endif /* TEST_ADAMW_UTIL_H */

@@ -12,6 +12,7 @@
 
 #include "math_shared.h"
 #include "ops.h"
+#include "half.h"
 #include "testutil.h"
 
 static ops_handle *cpu, *gpu;
@@ -153,6 +154,41 @@ static void check_cast_and_shards(test_rng *r, size_t n, size_t k)
     ddp_free(gpu->ctx, xd), ddp_free(gpu->ctx, yd), ddp_free(gpu->ctx, zd);
 }
 
+/* sgd_step_cast in bf16 (the MNIST models' step in 16 bits, one pass): the weights and momentum
+ * of the GPU's own sgd_step bit for bit, and the bf16 weights their nearest even. */
+static void check_sgd(test_rng *r, size_t n)
+{
+    float *h[3]; /* w, m, g */
+    float *d[2][3];
+    for (int k = 0; k < 3; k++) {
+        h[k] = test_floats(n);
+        test_fill(r, h[k], n, -1, 1);
+        d[0][k] = up(h[k], n);
+        d[1][k] = up(h[k], n);
+    }
+    uint16_t *wc_d = ddp_alloc(gpu->ctx, n * sizeof *wc_d);
+    CHECK(gpu->sgd_step_cast(gpu, d[0][0], d[0][1], d[0][2], n, 0.1f, 0.9f, 0.01f, DDP_BF16,
+                             wc_d) == DDP_OK, "cuda sgd_step_cast");
+    CHECK(gpu->sgd_step(gpu, d[1][0], d[1][1], d[1][2], n, 0.1f, 0.9f, 0.01f) == DDP_OK,
+          "cuda sgd_step");
+    float *w = down(d[0][0], n * sizeof(float)), *m = down(d[0][1], n * sizeof(float));
+    float *w1 = down(d[1][0], n * sizeof(float)), *m1 = down(d[1][1], n * sizeof(float));
+    uint16_t *wc = down(wc_d, n * sizeof *wc_d);
+    CHECK(memcmp(w, w1, n * sizeof *w) == 0 && memcmp(m, m1, n * sizeof *m) == 0,
+          "sgd_step_cast: weights and momentum of sgd_step");
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += wc[i] != half_f32_to_bf16(w[i]);
+    CHECK(bad == 0, "sgd_step_cast: %zu of %zu bf16 weights are not the nearest even", bad, n);
+    for (int k = 0; k < 3; k++) {
+        free(h[k]);
+        ddp_free(gpu->ctx, d[0][k]);
+        ddp_free(gpu->ctx, d[1][k]);
+    }
+    ddp_free(gpu->ctx, wc_d);
+    free(w), free(m), free(w1), free(m1), free(wc);
+}
+
 int main(void)
 {
     int rc = test_cuda_open("test_cuda_adamw_cast", &ctx, &gpu, &cpu);
@@ -172,6 +208,9 @@ int main(void)
     }
     if (gpu->cast_stochastic && cpu->cast_stochastic && gpu->supports(gpu, DDP_BF16, NULL))
         check_cast_and_shards(&r, 30011, 12345);
+    CHECK(gpu->sgd_step_cast != NULL, "the CUDA backend has sgd_step_cast");
+    if (gpu->sgd_step_cast && gpu->supports(gpu, DDP_BF16, NULL))
+        check_sgd(&r, 20011);
     test_cuda_close(ctx, gpu, cpu);
     return CHECK_DONE();
 }

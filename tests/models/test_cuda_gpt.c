@@ -174,9 +174,23 @@ static void check_encoder(test_rng *r, int B, int T, int C, int V)
     pair wte = make_pair(r, (size_t)V * C, -1, 1), wpe = make_pair(r, (size_t)T * C, -1, 1);
     pair out = make_nan_pair((size_t)B * T * C), dout = make_pair(r, (size_t)B * T * C, -1, 1);
     if (BOTH_HAVE(encoder_fwd)) {
-        cpu->encoder_fwd(cpu, out.h, tok_h, wte.h, wpe.h, B, T, C);
-        CHECK(gpu->encoder_fwd(gpu, out.d, tok_d, wte.d, wpe.d, B, T, C) == DDP_OK, "encoder_fwd");
+        cpu->encoder_fwd(cpu, out.h, tok_h, DDP_FP32, wte.h, wpe.h, B, T, C);
+        CHECK(gpu->encoder_fwd(gpu, out.d, tok_d, DDP_FP32, wte.d, wpe.d, B, T, C) == DDP_OK,
+              "encoder_fwd");
         compare_pair("encoder_fwd", &out, 0, 0);
+        /* wte in bf16 (a bf16 model's weights): the CPU's fp32 pass on wte widened */
+        size_t nw = (size_t)V * C;
+        float *tmp = test_floats(nw), *wide = test_floats(nw);
+        void *w16 = ddp_alloc(gpu->ctx, nw * sizeof(uint16_t));
+        for (size_t i = 0; i < nw; i++)
+            wide[i] = tmp[i] = half_bf16_to_f32(half_f32_to_bf16(wte.h[i]));
+        CHECK(ops_weights_put(gpu, DDP_BF16, w16, tmp, nw) == DDP_OK, "bf16 wte");
+        cpu->encoder_fwd(cpu, out.h, tok_h, DDP_FP32, wide, wpe.h, B, T, C);
+        CHECK(gpu->encoder_fwd(gpu, out.d, tok_d, DDP_BF16, w16, wpe.d, B, T, C) == DDP_OK,
+              "encoder_fwd bf16");
+        compare_pair("encoder_fwd bf16 wte", &out, 0, 0);
+        ddp_free(gpu->ctx, w16);
+        free(tmp), free(wide);
     }
     if (BOTH_HAVE(encoder_bwd)) {
         cpu->encoder_bwd(cpu, wte.h, wpe.h, dout.h, tok_h, B, T, C); /* wte, wpe: the gradients */

@@ -140,13 +140,33 @@ static void check_init(void)
     CHECK(ops_cpu_open(NULL, 1, false, &one) == DDP_OK && ops_cpu_open(NULL, 2, false, &two) ==
           DDP_OK, "ops");
     gpt2 *a = make(one, tiny(100), DDP_FP32, 7), *b = make(two, tiny(100), DDP_FP32, 7);
-    gpt2 *c = make(one, tiny(100), DDP_FP32, 8);
-    if (a && b && c) {
+    gpt2 *c = make(one, tiny(100), DDP_FP32, 8), *h = make(one, tiny(100), DDP_BF16, 7);
+    if (a && b && c && h) {
         size_t n = gpt2_numel_total(a);
         CHECK(memcmp(gpt2_params(a), gpt2_params(b), n * sizeof(float)) == 0, "same seed, same init");
         CHECK(memcmp(gpt2_params(a), gpt2_params(c), n * sizeof(float)) != 0, "seeds differ");
         check_init_values(a);
+        /* bf16: the model holds only its bf16 weights, the fp32 init rounded to nearest even */
+        float *wide = test_floats(n);
+        ddp_dtype p = DDP_FP32;
+        CHECK(gpt2_params(h) == NULL && gpt2_weights(h, &p) && p == DDP_BF16, "bf16 weights");
+        CHECK(gpt2_weights_get(h, wide) == DDP_OK, "bf16 weights widened");
+        int wrong = 0;
+        for (size_t i = 0; i < n; i++)
+            wrong += wide[i] != half_bf16_to_f32(half_f32_to_bf16(gpt2_params(a)[i]));
+        CHECK(wrong == 0, "bf16 init: %d of %zu weights are not the fp32 init's nearest even", wrong,
+              n);
+        for (size_t i = 0; i < n; i++)
+            wide[i] = gpt2_params(c)[i];
+        CHECK(gpt2_weights_set(h, wide) == DDP_OK && gpt2_weights_get(h, wide) == DDP_OK,
+              "bf16 weights set");
+        wrong = 0;
+        for (size_t i = 0; i < n; i++)
+            wrong += wide[i] != half_bf16_to_f32(half_f32_to_bf16(gpt2_params(c)[i]));
+        CHECK(wrong == 0, "gpt2_weights_set: %d of %zu weights not rounded to bf16", wrong, n);
+        free(wide);
     }
+    gpt2_destroy(h);
     gpt2_destroy(a);
     gpt2_destroy(b);
     gpt2_destroy(c);
@@ -180,7 +200,6 @@ static double loss_along(gpt2 *g, float *w, const float *u, size_t n, float t, c
     memcpy(save, w, n * sizeof(float));
     for (size_t e = 0; e < n; e++)
         w[e] += t * u[e];
-    gpt2_params(g); /* the values changed: the model refreshes what it derives from them */
     double loss = loss_of(g, tokens, targets, B);
     memcpy(w, save, n * sizeof(float));
     free(save);
@@ -385,9 +404,10 @@ static void check_adamw(const ops_handle *ops)
     const char *names[OPTIM_MAX_BUFS];
     memcpy(w, gpt2_params(g), n * sizeof(float));
     /* step 2 decays by 0.1: another optimizer, whose zero moments are step 1's (zero gradients) */
-    CHECK(o && optim_buffers(o, names, state) == 2, "two moments");
-    memcpy(m, state[0], n * sizeof(float));
-    memcpy(v, state[1], n * sizeof(float));
+    CHECK(o && optim_buffers(o, names, state) == 3 && strcmp(names[0], "params") == 0 &&
+              state[0] == gpt2_params(g), "the master (fp32: the model's weights), two moments");
+    memcpy(m, state[1], n * sizeof(float));
+    memcpy(v, state[2], n * sizeof(float));
     CHECK(test_adamw(g, &o2, 1e-3f, 0.1f, 2, 0.5f) == DDP_OK, "adamw t=2");
     off = 0;
     for (int i = 0; i < gpt2_n_params(g); off += gpt2_numel(g)[i], i++) {

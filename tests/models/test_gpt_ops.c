@@ -150,9 +150,23 @@ static void check_encoder(test_rng *r)
     float *dwte0 = test_floats(V * C), *dwpe0 = test_floats(T * C);
     memcpy(dwte0, dwte, sizeof(float) * V * C), memcpy(dwpe0, dwpe, sizeof(float) * T * C);
     enc_case c = {B, T, C, tokens, to_double(wte, V * C), to_double(wpe, T * C), calloc(N, 8), g};
-    CHECK(ops->encoder_fwd(ops, out, tokens, wte, wpe, B, T, C) == DDP_OK, "encoder_fwd");
+    CHECK(ops->encoder_fwd(ops, out, tokens, DDP_FP32, wte, wpe, B, T, C) == DDP_OK,
+          "encoder_fwd");
     enc_ref(&c);
     CHECK(compare_d("encoder out", out, c.out, N, 0, 0x1p-23) == 0, "encoder forward");
+    /* wte in bf16 (the weights of a bf16 model, in its storage): the fp32 pass on wte widened */
+    float *wide = test_floats(V * C), *out16 = nan_floats(N), *want = nan_floats(N);
+    float *tmp = test_floats(V * C);
+    void *w16 = malloc((size_t)V * C * sizeof(float));
+    for (int i = 0; i < V * C; i++)
+        wide[i] = half_bf16_to_f32(half_f32_to_bf16(wte[i]));
+    memcpy(tmp, wte, sizeof(float) * V * C);
+    CHECK(ops_weights_put(ops, DDP_BF16, w16, tmp, V * C) == DDP_OK, "bf16 wte");
+    CHECK(ops->encoder_fwd(ops, out16, tokens, DDP_BF16, w16, wpe, B, T, C) == DDP_OK &&
+              ops->encoder_fwd(ops, want, tokens, DDP_FP32, wide, wpe, B, T, C) == DDP_OK,
+          "encoder_fwd bf16");
+    CHECK(memcmp(out16, want, sizeof(float) * N) == 0, "encoder forward: bf16 wte read as widened");
+    free(wide), free(out16), free(want), free(w16), free(tmp);
     CHECK(ops->encoder_bwd(ops, dwte, dwpe, g, tokens, B, T, C) == DDP_OK, "encoder_bwd");
     CHECK(grad_check("dwte", c.wte, V * C, 1, enc_objective, &c, dwte, dwte0, 1e-6, 0x1p-23) == 0,
           "encoder dwte (adds, repeated tokens)");

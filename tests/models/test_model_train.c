@@ -42,13 +42,15 @@ static void train(model_kind kind, int steps, float lr)
     make_batch(&r, x, labels);
     optim_opts oo = {.kind = OPTIM_SGD, .momentum = 0.9f, .weight_decay = 1e-4f};
     optim *o = NULL;
-    CHECK(optim_create(NULL, ops, &oo, model_numel(m), model_n_params(m), NULL, &o) == DDP_OK,
+    optim_weights w = {.w = NULL};
+    w.w = model_weights(m, &w.p);
+    CHECK(optim_create(NULL, ops, &oo, model_numel(m), model_n_params(m), NULL, &w, &o) == DDP_OK,
           "optimizer");
     for (int s = 0; o && s < steps; s++) {
         CHECK(model_zero_grad(m) == DDP_OK, "zero_grad");
         CHECK(model_forward(m, x, labels, BATCH, &loss, &correct, pred) == DDP_OK, "forward");
         CHECK(model_backward(m, NULL) == DDP_OK, "backward");
-        CHECK(optim_step(o, model_params(m), model_grads(m), lr, s + 1, 1.0f) == DDP_OK, "sgd");
+        CHECK(optim_step(o, model_grads(m), lr, s + 1, 1.0f) == DDP_OK, "sgd");
         if (s == 0)
             first = loss;
     }

@@ -79,6 +79,11 @@ def bad_flags(chk, train):
         # sampling flags without a sample; --sample-only without weights
         (["--model", "gpt2", "--prompt", "Once"], ["--prompt shapes the text --sample N generates"]),
         (["--model", "gpt2", "--sample-only"], ["--sample-only samples from trained weights: add --init-from"]),
+        # --sample-only has no optimizer, so no training state to save
+        (["--model", "gpt2", "--sample-only", "--init-from", "m.bin", "--save", "s.ckpt"],
+         ["--sample-only trains nothing, so --save would save no training state"]),
+        (["--model", "gpt2", "--sample-only", "--init-from", "m.bin", "--checkpoint-dir", "d"],
+         ["--sample-only trains nothing, so --checkpoint-dir would save no training state"]),
         (["--model", "gpt2", "--sample", "5", "--temperature", "-1"], ["--temperature: expected a number in [0, 100]"]),
         # micro-steps given twice
         (["--model", "gpt2", "--total-batch-tokens", "1024", "--accum", "2"],

@@ -1,11 +1,11 @@
-/* test_mfu.c - train/mfu.c against llm.c's numbers: the parameter count with wte's padding rows
+/* test_mfu.c - models/gpt2_mfu.c against llm.c's numbers: the parameter count with wte's padding rows
  * and 6N + 6LCT per token for GPT-2 d12 and d48, the peak table by device name and precision
  * (unknown names are -1, llm.c's -100 %), and the MFU of a known rate. */
 #include <stdint.h>
 
 #include "check.h"
 #include "gpt2.h"
-#include "mfu.h"
+#include "gpt2_mfu.h"
 
 /* N from GPT-2's tensor shapes as llm.c lays them out: wte (Vp, C), wpe (maxT, C); per layer
  * ln1 w, b (C), qkv w (3C, C) b (3C), attproj w (C, C) b (C), ln2 w, b (C), fc w (4C, C) b (4C),

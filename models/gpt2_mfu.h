@@ -1,7 +1,7 @@
-/* mfu.h - the GPT's model FLOPs as llm.c counts them, accelerators' peaks, and the model FLOPs
+/* gpt2_mfu.h - the GPT's model FLOPs as llm.c counts them, accelerators' peaks, and the model FLOPs
  * utilisation (MFU). Pure functions: no device, no I/O. */
-#ifndef TRAIN_MFU_H
-#define TRAIN_MFU_H
+#ifndef GPT2_MFU_H
+#define GPT2_MFU_H
 
 #include <stdint.h>
 
@@ -34,4 +34,4 @@ double mfu_peak_tflops(const char *name, mfu_precision p);
  * positive finite number. */
 double mfu_value(double tokens_per_s_per_device, double flops_per_token, double peak_tflops);
 
-#endif /* TRAIN_MFU_H */
+#endif /* GPT2_MFU_H */

@@ -1,5 +1,6 @@
-/* mfu.c - the GPT's model FLOPs per token (llm.c's count), the peak table, the MFU (see mfu.h). */
-#include "mfu.h"
+/* gpt2_mfu.c - the GPT's model FLOPs per token (llm.c's count), the peak table, the MFU
+ * (gpt2_mfu.h). */
+#include "gpt2_mfu.h"
 
 #include <ctype.h>
 #include <math.h>
