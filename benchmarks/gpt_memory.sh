@@ -19,12 +19,15 @@
 # buckets of the tensor-major layout bring layer 0's last slices among the last. Then --accum 2:
 # the largest VmHWM, bucket buffers and tokens/s of --zero 1, --zero 2 --zero-accum local (the
 # full gradients held while accumulating; stage 0's sums) and --zero-accum reduce.
+# Part 4: d12 in bf16 (64 tokens, batch 1, 2 steps) at 2, 3 and 4 ranks, --zero 1 and 2: the
+# model states per rank against the ZeRO paper's formula (16-bit weights + gradients + 12 bytes
+# per parameter / N), and the largest VmHWM. Run it on two builds (BUILD_DIR) to compare layouts.
 #
 # Usage: benchmarks/gpt_memory.sh [BUILD_DIR (build-release)] [OUT_DIR (runs/gpt-memory)]
 #   ROUNDS (2), BUDGET_MIB (3072), DATA ('data/text/austen_train_*.bin'), PARTS ("1 2"),
 #   VARIANTS (part 2's, "z0 z1 z2 z1-recompute": a rerun of some of them), STEPS3 (8).
 # Writes OUT_DIR/table.md, OUT_DIR/capacity.md, OUT_DIR/memory.dat and OUT_DIR/memory.png (gnuplot);
-# part 3 OUT_DIR/overlap.md and OUT_DIR/accum.md.
+# part 3 OUT_DIR/overlap.md and OUT_DIR/accum.md; part 4 OUT_DIR/bf16.md.
 set -euo pipefail
 
 build="${1:-build-release}"
@@ -158,6 +161,33 @@ part3() {
             "$(field "accum-${v%%:*}" mem_comm_mib)" "$(field "accum-${v%%:*}" tokens_per_s)" >>"$out/accum.md"
     done
     cat "$out/overlap.md" "$out/accum.md"
+}
+
+part4() {
+    local d12="--gpt-config d12 --seq 64 --batch 1 --max-steps 2 --device cpu --precision bf16"
+    {
+        echo "| ranks | --zero | model states (MiB) | formula (MiB) | states / formula | parameters | optimizer state | largest VmHWM / rank (MiB) |"
+        echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    } >"$out/bf16.md"
+    for n in 2 3 4; do
+        for z in 1 2; do
+            # shellcheck disable=SC2086
+            run "bf16-np$n-z$z" "$n" $d12 --zero "$z"
+            local psi states
+            psi=$(field "bf16-np$n-z$z" n_params)
+            states=$(field "bf16-np$n-z$z" mem_states_mib)
+            /usr/bin/python3 - "$n" "$z" "$psi" "$states" "$(field "bf16-np$n-z$z" mem_params_mib)" \
+                "$(field "bf16-np$n-z$z" mem_optimizer_mib)" \
+                "$(field "bf16-np$n-z$z" mem_peak_rss_max_mib)" >>"$out/bf16.md" <<'PY'
+import sys
+n, z, psi, states, params, opt, rss = (float(x) for x in sys.argv[1:])
+formula = psi * (2 + (4 if z == 1 else 4 / n) + 12 / n) / 2**20
+print(f"| {n:.0f} | {z:.0f} | {states:.1f} | {formula:.1f} | {states / formula:.3f} | {params:.1f} | "
+      f"{opt:.1f} | {rss:.0f} |")
+PY
+        done
+    done
+    cat "$out/bf16.md"
 }
 
 echo "gpt_memory: $(date -u +%F), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc --all) cores, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
