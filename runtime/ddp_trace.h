@@ -87,6 +87,20 @@ typedef struct ddp_trace_stats {
  * off or out is NULL (*out untouched). Not collective. */
 DDP_API ddp_status ddp_trace_get_stats(ddp_trace_stats *out);
 
+/* The run's communication as a step saw it, means over the ranks (milliseconds per gradient
+ * synchronisation; -1 where not measured). */
+typedef struct ddp_trace_summary {
+    double exposed_comm_ms; /* time a synchronisation waited for its collectives (-1 on CUDA until
+                               every rank has read events) */
+    double comm_ms;         /* the collectives' running time, hidden or not */
+    double hidden_fraction; /* 1 - exposed / comm, at least 0 (-1 with exposed_comm_ms) */
+    double gather_wait_ms;  /* ZeRO: the forward passes' waits for the all-gather (-1: none) */
+} ddp_trace_summary;
+/* Collective: every rank's ddp_trace_get_stats, combined into means over the ranks on every rank
+ * (one host all-reduce); rank 0 warns once when events were dropped. All -1 when tracing is off
+ * (DDP_OK); DDP_ERR_MPI when the all-reduce fails (all -1). */
+DDP_API ddp_status ddp_trace_summarize(ddp_ctx *ctx, ddp_trace_summary *out);
+
 /* Stops tracing, gathers every rank's events to rank 0, which writes `path` (replaced atomically:
  * a temporary file, then rename). Collective; path is used on rank 0 only. Every rank returns the
  * same status: DDP_ERR_STATE when tracing was off, DDP_ERR_INVALID_ARG when path is not new or a

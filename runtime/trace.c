@@ -495,3 +495,34 @@ ddp_status ddp_trace_write(ddp_ctx *ctx, const char *path)
     trace_buf = NULL;
     return (ddp_status)final;
 }
+
+ddp_status ddp_trace_summarize(ddp_ctx *ctx, ddp_trace_summary *out)
+{
+    *out = (ddp_trace_summary){-1.0, -1.0, -1.0, -1.0};
+    ddp_trace_stats s;
+    if (!ddp_trace_enabled() || ddp_trace_get_stats(&s) != DDP_OK)
+        return DDP_OK;
+    double syncs = s.n_syncs > 0 ? (double)s.n_syncs : 1.0;
+    /* CUDA: the exposed time is read from events one sync late, so it may cover none yet */
+    int unmeasured = s.n_exposed == 0 && s.n_syncs > 0;
+    double measured = s.n_exposed > 0 ? (double)s.n_exposed : 1.0;
+    /* ZeRO's gather waits per synchronisation (the forward pass's; stage 2's waits in the
+     * middle of the backward pass are in exposed_s already) */
+    double v[6] = {1e3 * s.exposed_s / measured, 1e3 * s.comm_s / syncs, (double)s.n_dropped,
+                   unmeasured, 1e3 * s.gather_wait_s / syncs, (double)s.n_gather_waits};
+    ddp_status st = ddp_allreduce_host(ctx, v, 6, DDP_FP64, DDP_SUM);
+    if (st != DDP_OK)
+        return st;
+    int world = ddp_world_size(ctx);
+    out->comm_ms = v[1] / world;
+    if (v[5] > 0)
+        out->gather_wait_ms = v[4] / world;
+    if (v[3] == 0) { /* else exposed and hidden stay -1: unknown */
+        out->exposed_comm_ms = v[0] / world;
+        double hidden = out->comm_ms > 0 ? 1.0 - out->exposed_comm_ms / out->comm_ms : 0.0;
+        out->hidden_fraction = hidden < 0 ? 0 : hidden;
+    }
+    if (v[2] > 0 && ddp_rank(ctx) == 0)
+        DDP_WARN("trace: %.0f events were dropped (buffer full); the figures cover the start", v[2]);
+    return DDP_OK;
+}

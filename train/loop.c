@@ -27,7 +27,6 @@
 #include <string.h>
 
 #include "ddp_trace.h"
-#include "train_trace.h"
 
 #define TRAIN_STOP_EVERY 8 /* steps between stop-flag agreements */
 

@@ -13,7 +13,6 @@
 #include "gpt2_mfu.h"
 #include "model.h"
 #include "task_gpt.h"
-#include "train_trace.h"
 
 /* The memory report of the end of training, MiB per rank (gpt_memory). */
 typedef struct gpt_mem_report {

@@ -19,7 +19,6 @@
 
 #include "gpt2_mfu.h"
 #include "task_gpt.h"
-#include "train_trace.h"
 
 
 /* A number for a JSON line: null for NaN or inf (JSON has neither). */

@@ -18,7 +18,6 @@
 #include "mnist.h"
 #include "model.h"
 #include "prefetch.h"
-#include "train_trace.h"
 
 typedef struct mnist_task {
     mnist train, test;

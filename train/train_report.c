@@ -2,6 +2,8 @@
  * lines (written through common/jsonl.c). */
 #include "train_report.h"
 
+#include "ddp_trace.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,4 +113,46 @@ const char *metrics_comm(char *buf, size_t n, const run_stats *r)
              json_opt(hidden, r->hidden_fraction), json_opt(gather, r->gather_wait_ms),
              json_count(calls, r->allgather_calls), json_count(bytes, r->allgather_bytes));
     return buf;
+}
+
+/* ---- --link-check and --trace ---------------------------------------------------------------- */
+
+ddp_status train_observe_start(ddp_ctx *ctx, const train_opts *o)
+{
+    if (o->link_check) {
+        ddp_link_check_opts lo;
+        ddp_link_check_opts_default(&lo);
+        int slow = 0;
+        ddp_status st = ddp_link_check(ctx, &lo, &slow);
+        if (st != DDP_OK)
+            return st;
+        if (slow > 0)
+            DDP_WARN0("--link-check: %d node(s) have links under half the median (named above); "
+                      "training goes on, but every all-reduce runs at their speed", slow);
+    }
+    return o->trace_path ? ddp_trace_start(ctx, 0) : DDP_OK;
+}
+
+void train_comm_stats(ddp_ctx *ctx, run_stats *r)
+{
+    ddp_comm_stats c;
+    int counted = ddp_comm_stats_get(ctx, &c) == DDP_OK;
+    r->allgather_calls = counted ? (long long)c.allgather_calls : -1;
+    r->allgather_bytes = counted ? (long long)c.allgather_bytes : -1;
+    ddp_trace_summary t;
+    (void)ddp_trace_summarize(ctx, &t); /* all -1 when it fails */
+    r->exposed_comm_ms = t.exposed_comm_ms;
+    r->comm_ms = t.comm_ms;
+    r->hidden_fraction = t.hidden_fraction;
+    r->gather_wait_ms = t.gather_wait_ms;
+}
+
+ddp_status train_observe_end(ddp_ctx *ctx, const train_opts *o)
+{
+    if (!o->trace_path)
+        return DDP_OK;
+    ddp_status st = ddp_trace_write(ctx, o->trace_path);
+    if (st == DDP_OK && ddp_rank(ctx) == 0)
+        printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace_path);
+    return st;
 }

@@ -1,4 +1,5 @@
-/* train_report.h - what ddp-train prints and writes: progress, classification report, metrics lines. */
+/* train_report.h - what ddp-train prints and writes: progress, classification report, metrics
+ * lines, the start-up link check (--link-check) and the timeline (--trace). */
 #ifndef TRAIN_REPORT_H
 #define TRAIN_REPORT_H
 
@@ -55,5 +56,14 @@ void metrics_summary(jsonl_file *m, const train_opts *o, const run_stats *r);
  * \"hidden_fraction\":..,\"gather_wait_ms\":..,\"allgather_calls\":..,\"allgather_bytes\":.."; null
  * when not measured) in buf; returns buf. */
 const char *metrics_comm(char *buf, size_t n, const run_stats *r);
+
+/* Before training: the link check (o->link_check; a slow node is a warning, training goes on),
+ * then tracing (o->trace_path). Collective; a failure is returned on every rank. */
+ddp_status train_observe_start(ddp_ctx *ctx, const train_opts *o);
+/* Fills r's communication figures (means over ranks, per synchronisation) from the trace; leaves
+ * them at -1 when tracing is off. Collective. */
+void train_comm_stats(ddp_ctx *ctx, run_stats *r);
+/* After training: rank 0 writes the trace file (when tracing). Collective. */
+ddp_status train_observe_end(ddp_ctx *ctx, const train_opts *o);
 
 #endif /* TRAIN_REPORT_H */

@@ -8,6 +8,8 @@
  * "reducer.exposed" (nanoseconds); two such instants (2 ms and 4 ms) recorded by hand must then
  * replace the spans: exposed_s = 6 ms over n_exposed = 2, while n_syncs stays the count of
  * "reducer.wait" spans (1).
+ * ddp_trace_summarize: the means over the ranks (exposed at least 75 ms: rank 0's 150 and rank 1's
+ * 0 or more), no gather waits (-1), the same figures on both ranks; all -1 once tracing is off.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +50,19 @@ static void check_cpu(ddp_ctx *ctx)
           ddp_rank(ctx), 1e3 * s.exposed_s);
 }
 
+static void check_summary(ddp_ctx *ctx)
+{
+    ddp_trace_summary t;
+    CHECK(ddp_trace_summarize(ctx, &t) == DDP_OK, "summarize");
+    CHECK(t.exposed_comm_ms >= 75.0 && t.comm_ms >= 0.0 && t.gather_wait_ms == -1.0,
+          "summary: exposed %.1f ms (at least 75), comm %.1f ms, gather wait %.1f (-1)",
+          t.exposed_comm_ms, t.comm_ms, t.gather_wait_ms);
+    double mine = t.exposed_comm_ms, max = mine, min = mine;
+    CHECK(ddp_allreduce_host(ctx, &max, 1, DDP_FP64, DDP_MAX) == DDP_OK &&
+              ddp_allreduce_host(ctx, &min, 1, DDP_FP64, DDP_MIN) == DDP_OK && max == min,
+          "summary: the same means on every rank");
+}
+
 static void check_device_instants(void)
 {
     ddp_trace_instant("reducer.exposed", 2000000);
@@ -72,12 +87,17 @@ int main(void)
     CHECK(ddp_trace_start(ctx, 0) == DDP_OK, "trace start");
     late_step(ctx);
     check_cpu(ctx);
+    check_summary(ctx);
     check_device_instants();
     char path[64];
     snprintf(path, sizeof path, "/tmp/test_reducer_trace.%ld.json", (long)getpid());
     CHECK(ddp_trace_write(ctx, path) == DDP_OK, "trace write");
     if (ddp_rank(ctx) == 0)
         unlink(path);
+    ddp_trace_summary off;
+    CHECK(ddp_trace_summarize(ctx, &off) == DDP_OK && off.exposed_comm_ms == -1.0 &&
+              off.comm_ms == -1.0 && off.hidden_fraction == -1.0 && off.gather_wait_ms == -1.0,
+          "summary with tracing off: every figure -1");
     int failed = CHECK_DONE();
     ddp_finalize(ctx);
     return failed;
