@@ -11,10 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sample_fp.h"
+
 typedef struct prefetch_slot {
     float *x;  /* (batch, pixels) */
     int *y;    /* (batch) */
     long seq;  /* batch held, -1 when free */
+    uint64_t fp; /* its samples' fingerprint (sample_fp.h) */
 } prefetch_slot;
 
 typedef struct prefetch_worker {
@@ -37,6 +40,7 @@ struct prefetch {
     prefetch_worker *workers; /* plan.workers entries, or one used inline when 0 */
     int n_workers;
     long next;        /* next batch the training thread takes */
+    uint64_t last_fp; /* the fingerprint of the batch prefetch_next returned last */
     long released;    /* batches released so far (all of [0, released)) */
     int stopping, failed;
     pthread_mutex_t lock;
@@ -82,6 +86,9 @@ static ddp_status make_batch(prefetch *p, prefetch_worker *w, long k, prefetch_s
     size_t first = (size_t)((step % pl->steps_per_epoch) * pl->accum + k % pl->accum) * (size_t)pl->batch;
     const size_t *idx = w->indices + first;
     mnist_gather(pl->data, idx, pl->batch, s->x, s->y);
+    s->fp = 0;
+    for (int i = 0; i < pl->batch; i++)
+        s->fp += sample_fp(idx[i]);
     for (int i = 0; pl->augment && i < pl->batch; i++)
         model_augment_shift(s->x + (size_t)i * p->pixels, pl->data->rows, pl->data->cols, pl->seed,
                             (int)epoch, idx[i]);
@@ -212,6 +219,7 @@ ddp_status prefetch_next(prefetch *p, const float **x, const int **y)
     }
     *x = s->x;
     *y = s->y;
+    p->last_fp = s->fp;
     p->next++;
     return DDP_OK;
 }
@@ -248,3 +256,5 @@ void prefetch_destroy(prefetch *p)
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
+
+uint64_t prefetch_last_fp(const prefetch *p) { return p->last_fp; }

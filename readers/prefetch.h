@@ -37,6 +37,8 @@ ddp_status prefetch_create(const prefetch_plan *plan, prefetch **out);
  * host memory, valid until prefetch_release(). DDP_ERR_STATE past the planned end or when a
  * worker failed (logged). */
 ddp_status prefetch_next(prefetch *p, const float **x, const int **y);
+/* The fingerprint of the last prefetch_next()'s samples (sample_fp.h: the sum over them). */
+uint64_t prefetch_last_fp(const prefetch *p);
 /* Gives the batch of the last prefetch_next() back to the workers. */
 void prefetch_release(prefetch *p);
 /* Stops the workers (even mid-plan, e.g. after SIGUSR1) and frees everything. NULL is ignored. */

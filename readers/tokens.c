@@ -2,6 +2,7 @@
  * validation loader that counts every target once (contracts in tokens.h).
  */
 #include "tokens.h"
+#include "sample_fp.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -341,6 +342,7 @@ struct tokens_loader {
     uint64_t idx_epoch;
     int idx_valid;
     tokens_pos pos;
+    uint64_t last_fp; /* the last window's fingerprint (sample_fp.h) */
 };
 
 /* Fills first_window and n_windows: shard i of n tokens has (n - 1) / bt windows. */
@@ -470,8 +472,11 @@ ddp_status tokens_loader_next(tokens_loader *l, int32_t *inputs, int32_t *target
     if (rc != DDP_OK)
         return rc;
     l->pos = (tokens_pos){p.epoch, p.step + 1};
+    l->last_fp = sample_fp(w);
     return DDP_OK;
 }
+
+uint64_t tokens_loader_last_fp(const tokens_loader *l) { return l ? l->last_fp : 0; }
 
 tokens_pos tokens_loader_pos(const tokens_loader *l)
 {

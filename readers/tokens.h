@@ -136,6 +136,9 @@ size_t tokens_loader_n_windows(const tokens_loader *l);
  * partly written). */
 ddp_status tokens_loader_next(tokens_loader *l, int32_t *inputs, int32_t *targets);
 
+/* The fingerprint of the last window tokens_loader_next gave (sample_fp.h of its global window
+ * index); 0 before the first, or for NULL. */
+uint64_t tokens_loader_last_fp(const tokens_loader *l);
 /* The position the next call of tokens_loader_next starts from. {0, 0} for NULL. */
 tokens_pos tokens_loader_pos(const tokens_loader *l);
 /* Moves to pos: the following calls produce exactly what a loader that reached pos by calls of

@@ -411,11 +411,34 @@ static void update(trainer *t)
         t->skipped[skipped - 1] = t->step;
 }
 
+void trainer_data(trainer *t, uint64_t fp, long n)
+{
+    t->data_fp += fp;
+    t->data_n += n;
+}
+
+/* --metrics: the step's data fingerprint and sample count summed over the ranks (the 64-bit sum
+ * as two 32-bit halves, whose int64 sums cannot overflow), written by rank 0. */
+static void report_data(trainer *t)
+{
+    if (!t->o->metrics_path)
+        return;
+    int64_t v[3] = {(int64_t)(t->data_fp & 0xffffffffu), (int64_t)(t->data_fp >> 32), t->data_n};
+    trainer_must(t, ddp_allreduce_host(t->ctx, v, 3, DDP_INT64, DDP_SUM),
+                 "summing the data's fingerprint");
+    uint64_t fp = ((uint64_t)v[1] << 32) + (uint64_t)v[0];
+    if (t->metrics)
+        jsonl_line(t->metrics, "{\"data_step\":%ld,\"data_fp\":\"%016llx\",\"samples\":%lld}\n",
+                   t->step + 1, (unsigned long long)fp, (long long)v[2]);
+}
+
 /* One optimizer step over the next accum micro-batches. A NaN/inf loss on any rank, or (with a
  * loss scaler) inf/NaN gradients, leave the step out on every rank alike. */
 static void train_step(trainer *t)
 {
     const train_task *k = t->task;
+    t->data_fp = 0;
+    t->data_n = 0;
     trainer_must(t, k->zero_grad(t), "zeroing gradients");
     for (int micro = 0; micro < t->accum; micro++) {
         ddp_trace_begin("data", micro);
@@ -432,6 +455,7 @@ static void train_step(trainer *t)
         t->loss_micro++;
     }
     trainer_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
+    report_data(t);
     if (agree_due(t)) {
         int64_t bad = agree_step(t);
         if (bad > 0) {

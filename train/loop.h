@@ -123,6 +123,8 @@ struct trainer {
     float *loss_dev;        /* (1) sum of micro-batch mean losses since the last reset */
     float loss_ok;          /* that sum at the last agreement that found it finite */
     long loss_micro, micro_ok; /* micro-batches in the sum, and at that agreement */
+    uint64_t data_fp;       /* this step's samples on this rank: fingerprint, count (trainer_data) */
+    long data_n;
     int loss_nan;           /* --nan-policy skip rolled a NaN/inf loss back since the reset */
     int stopped;            /* stopped early on a signal (the same on every rank) */
     int nan_stopped;        /* a non-finite loss stopped training (--nan-policy stop) */
@@ -144,6 +146,10 @@ void trainer_must(trainer *t, ddp_status st, const char *what);
 /* Every rank learns whether any rank failed: DDP_OK when none did, else a failure on every rank
  * (its own, or DDP_ERR_MISMATCH where a peer failed). Collective. */
 ddp_status trainer_agree(trainer *t, ddp_status local);
+/* A micro-batch's samples, in a task's batch(): their count and fingerprint (readers/sample_fp.h).
+ * With --metrics the step's sums over the ranks go into a line {"data_step", "data_fp",
+ * "samples"}: the same at every world size that reads the same global batch. */
+void trainer_data(trainer *t, uint64_t fp, long n);
 /* Uploads a micro-batch into the next batch slot (t->slot), staged (overlapping the compute of
  * the batch before on a GPU); trainer_batch_done after the last compute that reads it. */
 void trainer_upload(trainer *t, const void *x, size_t x_bytes, const void *y, size_t y_bytes);

@@ -371,6 +371,7 @@ static void gpt_batch(trainer *t)
 {
     gpt_task *s = G(t);
     trainer_must(t, tokens_loader_next(s->loader, s->x_host, s->y_host), "reading the next batch");
+    trainer_data(t, tokens_loader_last_fp(s->loader), 1);
     size_t bytes = (size_t)s->B * (size_t)s->T * sizeof *s->x_host;
     trainer_upload(t, s->x_host, bytes, s->y_host, bytes);
 }

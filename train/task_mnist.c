@@ -168,6 +168,7 @@ static void mnist_batch(trainer *t)
     const float *x = NULL;
     const int *y = NULL;
     trainer_must(t, prefetch_next(s->prefetch, &x, &y), "getting the next batch");
+    trainer_data(t, prefetch_last_fp(s->prefetch), t->o->batch);
     trainer_upload(t, x, (size_t)t->o->batch * s->pixels * sizeof *x, y,
                    (size_t)t->o->batch * sizeof *y);
     prefetch_release(s->prefetch);

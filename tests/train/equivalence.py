@@ -11,6 +11,9 @@ P, since it is rank 0 of 1) as N micro-batches of b: the same window. The reduce
 and micro-steps with equal weights, so both compute the mean gradient over the same N*b samples. The
 data set size (480) is a multiple of every b*N used here, so the sampler pads nothing.
 The test can fail: a different seed, or one step fewer, must exceed the tolerance.
+Each run's --metrics carries a data fingerprint per step (the samples' indices hashed and summed over
+the ranks): N ranks and one process with --accum N read the same samples at every step, each step
+other samples than the others, and another seed other samples.
 
 Usage: equivalence.py DDP_TRAIN DDP_CKPT MODEL MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
@@ -27,7 +30,17 @@ STEPS = 4
 
 
 def train(chk, tmp, name, args, prefix=()):
-    return trainlib.train_save(chk, tmp, name, args, prefix)
+    metrics = os.path.join(tmp, name + ".jsonl")
+    return trainlib.train_save(chk, tmp, name, args + ["--metrics", metrics], prefix)
+
+
+def same_data(chk, a, b, n, what):
+    """The per-step data fingerprints of runs a and b agree, each step read n samples, and no two
+    steps read the same samples."""
+    fa, fb = trainlib.data_fps(a), trainlib.data_fps(b)
+    chk.check(len(fa) == STEPS and fa == fb, f"{what}: the same samples at every step", f"{fa}\n{fb}")
+    chk.check(all(s == n for _, s in fa.values()) and len({fp for fp, _ in fa.values()}) == STEPS,
+              f"{what}: {n} samples a step, other samples at each step", str(fa))
 
 
 def diff(chk, ckpt, a, b, want_same, what):
@@ -50,6 +63,7 @@ def main():
             ranks[n] = train(chk, tmp, f"np{n}", base + batch, prefix=mpi + [str(n)])
             single = train(chk, tmp, f"accum{n}", base + batch + ["--accum", str(n)])
             diff(chk, ckpt, ranks[n], single, True, f"{model}: {n} ranks vs 1 process --accum {n}")
+            same_data(chk, ranks[n], single, n * BATCH, f"{model}: {n} ranks vs 1 process --accum {n}")
         # Augmentation shifts depend on (seed, epoch, sample index) only, and the cosine rate on the
         # step: both leave the equivalence intact.
         extra = ["--augment", "--lr-schedule", "cosine"]
@@ -62,6 +76,8 @@ def main():
         diff(chk, ckpt, accum, big, True, f"{model}: --accum 4 --batch {BATCH} vs --batch {4 * BATCH}")
         seed = train(chk, tmp, "seed43", base + batch + ["--accum", "2", "--seed", "43"])
         diff(chk, ckpt, ranks[2], seed, False, f"{model}: other seed")
+        chk.check(trainlib.data_fps(seed) != trainlib.data_fps(ranks[2]),
+                  f"{model}: another seed reads other samples (the fingerprints differ)")
         fewer = train(chk, tmp, "fewer", common(STEPS - 1) + batch + ["--accum", "2"])
         diff(chk, ckpt, ranks[2], fewer, False, f"{model}: one step fewer")
         other = train(chk, tmp, "other", [exe, "--model", "mlp", "--widths", "784-32-10", "--data", data,

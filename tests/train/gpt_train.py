@@ -97,9 +97,17 @@ def equivalence(chk, exe, ckpt, mpi, tmp):
     data = write_data(tmp)
     clip = ["--grad-clip", "0.05"]  # well under the norms of these steps: every step clips
     for n in (2, 3):
-        ranks = trainlib.train_save(chk, tmp, f"np{n}", tiny(exe, data, 4, clip), prefix=mpi + [str(n)])
-        single = trainlib.train_save(chk, tmp, f"accum{n}", tiny(exe, data, 4, clip + ["--accum", str(n)]))
+        fp = lambda name: ["--metrics", os.path.join(tmp, name + ".jsonl")]  # noqa: E731
+        ranks = trainlib.train_save(chk, tmp, f"np{n}", tiny(exe, data, 4, clip + fp(f"np{n}")),
+                                    prefix=mpi + [str(n)])
+        single = trainlib.train_save(chk, tmp, f"accum{n}",
+                                     tiny(exe, data, 4, clip + ["--accum", str(n)] + fp(f"accum{n}")))
         trainlib.diff_ckpt(chk, ckpt, ranks, single, True, f"gpt2: {n} ranks vs 1 process --accum {n}", TOL)
+        fa, fb = trainlib.data_fps(ranks), trainlib.data_fps(single)  # token windows, not samples
+        chk.check(len(fa) == 4 and fa == fb and all(s == n for _, s in fa.values()) and
+                  len({x for x, _ in fa.values()}) == 4,
+                  f"gpt2: {n} ranks vs --accum {n}: the same {n} token windows at every step, others "
+                  "at each step (the --metrics data fingerprints)", f"{fa}\n{fb}")
     other = trainlib.train_save(chk, tmp, "accum2seed", tiny(exe, data, 4, clip + ["--accum", "2", "--seed", "7"]))
     trainlib.diff_ckpt(chk, ckpt, os.path.join(tmp, "accum2.ckpt"), other, False, "gpt2: another seed", TOL)
     rc, out = trainlib.run(mpi + ["2"] + tiny(exe, data, 4, clip), timeout=300)

@@ -187,6 +187,14 @@ def train_save(chk, tmp, name, args, prefix=()):
     return path
 
 
+def data_fps(ckpt_path):
+    """The per-step data fingerprints that --metrics wrote beside a train_save checkpoint (the run
+    passed --metrics CKPT.jsonl): {step: (data_fp, samples)}."""
+    with open(ckpt_path[:-len(".ckpt")] + ".jsonl") as f:
+        lines = [json.loads(x) for x in f if '"data_step"' in x]
+    return {x["data_step"]: (x["data_fp"], x["samples"]) for x in lines}
+
+
 def diff_ckpt(chk, ckpt, a, b, want_same, what, tol):
     """ddp-ckpt diff --tol TOL A B: want_same, the parameters agree to tol; otherwise they differ by
     more than 10 x tol (a negative control that shows the comparison can fail)."""
