@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "blas_policy.h"
@@ -61,6 +62,16 @@ static const char *const help_text[] = {
     "  --print-env           print the job's table (rank, host, node, local rank, GPU, CPU set,\n"
     "                        threads, OpenBLAS core, log files) on rank 0, then run PROGRAM\n"
     "  --dry-run             the same table, without running PROGRAM\n"
+    ,
+    "  --max-restarts R      elastic, on this machine with -n N (not under srun or mpirun): when\n"
+    "                        a generation of ranks fails (a rank dies: mpirun ends them all), start\n"
+    "                        a new one, up to R times; PROGRAM resumes from its newest checkpoint\n"
+    "                        (ddp-train does so with --checkpoint-dir, DDP_ELASTIC_GENERATION >= 1\n"
+    "                        implies --resume auto and --resume-reshard). A line per generation:\n"
+    "                        its ranks and what ended the one before\n"
+    "  --shrink-on-failure   each new generation has one rank fewer than the failed one (a\n"
+    "                        workstation loses processes, not slots: the default restarts N ranks)\n"
+    "  --min-ranks K         with --shrink-on-failure: end the job rather than go below K ranks\n"
     "  -v, --verbose         print this rank's exported variables on stderr\n"
     "  -h, --help            this text;  --version  the version\n"
     "\n"
@@ -147,7 +158,21 @@ static void usage_error(int c, const char *arg, const struct option *longs)
     exit(USAGE_EXIT);
 }
 
-enum { OPT_NPPN = 256, OPT_NTPN, OPT_BIND, OPT_SHARE, OPT_PRINT, OPT_DRY, OPT_PORT, OPT_ADDR, OPT_LOGDIR, OPT_VERSION };
+enum { OPT_NPPN = 256, OPT_NTPN, OPT_BIND, OPT_SHARE, OPT_PRINT, OPT_DRY, OPT_PORT, OPT_ADDR,
+       OPT_LOGDIR, OPT_VERSION, OPT_RESTARTS, OPT_MIN_RANKS, OPT_SHRINK };
+
+/* Parses a count in [0, 1000] (--max-restarts); exits with a usage error otherwise. */
+static int count(const char *s, const char *what)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < 0 || v > 1000) {
+        fprintf(stderr, "ddp-launch: %s needs a number from 0 to 1000, got '%s' (see --help)\n",
+                what, s);
+        exit(USAGE_EXIT);
+    }
+    return (int)v;
+}
 
 /* Fills OPT from argv; returns the index of PROGRAM. Exits 0 for --help/--version, 2 on errors. */
 static int parse_options(int argc, char **argv, struct launch_options *opt)
@@ -160,6 +185,9 @@ static int parse_options(int argc, char **argv, struct launch_options *opt)
         {"master-port", required_argument, NULL, OPT_PORT}, {"master-addr", required_argument, NULL, OPT_ADDR},
         {"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
         {"log-dir", required_argument, NULL, OPT_LOGDIR}, {"version", no_argument, NULL, OPT_VERSION},
+        {"max-restarts", required_argument, NULL, OPT_RESTARTS},
+        {"min-ranks", required_argument, NULL, OPT_MIN_RANKS},
+        {"shrink-on-failure", no_argument, NULL, OPT_SHRINK},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -177,8 +205,14 @@ static int parse_options(int argc, char **argv, struct launch_options *opt)
         case OPT_PORT: opt->master_port = positive(optarg, "--master-port"); break;
         case OPT_ADDR: opt->master_addr = optarg; break;
         case OPT_LOGDIR: opt->log_dir = optarg; break;
+        case OPT_RESTARTS: opt->max_restarts = count(optarg, "--max-restarts"); break;
+        case OPT_MIN_RANKS: opt->min_ranks = positive(optarg, "--min-ranks"); break;
+        case OPT_SHRINK: opt->shrink = 1; break;
         case 'v': opt->verbose = 1; break;
-        case 'h': fputs(help_text[0], stdout); fputs(help_text[1], stdout); exit(0);
+        case 'h':
+            for (size_t i = 0; i < sizeof help_text / sizeof help_text[0]; i++)
+                fputs(help_text[i], stdout);
+            exit(0);
         case OPT_VERSION: printf("ddp-launch %s\n", DDP_VERSION); exit(0);
         default: usage_error(c, argv[optind - 1], longs);
         }
@@ -496,6 +530,81 @@ static int launch_local(const struct launch_options *opt, struct launch_layout *
     return fork_ranks(opt, l, args);
 }
 
+/* ---- generations (--max-restarts) ---------------------------------------------------------- */
+
+/* The elastic flags fit this launch: on this machine (no launcher around ddp-launch), with
+ * --max-restarts, --min-ranks within -n. Exits 2 otherwise, naming the usage. */
+static void check_elastic(const struct launch_options *opt, const struct launch_layout *l)
+{
+    const char *bad = NULL;
+    char buf[256];
+    if (l->source != LAUNCH_SOURCE_NONE) {
+        snprintf(buf, sizeof buf, "--max-restarts, --shrink-on-failure and --min-ranks start the "
+                 "generations of ranks themselves, but this ddp-launch is one rank of a job %s "
+                 "started: run `ddp-launch -n N --max-restarts R PROGRAM ...` once, outside mpirun "
+                 "and srun", launch_source_name(l->source));
+        bad = buf;
+    } else if (opt->max_restarts < 0) {
+        bad = "--shrink-on-failure and --min-ranks shape the restarts: add --max-restarts R";
+    } else if (opt->min_ranks > 0 && !opt->shrink) {
+        bad = "--min-ranks bounds --shrink-on-failure: without it every generation has -n ranks";
+    } else if (opt->min_ranks > l->world_size) {
+        snprintf(buf, sizeof buf, "--min-ranks %d is above the %d rank(s) of -n: give at most %d",
+                 opt->min_ranks, l->world_size, l->world_size);
+        bad = buf;
+    }
+    if (bad) {
+        fprintf(stderr, "ddp-launch: %s\n", bad);
+        exit(USAGE_EXIT);
+    }
+}
+
+/* Generation after generation of -n ranks (launch_local) until one ends with exit status 0, the
+ * user stops the job, --max-restarts restarts are spent, or a shrink would go below --min-ranks.
+ * Each generation learns its number (DDP_ELASTIC_GENERATION, from 0) and gets its own master port.
+ * Returns the last generation's exit status. */
+static int launch_elastic(const struct launch_options *opt, struct launch_layout *base, char **args)
+{
+    check_elastic(opt, base);
+    int n = base->world_size, min = opt->shrink ? (opt->min_ranks > 0 ? opt->min_ranks : 1) : n;
+    char ended[256] = "the job's start";
+    for (int gen = 0;; gen++) {
+        fprintf(stderr, "ddp-launch: generation %d: %d rank(s) on this node (restarts left %d); "
+                "started after %s\n", gen, n, opt->max_restarts - gen, ended);
+        char num[16];
+        snprintf(num, sizeof num, "%d", gen);
+        setenv("DDP_ELASTIC_GENERATION", num, 1);
+        struct launch_layout l = *base;
+        struct launch_options o = *opt;
+        l.world_size = o.n_procs = n;
+        if (opt->master_port < 0 && !getenv("MASTER_PORT"))
+            l.master_port = launch_port_from_hash((unsigned long long)getpid() * 1000003ull + gen);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int rc = launch_local(&o, &l, args);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        if (rc == 0 || launch_stop_requested()) {
+            fprintf(stderr, "ddp-launch: generation %d ended with exit status %d after %.1f s%s\n",
+                    gen, rc, secs, rc == 0 ? ": the job is done" : " (stopped by a signal)");
+            return rc;
+        }
+        snprintf(ended, sizeof ended, "generation %d ended with exit status %d after %.1f s%s", gen,
+                 rc, secs, rc > 128 ? " (a rank was killed by a signal)" : "");
+        if (gen >= opt->max_restarts) {
+            fprintf(stderr, "ddp-launch: %s; no restart left (--max-restarts %d): the job ends\n",
+                    ended, opt->max_restarts);
+            return rc;
+        }
+        if (opt->shrink && n - 1 < min) {
+            fprintf(stderr, "ddp-launch: %s; one rank fewer would be %d, below --min-ranks %d: the "
+                    "job ends\n", ended, n - 1, min);
+            return rc;
+        }
+        n -= opt->shrink;
+    }
+}
+
 int main(int argc, char **argv)
 {
     struct launch_options opt;
@@ -507,6 +616,8 @@ int main(int argc, char **argv)
         fail("error: %s", err);
         return SETUP_EXIT;
     }
+    if (opt.max_restarts >= 0 || opt.min_ranks > 0 || opt.shrink)
+        return launch_elastic(&opt, &layout, args);
     if (layout.source == LAUNCH_SOURCE_NONE)
         return launch_local(&opt, &layout, args);
     return run_rank(&opt, &layout, args);

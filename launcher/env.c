@@ -39,6 +39,7 @@ void launch_options_init(struct launch_options *opt)
 {
     memset(opt, 0, sizeof *opt);
     opt->n_procs = opt->nproc_per_node = opt->ntasks_per_node = opt->master_port = -1;
+    opt->max_restarts = opt->min_ranks = -1;
     opt->bind = LAUNCH_BIND_AUTO;
 }
 

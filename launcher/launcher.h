@@ -50,6 +50,9 @@ struct launch_options {
     const char *log_dir;     /* --log-dir DIR */
     enum launch_bind_mode bind;
     int share_gpus, print_env, dry_run, verbose;
+    int max_restarts;    /* --max-restarts R: generations after the first (-1: not given) */
+    int min_ranks;       /* --min-ranks K (-1: not given) */
+    int shrink;          /* --shrink-on-failure */
 };
 
 /* Options with nothing given. */
@@ -242,6 +245,9 @@ int launch_fork_ranks(const struct launch_layout *base, launch_rank_fn run, void
  * (ddp-train stops every rank after the same step, checkpoints and exits 0, as on SIGTERM; mpirun
  * itself would end the job at once on SIGTERM), a second one as SIGTERM. */
 int launch_supervise_mpirun(char *const *argv);
+/* Whether SIGINT, SIGTERM or SIGHUP reached ddp-launch while it supervised (the user's stop: no
+ * restart follows). */
+int launch_stop_requested(void);
 
 /* ---- logdir.c --------------------------------------------------------------------------- */
 

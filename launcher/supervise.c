@@ -14,11 +14,16 @@
 #include "launcher.h"
 
 static volatile sig_atomic_t g_forward_signal;
+static volatile sig_atomic_t g_stop_requests; /* SIGINT, SIGTERM, SIGHUP received */
 
 static void on_signal(int sig)
 {
     g_forward_signal = sig;
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP)
+        g_stop_requests = 1;
 }
+
+int launch_stop_requested(void) { return g_stop_requests != 0; }
 
 static int exit_code(int status)
 {

@@ -417,8 +417,7 @@ void trainer_data(trainer *t, uint64_t fp, long n)
     t->data_n += n;
 }
 
-/* --metrics: the step's data fingerprint and sample count summed over the ranks (the 64-bit sum
- * as two 32-bit halves, whose int64 sums cannot overflow), written by rank 0. */
+/* --metrics: the step's data fingerprint and samples summed over the ranks (32-bit halves). */
 static void report_data(trainer *t)
 {
     if (!t->o->metrics_path)

@@ -712,6 +712,11 @@ train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
                         "or --precision fp16\n");
         return TRAIN_PARSE_USAGE;
     }
+    const char *gen = getenv("DDP_ELASTIC_GENERATION"); /* ddp-launch --max-restarts */
+    if (gen && atoi(gen) > 0 && o->checkpoint_dir) { /* a restart resumes, on any world size */
+        o->resume = o->resume ? o->resume : "auto";
+        o->resume_reshard = 1;
+    }
     if (check_resume_opts(o) != 0 || finish_gpt_opts(o, seen) != 0)
         return TRAIN_PARSE_USAGE;
     o->model.seed = o->seed;
