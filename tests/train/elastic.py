@@ -2,7 +2,7 @@
 """elastic.py - ddp-launch's generations on one machine (--max-restarts, --shrink-on-failure,
 --min-ranks) with ddp-train, a rank killed with SIGKILL mid-run:
 
-  restart    -n 3 --max-restarts 1: the killed generation ends (mpirun ends every rank), the next
+  restart    -n 3 --max-restarts 1 (200 steps): the killed generation ends (mpirun ends every rank), the next
              starts with 3 ranks, resumes from the newest checkpoint (DDP_ELASTIC_GENERATION implies
              --resume auto) and finishes: its final parameters equal an uninterrupted 3-rank run's
              bit for bit, and so does every step's data fingerprint in --metrics (the last line of
@@ -29,11 +29,11 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import trainlib  # noqa: E402
 
-STEPS = 40
+STEPS = 200  # at ~100 steps/s the 190 steps after the kill's trigger leave it time to land
 
 
 def train_args(exe, data, ckdir, extra=()):
-    return [exe, "--model", "mlp", "--widths", "784-64-10", "--data", data, "--epochs", "5",
+    return [exe, "--model", "mlp", "--widths", "784-64-10", "--data", data, "--epochs", "20",
             "--max-steps", str(STEPS), "--batch", "8", "--lr", "0.05", "--device", "cpu",
             "--log-every", "10", "--checkpoint-dir", ckdir, "--checkpoint-every", "5"] + list(extra)
 
@@ -45,7 +45,7 @@ def kill_one_rank(ckdir, proc, after="step-000000000010.ckpt"):
     while time.time() < deadline and proc.poll() is None:
         if os.path.exists(os.path.join(ckdir, after)):
             break
-        time.sleep(0.05)
+        time.sleep(0.01)
     for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
         try:
             with open(f"/proc/{pid}/comm") as f:
@@ -61,7 +61,8 @@ def kill_one_rank(ckdir, proc, after="step-000000000010.ckpt"):
 
 
 def elastic_run(chk, launch, args, ckdir, what):
-    """Runs launch + args, kills one rank after step 10's checkpoint; returns (status, output)."""
+    """Runs launch + args, kills one rank once step 10's checkpoint is there; returns (status,
+    output)."""
     proc = subprocess.Popen(launch + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     pid = kill_one_rank(ckdir, proc)
     chk.check(pid is not None, f"{what}: a rank was killed after step 10's checkpoint")
