@@ -2,6 +2,7 @@
  * validation loader that counts every target once (contracts in tokens.h).
  */
 #include "tokens.h"
+#include "in_path.h"
 #include "sample_fp.h"
 
 #include <errno.h>
@@ -74,17 +75,15 @@ static ddp_status shard_check(shard_map *m)
 /* Opens, sizes and maps the file m->path, then checks it. DDP_ERR_IO or DDP_ERR_FORMAT. */
 static ddp_status shard_open(shard_map *m)
 {
-    int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    char why[256];
+    int fd = in_path_open(m->path, &st, why, sizeof why); /* a FIFO would block the open */
     if (fd < 0) {
-        DDP_ERROR("%s: cannot open the token shard: %s", m->path, strerror(errno));
+        DDP_ERROR("token shard %s%s", m->path, why);
         return DDP_ERR_IO;
     }
-    struct stat st;
     ddp_status rc = DDP_OK;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        DDP_ERROR("%s: not a regular file", m->path);
-        rc = DDP_ERR_IO;
-    } else if (st.st_size < TOKENS_HEADER_BYTES) {
+    if (st.st_size < TOKENS_HEADER_BYTES) {
         DDP_ERROR("%s: %lld bytes, shorter than the %d-byte header of a token shard", m->path,
                   (long long)st.st_size, TOKENS_HEADER_BYTES);
         rc = DDP_ERR_FORMAT;

@@ -161,6 +161,10 @@ static void test_bad_files(void)
     mkdir(tmp_path("dir_x.bin"), 0700);
     expect_open_error("a folder", files[n_files - 1], VOCAB, DDP_ERR_IO, "dir_x.bin");
     rmdir(files[--n_files]);
+    CHECK(mkfifo(tmp_path("fifo_x.bin"), 0600) == 0, "mkfifo");
+    expect_open_error("a FIFO (its open would wait for a writer)", files[n_files - 1], VOCAB,
+                      DDP_ERR_IO, "FIFO");
+    unlink(files[--n_files]);
     expect_open_error("vocab 0", files[0], 0, DDP_ERR_INVALID_ARG, NULL);
     expect_open_error("vocab 65537", files[0], 65537, DDP_ERR_INVALID_ARG, NULL);
     expect_open_error("NULL pattern", NULL, VOCAB, DDP_ERR_INVALID_ARG, NULL);
