@@ -555,6 +555,18 @@ typedef struct ddp_bucket {
  * outputs are then untouched. */
 DDP_API ddp_status ddp_shard_range(size_t total, int world_size, int rank, size_t *offset,
                                    size_t *n);
+/* Collective, for saving a sharded state (ZeRO): every rank's shard (ddp_shard_range of `total`;
+ * shard: this rank's, backend memory) into root_host (total floats of host memory on rank 0, NULL
+ * on the others), in rounds of at most `chunk` floats per rank (0: 1 Mi) through one all-gather
+ * each, so no rank holds more than world_size x chunk floats beyond its own. DDP_ERR_NOMEM, or the
+ * first failure of a transfer (the peers may then wait: end the job). */
+DDP_API ddp_status ddp_shard_gather(ddp_ctx *ctx, size_t total, const float *shard,
+                                    float *root_host, size_t chunk);
+/* Collective, for loading one (the reverse): the whole buffer root_host (total floats, rank 0's;
+ * NULL on the others) broadcast in rounds of `chunk` floats (0: 4 Mi), each rank keeping elements
+ * [offset, offset + n) in range (backend memory, element offset at range[0]). Errors as above. */
+DDP_API ddp_status ddp_range_broadcast(ddp_ctx *ctx, size_t total, const float *root_host,
+                                       size_t offset, size_t n, float *range, size_t chunk);
 
 /* ---------------------------------------------------------------------------------------------
  * Reducer: averages gradients across ranks with bucketed asynchronous all-reduces that overlap

@@ -73,9 +73,17 @@ static ddp_status mnist_plan(trainer *t, train_plan *plan)
     mnist_task *s = M(t);
     ddp_sampler_opts so = mnist_sampler_opts(t);
     TRY_OK(ddp_sampler_create(&so, &s->sampler));
-    size_t per_step = (size_t)t->o->batch * (size_t)t->o->accum, n = ddp_sampler_len(s->sampler);
+    long per_micro = (long)t->o->batch * t->world, g = t->o->global_batch;
+    if (g && g % per_micro != 0) {
+        DDP_LOG_(DDP_LOG_ERROR, 1, "--global-batch %ld is not a multiple of --batch %d x %d "
+                 "rank(s) = %ld: use a "
+                  "multiple of %ld (or a --batch and a rank count whose product divides it)", g,
+                  t->o->batch, t->world, per_micro, per_micro);
+        return DDP_ERR_INVALID_ARG;
+    }
+    plan->accum = g ? (int)(g / per_micro) : t->o->accum;
+    size_t per_step = (size_t)t->o->batch * (size_t)plan->accum, n = ddp_sampler_len(s->sampler);
     plan->steps_per_epoch = (long)(n / per_step);
-    plan->accum = t->o->accum;
     if (s->test.n == 0) {
         DDP_ERROR("%s: the test set (t10k files) has 0 samples: evaluation needs at least one; put "
                   "test images in the folder", t->o->data_dir);
@@ -84,7 +92,7 @@ static ddp_status mnist_plan(trainer *t, train_plan *plan)
     if (plan->steps_per_epoch == 0) {
         DDP_ERROR("--batch %d x --accum %d is more than the %zu training samples each of the %d rank(s) "
                   "gets per epoch: allowed is --batch x --accum from 1 to %zu (or use fewer ranks)",
-                  t->o->batch, t->o->accum, n, t->world, n);
+                  t->o->batch, plan->accum, n, t->world, n);
         return DDP_ERR_INVALID_ARG;
     }
     return DDP_OK;
@@ -143,7 +151,7 @@ static ddp_status mnist_build(trainer *t, train_view *v)
                       .optim = {.kind = OPTIM_SGD, .momentum = (float)o->momentum,
                                 .weight_decay = (float)o->weight_decay},
                       .x_bytes = batch * s->pixels * sizeof(float), .y_bytes = batch * sizeof(int),
-                      .samples_per_step = (long)o->batch * o->accum * t->world, .unit = "samples"};
+                      .samples_per_step = (long)o->batch * t->accum * t->world, .unit = "samples"};
     mnist_fingerprint(&cfg, v->model_fp, sizeof v->model_fp);
     return DDP_OK;
 }
@@ -235,7 +243,7 @@ static void mnist_epoch_begin(trainer *t)
     mnist_task *s = M(t);
     if (!s->prefetch) {
         prefetch_plan pp = {.data = &s->train, .sampler = mnist_sampler_opts(t),
-                                  .batch = t->o->batch, .accum = t->o->accum,
+                                  .batch = t->o->batch, .accum = t->accum,
                                   .steps_per_epoch = t->steps_per_epoch,
                                   .total_steps = t->total_steps, .first_step = t->start.step,
                                   .seed = t->o->seed, .augment = t->o->augment,
@@ -266,7 +274,7 @@ static void mnist_epoch_end(trainer *t)
     double seconds = t->train_seconds - s->seconds;
     double sums[2] = {t->loss_nan ? NAN : sum, (double)t->loss_micro};
     trainer_must(t, ddp_allreduce_host(t->ctx, sums, 2, DDP_FP64, DDP_SUM), "summing losses");
-    long per_step = (long)t->o->batch * t->o->accum * t->world;
+    long per_step = (long)t->o->batch * t->accum * t->world;
     *e = (epoch_stats){.epoch = t->epoch, .steps = t->in_epoch - s->first,
                        .train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0,
                        .samples_per_s = seconds > 0 ? (double)(t->in_epoch - s->first) *
@@ -333,7 +341,7 @@ static ddp_status mnist_report_end(trainer *t)
     if (s->epochs == 0) /* resumed at the end: nothing left to train */
         s->last.test_accuracy = mnist_evaluate(t);
     mnist_report_comm(t);
-    long per_step = (long)t->o->batch * t->o->accum * t->world;
+    long per_step = (long)t->o->batch * t->accum * t->world;
     run_stats r = {
         .world_size = t->world, .epochs = s->epochs, .steps = t->step,
         .test_accuracy = s->last.test_accuracy, .train_loss = s->last.train_loss,

@@ -220,6 +220,8 @@ static const flag_row rows[] = {
      "samples per rank per micro-step (default 64)"},
     {"accum", "K", FOR_ANY, AS_INT(accum, 1, INT_MAX, 1),
      "micro-steps per optimizer step (gradient accumulation, default 1)"},
+    {"global-batch", "N", FOR_MNIST, AS_LONG(global_batch, 1, LONG_MAX / 2, 0),
+     "samples per optimizer step over all ranks: sets --accum, the same at any world size"},
     {"lr", "X", FOR_ANY, AS_REAL(lr, "[]", TRAIN_MIN_LR, TRAIN_MAX_LR, 0.05),
      "learning rate (default 0.05)"},
     {"momentum", "X", FOR_MNIST, AS_REAL(momentum, "[)", 0, 1, 0.9),
@@ -564,6 +566,11 @@ static int finish_gpt_opts(train_opts *o, const unsigned char *seen)
     }
     if (refuse_other_model_flags(o, seen) != 0)
         return -1;
+    if (o->global_batch && given(seen, "accum")) {
+        fprintf(stderr, "ddp-train: --accum and --global-batch %ld: the samples per step set the "
+                "micro-steps (global / (batch x ranks)); give one of the two\n", o->global_batch);
+        return -1;
+    }
     if (!g->on)
         return 0;
     if (refuse_gpt_conflicts(o, seen) != 0 || check_sampling(o, seen) != 0)
@@ -744,6 +751,8 @@ void train_print_opts(FILE *f, const train_opts *o)
             o->epochs, o->max_steps, o->batch);
     if (o->gpt.on && o->gpt.total_batch_tokens)
         fprintf(f, "accum: from --total-batch-tokens %ld\n", o->gpt.total_batch_tokens);
+    else if (o->global_batch)
+        fprintf(f, "accum: from --global-batch %ld\n", o->global_batch);
     else
         fprintf(f, "accum: %d\n", o->accum);
     if (o->gpt.on)

@@ -61,6 +61,8 @@ typedef struct train_opts {
     long max_steps;          /* optimizer steps; 0 = no limit */
     int batch;               /* per rank, per micro-step */
     int accum;               /* micro-steps per optimizer step */
+    long global_batch;       /* --global-batch (MNIST): samples per step, all ranks; sets the
+                                micro-steps per world size (0: --accum's) */
     double lr, momentum, weight_decay;
     int cosine;              /* --lr-schedule cosine: lr * (1 + cos(pi * step / steps)) / 2 */
     uint64_t seed;           /* model initialisation and sampler shuffling */

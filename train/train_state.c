@@ -1,23 +1,9 @@
 /* train_state.c - ddp-train's checkpoints and resuming (see train_state.h).
  *
- * A checkpoint is a libddp state (runtime/checkpoint.c, format version 2) holding:
- *   signature, params          the parameters: the fp32 master weights (the optimizer's in 16
- *                              bits; its weights in 16 bits are rounded from them, optim_round)
- *   momentum                   SGD momentum buffer (the whole optimizer state: PyTorch's SGD
- *                              formulation needs no other buffer); for AdamW adam_m and
- *                              adam_v, the two moments
- *   step, epoch, step_in_epoch optimizer steps done, epoch in progress, steps done in it
- *   sampler_seed, sampler_epoch   the sampler's permutation is drawn from (seed, epoch)
- *   augment_seed, augment_epoch   the augmentation RNG is counter-based: a shift depends on (seed,
- *                              epoch, sample index) only, so this and the sampler position fix it
- *   lr_step, lr_total_steps    position and length of the learning-rate schedule
- *   world_size                 ranks that wrote it
- *   loss_scale, loss_scale_good_steps   the fp16 loss scaler's scale and finite steps since its last
- *                              change (1.0 and 0 without a scaler)
- *   config.*                   fingerprint texts that must match to resume (config.model,
- *                              config.world_size, config.batch, config.accum, config.seed,
- *                              config.shuffle, config.augment, config.lr_schedule,
- *                              config.train_samples)
+ * A checkpoint is a libddp state (runtime/checkpoint.c): the buffers of the optimizer (params, the
+ * fp32 master weights; momentum, or adam_m and adam_v), the position (step, epoch, the sampler's
+ * and the schedule's), the loss scale, and the config.* fingerprint texts that must match to
+ * resume; docs/formats.md ("What ddp-train stores") lists every entry and what it means.
  * Resuming: rank 0 reads the checkpoint, checks the signature and the fingerprint, and broadcasts
  * the position, loss scale, parameters and optimizer buffers, so only rank 0 needs to see the
  * file.
@@ -54,7 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define STATE_FP_MAX 12
+#define STATE_FP_MAX 16
 #define STATE_FP_VALUE 96
 #define STATE_PATH_MAX 4096
 #define STATE_CHUNK ((size_t)1 << 20) /* elements per rank per round of a shard gather */
@@ -100,6 +86,9 @@ static int state_fingerprint(const train_setup *s, fp_entry *fp)
     STATE_FP_("config.world_size", 1, "%d", ddp_world_size(s->ctx));
     STATE_FP_("config.batch", 0, "%d", o->batch);
     STATE_FP_("config.accum", 0, "%d", o->accum);
+    if (o->global_batch) { /* the micro-steps follow the world size; the samples per step not */
+        STATE_FP_("config.global_batch", 0, "%ld", o->global_batch);
+    }
     STATE_FP_("config.seed", 0, "%llu", (unsigned long long)o->seed);
     STATE_FP_("config.shuffle", 0, "%s", o->shuffle ? "yes" : "no");
     STATE_FP_("config.augment", 0, "%s", o->augment ? "yes" : "no");
@@ -182,46 +171,6 @@ static ddp_status check_fingerprint(const train_setup *s, const ddp_state *st, c
 
 /* ---- saving ---------------------------------------------------------------------------------- */
 
-/* Collective: every rank's shard of an optimizer buffer (opt: this rank's shard, backend memory)
- * into host (numel floats, rank 0; NULL elsewhere), in rounds: each rank puts its next chunk
- * into a buffer of STATE_CHUNK floats and one all-gather brings them to every rank. A failure of
- * a transfer stops the job (the peers are inside the same collective). */
-static void gather_opt(const train_setup *s, const float *opt, float *host)
-{
-    ddp_ctx *ctx = s->ctx;
-    int world = ddp_world_size(ctx);
-    size_t off0, n0, mine_n = s->buf.opt_n;
-    ddp_shard_range(s->buf.numel, world, 0, &off0, &n0); /* rank 0's shard is the longest */
-    size_t chunk = n0 < STATE_CHUNK ? (n0 > 0 ? n0 : 1) : STATE_CHUNK;
-    float *send = ddp_alloc(ctx, chunk * sizeof(float));
-    float *recv = ddp_alloc(ctx, (size_t)world * chunk * sizeof(float));
-    float *tmp = host ? malloc((size_t)world * chunk * sizeof(float)) : NULL;
-    train_must(ctx, send && recv && (!host || tmp) ? DDP_OK : DDP_ERR_NOMEM,
-               "allocating the optimizer state's gather buffers");
-    for (size_t at = 0; at < n0; at += chunk) {
-        size_t k = at < mine_n ? (mine_n - at < chunk ? mine_n - at : chunk) : 0;
-        if (k > 0)
-            train_must(ctx, ddp_copy(ctx, send, opt + at, k * sizeof(float)),
-                       "copying the optimizer state's shard");
-        train_must(ctx, ddp_allgather(ctx, send, recv, chunk * sizeof(float)),
-                   "gathering the optimizer state's shards");
-        if (!host)
-            continue;
-        train_must(ctx, ddp_download(ctx, tmp, recv, (size_t)world * chunk * sizeof(float)),
-                   "downloading the optimizer state's shards");
-        for (int q = 0; q < world; q++) {
-            size_t off, n;
-            ddp_shard_range(s->buf.numel, world, q, &off, &n);
-            if (at < n)
-                memcpy(host + off + at, tmp + (size_t)q * chunk,
-                       (n - at < chunk ? n - at : chunk) * sizeof(float));
-        }
-    }
-    free(tmp);
-    ddp_free(ctx, send);
-    ddp_free(ctx, recv);
-}
-
 /* Collective: the buffers (the master weights, "params", then the optimizer's; gathered from the
  * shards) into a new state on rank 0 (*out NULL elsewhere). Every rank joins every gather,
  * whatever failed on rank 0. */
@@ -234,8 +183,9 @@ static ddp_status state_from_model(const train_setup *s, ddp_state **out)
     float *host = root ? malloc(n * sizeof *host) : NULL;
     ddp_status st = !root || host ? DDP_OK : DDP_ERR_NOMEM;
     for (int i = 0; i < b->n_opt; i++) {
-        if (sharded)
-            gather_opt(s, b->opt[i], st == DDP_OK ? host : NULL);
+        if (sharded) /* every rank joins, whatever failed on rank 0 */
+            train_must(s->ctx, ddp_shard_gather(s->ctx, n, b->opt[i], st == DDP_OK ? host : NULL,
+                                                STATE_CHUNK), "gathering the shards");
         else if (root && st == DDP_OK)
             st = ddp_download(s->ctx, host, b->opt[i], n * sizeof *host);
         if (root && st == DDP_OK)
@@ -706,8 +656,13 @@ static train_pos read_position(const train_setup *s, const ddp_state *st)
     ddp_state_u64(st, "world_size", &world);
     train_pos p = {.step = (long)step, .epoch = (long)epoch, .step_in_epoch = (long)in_epoch};
     long now = ddp_world_size(s->ctx);
-    if ((long)world == now)
+    if ((long)world == now || s->o->global_batch) { /* --global-batch: the same steps */
+        if ((long)world != now)
+            DDP_WARN("--global-batch %ld: %llu ranks wrote the checkpoint, %ld run now, each step "
+                     "on the same samples (summed in another order)", s->o->global_batch,
+                     (unsigned long long)world, now);
         return p;
+    }
     p.step_in_epoch = (long)((in_epoch * world + (uint64_t)now - 1) / (uint64_t)now);
     if (p.step_in_epoch > s->steps_per_epoch)
         p.step_in_epoch = s->steps_per_epoch;
@@ -763,29 +718,6 @@ static void bcast_host(ddp_ctx *ctx, void *host, size_t n_bytes)
     ddp_free(ctx, dev);
 }
 
-/* A whole optimizer buffer (host, rank 0; NULL elsewhere) from rank 0 into every rank's range
- * [opt_offset, opt_offset + opt_n) of it (opt: backend memory), broadcast in chunks. */
-static void scatter_opt(const train_setup *s, const float *host, float *opt)
-{
-    ddp_ctx *ctx = s->ctx;
-    size_t chunk = STATE_CHUNK * 4, lo = s->buf.opt_offset, hi = lo + s->buf.opt_n;
-    float *dev = ddp_alloc(ctx, chunk * sizeof(float));
-    train_must(ctx, dev ? DDP_OK : DDP_ERR_NOMEM, "allocating the optimizer state's buffer");
-    for (size_t at = 0; at < s->buf.numel; at += chunk) {
-        size_t k = s->buf.numel - at < chunk ? s->buf.numel - at : chunk;
-        if (host)
-            train_must(ctx, ddp_upload(ctx, dev, host + at, k * sizeof(float)),
-                       "uploading optimizer state");
-        train_must(ctx, ddp_broadcast(ctx, dev, k * sizeof(float), 0),
-                   "broadcasting optimizer state");
-        size_t a = at > lo ? at : lo, e = at + k < hi ? at + k : hi;
-        if (a < e)
-            train_must(ctx, ddp_copy(ctx, opt + (a - lo), dev + (a - at), (e - a) * sizeof(float)),
-                       "copying the optimizer state's shard");
-    }
-    ddp_free(ctx, dev);
-}
-
 /* Rank 0 uploads the checkpoint's buffers; every rank receives them (its shard of the optimizer
  * buffers when they are sharded). */
 static void bcast_buffers(const train_setup *s, const ddp_state *st)
@@ -796,7 +728,9 @@ static void bcast_buffers(const train_setup *s, const ddp_state *st)
         const float *host = !st ? NULL : i == 0 ? ddp_state_params(st)
                                                 : ddp_state_f32(st, b->opt_names[i], NULL);
         if (opt_sharded(s)) {
-            scatter_opt(s, host, b->opt[i]);
+            train_must(s->ctx, ddp_range_broadcast(s->ctx, b->numel, host, b->opt_offset, b->opt_n,
+                                                   b->opt[i], STATE_CHUNK * 4),
+                       "broadcasting the checkpoint's shards");
             continue;
         }
         if (host)

@@ -8,8 +8,10 @@
              bit for bit, and so does every step's data fingerprint in --metrics (the last line of
              each step: steps after the checkpoint were redone), none missing; the generation lines
              name what ended the first.
-  shrink     --shrink-on-failure --min-ranks 2: the next generation has 2 ranks and finishes
-             (resharded from the 3-rank checkpoint).
+  shrink     --global-batch 48 --shrink-on-failure --min-ranks 2: the next generation has 2
+             ranks (3 micro-steps of 8 each instead of 2) and finishes on the same samples at
+             every step as an uninterrupted 3-rank run (the data fingerprints) and to its
+             parameters within 1e-4 (the sums in another order: DDP == accumulation's tolerance).
   floor      -n 2 --shrink-on-failure --min-ranks 2: one rank fewer would be below the floor: the
              job ends with the killed generation's status, saying why.
   spent      --max-restarts 0: the job ends with the killed generation's status.
@@ -95,12 +97,36 @@ def restart(chk, launch, exe, ckpt, data, tmp):
               "redone step), none missing", f"{want}\n{got}")
 
 
-def shrink(chk, launch, exe, data, tmp):
-    ckdir = os.path.join(tmp, "k")
+def fps(path):
+    with open(path) as f:  # the last line of each step: a redone step's
+        return {x["data_step"]: x["data_fp"] for x in map(trainlib.json.loads, f) if "data_step" in x}
+
+
+def shrink(chk, launch, exe, ckpt, data, tmp):
+    fixed = ["--global-batch", "48"]
+    straight, m_straight = os.path.join(tmp, "g.ckpt"), os.path.join(tmp, "g.jsonl")
+    rc, out = trainlib.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "3"] +
+                           train_args(exe, data, os.path.join(tmp, "gs"),
+                                      fixed + ["--save", straight, "--metrics", m_straight]), timeout=300)
+    chk.check(rc == 0 and "accum: from --global-batch 48" in out, f"--global-batch at 3 ranks: {rc}", out)
+    rc, out = trainlib.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "5"] +
+                           train_args(exe, data, os.path.join(tmp, "g5"), fixed), timeout=300)
+    chk.check(rc == 1 and "--global-batch 48 is not a multiple of --batch 8 x 5 rank(s) = 40" in out
+              and out.count("is not a multiple") == 1 and "step 1/" not in out,
+              "--global-batch that 5 ranks do not divide: refused before training, said once", out)
+    ckdir, saved, metrics = os.path.join(tmp, "k"), os.path.join(tmp, "k.ckpt"), os.path.join(tmp, "k.jsonl")
     rc, out = elastic_run(chk, launch + ["-n", "3", "--max-restarts", "1", "--shrink-on-failure",
-                                         "--min-ranks", "2"], train_args(exe, data, ckdir), ckdir, "shrink")
-    chk.check(rc == 0 and "generation 1: 2 rank(s)" in out and "--resume-reshard" in out and
-              "the job is done" in out, "shrink: the second generation has 2 ranks and finishes", out)
+                                         "--min-ranks", "2"],
+                          train_args(exe, data, ckdir, fixed + ["--save", saved, "--metrics", metrics]),
+                          ckdir, "shrink")
+    chk.check(rc == 0 and "generation 1: 2 rank(s)" in out and "each step on the same samples" in out
+              and "the job is done" in out, "shrink: the second generation has 2 ranks and finishes", out)
+    want, got = fps(m_straight), fps(metrics)
+    chk.check(len(want) == STEPS and got == want,
+              "shrink: every step read the samples of the uninterrupted 3-rank run (data fingerprints)",
+              f"{want}\n{got}")
+    trainlib.diff_ckpt(chk, ckpt, straight, saved, True, "shrink: the parameters of the uninterrupted run",
+                       "1e-4")
 
 
 def ends(chk, launch, exe, data, tmp, name, flags, says):
@@ -133,7 +159,7 @@ def main():
         trainlib.write_dataset(data, 480, 60)
         usage(chk, launch, exe)
         restart(chk, launch, exe, ckpt, data, tmp)
-        shrink(chk, launch, exe, data, tmp)
+        shrink(chk, launch, exe, ckpt, data, tmp)
         ends(chk, launch, exe, data, tmp, "floor",
              ["-n", "2", "--max-restarts", "2", "--shrink-on-failure", "--min-ranks", "2"],
              "below --min-ranks 2: the job ends")
