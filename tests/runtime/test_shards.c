@@ -54,15 +54,12 @@ static void check_broadcast(ddp_ctx *ctx, size_t chunk, size_t off, size_t n)
     free(range);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    ddp_init_opts io;
-    ddp_init_opts_default(&io);
-    io.backend = DDP_BACKEND_CPU;
-    io.print_table = 0;
     ddp_ctx *ctx = NULL;
-    if (ddp_init(&io, &ctx) != DDP_OK)
-        return 1;
+    int rc = check_ddp_init(argc, argv, "test_shards", CHECK_GPU_ONE, &ctx);
+    if (rc != 0)
+        return rc;
     int rank = ddp_rank(ctx);
     size_t off, n;
     ddp_shard_range(TOTAL, ddp_world_size(ctx), rank, &off, &n);
