@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """elastic.py - what a lost rank costs under ddp-launch --max-restarts on this machine: one of N
 ranks SIGKILLed mid-run, the time from the kill to each phase of the next generation and the steps
-redone, for checkpoints on disk every K steps and for checkpoints in node-local memory (/dev/shm)
-every step, written in the background (--checkpoint-async): the closest ddp has today to the
-snapshot of the last step.
+redone, for three ways of carrying the run over: checkpoints on disk every K steps alone (today's
+path without elastic: what a requeue resumes from), checkpoints in node-local memory (/dev/shm)
+every step, written in the background (--checkpoint-async), and the survivors' rescue snapshot of
+their last step (ddp-launch's default, the disk checkpoints as the fallback).
 
 Phases (wall clock from the kill, read from the job's output lines as they arrive):
+  save     the survivors' "rescue copy of step N written" line (rescue snapshots only)
   detect   the launcher's line that the killed generation ended (mpirun stopped every rank)
   start    the next generation's line (a new mpirun)
   resumed  ddp-train's "resumed from ... at step S" (MPI init, the checkpoint read and loaded)
@@ -75,6 +77,8 @@ def one_round(args, ckdir, extra):
             marks.setdefault("detect", now - killed_at)
         if "generation 1:" in line:
             marks["start"] = now - killed_at
+        if "rescue copy of step" in line and "written" in line:
+            marks.setdefault("save", now - killed_at)
         r = re.search(r"resumed from \S+ at step (\d+)", line)
         if r:
             marks["resumed"] = now - killed_at
@@ -95,27 +99,33 @@ def main():
     args = ap.parse_args()
     os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    configs = [(f"disk, every {args.every} steps", None, ["--checkpoint-every", str(args.every)]),
+    every = ["--checkpoint-every", str(args.every)]
+    configs = [(f"disk, every {args.every} steps", None, every + ["--snapshot-dir", "off"]),
                ("/dev/shm, every step, async", "/dev/shm",
-                ["--checkpoint-every", "1", "--checkpoint-async", "--keep", "2"])]
+                ["--checkpoint-every", "1", "--checkpoint-async", "--keep", "2", "--snapshot-dir", "off"]),
+               (f"rescue snapshot (disk every {args.every})", None, every)]
     print(f"elastic: {time.strftime('%Y-%m-%d')}, {args.model}, {args.ranks} ranks, one SIGKILLed after "
           f"step {args.kill_at} of {args.steps}; seconds from the kill (median of {args.rounds} rounds)")
-    print("| checkpoints | detect | next generation | resumed | first step | steps redone |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| carried over by | save | detect | next generation | resumed | first step (x disk) | steps redone (x disk) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    base = None  # the first configuration's medians: the ratios' denominators
     for name, root, extra in configs:
         got = []
         for _ in range(args.rounds):
             with tempfile.TemporaryDirectory(prefix="ddp-elastic-bench-", dir=root) as ckdir:
                 rc, marks = one_round(args, ckdir, extra)
-            if rc != 0 or len(marks) < 5:
+            if rc != 0 or len({"detect", "start", "resumed", "step", "redone"} - set(marks)):
                 print(f"round failed (exit {rc}, {marks})", file=sys.stderr)
                 continue
             got.append(marks)
         if not got:
             continue
-        med = {k: statistics.median(m[k] for m in got) for k in got[0]}
-        print(f"| {name} | {med['detect']:.2f} | {med['start']:.2f} | {med['resumed']:.2f} | "
-              f"{med['step']:.2f} | {med['redone']:.0f} |")
+        med = {k: statistics.median(m[k] for m in got if k in m) for k in got[0]}
+        save = f"{med['save']:.2f}" if "save" in med else "-"
+        base = base or med
+        print(f"| {name} | {save} | {med['detect']:.2f} | {med['start']:.2f} | {med['resumed']:.2f} | "
+              f"{med['step']:.2f} ({med['step'] / base['step']:.2f}x) | {med['redone']:.0f} "
+              f"({med['redone'] / max(base['redone'], 1):.2f}x) |")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 /* ddp_launch.c - ddp-launch: finds out how it was started, computes the rank layout, maps the rank
  * to a GPU and CPU cores, exports the torchrun-style and DDP_* variables and execs the program. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -559,6 +562,45 @@ static void check_elastic(const struct launch_options *opt, const struct launch_
     }
 }
 
+/* The rescue snapshots' folder of this launch (DDP_SNAPSHOT_DIR, ddp-train's --snapshot-dir),
+ * node-local memory: made here unless the user set one; "" when none could be made. */
+static char snapshot_dir[256];
+
+static void snapshot_dir_make(void)
+{
+    const char *set = getenv("DDP_SNAPSHOT_DIR");
+    if (set && *set)
+        return;
+    struct stat sb;
+    const char *base = stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode) ? "/dev/shm" : "/tmp";
+    snprintf(snapshot_dir, sizeof snapshot_dir, "%s/ddp-snapshots-%ld-%ld", base, (long)getuid(),
+             (long)getpid());
+    if (mkdir(snapshot_dir, 0700) != 0) {
+        fprintf(stderr, "ddp-launch: warning: cannot create %s (%s): no rescue snapshots; restarts "
+                "resume from the disk checkpoints\n", snapshot_dir, strerror(errno));
+        snapshot_dir[0] = '\0';
+        return;
+    }
+    setenv("DDP_SNAPSHOT_DIR", snapshot_dir, 1);
+}
+
+/* Removes the folder snapshot_dir_make made, with what ddp-train left in it (plain files only:
+ * its own names; a link is removed, never followed). */
+static void snapshot_dir_remove(void)
+{
+    DIR *d = snapshot_dir[0] ? opendir(snapshot_dir) : NULL;
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {
+        struct stat sb;
+        if (strncmp(e->d_name, "step-", 5) == 0 &&
+            fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(sb.st_mode))
+            unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+    rmdir(snapshot_dir);
+}
+
 /* Generation after generation of -n ranks (launch_local) until one ends with exit status 0, the
  * user stops the job, --max-restarts restarts are spent, or a shrink would go below --min-ranks.
  * Each generation learns its number (DDP_ELASTIC_GENERATION, from 0) and gets its own master port.
@@ -566,6 +608,8 @@ static void check_elastic(const struct launch_options *opt, const struct launch_
 static int launch_elastic(const struct launch_options *opt, struct launch_layout *base, char **args)
 {
     check_elastic(opt, base);
+    snapshot_dir_make();
+    atexit(snapshot_dir_remove);
     int n = base->world_size, min = opt->shrink ? (opt->min_ranks > 0 ? opt->min_ranks : 1) : n;
     char ended[256] = "the job's start";
     for (int gen = 0;; gen++) {

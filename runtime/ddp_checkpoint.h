@@ -218,6 +218,37 @@ DDP_API ddp_status ddp_snapshot_fence(ddp_ctx *ctx);
 DDP_API ddp_status ddp_snapshot_wait(ddp_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------------
+ * Rescue copies (runtime/rescue.c): when the watchdog ends the job (a peer gone, a collective past
+ * its deadline, an ABORT along the ring), a process armed with ddp_rescue_arm writes the training
+ * state of its last completed step as DIR/step-<12 digits>.rescue (a checkpoint file, saved
+ * atomically) before MPI_Abort, with no collective call: fn(arg, step, &state) builds it in the
+ * watchdog's thread. For a state every rank holds whole (plain data parallelism): one copy per
+ * node and step (the first rank to claim it writes, the others wait for it, at most 10 s). DIR is
+ * node-local memory, e.g. under /dev/shm; the next generation of an elastic run loads the newest
+ * copy (ddp_rescue_list) when it is newer than the disk checkpoints.
+ *   ddp_rescue_arm(ctx, dir, step, fn, arg)  creates dir (0700) if needed; step: the state's now.
+ *       DDP_ERR_INVALID_ARG for NULL or empty arguments or a dir over 4000 bytes, DDP_ERR_IO when
+ *       dir cannot be created (logged).
+ *   ddp_rescue_hold() / ddp_rescue_release(step)  bracket every change of the state (the optimizer
+ *       step and the step counter): a copy is never taken inside (the watchdog waits at most 5 s).
+ *   ddp_rescue_disarm()  no copy from here on (e.g. before the end of training).
+ *   ddp_rescue_list(dir, &steps, &n)  the steps of the copies in dir, newest first (malloc'ed; a
+ *       missing dir has none); links and other non-files are left out. DDP_ERR_IO, DDP_ERR_NOMEM.
+ *   ddp_rescue_path(dir, step, path, n)  0, or -1 when n bytes are too few.
+ *   ddp_rescue_clear(dir)  removes the copies, unfinished claims and temporary files of dir (never
+ *       through a link); returns how many copies and claims went.
+ */
+typedef ddp_status (*ddp_rescue_fn)(void *arg, long step, ddp_state **out);
+DDP_API ddp_status ddp_rescue_arm(ddp_ctx *ctx, const char *dir, long step, ddp_rescue_fn fn,
+                                  void *arg);
+DDP_API void ddp_rescue_hold(void);
+DDP_API void ddp_rescue_release(long step);
+DDP_API void ddp_rescue_disarm(void);
+DDP_API ddp_status ddp_rescue_list(const char *dir, long **steps, size_t *n);
+DDP_API int ddp_rescue_path(const char *dir, long step, char *path, size_t n);
+DDP_API int ddp_rescue_clear(const char *dir);
+
+/* ---------------------------------------------------------------------------------------------
  * The checkpoint manager (runtime/checkpoint_manager.c): a training program's checkpoints in one
  * folder, each DIR/step-<12 digits>.ckpt (a checkpoint file, or a checkpoint folder as above), the
  * newest `keep` kept. A folder without its MANIFEST is the debris of an interrupted save: never a

@@ -302,6 +302,7 @@ static _Noreturn void wd_end_job(int why, int arg)
     int inited = 0, finalized = 0;
     wd_arm_backstop(WD_END_S);
     wd_tell_ring(WD_ABORT, why, arg);
+    rescue_on_end(); /* before MPI_Abort, which has the launcher kill every process */
     fflush(stdout);
     fflush(stderr);
     MPI_Initialized(&inited);

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ddp_checkpoint.h"
 #include "ddp_trace.h"
 
 #define TRAIN_STOP_EVERY 8 /* steps between stop-flag agreements */
@@ -312,6 +313,8 @@ static ddp_status prepare(trainer *t)
         trainer_must(t, optim_round(t->opt, t->step), "rounding the resumed weights");
     if (st == DDP_OK)
         mark_restart(t, resumed);
+    if (st == DDP_OK)
+        train_rescue_arm(&t->setup, &t->start);
     return st;
 }
 
@@ -455,14 +458,12 @@ static void train_step(trainer *t)
     }
     trainer_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
     report_data(t);
-    if (agree_due(t)) {
-        int64_t bad = agree_step(t);
-        if (bad > 0) {
-            on_nonfinite(t, bad);
-            return;
-        }
-    }
-    update(t);
+    int64_t bad = agree_due(t) ? agree_step(t) : 0;
+    ddp_rescue_hold(); /* the state changes: no rescue snapshot until train_epoch releases it */
+    if (bad > 0)
+        on_nonfinite(t, bad);
+    else
+        update(t);
 }
 
 /* ---- checkpoints and the epochs -------------------------------------------------------------- */
@@ -513,10 +514,14 @@ static void train_epoch(trainer *t, long prof)
         ddp_trace_end("step", t->step);
         if (t->step + 1 == prof)
             trainer_must(t, ddp_profiler_range(t->ctx, 0), "stopping the profiler's range");
+        if (!t->nan_stopped) {
+            t->step++;
+            t->in_epoch++;
+        }
+        train_rescue_release(&(train_pos){.step = t->step, .epoch = t->epoch,
+                                          .step_in_epoch = t->in_epoch});
         if (t->nan_stopped)
             return;
-        t->step++;
-        t->in_epoch++;
         t->task->after_step(t);
         if (o->checkpoint_dir && (t->stopped || (o->checkpoint_every && t->step % o->checkpoint_every == 0)))
             write_checkpoint(t);

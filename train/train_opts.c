@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "suggest.h"
 
@@ -317,6 +318,12 @@ static const flag_row rows[] = {
     {"resume", "auto|FILE", FOR_ANY, AS_STR(resume),
      "continue bit-identically from FILE, or (auto) from the newest valid\n"
      "checkpoint in DIR, starting fresh when there is none"},
+    {"snapshot-dir", "DIR", FOR_ANY, AS_STR(snapshot_dir),
+     "elastic (ddp-launch --max-restarts sets DDP_SNAPSHOT_DIR): when a peer\n"
+     "is lost, the survivors leave their last step there (node-local, e.g.\n"
+     "/dev/shm), which the next generation resumes from (needs\n"
+     "--checkpoint-dir, the fallback; --zero 0 on the CPU); %h in DIR: the\n"
+     "node's name; off: none"},
     {"resume-reshard", NULL, FOR_ANY, AS_FLAG(resume_reshard, 1, 0),
      "allow resuming with another number of ranks (no longer bit-identical)"},
     {"requeue", NULL, FOR_ANY, AS_FLAG(requeue, 1, 0),
@@ -718,6 +725,25 @@ train_parse_result train_parse_args(int argc, char **argv, train_opts *o)
         fprintf(stderr, "ddp-train: --inject-inf tests the fp16 loss scaler: add --grad-dtype fp16 "
                         "or --precision fp16\n");
         return TRAIN_PARSE_USAGE;
+    }
+    const char *snap = getenv("DDP_SNAPSHOT_DIR"); /* ddp-launch --max-restarts */
+    if (o->snapshot_dir && !o->checkpoint_dir) {
+        fprintf(stderr, "ddp-train: --snapshot-dir needs --checkpoint-dir DIR (the disk checkpoints "
+                        "a missing snapshot falls back to)\n");
+        return TRAIN_PARSE_USAGE;
+    } else if (!o->snapshot_dir && o->checkpoint_dir && snap && *snap) {
+        o->snapshot_dir = snap;
+    }
+    if (o->snapshot_dir && strcmp(o->snapshot_dir, "off") == 0)
+        o->snapshot_dir = NULL;
+    const char *h = o->snapshot_dir ? strstr(o->snapshot_dir, "%h") : NULL;
+    if (h) { /* one folder per node where nodes share /dev/shm (Slurm's name, else the host's) */
+        static char dir[4096], host[256] = "";
+        const char *node = getenv("SLURMD_NODENAME");
+        if (!node || !*node)
+            node = gethostname(host, sizeof host - 1) == 0 ? host : "node";
+        snprintf(dir, sizeof dir, "%.*s%s%s", (int)(h - o->snapshot_dir), o->snapshot_dir, node, h + 2);
+        o->snapshot_dir = dir;
     }
     const char *gen = getenv("DDP_ELASTIC_GENERATION"); /* ddp-launch --max-restarts */
     if (gen && atoi(gen) > 0 && o->checkpoint_dir) { /* a restart resumes, on any world size */

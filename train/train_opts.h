@@ -93,6 +93,7 @@ typedef struct train_opts {
     int keep;                   /* checkpoints kept in checkpoint_dir (default 3) */
     const char *resume;         /* NULL, "auto" (newest valid in checkpoint_dir) or a file */
     int resume_reshard;         /* allow resuming with another world size (not bit-identical) */
+    const char *snapshot_dir;   /* rescue snapshots (elastic), NULL: none */
     int requeue;                /* after a stop by signal under Slurm: scontrol requeue the job */
     int checkpoint_errors_warn; /* a failed save warns and training goes on (default: stop, exit 1) */
     int checkpoint_format;      /* --checkpoint-format: TRAIN_CKPT_AUTO (default), _FILE, _FOLDER */

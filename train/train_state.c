@@ -173,12 +173,12 @@ static ddp_status check_fingerprint(const train_setup *s, const ddp_state *st, c
 
 /* Collective: the buffers (the master weights, "params", then the optimizer's; gathered from the
  * shards) into a new state on rank 0 (*out NULL elsewhere). Every rank joins every gather,
- * whatever failed on rank 0. */
-static ddp_status state_from_model(const train_setup *s, ddp_state **out)
+ * whatever failed on rank 0. local: this rank's own whole buffers, no collective (unsharded). */
+static ddp_status state_from_model(const train_setup *s, int local, ddp_state **out)
 {
     const train_buffers *b = &s->buf;
     size_t n = b->numel;
-    int root = ddp_rank(s->ctx) == 0, sharded = opt_sharded(s);
+    int root = local || ddp_rank(s->ctx) == 0, sharded = !local && opt_sharded(s);
     *out = NULL;
     float *host = root ? malloc(n * sizeof *host) : NULL;
     ddp_status st = !root || host ? DDP_OK : DDP_ERR_NOMEM;
@@ -234,10 +234,57 @@ static ddp_status state_add_position(const train_setup *s, train_pos p, ddp_stat
 /* Collective: the whole training state at pos on rank 0 (*out; NULL on the other ranks). */
 static ddp_status whole_state(const train_setup *s, const train_pos *pos, ddp_state **out)
 {
-    ddp_status rc = state_from_model(s, out);
+    ddp_status rc = state_from_model(s, 0, out);
     if (ddp_rank(s->ctx) == 0 && rc == DDP_OK)
         rc = state_add_position(s, *pos, *out);
     return rc;
+}
+
+/* ---- rescue snapshots (elastic: libddp's ddp_rescue_*) --------------------------------------- */
+
+static train_pos rescue_pos; /* the position of the last completed step (train_rescue_release) */
+
+/* ddp_rescue_arm's fn, in the watchdog's thread with the state settled: this rank's own whole
+ * state, no collective. */
+static ddp_status rescue_state(void *arg, long step, ddp_state **out)
+{
+    const train_setup *s = arg;
+    ddp_status rc = state_from_model(s, 1, out);
+    if (rc == DDP_OK && rescue_pos.step == step)
+        rc = state_add_position(s, rescue_pos, *out);
+    else if (rc == DDP_OK)
+        rc = DDP_ERR_STATE;
+    return rc;
+}
+
+void train_rescue_release(const train_pos *pos)
+{
+    rescue_pos = *pos;
+    ddp_rescue_release(pos->step);
+}
+
+void train_rescue_arm(const train_setup *s, const train_pos *pos)
+{
+    const char *dir = s->o->snapshot_dir, *off = NULL;
+    if (!dir)
+        return;
+    if (ddp_local_rank(s->ctx) == 0 && ddp_rescue_clear(dir) > 0) /* loaded, or older than that */
+        DDP_INFO("removed the rescue snapshots in %s", dir);
+    if (opt_sharded(s))
+        off = "--zero shards the optimizer: a lost rank's shard goes with it";
+    else if (ddp_backend(s->ctx) != DDP_BACKEND_CPU)
+        off = "on the CPU only so far";
+    rescue_pos = *pos;
+    if (!off && ddp_rescue_arm(s->ctx, dir, pos->step, rescue_state, (void *)s) != DDP_OK)
+        off = "the folder cannot be used (see above)";
+    if (ddp_rank(s->ctx) != 0)
+        return;
+    if (off)
+        printf("elastic: no rescue snapshots (%s): a restart resumes from the newest checkpoint in "
+               "%s\n", off, s->o->checkpoint_dir);
+    else
+        printf("elastic: rescue snapshots in %s (a lost peer: each node's survivors leave the last "
+               "step; a restart resumes from it, else from %s)\n", dir, s->o->checkpoint_dir);
 }
 
 ddp_status train_save_state(const train_setup *s, const train_pos *pos, const char *path)
@@ -673,6 +720,53 @@ static train_pos read_position(const train_setup *s, const ddp_state *st)
     return p;
 }
 
+/* Why the rescue snapshot's state is not this run's (another model or configuration; the world
+ * size may differ), in why; NULL when it is. */
+static const char *rescue_foreign(const train_setup *s, const ddp_state *st, char *why, size_t n)
+{
+    if (ddp_state_numel(st) != s->buf.numel || ddp_state_n_params(st) != s->buf.n_params)
+        return snprintf(why, n, "another model"), why;
+    fp_entry fp[STATE_FP_MAX];
+    int k = state_fingerprint(s, fp);
+    for (int i = 0; i < k; i++) {
+        const char *theirs = ddp_state_text(st, fp[i].key);
+        if (!fp[i].reshardable && (!theirs || strcmp(theirs, fp[i].value) != 0))
+            return snprintf(why, n, "%s is %s there, %s in this run", fp[i].key + 7,
+                            theirs ? theirs : "missing", fp[i].value), why;
+    }
+    return NULL;
+}
+
+/* Rank 0, --resume auto with --snapshot-dir: the newest rescue snapshot this run can load that is
+ * newer than the disk checkpoint in *out (step *below) replaces it; others are skipped, said. */
+static void prefer_rescue(const train_setup *s, char *path, resume_src *out, long *below)
+{
+    long *steps = NULL, disk = src_state(out) ? *below : -1;
+    size_t n = 0;
+    if (ddp_rescue_list(s->o->snapshot_dir, &steps, &n) != DDP_OK)
+        DDP_WARN("--snapshot-dir %s cannot be listed: %s", s->o->snapshot_dir, strerror(errno));
+    for (size_t i = 0; i < n && steps[i] > disk; i++) {
+        char p[STATE_PATH_MAX], why[256];
+        resume_src r = {0};
+        const char *bad = "unreadable or corrupt (see above)";
+        ddp_rescue_path(s->o->snapshot_dir, steps[i], p, sizeof p);
+        if (src_open(p, &r) == DDP_OK && !(bad = rescue_foreign(s, src_state(&r), why, sizeof why))) {
+            if (disk >= 0)
+                printf("--resume auto: the rescue snapshot of step %ld is newer than the disk "
+                       "checkpoint of step %ld\n", steps[i], disk);
+            src_close(out);
+            *out = r;
+            *below = steps[i];
+            snprintf(path, STATE_PATH_MAX, "%s", p);
+            break;
+        }
+        DDP_WARN("--resume auto: skipping the rescue snapshot %s: %s; falling back to an older one "
+                 "or the disk checkpoint", p, bad);
+        src_close(&r);
+    }
+    free(steps);
+}
+
 /* Rank 0: finds, opens and checks the checkpoint (--resume auto: the newest older than step
  * *below; see find_newest); *out empty for a fresh start. */
 static ddp_status open_resume(const train_setup *s, char *path, resume_src *out, long *below)
@@ -683,6 +777,8 @@ static ddp_status open_resume(const train_setup *s, char *path, resume_src *out,
     if (strcmp(o->resume, "auto") == 0) {
         long tried = *below;
         st = find_newest(s, path, out, below);
+        if (st == DDP_OK && o->snapshot_dir && tried == LONG_MAX)
+            prefer_rescue(s, path, out, below);
         if (st == DDP_OK && !src_state(out) && tried == LONG_MAX) {
             printf("--resume auto: no checkpoint in %s: starting fresh\n", o->checkpoint_dir);
         } else if (st == DDP_OK && !src_state(out)) { /* never a fresh start past a corrupt one */

@@ -90,6 +90,13 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos);
  * abort the job. */
 ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed);
 
+/* Elastic (--snapshot-dir): after the resume at pos, removes the node's rescue snapshots (local
+ * rank 0), arms libddp's rescue (ddp_rescue_arm) when the state is whole on every rank (--zero 0,
+ * the CPU), and rank 0 says which. train_rescue_release: the state is settled at pos (after
+ * ddp_rescue_hold and an update). */
+void train_rescue_arm(const train_setup *s, const train_pos *pos);
+void train_rescue_release(const train_pos *pos);
+
 /* No collective (at exit the other ranks may be gone): waits for a checkpoint written in the
  * background (this rank's file; rank 0's MANIFEST once the other files are there) and closes
  * --checkpoint-dir's manager. Also registered with atexit; a second call does nothing. */

@@ -22,6 +22,8 @@
 Usage: elastic.py DDP_LAUNCH DDP_TRAIN DDP_CKPT
 """
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -129,6 +131,101 @@ def shrink(chk, launch, exe, ckpt, data, tmp):
                        "1e-4")
 
 
+def kill_at_step(metrics, proc, step):
+    """Once rank 0's --metrics shows step `step`'s data, SIGKILLs rank 1 of the job writing it
+    (ddp-train, the command line naming `metrics`). Returns its pid, or None when the run ended first."""
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            with open(metrics) as f:
+                if any(x.get("data_step", 0) >= step for x in map(trainlib.json.loads, f)):
+                    break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.005)
+    for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                rank1 = b"OMPI_COMM_WORLD_RANK=1" in f.read().split(b"\0")
+        except OSError:
+            continue
+        if cmd[0].endswith(b"ddp-train") and metrics.encode() in cmd and rank1:
+            os.kill(pid, signal.SIGKILL)
+            return pid
+    return None
+
+
+def rescue(chk, launch, exe, ckpt, data, tmp):
+    """4 ranks, --global-batch 96, no disk checkpoint before the end: rank 1 killed at step 20;
+    the 3 survivors' rescue snapshot carries the run over, at most 1 step redone."""
+    fixed = ["--global-batch", "96", "--checkpoint-every", "0", "--max-steps", "60", "--log-every", "1"]
+    straight, m_straight = os.path.join(tmp, "u.ckpt"), os.path.join(tmp, "u.jsonl")
+    rc, out = trainlib.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4"] +
+                           train_args(exe, data, os.path.join(tmp, "us"), fixed +
+                                      ["--save", straight, "--metrics", m_straight]), timeout=300)
+    chk.check(rc == 0, f"rescue: the uninterrupted 4-rank run: exit status {rc}", out)
+    ckdir, saved, metrics = os.path.join(tmp, "e"), os.path.join(tmp, "e.ckpt"), os.path.join(tmp, "e.jsonl")
+    shm = os.path.join(tmp, "shm")
+    env = dict(os.environ, DDP_SNAPSHOT_DIR=shm)
+    proc = subprocess.Popen(launch + ["-n", "4", "--max-restarts", "1", "--shrink-on-failure"] +
+                            train_args(exe, data, ckdir, fixed + ["--save", saved, "--metrics", metrics]),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    pid = kill_at_step(metrics, proc, 20)
+    out, _ = proc.communicate(timeout=300)
+    print(out[-4000:])
+    chk.check(pid is not None, "rescue: rank 1 was killed at step 20")
+    m = re.search(r"resumed from (\S+) at step (\d+)", out)
+    lines = [trainlib.json.loads(x) for x in open(metrics)]
+    cut = next((i for i, x in enumerate(lines) if x.get("restart")), len(lines))
+    last = max((x["data_step"] for x in lines[:cut] if "data_step" in x), default=0)
+    chk.check(proc.returncode == 0 and "generation 1: 3 rank(s)" in out and m is not None and
+              m.group(1) == os.path.join(shm, f"step-{int(m.group(2)):012d}.rescue") and
+              "the job is done" in out and not os.listdir(shm),
+              "rescue: the 3 survivors resume from the rescue snapshot (no disk checkpoint) and "
+              "finish; the snapshot is removed", out)
+    chk.check(m is not None and 0 <= last - int(m.group(2)) <= 1 and int(m.group(2)) >= 19,
+              f"rescue: at most 1 step redone (the killed generation reached step {last}, the "
+              f"next resumed at {m.group(2) if m else None})")
+    want, got = fps(m_straight), fps(metrics)
+    chk.check(len(want) == 60 and got == want,
+              "rescue: every step read the samples of the uninterrupted 4-rank run", f"{want}\n{got}")
+    trainlib.diff_ckpt(chk, ckpt, straight, saved, True, "rescue: the parameters of the uninterrupted run",
+                       "1e-4")
+    # snapshots that are not this run's: skipped, named, the disk checkpoint used
+    bad = os.path.join(tmp, "bad")
+    os.mkdir(bad)
+    with open(straight, "rb") as f:
+        whole = f.read()
+    with open(os.path.join(bad, "step-000000000999.rescue"), "wb") as f:
+        f.write(whole[:len(whole) // 2])
+    shutil.copy(os.path.join(tmp, "g.ckpt"), os.path.join(bad, "step-000000000998.rescue"))
+    rc, out = trainlib.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2"] +
+                           train_args(exe, data, os.path.join(tmp, "us"), fixed[:-4] +
+                                      ["--max-steps", "62", "--resume", "auto", "--resume-reshard",
+                                       "--snapshot-dir", bad]), timeout=300)
+    chk.check(rc == 0 and f"skipping the rescue snapshot {bad}/step-000000000999.rescue: unreadable or "
+              "corrupt" in out and f"skipping the rescue snapshot {bad}/step-000000000998.rescue: "
+              "global_batch is 48 there, 96 in this run" in out and
+              re.search(r"resumed from \S+/us/step-0+60\.ckpt at step 60 ", out) is not None,
+              "rescue: a truncated snapshot and one of another configuration are skipped, named; the "
+              "disk checkpoint is loaded", out)
+    # --zero 1: the optimizer is sharded; no snapshot, the restart uses the disk checkpoint
+    ckdir, metrics = os.path.join(tmp, "z"), os.path.join(tmp, "z.jsonl")
+    proc = subprocess.Popen(launch + ["-n", "3", "--max-restarts", "1"] +
+                            train_args(exe, data, ckdir, ["--zero", "1", "--checkpoint-every", "10",
+                                                          "--log-every", "1", "--metrics", metrics]),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    pid = kill_at_step(metrics, proc, 25)
+    out, _ = proc.communicate(timeout=300)
+    chk.check(pid is not None and proc.returncode == 0 and "no rescue snapshots (--zero shards" in out
+              and re.search(r"resumed from \S+/step-0+([1-9]\d*0)\.ckpt at step \1 ", out) is not None
+              and ".rescue" not in out,
+              "rescue: under --zero 1 none is written (said at start-up); the restart resumes from "
+              "the newest disk checkpoint (every 10 steps)", out)
+
+
 def ends(chk, launch, exe, data, tmp, name, flags, says):
     ckdir = os.path.join(tmp, name)
     rc, out = elastic_run(chk, launch + flags, train_args(exe, data, ckdir), ckdir, name)
@@ -160,6 +257,7 @@ def main():
         usage(chk, launch, exe)
         restart(chk, launch, exe, ckpt, data, tmp)
         shrink(chk, launch, exe, ckpt, data, tmp)
+        rescue(chk, launch, exe, ckpt, data, tmp)
         ends(chk, launch, exe, data, tmp, "floor",
              ["-n", "2", "--max-restarts", "2", "--shrink-on-failure", "--min-ranks", "2"],
              "below --min-ranks 2: the job ends")
