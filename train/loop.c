@@ -283,6 +283,7 @@ static ddp_status prepare(trainer *t)
     t->accum = plan.accum;
     t->n_train = plan.n_train;
     t->no_training = plan.no_training;
+    t->fixed = plan.fixed;
     t->total_steps = t->steps_per_epoch * t->o->epochs;
     if (t->o->max_steps > 0 && t->o->max_steps < t->total_steps)
         t->total_steps = t->o->max_steps;
@@ -301,7 +302,8 @@ static ddp_status prepare(trainer *t)
     train_buffers buf = t->setup.buf;
     t->setup = (train_setup){.ctx = t->ctx, .o = t->o, .buf = buf, .n_train = t->n_train,
                              .steps_per_epoch = t->steps_per_epoch,
-                             .total_steps = t->total_steps, .scaler = t->scaler,
+                             .total_steps = t->total_steps, .accum = t->accum,
+                             .fixed = t->fixed, .scaler = t->scaler,
                              .lr = lr_over_plan, .lr_arg = t};
     int resumed = 0;
     st = train_resume(&t->setup, &t->start, &resumed);

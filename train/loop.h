@@ -30,6 +30,7 @@ typedef struct train_plan {
     int accum;              /* micro-batches per optimizer step */
     size_t n_train;         /* training samples (GPT-2: windows), for the checkpoint's plan */
     bool no_training;       /* no step at all: the weights are only sampled, evaluated, exported */
+    train_fixed_batch fixed; /* a global batch that the world size does not change (or none) */
     const char *outputs[2]; /* files the task writes besides --save (NULL: none), checked before */
     const char *output_flags[2]; /* training as --save is; their flags, for the messages */
 } train_plan;
@@ -109,6 +110,7 @@ struct trainer {
     ddp_scaler *scaler;     /* fp16 (--precision or --grad-dtype): dynamic loss scaling */
     jsonl_file *metrics;  /* rank 0 with --metrics */
     int accum;              /* micro-batches per optimizer step */
+    train_fixed_batch fixed; /* the plan's */
     bool no_training;       /* the task's plan takes no step (train_plan) */
     ddp_dtype precision;    /* the model's compute precision (train_view) */
     size_t n_train;         /* training samples (GPT-2: windows) for the checkpoint's plan */

@@ -174,6 +174,7 @@ static ddp_status gpt_plan(trainer *t, train_plan *plan)
             return DDP_ERR_INVALID_ARG;
         }
         plan->accum = (int)(o->gpt.total_batch_tokens / per_micro);
+        plan->fixed = (train_fixed_batch){"total-batch-tokens", o->gpt.total_batch_tokens, "tokens"};
     }
     long windows = (long)tokens_loader_steps_per_epoch(G(t)->loader);
     plan->steps_per_epoch = windows / plan->accum;
@@ -357,8 +358,12 @@ static ddp_status gpt_build(trainer *t, train_view *v)
         v->decays[i] = gpt2_param_decays(g, i);
     gpt2_ready_order(g, v->ready_order);
     const gpt2_config *c = &s->cfg;
-    snprintf(v->model_fp, sizeof v->model_fp, "gpt2 L%d NH%d C%d maxT%d V%d T%d accum%d",
-             c->layers, c->heads, c->channels, c->max_seq, c->vocab, s->T, t->accum);
+    /* the micro-steps: the flags' (--accum), or --total-batch-tokens' (config.total_batch_tokens:
+     * they follow the world size, the tokens per step not) */
+    int len = snprintf(v->model_fp, sizeof v->model_fp, "gpt2 L%d NH%d C%d maxT%d V%d T%d",
+                       c->layers, c->heads, c->channels, c->max_seq, c->vocab, s->T);
+    if (!t->o->gpt.total_batch_tokens)
+        snprintf(v->model_fp + len, sizeof v->model_fp - (size_t)len, " accum%d", t->accum);
     gpt_mfu_setup(t);
     return DDP_OK;
 }

@@ -82,6 +82,7 @@ static ddp_status mnist_plan(trainer *t, train_plan *plan)
         return DDP_ERR_INVALID_ARG;
     }
     plan->accum = g ? (int)(g / per_micro) : t->o->accum;
+    plan->fixed = g ? (train_fixed_batch){"global-batch", g, "samples"} : (train_fixed_batch){0};
     size_t per_step = (size_t)t->o->batch * (size_t)plan->accum, n = ddp_sampler_len(s->sampler);
     plan->steps_per_epoch = (long)(n / per_step);
     if (s->test.n == 0) {

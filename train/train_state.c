@@ -73,6 +73,16 @@ static int opt_sharded(const train_setup *s)
     return s->o->zero > 0 && ddp_world_size(s->ctx) > 1;
 }
 
+/* The fingerprint entry of a fixed global batch: config.<its flag, '-' as '_'>. */
+static const char *fixed_key(const train_setup *s)
+{
+    static char key[64];
+    snprintf(key, sizeof key, "config.%s", s->fixed.flag);
+    for (char *c = key; *c; c++)
+        *c = *c == '-' ? '_' : *c;
+    return key;
+}
+
 /* Fills fp with the entries that must match to resume; returns their count. */
 static int state_fingerprint(const train_setup *s, fp_entry *fp)
 {
@@ -86,8 +96,9 @@ static int state_fingerprint(const train_setup *s, fp_entry *fp)
     STATE_FP_("config.world_size", 1, "%d", ddp_world_size(s->ctx));
     STATE_FP_("config.batch", 0, "%d", o->batch);
     STATE_FP_("config.accum", 0, "%d", o->accum);
-    if (o->global_batch) { /* the micro-steps follow the world size; the samples per step not */
-        STATE_FP_("config.global_batch", 0, "%ld", o->global_batch);
+    if (s->fixed.flag) { /* the micro-steps follow the world size; the samples per step not */
+        fp[n] = (fp_entry){.key = fixed_key(s)};
+        snprintf(fp[n++].value, STATE_FP_VALUE, "%ld", s->fixed.value);
     }
     STATE_FP_("config.seed", 0, "%llu", (unsigned long long)o->seed);
     STATE_FP_("config.shuffle", 0, "%s", o->shuffle ? "yes" : "no");
@@ -139,6 +150,21 @@ static int schedule_extended(const train_setup *s, const ddp_state *st, const fp
     return 1;
 }
 
+/* A checkpoint written with a fixed global batch before its config.* entry existed (the GPT's
+ * --total-batch-tokens): its config.model ends in " accumN", N the micro-steps at its world size. */
+static int older_fixed_batch(const train_setup *s, const fp_entry *fp, const char *theirs)
+{
+    size_t n = strlen(fp->value);
+    int accum = 0, end = 0;
+    if (!s->fixed.flag)
+        return 0;
+    if (strcmp(fp->key, fixed_key(s)) == 0)
+        return theirs == NULL;
+    return strcmp(fp->key, "config.model") == 0 && theirs && strncmp(theirs, fp->value, n) == 0 &&
+           sscanf(theirs + n, " accum%d%n", &accum, &end) == 1 && theirs[n + (size_t)end] == '\0' &&
+           (accum == s->accum || s->o->resume_reshard);
+}
+
 /* Rank 0: every fingerprint difference is logged; DDP_ERR_MISMATCH unless none (or only
  * reshardable ones under --resume-reshard). *other_world: the checkpoint's world size differs. */
 static ddp_status check_fingerprint(const train_setup *s, const ddp_state *st, const char *path,
@@ -149,8 +175,9 @@ static ddp_status check_fingerprint(const train_setup *s, const ddp_state *st, c
     *other_world = 0;
     for (int i = 0; i < n; i++) {
         const char *theirs = ddp_state_text(st, fp[i].key);
-        if (theirs && (strcmp(theirs, fp[i].value) == 0 ||
-                       schedule_extended(s, st, &fp[i], theirs, path)))
+        if ((theirs && (strcmp(theirs, fp[i].value) == 0 ||
+                        schedule_extended(s, st, &fp[i], theirs, path))) ||
+            older_fixed_batch(s, &fp[i], theirs))
             continue;
         int allowed = fp[i].reshardable && s->o->resume_reshard && theirs;
         *other_world |= strcmp(fp[i].key, "config.world_size") == 0;
@@ -703,11 +730,11 @@ static train_pos read_position(const train_setup *s, const ddp_state *st)
     ddp_state_u64(st, "world_size", &world);
     train_pos p = {.step = (long)step, .epoch = (long)epoch, .step_in_epoch = (long)in_epoch};
     long now = ddp_world_size(s->ctx);
-    if ((long)world == now || s->o->global_batch) { /* --global-batch: the same steps */
+    if ((long)world == now || s->fixed.flag) { /* a fixed global batch: the same steps */
         if ((long)world != now)
-            DDP_WARN("--global-batch %ld: %llu ranks wrote the checkpoint, %ld run now, each step "
-                     "on the same samples (summed in another order)", s->o->global_batch,
-                     (unsigned long long)world, now);
+            DDP_WARN("--%s %ld: %llu ranks wrote the checkpoint, %ld run now, each step on the "
+                     "same %s (summed in another order)", s->fixed.flag, s->fixed.value,
+                     (unsigned long long)world, now, s->fixed.unit);
         return p;
     }
     p.step_in_epoch = (long)((in_epoch * world + (uint64_t)now - 1) / (uint64_t)now);

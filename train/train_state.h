@@ -42,6 +42,15 @@ typedef struct train_buffers {
  * that no peer waits forever, logging `what` failed and why. Nothing for DDP_OK. */
 void train_must(ddp_ctx *ctx, ddp_status st, const char *what);
 
+/* A global batch fixed by a flag (--global-batch, --total-batch-tokens): the micro-steps follow
+ * the world size, the samples per step do not, so a resume at another world size keeps the steps.
+ * flag NULL: none (the global batch is the ranks' batches and micro-steps). */
+typedef struct train_fixed_batch {
+    const char *flag; /* e.g. "global-batch"; its fingerprint entry: config.<flag, '-' as '_'> */
+    long value;
+    const char *unit; /* what it counts, e.g. "samples" */
+} train_fixed_batch;
+
 /* What the state functions need to know about the run. */
 typedef struct train_setup {
     ddp_ctx *ctx;
@@ -50,6 +59,8 @@ typedef struct train_setup {
     size_t n_train;        /* training samples (GPT-2: windows of the token shards) */
     long steps_per_epoch;  /* optimizer steps per epoch */
     long total_steps;      /* planned optimizer steps (the cosine schedule's length) */
+    int accum;             /* micro-steps per optimizer step */
+    train_fixed_batch fixed;
     ddp_scaler *scaler;    /* the loss scaler (fp16), NULL without one: its state is saved */
     /* The learning rate at step over a plan of total_steps (a resume that changes the plan says
      * what it does to the rate); NULL: not said. */
