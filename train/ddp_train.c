@@ -20,6 +20,7 @@
 #include "ddp.h"
 #include "loop.h"
 #include "malloc_policy.h"
+#include "suggest.h"
 #include "train_opts.h"
 #include "train_state.h"
 
@@ -78,6 +79,8 @@ int main(int argc, char **argv)
     sigaction(SIGUSR2, &sa, NULL);
     train_opts o;
     train_parse_result pr = train_parse_args(argc, argv, &o);
+    if (pr == TRAIN_PARSE_USAGE && !suggest_first_rank())
+        sleep(2); /* the first rank says why: mpirun ends the job at the first exit, so not before */
     if (pr != TRAIN_PARSE_RUN)
         return pr == TRAIN_PARSE_HELP ? 0 : 2;
     ddp_init_opts io;
