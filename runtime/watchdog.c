@@ -112,6 +112,7 @@ ddp_status timeout_check(void)
 #define WD_CONNECT_S 10.0      /* ring set-up: connect and hello */
 #define WD_END_S 15.0          /* ending the job: _exit if reporting and MPI_Abort take longer */
 #define WD_ALONE_S 2.0         /* ... when no other rank could be reached (wd_alone) */
+#define WD_ABORT_S 0.5         /* MPI_Abort called: the process ends by itself this much later */
 #define WD_WHAT_LEN 24
 
 enum { WD_HELLO = 1, WD_BYE, WD_ABORT, WD_ASK, WD_ANSWER };
@@ -305,6 +306,9 @@ static _Noreturn void wd_end_job(int why, int arg)
     rescue_on_end(); /* before MPI_Abort, which has the launcher kill every process */
     fflush(stdout);
     fflush(stderr);
+    if (wd.peers) /* the ring told every rank; MPI_Abort waits for the launcher's kill (2 s
+                     under mpirun), which a restart (ddp-launch --max-restarts) would wait for */
+        wd_arm_backstop(WD_ABORT_S);
     MPI_Initialized(&inited);
     MPI_Finalized(&finalized);
     const char *caller = atomic_load(&wd_lanes[DDP_WATCH_CALLER].what);
