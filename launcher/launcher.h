@@ -53,6 +53,7 @@ struct launch_options {
     int max_restarts;    /* --max-restarts R: generations after the first (-1: not given) */
     int min_ranks;       /* --min-ranks K (-1: not given) */
     int shrink;          /* --shrink-on-failure */
+    int min_nodes;       /* --min-nodes K, Slurm generations (0: not given) */
 };
 
 /* Options with nothing given. */
@@ -248,6 +249,21 @@ int launch_supervise_mpirun(char *const *argv);
 /* Whether SIGINT, SIGTERM or SIGHUP reached ddp-launch while it supervised (the user's stop: no
  * restart follows). */
 int launch_stop_requested(void);
+
+/* One line of a child's stderr (without its newline). */
+typedef void (*launch_line_fn)(const char *line, void *arg);
+
+/* Runs argv (srun and its arguments) as a child and waits for it, copying its stderr to this
+ * process's stderr line by line and handing each line to ON_LINE (NULL: none); its stdout is this
+ * process's. SIGUSR1 and SIGUSR2 are passed on as they are, SIGINT, SIGTERM and SIGHUP as SIGTERM
+ * (launch_stop_requested then says so). Returns the child's exit status (128 + signal when killed,
+ * 127 when it cannot be started); -1 when the pipe or the fork fails (nothing was started). */
+int launch_supervise_lines(char *const *argv, launch_line_fn on_line, void *arg);
+
+/* Runs the N commands ARGVS[i] at once, their output discarded, for at most LIMIT_S seconds:
+ * STATUS[i] is command i's exit status, -1 when it was still running at the limit (it is then
+ * killed), -2 when it could not be forked. Returns 0; -1 when out of memory (nothing ran). */
+int launch_run_probes(char *const *const *argvs, int n, double limit_s, int *status);
 
 /* ---- logdir.c --------------------------------------------------------------------------- */
 
