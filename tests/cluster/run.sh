@@ -7,7 +7,8 @@
 #   (no CASE: all of them; --mpi-default: slurm.conf's MpiDefault, as cluster.sh takes it)
 # Cases: print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
 #   torch-allreduce pmi-trap requeue requeue-folder srun-sigterm log-dir kill-rank partition
-#   (templates needs --mpi-default none)
+#   elastic-nodes (templates needs --mpi-default none; templates and elastic-nodes get 3 nodes,
+#   the others 2)
 # Environment: DDP_TEST_SRCDIR (source tree; default: two levels up), DDP_SLURM_BASE (cluster state,
 #   default /tmp/ddp-slurm-test). Only one cluster can run per machine (the network names are fixed):
 #   concurrent runs queue on a lock, and a cluster left running by hand is stopped first.
@@ -23,7 +24,8 @@ TRAIN_ARGS=(--model mlp --epochs 4 --batch 64 --lr 0.1 --device auto)
 MIN_ACC=0.90
 JOB_TIMEOUT=420       # seconds any one srun or batch job may take
 ALL_CASES=(print-env gpu-bind srun-pmix-train mpirun-sbatch-train mpirun-map-by-node templates
-    torch-allreduce pmi-trap requeue requeue-folder srun-sigterm log-dir kill-rank partition)
+    torch-allreduce pmi-trap requeue requeue-folder srun-sigterm log-dir kill-rank partition
+    elastic-nodes)
 LAUNCH=""
 TRAIN=""
 WORK=""
@@ -494,6 +496,138 @@ case_partition() {
         --timeout "${DDP_PARTITION_TIMEOUT:-10}" || fail "the partition test failed (see above)"
 }
 
+# kill_node N: SIGKILL node N's ddp-train processes (found in its network namespace), then its
+# slurmd (the node stops answering Slurm; its slurmstepd still reports the tasks' end to srun).
+kill_node() {
+    local p pids=()
+    for p in $(ip netns pids "ddp-node$1"); do
+        [[ $(cat "/proc/$p/comm" 2>/dev/null) != ddp-train ]] || pids+=("$p")
+    done
+    ((${#pids[@]})) || fail "no ddp-train runs on node$1"
+    kill -KILL "${pids[@]}" "$(cat "$DDP_SLURM_BASE/node$1/slurmd.pid")" ||
+        fail "cannot kill node$1's tasks and slurmd"
+    echo "  killed node$1: ddp-train ${pids[*]} and its slurmd"
+}
+
+# wait_for SECONDS CMD...: until CMD succeeds (polled every 0.2 s); fails after SECONDS.
+wait_for() {
+    local t0=$SECONDS
+    until "${@:2}"; do
+        ((SECONDS - t0 < $1)) || return 1
+        sleep 0.2
+    done
+}
+
+# checkpoint_or_end DIR ID: DIR/checkpoints holds a checkpoint, or job ID no longer runs (fails).
+checkpoint_or_end() {
+    compgen -G "$1/checkpoints/step-*" >/dev/null && return 0
+    [[ $(job_field "$2" JobState) =~ ^(PENDING|RUNNING)$ ]] ||
+        fail "job $2 ended before a checkpoint"
+    return 1
+}
+
+# stepped_after_resume FILE: a step line follows the first 'resumed from' line of FILE.
+stepped_after_resume() { sed -n '/^resumed from/,$p' "$1" | grep -q '^step '; }
+
+# job_end ID LIMIT: waits until the job has ended; prints "STATE EXITCODE" (e.g. COMPLETED 0:0).
+job_end() {
+    local t0=$SECONDS state
+    while state=$(job_field "$1" JobState) && [[ $state =~ ^(PENDING|RUNNING|COMPLETING|)$ ]]; do
+        ((SECONDS - t0 < $2)) || { scancel "$1"; echo "TIMEOUT -"; return; }
+        sleep 0.5
+    done
+    echo "$state $(job_field "$1" ExitCode)"
+}
+
+# submit_elastic NAME OUT SBATCH-ARGS...: slurm/elastic.sbatch with a long MLP run, checkpoints
+# every 50 steps and DDP_TIMEOUT=10; prints the job id.
+submit_elastic() {
+    local id
+    id=$(DDP_BIN=$BUILD DDP_DATA=$DATA DDP_OUT=$WORK/$1 DDP_SRC=$SRC DDP_EPOCHS=1000 DDP_LR=0.05 \
+        DDP_CKPT_EVERY=50 DDP_TIMEOUT=10 DDP_TRAIN_ARGS="--widths 784-64-10 --device cpu \
+--max-steps 100000 --log-every 10" sbatch --parsable --chdir="$SRC" --output="$2" "${@:3}" \
+        "$SRC/slurm/elastic.sbatch") || fail "sbatch slurm/elastic.sbatch refused"
+    echo "${id%%;*}"
+}
+
+# slurm/elastic.sbatch on 3 nodes x 2 ranks (--max-restarts 2 --min-nodes 2, --global-batch 96):
+# once it trains, node3's ranks are SIGKILLed with its slurmd. The next generation must run on
+# node1 and node2 only, resume from a rescue snapshot or checkpoint, and train again within
+# DDP_TIMEOUT + 30 s of the kill; no generation may read the lost node's snapshot folder (nodes
+# share /dev/shm here: a snapshot planted there at the kill must not be looked at); the job must
+# outlive Slurm marking node3 down (--no-kill) and end with exit status 0 (stopped cleanly by
+# SIGUSR1 once node3 is down and training went on). Then the floor: the template on node1 and
+# node2 with --min-nodes 2 loses node2 and must end, non-zero, saying why.
+case_elastic_nodes() {
+    local out=$WORK/elastic.out id snap lost t_kill secs resumed end
+    id=$(submit_elastic elastic "$out" --nodes=3 --ntasks-per-node=2)
+    # the nodes share /dev/shm, and a restarted cluster numbers its jobs from 1 again
+    # shellcheck disable=SC2064  # the job ids now; the floor's job is the next one
+    trap "rm -rf /dev/shm/ddp-snapshots-{$id,$((id + 1))}-node[1-3]" EXIT
+    echo "  submitted slurm/elastic.sbatch as job $id (3 nodes x 2 ranks)"
+    wait_for 120 checkpoint_or_end "$WORK/elastic" "$id" ||
+        { show_tail "$out"; fail "no checkpoint"; }
+    snap=$(sed -n 's/^elastic: rescue snapshots in \([^ ]*\) .*/\1/p' "$out" | head -n 1)
+    [[ -n $snap ]] || { show_tail "$out"; fail "no rescue snapshots announced"; }
+    lost=${snap%node1}node3 # the lost node's folder (node1's name replaced), or the one folder
+    [[ $snap == *node1 ]] || lost=$snap
+    t_kill=$(now)
+    kill_node 3
+    mkdir -p "$lost"
+    echo "planted by the test" >"$lost/step-000000099999.rescue"
+    wait_for 40 stepped_after_resume "$out" ||
+        { show_tail "$out" 40; fail "no step after a resume within 40 s of the kill"; }
+    secs=$(elapsed "$t_kill")
+    grep '^ddp-launch: generation' "$out" | sed 's/^/  | /'
+    resumed=$(grep -m1 '^resumed from' "$out")
+    echo "  $resumed"
+    echo "  kill to the next generation's first step: $secs s (limit DDP_TIMEOUT + 30 = 40 s)"
+    awk -v s="$secs" 'BEGIN { exit !(s <= 40) }' || fail "training went on only after $secs s"
+    grep -q '^ddp-launch: generation 1: 4 rank(s) on 2 node(s) (node1,node2), .*left out: node3 (' \
+        "$out" || fail "generation 1 is not node1 and node2 with node3 left out"
+    [[ $resumed != *"$lost/"* ]] || fail "generation 1 resumed from the lost node's folder $lost"
+    ! grep -F -- "$lost/" "$out" || fail "a generation looked at the lost node's folder $lost"
+    t_kill=$SECONDS
+    until [[ $(sinfo -h -N -n node3 -o %T) == down* ]]; do
+        ((SECONDS - t_kill < 120)) || fail "Slurm did not mark node3 down within 120 s"
+        sleep 0.5
+    done
+    echo "  Slurm marked node3 $(sinfo -h -N -n node3 -o %T)"
+    local steps
+    steps=$(grep -c '^step ' "$out")
+    until (($(grep -c '^step ' "$out") >= steps + 2)); do
+        [[ $(job_field "$id" JobState) == RUNNING ]] ||
+            { show_tail "$out"; fail "the job ended when node3 went down"; }
+        sleep 0.2
+    done
+    scancel --signal=USR1 "$id" || fail "scancel --signal=USR1 $id failed"
+    end=$(job_end "$id" 120)
+    echo "  training went on after node3 went down; SIGUSR1 sent: job $end"
+    [[ $end == "COMPLETED 0:0" ]] || { show_tail "$out"; fail "job $end, want COMPLETED 0:0"; }
+    grep -q '^ddp-launch: generation 1 ended with exit status 0 .*the job is done' "$out" ||
+        fail "generation 1 did not end the job with exit status 0"
+    tail -n 1 "$WORK/elastic/metrics.jsonl" | grep -q '"world_size":4' ||
+        fail "the last metrics line is not of 4 ranks"
+    elastic_floor
+}
+
+# The floor: --min-nodes 2 on node1 and node2, node2 lost: no generation 1, a non-zero exit, why.
+elastic_floor() {
+    local out=$WORK/elastic-floor.out id end
+    id=$(DDP_MIN_NODES=2 submit_elastic elastic-floor "$out" --nodes=2 --exclude=node3)
+    echo "  submitted the template as job $id on node1 and node2 with --min-nodes 2"
+    wait_for 120 checkpoint_or_end "$WORK/elastic-floor" "$id" ||
+        { show_tail "$out"; fail "no checkpoint"; }
+    kill_node 2
+    end=$(job_end "$id" 120)
+    grep -E '^ddp-launch: generation' "$out" | sed 's/^/  | /'
+    echo "  job $end"
+    [[ $end == FAILED* && $end != "FAILED 0:0" ]] || fail "job ended $end, want FAILED, non-zero"
+    grep -q "^ddp-launch: generation 0 ended with exit status [1-9][0-9]* .*left out: node2 (.*; 1 \
+node(s) left, below --min-nodes 2: the job ends" "$out" || fail "the end does not say why"
+    ! grep -q '^ddp-launch: generation 1:' "$out" || fail "a generation ran below --min-nodes"
+}
+
 # --- driver ----------------------------------------------------------------------------------------
 
 cleanup() {
@@ -528,10 +662,13 @@ main() {
     trap cleanup EXIT
     t0=$(now)
     # requeue: a requeued job may start again after 10 s instead of Slurm's default 120 s
-    "$CLUSTER" start --nodes 2 --cpus 4 --gpus 4 --requeue-delay 10 --mpi-default "$MPI_DEFAULT" \
+    local nodes=2 # slurm/elastic.sbatch asks for 3; every other case for 2 at most
+    [[ " ${cases[*]} " != *" templates "* && " ${cases[*]} " != *" elastic-"* ]] || nodes=3
+    "$CLUSTER" start --nodes "$nodes" --cpus 4 --gpus 4 --requeue-delay 10 \
+        --mpi-default "$MPI_DEFAULT" \
         >"$WORK/start.out" 2>&1 ||
         { cat "$WORK/start.out"; log "FAIL: the Slurm cluster did not start"; exit 1; }
-    log "cluster started in $(elapsed "$t0") s (MpiDefault=$MPI_DEFAULT)"
+    log "cluster started in $(elapsed "$t0") s ($nodes nodes, MpiDefault=$MPI_DEFAULT)"
     # shellcheck source=/dev/null
     source "$DDP_SLURM_BASE/env.sh"
     cd "$WORK"
