@@ -190,6 +190,13 @@ DDP_API void ddp_finalize(ddp_ctx *ctx);
  * Use it when this rank failed and the others may be waiting for it. ctx may be NULL; without MPI
  * (or after MPI_Finalize) it exits this process with `code`. Never returns. */
 DDP_API void ddp_abort(ddp_ctx *ctx, int code);
+/* Where this process stands, for the watchdog's report when a collective passes its deadline
+ * (the wavefront: each rank's step, phase and micro-step beside its collectives): step (the
+ * program's count, e.g. the optimizer step in progress; -1 unknown), micro (-1: none) and phase,
+ * a string that lives as long as the process (e.g. "forward", "backward", "optimizer",
+ * "checkpoint", "validation"). Three relaxed atomic stores: call it as often as the phase changes,
+ * from any thread, before or after ddp_init. */
+DDP_API void ddp_watch_where(long step, int micro, const char *phase);
 
 /* Getters of the job as ddp_init found it; they never fail. A NULL ctx answers as one process
  * alone: rank 0, world size 1, local rank 0, local world size 1, node rank 0, 1 node, hostname ""

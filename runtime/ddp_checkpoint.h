@@ -225,7 +225,10 @@ DDP_API ddp_status ddp_snapshot_wait(ddp_ctx *ctx);
  * watchdog's thread. For a state every rank holds whole (plain data parallelism): one copy per
  * node and step (the first rank to claim it writes, the others wait for it, at most 10 s). DIR is
  * node-local memory, e.g. under /dev/shm; the next generation of an elastic run loads the newest
- * copy (ddp_rescue_list) when it is newer than the disk checkpoints.
+ * copy (ddp_rescue_list) when it is newer than the disk checkpoints. Each copy also holds
+ * "rescue.detected_at" (when this process saw the job end: seconds since the epoch, f64) and
+ * "rescue.copy_s" (how long fn took), and the text "rescue.cause" (why the job ended, e.g. "rank 2
+ * (host n2, pid 4242) was lost").
  *   ddp_rescue_arm(ctx, dir, step, fn, arg)  creates dir (0700) if needed; step: the state's now.
  *       DDP_ERR_INVALID_ARG for NULL or empty arguments or a dir over 4000 bytes, DDP_ERR_IO when
  *       dir cannot be created (logged).

@@ -252,8 +252,9 @@ ddp_status watchdog_connect(int rank, int world, const char *hostname);
 void watchdog_disconnect(void);
 /* Tells the ring that this rank is ending the job (before MPI_Abort in ddp_abort). */
 void watchdog_announce_abort(void);
-/* rescue.c: the watchdog ends the job: a rescue copy of the last step, if armed. */
-void rescue_on_end(void);
+/* rescue.c: the watchdog ends the job (cause: why, for the next generation's log): a rescue copy
+ * of the last step, if armed. */
+void rescue_on_end(const char *cause);
 /* After a host wait on GPU work passed the deadline: asks the peers and logs those gone, unreachable
  * or frozen (by rank, host and pid), so the message names the culprit as a lane's deadline does. */
 void watchdog_survey(void);

@@ -170,7 +170,7 @@ int ddp_rescue_clear(const char *dir)
 }
 
 /* This process writes the copy of `step`: claim, state, save, claim removed. */
-static void rescue_write(long step, const char *claim)
+static void rescue_write(long step, const char *claim, double detected, const char *cause)
 {
     char path[RESCUE_PATH_MAX + 32];
     double t0 = rescue_now();
@@ -178,6 +178,12 @@ static void rescue_write(long step, const char *claim)
     ddp_status rc = rescue.fn(rescue.arg, step, &st);
     if (rc == DDP_OK && ddp_rescue_path(rescue.dir, step, path, sizeof path) != 0)
         rc = DDP_ERR_INVALID_ARG;
+    if (rc == DDP_OK) /* for the next generation's report: when, and how long it took */
+        rc = ddp_state_set_f64(st, "rescue.detected_at", detected);
+    if (rc == DDP_OK)
+        rc = ddp_state_set_f64(st, "rescue.copy_s", rescue_now() - t0);
+    if (rc == DDP_OK)
+        rc = ddp_state_set_text(st, "rescue.cause", cause);
     if (rc == DDP_OK)
         rc = ddp_state_save(st, path);
     ddp_state_destroy(st);
@@ -190,10 +196,13 @@ static void rescue_write(long step, const char *claim)
                   "disk checkpoint", step, ddp_strerror(rc));
 }
 
-void rescue_on_end(void)
+void rescue_on_end(const char *cause)
 {
     if (!rescue.armed) /* read unlocked: the main thread may hold the gate forever */
         return;
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall); /* compared across processes: the wall clock */
+    double detected = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec;
     struct timespec at;
     clock_gettime(CLOCK_REALTIME, &at);
     at.tv_sec += (time_t)RESCUE_HOLD_S;
@@ -215,7 +224,7 @@ void rescue_on_end(void)
     int fd = open(claim, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd >= 0) {
         close(fd);
-        rescue_write(step, claim);
+        rescue_write(step, claim, detected, cause);
         return;
     }
     double give_up = rescue_now() + RESCUE_WAIT_S; /* another rank writes it: wait, then abort */

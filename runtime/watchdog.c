@@ -48,6 +48,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,7 +106,7 @@ ddp_status timeout_check(void)
 
 
 #define WD_MAGIC 0x44445057u   /* "DDPW" */
-#define WD_VERSION 1u
+#define WD_VERSION 2u
 #define WD_TICK_S 0.25         /* how often the thread looks at the lanes */
 #define WD_GRACE_S 2.0         /* extra wait of rank 1, twice that for ranks >= 2 */
 #define WD_ASK_S 1.5           /* how long a diagnosis waits for the peers' answers */
@@ -128,6 +129,9 @@ typedef struct wd_frame {
     uint64_t lane_state[DDP_WATCH_N_LANES]; /* ANSWER: seq << 1 | active */
     int32_t lane_bucket[DDP_WATCH_N_LANES];
     char lane_what[DDP_WATCH_N_LANES][WD_WHAT_LEN];
+    int64_t step;                           /* ANSWER: ddp_watch_where's, -1 unknown */
+    int32_t micro;
+    char phase[WD_WHAT_LEN];
 } wd_frame;
 
 /* What every rank learns about every other at ddp_init. */
@@ -150,6 +154,18 @@ typedef struct wd_lane {
 } wd_lane;
 
 static wd_lane wd_lanes[DDP_WATCH_N_LANES];
+
+/* Where this rank stands (ddp_watch_where), for the wavefront of a deadline's report. */
+static _Atomic int64_t wd_where_step = -1;
+static _Atomic int wd_where_micro = -1;
+static _Atomic(const char *) wd_where_phase;
+
+void ddp_watch_where(long step, int micro, const char *phase)
+{
+    atomic_store_explicit(&wd_where_step, step, memory_order_relaxed);
+    atomic_store_explicit(&wd_where_micro, micro, memory_order_relaxed);
+    atomic_store_explicit(&wd_where_phase, phase, memory_order_relaxed);
+}
 static _Atomic int wd_enabled;        /* lanes are written */
 
 /* The watchdog thread and the side channel; owned by watchdog_start/stop. */
@@ -303,11 +319,21 @@ static _Noreturn void wd_end_job(int why, int arg)
     int inited = 0, finalized = 0;
     wd_arm_backstop(WD_END_S);
     wd_tell_ring(WD_ABORT, why, arg);
-    rescue_on_end(); /* before MPI_Abort, which has the launcher kill every process */
+    char cause[160];
+    if (why == WD_WHY_DEATH)
+        snprintf(cause, sizeof cause, "rank %d (host %s, pid %d) was lost", arg, wd_host(arg),
+                 wd_pid(arg));
+    else
+        snprintf(cause, sizeof cause, "rank %d (host %s) %s", arg, wd_host(arg),
+                 why == WD_WHY_ABORT ? "called ddp_abort" : "saw a collective pass its deadline");
+    rescue_on_end(cause); /* before MPI_Abort, which has the launcher kill every process */
     fflush(stdout);
     fflush(stderr);
-    if (wd.peers) /* the ring told every rank; MPI_Abort waits for the launcher's kill (2 s
-                     under mpirun), which a restart (ddp-launch --max-restarts) would wait for */
+    /* a rank is gone and the ring told every other: MPI_Abort waits for the launcher's kill (2 s
+     * under mpirun), which a restart (ddp-launch --max-restarts) would wait for. Not after a
+     * deadline: a frozen rank needs the launcher, and mpirun 4.1 sometimes crashes on a process
+     * that ends while its MPI_Abort message is in flight (seen 1 in 6 at 3 ranks, each aborting). */
+    if (wd.peers && why == WD_WHY_DEATH)
         wd_arm_backstop(WD_ABORT_S);
     MPI_Initialized(&inited);
     MPI_Finalized(&finalized);
@@ -326,6 +352,23 @@ void watchdog_announce_abort(void)
 }
 
 /* ---- the diagnosis ("where are you") ----------------------------------------------------------- */
+
+/* This process's answer: its lanes and where it stands. */
+static wd_frame wd_answer_frame(void)
+{
+    wd_frame ans = wd_frame_make(WD_ANSWER, 0, -1);
+    for (int i = 0; i < DDP_WATCH_N_LANES; i++) {
+        const char *what = atomic_load(&wd_lanes[i].what);
+        ans.lane_state[i] = atomic_load(&wd_lanes[i].state);
+        ans.lane_bucket[i] = atomic_load(&wd_lanes[i].bucket);
+        snprintf(ans.lane_what[i], WD_WHAT_LEN, "%s", what ? what : "none");
+    }
+    const char *phase = atomic_load(&wd_where_phase);
+    ans.step = atomic_load(&wd_where_step);
+    ans.micro = atomic_load(&wd_where_micro);
+    snprintf(ans.phase, WD_WHAT_LEN, "%s", phase ? phase : "");
+    return ans;
+}
 
 /* What one peer said. */
 enum { WD_UNREACHABLE = -2, WD_GONE, WD_CONNECTING, WD_ASKED, WD_ANSWERED };
@@ -456,25 +499,181 @@ static int wd_judge(const wd_reply *rep, int r, int lane, uint64_t seq)
     return 0;
 }
 
-/* Asks the peers where they are and logs it; returns how many of them could be reached (their
- * host answered: connected, or refused), -1 when out of memory. */
+/* The wavefront: every rank (this one too) by where it stands, one line per place, the ranks
+ * that hold the collective up first: frozen, gone, unreachable, behind (oldest first), on
+ * another sequence, and last the ranks waiting inside it. A few lines whatever the world size. */
+enum { WD_K_FROZEN, WD_K_GONE, WD_K_UNREACHABLE, WD_K_BEHIND, WD_K_DIFFERS, WD_K_ARRIVED };
+
+static int wd_kind(const wd_reply *rep, int lane, uint64_t seq)
+{
+    if (rep->state == WD_ASKED)
+        return WD_K_FROZEN;
+    if (rep->state == WD_GONE)
+        return WD_K_GONE;
+    if (rep->state != WD_ANSWERED)
+        return WD_K_UNREACHABLE;
+    uint64_t s = rep->f.lane_state[lane];
+    if ((s >> 1) == seq && (s & 1))
+        return WD_K_ARRIVED;
+    return (s >> 1) < seq ? WD_K_BEHIND : WD_K_DIFFERS;
+}
+
+/* Whether two ranks stand at the same place (one line of the report). */
+static int wd_same_place(const wd_reply *a, const wd_reply *b, int lane, uint64_t seq)
+{
+    int k = wd_kind(a, lane, seq);
+    if (k != wd_kind(b, lane, seq))
+        return 0;
+    const wd_frame *x = &a->f, *y = &b->f;
+    return k < WD_K_BEHIND ||
+           (x->lane_state[lane] == y->lane_state[lane] && x->lane_bucket[lane] == y->lane_bucket[lane] &&
+            strncmp(x->lane_what[lane], y->lane_what[lane], WD_WHAT_LEN) == 0 && x->step == y->step &&
+            x->micro == y->micro && strncmp(x->phase, y->phase, WD_WHAT_LEN) == 0);
+}
+
+/* Appends to buf (size bytes, *len used so far), cut at its end. */
+static void wd_cat(char *buf, size_t size, size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (*len < size) {
+        int k = vsnprintf(buf + *len, size - *len, fmt, ap);
+        *len = k < 0 ? size : (*len + (size_t)k < size ? *len + (size_t)k : size - 1);
+    }
+    va_end(ap);
+}
+
+/* "ranks 0-3,5 (hosts a, b)" for the ranks r with group[r] == g, in text (n bytes): at most 8
+ * runs of ranks and 3 hosts. */
+static void wd_ranks_text(const int *group, int g, char *text, size_t n)
+{
+    char list[160] = "", hosts[200] = "";
+    size_t ll = 0, hl = 0;
+    int count = 0, runs = 0, n_hosts = 0, more_hosts = 0;
+    const char *seen[3] = {0};
+    for (int r = 0; r < wd.world; r++) {
+        if (group[r] != g)
+            continue;
+        count++;
+        int h = 0;
+        while (h < n_hosts && strcmp(seen[h], wd_host(r)) != 0)
+            h++;
+        if (h == n_hosts && n_hosts == 3)
+            more_hosts = 1;
+        else if (h == n_hosts) {
+            seen[n_hosts++] = wd_host(r);
+            wd_cat(hosts, sizeof hosts, &hl, "%s%s", h ? ", " : "", wd_host(r));
+        }
+        int prev = r > 0 && group[r - 1] == g, next = r + 1 < wd.world && group[r + 1] == g;
+        if (!prev && ++runs <= 8)
+            wd_cat(list, sizeof list, &ll, "%s%d", runs > 1 ? "," : "", r);
+        else if (!prev && runs == 9)
+            wd_cat(list, sizeof list, &ll, ",...");
+        else if (prev && !next && runs <= 8)
+            wd_cat(list, sizeof list, &ll, "-%d", r);
+    }
+    snprintf(text, n, "%s %s (host%s %s%s)", count > 1 ? "ranks" : "rank", list,
+             n_hosts > 1 ? "s" : "", hosts, more_hosts ? ", ..." : "");
+}
+
+/* ": at step S, PHASE, micro-step M" of an answer ("" where the program does not say). */
+static void wd_where_text(const wd_frame *f, char *text, size_t n)
+{
+    int len = 0;
+    text[0] = '\0';
+    if (f->step >= 0)
+        len = snprintf(text, n, " at step %lld", (long long)f->step);
+    if (f->phase[0] && (size_t)len < n)
+        len += snprintf(text + len, n - (size_t)len, "%s%.*s", len ? ", " : " in ", WD_WHAT_LEN, f->phase);
+    if (f->micro >= 0 && (size_t)len < n)
+        snprintf(text + len, n - (size_t)len, ", micro-step %d", f->micro);
+}
+
+/* Logs one line of the wavefront: the ranks of group g and where they stand. */
+static void wd_log_place(const int *group, int g, const wd_reply *rep, int lane, uint64_t seq)
+{
+    char ranks[400], where[128], coll[96];
+    wd_ranks_text(group, g, ranks, sizeof ranks);
+    const wd_frame *f = &rep->f;
+    uint64_t s = f->lane_state[lane];
+    int k = wd_kind(rep, lane, seq);
+    wd_where_text(f, where, sizeof where);
+    char bucket[32] = "";
+    if (f->lane_bucket[lane] >= 0)
+        snprintf(bucket, sizeof bucket, " of bucket %d", f->lane_bucket[lane]);
+    snprintf(coll, sizeof coll, "#%llu (%.*s%s)", (unsigned long long)(s >> 1), WD_WHAT_LEN,
+             f->lane_what[lane], bucket);
+    if (k == WD_K_FROZEN)
+        DDP_ERROR("  %s: did not answer within %.1f s: frozen (SIGSTOP, a debugger) or not getting "
+                  "CPU time", ranks, WD_ASK_S);
+    else if (k == WD_K_GONE)
+        DDP_ERROR("  %s: refused the connection: its process is gone", ranks);
+    else if (k == WD_K_UNREACHABLE)
+        DDP_ERROR("  %s: no connection within %.1f s: its host is down or unreachable", ranks, WD_ASK_S);
+    else if (k == WD_K_BEHIND)
+        DDP_ERROR("  %s%s: behind, has not reached #%llu: its last on this lane is %s, %s", ranks,
+                  where, (unsigned long long)seq, coll, (s & 1) ? "still in it" : "finished");
+    else if (k == WD_K_DIFFERS)
+        DDP_ERROR("  %s%s: at %s, %s: the ranks' sequences of collectives differ", ranks, where, coll,
+                  (s & 1) ? "in it" : "finished");
+    else
+        DDP_ERROR("  %s%s: waiting in %s", ranks, where, coll);
+}
+
+static const wd_reply *wd_sort_rep; /* qsort's context: the watchdog thread only */
+static int wd_sort_lane;
+static uint64_t wd_sort_seq;
+
+static int wd_place_order(const void *a, const void *b)
+{
+    const wd_reply *x = &wd_sort_rep[*(const int *)a], *y = &wd_sort_rep[*(const int *)b];
+    int kx = wd_kind(x, wd_sort_lane, wd_sort_seq), ky = wd_kind(y, wd_sort_lane, wd_sort_seq);
+    uint64_t sx = x->f.lane_state[wd_sort_lane] >> 1, sy = y->f.lane_state[wd_sort_lane] >> 1;
+    if (kx != ky)
+        return kx - ky;
+    return (sx > sy) - (sx < sy);
+}
+
+/* Asks the peers where they are and logs the wavefront; returns how many of them could be reached
+ * (their host answered: connected, or refused), -1 when out of memory. */
 static int wd_diagnose(int lane, uint64_t seq)
 {
     wd_reply *rep = calloc((size_t)wd.world, sizeof *rep);
     struct pollfd *p = calloc((size_t)wd.world, sizeof *p);
-    int arrived = 1, reached = 0;
-    if (!rep || !p) {
+    int *group = malloc((size_t)wd.world * sizeof *group), *lead = malloc((size_t)wd.world * sizeof *lead);
+    int arrived = 0, reached = 0, n_groups = 0;
+    if (!rep || !p || !group || !lead) {
         free(rep);
         free(p);
+        free(group);
+        free(lead);
         return -1;
     }
     wd_ask_all(rep, p);
-    DDP_ERROR("where the other ranks are:");
+    rep[wd.rank] = (wd_reply){.fd = -1, .state = WD_ANSWERED, .f = wd_answer_frame()};
     for (int r = 0; r < wd.world; r++) {
-        if (r == wd.rank)
-            continue;
-        arrived += wd_judge(&rep[r], r, lane, seq);
-        reached += rep[r].state == WD_GONE || rep[r].state >= WD_ASKED;
+        int g = 0;
+        while (g < n_groups && !wd_same_place(&rep[lead[g]], &rep[r], lane, seq))
+            g++;
+        if (g == n_groups)
+            lead[n_groups++] = r;
+        group[r] = g;
+        arrived += wd_kind(&rep[r], lane, seq) == WD_K_ARRIVED;
+        reached += r != wd.rank && (rep[r].state == WD_GONE || rep[r].state >= WD_ASKED);
+    }
+    int *order = malloc((size_t)n_groups * sizeof *order);
+    DDP_ERROR("where the ranks are (the ones that hold collective #%llu up first):",
+              (unsigned long long)seq);
+    for (int g = 0; order && g < n_groups; g++)
+        order[g] = lead[g];
+    wd_sort_rep = rep;
+    wd_sort_lane = lane;
+    wd_sort_seq = seq;
+    if (order)
+        qsort(order, (size_t)n_groups, sizeof *order, wd_place_order);
+    for (int i = 0; i < n_groups; i++) {
+        int r = order ? order[i] : lead[i];
+        wd_log_place(group, group[r], &rep[r], lane, seq);
     }
     if (arrived == wd.world)
         DDP_ERROR("every rank is inside collective #%llu: the transport under MPI is stuck (network?)",
@@ -482,8 +681,11 @@ static int wd_diagnose(int lane, uint64_t seq)
     else
         DDP_ERROR("%d of %d ranks never arrived at collective #%llu (named above)", wd.world - arrived,
                   wd.world, (unsigned long long)seq);
+    free(order);
     free(rep);
     free(p);
+    free(group);
+    free(lead);
     return reached;
 }
 
@@ -659,16 +861,10 @@ static void wd_wake(void)
 
 static void wd_answer(int fd)
 {
-    wd_frame ask, ans;
+    wd_frame ask;
     if (wd_recv_frame(fd, &ask, 0.5) != 0 || !wd_frame_valid(&ask) || ask.type != WD_ASK)
         return;
-    ans = wd_frame_make(WD_ANSWER, 0, -1);
-    for (int i = 0; i < DDP_WATCH_N_LANES; i++) {
-        const char *what = atomic_load(&wd_lanes[i].what);
-        ans.lane_state[i] = atomic_load(&wd_lanes[i].state);
-        ans.lane_bucket[i] = atomic_load(&wd_lanes[i].bucket);
-        snprintf(ans.lane_what[i], WD_WHAT_LEN, "%s", what ? what : "none");
-    }
+    wd_frame ans = wd_answer_frame();
     wd_send_frame(fd, &ans);
 }
 

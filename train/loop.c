@@ -407,6 +407,7 @@ static void update(trainer *t)
 {
     int applied = 0;
     ddp_trace_begin("optimizer", t->step);
+    ddp_watch_where(t->step + 1, -1, "optimizer");
     float lr = (float)t->task->lr(t, t->step);
     trainer_must(t, optim_update(t->opt, t->grads, t->scaler, lr, t->step + 1, &applied),
                  "the optimizer step");
@@ -446,19 +447,24 @@ static void train_step(trainer *t)
     trainer_must(t, k->zero_grad(t), "zeroing gradients");
     for (int micro = 0; micro < t->accum; micro++) {
         ddp_trace_begin("data", micro);
+        ddp_watch_where(t->step + 1, micro, "data");
         k->batch(t);
         ddp_trace_end("data", micro);
         ddp_trace_begin("forward", micro);
+        ddp_watch_where(t->step + 1, micro, "forward");
         k->forward(t);
         ddp_trace_end("forward", micro);
         trainer_must(t, ddp_reducer_begin(t->reducer, micro == t->accum - 1), "starting the reducer");
         ddp_trace_begin("backward", micro);
+        ddp_watch_where(t->step + 1, micro, "backward");
         k->backward(t, loss_scale(t));
         trainer_batch_done(t);
         ddp_trace_end("backward", micro);
         t->loss_micro++;
     }
+    ddp_watch_where(t->step + 1, -1, "gradient sync");
     trainer_must(t, ddp_reducer_finish(t->reducer), "reducing gradients");
+    ddp_watch_where(t->step + 1, -1, "end of step");
     report_data(t);
     int64_t bad = agree_due(t) ? agree_step(t) : 0;
     ddp_rescue_hold(); /* the state changes: no rescue snapshot until train_epoch releases it */
@@ -477,6 +483,7 @@ static void write_checkpoint(trainer *t)
     train_pos pos = {.step = t->step, .epoch = t->epoch, .step_in_epoch = t->in_epoch};
     trainer_clock(t);
     ddp_trace_begin("checkpoint", t->step);
+    ddp_watch_where(t->step, -1, "checkpoint");
     if (t->rank == 0)
         progress_end(&t->progress);
     ddp_status st = train_checkpoint(&t->setup, &pos); /* collective */

@@ -407,6 +407,7 @@ static void gpt_epoch_end(trainer *t) { (void)t; }
  * batches per rank), the same on every rank. Collective. */
 static double gpt_validate(trainer *t)
 {
+    ddp_watch_where(t->step, -1, "validation");
     double sums[2] = {0.0, 0.0}; /* loss x tokens, tokens */
     int b = 0, tt = 0;
     long batches = 0, cap = t->o->gpt.val_batches;

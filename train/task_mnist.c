@@ -202,6 +202,7 @@ static void mnist_backward(trainer *t, float loss_scale)
 static double mnist_evaluate(trainer *t)
 {
     mnist_task *s = M(t);
+    ddp_watch_where(t->step, -1, "validation");
     memset(s->confusion, 0, sizeof s->confusion);
     size_t next = (size_t)t->rank;
     while (next < s->test.n) {

@@ -3,9 +3,13 @@
  * watchdog must end the job, naming the barrier and rank 1 as behind. Exits 0 only if the barrier
  * completes, which the test treats as a failure.
  * With --block-stderr (argv[2]) rank 0's stderr becomes a full pipe that nobody reads, so the
- * watchdog's message blocks: its backstop must still end the process (watchdog_late.sh blocked). */
+ * watchdog's message blocks: its backstop must still end the process (watchdog_late.sh blocked).
+ * With --wave (argv[2]) every rank says it is at step 7 in "backward" (ddp_watch_where), rank 1 in
+ * "forward" before its sleep, and rank 5 stops itself (SIGSTOP) before the barrier: the report's
+ * wavefront (watchdog_late.sh wave). */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +47,11 @@ int main(int argc, char **argv)
         printf("rank 0: could not block stderr: %s\n", strerror(errno));
         return 2;
     }
+    int wave = argc > 2 && strcmp(argv[2], "--wave") == 0;
+    if (wave)
+        ddp_watch_where(7, -1, ddp_rank(ctx) == 1 ? "forward" : "backward");
+    if (wave && ddp_rank(ctx) == 5)
+        raise(SIGSTOP);
     if (ddp_rank(ctx) == 1)
         sleep(argc > 1 ? (unsigned)atoi(argv[1]) : 60);
     ddp_status st = ddp_barrier(ctx);

@@ -8,20 +8,25 @@
 #          Rank 0's watchdog fires and blocks writing its message; its backstop (_exit 15 s after
 #          ending began) must end rank 0, and mpirun the job, well before rank 1 would arrive:
 #          within 35 s, non-zero.
-# Both: the barrier never completed and no rank is left running.
-# Usage: watchdog_late.sh late|blocked MPIRUN [MPIRUN_ARGS...] -np N WD_LATE 60 [--block-stderr]
+# wave     12 ranks at step 7, rank 1 late (in "forward"), rank 5 frozen (SIGSTOP), the others in
+#          the barrier ("backward"), DDP_TIMEOUT=4 (12 ranks start on 2 cores): the wavefront names
+#          rank 5 frozen, rank 1 behind at step 7 in forward, and the 10 others in one line, waiting
+#          in the barrier at step 7 in backward: 3 lines between its heading and its total.
+# All: the barrier never completed and no rank is left running.
+# Usage: watchdog_late.sh late|blocked|wave MPIRUN [MPIRUN_ARGS...] -np N WD_LATE 60 [--block-stderr|--wave]
 set -u
 mode=$1
 shift
 case $mode in
-late) limit=15 cap=40 ;;
-blocked) limit=35 cap=90 ;;
-*) echo "usage: watchdog_late.sh late|blocked MPIRUN ..." >&2; exit 2 ;;
+late) limit=15 cap=40 timeout=2 ;;
+blocked) limit=35 cap=90 timeout=2 ;;
+wave) limit=30 cap=90 timeout=4 ;;
+*) echo "usage: watchdog_late.sh late|blocked|wave MPIRUN ..." >&2; exit 2 ;;
 esac
 out=$(mktemp)
 trap 'rm -f "$out"; pkill -KILL -x wd-late 2>/dev/null' EXIT
 start=$(date +%s)
-DDP_TIMEOUT=2 timeout -k 5 "$cap" "$@" >"$out" 2>&1
+DDP_TIMEOUT=$timeout timeout -k 5 "$cap" "$@" >"$out" 2>&1
 rc=$?
 took=$(( $(date +%s) - start ))
 sed 's/^/  | /' "$out"
@@ -31,8 +36,16 @@ check "the job ended within $limit s (took ${took} s)" "[ $took -le $limit ]"
 check "exit status non-zero ($rc)" "[ $rc -ne 0 ]"
 if [ "$mode" = late ]; then
     check "the barrier is named as past its deadline" "grep -q 'collective #[0-9]* (barrier.*past its deadline' '$out'"
-    check "rank 1 is named as behind" "grep -q 'rank 1 (host .*behind: has not reached collective' '$out'"
-    check "rank 2 arrived (not named)" "! grep -q '  rank 2 (host' '$out'"
+    check "rank 1 is named as behind" "grep -q ' rank 1 (host [^)]*): behind, has not reached #' '$out'"
+    check "ranks 0 and 2 wait in the barrier, one line" "grep -q ' ranks 0,2 (host [^)]*): waiting in #[0-9]* (barrier)' '$out'"
+elif [ "$mode" = wave ]; then
+    report=$(sed -n '/where the ranks are/,/never arrived/p' "$out" | head -20)
+    check "the wavefront names rank 5 as frozen" "echo \"\$report\" | grep -q ' rank 5 (host [^)]*): did not answer'"
+    check "rank 1 behind, at step 7 in forward" "echo \"\$report\" | grep -q ' rank 1 (host [^)]*) at step 7, forward: behind'"
+    check "the 10 others in one line: at step 7 in backward, waiting in the barrier" \
+        "echo \"\$report\" | grep -q ' ranks 0,2-4,6-11 (host [^)]*) at step 7, backward: waiting in #[0-9]* (barrier)'"
+    check "frozen first, then behind, then waiting: 3 lines between the heading and the total" \
+        "[ \"\$(echo \"\$report\" | sed -n '2p;3p;4p' | grep -c -e 'did not answer' -e behind -e 'waiting in')\" = 3 ] && [ \$(echo \"\$report\" | wc -l) = 5 ] && echo \"\$report\" | sed -n 2p | grep -q 'did not answer' && echo \"\$report\" | sed -n 3p | grep -q behind"
 else
     check "rank 0 blocked its stderr" "! grep -q 'could not block stderr' '$out'"
 fi

@@ -183,7 +183,9 @@ def rescue(chk, launch, exe, ckpt, data, tmp):
     last = max((x["data_step"] for x in lines[:cut] if "data_step" in x), default=0)
     chk.check(proc.returncode == 0 and "generation 1: 3 rank(s)" in out and m is not None and
               m.group(1) == os.path.join(shm, f"step-{int(m.group(2)):012d}.rescue") and
-              "the job is done" in out and not os.listdir(shm),
+              "the job is done" in out and not os.listdir(shm) and
+              re.search(r"elastic: generation 1: [0-9.]+ s from the failure's detection to this "
+                        r"resume \(rank 1 \(host \S+, pid " + str(pid) + r"\) was lost", out) is not None,
               "rescue: the 3 survivors resume from the rescue snapshot (no disk checkpoint) and "
               "finish; the snapshot is removed", out)
     chk.check(m is not None and 0 <= last - int(m.group(2)) <= 1 and int(m.group(2)) >= 19,

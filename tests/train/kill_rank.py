@@ -9,7 +9,8 @@ Modes: mpirun, launch-mpirun (ddp-launch -n 2 through mpirun), launch-fork (ddp-
   Slurm's default KillOnBadExit=0), sbatch-mpirun (mpirun inside an sbatch allocation of 2 nodes).
   srun and sbatch-mpirun need a running local cluster (slurm/cluster.sh; tests/cluster/run.sh kill-rank).
 --stop: SIGSTOP instead of kill -9, with DDP_TIMEOUT=STOP_TIMEOUT; the job must end within
-  DDP_TIMEOUT + 10 s with the timeout message naming the frozen rank.
+  DDP_TIMEOUT + 10 s with the timeout message naming the frozen rank and (mpirun, launch-mpirun)
+  where the other rank waits: its step, phase, collective number and bucket (the wavefront).
 --trials: per mode (10 when run by hand for the issue's numbers; the test suite uses fewer).
 --fake-nccl FAKE_RANK LIBFAKENCCL: mode mpirun only, both ranks on ONE GPU (--device cuda) through the
   test-only NCCL (tests/nccl_fake/fake_rank.sh): the survivor waits in a NCCL collective, not in MPI.
@@ -18,6 +19,7 @@ Every process this script starts is killed by PID (and process group) when a tri
 """
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -253,6 +255,11 @@ def one_trial(modes, mode, n, stop, chk):
                   " or ".join(" ... ".join(alt) for alt in patterns) + ")", out)
         if named:
             print("       " + named[0][:300], flush=True)
+        if stop and mode in ("mpirun", "launch-mpirun") and not modes.a.fake_nccl:  # the wavefront: where the live rank waits (step, phase, bucket)
+            wave = re.search(rf"rank {1 - victim} \(host [^)]+\) at step \d+, [a-z ]+: waiting in "
+                             r"#\d+ \(all-reduce of bucket \d+\)", out)
+            chk.check(wave is not None, f"{mode} #{n}: the report says where rank {1 - victim} waits: "
+                      "its step, phase, collective # and bucket", out)
         return took
     finally:
         kill_all(tag, job)
