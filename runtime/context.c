@@ -149,7 +149,12 @@ typedef enum env_kind { ENV_RANK, ENV_SIZE, ENV_LOCAL_RANK, ENV_LOCAL_SIZE } env
 
 static void env_report(const ddp_ctx *ctx, const char *var, long want, env_kind kind, int mpi)
 {
-    if (kind == ENV_SIZE)
+    if (kind == ENV_SIZE && mpi == 1 && strncmp(var, "SLURM_", 6) == 0)
+        DDP_ERROR("MPI sees a world of 1 process in a Slurm step of %s=%ld tasks: each task started "
+                  "MPI alone (a singleton), without the step's process manager: run srun "
+                  "--mpi=pmix (or set MpiDefault=pmix in slurm.conf); in a container, give it "
+                  "Slurm's PMIx (and scontrol) from the host", var, want);
+    else if (kind == ENV_SIZE)
         DDP_ERROR("started %d process%s with %s=%ld in the environment: launch with mpirun -np "
                   "%ld or srun -n %ld, or unset %s", mpi, mpi == 1 ? "" : "es", var, want, want,
                   want, var);
