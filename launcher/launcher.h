@@ -281,4 +281,15 @@ void launch_log_paths(const char *dir, int rank, char *out_path, char *err_path,
  * redirected (err says why). */
 int launch_log_redirect(const char *dir, int rank, int tee, char *err, size_t errlen);
 
+/* ---- ddp-launch's own (ddp_launch.c, elastic.c) -------------------------------------------- */
+
+/* ddp-launch -n N on this machine: the ranks through mpirun when there is one, else forked.
+ * Returns the job's exit status. */
+int launch_local(const struct launch_options *opt, struct launch_layout *l, char **args);
+
+/* --max-restarts, --shrink-on-failure, --min-ranks, --min-nodes: generation after generation
+ * (elastic.c), on this machine or in a Slurm batch script; exits 2 for flags that do not fit the
+ * launch. Returns the last generation's exit status. */
+int launch_elastic(const struct launch_options *opt, struct launch_layout *base, char **args);
+
 #endif /* LAUNCHER_H */
