@@ -31,7 +31,6 @@
 #include "internal.h"
 
 #define MGR_NAME_FMT "step-%012ld.ckpt"
-#define MGR_NAME_LEN 22     /* "step-" + 12 digits + ".ckpt" */
 #define MGR_PATH_MAX 4096
 #define MGR_WAIT_S 300.0    /* rank 0's thread waits this long for the other ranks' files */
 
@@ -105,10 +104,10 @@ static void mgr_name_failed(const ddp_ckpt_manager *m, const char *what)
 
 /* ---- names and listing -------------------------------------------------------------------------- */
 
-/* The step of a "step-<12 digits>.ckpt" name, or -1 for any other name. */
-static long name_step(const char *name)
+long ckpt_name_step(const char *name, const char *suffix)
 {
-    if (strlen(name) != MGR_NAME_LEN || strncmp(name, "step-", 5) != 0 || strcmp(name + 17, ".ckpt") != 0)
+    size_t n = strlen(name), s = strlen(suffix);
+    if (n != 5 + 12 + s || strncmp(name, "step-", 5) != 0 || strcmp(name + 17, suffix) != 0)
         return -1;
     long step = 0;
     for (int i = 5; i < 17; i++) {
@@ -119,7 +118,7 @@ static long name_step(const char *name)
     return step;
 }
 
-static int cmp_desc(const void *a, const void *b)
+int ckpt_newest_first(const void *a, const void *b)
 {
     long x = *(const long *)a, y = *(const long *)b;
     return x < y ? 1 : x > y ? -1 : 0;
@@ -149,7 +148,7 @@ ddp_status ddp_ckpt_manager_list(const ddp_ckpt_manager *m, long **steps, size_t
     ddp_status st = DDP_OK;
     struct dirent *de;
     while (st == DDP_OK && (de = readdir(d)) != NULL) {
-        long step = name_step(de->d_name);
+        long step = ckpt_name_step(de->d_name, ".ckpt");
         if (step < 0)
             continue;
         if (count == cap) {
@@ -168,7 +167,7 @@ ddp_status ddp_ckpt_manager_list(const ddp_ckpt_manager *m, long **steps, size_t
         return st;
     }
     if (count)
-        qsort(list, count, sizeof *list, cmp_desc);
+        qsort(list, count, sizeof *list, ckpt_newest_first);
     *steps = list;
     *n = count;
     return DDP_OK;

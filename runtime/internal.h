@@ -281,6 +281,10 @@ uint32_t ckpt_crc32(const void *data, size_t n_bytes);
 /* checkpoint.c: fsync of a folder (so a rename in it survives a crash); DDP_ERR_IO, logged, errno
  * kept, on failure. */
 ddp_status ckpt_fsync_dir(const char *dir);
+/* checkpoint_manager.c: the step of a name "step-<12 digits><suffix>" (e.g. ".ckpt"), else -1;
+ * a qsort order of longs, the largest first. */
+long ckpt_name_step(const char *name, const char *suffix);
+int ckpt_newest_first(const void *a, const void *b);
 
 /* checkpoint.c, for checkpoint folders (checkpoint_dir.c): a state with the signature and a
  * "params" entry of numel values that are not held (NULL data); NULL when out of memory. Such a

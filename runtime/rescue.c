@@ -90,27 +90,6 @@ int ddp_rescue_path(const char *dir, long step, char *path, size_t n)
     return len > 0 && (size_t)len < n ? 0 : -1;
 }
 
-/* The step of a name "step-<12 digits><suffix>", else -1. */
-static long step_of(const char *name, const char *suffix)
-{
-    size_t n = strlen(name), s = strlen(suffix);
-    if (n != 5 + 12 + s || strncmp(name, "step-", 5) != 0 || strcmp(name + 17, suffix) != 0)
-        return -1;
-    long step = 0;
-    for (int i = 5; i < 17; i++) {
-        if (name[i] < '0' || name[i] > '9')
-            return -1;
-        step = step * 10 + (name[i] - '0');
-    }
-    return step;
-}
-
-static int newest_first(const void *a, const void *b)
-{
-    long x = *(const long *)a, y = *(const long *)b;
-    return (x < y) - (x > y);
-}
-
 ddp_status ddp_rescue_list(const char *dir, long **steps, size_t *n)
 {
     if (!dir || !steps || !n)
@@ -123,7 +102,7 @@ ddp_status ddp_rescue_list(const char *dir, long **steps, size_t *n)
     size_t cap = 0;
     ddp_status st = DDP_OK;
     for (struct dirent *e; st == DDP_OK && (e = readdir(d));) {
-        long step = step_of(e->d_name, ".rescue");
+        long step = ckpt_name_step(e->d_name, ".rescue");
         struct stat sb;
         if (step < 0 || fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
             !S_ISREG(sb.st_mode)) /* a link or anything else is not a copy written here */
@@ -147,7 +126,7 @@ ddp_status ddp_rescue_list(const char *dir, long **steps, size_t *n)
         return st;
     }
     if (*n > 1)
-        qsort(*steps, *n, sizeof **steps, newest_first);
+        qsort(*steps, *n, sizeof **steps, ckpt_newest_first);
     return DDP_OK;
 }
 
@@ -159,7 +138,7 @@ int ddp_rescue_clear(const char *dir)
         return 0;
     for (struct dirent *e; (e = readdir(d));) {
         struct stat sb;
-        if ((step_of(e->d_name, ".rescue") < 0 && step_of(e->d_name, ".claim") < 0) ||
+        if ((ckpt_name_step(e->d_name, ".rescue") < 0 && ckpt_name_step(e->d_name, ".claim") < 0) ||
             fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
             continue; /* only this file's own names, never through a link */
         removed += unlinkat(dirfd(d), e->d_name, 0) == 0;
