@@ -460,45 +460,6 @@ static void wd_ask_all(wd_reply *rep, struct pollfd *p)
         wd_close(&rep[r].fd);
 }
 
-/* Logs what peer r's answer says about collective seq on lane; returns 1 when it has arrived. */
-static int wd_judge(const wd_reply *rep, int r, int lane, uint64_t seq)
-{
-    if (rep->state == WD_GONE) {
-        DDP_ERROR("  rank %d (host %s, pid %d): refused the connection: its process is gone", r, wd_host(r),
-                  wd_pid(r));
-        return 0;
-    }
-    if (rep->state == WD_CONNECTING) {
-        DDP_ERROR("  rank %d (host %s, pid %d): no connection within %.1f s: its host is down or unreachable", r,
-                  wd_host(r), wd_pid(r), WD_ASK_S);
-        return 0;
-    }
-    if (rep->state == WD_UNREACHABLE) {
-        DDP_ERROR("  rank %d (host %s, pid %d): no connection: no route to its host (this host's network "
-                  "or its host is down)", r, wd_host(r), wd_pid(r));
-        return 0;
-    }
-    if (rep->state == WD_ASKED) {
-        DDP_ERROR("  rank %d (host %s, pid %d): did not answer within %.1f s: frozen (SIGSTOP, a debugger) "
-                  "or not getting CPU time", r, wd_host(r), wd_pid(r), WD_ASK_S);
-        return 0;
-    }
-    uint64_t s = rep->f.lane_state[lane];
-    if ((s >> 1) == seq && (s & 1))
-        return 1;
-    if ((s >> 1) < seq) {
-        DDP_ERROR("  rank %d (host %s, pid %d): behind: has not reached collective #%llu (its last on this lane "
-                  "is #%llu, %.*s, %s); it is computing or waiting elsewhere", r, wd_host(r), wd_pid(r),
-                  (unsigned long long)seq, (unsigned long long)(s >> 1), WD_WHAT_LEN, rep->f.lane_what[lane],
-                  (s & 1) ? "still in it" : "finished");
-        return 0;
-    }
-    DDP_ERROR("  rank %d (host %s, pid %d): at collective #%llu (%.*s, %s): the ranks' sequences of collectives "
-              "differ", r, wd_host(r), wd_pid(r), (unsigned long long)(s >> 1), WD_WHAT_LEN, rep->f.lane_what[lane],
-              (s & 1) ? "in it" : "finished");
-    return 0;
-}
-
 /* The wavefront: every rank (this one too) by where it stands, one line per place, the ranks
  * that hold the collective up first: frozen, gone, unreachable, behind (oldest first), on
  * another sequence, and last the ranks waiting inside it. A few lines whatever the world size. */
@@ -549,12 +510,13 @@ static void wd_ranks_text(const int *group, int g, char *text, size_t n)
 {
     char list[160] = "", hosts[200] = "";
     size_t ll = 0, hl = 0;
-    int count = 0, runs = 0, n_hosts = 0, more_hosts = 0;
+    int count = 0, runs = 0, n_hosts = 0, more_hosts = 0, one = -1;
     const char *seen[3] = {0};
     for (int r = 0; r < wd.world; r++) {
         if (group[r] != g)
             continue;
         count++;
+        one = r;
         int h = 0;
         while (h < n_hosts && strcmp(seen[h], wd_host(r)) != 0)
             h++;
@@ -572,8 +534,11 @@ static void wd_ranks_text(const int *group, int g, char *text, size_t n)
         else if (prev && !next && runs <= 8)
             wd_cat(list, sizeof list, &ll, "-%d", r);
     }
-    snprintf(text, n, "%s %s (host%s %s%s)", count > 1 ? "ranks" : "rank", list,
-             n_hosts > 1 ? "s" : "", hosts, more_hosts ? ", ..." : "");
+    if (count == 1) /* one rank: its pid too */
+        snprintf(text, n, "rank %d (host %s, pid %d)", one, hosts, wd_pid(one));
+    else
+        snprintf(text, n, "ranks %s (host%s %s%s)", list, n_hosts > 1 ? "s" : "", hosts,
+                 more_hosts ? ", ..." : "");
 }
 
 /* ": at step S, PHASE, micro-step M" of an answer ("" where the program does not say). */
@@ -698,19 +663,26 @@ void watchdog_survey(void)
         return;
     wd_reply *rep = wd.peers && wd.world > 1 ? calloc((size_t)wd.world, sizeof *rep) : NULL;
     struct pollfd *p = rep ? calloc((size_t)wd.world, sizeof *p) : NULL;
-    if (p) {
+    int *group = p ? malloc((size_t)wd.world * sizeof *group) : NULL;
+    if (group) {
         wd_ask_all(rep, p);
         int silent = 0;
-        for (int r = 0; r < wd.world; r++)
-            if (r != wd.rank && rep[r].state != WD_ANSWERED) {
-                if (!silent++)
-                    DDP_ERROR("the ranks that did not answer the watchdog:");
-                (void)wd_judge(&rep[r], r, DDP_WATCH_CALLER, 0);
-            }
+        for (int r = 0; r < wd.world; r++) /* one group per kind of silence, -1: answered */
+            silent += (group[r] = r == wd.rank || rep[r].state == WD_ANSWERED
+                                      ? -1 : wd_kind(&rep[r], DDP_WATCH_CALLER, 0)) >= 0;
+        if (silent)
+            DDP_ERROR("the ranks that did not answer the watchdog:");
+        for (int k = WD_K_FROZEN; k <= WD_K_UNREACHABLE; k++)
+            for (int r = 0; r < wd.world; r++)
+                if (group[r] == k) { /* the group's first rank speaks for it */
+                    wd_log_place(group, k, &rep[r], DDP_WATCH_CALLER, 0);
+                    break;
+                }
         if (!silent)
             DDP_ERROR("every other rank answered the watchdog (none is gone or frozen): the GPU work "
                       "itself is stuck, or a peer waits elsewhere");
     }
+    free(group);
     free(rep);
     free(p);
     pthread_mutex_unlock(&wd.lock);

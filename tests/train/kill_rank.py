@@ -256,10 +256,13 @@ def one_trial(modes, mode, n, stop, chk):
         if named:
             print("       " + named[0][:300], flush=True)
         if stop and mode in ("mpirun", "launch-mpirun") and not modes.a.fake_nccl:  # the wavefront: where the live rank waits (step, phase, bucket)
-            wave = re.search(rf"rank {1 - victim} \(host [^)]+\) at step \d+, [a-z ]+: waiting in "
-                             r"#\d+ \(all-reduce of bucket \d+\)", out)
+            # where the stop lands decides the collective: the gradients' all-reduce (in "gradient
+            # sync", naming its bucket), or another (the stop flags' at the end of a step, the
+            # evaluation's): the step, the phase and the collective's number are always there
+            wave = re.search(rf"rank {1 - victim} \(host [^)]+\) at step \d+, (gradient sync: waiting in "
+                             r"#\d+ \(all-reduce of bucket \d+\)|[a-z ]+: waiting in #\d+ \([a-z -]+\))", out)
             chk.check(wave is not None, f"{mode} #{n}: the report says where rank {1 - victim} waits: "
-                      "its step, phase, collective # and bucket", out)
+                      "its step, phase, collective # (and bucket)", out)
         return took
     finally:
         kill_all(tag, job)
