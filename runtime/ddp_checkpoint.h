@@ -218,6 +218,33 @@ DDP_API ddp_status ddp_snapshot_fence(ddp_ctx *ctx);
 DDP_API ddp_status ddp_snapshot_wait(ddp_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------------
+ * The staging copy (runtime/checkpoint_stage.c): what a rank puts into a checkpoint folder, its
+ * ddp_shard_range slice of each of a program's n_bufs float buffers of n_total values, in a state
+ * of its own (one 1-D parameter "shard" of the slice's length; buffer i named names[i], with
+ * the u64 "shard.offset.NAME", the slice's first element), allocated once and reused by every
+ * save: a save copies into it and never allocates. The program adds its own entries (position,
+ * fingerprint) to ddp_ckpt_stage_state and hands that state to ddp_ckpt_manager_save.
+ *   ddp_ckpt_stage_create(ctx, n_total, names, n_bufs, pin, &out)  with pin, page-locks the buffers
+ *       (ddp_snapshot_pin) so the copies go on the side stream; a refused pinning is warned about
+ *       (the copies then wait on the host). ctx NULL: one process. DDP_ERR_INVALID_ARG (NULL out,
+ *       names, or more than 8 buffers), DDP_ERR_NOMEM.
+ *   ddp_ckpt_stage_copy(s, ctx, i, src)  queues the copy of buffer i's slice from src (backend
+ *       memory, the slice's first value) into the staging copy (ddp_snapshot_copy's errors).
+ *   ddp_ckpt_stage_state(s)    the state (NULL for a NULL s).
+ *   ddp_ckpt_stage_range(s, &offset, &n)  the slice; ddp_ckpt_stage_bytes(s): its bytes in all
+ *       buffers.
+ *   ddp_ckpt_stage_destroy(s)  unpins and frees; NULL is ignored.
+ */
+typedef struct ddp_ckpt_stage ddp_ckpt_stage;
+DDP_API ddp_status ddp_ckpt_stage_create(ddp_ctx *ctx, size_t n_total, const char *const *names,
+                                         int n_bufs, int pin, ddp_ckpt_stage **out);
+DDP_API ddp_status ddp_ckpt_stage_copy(ddp_ckpt_stage *s, ddp_ctx *ctx, int i, const float *src);
+DDP_API ddp_state *ddp_ckpt_stage_state(const ddp_ckpt_stage *s);
+DDP_API void ddp_ckpt_stage_range(const ddp_ckpt_stage *s, size_t *offset, size_t *n);
+DDP_API size_t ddp_ckpt_stage_bytes(const ddp_ckpt_stage *s);
+DDP_API void ddp_ckpt_stage_destroy(ddp_ckpt_stage *s);
+
+/* ---------------------------------------------------------------------------------------------
  * Rescue copies (runtime/rescue.c): when the watchdog ends the job (a peer gone, a collective past
  * its deadline, an ABORT along the ring), a process armed with ddp_rescue_arm writes the training
  * state of its last completed step as DIR/step-<12 digits>.rescue (a checkpoint file, saved
