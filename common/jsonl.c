@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -145,3 +146,11 @@ void jsonl_close(jsonl_file *m)
     free(m);
 }
 
+
+const char *jsonl_num(char *buf, size_t n, const char *fmt, double v)
+{
+    if (!isfinite(v))
+        return "null";
+    snprintf(buf, n, fmt, v);
+    return buf;
+}

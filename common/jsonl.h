@@ -4,6 +4,8 @@
 #ifndef COMMON_JSONL_H
 #define COMMON_JSONL_H
 
+#include <stddef.h>
+
 typedef struct jsonl_file jsonl_file;
 
 /* Opens path for lines; `what` names it in messages (e.g. "--metrics"). Its folder is created when
@@ -18,5 +20,10 @@ jsonl_file *jsonl_open(const char *path, int append, const char *what);
 void jsonl_line(jsonl_file *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Closes the file; NULL is ignored. */
 void jsonl_close(jsonl_file *m);
+
+/* v as a JSON number printed with fmt (e.g. "%.6f") into buf (n bytes), or "null" when it is NaN
+ * or infinite (a diverged loss): JSON has neither, and printf's "nan" would make the line
+ * unreadable. Returns buf or the literal "null". */
+const char *jsonl_num(char *buf, size_t n, const char *fmt, double v);
 
 #endif /* COMMON_JSONL_H */

@@ -82,3 +82,38 @@ int out_path_probe_dir(const char *target, char *why, size_t len)
     free(probe);
     return rc;
 }
+
+int out_path_check(const char *path, char *why, size_t len)
+{
+    char *target = NULL;
+    int rc = out_path_target(path, &target, why, len);
+    if (rc == OUT_PATH_OK && out_path_probe_dir(target, why, len) != OUT_PATH_OK)
+        rc = OUT_PATH_ERROR;
+    free(target);
+    return rc;
+}
+
+const char *out_path_advice(int err)
+{
+    switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+        return "free space there or raise the quota";
+    case EROFS:
+        return "the file system is mounted read-only: remount it read-write";
+    case EACCES:
+    case EPERM:
+        return "this user may not write there: fix the folder's permissions or owner (or its "
+               "immutable attribute, chattr -i)";
+    case ENOENT:
+    case EEXIST:
+    case ENOTEMPTY:
+    case ESTALE:
+        return "a file or folder of the save vanished or appeared while it was written: the folder "
+               "was removed, or another job writes into the same folder (give each job its own)";
+    case EIO:
+        return "the storage reported an I/O error: check the disk and the file system";
+    default:
+        return "check the folder";
+    }
+}

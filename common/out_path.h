@@ -27,6 +27,16 @@ int out_path_target(const char *path, char **target, char *why, size_t len);
  * removed. OUT_PATH_OK, or OUT_PATH_REFUSED with WHY as above. */
 int out_path_probe_dir(const char *target, char *why, size_t len);
 
+/* out_path_target and out_path_probe_dir together, for a check before the work that writes PATH:
+ * OUT_PATH_OK; OUT_PATH_REFUSED when PATH breaks the rule; OUT_PATH_ERROR when it cannot be
+ * examined or its folder takes no new file. WHY as above. */
+int out_path_check(const char *path, char *why, size_t len);
+
+/* What to do about a write into a folder that failed with the system's reason ERR (errno; 0 when
+ * none is known), in words that a caller may follow with ", or use another <its flag>": "free space
+ * there or raise the quota", "the file system is mounted read-only: remount it read-write", ... */
+const char *out_path_advice(int err);
+
 /* What a file that is not regular is, in words: "a folder", "a character device", "a FIFO (named
  * pipe)", ... (in_path_kind's words: the files read and written are described alike) */
 const char *out_path_kind(mode_t mode);

@@ -689,3 +689,55 @@ ddp_status model_zero_grad(model *m)
     m->grads_fresh = true;
     return DDP_OK;
 }
+
+/* ---- classification report ------------------------------------------------------------------ */
+
+double model_confusion_accuracy(const float *confusion)
+{
+    double correct = 0.0, total = 0.0;
+    for (int t = 0; t < MODEL_N_CLASSES; t++) {
+        for (int q = 0; q < MODEL_N_CLASSES; q++)
+            total += confusion[t * MODEL_N_CLASSES + q];
+        correct += confusion[t * MODEL_N_CLASSES + t];
+    }
+    return total > 0 ? correct / total : 0.0;
+}
+
+/* Precision, recall, F1 and support of class c. */
+static void class_scores(const float *confusion, int c, double *prec, double *rec, double *f1,
+                         double *support)
+{
+    double tp = confusion[c * MODEL_N_CLASSES + c], predicted = 0.0, actual = 0.0;
+    for (int k = 0; k < MODEL_N_CLASSES; k++) {
+        predicted += confusion[k * MODEL_N_CLASSES + c];
+        actual += confusion[c * MODEL_N_CLASSES + k];
+    }
+    *prec = predicted > 0 ? tp / predicted : 0.0;
+    *rec = actual > 0 ? tp / actual : 0.0;
+    *f1 = *prec + *rec > 0 ? 2.0 * *prec * *rec / (*prec + *rec) : 0.0;
+    *support = actual;
+}
+
+void model_class_report(FILE *f, const float *confusion)
+{
+    double macro[3] = {0}, weighted[3] = {0}, total = 0.0;
+    fprintf(f, "%12s %10s %10s %10s %10s\n\n", "", "precision", "recall", "f1-score", "support");
+    for (int c = 0; c < MODEL_N_CLASSES; c++) {
+        double s[3], support;
+        class_scores(confusion, c, &s[0], &s[1], &s[2], &support);
+        fprintf(f, "%12d %10.4f %10.4f %10.4f %10.0f\n", c, s[0], s[1], s[2], support);
+        for (int k = 0; k < 3; k++) {
+            macro[k] += s[k] / MODEL_N_CLASSES;
+            weighted[k] += s[k] * support;
+        }
+        total += support;
+    }
+    for (int k = 0; k < 3 && total > 0; k++)
+        weighted[k] /= total;
+    fprintf(f, "\n%12s %10s %10s %10.4f %10.0f\n", "accuracy", "", "",
+            model_confusion_accuracy(confusion), total);
+    fprintf(f, "%12s %10.4f %10.4f %10.4f %10.0f\n", "macro avg", macro[0], macro[1], macro[2],
+            total);
+    fprintf(f, "%12s %10.4f %10.4f %10.4f %10.0f\n", "weighted avg", weighted[0], weighted[1],
+            weighted[2], total);
+}

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ops.h"
 #include "ddp.h"
@@ -103,5 +104,13 @@ ddp_status model_scale_loss_grad(model *m, float scale);
 /* The next backward overwrites the gradients instead of adding to them (no pass over memory:
  * until that backward, model_grads still holds the old values). */
 ddp_status model_zero_grad(model *m);
+
+/* The classifiers' report from confusion counts, confusion[true * MODEL_N_CLASSES + predicted]:
+ * the accuracy, and an sklearn-style table (per-class precision, recall, F1 and support; accuracy;
+ * macro and weighted averages; a class with no prediction (or no sample) gets precision (recall)
+ * 0). */
+#define MODEL_N_CLASSES 10
+double model_confusion_accuracy(const float *confusion);
+void model_class_report(FILE *f, const float *confusion);
 
 #endif /* MODEL_H */

@@ -79,27 +79,13 @@ static void mgr_must(const ddp_ckpt_manager *m, ddp_status st, const char *what)
 /* Collective: each rank's failure flag into m->flags[world] (every rank); their count. */
 static int64_t mgr_agree(ddp_ckpt_manager *m, int failed)
 {
-    memset(m->flags, 0, (size_t)m->world * sizeof *m->flags);
-    m->flags[m->rank] = failed != 0;
-    if (m->world > 1)
-        mgr_must(m, ddp_allreduce_host(m->ctx, m->flags, (size_t)m->world, DDP_INT64, DDP_SUM),
+    int64_t n = failed != 0;
+    if (m->world == 1)
+        m->flags[0] = n;
+    else
+        mgr_must(m, ddp_agree_failed(m->ctx, failed, m->flags, &n),
                  "agreeing on the checkpoint's files");
-    int64_t n = 0;
-    for (int q = 0; q < m->world; q++)
-        n += m->flags[q];
     return n;
-}
-
-/* Rank 0: the ranks whose flag is set, logged after `what`. */
-static void mgr_name_failed(const ddp_ckpt_manager *m, const char *what)
-{
-    char list[256] = "";
-    int64_t n = 0;
-    for (int q = 0; q < m->world; q++)
-        if (m->flags[q] && ++n <= 16)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", n > 1 ? ", " : "", q);
-    if (n)
-        DDP_ERROR("%s: rank(s) %s%s failed (see their messages)", what, list, n > 16 ? ", ..." : "");
 }
 
 /* ---- names and listing -------------------------------------------------------------------------- */
@@ -421,7 +407,7 @@ ddp_status ddp_ckpt_manager_wait(ddp_ckpt_manager *m)
     ddp_status st = async_join(a);
     int err = errno;
     if (m->rank == 0 && failed && !mine) { /* rank 0 wrote its file, another rank did not */
-        mgr_name_failed(m, a->path);
+        ddp_log_failed_ranks(m->flags, m->world, a->path);
         st = DDP_ERR_IO;
         err = 0;
     }
@@ -509,7 +495,7 @@ ddp_status ddp_ckpt_manager_save(ddp_ckpt_manager *m, long step, const ddp_state
                  "agreeing on the checkpoint's write time");
     int64_t failed = mgr_agree(m, st != DDP_OK);
     if (m->rank == 0 && st == DDP_OK && failed) {
-        mgr_name_failed(m, path);
+        ddp_log_failed_ranks(m->flags, m->world, path);
         st = DDP_ERR_IO;
         err = 0;
     } else if (m->rank == 0 && st == DDP_OK) {

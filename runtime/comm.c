@@ -4,7 +4,9 @@
  * Requests: every implementation's request struct starts with a `const comm_ops *` naming the
  * implementation that made it, so ddp_wait() can hand the request back to it.
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "config.h"
 #include "internal.h"
@@ -261,6 +263,33 @@ ddp_status ddp_allreduce_host(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype
         return st;
     comm_count(&ctx->host_allreduce_calls, &ctx->host_allreduce_bytes, n, dtype);
     return ctx->host_comm->ops->allreduce(ctx->host_comm, buf, n, dtype, op);
+}
+
+ddp_status ddp_agree_failed(ddp_ctx *ctx, int failed, int64_t *flags, int64_t *n_failed)
+{
+    if (!ctx || !flags)
+        return DDP_ERR_INVALID_ARG;
+    memset(flags, 0, (size_t)ctx->world_size * sizeof *flags);
+    flags[ctx->rank] = failed != 0;
+    ddp_status st = ddp_allreduce_host(ctx, flags, (size_t)ctx->world_size, DDP_INT64, DDP_SUM);
+    int64_t n = 0;
+    for (int q = 0; q < ctx->world_size; q++)
+        n += flags[q];
+    if (n_failed)
+        *n_failed = n;
+    return st;
+}
+
+void ddp_log_failed_ranks(const int64_t *flags, int world, const char *what)
+{
+    char list[256] = "";
+    int64_t n = 0;
+    for (int q = 0; flags && q < world; q++)
+        if (flags[q] && ++n <= 16)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", n > 1 ? ", " : "", q);
+    if (n)
+        DDP_ERROR("%s: rank(s) %s%s failed (see their messages)", what, list,
+                  n > 16 ? ", ..." : "");
 }
 
 ddp_status ddp_comm_stats_get(const ddp_ctx *ctx, ddp_comm_stats *out)

@@ -327,6 +327,14 @@ DDP_API ddp_status ddp_allreduce(ddp_ctx *ctx, float *buf, size_t n, ddp_reduce_
 DDP_API ddp_status ddp_allreduce_host(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype,
                                       ddp_reduce_op op);
 
+/* Collective on the host: every rank's failure (failed != 0) into flags[ddp_world_size(ctx)] (the
+ * caller's array; the same on every rank after), *n_failed how many (may be NULL). Errors of
+ * ddp_allreduce_host. ddp_log_failed_ranks(flags, world, what) logs them after what, e.g.
+ * "WHAT: rank(s) 2, 5 failed (see their messages)" (the first 16), nothing when none did; it is the
+ * caller's choice which rank logs (usually rank 0). */
+DDP_API ddp_status ddp_agree_failed(ddp_ctx *ctx, int failed, int64_t *flags, int64_t *n_failed);
+DDP_API void ddp_log_failed_ranks(const int64_t *flags, int world, const char *what);
+
 /* In-place all-reduce of n elements of dtype (any ddp_dtype; DDP_MAX/DDP_MIN not on bf16/fp16,
  * DDP_AVG not on int64) in backend memory, ordered on the caller's CUDA stream: the collective
  * runs after the work queued so far on `stream` (a cudaStream_t) and the work queued later on

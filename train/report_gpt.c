@@ -315,13 +315,6 @@ static void gpt_print_rates(const trainer *t, const gpt_rates *r)
         printf(", MFU %.1f %% of %g TFLOP/s\n", 100.0 * r->mfu, G(t)->peak_tflops);
 }
 
-/* A number for a JSON line with 8 significant digits: null for NaN or inf. */
-static const char *gpt_json_g(char *buf, size_t n, double v)
-{
-    snprintf(buf, n, isfinite(v) ? "%.8g" : "null", v);
-    return buf;
-}
-
 /* The summary line's rate fields after model_gflops_per_rank (docs/formats.md). */
 static void gpt_json_rates(char *buf, size_t n, const trainer *t, const gpt_rates *r)
 {
@@ -332,10 +325,11 @@ static void gpt_json_rates(char *buf, size_t n, const trainer *t, const gpt_rate
     dev[k] = '\0';
     snprintf(buf, n, ",\"tokens_per_s_steady\":%s,\"ms_per_step\":%s,\"flops_per_token\":%.0f,"
              "\"model_tflops_per_rank\":%s,\"peak_tflops\":%s,\"mfu\":%s,\"device_name\":\"%s\"",
-             gpt_json_g(ts, sizeof ts, r->tps_steady), gpt_json_g(ms, sizeof ms, r->ms_per_step),
-             G(t)->flops_token, gpt_json_g(tf, sizeof tf, r->tflops_rank),
-             gpt_json_g(pk, sizeof pk, G(t)->peak_tflops > 0.0 ? G(t)->peak_tflops : NAN),
-             gpt_json_g(mf, sizeof mf, r->mfu), dev);
+             jsonl_num(ts, sizeof ts, "%.8g", r->tps_steady),
+             jsonl_num(ms, sizeof ms, "%.8g", r->ms_per_step),
+             G(t)->flops_token, jsonl_num(tf, sizeof tf, "%.8g", r->tflops_rank),
+             jsonl_num(pk, sizeof pk, "%.8g", G(t)->peak_tflops > 0.0 ? G(t)->peak_tflops : NAN),
+             jsonl_num(mf, sizeof mf, "%.8g", r->mfu), dev);
 }
 
 /* Rank 0: throughput, MFU, memory, and the summary line of --metrics. */
@@ -365,15 +359,16 @@ void gpt_report_summary(trainer *t)
                      "\"mem_peak_rss_max_mib\":%.2f,\"mem_device_used_mib\":%s,"
                      "\"mem_device_used_max_mib\":%s%s}\n",
                      ddp_backend_name(ddp_backend(t->ctx)), t->world, G(t)->B, G(t)->T, t->accum,
-                     t->step, gpt_json(tl, sizeof tl, G(t)->last_loss),
-                     gpt_json(vl, sizeof vl, G(t)->val_loss), r.tps, r.gflops_12ltc, rates,
+                     t->step, jsonl_num(tl, sizeof tl, "%.6f", G(t)->last_loss),
+                     jsonl_num(vl, sizeof vl, "%.6f", G(t)->val_loss), r.tps, r.gflops_12ltc,
+                     rates,
                      t->train_seconds, train_now() - t->wall_start, t->stopped ? "true" : "false",
                      t->o->zero, t->o->gpt.recompute ? "true" : "false",
                      gpt2_numel_total(G(t)->model), mr.params, mr.grads, mr.optimizer,
                      mr.activations, mr.comm, mr.states, mr.predicted,
-                     gpt_json(rs, sizeof rs, mr.peak_rss), G(t)->peak_rss_max,
-                     gpt_json(du, sizeof du, mr.device_used),
-                     gpt_json(dm, sizeof dm, G(t)->device_used_max),
+                     jsonl_num(rs, sizeof rs, "%.6f", mr.peak_rss), G(t)->peak_rss_max,
+                     jsonl_num(du, sizeof du, "%.6f", mr.device_used),
+                     jsonl_num(dm, sizeof dm, "%.6f", G(t)->device_used_max),
                      metrics_comm(comm, sizeof comm, &G(t)->comm));
     }
 }

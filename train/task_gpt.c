@@ -21,13 +21,6 @@
 #include "task_gpt.h"
 
 
-/* A number for a JSON line: null for NaN or inf (JSON has neither). */
-const char *gpt_json(char *buf, size_t n, double v)
-{
-    snprintf(buf, n, isfinite(v) ? "%.6f" : "null", v);
-    return buf;
-}
-
 /* ---- data ------------------------------------------------------------------------------------ */
 
 /* The validation pattern: --val-data, or the training pattern with "train" replaced by "val"
@@ -448,9 +441,9 @@ static void gpt_report_val(trainer *t)
         jsonl_line(t->metrics,
                      "{\"step\":%ld,\"val_loss\":%s,\"train_loss\":%s,\"grad_norm\":%s,"
                      "\"lr\":%.8g}\n",
-                     t->step, gpt_json(v, sizeof v, G(t)->val_loss),
-                     gpt_json(l, sizeof l, G(t)->last_loss),
-                     gpt_json(g, sizeof g, optim_last_norm(t->opt)),
+                     t->step, jsonl_num(v, sizeof v, "%.6f", G(t)->val_loss),
+                     jsonl_num(l, sizeof l, "%.6f", G(t)->last_loss),
+                     jsonl_num(g, sizeof g, "%.6f", optim_last_norm(t->opt)),
                      gpt_lr(t, t->step > 0 ? t->step - 1 : 0));
     }
 }
@@ -493,8 +486,8 @@ static void gpt_after_step(trainer *t)
             char l[32], g[32];
             if (t->metrics)
                 jsonl_line(t->metrics, "{\"step\":%ld,\"train_loss\":%s,\"grad_norm\":%s}\n",
-                             t->step, gpt_json(l, sizeof l, s->last_loss),
-                             gpt_json(g, sizeof g, norm));
+                             t->step, jsonl_num(l, sizeof l, "%.6f", s->last_loss),
+                             jsonl_num(g, sizeof g, "%.6f", norm));
         }
     }
     if (o->gpt.val_every && t->step % o->gpt.val_every == 0 && t->step < t->total_steps) {

@@ -43,8 +43,6 @@ typedef struct gpt_task {
 static inline gpt_task *G(const trainer *t) { return t->state; }
 
 /* task_gpt.c */
-/* v as JSON: a number, or null when it is not finite. */
-const char *gpt_json(char *buf, size_t n, double v);
 /* The learning rate of step `step` (0-based): warm-up, then cosine decay. */
 double gpt_lr(const trainer *t, long step);
 

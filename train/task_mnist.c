@@ -33,7 +33,7 @@ typedef struct mnist_task {
     double seconds;    /* t->train_seconds at the start of the epoch */
     int epochs;        /* epochs run */
     epoch_stats last;  /* of the last epoch */
-    float confusion[REPORT_N_CLASSES * REPORT_N_CLASSES]; /* last evaluation, summed over ranks */
+    float confusion[MODEL_N_CLASSES * MODEL_N_CLASSES]; /* last evaluation, summed over ranks */
 } mnist_task;
 
 static mnist_task *M(const trainer *t) { return t->state; }
@@ -216,11 +216,11 @@ static double mnist_evaluate(trainer *t)
                                       NULL, s->pred), "evaluation forward pass");
         trainer_batch_done(t);
         for (int i = 0; i < n; i++)
-            s->confusion[s->y_host[i] * REPORT_N_CLASSES + s->pred[i]] += 1.0f;
+            s->confusion[s->y_host[i] * MODEL_N_CLASSES + s->pred[i]] += 1.0f;
     }
-    trainer_must(t, ddp_allreduce_host(t->ctx, s->confusion, REPORT_N_CLASSES * REPORT_N_CLASSES,
+    trainer_must(t, ddp_allreduce_host(t->ctx, s->confusion, MODEL_N_CLASSES * MODEL_N_CLASSES,
                                        DDP_FP32, DDP_SUM), "summing evaluation counts");
-    return confusion_accuracy(s->confusion);
+    return model_confusion_accuracy(s->confusion);
 }
 
 /* Rank 0, after the first step (oneDNN picks its implementations when the primitives are made,
@@ -356,7 +356,7 @@ static ddp_status mnist_report_end(trainer *t)
     if (t->rank != 0)
         return DDP_OK;
     printf("\nclassification report (test set, after the last epoch):\n");
-    print_class_report(stdout, s->confusion);
+    model_class_report(stdout, s->confusion);
     printf("\nthroughput: %.1f samples/s across %d rank(s) (%ld steps in %.2f s of training, %.2f s wall)\n",
            r.samples_per_s, r.world_size, r.steps, r.train_seconds, r.wall_seconds);
     if (r.exposed_comm_ms >= 0)

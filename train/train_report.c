@@ -1,10 +1,9 @@
-/* train_report.c - ddp-train output: progress bar or lines, classification report, the metrics
- * lines (written through common/jsonl.c). */
+/* train_report.c - ddp-train output: progress bar or lines, the metrics lines (written through
+ * common/jsonl.c). */
 #include "train_report.h"
 
 #include "ddp_trace.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -17,78 +16,19 @@ double train_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-double confusion_accuracy(const float *confusion)
-{
-    double correct = 0.0, total = 0.0;
-    for (int t = 0; t < REPORT_N_CLASSES; t++) {
-        for (int q = 0; q < REPORT_N_CLASSES; q++)
-            total += confusion[t * REPORT_N_CLASSES + q];
-        correct += confusion[t * REPORT_N_CLASSES + t];
-    }
-    return total > 0 ? correct / total : 0.0;
-}
-
-/* Precision, recall, F1 and support of class c. */
-static void class_scores(const float *confusion, int c, double *prec, double *rec, double *f1,
-                             double *support)
-{
-    double tp = confusion[c * REPORT_N_CLASSES + c], predicted = 0.0, actual = 0.0;
-    for (int k = 0; k < REPORT_N_CLASSES; k++) {
-        predicted += confusion[k * REPORT_N_CLASSES + c];
-        actual += confusion[c * REPORT_N_CLASSES + k];
-    }
-    *prec = predicted > 0 ? tp / predicted : 0.0;
-    *rec = actual > 0 ? tp / actual : 0.0;
-    *f1 = *prec + *rec > 0 ? 2.0 * *prec * *rec / (*prec + *rec) : 0.0;
-    *support = actual;
-}
-
-void print_class_report(FILE *f, const float *confusion)
-{
-    double macro[3] = {0}, weighted[3] = {0}, total = 0.0;
-    fprintf(f, "%12s %10s %10s %10s %10s\n\n", "", "precision", "recall", "f1-score", "support");
-    for (int c = 0; c < REPORT_N_CLASSES; c++) {
-        double s[3], support;
-        class_scores(confusion, c, &s[0], &s[1], &s[2], &support);
-        fprintf(f, "%12d %10.4f %10.4f %10.4f %10.0f\n", c, s[0], s[1], s[2], support);
-        for (int k = 0; k < 3; k++) {
-            macro[k] += s[k] / REPORT_N_CLASSES;
-            weighted[k] += s[k] * support;
-        }
-        total += support;
-    }
-    for (int k = 0; k < 3 && total > 0; k++)
-        weighted[k] /= total;
-    fprintf(f, "\n%12s %10s %10s %10.4f %10.0f\n", "accuracy", "", "", confusion_accuracy(confusion),
-            total);
-    fprintf(f, "%12s %10.4f %10.4f %10.4f %10.0f\n", "macro avg", macro[0], macro[1], macro[2], total);
-    fprintf(f, "%12s %10.4f %10.4f %10.4f %10.0f\n", "weighted avg", weighted[0], weighted[1],
-            weighted[2], total);
-}
-
-/* v as a JSON number with format fmt, or null when it is NaN or infinite (a diverged loss): JSON
- * has no NaN or Infinity, and printf's "nan" or "-nan" would make the line unreadable. */
-static const char *json_number(char *buf, size_t n, const char *fmt, double v)
-{
-    if (!isfinite(v))
-        return "null";
-    snprintf(buf, n, fmt, v);
-    return buf;
-}
-
 void metrics_epoch(jsonl_file *m, const epoch_stats *e)
 {
     char loss[64];
     jsonl_line(m, "{\"epoch\":%d,\"steps\":%ld,\"train_loss\":%s,\"test_accuracy\":%.6f,"
                  "\"samples_per_s\":%.1f}\n",
-                 e->epoch, e->steps, json_number(loss, sizeof loss, "%.6f", e->train_loss),
+                 e->epoch, e->steps, jsonl_num(loss, sizeof loss, "%.6f", e->train_loss),
                  e->test_accuracy, e->samples_per_s);
 }
 
 /* A figure that may be missing (negative): JSON null, else the number. */
-#define json_opt(buf, v) ((v) < 0 ? "null" : json_number(buf, sizeof buf, "%.3f", (v)))
+#define json_opt(buf, v) ((v) < 0 ? "null" : jsonl_num(buf, sizeof buf, "%.3f", (v)))
 /* A count that may be missing (negative): JSON null, else the integer. */
-#define json_count(buf, v) ((v) < 0 ? "null" : json_number(buf, sizeof buf, "%.0f", (double)(v)))
+#define json_count(buf, v) ((v) < 0 ? "null" : jsonl_num(buf, sizeof buf, "%.0f", (double)(v)))
 
 void metrics_summary(jsonl_file *m, const train_opts *o, const run_stats *r)
 {
@@ -99,7 +39,7 @@ void metrics_summary(jsonl_file *m, const train_opts *o, const run_stats *r)
                  "\"wall_seconds\":%.3f,\"stopped_by_signal\":%s%s}\n",
                  o->model.kind == MODEL_CNN ? "cnn" : "mlp", r->backend, r->world_size, o->batch,
                  o->accum, r->epochs, r->steps,
-                 json_number(loss, sizeof loss, "%.6f", r->train_loss), r->test_accuracy,
+                 jsonl_num(loss, sizeof loss, "%.6f", r->train_loss), r->test_accuracy,
                  r->samples_per_s, r->train_seconds, r->wall_seconds,
                  r->stopped_by_signal ? "true" : "false", metrics_comm(comm, sizeof comm, r));
 }

@@ -9,16 +9,8 @@
 #include "progress.h"
 #include "train_opts.h"
 
-#define REPORT_N_CLASSES 10
-
 /* Seconds on a monotonic clock. */
 double train_now(void);
-
-/* Confusion counts: confusion[true * REPORT_N_CLASSES + predicted]. */
-double confusion_accuracy(const float *confusion);
-/* sklearn-style table: per-class precision, recall, F1 and support; accuracy; macro and weighted
- * averages. A class with no prediction (or no sample) gets precision (recall) 0. */
-void print_class_report(FILE *f, const float *confusion);
 
 /* One epoch's numbers, as printed and as a metrics line. */
 typedef struct epoch_stats {

@@ -337,70 +337,27 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The staging copy: this rank's shard of the state for a checkpoint folder, its ddp_shard_range
- * slice of the parameters and of every optimizer buffer (its --zero shard when they are sharded,
- * else the same slice of the replicated buffer), each with its offset ("shard.offset.NAME"), and
- * the position and fingerprint (state_add_position). A libddp state kept for the run: its buffers
- * are allocated once (at start-up with --checkpoint-async, else at a save) and each save downloads
- * the values straight into them (ddp_state_f32_buffer), one copy, no allocation. With
- * --checkpoint-async the buffers are page-locked (ddp_snapshot_pin) and the copies queued on a side
- * stream (ddp_snapshot_copy): the host does not wait for them, the writer does, and the optimizer's
- * next step waits for them on the GPU (optim.c's ddp_snapshot_fence). The background write reads
- * the state, so the next save waits for that write first. */
-typedef struct staging {
-    ddp_ctx *ctx;                  /* the pinning's */
-    ddp_state *shard;
-    float *opt[TRAIN_MAX_OPT_BUFS]; /* the state's own buffers */
-    size_t off, n;                 /* this rank's ddp_shard_range slice */
-    size_t bytes;                  /* of the float buffers */
-} staging;
-
-static staging stage;
+/* The staging copy (libddp's ddp_ckpt_stage): this rank's ddp_shard_range slice of every optimizer
+ * buffer (its --zero shard when they are sharded, else the same slice of the replicated buffer),
+ * plus the position and fingerprint (state_add_position), kept for the run: allocated at start-up
+ * with --checkpoint-async (page-locked, the copies queued on a side stream, the optimizer's next
+ * step waiting for them on the GPU: optim.c's ddp_snapshot_fence), else at a save and freed after
+ * it. The background write reads it, so the next save waits for that write first. */
+static ddp_ckpt_stage *stage;
 
 static void stage_free(void)
 {
-    if (stage.ctx) {
-        for (int i = 0; i < TRAIN_MAX_OPT_BUFS; i++)
-            (void)ddp_snapshot_unpin(stage.ctx, stage.opt[i]);
-    }
-    ddp_state_destroy(stage.shard);
-    stage = (staging){0};
+    ddp_ckpt_stage_destroy(stage);
+    stage = NULL;
 }
 
 /* The staging copy's memory, once (kept by later calls); DDP_ERR_NOMEM. */
 static ddp_status stage_alloc(const train_setup *s)
 {
-    const train_buffers *b = &s->buf;
-    if (stage.shard)
+    if (stage)
         return DDP_OK;
-    ddp_shard_range(b->numel, ddp_world_size(s->ctx), ddp_rank(s->ctx), &stage.off, &stage.n);
-    ddp_param_desc shard = {.name = "shard", .n_dims = 1, .shape = {(int64_t)stage.n}};
-    ddp_status st = ddp_state_create(&shard, 1, NULL, &stage.shard);
-    stage.bytes = b->n_opt * stage.n * sizeof(float); /* sharded: the --zero shard is this slice */
-    for (int i = 0; st == DDP_OK && i < b->n_opt; i++) {
-        char key[DDP_NAME_MAX + 16];
-        snprintf(key, sizeof key, "shard.offset.%s", b->opt_names[i]);
-        st = ddp_state_f32_buffer(stage.shard, b->opt_names[i], stage.n, &stage.opt[i]);
-        if (st == DDP_OK)
-            st = ddp_state_set_u64(stage.shard, key, stage.off);
-    }
-    if (st != DDP_OK) {
-        stage_free();
-        return st;
-    }
-    /* page-locked for --checkpoint-async, so the copies run on the side stream (the staging is
-     * kept for the run); a synchronous save, or a refused pinning, copies through ddp_download's
-     * bounce buffers, the host waiting */
-    if (!s->o->checkpoint_async)
-        return DDP_OK;
-    stage.ctx = s->ctx;
-    ddp_status pin = DDP_OK;
-    for (int i = 0; pin == DDP_OK && i < b->n_opt; i++)
-        pin = ddp_snapshot_pin(s->ctx, stage.opt[i], stage.n * sizeof(float));
-    if (pin != DDP_OK)
-        DDP_WARN("checkpoint staging: page-locking %.1f MiB failed (%s): the copies for a save wait on "
-                 "the host", (double)stage.bytes / (1 << 20), ddp_strerror(pin));
-    return DDP_OK;
+    return ddp_ckpt_stage_create(s->ctx, s->buf.numel, s->buf.opt_names, s->buf.n_opt,
+                                 s->o->checkpoint_async, &stage);
 }
 
 /* Rank 0, once (--checkpoint-async): prints the staging copy's size, since that host memory stays
@@ -408,11 +365,13 @@ static ddp_status stage_alloc(const train_setup *s)
 static void stage_report(const train_setup *s, const char *when)
 {
     static int reported;
-    if (ddp_rank(s->ctx) != 0 || !stage.shard || reported++)
+    size_t off, n;
+    ddp_ckpt_stage_range(stage, &off, &n);
+    if (ddp_rank(s->ctx) != 0 || !stage || reported++)
         return;
     printf("--checkpoint-async: each rank copies its shard to host memory for the background write, "
            "into staging memory allocated %s and kept for every save: %.1f MiB on rank 0 (%zu values "
-           "of each buffer)\n", when, (double)stage.bytes / (1 << 20), stage.n);
+           "of each buffer)\n", when, (double)ddp_ckpt_stage_bytes(stage) / (1 << 20), n);
     fflush(stdout);
 }
 
@@ -421,36 +380,14 @@ static void stage_report(const train_setup *s, const char *when)
 static ddp_status stage_shard(const train_setup *s, train_pos pos)
 {
     const train_buffers *b = &s->buf;
+    size_t off, n;
     ddp_status st = stage_alloc(s);
+    ddp_ckpt_stage_range(stage, &off, &n);
     for (int i = 0; st == DDP_OK && i < b->n_opt; i++) /* from the range, at the slice */
-        st = ddp_snapshot_copy(s->ctx, stage.opt[i], b->opt[i] + (stage.off - b->opt_offset),
-                               stage.n * sizeof(float));
+        st = ddp_ckpt_stage_copy(stage, s->ctx, i, b->opt[i] + (off - b->opt_offset));
     if (st == DDP_OK)
-        st = state_add_position(s, pos, stage.shard);
+        st = state_add_position(s, pos, ddp_ckpt_stage_state(stage));
     return st;
-}
-
-/* Collective: each rank's failure flag summed over the ranks into flags[world] (every rank). */
-static void agree_flags(const train_setup *s, int failed, int64_t *flags)
-{
-    int world = ddp_world_size(s->ctx);
-    memset(flags, 0, (size_t)world * sizeof *flags);
-    flags[ddp_rank(s->ctx)] = failed != 0;
-    train_must(s->ctx, ddp_allreduce_host(s->ctx, flags, (size_t)world, DDP_INT64, DDP_SUM),
-               "agreeing on the checkpoint's files");
-}
-
-/* Rank 0: the ranks whose flag is set, logged after `what`; their count. */
-static int64_t name_failed(const int64_t *flags, int world, const char *what)
-{
-    char list[256] = "";
-    int64_t n = 0;
-    for (int q = 0; q < world; q++)
-        if (flags[q] && ++n <= 16)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", n > 1 ? ", " : "", q);
-    if (n)
-        DDP_ERROR("%s: rank(s) %s%s failed (see their messages)", what, list, n > 16 ? ", ..." : "");
-    return n;
 }
 
 /* Why a save failed, for a message: the system's reason (errno, set by train_save_state) for
@@ -458,35 +395,6 @@ static int64_t name_failed(const int64_t *flags, int world, const char *what)
 static const char *save_error(ddp_status st)
 {
     return st == DDP_ERR_IO && errno != 0 ? strerror(errno) : ddp_strerror(st);
-}
-
-/* What to do about a failed save, by its system's reason (err: errno, 0 when none is known). */
-static const char *save_advice(int err)
-{
-    switch (err) {
-    case ENOSPC:
-    case EDQUOT:
-        return "free space there or raise the quota, or use another --checkpoint-dir";
-    case EROFS:
-        return "the file system is mounted read-only: remount it read-write, or use another "
-               "--checkpoint-dir";
-    case EACCES:
-    case EPERM:
-        return "this user may not write there: fix the folder's permissions or owner (or its "
-               "immutable attribute, chattr -i), or use another --checkpoint-dir";
-    case ENOENT:
-    case EEXIST:
-    case ENOTEMPTY:
-    case ESTALE:
-        return "a file or folder of the save vanished or appeared while it was written: the folder "
-               "was removed, or another job writes into the same --checkpoint-dir (give each job "
-               "its own)";
-    case EIO:
-        return "the storage reported an I/O error: check the disk and the file system, or use "
-               "another --checkpoint-dir";
-    default:
-        return "check the folder, or use another --checkpoint-dir";
-    }
 }
 
 /* Rank 0: the saves of this run that failed (--checkpoint-errors warn tells the first in full). */
@@ -500,12 +408,14 @@ static void report_failed_save(const train_setup *s, const char *path, long step
     const char *why = save_error(st);
     saves_failed++;
     if (!s->o->checkpoint_errors_warn)
-        DDP_ERROR("checkpoint %s at step %ld failed: %s; the previous checkpoints are kept (%s, or "
-                  "--checkpoint-errors warn to go on)", path, step, why, save_advice(err));
+        DDP_ERROR("checkpoint %s at step %ld failed: %s; the previous checkpoints are kept (%s, "
+                  "or use another --checkpoint-dir, or --checkpoint-errors warn to go on)", path,
+                  step, why, out_path_advice(err));
     else if (saves_failed == 1)
-        DDP_ERROR("checkpoint %s at step %ld failed: %s; the previous checkpoints are kept (%s); "
-                  "training goes on (--checkpoint-errors warn), each later failed save is counted "
-                  "in a line", path, step, why, save_advice(err));
+        DDP_ERROR("checkpoint %s at step %ld failed: %s; the previous checkpoints are kept (%s, "
+                  "or use another --checkpoint-dir); training goes on (--checkpoint-errors warn), "
+                  "each later failed save is counted in a line", path, step, why,
+                  out_path_advice(err));
     else
         DDP_WARN("checkpoint %s at step %ld failed too: %s (%ld failed saves so far)", path, step,
                  why, saves_failed);
@@ -548,8 +458,9 @@ static ddp_status save_folder(const train_setup *s, const train_pos *pos, int ba
     ddp_status staged = stage_shard(s, *pos);
     if (s->o->checkpoint_async)
         stage_report(s, "at the first save");
-    ddp_status st = ddp_ckpt_manager_save(m, pos->step, staged == DDP_OK ? stage.shard : NULL,
-                                          s->buf.descs, s->buf.n_params, background);
+    const ddp_state *shard = staged == DDP_OK ? ddp_ckpt_stage_state(stage) : NULL;
+    ddp_status st = ddp_ckpt_manager_save(m, pos->step, shard, s->buf.descs, s->buf.n_params,
+                                          background);
     int err = errno;
     if (staged != DDP_OK && st != DDP_OK)
         st = staged;
@@ -605,30 +516,15 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
 
 /* ---- writability before training ------------------------------------------------------------- */
 
-/* The folder that holds TARGET accepts a new file (common/out_path's probe). */
-static ddp_status probe_dir(const char *flag, const char *what, const char *target)
-{
-    char why[1024];
-    if (out_path_probe_dir(target, why, sizeof why) != OUT_PATH_OK) {
-        DDP_ERROR("%s %s%s (checked before training, so nothing is lost)", flag, what, why);
-        return DDP_ERR_IO;
-    }
-    return DDP_OK;
-}
-
 /* --save, --trace or --save-llmc FILE: common/out_path's rule (the file a save may replace), and
  * its folder accepts a new file. */
 static ddp_status check_output_file(const char *flag, const char *path)
 {
-    char why[1024], *target = NULL;
-    int rc = out_path_target(path, &target, why, sizeof why);
-    if (rc != OUT_PATH_OK) {
+    char why[1024];
+    int rc = out_path_check(path, why, sizeof why);
+    if (rc != OUT_PATH_OK)
         DDP_ERROR("%s %s%s (checked before training, so nothing is lost)", flag, path, why);
-        return rc == OUT_PATH_REFUSED ? DDP_ERR_INVALID_ARG : DDP_ERR_IO;
-    }
-    ddp_status st = probe_dir(flag, path, target);
-    free(target);
-    return st;
+    return rc == OUT_PATH_OK ? DDP_OK : rc == OUT_PATH_REFUSED ? DDP_ERR_INVALID_ARG : DDP_ERR_IO;
 }
 
 ddp_status train_check_outputs(const train_opts *o, const char *const *flags,
@@ -921,12 +817,11 @@ static ddp_status load_folder(const train_setup *s, const char *path, const ddp_
         st = read_shares(s, d);
     int64_t *flags = malloc((size_t)world * sizeof *flags);
     train_must(s->ctx, flags ? DDP_OK : DDP_ERR_NOMEM, "allocating the resume flags");
-    agree_flags(s, st != DDP_OK, flags);
     int64_t failed = 0;
-    for (int q = 0; q < world; q++)
-        failed += flags[q];
-    if (rank == 0 && failed)
-        name_failed(flags, world, "--resume: reading the checkpoint folder");
+    train_must(s->ctx, ddp_agree_failed(s->ctx, st != DDP_OK, flags, &failed),
+               "agreeing on the checkpoint's files");
+    if (rank == 0)
+        ddp_log_failed_ranks(flags, world, "--resume: reading the checkpoint folder");
     free(flags);
     ddp_ckpt_dir_close(mine);
     if (failed) {

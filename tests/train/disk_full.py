@@ -112,7 +112,8 @@ def break_folder(how, folder, mnt):
 
 ADVICE = {"read-only": ["Read-only file system", "mounted read-only: remount it read-write"],
           "immutable": ["Operation not permitted", "permissions or owner", "chattr -i"],
-          "removed": ["No such file or directory", "another job writes into the same --checkpoint-dir"]}
+          "removed": ["No such file or directory",
+                      "another job writes into the same folder (give each job its own)"]}
 
 
 def failed_for(chk, train, mpi, tmp, mnt, how):
