@@ -335,7 +335,7 @@ struct tokens_loader {
     size_t bt;            /* B*T */
     size_t *first_window; /* (n_shards + 1,) global index of each shard's first window */
     size_t n_windows;
-    size_t per_rank; /* steps per epoch */
+    size_t per_rank; /* windows per epoch */
     ddp_sampler *sampler;
     size_t *idx; /* (per_rank,) this rank's windows of epoch idx_epoch */
     uint64_t idx_epoch;
@@ -383,7 +383,8 @@ static ddp_status loader_sampler(tokens_loader *l)
     }
     ddp_sampler_opts so = {.n_samples = l->n_windows, .world_size = l->o.world_size,
                            .rank = l->o.rank, .seed = l->o.seed, .shuffle = l->o.shuffle != 0,
-                           .drop_last = 1};
+                           .drop_last = 1, .block = l->o.blocks_per_step ? 1 : 0,
+                           .blocks_per_step = l->o.blocks_per_step};
     ddp_status rc = ddp_sampler_create(&so, &l->sampler);
     if (rc != DDP_OK)
         return rc;

@@ -106,6 +106,8 @@ typedef struct tokens_loader_opts {
     int rank;       /* [0, world_size) */
     uint64_t seed;  /* the permutation of epoch e comes from (seed, e) */
     int shuffle;    /* 0: windows in shard order each epoch (for tests), else permuted */
+    int blocks_per_step; /* 0: rank r takes windows r, r + world, ...; else a step's windows over
+                            all ranks, shared unevenly (ddp_sampler's blocks of one window) */
 } tokens_loader_opts;
 
 /* The position of a loader: the epoch and the number of windows (steps) this rank has taken in it.
@@ -124,7 +126,8 @@ ddp_status tokens_loader_create(const tokens_set *set, const tokens_loader_opts 
 /* NULL is ignored. */
 void tokens_loader_destroy(tokens_loader *l);
 
-/* Windows per rank per epoch = steps per epoch (0 for NULL); the same on every rank. */
+/* Windows per rank per epoch (0 for NULL); the same on every rank unless blocks_per_step shares
+ * them unevenly. */
 size_t tokens_loader_steps_per_epoch(const tokens_loader *l);
 /* Windows in the epoch over all ranks before the cut (0 for NULL). */
 size_t tokens_loader_n_windows(const tokens_loader *l);

@@ -952,3 +952,19 @@ const ddp_state *ddp_checkpoint_state(const ddp_state *file, const ddp_ckpt_dir 
 {
     return file ? file : dir ? ddp_ckpt_dir_state(dir) : NULL;
 }
+
+ddp_status ddp_ckpt_dir_read_dev(ddp_ctx *ctx, const ddp_ckpt_dir *d, const char *name,
+                                 size_t offset, size_t n, float *dst)
+{
+    size_t chunk = n < ((size_t)4 << 20) ? n : (size_t)4 << 20;
+    float *host = malloc((chunk ? chunk : 1) * sizeof *host);
+    ddp_status st = host ? DDP_OK : DDP_ERR_NOMEM;
+    for (size_t at = 0; st == DDP_OK && at < n; at += chunk) {
+        size_t k = n - at < chunk ? n - at : chunk;
+        st = ddp_ckpt_dir_read_f32(d, name, offset + at, k, host);
+        if (st == DDP_OK)
+            st = ddp_upload(ctx, dst + at, host, k * sizeof *host);
+    }
+    free(host);
+    return st;
+}

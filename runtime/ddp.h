@@ -514,6 +514,13 @@ DDP_API ddp_status ddp_broadcast_params(ddp_ctx *ctx, float *params, size_t n);
  * shuffle is 0); then either padded by repeating its start to a multiple of world_size
  * (drop_last = 0), or cut to a multiple of world_size (drop_last = 1); rank r takes positions
  * r, r + world_size, r + 2 * world_size, ...
+ * Blocks (block > 0), for a step whose micro-batches the ranks share unevenly (an elastic run's
+ * fixed global batch at a world size that does not divide it): the permutation is cut to whole
+ * steps of blocks_per_step blocks of `block` positions (drop_last is ignored), and in each step
+ * block v goes to rank v % world_size, so a rank holds ceil((blocks_per_step - rank) /
+ * world_size) blocks of every step, laid out step by step. The samples of step s are the same
+ * whatever the world size (positions [s * blocks_per_step * block, (s + 1) * ...)), as they are in
+ * the strided layout when world_size divides the step.
  */
 typedef struct ddp_sampler ddp_sampler;
 
@@ -524,14 +531,18 @@ typedef struct ddp_sampler_opts {
     uint64_t seed;
     int shuffle;
     int drop_last;
+    size_t block;        /* 0: the strided layout; else the blocks' positions (see above) */
+    int blocks_per_step; /* with block: the step's blocks over all ranks, >= world_size */
 } ddp_sampler_opts;
 
-/* DDP_ERR_INVALID_ARG when rank is outside [0, world_size), n_samples is 0, or drop_last leaves
- * no sample per rank. On failure *out is NULL. */
+/* DDP_ERR_INVALID_ARG when rank is outside [0, world_size), n_samples is 0, drop_last leaves no
+ * sample per rank, or blocks leave a rank without one or the data without a whole step. On
+ * failure *out is NULL. */
 DDP_API ddp_status ddp_sampler_create(const ddp_sampler_opts *opts, ddp_sampler **out);
 /* NULL is ignored. */
 DDP_API void ddp_sampler_destroy(ddp_sampler *s);
-/* Number of indices this rank gets per epoch (the same on every rank); 0 for a NULL sampler. */
+/* Number of indices this rank gets per epoch (the same on every rank, except with blocks that
+ * the world size does not divide); 0 for a NULL sampler. */
 DDP_API size_t ddp_sampler_len(const ddp_sampler *s);
 /* Writes this rank's ddp_sampler_len() indices for `epoch` into out (room for that many).
  * DDP_ERR_INVALID_ARG when s or out is NULL (out untouched); nothing else fails. Not collective. */
@@ -582,6 +593,9 @@ DDP_API ddp_status ddp_shard_gather(ddp_ctx *ctx, size_t total, const float *sha
  * [offset, offset + n) in range (backend memory, element offset at range[0]). Errors as above. */
 DDP_API ddp_status ddp_range_broadcast(ddp_ctx *ctx, size_t total, const float *root_host,
                                        size_t offset, size_t n, float *range, size_t chunk);
+/* Collective: buf (total floats of backend memory on every rank) made whole from every rank's
+ * shard (ddp_shard_range of total), each broadcast by its owner. Fails as ddp_broadcast. */
+DDP_API ddp_status ddp_shard_allgather(ddp_ctx *ctx, size_t total, float *buf);
 
 /* ---------------------------------------------------------------------------------------------
  * Reducer: averages gradients across ranks with bucketed asynchronous all-reduces that overlap
@@ -713,6 +727,14 @@ typedef struct ddp_reducer_opts {
      *    pass to the sync step's reduce-scatters, and the sums are stage 0's (bit-identical at
      *    2 ranks). With one micro-step per optimizer step both are the same. */
     int local_accum;
+    /* The step's micro-batches over all ranks, when the ranks accumulate different numbers of
+     * them (an elastic run's fixed global batch at a world size that does not divide it): the
+     * gradients are then scaled by 1 / micro_total (the mean over the global batch) instead of
+     * 1 / (world_size x this rank's micro-steps), the same factor on every rank. 0 (default):
+     * every rank does as many. Not with bucket-owned gradients that reduce every micro-step
+     * (zero_stage 2 without local_accum: the ranks would issue different numbers of
+     * reduce-scatters; DDP_ERR_INVALID_ARG). */
+    int micro_total;
 } ddp_reducer_opts;
 
 /* What the reducer's buckets follow (ddp_reducer_bucket_order). */

@@ -169,6 +169,10 @@ DDP_API const char *ddp_ckpt_dir_file(const ddp_ckpt_dir *d, int i);
  * end, DDP_ERR_IO (logged with the file). */
 DDP_API ddp_status ddp_ckpt_dir_read_f32(const ddp_ckpt_dir *d, const char *name, size_t offset,
                                          size_t n, float *dst);
+/* The same into backend memory dst (element offset at dst[0]), through a host buffer of at most
+ * 4 Mi floats. Errors as ddp_ckpt_dir_read_f32 and ddp_upload, DDP_ERR_NOMEM. */
+DDP_API ddp_status ddp_ckpt_dir_read_dev(ddp_ctx *ctx, const ddp_ckpt_dir *d, const char *name,
+                                         size_t offset, size_t n, float *dst);
 /* Reads all of file i and checks its CRC-32. DDP_ERR_FORMAT (logged naming it), DDP_ERR_IO. */
 DDP_API ddp_status ddp_ckpt_dir_verify_file(const ddp_ckpt_dir *d, int i);
 /* ddp_ckpt_dir_verify_file of every file, in order; the first failure. */

@@ -87,6 +87,7 @@ void ddp_reducer_opts_default(ddp_reducer_opts *opts)
     opts->zero_stage = 0;
     opts->ready_order = NULL;
     opts->local_accum = 0;
+    opts->micro_total = 0;
 }
 
 static ddp_status mib_to_bytes(double mib, const char *what, size_t *out)
@@ -230,6 +231,13 @@ static ddp_status reducer_check_create(const ddp_ctx *ctx, const void *grads, co
                                    "leave local_accum 0");
         return DDP_ERR_INVALID_ARG;
     }
+    if (o->micro_total < 0 || (o->micro_total && !grads && !o->local_accum)) {
+        DDP_ERROR("ddp_reducer_create: micro_total %d: %s", o->micro_total, o->micro_total < 0
+                  ? "must be >= 0 (0: every rank does as many micro-steps)"
+                  : "ranks with different micro-step counts need one collective a step: with "
+                    "bucket-owned gradients set local_accum");
+        return DDP_ERR_INVALID_ARG;
+    }
     return DDP_OK;
 }
 
@@ -260,6 +268,7 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
     r->static_buckets = o->static_buckets || r->owned;
     r->strict_order = o->strict_order;
     r->local_accum = r->owned && o->local_accum;
+    r->micro_total = o->micro_total;
     st = reducer_plan(r, numel, o);
     if (st == DDP_OK && r->owned && o->ready_order)
         r->bucket_order = DDP_BUCKETS_READY_ORDER;
@@ -571,7 +580,7 @@ static ddp_status reducer_zero_unpack(ddp_reducer *r, int b, float alpha)
 
 static ddp_status reducer_scale(ddp_reducer *r)
 {
-    double mean = 1.0 / ((double)ddp_world_size(r->ctx) * (double)r->micro_steps);
+    double mean = 1.0 / reducer_micro_total(r);
     float alpha = (float)(mean / (double)reducer_prescale(r));
     if (r->owned) /* the shard holds the sums of every micro-step's pieces */
         return alpha == 1.0f ? DDP_OK

@@ -52,6 +52,12 @@ size_t *reducer_zero_counts(ddp_reducer *r, int b)
     return counts;
 }
 
+double reducer_micro_total(const ddp_reducer *r)
+{
+    return r->micro_total ? (double)r->micro_total
+                          : (double)ddp_world_size(r->ctx) * (double)r->micro_steps;
+}
+
 /* What a bucket is multiplied by before its all-reduce: 1 for fp32 on the wire; for 16 bits
  * 2^-k, 2^k the smallest power of two >= world_size * micro_steps (see reducer.c's top comment);
  * bucket-owned gradients that send every micro-step alone: world_size. */
@@ -61,7 +67,7 @@ float reducer_prescale(const ddp_reducer *r)
         return 1.0f;
     int k;
     double steps = r->owned && !r->local_accum ? 1.0 : (double)r->micro_steps;
-    double m = frexp((double)ddp_world_size(r->ctx) * steps, &k);
+    double m = frexp(r->micro_total ? (double)r->micro_total : ddp_world_size(r->ctx) * steps, &k);
     return (float)ldexp(1.0, m == 0.5 ? 1 - k : -k);
 }
 

@@ -81,6 +81,7 @@ struct ddp_reducer {
     grad_pool *pool;
     int next_reap;            /* first launched bucket whose reduce-scatter is not waited for */
     int local_accum;          /* micro-steps that are not sync steps add into the held buffers */
+    int micro_total;          /* opts.micro_total: the step's micro-batches over all ranks, or 0 */
     int order_warned;         /* a marking order other than the plan's was reported */
 };
 
@@ -101,6 +102,8 @@ size_t reducer_overlap(const ddp_reducer *r, int q, size_t off, size_t len);
 void reducer_run_in_shard(const ddp_reducer *r, int k, size_t *a, size_t *e);
 /* Bucket b's elements in each shard (r->counts row b, filled and returned). */
 size_t *reducer_zero_counts(ddp_reducer *r, int b);
+/* The step's micro-batches over all ranks: opts.micro_total, else world size x micro-steps. */
+double reducer_micro_total(const ddp_reducer *r);
 /* What a bucket is multiplied by before its collective (1 for fp32 on the wire). */
 float reducer_prescale(const ddp_reducer *r);
 /* Launches the buckets whose parameters are all marked (every one left with force), in bucket

@@ -6,6 +6,8 @@
  * total = per_rank * world_size, and rank r takes positions r, r + world_size, ...
  * per_rank is ceil(n / world) without drop_last and floor(n / world) with it (PyTorch's
  * ceil((n - world) / world) when n % world != 0).
+ * With blocks (an uneven share of a step's micro-batches), rank r takes, of every whole step of
+ * blocks_per_step blocks, the blocks r, r + world, ...: its own blocks per step times the steps.
  */
 #include <stdlib.h>
 
@@ -84,6 +86,12 @@ static void sampler_permute(ddp_sampler *s, uint64_t epoch)
     }
 }
 
+/* With blocks: how many of a step's blocks are this rank's. */
+static size_t sampler_own_blocks(const ddp_sampler_opts *o)
+{
+    return (size_t)(o->blocks_per_step - o->rank + o->world_size - 1) / (size_t)o->world_size;
+}
+
 static ddp_status sampler_check(const ddp_sampler_opts *o)
 {
     if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size) {
@@ -95,7 +103,14 @@ static ddp_status sampler_check(const ddp_sampler_opts *o)
         DDP_ERROR("ddp_sampler_create: n_samples is 0: the dataset must hold at least one sample");
         return DDP_ERR_INVALID_ARG;
     }
-    if (o->drop_last && o->n_samples < (size_t)o->world_size) {
+    if (o->block && (o->blocks_per_step < o->world_size ||
+                     o->n_samples / o->block < (size_t)o->blocks_per_step)) {
+        DDP_ERROR("ddp_sampler_create: blocks of %zu: %d per step for %d ranks over %zu samples: "
+                  "every rank needs a block per step and the data a whole step", o->block,
+                  o->blocks_per_step, o->world_size, o->n_samples);
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (!o->block && o->drop_last && o->n_samples < (size_t)o->world_size) {
         DDP_ERROR("ddp_sampler_create: drop_last with %zu samples on %d ranks leaves no sample per "
                   "rank: use drop_last = 0 or fewer ranks", o->n_samples, o->world_size);
         return DDP_ERR_INVALID_ARG;
@@ -132,6 +147,9 @@ ddp_status ddp_sampler_create(const ddp_sampler_opts *opts, ddp_sampler **out)
     s->perm = perm;
     s->per_rank = opts->drop_last ? opts->n_samples / world
                                   : opts->n_samples / world + (opts->n_samples % world != 0);
+    if (opts->block) /* whole steps, of which this rank's blocks */
+        s->per_rank = opts->n_samples / (opts->block * (size_t)opts->blocks_per_step) *
+                      sampler_own_blocks(opts) * opts->block;
     *out = s;
     return DDP_OK;
 }
@@ -157,6 +175,14 @@ ddp_status ddp_sampler_indices(ddp_sampler *s, uint64_t epoch, size_t *out)
     }
     sampler_permute(s, epoch);
     size_t n = s->opts.n_samples, world = (size_t)s->opts.world_size;
+    if (s->opts.block) {
+        size_t b = s->opts.block, step = b * (size_t)s->opts.blocks_per_step, k = 0;
+        for (size_t first = 0; k < s->per_rank; first += step)
+            for (size_t v = (size_t)s->opts.rank; v < (size_t)s->opts.blocks_per_step; v += world)
+                for (size_t i = 0; i < b; i++)
+                    out[k++] = s->perm[first + v * b + i];
+        return DDP_OK;
+    }
     size_t pos = (size_t)s->opts.rank;
     for (size_t k = 0; k < s->per_rank; k++, pos += world)
         out[k] = s->perm[pos % n]; /* positions past n repeat the start (padding) */

@@ -75,3 +75,16 @@ ddp_status ddp_range_broadcast(ddp_ctx *ctx, size_t total, const float *root_hos
     ddp_free(ctx, dev);
     return st;
 }
+
+ddp_status ddp_shard_allgather(ddp_ctx *ctx, size_t total, float *buf)
+{
+    int world = ddp_world_size(ctx);
+    ddp_status st = DDP_OK;
+    for (int q = 0; st == DDP_OK && q < world; q++) {
+        size_t off = 0, n = 0;
+        st = ddp_shard_range(total, world, q, &off, &n);
+        if (st == DDP_OK && n > 0)
+            st = ddp_broadcast(ctx, buf + off, n * sizeof(float), q);
+    }
+    return st;
+}

@@ -176,8 +176,9 @@ static ddp_status build_reducer(trainer *t, const train_view *v)
         ro.ready_order = v->ready_order;
         /* --zero-accum local (default): micro-steps add in the bucket buffers, one
          * reduce-scatter per optimizer step, stage 0's sums; reduce: one per micro-step */
-        ro.local_accum = !v->reduce_each_micro && t->accum > 1;
+        ro.local_accum = !v->reduce_each_micro && (t->accum > 1 || t->micro_total);
     }
+    ro.micro_total = t->micro_total; /* uneven shares: every rank scales by the global count */
     return trainer_agree(t, ddp_reducer_create(t->ctx, v->reducer_grads ? NULL : v->grads,
                                                v->numel, v->n_params, &ro, &t->reducer));
 }
@@ -281,6 +282,7 @@ static ddp_status prepare(trainer *t)
         st = t->task->open(t, &plan);
     t->steps_per_epoch = plan.steps_per_epoch;
     t->accum = plan.accum;
+    t->micro_total = plan.micro_total;
     t->n_train = plan.n_train;
     t->no_training = plan.no_training;
     t->fixed = plan.fixed;
@@ -415,6 +417,26 @@ static void update(trainer *t)
     int64_t skipped = t->scaler ? ddp_scaler_skipped_steps(t->scaler) : 0;
     if (!applied && skipped <= (int64_t)(sizeof t->skipped / sizeof t->skipped[0]))
         t->skipped[skipped - 1] = t->step;
+}
+
+ddp_status trainer_plan_global(const trainer *t, train_plan *p, train_fixed_batch f, long micro,
+                               const char *what)
+{
+    long v = f.value / micro;
+    if (f.flag && (f.value % micro != 0 || v < t->world)) {
+        int few = v < t->world;
+        DDP_LOG_(DDP_LOG_ERROR, 1, "--%s %ld %s %s = %ld %s%s: use a multiple of %ld%s", f.flag,
+                 f.value, few ? "has fewer micro-batches of" : "is not a multiple of", what, micro,
+                 f.unit, few ? " than ranks" : "", micro, few ? " at least that x ranks"
+                 : " (the ranks share them, unevenly where needed)");
+        return DDP_ERR_INVALID_ARG;
+    }
+    if (f.flag) {
+        p->accum = (int)((v - t->rank + t->world - 1) / t->world);
+        p->micro_total = v % t->world != 0 ? (int)v : 0;
+        p->fixed = f;
+    }
+    return DDP_OK;
 }
 
 void trainer_data(trainer *t, uint64_t fp, long n)

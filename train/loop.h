@@ -27,7 +27,8 @@ typedef struct trainer trainer;
 /* What a task's open hands the loop: the step plan, the same on every rank. */
 typedef struct train_plan {
     long steps_per_epoch;   /* optimizer steps per epoch */
-    int accum;              /* micro-batches per optimizer step */
+    int accum;              /* micro-batches per optimizer step (this rank's) */
+    int micro_total;        /* over all ranks when they take different numbers (0: accum x ranks) */
     size_t n_train;         /* training samples (GPT-2: windows), for the checkpoint's plan */
     bool no_training;       /* no step at all: the weights are only sampled, evaluated, exported */
     train_fixed_batch fixed; /* a global batch that the world size does not change (or none) */
@@ -109,7 +110,8 @@ struct trainer {
     float *grads;
     ddp_scaler *scaler;     /* fp16 (--precision or --grad-dtype): dynamic loss scaling */
     jsonl_file *metrics;  /* rank 0 with --metrics */
-    int accum;              /* micro-batches per optimizer step */
+    int accum;              /* micro-batches per optimizer step (this rank's) */
+    int micro_total;        /* the plan's: 0 unless the ranks take different numbers */
     train_fixed_batch fixed; /* the plan's */
     bool no_training;       /* the task's plan takes no step (train_plan) */
     ddp_dtype precision;    /* the model's compute precision (train_view) */
@@ -148,6 +150,13 @@ void trainer_must(trainer *t, ddp_status st, const char *what);
 /* Every rank learns whether any rank failed: DDP_OK when none did, else a failure on every rank
  * (its own, or DDP_ERR_MISMATCH where a peer failed). Collective. */
 ddp_status trainer_agree(trainer *t, ddp_status local);
+/* A task's open with a fixed global batch f (f.value units; none: f.flag NULL, nothing done) in
+ * micro-batches of `micro` units (`what`: e.g. "--batch 8"): the plan's accum is this rank's share
+ * of a step's micro-batches (rank, rank + world, ... of them), micro_total their count where the
+ * shares differ, fixed f. DDP_ERR_INVALID_ARG (said once) for a batch that is not whole
+ * micro-batches or has fewer than ranks. */
+ddp_status trainer_plan_global(const trainer *t, train_plan *p, train_fixed_batch f, long micro,
+                               const char *what);
 /* A micro-batch's samples, in a task's batch(): their count and fingerprint (readers/sample_fp.h).
  * With --metrics the step's sums over the ranks go into a line {"data_step", "data_fp",
  * "samples"}: the same at every world size that reads the same global batch. */
@@ -179,4 +188,10 @@ void trainer_progress_eval(trainer *t, double seconds, long every);
 void trainer_params_ready(trainer *t);
 /* Every rank holds the same parameters; `when` (rank 0 prints it) may be NULL. Collective. */
 ddp_status trainer_verify(trainer *t, const char *when);
+/* The step's micro-batches over all ranks. */
+static inline long trainer_micro_total(const trainer *t)
+{
+    return t->micro_total ? t->micro_total : (long)t->accum * t->world;
+}
+
 #endif /* TRAIN_LOOP_H */

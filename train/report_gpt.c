@@ -260,7 +260,7 @@ void gpt_report_start(trainer *t)
            "micro-batch(es) of %d x %d tokens per rank per step = %ld tokens per step; %ld steps "
            "per epoch, %ld planned\n", tokens_loader_n_windows(G(t)->loader), G(t)->B * G(t)->T + 1,
            tokens_loader_steps_per_epoch(G(t)->loader), t->accum, G(t)->B, G(t)->T,
-           (long)G(t)->B * G(t)->T * t->accum * t->world, t->steps_per_epoch, t->total_steps);
+           (long)G(t)->B * G(t)->T * trainer_micro_total(t), t->steps_per_epoch, t->total_steps);
     gpt_report_flops(t);
     gpt_report_memory_start(t);
     fflush(stdout);
@@ -282,7 +282,7 @@ typedef struct gpt_rates {
 static void gpt_rates_get(const trainer *t, gpt_rates *r)
 {
     const gpt2_config *c = &G(t)->cfg;
-    double step_tokens = (double)G(t)->B * G(t)->T * t->accum * t->world;
+    double step_tokens = (double)G(t)->B * G(t)->T * trainer_micro_total(t);
     double steady = t->train_seconds - G(t)->steady_seconds;
     r->steps = t->step - t->start.step;
     r->tps = t->train_seconds > 0 ? (double)r->steps * step_tokens / t->train_seconds : 0.0;

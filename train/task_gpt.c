@@ -153,22 +153,23 @@ static ddp_status gpt_same_data(trainer *t)
 static ddp_status gpt_plan(trainer *t, train_plan *plan)
 {
     const train_opts *o = t->o;
+    long g = o->gpt.total_batch_tokens;
+    char what[48];
+    snprintf(what, sizeof what, "--batch %d x --seq %d", G(t)->B, G(t)->T);
+    plan->accum = o->accum;
+    TRY_OK(trainer_plan_global(t, plan, g ? (train_fixed_batch){"total-batch-tokens", g, "tokens"}
+                                          : (train_fixed_batch){0}, (long)G(t)->B * G(t)->T, what));
+    if (plan->micro_total && o->gpt.zero_accum == 2) {
+        DDP_ERROR("--total-batch-tokens %ld: %d micro-batches shared unevenly by %d ranks, which "
+                  "--zero-accum reduce cannot do (a reduce-scatter per micro-step): use "
+                  "--zero-accum local", g, plan->micro_total, t->world);
+        return DDP_ERR_INVALID_ARG;
+    }
     tokens_loader_opts lo = {.batch = G(t)->B, .seq = G(t)->T, .rank = t->rank, .world_size = t->world,
-                             .seed = o->seed, .shuffle = o->shuffle};
+                             .seed = o->seed, .shuffle = o->shuffle,
+                             .blocks_per_step = (int)plan->micro_total};
     TRY_OK(tokens_loader_create(G(t)->train_data, &lo, &G(t)->loader));
     TRY_OK(tokens_val_create(G(t)->val_data, G(t)->B, G(t)->T, t->world, t->rank, &G(t)->val));
-    long per_micro = (long)G(t)->B * G(t)->T * t->world;
-    plan->accum = o->accum;
-    if (o->gpt.total_batch_tokens) {
-        if (o->gpt.total_batch_tokens % per_micro != 0) {
-            DDP_ERROR("--total-batch-tokens %ld is not a multiple of --batch %d x --seq %d x %d "
-                      "rank(s) = %ld tokens: use a multiple of %ld", o->gpt.total_batch_tokens,
-                      G(t)->B, G(t)->T, t->world, per_micro, per_micro);
-            return DDP_ERR_INVALID_ARG;
-        }
-        plan->accum = (int)(o->gpt.total_batch_tokens / per_micro);
-        plan->fixed = (train_fixed_batch){"total-batch-tokens", o->gpt.total_batch_tokens, "tokens"};
-    }
     long windows = (long)tokens_loader_steps_per_epoch(G(t)->loader);
     plan->steps_per_epoch = windows / plan->accum;
     if (plan->steps_per_epoch == 0) {
@@ -341,7 +342,7 @@ static ddp_status gpt_build(trainer *t, train_view *v)
                                 .weight_decay = (float)o->weight_decay, .clip = o->gpt.grad_clip,
                                 .norm = true},
                       .x_bytes = tokens * sizeof(int), .y_bytes = tokens * sizeof(int),
-                      .samples_per_step = (long)tokens * t->accum * t->world, .unit = "tokens"};
+                      .samples_per_step = tokens * trainer_micro_total(t), .unit = "tokens"};
     s->x_host = malloc(tokens * sizeof *s->x_host);
     s->y_host = malloc(tokens * sizeof *s->y_host);
     s->vloss_dev = ddp_alloc(t->ctx, sizeof *s->vloss_dev);

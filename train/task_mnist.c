@@ -61,28 +61,30 @@ static ddp_status mnist_same_data(trainer *t)
     return DDP_ERR_MISMATCH;
 }
 
+/* The training sampler: strided, or, where the ranks share a --global-batch's micro-batches
+ * unevenly, blocks of --batch samples (ddp.h). */
 static ddp_sampler_opts mnist_sampler_opts(const trainer *t)
 {
+    long v = t->o->global_batch / t->o->batch;
+    int uneven = t->o->global_batch && v % t->world != 0;
     return (ddp_sampler_opts){.n_samples = M(t)->train.n, .world_size = t->world, .rank = t->rank,
-                              .seed = t->o->seed, .shuffle = t->o->shuffle, .drop_last = 0};
+                              .seed = t->o->seed, .shuffle = t->o->shuffle, .drop_last = 0,
+                              .block = uneven ? (size_t)t->o->batch : 0,
+                              .blocks_per_step = uneven ? (int)v : 0};
 }
 
 /* Creates the sampler and derives the step plan; the same outcome on every rank. */
 static ddp_status mnist_plan(trainer *t, train_plan *plan)
 {
     mnist_task *s = M(t);
+    long g = t->o->global_batch;
+    char what[32];
+    snprintf(what, sizeof what, "--batch %d", t->o->batch);
+    plan->accum = t->o->accum;
+    TRY_OK(trainer_plan_global(t, plan, g ? (train_fixed_batch){"global-batch", g, "samples"}
+                                          : (train_fixed_batch){0}, t->o->batch, what));
     ddp_sampler_opts so = mnist_sampler_opts(t);
     TRY_OK(ddp_sampler_create(&so, &s->sampler));
-    long per_micro = (long)t->o->batch * t->world, g = t->o->global_batch;
-    if (g && g % per_micro != 0) {
-        DDP_LOG_(DDP_LOG_ERROR, 1, "--global-batch %ld is not a multiple of --batch %d x %d "
-                 "rank(s) = %ld: use a "
-                  "multiple of %ld (or a --batch and a rank count whose product divides it)", g,
-                  t->o->batch, t->world, per_micro, per_micro);
-        return DDP_ERR_INVALID_ARG;
-    }
-    plan->accum = g ? (int)(g / per_micro) : t->o->accum;
-    plan->fixed = g ? (train_fixed_batch){"global-batch", g, "samples"} : (train_fixed_batch){0};
     size_t per_step = (size_t)t->o->batch * (size_t)plan->accum, n = ddp_sampler_len(s->sampler);
     plan->steps_per_epoch = (long)(n / per_step);
     if (s->test.n == 0) {
@@ -152,7 +154,7 @@ static ddp_status mnist_build(trainer *t, train_view *v)
                       .optim = {.kind = OPTIM_SGD, .momentum = (float)o->momentum,
                                 .weight_decay = (float)o->weight_decay},
                       .x_bytes = batch * s->pixels * sizeof(float), .y_bytes = batch * sizeof(int),
-                      .samples_per_step = (long)o->batch * t->accum * t->world, .unit = "samples"};
+                      .samples_per_step = o->batch * trainer_micro_total(t), .unit = "samples"};
     mnist_fingerprint(&cfg, v->model_fp, sizeof v->model_fp);
     return DDP_OK;
 }
@@ -276,7 +278,7 @@ static void mnist_epoch_end(trainer *t)
     double seconds = t->train_seconds - s->seconds;
     double sums[2] = {t->loss_nan ? NAN : sum, (double)t->loss_micro};
     trainer_must(t, ddp_allreduce_host(t->ctx, sums, 2, DDP_FP64, DDP_SUM), "summing losses");
-    long per_step = (long)t->o->batch * t->accum * t->world;
+    long per_step = (long)t->o->batch * trainer_micro_total(t);
     *e = (epoch_stats){.epoch = t->epoch, .steps = t->in_epoch - s->first,
                        .train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0,
                        .samples_per_s = seconds > 0 ? (double)(t->in_epoch - s->first) *
@@ -343,7 +345,7 @@ static ddp_status mnist_report_end(trainer *t)
     if (s->epochs == 0) /* resumed at the end: nothing left to train */
         s->last.test_accuracy = mnist_evaluate(t);
     mnist_report_comm(t);
-    long per_step = (long)t->o->batch * t->accum * t->world;
+    long per_step = (long)t->o->batch * trainer_micro_total(t);
     run_stats r = {
         .world_size = t->world, .epochs = s->epochs, .steps = t->step,
         .test_accuracy = s->last.test_accuracy, .train_loss = s->last.train_loss,

@@ -222,7 +222,9 @@ static const flag_row rows[] = {
     {"accum", "K", FOR_ANY, AS_INT(accum, 1, INT_MAX, 1),
      "micro-steps per optimizer step (gradient accumulation, default 1)"},
     {"global-batch", "N", FOR_MNIST, AS_LONG(global_batch, 1, LONG_MAX / 2, 0),
-     "samples per optimizer step over all ranks: sets --accum, the same at any world size"},
+     "samples per optimizer step over all ranks (whole --batch micro-batches,\n"
+     "shared by the ranks, unevenly where needed): sets --accum, the same at\n"
+     "any world size"},
     {"lr", "X", FOR_ANY, AS_REAL(lr, "[]", TRAIN_MIN_LR, TRAIN_MAX_LR, 0.05),
      "learning rate (default 0.05)"},
     {"momentum", "X", FOR_MNIST, AS_REAL(momentum, "[)", 0, 1, 0.9),

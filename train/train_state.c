@@ -758,37 +758,6 @@ static void bcast_buffers(const train_setup *s, const ddp_state *st)
     }
 }
 
-/* Elements [lo, lo + n) of buffer `name` of the folder into dev (backend memory, element lo at
- * dev[0]), through a host buffer of STATE_CHUNK * 4 floats. */
-static ddp_status read_range(const train_setup *s, const ddp_ckpt_dir *d, const char *name,
-                             float *dev, size_t lo, size_t n)
-{
-    size_t chunk = STATE_CHUNK * 4;
-    float *host = malloc(chunk * sizeof *host);
-    ddp_status st = host ? DDP_OK : DDP_ERR_NOMEM;
-    for (size_t at = 0; st == DDP_OK && at < n; at += chunk) {
-        size_t k = n - at < chunk ? n - at : chunk;
-        st = ddp_ckpt_dir_read_f32(d, name, lo + at, k, host);
-        if (st == DDP_OK)
-            st = ddp_upload(s->ctx, dev + at, host, k * sizeof *host);
-    }
-    free(host);
-    return st;
-}
-
-/* Collective: every rank's shard range of a replicated buffer (backend memory) to every rank. */
-static void bcast_ranges(const train_setup *s, float *buf)
-{
-    int world = ddp_world_size(s->ctx);
-    for (int q = 0; q < world; q++) {
-        size_t off, n;
-        ddp_shard_range(s->buf.numel, world, q, &off, &n);
-        if (n > 0)
-            train_must(s->ctx, ddp_broadcast(s->ctx, buf + off, n * sizeof(float), q),
-                       "broadcasting a checkpoint's range");
-    }
-}
-
 /* This rank's reads: its ddp_shard_range slice of every buffer (under --zero, its own shard). */
 static ddp_status read_shares(const train_setup *s, const ddp_ckpt_dir *d)
 {
@@ -797,7 +766,8 @@ static ddp_status read_shares(const train_setup *s, const ddp_ckpt_dir *d)
     ddp_shard_range(b->numel, ddp_world_size(s->ctx), ddp_rank(s->ctx), &off, &n);
     ddp_status st = DDP_OK; /* sharded, the slice is the --zero shard: the whole range */
     for (int i = 0; st == DDP_OK && i < b->n_opt; i++)
-        st = read_range(s, d, b->opt_names[i], b->opt[i] + (off - b->opt_offset), off, n);
+        st = ddp_ckpt_dir_read_dev(s->ctx, d, b->opt_names[i], off, n,
+                                   b->opt[i] + (off - b->opt_offset));
     return st;
 }
 
@@ -834,7 +804,8 @@ static ddp_status load_folder(const train_setup *s, const char *path, const ddp_
         return st != DDP_OK ? st : DDP_ERR_FORMAT;
     }
     for (int i = 0; i < s->buf.n_opt && !opt_sharded(s); i++)
-        bcast_ranges(s, s->buf.opt[i]);
+        train_must(s->ctx, ddp_shard_allgather(s->ctx, s->buf.numel, s->buf.opt[i]),
+                   "broadcasting a checkpoint's ranges");
     return DDP_OK;
 }
 

@@ -258,7 +258,7 @@ static long window_id(const int32_t *in, const int32_t *tg)
 static tokens_loader *make_loader(const tokens_set *set, int world, int rank, uint64_t seed,
                                   int shuffle)
 {
-    tokens_loader_opts o = {B, T, world, rank, seed, shuffle};
+    tokens_loader_opts o = {B, T, world, rank, seed, shuffle, 0};
     tokens_loader *l = NULL;
     CHECK(tokens_loader_create(set, &o, &l) == DDP_OK, "loader world %d rank %d", world, rank);
     return l;
@@ -345,15 +345,15 @@ static void test_loader_ranks(const tokens_set *set)
                   union_n, dup);
         }
     }
-    tokens_loader_opts o = {B, T, 42, 0, 1, 1};
+    tokens_loader_opts o = {B, T, 42, 0, 1, 1, 0};
     tokens_loader *l = (tokens_loader *)&l;
     capture_begin();
     ddp_status rc = tokens_loader_create(set, &o, &l);
     const char *msg = capture_end();
     CHECK(rc == DDP_ERR_INVALID_ARG && l == NULL && strstr(msg, "41 windows"),
           "41 windows on 42 ranks: %s '%s'", ddp_strerror(rc), msg);
-    tokens_loader_opts bad[] = {{0, T, 1, 0, 1, 1}, {B, 0, 1, 0, 1, 1}, {B, T, 2, 2, 1, 1},
-                                {65536, 65536, 1, 0, 1, 1}};
+    tokens_loader_opts bad[] = {{0, T, 1, 0, 1, 1, 0}, {B, 0, 1, 0, 1, 1, 0},
+                                {B, T, 2, 2, 1, 1, 0}, {65536, 65536, 1, 0, 1, 1, 0}};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         capture_begin();
         CHECK(tokens_loader_create(set, &bad[k], &l) == DDP_ERR_INVALID_ARG, "bad options %zu", k);

@@ -181,6 +181,49 @@ static void test_invalid(void)
     ddp_sampler_destroy(NULL);
 }
 
+/* Blocks (uneven shares of a step): for every world size up to the step's blocks, step s's
+ * indices over all ranks are exactly the permutation's positions of step s (as the strided layout
+ * gives them when the world divides the step), rank r's are the blocks r, r + world, ... in order,
+ * and the lengths add up to the whole steps. */
+static void test_blocks(size_t n, size_t block, int per_step, uint64_t seed)
+{
+    size_t *perm = reference_perm(n, seed, 3, 1), step = block * (size_t)per_step;
+    size_t steps = n / step, *idx = malloc(n * sizeof *idx);
+    for (int world = 1; world <= per_step && perm && idx; world++) {
+        size_t total = 0;
+        for (int r = 0; r < world; r++) {
+            ddp_sampler_opts o = {.n_samples = n, .world_size = world, .rank = r, .seed = seed,
+                                  .shuffle = 1, .block = block, .blocks_per_step = per_step};
+            ddp_sampler *s = NULL;
+            CHECK(ddp_sampler_create(&o, &s) == DDP_OK, "blocks: create world %d rank %d", world, r);
+            size_t own = (size_t)(per_step - r + world - 1) / (size_t)world, k = 0;
+            CHECK(s && ddp_sampler_len(s) == steps * own * block, "blocks %zu x %d, world %d rank "
+                  "%d: len %zu, want %zu", block, per_step, world, r, ddp_sampler_len(s),
+                  steps * own * block);
+            if (!s || ddp_sampler_indices(s, 3, idx) != DDP_OK)
+                continue;
+            for (size_t st = 0; st < steps; st++) /* rank r's blocks of step st, in order */
+                for (int v = r; v < per_step; v += world)
+                    for (size_t i = 0; i < block; i++, k++)
+                        CHECK(idx[k] == perm[st * step + (size_t)v * block + i], "blocks: world %d "
+                              "rank %d step %zu block %d: %zu", world, r, st, v, idx[k]);
+            total += ddp_sampler_len(s);
+            ddp_sampler_destroy(s);
+        }
+        CHECK(total == steps * step, "blocks: world %d: %zu indices, want %zu", world, total,
+              steps * step);
+    }
+    ddp_sampler_opts bad = {.n_samples = n, .world_size = per_step + 1, .block = block,
+                            .blocks_per_step = per_step};
+    ddp_sampler *s = NULL;
+    CHECK(ddp_sampler_create(&bad, &s) == DDP_ERR_INVALID_ARG && !s, "fewer blocks than ranks");
+    bad.world_size = 1;
+    bad.n_samples = step - 1;
+    CHECK(ddp_sampler_create(&bad, &s) == DDP_ERR_INVALID_ARG && !s, "no whole step accepted");
+    free(perm);
+    free(idx);
+}
+
 int main(void)
 {
     for (size_t n = 1; n <= 40; n++)
@@ -191,5 +234,8 @@ int main(void)
     test_epochs_and_seeds();
     test_uniform_shuffle();
     test_invalid();
+    test_blocks(103, 4, 5, 11);
+    test_blocks(1000, 8, 12, 42);
+    test_blocks(7, 1, 7, 5);
     return CHECK_DONE();
 }

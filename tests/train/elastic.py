@@ -11,7 +11,13 @@
   shrink     --global-batch 48 --shrink-on-failure --min-ranks 2: the next generation has 2
              ranks (3 micro-steps of 8 each instead of 2) and finishes on the same samples at
              every step as an uninterrupted 3-rank run (the data fingerprints) and to its
-             parameters within 1e-4 (the sums in another order: DDP == accumulation's tolerance).
+             parameters within 1e-4 (the sums in another order: DDP == accumulation's tolerance);
+             5 ranks share its 6 micro-batches unevenly (2, 1, 1, 1, 1) to the same samples and
+             parameters; --global-batch 44 (not whole micro-batches) and 16 (fewer micro-batches
+             than ranks) are refused.
+  rescue     4 ranks, --global-batch 64 (8 micro-batches), rank 1 killed at step 20: the 3
+             survivors carry on from their rescue snapshot, sharing 3, 3, 2, to the samples and
+             parameters of the uninterrupted run.
   floor      -n 2 --shrink-on-failure --min-ranks 2: one rank fewer would be below the floor: the
              job ends with the killed generation's status, saying why.
   spent      --max-restarts 0: the job ends with the killed generation's status.
@@ -112,11 +118,25 @@ def shrink(chk, launch, exe, ckpt, data, tmp):
                            train_args(exe, data, os.path.join(tmp, "gs"),
                                       fixed + ["--save", straight, "--metrics", m_straight]), timeout=300)
     chk.check(rc == 0 and "accum: from --global-batch 48" in out, f"--global-batch at 3 ranks: {rc}", out)
+    # 5 ranks share the 6 micro-batches unevenly (2, 1, 1, 1, 1): the same samples, the same mean
+    uneven, m_uneven = os.path.join(tmp, "g5.ckpt"), os.path.join(tmp, "g5.jsonl")
     rc, out = trainlib.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "5"] +
-                           train_args(exe, data, os.path.join(tmp, "g5"), fixed), timeout=300)
-    chk.check(rc == 1 and "--global-batch 48 is not a multiple of --batch 8 x 5 rank(s) = 40" in out
-              and out.count("is not a multiple") == 1 and "step 1/" not in out,
-              "--global-batch that 5 ranks do not divide: refused before training, said once", out)
+                           train_args(exe, data, os.path.join(tmp, "g5"),
+                                      fixed + ["--save", uneven, "--metrics", m_uneven]), timeout=300)
+    want, got = fps(m_straight), fps(m_uneven) if rc == 0 else {}
+    chk.check(rc == 0 and len(want) == STEPS and got == want,
+              "--global-batch 48 at 5 ranks (6 micro-batches shared 2, 1, 1, 1, 1): every step on the "
+              "samples of the 3-rank run", out)
+    trainlib.diff_ckpt(chk, ckpt, straight, uneven, True, "5 uneven ranks: the parameters of the "
+                       "3-rank run", "1e-4")
+    for g, np, why in (("44", "3", "is not a multiple of --batch 8"),
+                       ("16", "3", "has fewer micro-batches of --batch 8 = 8 samples than ranks")):
+        rc, out = trainlib.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", np] +
+                               train_args(exe, data, os.path.join(tmp, "gx"), ["--global-batch", g]),
+                               timeout=300)
+        chk.check(rc == 1 and f"--global-batch {g} {why}" in out and out.count(why) == 1 and
+                  "step 1/" not in out, f"--global-batch {g} at {np} ranks: refused before training, "
+                  "said once", out)
     ckdir, saved, metrics = os.path.join(tmp, "k"), os.path.join(tmp, "k.ckpt"), os.path.join(tmp, "k.jsonl")
     rc, out = elastic_run(chk, launch + ["-n", "3", "--max-restarts", "1", "--shrink-on-failure",
                                          "--min-ranks", "2"],
@@ -159,9 +179,10 @@ def kill_at_step(metrics, proc, step):
 
 
 def rescue(chk, launch, exe, ckpt, data, tmp):
-    """4 ranks, --global-batch 96, no disk checkpoint before the end: rank 1 killed at step 20;
-    the 3 survivors' rescue snapshot carries the run over, at most 1 step redone."""
-    fixed = ["--global-batch", "96", "--checkpoint-every", "0", "--max-steps", "60", "--log-every", "1"]
+    """4 ranks, --global-batch 64, no disk checkpoint before the end: rank 1 killed at step 20;
+    the 3 survivors' rescue snapshot carries the run over, at most 1 step redone, and they share the
+    8 micro-batches of a step unevenly (3, 3, 2)."""
+    fixed = ["--global-batch", "64", "--checkpoint-every", "0", "--max-steps", "60", "--log-every", "1"]
     straight, m_straight = os.path.join(tmp, "u.ckpt"), os.path.join(tmp, "u.jsonl")
     rc, out = trainlib.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4"] +
                            train_args(exe, data, os.path.join(tmp, "us"), fixed +
@@ -210,7 +231,7 @@ def rescue(chk, launch, exe, ckpt, data, tmp):
                                        "--snapshot-dir", bad]), timeout=300)
     chk.check(rc == 0 and f"skipping the rescue snapshot {bad}/step-000000000999.rescue: unreadable or "
               "corrupt" in out and f"skipping the rescue snapshot {bad}/step-000000000998.rescue: "
-              "global_batch is 48 there, 96 in this run" in out and
+              "global_batch is 48 there, 64 in this run" in out and
               re.search(r"resumed from \S+/us/step-0+60\.ckpt at step 60 ", out) is not None,
               "rescue: a truncated snapshot and one of another configuration are skipped, named; the "
               "disk checkpoint is loaded", out)
@@ -230,12 +251,13 @@ def rescue(chk, launch, exe, ckpt, data, tmp):
 
 
 def gpt(chk, launch, exe, ckpt, tmp):
-    """The tiny GPT (AdamW), --total-batch-tokens 384: 4 ranks x 3 micro-steps, then 3 x 4. Rank 1
+    """The tiny GPT (AdamW), --total-batch-tokens 320 (10 micro-batches): 4 ranks take 3, 3, 2, 2
+    of them, then 3 ranks 4, 3, 3. Rank 1
     of 4 killed at step 12 of 30, under --zero 0 (the rescue snapshot) and --zero 1 (the disk
     checkpoint every 10 steps): every step on the tokens of the uninterrupted run, the parameters
     within 1e-4 of its."""
     data = gpt_train.write_data(tmp)
-    fixed = ["--total-batch-tokens", "384", "--grad-clip", "1.0", "--checkpoint-every", "10"]
+    fixed = ["--total-batch-tokens", "320", "--grad-clip", "1.0", "--checkpoint-every", "10"]
     for zero, source in (("0", r"\S+\.rescue"), ("1", r"\S+/step-0+10\.ckpt")):
         # the uninterrupted run of the same stage: 4 ranks add in another order at --zero 1
         # (reduce-scatter) than at --zero 0 (all-reduce), a difference AdamW amplifies where a
@@ -245,7 +267,7 @@ def gpt(chk, launch, exe, ckpt, tmp):
                                gpt_train.tiny(exe, data, 30, fixed + [
                                    "--save", straight, "--metrics", m_straight, "--zero", zero,
                                    "--checkpoint-dir", os.path.join(tmp, f"gs{zero}")]), timeout=300)
-        chk.check(rc == 0 and "accum: from --total-batch-tokens 384" in out,
+        chk.check(rc == 0 and "accum: from --total-batch-tokens 320" in out,
                   f"gpt --zero {zero}: the uninterrupted 4-rank run: exit status {rc}", out)
         ckdir, saved = os.path.join(tmp, f"g{zero}"), os.path.join(tmp, f"g{zero}.ckpt")
         metrics = os.path.join(tmp, f"g{zero}.jsonl")
