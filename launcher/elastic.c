@@ -24,6 +24,17 @@
 /* The elastic flags fit this launch: on this machine (no launcher around ddp-launch, no Slurm
  * allocation), with --max-restarts, --min-ranks within -n, no --min-nodes. Exits 2 otherwise,
  * naming the usage. */
+/* DDP_ELASTIC_LAUNCHED_AT: when this generation is launched (wall clock, seconds since the epoch),
+ * from which the program's resume line counts its phases (ddp_rescue_phases). */
+static void elastic_mark_launch(void)
+{
+    struct timespec w;
+    char at[32];
+    clock_gettime(CLOCK_REALTIME, &w);
+    snprintf(at, sizeof at, "%.3f", (double)w.tv_sec + 1e-9 * (double)w.tv_nsec);
+    setenv("DDP_ELASTIC_LAUNCHED_AT", at, 1);
+}
+
 static void check_elastic(const struct launch_options *opt, const struct launch_layout *l)
 {
     const char *bad = NULL;
@@ -406,6 +417,7 @@ static int slurm_generation(const struct launch_options *opt, struct slurm_job *
             job->per_node, opt->max_restarts - gen, ended);
     snprintf(num, sizeof num, "%d", gen);
     setenv("DDP_ELASTIC_GENERATION", num, 1);
+    elastic_mark_launch();
     memset(job->exited, 0, job->nodes.n);
     memset(job->killed, 0, job->nodes.n * sizeof job->killed[0]);
     memset(job->why, 0, job->nodes.n * sizeof job->why[0]);
@@ -494,6 +506,7 @@ int launch_elastic(const struct launch_options *opt, struct launch_layout *base,
         char num[16];
         snprintf(num, sizeof num, "%d", gen);
         setenv("DDP_ELASTIC_GENERATION", num, 1);
+        elastic_mark_launch();
         struct launch_layout l = *base;
         struct launch_options o = *opt;
         l.world_size = o.n_procs = n;

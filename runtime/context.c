@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -526,6 +527,14 @@ static ddp_status ctx_setup(ddp_ctx *ctx, const ddp_init_opts *opts)
     return st;
 }
 
+/* The wall clock in seconds since the epoch: compared across processes (an elastic restart). */
+static double wall_now(void)
+{
+    struct timespec w;
+    clock_gettime(CLOCK_REALTIME, &w);
+    return (double)w.tv_sec + 1e-9 * (double)w.tv_nsec;
+}
+
 ddp_status ddp_init(const ddp_init_opts *opts, ddp_ctx **out)
 {
     ddp_init_opts defaults;
@@ -548,6 +557,7 @@ ddp_status ddp_init(const ddp_init_opts *opts, ddp_ctx **out)
     }
     ctx->device = -1;
     ctx->backend = DDP_BACKEND_CPU;
+    ctx->init_begin = wall_now();
     if (gethostname(ctx->hostname, sizeof ctx->hostname - 1) != 0)
         snprintf(ctx->hostname, sizeof ctx->hostname, "unknown-host");
     ddp_status st = ctx_setup(ctx, opts);
@@ -555,6 +565,7 @@ ddp_status ddp_init(const ddp_init_opts *opts, ddp_ctx **out)
         ctx_release(ctx);
         return st;
     }
+    ctx->init_end = wall_now();
     *out = ctx;
     return DDP_OK;
 }

@@ -281,6 +281,14 @@ DDP_API void ddp_rescue_disarm(void);
 DDP_API ddp_status ddp_rescue_list(const char *dir, long **steps, size_t *n);
 DDP_API int ddp_rescue_path(const char *dir, long step, char *path, size_t n);
 DDP_API int ddp_rescue_clear(const char *dir);
+/* An elastic restart's phases, for a log line, into text (n bytes): from the failure's detection
+ * (the rescue copy st's "rescue.detected_at"; st NULL: a restart from a disk checkpoint, whose
+ * phases start at the launch) to the copy written ("rescue.copy_s"), to the new generation's launch
+ * (DDP_ELASTIC_LAUNCHED_AT, set by ddp-launch), to ddp_init's start (the process's start-up), to
+ * its end (MPI, NCCL), and to now (the program's loading): e.g. "snapshot 0.010 s, relaunch 0.610
+ * s, process start 0.050 s, ddp_init 0.300 s, load 0.040 s: 1.010 s in all". A phase whose clock is
+ * missing is left out. Returns the seconds in all (-1 when nothing is known). */
+DDP_API double ddp_rescue_phases(const ddp_ctx *ctx, const ddp_state *st, char *text, size_t n);
 
 /* ---------------------------------------------------------------------------------------------
  * The checkpoint manager (runtime/checkpoint_manager.c): a training program's checkpoints in one

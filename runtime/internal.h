@@ -180,6 +180,7 @@ struct ddp_ctx {
     comm_group *comm;      /* collectives on backend memory */
     comm_group *host_comm; /* collectives on host memory (MPI); equals comm on the CPU backend */
     int owns_mpi;        /* this context initialised MPI and finalises it */
+    double init_begin, init_end; /* wall clock (s since the epoch): ddp_init's start and end */
     /* ddp_comm_stats counters, updated with atomic builtins (the reducer may start all-reduces
      * from any thread; plain types because the CUDA sources, C++, include this header too) */
     uint64_t allreduce_calls, allreduce_bytes;

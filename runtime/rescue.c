@@ -210,3 +210,38 @@ void rescue_on_end(const char *cause)
     while (access(claim, F_OK) == 0 && rescue_now() < give_up)
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
 }
+
+/* Appends "NAME X s" when both clocks are known and in order; returns b (the phase's end). */
+static double phase(char *text, size_t n, const char *name, double a, double b)
+{
+    size_t len = strlen(text);
+    if (a > 0 && b >= a && len < n)
+        snprintf(text + len, n - len, "%s%s %.3f s", len ? ", " : "", name, b - a);
+    return b > 0 ? b : a;
+}
+
+double ddp_rescue_phases(const ddp_ctx *ctx, const ddp_state *st, char *text, size_t n)
+{
+    double detected = 0, copy_s = 0, launched = 0, now;
+    struct timespec w;
+    clock_gettime(CLOCK_REALTIME, &w);
+    now = (double)w.tv_sec + 1e-9 * (double)w.tv_nsec;
+    const char *env = getenv("DDP_ELASTIC_LAUNCHED_AT");
+    if (env)
+        launched = strtod(env, NULL);
+    if (st && ddp_state_f64(st, "rescue.detected_at", &detected))
+        (void)ddp_state_f64(st, "rescue.copy_s", &copy_s);
+    if (!text || n == 0)
+        return -1;
+    text[0] = '\0';
+    double t = phase(text, n, "snapshot", detected, detected > 0 ? detected + copy_s : 0);
+    t = phase(text, n, "relaunch", t, launched);
+    t = phase(text, n, "process start", t, ctx ? ctx->init_begin : 0);
+    t = phase(text, n, "ddp_init", t, ctx ? ctx->init_end : 0);
+    phase(text, n, "load", t, now);
+    double first = detected > 0 ? detected : launched > 0 ? launched : ctx ? ctx->init_begin : 0;
+    size_t len = strlen(text);
+    if (first > 0 && len < n)
+        snprintf(text + len, n - len, ": %.3f s in all", now - first);
+    return first > 0 ? now - first : -1;
+}

@@ -880,20 +880,17 @@ ddp_status train_resume(const train_setup *s, train_pos *pos, int *resumed)
         head[1] = head[2] = head[3] = head[4] = head[5] = 0;
         resume_try(s, head, path, &src, &below, &folder_failed);
     } while (folder_failed && strcmp(s->o->resume, "auto") == 0);
-    double seen = 0, took = 0; /* a rescue snapshot's times (rescue.c) */
-    if (head[1] && head[0] == DDP_OK && ddp_rank(s->ctx) == 0) {
+    if (head[1] && head[0] == DDP_OK && ddp_rank(s->ctx) == 0)
         printf("resumed from %s at step %lld (epoch %lld, %lld steps into it)\n", path,
                (long long)head[2], (long long)head[3] + 1, (long long)head[4]);
-        struct timespec w;
-        clock_gettime(CLOCK_REALTIME, &w); /* the snapshot's clock: another process's */
-        if (ddp_state_f64(src.file, "rescue.detected_at", &seen) &&
-            ddp_state_f64(src.file, "rescue.copy_s", &took))
+    const char *gen = getenv("DDP_ELASTIC_GENERATION"), *cause = NULL;
+    char phases[256];
+    if (head[0] == DDP_OK && ddp_rank(s->ctx) == 0 && gen && strcmp(gen, "0") != 0) {
+        double all = ddp_rescue_phases(s->ctx, head[1] ? src.file : NULL, phases, sizeof phases);
+        if (head[1] && (cause = ddp_state_text(src.file, "rescue.cause")) != NULL)
             printf("elastic: generation %s: %.2f s from the failure's detection to this resume "
-                   "(%s; the survivors' state copied in %.3f s; the step in flight is redone)\n",
-                   getenv("DDP_ELASTIC_GENERATION") ? getenv("DDP_ELASTIC_GENERATION") : "?",
-                   (double)w.tv_sec + 1e-9 * (double)w.tv_nsec - seen,
-                   ddp_state_text(src.file, "rescue.cause") ? ddp_state_text(src.file, "rescue.cause")
-                                                            : "cause unknown", took);
+                   "(%s; the step in flight is redone)\n", gen, all, cause);
+        printf("elastic: generation %s phases: %s\n", gen, phases);
     }
     src_close(&src);
     *pos = (train_pos){.step = head[2], .epoch = head[3], .step_in_epoch = head[4]};
