@@ -4,12 +4,14 @@
 # tests, Fashion-MNIST (dataset-fashion-mnist: gzip'ed IDX files in /usr/share/datasets/fashion-mnist)
 # for an end-to-end test, and clang-16 with libFuzzer's runtime (libclang-rt-16-dev) and OpenMP
 # (libomp-16-dev) for the sanitizer build and the fuzzers)
+# The build group has protobuf-c and ISA-L (CRC-32C) for TensorBoard's event files.
 # Installs only what is missing, so a second run takes a second. Needs root (or sudo).
 set -euo pipefail
 
 what=${1:-train}
 build_pkgs=(gcc make pkg-config meson ninja-build openmpi-bin libopenmpi-dev libopenblas-dev
-  libhwloc-dev hwloc librandom123-dev zlib1g-dev libpcre2-dev libdnnl-dev python3 ca-certificates)
+  libhwloc-dev hwloc librandom123-dev zlib1g-dev libpcre2-dev libdnnl-dev python3 ca-certificates
+  libprotobuf-c-dev protobuf-c-compiler libisal-dev)
 test_pkgs=(munge slurmctld slurmd slurm-client libpmix-dev iproute2 util-linux procps
   python3-torch gnuplot-nox clang-16 libclang-rt-16-dev libomp-16-dev dataset-fashion-mnist)
 
