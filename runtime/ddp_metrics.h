@@ -26,9 +26,10 @@ extern "C" {
  *  - Prometheus: every value set so far, as gauges named "ddp_" + the name with '/' as '_'
  *    ("train/loss": ddp_train_loss), with their HELP and TYPE lines, and the gauge ddp_step (the
  *    last commit's step), each with one label naming the job: slurm_job_id="<SLURM_JOB_ID>"
- *    under Slurm, else pid="<this process's id>". Each commit writes the whole file beside PATH
- *    ("PATH.tmp.<pid>") and renames it over PATH, so a scraper never reads half a file (point
- *    node_exporter's --collector.textfile.directory at PATH's folder; PATH should end in .prom).
+ *    under Slurm, else pid="<this process's id>". A commit (at most one per
+ *    opts.prometheus_interval_s) writes the whole file beside PATH ("PATH.tmp.<pid>") and
+ *    renames it over PATH, so a scraper never reads half a file (point node_exporter's
+ *    --collector.textfile.directory at PATH's folder; PATH should end in .prom).
  * One handle is for one thread. The calls accept a NULL handle and then do nothing (DDP_OK):
  * ranks without outputs call them alike.
  */
@@ -37,6 +38,12 @@ typedef struct ddp_metrics ddp_metrics;
 typedef struct ddp_metrics_opts {
     const char *tensorboard_dir; /* the event file's folder (created when missing); NULL: none */
     const char *prometheus_path; /* the text file; NULL: none */
+    /* The least time between two rewrites of the Prometheus file, in seconds (0: one at every
+     * commit). A scraper reads it every 15 s or so, and a rewrite costs about 1 ms on ext4 (the
+     * rename over the old file starts its write-back): 1 s keeps that under 0.1 %. A commit
+     * that comes sooner only updates the values; the next rewrite or ddp_metrics_close writes
+     * them. */
+    double prometheus_interval_s;
     /* How messages name the folder and the file (e.g. a program's flags "--tensorboard" and
      * "--prometheus"); NULL: "TensorBoard folder", "Prometheus file". */
     const char *tensorboard_what, *prometheus_what;
@@ -64,13 +71,14 @@ DDP_API ddp_status ddp_metrics_set(ddp_metrics *m, const char *name, double valu
                                    const char *help);
 
 /* Writes the values at `step`: the TensorBoard event of those set since the last commit (none:
- * no event), then the Prometheus file. A failed write returns DDP_ERR_IO, warned about once
- * per output: the event file ends there (no event is written after a torn one); the Prometheus
- * file keeps its last content and the next commit tries again. The values stay set. */
+ * no event), then the Prometheus file (unless it was written less than
+ * opts.prometheus_interval_s ago). A failed write returns DDP_ERR_IO, warned about once per
+ * output: the event file ends there (no event is written after a torn one); the Prometheus file
+ * keeps its last content and a later commit tries again. The values stay set. */
 DDP_API ddp_status ddp_metrics_commit(ddp_metrics *m, long step);
 
-/* Flushes and closes the outputs and frees the handle; NULL is ignored. Never fails (a failed
- * flush is warned about). */
+/* Writes the Prometheus file when the last commit is not in it yet, flushes and closes the
+ * outputs and frees the handle; NULL is ignored. Never fails (a failed write is warned about). */
 DDP_API void ddp_metrics_close(ddp_metrics *m);
 
 #ifdef __cplusplus

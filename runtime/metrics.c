@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "config.h"
 #include "metrics_private.h"
@@ -15,7 +16,27 @@ struct ddp_metrics {
     metrics_prom *prom; /* NULL: no Prometheus file */
     metrics_value *v;   /* n of cap, in the order first set */
     int n, cap;
+    double prom_every;  /* opts.prometheus_interval_s */
+    double prom_at;     /* when the Prometheus file was last written (CLOCK_MONOTONIC); 0: never */
+    long prom_step;     /* the last commit's step ... */
+    int prom_pending;   /* ... not yet in the Prometheus file */
 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The Prometheus file with the last commit's step and the values now. */
+static ddp_status prom_flush(ddp_metrics *m, double now)
+{
+    ddp_status st = metrics_prom_write(m->prom, m->prom_step, m->v, m->n);
+    m->prom_at = now;
+    m->prom_pending = st != DDP_OK;
+    return st;
+}
 
 /* The event file, or DDP_ERR_UNSUPPORTED in a libddp built without protobuf-c or ISA-L. */
 static ddp_status open_tb(ddp_metrics *m, const ddp_metrics_opts *o)
@@ -49,6 +70,7 @@ ddp_status ddp_metrics_open(const ddp_metrics_opts *opts, ddp_metrics **out)
     if (!m)
         return DDP_ERR_NOMEM;
     ddp_status st = DDP_OK;
+    m->prom_every = opts->prometheus_interval_s > 0.0 ? opts->prometheus_interval_s : 0.0;
     if (opts->prometheus_path)
         m->prom = metrics_prom_open(opts->prometheus_path, opts->prometheus_what ?
                                     opts->prometheus_what : "Prometheus file", &st);
@@ -141,8 +163,11 @@ ddp_status ddp_metrics_commit(ddp_metrics *m, long step)
     if (m->tb)
         st = metrics_tb_write(m->tb, step, m->v, m->n);
 #endif
-    if (m->prom) {
-        ddp_status ps = metrics_prom_write(m->prom, step, m->v, m->n);
+    double now = now_s();
+    m->prom_step = step;
+    m->prom_pending = 1;
+    if (m->prom && (m->prom_at == 0.0 || now - m->prom_at >= m->prom_every)) {
+        ddp_status ps = prom_flush(m, now);
         st = st != DDP_OK ? st : ps;
     }
     for (int i = 0; i < m->n; i++)
@@ -157,6 +182,8 @@ void ddp_metrics_close(ddp_metrics *m)
 #if HAVE_TENSORBOARD
     metrics_tb_close(m->tb);
 #endif
+    if (m->prom && m->prom_pending)
+        prom_flush(m, now_s());
     metrics_prom_close(m->prom);
     for (int i = 0; i < m->n; i++) {
         free(m->v[i].name);

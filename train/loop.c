@@ -157,8 +157,8 @@ static ddp_status open_metrics(trainer *t)
 {
     const train_opts *o = t->o;
     ddp_metrics_opts mo = {.tensorboard_dir = o->tensorboard_dir, .prometheus_path =
-                           o->prometheus_path, .tensorboard_what = "--tensorboard",
-                           .prometheus_what = "--prometheus"};
+                           o->prometheus_path, .prometheus_interval_s = 1.0,
+                           .tensorboard_what = "--tensorboard", .prometheus_what = "--prometheus"};
     if (t->rank != 0)
         return DDP_OK;
     if (o->metrics_path &&

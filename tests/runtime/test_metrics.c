@@ -1,10 +1,14 @@
 /* test_metrics.c - ddp_metrics (ddp_metrics.h) without a job: the Prometheus file's exact text
  * (HELP, TYPE, the job's label escaped, NaN and infinities, the shortest exact numbers), names
- * refused, a commit into a removed folder failing and the next one writing again, NULL handles;
+ * refused, a commit into a removed folder failing and the next one writing again, NULL handles,
+ * the least interval between rewrites (the rest written at close), a reader never seeing half a
+ * file during 300 rewrites;
  * the TensorBoard file's records (their framing; tests/train/dashboards.py decodes them) and its
  * refusal in a build without protobuf-c. */
 #include <glob.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +130,77 @@ static int count_records(const unsigned char *p, size_t n)
 }
 #endif
 
+/* Commits at most one rewrite per interval: the values of one that comes sooner are written at
+ * close. */
+static void interval(const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/interval.prom", dir);
+    ddp_metrics_opts o = {.prometheus_path = path, .prometheus_interval_s = 3600};
+    ddp_metrics *m = NULL;
+    CHECK(ddp_metrics_open(&o, &m) == DDP_OK, "open %s", path);
+    ddp_metrics_set(m, "x", 1, "X.");
+    ddp_metrics_commit(m, 1);
+    ddp_metrics_set(m, "x", 2, "X.");
+    ddp_metrics_commit(m, 2);
+    size_t n = 0;
+    char *got = slurp(path, &n);
+    CHECK(got && strstr(got, "} 1\n# HELP ddp_x X.\n# TYPE ddp_x gauge\nddp_x{") &&
+          !strstr(got, "} 2\n"), "the second commit, within the interval, not written:\n%s", got);
+    free(got);
+    ddp_metrics_close(m);
+    got = slurp(path, &n);
+    CHECK(got && strstr(got, "} 2\n") && !strstr(got, "} 1\n"), "written at close:\n%s", got);
+    free(got);
+}
+
+/* A reader of the file while it is rewritten (node_exporter's): never half a file. */
+typedef struct reader {
+    const char *path;
+    atomic_int stop;
+    long reads, torn;
+} reader;
+
+static void *read_loop(void *arg)
+{
+    reader *r = arg;
+    static char buf[1 << 14];
+    while (!atomic_load(&r->stop)) {
+        FILE *f = fopen(r->path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        r->reads++;
+        r->torn += strncmp(buf, "# HELP ddp_step", 15) != 0 || !strstr(buf, "ddp_last{");
+    }
+    return NULL;
+}
+
+static void atomic_rewrites(const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/atomic.prom", dir);
+    ddp_metrics_opts o = {.prometheus_path = path};
+    ddp_metrics *m = NULL;
+    CHECK(ddp_metrics_open(&o, &m) == DDP_OK, "open %s", path);
+    ddp_metrics_set(m, "last", 0, "L.");
+    ddp_metrics_commit(m, 0);
+    reader r = {.path = path};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, read_loop, &r) == 0, "reader thread");
+    for (int i = 1; i <= 300; i++) {
+        ddp_metrics_set(m, "last", i, "L.");
+        ddp_metrics_commit(m, i);
+    }
+    atomic_store(&r.stop, 1);
+    pthread_join(th, NULL);
+    ddp_metrics_close(m);
+    CHECK(r.reads > 0 && r.torn == 0, "%ld reads during 300 rewrites, %ld of them torn", r.reads,
+          r.torn);
+}
+
 static void tensorboard(const char *dir)
 {
     char folder[512];
@@ -166,6 +241,8 @@ int main(void)
     }
     null_handles();
     prometheus(dir);
+    interval(dir);
+    atomic_rewrites(dir);
     tensorboard(dir);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

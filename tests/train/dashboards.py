@@ -14,7 +14,8 @@ Modes:
                rate and validation loss, its MFU (--peak-tflops 1) and peak memory.
   prometheus   2 ranks, MNIST MLP, --prometheus FILE under SLURM_JOB_ID=4242: the file as read
                while the run goes on is always whole (every version seen passes promtool), and
-               it is updated during the run (several steps seen); at the end `promtool check
+               it is updated during the run (at most once a second: several steps seen; the
+               unit test tests/runtime/test_metrics.c reads 300 rewrites); at the end `promtool check
                metrics` finds nothing to say, every gauge has its HELP and TYPE and the label
                slurm_job_id="4242", ddp_step is the last step, ddp_world_size 2, the loss the last
                progress line's, the test accuracy the summary's; no temporary file is left.
