@@ -1,7 +1,7 @@
 /* metrics_tb.c - ddp_metrics's TensorBoard event file (metrics_private.h): Event messages of
  * tb_event.proto (TensorBoard's own field numbers) packed by protobuf-c, in TFRecord framing with
- * CRC-32C from ISA-L (Intel's storage library: crc32_iscsi is CRC-32C; Debian has no other C
- * library that exports one). */
+ * CRC-32C from ISA-L (Intel's storage library, libisal: crc32_iscsi is CRC-32C; Debian 12
+ * packages no CRC-32C library of its own, such as google/crc32c, and zlib has CRC-32 only). */
 #include "metrics_private.h"
 
 #include <errno.h>
