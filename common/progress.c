@@ -1,6 +1,7 @@
 /* progress.c - a training run's progress on stdout (progress.h). */
 #include "progress.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -56,6 +57,9 @@ void progress_update(progress_bar *p, long step, int epoch, double loss)
         return;
     double per_step = progress_step_seconds(p, step);
     double rate = per_step > 0 ? (double)p->samples_per_step / per_step : 0.0;
+    p->rate = rate;
+    p->mfu = p->flops_per_step > 0.0 && p->peak_flops > 0.0 && per_step > 0.0
+                 ? p->flops_per_step / per_step / p->peak_flops : NAN;
     char eta[32], flops[64];
     long left = p->total_steps - step, evals = p->eval_every > 0 ? left / p->eval_every : 0;
     evals += step < p->total_steps; /* the one at the end */

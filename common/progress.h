@@ -23,6 +23,8 @@ typedef struct progress_bar {
     double eval_seconds;   /* ... and the last one's time (0: none yet): the ETA counts those to
                               come */
     char extra[96];        /* the task's own fields for the line (" | lr 6.0e-04 | norm 1.02") */
+    double rate, mfu;      /* the last line's: samples (or tokens) per second, and the MFU as a
+                              fraction (NAN when flops_per_step or peak_flops is not known) */
 } progress_bar;
 
 void progress_init(progress_bar *p, int log_every, long total_steps, long samples_per_step);

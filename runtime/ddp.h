@@ -17,7 +17,9 @@
  *  - ddp_checkpoint.h: checkpoints (ddp_state: the training state, its file format, save and
  *    load) and checkpoint folders (ddp_ckpt_dir_*: a file per rank and a MANIFEST);
  *  - ddp_trace.h: timeline tracing (ddp_trace_*: spans and events per rank, one Chrome trace
- *    file, the communication figures).
+ *    file, the communication figures);
+ *  - ddp_metrics.h: named scalars for dashboards (ddp_metrics_*: a TensorBoard event file and a
+ *    Prometheus text file).
  *
  * Conventions:
  *  - Every fallible function returns a ddp_status; DDP_OK (0) is success. ddp_strerror() names it.

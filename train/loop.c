@@ -92,6 +92,29 @@ void trainer_clock(trainer *t)
 
 void trainer_clock_restart(trainer *t) { t->clock = train_now(); }
 
+/* --tensorboard, --prometheus: the progress line's figures at step t->step (rank 0). */
+static void progress_scalars(trainer *t, double loss)
+{
+    if (!t->scalars)
+        return;
+    const progress_bar *p = &t->progress;
+    double norm = optim_last_norm(t->opt);
+    char rate[64];
+    snprintf(rate, sizeof rate, "train/%s_per_second", p->unit);
+    ddp_metrics_set(t->scalars, "train/loss", loss,
+                    "Training loss: rank 0's mean over its micro-batches since the last report.");
+    ddp_metrics_set(t->scalars, "train/learning_rate", t->task->lr(t, t->step - 1),
+                    "Learning rate of the last step.");
+    ddp_metrics_set(t->scalars, rate, p->rate, "Samples (or tokens) per second, all ranks.");
+    if (isfinite(norm)) /* the GPT's (it clips); not computed for MNIST */
+        ddp_metrics_set(t->scalars, "train/grad_norm", norm,
+                        "Global gradient norm of the last step applied.");
+    if (isfinite(p->mfu))
+        ddp_metrics_set(t->scalars, "train/mfu_ratio", p->mfu,
+                        "Model FLOPs utilisation: model FLOP/s per rank over the device's peak.");
+    ddp_metrics_commit(t->scalars, t->step);
+}
+
 void trainer_progress(trainer *t, double loss, const char *extra)
 {
     trainer_clock(t);
@@ -99,6 +122,7 @@ void trainer_progress(trainer *t, double loss, const char *extra)
         return;
     snprintf(t->progress.extra, sizeof t->progress.extra, "%s", extra ? extra : "");
     progress_update(&t->progress, t->step, t->epoch, loss);
+    progress_scalars(t, loss);
 }
 
 void trainer_progress_steady(trainer *t, double flops_per_step, double peak_flops)
@@ -127,13 +151,20 @@ void trainer_params_ready(trainer *t)
 }
 
 /* --metrics: a new file; with --resume the lines go after the earlier runs' (a requeued or
- * resumed job keeps its whole curve; mark_restart says where each run began). */
+ * resumed job keeps its whole curve; mark_restart says where each run began). --tensorboard and
+ * --prometheus: created or checked now, so a bad one stops the job before training. */
 static ddp_status open_metrics(trainer *t)
 {
-    if (t->rank != 0 || !t->o->metrics_path)
+    const train_opts *o = t->o;
+    ddp_metrics_opts mo = {.tensorboard_dir = o->tensorboard_dir, .prometheus_path =
+                           o->prometheus_path, .prometheus_interval_s = 1.0,
+                           .tensorboard_what = "--tensorboard", .prometheus_what = "--prometheus"};
+    if (t->rank != 0)
         return DDP_OK;
-    t->metrics = jsonl_open(t->o->metrics_path, t->o->resume != NULL, "--metrics");
-    return t->metrics ? DDP_OK : DDP_ERR_IO;
+    if (o->metrics_path &&
+        !(t->metrics = jsonl_open(o->metrics_path, o->resume != NULL, "--metrics")))
+        return DDP_ERR_IO;
+    return o->tensorboard_dir || o->prometheus_path ? ddp_metrics_open(&mo, &t->scalars) : DDP_OK;
 }
 
 /* ---- build ----------------------------------------------------------------------------------- */
@@ -249,6 +280,8 @@ static ddp_status build(trainer *t, train_view *v)
 static void mark_restart(trainer *t, int resumed)
 {
     t->progress.first_step = t->progress.base_step = t->start.step;
+    ddp_metrics_set(t->scalars, "world_size", t->world, "Ranks in the job.");
+    ddp_metrics_commit(t->scalars, t->start.step); /* TensorBoard: the run (re)starts here */
     if (t->rank != 0 || !t->o->resume)
         return;
     if (t->metrics)
@@ -644,6 +677,7 @@ static void release(trainer *t)
     if (t->task->release)
         t->task->release(t);
     jsonl_close(t->metrics);
+    ddp_metrics_close(t->scalars);
     for (int i = 0; i < 2; i++) {
         ddp_free(t->ctx, t->x_dev[i]);
         ddp_free(t->ctx, t->y_dev[i]);

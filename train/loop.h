@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "ddp.h"
+#include "ddp_metrics.h"
 #include "ops.h"
 #include "optim.h"
 #include "train_opts.h"
@@ -110,6 +111,7 @@ struct trainer {
     float *grads;
     ddp_scaler *scaler;     /* fp16 (--precision or --grad-dtype): dynamic loss scaling */
     jsonl_file *metrics;  /* rank 0 with --metrics */
+    ddp_metrics *scalars;   /* rank 0 with --tensorboard or --prometheus */
     int accum;              /* micro-batches per optimizer step (this rank's) */
     int micro_total;        /* the plan's: 0 unless the ranks take different numbers */
     train_fixed_batch fixed; /* the plan's */

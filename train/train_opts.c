@@ -263,6 +263,13 @@ static const flag_row rows[] = {
     {"metrics", "FILE", FOR_ANY, AS_STR(metrics_path),
      "rank 0 writes JSON lines: one per epoch, then a summary (each line whole; the\n"
      "folder is created; --resume appends)"},
+    {"tensorboard", "DIR", FOR_ANY, AS_STR(tensorboard_dir),
+     "rank 0 writes a TensorBoard event file in DIR (tensorboard --logdir DIR):\n"
+     "loss, learning rate, gradient norm, throughput, MFU, evaluations, memory"},
+    {"prometheus", "FILE", FOR_ANY, AS_STR(prometheus_path),
+     "rank 0 rewrites FILE (a .prom file for node_exporter's textfile\n"
+     "collector) as the progress lines come (--log-every) and after\n"
+     "evaluations, at most once a second, and at the end"},
     {"save", "FILE", FOR_ANY, AS_STR(save_path),
      "rank 0 writes the trained parameters as a checkpoint (FILE: see below)"},
     {"augment", NULL, FOR_MNIST, AS_FLAG(augment, 1, 0),

@@ -70,6 +70,7 @@ typedef struct train_opts {
     ddp_backend_kind device;
     int threads;
     const char *metrics_path; /* NULL: none */
+    const char *tensorboard_dir, *prometheus_path; /* rank 0's dashboards' files; NULL: none */
     const char *save_path;    /* NULL: none */
     int shuffle;
     int augment;              /* random shifts of up to 2 pixels of training images */

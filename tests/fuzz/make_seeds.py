@@ -38,7 +38,7 @@ ARGS = {
     "cnn": ["--model=cnn", "--accum", "2", "--lr-schedule", "cosine", "--augment", "--device", "cpu",
             "--threads", "2", "--bucket-mb", "4", "--first-bucket-mb", "0.5", "--max-steps", "100"],
     "files": ["--data", "d", "--metrics", "m.jsonl", "--save", "s.ckpt", "--no-shuffle",
-              "--broadcast-init", "--log-every", "10"],
+              "--broadcast-init", "--log-every", "10", "--tensorboard", "tb", "--prometheus", "p.prom"],
     "bad": ["--lr", "1e308", "--epochs", "9223372036854775808", "-h"],
 }
 
