@@ -280,6 +280,21 @@ ddp_status ddp_agree_failed(ddp_ctx *ctx, int failed, int64_t *flags, int64_t *n
     return st;
 }
 
+ddp_status ddp_agree(ddp_ctx *ctx, ddp_status local, const char *then, ddp_status *collective)
+{
+    int64_t failed = local != DDP_OK;
+    ddp_status st = ddp_allreduce_host(ctx, &failed, 1, DDP_INT64, DDP_SUM);
+    if (collective)
+        *collective = st;
+    if (st != DDP_OK)
+        return st;
+    if (failed == 0)
+        return DDP_OK;
+    if (local == DDP_OK && then)
+        DDP_ERROR("%lld rank(s) failed (see their messages); %s", (long long)failed, then);
+    return local != DDP_OK ? local : DDP_ERR_MISMATCH;
+}
+
 void ddp_log_failed_ranks(const int64_t *flags, int world, const char *what)
 {
     char list[256] = "";

@@ -335,6 +335,12 @@ DDP_API ddp_status ddp_allreduce_host(ddp_ctx *ctx, void *buf, size_t n, ddp_dty
  * "WHAT: rank(s) 2, 5 failed (see their messages)" (the first 16), nothing when none did; it is the
  * caller's choice which rank logs (usually rank 0). */
 DDP_API ddp_status ddp_agree_failed(ddp_ctx *ctx, int failed, int64_t *flags, int64_t *n_failed);
+/* Collective: whether any rank failed. DDP_OK when none did; else every rank returns a failure,
+ * its own `local` or DDP_ERR_MISMATCH where only peers failed, and those ranks log "N rank(s)
+ * failed (see their messages); THEN" when then is not NULL. *collective: the status of the
+ * agreement itself (a failed one returns it: end the job). */
+DDP_API ddp_status ddp_agree(ddp_ctx *ctx, ddp_status local, const char *then,
+                             ddp_status *collective);
 DDP_API void ddp_log_failed_ranks(const int64_t *flags, int world, const char *what);
 
 /* In-place all-reduce of n elements of dtype (any ddp_dtype; DDP_MAX/DDP_MIN not on bf16/fp16,

@@ -61,11 +61,14 @@ typedef struct ddp_metrics_opts {
 DDP_API ddp_status ddp_metrics_open(const ddp_metrics_opts *opts, ddp_metrics **out);
 
 /* Sets the value of `name` for the next commit; help (one line, kept from the first call for a
- * name) is Prometheus's HELP. A name is 1 to 100 of [A-Za-z0-9_/], beginning with a letter, and
+ * name) is Prometheus's HELP; NULL for the figures libddp knows (world_size, train/loss,
+ * train/epoch_loss, train/learning_rate, train/grad_norm, train/samples_per_second,
+ * train/tokens_per_second, train/mfu_ratio, eval/val_loss, eval/test_accuracy,
+ * memory/peak_rss_bytes, memory/device_used_bytes). A name is 1 to 100 of [A-Za-z0-9_/], beginning with a letter, and
  * is TensorBoard's tag; "step" is taken (ddp_step). Use Prometheus's conventions: base units
  * named at the end ("_seconds", "_bytes", "_ratio"), and no "_total" (these are gauges).
  * NaN and infinities are kept as such. DDP_ERR_INVALID_ARG (logged) for a bad or taken name or
- * a NULL help, or a name that maps to another's Prometheus name ("a/b" and "a_b");
+ * a NULL help of another name, or a name that maps to another's Prometheus name ("a/b" and "a_b");
  * DDP_ERR_NOMEM; the value is then not set. */
 DDP_API ddp_status ddp_metrics_set(ddp_metrics *m, const char *name, double value,
                                    const char *help);

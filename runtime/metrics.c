@@ -135,10 +135,35 @@ static ddp_status find_or_add(ddp_metrics *m, const char *name, const char *help
     return DDP_OK;
 }
 
+/* The help of a training figure every data-parallel program reports (ddp_metrics_set's NULL). */
+static const char *const known_help[][2] = {
+    {"world_size", "Ranks in the job."},
+    {"train/loss", "Training loss: rank 0's mean over its micro-batches since the last report."},
+    {"train/epoch_loss", "Training loss: the last epoch's mean over the ranks."},
+    {"train/learning_rate", "Learning rate of the last step."},
+    {"train/grad_norm", "Global gradient norm of the last step applied."},
+    {"train/samples_per_second", "Samples per second, all ranks."},
+    {"train/tokens_per_second", "Tokens per second, all ranks."},
+    {"train/mfu_ratio", "Model FLOPs utilisation: model FLOP/s per rank over the device's peak."},
+    {"eval/val_loss", "Validation loss, the last."},
+    {"eval/test_accuracy", "Test accuracy after the last epoch (0 to 1)."},
+    {"memory/peak_rss_bytes", "The largest peak resident memory (VmHWM) over the ranks."},
+    {"memory/device_used_bytes", "The most device memory in use over the ranks."},
+};
+
+static const char *help_of(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof known_help / sizeof known_help[0]; i++)
+        if (strcmp(name, known_help[i][0]) == 0)
+            return known_help[i][1];
+    return NULL;
+}
+
 ddp_status ddp_metrics_set(ddp_metrics *m, const char *name, double value, const char *help)
 {
     if (!m)
         return DDP_OK;
+    help = help ? help : help_of(name);
     if (!name || !help || !name_ok(name) || strcmp(name, "step") == 0 || strchr(help, '\n')) {
         DDP_ERROR("ddp_metrics_set: '%s' (help: %s) is not a metric: the name is 1 to %d of "
                   "[A-Za-z0-9_/], beginning with a letter, not \"step\"; the help one line",

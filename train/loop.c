@@ -33,23 +33,15 @@
 
 void trainer_must(trainer *t, ddp_status st, const char *what) { train_must(t->ctx, st, what); }
 
-/* trainer_agree; the ranks that did not fail say `then` (what the job does now) unless NULL. */
+/* libddp's ddp_agree; the ranks that did not fail say `then` (what the job does now) unless NULL. */
 static ddp_status agree_then(trainer *t, ddp_status local, const char *then)
 {
-    int64_t failed = local != DDP_OK;
-    trainer_must(t, ddp_allreduce_host(t->ctx, &failed, 1, DDP_INT64, DDP_SUM),
-                 "agreeing on a status");
-    if (failed == 0)
-        return DDP_OK;
-    if (local == DDP_OK && then)
-        DDP_ERROR("%lld rank(s) failed (see their messages); %s", (long long)failed, then);
-    return local != DDP_OK ? local : DDP_ERR_MISMATCH;
+    ddp_status coll, st = ddp_agree(t->ctx, local, then, &coll);
+    trainer_must(t, coll, "agreeing on a status");
+    return st;
 }
 
-ddp_status trainer_agree(trainer *t, ddp_status local)
-{
-    return agree_then(t, local, "exiting");
-}
+ddp_status trainer_agree(trainer *t, ddp_status local) { return agree_then(t, local, "exiting"); }
 
 /* ---- batches, loss, clock -------------------------------------------------------------------- */
 
@@ -101,17 +93,13 @@ static void progress_scalars(trainer *t, double loss)
     double norm = optim_last_norm(t->opt);
     char rate[64];
     snprintf(rate, sizeof rate, "train/%s_per_second", p->unit);
-    ddp_metrics_set(t->scalars, "train/loss", loss,
-                    "Training loss: rank 0's mean over its micro-batches since the last report.");
-    ddp_metrics_set(t->scalars, "train/learning_rate", t->task->lr(t, t->step - 1),
-                    "Learning rate of the last step.");
-    ddp_metrics_set(t->scalars, rate, p->rate, "Samples (or tokens) per second, all ranks.");
+    ddp_metrics_set(t->scalars, "train/loss", loss, NULL);
+    ddp_metrics_set(t->scalars, "train/learning_rate", t->task->lr(t, t->step - 1), NULL);
+    ddp_metrics_set(t->scalars, rate, p->rate, NULL);
     if (isfinite(norm)) /* the GPT's (it clips); not computed for MNIST */
-        ddp_metrics_set(t->scalars, "train/grad_norm", norm,
-                        "Global gradient norm of the last step applied.");
+        ddp_metrics_set(t->scalars, "train/grad_norm", norm, NULL);
     if (isfinite(p->mfu))
-        ddp_metrics_set(t->scalars, "train/mfu_ratio", p->mfu,
-                        "Model FLOPs utilisation: model FLOP/s per rank over the device's peak.");
+        ddp_metrics_set(t->scalars, "train/mfu_ratio", p->mfu, NULL);
     ddp_metrics_commit(t->scalars, t->step);
 }
 
@@ -280,7 +268,7 @@ static ddp_status build(trainer *t, train_view *v)
 static void mark_restart(trainer *t, int resumed)
 {
     t->progress.first_step = t->progress.base_step = t->start.step;
-    ddp_metrics_set(t->scalars, "world_size", t->world, "Ranks in the job.");
+    ddp_metrics_set(t->scalars, "world_size", t->world, NULL);
     ddp_metrics_commit(t->scalars, t->start.step); /* TensorBoard: the run (re)starts here */
     if (t->rank != 0 || !t->o->resume)
         return;

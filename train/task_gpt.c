@@ -437,7 +437,7 @@ static void gpt_report_val(trainer *t)
     trainer_progress_eval(t, seconds, t->o->gpt.val_every);
     printf("step %ld: val loss %.4f (%.1f s)\n", t->step, G(t)->val_loss, seconds);
     fflush(stdout);
-    ddp_metrics_set(t->scalars, "eval/val_loss", G(t)->val_loss, "Validation loss, the last.");
+    ddp_metrics_set(t->scalars, "eval/val_loss", G(t)->val_loss, NULL);
     ddp_metrics_commit(t->scalars, t->step);
     if (t->metrics) {
         char v[32], l[32], g[32];
@@ -515,11 +515,9 @@ static ddp_status gpt_report_end(trainer *t)
     trainer_must(t, ddp_allreduce_host(t->ctx, mem, 2, DDP_FP64, DDP_MAX), "agreeing on memory");
     s->peak_rss_max = mem[0] / 1024.0;
     s->device_used_max = mem[1] >= 0.0 ? mem[1] / (1024.0 * 1024.0) : NAN;
-    ddp_metrics_set(t->scalars, "memory/peak_rss_bytes", mem[0] * 1024.0,
-                    "The largest peak resident memory (VmHWM) over the ranks, after training.");
+    ddp_metrics_set(t->scalars, "memory/peak_rss_bytes", mem[0] * 1024.0, NULL);
     if (mem[1] >= 0.0)
-        ddp_metrics_set(t->scalars, "memory/device_used_bytes", mem[1],
-                        "The most device memory in use over the ranks, after training.");
+        ddp_metrics_set(t->scalars, "memory/device_used_bytes", mem[1], NULL);
     ddp_metrics_commit(t->scalars, t->step);
     train_comm_stats(t->ctx, &s->comm); /* collective */
     if (!train_sample_only(t->o)) /* no step: no throughput or training memory to report */

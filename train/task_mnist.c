@@ -294,10 +294,8 @@ static void mnist_epoch_end(trainer *t)
     fflush(stdout);
     if (t->metrics)
         metrics_epoch(t->metrics, e);
-    ddp_metrics_set(t->scalars, "train/epoch_loss", e->train_loss,
-                    "Training loss: the last epoch's mean over the ranks.");
-    ddp_metrics_set(t->scalars, "eval/test_accuracy", e->test_accuracy,
-                    "Test accuracy after the last epoch (0 to 1).");
+    ddp_metrics_set(t->scalars, "train/epoch_loss", e->train_loss, NULL);
+    ddp_metrics_set(t->scalars, "eval/test_accuracy", e->test_accuracy, NULL);
     ddp_metrics_commit(t->scalars, t->step);
 }
 

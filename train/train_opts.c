@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "argnum.h"
 #include "suggest.h"
 
 /* A macro's value as a string literal (the library's defaults in the usage text). */
@@ -62,67 +63,29 @@ struct flag_row {
 /* ARG_WORD writes its index through an int. */
 _Static_assert(sizeof(ddp_dtype) == sizeof(int), "--precision and --grad-dtype are stored as int");
 
-/* Parses a whole-string integer in [r->min, r->max]; prints the complaint with the allowed range
- * and returns -1 otherwise. */
+/* A value of r's kind read whole (common/argnum.c): 0, or -1 with the complaint printed. */
 static int parse_long(const flag_row *r, const char *text, long *out)
 {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || v < r->min || v > r->max) {
-        fprintf(stderr, "ddp-train: --%s: expected %s integer, got '%s' (allowed: %ld to %ld)\n",
-                r->name, r->min > 0 ? "a positive" : "a non-negative", text, r->min, r->max);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return argnum_long("ddp-train", r->name, text, r->min, r->max, out);
 }
 
-/* Parses a whole-string number between r->lo and r->hi; the message names the interval, e.g.
- * "expected a number in [0, 1)". */
 static int parse_real(const flag_row *r, const char *text, double *out)
 {
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(text, &end);
-    int in = (r->ends[0] == '(' ? v > r->lo : v >= r->lo) &&
-             (r->ends[1] == ')' ? v < r->hi : v <= r->hi);
-    if (errno != 0 || end == text || *end != '\0' || !isfinite(v) || !in) {
-        fprintf(stderr, "ddp-train: --%s: expected a number in %c%.10g, %.10g%c, got '%s'\n",
-                r->name, r->ends[0], r->lo, r->hi, r->ends[1], text);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return argnum_real("ddp-train", r->name, text, r->lo, r->hi, r->ends, out);
 }
 
-/* Prints "--NAME: expected a, b or c, got 'TEXT'" for words "a|b|c"; returns -1. */
-static int bad_word(const flag_row *r, const char *words, const char *text)
-{
-    fprintf(stderr, "ddp-train: --%s: expected ", r->name);
-    for (const char *w = words; *w; w++) {
-        if (*w != '|')
-            fputc(*w, stderr);
-        else
-            fputs(strchr(w + 1, '|') ? ", " : " or ", stderr);
-    }
-    fprintf(stderr, ", got '%s'\n", text);
-    return -1;
-}
-
-/* The index of text among r's words (its meta when it has none), plus r->min, into *out. */
+/* The index of text among r's words (its meta when it has none), plus r->min. */
 static int parse_word(const flag_row *r, const char *text, int *out)
 {
-    const char *words = r->words ? r->words : r->meta, *w = words;
-    for (int i = (int)r->min;; i++, w += strcspn(w, "|") + 1) {
-        size_t len = strcspn(w, "|");
-        if (strncmp(w, text, len) == 0 && text[len] == '\0') {
-            *out = i;
-            return 0;
-        }
-        if (!w[len])
-            return bad_word(r, words, text);
-    }
+    return argnum_word("ddp-train", r->name, r->words ? r->words : r->meta, text, (int)r->min, out);
+}
+
+/* A word of r's meta that its parser refused: the complaint, -1. */
+static int bad_word(const flag_row *r, const char *v)
+{
+    int i;
+    (void)argnum_word("ddp-train", r->name, r->meta, v, 0, &i);
+    return -1;
 }
 
 static int parse_model(const flag_row *r, const char *v, train_opts *o)
@@ -130,12 +93,12 @@ static int parse_model(const flag_row *r, const char *v, train_opts *o)
     o->gpt.on = strcmp(v, "gpt2") == 0;
     if (o->gpt.on || model_kind_parse(v, &o->model.kind) == DDP_OK)
         return 0;
-    return bad_word(r, r->meta, v);
+    return bad_word(r, v);
 }
 
 static int parse_device(const flag_row *r, const char *v, train_opts *o)
 {
-    return ddp_backend_parse(v, &o->device) == DDP_OK ? 0 : bad_word(r, r->meta, v);
+    return ddp_backend_parse(v, &o->device) == DDP_OK ? 0 : bad_word(r, v);
 }
 
 static int parse_widths(const flag_row *r, const char *v, train_opts *o)

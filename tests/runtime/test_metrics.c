@@ -54,6 +54,7 @@ static void bad_names(ddp_metrics *m)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         CHECK(ddp_metrics_set(m, bad[i], 1.0, "h") == DDP_ERR_INVALID_ARG, "'%s' refused", bad[i]);
     CHECK(ddp_metrics_set(m, "x", 1.0, NULL) == DDP_ERR_INVALID_ARG, "a NULL help refused");
+    CHECK(ddp_metrics_set(m, "train/loss", 1.0, NULL) == DDP_OK, "a known figure's help is libddp's");
     CHECK(ddp_metrics_set(m, "x", 1.0, "two\nlines") == DDP_ERR_INVALID_ARG, "a help of 2 lines");
     CHECK(ddp_metrics_set(m, "train_loss", 1.0, "h") == DDP_ERR_INVALID_ARG,
           "train_loss clashes with train/loss (both ddp_train_loss)");
