@@ -504,19 +504,19 @@ static void wd_cat(char *buf, size_t size, size_t *len, const char *fmt, ...)
     va_end(ap);
 }
 
-/* "ranks 0-3,5 (hosts a, b)" for the ranks r with group[r] == g, in text (n bytes): at most 8
- * runs of ranks and 3 hosts. */
-static void wd_ranks_text(const int *group, int g, char *text, size_t n)
+/* The ranks r with group[r] == g: "0-3,5" in list (160 bytes, at most 8 runs), their hosts "a, b"
+ * in hosts (200 bytes, at most 3, then ", ..."); returns their count, *one the last of them. */
+static int wd_ranks_lists(const int *group, int g, char *list, char *hosts, int *one)
 {
-    char list[160] = "", hosts[200] = "";
     size_t ll = 0, hl = 0;
-    int count = 0, runs = 0, n_hosts = 0, more_hosts = 0, one = -1;
+    int count = 0, runs = 0, n_hosts = 0, more_hosts = 0;
+    list[0] = hosts[0] = '\0';
     const char *seen[3] = {0};
     for (int r = 0; r < wd.world; r++) {
         if (group[r] != g)
             continue;
         count++;
-        one = r;
+        *one = r;
         int h = 0;
         while (h < n_hosts && strcmp(seen[h], wd_host(r)) != 0)
             h++;
@@ -528,17 +528,68 @@ static void wd_ranks_text(const int *group, int g, char *text, size_t n)
         }
         int prev = r > 0 && group[r - 1] == g, next = r + 1 < wd.world && group[r + 1] == g;
         if (!prev && ++runs <= 8)
-            wd_cat(list, sizeof list, &ll, "%s%d", runs > 1 ? "," : "", r);
+            wd_cat(list, 160, &ll, "%s%d", runs > 1 ? "," : "", r);
         else if (!prev && runs == 9)
-            wd_cat(list, sizeof list, &ll, ",...");
+            wd_cat(list, 160, &ll, ",...");
         else if (prev && !next && runs <= 8)
-            wd_cat(list, sizeof list, &ll, "-%d", r);
+            wd_cat(list, 160, &ll, "-%d", r);
     }
-    if (count == 1) /* one rank: its pid too */
+    if (more_hosts)
+        wd_cat(hosts, 200, &hl, ", ...");
+    return count;
+}
+
+/* "ranks 0-3,5 (hosts a, b)" for the ranks r with group[r] == g, in text (n bytes); one rank
+ * with its pid. */
+static void wd_ranks_text(const int *group, int g, char *text, size_t n)
+{
+    char list[160], hosts[200];
+    int one = -1, count = wd_ranks_lists(group, g, list, hosts, &one);
+    if (count == 1)
         snprintf(text, n, "rank %d (host %s, pid %d)", one, hosts, wd_pid(one));
     else
-        snprintf(text, n, "ranks %s (host%s %s%s)", list, n_hosts > 1 ? "s" : "", hosts,
-                 more_hosts ? ", ..." : "");
+        snprintf(text, n, "ranks %s (host%s %s)", list, strchr(hosts, ',') ? "s" : "", hosts);
+}
+
+/* s (at most n bytes) for a JSON string: a quote, a backslash or a control byte becomes '?'. */
+static void wd_json_str(char *dst, size_t size, const char *s, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n && s[i] && k + 1 < size; i++)
+        dst[k++] = s[i] == '"' || s[i] == '\\' || (unsigned char)s[i] < 0x20 ? '?' : s[i];
+    dst[k] = '\0';
+}
+
+/* The wavefront's groups (order[0..n_groups), their leaders) as one JSON line for log readers:
+ * {"collective":SEQ,"lane":L,"groups":[{"ranks":"5","count":1,"hosts":"a","state":"frozen",
+ * "step":7,"micro":-1,"phase":"forward","at":SEQ,"active":1,"what":"barrier","bucket":-1},...]}. */
+static void wd_log_json(const int *group, const int *order, int n_groups, const wd_reply *rep,
+                        int lane, uint64_t seq)
+{
+    static const char *const states[] = {"frozen", "gone", "unreachable", "behind", "differs",
+                                         "waiting"};
+    char json[4096], list[160], hosts[200], phase[WD_WHAT_LEN + 1], what[WD_WHAT_LEN + 1];
+    size_t len = 0;
+    wd_cat(json, sizeof json, &len, "{\"collective\":%llu,\"lane\":%d,\"groups\":[",
+           (unsigned long long)seq, lane);
+    for (int i = 0; i < n_groups && len + 600 < sizeof json; i++) {
+        const wd_reply *r = &rep[order[i]];
+        int one, count = wd_ranks_lists(group, group[order[i]], list, hosts, &one);
+        wd_json_str(phase, sizeof phase, r->f.phase, WD_WHAT_LEN);
+        wd_json_str(what, sizeof what, r->f.lane_what[lane], WD_WHAT_LEN);
+        int k = wd_kind(r, lane, seq), answered = k >= WD_K_BEHIND;
+        wd_cat(json, sizeof json, &len, "%s{\"ranks\":\"%s\",\"count\":%d,\"hosts\":\"%s\","
+               "\"state\":\"%s\"", i ? "," : "", list, count, hosts, states[k]);
+        if (answered)
+            wd_cat(json, sizeof json, &len, ",\"step\":%lld,\"micro\":%d,\"phase\":\"%s\","
+                   "\"at\":%llu,\"active\":%d,\"what\":\"%s\",\"bucket\":%d",
+                   (long long)r->f.step, r->f.micro, phase,
+                   (unsigned long long)(r->f.lane_state[lane] >> 1),
+                   (int)(r->f.lane_state[lane] & 1), what, r->f.lane_bucket[lane]);
+        wd_cat(json, sizeof json, &len, "}");
+    }
+    wd_cat(json, sizeof json, &len, "]}");
+    DDP_ERROR("wavefront (JSON): %s", json);
 }
 
 /* ": at step S, PHASE, micro-step M" of an answer ("" where the program does not say). */
@@ -646,6 +697,7 @@ static int wd_diagnose(int lane, uint64_t seq)
     else
         DDP_ERROR("%d of %d ranks never arrived at collective #%llu (named above)", wd.world - arrived,
                   wd.world, (unsigned long long)seq);
+    wd_log_json(group, order ? order : lead, n_groups, rep, lane, seq);
     free(order);
     free(rep);
     free(p);

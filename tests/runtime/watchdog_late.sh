@@ -48,6 +48,10 @@ elif [ "$mode" = wave ]; then
         "echo \"\$report\" | grep -q ' ranks 0,2-4,6-11 (host [^)]*) at step 7, backward: waiting in #[0-9]* (barrier)'"
     check "frozen first, then behind, then waiting: 3 lines between the heading and the total" \
         "[ \"\$(echo \"\$report\" | sed -n '2p;3p;4p' | grep -c -e 'did not answer' -e behind -e 'waiting in')\" = 3 ] && [ \$(echo \"\$report\" | wc -l) = 5 ] && echo \"\$report\" | sed -n 2p | grep -q 'did not answer' && echo \"\$report\" | sed -n 3p | grep -q behind"
+    # the same wavefront as one JSON line for log readers
+    json=$(grep -F -- "$who " "$out" | sed -n 's/.*wavefront (JSON): //p' | head -1)
+    check "the JSON line: rank 5 frozen, rank 1 behind at step 7 in forward, 10 waiting in the barrier" \
+        "echo '$json' | python3 -c 'import json, sys; g = json.load(sys.stdin)[\"groups\"]; sys.exit(not ([(x[\"ranks\"], x[\"count\"], x[\"state\"]) for x in g] == [(\"5\", 1, \"frozen\"), (\"1\", 1, \"behind\"), (\"0,2-4,6-11\", 10, \"waiting\")] and g[1][\"step\"] == 7 and g[1][\"phase\"] == \"forward\" and g[2][\"phase\"] == \"backward\" and g[2][\"what\"] == \"barrier\"))'"
 else
     check "rank 0 blocked its stderr" "! grep -q 'could not block stderr' '$out'"
 fi
