@@ -46,7 +46,7 @@ typedef struct conv_plan {
 
 /* A fused attention plan (cuda_sdpa.h) for one direction and shape. */
 typedef struct sdpa_slot {
-    int key[5]; /* bwd, B, T, NH, hs */
+    int key[6]; /* bwd, B, T, NH, hs, dq_accum */
     sdpa_plan *plan; /* NULL: an unused slot */
 } sdpa_slot;
 
@@ -434,14 +434,15 @@ static ddp_status sdpa_plan_for(const ops_handle *ops, bool bwd, int B, int T, i
                                 const sdpa_plan **out)
 {
     cudnn_state *cs = cudnn_of(ops);
-    int key[5] = {bwd, B, T, NH, hs};
+    bool acc = bwd && !cuda_of(ops)->cudnn_det; /* DDP_CUDNN_DETERMINISTIC=0: the other form */
+    int key[6] = {bwd, B, T, NH, hs, acc};
     for (int i = 0; i < SDPA_PLANS; i++)
         if (cs->sdpa[i].plan && !memcmp(cs->sdpa[i].key, key, sizeof key)) {
             *out = cs->sdpa[i].plan;
             return DDP_OK;
         }
     long long C = (long long)NH * hs;
-    sdpa_dims d = {B, NH, T, hs, 3 * C, C};
+    sdpa_dims d = {B, NH, T, hs, 3 * C, C, acc};
     sdpa_plan *p = NULL;
     TRY_OK(sdpa_build(cs->handle, &d, bwd, &p, NULL));
     sdpa_slot *slot = &cs->sdpa[cs->n_sdpa++ % SDPA_PLANS];

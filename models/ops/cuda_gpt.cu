@@ -1288,16 +1288,18 @@ static ddp_status attention_bwd_materialized(const ops_handle *ops, const attn_s
 }
 
 /* cuDNN's backward from the forward's bf16 o and statistics in att (attention_fwd_cudnn), with
- * rowsum(dout o) and dq's fp32 accumulator in the attention scratch. */
+ * rowsum(dout o) in the attention scratch, and dq's fp32 accumulator there too in the form
+ * DDP_CUDNN_DETERMINISTIC=0 asks for. */
 static ddp_status attention_bwd_cudnn(const ops_handle *ops, const attn_shape *s, uint16_t *dqkv,
                                       const uint16_t *dout, const uint16_t *qkv, const float *att)
 {
 #if HAVE_CUDNN
+    bool acc = !cuda_of(ops)->cudnn_det;
     size_t r = round256(s->n_rows * sizeof(float));
     char *w = NULL;
-    TRY_OK(attn_scratch(ops, r + round256(s->n * sizeof(float)), &w));
+    TRY_OK(attn_scratch(ops, r + (acc ? round256(s->n * sizeof(float)) : 0), &w));
     return cudnn_attention_bwd(ops, s->B, s->T, s->NH, s->hs, qkv, (const uint16_t *)att, dout,
-                               att + s->n, dqkv, (float *)w, (float *)(w + r),
+                               att + s->n, dqkv, (float *)w, acc ? (float *)(w + r) : NULL,
                                1.0f / sqrtf((float)s->hs));
 #else
     (void)ops, (void)s, (void)dqkv, (void)dout, (void)qkv, (void)att;

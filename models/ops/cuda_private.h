@@ -111,7 +111,8 @@ size_t cudnn_version(void);
 /* Causal attention on cuDNN's fused flash-attention engines (cuda_sdpa.h; DDP_CUDA_ATTENTION=
  * cudnn): bf16 qkv (B, T, 3C) and out (B, T, C) rows, stats (B, NH, T) fp32 log-sum-exp; the
  * backward from the forward's out (o) and stats, dout (B, T, C) into dqkv (B, T, 3C), with sum
- * (B NH T floats) and dq_acc (B T C floats) as scratch. A plan per direction and shape, made on
+ * (B NH T floats) as scratch, and dq_acc (B T C floats) in the form DDP_CUDNN_DETERMINISTIC=0
+ * asks for (else unread: NULL). A plan per direction and shape, made on
  * first use (DDP_ERR_UNSUPPORTED, logged with cuDNN's message, when cuDNN has no engine for it). */
 ddp_status cudnn_attention_fwd(const ops_handle *ops, int B, int T, int NH, int hs,
                                const uint16_t *qkv, uint16_t *out, float *stats, float scale);

@@ -439,8 +439,8 @@ static void check_attention_act16(test_rng *r, int B, int T, int C, int NH, bool
  * activations against the CPU's fp32 on the same rounded values, with check_attention_bf16's
  * tolerances (the same bf16 products, in cuDNN's order); the state it keeps is the fused
  * kernel's size. Then the same inputs through the project's kernel: both near the reference,
- * and a second cuDNN forward equal to the first bit for bit (the backward may accumulate dq with
- * atomics, so only its tolerance is checked). Reports and skips without cuDNN. */
+ * and a second cuDNN forward and backward equal to the first bit for bit (the backward's
+ * deterministic form, the default: dq written by its matmul). Reports and skips without cuDNN. */
 static void check_attention_cudnn(test_rng *r, int B, int T, int C, int NH)
 {
     if (ops_cuda_set_attention_cudnn(gpu, true) != DDP_OK) {
@@ -451,7 +451,7 @@ static void check_attention_cudnn(test_rng *r, int B, int T, int C, int NH)
     attn16_make(r, B, T, C, NH, &a);
     size_t n = a.n;
     CHECK(a.n_dev == (size_t)B * T * (C + NH), "cudnn attention_floats %zu", a.n_dev);
-    float *first_out = NULL;
+    float *first_out = NULL, *first_d = NULL;
     for (int run = 0; run < 3; run++) { /* cuDNN, cuDNN again, the project's kernel */
         if (run == 2)
             ops_cuda_set_attention_cudnn(gpu, false);
@@ -471,17 +471,23 @@ static void check_attention_cudnn(test_rng *r, int B, int T, int C, int NH)
                B, T, C, NH, e_out, e_d);
         CHECK(e_out <= 3e-2, "attention %s out: relative error %.3g > 3e-2", name, e_out);
         CHECK(e_d <= 5e-2, "attention %s dqkv: relative error %.3g > 5e-2", name, e_d);
-        float *o = bdownload(&a.out);
-        if (run == 1)
+        float *o = bdownload(&a.out), *d = bdownload(&a.dqkv);
+        if (run == 1) {
             CHECK(!memcmp(o, first_out, n * sizeof *o),
                   "cudnn attention B %d T %d: a second forward differs", B, T);
-        if (run == 0)
+            CHECK(!memcmp(d, first_d, 3 * n * sizeof *d),
+                  "cudnn attention B %d T %d: a second backward differs (deterministic form)", B,
+                  T);
+        }
+        if (run == 0) {
             first_out = o;
-        else
-            free(o);
+            first_d = d;
+        } else {
+            free(o), free(d);
+        }
     }
     ops_cuda_set_attention_cudnn(gpu, false);
-    free(first_out);
+    free(first_out), free(first_d);
     attn16_drop(&a);
     ops_cuda_set_attention(gpu, true);
 }
