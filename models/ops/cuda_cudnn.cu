@@ -395,6 +395,15 @@ static ddp_status cudnn_conv_bwd_params(const ops_handle *ops, ddp_dtype p,
 
 size_t cudnn_version(void) { return cudnnGetVersion(); }
 
+bool cudnn_attention_usable(void)
+{
+    char why[256];
+    if (sdpa_version_ok(cudnnGetVersion(), CUDNN_VERSION, why, sizeof why))
+        return true;
+    DDP_WARN("DDP_CUDA_ATTENTION=cudnn: %s; the project's fused kernel runs instead", why);
+    return false;
+}
+
 extern "C" const char *ops_cudnn_describe(const ops_handle *ops, ddp_dtype p)
 {
     static const char *const maths[] = {"default", "tensor-op", "tensor-op with conversion", "fma"};

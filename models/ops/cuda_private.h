@@ -108,6 +108,9 @@ void cudnn_close(ops_handle *ops);
 void cudnn_conv_ops(ops_handle *ops);
 /* cuDNN's version number (cudnnGetVersion: 91900 for 9.19.0). */
 size_t cudnn_version(void);
+/* Whether the cuDNN loaded runs the attention graphs (cuda_sdpa.h sdpa_version_ok); when not, a
+ * warning names the version found, the one needed, and the fallback to the project's kernel. */
+bool cudnn_attention_usable(void);
 /* Causal attention on cuDNN's fused flash-attention engines (cuda_sdpa.h; DDP_CUDA_ATTENTION=
  * cudnn): bf16 qkv (B, T, 3C) and out (B, T, C) rows, stats (B, NH, T) fp32 log-sum-exp; the
  * backward from the forward's out (o) and stats, dout (B, T, C) into dqkv (B, T, 3C), with sum

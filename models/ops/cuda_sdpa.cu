@@ -515,6 +515,32 @@ ddp_status sdpa_build(cudnnHandle_t handle, const sdpa_dims *d, bool bwd, sdpa_p
 
 size_t sdpa_workspace(const sdpa_plan *p) { return p ? (size_t)p->ws_bytes : 0; }
 
+/* "9.10.2" for cuDNN's version number v (9.x: major 10000 minor 100; 8.x: 1000 and 100). */
+static void version_text(size_t v, char *out, size_t n)
+{
+    size_t major = v >= 90000 ? v / 10000 : v / 1000, rest = v >= 90000 ? v % 10000 : v % 1000;
+    snprintf(out, n, "%zu.%zu.%zu", major, rest / 100, rest % 100);
+}
+
+static size_t version_major(size_t v) { return v >= 90000 ? v / 10000 : v / 1000; }
+
+bool sdpa_version_ok(size_t version, size_t compiled, char *why, size_t n)
+{
+    char found[32], need[32], built[32];
+    version_text(version, found, sizeof found);
+    version_text(SDPA_MIN_CUDNN, need, sizeof need);
+    version_text(compiled, built, sizeof built);
+    bool old = version < SDPA_MIN_CUDNN, other = version_major(version) != version_major(compiled);
+    if (why && n && old)
+        snprintf(why, n, "cuDNN %s found, the attention graphs need %s or newer (-inf in the "
+                 "causal mask, fixes of 9.10.0/9.10.1)", found, need);
+    else if (why && n && other)
+        snprintf(why, n, "cuDNN %s found, built against %s: another major version", found, built);
+    else if (why && n)
+        why[0] = '\0';
+    return !old && !other;
+}
+
 void sdpa_free(sdpa_plan *p)
 {
     if (!p)

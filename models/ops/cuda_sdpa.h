@@ -40,6 +40,18 @@ typedef struct sdpa_dims {
 
 typedef struct sdpa_plan sdpa_plan;
 
+/* The lowest cuDNN the graphs are written for, 9.10.2 (cudnnGetVersion 91002), as
+ * cudnn-frontend's SDPA nodes read: the causal mask fills -inf (below 9.10 the frontend fills the
+ * lowest float instead), dQ_accum needs no zeroing by the caller (below 9.6 the frontend memsets
+ * it), and the frontend refuses bf16 SDPA on 9.10.0 and 9.10.1 for known bugs. */
+#define SDPA_MIN_CUDNN 91002
+
+/* Whether cuDNN of version `version` (cudnnGetVersion's number, e.g. 91900) runs these graphs
+ * when the program was compiled against `compiled` (CUDNN_VERSION): at least SDPA_MIN_CUDNN and
+ * of the same major version (the backend API's descriptors are kept within a major). When not,
+ * why (n bytes, may be NULL) names the version found and the one needed. */
+bool sdpa_version_ok(size_t version, size_t compiled, char *why, size_t n);
+
 /* The graph of one direction (bwd false: forward) for d: every tensor and operation descriptor
  * made and finalized, and with a handle also the operation graph, the first engine
  * configuration of cuDNN's heuristics (mode A) whose execution plan finalizes, and that plan.

@@ -549,6 +549,10 @@ extern "C" ddp_status ops_cuda_set_attention_cudnn(ops_handle *ops, bool on)
                   "installed)");
         return DDP_ERR_UNSUPPORTED;
     }
+#if HAVE_CUDNN
+    if (on && !cudnn_attention_usable())
+        return DDP_ERR_UNSUPPORTED; /* the handle keeps its attention */
+#endif
     cuda_of(ops)->cudnn_attention = on;
     if (on)
         cuda_of(ops)->flash = true; /* the same state as the fused kernel's (o and stats) */
@@ -569,7 +573,10 @@ static ddp_status attention_from_env(cuda_state *cu)
         return DDP_OK;
     }
     if (!strcmp(v, "cudnn") && HAVE_CUDNN) {
-        cu->flash = cu->cudnn_attention = true;
+        cu->flash = true;
+#if HAVE_CUDNN
+        cu->cudnn_attention = cudnn_attention_usable(); /* else the fused kernel, said */
+#endif
         return DDP_OK;
     }
     DDP_ERROR(
