@@ -1179,8 +1179,11 @@ static uint16_t *bf16_rows(float *p) { (void)p; return NULL; }
 /* cuDNN's fused attention (DDP_CUDA_ATTENTION=cudnn) with bf16 activations: att's o part keeps a
  * bf16 copy of out (the backward's o), its log-sum-exp part cuDNN's statistics (the same
  * quantity in natural-log units, not the kernels': the two paths' states do not mix). */
-static bool use_cudnn(const cuda_state *cu, const uint16_t *) { return cu->cudnn_attention; }
-static bool use_cudnn(const cuda_state *, const float *) { return false; }
+static bool use_cudnn(const cuda_state *cu, const attn_shape *s, const uint16_t *)
+{
+    return cu->cudnn_attention && s->T > 1; /* cuDNN has no engine for T 1 (s_q = s_kv = 1) */
+}
+static bool use_cudnn(const cuda_state *, const attn_shape *, const float *) { return false; }
 
 static ddp_status attention_fwd_cudnn(const ops_handle *ops, const attn_shape *s, uint16_t *out,
                                       float *att, const uint16_t *qkv)
@@ -1210,7 +1213,7 @@ static ddp_status attention_fwd_flash(const ops_handle *ops, const attn_shape *s
                                       float *att, const A *qkv)
 {
     cuda_state *cu = cuda_of(ops);
-    if (use_cudnn(cu, qkv))
+    if (use_cudnn(cu, s, qkv))
         return attention_fwd_cudnn(ops, s, out, att, qkv);
     size_t h = sizeof(A) == sizeof(float) ? round256(s->n * 2) : 0; /* the bf16 copies */
     char *w = NULL;
@@ -1323,7 +1326,7 @@ static ddp_status attention_bwd_flash(const ops_handle *ops, const attn_shape *s
                                       const A *dout, const A *qkv, const float *att)
 {
     cuda_state *cu = cuda_of(ops);
-    if (use_cudnn(cu, qkv))
+    if (use_cudnn(cu, s, qkv))
         return attention_bwd_cudnn(ops, s, dqkv, dout, qkv, att);
     uint16_t *rows = flash_attn_bf16_out() && cu->flash_bf16_out ? bf16_rows(dqkv) : NULL;
     size_t h = sizeof(A) == sizeof(float) ? round256(s->n * 2) : 0; /* the bf16 copies */

@@ -853,6 +853,11 @@ int main(void)
     if (gpu->supports(gpu, DDP_BF16, NULL)) {
         check_attention_cudnn(&r, 2, 70, 128, 2);   /* hs 64, T not a multiple of 64 */
         check_attention_cudnn(&r, 2, 256, 768, 12); /* d12's heads, four tiles */
+        /* three more shapes: ten plans for the eight slots, so two are evicted (after the
+         * stream drained) and the next shapes still right */
+        check_attention_cudnn(&r, 1, 64, 128, 2);
+        check_attention_cudnn(&r, 1, 96, 128, 2);
+        check_attention_cudnn(&r, 3, 33, 128, 2);
     }
     test_cuda_close(ctx, gpu, cpu);
     return CHECK_DONE();
