@@ -21,6 +21,13 @@
       percent of the kernels' sum, sorted; and the sum against the step's measured time.
   gpu_gpt.py summary --runs FILE [--suite FILE] [--ncu FILE] [--header FILE]
       The table gpu_gpt.sh prints last.
+  gpu_gpt.py preflight --build DIR [--llmc PATH] [--env FILE] [--hide LIB,...]
+      What the machine has, before anything runs: the GPU (nvidia-smi: name, driver, memory,
+      free memory), the CUDA runtime and driver versions, cuBLAS, cuDNN, NCCL and nvrtc (each
+      loaded with ctypes and asked its version, or "not found"), and the libraries ddp-train and
+      llm.c cannot find (ldd). --env writes the verdict as shell assignments for gpu_gpt.sh
+      (PF_GPU, PF_DDP_MISSING, PF_LLMC_MISSING, PF_CUDNN, PF_NVRTC); --hide treats the named
+      libraries as absent (gpu_gpt.sh --dry-run only).
 
 MFU in llm.c's convention: FLOPs per token 6N + 6·L·C·T with N counting the padded vocabulary
 (d12: N = 124,475,904, so 803.5 MFLOP per token at T 1024), over the dense bf16 peak (--peak,
@@ -293,6 +300,126 @@ def ncu_per_call(k, calls):
     return 0
 
 
+def ldd_missing(path):
+    """The libraries `ldd path` cannot find ("" for a script or a program it cannot read)."""
+    if not path or not os.path.exists(path):
+        return ""
+    try:
+        out = subprocess.run(["ldd", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return " ".join(l.split()[0] for l in out.splitlines() if "not found" in l)
+
+
+def ldd_path(path, stem):
+    """Where ldd resolves path's library named stem (e.g. libcudnn.so), else None."""
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        out = subprocess.run(["ldd", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for l in out.splitlines():
+        f = l.split()
+        if f and f[0].startswith(stem) and "=>" in f and len(f) > 2 and f[2].startswith("/"):
+            return f[2]
+    return None
+
+
+def load(names, hidden):
+    """The first of names ctypes can load (a path or a soname), else None."""
+    import ctypes
+    for n in names:
+        if not n or any(h and h in os.path.basename(n) for h in hidden):
+            continue
+        try:
+            return ctypes.CDLL(n)
+        except OSError:
+            continue
+    return None
+
+
+def lib_versions(exe, hidden):
+    """{library: version text or None} of the CUDA libraries the runs need."""
+    import ctypes
+    out = {}
+    i, j, k = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+    rt = load([ldd_path(exe, "libcudart.so"), "libcudart.so.13", "libcudart.so.12", "libcudart.so"], hidden)
+    if rt and rt.cudaRuntimeGetVersion(ctypes.byref(i)) == 0:
+        driver = f", driver API {j.value // 1000}.{j.value % 1000 // 10}" \
+            if rt.cudaDriverGetVersion(ctypes.byref(j)) == 0 and j.value else ""
+        out["CUDA runtime"] = f"{i.value // 1000}.{i.value % 1000 // 10}{driver}"
+    else:
+        out["CUDA runtime"] = None
+    bl = load([ldd_path(exe, "libcublas.so"), "libcublas.so.13", "libcublas.so.12"], hidden)
+    if bl and all(bl.cublasGetProperty(n, ctypes.byref(v)) == 0 for n, v in ((0, i), (1, j), (2, k))):
+        out["cuBLAS"] = f"{i.value}.{j.value}.{k.value}"
+    else:
+        out["cuBLAS"] = None
+    dn = load([ldd_path(exe, "libcudnn.so"), "libcudnn.so.9", "libcudnn.so"], hidden)
+    if dn:
+        dn.cudnnGetVersion.restype = ctypes.c_size_t
+        v = dn.cudnnGetVersion()
+        out["cuDNN"] = f"{v // 10000}.{v % 10000 // 100}.{v % 100} ({v})" if v >= 90000 else str(v)
+        out["cudnn_number"] = v
+    else:
+        out["cuDNN"] = None
+    nc = load([ldd_path(exe, "libnccl.so"), "libnccl.so.2", "libnccl.so"], hidden)
+    if nc and nc.ncclGetVersion(ctypes.byref(i)) == 0:
+        v = i.value
+        out["NCCL"] = f"{v // 10000}.{v % 10000 // 100}.{v % 100}" if v >= 10000 else str(v)
+    else:
+        out["NCCL"] = None
+    nv = load(["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"], hidden)
+    out["nvrtc"] = f"{i.value}.{j.value}" if nv and nv.nvrtcVersion(ctypes.byref(i), ctypes.byref(j)) == 0 \
+        else None
+    return out
+
+
+def cmd_preflight(a):
+    hidden = [h for h in (a.hide or "").split(",") if h]
+    exe = os.path.join(a.build, "train", "ddp-train")
+    try:  # without a GPU nvidia-smi says "No devices were found" and exits 6
+        p = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.free",
+                            "--format=csv,noheader"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, timeout=60)
+        smi = p.stdout.strip() if p.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        smi = ""
+    gpu = smi.splitlines()[0] if smi else ""
+    if gpu:
+        f = [x.strip() for x in gpu.split(",")]
+        print(f"preflight: GPU {f[0]}, driver {f[1] if len(f) > 1 else '?'}, memory "
+              f"{f[2] if len(f) > 2 else '?'}, free {f[3] if len(f) > 3 else '?'}")
+    else:
+        print("preflight: GPU none (nvidia-smi lists no GPU): the GPU parts stop")
+    v = lib_versions(exe, hidden)
+    print("preflight: " + ", ".join(f"{n} {v[n] or 'not found'}"
+                                    for n in ("CUDA runtime", "cuBLAS", "cuDNN", "NCCL", "nvrtc")))
+    ddp_missing = ldd_missing(exe)
+    llmc_missing = ldd_missing(a.llmc) if a.llmc else ""
+    for h in hidden:  # a library hidden for a dry run counts as missing for the programs too
+        if h in ("cudnn", "nccl", "cublas"):
+            ddp_missing = (ddp_missing + f" lib{h}.so (hidden)").strip()
+        if a.llmc and h in ("cudnn", "nvrtc", "cublas"):
+            llmc_missing = (llmc_missing + f" lib{h}.so (hidden)").strip()
+    print(f"preflight: ddp-train ({exe}): " + (f"MISSING {ddp_missing}" if ddp_missing else
+                                               "every library found"))
+    if a.llmc:
+        print(f"preflight: llm.c ({a.llmc}): " + (f"MISSING {llmc_missing}" if llmc_missing else
+                                                  "every library found"))
+    if a.env:
+        with open(a.env, "w") as f:
+            f.write(f"PF_GPU={1 if gpu else 0}\n")
+            f.write(f"PF_DDP_MISSING='{ddp_missing}'\n")
+            f.write(f"PF_LLMC_MISSING='{llmc_missing}'\n")
+            f.write(f"PF_CUDNN={v.get('cudnn_number', 0) if v['cuDNN'] else 0}\n")
+            f.write(f"PF_NVRTC={1 if v['nvrtc'] else 0}\n")
+    return 0
+
+
 def cmd_summary(a):
     runs = [json.loads(l) for l in open(a.runs)] if a.runs and os.path.exists(a.runs) else []
     if a.header and os.path.exists(a.header):
@@ -396,6 +523,11 @@ def main():
     r.add_argument("--runs", required=True)
     r.add_argument("--log", required=True)
     r.add_argument("--out", default="-")
+    pf = sub.add_parser("preflight")
+    pf.add_argument("--build", required=True)
+    pf.add_argument("--llmc")
+    pf.add_argument("--env")
+    pf.add_argument("--hide", help="libraries to treat as absent (dry runs)")
     z = sub.add_parser("zero")
     z.add_argument("--trace", required=True)
     z.add_argument("--metrics", required=True)
@@ -404,7 +536,8 @@ def main():
         if a.command and a.command[0] == "--":
             a.command = a.command[1:]
         return cmd_train(a)
-    return {"ncu": cmd_ncu, "summary": cmd_summary, "reparse": cmd_reparse, "zero": cmd_zero}[a.what](a)
+    return {"ncu": cmd_ncu, "summary": cmd_summary, "reparse": cmd_reparse, "zero": cmd_zero,
+            "preflight": cmd_preflight}[a.what](a)
 
 
 if __name__ == "__main__":

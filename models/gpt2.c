@@ -19,6 +19,7 @@
 #include "gpt2_private.h"
 #include "half.h"
 #include "layers.h"
+#include "switches.h"
 
 /* The tensors of the flat buffer, in llm.c's order; T_LN1W .. T_FCPROJB have one slice per
  * layer. */
@@ -76,7 +77,7 @@ typedef struct gpt2_acts {
     void *lnf;        // (B, T, C) in p: ln_f's output, the LM head's input
     float *lnf_mean;  // (B, T)
     float *lnf_rstd;  // (B, T)
-    void *logits;     // (B, T, Vp) in act; their gradient after a forward pass for backward
+    void *logits;     // (B, T, Vp) in lt; their gradient after a forward pass for backward
     float *losses;    // (B, T)
     int *tokens;      // (B, T) the last forward pass's input (encoder_bwd reads it)
     void *proj;       // (B, T, C) in act: a projection's output before the residual add
@@ -96,7 +97,7 @@ typedef struct gpt2_dacts {
     void *dfch;       // (B, T, 4C) in act
     void *dy_c;       // (B, T, 4C) in p: a linear's output gradient (casts only)
     void *dx_c;       // (B, T, 4C) in p: a linear's input gradient (casts only)
-    void *dlogits_c;  // (B, T, Vp) in p (16-bit p with fp32 activations only)
+    void *dlogits_c;  // (B, T, Vp) in p (16-bit p with fp32 logits only)
 } gpt2_dacts;
 
 struct gpt2 {
@@ -107,6 +108,9 @@ struct gpt2 {
     size_t es;                        /* bytes per element of the precision's storage */
     ddp_dtype act;                    /* the activations' precision (gpt2_acts' "in act") */
     size_t ea;                        /* bytes per element of its storage */
+    ddp_dtype lt;                     /* the logits' ("in lt"): act, or fp32 with
+                                         DDP_GPT_LOGITS16=0 (switches.h) */
+    size_t el;                        /* bytes per element of its storage */
     int n_params;                     /* slices: 2 + 12 L + 2 */
     ddp_param_desc *descs;            // (n_params)
     size_t *numel;                    // (n_params)
@@ -126,6 +130,7 @@ struct gpt2 {
      * NULL in fp32. */
     float *rparams;
     size_t *roff;    // (n_params)
+    const float *master; /* gpt2_set_master: the fp32 master the passes read instead (NULL) */
     gpt2_acts a;
     gpt2_dacts d;
     void *bufs[MAX_BUFS];
@@ -255,10 +260,12 @@ static int slice(const gpt2 *g, int t, int l)
 }
 
 /* Tensor t's slice of layer l as the passes read it in fp32 (never a matmul weight nor wte): the
- * weights, or in 16 bits their widened copy (rparams). */
-static float *param(gpt2 *g, int t, int l)
+ * weights, or in 16 bits their widened copy (rparams) or the master (gpt2_set_master). */
+static const float *param(gpt2 *g, int t, int l)
 {
     int i = slice(g, t, l);
+    if (g->master)
+        return g->master + g->offset[i];
     return g->rparams ? g->rparams + g->roff[i] : (float *)g->weights + g->offset[i];
 }
 
@@ -419,7 +426,7 @@ static ddp_status alloc_acts(gpt2 *g)
     a->lnf = rows_p(g, c, 1);
     a->lnf_mean = rows_f(g, 1, 1);
     a->lnf_rstd = rows_f(g, 1, 1);
-    a->logits = rows_a(g, vp, 1);
+    a->logits = buf(g, (size_t)g->opts.max_batch * g->opts.seq * vp * g->el);
     a->losses = rows_f(g, 1, 1);
     a->tokens = buf(g, (size_t)g->opts.max_batch * g->opts.seq * sizeof(int));
     a->proj = rows_a(g, c, 1);
@@ -436,7 +443,7 @@ static ddp_status alloc_acts(gpt2 *g)
         d->dy_c = rows_p(g, 4 * c, 1);
         d->dx_c = rows_p(g, 4 * c, 1);
     }
-    if (p16 && g->act == DDP_FP32)
+    if (p16 && g->lt == DDP_FP32)
         d->dlogits_c = rows_p(g, vp, 1);
     return g->alloc_failed ? DDP_ERR_NOMEM : DDP_OK;
 }
@@ -494,7 +501,8 @@ static ddp_status check_create(ddp_ctx *ctx, const ops_handle *ops, gpt2_config 
 }
 
 /* g->act and g->ea from the precision and DDP_GPT_ACTIVATIONS (gpt2.h): bf16 activations in a
- * bf16 run unless it says fp32; fp32 otherwise (fp16 keeps fp32 activations: its range needs the
+ * bf16 run unless it says fp32; fp32 otherwise; the logits in act, or fp32 with
+ * DDP_GPT_LOGITS16=0 (run 4's: the LM head writes fp32, its gradient cast to bf16) (fp16 keeps fp32 activations: its range needs the
  * loss scale's care, which only the fp32-activation path has been tested with).
  * DDP_ERR_INVALID_ARG (logged) for another value of the variable. */
 static ddp_status activations_precision(gpt2 *g)
@@ -508,6 +516,8 @@ static ddp_status activations_precision(gpt2 *g)
     bool fp32 = env && strcmp(env, "fp32") == 0;
     g->act = g->opts.precision == DDP_BF16 && !fp32 ? DDP_BF16 : DDP_FP32;
     g->ea = ops_dtype_size(g->ops, g->act);
+    g->lt = ops_switch_on(OPS_SW_LOGITS16) ? g->act : DDP_FP32;
+    g->el = ops_dtype_size(g->ops, g->lt);
     return DDP_OK;
 }
 
@@ -591,6 +601,11 @@ void *gpt2_weights(gpt2 *g, ddp_dtype *p)
 }
 
 void gpt2_set_gather(gpt2 *g, ddp_reducer *r) { g->gather = r; }
+
+void gpt2_set_master(gpt2 *g, const float *master)
+{
+    g->master = g->opts.precision != DDP_FP32 ? master : NULL;
+}
 float *gpt2_grads(gpt2 *g) { return g->grads; }
 
 ddp_status gpt2_logits_get(const gpt2 *g, size_t row, size_t n_rows, float *host)
@@ -598,8 +613,8 @@ ddp_status gpt2_logits_get(const gpt2 *g, size_t row, size_t n_rows, float *host
     size_t vp = (size_t)g->cfg.padded_vocab, n = n_rows * vp;
     if (row > (size_t)g->B * g->T || n_rows > (size_t)g->B * g->T - row)
         return DDP_ERR_INVALID_ARG;
-    const char *src = (const char *)g->a.logits + row * vp * g->ea;
-    if (g->ea == sizeof(float)) /* ddp_download: host memory too (ctx NULL) */
+    const char *src = (const char *)g->a.logits + row * vp * g->el;
+    if (g->el == sizeof(float)) /* ddp_download: host memory too (ctx NULL) */
         return ddp_download(g->ctx, host, src, n * sizeof(float));
     uint16_t *h = malloc(n * sizeof *h); /* bf16 storage: the bits, widened here */
     if (!h)
@@ -619,7 +634,7 @@ void gpt2_memory_get(const gpt2 *g, gpt2_memory *out)
     out->params = g->numel_total * g->es + widened;
     out->grads = g->grads ? g->numel_total * sizeof(float) : 0;
     out->activations = g->act_bytes;
-    out->logits = (size_t)g->opts.max_batch * g->opts.seq * g->cfg.padded_vocab * g->ea;
+    out->logits = (size_t)g->opts.max_batch * g->opts.seq * g->cfg.padded_vocab * g->el;
 }
 
 /* ---- precision ----------------------------------------------------------------------------- */
@@ -650,7 +665,7 @@ static ddp_status as_p(gpt2 *g, const void *src, void *buf_p, size_t n, const vo
  * the precision itself, or in fp32). */
 static ddp_status widen_slice(gpt2 *g, int i, size_t n)
 {
-    if (!g->rparams || g->roff[i] == SIZE_MAX)
+    if (!g->rparams || g->roff[i] == SIZE_MAX || g->master)
         return DDP_OK;
     return g->ops->cast(g->ops, DDP_FP32, g->rparams + g->roff[i], g->opts.precision,
                         (const char *)g->weights + g->offset[i] * g->es, n);
@@ -789,7 +804,7 @@ static ddp_status head_fwd(gpt2 *g)
                             param(g, T_LNFW, 0), param(g, T_LNFB, 0), rows, C));
     TRY_OK(to_p(g, a->lnf, h, (size_t)rows * C));
     return o->linear_fwd(o, g->opts.precision, a->lnf, cweight(g, T_WTE, 0), NULL, rows, C,
-                         g->cfg.padded_vocab, a->logits, g->act == DDP_FP32);
+                         g->cfg.padded_vocab, a->logits, g->lt == DDP_FP32);
 }
 
 /* Slice i as the next part of the forward pass reads it: with gpt2_set_gather its all-gather
@@ -828,8 +843,11 @@ static ddp_status layers_fwd(gpt2 *g, const int *tokens)
     size_t n_tok = (size_t)g->B * g->T;
     TRY_OK(ddp_copy(g->ctx, g->a.tokens, tokens, n_tok * sizeof(int)));
     TRY_OK(layer_ready(g, -1));
-    TRY_OK(o->encoder_fwd(o, g->a.encoded, g->a.tokens, g->opts.precision,
-                          cweight(g, T_WTE, 0), param(g, T_WPE, 0), g->B, g->T, g->cfg.channels));
+    bool fp32_wte = g->master != NULL; /* gpt2_set_master: wte from the master too */
+    const void *wte = fp32_wte ? (const void *)(g->master + g->offset[slice(g, T_WTE, 0)])
+                               : cweight(g, T_WTE, 0);
+    TRY_OK(o->encoder_fwd(o, g->a.encoded, g->a.tokens, fp32_wte ? DDP_FP32 : g->opts.precision,
+                          wte, param(g, T_WPE, 0), g->B, g->T, g->cfg.channels));
     for (int l = 0; l < g->cfg.layers; l++) {
         TRY_OK(layer_ready(g, l));
         ddp_trace_begin("forward.layer", l);
@@ -877,7 +895,7 @@ static ddp_status loss_fwd(gpt2 *g, const int *targets, float *loss_acc, bool fo
     const ops_handle *o = g->ops;
     int rows = g->B * g->T;
     float inv = 1.0f / (float)rows;
-    TRY_OK(o->xent_fwd_bwd(o, g->act, for_backward ? g->a.logits : NULL, g->a.losses,
+    TRY_OK(o->xent_fwd_bwd(o, g->lt, for_backward ? g->a.logits : NULL, g->a.losses,
                            g->a.logits, targets, rows, g->cfg.vocab, g->cfg.padded_vocab, inv));
     if (!loss_acc)
         return DDP_OK;
@@ -1007,11 +1025,11 @@ static ddp_status head_bwd(gpt2 *g, ddp_reducer *r, float loss_scale)
     ddp_dtype p = g->opts.precision;
     int rows = g->B * g->T, C = g->cfg.channels, Vp = g->cfg.padded_vocab;
     size_t n = (size_t)rows * Vp;
-    const void *dlogits = g->a.logits; /* in act; fp32 in a 16-bit run is cast to p */
+    const void *dlogits = g->a.logits; /* in lt; fp32 in a 16-bit run is cast to p */
     float *dwte;
     if (loss_scale != 1.0f)
-        TRY_OK(o->scale(o, g->act, g->a.logits, n, loss_scale));
-    if (casts(g)) {
+        TRY_OK(o->scale(o, g->lt, g->a.logits, n, loss_scale));
+    if (g->lt != p) {
         TRY_OK(o->cast(o, p, g->d.dlogits_c, DDP_FP32, g->a.logits, n));
         dlogits = g->d.dlogits_c;
     }

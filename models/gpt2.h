@@ -61,7 +61,8 @@ typedef struct gpt2_opts {
                             split); the environment variable DDP_GPT_ACTIVATIONS=fp32, read at
                             gpt2_create, keeps every activation fp32 with casts around each
                             linear instead (torch.autocast's split, the path before; fp16 always
-                            takes it) */
+                            takes it); DDP_GPT_LOGITS16=0 keeps only the logits fp32, their
+                            gradient cast to bf16 (run 4's path, models/ops/switches.h) */
     uint64_t seed;      /* GPT-2's initialisation: N(0, 0.02), residual projections
                            (attprojw, fcprojw) N(0, 0.02 / sqrt(2L)), LayerNorm weights 1, biases 0 */
     bool reducer_grads; /* ZeRO stage 2 without a gradient buffer: the model allocates none;
@@ -124,6 +125,13 @@ float *gpt2_grads(gpt2 *g); /* fp32, the flat layout; NULL under opts.reducer_gr
  * weights are complete before every forward. r must outlive the model's forward passes or be
  * unset. */
 void gpt2_set_gather(gpt2 *g, ddp_reducer *r);
+/* 16 bits: the fp32 master of every weight (the flat layout, backend memory; an unsharded
+ * optimizer's, train/optim.h), which the passes then read for wte, wpe, LayerNorm and the biases
+ * instead of the 16-bit weights widened: the path of run 4 (docs/perf/gpu-gpt2.md), which
+ * ddp-train takes with DDP_GPT_READ_COPY=0 (models/ops/switches.h). The matmuls still read the
+ * 16-bit weights. NULL (the default) reads the widened weights again; nothing in fp32. master must
+ * outlive the model's forward passes or be unset. */
+void gpt2_set_master(gpt2 *g, const float *master);
 
 /* Forward pass on tokens (B, T) (backend memory, values in [0, V)), B <= max_batch, T <= seq.
  * With targets (B, T): ADDS the mean cross-entropy to *loss_acc (backend memory, one float) when

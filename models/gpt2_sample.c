@@ -88,12 +88,20 @@ ddp_status gpt2_sample(gpt2 *g, ddp_ctx *ctx, int *seq, int n_prompt, int window
     float *row = malloc((size_t)Vp * sizeof *row), *scratch = malloc((size_t)V * sizeof *scratch);
     ddp_status st = row && scratch ? DDP_OK : DDP_ERR_NOMEM;
     uint64_t rng = o->seed;
+    bool pad = o->pad > 0 || (o->pad == 0 && ctx && ddp_backend(ctx) == DDP_BACKEND_CUDA);
+    int *padded = pad ? calloc((size_t)window, sizeof *padded) : NULL; /* token 0 after the end */
+    if (pad && !padded)
+        st = DDP_ERR_NOMEM;
     for (int i = n_prompt; st == DDP_OK && i < n_prompt + o->n_tokens; i++) {
         int len = i < window ? i : window;
         const int *win = seq + i - len;
-        st = ddp_upload(ctx, tokens_dev, win, (size_t)len * sizeof *win);
+        if (pad) {
+            memcpy(padded, win, (size_t)len * sizeof *win);
+            win = padded;
+        }
+        st = ddp_upload(ctx, tokens_dev, win, (size_t)(pad ? window : len) * sizeof *win);
         if (st == DDP_OK)
-            st = gpt2_forward(g, tokens_dev, NULL, 1, len, NULL, false);
+            st = gpt2_forward(g, tokens_dev, NULL, 1, pad ? window : len, NULL, false);
         if (st == DDP_OK)
             st = gpt2_logits_get(g, (size_t)len - 1, 1, row);
         if (st == DDP_OK)
@@ -101,5 +109,6 @@ ddp_status gpt2_sample(gpt2 *g, ddp_ctx *ctx, int *seq, int n_prompt, int window
     }
     free(row);
     free(scratch);
+    free(padded);
     return st;
 }

@@ -254,7 +254,7 @@ static ddp_status build(trainer *t, train_view *v)
                                              t->reducer, &w, &t->opt)));
         train_buffers_of_optim(t->opt, &t->setup.buf);
     }
-    if (t->o->zero > 0 && t->task->attach)
+    if (t->task->attach)
         t->task->attach(t);
     TRY_OK(build_scaler(t));
     alloc_slots(t, v);

@@ -74,7 +74,7 @@ typedef struct train_task {
     ddp_status (*build)(trainer *t, train_view *v); /* the model on t->ops (collective agreements
                                                        inside are the task's), view filled */
     double (*lr)(const trainer *t, long step);   /* the learning rate of step `step` (0-based) */
-    void (*attach)(trainer *t);                  /* after t->reducer exists (the ZeRO gather hook) */
+    void (*attach)(trainer *t);                  /* after t->reducer and t->opt exist (ZeRO's gather) */
     ddp_status (*zero_grad)(trainer *t);         /* the next backward overwrites the gradients */
     void (*batch)(trainer *t);                   /* the next micro-batch, uploaded (trainer_upload) */
     void (*forward)(trainer *t);                 /* adds the batch's mean loss to t->loss_dev */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "ddp_checkpoint.h" /* ddp_snapshot_fence */
+#include "switches.h"
 
 typedef struct optim_run {
     size_t a, b; /* [a, b) of the flat layout, inside the state's range */
@@ -68,7 +69,8 @@ static void *weights_at(const optim *o, size_t a) { return (char *)o->w.w + a * 
 
 static ddp_status optim_alloc(optim *p)
 {
-    if (!p->reducer && (p->o.clip > 0.0 || p->o.norm)) {
+    /* DDP_CLIP_DEVICE=0: the host's norm and factor (run 4's path, models/ops/switches.h) */
+    if (!p->reducer && (p->o.clip > 0.0 || p->o.norm) && ops_switch_on(OPS_SW_CLIP_DEVICE)) {
         p->clip_dev = ddp_alloc(p->ctx, sizeof *p->clip_dev);
         if (!p->clip_dev) {
             DDP_ERROR("optimizer: cannot allocate the gradient norm's %zu bytes",

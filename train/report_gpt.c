@@ -13,6 +13,7 @@
 #include "gpt2_mfu.h"
 #include "model.h"
 #include "task_gpt.h"
+#include "switches.h"
 
 /* The memory report of the end of training, MiB per rank (gpt_memory). */
 typedef struct gpt_mem_report {
@@ -235,6 +236,8 @@ void gpt_report_start(trainer *t)
     else
         printf("compute: %s, %s; GEMM %s\n", t->ops->name, model_precision_name(p),
                ops_cuda_describe(t->ops, p));
+    if (*ops_switches_describe())
+        printf("switches: %s\n", ops_switches_describe());
     train_print_opts(stdout, o);
     const gpt2_config *c = &G(t)->cfg;
     printf("gpt2: %zu parameters (L %d, heads %d, channels %d, positions %d, vocabulary %d padded "

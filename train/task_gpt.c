@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "gpt2_mfu.h"
+#include "switches.h"
 #include "task_gpt.h"
 
 
@@ -362,8 +363,17 @@ static ddp_status gpt_build(trainer *t, train_view *v)
     return DDP_OK;
 }
 
-/* forward passes wait for the all-gather layer by layer */
-static void gpt_attach(trainer *t) { gpt2_set_gather(G(t)->model, t->reducer); }
+/* ZeRO: forward passes wait for the all-gather layer by layer; unsharded, DDP_GPT_READ_COPY=0 has
+ * them read the optimizer's fp32 master (run 4's path, models/ops/switches.h) */
+static void gpt_attach(trainer *t)
+{
+    float *bufs[OPTIM_MAX_BUFS];
+    const char *names[OPTIM_MAX_BUFS];
+    if (t->o->zero > 0)
+        gpt2_set_gather(G(t)->model, t->reducer);
+    else if (t->opt && !ops_switch_on(OPS_SW_READ_COPY) && optim_buffers(t->opt, names, bufs) > 0)
+        gpt2_set_master(G(t)->model, bufs[0]);
+}
 static ddp_status gpt_zero_grad(trainer *t) { return gpt2_zero_grad(G(t)->model); }
 
 static void gpt_batch(trainer *t)

@@ -159,7 +159,11 @@ static ddp_status mnist_build(trainer *t, train_view *v)
     return DDP_OK;
 }
 
-static void mnist_attach(trainer *t) { model_set_gather(M(t)->model, t->reducer); }
+static void mnist_attach(trainer *t)
+{
+    if (t->o->zero > 0)
+        model_set_gather(M(t)->model, t->reducer);
+}
 static ddp_status mnist_zero_grad(trainer *t) { return model_zero_grad(M(t)->model); }
 
 /* Constant, or cosine-decayed over the planned steps. */

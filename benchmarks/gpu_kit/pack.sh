@@ -124,11 +124,10 @@ cp "$SRC"/data/text/austen_*.bin "$p/data/"
 XZ_OPT=-9T0 tar -C "$p" -cJf "$here/payload.tar.xz" .
 rm -rf "$p"
 
-# 5. Sizes: what travels = tracked + untracked-not-ignored files + the carried .gpu/.
-tracked=$(cd "$SRC" && git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s+=$1} END {print s}')
-carried=$(cat "$here/kit.tar.xz" "$here/payload.tar.xz" "$here/env.sh" "$here/device.sh" | wc -c)
+# 5. Sizes: what travels (the working tree and the carried .gpu/ files) against the device tool's
+# limit; over it, pack.sh fails here rather than the call later.
 say "kit.tar.xz $(du -h "$here/kit.tar.xz" | cut -f1), payload.tar.xz $(du -h "$here/payload.tar.xz" | cut -f1)"
-say "the working tree's files $((tracked / 1024)) KiB + the carried files $((carried / 1024)) KiB = $(((tracked + carried) / 1048576)) MiB of 64"
-[ $((tracked + carried)) -lt $((55 * 1048576)) ] || say "WARNING: over 55 MiB"
+"$kit_src/carry_size.sh" "$SRC" "$here/kit.tar.xz" "$here/payload.tar.xz" "$here/env.sh" \
+  "$here/device.sh" || exit 1
 say "carry: [\".gpu/kit.tar.xz\", \".gpu/payload.tar.xz\", \".gpu/env.sh\", \".gpu/device.sh\"]"
 say "device command: bash .gpu/device.sh   (timeout_s 590; the script keeps to --budget seconds)"

@@ -46,7 +46,7 @@ typedef struct conv_plan {
 
 /* A fused attention plan (cuda_sdpa.h) for one direction and shape. */
 typedef struct sdpa_slot {
-    int key[5]; /* bwd, B, T, NH, hs */
+    int key[6]; /* bwd, B, T, NH, hs, dq_accum */
     sdpa_plan *plan; /* NULL: an unused slot */
 } sdpa_slot;
 
@@ -395,6 +395,15 @@ static ddp_status cudnn_conv_bwd_params(const ops_handle *ops, ddp_dtype p,
 
 size_t cudnn_version(void) { return cudnnGetVersion(); }
 
+bool cudnn_attention_usable(void)
+{
+    char why[256];
+    if (sdpa_version_ok(cudnnGetVersion(), CUDNN_VERSION, why, sizeof why))
+        return true;
+    DDP_WARN("DDP_CUDA_ATTENTION=cudnn: %s; the project's fused kernel runs instead", why);
+    return false;
+}
+
 extern "C" const char *ops_cudnn_describe(const ops_handle *ops, ddp_dtype p)
 {
     static const char *const maths[] = {"default", "tensor-op", "tensor-op with conversion", "fma"};
@@ -429,23 +438,37 @@ void cudnn_conv_ops(ops_handle *ops)
 /* ---- fused attention (cuda_sdpa.h) ------------------------------------------------------- */
 
 /* The plan of direction bwd for (B, T, NH, hs) in the model's layout (qkv rows of 3C, o and
- * dout rows of C), made on first use. */
+ * dout rows of C), made on first use into the next of SDPA_PLANS slots in turn; a plan evicted
+ * from its slot is freed only after libddp's stream drained (ddp_synchronize, under
+ * DDP_TIMEOUT), since queued work may still run it. Sampling pads its passes to one shape
+ * (gpt2_sample_opts.pad), so training, validation and sampling take three plans. */
 static ddp_status sdpa_plan_for(const ops_handle *ops, bool bwd, int B, int T, int NH, int hs,
                                 const sdpa_plan **out)
 {
     cudnn_state *cs = cudnn_of(ops);
-    int key[5] = {bwd, B, T, NH, hs};
+    bool acc = bwd && !cuda_of(ops)->cudnn_det; /* DDP_CUDNN_DETERMINISTIC=0: the other form */
+    int key[6] = {bwd, B, T, NH, hs, acc};
     for (int i = 0; i < SDPA_PLANS; i++)
         if (cs->sdpa[i].plan && !memcmp(cs->sdpa[i].key, key, sizeof key)) {
             *out = cs->sdpa[i].plan;
             return DDP_OK;
         }
     long long C = (long long)NH * hs;
-    sdpa_dims d = {B, NH, T, hs, 3 * C, C};
+    sdpa_dims d = {B, NH, T, hs, 3 * C, C, acc};
+    sdpa_slot *slot = &cs->sdpa[cs->n_sdpa % SDPA_PLANS];
+    if (slot->plan) { /* queued work may still run its kernels: the stream drains first */
+        ddp_status st = ddp_synchronize(ops->ctx);
+        if (st != DDP_OK) {
+            DDP_ERROR("cuDNN attention: the stream did not drain (%s): the plan it may still run "
+                      "is kept and no plan made for B %d T %d", ddp_strerror(st), B, T);
+            return st;
+        }
+        sdpa_free(slot->plan);
+        slot->plan = NULL;
+    }
     sdpa_plan *p = NULL;
     TRY_OK(sdpa_build(cs->handle, &d, bwd, &p, NULL));
-    sdpa_slot *slot = &cs->sdpa[cs->n_sdpa++ % SDPA_PLANS];
-    sdpa_free(slot->plan);
+    cs->n_sdpa++;
     memcpy(slot->key, key, sizeof key);
     slot->plan = p;
     DDP_DEBUG("cuDNN attention %s B %d T %d NH %d hs %d: workspace %zu bytes",

@@ -1064,6 +1064,34 @@ void flash_attn_set_loads(int mode)
     g_loads = mode >= LOADS_PLAIN && mode <= LOADS_ASYNC3 ? mode : -1;
 }
 
+/* The loads the dK/dV kernel runs with: loads_mode()'s, but async for async3 where three of its
+ * blocks do not fit an SM's shared memory (device_limits.h; sm_80, sm_86, sm_89), said once. The
+ * current device's limits, read once: one device per process. */
+static int kv_loads_mode(void)
+{
+    static dev_limits lim;
+    static bool have, told;
+    int asked = loads_mode(), dev = 0, major = 8, minor = 0;
+    if (asked != LOADS_ASYNC3)
+        return asked;
+    if (!have) {
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+            (void)cudaGetLastError();
+        lim = cuda_read_limits(dev, major, minor);
+        have = true;
+    }
+    int mode = dev_flash_loads(&lim, asked, sizeof(bwd_kv2_smem));
+    if (mode != asked && !told) {
+        DDP_WARN("DDP_FLASH_LOADS=async3: three dK/dV blocks of %zu bytes do not fit this device's "
+                 "%zu bytes of shared memory per SM (compute capability %d.%d): running async",
+                 sizeof(bwd_kv2_smem), lim.smem_sm, lim.cc_major, lim.cc_minor);
+        told = true;
+    }
+    return mode;
+}
+
 /* The shape checks every entry point shares; false (logged) when the shape is refused. */
 static bool shape_ok(const char *op, int BH, int T, int hs)
 {
@@ -1239,7 +1267,7 @@ ddp_status flash_attn_bwd_rows(cudaStream_t st, const uint16_t *q, const uint16_
                rows_aligned16(dout_bf, lo);
     dim3 grid = tile_grid(BH, T);
     if (v2) {
-        int mode = loads_mode();
+        int mode = kv_loads_mode();
         auto kv = mode == LOADS_ASYNC3  ? flash_bwd_kv2_kernel<LOADS_ASYNC3>
                   : mode == LOADS_ASYNC ? flash_bwd_kv2_kernel<LOADS_ASYNC>
                                         : flash_bwd_kv2_kernel<LOADS_PLAIN>;

@@ -39,10 +39,11 @@ void flash_attn_set_impl(int v);
  * while the warps compute on the tile before, and the tensor-core fragments loaded from shared
  * memory by ldmatrix; 0, synchronous copies and a 32-bit load per fragment register (two 16-bit
  * ones where a fragment runs down a column); 2, mode 1 with the dK/dV kernel compiled for three
- * blocks per SM (168 registers, against 237: two blocks). The operands and the order of every
- * sum are the same, so the results are bit for bit equal; only the speed differs. Any other value
- * restores the default: DDP_FLASH_LOADS=plain|async|async3, read at the first launch, else async.
- * Not thread-safe, as flash_attn_set_impl. */
+ * blocks per SM (168 registers, against 237: two blocks), where three of its blocks fit the
+ * device's shared memory per SM (sm_90; elsewhere mode 1, said once). The operands and the order
+ * of every sum are the same, so the results are bit for bit equal; only the speed differs. Any
+ * other value restores the default: DDP_FLASH_LOADS=plain|async|async3, read at the first
+ * launch, else async. Not thread-safe, as flash_attn_set_impl. */
 void flash_attn_set_loads(int mode);
 
 /* Where the rows of a bf16 input (or output: flash_out) lie: head bh = b nh + h (b < BH / nh),

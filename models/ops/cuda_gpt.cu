@@ -155,6 +155,24 @@ static __global__ void encoder_dwte_join_kernel(float *dwte, const float *part, 
     }
 }
 
+/* Run 4's dwte backward (DDP_ENC_SEG=0): the block of the first entry of each run of equal
+ * sorted tokens adds that run's dout rows to the token's dwte row, positions in increasing order
+ * (the CPU's order); the other blocks return. Threads own channels, so no two write one float. */
+static __global__ void encoder_dwte_kernel(float *dwte, const float *dout, const int *tok,
+                                           const int *pos, int n, int C)
+{
+    int i = blockIdx.x;
+    int v = tok[i];
+    if (i > 0 && tok[i - 1] == v)
+        return;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = dwte[(size_t)v * C + c];
+        for (int j = i; j < n && tok[j] == v; j++)
+            acc += dout[(size_t)pos[j] * C + c];
+        dwte[(size_t)v * C + c] = acc;
+    }
+}
+
 /* dwpe (T, C) += sum over b of dout (B, T, C), b in order; one thread per (t, c). */
 static __global__ void encoder_dwpe_kernel(float *dwpe, const float *dout, int B, size_t tc)
 {
@@ -790,14 +808,20 @@ static ddp_status cuda_encoder_bwd(const ops_handle *ops, float *dwte, float *dw
     }
     if (empty)
         return DDP_OK;
-    int n = B * T, *tok = NULL, *pos = NULL, n_seg = (n + ENC_SEG - 1) / ENC_SEG;
+    int n = B * T, *tok = NULL, *pos = NULL;
+    int n_seg = cu->enc_seg ? (n + ENC_SEG - 1) / ENC_SEG : 0; /* DDP_ENC_SEG=0: run 4's kernel */
     void *part = NULL;
     TRY_OK(sort_tokens(ops, tokens, n, (size_t)n_seg * 2 * C * sizeof(float), &tok, &pos, &part));
-    encoder_dwte_seg_kernel<<<(unsigned)n_seg, block_threads, 0, cu->stream>>>(
-        dwte, (float *)part, dout, tok, pos, n, C);
-    TRY_CUDA_LAUNCH();
-    encoder_dwte_join_kernel<<<(unsigned)n_seg, block_threads, 0, cu->stream>>>(
-        dwte, (const float *)part, tok, n, C);
+    if (cu->enc_seg) {
+        encoder_dwte_seg_kernel<<<(unsigned)n_seg, block_threads, 0, cu->stream>>>(
+            dwte, (float *)part, dout, tok, pos, n, C);
+        TRY_CUDA_LAUNCH();
+        encoder_dwte_join_kernel<<<(unsigned)n_seg, block_threads, 0, cu->stream>>>(
+            dwte, (const float *)part, tok, n, C);
+    } else {
+        encoder_dwte_kernel<<<(unsigned)n, block_threads, 0, cu->stream>>>(dwte, dout, tok, pos, n,
+                                                                           C);
+    }
     TRY_CUDA_LAUNCH();
     size_t tc = (size_t)T * C;
     encoder_dwpe_kernel<<<grid_blocks(tc), block_threads, 0, cu->stream>>>(dwpe, dout, B, tc);
@@ -874,13 +898,11 @@ static ddp_status layernorm_params(const ops_handle *ops, float *dw, float *db, 
     return DDP_OK;
 }
 
-/* The most shared memory layernorm_bwd_fused_kernel takes (every GPT-2 width fits: C <= 2560);
- * wider rows take the two-kernel path. */
-static const size_t ln_bwd_smem_max = (size_t)160 << 10;
-
 /* layernorm_bwd with dout and dx_act in D: the fused kernel, then the partial sums over the
- * blocks in block order (layernorm_param_sum_kernel); or, for rows too wide for its shared
- * memory, layernorm_dx_kernel and layernorm_params. */
+ * blocks in block order (layernorm_param_sum_kernel); or, for rows too wide for the device's
+ * shared memory per block (2 LN_BWD_WARPS C floats: d12's 768 take 48 KiB, d48's 1600 100 KiB,
+ * more than sm_86's 99) or with DDP_LN_BWD_FUSED=0 (run 4's path), layernorm_dx_kernel and
+ * layernorm_params. */
 template <typename D>
 static ddp_status layernorm_bwd_as(const ops_handle *ops, float *dx, D *dx_act, float *dw,
                                    float *db, const D *dout, const float *x, const float *w,
@@ -888,7 +910,7 @@ static ddp_status layernorm_bwd_as(const ops_handle *ops, float *dx, D *dx_act, 
 {
     cuda_state *cu = cuda_of(ops);
     size_t smem = 2 * LN_BWD_WARPS * (size_t)C * sizeof(float);
-    if (smem <= ln_bwd_smem_max) {
+    if (cu->ln_bwd_fused && dev_ln_bwd_fused_fits(&cu->lim, LN_BWD_WARPS, C)) {
         int n_blocks = (rows + LN_BWD_ROWS - 1) / LN_BWD_ROWS;
         void *scratch = NULL;
         TRY_OK(cuda_scratch(ops, CUDA_SCRATCH_LAYERNORM, 2 * (size_t)n_blocks * C * sizeof(float),
@@ -1157,8 +1179,11 @@ static uint16_t *bf16_rows(float *p) { (void)p; return NULL; }
 /* cuDNN's fused attention (DDP_CUDA_ATTENTION=cudnn) with bf16 activations: att's o part keeps a
  * bf16 copy of out (the backward's o), its log-sum-exp part cuDNN's statistics (the same
  * quantity in natural-log units, not the kernels': the two paths' states do not mix). */
-static bool use_cudnn(const cuda_state *cu, const uint16_t *) { return cu->cudnn_attention; }
-static bool use_cudnn(const cuda_state *, const float *) { return false; }
+static bool use_cudnn(const cuda_state *cu, const attn_shape *s, const uint16_t *)
+{
+    return cu->cudnn_attention && s->T > 1; /* cuDNN has no engine for T 1 (s_q = s_kv = 1) */
+}
+static bool use_cudnn(const cuda_state *, const attn_shape *, const float *) { return false; }
 
 static ddp_status attention_fwd_cudnn(const ops_handle *ops, const attn_shape *s, uint16_t *out,
                                       float *att, const uint16_t *qkv)
@@ -1181,21 +1206,21 @@ static ddp_status attention_fwd_cudnn(const ops_handle *, const attn_shape *, fl
 }
 
 /* The fused path: att keeps o (B, NH, T, hs) fp32, then the log-sum-exp (B, NH, T). qkv and out
- * in A: bf16 qkv is read in place, and bf16 out written by the kernel in its rows (version 3;
- * else merged from o); fp32 qkv is split into bf16 heads first, and out merged from o. */
+ * in A: bf16 qkv is read in place, and bf16 out written by the kernel in its rows (version 3,
+ * unless DDP_FLASH_BF16_OUT=0; else merged from o); fp32 qkv is split into bf16 heads first, and out merged from o. */
 template <typename A>
 static ddp_status attention_fwd_flash(const ops_handle *ops, const attn_shape *s, A *out,
                                       float *att, const A *qkv)
 {
     cuda_state *cu = cuda_of(ops);
-    if (use_cudnn(cu, qkv))
+    if (use_cudnn(cu, s, qkv))
         return attention_fwd_cudnn(ops, s, out, att, qkv);
     size_t h = sizeof(A) == sizeof(float) ? round256(s->n * 2) : 0; /* the bf16 copies */
     char *w = NULL;
     if (h)
         TRY_OK(attn_scratch(ops, 3 * h, &w));
     float *o = att, *lse = att + s->n;
-    uint16_t *rows = flash_attn_bf16_out() ? bf16_rows(out) : NULL;
+    uint16_t *rows = flash_attn_bf16_out() && cu->flash_bf16_out ? bf16_rows(out) : NULL;
     flash_qkv in;
     TRY_OK(flash_inputs(cu, s, qkv, w, h, &in));
     TRY_OK(flash_attn_fwd_rows(cu->stream, in.q, in.k, in.v, in.rows, o, rows,
@@ -1266,16 +1291,18 @@ static ddp_status attention_bwd_materialized(const ops_handle *ops, const attn_s
 }
 
 /* cuDNN's backward from the forward's bf16 o and statistics in att (attention_fwd_cudnn), with
- * rowsum(dout o) and dq's fp32 accumulator in the attention scratch. */
+ * rowsum(dout o) in the attention scratch, and dq's fp32 accumulator there too in the form
+ * DDP_CUDNN_DETERMINISTIC=0 asks for. */
 static ddp_status attention_bwd_cudnn(const ops_handle *ops, const attn_shape *s, uint16_t *dqkv,
                                       const uint16_t *dout, const uint16_t *qkv, const float *att)
 {
 #if HAVE_CUDNN
+    bool acc = !cuda_of(ops)->cudnn_det;
     size_t r = round256(s->n_rows * sizeof(float));
     char *w = NULL;
-    TRY_OK(attn_scratch(ops, r + round256(s->n * sizeof(float)), &w));
+    TRY_OK(attn_scratch(ops, r + (acc ? round256(s->n * sizeof(float)) : 0), &w));
     return cudnn_attention_bwd(ops, s->B, s->T, s->NH, s->hs, qkv, (const uint16_t *)att, dout,
-                               att + s->n, dqkv, (float *)w, (float *)(w + r),
+                               att + s->n, dqkv, (float *)w, acc ? (float *)(w + r) : NULL,
                                1.0f / sqrtf((float)s->hs));
 #else
     (void)ops, (void)s, (void)dqkv, (void)dout, (void)qkv, (void)att;
@@ -1290,17 +1317,18 @@ static ddp_status attention_bwd_cudnn(const ops_handle *, const attn_shape *, fl
 
 /* The fused backward from att's o and log-sum-exp: delta = rowsum(dout o), then the kernels
  * recompute the probabilities tile by tile. dqkv, dout and qkv in A. bf16 ones are read in place
- * and, with version 3, dqkv written by the kernels in its rows (dqkv must not overlap dout or
- * qkv: the kernels read those while others write); otherwise fp32 ones are split into bf16
- * heads, delta read from fp32 heads of dout and dqkv merged from fp32 dq, dk, dv. */
+ * and, with version 3 (unless DDP_FLASH_BF16_OUT=0), dqkv written by the kernels in its rows
+ * (dqkv must not overlap dout or qkv: the kernels read those while others write); otherwise fp32
+ * ones are split into bf16 heads, delta read from fp32 heads of dout and dqkv merged from fp32
+ * dq, dk, dv. */
 template <typename A>
 static ddp_status attention_bwd_flash(const ops_handle *ops, const attn_shape *s, A *dqkv,
                                       const A *dout, const A *qkv, const float *att)
 {
     cuda_state *cu = cuda_of(ops);
-    if (use_cudnn(cu, qkv))
+    if (use_cudnn(cu, s, qkv))
         return attention_bwd_cudnn(ops, s, dqkv, dout, qkv, att);
-    uint16_t *rows = flash_attn_bf16_out() ? bf16_rows(dqkv) : NULL;
+    uint16_t *rows = flash_attn_bf16_out() && cu->flash_bf16_out ? bf16_rows(dqkv) : NULL;
     size_t h = sizeof(A) == sizeof(float) ? round256(s->n * 2) : 0; /* the bf16 copies */
     size_t f = rows ? 0 : round256(s->n * sizeof(float)), r = round256(s->n_rows * sizeof(float));
     char *w = NULL;

@@ -617,15 +617,17 @@ static ddp_status bias_bf16(const ops_handle *ops, const float *b, int out, cons
 /* bf16 inputs with a bias (every GPT linear) run on cuBLASLt with the bias in the GEMM's epilogue,
  * added to the fp32 accumulator before the output's one rounding, where it has a plan: for a bf16
  * output the bias is rounded to bf16 first (cuBLASLt's bias has the output's type; a launch over
- * `out` values). Otherwise bf16 output goes through fp32 scratch and a bias kernel, so the bias is
- * still added before the one rounding (as oneDNN's fused bias on the CPU); fp32 and fp16 add it in
- * place (fp16 then rounds once). */
+ * `out` values; DDP_LT_BIAS16=0 keeps bf16 outputs off it, as run 4 measured). Otherwise bf16
+ * output goes through fp32 scratch and a bias kernel, so the bias is still added before the one
+ * rounding (as oneDNN's fused bias on the CPU); fp32 and fp16 add it in place (fp16 then rounds
+ * once). */
 static ddp_status cuda_linear_fwd(const ops_handle *ops, ddp_dtype p, const void *x, const void *w,
                                   const float *b, int batch, int in, int out, void *y, bool y_fp32)
 {
     if (batch < 0 || in < 0 || out < 0)
         return DDP_ERR_INVALID_ARG;
-    if (p == DDP_BF16 && b && batch > 0 && in > 0 && out > 0) {
+    bool lt_ok = y_fp32 || cuda_of(ops)->lt_bias16; /* DDP_LT_BIAS16=0: run 4's bf16 path */
+    if (p == DDP_BF16 && b && batch > 0 && in > 0 && out > 0 && lt_ok) {
         const void *bias = b;
         if (!y_fp32)
             TRY_OK(bias_bf16(ops, b, out, &bias));

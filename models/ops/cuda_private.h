@@ -12,6 +12,8 @@
 extern "C" {
 #include "ops.h"
 }
+#include "device_limits.h"
+#include "switches.h"
 
 /* Device scratch slots of a handle (cuda_scratch). */
 enum { CUDA_SCRATCH_XENT, CUDA_SCRATCH_GEMM, CUDA_SCRATCH_CONV_X, CUDA_SCRATCH_CONV_DY,
@@ -30,12 +32,36 @@ typedef struct cuda_state {
     bool tf32;              /* --tf32: TF32 tensor cores for fp32 GEMMs and convolutions */
     bool flash;             /* bf16 attention on the fused kernel (ops_cuda_set_attention) */
     bool cudnn_attention;   /* ... on cuDNN's instead, with bf16 activations (DDP_CUDA_ATTENTION) */
+    bool cudnn_det;         /* cuDNN's attention backward deterministic (DDP_CUDNN_DETERMINISTIC) */
+    dev_limits lim;         /* the device's shared-memory limits (device_limits.h) */
+    /* The changes since run 4 that live in this backend's kernels, on unless their switch is 0
+     * (switches.h), read at ops_cuda_open: bf16 outputs on cuBLASLt's bias epilogue, LayerNorm's
+     * fused backward, the embedding's segmented backward, the attention's bf16 outputs. */
+    bool lt_bias16, ln_bwd_fused, enc_seg, flash_bf16_out;
     void *scratch[CUDA_SCRATCH_SLOTS]; /* device scratch (ddp_alloc), grown on demand */
     size_t scratch_bytes[CUDA_SCRATCH_SLOTS];
     char text[256];         /* what ops_cuda_describe returns */
 } cuda_state;
 
 static inline cuda_state *cuda_of(const ops_handle *ops) { return (cuda_state *)ops->state; }
+
+/* Device dev's shared-memory limits (compute capability major.minor), the compute capability's
+ * defaults where the driver does not give one (device_limits.h). */
+static inline dev_limits cuda_read_limits(int dev, int major, int minor)
+{
+    int optin = 0, per_sm = 0, reserved = 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        optin = 0;
+    if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) !=
+        cudaSuccess)
+        per_sm = 0;
+    bool got_reserved = cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock,
+                                               dev) == cudaSuccess;
+    (void)cudaGetLastError(); /* an attribute the driver lacks leaves no error behind */
+    return dev_limits_make(major, minor, optin > 0 ? (size_t)optin : 0,
+                           per_sm > 0 ? (size_t)per_sm : 0, got_reserved ? (size_t)reserved : 0,
+                           got_reserved);
+}
 
 /* Threads per block of the elementwise launchers, and the blocks covering n elements. */
 static const int block_threads = 256;
@@ -82,10 +108,14 @@ void cudnn_close(ops_handle *ops);
 void cudnn_conv_ops(ops_handle *ops);
 /* cuDNN's version number (cudnnGetVersion: 91900 for 9.19.0). */
 size_t cudnn_version(void);
+/* Whether the cuDNN loaded runs the attention graphs (cuda_sdpa.h sdpa_version_ok); when not, a
+ * warning names the version found, the one needed, and the fallback to the project's kernel. */
+bool cudnn_attention_usable(void);
 /* Causal attention on cuDNN's fused flash-attention engines (cuda_sdpa.h; DDP_CUDA_ATTENTION=
  * cudnn): bf16 qkv (B, T, 3C) and out (B, T, C) rows, stats (B, NH, T) fp32 log-sum-exp; the
  * backward from the forward's out (o) and stats, dout (B, T, C) into dqkv (B, T, 3C), with sum
- * (B NH T floats) and dq_acc (B T C floats) as scratch. A plan per direction and shape, made on
+ * (B NH T floats) as scratch, and dq_acc (B T C floats) in the form DDP_CUDNN_DETERMINISTIC=0
+ * asks for (else unread: NULL). A plan per direction and shape, made on
  * first use (DDP_ERR_UNSUPPORTED, logged with cuDNN's message, when cuDNN has no engine for it). */
 ddp_status cudnn_attention_fwd(const ops_handle *ops, int B, int T, int NH, int hs,
                                const uint16_t *qkv, uint16_t *out, float *stats, float scale);

@@ -357,7 +357,6 @@ static void build_bwd(builder *b, const shapes *s, const sdpa_dims *d)
     bdesc dk = tensor(b, "dK", UID_DK, bf, s->bhtd, s->s_qkv, false, false);
     bdesc dv = tensor(b, "dV", UID_DV, bf, s->bhtd, s->s_qkv, false, false);
     bdesc ssum = tensor(b, "softmax_sum", UID_SUM, f, s->bht1, s->s_t1, false, false);
-    bdesc dq_acc = tensor(b, "dQ_accum", UID_DQ_ACC, f, s->bhtd, s_acc, false, false);
 
     /* softmax_sum = rowsum(dO o) x 1 */
     bdesc prod = pw_new(b, "mul_dO_O", CUDNN_POINTWISE_MUL, dout, o, s->bhtd, s_dot);
@@ -387,9 +386,15 @@ static void build_bwd(builder *b, const shapes *s, const sdpa_dims *d)
     bdesc dst = tensor(b, "dS^T", 0, bf, s->bhtt, s->s_tt_t, true, false);
     reshape(b, "reshape_dS", ds_scaled, dst);
     matmul(b, "matmul_dST_Q", dst, q, dk);
-    /* dQ = dS K, accumulated in fp32 and then rounded */
+    /* dQ = dS K: written by the matmul (deterministic), or accumulated in fp32 with atomics
+     * and then rounded (dq_accum) */
     bdesc k = vf32(b, "K", s->bhtd, s->s_qkv);
     reshape(b, "reshape_k", kt, k);
+    if (!d->dq_accum) {
+        matmul(b, "matmul_dS_K", ds_scaled, k, dq);
+        return;
+    }
+    bdesc dq_acc = tensor(b, "dQ_accum", UID_DQ_ACC, f, s->bhtd, s_acc, false, false);
     matmul(b, "matmul_dS_K", ds_scaled, k, dq_acc);
     pointwise(b, "identity_dQ", CUDNN_POINTWISE_IDENTITY, f, dq_acc, NULL, NULL, dq, 0);
 }
@@ -510,6 +515,32 @@ ddp_status sdpa_build(cudnnHandle_t handle, const sdpa_dims *d, bool bwd, sdpa_p
 
 size_t sdpa_workspace(const sdpa_plan *p) { return p ? (size_t)p->ws_bytes : 0; }
 
+/* "9.10.2" for cuDNN's version number v (9.x: major 10000 minor 100; 8.x: 1000 and 100). */
+static void version_text(size_t v, char *out, size_t n)
+{
+    size_t major = v >= 90000 ? v / 10000 : v / 1000, rest = v >= 90000 ? v % 10000 : v % 1000;
+    snprintf(out, n, "%zu.%zu.%zu", major, rest / 100, rest % 100);
+}
+
+static size_t version_major(size_t v) { return v >= 90000 ? v / 10000 : v / 1000; }
+
+bool sdpa_version_ok(size_t version, size_t compiled, char *why, size_t n)
+{
+    char found[32], need[32], built[32];
+    version_text(version, found, sizeof found);
+    version_text(SDPA_MIN_CUDNN, need, sizeof need);
+    version_text(compiled, built, sizeof built);
+    bool old = version < SDPA_MIN_CUDNN, other = version_major(version) != version_major(compiled);
+    if (why && n && old)
+        snprintf(why, n, "cuDNN %s found, the attention graphs need %s or newer (-inf in the "
+                 "causal mask, fixes of 9.10.0/9.10.1)", found, need);
+    else if (why && n && other)
+        snprintf(why, n, "cuDNN %s found, built against %s: another major version", found, built);
+    else if (why && n)
+        why[0] = '\0';
+    return !old && !other;
+}
+
 void sdpa_free(sdpa_plan *p)
 {
     if (!p)
@@ -576,5 +607,7 @@ ddp_status sdpa_run_bwd(cudnnHandle_t handle, const sdpa_plan *p, const void *qk
                       UID_ONE, UID_DQ, UID_DK, UID_DV, UID_SUM, UID_DQ_ACC};
     void *ptrs[] = {(void *)x, (void *)(x + C), (void *)(x + 2 * C), (void *)o, (void *)dout,
                     (void *)stats, &sc, &neg_inf, &one, dx, dx + C, dx + 2 * C, sum, dq_acc};
-    return run(handle, p, 14, uids, ptrs, ws);
+    if (p->d.dq_accum && !dq_acc)
+        return DDP_ERR_INVALID_ARG;
+    return run(handle, p, p->d.dq_accum ? 14 : 13, uids, ptrs, ws); /* dq_acc last */
 }

@@ -7,6 +7,7 @@
 #include "config.h"
 #include "half.h"
 #include "ops.h"
+#include "switches.h"
 
 /* DDP_OK when the environment variable `name` is unset or one of the two values; `*second` says
  * whether it is the second. */
@@ -24,6 +25,7 @@ ddp_status ops_open(ddp_ctx *ctx, int threads, ops_handle **out)
 {
     bool im2col = false;
     *out = NULL;
+    TRY_OK(ops_switches_check());
     if (ctx && ddp_backend(ctx) == DDP_BACKEND_CUDA) {
         TRY_OK(conv_choice("DDP_CUDA_CONV", "cudnn", "im2col", &im2col));
         return ops_cuda_open(ctx, im2col, out);

@@ -326,8 +326,10 @@ ddp_status ops_cuda_set_attention(ops_handle *ops, bool flash);
  * project's kernel (models/ops/cuda_sdpa.h; on also sets the fused path, whose state it shares),
  * DDP_CUDA_ATTENTION=cudnn at ops_cuda_open; fp32 activations keep the kernel. A plan per shape
  * is made on first use; a GPU or shape cuDNN has no engine for fails there (DDP_ERR_UNSUPPORTED,
- * logged with cuDNN's message). DDP_ERR_UNSUPPORTED (logged) when on and the build has no cuDNN;
- * no effect on a CPU handle; DDP_ERR_INVALID_ARG for NULL. */
+ * logged with cuDNN's message). DDP_ERR_UNSUPPORTED (logged) when on and the build has no cuDNN,
+ * or the cuDNN loaded is older than the graphs assume (cuda_sdpa.h SDPA_MIN_CUDNN, 9.10.2: a
+ * warning names the version found; the handle keeps the fused kernel, as DDP_CUDA_ATTENTION=cudnn
+ * then does); no effect on a CPU handle; DDP_ERR_INVALID_ARG for NULL. */
 ddp_status ops_cuda_set_attention_cudnn(ops_handle *ops, bool on);
 
 /* "cuBLAS 130100, bf16 GEMMs cublasGemmEx (fp32 accumulation); convolutions cuDNN 91900; compute

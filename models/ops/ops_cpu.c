@@ -20,6 +20,7 @@
 #include "math_shared.h"
 #include "ops.h"
 #include "simd_clones.h"
+#include "switches.h"
 
 /* The state of a CPU handle. */
 typedef struct cpu_state {
@@ -680,6 +681,7 @@ ddp_status ops_cpu_open(ddp_ctx *ctx, int threads, bool im2col, ops_handle **out
     cs->threads = threads < 1 ? 1 : threads;
     cs->gemm_on_dnnl = gemm_on_dnnl();
     ops_cpu_set_threads(cs->threads);
+    ops_switches_apply(ops);
     *out = ops;
     return DDP_OK;
 }

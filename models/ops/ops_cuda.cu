@@ -549,6 +549,10 @@ extern "C" ddp_status ops_cuda_set_attention_cudnn(ops_handle *ops, bool on)
                   "installed)");
         return DDP_ERR_UNSUPPORTED;
     }
+#if HAVE_CUDNN
+    if (on && !cudnn_attention_usable())
+        return DDP_ERR_UNSUPPORTED; /* the handle keeps its attention */
+#endif
     cuda_of(ops)->cudnn_attention = on;
     if (on)
         cuda_of(ops)->flash = true; /* the same state as the fused kernel's (o and stats) */
@@ -569,7 +573,10 @@ static ddp_status attention_from_env(cuda_state *cu)
         return DDP_OK;
     }
     if (!strcmp(v, "cudnn") && HAVE_CUDNN) {
-        cu->flash = cu->cudnn_attention = true;
+        cu->flash = true;
+#if HAVE_CUDNN
+        cu->cudnn_attention = cudnn_attention_usable(); /* else the fused kernel, said */
+#endif
         return DDP_OK;
     }
     DDP_ERROR(
@@ -577,6 +584,16 @@ static ddp_status attention_from_env(cuda_state *cu)
         "(the reference path over the T x T scores)%s",
         v, HAVE_CUDNN ? " or cudnn (cuDNN's fused attention)" : "; cudnn needs a build with cuDNN");
     return DDP_ERR_INVALID_ARG;
+}
+
+/* The switches of this backend's kernels (switches.h). */
+static void read_switches(cuda_state *cu)
+{
+    cu->lt_bias16 = ops_switch_on(OPS_SW_LT_BIAS16);
+    cu->ln_bwd_fused = ops_switch_on(OPS_SW_LN_BWD_FUSED);
+    cu->enc_seg = ops_switch_on(OPS_SW_ENC_SEG);
+    cu->flash_bf16_out = ops_switch_on(OPS_SW_FLASH_BF16OUT);
+    cu->cudnn_det = ops_switch_on(OPS_SW_CUDNN_DET);
 }
 
 /* Creates the cuBLAS (and cuDNN) handles on libddp's stream and the current device; reads its
@@ -588,6 +605,7 @@ static ddp_status open_handles(ops_handle *ops)
     TRY_CUDA(cudaGetDevice(&dev));
     TRY_CUDA(cudaDeviceGetAttribute(&cu->cc_major, cudaDevAttrComputeCapabilityMajor, dev));
     TRY_CUDA(cudaDeviceGetAttribute(&cu->cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
+    cu->lim = cuda_read_limits(dev, cu->cc_major, cu->cc_minor);
     TRY_CUBLAS(cublasCreate(&cu->cublas));
     TRY_CUBLAS(cublasSetStream(cu->cublas, cu->stream));
     TRY_OK(cublas_math(cu));
@@ -637,7 +655,11 @@ extern "C" ddp_status ops_cuda_open(ddp_ctx *ctx, bool im2col, ops_handle **out)
     ops->state = cu;
     ops->release = cuda_release;
     cu->stream = (cudaStream_t)ddp_backend_stream(ctx);
-    ddp_status st = attention_from_env(cu);
+    read_switches(cu);
+    ops_switches_apply(ops);
+    ddp_status st = ops_switches_check();
+    if (st == DDP_OK)
+        st = attention_from_env(cu);
     if (st == DDP_OK)
         st = open_handles(ops);
     if (st != DDP_OK) {

@@ -529,7 +529,8 @@ template <class F> static float time_ms(F f)
 /* cuDNN's fused attention (cuda_sdpa.cu) against version 3, both on the model's rows (qkv (B, T,
  * 3C), out and dout (B, T, C)) from the same bf16 q, k, v and dout: o within 3e-2 and dq, dk, dv
  * within 5e-2 of version 3's (relative L2; each path is ~1 % from exact, as cuda_gpt measures
- * against the CPU), then each one's forward and backward (version 3's with its delta) timed. */
+ * against the CPU), the backward repeated bit for bit (the deterministic form), then each one's
+ * forward and backward (version 3's with its delta) timed. */
 static bool cudnn_vs_v3(int B, int NH, int T)
 {
     int C = NH * HS, BH = B * NH;
@@ -559,7 +560,7 @@ static bool cudnn_vs_v3(int B, int NH, int T)
 
     cudnnHandle_t h = NULL;
     sdpa_plan *pf = NULL, *pb = NULL;
-    sdpa_dims d = {B, NH, T, HS, 3LL * C, C};
+    sdpa_dims d = {B, NH, T, HS, 3LL * C, C, false}; /* the deterministic backward */
     bool ok = cudnnCreate(&h) == CUDNN_STATUS_SUCCESS &&
               sdpa_build(h, &d, false, &pf, NULL) == DDP_OK &&
               sdpa_build(h, &d, true, &pb, NULL) == DDP_OK;
@@ -595,6 +596,13 @@ static bool cudnn_vs_v3(int B, int NH, int T)
         ok = eo <= 3e-2 && eg <= 5e-2;
         printf("cudnn vs v3 B %d NH %d T %d (the model's rows): o %.2e, dqkv %.2e apart: %s\n", B,
                NH, T, eo, eg, ok ? "ok" : "FAIL");
+        std::vector<uint16_t> again(3 * n); /* the deterministic form: a repeat, bit for bit */
+        CHECK_CUDA(cudaMemset(dqkv_c, 0xff, 3 * n * 2));
+        cd_bwd();
+        CHECK_CUDA(cudaMemcpy(again.data(), dqkv_c, 3 * n * 2, cudaMemcpyDeviceToHost));
+        bool same = memcmp(again.data(), gc.data(), 3 * n * 2) == 0;
+        printf("cudnn backward repeated: %s\n", same ? "the same bits" : "differs: FAIL");
+        ok = ok && same;
         double fwd_flops = 2.0 * 2.0 * BH * (double)T * T * HS / 2.0, bwd_flops = 2.5 * fwd_flops;
         float vf = time_ms(v3_fwd), vb = time_ms(v3_bwd);
         float cf = time_ms(cd_fwd), cb = time_ms(cd_bwd);

@@ -27,6 +27,7 @@
 
 #include "half.h"
 #include "ops.h"
+#include "switches.h"
 #include "testutil.h"
 
 static ops_handle *cpu, *gpu;
@@ -438,8 +439,8 @@ static void check_attention_act16(test_rng *r, int B, int T, int C, int NH, bool
  * activations against the CPU's fp32 on the same rounded values, with check_attention_bf16's
  * tolerances (the same bf16 products, in cuDNN's order); the state it keeps is the fused
  * kernel's size. Then the same inputs through the project's kernel: both near the reference,
- * and a second cuDNN forward equal to the first bit for bit (the backward may accumulate dq with
- * atomics, so only its tolerance is checked). Reports and skips without cuDNN. */
+ * and a second cuDNN forward and backward equal to the first bit for bit (the backward's
+ * deterministic form, the default: dq written by its matmul). Reports and skips without cuDNN. */
 static void check_attention_cudnn(test_rng *r, int B, int T, int C, int NH)
 {
     if (ops_cuda_set_attention_cudnn(gpu, true) != DDP_OK) {
@@ -450,7 +451,7 @@ static void check_attention_cudnn(test_rng *r, int B, int T, int C, int NH)
     attn16_make(r, B, T, C, NH, &a);
     size_t n = a.n;
     CHECK(a.n_dev == (size_t)B * T * (C + NH), "cudnn attention_floats %zu", a.n_dev);
-    float *first_out = NULL;
+    float *first_out = NULL, *first_d = NULL;
     for (int run = 0; run < 3; run++) { /* cuDNN, cuDNN again, the project's kernel */
         if (run == 2)
             ops_cuda_set_attention_cudnn(gpu, false);
@@ -470,17 +471,23 @@ static void check_attention_cudnn(test_rng *r, int B, int T, int C, int NH)
                B, T, C, NH, e_out, e_d);
         CHECK(e_out <= 3e-2, "attention %s out: relative error %.3g > 3e-2", name, e_out);
         CHECK(e_d <= 5e-2, "attention %s dqkv: relative error %.3g > 5e-2", name, e_d);
-        float *o = bdownload(&a.out);
-        if (run == 1)
+        float *o = bdownload(&a.out), *d = bdownload(&a.dqkv);
+        if (run == 1) {
             CHECK(!memcmp(o, first_out, n * sizeof *o),
                   "cudnn attention B %d T %d: a second forward differs", B, T);
-        if (run == 0)
+            CHECK(!memcmp(d, first_d, 3 * n * sizeof *d),
+                  "cudnn attention B %d T %d: a second backward differs (deterministic form)", B,
+                  T);
+        }
+        if (run == 0) {
             first_out = o;
-        else
-            free(o);
+            first_d = d;
+        } else {
+            free(o), free(d);
+        }
     }
     ops_cuda_set_attention_cudnn(gpu, false);
-    free(first_out);
+    free(first_out), free(first_d);
     attn16_drop(&a);
     ops_cuda_set_attention(gpu, true);
 }
@@ -741,6 +748,58 @@ static void check_xent_bf16(test_rng *r, int rows, int V, int Vp)
     drop_bpair(&z), drop_pair(&loss);
 }
 
+/* A linear with a bias writing bf16 (every GPT linear under bf16 activations) against the CPU's
+ * fp32 on the same bf16 values. On cuBLASLt's bias epilogue the bias is rounded to bf16 first
+ * (2^-9 of |b| <= 1: atol 2^-8); exact_bias, the fp32 scratch and bias kernel (DDP_LT_BIAS16=0)
+ * add it unrounded, so only the sums' order and one rounding remain. */
+static void check_linear_bias_bf16(test_rng *r, int batch, int in, int out, bool exact_bias)
+{
+    bpair x = make_bpair(r, (size_t)batch * in, -1, 1), w = make_bpair(r, (size_t)out * in, -1, 1);
+    bpair y = make_bpair(r, (size_t)batch * out, 1, 0);
+    pair b = make_pair(r, (size_t)out, -1, 1);
+    cpu->linear_fwd(cpu, DDP_FP32, x.h, w.h, b.h, batch, in, out, y.h, true);
+    CHECK(gpu->linear_fwd(gpu, DDP_BF16, x.d, w.d, b.d, batch, in, out, y.d, false) == DDP_OK,
+          "linear_fwd bf16 out");
+    double atol = (exact_bias ? 0.0 : 0x1p-8) + 1e-5 * sqrt((double)in);
+    compare_bpair(exact_bias ? "linear bf16, bias unrounded" : "linear bf16", &y, atol,
+                  BF16_ROUND);
+    drop_bpair(&x), drop_bpair(&w), drop_bpair(&y), drop_pair(&b);
+}
+
+/* Run 4's paths (models/ops/switches.h): a handle opened with every switch 0 has no fused ops in
+ * its table (the model composes them), and its kernels pass the checks above against the CPU:
+ * the linear's bias unrounded, LayerNorm's two-kernel backward, the embedding's backward in the
+ * CPU's order (so exactly the CPU's), the attention's fp32 outputs merged. */
+static void check_switches_off(test_rng *r)
+{
+    for (int i = 0; i < OPS_SW_COUNT; i++)
+        setenv(ops_switch_info((ops_switch)i)->var, "0", 1);
+    ops_handle *dflt = gpu;
+    gpu = NULL;
+    CHECK(ops_cuda_open(ctx, false, &gpu) == DDP_OK, "ops_cuda_open with every switch 0");
+    if (gpu) {
+        CHECK(!gpu->linear_gelu_fwd && !gpu->linear_bwd_input_gelu && !gpu->add_layernorm_fwd,
+              "switches 0: the fused ops are left out of the table");
+        check_linear_bias_bf16(r, 70, 96, 384, true);
+        check_layernorm(r, 70, 300);
+        check_layernorm_bf16(r, 70, 300);
+        check_attention_act16(r, 2, 129, 256, 4, true);
+        int B = 4, T = 64, C = 40, *tok_h = NULL, *tok_d = make_ints(r, B * T, 2, &tok_h);
+        pair dwte = make_pair(r, 2 * (size_t)C, -1, 1), dwpe = make_pair(r, (size_t)T * C, -1, 1);
+        pair dout = make_pair(r, (size_t)B * T * C, -1, 1);
+        cpu->encoder_bwd(cpu, dwte.h, dwpe.h, dout.h, tok_h, B, T, C);
+        CHECK(gpu->encoder_bwd(gpu, dwte.d, dwpe.d, dout.d, tok_d, B, T, C) == DDP_OK,
+              "encoder_bwd, DDP_ENC_SEG=0");
+        compare_pair("encoder_bwd dwte, DDP_ENC_SEG=0 (the CPU's order)", &dwte, 0, 0);
+        free(tok_h), ddp_free(gpu->ctx, tok_d);
+        drop_pair(&dwte), drop_pair(&dwpe), drop_pair(&dout);
+        ops_close(gpu);
+    }
+    gpu = dflt;
+    for (int i = 0; i < OPS_SW_COUNT; i++)
+        unsetenv(ops_switch_info((ops_switch)i)->var);
+}
+
 int main(void)
 {
     int rc = test_cuda_open("test_cuda_gpt", &ctx, &gpu, &cpu);
@@ -780,6 +839,8 @@ int main(void)
         check_xent_bf16(&r, 26, 100, 128);
         check_xent_bf16(&r, 9, 1000, 1024);
         check_xent_bf16(&r, 5, 37, 39); /* one column at a time */
+        check_linear_bias_bf16(&r, 70, 96, 384, false);
+        check_switches_off(&r);
     }
     check_elementwise(&r);
     check_adamw(&r);
@@ -792,6 +853,11 @@ int main(void)
     if (gpu->supports(gpu, DDP_BF16, NULL)) {
         check_attention_cudnn(&r, 2, 70, 128, 2);   /* hs 64, T not a multiple of 64 */
         check_attention_cudnn(&r, 2, 256, 768, 12); /* d12's heads, four tiles */
+        /* three more shapes: ten plans for the eight slots, so two are evicted (after the
+         * stream drained) and the next shapes still right */
+        check_attention_cudnn(&r, 1, 64, 128, 2);
+        check_attention_cudnn(&r, 1, 96, 128, 2);
+        check_attention_cudnn(&r, 3, 33, 128, 2);
     }
     test_cuda_close(ctx, gpu, cpu);
     return CHECK_DONE();

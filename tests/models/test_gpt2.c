@@ -1,7 +1,8 @@
 /* test_gpt2.c - the GPT-2 model (gpt2.h) on the CPU ops: parameter table and seeded init, the
  * loss at init, gradients against central differences, batch consistency, llm.c's model files,
  * AdamW's decay split, the reducer's marks, training on a fixed batch in fp32, bf16 and fp16
- * (with loss scaling), and activation recomputation (bit-identical gradients, less memory).
+ * (with loss scaling), activation recomputation (bit-identical gradients, less memory), and the
+ * switches back to run 4's paths (the fused ops composed, fp32 logits, the fp32 master read).
  */
 #include <string.h>
 #include <sys/stat.h>
@@ -11,6 +12,7 @@
 #include "gpt2.h"
 #include "half.h"
 #include "math_shared.h"
+#include "switches.h"
 #include "testutil.h"
 
 enum { B = 2, T = 16 };
@@ -738,6 +740,105 @@ static void check_fused_ops(const ops_handle *ops)
     }
 }
 
+/* The switches of the fused ops (models/ops/switches.h) as a backend's open applies them: with
+ * DDP_LT_EPILOGUES=0 the GELU goes through linear and gelu, with DDP_ADD_LN_FUSED=0 the residual
+ * add and ln_2 through add and layernorm_fwd (no composite called), bit for bit the fused run. */
+static void check_fused_switches(const ops_handle *ops)
+{
+    const char *vars[] = {"DDP_LT_EPILOGUES", "DDP_ADD_LN_FUSED"};
+    int tokens[B * T], targets[B * T];
+    make_batch(100, 43, tokens, targets);
+    for (int v = 0; v < 2; v++) {
+        ops_handle fused = *ops;
+        fused.linear_gelu_fwd = composed_gelu_fwd;
+        fused.linear_bwd_input_gelu = composed_gelu_bwd;
+        fused.add_layernorm_fwd = composed_add_ln;
+        setenv(vars[v], "0", 1);
+        ops_switches_apply(&fused);
+        unsetenv(vars[v]);
+        gpt2 *a = make(ops, tiny(100), DDP_BF16, 62), *b = make(&fused, tiny(100), DDP_BF16, 62);
+        if (a && b) {
+            n_gelu_fwd = n_gelu_bwd = n_add_ln = 0;
+            float la = grad_pass(a, tokens, targets), lb = grad_pass(b, tokens, targets);
+            int L = gpt2_cfg(a)->layers, gelu = v == 0 ? 0 : L, add_ln = v == 1 ? 0 : L;
+            CHECK(n_gelu_fwd == gelu && n_gelu_bwd == gelu && n_add_ln == add_ln,
+                  "%s=0: GELU fused %d / %d times, add + ln_2 %d (want %d, %d)", vars[v],
+                  n_gelu_fwd, n_gelu_bwd, n_add_ln, gelu, add_ln);
+            CHECK(memcmp(&la, &lb, sizeof la) == 0 &&
+                      bits_differ(gpt2_grads(a), gpt2_grads(b), gpt2_numel_total(a)) == 0,
+                  "%s=0: the loss and gradients of the composed path", vars[v]);
+        }
+        gpt2_destroy(a);
+        gpt2_destroy(b);
+    }
+}
+
+/* DDP_GPT_LOGITS16=0 (run 4's logits) in bf16: the LM head writes fp32 logits (4 bytes each,
+ * values bf16 cannot hold), the cross-entropy runs on them and their gradient is cast to bf16;
+ * the loss within bf16's rounding of the default's (bf16 logits) and training goes on. */
+static void check_logits_switch(const ops_handle *ops)
+{
+    gpt2 *a = make(ops, tiny(100), DDP_BF16, 53);
+    setenv("DDP_GPT_LOGITS16", "0", 1);
+    gpt2 *b = make(ops, tiny(100), DDP_BF16, 53);
+    unsetenv("DDP_GPT_LOGITS16");
+    int tokens[B * T], targets[B * T];
+    make_batch(100, 31, tokens, targets);
+    if (a && b) {
+        gpt2_memory ma, mb;
+        gpt2_memory_get(a, &ma);
+        gpt2_memory_get(b, &mb);
+        size_t n = (size_t)B * T * gpt2_cfg(a)->padded_vocab;
+        CHECK(mb.logits == n * sizeof(float) && ma.logits == n * ops_dtype_size(ops, DDP_BF16),
+              "logits bytes: %zu with the switch 0 (want fp32's %zu), %zu without", mb.logits,
+              n * sizeof(float), ma.logits);
+        CHECK(gpt2_forward(b, tokens, NULL, B, T, NULL, false) == DDP_OK, "forward, fp32 logits");
+        float *lb = logits_of(b, B * T);
+        size_t wide = 0;
+        for (size_t i = 0; i < n; i++)
+            wide += half_bf16_to_f32(half_f32_to_bf16(lb[i])) != lb[i];
+        CHECK(wide > n / 2, "fp32 logits: %zu of %zu not bf16 values", wide, n);
+        free(lb);
+        float la = grad_pass(a, tokens, targets), l1 = grad_pass(b, tokens, targets);
+        CHECK(fabsf(la - l1) < 1e-2f, "losses %g (bf16 logits), %g (fp32 logits)", (double)la,
+              (double)l1);
+        double e = rel_norm(gpt2_grads(b), gpt2_grads(a), gpt2_numel_total(a));
+        CHECK(e < 3e-2 && e > 0, "gradients against the default's: relative %g", e);
+    }
+    gpt2_destroy(a);
+    gpt2_destroy(b);
+}
+
+/* gpt2_set_master (DDP_GPT_READ_COPY=0's path): the passes read wte, wpe, LayerNorm and the biases
+ * from the fp32 master: a master equal to the weights widened gives the default's loss bit for
+ * bit, one with ln_f's bias moved another loss, and NULL the default's again. */
+static void check_master(const ops_handle *ops)
+{
+    gpt2 *g = make(ops, tiny(100), DDP_BF16, 54);
+    int tokens[B * T], targets[B * T];
+    make_batch(100, 37, tokens, targets);
+    if (!g)
+        return;
+    size_t n = gpt2_numel_total(g);
+    float *master = test_floats(n);
+    CHECK(gpt2_weights_get(g, master) == DDP_OK, "weights_get");
+    double base = loss_of(g, tokens, targets, B);
+    gpt2_set_master(g, master);
+    CHECK(loss_of(g, tokens, targets, B) == base, "the master equal to the copy: the same loss");
+    int C = gpt2_cfg(g)->channels;
+    for (int c = 0; c < C; c++) /* ln_f's bias, the last slice */
+        master[n - C + c] += 0.5f * (float)(c % 3);
+    double moved = loss_of(g, tokens, targets, B);
+    CHECK(moved != base, "ln_f's bias read from the master: loss %g, default %g", moved, base);
+    for (size_t i = 0; i < n - (size_t)C; i++) /* wte, wpe, the layers: moved too */
+        master[i] *= 1.5f;
+    CHECK(loss_of(g, tokens, targets, B) != moved, "the rest read from the master too");
+    gpt2_set_master(g, NULL);
+    CHECK(loss_of(g, tokens, targets, B) == base, "unset: the copy again");
+    free(master);
+    gpt2_destroy(g);
+}
+
 /* Recomputation changes nothing but the memory: activations strictly smaller (printed). */
 static void check_recompute(const ops_handle *ops, ddp_dtype p)
 {
@@ -806,6 +907,9 @@ int main(void)
     check_bf16_logits(ops);
     check_activations(ops);
     check_fused_ops(ops);
+    check_fused_switches(ops);
+    check_logits_switch(ops);
+    check_master(ops);
     check_training(ops, DDP_FP32, 1.0f);
     check_training(ops, DDP_BF16, 1.0f);
     check_training(ops, DDP_FP16, 1024.0f);

@@ -1,7 +1,8 @@
 /* test_gpt2_sample.c - text generation (gpt2_sample.h): the draw's distribution at a temperature
  * (against the closed form), greedy and top-k restrictions, and generation from a tiny GPT-2 on
  * the CPU ops: the prompt kept, only real vocabulary ids drawn, the same seed the same text, the
- * context window sliding past the model's positions, a greedy run equal to argmax step by step.
+ * context window sliding past the model's positions, a greedy run equal to argmax step by step,
+ * passes padded to the window (a GPU's default) drawing the same tokens over one shape.
  */
 #include <math.h>
 #include <string.h>
@@ -48,6 +49,51 @@ static void check_restrictions(void)
     CHECK(stray == 0, "top-k 3: %d draws outside the three largest", stray);
     CHECK(seen[7] && seen[4] && seen[1], "top-k 3: each of the three drawn (%d %d %d)", seen[7],
           seen[4], seen[1]);
+}
+
+/* The sequence lengths the attention saw (test_attention_fwd wraps the CPU's). */
+static int n_passes, min_T, max_T;
+static ddp_status (*cpu_attention_fwd)(const ops_handle *, ddp_dtype, ddp_dtype, void *, float *,
+                                       const void *, int, int, int, int);
+
+static ddp_status test_attention_fwd(const ops_handle *o, ddp_dtype p, ddp_dtype act, void *out,
+                                     float *att, const void *qkv, int B, int T, int C, int NH)
+{
+    n_passes++;
+    min_T = T < min_T ? T : min_T;
+    max_T = T > max_T ? T : max_T;
+    return cpu_attention_fwd(o, p, act, out, att, qkv, B, T, C, NH);
+}
+
+/* Padded passes (o->pad 1, a GPU's default): every forward over the whole window, so cuDNN would
+ * plan one shape, and the same greedy tokens as passes over the real tokens (causal attention:
+ * the padding after the last real row does not reach it); the CPU's default pads nothing. */
+static void check_padding(ddp_ctx *ctx, const ops_handle *ops)
+{
+    enum { T = 8, V = 50, N = 12 };
+    ops_handle wrapped = *ops;
+    cpu_attention_fwd = ops->attention_fwd;
+    wrapped.attention_fwd = test_attention_fwd;
+    gpt2_config cfg = {.max_seq = T, .vocab = V, .layers = 2, .heads = 2, .channels = 32};
+    gpt2_opts o = {.max_batch = 1, .seq = T, .precision = DDP_FP32, .seed = 6};
+    gpt2 *g = NULL;
+    CHECK(gpt2_create(ctx, &wrapped, &cfg, &o, &g) == DDP_OK, "create (wrapped attention)");
+    int *dev = ddp_alloc(ctx, T * sizeof(int));
+    int a[2 + N] = {4, 9}, b[2 + N] = {4, 9}, c[2 + N] = {4, 9};
+    const int pads[3] = {1, -1, 0};
+    int *outs[3] = {a, b, c};
+    for (int k = 0; g && dev && k < 3; k++) {
+        gpt2_sample_opts so = {.n_tokens = N, .temperature = 0.0f, .seed = 1, .pad = pads[k]};
+        n_passes = 0, min_T = 1 << 30, max_T = 0;
+        CHECK(gpt2_sample(g, ctx, outs[k], 2, T, &so, dev) == DDP_OK, "sample, pad %d", pads[k]);
+        bool whole = min_T == T && max_T == T, grows = min_T == 2 && max_T == T;
+        CHECK(n_passes == 2 * N && (pads[k] > 0 ? whole : grows), "pad %d: %d passes over T %d..%d "
+              "(%d layers x %d tokens)", pads[k], n_passes, min_T, max_T, 2, N);
+    }
+    CHECK(!memcmp(a, b, sizeof a), "padded passes draw the same greedy tokens");
+    CHECK(!memcmp(b, c, sizeof b), "the CPU's default: no padding, the same tokens");
+    ddp_free(ctx, dev);
+    gpt2_destroy(g);
 }
 
 static void check_generation(void)
@@ -100,6 +146,7 @@ static void check_generation(void)
     CHECK(gpt2_sample(g, ctx, bad, 1, T, &so, dev) == DDP_ERR_INVALID_ARG, "a prompt id past the vocabulary");
     ddp_free(ctx, dev);
     gpt2_destroy(g);
+    check_padding(ctx, ops);
     ops_close(ops);
     ddp_finalize(ctx);
 }

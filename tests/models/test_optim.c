@@ -6,7 +6,8 @@
  *     (cast_stochastic), so the weights are a function of the master and the step;
  *   - optim_round(t) rewrites the weights from the master as step t would (a resume);
  *   - SGD writes its bf16 weights to nearest even (sgd_step_cast);
- *   - in fp32 the master is the model's weights ("params" points at them), 8 bytes a parameter.
+ *   - in fp32 the master is the model's weights ("params" points at them), 8 bytes a parameter;
+ *   - DDP_CLIP_DEVICE=0 passes the clip factor from the host, bit for bit the device's.
  */
 #include <string.h>
 
@@ -109,6 +110,38 @@ static void check_sgd_bf16(test_rng *r)
     free(host), free(g), free(wide), free(w16);
 }
 
+/* DDP_CLIP_DEVICE=0 (run 4's path, models/ops/switches.h): the host fetches the norm and passes
+ * the clip factor; the weights and the norm bit for bit those of the factor kept where the
+ * gradients are (the default), over steps that clip (clip 0.5 under a norm of ~37). */
+static void check_clip_switch(test_rng *r)
+{
+    float *w[2] = {test_floats(N), test_floats(N)}, *g = test_floats(N);
+    test_fill(r, w[0], N, -0.1, 0.1);
+    memcpy(w[1], w[0], N * sizeof(float));
+    optim_opts oo = {.kind = OPTIM_ADAMW, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                     .weight_decay = 0.1f, .decays = decays, .clip = 0.5};
+    optim *o[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        optim_weights ow = {.w = w[i], .p = DDP_FP32, .seed = 1234};
+        if (i == 1)
+            setenv("DDP_CLIP_DEVICE", "0", 1);
+        CHECK(optim_create(NULL, ops, &oo, numel, 2, NULL, &ow, &o[i]) == DDP_OK, "create");
+        unsetenv("DDP_CLIP_DEVICE");
+    }
+    for (long t = 1; t <= 3 && o[0] && o[1]; t++) {
+        test_fill(r, g, N, -1.0, 1.0);
+        int applied[2] = {0, 0};
+        for (int i = 0; i < 2; i++)
+            CHECK(optim_update(o[i], g, NULL, 1e-3f, t, &applied[i]) == DDP_OK && applied[i],
+                  "update %d", i);
+        double n0 = optim_last_norm(o[0]), n1 = optim_last_norm(o[1]);
+        CHECK(n0 == n1 && n0 > 1.0, "step %ld: norms %.17g (device path), %.17g (host)", t, n0, n1);
+        CHECK(memcmp(w[0], w[1], N * sizeof(float)) == 0, "step %ld: the weights differ", t);
+    }
+    optim_destroy(o[0]), optim_destroy(o[1]);
+    free(w[0]), free(w[1]), free(g);
+}
+
 int main(void)
 {
     ops_handle *h = NULL;
@@ -118,6 +151,7 @@ int main(void)
     if (h) {
         check_adamw_bf16(&r);
         check_sgd_bf16(&r);
+        check_clip_switch(&r);
     }
     ops_close(h);
     return CHECK_DONE();

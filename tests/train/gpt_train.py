@@ -278,10 +278,40 @@ def bad_input(chk, exe, ckpt, mpi, tmp):
     expect_failure(chk, tiny(exe, os.path.join(folder, "syn_*_000001.bin"), 2, ["--val-data", os.path.join(tmp, "x_*.bin")]),
                    r"x_\*\.bin", "a validation pattern that matches nothing")
     different_data(chk, exe, mpi, tmp)
+    switches(chk, exe, data)
     newcomer(chk, exe, tmp, data)
     empty_validation(chk, exe, mpi, tmp, data)
     bad_init_from(chk, exe, mpi, tmp, data)
     bad_save_llmc(chk, exe, mpi, tmp, data)
+
+
+RUN4_SWITCHES = ["DDP_LT_BIAS16", "DDP_LT_EPILOGUES", "DDP_GPT_LOGITS16", "DDP_ADD_LN_FUSED",
+                 "DDP_LN_BWD_FUSED", "DDP_ENC_SEG", "DDP_FLASH_BF16_OUT", "DDP_CLIP_DEVICE",
+                 "DDP_GPT_READ_COPY"]
+
+
+def switches(chk, exe, data):
+    """models/ops/switches.h in ddp-train: a value other than 0 or 1 stops the run naming the
+    variable; every switch 0 in bf16 (the CPU takes fp32 logits, the host's clip factor and the
+    fp32 master's reads) trains, says so on the start-up report, and ends near the default."""
+    env = dict(os.environ, DDP_ENC_SEG="off")
+    rc, out = trainlib.run(tiny(exe, data, 2), timeout=120, env=env)
+    chk.check(rc not in (0, -999) and "DDP_ENC_SEG=off: use 0" in out,
+              f"DDP_ENC_SEG=off refused: exit {rc}", out)
+    losses = []
+    for off in (False, True):
+        env = dict(os.environ, **{v: "0" for v in RUN4_SWITCHES}) if off else None
+        rc, out = trainlib.run(tiny(exe, data, 6, ["--precision", "bf16", "--val-every", "6"]),
+                               timeout=120, env=env)
+        line = re.search(r"^switches: (.*)$", out, re.M)
+        said = line is not None and all(v + "=0 (" in line.group(1) for v in RUN4_SWITCHES)
+        chk.check(rc == 0 and val_loss(out) is not None and said == off,
+                  f"bf16 with every switch {'0' if off else 'unset'}: exit {rc}, the switches: line "
+                  f"{'naming each' if off else 'absent'}", out)
+        losses.append(val_loss(out))
+    if None not in losses:
+        chk.check(abs(losses[0] - losses[1]) < 0.05, f"val loss {losses[1]} with the switches 0, "
+                  f"{losses[0]} without: within 0.05")
 
 
 def newcomer(chk, exe, tmp, data):
