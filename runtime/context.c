@@ -766,3 +766,16 @@ ddp_status ddp_stage_release(ddp_ctx *ctx, int slot)
     ddp_status st = ctx_stage_check(ctx, slot, 0);
     return st == DDP_OK ? ctx_dev(ctx)->stage_release(slot) : st;
 }
+
+long ddp_host_peak_rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib;
+}

@@ -253,6 +253,9 @@ DDP_API ddp_status ddp_zero(ddp_ctx *ctx, void *dst, size_t n_bytes);
  * CPU backend (host memory: read VmRSS/VmHWM in /proc/self/status), DDP_ERR_CUDA when the query
  * fails. Either pointer may be NULL. */
 DDP_API ddp_status ddp_memory_info(ddp_ctx *ctx, size_t *used, size_t *total);
+/* This process's peak resident host memory (VmHWM of /proc/self/status) in KiB; -1 when /proc
+ * cannot tell. */
+DDP_API long ddp_host_peak_rss_kib(void);
 /* Marks the region a profiler records: start != 0 calls cudaProfilerStart, start == 0
  * cudaProfilerStop, so that `ncu --profile-from-start off` (or nsys's cudaProfilerApi capture
  * range) sees only the kernels launched in between, e.g. one steady training step (ddp-train's

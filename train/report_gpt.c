@@ -23,19 +23,6 @@ typedef struct gpt_mem_report {
     double predicted;              /* model states by the ZeRO formula */
 } gpt_mem_report;
 
-long gpt_peak_rss_kib(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib;
-}
-
 /* Bytes per parameter of the model states (ZeRO paper's accounting for this run's types):
  * replicated on every rank, and divided over the ranks by --zero. The weights in their storage
  * (16 bits: 2 bytes, or 4 where emulated in floats; the model's small slices read in fp32 come on
@@ -66,7 +53,7 @@ static void gpt_memory(const trainer *t, gpt_mem_report *r)
     r->logits = m.logits / mib;
     r->comm = (reducer - shard_grads) / mib; /* stage 2: the bucket buffers backward writes into */
     r->states = r->params + r->grads + r->optimizer;
-    long rss = gpt_peak_rss_kib();
+    long rss = ddp_host_peak_rss_kib();
     r->peak_rss = rss >= 0 ? rss / 1024.0 : NAN;
     size_t used = 0, total = 0;
     int dev = ddp_memory_info(t->ctx, &used, &total) == DDP_OK;

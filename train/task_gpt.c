@@ -520,7 +520,7 @@ static ddp_status gpt_report_end(trainer *t)
                                                    checkpoint, not a validation */
         gpt_report_val(t);
     size_t used = 0;
-    double mem[2] = {(double)gpt_peak_rss_kib(),
+    double mem[2] = {(double)ddp_host_peak_rss_kib(),
                      ddp_memory_info(t->ctx, &used, NULL) == DDP_OK ? (double)used : -1.0};
     trainer_must(t, ddp_allreduce_host(t->ctx, mem, 2, DDP_FP64, DDP_MAX), "agreeing on memory");
     s->peak_rss_max = mem[0] / 1024.0;

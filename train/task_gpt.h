@@ -53,7 +53,5 @@ void gpt_report_start(trainer *t);
 void gpt_report_summary(trainer *t);
 /* Rank 0: --sample tokens after --prompt (or <|endoftext|>), decoded. */
 ddp_status gpt_sample(trainer *t);
-/* Host peak resident memory (VmHWM) in KiB, -1 when /proc cannot tell. */
-long gpt_peak_rss_kib(void);
 
 #endif /* TRAIN_TASK_GPT_H */

@@ -159,11 +159,8 @@ static ddp_status mnist_build(trainer *t, train_view *v)
     return DDP_OK;
 }
 
-static void mnist_attach(trainer *t)
-{
-    if (t->o->zero > 0)
-        model_set_gather(M(t)->model, t->reducer);
-}
+/* ZeRO: forward passes wait for the all-gather layer by layer */
+static void mnist_attach(trainer *t) { model_set_gather(M(t)->model, t->o->zero ? t->reducer : NULL); }
 static ddp_status mnist_zero_grad(trainer *t) { return model_zero_grad(M(t)->model); }
 
 /* Constant, or cosine-decayed over the planned steps. */

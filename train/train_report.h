@@ -1,4 +1,4 @@
-/* train_report.h - what ddp-train prints and writes: progress, classification report, metrics
+/* train_report.h - what ddp-train prints and writes: progress, metrics
  * lines, the start-up link check (--link-check) and the timeline (--trace). */
 #ifndef TRAIN_REPORT_H
 #define TRAIN_REPORT_H

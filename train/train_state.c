@@ -27,6 +27,7 @@
  */
 #include "train_state.h"
 #include "out_path.h"
+#include "train_report.h"
 
 #include "ddp_checkpoint.h"
 
@@ -330,13 +331,6 @@ ddp_status train_save_state(const train_setup *s, const train_pos *pos, const ch
     return rc;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The staging copy (libddp's ddp_ckpt_stage): this rank's ddp_shard_range slice of every optimizer
  * buffer (its --zero shard when they are sharded, else the same slice of the replicated buffer),
  * plus the position and fingerprint (state_add_position), kept for the run: allocated at start-up
@@ -488,10 +482,10 @@ ddp_status train_checkpoint(const train_setup *s, const train_pos *pos)
 {
     char path[STATE_PATH_MAX];
     ddp_ckpt_manager_path(state_manager(s), pos->step, path, sizeof path);
-    double t0 = now_s();
+    double t0 = train_now();
     int background = s->o->checkpoint_async && pos->step < s->total_steps;
     ddp_status st = s->o->checkpoint_folder ? save_folder(s, pos, background) : save_file(s, pos, path);
-    double took = now_s() - t0;
+    double took = train_now() - t0;
     if (ddp_rank(s->ctx) != 0) {
         if (st != DDP_OK)
             DDP_ERROR("checkpoint %s at step %ld: this rank's file failed: %s", path, pos->step,
