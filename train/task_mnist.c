@@ -160,7 +160,10 @@ static ddp_status mnist_build(trainer *t, train_view *v)
 }
 
 /* ZeRO: forward passes wait for the all-gather layer by layer */
-static void mnist_attach(trainer *t) { model_set_gather(M(t)->model, t->o->zero ? t->reducer : NULL); }
+static void mnist_attach(trainer *t)
+{
+    model_set_gather(M(t)->model, t->o->zero ? t->reducer : NULL);
+}
 static ddp_status mnist_zero_grad(trainer *t) { return model_zero_grad(M(t)->model); }
 
 /* Constant, or cosine-decayed over the planned steps. */
