@@ -21,6 +21,11 @@
  * kernel has finished, on the host clock the rest of the trace uses. CUDA runs host functions on a
  * thread of its own: the spans get that thread's row. They call no CUDA function (the CUDA
  * runtime API forbids it there) and are queued only while tracing is on.
+ * NVTX (trace.c, DDP_NVTX): each collective's range ("allreduce", "reduce_scatter", "allgather",
+ * payload the bucket, or -1) spans its issuing on the calling thread, always: Nsight Systems
+ * projects it onto the NCCL kernels launched inside it, so the GPU timeline names each bucket's
+ * collective without host functions on the stream (those cost the stream a round trip to the
+ * host, so they stay tracing's alone and push no range).
  * Failures (NCCL's user guide, "Fault tolerance"): an operation that returns ncclSuccess may still
  * fail later; ncclCommGetAsyncError reports it, and after an error nothing can be assumed about
  * the queued operations, so the communicator is aborted (ncclCommAbort), never waited for. Host
@@ -264,33 +269,33 @@ static ddp_status nccl_complete(nccl_state *s, cudaEvent_t done)
 /* Host functions on the communication stream: the all-reduce's trace span (arg: its tag). */
 static void CUDART_CB nccl_trace_begin(void *tag)
 {
-    ddp_trace_begin("allreduce", (int64_t)(intptr_t)tag);
+    trace_span_begin("allreduce", (int64_t)(intptr_t)tag);
 }
 
 static void CUDART_CB nccl_trace_end(void *tag)
 {
-    ddp_trace_end("allreduce", (int64_t)(intptr_t)tag);
+    trace_span_end("allreduce", (int64_t)(intptr_t)tag);
 }
 
 /* The same spans for the reduce-scatters and all-gathers (the sharded reducer's). */
 static void CUDART_CB nccl_trace_rs_begin(void *tag)
 {
-    ddp_trace_begin("reduce_scatter", (int64_t)(intptr_t)tag);
+    trace_span_begin("reduce_scatter", (int64_t)(intptr_t)tag);
 }
 
 static void CUDART_CB nccl_trace_rs_end(void *tag)
 {
-    ddp_trace_end("reduce_scatter", (int64_t)(intptr_t)tag);
+    trace_span_end("reduce_scatter", (int64_t)(intptr_t)tag);
 }
 
 static void CUDART_CB nccl_trace_ag_begin(void *tag)
 {
-    ddp_trace_begin("allgather", (int64_t)(intptr_t)tag);
+    trace_span_begin("allgather", (int64_t)(intptr_t)tag);
 }
 
 static void CUDART_CB nccl_trace_ag_end(void *tag)
 {
-    ddp_trace_end("allgather", (int64_t)(intptr_t)tag);
+    trace_span_end("allgather", (int64_t)(intptr_t)tag);
 }
 
 /* One call of a plan on the communication stream, its pointers taken in the caller's send and
@@ -375,6 +380,7 @@ static ddp_status nccl_issue_allreduce(nccl_state *s, void *base, const size_t *
     ddp_status st = DDP_OK;
     void *tag = (void *)(intptr_t)trace_current_tag();
     int traced = ddp_trace_enabled();
+    nvtx_range_push("allreduce", (int64_t)(intptr_t)tag);
     pthread_mutex_lock(&s->lock);
     st = nccl_usable(s);
     if (st == DDP_OK)
@@ -391,6 +397,7 @@ static ddp_status nccl_issue_allreduce(nccl_state *s, void *base, const size_t *
     st = nccl_mark_done(s, done);
 cleanup:
     pthread_mutex_unlock(&s->lock);
+    nvtx_range_pop();
     return st;
 }
 
@@ -501,6 +508,7 @@ static ddp_status nccl_shard_start(comm_group *c, int gather, const void *send, 
     *r = (nccl_request){.ops = &nccl_ops, .owner = s, .follow = (cudaStream_t)stream};
     void *tag = (void *)(intptr_t)trace_current_tag();
     int traced = ddp_trace_enabled();
+    nvtx_range_push(gather ? "allgather" : "reduce_scatter", (int64_t)(intptr_t)tag);
     pthread_mutex_lock(&s->lock);
     ddp_status st = nccl_usable(s);
     if (st == DDP_OK)
@@ -516,6 +524,7 @@ static ddp_status nccl_shard_start(comm_group *c, int gather, const void *send, 
     if (st == DDP_OK)
         st = nccl_mark_done(s, &r->done);
     pthread_mutex_unlock(&s->lock);
+    nvtx_range_pop();
     if (st != DDP_OK) {
         free(r);
         return st;

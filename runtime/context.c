@@ -187,8 +187,31 @@ static ddp_status env_check(const ddp_ctx *ctx, const char *var, env_kind kind, 
     return DDP_ERR_ENV;
 }
 
+/* DDP_OK when the switch var (what it turns off) is unset, 0 or 1; else DDP_ERR_ENV, logged. */
+static ddp_status env_switch(const char *var, const char *what)
+{
+    const char *v = getenv(var);
+    if (!v || !*v || strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+        return DDP_OK;
+    DDP_ERROR("%s=%s: expected 0 (%s off) or 1 (on, the default): set one of them or unset it",
+              var, v, what);
+    return DDP_ERR_ENV;
+}
+
+/* DDP_NVTX (trace.c). */
+static ddp_status ctx_check_switches(void)
+{
+    const char *nvtx = getenv("DDP_NVTX");
+    if (!HAVE_NVTX && nvtx && strcmp(nvtx, "1") == 0)
+        DDP_WARN0("DDP_NVTX=1, but this libddp was built without NVTX (the CUDA toolkit's "
+                  "nvtx3/nvToolsExt.h): no ranges; rebuild where meson finds the header");
+    return env_switch("DDP_NVTX", "NVTX ranges");
+}
+
 static ddp_status ctx_check_env(const ddp_ctx *ctx)
 {
+    if (ctx_check_switches() != DDP_OK)
+        return DDP_ERR_ENV;
     struct {
         const char *var;
         env_kind kind;

@@ -52,7 +52,9 @@ DDP_API int ddp_trace_enabled(void);
 /* Record the begin / end of span `name` (spans nest per thread), or an instant event. `arg` is
  * stored as args.arg (a layer, a bucket, a byte count; any value). No-ops while tracing is off.
  * They never fail and never block: a full buffer drops the event and counts it; a NULL name is
- * recorded as "?". Safe to call from any thread. */
+ * recorded as "?". Safe to call from any thread. A span is also an NVTX range on the calling
+ * thread, tracing on or off (begin pushes it, end pops it: message name, int64 payload arg), for
+ * Nsight Systems; not in a libddp built without NVTX's headers, nor under DDP_NVTX=0. */
 DDP_API void ddp_trace_begin(const char *name, int64_t arg);
 DDP_API void ddp_trace_end(const char *name, int64_t arg);
 DDP_API void ddp_trace_instant(const char *name, int64_t arg);

@@ -267,6 +267,15 @@ void watchdog_stop(void);
  * it as args.arg. */
 void trace_set_tag(int64_t tag);
 int64_t trace_current_tag(void);
+/* trace.c: an NVTX range on the calling thread, message name (kept, not copied: a literal),
+ * payload arg; and the end of the thread's innermost one. No-ops under DDP_NVTX=0 and in a build
+ * without NVTX (HAVE_NVTX 0). ddp_trace_begin/end call them around their spans. */
+void nvtx_range_push(const char *name, int64_t arg);
+void nvtx_range_pop(void);
+/* trace.c: ddp_trace_begin/end without the NVTX range: for the NCCL collectives' spans, which
+ * CUDA's host-function thread records while tracing is on (their NVTX range is the issuer's). */
+void trace_span_begin(const char *name, int64_t arg);
+void trace_span_end(const char *name, int64_t arg);
 
 /* checkpoint.c: where an atomic save (temporary file renamed over the target) of `path` goes.
  * DDP_OK with *out (malloc'ed) the file to replace: path itself when it does not exist or is a

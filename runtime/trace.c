@@ -12,6 +12,12 @@
  * File: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {"format": "ddp-trace",
  * "version": 1, "world_size": N, "dropped": D}}; ts in microseconds from rank 0's start,
  * pid = rank, tid = recording thread; "M" metadata events name the rows.
+ * NVTX (built with the NVTX v3 headers: HAVE_NVTX): every span is also an NVTX range on the
+ * calling thread, whether tracing is on or not, for Nsight Systems' timeline: message the span's
+ * name (the string itself: nothing is formatted), payload its arg as an int64 (the bucket, the
+ * micro-batch, the step). Without a tool attached NVTX's first call finds none and every later
+ * push or pop is a load and a branch on a null function pointer (benchmarks/trace_cost.c).
+ * DDP_NVTX=0 leaves them out (read at the first span; ddp_init refuses other values than 0 and 1).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,8 +29,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "ddp_trace.h"
 #include "internal.h"
+#if HAVE_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
 
 #define DDP_TRACE_DEFAULT_EVENTS ((size_t)1 << 19)
 #define DDP_TRACE_NAME 40   /* bytes of a name in the gathered records */
@@ -91,8 +101,62 @@ static void trace_record_event(const char *name, int64_t arg, char ph)
                                  .tid = trace_tid, .ph = ph};
 }
 
-void ddp_trace_begin(const char *name, int64_t arg) { trace_record_event(name, arg, 'B'); }
-void ddp_trace_end(const char *name, int64_t arg) { trace_record_event(name, arg, 'E'); }
+/* ---- NVTX ranges --------------------------------------------------------------------------- */
+
+#if HAVE_NVTX
+static _Atomic int nvtx_state = -1; /* -1: DDP_NVTX not read yet, 0: off, 1: on */
+
+static int nvtx_on(void)
+{
+    int on = atomic_load_explicit(&nvtx_state, memory_order_relaxed);
+    if (__builtin_expect(on < 0, 0)) { /* every thread that gets here reads the same value */
+        const char *env = getenv("DDP_NVTX");
+        on = !(env && strcmp(env, "0") == 0);
+        atomic_store_explicit(&nvtx_state, on, memory_order_relaxed);
+    }
+    return on;
+}
+
+void nvtx_range_push(const char *name, int64_t arg)
+{
+    if (!nvtx_on())
+        return;
+    nvtxEventAttributes_t a = {.version = NVTX_VERSION, .size = NVTX_EVENT_ATTRIB_STRUCT_SIZE,
+                               .messageType = NVTX_MESSAGE_TYPE_ASCII,
+                               .message.ascii = name ? name : "?",
+                               .payloadType = NVTX_PAYLOAD_TYPE_INT64, .payload.llValue = arg};
+    nvtxRangePushEx(&a);
+}
+
+void nvtx_range_pop(void)
+{
+    if (nvtx_on())
+        nvtxRangePop();
+}
+#else
+void nvtx_range_push(const char *name, int64_t arg)
+{
+    (void)name;
+    (void)arg;
+}
+
+void nvtx_range_pop(void) {}
+#endif
+
+void ddp_trace_begin(const char *name, int64_t arg)
+{
+    nvtx_range_push(name, arg);
+    trace_record_event(name, arg, 'B');
+}
+
+void ddp_trace_end(const char *name, int64_t arg)
+{
+    trace_record_event(name, arg, 'E');
+    nvtx_range_pop();
+}
+
+void trace_span_begin(const char *name, int64_t arg) { trace_record_event(name, arg, 'B'); }
+void trace_span_end(const char *name, int64_t arg) { trace_record_event(name, arg, 'E'); }
 void ddp_trace_instant(const char *name, int64_t arg) { trace_record_event(name, arg, 'i'); }
 
 /* ---- start: clock offsets ------------------------------------------------------------------ */
