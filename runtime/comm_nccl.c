@@ -646,6 +646,7 @@ static void nccl_destroy(comm_group *c)
         return;
     nccl_state *s = nccl_of(c);
     cuda_set_watch(NULL, NULL, NULL);
+    ras_use_nccl(0);
     if (s->comm || s->aborted)
         nccl_close_comm(s);
     if (s->aborter)
@@ -706,12 +707,14 @@ static ddp_status nccl_bootstrap_id(int rank, ncclUniqueId *id)
     return DDP_OK;
 }
 
-/* Rank 0 logs the NCCL library in use and the one libddp was built against. */
+/* Rank 0 logs the NCCL library in use and the one libddp was built against; the watchdog's
+ * report learns it (NCCL RAS, nccl_ras.c). */
 static void nccl_report_version(void)
 {
     int v = 0;
     if (ncclGetVersion(&v) != ncclSuccess)
         return;
+    ras_use_nccl(v);
     DDP_INFO0("NCCL %d.%d.%d (built against %d.%d.%d)", v / 10000, v / 100 % 100, v % 100,
               NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
 }

@@ -198,14 +198,15 @@ static ddp_status env_switch(const char *var, const char *what)
     return DDP_ERR_ENV;
 }
 
-/* DDP_NVTX (trace.c). */
+/* DDP_NVTX (trace.c) and DDP_NCCL_RAS (nccl_ras.c). */
 static ddp_status ctx_check_switches(void)
 {
     const char *nvtx = getenv("DDP_NVTX");
     if (!HAVE_NVTX && nvtx && strcmp(nvtx, "1") == 0)
         DDP_WARN0("DDP_NVTX=1, but this libddp was built without NVTX (the CUDA toolkit's "
                   "nvtx3/nvToolsExt.h): no ranges; rebuild where meson finds the header");
-    return env_switch("DDP_NVTX", "NVTX ranges");
+    ddp_status st = env_switch("DDP_NVTX", "NVTX ranges");
+    return st == DDP_OK ? env_switch("DDP_NCCL_RAS", "NCCL RAS's view in the hang report") : st;
 }
 
 static ddp_status ctx_check_env(const ddp_ctx *ctx)

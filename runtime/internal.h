@@ -262,6 +262,30 @@ void watchdog_survey(void);
 /* Disconnects and stops the thread. */
 void watchdog_stop(void);
 
+/* ---- NCCL's RAS service in the watchdog's report (nccl_ras.c) -------------------------------- */
+
+/* Asks the NCCL RAS service at host:port (numeric port) for its STATUS text: the handshake
+ * ("CLIENT PROTOCOL 2"), "TIMEOUT s" (RAS's own wait for the other processes: half of timeout_s,
+ * at least 1 s) and "STATUS", the whole exchange within timeout_s (connecting within 1 s of it).
+ * Returns the bytes of the answer in buf (NUL-terminated; n >= 2), with why[0] == '\0' when it
+ * came whole, else why says how it was cut short (the deadline, the buffer's end) or that it was
+ * empty; -1 when no answer came, why saying what failed (the address does not resolve, the
+ * connection was refused or timed out, an answer that is not RAS's). Blocks at most timeout_s
+ * plus the name lookup of host. Thread-safe. */
+long ras_query(const char *host, const char *port, double timeout_s, char *buf, size_t n,
+               char *why, size_t why_n);
+/* comm_nccl.c: an NCCL communicator is open (nccl_version: ncclGetVersion's code), or closed (0):
+ * only then does the watchdog's report ask RAS. */
+void ras_use_nccl(int nccl_version);
+/* The watchdog's report: begins asking RAS (NCCL_RAS_ADDR, default localhost:28028; at most 3 s)
+ * on a thread of its own, then waits for it and logs its view: at most 60 lines, each prefixed
+ * "NCCL RAS | ", or one line saying why it could not be had (no service: NCCL before 2.24,
+ * NCCL_RAS_ENABLE=0, a bad NCCL_RAS_ADDR, no answer). Nothing without an open NCCL communicator
+ * or under DDP_NCCL_RAS=0. One query at a time (the watchdog's lock). ras_report = both. */
+void ras_ask_start(void);
+void ras_ask_log(void);
+void ras_report(void);
+
 /* trace.c: the tag (a bucket index; -1: none) of the all-reduces the calling thread starts next.
  * The MPI communicator keeps it in the request, and its thread records the "allreduce" span with
  * it as args.arg. */

@@ -11,7 +11,10 @@
  * asks the peers where they are, names the ranks that never arrived, and calls MPI_Abort (which
  * mpirun and srun --mpi=pmix answer by killing every process of the job). Rank 0 acts at the
  * deadline; rank 1 WD_GRACE seconds later and the others 2 x WD_GRACE later, so that one report
- * names the culprit and only a frozen rank 0 (or 1) leaves the report to the next rank.
+ * names the culprit and only a frozen rank 0 (or 1) leaves the report to the next rank. Where an
+ * NCCL communicator is open (the cuda backend), the report ends with NCCL RAS's view of the job
+ * (nccl_ras.c), asked while the peers are; after a stuck GPU wait (watchdog_survey) the lowest
+ * rank that answered asks it, so one rank does.
  *
  * Side channel. At ddp_init every rank opens a TCP listener on all its addresses and advertises one
  * IPv4 address (DDP_WATCHDOG_IF: an interface name or a CIDR subnet; else the first subnet in
@@ -706,6 +709,16 @@ static int wd_diagnose(int lane, uint64_t seq)
     return reached;
 }
 
+/* 1 when no lower rank answered the watchdog (rep: every rank's reply; NULL without them: rank 0
+ * alone): this rank then asks NCCL's RAS for the job's view, so that one rank does. */
+static int wd_speaks_for_job(const wd_reply *rep)
+{
+    for (int r = 0; rep && r < wd.rank; r++)
+        if (rep[r].state == WD_ANSWERED)
+            return 0;
+    return rep || wd.rank <= 0;
+}
+
 /* A host wait on GPU work passed the deadline (cuda_wait.c): no lane says which collective, but the
  * peers can still say whether they live. Logs each one that is gone, unreachable or frozen, or that
  * every one answered. Skipped while another thread holds the watchdog (it is diagnosing already). */
@@ -734,6 +747,8 @@ void watchdog_survey(void)
             DDP_ERROR("every other rank answered the watchdog (none is gone or frozen): the GPU work "
                       "itself is stuck, or a peer waits elsewhere");
     }
+    if (wd_speaks_for_job(group ? rep : NULL))
+        ras_report(); /* NCCL's view of the job (nccl_ras.c) */
     free(group);
     free(rep);
     free(p);
@@ -789,7 +804,10 @@ static _Noreturn void wd_fire(int lane, uint64_t state, double waited)
               "(DDP_TIMEOUT=%g s); ending the job", (unsigned long long)(state >> 1), what ? what : "?",
               bucket_text, atomic_load(&l->n_bytes), lane == DDP_WATCH_ASYNC ? "communication thread" : "caller",
               waited, wd.timeout);
-    if (wd.peers && wd_diagnose(lane, state >> 1) == 0)
+    ras_ask_start(); /* NCCL's view (nccl_ras.c), asked while the peers are */
+    int reached = wd.peers ? wd_diagnose(lane, state >> 1) : -1;
+    ras_ask_log();
+    if (reached == 0)
         wd_alone();
     wd_end_job(WD_WHY_DEADLINE, wd.rank);
 }
