@@ -262,7 +262,10 @@ ddp_status ddp_allreduce_host(ddp_ctx *ctx, void *buf, size_t n, ddp_dtype dtype
     if (st != DDP_OK)
         return st;
     comm_count(&ctx->host_allreduce_calls, &ctx->host_allreduce_bytes, n, dtype);
-    return ctx->host_comm->ops->allreduce(ctx->host_comm, buf, n, dtype, op);
+    int64_t waited = straggler_wait_begin();
+    st = ctx->host_comm->ops->allreduce(ctx->host_comm, buf, n, dtype, op);
+    straggler_wait_end(waited);
+    return st;
 }
 
 ddp_status ddp_agree_failed(ddp_ctx *ctx, int failed, int64_t *flags, int64_t *n_failed)

@@ -16,6 +16,8 @@
  *    the loss scaler and the start-up link check;
  *  - ddp_checkpoint.h: checkpoints (ddp_state: the training state, its file format, save and
  *    load) and checkpoint folders (ddp_ckpt_dir_*: a file per rank and a MANIFEST);
+ *  - ddp_straggler.h: the straggler table (ddp_straggler_*: per-step compute and wait times,
+ *    the ranks that stay slow named per window, with their node);
  *  - ddp_trace.h: timeline tracing (ddp_trace_*: spans and events per rank, one Chrome trace
  *    file, the communication figures);
  *  - ddp_metrics.h: named scalars for dashboards (ddp_metrics_*: a TensorBoard event file and a

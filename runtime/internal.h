@@ -220,6 +220,15 @@ ddp_status host_broadcast(ddp_ctx *ctx, void *buf, size_t n_bytes, int root);
 /* Sets the rank shown in log prefixes (-1 before ddp_init knows it) and the host name. */
 void log_set_identity(int rank, const char *hostname);
 
+/* straggler.c: while a straggler table is on (straggler_on() != 0), the calling thread's
+ * blocking waits for communication are counted: begin returns a timestamp (0 when off), end adds
+ * the time since it; on CUDA the reducer adds its stream's waits (ns, timed by CUDA events) with
+ * straggler_device_wait. */
+int straggler_on(void);
+int64_t straggler_wait_begin(void);
+void straggler_wait_end(int64_t begin);
+void straggler_device_wait(int64_t ns);
+
 /* ---- the watchdog (watchdog.c): deadlines on collectives, dead-rank detection ------------- */
 
 /* The deadline of every collective and wait, in seconds: DDP_TIMEOUT from the environment, 300

@@ -299,19 +299,26 @@ ddp_status ddp_reducer_create(ddp_ctx *ctx, void *grads, const size_t *numel, in
     return DDP_OK;
 }
 
-/* CUDA, while tracing: one instant (args.arg: nanoseconds) per measured interval whose events
- * have completed, oldest first: "reducer.exposed" per sync step, "reducer.recycle_exposed" per
- * wait mid-backward for a bucket's buffer, "reducer.gather_exposed" per wait for the parameters'
- * gather; wait != 0 waits for them (see reducer_cuda.h). */
+/* CUDA, while tracing or a straggler table is on: one instant (args.arg: nanoseconds) per
+ * measured interval whose events have completed, oldest first: "reducer.exposed" per sync step,
+ * "reducer.recycle_exposed" per wait mid-backward for a bucket's buffer, "reducer.gather_exposed"
+ * per wait for the parameters' gather, each also a wait of the straggler table's; wait != 0 waits
+ * for them (see reducer_cuda.h). */
 static void reducer_report_exposed(ddp_reducer *r, int wait)
 {
     int64_t ns;
-    while (r->timer && exposed_timer_next(r->timer, wait, &ns))
+    while (r->timer && exposed_timer_next(r->timer, wait, &ns)) {
         ddp_trace_instant("reducer.exposed", ns);
-    while (r->recycle_timer && exposed_timer_next(r->recycle_timer, wait, &ns))
+        straggler_device_wait(ns);
+    }
+    while (r->recycle_timer && exposed_timer_next(r->recycle_timer, wait, &ns)) {
         ddp_trace_instant("reducer.recycle_exposed", ns);
-    while (r->gather_timer && exposed_timer_next(r->gather_timer, wait, &ns))
+        straggler_device_wait(ns);
+    }
+    while (r->gather_timer && exposed_timer_next(r->gather_timer, wait, &ns)) {
         ddp_trace_instant("reducer.gather_exposed", ns);
+        straggler_device_wait(ns);
+    }
 }
 
 void ddp_reducer_destroy(ddp_reducer *r)
@@ -696,7 +703,8 @@ ddp_status ddp_reducer_finish(ddp_reducer *r)
         return DDP_ERR_STATE;
     }
     ddp_status marked = reducer_check_marked(r);
-    int timed = r->timer && ddp_trace_enabled(); /* a timer error only loses the measurement */
+    /* a timer error only loses the measurement */
+    int timed = r->timer && (ddp_trace_enabled() || straggler_on());
     if (timed) {
         reducer_report_exposed(r, 0);
         exposed_timer_start(r->timer, reducer_stream(r));
@@ -705,7 +713,9 @@ ddp_status ddp_reducer_finish(ddp_reducer *r)
      * waiting in an all-reduce this rank never joins. */
     reducer_launch_ready(r, 1);
     ddp_trace_begin("reducer.wait", r->plan.n_buckets);
+    int64_t waited = straggler_wait_begin();
     ddp_status st = r->owned ? reducer_owned_drain(r) : reducer_wait_all(r);
+    straggler_wait_end(waited);
     ddp_trace_end("reducer.wait", r->plan.n_buckets);
     if (timed)
         exposed_timer_stop(r->timer, reducer_stream(r));
@@ -883,12 +893,13 @@ ddp_status ddp_reducer_gather_wait(ddp_reducer *r, int param)
     int end = param < 0 ? r->gather_launched : r->gather_end[r->plan.param_bucket[param]];
     /* exposed communication of the forward pass: the span (the CPU's measure) and, on CUDA, the
      * reducer's stream's wait timed on the device */
-    int timed = r->gather_waited < end && ddp_trace_enabled();
+    int timed = r->gather_waited < end && (ddp_trace_enabled() || straggler_on());
     if (timed) {
         ddp_trace_begin("reducer.gather_wait", param);
         if (r->gather_timer)
             exposed_timer_start(r->gather_timer, reducer_stream(r));
     }
+    int64_t waited = straggler_wait_begin();
     for (; r->gather_waited < end; r->gather_waited++) {
         ddp_status st = ddp_wait(r->gather_req[r->gather_waited]);
         r->gather_req[r->gather_waited] = NULL;
@@ -897,6 +908,7 @@ ddp_status ddp_reducer_gather_wait(ddp_reducer *r, int param)
             first = st;
         }
     }
+    straggler_wait_end(waited);
     if (timed) {
         if (r->gather_timer)
             exposed_timer_stop(r->gather_timer, reducer_stream(r));

@@ -99,13 +99,15 @@ static void reducer_launch(ddp_reducer *r, int b)
  * finish() it is part of finish's own wait. */
 static void reducer_recycle(ddp_reducer *r, int force)
 {
-    int timed = !force && ddp_trace_enabled();
+    int timed = !force && (ddp_trace_enabled() || straggler_on());
     if (timed) {
         ddp_trace_begin("reducer.recycle_wait", r->next_reap);
         if (r->recycle_timer)
             exposed_timer_start(r->recycle_timer, reducer_stream(r));
     }
+    int64_t waited = force ? 0 : straggler_wait_begin(); /* under finish: finish's wait */
     r->ops->reap(r);
+    straggler_wait_end(waited);
     if (timed) {
         if (r->recycle_timer)
             exposed_timer_stop(r->recycle_timer, reducer_stream(r));

@@ -554,6 +554,18 @@ static long profile_step(trainer *t)
     return step;
 }
 
+/* The straggler table's step end (end: the run's), collective at a window's end; rank 0 writes
+ * the window to --metrics. */
+static void straggler_step(trainer *t, int end)
+{
+    int closed = 0;
+    trainer_must(t, end ? ddp_straggler_finish(t->straggler, &closed)
+                        : ddp_straggler_step_end(t->straggler, t->step + 1, &closed),
+                 "timing the straggler table");
+    if (closed && t->metrics)
+        jsonl_line(t->metrics, "{\"straggler\":%s}\n", ddp_straggler_json(t->straggler));
+}
+
 /* The steps of one epoch from t->in_epoch on. */
 static void train_epoch(trainer *t, long prof)
 {
@@ -561,9 +573,11 @@ static void train_epoch(trainer *t, long prof)
     while (t->in_epoch < t->steps_per_epoch && t->step < t->total_steps) {
         if (t->step + 1 == prof)
             trainer_must(t, ddp_profiler_range(t->ctx, 1), "starting the profiler's range");
+        ddp_straggler_step_begin(t->straggler);
         ddp_trace_begin("step", t->step);
         train_step(t);
         ddp_trace_end("step", t->step);
+        straggler_step(t, 0);
         if (t->step + 1 == prof)
             trainer_must(t, ddp_profiler_range(t->ctx, 0), "stopping the profiler's range");
         if (!t->nan_stopped) {
@@ -586,6 +600,11 @@ static void train_epoch(trainer *t, long prof)
 static void train_epochs(trainer *t)
 {
     long prof = profile_step(t);
+    ddp_straggler_opts so;
+    ddp_straggler_opts_default(&so);
+    so.every = t->o->straggler_every;
+    so.threshold = t->o->straggler_threshold;
+    trainer_must(t, ddp_straggler_create(t->ctx, &so, &t->straggler), "starting the straggler table");
     t->clock = train_now();
     for (t->epoch = (int)t->start.epoch; t->epoch < t->o->epochs && t->step < t->total_steps &&
                                          !t->stopped && !t->nan_stopped && !t->save_failed;
@@ -650,6 +669,7 @@ static ddp_status save(trainer *t)
 static ddp_status train_and_finish(trainer *t)
 {
     train_epochs(t);
+    straggler_step(t, 1);
     trainer_params_ready(t);
     if (t->nan_stopped || t->save_failed)
         return t->nan_stopped ? DDP_ERR_STATE : DDP_ERR_IO;
@@ -666,6 +686,7 @@ static void release(trainer *t)
         t->task->release(t);
     jsonl_close(t->metrics);
     ddp_metrics_close(t->scalars);
+    ddp_straggler_destroy(t->straggler);
     for (int i = 0; i < 2; i++) {
         ddp_free(t->ctx, t->x_dev[i]);
         ddp_free(t->ctx, t->y_dev[i]);

@@ -17,6 +17,7 @@
 
 #include "ddp.h"
 #include "ddp_metrics.h"
+#include "ddp_straggler.h"
 #include "ops.h"
 #include "optim.h"
 #include "train_opts.h"
@@ -112,6 +113,7 @@ struct trainer {
     ddp_scaler *scaler;     /* fp16 (--precision or --grad-dtype): dynamic loss scaling */
     jsonl_file *metrics;  /* rank 0 with --metrics */
     ddp_metrics *scalars;   /* rank 0 with --tensorboard or --prometheus */
+    ddp_straggler *straggler; /* --straggler-every; NULL: off */
     int accum;              /* micro-batches per optimizer step (this rank's) */
     int micro_total;        /* the plan's: 0 unless the ranks take different numbers */
     train_fixed_batch fixed; /* the plan's */

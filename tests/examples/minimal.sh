@@ -23,7 +23,7 @@ others=$(grep -h '^#include' "$src"/examples/minimal/*.c | grep -v -e '<ddp.h>' 
     { cat "$tmp/install.log"; fail "meson install --destdir failed"; }
 pc=$(find "$tmp/root" -name ddp.pc)
 [ -n "$pc" ] || fail "no ddp.pc installed under $tmp/root"
-for h in ddp.h ddp_checkpoint.h ddp_trace.h; do
+for h in ddp.h ddp_checkpoint.h ddp_trace.h ddp_straggler.h; do
     [ -n "$(find "$tmp/root" -name "$h")" ] || fail "$h not installed"
 done
 echo "installed: ${pc#"$tmp/root"}"
@@ -33,7 +33,7 @@ flags=$(pkg-config --cflags --libs ddp) || fail "pkg-config --cflags --libs ddp 
 echo "pkg-config --cflags --libs ddp: $flags"
 case $flags in *"$src"* | *"$build"*) fail "pkg-config's flags name the source or build tree" ;; esac
 # Each installed header compiles alone (a sub-header includes ddp.h itself).
-for h in ddp.h ddp_checkpoint.h ddp_trace.h; do
+for h in ddp.h ddp_checkpoint.h ddp_trace.h ddp_straggler.h; do
     printf '#include <%s>\nint main(void) { return 0; }\n' "$h" |
         ${CC:-cc} -std=c17 -Wall -Wextra -Werror $(pkg-config --cflags ddp) -x c -fsyntax-only - ||
         fail "the installed $h does not compile alone"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # check_exports.sh - libddp.so exports exactly the functions its public headers (ddp.h and the
-# sub-headers ddp_checkpoint.h, ddp_trace.h, ddp_metrics.h) declare with DDP_API (nothing
-# internal leaks: gnu_symbol_visibility hidden), and links no compute library (the models own
-# GEMM and convolutions: no OpenBLAS, oneDNN, cuBLAS or cuDNN).
+# sub-headers ddp_checkpoint.h, ddp_trace.h, ddp_metrics.h, ddp_straggler.h) declare with DDP_API
+# (nothing internal leaks: gnu_symbol_visibility hidden), and links no compute library (the models
+# own GEMM and convolutions: no OpenBLAS, oneDNN, cuBLAS or cuDNN).
 # Usage: check_exports.sh LIBDDP_SO DDP_H [SUB_HEADER...]
 set -euo pipefail
 lib=$1

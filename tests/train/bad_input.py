@@ -269,7 +269,8 @@ def diverged_metrics(chk, train, tmp):
         except ValueError:
             return None
     parsed = [strict(l) for l in lines]
-    loss_lines = [p for p in parsed if p is not None and "data_step" not in p]  # epoch, summary
+    loss_lines = [p for p in parsed if p is not None and "data_step" not in p
+                  and "straggler" not in p]  # epoch, summary
     chk.check(len(loss_lines) == 2 and None not in parsed, "diverged metrics lines are valid JSON",
               "\n".join(lines))
     chk.check(all(p.get("train_loss", 0) is None for p in loss_lines),

@@ -49,7 +49,8 @@ def train(tmp, name, args, prefix=(), env=None):
                            env=env)
     epochs = []
     if rc == 0 and os.path.exists(metrics):
-        epochs = [e for e in map(json.loads, open(metrics)) if not e.get("summary")]
+        epochs = [e for e in map(json.loads, open(metrics)) if "epoch" in e]  # not the per-step
+        # data lines, the straggler table's windows or the summary
     return rc, out, ckpt, epochs
 
 

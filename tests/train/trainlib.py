@@ -76,7 +76,8 @@ def train_to_accuracy(chk, cmd, metrics, timeout, min_accuracy, epochs):
     print(out)
     chk.check(rc == 0, f"training exits 0 (status {rc}) in {took:.1f} s")
     lines = open(metrics).read().splitlines() if os.path.exists(metrics) else []
-    lines = [x for x in lines if '"data_step"' not in x]  # the per-step data lines aside
+    lines = [x for x in lines if '"data_step"' not in x and '"straggler"' not in x]  # per-step
+    # data lines and the straggler table's windows aside
     chk.check(len(lines) == epochs + 1, f"metrics file has {epochs} epoch lines and a summary ({len(lines)} lines)")
     if lines:
         summary = json.loads(lines[-1])

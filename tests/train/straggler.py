@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+"""straggler.py - the straggler table of ddp-train (on by default; runtime/ddp_straggler.h).
+
+quiet: 4 ranks, CNN, 200 steps, nothing perturbed: no rank is named, the run's summary says so, and
+  --metrics holds a window line every 5 steps with each rank's figures.
+noisy: 2 ranks, CNN; once training runs, rank 1 is stopped and continued in a loop, 30 ms of every
+  100 ms (a noisy neighbour): the table must name rank 1 and its node within 20 steps of the first
+  stop, never name rank 0, and --metrics must list rank 1 as named.
+Both run the CNN (a step computes more than it communicates, as a real model's does) with
+OMPI_MCA_mpi_yield_when_idle=1: 4 ranks share 2 cores here (docs/reliability.md, the measurements).
+
+Usage: straggler.py quiet|noisy DDP_TRAIN MPIRUN MPIRUN_ARGS... (the argument after the last is the
+rank count). Every process this script starts is continued and killed by PID when it fails.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import trainlib  # noqa: E402
+
+os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")  # more ranks than cores (see above)
+SANITIZED = bool(os.environ.get("DDP_TEST_SANITIZED"))
+QUIET_STEPS = 100 if SANITIZED else 200  # the sanitizers' build computes 2-3x slower
+NOISY_STEPS = 120
+EVERY = 5           # --straggler-every's default, the metrics' window
+WITHIN = 20         # steps from the first stop by which rank 1 must be named
+STOP_S, PERIOD_S = 0.030, 0.100
+FIRST_STOP_STEP = 20  # the noisy neighbour begins after this many steps (past the first ones)
+
+
+def train_cmd(argv, ranks, data, metrics, steps):
+    exe, mpirun = argv[0], argv[1:]
+    return mpirun + [str(ranks), exe, "--model", "cnn", "--data", data, "--epochs", "1000",
+                     "--max-steps", str(steps), "--batch", "128", "--device", "cpu", "--threads", "1",
+                     "--log-every", "1000", "--metrics", metrics]
+
+
+def windows(metrics):
+    """The straggler lines of --metrics, in order."""
+    with open(metrics) as f:
+        return [json.loads(x)["straggler"] for x in f if '"straggler"' in x]
+
+
+def last_step(metrics):
+    """The newest data_step in --metrics (0 before the first); the file grows while we read."""
+    try:
+        with open(metrics) as f:
+            steps = [json.loads(x)["data_step"] for x in f if '"data_step"' in x and x.endswith("}\n")]
+    except OSError:
+        return 0
+    return max(steps, default=0)
+
+
+def quiet(chk, argv, tmp, data):
+    metrics = os.path.join(tmp, "quiet.jsonl")
+    rc, out = trainlib.run(train_cmd(argv, 4, data, metrics, QUIET_STEPS), timeout=300)
+    print(out[-3000:])
+    chk.check(rc == 0, f"4 unperturbed ranks train {QUIET_STEPS} steps (exit {rc})")
+    chk.check("straggler table at step" not in out, "no table line: no rank named", out)
+    summary = [x for x in out.splitlines() if x.startswith("straggler table: ")]
+    chk.check(len(summary) == 1 and f"{QUIET_STEPS} steps in {QUIET_STEPS // EVERY} windows of {EVERY}; "
+              "0 rank(s) ever named" in summary[0], "the run's summary: no rank ever named", out)
+    w = windows(metrics) if os.path.exists(metrics) else []
+    chk.check(len(w) == QUIET_STEPS // EVERY and [x["step"] for x in w] ==
+              list(range(EVERY, QUIET_STEPS + 1, EVERY)), f"--metrics: a window line every {EVERY} steps "
+              f"({len(w)} lines)")
+    good = all(len(x["compute_ms"]) == len(x["wait_ms"]) == len(x["cpu_cores"]) == 4 and x["named"] == []
+               and all(c > 0 for c in x["compute_ms"]) and all(c >= 0 for c in x["wait_ms"]) for x in w)
+    chk.check(bool(w) and good, "each window: 4 ranks' compute (> 0), wait and CPU figures, none named",
+              json.dumps(w[:2]))
+
+
+def find_rank(tag, rank, exe, limit):
+    """The PID of rank `rank` of the job tagged `tag` (its ddp-train process), or None."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        for pid, env in trainlib.tagged("DDP_STRAGGLER_TEST", tag).items():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    prog = f.read().split(b"\0")[0]
+            except OSError:
+                continue
+            if env.get(b"OMPI_COMM_WORLD_RANK") == str(rank).encode() and prog.endswith(exe.encode()):
+                return pid
+        time.sleep(0.2)
+    return None
+
+
+class Neighbour(threading.Thread):
+    """Stops and continues a process, STOP_S of every PERIOD_S, once the run passed FIRST_STOP_STEP;
+    `first` is the step --metrics had reached at the first stop."""
+
+    def __init__(self, pid, metrics):
+        super().__init__(daemon=True)
+        self.pid, self.metrics, self.first = pid, metrics, None
+        self.done = threading.Event()
+
+    def run(self):
+        try:
+            while not self.done.is_set() and last_step(self.metrics) < FIRST_STOP_STEP:
+                time.sleep(0.02)
+            self.first = last_step(self.metrics)
+            while not self.done.is_set():
+                os.kill(self.pid, signal.SIGSTOP)
+                time.sleep(STOP_S)
+                os.kill(self.pid, signal.SIGCONT)
+                time.sleep(PERIOD_S - STOP_S)
+        except ProcessLookupError:
+            pass  # the job ended
+        finally:
+            try:
+                os.kill(self.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
+def noisy(chk, argv, tmp, data):
+    metrics = os.path.join(tmp, "noisy.jsonl")
+    tag = f"{os.getpid()}-noisy"
+    job = subprocess.Popen(train_cmd(argv, 2, data, metrics, NOISY_STEPS), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+                           env=dict(os.environ, DDP_STRAGGLER_TEST=tag))
+    pid = find_rank(tag, 1, argv[0], 60)
+    neighbour = Neighbour(pid, metrics) if pid else None
+    if neighbour:
+        neighbour.start()
+    try:
+        out, _ = job.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        out, _ = job.communicate()
+    finally:
+        if neighbour:
+            neighbour.done.set()
+            neighbour.join()
+    print(out[-4000:])
+    first = neighbour.first if neighbour else None
+    chk.check(pid is not None and first is not None, f"rank 1 (pid {pid}) stopped 30 ms of every 100 ms "
+              f"from step {first}")
+    chk.check(job.returncode == 0, f"the job trains {NOISY_STEPS} steps (exit {job.returncode})")
+    if first is None:
+        return
+    w = windows(metrics) if os.path.exists(metrics) else []
+    named = [x["step"] for x in w if 1 in x["named"]]
+    chk.check(bool(named) and first < named[0] <= first + WITHIN, f"--metrics names rank 1 within {WITHIN} "
+              f"steps of the first stop (at step {named[0] if named else None}, first stop at {first})")
+    chk.check(not any(0 in x["named"] for x in w), "rank 0 is never named")
+    lines = out.splitlines()
+    at = next((i for i, x in enumerate(lines) if x.startswith("straggler table at step")), None)
+    host = os.uname().nodename
+    table = lines[at:at + 2] if at is not None else []
+    chk.check(len(table) == 2 and f"at step {named[0] if named else -1}:" in table[0] and
+              table[1].startswith(f"  rank 1 (node {host[:63]}): compute "),
+              "the table line names rank 1 and its node at that step", "\n".join(table or lines[-20:]))
+    summary = [x for x in lines if x.startswith("straggler table: ")]
+    chk.check(len(summary) == 1 and "1 rank(s) ever named" in summary[0] and "slowest rank 1" in summary[0],
+              "the run's summary names rank 1 the slowest", "\n".join(summary))
+
+
+def main():
+    if len(sys.argv) < 4 or sys.argv[1] not in ("quiet", "noisy"):
+        sys.exit(__doc__)
+    chk = trainlib.Checker()
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "data")
+        trainlib.write_dataset(data, 5120, 200)
+        (quiet if sys.argv[1] == "quiet" else noisy)(chk, sys.argv[2:], tmp, data)
+    chk.done()
+
+
+if __name__ == "__main__":
+    main()
