@@ -560,7 +560,7 @@ static void straggler_step(trainer *t, int end)
 {
     int closed = 0;
     trainer_must(t, end ? ddp_straggler_finish(t->straggler, &closed)
-                        : ddp_straggler_step_end(t->straggler, t->step + 1, &closed),
+                        : ddp_straggler_step_end(t->straggler, t->step, &closed),
                  "timing the straggler table");
     if (closed && t->metrics)
         jsonl_line(t->metrics, "{\"straggler\":%s}\n", ddp_straggler_json(t->straggler));
@@ -577,7 +577,6 @@ static void train_epoch(trainer *t, long prof)
         ddp_trace_begin("step", t->step);
         train_step(t);
         ddp_trace_end("step", t->step);
-        straggler_step(t, 0);
         if (t->step + 1 == prof)
             trainer_must(t, ddp_profiler_range(t->ctx, 0), "stopping the profiler's range");
         if (!t->nan_stopped) {
@@ -588,6 +587,7 @@ static void train_epoch(trainer *t, long prof)
                                           .step_in_epoch = t->in_epoch});
         if (t->nan_stopped)
             return;
+        straggler_step(t, 0);
         t->task->after_step(t);
         if (o->checkpoint_dir && (t->stopped || (o->checkpoint_every && t->step % o->checkpoint_every == 0)))
             write_checkpoint(t);
