@@ -29,12 +29,13 @@ extern "C" {
  * DDP_STRAGGLER_CLOCK=host times the CPU's clocks there too (device: the default).
  *
  * Judgement over the span: ratio = the rank's compute per step / the median of the other ranks';
- * on the CPU clocks also share = the CPU time its process ran / the median of the others' (every
- * rank of a healthy job runs all the time: a waiting rank's communication thread polls MPI).
- * Slow: ratio > threshold, or share < cpu_share (its process was not let run: a noisy neighbour
- * on its cores, a CPU quota, a stopped process; whether its compute or its part of a collective
- * lost the time). Named: slow at `times` judgements in a row, so a rank the scheduler slows for
- * a moment is not named; no longer named at the first judgement that finds it not slow.
+ * on the CPU backend also share = the CPU time its process ran / the median of the others'
+ * (every rank of a healthy job runs all the time: a waiting rank's communication thread polls
+ * MPI). Slow: ratio > threshold, or share < cpu_share and at least 0.1 core under theirs (its
+ * process was not let run: a noisy neighbour on its cores, a CPU quota, a stopped process;
+ * whether its compute or its part of a collective lost the time). Named: slow at `times`
+ * judgements in a row, so a rank the scheduler slows for a moment is not named; no longer named
+ * at the first judgement that finds it not slow.
  * docs/reliability.md gives the measurements behind the defaults.
  * Cost: two clock reads per step and per wait; per window a gather and, on rank 0, a sort of the
  * ranks' figures.
@@ -47,7 +48,7 @@ typedef struct ddp_straggler_opts {
     double threshold; /* compute over the others' median above which a rank is slow (default
                          DDP_STRAGGLER_THRESHOLD); > 1 */
     double cpu_share; /* CPU time under this fraction of the others' median is slow (default
-                         DDP_STRAGGLER_CPU_SHARE); [0, 1), 0: not judged. Host clocks only. */
+                         DDP_STRAGGLER_CPU_SHARE); [0, 1), 0: not judged. CPU backend only. */
     int times;        /* judgements in a row before a rank is named (DDP_STRAGGLER_TIMES) */
     FILE *out;        /* rank 0's table lines and summary (default stdout); NULL: none */
 } ddp_straggler_opts;

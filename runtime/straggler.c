@@ -44,7 +44,9 @@ struct ddp_straggler {
     int n;                     /* steps ended in the open window */
     long last_step;
     exposed_timer *timer;      /* CUDA: the steps on libddp's stream; NULL: host clocks */
+    int cpu_backend;           /* the CPU time is judged (on CUDA the host waits for the GPU) */
     int64_t dev_wait_t0;       /* CUDA: the device wait counter at the window's start */
+    double dev_ms, dev_steps;  /* CUDA: the steps whose events were read in the open window */
     /* rank 0 */
     char (*hosts)[STRAG_HOST]; /* (world) every rank's node */
     strag_row *rows[2];        /* (world) the last two windows, rows[cur] the newest */
@@ -207,6 +209,7 @@ static void strag_window_start(ddp_straggler *s)
     s->cpu_t0 = strag_clock(CLOCK_PROCESS_CPUTIME_ID);
     s->dev_wait_t0 = atomic_load_explicit(&strag_dev_wait_ns, memory_order_relaxed);
     s->open = (strag_row){0};
+    s->dev_ms = s->dev_steps = 0;
     s->n = 0;
 }
 
@@ -241,6 +244,7 @@ ddp_status ddp_straggler_create(ddp_ctx *ctx, const ddp_straggler_opts *opts, dd
     }
     *s = (ddp_straggler){.ctx = ctx, .o = *opts, .rank = ddp_rank(ctx),
                          .world = ddp_world_size(ctx), .last_step = -1,
+                         .cpu_backend = ddp_backend(ctx) == DDP_BACKEND_CPU,
                          .stats = {.step = -1, .slowest_rank = -1}};
     st = strag_alloc(s, strag_clock_choice(s));
     if (st != DDP_OK) {
@@ -309,7 +313,7 @@ static void strag_judge(ddp_straggler *s)
         strag_span(s, r, &s->ratio[r], &s->share[r]);
     strag_ratios(s, s->ratio, s->ratio, NULL);
     strag_ratios(s, s->share, s->share, s->lost);
-    int judge_cpu = s->o.cpu_share > 0 && !s->timer;
+    int judge_cpu = s->o.cpu_share > 0 && s->cpu_backend;
     s->n_named = 0;
     s->stats.max_ratio = 0;
     for (int r = 0; r < s->world; r++) {
@@ -334,7 +338,7 @@ static void strag_print_rank(ddp_straggler *s, int r)
     strag_span(s, r, &compute, &share);
     fprintf(s->o.out, "  rank %d (node %s): compute %.2f ms/step = %.2fx the others' median",
             r, s->hosts[r], compute, s->ratio[r]);
-    if (!s->timer)
+    if (s->cpu_backend)
         fprintf(s->o.out, ", CPU time %.2fx theirs", s->share[r]);
     fprintf(s->o.out, "; slow for %d steps\n",
             (int)((s->slow_run[r] + 1) * s->rows[s->cur][r].steps));
@@ -353,7 +357,7 @@ static void strag_print(ddp_straggler *s)
         return;
     s->since_print = 0;
     char cpu[64] = "";
-    if (s->o.cpu_share > 0 && !s->timer)
+    if (s->o.cpu_share > 0 && s->cpu_backend)
         snprintf(cpu, sizeof cpu, ", or CPU time under %gx theirs", s->o.cpu_share);
     fprintf(s->o.out, "straggler table at step %ld: %d rank(s) slow (compute over %gx the "
             "others' median%s, %d checks in a row)%s\n", s->stats.step, s->n_named,
@@ -447,13 +451,13 @@ static void strag_window_done(ddp_straggler *s, long step)
 
 /* ---- every rank: the windows ----------------------------------------------------------------- */
 
-/* CUDA: the steps whose events have completed, into the open window (never blocks). */
+/* CUDA: the steps whose events have completed, into dev_ms and dev_steps (never blocks). */
 static void strag_device_steps(ddp_straggler *s)
 {
     int64_t ns;
     while (exposed_timer_next(s->timer, 0, &ns)) {
-        s->open.compute_ms += 1e-6 * (double)ns; /* the steps' time; the waits are taken off */
-        s->open.steps++;
+        s->dev_ms += 1e-6 * (double)ns;
+        s->dev_steps++;
     }
 }
 
@@ -465,10 +469,12 @@ static ddp_status strag_close(ddp_straggler *s, long step)
     mine.wall_ms = 1e-6 * (double)(now - s->win_t0);
     mine.cpu_ms = 1e-6 * (double)(strag_clock(CLOCK_PROCESS_CPUTIME_ID) - s->cpu_t0);
     if (s->timer) {
+        /* the means of the steps read (a step or two behind), over the window's steps */
         strag_device_steps(s);
-        mine.steps = s->open.steps;
-        mine.wait_ms = 1e-6 * (double)(atomic_load(&strag_dev_wait_ns) - s->dev_wait_t0);
-        mine.compute_ms = fmax(0.0, s->open.compute_ms - mine.wait_ms); /* read a step apart */
+        double wait = 1e-6 * (double)(atomic_load(&strag_dev_wait_ns) - s->dev_wait_t0);
+        double per = s->dev_steps > 0 ? mine.steps / s->dev_steps : 0;
+        mine.wait_ms = wait * per;
+        mine.compute_ms = fmax(0.0, s->dev_ms - wait) * per;
     }
     ddp_status st = strag_gather(&mine, s->rank == 0 ? s->rows[!s->cur] : NULL, sizeof mine,
                                  "straggler-table window");
@@ -494,8 +500,8 @@ ddp_status ddp_straggler_step_end(ddp_straggler *s, long step, int *window_close
         int64_t wait = atomic_load_explicit(&strag_wait_ns, memory_order_relaxed) - s->wait_t0;
         s->open.compute_ms += 1e-6 * (double)(now - s->step_t0 - wait);
         s->open.wait_ms += 1e-6 * (double)wait;
-        s->open.steps++;
     }
+    s->open.steps++;
     s->last_step = step;
     ddp_status st = DDP_OK;
     if (++s->n == s->o.every) {

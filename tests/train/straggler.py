@@ -8,9 +8,12 @@ noisy: 2 ranks, CNN; once training runs, rank 1 is stopped and continued in a lo
   stop, never name rank 0, and --metrics must list rank 1 as named.
 Both run the CNN (a step computes more than it communicates, as a real model's does) with
 OMPI_MCA_mpi_yield_when_idle=1: 4 ranks share 2 cores here (docs/reliability.md, the measurements).
+cuda: one process on a GPU (exit 77 without one): the windows' figures come from CUDA events
+  (compute > 0 in every window once events were read), DDP_STRAGGLER_CLOCK=host times the CPU's
+  clocks, and another value stops the run naming the variable.
 
-Usage: straggler.py quiet|noisy DDP_TRAIN MPIRUN MPIRUN_ARGS... (the argument after the last is the
-rank count). Every process this script starts is continued and killed by PID when it fails.
+Usage: straggler.py quiet|noisy|cuda DDP_TRAIN MPIRUN MPIRUN_ARGS... (the argument after the last is
+the rank count). Every process this script starts is continued and killed by PID when it fails.
 """
 import json
 import os
@@ -163,14 +166,40 @@ def noisy(chk, argv, tmp, data):
               "the run's summary names rank 1 the slowest", "\n".join(summary))
 
 
+def cuda(chk, argv, tmp, data):
+    """One process on the GPU: the device's clocks, the host's on request, a bad clock refused."""
+    for clock in ("device", "host", "gpu"):
+        metrics = os.path.join(tmp, f"cuda-{clock}.jsonl")
+        rc, out = trainlib.run([argv[0], "--model", "mlp", "--data", data, "--epochs", "100",
+                                "--max-steps", "40", "--batch", "64", "--device", "cuda", "--metrics",
+                                metrics], timeout=300, env=dict(os.environ, DDP_STRAGGLER_CLOCK=clock))
+        if rc != 0 and ("has no usable GPU" in out or "built without CUDA" in out):
+            print("skipped: no usable GPU here")
+            sys.exit(77)
+        if clock == "gpu":
+            chk.check(rc != 0 and "DDP_STRAGGLER_CLOCK=gpu: expected host" in out,
+                      "DDP_STRAGGLER_CLOCK=gpu stops the run, naming the variable", out[-2000:])
+            continue
+        w = windows(metrics) if rc == 0 else []
+        chk.check(rc == 0 and len(w) == 8 and all(x["steps"] == 5 for x in w),
+                  f"{clock} clocks: 40 steps, a window every 5 ({len(w)})", out[-2000:])
+        chk.check(bool(w) and all(x["compute_ms"][0] > 0 and x["wait_ms"][0] >= 0 for x in w[1:]),
+                  f"{clock} clocks: every window after the first has compute > 0 and wait >= 0",
+                  json.dumps(w))
+        chk.check("straggler table: 40 steps in 8 windows of 5" in out, f"{clock} clocks: the summary", out)
+
+
 def main():
-    if len(sys.argv) < 4 or sys.argv[1] not in ("quiet", "noisy"):
+    modes = {"quiet": quiet, "noisy": noisy, "cuda": cuda}
+    if len(sys.argv) < 4 or sys.argv[1] not in modes:
         sys.exit(__doc__)
+    if sys.argv[1] == "cuda":
+        trainlib.skip_without_nvidia_device()
     chk = trainlib.Checker()
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data")
         trainlib.write_dataset(data, 5120, 200)
-        (quiet if sys.argv[1] == "quiet" else noisy)(chk, sys.argv[2:], tmp, data)
+        modes[sys.argv[1]](chk, sys.argv[2:], tmp, data)
     chk.done()
 
 
