@@ -154,3 +154,8 @@ const char *jsonl_num(char *buf, size_t n, const char *fmt, double v)
     snprintf(buf, n, fmt, v);
     return buf;
 }
+
+int jsonl_fd(const jsonl_file *m)
+{
+    return m ? m->fd : -1;
+}

@@ -20,6 +20,9 @@ jsonl_file *jsonl_open(const char *path, int append, const char *what);
 void jsonl_line(jsonl_file *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Closes the file; NULL is ignored. */
 void jsonl_close(jsonl_file *m);
+/* The file's descriptor, for a writer of whole lines of its own (one write(2) each, e.g. libddp's
+ * straggler table); -1 for NULL. */
+int jsonl_fd(const jsonl_file *m);
 
 /* v as a JSON number printed with fmt (e.g. "%.6f") into buf (n bytes), or "null" when it is NaN
  * or infinite (a diverged loss): JSON has neither, and printf's "nan" would make the line

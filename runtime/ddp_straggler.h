@@ -7,6 +7,7 @@
 #define DDP_STRAGGLER_H
 
 #include "ddp.h"
+#include "ddp_metrics.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,6 +52,11 @@ typedef struct ddp_straggler_opts {
                          DDP_STRAGGLER_CPU_SHARE); [0, 1), 0: not judged. CPU backend only. */
     int times;        /* judgements in a row before a rank is named (DDP_STRAGGLER_TIMES) */
     FILE *out;        /* rank 0's table lines and summary (default stdout); NULL: none */
+    int json_fd;      /* rank 0 writes each window as one line {"straggler":ddp_straggler_json}
+                         with one write(2) (a JSON-lines file; default -1: none) */
+    ddp_metrics *metrics; /* rank 0 sets and commits at each window's end (default NULL: none)
+                             straggler/median_compute_seconds, straggler/max_compute_ratio (the
+                             slowest rank's over the span) and straggler/named_ranks */
 } ddp_straggler_opts;
 
 #define DDP_STRAGGLER_EVERY 5

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "ddp_straggler.h"
@@ -61,6 +62,7 @@ struct ddp_straggler {
     ddp_straggler_stats stats;
     char *json;
     size_t json_cap;
+    int json_failed;
 };
 
 static atomic_int strag_on;
@@ -102,7 +104,8 @@ void ddp_straggler_opts_default(ddp_straggler_opts *opts)
         *opts = (ddp_straggler_opts){.every = DDP_STRAGGLER_EVERY,
                                      .threshold = DDP_STRAGGLER_THRESHOLD,
                                      .cpu_share = DDP_STRAGGLER_CPU_SHARE,
-                                     .times = DDP_STRAGGLER_TIMES, .out = stdout};
+                                     .times = DDP_STRAGGLER_TIMES, .out = stdout,
+                                     .json_fd = -1};
 }
 
 static ddp_status strag_check(const ddp_ctx *ctx, const ddp_straggler_opts *o, ddp_straggler **out)
@@ -425,6 +428,29 @@ static void strag_json(ddp_straggler *s)
     strag_json_add(s, &len, "]}", 0);
 }
 
+/* Rank 0: the window's JSON line (one writev, warned about once when it fails) and its
+ * dashboard figures. */
+static void strag_outputs(ddp_straggler *s)
+{
+    if (s->o.json_fd >= 0 && s->json) {
+        struct iovec v[3] = {{"{\"straggler\":", 13}, {s->json, strlen(s->json)}, {"}\n", 2}};
+        ssize_t n = writev(s->o.json_fd, v, 3);
+        if (n != (ssize_t)(v[0].iov_len + v[1].iov_len + v[2].iov_len) && !s->json_failed++)
+            DDP_WARN("the straggler table's JSON line was not written whole (%zd bytes of %zu); "
+                     "the lines after it may be missing", n,
+                     v[0].iov_len + v[1].iov_len + v[2].iov_len);
+    }
+    if (!s->o.metrics || s->n_windows < 2) /* the figures of a judgement */
+        return;
+    (void)ddp_metrics_set(s->o.metrics, "straggler/median_compute_seconds",
+                          1e-3 * s->stats.median_ms, "the ranks' median compute time per step");
+    (void)ddp_metrics_set(s->o.metrics, "straggler/max_compute_ratio", s->stats.max_ratio,
+                          "the slowest rank's compute over the other ranks' median");
+    (void)ddp_metrics_set(s->o.metrics, "straggler/named_ranks", s->stats.n_named,
+                          "ranks the straggler table names now");
+    (void)ddp_metrics_commit(s->o.metrics, s->stats.step); /* failures are warned about */
+}
+
 /* Rank 0, a window gathered into rows[cur]: the run's sums, the verdicts, the line, the JSON. */
 static void strag_window_done(ddp_straggler *s, long step)
 {
@@ -447,6 +473,7 @@ static void strag_window_done(ddp_straggler *s, long step)
     s->stats.n_named = s->n_named;
     strag_print(s);
     strag_json(s);
+    strag_outputs(s);
 }
 
 /* ---- every rank: the windows ----------------------------------------------------------------- */

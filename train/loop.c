@@ -554,18 +554,6 @@ static long profile_step(trainer *t)
     return step;
 }
 
-/* The straggler table's step end (end: the run's), collective at a window's end; rank 0 writes
- * the window to --metrics. */
-static void straggler_step(trainer *t, int end)
-{
-    int closed = 0;
-    trainer_must(t, end ? ddp_straggler_finish(t->straggler, &closed)
-                        : ddp_straggler_step_end(t->straggler, t->step, &closed),
-                 "timing the straggler table");
-    if (closed && t->metrics)
-        jsonl_line(t->metrics, "{\"straggler\":%s}\n", ddp_straggler_json(t->straggler));
-}
-
 /* The steps of one epoch from t->in_epoch on. */
 static void train_epoch(trainer *t, long prof)
 {
@@ -587,7 +575,7 @@ static void train_epoch(trainer *t, long prof)
                                           .step_in_epoch = t->in_epoch});
         if (t->nan_stopped)
             return;
-        straggler_step(t, 0);
+        trainer_must(t, ddp_straggler_step_end(t->straggler, t->step, NULL), "timing the step");
         t->task->after_step(t);
         if (o->checkpoint_dir && (t->stopped || (o->checkpoint_every && t->step % o->checkpoint_every == 0)))
             write_checkpoint(t);
@@ -600,10 +588,9 @@ static void train_epoch(trainer *t, long prof)
 static void train_epochs(trainer *t)
 {
     long prof = profile_step(t);
-    ddp_straggler_opts so;
-    ddp_straggler_opts_default(&so);
-    so.every = t->o->straggler_every;
-    so.threshold = t->o->straggler_threshold;
+    ddp_straggler_opts so = {.every = t->o->straggler_every, .threshold = t->o->straggler_threshold,
+                             .cpu_share = DDP_STRAGGLER_CPU_SHARE, .times = DDP_STRAGGLER_TIMES,
+                             .out = stdout, .json_fd = jsonl_fd(t->metrics), .metrics = t->scalars};
     trainer_must(t, ddp_straggler_create(t->ctx, &so, &t->straggler), "starting the straggler table");
     t->clock = train_now();
     for (t->epoch = (int)t->start.epoch; t->epoch < t->o->epochs && t->step < t->total_steps &&
@@ -669,7 +656,7 @@ static ddp_status save(trainer *t)
 static ddp_status train_and_finish(trainer *t)
 {
     train_epochs(t);
-    straggler_step(t, 1);
+    trainer_must(t, ddp_straggler_finish(t->straggler, NULL), "the straggler table's summary");
     trainer_params_ready(t);
     if (t->nan_stopped || t->save_failed)
         return t->nan_stopped ? DDP_ERR_STATE : DDP_ERR_IO;

@@ -17,7 +17,6 @@
 
 #include "ddp.h"
 #include "ddp_metrics.h"
-#include "ddp_straggler.h"
 #include "ops.h"
 #include "optim.h"
 #include "train_opts.h"

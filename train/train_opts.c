@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "argnum.h"
-#include "ddp_straggler.h"
 #include "suggest.h"
 
 /* A macro's value as a string literal (the library's defaults in the usage text). */
@@ -269,13 +268,9 @@ static const flag_row rows[] = {
      "before training, measure each rank's links to its ring neighbours\n"
      "and rank 0, and name nodes whose links are under half the median"},
     {"straggler-every", "N", FOR_ANY, AS_INT(straggler_every, 0, INT_MAX, DDP_STRAGGLER_EVERY),
-     "straggler table: every N steps rank 0 judges each rank over the last\n"
-     "2N and names, with its node, a rank slow 3 times in a row (default\n"
-     TRAIN_STR(DDP_STRAGGLER_EVERY) "; 0 = off; docs/running.md)"},
-    {"straggler-threshold", "X", FOR_ANY,
-     AS_REAL(straggler_threshold, "(]", 1, 100, DDP_STRAGGLER_THRESHOLD),
-     "... slow: compute time over X times the other ranks' median (default\n"
-     TRAIN_STR(DDP_STRAGGLER_THRESHOLD) "), or (CPU) a process that ran under 0.8 of their time"},
+     "every N steps name the slow ranks (default " TRAIN_STR(DDP_STRAGGLER_EVERY) ", 0: off)"},
+    {"straggler-threshold", "X", FOR_ANY, AS_REAL(straggler_threshold, "(]", 1, 100, 1.5),
+     "... slow: compute over X times the others' median (1.5; docs/running.md)"},
     {"nan-policy", "stop|skip", FOR_ANY, AS_WORD(nan_skip, NULL, 0),
      "a NaN/inf loss stops the run with exit 1 (stop, default) or its step\n"
      "is not applied (skip)"},

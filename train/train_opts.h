@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "ddp.h"
+#include "ddp_straggler.h"
 #include "gpt2.h"
 #include "model.h"
 
@@ -79,8 +80,7 @@ typedef struct train_opts {
     const char *trace_path;   /* --trace FILE: timeline written by rank 0; NULL: no tracing */
     int no_overlap;           /* --no-overlap: buckets launched after the backward pass */
     int link_check;           /* --link-check: measure links before training */
-    int straggler_every;      /* --straggler-every N: the straggler table's window (0: off) */
-    double straggler_threshold; /* --straggler-threshold X: compute over the median named */
+    int straggler_every; double straggler_threshold; /* --straggler-every, --straggler-threshold */
     ddp_dtype grad_dtype;      /* --grad-dtype: type of the gradient all-reduce */
     int zero;                  /* --zero 0|1|2: ZeRO stage (ddp_reducer_opts.zero_stage) */
     int tf32;                  /* --tf32: TF32 tensor cores for fp32 GEMMs and convolutions (GPU) */

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """straggler.py - the straggler table of ddp-train (on by default; runtime/ddp_straggler.h).
 
-quiet: 4 ranks, CNN, 200 steps, nothing perturbed: no rank is named, the run's summary says so, and
-  --metrics holds a window line every 5 steps with each rank's figures.
+quiet: 4 ranks, CNN, 200 steps, nothing perturbed: no rank is named, the run's summary says so,
+  --metrics holds a window line every 5 steps with each rank's figures, and --prometheus the last
+  judgement's (no rank named).
 noisy: 2 ranks, CNN; once training runs, rank 1 is stopped and continued in a loop, 30 ms of every
   100 ms (a noisy neighbour): the table must name rank 1 and its node within 20 steps of the first
   stop, never name rank 0, and --metrics must list rank 1 as named.
@@ -17,6 +18,7 @@ the rank count). Every process this script starts is continued and killed by PID
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,11 +39,11 @@ STOP_S, PERIOD_S = 0.030, 0.100
 FIRST_STOP_STEP = 20  # the noisy neighbour begins after this many steps (past the first ones)
 
 
-def train_cmd(argv, ranks, data, metrics, steps):
+def train_cmd(argv, ranks, data, metrics, steps, extra=()):
     exe, mpirun = argv[0], argv[1:]
     return mpirun + [str(ranks), exe, "--model", "cnn", "--data", data, "--epochs", "1000",
                      "--max-steps", str(steps), "--batch", "128", "--device", "cpu", "--threads", "1",
-                     "--log-every", "1000", "--metrics", metrics]
+                     "--log-every", "1000", "--metrics", metrics] + list(extra)
 
 
 def windows(metrics):
@@ -61,8 +63,9 @@ def last_step(metrics):
 
 
 def quiet(chk, argv, tmp, data):
-    metrics = os.path.join(tmp, "quiet.jsonl")
-    rc, out = trainlib.run(train_cmd(argv, 4, data, metrics, QUIET_STEPS), timeout=300)
+    metrics, prom = os.path.join(tmp, "quiet.jsonl"), os.path.join(tmp, "quiet.prom")
+    rc, out = trainlib.run(train_cmd(argv, 4, data, metrics, QUIET_STEPS, ["--prometheus", prom]),
+                           timeout=300)
     print(out[-3000:])
     chk.check(rc == 0, f"4 unperturbed ranks train {QUIET_STEPS} steps (exit {rc})")
     chk.check("straggler table at step" not in out, "no table line: no rank named", out)
@@ -77,6 +80,12 @@ def quiet(chk, argv, tmp, data):
                and all(c > 0 for c in x["compute_ms"]) and all(c >= 0 for c in x["wait_ms"]) for x in w)
     chk.check(bool(w) and good, "each window: 4 ranks' compute (> 0), wait and CPU figures, none named",
               json.dumps(w[:2]))
+    gauges = dict(re.findall(r"^ddp_(straggler_\w+)\{[^}]*\} (\S+)$", open(prom).read(), re.M)
+                  if os.path.exists(prom) else [])
+    chk.check(gauges.get("straggler_named_ranks") == "0" and
+              0 < float(gauges.get("straggler_max_compute_ratio", 0)) < 1.5 and
+              float(gauges.get("straggler_median_compute_seconds", 0)) > 0,
+              f"--prometheus: the last judgement's figures, no rank named ({gauges})")
 
 
 def find_rank(tag, rank, exe, limit):
