@@ -320,6 +320,7 @@ static ddp_status mpi_run_request(const mpi_state *s, const mpi_request *r)
     size_t size = ddp_dtype_size(r->dtype);
     ddp_status st = DDP_OK;
     call.n_runs = r->n_runs;
+    call.run_len = r->run_len;
     for (int i = 0; i < r->n_runs; i++)
         call.count += r->run_len[i];
     for (int i = 0; i < r->n_runs && st == DDP_OK; i++)

@@ -1,15 +1,15 @@
 /* desync.c - desync is an error, not a hang: before each collective of the MPI communicator the
  * ranks compare what they are about to call.
  *
- * Each rank hashes its call (operation, count, element type, reduce op, root, runs, per-rank
- * counts: FNV-1a, 64 bits) into a signature, and the ranks all-reduce {sig, ~sig} with MPI_MIN:
- * the minimum of ~sig is the complement of the maximum of sig, so the signatures are the same on
- * every rank exactly when the two results are each other's complement. One all-reduce of 16 bytes
- * on the same communicator, just before the data collective: mismatched calls never meet inside
- * MPI, where they would hang, be cut short or overrun a buffer. Every rank gets the same answer,
- * so on a mismatch every rank goes on to one all-gather of the calls (with host and sequence
- * number) and rank 0 names the first rank whose call differs from its own; then the job ends
- * (watchdog_end_desync). Two calls that hash alike but differ (a 2^-64 chance) are not caught.
+ * Each rank hashes its call (operation, count, element type, reduce op, root, runs and their
+ * lengths, per-rank counts: FNV-1a, 64 bits) into a signature, and the ranks all-reduce
+ * {sig, ~sig} with MPI_MIN: the minimum of ~sig is the complement of the maximum of sig, so the
+ * signatures are the same on every rank exactly when the two results are each other's
+ * complement. One all-reduce of 16 bytes on the same communicator, just before the data
+ * collective: mismatched calls never meet inside MPI, where they would hang, be cut short or
+ * overrun a buffer. Every rank gets the same answer, so on a mismatch every rank goes on to one
+ * all-gather of the calls (with host and sequence number) and rank 0 names the first rank whose
+ * call differs from its own; then the job ends (watchdog_end_desync). Two calls that hash alike but differ (a 2^-64 chance) are not caught.
  *
  * Lanes: each lane (the caller's blocking collectives, the communication thread's queued ones)
  * has its own MPI communicator and is checked on it, so a rank that issues a collective on one
@@ -56,6 +56,8 @@ static uint64_t desync_sig(const desync_call *c)
     h = desync_mix(h, c->count);
     for (size_t i = 0; c->counts && i < c->n_counts; i++)
         h = desync_mix(h, (uint64_t)(int64_t)c->counts[i]);
+    for (int i = 0; c->run_len && i < c->n_runs; i++)
+        h = desync_mix(h, c->run_len[i]);
     return h;
 }
 
@@ -87,8 +89,8 @@ static void desync_report(const desync_record *rec, int world, int lane)
     char a[160], b[160], seq_b[40] = "";
     desync_describe(&rec[0], a, sizeof a);
     desync_describe(&rec[first], b, sizeof b);
-    if (strcmp(a, b) == 0) /* the same totals: the per-rank counts differ */
-        snprintf(b + strlen(b), sizeof b - strlen(b), " with other per-rank counts");
+    if (strcmp(a, b) == 0) /* the same totals: the per-rank counts or the runs differ */
+        snprintf(b + strlen(b), sizeof b - strlen(b), " with other per-rank counts or runs");
     if (rec[first].seq != rec[0].seq)
         snprintf(seq_b, sizeof seq_b, " at its #%llu", (unsigned long long)rec[first].seq);
     DDP_ERROR("desync at collective #%llu on the %s lane: rank 0 (host %.64s) called %s, rank %d "

@@ -19,6 +19,7 @@ typedef struct desync_call {
     int op;             /* ddp_reduce_op, or -1: none */
     int root;           /* broadcast's root, or -1 */
     int n_runs;         /* runs of one buffer (0: one buffer) */
+    const size_t *run_len; /* an all-reduce of runs: each run's elements (n_runs), or NULL */
     uint64_t count;     /* elements (bytes when dtype is -1), all runs and all ranks' blocks */
     const int *counts;  /* per-rank counts of a reduce-scatter or all-gather(v), or NULL */
     size_t n_counts;
