@@ -9,7 +9,8 @@
  * collective: mismatched calls never meet inside MPI, where they would hang, be cut short or
  * overrun a buffer. Every rank gets the same answer, so on a mismatch every rank goes on to one
  * all-gather of the calls (with host and sequence number) and rank 0 names the first rank whose
- * call differs from its own; then the job ends (watchdog_end_desync). Two calls that hash alike but differ (a 2^-64 chance) are not caught.
+ * call differs from its own; then the job ends (watchdog_end_desync). Two calls that hash alike
+ * but differ (a 2^-64 chance) are not caught.
  *
  * Lanes: each lane (the caller's blocking collectives, the communication thread's queued ones)
  * has its own MPI communicator and is checked on it, so a rank that issues a collective on one
