@@ -21,7 +21,10 @@ Data: synthetic, as the tests make it (tests/train/trainlib.py's MNIST-format se
 llm.c token shards), in a temporary folder: the step time does not depend on the values.
 
 Usage: benchmarks/overhead.py [--build build-rel] [--rounds 7] [--models mlp,gpt2]
-         [--mlp-steps 400] [--gpt-steps 100] [--off-env VAR=VALUE]... [--off-arg FLAG]...
+         [--mlp-steps 400] [--gpt-steps 100] [--quiet-wait SECONDS]
+         [--off-env VAR=VALUE]... [--off-arg FLAG]...
+On a machine shared with other work, --quiet-wait S starts each pair only once nothing else has
+run for 3 s (waiting at most S; said when it was not quiet).
 Use a release build (meson setup build-rel --buildtype=release ...).
 """
 import argparse
@@ -31,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -86,10 +90,28 @@ def one_run(args, model, data, tmp, on):
     return step_ms(model, metrics)
 
 
+def wait_quiet(limit_s):
+    """Waits (at most limit_s) until nothing else has run for 3 s: /proc/loadavg's count of
+    running tasks at 1 (this process) in 6 samples in a row. Returns whether it was quiet."""
+    quiet, waited = 0, 0.0
+    while waited < limit_s:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+        quiet = quiet + 1 if running <= 1 else 0
+        if quiet >= 6:
+            return True
+        time.sleep(0.5)
+        waited += 0.5
+    return False
+
+
 def measure(args, model, data, tmp):
     on, off, ratios = [], [], []
     load_before = open("/proc/loadavg").read().split()[:3]
     for r in range(args.rounds):
+        if args.quiet_wait > 0 and not wait_quiet(args.quiet_wait):
+            print(f"{model} pair {r + 1}: the machine was not quiet within {args.quiet_wait} s",
+                  flush=True)
         pair = {}
         for state in ((True, False) if r % 2 == 0 else (False, True)):
             pair[state] = one_run(args, model, data, tmp, state)
@@ -122,6 +144,8 @@ def parse_args():
     ap.add_argument("--models", default="mlp,gpt2")
     ap.add_argument("--mlp-steps", type=int, default=400)
     ap.add_argument("--gpt-steps", type=int, default=100)
+    ap.add_argument("--quiet-wait", type=float, default=0, metavar="SECONDS",
+                    help="before each pair wait up to SECONDS for 3 s without other running tasks")
     ap.add_argument("--off-env", action="append", default=[], metavar="VAR=VALUE")
     ap.add_argument("--off-arg", action="append", default=[], metavar="FLAG")
     args = ap.parse_args()
