@@ -15,6 +15,9 @@
  * (MPI_Op_create, commutative) that widen each pair of elements to fp32, add them and round back
  * to nearest even (half.h): the bytes on the wire are half of fp32's. 16-bit all-reduces
  * are sums (and averages) only: comm.c refuses MAX and MIN on them.
+ * Desync check (desync.c; DDP_DESYNC_CHECK, on by default): inside each collective's watch, before
+ * its first MPI call, the ranks compare what they are about to call, on the same communicator;
+ * an all-reduce of runs is checked once, as a whole.
  */
 #include <limits.h>
 #include <mpi.h>
@@ -23,6 +26,7 @@
 
 #include "convert.h"
 #include "ddp_trace.h"
+#include "desync.h"
 #include "half.h"
 #include "internal.h"
 #include "try.h"
@@ -58,6 +62,7 @@ struct mpi_state {
     MPI_Comm async_comm; /* queued all-reduces, worker thread only */
     int size, rank;
     size_t max_chunk; /* elements or bytes per MPI call, <= INT_MAX */
+    int desync;       /* the desync check is on (desync_agree) */
     MPI_Op half_sum[2];   /* user ops adding 16-bit elements: [0] bf16, [1] fp16 */
     pthread_t worker;
     int worker_started;
@@ -156,16 +161,33 @@ static void mpi_divide(void *buf, size_t n, ddp_dtype dtype, int world)
     convert_host_scale(buf, dtype, n, 1.0f / (float)world);
 }
 
-/* In-place all-reduce of buf[0..n) on comm, in chunks; AVG divides the sum by the world size. */
+/* A call as the desync check sees it (no root, one buffer, no per-rank counts). */
+static desync_call mpi_call(const char *what, int dtype, int op, uint64_t count)
+{
+    return (desync_call){.what = what, .dtype = dtype, .op = op, .root = -1, .count = count};
+}
+
+/* The desync check of `call`, about to run on comm as collective seq of the lane: DDP_OK when the
+ * check is off or call is NULL (a later run of an all-reduce of runs, checked as a whole). */
+static ddp_status mpi_check(const mpi_state *s, MPI_Comm comm, int lane, uint64_t seq,
+                            const desync_call *call)
+{
+    return s->desync && call ? desync_check(comm, lane, seq, call) : DDP_OK;
+}
+
+/* In-place all-reduce of buf[0..n) on comm, in chunks; AVG divides the sum by the world size.
+ * call: what the desync check compares first (NULL: nothing). */
 static ddp_status mpi_allreduce_on(MPI_Comm comm, const mpi_state *s, void *buf, size_t n,
-                                   ddp_dtype dtype, ddp_reduce_op op, int lane, int bucket)
+                                   ddp_dtype dtype, ddp_reduce_op op, int lane, int bucket,
+                                   const desync_call *call)
 {
     ddp_status st = DDP_OK;
     MPI_Datatype type;
     MPI_Op mop;
     mpi_type_op(s, dtype, op, &type, &mop);
     size_t size = ddp_dtype_size(dtype);
-    watch_enter(lane, "all-reduce", bucket, n * size);
+    uint64_t seq = watch_enter(lane, "all-reduce", bucket, n * size);
+    TRY_OK_GOTO(mpi_check(s, comm, lane, seq, call));
     for (size_t off = 0; off < n; off += s->max_chunk) {
         int m = (int)mpi_min(n - off, s->max_chunk);
         TRY_MPI_GOTO(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * size, m, type, mop, comm));
@@ -181,7 +203,8 @@ static ddp_status mpi_allreduce(comm_group *c, void *buf, size_t n, ddp_dtype dt
                                 ddp_reduce_op op)
 {
     mpi_state *s = mpi_of(c);
-    return mpi_allreduce_on(s->comm, s, buf, n, dtype, op, DDP_WATCH_CALLER, -1);
+    desync_call call = mpi_call("all-reduce", (int)dtype, (int)op, n);
+    return mpi_allreduce_on(s->comm, s, buf, n, dtype, op, DDP_WATCH_CALLER, -1, &call);
 }
 
 /* The trace span of a queued request. */
@@ -217,7 +240,11 @@ static ddp_status mpi_reduce_scatter_run(const mpi_state *s, const mpi_request *
     int *counts = malloc((size_t)s->size * sizeof *counts);
     if (!counts)
         return DDP_ERR_NOMEM; /* joins no collective: the peers wait for the deadline */
-    watch_enter(DDP_WATCH_ASYNC, "reduce-scatter", (int)r->trace_tag, total * es);
+    desync_call call = mpi_call("reduce-scatter", (int)r->dtype, (int)r->op, total);
+    call.counts = r->counts;
+    call.n_counts = (size_t)s->size;
+    uint64_t seq = watch_enter(DDP_WATCH_ASYNC, "reduce-scatter", (int)r->trace_tag, total * es);
+    TRY_OK_GOTO(mpi_check(s, s->async_comm, DDP_WATCH_ASYNC, seq, &call));
     for (size_t at = 0; at < total; at += RS_CHUNK) {
         size_t end = total - at < RS_CHUNK ? total : at + RS_CHUNK, lo = 0, got = 0, from = 0;
         for (int q = 0; q < s->size; q++) { /* block q is [lo, lo + counts[q]) of the input */
@@ -256,7 +283,12 @@ static ddp_status mpi_allgather_run(const mpi_state *s, const mpi_request *r)
     size_t total = 0, sets = r->gather_at ? (size_t)r->n_runs : 1;
     for (size_t k = 0; k < sets * (size_t)s->size; k++)
         total += (size_t)r->counts[k];
-    watch_enter(DDP_WATCH_ASYNC, "all-gather", (int)r->trace_tag, total);
+    desync_call call = mpi_call("all-gather", (int)r->dtype, -1, total / ddp_dtype_size(r->dtype));
+    call.counts = r->counts; /* bytes */
+    call.n_counts = sets * (size_t)s->size;
+    call.n_runs = r->gather_at ? r->n_runs : 0;
+    uint64_t seq = watch_enter(DDP_WATCH_ASYNC, "all-gather", (int)r->trace_tag, total);
+    TRY_OK_GOTO(mpi_check(s, s->async_comm, DDP_WATCH_ASYNC, seq, &call));
     if (!r->gather_at)
         TRY_MPI_GOTO(MPI_Allgatherv(r->send, r->send == MPI_IN_PLACE ? 0 : r->counts[s->rank],
                                     MPI_BYTE, r->buf, r->counts, r->displs, MPI_BYTE,
@@ -281,14 +313,20 @@ static ddp_status mpi_run_request(const mpi_state *s, const mpi_request *r)
     if (r->kind == MPI_KIND_ALLGATHER)
         return mpi_allgather_run(s, r);
     int bucket = (int)r->trace_tag;
+    desync_call call = mpi_call("all-reduce", (int)r->dtype, (int)r->op, r->n);
     if (r->n_runs == 0)
         return mpi_allreduce_on(s->async_comm, s, r->buf, r->n, r->dtype, r->op, DDP_WATCH_ASYNC,
-                                bucket);
+                                bucket, &call);
     size_t size = ddp_dtype_size(r->dtype);
     ddp_status st = DDP_OK;
+    call.n_runs = r->n_runs;
+    call.run_len = r->run_len;
+    for (int i = 0; i < r->n_runs; i++)
+        call.count += r->run_len[i];
     for (int i = 0; i < r->n_runs && st == DDP_OK; i++)
         st = mpi_allreduce_on(s->async_comm, s, (char *)r->buf + r->run_off[i] * size,
-                              r->run_len[i], r->dtype, r->op, DDP_WATCH_ASYNC, bucket);
+                              r->run_len[i], r->dtype, r->op, DDP_WATCH_ASYNC, bucket,
+                              i == 0 ? &call : NULL);
     return st;
 }
 
@@ -496,7 +534,10 @@ static ddp_status mpi_broadcast(comm_group *c, void *buf, size_t n_bytes, int ro
 {
     mpi_state *s = mpi_of(c);
     ddp_status st = DDP_OK;
-    watch_enter(DDP_WATCH_CALLER, "broadcast", -1, n_bytes);
+    desync_call call = mpi_call("broadcast", -1, -1, n_bytes);
+    call.root = root;
+    uint64_t seq = watch_enter(DDP_WATCH_CALLER, "broadcast", -1, n_bytes);
+    TRY_OK_GOTO(mpi_check(s, s->comm, DDP_WATCH_CALLER, seq, &call));
     for (size_t off = 0; off < n_bytes; off += s->max_chunk) {
         int m = (int)mpi_min(n_bytes - off, s->max_chunk);
         TRY_MPI_GOTO(MPI_Bcast((char *)buf + off, m, MPI_BYTE, root, s->comm));
@@ -543,8 +584,12 @@ cleanup:
 
 static ddp_status mpi_allgather(comm_group *c, const void *send, void *recv, size_t n_bytes)
 {
-    watch_enter(DDP_WATCH_CALLER, "all-gather", -1, n_bytes);
-    ddp_status st = mpi_allgather_all(c, send, recv, n_bytes);
+    mpi_state *s = mpi_of(c);
+    desync_call call = mpi_call("all-gather", -1, -1, n_bytes);
+    uint64_t seq = watch_enter(DDP_WATCH_CALLER, "all-gather", -1, n_bytes);
+    ddp_status st = mpi_check(s, s->comm, DDP_WATCH_CALLER, seq, &call);
+    if (st == DDP_OK)
+        st = mpi_allgather_all(c, send, recv, n_bytes);
     watch_leave(DDP_WATCH_CALLER);
     return st;
 }
@@ -552,8 +597,11 @@ static ddp_status mpi_allgather(comm_group *c, const void *send, void *recv, siz
 static ddp_status mpi_barrier(comm_group *c)
 {
     ddp_status st = DDP_OK;
-    watch_enter(DDP_WATCH_CALLER, "barrier", -1, 0);
-    TRY_MPI_GOTO(MPI_Barrier(mpi_of(c)->comm));
+    mpi_state *s = mpi_of(c);
+    desync_call call = mpi_call("barrier", -1, -1, 0);
+    uint64_t seq = watch_enter(DDP_WATCH_CALLER, "barrier", -1, 0);
+    TRY_OK_GOTO(mpi_check(s, s->comm, DDP_WATCH_CALLER, seq, &call));
+    TRY_MPI_GOTO(MPI_Barrier(s->comm));
 cleanup:
     watch_leave(DDP_WATCH_CALLER);
     return st;
@@ -644,6 +692,8 @@ ddp_status comm_mpi_create(comm_group **out)
     pthread_cond_init(&s->work_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
     st = mpi_dup(&s->comm);
+    if (st == DDP_OK)
+        st = desync_agree(s->comm, &s->desync);
     if (st == DDP_OK)
         st = mpi_create_half_ops(s);
     if (st == DDP_OK)

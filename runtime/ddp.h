@@ -290,6 +290,12 @@ DDP_API ddp_status ddp_stage_release(ddp_ctx *ctx, int slot);
  * joined the collective, and its peers wait for it until the job is stopped (ddp_abort, or the
  * watchdog after DDP_TIMEOUT). On the CPU backend a collective that passes its deadline ends the
  * job (the watchdog, unless DDP_WATCHDOG=0) instead of returning.
+ * Desync check (DDP_DESYNC_CHECK=1, the default; 0 turns it off, on every rank alike): before each
+ * collective on MPI (the CPU backend's, and ddp_allreduce_host everywhere) the ranks compare the
+ * call (operation, count, element type, reduce op, root) with one extra all-reduce of 16 bytes;
+ * when they differ it does not return: rank 0 logs the sequence number and the first two ranks
+ * that differ, with their hosts and calls, and the job ends (MPI_Abort). NCCL's collectives are
+ * not checked.
  *
  * Ordering on the CUDA backend: libddp queues its work (uploads, ops, collectives) on its own
  * non-blocking CUDA stream; a collective runs on NCCL's stream after everything queued before it

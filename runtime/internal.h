@@ -244,7 +244,9 @@ enum { DDP_WATCH_CALLER, DDP_WATCH_ASYNC, DDP_WATCH_N_LANES };
 
 /* Around every collective: enter marks collective `what` (a string literal) of n_bytes, for
  * bucket (or -1), as active on the lane and returns its sequence number; leave marks it done.
- * A few atomic stores each; no-ops while the watchdog is off. One thread per lane. */
+ * A few atomic stores each; no-ops before watchdog_start, and with DDP_WATCHDOG=0 and
+ * DDP_DESYNC_CHECK=0 (with the check on the lanes still count, for its messages, but nothing
+ * watches them). One thread per lane. */
 uint64_t watch_enter(int lane, const char *what, int bucket, size_t n_bytes);
 void watch_leave(int lane);
 

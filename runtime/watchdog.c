@@ -38,6 +38,9 @@
  * turns everything off (the same value must be given to every rank). The address exchange also
  * carries each rank's verdict on DDP_TIMEOUT (parsed here), so an invalid value anywhere fails ddp_init
  * everywhere.
+ *
+ * Desync (desync.c): ranks that called different collectives end the job through the same path
+ * (watchdog_end_desync), rank 0 first, the others after its grace.
  */
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -60,6 +63,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "desync.h"
 #include "internal.h"
 
 /* DDP_TIMEOUT: a whole-string decimal number of seconds in [DDP_TIMEOUT_MIN_S, DDP_TIMEOUT_MAX_S].
@@ -120,7 +124,15 @@ ddp_status timeout_check(void)
 #define WD_WHAT_LEN 24
 
 enum { WD_HELLO = 1, WD_BYE, WD_ABORT, WD_ASK, WD_ANSWER };
-enum { WD_WHY_DEADLINE, WD_WHY_DEATH, WD_WHY_ABORT }; /* why a job is ended */
+enum { WD_WHY_DEADLINE, WD_WHY_DEATH, WD_WHY_ABORT, WD_WHY_DESYNC }; /* why a job is ended */
+
+/* What ended the job, for a rank's message: "rank R (host H) <this>". */
+static const char *wd_why_text(int why)
+{
+    return why == WD_WHY_ABORT    ? "called ddp_abort"
+           : why == WD_WHY_DESYNC ? "found that the ranks called different collectives, a desync"
+                                  : "saw a collective pass its deadline";
+}
 
 /* One message on the side channel, the same binary layout on every rank of a job. */
 typedef struct wd_frame {
@@ -327,8 +339,7 @@ static _Noreturn void wd_end_job(int why, int arg)
         snprintf(cause, sizeof cause, "rank %d (host %s, pid %d) was lost", arg, wd_host(arg),
                  wd_pid(arg));
     else
-        snprintf(cause, sizeof cause, "rank %d (host %s) %s", arg, wd_host(arg),
-                 why == WD_WHY_ABORT ? "called ddp_abort" : "saw a collective pass its deadline");
+        snprintf(cause, sizeof cause, "rank %d (host %s) %s", arg, wd_host(arg), wd_why_text(why));
     rescue_on_end(cause); /* before MPI_Abort, which has the launcher kill every process */
     fflush(stdout);
     fflush(stderr);
@@ -352,6 +363,21 @@ void watchdog_announce_abort(void)
     pthread_mutex_lock(&wd.lock);
     wd_tell_ring(WD_ABORT, WD_WHY_ABORT, wd.rank);
     pthread_mutex_unlock(&wd.lock);
+}
+
+void watchdog_end_desync(int lane)
+{
+    if (wd.rank > 0) { /* rank 0 ends the job: this rank only if it has not within the grace */
+        double grace = wd.grace > 0 ? wd.grace : WD_GRACE_S;
+        struct timespec ts = {.tv_sec = (time_t)grace,
+                              .tv_nsec = (long)((grace - (double)(time_t)grace) * 1e9)};
+        watch_leave(lane); /* no deadline report while it waits */
+        nanosleep(&ts, NULL);
+        DDP_ERROR("the ranks called different collectives (desync), and rank 0 has not ended the "
+                  "job within %.0f s; ending it", grace);
+    }
+    pthread_mutex_lock(&wd.lock); /* held until the process ends: finalize cannot free the peers */
+    wd_end_job(WD_WHY_DESYNC, 0);
 }
 
 /* ---- the diagnosis ("where are you") ----------------------------------------------------------- */
@@ -840,6 +866,14 @@ static void wd_ring_event(int i)
         wd.ring_bye[i] = 1;
         return;
     }
+    if (n == (ssize_t)sizeof f && wd_frame_valid(&f) && f.type == WD_ABORT && f.why == WD_WHY_DESYNC) {
+        /* every rank saw the desync and ends the job itself (watchdog_end_desync) after rank 0's
+         * MPI_Abort had its grace; more aborts at once only trouble mpirun (seen: its crash), and
+         * the ring's closings that follow are no deaths */
+        wd_tell_ring(WD_ABORT, f.why, f.arg);
+        wd.ring_bye[0] = wd.ring_bye[1] = 1;
+        return;
+    }
     if (n == (ssize_t)sizeof f && wd_frame_valid(&f) && f.type == WD_ABORT) {
         wd_arm_backstop(WD_END_S);
         wd_tell_ring(WD_ABORT, f.why, f.arg); /* before the message, which may block */
@@ -847,7 +881,7 @@ static void wd_ring_event(int i)
             DDP_ERROR("ending the job: rank %d (host %s, pid %d) is gone", f.arg, wd_host(f.arg), wd_pid(f.arg));
         else
             DDP_ERROR("ending the job: rank %d (host %s) %s (see its message)", f.arg, wd_host(f.arg),
-                      f.why == WD_WHY_ABORT ? "called ddp_abort" : "saw a collective pass its deadline");
+                      wd_why_text(f.why));
         wd_end_job(f.why, f.arg);
     }
     if (wd.ring_bye[i]) {
@@ -1193,8 +1227,11 @@ ddp_status watchdog_connect(int rank, int world, const char *hostname)
 ddp_status watchdog_start(void)
 {
     const char *env = getenv("DDP_WATCHDOG");
-    if (env && strcmp(env, "0") == 0)
+    if (env && strcmp(env, "0") == 0) { /* the lanes still count for the desync check's messages */
+        const char *desync = getenv("DDP_DESYNC_CHECK");
+        atomic_store(&wd_enabled, !(desync && strcmp(desync, "0") == 0));
         return DDP_OK;
+    }
     pthread_mutex_lock(&wd.lock);
     if (wd.running) {
         pthread_mutex_unlock(&wd.lock);
