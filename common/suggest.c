@@ -1,6 +1,7 @@
 /* suggest.c - the nearest long option to a mistyped one (see suggest.h). */
 #include "suggest.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,4 +59,16 @@ int suggest_first_rank(void)
             return strcmp(v, "0") == 0;
     }
     return 1;
+}
+
+void suggest_usage_error(const char *prog, const struct option *longs, bool unknown,
+                         const char *what, const char *arg, const char *tail)
+{
+    if (!suggest_first_rank())
+        return;
+    const char *near = unknown ? suggest_option(longs, arg) : NULL;
+    fprintf(stderr, "%s: %s '%s'", prog, what, arg);
+    if (near)
+        fprintf(stderr, "; did you mean --%s?", near);
+    fputs(tail, stderr);
 }

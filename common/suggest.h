@@ -5,6 +5,7 @@
 #define COMMON_SUGGEST_H
 
 #include <getopt.h>
+#include <stdbool.h>
 
 /* The name (without dashes) of the option in longs (getopt_long's table, ended by a NULL name)
  * nearest to arg ("--max_steps", "--max_steps=3", "-lr"), or NULL when none is near: the same name
@@ -15,5 +16,11 @@ const char *suggest_option(const struct option *longs, const char *arg);
 /* 1 unless a launcher's rank variable (RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK,
  * SLURM_PROCID, in that order) says this process is another rank than 0. */
 int suggest_first_rank(void);
+
+/* A usage error on stderr, by the job's first rank only: "PROG: WHAT 'ARG'", then "; did you mean
+ * --NAME?" when unknown is set and an option of longs is near arg, then tail (which ends the
+ * line, e.g. " (see PROG --help)\n"). */
+void suggest_usage_error(const char *prog, const struct option *longs, bool unknown,
+                         const char *what, const char *arg, const char *tail);
 
 #endif /* COMMON_SUGGEST_H */

@@ -163,13 +163,9 @@ static enum launch_bind_mode bind_mode(const char *s)
  * unknown one, printed by the job's first rank only (every rank parses the same line); exits 2. */
 static void usage_error(int c, const char *arg, const struct option *longs)
 {
-    if (suggest_first_rank()) {
-        const char *near = c == '?' && arg[0] == '-' && arg[1] == '-' ? suggest_option(longs, arg) : NULL;
-        fprintf(stderr, "ddp-launch: %s '%s'", c == ':' ? "missing value for option" : "unknown option", arg);
-        if (near)
-            fprintf(stderr, "; did you mean --%s?", near);
-        fputs(" (see ddp-launch --help)\n", stderr);
-    }
+    suggest_usage_error("ddp-launch", longs, c == '?' && arg[0] == '-' && arg[1] == '-',
+                        c == ':' ? "missing value for option" : "unknown option", arg,
+                        " (see ddp-launch --help)\n");
     exit(USAGE_EXIT);
 }
 

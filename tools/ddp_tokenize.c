@@ -99,12 +99,11 @@ static void default_vocab(char *dir, size_t n)
  * listed. */
 static void usage_error(const struct option *opts, int c, const char *arg)
 {
-    const char *near = c == '?' && optopt == 0 ? suggest_option(opts, arg) : NULL;
-    fprintf(stderr, "ddp-tokenize: %s option '%s'", c == ':' || optopt ? "missing value for"
-                                                                        : "unknown", arg);
-    if (near)
-        fprintf(stderr, "; did you mean --%s?", near);
-    fputs("\nusage: ddp-tokenize [options] INPUT OUTDIR; ddp-tokenize --help lists them\n", stderr);
+    int unknown = c == '?' && optopt == 0;
+    suggest_usage_error("ddp-tokenize", opts, unknown,
+                        unknown ? "unknown option" : "missing value for option", arg,
+                        "\nusage: ddp-tokenize [options] INPUT OUTDIR; ddp-tokenize --help lists "
+                        "them\n");
 }
 
 /* Parses argv into *a. Returns 0, 1 for --help, 2 for bad usage (message printed). */

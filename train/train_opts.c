@@ -640,18 +640,12 @@ static int apply(const flag_row *r, const char *v, train_opts *o)
     }
 }
 
-/* An unknown option, a missing value or a stray argument: one line naming it (with the nearest
- * flag for an unknown one) and where the flags are listed, printed by the job's first rank only
- * (every rank parses the same command line). */
+/* An unknown option, a missing value or a stray argument: one line naming it, by the job's first
+ * rank only (every rank parses the same command line). */
 static void usage_error(const struct option *longs, const char *what, const char *arg)
 {
-    if (!suggest_first_rank())
-        return;
-    const char *near = strcmp(what, "unknown option") == 0 ? suggest_option(longs, arg) : NULL;
-    fprintf(stderr, "ddp-train: %s '%s'", what, arg);
-    if (near)
-        fprintf(stderr, "; did you mean --%s?", near);
-    fputs("\nusage: ddp-train [options]; ddp-train --help lists them\n", stderr);
+    suggest_usage_error("ddp-train", longs, strcmp(what, "unknown option") == 0, what, arg,
+                        "\nusage: ddp-train [options]; ddp-train --help lists them\n");
 }
 
 int train_sample_only(const train_opts *o)
