@@ -647,7 +647,7 @@ static ddp_status save(trainer *t)
             printf("saved %s\n", o->save_path);
     }
     ddp_trace_end("checkpoint", 0);
-    if (st == DDP_OK && t->rank == 0 && t->task->after_save)
+    if (st == DDP_OK && t->task->after_save) /* every rank: none waits for rank 0's sampling */
         st = t->task->after_save(t);
     return trainer_agree(t, st);
 }

@@ -117,9 +117,10 @@ static void gpt_report_memory_start(trainer *t)
            r.logits, gpt_logits_type(t, r.logits), r.comm);
 }
 
-/* Rank 0: --sample N tokens from the model after --prompt's tokens (or <|endoftext|>), drawn at
+/* --sample N tokens from the model after --prompt's tokens (or <|endoftext|>), drawn at
  * --temperature among the --top-k most likely (gpt2_sample.h) with a generator seeded by --seed,
- * the context cut to the last --seq tokens; printed as text. Only rank 0 computes. */
+ * the context cut to the last --seq tokens; rank 0 prints them as text. Every rank draws them (the
+ * replicas are identical), so that none waits past DDP_TIMEOUT for a long sample of rank 0's. */
 ddp_status gpt_sample(trainer *t)
 {
     const train_gpt_opts *g = &t->o->gpt;
@@ -135,14 +136,15 @@ ddp_status gpt_sample(trainer *t)
         seq[i] = prompt.n > 0 ? prompt.id[i] : GPT_EOT;
     gpt2_sample_opts so = {.n_tokens = n, .temperature = (float)g->temperature, .top_k = g->top_k,
                            .seed = t->o->seed};
+    ddp_watch_where(t->step, -1, "sampling");
     if (st == DDP_OK)
         st = gpt2_sample(G(t)->model, t->ctx, seq, n_prompt, G(t)->T, &so, t->x_dev[0]);
     const bpe_vocab *v = G(t)->encoder ? bpe_encoder_vocab(G(t)->encoder) : G(t)->vocab;
     char *text = NULL;
     size_t len = 0;
-    if (st == DDP_OK)
+    if (st == DDP_OK && t->rank == 0)
         st = bpe_decode(v, seq + (prompt.n > 0 ? 0 : 1), (size_t)(n + (int)prompt.n), &text, &len);
-    if (st == DDP_OK) {
+    if (st == DDP_OK && t->rank == 0) {
         printf("sample (%d tokens after %s, temperature %g, top-k %d, seed %llu):\n%.*s\n", n,
                g->prompt ? "the prompt" : "<|endoftext|>", g->temperature, g->top_k,
                (unsigned long long)t->o->seed, (int)len, text);

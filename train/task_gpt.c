@@ -207,7 +207,7 @@ static ddp_status gpt_config(trainer *t)
     return DDP_OK;
 }
 
-/* Rank 0 with --prompt: GPT-2's encoder from encoder.json and vocab.bpe in the folder of --vocab
+/* With --prompt: GPT-2's encoder from encoder.json and vocab.bpe in the folder of --vocab
  * (or of the training shards). */
 static ddp_status gpt_open_encoder(trainer *t)
 {
@@ -225,12 +225,12 @@ static ddp_status gpt_open_encoder(trainer *t)
     return st;
 }
 
-/* Rank 0, before training with --sample: GPT-2's vocabulary for decoding (--vocab, or
+/* Before training with --sample: GPT-2's vocabulary for rank 0's decoding (--vocab, or
  * encoder.json beside the training shards). */
 static ddp_status gpt_open_vocab(trainer *t)
 {
     const train_opts *o = t->o;
-    if (t->rank != 0 || o->gpt.sample == 0)
+    if (o->gpt.sample == 0 || (t->rank != 0 && !o->gpt.prompt)) /* each rank encodes a prompt */
         return DDP_OK;
     if (o->gpt.prompt)
         return gpt_open_encoder(t);
@@ -535,11 +535,11 @@ static ddp_status gpt_report_end(trainer *t)
     return DDP_OK;
 }
 
-/* Rank 0, after --save: --save-llmc and --sample. */
+/* After --save: rank 0 writes --save-llmc; every rank draws the --sample (rank 0 prints it). */
 static ddp_status gpt_after_save(trainer *t)
 {
     ddp_status st = DDP_OK;
-    if (t->o->gpt.save_llmc) {
+    if (t->rank == 0 && t->o->gpt.save_llmc) {
         /* a symbolic link is followed to the file it names (checked at start-up), which the
          * temporary file then replaces: the link stays */
         char *real = realpath(t->o->gpt.save_llmc, NULL);

@@ -107,9 +107,9 @@ def run(cmd, timeout, env=None):
     print("$ " + " ".join(cmd), flush=True)
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
-                           env=env, text=True, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+                           env=env, encoding="utf-8", errors="replace", stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:  # a sample's text may end inside a UTF-8 sequence
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         return -999, out + f"\n(timed out after {timeout} s)"
     return p.returncode, p.stdout
 
