@@ -934,18 +934,20 @@ void watchdog_survey(void)
     if (!atomic_load(&wd_enabled) || pthread_mutex_trylock(&wd.lock) != 0)
         return;
     wd_view gpu = wd_stream_view();
+    if (gpu.state & 1) { /* said even where no peer can be asked (the side channel off) */
+        char label[128];
+        wd_label_text(&gpu, DDP_WATCH_GPU, label, sizeof label);
+        DDP_ERROR("the oldest collective not complete on this rank's GPU stream: #%llu (%s)",
+                  (unsigned long long)(gpu.state >> 1), label);
+    }
     wd_reply *rep = wd.peers && wd.world > 1 ? calloc((size_t)wd.world, sizeof *rep) : NULL;
     struct pollfd *p = rep ? calloc((size_t)wd.world, sizeof *p) : NULL;
     int *group = p ? malloc((size_t)wd.world * sizeof *group) : NULL;
     if (group) {
         wd_ask_all(rep, p);
-        if (gpu.state & 1) {
-            char label[128];
-            wd_label_text(&gpu, DDP_WATCH_GPU, label, sizeof label);
-            DDP_ERROR("the oldest collective not complete on this rank's GPU stream: #%llu (%s)",
-                      (unsigned long long)(gpu.state >> 1), label);
+        if (gpu.state & 1)
             wd_wavefront(rep, DDP_WATCH_GPU, gpu.state >> 1);
-        } else
+        else
             wd_survey_silent(rep, group);
     }
     if (wd_speaks_for_job(group ? rep : NULL))
