@@ -5,8 +5,9 @@
  * block in the first of them, their waits pass the deadline and call watchdog_survey, whose
  * wavefront on the GPU stream lane names the last rank, then the others waiting in it; then they
  * end the job (ddp_abort), as a program does after DDP_ERR_TIMEOUT. With S over 128 the lane's
- * slots (WATCH_STREAM_SLOTS) have been reused before.
- * Usage: wd-gpu sim|cuda late|stop [S]
+ * slots (WATCH_STREAM_SLOTS) have been reused before. full: late, and step S has 300 all-reduces
+ * (buckets 299 to 0), more than the lane's slots, none of which completes.
+ * Usage: wd-gpu sim|cuda late|stop|full [S]
  *   sim   the cpu backend with a simulated stream per rank: a thread that runs the queued
  *         collectives in order, each one an MPI_Allreduce on a communicator of its own (a rank that
  *         never queues one leaves the others' streams blocked in it, as NCCL's kernels would be),
@@ -29,7 +30,7 @@
 
 #include "internal.h"
 
-enum { N_ELEMS = 256 };
+enum { N_ELEMS = 256, N_FULL = 300 };
 
 /* The simulated stream: collectives run in queue order on its thread. */
 static struct {
@@ -115,11 +116,12 @@ static int sim_start(void)
     return 0;
 }
 
-/* One step's collectives and wait: simulated, or libddp's on the cuda backend (buf != NULL). */
-static ddp_status step_sync(ddp_ctx *ctx, float *buf)
+/* One step's n_buckets all-reduces, the last bucket first, and the wait: simulated, or libddp's
+ * on the cuda backend (buf != NULL). */
+static ddp_status step_sync(ddp_ctx *ctx, float *buf, int n_buckets)
 {
     ddp_status st = DDP_OK;
-    for (int b = 1; b >= 0 && st == DDP_OK; b--) {
+    for (int b = n_buckets - 1; b >= 0 && st == DDP_OK; b--) {
         if (!buf) {
             sim_queue(b);
             continue;
@@ -148,11 +150,13 @@ int main(int argc, char **argv)
 {
     long late_step = argc == 4 ? atol(argv[3]) : 3;
     if (argc < 3 || argc > 4 || (strcmp(argv[1], "sim") && strcmp(argv[1], "cuda")) ||
-        (strcmp(argv[2], "late") && strcmp(argv[2], "stop")) || late_step < 0) {
-        fprintf(stderr, "usage: wd-gpu sim|cuda late|stop [STEP]\n");
+        (strcmp(argv[2], "late") && strcmp(argv[2], "stop") && strcmp(argv[2], "full")) ||
+        late_step < 0) {
+        fprintf(stderr, "usage: wd-gpu sim|cuda late|stop|full [STEP]\n");
         return 2;
     }
     int cuda = strcmp(argv[1], "cuda") == 0, stop = strcmp(argv[2], "stop") == 0;
+    int full = strcmp(argv[2], "full") == 0;
     if (cuda && skip_without_gpus())
         return 77;
     ddp_init_opts opts;
@@ -173,7 +177,7 @@ int main(int argc, char **argv)
         else if (step == late_step && rank == last)
             sleep(60);
         ddp_watch_where(step, 1, "gradient sync");
-        ddp_status st = step_sync(ctx, buf);
+        ddp_status st = step_sync(ctx, buf, full && step == late_step ? N_FULL : 2);
         if (st != DDP_OK) {
             fprintf(stderr, "wd-gpu: rank %d: step %ld: %s; ending the job\n", rank, step,
                     ddp_strerror(st));
