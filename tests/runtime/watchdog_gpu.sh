@@ -15,7 +15,7 @@
 # and no rank is left running 10 s after mpirun returned. On the simulated stream (sim) N is
 # 2S + 1 (two all-reduces a step). mpirun's status 77 (every rank skipped: no GPU) is passed on.
 # Usage: watchdog_gpu.sh late|stop|full S MPIRUN [MPIRUN_ARGS...] -np N -x DDP_TIMEOUT
-#        [fake_rank.sh LIB] WD_GPU sim|cuda late|stop|full S
+#        -x WD_GPU_TAG [fake_rank.sh LIB] WD_GPU sim|cuda late|stop|full S
 set -u
 mode=$1
 step=$2
@@ -36,7 +36,16 @@ timeout=2
 case " $* " in *" cuda "*) timeout=3 ;; esac
 limit=$((timeout + 10))
 out=$(mktemp)
-trap 'rm -f "$out"; pkill -KILL -x wd-gpu 2>/dev/null' EXIT
+# This job's ranks carry a tag (mpirun -x WD_GPU_TAG): other jobs' wd-gpu are neither counted nor
+# killed.
+WD_GPU_TAG="wd-gpu-$$-$(date +%s%N)"
+export WD_GPU_TAG
+ours() {
+    for p in $(ps -C wd-gpu -o pid=); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "WD_GPU_TAG=$WD_GPU_TAG" && echo "$p"
+    done
+}
+trap 'rm -f "$out"; for p in $(ours); do kill -KILL "$p" 2>/dev/null; done' EXIT
 start=$(date +%s)
 DDP_TIMEOUT=$timeout timeout -k 5 60 "$@" >"$out" 2>&1
 rc=$?
@@ -93,9 +102,9 @@ if \"$state\" == \"behind\":
 sys.exit(not ok)'"
 check "no rank finished its steps" "! grep -q 'all steps done' '$out'"
 # Zombies (ended, not yet reaped by their parent) do not count as running.
-alive() { ps -C wd-gpu -o stat= | grep -qv '^Z'; }
+alive() { for p in $(ours); do ps -o stat= -p "$p" | grep -qv '^Z' && return 0; done; return 1; }
 w=0
 while alive && [ $w -lt 20 ]; do sleep 0.5; w=$((w + 1)); done
-alive && ps -C wd-gpu -o pid=,stat=,etime=,args= | sed 's/^/  left: /'
+alive && for p in $(ours); do ps -o pid=,stat=,etime=,args= -p "$p"; done | sed 's/^/  left: /'
 check "no rank left running 10 s after mpirun returned (waited $((w / 2)) s)" "! alive"
 exit $((fails > 0))
