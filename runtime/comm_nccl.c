@@ -32,12 +32,18 @@
  * waits (cuda_wait.c) poll the event and this communicator's asynchronous error under the
  * deadline (DDP_TIMEOUT) and abort it when the deadline passes; every later operation then fails
  * at once with DDP_ERR_NCCL.
+ * The watchdog's GPU stream lane (watchdog.c, watch_stream_*): every collective takes the lane's
+ * next sequence number and one of WATCH_STREAM_SLOTS events, recorded right after it on the
+ * communication stream, so that a wait past its deadline can tell which collective the stream is
+ * in (the oldest whose event has not completed). One cudaEventRecord per collective;
+ * DDP_WATCH_GPU_LANE=0 (or DDP_WATCHDOG=0) records none.
  */
 #include <mpi.h>
 #include <pthread.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "ddp_trace.h"
@@ -48,6 +54,7 @@
 typedef struct nccl_state {
     ncclComm_t comm;
     int device;           /* the communicator's CUDA device */
+    int world;            /* its ranks */
     cudaStream_t stream;  /* communication stream */
     cudaEvent_t ready;    /* recorded on the compute stream before each operation */
     float *scratch;       /* one device float, for the barrier */
@@ -55,6 +62,7 @@ typedef struct nccl_state {
     int aborted;          /* comm was aborted (and freed by NCCL) after an error or a timeout */
     struct nccl_closer *aborter; /* the thread running ncclCommAbort, joined at destroy */
     pthread_t abort_thread;
+    cudaEvent_t *lane;    /* the GPU stream lane's markers, one per slot; NULL: the lane is off */
 } nccl_state;
 
 typedef struct nccl_request {
@@ -113,10 +121,73 @@ cleanup:
     return st;
 }
 
-/* Records the end of the operation just queued; the event is owned by the caller. */
-static ddp_status nccl_mark_done(nccl_state *s, cudaEvent_t *done)
+/* The watchdog's GPU stream lane (watch_stream_*): whether slot's marker has completed, asked on
+ * the watchdog's answering thread and on the thread of a wait past its deadline. A thread's first
+ * CUDA call would make device 0 current there (creating its primary context, on another rank's
+ * GPU), so the communicator's device is made current first, once per thread; cudaEventQuery
+ * itself does not block. An error counts as not complete. */
+static int nccl_lane_done(void *arg, int slot)
+{
+    static _Thread_local int current = -1; /* the device this thread made current here */
+    const nccl_state *s = arg;
+    if (current != s->device && cudaSetDevice(s->device) == cudaSuccess)
+        current = s->device;
+    return cudaEventQuery(s->lane[slot]) == cudaSuccess;
+}
+
+/* Destroys the lane's markers (once queried no more: watch_stream_close). */
+static void nccl_lane_free(nccl_state *s)
+{
+    for (int i = 0; s->lane && i < WATCH_STREAM_SLOTS; i++)
+        if (s->lane[i])
+            cudaEventDestroy(s->lane[i]);
+    free(s->lane);
+    s->lane = NULL;
+}
+
+/* The GPU stream's lane: a marker per slot and the watchdog's query, unless DDP_WATCH_GPU_LANE=0
+ * (read here, once) or the watchdog is off; then no marker is ever recorded. */
+static ddp_status nccl_lane_open(nccl_state *s)
+{
+    const char *env = getenv("DDP_WATCH_GPU_LANE");
+    ddp_status st = DDP_OK;
+    if (env && strcmp(env, "0") == 0)
+        return DDP_OK;
+    s->lane = calloc(WATCH_STREAM_SLOTS, sizeof *s->lane);
+    if (!s->lane) {
+        DDP_ERROR("out of memory for the GPU stream lane's %d events", WATCH_STREAM_SLOTS);
+        return DDP_ERR_NOMEM;
+    }
+    for (int i = 0; i < WATCH_STREAM_SLOTS; i++)
+        TRY_CUDA_GOTO(cudaEventCreateWithFlags(&s->lane[i], cudaEventDisableTiming));
+    if (!watch_stream_open(nccl_lane_done, s))
+        nccl_lane_free(s);
+cleanup:
+    return st;
+}
+
+/* The collective just queued on the lane: the next sequence number, its label (what, the bucket
+ * being tagged, n_bytes) in its slot, and the slot's marker recorded after it. Nothing when the
+ * lane is off. */
+static ddp_status nccl_lane_mark(nccl_state *s, const char *what, size_t n_bytes)
 {
     ddp_status st = DDP_OK;
+    if (!s->lane)
+        return DDP_OK;
+    uint64_t seq = watch_stream_begin(what, (int)trace_current_tag(), n_bytes);
+    TRY_CUDA_GOTO(cudaEventRecord(s->lane[seq % WATCH_STREAM_SLOTS], s->stream));
+    watch_stream_queued(seq);
+cleanup:
+    return st;
+}
+
+/* Records the end of the operation just queued (collective `what` of n_bytes, for the GPU stream
+ * lane); the event is owned by the caller. */
+static ddp_status nccl_mark_done(nccl_state *s, const char *what, size_t n_bytes,
+                                 cudaEvent_t *done)
+{
+    ddp_status st = DDP_OK;
+    TRY_OK_GOTO(nccl_lane_mark(s, what, n_bytes));
     TRY_CUDA_GOTO(cudaEventCreateWithFlags(done, cudaEventDisableTiming));
     TRY_CUDA_GOTO(cudaEventRecord(*done, s->stream));
     return DDP_OK;
@@ -373,11 +444,17 @@ static ddp_status nccl_issue_runs(nccl_state *s, void *base, const size_t *off, 
     return st;
 }
 
-static ddp_status nccl_issue_allreduce(nccl_state *s, void *base, const size_t *off,
-                                       const size_t *len, int n_runs, ddp_dtype dtype,
-                                       ddp_reduce_op op, cudaStream_t follow, cudaEvent_t *done)
+/* Queues the all-reduce of runs (what: "all-reduce", or "barrier" for the GPU stream lane) after
+ * `follow` and records its end in *done. */
+static ddp_status nccl_issue_allreduce(nccl_state *s, const char *what, void *base,
+                                       const size_t *off, const size_t *len, int n_runs,
+                                       ddp_dtype dtype, ddp_reduce_op op, cudaStream_t follow,
+                                       cudaEvent_t *done)
 {
     ddp_status st = DDP_OK;
+    size_t n = 0;
+    for (int i = 0; i < n_runs; i++)
+        n += len[i];
     void *tag = (void *)(intptr_t)trace_current_tag();
     int traced = ddp_trace_enabled();
     nvtx_range_push("allreduce", (int64_t)(intptr_t)tag);
@@ -394,7 +471,7 @@ static ddp_status nccl_issue_allreduce(nccl_state *s, void *base, const size_t *
         goto cleanup;
     if (traced)
         TRY_CUDA_GOTO(cudaLaunchHostFunc(s->stream, nccl_trace_end, tag));
-    st = nccl_mark_done(s, done);
+    st = nccl_mark_done(s, what, n * ddp_dtype_size(dtype), done);
 cleanup:
     pthread_mutex_unlock(&s->lock);
     nvtx_range_pop();
@@ -412,8 +489,8 @@ static ddp_status nccl_allreduce_runs_start(comm_group *c, void *base, const siz
         return DDP_ERR_NOMEM;
     }
     *r = (nccl_request){.ops = &nccl_ops, .owner = s, .follow = (cudaStream_t)stream};
-    ddp_status st = nccl_issue_allreduce(s, base, off, len, n_runs, dtype, op, r->follow,
-                                         &r->done);
+    ddp_status st = nccl_issue_allreduce(s, "all-reduce", base, off, len, n_runs, dtype, op,
+                                         r->follow, &r->done);
     if (st != DDP_OK) {
         free(r);
         return st;
@@ -521,8 +598,11 @@ static ddp_status nccl_shard_start(comm_group *c, int gather, const void *send, 
                       : nccl_issue_reduce_scatter(s, send, recv, counts, dtype, op);
     if (st == DDP_OK && traced)
         st = nccl_host_func(s, gather ? nccl_trace_ag_end : nccl_trace_rs_end, tag);
+    /* every rank's blocks (of every run): the elements the collective moves in all */
+    size_t n = nccl_plan_block_offset(counts, run_off ? n_runs * s->world : s->world);
     if (st == DDP_OK)
-        st = nccl_mark_done(s, &r->done);
+        st = nccl_mark_done(s, gather ? "all-gather" : "reduce-scatter",
+                            n * ddp_dtype_size(dtype), &r->done);
     pthread_mutex_unlock(&s->lock);
     nvtx_range_pop();
     if (st != DDP_OK) {
@@ -562,13 +642,21 @@ static ddp_status nccl_wait(ddp_request *req)
     return st;
 }
 
-static ddp_status nccl_allreduce(comm_group *c, void *buf, size_t n, ddp_dtype dtype,
-                                 ddp_reduce_op op)
+/* A blocking all-reduce (what: its name on the GPU stream lane): ordered on the compute stream. */
+static ddp_status nccl_allreduce_as(comm_group *c, const char *what, void *buf, size_t n,
+                                    ddp_dtype dtype, ddp_reduce_op op)
 {
     cudaEvent_t done = NULL;
     size_t zero = 0;
-    ddp_status st = nccl_issue_allreduce(nccl_of(c), buf, &zero, &n, 1, dtype, op, NULL, &done);
+    ddp_status st = nccl_issue_allreduce(nccl_of(c), what, buf, &zero, &n, 1, dtype, op, NULL,
+                                         &done);
     return st == DDP_OK ? nccl_complete(nccl_of(c), done) : st;
+}
+
+static ddp_status nccl_allreduce(comm_group *c, void *buf, size_t n, ddp_dtype dtype,
+                                 ddp_reduce_op op)
+{
+    return nccl_allreduce_as(c, "all-reduce", buf, n, dtype, op);
 }
 
 static ddp_status nccl_broadcast(comm_group *c, void *buf, size_t n_bytes, int root)
@@ -582,7 +670,7 @@ static ddp_status nccl_broadcast(comm_group *c, void *buf, size_t n_bytes, int r
     if (st != DDP_OK)
         goto cleanup;
     TRY_NCCL_GOTO(ncclBroadcast(buf, buf, n_bytes, ncclUint8, root, s->comm, s->stream));
-    st = nccl_mark_done(s, &done);
+    st = nccl_mark_done(s, "broadcast", n_bytes, &done);
 cleanup:
     pthread_mutex_unlock(&s->lock);
     return st == DDP_OK ? nccl_complete(s, done) : st;
@@ -599,7 +687,7 @@ static ddp_status nccl_allgather(comm_group *c, const void *send, void *recv, si
     if (st != DDP_OK)
         goto cleanup;
     TRY_NCCL_GOTO(ncclAllGather(send, recv, n_bytes, ncclUint8, s->comm, s->stream));
-    st = nccl_mark_done(s, &done);
+    st = nccl_mark_done(s, "all-gather", n_bytes, &done);
 cleanup:
     pthread_mutex_unlock(&s->lock);
     return st == DDP_OK ? nccl_complete(s, done) : st;
@@ -609,7 +697,7 @@ cleanup:
 static ddp_status nccl_barrier(comm_group *c)
 {
     nccl_state *s = nccl_of(c);
-    ddp_status st = nccl_allreduce(c, s->scratch, 1, DDP_FP32, DDP_SUM);
+    ddp_status st = nccl_allreduce_as(c, "barrier", s->scratch, 1, DDP_FP32, DDP_SUM);
     return st == DDP_OK ? cuda_stream_wait(s->stream, "barrier") : st;
 }
 
@@ -647,6 +735,8 @@ static void nccl_destroy(comm_group *c)
     nccl_state *s = nccl_of(c);
     cuda_set_watch(NULL, NULL, NULL);
     ras_use_nccl(0);
+    if (s->lane)
+        watch_stream_close(); /* no query of its markers from here on */
     if (s->comm || s->aborted)
         nccl_close_comm(s);
     if (s->aborter)
@@ -657,6 +747,7 @@ static void nccl_destroy(comm_group *c)
     cuda_free_drained(s->scratch, "closing the NCCL communicator", !s->aborter && !s->aborted);
     if (s->ready)
         cudaEventDestroy(s->ready);
+    nccl_lane_free(s);
     if (s->stream) {
         cuda_track_stream(s->stream, 0);
         cudaStreamDestroy(s->stream);
@@ -737,10 +828,12 @@ static ddp_status nccl_open(nccl_state *s, int rank, int world_size)
         return DDP_ERR_NCCL;
     }
     TRY_NCCL_GOTO(ncclCommCuDevice(s->comm, &s->device));
+    s->world = world_size;
     nccl_report_version();
     TRY_CUDA_GOTO(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     cuda_track_stream(s->stream, 1); /* drained before libddp's cudaFree and cudaFreeHost */
     TRY_CUDA_GOTO(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
+    TRY_OK_GOTO(nccl_lane_open(s));
     TRY_CUDA_GOTO(cudaMalloc((void **)&s->scratch, sizeof(float)));
     /* on the communication stream: the legacy default stream does not order non-blocking ones */
     TRY_CUDA_GOTO(cudaMemsetAsync(s->scratch, 0, sizeof(float), s->stream));

@@ -198,7 +198,7 @@ static ddp_status env_switch(const char *var, const char *what)
     return DDP_ERR_ENV;
 }
 
-/* DDP_NVTX (trace.c) and DDP_NCCL_RAS (nccl_ras.c). */
+/* DDP_NVTX (trace.c), DDP_NCCL_RAS (nccl_ras.c) and DDP_WATCH_GPU_LANE (comm_nccl.c). */
 static ddp_status ctx_check_switches(void)
 {
     const char *nvtx = getenv("DDP_NVTX");
@@ -206,7 +206,10 @@ static ddp_status ctx_check_switches(void)
         DDP_WARN0("DDP_NVTX=1, but this libddp was built without NVTX (the CUDA toolkit's "
                   "nvtx3/nvToolsExt.h): no ranges; rebuild where meson finds the header");
     ddp_status st = env_switch("DDP_NVTX", "NVTX ranges");
-    return st == DDP_OK ? env_switch("DDP_NCCL_RAS", "NCCL RAS's view in the hang report") : st;
+    if (st == DDP_OK)
+        st = env_switch("DDP_NCCL_RAS", "NCCL RAS's view in the hang report");
+    return st == DDP_OK ? env_switch("DDP_WATCH_GPU_LANE", "the hang report's GPU stream lane")
+                        : st;
 }
 
 static ddp_status ctx_check_env(const ddp_ctx *ctx)

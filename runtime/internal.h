@@ -239,8 +239,9 @@ double timeout_seconds(void);
  * (watchdog_connect), so no program runs with a deadline it did not ask for. */
 ddp_status timeout_check(void);
 
-/* Lanes: collectives of the caller's thread, and the communication thread's queued all-reduces. */
-enum { DDP_WATCH_CALLER, DDP_WATCH_ASYNC, DDP_WATCH_N_LANES };
+/* Lanes: collectives of the caller's thread, the communication thread's queued all-reduces (both
+ * host lanes: watch_enter/leave), and the collectives queued on the GPU stream (watch_stream_*). */
+enum { DDP_WATCH_CALLER, DDP_WATCH_ASYNC, DDP_WATCH_GPU, DDP_WATCH_N_LANES };
 
 /* Around every collective: enter marks collective `what` (a string literal) of n_bytes, for
  * bucket (or -1), as active on the lane and returns its sequence number; leave marks it done.
@@ -249,6 +250,26 @@ enum { DDP_WATCH_CALLER, DDP_WATCH_ASYNC, DDP_WATCH_N_LANES };
  * watches them). One thread per lane. */
 uint64_t watch_enter(int lane, const char *what, int bucket, size_t n_bytes);
 void watch_leave(int lane);
+
+/* The GPU stream's lane. A collective queued on a device stream returns at once and completes
+ * later, in queue order, so the lane is read when the watchdog is asked: the oldest queued
+ * collective whose marker (a CUDA event recorded right after it) has not completed, active, else
+ * the last one, finished. Each collective's label sits in one of WATCH_STREAM_SLOTS slots, the
+ * marker of sequence number seq in slot seq % WATCH_STREAM_SLOTS; with more collectives queued
+ * than slots the lane names the oldest it holds, labelled "ring full: or earlier".
+ * watch_stream_open registers done(arg, slot): 1 when slot's marker has completed, else 0; it
+ * must not block, and runs on the watchdog's threads and on watchdog_survey's caller. Returns 1,
+ * or 0 (nothing registered) when the watchdog is off: then the markers are not worth recording.
+ * watch_stream_close unregisters it, after a query in progress has ended. One stream at a time. */
+#define WATCH_STREAM_SLOTS 256
+int watch_stream_open(int (*done)(void *arg, int slot), void *arg);
+void watch_stream_close(void);
+/* Queueing a collective: begin takes the next sequence number and labels its slot (what: a string
+ * literal; bucket or -1); the caller records the slot's marker after the collective, then calls
+ * queued(seq). Without queued (a failed record) the number is taken again by the next begin.
+ * A few atomic stores each; one thread at a time (the communicator's lock). */
+uint64_t watch_stream_begin(const char *what, int bucket, size_t n_bytes);
+void watch_stream_queued(uint64_t seq);
 
 /* Starts the watchdog thread (before MPI_Init, so start-up is under the deadline too); a lane
  * active longer than timeout_seconds() ends the job (MPI_Abort) after naming the collective.
@@ -267,8 +288,9 @@ void watchdog_announce_abort(void);
 /* rescue.c: the watchdog ends the job (cause: why, for the next generation's log): a rescue copy
  * of the last step, if armed. */
 void rescue_on_end(const char *cause);
-/* After a host wait on GPU work passed the deadline: asks the peers and logs those gone, unreachable
- * or frozen (by rank, host and pid), so the message names the culprit as a lane's deadline does. */
+/* After a host wait on GPU work passed the deadline: asks the peers where they are. When this rank's
+ * GPU stream lane has a collective not complete, logs the wavefront on that lane, as a host lane's
+ * deadline does; else the ranks gone, unreachable or frozen (by rank, host and pid). */
 void watchdog_survey(void);
 /* Disconnects and stops the thread. */
 void watchdog_stop(void);

@@ -1,7 +1,7 @@
 /* watchdog.c - no rank left hanging: a deadline on every collective, and death detection over a
  * side channel of TCP connections that does not depend on MPI.
  *
- * Deadlines. Every collective runs between watch_enter() and watch_leave() on one of two
+ * Deadlines. Every collective runs between watch_enter() and watch_leave() on one of two host
  * lanes: the caller's blocking collectives, and the communication thread's queued all-reduces.
  * Each call is one atomic store of (sequence number << 1 | active) into the lane, plus the label
  * of the collective: no system call, no lock. One thread per process (started by ddp_init, before
@@ -15,6 +15,13 @@
  * NCCL communicator is open (the cuda backend), the report ends with NCCL RAS's view of the job
  * (nccl_ras.c), asked while the peers are; after a stuck GPU wait (watchdog_survey) the lowest
  * rank that answered asks it, so one rank does.
+ *
+ * GPU stream. NCCL collectives are queued on a stream and return at once, so the host lanes do
+ * not say which one the GPU is in. A third lane does (watch_stream_*): comm_nccl.c records a CUDA
+ * event after each collective it queues, into a ring of labelled slots, and the lane's state is
+ * worked out when asked: the oldest collective whose event has not completed. It has no deadline
+ * of its own: a host wait on GPU work that passes DDP_TIMEOUT (cuda_wait.c) calls
+ * watchdog_survey, which gives the wavefront on this lane.
  *
  * Side channel. At ddp_init every rank opens a TCP listener on all its addresses and advertises one
  * IPv4 address (DDP_WATCHDOG_IF: an interface name or a CIDR subnet; else the first subnet in
@@ -113,7 +120,7 @@ ddp_status timeout_check(void)
 
 
 #define WD_MAGIC 0x44445057u   /* "DDPW" */
-#define WD_VERSION 2u
+#define WD_VERSION 3u
 #define WD_TICK_S 0.25         /* how often the thread looks at the lanes */
 #define WD_GRACE_S 2.0         /* extra wait of rank 1, twice that for ranks >= 2 */
 #define WD_ASK_S 1.5           /* how long a diagnosis waits for the peers' answers */
@@ -160,7 +167,7 @@ typedef struct wd_peer {
     char host[64];
 } wd_peer;
 
-/* One lane; aligned so the two lanes' writers do not share a cache line. */
+/* One host lane; aligned so the two lanes' writers do not share a cache line. */
 typedef struct wd_lane {
     _Alignas(64) _Atomic uint64_t state; /* seq << 1 | active */
     _Atomic(const char *) what;
@@ -168,7 +175,33 @@ typedef struct wd_lane {
     _Atomic size_t n_bytes;
 } wd_lane;
 
-static wd_lane wd_lanes[DDP_WATCH_N_LANES];
+static wd_lane wd_lanes[DDP_WATCH_GPU]; /* the host lanes */
+
+/* The GPU stream's lane: one slot per collective queued, reused WATCH_STREAM_SLOTS later. The
+ * slot's sequence number is a stamp: 0 while the label is rewritten, so a query that read the
+ * slot while it changed sees another stamp afterwards and skips it (a seqlock). */
+typedef struct wd_slot {
+    _Atomic uint64_t seq;
+    _Atomic(const char *) what;
+    _Atomic int bucket;
+    _Atomic size_t n_bytes;
+} wd_slot;
+
+static struct {
+    wd_slot slot[WATCH_STREAM_SLOTS];
+    _Atomic uint64_t last;            /* the newest collective queued; 0: none yet */
+    int (*done)(void *arg, int slot); /* watch_stream_open's; NULL: the lane is closed */
+    void *arg;
+    pthread_mutex_t lock;             /* done and arg, against a query in progress */
+} wd_stream = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* A lane as the report reads it. */
+typedef struct wd_view {
+    uint64_t state; /* seq << 1 | active */
+    const char *what;
+    int bucket;
+    size_t n_bytes;
+} wd_view;
 
 /* Where this rank stands (ddp_watch_where), for the wavefront of a deadline's report. */
 static _Atomic int64_t wd_where_step = -1;
@@ -223,6 +256,123 @@ void watch_leave(int lane)
     wd_lane *l = &wd_lanes[lane];
     uint64_t s = atomic_load_explicit(&l->state, memory_order_relaxed);
     atomic_store_explicit(&l->state, s & ~(uint64_t)1, memory_order_release);
+}
+
+/* ---- the GPU stream's lane ----------------------------------------------------------------- */
+
+int watch_stream_open(int (*done)(void *arg, int slot), void *arg)
+{
+    pthread_mutex_lock(&wd.lock);
+    int running = wd.running; /* DDP_WATCHDOG=0: no report reads the lane */
+    pthread_mutex_unlock(&wd.lock);
+    if (!running)
+        return 0;
+    pthread_mutex_lock(&wd_stream.lock);
+    for (int i = 0; i < WATCH_STREAM_SLOTS; i++) /* an earlier stream's: their markers are gone */
+        atomic_store(&wd_stream.slot[i].seq, 0);
+    wd_stream.done = done;
+    wd_stream.arg = arg;
+    pthread_mutex_unlock(&wd_stream.lock);
+    return 1;
+}
+
+void watch_stream_close(void)
+{
+    pthread_mutex_lock(&wd_stream.lock);
+    wd_stream.done = NULL;
+    wd_stream.arg = NULL;
+    pthread_mutex_unlock(&wd_stream.lock);
+}
+
+uint64_t watch_stream_begin(const char *what, int bucket, size_t n_bytes)
+{
+    uint64_t seq = atomic_load_explicit(&wd_stream.last, memory_order_relaxed) + 1;
+    wd_slot *s = &wd_stream.slot[seq % WATCH_STREAM_SLOTS];
+    atomic_store_explicit(&s->seq, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release); /* the stamp changes before the label */
+    atomic_store_explicit(&s->what, what, memory_order_relaxed);
+    atomic_store_explicit(&s->bucket, bucket, memory_order_relaxed);
+    atomic_store_explicit(&s->n_bytes, n_bytes, memory_order_relaxed);
+    return seq;
+}
+
+void watch_stream_queued(uint64_t seq)
+{
+    atomic_store_explicit(&wd_stream.slot[seq % WATCH_STREAM_SLOTS].seq, seq, memory_order_release);
+    atomic_store_explicit(&wd_stream.last, seq, memory_order_release);
+}
+
+/* Reads collective seq's slot into v and asks whether its marker completed (*done); 0 when the
+ * slot holds another collective, or was rewritten while it was read. Under wd_stream.lock. */
+static int wd_slot_read(uint64_t seq, wd_view *v, int *done)
+{
+    const wd_slot *s = &wd_stream.slot[seq % WATCH_STREAM_SLOTS];
+    if (atomic_load_explicit(&s->seq, memory_order_acquire) != seq)
+        return 0;
+    v->what = atomic_load_explicit(&s->what, memory_order_relaxed);
+    v->bucket = atomic_load_explicit(&s->bucket, memory_order_relaxed);
+    v->n_bytes = atomic_load_explicit(&s->n_bytes, memory_order_relaxed);
+    *done = wd_stream.done(wd_stream.arg, (int)(seq % WATCH_STREAM_SLOTS));
+    atomic_thread_fence(memory_order_acquire); /* the label was read before the stamp again */
+    return atomic_load_explicit(&s->seq, memory_order_relaxed) == seq;
+}
+
+/* The GPU stream's lane now: the oldest collective held whose marker has not completed (active),
+ * else the last one (finished); nothing (state 0) before the first or while the lane is closed.
+ * The stream completes its collectives in order, so the first found not complete is the oldest,
+ * unless none of the slots holds a complete one: then one before them may be the oldest. */
+static wd_view wd_stream_view(void)
+{
+    wd_view v = {.state = 0, .bucket = -1};
+    pthread_mutex_lock(&wd_stream.lock);
+    uint64_t last = atomic_load_explicit(&wd_stream.last, memory_order_acquire);
+    uint64_t first = last > WATCH_STREAM_SLOTS ? last - WATCH_STREAM_SLOTS + 1 : 1;
+    int any_done = 0;
+    for (uint64_t seq = first; wd_stream.done && seq <= last; seq++) {
+        wd_view s = {.state = seq << 1};
+        int done = 1;
+        if (!wd_slot_read(seq, &s, &done))
+            continue;
+        v = s;
+        if (done) {
+            any_done = 1;
+            continue;
+        }
+        v.state |= 1;
+        if (!any_done && first > 1)
+            v = (wd_view){.state = v.state, .what = "ring full: or earlier", .bucket = -1};
+        break;
+    }
+    pthread_mutex_unlock(&wd_stream.lock);
+    return v;
+}
+
+/* Lane `lane` as it stands: a host lane's atomics, or the GPU stream's worked out now. */
+static wd_view wd_lane_view(int lane)
+{
+    if (lane == DDP_WATCH_GPU)
+        return wd_stream_view();
+    const wd_lane *l = &wd_lanes[lane];
+    return (wd_view){.state = atomic_load(&l->state), .what = atomic_load(&l->what),
+                     .bucket = atomic_load(&l->bucket), .n_bytes = atomic_load(&l->n_bytes)};
+}
+
+/* How the messages name a lane. */
+static const char *wd_lane_name(int lane)
+{
+    return lane == DDP_WATCH_ASYNC ? "communication thread"
+           : lane == DDP_WATCH_GPU ? "GPU stream"
+                                   : "caller";
+}
+
+/* "all-reduce of bucket 3, 4096 bytes, GPU stream": a collective's label and its lane, in text. */
+static void wd_label_text(const wd_view *v, int lane, char *text, size_t n)
+{
+    char bucket[32] = "";
+    if (v->bucket >= 0)
+        snprintf(bucket, sizeof bucket, " of bucket %d", v->bucket);
+    snprintf(text, n, "%s%s, %zu bytes, %s", v->what ? v->what : "?", bucket, v->n_bytes,
+             wd_lane_name(lane));
 }
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -387,10 +537,10 @@ static wd_frame wd_answer_frame(void)
 {
     wd_frame ans = wd_frame_make(WD_ANSWER, 0, -1);
     for (int i = 0; i < DDP_WATCH_N_LANES; i++) {
-        const char *what = atomic_load(&wd_lanes[i].what);
-        ans.lane_state[i] = atomic_load(&wd_lanes[i].state);
-        ans.lane_bucket[i] = atomic_load(&wd_lanes[i].bucket);
-        snprintf(ans.lane_what[i], WD_WHAT_LEN, "%s", what ? what : "none");
+        wd_view v = wd_lane_view(i);
+        ans.lane_state[i] = v.state;
+        ans.lane_bucket[i] = v.bucket;
+        snprintf(ans.lane_what[i], WD_WHAT_LEN, "%s", v.what ? v.what : "none");
     }
     const char *phase = atomic_load(&wd_where_phase);
     ans.step = atomic_load(&wd_where_step);
@@ -679,22 +829,18 @@ static int wd_place_order(const void *a, const void *b)
     return (sx > sy) - (sx < sy);
 }
 
-/* Asks the peers where they are and logs the wavefront; returns how many of them could be reached
- * (their host answered: connected, or refused), -1 when out of memory. */
-static int wd_diagnose(int lane, uint64_t seq)
+/* Logs the wavefront of collective seq on lane from the peers' replies (rep: wd_ask_all's, this
+ * rank's entry filled here); returns how many peers could be reached (their host answered:
+ * connected, or refused), -1 when out of memory. */
+static int wd_wavefront(wd_reply *rep, int lane, uint64_t seq)
 {
-    wd_reply *rep = calloc((size_t)wd.world, sizeof *rep);
-    struct pollfd *p = calloc((size_t)wd.world, sizeof *p);
     int *group = malloc((size_t)wd.world * sizeof *group), *lead = malloc((size_t)wd.world * sizeof *lead);
     int arrived = 0, reached = 0, n_groups = 0;
-    if (!rep || !p || !group || !lead) {
-        free(rep);
-        free(p);
+    if (!group || !lead) {
         free(group);
         free(lead);
         return -1;
     }
-    wd_ask_all(rep, p);
     rep[wd.rank] = (wd_reply){.fd = -1, .state = WD_ANSWERED, .f = wd_answer_frame()};
     for (int r = 0; r < wd.world; r++) {
         int g = 0;
@@ -721,17 +867,30 @@ static int wd_diagnose(int lane, uint64_t seq)
         wd_log_place(group, group[r], &rep[r], lane, seq);
     }
     if (arrived == wd.world)
-        DDP_ERROR("every rank is inside collective #%llu: the transport under MPI is stuck (network?)",
-                  (unsigned long long)seq);
+        DDP_ERROR("every rank is inside collective #%llu: the transport under %s is stuck "
+                  "(network?)", (unsigned long long)seq, lane == DDP_WATCH_GPU ? "NCCL" : "MPI");
     else
         DDP_ERROR("%d of %d ranks never arrived at collective #%llu (named above)", wd.world - arrived,
                   wd.world, (unsigned long long)seq);
     wd_log_json(group, order ? order : lead, n_groups, rep, lane, seq);
     free(order);
-    free(rep);
-    free(p);
     free(group);
     free(lead);
+    return reached;
+}
+
+/* Asks the peers where they are and logs the wavefront (wd_wavefront); returns its count. */
+static int wd_diagnose(int lane, uint64_t seq)
+{
+    wd_reply *rep = calloc((size_t)wd.world, sizeof *rep);
+    struct pollfd *p = calloc((size_t)wd.world, sizeof *p);
+    int reached = -1;
+    if (rep && p) {
+        wd_ask_all(rep, p);
+        reached = wd_wavefront(rep, lane, seq);
+    }
+    free(rep);
+    free(p);
     return reached;
 }
 
@@ -745,33 +904,51 @@ static int wd_speaks_for_job(const wd_reply *rep)
     return rep || wd.rank <= 0;
 }
 
-/* A host wait on GPU work passed the deadline (cuda_wait.c): no lane says which collective, but the
- * peers can still say whether they live. Logs each one that is gone, unreachable or frozen, or that
- * every one answered. Skipped while another thread holds the watchdog (it is diagnosing already). */
+/* Without the GPU stream's lane: logs each peer that is gone, unreachable or frozen (rep), or that
+ * every one answered. group: room for world entries. */
+static void wd_survey_silent(const wd_reply *rep, int *group)
+{
+    int silent = 0;
+    for (int r = 0; r < wd.world; r++) /* one group per kind of silence, -1: answered */
+        silent += (group[r] = r == wd.rank || rep[r].state == WD_ANSWERED
+                                  ? -1 : wd_kind(&rep[r], DDP_WATCH_CALLER, 0)) >= 0;
+    if (silent)
+        DDP_ERROR("the ranks that did not answer the watchdog:");
+    for (int k = WD_K_FROZEN; k <= WD_K_UNREACHABLE; k++)
+        for (int r = 0; r < wd.world; r++)
+            if (group[r] == k) { /* the group's first rank speaks for it */
+                wd_log_place(group, k, &rep[r], DDP_WATCH_CALLER, 0);
+                break;
+            }
+    if (!silent)
+        DDP_ERROR("every other rank answered the watchdog (none is gone or frozen): the GPU work "
+                  "itself is stuck, or a peer waits elsewhere");
+}
+
+/* A host wait on GPU work passed the deadline (cuda_wait.c). When the GPU stream's lane has a
+ * collective not complete, the wavefront on that lane names who holds it up, as a host lane's
+ * deadline does; without it (DDP_WATCH_GPU_LANE=0, or no collective stuck) the peers can still say
+ * whether they live. Skipped while another thread holds the watchdog (it is diagnosing already). */
 void watchdog_survey(void)
 {
     if (!atomic_load(&wd_enabled) || pthread_mutex_trylock(&wd.lock) != 0)
         return;
+    wd_view gpu = wd_stream_view();
+    if (gpu.state & 1) { /* said even where no peer can be asked (the side channel off) */
+        char label[128];
+        wd_label_text(&gpu, DDP_WATCH_GPU, label, sizeof label);
+        DDP_ERROR("the oldest collective not complete on this rank's GPU stream: #%llu (%s)",
+                  (unsigned long long)(gpu.state >> 1), label);
+    }
     wd_reply *rep = wd.peers && wd.world > 1 ? calloc((size_t)wd.world, sizeof *rep) : NULL;
     struct pollfd *p = rep ? calloc((size_t)wd.world, sizeof *p) : NULL;
     int *group = p ? malloc((size_t)wd.world * sizeof *group) : NULL;
     if (group) {
         wd_ask_all(rep, p);
-        int silent = 0;
-        for (int r = 0; r < wd.world; r++) /* one group per kind of silence, -1: answered */
-            silent += (group[r] = r == wd.rank || rep[r].state == WD_ANSWERED
-                                      ? -1 : wd_kind(&rep[r], DDP_WATCH_CALLER, 0)) >= 0;
-        if (silent)
-            DDP_ERROR("the ranks that did not answer the watchdog:");
-        for (int k = WD_K_FROZEN; k <= WD_K_UNREACHABLE; k++)
-            for (int r = 0; r < wd.world; r++)
-                if (group[r] == k) { /* the group's first rank speaks for it */
-                    wd_log_place(group, k, &rep[r], DDP_WATCH_CALLER, 0);
-                    break;
-                }
-        if (!silent)
-            DDP_ERROR("every other rank answered the watchdog (none is gone or frozen): the GPU work "
-                      "itself is stuck, or a peer waits elsewhere");
+        if (gpu.state & 1)
+            wd_wavefront(rep, DDP_WATCH_GPU, gpu.state >> 1);
+        else
+            wd_survey_silent(rep, group);
     }
     if (wd_speaks_for_job(group ? rep : NULL))
         ras_report(); /* NCCL's view of the job (nccl_ras.c) */
@@ -820,16 +997,11 @@ static _Noreturn void wd_fire(int lane, uint64_t state, double waited)
 {
     pthread_mutex_lock(&wd.lock); /* held until the process ends: finalize cannot free the peers */
     wd_arm_backstop(WD_END_S);
-    const wd_lane *l = &wd_lanes[lane];
-    const char *what = atomic_load(&l->what);
-    int bucket = atomic_load(&l->bucket);
-    char bucket_text[32] = "";
-    if (bucket >= 0)
-        snprintf(bucket_text, sizeof bucket_text, " of bucket %d", bucket);
-    DDP_ERROR("collective #%llu (%s%s, %zu bytes, %s) has waited %.0f s, past its deadline "
-              "(DDP_TIMEOUT=%g s); ending the job", (unsigned long long)(state >> 1), what ? what : "?",
-              bucket_text, atomic_load(&l->n_bytes), lane == DDP_WATCH_ASYNC ? "communication thread" : "caller",
-              waited, wd.timeout);
+    char label[128];
+    wd_view v = wd_lane_view(lane);
+    wd_label_text(&v, lane, label, sizeof label);
+    DDP_ERROR("collective #%llu (%s) has waited %.0f s, past its deadline (DDP_TIMEOUT=%g s); "
+              "ending the job", (unsigned long long)(state >> 1), label, waited, wd.timeout);
     ras_ask_start(); /* NCCL's view (nccl_ras.c), asked while the peers are */
     int reached = wd.peers ? wd_diagnose(lane, state >> 1) : -1;
     ras_ask_log();
@@ -844,7 +1016,7 @@ static _Noreturn void wd_fire(int lane, uint64_t state, double waited)
 static void wd_check_lanes(uint64_t *seen, double *since)
 {
     double now = wd_now();
-    for (int i = 0; i < DDP_WATCH_N_LANES; i++) {
+    for (int i = 0; i < DDP_WATCH_GPU; i++) { /* host lanes; the GPU stream: cuda_wait.c */
         uint64_t s = atomic_load_explicit(&wd_lanes[i].state, memory_order_acquire);
         if (!(s & 1) || s != seen[i]) {
             seen[i] = s;
@@ -898,8 +1070,8 @@ static void wd_ring_event(int i)
 
 static void *wd_thread(void *arg)
 {
-    uint64_t seen[DDP_WATCH_N_LANES] = {0};
-    double since[DDP_WATCH_N_LANES] = {0};
+    uint64_t seen[DDP_WATCH_GPU] = {0};
+    double since[DDP_WATCH_GPU] = {0};
     int tick_ms = (int)(1000 * (wd.timeout / 4 < WD_TICK_S ? wd.timeout / 4 : WD_TICK_S)) + 1;
     (void)arg;
     pthread_setname_np(pthread_self(), "ddp-watchdog"); /* visible in top -H, gdb, /proc */

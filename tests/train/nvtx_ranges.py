@@ -12,8 +12,9 @@ attaches), which writes every range each rank pushes and pops. 2 ranks, MNIST ML
     (0..B-1, B >= 2, the same B on both ranks), not nested in anything there;
   - the same with --trace on as with it off (the ranges do not depend on tracing);
   - DDP_NVTX=0: NVTX never loads the tool (no log at all), the run succeeds;
-  - DDP_NVTX=yes: refused on every rank, naming the variable and its values; so is DDP_NCCL_RAS=on
-    (the other switch of libddp's diagnostics, runtime/nccl_ras.c).
+  - DDP_NVTX=yes: refused on every rank, naming the variable and its values; so are
+    DDP_NCCL_RAS=on and DDP_WATCH_GPU_LANE=off (the other switches of libddp's diagnostics,
+    runtime/nccl_ras.c and runtime/comm_nccl.c).
 
 Usage: nvtx_ranges.py DDP_TRAIN INJECTION_SO MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
@@ -127,7 +128,8 @@ def main():
                           "nvtx_traced", {}, True)
         chk.check(plain == traced, f"--trace changes no range ({plain} and {traced} buckets)")
         run_case(chk, cmd, inject, tmp, "nvtx_off", {"DDP_NVTX": "0"}, False)
-        for var, value in (("DDP_NVTX", "yes"), ("DDP_NCCL_RAS", "on")):
+        for var, value in (("DDP_NVTX", "yes"), ("DDP_NCCL_RAS", "on"),
+                           ("DDP_WATCH_GPU_LANE", "off")):
             rc, text = trainlib.run(cmd, timeout=60, env=dict(os.environ, **{var: value}))
             chk.check(rc != 0 and f"{var}={value}: expected 0" in text and "Traceback" not in text,
                       f"{var}={value} is refused naming the variable (status {rc})", text)
