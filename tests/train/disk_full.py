@@ -16,6 +16,7 @@ Needs root for mount and chattr: exits 77 (skipped) otherwise.
 Usage: disk_full.py DDP_TRAIN DDP_CKPT MPIRUN MPIRUN_ARGS... (the last of which is -np)
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -118,7 +119,8 @@ ADVICE = {"read-only": ["Read-only file system", "mounted read-only: remount it 
 
 def failed_for(chk, train, mpi, tmp, mnt, how):
     """A tiny GPT checkpointing every 10 steps; after step 10's file the folder breaks (`how`): the
-    step-20 save fails naming the reason and the advice for it, not "free space there"."""
+    step-20 save (or step 10's, still syncing the folder) fails naming the reason and the advice
+    for it, not "free space there"."""
     folder = os.path.join(mnt, how)
     args = tiny(train, write_data(tmp), 40, ["--checkpoint-dir", folder, "--checkpoint-format", "file",
                                              "--checkpoint-every", "10"])
@@ -135,9 +137,12 @@ def failed_for(chk, train, mpi, tmp, mnt, how):
     job.kill_everything()
     subprocess.run(undo)
     out = job.output()
-    line = next((x for x in out.splitlines() if "step-000000000020.ckpt at step 20 failed:" in x), "")
+    # the folder can break while step 10's save still syncs it (its file renamed into place, the
+    # folder not yet synced): then that save is the one that fails, for the same reason
+    line = next((x for x in out.splitlines()
+                 if re.search(r"step-0000000000(10|20)\.ckpt at step (10|20) failed:", x)), "")
     chk.check(job.proc.returncode == 1 and "step 40/40" not in out,
-              f"{how} folder: the step-20 save fails and the run stops with exit 1 "
+              f"{how} folder: the step-20 (or step-10) save fails and the run stops with exit 1 "
               f"(exit {job.proc.returncode})", out)
     chk.check(all(w in line for w in ADVICE[how]) and "free space" not in line,
               f"{how} folder: the failure names the reason and its own advice ({ADVICE[how][1]}), "
